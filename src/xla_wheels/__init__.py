@@ -1,0 +1,9 @@
+"""xla_wheels: build, publish and gate patched PyTorch/XLA wheels from pinned bundles.
+
+Data flows one way through the stages:
+bundle -> sources -> patches -> build -> collect/lock -> publish -> gate.
+Each stage is a module with typed inputs and outputs; ``cli`` is the only place that
+turns errors into messages and exit codes.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,53 @@
+"""Exception classes of the pipeline.
+
+Every stage raises a subclass of :class:`PipelineError` with a message that names the
+problem and the fix. The CLI edge (``cli.main``) turns it into one line on stderr and an
+exit code; nothing below the CLI prints tracebacks or calls ``sys.exit``.
+"""
+
+from __future__ import annotations
+
+
+class PipelineError(Exception):
+    """A failure the user can act on. ``exit_code`` is what the CLI returns."""
+
+    exit_code: int = 1
+
+    def __init__(self, message: str, *, fix: str | None = None) -> None:
+        self.message = message
+        self.fix = fix
+        super().__init__(message if fix is None else f"{message}\n  fix: {fix}")
+
+
+class UsageError(PipelineError):
+    """The command line itself is wrong (unknown bundle, missing argument)."""
+
+    exit_code = 2
+
+
+class ManifestError(PipelineError):
+    """A bundle manifest is malformed: names the file, the key and the fix."""
+
+    exit_code = 2
+
+
+class LockError(PipelineError):
+    """``wheels.lock`` is malformed or does not match the manifests and patches."""
+
+
+class GitError(PipelineError):
+    """A git command failed; the message carries git's own stderr."""
+
+
+class SourceError(PipelineError):
+    """Fetching or checking out a pinned component failed."""
+
+
+class PatchError(PipelineError):
+    """A patch series is malformed or does not apply."""
+
+
+class StageNotAvailable(PipelineError):
+    """A stage that this build of the pipeline cannot run (yet, or on this host)."""
+
+    exit_code = 3
