@@ -1,0 +1,10 @@
+"""The list of subcommand registrations, in the order ``--help`` shows them.
+
+Each stage module owns its own subcommands; adding one is one line here.
+"""
+
+from __future__ import annotations
+
+from xla_wheels.cli import Register
+
+REGISTRATIONS: list[Register] = []
