@@ -1,0 +1,405 @@
+"""Stage 1, resolve: read and validate a bundle manifest.
+
+A bundle (``build/bundles/<name>.toml``) pins everything one set of wheels is built from:
+each component's git remote, commit and patch series, the runtime wheels that go with
+it (libtpu, jax), the Python version, the versions to stamp and the build knobs.
+
+Validation is strict on purpose: an unknown key is almost always a typo that would
+otherwise be silently ignored, so every problem is a :class:`ManifestError` naming the
+file, the key and the fix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from xla_wheels.errors import ManifestError, UsageError
+
+COMPONENT_NAMES = ("torch", "torch_xla", "openxla")
+"""Build order; OpenXLA is not built on its own but consumed by torch_xla's Bazel build."""
+
+RUNTIME_NAMES = ("libtpu", "jax", "jaxlib")
+
+_HEX = re.compile(r"[0-9a-f]+")
+_VERSION = re.compile(r"\d+(\.\d+)*([a-z]+\d+)?")
+_PYTHON = re.compile(r"3\.\d+")
+_MIN_SHORT_SHA = 7
+
+
+@dataclass(frozen=True)
+class PatchRef:
+    """One patch file of a series, as a path relative to ``patches/``."""
+
+    relpath: str
+    path: Path
+
+    def sha256(self) -> str:
+        return hashlib.sha256(self.path.read_bytes()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    remote: str
+    commit: str | None
+    """Full or short hex SHA as written in the manifest; ``None`` when not pinned yet."""
+    unpinned_reason: str | None
+    version: str | None
+    """Public version to stamp on the wheel (torch, torch_xla); OpenXLA has none."""
+    submodules: bool
+    patches: tuple[PatchRef, ...]
+
+    @property
+    def is_full_sha(self) -> bool:
+        return self.commit is not None and len(self.commit) == 40
+
+
+@dataclass(frozen=True)
+class RuntimePin:
+    """A public runtime wheel that training hosts install next to ours."""
+
+    name: str
+    version: str | None
+    """Exact version (``==``); when set, ``minimum`` and ``preferred`` are not."""
+    minimum: str | None
+    preferred: str | None
+
+    @property
+    def specifier(self) -> str:
+        if self.version:
+            return f"=={self.version}"
+        return f">={self.minimum}"
+
+    @property
+    def install_version(self) -> str:
+        """The one version a host installs (the exact pin, else the preferred one)."""
+        return self.version or self.preferred or self.minimum or ""
+
+
+@dataclass(frozen=True)
+class BuildKnobs:
+    """What the build stage passes to torch_xla's setup.py and Bazel."""
+
+    bundle_libtpu: bool
+    tpuvm_mode: bool
+    build_cpp_tests: bool
+    cxx_abi: int
+
+
+@dataclass(frozen=True)
+class Bundle:
+    name: str
+    path: Path
+    description: str
+    python: str
+    components: Mapping[str, Component]
+    runtime: Mapping[str, RuntimePin]
+    build: BuildKnobs
+    manifest_sha256: str
+
+    def component(self, name: str) -> Component:
+        return self.components[name]
+
+    def unresolved_pins(self) -> list[str]:
+        """Human lines for every component that cannot be built from as written."""
+        problems = []
+        for component in self.components.values():
+            if component.commit is None:
+                problems.append(
+                    f"{component.name}: no commit pinned ({component.unpinned_reason})"
+                )
+        return problems
+
+
+class _Table:
+    """A TOML table being read, which remembers its dotted key for error messages."""
+
+    def __init__(self, data: Mapping[str, Any], where: str, path: Path) -> None:
+        self.data = data
+        self.where = where
+        self.path = path
+
+    def fail(self, key: str, problem: str, fix: str) -> ManifestError:
+        dotted = f"{self.where}.{key}" if self.where else key
+        return ManifestError(f"{self.path}: key '{dotted}': {problem}", fix=fix)
+
+    def check_keys(self, allowed: set[str], required: set[str]) -> None:
+        for key in self.data:
+            if key not in allowed:
+                raise self.fail(
+                    key,
+                    "unknown key",
+                    f"remove it, or use one of: {', '.join(sorted(allowed))}",
+                )
+        for key in sorted(required):
+            if key not in self.data:
+                raise self.fail(key, "missing", f"add '{key} = ...' to [{self.where}]")
+
+    def get(self, key: str, kind: type, default: Any = None) -> Any:
+        if key not in self.data:
+            return default
+        value = self.data[key]
+        # bool is a subclass of int; a knob written `cxx_abi = true` is a mistake.
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise self.fail(
+                key, f"expected {kind.__name__}, got {type(value).__name__} {value!r}",
+                f"write it as a TOML {kind.__name__}",
+            )
+        return value
+
+    def table(self, key: str) -> _Table:
+        value = self.get(key, dict)
+        if value is None:
+            raise self.fail(key, "missing table", f"add a [{self._join(key)}] table")
+        return _Table(value, self._join(key), self.path)
+
+    def _join(self, key: str) -> str:
+        return f"{self.where}.{key}" if self.where else key
+
+
+def bundles_dir(repo_root: Path) -> Path:
+    return repo_root / "build" / "bundles"
+
+
+def patches_dir(repo_root: Path) -> Path:
+    return repo_root / "patches"
+
+
+def available_bundles(repo_root: Path) -> list[str]:
+    return sorted(path.stem for path in bundles_dir(repo_root).glob("*.toml"))
+
+
+def load_bundle(repo_root: Path, name: str) -> Bundle:
+    """Load ``build/bundles/<name>.toml``; an unknown name lists the valid ones."""
+    valid = available_bundles(repo_root)
+    if not name:
+        raise UsageError(
+            "no bundle given",
+            fix=f"pass BUNDLE=<name> (make) or --bundle <name>; bundles: {', '.join(valid)}",
+        )
+    if name not in valid:
+        raise UsageError(
+            f"unknown bundle '{name}'",
+            fix=f"use one of: {', '.join(valid) or '(none found in build/bundles)'}",
+        )
+    return parse_manifest(bundles_dir(repo_root) / f"{name}.toml", patches_dir(repo_root))
+
+
+def parse_manifest(path: Path, patches_root: Path) -> Bundle:
+    raw = path.read_bytes()
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise ManifestError(
+            f"{path}: not valid TOML: {error}", fix="fix the syntax at that line"
+        ) from error
+    root = _Table(data, "", path)
+    root.check_keys({"bundle", "components", "runtime", "build"}, {"bundle", "components"})
+
+    meta = root.table("bundle")
+    meta.check_keys({"name", "description", "python"}, {"name", "python"})
+    name = meta.get("name", str)
+    if name != path.stem:
+        raise meta.fail(
+            "name", f"is '{name}' but the file is {path.name}",
+            f"set name = \"{path.stem}\" or rename the file to {name}.toml",
+        )
+    python = meta.get("python", str)
+    if not _PYTHON.fullmatch(python):
+        raise meta.fail("python", f"'{python}' is not a Python 3 minor version", "write e.g. \"3.13\"")
+
+    components_table = root.table("components")
+    for key in components_table.data:
+        if key not in COMPONENT_NAMES:
+            raise components_table.fail(
+                key, "unknown component", f"components are: {', '.join(COMPONENT_NAMES)}"
+            )
+    components = {}
+    for component_name in COMPONENT_NAMES:
+        if component_name not in components_table.data:
+            raise components_table.fail(
+                component_name, "missing component", f"add a [components.{component_name}] table"
+            )
+        components[component_name] = _parse_component(
+            components_table.table(component_name), component_name, patches_root
+        )
+    _reject_duplicate_patches(components, path)
+
+    runtime: dict[str, RuntimePin] = {}
+    if "runtime" in data:
+        runtime_table = root.table("runtime")
+        for key in runtime_table.data:
+            if key not in RUNTIME_NAMES:
+                raise runtime_table.fail(
+                    key, "unknown runtime package", f"runtime packages are: {', '.join(RUNTIME_NAMES)}"
+                )
+            runtime[key] = _parse_runtime(runtime_table.table(key), key)
+
+    knobs = _Table({}, "build", path)
+    if "build" in data:
+        knobs = root.table("build")
+    knobs.check_keys({"bundle_libtpu", "tpuvm_mode", "build_cpp_tests", "cxx_abi"}, set())
+    cxx_abi = knobs.get("cxx_abi", int, 1)
+    if cxx_abi not in (0, 1):
+        raise knobs.fail("cxx_abi", f"must be 0 or 1, got {cxx_abi}", "PyTorch 2.9+ wheels use 1")
+    build = BuildKnobs(
+        bundle_libtpu=knobs.get("bundle_libtpu", bool, False),
+        tpuvm_mode=knobs.get("tpuvm_mode", bool, True),
+        build_cpp_tests=knobs.get("build_cpp_tests", bool, False),
+        cxx_abi=cxx_abi,
+    )
+    return Bundle(
+        name=name,
+        path=path,
+        description=meta.get("description", str, ""),
+        python=python,
+        components=components,
+        runtime=runtime,
+        build=build,
+        manifest_sha256=hashlib.sha256(raw).hexdigest(),
+    )
+
+
+def _parse_component(table: _Table, name: str, patches_root: Path) -> Component:
+    table.check_keys(
+        {"remote", "commit", "unpinned", "version", "submodules", "patches"}, {"remote"}
+    )
+    commit = table.get("commit", str)
+    unpinned = table.get("unpinned", str)
+    if commit is None and unpinned is None:
+        raise table.fail(
+            "commit", "missing",
+            "pin a commit (full 40-hex SHA, or a short one of at least 7 hex digits), or say "
+            "why it is not known yet with unpinned = \"<reason>\"",
+        )
+    if commit is not None and unpinned is not None:
+        raise table.fail("unpinned", "given together with 'commit'", "keep only one of them")
+    if commit is not None:
+        if not _HEX.fullmatch(commit) or not _MIN_SHORT_SHA <= len(commit) <= 40:
+            raise table.fail(
+                "commit", f"'{commit}' is not a git commit SHA",
+                "write 7 to 40 lowercase hex digits (a full 40-digit SHA is best)",
+            )
+    version = table.get("version", str)
+    if version is not None and not _VERSION.fullmatch(version):
+        raise table.fail(
+            "version", f"'{version}' is not a public version",
+            "write e.g. \"2.9.0\" or \"2.11.0a0\" (the local label is added by the build)",
+        )
+    if name != "openxla" and version is None:
+        raise table.fail("version", "missing", f"{name} wheels need a version, e.g. \"2.9.0\"")
+    patch_names = table.get("patches", list, [])
+    patches = []
+    for index, relpath in enumerate(patch_names):
+        if not isinstance(relpath, str):
+            raise table.fail("patches", f"entry {index} is not a string", "list file paths as strings")
+        patch_path = patches_root / relpath
+        if not patch_path.is_file():
+            raise table.fail(
+                "patches", f"patch file patches/{relpath} does not exist",
+                "fix the path (relative to patches/) or add the file",
+            )
+        patches.append(PatchRef(relpath=relpath, path=patch_path))
+    return Component(
+        name=name,
+        remote=table.get("remote", str),
+        commit=commit,
+        unpinned_reason=unpinned,
+        version=version,
+        submodules=table.get("submodules", bool, name == "torch"),
+        patches=tuple(patches),
+    )
+
+
+def _reject_duplicate_patches(components: Mapping[str, Component], path: Path) -> None:
+    seen: dict[str, str] = {}
+    for component in components.values():
+        for patch in component.patches:
+            if patch.relpath in seen:
+                raise ManifestError(
+                    f"{path}: key 'components.{component.name}.patches': "
+                    f"patches/{patch.relpath} is listed twice "
+                    f"(also in components.{seen[patch.relpath]}.patches)",
+                    fix="list each patch file once",
+                )
+            seen[patch.relpath] = component.name
+
+
+def _parse_runtime(table: _Table, name: str) -> RuntimePin:
+    table.check_keys({"version", "minimum", "preferred"}, set())
+    version = table.get("version", str)
+    minimum = table.get("minimum", str)
+    preferred = table.get("preferred", str)
+    if version is None and minimum is None:
+        raise table.fail("version", "missing", "give version = \"X\" or minimum = \"X\"")
+    if version is not None and (minimum or preferred):
+        raise table.fail("version", "given with minimum/preferred", "an exact pin stands alone")
+    for key, value in (("version", version), ("minimum", minimum), ("preferred", preferred)):
+        if value is not None and not _VERSION.fullmatch(value):
+            raise table.fail(key, f"'{value}' is not a version", "write e.g. \"0.0.36\"")
+    return RuntimePin(name=name, version=version, minimum=minimum, preferred=preferred)
+
+
+def describe(bundle: Bundle) -> str:
+    """The block ``make bundles`` prints for one bundle."""
+    lines = [f"{bundle.name}: {bundle.description}".rstrip(": "), f"  python    {bundle.python}"]
+    for component in bundle.components.values():
+        pin = component.commit or f"UNPINNED ({component.unpinned_reason})"
+        version = f" version {component.version}" if component.version else ""
+        lines.append(f"  {component.name:<9} {pin}{version}")
+        for patch in component.patches:
+            lines.append(f"              + patches/{patch.relpath}")
+    for pin in bundle.runtime.values():
+        preferred = f" (preferred {pin.preferred})" if pin.preferred else ""
+        lines.append(f"  {pin.name:<9} {pin.specifier}{preferred}")
+    return "\n".join(lines)
+
+
+def diff(left: Bundle, right: Bundle) -> list[tuple[str, str, str]]:
+    """(field, left value, right value) for every pin that differs."""
+    rows: list[tuple[str, str, str]] = []
+
+    def compare(field: str, a: object, b: object) -> None:
+        if a != b:
+            rows.append((field, _show(a), _show(b)))
+
+    compare("python", left.python, right.python)
+    for name in COMPONENT_NAMES:
+        a, b = left.components[name], right.components[name]
+        compare(f"{name}.commit", a.commit or "unpinned", b.commit or "unpinned")
+        compare(f"{name}.remote", a.remote, b.remote)
+        compare(f"{name}.version", a.version, b.version)
+        compare(
+            f"{name}.patches",
+            [p.relpath for p in a.patches],
+            [p.relpath for p in b.patches],
+        )
+    for name in sorted(set(left.runtime) | set(right.runtime)):
+        a_pin, b_pin = left.runtime.get(name), right.runtime.get(name)
+        compare(
+            f"runtime.{name}",
+            _pin_text(a_pin),
+            _pin_text(b_pin),
+        )
+    compare("build", left.build, right.build)
+    return rows
+
+
+def _pin_text(pin: RuntimePin | None) -> str:
+    if pin is None:
+        return "-"
+    return pin.specifier + (f" (preferred {pin.preferred})" if pin.preferred else "")
+
+
+def _show(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value) or "(none)"
+    return str(value)

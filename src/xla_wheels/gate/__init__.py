@@ -1,0 +1,7 @@
+"""The ship gate for torch_xla builds: warm-restart (persistent cache) and HBM-query checks.
+
+Cache files on disk prove nothing; a build ships only if a warm restart is faster with zero
+recompiles and the HBM query reaches the physical devices under SPMD. Every measurement
+runs in fresh child processes of the environment under test (``child_workload.py``, which
+imports only the standard library, torch and torch_xla) and reports JSON through a file.
+"""

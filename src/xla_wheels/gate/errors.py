@@ -1,0 +1,21 @@
+"""Errors of the gate stage, mapped to the gate's exit codes by the CLI edge.
+
+Exit 1 means the build under test failed a check; exit 2 means the gate could not judge
+it at all (no torch_xla, no such device, no usable environment).
+"""
+
+from __future__ import annotations
+
+from xla_wheels.errors import PipelineError
+
+
+class GateEnvironmentError(PipelineError):
+    """The environment cannot run the gate: the message says what to fix."""
+
+    exit_code = 2
+
+
+class GateFailed(PipelineError):
+    """At least one check failed; the message carries the verdicts."""
+
+    exit_code = 1
