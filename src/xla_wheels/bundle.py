@@ -111,9 +111,7 @@ class Bundle:
         problems = []
         for component in self.components.values():
             if component.commit is None:
-                problems.append(
-                    f"{component.name}: no commit pinned ({component.unpinned_reason})"
-                )
+                problems.append(f"{component.name}: no commit pinned ({component.unpinned_reason})")
         return problems
 
 
@@ -148,7 +146,8 @@ class _Table:
         # bool is a subclass of int; a knob written `cxx_abi = true` is a mistake.
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             raise self.fail(
-                key, f"expected {kind.__name__}, got {type(value).__name__} {value!r}",
+                key,
+                f"expected {kind.__name__}, got {type(value).__name__} {value!r}",
                 f"write it as a TOML {kind.__name__}",
             )
         return value
@@ -207,12 +206,15 @@ def parse_manifest(path: Path, patches_root: Path) -> Bundle:
     name = meta.get("name", str)
     if name != path.stem:
         raise meta.fail(
-            "name", f"is '{name}' but the file is {path.name}",
-            f"set name = \"{path.stem}\" or rename the file to {name}.toml",
+            "name",
+            f"is '{name}' but the file is {path.name}",
+            f'set name = "{path.stem}" or rename the file to {name}.toml',
         )
     python = meta.get("python", str)
     if not _PYTHON.fullmatch(python):
-        raise meta.fail("python", f"'{python}' is not a Python 3 minor version", "write e.g. \"3.13\"")
+        raise meta.fail(
+            "python", f"'{python}' is not a Python 3 minor version", 'write e.g. "3.13"'
+        )
 
     components_table = root.table("components")
     for key in components_table.data:
@@ -237,7 +239,9 @@ def parse_manifest(path: Path, patches_root: Path) -> Bundle:
         for key in runtime_table.data:
             if key not in RUNTIME_NAMES:
                 raise runtime_table.fail(
-                    key, "unknown runtime package", f"runtime packages are: {', '.join(RUNTIME_NAMES)}"
+                    key,
+                    "unknown runtime package",
+                    f"runtime packages are: {', '.join(RUNTIME_NAMES)}",
                 )
             runtime[key] = _parse_runtime(runtime_table.table(key), key)
 
@@ -274,35 +278,42 @@ def _parse_component(table: _Table, name: str, patches_root: Path) -> Component:
     unpinned = table.get("unpinned", str)
     if commit is None and unpinned is None:
         raise table.fail(
-            "commit", "missing",
+            "commit",
+            "missing",
             "pin a commit (full 40-hex SHA, or a short one of at least 7 hex digits), or say "
-            "why it is not known yet with unpinned = \"<reason>\"",
+            'why it is not known yet with unpinned = "<reason>"',
         )
     if commit is not None and unpinned is not None:
         raise table.fail("unpinned", "given together with 'commit'", "keep only one of them")
-    if commit is not None:
-        if not _HEX.fullmatch(commit) or not _MIN_SHORT_SHA <= len(commit) <= 40:
-            raise table.fail(
-                "commit", f"'{commit}' is not a git commit SHA",
-                "write 7 to 40 lowercase hex digits (a full 40-digit SHA is best)",
-            )
+    if commit is not None and (
+        not _HEX.fullmatch(commit) or not _MIN_SHORT_SHA <= len(commit) <= 40
+    ):
+        raise table.fail(
+            "commit",
+            f"'{commit}' is not a git commit SHA",
+            "write 7 to 40 lowercase hex digits (a full 40-digit SHA is best)",
+        )
     version = table.get("version", str)
     if version is not None and not _VERSION.fullmatch(version):
         raise table.fail(
-            "version", f"'{version}' is not a public version",
-            "write e.g. \"2.9.0\" or \"2.11.0a0\" (the local label is added by the build)",
+            "version",
+            f"'{version}' is not a public version",
+            'write e.g. "2.9.0" or "2.11.0a0" (the local label is added by the build)',
         )
     if name != "openxla" and version is None:
-        raise table.fail("version", "missing", f"{name} wheels need a version, e.g. \"2.9.0\"")
+        raise table.fail("version", "missing", f'{name} wheels need a version, e.g. "2.9.0"')
     patch_names = table.get("patches", list, [])
     patches = []
     for index, relpath in enumerate(patch_names):
         if not isinstance(relpath, str):
-            raise table.fail("patches", f"entry {index} is not a string", "list file paths as strings")
+            raise table.fail(
+                "patches", f"entry {index} is not a string", "list file paths as strings"
+            )
         patch_path = patches_root / relpath
         if not patch_path.is_file():
             raise table.fail(
-                "patches", f"patch file patches/{relpath} does not exist",
+                "patches",
+                f"patch file patches/{relpath} does not exist",
                 "fix the path (relative to patches/) or add the file",
             )
         patches.append(PatchRef(relpath=relpath, path=patch_path))
@@ -337,12 +348,12 @@ def _parse_runtime(table: _Table, name: str) -> RuntimePin:
     minimum = table.get("minimum", str)
     preferred = table.get("preferred", str)
     if version is None and minimum is None:
-        raise table.fail("version", "missing", "give version = \"X\" or minimum = \"X\"")
+        raise table.fail("version", "missing", 'give version = "X" or minimum = "X"')
     if version is not None and (minimum or preferred):
         raise table.fail("version", "given with minimum/preferred", "an exact pin stands alone")
     for key, value in (("version", version), ("minimum", minimum), ("preferred", preferred)):
         if value is not None and not _VERSION.fullmatch(value):
-            raise table.fail(key, f"'{value}' is not a version", "write e.g. \"0.0.36\"")
+            raise table.fail(key, f"'{value}' is not a version", 'write e.g. "0.0.36"')
     return RuntimePin(name=name, version=version, minimum=minimum, preferred=preferred)
 
 

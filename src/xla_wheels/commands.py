@@ -5,6 +5,9 @@ Each stage module owns its own subcommands; adding one is one line here.
 
 from __future__ import annotations
 
+from xla_wheels import stage_commands
 from xla_wheels.cli import Register
 
-REGISTRATIONS: list[Register] = []
+REGISTRATIONS: list[Register] = [
+    stage_commands.register,
+]

@@ -69,7 +69,9 @@ def section(title: str) -> Iterator[None]:
         print(f"<== {title}: {outcome} in {elapsed}", file=stream, flush=True)
 
 
-def format_command(argv: Sequence[str], env: Mapping[str, str] | None = None, cwd: str | None = None) -> str:
+def format_command(
+    argv: Sequence[str], env: Mapping[str, str] | None = None, cwd: str | None = None
+) -> str:
     """A copy-pasteable shell line for a command (env assignments first)."""
     parts: list[str] = []
     if cwd:
@@ -81,6 +83,8 @@ def format_command(argv: Sequence[str], env: Mapping[str, str] | None = None, cw
     return line + ")" if cwd else line
 
 
-def command(argv: Sequence[str], env: Mapping[str, str] | None = None, cwd: str | None = None) -> None:
+def command(
+    argv: Sequence[str], env: Mapping[str, str] | None = None, cwd: str | None = None
+) -> None:
     """Print a command before it runs, as JAX's build.py does."""
     info(f"+ {format_command(argv, env, cwd)}")

@@ -1,0 +1,72 @@
+# The user-facing interface of the pipeline. Every target is a thin call into the one CLI
+# (`python -m xla_wheels`); `make help` lists them. Variables: BUNDLE, DRY_RUN, MIRROR.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON_FOR_VENV ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+CLI := $(PY) -m xla_wheels
+VENV_STAMP := $(VENV)/.installed-$(shell cat requirements-dev.txt pyproject.toml 2>/dev/null | sha256sum | cut -c1-16)
+
+BUNDLE ?=
+DRY_RUN ?=
+MIRROR ?=
+export DRY_RUN
+MIRROR_ARG := $(if $(MIRROR),--mirror $(MIRROR),)
+
+.PHONY: help venv test lint bundles diff sources patch patches-check wheels lock lock-check clean
+
+help: ## list the targets
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
+	  awk 'BEGIN {FS = ":.*## "} {printf "  make %-16s %s\n", $$1, $$2}'
+
+$(VENV_STAMP): requirements-dev.txt pyproject.toml
+	@command -v git >/dev/null || { echo "error: git is required (apt-get install git)"; exit 2; }
+	@$(PYTHON_FOR_VENV) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+	  { echo "error: Python >= 3.11 is required for the pipeline (set PYTHON_FOR_VENV=)"; exit 2; }
+	@# venv needs Debian's python3-venv where Python comes from Debian; install it if missing.
+	@$(PYTHON_FOR_VENV) -m venv --help >/dev/null 2>&1 || \
+	  { apt-get update -qq && apt-get install -y -qq python3-venv; }
+	rm -rf $(VENV)
+	$(PYTHON_FOR_VENV) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	touch $@
+
+venv: $(VENV_STAMP) ## create .venv with the pinned development dependencies
+
+test: $(VENV_STAMP) ## install everything needed, then run ruff and the whole test suite
+	$(PY) -m ruff check src tests scripts
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(VENV_STAMP) ## ruff only
+	$(PY) -m ruff check src tests scripts
+
+bundles: $(VENV_STAMP) ## list the bundles with their pins
+	@$(CLI) bundles
+
+diff: $(VENV_STAMP) ## what differs between two bundles: make diff A=v6e-2.9 B=v6e-2.11
+	@$(CLI) diff $(A) $(B)
+
+sources: $(VENV_STAMP) ## fetch the bundle's components at their pins: make sources BUNDLE=...
+	@$(CLI) sources --bundle "$(BUNDLE)" $(MIRROR_ARG)
+
+patch: $(VENV_STAMP) ## run up to the patch stage: make patch BUNDLE=...
+	@$(CLI) patch --bundle "$(BUNDLE)" $(MIRROR_ARG)
+
+patches-check: $(VENV_STAMP) ## apply the series to a scratch copy: make patches-check BUNDLE=... TORCH_XLA_SRC=<checkout>
+	@$(CLI) patches-check --bundle "$(BUNDLE)" $(if $(TORCH_XLA_SRC),--source "$(TORCH_XLA_SRC)",) $(MIRROR_ARG)
+
+wheels: $(VENV_STAMP) ## the main job: make wheels BUNDLE=v6e-2.11 [DRY_RUN=1]
+	@$(CLI) wheels --bundle "$(BUNDLE)" $(MIRROR_ARG)
+
+lock: $(VENV_STAMP) ## write the bundle's entry in wheels.lock: make lock BUNDLE=...
+	@$(CLI) lock --bundle "$(BUNDLE)"
+
+lock-check: $(VENV_STAMP) ## fail when a manifest or patch no longer matches wheels.lock
+	@$(CLI) lock-check
+
+clean: ## remove build work (out/); dist/, wheels.lock and the per-machine cache are kept
+	rm -rf out

@@ -1,0 +1,201 @@
+"""The stages in order, and the plan that ``DRY_RUN=1`` prints instead of running them.
+
+resolve -> sources -> patches -> build -> collect/lock. Each function takes the previous
+stage's typed output; nothing is shared through globals. The plan is composed from the
+same inputs as the real run, so what ``DRY_RUN=1`` shows is what a run executes.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from xla_wheels import log
+from xla_wheels.bundle import Bundle, load_bundle
+from xla_wheels.errors import SourceError, StageNotAvailable
+from xla_wheels.lockfile import update_bundle_entry
+from xla_wheels.options import PipelineOptions
+from xla_wheels.patches import AppliedSeries, apply_series, describe_series, write_state
+from xla_wheels.sources import CheckedOutSource, SourceCache, effective_remote, fetch_sources
+
+STAGES = ("resolve", "sources", "patches", "build", "collect")
+
+
+@dataclass(frozen=True)
+class PlannedCommand:
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    note: str = ""
+
+    def render(self) -> str:
+        line = log.format_command(list(self.argv), dict(self.env) or None, self.cwd)
+        return f"{line}    # {self.note}" if self.note else line
+
+
+@dataclass(frozen=True)
+class PlannedStage:
+    name: str
+    facts: tuple[str, ...] = ()
+    commands: tuple[PlannedCommand, ...] = ()
+
+
+@dataclass(frozen=True)
+class PatchedSources:
+    """Output of the patch stage: worktrees ready to build, and what was applied."""
+
+    bundle: Bundle
+    sources: Mapping[str, CheckedOutSource]
+    series: Mapping[str, AppliedSeries]
+
+
+def work_dir(options: PipelineOptions, bundle: Bundle) -> Path:
+    return options.out_dir / bundle.name
+
+
+def run_sources(options: PipelineOptions, bundle: Bundle) -> dict[str, CheckedOutSource]:
+    cache = SourceCache(options.source_cache, options.mirror)
+    return fetch_sources(bundle, cache, work_dir(options, bundle) / "src")
+
+
+def run_patches(bundle: Bundle, sources: Mapping[str, CheckedOutSource]) -> PatchedSources:
+    series = {}
+    for name, source in sources.items():
+        component = bundle.component(name)
+        with log.section(f"patches: {name} ({len(component.patches)} file(s))"):
+            applied = apply_series(source.worktree, component, source.commit)
+            write_state(source.worktree, applied)
+            series[name] = applied
+            for patch in applied.patches:
+                log.info(f"  applied patches/{patch.relpath} sha256:{patch.sha256}")
+    return PatchedSources(bundle, sources, series)
+
+
+def run_until(options: PipelineOptions, bundle_name: str, last_stage: str) -> PatchedSources | None:
+    """Run the stages up to and including ``last_stage``."""
+    bundle = load_bundle(options.root, bundle_name)
+    with log.section(f"resolve: bundle {bundle.name}"):
+        log.info(f"manifest {bundle.path} sha256:{bundle.manifest_sha256}")
+        unresolved = bundle.unresolved_pins()
+        if unresolved:
+            raise SourceError(
+                f"bundle {bundle.name} has unresolved pins: " + "; ".join(unresolved),
+                fix=f"pin them in {bundle.path.name} (the build refuses to guess a commit)",
+            )
+    if last_stage == "resolve":
+        return None
+    sources = run_sources(options, bundle)
+    resolved = {name: source.commit for name, source in sources.items()}
+    update_bundle_entry(options.lock_path, bundle, resolved, options.root)
+    if last_stage == "sources":
+        return None
+    patched = run_patches(bundle, sources)
+    if last_stage == "patches":
+        return patched
+    raise StageNotAvailable(
+        "the build stage is not available yet in this version of the pipeline; "
+        f"sources and patches for {bundle.name} are ready in {work_dir(options, bundle)}/src",
+        fix="build from those worktrees by hand, or use a pipeline version with the build stage",
+    )
+
+
+def plan(options: PipelineOptions, bundle: Bundle) -> list[PlannedStage]:
+    """Every stage, every command with its environment, every pin and patch digest."""
+    cache = SourceCache(options.source_cache, options.mirror)
+    src = work_dir(options, bundle) / "src"
+    stages = [
+        PlannedStage(
+            "resolve",
+            facts=(
+                f"bundle {bundle.name}: {bundle.path.relative_to(options.root)} "
+                f"sha256:{bundle.manifest_sha256}",
+                f"python {bundle.python}",
+                *(
+                    f"runtime {pin.name}{pin.specifier} (install {pin.install_version})"
+                    for pin in bundle.runtime.values()
+                ),
+                *(f"BLOCKED: {problem}" for problem in bundle.unresolved_pins()),
+            ),
+        )
+    ]
+    source_commands: list[PlannedCommand] = []
+    source_facts: list[str] = []
+    for component in bundle.components.values():
+        if component.commit is None:
+            source_facts.append(f"{component.name}: UNPINNED ({component.unpinned_reason})")
+            continue
+        kind = "full SHA" if component.is_full_sha else "short SHA, resolved by the fetch"
+        source_facts.append(
+            f"{component.name}: {component.commit} ({kind}) from {component.remote}"
+        )
+        repo = cache.repo_for(component)
+        try:
+            url = effective_remote(component.remote, options.mirror)
+        except SourceError as error:
+            url = f"<{error.message}>"
+        source_commands += [
+            PlannedCommand(("git", "init", "--bare", str(repo)), note="once per machine"),
+            PlannedCommand(
+                ("git", f"--git-dir={repo}", "fetch", "--no-tags", url, component.commit),
+                note="skipped when the cache has the commit",
+            ),
+            PlannedCommand(
+                (
+                    "git",
+                    f"--git-dir={repo}",
+                    "worktree",
+                    "add",
+                    "--detach",
+                    str(src / component.name),
+                    component.commit,
+                ),
+            ),
+        ]
+        if component.submodules:
+            source_commands.append(
+                PlannedCommand(
+                    ("git", "submodule", "update", "--init", "--recursive", "--jobs", "4"),
+                    cwd=str(src / component.name),
+                )
+            )
+    stages.append(PlannedStage("sources", tuple(source_facts), tuple(source_commands)))
+    patch_commands = []
+    patch_facts = []
+    for component in bundle.components.values():
+        series = describe_series(component)
+        if not series:
+            patch_facts.append(f"{component.name}: no patches")
+        for patch in series:
+            patch_commands.append(
+                PlannedCommand(
+                    ("git", "apply", str(options.root / "patches" / patch.relpath)),
+                    cwd=str(src / component.name),
+                    note=f"sha256:{patch.sha256}",
+                )
+            )
+    stages.append(PlannedStage("patches", tuple(patch_facts), tuple(patch_commands)))
+    stages.append(
+        PlannedStage(
+            "build",
+            facts=(
+                "NOT AVAILABLE in this version of the pipeline: `make wheels` stops "
+                "after the patch stage",
+            ),
+        )
+    )
+    return stages
+
+
+def render_plan(stages: list[PlannedStage]) -> str:
+    lines = []
+    for number, stage in enumerate(stages, start=1):
+        lines.append(f"[{number}/{len(stages)}] {stage.name}")
+        lines.extend(f"    {fact}" for fact in stage.facts)
+        lines.extend(f"    $ {command.render()}" for command in stage.commands)
+    return "\n".join(lines)
+
+
+def quote(argv: list[str]) -> str:
+    return " ".join(shlex.quote(arg) for arg in argv)

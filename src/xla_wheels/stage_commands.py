@@ -1,0 +1,174 @@
+"""Subcommands of the foundation stages: bundles, diff, sources, patch, lock, wheels."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from xla_wheels import log
+from xla_wheels.bundle import available_bundles, describe, diff, load_bundle
+from xla_wheels.errors import LockError, PatchError, UsageError
+from xla_wheels.lockfile import check_lock, update_bundle_entry
+from xla_wheels.options import add_common_arguments, options_from_args
+from xla_wheels.patches import check_series
+from xla_wheels.pipeline import plan, render_plan, run_until
+from xla_wheels.sources import SourceCache
+
+Subparsers = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def _bundle_parser(
+    subparsers: argparse._SubParsersAction,
+    name: str,
+    help_text: str,  # type: ignore[type-arg]
+) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(name, help=help_text, description=help_text)
+    add_common_arguments(parser)
+    parser.add_argument(
+        "--bundle", "-b", default="", help="bundle name (build/bundles/<name>.toml)"
+    )
+    return parser
+
+
+def cmd_bundles(args: argparse.Namespace) -> int:
+    options = options_from_args(args)
+    blocks = [describe(load_bundle(options.root, name)) for name in available_bundles(options.root)]
+    print("\n\n".join(blocks))
+    return 0
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    options = options_from_args(args)
+    left, right = load_bundle(options.root, args.left), load_bundle(options.root, args.right)
+    rows = diff(left, right)
+    if not rows:
+        print(f"{left.name} and {right.name} pin the same inputs")
+        return 0
+    width = max(len(field) for field, _, _ in rows)
+    print(f"{'':<{width}}  {left.name}  ->  {right.name}")
+    for field, a, b in rows:
+        print(f"{field:<{width}}  {a}  ->  {b}")
+    return 0
+
+
+def _make_stage_handler(last_stage: str):  # noqa: ANN202 - returns a handler
+    def handler(args: argparse.Namespace) -> int:
+        options = options_from_args(args)
+        if options.dry_run:
+            bundle = load_bundle(options.root, args.bundle)
+            print(render_plan(plan(options, bundle)))
+            return 0
+        run_until(options, args.bundle, last_stage)
+        log.info(f"{last_stage}: done for {args.bundle}")
+        return 0
+
+    return handler
+
+
+def cmd_patches_check(args: argparse.Namespace) -> int:
+    options = options_from_args(args)
+    bundle = load_bundle(options.root, args.bundle)
+    component = bundle.component(args.component)
+    if component.commit is None:
+        raise UsageError(f"{component.name} is not pinned in {bundle.name}")
+    if args.source is None:
+        cache = SourceCache(options.source_cache, options.mirror)
+        source = cache.ensure_repo(component)
+        commit = cache.resolve(component)
+    else:
+        source, commit = args.source, component.commit
+    if not source.exists():
+        raise UsageError(f"{source} does not exist", fix="pass a git checkout of the component")
+    results = check_series(source, commit, component)
+    for result in results:
+        print(f"{'ok  ' if result.applied else 'FAIL'} patches/{result.relpath}: {result.detail}")
+    not_reached = len(component.patches) - len(results)
+    if not_reached:
+        print(f"     ({not_reached} later patch(es) not tried)")
+    if not all(result.applied for result in results) or not_reached:
+        raise PatchError(f"the {component.name} series of {bundle.name} does not apply to {commit}")
+    print(f"{component.name} series of {bundle.name}: {len(results)} patch(es) apply to {commit}")
+    return 0
+
+
+def cmd_lock(args: argparse.Namespace) -> int:
+    options = options_from_args(args)
+    bundle = load_bundle(options.root, args.bundle)
+    cache = SourceCache(options.source_cache, options.mirror)
+    resolved: dict[str, str | None] = {}
+    for component in bundle.components.values():
+        resolved[component.name] = None
+        if component.is_full_sha:
+            resolved[component.name] = component.commit
+        elif component.commit and cache.repo_for(component).exists():
+            # Short pins are resolved from the local source cache only; `make sources`
+            # fetches them. Unresolved ones are written as such, never guessed.
+            try:
+                resolved[component.name] = cache.resolve(component, allow_fetch=False)
+            except Exception:
+                resolved[component.name] = None
+    entry = update_bundle_entry(options.lock_path, bundle, resolved, options.root)
+    unresolved = [
+        name for name, comp in entry["components"].items() if comp.get("commit-resolved") is False
+    ]
+    print(
+        f"wheels.lock: wrote bundle {bundle.name}"
+        + (f" (unresolved pins: {', '.join(unresolved)})" if unresolved else "")
+    )
+    return 0
+
+
+def cmd_lock_check(args: argparse.Namespace) -> int:
+    options = options_from_args(args)
+    problems = check_lock(options.root, options.lock_path)
+    if problems:
+        raise LockError(
+            "wheels.lock does not match the bundles:\n  " + "\n  ".join(problems),
+            fix="review the change, then `make lock BUNDLE=<name>` for each bundle named",
+        )
+    print(f"wheels.lock matches all {len(available_bundles(options.root))} bundle(s)")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser("bundles", help="list the bundles with their pins")
+    add_common_arguments(parser)
+    parser.set_defaults(handler=cmd_bundles)
+
+    parser = subparsers.add_parser("diff", help="what differs between two bundles")
+    add_common_arguments(parser)
+    parser.add_argument("left")
+    parser.add_argument("right")
+    parser.set_defaults(handler=cmd_diff)
+
+    for name, stage, text in (
+        ("sources", "sources", "fetch each component at its pin into a fresh worktree"),
+        ("patch", "patches", "run up to the patch stage (sources, then the patch series)"),
+        ("wheels", "collect", "the main job: resolve, sources, patches, build, collect/lock"),
+    ):
+        parser = _bundle_parser(subparsers, name, text)
+        parser.set_defaults(handler=_make_stage_handler(stage))
+
+    parser = _bundle_parser(
+        subparsers,
+        "patches-check",
+        "apply a component's series to a scratch copy of a checkout and report each patch",
+    )
+    parser.add_argument("--component", default="torch_xla", help="component (default torch_xla)")
+    parser.add_argument(
+        "--source",
+        type=Path,
+        default=None,
+        help="git checkout (bare or not) holding the pinned commit "
+        "(default: the source cache, fetching if needed)",
+    )
+    parser.set_defaults(handler=cmd_patches_check)
+
+    parser = _bundle_parser(subparsers, "lock", "write the bundle's entry in wheels.lock")
+    parser.set_defaults(handler=cmd_lock)
+
+    parser = subparsers.add_parser(
+        "lock-check", help="fail when a manifest or patch no longer matches wheels.lock"
+    )
+    add_common_arguments(parser)
+    parser.set_defaults(handler=cmd_lock_check)
