@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from xla_wheels import stage_commands
 from xla_wheels.cli import Register
+from xla_wheels.gate import cli as gate_cli
 
 REGISTRATIONS: list[Register] = [
     stage_commands.register,
+    gate_cli.register,
 ]

@@ -1,0 +1,168 @@
+"""The restart benchmark: cold and warm time-to-first-step over several restarts.
+
+A benchmark, not a test: it measures and reports, it does not judge. Each round runs an
+import-only child (the floor no cache can beat), a cold child on a fresh empty cache
+directory and a warm child on the directory the first cold child filled. Medians and
+spread (min, max, relative spread) go to a table on stdout and to JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from xla_wheels import log
+from xla_wheels.gate.children import ChildResult, run_child, runtime_env
+from xla_wheels.gate.errors import GateEnvironmentError
+from xla_wheels.gate.report import format_table
+from xla_wheels.gate.target import Target
+
+BENCH_JSON = "restart.json"
+
+
+@dataclass
+class BenchConfig:
+    rounds: int = 5
+    workload: str = "small"
+    child_timeout_s: float = 600.0
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    median = statistics.median(values)
+    return {
+        "median": round(median, 4),
+        "min": round(min(values), 4),
+        "max": round(max(values), 4),
+        "rel_spread": round((max(values) - min(values)) / median, 3) if median else 0.0,
+        "n": len(values),
+    }
+
+
+def _require(result: ChildResult) -> dict[str, Any]:
+    if not result.ok or result.report is None:
+        raise GateEnvironmentError(
+            f"benchmark child failed: {result.failure()}\n{result.log_tail(10)}",
+            fix="run `make gate` with the same PYTHON first to see what is wrong",
+        )
+    return result.report
+
+
+def run_bench(target: Target, config: BenchConfig, workdir: Path) -> dict[str, Any]:
+    train = ["--mode", "train", "--workload", config.workload]
+    plain_env = runtime_env(target.device)
+    warm_cache = workdir / "cache-warm"
+    samples: dict[str, list[dict[str, Any]]] = {"import": [], "cold": [], "warm": []}
+    for i in range(config.rounds):
+        with log.section(f"bench round {i + 1}/{config.rounds}"):
+            samples["import"].append(
+                _require(
+                    run_child(
+                        target.python,
+                        f"import-{i}",
+                        workdir,
+                        ["--mode", "import"],
+                        plain_env,
+                        config.child_timeout_s,
+                    )
+                )
+            )
+            # Round 0's cold run fills the cache every warm run reads; later cold runs get
+            # a fresh directory each, so every cold sample really compiles.
+            cold_cache = warm_cache if i == 0 else workdir / f"cache-cold-{i}"
+            cold_cache.mkdir(parents=True, exist_ok=True)
+            samples["cold"].append(
+                _require(
+                    run_child(
+                        target.python,
+                        f"cold-{i}",
+                        workdir,
+                        train,
+                        runtime_env(target.device, cache_dir=cold_cache),
+                        config.child_timeout_s,
+                    )
+                )
+            )
+            samples["warm"].append(
+                _require(
+                    run_child(
+                        target.python,
+                        f"warm-{i}",
+                        workdir,
+                        train,
+                        runtime_env(target.device, cache_dir=warm_cache),
+                        config.child_timeout_s,
+                    )
+                )
+            )
+    summary: dict[str, Any] = {
+        "target": {
+            "torch_xla": target.torch_xla_version,
+            "torch": target.torch_version,
+            "device": target.device,
+        },
+        "workload": config.workload,
+        "rounds": config.rounds,
+        "import_s": spread([s["import_s"] for s in samples["import"]]),
+    }
+    for phase in ("cold", "warm"):
+        reports = samples[phase]
+        summary[phase] = {
+            "time_to_first_step_s": spread([r["time_to_first_step_s"] for r in reports]),
+            "ready_s": spread([r["ready_s"] for r in reports]),
+            "steady_step_s": spread([r["steady_step_s"] for r in reports]),
+            "xla_compiles": [r["xla_compiles"] for r in reports],
+            "cache_hits": [r["counters"]["PersistentCacheHit"] for r in reports],
+            "deserialize_failures": [
+                r["counters"]["PersistentCacheDeserializeFailure"] for r in reports
+            ],
+        }
+    cold, warm = summary["cold"], summary["warm"]
+    summary["ratio_time_to_first_step"] = round(
+        warm["time_to_first_step_s"]["median"] / cold["time_to_first_step_s"]["median"], 3
+    )
+    summary["ratio_ready"] = round(warm["ready_s"]["median"] / cold["ready_s"]["median"], 3)
+    return summary
+
+
+def render_bench(summary: dict[str, Any]) -> str:
+    def row(label: str, stats: dict[str, float]) -> list[str]:
+        return [
+            label,
+            f"{stats['median']:.3f}",
+            f"{stats['min']:.3f}",
+            f"{stats['max']:.3f}",
+            f"{stats['rel_spread']:.0%}",
+        ]
+
+    rows = [row("import only (floor)", summary["import_s"])]
+    for phase in ("cold", "warm"):
+        rows.append(row(f"{phase}: time to first step", summary[phase]["time_to_first_step_s"]))
+        rows.append(row(f"{phase}: ready (excl. import)", summary[phase]["ready_s"]))
+        rows.append(row(f"{phase}: steady step", summary[phase]["steady_step_s"]))
+    target = summary["target"]
+    head = (
+        f"restart benchmark: torch_xla {target['torch_xla']} (torch {target['torch']}) on "
+        f"{target['device']}, workload {summary['workload']}, {summary['rounds']} rounds"
+    )
+    table = format_table(["seconds", "median", "min", "max", "spread"], rows)
+    tail = [
+        f"warm/cold time to first step (medians): {summary['ratio_time_to_first_step']:.2f}",
+        f"warm/cold ready excl. import (medians): {summary['ratio_ready']:.2f}",
+        f"XLA compiles cold {summary['cold']['xla_compiles']} "
+        f"warm {summary['warm']['xla_compiles']}; "
+        f"warm cache hits {summary['warm']['cache_hits']}, "
+        f"deserialize failures {summary['warm']['deserialize_failures']}",
+    ]
+    return "\n".join(["", head, "", table, "", *tail, ""])
+
+
+def write_bench(out_dir: Path, summary: dict[str, Any]) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / BENCH_JSON
+    summary = {**summary, "generated": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    return path

@@ -1,0 +1,273 @@
+"""One gate measurement, run by file path inside the environment under test.
+
+This file runs with the interpreter of the torch_xla environment being judged, which
+does not have the ``xla_wheels`` package: it imports only the standard library, torch
+and torch_xla. The parent sets the runtime policy (PJRT_DEVICE, the persistent cache
+path, read-only mode, XLA_NO_SPECIAL_SCALARS, CPU_NUM_DEVICES) in the environment before
+this process starts, so every flag is in place before ``import torch_xla``. Results go
+to the JSON file named by ``--out``, never to stdout, which torch and XLA share with
+their own logging.
+
+Modes:
+  probe   import torch_xla, bring the runtime up, report versions and devices
+  import  import only (the floor of any restart)
+  train   the fixed-shape validation workload; timings and torch_xla counters
+  hbm     under SPMD, query every physical runtime device through
+          ``torch_xla._XLAC._xla_runtime_memory_info`` (patch 0002)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from typing import Any
+
+_START = time.perf_counter()
+
+#: Fixed shapes per preset: the cache key depends on them, so they never vary by run.
+WORKLOADS: dict[str, dict[str, int]] = {
+    "small": {"layers": 8, "width": 512, "batch": 64, "steps": 3},
+    # Large enough that compilation dominates a TPU restart; too slow for CPU CI.
+    "large": {"layers": 32, "width": 4096, "batch": 512, "steps": 4},
+}
+
+COUNTERS = (
+    "PersistentCacheMiss",
+    "PersistentCacheHit",
+    "PersistentCacheDeserializeFailure",
+    "UncachedCompile",
+    "CachedCompile",
+)
+
+
+def _write(path: str, payload: dict[str, Any]) -> None:
+    # Write then rename, so the parent never reads a half-written report.
+    tmp = path + ".part"
+    with open(tmp, "w") as handle:
+        json.dump(payload, handle, indent=2, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def _import_torch_xla() -> dict[str, Any]:
+    before = time.perf_counter()
+    import torch
+    import torch_xla
+
+    return {
+        "import_s": time.perf_counter() - before,
+        "torch_version": torch.__version__,
+        "torch_xla_version": getattr(torch_xla, "__version__", "unknown"),
+    }
+
+
+def _device() -> Any:
+    import torch_xla
+
+    if hasattr(torch_xla, "device"):
+        return torch_xla.device()
+    import torch_xla.core.xla_model as xm
+
+    return xm.xla_device()
+
+
+def _sync() -> None:
+    import torch_xla
+
+    if hasattr(torch_xla, "sync"):
+        torch_xla.sync()
+    else:
+        import torch_xla.core.xla_model as xm
+
+        xm.mark_step()
+
+
+def _metrics() -> dict[str, Any]:
+    import torch_xla.debug.metrics as met
+
+    counters: dict[str, int] = {}
+    for name in COUNTERS:
+        value = met.counter_value(name)
+        counters[name] = int(value) if value is not None else 0
+    compile_data = met.metric_data("CompileTime")
+    execute_data = met.metric_data("ExecuteTime")
+    return {
+        "counters": counters,
+        # CompileTime gets one sample per real XLA compilation (PJRT client Compile);
+        # a persistent-cache hit skips it.
+        "xla_compiles": int(compile_data[0]) if compile_data else 0,
+        "compile_time_s": float(compile_data[1]) / 1e9 if compile_data else 0.0,
+        "executions": int(execute_data[0]) if execute_data else 0,
+        "all_counter_names": sorted(met.counter_names()),
+    }
+
+
+def _runtime_devices() -> list[str]:
+    import torch_xla
+
+    return [str(d) for d in torch_xla._XLAC._xla_get_all_runtime_devices()]
+
+
+def mode_probe(args: argparse.Namespace) -> dict[str, Any]:
+    result = _import_torch_xla()
+    import torch_xla
+    import torch_xla.runtime as xr
+
+    result["device_type"] = xr.device_type()
+    result["runtime_devices"] = _runtime_devices()
+    result["has_runtime_memory_info"] = hasattr(torch_xla._XLAC, "_xla_runtime_memory_info")
+    tpu_version: int | None = None
+    if result["device_type"] == "TPU":
+        try:
+            import torch_xla.tpu
+
+            tpu_version = int(torch_xla.tpu.version())
+        except Exception:
+            tpu_version = None
+    result["tpu_version"] = tpu_version
+    return result
+
+
+def mode_import(args: argparse.Namespace) -> dict[str, Any]:
+    return _import_torch_xla()
+
+
+def mode_train(args: argparse.Namespace) -> dict[str, Any]:
+    result = _import_torch_xla()
+    ready_from = time.perf_counter()
+    import torch
+    import torch_xla.runtime as xr
+
+    if args.spmd:
+        # Must precede every XLA tensor (the users' runtime contract).
+        xr.use_spmd()
+    shape = WORKLOADS[args.workload]
+    device = _device()
+    torch.manual_seed(0)
+    layers: list[torch.nn.Module] = []
+    for _ in range(shape["layers"]):
+        layers += [torch.nn.Linear(shape["width"], shape["width"]), torch.nn.ReLU()]
+    model = torch.nn.Sequential(*layers).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    inputs = torch.randn(shape["batch"], shape["width"]).to(device)
+    targets = torch.randn(shape["batch"], shape["width"]).to(device)
+    if args.spmd:
+        import numpy as np
+        import torch_xla.distributed.spmd as xs
+
+        count = xr.global_runtime_device_count()
+        mesh = xs.Mesh(np.arange(count), (count, 1), ("data", "model"))
+        xs.mark_sharding(inputs, mesh, ("data", None))
+        xs.mark_sharding(targets, mesh, ("data", None))
+    step_times: list[float] = []
+    losses: list[float] = []
+    first_step_done: float | None = None
+    for _ in range(shape["steps"]):
+        began = time.perf_counter()
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+        _sync()
+        # Reading the loss waits for the device, so the step is really finished.
+        losses.append(float(loss.item()))
+        now = time.perf_counter()
+        step_times.append(now - began)
+        if first_step_done is None:
+            first_step_done = now
+    assert first_step_done is not None
+    result.update(_metrics())
+    result.update(
+        {
+            "workload": args.workload,
+            "shape": shape,
+            "spmd": bool(args.spmd),
+            "ready_s": first_step_done - ready_from,
+            "time_to_first_step_s": first_step_done - _START,
+            "step_times_s": step_times,
+            "steady_step_s": sorted(step_times[1:])[len(step_times[1:]) // 2]
+            if len(step_times) > 1
+            else step_times[0],
+            "losses": losses,
+        }
+    )
+    return result
+
+
+def _error_text(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def mode_hbm(args: argparse.Namespace) -> dict[str, Any]:
+    result = _import_torch_xla()
+    import torch
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+    import torch_xla.runtime as xr
+
+    xr.use_spmd()
+    devices = _runtime_devices()
+    result["runtime_devices"] = devices
+    result["device_type"] = xr.device_type()
+    binding = getattr(torch_xla._XLAC, "_xla_runtime_memory_info", None)
+    result["has_binding"] = binding is not None
+    # What stock torch_xla offers under SPMD, recorded as context for the verdict.
+    try:
+        xm.get_memory_info(_device())
+        result["stock_memory_info_under_spmd"] = "ok"
+    except Exception as error:
+        result["stock_memory_info_under_spmd"] = _error_text(error)
+    if binding is None:
+        return result
+
+    def query(device: str) -> dict[str, Any]:
+        try:
+            info = binding(device)
+            return {"ok": True, "info": {k: int(v) for k, v in dict(info).items()}}
+        except Exception as error:
+            return {"ok": False, "error": _error_text(error)}
+
+    result["before"] = {device: query(device) for device in devices}
+    result["unknown_device"] = query(f"{devices[0].split(':')[0]}:{len(devices) + 97}")
+    if all(entry["ok"] for entry in result["before"].values()):
+        # A replicated tensor occupies its full size on every physical device.
+        elements = args.probe_bytes // 4
+        tensor = torch.ones(elements, dtype=torch.float32).to(_device())
+        _sync()
+        xm.wait_device_ops()
+        result["probe_bytes"] = elements * 4
+        result["after"] = {device: query(device) for device in devices}
+        result["probe_checksum"] = float(tensor[:4].sum().item())
+    return result
+
+
+MODES = {"probe": mode_probe, "import": mode_import, "train": mode_train, "hbm": mode_hbm}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--mode", choices=sorted(MODES), required=True)
+    parser.add_argument("--out", required=True, help="JSON report path")
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="small")
+    parser.add_argument("--spmd", action="store_true")
+    parser.add_argument("--probe-bytes", type=int, default=256 * 1024 * 1024)
+    args = parser.parse_args(argv)
+    payload: dict[str, Any] = {"mode": args.mode, "pid": os.getpid(), "python": sys.executable}
+    try:
+        payload.update(MODES[args.mode](args))
+        payload["ok"] = True
+        code = 0
+    except BaseException as error:
+        payload.update(
+            {"ok": False, "error": _error_text(error), "traceback": traceback.format_exc()}
+        )
+        code = 3
+    _write(args.out, payload)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""Running ``child_workload.py`` in fresh processes of the environment under test.
+
+Each child gets its own process group, a timeout, and a JSON report file; its stdout and
+stderr (torch and XLA logs) go to a log file next to the report, kept as evidence. On a
+timeout the whole process group is terminated, then killed, so a hung compile or a
+grandchild never outlives the gate.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from xla_wheels import log
+
+CHILD_SCRIPT = Path(__file__).with_name("child_workload.py")
+#: Seconds between SIGTERM and SIGKILL to a timed-out process group.
+KILL_GRACE_S = 5.0
+
+
+@dataclass
+class ChildResult:
+    """What one child process did: its report, or why there is none."""
+
+    name: str
+    argv: list[str]
+    returncode: int | None
+    wall_s: float
+    report: dict[str, Any] | None
+    log_path: Path
+    timed_out: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.timed_out and self.report is not None and bool(self.report.get("ok"))
+
+    def failure(self) -> str:
+        """One line saying why this child produced no usable report."""
+        if self.timed_out:
+            return f"{self.name}: timed out after {self.wall_s:.0f}s (process group killed)"
+        if self.report is not None and not self.report.get("ok"):
+            return f"{self.name}: {self.report.get('error', 'failed')}"
+        if self.returncode is not None and self.returncode < 0:
+            return f"{self.name}: killed by signal {-self.returncode} (log: {self.log_path})"
+        return f"{self.name}: exited {self.returncode} without a report (log: {self.log_path})"
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    for sig, wait_s in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, KILL_GRACE_S)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=wait_s)
+            # The leader is gone; members of the group may still run: finish them too.
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            continue
+        return
+
+
+def start_child(
+    python: Path | str,
+    name: str,
+    workdir: Path,
+    args: Sequence[str],
+    env: Mapping[str, str],
+) -> tuple[subprocess.Popen[bytes], list[str], Path, Path, float]:
+    """Start a child without waiting; ``finish_child`` collects it."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    out = workdir / f"{name}.json"
+    log_path = workdir / f"{name}.log"
+    out.unlink(missing_ok=True)
+    argv = [str(python), str(CHILD_SCRIPT), "--out", str(out), *args]
+    policy = {k: v for k, v in env.items() if k not in os.environ or os.environ[k] != v}
+    log.command(argv, env=policy)
+    with open(log_path, "wb") as log_file:
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env=dict(env),
+            start_new_session=True,  # its own process group, killed as one on timeout
+        )
+    return process, argv, out, log_path, time.monotonic()
+
+
+def finish_child(
+    started: tuple[subprocess.Popen[bytes], list[str], Path, Path, float],
+    name: str,
+    timeout_s: float,
+) -> ChildResult:
+    process, argv, out, log_path, began = started
+    timed_out = False
+    try:
+        process.wait(timeout=max(0.0, timeout_s - (time.monotonic() - began)))
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_group(process)
+    wall = time.monotonic() - began
+    report: dict[str, Any] | None = None
+    if not timed_out:
+        try:
+            loaded = json.loads(out.read_text())
+            report = loaded if isinstance(loaded, dict) else None
+        except (OSError, ValueError):
+            report = None
+    return ChildResult(
+        name=name,
+        argv=argv,
+        returncode=process.returncode,
+        wall_s=wall,
+        report=report,
+        log_path=log_path,
+        timed_out=timed_out,
+    )
+
+
+def run_child(
+    python: Path | str,
+    name: str,
+    workdir: Path,
+    args: Sequence[str],
+    env: Mapping[str, str],
+    timeout_s: float,
+) -> ChildResult:
+    return finish_child(start_child(python, name, workdir, args, env), name, timeout_s)
+
+
+def runtime_env(
+    device: str,
+    *,
+    cache_dir: Path | None = None,
+    read_only: bool = False,
+    cpu_devices: int | None = None,
+    base: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The users' runtime policy, set before the child imports torch_xla."""
+    env = dict(os.environ if base is None else base)
+    # Flags inherited from the caller's shell must not change what is measured.
+    for key in ("XLA_PERSISTENT_CACHE_PATH", "XLA_PERSISTENT_CACHE_READ_ONLY", "XLA_USE_SPMD"):
+        env.pop(key, None)
+    env["PJRT_DEVICE"] = device
+    env["XLA_NO_SPECIAL_SCALARS"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    # The child is run by path; a PYTHONPATH pointing into this project must not leak in.
+    env.pop("PYTHONPATH", None)
+    if cache_dir is not None:
+        env["XLA_PERSISTENT_CACHE_PATH"] = str(cache_dir)
+        env["XLA_PERSISTENT_CACHE_READ_ONLY"] = "1" if read_only else "0"
+    if cpu_devices is not None and device == "CPU":
+        env["CPU_NUM_DEVICES"] = str(cpu_devices)
+    return env

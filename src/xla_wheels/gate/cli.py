@@ -1,0 +1,211 @@
+"""``xla-wheels gate`` and ``xla-wheels bench-restart``.
+
+Exit codes of ``gate``: 0 every selected check passed; 1 a check failed (the verdict says
+which and why); 2 the environment cannot be judged (no torch_xla, no such device).
+Without ``--python`` both commands use the cached stock torch_xla 2.9.0 environment
+(built on first use), so a newcomer sees the persistent-cache defect in one command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from xla_wheels import log
+from xla_wheels.errors import UsageError
+from xla_wheels.gate import bench, envs, hbm, restart
+from xla_wheels.gate.errors import GateEnvironmentError
+from xla_wheels.gate.report import render_text, write_reports
+from xla_wheels.gate.result import CheckResult
+from xla_wheels.gate.target import DEVICES, Target, resolve_target
+
+CHECKS = ("restart", "hbm")
+WORKLOADS = ("small", "large")
+
+
+def _checks(value: str) -> list[str]:
+    chosen = [c.strip() for c in value.split(",") if c.strip()]
+    unknown = sorted(set(chosen) - set(CHECKS))
+    if unknown or not chosen:
+        raise UsageError(
+            f"unknown check(s) {', '.join(unknown) or '(none given)'}",
+            fix=f"use a comma-separated subset of: {','.join(CHECKS)}",
+        )
+    return [c for c in CHECKS if c in chosen]
+
+
+def _python(args: argparse.Namespace) -> Path:
+    if args.python:
+        # Not resolved: a venv's python symlink must stay the venv's entry point.
+        return Path(args.python).absolute()
+    log.info(f"no --python given: judging stock torch_xla {envs.DEFAULT_STOCK} from PyPI")
+    return envs.ensure_stock_env(envs.DEFAULT_STOCK)
+
+
+def _device(args: argparse.Namespace) -> str | None:
+    return args.device.upper() if args.device else None
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--python",
+        help="interpreter of the torch_xla environment to judge "
+        f"(default: cached stock torch_xla {envs.DEFAULT_STOCK})",
+    )
+    parser.add_argument(
+        "--device",
+        type=str.upper,
+        choices=DEVICES,
+        help="PJRT device (default: TPU if this host has one, else CPU)",
+    )
+    parser.add_argument(
+        "--workload",
+        choices=WORKLOADS,
+        default="small",
+        help="validation workload preset (large is meant for TPU)",
+    )
+    parser.add_argument(
+        "--child-timeout",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="per-child timeout; a hung child's process group is killed",
+    )
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    gate = subparsers.add_parser(
+        "gate",
+        help="decide whether a torch_xla build may ship (warm restart, HBM query)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_common(gate)
+    gate.add_argument("--checks", default=",".join(CHECKS), help="comma-separated: restart,hbm")
+    gate.add_argument(
+        "--out",
+        type=Path,
+        default=Path("out/gate"),
+        help="directory for report.json, junit.xml and child logs",
+    )
+    gate.add_argument("--warm-runs", type=int, default=2, help="warm restarts (at least 2)")
+    gate.add_argument(
+        "--max-warm-ratio",
+        type=float,
+        default=restart.RestartConfig.max_warm_ratio,
+        help="warm time-to-ready must be at most this fraction of cold",
+    )
+    gate.add_argument(
+        "--baseline-tolerance",
+        type=float,
+        default=restart.RestartConfig.baseline_tolerance,
+        help="allowed slowdown against a recorded baseline (0.5 = 50%%)",
+    )
+    gate.add_argument("--baselines-dir", type=Path, default=restart.DEFAULT_BASELINES_DIR)
+    gate.add_argument(
+        "--record-baseline",
+        action="store_true",
+        help="record this run's warm time as the baseline (only if it passes)",
+    )
+    gate.add_argument("--spmd", action="store_true", help="run the restart workload under SPMD")
+    gate.add_argument(
+        "--writers",
+        type=int,
+        default=1,
+        help="concurrent cold processes writing the same cache directory",
+    )
+    gate.add_argument(
+        "--cache-dir",
+        type=Path,
+        help="empty cache directory to use (default: the gate's own temporary one)",
+    )
+    gate.add_argument(
+        "--keep-cache",
+        action="store_true",
+        help="keep the gate's temporary cache directory and print its path",
+    )
+    gate.set_defaults(handler=run_gate)
+
+    bench_parser = subparsers.add_parser(
+        "bench-restart",
+        help="restart benchmark: cold/warm time to first step, medians and spread",
+    )
+    _add_common(bench_parser)
+    bench_parser.add_argument("--rounds", type=int, default=5, help="restarts per phase")
+    bench_parser.add_argument("--out", type=Path, default=Path("out/bench"))
+    bench_parser.set_defaults(handler=run_bench)
+
+
+def run_gate(args: argparse.Namespace) -> int:
+    checks = _checks(args.checks)
+    if args.warm_runs < 2:
+        raise UsageError("--warm-runs must be at least 2", fix="pass --warm-runs 2 or more")
+    if args.writers < 1:
+        raise UsageError("--writers must be at least 1")
+    out_dir: Path = args.out
+    runs_dir = out_dir / "runs"
+    settings = {k: str(v) for k, v in vars(args).items() if k not in ("handler",)}
+    scratch = Path(tempfile.mkdtemp(prefix="xla-gate-"))
+    try:
+        try:
+            python = _python(args)
+            target = resolve_target(
+                python, _device(args), workdir=runs_dir, timeout_s=args.child_timeout
+            )
+        except GateEnvironmentError as error:
+            write_reports(out_dir, None, [], error=error.message, settings=settings)
+            print(render_text(None, [], error=error.message))
+            raise
+        log.info(f"judging {target.label}")
+        results: list[CheckResult] = []
+        for check in checks:
+            if check == "restart":
+                config = restart.RestartConfig(
+                    workload=args.workload,
+                    warm_runs=args.warm_runs,
+                    max_warm_ratio=args.max_warm_ratio,
+                    baseline_tolerance=args.baseline_tolerance,
+                    child_timeout_s=args.child_timeout,
+                    spmd=args.spmd,
+                    writers=args.writers,
+                    cache_dir=args.cache_dir,
+                    baselines_dir=args.baselines_dir,
+                    record_baseline=args.record_baseline,
+                )
+                results.append(restart.run_restart_check(target, config, runs_dir, scratch))
+            else:
+                results.append(hbm.run_hbm_check(target, runs_dir, timeout_s=args.child_timeout))
+        json_path, junit_path = write_reports(out_dir, target, results, settings=settings)
+        print(render_text(target, results))
+        print(f"reports: {json_path} {junit_path} (child logs in {runs_dir})")
+        sys.stdout.flush()
+        return 0 if all(r.passed for r in results) else 1
+    finally:
+        if args.keep_cache:
+            log.info(f"kept the gate's scratch directory {scratch}")
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    if args.rounds < 1:
+        raise UsageError("--rounds must be at least 1")
+    out_dir: Path = args.out
+    scratch = Path(tempfile.mkdtemp(prefix="xla-bench-"))
+    try:
+        target: Target = resolve_target(
+            _python(args), _device(args), workdir=scratch, timeout_s=args.child_timeout
+        )
+        config = bench.BenchConfig(
+            rounds=args.rounds, workload=args.workload, child_timeout_s=args.child_timeout
+        )
+        summary = bench.run_bench(target, config, scratch)
+        path = bench.write_bench(out_dir, summary)
+        print(bench.render_bench(summary))
+        print(f"kept as {path}")
+        return 0
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

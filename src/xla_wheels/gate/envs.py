@@ -1,0 +1,246 @@
+"""Cached Python environments with stock torch + torch_xla from PyPI, one per machine.
+
+The gate needs environments it can judge without anything built by this project: stock
+torch_xla 2.9.0 shows the persistent-cache defect, stock 2.7.0 (from before the OpenXLA
+API change) is the working control. Building one takes minutes and about 7 GB (torch's
+default Linux wheel pulls the nvidia packages; ``--no-deps`` torch does not import), so
+each is built once per machine under ``${XLA_WHEELS_CACHE:-~/.cache/xla-wheels}/envs/``.
+
+Creation is atomic and safe under concurrency: a per-environment ``fcntl`` lock serialises
+builders, the venv is built in a temporary sibling directory and renamed into place only
+after it imported torch_xla, and the final directory is trusted only if it carries the
+marker file written last. A half-built environment is therefore never reused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from xla_wheels import log
+from xla_wheels.gate.errors import GateEnvironmentError
+
+MARKER = "xla-wheels-env.json"
+#: How long one pip install may take before we call the registry unreachable.
+INSTALL_TIMEOUT_S = 1800.0
+
+
+@dataclass(frozen=True)
+class StockEnvSpec:
+    """Exact pins of one stock environment (torch_xla pins the exact torch version)."""
+
+    torch: str
+    torch_xla: str
+
+    def requirements(self) -> list[str]:
+        return [f"torch=={self.torch}", f"torch_xla=={self.torch_xla}"]
+
+
+STOCK_SPECS: dict[str, StockEnvSpec] = {
+    "2.9.0": StockEnvSpec(torch="2.9.0", torch_xla="2.9.0"),
+    "2.7.0": StockEnvSpec(torch="2.7.0", torch_xla="2.7.0"),
+}
+#: What ``make gate`` judges when no PYTHON is given: the newest stock release, whose
+#: persistent cache is broken, so a newcomer sees the defect in one command.
+DEFAULT_STOCK = "2.9.0"
+
+
+def cache_root(environ: dict[str, str] | None = None) -> Path:
+    env = os.environ if environ is None else environ
+    configured = env.get("XLA_WHEELS_CACHE")
+    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "xla-wheels"
+
+
+def _python_tag(base_python: str) -> tuple[str, str]:
+    """(``3.11``, ``cp311``) of an interpreter, asked from the interpreter itself."""
+    try:
+        out = subprocess.run(
+            [base_python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError) as error:
+        raise GateEnvironmentError(
+            f"cannot run the base interpreter {base_python}: {error}",
+            fix="pass a working Python 3 interpreter",
+        ) from error
+    return out, "cp" + out.replace(".", "")
+
+
+def env_name(spec: StockEnvSpec, python_tag: str) -> str:
+    machine = f"{sys.platform}-{platform.machine()}"
+    return f"stock-torch{spec.torch}-xla{spec.torch_xla}-{python_tag}-{machine}"
+
+
+def _read_marker(env_dir: Path) -> dict[str, object] | None:
+    try:
+        data = json.loads((env_dir / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def env_python(env_dir: Path) -> Path:
+    return env_dir / "bin" / "python"
+
+
+def find_stock_env(
+    version: str, *, base_python: str | None = None, root: Path | None = None
+) -> Path | None:
+    """The python of an already complete stock environment, or None."""
+    spec = _spec(version)
+    _, tag = _python_tag(base_python or sys.executable)
+    env_dir = (root or cache_root()) / "envs" / env_name(spec, tag)
+    if _read_marker(env_dir) is not None and env_python(env_dir).exists():
+        return env_python(env_dir)
+    return None
+
+
+def _spec(version: str) -> StockEnvSpec:
+    try:
+        return STOCK_SPECS[version]
+    except KeyError:
+        known = ", ".join(sorted(STOCK_SPECS))
+        raise GateEnvironmentError(
+            f"no stock environment is defined for torch_xla {version}",
+            fix=f"use one of: {known}",
+        ) from None
+
+
+@contextlib.contextmanager
+def _locked(lock_path: Path) -> Iterator[None]:
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a+") as handle:
+        started = time.monotonic()
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info(f"waiting for another process building {lock_path.stem} ...")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            log.info(f"lock acquired after {log.format_duration(time.monotonic() - started)}")
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _run_logged(argv: list[str], log_file: Path, *, env: dict[str, str] | None = None) -> None:
+    log.command(argv)
+    with open(log_file, "a") as out:
+        try:
+            result = subprocess.run(
+                argv, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=INSTALL_TIMEOUT_S
+            )
+        except subprocess.TimeoutExpired as error:
+            raise GateEnvironmentError(
+                f"{argv[0]} did not finish within {INSTALL_TIMEOUT_S:.0f}s",
+                fix="check that the package registry is reachable",
+            ) from error
+    if result.returncode != 0:
+        tail = "\n".join(log_file.read_text(errors="replace").splitlines()[-15:])
+        raise GateEnvironmentError(
+            f"command failed (exit {result.returncode}): {log.format_command(argv)}\n{tail}",
+            fix="check the package registry and disk space, then run again",
+        )
+
+
+def check_wheels_exist(spec: StockEnvSpec, py_version: str, pip_python: str) -> None:
+    """Fail early, with the reason, if PyPI has no torch_xla wheel for this Python."""
+    with tempfile.TemporaryDirectory(prefix="xla-wheels-probe-") as target:
+        argv = [
+            pip_python, "-m", "pip", "install", "--dry-run", "--no-deps", "--quiet",
+            "--only-binary=:all:", "--python-version", py_version, "--target", target,
+            f"torch_xla=={spec.torch_xla}",
+        ]  # fmt: skip
+        try:
+            result = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            raise GateEnvironmentError(
+                f"could not ask the package index for torch_xla {spec.torch_xla}: {error}",
+                fix="check that PyPI is reachable",
+            ) from error
+    if result.returncode != 0:
+        if "No matching distribution" in result.stderr:
+            raise GateEnvironmentError(
+                f"PyPI has no torch_xla {spec.torch_xla} wheel for Python {py_version}",
+                fix="run the pipeline with a Python that torch_xla ships wheels for "
+                "(3.10-3.12 for 2.7.0; 3.10-3.13 for 2.9.0)",
+            )
+        raise GateEnvironmentError(
+            f"probing PyPI for torch_xla {spec.torch_xla} failed: {result.stderr.strip()[-500:]}",
+            fix="check that PyPI is reachable",
+        )
+
+
+def ensure_stock_env(
+    version: str = DEFAULT_STOCK, *, base_python: str | None = None, root: Path | None = None
+) -> Path:
+    """The python of the cached stock environment, building it first if needed."""
+    spec = _spec(version)
+    base = base_python or sys.executable
+    py_version, tag = _python_tag(base)
+    envs_dir = (root or cache_root()) / "envs"
+    name = env_name(spec, tag)
+    final = envs_dir / name
+    if _read_marker(final) is not None and env_python(final).exists():
+        return env_python(final)
+    with _locked(envs_dir / f"{name}.lock"):
+        # Another process may have finished it while we waited for the lock.
+        if _read_marker(final) is not None and env_python(final).exists():
+            return env_python(final)
+        # Under the lock nobody else builds this name: leftovers are from a crashed build.
+        for stale in envs_dir.glob(f".{name}.tmp-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        if final.exists():
+            # A directory without the marker was never completed by us: not trustworthy.
+            shutil.rmtree(final)
+        with log.section(f"create stock environment {name} (once per machine, ~7 GB)"):
+            _build(spec, base, py_version, envs_dir, name, final)
+    return env_python(final)
+
+
+def _build(
+    spec: StockEnvSpec, base: str, py_version: str, envs_dir: Path, name: str, final: Path
+) -> None:
+    check_wheels_exist(spec, py_version, base)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=envs_dir))
+    try:
+        build_log = tmp / "build.log"
+        _run_logged([base, "-m", "venv", str(tmp)], build_log)
+        python = str(env_python(tmp))
+        log.info(f"installing {' '.join(spec.requirements())} (log: {build_log})")
+        _run_logged(
+            [python, "-m", "pip", "install", "--disable-pip-version-check", *spec.requirements()],
+            build_log,
+        )
+        # Prove the environment imports before anyone may use it.
+        probe_env = {**os.environ, "PJRT_DEVICE": "CPU"}
+        _run_logged(
+            [
+                python,
+                "-c",
+                "import torch, torch_xla; print(torch.__version__, torch_xla.__version__)",
+            ],
+            build_log,
+            env=probe_env,
+        )
+        marker = {"spec": asdict(spec), "python": py_version, "created": time.time()}
+        (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+        # The rename is the commit point: before it the final name does not exist.
+        os.rename(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

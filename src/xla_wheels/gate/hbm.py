@@ -1,0 +1,172 @@
+"""The HBM-query check: under SPMD, ask every physical device for its memory.
+
+Stock torch_xla can only ask the virtual ``SPMD:0`` device, which the runtime rejects.
+Patch 0002 adds ``torch_xla._XLAC._xla_runtime_memory_info(device_str)`` taking a raw
+runtime device string. One child (``--mode hbm``) enables SPMD, enumerates the runtime
+devices and queries each; ``judge_hbm`` decides from its report:
+
+* TPU: every device answers with a positive, plausible ``bytes_limit`` for the chip, and
+  ``bytes_used`` rises by about the size of a tensor replicated onto every device.
+* CPU (no HBM, no allocator statistics): the binding exists and reaches the runtime,
+  which shows as the allocator-statistics error (GetAllocatorStats), not a device-parsing
+  or SPMD virtual-device error. An unknown device is refused with the valid ones listed.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from xla_wheels import log
+from xla_wheels.gate.children import run_child, runtime_env
+from xla_wheels.gate.result import CheckResult, failed
+from xla_wheels.gate.target import Target
+
+NAME = "hbm"
+PATCH = "patches/torch_xla/0002-runtime-memory-info-binding.patch"
+GIB = 1024**3
+#: HBM per chip by TPU generation (torch_xla.tpu.version()); v6e (Trillium) has 32 GiB.
+HBM_PER_CHIP = {4: 32 * GIB, 5: 16 * GIB, 6: 32 * GIB}
+#: On CPU, four devices make the enumeration meaningful (CPU:0..CPU:3).
+CPU_DEVICES = 4
+PROBE_BYTES = 256 * 1024**2
+
+_ALLOCATOR_MARKERS = ("getallocatorstats", "allocator stat")
+_WRONG_ROUTE_MARKERS = ("spmd virtual device", "spmd:0", "invalid device", "parse")
+
+
+def _allocator_error(text: str) -> bool:
+    lowered = text.lower()
+    return any(marker in lowered for marker in _ALLOCATOR_MARKERS)
+
+
+def _wrong_route(text: str) -> bool:
+    lowered = text.lower()
+    return any(marker in lowered for marker in _WRONG_ROUTE_MARKERS)
+
+
+def judge_hbm(report: dict[str, Any] | None, failure: str | None, target: Target) -> CheckResult:
+    if report is None or not report.get("ok"):
+        return failed(NAME, f"the HBM child did not finish: {failure}")
+    devices: list[str] = list(report.get("runtime_devices", []))
+    figures: dict[str, Any] = {
+        "runtime_devices": devices,
+        "stock_memory_info_under_spmd": report.get("stock_memory_info_under_spmd"),
+    }
+    if not report.get("has_binding"):
+        return failed(
+            NAME,
+            "torch_xla._XLAC._xla_runtime_memory_info is missing: this build lacks " f"{PATCH}",
+            **figures,
+        )
+    if not devices:
+        return failed(NAME, "no physical runtime devices were enumerated under SPMD", **figures)
+    reasons: list[str] = []
+    notes: list[str] = []
+    before: dict[str, dict[str, Any]] = report.get("before", {})
+    unknown = report.get("unknown_device", {})
+    if unknown.get("ok"):
+        reasons.append("an unknown device string was accepted instead of refused")
+    elif devices[0] not in str(unknown.get("error", "")):
+        reasons.append(
+            "the error for an unknown device does not list the valid devices: "
+            f"{unknown.get('error')}"
+        )
+    if target.device == "TPU":
+        _judge_tpu(report, devices, before, target, reasons, notes, figures)
+    else:
+        _judge_without_hbm(devices, before, reasons, notes, figures)
+    return CheckResult(NAME, not reasons, reasons, notes, figures)
+
+
+def _judge_without_hbm(
+    devices: list[str],
+    before: dict[str, dict[str, Any]],
+    reasons: list[str],
+    notes: list[str],
+    figures: dict[str, Any],
+) -> None:
+    for device in devices:
+        entry = before.get(device, {})
+        if entry.get("ok"):
+            info = entry.get("info", {})
+            if int(info.get("bytes_limit", 0)) <= 0:
+                reasons.append(f"{device}: answered without a positive bytes_limit: {info}")
+            continue
+        error = str(entry.get("error", "no answer"))
+        if _wrong_route(error) or not _allocator_error(error):
+            reasons.append(
+                f"{device}: the query did not reach the runtime's allocator statistics: {error}"
+            )
+    if not reasons:
+        notes.append(
+            f"{len(devices)} device(s) routed to the runtime, which has no allocator statistics "
+            "on this platform (expected without HBM)"
+        )
+    figures["errors"] = {d: before.get(d, {}).get("error") for d in devices}
+
+
+def _judge_tpu(
+    report: dict[str, Any],
+    devices: list[str],
+    before: dict[str, dict[str, Any]],
+    target: Target,
+    reasons: list[str],
+    notes: list[str],
+    figures: dict[str, Any],
+) -> None:
+    ceiling = HBM_PER_CHIP.get(target.tpu_version or 0, 128 * GIB)
+    after: dict[str, dict[str, Any]] = report.get("after", {})
+    probe = int(report.get("probe_bytes", 0))
+    deltas: dict[str, int] = {}
+    for device in devices:
+        entry = before.get(device, {})
+        if not entry.get("ok"):
+            reasons.append(f"{device}: query failed: {entry.get('error')}")
+            continue
+        limit = int(entry["info"].get("bytes_limit", 0))
+        # Some HBM is reserved by the runtime, so the limit is a bit under the chip's size.
+        if not ceiling // 2 <= limit <= ceiling:
+            reasons.append(
+                f"{device}: bytes_limit {limit / GIB:.2f} GiB is implausible for this chip "
+                f"(expected up to {ceiling / GIB:.0f} GiB)"
+            )
+        later = after.get(device, {})
+        if not later.get("ok"):
+            reasons.append(f"{device}: query after placing a tensor failed: {later.get('error')}")
+            continue
+        delta = int(later["info"]["bytes_used"]) - int(entry["info"]["bytes_used"])
+        deltas[device] = delta
+        if not 0.9 * probe <= delta <= 2 * probe:
+            reasons.append(
+                f"{device}: bytes_used rose by {delta} bytes after placing a {probe}-byte tensor"
+            )
+    figures.update({"probe_bytes": probe, "bytes_used_delta": deltas, "hbm_per_chip": ceiling})
+    if not reasons:
+        notes.append(f"{len(devices)} chip(s) report plausible HBM and track a {probe}-byte tensor")
+
+
+def run_hbm_check(target: Target, runs_dir: Path, *, timeout_s: float = 600.0) -> CheckResult:
+    began = time.monotonic()
+    env = runtime_env(target.device, cpu_devices=CPU_DEVICES)
+    with log.section(f"hbm: query physical devices under SPMD on {target.device}"):
+        child = run_child(
+            target.python,
+            "hbm",
+            runs_dir / "hbm",
+            ["--mode", "hbm", "--probe-bytes", str(PROBE_BYTES)],
+            env,
+            timeout_s,
+        )
+    result = judge_hbm(child.report, None if child.ok else child.failure(), target)
+    result.runs = [
+        {
+            "name": child.name,
+            "ok": child.ok,
+            "wall_s": round(child.wall_s, 3),
+            "log": str(child.log_path),
+        }
+    ]
+    result.duration_s = time.monotonic() - began
+    return result
