@@ -1,0 +1,140 @@
+"""Throwaway git repositories and project roots for the tests: real git, no mocks."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "Test",
+    "GIT_AUTHOR_EMAIL": "test@example.invalid",
+    "GIT_COMMITTER_NAME": "Test",
+    "GIT_COMMITTER_EMAIL": "test@example.invalid",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "HOME": "/nonexistent",
+    "PATH": "/usr/bin:/bin:/usr/local/bin",
+}
+
+
+def git(cwd: Path, *args: str) -> str:
+    result = subprocess.run(
+        ["git", "-c", "protocol.file.allow=always", "-c", "init.defaultBranch=main", *args],
+        cwd=cwd, env=GIT_ENV, text=True, capture_output=True, check=False,
+    )
+    if result.returncode != 0:
+        raise AssertionError(f"git {' '.join(args)} failed: {result.stderr}")
+    return result.stdout.strip()
+
+
+@dataclass
+class Upstream:
+    """A tiny upstream project: ``path`` is its repository, ``commits`` oldest first."""
+
+    path: Path
+    commits: list[str]
+
+    @property
+    def url(self) -> str:
+        return str(self.path)
+
+    def commit_file(self, name: str, content: str, message: str) -> str:
+        target = self.path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+        git(self.path, "add", name)
+        git(self.path, "commit", "-q", "-m", message)
+        sha = git(self.path, "rev-parse", "HEAD")
+        self.commits.append(sha)
+        return sha
+
+
+RUNTIME_CC = textwrap.dedent("""\
+    #include "runtime.h"
+
+    int Deserialize(const char* blob) {
+      // two-step path
+      return Load(DeserializeExecutable(blob));
+    }
+
+    int MemoryInfo(int device) {
+      return Stats(device).value();
+    }
+    """)
+
+
+def make_upstream(root: Path, name: str = "upstream") -> Upstream:
+    """An upstream with three commits touching ``src/runtime.cc`` and ``README``."""
+    path = root / name
+    path.mkdir(parents=True)
+    git(path, "init", "-q")
+    upstream = Upstream(path, [])
+    upstream.commit_file("README", "tiny upstream\n", "initial")
+    upstream.commit_file("src/runtime.cc", RUNTIME_CC, "add runtime")
+    upstream.commit_file("src/runtime.h", "int Load(int);\n", "add header")
+    return upstream
+
+
+def diff_for(upstream: Upstream, commit: str, edits: dict[str, str]) -> str:
+    """A real ``git diff`` of ``edits`` (path -> new content) against ``commit``."""
+    scratch = upstream.path.parent / f"scratch-{hashlib.sha1(repr(edits).encode()).hexdigest()[:8]}"
+    git(upstream.path.parent, "clone", "-q", upstream.url, str(scratch))
+    git(scratch, "checkout", "-q", commit)
+    for name, content in edits.items():
+        target = scratch / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+    git(scratch, "add", "-A")
+    return git(scratch, "diff", "--cached") + "\n"
+
+
+def patch_text(component: str, base: str, diff: str, subject: str = "A test patch") -> str:
+    files = sorted({line.split(" b/", 1)[1] for line in diff.splitlines()
+                    if line.startswith("diff --git ")})
+    return (
+        f"Subject: {subject}\n"
+        f"Component: {component}\n"
+        f"Base: {base}\n"
+        "Fixes: a defect in the tiny upstream\n"
+        "Why: the tests need a patch that applies\n"
+        "Upstream: not upstreamed\n"
+        f"Files: {', '.join(files)}\n"
+        "\n"
+        "Longer reasoning.\n"
+        "\n"
+        f"{diff}"
+    )
+
+
+def make_project(root: Path, upstreams: dict[str, Upstream], *,
+                 patches: dict[str, dict[str, str]] | None = None,
+                 commits: dict[str, str] | None = None, bundle: str = "test-1") -> Path:
+    """A project root with ``build/bundles/<bundle>.toml`` pointing at the upstreams.
+
+    ``patches`` maps component -> {file name under patches/<component>/: text}.
+    """
+    project = root / "project"
+    (project / "build" / "bundles").mkdir(parents=True, exist_ok=True)
+    patches = patches or {}
+    commits = commits or {}
+    blocks = [f'[bundle]\nname = "{bundle}"\ndescription = "test"\npython = "3.11"\n']
+    for component in ("torch", "torch_xla", "openxla"):
+        upstream = upstreams[component]
+        names = []
+        for file_name, text in patches.get(component, {}).items():
+            target = project / "patches" / component / file_name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+            names.append(f'"{component}/{file_name}"')
+        version = '' if component == "openxla" else 'version = "2.9.0"\n'
+        commit = commits.get(component, upstream.commits[-1])
+        blocks.append(
+            f"[components.{component}]\nremote = \"{upstream.url}\"\ncommit = \"{commit}\"\n"
+            f"{version}submodules = false\npatches = [{', '.join(names)}]\n"
+        )
+    blocks.append('[runtime.libtpu]\nminimum = "0.0.24"\npreferred = "0.0.36"\n')
+    (project / "build" / "bundles" / f"{bundle}.toml").write_text("\n".join(blocks))
+    (project / "patches").mkdir(exist_ok=True)
+    return project
