@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from tests.gitrepos import REPO_ROOT
 
 
 @dataclass
@@ -23,8 +23,12 @@ class CliResult:
 def run_cli(tmp_path: Path):
     """Run ``python -m xla_wheels ARGS`` in a fresh process with its own cache directory."""
 
-    def run(*args: str, root: Path | None = None, env: dict[str, str] | None = None,
-            cwd: Path | None = None) -> CliResult:
+    def run(
+        *args: str,
+        root: Path | None = None,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> CliResult:
         command = [sys.executable, "-m", "xla_wheels", *args]
         if root is not None:
             command += ["--root", str(root)]
@@ -34,8 +38,37 @@ def run_cli(tmp_path: Path):
             "HOME": str(tmp_path / "home"),
             **(env or {}),
         }
-        process = subprocess.run(command, cwd=cwd or REPO_ROOT, env=full_env, text=True,
-                                 capture_output=True, timeout=300, check=False)
+        process = subprocess.run(
+            command,
+            cwd=cwd or REPO_ROOT,
+            env=full_env,
+            text=True,
+            capture_output=True,
+            timeout=300,
+            check=False,
+        )
         return CliResult(process.returncode, process.stdout, process.stderr)
 
     return run
+
+
+# --- Stock torch_xla environments (the gate's real evidence) --------------------------
+# Built once per machine from PyPI by the project's own code (xla_wheels.gate.envs) and
+# cached under ${XLA_WHEELS_CACHE:-~/.cache/xla-wheels}/envs/; the first session pays
+# about 1.5 minutes and 7 GB each, later sessions reuse them.
+
+
+@pytest.fixture(scope="session")
+def stock_xla_python_29() -> Path:
+    """Python of a venv with stock torch 2.9.0 + torch_xla 2.9.0 (persistent cache broken)."""
+    from xla_wheels.gate import envs
+
+    return envs.ensure_stock_env("2.9.0")
+
+
+@pytest.fixture(scope="session")
+def stock_xla_python_27() -> Path:
+    """Python of a venv with stock torch 2.7.0 + torch_xla 2.7.0 (persistent cache works)."""
+    from xla_wheels.gate import envs
+
+    return envs.ensure_stock_env("2.7.0")

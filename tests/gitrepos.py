@@ -8,6 +8,8 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "Test",
     "GIT_AUTHOR_EMAIL": "test@example.invalid",
@@ -20,13 +22,22 @@ GIT_ENV = {
 
 
 def git(cwd: Path, *args: str) -> str:
+    """Run git; output without surrounding white space (use ``git_raw`` for diffs)."""
+    return git_raw(cwd, *args).strip()
+
+
+def git_raw(cwd: Path, *args: str) -> str:
     result = subprocess.run(
         ["git", "-c", "protocol.file.allow=always", "-c", "init.defaultBranch=main", *args],
-        cwd=cwd, env=GIT_ENV, text=True, capture_output=True, check=False,
+        cwd=cwd,
+        env=GIT_ENV,
+        text=True,
+        capture_output=True,
+        check=False,
     )
     if result.returncode != 0:
         raise AssertionError(f"git {' '.join(args)} failed: {result.stderr}")
-    return result.stdout.strip()
+    return result.stdout
 
 
 @dataclass
@@ -87,12 +98,13 @@ def diff_for(upstream: Upstream, commit: str, edits: dict[str, str]) -> str:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content)
     git(scratch, "add", "-A")
-    return git(scratch, "diff", "--cached") + "\n"
+    return git_raw(scratch, "diff", "--cached")
 
 
 def patch_text(component: str, base: str, diff: str, subject: str = "A test patch") -> str:
-    files = sorted({line.split(" b/", 1)[1] for line in diff.splitlines()
-                    if line.startswith("diff --git ")})
+    files = sorted(
+        {line.split(" b/", 1)[1] for line in diff.splitlines() if line.startswith("diff --git ")}
+    )
     return (
         f"Subject: {subject}\n"
         f"Component: {component}\n"
@@ -108,9 +120,14 @@ def patch_text(component: str, base: str, diff: str, subject: str = "A test patc
     )
 
 
-def make_project(root: Path, upstreams: dict[str, Upstream], *,
-                 patches: dict[str, dict[str, str]] | None = None,
-                 commits: dict[str, str] | None = None, bundle: str = "test-1") -> Path:
+def make_project(
+    root: Path,
+    upstreams: dict[str, Upstream],
+    *,
+    patches: dict[str, dict[str, str]] | None = None,
+    commits: dict[str, str] | None = None,
+    bundle: str = "test-1",
+) -> Path:
     """A project root with ``build/bundles/<bundle>.toml`` pointing at the upstreams.
 
     ``patches`` maps component -> {file name under patches/<component>/: text}.
@@ -128,7 +145,7 @@ def make_project(root: Path, upstreams: dict[str, Upstream], *,
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text)
             names.append(f'"{component}/{file_name}"')
-        version = '' if component == "openxla" else 'version = "2.9.0"\n'
+        version = "" if component == "openxla" else 'version = "2.9.0"\n'
         commit = commits.get(component, upstream.commits[-1])
         blocks.append(
             f"[components.{component}]\nremote = \"{upstream.url}\"\ncommit = \"{commit}\"\n"

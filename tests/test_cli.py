@@ -1,0 +1,88 @@
+"""The command line and the Makefile over it, run as a user runs them."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from tests.gitrepos import REPO_ROOT, Upstream, make_project, make_upstream
+
+SUBCOMMANDS = [
+    "bundles",
+    "diff",
+    "sources",
+    "patch",
+    "wheels",
+    "patches-check",
+    "lock",
+    "lock-check",
+]
+
+
+def test_python_dash_m_shows_help(run_cli) -> None:
+    result = run_cli("--help")
+    assert result.exit_code == 0
+    for name in SUBCOMMANDS:
+        assert name in result.stdout
+
+
+@pytest.mark.parametrize("name", SUBCOMMANDS)
+def test_every_subcommand_has_help(run_cli, name: str) -> None:
+    result = run_cli(name, "--help")
+    assert result.exit_code == 0, result.stderr
+    assert "usage: xla-wheels" in result.stdout
+
+
+def test_dry_run_plan_shows_full_shas_commands_and_patch_digests(run_cli) -> None:
+    result = run_cli("wheels", "--bundle", "v6e-2.9", env={"DRY_RUN": "1"})
+    assert result.exit_code == 0, result.stderr
+    plan = result.stdout
+    assert "21fec65781bebe867faf209f89bb687ffd236ca4" in plan
+    assert "c04e61c3424142c0eebcc9e59984b9d8fced18c0" in plan
+    assert "git apply" in plan and "0001-load-serialized-executables.patch" in plan
+    assert "sha256:" in plan
+    for stage in ("resolve", "sources", "patches", "build"):
+        assert f"] {stage}" in plan
+
+
+def test_unknown_bundle_is_exit_2_with_the_valid_names(run_cli) -> None:
+    result = run_cli("wheels", "--bundle", "nope")
+    assert result.exit_code == 2
+    assert "unknown bundle 'nope'" in result.stderr and "v6e-2.9" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_bundles_lists_each_bundle_with_its_pins(run_cli) -> None:
+    result = run_cli("bundles")
+    assert result.exit_code == 0, result.stderr
+    assert "v6e-2.9:" in result.stdout and "v6e-2.11:" in result.stdout
+    assert "UNPINNED" in result.stdout  # v6e-2.11's OpenXLA
+
+
+def test_a_bundle_with_an_unpinned_component_is_refused(run_cli) -> None:
+    result = run_cli("sources", "--bundle", "v6e-2.11")
+    assert result.exit_code != 0
+    assert "openxla: no commit pinned" in result.stderr
+
+
+def test_make_patch_runs_sources_and_patches_on_a_local_upstream(tmp_path, run_cli) -> None:
+    upstreams: dict[str, Upstream] = {
+        name: make_upstream(tmp_path / "remotes", name)
+        for name in ("torch", "torch_xla", "openxla")
+    }
+    project = make_project(tmp_path, upstreams)
+    result = run_cli("patch", "--bundle", "test-1", root=project)
+    assert result.exit_code == 0, result.stderr
+    assert "<== patches: torch_xla (0 file(s)): done in" in result.stderr
+    assert (project / "out/test-1/src/torch_xla/src/runtime.cc").is_file()
+    assert (project / "wheels.lock").is_file()  # the sources stage records resolved commits
+
+
+def test_make_help_lists_the_targets() -> None:
+    result = subprocess.run(
+        ["make", "-s", "help"], cwd=REPO_ROOT, text=True, capture_output=True, check=False
+    )
+    assert result.returncode == 0
+    for target in ("wheels", "test", "bundles", "sources", "patch", "lock", "lock-check"):
+        assert f"make {target} " in result.stdout
