@@ -34,6 +34,8 @@ from xla_wheels.gate.errors import GateEnvironmentError
 MARKER = "xla-wheels-env.json"
 #: How long one pip install may take before we call the registry unreachable.
 INSTALL_TIMEOUT_S = 1800.0
+#: Extra ``python -m venv`` options (tests that never run pip pass ``--without-pip``).
+VENV_OPTIONS: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -212,6 +214,23 @@ def ensure_stock_env(
     return env_python(final)
 
 
+def _install(python: str, spec: StockEnvSpec, build_log: Path) -> None:
+    log.info(f"installing {' '.join(spec.requirements())} (log: {build_log})")
+    _run_logged(
+        [python, "-m", "pip", "install", "--disable-pip-version-check", *spec.requirements()],
+        build_log,
+    )
+
+
+def _verify(python: str, build_log: Path) -> None:
+    """Prove the environment imports torch_xla before anyone may use it."""
+    _run_logged(
+        [python, "-c", "import torch, torch_xla; print(torch.__version__, torch_xla.__version__)"],
+        build_log,
+        env={**os.environ, "PJRT_DEVICE": "CPU"},
+    )
+
+
 def _build(
     spec: StockEnvSpec, base: str, py_version: str, envs_dir: Path, name: str, final: Path
 ) -> None:
@@ -219,26 +238,13 @@ def _build(
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=envs_dir))
     try:
         build_log = tmp / "build.log"
-        _run_logged([base, "-m", "venv", str(tmp)], build_log)
+        _run_logged([base, "-m", "venv", *VENV_OPTIONS, str(tmp)], build_log)
         python = str(env_python(tmp))
-        log.info(f"installing {' '.join(spec.requirements())} (log: {build_log})")
-        _run_logged(
-            [python, "-m", "pip", "install", "--disable-pip-version-check", *spec.requirements()],
-            build_log,
-        )
-        # Prove the environment imports before anyone may use it.
-        probe_env = {**os.environ, "PJRT_DEVICE": "CPU"}
-        _run_logged(
-            [
-                python,
-                "-c",
-                "import torch, torch_xla; print(torch.__version__, torch_xla.__version__)",
-            ],
-            build_log,
-            env=probe_env,
-        )
+        _install(python, spec, build_log)
+        _verify(python, build_log)
         marker = {"spec": asdict(spec), "python": py_version, "created": time.time()}
         (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+        tmp.chmod(0o755)  # mkdtemp made it private; the env is meant to be shared
         # The rename is the commit point: before it the final name does not exist.
         os.rename(tmp, final)
     except BaseException:

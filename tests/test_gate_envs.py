@@ -1,0 +1,121 @@
+"""Cached stock environments: built atomically, once, under a lock; never half-reused.
+
+The install and import-verification steps are replaced here by small stand-ins (the real
+ones take minutes and 7 GB and are exercised by the stock_xla_python_* fixtures); the
+venv creation, the lock, the temporary directory and the rename are the real code.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from xla_wheels.gate import envs
+from xla_wheels.gate.errors import GateEnvironmentError
+
+
+@pytest.fixture
+def fake_install(monkeypatch):
+    """Count builds; skip the PyPI steps but keep venv creation, lock and rename real."""
+    calls: list[str] = []
+
+    def install(python: str, spec: envs.StockEnvSpec, build_log: Path) -> None:
+        calls.append(python)
+        time.sleep(0.5)  # long enough for a concurrent caller to hit the lock
+
+    monkeypatch.setattr(envs, "check_wheels_exist", lambda *a: None)
+    monkeypatch.setattr(envs, "VENV_OPTIONS", ("--without-pip",))
+    monkeypatch.setattr(envs, "_install", install)
+    monkeypatch.setattr(envs, "_verify", lambda python, build_log: None)
+    return calls
+
+
+def test_an_environment_is_built_once_and_then_reused(tmp_path, fake_install):
+    first = envs.ensure_stock_env("2.9.0", root=tmp_path)
+    second = envs.ensure_stock_env("2.9.0", root=tmp_path)
+    assert first == second
+    assert len(fake_install) == 1
+    marker = json.loads((first.parent.parent / envs.MARKER).read_text())
+    assert marker["spec"] == {"torch": "2.9.0", "torch_xla": "2.9.0"}
+    assert first.parent.parent.name.startswith("stock-torch2.9.0-xla2.9.0-cp3")
+
+
+def test_the_built_venv_runs_from_its_final_location(tmp_path, fake_install):
+    python = envs.ensure_stock_env("2.7.0", root=tmp_path)
+    import subprocess
+
+    prefix = subprocess.run(
+        [str(python), "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True,
+        check=True,
+    ).stdout.strip()  # fmt: skip
+    assert Path(prefix) == python.parent.parent
+
+
+def test_concurrent_callers_build_once(tmp_path, fake_install):
+    results: list[Path] = []
+    def build() -> None:
+        results.append(envs.ensure_stock_env("2.9.0", root=tmp_path))
+
+    threads = [threading.Thread(target=build) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(fake_install) == 1
+    assert len(set(results)) == 1
+
+
+def test_a_failed_build_leaves_neither_a_final_nor_a_temporary_directory(tmp_path, monkeypatch):
+    def broken_install(python: str, spec: envs.StockEnvSpec, build_log: Path) -> None:
+        raise GateEnvironmentError("pip failed")
+
+    monkeypatch.setattr(envs, "check_wheels_exist", lambda *a: None)
+    monkeypatch.setattr(envs, "VENV_OPTIONS", ("--without-pip",))
+    monkeypatch.setattr(envs, "_install", broken_install)
+    with pytest.raises(GateEnvironmentError, match="pip failed"):
+        envs.ensure_stock_env("2.9.0", root=tmp_path)
+    assert [p.name for p in (tmp_path / "envs").iterdir() if not p.name.endswith(".lock")] == []
+
+
+def test_a_directory_without_the_marker_is_rebuilt_not_reused(tmp_path, fake_install):
+    python = envs.ensure_stock_env("2.9.0", root=tmp_path)
+    env_dir = python.parent.parent
+    (env_dir / envs.MARKER).unlink()  # as if a build had been interrupted before the end
+    (env_dir / "half-installed").write_text("")
+    rebuilt = envs.ensure_stock_env("2.9.0", root=tmp_path)
+    assert rebuilt == python
+    assert len(fake_install) == 2
+    assert not (env_dir / "half-installed").exists()
+
+
+def test_leftovers_of_a_crashed_build_are_cleared_but_nothing_else(tmp_path, fake_install):
+    envs_dir = tmp_path / "envs"
+    name = envs.env_name(envs.STOCK_SPECS["2.9.0"], "cp{}{}".format(*sys.version_info[:2]))
+    (envs_dir / f".{name}.tmp-crashed").mkdir(parents=True)
+    (envs_dir / "someone-elses-env").mkdir()
+    envs.ensure_stock_env("2.9.0", root=tmp_path)
+    assert not (envs_dir / f".{name}.tmp-crashed").exists()
+    assert (envs_dir / "someone-elses-env").exists()
+
+
+def test_an_unknown_stock_version_is_refused():
+    with pytest.raises(GateEnvironmentError, match="no stock environment is defined"):
+        envs.ensure_stock_env("1.0.0")
+
+
+def test_the_cache_root_follows_xla_wheels_cache(tmp_path):
+    assert envs.cache_root({"XLA_WHEELS_CACHE": str(tmp_path)}) == tmp_path
+    assert envs.cache_root({}).parts[-2:] == (".cache", "xla-wheels")
+
+
+@pytest.mark.slow
+def test_pypi_is_asked_whether_wheels_exist_for_the_python(tmp_path):
+    """Real query: torch_xla 2.7.0 has cp311 wheels, and none for a future Python."""
+    envs.check_wheels_exist(envs.STOCK_SPECS["2.7.0"], "3.11", sys.executable)
+    with pytest.raises(GateEnvironmentError, match="no torch_xla 2.7.0 wheel for Python 3.14"):
+        envs.check_wheels_exist(envs.STOCK_SPECS["2.7.0"], "3.14", sys.executable)

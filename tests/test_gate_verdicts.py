@@ -1,0 +1,293 @@
+"""The gate's verdict rules, on child reports written the way child_workload.py writes them.
+
+These exercise the judging functions alone (fast); the same rules are exercised on real
+torch_xla 2.7.0 / 2.9.0 runs in test_gate_stock.py.
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from xla_wheels.gate import hbm, restart
+from xla_wheels.gate.children import ChildResult
+from xla_wheels.gate.errors import GateEnvironmentError
+from xla_wheels.gate.report import render_junit, render_text, write_reports
+from xla_wheels.gate.result import CheckResult
+from xla_wheels.gate.target import Target
+
+CPU_TARGET = Target(Path("/env/bin/python"), "CPU", "2.7.0", "2.7.0", ("CPU:0",), False, None)
+TPU_TARGET = Target(Path("/env/bin/python"), "TPU", "2.9.0", "2.9.0", ("TPU:0",), True, 6)
+GIB = 1024**3
+
+
+def child_row(
+    tmp_path: Path,
+    name: str,
+    *,
+    misses: int = 0,
+    hits: int = 0,
+    failures: int = 0,
+    compiles: int = 0,
+    ready: float = 1.0,
+    log_text: str = "",
+    ok: bool = True,
+) -> dict[str, Any]:
+    log_path = tmp_path / f"{name}.log"
+    log_path.write_text(log_text)
+    report: dict[str, Any] = {
+        "ok": ok,
+        "import_s": 5.0,
+        "ready_s": ready,
+        "time_to_first_step_s": 5.0 + ready,
+        "steady_step_s": 0.1,
+        "xla_compiles": compiles,
+        "counters": {
+            "PersistentCacheMiss": misses,
+            "PersistentCacheHit": hits,
+            "PersistentCacheDeserializeFailure": failures,
+        },
+    }
+    if not ok:
+        report = {"ok": False, "error": "RuntimeError: boom"}
+    result = ChildResult(name, ["python"], 0 if ok else 3, 1.0, report, log_path)
+    return restart.summarize(result)
+
+
+def judge(tmp_path: Path, cold: list, warm: list, reader: Any = None, **kwargs: Any) -> CheckResult:
+    config = restart.RestartConfig(**kwargs.pop("config", {}))
+    return restart.judge_restart(
+        cold,
+        warm,
+        reader,
+        kwargs.pop("after_cold", {"abc123": (100, 1)}),
+        kwargs.pop("changes", []),
+        config,
+        kwargs.pop("baseline", None),
+    )
+
+
+def working_cache(tmp_path: Path, warm_ready: float = 0.2) -> tuple[list, list, dict]:
+    cold = [child_row(tmp_path, "cold-1", misses=2, compiles=2, ready=1.0)]
+    warm = [child_row(tmp_path, f"warm-{i}", hits=2, ready=warm_ready) for i in (1, 2)]
+    reader = child_row(tmp_path, "read-only", hits=2, ready=warm_ready)
+    return cold, warm, reader
+
+
+def test_a_cache_that_loads_everything_fast_passes(tmp_path):
+    cold, warm, reader = working_cache(tmp_path)
+    result = judge(tmp_path, cold, warm, reader)
+    assert result.passed, result.reasons
+    assert result.figures["warm_cold_ratio"] == pytest.approx(0.2)
+    assert result.figures["cold_misses"] == 2
+
+
+def test_deserialize_failures_are_named_with_the_log_evidence(tmp_path):
+    cold = [child_row(tmp_path, "cold-1", misses=2, compiles=2)]
+    log_text = "W0000 deserialize executable: UNIMPLEMENTED: Deserializing not supported.\n"
+    warm = [
+        child_row(tmp_path, f"warm-{i}", failures=2, compiles=2, ready=0.9, log_text=log_text)
+        for i in (1, 2)
+    ]
+    result = judge(tmp_path, cold, warm)
+    assert not result.passed
+    text = "\n".join(result.reasons)
+    assert "warm-1: 2 deserialize failure(s)" in text
+    assert "UNIMPLEMENTED" in text
+    assert "loaded 0 of 2 cached executable(s)" in text
+    assert "2 XLA compile(s) on a warm start" in text
+
+
+def test_an_empty_cache_directory_after_the_cold_run_fails(tmp_path):
+    cold, warm, reader = working_cache(tmp_path)
+    result = judge(tmp_path, cold, warm, reader, after_cold={})
+    assert not result.passed
+    assert any("wrote no cache entry" in r for r in result.reasons)
+
+
+def test_partial_loading_fails_even_without_deserialize_failures(tmp_path):
+    cold = [child_row(tmp_path, "cold-1", misses=2, compiles=2)]
+    warm = [child_row(tmp_path, f"warm-{i}", hits=1, compiles=1, ready=0.2) for i in (1, 2)]
+    result = judge(tmp_path, cold, warm)
+    assert any("loaded 1 of 2" in r for r in result.reasons)
+
+
+def test_a_warm_restart_that_is_not_fast_enough_fails(tmp_path):
+    cold, warm, reader = working_cache(tmp_path, warm_ready=0.8)
+    result = judge(tmp_path, cold, warm, reader, config={"max_warm_ratio": 0.5})
+    assert not result.passed
+    assert result.reasons == ["warm time-to-ready 0.80s is 0.80 of cold 1.00s (limit 0.50)"]
+
+
+def test_a_warm_restart_slower_than_the_baseline_beyond_tolerance_fails(tmp_path):
+    cold, warm, reader = working_cache(tmp_path, warm_ready=0.2)
+    result = judge(
+        tmp_path, cold, warm, reader, baseline={"warm_ready_s": 0.1},
+        config={"baseline_tolerance": 0.5},
+    )  # fmt: skip
+    assert not result.passed
+    assert "slower than the baseline 0.10s beyond 50%" in result.reasons[0]
+    within = judge(tmp_path, cold, warm, reader, baseline={"warm_ready_s": 0.15})
+    assert within.passed, within.reasons
+
+
+def test_a_read_only_reader_that_touches_the_cache_fails(tmp_path):
+    cold, warm, reader = working_cache(tmp_path)
+    result = judge(tmp_path, cold, warm, reader, changes=["removed abc123", "added abc123.tmp"])
+    assert not result.passed
+    assert result.reasons == [
+        "read-only changed the cache directory: removed abc123, added abc123.tmp"
+    ]
+
+
+def test_a_cold_child_that_died_is_the_verdict_not_a_traceback(tmp_path):
+    cold = [child_row(tmp_path, "cold-1", ok=False)]
+    result = judge(tmp_path, cold, [])
+    assert not result.passed
+    assert result.reasons == ["cold-1 did not finish: cold-1: RuntimeError: boom"]
+
+
+def test_snapshot_diff_sees_added_removed_and_rewritten_files(tmp_path):
+    (tmp_path / "a").write_bytes(b"1")
+    (tmp_path / "b").write_bytes(b"2")
+    before = restart.snapshot(tmp_path)
+    (tmp_path / "a").unlink()
+    (tmp_path / "b").write_bytes(b"22")
+    (tmp_path / "c").write_bytes(b"3")
+    assert restart.diff_snapshots(before, restart.snapshot(tmp_path)) == [
+        "added c",
+        "removed a",
+        "modified b",
+    ]
+
+
+def test_a_malformed_baseline_is_an_environment_error(tmp_path):
+    path = tmp_path / "b.json"
+    path.write_text('{"warm_ready_s": "fast"}')
+    with pytest.raises(GateEnvironmentError) as caught:
+        restart.load_baseline(path)
+    assert caught.value.exit_code == 2
+    assert restart.load_baseline(tmp_path / "missing.json") is None
+
+
+def test_baselines_are_keyed_by_build_device_and_workload(tmp_path):
+    target = Target(Path("p"), "TPU", "2.9.0", "2.9.0+gitc04e61c", (), True, 6)
+    path = restart.baseline_path(tmp_path, target, "large")
+    assert path.name == "2.9.0+gitc04e61c__TPU__large.json"
+
+
+def test_a_failing_run_is_never_recorded_as_baseline(tmp_path):
+    failing = CheckResult("restart", False, ["warm-1: 2 deserialize failure(s)"])
+    with pytest.raises(GateEnvironmentError, match="not recording a baseline"):
+        restart._record_baseline(tmp_path / "b.json", CPU_TARGET, restart.RestartConfig(), failing)
+    assert not (tmp_path / "b.json").exists()
+
+
+# --- HBM ------------------------------------------------------------------------------
+
+CPU4 = ["CPU:0", "CPU:1", "CPU:2", "CPU:3"]
+ALLOCATOR_ERROR = "RuntimeError: GetAllocatorStats is not supported: no allocator statistics"
+
+
+def hbm_report(**fields: Any) -> dict[str, Any]:
+    return {"ok": True, "runtime_devices": CPU4, "has_binding": True, **fields}
+
+
+def test_a_build_without_the_binding_fails_naming_patch_0002():
+    result = hbm.judge_hbm(hbm_report(has_binding=False), None, CPU_TARGET)
+    assert not result.passed
+    assert "0002-runtime-memory-info-binding.patch" in result.reasons[0]
+
+
+def test_on_cpu_the_allocator_statistics_error_proves_the_routing():
+    report = hbm_report(
+        before={d: {"ok": False, "error": ALLOCATOR_ERROR} for d in CPU4},
+        unknown_device={"ok": False, "error": f"unknown device CPU:101; valid: {', '.join(CPU4)}"},
+    )
+    result = hbm.judge_hbm(report, None, CPU_TARGET)
+    assert result.passed, result.reasons
+
+
+def test_on_cpu_an_spmd_virtual_device_error_means_the_string_was_not_routed():
+    spmd_error = "RuntimeError: MemoryInfo not supported for SPMD virtual device. GetAllocatorStats"
+    report = hbm_report(
+        before={d: {"ok": False, "error": spmd_error} for d in CPU4},
+        unknown_device={"ok": False, "error": "valid devices: CPU:0"},
+    )
+    result = hbm.judge_hbm(report, None, CPU_TARGET)
+    assert not result.passed
+    assert len(result.reasons) == 4
+
+
+def test_an_unknown_device_must_be_refused_with_the_valid_ones_listed():
+    report = hbm_report(
+        before={d: {"ok": False, "error": ALLOCATOR_ERROR} for d in CPU4},
+        unknown_device={"ok": False, "error": "bad device"},
+    )
+    result = hbm.judge_hbm(report, None, CPU_TARGET)
+    assert result.reasons == [
+        "the error for an unknown device does not list the valid devices: bad device"
+    ]
+
+
+def _tpu_info(used: int, limit: int = 31 * GIB) -> dict[str, Any]:
+    return {"ok": True, "info": {"bytes_used": used, "bytes_limit": limit, "peak_bytes_used": used}}
+
+
+def test_on_v6e_plausible_limits_and_tracked_usage_pass():
+    probe = 256 * 1024**2
+    report = hbm_report(
+        runtime_devices=["TPU:0", "TPU:1"],
+        before={d: _tpu_info(GIB) for d in ("TPU:0", "TPU:1")},
+        after={d: _tpu_info(GIB + probe) for d in ("TPU:0", "TPU:1")},
+        probe_bytes=probe,
+        unknown_device={"ok": False, "error": "valid: TPU:0, TPU:1"},
+    )
+    assert hbm.judge_hbm(report, None, TPU_TARGET).passed
+
+
+def test_on_v6e_an_implausible_limit_or_unchanged_usage_fails():
+    probe = 256 * 1024**2
+    report = hbm_report(
+        runtime_devices=["TPU:0"],
+        before={"TPU:0": _tpu_info(GIB, limit=95 * GIB)},
+        after={"TPU:0": _tpu_info(GIB, limit=95 * GIB)},
+        probe_bytes=probe,
+        unknown_device={"ok": False, "error": "valid: TPU:0"},
+    )
+    reasons = hbm.judge_hbm(report, None, TPU_TARGET).reasons
+    assert "implausible for this chip (expected up to 32 GiB)" in reasons[0]
+    assert "bytes_used rose by 0 bytes" in reasons[1]
+
+
+# --- reports --------------------------------------------------------------------------
+
+
+def test_reports_carry_each_verdict_separately(tmp_path):
+    results = [
+        CheckResult("restart", False, ["warm-1: 2 deserialize failure(s)"]),
+        CheckResult("hbm", True, [], ["4 device(s) routed"]),
+    ]
+    json_path, junit_path = write_reports(tmp_path, CPU_TARGET, results)
+    payload = json.loads(json_path.read_text())
+    assert payload["status"] == "fail"
+    assert payload["exit_code"] == 1
+    assert [c["passed"] for c in payload["checks"]] == [False, True]
+    suite = ET.parse(junit_path).getroot().find("testsuite")
+    assert suite is not None
+    assert suite.get("failures") == "1"
+    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    assert cases["restart"].find("failure") is not None
+    assert cases["hbm"].find("failure") is None
+    assert "FAIL] restart" in render_text(CPU_TARGET, results)
+
+
+def test_an_unusable_environment_is_reported_as_an_error_not_a_failure(tmp_path):
+    json_path, _ = write_reports(tmp_path, None, [], error="torch_xla does not import")
+    assert json.loads(json_path.read_text())["exit_code"] == 2
+    junit = ET.fromstring(render_junit(None, [], "torch_xla does not import"))
+    assert junit.find("testsuite/testcase/error") is not None
