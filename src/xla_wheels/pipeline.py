@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from xla_wheels import log
+from xla_wheels.builder.config import BuildConfig
 from xla_wheels.bundle import Bundle, load_bundle
-from xla_wheels.errors import SourceError, StageNotAvailable
+from xla_wheels.errors import SourceError
 from xla_wheels.lockfile import update_bundle_entry
 from xla_wheels.options import PipelineOptions
 from xla_wheels.patches import AppliedSeries, apply_series, describe_series, write_state
@@ -73,9 +74,21 @@ def run_patches(bundle: Bundle, sources: Mapping[str, CheckedOutSource]) -> Patc
     return PatchedSources(bundle, sources, series)
 
 
-def run_until(options: PipelineOptions, bundle_name: str, last_stage: str) -> PatchedSources | None:
+def run_until(
+    options: PipelineOptions,
+    bundle_name: str,
+    last_stage: str,
+    build_config: BuildConfig | None = None,
+) -> PatchedSources | None:
     """Run the stages up to and including ``last_stage``."""
     bundle = load_bundle(options.root, bundle_name)
+    build_run = None
+    if last_stage in ("build", "collect"):
+        # Preflight first: every blocker (pins, remotes, engine, disk, memory) at once,
+        # before anything is fetched. It also knows which build stages are cached.
+        from xla_wheels.builder import stage as build_stage
+
+        build_run = build_stage.prepare(options, bundle, build_config or BuildConfig())
     with log.section(f"resolve: bundle {bundle.name}"):
         log.info(f"manifest {bundle.path} sha256:{bundle.manifest_sha256}")
         unresolved = bundle.unresolved_pins()
@@ -86,22 +99,36 @@ def run_until(options: PipelineOptions, bundle_name: str, last_stage: str) -> Pa
             )
     if last_stage == "resolve":
         return None
-    sources = run_sources(options, bundle)
-    resolved = {name: source.commit for name, source in sources.items()}
-    update_bundle_entry(options.lock_path, bundle, resolved, options.root)
-    if last_stage == "sources":
-        return None
-    patched = run_patches(bundle, sources)
-    if last_stage == "patches":
+    if build_run is not None and build_run.all_cached:
+        # Every build stage is cached for these exact inputs (full SHAs, patch digests):
+        # fresh worktrees would only be thrown away, so sources and patches are skipped.
+        log.info("sources, patches: skipped (both build stages are cached for these inputs)")
+        update_bundle_entry(options.lock_path, bundle, build_run.commits, options.root)
+        patched = None
+    else:
+        sources = run_sources(options, bundle)
+        resolved = {name: source.commit for name, source in sources.items()}
+        update_bundle_entry(options.lock_path, bundle, resolved, options.root)
+        if last_stage == "sources":
+            return None
+        patched = run_patches(bundle, sources)
+        if last_stage == "patches":
+            return patched
+    if build_run is None:
         return patched
-    raise StageNotAvailable(
-        "the build stage is not available yet in this version of the pipeline; "
-        f"sources and patches for {bundle.name} are ready in {work_dir(options, bundle)}/src",
-        fix="build from those worktrees by hand, or use a pipeline version with the build stage",
-    )
+    if patched is not None:
+        build_run = build_stage.after_sources(build_run, patched.sources)
+    build_stage.build(build_run)
+    if last_stage == "collect":
+        target = build_stage.collect(build_run)
+        log.info(f"collect: {target}")
+    build_stage.report_timings(build_run)
+    return patched
 
 
-def plan(options: PipelineOptions, bundle: Bundle) -> list[PlannedStage]:
+def plan(
+    options: PipelineOptions, bundle: Bundle, build_config: BuildConfig | None = None
+) -> list[PlannedStage]:
     """Every stage, every command with its environment, every pin and patch digest."""
     cache = SourceCache(options.source_cache, options.mirror)
     src = work_dir(options, bundle) / "src"
@@ -176,15 +203,9 @@ def plan(options: PipelineOptions, bundle: Bundle) -> list[PlannedStage]:
                 )
             )
     stages.append(PlannedStage("patches", tuple(patch_facts), tuple(patch_commands)))
-    stages.append(
-        PlannedStage(
-            "build",
-            facts=(
-                "NOT AVAILABLE in this version of the pipeline: `make wheels` stops "
-                "after the patch stage",
-            ),
-        )
-    )
+    from xla_wheels.builder.stage import plan_stages
+
+    stages.extend(plan_stages(options, bundle, build_config or BuildConfig()))
     return stages
 
 

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from xla_wheels import log
+from xla_wheels.builder.config import add_build_arguments, build_config_from_args
 from xla_wheels.bundle import available_bundles, describe, diff, load_bundle
 from xla_wheels.errors import LockError, PatchError, UsageError
 from xla_wheels.lockfile import check_lock, update_bundle_entry
@@ -54,11 +55,12 @@ def cmd_diff(args: argparse.Namespace) -> int:
 def _make_stage_handler(last_stage: str):  # noqa: ANN202 - returns a handler
     def handler(args: argparse.Namespace) -> int:
         options = options_from_args(args)
+        build_config = build_config_from_args(args) if last_stage == "collect" else None
         if options.dry_run:
             bundle = load_bundle(options.root, args.bundle)
-            print(render_plan(plan(options, bundle)))
+            print(render_plan(plan(options, bundle, build_config)))
             return 0
-        run_until(options, args.bundle, last_stage)
+        run_until(options, args.bundle, last_stage, build_config)
         log.info(f"{last_stage}: done for {args.bundle}")
         return 0
 
@@ -147,6 +149,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         ("wheels", "collect", "the main job: resolve, sources, patches, build, collect/lock"),
     ):
         parser = _bundle_parser(subparsers, name, text)
+        if stage == "collect":
+            add_build_arguments(parser)
         parser.set_defaults(handler=_make_stage_handler(stage))
 
     parser = _bundle_parser(

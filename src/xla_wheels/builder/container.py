@@ -1,0 +1,259 @@
+"""The engine layer: docker, podman, buildah or the host behind one context manager.
+
+Modelled on cibuildwheel's ``oci_container.py``: ``with engine:`` starts one container
+from the builder image, ``engine.call(argv, env=..., cwd=...)`` runs a command in it,
+leaving the block removes it. Every directory the build touches is mounted at its own
+absolute path, so paths in specs, logs and ``.git`` files mean the same inside and out.
+
+- docker / podman: ``run --detach ... sleep infinity`` once, then ``exec`` per command.
+- buildah: ``buildah from`` once, then ``buildah run --isolation chroot -v ...`` per
+  command (mounts are given per run). This is what works without a daemon and without
+  ``podman run`` (which fails on hosts that forbid setrlimit, as on our CI machines).
+- host (BUILD_MODE=host): the same calls as plain subprocesses.
+
+User: a non-root caller's uid:gid runs the build (files it writes stay the caller's);
+the image's default USER is the unprivileged ``builder``. Only a root caller gets root in
+the container, and that is logged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from xla_wheels import log
+from xla_wheels.errors import PipelineError
+
+
+class EngineError(PipelineError):
+    """The container engine failed to start, run or remove the builder container."""
+
+
+@dataclass(frozen=True)
+class Mount:
+    path: Path
+    read_only: bool = False
+
+    def flag(self) -> str:
+        return f"{self.path}:{self.path}" + (":ro" if self.read_only else "")
+
+
+class Engine(contextlib.AbstractContextManager["Engine"]):
+    """Base: how to start, call and stop. Subclasses fill the argv builders."""
+
+    name = "host"
+
+    def __init__(self, image: str, mounts: Sequence[Mount], env: Mapping[str, str]) -> None:
+        self.image = image
+        self.mounts = list(mounts)
+        self.env = dict(env)
+        self.container = f"xla-wheels-{uuid.uuid4().hex[:12]}"
+        self.started = False
+
+    # -- argv composition (also used by the DRY_RUN plan) --------------------------------
+    def start_argv(self) -> list[str] | None:
+        return None
+
+    def call_argv(
+        self, argv: Sequence[str], env: Mapping[str, str] | None = None, cwd: str | None = None
+    ) -> list[str]:
+        return list(argv)
+
+    def stop_argv(self) -> list[str] | None:
+        return None
+
+    def user(self) -> str | None:
+        uid, gid = os.getuid(), os.getgid()
+        return f"{uid}:{gid}" if uid != 0 else None
+
+    # -- running ---------------------------------------------------------------------------
+    def __enter__(self) -> Engine:
+        argv = self.start_argv()
+        if argv:
+            if os.getuid() == 0:
+                log.warning(
+                    "running as root: the container runs as root too (a normal user's "
+                    "`make wheels` runs the build as that user's uid)"
+                )
+            log.command(argv)
+            process = subprocess.run(argv, capture_output=True, text=True, check=False)
+            if process.returncode != 0:
+                raise EngineError(
+                    f"{self.name} could not start the builder container from {self.image}: "
+                    f"{process.stderr.strip() or process.stdout.strip()}",
+                    fix="check `make builder-image ENGINE=...` built the image, and that "
+                    f"`{self.name} info` works",
+                )
+        self.started = True
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        argv = self.stop_argv()
+        if argv and self.started:
+            log.command(argv)
+            subprocess.run(argv, capture_output=True, text=True, check=False)
+        self.started = False
+
+    def call(
+        self, argv: Sequence[str], env: Mapping[str, str] | None = None, cwd: str | None = None
+    ) -> int:
+        full = self.call_argv(argv, env, cwd)
+        log.command(full)
+        run_env = None
+        if self.name == "host":
+            run_env = {**os.environ, **self.env, **(env or {})}
+        process = subprocess.run(full, env=run_env, cwd=cwd if self.name == "host" else None)
+        return process.returncode
+
+
+class HostEngine(Engine):
+    name = "host"
+
+    def call_argv(
+        self, argv: Sequence[str], env: Mapping[str, str] | None = None, cwd: str | None = None
+    ) -> list[str]:
+        return list(argv)
+
+
+class DockerEngine(Engine):
+    """docker and podman share the command line we use."""
+
+    name = "docker"
+
+    def start_argv(self) -> list[str]:
+        argv = [self.name, "run", "--detach", "--rm", "--name", self.container, "--init"]
+        if user := self.user():
+            argv += ["--user", user]
+        for mount in self.mounts:
+            argv += ["--volume", mount.flag()]
+        for key, value in sorted(self.env.items()):
+            argv += ["--env", f"{key}={value}"]
+        return [*argv, self.image, "sleep", "infinity"]
+
+    def call_argv(
+        self, argv: Sequence[str], env: Mapping[str, str] | None = None, cwd: str | None = None
+    ) -> list[str]:
+        full = [self.name, "exec"]
+        if cwd:
+            full += ["--workdir", cwd]
+        for key, value in sorted((env or {}).items()):
+            full += ["--env", f"{key}={value}"]
+        return [*full, self.container, *argv]
+
+    def stop_argv(self) -> list[str]:
+        return [self.name, "rm", "--force", self.container]
+
+
+class PodmanEngine(DockerEngine):
+    name = "podman"
+
+
+class BuildahEngine(Engine):
+    name = "buildah"
+
+    def start_argv(self) -> list[str]:
+        return ["buildah", "from", "--pull-never", "--name", self.container, self.image]
+
+    def call_argv(
+        self, argv: Sequence[str], env: Mapping[str, str] | None = None, cwd: str | None = None
+    ) -> list[str]:
+        full = ["buildah", "run", "--isolation", "chroot"]
+        if user := self.user():
+            full += ["--user", user]
+        for mount in self.mounts:
+            full += ["-v", mount.flag()]
+        for key, value in sorted({**self.env, **(env or {})}.items()):
+            full += ["--env", f"{key}={value}"]
+        if cwd:
+            full += ["--workingdir", cwd]
+        return [*full, self.container, "--", *argv]
+
+    def stop_argv(self) -> list[str]:
+        return ["buildah", "rm", self.container]
+
+
+ENGINE_CLASSES: dict[str, type[Engine]] = {
+    "docker": DockerEngine,
+    "podman": PodmanEngine,
+    "buildah": BuildahEngine,
+}
+
+
+def make_engine(
+    mode: str, engine: str, image: str, mounts: Sequence[Mount], env: Mapping[str, str]
+) -> Engine:
+    if mode == "host":
+        return HostEngine(image, mounts, env)
+    return ENGINE_CLASSES[engine](image, mounts, env)
+
+
+def probe_engine(engine: str, timeout: float = 10.0) -> str | None:
+    """None when the engine can run containers here; else what is wrong (one line)."""
+    if shutil.which(engine) is None:
+        return f"{engine} is not installed"
+    probe = {
+        "docker": ["docker", "info", "--format", "{{.ServerVersion}}"],
+        "podman": ["podman", "info", "--format", "{{.Host.OCIRuntime.Name}}"],
+        "buildah": ["buildah", "info"],
+    }[engine]
+    try:
+        process = subprocess.run(probe, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return f"`{' '.join(probe)}` did not answer within {timeout:.0f}s (daemon hung?)"
+    if process.returncode != 0:
+        detail = (process.stderr.strip() or process.stdout.strip()).splitlines()
+        return f"`{' '.join(probe)}` failed: {detail[-1] if detail else 'no output'}"
+    return None
+
+
+def image_present(engine: str, image: str, timeout: float = 10.0) -> bool:
+    argv = {
+        "docker": ["docker", "image", "inspect", image],
+        "podman": ["podman", "image", "exists", image],
+        "buildah": ["buildah", "inspect", "--type", "image", image],
+    }[engine]
+    try:
+        process = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False
+    return process.returncode == 0
+
+
+def build_image_argv(engine: str, image: str, root: Path, target: str = "builder") -> list[str]:
+    """The command that builds the builder image from the top-level Dockerfile."""
+    if engine == "docker":
+        return ["docker", "build", "--target", target, "--tag", image, str(root)]
+    if engine == "podman":
+        return [
+            "podman",
+            "build",
+            "--isolation=chroot",
+            "--target",
+            target,
+            "--tag",
+            image,
+            str(root),
+        ]
+    return [
+        "buildah",
+        "bud",
+        "--isolation",
+        "chroot",
+        "--target",
+        target,
+        "--tag",
+        image,
+        str(root),
+    ]

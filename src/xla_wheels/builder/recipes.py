@@ -1,0 +1,336 @@
+"""The recipes: the exact commands of the torch and torch_xla builds and of the ship check.
+
+Composed from a :class:`~xla_wheels.builder.spec.BuildSpec` by pure functions, so the
+DRY_RUN plan (on the host) and the entry point (``inside``, in the container or on the
+host) print and run the same list. Modelled on upstream's own wheel build
+(pytorch/xla ``infra/ansible``): torch's ``setup.py bdist_wheel`` with CUDA off, that wheel
+installed into the build environment, then torch_xla's ``setup.py bdist_wheel`` from
+``pytorch/xla`` inside the PyTorch tree.
+
+Layout, and why a copy: torch_xla's Bazel WORKSPACE loads PyTorch from ``../``
+(``bazel/dependencies.bzl``: ``PYTORCH_LOCAL_DIR = "../"``) and its setup.py reads the
+torch commit from ``../``. Bazel and Python resolve the working directory physically
+(getcwd), so a symlink ``torch/xla -> ../torch_xla`` would make ``../`` the symlink
+target's parent, not the torch tree. The recipe therefore copies the patched torch_xla
+worktree (tens of MB, no submodules) to ``<torch>/xla`` right before its build, after
+the patch stage has checked both trees: the sources and patch stages keep their one
+worktree per component, and the build sees upstream's layout.
+
+This module imports only the standard library (it runs inside the builder image).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from xla_wheels.builder.spec import BuildSpec
+
+PATCH_STATE = "openxla_patches.applied.json"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One command (``argv``) or one internal action (``action`` + ``args``)."""
+
+    title: str
+    argv: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    cwd: str | None = None
+    path_prepend: tuple[str, ...] = ()
+    action: str | None = None
+    args: tuple[str, ...] = ()
+    only_if_exists: str | None = None
+    note: str = ""
+    expand: tuple[str, ...] = field(default_factory=tuple)
+    """argv entries that are globs, expanded (sorted) when the step runs."""
+
+    def render(self) -> str:
+        if self.action:
+            text = f"[{self.action}] " + " ".join(shlex.quote(a) for a in self.args)
+        else:
+            parts = []
+            if self.cwd:
+                parts.append(f"cd {shlex.quote(self.cwd)} &&")
+            if self.path_prepend:
+                parts.append("PATH=" + ":".join(self.path_prepend) + ":$PATH")
+            parts.extend(f"{key}={shlex.quote(value)}" for key, value in self.env)
+            parts.extend(shlex.quote(arg) for arg in self.argv)
+            text = " ".join(parts)
+        if self.only_if_exists:
+            text = f"[if {self.only_if_exists} exists] {text}"
+        return f"{text}    # {self.note}" if self.note else text
+
+
+def _common_env(spec: BuildSpec) -> dict[str, str]:
+    env = {
+        "PYTHONPATH": spec.buildenv,
+        "PIP_CACHE_DIR": spec.pip_cache_dir,
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        # The worktrees' .git files point into the source cache, owned by the caller; git
+        # >= 2.35.2 refuses repositories owned by another uid (CVE-2022-24765). The builder
+        # only reads HEAD (setup.py's version), so trusting these paths is safe.
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": "safe.directory",
+        "GIT_CONFIG_VALUE_0": "*",
+    }
+    env.update(spec.compiler_env)
+    env.update(spec.extra_env)
+    return env
+
+
+def _sorted_env(env: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(env.items()))
+
+
+def torch_env(spec: BuildSpec) -> dict[str, str]:
+    """PyTorch's own build switches for a CPU wheel that torch_xla builds against."""
+    env = _common_env(spec)
+    env.update(
+        {
+            "USE_CUDA": "0",
+            "USE_CUDNN": "0",
+            "USE_NCCL": "0",
+            "USE_ROCM": "0",
+            "USE_XPU": "0",
+            "USE_MPS": "0",
+            "BUILD_TEST": "0",
+            "PYTORCH_BUILD_VERSION": spec.torch_version,
+            # 1 = no ".postN" suffix (PyTorch appends .post<N> for N > 1).
+            "PYTORCH_BUILD_NUMBER": "1",
+            "MAX_JOBS": str(spec.jobs),
+            "CMAKE_C_COMPILER_LAUNCHER": "ccache",
+            "CMAKE_CXX_COMPILER_LAUNCHER": "ccache",
+            "CCACHE_DIR": spec.ccache_dir,
+            "_GLIBCXX_USE_CXX11_ABI": str(spec.knobs["cxx_abi"]),
+        }
+    )
+    return env
+
+
+def torch_xla_env(spec: BuildSpec) -> dict[str, str]:
+    """The knobs of torch_xla's setup.py (and build_util.bazel_options_from_env)."""
+    knobs = spec.knobs
+    env = _common_env(spec)
+    env.update(
+        {
+            # We stamp the full version ourselves (commit + patch digest), so setup.py's
+            # own "+git<sha7>" suffix is switched off.
+            "TORCH_XLA_VERSION": spec.torch_xla_version,
+            "GIT_VERSIONED_XLA_BUILD": "0",
+            "BUILD_CPP_TESTS": "1" if knobs["build_cpp_tests"] else "0",
+            "BUNDLE_LIBTPU": "1" if knobs["bundle_libtpu"] else "0",
+            "TPUVM_MODE": "1" if knobs["tpuvm_mode"] else "0",
+            "CXX_ABI": str(knobs["cxx_abi"]),
+            "XLA_CUDA": "0",
+            "BAZEL_JOBS": str(spec.jobs),
+            "BAZEL_DISK_CACHE_PATH": spec.bazel_disk_cache,
+        }
+    )
+    # BAZEL_REMOTE_CACHE=1 would select upstream's `--config=remote_cache`, which is
+    # Google's own RBE instance; our cache goes into .bazelrc.user instead (see below).
+    return env
+
+
+def bazelrc_user(spec: BuildSpec) -> str:
+    """``.bazelrc.user``, which torch_xla's .bazelrc try-imports last.
+
+    setup.py passes no free-form Bazel flags, so this file is the one place for
+    ``--override_repository``. Overriding (rather than rewriting the WORKSPACE pin) keeps
+    torch_xla's tree exactly the patched commit, needs no GitHub tarball or sha256, and
+    builds the bundle's own patched OpenXLA checkout.
+    """
+    lines = [
+        f"# Written by xla-wheels for bundle {spec.bundle}: OpenXLA is the bundle's pin with",
+        "# its patch series and torch_xla's openxla_patches/ applied.",
+        f"build --override_repository=xla={spec.openxla_src}",
+    ]
+    if spec.bazel_remote_cache:
+        lines += [
+            f"build --remote_cache={spec.bazel_remote_cache}",
+            # upstream's .bazelrc says --noremote_upload_local_results for local builds;
+            # a builder fills the team cache, so it uploads.
+            "build --remote_upload_local_results",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def torch_steps(spec: BuildSpec) -> list[Step]:
+    tmp = spec.torch_stage + ".tmp"
+    env = _sorted_env(torch_env(spec))
+    bin_dir = (f"{spec.buildenv}/bin",)
+    py = spec.python
+    return [
+        Step("clean staging", ("rm", "-rf", tmp)),
+        Step(
+            "torch build requirements",
+            (
+                py,
+                "-m",
+                "pip",
+                "install",
+                "--upgrade",
+                "--target",
+                spec.buildenv,
+                *spec.pip_args,
+                "-r",
+                f"{spec.torch_src}/requirements.txt",
+            ),
+            env=env,
+            cwd=spec.torch_src,
+            only_if_exists=f"{spec.torch_src}/requirements.txt",
+        ),
+        Step(
+            "torch wheel",
+            (py, "setup.py", "bdist_wheel", "--dist-dir", tmp),
+            env=env,
+            cwd=spec.torch_src,
+            path_prepend=bin_dir,
+        ),
+        Step("finish torch stage", action="finish-stage", args=(tmp, spec.torch_stage, "torch")),
+    ]
+
+
+def torch_xla_steps(spec: BuildSpec) -> list[Step]:
+    tmp = spec.torch_xla_stage + ".tmp"
+    env = _sorted_env(torch_xla_env(spec))
+    bin_dir = (f"{spec.buildenv}/bin",)
+    py = spec.python
+    return [
+        Step("clean staging", ("rm", "-rf", tmp)),
+        Step(
+            "install torch into the build environment",
+            (
+                py,
+                "-m",
+                "pip",
+                "install",
+                "--no-deps",
+                "--no-index",
+                "--upgrade",
+                "--target",
+                spec.buildenv,
+                f"{spec.torch_stage}/torch-*.whl",
+            ),
+            env=_sorted_env(_common_env(spec)),
+            expand=(f"{spec.torch_stage}/torch-*.whl",),
+        ),
+        Step(
+            "torch_xla build requirements",
+            (
+                py,
+                "-m",
+                "pip",
+                "install",
+                "--target",
+                spec.buildenv,
+                *spec.pip_args,
+                "-r",
+                f"{spec.torch_xla_worktree}/requirements.txt",
+            ),
+            env=_sorted_env(_common_env(spec)),
+            only_if_exists=f"{spec.torch_xla_worktree}/requirements.txt",
+        ),
+        Step("layout: fresh copy of torch_xla at <torch>/xla", ("rm", "-rf", spec.torch_xla_tree)),
+        Step(
+            "layout: copy",
+            ("cp", "-a", spec.torch_xla_worktree, spec.torch_xla_tree),
+            note="upstream's pytorch/xla layout; Bazel loads PyTorch from ../",
+        ),
+        Step(
+            "torch_xla's openxla_patches/ onto the OpenXLA checkout",
+            action="apply-openxla-patches",
+            args=(spec.torch_xla_tree, spec.openxla_src),
+            note="each `patch -p1 -l -i <file>` of WORKSPACE's xla http_archive, which "
+            "--override_repository bypasses",
+        ),
+        Step(
+            "write .bazelrc.user",
+            action="write-file",
+            args=(f"{spec.torch_xla_tree}/.bazelrc.user", bazelrc_user(spec)),
+        ),
+        Step(
+            "torch_xla wheel",
+            (py, "setup.py", "bdist_wheel", "--dist-dir", tmp),
+            env=env,
+            cwd=spec.torch_xla_tree,
+            path_prepend=bin_dir,
+        ),
+        Step("stamp provenance into the wheel", action="stamp-provenance", args=(tmp,)),
+        Step(
+            "finish torch_xla stage",
+            action="finish-stage",
+            args=(tmp, spec.torch_xla_stage, "torch_xla"),
+        ),
+    ]
+
+
+def ship_steps(spec: BuildSpec, staging: str) -> list[Step]:
+    """A clean environment with only the staged wheels, then the configured check."""
+    venv_python = f"{spec.ship_env}/bin/python"
+    values = {
+        "python": venv_python,
+        "wheels": staging,
+        "out": spec.ship_out,
+        "builder_python": spec.python,
+    }
+    pip_args = tuple(arg.format(**values) for arg in spec.ship_pip_args)
+    check = tuple(shlex.split(spec.ship_check.format(**values)))
+    env = {"PIP_CACHE_DIR": spec.pip_cache_dir, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    env.update(spec.extra_env)
+    check_env = dict(env)
+    # The gate runs from the pipeline's own sources (mounted read-only at the same path).
+    check_env["PYTHONPATH"] = spec.pipeline_src
+    return [
+        Step("clean environment", (spec.python, "-m", "venv", "--clear", spec.ship_env)),
+        Step(
+            "install the staged wheels",
+            (venv_python, "-m", "pip", "install", *pip_args, f"{staging}/*.whl"),
+            env=_sorted_env(env),
+            expand=(f"{staging}/*.whl",),
+        ),
+        Step("ship check", check, env=_sorted_env(check_env), cwd=spec.ship_out),
+    ]
+
+
+def recipe(spec: BuildSpec, name: str, staging: str | None = None) -> list[Step]:
+    if name == "torch":
+        return torch_steps(spec)
+    if name == "torch_xla":
+        return torch_xla_steps(spec)
+    if name == "ship":
+        return ship_steps(spec, staging or "<staging>")
+    raise ValueError(f"unknown recipe {name!r}")
+
+
+_ARCHIVE = re.compile(r"http_archive\((.*?)\n\)", re.DOTALL)
+_XLA_PATCH = re.compile(r'"//openxla_patches:([^"]+)"')
+
+
+def workspace_openxla_patches(tree: Path) -> list[str]:
+    """File names of the patches WORKSPACE's ``xla`` http_archive applies, in order."""
+    workspace = tree / "WORKSPACE"
+    if not workspace.exists():
+        return []
+    for match in _ARCHIVE.finditer(workspace.read_text(encoding="utf-8")):
+        body = match.group(1)
+        if re.search(r'name\s*=\s*"xla"', body):
+            return _XLA_PATCH.findall(body)
+    return []
+
+
+def expand_argv(step: Step) -> list[str]:
+    argv: list[str] = []
+    for arg in step.argv:
+        if arg in step.expand:
+            directory, pattern = os.path.split(arg)
+            matches = sorted(str(p) for p in Path(directory).glob(pattern))
+            if not matches:
+                raise FileNotFoundError(f"nothing matches {arg}")
+            argv.extend(matches)
+        else:
+            argv.append(arg)
+    return argv

@@ -1,0 +1,71 @@
+"""The build spec: everything a recipe needs, as JSON the in-container entry point reads.
+
+Paths are absolute and identical inside and outside the container (the engine mounts each
+directory at its own path), so a spec, a log line or a ``.git`` file written on one side
+means the same on the other, and BUILD_MODE=host runs the very same spec.
+
+This module imports only the standard library (it runs inside the builder image).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Bump when a recipe changes in a way that changes the wheels: invalidates the stage cache.
+RECIPE_VERSION = "1"
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    bundle: str
+    python: str
+    torch_src: str
+    torch_xla_worktree: str
+    torch_xla_tree: str
+    """``<torch_src>/xla``: where torch_xla is built (its Bazel WORKSPACE loads ``../``)."""
+    openxla_src: str
+    buildenv: str
+    """``pip install --target`` directory holding the built torch and build requirements."""
+    logs: str
+    torch_version: str
+    torch_xla_version: str
+    torch_stage: str
+    torch_xla_stage: str
+    jobs: int
+    knobs: dict[str, Any]
+    bazel_disk_cache: str
+    bazel_remote_cache: str | None
+    ccache_dir: str
+    pip_cache_dir: str
+    pip_args: list[str]
+    compiler_env: dict[str, str]
+    extra_env: dict[str, str]
+    ship_env: str
+    ship_out: str
+    ship_check: str
+    ship_pip_args: list[str]
+    pipeline_src: str
+    """Directory holding the ``xla_wheels`` package (mounted read-only at the same path)."""
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+
+    def write(self, path: Path) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.to_json(), encoding="utf-8")
+        return path
+
+    @classmethod
+    def read(cls, path: Path) -> BuildSpec:
+        return cls(**json.loads(path.read_text(encoding="utf-8")))
+
+
+def stage_key(inputs: dict[str, Any]) -> str:
+    """sha256 over a stage's inputs (sorted JSON): same inputs, same key, reused wheel."""
+    blob = json.dumps({"recipe": RECIPE_VERSION, **inputs}, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()

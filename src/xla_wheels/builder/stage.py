@@ -1,0 +1,432 @@
+"""Orchestration of the build and collect stages, called by ``pipeline.run_until``/``plan``.
+
+``prepare`` (before sources): stage keys from what is known without the network, then
+preflight. ``after_sources``: the keys again with the verified full SHAs. ``build``: each
+recipe whose stage is not cached, through the engine. ``collect``: staging, ship check,
+atomic move, wheels.lock. Every piece is composed from one :class:`BuildConfig` and one
+:class:`BuildSpec`, which the DRY_RUN plan renders with the same functions.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import xla_wheels
+from xla_wheels import log
+from xla_wheels.builder import collect as collect_mod
+from xla_wheels.builder import recipes, stamp
+from xla_wheels.builder.config import BuildConfig
+from xla_wheels.builder.container import Engine, Mount, build_image_argv, make_engine
+from xla_wheels.builder.preflight import PreflightError, preflight
+from xla_wheels.builder.spec import BuildSpec, stage_key
+from xla_wheels.bundle import Bundle
+from xla_wheels.errors import PipelineError
+from xla_wheels.lockfile import file_sha256
+from xla_wheels.options import PipelineOptions
+from xla_wheels.patches import describe_series, series_digest
+from xla_wheels.sources import CheckedOutSource, SourceCache
+
+if TYPE_CHECKING:
+    from xla_wheels.pipeline import PlannedStage
+
+RECIPES = ("torch", "torch_xla")
+ENTRY_MODULE = "xla_wheels.builder.inside"
+
+
+class BuildFailed(PipelineError):
+    """A recipe failed; the message names its log file."""
+
+
+@dataclass
+class BuildRun:
+    options: PipelineOptions
+    bundle: Bundle
+    config: BuildConfig
+    commits: dict[str, str | None]
+    spec: BuildSpec
+    keys: dict[str, str] | None
+    timings: list[tuple[str, float, str]] = field(default_factory=list)
+
+    @property
+    def work(self) -> Path:
+        return self.options.out_dir / self.bundle.name
+
+    @property
+    def spec_path(self) -> Path:
+        return self.work / "build-spec.json"
+
+    def stage_dir(self, name: str) -> Path:
+        return Path(self.spec.torch_stage if name == "torch" else self.spec.torch_xla_stage)
+
+    def cached(self, name: str) -> bool:
+        return self.keys is not None and stage_wheel(self.stage_dir(name)) is not None
+
+    @property
+    def all_cached(self) -> bool:
+        return all(self.cached(name) for name in RECIPES)
+
+    def wheels(self) -> list[Path]:
+        found = [stage_wheel(self.stage_dir(name)) for name in RECIPES]
+        if any(w is None for w in found):
+            raise BuildFailed("a stage has no wheel after the build (see the logs)")
+        return [w for w in found if w is not None]
+
+
+def stage_wheel(directory: Path) -> Path | None:
+    """The stage's wheel when the stage finished and its bytes match the record."""
+    record = directory / "stage.json"
+    if not record.is_file():
+        return None
+    try:
+        data = json.loads(record.read_text(encoding="utf-8"))
+        wheel = directory / data["wheel"]
+        if wheel.is_file() and file_sha256(wheel) == data["sha256"]:
+            return wheel
+    except (OSError, ValueError, KeyError):
+        return None
+    return None
+
+
+def pipeline_src() -> Path:
+    return Path(xla_wheels.__file__).resolve().parent.parent
+
+
+def known_commits(options: PipelineOptions, bundle: Bundle) -> dict[str, str | None]:
+    """Full SHAs known without the network: full pins, and short ones the cache resolves."""
+    cache = SourceCache(options.source_cache, options.mirror)
+    commits: dict[str, str | None] = {}
+    for component in bundle.components.values():
+        commits[component.name] = None
+        if component.is_full_sha:
+            commits[component.name] = component.commit
+        elif component.commit and cache.repo_for(component).exists():
+            try:
+                commits[component.name] = cache.resolve(component, allow_fetch=False)
+            except PipelineError:
+                commits[component.name] = None
+    return commits
+
+
+def _series(bundle: Bundle, name: str) -> tuple[list[dict[str, str]], str]:
+    series = describe_series(bundle.component(name))
+    return [{"path": f"patches/{p.relpath}", "sha256": p.sha256} for p in series], series_digest(
+        series
+    )
+
+
+def compose(
+    options: PipelineOptions,
+    bundle: Bundle,
+    config: BuildConfig,
+    commits: Mapping[str, str | None],
+) -> tuple[BuildSpec, dict[str, str] | None]:
+    """The spec and the stage keys (None while a commit is not known in full)."""
+    work = options.out_dir / bundle.name
+    src = work / "src"
+    cache = options.cache_dir
+    pins = {
+        name: commits.get(name) or bundle.component(name).commit or "unpinned"
+        for name in bundle.components
+    }
+    series = {name: _series(bundle, name) for name in bundle.components}
+    torch_c, xla_c = bundle.component("torch"), bundle.component("torch_xla")
+    torch_digest = stamp.patch_digest([series["torch"][1]]) if torch_c.patches else None
+    torch_version = stamp.local_version(torch_c.version or "", pins["torch"], torch_digest)
+    # torch_xla always carries ".p<digest>": even with no torch_xla patch, its OpenXLA is
+    # the bundle's (override), not the one upstream's WORKSPACE pins.
+    xla_digest = stamp.patch_digest(
+        [series["torch_xla"][1], f"openxla:{pins['openxla']}", series["openxla"][1]]
+    )
+    torch_xla_version = stamp.local_version(xla_c.version or "", pins["torch_xla"], xla_digest)
+    knobs = {
+        "bundle_libtpu": bundle.build.bundle_libtpu,
+        "tpuvm_mode": bundle.build.tpuvm_mode,
+        "build_cpp_tests": bundle.build.build_cpp_tests,
+        "cxx_abi": bundle.build.cxx_abi,
+    }
+    toolchain = config.image if config.mode == "container" else f"host:{config.host_python}"
+    keys: dict[str, str] | None = None
+    if all(commits.get(name) for name in bundle.components):
+        torch_key = stage_key(
+            {
+                "component": "torch",
+                "commit": commits["torch"],
+                "series": series["torch"][1],
+                "version": torch_version,
+                "cxx_abi": knobs["cxx_abi"],
+                "compiler": dict(config.compiler_env),
+                "python": bundle.python,
+                "toolchain": toolchain,
+            }
+        )
+        xla_key = stage_key(
+            {
+                "component": "torch_xla",
+                "torch": torch_key,
+                "commit": commits["torch_xla"],
+                "series": series["torch_xla"][1],
+                "openxla": commits["openxla"],
+                "openxla_series": series["openxla"][1],
+                "version": torch_xla_version,
+                "knobs": knobs,
+                "compiler": dict(config.compiler_env),
+                "python": bundle.python,
+                "toolchain": toolchain,
+            }
+        )
+        keys = {"torch": torch_key, "torch_xla": xla_key}
+    stages = cache / "stages"
+
+    def stage_path(name: str) -> str:
+        suffix = keys[name][:16] if keys else "unresolved"
+        return str(stages / f"{name}-{suffix}")
+
+    provenance: dict[str, Any] = {
+        "bundle": bundle.name,
+        "manifest_sha256": bundle.manifest_sha256,
+        "built_by": f"xla-wheels {xla_wheels.__version__}",
+        "build": {
+            "mode": config.mode,
+            "engine": config.engine if config.mode == "container" else "host",
+            "image": config.image if config.mode == "container" else None,
+            "knobs": knobs,
+        },
+        "components": {
+            name: {
+                "remote": bundle.component(name).remote,
+                "commit": pins[name],
+                "version": bundle.component(name).version,
+                "patches": series[name][0],
+                "series_sha256": series[name][1],
+            }
+            for name in bundle.components
+        },
+    }
+    spec = BuildSpec(
+        bundle=bundle.name,
+        python=config.python,
+        torch_src=str(src / "torch"),
+        torch_xla_worktree=str(src / "torch_xla"),
+        torch_xla_tree=str(src / "torch" / "xla"),
+        openxla_src=str(src / "openxla"),
+        buildenv=str(work / "buildenv"),
+        logs=str(work / "logs"),
+        torch_version=torch_version,
+        torch_xla_version=torch_xla_version,
+        torch_stage=stage_path("torch"),
+        torch_xla_stage=stage_path("torch_xla"),
+        jobs=config.jobs,
+        knobs=knobs,
+        bazel_disk_cache=str(config.disk_cache(cache)),
+        bazel_remote_cache=config.bazel_remote_cache,
+        ccache_dir=str(cache / "ccache"),
+        pip_cache_dir=str(cache / "pip"),
+        pip_args=list(config.pip_args),
+        compiler_env=dict(config.compiler_env),
+        extra_env=dict(config.extra_env),
+        ship_env=str(work / "ship-env"),
+        ship_out=str(work / "ship-check"),
+        ship_check=config.ship_check,
+        ship_pip_args=list(config.ship_pip_args),
+        pipeline_src=str(pipeline_src()),
+        provenance=provenance,
+    )
+    return spec, keys
+
+
+@contextmanager
+def timed(run: BuildRun, name: str, status: str = "ran") -> Iterator[None]:
+    start = time.monotonic()
+    with log.section(name):
+        yield
+    run.timings.append((name, time.monotonic() - start, status))
+
+
+def prepare(options: PipelineOptions, bundle: Bundle, config: BuildConfig) -> BuildRun:
+    """Stage keys from what is known offline, then preflight (raises with every blocker)."""
+    commits = known_commits(options, bundle)
+    spec, keys = compose(options, bundle, config, commits)
+    run = BuildRun(options, bundle, config, commits, spec, keys)
+    with timed(run, "preflight"):
+        blockers = preflight(options, bundle, config, need_sources=not run.all_cached)
+        if blockers:
+            raise PreflightError(bundle.name, blockers)
+        log.info("preflight: no blockers")
+    return run
+
+
+def after_sources(run: BuildRun, sources: Mapping[str, CheckedOutSource]) -> BuildRun:
+    commits: dict[str, str | None] = {name: s.commit for name, s in sources.items()}
+    spec, keys = compose(run.options, run.bundle, run.config, commits)
+    return replace(run, commits=commits, spec=spec, keys=keys)
+
+
+def mounts(run: BuildRun, extra: tuple[Path, ...] = ()) -> list[Mount]:
+    spec = run.spec
+    writable = [
+        run.work,
+        Path(spec.torch_stage).parent,
+        Path(spec.bazel_disk_cache),
+        Path(spec.ccache_dir),
+        Path(spec.pip_cache_dir),
+    ]
+    result = [Mount(Path(spec.pipeline_src), read_only=True)]
+    source_cache = run.options.source_cache
+    result.append(Mount(source_cache, read_only=True))
+    result += [Mount(path) for path in dict.fromkeys(writable)]
+    result += [Mount(path, read_only=True) for path in extra]
+    return result
+
+
+def engine_for(run: BuildRun, extra: tuple[Path, ...] = ()) -> Engine:
+    env = {"PYTHONPATH": run.spec.pipeline_src, "PYTHONDONTWRITEBYTECODE": "1"}
+    return make_engine(
+        run.config.mode, run.config.engine, run.config.image, mounts(run, extra), env
+    )
+
+
+def entry_argv(run: BuildRun, name: str, staging: str | None = None) -> list[str]:
+    argv = [run.spec.python, "-m", ENTRY_MODULE, "--spec", str(run.spec_path), "--recipe", name]
+    return argv + (["--staging", staging] if staging else [])
+
+
+def _ensure_dirs(run: BuildRun) -> None:
+    for mount in mounts(run):
+        if not mount.read_only:
+            mount.path.mkdir(parents=True, exist_ok=True)
+    run.options.source_cache.mkdir(parents=True, exist_ok=True)
+
+
+def build(run: BuildRun) -> None:
+    """Run each recipe whose stage is not cached, in one engine session."""
+    todo = [name for name in RECIPES if not run.cached(name)]
+    for name in RECIPES:
+        if name not in todo:
+            log.info(f"build: {name} stage cached: {stage_wheel(run.stage_dir(name))}")
+            run.timings.append((f"build: {name}", 0.0, "cached"))
+    if not todo:
+        return
+    _ensure_dirs(run)
+    run.spec.write(run.spec_path)
+    log.info(f"build spec: {run.spec_path}")
+    with engine_for(run) as engine:
+        for name in todo:
+            with timed(run, f"build: {name}"):
+                code = engine.call(entry_argv(run, name))
+                if code != 0 or stage_wheel(run.stage_dir(name)) is None:
+                    raise BuildFailed(
+                        f"the {name} build failed (exit {code}); nothing was collected",
+                        fix=f"read {run.spec.logs}/{name}.log",
+                    )
+
+
+def collect(run: BuildRun) -> Path:
+    """Ship check on staged wheels, then the atomic move into dist/<bundle> and the lock."""
+    wheels = run.wheels()
+    root, name = run.options.root, run.bundle.name
+    if collect_mod.up_to_date(root, name, wheels):
+        log.info(f"collect: dist/{name} already holds these wheels")
+        run.timings.append(("collect", 0.0, "up to date"))
+        target = collect_mod.dist_dir(root, name)
+        collect_mod.record(run.options.lock_path, name, target)
+        return target
+    with timed(run, "collect: ship check"), collect_mod.Staging(root, name, wheels) as staging:
+        assert staging.path is not None
+        _ensure_dirs(run)
+        run.spec.write(run.spec_path)
+        with engine_for(run, extra=(staging.path,)) as engine:
+            code = engine.call(entry_argv(run, "ship", str(staging.path)))
+        if code != 0:
+            raise collect_mod.ShipCheckFailed(
+                f"the ship check failed on the new {name} wheels (exit {code}); they were "
+                f"kept out of dist/{name}",
+                fix=f"read {run.spec.logs}/ship.log",
+            )
+        target = staging.commit()
+    with timed(run, "collect: wheels.lock"):
+        collect_mod.record(run.options.lock_path, name, target)
+    return target
+
+
+def report_timings(run: BuildRun) -> None:
+    log.info("stage timings:")
+    for name, seconds, status in run.timings:
+        log.info(f"  {name:<24} {log.format_duration(seconds):>8}  {status}")
+
+
+def plan_stages(
+    options: PipelineOptions, bundle: Bundle, config: BuildConfig
+) -> list[PlannedStage]:
+    """preflight, build and collect as the run will execute them."""
+    from xla_wheels.pipeline import PlannedCommand, PlannedStage
+
+    commits = known_commits(options, bundle)
+    spec, keys = compose(options, bundle, config, commits)
+    run = BuildRun(options, bundle, config, commits, spec, keys)
+    where = (
+        f"engine {config.engine}, image {config.image}"
+        if config.mode == "container"
+        else f"host, {config.host_python}"
+    )
+    pre = PlannedStage(
+        "preflight",
+        facts=(
+            f"mode {config.mode} ({where}), jobs {config.jobs}",
+            "checks, in parallel, reported together: pins resolvable; each remote not in "
+            f"the source cache answers `git ls-remote` within {config.remote_timeout:.0f}s "
+            f"(or MIRROR); engine and image; disk >= {config.min_disk_gib:.0f} GiB; memory "
+            f">= {config.mem_base_gib + config.jobs * config.mem_per_job_gib:.0f} GiB",
+        ),
+    )
+    engine = engine_for(run)
+
+    def line(argv: list[str], note: str = "") -> str:
+        return "$ " + PlannedCommand(tuple(argv), note=note).render()
+
+    setup_facts = [
+        f"openxla {commits['openxla'] or bundle.component('openxla').commit or 'UNPINNED'}"
+        " replaces torch_xla's WORKSPACE pin via --override_repository (.bazelrc.user)",
+        f"bazel disk cache {spec.bazel_disk_cache}"
+        + (f", remote cache {spec.bazel_remote_cache}" if spec.bazel_remote_cache else ""),
+        f"logs {spec.logs}/<recipe>.log; spec {run.spec_path}",
+    ]
+    if config.mode == "container":
+        setup_facts.append(
+            line(
+                build_image_argv(config.engine, config.image, options.root),
+                "once: `make builder-image`",
+            )
+        )
+    start = engine.start_argv()
+    if start:
+        setup_facts.append(line(start))
+    stages = [pre, PlannedStage("build: builder", tuple(setup_facts))]
+    versions = {"torch": spec.torch_version, "torch_xla": spec.torch_xla_version}
+    for name in RECIPES:
+        state = "cached: skipped" if run.cached(name) else "built"
+        facts = [
+            f"{name} {versions[name]} at full SHA {commits[name] or '(resolved by sources)'}",
+            f"stage {run.stage_dir(name)} ({state})",
+            line(engine.call_argv(entry_argv(run, name)), f"recipe {name}, which runs:"),
+            *(f"    {step.render()}" for step in recipes.recipe(spec, name)),
+        ]
+        stages.append(PlannedStage(f"build: {name}", tuple(facts)))
+    stop = engine.stop_argv()
+    staging = f"{options.root}/dist/.staging-{bundle.name}-XXXX"
+    collect_facts = [
+        *([line(stop)] if stop else []),
+        f"copy both wheels into {staging} (sha256 checked); a second container mounts it",
+        line(engine.call_argv(entry_argv(run, "ship", staging)), "ship check, which runs:"),
+        *(f"    {step.render()}" for step in recipes.ship_steps(spec, staging)),
+        f"check passes -> rename to {options.root}/dist/{bundle.name} (atomic); "
+        "fails -> staging removed, dist/ untouched",
+        "wheels.lock: name, size, sha256 of each wheel",
+    ]
+    stages.append(PlannedStage("collect", tuple(collect_facts)))
+    return stages

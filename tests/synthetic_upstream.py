@@ -1,0 +1,315 @@
+"""A synthetic upstream with the real build interface, for the build-stage tests.
+
+Three tiny git repositories made with real git: "torch", "torch_xla" and "openxla". Their
+setup.py files honour the environment the recipes set (PYTORCH_BUILD_VERSION, USE_CUDA,
+TORCH_XLA_VERSION, GIT_VERSIONED_XLA_BUILD, ...), expect what upstream expects (torch_xla
+built inside the PyTorch tree at ``<torch>/xla``, torch installed in the build
+environment, ``.bazelrc.user``'s ``--override_repository=xla=`` naming an OpenXLA checkout
+with torch_xla's ``openxla_patches/`` applied) and fail loudly otherwise. They produce real
+wheels with setuptools. This is test data: it proves everything around the compile, not
+the compile itself, which only a builder with Bazel and the real sources can run.
+
+The synthetic torch_xla has the persistent-cache defect in miniature
+(``torch_xla.load_cache()`` returns False); ``patches/torch_xla/0001-*.patch`` fixes it,
+so the ship check below passes only for a patched build.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+PYTHON_MINOR = f"{sys.version_info[0]}.{sys.version_info[1]}"
+
+# The ship check suited to synthetic wheels: the warm-restart fix in miniature, plus the
+# provenance file read at runtime from the installed package.
+SHIP_CHECK = (
+    '{python} -c "import importlib.resources, json, sys, torch_xla; '
+    "p = json.loads(importlib.resources.files('torch_xla')"
+    ".joinpath('_xla_wheels_provenance.json').read_text()); "
+    "print('provenance bundle', p['bundle']); "
+    'sys.exit(0 if torch_xla.load_cache() else 1)"'
+)
+
+TORCH_SETUP = """
+import os, subprocess
+from setuptools import setup
+
+version = os.environ["PYTORCH_BUILD_VERSION"]  # KeyError = the recipe forgot it
+for flag in ("USE_CUDA", "USE_ROCM", "USE_XPU", "USE_MPS", "BUILD_TEST"):
+    if os.environ.get(flag) != "0":
+        raise SystemExit(f"synthetic torch: {flag} must be 0 for a TPU build")
+sha = subprocess.check_output(["git", "rev-parse", "HEAD"], text=True).strip()
+with open("torch/version.py", "w") as f:
+    f.write(f"__version__ = {version!r}\\ngit_version = {sha!r}\\n")
+setup(name="torch", version=version, packages=["torch"])
+"""
+
+TORCH_INIT = """
+from torch.version import __version__, git_version
+"""
+
+XLA_SETUP = """
+import os, re, subprocess
+from setuptools import setup
+
+base = os.path.dirname(os.path.abspath(__file__))
+# Like upstream: PyTorch's source tree one level up (bazel/dependencies.bzl "../").
+if not os.path.isfile(os.path.join(base, "..", "torch", "__init__.py")):
+    raise SystemExit("synthetic torch_xla: PyTorch's source tree is not at ../")
+import torch  # installed into the build environment by the recipe
+sha = subprocess.check_output(["git", "rev-parse", "HEAD"], cwd=base, text=True).strip()
+version = os.getenv("TORCH_XLA_VERSION", "2.9.0")
+if os.getenv("GIT_VERSIONED_XLA_BUILD", "TRUE").upper() in ("1", "TRUE", "ON", "YES", "Y"):
+    version += "+git" + sha[:7]
+rc = open(os.path.join(base, ".bazelrc.user")).read()
+override = re.search(r"--override_repository=xla=(\\S+)", rc).group(1)
+core = open(os.path.join(override, "xla", "core.h")).read()
+if "TORCH_XLA_OPENXLA_PATCH" not in core:
+    raise SystemExit("synthetic torch_xla: openxla_patches/ not applied to the override")
+for key in ("BUILD_CPP_TESTS", "BUNDLE_LIBTPU", "TPUVM_MODE", "CXX_ABI", "BAZEL_DISK_CACHE_PATH"):
+    if key not in os.environ:
+        raise SystemExit(f"synthetic torch_xla: {key} not set")
+with open(os.path.join(base, "torch_xla", "version.py"), "w") as f:
+    f.write(f"__version__ = {version!r}\\n__xla_gitrev__ = {sha!r}\\n")
+    f.write(f"__torch_gitrev__ = {torch.git_version!r}\\n__openxla_core__ = {core!r}\\n")
+setup(name="torch_xla", version=version, packages=["torch_xla"],
+      install_requires=[f"torch=={torch.__version__}"])
+"""
+
+XLA_INIT = """
+from torch_xla.version import __version__
+
+
+def load_cache():
+    \"\"\"Whether a warm restart loads the persistent cache (the defect: it does not).\"\"\"
+    return False
+"""
+
+WORKSPACE = """
+load("//bazel:dependencies.bzl", "PYTORCH_LOCAL_DIR")
+
+http_archive(
+    name = "xla",
+    patch_args = [
+        "-l",
+        "-p1",
+    ],
+    patch_tool = "patch",
+    patches = [
+        "//openxla_patches:no_fortify.diff",
+    ],
+    strip_prefix = "xla-" + xla_hash,
+)
+"""
+
+CORE_H = "// synthetic OpenXLA core\nint api_version = 1;\n"
+
+
+def git(*args: str, cwd: Path) -> str:
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.invalid",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.invalid",
+        "GIT_AUTHOR_DATE": "2025-01-01T00:00:00Z",
+        "GIT_COMMITTER_DATE": "2025-01-01T00:00:00Z",
+    }
+    return subprocess.run(
+        ["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def _repo(path: Path, files: dict[str, str]) -> str:
+    path.mkdir(parents=True)
+    git("init", "--quiet", "--initial-branch=main", cwd=path)
+    for name, text in files.items():
+        target = path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(textwrap.dedent(text).lstrip("\n"))
+    git("add", "-A", cwd=path)
+    git("commit", "--quiet", "-m", "synthetic", cwd=path)
+    return git("rev-parse", "HEAD", cwd=path)
+
+
+def _patch_file(
+    repo: Path, commit: str, component: str, subject: str, edits: dict[str, str], out: Path
+) -> None:
+    """A patch in the pipeline's format (header + git diff), made with real git."""
+    for name, text in edits.items():
+        (repo / name).write_text(text)
+    diff = git("diff", cwd=repo)
+    git("checkout", "--quiet", "--", ".", cwd=repo)
+    header = (
+        f"Subject: {subject}\nComponent: {component}\nBase: {commit}\n"
+        "Fixes: synthetic defect\nWhy: test data for the build stage\n"
+        f"Upstream: not upstreamed (synthetic)\nFiles: {', '.join(edits)}\n\n"
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(header + diff + "\n")
+
+
+@dataclass
+class Synthetic:
+    root: Path
+    """The throwaway project root (build/bundles, patches/, wheels.lock, dist/)."""
+    cache: Path
+    upstream: Path
+    commits: dict[str, str]
+
+    def bundle_path(self, name: str = "syn") -> Path:
+        return self.root / "build" / "bundles" / f"{name}.toml"
+
+    def write_bundle(
+        self,
+        name: str = "syn",
+        *,
+        xla_patches: tuple[str, ...] = ("torch_xla/0001-load-cache.patch",),
+        openxla_commit: str | None = None,
+        openxla_patches: tuple[str, ...] = ("openxla/0001-api.patch",),
+    ) -> Path:
+        def listed(items: tuple[str, ...]) -> str:
+            return "[" + ", ".join(f'"{item}"' for item in items) + "]"
+
+        openxla_pin = f'commit = "{openxla_commit or self.commits["openxla"]}"'
+        text = f"""
+            [bundle]
+            name = "{name}"
+            description = "synthetic upstream (test data)"
+            python = "{PYTHON_MINOR}"
+
+            [components.torch]
+            remote = "{self.upstream / 'torch'}"
+            commit = "{self.commits['torch']}"
+            version = "2.9.0a0"
+            submodules = false
+            patches = []
+
+            [components.torch_xla]
+            remote = "{self.upstream / 'xla'}"
+            commit = "{self.commits['torch_xla']}"
+            version = "2.9.0"
+            patches = {listed(xla_patches)}
+
+            [components.openxla]
+            remote = "{self.upstream / 'openxla'}"
+            {openxla_pin}
+            patches = {listed(openxla_patches)}
+
+            [build]
+            bundle_libtpu = false
+            tpuvm_mode = true
+            build_cpp_tests = false
+            cxx_abi = 1
+            """
+        path = self.bundle_path(name)
+        path.write_text(textwrap.dedent(text).lstrip("\n"))
+        return path
+
+
+def make_synthetic(base: Path) -> Synthetic:
+    upstream = base / "upstream"
+    commits = {
+        "torch": _repo(
+            upstream / "torch",
+            {"setup.py": TORCH_SETUP, "torch/__init__.py": TORCH_INIT, ".gitignore": "build/\n"},
+        ),
+        "torch_xla": _repo(
+            upstream / "xla",
+            {
+                "setup.py": XLA_SETUP,
+                "torch_xla/__init__.py": XLA_INIT,
+                "WORKSPACE": WORKSPACE,
+                "bazel/dependencies.bzl": 'PYTORCH_LOCAL_DIR = "../"\n',
+                ".bazelversion": "7.4.1\n",
+                "openxla_patches/BUILD": "",
+            },
+        ),
+        "openxla": _repo(
+            upstream / "openxla", {"xla/core.h": CORE_H, "xla/api.h": "int api = 1;\n"}
+        ),
+    }
+    xla_repo = upstream / "xla"
+    # torch_xla's own openxla_patches/no_fortify.diff, as upstream ships it: a plain diff
+    # applied with `patch -p1 -l` (committed in the torch_xla repo).
+    openxla_repo = upstream / "openxla"
+    (openxla_repo / "xla" / "core.h").write_text(CORE_H + "// TORCH_XLA_OPENXLA_PATCH\n")
+    fortify = git("diff", cwd=openxla_repo)
+    git("checkout", "--quiet", "--", ".", cwd=openxla_repo)
+    (xla_repo / "openxla_patches" / "no_fortify.diff").write_text(fortify + "\n")
+    git("add", "-A", cwd=xla_repo)
+    git("commit", "--quiet", "-m", "openxla_patches", cwd=xla_repo)
+    commits["torch_xla"] = git("rev-parse", "HEAD", cwd=xla_repo)
+
+    root = base / "project"
+    (root / "build" / "bundles").mkdir(parents=True)
+    patches = root / "patches"
+    fixed = XLA_INIT.replace("return False", "return True")
+    _patch_file(
+        xla_repo,
+        commits["torch_xla"],
+        "torch_xla",
+        "load serialized executables",
+        {"torch_xla/__init__.py": textwrap.dedent(fixed).lstrip("\n")},
+        patches / "torch_xla" / "0001-load-cache.patch",
+    )
+    _patch_file(
+        xla_repo,
+        commits["torch_xla"],
+        "torch_xla",
+        "a second, harmless patch",
+        {"WORKSPACE": textwrap.dedent(WORKSPACE).lstrip("\n") + "# patched\n"},
+        patches / "torch_xla" / "0002-comment.patch",
+    )
+    _patch_file(
+        openxla_repo,
+        commits["openxla"],
+        "openxla",
+        "local API patch",
+        {"xla/api.h": "int api = 2;\n"},
+        patches / "openxla" / "0001-api.patch",
+    )
+    cache = base / "cache"
+    synthetic = Synthetic(root=root, cache=cache, upstream=upstream, commits=commits)
+    synthetic.write_bundle()
+    return synthetic
+
+
+def cli_args(syn: Synthetic, *extra: str, bundle: str = "syn") -> list[str]:
+    """`xla-wheels wheels` for the synthetic root, sized for a test (1 job, tiny disk)."""
+    return [
+        "wheels",
+        "--root",
+        str(syn.root),
+        "--cache-dir",
+        str(syn.cache),
+        "--bundle",
+        bundle,
+        "--jobs",
+        "1",
+        "--min-disk-gib",
+        "1",
+        "--mem-per-job-gib",
+        "0.5",
+        "--mem-base-gib",
+        "0.5",
+        "--host-tools",
+        "git,patch",
+        "--compiler-env",
+        "",
+        "--ship-check",
+        SHIP_CHECK,
+        "--ship-pip-args",
+        "--no-index --find-links {wheels}",
+        *extra,
+    ]
+
+
+def remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
