@@ -129,12 +129,71 @@ def update_bundle_entry(
     old_entry = data["bundles"].get(bundle.name, {})
     if _inputs_equal(old_entry, new_entry):
         # Same inputs: what later stages recorded (wheels, runtime hashes) still holds.
-        for key in ("wheels", "runtime"):
+        for key in ("wheels", "runtime", *RUNTIME_WHEEL_KEYS):
             if key in old_entry:
                 new_entry[key] = old_entry[key]
     data["bundles"][bundle.name] = new_entry
     write_lock(lock_path, data)
     return new_entry
+
+
+#: Keys the publish stage adds to a bundle's entry (see :func:`record_runtime_wheels`).
+RUNTIME_WHEEL_KEYS = ("runtime-wheels-for", "runtime-wheels")
+
+
+@dataclass(frozen=True)
+class RuntimeWheelRecord:
+    """A public wheel a host installs next to ours (libtpu, jax, their dependencies).
+
+    Written by ``make requirements`` as ``[[bundles."<name>".runtime-wheels]]``; the hash
+    is the one the package index publishes for the file pip resolved.
+    """
+
+    project: str
+    """PEP 503 normalized name."""
+    version: str
+    name: str
+    """The wheel's file name."""
+    sha256: str
+
+    def as_toml(self) -> dict[str, Any]:
+        return {
+            "project": self.project,
+            "version": self.version,
+            "name": self.name,
+            "sha256": self.sha256,
+        }
+
+
+def record_runtime_wheels(
+    lock_path: Path,
+    bundle_name: str,
+    wheels: list[RuntimeWheelRecord],
+    resolved_for: Mapping[str, Any],
+) -> None:
+    """Record the resolved public wheels of a bundle, sorted by project then file name.
+
+    ``resolved_for`` (``[bundles."<name>".runtime-wheels-for]``) says what they were
+    resolved for (Python, platform tags, a digest of the inputs) so a change of inputs
+    shows the record is stale. Both keys survive ``make lock`` while the inputs are
+    unchanged.
+    """
+    data = read_lock(lock_path)
+    if bundle_name not in data["bundles"]:
+        raise LockError(
+            f"wheels.lock has no entry for bundle {bundle_name}",
+            fix=f"run `make lock BUNDLE={bundle_name}` first",
+        )
+    entry = data["bundles"][bundle_name]
+    entry["runtime-wheels-for"] = dict(resolved_for)
+    entry["runtime-wheels"] = [
+        wheel.as_toml() for wheel in sorted(wheels, key=lambda w: (w.project, w.name))
+    ]
+    # Same key order as update_bundle_entry writes, so `make lock` leaves the bytes alone.
+    for key in ("wheels", *RUNTIME_WHEEL_KEYS):
+        if key in entry:
+            entry[key] = entry.pop(key)
+    write_lock(lock_path, data)
 
 
 def _inputs_equal(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:

@@ -1,0 +1,403 @@
+"""``doctor``: is this training host set up for the bundle, before torch_xla is imported?
+
+Everything here is read without importing torch_xla: the runtime flags only take effect
+if they are set before that import, so a doctor that imported it would be checking a
+process that is already configured. Versions come from ``importlib.metadata`` in the
+host's interpreter (``--python``), the provenance file is read as a file, and the
+environment checks read this process's environment (the shell's, through make).
+
+The runtime contract (the users' validated receipts): ``PJRT_DEVICE=TPU``,
+``XLA_NO_SPECIAL_SCALARS=1``, ``XLA_PERSISTENT_CACHE_PATH`` set to a usable directory, and
+on a cache mount shared by several hosts exactly one writer, every other host with
+``XLA_PERSISTENT_CACHE_READ_ONLY=1``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from xla_wheels.bundle import Bundle
+from xla_wheels.publish.errors import DoctorFailed, PublishError
+from xla_wheels.publish.index import WheelName, normalize
+
+#: File system types on which several hosts see the same cache directory.
+SHARED_FS_TYPES = frozenset(
+    {
+        "nfs",
+        "nfs4",
+        "cifs",
+        "smb3",
+        "lustre",
+        "ceph",
+        "glusterfs",
+        "fuse.gcsfuse",
+        "fuse.sshfs",
+        "9p",
+        "virtiofs",
+        "beegfs",
+        "gpfs",
+    }
+)
+ROLES = ("writer", "reader")
+PACKAGES = ("torch", "torch_xla", "libtpu", "jax", "jaxlib")
+
+# Runs in the host's interpreter: metadata and the provenance file only, no imports.
+_PROBE = r"""
+import importlib.metadata as md, json, sys
+out = {"python": sys.executable, "version": "%d.%d" % sys.version_info[:2], "versions": {},
+       "provenance": None, "imported": sorted(m for m in sys.modules if m.startswith("torch"))}
+for name in sys.argv[1:]:
+    try:
+        out["versions"][name] = md.version(name)
+    except md.PackageNotFoundError:
+        out["versions"][name] = None
+try:
+    path = md.distribution("torch_xla").locate_file("torch_xla/_xla_wheels_provenance.json")
+    if path.is_file():
+        out["provenance"] = json.loads(path.read_text())
+except (md.PackageNotFoundError, ValueError, OSError):
+    pass
+print(json.dumps(out))
+"""
+
+
+@dataclass(frozen=True)
+class Finding:
+    status: str
+    """``ok``, ``WARN`` or ``FAIL``."""
+    check: str
+    detail: str
+    fix: str = ""
+
+
+@dataclass
+class DoctorReport:
+    bundle: str
+    python: str
+    findings: list[Finding] = field(default_factory=list)
+
+    def add(self, status: str, check: str, detail: str, fix: str = "") -> None:
+        self.findings.append(Finding(status, check, detail, fix))
+
+    @property
+    def failed(self) -> list[Finding]:
+        return [f for f in self.findings if f.status == "FAIL"]
+
+    def render(self) -> str:
+        lines = [f"doctor: bundle {self.bundle}, python {self.python}"]
+        width = max((len(f.check) for f in self.findings), default=0)
+        for finding in self.findings:
+            lines.append(f"  {finding.status:<4} {finding.check:<{width}}  {finding.detail}")
+            if finding.fix and finding.status != "ok":
+                lines.append(f"       {'':<{width}}  fix: {finding.fix}")
+        problems = len(self.failed)
+        warnings = sum(f.status == "WARN" for f in self.findings)
+        lines.append(f"{problems} problem(s), {warnings} warning(s)")
+        return "\n".join(lines)
+
+
+def _release(version: str) -> tuple[int, ...]:
+    match = re.match(r"\d+(\.\d+)*", version)
+    return tuple(int(p) for p in match.group(0).split(".")) if match else ()
+
+
+def _public(version: str) -> str:
+    return version.split("+", 1)[0]
+
+
+def probe(python: str) -> dict[str, Any]:
+    try:
+        result = subprocess.run(
+            [python, "-c", _PROBE, *PACKAGES], capture_output=True, text=True, timeout=120
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise PublishError(
+            f"cannot run the host's interpreter {python}: {error}",
+            fix="pass PYTHON=<the training environment's python>",
+        ) from None
+    if result.returncode != 0:
+        raise PublishError(
+            f"{python} could not read its installed packages: {result.stderr.strip()[-400:]}",
+            fix="pass PYTHON=<the training environment's python>",
+        )
+    data: dict[str, Any] = json.loads(result.stdout)
+    return data
+
+
+def expected_versions(bundle: Bundle, lock_entry: Mapping[str, Any] | None) -> dict[str, str]:
+    """Exact versions of our packages: the locked wheels', else the manifest's public one."""
+    expected: dict[str, str] = {}
+    for wheel in (lock_entry or {}).get("wheels", []):
+        name = WheelName.parse(str(wheel["name"]))
+        expected[name.normalized] = name.version
+    for component in ("torch", "torch_xla"):
+        version = bundle.components[component].version
+        if version:
+            expected.setdefault(normalize(component), version)
+    return expected
+
+
+def check_versions(
+    report: DoctorReport, bundle: Bundle, facts: Mapping[str, Any],
+    lock_entry: Mapping[str, Any] | None,
+) -> None:  # fmt: skip
+    installed = {normalize(k): v for k, v in facts["versions"].items()}
+    fix_install = (
+        f"install the bundle: `make requirements BUNDLE={bundle.name}`, then "
+        "`pip install --require-hashes --extra-index-url <INDEX_URL> -r requirements.txt`"
+    )
+    if facts.get("version") != bundle.python:
+        report.add(
+            "WARN",
+            "python",
+            f"{facts.get('version')}, bundle is built for " f"{bundle.python}",
+            f"use a Python {bundle.python} environment",
+        )
+    for project, want in sorted(expected_versions(bundle, lock_entry).items()):
+        have = installed.get(project)
+        if have is None:
+            report.add("FAIL", project, f"not installed (bundle: {want})", fix_install)
+        elif have == want:
+            report.add("ok", project, have)
+        elif "+" not in want and _public(have) == want:
+            report.add("ok", project, f"{have} (bundle pins {want}; no wheels locked yet)")
+        else:
+            report.add("FAIL", project, f"{have} installed, bundle has {want}", fix_install)
+    for pin in bundle.runtime.values():
+        have = installed.get(normalize(pin.name))
+        if have is None:
+            report.add("FAIL", pin.name, f"not installed (bundle: {pin.specifier})", fix_install)
+        elif pin.version is not None:
+            ok = have == pin.version
+            report.add(
+                "ok" if ok else "FAIL",
+                pin.name,
+                f"{have} (bundle: =={pin.version})",
+                "" if ok else fix_install,
+            )
+        elif _release(have) < _release(pin.minimum or "0"):
+            report.add(
+                "FAIL", pin.name, f"{have} is older than the minimum {pin.minimum}", fix_install
+            )
+        elif pin.preferred and have != pin.preferred:
+            report.add(
+                "WARN",
+                pin.name,
+                f"{have} (>= {pin.minimum}; preferred {pin.preferred})",
+                f"pip install libtpu=={pin.preferred} (the validated version)",
+            )
+        else:
+            report.add("ok", pin.name, have)
+    provenance = facts.get("provenance")
+    if provenance is None:
+        if installed.get("torch-xla"):
+            report.add(
+                "WARN",
+                "provenance",
+                "the installed torch_xla has no provenance file "
+                "(a stock wheel, or built before provenance was written)",
+                "install the bundle's patched torch_xla",
+            )
+    else:
+        named = provenance.get("bundle")
+        named = named.get("name") if isinstance(named, Mapping) else named
+        ok = named in (None, bundle.name)
+        report.add(
+            "ok" if ok else "FAIL",
+            "provenance",
+            f"torch_xla built for bundle {named}",
+            "" if ok else f"install the wheels of {bundle.name}",
+        )
+    if facts.get("imported"):
+        report.add(
+            "WARN",
+            "imports",
+            f"probe saw {facts['imported']} already imported " "(sitecustomize?)",
+            "do not import torch in site hooks",
+        )
+
+
+def mount_of(path: Path, mountinfo: str | None = None) -> tuple[str, str]:
+    """(mount point, file system type) of the mount holding ``path``."""
+    if mountinfo is None:
+        try:
+            mountinfo = Path("/proc/self/mountinfo").read_text()
+        except OSError:
+            return ("/", "unknown")
+    best = ("/", "unknown")
+    target = str(path)
+    for line in mountinfo.splitlines():
+        left, _, right = line.partition(" - ")
+        fields = left.split()
+        if len(fields) < 5 or not right:
+            continue
+        point = fields[4].replace("\\040", " ")
+        fstype = right.split()[0]
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best[0]):
+            best = (point, fstype)
+    return best
+
+
+def _role(explicit: str | None, env: Mapping[str, str]) -> tuple[str | None, str]:
+    if explicit:
+        return explicit, "given"
+    worker = env.get("TPU_WORKER_ID")
+    if worker is not None and worker.strip().isdigit():
+        # Convention of the receipts: worker 0 writes the shared cache, the rest read it.
+        return ("writer" if int(worker) == 0 else "reader"), f"TPU_WORKER_ID={worker}"
+    return None, "unknown"
+
+
+def check_environment(
+    report: DoctorReport, env: Mapping[str, str], role: str | None = None,
+    mountinfo: str | None = None,
+) -> None:  # fmt: skip
+    device = env.get("PJRT_DEVICE")
+    if not device:
+        report.add("FAIL", "PJRT_DEVICE", "not set", "export PJRT_DEVICE=TPU")
+    elif device != "TPU":
+        report.add(
+            "WARN", "PJRT_DEVICE", f"{device} (training hosts use TPU)", "export PJRT_DEVICE=TPU"
+        )
+    else:
+        report.add("ok", "PJRT_DEVICE", device)
+
+    scalars = env.get("XLA_NO_SPECIAL_SCALARS")
+    if scalars == "1":
+        report.add("ok", "XLA_NO_SPECIAL_SCALARS", "1")
+    else:
+        report.add(
+            "FAIL",
+            "XLA_NO_SPECIAL_SCALARS",
+            f"{scalars or 'not set'}, must be 1",
+            "export XLA_NO_SPECIAL_SCALARS=1 (before python starts)",
+        )
+
+    read_only_raw = env.get("XLA_PERSISTENT_CACHE_READ_ONLY")
+    read_only = read_only_raw == "1"
+    if read_only_raw not in (None, "", "0", "1"):
+        report.add(
+            "WARN",
+            "XLA_PERSISTENT_CACHE_READ_ONLY",
+            f"{read_only_raw!r} is neither " "0 nor 1",
+            "export XLA_PERSISTENT_CACHE_READ_ONLY=1 (readers) or unset it",
+        )
+    cache = env.get("XLA_PERSISTENT_CACHE_PATH")
+    if not cache:
+        report.add(
+            "FAIL",
+            "XLA_PERSISTENT_CACHE_PATH",
+            "not set: every restart recompiles",
+            "export XLA_PERSISTENT_CACHE_PATH=<directory> (the same on every host)",
+        )
+        return
+    path = Path(cache).expanduser()
+    if not path.is_absolute():
+        report.add(
+            "WARN",
+            "XLA_PERSISTENT_CACHE_PATH",
+            f"{cache} is relative: it depends on " "the working directory",
+            "use an absolute path",
+        )
+    if not path.is_dir():
+        report.add(
+            "FAIL",
+            "XLA_PERSISTENT_CACHE_PATH",
+            f"{path} does not exist or is not a " "directory",
+            f"mkdir -p {path} (on the shared mount if several hosts share it)",
+        )
+        return
+    if read_only:
+        usable = os.access(path, os.R_OK | os.X_OK)
+        report.add(
+            "ok" if usable else "FAIL",
+            "XLA_PERSISTENT_CACHE_PATH",
+            f"{path} {'readable' if usable else 'NOT readable'} (read-only host)",
+            "" if usable else f"grant read access to {path}",
+        )
+    else:
+        # os.access lies on some network file systems: really write and remove a file.
+        try:
+            with tempfile.NamedTemporaryFile(dir=path, prefix=".xla-wheels-doctor-"):
+                pass
+            report.add("ok", "XLA_PERSISTENT_CACHE_PATH", f"{path} writable")
+        except OSError as error:
+            report.add(
+                "FAIL",
+                "XLA_PERSISTENT_CACHE_PATH",
+                f"{path} not writable: " f"{error.strerror}",
+                f"make {path} writable for this user, or "
+                "export XLA_PERSISTENT_CACHE_READ_ONLY=1 if another host writes it",
+            )
+
+    point, fstype = mount_of(path.resolve(), mountinfo)
+    shared = fstype in SHARED_FS_TYPES
+    host_role, why = _role(role, env)
+    where = f"{fstype} mount {point}"
+    if not shared:
+        if read_only:
+            report.add(
+                "WARN",
+                "cache sharing",
+                f"read-only on a local {where}: nothing ever " "writes this cache",
+                "unset XLA_PERSISTENT_CACHE_READ_ONLY on a host " "with its own cache",
+            )
+        else:
+            report.add("ok", "cache sharing", f"local {where}, this host writes")
+        return
+    if host_role == "writer" and read_only:
+        report.add(
+            "FAIL",
+            "cache sharing",
+            f"shared {where}; this host is the writer ({why}) "
+            "but XLA_PERSISTENT_CACHE_READ_ONLY=1",
+            "unset " "XLA_PERSISTENT_CACHE_READ_ONLY on the one writer host",
+        )
+    elif host_role == "writer":
+        report.add("ok", "cache sharing", f"shared {where}; this host is the one writer ({why})")
+    elif read_only:
+        report.add("ok", "cache sharing", f"shared {where}; read-only reader")
+    elif host_role == "reader":
+        report.add(
+            "FAIL",
+            "cache sharing",
+            f"shared {where}; this host is a reader ({why}) " "but may write",
+            "export XLA_PERSISTENT_CACHE_READ_ONLY=1 on every " "host except the one writer",
+        )
+    else:
+        report.add(
+            "WARN",
+            "cache sharing",
+            f"shared {where}; this host writes, and only one " "host may",
+            "export XLA_PERSISTENT_CACHE_READ_ONLY=1 on every host except "
+            "the one writer; tell doctor with ROLE=writer|reader",
+        )
+
+
+def run_doctor(
+    bundle: Bundle, python: str, lock_entry: Mapping[str, Any] | None,
+    env: Mapping[str, str], role: str | None = None,
+) -> DoctorReport:  # fmt: skip
+    report = DoctorReport(bundle.name, python)
+    # The environment first: it must be right before anything imports torch_xla.
+    check_environment(report, env, role)
+    check_versions(report, bundle, probe(python), lock_entry)
+    return report
+
+
+def ensure_healthy(report: DoctorReport) -> None:
+    if report.failed:
+        raise DoctorFailed(
+            f"doctor found {len(report.failed)} problem(s): "
+            + ", ".join(f.check for f in report.failed),
+            fix="apply the fixes listed above, then run `make doctor` again",
+        )

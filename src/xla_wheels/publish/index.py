@@ -1,0 +1,275 @@
+"""Talking to a PEP 503 "simple" index: names, credentials, reading project pages.
+
+Only the standard library is used (urllib, html.parser) so the same code reads pypiserver,
+devpi, Artifactory, Artifact Registry and the static index this stage writes. A link's
+``#sha256=`` fragment is what pip itself checks, so it is also what decides whether a file
+is already on the index.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import re
+import ssl
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from pathlib import Path
+
+from xla_wheels.errors import UsageError
+from xla_wheels.publish.errors import CredentialsRejected, IndexUnreachable, PublishError
+
+#: Seconds to wait for one HTTP answer from the index before calling it unreachable.
+HTTP_TIMEOUT_S = 30.0
+
+_NORMALIZE = re.compile(r"[-_.]+")
+_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
+
+
+def normalize(name: str) -> str:
+    """PEP 503 name normalization: runs of ``-_.`` become ``-``, lowercase."""
+    return _NORMALIZE.sub("-", name).lower()
+
+
+@dataclass(frozen=True)
+class WheelName:
+    """The parts of a wheel file name (PEP 427) that publishing and pinning need."""
+
+    filename: str
+    project: str
+    """As written in the file name (``torch_xla``); use :func:`normalize` to compare."""
+    version: str
+
+    @classmethod
+    def parse(cls, filename: str) -> WheelName:
+        if not filename.endswith(".whl"):
+            raise PublishError(
+                f"{filename} is not a wheel file name", fix="publish only .whl files"
+            )
+        parts = filename[: -len(".whl")].split("-")
+        if len(parts) not in (5, 6):
+            raise PublishError(
+                f"{filename} is not a valid wheel file name (PEP 427: "
+                "name-version[-build]-python-abi-platform.whl)",
+                fix="rebuild the wheel; do not rename wheel files by hand",
+            )
+        return cls(filename=filename, project=parts[0], version=parts[1])
+
+    @property
+    def normalized(self) -> str:
+        return normalize(self.project)
+
+
+# ---------------------------------------------------------------------------- credentials
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """Index credentials, read from the environment (or keyring), never from argv."""
+
+    username: str | None
+    password: str | None
+    source: str
+    """Where they came from, for the report: ``environment``, ``keyring`` or ``none``."""
+
+    @property
+    def secrets(self) -> list[str]:
+        return [self.password] if self.password else []
+
+    def auth_header(self) -> str | None:
+        if self.username is None or self.password is None:
+            return None
+        token = base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
+        return f"Basic {token}"
+
+
+def credentials_for(upload_url: str, environ: Mapping[str, str] | None = None) -> Credentials:
+    """TWINE_USERNAME / TWINE_PASSWORD, else the password keyring holds for the URL.
+
+    These are the variables twine itself reads, so one setting serves the upload (twine)
+    and our reads of the simple page (urllib).
+    """
+    env = os.environ if environ is None else environ
+    username = env.get("TWINE_USERNAME") or None
+    password = env.get("TWINE_PASSWORD") or None
+    if password is not None:
+        return Credentials(username, password, "environment")
+    if username is not None:
+        try:
+            import keyring  # twine's own dependency: present wherever twine is
+
+            password = keyring.get_password(upload_url, username)
+        except Exception:
+            # No keyring backend on a headless host is normal; twine will say the same.
+            password = None
+        if password is not None:
+            return Credentials(username, password, "keyring")
+    return Credentials(username, None, "none")
+
+
+def reject_userinfo(url: str, what: str) -> None:
+    """Credentials inside a URL end up in shell history, make's echo and logs: refuse."""
+    if urllib.parse.urlsplit(url).password is not None or _USERINFO.match(url):
+        raise UsageError(
+            f"{what} carries credentials in the URL ({scrub(url)})",
+            fix="drop them from the URL; set TWINE_USERNAME and TWINE_PASSWORD in the "
+            "environment (or store the password in keyring) instead",
+        )
+
+
+def scrub(text: str, secrets: Iterable[str] = ()) -> str:
+    """Remove every form of a secret that could appear in error text or logs."""
+    text = _USERINFO.sub(lambda match: f"{match.group('scheme')}***@", text)
+    for secret in secrets:
+        if not secret:
+            continue
+        forms = {secret, urllib.parse.quote(secret, safe=""), urllib.parse.quote_plus(secret)}
+        for form in sorted(forms, key=len, reverse=True):
+            text = text.replace(form, "***")
+    # A basic-auth header echoed by a verbose client carries user:password in base64.
+    return re.sub(r"(?i)(authorization:\s*basic\s+)\S+", r"\1***", text)
+
+
+# ---------------------------------------------------------------------------- reading
+
+
+@dataclass(frozen=True)
+class IndexFile:
+    filename: str
+    url: str
+    sha256: str | None
+    """From the link's ``#sha256=`` fragment; None when the index gives none."""
+
+
+class _Anchors(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[tuple[str, str]] = []
+        self._href: str | None = None
+        self._text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            self._href = dict(attrs).get("href") or ""
+            self._text = []
+
+    def handle_data(self, data: str) -> None:
+        if self._href is not None:
+            self._text.append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "a" and self._href is not None:
+            self.links.append((self._href, "".join(self._text).strip()))
+            self._href = None
+
+
+def parse_project_page(html: str, page_url: str) -> dict[str, IndexFile]:
+    """File name -> file of one project page; relative links resolved against the page."""
+    parser = _Anchors()
+    parser.feed(html)
+    files: dict[str, IndexFile] = {}
+    for href, text in parser.links:
+        absolute = urllib.parse.urljoin(page_url, href)
+        parts = urllib.parse.urlsplit(absolute)
+        filename = urllib.parse.unquote(parts.path.rsplit("/", 1)[-1]) or text
+        fragment = urllib.parse.parse_qs(parts.fragment)
+        digest = fragment.get("sha256", [None])[0]
+        files[filename] = IndexFile(filename, absolute, digest.lower() if digest else None)
+    return files
+
+
+def _request(url: str, credentials: Credentials, accept: str) -> urllib.request.Request:
+    request = urllib.request.Request(url, headers={"Accept": accept})
+    if header := credentials.auth_header():
+        request.add_header("Authorization", header)
+    return request
+
+
+def _open(url: str, credentials: Credentials, accept: str = "text/html") -> bytes | None:
+    """The body at ``url``; None for 404. Every failure becomes an error naming the fix."""
+    if urllib.parse.urlsplit(url).scheme == "file":
+        path = Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path))
+        if path.is_dir():
+            path = path / "index.html"
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            return None
+    try:
+        with urllib.request.urlopen(
+            _request(url, credentials, accept), timeout=HTTP_TIMEOUT_S
+        ) as response:
+            return response.read()
+    except urllib.error.HTTPError as error:
+        if error.code == 404:
+            return None
+        if error.code in (401, 403):
+            raise CredentialsRejected(
+                f"the index refused to let us read {scrub(url, credentials.secrets)} "
+                f"(HTTP {error.code}; credentials from: {credentials.source})",
+                fix="set TWINE_USERNAME and TWINE_PASSWORD (or keyring) to an account that "
+                "may read and upload to this index",
+            ) from None
+        raise IndexUnreachable(
+            f"the index answered HTTP {error.code} {error.reason} for "
+            f"{scrub(url, credentials.secrets)}",
+            fix="check INDEX_URL (it must be the index's simple/ page) and the index's logs",
+        ) from None
+    except (urllib.error.URLError, TimeoutError, ssl.SSLError, OSError) as error:
+        reason = getattr(error, "reason", error)
+        raise IndexUnreachable(
+            f"the index at {scrub(url, credentials.secrets)} is not reachable: "
+            f"{scrub(str(reason), credentials.secrets)}",
+            fix="check that the index server is running and INDEX_URL is right "
+            "(scheme, host, port, path)",
+        ) from None
+
+
+def project_files(simple_url: str, project: str, credentials: Credentials) -> dict[str, IndexFile]:
+    """The files the index lists for ``project``; empty when it has no such project."""
+    page_url = f"{simple_url.rstrip('/')}/{normalize(project)}/"
+    body = _open(page_url, credentials)
+    if body is None:
+        return {}
+    return parse_project_page(body.decode("utf-8", errors="replace"), page_url)
+
+
+def check_reachable(simple_url: str, credentials: Credentials) -> None:
+    """Fail early, before any upload, when the index root does not answer."""
+    _open(simple_url.rstrip("/") + "/", credentials)
+
+
+def remote_sha256(file: IndexFile, credentials: Credentials) -> str:
+    """The file's sha256, from the link or, when the index gives none, by downloading it."""
+    if file.sha256:
+        return file.sha256
+    body = _open(file.url, credentials, accept="*/*")
+    if body is None:
+        raise PublishError(
+            f"the index lists {file.filename} but serves 404 for it",
+            fix="remove the broken entry on the index, then publish again",
+        )
+    return hashlib.sha256(body).hexdigest()
+
+
+def upload_url_for(simple_url: str) -> str:
+    """Where twine uploads, derived from the simple URL the hosts install from.
+
+    pypiserver serves ``/simple/`` and takes uploads at ``/``; devpi ``/u/i/+simple/`` and
+    ``/u/i/``; Artifactory ``.../api/pypi/<repo>/simple`` and ``.../api/pypi/<repo>``. Other
+    layouts pass ``--upload-url`` (``UPLOAD_URL=``) explicitly.
+    """
+    stripped = simple_url.rstrip("/")
+    for suffix in ("/+simple", "/simple"):
+        if stripped.endswith(suffix):
+            return stripped[: -len(suffix)] + "/"
+    raise UsageError(
+        f"cannot derive the upload URL from INDEX_URL {scrub(simple_url)} "
+        "(it does not end in /simple/ or /+simple/)",
+        fix="pass the index's upload endpoint as UPLOAD_URL=... (twine's --repository-url)",
+    )

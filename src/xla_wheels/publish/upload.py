@@ -1,0 +1,186 @@
+"""``publish``: upload a bundle's locked wheels with twine, idempotently.
+
+Plan first, then act: every wheel is checked against the lock and against the index's
+simple page before anything is uploaded, so a conflict (same file name, different
+sha256) stops the run before the index holds half a bundle. After each upload the simple
+page is read again and must list the file with the local sha256.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from xla_wheels import log
+from xla_wheels.publish.errors import (
+    CredentialsRejected,
+    HashMismatch,
+    IndexUnreachable,
+    PublishError,
+)
+from xla_wheels.publish.index import (
+    Credentials,
+    check_reachable,
+    credentials_for,
+    project_files,
+    reject_userinfo,
+    remote_sha256,
+    scrub,
+    upload_url_for,
+)
+from xla_wheels.publish.static_index import write_static_index
+from xla_wheels.publish.wheels import LocalWheel, locked_wheels
+
+#: One twine upload (a torch wheel is hundreds of MB) may take this long.
+UPLOAD_TIMEOUT_S = 3600.0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    filename: str
+    action: str
+    """``uploaded``, ``skipped`` (already there, same sha256) or ``indexed`` (static)."""
+    sha256: str
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    index_url: str
+    outcomes: list[Outcome]
+
+
+def publish_static(directory: Path, wheels: list[LocalWheel]) -> PublishResult:
+    with log.section(f"publish: static PEP 503 index in {directory}"):
+        target = write_static_index(directory, wheels)
+    url = target.resolve().as_uri() + "/"
+    return PublishResult(url, [Outcome(w.record.name, "indexed", w.sha256) for w in wheels])
+
+
+def _plan(
+    wheels: list[LocalWheel], index_url: str, credentials: Credentials
+) -> tuple[list[LocalWheel], list[Outcome]]:
+    to_upload: list[LocalWheel] = []
+    skipped: list[Outcome] = []
+    conflicts: list[str] = []
+    pages: dict[str, dict] = {}
+    for wheel in wheels:
+        project = wheel.name.normalized
+        if project not in pages:
+            pages[project] = project_files(index_url, project, credentials)
+        existing = pages[project].get(wheel.record.name)
+        if existing is None:
+            to_upload.append(wheel)
+            continue
+        remote = remote_sha256(existing, credentials)
+        if remote == wheel.sha256:
+            skipped.append(Outcome(wheel.record.name, "skipped", wheel.sha256))
+        else:
+            conflicts.append(
+                f"{wheel.record.name}: the index has sha256 {remote}, "
+                f"wheels.lock and dist/ have {wheel.sha256}"
+            )
+    if conflicts:
+        raise HashMismatch(
+            "the index already holds a different file under the same name "
+            "(nothing was uploaded):\n  " + "\n  ".join(conflicts),
+            fix="never overwrite a published wheel: bump the version or local label of the "
+            "new build, or delete the old file on the index if it was never installed",
+        )
+    return to_upload, skipped
+
+
+def _twine_upload(wheel: LocalWheel, upload_url: str, credentials: Credentials) -> None:
+    argv = [
+        sys.executable, "-m", "twine", "upload", "--non-interactive",
+        "--disable-progress-bar", "--repository-url", upload_url, str(wheel.path),
+    ]  # fmt: skip
+    # Credentials travel in the environment (twine's own TWINE_* variables), never argv.
+    env = dict(os.environ)
+    if credentials.username is not None:
+        env["TWINE_USERNAME"] = credentials.username
+    if credentials.password is not None:
+        env["TWINE_PASSWORD"] = credentials.password
+    log.command(argv)
+    try:
+        result = subprocess.run(
+            argv, capture_output=True, text=True, env=env, timeout=UPLOAD_TIMEOUT_S
+        )
+    except subprocess.TimeoutExpired:
+        raise IndexUnreachable(
+            f"uploading {wheel.record.name} did not finish within {UPLOAD_TIMEOUT_S:.0f}s",
+            fix="check the index's health and the network, then run publish again "
+            "(files already uploaded are skipped)",
+        ) from None
+    if result.returncode == 0:
+        return
+    output = scrub(f"{result.stdout}\n{result.stderr}", credentials.secrets).strip()
+    tail = "\n".join(output.splitlines()[-12:])
+    lowered = output.lower()
+    if any(code in output for code in ("401", "403")) or "forbidden" in lowered:
+        raise CredentialsRejected(
+            f"the index at {scrub(upload_url)} rejected the upload of {wheel.record.name} "
+            f"(credentials from: {credentials.source}):\n{tail}",
+            fix="check TWINE_USERNAME / TWINE_PASSWORD (or the keyring entry for this URL) "
+            "and that the account may upload",
+        )
+    if "connection" in lowered and ("refused" in lowered or "error" in lowered):
+        raise IndexUnreachable(
+            f"the index at {scrub(upload_url)} is not reachable for uploads:\n{tail}",
+            fix="check that the index is running and UPLOAD_URL / INDEX_URL are right",
+        )
+    raise PublishError(
+        f"twine could not upload {wheel.record.name} to {scrub(upload_url)}:\n{tail}",
+        fix="read twine's message above; files already on the index are skipped on rerun",
+    )
+
+
+def publish_remote(
+    wheels: list[LocalWheel], index_url: str, upload_url: str | None
+) -> PublishResult:
+    reject_userinfo(index_url, "INDEX_URL")
+    upload = upload_url or upload_url_for(index_url)
+    reject_userinfo(upload, "UPLOAD_URL")
+    credentials = credentials_for(upload)
+    log.info(f"index {index_url} (uploads to {upload}; credentials: {credentials.source})")
+    with log.section("publish: compare with the index"):
+        check_reachable(index_url, credentials)
+        to_upload, outcomes = _plan(wheels, index_url, credentials)
+        for outcome in outcomes:
+            log.info(f"  skip {outcome.filename}: on the index with the same sha256")
+    for wheel in to_upload:
+        with log.section(f"publish: upload {wheel.record.name} ({wheel.record.size} bytes)"):
+            _twine_upload(wheel, upload, credentials)
+            listed = project_files(index_url, wheel.name.normalized, credentials)
+            entry = listed.get(wheel.record.name)
+            if entry is None:
+                raise PublishError(
+                    f"twine reported success but the index does not list {wheel.record.name}",
+                    fix="check that INDEX_URL is the simple page of the index UPLOAD_URL "
+                    "uploads to",
+                )
+            remote = remote_sha256(entry, credentials)
+            if remote != wheel.sha256:
+                raise HashMismatch(
+                    f"after upload the index serves {wheel.record.name} with sha256 {remote}, "
+                    f"not the locked {wheel.sha256}",
+                    fix="the index altered or mixed up the file: investigate before use",
+                )
+            outcomes.append(Outcome(wheel.record.name, "uploaded", wheel.sha256))
+    order = {w.record.name: i for i, w in enumerate(wheels)}
+    return PublishResult(index_url, sorted(outcomes, key=lambda o: order[o.filename]))
+
+
+def publish(
+    lock_path: Path, bundle_name: str, directory: Path, index_url: str | None,
+    upload_url: str | None = None,
+) -> PublishResult:  # fmt: skip
+    with log.section(f"publish: check dist/{bundle_name} against wheels.lock"):
+        wheels = locked_wheels(lock_path, bundle_name, directory)
+        for wheel in wheels:
+            log.info(f"  {wheel.record.name} sha256:{wheel.sha256}")
+    if not index_url:
+        return publish_static(directory, wheels)
+    return publish_remote(wheels, index_url, upload_url)

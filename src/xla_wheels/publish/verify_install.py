@@ -1,0 +1,349 @@
+"""``verify-install``: a fresh venv installs the bundle by hash and is checked.
+
+Steps: write the hash-pinned requirements (ours from the lock, plus the recorded runtime
+wheels unless ``--no-deps``), create a fresh venv, ``pip install --require-hashes
+--no-cache-dir`` from the index, then in that venv compare the installed versions and the
+provenance file with the lock and import torch_xla. pip refuses any file whose sha256 is
+not the locked one, which is the point: a file altered on the index never installs.
+
+``--no-deps`` installs only our wheels (no torch/libtpu/jax download); ``--deps-from
+PYTHON`` then lets the import find torch in another environment, appended after the venv's
+own site-packages through a ``.pth`` file, so ``torch_xla`` still comes from the venv.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import urllib.parse
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from xla_wheels import log
+from xla_wheels.bundle import Bundle
+from xla_wheels.lockfile import RuntimeWheelRecord
+from xla_wheels.publish import provenance as prov
+from xla_wheels.publish.errors import PublishError, VerifyFailed
+from xla_wheels.publish.index import (
+    credentials_for,
+    normalize,
+    reject_userinfo,
+    scrub,
+    upload_url_for,
+)
+from xla_wheels.publish.requirements import write_requirements
+from xla_wheels.publish.wheels import bundle_entry, locked_records
+
+PIP_TIMEOUT_S = 1800.0
+IMPORT_TIMEOUT_S = 600.0
+#: pip settings that would add other indexes or files to an install that must come from
+#: INDEX_URL alone (``--no-deps`` mode); the TLS settings stay.
+_PIP_SOURCE_VARS = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX")
+
+# Runs inside the fresh venv. Reads metadata and the provenance file without importing
+# torch_xla, so a broken import still leaves the version facts in the report.
+_PROBE = r"""
+import importlib.metadata as md, json, sys
+out = {"python": sys.executable, "versions": {}, "provenance": None, "provenance_path": None}
+for name in sys.argv[1:]:
+    try:
+        out["versions"][name] = md.version(name)
+    except md.PackageNotFoundError:
+        out["versions"][name] = None
+try:
+    path = md.distribution("torch_xla").locate_file("torch_xla/_xla_wheels_provenance.json")
+    if path.is_file():
+        out["provenance_path"] = str(path)
+        out["provenance"] = json.loads(path.read_text())
+except md.PackageNotFoundError:
+    pass
+print(json.dumps(out))
+"""
+
+_IMPORT = (
+    "import json, torch_xla; "
+    "print(json.dumps({'version': getattr(torch_xla, '__version__', None), "
+    "'file': torch_xla.__file__}))"
+)
+
+
+@dataclass
+class Check:
+    name: str
+    status: str
+    """``ok``, ``FAIL``, ``WARN`` or ``skipped``."""
+    detail: str
+
+
+@dataclass
+class VerifyReport:
+    bundle: str
+    index_url: str
+    requirements: str
+    venv: str
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(check.status != "FAIL" for check in self.checks)
+
+    def add(self, name: str, status: str, detail: str) -> None:
+        self.checks.append(Check(name, status, detail))
+        log.info(f"  {status:<7} {name}: {detail}")
+
+    def render(self) -> str:
+        lines = [
+            f"verify-install {self.bundle}: {'PASSED' if self.passed else 'FAILED'}",
+            f"  index         {self.index_url}",
+            f"  requirements  {self.requirements}",
+            f"  venv          {self.venv}",
+        ]
+        width = max((len(c.name) for c in self.checks), default=0)
+        lines += [f"  {c.status:<7} {c.name:<{width}}  {c.detail}" for c in self.checks]
+        return "\n".join(lines)
+
+
+def _venv_python(venv: Path) -> Path:
+    return venv / "bin" / "python"
+
+
+def _run(
+    argv: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    timeout: float,
+    secrets: list[str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    # Inline scripts are shown by name, not by their text.
+    log.command([arg if "\n" not in arg else "<script>" for arg in argv])
+    try:
+        result = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise PublishError(
+            f"{' '.join(argv[:4])} did not finish within {timeout:.0f}s",
+            fix="check that the index is reachable and answering",
+        ) from None
+    return subprocess.CompletedProcess(
+        result.args,
+        result.returncode,
+        scrub(result.stdout, secrets or []),
+        scrub(result.stderr, secrets or []),
+    )
+
+
+def create_venv(base_python: str, venv: Path, deps_from: str | None) -> Path:
+    if venv.exists():
+        shutil.rmtree(venv)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    result = _run([base_python, "-m", "venv", str(venv)], timeout=300)
+    if result.returncode != 0:
+        raise PublishError(
+            f"could not create a venv with {base_python}: {result.stderr.strip()[-500:]}",
+            fix="install the venv module (Debian: python3-venv) or pass another PYTHON",
+        )
+    python = _venv_python(venv)
+    if deps_from:
+        paths = _run(
+            [deps_from, "-c", "import json, site; print(json.dumps(site.getsitepackages()))"],
+            timeout=60,
+        )
+        if paths.returncode != 0:
+            raise PublishError(
+                f"cannot ask {deps_from} for its site-packages: {paths.stderr.strip()[-300:]}",
+                fix="pass DEPS_FROM=<python of an environment with torch installed>",
+            )
+        site = _run(
+            [str(python), "-c", "import site; print(site.getsitepackages()[0])"], timeout=60
+        ).stdout.strip()
+        # A .pth line is appended to sys.path after the venv's own site-packages: torch
+        # and friends come from there, torch_xla still from the fresh install.
+        (Path(site) / "xla_wheels_deps_from.pth").write_text(
+            "\n".join(json.loads(paths.stdout)) + "\n"
+        )
+    return python
+
+
+def _pip_env(index_url: str, *, isolated: bool) -> tuple[dict[str, str], list[str]]:
+    """Environment for pip: the index URL (with credentials, if any) travels here."""
+    env = dict(os.environ)
+    credentials = credentials_for(upload_url_for_or_same(index_url))
+    url = index_url
+    if credentials.username and credentials.password:
+        parts = urllib.parse.urlsplit(index_url)
+        userinfo = (
+            f"{urllib.parse.quote(credentials.username, safe='')}:"
+            f"{urllib.parse.quote(credentials.password, safe='')}"
+        )
+        url = urllib.parse.urlunsplit(parts._replace(netloc=f"{userinfo}@{parts.netloc}"))
+    if isolated:
+        for name in _PIP_SOURCE_VARS:
+            env.pop(name, None)
+        # No pip.conf either: an extra-index-url or find-links there could offer the file.
+        env["PIP_CONFIG_FILE"] = os.devnull
+        env["PIP_INDEX_URL"] = url
+    else:
+        env["PIP_EXTRA_INDEX_URL"] = url
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    return env, credentials.secrets
+
+
+def upload_url_for_or_same(index_url: str) -> str:
+    """The keyring service name publish used (the upload URL) when derivable."""
+    try:
+        return upload_url_for(index_url)
+    except Exception:
+        return index_url
+
+
+def _ours_expected(records: list[Any]) -> dict[str, str]:
+    from xla_wheels.publish.index import WheelName
+
+    expected: dict[str, str] = {}
+    for record in records:
+        name = WheelName.parse(record.name)
+        expected[name.normalized] = name.version
+    return expected
+
+
+def verify_install(
+    *,
+    lock_path: Path,
+    bundle: Bundle,
+    index_url: str,
+    work: Path,
+    base_python: str,
+    no_deps: bool,
+    deps_from: str | None,
+    require_provenance: bool,
+) -> VerifyReport:
+    if urllib.parse.urlsplit(index_url).scheme != "file":
+        reject_userinfo(index_url, "INDEX_URL")
+    entry = bundle_entry(lock_path, bundle.name)
+    ours = locked_records(lock_path, bundle.name)
+    runtime: list[RuntimeWheelRecord] = []
+    if not no_deps:
+        if bundle.runtime and "runtime-wheels" not in entry:
+            raise PublishError(
+                f"wheels.lock has no runtime wheels for {bundle.name}",
+                fix=f"run `make requirements BUNDLE={bundle.name}` first (or pass NO_DEPS=1 "
+                "to install only our wheels)",
+            )
+        runtime = [RuntimeWheelRecord(**row) for row in entry.get("runtime-wheels", [])]
+    requirements = write_requirements(work / "requirements.txt", bundle, ours, runtime)
+    venv = work / "venv"
+    report = VerifyReport(bundle.name, scrub(index_url), str(requirements), str(venv))
+
+    with log.section(f"verify-install: fresh venv {venv}"):
+        python = create_venv(base_python, venv, deps_from)
+
+    with log.section("verify-install: pip install --require-hashes"):
+        env, secrets = _pip_env(index_url, isolated=no_deps)
+        argv = [
+            str(python), "-m", "pip", "install", "--require-hashes", "--no-cache-dir",
+            "--only-binary=:all:", "-r", str(requirements),
+        ]  # fmt: skip
+        if no_deps:
+            argv.insert(4, "--no-deps")
+        result = _run(argv, env=env, timeout=PIP_TIMEOUT_S, secrets=secrets)
+        (work / "pip-install.log").write_text(result.stdout + result.stderr)
+        if result.returncode != 0:
+            tail = "\n".join(
+                line
+                for line in (result.stdout + result.stderr).splitlines()
+                if line.strip() and "is ignored" not in line
+            )
+            report.add("install", "FAIL", "pip refused or failed:\n" + tail[-3000:])
+            return report
+        report.add("install", "ok", f"{len(ours) + len(runtime)} pinned file(s) by sha256")
+
+    with log.section("verify-install: versions and provenance (before import)"):
+        expected = _ours_expected(ours)
+        probe = _run(
+            [str(python), "-c", _PROBE, *sorted(expected), "libtpu", "jax", "jaxlib"],
+            timeout=120,
+        )
+        if probe.returncode != 0:
+            raise PublishError(
+                f"could not read the installed metadata: {probe.stderr.strip()[-500:]}",
+                fix="inspect the venv by hand",
+            )
+        facts = json.loads(probe.stdout)
+        for project, version in sorted(expected.items()):
+            installed = facts["versions"].get(project)
+            status = "ok" if installed == version else "FAIL"
+            report.add(f"version {project}", status, f"installed {installed}, locked {version}")
+        for record in runtime:
+            if record.project in ("libtpu", "jax", "jaxlib"):
+                installed = facts["versions"].get(record.project)
+                status = "ok" if installed == record.version else "FAIL"
+                report.add(
+                    f"version {record.project}",
+                    status,
+                    f"installed {installed}, locked {record.version}",
+                )
+        if facts["provenance"] is None:
+            status = "FAIL" if require_provenance else "WARN"
+            report.add(
+                "provenance",
+                status,
+                f"absent: {prov.PROVENANCE_PATH} is not in the installed torch_xla, so this "
+                "wheel cannot be tied to the bundle's commits and patches (a stock wheel, or "
+                "one built before the build stage wrote provenance)",
+            )
+        else:
+            check = prov.compare(facts["provenance"], bundle.name, entry)
+            if check.problems:
+                report.add("provenance", "FAIL", "; ".join(check.problems))
+            elif not check.compared:
+                report.add("provenance", "FAIL", "present but holds none of the facts the "
+                           "lock records (bundle, commits, patch digests)")  # fmt: skip
+            else:
+                report.add("provenance", "ok", "matches wheels.lock: " + ", ".join(check.compared))
+
+    with log.section("verify-install: import torch_xla"):
+        if no_deps and not deps_from:
+            report.add(
+                "import",
+                "skipped",
+                "installed with --no-deps and no DEPS_FROM: torch is not in the venv",
+            )
+        else:
+            env = {**os.environ, "PJRT_DEVICE": os.environ.get("PJRT_DEVICE", "CPU")}
+            imported = _run([str(python), "-c", _IMPORT], env=env, timeout=IMPORT_TIMEOUT_S)
+            if imported.returncode != 0:
+                tail = "\n".join(imported.stderr.strip().splitlines()[-8:])
+                report.add("import", "FAIL", f"import torch_xla failed:\n{tail}")
+            else:
+                info = json.loads(imported.stdout.strip().splitlines()[-1])
+                inside = Path(info["file"]).resolve().is_relative_to(venv.resolve())
+                want = expected.get(normalize("torch_xla"))
+                version_ok = want is None or info["version"] in (None, want)
+                status = "ok" if inside and version_ok else "FAIL"
+                where = "from the fresh venv" if inside else f"NOT from the venv: {info['file']}"
+                report.add(
+                    "import",
+                    status,
+                    f"torch_xla {info['version']} imported {where}",
+                )
+    (work / "report.json").write_text(
+        json.dumps({**asdict(report), "passed": report.passed}, indent=2) + "\n"
+    )
+    return report
+
+
+def default_base_python() -> str:
+    return sys.executable
+
+
+def ensure_passed(report: VerifyReport) -> None:
+    if not report.passed:
+        failed = ", ".join(c.name for c in report.checks if c.status == "FAIL")
+        raise VerifyFailed(
+            f"verify-install of {report.bundle} failed: {failed}",
+            fix="read the report above; a refused hash means the index serves a file that is "
+            "not the locked one: republish from dist/ or investigate the index",
+        )

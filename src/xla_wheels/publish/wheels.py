@@ -1,0 +1,87 @@
+"""The wheels a bundle publishes: the ones in ``dist/<bundle>/`` that match wheels.lock.
+
+The lock is the authority: a wheel is published (or written into a requirements file)
+only if its sha256 is the one the build stage recorded, so a file that changed after
+locking (a rebuild that was not locked, a corrupted copy, tampering) never leaves the
+machine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from xla_wheels import log
+from xla_wheels.lockfile import WheelRecord, file_sha256, read_lock
+from xla_wheels.publish.errors import HashMismatch, PublishError
+from xla_wheels.publish.index import WheelName
+
+
+@dataclass(frozen=True)
+class LocalWheel:
+    path: Path
+    record: WheelRecord
+    name: WheelName
+
+    @property
+    def sha256(self) -> str:
+        return self.record.sha256
+
+
+def dist_dir(root: Path, bundle_name: str, override: Path | None = None) -> Path:
+    return (override or root / "dist") / bundle_name
+
+
+def bundle_entry(lock_path: Path, bundle_name: str) -> dict[str, Any]:
+    entry = read_lock(lock_path)["bundles"].get(bundle_name)
+    if entry is None:
+        raise PublishError(
+            f"wheels.lock has no entry for bundle {bundle_name}",
+            fix=f"run `make wheels BUNDLE={bundle_name}` (or `make lock BUNDLE={bundle_name}`)",
+        )
+    return entry
+
+
+def locked_records(lock_path: Path, bundle_name: str) -> list[WheelRecord]:
+    entry = bundle_entry(lock_path, bundle_name)
+    records = [
+        WheelRecord(name=str(w["name"]), size=int(w["size"]), sha256=str(w["sha256"]))
+        for w in entry.get("wheels", [])
+    ]
+    if not records:
+        raise PublishError(
+            f"wheels.lock records no wheels for bundle {bundle_name}",
+            fix=f"build them first: `make wheels BUNDLE={bundle_name}`",
+        )
+    return records
+
+
+def locked_wheels(lock_path: Path, bundle_name: str, directory: Path) -> list[LocalWheel]:
+    """Every locked wheel of the bundle, found in ``directory`` and checked by sha256."""
+    records = locked_records(lock_path, bundle_name)
+    wheels: list[LocalWheel] = []
+    problems: list[str] = []
+    for record in records:
+        path = directory / record.name
+        if not path.is_file():
+            problems.append(f"{record.name}: locked but missing from {directory}")
+            continue
+        actual = file_sha256(path)
+        if actual != record.sha256:
+            problems.append(
+                f"{record.name}: sha256 {actual} on disk, {record.sha256} in wheels.lock"
+            )
+            continue
+        wheels.append(LocalWheel(path=path, record=record, name=WheelName.parse(record.name)))
+    if problems:
+        raise HashMismatch(
+            f"the wheels of {bundle_name} do not match wheels.lock; refusing to use them:\n  "
+            + "\n  ".join(problems),
+            fix=f"rebuild and re-lock them with `make wheels BUNDLE={bundle_name}`, or restore "
+            "the locked files into " + str(directory),
+        )
+    locked = {record.name for record in records}
+    for stray in sorted(p.name for p in directory.glob("*.whl") if p.name not in locked):
+        log.warning(f"{directory / stray} is not in wheels.lock: not published")
+    return wheels
