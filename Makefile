@@ -70,3 +70,22 @@ lock-check: $(VENV_STAMP) ## fail when a manifest or patch no longer matches whe
 
 clean: ## remove build work (out/); dist/, wheels.lock and the per-machine cache are kept
 	rm -rf out
+
+# Publish stage (README "Publish and install"). Credentials come from TWINE_USERNAME /
+# TWINE_PASSWORD or keyring, never from these variables.
+INDEX_URL ?=
+.PHONY: publish requirements verify-install doctor
+INDEX_ARG = $(if $(INDEX_URL),--index-url "$(INDEX_URL)",)
+
+publish: $(VENV_STAMP) ## upload the locked wheels: make publish BUNDLE=... [INDEX_URL=<simple/ URL>] (none: static index in dist/<bundle>/simple)
+	@$(CLI) publish --bundle "$(BUNDLE)" $(INDEX_ARG) $(if $(UPLOAD_URL),--upload-url "$(UPLOAD_URL)",)
+
+requirements: $(VENV_STAMP) ## hash-pinned requirements for hosts: make requirements BUNDLE=... [REFRESH=1]
+	@$(CLI) requirements --bundle "$(BUNDLE)" $(if $(REFRESH),--refresh,)
+
+verify-install: $(VENV_STAMP) ## fresh venv installs by hash, checks lock/provenance: make verify-install BUNDLE=... [INDEX_URL=...] [NO_DEPS=1 DEPS_FROM=<python>]
+	@$(CLI) verify-install --bundle "$(BUNDLE)" $(INDEX_ARG) $(if $(NO_DEPS),--no-deps,) \
+	  $(if $(DEPS_FROM),--deps-from "$(DEPS_FROM)",) $(if $(PYTHON),--python "$(PYTHON)",)
+
+doctor: $(VENV_STAMP) ## check a training host before import: make doctor BUNDLE=... [PYTHON=<training python>] [ROLE=writer|reader]
+	@$(CLI) doctor --bundle "$(BUNDLE)" $(if $(PYTHON),--python "$(PYTHON)",) $(if $(ROLE),--role "$(ROLE)",)
