@@ -9,6 +9,7 @@ page is read again and must list the file with the local sha256.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -116,10 +117,12 @@ def _twine_upload(wheel: LocalWheel, upload_url: str, credentials: Credentials) 
         ) from None
     if result.returncode == 0:
         return
-    output = scrub(f"{result.stdout}\n{result.stderr}", credentials.secrets).strip()
-    tail = "\n".join(output.splitlines()[-12:])
+    # twine colours its messages; the error text must read cleanly in logs and reports.
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", f"{result.stdout}\n{result.stderr}")
+    output = scrub(plain, credentials.secrets).strip()
+    tail = "\n".join(line.rstrip() for line in output.splitlines()[-12:])
     lowered = output.lower()
-    if any(code in output for code in ("401", "403")) or "forbidden" in lowered:
+    if re.search(r"HTTPError: 40[13]\b", output) or "forbidden" in lowered:
         raise CredentialsRejected(
             f"the index at {scrub(upload_url)} rejected the upload of {wheel.record.name} "
             f"(credentials from: {credentials.source}):\n{tail}",

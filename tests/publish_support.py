@@ -1,0 +1,262 @@
+"""Real wheels, a real index server and project roots for the publish-stage tests.
+
+Wheels are built with setuptools through ``python -m build`` (small stand-ins named
+torch / torch_xla with real metadata and a provenance file); the index is a real
+pypiserver on 127.0.0.1 with an htpasswd file generated here, stopped by its fixture.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.gitrepos import REPO_ROOT
+from xla_wheels.bundle import load_bundle
+from xla_wheels.lockfile import WheelRecord, file_sha256, record_wheels, update_bundle_entry
+
+BUNDLE = "pub-1"
+TORCH_SHA = "21fec65781bebe867faf209f89bb687ffd236ca4"
+XLA_SHA = "c04e61c3424142c0eebcc9e59984b9d8fced18c0"
+OPENXLA_SHA = "9a9aa0e11e4fcda8d6a9c3267dca6776ddbdb0ca"
+TORCH_VERSION = "2.9.0a0+git21fec65"
+XLA_VERSION = "2.9.0+gitc04e61c"
+USER = "uploader"
+PASSWORD = "s3cr3t-Pa55word!"
+SERVER_START_TIMEOUT_S = 60.0
+
+
+def build_wheel(
+    workdir: Path,
+    dist_name: str,
+    version: str,
+    package: str,
+    files: dict[str, str],
+    requires: list[str] | None = None,
+) -> Path:
+    """A real wheel built by setuptools (``python -m build --wheel --no-isolation``)."""
+    source = workdir / f"src-{dist_name}"
+    (source / package).mkdir(parents=True)
+    for name, text in files.items():
+        (source / package / name).write_text(text)
+    deps = ", ".join(f'"{r}"' for r in requires or [])
+    (source / "pyproject.toml").write_text(
+        textwrap.dedent(
+            f"""
+            [build-system]
+            requires = ["setuptools"]
+            build-backend = "setuptools.build_meta"
+
+            [project]
+            name = "{dist_name}"
+            version = "{version}"
+            dependencies = [{deps}]
+
+            [tool.setuptools]
+            packages = ["{package}"]
+
+            [tool.setuptools.package-data]
+            {package} = ["*.json"]
+            """
+        )
+    )
+    out = workdir / "wheels"
+    subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out)],
+        cwd=source,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (wheel,) = out.glob(f"{dist_name}-*.whl")
+    return wheel
+
+
+def provenance(bundle: str = BUNDLE) -> dict[str, object]:
+    return {
+        "bundle": bundle,
+        "components": {
+            "torch": {"commit": TORCH_SHA},
+            "torch_xla": {"commit": XLA_SHA},
+            "openxla": {"commit": OPENXLA_SHA},
+        },
+    }
+
+
+@dataclass(frozen=True)
+class FakeWheels:
+    torch: Path
+    torch_xla: Path
+
+
+def build_fake_wheels(workdir: Path, *, with_provenance: bool = True) -> FakeWheels:
+    torch = build_wheel(
+        workdir,
+        "torch",
+        TORCH_VERSION,
+        "torch",
+        {"__init__.py": f'__version__ = "{TORCH_VERSION}"\n'},
+    )
+    files = {"__init__.py": f'import torch  # noqa\n__version__ = "{XLA_VERSION}"\n'}
+    if with_provenance:
+        files["_xla_wheels_provenance.json"] = json.dumps(provenance(), indent=2)
+    torch_xla = build_wheel(
+        workdir, "torch_xla", XLA_VERSION, "torch_xla", files, [f"torch=={TORCH_VERSION}"]
+    )
+    return FakeWheels(torch, torch_xla)
+
+
+@pytest.fixture(scope="session")
+def fake_wheels(tmp_path_factory: pytest.TempPathFactory) -> FakeWheels:
+    return build_fake_wheels(tmp_path_factory.mktemp("fake-wheels"))
+
+
+def make_publish_project(
+    root: Path, wheels: list[Path], *, bundle: str = BUNDLE, runtime: str = "",
+    python: str = "3.11", xla_version: str = "2.9.0",
+) -> Path:  # fmt: skip
+    """A project root whose lock records ``wheels`` (copied into dist/<bundle>/)."""
+    project = root / "project"
+    (project / "build" / "bundles").mkdir(parents=True)
+    (project / "patches").mkdir()
+    blocks = [f'[bundle]\nname = "{bundle}"\ndescription = "publish test"\npython = "{python}"\n']
+    for component, sha, version in (
+        ("torch", TORCH_SHA, "2.9.0a0"),
+        ("torch_xla", XLA_SHA, xla_version),
+        ("openxla", OPENXLA_SHA, None),
+    ):
+        blocks.append(
+            f'[components.{component}]\nremote = "https://example.invalid/{component}.git"\n'
+            f'commit = "{sha}"\n' + (f'version = "{version}"\n' if version else "")
+        )
+    if runtime:
+        blocks.append(runtime)
+    (project / "build" / "bundles" / f"{bundle}.toml").write_text("\n".join(blocks))
+    loaded = load_bundle(project, bundle)
+    resolved: dict[str, str | None] = {c.name: c.commit for c in loaded.components.values()}
+    update_bundle_entry(project / "wheels.lock", loaded, resolved, project)
+    dist = project / "dist" / bundle
+    dist.mkdir(parents=True)
+    records = []
+    for wheel in wheels:
+        target = dist / wheel.name
+        shutil.copyfile(wheel, target)
+        records.append(WheelRecord(wheel.name, target.stat().st_size, file_sha256(target)))
+    record_wheels(project / "wheels.lock", bundle, records)
+    return project
+
+
+@dataclass
+class CliRun:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+def cli(root: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 900) -> CliRun:
+    """``python -m xla_wheels ARGS --root ROOT`` in a fresh process (the real CLI edge)."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("TWINE_", "INDEX_"))}
+    full_env.update(env or {})
+    process = subprocess.run(
+        [sys.executable, "-m", "xla_wheels", *args, "--root", str(root)],
+        cwd=REPO_ROOT,
+        env=full_env,
+        text=True,
+        capture_output=True,
+        timeout=timeout,
+        check=False,
+    )
+    return CliRun(process.returncode, process.stdout, process.stderr)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class IndexServer:
+    url: str
+    """The simple/ URL hosts install from."""
+    packages: Path
+    log: Path
+
+    @property
+    def credentials(self) -> dict[str, str]:
+        return {"TWINE_USERNAME": USER, "TWINE_PASSWORD": PASSWORD}
+
+
+def _write_htpasswd(path: Path) -> None:
+    from passlib.apache import HtpasswdFile
+
+    htpasswd = HtpasswdFile(str(path), new=True)
+    htpasswd.set_password(USER, PASSWORD)
+    htpasswd.save()
+
+
+def start_pypiserver(
+    workdir: Path, authenticate: str
+) -> tuple[subprocess.Popen[bytes], IndexServer]:
+    packages = workdir / "packages"
+    packages.mkdir(parents=True)
+    htpasswd = workdir / "htpasswd"
+    _write_htpasswd(htpasswd)
+    port = free_port()
+    log_path = workdir / "pypiserver.log"
+    argv = [
+        sys.executable, "-m", "pypiserver", "run", "-i", "127.0.0.1", "-p", str(port),
+        "-P", str(htpasswd), "-a", authenticate, "--disable-fallback",
+        "--hash-algo", "sha256", str(packages),
+    ]  # fmt: skip
+    with log_path.open("wb") as handle:
+        process = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+    while True:
+        if process.poll() is not None:
+            raise AssertionError(f"pypiserver exited: {log_path.read_text()}")
+        try:
+            with urllib.request.urlopen(f"{base}/health", timeout=2):
+                break
+        except (urllib.error.URLError, OSError):
+            if time.monotonic() > deadline:
+                process.kill()
+                raise AssertionError(f"pypiserver did not start: {log_path.read_text()}") from None
+            time.sleep(0.2)
+    return process, IndexServer(f"{base}/simple/", packages, log_path)
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
+
+
+@pytest.fixture
+def index_server(tmp_path: Path) -> Iterator[IndexServer]:
+    """pypiserver where reading and uploading both need the htpasswd account."""
+    process, server = start_pypiserver(tmp_path / "index", "update,download,list")
+    try:
+        yield server
+    finally:
+        stop(process)

@@ -1,0 +1,184 @@
+"""publish / verify-install against a real pypiserver on 127.0.0.1 with htpasswd auth."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.publish_support import (
+    BUNDLE,
+    PASSWORD,
+    USER,
+    FakeWheels,
+    IndexServer,
+    cli,
+    fake_wheels,  # noqa: F401 - fixture
+    free_port,
+    index_server,  # noqa: F401 - fixture
+    make_publish_project,
+    start_pypiserver,
+    stop,
+)
+
+
+@pytest.fixture
+def project(tmp_path: Path, fake_wheels: FakeWheels) -> Path:  # noqa: F811
+    return make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
+
+
+def _flip_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_upload_then_rerun_skips(project: Path, index_server: IndexServer) -> None:  # noqa: F811
+    env = index_server.credentials
+    first = cli(project, "publish", "--bundle", BUNDLE, "--index-url", index_server.url, env=env)
+    assert first.exit_code == 0, first.output
+    lines = [line for line in first.stdout.splitlines() if line.startswith(("uploaded", "skip"))]
+    assert len(lines) == 2 and all(line.startswith("uploaded") for line in lines), first.stdout
+    on_server = sorted(p.name for p in index_server.packages.iterdir())
+    assert on_server == sorted(p.name for p in (project / "dist" / BUNDLE).glob("*.whl"))
+    for name in on_server:
+        assert _sha(index_server.packages / name) == _sha(project / "dist" / BUNDLE / name)
+
+    again = cli(project, "publish", "--bundle", BUNDLE, "--index-url", index_server.url, env=env)
+    assert again.exit_code == 0, again.output
+    assert again.stdout.count("skipped") == 2 and "uploaded" not in again.stdout
+    assert "twine upload" not in again.stderr  # nothing was sent the second time
+
+
+def test_same_name_different_hash_is_refused(
+    project: Path,
+    index_server: IndexServer,  # noqa: F811
+    fake_wheels: FakeWheels,  # noqa: F811
+) -> None:
+    # Someone else put a different file under our torch_xla file name on the index.
+    impostor = index_server.packages / fake_wheels.torch_xla.name
+    shutil.copyfile(fake_wheels.torch_xla, impostor)
+    _flip_byte(impostor)
+    result = cli(
+        project, "publish", "--bundle", BUNDLE, "--index-url", index_server.url,
+        env=index_server.credentials,
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert _sha(impostor) in result.stderr
+    assert _sha(fake_wheels.torch_xla) in result.stderr
+    assert "nothing was uploaded" in result.stderr
+    # Plan before act: the unrelated torch wheel was not uploaded either.
+    assert sorted(p.name for p in index_server.packages.iterdir()) == [impostor.name]
+
+
+@pytest.mark.parametrize("authenticate", ["update", "update,download,list"])
+def test_wrong_password_is_refused_without_leaking_it(
+    project: Path, tmp_path: Path, authenticate: str
+) -> None:
+    process, server = start_pypiserver(tmp_path / f"index-{authenticate}", authenticate)
+    wrong = "Wr0ng-and-Secret-9931"
+    try:
+        result = cli(
+            project, "publish", "--bundle", BUNDLE, "--index-url", server.url,
+            env={"TWINE_USERNAME": USER, "TWINE_PASSWORD": wrong},
+        )  # fmt: skip
+    finally:
+        stop(process)
+    assert result.exit_code == 1, result.output
+    assert "reject" in result.stderr or "refused" in result.stderr
+    assert "TWINE_PASSWORD" in result.stderr  # the fix names where credentials come from
+    assert wrong not in result.output
+    assert PASSWORD not in result.output
+    assert list(server.packages.iterdir()) == []
+
+
+def test_credentials_in_the_url_are_refused_and_not_echoed(project: Path) -> None:
+    url = f"http://{USER}:{PASSWORD}@127.0.0.1:9/simple/"
+    result = cli(project, "publish", "--bundle", BUNDLE, "--index-url", url)
+    assert result.exit_code == 2, result.output
+    assert PASSWORD not in result.output
+    assert "TWINE_USERNAME" in result.stderr
+
+
+def test_index_down_gives_a_clear_error(project: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}/simple/"
+    result = cli(
+        project, "publish", "--bundle", BUNDLE, "--index-url", url,
+        env={"TWINE_USERNAME": USER, "TWINE_PASSWORD": PASSWORD}, timeout=120,
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert "not reachable" in result.stderr and url in result.stderr
+    assert "fix: check that the index server is running" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_wheel_changed_after_locking_is_not_published(
+    project: Path,
+    index_server: IndexServer,  # noqa: F811
+) -> None:
+    wheel = next((project / "dist" / BUNDLE).glob("torch_xla-*.whl"))
+    locked = _sha(wheel)
+    _flip_byte(wheel)
+    result = cli(
+        project, "publish", "--bundle", BUNDLE, "--index-url", index_server.url,
+        env=index_server.credentials,
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert locked in result.stderr and _sha(wheel) in result.stderr
+    assert list(index_server.packages.iterdir()) == []
+
+
+def test_verified_install_then_tampered_index_file_is_refused(
+    project: Path,
+    index_server: IndexServer,  # noqa: F811
+) -> None:
+    env = index_server.credentials
+    published = cli(
+        project, "publish", "--bundle", BUNDLE, "--index-url", index_server.url, env=env
+    )
+    assert published.exit_code == 0, published.output
+
+    verified = cli(
+        project, "verify-install", "--bundle", BUNDLE, "--index-url", index_server.url, env=env
+    )
+    assert verified.exit_code == 0, verified.output
+    assert "verify-install pub-1: PASSED" in verified.stdout
+    assert "imported from the fresh venv" in verified.stdout
+    assert "provenance" in verified.stdout and "matches wheels.lock" in verified.stdout
+    report = json.loads((project / "out" / BUNDLE / "verify-install" / "report.json").read_text())
+    assert report["passed"] is True
+    assert PASSWORD not in verified.output
+
+    # One byte of the torch_xla file on the index changes after it was locked and published.
+    on_index = next(index_server.packages.glob("torch_xla-*.whl"))
+    _flip_byte(on_index)
+    refused = cli(
+        project, "verify-install", "--bundle", BUNDLE, "--index-url", index_server.url, env=env
+    )
+    assert refused.exit_code == 1, refused.output
+    assert "DO NOT MATCH THE HASHES" in refused.stdout
+    assert _sha(on_index) in refused.stdout
+    assert "verify-install pub-1: FAILED" in refused.stdout
+    assert PASSWORD not in refused.output
+
+
+def test_static_index_installs_with_hashes(project: Path, tmp_path: Path) -> None:
+    published = cli(project, "publish", "--bundle", BUNDLE)
+    assert published.exit_code == 0, published.output
+    simple = project / "dist" / BUNDLE / "simple"
+    page = (simple / "torch-xla" / "index.html").read_text()
+    wheel = next((project / "dist" / BUNDLE).glob("torch_xla-*.whl"))
+    assert f"#sha256={_sha(wheel)}" in page
+    assert (simple / "index.html").read_text().count("<a ") == 2
+
+    verified = cli(project, "verify-install", "--bundle", BUNDLE)
+    assert verified.exit_code == 0, verified.output
+    assert simple.as_uri() in verified.stdout
+    assert "imported from the fresh venv" in verified.stdout
