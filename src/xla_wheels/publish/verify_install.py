@@ -48,10 +48,13 @@ _PIP_SOURCE_VARS = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "P
 # torch_xla, so a broken import still leaves the version facts in the report.
 _PROBE = r"""
 import importlib.metadata as md, json, sys
-out = {"python": sys.executable, "versions": {}, "provenance": None, "provenance_path": None}
+out = {"python": sys.executable, "versions": {}, "locations": {}, "provenance": None,
+       "provenance_path": None}
 for name in sys.argv[1:]:
     try:
-        out["versions"][name] = md.version(name)
+        dist = md.distribution(name)
+        out["versions"][name] = dist.version
+        out["locations"][name] = str(dist.locate_file(""))
     except md.PackageNotFoundError:
         out["versions"][name] = None
 try:
@@ -135,7 +138,7 @@ def _run(
     )
 
 
-def create_venv(base_python: str, venv: Path, deps_from: str | None) -> Path:
+def create_venv(base_python: str, venv: Path) -> Path:
     if venv.exists():
         shutil.rmtree(venv)
     venv.parent.mkdir(parents=True, exist_ok=True)
@@ -145,26 +148,30 @@ def create_venv(base_python: str, venv: Path, deps_from: str | None) -> Path:
             f"could not create a venv with {base_python}: {result.stderr.strip()[-500:]}",
             fix="install the venv module (Debian: python3-venv) or pass another PYTHON",
         )
-    python = _venv_python(venv)
-    if deps_from:
-        paths = _run(
-            [deps_from, "-c", "import json, site; print(json.dumps(site.getsitepackages()))"],
-            timeout=60,
+    return _venv_python(venv)
+
+
+def borrow_packages(python: Path, deps_from: str) -> None:
+    """Let ``python`` import what ``deps_from``'s environment has (torch), after its own.
+
+    Called after the install on purpose: with the other environment on sys.path, pip would
+    see its torch_xla as "already satisfied" and install nothing.
+    """
+    paths = _run(
+        [deps_from, "-c", "import json, site; print(json.dumps(site.getsitepackages()))"],
+        timeout=60,
+    )
+    if paths.returncode != 0:
+        raise PublishError(
+            f"cannot ask {deps_from} for its site-packages: {paths.stderr.strip()[-300:]}",
+            fix="pass DEPS_FROM=<python of an environment with torch installed>",
         )
-        if paths.returncode != 0:
-            raise PublishError(
-                f"cannot ask {deps_from} for its site-packages: {paths.stderr.strip()[-300:]}",
-                fix="pass DEPS_FROM=<python of an environment with torch installed>",
-            )
-        site = _run(
-            [str(python), "-c", "import site; print(site.getsitepackages()[0])"], timeout=60
-        ).stdout.strip()
-        # A .pth line is appended to sys.path after the venv's own site-packages: torch
-        # and friends come from there, torch_xla still from the fresh install.
-        (Path(site) / "xla_wheels_deps_from.pth").write_text(
-            "\n".join(json.loads(paths.stdout)) + "\n"
-        )
-    return python
+    site = _run(
+        [str(python), "-c", "import site; print(site.getsitepackages()[0])"], timeout=60
+    ).stdout.strip()
+    # A .pth line is appended to sys.path after the venv's own site-packages: torch and
+    # friends come from there, torch_xla still from the fresh install.
+    (Path(site) / "xla_wheels_deps_from.pth").write_text("\n".join(json.loads(paths.stdout)) + "\n")
 
 
 def _pip_env(index_url: str, *, isolated: bool) -> tuple[dict[str, str], list[str]]:
@@ -238,7 +245,7 @@ def verify_install(
     report = VerifyReport(bundle.name, scrub(index_url), str(requirements), str(venv))
 
     with log.section(f"verify-install: fresh venv {venv}"):
-        python = create_venv(base_python, venv, deps_from)
+        python = create_venv(base_python, venv)
 
     with log.section("verify-install: pip install --require-hashes"):
         env, secrets = _pip_env(index_url, isolated=no_deps)
@@ -259,6 +266,8 @@ def verify_install(
             report.add("install", "FAIL", "pip refused or failed:\n" + tail[-3000:])
             return report
         report.add("install", "ok", f"{len(ours) + len(runtime)} pinned file(s) by sha256")
+        if deps_from:
+            borrow_packages(python, deps_from)
 
     with log.section("verify-install: versions and provenance (before import)"):
         expected = _ours_expected(ours)
@@ -274,8 +283,13 @@ def verify_install(
         facts = json.loads(probe.stdout)
         for project, version in sorted(expected.items()):
             installed = facts["versions"].get(project)
-            status = "ok" if installed == version else "FAIL"
-            report.add(f"version {project}", status, f"installed {installed}, locked {version}")
+            location = facts["locations"].get(project, "")
+            inside = bool(location) and Path(location).resolve().is_relative_to(venv.resolve())
+            status = "ok" if installed == version and inside else "FAIL"
+            where = "" if inside else f" (NOT in the fresh venv: {location or 'missing'})"
+            report.add(
+                f"version {project}", status, f"installed {installed}, locked {version}{where}"
+            )
         for record in runtime:
             if record.project in ("libtpu", "jax", "jaxlib"):
                 installed = facts["versions"].get(record.project)
