@@ -1,0 +1,86 @@
+"""requirements: our hashes from the lock, public runtime hashes resolved by pip and locked."""
+
+from __future__ import annotations
+
+import hashlib
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from tests.publish_support import (
+    BUNDLE,
+    FakeWheels,
+    cli,
+    fake_wheels,  # noqa: F401 - fixture
+    make_publish_project,
+)
+
+RUNTIME = '[runtime.jax]\nversion = "0.9.0"\n\n[runtime.jaxlib]\nversion = "0.9.0"\n'
+
+
+def _lock(project: Path) -> dict:
+    return tomllib.loads((project / "wheels.lock").read_text())["bundles"][BUNDLE]
+
+
+def test_runtime_closure_is_resolved_locked_and_kept(
+    tmp_path: Path,
+    fake_wheels: FakeWheels,  # noqa: F811
+) -> None:
+    project = make_publish_project(
+        tmp_path, [fake_wheels.torch, fake_wheels.torch_xla], runtime=RUNTIME, python="3.13"
+    )
+    result = cli(project, "requirements", "--bundle", BUNDLE, timeout=900)
+    assert result.exit_code == 0, result.output
+
+    entry = _lock(project)
+    runtime = {row["project"]: row for row in entry["runtime-wheels"]}
+    # jax pulls jaxlib, numpy, scipy, ml-dtypes, opt-einsum: all pinned, none of ours.
+    assert {"jax", "jaxlib", "numpy", "scipy"} <= set(runtime)
+    assert "torch" not in runtime and "torch-xla" not in runtime
+    assert runtime["jax"]["version"] == "0.9.0"
+    assert runtime["jaxlib"]["name"].startswith("jaxlib-0.9.0-cp313-cp313-manylinux")
+    assert entry["runtime-wheels-for"]["python"] == "3.13"
+
+    text = (project / "dist" / BUNDLE / "requirements.txt").read_text()
+    torch_xla_sha = hashlib.sha256(fake_wheels.torch_xla.read_bytes()).hexdigest()
+    assert f"torch-xla==2.9.0+gitc04e61c \\\n    --hash=sha256:{torch_xla_sha}" in text
+    assert f"jax==0.9.0 \\\n    --hash=sha256:{runtime['jax']['sha256']}" in text
+    requirement_lines = [line for line in text.splitlines() if "==" in line and "#" not in line]
+    assert len(requirement_lines) == len(runtime) + 2
+
+    # The second run reuses the record (no network) and writes the same file.
+    again = cli(project, "requirements", "--bundle", BUNDLE)
+    assert again.exit_code == 0, again.output
+    assert "reusing the resolution recorded in wheels.lock" in again.stderr
+    assert (project / "dist" / BUNDLE / "requirements.txt").read_text() == text
+
+    # `make lock` with unchanged inputs keeps the record byte for byte; lock-check passes.
+    before = (project / "wheels.lock").read_bytes()
+    assert cli(project, "lock", "--bundle", BUNDLE).exit_code == 0
+    assert (project / "wheels.lock").read_bytes() == before
+    checked = cli(project, "lock-check")
+    assert checked.exit_code == 0, checked.output
+
+
+def test_requirements_refuse_a_wheel_that_changed_after_locking(
+    tmp_path: Path,
+    fake_wheels: FakeWheels,  # noqa: F811
+) -> None:
+    project = make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
+    wheel = next((project / "dist" / BUNDLE).glob("torch-*.whl"))
+    wheel.write_bytes(wheel.read_bytes() + b"\0")
+    result = cli(project, "requirements", "--bundle", BUNDLE)
+    assert result.exit_code == 1, result.output
+    assert "do not match wheels.lock" in result.stderr
+    assert not (project / "dist" / BUNDLE / "requirements.txt").exists()
+
+
+@pytest.mark.parametrize("missing", ["lock", "wheels"])
+def test_requirements_name_the_missing_step(tmp_path: Path, missing: str) -> None:
+    project = make_publish_project(tmp_path, [])
+    if missing == "lock":
+        (project / "wheels.lock").unlink()
+    result = cli(project, "requirements", "--bundle", BUNDLE)
+    assert result.exit_code == 1, result.output
+    assert f"make wheels BUNDLE={BUNDLE}" in result.stderr
