@@ -138,7 +138,7 @@ def _repo(path: Path, files: dict[str, str]) -> str:
     return git("rev-parse", "HEAD", cwd=path)
 
 
-def _patch_file(
+def make_patch(
     repo: Path, commit: str, component: str, subject: str, edits: dict[str, str], out: Path
 ) -> None:
     """A patch in the pipeline's format (header + git diff), made with real git."""
@@ -170,7 +170,10 @@ class Synthetic:
         self,
         name: str = "syn",
         *,
-        xla_patches: tuple[str, ...] = ("torch_xla/0001-load-cache.patch",),
+        xla_patches: tuple[str, ...] = (
+            "torch_xla/0001-load-cache.patch",
+            "torch_xla/0002-comment.patch",
+        ),
         openxla_commit: str | None = None,
         openxla_patches: tuple[str, ...] = ("openxla/0001-api.patch",),
     ) -> Path:
@@ -251,7 +254,7 @@ def make_synthetic(base: Path) -> Synthetic:
     (root / "build" / "bundles").mkdir(parents=True)
     patches = root / "patches"
     fixed = XLA_INIT.replace("return False", "return True")
-    _patch_file(
+    make_patch(
         xla_repo,
         commits["torch_xla"],
         "torch_xla",
@@ -259,7 +262,7 @@ def make_synthetic(base: Path) -> Synthetic:
         {"torch_xla/__init__.py": textwrap.dedent(fixed).lstrip("\n")},
         patches / "torch_xla" / "0001-load-cache.patch",
     )
-    _patch_file(
+    make_patch(
         xla_repo,
         commits["torch_xla"],
         "torch_xla",
@@ -267,7 +270,7 @@ def make_synthetic(base: Path) -> Synthetic:
         {"WORKSPACE": textwrap.dedent(WORKSPACE).lstrip("\n") + "# patched\n"},
         patches / "torch_xla" / "0002-comment.patch",
     )
-    _patch_file(
+    make_patch(
         openxla_repo,
         commits["openxla"],
         "openxla",

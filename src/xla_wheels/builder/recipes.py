@@ -49,7 +49,10 @@ class Step:
     """argv entries that are globs, expanded (sorted) when the step runs."""
 
     def render(self) -> str:
-        if self.action:
+        if self.action == "write-file":
+            body = " | ".join(self.args[1].splitlines())
+            text = f"[write-file] {self.args[0]}: {body}"
+        elif self.action:
             text = f"[{self.action}] " + " ".join(shlex.quote(a) for a in self.args)
         else:
             parts = []
@@ -147,6 +150,9 @@ def bazelrc_user(spec: BuildSpec) -> str:
         f"# Written by xla-wheels for bundle {spec.bundle}: OpenXLA is the bundle's pin with",
         "# its patch series and torch_xla's openxla_patches/ applied.",
         f"build --override_repository=xla={spec.openxla_src}",
+        # The output base on a cache volume: a new container re-uses the analysis and
+        # external repositories instead of starting from nothing.
+        f"startup --output_user_root={spec.bazel_output_root}",
     ]
     if spec.bazel_remote_cache:
         lines += [

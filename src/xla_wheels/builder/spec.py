@@ -39,6 +39,7 @@ class BuildSpec:
     knobs: dict[str, Any]
     bazel_disk_cache: str
     bazel_remote_cache: str | None
+    bazel_output_root: str
     ccache_dir: str
     pip_cache_dir: str
     pip_args: list[str]

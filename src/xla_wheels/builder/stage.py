@@ -184,7 +184,7 @@ def compose(
     stages = cache / "stages"
 
     def stage_path(name: str) -> str:
-        suffix = keys[name][:16] if keys else "unresolved"
+        suffix = keys[name][:16] if keys else "KEY-AFTER-SOURCES"
         return str(stages / f"{name}-{suffix}")
 
     provenance: dict[str, Any] = {
@@ -225,6 +225,7 @@ def compose(
         knobs=knobs,
         bazel_disk_cache=str(config.disk_cache(cache)),
         bazel_remote_cache=config.bazel_remote_cache,
+        bazel_output_root=str(cache / "bazel-root"),
         ccache_dir=str(cache / "ccache"),
         pip_cache_dir=str(cache / "pip"),
         pip_args=list(config.pip_args),
@@ -273,6 +274,7 @@ def mounts(run: BuildRun, extra: tuple[Path, ...] = ()) -> list[Mount]:
         run.work,
         Path(spec.torch_stage).parent,
         Path(spec.bazel_disk_cache),
+        Path(spec.bazel_output_root),
         Path(spec.ccache_dir),
         Path(spec.pip_cache_dir),
     ]
@@ -412,6 +414,18 @@ def plan_stages(
         state = "cached: skipped" if run.cached(name) else "built"
         facts = [
             f"{name} {versions[name]} at full SHA {commits[name] or '(resolved by sources)'}",
+            *(
+                []
+                if keys
+                else [
+                    "stage key: computed once the sources stage resolves "
+                    + ", ".join(
+                        f"{c.name} {c.commit}"
+                        for c in bundle.components.values()
+                        if not commits.get(c.name)
+                    )
+                ]
+            ),
             f"stage {run.stage_dir(name)} ({state})",
             line(engine.call_argv(entry_argv(run, name)), f"recipe {name}, which runs:"),
             *(f"    {step.render()}" for step in recipes.recipe(spec, name)),
@@ -419,11 +433,15 @@ def plan_stages(
         stages.append(PlannedStage(f"build: {name}", tuple(facts)))
     stop = engine.stop_argv()
     staging = f"{options.root}/dist/.staging-{bundle.name}-XXXX"
+    ship_engine = engine_for(run, extra=(Path(staging),))
+    ship_start, ship_stop = ship_engine.start_argv(), ship_engine.stop_argv()
     collect_facts = [
         *([line(stop)] if stop else []),
         f"copy both wheels into {staging} (sha256 checked); a second container mounts it",
-        line(engine.call_argv(entry_argv(run, "ship", staging)), "ship check, which runs:"),
+        *([line(ship_start)] if ship_start else []),
+        line(ship_engine.call_argv(entry_argv(run, "ship", staging)), "ship check, which runs:"),
         *(f"    {step.render()}" for step in recipes.ship_steps(spec, staging)),
+        *([line(ship_stop)] if ship_stop else []),
         f"check passes -> rename to {options.root}/dist/{bundle.name} (atomic); "
         "fails -> staging removed, dist/ untouched",
         "wheels.lock: name, size, sha256 of each wheel",

@@ -1,0 +1,224 @@
+"""Build stage end to end on the synthetic upstream, BUILD_MODE=host.
+
+Real git repositories, real setuptools wheels, the real CLI. The synthetic upstream is
+test data (tests/synthetic_upstream.py); the real compile runs only on a builder.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.synthetic_upstream import Synthetic, cli_args, make_patch, make_synthetic
+from xla_wheels.builder import stamp
+from xla_wheels.bundle import load_bundle
+from xla_wheels.lockfile import file_sha256
+from xla_wheels.patches import describe_series, series_digest
+
+REPO = Path(__file__).resolve().parents[1]
+HOST = ("--mode", "host", "--host-python", sys.executable)
+
+
+def run_cli(syn: Synthetic, *extra: str, bundle: str = "syn") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "xla_wheels", *cli_args(syn, *HOST, *extra, bundle=bundle)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(syn.root.parent)},
+    )
+
+
+@pytest.fixture
+def syn(tmp_path: Path) -> Synthetic:
+    return make_synthetic(tmp_path)
+
+
+def dist_wheels(syn: Synthetic, bundle: str = "syn") -> list[Path]:
+    return sorted((syn.root / "dist" / bundle).glob("*.whl"))
+
+
+def test_patched_build_is_stamped_and_carries_provenance(syn: Synthetic) -> None:
+    result = run_cli(syn)
+    assert result.returncode == 0, result.stderr
+    wheels = dist_wheels(syn)
+    assert [w.name.split("-")[0] for w in wheels] == ["torch", "torch_xla"]
+    bundle = load_bundle(syn.root, "syn")
+    xla_series = series_digest(describe_series(bundle.component("torch_xla")))
+    openxla_series = series_digest(describe_series(bundle.component("openxla")))
+    digest = stamp.patch_digest([xla_series, f"openxla:{syn.commits['openxla']}", openxla_series])
+    expected = f"2.9.0+git{syn.commits['torch_xla'][:7]}.p{digest}"
+    assert wheels[1].name == f"torch_xla-{expected}-py3-none-any.whl"
+    # torch is unpatched: upstream's own label, no ".p".
+    assert wheels[0].name == f"torch-2.9.0a0+git{syn.commits['torch'][:7]}-py3-none-any.whl"
+
+    provenance = stamp.read_provenance(wheels[1])
+    assert provenance["bundle"] == "syn"
+    assert provenance["torch_xla_version"] == expected
+    for name in ("torch", "torch_xla", "openxla"):
+        assert provenance["components"][name]["commit"] == syn.commits[name]
+    patches = provenance["components"]["torch_xla"]["patches"]
+    assert [p["path"] for p in patches] == [
+        "patches/torch_xla/0001-load-cache.patch",
+        "patches/torch_xla/0002-comment.patch",
+    ]
+    assert patches[0]["sha256"] == file_sha256(syn.root / patches[0]["path"])
+    assert provenance["torch_xla_openxla_patches"][0]["path"] == "openxla_patches/no_fortify.diff"
+    assert provenance["toolchain"]["bazel"] == "7.4.1"
+    with zipfile.ZipFile(wheels[1]) as archive:
+        record = archive.read(f"torch_xla-{expected}.dist-info/RECORD").decode()
+        assert "torch_xla/_xla_wheels_provenance.json,sha256=" in record
+        # What setup.py saw: OpenXLA with torch_xla's openxla_patches/ applied.
+        assert "TORCH_XLA_OPENXLA_PATCH" in archive.read("torch_xla/version.py").decode()
+
+    # The ship check read the provenance at runtime from the installed package.
+    ship_log = (syn.root / "out" / "syn" / "logs" / "ship.log").read_text()
+    assert "provenance bundle syn" in ship_log
+    # Logs per stage, every command printed before it ran.
+    torch_log = (syn.root / "out" / "syn" / "logs" / "torch.log").read_text()
+    assert "+ cd " in torch_log and "PYTORCH_BUILD_VERSION=2.9.0a0+git" in torch_log
+    lock = tomllib.loads((syn.root / "wheels.lock").read_text())
+    recorded = {w["name"]: w["sha256"] for w in lock["bundles"]["syn"]["wheels"]}
+    assert recorded == {w.name: file_sha256(w) for w in wheels}
+
+
+def test_noop_rerun_skips_and_a_patch_change_rebuilds_only_torch_xla(syn: Synthetic) -> None:
+    assert run_cli(syn).returncode == 0
+    first = dist_wheels(syn)
+
+    start = time.monotonic()
+    again = run_cli(syn)
+    elapsed = time.monotonic() - start
+    assert again.returncode == 0, again.stderr
+    assert elapsed < 10, f"no-op re-run took {elapsed:.1f}s"
+    assert "sources, patches: skipped" in again.stderr
+    assert "build: torch stage cached" in again.stderr
+    assert "build: torch_xla stage cached" in again.stderr
+    assert "stage timings:" in again.stderr
+    assert dist_wheels(syn) == first
+
+    # Change the second torch_xla patch (same file, different bytes).
+    patch = syn.root / "patches" / "torch_xla" / "0002-comment.patch"
+    patch.write_text(patch.read_text().replace("+# patched", "+# patched again"))
+    changed = run_cli(syn)
+    assert changed.returncode == 0, changed.stderr
+    assert "build: torch stage cached" in changed.stderr
+    assert "==> build: torch_xla" in changed.stderr
+    now = dist_wheels(syn)
+    assert now[0].name == first[0].name and file_sha256(now[0]) == file_sha256(first[0])
+    assert now[1].name != first[1].name  # new patch digest, new label
+
+
+def test_failing_ship_check_keeps_wheels_out_of_dist(syn: Synthetic) -> None:
+    # Without the cache-load fix the synthetic warm-restart check fails.
+    syn.write_bundle("unfixed", xla_patches=("torch_xla/0002-comment.patch",))
+    result = run_cli(syn, bundle="unfixed")
+    assert result.returncode == 1, result.stderr
+    assert "ship check failed" in result.stderr
+    assert "kept out of dist/unfixed" in result.stderr
+    assert not (syn.root / "dist").exists()
+    # The wheels were built (and cached); only the ship gate stopped them.
+    assert list((syn.cache / "stages").glob("torch_xla-*/torch_xla-*.whl"))
+
+
+def test_failed_build_leaves_previous_dist_untouched(syn: Synthetic) -> None:
+    assert run_cli(syn).returncode == 0
+    before = {w.name: file_sha256(w) for w in dist_wheels(syn)}
+    # A third torch_xla patch whose setup.py fails: torch is cached, torch_xla breaks.
+    bad_setup = "raise SystemExit('synthetic build failure')\n"
+    failing = syn.root / "patches" / "torch_xla" / "0003-break.patch"
+    make_patch(
+        syn.upstream / "xla",
+        syn.commits["torch_xla"],
+        "torch_xla",
+        "break the build",
+        {"setup.py": bad_setup},
+        failing,
+    )
+    syn.write_bundle(
+        "syn",
+        xla_patches=(
+            "torch_xla/0001-load-cache.patch",
+            "torch_xla/0002-comment.patch",
+            "torch_xla/0003-break.patch",
+        ),
+    )
+    result = run_cli(syn)
+    assert result.returncode == 1
+    assert "the torch_xla build failed" in result.stderr
+    assert "synthetic build failure" in (syn.root / "out/syn/logs/torch_xla.log").read_text()
+    after = {w.name: file_sha256(w) for w in dist_wheels(syn)}
+    assert after == before
+    assert [p.name for p in (syn.root / "dist").iterdir()] == ["syn"]
+
+
+def test_short_openxla_sha_resolves_through_sources(syn: Synthetic) -> None:
+    syn.write_bundle("short", openxla_commit=syn.commits["openxla"][:9])
+    result = run_cli(syn, bundle="short")
+    assert result.returncode == 0, result.stderr
+    provenance = stamp.read_provenance(dist_wheels(syn, "short")[1])
+    assert provenance["components"]["openxla"]["commit"] == syn.commits["openxla"]
+
+
+def test_preflight_reports_every_blocker_at_once(syn: Synthetic, tmp_path: Path) -> None:
+    text = syn.bundle_path().read_text()
+    text = text.replace(f'commit = "{syn.commits["openxla"]}"', 'unpinned = "not known yet"')
+    text = text.replace(str(syn.upstream / "torch"), str(tmp_path / "gone" / "torch.git"))
+    (syn.root / "build" / "bundles" / "blocked.toml").write_text(
+        text.replace('name = "syn"', 'name = "blocked"')
+    )
+    start = time.monotonic()
+    result = subprocess.run(
+        [
+            sys.executable, "-m", "xla_wheels",
+            *cli_args(syn, bundle="blocked"),
+            "--mode", "host", "--host-python", "python-that-does-not-exist",
+            "--min-disk-gib", "100000", "--mem-per-job-gib", "100000", "--jobs", "3",
+        ],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert time.monotonic() - start < 60
+    assert result.returncode != 0
+    err = result.stderr
+    assert "5 blocker(s)" in err, err
+    assert "pin: openxla: no commit pinned (not known yet)" in err
+    assert "torch: commit" in err and "unreachable" in err and "MIRROR" in err
+    assert "`python-that-does-not-exist` is not on PATH" in err
+    assert "disk:" in err and "memory:" in err and "JOBS=3" in err
+    assert not (syn.root / "dist").exists()
+    assert not (syn.root / "out" / "blocked" / "src").exists()  # nothing fetched
+
+
+def test_dry_run_shows_the_builder_commands_for_v6e_2_9() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "xla_wheels", "wheels", "--root", str(REPO), "--bundle",
+         "v6e-2.9", "--dry-run", "--engine", "docker"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    plan = result.stdout
+    for expected in (
+        "21fec65781bebe867faf209f89bb687ffd236ca4",
+        "c04e61c3424142c0eebcc9e59984b9d8fced18c0",
+        "docker build --target builder",
+        "docker run --detach",
+        "docker exec",
+        "python3 -m xla_wheels.builder.inside",
+        "USE_CUDA=0",
+        "PYTORCH_BUILD_VERSION=2.9.0a0+git21fec65",
+        "setup.py bdist_wheel",
+        "TORCH_XLA_VERSION=2.9.0+gitc04e61c.p",
+        "GIT_VERSIONED_XLA_BUILD=0",
+        "--override_repository=xla=",
+        "BAZEL_DISK_CACHE_PATH=",
+        "-m xla_wheels gate --python",
+        "sha256:",
+    ):
+        assert expected in plan, expected
+    assert "NOT AVAILABLE" not in plan
