@@ -1,0 +1,142 @@
+"""The gate on real stock wheels from PyPI, on CPU: the evidence that keeps it honest.
+
+torch_xla 2.9.0 writes its persistent cache but cannot load it (DeserializeExecutable is
+UNIMPLEMENTED on the CPU client): the restart check must fail naming the deserialize
+failures. torch_xla 2.7.0 predates the OpenXLA API change and loads its cache: the
+restart check must pass. Neither has the 0002 binding, so the HBM check fails on both,
+as its own verdict. Each gate runs once per module; the tests read its reports.
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from tests.gate_helpers import GateRun, run_gate_cli
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def gate_default(stock_xla_python_29: Path, tmp_path_factory: pytest.TempPathFactory) -> GateRun:
+    """``make gate`` with no arguments: judges the cached stock 2.9.0 environment."""
+    out = tmp_path_factory.mktemp("gate-default")
+    return run_gate_cli("gate", out_dir=out / "report", env={"TMPDIR": str(_tmpdir(out))})
+
+
+@pytest.fixture(scope="module")
+def gate_27(stock_xla_python_27: Path, tmp_path_factory: pytest.TempPathFactory) -> GateRun:
+    out = tmp_path_factory.mktemp("gate-27")
+    return run_gate_cli(
+        "gate", "--python", str(stock_xla_python_27), "--checks", "restart",
+        "--record-baseline", "--baselines-dir", str(out / "baselines"),
+        out_dir=out / "report", env={"TMPDIR": str(_tmpdir(out))},
+    )  # fmt: skip
+
+
+def _tmpdir(out: Path) -> Path:
+    path = out / "tmp"
+    path.mkdir()
+    return path
+
+
+# --- stock torch_xla 2.9.0: the defect ------------------------------------------------
+
+
+def test_make_gate_without_arguments_judges_stock_2_9_0(gate_default, stock_xla_python_29):
+    target = gate_default.report["target"]
+    assert target["torch_xla_version"] == "2.9.0"
+    assert target["device"] == "CPU"
+    assert Path(target["python"]) == stock_xla_python_29
+
+
+def test_stock_2_9_0_fails_the_gate_with_exit_1(gate_default):
+    assert gate_default.exit_code == 1, gate_default.stderr
+    assert "gate verdict: FAIL" in gate_default.stdout
+    assert "Traceback" not in gate_default.stderr
+
+
+def test_stock_2_9_0_restart_verdict_names_the_deserialize_failures(gate_default):
+    restart = gate_default.check("restart")
+    assert not restart["passed"]
+    reasons = "\n".join(restart["reasons"])
+    assert "warm-1: " in reasons and "deserialize failure(s)" in reasons
+    assert "UNIMPLEMENTED" in reasons
+    warm = [run for run in restart["runs"] if run["name"].startswith("warm-")]
+    assert len(warm) == 2
+    assert all(run["deserialize_failures"] > 0 for run in warm)
+    assert all(run["hits"] == 0 for run in warm)
+    # Every warm start recompiled everything the cold start compiled.
+    assert all(run["xla_compiles"] == restart["figures"]["cold_xla_compiles"] for run in warm)
+
+
+def test_stock_2_9_0_wrote_cache_files_that_prove_nothing(gate_default):
+    figures = gate_default.check("restart")["figures"]
+    assert figures["cache_files"] >= 1
+    assert figures["cold_misses"] >= 1
+
+
+def test_stock_2_9_0_hbm_verdict_stands_on_its_own_and_names_patch_0002(gate_default):
+    hbm = gate_default.check("hbm")
+    assert not hbm["passed"]
+    assert hbm["reasons"] == [
+        "torch_xla._XLAC._xla_runtime_memory_info is missing: this build lacks "
+        "patches/torch_xla/0002-runtime-memory-info-binding.patch"
+    ]
+    assert hbm["figures"]["runtime_devices"] == ["CPU:0", "CPU:1", "CPU:2", "CPU:3"]
+    # What users have without the patch: the virtual device is all SPMD offers.
+    assert "SPMD virtual device" in hbm["figures"]["stock_memory_info_under_spmd"]
+
+
+def test_stock_2_9_0_junit_reports_both_failures(gate_default):
+    suite = ET.parse(gate_default.out_dir / "junit.xml").getroot().find("testsuite")
+    assert suite is not None
+    cases = suite.iter("testcase")
+    failed = {case.get("name") for case in cases if case.find("failure") is not None}
+    assert failed == {"restart", "hbm"}
+
+
+def test_the_gate_leaves_no_temporary_directory_behind(gate_default):
+    tmpdir = gate_default.out_dir.parent / "tmp"
+    assert list(tmpdir.iterdir()) == []
+
+
+# --- stock torch_xla 2.7.0: the working control -----------------------------------------
+
+
+def test_stock_2_7_0_passes_the_restart_check_with_exit_0(gate_27):
+    assert gate_27.exit_code == 0, gate_27.stdout + gate_27.stderr
+    assert gate_27.report["target"]["torch_xla_version"] == "2.7.0"
+    assert "gate verdict: PASS" in gate_27.stdout
+
+
+def test_stock_2_7_0_warm_runs_load_every_executable_without_compiling(gate_27):
+    restart = gate_27.check("restart")
+    cold_misses = restart["figures"]["cold_misses"]
+    assert cold_misses >= 1
+    loaders = [run for run in restart["runs"] if not run["name"].startswith("cold-")]
+    assert [run["name"] for run in loaders] == ["warm-1", "warm-2", "read-only"]
+    for run in loaders:
+        assert run["hits"] == cold_misses, run
+        assert run["deserialize_failures"] == 0, run
+        assert run["xla_compiles"] == 0, run
+
+
+def test_stock_2_7_0_warm_restart_is_within_the_ratio(gate_27):
+    figures = gate_27.check("restart")["figures"]
+    assert figures["warm_cold_ratio"] <= figures["max_warm_ratio"]
+    assert figures["warm_ready_s"] < figures["cold_ready_s"]
+
+
+def test_stock_2_7_0_read_only_reader_leaves_the_cache_untouched(gate_27):
+    assert gate_27.check("restart")["figures"]["read_only_changes"] == 0
+
+
+def test_a_passing_run_records_its_baseline(gate_27):
+    baselines = list((gate_27.out_dir.parent / "baselines").glob("*.json"))
+    assert [b.name for b in baselines] == ["2.7.0__CPU__small.json"]
+    data = json.loads(baselines[0].read_text())
+    assert data["warm_ready_s"] == gate_27.check("restart")["figures"]["warm_ready_s"]
