@@ -89,3 +89,20 @@ verify-install: $(VENV_STAMP) ## fresh venv installs by hash, checks lock/proven
 
 doctor: $(VENV_STAMP) ## check a training host before import: make doctor BUNDLE=... [PYTHON=<training python>] [ROLE=writer|reader]
 	@$(CLI) doctor --bundle "$(BUNDLE)" $(if $(PYTHON),--python "$(PYTHON)",) $(if $(ROLE),--role "$(ROLE)",)
+
+# Gate (README "Gate"): judge a torch_xla environment in fresh processes. Without PYTHON,
+# a cached stock torch_xla 2.9.0 env is built once per machine and shows the cache defect.
+# Exit 0 pass, 1 a check failed, 2 the environment cannot be judged.
+GATE_DEVICE ?=
+WORKLOAD ?=
+CHECKS ?=
+GATE_ARGS ?=
+.PHONY: gate bench-restart
+GATE_FLAGS = $(if $(PYTHON),--python "$(PYTHON)",) $(if $(GATE_DEVICE),--device "$(GATE_DEVICE)",) \
+  $(if $(WORKLOAD),--workload "$(WORKLOAD)",)
+
+gate: $(VENV_STAMP) ## ship gate, warm restart + HBM query: make gate [PYTHON=...] [GATE_DEVICE=CPU|TPU] [WORKLOAD=small|large] [CHECKS=restart,hbm] [GATE_ARGS=--record-baseline]
+	@$(CLI) gate $(GATE_FLAGS) $(if $(CHECKS),--checks "$(CHECKS)",) $(GATE_ARGS)
+
+bench-restart: $(VENV_STAMP) ## restart benchmark, cold/warm medians: make bench-restart [PYTHON=...] [GATE_DEVICE=...] [ROUNDS=5]
+	@$(CLI) bench-restart $(GATE_FLAGS) $(if $(ROUNDS),--rounds "$(ROUNDS)",)
