@@ -1,0 +1,153 @@
+"""doctor: a training host checked against a bundle, without importing torch_xla."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.publish_support import (
+    BUNDLE,
+    TORCH_VERSION,
+    XLA_VERSION,
+    build_wheel,
+    cli,
+    make_publish_project,
+)
+from xla_wheels.publish.doctor import DoctorReport, check_environment, mount_of
+
+GOOD_ENV = {"PJRT_DEVICE": "TPU", "XLA_NO_SPECIAL_SCALARS": "1"}
+
+
+def _host_env(tmp_path: Path, wheels: list[Path]) -> Path:
+    """A venv standing for a training host, with ``wheels`` installed (no index)."""
+    venv = tmp_path / "host"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    python = venv / "bin" / "python"
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+         *map(str, wheels)],
+        check=True, timeout=300,
+    )  # fmt: skip
+    return python
+
+
+@pytest.fixture(scope="module")
+def poisoned(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], Path]:
+    """torch + a torch_xla whose import leaves a marker file and fails."""
+    work = tmp_path_factory.mktemp("poisoned")
+    marker = work / "torch_xla-was-imported"
+    init = f"open({str(marker)!r}, 'w').write('imported')\nraise RuntimeError('imported')\n"
+    torch = build_wheel(work, "torch", TORCH_VERSION, "torch", {"__init__.py": ""})
+    torch_xla = build_wheel(work, "torch_xla", XLA_VERSION, "torch_xla", {"__init__.py": init})
+    return [torch, torch_xla], marker
+
+
+def test_healthy_host_passes_without_importing_torch_xla(
+    tmp_path: Path, poisoned: tuple[list[Path], Path]
+) -> None:
+    wheels, marker = poisoned
+    project = make_publish_project(tmp_path, wheels)
+    python = _host_env(tmp_path, wheels)
+    cache = tmp_path / "xla-cache"
+    cache.mkdir()
+    env = {**GOOD_ENV, "XLA_PERSISTENT_CACHE_PATH": str(cache)}
+    result = cli(project, "doctor", "--bundle", BUNDLE, "--python", str(python), env=env)
+    assert result.exit_code == 0, result.output
+    assert "ok   torch-xla" in result.stdout and XLA_VERSION in result.stdout
+    assert "0 problem(s)" in result.stdout
+    assert not marker.exists(), "doctor imported torch_xla"
+
+
+def test_misconfigured_host_lists_each_problem_and_fix(
+    tmp_path: Path, poisoned: tuple[list[Path], Path]
+) -> None:
+    wheels, marker = poisoned
+    project = make_publish_project(tmp_path, wheels)
+    python = _host_env(tmp_path, wheels[:1])  # torch only: torch_xla is missing
+    result = cli(
+        project, "doctor", "--bundle", BUNDLE, "--python", str(python),
+        env={"PJRT_DEVICE": "", "XLA_NO_SPECIAL_SCALARS": "0", "XLA_PERSISTENT_CACHE_PATH": ""},
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    out = result.stdout
+    assert "FAIL PJRT_DEVICE" in out and "fix: export PJRT_DEVICE=TPU" in out
+    assert "FAIL XLA_NO_SPECIAL_SCALARS" in out and "export XLA_NO_SPECIAL_SCALARS=1" in out
+    assert "FAIL XLA_PERSISTENT_CACHE_PATH" in out
+    assert "FAIL torch-xla" in out and "not installed" in out
+    assert "ok   torch" in out
+    assert "doctor found 4 problem(s)" in result.stderr
+    assert not marker.exists()
+
+
+def test_wrong_version_is_reported(tmp_path: Path, poisoned: tuple[list[Path], Path]) -> None:
+    wheels, _ = poisoned
+    other = build_wheel(tmp_path, "torch_xla", "2.9.0", "torch_xla", {"__init__.py": ""})
+    project = make_publish_project(tmp_path, wheels)
+    python = _host_env(tmp_path, [wheels[0], other])
+    cache = tmp_path / "c"
+    cache.mkdir()
+    env = {**GOOD_ENV, "XLA_PERSISTENT_CACHE_PATH": str(cache)}
+    result = cli(project, "doctor", "--bundle", BUNDLE, "--python", str(python), env=env)
+    assert result.exit_code == 1, result.output
+    assert "FAIL torch-xla" in result.stdout
+    assert f"2.9.0 installed, bundle has {XLA_VERSION}" in result.stdout
+
+
+def _mountinfo(point: Path, fstype: str) -> str:
+    return (
+        "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n"
+        f"40 22 0:50 / {point} rw,relatime shared:9 - {fstype} filer:/export rw\n"
+    )
+
+
+def _findings(env: dict[str, str], mountinfo: str, role: str | None = None) -> dict[str, str]:
+    report = DoctorReport("b", "python")
+    check_environment(report, env, role, mountinfo)
+    return {f.check: f"{f.status} {f.detail} | {f.fix}" for f in report.findings}
+
+
+def test_mount_of_picks_the_longest_mount_point(tmp_path: Path) -> None:
+    info = _mountinfo(tmp_path, "nfs4")
+    assert mount_of(tmp_path / "cache", info) == (str(tmp_path), "nfs4")
+    assert mount_of(Path("/var/elsewhere"), info) == ("/", "ext4")
+
+
+@pytest.mark.parametrize(
+    ("extra", "role", "expected"),
+    [
+        ({}, "reader", "FAIL"),  # a reader that may write the shared cache
+        ({"XLA_PERSISTENT_CACHE_READ_ONLY": "1"}, "reader", "ok"),
+        ({}, "writer", "ok"),
+        ({"XLA_PERSISTENT_CACHE_READ_ONLY": "1"}, "writer", "FAIL"),  # nobody writes
+        ({"TPU_WORKER_ID": "3"}, None, "FAIL"),  # worker 3 is a reader by convention
+        ({"TPU_WORKER_ID": "0"}, None, "ok"),
+        ({}, None, "WARN"),  # unknown role: warn that only one host may write
+    ],
+)
+def test_shared_cache_mount_roles(
+    tmp_path: Path, extra: dict[str, str], role: str | None, expected: str
+) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    env = {**GOOD_ENV, "XLA_PERSISTENT_CACHE_PATH": str(cache), **extra}
+    findings = _findings(env, _mountinfo(tmp_path, "nfs4"), role)
+    assert findings["cache sharing"].startswith(expected), findings
+    if expected == "FAIL" and not extra.get("XLA_PERSISTENT_CACHE_READ_ONLY"):
+        assert "XLA_PERSISTENT_CACHE_READ_ONLY=1" in findings["cache sharing"]
+
+
+def test_local_cache_and_missing_directory(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    env = {**GOOD_ENV, "XLA_PERSISTENT_CACHE_PATH": str(cache)}
+    findings = _findings(env, _mountinfo(tmp_path / "other", "nfs4"))
+    assert findings["XLA_PERSISTENT_CACHE_PATH"].startswith("ok")
+    assert findings["cache sharing"].startswith("ok local ext4")
+
+    env["XLA_PERSISTENT_CACHE_PATH"] = str(tmp_path / "absent")
+    findings = _findings(env, "")
+    assert findings["XLA_PERSISTENT_CACHE_PATH"].startswith("FAIL")
+    assert f"mkdir -p {tmp_path / 'absent'}" in findings["XLA_PERSISTENT_CACHE_PATH"]
