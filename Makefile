@@ -15,8 +15,16 @@ DRY_RUN ?=
 MIRROR ?=
 export DRY_RUN
 MIRROR_ARG := $(if $(MIRROR),--mirror $(MIRROR),)
+# Build stage: ENGINE=docker|podman|buildah, BUILD_MODE=container|host, JOBS=<n>,
+# BUILDER_IMAGE=<ref>, HOST_PYTHON=<python3.13>; read by the CLI from the environment.
+ENGINE ?= docker
+BUILD_MODE ?= container
+JOBS ?=
+BUILDER_IMAGE ?= localhost/xla-wheels-builder:latest
+export ENGINE BUILD_MODE JOBS BUILDER_IMAGE
 
 .PHONY: help venv test lint bundles diff sources patch patches-check wheels lock lock-check clean
+.PHONY: builder-image container-tools
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -37,7 +45,15 @@ $(VENV_STAMP): requirements-dev.txt pyproject.toml
 
 venv: $(VENV_STAMP) ## create .venv with the pinned development dependencies
 
-test: $(VENV_STAMP) ## install everything needed, then run ruff and the whole test suite
+# The build-stage container tests need podman, buildah and debootstrap: installed from
+# Debian when missing and we are root; otherwise those tests skip and say why.
+container-tools:
+	@if command -v podman >/dev/null && command -v buildah >/dev/null && command -v debootstrap >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman buildah debootstrap >/dev/null; \
+	else echo "note: podman/buildah/debootstrap missing and not root: the container build tests will skip"; fi
+
+test: $(VENV_STAMP) container-tools ## install everything needed, then run ruff and the whole test suite
 	$(PY) -m ruff check src tests scripts
 	$(PY) -m pytest $(PYTEST_ARGS)
 
@@ -59,7 +75,15 @@ patch: $(VENV_STAMP) ## run up to the patch stage: make patch BUNDLE=...
 patches-check: $(VENV_STAMP) ## apply the series to a scratch copy: make patches-check BUNDLE=... TORCH_XLA_SRC=<checkout>
 	@$(CLI) patches-check --bundle "$(BUNDLE)" $(if $(TORCH_XLA_SRC),--source "$(TORCH_XLA_SRC)",) $(MIRROR_ARG)
 
-wheels: $(VENV_STAMP) ## the main job: make wheels BUNDLE=v6e-2.11 [DRY_RUN=1]
+builder-image: ## build the builder image from ./Dockerfile: make builder-image [ENGINE=docker|podman|buildah]
+	@case "$(ENGINE)" in \
+	  docker) set -x; docker build --target builder --tag $(BUILDER_IMAGE) . ;; \
+	  podman) set -x; podman build --isolation=chroot --format docker --target builder --tag $(BUILDER_IMAGE) . ;; \
+	  buildah) set -x; buildah bud --isolation chroot --format docker --target builder --tag $(BUILDER_IMAGE) . ;; \
+	  *) echo "error: ENGINE=$(ENGINE) is not docker, podman or buildah"; exit 2 ;; \
+	esac
+
+wheels: $(VENV_STAMP) ## the main job: make wheels BUNDLE=v6e-2.11 [DRY_RUN=1] [ENGINE=] [BUILD_MODE=host] [JOBS=]
 	@$(CLI) wheels --bundle "$(BUNDLE)" $(MIRROR_ARG)
 
 lock: $(VENV_STAMP) ## write the bundle's entry in wheels.lock: make lock BUNDLE=...
