@@ -114,7 +114,7 @@ verify-install: $(VENV_STAMP) ## fresh venv installs by hash, checks lock/proven
 doctor: $(VENV_STAMP) ## check a training host before import: make doctor BUNDLE=... [PYTHON=<training python>] [ROLE=writer|reader]
 	@$(CLI) doctor --bundle "$(BUNDLE)" $(if $(PYTHON),--python "$(PYTHON)",) $(if $(ROLE),--role "$(ROLE)",)
 
-# Gate (README "Gate"): judge a torch_xla environment in fresh processes. Without PYTHON,
+# Gate (src/xla_wheels/gate/README.md): judge a torch_xla environment in fresh processes. Without PYTHON,
 # a cached stock torch_xla 2.9.0 env is built once per machine and shows the cache defect.
 # Exit 0 pass, 1 a check failed, 2 the environment cannot be judged.
 GATE_DEVICE ?=
