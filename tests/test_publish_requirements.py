@@ -84,3 +84,30 @@ def test_requirements_name_the_missing_step(tmp_path: Path, missing: str) -> Non
     result = cli(project, "requirements", "--bundle", BUNDLE)
     assert result.exit_code == 1, result.output
     assert f"make wheels BUNDLE={BUNDLE}" in result.stderr
+
+
+def test_provenance_in_the_build_stage_layout_is_compared(tmp_path: Path) -> None:
+    from xla_wheels.publish.provenance import compare
+
+    project = make_publish_project(tmp_path, [])
+    entry = _lock(project)
+    components = {
+        name: {
+            "commit": entry["components"][name]["commit"],
+            "series_sha256": entry["components"][name]["patch-series-sha256"],
+            "patches": [],
+        }
+        for name in ("torch", "torch_xla", "openxla")
+    }
+    good = {"bundle": BUNDLE, "manifest_sha256": entry["manifest-sha256"], "components": components}
+    check = compare(good, BUNDLE, entry)
+    assert check.problems == []
+    assert {"bundle", "manifest sha256", "torch_xla commit", "torch_xla patch series"} <= set(
+        check.compared
+    )
+    bad = {**good, "components": {**components, "torch_xla": {**components["torch_xla"]}}}
+    bad["components"]["torch_xla"]["series_sha256"] = "0" * 64
+    bad["components"]["torch_xla"]["commit"] = "deadbeef" * 5
+    problems = compare(bad, BUNDLE, entry).problems
+    assert any("torch_xla commit is deadbeef" in p for p in problems)
+    assert any("torch_xla patch series sha256 is 000" in p for p in problems)

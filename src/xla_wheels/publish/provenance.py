@@ -2,9 +2,9 @@
 
 The build stage writes ``torch_xla/_xla_wheels_provenance.json`` (bundle, commits, patch
 digests). Its exact layout is the build stage's; this reader accepts the shapes that
-carry those facts (``commits: {name: sha}`` or ``components: {name: {commit, ...}}``, and
-patch digests as ``patch-series-sha256`` per component or a ``patches`` list of
-``{path, sha256}``) and reports what it compared, so a layout change shows up as
+carry those facts (``commits: {name: sha}`` or ``components: {name: {commit, ...}}``, the
+build stage's ``series_sha256`` / ``manifest_sha256``, or a top-level ``patches`` list
+of ``{path, sha256}``) and reports what it compared, so a layout change shows up as
 "nothing compared" rather than as a silent pass.
 """
 
@@ -52,6 +52,15 @@ def compare(
         if bundle != bundle_name:
             check.problems.append(f"bundle is {bundle!r}, expected {bundle_name!r}")
 
+    manifest = _key(provenance, "manifest_sha256", "manifest-sha256")
+    if isinstance(manifest, str):
+        check.compared.append("manifest sha256")
+        if manifest != entry.get("manifest-sha256"):
+            check.problems.append(
+                f"built from manifest sha256 {manifest}, wheels.lock has "
+                f"{entry.get('manifest-sha256')}"
+            )
+
     locked = entry.get("components", {})
     components = _key(provenance, "components", "commits") or {}
     if isinstance(components, Mapping):
@@ -67,7 +76,7 @@ def compare(
                     f"{name} commit is {commit}, wheels.lock has {expected or 'none'}"
                 )
             if isinstance(value, Mapping):
-                digest = _key(value, "patch-series-sha256", "patch_series_sha256")
+                digest = _key(value, "series_sha256", "patch-series-sha256", "patch_series_sha256")
                 if isinstance(digest, str):
                     check.compared.append(f"{name} patch series")
                     if digest != locked[name].get("patch-series-sha256"):
