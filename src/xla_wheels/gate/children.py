@@ -115,6 +115,11 @@ def finish_child(
     except subprocess.TimeoutExpired:
         timed_out = True
         _kill_group(process)
+    except BaseException:
+        # Interrupted (Ctrl-C): the child is in its own session and did not get the
+        # signal, so it must not outlive the gate.
+        _kill_group(process)
+        raise
     wall = time.monotonic() - began
     report: dict[str, Any] | None = None
     if not timed_out:
