@@ -109,7 +109,8 @@ RUN if [ -n "${BAZEL_MIRROR}" ]; then export BAZELISK_BASE_URL="${BAZEL_MIRROR}"
 FROM ${BASE_IMAGE} AS smoke
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # Wheels to check, relative to the build context (e.g. dist/v6e-2.9), and extra pip
-# arguments (an index mirror; tests pass "--no-index --find-links /wheels").
+# arguments (an index mirror; tests pass "--no-index --find-links /wheels"). Build this
+# stage with --no-cache: buildah's layer cache does not hash bind-mounted files.
 ARG WHEELS_DIR=dist
 ARG SMOKE_PIP_ARGS=
 RUN --mount=type=bind,source=${WHEELS_DIR},target=/wheels \
