@@ -16,6 +16,7 @@ import pytest
 
 from tests.gate_helpers import process_alive, run_gate_cli
 from xla_wheels.gate import restart
+from xla_wheels.gate.errors import GateEnvironmentError
 from xla_wheels.gate.target import Target, resolve_target, tpu_present
 
 pytestmark = pytest.mark.slow
@@ -158,6 +159,20 @@ def test_asking_for_a_tpu_on_a_host_without_one_is_exit_2(stock_xla_python_29, t
     assert run.exit_code == 2
     assert "GATE_DEVICE=TPU but this host has no TPU chips" in run.stderr
     assert "fix: run on a Cloud TPU VM, or use GATE_DEVICE=CPU" in run.stderr
+
+
+@pytest.mark.skipif(tpu_present(), reason="this host has TPU chips")
+def test_a_tpu_runtime_that_fails_to_start_is_an_environment_error_not_an_import_error(
+    stock_xla_python_29, tmp_path, monkeypatch
+):
+    # Past the host check (as on a host with chips but a broken libtpu): the real probe
+    # with PJRT_DEVICE=TPU imports torch_xla, then the runtime cannot start.
+    monkeypatch.setattr("xla_wheels.gate.target.tpu_present", lambda: True)
+    with pytest.raises(GateEnvironmentError) as caught:
+        resolve_target(stock_xla_python_29, "TPU", workdir=tmp_path, timeout_s=300)
+    assert caught.value.exit_code == 2
+    assert caught.value.message.startswith("device TPU is not available to torch_xla 2.9.0")
+    assert "libtpu" in caught.value.message
 
 
 def test_an_interpreter_that_does_not_exist_is_exit_2(tmp_path):

@@ -52,16 +52,24 @@ def _write(path: str, payload: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+#: What is known so far, reported even when a later step raises: an import that worked
+#: followed by a device that failed must not read as an import failure.
+PROGRESS: dict[str, Any] = {}
+
+
 def _import_torch_xla() -> dict[str, Any]:
     before = time.perf_counter()
     import torch
     import torch_xla
 
-    return {
-        "import_s": time.perf_counter() - before,
-        "torch_version": torch.__version__,
-        "torch_xla_version": getattr(torch_xla, "__version__", "unknown"),
-    }
+    PROGRESS.update(
+        {
+            "import_s": time.perf_counter() - before,
+            "torch_version": torch.__version__,
+            "torch_xla_version": getattr(torch_xla, "__version__", "unknown"),
+        }
+    )
+    return dict(PROGRESS)
 
 
 def _device() -> Any:
@@ -260,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
         payload.update(MODES[args.mode](args))
         payload["ok"] = True
         code = 0
-    except BaseException as error:
+    except BaseException as error:  # reported to the parent as data, not a traceback dump
+        payload.update(PROGRESS)
         payload.update(
             {"ok": False, "error": _error_text(error), "traceback": traceback.format_exc()}
         )

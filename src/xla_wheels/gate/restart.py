@@ -18,6 +18,8 @@ children's reports and the directory snapshots, so it is tested on its own:
 from __future__ import annotations
 
 import json
+import os
+import platform
 import re
 import statistics
 import tempfile
@@ -344,8 +346,6 @@ def _record_baseline(
             f"not recording a baseline: the restart check failed ({'; '.join(result.reasons)})",
             fix="record baselines only from a build whose cache works",
         )
-    import platform
-
     path.parent.mkdir(parents=True, exist_ok=True)
     data = {
         "torch_xla_version": target.torch_xla_version,
@@ -354,7 +354,7 @@ def _record_baseline(
         "workload": config.workload,
         "warm_ready_s": result.figures["warm_ready_s"],
         "cold_ready_s": result.figures["cold_ready_s"],
-        "machine": f"{platform.machine()}, {__import__('os').cpu_count()} cores",
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "recorded": time.strftime("%Y-%m-%d"),
     }
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")

@@ -63,7 +63,9 @@ def _explain_probe_failure(result: ChildResult, python: Path, device: str) -> Ga
         return GateEnvironmentError(
             f"device {device} is not available to torch_xla {report.get('torch_xla_version')} "
             f"in {python}: {error}",
-            fix="run on a TPU VM with libtpu installed, or use GATE_DEVICE=CPU",
+            fix="run on a TPU VM with libtpu installed, or use GATE_DEVICE=CPU"
+            if device == "TPU"
+            else "check the torch_xla installation; the probe log has details",
         )
     return GateEnvironmentError(
         f"the probe child of {python} failed: {result.failure()}\n{result.log_tail(10)}",
