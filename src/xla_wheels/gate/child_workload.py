@@ -130,10 +130,11 @@ def mode_probe(args: argparse.Namespace) -> dict[str, Any]:
     tpu_version: int | None = None
     if result["device_type"] == "TPU":
         try:
-            import torch_xla.tpu
+            # torch_xla has no public accessor for the chip generation in 2.7-2.9.
+            from torch_xla._internal import tpu as tpu_internal
 
-            tpu_version = int(torch_xla.tpu.version())
-        except Exception:
+            tpu_version = int(tpu_internal.version())
+        except Exception:  # informative only: the HBM table falls back to a wide ceiling
             tpu_version = None
     result["tpu_version"] = tpu_version
     return result
