@@ -260,7 +260,7 @@ def test_on_v6e_an_implausible_limit_or_unchanged_usage_fails():
         unknown_device={"ok": False, "error": "valid: TPU:0"},
     )
     reasons = hbm.judge_hbm(report, None, TPU_TARGET).reasons
-    assert "implausible for this chip (expected up to 32 GiB)" in reasons[0]
+    assert "implausible for this chip (expected 16-32 GiB)" in reasons[0]
     assert "bytes_used rose by 0 bytes" in reasons[1]
 
 

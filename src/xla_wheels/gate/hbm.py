@@ -27,7 +27,10 @@ NAME = "hbm"
 PATCH = "patches/torch_xla/0002-runtime-memory-info-binding.patch"
 GIB = 1024**3
 #: HBM per chip by TPU generation (torch_xla.tpu.version()); v6e (Trillium) has 32 GiB.
-HBM_PER_CHIP = {4: 32 * GIB, 5: 16 * GIB, 6: 32 * GIB}
+#: The runtime reserves some HBM, so a plausible bytes_limit lies between half the chip's
+#: HBM and all of it. torch_xla reports 5 for both v5e (16 GiB) and v5p (95 GiB).
+HBM_PER_CHIP = {4: 32 * GIB, 5: 95 * GIB, 6: 32 * GIB}
+HBM_FLOOR = {4: 16 * GIB, 5: 8 * GIB, 6: 16 * GIB}
 #: On CPU, four devices make the enumeration meaningful (CPU:0..CPU:3).
 CPU_DEVICES = 4
 PROBE_BYTES = 256 * 1024**2
@@ -117,6 +120,7 @@ def _judge_tpu(
     figures: dict[str, Any],
 ) -> None:
     ceiling = HBM_PER_CHIP.get(target.tpu_version or 0, 128 * GIB)
+    floor = HBM_FLOOR.get(target.tpu_version or 0, 1 * GIB)
     after: dict[str, dict[str, Any]] = report.get("after", {})
     probe = int(report.get("probe_bytes", 0))
     deltas: dict[str, int] = {}
@@ -126,11 +130,10 @@ def _judge_tpu(
             reasons.append(f"{device}: query failed: {entry.get('error')}")
             continue
         limit = int(entry["info"].get("bytes_limit", 0))
-        # Some HBM is reserved by the runtime, so the limit is a bit under the chip's size.
-        if not ceiling // 2 <= limit <= ceiling:
+        if not floor <= limit <= ceiling:
             reasons.append(
                 f"{device}: bytes_limit {limit / GIB:.2f} GiB is implausible for this chip "
-                f"(expected up to {ceiling / GIB:.0f} GiB)"
+                f"(expected {floor / GIB:.0f}-{ceiling / GIB:.0f} GiB)"
             )
         later = after.get(device, {})
         if not later.get("ok"):
