@@ -37,11 +37,16 @@ $(VENV_STAMP): requirements-dev.txt pyproject.toml
 	@# venv needs Debian's python3-venv where Python comes from Debian; install it if missing.
 	@$(PYTHON_FOR_VENV) -m venv --help >/dev/null 2>&1 || \
 	  { apt-get update -qq && apt-get install -y -qq python3-venv; }
-	rm -rf $(VENV)
-	$(PYTHON_FOR_VENV) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
-	touch $@
+	@# Under flock: two make runs in one checkout must not rebuild .venv at the same time
+	@# (one would delete the interpreter the other is installing with).
+	@flock $(VENV).lock bash -euc '\
+	  if [ -e $@ ]; then touch $@; exit 0; fi; \
+	  echo "creating $(VENV) from requirements-dev.txt"; \
+	  rm -rf $(VENV); \
+	  $(PYTHON_FOR_VENV) -m venv $(VENV); \
+	  $(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt; \
+	  $(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .; \
+	  touch $@'
 
 venv: $(VENV_STAMP) ## create .venv with the pinned development dependencies
 

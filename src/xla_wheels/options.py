@@ -73,6 +73,20 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_bundle_parser(
+    subparsers: argparse._SubParsersAction,  # type: ignore[type-arg]
+    name: str,
+    help_text: str,
+) -> argparse.ArgumentParser:
+    """A subcommand that works on one bundle: the common options plus ``--bundle``."""
+    parser = subparsers.add_parser(name, help=help_text, description=help_text)
+    add_common_arguments(parser)
+    parser.add_argument(
+        "--bundle", "-b", default="", help="bundle name (build/bundles/<name>.toml)"
+    )
+    return parser
+
+
 def options_from_args(args: argparse.Namespace) -> PipelineOptions:
     root = (args.root or Path(os.environ.get("XLA_WHEELS_ROOT", "."))).resolve()
     if not (root / "build" / "bundles").is_dir():

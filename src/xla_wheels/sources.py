@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from xla_wheels import log
 from xla_wheels.bundle import Bundle, Component
-from xla_wheels.errors import GitError, SourceError
+from xla_wheels.errors import GitError, PipelineError, SourceError
 from xla_wheels.gitutil import git, git_out, has_commit, status_porcelain
 
 # The state file the patch stage leaves next to a worktree; its presence says the
@@ -261,3 +261,22 @@ def fetch_sources(bundle: Bundle, cache: SourceCache, src_dir: Path) -> dict[str
                 component, commit, src_dir / component.name
             )
     return checked_out
+
+
+def known_commits(bundle: Bundle, cache: SourceCache) -> dict[str, str | None]:
+    """Full SHAs known without the network: full pins, and short ones the cache resolves.
+
+    Used where a run must not fetch (``make lock``, the plan): a short pin that the cache
+    cannot resolve stays ``None`` and is recorded as unresolved, never guessed.
+    """
+    commits: dict[str, str | None] = {}
+    for component in bundle.components.values():
+        commits[component.name] = None
+        if component.is_full_sha:
+            commits[component.name] = component.commit
+        elif component.commit and cache.repo_for(component).exists():
+            try:
+                commits[component.name] = cache.resolve(component, allow_fetch=False)
+            except PipelineError:
+                commits[component.name] = None
+    return commits

@@ -10,25 +10,12 @@ from xla_wheels.builder.config import add_build_arguments, build_config_from_arg
 from xla_wheels.bundle import available_bundles, describe, diff, load_bundle
 from xla_wheels.errors import LockError, PatchError, UsageError
 from xla_wheels.lockfile import check_lock, update_bundle_entry
-from xla_wheels.options import add_common_arguments, options_from_args
+from xla_wheels.options import add_bundle_parser, add_common_arguments, options_from_args
 from xla_wheels.patches import check_series
 from xla_wheels.pipeline import plan, render_plan, run_until
-from xla_wheels.sources import SourceCache
+from xla_wheels.sources import SourceCache, known_commits
 
 Subparsers = "argparse._SubParsersAction[argparse.ArgumentParser]"
-
-
-def _bundle_parser(
-    subparsers: argparse._SubParsersAction,
-    name: str,
-    help_text: str,  # type: ignore[type-arg]
-) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(name, help=help_text, description=help_text)
-    add_common_arguments(parser)
-    parser.add_argument(
-        "--bundle", "-b", default="", help="bundle name (build/bundles/<name>.toml)"
-    )
-    return parser
 
 
 def cmd_bundles(args: argparse.Namespace) -> int:
@@ -96,19 +83,9 @@ def cmd_patches_check(args: argparse.Namespace) -> int:
 def cmd_lock(args: argparse.Namespace) -> int:
     options = options_from_args(args)
     bundle = load_bundle(options.root, args.bundle)
-    cache = SourceCache(options.source_cache, options.mirror)
-    resolved: dict[str, str | None] = {}
-    for component in bundle.components.values():
-        resolved[component.name] = None
-        if component.is_full_sha:
-            resolved[component.name] = component.commit
-        elif component.commit and cache.repo_for(component).exists():
-            # Short pins are resolved from the local source cache only; `make sources`
-            # fetches them. Unresolved ones are written as such, never guessed.
-            try:
-                resolved[component.name] = cache.resolve(component, allow_fetch=False)
-            except Exception:
-                resolved[component.name] = None
+    # Short pins are resolved from the local source cache only (`make sources` fetches
+    # them); unresolved ones are written as such, never guessed.
+    resolved = known_commits(bundle, SourceCache(options.source_cache, options.mirror))
     entry = update_bundle_entry(options.lock_path, bundle, resolved, options.root)
     unresolved = [
         name for name, comp in entry["components"].items() if comp.get("commit-resolved") is False
@@ -148,12 +125,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         ("patch", "patches", "run up to the patch stage (sources, then the patch series)"),
         ("wheels", "collect", "the main job: resolve, sources, patches, build, collect/lock"),
     ):
-        parser = _bundle_parser(subparsers, name, text)
+        parser = add_bundle_parser(subparsers, name, text)
         if stage == "collect":
             add_build_arguments(parser)
         parser.set_defaults(handler=_make_stage_handler(stage))
 
-    parser = _bundle_parser(
+    parser = add_bundle_parser(
         subparsers,
         "patches-check",
         "apply a component's series to a scratch copy of a checkout and report each patch",
@@ -168,7 +145,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     parser.set_defaults(handler=cmd_patches_check)
 
-    parser = _bundle_parser(subparsers, "lock", "write the bundle's entry in wheels.lock")
+    parser = add_bundle_parser(subparsers, "lock", "write the bundle's entry in wheels.lock")
     parser.set_defaults(handler=cmd_lock)
 
     parser = subparsers.add_parser(

@@ -31,6 +31,7 @@ from xla_wheels.lockfile import file_sha256
 from xla_wheels.options import PipelineOptions
 from xla_wheels.patches import describe_series, series_digest
 from xla_wheels.sources import CheckedOutSource, SourceCache
+from xla_wheels.sources import known_commits as sources_known_commits
 
 if TYPE_CHECKING:
     from xla_wheels.pipeline import PlannedStage
@@ -98,19 +99,8 @@ def pipeline_src() -> Path:
 
 
 def known_commits(options: PipelineOptions, bundle: Bundle) -> dict[str, str | None]:
-    """Full SHAs known without the network: full pins, and short ones the cache resolves."""
-    cache = SourceCache(options.source_cache, options.mirror)
-    commits: dict[str, str | None] = {}
-    for component in bundle.components.values():
-        commits[component.name] = None
-        if component.is_full_sha:
-            commits[component.name] = component.commit
-        elif component.commit and cache.repo_for(component).exists():
-            try:
-                commits[component.name] = cache.resolve(component, allow_fetch=False)
-            except PipelineError:
-                commits[component.name] = None
-    return commits
+    """Full SHAs known without the network (see ``sources.known_commits``)."""
+    return sources_known_commits(bundle, SourceCache(options.source_cache, options.mirror))
 
 
 def _series(bundle: Bundle, name: str) -> tuple[list[dict[str, str]], str]:

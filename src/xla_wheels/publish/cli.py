@@ -12,7 +12,7 @@ from xla_wheels import log
 from xla_wheels.bundle import load_bundle
 from xla_wheels.errors import UsageError
 from xla_wheels.lockfile import read_lock
-from xla_wheels.options import PipelineOptions, add_common_arguments, options_from_args
+from xla_wheels.options import PipelineOptions, add_bundle_parser, options_from_args
 from xla_wheels.publish import doctor, requirements, upload, verify_install
 from xla_wheels.publish.static_index import write_static_index
 from xla_wheels.publish.wheels import dist_dir, locked_records, locked_wheels
@@ -102,19 +102,6 @@ def _role(value: str) -> str:
     return value
 
 
-def _parser(
-    subparsers: argparse._SubParsersAction,  # type: ignore[type-arg]
-    name: str,
-    text: str,
-) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(name, help=text, description=text)
-    add_common_arguments(parser)
-    parser.add_argument(
-        "--bundle", "-b", default="", help="bundle name (build/bundles/<name>.toml)"
-    )
-    return parser
-
-
 def _add_dist(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dist-dir", type=Path, default=None, help="where wheels are (default: <root>/dist)"
@@ -122,7 +109,7 @@ def _add_dist(parser: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = _parser(
+    parser = add_bundle_parser(
         subparsers,
         "publish",
         "upload the bundle's locked wheels to a PEP 503 index with twine (or, without "
@@ -143,7 +130,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     parser.set_defaults(handler=cmd_publish)
 
-    parser = _parser(
+    parser = add_bundle_parser(
         subparsers,
         "requirements",
         "write the hash-pinned requirements file hosts install the bundle from",
@@ -166,7 +153,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     parser.set_defaults(handler=cmd_requirements)
 
-    parser = _parser(
+    parser = add_bundle_parser(
         subparsers,
         "verify-install",
         "install the bundle by hash into a fresh venv from the index, check versions and "
@@ -199,7 +186,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     parser.set_defaults(handler=cmd_verify_install)
 
-    parser = _parser(
+    parser = add_bundle_parser(
         subparsers,
         "doctor",
         "check a training host against a bundle (versions, runtime flags, cache) without "
