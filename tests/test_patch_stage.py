@@ -198,3 +198,13 @@ def test_check_mode_stops_at_the_first_failing_patch(tmp_path, upstreams) -> Non
     results = check_series(upstream.path, base, component)
     assert [r.applied for r in results] == [True, False]  # 0003 is never tried
     assert "0002-stats.patch does not apply: file src/runtime.cc" in results[1].detail
+
+
+def test_the_shipped_patches_pass_the_stage_header_checks() -> None:
+    from tests.gitrepos import REPO_ROOT
+
+    bundle = load_bundle(REPO_ROOT, "v6e-2.9")
+    for ref in bundle.component("torch_xla").patches:
+        header = parse_patch(ref.path, component="torch_xla")
+        assert header.base == bundle.component("torch_xla").commit
+        assert header.fields["Verified"] and header.fields["Not-verified"]
