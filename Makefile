@@ -58,12 +58,14 @@ container-tools:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman buildah debootstrap >/dev/null; \
 	else echo "note: podman/buildah/debootstrap missing and not root: the container build tests will skip"; fi
 
-test: $(VENV_STAMP) container-tools ## install everything needed, then run ruff and the whole test suite
+test: $(VENV_STAMP) container-tools ## install everything needed, then run ruff, mypy and the whole test suite
 	$(PY) -m ruff check src tests scripts
+	$(PY) -m mypy
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-lint: $(VENV_STAMP) ## ruff only
+lint: $(VENV_STAMP) ## ruff and mypy only
 	$(PY) -m ruff check src tests scripts
+	$(PY) -m mypy
 
 bundles: $(VENV_STAMP) ## list the bundles with their pins
 	@$(CLI) bundles

@@ -86,3 +86,9 @@ def test_make_help_lists_the_targets() -> None:
     assert result.returncode == 0
     for target in ("wheels", "test", "bundles", "sources", "patch", "lock", "lock-check"):
         assert f"make {target} " in result.stdout
+
+
+def test_a_malformed_compiler_environment_is_a_usage_error(run_cli) -> None:
+    result = run_cli("wheels", "--bundle", "v6e-2.9", "--compiler-env", "CC=clang CXX")
+    assert result.exit_code == 2
+    assert "compiler environment entry 'CXX' is not NAME=VALUE" in result.stderr

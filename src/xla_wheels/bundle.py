@@ -361,9 +361,9 @@ def describe(bundle: Bundle) -> str:
     """The block ``make bundles`` prints for one bundle."""
     lines = [f"{bundle.name}: {bundle.description}".rstrip(": "), f"  python    {bundle.python}"]
     for component in bundle.components.values():
-        pin = component.commit or f"UNPINNED ({component.unpinned_reason})"
+        commit_text = component.commit or f"UNPINNED ({component.unpinned_reason})"
         version = f" version {component.version}" if component.version else ""
-        lines.append(f"  {component.name:<9} {pin}{version}")
+        lines.append(f"  {component.name:<9} {commit_text}{version}")
         for patch in component.patches:
             lines.append(f"              + patches/{patch.relpath}")
     for pin in bundle.runtime.values():

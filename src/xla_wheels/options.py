@@ -74,7 +74,7 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_bundle_parser(
-    subparsers: argparse._SubParsersAction,  # type: ignore[type-arg]
+    subparsers: argparse._SubParsersAction,
     name: str,
     help_text: str,
 ) -> argparse.ArgumentParser:

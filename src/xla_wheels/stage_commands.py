@@ -109,7 +109,7 @@ def cmd_lock_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("bundles", help="list the bundles with their pins")
     add_common_arguments(parser)
     parser.set_defaults(handler=cmd_bundles)

@@ -122,10 +122,16 @@ def build_config_from_args(args: argparse.Namespace) -> BuildConfig:
     compiler = args.compiler_env if args.compiler_env is not None else None
     compiler_env = defaults.compiler_env
     if compiler is not None:
-        compiler_env = tuple(
-            tuple(item.split("=", 1))
-            for item in shlex.split(compiler)  # type: ignore[misc]
-        )
+        pairs = []
+        for item in shlex.split(compiler):
+            name, equals, value = item.partition("=")
+            if not equals or not name:
+                raise UsageError(
+                    f"compiler environment entry {item!r} is not NAME=VALUE",
+                    fix='write e.g. "CC=clang CXX=clang++"',
+                )
+            pairs.append((name, value))
+        compiler_env = tuple(pairs)
     tools = args.host_tools if args.host_tools is not None else None
     pip_index = _env("PIP_INDEX_URL")
     return BuildConfig(

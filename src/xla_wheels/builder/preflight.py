@@ -7,6 +7,7 @@ engine's daemon, each remote) run in parallel with short timeouts.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -51,6 +52,13 @@ def _ls_remote(url: str, timeout: float) -> str | None:
         lines = process.stderr.strip().splitlines()
         return lines[-1] if lines else f"git ls-remote exit {process.returncode}"
     return None
+
+
+def _component_blockers(
+    component: Component, cache: SourceCache, mirror: str | None, timeout: float
+) -> list[str]:
+    problem = _check_component(component, cache, mirror, timeout)
+    return [problem] if problem else []
 
 
 def _check_component(
@@ -170,11 +178,9 @@ def preflight(
     if need_sources:
         for component in bundle.components.values():
             jobs.append(
-                lambda c=component: [
-                    p
-                    for p in [_check_component(c, cache, options.mirror, config.remote_timeout)]
-                    if p
-                ]
+                functools.partial(
+                    _component_blockers, component, cache, options.mirror, config.remote_timeout
+                )
             )
     with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
         results = list(pool.map(lambda job: job(), jobs))

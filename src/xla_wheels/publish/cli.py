@@ -108,7 +108,7 @@ def _add_dist(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction) -> None:
     parser = add_bundle_parser(
         subparsers,
         "publish",

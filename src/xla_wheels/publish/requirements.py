@@ -175,8 +175,10 @@ def requirement_lines(
     for record in ours:
         name = WheelName.parse(record.name)
         grouped.setdefault((name.normalized, name.version, True), []).append(record.sha256)
-    for record in runtime:
-        grouped.setdefault((record.project, record.version, False), []).append(record.sha256)
+    for runtime_record in runtime:
+        grouped.setdefault((runtime_record.project, runtime_record.version, False), []).append(
+            runtime_record.sha256
+        )
     return [
         Requirement(project, version, tuple(sorted(set(hashes))), ours)
         for (project, version, ours), hashes in sorted(grouped.items())
