@@ -46,8 +46,3 @@ class SourceError(PipelineError):
 class PatchError(PipelineError):
     """A patch series is malformed or does not apply."""
 
-
-class StageNotAvailable(PipelineError):
-    """A stage that this build of the pipeline cannot run (yet, or on this host)."""
-
-    exit_code = 3
