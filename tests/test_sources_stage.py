@@ -10,7 +10,13 @@ import pytest
 from tests.gitrepos import Upstream, git, make_project, make_upstream
 from xla_wheels.bundle import load_bundle
 from xla_wheels.errors import SourceError
-from xla_wheels.sources import SourceCache, effective_remote, fetch_sources, remote_path
+from xla_wheels.sources import (
+    SourceCache,
+    absolute_submodule_url,
+    effective_remote,
+    fetch_sources,
+    remote_path,
+)
 
 
 @pytest.fixture
@@ -164,19 +170,73 @@ def test_a_url_prefix_mirror_maps_owner_and_name() -> None:
     )
 
 
-def test_submodules_are_checked_out_when_the_component_needs_them(tmp_path, upstreams) -> None:
-    child = make_upstream(tmp_path / "remotes", "third_party_lib")
+def _torch_with_nested_submodules(tmp_path: Path, upstreams) -> Upstream:
+    """torch -> third_party/lib (absolute URL) -> deps/leaf (relative URL ../leaf)."""
+    remotes = tmp_path / "remotes"
+    leaf = make_upstream(remotes, "leaf")
+    lib = make_upstream(remotes, "third_party_lib")
+    git(lib.path, "submodule", "add", "-q", "../leaf", "deps/leaf")
+    git(lib.path, "commit", "-q", "-m", "add nested submodule")
     torch = upstreams["torch"]
-    git(torch.path, "submodule", "add", "-q", child.url, "third_party/lib")
+    git(torch.path, "submodule", "add", "-q", lib.url, "third_party/lib")
     git(torch.path, "commit", "-q", "-m", "add submodule")
     torch.commits.append(git(torch.path, "rev-parse", "HEAD"))
-    project = make_project(tmp_path, upstreams)
+    assert leaf.path.is_dir()
+    return torch
+
+
+def _with_submodules(project: Path) -> None:
     manifest = project / "build/bundles/test-1.toml"
     manifest.write_text(manifest.read_text().replace("submodules = false", "submodules = true", 1))
+
+
+def test_nested_submodules_are_checked_out_at_their_recorded_commits(tmp_path, upstreams) -> None:
+    _torch_with_nested_submodules(tmp_path, upstreams)
+    project = make_project(tmp_path, upstreams)
+    _with_submodules(project)
     sources = fetch_sources(
         load_bundle(project, "test-1"), SourceCache(tmp_path / "cache", None), tmp_path / "src"
     )
-    assert (sources["torch"].worktree / "third_party" / "lib" / "src" / "runtime.cc").is_file()
+    lib = sources["torch"].worktree / "third_party" / "lib"
+    assert (lib / "src" / "runtime.cc").is_file()
+    assert (lib / "deps" / "leaf" / "src" / "runtime.h").is_file()
+    assert git(sources["torch"].worktree, "status", "--porcelain") == ""
+
+
+def test_submodules_come_from_the_cache_on_the_next_build(tmp_path, upstreams) -> None:
+    _torch_with_nested_submodules(tmp_path, upstreams)
+    project = make_project(tmp_path, upstreams)
+    _with_submodules(project)
+    bundle = load_bundle(project, "test-1")
+    cache = SourceCache(tmp_path / "cache", None)
+    fetch_sources(bundle, cache, tmp_path / "src-1")
+    # Every remote, the submodules' included, disappears: a rebuild needs none of them.
+    shutil.move(tmp_path / "remotes", tmp_path / "remotes-gone")
+    sources = fetch_sources(bundle, cache, tmp_path / "src-2")
+    assert (sources["torch"].worktree / "third_party/lib/deps/leaf/README").is_file()
+
+
+def test_a_missing_submodule_remote_is_named(tmp_path, upstreams) -> None:
+    _torch_with_nested_submodules(tmp_path, upstreams)
+    shutil.move(tmp_path / "remotes" / "leaf", tmp_path / "leaf-gone")
+    project = make_project(tmp_path, upstreams)
+    _with_submodules(project)
+    with pytest.raises(SourceError) as caught:
+        fetch_sources(
+            load_bundle(project, "test-1"),
+            SourceCache(tmp_path / "cache", None),
+            tmp_path / "src",
+        )
+    assert "cannot fetch torch/third_party/lib/deps/leaf" in caught.value.message
+
+
+def test_relative_submodule_urls_resolve_against_the_parent_remote() -> None:
+    assert (
+        absolute_submodule_url("../cpuinfo.git", "https://github.com/pytorch/pytorch.git")
+        == "https://github.com/pytorch/cpuinfo.git"
+    )
+    assert absolute_submodule_url("./sub", "/srv/git/top.git") == "/srv/git/top.git/sub"
+    assert absolute_submodule_url("https://x.org/a.git", "/srv/top") == "https://x.org/a.git"
 
 
 def test_an_unpinned_component_refuses_to_build(tmp_path, upstreams) -> None:

@@ -183,8 +183,19 @@ def plan(
         if component.submodules:
             source_commands.append(
                 PlannedCommand(
-                    ("git", "submodule", "update", "--init", "--recursive", "--jobs", "4"),
+                    (
+                        "git",
+                        "-c",
+                        "submodule.<name>.url=<cache>/modules/<repo>.git",
+                        "submodule",
+                        "update",
+                        "--init",
+                        "--",
+                        "<path>",
+                    ),
                     cwd=str(src / component.name),
+                    note="for each submodule, recursively, after fetching its recorded commit "
+                    f"into {cache.root / 'modules'} (once per machine)",
                 )
             )
     stages.append(PlannedStage("sources", tuple(source_facts), tuple(source_commands)))

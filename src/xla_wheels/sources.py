@@ -13,9 +13,9 @@ the objects are complete).
 from __future__ import annotations
 
 import hashlib
+import posixpath
 import shutil
 import tempfile
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -71,17 +71,62 @@ def effective_remote(remote: str, mirror: str | None) -> str:
     )
 
 
-def submodule_rewrites(remote: str, mirror: str | None) -> list[str]:
-    """git ``-c`` options that send submodule URLs of the remote's host to the mirror."""
-    if not mirror or "://" not in remote:
+_MAX_SUBMODULE_DEPTH = 8
+
+
+@dataclass(frozen=True)
+class Submodule:
+    name: str
+    path: str
+    url: str
+
+
+def read_gitmodules(worktree: Path) -> list[Submodule]:
+    """The submodules ``.gitmodules`` declares, in file order."""
+    if not (worktree / ".gitmodules").is_file():
         return []
-    parts = urlsplit(remote)
-    host_prefix = f"{parts.scheme}://{parts.netloc}/"
-    if "://" in mirror or mirror.startswith("git@"):
-        target = mirror.rstrip("/") + "/"
-    else:
-        target = Path(mirror).resolve().as_uri() + "/"
-    return ["-c", f"url.{target}.insteadOf={host_prefix}"]
+    listing = git(
+        [
+            "config",
+            "--file",
+            ".gitmodules",
+            "--null",
+            "--get-regexp",
+            r"^submodule\..*\.(path|url)$",
+        ],
+        cwd=worktree,
+        check=False,
+    ).stdout
+    fields: dict[str, dict[str, str]] = {}
+    for record in filter(None, listing.split("\0")):
+        key, _, value = record.partition("\n")
+        name, _, attribute = key.removeprefix("submodule.").rpartition(".")
+        fields.setdefault(name, {})[attribute] = value
+    return [
+        Submodule(name, values["path"], values["url"])
+        for name, values in fields.items()
+        if "path" in values and "url" in values
+    ]
+
+
+def _recorded_commit(worktree: Path, path: str) -> str | None:
+    entry = git_out(["ls-tree", "HEAD", "--", path], cwd=worktree)  # "160000 commit <sha>\t<path>"
+    parts = entry.split()
+    if len(parts) < 3 or parts[1] != "commit":
+        return None
+    return parts[2]
+
+
+def absolute_submodule_url(url: str, parent_remote: str) -> str:
+    """Resolve a relative submodule URL (``../foo.git``) against the superproject's remote."""
+    if not url.startswith(("./", "../")):
+        return url
+    if "://" in parent_remote:
+        parts = urlsplit(parent_remote)
+        path = posixpath.normpath(posixpath.join(parts.path.rstrip("/"), url))
+        return parts._replace(path=path).geturl()
+    # As git does: the parent's URL is the base, so "../x" is a sibling of the parent.
+    return posixpath.normpath(posixpath.join(parent_remote.rstrip("/"), url))
 
 
 class SourceCache:
@@ -96,14 +141,22 @@ class SourceCache:
         return self.root / f"{component.name}-{digest}.git"
 
     def ensure_repo(self, component: Component) -> Path:
-        repo = self.repo_for(component)
+        return self._ensure_bare(self.repo_for(component))
+
+    def module_repo_for(self, url: str) -> Path:
+        """The bare cache of one submodule remote (shared by every superproject)."""
+        digest = hashlib.sha256(url.encode()).hexdigest()[:12]
+        name = remote_path(url).removesuffix(".git").replace("/", "_")[-48:]
+        return self.root / "modules" / f"{name}-{digest}.git"
+
+    def _ensure_bare(self, repo: Path) -> Path:
         if repo.exists():
             self._check_usable(repo)
             return repo
-        self.root.mkdir(parents=True, exist_ok=True)
+        repo.parent.mkdir(parents=True, exist_ok=True)
         # Created under a temporary name and renamed, so an interrupted first run never
         # leaves a half-initialised repository that later runs would trust.
-        staging = Path(tempfile.mkdtemp(prefix=f".{repo.name}.", dir=self.root))
+        staging = Path(tempfile.mkdtemp(prefix=f".{repo.name}.", dir=repo.parent))
         git(["init", "--bare", "--quiet", str(staging)])
         staging.rename(repo)
         return repo
@@ -141,37 +194,30 @@ class SourceCache:
         return self._verify(repo, component)
 
     def _fetch(self, repo: Path, component: Component) -> None:
-        url = effective_remote(component.remote, self.mirror)
-        refspecs: Sequence[str]
-        if component.is_full_sha:
-            # Fetching one SHA keeps the transfer small; GitHub and git >= 2.5 servers with
-            # uploadpack.allowReachableSHA1InWant allow it. Otherwise fall back to branches.
-            refspecs = [component.commit or ""]
-        else:
-            refspecs = ["+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*"]
-        with log.section(f"fetch {component.name} from {url}"):
+        self._fetch_commit(
+            repo, component.remote, component.commit or "", component.name, component.is_full_sha
+        )
+
+    def _fetch_commit(self, repo: Path, remote: str, commit: str, label: str, full: bool) -> None:
+        url = effective_remote(remote, self.mirror)
+        all_branches = ["+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*"]
+        # Fetching one SHA keeps the transfer small; GitHub and git >= 2.5 servers with
+        # uploadpack.allowReachableSHA1InWant allow it. Otherwise fall back to branches.
+        refspecs = [f"{commit}:refs/pinned/{commit}"] if full else all_branches
+        with log.section(f"fetch {label} from {url}"):
             attempt = git(
                 ["fetch", "--quiet", "--no-tags", url, *refspecs],
                 git_dir=repo,
                 echo=True,
                 check=False,
             )
-            if attempt.returncode != 0 and component.is_full_sha:
+            if attempt.returncode != 0 and full:
                 attempt = git(
-                    [
-                        "fetch",
-                        "--quiet",
-                        url,
-                        "+refs/heads/*:refs/remotes/origin/*",
-                        "+refs/tags/*:refs/tags/*",
-                    ],
-                    git_dir=repo,
-                    echo=True,
-                    check=False,
+                    ["fetch", "--quiet", url, *all_branches], git_dir=repo, echo=True, check=False
                 )
             if attempt.returncode != 0:
                 raise SourceError(
-                    f"cannot fetch {component.name} from {url}: {attempt.stderr.strip()}",
+                    f"cannot fetch {label} from {url}: {attempt.stderr.strip()}",
                     fix="check the network or credentials, or build from a mirror with "
                     "--mirror DIR|URL (XLA_WHEELS_MIRROR); the source cache is unchanged",
                 )
@@ -196,6 +242,8 @@ class SourceCache:
         full = probe.stdout.strip()
         if not full.startswith(commit):
             raise SourceError(f"{component.name}: {commit} resolved to {full}, which differs")
+        # A ref keeps the pinned commit alive through `git gc`, whichever branch held it.
+        git(["update-ref", f"refs/pinned/{full}", full], git_dir=repo)
         return full
 
     def checkout(self, component: Component, commit: str, worktree: Path) -> CheckedOutSource:
@@ -213,13 +261,48 @@ class SourceCache:
             raise SourceError(f"{component.name}: worktree is at {head}, expected {commit}")
         if component.submodules:
             with log.section(f"submodules of {component.name}"):
-                git(
-                    ["submodule", "update", "--init", "--recursive", "--jobs", "4"],
-                    cwd=worktree,
-                    config=submodule_rewrites(component.remote, self.mirror),
-                    echo=True,
-                )
+                self._checkout_submodules(worktree, component.remote, component.name)
         return CheckedOutSource(component.name, commit, worktree, repo)
+
+    def _checkout_submodules(
+        self, worktree: Path, parent_remote: str, label: str, depth: int = 0
+    ) -> None:
+        """Check out every submodule at its recorded commit from the per-machine cache.
+
+        Each submodule remote gets a bare repository under ``<cache>/modules``, fetched
+        only when the recorded commit is missing (through the mirror, if one is set); the
+        checkout then clones from that cache (``-c submodule.<name>.url=<cache repo>``),
+        so a rebuild needs no network and PyTorch's submodules are downloaded once per
+        machine, not once per build. Nested submodules are handled the same way.
+        """
+        if depth > _MAX_SUBMODULE_DEPTH:
+            raise SourceError(f"{label}: submodules nested deeper than {_MAX_SUBMODULE_DEPTH}")
+        modules = read_gitmodules(worktree)
+        overrides: list[str] = []
+        checked: list[tuple[Submodule, str]] = []
+        for module in modules:
+            commit = _recorded_commit(worktree, module.path)
+            if commit is None:
+                continue  # listed in .gitmodules but not in this commit's tree
+            url = absolute_submodule_url(module.url, parent_remote)
+            repo = self._ensure_bare(self.module_repo_for(url))
+            if not has_commit(repo, commit):
+                self._fetch_commit(repo, url, commit, f"{label}/{module.path}", full=True)
+            git(["update-ref", f"refs/pinned/{commit}", commit], git_dir=repo)
+            overrides += ["-c", f"submodule.{module.name}.url={repo}"]
+            checked.append((module, url))
+        if not checked:
+            return
+        git(
+            ["submodule", "update", "--init", "--", *(module.path for module, _ in checked)],
+            cwd=worktree,
+            config=overrides,
+            echo=True,
+        )
+        for module, url in checked:
+            self._checkout_submodules(
+                worktree / module.path, url, f"{label}/{module.path}", depth + 1
+            )
 
     def _remove_previous_worktree(self, repo: Path, worktree: Path) -> None:
         state = worktree.with_name(worktree.name + STATE_SUFFIX)
