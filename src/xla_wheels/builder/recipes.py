@@ -164,6 +164,13 @@ def bazelrc_user(spec: BuildSpec) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _pip_install_into_buildenv(
+    spec: BuildSpec, options: tuple[str, ...], arguments: tuple[str, ...]
+) -> tuple[str, ...]:
+    """``pip install OPTIONS --target <buildenv> ARGUMENTS`` with the build's Python."""
+    return (spec.python, "-m", "pip", "install", *options, "--target", spec.buildenv, *arguments)
+
+
 def torch_steps(spec: BuildSpec) -> list[Step]:
     tmp = spec.torch_stage + ".tmp"
     env = _sorted_env(torch_env(spec))
@@ -173,17 +180,8 @@ def torch_steps(spec: BuildSpec) -> list[Step]:
         Step("clean staging", ("rm", "-rf", tmp)),
         Step(
             "torch build requirements",
-            (
-                py,
-                "-m",
-                "pip",
-                "install",
-                "--upgrade",
-                "--target",
-                spec.buildenv,
-                *spec.pip_args,
-                "-r",
-                f"{spec.torch_src}/requirements.txt",
+            _pip_install_into_buildenv(
+                spec, ("--upgrade",), (*spec.pip_args, "-r", f"{spec.torch_src}/requirements.txt")
             ),
             env=env,
             cwd=spec.torch_src,
@@ -209,33 +207,18 @@ def torch_xla_steps(spec: BuildSpec) -> list[Step]:
         Step("clean staging", ("rm", "-rf", tmp)),
         Step(
             "install torch into the build environment",
-            (
-                py,
-                "-m",
-                "pip",
-                "install",
-                "--no-deps",
-                "--no-index",
-                "--upgrade",
-                "--target",
-                spec.buildenv,
-                f"{spec.torch_stage}/torch-*.whl",
+            _pip_install_into_buildenv(
+                spec,
+                ("--no-deps", "--no-index", "--upgrade"),
+                (f"{spec.torch_stage}/torch-*.whl",),
             ),
             env=_sorted_env(_common_env(spec)),
             expand=(f"{spec.torch_stage}/torch-*.whl",),
         ),
         Step(
             "torch_xla build requirements",
-            (
-                py,
-                "-m",
-                "pip",
-                "install",
-                "--target",
-                spec.buildenv,
-                *spec.pip_args,
-                "-r",
-                f"{spec.torch_xla_worktree}/requirements.txt",
+            _pip_install_into_buildenv(
+                spec, (), (*spec.pip_args, "-r", f"{spec.torch_xla_worktree}/requirements.txt")
             ),
             env=_sorted_env(_common_env(spec)),
             only_if_exists=f"{spec.torch_xla_worktree}/requirements.txt",
