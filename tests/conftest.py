@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.gitrepos import REPO_ROOT
+from tests.gitrepos import REPO_ROOT, Upstream, make_upstreams
 
 
 @dataclass
@@ -17,6 +17,12 @@ class CliResult:
     exit_code: int
     stdout: str
     stderr: str
+
+
+@pytest.fixture
+def upstreams(tmp_path: Path) -> dict[str, Upstream]:
+    """Throwaway upstream git repositories for torch, torch_xla and openxla."""
+    return make_upstreams(tmp_path)
 
 
 @pytest.fixture

@@ -88,6 +88,13 @@ def make_upstream(root: Path, name: str = "upstream") -> Upstream:
     return upstream
 
 
+def make_upstreams(root: Path) -> dict[str, Upstream]:
+    """One tiny upstream per component (torch, torch_xla, openxla) under ``root/remotes``."""
+    return {
+        name: make_upstream(root / "remotes", name) for name in ("torch", "torch_xla", "openxla")
+    }
+
+
 def diff_for(upstream: Upstream, commit: str, edits: dict[str, str]) -> str:
     """A real ``git diff`` of ``edits`` (path -> new content) against ``commit``."""
     scratch = upstream.path.parent / f"scratch-{hashlib.sha1(repr(edits).encode()).hexdigest()[:8]}"

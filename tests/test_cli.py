@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from tests.gitrepos import REPO_ROOT, Upstream, make_project, make_upstream
+from tests.gitrepos import REPO_ROOT, make_project
 
 SUBCOMMANDS = [
     "bundles",
@@ -66,11 +66,9 @@ def test_a_bundle_with_an_unpinned_component_is_refused(run_cli) -> None:
     assert "openxla: no commit pinned" in result.stderr
 
 
-def test_make_patch_runs_sources_and_patches_on_a_local_upstream(tmp_path, run_cli) -> None:
-    upstreams: dict[str, Upstream] = {
-        name: make_upstream(tmp_path / "remotes", name)
-        for name in ("torch", "torch_xla", "openxla")
-    }
+def test_make_patch_runs_sources_and_patches_on_a_local_upstream(
+    tmp_path, upstreams, run_cli
+) -> None:
     project = make_project(tmp_path, upstreams)
     result = run_cli("patch", "--bundle", "test-1", root=project)
     assert result.exit_code == 0, result.stderr

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.gitrepos import RUNTIME_CC, Upstream, diff_for, make_project, make_upstream, patch_text
+from tests.gitrepos import RUNTIME_CC, Upstream, diff_for, make_project, patch_text
 from xla_wheels.bundle import load_bundle
 from xla_wheels.lockfile import (
     WheelRecord,
@@ -20,11 +20,7 @@ from xla_wheels.lockfile import (
 
 
 @pytest.fixture
-def project(tmp_path: Path) -> Path:
-    upstreams: dict[str, Upstream] = {
-        name: make_upstream(tmp_path / "remotes", name)
-        for name in ("torch", "torch_xla", "openxla")
-    }
+def project(tmp_path: Path, upstreams: dict[str, Upstream]) -> Path:
     base = upstreams["torch_xla"].commits[-1]
     patch = patch_text(
         "torch_xla",

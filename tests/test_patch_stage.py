@@ -13,21 +13,12 @@ from tests.gitrepos import (
     git,
     git_raw,
     make_project,
-    make_upstream,
     patch_text,
 )
 from xla_wheels.bundle import load_bundle
 from xla_wheels.errors import PatchError
 from xla_wheels.patches import apply_series, check_series, parse_patch, series_digest
 from xla_wheels.sources import SourceCache, fetch_sources
-
-
-@pytest.fixture
-def upstreams(tmp_path: Path) -> dict[str, Upstream]:
-    return {
-        name: make_upstream(tmp_path / "remotes", name)
-        for name in ("torch", "torch_xla", "openxla")
-    }
 
 
 def good_patches(upstream: Upstream) -> dict[str, str]:

@@ -19,14 +19,6 @@ from xla_wheels.sources import (
 )
 
 
-@pytest.fixture
-def upstreams(tmp_path: Path) -> dict[str, Upstream]:
-    return {
-        name: make_upstream(tmp_path / "remotes", name)
-        for name in ("torch", "torch_xla", "openxla")
-    }
-
-
 def test_each_component_is_checked_out_at_its_full_pinned_commit(tmp_path, upstreams) -> None:
     project = make_project(tmp_path, upstreams)
     bundle = load_bundle(project, "test-1")
