@@ -82,13 +82,8 @@ patch: $(VENV_STAMP) ## run up to the patch stage: make patch BUNDLE=...
 patches-check: $(VENV_STAMP) ## apply the series to a scratch copy: make patches-check BUNDLE=... TORCH_XLA_SRC=<checkout>
 	@$(CLI) patches-check --bundle "$(BUNDLE)" $(if $(TORCH_XLA_SRC),--source "$(TORCH_XLA_SRC)",) $(MIRROR_ARG)
 
-builder-image: ## build the builder image from ./Dockerfile: make builder-image [ENGINE=docker|podman|buildah]
-	@case "$(ENGINE)" in \
-	  docker) set -x; docker build --target builder --tag $(BUILDER_IMAGE) . ;; \
-	  podman) set -x; podman build --isolation=chroot --format docker --target builder --tag $(BUILDER_IMAGE) . ;; \
-	  buildah) set -x; buildah bud --isolation chroot --format docker --target builder --tag $(BUILDER_IMAGE) . ;; \
-	  *) echo "error: ENGINE=$(ENGINE) is not docker, podman or buildah"; exit 2 ;; \
-	esac
+builder-image: $(VENV_STAMP) ## build the builder image from ./Dockerfile: make builder-image [ENGINE=docker|podman|buildah] [DRY_RUN=1]
+	@$(CLI) builder-image
 
 wheels: $(VENV_STAMP) ## the main job: make wheels BUNDLE=v6e-2.11 [DRY_RUN=1] [ENGINE=] [BUILD_MODE=host] [JOBS=]
 	@$(CLI) wheels --bundle "$(BUNDLE)" $(MIRROR_ARG)

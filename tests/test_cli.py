@@ -17,6 +17,7 @@ SUBCOMMANDS = [
     "patches-check",
     "lock",
     "lock-check",
+    "builder-image",
 ]
 
 
@@ -90,3 +91,11 @@ def test_a_malformed_compiler_environment_is_a_usage_error(run_cli) -> None:
     result = run_cli("wheels", "--bundle", "v6e-2.9", "--compiler-env", "CC=clang CXX")
     assert result.exit_code == 2
     assert "compiler environment entry 'CXX' is not NAME=VALUE" in result.stderr
+
+
+@pytest.mark.parametrize("engine", ["podman", "buildah"])
+def test_builder_image_keeps_the_dockerfile_shell_on_oci_engines(run_cli, engine: str) -> None:
+    # Without --format docker, podman/buildah drop SHELL (bash -o pipefail) from the build.
+    result = run_cli("builder-image", env={"DRY_RUN": "1", "ENGINE": engine})
+    assert result.exit_code == 0, result.stderr
+    assert "--format docker --target builder" in result.stdout

@@ -45,4 +45,3 @@ class SourceError(PipelineError):
 
 class PatchError(PipelineError):
     """A patch series is malformed or does not apply."""
-

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
 from pathlib import Path
 
 from xla_wheels import log
 from xla_wheels.builder.config import add_build_arguments, build_config_from_args
+from xla_wheels.builder.container import build_image_argv
 from xla_wheels.bundle import available_bundles, describe, diff, load_bundle
 from xla_wheels.errors import LockError, PatchError, UsageError
 from xla_wheels.lockfile import check_lock, update_bundle_entry
@@ -52,6 +54,18 @@ def _make_stage_handler(last_stage: str):  # noqa: ANN202 - returns a handler
         return 0
 
     return handler
+
+
+def cmd_builder_image(args: argparse.Namespace) -> int:
+    options = options_from_args(args)
+    config = build_config_from_args(args)
+    argv = build_image_argv(config.engine, config.image, options.root)
+    if options.dry_run:
+        print(log.format_command(argv))
+        return 0
+    with log.section(f"builder image {config.image} ({config.engine})"):
+        log.command(argv)
+        return subprocess.run(argv, check=False).returncode
 
 
 def cmd_patches_check(args: argparse.Namespace) -> int:
@@ -129,6 +143,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         if stage == "collect":
             add_build_arguments(parser)
         parser.set_defaults(handler=_make_stage_handler(stage))
+
+    parser = subparsers.add_parser(
+        "builder-image", help="build the builder image from the Dockerfile (ENGINE, BUILDER_IMAGE)"
+    )
+    add_common_arguments(parser)
+    add_build_arguments(parser)
+    parser.set_defaults(handler=cmd_builder_image)
 
     parser = add_bundle_parser(
         subparsers,

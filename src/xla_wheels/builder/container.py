@@ -232,28 +232,18 @@ def image_present(engine: str, image: str, timeout: float = 10.0) -> bool:
 
 
 def build_image_argv(engine: str, image: str, root: Path, target: str = "builder") -> list[str]:
-    """The command that builds the builder image from the top-level Dockerfile."""
+    """The command that builds the builder image from the top-level Dockerfile.
+
+    podman and buildah default to the OCI image format, which has no SHELL instruction:
+    the Dockerfile's `SHELL ["/bin/bash", "-o", "pipefail", "-c"]` would be dropped and its
+    RUN steps would run under /bin/sh without pipefail. `--format docker` keeps it.
+    https://github.com/containers/podman/issues/8477
+    """
     if engine == "docker":
         return ["docker", "build", "--target", target, "--tag", image, str(root)]
-    if engine == "podman":
-        return [
-            "podman",
-            "build",
-            "--isolation=chroot",
-            "--target",
-            target,
-            "--tag",
-            image,
-            str(root),
-        ]
-    return [
-        "buildah",
-        "bud",
-        "--isolation",
-        "chroot",
-        "--target",
-        target,
-        "--tag",
-        image,
-        str(root),
-    ]
+    tool = (
+        ["podman", "build", "--isolation=chroot"]
+        if engine == "podman"
+        else ["buildah", "bud", "--isolation", "chroot"]
+    )
+    return [*tool, "--format", "docker", "--target", target, "--tag", image, str(root)]
