@@ -36,8 +36,13 @@ def git(
     echo: bool = False,
     check: bool = True,
     input_text: str | None = None,
+    timeout: float | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``git [config] [--git-dir] args`` and return the completed process."""
+    """Run ``git [config] [--git-dir] args`` and return the completed process.
+
+    ``timeout`` (seconds) raises :class:`subprocess.TimeoutExpired`, for callers that
+    must answer quickly whatever the network does (preflight).
+    """
     argv = ["git", *_FILE_PROTOCOL, *_NETWORK_CONFIG, *config]
     if git_dir is not None:
         argv.append(f"--git-dir={git_dir}")
@@ -56,6 +61,7 @@ def git(
         capture_output=True,
         input=input_text,
         check=False,
+        timeout=timeout,
     )
     if check and process.returncode != 0:
         raise GitError(

@@ -8,7 +8,6 @@ engine's daemon, each remote) run in parallel with short timeouts.
 from __future__ import annotations
 
 import functools
-import os
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from xla_wheels.builder.config import BuildConfig
 from xla_wheels.builder.container import image_present, probe_engine
 from xla_wheels.bundle import Bundle, Component
 from xla_wheels.errors import PipelineError, SourceError
-from xla_wheels.gitutil import has_commit
+from xla_wheels.gitutil import git, has_commit
 from xla_wheels.options import PipelineOptions
 from xla_wheels.sources import SourceCache, effective_remote
 
@@ -37,15 +36,8 @@ class PreflightError(PipelineError):
 
 
 def _ls_remote(url: str, timeout: float) -> str | None:
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "LC_ALL": "C"}
     try:
-        process = subprocess.run(
-            ["git", "-c", "protocol.file.allow=always", "ls-remote", url, "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=env,
-        )
+        process = git(["ls-remote", url, "HEAD"], check=False, timeout=timeout)
     except subprocess.TimeoutExpired:
         return f"no answer within {timeout:.0f}s"
     if process.returncode != 0:
