@@ -33,6 +33,7 @@ from xla_wheels import log
 from xla_wheels.bundle import Component, PatchRef
 from xla_wheels.errors import PatchError
 from xla_wheels.gitutil import git, git_out, status_porcelain
+from xla_wheels.sources import STATE_SUFFIX
 
 REQUIRED_KEYS = ("Subject", "Component", "Base", "Fixes", "Why", "Upstream", "Files")
 OPTIONAL_KEYS = ("Verified", "Not-verified")
@@ -276,8 +277,6 @@ def check_series(source_repo: Path, commit: str, component: Component) -> list[P
 
 def write_state(worktree: Path, series: AppliedSeries) -> Path:
     """Record the applied series next to the worktree (read by sources and the build)."""
-    from xla_wheels.sources import STATE_SUFFIX
-
     state = worktree.with_name(worktree.name + STATE_SUFFIX)
     state.write_text(series.to_json() + "\n", encoding="utf-8")
     return state

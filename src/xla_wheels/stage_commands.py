@@ -76,8 +76,8 @@ def cmd_patches_check(args: argparse.Namespace) -> int:
         raise UsageError(f"{component.name} is not pinned in {bundle.name}")
     if args.source is None:
         cache = SourceCache(options.source_cache, options.mirror)
-        source = cache.ensure_repo(component)
         commit = cache.resolve(component)
+        source = cache.repo_for(component)
     else:
         source, commit = args.source, component.commit
     if not source.exists():
