@@ -7,40 +7,20 @@ same inputs as the real run, so what ``DRY_RUN=1`` shows is what a run executes.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from xla_wheels import log
+from xla_wheels.builder import stage as build_stage
 from xla_wheels.builder.config import BuildConfig
 from xla_wheels.bundle import Bundle, load_bundle
 from xla_wheels.errors import SourceError
 from xla_wheels.lockfile import update_bundle_entry
 from xla_wheels.options import PipelineOptions
 from xla_wheels.patches import AppliedSeries, apply_series, describe_series, write_state
+from xla_wheels.plan import PlannedCommand, PlannedStage
 from xla_wheels.sources import CheckedOutSource, SourceCache, effective_remote, fetch_sources
-
-STAGES = ("resolve", "sources", "patches", "build", "collect")
-
-
-@dataclass(frozen=True)
-class PlannedCommand:
-    argv: tuple[str, ...]
-    env: Mapping[str, str] = field(default_factory=dict)
-    cwd: str | None = None
-    note: str = ""
-
-    def render(self) -> str:
-        line = log.format_command(list(self.argv), dict(self.env) or None, self.cwd)
-        return f"{line}    # {self.note}" if self.note else line
-
-
-@dataclass(frozen=True)
-class PlannedStage:
-    name: str
-    facts: tuple[str, ...] = ()
-    commands: tuple[PlannedCommand, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -86,8 +66,6 @@ def run_until(
     if last_stage in ("build", "collect"):
         # Preflight first: every blocker (pins, remotes, engine, disk, memory) at once,
         # before anything is fetched. It also knows which build stages are cached.
-        from xla_wheels.builder import stage as build_stage
-
         build_run = build_stage.prepare(options, bundle, build_config or BuildConfig())
     with log.section(f"resolve: bundle {bundle.name}"):
         log.info(f"manifest {bundle.path} sha256:{bundle.manifest_sha256}")
@@ -214,20 +192,5 @@ def plan(
                 )
             )
     stages.append(PlannedStage("patches", tuple(patch_facts), tuple(patch_commands)))
-    from xla_wheels.builder.stage import plan_stages
-
-    stages.extend(plan_stages(options, bundle, build_config or BuildConfig()))
+    stages.extend(build_stage.plan_stages(options, bundle, build_config or BuildConfig()))
     return stages
-
-
-def render_plan(stages: list[PlannedStage]) -> str:
-    lines = []
-    for number, stage in enumerate(stages, start=1):
-        lines.append(f"[{number}/{len(stages)}] {stage.name}")
-        lines.extend(f"    {fact}" for fact in stage.facts)
-        lines.extend(f"    $ {command.render()}" for command in stage.commands)
-    return "\n".join(lines)
-
-
-def quote(argv: list[str]) -> str:
-    return " ".join(shlex.quote(arg) for arg in argv)

@@ -14,7 +14,8 @@ from xla_wheels.errors import LockError, PatchError, UsageError
 from xla_wheels.lockfile import check_lock, update_bundle_entry
 from xla_wheels.options import add_bundle_parser, add_common_arguments, options_from_args
 from xla_wheels.patches import check_series
-from xla_wheels.pipeline import plan, render_plan, run_until
+from xla_wheels.pipeline import plan, run_until
+from xla_wheels.plan import render_plan
 from xla_wheels.sources import SourceCache, known_commits
 
 Subparsers = "argparse._SubParsersAction[argparse.ArgumentParser]"

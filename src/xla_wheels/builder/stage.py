@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import xla_wheels
 from xla_wheels import log
@@ -30,11 +30,9 @@ from xla_wheels.errors import PipelineError
 from xla_wheels.lockfile import file_sha256
 from xla_wheels.options import PipelineOptions
 from xla_wheels.patches import describe_series, series_digest
+from xla_wheels.plan import PlannedCommand, PlannedStage
 from xla_wheels.sources import CheckedOutSource, SourceCache
 from xla_wheels.sources import known_commits as sources_known_commits
-
-if TYPE_CHECKING:
-    from xla_wheels.pipeline import PlannedStage
 
 RECIPES = ("torch", "torch_xla")
 ENTRY_MODULE = "xla_wheels.builder.inside"
@@ -356,7 +354,6 @@ def plan_stages(
     options: PipelineOptions, bundle: Bundle, config: BuildConfig
 ) -> list[PlannedStage]:
     """preflight, build and collect as the run will execute them."""
-    from xla_wheels.pipeline import PlannedCommand, PlannedStage
 
     commits = known_commits(options, bundle)
     spec, keys = compose(options, bundle, config, commits)
