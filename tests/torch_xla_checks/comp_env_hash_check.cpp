@@ -1,6 +1,6 @@
 // Behaviour check of the compilation-environment hash that keys torch_xla's
-// persistent cache (patch 0003), built by tests/test_torch_xla_patches.py from a
-// patched pytorch/xla checkout:
+// persistent cache (patch 0003), built by tests/test_torch_xla_patches.py from
+// a patched pytorch/xla checkout:
 //   - hash_comp_env and PjRtComputationClient::HashCompilationEnv are copied
 //     verbatim, at test time, out of the patched pjrt_computation_client.cpp
 //     into hash_comp_env.inc and hash_compilation_env.inc, and that file's
@@ -10,8 +10,8 @@
 //   - torch::lazy hashing is the real one (torch headers and libtorch_cpu);
 //   - the PJRT client is a stand-in (stand_ins/pjrt_stand_ins.h).
 //
-// Each check prints "PASS <name>" or "FAIL <name>: <why>"; the exit status is the
-// number of failures.
+// Each check prints "PASS <name>" or "FAIL <name>: <why>"; the exit status is
+// the number of failures.
 
 #include <algorithm>
 #include <cstdlib>
@@ -23,8 +23,9 @@
 
 #include <torch/csrc/lazy/core/hash.h>
 
-#include "std_includes.inc"
 #include "stand_ins/pjrt_stand_ins.h"
+#include "std_includes.inc"
+
 #include "torch_xla/csrc/runtime/env_hash.h"
 
 namespace torch_xla {
@@ -48,8 +49,8 @@ class PjRtComputationClient {
 
 namespace {
 
-using torch_xla::runtime::PjRtComputationClient;
 using torch_xla::runtime::hash_comp_env;
+using torch_xla::runtime::PjRtComputationClient;
 
 int failures = 0;
 

@@ -1,10 +1,10 @@
 // Behaviour check of torch_xla's runtime/cache.h PersistentCache, compiled by
-// tests/test_torch_xla_patches.py against a patched pytorch/xla checkout and the
-// real torch headers and libraries (TORCH_LAZY_COUNTER, TORCH_WARN).
+// tests/test_torch_xla_patches.py against a patched pytorch/xla checkout and
+// the real torch headers and libraries (TORCH_LAZY_COUNTER, TORCH_WARN).
 //
-// Each check prints "PASS <name>" or "FAIL <name>: <why>"; the exit status is the
-// number of failures. A check that throws out of the cache is reported as FAIL:
-// the cache must never throw into training.
+// Each check prints "PASS <name>" or "FAIL <name>: <why>"; the exit status is
+// the number of failures. A check that throws out of the cache is reported as
+// FAIL: the cache must never throw into training.
 
 #include <sys/stat.h>
 #include <unistd.h>
