@@ -68,8 +68,11 @@ def test_the_shipped_bundles_load_with_the_receipts_pins() -> None:
     assert [p.relpath for p in v29.component("torch_xla").patches] == [
         "torch_xla/0001-load-serialized-executables.patch",
         "torch_xla/0002-runtime-memory-info-binding.patch",
+        "torch_xla/0003-cache-key-covers-compile-options.patch",
+        "torch_xla/0004-persistent-cache-atomic-write.patch",
     ]
     v211 = load_bundle(REPO_ROOT, "v6e-2.11")
+    assert v211.component("torch_xla").patches == v29.component("torch_xla").patches
     assert v211.component("openxla").commit is None
     assert v211.unresolved_pins() and "openxla" in v211.unresolved_pins()[0]
     assert v211.runtime["libtpu"].specifier == "==0.0.37"

@@ -1,4 +1,5 @@
-"""The two torch_xla patches: file structure (always) and a real apply (with TORCH_XLA_SRC).
+"""The torch_xla patches: file structure (always), a real apply and compiled checks (with
+TORCH_XLA_SRC).
 
 The structural checks parse the files themselves, independently of the patch stage's own
 parser, so a mistake in one is not hidden by the same mistake in the other. Each checker is
@@ -7,12 +8,20 @@ also run on a small broken sample, to show that it can fail.
 The apply test needs a pytorch/xla git repository (bare or not) that contains the base
 commit; point TORCH_XLA_SRC at it. CI machines cannot reach GitHub, so without it the test
 skips and says why.
+
+The compiled checks (tests/torch_xla_checks/) build the functions patches 0003 and 0004
+change, taken from the patched checkout, with g++ against the real torch headers and
+libraries of the cached stock torch 2.9.0 environment and real absl, run them, and run
+them again on the unpatched base, where they must fail. They skip, saying what is missing,
+when TORCH_XLA_SRC, g++, absl or the cached environment is not there; they install
+nothing. They are not a torch_xla build: see each patch's Not-verified line.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +35,12 @@ PATCH_DIR = REPO_ROOT / "patches" / "torch_xla"
 SERIES = (
     "0001-load-serialized-executables.patch",
     "0002-runtime-memory-info-binding.patch",
+    "0003-cache-key-covers-compile-options.patch",
+    "0004-persistent-cache-atomic-write.patch",
 )
+CHECKS_DIR = REPO_ROOT / "tests" / "torch_xla_checks"
+CLIENT_CPP = "torch_xla/csrc/runtime/pjrt_computation_client.cpp"
+CACHE_H = "torch_xla/csrc/runtime/cache.h"
 REQUIRED = ("Subject", "Component", "Base", "Fixes", "Why", "Upstream", "Files")
 EXPECTED_EXTRA = ("Verified", "Not-verified")
 DIFF_STARTS = ("diff ", "--- ", "+++ ", "@@")
@@ -155,6 +169,22 @@ def function_body(lines: list[tuple[str, bool]], signature: str) -> list[tuple[s
     return lines[start : end + 1]
 
 
+def member_body(lines: list[tuple[str, bool]], signature: str) -> list[tuple[str, bool]]:
+    """Like function_body, for a function defined inside a class: ends at its indented '}'."""
+    start = next((i for i, (text, _) in enumerate(lines) if signature in text), None)
+    if start is None:
+        return []
+    indent = lines[start][0][: len(lines[start][0]) - len(lines[start][0].lstrip())]
+    end = next(
+        (i for i in range(start + 1, len(lines)) if lines[i][0] == indent + "}"), len(lines) - 1
+    )
+    return lines[start : end + 1]
+
+
+def first_line(function: list[tuple[str, bool]], needle: str) -> int | None:
+    return next((i for i, (text, _) in enumerate(function) if needle in text), None)
+
+
 def calls_in(function: list[tuple[str, bool]], name: str) -> list[int]:
     return [i for i, (text, _) in enumerate(function) if f"{name}(" in text]
 
@@ -214,6 +244,18 @@ def test_function_finder_tells_which_function_calls_what() -> None:
     assert calls_in(function_body(lines, "void F("), "G") == [1]
     assert calls_in(function_body(lines, "void F("), "K") == []
     assert function_body(lines, "void Z(") == []
+    members = [
+        ("  void A() {", False),
+        ("    if (x) {", False),
+        ("    }", False),
+        ("  }", False),
+        ("  void B() {", False),
+        ("    K();", True),
+        ("  }", False),
+    ]
+    assert len(member_body(members, "void A(")) == 4
+    assert calls_in(member_body(members, "void A("), "K") == []
+    assert first_line(member_body(members, "void B("), "K(") == 1
 
 
 # --- The real files -------------------------------------------------------------------------
@@ -266,6 +308,71 @@ def test_0002_registers_the_binding_and_drops_the_unchecked_unwrap() -> None:
     assert not any("GetAllocatorStats().value()" in line for line in client.added())
 
 
+def _patched_function(name: str, path: str, signature: str) -> list[tuple[str, bool]]:
+    """The patched side of the hunk of patch `name` in `path` that holds `signature`."""
+    diff = load(name).file(path)
+    for hunk in diff.hunks:
+        lines = diff.new_side(hunk)
+        function = (
+            function_body(lines, signature)
+            if not signature.startswith(" ")
+            else member_body(lines, signature)
+        )
+        if function:
+            return function
+    raise AssertionError(f"no hunk of {name} covers {signature.strip()} in {path}")
+
+
+def test_0003_hash_comp_env_hashes_platform_version_before_the_topology_branch() -> None:
+    function = _patched_function(SERIES[2], CLIENT_CPP, "torch::lazy::hash_t hash_comp_env(")
+    version = first_line(function, "StringHash(platform_version")
+    topology = first_line(function, "GetTopologyDescription(")
+    assert version is not None, "hash_comp_env no longer hashes platform_version"
+    assert topology is not None
+    # The topology branch returns early: platform_version must be hashed before it.
+    assert version < topology
+    assert function[version][1], "the platform_version hashing must be an added line"
+
+
+def test_0003_hash_compilation_env_covers_the_custom_options_sorted() -> None:
+    function = _patched_function(
+        SERIES[2], CLIENT_CPP, "torch::lazy::hash_t PjRtComputationClient::HashCompilationEnv("
+    )
+    body = "\n".join(text for text, _ in function)
+    assert "return comp_env_hash_;" not in body, "the key is still the creation-time hash"
+    assert re.search(r"std::map<std::string, std::string> \w+\(\s*custom_compile_options_", body)
+    assert "StringHash(name.c_str())" in body and "StringHash(value.c_str())" in body
+    added = load(SERIES[2]).file("torch_xla/csrc/runtime/env_hash.cpp").added()
+    assert any('"ENABLE_COLLECTIVE_MATMUL_IN_MP"' in line for line in added)
+
+
+def test_0004_add_writes_through_a_renamed_temporary_file() -> None:
+    add = _patched_function(SERIES[3], CACHE_H, "  TypePtr Add(K key, TypePtr obj) override {")
+    assert first_line(add, "WriteAtomically(") is not None
+    assert first_line(add, "std::ofstream") is None, "Add still writes the entry in place"
+    write = _patched_function(SERIES[3], CACHE_H, "  void WriteAtomically(")
+    created = first_line(write, "O_EXCL")
+    renamed = first_line(write, "::rename(tmp_path.c_str(), path.c_str())")
+    assert created is not None and renamed is not None and created < renamed
+
+
+def test_0004_a_read_only_cache_neither_creates_nor_deletes() -> None:
+    patch = load(SERIES[3]).file(CACHE_H)
+    added = "\n".join(patch.added())
+    # The constructor's create_directories is now behind the read-only flag ...
+    assert re.search(
+        r"if \(!readonly_storage_\) \{\s*std::error_code error;\s*"
+        r"std::filesystem::create_directories\(cache_dir_, error\);",
+        added,
+    )
+    assert "    std::filesystem::create_directories(cache_dir);" in patch.removed()
+    # ... and EraseImpl returns before touching the disk, deleting without throwing.
+    erase = _patched_function(SERIES[3], CACHE_H, "  bool EraseImpl(const K& key) {")
+    guard = first_line(erase, "if (readonly_storage_)")
+    remove = first_line(erase, "std::filesystem::remove(GetPath(key), error)")
+    assert guard is not None and remove is not None and guard < remove
+
+
 # --- Against the real source ------------------------------------------------------------------
 
 
@@ -307,3 +414,227 @@ def test_series_applies_to_the_real_base(tmp_path: Path) -> None:
     assert sorted(changed) == sorted(touched)
     patched = (work / "torch_xla/csrc/init_python_bindings.cpp").read_text(encoding="utf-8")
     assert patched.count('"_xla_runtime_memory_info"') == 1
+    # The whole patched hash_comp_env, not just the hunk: platform_version before any return.
+    client = [(line, False) for line in (work / CLIENT_CPP).read_text().split("\n")]
+    hash_env = function_body(client, "torch::lazy::hash_t hash_comp_env(")
+    version = first_line(hash_env, "StringHash(platform_version")
+    returns = [i for i, (text, _) in enumerate(hash_env) if text.strip().startswith("return")]
+    assert version is not None and returns and version < min(returns)
+    cache = (work / CACHE_H).read_text(encoding="utf-8")
+    assert "std::ofstream out(path" not in cache
+
+
+# --- Compiled checks of 0003 and 0004 -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    compiler: str
+    torch: Path  # site-packages/torch of a torch 2.9.0 wheel: include/ and lib/
+
+
+def _compiles(compiler: str, source: str, *args: str) -> bool:
+    probe = subprocess.run(
+        [compiler, "-std=c++17", "-x", "c++", "-", "-o", os.devnull, *args],
+        input=source,
+        text=True,
+        capture_output=True,
+        check=False,
+    )
+    return probe.returncode == 0
+
+
+@pytest.fixture(scope="module")
+def toolchain() -> Toolchain:
+    compiler = shutil.which("g++")
+    if compiler is None:
+        pytest.skip("g++ is not installed (Debian: apt-get install g++)")
+    from xla_wheels.gate import envs
+
+    python = envs.find_stock_env("2.9.0")
+    if python is None:
+        pytest.skip(
+            "the cached stock torch 2.9.0 environment does not exist yet; the gate tests or "
+            "`make gate` build it once per machine (this test never builds it)"
+        )
+    torch_dirs = sorted(python.parent.parent.glob("lib/python*/site-packages/torch"))
+    if not torch_dirs or not (torch_dirs[0] / "include" / "torch").is_dir():
+        pytest.skip(f"no torch headers in the environment of {python}")
+    absl = '#include "absl/status/statusor.h"\nint main() { return absl::OkStatus().ok() ? 0 : 1; }'
+    if not _compiles(compiler, absl, "-labsl_statusor", "-labsl_status"):
+        pytest.skip("absl headers and libraries are missing (Debian: apt-get install libabsl-dev)")
+    return Toolchain(compiler, torch_dirs[0])
+
+
+def _source_tree(tmp_path_factory: pytest.TempPathFactory, *, patched: bool) -> Path:
+    source = os.environ.get("TORCH_XLA_SRC")
+    if not source:
+        pytest.skip("TORCH_XLA_SRC is not set: no pytorch/xla repository to build from")
+    root = tmp_path_factory.mktemp("patched" if patched else "base")
+    work = root / "xla"
+    cloned = _git(root, "clone", "--quiet", "--shared", "--no-checkout", source, str(work))
+    if cloned.returncode != 0:
+        pytest.skip(f"TORCH_XLA_SRC={source} cannot be cloned: {cloned.stderr.strip()}")
+    if _git(work, "checkout", "--quiet", "--detach", BASE).returncode != 0:
+        pytest.skip(f"TORCH_XLA_SRC={source} does not contain {BASE}")
+    if patched:
+        for name in SERIES:
+            applied = _git(work, "apply", "--whitespace=error-all", str(PATCH_DIR / name))
+            assert applied.returncode == 0, f"{name}: {applied.stderr}"
+    return work
+
+
+@pytest.fixture(scope="module")
+def patched_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _source_tree(tmp_path_factory, patched=True)
+
+
+@pytest.fixture(scope="module")
+def base_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _source_tree(tmp_path_factory, patched=False)
+
+
+def _compile(toolchain: Toolchain, tree: Path, out: Path, sources: list[Path], *extra: str) -> None:
+    """g++ `sources` with `tree` on the include path, linked against the wheel's libtorch."""
+    torch = toolchain.torch
+    argv = [
+        toolchain.compiler,
+        "-std=c++17",
+        "-O0",
+        f"-I{tree}",
+        f"-I{CHECKS_DIR}",
+        "-isystem",
+        str(torch / "include"),
+        "-isystem",
+        str(torch / "include" / "torch" / "csrc" / "api" / "include"),
+        *map(str, sources),
+        "-o",
+        str(out),
+        f"-L{torch / 'lib'}",
+        f"-Wl,-rpath,{torch / 'lib'}",
+        "-ltorch_cpu",
+        "-lc10",
+        *extra,
+        "-pthread",
+    ]
+    built = subprocess.run(argv, text=True, capture_output=True, check=False)
+    assert built.returncode == 0, f"{' '.join(argv)}\n{built.stderr[-4000:]}"
+
+
+def _build_and_run(
+    toolchain: Toolchain, tree: Path, out: Path, sources: list[Path], *extra: str
+) -> dict[str, str]:
+    """Compile, run; {check name: "PASS" or the failure reason}."""
+    _compile(toolchain, tree, out, sources, *extra)
+    run = subprocess.run([str(out)], text=True, capture_output=True, check=False, timeout=300)
+    verdicts: dict[str, str] = {}
+    for line in run.stdout.splitlines():
+        status, _, rest = line.partition(" ")
+        name, _, why = rest.partition(": ")
+        verdicts[name] = "PASS" if status == "PASS" else why
+    assert verdicts, f"the check printed nothing (exit {run.returncode}): {run.stderr[-2000:]}"
+    assert run.returncode == sum(v != "PASS" for v in verdicts.values()), run.stderr[-2000:]
+    return verdicts
+
+
+def _comp_env_hash_check(toolchain: Toolchain, tree: Path, out_dir: Path) -> dict[str, str]:
+    """Copy the two hash functions and the file's standard #includes out of `tree`."""
+    lines = (tree / CLIENT_CPP).read_text(encoding="utf-8").split("\n")
+
+    def function(signature: str) -> str:
+        start = next(i for i, line in enumerate(lines) if line.startswith(signature))
+        end = next(i for i in range(start, len(lines)) if lines[i] == "}")
+        return "\n".join(lines[start : end + 1]) + "\n"
+
+    generated = out_dir / "generated"
+    generated.mkdir()
+    (generated / "hash_comp_env.inc").write_text(function("torch::lazy::hash_t hash_comp_env("))
+    (generated / "hash_compilation_env.inc").write_text(
+        function("torch::lazy::hash_t PjRtComputationClient::HashCompilationEnv(")
+    )
+    includes = [line for line in lines if re.fullmatch(r"#include <[a-z_]+>", line)]
+    (generated / "std_includes.inc").write_text("\n".join(includes) + "\n")
+    runtime = tree / "torch_xla" / "csrc" / "runtime"
+    return _build_and_run(
+        toolchain,
+        tree,
+        out_dir / "comp_env_hash_check",
+        [
+            CHECKS_DIR / "comp_env_hash_check.cpp",
+            runtime / "env_hash.cpp",
+            runtime / "sys_util.cpp",
+        ],
+        f"-I{generated}",
+        f"-I{CHECKS_DIR / 'stand_ins'}",
+        "-labsl_strings",
+        "-labsl_statusor",
+        "-labsl_status",
+    )
+
+
+def test_0003_cache_key_checks_pass_patched_and_fail_at_base(
+    toolchain: Toolchain, patched_tree: Path, base_tree: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "patched").mkdir()
+    (tmp_path / "base").mkdir()
+    patched = _comp_env_hash_check(toolchain, patched_tree, tmp_path / "patched")
+    assert patched == dict.fromkeys(patched, "PASS")
+    assert len(patched) == 5
+    base = _comp_env_hash_check(toolchain, base_tree, tmp_path / "base")
+    failed = {name for name, verdict in base.items() if verdict != "PASS"}
+    assert failed == {
+        "platform_version_in_both_branches",
+        "custom_options_change_the_key",
+        "collective_matmul_switch_changes_the_key",
+    }
+
+
+def test_0004_persistent_cache_checks_pass_patched_and_fail_at_base(
+    toolchain: Toolchain, patched_tree: Path, base_tree: Path, tmp_path: Path
+) -> None:
+    check = CHECKS_DIR / "persistent_cache_check.cpp"
+    patched = _build_and_run(toolchain, patched_tree, tmp_path / "patched", [check])
+    assert patched == dict.fromkeys(patched, "PASS")
+    assert len(patched) == 8
+    base = _build_and_run(toolchain, base_tree, tmp_path / "base", [check])
+    failed = {name for name, verdict in base.items() if verdict != "PASS"}
+    # Whether the in-place write is caught mid-way is a race, though it wins at once here.
+    assert failed - {"no_reader_sees_a_partial_entry"} == {
+        "reader_creates_nothing",
+        "failed_delete_does_not_throw",
+        "failed_write_is_counted_not_thrown",
+        "uncreatable_directory_does_not_throw",
+    }
+
+
+def test_upstream_cache_test_passes_on_the_patched_header(
+    toolchain: Toolchain, patched_tree: Path, tmp_path: Path
+) -> None:
+    gtest = "#include <gmock/gmock.h>\n#include <gtest/gtest.h>\nTEST(A, B) {}"
+    if not _compiles(toolchain.compiler, gtest, "-lgtest", "-lgtest_main", "-pthread"):
+        pytest.skip("googletest is missing (Debian: apt-get install libgtest-dev libgmock-dev)")
+    source = patched_tree / "torch_xla" / "csrc" / "runtime" / "cache_test.cpp"
+    binary = tmp_path / "cache_test"
+    _compile(toolchain, patched_tree, binary, [source], "-lgtest", "-lgtest_main")
+    run = subprocess.run([str(binary)], text=True, capture_output=True, check=False, timeout=300)
+    assert run.returncode == 0, run.stdout[-4000:]
+    assert "[  PASSED  ] 2 tests." in run.stdout
+
+
+def test_patched_files_are_clang_format_clean(patched_tree: Path) -> None:
+    formatter = shutil.which("clang-format-14") or shutil.which("clang-format")
+    if formatter is None:
+        pytest.skip("clang-format is not installed (Debian: apt-get install clang-format-14)")
+    version = subprocess.run([formatter, "--version"], text=True, capture_output=True).stdout
+    if not re.search(r"version 14\.", version):
+        pytest.skip(f"{formatter} is not clang-format 14, which the patches are formatted with")
+    touched = sorted({path for name in SERIES for path in load(name).declared_files()})
+    for path in touched:
+        formatted = subprocess.run(
+            [formatter, "--style=file", path],
+            cwd=patched_tree,
+            text=True,
+            capture_output=True,
+            check=True,
+        ).stdout
+        assert formatted == (patched_tree / path).read_text(encoding="utf-8"), path
