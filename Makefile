@@ -70,7 +70,7 @@ lint: $(VENV_STAMP) ## ruff and mypy only
 bundles: $(VENV_STAMP) ## list the bundles with their pins
 	@$(CLI) bundles
 
-diff: $(VENV_STAMP) ## what differs between two bundles: make diff A=v6e-2.9 B=v6e-2.11
+diff: $(VENV_STAMP) ## what differs between two bundles: make diff A=v6e-2.9 B=v6e-2.11 (A alone: A against the bundle it extends)
 	@$(CLI) diff $(A) $(B)
 
 sources: $(VENV_STAMP) ## fetch the bundle's components at their pins: make sources BUNDLE=...
