@@ -82,6 +82,14 @@ patch: $(VENV_STAMP) ## run up to the patch stage: make patch BUNDLE=...
 patches-check: $(VENV_STAMP) ## apply the series to a scratch copy: make patches-check BUNDLE=... TORCH_XLA_SRC=<checkout>
 	@$(CLI) patches-check --bundle "$(BUNDLE)" $(if $(TORCH_XLA_SRC),--source "$(TORCH_XLA_SRC)",) $(MIRROR_ARG)
 
+COMPONENT ?= torch_xla
+.PHONY: patch-export patch-rebase
+patch-export: $(VENV_STAMP) ## write the worktree's patch commits back as patch files: make patch-export BUNDLE=... [COMPONENT=torch_xla] [FORCE=1]
+	@$(CLI) patch-export --bundle "$(BUNDLE)" --component "$(COMPONENT)" $(if $(FORCE),--force,)
+
+patch-rebase: $(VENV_STAMP) ## carry the series onto another commit: make patch-rebase BUNDLE=... ONTO=<commit> | CONTINUE=1 (CLI exit 3: stopped at a conflict)
+	@$(CLI) patch-rebase --bundle "$(BUNDLE)" --component "$(COMPONENT)" $(if $(ONTO),--onto "$(ONTO)",) $(if $(CONTINUE),--continue,) $(MIRROR_ARG)
+
 builder-image: $(VENV_STAMP) ## build the builder image from ./Dockerfile: make builder-image [ENGINE=docker|podman|buildah] [DRY_RUN=1]
 	@$(CLI) builder-image
 

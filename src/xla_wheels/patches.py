@@ -514,8 +514,29 @@ def check_series(source_repo: Path, commit: str, component: Component) -> list[P
     return results
 
 
+def state_path(worktree: Path) -> Path:
+    return worktree.with_name(worktree.name + STATE_SUFFIX)
+
+
 def write_state(worktree: Path, series: AppliedSeries) -> Path:
-    """Record the applied series next to the worktree (read by sources and the build)."""
-    state = worktree.with_name(worktree.name + STATE_SUFFIX)
-    state.write_text(series.to_json() + "\n", encoding="utf-8")
+    """Record the applied series next to the worktree (read by sources, the build, export)."""
+    state = state_path(worktree)
+    temporary = state.with_name(state.name + ".tmp")
+    temporary.write_text(series.to_json() + "\n", encoding="utf-8")
+    os.replace(temporary, state)
     return state
+
+
+def read_state(worktree: Path) -> AppliedSeries | None:
+    """The series the patch stage recorded for ``worktree``; ``None`` when there is none."""
+    try:
+        data = json.loads(state_path(worktree).read_text(encoding="utf-8"))
+        return AppliedSeries(
+            component=data["component"],
+            base_commit=data["base_commit"],
+            patches=tuple(AppliedPatch(p["relpath"], p["sha256"]) for p in data["patches"]),
+            head=data.get("head", ""),
+            branch=data.get("branch", ""),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
