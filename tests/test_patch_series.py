@@ -59,9 +59,12 @@ def test_each_patch_becomes_one_commit_with_its_header_as_the_message(
             "xla-wheels patch series <patches@xla-wheels.invalid> 2000-01-01T00:00:00+00:00"
         )
     patch = options.root / "patches/torch_xla/0001-load.patch"
-    header = patch.read_text().split("\ndiff --git ")[0].rstrip("\n") + "\n"
+    header = patch.read_text().split("\ndiff --git ")[0].rstrip("\n")
     first = lines[1].split()[0]
-    assert git(worktree, "cat-file", "commit", first).split("\n\n", 1)[1] + "\n" == header
+    # The Subject is the title (what `git log --oneline` shows); the header is the body.
+    title, body = header.split("\n", 1)
+    message = git(worktree, "cat-file", "commit", first).split("\n\n", 1)[1]
+    assert message == f"{title.removeprefix('Subject: ')}\n\n{body}"
     assert git(worktree, "status", "--porcelain") == ""
     assert git(worktree, "symbolic-ref", "--short", "HEAD").startswith("xla-wheels/test-1-")
     state = worktree.with_name("torch_xla.applied.json").read_text()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.gitrepos import RUNTIME_CC, GIT_ENV, Upstream, git, make_project
+from tests.gitrepos import GIT_ENV, RUNTIME_CC, Upstream, git, make_project
 from tests.test_patch_stage import good_patches
 
 PATCHES = ("0001-load.patch", "0002-stats.patch")

@@ -39,6 +39,7 @@ from xla_wheels.patches import (
     _split_author,
     describe_series,
     git_date,
+    header_from_message,
     parse_patch,
     read_state,
     write_state,
@@ -175,7 +176,7 @@ def _message(worktree: Path, commit: str) -> str:
 
 def patch_text(message: str, diff: str, base: str | None) -> str:
     """A patch file from a commit: its message as the header, a blank line, its diff."""
-    header = message.rstrip("\n")
+    header = header_from_message(message)
     if base is not None:
         header = _BASE_LINE.sub(f"Base: {base}", header)
     return f"{header}\n\n{diff}"
@@ -193,7 +194,9 @@ def _check_identity(message: str, relpath: str, worktree: Path, commit: str) -> 
     """The header's Author/Date are the commit's: refuse an author change made only in git
     (``commit --amend --author``), which export would otherwise drop without a word."""
     fields = dict(
-        line.split(": ", 1) for line in message.split("\n\n", 1)[0].splitlines() if ": " in line
+        line.split(": ", 1)
+        for line in header_from_message(message).split("\n\n", 1)[0].splitlines()
+        if ": " in line
     )
     name, email = _split_author(fields.get("Author", DEFAULT_AUTHOR))
     date = git_date(fields.get("Date", DEFAULT_DATE)).split()[0]

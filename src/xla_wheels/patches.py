@@ -16,7 +16,8 @@ A patch file is a ``git diff`` preceded by a header (see README, "Patch files"):
 
 The worktree (detached at the pin after the sources stage) becomes the branch
 ``xla-wheels/<bundle>`` with one commit per patch: ``git apply --index`` then ``git
-commit``. The commit message is the patch's header, verbatim; author and date come from
+commit``. The commit message is the patch's header (its ``Subject:`` value as the
+title, the other lines verbatim as the body); author and date come from
 the optional ``Author:``/``Date:`` header lines, else a fixed identity and date; the
 committer is fixed too. So the commits, and the final commit SHA, are a pure function of
 the pin and the patch files: identical on every run and every machine. That SHA is what
@@ -129,8 +130,25 @@ def split_patch(text: str) -> tuple[str, str]:
 
 
 def commit_message(header_text: str) -> str:
-    """A patch header as its commit message: verbatim, one trailing newline."""
-    return header_text.rstrip("\n") + "\n"
+    """A patch header as its commit message, the inverse of :func:`header_from_message`.
+
+    The ``Subject:`` value becomes the title, so ``git log --oneline`` and ``git rebase -i``
+    show what each patch does; the rest of the header, verbatim, is the body.
+    """
+    header = header_text.rstrip("\n")
+    if header.startswith("Subject: ") and "\n" in header:
+        first, rest = header.split("\n", 1)
+        return f"{first.removeprefix('Subject: ')}\n\n{rest}\n"
+    return header + "\n"
+
+
+def header_from_message(message: str) -> str:
+    """A commit message back as a patch header (no trailing newline)."""
+    message = message.rstrip("\n")
+    if message.startswith("Subject: ") or "\n\n" not in message:
+        return message
+    title, body = message.split("\n\n", 1)
+    return f"Subject: {title}\n{body}"
 
 
 def parse_patch(path: Path, *, component: str | None = None) -> PatchHeader:
