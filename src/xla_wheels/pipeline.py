@@ -22,6 +22,7 @@ from xla_wheels.patches import (
     AppliedSeries,
     apply_series,
     branch_name,
+    messages_dir,
     series_commands,
     write_state,
 )
@@ -191,7 +192,13 @@ def plan(
         if not component.patches:
             patch_facts.append(f"{component.name}: no patches")
         worktree = src / component.name
-        planned = series_commands(worktree, component, branch_name(bundle.name, worktree))
+        branch = branch_name(bundle.name, worktree)
+        planned = series_commands(worktree, component, branch)
+        if component.patches:
+            patch_facts.append(
+                f"{component.name}: {len(component.patches)} commit(s) on branch {branch}, "
+                f"messages (the patch headers) written to {messages_dir(worktree)}"
+            )
         patch_commands.extend(planned.commands)
     stages.append(PlannedStage("patches", tuple(patch_facts), tuple(patch_commands)))
     stages.extend(build_stage.plan_stages(options, bundle, build_config or BuildConfig()))
