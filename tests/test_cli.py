@@ -18,6 +18,8 @@ SUBCOMMANDS = [
     "lock",
     "lock-check",
     "builder-image",
+    "patch-export",
+    "patch-rebase",
 ]
 
 

@@ -80,6 +80,17 @@ def test_amending_a_commit_changes_exactly_that_patch(patched: Path, run_cli) ->
     assert patch_bytes(patched) == after
 
 
+def test_a_dry_run_export_says_what_it_would_write_and_writes_nothing(
+    patched: Path, run_cli
+) -> None:
+    before = patch_bytes(patched)
+    amend(worktree(patched), "src/runtime.cc", "StatsOrError(device)", "StatsOrNone(device)")
+    result = export(run_cli, patched, "--dry-run")
+    assert result.exit_code == 0, result.stderr
+    assert "would write: patches/torch_xla/0002-stats.patch" in result.stdout
+    assert patch_bytes(patched) == before
+
+
 def test_a_patch_file_edited_by_hand_is_not_overwritten_without_force(
     patched: Path, run_cli
 ) -> None:
