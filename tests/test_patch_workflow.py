@@ -187,3 +187,17 @@ def test_a_conflict_stops_naming_the_patch_and_files_then_continue_and_export(
 def test_rebase_needs_a_commit_sha(patched: Path, run_cli) -> None:
     result = rebase(run_cli, patched, "--onto", "main")
     assert result.exit_code == 2 and "is not a commit SHA" in result.stderr
+
+
+def test_make_patch_refuses_to_recreate_a_worktree_with_commits_not_exported(
+    patched: Path, run_cli
+) -> None:
+    amend(worktree(patched), "src/runtime.cc", "StatsOrError(device)", "StatsOrNone(device)")
+    head = git(worktree(patched), "rev-parse", "HEAD")
+    result = run_cli("patch", "--bundle", "test-1", root=patched)
+    assert result.exit_code == 1
+    assert "has commits that the patch stage did not make" in result.stderr
+    assert "make patch-export" in result.stderr
+    assert git(worktree(patched), "rev-parse", "HEAD") == head  # the amended work is kept
+    assert export(run_cli, patched).exit_code == 0
+    assert run_cli("patch", "--bundle", "test-1", root=patched).exit_code == 0
