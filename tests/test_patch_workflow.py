@@ -201,3 +201,24 @@ def test_make_patch_refuses_to_recreate_a_worktree_with_commits_not_exported(
     assert git(worktree(patched), "rev-parse", "HEAD") == head  # the amended work is kept
     assert export(run_cli, patched).exit_code == 0
     assert run_cli("patch", "--bundle", "test-1", root=patched).exit_code == 0
+
+
+def test_the_pin_is_rewritten_in_place_and_an_inherited_pin_is_named() -> None:
+    from xla_wheels.errors import PatchError
+    from xla_wheels.patch_workflow import rewrite_pin
+
+    text = (
+        '# top\n[components.torch]\ncommit = "aaaaaaa"  # torch\n\n'
+        '[components.torch_xla]  # ours\n# why this pin\ncommit = "bbbbbbb"  # keep me\n'
+        'version = "2.9.0"\n'
+    )
+    new = rewrite_pin(text, "torch_xla", "c" * 40, "x.toml")
+    assert new == text.replace('"bbbbbbb"', '"' + "c" * 40 + '"')
+    with pytest.raises(PatchError) as caught:
+        rewrite_pin(
+            '[bundle]\nextends = "v"\n[components.openxla]\npatches = []\n',
+            "openxla",
+            "c" * 40,
+            "child.toml",
+        )
+    assert 'child.toml: no `commit = "..."` line in [components.openxla]' in caught.value.message
