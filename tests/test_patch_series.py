@@ -15,7 +15,7 @@ from xla_wheels import patches as patches_module
 from xla_wheels.bundle import load_bundle
 from xla_wheels.options import PipelineOptions
 from xla_wheels.pipeline import plan, run_until
-from xla_wheels.plan import PlannedCommand
+from xla_wheels.plan import PlannedCommand, render_plan
 
 
 def options_for(project: Path, base: Path) -> PipelineOptions:
@@ -122,6 +122,11 @@ def test_the_plan_prints_exactly_the_commands_the_patch_stage_runs(
     monkeypatch.setattr(patches_module, "run_planned", recording)
     run_until(options, "test-1", "patches")
     assert executed == list(planned.commands)
+    # ... and exactly the lines `make patch DRY_RUN=1` prints for the stage, in order.
+    printed = render_plan([planned]).splitlines()
+    assert [f"    $ {command.render()}" for command in executed] == [
+        line for line in printed if line.startswith("    $ ")
+    ]
     assert len(executed) == 3 + 2 * 2  # one branch per component, apply + commit per patch
     assert [c.argv[1] for c in executed[1:3]] == ["checkout", "apply"]
 
