@@ -70,7 +70,7 @@ lint: $(VENV_STAMP) ## ruff and mypy only
 bundles: $(VENV_STAMP) ## list the bundles with their pins
 	@$(CLI) bundles
 
-diff: $(VENV_STAMP) ## what differs between two bundles: make diff A=v6e-2.9 B=v6e-2.11
+diff: $(VENV_STAMP) ## what differs between two bundles: make diff A=v6e-2.9 B=v6e-2.11 (A alone: A against the bundle it extends)
 	@$(CLI) diff $(A) $(B)
 
 sources: $(VENV_STAMP) ## fetch the bundle's components at their pins: make sources BUNDLE=...
@@ -81,6 +81,14 @@ patch: $(VENV_STAMP) ## run up to the patch stage: make patch BUNDLE=...
 
 patches-check: $(VENV_STAMP) ## apply the series to a scratch copy: make patches-check BUNDLE=... TORCH_XLA_SRC=<checkout>
 	@$(CLI) patches-check --bundle "$(BUNDLE)" $(if $(TORCH_XLA_SRC),--source "$(TORCH_XLA_SRC)",) $(MIRROR_ARG)
+
+COMPONENT ?= torch_xla
+.PHONY: patch-export patch-rebase
+patch-export: $(VENV_STAMP) ## write the worktree's patch commits back as patch files: make patch-export BUNDLE=... [COMPONENT=torch_xla] [FORCE=1]
+	@$(CLI) patch-export --bundle "$(BUNDLE)" --component "$(COMPONENT)" $(if $(FORCE),--force,)
+
+patch-rebase: $(VENV_STAMP) ## carry the series onto another commit: make patch-rebase BUNDLE=... ONTO=<commit> | CONTINUE=1 (CLI exit 3: stopped at a conflict)
+	@$(CLI) patch-rebase --bundle "$(BUNDLE)" --component "$(COMPONENT)" $(if $(ONTO),--onto "$(ONTO)",) $(if $(CONTINUE),--continue,) $(MIRROR_ARG)
 
 builder-image: $(VENV_STAMP) ## build the builder image from ./Dockerfile: make builder-image [ENGINE=docker|podman|buildah] [DRY_RUN=1]
 	@$(CLI) builder-image

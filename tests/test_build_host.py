@@ -75,7 +75,19 @@ def test_patched_build_is_stamped_and_carries_provenance(syn: Synthetic) -> None
         record = archive.read(f"torch_xla-{expected}.dist-info/RECORD").decode()
         assert "torch_xla/_xla_wheels_provenance.json,sha256=" in record
         # What setup.py saw: OpenXLA with torch_xla's openxla_patches/ applied.
-        assert "TORCH_XLA_OPENXLA_PATCH" in archive.read("torch_xla/version.py").decode()
+        version_py = archive.read("torch_xla/version.py").decode()
+        assert "TORCH_XLA_OPENXLA_PATCH" in version_py
+        # ... and, through `git rev-parse HEAD` in the copied tree, the revision: the last
+        # commit of the patch series, not the pin (it is XLA_GITREV in the real build).
+        patched = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=syn.root / "out" / "syn" / "src" / "torch_xla",
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        assert patched != syn.commits["torch_xla"]
+        assert f"__xla_gitrev__ = {patched!r}" in version_py
 
     # The ship check read the provenance at runtime from the installed package.
     ship_log = (syn.root / "out" / "syn" / "logs" / "ship.log").read_text()

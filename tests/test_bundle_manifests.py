@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.gitrepos import REPO_ROOT
-from xla_wheels.bundle import available_bundles, diff, load_bundle
+from xla_wheels.bundle import available_bundles, diff, load_bundle, parse_manifest
 from xla_wheels.errors import ManifestError, UsageError
 
 VALID = """\
@@ -61,7 +61,8 @@ def test_the_shipped_bundles_load_with_the_receipts_pins() -> None:
     v29 = load_bundle(REPO_ROOT, "v6e-2.9")
     assert v29.component("torch").commit == "21fec65781bebe867faf209f89bb687ffd236ca4"
     assert v29.component("torch_xla").commit == "c04e61c3424142c0eebcc9e59984b9d8fced18c0"
-    assert v29.component("openxla").commit == "a76a9a858"
+    # torch_xla c04e61c's own WORKSPACE pin (xla_hash), not the receipt's a76a9a858.
+    assert v29.component("openxla").commit == "9a9aa0e11e4fcda8d6a9c3267dca6776ddbdb0ca"
     assert v29.python == "3.13"
     assert v29.runtime["libtpu"].specifier == ">=0.0.24"
     assert v29.runtime["libtpu"].install_version == "0.0.36"
@@ -73,9 +74,11 @@ def test_the_shipped_bundles_load_with_the_receipts_pins() -> None:
     ]
     v211 = load_bundle(REPO_ROOT, "v6e-2.11")
     assert v211.component("torch_xla").patches == v29.component("torch_xla").patches
-    assert v211.component("openxla").commit is None
-    assert v211.unresolved_pins() and "openxla" in v211.unresolved_pins()[0]
+    assert v211.component("openxla").commit == "9a9aa0e11e4fcda8d6a9c3267dca6776ddbdb0ca"
+    assert v211.component("torch").commit == "7afdbae"  # short, as the receipt gives it
+    assert v211.unresolved_pins() == []
     assert v211.runtime["libtpu"].specifier == "==0.0.37"
+    assert v211.runtime["jax"].specifier == "==0.9.0"
 
 
 def test_a_valid_manifest_loads_with_short_and_unpinned_commits(project: Path) -> None:
@@ -181,6 +184,137 @@ def test_diff_names_every_pin_that_differs() -> None:
         )
     }
     assert rows["torch.commit"] == ("21fec65781bebe867faf209f89bb687ffd236ca4", "7afdbae")
-    assert rows["openxla.commit"] == ("a76a9a858", "unpinned")
+    assert "openxla.commit" not in rows  # both pin torch_xla c04e61c's own OpenXLA
     assert rows["runtime.libtpu"] == (">=0.0.24 (preferred 0.0.36)", "==0.0.37")
     assert "torch_xla.commit" not in rows
+
+
+CHILD = """\
+[bundle]
+name = "child"
+extends = "demo"
+description = "demo with another OpenXLA and an exact libtpu"
+
+[components.openxla]
+commit = "a76a9a858"
+
+[runtime.libtpu]
+version = "0.0.37"
+"""
+
+
+def write_named(project: Path, name: str, text: str) -> None:
+    (project / "build" / "bundles" / f"{name}.toml").write_text(text)
+
+
+def test_a_child_bundle_overrides_only_what_it_names(project: Path) -> None:
+    write_named(project, "child", CHILD)
+    parent, child = load_bundle(project, "demo"), load_bundle(project, "child")
+    assert child.extends == "demo" and parent.extends is None
+    # The override: commit replaces the parent's `unpinned`; the runtime table is whole.
+    assert child.component("openxla").commit == "a76a9a858"
+    assert child.component("openxla").unpinned_reason is None
+    assert child.runtime["libtpu"].specifier == "==0.0.37"
+    assert child.runtime["libtpu"].preferred is None
+    # Everything else is the parent's.
+    assert child.python == parent.python == "3.13"
+    assert child.component("torch_xla") == parent.component("torch_xla")
+    assert child.component("torch") == parent.component("torch")
+    assert child.description.startswith("demo with another")
+    assert diff(parent, child) == [
+        ("openxla.commit", "unpinned", "a76a9a858"),
+        ("runtime.libtpu", ">=0.0.24 (preferred 0.0.36)", "==0.0.37"),
+    ]
+
+
+def test_editing_the_parent_changes_the_childs_digest(project: Path) -> None:
+    write_named(project, "child", CHILD)
+    before = load_bundle(project, "child").manifest_sha256
+    write(project, VALID.replace('preferred = "0.0.36"', 'preferred = "0.0.35"'))
+    assert load_bundle(project, "child").manifest_sha256 != before
+
+
+def test_a_grandchild_resolves_through_the_chain(project: Path) -> None:
+    write_named(project, "child", CHILD)
+    write_named(
+        project,
+        "grandchild",
+        '[bundle]\nname = "grandchild"\nextends = "child"\n\n'
+        "[components.torch_xla]\npatches = []\n",
+    )
+    grandchild = load_bundle(project, "grandchild")
+    assert grandchild.component("openxla").commit == "a76a9a858"
+    assert grandchild.component("torch_xla").patches == ()
+    assert grandchild.component("torch_xla").commit == "c04e61c"
+
+
+def test_an_unknown_parent_is_named_with_the_valid_ones(project: Path) -> None:
+    write_named(project, "child", CHILD.replace('extends = "demo"', 'extends = "dmeo"'))
+    with pytest.raises(ManifestError) as caught:
+        load_bundle(project, "child")
+    assert caught.value.exit_code == 2
+    assert "child.toml: key 'bundle.extends': unknown parent bundle 'dmeo'" in caught.value.message
+    assert caught.value.fix == "extend one of: demo"
+
+
+def test_bundles_that_extend_each_other_in_a_loop_are_refused(project: Path) -> None:
+    write_named(project, "a", '[bundle]\nname = "a"\nextends = "b"\n')
+    write_named(project, "b", '[bundle]\nname = "b"\nextends = "a"\n')
+    with pytest.raises(ManifestError) as caught:
+        load_bundle(project, "a")
+    assert "extend each other in a loop: a -> b -> a" in caught.value.message
+    write_named(project, "a", '[bundle]\nname = "a"\nextends = "a"\n')
+    with pytest.raises(ManifestError) as caught:
+        load_bundle(project, "a")
+    assert "in a loop: a -> a" in caught.value.message
+
+
+def test_a_childs_typo_is_named_in_the_childs_file(project: Path) -> None:
+    write_named(project, "child", CHILD.replace('commit = "a76a9a858"', 'comit = "a76a9a858"'))
+    with pytest.raises(ManifestError) as caught:
+        load_bundle(project, "child")
+    assert "child.toml: key 'components.openxla.comit': unknown key" in caught.value.message
+
+
+def test_a_broken_parent_is_named_in_the_parents_file(project: Path) -> None:
+    write_named(project, "child", CHILD)
+    write(project, VALID.replace('python = "3.13"', 'python = "3"'))
+    with pytest.raises(ManifestError) as caught:
+        load_bundle(project, "child")
+    assert "demo.toml: key 'bundle.python'" in caught.value.message
+
+
+def test_the_receipt_variant_example_extends_the_shipped_bundle() -> None:
+    example = REPO_ROOT / "build" / "bundles" / "examples" / "v6e-2.9-receipt-openxla.toml"
+    child = parse_manifest(
+        example, REPO_ROOT / "patches", bundles_root=REPO_ROOT / "build" / "bundles"
+    )
+    rows = {field: (a, b) for field, a, b in diff(load_bundle(REPO_ROOT, "v6e-2.9"), child)}
+    assert rows == {"openxla.commit": ("9a9aa0e11e4fcda8d6a9c3267dca6776ddbdb0ca", "a76a9a858")}
+
+
+def test_make_diff_of_a_child_alone_shows_what_it_changes(project: Path, run_cli) -> None:
+    write_named(project, "child", CHILD)
+    result = run_cli("diff", "child", root=project)
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["demo", "->", "child"]
+    assert lines[1].split() == ["openxla.commit", "unpinned", "->", "a76a9a858"]
+    assert len(lines) == 3 and lines[2].startswith("runtime.libtpu")
+    alone = run_cli("diff", "demo", root=project)
+    assert alone.exit_code == 2 and "bundle demo extends no other bundle" in alone.stderr
+
+
+def test_the_lock_records_a_childs_resolved_pins(project: Path) -> None:
+    from xla_wheels.lockfile import inputs_entry
+
+    write_named(project, "child", CHILD)
+    child = load_bundle(project, "child")
+    entry = inputs_entry(child, {}, project)
+    assert entry["manifest"] == "build/bundles/child.toml"
+    assert entry["manifest-sha256"] == child.manifest_sha256
+    assert entry["components"]["openxla"]["commit"] == "a76a9a858"  # the override
+    assert entry["components"]["torch_xla"]["patches"][0]["path"] == (
+        "patches/torch_xla/0001-fix.patch"  # inherited
+    )
+    assert entry["runtime"]["libtpu"] == {"specifier": "==0.0.37", "version": "0.0.37"}

@@ -95,9 +95,10 @@ def test_a_conflict_names_patch_file_and_hunk_and_restores_the_worktree(
     assert "patches/torch_xla/0003-stale.patch does not apply" in message
     assert "file src/runtime.cc" in message
     assert "first failing hunk @@ -6," in message
-    assert "2 earlier patch(es) of the series reversed" in message
+    assert "2 earlier patch(es) of the series undone" in message
     assert (source.worktree / "src/runtime.cc").read_text() == before
     assert git(source.worktree, "status", "--porcelain") == ""
+    assert git(source.worktree, "rev-parse", "HEAD") == source.commit
 
 
 def test_a_patch_for_a_missing_file_names_the_file(tmp_path, upstreams) -> None:

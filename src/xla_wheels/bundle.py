@@ -4,6 +4,18 @@ A bundle (``build/bundles/<name>.toml``) pins everything one set of wheels is bu
 each component's git remote, commit and patch series, the runtime wheels that go with
 it (libtpu, jax), the Python version, the versions to stamp and the build knobs.
 
+A bundle may extend another (``extends = "v6e-2.9"`` in ``[bundle]``) and override only
+what differs. Inheritance is resolved here, at load: every later stage (and the lock)
+sees the resolved pins, never the chain. Merge rules, chosen so that an override can
+never leave a half of the parent's pin behind:
+
+- ``[bundle]``: ``python`` is inherited; ``name`` and ``description`` are the child's own.
+- ``[components.<name>]``: key by key; a child's ``commit`` replaces the parent's
+  ``unpinned`` and the other way round; ``patches`` is replaced as a whole list.
+- ``[runtime.<name>]``: replaced as a whole table (an exact ``version`` and
+  ``minimum``/``preferred`` exclude each other).
+- ``[build]``: key by key.
+
 Validation is strict on purpose: an unknown key is almost always a typo that would
 otherwise be silently ignored, so every problem is a :class:`ManifestError` naming the
 file, the key and the fix.
@@ -11,6 +23,7 @@ file, the key and the fix.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import re
 import tomllib
@@ -102,6 +115,10 @@ class Bundle:
     runtime: Mapping[str, RuntimePin]
     build: BuildKnobs
     manifest_sha256: str
+    """sha256 of the manifest file; for a bundle that extends another, of the file and its
+    parent's ``manifest_sha256``, so editing a parent changes every descendant's digest."""
+    extends: str | None = None
+    """The parent bundle's name, as written in ``[bundle] extends``."""
 
     def component(self, name: str) -> Component:
         return self.components[name]
@@ -190,19 +207,97 @@ def load_bundle(repo_root: Path, name: str) -> Bundle:
     return parse_manifest(bundles_dir(repo_root) / f"{name}.toml", patches_dir(repo_root))
 
 
-def parse_manifest(path: Path, patches_root: Path) -> Bundle:
+def parse_manifest(path: Path, patches_root: Path, *, bundles_root: Path | None = None) -> Bundle:
+    """Read, resolve (``extends``) and validate one manifest.
+
+    ``bundles_root`` is where parents are looked up by name (default: the manifest's
+    own directory), so a manifest kept elsewhere can extend a shipped bundle.
+    """
+    data, digest, extends = _resolve(path, patches_root, bundles_root or path.parent, ())
+    return _build_bundle(data, path, patches_root, digest, extends)
+
+
+def _read_toml(path: Path) -> tuple[dict[str, Any], bytes]:
     raw = path.read_bytes()
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
+        return tomllib.loads(raw.decode("utf-8")), raw
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         raise ManifestError(
             f"{path}: not valid TOML: {error}", fix="fix the syntax at that line"
         ) from error
+
+
+def _resolve(
+    path: Path, patches_root: Path, bundles_root: Path, chain: tuple[str, ...]
+) -> tuple[dict[str, Any], str, str | None]:
+    """(resolved table data, digest, parent name) of one manifest, parents merged in."""
+    data, raw = _read_toml(path)
+    digest = hashlib.sha256(raw).hexdigest()
+    meta = data.get("bundle")
+    if not isinstance(meta, dict) or "extends" not in meta:
+        return data, digest, None
+    where = _Table(meta, "bundle", path)
+    parent_name: str = where.get("extends", str)
+    if parent_name == path.stem or parent_name in chain:
+        loop = " -> ".join((*chain, path.stem, parent_name))
+        raise where.fail(
+            "extends",
+            f"bundles extend each other in a loop: {loop}",
+            "make one of them stand alone (give it every table and remove its extends)",
+        )
+    parent_path = bundles_root / f"{parent_name}.toml"
+    if not parent_path.is_file():
+        known = sorted(p.stem for p in bundles_root.glob("*.toml") if p != path)
+        raise where.fail(
+            "extends",
+            f"unknown parent bundle '{parent_name}' (no {parent_path})",
+            f"extend one of: {', '.join(known) or '(no bundles found)'}",
+        )
+    parent_data, parent_digest, parent_extends = _resolve(
+        parent_path, patches_root, bundles_root, (*chain, path.stem)
+    )
+    # The parent is validated on its own first, so an error in it names its own file.
+    _build_bundle(parent_data, parent_path, patches_root, parent_digest, parent_extends)
+    merged = _merge(parent_data, data)
+    return merged, hashlib.sha256(raw + b"\0" + parent_digest.encode()).hexdigest(), parent_name
+
+
+def _merge(parent: Mapping[str, Any], child: Mapping[str, Any]) -> dict[str, Any]:
+    """Child over parent, by the rules in the module docstring. Types are checked later."""
+    merged = copy.deepcopy(dict(parent))
+    parent_meta = merged.get("bundle", {})
+    child_meta = dict(child.get("bundle", {}))
+    child_meta.pop("extends", None)
+    merged["bundle"] = {"python": parent_meta["python"], **child_meta}
+    for top, value in child.items():
+        if top == "bundle":
+            continue
+        base = merged.get(top)
+        if not isinstance(value, dict) or not isinstance(base, dict):
+            merged[top] = copy.deepcopy(value)
+        elif top == "components":
+            for name, table in value.items():
+                old = base.get(name)
+                if isinstance(table, dict) and isinstance(old, dict):
+                    if "commit" in table or "unpinned" in table:
+                        old.pop("commit", None)
+                        old.pop("unpinned", None)
+                    old.update(copy.deepcopy(table))
+                else:
+                    base[name] = copy.deepcopy(table)
+        else:  # runtime: whole tables per package; build: key by key (same update)
+            base.update(copy.deepcopy(value))
+    return merged
+
+
+def _build_bundle(
+    data: Mapping[str, Any], path: Path, patches_root: Path, digest: str, extends: str | None
+) -> Bundle:
     root = _Table(data, "", path)
     root.check_keys({"bundle", "components", "runtime", "build"}, {"bundle", "components"})
 
     meta = root.table("bundle")
-    meta.check_keys({"name", "description", "python"}, {"name", "python"})
+    meta.check_keys({"name", "description", "python", "extends"}, {"name", "python"})
     name = meta.get("name", str)
     if name != path.stem:
         raise meta.fail(
@@ -266,7 +361,8 @@ def parse_manifest(path: Path, patches_root: Path) -> Bundle:
         components=components,
         runtime=runtime,
         build=build,
-        manifest_sha256=hashlib.sha256(raw).hexdigest(),
+        manifest_sha256=digest,
+        extends=extends,
     )
 
 

@@ -5,13 +5,14 @@ Each stage module owns its own subcommands; adding one is one line here.
 
 from __future__ import annotations
 
-from xla_wheels import stage_commands
+from xla_wheels import patch_cli, stage_commands
 from xla_wheels.cli import Register
 from xla_wheels.gate import cli as gate_cli
 from xla_wheels.publish import cli as publish_cli
 
 REGISTRATIONS: list[Register] = [
     stage_commands.register,
+    patch_cli.register,
     gate_cli.register,
     publish_cli.register,
 ]

@@ -1,4 +1,4 @@
-"""Stage 3, patches: apply each component's series, in order, with ``git apply``.
+"""Stage 3, patches: each component's series becomes one git commit per patch.
 
 A patch file is a ``git diff`` preceded by a header (see README, "Patch files")::
 
@@ -14,29 +14,55 @@ A patch file is a ``git diff`` preceded by a header (see README, "Patch files"):
 
     diff --git a/... b/...
 
-A series is all or nothing: on a conflict every patch already applied is reversed, so
-the worktree is exactly as it was before the series started.
+The worktree (detached at the pin after the sources stage) becomes the branch
+``xla-wheels/<bundle>`` with one commit per patch: ``git apply --index`` then ``git
+commit``. The commit message is the patch's header (its ``Subject:`` value as the
+title, the other lines verbatim as the body); author and date come from
+the optional ``Author:``/``Date:`` header lines, else a fixed identity and date; the
+committer is fixed too. So the commits, and the final commit SHA, are a pure function of
+the pin and the patch files: identical on every run and every machine. That SHA is what
+torch_xla's setup.py reads (``git rev-parse HEAD``) and compiles in as ``XLA_GITREV``,
+which is part of its compilation-cache key: a patched build no longer shares the pin's
+revision with a stock build.
+
+The commands are data (:class:`~xla_wheels.plan.PlannedCommand`): the dry-run plan prints
+:func:`series_commands`, and :func:`apply_series` executes exactly those objects.
+
+A series is all or nothing: on a conflict the worktree is reset to the pin, so it is
+exactly as it was before the series started.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
+import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 from xla_wheels import log
 from xla_wheels.bundle import Component, PatchRef
 from xla_wheels.errors import PatchError
 from xla_wheels.gitutil import git, git_out, status_porcelain
+from xla_wheels.plan import PlannedCommand
 from xla_wheels.sources import STATE_SUFFIX
 
 REQUIRED_KEYS = ("Subject", "Component", "Base", "Fixes", "Why", "Upstream", "Files")
-OPTIONAL_KEYS = ("Verified", "Not-verified")
+OPTIONAL_KEYS = ("Verified", "Not-verified", "Author", "Date")
+DEFAULT_AUTHOR = "xla-wheels patch series <patches@xla-wheels.invalid>"
+"""Author of a patch commit whose header has no ``Author:`` line; also every committer."""
+DEFAULT_DATE = "2000-01-01T00:00:00+00:00"
+"""Date of a patch commit whose header has no ``Date:`` line; also every commit date.
+Fixed (not "now"), so the commit SHAs do not depend on when or where the stage ran."""
+MESSAGES_SUFFIX = ".messages"
+"""``<worktree>.messages/``: the commit message files (``git commit -F``) of a series."""
+_AUTHOR = re.compile(r"([^<>]+?)\s*<([^<>\s]+)>")
 _HEADER_LINE = re.compile(r"([A-Z][A-Za-z-]*):\s?(.*)")
 _DIFF_FILE = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.MULTILINE)
 _FAILED_AT = re.compile(r"error: patch failed: (.+):(\d+)")
@@ -59,6 +85,70 @@ class PatchHeader:
     @property
     def declared_files(self) -> tuple[str, ...]:
         return tuple(name.strip() for name in self.fields["Files"].split(",") if name.strip())
+
+    def commit_env(self) -> dict[str, str]:
+        """The fixed git identity and dates of this patch's commit (author and committer)."""
+        name, email = _split_author(self.fields.get("Author", DEFAULT_AUTHOR))
+        committer, committer_email = _split_author(DEFAULT_AUTHOR)
+        date = git_date(self.fields.get("Date", DEFAULT_DATE))
+        return {
+            "GIT_AUTHOR_NAME": name,
+            "GIT_AUTHOR_EMAIL": email,
+            "GIT_AUTHOR_DATE": date,
+            "GIT_COMMITTER_NAME": committer,
+            "GIT_COMMITTER_EMAIL": committer_email,
+            "GIT_COMMITTER_DATE": date,
+        }
+
+
+def _split_author(text: str) -> tuple[str, str]:
+    match = _AUTHOR.fullmatch(text)
+    if match is None:
+        raise ValueError(f"not 'Name <email>': {text!r}")
+    return match.group(1), match.group(2)
+
+
+def git_date(iso: str) -> str:
+    """ISO 8601 with an offset -> git's internal ``<epoch> <+hhmm>`` (no locale, no zone db)."""
+    moment = datetime.fromisoformat(iso)
+    offset = moment.utcoffset()
+    if offset is None:
+        raise ValueError(f"no UTC offset in {iso!r}")
+    minutes = int(offset.total_seconds()) // 60
+    sign = "+" if minutes >= 0 else "-"
+    return f"{int(moment.timestamp())} {sign}{abs(minutes) // 60:02d}{abs(minutes) % 60:02d}"
+
+
+def split_patch(text: str) -> tuple[str, str]:
+    """(header, diff) of a patch file's text; the header keeps its own line breaks."""
+    if text.startswith("diff --git "):
+        return "", text
+    diff_at = text.find("\ndiff --git ")
+    if diff_at < 0:
+        return text, ""
+    return text[: diff_at + 1], text[diff_at + 1 :]
+
+
+def commit_message(header_text: str) -> str:
+    """A patch header as its commit message, the inverse of :func:`header_from_message`.
+
+    The ``Subject:`` value becomes the title, so ``git log --oneline`` and ``git rebase -i``
+    show what each patch does; the rest of the header, verbatim, is the body.
+    """
+    header = header_text.rstrip("\n")
+    if header.startswith("Subject: ") and "\n" in header:
+        first, rest = header.split("\n", 1)
+        return f"{first.removeprefix('Subject: ')}\n\n{rest}\n"
+    return header + "\n"
+
+
+def header_from_message(message: str) -> str:
+    """A commit message back as a patch header (no trailing newline)."""
+    message = message.rstrip("\n")
+    if message.startswith("Subject: ") or "\n\n" not in message:
+        return message
+    title, body = message.split("\n\n", 1)
+    return f"Subject: {title}\n{body}"
 
 
 def parse_patch(path: Path, *, component: str | None = None) -> PatchHeader:
@@ -109,6 +199,19 @@ def parse_patch(path: Path, *, component: str | None = None) -> PatchHeader:
             f"{path}: Base '{fields['Base']}' is not a full 40-hex commit SHA",
             fix="write the full SHA the diff was made against",
         )
+    if "Author" in fields and not _AUTHOR.fullmatch(fields["Author"]):
+        raise PatchError(
+            f"{path}: Author '{fields['Author']}' is not 'Name <email>'",
+            fix="write e.g. 'Author: Jane Doe <jane@example.com>', or drop the line",
+        )
+    if "Date" in fields:
+        try:
+            git_date(fields["Date"])
+        except ValueError as error:
+            raise PatchError(
+                f"{path}: Date '{fields['Date']}' is not an ISO 8601 date with a UTC offset",
+                fix="write e.g. 'Date: 2025-12-18T10:08:20-08:00', or drop the line",
+            ) from error
     if component is not None and fields["Component"] != component:
         raise PatchError(
             f"{path}: header says Component: {fields['Component']}, but the bundle lists it "
@@ -140,6 +243,10 @@ class AppliedSeries:
     component: str
     base_commit: str
     patches: tuple[AppliedPatch, ...] = field(default_factory=tuple)
+    head: str = ""
+    """The last commit of the series (the pin when there are no patches): the revision
+    the build sees."""
+    branch: str = ""
 
     @property
     def digest(self) -> str:
@@ -199,41 +306,191 @@ def _first_hunk_at(patch_text: str, target: str, old_line: int) -> str | None:
     return None
 
 
-def apply_series(worktree: Path, component: Component, base_commit: str) -> AppliedSeries:
-    """Apply ``component``'s series to ``worktree``; all or nothing."""
+def branch_name(bundle: str, worktree: Path) -> str:
+    """The branch a bundle's patched worktree is on.
+
+    The cache repository (and so its branches) is shared by every checkout of the project
+    on the machine, and git lets one branch be checked out in one worktree only: the
+    digest of the worktree's path keeps two checkouts building one bundle apart.
+    """
+    digest = hashlib.sha256(str(worktree.resolve()).encode()).hexdigest()[:8]
+    return f"xla-wheels/{bundle}-{digest}"
+
+
+def messages_dir(worktree: Path) -> Path:
+    return worktree.with_name(worktree.name + MESSAGES_SUFFIX)
+
+
+@dataclass(frozen=True)
+class SeriesStep:
+    """One patch of a series as the two commands that turn it into a commit."""
+
+    patch: PatchRef
+    message_file: Path
+    message: str
+    apply: PlannedCommand
+    commit: PlannedCommand
+
+
+@dataclass(frozen=True)
+class SeriesCommands:
+    """Everything the patch stage runs for one component, in run order."""
+
+    branch: PlannedCommand
+    steps: tuple[SeriesStep, ...]
+
+    @property
+    def commands(self) -> tuple[PlannedCommand, ...]:
+        return (self.branch, *(c for step in self.steps for c in (step.apply, step.commit)))
+
+
+# Settings that would make a commit depend on the machine or the user: signing adds a
+# signature to the object, hooks may edit the message, a non-UTF-8 commitEncoding adds
+# an encoding header. All are pinned for our commits.
+_COMMIT_CONFIG = (
+    "-c",
+    "commit.gpgsign=false",
+    "-c",
+    "i18n.commitEncoding=UTF-8",
+    "-c",
+    "core.hooksPath=/dev/null",
+)
+
+
+def series_commands(worktree: Path, component: Component, branch: str) -> SeriesCommands:
+    """The commands that make ``component``'s series a branch of commits in ``worktree``.
+
+    Pure: reads the patch files (their headers become the messages), runs nothing. The
+    plan prints these; :func:`apply_series` executes these very objects.
+    """
+    cwd = str(worktree)
+    steps = []
     for ref in component.patches:
-        parse_patch(ref.path, component=component.name)
+        header = parse_patch(ref.path, component=component.name)
+        header_text, _ = split_patch(ref.path.read_text(encoding="utf-8"))
+        message_file = messages_dir(worktree) / f"{ref.path.name}.msg"
+        steps.append(
+            SeriesStep(
+                patch=ref,
+                message_file=message_file,
+                message=commit_message(header_text),
+                apply=PlannedCommand(
+                    ("git", "apply", "--index", "--whitespace=nowarn", str(ref.path)),
+                    cwd=cwd,
+                    note=f"sha256:{ref.sha256()}",
+                ),
+                commit=PlannedCommand(
+                    (
+                        "git",
+                        *_COMMIT_CONFIG,
+                        "commit",
+                        "--quiet",
+                        "--no-verify",
+                        "--cleanup=verbatim",
+                        "-F",
+                        str(message_file),
+                    ),
+                    env=header.commit_env(),
+                    cwd=cwd,
+                    note=f"message: the header of patches/{ref.relpath}",
+                ),
+            )
+        )
+    branch_command = PlannedCommand(
+        ("git", "checkout", "--quiet", "-B", branch), cwd=cwd, note="at the pinned commit"
+    )
+    return SeriesCommands(branch_command, tuple(steps))
+
+
+Runner = Callable[[PlannedCommand], "subprocess.CompletedProcess[str]"]
+
+# Variables that would point git at another repository or index than the command's cwd
+# (set, for example, when the pipeline runs from inside a git hook).
+_GIT_LOCATION_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY")
+
+
+def run_planned(command: PlannedCommand) -> subprocess.CompletedProcess[str]:
+    """Execute one planned command as it is: print it, run it, return the result."""
+    log.command(list(command.argv), dict(command.env) or None, command.cwd)
+    env = {k: v for k, v in os.environ.items() if k not in _GIT_LOCATION_VARS}
+    env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", **command.env})
+    return subprocess.run(
+        list(command.argv), cwd=command.cwd, env=env, text=True, capture_output=True, check=False
+    )
+
+
+def apply_series(
+    worktree: Path,
+    component: Component,
+    base_commit: str,
+    *,
+    branch: str = "xla-wheels/series",
+    runner: Runner | None = None,
+) -> AppliedSeries:
+    """Make ``component``'s series a branch of commits on ``worktree``; all or nothing.
+
+    ``runner`` executes each planned command (default :func:`run_planned`, looked up at
+    call time so a test can record what ran while git still runs for real).
+    """
+    runner = runner or run_planned
+    planned = series_commands(worktree, component, branch)
     before = status_porcelain(worktree)
     if before:
         raise PatchError(
             f"{worktree} is not clean before the {component.name} series:\n{before}",
             fix="re-run the sources stage to get a fresh worktree",
         )
-    applied: list[PatchRef] = []
-    for ref in component.patches:
-        log.command(["git", "apply", "--whitespace=nowarn", str(ref.path)], cwd=str(worktree))
-        result = git(["apply", "--whitespace=nowarn", str(ref.path)], cwd=worktree, check=False)
+    head = git_out(["rev-parse", "HEAD"], cwd=worktree)
+    if head != base_commit:
+        raise PatchError(
+            f"{worktree} is at {head}, not at the pinned {base_commit}",
+            fix="re-run the sources stage to get a fresh worktree",
+        )
+    _write_messages(worktree, planned.steps)
+    _run(runner, planned.branch, f"cannot create branch {branch} in {worktree}")
+    for number, step in enumerate(planned.steps):
+        result = runner(step.apply)
         if result.returncode != 0:
-            message = _conflict_message(ref, result.stderr)
-            _reverse(worktree, applied)
+            message = _conflict_message(step.patch, result.stderr)
+            _reset_to(worktree, base_commit)
             after = status_porcelain(worktree)
             state = (
                 "the worktree is as before the series"
                 if not after
-                else (f"WARNING: the worktree could not be fully restored:\n{after}")
+                else f"WARNING: the worktree could not be fully restored:\n{after}"
             )
             raise PatchError(
-                f"{message}\n  ({len(applied)} earlier patch(es) of the series reversed; {state})",
-                fix=f"rebase patches/{ref.relpath} onto {base_commit} (see README, 'Updating "
-                "a patch')",
+                f"{message}\n  ({number} earlier patch(es) of the series undone; {state})",
+                fix=f"rebase patches/{step.patch.relpath} onto {base_commit} (see README, "
+                "'Updating a patch')",
             )
-        applied.append(ref)
-    return AppliedSeries(component.name, base_commit, describe_series(component))
+        _run(runner, step.commit, f"cannot commit patches/{step.patch.relpath}")
+    head = git_out(["rev-parse", "HEAD"], cwd=worktree)
+    return AppliedSeries(component.name, base_commit, describe_series(component), head, branch)
 
 
-def _reverse(worktree: Path, applied: Sequence[PatchRef]) -> None:
-    for ref in reversed(applied):
-        git(["apply", "-R", "--whitespace=nowarn", str(ref.path)], cwd=worktree, check=False)
+def _run(runner: Runner, command: PlannedCommand, what: str) -> None:
+    result = runner(command)
+    if result.returncode != 0:
+        raise PatchError(
+            f"{what}: {result.stderr.strip() or result.stdout.strip()}",
+            fix="see git's message above",
+        )
+
+
+def _write_messages(worktree: Path, steps: Sequence[SeriesStep]) -> None:
+    directory = messages_dir(worktree)
+    directory.mkdir(parents=True, exist_ok=True)
+    for step in steps:
+        # Write-by-rename: an interrupted run never leaves half a message behind.
+        temporary = step.message_file.with_name(step.message_file.name + ".tmp")
+        temporary.write_text(step.message, encoding="utf-8")
+        os.replace(temporary, step.message_file)
+
+
+def _reset_to(worktree: Path, base_commit: str) -> None:
+    git(["reset", "--quiet", "--hard", base_commit], cwd=worktree, check=False)
+    git(["checkout", "--quiet", "--detach", base_commit], cwd=worktree, check=False)
 
 
 def check_series(source_repo: Path, commit: str, component: Component) -> list[PatchResult]:
@@ -275,8 +532,29 @@ def check_series(source_repo: Path, commit: str, component: Component) -> list[P
     return results
 
 
+def state_path(worktree: Path) -> Path:
+    return worktree.with_name(worktree.name + STATE_SUFFIX)
+
+
 def write_state(worktree: Path, series: AppliedSeries) -> Path:
-    """Record the applied series next to the worktree (read by sources and the build)."""
-    state = worktree.with_name(worktree.name + STATE_SUFFIX)
-    state.write_text(series.to_json() + "\n", encoding="utf-8")
+    """Record the applied series next to the worktree (read by sources, the build, export)."""
+    state = state_path(worktree)
+    temporary = state.with_name(state.name + ".tmp")
+    temporary.write_text(series.to_json() + "\n", encoding="utf-8")
+    os.replace(temporary, state)
     return state
+
+
+def read_state(worktree: Path) -> AppliedSeries | None:
+    """The series the patch stage recorded for ``worktree``; ``None`` when there is none."""
+    try:
+        data = json.loads(state_path(worktree).read_text(encoding="utf-8"))
+        return AppliedSeries(
+            component=data["component"],
+            base_commit=data["base_commit"],
+            patches=tuple(AppliedPatch(p["relpath"], p["sha256"]) for p in data["patches"]),
+            head=data.get("head", ""),
+            branch=data.get("branch", ""),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

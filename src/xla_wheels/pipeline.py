@@ -18,7 +18,14 @@ from xla_wheels.bundle import Bundle, load_bundle
 from xla_wheels.errors import SourceError
 from xla_wheels.lockfile import update_bundle_entry
 from xla_wheels.options import PipelineOptions
-from xla_wheels.patches import AppliedSeries, apply_series, describe_series, write_state
+from xla_wheels.patches import (
+    AppliedSeries,
+    apply_series,
+    branch_name,
+    messages_dir,
+    series_commands,
+    write_state,
+)
 from xla_wheels.plan import PlannedCommand, PlannedStage
 from xla_wheels.sources import CheckedOutSource, SourceCache, effective_remote, fetch_sources
 
@@ -46,11 +53,13 @@ def run_patches(bundle: Bundle, sources: Mapping[str, CheckedOutSource]) -> Patc
     for name, source in sources.items():
         component = bundle.component(name)
         with log.section(f"patches: {name} ({len(component.patches)} file(s))"):
-            applied = apply_series(source.worktree, component, source.commit)
+            branch = branch_name(bundle.name, source.worktree)
+            applied = apply_series(source.worktree, component, source.commit, branch=branch)
             write_state(source.worktree, applied)
             series[name] = applied
             for patch in applied.patches:
-                log.info(f"  applied patches/{patch.relpath} sha256:{patch.sha256}")
+                log.info(f"  committed patches/{patch.relpath} sha256:{patch.sha256}")
+            log.info(f"  {name}: branch {branch} at {applied.head} (the revision the build sees)")
     return PatchedSources(bundle, sources, series)
 
 
@@ -177,20 +186,20 @@ def plan(
                 )
             )
     stages.append(PlannedStage("sources", tuple(source_facts), tuple(source_commands)))
-    patch_commands = []
+    patch_commands: list[PlannedCommand] = []
     patch_facts = []
     for component in bundle.components.values():
-        series = describe_series(component)
-        if not series:
+        if not component.patches:
             patch_facts.append(f"{component.name}: no patches")
-        for patch in series:
-            patch_commands.append(
-                PlannedCommand(
-                    ("git", "apply", str(options.root / "patches" / patch.relpath)),
-                    cwd=str(src / component.name),
-                    note=f"sha256:{patch.sha256}",
-                )
+        worktree = src / component.name
+        branch = branch_name(bundle.name, worktree)
+        planned = series_commands(worktree, component, branch)
+        if component.patches:
+            patch_facts.append(
+                f"{component.name}: {len(component.patches)} commit(s) on branch {branch}, "
+                f"messages (the patch headers) written to {messages_dir(worktree)}"
             )
+        patch_commands.extend(planned.commands)
     stages.append(PlannedStage("patches", tuple(patch_facts), tuple(patch_commands)))
     stages.extend(build_stage.plan_stages(options, bundle, build_config or BuildConfig()))
     return stages

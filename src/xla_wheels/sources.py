@@ -13,6 +13,7 @@ the objects are complete).
 from __future__ import annotations
 
 import hashlib
+import json
 import posixpath
 import shutil
 import tempfile
@@ -317,6 +318,7 @@ class SourceCache:
                     fix="save what you need from it, then remove the directory; nothing was "
                     "changed",
                 )
+            _refuse_commits_not_ours(worktree, state)
             git(
                 ["worktree", "remove", "--force", "--force", str(worktree)],
                 git_dir=repo,
@@ -326,6 +328,23 @@ class SourceCache:
                 shutil.rmtree(worktree)
         state.unlink(missing_ok=True)
         git(["worktree", "prune"], git_dir=repo, check=False)
+
+
+def _refuse_commits_not_ours(worktree: Path, state: Path) -> None:
+    """A patched worktree whose HEAD moved (an amended or rebased patch commit) holds work
+    that only ``make patch-export`` saves: refuse to recreate it over that work."""
+    try:
+        recorded = json.loads(state.read_text(encoding="utf-8")).get("head", "")
+    except (OSError, ValueError):
+        return
+    head = git(["rev-parse", "--verify", "--quiet", "HEAD"], cwd=worktree, check=False)
+    if recorded and head.returncode == 0 and head.stdout.strip() != recorded:
+        raise SourceError(
+            f"{worktree} has commits that the patch stage did not make (HEAD "
+            f"{head.stdout.strip()[:12]}, the series ended at {recorded[:12]})",
+            fix="write them back as patch files first (`make patch-export BUNDLE=<bundle> "
+            "COMPONENT=<component>`), or move the directory away; nothing was changed",
+        )
 
 
 def fetch_sources(bundle: Bundle, cache: SourceCache, src_dir: Path) -> dict[str, CheckedOutSource]:

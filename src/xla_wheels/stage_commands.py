@@ -30,7 +30,17 @@ def cmd_bundles(args: argparse.Namespace) -> int:
 
 def cmd_diff(args: argparse.Namespace) -> int:
     options = options_from_args(args)
-    left, right = load_bundle(options.root, args.left), load_bundle(options.root, args.right)
+    left = load_bundle(options.root, args.left)
+    if args.right is None:
+        # One bundle: what it changes relative to the bundle it extends.
+        if left.extends is None:
+            raise UsageError(
+                f"bundle {left.name} extends no other bundle",
+                fix="name two bundles: make diff A=<bundle> B=<bundle>",
+            )
+        left, right = load_bundle(options.root, left.extends), left
+    else:
+        right = load_bundle(options.root, args.right)
     rows = diff(left, right)
     if not rows:
         print(f"{left.name} and {right.name} pin the same inputs")
@@ -129,10 +139,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_common_arguments(parser)
     parser.set_defaults(handler=cmd_bundles)
 
-    parser = subparsers.add_parser("diff", help="what differs between two bundles")
+    parser = subparsers.add_parser(
+        "diff", help="what differs between two bundles (one: between it and its parent)"
+    )
     add_common_arguments(parser)
     parser.add_argument("left")
-    parser.add_argument("right")
+    parser.add_argument("right", nargs="?", default=None)
     parser.set_defaults(handler=cmd_diff)
 
     for name, stage, text in (

@@ -1,0 +1,96 @@
+"""Subcommands ``patch-export`` and ``patch-rebase`` (README, "Updating a patch")."""
+
+from __future__ import annotations
+
+import argparse
+
+from xla_wheels import log
+from xla_wheels.bundle import COMPONENT_NAMES, load_bundle
+from xla_wheels.errors import UsageError
+from xla_wheels.options import add_bundle_parser, options_from_args
+from xla_wheels.patch_workflow import continue_rebase, export_series, start_rebase
+from xla_wheels.sources import SourceCache
+
+
+def cmd_patch_export(args: argparse.Namespace) -> int:
+    options = options_from_args(args)
+    bundle = load_bundle(options.root, args.bundle)
+    report = export_series(
+        options.root,
+        options.out_dir,
+        bundle,
+        args.component,
+        force=args.force,
+        dry_run=options.dry_run,
+    )
+    verb = "would write" if options.dry_run else "wrote"
+    for patch in report.patches:
+        print(f"{verb if patch.changed else 'unchanged'}: patches/{patch.relpath}")
+    if report.new_pin:
+        print(
+            f"{verb}: {bundle.path.name} [components.{args.component}] commit = "
+            f'"{report.new_pin}"'
+        )
+    for other in report.shared_with:
+        log.warning(
+            f"bundle {other} lists these patch files too, at another {args.component} commit: "
+            "check it with `make patches-check` (or give it its own copies)"
+        )
+    if not options.dry_run and (report.new_pin or any(p.changed for p in report.patches)):
+        print(f"next: review `git diff`, then `make lock BUNDLE={bundle.name}`")
+    return 0
+
+
+def cmd_patch_rebase(args: argparse.Namespace) -> int:
+    options = options_from_args(args)
+    bundle = load_bundle(options.root, args.bundle)
+    if args.continue_:
+        onto = continue_rebase(options.out_dir, bundle, args.component)
+    else:
+        if not args.onto:
+            raise UsageError(
+                "no target commit given", fix="pass ONTO=<commit> (make) or --onto <commit>"
+            )
+        cache = SourceCache(options.source_cache, options.mirror)
+        onto = start_rebase(
+            cache, options.out_dir, bundle, args.component, args.onto, dry_run=options.dry_run
+        )
+        if options.dry_run:
+            return 0
+    print(
+        f"{args.component} series of {bundle.name} is now on {onto}; next: `make patch-export "
+        f"BUNDLE={bundle.name} COMPONENT={args.component}` writes the refreshed patches and "
+        "the new pin"
+    )
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = add_bundle_parser(
+        subparsers,
+        "patch-export",
+        "write the patched worktree's commits back as the bundle's patch files",
+    )
+    parser.add_argument("--component", default="torch_xla", choices=COMPONENT_NAMES)
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="overwrite patch files edited by hand since the patch stage applied them",
+    )
+    parser.set_defaults(handler=cmd_patch_export)
+
+    parser = add_bundle_parser(
+        subparsers,
+        "patch-rebase",
+        "carry a component's patch series onto another commit (exit 3: stopped at a "
+        "conflict for you to resolve)",
+    )
+    parser.add_argument("--component", default="torch_xla", choices=COMPONENT_NAMES)
+    parser.add_argument("--onto", default=None, help="the commit to carry the series onto")
+    parser.add_argument(
+        "--continue",
+        dest="continue_",
+        action="store_true",
+        help="continue after resolving a conflict",
+    )
+    parser.set_defaults(handler=cmd_patch_rebase)

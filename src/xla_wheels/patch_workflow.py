@@ -1,0 +1,556 @@
+"""Editing a patch series as git commits: export the branch back to patch files, and carry
+the series onto another commit of the component.
+
+After ``make patch``, ``out/<bundle>/src/<component>`` is a branch with one commit per
+patch (see :mod:`xla_wheels.patches`). Editing a patch is then ordinary git there
+(``git commit --amend``, ``git rebase -i <pin>``), and:
+
+- :func:`export_series` (``make patch-export``) writes each commit back as its patch file:
+  the commit message is the header, ``git diff <commit>^ <commit>`` the diff. A file that
+  was edited by hand since the patch stage applied it is not overwritten unless forced.
+- :func:`start_rebase` / :func:`continue_rebase` (``make patch-rebase``) run ``git rebase
+  --onto <new commit> <pin>`` with a fixed committer; on a conflict they stop (exit 3)
+  naming the patch and the files. After it finishes, export writes the refreshed patches
+  (``Base:`` set to the new commit) and rewrites the bundle's pin, comments kept.
+
+Every file is written by rename, and only after every patch of the series has been
+composed and validated: a failed export changes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from xla_wheels import log
+from xla_wheels.bundle import Bundle, Component, available_bundles, load_bundle
+from xla_wheels.errors import PatchError, PipelineError, UsageError
+from xla_wheels.gitutil import git, git_out, status_porcelain
+from xla_wheels.patches import (
+    DEFAULT_AUTHOR,
+    DEFAULT_DATE,
+    AppliedSeries,
+    _split_author,
+    describe_series,
+    git_date,
+    header_from_message,
+    parse_patch,
+    read_state,
+    write_state,
+)
+from xla_wheels.plan import PlannedCommand
+from xla_wheels.sources import SourceCache
+
+REBASE_SUFFIX = ".rebase.json"
+"""``<worktree>.rebase.json``: the rebase under way (old base, new base, the patches)."""
+
+DEFAULT_ABBREV = 12
+"""Abbreviation of the blob names on ``index`` lines of a new patch file. An existing file
+keeps its own length: git's automatic length depends on how many objects the repository
+holds (a full clone and our single-commit fetch differ), so it is pinned, never "auto"."""
+
+# `git diff` exactly as the patch files were made, whatever the user's configuration says.
+_DIFF_CONFIG = (
+    "-c", "diff.noprefix=false",
+    "-c", "diff.mnemonicPrefix=false",
+    "-c", "diff.relative=false",
+    "-c", "diff.suppressBlankEmpty=false",
+    "-c", "diff.interHunkContext=0",
+    "-c", "diff.context=3",
+    "-c", "diff.algorithm=myers",
+    "-c", "diff.indentHeuristic=true",
+    "-c", "diff.renames=true",
+    "-c", "core.quotePath=true",
+)  # fmt: skip
+_DIFF_OPTIONS = (
+    "--no-color",
+    "--no-ext-diff",
+    "--no-textconv",
+    "--src-prefix=a/",
+    "--dst-prefix=b/",
+)
+_INDEX_LINE = re.compile(r"^index ([0-9a-f]+)\.\.", re.MULTILINE)
+_BASE_LINE = re.compile(r"^Base: [0-9a-f]{40}$", re.MULTILINE)
+_HEX = re.compile(r"[0-9a-f]{7,40}")
+
+
+class RebaseStopped(PatchError):
+    """``patch-rebase`` stopped at a patch that needs the user (a conflict, an emptied
+    patch). Not a failure of the tool: the worktree is mid-rebase on purpose."""
+
+    exit_code = 3
+
+
+@dataclass(frozen=True)
+class ExportedPatch:
+    relpath: str
+    changed: bool
+
+
+@dataclass(frozen=True)
+class ExportReport:
+    patches: tuple[ExportedPatch, ...]
+    new_pin: str | None
+    """The component's new pin when a finished rebase was exported, else ``None``."""
+    shared_with: tuple[str, ...]
+    """Other bundles that list one of these patch files at another pin."""
+
+
+def worktree_for(out_dir: Path, bundle: Bundle, component: str) -> Path:
+    return out_dir / bundle.name / "src" / component
+
+
+def _rebase_path(worktree: Path) -> Path:
+    return worktree.with_name(worktree.name + REBASE_SUFFIX)
+
+
+def _write_by_rename(path: Path, data: bytes) -> None:
+    with tempfile.NamedTemporaryFile(
+        dir=path.parent, prefix=f".{path.name}.", delete=False
+    ) as handle:
+        handle.write(data)
+    # NamedTemporaryFile is 0600; a patch file is read by others like any source file.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(handle.name, 0o666 & ~umask)
+    os.replace(handle.name, path)
+
+
+def _require_series(worktree: Path, bundle: Bundle, component: str) -> AppliedSeries:
+    if not worktree.is_dir():
+        raise UsageError(
+            f"{worktree} does not exist",
+            fix=f"run `make patch BUNDLE={bundle.name}` first: it makes the series a branch there",
+        )
+    state = read_state(worktree)
+    if state is None or not state.head:
+        raise UsageError(
+            f"{worktree} has no patch series recorded by the patch stage",
+            fix=f"run `make patch BUNDLE={bundle.name}` first",
+        )
+    if state.component != component:
+        raise UsageError(f"{worktree} holds {state.component}, not {component}")
+    return state
+
+
+def _rebase_in_progress(worktree: Path) -> bool:
+    for name in ("rebase-merge", "rebase-apply"):
+        if Path(
+            git_out(["rev-parse", "--path-format=absolute", "--git-path", name], cwd=worktree)
+        ).exists():
+            return True
+    return False
+
+
+def _require_clean(worktree: Path, what: str) -> None:
+    dirty = status_porcelain(worktree)
+    if dirty:
+        raise PatchError(
+            f"{worktree} has changes that are not committed:\n{dirty}",
+            fix=f"commit them (`git -C {worktree} commit --amend` to change the last patch, "
+            f"or `git rebase -i` for an earlier one), then {what} again; nothing was changed",
+        )
+
+
+# --- export -------------------------------------------------------------------------
+
+
+def _diff(worktree: Path, commit: str, abbrev: int) -> str:
+    return git(
+        ["diff", *_DIFF_OPTIONS, "--find-renames", f"--abbrev={abbrev}", f"{commit}^", commit],
+        cwd=worktree,
+        config=_DIFF_CONFIG,
+    ).stdout
+
+
+def _message(worktree: Path, commit: str) -> str:
+    raw = git(["cat-file", "commit", commit], cwd=worktree).stdout
+    return raw.split("\n\n", 1)[1] if "\n\n" in raw else ""
+
+
+def patch_text(message: str, diff: str, base: str | None) -> str:
+    """A patch file from a commit: its message as the header, a blank line, its diff."""
+    header = header_from_message(message)
+    if base is not None:
+        header = _BASE_LINE.sub(f"Base: {base}", header)
+    return f"{header}\n\n{diff}"
+
+
+def _abbrev_of(path: Path) -> int:
+    if path.is_file():
+        match = _INDEX_LINE.search(path.read_text(encoding="utf-8", errors="replace"))
+        if match:
+            return len(match.group(1))
+    return DEFAULT_ABBREV
+
+
+def _check_identity(message: str, relpath: str, worktree: Path, commit: str) -> None:
+    """The header's Author/Date are the commit's: refuse an author change made only in git
+    (``commit --amend --author``), which export would otherwise drop without a word."""
+    fields = dict(
+        line.split(": ", 1)
+        for line in header_from_message(message).split("\n\n", 1)[0].splitlines()
+        if ": " in line
+    )
+    name, email = _split_author(fields.get("Author", DEFAULT_AUTHOR))
+    date = git_date(fields.get("Date", DEFAULT_DATE)).split()[0]
+    actual = git_out(["log", "-1", "--format=%an%x00%ae%x00%at", commit], cwd=worktree)
+    if actual.split("\0") != [name, email, date]:
+        raise PatchError(
+            f"the commit of patches/{relpath} has author {actual.split(chr(0))[:2]} at "
+            f"{actual.split(chr(0))[2]}, its header says {name} <{email}> at {date}",
+            fix="the header is what is kept: put the author in an 'Author: Name <email>' "
+            "(and 'Date:') line of the commit message instead (`git commit --amend`)",
+        )
+
+
+def export_series(
+    root: Path,
+    out_dir: Path,
+    bundle: Bundle,
+    component_name: str,
+    *,
+    force: bool = False,
+    dry_run: bool = False,
+) -> ExportReport:
+    """Write the worktree's branch back as the bundle's patch files (see module doc)."""
+    component = bundle.component(component_name)
+    worktree = worktree_for(out_dir, bundle, component_name)
+    state = _require_series(worktree, bundle, component_name)
+    if _rebase_in_progress(worktree):
+        raise PatchError(
+            f"a rebase is under way in {worktree}",
+            fix=f"finish it first: resolve, `git -C {worktree} add <files>`, then `make "
+            f"patch-rebase BUNDLE={bundle.name} COMPONENT={component_name} CONTINUE=1` "
+            f"(or `git -C {worktree} rebase --abort` to go back)",
+        )
+    _require_clean(worktree, "export")
+    base, new_pin = state.base_commit, None
+    rebase = _read_rebase(worktree)
+    if rebase is not None:
+        onto = rebase.onto
+        if (
+            git(["merge-base", "--is-ancestor", onto, "HEAD"], cwd=worktree, check=False).returncode
+            == 0
+        ):
+            base, new_pin = onto, onto
+        elif not dry_run:
+            _rebase_path(worktree).unlink()  # the rebase was aborted: nothing to carry
+    if (
+        git(["merge-base", "--is-ancestor", base, "HEAD"], cwd=worktree, check=False).returncode
+        != 0
+    ):
+        raise PatchError(
+            f"{worktree}: HEAD does not descend from the series' base {base[:12]}",
+            fix=f"rebase your commits onto it (`git -C {worktree} rebase {base[:12]}`)",
+        )
+    if git_out(["rev-list", "--merges", f"{base}..HEAD"], cwd=worktree):
+        raise PatchError(
+            f"{worktree}: the branch has merge commits; a patch series is a straight line",
+            fix=f"linearize it (`git -C {worktree} rebase {base[:12]}`)",
+        )
+    commits = git_out(["rev-list", "--reverse", f"{base}..HEAD"], cwd=worktree).split()
+    refs = component.patches
+    if len(commits) != len(refs):
+        subjects = [git_out(["log", "-1", "--format=%s", c], cwd=worktree) for c in commits]
+        raise PatchError(
+            f"{worktree} has {len(commits)} commit(s) on {base[:12]} but bundle {bundle.name} "
+            f"lists {len(refs)} {component_name} patch(es); commits: "
+            + ("; ".join(subjects) or "(none)"),
+            fix="export maps commit N to the N-th listed patch: add (or remove) the patch "
+            f"file names in the bundle's [components.{component_name}] patches list to "
+            "match, then export again; nothing was changed",
+        )
+    applied = {patch.relpath: patch.sha256 for patch in state.patches}
+    planned: list[tuple[Path, str, bool]] = []
+    hand_edited: list[str] = []
+    for commit, ref in zip(commits, refs, strict=True):
+        message = _message(worktree, commit)
+        _check_identity(message, ref.relpath, worktree, commit)
+        text = patch_text(message, _diff(worktree, commit, _abbrev_of(ref.path)), new_pin)
+        _validate(text, ref.relpath, component_name)
+        current = ref.path.read_bytes() if ref.path.is_file() else b""
+        changed = current != text.encode("utf-8")
+        if changed and hashlib.sha256(current).hexdigest() != applied.get(ref.relpath):
+            hand_edited.append(f"patches/{ref.relpath}")
+        planned.append((ref.path, text, changed))
+    if hand_edited and not force:
+        raise PatchError(
+            "these patch files changed on disk since the patch stage applied them, and "
+            "exporting would overwrite that edit: " + ", ".join(hand_edited),
+            fix="keep the hand edit: `make patch BUNDLE=... ` to rebuild the branch from the "
+            "files (after saving your commits); or overwrite it: add FORCE=1 (--force); "
+            "nothing was changed",
+        )
+    pin_text = _manifest_with_pin(bundle, component, new_pin) if new_pin else None
+    report = ExportReport(
+        tuple(
+            ExportedPatch(ref.relpath, changed)
+            for ref, (_, _, changed) in zip(refs, planned, strict=True)
+        ),
+        new_pin,
+        _shared_with(root, bundle, component, new_pin or state.base_commit),
+    )
+    if dry_run:
+        return report
+    for path, text, changed in planned:
+        if changed:
+            _write_by_rename(path, text.encode("utf-8"))
+    if pin_text is not None:
+        _write_by_rename(bundle.path, pin_text.encode("utf-8"))
+        _rebase_path(worktree).unlink(missing_ok=True)
+    head = git_out(["rev-parse", "HEAD"], cwd=worktree)
+    reloaded = load_bundle(root, bundle.name).component(component_name)
+    write_state(
+        worktree,
+        replace(state, base_commit=base, patches=describe_series(reloaded), head=head),
+    )
+    return report
+
+
+def _validate(text: str, relpath: str, component: str) -> None:
+    with tempfile.TemporaryDirectory(prefix="xla-wheels-export-") as scratch:
+        candidate = Path(scratch) / Path(relpath).name
+        candidate.write_text(text, encoding="utf-8")
+        try:
+            parse_patch(candidate, component=component)
+        except PatchError as error:
+            raise PatchError(
+                f"the commit for patches/{relpath} does not make a valid patch: "
+                + error.message.replace(str(candidate), "its message"),
+                fix=(error.fix or "")
+                + " (change the commit message with `git commit --amend` or `git rebase -i`); "
+                "nothing was changed",
+            ) from error
+
+
+def _shared_with(root: Path, bundle: Bundle, component: Component, pin: str) -> tuple[str, ...]:
+    mine = {ref.relpath for ref in component.patches}
+    others = []
+    for name in available_bundles(root):
+        if name == bundle.name:
+            continue
+        try:
+            other = load_bundle(root, name).component(component.name)
+        except PipelineError:
+            continue
+        if mine & {ref.relpath for ref in other.patches} and not pin.startswith(
+            other.commit or "-"
+        ):
+            others.append(f"{name} (pins {other.commit})")
+    return tuple(others)
+
+
+# --- the bundle's pin ----------------------------------------------------------------
+
+
+def rewrite_pin(text: str, component: str, new_commit: str, where: str) -> str:
+    """``text`` with ``commit = "..."`` of ``[components.<component>]`` set to
+    ``new_commit``; every other byte (comments, order, spacing) kept."""
+    lines = text.splitlines(keepends=True)
+    header = re.compile(rf"^\s*\[\s*components\.{re.escape(component)}\s*\]\s*(#.*)?$")
+    commit_line = re.compile(r'^(\s*commit\s*=\s*")([0-9a-f]+)(".*)$', re.DOTALL)
+    inside = False
+    for index, line in enumerate(lines):
+        if header.match(line):
+            inside = True
+            continue
+        if inside and line.lstrip().startswith("["):
+            break
+        if inside:
+            match = commit_line.match(line)
+            if match:
+                lines[index] = f"{match.group(1)}{new_commit}{match.group(3)}"
+                return "".join(lines)
+    raise PatchError(
+        f'{where}: no `commit = "..."` line in [components.{component}] to rewrite '
+        "(inherited from the bundle it extends?)",
+        fix=f'add commit = "{new_commit}" to [components.{component}] in {where} by hand',
+    )
+
+
+def _manifest_with_pin(bundle: Bundle, component: Component, new_pin: str) -> str:
+    text = bundle.path.read_text(encoding="utf-8")
+    return rewrite_pin(text, component.name, new_pin, str(bundle.path))
+
+
+# --- rebase --------------------------------------------------------------------------
+
+_REBASE_CONFIG = (
+    "-c", "commit.gpgsign=false",
+    "-c", "core.hooksPath=/dev/null",
+    "-c", "i18n.commitEncoding=UTF-8",
+    "-c", "rebase.autoStash=false",
+    "-c", "rebase.autoSquash=false",
+    "-c", "rebase.updateRefs=false",
+)  # fmt: skip
+
+
+def _rebase_env() -> dict[str, str]:
+    name, email = _split_author(DEFAULT_AUTHOR)
+    date = git_date(DEFAULT_DATE)
+    # A fixed committer keeps the rebased commits a function of their inputs, like the
+    # patch stage's; GIT_EDITOR=true keeps each message as it is on --continue.
+    return {
+        "GIT_COMMITTER_NAME": name,
+        "GIT_COMMITTER_EMAIL": email,
+        "GIT_COMMITTER_DATE": date,
+        "GIT_EDITOR": "true",
+    }
+
+
+def rebase_command(worktree: Path, base: str, onto: str) -> PlannedCommand:
+    return PlannedCommand(
+        ("git", *_REBASE_CONFIG, "rebase", "--empty=ask", "--onto", onto, base),
+        env=_rebase_env(),
+        cwd=str(worktree),
+    )
+
+
+def continue_command(worktree: Path) -> PlannedCommand:
+    return PlannedCommand(
+        ("git", *_REBASE_CONFIG, "rebase", "--continue"), env=_rebase_env(), cwd=str(worktree)
+    )
+
+
+@dataclass(frozen=True)
+class RebaseRecord:
+    """``<worktree>.rebase.json``: a patch-rebase under way or finished but not exported."""
+
+    base: str
+    onto: str
+    commits: tuple[str, ...]
+    """The series' commits before the rebase, in order (to name the patch it stops at)."""
+    patches: tuple[str, ...]
+
+    def to_json(self) -> str:
+        return (
+            json.dumps(
+                {
+                    "base": self.base,
+                    "onto": self.onto,
+                    "commits": list(self.commits),
+                    "patches": list(self.patches),
+                },
+                indent=2,
+            )
+            + "\n"
+        )
+
+
+def _read_rebase(worktree: Path) -> RebaseRecord | None:
+    try:
+        data = json.loads(_rebase_path(worktree).read_text(encoding="utf-8"))
+        return RebaseRecord(
+            str(data["base"]), str(data["onto"]), tuple(data["commits"]), tuple(data["patches"])
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _run(command: PlannedCommand) -> subprocess.CompletedProcess[str]:
+    log.command(list(command.argv), dict(command.env) or None, command.cwd)
+    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", **command.env}
+    return subprocess.run(
+        list(command.argv), cwd=command.cwd, env=env, text=True, capture_output=True, check=False
+    )
+
+
+def start_rebase(
+    options_cache: SourceCache,
+    out_dir: Path,
+    bundle: Bundle,
+    component_name: str,
+    onto: str,
+    *,
+    dry_run: bool = False,
+) -> str:
+    """Carry the series onto ``onto``; the full SHA of ``onto`` on success (see module doc)."""
+    if not _HEX.fullmatch(onto):
+        raise UsageError(
+            f"ONTO '{onto}' is not a commit SHA",
+            fix="pass 7 to 40 lowercase hex digits (for a tag: `git rev-parse <tag>^{commit}`)",
+        )
+    component = bundle.component(component_name)
+    worktree = worktree_for(out_dir, bundle, component_name)
+    state = _require_series(worktree, bundle, component_name)
+    if _rebase_in_progress(worktree):
+        raise PatchError(
+            f"a rebase is already under way in {worktree}",
+            fix=f"continue it: `make patch-rebase BUNDLE={bundle.name} COMPONENT="
+            f"{component_name} CONTINUE=1`, or `git -C {worktree} rebase --abort`",
+        )
+    _require_clean(worktree, "patch-rebase")
+    # The worktree shares the cache repository's objects: fetch the target there.
+    full = options_cache.resolve(replace(component, commit=onto))
+    command = rebase_command(worktree, state.base_commit, full)
+    if dry_run:
+        print(command.render())
+        return full
+    commits = git_out(["rev-list", "--reverse", f"{state.base_commit}..HEAD"], cwd=worktree).split()
+    record = RebaseRecord(
+        state.base_commit, full, tuple(commits), tuple(ref.relpath for ref in component.patches)
+    )
+    _write_by_rename(_rebase_path(worktree), record.to_json().encode())
+    _finish(worktree, bundle, component_name, _run(command), record)
+    return full
+
+
+def continue_rebase(out_dir: Path, bundle: Bundle, component_name: str) -> str:
+    worktree = worktree_for(out_dir, bundle, component_name)
+    _require_series(worktree, bundle, component_name)
+    record = _read_rebase(worktree)
+    if record is None or not _rebase_in_progress(worktree):
+        raise PatchError(
+            f"no patch-rebase is under way in {worktree}",
+            fix="start one with ONTO=<commit>",
+        )
+    _finish(worktree, bundle, component_name, _run(continue_command(worktree)), record)
+    return record.onto
+
+
+def _finish(
+    worktree: Path,
+    bundle: Bundle,
+    component: str,
+    result: subprocess.CompletedProcess[str],
+    record: RebaseRecord,
+) -> None:
+    if result.returncode == 0 and not _rebase_in_progress(worktree):
+        return
+    if not _rebase_in_progress(worktree):
+        _rebase_path(worktree).unlink(missing_ok=True)
+        raise PatchError(
+            f"git rebase failed in {worktree}: {result.stderr.strip() or result.stdout.strip()}",
+            fix="see git's message; the branch is as before",
+        )
+    stopped = git(["rev-parse", "--verify", "--quiet", "REBASE_HEAD"], cwd=worktree, check=False)
+    commits, patches = list(record.commits), list(record.patches)
+    sha = stopped.stdout.strip()
+    where = (
+        f"patches/{patches[commits.index(sha)]} ({commits.index(sha) + 1} of {len(commits)})"
+        if sha in commits and len(patches) == len(commits)
+        else f"commit {sha[:12] or '?'}"
+    )
+    conflicted = git_out(["diff", "--name-only", "--diff-filter=U"], cwd=worktree).split()
+    continue_hint = f"`make patch-rebase BUNDLE={bundle.name} COMPONENT={component} CONTINUE=1`"
+    if conflicted:
+        raise RebaseStopped(
+            f"patch-rebase stopped at {where}: it conflicts with {record.onto[:12]} "
+            f"in {', '.join(conflicted)}",
+            fix=f"resolve the <<<<<<< markers in those files under {worktree}, `git -C "
+            f"{worktree} add {' '.join(conflicted)}`, then {continue_hint}; to give up: "
+            f"`git -C {worktree} rebase --abort`",
+        )
+    raise RebaseStopped(
+        f"patch-rebase stopped at {where}: {result.stderr.strip() or result.stdout.strip()}",
+        fix=f"if the patch is already upstream, `git -C {worktree} rebase --skip` and remove it "
+        f"from the bundle's list; else fix and {continue_hint}; to give up: `git -C "
+        f"{worktree} rebase --abort`",
+    )
