@@ -6,6 +6,7 @@ Each stage module owns its own subcommands; adding one is one line here.
 from __future__ import annotations
 
 from xla_wheels import stage_commands
+from xla_wheels.abi import cli as abi_cli
 from xla_wheels.cli import Register
 from xla_wheels.gate import cli as gate_cli
 from xla_wheels.publish import cli as publish_cli
@@ -14,4 +15,5 @@ REGISTRATIONS: list[Register] = [
     stage_commands.register,
     gate_cli.register,
     publish_cli.register,
+    abi_cli.register,
 ]

@@ -128,10 +128,10 @@ def ensure_compatible(result: AbiResult) -> None:
     if result.ok:
         return
     problems = [f"library {name}" for name in result.missing_libraries]
-    problems += [symbol.name for symbol in result.comparison.missing]
+    problems += [readable for group in result.groups for readable, _ in group.symbols]
     raise AbiMismatch(
         f"{result.files.torch_xla_label} does not fit {result.files.torch_label}: "
-        f"{len(problems)} missing: " + ", ".join(problems),
+        f"{len(problems)} missing: " + "; ".join(problems),
         fix="install the torch that this torch_xla was built against (torch_xla pins it "
         "exactly), or rebuild torch_xla against this torch",
     )
