@@ -15,8 +15,10 @@ from xla_wheels.bundle import load_bundle
 from xla_wheels.errors import PipelineError
 from xla_wheels.options import add_bundle_parser, options_from_args
 
-SOURCES = "--python, --torch-wheel with --torch-xla-wheel, --bundle, --extension with " \
+SOURCES = (
+    "--python, --torch-wheel with --torch-xla-wheel, --bundle, --extension with "
     "--torch-lib-dir, or --stock"
+)
 MAKE_FORMS = (
     "make abi-check PYTHON=<env python> | TORCH_WHEEL=<torch.whl> TORCH_XLA_WHEEL=<xla.whl> "
     "| BUNDLE=<name> | STOCK=2.8.0:2.9.0"
@@ -43,8 +45,7 @@ def resolve(args: argparse.Namespace, work: Path) -> pairs.PairFiles:
     given = _given(args)
     if len(given) != 1:
         raise pairs.AbiInputError(
-            f"give exactly one pair ({SOURCES}); got "
-            + (", ".join(given) if given else "none"),
+            f"give exactly one pair ({SOURCES}); got " + (", ".join(given) if given else "none"),
             fix=MAKE_FORMS,
         )
     source = given[0]

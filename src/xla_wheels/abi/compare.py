@@ -217,4 +217,3 @@ def group_missing(
         SymbolGroup(library, scope, tuple(sorted(symbols)))
         for (library, scope), symbols in sorted(groups.items())
     )
-

@@ -27,6 +27,7 @@ EXPORTING_BINDINGS = frozenset({"STB_GLOBAL", "STB_WEAK", "STB_LOOS", "STB_GNU_U
 #: ``.gnu.version`` index 0 is "local", 1 is "global, unversioned"; bit 15 marks a hidden
 #: (non-default, ``name@V`` rather than ``name@@V``) definition.
 _VERSYM_HIDDEN = 0x8000
+_SPECIAL_INDEX = {"VER_NDX_LOCAL": 0, "VER_NDX_GLOBAL": 1}
 
 
 class ElfReadError(PipelineError):
@@ -112,9 +113,9 @@ def _read(path: Path, elf: ELFFile) -> SharedObject:
         if isinstance(section, DynamicSection):
             for tag in section.iter_tags():
                 if tag.entry.d_tag == "DT_NEEDED":
-                    needed.append(tag.needed)
+                    needed.append(tag.needed)  # type: ignore[attr-defined]
                 elif tag.entry.d_tag == "DT_SONAME":
-                    soname = tag.soname
+                    soname = tag.soname  # type: ignore[attr-defined]
     dynsym = elf.get_section_by_name(".dynsym")
     if not isinstance(dynsym, SymbolTableSection):
         raise ElfReadError(
@@ -124,11 +125,10 @@ def _read(path: Path, elf: ELFFile) -> SharedObject:
     versym = elf.get_section_by_name(".gnu.version")
     indices: list[int] | None = None
     if isinstance(versym, GNUVerSymSection):
-        indices = [entry["ndx"] for entry in versym.iter_symbols()]
-        # pyelftools names the special indices; the loader sees numbers.
+        # pyelftools names the two special indices; the loader sees numbers.
         indices = [
-            {"VER_NDX_LOCAL": 0, "VER_NDX_GLOBAL": 1}.get(i, i) if isinstance(i, str) else i
-            for i in indices
+            _SPECIAL_INDEX.get(n, 1) if isinstance(n, str) else int(n)
+            for n in (entry["ndx"] for entry in versym.iter_symbols())
         ]
     required, defined = _version_tables(elf)
     imports: list[Import] = []

@@ -143,7 +143,8 @@ def ensure_compatible(result: AbiResult) -> None:
 _PROBE = r"""
 import importlib.metadata as md, importlib.util, json, re, sys
 out = {"python": sys.executable, "torch": None, "torch_version": None, "extension": None,
-       "torch_xla_version": None, "imported": sorted(m for m in sys.modules if m.startswith("torch"))}
+       "torch_xla_version": None,
+       "imported": sorted(m for m in sys.modules if m.startswith("torch"))}
 def files(name):
     try:
         dist = md.distribution(name)
