@@ -31,7 +31,7 @@ from xla_wheels.abi.elf import Import, SharedObject
 
 VISIBLE = frozenset({"STV_DEFAULT", "STV_PROTECTED"})
 PYTHON_PROVIDER = "the Python interpreter"
-UNKNOWN_LIBRARY = "(no torch library exports this scope)"
+UNKNOWN_LIBRARY = "(library unknown)"
 _PYTHON_PREFIXES = ("Py", "_Py")
 
 
@@ -197,7 +197,7 @@ class SymbolGroup:
     """The torch library that holds the symbol's class/namespace (where it belongs)."""
     scope: str
     symbols: tuple[tuple[str, str], ...]
-    """(demangled, mangled), sorted."""
+    """(demangled, mangled), sorted; a versioned reference ends in ``@VERSION``."""
 
 
 def group_missing(
@@ -212,7 +212,9 @@ def group_missing(
         readable = demangled.get(symbol.name, symbol.name)
         home = homes.get(mangled_scope(symbol.name) or "", UNKNOWN_LIBRARY)
         key = (home, scope_of(readable))
-        groups[key].append((readable, symbol.name))
+        # A versioned reference is missing as name@VERSION (the name alone may be there).
+        suffix = f"@{symbol.version}" if symbol.version else ""
+        groups[key].append((readable + suffix, symbol.name + suffix))
     return tuple(
         SymbolGroup(library, scope, tuple(sorted(symbols)))
         for (library, scope), symbols in sorted(groups.items())

@@ -275,6 +275,8 @@ def _label(wheel: Path, project: str) -> str:
 
 def from_wheels(torch_wheel: Path, torch_xla_wheel: Path, workdir: Path) -> PairFiles:
     """Extract what the check reads from two wheels into ``workdir`` (the caller's)."""
+    for wheel, what in ((torch_wheel, "torch"), (torch_xla_wheel, "torch_xla")):
+        _open_wheel(wheel, what).close()  # both readable before anything is extracted
     extension = extract_extension(torch_xla_wheel, workdir / "torch_xla")
     needed = list(read_shared_object(extension).needed)
     lib_dir = extract_torch_libraries(torch_wheel, needed, workdir / "torch")
