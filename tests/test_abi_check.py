@@ -292,3 +292,21 @@ def test_installed_stock_environment_is_checked_without_importing(
     result = run_cli("abi-check", "--python", str(stock_xla_python_29))
     assert result.exit_code == 0, result.stdout + result.stderr
     assert "torch_xla 2.9.0 against torch 2.9.0" in result.stdout
+
+
+def test_cli_reads_a_bundles_locked_wheels(tiny: TinyPair, tmp_path: Path) -> None:
+    from tests.publish_support import BUNDLE, cli, make_publish_project
+
+    wheels = [
+        torch_wheel(tiny.other_lib, tmp_path / "wheels"),
+        torch_xla_wheel(tiny.extension, tmp_path / "wheels"),
+    ]
+    project = make_publish_project(tmp_path, wheels)
+    result = cli(project, "abi-check", "--bundle", BUNDLE)
+    assert result.exit_code == 1, result.output
+    assert "MISSING 3 symbol(s)" in result.stdout
+    # A wheel changed after locking is refused, as bad input.
+    (project / "dist" / BUNDLE / wheels[0].name).write_bytes(b"changed")
+    changed = cli(project, "abi-check", "--bundle", BUNDLE)
+    assert changed.exit_code == 2, changed.output
+    assert "do not match wheels.lock" in changed.stderr
