@@ -124,6 +124,15 @@ verify-install: $(VENV_STAMP) ## fresh venv installs by hash, checks lock/proven
 doctor: $(VENV_STAMP) ## check a training host before import: make doctor BUNDLE=... [PYTHON=<training python>] [ROLE=writer|reader]
 	@$(CLI) doctor --bundle "$(BUNDLE)" $(if $(PYTHON),--python "$(PYTHON)",) $(if $(ROLE),--role "$(ROLE)",)
 
+# ABI check (README "ABI check"): the symbols torch_xla's _XLAC imports that the paired torch
+# does not export. Exit 0 nothing missing, 1 missing symbols named, 2 the pair cannot be read.
+.PHONY: abi-check
+abi-check: $(VENV_STAMP) ## undefined symbols of a pair: make abi-check PYTHON=<env python> | TORCH_WHEEL=... TORCH_XLA_WHEEL=... | BUNDLE=... | STOCK=2.8.0:2.9.0
+	@$(CLI) abi-check $(if $(PYTHON),--python "$(PYTHON)",) $(if $(TORCH_WHEEL),--torch-wheel "$(TORCH_WHEEL)",) \
+	  $(if $(TORCH_XLA_WHEEL),--torch-xla-wheel "$(TORCH_XLA_WHEEL)",) $(if $(BUNDLE),--bundle "$(BUNDLE)",) \
+	  $(if $(XLAC),--extension "$(XLAC)",) $(if $(TORCH_LIB_DIR),--torch-lib-dir "$(TORCH_LIB_DIR)",) \
+	  $(if $(STOCK),--stock "$(STOCK)",)
+
 # Gate (src/xla_wheels/gate/README.md): judge a torch_xla environment in fresh processes. Without PYTHON,
 # a cached stock torch_xla 2.9.0 env is built once per machine and shows the cache defect.
 # Exit 0 pass, 1 a check failed, 2 the environment cannot be judged.

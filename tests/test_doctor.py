@@ -16,7 +16,7 @@ from tests.publish_support import (
     cli,
     make_publish_project,
 )
-from xla_wheels.publish.doctor import DoctorReport, check_environment, mount_of
+from xla_wheels.publish.doctor import DoctorReport, check_abi, check_environment, mount_of
 
 GOOD_ENV = {"PJRT_DEVICE": "TPU", "XLA_NO_SPECIAL_SCALARS": "1"}
 
@@ -58,7 +58,18 @@ def test_healthy_host_passes_without_importing_torch_xla(
     assert result.exit_code == 0, result.output
     assert "ok   torch-xla" in result.stdout and XLA_VERSION in result.stdout
     assert "0 problem(s)" in result.stdout
+    # This torch_xla is pure Python: the ABI check says it does not apply, never "ok".
+    assert "WARN abi" in result.stdout and "not applicable: no _XLAC extension" in result.stdout
     assert not marker.exists(), "doctor imported torch_xla"
+
+
+@pytest.mark.slow
+def test_abi_check_of_a_real_installed_pair(stock_xla_python_29: Path) -> None:
+    report = DoctorReport("b", str(stock_xla_python_29))
+    check_abi(report, str(stock_xla_python_29))
+    [finding] = report.findings
+    assert (finding.status, finding.check) == ("ok", "abi")
+    assert "symbols _XLAC imports from torch: all exported" in finding.detail
 
 
 def test_misconfigured_host_lists_each_problem_and_fix(

@@ -6,6 +6,7 @@ Each stage module owns its own subcommands; adding one is one line here.
 from __future__ import annotations
 
 from xla_wheels import patch_cli, stage_commands
+from xla_wheels.abi import cli as abi_cli
 from xla_wheels.cli import Register
 from xla_wheels.gate import cli as gate_cli
 from xla_wheels.publish import cli as publish_cli
@@ -15,4 +16,5 @@ REGISTRATIONS: list[Register] = [
     patch_cli.register,
     gate_cli.register,
     publish_cli.register,
+    abi_cli.register,
 ]

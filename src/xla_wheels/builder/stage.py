@@ -19,6 +19,8 @@ from typing import Any
 
 import xla_wheels
 from xla_wheels import log
+from xla_wheels.abi import ship as abi_ship
+from xla_wheels.abi.pairs import AbiMismatch
 from xla_wheels.builder import collect as collect_mod
 from xla_wheels.builder import recipes, stamp
 from xla_wheels.builder.config import BuildConfig
@@ -328,6 +330,7 @@ def collect(run: BuildRun) -> Path:
         return target
     with timed(run, "collect: ship check"), collect_mod.Staging(root, name, wheels) as staging:
         assert staging.path is not None
+        _abi_check(staging.path, name)
         _ensure_dirs(run)
         run.spec.write(run.spec_path)
         with engine_for(run, extra=(staging.path,)) as engine:
@@ -342,6 +345,18 @@ def collect(run: BuildRun) -> Path:
     with timed(run, "collect: wheels.lock"):
         collect_mod.record(run.options.lock_path, name, target)
     return target
+
+
+def _abi_check(staging: Path, name: str) -> None:
+    """The ABI check of the staged pair, on the host, before the check in the builder."""
+    try:
+        abi_ship.check_staged(sorted(staging.glob("*.whl")), f"the staged wheels of {name}")
+    except AbiMismatch as error:
+        raise collect_mod.ShipCheckFailed(
+            f"the ship check's ABI check failed on the new {name} wheels; they were kept out "
+            f"of dist/{name}: {error.message}",
+            fix=error.fix,
+        ) from None
 
 
 def report_timings(run: BuildRun) -> None:
@@ -425,6 +440,8 @@ def plan_stages(
     collect_facts = [
         *([line(stop)] if stop else []),
         f"copy both wheels into {staging} (sha256 checked); a second container mounts it",
+        "ABI check on the host (make abi-check): every symbol _XLAC of the staged torch_xla "
+        "imports must be exported by the staged torch's libraries; missing -> fail",
         *([line(ship_start)] if ship_start else []),
         line(ship_engine.call_argv(entry_argv(run, "ship", staging)), "ship check, which runs:"),
         *(f"    {step.render()}" for step in recipes.ship_steps(spec, staging)),

@@ -2,7 +2,8 @@
 
 Everything here is read without importing torch_xla: the runtime flags only take effect
 if they are set before that import, so a doctor that imported it would be checking a
-process that is already configured. Versions come from ``importlib.metadata`` in the
+process that is already configured. The ABI check reads ``_XLAC`` and torch's libraries
+as ELF files (``xla_wheels.abi``). Versions come from ``importlib.metadata`` in the
 host's interpreter (``--python``), the provenance file is read as a file, and the
 environment checks read this process's environment (the shell's, through make).
 
@@ -24,7 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from xla_wheels.abi import pairs as abi_pairs
 from xla_wheels.bundle import Bundle
+from xla_wheels.errors import PipelineError
 from xla_wheels.publish.errors import DoctorFailed, PublishError
 from xla_wheels.publish.index import WheelName, normalize
 
@@ -383,6 +386,32 @@ def check_environment(
         )
 
 
+def check_abi(report: DoctorReport, python: str) -> None:
+    """The installed torch_xla's ``_XLAC`` against the installed torch, read as files."""
+    try:
+        result = abi_pairs.check_pair(abi_pairs.from_python(python))
+    except abi_pairs.NoExtension as error:
+        report.add("WARN", "abi", error.message, error.fix or "")
+        return
+    except PipelineError as error:
+        report.add("FAIL", "abi", f"cannot check: {error.message}", error.fix or "")
+        return
+    if result.ok:
+        checked = result.comparison.checked
+        report.add("ok", "abi", f"{checked} symbols _XLAC imports from torch: all exported")
+        return
+    names = list(result.missing_libraries) + [
+        readable for group in result.groups for readable, _ in group.symbols
+    ]
+    report.add(
+        "FAIL",
+        "abi",
+        f"{len(names)} missing from torch (undefined symbol at import): " + "; ".join(names),
+        "install the torch this torch_xla was built against, or rebuild torch_xla "
+        "(details: make abi-check PYTHON=<this python>)",
+    )
+
+
 def run_doctor(
     bundle: Bundle, python: str, lock_entry: Mapping[str, Any] | None,
     env: Mapping[str, str], role: str | None = None,
@@ -391,6 +420,7 @@ def run_doctor(
     # The environment first: it must be right before anything imports torch_xla.
     check_environment(report, env, role)
     check_versions(report, bundle, probe(python), lock_entry)
+    check_abi(report, python)
     return report
 
 

@@ -1,0 +1,132 @@
+"""``abi-check``: does torch_xla's ``_XLAC`` find every symbol it needs in the paired torch?
+
+Exit 0: nothing missing. Exit 1: symbols (or libraries) missing, each named. Exit 2: the
+pair cannot be read (the error names the input and the fix).
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+from xla_wheels.abi import pairs
+from xla_wheels.bundle import load_bundle
+from xla_wheels.errors import PipelineError
+from xla_wheels.options import add_bundle_parser, options_from_args
+
+SOURCES = (
+    "--python, --torch-wheel with --torch-xla-wheel, --bundle, --extension with "
+    "--torch-lib-dir, or --stock"
+)
+MAKE_FORMS = (
+    "make abi-check PYTHON=<env python> | TORCH_WHEEL=<torch.whl> TORCH_XLA_WHEEL=<xla.whl> "
+    "| BUNDLE=<name> | STOCK=2.8.0:2.9.0"
+)
+
+
+def _given(args: argparse.Namespace) -> list[str]:
+    given = []
+    if args.python:
+        given.append("python")
+    if args.torch_wheel or args.torch_xla_wheel:
+        given.append("wheels")
+    if args.bundle:
+        given.append("bundle")
+    if args.extension or args.torch_lib_dir:
+        given.append("files")
+    if args.stock:
+        given.append("stock")
+    return given
+
+
+def resolve(args: argparse.Namespace, work: Path) -> pairs.PairFiles:
+    """The pair the arguments name; wheels are extracted into ``work``."""
+    given = _given(args)
+    if len(given) != 1:
+        raise pairs.AbiInputError(
+            f"give exactly one pair ({SOURCES}); got " + (", ".join(given) if given else "none"),
+            fix=MAKE_FORMS,
+        )
+    source = given[0]
+    if source == "python":
+        return pairs.from_python(args.python)
+    if source == "wheels":
+        if not (args.torch_wheel and args.torch_xla_wheel):
+            raise pairs.AbiInputError(
+                "two wheels make a pair: both --torch-wheel and --torch-xla-wheel are needed",
+                fix="make abi-check TORCH_WHEEL=<torch .whl> TORCH_XLA_WHEEL=<torch_xla .whl>",
+            )
+        return pairs.from_wheels(args.torch_wheel, args.torch_xla_wheel, work)
+    if source == "bundle":
+        return _from_bundle(args, work)
+    if source == "files":
+        return _from_files(args.extension, args.torch_lib_dir)
+    return _from_stock(args.stock)
+
+
+def _from_bundle(args: argparse.Namespace, work: Path) -> pairs.PairFiles:
+    # Imported here: the publish stage's lock reader is only needed for this source.
+    from xla_wheels.publish.wheels import dist_dir, locked_wheels
+
+    options = options_from_args(args)
+    bundle = load_bundle(options.root, args.bundle)
+    directory = dist_dir(options.root, bundle.name)
+    try:
+        wheels = locked_wheels(options.lock_path, bundle.name, directory)
+    except PipelineError as error:
+        raise pairs.AbiInputError(error.message, fix=error.fix) from None
+    torch, torch_xla = pairs.pick_pair([w.path for w in wheels], f"dist/{bundle.name}")
+    return pairs.from_wheels(torch, torch_xla, work)
+
+
+def _from_files(extension: Path | None, lib_dir: Path | None) -> pairs.PairFiles:
+    if extension is None or lib_dir is None or not extension.is_file() or not lib_dir.is_dir():
+        raise pairs.AbiInputError(
+            f"--extension must be an _XLAC .so file and --torch-lib-dir torch's lib/ "
+            f"directory (got {extension} and {lib_dir})",
+            fix="make abi-check XLAC=<site-packages>/_XLAC.<abi>.so "
+            "TORCH_LIB_DIR=<site-packages>/torch/lib",
+        )
+    return pairs.PairFiles(extension, lib_dir, f"torch libraries in {lib_dir}", extension.name)
+
+
+def _from_stock(spec: str) -> pairs.PairFiles:
+    from xla_wheels.abi.stock import stock_pair
+
+    torch, sep, torch_xla = spec.partition(":")
+    if not sep or not torch or not torch_xla:
+        raise pairs.AbiInputError(
+            f"--stock {spec!r} is not TORCH:TORCH_XLA",
+            fix="make abi-check STOCK=2.8.0:2.9.0 (stock torch 2.8.0 with torch_xla 2.9.0)",
+        )
+    return stock_pair(torch, torch_xla)
+
+
+def cmd_abi_check(args: argparse.Namespace) -> int:
+    with tempfile.TemporaryDirectory(prefix="xla-wheels-abi-") as work:
+        result = pairs.check_pair(resolve(args, Path(work)))
+    print(pairs.render(result))
+    pairs.ensure_compatible(result)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = add_bundle_parser(
+        subparsers,
+        "abi-check",
+        "list the symbols torch_xla's _XLAC imports that the paired torch does not export "
+        "(the `undefined symbol` at import), without importing either",
+    )
+    parser.add_argument("--python", default=None, help="python of an installed environment")
+    parser.add_argument("--torch-wheel", type=Path, default=None, help="a torch .whl")
+    parser.add_argument("--torch-xla-wheel", type=Path, default=None, help="a torch_xla .whl")
+    parser.add_argument("--extension", type=Path, default=None, help="an _XLAC .so file")
+    parser.add_argument("--torch-lib-dir", type=Path, default=None, help="torch's lib/ dir")
+    parser.add_argument(
+        "--stock",
+        default=None,
+        metavar="TORCH:TORCH_XLA",
+        help="stock PyPI releases, libraries extracted once per machine (e.g. 2.8.0:2.9.0)",
+    )
+    parser.set_defaults(handler=cmd_abi_check)

@@ -1,0 +1,305 @@
+"""Where a torch / torch_xla pair comes from, and the check of one pair.
+
+Three sources, one shape (:class:`PairFiles`: the ``_XLAC`` extension and torch's
+``lib/`` directory on disk):
+
+- an installed environment, found by asking its interpreter for the two distributions'
+  file lists (``importlib.metadata``) without importing torch or torch_xla;
+- two wheel files: only ``_XLAC*.so`` and the ``torch/lib/`` libraries it needs are
+  extracted (zipfile) into a directory the caller owns;
+- a bundle's locked wheels: ``wheels.lock`` names them, ``dist/<bundle>/`` holds them,
+  and their sha256 must match (``publish.wheels.locked_wheels``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from xla_wheels.abi.compare import Comparison, SymbolGroup, compare, group_missing
+from xla_wheels.abi.demangle import demangle, demangler
+from xla_wheels.abi.elf import read_shared_object
+from xla_wheels.errors import PipelineError
+
+#: torch_xla's extension module: ``_XLAC.<abi tag>.so`` at the top of the wheel/site-packages.
+EXTENSION = re.compile(r"^_XLAC\.[^/]*\.so$")
+#: Library names torch ships in ``torch/lib`` (a DT_NEEDED entry matching this that torch
+#: does not have fails the import with "cannot open shared object file").
+TORCH_LIBRARY = re.compile(r"^lib(c10|torch|shm|caffe2)[A-Za-z0-9_]*\.so(\.[0-9]+)*$")
+TORCH_LIB_DIR = "torch/lib"
+
+
+class AbiInputError(PipelineError):
+    """The pair cannot be read (missing file, not a wheel, no torch in the environment)."""
+
+    exit_code = 2
+
+
+class NoExtension(AbiInputError):
+    """The torch_xla side has no ``_XLAC`` extension: the check does not apply."""
+
+
+class AbiMismatch(PipelineError):
+    """``_XLAC`` imports symbols (or libraries) the paired torch does not have."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class PairFiles:
+    extension: Path
+    torch_lib_dir: Path
+    torch_label: str
+    torch_xla_label: str
+
+
+@dataclass(frozen=True)
+class AbiResult:
+    files: PairFiles
+    comparison: Comparison
+    missing_libraries: tuple[str, ...]
+    groups: tuple[SymbolGroup, ...]
+    demangled: bool
+
+    @property
+    def ok(self) -> bool:
+        return self.comparison.ok and not self.missing_libraries
+
+
+def check_pair(files: PairFiles) -> AbiResult:
+    """Read the extension and the torch libraries it needs, compare, demangle, group."""
+    extension = read_shared_object(files.extension)
+    wanted = [
+        name
+        for name in extension.needed
+        if TORCH_LIBRARY.match(name) or (files.torch_lib_dir / name).is_file()
+    ]
+    present = [name for name in wanted if (files.torch_lib_dir / name).is_file()]
+    absent = tuple(name for name in wanted if name not in present)
+    libraries = [read_shared_object(files.torch_lib_dir / name) for name in present]
+    comparison = compare(extension, libraries)
+    names = [symbol.name for symbol in comparison.missing]
+    readable = demangle(names)
+    return AbiResult(
+        files=files,
+        comparison=comparison,
+        missing_libraries=absent,
+        groups=group_missing(comparison.missing, readable, libraries),
+        demangled=demangler() is not None,
+    )
+
+
+def render(result: AbiResult) -> str:
+    comparison = result.comparison
+    lines = [
+        f"abi-check: {result.files.torch_xla_label} against {result.files.torch_label}",
+        f"  extension  {result.files.extension}",
+        f"  torch libs {result.files.torch_lib_dir}: " + ", ".join(comparison.torch_libraries),
+        f"  {comparison.checked} strong imports owed by torch checked; "
+        + ", ".join(f"{count} to {provider}" for provider, count in comparison.elsewhere)
+        + f"; {comparison.weak_ignored} weak imports ignored",
+    ]
+    for name in result.missing_libraries:
+        lines.append(f"  MISSING LIBRARY {name}: _XLAC needs it, torch's lib/ does not have it")
+    if comparison.missing:
+        lines.append(
+            f"  MISSING {len(comparison.missing)} symbol(s) that _XLAC imports and this torch "
+            "does not export (ImportError: undefined symbol at `import torch_xla`):"
+        )
+        for group in result.groups:
+            lines.append(f"    {group.library} · {group.scope} ({len(group.symbols)})")
+            for readable, mangled in group.symbols:
+                lines.append(f"      {readable}")
+                if readable != mangled:
+                    lines.append(f"        {mangled}")
+        if not result.demangled:
+            lines.append("  (names are mangled: install binutils for c++filt)")
+    if result.ok:
+        lines.append("  ok: every symbol and library _XLAC needs from torch is there")
+    return "\n".join(lines)
+
+
+def ensure_compatible(result: AbiResult) -> None:
+    if result.ok:
+        return
+    problems = [f"library {name}" for name in result.missing_libraries]
+    problems += [readable for group in result.groups for readable, _ in group.symbols]
+    raise AbiMismatch(
+        f"{result.files.torch_xla_label} does not fit {result.files.torch_label}: "
+        f"{len(problems)} missing: " + "; ".join(problems),
+        fix="install the torch that this torch_xla was built against (torch_xla pins it "
+        "exactly), or rebuild torch_xla against this torch",
+    )
+
+
+# --- an installed environment ----------------------------------------------------------
+
+# Runs in the environment's interpreter: distribution file lists only, nothing imported.
+_PROBE = r"""
+import importlib.metadata as md, importlib.util, json, re, sys
+out = {"python": sys.executable, "torch": None, "torch_version": None, "extension": None,
+       "torch_xla_version": None,
+       "imported": sorted(m for m in sys.modules if m.startswith("torch"))}
+def files(name):
+    try:
+        dist = md.distribution(name)
+    except md.PackageNotFoundError:
+        return None, []
+    return dist.version, [dist.locate_file(f) for f in (dist.files or [])]
+out["torch_version"], torch_files = files("torch")
+for path in torch_files:
+    if path.name == "libc10.so" and path.parent.name == "lib":
+        out["torch"] = str(path.parent)
+if out["torch"] is None and out["torch_version"]:
+    spec = importlib.util.find_spec("torch")  # finds, does not execute, a top-level package
+    if spec and spec.submodule_search_locations:
+        out["torch"] = str(list(spec.submodule_search_locations)[0]) + "/lib"
+out["torch_xla_version"], xla_files = files("torch_xla")
+for path in xla_files:
+    if re.match(r"^_XLAC\.[^/]*\.so$", path.name):
+        out["extension"] = str(path)
+print(json.dumps(out))
+"""
+
+
+def from_python(python: str) -> PairFiles:
+    """The pair installed in ``python``'s environment, found without importing it."""
+    try:
+        result = subprocess.run(
+            [python, "-I", "-c", _PROBE], capture_output=True, text=True, timeout=120
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise AbiInputError(
+            f"cannot run the interpreter {python}: {error}",
+            fix="pass PYTHON=<the python of the environment with torch and torch_xla>",
+        ) from None
+    if result.returncode != 0:
+        raise AbiInputError(
+            f"{python} could not list its packages: {result.stderr.strip()[-400:]}",
+            fix="pass PYTHON=<the python of the environment with torch and torch_xla>",
+        )
+    facts = json.loads(result.stdout)
+    if facts["imported"]:
+        raise AbiInputError(
+            f"{python} imported {facts['imported']} at startup (a site hook?)",
+            fix="remove the hook that imports torch at interpreter start",
+        )
+    if not facts["torch_xla_version"]:
+        raise NoExtension(
+            f"not applicable: torch_xla is not installed in {python}",
+            fix="install torch_xla there, or pass the PYTHON of the training environment",
+        )
+    if not facts["extension"]:
+        raise NoExtension(
+            f"not applicable: no _XLAC extension in torch_xla {facts['torch_xla_version']} "
+            f"installed in {python}",
+            fix="reinstall torch_xla from a Linux wheel",
+        )
+    if not facts["torch_version"] or not facts["torch"]:
+        raise AbiInputError(
+            f"torch is not installed in {python}: _XLAC's torch libraries are missing",
+            fix="install the torch that torch_xla pins (pip install torch==<torch_xla's>)",
+        )
+    return PairFiles(
+        extension=Path(facts["extension"]),
+        torch_lib_dir=Path(facts["torch"]),
+        torch_label=f"torch {facts['torch_version']} ({facts['python']})",
+        torch_xla_label=f"torch_xla {facts['torch_xla_version']}",
+    )
+
+
+# --- two wheel files ------------------------------------------------------------------
+
+
+def _open_wheel(path: Path, what: str) -> zipfile.ZipFile:
+    if not path.is_file():
+        raise AbiInputError(
+            f"{what} wheel {path} does not exist",
+            fix=f"pass the path of a {what} .whl file",
+        )
+    try:
+        return zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError) as error:
+        raise AbiInputError(
+            f"{path} is not a wheel (zip) file: {error}",
+            fix=f"pass a {what} .whl file as downloaded or built",
+        ) from None
+
+
+def _extract(archive: zipfile.ZipFile, member: str, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with archive.open(member) as source, open(target, "wb") as out:
+        shutil.copyfileobj(source, out, length=1 << 20)
+
+
+def extract_extension(torch_xla_wheel: Path, workdir: Path) -> Path:
+    """``_XLAC*.so`` of the wheel, extracted into ``workdir``."""
+    with _open_wheel(torch_xla_wheel, "torch_xla") as archive:
+        members = [name for name in archive.namelist() if EXTENSION.match(name)]
+        if not members:
+            raise NoExtension(
+                f"not applicable: no _XLAC extension in {torch_xla_wheel.name}",
+                fix="pass a torch_xla wheel built for Linux (it carries _XLAC.<abi>.so)",
+            )
+        target = workdir / members[0]
+        _extract(archive, members[0], target)
+    return target
+
+
+def extract_torch_libraries(torch_wheel: Path, names: list[str], workdir: Path) -> Path:
+    """Those of ``names`` that ``torch/lib/`` of the wheel has, extracted; returns the dir."""
+    with _open_wheel(torch_wheel, "torch") as archive:
+        members = set(archive.namelist())
+        if f"{TORCH_LIB_DIR}/libc10.so" not in members:
+            raise AbiInputError(
+                f"{torch_wheel.name} has no {TORCH_LIB_DIR}/libc10.so: not a Linux torch wheel",
+                fix="pass a torch wheel for Linux (TORCH_WHEEL=torch-...-linux_x86_64.whl)",
+            )
+        for name in names:
+            member = f"{TORCH_LIB_DIR}/{name}"
+            if member in members:
+                _extract(archive, member, workdir / member)
+    return workdir / TORCH_LIB_DIR
+
+
+def _label(wheel: Path, project: str) -> str:
+    parts = wheel.name.split("-")
+    version = parts[1] if len(parts) > 2 else "?"
+    return f"{project} {version} ({wheel.name})"
+
+
+def from_wheels(torch_wheel: Path, torch_xla_wheel: Path, workdir: Path) -> PairFiles:
+    """Extract what the check reads from two wheels into ``workdir`` (the caller's)."""
+    for wheel, what in ((torch_wheel, "torch"), (torch_xla_wheel, "torch_xla")):
+        _open_wheel(wheel, what).close()  # both readable before anything is extracted
+    extension = extract_extension(torch_xla_wheel, workdir / "torch_xla")
+    needed = list(read_shared_object(extension).needed)
+    lib_dir = extract_torch_libraries(torch_wheel, needed, workdir / "torch")
+    return PairFiles(
+        extension=extension,
+        torch_lib_dir=lib_dir,
+        torch_label=_label(torch_wheel, "torch"),
+        torch_xla_label=_label(torch_xla_wheel, "torch_xla"),
+    )
+
+
+def pick_pair(wheels: list[Path], where: str) -> tuple[Path, Path]:
+    """(torch wheel, torch_xla wheel) among a set of wheels (a bundle's, the staged ones)."""
+    by_project: dict[str, list[Path]] = {}
+    for wheel in wheels:
+        project = wheel.name.split("-")[0].lower().replace("-", "_")
+        by_project.setdefault(project, []).append(wheel)
+    torch, torch_xla = by_project.get("torch", []), by_project.get("torch_xla", [])
+    if len(torch) != 1 or len(torch_xla) != 1:
+        raise AbiInputError(
+            f"{where} must hold exactly one torch and one torch_xla wheel, found "
+            f"{len(torch)} and {len(torch_xla)}",
+            fix="build the bundle (`make wheels BUNDLE=...`) or pass TORCH_WHEEL= and "
+            "TORCH_XLA_WHEEL=",
+        )
+    return torch[0], torch_xla[0]

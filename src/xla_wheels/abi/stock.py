@@ -1,0 +1,172 @@
+"""Stock wheels' shared libraries from PyPI, extracted once per machine.
+
+The controls of the ABI check are real PyPI releases: torch_xla 2.9.0 with torch 2.9.0
+(nothing missing) and with torch 2.8.0 (five ``c10`` symbols missing). A Linux torch wheel
+is about 900 MB, so each is downloaded once (``pip download --no-deps``), the few shared
+libraries the check reads are extracted, and the wheel is deleted: the cache keeps only
+``torch/lib/{libc10,libtorch,libtorch_cpu,libtorch_python}.so`` (~460 MB per torch) and
+``_XLAC*.so`` (~305 MB), under ``${XLA_WHEELS_CACHE:-~/.cache/xla-wheels}/abi-libs/``.
+
+Like the gate's environments (``gate/envs.py``): a per-entry ``fcntl`` lock serialises
+builders, the entry is built in a temporary sibling and renamed into place, and it is
+trusted only if it carries the marker file written last.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from xla_wheels import log
+from xla_wheels.abi.pairs import EXTENSION, TORCH_LIB_DIR, AbiInputError, PairFiles
+from xla_wheels.gate.envs import cache_root
+
+MARKER = "xla-wheels-abi-libs.json"
+#: The torch libraries any released ``_XLAC`` names in DT_NEEDED (checked: 2.7-2.9).
+TORCH_LIBRARIES = ("libc10.so", "libtorch.so", "libtorch_cpu.so", "libtorch_python.so")
+DOWNLOAD_TIMEOUT_S = 1800.0
+
+
+@dataclass(frozen=True)
+class StockWheel:
+    project: str
+    """``torch`` or ``torch_xla``."""
+    version: str
+    python_version: str = "3.11"
+    platform: str = "manylinux_2_28_x86_64"
+    """The tag of torch's and torch_xla's Linux x86_64 wheels on PyPI since 2.6."""
+
+    @property
+    def name(self) -> str:
+        tag = "cp" + self.python_version.replace(".", "")
+        return f"{self.project}-{self.version}-{tag}-{self.platform}"
+
+    def download_argv(self, python: str, dest: Path) -> list[str]:
+        return [
+            python, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+            "--disable-pip-version-check", "--python-version", self.python_version,
+            "--platform", self.platform, f"{self.project}=={self.version}", "-d", str(dest),
+        ]  # fmt: skip
+
+
+def _wanted(project: str, member: str) -> bool:
+    if project == "torch_xla":
+        return bool(EXTENSION.match(member))
+    return member in {f"{TORCH_LIB_DIR}/{name}" for name in TORCH_LIBRARIES}
+
+
+@contextlib.contextmanager
+def _locked(lock_path: Path) -> Iterator[None]:
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info(f"waiting for another process extracting {lock_path.stem} ...")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _complete(directory: Path) -> bool:
+    return (directory / MARKER).is_file()
+
+
+def ensure_stock_libraries(
+    wheel: StockWheel, *, root: Path | None = None, pip_python: str | None = None
+) -> Path:
+    """The directory holding the wheel's extracted libraries, building it first if needed."""
+    base = (root or cache_root()) / "abi-libs"
+    final = base / wheel.name
+    if _complete(final):
+        return final
+    with _locked(base / f"{wheel.name}.lock"):
+        if _complete(final):
+            return final
+        for stale in base.glob(f".{wheel.name}.tmp-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        if final.exists():
+            shutil.rmtree(final)  # no marker: a crashed run's, never trusted
+        with log.section(f"extract the shared libraries of {wheel.name} (once per machine)"):
+            _build(wheel, base, final, pip_python or sys.executable)
+    return final
+
+
+def _build(wheel: StockWheel, base: Path, final: Path, python: str) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix=f".{wheel.name}.tmp-", dir=base))
+    try:
+        download = tmp / "download"
+        argv = wheel.download_argv(python, download)
+        log.command(argv)
+        started = time.monotonic()
+        try:
+            result = subprocess.run(
+                argv, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S
+            )
+        except (OSError, subprocess.TimeoutExpired) as error:
+            raise AbiInputError(
+                f"pip download of {wheel.project}=={wheel.version} failed: {error}",
+                fix="check that PyPI is reachable",
+            ) from None
+        if result.returncode != 0:
+            raise AbiInputError(
+                f"pip download of {wheel.project}=={wheel.version} failed: "
+                f"{result.stderr.strip()[-500:]}",
+                fix="check that PyPI is reachable and the version exists for "
+                f"Python {wheel.python_version} on {wheel.platform}",
+            )
+        files = sorted(download.glob("*.whl"))
+        if len(files) != 1:
+            raise AbiInputError(f"pip download left {len(files)} wheels in {download}")
+        extracted: list[str] = []
+        with zipfile.ZipFile(files[0]) as archive:
+            for member in archive.namelist():
+                if _wanted(wheel.project, member):
+                    target = tmp / member
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    with archive.open(member) as source, open(target, "wb") as out:
+                        shutil.copyfileobj(source, out, length=1 << 20)
+                    extracted.append(member)
+        shutil.rmtree(download)  # keep only the libraries: a torch wheel is ~900 MB
+        if not extracted:
+            raise AbiInputError(f"{files[0].name} holds none of the libraries the check reads")
+        marker = {
+            "wheel": files[0].name,
+            "spec": asdict(wheel),
+            "members": extracted,
+            "download_s": round(time.monotonic() - started, 1),
+        }
+        (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+        tmp.chmod(0o755)
+        os.rename(tmp, final)  # the commit point
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def stock_pair(torch: str, torch_xla: str, *, root: Path | None = None) -> PairFiles:
+    """The cached files of stock ``torch_xla==torch_xla`` next to stock ``torch==torch``."""
+    xla_dir = ensure_stock_libraries(StockWheel("torch_xla", torch_xla), root=root)
+    torch_dir = ensure_stock_libraries(StockWheel("torch", torch), root=root)
+    extensions = [p for p in xla_dir.iterdir() if EXTENSION.match(p.name)]
+    if len(extensions) != 1:
+        raise AbiInputError(f"{xla_dir} holds {len(extensions)} _XLAC extensions, not one")
+    return PairFiles(
+        extension=extensions[0],
+        torch_lib_dir=torch_dir / TORCH_LIB_DIR,
+        torch_label=f"stock torch {torch} (PyPI)",
+        torch_xla_label=f"stock torch_xla {torch_xla} (PyPI)",
+    )
