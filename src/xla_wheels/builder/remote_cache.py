@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from xla_wheels.bundle import _Table
-from xla_wheels.errors import PipelineError
+from xla_wheels.errors import ManifestError, PipelineError
 
 CONFIG_RELPATH = "build/builders.toml"
 ROLES = ("reader", "writer")
@@ -170,7 +170,13 @@ def load_remote_cache(
     A missing default file means no remote cache; a missing file named explicitly is an
     error. ``bazel_cache_override`` is the ``--bazel-remote-cache`` command-line value.
     """
+    try:
+        return _load(root, environ, bazel_cache_override)
+    except ManifestError as error:  # from _Table: same message, this file's error class
+        raise RemoteCacheConfigError(error.message, fix=error.fix) from None
 
+
+def _load(root: Path, environ: Mapping[str, str], bazel_cache_override: str | None) -> RemoteCache:
     def env(name: str) -> str | None:
         return environ.get(name) or None
 
