@@ -6,6 +6,11 @@ before it runs, to stderr and to ``<out>/logs/<recipe>.log``; the command's own 
 goes to the log file only (a torch build writes hundreds of MB), and a failure prints the
 log's tail. Exit 0 on success, 1 when a step fails, 2 on bad arguments.
 
+Credentials for the remote compile caches arrive in the 0600 file named by
+``XLA_WHEELS_SECRETS_FILE`` (``remote_cache``): they fill the steps' templates at run
+time, each command's output is redacted on its way to the log, and the printed commands
+show the redaction marker.
+
 Imports only the standard library and this package: the image needs no pipeline
 dependencies.
 """
