@@ -496,6 +496,9 @@ def ccache_env(
         userinfo = f"{remote.username}@"
     url = f"{scheme}://{userinfo}{rest}"
     if not settings.writer:
+        # The storage's read-only attribute, not CCACHE_READONLY (which would also freeze
+        # the local cache, so a reader's own rebuilds would never hit) nor remote_only
+        # (which would drop the local cache and pay the network for every object).
         url += "|read-only"
     if remote.has_password:
         templated["CCACHE_REMOTE_STORAGE"] = url
