@@ -30,7 +30,7 @@ from tests.synthetic_upstream import TORCH_C_EXTENSION, Synthetic, cli_args, mak
 from tests.synthetic_upstream import make_synthetic as make_synthetic_upstream
 
 PASSWORD = "Redis-pw-4f1d2c9a"
-HEADER_TOKEN = "Bearer-tok-9b7e55aa01"
+HEADER_TOKEN = "tok-9b7e55aa01"
 SECRETS = (PASSWORD, HEADER_TOKEN)
 HOST = ("--mode", "host", "--host-python", sys.executable)
 
@@ -125,7 +125,8 @@ def _run(
             "HOME": str(syn.root.parent),
             "XLA_WHEELS_BUILDER_ROLE": role,
             "XLA_WHEELS_CCACHE_REMOTE_PASSWORD": PASSWORD,
-            "XLA_WHEELS_BAZEL_REMOTE_HEADER": f"Authorization={HEADER_TOKEN}",
+            # A value with a space, as bearer tokens are given.
+            "XLA_WHEELS_BAZEL_REMOTE_HEADER": f"Authorization=Bearer {HEADER_TOKEN}",
         },
     )
 
@@ -188,7 +189,7 @@ def test_second_clean_builder_hits_the_writers_remote_ccache(tmp_path: Path, red
         torch_log
     )
     xla_log = (reader.root / "out" / "syn" / "logs" / "torch_xla.log").read_text()
-    assert "announce_rc build --remote_header=Authorization=<redacted>" in xla_log
+    assert 'announce_rc build --remote_header=Authorization="<redacted>"' in xla_log
     for builder, run in ((writer, first), (reader, second)):
         assert_no_secret(run.stdout + run.stderr, "the CLI's output")
         assert_no_secret(_everything_written(builder), "a file under out/")
@@ -221,7 +222,7 @@ def test_plan_and_errors_never_show_the_credentials(tmp_path: Path, redis: Redis
     assert f"CCACHE_REMOTE_STORAGE='redis://<redacted>@127.0.0.1:{redis.port}|read-only'" in (
         plan.stdout
     )
-    assert "build --remote_header=Authorization=<redacted>" in plan.stdout
+    assert 'build --remote_header=Authorization="<redacted>"' in plan.stdout
     assert_no_secret(plan.stdout + plan.stderr, "the plan")
 
     # An induced build failure next to the credentials: the log tail printed on stderr

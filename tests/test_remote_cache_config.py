@@ -104,7 +104,7 @@ def test_reader_gets_no_upload_and_the_header_through_a_private_rc(tmp_path: Pat
     assert auth.action == "write-private-file"
     assert auth.render() == (
         "[write-private-file] /w/out/b/private/bazel-remote-auth.bazelrc (mode 0600): "
-        f"build --remote_header=x-buildbuddy-api-key={REDACTED}"
+        f'build --remote_header=x-buildbuddy-api-key="{REDACTED}"'
     )
     torch_wheel = {step.title: step for step in recipes.torch_steps(spec)}["torch wheel"]
     env = dict(torch_wheel.env)
@@ -186,7 +186,12 @@ def test_environment_overrides_the_file(tmp_path: Path) -> None:
         (
             '[bazel]\nremote_cache = "grpc://x"\n',
             {"XLA_WHEELS_BAZEL_REMOTE_HEADER": TOKEN},
-            "must be Name=Value (the line is not shown",
+            "must be Name=Value",
+        ),
+        (
+            '[bazel]\nremote_cache = "grpc://x"\n',
+            {"XLA_WHEELS_BAZEL_REMOTE_HEADER": f'Authorization=Bearer "{TOKEN}"'},
+            'the value without " or \\ (the line is not shown',
         ),
     ],
 )
@@ -292,7 +297,7 @@ def test_dry_run_shows_the_exact_flags_for_v6e_2_9(tmp_path: Path) -> None:
         ]
     )
     assert rc in plan
-    assert f"build --remote_header=Authorization={REDACTED}" in plan
+    assert f'build --remote_header=Authorization="{REDACTED}"' in plan
     assert (
         f"CCACHE_REMOTE_STORAGE='http://builder:{REDACTED}@ccache.example.com:8080/cache"
         "|layout=subdirs|read-only'"

@@ -400,11 +400,16 @@ def _read_headers(environ: Mapping[str, str]) -> list[tuple[str, Secret]]:
     for where, line in lines:
         name, equals, header_value = line.partition("=")
         name = name.strip()
-        if not equals or not _HEADER_NAME.fullmatch(name) or not header_value.strip():
+        if (
+            not equals
+            or not _HEADER_NAME.fullmatch(name)
+            or not header_value.strip()
+            or set('"\\') & set(header_value)
+        ):
             # The line may be the secret itself (a pasted token): never echo it.
             raise RemoteCacheConfigError(
-                f"{where}: a Bazel remote header must be Name=Value (the line is not shown: "
-                "it may hold a credential)",
+                f"{where}: a Bazel remote header must be Name=Value, the value without "
+                '" or \\ (the line is not shown: it may hold a credential)',
                 fix="write e.g. x-buildbuddy-api-key=<key> or Authorization=Bearer <token>",
             )
         headers.append((name, Secret(header_value.strip(), where)))
@@ -466,8 +471,10 @@ def bazel_auth_rc(settings: RemoteCacheSettings) -> str:
     line it runs (a flag there would be in the log); written mode 0600 at run time,
     try-imported from ``.bazelrc.user``, removed with the private directory afterwards.
     """
+    # Double quotes: Bazel splits rc lines like a shell, and values such as
+    # "Bearer <token>" hold a space (values with quotes or backslashes are refused).
     return "".join(
-        f"build --remote_header={name}={placeholder(f'bazel_remote_header_{index}')}\n"
+        f'build --remote_header={name}="{placeholder(f"bazel_remote_header_{index}")}"\n'
         for index, name in enumerate(settings.bazel.header_names)
     )
 
