@@ -143,9 +143,12 @@ def ccache_stats(syn: Synthetic) -> dict[str, int]:
 
 
 def _everything_written(syn: Synthetic) -> str:
-    """Every text file the pipeline wrote for this builder (logs, spec, rc files)."""
+    """Every text file the pipeline wrote for this builder (logs, spec, rc files, stage
+    records, the lock), wheels and objects aside."""
     texts = []
-    for top in (syn.root / "out", syn.root / "wheels.lock"):
+    for top in (syn.root / "out", syn.root / "wheels.lock", syn.cache / "stages"):
+        if not top.exists():
+            continue
         paths = [top] if top.is_file() else sorted(p for p in top.rglob("*") if p.is_file())
         for path in paths:
             if path.suffix in (".o", ".so", ".whl", ".pyc"):

@@ -415,7 +415,8 @@ def plan_stages(
         f"openxla {commits['openxla'] or bundle.component('openxla').commit or 'UNPINNED'}"
         " replaces torch_xla's WORKSPACE pin via --override_repository (.bazelrc.user)",
         f"bazel disk cache {spec.bazel_disk_cache}",
-        remote_cache.describe(config.remote_cache.settings),
+        remote_cache.describe(config.remote_cache.settings)
+        + f" (from {config.remote_cache.source})",
         *(
             [
                 f"credentials ({', '.join(key for key, _ in config.remote_cache.secrets)}): "
