@@ -305,3 +305,33 @@ def test_dry_run_shows_the_exact_flags_for_v6e_2_9(tmp_path: Path) -> None:
     assert "remote caches: role reader" in plan
     assert f"--env XLA_WHEELS_SECRETS_FILE={REPO}/out/v6e-2.9/private/secrets.json" in plan
     assert TOKEN not in plan + result.stderr and PASSWORD not in plan + result.stderr
+
+
+def test_a_step_gets_the_credential_and_its_log_only_the_marker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from xla_wheels.builder import inside
+
+    monkeypatch.setenv("XLA_WHEELS_SECRETS_FILE", str(tmp_path / "secrets.json"))
+    child = (
+        "import os; v = os.environ['STORE']; print('store', v, len(v)); "
+        "print('secrets file', os.environ.get('XLA_WHEELS_SECRETS_FILE'))"
+    )
+    step = recipes.Step(
+        "echo", (sys.executable, "-c", child),
+        secret_env=(("STORE", "redis://${ccache_remote_password}@h"),),
+    )  # fmt: skip
+    spec = spec_with(RemoteCache())
+    log_path = tmp_path / "step.log"
+    with log_path.open("w") as log_file:
+        inside.run_step(step, spec, log_file, log_path, {"ccache_remote_password": PASSWORD})
+    text = log_path.read_text()
+    # The child saw the value (its length), the log shows only the marker.
+    assert f"store redis://{REDACTED}@h {len(f'redis://{PASSWORD}@h')}" in text
+    assert f"STORE='redis://{REDACTED}@h'" in text  # the printed command
+    assert "secrets file None" in text  # the build never learns where the file is
+    assert PASSWORD not in text
+
+    with log_path.open("w") as log_file, pytest.raises(inside.StepFailed) as caught:
+        inside.run_step(step, spec, log_file, log_path, {})
+    assert "credential 'ccache_remote_password' did not reach the builder" in str(caught.value)
