@@ -214,6 +214,8 @@ def test_second_clean_builder_hits_the_writers_remote_ccache(tmp_path: Path, red
     third = _run(reader, "reader", bundle="variant")
     assert third.returncode == 0, third.stderr
     after = ccache_stats(reader)
+    print("reader after its miss:", {k: v for k, v in after.items() if k.startswith("remote")})
+    print("redis keys after the writer:", keys_after_writer, "now:", redis.key_count())
     assert after["remote_storage_miss"] == 1 and after["remote_storage_write"] == 0
     assert redis.key_count() == keys_after_writer
 
