@@ -24,7 +24,7 @@ BUILDER_IMAGE ?= localhost/xla-wheels-builder:latest
 export ENGINE BUILD_MODE JOBS BUILDER_IMAGE
 
 .PHONY: help venv test lint bundles diff sources patch patches-check wheels lock lock-check clean
-.PHONY: builder-image container-tools
+.PHONY: builder-image container-tools cache-tools
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -58,7 +58,15 @@ container-tools:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman buildah debootstrap >/dev/null; \
 	else echo "note: podman/buildah/debootstrap missing and not root: the container build tests will skip"; fi
 
-test: $(VENV_STAMP) container-tools ## install everything needed, then run ruff, mypy and the whole test suite
+# The shared compile-cache test (tests/test_remote_cache_ccache.py) needs a real ccache,
+# redis-server and a C compiler: installed from Debian when missing and we are root.
+cache-tools:
+	@if command -v ccache >/dev/null && command -v redis-server >/dev/null && command -v cc >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ccache redis-server gcc >/dev/null; \
+	else echo "note: ccache/redis-server/cc missing and not root: the shared compile-cache test will skip"; fi
+
+test: $(VENV_STAMP) container-tools cache-tools ## install everything needed, then run ruff, mypy and the whole test suite
 	$(PY) -m ruff check src tests scripts
 	$(PY) -m mypy
 	$(PY) -m pytest $(PYTEST_ARGS)

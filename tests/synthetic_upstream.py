@@ -37,17 +37,40 @@ SHIP_CHECK = (
 )
 
 TORCH_SETUP = """
-import os, subprocess
-from setuptools import setup
+import os, subprocess, sysconfig
+from setuptools import Extension, setup
 
 version = os.environ["PYTORCH_BUILD_VERSION"]  # KeyError = the recipe forgot it
 for flag in ("USE_CUDA", "USE_ROCM", "USE_XPU", "USE_MPS", "BUILD_TEST"):
     if os.environ.get(flag) != "0":
         raise SystemExit(f"synthetic torch: {flag} must be 0 for a TPU build")
+# A build system that echoes its compiler-cache setup (CMake's verbose output does):
+# the pipeline must keep the credential in this value out of the log.
+print("synthetic torch: ccache remote storage", os.environ.get("CCACHE_REMOTE_STORAGE", "none"))
 sha = subprocess.check_output(["git", "rev-parse", "HEAD"], text=True).strip()
 with open("torch/version.py", "w") as f:
     f.write(f"__version__ = {version!r}\\ngit_version = {sha!r}\\n")
-setup(name="torch", version=version, packages=["torch"])
+ext_modules = []
+if os.path.exists("csrc/synthetic.c"):
+    # Like PyTorch's CMake build, where CMake (>= 3.17) takes the compiler launcher from
+    # CMAKE_C_COMPILER_LAUNCHER in the environment: every compile runs through it.
+    launcher = os.environ["CMAKE_C_COMPILER_LAUNCHER"]  # KeyError = the recipe forgot it
+    cc = os.environ.get("CC") or sysconfig.get_config_var("CC")
+    os.environ["CC"] = f"{launcher} {cc}"
+    ext_modules = [Extension("torch._C", ["csrc/synthetic.c"])]
+setup(name="torch", version=version, packages=["torch"], ext_modules=ext_modules)
+"""
+
+# The C extension of the synthetic torch (make_synthetic(..., c_extension=True)).
+TORCH_C_EXTENSION = """
+#include <Python.h>
+
+static PyObject *answer(PyObject *self, PyObject *args) { return PyLong_FromLong(42); }
+
+static PyMethodDef methods[] = {{"answer", answer, METH_NOARGS, NULL}, {NULL, NULL, 0, NULL}};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_C", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__C(void) { return PyModule_Create(&module); }
 """
 
 TORCH_INIT = """
@@ -68,6 +91,12 @@ version = os.getenv("TORCH_XLA_VERSION", "2.9.0")
 if os.getenv("GIT_VERSIONED_XLA_BUILD", "TRUE").upper() in ("1", "TRUE", "ON", "YES", "Y"):
     version += "+git" + sha[:7]
 rc = open(os.path.join(base, ".bazelrc.user")).read()
+# Remote-cache credentials, as Bazel would read them: the try-imported private rc file.
+for auth in re.findall(r"^try-import (\\S+)$", rc, re.MULTILINE):
+    if os.stat(auth).st_mode & 0o077:
+        raise SystemExit(f"synthetic torch_xla: {auth} is readable by others")
+    # What `bazel --announce_rc` would print: the pipeline must keep it out of the log.
+    print("synthetic torch_xla: announce_rc", open(auth).read().strip())
 override = re.search(r"--override_repository=xla=(\\S+)", rc).group(1)
 core = open(os.path.join(override, "xla", "core.h")).read()
 if "TORCH_XLA_OPENXLA_PATCH" not in core:
@@ -176,6 +205,7 @@ class Synthetic:
         ),
         openxla_commit: str | None = None,
         openxla_patches: tuple[str, ...] = ("openxla/0001-api.patch",),
+        torch_patches: tuple[str, ...] = (),
     ) -> Path:
         def listed(items: tuple[str, ...]) -> str:
             return "[" + ", ".join(f'"{item}"' for item in items) + "]"
@@ -192,7 +222,7 @@ class Synthetic:
             commit = "{self.commits['torch']}"
             version = "2.9.0a0"
             submodules = false
-            patches = []
+            patches = {listed(torch_patches)}
 
             [components.torch_xla]
             remote = "{self.upstream / 'xla'}"
@@ -216,13 +246,20 @@ class Synthetic:
         return path
 
 
-def make_synthetic(base: Path) -> Synthetic:
+def make_synthetic(base: Path, *, c_extension: bool = False) -> Synthetic:
+    """The three repositories and a project root; ``c_extension`` gives torch a C
+    extension compiled through the recipe's compiler launcher (needs a C compiler, the
+    Python headers and ccache)."""
     upstream = base / "upstream"
+    torch_files = {
+        "setup.py": TORCH_SETUP,
+        "torch/__init__.py": TORCH_INIT,
+        ".gitignore": "build/\n",
+    }
+    if c_extension:
+        torch_files["csrc/synthetic.c"] = TORCH_C_EXTENSION
     commits = {
-        "torch": _repo(
-            upstream / "torch",
-            {"setup.py": TORCH_SETUP, "torch/__init__.py": TORCH_INIT, ".gitignore": "build/\n"},
-        ),
+        "torch": _repo(upstream / "torch", torch_files),
         "torch_xla": _repo(
             upstream / "xla",
             {

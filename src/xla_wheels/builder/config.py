@@ -13,6 +13,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from xla_wheels.builder.remote_cache import RemoteCache, load_remote_cache
 from xla_wheels.errors import UsageError
 
 ENGINES = ("docker", "podman", "buildah")
@@ -50,8 +51,8 @@ class BuildConfig:
     """Interpreter on the builder image's PATH."""
     bazel_disk_cache: Path | None = None
     """Default: <cache>/bazel-disk."""
-    bazel_remote_cache: str | None = None
-    """``--remote_cache`` URL (bazel-remote, BuildBuddy); None = local disk cache only."""
+    remote_cache: RemoteCache = field(default_factory=RemoteCache)
+    """Shared compile caches and this builder's role (build/builders.toml + environment)."""
     pip_args: tuple[str, ...] = ()
     """Extra arguments for pip when installing build requirements (index, find-links)."""
     ship_check: str = DEFAULT_SHIP_CHECK
@@ -82,7 +83,11 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--host-python", default=None, help="interpreter for BUILD_MODE=host")
     group.add_argument("--container-python", default=None, help="interpreter in the image")
     group.add_argument("--bazel-disk-cache", type=Path, default=None)
-    group.add_argument("--bazel-remote-cache", default=None, help="grpc(s):// or http(s):// URL")
+    group.add_argument(
+        "--bazel-remote-cache",
+        default=None,
+        help="grpc(s):// or http(s):// URL; overrides build/builders.toml [bazel] remote_cache",
+    )
     group.add_argument(
         "--pip-args", default=None, help="extra pip arguments for build requirements (quoted)"
     )
@@ -142,7 +147,9 @@ def build_config_from_args(args: argparse.Namespace) -> BuildConfig:
         host_python=args.host_python or _env("HOST_PYTHON") or defaults.host_python,
         container_python=args.container_python or defaults.container_python,
         bazel_disk_cache=args.bazel_disk_cache,
-        bazel_remote_cache=args.bazel_remote_cache or _env("BAZEL_REMOTE_CACHE_URL"),
+        remote_cache=load_remote_cache(
+            _root(args), os.environ, bazel_cache_override=args.bazel_remote_cache
+        ),
         pip_args=tuple(shlex.split(args.pip_args)) if args.pip_args else (),
         ship_check=args.ship_check or _env("SHIP_CHECK") or DEFAULT_SHIP_CHECK,
         ship_pip_args=(
@@ -159,6 +166,12 @@ def build_config_from_args(args: argparse.Namespace) -> BuildConfig:
         ),
         extra_env=(("PIP_INDEX_URL", pip_index),) if pip_index else (),
     )
+
+
+def _root(args: argparse.Namespace) -> Path:
+    """The project checkout, as ``options.options_from_args`` finds it."""
+    root = getattr(args, "root", None)
+    return (root or Path(os.environ.get("XLA_WHEELS_ROOT", "."))).resolve()
 
 
 def _pick(value: float | None, default: float) -> float:

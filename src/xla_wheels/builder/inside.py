@@ -6,6 +6,11 @@ before it runs, to stderr and to ``<out>/logs/<recipe>.log``; the command's own 
 goes to the log file only (a torch build writes hundreds of MB), and a failure prints the
 log's tail. Exit 0 on success, 1 when a step fails, 2 on bad arguments.
 
+Credentials for the remote compile caches arrive in the 0600 file named by
+``XLA_WHEELS_SECRETS_FILE`` (``remote_cache``): they fill the steps' templates at run
+time, each command's output is redacted on its way to the log, and the printed commands
+show the redaction marker.
+
 Imports only the standard library and this package: the image needs no pipeline
 dependencies.
 """
@@ -21,11 +26,11 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from xla_wheels.builder import recipes, stamp
+from xla_wheels.builder import recipes, remote_cache, stamp
 from xla_wheels.builder.spec import BuildSpec
 
 TAIL_LINES = 40
@@ -44,30 +49,82 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def run_step(step: recipes.Step, spec: BuildSpec, log_file: TextIO, log_path: Path) -> None:
+def run_step(
+    step: recipes.Step,
+    spec: BuildSpec,
+    log_file: TextIO,
+    log_path: Path,
+    secrets: Mapping[str, str] | None = None,
+) -> None:
+    """Run one step. ``secrets`` fill the step's templates; their values never reach the
+    log: the command line is printed with the marker and the command's output is
+    redacted line by line on its way to the log file."""
+    secrets = secrets or {}
     if step.only_if_exists and not Path(step.only_if_exists).exists():
         _say(f"# skip ({step.only_if_exists} does not exist): {step.title}", log_file)
         return
     _say(f"+ {step.render()}", log_file)
+    if step.action == "write-private-file":
+        path, template = step.args
+        remote_cache.write_private_file(Path(path), _filled(template, secrets))
+        return
     if step.action:
         ACTIONS[step.action](spec, step.args, log_file)
         return
     argv = recipes.expand_argv(step)
-    env = {**os.environ, **dict(step.env)}
+    env = {key: value for key, value in os.environ.items() if key != remote_cache.ENV_SECRETS_FILE}
+    env.update(step.env)
+    env.update({key: _filled(template, secrets) for key, template in step.secret_env})
     if step.path_prepend:
         env["PATH"] = os.pathsep.join([*step.path_prepend, env.get("PATH", "")])
     if step.cwd:
         Path(step.cwd).mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
-    process = subprocess.run(
-        argv, env=env, cwd=step.cwd, stdout=log_file, stderr=subprocess.STDOUT, check=False
-    )
-    _say(f"# {step.title}: exit {process.returncode} in {time.monotonic() - start:.1f}s", log_file)
-    if process.returncode != 0:
+    if secrets:
+        returncode = _run_redacted(argv, env, step.cwd, log_file, remote_cache.Redactor(secrets))
+    else:
+        returncode = subprocess.run(
+            argv, env=env, cwd=step.cwd, stdout=log_file, stderr=subprocess.STDOUT, check=False
+        ).returncode
+    _say(f"# {step.title}: exit {returncode} in {time.monotonic() - start:.1f}s", log_file)
+    if returncode != 0:
         log_file.flush()
         tail = log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-TAIL_LINES:]
         print("\n".join(tail), file=sys.stderr)
-        raise StepFailed(f"{step.title} failed (exit {process.returncode}); log: {log_path}")
+        raise StepFailed(f"{step.title} failed (exit {returncode}); log: {log_path}")
+
+
+def _filled(template: str, secrets: Mapping[str, str]) -> str:
+    try:
+        return remote_cache.fill_template(template, secrets)
+    except KeyError as error:
+        raise StepFailed(str(error.args[0])) from None
+
+
+def _run_redacted(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    cwd: str | None,
+    log_file: TextIO,
+    redact: remote_cache.Redactor,
+) -> int:
+    """The command's output goes to the log through the redactor (a build system may
+    echo its environment, e.g. CMake's or setup.py's printing of the compiler setup)."""
+    log_file.flush()
+    with subprocess.Popen(
+        argv,
+        env=dict(env),
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        encoding="utf-8",
+        errors="replace",
+    ) as process:
+        assert process.stdout is not None
+        for line in process.stdout:
+            log_file.write(redact(line))
+    return process.returncode
 
 
 def _finish_stage(spec: BuildSpec, args: Sequence[str], log_file: TextIO) -> None:
@@ -163,10 +220,11 @@ def run_recipe(spec: BuildSpec, name: str, staging: str | None = None) -> None:
     logs = Path(spec.logs)
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / f"{name}.log"
+    secrets = remote_cache.read_secrets(os.environ)
     with log_path.open("w", encoding="utf-8") as log_file:
         _say(f"# recipe {name} for bundle {spec.bundle} (log: {log_path})", log_file)
         for step in recipes.recipe(spec, name, staging):
-            run_step(step, spec, log_file, log_path)
+            run_step(step, spec, log_file, log_path, secrets)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

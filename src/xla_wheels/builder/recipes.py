@@ -27,6 +27,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from xla_wheels.builder import remote_cache
 from xla_wheels.builder.spec import BuildSpec
 
 PATCH_STATE = "openxla_patches.applied.json"
@@ -47,11 +48,15 @@ class Step:
     note: str = ""
     expand: tuple[str, ...] = field(default_factory=tuple)
     """argv entries that are globs, expanded (sorted) when the step runs."""
+    secret_env: tuple[tuple[str, str], ...] = ()
+    """(NAME, template): ``${key}`` placeholders filled with credentials when the step
+    runs (``remote_cache.fill_template``), shown as the redaction marker."""
 
     def render(self) -> str:
-        if self.action == "write-file":
-            body = " | ".join(self.args[1].splitlines())
-            text = f"[write-file] {self.args[0]}: {body}"
+        if self.action in ("write-file", "write-private-file"):
+            body = " | ".join(remote_cache.redact_template(self.args[1]).splitlines())
+            mode = " (mode 0600)" if self.action == "write-private-file" else ""
+            text = f"[{self.action}] {self.args[0]}{mode}: {body}"
         elif self.action:
             text = f"[{self.action}] " + " ".join(shlex.quote(a) for a in self.args)
         else:
@@ -61,6 +66,10 @@ class Step:
             if self.path_prepend:
                 parts.append("PATH=" + ":".join(self.path_prepend) + ":$PATH")
             parts.extend(f"{key}={shlex.quote(value)}" for key, value in self.env)
+            parts.extend(
+                f"{key}={shlex.quote(remote_cache.redact_template(template))}"
+                for key, template in self.secret_env
+            )
             parts.extend(shlex.quote(arg) for arg in self.argv)
             text = " ".join(parts)
         if self.only_if_exists:
@@ -111,7 +120,20 @@ def torch_env(spec: BuildSpec) -> dict[str, str]:
             "_GLIBCXX_USE_CXX11_ABI": str(spec.knobs["cxx_abi"]),
         }
     )
+    env.update(torch_ccache_env(spec)[0])
     return env
+
+
+def torch_ccache_env(spec: BuildSpec) -> tuple[dict[str, str], dict[str, str]]:
+    """ccache's base directory and remote storage: (plain, templated with a credential)."""
+    settings = remote_cache.RemoteCacheSettings.from_dict(spec.remote_cache)
+    # The work tree (out/<bundle>) holds the sources and the build environment: paths
+    # under it become relative, the same on every builder.
+    return remote_cache.ccache_env(settings, str(Path(spec.torch_src).parent.parent))
+
+
+def bazel_auth_rc_path(spec: BuildSpec) -> str:
+    return f"{spec.private_dir}/bazel-remote-auth.bazelrc"
 
 
 def torch_xla_env(spec: BuildSpec) -> dict[str, str]:
@@ -135,6 +157,9 @@ def torch_xla_env(spec: BuildSpec) -> dict[str, str]:
     )
     # BAZEL_REMOTE_CACHE=1 would select upstream's `--config=remote_cache`, which is
     # Google's own RBE instance; our cache goes into .bazelrc.user instead (see below).
+    # SILO_NAME stays unset: build_util.py then adds
+    # --remote_default_exec_properties=cache-silo-key=dev, the same on every builder, so
+    # their action keys (which include the exec properties) match.
     return env
 
 
@@ -154,13 +179,8 @@ def bazelrc_user(spec: BuildSpec) -> str:
         # external repositories instead of starting from nothing.
         f"startup --output_user_root={spec.bazel_output_root}",
     ]
-    if spec.bazel_remote_cache:
-        lines += [
-            f"build --remote_cache={spec.bazel_remote_cache}",
-            # upstream's .bazelrc says --noremote_upload_local_results for local builds;
-            # a builder fills the team cache, so it uploads.
-            "build --remote_upload_local_results",
-        ]
+    settings = remote_cache.RemoteCacheSettings.from_dict(spec.remote_cache)
+    lines += remote_cache.bazelrc_lines(settings, bazel_auth_rc_path(spec))
     return "\n".join(lines) + "\n"
 
 
@@ -174,6 +194,7 @@ def _pip_install_into_buildenv(
 def torch_steps(spec: BuildSpec) -> list[Step]:
     tmp = spec.torch_stage + ".tmp"
     env = _sorted_env(torch_env(spec))
+    secret_env = _sorted_env(torch_ccache_env(spec)[1])
     bin_dir = (f"{spec.buildenv}/bin",)
     py = spec.python
     return [
@@ -193,6 +214,7 @@ def torch_steps(spec: BuildSpec) -> list[Step]:
             env=env,
             cwd=spec.torch_src,
             path_prepend=bin_dir,
+            secret_env=secret_env,
         ),
         Step("finish torch stage", action="finish-stage", args=(tmp, spec.torch_stage, "torch")),
     ]
@@ -201,6 +223,20 @@ def torch_steps(spec: BuildSpec) -> list[Step]:
 def torch_xla_steps(spec: BuildSpec) -> list[Step]:
     tmp = spec.torch_xla_stage + ".tmp"
     env = _sorted_env(torch_xla_env(spec))
+    auth_rc = remote_cache.bazel_auth_rc(
+        remote_cache.RemoteCacheSettings.from_dict(spec.remote_cache)
+    )
+    auth_steps = (
+        [
+            Step(
+                "Bazel remote credentials (try-imported by .bazelrc.user)",
+                action="write-private-file",
+                args=(bazel_auth_rc_path(spec), auth_rc),
+            )
+        ]
+        if auth_rc
+        else []
+    )
     bin_dir = (f"{spec.buildenv}/bin",)
     py = spec.python
     return [
@@ -241,6 +277,7 @@ def torch_xla_steps(spec: BuildSpec) -> list[Step]:
             action="write-file",
             args=(f"{spec.torch_xla_tree}/.bazelrc.user", bazelrc_user(spec)),
         ),
+        *auth_steps,
         Step(
             "torch_xla wheel",
             (py, "setup.py", "bdist_wheel", "--dist-dir", tmp),

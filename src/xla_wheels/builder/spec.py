@@ -38,7 +38,6 @@ class BuildSpec:
     jobs: int
     knobs: dict[str, Any]
     bazel_disk_cache: str
-    bazel_remote_cache: str | None
     bazel_output_root: str
     ccache_dir: str
     pip_cache_dir: str
@@ -51,6 +50,10 @@ class BuildSpec:
     ship_pip_args: list[str]
     pipeline_src: str
     """Directory holding the ``xla_wheels`` package (mounted read-only at the same path)."""
+    remote_cache: dict[str, Any] = field(default_factory=dict)
+    """``RemoteCacheSettings.to_dict()``: URLs, role, header names; never a credential."""
+    private_dir: str = ""
+    """0700 directory for credential-bearing files (the secrets file, Bazel's auth rc)."""
     provenance: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:

@@ -22,7 +22,7 @@ from xla_wheels import log
 from xla_wheels.abi import ship as abi_ship
 from xla_wheels.abi.pairs import AbiMismatch
 from xla_wheels.builder import collect as collect_mod
-from xla_wheels.builder import recipes, stamp
+from xla_wheels.builder import recipes, remote_cache, stamp
 from xla_wheels.builder.config import BuildConfig
 from xla_wheels.builder.container import Engine, Mount, build_image_argv, make_engine
 from xla_wheels.builder.preflight import PreflightError, preflight
@@ -141,6 +141,14 @@ def compose(
         "cxx_abi": bundle.build.cxx_abi,
     }
     toolchain = config.image if config.mode == "container" else f"host:{config.host_python}"
+    # The remote caches are deliberately not stage inputs: Bazel's action cache and
+    # ccache are content addressed (an action's digest covers its command, environment
+    # and input files; ccache hashes the preprocessed source and the compiler command),
+    # so a hit yields the bytes a local compile of the same inputs yields. Their URLs,
+    # the role and the credentials say where results come from, not what they are; a key
+    # over them would rebuild every wheel when a cache moves or a token rotates (and a
+    # key over a credential would be a way to guess it). Trust in what the cache holds is
+    # the one-writer policy's job (remote_cache.py).
     keys: dict[str, str] | None = None
     if all(commits.get(name) for name in bundle.components):
         torch_key = stage_key(
@@ -214,7 +222,6 @@ def compose(
         jobs=config.jobs,
         knobs=knobs,
         bazel_disk_cache=str(config.disk_cache(cache)),
-        bazel_remote_cache=config.bazel_remote_cache,
         bazel_output_root=str(cache / "bazel-root"),
         ccache_dir=str(cache / "ccache"),
         pip_cache_dir=str(cache / "pip"),
@@ -226,6 +233,8 @@ def compose(
         ship_check=config.ship_check,
         ship_pip_args=list(config.ship_pip_args),
         pipeline_src=str(pipeline_src()),
+        remote_cache=config.remote_cache.settings.to_dict(),
+        private_dir=str(work / "private"),
         provenance=provenance,
     )
     return spec, keys
@@ -276,8 +285,32 @@ def mounts(run: BuildRun, extra: tuple[Path, ...] = ()) -> list[Mount]:
     return result
 
 
+def secrets_path(run: BuildRun) -> Path:
+    return Path(run.spec.private_dir) / "secrets.json"
+
+
+@contextmanager
+def secrets_for_build(run: BuildRun) -> Iterator[None]:
+    """The credentials in a 0600 file for the builder while it runs, then removed (with
+    the Bazel auth rc the recipe writes next to it), whether the build passed or not."""
+    secrets = run.config.remote_cache.secret_values()
+    if not secrets:
+        yield
+        return
+    path = secrets_path(run)
+    remote_cache.write_secrets_file(path, secrets)
+    try:
+        yield
+    finally:
+        for name in (path.name, Path(recipes.bazel_auth_rc_path(run.spec)).name):
+            (path.parent / name).unlink(missing_ok=True)
+
+
 def engine_for(run: BuildRun, extra: tuple[Path, ...] = ()) -> Engine:
     env = {"PYTHONPATH": run.spec.pipeline_src, "PYTHONDONTWRITEBYTECODE": "1"}
+    if run.config.remote_cache.secrets and not extra:
+        # A path, not a credential: the builder reads the values from the file.
+        env[remote_cache.ENV_SECRETS_FILE] = str(secrets_path(run))
     return make_engine(
         run.config.mode, run.config.engine, run.config.image, mounts(run, extra), env
     )
@@ -307,7 +340,7 @@ def build(run: BuildRun) -> None:
     _ensure_dirs(run)
     run.spec.write(run.spec_path)
     log.info(f"build spec: {run.spec_path}")
-    with engine_for(run) as engine:
+    with secrets_for_build(run), engine_for(run) as engine:
         for name in todo:
             with timed(run, f"build: {name}"):
                 code = engine.call(entry_argv(run, name))
@@ -396,8 +429,18 @@ def plan_stages(
     setup_facts = [
         f"openxla {commits['openxla'] or bundle.component('openxla').commit or 'UNPINNED'}"
         " replaces torch_xla's WORKSPACE pin via --override_repository (.bazelrc.user)",
-        f"bazel disk cache {spec.bazel_disk_cache}"
-        + (f", remote cache {spec.bazel_remote_cache}" if spec.bazel_remote_cache else ""),
+        f"bazel disk cache {spec.bazel_disk_cache}",
+        remote_cache.describe(config.remote_cache.settings)
+        + f" (from {config.remote_cache.source})",
+        *(
+            [
+                f"credentials ({', '.join(key for key, _ in config.remote_cache.secrets)}): "
+                f"written to {secrets_path(run)} (mode 0600) for the build, removed after; "
+                f"shown here as {remote_cache.REDACTED}"
+            ]
+            if config.remote_cache.secrets
+            else []
+        ),
         f"logs {spec.logs}/<recipe>.log; spec {run.spec_path}",
     ]
     if config.mode == "container":
