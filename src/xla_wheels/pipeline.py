@@ -16,11 +16,12 @@ from xla_wheels.builder import stage as build_stage
 from xla_wheels.builder.config import BuildConfig
 from xla_wheels.bundle import Bundle, load_bundle
 from xla_wheels.errors import SourceError
+from xla_wheels.gitutil import RUN_ENV, RUN_OPTIONS, GitRunner, run_command
 from xla_wheels.lockfile import update_bundle_entry
 from xla_wheels.options import PipelineOptions
 from xla_wheels.patches import AppliedSeries, apply_series, describe_series, write_state
 from xla_wheels.plan import PlannedCommand, PlannedStage
-from xla_wheels.sources import CheckedOutSource, SourceCache, effective_remote, fetch_sources
+from xla_wheels.sources import CheckedOutSource, SourceCache, fetch_sources, plan_commands
 
 
 @dataclass(frozen=True)
@@ -36,8 +37,10 @@ def work_dir(options: PipelineOptions, bundle: Bundle) -> Path:
     return options.out_dir / bundle.name
 
 
-def run_sources(options: PipelineOptions, bundle: Bundle) -> dict[str, CheckedOutSource]:
-    cache = SourceCache(options.source_cache, options.mirror)
+def run_sources(
+    options: PipelineOptions, bundle: Bundle, runner: GitRunner = run_command
+) -> dict[str, CheckedOutSource]:
+    cache = SourceCache(options.source_cache, options.mirror, runner)
     return fetch_sources(bundle, cache, work_dir(options, bundle) / "src")
 
 
@@ -126,7 +129,13 @@ def plan(
         )
     ]
     source_commands: list[PlannedCommand] = []
-    source_facts: list[str] = []
+    source_facts: list[str] = [
+        "git runs with "
+        + " ".join(RUN_OPTIONS)
+        + " and "
+        + " ".join(f"{key}={value}" for key, value in RUN_ENV.items()),
+        "commands for a cold cache; <placeholders> are discovered at run time",
+    ]
     for component in bundle.components.values():
         if component.commit is None:
             source_facts.append(f"{component.name}: UNPINNED ({component.unpinned_reason})")
@@ -135,47 +144,7 @@ def plan(
         source_facts.append(
             f"{component.name}: {component.commit} ({kind}) from {component.remote}"
         )
-        repo = cache.repo_for(component)
-        try:
-            url = effective_remote(component.remote, options.mirror)
-        except SourceError as error:
-            url = f"<{error.message}>"
-        source_commands += [
-            PlannedCommand(("git", "init", "--bare", str(repo)), note="once per machine"),
-            PlannedCommand(
-                ("git", f"--git-dir={repo}", "fetch", "--no-tags", url, component.commit),
-                note="skipped when the cache has the commit",
-            ),
-            PlannedCommand(
-                (
-                    "git",
-                    f"--git-dir={repo}",
-                    "worktree",
-                    "add",
-                    "--detach",
-                    str(src / component.name),
-                    component.commit,
-                ),
-            ),
-        ]
-        if component.submodules:
-            source_commands.append(
-                PlannedCommand(
-                    (
-                        "git",
-                        "-c",
-                        "submodule.<name>.url=<cache>/modules/<repo>.git",
-                        "submodule",
-                        "update",
-                        "--init",
-                        "--",
-                        "<path>",
-                    ),
-                    cwd=str(src / component.name),
-                    note="for each submodule, recursively, after fetching its recorded commit "
-                    f"into {cache.root / 'modules'} (once per machine)",
-                )
-            )
+        source_commands += plan_commands(component, cache, src / component.name)
     stages.append(PlannedStage("sources", tuple(source_facts), tuple(source_commands)))
     patch_commands = []
     patch_facts = []
@@ -192,5 +161,10 @@ def plan(
                 )
             )
     stages.append(PlannedStage("patches", tuple(patch_facts), tuple(patch_commands)))
-    stages.extend(build_stage.plan_stages(options, bundle, build_config or BuildConfig()))
-    return stages
+    config = build_config or BuildConfig()
+    # Preflight runs first (before anything is fetched), so the plan lists it first.
+    return [
+        build_stage.plan_preflight(options, bundle, config),
+        *stages,
+        *build_stage.plan_stages(options, bundle, config),
+    ]

@@ -23,7 +23,7 @@ from xla_wheels.builder import collect as collect_mod
 from xla_wheels.builder import recipes, stamp
 from xla_wheels.builder.config import BuildConfig
 from xla_wheels.builder.container import Engine, Mount, build_image_argv, make_engine
-from xla_wheels.builder.preflight import PreflightError, preflight
+from xla_wheels.builder.preflight import PreflightError, planned_preflight, preflight
 from xla_wheels.builder.spec import BuildSpec, stage_key
 from xla_wheels.bundle import Bundle
 from xla_wheels.errors import PipelineError
@@ -350,29 +350,22 @@ def report_timings(run: BuildRun) -> None:
         log.info(f"  {name:<24} {log.format_duration(seconds):>8}  {status}")
 
 
+def plan_preflight(options: PipelineOptions, bundle: Bundle, config: BuildConfig) -> PlannedStage:
+    """Preflight as :func:`prepare` runs it: same check list, same ``need_sources``."""
+    commits = known_commits(options, bundle)
+    spec, keys = compose(options, bundle, config, commits)
+    run = BuildRun(options, bundle, config, commits, spec, keys)
+    return planned_preflight(options, bundle, config, need_sources=not run.all_cached)
+
+
 def plan_stages(
     options: PipelineOptions, bundle: Bundle, config: BuildConfig
 ) -> list[PlannedStage]:
-    """preflight, build and collect as the run will execute them."""
+    """build and collect as the run will execute them (preflight: :func:`plan_preflight`)."""
 
     commits = known_commits(options, bundle)
     spec, keys = compose(options, bundle, config, commits)
     run = BuildRun(options, bundle, config, commits, spec, keys)
-    where = (
-        f"engine {config.engine}, image {config.image}"
-        if config.mode == "container"
-        else f"host, {config.host_python}"
-    )
-    pre = PlannedStage(
-        "preflight",
-        facts=(
-            f"mode {config.mode} ({where}), jobs {config.jobs}",
-            "checks, in parallel, reported together: pins resolvable; each remote not in "
-            f"the source cache answers `git ls-remote` within {config.remote_timeout:.0f}s "
-            f"(or MIRROR); engine and image; disk >= {config.min_disk_gib:.0f} GiB; memory "
-            f">= {config.mem_base_gib + config.jobs * config.mem_per_job_gib:.0f} GiB",
-        ),
-    )
     engine = engine_for(run)
 
     def line(argv: list[str], note: str = "") -> str:
@@ -395,7 +388,7 @@ def plan_stages(
     start = engine.start_argv()
     if start:
         setup_facts.append(line(start))
-    stages = [pre, PlannedStage("build: builder", tuple(setup_facts))]
+    stages = [PlannedStage("build: builder", tuple(setup_facts))]
     versions = {"torch": spec.torch_version, "torch_xla": spec.torch_xla_version}
     for name in RECIPES:
         state = "cached: skipped" if run.cached(name) else "built"
