@@ -7,7 +7,7 @@ pypiserver on 127.0.0.1 with an htpasswd file generated here, stopped by its fix
 
 from __future__ import annotations
 
-import json
+import hashlib
 import os
 import shutil
 import socket
@@ -26,6 +26,13 @@ import pytest
 from tests.gitrepos import REPO_ROOT
 from xla_wheels.bundle import load_bundle
 from xla_wheels.lockfile import WheelRecord, file_sha256, record_wheels, update_bundle_entry
+from xla_wheels.patches import series_digest
+from xla_wheels.provenance import (
+    PROVENANCE_NAME,
+    BuildSettings,
+    ComponentProvenance,
+    Provenance,
+)
 
 BUNDLE = "pub-1"
 TORCH_SHA = "21fec65781bebe867faf209f89bb687ffd236ca4"
@@ -84,15 +91,29 @@ def build_wheel(
     return wheel
 
 
-def provenance(bundle: str = BUNDLE) -> dict[str, object]:
-    return {
-        "bundle": bundle,
-        "components": {
-            "torch": {"commit": TORCH_SHA},
-            "torch_xla": {"commit": XLA_SHA},
-            "openxla": {"commit": OPENXLA_SHA},
+def provenance(bundle: str = BUNDLE) -> Provenance:
+    """What the build stage would stamp into torch_xla for the default publish project."""
+    manifest = manifest_text(bundle)
+    return Provenance(
+        bundle=bundle,
+        manifest_sha256=hashlib.sha256(manifest.encode()).hexdigest(),
+        built_by="xla-wheels tests",
+        build=BuildSettings(mode="host", engine="host", image=None, knobs={}),
+        components={
+            name: ComponentProvenance(
+                remote=f"https://example.invalid/{name}.git",
+                commit=sha,
+                version=None,
+                patches=(),
+                series_sha256=series_digest([]),
+            )
+            for name, sha in (
+                ("torch", TORCH_SHA),
+                ("torch_xla", XLA_SHA),
+                ("openxla", OPENXLA_SHA),
+            )
         },
-    }
+    )
 
 
 @dataclass(frozen=True)
@@ -111,7 +132,7 @@ def build_fake_wheels(workdir: Path, *, with_provenance: bool = True) -> FakeWhe
     )
     files = {"__init__.py": f'import torch  # noqa\n__version__ = "{XLA_VERSION}"\n'}
     if with_provenance:
-        files["_xla_wheels_provenance.json"] = json.dumps(provenance(), indent=2)
+        files[PROVENANCE_NAME] = provenance().to_bytes().decode()
     torch_xla = build_wheel(
         workdir, "torch_xla", XLA_VERSION, "torch_xla", files, [f"torch=={TORCH_VERSION}"]
     )
@@ -123,14 +144,9 @@ def fake_wheels(tmp_path_factory: pytest.TempPathFactory) -> FakeWheels:
     return build_fake_wheels(tmp_path_factory.mktemp("fake-wheels"))
 
 
-def make_publish_project(
-    root: Path, wheels: list[Path], *, bundle: str = BUNDLE, runtime: str = "",
-    python: str = "3.11", xla_version: str = "2.9.0",
-) -> Path:  # fmt: skip
-    """A project root whose lock records ``wheels`` (copied into dist/<bundle>/)."""
-    project = root / "project"
-    (project / "build" / "bundles").mkdir(parents=True)
-    (project / "patches").mkdir()
+def manifest_text(
+    bundle: str = BUNDLE, *, runtime: str = "", python: str = "3.11", xla_version: str = "2.9.0"
+) -> str:
     blocks = [f'[bundle]\nname = "{bundle}"\ndescription = "publish test"\npython = "{python}"\n']
     for component, sha, version in (
         ("torch", TORCH_SHA, "2.9.0a0"),
@@ -143,7 +159,19 @@ def make_publish_project(
         )
     if runtime:
         blocks.append(runtime)
-    (project / "build" / "bundles" / f"{bundle}.toml").write_text("\n".join(blocks))
+    return "\n".join(blocks)
+
+
+def make_publish_project(
+    root: Path, wheels: list[Path], *, bundle: str = BUNDLE, runtime: str = "",
+    python: str = "3.11", xla_version: str = "2.9.0",
+) -> Path:  # fmt: skip
+    """A project root whose lock records ``wheels`` (copied into dist/<bundle>/)."""
+    project = root / "project"
+    (project / "build" / "bundles").mkdir(parents=True)
+    (project / "patches").mkdir()
+    text = manifest_text(bundle, runtime=runtime, python=python, xla_version=xla_version)
+    (project / "build" / "bundles" / f"{bundle}.toml").write_text(text)
     loaded = load_bundle(project, bundle)
     resolved: dict[str, str | None] = {c.name: c.commit for c in loaded.components.values()}
     update_bundle_entry(project / "wheels.lock", loaded, resolved, project)

@@ -15,7 +15,6 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import xla_wheels
 from xla_wheels import log
@@ -31,6 +30,7 @@ from xla_wheels.lockfile import file_sha256
 from xla_wheels.options import PipelineOptions
 from xla_wheels.patches import describe_series, series_digest
 from xla_wheels.plan import PlannedCommand, PlannedStage
+from xla_wheels.provenance import BuildSettings, ComponentProvenance, PatchDigest, Provenance
 from xla_wheels.sources import CheckedOutSource, SourceCache
 from xla_wheels.sources import known_commits as sources_known_commits
 
@@ -175,27 +175,27 @@ def compose(
         suffix = keys[name][:16] if keys else "KEY-AFTER-SOURCES"
         return str(stages / f"{name}-{suffix}")
 
-    provenance: dict[str, Any] = {
-        "bundle": bundle.name,
-        "manifest_sha256": bundle.manifest_sha256,
-        "built_by": f"xla-wheels {xla_wheels.__version__}",
-        "build": {
-            "mode": config.mode,
-            "engine": config.engine if config.mode == "container" else "host",
-            "image": config.image if config.mode == "container" else None,
-            "knobs": knobs,
-        },
-        "components": {
-            name: {
-                "remote": bundle.component(name).remote,
-                "commit": pins[name],
-                "version": bundle.component(name).version,
-                "patches": series[name][0],
-                "series_sha256": series[name][1],
-            }
+    provenance = Provenance(
+        bundle=bundle.name,
+        manifest_sha256=bundle.manifest_sha256,
+        built_by=f"xla-wheels {xla_wheels.__version__}",
+        build=BuildSettings(
+            mode=config.mode,
+            engine=config.engine if config.mode == "container" else "host",
+            image=config.image if config.mode == "container" else None,
+            knobs=knobs,
+        ),
+        components={
+            name: ComponentProvenance(
+                remote=bundle.component(name).remote,
+                commit=pins[name],
+                version=bundle.component(name).version,
+                patches=tuple(PatchDigest(p["path"], p["sha256"]) for p in series[name][0]),
+                series_sha256=series[name][1],
+            )
             for name in bundle.components
         },
-    }
+    )
     spec = BuildSpec(
         bundle=bundle.name,
         python=config.python,
@@ -224,7 +224,7 @@ def compose(
         ship_check=config.ship_check,
         ship_pip_args=list(config.ship_pip_args),
         pipeline_src=str(pipeline_src()),
-        provenance=provenance,
+        provenance=provenance.to_json(),
     )
     return spec, keys
 

@@ -89,7 +89,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     options = options_from_args(args)
     bundle = load_bundle(options.root, args.bundle)
     python = args.python or shutil.which("python3") or sys.executable
-    entry = read_lock(options.lock_path)["bundles"].get(bundle.name)
+    entry = read_lock(options.lock_path).bundles.get(bundle.name)
     report = doctor.run_doctor(bundle, python, entry, os.environ, args.role)
     print(report.render())
     doctor.ensure_healthy(report)
