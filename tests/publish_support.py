@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import bundles
+from tests.bundles import Pin
 from tests.gitrepos import REPO_ROOT
 from xla_wheels.bundle import load_bundle
 from xla_wheels.lockfile import WheelRecord, file_sha256, record_wheels, update_bundle_entry
@@ -147,19 +149,17 @@ def fake_wheels(tmp_path_factory: pytest.TempPathFactory) -> FakeWheels:
 def manifest_text(
     bundle: str = BUNDLE, *, runtime: str = "", python: str = "3.11", xla_version: str = "2.9.0"
 ) -> str:
-    blocks = [f'[bundle]\nname = "{bundle}"\ndescription = "publish test"\npython = "{python}"\n']
-    for component, sha, version in (
-        ("torch", TORCH_SHA, "2.9.0a0"),
-        ("torch_xla", XLA_SHA, xla_version),
-        ("openxla", OPENXLA_SHA, None),
-    ):
-        blocks.append(
-            f'[components.{component}]\nremote = "https://example.invalid/{component}.git"\n'
-            f'commit = "{sha}"\n' + (f'version = "{version}"\n' if version else "")
+    pins = {
+        component: Pin(f"https://example.invalid/{component}.git", sha, version, submodules=None)
+        for component, sha, version in (
+            ("torch", TORCH_SHA, "2.9.0a0"),
+            ("torch_xla", XLA_SHA, xla_version),
+            ("openxla", OPENXLA_SHA, None),
         )
-    if runtime:
-        blocks.append(runtime)
-    return "\n".join(blocks)
+    }
+    return bundles.manifest_text(
+        bundle, pins, python=python, description="publish test", runtime=runtime
+    )
 
 
 def make_publish_project(

@@ -121,3 +121,22 @@ def test_the_lock_in_the_repository_matches_the_bundles() -> None:
     from tests.gitrepos import REPO_ROOT
 
     assert check_lock(REPO_ROOT, REPO_ROOT / "wheels.lock") == []
+
+
+def test_bundles_are_written_in_name_order_whatever_order_they_were_locked(
+    tmp_path: Path, upstreams: dict[str, Upstream]
+) -> None:
+    project = make_project(tmp_path, upstreams, bundle="zeta")
+    make_project(tmp_path, upstreams, bundle="alpha")
+
+    def lock_in(order: list[str], lock_path: Path) -> bytes:
+        for name in order:
+            bundle = load_bundle(project, name)
+            resolved = {n: c.commit for n, c in bundle.components.items()}
+            update_bundle_entry(lock_path, bundle, resolved, project)
+        return lock_path.read_bytes()
+
+    zeta_first = lock_in(["zeta", "alpha"], tmp_path / "one.lock")
+    alpha_first = lock_in(["alpha", "zeta"], tmp_path / "two.lock")
+    assert zeta_first.index(b"[bundles.alpha]") < zeta_first.index(b"[bundles.zeta]")
+    assert zeta_first == alpha_first

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 from xla_wheels import log
 from xla_wheels.builder import stage as build_stage
@@ -17,6 +16,7 @@ from xla_wheels.builder.config import BuildConfig
 from xla_wheels.bundle import Bundle, load_bundle
 from xla_wheels.errors import SourceError
 from xla_wheels.gitutil import RUN_ENV, RUN_OPTIONS, GitRunner, run_command
+from xla_wheels.layout import BundleLayout
 from xla_wheels.lockfile import update_bundle_entry
 from xla_wheels.options import PipelineOptions
 from xla_wheels.patches import AppliedSeries, apply_series, describe_series, write_state
@@ -33,15 +33,11 @@ class PatchedSources:
     series: Mapping[str, AppliedSeries]
 
 
-def work_dir(options: PipelineOptions, bundle: Bundle) -> Path:
-    return options.out_dir / bundle.name
-
-
 def run_sources(
     options: PipelineOptions, bundle: Bundle, runner: GitRunner = run_command
 ) -> dict[str, CheckedOutSource]:
     cache = SourceCache(options.source_cache, options.mirror, runner)
-    return fetch_sources(bundle, cache, work_dir(options, bundle) / "src")
+    return fetch_sources(bundle, cache, BundleLayout.of(options, bundle.name).src)
 
 
 def run_patches(bundle: Bundle, sources: Mapping[str, CheckedOutSource]) -> PatchedSources:
@@ -112,7 +108,7 @@ def plan(
 ) -> list[PlannedStage]:
     """Every stage, every command with its environment, every pin and patch digest."""
     cache = SourceCache(options.source_cache, options.mirror)
-    src = work_dir(options, bundle) / "src"
+    layout = BundleLayout.of(options, bundle.name)
     stages = [
         PlannedStage(
             "resolve",
@@ -144,7 +140,7 @@ def plan(
         source_facts.append(
             f"{component.name}: {component.commit} ({kind}) from {component.remote}"
         )
-        source_commands += plan_commands(component, cache, src / component.name)
+        source_commands += plan_commands(component, cache, layout.worktree(component.name))
     stages.append(PlannedStage("sources", tuple(source_facts), tuple(source_commands)))
     patch_commands = []
     patch_facts = []
@@ -156,7 +152,7 @@ def plan(
             patch_commands.append(
                 PlannedCommand(
                     ("git", "apply", str(options.root / "patches" / patch.relpath)),
-                    cwd=str(src / component.name),
+                    cwd=str(layout.worktree(component.name)),
                     note=f"sha256:{patch.sha256}",
                 )
             )

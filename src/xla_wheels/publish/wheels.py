@@ -28,10 +28,6 @@ class LocalWheel:
         return self.record.sha256
 
 
-def dist_dir(root: Path, bundle_name: str, override: Path | None = None) -> Path:
-    return (override or root / "dist") / bundle_name
-
-
 def bundle_entry(lock_path: Path, bundle_name: str) -> BundleEntry:
     entry = read_lock(lock_path).bundles.get(bundle_name)
     if entry is None:
