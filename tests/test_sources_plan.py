@@ -1,4 +1,4 @@
-"""The dry-run plan of the sources stage is the list of commands the stage executes."""
+"""The dry-run plan of the sources stage and of preflight is what they execute."""
 
 from __future__ import annotations
 
@@ -7,11 +7,14 @@ import subprocess
 from pathlib import Path
 
 from tests.gitrepos import Upstream, git, make_project, make_upstream
+from xla_wheels.builder.config import BuildConfig
+from xla_wheels.builder.preflight import checks, run_checks
 from xla_wheels.bundle import load_bundle
 from xla_wheels.gitutil import run_command
 from xla_wheels.options import PipelineOptions
 from xla_wheels.pipeline import plan, run_sources
 from xla_wheels.plan import PlannedCommand
+from xla_wheels.sources import SourceCache
 
 Recorded = tuple[tuple[str, ...], str | None, dict[str, str]]
 
@@ -99,3 +102,31 @@ def test_the_sources_stage_executes_exactly_the_commands_the_plan_prints(
     assert len([c for c in executed if c[0][2:4] == ("worktree", "add")]) == 3
     assert (project / "out/test-1/src/torch/third_party/lib/src/runtime.cc").is_file()
     assert "<" not in " ".join(arg for command in executed for arg in command[0])
+
+
+def test_preflight_comes_first_and_runs_the_checks_and_commands_the_plan_lists(
+    tmp_path, upstreams
+) -> None:
+    project = make_project(tmp_path, upstreams)
+    options = PipelineOptions(
+        root=project, cache_dir=tmp_path / "cache", out_dir=project / "out", mirror=None,
+        dry_run=False,
+    )  # fmt: skip
+    bundle = load_bundle(project, "test-1")
+    config = BuildConfig(mode="host", host_tools=("git", "no-such-tool-here"), min_disk_gib=0)
+    stages = plan(options, bundle, config)
+    # The run order: preflight (before anything is fetched), resolve, sources, patches...
+    assert [stage.name for stage in stages[:4]] == ["preflight", "resolve", "sources", "patches"]
+    listed = [fact.strip().split(":")[0] for fact in stages[0].facts if fact.startswith("  ")]
+
+    recorder = Recorder()
+    found = checks(options, bundle, config, cache=SourceCache(options.source_cache, None, recorder))
+    blockers = run_checks(found)
+    assert listed == [check.name for check in found]
+    assert "host mode: `no-such-tool-here` is not on PATH" in blockers
+    # Cold cache: each remote is asked, with exactly the command the plan printed (the
+    # checks run in parallel threads, so the order they finish in is not the plan's).
+    assert sorted(map(_comparable, recorder.commands), key=repr) == sorted(
+        map(_comparable, stages[0].commands), key=repr
+    )
+    assert len(recorder.commands) == 3
