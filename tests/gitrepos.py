@@ -5,8 +5,11 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import textwrap
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.bundles import LIBTPU_RUNTIME, Pin, write_bundle
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -21,16 +24,16 @@ GIT_ENV = {
 }
 
 
-def git(cwd: Path, *args: str) -> str:
+def git(cwd: Path, *args: str, env: Mapping[str, str] | None = None) -> str:
     """Run git; output without surrounding white space (use ``git_raw`` for diffs)."""
-    return git_raw(cwd, *args).strip()
+    return git_raw(cwd, *args, env=env).strip()
 
 
-def git_raw(cwd: Path, *args: str) -> str:
+def git_raw(cwd: Path, *args: str, env: Mapping[str, str] | None = None) -> str:
     result = subprocess.run(
         ["git", "-c", "protocol.file.allow=always", "-c", "init.defaultBranch=main", *args],
         cwd=cwd,
-        env=GIT_ENV,
+        env={**GIT_ENV, **(env or {})},
         text=True,
         capture_output=True,
         check=False,
@@ -38,6 +41,25 @@ def git_raw(cwd: Path, *args: str) -> str:
     if result.returncode != 0:
         raise AssertionError(f"git {' '.join(args)} failed: {result.stderr}")
     return result.stdout
+
+
+def make_repo(
+    path: Path,
+    files: Mapping[str, str],
+    message: str = "initial",
+    *,
+    env: Mapping[str, str] | None = None,
+) -> str:
+    """A new repository at ``path`` with ``files`` (path -> text) in one commit; its SHA."""
+    path.mkdir(parents=True)
+    git(path, "init", "-q", env=env)
+    for name, text in files.items():
+        target = path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    git(path, "add", "-A", env=env)
+    git(path, "commit", "-q", "-m", message, env=env)
+    return git(path, "rev-parse", "HEAD", env=env)
 
 
 @dataclass
@@ -140,10 +162,9 @@ def make_project(
     ``patches`` maps component -> {file name under patches/<component>/: text}.
     """
     project = root / "project"
-    (project / "build" / "bundles").mkdir(parents=True, exist_ok=True)
     patches = patches or {}
     commits = commits or {}
-    blocks = [f'[bundle]\nname = "{bundle}"\ndescription = "test"\npython = "3.11"\n']
+    pins = {}
     for component in ("torch", "torch_xla", "openxla"):
         upstream = upstreams[component]
         names = []
@@ -151,14 +172,13 @@ def make_project(
             target = project / "patches" / component / file_name
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text)
-            names.append(f'"{component}/{file_name}"')
-        version = "" if component == "openxla" else 'version = "2.9.0"\n'
-        commit = commits.get(component, upstream.commits[-1])
-        blocks.append(
-            f"[components.{component}]\nremote = \"{upstream.url}\"\ncommit = \"{commit}\"\n"
-            f"{version}submodules = false\npatches = [{', '.join(names)}]\n"
+            names.append(f"{component}/{file_name}")
+        pins[component] = Pin(
+            remote=upstream.url,
+            commit=commits.get(component, upstream.commits[-1]),
+            version=None if component == "openxla" else "2.9.0",
+            patches=names,
         )
-    blocks.append('[runtime.libtpu]\nminimum = "0.0.24"\npreferred = "0.0.36"\n')
-    (project / "build" / "bundles" / f"{bundle}.toml").write_text("\n".join(blocks))
+    write_bundle(project, bundle, pins, runtime=LIBTPU_RUNTIME)
     (project / "patches").mkdir(exist_ok=True)
     return project

@@ -7,7 +7,7 @@ pypiserver on 127.0.0.1 with an htpasswd file generated here, stopped by its fix
 
 from __future__ import annotations
 
-import json
+import hashlib
 import os
 import shutil
 import socket
@@ -23,9 +23,18 @@ from pathlib import Path
 
 import pytest
 
+from tests import bundles
+from tests.bundles import Pin
 from tests.gitrepos import REPO_ROOT
 from xla_wheels.bundle import load_bundle
 from xla_wheels.lockfile import WheelRecord, file_sha256, record_wheels, update_bundle_entry
+from xla_wheels.patches import series_digest
+from xla_wheels.provenance import (
+    PROVENANCE_NAME,
+    BuildSettings,
+    ComponentProvenance,
+    Provenance,
+)
 
 BUNDLE = "pub-1"
 TORCH_SHA = "21fec65781bebe867faf209f89bb687ffd236ca4"
@@ -84,15 +93,29 @@ def build_wheel(
     return wheel
 
 
-def provenance(bundle: str = BUNDLE) -> dict[str, object]:
-    return {
-        "bundle": bundle,
-        "components": {
-            "torch": {"commit": TORCH_SHA},
-            "torch_xla": {"commit": XLA_SHA},
-            "openxla": {"commit": OPENXLA_SHA},
+def provenance(bundle: str = BUNDLE) -> Provenance:
+    """What the build stage would stamp into torch_xla for the default publish project."""
+    manifest = manifest_text(bundle)
+    return Provenance(
+        bundle=bundle,
+        manifest_sha256=hashlib.sha256(manifest.encode()).hexdigest(),
+        built_by="xla-wheels tests",
+        build=BuildSettings(mode="host", engine="host", image=None, knobs={}),
+        components={
+            name: ComponentProvenance(
+                remote=f"https://example.invalid/{name}.git",
+                commit=sha,
+                version=None,
+                patches=(),
+                series_sha256=series_digest([]),
+            )
+            for name, sha in (
+                ("torch", TORCH_SHA),
+                ("torch_xla", XLA_SHA),
+                ("openxla", OPENXLA_SHA),
+            )
         },
-    }
+    )
 
 
 @dataclass(frozen=True)
@@ -111,7 +134,7 @@ def build_fake_wheels(workdir: Path, *, with_provenance: bool = True) -> FakeWhe
     )
     files = {"__init__.py": f'import torch  # noqa\n__version__ = "{XLA_VERSION}"\n'}
     if with_provenance:
-        files["_xla_wheels_provenance.json"] = json.dumps(provenance(), indent=2)
+        files[PROVENANCE_NAME] = provenance().to_bytes().decode()
     torch_xla = build_wheel(
         workdir, "torch_xla", XLA_VERSION, "torch_xla", files, [f"torch=={TORCH_VERSION}"]
     )
@@ -123,6 +146,22 @@ def fake_wheels(tmp_path_factory: pytest.TempPathFactory) -> FakeWheels:
     return build_fake_wheels(tmp_path_factory.mktemp("fake-wheels"))
 
 
+def manifest_text(
+    bundle: str = BUNDLE, *, runtime: str = "", python: str = "3.11", xla_version: str = "2.9.0"
+) -> str:
+    pins = {
+        component: Pin(f"https://example.invalid/{component}.git", sha, version, submodules=None)
+        for component, sha, version in (
+            ("torch", TORCH_SHA, "2.9.0a0"),
+            ("torch_xla", XLA_SHA, xla_version),
+            ("openxla", OPENXLA_SHA, None),
+        )
+    }
+    return bundles.manifest_text(
+        bundle, pins, python=python, description="publish test", runtime=runtime
+    )
+
+
 def make_publish_project(
     root: Path, wheels: list[Path], *, bundle: str = BUNDLE, runtime: str = "",
     python: str = "3.11", xla_version: str = "2.9.0",
@@ -131,19 +170,8 @@ def make_publish_project(
     project = root / "project"
     (project / "build" / "bundles").mkdir(parents=True)
     (project / "patches").mkdir()
-    blocks = [f'[bundle]\nname = "{bundle}"\ndescription = "publish test"\npython = "{python}"\n']
-    for component, sha, version in (
-        ("torch", TORCH_SHA, "2.9.0a0"),
-        ("torch_xla", XLA_SHA, xla_version),
-        ("openxla", OPENXLA_SHA, None),
-    ):
-        blocks.append(
-            f'[components.{component}]\nremote = "https://example.invalid/{component}.git"\n'
-            f'commit = "{sha}"\n' + (f'version = "{version}"\n' if version else "")
-        )
-    if runtime:
-        blocks.append(runtime)
-    (project / "build" / "bundles" / f"{bundle}.toml").write_text("\n".join(blocks))
+    text = manifest_text(bundle, runtime=runtime, python=python, xla_version=xla_version)
+    (project / "build" / "bundles" / f"{bundle}.toml").write_text(text)
     loaded = load_bundle(project, bundle)
     resolved: dict[str, str | None] = {c.name: c.commit for c in loaded.components.values()}
     update_bundle_entry(project / "wheels.lock", loaded, resolved, project)

@@ -16,13 +16,13 @@ so the ship check below passes only for a patched build.
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.bundles import Pin, write_bundle
+from tests.gitrepos import git, make_repo
 
 PYTHON_MINOR = f"{sys.version_info[0]}.{sys.version_info[1]}"
 
@@ -140,31 +140,16 @@ http_archive(
 CORE_H = "// synthetic OpenXLA core\nint api_version = 1;\n"
 
 
-def git(*args: str, cwd: Path) -> str:
-    env = {
-        **os.environ,
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@example.invalid",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@example.invalid",
-        "GIT_AUTHOR_DATE": "2025-01-01T00:00:00Z",
-        "GIT_COMMITTER_DATE": "2025-01-01T00:00:00Z",
-    }
-    return subprocess.run(
-        ["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True
-    ).stdout.strip()
+# Fixed dates: the synthetic commits are the same on every run.
+SYNTHETIC_DATES = {
+    "GIT_AUTHOR_DATE": "2025-01-01T00:00:00Z",
+    "GIT_COMMITTER_DATE": "2025-01-01T00:00:00Z",
+}
 
 
 def _repo(path: Path, files: dict[str, str]) -> str:
-    path.mkdir(parents=True)
-    git("init", "--quiet", "--initial-branch=main", cwd=path)
-    for name, text in files.items():
-        target = path / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(textwrap.dedent(text).lstrip("\n"))
-    git("add", "-A", cwd=path)
-    git("commit", "--quiet", "-m", "synthetic", cwd=path)
-    return git("rev-parse", "HEAD", cwd=path)
+    texts = {name: textwrap.dedent(text).lstrip("\n") for name, text in files.items()}
+    return make_repo(path, texts, "synthetic", env=SYNTHETIC_DATES)
 
 
 def make_patch(
@@ -173,8 +158,8 @@ def make_patch(
     """A patch in the pipeline's format (header + git diff), made with real git."""
     for name, text in edits.items():
         (repo / name).write_text(text)
-    diff = git("diff", cwd=repo)
-    git("checkout", "--quiet", "--", ".", cwd=repo)
+    diff = git(repo, "diff", env=SYNTHETIC_DATES)
+    git(repo, "checkout", "--quiet", "--", ".", env=SYNTHETIC_DATES)
     header = (
         f"Subject: {subject}\nComponent: {component}\nBase: {commit}\n"
         "Fixes: synthetic defect\nWhy: test data for the build stage\n"
@@ -207,43 +192,36 @@ class Synthetic:
         openxla_patches: tuple[str, ...] = ("openxla/0001-api.patch",),
         torch_patches: tuple[str, ...] = (),
     ) -> Path:
-        def listed(items: tuple[str, ...]) -> str:
-            return "[" + ", ".join(f'"{item}"' for item in items) + "]"
-
-        openxla_pin = f'commit = "{openxla_commit or self.commits["openxla"]}"'
-        text = f"""
-            [bundle]
-            name = "{name}"
-            description = "synthetic upstream (test data)"
-            python = "{PYTHON_MINOR}"
-
-            [components.torch]
-            remote = "{self.upstream / 'torch'}"
-            commit = "{self.commits['torch']}"
-            version = "2.9.0a0"
-            submodules = false
-            patches = {listed(torch_patches)}
-
-            [components.torch_xla]
-            remote = "{self.upstream / 'xla'}"
-            commit = "{self.commits['torch_xla']}"
-            version = "2.9.0"
-            patches = {listed(xla_patches)}
-
-            [components.openxla]
-            remote = "{self.upstream / 'openxla'}"
-            {openxla_pin}
-            patches = {listed(openxla_patches)}
-
-            [build]
-            bundle_libtpu = false
-            tpuvm_mode = true
-            build_cpp_tests = false
-            cxx_abi = 1
-            """
-        path = self.bundle_path(name)
-        path.write_text(textwrap.dedent(text).lstrip("\n"))
-        return path
+        pins = {
+            "torch": Pin(
+                str(self.upstream / "torch"),
+                self.commits["torch"],
+                "2.9.0a0",
+                torch_patches,
+                submodules=False,
+            ),
+            "torch_xla": Pin(
+                str(self.upstream / "xla"), self.commits["torch_xla"], "2.9.0", xla_patches
+            ),
+            "openxla": Pin(
+                str(self.upstream / "openxla"),
+                openxla_commit or self.commits["openxla"],
+                patches=openxla_patches,
+            ),
+        }
+        return write_bundle(
+            self.root,
+            name,
+            pins,
+            python=PYTHON_MINOR,
+            description="synthetic upstream (test data)",
+            build={
+                "bundle_libtpu": False,
+                "tpuvm_mode": True,
+                "build_cpp_tests": False,
+                "cxx_abi": 1,
+            },
+        )
 
 
 def make_synthetic(base: Path, *, c_extension: bool = False) -> Synthetic:
@@ -280,12 +258,12 @@ def make_synthetic(base: Path, *, c_extension: bool = False) -> Synthetic:
     # applied with `patch -p1 -l` (committed in the torch_xla repo).
     openxla_repo = upstream / "openxla"
     (openxla_repo / "xla" / "core.h").write_text(CORE_H + "// TORCH_XLA_OPENXLA_PATCH\n")
-    fortify = git("diff", cwd=openxla_repo)
-    git("checkout", "--quiet", "--", ".", cwd=openxla_repo)
+    fortify = git(openxla_repo, "diff", env=SYNTHETIC_DATES)
+    git(openxla_repo, "checkout", "--quiet", "--", ".", env=SYNTHETIC_DATES)
     (xla_repo / "openxla_patches" / "no_fortify.diff").write_text(fortify + "\n")
-    git("add", "-A", cwd=xla_repo)
-    git("commit", "--quiet", "-m", "openxla_patches", cwd=xla_repo)
-    commits["torch_xla"] = git("rev-parse", "HEAD", cwd=xla_repo)
+    git(xla_repo, "add", "-A", env=SYNTHETIC_DATES)
+    git(xla_repo, "commit", "--quiet", "-m", "openxla_patches", env=SYNTHETIC_DATES)
+    commits["torch_xla"] = git(xla_repo, "rev-parse", "HEAD", env=SYNTHETIC_DATES)
 
     root = base / "project"
     (root / "build" / "bundles").mkdir(parents=True)
@@ -349,7 +327,3 @@ def cli_args(syn: Synthetic, *extra: str, bundle: str = "syn") -> list[str]:
         "--no-index --find-links {wheels}",
         *extra,
     ]
-
-
-def remove_tree(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)

@@ -202,9 +202,7 @@ def _bad_inputs(tiny: TinyPair, tmp: Path) -> list[tuple[list[str], str]]:
     ]  # fmt: skip
 
 
-def test_bad_inputs_exit_2_with_an_error_and_a_fix(
-    tiny: TinyPair, tmp_path: Path, run_cli
-) -> None:
+def test_bad_inputs_exit_2_with_an_error_and_a_fix(tiny: TinyPair, tmp_path: Path, run_cli) -> None:
     for args, expected in _bad_inputs(tiny, tmp_path):
         result: CliResult = run_cli("abi-check", *args)
         assert result.exit_code == 2, (args, result.stdout, result.stderr)

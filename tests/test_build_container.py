@@ -100,8 +100,8 @@ def test_buildah_builds_collects_and_smoke_imports(test_image: str, syn: Synthet
     wheels = sorted((syn.root / "dist" / "syn").glob("*.whl"))
     assert len(wheels) == 2
     provenance = stamp.read_provenance(wheels[1])
-    assert provenance["build"]["engine"] == "buildah"
-    assert provenance["toolchain"]["python"].startswith("3.11")  # the image's Python
+    assert provenance.build.engine == "buildah"
+    assert provenance.toolchain["python"].startswith("3.11")  # the image's Python
     assert ".p" in wheels[1].name.split("+")[1]
     # No container left behind.
     left = subprocess.run(["buildah", "containers", "--quiet"], capture_output=True, text=True)

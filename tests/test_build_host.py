@@ -59,18 +59,18 @@ def test_patched_build_is_stamped_and_carries_provenance(syn: Synthetic) -> None
     assert wheels[0].name == f"torch-2.9.0a0+git{syn.commits['torch'][:7]}-py3-none-any.whl"
 
     provenance = stamp.read_provenance(wheels[1])
-    assert provenance["bundle"] == "syn"
-    assert provenance["torch_xla_version"] == expected
+    assert provenance.bundle == "syn"
+    assert provenance.torch_xla_version == expected
     for name in ("torch", "torch_xla", "openxla"):
-        assert provenance["components"][name]["commit"] == syn.commits[name]
-    patches = provenance["components"]["torch_xla"]["patches"]
-    assert [p["path"] for p in patches] == [
+        assert provenance.components[name].commit == syn.commits[name]
+    patches = provenance.components["torch_xla"].patches
+    assert [p.path for p in patches] == [
         "patches/torch_xla/0001-load-cache.patch",
         "patches/torch_xla/0002-comment.patch",
     ]
-    assert patches[0]["sha256"] == file_sha256(syn.root / patches[0]["path"])
-    assert provenance["torch_xla_openxla_patches"][0]["path"] == "openxla_patches/no_fortify.diff"
-    assert provenance["toolchain"]["bazel"] == "7.4.1"
+    assert patches[0].sha256 == file_sha256(syn.root / patches[0].path)
+    assert provenance.torch_xla_openxla_patches[0].path == "openxla_patches/no_fortify.diff"
+    assert provenance.toolchain["bazel"] == "7.4.1"
     with zipfile.ZipFile(wheels[1]) as archive:
         record = archive.read(f"torch_xla-{expected}.dist-info/RECORD").decode()
         assert "torch_xla/_xla_wheels_provenance.json,sha256=" in record
@@ -177,7 +177,7 @@ def test_short_openxla_sha_resolves_through_sources(syn: Synthetic) -> None:
     result = run_cli(syn, bundle="short")
     assert result.returncode == 0, result.stderr
     provenance = stamp.read_provenance(dist_wheels(syn, "short")[1])
-    assert provenance["components"]["openxla"]["commit"] == syn.commits["openxla"]
+    assert provenance.components["openxla"].commit == syn.commits["openxla"]
 
 
 def test_preflight_reports_every_blocker_at_once(syn: Synthetic, tmp_path: Path) -> None:

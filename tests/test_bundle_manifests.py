@@ -306,15 +306,15 @@ def test_make_diff_of_a_child_alone_shows_what_it_changes(project: Path, run_cli
 
 
 def test_the_lock_records_a_childs_resolved_pins(project: Path) -> None:
-    from xla_wheels.lockfile import inputs_entry
+    from xla_wheels.lockfile import RuntimePin, inputs_entry
 
     write_named(project, "child", CHILD)
     child = load_bundle(project, "child")
     entry = inputs_entry(child, {}, project)
-    assert entry["manifest"] == "build/bundles/child.toml"
-    assert entry["manifest-sha256"] == child.manifest_sha256
-    assert entry["components"]["openxla"]["commit"] == "a76a9a858"  # the override
-    assert entry["components"]["torch_xla"]["patches"][0]["path"] == (
+    assert entry.manifest == "build/bundles/child.toml"
+    assert entry.manifest_sha256 == child.manifest_sha256
+    assert entry.components["openxla"].commit == "a76a9a858"  # the override
+    assert entry.components["torch_xla"].patches[0].path == (
         "patches/torch_xla/0001-fix.patch"  # inherited
     )
-    assert entry["runtime"]["libtpu"] == {"specifier": "==0.0.37", "version": "0.0.37"}
+    assert entry.runtime["libtpu"] == RuntimePin(specifier="==0.0.37", version="0.0.37")

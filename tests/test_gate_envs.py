@@ -58,6 +58,7 @@ def test_the_built_venv_runs_from_its_final_location(tmp_path, fake_install):
 
 def test_concurrent_callers_build_once(tmp_path, fake_install):
     results: list[Path] = []
+
     def build() -> None:
         results.append(envs.ensure_stock_env("2.9.0", root=tmp_path))
 

@@ -105,19 +105,38 @@ def test_recorded_wheels_survive_relocking_only_while_inputs_are_unchanged(proje
     record_wheels(
         lock_path, "test-1", [WheelRecord("b.whl", 2, "b" * 64), WheelRecord("a.whl", 1, "a" * 64)]
     )
-    assert [w["name"] for w in read_lock(lock_path)["bundles"]["test-1"]["wheels"]] == [
+    assert [w.name for w in read_lock(lock_path).entry("test-1").wheels or ()] == [
         "a.whl",
         "b.whl",
     ]
     lock(project)
-    assert "wheels" in read_lock(lock_path)["bundles"]["test-1"]
+    assert read_lock(lock_path).entry("test-1").wheels is not None
     patch = project / "patches/torch_xla/0001-a.patch"
     patch.write_text(patch.read_text().replace("Longer reasoning.", "New reasoning."))
     lock(project)
-    assert "wheels" not in read_lock(lock_path)["bundles"]["test-1"]  # built from other inputs
+    assert read_lock(lock_path).entry("test-1").wheels is None  # built from other inputs
 
 
 def test_the_lock_in_the_repository_matches_the_bundles() -> None:
     from tests.gitrepos import REPO_ROOT
 
     assert check_lock(REPO_ROOT, REPO_ROOT / "wheels.lock") == []
+
+
+def test_bundles_are_written_in_name_order_whatever_order_they_were_locked(
+    tmp_path: Path, upstreams: dict[str, Upstream]
+) -> None:
+    project = make_project(tmp_path, upstreams, bundle="zeta")
+    make_project(tmp_path, upstreams, bundle="alpha")
+
+    def lock_in(order: list[str], lock_path: Path) -> bytes:
+        for name in order:
+            bundle = load_bundle(project, name)
+            resolved = {n: c.commit for n, c in bundle.components.items()}
+            update_bundle_entry(lock_path, bundle, resolved, project)
+        return lock_path.read_bytes()
+
+    zeta_first = lock_in(["zeta", "alpha"], tmp_path / "one.lock")
+    alpha_first = lock_in(["alpha", "zeta"], tmp_path / "two.lock")
+    assert zeta_first.index(b"[bundles.alpha]") < zeta_first.index(b"[bundles.zeta]")
+    assert zeta_first == alpha_first

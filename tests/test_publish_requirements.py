@@ -14,6 +14,7 @@ from tests.publish_support import (
     cli,
     fake_wheels,  # noqa: F401 - fixture
     make_publish_project,
+    provenance,
 )
 
 RUNTIME = '[runtime.jax]\nversion = "0.9.0"\n\n[runtime.jaxlib]\nversion = "0.9.0"\n'
@@ -86,28 +87,24 @@ def test_requirements_name_the_missing_step(tmp_path: Path, missing: str) -> Non
     assert f"make wheels BUNDLE={BUNDLE}" in result.stderr
 
 
-def test_provenance_in_the_build_stage_layout_is_compared(tmp_path: Path) -> None:
+def test_the_provenance_is_compared_fact_by_fact_with_the_lock(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from xla_wheels.lockfile import read_lock
     from xla_wheels.publish.provenance import compare
 
     project = make_publish_project(tmp_path, [])
-    entry = _lock(project)
-    components = {
-        name: {
-            "commit": entry["components"][name]["commit"],
-            "series_sha256": entry["components"][name]["patch-series-sha256"],
-            "patches": [],
-        }
-        for name in ("torch", "torch_xla", "openxla")
-    }
-    good = {"bundle": BUNDLE, "manifest_sha256": entry["manifest-sha256"], "components": components}
+    entry = read_lock(project / "wheels.lock").entry(BUNDLE)
+    good = provenance()
     check = compare(good, BUNDLE, entry)
     assert check.problems == []
     assert {"bundle", "manifest sha256", "torch_xla commit", "torch_xla patch series"} <= set(
         check.compared
     )
-    bad = {**good, "components": {**components, "torch_xla": {**components["torch_xla"]}}}
-    bad["components"]["torch_xla"]["series_sha256"] = "0" * 64
-    bad["components"]["torch_xla"]["commit"] = "deadbeef" * 5
+    xla = replace(good.components["torch_xla"], series_sha256="0" * 64, commit="deadbeef" * 5)
+    bad = replace(good, components={**good.components, "torch_xla": xla})
     problems = compare(bad, BUNDLE, entry).problems
     assert any("torch_xla commit is deadbeef" in p for p in problems)
     assert any("torch_xla patch series sha256 is 000" in p for p in problems)
+    other = replace(good, manifest_sha256="1" * 64)
+    assert any("manifest sha256 1111" in p for p in compare(other, BUNDLE, entry).problems)

@@ -11,9 +11,11 @@ import os
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from xla_wheels import log
 from xla_wheels.errors import GitError
+from xla_wheels.plan import PlannedCommand
 
 # A fetch from an unreachable host must fail, not prompt for credentials on a build
 # host without a terminal (GIT_TERMINAL_PROMPT=0), and a stalled connection must fail
@@ -24,6 +26,82 @@ _NETWORK_CONFIG = ("-c", "http.lowSpeedLimit=1000", "-c", "http.lowSpeedTime=60"
 # refuses for submodules by default (CVE-2022-39253). Our mirrors are trusted inputs.
 # https://github.blog/2022-10-18-git-security-vulnerabilities-announced/#cve-2022-39253
 _FILE_PROTOCOL = ("-c", "protocol.file.allow=always")
+
+
+class GitRunner(Protocol):
+    """What executes a composed git command: :func:`run_command`, or a test's recorder."""
+
+    def __call__(
+        self,
+        command: PlannedCommand,
+        *,
+        check: bool = True,
+        echo: bool = False,
+        input_text: str | None = None,
+        timeout: float | None = None,
+    ) -> subprocess.CompletedProcess[str]: ...
+
+
+#: Options every git command runs with, on top of its own argv (the plan prints them once).
+RUN_OPTIONS: tuple[str, ...] = (*_FILE_PROTOCOL, *_NETWORK_CONFIG)
+RUN_ENV: Mapping[str, str] = _NONINTERACTIVE_ENV
+
+
+def run_command(
+    command: PlannedCommand,
+    *,
+    check: bool = True,
+    echo: bool = False,
+    input_text: str | None = None,
+    timeout: float | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Execute one composed ``git ...`` command: its argv, cwd and env, plus :data:`RUN_OPTIONS`.
+
+    ``timeout`` (seconds) raises :class:`subprocess.TimeoutExpired`, for callers that
+    must answer quickly whatever the network does (preflight).
+    """
+    if not command.argv or command.argv[0] != "git":
+        raise ValueError(f"not a git command: {command.argv!r}")
+    argv = ["git", *RUN_OPTIONS, *command.argv[1:]]
+    full_env = {**os.environ, **RUN_ENV, **command.env}
+    if echo:
+        log.command(list(command.argv), cwd=command.cwd)
+    process = subprocess.run(
+        argv,
+        cwd=command.cwd,
+        env=full_env,
+        text=True,
+        capture_output=True,
+        input=input_text,
+        check=False,
+        timeout=timeout,
+    )
+    if check and process.returncode != 0:
+        raise GitError(
+            f"{' '.join(command.argv)} failed (exit {process.returncode})"
+            + (f" in {command.cwd}" if command.cwd else "")
+            + f": {process.stderr.strip() or process.stdout.strip()}"
+        )
+    return process
+
+
+def compose(
+    args: Sequence[str],
+    *,
+    cwd: Path | None = None,
+    git_dir: Path | None = None,
+    config: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    note: str = "",
+) -> PlannedCommand:
+    """``git [config] [--git-dir=DIR] args`` as data."""
+    argv = ["git", *config]
+    if git_dir is not None:
+        argv.append(f"--git-dir={git_dir}")
+    argv.extend(args)
+    return PlannedCommand(
+        tuple(argv), env=dict(env or {}), cwd=str(cwd) if cwd else None, note=note
+    )
 
 
 def git(
@@ -38,38 +116,9 @@ def git(
     input_text: str | None = None,
     timeout: float | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``git [config] [--git-dir] args`` and return the completed process.
-
-    ``timeout`` (seconds) raises :class:`subprocess.TimeoutExpired`, for callers that
-    must answer quickly whatever the network does (preflight).
-    """
-    argv = ["git", *_FILE_PROTOCOL, *_NETWORK_CONFIG, *config]
-    if git_dir is not None:
-        argv.append(f"--git-dir={git_dir}")
-    argv.extend(args)
-    full_env = {**os.environ, **_NONINTERACTIVE_ENV, **(env or {})}
-    if echo:
-        log.command(
-            ["git", *config, *([f"--git-dir={git_dir}"] if git_dir else []), *args],
-            cwd=str(cwd) if cwd else None,
-        )
-    process = subprocess.run(
-        argv,
-        cwd=cwd,
-        env=full_env,
-        text=True,
-        capture_output=True,
-        input=input_text,
-        check=False,
-        timeout=timeout,
-    )
-    if check and process.returncode != 0:
-        raise GitError(
-            f"git {' '.join(args)} failed (exit {process.returncode})"
-            + (f" in {cwd}" if cwd else "")
-            + f": {process.stderr.strip() or process.stdout.strip()}"
-        )
-    return process
+    """Compose ``git [config] [--git-dir] args`` and run it with :func:`run_command`."""
+    command = compose(args, cwd=cwd, git_dir=git_dir, config=config, env=env)
+    return run_command(command, check=check, echo=echo, input_text=input_text, timeout=timeout)
 
 
 def git_out(args: Sequence[str], **kwargs: object) -> str:

@@ -4,6 +4,13 @@ The format (documented in README, "wheels.lock") borrows from PEP 751 ``pylock.t
 pip's ``--hash=sha256:`` pins: TOML, reviewed in pull requests, so the output is stable
 (bundles and keys in a fixed order, no timestamps) and regenerating an unchanged bundle
 rewrites the file byte for byte.
+
+This module owns the format: nobody else knows its TOML keys. :func:`read_lock` returns a
+typed :class:`Lock` of frozen dataclasses (:class:`BundleEntry`, :class:`ComponentPin`,
+:class:`WheelRecord`, :class:`RuntimeWheelRecord`...); every write goes through
+:func:`write_lock` (temp file + rename). Each stage adds its facts with one function:
+``update_bundle_entry`` (sources/lock: the inputs), ``record_wheels`` (collect: the
+wheels), ``record_runtime_wheels`` (requirements: the resolved public wheels).
 """
 
 from __future__ import annotations
@@ -12,8 +19,8 @@ import hashlib
 import os
 import tempfile
 import tomllib
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,16 +38,6 @@ _PREAMBLE = (
 )
 
 
-@dataclass(frozen=True)
-class WheelRecord:
-    name: str
-    size: int
-    sha256: str
-
-    def as_toml(self) -> dict[str, Any]:
-        return {"name": self.name, "size": self.size, "sha256": self.sha256}
-
-
 def file_sha256(path: Path) -> str:
     hasher = hashlib.sha256()
     with path.open("rb") as handle:
@@ -49,96 +46,50 @@ def file_sha256(path: Path) -> str:
     return hasher.hexdigest()
 
 
-def read_lock(path: Path) -> dict[str, Any]:
-    if not path.exists():
-        return {"lock-version": LOCK_VERSION, "bundles": {}}
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as error:
-        raise LockError(
-            f"{path} is not valid TOML: {error}",
-            fix="restore it from git (`git checkout -- wheels.lock`)",
-        ) from error
-    if data.get("lock-version") != LOCK_VERSION:
-        raise LockError(
-            f"{path} has lock-version {data.get('lock-version')!r}, this pipeline writes "
-            f"{LOCK_VERSION!r}",
-            fix="regenerate it with `make lock BUNDLE=<name>` for each bundle",
-        )
-    data.setdefault("bundles", {})
-    return data
+def _malformed(what: str) -> LockError:
+    return LockError(
+        f"wheels.lock: {what}",
+        fix="restore it from git (`git checkout -- wheels.lock`) or regenerate the entry "
+        "with `make lock BUNDLE=<name>`",
+    )
 
 
-def write_lock(path: Path, data: Mapping[str, Any]) -> None:
-    """Write atomically (temp file + rename): a crash never leaves half a lock file."""
-    ordered = {
-        "lock-version": LOCK_VERSION,
-        "bundles": {name: data["bundles"][name] for name in sorted(data["bundles"])},
-    }
-    text = _PREAMBLE + "\n" + tomli_w.dumps(ordered, multiline_strings=False)
-    with tempfile.NamedTemporaryFile(
-        "w", encoding="utf-8", dir=path.parent, prefix=".wheels.lock.", delete=False
-    ) as handle:
-        handle.write(text)
-    os.replace(handle.name, path)
+def _table(value: object, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise _malformed(f"{where} is not a table")
+    return value
 
 
-def inputs_entry(bundle: Bundle, resolved: Mapping[str, str | None], root: Path) -> dict[str, Any]:
-    """The part of a bundle's lock entry that depends only on its inputs."""
-    components: dict[str, Any] = {}
-    for component in bundle.components.values():
-        full = resolved.get(component.name)
-        entry: dict[str, Any] = {"remote": component.remote}
-        if full:
-            entry["commit"] = full
-        elif component.commit:
-            # A short SHA nobody has resolved yet: recorded as such; the build refuses it.
-            entry["commit"] = component.commit
-            entry["commit-resolved"] = False
-        else:
-            entry["commit"] = ""
-            entry["commit-resolved"] = False
-            entry["unpinned"] = component.unpinned_reason or ""
-        if component.version:
-            entry["version"] = component.version
-        series = describe_series(component)
-        entry["patch-series-sha256"] = series_digest(series)
-        entry["patches"] = [
-            {"path": f"patches/{patch.relpath}", "sha256": patch.sha256} for patch in series
-        ]
-        components[component.name] = entry
-    runtime = {
-        pin.name: {"specifier": pin.specifier, "version": pin.install_version}
-        for pin in bundle.runtime.values()
-    }
-    return {
-        "manifest": bundle.path.relative_to(root).as_posix(),
-        "manifest-sha256": bundle.manifest_sha256,
-        "python": bundle.python,
-        "components": components,
-        "runtime": runtime,
-    }
+def _rows(value: object, where: str) -> list[Mapping[str, Any]]:
+    if not isinstance(value, list):
+        raise _malformed(f"{where} is not an array")
+    return [_table(row, f"{where}[{index}]") for index, row in enumerate(value)]
 
 
-def update_bundle_entry(
-    lock_path: Path, bundle: Bundle, resolved: Mapping[str, str | None], root: Path
-) -> dict[str, Any]:
-    """Write the bundle's input entry; keep its wheels and runtime hashes only if unchanged."""
-    data = read_lock(lock_path)
-    new_entry = inputs_entry(bundle, resolved, root)
-    old_entry = data["bundles"].get(bundle.name, {})
-    if _inputs_equal(old_entry, new_entry):
-        # Same inputs: what later stages recorded (wheels, runtime hashes) still holds.
-        for key in ("wheels", "runtime", *RUNTIME_WHEEL_KEYS):
-            if key in old_entry:
-                new_entry[key] = old_entry[key]
-    data["bundles"][bundle.name] = new_entry
-    write_lock(lock_path, data)
-    return new_entry
+def _str(table: Mapping[str, Any], key: str, where: str) -> str:
+    value = table.get(key)
+    if not isinstance(value, str):
+        raise _malformed(f"{where}.{key} is missing or not a string")
+    return value
 
 
-#: Keys the publish stage adds to a bundle's entry (see :func:`record_runtime_wheels`).
-RUNTIME_WHEEL_KEYS = ("runtime-wheels-for", "runtime-wheels")
+@dataclass(frozen=True)
+class WheelRecord:
+    """A wheel the collect stage produced: ``[[bundles."<name>".wheels]]``."""
+
+    name: str
+    size: int
+    sha256: str
+
+    def as_toml(self) -> dict[str, Any]:
+        return {"name": self.name, "size": self.size, "sha256": self.sha256}
+
+    @classmethod
+    def from_toml(cls, row: Mapping[str, Any], where: str) -> WheelRecord:
+        size = row.get("size")
+        if not isinstance(size, int):
+            raise _malformed(f"{where}.size is missing or not an integer")
+        return cls(_str(row, "name", where), size, _str(row, "sha256", where))
 
 
 @dataclass(frozen=True)
@@ -164,60 +115,342 @@ class RuntimeWheelRecord:
             "sha256": self.sha256,
         }
 
+    @classmethod
+    def from_toml(cls, row: Mapping[str, Any], where: str) -> RuntimeWheelRecord:
+        return cls(*(_str(row, key, where) for key in ("project", "version", "name", "sha256")))
+
+
+@dataclass(frozen=True)
+class RuntimeResolution:
+    """What the runtime wheels were resolved for: ``[bundles."<name>".runtime-wheels-for]``.
+
+    A change of ``inputs_sha256`` (Python, platforms, runtime pins, our wheels) shows the
+    recorded resolution is stale.
+    """
+
+    python: str
+    platforms: tuple[str, ...]
+    inputs_sha256: str
+
+    def as_toml(self) -> dict[str, Any]:
+        return {
+            "python": self.python,
+            "platforms": list(self.platforms),
+            "inputs-sha256": self.inputs_sha256,
+        }
+
+    @classmethod
+    def from_toml(cls, table: Mapping[str, Any], where: str) -> RuntimeResolution:
+        platforms = table.get("platforms", [])
+        if not isinstance(platforms, list) or not all(isinstance(p, str) for p in platforms):
+            raise _malformed(f"{where}.platforms is not an array of strings")
+        return cls(
+            _str(table, "python", where), tuple(platforms), _str(table, "inputs-sha256", where)
+        )
+
+
+@dataclass(frozen=True)
+class PatchPin:
+    path: str
+    """``patches/<component>/NNNN-name.patch``, relative to the project root."""
+    sha256: str
+
+
+@dataclass(frozen=True)
+class ComponentPin:
+    """``[bundles."<name>".components.<component>]``: what one component was built from."""
+
+    remote: str
+    commit: str
+    """The full SHA; or the short pin / "" when ``resolved`` is false."""
+    resolved: bool
+    unpinned: str | None
+    version: str | None
+    series_sha256: str
+    patches: tuple[PatchPin, ...]
+
+    def as_toml(self) -> dict[str, Any]:
+        table: dict[str, Any] = {"remote": self.remote, "commit": self.commit}
+        if not self.resolved:
+            table["commit-resolved"] = False
+        if self.unpinned is not None:
+            table["unpinned"] = self.unpinned
+        if self.version:
+            table["version"] = self.version
+        table["patch-series-sha256"] = self.series_sha256
+        table["patches"] = [{"path": p.path, "sha256": p.sha256} for p in self.patches]
+        return table
+
+    @classmethod
+    def from_toml(cls, table: Mapping[str, Any], where: str) -> ComponentPin:
+        resolved = table.get("commit-resolved", True)
+        unpinned = table.get("unpinned")
+        version = table.get("version")
+        if not isinstance(resolved, bool):
+            raise _malformed(f"{where}.commit-resolved is not a boolean")
+        if unpinned is not None and not isinstance(unpinned, str):
+            raise _malformed(f"{where}.unpinned is not a string")
+        if version is not None and not isinstance(version, str):
+            raise _malformed(f"{where}.version is not a string")
+        patches = tuple(
+            PatchPin(_str(row, "path", where), _str(row, "sha256", where))
+            for row in _rows(table.get("patches", []), f"{where}.patches")
+        )
+        return cls(
+            remote=_str(table, "remote", where),
+            commit=_str(table, "commit", where),
+            resolved=resolved,
+            unpinned=unpinned,
+            version=version,
+            series_sha256=_str(table, "patch-series-sha256", where),
+            patches=patches,
+        )
+
+
+@dataclass(frozen=True)
+class RuntimePin:
+    """``[bundles."<name>".runtime.<project>]``: the bundle's pin and the version installed."""
+
+    specifier: str
+    version: str
+
+
+@dataclass(frozen=True)
+class BundleEntry:
+    """One bundle's entry: its inputs, then what later stages recorded (None: not yet)."""
+
+    manifest: str
+    manifest_sha256: str
+    python: str
+    components: Mapping[str, ComponentPin]
+    runtime: Mapping[str, RuntimePin]
+    wheels: tuple[WheelRecord, ...] | None = None
+    runtime_wheels_for: RuntimeResolution | None = None
+    runtime_wheels: tuple[RuntimeWheelRecord, ...] | None = None
+
+    def same_inputs(self, other: BundleEntry) -> bool:
+        """Same manifest, components and Python: what later stages recorded still holds."""
+        return (
+            self.manifest_sha256 == other.manifest_sha256
+            and dict(self.components) == dict(other.components)
+            and self.python == other.python
+        )
+
+    def as_toml(self) -> dict[str, Any]:
+        table: dict[str, Any] = {
+            "manifest": self.manifest,
+            "manifest-sha256": self.manifest_sha256,
+            "python": self.python,
+            "components": {name: pin.as_toml() for name, pin in self.components.items()},
+            "runtime": {
+                name: {"specifier": pin.specifier, "version": pin.version}
+                for name, pin in self.runtime.items()
+            },
+        }
+        if self.wheels is not None:
+            table["wheels"] = [wheel.as_toml() for wheel in self.wheels]
+        if self.runtime_wheels_for is not None:
+            table["runtime-wheels-for"] = self.runtime_wheels_for.as_toml()
+        if self.runtime_wheels is not None:
+            table["runtime-wheels"] = [wheel.as_toml() for wheel in self.runtime_wheels]
+        return table
+
+    @classmethod
+    def from_toml(cls, table: Mapping[str, Any], where: str) -> BundleEntry:
+        components = {
+            name: ComponentPin.from_toml(_table(value, f"{where}.components.{name}"), name)
+            for name, value in _table(table.get("components", {}), f"{where}.components").items()
+        }
+        runtime = {
+            name: RuntimePin(
+                _str(_table(value, f"{where}.runtime.{name}"), "specifier", name),
+                _str(_table(value, f"{where}.runtime.{name}"), "version", name),
+            )
+            for name, value in _table(table.get("runtime", {}), f"{where}.runtime").items()
+        }
+        wheels = table.get("wheels")
+        resolution = table.get("runtime-wheels-for")
+        runtime_wheels = table.get("runtime-wheels")
+        return cls(
+            manifest=_str(table, "manifest", where),
+            manifest_sha256=_str(table, "manifest-sha256", where),
+            python=_str(table, "python", where),
+            components=components,
+            runtime=runtime,
+            wheels=None
+            if wheels is None
+            else tuple(
+                WheelRecord.from_toml(row, f"{where}.wheels")
+                for row in _rows(wheels, f"{where}.wheels")
+            ),
+            runtime_wheels_for=None
+            if resolution is None
+            else RuntimeResolution.from_toml(
+                _table(resolution, f"{where}.runtime-wheels-for"), f"{where}.runtime-wheels-for"
+            ),
+            runtime_wheels=None
+            if runtime_wheels is None
+            else tuple(
+                RuntimeWheelRecord.from_toml(row, f"{where}.runtime-wheels")
+                for row in _rows(runtime_wheels, f"{where}.runtime-wheels")
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class Lock:
+    """The whole of ``wheels.lock``."""
+
+    bundles: Mapping[str, BundleEntry] = field(default_factory=dict)
+
+    def entry(self, bundle_name: str) -> BundleEntry:
+        """The bundle's entry, or a :class:`LockError` saying how to create it."""
+        found = self.bundles.get(bundle_name)
+        if found is None:
+            raise LockError(
+                f"wheels.lock has no entry for bundle {bundle_name}",
+                fix=f"run `make wheels BUNDLE={bundle_name}` (or `make lock BUNDLE={bundle_name}`)",
+            )
+        return found
+
+    def with_entry(self, bundle_name: str, entry: BundleEntry) -> Lock:
+        return Lock({**self.bundles, bundle_name: entry})
+
+
+def read_lock(path: Path) -> Lock:
+    """The lock at ``path`` (empty when the file does not exist yet)."""
+    if not path.exists():
+        return Lock()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as error:
+        raise LockError(
+            f"{path} is not valid TOML: {error}",
+            fix="restore it from git (`git checkout -- wheels.lock`)",
+        ) from error
+    if data.get("lock-version") != LOCK_VERSION:
+        raise LockError(
+            f"{path} has lock-version {data.get('lock-version')!r}, this pipeline writes "
+            f"{LOCK_VERSION!r}",
+            fix="regenerate it with `make lock BUNDLE=<name>` for each bundle",
+        )
+    bundles = _table(data.get("bundles", {}), "bundles")
+    return Lock(
+        {
+            name: BundleEntry.from_toml(_table(table, f"bundles.{name}"), f"bundles.{name}")
+            for name, table in bundles.items()
+        }
+    )
+
+
+def render_lock(lock: Lock) -> str:
+    """The file's text: bundles sorted by name, keys in a fixed order, no timestamps."""
+    ordered = {
+        "lock-version": LOCK_VERSION,
+        "bundles": {name: lock.bundles[name].as_toml() for name in sorted(lock.bundles)},
+    }
+    return _PREAMBLE + "\n" + tomli_w.dumps(ordered, multiline_strings=False)
+
+
+def write_lock(path: Path, lock: Lock) -> None:
+    """Write atomically (temp file + rename): a crash never leaves half a lock file."""
+    with tempfile.NamedTemporaryFile(
+        "w", encoding="utf-8", dir=path.parent, prefix=".wheels.lock.", delete=False
+    ) as handle:
+        handle.write(render_lock(lock))
+    os.replace(handle.name, path)
+
+
+def inputs_entry(bundle: Bundle, resolved: Mapping[str, str | None], root: Path) -> BundleEntry:
+    """The part of a bundle's lock entry that depends only on its inputs."""
+    components: dict[str, ComponentPin] = {}
+    for component in bundle.components.values():
+        full = resolved.get(component.name)
+        series = describe_series(component)
+        components[component.name] = ComponentPin(
+            remote=component.remote,
+            # A short SHA nobody has resolved yet is recorded as such; the build refuses it.
+            commit=full or component.commit or "",
+            resolved=bool(full),
+            unpinned=None if full or component.commit else (component.unpinned_reason or ""),
+            version=component.version or None,
+            series_sha256=series_digest(series),
+            patches=tuple(PatchPin(f"patches/{p.relpath}", p.sha256) for p in series),
+        )
+    return BundleEntry(
+        manifest=bundle.path.relative_to(root).as_posix(),
+        manifest_sha256=bundle.manifest_sha256,
+        python=bundle.python,
+        components=components,
+        runtime={
+            pin.name: RuntimePin(pin.specifier, pin.install_version)
+            for pin in bundle.runtime.values()
+        },
+    )
+
+
+def update_bundle_entry(
+    lock_path: Path, bundle: Bundle, resolved: Mapping[str, str | None], root: Path
+) -> BundleEntry:
+    """Write the bundle's input entry; keep its wheels and runtime hashes only if unchanged."""
+    lock = read_lock(lock_path)
+    new_entry = inputs_entry(bundle, resolved, root)
+    old_entry = lock.bundles.get(bundle.name)
+    if old_entry is not None and old_entry.same_inputs(new_entry):
+        # Same inputs: what later stages recorded (wheels, runtime hashes) still holds.
+        new_entry = replace(
+            new_entry,
+            wheels=old_entry.wheels,
+            runtime_wheels_for=old_entry.runtime_wheels_for,
+            runtime_wheels=old_entry.runtime_wheels,
+        )
+    write_lock(lock_path, lock.with_entry(bundle.name, new_entry))
+    return new_entry
+
+
+def _existing_entry(lock: Lock, bundle_name: str) -> BundleEntry:
+    entry = lock.bundles.get(bundle_name)
+    if entry is None:
+        raise LockError(
+            f"wheels.lock has no entry for bundle {bundle_name}",
+            fix=f"run `make lock BUNDLE={bundle_name}` first",
+        )
+    return entry
+
 
 def record_runtime_wheels(
     lock_path: Path,
     bundle_name: str,
-    wheels: list[RuntimeWheelRecord],
-    resolved_for: Mapping[str, Any],
+    wheels: Sequence[RuntimeWheelRecord],
+    resolved_for: RuntimeResolution,
 ) -> None:
     """Record the resolved public wheels of a bundle, sorted by project then file name.
 
-    ``resolved_for`` (``[bundles."<name>".runtime-wheels-for]``) says what they were
-    resolved for (Python, platform tags, a digest of the inputs) so a change of inputs
-    shows the record is stale. Both keys survive ``make lock`` while the inputs are
-    unchanged.
+    ``resolved_for`` says what they were resolved for, so a change of inputs shows the
+    record is stale. Both survive ``make lock`` while the inputs are unchanged.
     """
-    data = read_lock(lock_path)
-    if bundle_name not in data["bundles"]:
-        raise LockError(
-            f"wheels.lock has no entry for bundle {bundle_name}",
-            fix=f"run `make lock BUNDLE={bundle_name}` first",
-        )
-    entry = data["bundles"][bundle_name]
-    entry["runtime-wheels-for"] = dict(resolved_for)
-    entry["runtime-wheels"] = [
-        wheel.as_toml() for wheel in sorted(wheels, key=lambda w: (w.project, w.name))
-    ]
-    # Same key order as update_bundle_entry writes, so `make lock` leaves the bytes alone.
-    for key in ("wheels", *RUNTIME_WHEEL_KEYS):
-        if key in entry:
-            entry[key] = entry.pop(key)
-    write_lock(lock_path, data)
+    lock = read_lock(lock_path)
+    entry = replace(
+        _existing_entry(lock, bundle_name),
+        runtime_wheels_for=resolved_for,
+        runtime_wheels=tuple(sorted(wheels, key=lambda w: (w.project, w.name))),
+    )
+    write_lock(lock_path, lock.with_entry(bundle_name, entry))
 
 
-def _inputs_equal(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-    keys = ("manifest-sha256", "components", "python")
-    return all(old.get(key) == new.get(key) for key in keys)
-
-
-def record_wheels(lock_path: Path, bundle_name: str, wheels: list[WheelRecord]) -> None:
+def record_wheels(lock_path: Path, bundle_name: str, wheels: Sequence[WheelRecord]) -> None:
     """Called by the collect stage: the produced wheels of a bundle, sorted by name."""
-    data = read_lock(lock_path)
-    if bundle_name not in data["bundles"]:
-        raise LockError(
-            f"wheels.lock has no entry for bundle {bundle_name}",
-            fix=f"run `make lock BUNDLE={bundle_name}` first",
-        )
-    data["bundles"][bundle_name]["wheels"] = [
-        wheel.as_toml() for wheel in sorted(wheels, key=lambda wheel: wheel.name)
-    ]
-    write_lock(lock_path, data)
+    lock = read_lock(lock_path)
+    entry = replace(
+        _existing_entry(lock, bundle_name),
+        wheels=tuple(sorted(wheels, key=lambda wheel: wheel.name)),
+    )
+    write_lock(lock_path, lock.with_entry(bundle_name, entry))
 
 
 def check_lock(root: Path, lock_path: Path) -> list[str]:
     """Every way the lock disagrees with the manifests and patch files; empty when in sync."""
-    data = read_lock(lock_path)
+    lock = read_lock(lock_path)
     problems: list[str] = []
     names = available_bundles(root)
     for name in names:
@@ -226,34 +459,34 @@ def check_lock(root: Path, lock_path: Path) -> list[str]:
         except PipelineError as error:
             problems.append(f"{name}: manifest does not load: {error.message}")
             continue
-        entry = data["bundles"].get(name)
+        entry = lock.bundles.get(name)
         if entry is None:
             problems.append(f"{name}: no entry in wheels.lock (run `make lock BUNDLE={name}`)")
             continue
         problems.extend(_compare_entry(bundle, entry))
-    for name in sorted(set(data["bundles"]) - set(names)):
+    for name in sorted(set(lock.bundles) - set(names)):
         problems.append(f"{name}: wheels.lock has an entry but build/bundles/{name}.toml is gone")
     return problems
 
 
-def _compare_entry(bundle: Bundle, entry: Mapping[str, Any]) -> list[str]:
+def _compare_entry(bundle: Bundle, entry: BundleEntry) -> list[str]:
     problems = []
     prefix = bundle.name
-    if entry.get("manifest-sha256") != bundle.manifest_sha256:
+    if entry.manifest_sha256 != bundle.manifest_sha256:
         problems.append(
             f"{prefix}: manifest {bundle.path.name} changed (sha256 {bundle.manifest_sha256[:12]}"
-            f" != locked {str(entry.get('manifest-sha256'))[:12]})"
+            f" != locked {entry.manifest_sha256[:12]})"
         )
-    locked_components = entry.get("components", {})
     for component in bundle.components.values():
-        locked = locked_components.get(component.name, {})
-        commit = str(locked.get("commit", ""))
+        locked = entry.components.get(component.name)
+        commit = locked.commit if locked else ""
         if component.commit and not commit.startswith(component.commit):
             problems.append(
                 f"{prefix}: {component.name} commit is {component.commit} in the manifest, "
                 f"{commit or 'missing'} in the lock"
             )
-        locked_patches = {p["path"]: p["sha256"] for p in locked.get("patches", [])}
+        locked_order = [p.path for p in locked.patches] if locked else []
+        locked_patches = {p.path: p.sha256 for p in locked.patches} if locked else {}
         current = [(f"patches/{p.relpath}", p.sha256) for p in describe_series(component)]
         for path, digest in current:
             if path not in locked_patches:
@@ -265,8 +498,8 @@ def _compare_entry(bundle: Bundle, entry: Mapping[str, Any]) -> list[str]:
                 )
         for path in sorted(set(locked_patches) - {path for path, _ in current}):
             problems.append(f"{prefix}: {path} is in the lock but no longer in the series")
-        if [p for p, _ in current] != [p["path"] for p in locked.get("patches", [])] and set(
-            locked_patches
-        ) == {p for p, _ in current}:
+        if [p for p, _ in current] != locked_order and set(locked_patches) == {
+            p for p, _ in current
+        }:
             problems.append(f"{prefix}: {component.name} patch order differs from the lock")
     return problems

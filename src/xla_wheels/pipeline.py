@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 from xla_wheels import log
 from xla_wheels.builder import stage as build_stage
 from xla_wheels.builder.config import BuildConfig
 from xla_wheels.bundle import Bundle, load_bundle
 from xla_wheels.errors import SourceError
+from xla_wheels.gitutil import RUN_ENV, RUN_OPTIONS, GitRunner, run_command
+from xla_wheels.layout import BundleLayout
 from xla_wheels.lockfile import update_bundle_entry
 from xla_wheels.options import PipelineOptions
 from xla_wheels.patches import (
@@ -27,7 +28,7 @@ from xla_wheels.patches import (
     write_state,
 )
 from xla_wheels.plan import PlannedCommand, PlannedStage
-from xla_wheels.sources import CheckedOutSource, SourceCache, effective_remote, fetch_sources
+from xla_wheels.sources import CheckedOutSource, SourceCache, fetch_sources, plan_commands
 
 
 @dataclass(frozen=True)
@@ -39,13 +40,11 @@ class PatchedSources:
     series: Mapping[str, AppliedSeries]
 
 
-def work_dir(options: PipelineOptions, bundle: Bundle) -> Path:
-    return options.out_dir / bundle.name
-
-
-def run_sources(options: PipelineOptions, bundle: Bundle) -> dict[str, CheckedOutSource]:
-    cache = SourceCache(options.source_cache, options.mirror)
-    return fetch_sources(bundle, cache, work_dir(options, bundle) / "src")
+def run_sources(
+    options: PipelineOptions, bundle: Bundle, runner: GitRunner = run_command
+) -> dict[str, CheckedOutSource]:
+    cache = SourceCache(options.source_cache, options.mirror, runner)
+    return fetch_sources(bundle, cache, BundleLayout.of(options, bundle.name).src)
 
 
 def run_patches(bundle: Bundle, sources: Mapping[str, CheckedOutSource]) -> PatchedSources:
@@ -118,7 +117,7 @@ def plan(
 ) -> list[PlannedStage]:
     """Every stage, every command with its environment, every pin and patch digest."""
     cache = SourceCache(options.source_cache, options.mirror)
-    src = work_dir(options, bundle) / "src"
+    layout = BundleLayout.of(options, bundle.name)
     stages = [
         PlannedStage(
             "resolve",
@@ -135,7 +134,13 @@ def plan(
         )
     ]
     source_commands: list[PlannedCommand] = []
-    source_facts: list[str] = []
+    source_facts: list[str] = [
+        "git runs with "
+        + " ".join(RUN_OPTIONS)
+        + " and "
+        + " ".join(f"{key}={value}" for key, value in RUN_ENV.items()),
+        "commands for a cold cache; <placeholders> are discovered at run time",
+    ]
     for component in bundle.components.values():
         if component.commit is None:
             source_facts.append(f"{component.name}: UNPINNED ({component.unpinned_reason})")
@@ -144,54 +149,14 @@ def plan(
         source_facts.append(
             f"{component.name}: {component.commit} ({kind}) from {component.remote}"
         )
-        repo = cache.repo_for(component)
-        try:
-            url = effective_remote(component.remote, options.mirror)
-        except SourceError as error:
-            url = f"<{error.message}>"
-        source_commands += [
-            PlannedCommand(("git", "init", "--bare", str(repo)), note="once per machine"),
-            PlannedCommand(
-                ("git", f"--git-dir={repo}", "fetch", "--no-tags", url, component.commit),
-                note="skipped when the cache has the commit",
-            ),
-            PlannedCommand(
-                (
-                    "git",
-                    f"--git-dir={repo}",
-                    "worktree",
-                    "add",
-                    "--detach",
-                    str(src / component.name),
-                    component.commit,
-                ),
-            ),
-        ]
-        if component.submodules:
-            source_commands.append(
-                PlannedCommand(
-                    (
-                        "git",
-                        "-c",
-                        "submodule.<name>.url=<cache>/modules/<repo>.git",
-                        "submodule",
-                        "update",
-                        "--init",
-                        "--",
-                        "<path>",
-                    ),
-                    cwd=str(src / component.name),
-                    note="for each submodule, recursively, after fetching its recorded commit "
-                    f"into {cache.root / 'modules'} (once per machine)",
-                )
-            )
+        source_commands += plan_commands(component, cache, layout.worktree(component.name))
     stages.append(PlannedStage("sources", tuple(source_facts), tuple(source_commands)))
     patch_commands: list[PlannedCommand] = []
     patch_facts = []
     for component in bundle.components.values():
         if not component.patches:
             patch_facts.append(f"{component.name}: no patches")
-        worktree = src / component.name
+        worktree = layout.worktree(component.name)
         branch = branch_name(bundle.name, worktree)
         planned = series_commands(worktree, component, branch)
         if component.patches:
@@ -201,5 +166,10 @@ def plan(
             )
         patch_commands.extend(planned.commands)
     stages.append(PlannedStage("patches", tuple(patch_facts), tuple(patch_commands)))
-    stages.extend(build_stage.plan_stages(options, bundle, build_config or BuildConfig()))
-    return stages
+    config = build_config or BuildConfig()
+    # Preflight runs first (before anything is fetched), so the plan lists it first.
+    return [
+        build_stage.plan_preflight(options, bundle, config),
+        *stages,
+        *build_stage.plan_stages(options, bundle, config),
+    ]

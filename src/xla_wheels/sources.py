@@ -8,6 +8,13 @@ Each build gets ``out/<bundle>/src/<component>``, a detached ``git worktree`` of
 repository at the verified full SHA. The cache itself has no work tree, so it can never
 be patched in place, and a failed fetch leaves it as it was (git only moves refs after
 the objects are complete).
+
+Every git command of this stage is composed as data (``xla_wheels.plan.PlannedCommand``)
+by the ``*_command`` functions below and executed through one ``gitutil.GitRunner``.
+The real run executes those objects; :func:`plan_commands` composes the same objects, in
+run order, for the dry-run plan of a cold cache. Commands whose arguments are discovered
+at run time (a submodule's path and recorded commit, a temporary directory's name) are
+composed by the same functions, which the plan calls with ``<placeholder>`` inputs.
 """
 
 from __future__ import annotations
@@ -17,14 +24,15 @@ import json
 import posixpath
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from xla_wheels import log
 from xla_wheels.bundle import Bundle, Component
 from xla_wheels.errors import GitError, PipelineError, SourceError
-from xla_wheels.gitutil import git, git_out, has_commit, status_porcelain
+from xla_wheels.gitutil import GitRunner, compose, run_command
+from xla_wheels.plan import PlannedCommand
 
 # The state file the patch stage leaves next to a worktree; its presence says the
 # worktree's changes are ours (an applied series), so recreating it loses nothing.
@@ -82,22 +90,22 @@ class Submodule:
     url: str
 
 
-def read_gitmodules(worktree: Path) -> list[Submodule]:
+_GITMODULES_KEYS = r"^submodule\..*\.(path|url)$"
+
+
+def gitmodules_command(worktree: Path) -> PlannedCommand:
+    return compose(
+        ["config", "--file", ".gitmodules", "--null", "--get-regexp", _GITMODULES_KEYS],
+        cwd=worktree,
+        note="when the worktree has a .gitmodules file",
+    )
+
+
+def read_gitmodules(worktree: Path, runner: GitRunner = run_command) -> list[Submodule]:
     """The submodules ``.gitmodules`` declares, in file order."""
     if not (worktree / ".gitmodules").is_file():
         return []
-    listing = git(
-        [
-            "config",
-            "--file",
-            ".gitmodules",
-            "--null",
-            "--get-regexp",
-            r"^submodule\..*\.(path|url)$",
-        ],
-        cwd=worktree,
-        check=False,
-    ).stdout
+    listing = runner(gitmodules_command(worktree), check=False).stdout
     fields: dict[str, dict[str, str]] = {}
     for record in filter(None, listing.split("\0")):
         key, _, value = record.partition("\n")
@@ -110,9 +118,13 @@ def read_gitmodules(worktree: Path) -> list[Submodule]:
     ]
 
 
-def _recorded_commit(worktree: Path, path: str) -> str | None:
-    entry = git_out(["ls-tree", "HEAD", "--", path], cwd=worktree)  # "160000 commit <sha>\t<path>"
-    parts = entry.split()
+def recorded_commit_command(worktree: Path, path: str) -> PlannedCommand:
+    return compose(["ls-tree", "HEAD", "--", path], cwd=worktree)
+
+
+def _recorded_commit(worktree: Path, path: str, runner: GitRunner) -> str | None:
+    # "160000 commit <sha>\t<path>"
+    parts = runner(recorded_commit_command(worktree, path)).stdout.split()
     if len(parts) < 3 or parts[1] != "commit":
         return None
     return parts[2]
@@ -130,12 +142,109 @@ def absolute_submodule_url(url: str, parent_remote: str) -> str:
     return posixpath.normpath(posixpath.join(parent_remote.rstrip("/"), url))
 
 
+# --- the stage's git commands, as data -------------------------------------------------
+
+_ALL_BRANCHES = ("+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*")
+
+
+def init_bare_command(path: Path) -> PlannedCommand:
+    return compose(["init", "--bare", "--quiet", str(path)])
+
+
+def is_bare_command(repo: Path) -> PlannedCommand:
+    return compose(["rev-parse", "--is-bare-repository"], git_dir=repo)
+
+
+def has_commit_command(repo: Path, rev: str) -> PlannedCommand:
+    return compose(["cat-file", "-e", f"{rev}^{{commit}}"], git_dir=repo)
+
+
+def fetch_command(repo: Path, url: str, commit: str, *, full: bool) -> PlannedCommand:
+    """Fetching one SHA keeps the transfer small; GitHub and git >= 2.5 servers with
+    uploadpack.allowReachableSHA1InWant allow it. A short SHA cannot be fetched by name,
+    so it fetches every branch and tag and is resolved afterwards."""
+    if full:
+        return compose(
+            ["fetch", "--quiet", "--no-tags", url, f"{commit}:refs/pinned/{commit}"],
+            git_dir=repo,
+            note="when the cache lacks the commit; if the server refuses a fetch by SHA: "
+            + fetch_branches_command(repo, url).render(),
+        )
+    return compose(
+        ["fetch", "--quiet", "--no-tags", url, *_ALL_BRANCHES],
+        git_dir=repo,
+        note="when the cache lacks the commit",
+    )
+
+
+def fetch_branches_command(repo: Path, url: str) -> PlannedCommand:
+    return compose(["fetch", "--quiet", url, *_ALL_BRANCHES], git_dir=repo)
+
+
+def verify_command(repo: Path, commit: str) -> PlannedCommand:
+    return compose(["rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"], git_dir=repo)
+
+
+def disambiguate_command(repo: Path, commit: str) -> PlannedCommand:
+    return compose(["rev-parse", "--disambiguate=" + commit], git_dir=repo)
+
+
+def pin_ref_command(repo: Path, full: str) -> PlannedCommand:
+    """A ref keeps the pinned commit alive through `git gc`, whichever branch held it."""
+    return compose(["update-ref", f"refs/pinned/{full}", full], git_dir=repo)
+
+
+def status_command(worktree: Path) -> PlannedCommand:
+    return compose(["status", "--porcelain", "--untracked-files=all"], cwd=worktree)
+
+
+def worktree_remove_command(repo: Path, worktree: Path) -> PlannedCommand:
+    return compose(["worktree", "remove", "--force", "--force", str(worktree)], git_dir=repo)
+
+
+def worktree_prune_command(repo: Path) -> PlannedCommand:
+    return compose(["worktree", "prune"], git_dir=repo)
+
+
+def worktree_add_command(repo: Path, worktree: Path, commit: str) -> PlannedCommand:
+    return compose(["worktree", "add", "--detach", "--force", str(worktree), commit], git_dir=repo)
+
+
+def head_command(worktree: Path) -> PlannedCommand:
+    return compose(["rev-parse", "HEAD"], cwd=worktree)
+
+
+def submodule_update_command(
+    worktree: Path, modules: list[tuple[Submodule, Path]]
+) -> PlannedCommand:
+    """Clone each submodule from its cache repository (``-c submodule.<name>.url=<cache>``)."""
+    overrides: list[str] = []
+    for module, repo in modules:
+        overrides += ["-c", f"submodule.{module.name}.url={repo}"]
+    return compose(
+        ["submodule", "update", "--init", "--", *(module.path for module, _ in modules)],
+        cwd=worktree,
+        config=overrides,
+    )
+
+
+def ls_remote_command(url: str) -> PlannedCommand:
+    """The reachability probe preflight runs for a remote the cache cannot answer for."""
+    return compose(["ls-remote", url, "HEAD"])
+
+
+def staging_name(repo: Path) -> str:
+    """The prefix of the temporary directory a new cache repository is created under."""
+    return f".{repo.name}."
+
+
 class SourceCache:
     """Bare repositories under ``<cache>/sources``, one per (component, remote)."""
 
-    def __init__(self, root: Path, mirror: str | None) -> None:
+    def __init__(self, root: Path, mirror: str | None, runner: GitRunner = run_command) -> None:
         self.root = root
         self.mirror = mirror
+        self.run = runner
 
     def repo_for(self, component: Component) -> Path:
         digest = hashlib.sha256(component.remote.encode()).hexdigest()[:12]
@@ -157,13 +266,13 @@ class SourceCache:
         repo.parent.mkdir(parents=True, exist_ok=True)
         # Created under a temporary name and renamed, so an interrupted first run never
         # leaves a half-initialised repository that later runs would trust.
-        staging = Path(tempfile.mkdtemp(prefix=f".{repo.name}.", dir=repo.parent))
-        git(["init", "--bare", "--quiet", str(staging)])
+        staging = Path(tempfile.mkdtemp(prefix=staging_name(repo), dir=repo.parent))
+        self.run(init_bare_command(staging))
         staging.rename(repo)
         return repo
 
     def _check_usable(self, repo: Path) -> None:
-        probe = git(["rev-parse", "--is-bare-repository"], git_dir=repo, check=False)
+        probe = self.run(is_bare_command(repo), check=False)
         if probe.returncode != 0 or probe.stdout.strip() != "true":
             raise SourceError(
                 f"source cache {repo} is not a bare git repository (damaged or edited by hand)",
@@ -184,7 +293,7 @@ class SourceCache:
                 fix=f'set [components.{component.name}] commit = "<sha>" in the bundle',
             )
         repo = self.ensure_repo(component)
-        if not has_commit(repo, component.commit):
+        if not self.has_commit(repo, component.commit):
             if not allow_fetch:
                 raise SourceError(
                     f"{component.name} commit {component.commit} is not in the source cache",
@@ -194,6 +303,9 @@ class SourceCache:
             self._fetch(repo, component)
         return self._verify(repo, component)
 
+    def has_commit(self, repo: Path, rev: str) -> bool:
+        return self.run(has_commit_command(repo, rev), check=False).returncode == 0
+
     def _fetch(self, repo: Path, component: Component) -> None:
         self._fetch_commit(
             repo, component.remote, component.commit or "", component.name, component.is_full_sha
@@ -201,21 +313,10 @@ class SourceCache:
 
     def _fetch_commit(self, repo: Path, remote: str, commit: str, label: str, full: bool) -> None:
         url = effective_remote(remote, self.mirror)
-        all_branches = ["+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*"]
-        # Fetching one SHA keeps the transfer small; GitHub and git >= 2.5 servers with
-        # uploadpack.allowReachableSHA1InWant allow it. Otherwise fall back to branches.
-        refspecs = [f"{commit}:refs/pinned/{commit}"] if full else all_branches
         with log.section(f"fetch {label} from {url}"):
-            attempt = git(
-                ["fetch", "--quiet", "--no-tags", url, *refspecs],
-                git_dir=repo,
-                echo=True,
-                check=False,
-            )
+            attempt = self.run(fetch_command(repo, url, commit, full=full), echo=True, check=False)
             if attempt.returncode != 0 and full:
-                attempt = git(
-                    ["fetch", "--quiet", url, *all_branches], git_dir=repo, echo=True, check=False
-                )
+                attempt = self.run(fetch_branches_command(repo, url), echo=True, check=False)
             if attempt.returncode != 0:
                 raise SourceError(
                     f"cannot fetch {label} from {url}: {attempt.stderr.strip()}",
@@ -225,11 +326,9 @@ class SourceCache:
 
     def _verify(self, repo: Path, component: Component) -> str:
         commit = component.commit or ""
-        probe = git(
-            ["rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"], git_dir=repo, check=False
-        )
+        probe = self.run(verify_command(repo, commit), check=False)
         if probe.returncode != 0:
-            ambiguous = git(["rev-parse", "--disambiguate=" + commit], git_dir=repo, check=False)
+            ambiguous = self.run(disambiguate_command(repo, commit), check=False)
             if len(ambiguous.stdout.split()) > 1:
                 raise SourceError(
                     f"{component.name} short commit {commit} is ambiguous",
@@ -243,8 +342,7 @@ class SourceCache:
         full = probe.stdout.strip()
         if not full.startswith(commit):
             raise SourceError(f"{component.name}: {commit} resolved to {full}, which differs")
-        # A ref keeps the pinned commit alive through `git gc`, whichever branch held it.
-        git(["update-ref", f"refs/pinned/{full}", full], git_dir=repo)
+        self.run(pin_ref_command(repo, full))
         return full
 
     def checkout(self, component: Component, commit: str, worktree: Path) -> CheckedOutSource:
@@ -252,12 +350,8 @@ class SourceCache:
         repo = self.ensure_repo(component)
         self._remove_previous_worktree(repo, worktree)
         worktree.parent.mkdir(parents=True, exist_ok=True)
-        git(
-            ["worktree", "add", "--detach", "--force", str(worktree), commit],
-            git_dir=repo,
-            echo=True,
-        )
-        head = git_out(["rev-parse", "HEAD"], cwd=worktree)
+        self.run(worktree_add_command(repo, worktree, commit), echo=True)
+        head = self.run(head_command(worktree)).stdout.strip()
         if head != commit:
             raise SourceError(f"{component.name}: worktree is at {head}, expected {commit}")
         if component.submodules:
@@ -278,29 +372,25 @@ class SourceCache:
         """
         if depth > _MAX_SUBMODULE_DEPTH:
             raise SourceError(f"{label}: submodules nested deeper than {_MAX_SUBMODULE_DEPTH}")
-        modules = read_gitmodules(worktree)
-        overrides: list[str] = []
-        checked: list[tuple[Submodule, str]] = []
+        modules = read_gitmodules(worktree, self.run)
+        checked: list[tuple[Submodule, str, Path]] = []
         for module in modules:
-            commit = _recorded_commit(worktree, module.path)
+            commit = _recorded_commit(worktree, module.path, self.run)
             if commit is None:
                 continue  # listed in .gitmodules but not in this commit's tree
             url = absolute_submodule_url(module.url, parent_remote)
             repo = self._ensure_bare(self.module_repo_for(url))
-            if not has_commit(repo, commit):
+            if not self.has_commit(repo, commit):
                 self._fetch_commit(repo, url, commit, f"{label}/{module.path}", full=True)
-            git(["update-ref", f"refs/pinned/{commit}", commit], git_dir=repo)
-            overrides += ["-c", f"submodule.{module.name}.url={repo}"]
-            checked.append((module, url))
+            self.run(pin_ref_command(repo, commit))
+            checked.append((module, url, repo))
         if not checked:
             return
-        git(
-            ["submodule", "update", "--init", "--", *(module.path for module, _ in checked)],
-            cwd=worktree,
-            config=overrides,
+        self.run(
+            submodule_update_command(worktree, [(module, repo) for module, _, repo in checked]),
             echo=True,
         )
-        for module, url in checked:
+        for module, url, _ in checked:
             self._checkout_submodules(
                 worktree / module.path, url, f"{label}/{module.path}", depth + 1
             )
@@ -309,7 +399,7 @@ class SourceCache:
         state = worktree.with_name(worktree.name + STATE_SUFFIX)
         if worktree.exists():
             try:
-                dirty = status_porcelain(worktree)
+                dirty = self.run(status_command(worktree)).stdout.strip()
             except GitError:
                 dirty = "(not a git worktree)"
             if dirty and not state.exists():
@@ -318,26 +408,80 @@ class SourceCache:
                     fix="save what you need from it, then remove the directory; nothing was "
                     "changed",
                 )
-            _refuse_commits_not_ours(worktree, state)
-            git(
-                ["worktree", "remove", "--force", "--force", str(worktree)],
-                git_dir=repo,
-                check=False,
-            )
+            _refuse_commits_not_ours(worktree, state, self.run)
+            self.run(worktree_remove_command(repo, worktree), check=False)
             if worktree.exists():
                 shutil.rmtree(worktree)
         state.unlink(missing_ok=True)
-        git(["worktree", "prune"], git_dir=repo, check=False)
+        self.run(worktree_prune_command(repo), check=False)
 
 
-def _refuse_commits_not_ours(worktree: Path, state: Path) -> None:
+def plan_commands(component: Component, cache: SourceCache, worktree: Path) -> list[PlannedCommand]:
+    """The commands the sources stage runs for ``component`` on a cold cache, in run order.
+
+    Composed by the same functions the run calls (see :meth:`SourceCache.resolve` and
+    :meth:`SourceCache.checkout`); run-time discoveries are ``<placeholders>``. With a warm
+    cache the run skips the ``init`` and the ``fetch`` (their notes say when).
+    """
+    if component.commit is None:
+        return []
+    repo = cache.repo_for(component)
+    try:
+        url = effective_remote(component.remote, cache.mirror)
+    except SourceError as error:
+        url = f"<{error.message}>"
+    full = component.commit if component.is_full_sha else f"<full SHA of {component.commit}>"
+    commands = [
+        _planned_init(repo, "once per machine"),
+        has_commit_command(repo, component.commit),
+        fetch_command(repo, url, component.commit, full=component.is_full_sha),
+        verify_command(repo, component.commit),
+        pin_ref_command(repo, full),
+        is_bare_command(repo),
+        _with_note(
+            worktree_prune_command(repo),
+            "after `worktree remove` of a previous worktree (only if the patch stage made its "
+            "changes; any other change stops the run)",
+        ),
+        worktree_add_command(repo, worktree, full),
+        head_command(worktree),
+    ]
+    if component.submodules:
+        module = Submodule("<name>", "<path>", "<url>")
+        module_repo = cache.root / "modules" / "<module cache>.git"
+        per_module = "for each submodule in .gitmodules whose commit is in the tree"
+        commands += [
+            gitmodules_command(worktree),
+            _with_note(recorded_commit_command(worktree, module.path), per_module),
+            _planned_init(module_repo, f"{per_module}: its cache, once per machine"),
+            has_commit_command(module_repo, "<commit>"),
+            fetch_command(module_repo, module.url, "<commit>", full=True),
+            pin_ref_command(module_repo, "<commit>"),
+            _with_note(
+                submodule_update_command(worktree, [(module, module_repo)]),
+                "all of them at once; then the same for nested submodules",
+            ),
+        ]
+    return commands
+
+
+def _planned_init(repo: Path, why: str) -> PlannedCommand:
+    staging = repo.parent / f"{staging_name(repo)}XXXXXXXX"
+    return _with_note(init_bare_command(staging), f"{why}; then renamed to {repo.name}")
+
+
+def _with_note(command: PlannedCommand, note: str) -> PlannedCommand:
+    return replace(command, note=f"{note}; {command.note}" if command.note else note)
+
+
+def _refuse_commits_not_ours(worktree: Path, state: Path, run: GitRunner) -> None:
     """A patched worktree whose HEAD moved (an amended or rebased patch commit) holds work
     that only ``make patch-export`` saves: refuse to recreate it over that work."""
     try:
         recorded = json.loads(state.read_text(encoding="utf-8")).get("head", "")
     except (OSError, ValueError):
         return
-    head = git(["rev-parse", "--verify", "--quiet", "HEAD"], cwd=worktree, check=False)
+    head = run(head_command(worktree), check=False)
     if recorded and head.returncode == 0 and head.stdout.strip() != recorded:
         raise SourceError(
             f"{worktree} has commits that the patch stage did not make (HEAD "

@@ -112,9 +112,7 @@ def cmd_lock(args: argparse.Namespace) -> int:
     # them); unresolved ones are written as such, never guessed.
     resolved = known_commits(bundle, SourceCache(options.source_cache, options.mirror))
     entry = update_bundle_entry(options.lock_path, bundle, resolved, options.root)
-    unresolved = [
-        name for name, comp in entry["components"].items() if comp.get("commit-resolved") is False
-    ]
+    unresolved = [name for name, pin in entry.components.items() if not pin.resolved]
     print(
         f"wheels.lock: wrote bundle {bundle.name}"
         + (f" (unresolved pins: {', '.join(unresolved)})" if unresolved else "")

@@ -67,11 +67,12 @@ def resolve(args: argparse.Namespace, work: Path) -> pairs.PairFiles:
 
 def _from_bundle(args: argparse.Namespace, work: Path) -> pairs.PairFiles:
     # Imported here: the publish stage's lock reader is only needed for this source.
-    from xla_wheels.publish.wheels import dist_dir, locked_wheels
+    from xla_wheels.layout import BundleLayout
+    from xla_wheels.publish.wheels import locked_wheels
 
     options = options_from_args(args)
     bundle = load_bundle(options.root, args.bundle)
-    directory = dist_dir(options.root, bundle.name)
+    directory = BundleLayout.of(options, bundle.name).dist
     try:
         wheels = locked_wheels(options.lock_path, bundle.name, directory)
     except PipelineError as error:

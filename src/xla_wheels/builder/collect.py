@@ -17,6 +17,7 @@ from pathlib import Path
 
 from xla_wheels import log
 from xla_wheels.errors import PipelineError
+from xla_wheels.layout import BundleLayout
 from xla_wheels.lockfile import WheelRecord, file_sha256, record_wheels
 
 
@@ -24,17 +25,13 @@ class ShipCheckFailed(PipelineError):
     """The check on the staged wheels failed: they were not moved into dist/."""
 
 
-def dist_dir(root: Path, bundle: str) -> Path:
-    return root / "dist" / bundle
-
-
 def records(wheels: Sequence[Path]) -> list[WheelRecord]:
     return [WheelRecord(w.name, w.stat().st_size, file_sha256(w)) for w in sorted(wheels)]
 
 
-def up_to_date(root: Path, bundle: str, wheels: Sequence[Path]) -> bool:
+def up_to_date(layout: BundleLayout, wheels: Sequence[Path]) -> bool:
     """dist/<bundle> already holds exactly these wheels (names and bytes)."""
-    target = dist_dir(root, bundle)
+    target = layout.dist
     if not target.is_dir():
         return False
     present = sorted(target.glob("*.whl"))
@@ -45,17 +42,16 @@ def up_to_date(root: Path, bundle: str, wheels: Sequence[Path]) -> bool:
 
 
 class Staging:
-    """``with Staging(root, bundle, wheels) as staging:`` ... ``staging.commit()``.
+    """``with Staging(layout, wheels) as staging:`` ... ``staging.commit()``.
 
     Leaving the block without ``commit()`` removes the staging directory (and ``dist/``
     itself when this run created it), whatever happened inside.
     """
 
-    def __init__(self, root: Path, bundle: str, wheels: Sequence[Path]) -> None:
-        self.root = root
-        self.bundle = bundle
+    def __init__(self, layout: BundleLayout, wheels: Sequence[Path]) -> None:
+        self.layout = layout
         self.wheels = list(wheels)
-        self.dist = root / "dist"
+        self.dist = layout.dist_root
         self.created_dist = False
         self.path: Path | None = None
         self.committed = False
@@ -64,7 +60,7 @@ class Staging:
         if not self.dist.exists():
             self.dist.mkdir(parents=True)
             self.created_dist = True
-        self.path = Path(tempfile.mkdtemp(prefix=f".staging-{self.bundle}-", dir=self.dist))
+        self.path = Path(tempfile.mkdtemp(prefix=self.layout.staging_prefix, dir=self.dist))
         self.path.chmod(0o755)
         for wheel in self.wheels:
             shutil.copy2(wheel, self.path / wheel.name)
@@ -75,11 +71,11 @@ class Staging:
     def commit(self) -> Path:
         """Atomically make the staged wheels ``dist/<bundle>``; returns that directory."""
         assert self.path is not None
-        target = dist_dir(self.root, self.bundle)
+        target = self.layout.dist
         old: Path | None = None
         if target.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".old-{self.bundle}-", dir=self.dist))
-            os.replace(target, old / self.bundle)
+            old = Path(tempfile.mkdtemp(prefix=self.layout.old_prefix, dir=self.dist))
+            os.replace(target, old / target.name)
         os.replace(self.path, target)
         self.committed = True
         if old is not None:
@@ -93,9 +89,10 @@ class Staging:
                 self.dist.rmdir()
 
 
-def record(lock_path: Path, bundle: str, target: Path) -> list[WheelRecord]:
-    wheels = records(sorted(target.glob("*.whl")))
-    record_wheels(lock_path, bundle, wheels)
+def record_collected(layout: BundleLayout) -> list[WheelRecord]:
+    """The wheels in dist/<bundle>, recorded in wheels.lock."""
+    wheels = records(sorted(layout.dist.glob("*.whl")))
+    record_wheels(layout.lock_path, layout.bundle, wheels)
     for wheel in wheels:
-        log.info(f"  dist/{bundle}/{wheel.name}  {wheel.size} bytes  sha256:{wheel.sha256}")
+        log.info(f"  {layout.dist / wheel.name}  {wheel.size} bytes  sha256:{wheel.sha256}")
     return wheels

@@ -32,6 +32,7 @@ from typing import TextIO
 
 from xla_wheels.builder import recipes, remote_cache, stamp
 from xla_wheels.builder.spec import BuildSpec
+from xla_wheels.provenance import PROVENANCE_PATH, PatchDigest, Provenance
 
 TAIL_LINES = 40
 
@@ -162,7 +163,7 @@ def _apply_openxla_patches(spec: BuildSpec, args: Sequence[str], log_file: TextI
         if process.returncode != 0:
             raise StepFailed(
                 f"torch_xla's openxla_patches/{name} does not apply to OpenXLA "
-                f"{spec.provenance.get('components', {}).get('openxla', {}).get('commit')}: "
+                f"{Provenance.from_json(spec.provenance).components['openxla'].commit}: "
                 "the bundle's OpenXLA needs a patch that replaces it (patches/openxla/)"
             )
         applied.append({"path": f"openxla_patches/{name}", "sha256": _sha256(patch_file)})
@@ -195,17 +196,15 @@ def _stamp_provenance(spec: BuildSpec, args: Sequence[str], log_file: TextIO) ->
     if len(wheels) != 1:
         raise StepFailed(f"expected one torch_xla wheel in {tmp}, found {len(wheels)}")
     state = Path(spec.logs).parent / recipes.PATCH_STATE
-    provenance = dict(spec.provenance)
-    provenance["torch_xla_openxla_patches"] = (
-        json.loads(state.read_text(encoding="utf-8")) if state.exists() else []
+    applied = json.loads(state.read_text(encoding="utf-8")) if state.exists() else []
+    provenance = Provenance.from_json(spec.provenance).stamped(
+        torch_version=spec.torch_version,
+        torch_xla_version=spec.torch_xla_version,
+        toolchain=_toolchain(spec),
+        openxla_patches=tuple(PatchDigest(row["path"], row["sha256"]) for row in applied),
     )
-    provenance["toolchain"] = _toolchain(spec)
-    provenance["torch_xla_version"] = spec.torch_xla_version
-    provenance["torch_version"] = spec.torch_version
-    stamp.add_file_to_wheel(
-        wheels[0], f"torch_xla/{stamp.PROVENANCE_NAME}", stamp.provenance_bytes(provenance)
-    )
-    _say(f"# torch_xla/{stamp.PROVENANCE_NAME} added to {wheels[0].name}", log_file)
+    stamp.stamp_provenance(wheels[0], provenance)
+    _say(f"# {PROVENANCE_PATH} added to {wheels[0].name}", log_file)
 
 
 ACTIONS = {

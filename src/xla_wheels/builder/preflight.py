@@ -3,6 +3,10 @@
 Runs before anything is fetched or built, so a hopeless `make wheels` stops within
 seconds instead of after an hour of compiling. The checks that wait on something (the
 engine's daemon, each remote) run in parallel with short timeouts.
+
+The checks are data (:class:`Check`): :func:`checks` lists them, :func:`preflight` runs
+that list and the dry-run plan prints the same list (:func:`planned_preflight`), so what the
+plan says preflight checks is what it checks.
 """
 
 from __future__ import annotations
@@ -12,15 +16,16 @@ import shutil
 import subprocess
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from xla_wheels.builder.config import BuildConfig
 from xla_wheels.builder.container import image_present, probe_engine
 from xla_wheels.bundle import Bundle, Component
 from xla_wheels.errors import PipelineError, SourceError
-from xla_wheels.gitutil import git, has_commit
 from xla_wheels.options import PipelineOptions
-from xla_wheels.sources import SourceCache, effective_remote
+from xla_wheels.plan import PlannedCommand, PlannedStage
+from xla_wheels.sources import SourceCache, effective_remote, ls_remote_command
 
 GIB = 1024**3
 
@@ -35,9 +40,9 @@ class PreflightError(PipelineError):
         super().__init__(text, fix="fix each blocker above, then run `make wheels` again")
 
 
-def _ls_remote(url: str, timeout: float) -> str | None:
+def _ls_remote(cache: SourceCache, url: str, timeout: float) -> str | None:
     try:
-        process = git(["ls-remote", url, "HEAD"], check=False, timeout=timeout)
+        process = cache.run(ls_remote_command(url), check=False, timeout=timeout)
     except subprocess.TimeoutExpired:
         return f"no answer within {timeout:.0f}s"
     if process.returncode != 0:
@@ -59,13 +64,13 @@ def _check_component(
     if component.commit is None:
         return None  # reported by the pin check
     repo = cache.repo_for(component)
-    if repo.exists() and has_commit(repo, component.commit):
+    if repo.exists() and cache.has_commit(repo, component.commit):
         return None  # the source cache already holds the pin: no network needed
     try:
         url = effective_remote(component.remote, mirror)
     except SourceError as error:
         return f"{component.name}: {error.message}"
-    problem = _ls_remote(url, timeout)
+    problem = _ls_remote(cache, url, timeout)
     if problem is None:
         return None
     what = (
@@ -156,6 +161,95 @@ def _check_resources(options: PipelineOptions, config: BuildConfig) -> list[str]
     return problems
 
 
+@dataclass(frozen=True)
+class Check:
+    """One preflight check: what the plan prints (``name``, ``what``) and what runs."""
+
+    name: str
+    what: str
+    run: Callable[[], list[str]]
+    """Returns the blockers found (empty: passed)."""
+    commands: tuple[PlannedCommand, ...] = ()
+    """The commands the check may run, for the plan."""
+
+
+def checks(
+    options: PipelineOptions,
+    bundle: Bundle,
+    config: BuildConfig,
+    *,
+    need_sources: bool = True,
+    cache: SourceCache | None = None,
+) -> list[Check]:
+    """Every check, in the order their blockers are reported."""
+    cache = cache or SourceCache(options.source_cache, options.mirror)
+    found = [
+        Check(
+            "pins",
+            "every component has a commit",
+            lambda: [f"pin: {problem}" for problem in bundle.unresolved_pins()],
+        )
+    ]
+    if need_sources:
+        for component in bundle.components.values():
+            commands: tuple[PlannedCommand, ...] = ()
+            if component.commit is not None:
+                try:
+                    url = effective_remote(component.remote, options.mirror)
+                    commands = (ls_remote_command(url),)
+                except SourceError:
+                    commands = ()
+            found.append(
+                Check(
+                    f"remote {component.name}",
+                    "the source cache holds the pinned commit, or the remote (or MIRROR) "
+                    f"answers `git ls-remote` within {config.remote_timeout:.0f}s",
+                    functools.partial(
+                        _component_blockers,
+                        component,
+                        cache,
+                        options.mirror,
+                        config.remote_timeout,
+                    ),
+                    tuple(
+                        PlannedCommand(c.argv, c.env, c.cwd, "when the cache lacks the commit")
+                        for c in commands
+                    ),
+                )
+            )
+    where = (
+        f"engine {config.engine} answers and has image {config.image}"
+        if config.mode == "container"
+        else "host tools on PATH: " + ", ".join([config.host_python, *config.host_tools])
+    )
+    need = config.mem_base_gib + config.jobs * config.mem_per_job_gib
+    found.append(Check(f"{config.mode} mode", where, lambda: _check_engine(options, config)))
+    if config.mode == "host":
+        found.append(
+            Check(
+                "python",
+                f"{config.host_python} is Python {bundle.python}",
+                lambda: _check_python(bundle, config),
+            )
+        )
+    found += [
+        Check(
+            "resources",
+            f"disk >= {config.min_disk_gib:.0f} GiB free under the work directory; "
+            f"memory >= {need:.0f} GiB for JOBS={config.jobs}",
+            lambda: _check_resources(options, config),
+        ),
+    ]
+    return found
+
+
+def run_checks(found: list[Check]) -> list[str]:
+    """Run every check in parallel (some wait on the network); blockers in list order."""
+    with ThreadPoolExecutor(max_workers=len(found)) as pool:
+        results = list(pool.map(lambda check: check.run(), found))
+    return [problem for result in results for problem in result]
+
+
 def preflight(
     options: PipelineOptions,
     bundle: Bundle,
@@ -164,20 +258,29 @@ def preflight(
     need_sources: bool = True,
 ) -> list[str]:
     """Every blocker, in a stable order. ``need_sources=False`` when all stages are cached."""
-    blockers = [f"pin: {problem}" for problem in bundle.unresolved_pins()]
-    cache = SourceCache(options.source_cache, options.mirror)
-    jobs: list[Callable[[], list[str]]] = [lambda: _check_engine(options, config)]
-    if need_sources:
-        for component in bundle.components.values():
-            jobs.append(
-                functools.partial(
-                    _component_blockers, component, cache, options.mirror, config.remote_timeout
-                )
-            )
-    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
-        results = list(pool.map(lambda job: job(), jobs))
-    blockers.extend(problem for result in results[1:] for problem in result)
-    blockers.extend(results[0])
-    blockers.extend(_check_python(bundle, config))
-    blockers.extend(_check_resources(options, config))
-    return blockers
+    return run_checks(checks(options, bundle, config, need_sources=need_sources))
+
+
+def planned_preflight(
+    options: PipelineOptions,
+    bundle: Bundle,
+    config: BuildConfig,
+    *,
+    need_sources: bool = True,
+) -> PlannedStage:
+    """The preflight stage of the plan: the same check list :func:`preflight` runs."""
+    where = (
+        f"engine {config.engine}, image {config.image}"
+        if config.mode == "container"
+        else f"host, {config.host_python}"
+    )
+    found = checks(options, bundle, config, need_sources=need_sources)
+    return PlannedStage(
+        "preflight",
+        facts=(
+            f"mode {config.mode} ({where}), jobs {config.jobs}",
+            "checks, in parallel, blockers reported together:",
+            *(f"  {check.name}: {check.what}" for check in found),
+        ),
+        commands=tuple(command for check in found for command in check.commands),
+    )

@@ -15,26 +15,26 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import xla_wheels
 from xla_wheels import log
 from xla_wheels.abi import ship as abi_ship
 from xla_wheels.abi.pairs import AbiMismatch
-from xla_wheels.builder import collect as collect_mod
 from xla_wheels.builder import recipes, remote_cache, stamp
+from xla_wheels.builder.collect import ShipCheckFailed, Staging, record_collected, up_to_date
 from xla_wheels.builder.config import BuildConfig
 from xla_wheels.builder.container import Engine, Mount, build_image_argv, make_engine
-from xla_wheels.builder.preflight import PreflightError, preflight
+from xla_wheels.builder.preflight import PreflightError, planned_preflight, preflight
 from xla_wheels.builder.spec import BuildSpec, stage_key
 from xla_wheels.bundle import Bundle
 from xla_wheels.errors import PipelineError
+from xla_wheels.layout import BundleLayout
 from xla_wheels.lockfile import file_sha256
 from xla_wheels.options import PipelineOptions
 from xla_wheels.patches import describe_series, series_digest
 from xla_wheels.plan import PlannedCommand, PlannedStage
-from xla_wheels.sources import CheckedOutSource, SourceCache
-from xla_wheels.sources import known_commits as sources_known_commits
+from xla_wheels.provenance import BuildSettings, ComponentProvenance, PatchDigest, Provenance
+from xla_wheels.sources import CheckedOutSource, SourceCache, known_commits
 
 RECIPES = ("torch", "torch_xla")
 ENTRY_MODULE = "xla_wheels.builder.inside"
@@ -55,12 +55,12 @@ class BuildRun:
     timings: list[tuple[str, float, str]] = field(default_factory=list)
 
     @property
-    def work(self) -> Path:
-        return self.options.out_dir / self.bundle.name
+    def layout(self) -> BundleLayout:
+        return BundleLayout.of(self.options, self.bundle.name)
 
     @property
     def spec_path(self) -> Path:
-        return self.work / "build-spec.json"
+        return self.layout.spec_path
 
     def stage_dir(self, name: str) -> Path:
         return Path(self.spec.torch_stage if name == "torch" else self.spec.torch_xla_stage)
@@ -98,11 +98,6 @@ def pipeline_src() -> Path:
     return Path(xla_wheels.__file__).resolve().parent.parent
 
 
-def known_commits(options: PipelineOptions, bundle: Bundle) -> dict[str, str | None]:
-    """Full SHAs known without the network (see ``sources.known_commits``)."""
-    return sources_known_commits(bundle, SourceCache(options.source_cache, options.mirror))
-
-
 def _series(bundle: Bundle, name: str) -> tuple[list[dict[str, str]], str]:
     series = describe_series(bundle.component(name))
     return [{"path": f"patches/{p.relpath}", "sha256": p.sha256} for p in series], series_digest(
@@ -117,8 +112,7 @@ def compose(
     commits: Mapping[str, str | None],
 ) -> tuple[BuildSpec, dict[str, str] | None]:
     """The spec and the stage keys (None while a commit is not known in full)."""
-    work = options.out_dir / bundle.name
-    src = work / "src"
+    layout = BundleLayout.of(options, bundle.name)
     cache = options.cache_dir
     pins = {
         name: commits.get(name) or bundle.component(name).commit or "unpinned"
@@ -185,36 +179,36 @@ def compose(
         suffix = keys[name][:16] if keys else "KEY-AFTER-SOURCES"
         return str(stages / f"{name}-{suffix}")
 
-    provenance: dict[str, Any] = {
-        "bundle": bundle.name,
-        "manifest_sha256": bundle.manifest_sha256,
-        "built_by": f"xla-wheels {xla_wheels.__version__}",
-        "build": {
-            "mode": config.mode,
-            "engine": config.engine if config.mode == "container" else "host",
-            "image": config.image if config.mode == "container" else None,
-            "knobs": knobs,
-        },
-        "components": {
-            name: {
-                "remote": bundle.component(name).remote,
-                "commit": pins[name],
-                "version": bundle.component(name).version,
-                "patches": series[name][0],
-                "series_sha256": series[name][1],
-            }
+    provenance = Provenance(
+        bundle=bundle.name,
+        manifest_sha256=bundle.manifest_sha256,
+        built_by=f"xla-wheels {xla_wheels.__version__}",
+        build=BuildSettings(
+            mode=config.mode,
+            engine=config.engine if config.mode == "container" else "host",
+            image=config.image if config.mode == "container" else None,
+            knobs=knobs,
+        ),
+        components={
+            name: ComponentProvenance(
+                remote=bundle.component(name).remote,
+                commit=pins[name],
+                version=bundle.component(name).version,
+                patches=tuple(PatchDigest(p["path"], p["sha256"]) for p in series[name][0]),
+                series_sha256=series[name][1],
+            )
             for name in bundle.components
         },
-    }
+    )
     spec = BuildSpec(
         bundle=bundle.name,
         python=config.python,
-        torch_src=str(src / "torch"),
-        torch_xla_worktree=str(src / "torch_xla"),
-        torch_xla_tree=str(src / "torch" / "xla"),
-        openxla_src=str(src / "openxla"),
-        buildenv=str(work / "buildenv"),
-        logs=str(work / "logs"),
+        torch_src=str(layout.worktree("torch")),
+        torch_xla_worktree=str(layout.worktree("torch_xla")),
+        torch_xla_tree=str(layout.worktree("torch") / "xla"),
+        openxla_src=str(layout.worktree("openxla")),
+        buildenv=str(layout.buildenv),
+        logs=str(layout.logs),
         torch_version=torch_version,
         torch_xla_version=torch_xla_version,
         torch_stage=stage_path("torch"),
@@ -228,14 +222,14 @@ def compose(
         pip_args=list(config.pip_args),
         compiler_env=dict(config.compiler_env),
         extra_env=dict(config.extra_env),
-        ship_env=str(work / "ship-env"),
-        ship_out=str(work / "ship-check"),
+        ship_env=str(layout.ship_env),
+        ship_out=str(layout.ship_check),
         ship_check=config.ship_check,
         ship_pip_args=list(config.ship_pip_args),
         pipeline_src=str(pipeline_src()),
         remote_cache=config.remote_cache.settings.to_dict(),
-        private_dir=str(work / "private"),
-        provenance=provenance,
+        private_dir=str(layout.work / "private"),
+        provenance=provenance.to_json(),
     )
     return spec, keys
 
@@ -250,7 +244,7 @@ def timed(run: BuildRun, name: str, status: str = "ran") -> Iterator[None]:
 
 def prepare(options: PipelineOptions, bundle: Bundle, config: BuildConfig) -> BuildRun:
     """Stage keys from what is known offline, then preflight (raises with every blocker)."""
-    commits = known_commits(options, bundle)
+    commits = known_commits(bundle, SourceCache(options.source_cache, options.mirror))
     spec, keys = compose(options, bundle, config, commits)
     run = BuildRun(options, bundle, config, commits, spec, keys)
     with timed(run, "preflight"):
@@ -270,7 +264,7 @@ def after_sources(run: BuildRun, sources: Mapping[str, CheckedOutSource]) -> Bui
 def mounts(run: BuildRun, extra: tuple[Path, ...] = ()) -> list[Mount]:
     spec = run.spec
     writable = [
-        run.work,
+        run.layout.work,
         Path(spec.torch_stage).parent,
         Path(spec.bazel_disk_cache),
         Path(spec.bazel_output_root),
@@ -354,14 +348,13 @@ def build(run: BuildRun) -> None:
 def collect(run: BuildRun) -> Path:
     """Ship check on staged wheels, then the atomic move into dist/<bundle> and the lock."""
     wheels = run.wheels()
-    root, name = run.options.root, run.bundle.name
-    if collect_mod.up_to_date(root, name, wheels):
-        log.info(f"collect: dist/{name} already holds these wheels")
+    layout, name = run.layout, run.bundle.name
+    if up_to_date(layout, wheels):
+        log.info(f"collect: {layout.dist} already holds these wheels")
         run.timings.append(("collect", 0.0, "up to date"))
-        target = collect_mod.dist_dir(root, name)
-        collect_mod.record(run.options.lock_path, name, target)
-        return target
-    with timed(run, "collect: ship check"), collect_mod.Staging(root, name, wheels) as staging:
+        record_collected(layout)
+        return layout.dist
+    with timed(run, "collect: ship check"), Staging(layout, wheels) as staging:
         assert staging.path is not None
         _abi_check(staging.path, name)
         _ensure_dirs(run)
@@ -369,14 +362,14 @@ def collect(run: BuildRun) -> Path:
         with engine_for(run, extra=(staging.path,)) as engine:
             code = engine.call(entry_argv(run, "ship", str(staging.path)))
         if code != 0:
-            raise collect_mod.ShipCheckFailed(
+            raise ShipCheckFailed(
                 f"the ship check failed on the new {name} wheels (exit {code}); they were "
                 f"kept out of dist/{name}",
                 fix=f"read {run.spec.logs}/ship.log",
             )
         target = staging.commit()
     with timed(run, "collect: wheels.lock"):
-        collect_mod.record(run.options.lock_path, name, target)
+        record_collected(layout)
     return target
 
 
@@ -385,7 +378,7 @@ def _abi_check(staging: Path, name: str) -> None:
     try:
         abi_ship.check_staged(sorted(staging.glob("*.whl")), f"the staged wheels of {name}")
     except AbiMismatch as error:
-        raise collect_mod.ShipCheckFailed(
+        raise ShipCheckFailed(
             f"the ship check's ABI check failed on the new {name} wheels; they were kept out "
             f"of dist/{name}: {error.message}",
             fix=error.fix,
@@ -398,29 +391,22 @@ def report_timings(run: BuildRun) -> None:
         log.info(f"  {name:<24} {log.format_duration(seconds):>8}  {status}")
 
 
+def plan_preflight(options: PipelineOptions, bundle: Bundle, config: BuildConfig) -> PlannedStage:
+    """Preflight as :func:`prepare` runs it: same check list, same ``need_sources``."""
+    commits = known_commits(bundle, SourceCache(options.source_cache, options.mirror))
+    spec, keys = compose(options, bundle, config, commits)
+    run = BuildRun(options, bundle, config, commits, spec, keys)
+    return planned_preflight(options, bundle, config, need_sources=not run.all_cached)
+
+
 def plan_stages(
     options: PipelineOptions, bundle: Bundle, config: BuildConfig
 ) -> list[PlannedStage]:
-    """preflight, build and collect as the run will execute them."""
+    """build and collect as the run will execute them (preflight: :func:`plan_preflight`)."""
 
-    commits = known_commits(options, bundle)
+    commits = known_commits(bundle, SourceCache(options.source_cache, options.mirror))
     spec, keys = compose(options, bundle, config, commits)
     run = BuildRun(options, bundle, config, commits, spec, keys)
-    where = (
-        f"engine {config.engine}, image {config.image}"
-        if config.mode == "container"
-        else f"host, {config.host_python}"
-    )
-    pre = PlannedStage(
-        "preflight",
-        facts=(
-            f"mode {config.mode} ({where}), jobs {config.jobs}",
-            "checks, in parallel, reported together: pins resolvable; each remote not in "
-            f"the source cache answers `git ls-remote` within {config.remote_timeout:.0f}s "
-            f"(or MIRROR); engine and image; disk >= {config.min_disk_gib:.0f} GiB; memory "
-            f">= {config.mem_base_gib + config.jobs * config.mem_per_job_gib:.0f} GiB",
-        ),
-    )
     engine = engine_for(run)
 
     def line(argv: list[str], note: str = "") -> str:
@@ -453,7 +439,7 @@ def plan_stages(
     start = engine.start_argv()
     if start:
         setup_facts.append(line(start))
-    stages = [pre, PlannedStage("build: builder", tuple(setup_facts))]
+    stages = [PlannedStage("build: builder", tuple(setup_facts))]
     versions = {"torch": spec.torch_version, "torch_xla": spec.torch_xla_version}
     for name in RECIPES:
         state = "cached: skipped" if run.cached(name) else "built"
@@ -477,7 +463,7 @@ def plan_stages(
         ]
         stages.append(PlannedStage(f"build: {name}", tuple(facts)))
     stop = engine.stop_argv()
-    staging = f"{options.root}/dist/.staging-{bundle.name}-XXXX"
+    staging = str(run.layout.dist_root / f"{run.layout.staging_prefix}XXXXXXXX")
     ship_engine = engine_for(run, extra=(Path(staging),))
     ship_start, ship_stop = ship_engine.start_argv(), ship_engine.stop_argv()
     collect_facts = [
@@ -489,7 +475,7 @@ def plan_stages(
         line(ship_engine.call_argv(entry_argv(run, "ship", staging)), "ship check, which runs:"),
         *(f"    {step.render()}" for step in recipes.ship_steps(spec, staging)),
         *([line(ship_stop)] if ship_stop else []),
-        f"check passes -> rename to {options.root}/dist/{bundle.name} (atomic); "
+        f"check passes -> rename to {run.layout.dist} (atomic); "
         "fails -> staging removed, dist/ untouched",
         "wheels.lock: name, size, sha256 of each wheel",
     ]

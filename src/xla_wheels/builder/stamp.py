@@ -6,26 +6,24 @@ pip orders ``2.9.0+...`` after ``2.9.0``, so a host that pins ``torch_xla==2.9.0
 gets ours by accident, and ``pip install torch_xla==2.9.0+gitc04e61c.p1a2b3c4d`` names one
 exact build. The same inputs always give the same label (no dates, no build numbers).
 
-The provenance file ``torch_xla/_xla_wheels_provenance.json`` is added to the built wheel
-(with its RECORD line), because upstream's setup.py lists only ``lib/*.so*`` and
+The provenance file (``xla_wheels.provenance``: its path and schema) is added to the built
+wheel (with its RECORD line), because upstream's setup.py lists only ``lib/*.so*`` and
 ``py.typed`` as package data: a file written into the source tree would not be packed.
-At runtime: ``importlib.resources.files("torch_xla").joinpath(PROVENANCE_NAME)``.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import os
 import re
 import tempfile
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-PROVENANCE_NAME = "_xla_wheels_provenance.json"
+from xla_wheels.provenance import PROVENANCE_PATH, Provenance
+
 _LOCAL_LABEL = re.compile(r"[a-z0-9]+(\.[a-z0-9]+)*")
 
 
@@ -95,11 +93,11 @@ def add_file_to_wheel(wheel: Path, arcname: str, data: bytes) -> None:
             raise
 
 
-def provenance_bytes(provenance: Mapping[str, Any]) -> bytes:
-    return (json.dumps(provenance, indent=2, sort_keys=True) + "\n").encode()
+def stamp_provenance(wheel: Path, provenance: Provenance) -> None:
+    """Write the provenance into the torch_xla wheel at :data:`PROVENANCE_PATH`."""
+    add_file_to_wheel(wheel, PROVENANCE_PATH, provenance.to_bytes())
 
 
-def read_provenance(wheel: Path, package: str = "torch_xla") -> dict[str, Any]:
+def read_provenance(wheel: Path) -> Provenance:
     with zipfile.ZipFile(wheel) as archive:
-        data: dict[str, Any] = json.loads(archive.read(f"{package}/{PROVENANCE_NAME}"))
-        return data
+        return Provenance.from_bytes(archive.read(PROVENANCE_PATH))

@@ -11,11 +11,12 @@ from pathlib import Path
 from xla_wheels import log
 from xla_wheels.bundle import load_bundle
 from xla_wheels.errors import UsageError
+from xla_wheels.layout import BundleLayout
 from xla_wheels.lockfile import read_lock
 from xla_wheels.options import PipelineOptions, add_bundle_parser, options_from_args
 from xla_wheels.publish import doctor, requirements, upload, verify_install
 from xla_wheels.publish.static_index import write_static_index
-from xla_wheels.publish.wheels import dist_dir, locked_records, locked_wheels
+from xla_wheels.publish.wheels import locked_records, locked_wheels
 
 
 def _index_url(args: argparse.Namespace) -> str | None:
@@ -24,7 +25,7 @@ def _index_url(args: argparse.Namespace) -> str | None:
 
 
 def _dist(options: PipelineOptions, args: argparse.Namespace) -> Path:
-    return dist_dir(options.root, args.bundle, args.dist_dir)
+    return BundleLayout.of(options, args.bundle, dist_root=args.dist_dir).dist
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
@@ -74,7 +75,7 @@ def cmd_verify_install(args: argparse.Namespace) -> int:
         lock_path=options.lock_path,
         bundle=bundle,
         index_url=index_url,
-        work=options.out_dir / bundle.name / "verify-install",
+        work=BundleLayout.of(options, bundle.name).verify_install,
         base_python=args.python or sys.executable,
         no_deps=args.no_deps,
         deps_from=args.deps_from,
@@ -89,7 +90,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     options = options_from_args(args)
     bundle = load_bundle(options.root, args.bundle)
     python = args.python or shutil.which("python3") or sys.executable
-    entry = read_lock(options.lock_path)["bundles"].get(bundle.name)
+    entry = read_lock(options.lock_path).bundles.get(bundle.name)
     report = doctor.run_doctor(bundle, python, entry, os.environ, args.role)
     print(report.render())
     doctor.ensure_healthy(report)

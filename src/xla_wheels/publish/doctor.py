@@ -15,20 +15,20 @@ on a cache mount shared by several hosts exactly one writer, every other host wi
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import subprocess
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from xla_wheels.abi import pairs as abi_pairs
 from xla_wheels.bundle import Bundle
 from xla_wheels.errors import PipelineError
-from xla_wheels.publish.errors import DoctorFailed, PublishError
+from xla_wheels.lockfile import BundleEntry
+from xla_wheels.provenance import ProvenanceFormatError
+from xla_wheels.publish.errors import DoctorFailed
+from xla_wheels.publish.host_probe import HostFacts, probe
 from xla_wheels.publish.index import WheelName, normalize
 
 #: File system types on which several hosts see the same cache directory.
@@ -51,25 +51,6 @@ SHARED_FS_TYPES = frozenset(
 )
 ROLES = ("writer", "reader")
 PACKAGES = ("torch", "torch_xla", "libtpu", "jax", "jaxlib")
-
-# Runs in the host's interpreter: metadata and the provenance file only, no imports.
-_PROBE = r"""
-import importlib.metadata as md, json, sys
-out = {"python": sys.executable, "version": "%d.%d" % sys.version_info[:2], "versions": {},
-       "provenance": None, "imported": sorted(m for m in sys.modules if m.startswith("torch"))}
-for name in sys.argv[1:]:
-    try:
-        out["versions"][name] = md.version(name)
-    except md.PackageNotFoundError:
-        out["versions"][name] = None
-try:
-    path = md.distribution("torch_xla").locate_file("torch_xla/_xla_wheels_provenance.json")
-    if path.is_file():
-        out["provenance"] = json.loads(path.read_text())
-except (md.PackageNotFoundError, ValueError, OSError):
-    pass
-print(json.dumps(out))
-"""
 
 
 @dataclass(frozen=True)
@@ -116,30 +97,11 @@ def _public(version: str) -> str:
     return version.split("+", 1)[0]
 
 
-def probe(python: str) -> dict[str, Any]:
-    try:
-        result = subprocess.run(
-            [python, "-c", _PROBE, *PACKAGES], capture_output=True, text=True, timeout=120
-        )
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise PublishError(
-            f"cannot run the host's interpreter {python}: {error}",
-            fix="pass PYTHON=<the training environment's python>",
-        ) from None
-    if result.returncode != 0:
-        raise PublishError(
-            f"{python} could not read its installed packages: {result.stderr.strip()[-400:]}",
-            fix="pass PYTHON=<the training environment's python>",
-        )
-    data: dict[str, Any] = json.loads(result.stdout)
-    return data
-
-
-def expected_versions(bundle: Bundle, lock_entry: Mapping[str, Any] | None) -> dict[str, str]:
+def expected_versions(bundle: Bundle, lock_entry: BundleEntry | None) -> dict[str, str]:
     """Exact versions of our packages: the locked wheels', else the manifest's public one."""
     expected: dict[str, str] = {}
-    for wheel in (lock_entry or {}).get("wheels", []):
-        name = WheelName.parse(str(wheel["name"]))
+    for wheel in (lock_entry.wheels or ()) if lock_entry else ():
+        name = WheelName.parse(wheel.name)
         expected[name.normalized] = name.version
     for component in ("torch", "torch_xla"):
         version = bundle.components[component].version
@@ -149,19 +111,19 @@ def expected_versions(bundle: Bundle, lock_entry: Mapping[str, Any] | None) -> d
 
 
 def check_versions(
-    report: DoctorReport, bundle: Bundle, facts: Mapping[str, Any],
-    lock_entry: Mapping[str, Any] | None,
+    report: DoctorReport, bundle: Bundle, facts: HostFacts,
+    lock_entry: BundleEntry | None,
 ) -> None:  # fmt: skip
-    installed = {normalize(k): v for k, v in facts["versions"].items()}
+    installed = {normalize(k): v for k, v in facts.versions.items()}
     fix_install = (
         f"install the bundle: `make requirements BUNDLE={bundle.name}`, then "
         "`pip install --require-hashes --extra-index-url <INDEX_URL> -r requirements.txt`"
     )
-    if facts.get("version") != bundle.python:
+    if facts.version != bundle.python:
         report.add(
             "WARN",
             "python",
-            f"{facts.get('version')}, bundle is built for " f"{bundle.python}",
+            f"{facts.version}, bundle is built for " f"{bundle.python}",
             f"use a Python {bundle.python} environment",
         )
     for project, want in sorted(expected_versions(bundle, lock_entry).items()):
@@ -199,9 +161,18 @@ def check_versions(
             )
         else:
             report.add("ok", pin.name, have)
-    provenance = facts.get("provenance")
-    if provenance is None:
-        if installed.get("torch-xla"):
+    try:
+        provenance = facts.provenance()
+    except ProvenanceFormatError as error:
+        report.add(
+            "FAIL",
+            "provenance",
+            f"{facts.provenance_path} does not follow the schema: {error}",
+            f"install the bundle's patched torch_xla (`make wheels BUNDLE={bundle.name}`)",
+        )
+        provenance = None
+    else:
+        if provenance is None and installed.get("torch-xla"):
             report.add(
                 "WARN",
                 "provenance",
@@ -209,21 +180,19 @@ def check_versions(
                 "(a stock wheel, or built before provenance was written)",
                 "install the bundle's patched torch_xla",
             )
-    else:
-        named = provenance.get("bundle")
-        named = named.get("name") if isinstance(named, Mapping) else named
-        ok = named in (None, bundle.name)
+    if provenance is not None:
+        ok = provenance.bundle == bundle.name
         report.add(
             "ok" if ok else "FAIL",
             "provenance",
-            f"torch_xla built for bundle {named}",
+            f"torch_xla built for bundle {provenance.bundle}",
             "" if ok else f"install the wheels of {bundle.name}",
         )
-    if facts.get("imported"):
+    if facts.imported:
         report.add(
             "WARN",
             "imports",
-            f"probe saw {facts['imported']} already imported " "(sitecustomize?)",
+            f"probe saw {list(facts.imported)} already imported " "(sitecustomize?)",
             "do not import torch in site hooks",
         )
 
@@ -413,13 +382,14 @@ def check_abi(report: DoctorReport, python: str) -> None:
 
 
 def run_doctor(
-    bundle: Bundle, python: str, lock_entry: Mapping[str, Any] | None,
+    bundle: Bundle, python: str, lock_entry: BundleEntry | None,
     env: Mapping[str, str], role: str | None = None,
 ) -> DoctorReport:  # fmt: skip
     report = DoctorReport(bundle.name, python)
     # The environment first: it must be right before anything imports torch_xla.
     check_environment(report, env, role)
-    check_versions(report, bundle, probe(python), lock_entry)
+    facts = probe(python, PACKAGES, fix="pass PYTHON=<the training environment's python>")
+    check_versions(report, bundle, facts, lock_entry)
     check_abi(report, python)
     return report
 

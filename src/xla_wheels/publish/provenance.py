@@ -1,20 +1,18 @@
-"""Compare the provenance file inside an installed torch_xla with wheels.lock.
+"""Compare the provenance inside an installed torch_xla with the bundle's wheels.lock entry.
 
-The build stage writes ``torch_xla/_xla_wheels_provenance.json`` (bundle, commits, patch
-digests). Its exact layout is the build stage's; this reader accepts the shapes that
-carry those facts (``commits: {name: sha}`` or ``components: {name: {commit, ...}}``, the
-build stage's ``series_sha256`` / ``manifest_sha256``, or a top-level ``patches`` list
-of ``{path, sha256}``) and reports what it compared, so a layout change shows up as
-"nothing compared" rather than as a silent pass.
+Both sides are typed: the provenance follows the one schema of ``xla_wheels.provenance``
+(written by the build stage's stamp step), the entry is ``lockfile.BundleEntry``. What
+was compared is reported, so a check that compared nothing never reads as a pass.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-PROVENANCE_PATH = "torch_xla/_xla_wheels_provenance.json"
+from xla_wheels.lockfile import BundleEntry
+from xla_wheels.provenance import PROVENANCE_PATH, Provenance
+
+__all__ = ["PROVENANCE_PATH", "ProvenanceCheck", "compare"]
 
 
 @dataclass
@@ -23,85 +21,43 @@ class ProvenanceCheck:
     problems: list[str] = field(default_factory=list)
 
 
-def _commit_of(value: Any) -> str | None:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, Mapping):
-        commit = value.get("commit")
-        return commit if isinstance(commit, str) else None
-    return None
-
-
-def _key(data: Mapping[str, Any], *names: str) -> Any:
-    for name in names:
-        if name in data:
-            return data[name]
-    return None
-
-
-def compare(
-    provenance: Mapping[str, Any], bundle_name: str, entry: Mapping[str, Any]
-) -> ProvenanceCheck:
+def compare(provenance: Provenance, bundle_name: str, entry: BundleEntry) -> ProvenanceCheck:
     """Every fact of the provenance that the lock also records, compared."""
     check = ProvenanceCheck()
-    bundle = provenance.get("bundle")
-    if isinstance(bundle, Mapping):
-        bundle = bundle.get("name")
-    if bundle is not None:
-        check.compared.append("bundle")
-        if bundle != bundle_name:
-            check.problems.append(f"bundle is {bundle!r}, expected {bundle_name!r}")
-
-    manifest = _key(provenance, "manifest_sha256", "manifest-sha256")
-    if isinstance(manifest, str):
-        check.compared.append("manifest sha256")
-        if manifest != entry.get("manifest-sha256"):
+    check.compared.append("bundle")
+    if provenance.bundle != bundle_name:
+        check.problems.append(f"bundle is {provenance.bundle!r}, expected {bundle_name!r}")
+    check.compared.append("manifest sha256")
+    if provenance.manifest_sha256 != entry.manifest_sha256:
+        check.problems.append(
+            f"built from manifest sha256 {provenance.manifest_sha256}, wheels.lock has "
+            f"{entry.manifest_sha256}"
+        )
+    for name, built in sorted(provenance.components.items()):
+        locked = entry.components.get(name)
+        if locked is None:
+            check.problems.append(f"{name} is in the provenance but not in wheels.lock")
+            continue
+        check.compared.append(f"{name} commit")
+        # Either side may be abbreviated (a short pin not resolved yet when locked).
+        if not locked.commit or not (
+            locked.commit.startswith(built.commit) or built.commit.startswith(locked.commit)
+        ):
             check.problems.append(
-                f"built from manifest sha256 {manifest}, wheels.lock has "
-                f"{entry.get('manifest-sha256')}"
+                f"{name} commit is {built.commit}, wheels.lock has {locked.commit or 'none'}"
             )
-
-    locked = entry.get("components", {})
-    components = _key(provenance, "components", "commits") or {}
-    if isinstance(components, Mapping):
-        for name, value in sorted(components.items()):
-            commit = _commit_of(value)
-            if name not in locked or not commit:
-                continue
-            check.compared.append(f"{name} commit")
-            expected = str(locked[name].get("commit", ""))
-            # Either side may be abbreviated (a short pin not resolved yet, a sha7 label).
-            if not expected or not (expected.startswith(commit) or commit.startswith(expected)):
+        check.compared.append(f"{name} patch series")
+        if built.series_sha256 != locked.series_sha256:
+            check.problems.append(
+                f"{name} patch series sha256 is {built.series_sha256}, wheels.lock has "
+                f"{locked.series_sha256}"
+            )
+        locked_patches = {patch.path: patch.sha256 for patch in locked.patches}
+        for patch in built.patches:
+            check.compared.append(patch.path)
+            if locked_patches.get(patch.path) != patch.sha256:
                 check.problems.append(
-                    f"{name} commit is {commit}, wheels.lock has {expected or 'none'}"
-                )
-            if isinstance(value, Mapping):
-                digest = _key(value, "series_sha256", "patch-series-sha256", "patch_series_sha256")
-                if isinstance(digest, str):
-                    check.compared.append(f"{name} patch series")
-                    if digest != locked[name].get("patch-series-sha256"):
-                        check.problems.append(
-                            f"{name} patch series sha256 is {digest}, wheels.lock has "
-                            f"{locked[name].get('patch-series-sha256')}"
-                        )
-
-    patches = provenance.get("patches")
-    if isinstance(patches, list):
-        locked_patches = {
-            p["path"]: p["sha256"]
-            for component in locked.values()
-            for p in component.get("patches", [])
-        }
-        for patch in patches:
-            if not isinstance(patch, Mapping) or "sha256" not in patch:
-                continue
-            path = str(patch.get("path", ""))
-            if not path.startswith("patches/"):
-                path = f"patches/{path}"
-            check.compared.append(path)
-            if locked_patches.get(path) != patch["sha256"]:
-                check.problems.append(
-                    f"{path} sha256 is {patch['sha256']}, wheels.lock has "
-                    f"{locked_patches.get(path, 'no such patch')}"
+                    f"{patch.path} sha256 is {patch.sha256}, wheels.lock has "
+                    f"{locked_patches.get(patch.path, 'no such patch')}"
                 )
     return check

@@ -24,7 +24,12 @@ from typing import Any
 
 from xla_wheels import log
 from xla_wheels.bundle import Bundle
-from xla_wheels.lockfile import RuntimeWheelRecord, WheelRecord, record_runtime_wheels
+from xla_wheels.lockfile import (
+    RuntimeResolution,
+    RuntimeWheelRecord,
+    WheelRecord,
+    record_runtime_wheels,
+)
 from xla_wheels.publish.errors import PublishError
 from xla_wheels.publish.index import WheelName, normalize
 from xla_wheels.publish.wheels import LocalWheel, bundle_entry
@@ -65,7 +70,7 @@ def runtime_specifiers(bundle: Bundle) -> list[str]:
 
 def resolution_inputs(
     bundle: Bundle, wheels: Sequence[LocalWheel], platforms: Sequence[str]
-) -> dict[str, Any]:
+) -> RuntimeResolution:
     """What a runtime resolution depends on; its digest marks the lock record stale."""
     inputs = {
         "python": bundle.python,
@@ -74,7 +79,7 @@ def resolution_inputs(
         "wheels": sorted(f"{w.record.name}:{w.sha256}" for w in wheels),
     }
     digest = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
-    return {"python": bundle.python, "platforms": list(platforms), "inputs-sha256": digest}
+    return RuntimeResolution(bundle.python, tuple(platforms), digest)
 
 
 def _pip_report(argv: list[str]) -> dict[str, Any]:
@@ -155,10 +160,14 @@ def runtime_records(
     """The recorded runtime wheels if still valid, else a fresh resolution (recorded)."""
     wanted = resolution_inputs(bundle, wheels, platforms)
     entry = bundle_entry(lock_path, bundle.name)
-    recorded_for = entry.get("runtime-wheels-for", {})
-    if not refresh and recorded_for.get("inputs-sha256") == wanted["inputs-sha256"]:
+    recorded_for = entry.runtime_wheels_for
+    if (
+        not refresh
+        and recorded_for is not None
+        and recorded_for.inputs_sha256 == wanted.inputs_sha256
+    ):
         log.info("runtime wheels: reusing the resolution recorded in wheels.lock")
-        return [RuntimeWheelRecord(**row) for row in entry.get("runtime-wheels", [])]
+        return list(entry.runtime_wheels or ())
     with log.section(f"requirements: resolve the runtime closure for Python {bundle.python}"):
         records = resolve_runtime(bundle, wheels, platforms)
         for record in records:

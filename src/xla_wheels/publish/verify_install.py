@@ -26,8 +26,10 @@ from typing import Any
 from xla_wheels import log
 from xla_wheels.bundle import Bundle
 from xla_wheels.lockfile import RuntimeWheelRecord
+from xla_wheels.provenance import PROVENANCE_PATH, ProvenanceFormatError
 from xla_wheels.publish import provenance as prov
 from xla_wheels.publish.errors import PublishError, VerifyFailed
+from xla_wheels.publish.host_probe import probe
 from xla_wheels.publish.index import (
     credentials_for,
     normalize,
@@ -44,28 +46,6 @@ IMPORT_TIMEOUT_S = 600.0
 #: INDEX_URL alone (``--no-deps`` mode); the TLS settings stay.
 _PIP_SOURCE_VARS = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX")
 
-# Runs inside the fresh venv. Reads metadata and the provenance file without importing
-# torch_xla, so a broken import still leaves the version facts in the report.
-_PROBE = r"""
-import importlib.metadata as md, json, sys
-out = {"python": sys.executable, "versions": {}, "locations": {}, "provenance": None,
-       "provenance_path": None}
-for name in sys.argv[1:]:
-    try:
-        dist = md.distribution(name)
-        out["versions"][name] = dist.version
-        out["locations"][name] = str(dist.locate_file(""))
-    except md.PackageNotFoundError:
-        out["versions"][name] = None
-try:
-    path = md.distribution("torch_xla").locate_file("torch_xla/_xla_wheels_provenance.json")
-    if path.is_file():
-        out["provenance_path"] = str(path)
-        out["provenance"] = json.loads(path.read_text())
-except md.PackageNotFoundError:
-    pass
-print(json.dumps(out))
-"""
 
 _IMPORT = (
     "import json, torch_xla; "
@@ -233,13 +213,13 @@ def verify_install(
     ours = locked_records(lock_path, bundle.name)
     runtime: list[RuntimeWheelRecord] = []
     if not no_deps:
-        if bundle.runtime and "runtime-wheels" not in entry:
+        if bundle.runtime and entry.runtime_wheels is None:
             raise PublishError(
                 f"wheels.lock has no runtime wheels for {bundle.name}",
                 fix=f"run `make requirements BUNDLE={bundle.name}` first (or pass NO_DEPS=1 "
                 "to install only our wheels)",
             )
-        runtime = [RuntimeWheelRecord(**row) for row in entry.get("runtime-wheels", [])]
+        runtime = list(entry.runtime_wheels or ())
     requirements = write_requirements(work / "requirements.txt", bundle, ours, runtime)
     venv = work / "venv"
     report = VerifyReport(bundle.name, scrub(index_url), str(requirements), str(venv))
@@ -271,19 +251,14 @@ def verify_install(
 
     with log.section("verify-install: versions and provenance (before import)"):
         expected = _ours_expected(ours)
-        probe = _run(
-            [str(python), "-c", _PROBE, *sorted(expected), "libtpu", "jax", "jaxlib"],
-            timeout=120,
+        facts = probe(
+            str(python),
+            [*sorted(expected), "libtpu", "jax", "jaxlib"],
+            fix=f"inspect the venv {venv} by hand",
         )
-        if probe.returncode != 0:
-            raise PublishError(
-                f"could not read the installed metadata: {probe.stderr.strip()[-500:]}",
-                fix="inspect the venv by hand",
-            )
-        facts = json.loads(probe.stdout)
         for project, version in sorted(expected.items()):
-            installed = facts["versions"].get(project)
-            location = facts["locations"].get(project, "")
+            installed = facts.versions.get(project)
+            location = facts.locations.get(project, "")
             inside = bool(location) and Path(location).resolve().is_relative_to(venv.resolve())
             status = "ok" if installed == version and inside else "FAIL"
             where = "" if inside else f" (NOT in the fresh venv: {location or 'missing'})"
@@ -292,31 +267,36 @@ def verify_install(
             )
         for record in runtime:
             if record.project in ("libtpu", "jax", "jaxlib"):
-                installed = facts["versions"].get(record.project)
+                installed = facts.versions.get(record.project)
                 status = "ok" if installed == record.version else "FAIL"
                 report.add(
                     f"version {record.project}",
                     status,
                     f"installed {installed}, locked {record.version}",
                 )
-        if facts["provenance"] is None:
-            status = "FAIL" if require_provenance else "WARN"
+        try:
+            provenance = facts.provenance()
+        except ProvenanceFormatError as error:
             report.add(
-                "provenance",
-                status,
-                f"absent: {prov.PROVENANCE_PATH} is not in the installed torch_xla, so this "
-                "wheel cannot be tied to the bundle's commits and patches (a stock wheel, or "
-                "one built before the build stage wrote provenance)",
+                "provenance", "FAIL", f"{facts.provenance_path} does not follow the schema: {error}"
             )
         else:
-            check = prov.compare(facts["provenance"], bundle.name, entry)
-            if check.problems:
-                report.add("provenance", "FAIL", "; ".join(check.problems))
-            elif not check.compared:
-                report.add("provenance", "FAIL", "present but holds none of the facts the "
-                           "lock records (bundle, commits, patch digests)")  # fmt: skip
+            if provenance is None:
+                status = "FAIL" if require_provenance else "WARN"
+                report.add(
+                    "provenance",
+                    status,
+                    f"absent: {PROVENANCE_PATH} is not in the installed torch_xla, so this "
+                    "wheel cannot be tied to the bundle's commits and patches (a stock wheel, "
+                    "or one built before the build stage wrote provenance)",
+                )
             else:
-                report.add("provenance", "ok", "matches wheels.lock: " + ", ".join(check.compared))
+                check = prov.compare(provenance, bundle.name, entry)
+                if check.problems:
+                    report.add("provenance", "FAIL", "; ".join(check.problems))
+                else:
+                    compared = ", ".join(check.compared)
+                    report.add("provenance", "ok", f"matches wheels.lock: {compared}")
 
     with log.section("verify-install: import torch_xla"):
         if no_deps and not deps_from:

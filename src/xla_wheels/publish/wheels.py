@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from xla_wheels import log
-from xla_wheels.lockfile import WheelRecord, file_sha256, read_lock
+from xla_wheels.lockfile import BundleEntry, WheelRecord, file_sha256, read_lock
 from xla_wheels.publish.errors import HashMismatch, PublishError
 from xla_wheels.publish.index import WheelName
 
@@ -29,12 +28,8 @@ class LocalWheel:
         return self.record.sha256
 
 
-def dist_dir(root: Path, bundle_name: str, override: Path | None = None) -> Path:
-    return (override or root / "dist") / bundle_name
-
-
-def bundle_entry(lock_path: Path, bundle_name: str) -> dict[str, Any]:
-    entry = read_lock(lock_path)["bundles"].get(bundle_name)
+def bundle_entry(lock_path: Path, bundle_name: str) -> BundleEntry:
+    entry = read_lock(lock_path).bundles.get(bundle_name)
     if entry is None:
         raise PublishError(
             f"wheels.lock has no entry for bundle {bundle_name}",
@@ -45,10 +40,7 @@ def bundle_entry(lock_path: Path, bundle_name: str) -> dict[str, Any]:
 
 def locked_records(lock_path: Path, bundle_name: str) -> list[WheelRecord]:
     entry = bundle_entry(lock_path, bundle_name)
-    records = [
-        WheelRecord(name=str(w["name"]), size=int(w["size"]), sha256=str(w["sha256"]))
-        for w in entry.get("wheels", [])
-    ]
+    records = list(entry.wheels or ())
     if not records:
         raise PublishError(
             f"wheels.lock records no wheels for bundle {bundle_name}",
