@@ -9,9 +9,11 @@ from xla_wheels import stage_commands
 from xla_wheels.cli import Register
 from xla_wheels.gate import cli as gate_cli
 from xla_wheels.publish import cli as publish_cli
+from xla_wheels.release import cli as release_cli
 
 REGISTRATIONS: list[Register] = [
     stage_commands.register,
     gate_cli.register,
     publish_cli.register,
+    release_cli.register,
 ]
