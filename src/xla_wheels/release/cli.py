@@ -27,7 +27,7 @@ from xla_wheels.options import (
 )
 from xla_wheels.publish import requirements
 from xla_wheels.publish.index import WheelName, credentials_for, normalize
-from xla_wheels.publish.wheels import dist_dir, locked_records
+from xla_wheels.publish.wheels import dist_dir, locked_records, locked_wheels
 from xla_wheels.release import compare as compare_mod
 from xla_wheels.release import installed, lanes, promote, pylock, receipts
 
@@ -94,7 +94,7 @@ def _evidence(
 
 def _store(root: Path, args: argparse.Namespace, receipt: receipts.Receipt) -> Path:
     if receipt.bundle is None:
-        path = receipts.write_receipt(Path(args.out) / "receipt.json", receipt)
+        path = receipts.write_receipt(Path(args.out) / "receipt.json", receipt, replace=True)
     else:
         path = receipts.write_receipt(receipts.receipt_path(root, receipt), receipt)
     verdict = (
@@ -236,9 +236,7 @@ def cmd_lane_requirements(args: argparse.Namespace) -> int:
             continue
         bundle = load_bundle(options.root, current.bundle)
         wheels = (
-            promote.locked_wheels(
-                options.lock_path, bundle.name, dist_dir(options.root, bundle.name)
-            )
+            locked_wheels(options.lock_path, bundle.name, dist_dir(options.root, bundle.name))
             if args.resolve
             else []
         )
@@ -331,6 +329,8 @@ def add_lane_findings(report: Any, root: Path, python: str, lane: str | None) ->
     """``make doctor``: which bundle and lane this host runs (adds findings to the report)."""
     from xla_wheels.publish import doctor
 
+    if not (root / lanes.LANES_CONFIG).exists():
+        return  # a checkout without lanes: nothing to say about them
     bundle, how = host_bundle(root, doctor.probe(python))
     for status, detail, fix in lane_status(root, bundle, lane):
         report.add(status, "lane", detail + (f" (known from the {how})" if how else ""), fix)

@@ -253,11 +253,12 @@ def receipt_path(root: Path, receipt: Receipt) -> Path:
     return root / RECEIPTS_DIRNAME / str(receipt.bundle) / f"{stamp}-{device}-{receipt.kind}.json"
 
 
-def write_receipt(path: Path, receipt: Receipt) -> Path:
-    """Write by rename, never over an existing receipt (evidence is append-only)."""
+def write_receipt(path: Path, receipt: Receipt, *, replace: bool = False) -> Path:
+    """Write by rename; never over an existing receipt (evidence is append-only) unless
+    ``replace`` (the scratch receipt of a run that named no bundle, in out/)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     candidate, n = path, 1
-    while candidate.exists():
+    while candidate.exists() and not replace:
         n += 1
         candidate = path.with_name(f"{path.stem}-{n}{path.suffix}")
     with tempfile.NamedTemporaryFile(
