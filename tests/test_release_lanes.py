@@ -376,13 +376,13 @@ def test_compare_names_what_is_not_like_for_like(release: Release) -> None:
     # A second bundle's receipt: the stock receipt relabelled (hand-written, so it is
     # resealed and cannot pass promotion: its wheels are not syn's).
     receipts.write_receipt(
-        release.root / "receipts" / "syn" / "compare.json",
-        dataclasses.replace(good.receipt, bundle="syn", workload="large"),
+        release.root / "receipts" / "other" / "compare.json",
+        dataclasses.replace(good.receipt, bundle="other", workload="large"),
     )
     try:
-        compared = release.run("compare", STOCK_BUNDLE, "syn")
+        compared = release.run("compare", STOCK_BUNDLE, "other")
     finally:
-        (release.root / "receipts" / "syn" / "compare.json").unlink()
+        (release.root / "receipts" / "other" / "compare.json").unlink()
     assert compared.exit_code == 0, compared.output
     assert "warm ready s" in compared.stdout and "HBM per chip" in compared.stdout
     assert "different workload: small vs large" in compared.stdout

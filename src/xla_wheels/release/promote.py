@@ -178,7 +178,15 @@ def current_receipt(root: Path, lane: str) -> StoredReceipt | None:
     state = lanes_mod.read_state(root).get(lane)
     if state is None or not state.receipt:
         return None
-    return read_receipt(root / state.receipt)
+    stored = read_receipt(root / state.receipt)
+    if not stored.digest_ok or stored.digest != state.receipt_digest:
+        # The regression gate compares with this receipt: an edited one would move the bar.
+        raise PromotionRefused(
+            f"lane {lane}'s current receipt {state.receipt} is not the one lanes.lock recorded "
+            f"(digest {stored.digest}, lanes.lock has {state.receipt_digest})",
+            fix=f"restore {state.receipt} from git",
+        )
+    return stored
 
 
 def judge(root: Path, lock_path: Path, bundle: str, lane: Lane) -> PromotionVerdict:
