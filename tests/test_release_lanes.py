@@ -345,6 +345,15 @@ def test_publish_refuse_promote_install(release: Release) -> None:
     assert state.bundle == STOCK_BUNDLE and state.wheels == ((release.stock_wheel.name, sha),)
     assert state.receipt == good.path.relative_to(root).as_posix()
     assert state.receipt_digest == good.digest
+    # The lane's current receipt is the bar later promotions are held to: editing it is
+    # refused, like any tampering.
+    original = good.path.read_text()
+    edited = json.loads(original)
+    edited["checks"][0]["figures"]["warm_ready_s"] = 1000.0
+    good.path.write_text(json.dumps(edited))
+    moved = release.run("promote", "--bundle", STOCK_BUNDLE)
+    good.path.write_text(original)
+    assert moved.exit_code == 1 and "is not the one lanes.lock recorded" in moved.stderr
 
     # 7. install from the preferred lane by hash (torch_xla only: torch is 800 MB).
     made = release.run("lane-requirements", "--lane", "preferred")
