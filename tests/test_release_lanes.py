@@ -32,7 +32,17 @@ from pathlib import Path
 import pytest
 
 from tests.gate_helpers import GateRun, run_gate_cli
-from tests.publish_support import CliRun, IndexServer, cli, start_pypiserver, stop
+from tests.publish_support import (
+    BUNDLE,
+    CliRun,
+    FakeWheels,
+    IndexServer,
+    cli,
+    fake_wheels,  # noqa: F401 - fixture
+    make_publish_project,
+    start_pypiserver,
+    stop,
+)
 from tests.synthetic_upstream import Synthetic, cli_args, make_synthetic
 from xla_wheels.bundle import load_bundle
 from xla_wheels.lockfile import WheelRecord, file_sha256, record_wheels, update_bundle_entry
@@ -111,6 +121,7 @@ def write_lanes(root: Path, validation: IndexServer, preferred: IndexServer, rul
     )
 
 
+RUNTIME = '[runtime.jax]\nversion = "0.9.0"\n\n[runtime.jaxlib]\nversion = "0.9.0"\n'
 TPU_POLICY = 'device = "TPU"\nchecks = ["restart", "hbm"]\nmax-warm-regression = 0.10\n'
 CPU_POLICY = 'device = "CPU"\nchecks = ["restart"]\nmax-warm-regression = 0.10\n'
 
@@ -434,3 +445,43 @@ def test_the_restart_regression_gate_compares_with_the_current_bundle(release: R
     assert policy.judge_promotion(
         STOCK_BUNDLE, locked, [_stored(with_warm(9.0))], rule, None
     ).passed
+
+
+# --- per-lane files with a public runtime closure (generation only: jaxlib is for 3.13) -
+
+
+def test_lane_pylock_names_public_runtime_wheels_by_url_and_hash(
+    tmp_path: Path,
+    fake_wheels: FakeWheels,  # noqa: F811
+) -> None:
+    project = make_publish_project(
+        tmp_path, [fake_wheels.torch, fake_wheels.torch_xla], runtime=RUNTIME, python="3.13"
+    )
+    (project / "build" / "lanes.toml").write_text(
+        'publish-lane = "validation"\n\n[lanes.validation]\npath = "dist/lanes/validation"\n'
+    )
+    assert cli(project, "publish-lane", "--bundle", BUNDLE).exit_code == 0
+    stale = cli(project, "lane-requirements")
+    assert stale.exit_code == 2 and "records no resolved runtime wheels" in stale.stderr
+    resolved = cli(project, "requirements", "--bundle", BUNDLE, timeout=900)
+    assert resolved.exit_code == 0, resolved.output
+    made = cli(project, "lane-requirements")
+    assert made.exit_code == 0, made.output
+    entry = tomllib.loads((project / "wheels.lock").read_text())["bundles"][BUNDLE]
+    pylock = tomllib.loads((project / "dist/lanes/validation/pylock.toml").read_text())
+    wheels = {w["name"]: (p, w) for p in pylock["packages"] for w in p["wheels"]}
+    for row in entry["runtime-wheels"]:
+        package, wheel = wheels[row["name"]]
+        assert wheel["hashes"] == {"sha256": row["sha256"]}
+        assert package["index"] == "https://pypi.org/simple/"
+        assert wheel["url"].startswith("https://") and wheel["url"].endswith(row["name"])
+    ours = {w["name"] for w in entry["wheels"]}
+    assert all(wheels[n][1]["url"].startswith("file://") for n in ours)
+    assert len(wheels) == len(entry["runtime-wheels"]) + len(ours)
+    text = (project / "dist/lanes/validation/requirements.txt").read_text()
+    assert all(f"--hash=sha256:{row['sha256']}" in text for row in entry["runtime-wheels"])
+    # A runtime pin changed since the resolution: the recorded closure is stale, refused.
+    manifest = project / "build" / "bundles" / f"{BUNDLE}.toml"
+    manifest.write_text(manifest.read_text().replace('version = "0.9.0"', 'version = "0.8.2"'))
+    stale = cli(project, "lane-requirements")
+    assert stale.exit_code == 2 and "resolved for other inputs" in stale.stderr

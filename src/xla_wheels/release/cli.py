@@ -27,7 +27,7 @@ from xla_wheels.options import (
 )
 from xla_wheels.publish import requirements
 from xla_wheels.publish.index import WheelName, credentials_for, normalize
-from xla_wheels.publish.wheels import dist_dir, locked_records, locked_wheels
+from xla_wheels.publish.wheels import LocalWheel, dist_dir, locked_records, locked_wheels
 from xla_wheels.release import compare as compare_mod
 from xla_wheels.release import installed, lanes, promote, pylock, receipts
 
@@ -222,6 +222,17 @@ def _lane_files(
     return files
 
 
+def _runtime_fresh(lock_path: Path, bundle: Any, entry: Mapping[str, Any]) -> bool:
+    """Whether the recorded runtime resolution is for this bundle's current wheels and pins."""
+    recorded_for = entry.get("runtime-wheels-for", {})
+    ours = [
+        LocalWheel(Path(r.name), r, WheelName.parse(r.name))
+        for r in locked_records(lock_path, bundle.name)
+    ]
+    wanted = requirements.resolution_inputs(bundle, ours, list(recorded_for.get("platforms", [])))
+    return bool(wanted["inputs-sha256"] == recorded_for.get("inputs-sha256"))
+
+
 def cmd_lane_requirements(args: argparse.Namespace) -> int:
     options = options_from_args(args)
     config = lanes.load_config(options.root)
@@ -247,6 +258,12 @@ def cmd_lane_requirements(args: argparse.Namespace) -> int:
         if args.resolve:
             runtime = requirements.runtime_records(
                 options.lock_path, bundle, wheels, args.platform or requirements.host_platforms()
+            )
+        elif runtime and not _runtime_fresh(options.lock_path, bundle, entry):
+            raise UsageError(
+                f"the runtime wheels wheels.lock records for {bundle.name} were resolved for "
+                "other inputs (its wheels or runtime pins changed since)",
+                fix=f"run `make requirements BUNDLE={bundle.name} REFRESH=1`, or pass --resolve",
             )
         elif bundle.runtime and not runtime:
             raise UsageError(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,7 +70,12 @@ def render_pylock(
             {"name": file.project, "version": file.version, "index": file.index, "wheels": []},
         )
         package["wheels"].append(
-            {"name": file.name, "url": urls[file.name].url, "hashes": {"sha256": file.sha256}}
+            {
+                "name": file.name,
+                # The link's #sha256= fragment is the index's; PEP 751 carries hashes apart.
+                "url": urllib.parse.urldefrag(urls[file.name].url).url,
+                "hashes": {"sha256": file.sha256},
+            }
         )
     document = {
         "lock-version": "1.0",
