@@ -10,7 +10,7 @@ ourselves and never trust a RECORD file's hash column alone:
 * wheel side: every member of the zip, hashed from its bytes; ``*.dist-info/RECORD`` (and
   its signatures) and ``__pycache__/*.pyc`` are left out (the installer rewrites or
   generates them), ``<name>.data/purelib|platlib/x`` is compared at ``x``, and other
-  ``.data`` trees (scripts get a new shebang) are skipped and counted;
+  ``.data`` trees (scripts get a new shebang) are not compared;
 * installed side: the same paths under the distribution's site directory, hashed from
   disk; besides, every file the installed RECORD lists under the site directory must be
   either a wheel member or one the installer writes (INSTALLER, REQUESTED,
