@@ -485,3 +485,58 @@ def test_lane_pylock_names_public_runtime_wheels_by_url_and_hash(
     manifest.write_text(manifest.read_text().replace('version = "0.9.0"', 'version = "0.8.2"'))
     stale = cli(project, "lane-requirements")
     assert stale.exit_code == 2 and "resolved for other inputs" in stale.stderr
+
+
+# --- static-directory lanes and bad configuration (fast: no gate, no server) ------------
+
+
+def test_static_lanes_publish_promote_and_install_by_hash(
+    tmp_path: Path,
+    fake_wheels: FakeWheels,  # noqa: F811
+) -> None:
+    project = make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
+    (project / "build" / "lanes.toml").write_text(
+        'publish-lane = "validation"\n\n[lanes.validation]\npath = "dist/lanes/validation"\n\n'
+        '[lanes.staging]\npath = "dist/lanes/staging"\npromote-from = "validation"\n'
+    )
+    dry = cli(project, "publish-lane", "--bundle", BUNDLE, env={"DRY_RUN": "1"})
+    assert dry.exit_code == 0 and "would copy" in dry.stdout, dry.output
+    assert not (project / "dist" / "lanes").exists() and not (project / "lanes.lock").exists()
+    assert cli(project, "publish-lane", "--bundle", BUNDLE).exit_code == 0
+    # A lane without a policy takes a bundle without a receipt, and says so.
+    promoted = cli(project, "promote", "--bundle", BUNDLE, "--lane", "staging")
+    assert promoted.exit_code == 0, promoted.output
+    assert "lane staging has no policy: promoting without a receipt" in promoted.stdout
+    staging = project / "dist" / "lanes" / "staging"
+    for wheel in (fake_wheels.torch, fake_wheels.torch_xla):
+        assert file_sha256(staging / wheel.name) == file_sha256(wheel)
+    state = lanes.read_state(project)
+    assert state["staging"].bundle == BUNDLE and state["staging"].receipt is None
+    # The lane's static index serves the files by hash: pip installs from it.
+    made = cli(project, "lane-requirements", "--lane", "staging")
+    assert made.exit_code == 0, made.output
+    host = _venv(tmp_path / "host")
+    installed = _pip_install(
+        host, "--require-hashes", "--index-url", (staging / "simple").as_uri() + "/",
+        "-r", str(staging / "requirements.txt"),
+    )  # fmt: skip
+    assert installed.returncode == 0, installed.stderr
+    # A file on a lane is never overwritten by another one under the same name.
+    (staging / fake_wheels.torch.name).write_bytes(b"not the wheel")
+    again = cli(project, "promote", "--bundle", BUNDLE, "--lane", "staging")
+    assert again.exit_code == 1 and "already holds" in again.stderr
+
+
+def test_a_malformed_lanes_file_and_an_unknown_lane_are_named(
+    tmp_path: Path,
+    fake_wheels: FakeWheels,  # noqa: F811
+) -> None:
+    project = make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
+    lanes_file = project / "build" / "lanes.toml"
+    lanes_file.write_text('[lanes.validation]\npath = "x"\n[lanes.validation.policy]\ndevise = 1\n')
+    bad = cli(project, "promote", "--bundle", BUNDLE, "--lane", "validation")
+    assert bad.exit_code == 1
+    assert "lanes.validation.policy: unknown key(s) devise" in bad.stderr and "fix:" in bad.stderr
+    lanes_file.write_text('[lanes.validation]\npath = "x"\n')
+    unknown = cli(project, "promote", "--bundle", BUNDLE, "--lane", "fleet")
+    assert unknown.exit_code == 2 and "has no lane 'fleet'" in unknown.stderr
