@@ -540,3 +540,18 @@ def test_a_malformed_lanes_file_and_an_unknown_lane_are_named(
     lanes_file.write_text('[lanes.validation]\npath = "x"\n')
     unknown = cli(project, "promote", "--bundle", BUNDLE, "--lane", "fleet")
     assert unknown.exit_code == 2 and "has no lane 'fleet'" in unknown.stderr
+
+
+def test_the_gate_refuses_an_unknown_bundle_before_it_runs(
+    tmp_path: Path,
+    fake_wheels: FakeWheels,  # noqa: F811
+) -> None:
+    project = make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
+    for command in ("gate", "bench-restart"):
+        run = run_gate_cli(
+            command, "--bundle", "nosuch", "--root", str(project), "--python", "/nonexistent",
+            out_dir=tmp_path / command,
+        )  # fmt: skip
+        assert run.exit_code == 2, run.stdout + run.stderr
+        assert "wheels.lock has no bundle nosuch" in run.stderr
+        assert not (tmp_path / command).exists()  # refused before anything ran

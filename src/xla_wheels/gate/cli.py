@@ -143,6 +143,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run_gate(args: argparse.Namespace) -> int:
     checks = _checks(args.checks)
+    receipt_cli.check_receipt_arguments(args)
     if args.warm_runs < 2:
         raise UsageError("--warm-runs must be at least 2", fix="pass --warm-runs 2 or more")
     if args.writers < 1:
@@ -196,6 +197,7 @@ def run_gate(args: argparse.Namespace) -> int:
 def run_bench(args: argparse.Namespace) -> int:
     if args.rounds < 1:
         raise UsageError("--rounds must be at least 1")
+    receipt_cli.check_receipt_arguments(args)
     out_dir: Path = args.out
     scratch = Path(tempfile.mkdtemp(prefix="xla-bench-"))
     try:

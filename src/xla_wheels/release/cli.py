@@ -60,6 +60,13 @@ def add_receipt_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def check_receipt_arguments(args: argparse.Namespace) -> None:
+    """Before a gate run of minutes: a named bundle must be in wheels.lock."""
+    if args.bundle:
+        root = (args.root or Path(os.environ.get("XLA_WHEELS_ROOT", "."))).resolve()
+        _records(root / "wheels.lock", args.bundle)
+
+
 def _records(lock_path: Path, bundle: str) -> list[WheelRecord]:
     entry = read_lock(lock_path)["bundles"].get(bundle)
     if entry is None:
