@@ -119,18 +119,32 @@ INDEX_URL ?=
 .PHONY: publish requirements verify-install doctor
 INDEX_ARG = $(if $(INDEX_URL),--index-url "$(INDEX_URL)",)
 
-publish: $(VENV_STAMP) ## upload the locked wheels: make publish BUNDLE=... [INDEX_URL=<simple/ URL>] (none: static index in dist/<bundle>/simple)
-	@$(CLI) publish --bundle "$(BUNDLE)" $(INDEX_ARG) $(if $(UPLOAD_URL),--upload-url "$(UPLOAD_URL)",)
+publish: $(VENV_STAMP) ## publish the locked wheels: make publish BUNDLE=... [LANE=validation] (or INDEX_URL=<simple/ URL>: that index, no lane)
+	@$(if $(INDEX_URL),$(CLI) publish --bundle "$(BUNDLE)" $(INDEX_ARG) $(if $(UPLOAD_URL),--upload-url "$(UPLOAD_URL)",),\
+	  $(CLI) publish-lane --bundle "$(BUNDLE)" $(if $(LANE),--lane "$(LANE)",))
 
-requirements: $(VENV_STAMP) ## hash-pinned requirements for hosts: make requirements BUNDLE=... [REFRESH=1]
-	@$(CLI) requirements --bundle "$(BUNDLE)" $(if $(REFRESH),--refresh,)
+requirements: $(VENV_STAMP) ## per lane: requirements.txt + pylock.toml in dist/lanes/<lane>/ [LANE=]; or BUNDLE=... [REFRESH=1]: dist/<bundle>/requirements.txt
+	@$(if $(BUNDLE),$(CLI) requirements --bundle "$(BUNDLE)" $(if $(REFRESH),--refresh,),\
+	  $(CLI) lane-requirements $(if $(LANE),--lane "$(LANE)",))
 
 verify-install: $(VENV_STAMP) ## fresh venv installs by hash, checks lock/provenance: make verify-install BUNDLE=... [INDEX_URL=...] [NO_DEPS=1 DEPS_FROM=<python>]
 	@$(CLI) verify-install --bundle "$(BUNDLE)" $(INDEX_ARG) $(if $(NO_DEPS),--no-deps,) \
 	  $(if $(DEPS_FROM),--deps-from "$(DEPS_FROM)",) $(if $(PYTHON),--python "$(PYTHON)",)
 
-doctor: $(VENV_STAMP) ## check a training host before import: make doctor BUNDLE=... [PYTHON=<training python>] [ROLE=writer|reader]
-	@$(CLI) doctor --bundle "$(BUNDLE)" $(if $(PYTHON),--python "$(PYTHON)",) $(if $(ROLE),--role "$(ROLE)",)
+doctor: $(VENV_STAMP) ## check a training host before import: make doctor BUNDLE=... [PYTHON=<training python>] [ROLE=writer|reader] [LANE=preferred]
+	@$(CLI) doctor --bundle "$(BUNDLE)" $(if $(PYTHON),--python "$(PYTHON)",) $(if $(ROLE),--role "$(ROLE)",) \
+	  $(if $(LANE),--lane "$(LANE)",)
+
+# Lanes (README "Releasing to the fleet"): build/lanes.toml, lanes.lock, receipts/<bundle>/.
+.PHONY: promote compare lanes
+promote: $(VENV_STAMP) ## copy a bundle's locked files into a lane if its policy holds: make promote BUNDLE=... [LANE=preferred] [DRY_RUN=1]
+	@$(CLI) promote --bundle "$(BUNDLE)" $(if $(LANE),--lane "$(LANE)",)
+
+compare: $(VENV_STAMP) ## two bundles' receipts side by side: make compare A=... B=...
+	@$(CLI) compare "$(A)" "$(B)"
+
+lanes: $(VENV_STAMP) ## each lane's index, current bundle and policy
+	@$(CLI) lanes
 
 # ABI check (README "ABI check"): the symbols torch_xla's _XLAC imports that the paired torch
 # does not export. Exit 0 nothing missing, 1 missing symbols named, 2 the pair cannot be read.
@@ -150,9 +164,9 @@ CHECKS ?=
 GATE_ARGS ?=
 .PHONY: gate bench-restart
 GATE_FLAGS = $(if $(PYTHON),--python "$(PYTHON)",) $(if $(GATE_DEVICE),--device "$(GATE_DEVICE)",) \
-  $(if $(WORKLOAD),--workload "$(WORKLOAD)",)
+  $(if $(WORKLOAD),--workload "$(WORKLOAD)",) $(if $(BUNDLE),--bundle "$(BUNDLE)",)
 
-gate: $(VENV_STAMP) ## ship gate, warm restart + HBM query: make gate [PYTHON=...] [GATE_DEVICE=CPU|TPU] [WORKLOAD=small|large] [CHECKS=restart,hbm] [GATE_ARGS=--record-baseline]
+gate: $(VENV_STAMP) ## ship gate + receipt, warm restart + HBM query: make gate [BUNDLE=...] [PYTHON=...] [GATE_DEVICE=CPU|TPU] [WORKLOAD=small|large] [CHECKS=restart,hbm] [GATE_ARGS=--record-baseline]
 	@$(CLI) gate $(GATE_FLAGS) $(if $(CHECKS),--checks "$(CHECKS)",) $(GATE_ARGS)
 
 bench-restart: $(VENV_STAMP) ## restart benchmark, cold/warm medians: make bench-restart [PYTHON=...] [GATE_DEVICE=...] [ROUNDS=5]

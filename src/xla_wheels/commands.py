@@ -10,6 +10,7 @@ from xla_wheels.abi import cli as abi_cli
 from xla_wheels.cli import Register
 from xla_wheels.gate import cli as gate_cli
 from xla_wheels.publish import cli as publish_cli
+from xla_wheels.release import cli as release_cli
 
 REGISTRATIONS: list[Register] = [
     stage_commands.register,
@@ -17,4 +18,5 @@ REGISTRATIONS: list[Register] = [
     gate_cli.register,
     publish_cli.register,
     abi_cli.register,
+    release_cli.register,
 ]

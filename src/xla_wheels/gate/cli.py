@@ -21,6 +21,7 @@ from xla_wheels.gate.errors import GateEnvironmentError
 from xla_wheels.gate.report import render_text, write_reports
 from xla_wheels.gate.result import CheckResult
 from xla_wheels.gate.target import DEVICES, Target, resolve_target
+from xla_wheels.release import cli as receipt_cli
 
 CHECKS = ("restart", "hbm")
 WORKLOADS = ("small", "large")
@@ -74,6 +75,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="per-child timeout; a hung child's process group is killed",
     )
+    receipt_cli.add_receipt_arguments(parser)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -141,6 +143,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run_gate(args: argparse.Namespace) -> int:
     checks = _checks(args.checks)
+    receipt_cli.check_receipt_arguments(args)
     if args.warm_runs < 2:
         raise UsageError("--warm-runs must be at least 2", fix="pass --warm-runs 2 or more")
     if args.writers < 1:
@@ -181,6 +184,7 @@ def run_gate(args: argparse.Namespace) -> int:
         json_path, junit_path = write_reports(out_dir, target, results, settings=settings)
         print(render_text(target, results))
         print(f"reports: {json_path} {junit_path} (child logs in {runs_dir})")
+        receipt_cli.leave_gate_receipt(args, target, results)
         sys.stdout.flush()
         return 0 if all(r.passed for r in results) else 1
     finally:
@@ -193,6 +197,7 @@ def run_gate(args: argparse.Namespace) -> int:
 def run_bench(args: argparse.Namespace) -> int:
     if args.rounds < 1:
         raise UsageError("--rounds must be at least 1")
+    receipt_cli.check_receipt_arguments(args)
     out_dir: Path = args.out
     scratch = Path(tempfile.mkdtemp(prefix="xla-bench-"))
     try:
@@ -206,6 +211,7 @@ def run_bench(args: argparse.Namespace) -> int:
         path = bench.write_bench(out_dir, summary)
         print(bench.render_bench(summary))
         print(f"kept as {path}")
+        receipt_cli.leave_bench_receipt(args, target, summary)
         return 0
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -17,6 +17,7 @@ from xla_wheels.options import PipelineOptions, add_bundle_parser, options_from_
 from xla_wheels.publish import doctor, requirements, upload, verify_install
 from xla_wheels.publish.static_index import write_static_index
 from xla_wheels.publish.wheels import locked_records, locked_wheels
+from xla_wheels.release import cli as release_cli
 
 
 def _index_url(args: argparse.Namespace) -> str | None:
@@ -92,6 +93,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     python = args.python or shutil.which("python3") or sys.executable
     entry = read_lock(options.lock_path).bundles.get(bundle.name)
     report = doctor.run_doctor(bundle, python, entry, os.environ, args.role)
+    release_cli.add_lane_findings(report, options.root, python, args.lane)
     print(report.render())
     doctor.ensure_healthy(report)
     return 0
@@ -204,4 +206,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=os.environ.get("ROLE") or None,
         help="writer or reader of a shared cache (default: from TPU_WORKER_ID, " "worker 0 writes)",
     )
+    parser.add_argument("--lane", default=os.environ.get("LANE") or None,
+                        help="the lane this host belongs to ($LANE)")  # fmt: skip
     parser.set_defaults(handler=cmd_doctor)

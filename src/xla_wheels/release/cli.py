@@ -1,0 +1,469 @@
+"""Subcommands ``publish-lane``, ``promote``, ``compare``, ``lane-requirements``, ``lanes``,
+and the receipt step of ``gate`` / ``bench-restart``.
+
+Exit codes: 0 done; 1 a lane refused (the message names each rule that failed) or a
+check failed; 2 bad input (unknown lane or bundle, malformed lanes.toml).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from xla_wheels import log
+from xla_wheels.bundle import load_bundle
+from xla_wheels.errors import UsageError
+from xla_wheels.gate.result import CheckResult
+from xla_wheels.gate.target import Target
+from xla_wheels.layout import BundleLayout
+from xla_wheels.lockfile import BundleEntry, WheelRecord, read_lock
+from xla_wheels.options import (
+    add_bundle_parser,
+    add_common_arguments,
+    default_cache_dir,
+    options_from_args,
+)
+from xla_wheels.publish import requirements
+from xla_wheels.publish.host_probe import HostFacts, probe
+from xla_wheels.publish.index import WheelName, credentials_for, normalize
+from xla_wheels.publish.wheels import LocalWheel, locked_records, locked_wheels
+from xla_wheels.release import compare as compare_mod
+from xla_wheels.release import installed, lanes, promote, pylock, receipts
+
+PUBLIC_INDEX = "https://pypi.org/simple/"
+
+
+# ------------------------------------------------------------------ gate / bench receipts
+
+
+def add_receipt_arguments(parser: argparse.ArgumentParser) -> None:
+    """The gate's and the benchmark's receipt options (one line in gate/cli.py each)."""
+    parser.add_argument(
+        "--bundle",
+        default=os.environ.get("BUNDLE") or None,
+        help="bundle whose locked wheels the environment should be; the receipt goes to "
+        "receipts/<bundle>/ (default: $BUNDLE; none: out/.../receipt.json, unusable to promote)",
+    )
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=None,
+        help="project checkout holding wheels.lock and receipts/ (default: $XLA_WHEELS_ROOT or .)",
+    )
+    parser.add_argument(
+        "--wheel-dir",
+        type=Path,
+        default=None,
+        help="where the locked wheel files are, to compare with what is installed "
+        "(default: <root>/dist/<bundle>)",
+    )
+
+
+def check_receipt_arguments(args: argparse.Namespace) -> None:
+    """Before a gate run of minutes: a named bundle must be in wheels.lock."""
+    if args.bundle:
+        root = (args.root or Path(os.environ.get("XLA_WHEELS_ROOT", "."))).resolve()
+        _records(root / "wheels.lock", args.bundle)
+
+
+def _records(lock_path: Path, bundle: str) -> list[WheelRecord]:
+    entry = read_lock(lock_path).bundles.get(bundle)
+    if entry is None:
+        raise UsageError(
+            f"wheels.lock has no bundle {bundle}",
+            fix="pass BUNDLE= of a locked bundle (see `make bundles`)",
+        )
+    return list(entry.wheels or ())
+
+
+def _evidence(
+    args: argparse.Namespace, python: Path
+) -> tuple[Path, installed.InstalledFacts, installed.EnvironmentMatch | None]:
+    root = (args.root or Path(os.environ.get("XLA_WHEELS_ROOT", "."))).resolve()
+    if not args.bundle:
+        return root, installed.probe_environment(python, []), None
+    records = _records(root / "wheels.lock", args.bundle)
+    if not records:
+        return root, installed.probe_environment(python, []), None
+    # The gate has no pipeline options: the default dist directory of the checkout.
+    wheel_dir = args.wheel_dir or root / "dist" / args.bundle
+    with log.section(f"receipt: compare the environment with the locked wheels of {args.bundle}"):
+        facts, match = installed.match_environment(
+            python, records, wheel_dir, default_cache_dir() / "wheel-content"
+        )
+    for problem in match.problems:
+        log.warning(problem)
+    return root, facts, match
+
+
+def _store(root: Path, args: argparse.Namespace, receipt: receipts.Receipt) -> Path:
+    if receipt.bundle is None:
+        path = receipts.write_receipt(Path(args.out) / "receipt.json", receipt, replace=True)
+    else:
+        path = receipts.write_receipt(receipts.receipt_path(root, receipt), receipt)
+    verdict = (
+        "for the locked wheels"
+        if receipt.wheels_match_lock
+        else ("NOT for the locked wheels of any bundle: it cannot be used to promote")
+    )
+    print(f"receipt: {path} ({verdict})")
+    return path
+
+
+def leave_gate_receipt(
+    args: argparse.Namespace, target: Target, results: Sequence[CheckResult]
+) -> Path:
+    root, facts, match = _evidence(args, target.python)
+    receipt = receipts.receipt_from_gate(
+        target, results, bundle=args.bundle, workload=args.workload, facts=facts, match=match
+    )
+    return _store(root, args, receipt)
+
+
+def leave_bench_receipt(
+    args: argparse.Namespace, target: Target, summary: Mapping[str, Any]
+) -> Path:
+    root, facts, match = _evidence(args, target.python)
+    receipt = receipts.receipt_from_bench(
+        target, summary, bundle=args.bundle, facts=facts, match=match
+    )
+    return _store(root, args, receipt)
+
+
+# ------------------------------------------------------------------ lanes
+
+
+def _lane_arg(parser: argparse.ArgumentParser, default: str | None, help_text: str) -> None:
+    parser.add_argument("--lane", default=os.environ.get("LANE") or default, help=help_text)
+
+
+def cmd_publish_lane(args: argparse.Namespace) -> int:
+    options = options_from_args(args)
+    load_bundle(options.root, args.bundle)
+    config = lanes.load_config(options.root)
+    lane = config.lane(args.lane or config.publish_lane)
+    outcomes = promote.publish_to_lane(
+        options.root,
+        options.lock_path,
+        args.bundle,
+        BundleLayout.of(options, args.bundle).dist,
+        lane,
+        dry_run=options.dry_run,
+    )
+    for outcome in outcomes:
+        print(f"{outcome.action:<10} {outcome.filename}  sha256:{outcome.sha256}")
+    if options.dry_run:
+        print(
+            f"DRY_RUN: nothing copied; would record {args.bundle} as lane {lane.name}'s "
+            "current bundle in lanes.lock"
+        )
+    else:
+        print(f"lane {lane.name}: {lane.simple_url} now serves {args.bundle} (lanes.lock)")
+    return 0
+
+
+def cmd_promote(args: argparse.Namespace) -> int:
+    options = options_from_args(args)
+    load_bundle(options.root, args.bundle)
+    config = lanes.load_config(options.root)
+    lane = config.lane(args.lane)
+    source = config.lane(args.source or lane.promote_from or config.publish_lane)
+    if source.name == lane.name:
+        raise UsageError(
+            f"lane {lane.name} cannot be promoted from itself",
+            fix="set promote-from in build/lanes.toml or pass --from",
+        )
+    verdict, outcomes = promote.promote(
+        options.root, options.lock_path, args.bundle, lane, source, dry_run=options.dry_run
+    )
+    if verdict.chosen:
+        print(f"policy of lane {lane.name} holds: receipt {verdict.chosen.path.name}")
+    else:
+        print(f"lane {lane.name} has no policy: promoting without a receipt")
+    for outcome in outcomes:
+        print(f"{outcome.action:<10} {outcome.filename}  sha256:{outcome.sha256}")
+    if options.dry_run:
+        print(f"DRY_RUN: nothing copied from {source.name} to {lane.name}; lanes.lock unchanged")
+    else:
+        print(f"lane {lane.name}: current bundle is now {args.bundle} (lanes.lock)")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    options = options_from_args(args)
+    chosen = []
+    for bundle in (args.a, args.b):
+        if not bundle:
+            raise UsageError("compare needs two bundles", fix="make compare A=<bundle> B=<bundle>")
+        found = compare_mod.latest_usable(receipts.bundle_receipts(options.root, bundle))
+        if found is None:
+            raise UsageError(
+                f"bundle {bundle} has no sealed receipt in receipts/{bundle}/",
+                fix=f"run `make gate BUNDLE={bundle} PYTHON=…` first",
+            )
+        chosen.append(found)
+    print(compare_mod.render(compare_mod.compare(chosen[0], chosen[1])), end="")
+    return 0
+
+
+def _lane_files(
+    lock_path: Path, bundle: str, lane: lanes.Lane, runtime: Sequence[Any], public_index: str
+) -> list[pylock.LockedFile]:
+    files = []
+    for record in locked_records(lock_path, bundle):
+        name = WheelName.parse(record.name)
+        files.append(
+            pylock.LockedFile(
+                name.normalized, name.version, record.name, record.sha256, lane.simple_url
+            )
+        )
+    for row in runtime:
+        files.append(
+            pylock.LockedFile(
+                normalize(row.project), row.version, row.name, row.sha256, public_index
+            )
+        )
+    return files
+
+
+def _runtime_fresh(lock_path: Path, bundle: Any, entry: BundleEntry) -> bool:
+    """Whether the recorded runtime resolution is for this bundle's current wheels and pins."""
+    recorded_for = entry.runtime_wheels_for
+    if recorded_for is None:
+        return False
+    ours = [
+        LocalWheel(Path(r.name), r, WheelName.parse(r.name))
+        for r in locked_records(lock_path, bundle.name)
+    ]
+    wanted = requirements.resolution_inputs(bundle, ours, list(recorded_for.platforms))
+    return wanted.inputs_sha256 == recorded_for.inputs_sha256
+
+
+def cmd_lane_requirements(args: argparse.Namespace) -> int:
+    options = options_from_args(args)
+    config = lanes.load_config(options.root)
+    state = lanes.read_state(options.root)
+    names = [args.lane] if args.lane else sorted(config.lanes)
+    wrote = 0
+    for name in names:
+        lane = config.lane(name)
+        current = state.get(name)
+        if current is None:
+            log.info(f"lane {name} has no current bundle yet: nothing to write")
+            continue
+        bundle = load_bundle(options.root, current.bundle)
+        wheels = (
+            locked_wheels(
+                options.lock_path, bundle.name, BundleLayout.of(options, bundle.name).dist
+            )
+            if args.resolve
+            else []
+        )
+        entry = read_lock(options.lock_path).entry(bundle.name)
+        runtime = list(entry.runtime_wheels or ())
+        if args.resolve:
+            runtime = requirements.runtime_records(
+                options.lock_path, bundle, wheels, args.platform or requirements.host_platforms()
+            )
+        elif runtime and not _runtime_fresh(options.lock_path, bundle, entry):
+            raise UsageError(
+                f"the runtime wheels wheels.lock records for {bundle.name} were resolved for "
+                "other inputs (its wheels or runtime pins changed since)",
+                fix=f"run `make requirements BUNDLE={bundle.name} REFRESH=1`, or pass --resolve",
+            )
+        elif bundle.runtime and not runtime:
+            raise UsageError(
+                f"bundle {bundle.name} has runtime pins but wheels.lock records no resolved "
+                "runtime wheels",
+                fix=f"run `make requirements BUNDLE={bundle.name}` once (it resolves and locks "
+                "them), or pass --resolve",
+            )
+        out = options.root / "dist" / "lanes" / name
+        ours = locked_records(options.lock_path, bundle.name)
+        req = requirements.write_requirements(
+            out / requirements.REQUIREMENTS_NAME, bundle, ours, runtime
+        )
+        files = _lane_files(options.lock_path, bundle.name, lane, runtime, args.public_index)
+        credentials = credentials_for(lane.upload_url or lane.simple_url)
+        urls = pylock.locate(files, credentials)
+        comment = (
+            f"# PEP 751 lock of lane {name}: bundle {bundle.name} (Python {bundle.python}),\n"
+            "# generated by `make requirements` from wheels.lock and lanes.lock: do not edit.\n"
+            "# Install: pip install -r pylock.toml (pip >= 26.1) or uv pip install -r pylock.toml\n"
+        )
+        lock = pylock.write_pylock(
+            out / pylock.PYLOCK_NAME, pylock.render_pylock(files, urls, bundle.python, comment)
+        )
+        print(f"lane {name} (bundle {bundle.name}): wrote {req} and {lock}, {len(files)} file(s)")
+        wrote += 1
+    if not wrote:
+        print("no lane has a current bundle: `make publish BUNDLE=…` first")
+    return 0
+
+
+def cmd_lanes(args: argparse.Namespace) -> int:
+    options = options_from_args(args)
+    config = lanes.load_config(options.root)
+    state = lanes.read_state(options.root)
+    for name, lane in sorted(config.lanes.items()):
+        current = state.get(name)
+        rules = lane.policy
+        policy = (
+            "none"
+            if rules.empty
+            else (
+                f"device={rules.device or 'any'} checks={','.join(rules.checks) or '-'} "
+                f"max-warm-regression={rules.max_warm_regression}"
+            )
+        )
+        print(f"{name}: {lane.where}")
+        print(
+            f"  current bundle: {current.bundle if current else '(none)'}"
+            + (f" (receipt {current.receipt})" if current and current.receipt else "")
+        )
+        print(f"  policy: {policy}")
+    return 0
+
+
+def host_bundle(root: Path, facts: HostFacts) -> tuple[str | None, str]:
+    """The bundle a host runs: its provenance file, else the versions of our wheels."""
+    provenance = facts.provenance_raw
+    if isinstance(provenance, Mapping):
+        named = provenance.get("bundle")
+        named = named.get("name") if isinstance(named, Mapping) else named
+        if isinstance(named, str):
+            return named, "provenance file"
+    installed_versions = {normalize(k): v for k, v in facts.versions.items()}
+    try:
+        state = lanes.read_state(root)
+    except lanes.LaneError:
+        return None, ""
+    for name in sorted({s.bundle for s in state.values()}):
+        locked = [
+            WheelName.parse(n)
+            for n, _ in next(s.wheels for s in state.values() if s.bundle == name)
+        ]
+        if locked and all(installed_versions.get(w.normalized) == w.version for w in locked):
+            return name, "installed versions (no provenance file: content not compared)"
+    return None, ""
+
+
+def add_lane_findings(report: Any, root: Path, python: str, lane: str | None) -> None:
+    """``make doctor``: which bundle and lane this host runs (adds findings to the report)."""
+    from xla_wheels.publish import doctor
+
+    if not (root / lanes.LANES_CONFIG).exists():
+        return  # a checkout without lanes: nothing to say about them
+    facts = probe(python, doctor.PACKAGES, fix="pass PYTHON=<the training environment's python>")
+    bundle, how = host_bundle(root, facts)
+    for status, detail, fix in lane_status(root, bundle, lane):
+        report.add(status, "lane", detail + (f" (known from the {how})" if how else ""), fix)
+
+
+def lane_status(
+    root: Path, host_bundle: str | None, lane_name: str | None
+) -> list[tuple[str, str, str]]:
+    """Doctor's lane findings: (status, detail, fix) for the bundle this host runs."""
+    try:
+        config = lanes.load_config(root)
+        state = lanes.read_state(root)
+    except lanes.LaneError as error:
+        return [("WARN", f"lanes unknown: {error.message}", error.fix or "")]
+    if host_bundle is None:
+        return [
+            (
+                "WARN",
+                "cannot tell which bundle this host runs (no provenance file)",
+                "install a bundle built by this pipeline",
+            )
+        ]
+    holding = sorted(n for n, s in state.items() if s.bundle == host_bundle)
+    if lane_name:
+        lane = config.lane(lane_name)
+        current = state.get(lane.name)
+        if current and current.bundle == host_bundle:
+            return [
+                ("ok", f"runs bundle {host_bundle}, the current bundle of lane {lane.name}", "")
+            ]
+        return [
+            (
+                "FAIL",
+                f"runs bundle {host_bundle}; lane {lane.name}'s current bundle is "
+                f"{current.bundle if current else '(none)'}",
+                f"install from lane {lane.name}: pip install --require-hashes -r "
+                f"dist/lanes/{lane.name}/requirements.txt --index-url {lane.simple_url}",
+            )
+        ]
+    if holding:
+        return [
+            (
+                "ok",
+                f"runs bundle {host_bundle}, the current bundle of lane(s) "
+                f"{', '.join(holding)}",
+                "",
+            )
+        ]
+    return [
+        (
+            "WARN",
+            f"runs bundle {host_bundle}, which is not the current bundle of any lane",
+            "install the bundle of the lane this host belongs to (make lanes)",
+        )
+    ]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = add_bundle_parser(
+        subparsers,
+        "publish-lane",
+        "publish the bundle's locked wheels into a lane (default: the "
+        "publish lane of build/lanes.toml, validation)",
+    )
+    _lane_arg(parser, None, "lane (default: publish-lane of build/lanes.toml; $LANE)")
+    parser.set_defaults(handler=cmd_publish_lane)
+
+    parser = add_bundle_parser(
+        subparsers,
+        "promote",
+        "copy exactly the locked files of a bundle into a lane, only when "
+        "the lane's policy holds for its receipts",
+    )
+    _lane_arg(parser, "preferred", "target lane (default: preferred; $LANE)")
+    parser.add_argument(
+        "--from",
+        dest="source",
+        default=None,
+        help="lane to copy from (default: the lane's promote-from)",
+    )
+    parser.set_defaults(handler=cmd_promote)
+
+    parser = subparsers.add_parser("compare", help="two bundles' receipts side by side")
+    add_common_arguments(parser)
+    parser.add_argument("a", nargs="?", default=os.environ.get("A"))
+    parser.add_argument("b", nargs="?", default=os.environ.get("B"))
+    parser.set_defaults(handler=cmd_compare)
+
+    parser = subparsers.add_parser(
+        "lane-requirements",
+        help="per lane: hash-pinned requirements.txt and PEP 751 pylock.toml of its current bundle",
+    )
+    add_common_arguments(parser)
+    _lane_arg(parser, None, "only this lane (default: every lane with a current bundle)")
+    parser.add_argument(
+        "--resolve",
+        action="store_true",
+        help="resolve the runtime closure now (as `requirements` does) instead of "
+        "reading it from wheels.lock",
+    )
+    parser.add_argument("--platform", action="append", default=None)
+    parser.add_argument(
+        "--public-index", default=PUBLIC_INDEX, help="simple/ URL serving the public runtime wheels"
+    )
+    parser.set_defaults(handler=cmd_lane_requirements)
+
+    parser = subparsers.add_parser("lanes", help="each lane's index, current bundle and policy")
+    add_common_arguments(parser)
+    parser.set_defaults(handler=cmd_lanes)

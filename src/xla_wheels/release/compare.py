@@ -1,0 +1,116 @@
+"""``compare``: two bundles' receipts side by side, and where they are not like for like."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from xla_wheels.gate.report import format_table
+from xla_wheels.release.receipts import Receipt, StoredReceipt
+
+
+@dataclass(frozen=True)
+class Comparison:
+    a: StoredReceipt
+    b: StoredReceipt
+    rows: tuple[tuple[str, str, str], ...]
+    unlike: tuple[str, ...]
+    """Why the figures do not compare like for like (empty when they do)."""
+
+
+def latest_usable(receipts: list[StoredReceipt]) -> StoredReceipt | None:
+    """The newest sealed gate receipt (a benchmark receipt if there is no gate one)."""
+    sealed = [r for r in receipts if r.digest_ok]
+    gates = [r for r in sealed if r.receipt.kind == "gate"]
+    chosen = gates or sealed
+    return chosen[-1] if chosen else None
+
+
+def _fig(check: str, key: str, fmt: str = "{}") -> Callable[[Receipt], str]:
+    def get(receipt: Receipt) -> str:
+        found = receipt.check(check)
+        value = found.figures.get(key) if found else None
+        return "-" if value is None else fmt.format(value)
+
+    return get
+
+
+def _verdict(check: str) -> Callable[[Receipt], str]:
+    def get(receipt: Receipt) -> str:
+        found = receipt.check(check)
+        if found is None:
+            return "not run"
+        return {True: "PASS", False: "FAIL", None: "measured"}[found.passed]
+
+    return get
+
+
+def _warm_hits(receipt: Receipt) -> str:
+    restart = receipt.check("restart")
+    runs: list[dict[str, Any]] = list(restart.figures.get("runs", [])) if restart else []
+    warm = [r for r in runs if str(r.get("name", "")).startswith(("warm", "read-only"))]
+    if not warm:
+        return "-"
+    return " ".join(f"{r.get('hits', '-')}h/{r.get('xla_compiles', '-')}c" for r in warm)
+
+
+def _wheels(receipt: Receipt) -> str:
+    return ", ".join(f"{w.project} {w.sha256[:12]}" for w in receipt.wheels) or "-"
+
+
+_ROWS: tuple[tuple[str, Callable[[Receipt], str]], ...] = (
+    ("bundle", lambda r: str(r.bundle)),
+    ("receipt kind", lambda r: r.kind),
+    ("date", lambda r: r.created),
+    ("host", lambda r: r.host),
+    ("device", lambda r: r.device + (f" {r.chip}" if r.chip else "")),
+    ("workload", lambda r: r.workload),
+    ("wheels = lock", lambda r: "yes" if r.wheels_match_lock else "NO"),
+    ("wheels (sha256)", _wheels),
+    ("torch", lambda r: str(r.versions.get("torch"))),
+    ("torch_xla", lambda r: str(r.versions.get("torch_xla"))),
+    ("libtpu", lambda r: str(r.versions.get("libtpu") or r.versions.get("libtpu-nightly"))),
+    ("jax / jaxlib", lambda r: f"{r.versions.get('jax')} / {r.versions.get('jaxlib')}"),
+    ("restart", _verdict("restart")),
+    ("cold ready s", _fig("restart", "cold_ready_s", "{:.3f}")),
+    ("warm ready s", _fig("restart", "warm_ready_s", "{:.3f}")),
+    ("warm/cold", _fig("restart", "warm_cold_ratio", "{:.3f}")),
+    ("cold misses", _fig("restart", "cold_misses")),
+    ("warm hits/compiles", _warm_hits),
+    ("hbm", _verdict("hbm")),
+    ("HBM per chip", _fig("hbm", "hbm_per_chip")),
+    ("HBM used delta", _fig("hbm", "bytes_used_delta")),
+)
+
+
+def compare(a: StoredReceipt, b: StoredReceipt) -> Comparison:
+    ra, rb = a.receipt, b.receipt
+    rows = tuple((label, get(ra), get(rb)) for label, get in _ROWS)
+    unlike: list[str] = []
+    for what, va, vb in (
+        ("device", ra.device, rb.device),
+        ("chip", ra.chip, rb.chip),
+        ("workload", ra.workload, rb.workload),
+        ("libtpu", ra.versions.get("libtpu"), rb.versions.get("libtpu")),
+        ("receipt kind", ra.kind, rb.kind),
+    ):
+        if va != vb:
+            unlike.append(f"different {what}: {va} vs {vb}")
+    if ra.host != rb.host:
+        unlike.append(f"different host: {ra.host} vs {rb.host} (timings depend on the machine)")
+    for side, stored in (("A", a), ("B", b)):
+        if not stored.receipt.wheels_match_lock:
+            unlike.append(f"{side}'s receipt is not for its bundle's locked wheels")
+    return Comparison(a, b, rows, tuple(unlike))
+
+
+def render(comparison: Comparison) -> str:
+    table = format_table(["", "A", "B"], [list(r) for r in comparison.rows])
+    lines = [f"A: {comparison.a.path}", f"B: {comparison.b.path}", "", table, ""]
+    if comparison.unlike:
+        lines.append("not like for like:")
+        lines += [f"  - {u}" for u in comparison.unlike]
+    else:
+        lines.append("like for like: same device, chip, workload, libtpu and host")
+    return "\n".join(lines) + "\n"

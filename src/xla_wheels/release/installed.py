@@ -1,0 +1,249 @@
+"""Which locked wheel files an installed environment runs: matched by content.
+
+pip keeps no record of the sha256 of the wheel file it installed from (``direct_url.json``
+exists only for direct URL installs, and an index install records nothing), so the wheel
+hash cannot be read back from an environment. What *can* be checked honestly is content:
+every file inside a locked wheel (the lock's sha256 is verified on the wheel file first)
+must be installed, byte for byte, at the place the installer puts it. We hash both sides
+ourselves and never trust a RECORD file's hash column alone:
+
+* wheel side: every member of the zip, hashed from its bytes; ``*.dist-info/RECORD`` (and
+  its signatures) and ``__pycache__/*.pyc`` are left out (the installer rewrites or
+  generates them), ``<name>.data/purelib|platlib/x`` is compared at ``x``, and other
+  ``.data`` trees (scripts get a new shebang) are not compared;
+* installed side: the same paths under the distribution's site directory, hashed from
+  disk; besides, every file the installed RECORD lists under the site directory must be
+  either a wheel member or one the installer writes (INSTALLER, REQUESTED,
+  direct_url.json, RECORD, bytecode).
+
+A match therefore means "this environment runs exactly the files of the wheel with this
+sha256". Two wheel files with identical members but different zip metadata would both
+match; for judging a runtime that is the same build. Files added into a package directory
+without a RECORD entry are not seen. The wheel files must be at hand (``dist/<bundle>/``,
+or ``pip download --no-deps --require-hashes`` from the lane's index on a TPU VM).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import subprocess
+import tempfile
+import zipfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from xla_wheels.lockfile import WheelRecord, file_sha256
+from xla_wheels.publish.index import WheelName, normalize
+
+#: Projects whose versions every receipt records (the ones that decide restart behaviour).
+VERSION_PROJECTS = ("torch", "torch_xla", "libtpu", "libtpu-nightly", "jax", "jaxlib")
+PROBE_TIMEOUT_S = 300.0
+_INSTALLER_FILES = {"INSTALLER", "REQUESTED", "direct_url.json", "RECORD"}
+
+# Runs in the interpreter under test: metadata only, never imports torch.
+_PROBE = r"""
+import importlib.metadata as md, json, sys
+wanted, listed = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+out = {"versions": {}, "dists": {}}
+for name in wanted:
+    try:
+        out["versions"][name] = md.version(name)
+    except md.PackageNotFoundError:
+        out["versions"][name] = None
+for name in listed:
+    try:
+        dist = md.distribution(name)
+    except md.PackageNotFoundError:
+        continue
+    out["dists"][name] = {
+        "version": dist.version,
+        "site": str(dist.locate_file("")),
+        "record": [str(f) for f in (dist.files or [])],
+    }
+print(json.dumps(out))
+"""
+
+
+@dataclass(frozen=True)
+class InstalledFacts:
+    """What the probe read from the environment under test (metadata only)."""
+
+    versions: Mapping[str, str | None]
+    dists: Mapping[str, Mapping[str, Any]]
+    """normalized project -> {version, site, record (paths relative to site)}."""
+
+
+@dataclass(frozen=True)
+class WheelMatch:
+    """One locked wheel file against the environment."""
+
+    name: str
+    sha256: str
+    project: str
+    version: str
+    matched: bool
+    files: int
+    """Wheel members compared byte for byte."""
+    problems: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class EnvironmentMatch:
+    wheels: tuple[WheelMatch, ...]
+    problems: tuple[str, ...]
+    """Why the environment is not the lock's wheels (empty when it is)."""
+
+    @property
+    def matches_lock(self) -> bool:
+        return bool(self.wheels) and not self.problems and all(w.matched for w in self.wheels)
+
+
+def probe_environment(python: Path, projects: Sequence[str]) -> InstalledFacts:
+    """Versions of :data:`VERSION_PROJECTS` and the RECORD of ``projects``, from ``python``."""
+    argv = [str(python), "-c", _PROBE, json.dumps(VERSION_PROJECTS), json.dumps(list(projects))]
+    try:
+        result = subprocess.run(
+            argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return InstalledFacts({}, {"_error": {"error": str(error)}})
+    if result.returncode != 0:
+        return InstalledFacts({}, {"_error": {"error": result.stderr.strip()[-500:]}})
+    data = json.loads(result.stdout)
+    dists = {normalize(name): value for name, value in data["dists"].items()}
+    return InstalledFacts(data["versions"], dists)
+
+
+def _b64(digest: bytes) -> str:
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def _installed_path(member: str) -> str | None:
+    """Where an installer puts a wheel member, relative to site-packages; None: skipped."""
+    parts = member.split("/")
+    if parts[0].endswith(".dist-info") and parts[-1] in ("RECORD", "RECORD.jws", "RECORD.p7s"):
+        return None
+    if "__pycache__" in parts and member.endswith(".pyc"):
+        return None
+    if parts[0].endswith(".data"):
+        if len(parts) > 2 and parts[1] in ("purelib", "platlib"):
+            return "/".join(parts[2:])
+        return None
+    return member
+
+
+def wheel_content(path: Path, cache_dir: Path | None = None) -> dict[str, str]:
+    """Installed path -> urlsafe-base64 sha256 (RECORD's spelling) of every compared member.
+
+    Cached per wheel sha256 under ``cache_dir`` (a torch_xla wheel holds a 400 MB library).
+    """
+    cache_file = None
+    if cache_dir is not None:
+        cache_file = cache_dir / f"{file_sha256(path)}.json"
+        if cache_file.is_file():
+            cached: dict[str, str] = json.loads(cache_file.read_text())
+            return cached
+    content: dict[str, str] = {}
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            if info.is_dir():
+                continue
+            target = _installed_path(info.filename)
+            if target is None:
+                continue
+            hasher = hashlib.sha256()
+            with archive.open(info) as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    hasher.update(block)
+            content[target] = _b64(hasher.digest())
+    if cache_file is not None:
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(
+            "w", dir=cache_file.parent, prefix=".content.", delete=False
+        ) as out:
+            json.dump(content, out, sort_keys=True)
+        os.replace(out.name, cache_file)
+    return content
+
+
+def _disk_b64(path: Path) -> str | None:
+    try:
+        hasher = hashlib.sha256()
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                hasher.update(block)
+    except OSError:
+        return None
+    return _b64(hasher.digest())
+
+
+def match_wheel(
+    record: WheelRecord, wheel_path: Path | None, facts: InstalledFacts, cache_dir: Path | None
+) -> WheelMatch:
+    name = WheelName.parse(record.name)
+    project = name.normalized
+
+    def result(matched: bool, files: int, *problems: str) -> WheelMatch:
+        return WheelMatch(
+            record.name, record.sha256, project, name.version, matched, files, tuple(problems)
+        )
+
+    if wheel_path is None or not wheel_path.is_file():
+        return result(False, 0, f"{record.name}: the locked wheel file is not at hand to compare")
+    actual = file_sha256(wheel_path)
+    if actual != record.sha256:
+        return result(False, 0, f"{wheel_path}: sha256 {actual}, wheels.lock has {record.sha256}")
+    dist = facts.dists.get(project)
+    if dist is None:
+        return result(False, 0, f"{project} is not installed in the environment under test")
+    if str(dist["version"]) != name.version:
+        return result(
+            False, 0, f"installed {project} is {dist['version']}, the locked wheel {name.version}"
+        )
+    site = Path(str(dist["site"]))
+    content = wheel_content(wheel_path, cache_dir)
+    problems: list[str] = []
+    for member, digest in sorted(content.items()):
+        on_disk = _disk_b64(site / member)
+        if on_disk is None:
+            problems.append(f"{project}: {member} of the wheel is not installed")
+        elif on_disk != digest:
+            problems.append(f"{project}: installed {member} differs from the wheel's")
+    for listed in dist["record"]:
+        listed = str(listed)
+        if listed.startswith("..") or listed in content:
+            continue
+        base = listed.rsplit("/", 1)[-1]
+        if listed.endswith(".pyc") or (".dist-info/" in listed and base in _INSTALLER_FILES):
+            continue
+        problems.append(f"{project}: installed RECORD lists {listed}, which the wheel lacks")
+    shown = problems[:5] + ([f"... and {len(problems) - 5} more"] if len(problems) > 5 else [])
+    return result(not problems, len(content), *shown)
+
+
+def match_environment(
+    python: Path,
+    locked: Sequence[WheelRecord],
+    wheel_dir: Path | None,
+    cache_dir: Path | None = None,
+) -> tuple[InstalledFacts, EnvironmentMatch]:
+    """Probe ``python`` and compare it with every locked wheel (files from ``wheel_dir``)."""
+    projects = [WheelName.parse(r.name).project for r in locked]
+    facts = probe_environment(python, projects)
+    problems: list[str] = []
+    if "_error" in facts.dists:
+        problems.append(f"could not read the environment: {facts.dists['_error']['error']}")
+    if not locked:
+        problems.append("no locked wheels to compare with")
+    matches = tuple(
+        match_wheel(r, (wheel_dir / r.name) if wheel_dir else None, facts, cache_dir)
+        for r in locked
+    )
+    for match in matches:
+        problems.extend(match.problems)
+    return facts, EnvironmentMatch(matches, tuple(problems))

@@ -1,0 +1,228 @@
+"""Lanes: ``build/lanes.toml`` (where bundles go, and what it takes) and ``lanes.lock``.
+
+``build/lanes.toml`` (hand-written, reviewed)::
+
+    publish-lane = "validation"          # where `make publish` goes
+
+    [lanes.validation]
+    description = "every published bundle"
+    path = "dist/lanes/validation"       # a static PEP 503 index in this directory, or:
+    # index-url = "https://pypi.corp/validation/simple/"   (upload-url = … if it differs)
+
+    [lanes.preferred]
+    description = "what training hosts install"
+    path = "dist/lanes/preferred"
+    promote-from = "validation"          # promotion copies the files from this lane
+    [lanes.preferred.policy]
+    device = "TPU"                       # a CPU receipt never satisfies a TPU rule
+    checks = ["restart", "hbm"]          # each must have passed in the receipt
+    max-warm-regression = 0.10           # warm time-to-ready at most 10% slower than the
+                                         # lane's current bundle's receipt (omit: no gate)
+
+``lanes.lock`` (written by ``publish``/``promote``, by rename, only after success) records
+each lane's current bundle, its wheels and the receipt that let it in.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from xla_wheels.errors import PipelineError, UsageError
+
+LANES_CONFIG = Path("build") / "lanes.toml"
+LANES_LOCK = "lanes.lock"
+LANES_LOCK_VERSION = "1"
+DEVICES = ("CPU", "TPU")
+
+
+class LaneError(PipelineError):
+    """The lanes configuration or state is wrong, or a lane refuses a bundle."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    device: str | None = None
+    checks: tuple[str, ...] = ()
+    max_warm_regression: float | None = None
+
+    @property
+    def empty(self) -> bool:
+        return self.device is None and not self.checks and self.max_warm_regression is None
+
+
+@dataclass(frozen=True)
+class Lane:
+    name: str
+    description: str
+    path: Path | None
+    """A static index directory (absolute), or None for a remote index."""
+    index_url: str | None
+    upload_url: str | None
+    promote_from: str | None
+    policy: Policy
+
+    @property
+    def where(self) -> str:
+        return self.index_url or str(self.path)
+
+    @property
+    def simple_url(self) -> str:
+        if self.index_url:
+            return self.index_url
+        assert self.path is not None
+        return (self.path / "simple").resolve().as_uri() + "/"
+
+
+@dataclass(frozen=True)
+class LanesConfig:
+    path: Path
+    publish_lane: str
+    lanes: Mapping[str, Lane]
+
+    def lane(self, name: str) -> Lane:
+        if name not in self.lanes:
+            raise UsageError(
+                f"{self.path} has no lane {name!r}",
+                fix=f"use one of: {', '.join(sorted(self.lanes))}",
+            )
+        return self.lanes[name]
+
+
+@dataclass(frozen=True)
+class LaneState:
+    bundle: str
+    wheels: tuple[tuple[str, str], ...]
+    """(file name, sha256) of every file the lane received."""
+    receipt: str | None
+    receipt_digest: str | None
+
+
+def _bad(path: Path, where: str, problem: str) -> LaneError:
+    return LaneError(
+        f"{path}: {where}: {problem}",
+        fix=f"edit {path} (format: its header comment " 'and README "Releasing to the fleet")',
+    )
+
+
+def _policy(path: Path, lane: str, data: Mapping[str, Any]) -> Policy:
+    unknown = set(data) - {"device", "checks", "max-warm-regression"}
+    if unknown:
+        raise _bad(path, f"lanes.{lane}.policy", f"unknown key(s) {', '.join(sorted(unknown))}")
+    device = data.get("device")
+    if device is not None and device not in DEVICES:
+        raise _bad(path, f"lanes.{lane}.policy.device", f"{device!r} is not one of {DEVICES}")
+    checks = data.get("checks", [])
+    if not isinstance(checks, list) or not all(isinstance(c, str) for c in checks):
+        raise _bad(path, f"lanes.{lane}.policy.checks", "must be a list of check names")
+    tolerance = data.get("max-warm-regression")
+    if tolerance is not None and (not isinstance(tolerance, int | float) or tolerance < 0):
+        raise _bad(path, f"lanes.{lane}.policy.max-warm-regression", "must be a number >= 0")
+    return Policy(device, tuple(checks), None if tolerance is None else float(tolerance))
+
+
+def load_config(root: Path) -> LanesConfig:
+    path = root / LANES_CONFIG
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise LaneError(
+            f"{path} does not exist", fix='create it (README "Releasing to the fleet" shows one)'
+        ) from None
+    except tomllib.TOMLDecodeError as error:
+        raise _bad(path, "TOML", str(error)) from error
+    lanes: dict[str, Lane] = {}
+    for name, raw in dict(data.get("lanes", {})).items():
+        unknown = set(raw) - {
+            "description",
+            "path",
+            "index-url",
+            "upload-url",
+            "promote-from",
+            "policy",
+        }
+        if unknown:
+            raise _bad(path, f"lanes.{name}", f"unknown key(s) {', '.join(sorted(unknown))}")
+        if ("path" in raw) == ("index-url" in raw):
+            raise _bad(path, f"lanes.{name}", "give exactly one of path or index-url")
+        index_url = raw.get("index-url")
+        if index_url and not str(index_url).endswith("/"):
+            index_url = f"{index_url}/"
+        lanes[name] = Lane(
+            name=name,
+            description=str(raw.get("description", "")),
+            path=(root / raw["path"]).resolve() if "path" in raw else None,
+            index_url=index_url,
+            upload_url=raw.get("upload-url"),
+            promote_from=raw.get("promote-from"),
+            policy=_policy(path, name, raw.get("policy", {})),
+        )
+    if not lanes:
+        raise _bad(path, "lanes", "no lane is defined")
+    publish_lane = str(data.get("publish-lane", "validation"))
+    for lane in lanes.values():
+        for ref, what in ((lane.promote_from, "promote-from"),):
+            if ref is not None and ref not in lanes:
+                raise _bad(path, f"lanes.{lane.name}.{what}", f"no lane {ref!r}")
+    if publish_lane not in lanes:
+        raise _bad(path, "publish-lane", f"no lane {publish_lane!r}")
+    return LanesConfig(path, publish_lane, lanes)
+
+
+def read_state(root: Path) -> dict[str, LaneState]:
+    path = root / LANES_LOCK
+    if not path.exists():
+        return {}
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as error:
+        raise LaneError(
+            f"{path} is not valid TOML: {error}",
+            fix=f"restore it from git (`git checkout -- {LANES_LOCK}`)",
+        ) from error
+    if data.get("lanes-lock-version") != LANES_LOCK_VERSION:
+        raise LaneError(
+            f"{path} has an unknown lanes-lock-version",
+            fix=f"restore it from git (`git checkout -- {LANES_LOCK}`)",
+        )
+    return {
+        name: LaneState(
+            bundle=str(entry["bundle"]),
+            wheels=tuple((str(w["name"]), str(w["sha256"])) for w in entry.get("wheels", [])),
+            receipt=entry.get("receipt"),
+            receipt_digest=entry.get("receipt-digest"),
+        )
+        for name, entry in data.get("lanes", {}).items()
+    }
+
+
+def write_state(root: Path, lane: str, state: LaneState) -> Path:
+    """Record ``lane``'s current bundle; temp file + rename, so a crash changes nothing."""
+    current = read_state(root)
+    current[lane] = state
+    lanes: dict[str, Any] = {}
+    for name in sorted(current):
+        entry = current[name]
+        table: dict[str, Any] = {"bundle": entry.bundle}
+        if entry.receipt:
+            table["receipt"] = entry.receipt
+            table["receipt-digest"] = entry.receipt_digest or ""
+        table["wheels"] = [{"name": n, "sha256": s} for n, s in entry.wheels]
+        lanes[name] = table
+    text = (
+        "# lanes.lock: the current bundle of each lane, written by `make publish` and\n"
+        "# `make promote` after they succeed. Do not edit; format: README.md.\n\n"
+        + tomli_w.dumps({"lanes-lock-version": LANES_LOCK_VERSION, "lanes": lanes})
+    )
+    path = root / LANES_LOCK
+    with tempfile.NamedTemporaryFile("w", dir=root, prefix=".lanes.lock.", delete=False) as handle:
+        handle.write(text)
+    os.replace(handle.name, path)
+    return path

@@ -1,0 +1,174 @@
+"""Whether a lane's policy holds for a bundle: data in, verdict out, no I/O.
+
+A receipt counts only if its seal holds, it names this bundle, its environment was the
+lock's wheels (``wheels-match-lock``) and its wheel hashes are exactly the lock's. Then
+the lane's rules: device (a CPU receipt never satisfies a TPU rule), every required check
+passed, and the warm-restart regression gate against the lane's current bundle's receipt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from xla_wheels.release.lanes import Policy
+from xla_wheels.release.receipts import Receipt, StoredReceipt
+
+
+@dataclass(frozen=True)
+class RuleFailure:
+    rule: str
+    """``receipt``, ``seal``, ``wheels``, ``device``, ``check:<name>`` or ``regression``."""
+    detail: str
+
+
+@dataclass(frozen=True)
+class ReceiptVerdict:
+    receipt: StoredReceipt
+    failures: tuple[RuleFailure, ...]
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+
+@dataclass(frozen=True)
+class PromotionVerdict:
+    passed: bool
+    chosen: StoredReceipt | None
+    """The newest receipt that satisfies every rule."""
+    verdicts: tuple[ReceiptVerdict, ...]
+    failures: tuple[RuleFailure, ...]
+    """Without any usable receipt: why (the newest receipt's failures, or "no receipt")."""
+
+
+def warm_ready(receipt: Receipt) -> float | None:
+    restart = receipt.check("restart")
+    value = restart.figures.get("warm_ready_s") if restart else None
+    return float(value) if isinstance(value, int | float) else None
+
+
+def judge_receipt(
+    stored: StoredReceipt,
+    bundle: str,
+    locked: set[tuple[str, str]],
+    policy: Policy,
+    current: Receipt | None,
+) -> ReceiptVerdict:
+    receipt = stored.receipt
+    fails: list[RuleFailure] = []
+    if not stored.digest_ok:
+        fails.append(
+            RuleFailure(
+                "seal",
+                f"{stored.path.name}: its digest does not match its "
+                "content (edited after it was written)",
+            )
+        )
+    if receipt.bundle != bundle:
+        fails.append(
+            RuleFailure(
+                "wheels",
+                f"{stored.path.name} is a receipt for bundle " f"{receipt.bundle}, not {bundle}",
+            )
+        )
+    if not receipt.wheels_match_lock:
+        why = "; ".join(receipt.problems[:3]) or "no wheels compared"
+        fails.append(
+            RuleFailure(
+                "wheels",
+                f"{stored.path.name}: the judged environment was not " f"the lock's wheels ({why})",
+            )
+        )
+    if receipt.locked_files != locked:
+        theirs = ", ".join(f"{n} {s[:12]}" for n, s in sorted(receipt.locked_files)) or "none"
+        ours = ", ".join(f"{n} {s[:12]}" for n, s in sorted(locked))
+        fails.append(
+            RuleFailure("wheels", f"{stored.path.name} judged {theirs}; wheels.lock " f"has {ours}")
+        )
+    if receipt.kind != "gate":
+        fails.append(
+            RuleFailure(
+                "receipt",
+                f"{stored.path.name} is a {receipt.kind} receipt; "
+                "promotion needs the gate's verdicts",
+            )
+        )
+    if policy.device is not None and receipt.device != policy.device:
+        fails.append(
+            RuleFailure(
+                "device",
+                f"{stored.path.name} was judged on {receipt.device}; "
+                f"the lane requires {policy.device}",
+            )
+        )
+    for name in policy.checks:
+        check = receipt.check(name)
+        if check is None:
+            fails.append(RuleFailure(f"check:{name}", f"{stored.path.name} has no {name} check"))
+        elif check.passed is not True:
+            why = "; ".join(check.reasons[:2])
+            fails.append(RuleFailure(f"check:{name}", f"{stored.path.name}: {name} failed ({why})"))
+    if policy.max_warm_regression is not None and current is not None:
+        fails.extend(_regression(stored, current, policy.max_warm_regression))
+    return ReceiptVerdict(stored, tuple(fails))
+
+
+def _regression(stored: StoredReceipt, current: Receipt, tolerance: float) -> list[RuleFailure]:
+    receipt = stored.receipt
+    unlike = [
+        f"{what} {mine} vs {theirs}"
+        for what, mine, theirs in (
+            ("device", receipt.device, current.device),
+            ("chip", receipt.chip, current.chip),
+            ("workload", receipt.workload, current.workload),
+        )
+        if mine != theirs
+    ]
+    if unlike:
+        return [
+            RuleFailure(
+                "regression",
+                f"{stored.path.name} is not comparable with the lane's "
+                f"current receipt ({', '.join(unlike)})",
+            )
+        ]
+    mine, theirs = warm_ready(receipt), warm_ready(current)
+    if mine is None or theirs is None:
+        return [
+            RuleFailure(
+                "regression",
+                "warm time-to-ready missing from "
+                + ("this receipt" if mine is None else "the current receipt"),
+            )
+        ]
+    limit = theirs * (1 + tolerance)
+    if mine > limit:
+        return [
+            RuleFailure(
+                "regression",
+                f"warm restart {mine:.3f}s is slower than the current "
+                f"bundle's {theirs:.3f}s beyond {tolerance:.0%} (limit {limit:.3f}s)",
+            )
+        ]
+    return []
+
+
+def judge_promotion(
+    bundle: str,
+    locked: set[tuple[str, str]],
+    receipts: Sequence[StoredReceipt],
+    policy: Policy,
+    current: Receipt | None,
+) -> PromotionVerdict:
+    """Every receipt judged; the newest one that passes is chosen."""
+    if policy.empty:
+        return PromotionVerdict(True, None, (), ())
+    verdicts = tuple(judge_receipt(r, bundle, locked, policy, current) for r in receipts)
+    passing = [v for v in verdicts if v.passed]
+    if passing:
+        return PromotionVerdict(True, passing[-1].receipt, verdicts, ())
+    if not verdicts:
+        failure = RuleFailure("receipt", f"no receipt for bundle {bundle} in receipts/{bundle}/")
+        return PromotionVerdict(False, None, (), (failure,))
+    return PromotionVerdict(False, None, verdicts, verdicts[-1].failures)

@@ -1,0 +1,239 @@
+"""Publishing into a lane and promoting a bundle from one lane to another.
+
+A lane is a PEP 503 index: a remote one (uploads with twine through
+``publish.upload.publish_remote``: same hash checks, idempotent) or a static directory
+(files copied in by rename, index rewritten over every wheel in it). Promotion copies
+exactly the files ``wheels.lock`` records for the bundle, taken from the lane it is
+promoted from and checked by sha256 on the way, and only when the target lane's policy
+holds (``release.policy``). ``lanes.lock`` is written last, by rename.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from xla_wheels import log
+from xla_wheels.errors import PipelineError
+from xla_wheels.lockfile import WheelRecord, file_sha256
+from xla_wheels.publish.errors import HashMismatch, PublishError
+from xla_wheels.publish.index import (
+    HTTP_TIMEOUT_S,
+    WheelName,
+    credentials_for,
+    project_files,
+    scrub,
+    upload_url_for,
+)
+from xla_wheels.publish.static_index import write_static_index
+from xla_wheels.publish.upload import publish_remote
+from xla_wheels.publish.wheels import LocalWheel, locked_records, locked_wheels
+from xla_wheels.release import lanes as lanes_mod
+from xla_wheels.release.lanes import Lane, LaneState
+from xla_wheels.release.policy import PromotionVerdict, judge_promotion
+from xla_wheels.release.receipts import StoredReceipt, bundle_receipts, read_receipt
+
+
+class PromotionRefused(PipelineError):
+    """The lane's policy does not hold for this bundle; the message names each rule."""
+
+
+@dataclass(frozen=True)
+class LaneOutcome:
+    filename: str
+    sha256: str
+    action: str
+    """``uploaded``, ``skipped`` (already there with this sha256), ``copied``, ``would copy``."""
+
+
+def _upload_url(lane: Lane) -> str:
+    assert lane.index_url is not None
+    return lane.upload_url or upload_url_for(lane.index_url)
+
+
+def put_into_lane(lane: Lane, wheels: Sequence[LocalWheel]) -> list[LaneOutcome]:
+    if lane.index_url:
+        result = publish_remote(list(wheels), lane.index_url, lane.upload_url)
+        return [LaneOutcome(o.filename, o.sha256, o.action) for o in result.outcomes]
+    assert lane.path is not None
+    lane.path.mkdir(parents=True, exist_ok=True)
+    outcomes: list[LaneOutcome] = []
+    for wheel in wheels:
+        target = lane.path / wheel.record.name
+        if target.exists():
+            there = file_sha256(target)
+            if there != wheel.sha256:
+                raise HashMismatch(
+                    f"lane {lane.name} already holds {wheel.record.name} with sha256 {there}, "
+                    f"not the locked {wheel.sha256} (nothing was changed)",
+                    fix="never overwrite a published wheel: bump the build's version or label",
+                )
+            outcomes.append(LaneOutcome(wheel.record.name, wheel.sha256, "skipped"))
+            continue
+        with (
+            tempfile.NamedTemporaryFile(dir=lane.path, prefix=".incoming.", delete=False) as tmp,
+            wheel.path.open("rb") as source,
+        ):
+            shutil.copyfileobj(source, tmp)
+        Path(tmp.name).replace(target)
+        outcomes.append(LaneOutcome(wheel.record.name, wheel.sha256, "copied"))
+    everything = [
+        LocalWheel(
+            p, WheelRecord(p.name, p.stat().st_size, file_sha256(p)), WheelName.parse(p.name)
+        )
+        for p in sorted(lane.path.glob("*.whl"))
+    ]
+    write_static_index(lane.path, everything)
+    return outcomes
+
+
+def _download(url: str, lane: Lane, dest: Path) -> None:
+    credentials = credentials_for(_upload_url(lane))
+    request = urllib.request.Request(url)
+    if header := credentials.auth_header():
+        request.add_header("Authorization", header)
+    try:
+        with (
+            urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as response,
+            dest.open("wb") as handle,
+        ):
+            shutil.copyfileobj(response, handle)
+    except OSError as error:
+        raise PublishError(
+            f"could not download {scrub(url, credentials.secrets)} from lane {lane.name}: "
+            f"{scrub(str(error), credentials.secrets)}",
+            fix="check that the lane's index is up and the credentials may read it",
+        ) from None
+
+
+def fetch_from_lane(lane: Lane, records: Sequence[WheelRecord], workdir: Path) -> list[LocalWheel]:
+    """The locked files as ``lane`` serves them, in ``workdir``, each checked by sha256."""
+    missing: list[str] = []
+    for record in records:
+        dest = workdir / record.name
+        if lane.path is not None:
+            source = lane.path / record.name
+            if not source.is_file():
+                missing.append(record.name)
+                continue
+            shutil.copyfile(source, dest)
+        else:
+            assert lane.index_url is not None
+            project = WheelName.parse(record.name).normalized
+            listed = project_files(lane.index_url, project, credentials_for(_upload_url(lane)))
+            if record.name not in listed:
+                missing.append(record.name)
+                continue
+            _download(listed[record.name].url, lane, dest)
+    if missing:
+        raise PublishError(
+            f"lane {lane.name} ({lane.where}) does not hold {', '.join(missing)}",
+            fix="publish the bundle there first: `make publish BUNDLE=<bundle>`",
+        )
+    return _checked(records, workdir)
+
+
+def _checked(records: Sequence[WheelRecord], directory: Path) -> list[LocalWheel]:
+    problems = []
+    wheels = []
+    for record in records:
+        path = directory / record.name
+        actual = file_sha256(path)
+        if actual != record.sha256:
+            problems.append(
+                f"{record.name}: the lane serves sha256 {actual}, wheels.lock has "
+                f"{record.sha256}"
+            )
+        wheels.append(LocalWheel(path, record, WheelName.parse(record.name)))
+    if problems:
+        raise HashMismatch(
+            "refusing to promote files that are not the locked ones:\n  " + "\n  ".join(problems),
+            fix="investigate the source lane's index before promoting",
+        )
+    return wheels
+
+
+def publish_to_lane(
+    root: Path, lock_path: Path, bundle: str, dist: Path, lane: Lane, *, dry_run: bool = False
+) -> list[LaneOutcome]:
+    """``make publish``: the bundle's locked wheels from ``dist`` into ``lane``."""
+    wheels = locked_wheels(lock_path, bundle, dist)
+    if dry_run:
+        return [LaneOutcome(w.record.name, w.sha256, "would copy") for w in wheels]
+    with log.section(f"publish: {bundle} to lane {lane.name} ({lane.where})"):
+        outcomes = put_into_lane(lane, wheels)
+    lanes_mod.write_state(
+        root,
+        lane.name,
+        LaneState(bundle, tuple((w.record.name, w.sha256) for w in wheels), None, None),
+    )
+    return outcomes
+
+
+def current_receipt(root: Path, lane: str) -> StoredReceipt | None:
+    state = lanes_mod.read_state(root).get(lane)
+    if state is None or not state.receipt:
+        return None
+    stored = read_receipt(root / state.receipt)
+    if not stored.digest_ok or stored.digest != state.receipt_digest:
+        # The regression gate compares with this receipt: an edited one would move the bar.
+        raise PromotionRefused(
+            f"lane {lane}'s current receipt {state.receipt} is not the one lanes.lock recorded "
+            f"(digest {stored.digest}, lanes.lock has {state.receipt_digest})",
+            fix=f"restore {state.receipt} from git",
+        )
+    return stored
+
+
+def judge(root: Path, lock_path: Path, bundle: str, lane: Lane) -> PromotionVerdict:
+    records = locked_records(lock_path, bundle)
+    current = current_receipt(root, lane.name)
+    return judge_promotion(
+        bundle,
+        {(r.name, r.sha256) for r in records},
+        bundle_receipts(root, bundle),
+        lane.policy,
+        current.receipt if current else None,
+    )
+
+
+def refusal(bundle: str, lane: Lane, verdict: PromotionVerdict) -> PromotionRefused:
+    lines = [f"{f.rule}: {f.detail}" for f in verdict.failures]
+    return PromotionRefused(
+        f"lane {lane.name} refuses bundle {bundle}; rule(s) not met:\n  " + "\n  ".join(lines),
+        fix=f"run the gate on the lane's device for exactly these wheels (`make gate "
+        f"BUNDLE={bundle} PYTHON=<env installed from the lock>`) and commit the receipt"
+        + (f"; the lane requires device {lane.policy.device}" if lane.policy.device else ""),
+    )
+
+
+def promote(
+    root: Path, lock_path: Path, bundle: str, lane: Lane, source: Lane, *, dry_run: bool = False
+) -> tuple[PromotionVerdict, list[LaneOutcome]]:
+    verdict = judge(root, lock_path, bundle, lane)
+    if not verdict.passed:
+        raise refusal(bundle, lane, verdict)
+    records = locked_records(lock_path, bundle)
+    if dry_run:
+        return verdict, [LaneOutcome(r.name, r.sha256, "would copy") for r in records]
+    with tempfile.TemporaryDirectory(prefix="xla-wheels-promote-") as tmp:
+        with log.section(f"promote: fetch {bundle} from lane {source.name} ({source.where})"):
+            wheels = fetch_from_lane(source, records, Path(tmp))
+        with log.section(f"promote: {bundle} into lane {lane.name} ({lane.where})"):
+            outcomes = put_into_lane(lane, wheels)
+    chosen = verdict.chosen
+    lanes_mod.write_state(
+        root,
+        lane.name,
+        LaneState(
+            bundle,
+            tuple((r.name, r.sha256) for r in records),
+            chosen.path.relative_to(root).as_posix() if chosen else None,
+            chosen.digest if chosen else None,
+        ),
+    )
+    return verdict, outcomes

@@ -1,0 +1,94 @@
+"""PEP 751 ``pylock.toml``: the same closure as a lane's requirements.txt, as a lock file.
+
+Every file is named with the URL its index serves it at and its sha256
+(https://peps.python.org/pep-0751/): our wheels from the lane's index, the public runtime
+wheels from the public index. Installed with ``pip install -r pylock.toml`` (pip >= 26.1;
+pip calls the support experimental) or ``uv pip install -r pylock.toml``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import urllib.parse
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from xla_wheels.publish.errors import PublishError
+from xla_wheels.publish.index import Credentials, IndexFile, WheelName, project_files
+
+PYLOCK_NAME = "pylock.toml"
+
+
+@dataclass(frozen=True)
+class LockedFile:
+    """One wheel of the closure: its project, version, file name and sha256."""
+
+    project: str
+    version: str
+    name: str
+    sha256: str
+    index: str
+    """The simple/ URL that serves it."""
+
+
+def locate(files: Sequence[LockedFile], credentials: Credentials) -> dict[str, IndexFile]:
+    """The index entry of every file, checked against the hash we pin."""
+    pages: dict[tuple[str, str], dict[str, IndexFile]] = {}
+    found: dict[str, IndexFile] = {}
+    for file in files:
+        key = (file.index, WheelName.parse(file.name).normalized)
+        if key not in pages:
+            pages[key] = project_files(file.index, key[1], credentials)
+        entry = pages[key].get(file.name)
+        if entry is None:
+            raise PublishError(
+                f"{file.index} does not list {file.name}",
+                fix="publish or promote the bundle to the lane first",
+            )
+        if entry.sha256 and entry.sha256 != file.sha256:
+            raise PublishError(
+                f"{file.index} lists {file.name} with sha256 {entry.sha256}, the lock has "
+                f"{file.sha256}",
+                fix="investigate the index: it serves another file under the locked name",
+            )
+        found[file.name] = entry
+    return found
+
+
+def render_pylock(
+    files: Sequence[LockedFile], urls: dict[str, IndexFile], python: str, comment: str
+) -> str:
+    packages: dict[tuple[str, str], dict[str, Any]] = {}
+    for file in sorted(files, key=lambda f: (f.project, f.name)):
+        package = packages.setdefault(
+            (file.project, file.version),
+            {"name": file.project, "version": file.version, "index": file.index, "wheels": []},
+        )
+        package["wheels"].append(
+            {
+                "name": file.name,
+                # The link's #sha256= fragment is the index's; PEP 751 carries hashes apart.
+                "url": urllib.parse.urldefrag(urls[file.name].url).url,
+                "hashes": {"sha256": file.sha256},
+            }
+        )
+    document = {
+        "lock-version": "1.0",
+        "created-by": "xla-wheels",
+        "requires-python": f"=={python}.*",
+        "packages": list(packages.values()),
+    }
+    return comment + tomli_w.dumps(document)
+
+
+def write_pylock(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=".pylock.", delete=False) as tmp:
+        tmp.write(text)
+    os.replace(tmp.name, path)
+    return path
