@@ -170,7 +170,7 @@ def run_upstream_test(
         (runs / "test_persistent_cache.lifted.py").write_text(source, encoding="utf-8")
         env = runtime_env(target.device, cpu_devices=CPU_DEVICES, base=base_env)
         env["TMPDIR"] = tmp
-        argv = [str(target.python), str(copy), f"--xml_output_file={junit}", "-v"]
+        argv = [str(target.python), str(copy), f"--xml_output_file={junit}"]
         log.command(argv)
         timed_out = False
         title = f"upstream {TEST_PATH} (device skips lifted)"

@@ -90,7 +90,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     bundle = load_bundle(options.root, args.bundle)
     python = args.python or shutil.which("python3") or sys.executable
     entry = read_lock(options.lock_path)["bundles"].get(bundle.name)
-    report = doctor.run_doctor(bundle, python, entry, os.environ, args.role)
+    report = doctor.run_doctor(bundle, python, entry, os.environ, args.role, args.cache_path)
     print(report.render())
     doctor.ensure_healthy(report)
     return 0
@@ -202,5 +202,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=_role,
         default=os.environ.get("ROLE") or None,
         help="writer or reader of a shared cache (default: from TPU_WORKER_ID, " "worker 0 writes)",
+    )
+    parser.add_argument(
+        "--cache-path",
+        default=None,
+        help="judge this compilation cache path (default: XLA_PERSISTENT_CACHE_PATH)",
     )
     parser.set_defaults(handler=cmd_doctor)
