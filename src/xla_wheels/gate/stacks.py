@@ -22,11 +22,12 @@ from xla_wheels import log
 #: measured on a busy 2-core machine.
 GDB_TIMEOUT_S = 180.0
 
-#: Frames that say what a stuck XLA process waits for, most telling first.
+#: Function names that say what a stuck XLA process waits for.
 _TELLING = re.compile(
-    r"(Rendezvous\w*|AwaitAndLogIfStuck|\w*Communicator::\w+|\w+Thunk::Execute"
-    r"|DeviceLocker::\w+|\w*Barrier\w*::\w+|ThunkExecutor::\w+)"
+    r"Rendezvous|AwaitAndLogIfStuck|Communicator::|Thunk::Execute|DeviceLocker::|Barrier"
 )
+#: ``#3  0x... in xla::cpu::AllReduceThunk::Execute(...) ()``: the function's name.
+_FRAME = re.compile(r"^#\d+\s+(?:0x[0-9a-f]+ in )?([\w:~<>]+)\s*\(", re.MULTILINE)
 _THREAD = re.compile(r"^Thread \d+ ", re.MULTILINE)
 
 
@@ -73,7 +74,10 @@ def summarize_stacks(text: str, limit: int = 4) -> dict[str, object]:
     threads = len(_THREAD.findall(text))
     frames: Counter[str] = Counter()
     for block in _THREAD.split(text)[1:]:
-        # One count per thread and frame name, so a deep recursion does not dominate.
-        frames.update(set(_TELLING.findall(block)))
+        # Innermost first; one count per thread and name, so a deep recursion does not
+        # dominate. The last two name components: ``InProcessCommunicator::AllReduce``.
+        names = ["::".join(name.split("::")[-2:]) for name in _FRAME.findall(block)]
+        telling = [name for name in names if _TELLING.search(name)]
+        frames.update(list(dict.fromkeys(telling)))
     common = frames.most_common(limit)
     return {"threads": threads, "telling_frames": [f"{name} ({n} threads)" for name, n in common]}

@@ -13,8 +13,8 @@ nothing else changes. If the file has no such decorator the transform refuses (u
 changed the file; the gate must not run something it does not understand).
 
 Cases known not to apply on CPU are reported as such, with the reason, never as a pass:
-``persistent_cache_mp`` expects exactly one ``PersistentCacheMiss`` per spawned process,
-which does not hold with ``CPU_NUM_DEVICES=4`` (measured on stock 2.7.0, whose cache works).
+``persistent_cache_mp`` cannot initialise its per-process cache on CPU (``xmp.spawn``
+brings the runtime up first; measured on stock 2.7.0, whose cache works).
 """
 
 from __future__ import annotations
@@ -41,8 +41,10 @@ CPU_DEVICES = 4
 #: Case -> why it cannot be judged on CPU (its outcome is reported, not counted).
 KNOWN_NOT_APPLICABLE_ON_CPU: dict[str, str] = {
     "test_persistent_cache_mp": (
-        "its miss-count expectation (one PersistentCacheMiss per spawned process) does not "
-        "hold on CPU with CPU_NUM_DEVICES=4; it fails on stock 2.7.0, whose cache works"
+        "on CPU, xmp.spawn brings each process's runtime up (runtime.global_ordinal()) "
+        "before the case calls xr.initialize_cache, which then asserts 'Computation cache "
+        "has already been initialized'; it fails so on stock 2.7.0, whose cache works, so "
+        "its outcome says nothing about the cache"
     ),
 }
 _SKIP = re.compile(
