@@ -113,8 +113,8 @@ verify-install: $(VENV_STAMP) ## fresh venv installs by hash, checks lock/proven
 	@$(CLI) verify-install --bundle "$(BUNDLE)" $(INDEX_ARG) $(if $(NO_DEPS),--no-deps,) \
 	  $(if $(DEPS_FROM),--deps-from "$(DEPS_FROM)",) $(if $(PYTHON),--python "$(PYTHON)",)
 
-doctor: $(VENV_STAMP) ## check a training host before import: make doctor BUNDLE=... [PYTHON=<training python>] [ROLE=writer|reader]
-	@$(CLI) doctor --bundle "$(BUNDLE)" $(if $(PYTHON),--python "$(PYTHON)",) $(if $(ROLE),--role "$(ROLE)",)
+doctor: $(VENV_STAMP) ## check a training host before import: make doctor BUNDLE=... [PYTHON=<training python>] [ROLE=writer|reader] [CACHE_PATH=...]
+	@$(CLI) doctor --bundle "$(BUNDLE)" $(if $(PYTHON),--python "$(PYTHON)",) $(if $(ROLE),--role "$(ROLE)",) $(if $(CACHE_PATH),--cache-path "$(CACHE_PATH)",)
 
 # Gate (src/xla_wheels/gate/README.md): judge a torch_xla environment in fresh processes. Without PYTHON,
 # a cached stock torch_xla 2.9.0 env is built once per machine and shows the cache defect.
@@ -122,13 +122,14 @@ doctor: $(VENV_STAMP) ## check a training host before import: make doctor BUNDLE
 GATE_DEVICE ?=
 WORKLOAD ?=
 CHECKS ?=
+UPSTREAM_TESTS ?=
 GATE_ARGS ?=
 .PHONY: gate bench-restart
 GATE_FLAGS = $(if $(PYTHON),--python "$(PYTHON)",) $(if $(GATE_DEVICE),--device "$(GATE_DEVICE)",) \
   $(if $(WORKLOAD),--workload "$(WORKLOAD)",)
 
-gate: $(VENV_STAMP) ## ship gate, warm restart + HBM query: make gate [PYTHON=...] [GATE_DEVICE=CPU|TPU] [WORKLOAD=small|large] [CHECKS=restart,hbm] [GATE_ARGS=--record-baseline]
-	@$(CLI) gate $(GATE_FLAGS) $(if $(CHECKS),--checks "$(CHECKS)",) $(GATE_ARGS)
+gate: $(VENV_STAMP) ## ship gate (restart, spmd-restart, cache-key, same-numbers, hbm): make gate [PYTHON=...] [GATE_DEVICE=CPU|TPU] [WORKLOAD=small|medium|large] [CHECKS=...] [UPSTREAM_TESTS=<pytorch/xla checkout>] [GATE_ARGS=--record-baseline]
+	@$(CLI) gate $(GATE_FLAGS) $(if $(CHECKS),--checks "$(CHECKS)",) $(if $(UPSTREAM_TESTS),--upstream-tests "$(UPSTREAM_TESTS)",) $(GATE_ARGS)
 
-bench-restart: $(VENV_STAMP) ## restart benchmark, cold/warm medians: make bench-restart [PYTHON=...] [GATE_DEVICE=...] [ROUNDS=5]
+bench-restart: $(VENV_STAMP) ## restart benchmark, cold/warm medians and executable-load time: make bench-restart [PYTHON=...] [GATE_DEVICE=...] [WORKLOAD=medium] [ROUNDS=5]
 	@$(CLI) bench-restart $(GATE_FLAGS) $(if $(ROUNDS),--rounds "$(ROUNDS)",)
