@@ -188,3 +188,18 @@ def test_upstream_persistent_cache_test_on_cpu(
     failed = {name for name, c in cases.items() if c["status"] == "failed"}
     assert failed == expected_failures, cases
     assert result.passed is (not expected_failures)
+
+
+def test_a_checkout_without_the_upstream_test_is_exit_2_before_any_check_runs(
+    stock_xla_python_27: Path, tmp_path: Path
+):
+    empty = tmp_path / "not-pytorch-xla"
+    empty.mkdir()
+    run = run_gate_cli(
+        "gate", "--python", str(stock_xla_python_27), "--checks", "restart",
+        "--upstream-tests", str(empty), out_dir=tmp_path / "report",
+    )  # fmt: skip
+    assert run.exit_code == 2, run.stdout + run.stderr
+    assert f"no test/test_persistent_cache.py in {empty}" in run.stderr
+    assert "Traceback" not in run.stderr
+    assert not (tmp_path / "report" / "runs" / "restart").exists()

@@ -174,6 +174,11 @@ def run_gate(args: argparse.Namespace) -> int:
             print(render_text(None, [], error=error.message))
             raise
         log.info(f"judging {target.label}")
+        upstream = (
+            upstream_tests.prepare(args.upstream_tests, args.upstream_tests_revision)
+            if args.upstream_tests is not None
+            else None
+        )
         results: list[CheckResult] = []
         cache_checks = tuple(c for c in checks if c in cachekeys.NAMES)
         for check in checks:
@@ -215,6 +220,7 @@ def run_gate(args: argparse.Namespace) -> int:
                     runs_dir,
                     revision=args.upstream_tests_revision,
                     timeout_s=max(args.child_timeout, 900.0),
+                    prepared=upstream,
                 )
             )
         json_path, junit_path = write_reports(out_dir, target, results, settings=settings)

@@ -145,6 +145,20 @@ def judge_upstream(
     return CheckResult(NAME, not reasons, reasons, notes, {"cases": rows})
 
 
+def prepare(checkout: Path, revision: str | None = None) -> tuple[str, int]:
+    """The lifted test source and how many skips were lifted; refuses what it cannot lift.
+
+    Called before any check runs, so a wrong checkout fails fast (exit 2).
+    """
+    source, lifted = lift_device_skips(read_test_file(checkout, revision))
+    if lifted == 0:
+        raise GateEnvironmentError(
+            f"{TEST_PATH} in {checkout} has no device skip the gate knows how to lift",
+            fix="update xla_wheels.gate.upstream_tests for the new file, or pass an older checkout",
+        )
+    return source, lifted
+
+
 def run_upstream_test(
     target: Target,
     checkout: Path,
@@ -153,14 +167,10 @@ def run_upstream_test(
     revision: str | None = None,
     timeout_s: float = 900.0,
     base_env: Mapping[str, str] | None = None,
+    prepared: tuple[str, int] | None = None,
 ) -> CheckResult:
     began = time.monotonic()
-    source, lifted = lift_device_skips(read_test_file(checkout, revision))
-    if lifted == 0:
-        raise GateEnvironmentError(
-            f"{TEST_PATH} in {checkout} has no device skip the gate knows how to lift",
-            fix="update xla_wheels.gate.upstream_tests for the new file, or pass an older checkout",
-        )
+    source, lifted = prepared or prepare(checkout, revision)
     runs = runs_dir / "upstream"
     runs.mkdir(parents=True, exist_ok=True)
     log_path = runs / "test_persistent_cache.log"
