@@ -108,6 +108,7 @@ def test_stock_2_7_0_spmd_warm_restart_is_reported_as_hung_with_native_stacks(ga
     reason = next(r for r in check["reasons"] if r.startswith(f"{run['name']} hung"))
     if shutil.which("gdb"):
         stacks = Path(run["stacks"]).read_text()
+        assert run["native_stacks"] == stacks  # carried in report.json itself
         assert "AllReduceThunk::Execute" in stacks
         assert run["stacks_summary"]["threads"] >= 4
         assert "native stacks of" in reason and "AwaitAndLogIfStuck" in reason

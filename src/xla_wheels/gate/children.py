@@ -124,8 +124,11 @@ def finish_child(
             extra["hung_after_s"] = round(time.monotonic() - began, 1)
             capture = capture_native_stacks(process.pid, log_path.with_suffix(".stacks.txt"))
             if capture.path is not None:
+                text = capture.path.read_text(errors="replace")
                 extra["stacks"] = str(capture.path)
-                extra["stacks_summary"] = summarize_stacks(capture.path.read_text())
+                extra["stacks_summary"] = summarize_stacks(text)
+                # In report.json itself too: the report is what CI keeps.
+                extra["native_stacks"] = text
             if capture.error is not None:
                 extra["stacks_error"] = capture.error
         _kill_group(process)
