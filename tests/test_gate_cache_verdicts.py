@@ -71,6 +71,8 @@ def test_the_spmd_variant_runs_at_least_five_steps_on_four_cpu_devices():
     assert config.cpu_devices == 4
     assert not config.record_baseline
     assert restart._train_args(config)[-3:] == ["--spmd", "--steps", str(config.steps)]
+    given = restart.spmd_config(restart.RestartConfig(cache_dir=Path("/c")))
+    assert given.cache_dir == Path("/c/spmd-restart")  # not the single-device check's cache
 
 
 def test_a_hung_warm_run_fails_naming_the_bound_and_the_native_stacks(tmp_path):

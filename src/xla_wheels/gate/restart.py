@@ -96,6 +96,8 @@ def spmd_config(config: RestartConfig) -> RestartConfig:
         cpu_devices=SPMD_CPU_DEVICES,
         # Its timings are not judged against the single-device baseline files.
         record_baseline=False,
+        # A given --cache-dir holds the single-device check's cache: a cold run needs its own.
+        cache_dir=config.cache_dir / SPMD_NAME if config.cache_dir is not None else None,
     )
 
 
