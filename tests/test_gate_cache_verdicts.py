@@ -203,7 +203,8 @@ def test_key_safety_passes_when_the_cache_tells_settings_apart(tmp_path):
         "warm-fast-math": "pass",
         "warm-custom-option": "not applicable",
     }
-    assert any("not applicable" in note for note in result.notes)
+    custom = result.figures["variants"][-1]
+    assert custom["reason"] == "this build has no set_custom_compile_options"
 
 
 def test_a_setting_that_shapes_the_executable_but_still_hits_fails(tmp_path):
@@ -293,3 +294,17 @@ def test_an_upstream_run_without_cases_fails():
     assert result.reasons == ["the upstream test reported no cases (exit 2)"]
     passing = [CaseResult("test_persistent_cache_single_device", "passed")]
     assert upstream_tests.judge_upstream(passing, "CPU", lifted=3, exit_code=0).passed
+
+
+def test_the_text_report_gives_each_variant_and_case_its_own_line(tmp_path):
+    from xla_wheels.gate.report import render_text
+
+    cold = row(tmp_path, "cold", misses=2, compiles=2)
+    runs = [(_variant("warm-custom-option"), None, "no API")]
+    key = cachekeys.judge_cache_key(cold, runs)
+    cases = [CaseResult("test_persistent_cache_mp", "failed", "boom")]
+    upstream = upstream_tests.judge_upstream(cases, "CPU", lifted=3, exit_code=1)
+    text = render_text(None, [key, upstream])
+    assert "  NOT APPLICABLE  warm-custom-option (" in text and "must miss): no API" in text
+    assert "  NOT APPLICABLE  test_persistent_cache_mp (failed): on CPU, xmp.spawn" in text
+    assert text.count("no API") == 1
