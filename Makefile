@@ -131,14 +131,14 @@ verify-install: $(VENV_STAMP) ## fresh venv installs by hash, checks lock/proven
 	@$(CLI) verify-install --bundle "$(BUNDLE)" $(INDEX_ARG) $(if $(NO_DEPS),--no-deps,) \
 	  $(if $(DEPS_FROM),--deps-from "$(DEPS_FROM)",) $(if $(PYTHON),--python "$(PYTHON)",)
 
-doctor: $(VENV_STAMP) ## check a training host before import: make doctor BUNDLE=... [PYTHON=<training python>] [ROLE=writer|reader] [LANE=preferred]
+doctor: $(VENV_STAMP) ## check a training host before import: make doctor BUNDLE=... [PYTHON=<training python>] [ROLE=writer|reader] [LANE=preferred] [CACHE_PATH=...]
 	@$(CLI) doctor --bundle "$(BUNDLE)" $(if $(PYTHON),--python "$(PYTHON)",) $(if $(ROLE),--role "$(ROLE)",) \
-	  $(if $(LANE),--lane "$(LANE)",)
+	  $(if $(LANE),--lane "$(LANE)",) $(if $(CACHE_PATH),--cache-path "$(CACHE_PATH)",)
 
 # Lanes (README "Releasing to the fleet"): build/lanes.toml, lanes.lock, receipts/<bundle>/.
 .PHONY: promote compare lanes
-promote: $(VENV_STAMP) ## copy a bundle's locked files into a lane if its policy holds: make promote BUNDLE=... [LANE=preferred] [DRY_RUN=1]
-	@$(CLI) promote --bundle "$(BUNDLE)" $(if $(LANE),--lane "$(LANE)",)
+promote: $(VENV_STAMP) ## copy a bundle's locked files into a lane if its policy holds: make promote BUNDLE=... [LANE=preferred] [CACHE_PATH=...] [DRY_RUN=1]
+	@$(CLI) promote --bundle "$(BUNDLE)" $(if $(LANE),--lane "$(LANE)",) $(if $(CACHE_PATH),--cache-path "$(CACHE_PATH)",)
 
 compare: $(VENV_STAMP) ## two bundles' receipts side by side: make compare A=... B=...
 	@$(CLI) compare "$(A)" "$(B)"
@@ -161,13 +161,14 @@ abi-check: $(VENV_STAMP) ## undefined symbols of a pair: make abi-check PYTHON=<
 GATE_DEVICE ?=
 WORKLOAD ?=
 CHECKS ?=
+UPSTREAM_TESTS ?=
 GATE_ARGS ?=
 .PHONY: gate bench-restart
 GATE_FLAGS = $(if $(PYTHON),--python "$(PYTHON)",) $(if $(GATE_DEVICE),--device "$(GATE_DEVICE)",) \
   $(if $(WORKLOAD),--workload "$(WORKLOAD)",) $(if $(BUNDLE),--bundle "$(BUNDLE)",)
 
-gate: $(VENV_STAMP) ## ship gate + receipt, warm restart + HBM query: make gate [BUNDLE=...] [PYTHON=...] [GATE_DEVICE=CPU|TPU] [WORKLOAD=small|large] [CHECKS=restart,hbm] [GATE_ARGS=--record-baseline]
-	@$(CLI) gate $(GATE_FLAGS) $(if $(CHECKS),--checks "$(CHECKS)",) $(GATE_ARGS)
+gate: $(VENV_STAMP) ## ship gate + receipt (restart, spmd-restart, cache-key, same-numbers, hbm): make gate [BUNDLE=...] [PYTHON=...] [GATE_DEVICE=CPU|TPU] [WORKLOAD=small|medium|large] [CHECKS=...] [UPSTREAM_TESTS=<pytorch/xla checkout>] [GATE_ARGS=--record-baseline]
+	@$(CLI) gate $(GATE_FLAGS) $(if $(CHECKS),--checks "$(CHECKS)",) $(if $(UPSTREAM_TESTS),--upstream-tests "$(UPSTREAM_TESTS)",) $(GATE_ARGS)
 
-bench-restart: $(VENV_STAMP) ## restart benchmark, cold/warm medians: make bench-restart [PYTHON=...] [GATE_DEVICE=...] [ROUNDS=5]
+bench-restart: $(VENV_STAMP) ## restart benchmark, cold/warm medians and executable-load time: make bench-restart [PYTHON=...] [GATE_DEVICE=...] [WORKLOAD=medium] [ROUNDS=5]
 	@$(CLI) bench-restart $(GATE_FLAGS) $(if $(ROUNDS),--rounds "$(ROUNDS)",)

@@ -232,6 +232,9 @@ def test_dry_run_shows_the_builder_commands_for_v6e_2_9() -> None:
         "--override_repository=xla=",
         "BAZEL_DISK_CACHE_PATH=",
         "-m xla_wheels gate --python",
+        # The ship check: every CPU cache check, and upstream's test from the tree it built.
+        "--checks restart,spmd-restart,cache-key,same-numbers --upstream-tests ",
+        "/src/torch/xla --out ",
         "sha256:",
     ):
         assert expected in plan, expected

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -51,12 +52,17 @@ def test_healthy_host_passes_without_importing_torch_xla(
     wheels, marker = poisoned
     project = make_publish_project(tmp_path, wheels)
     python = _host_env(tmp_path, wheels)
-    cache = tmp_path / "xla-cache"
+    # The contract's directory: named after the bundle and the full torch_xla version.
+    cache = tmp_path / f"xla_cache_{BUNDLE}_txla{XLA_VERSION}"
     cache.mkdir()
     env = {**GOOD_ENV, "XLA_PERSISTENT_CACHE_PATH": str(cache)}
     result = cli(project, "doctor", "--bundle", BUNDLE, "--python", str(python), env=env)
     assert result.exit_code == 0, result.output
     assert "ok   torch-xla" in result.stdout and XLA_VERSION in result.stdout
+    assert re.search(
+        rf"ok +cache path build +{re.escape(str(cache))} names this build", result.stdout
+    )
+    assert re.search(rf"ok +cache path recommended +{re.escape(str(cache))}\n", result.stdout)
     assert "0 problem(s)" in result.stdout
     # This torch_xla is pure Python: the ABI check says it does not apply, never "ok".
     assert "WARN abi" in result.stdout and "not applicable: no _XLAC extension" in result.stdout
@@ -70,6 +76,24 @@ def test_abi_check_of_a_real_installed_pair(stock_xla_python_29: Path) -> None:
     [finding] = report.findings
     assert (finding.status, finding.check) == ("ok", "abi")
     assert "symbols _XLAC imports from torch: all exported" in finding.detail
+
+
+def test_a_cache_path_that_does_not_name_the_build_fails_with_the_recommended_path(
+    tmp_path: Path, poisoned: tuple[list[Path], Path]
+) -> None:
+    wheels, _ = poisoned
+    project = make_publish_project(tmp_path, wheels)
+    python = _host_env(tmp_path, wheels)
+    cache = tmp_path / "xla-cache"
+    cache.mkdir()
+    env = {**GOOD_ENV, "XLA_PERSISTENT_CACHE_PATH": str(cache), "ROLE": "reader"}
+    result = cli(project, "doctor", "--bundle", BUNDLE, "--python", str(python), env=env)
+    assert result.exit_code == 1, result.output
+    recommended = tmp_path / f"xla_cache_{BUNDLE}_txla{XLA_VERSION}"
+    assert "FAIL cache path build" in result.stdout
+    assert f"fix: export XLA_PERSISTENT_CACHE_PATH={recommended}" in result.stdout
+    assert "FAIL cache role" in result.stdout
+    assert "fix: export XLA_PERSISTENT_CACHE_READ_ONLY=1" in result.stdout
 
 
 def test_misconfigured_host_lists_each_problem_and_fix(

@@ -96,7 +96,23 @@ def test_stock_2_9_0_junit_reports_both_failures(gate_default):
     assert suite is not None
     cases = suite.iter("testcase")
     failed = {case.get("name") for case in cases if case.find("failure") is not None}
-    assert failed == {"restart", "hbm"}
+    assert failed == {"restart", "spmd-restart", "cache-key", "same-numbers", "hbm"}
+
+
+def test_stock_2_9_0_spmd_warm_restart_fails_on_deserialize_failures_not_a_hang(gate_default):
+    check = gate_default.check("spmd-restart")
+    assert not check["passed"]
+    assert "hung" not in check["figures"]
+    warm = [run for run in check["runs"] if run["name"].startswith("warm-")]
+    assert warm and all(run["deserialize_failures"] > 0 and run["hits"] == 0 for run in warm)
+
+
+def test_stock_2_9_0_cannot_prove_key_safety_or_same_numbers(gate_default):
+    # Its cache never loads, so "must hit" variants fail and nothing loaded is compared.
+    key = gate_default.check("cache-key")
+    assert any(r.startswith("warm-same (nothing changed): must hit") for r in key["reasons"])
+    numbers = gate_default.check("same-numbers")
+    assert any("no warm run loaded" in r for r in numbers["reasons"])
 
 
 def test_the_gate_leaves_no_temporary_directory_behind(gate_default):

@@ -20,13 +20,17 @@ ENGINES = ("docker", "podman", "buildah")
 MODES = ("container", "host")
 DEFAULT_IMAGE = "localhost/xla-wheels-builder:latest"
 
-# The gate's CPU warm-restart check (src/xla_wheels/gate, exit 0 pass / 1 fail / 2 unusable)
-# run on the freshly built wheels in a clean environment. Placeholders: {python} (the clean
-# environment's interpreter), {wheels} (the staging directory), {out} (a report directory).
-# {builder_python} is the image's interpreter, which has the pipeline's own dependencies.
+# The gate's CPU checks (src/xla_wheels/gate, exit 0 pass / 1 fail / 2 unusable) run on the
+# freshly built wheels in a clean environment: warm restart, its SPMD variant, cache-key
+# safety, same numbers, and upstream's own test/test_persistent_cache.py taken from the very
+# torch_xla tree being built (device skips lifted on a copy). Placeholders: {python} (the
+# clean environment's interpreter), {wheels} (the staging directory), {out} (a report
+# directory), {torch_xla_src} (the torch_xla source tree of this build). {builder_python}
+# is the image's interpreter, which has the pipeline's own dependencies.
 DEFAULT_SHIP_CHECK = (
-    "{builder_python} -m xla_wheels gate --python {python} --device CPU --checks restart "
-    "--out {out}"
+    "{builder_python} -m xla_wheels gate --python {python} --device CPU "
+    "--checks restart,spmd-restart,cache-key,same-numbers "
+    "--upstream-tests {torch_xla_src} --out {out}"
 )
 # What the clean environment installs besides our wheels comes from the normal index
 # (numpy, pyyaml, ... that torch and torch_xla require); PIP_INDEX_URL points at a mirror.
@@ -95,7 +99,8 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
         "--ship-check",
         default=None,
         help="command run on the staged wheels in a clean environment; placeholders "
-        "{python} {wheels} {out} {builder_python} (default: the gate's CPU warm-restart check)",
+        "{python} {wheels} {out} {builder_python} {torch_xla_src} (default: the gate's CPU "
+        "restart, spmd-restart, cache-key and same-numbers checks and upstream's cache test)",
     )
     group.add_argument("--ship-pip-args", default=None, help="pip arguments for the clean env")
     group.add_argument("--min-disk-gib", type=float, default=None)

@@ -302,6 +302,7 @@ def ship_steps(spec: BuildSpec, staging: str) -> list[Step]:
         "wheels": staging,
         "out": spec.ship_out,
         "builder_python": spec.python,
+        "torch_xla_src": spec.torch_xla_tree,
     }
     pip_args = tuple(arg.format(**values) for arg in spec.ship_pip_args)
     check = tuple(shlex.split(spec.ship_check.format(**values)))

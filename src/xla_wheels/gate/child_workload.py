@@ -14,6 +14,12 @@ Modes:
   train   the fixed-shape validation workload; timings and torch_xla counters
   hbm     under SPMD, query every physical runtime device through
           ``torch_xla._XLAC._xla_runtime_memory_info`` (patch 0002)
+  sharded under SPMD, ``t + t`` on a tensor sharded over every device (upstream
+          test_persistent_cache.py's spmd_sharded case): the output's bytes and its
+          sharding spec, which a cache hit must reproduce exactly
+
+Numbers are reported as ``float.hex`` (losses) or hex bytes (outputs) so the parent
+compares them bit for bit, not through a decimal rendering.
 """
 
 from __future__ import annotations
@@ -31,6 +37,9 @@ _START = time.perf_counter()
 #: Fixed shapes per preset: the cache key depends on them, so they never vary by run.
 WORKLOADS: dict[str, dict[str, int]] = {
     "small": {"layers": 8, "width": 512, "batch": 64, "steps": 3},
+    # Many narrow layers: a graph whose XLA compile takes seconds on CPU while each step
+    # stays cheap, so a restart's figures are dominated by what a cache can save.
+    "medium": {"layers": 64, "width": 256, "batch": 32, "steps": 3},
     # Large enough that compilation dominates a TPU restart; too slow for CPU CI.
     "large": {"layers": 32, "width": 4096, "batch": 512, "steps": 4},
 }
@@ -102,6 +111,9 @@ def _metrics() -> dict[str, Any]:
         counters[name] = int(value) if value is not None else 0
     compile_data = met.metric_data("CompileTime")
     execute_data = met.metric_data("ExecuteTime")
+    # PersistentCacheLoad times reading + deserializing one cache entry (runtime/cache.h);
+    # builds without the metric report None rather than a zero that reads as "instant".
+    load_data = met.metric_data("PersistentCacheLoad")
     return {
         "counters": counters,
         # CompileTime gets one sample per real XLA compilation (PJRT client Compile);
@@ -109,6 +121,8 @@ def _metrics() -> dict[str, Any]:
         "xla_compiles": int(compile_data[0]) if compile_data else 0,
         "compile_time_s": float(compile_data[1]) / 1e9 if compile_data else 0.0,
         "executions": int(execute_data[0]) if execute_data else 0,
+        "cache_loads": int(load_data[0]) if load_data else 0,
+        "cache_load_time_s": float(load_data[1]) / 1e9 if load_data else None,
         "all_counter_names": sorted(met.counter_names()),
     }
 
@@ -144,6 +158,18 @@ def mode_import(args: argparse.Namespace) -> dict[str, Any]:
     return _import_torch_xla()
 
 
+def _custom_compile_options(args: argparse.Namespace, result: dict[str, Any]) -> None:
+    """Apply ``--custom-compile-option KEY=VALUE`` where the build has the API."""
+    import torch_xla
+
+    setter = getattr(torch_xla, "set_custom_compile_options", None)
+    result["has_set_custom_compile_options"] = setter is not None
+    options = dict(item.split("=", 1) for item in args.custom_compile_option)
+    result["custom_compile_options"] = options if setter is not None else {}
+    if options and setter is not None:
+        setter(options)
+
+
 def mode_train(args: argparse.Namespace) -> dict[str, Any]:
     result = _import_torch_xla()
     ready_from = time.perf_counter()
@@ -153,7 +179,10 @@ def mode_train(args: argparse.Namespace) -> dict[str, Any]:
     if args.spmd:
         # Must precede every XLA tensor (the users' runtime contract).
         xr.use_spmd()
-    shape = WORKLOADS[args.workload]
+    _custom_compile_options(args, result)
+    shape = dict(WORKLOADS[args.workload])
+    if args.steps is not None:
+        shape["steps"] = args.steps
     device = _device()
     torch.manual_seed(0)
     layers: list[torch.nn.Module] = []
@@ -201,6 +230,38 @@ def mode_train(args: argparse.Namespace) -> dict[str, Any]:
             if len(step_times) > 1
             else step_times[0],
             "losses": losses,
+            "loss_hex": [value.hex() for value in losses],
+        }
+    )
+    return result
+
+
+def mode_sharded(args: argparse.Namespace) -> dict[str, Any]:
+    result = _import_torch_xla()
+    import numpy as np
+    import torch
+    import torch_xla
+    import torch_xla.distributed.spmd as xs
+    import torch_xla.runtime as xr
+
+    xr.use_spmd()
+    count = xr.global_runtime_device_count()
+    torch.manual_seed(0)
+    host = torch.randn(16 * count)
+    tensor = host.to(_device())
+    mesh = xs.Mesh(np.arange(count), (count,))
+    xs.mark_sharding(tensor, mesh, (0,))
+    output = tensor + tensor
+    _sync()
+    values = output.cpu()
+    result.update(_metrics())
+    result.update(
+        {
+            "devices": count,
+            "input_sharding_spec": torch_xla._XLAC._get_xla_sharding_spec(tensor),
+            "output_sharding_spec": torch_xla._XLAC._get_xla_sharding_spec(output),
+            "output_hex": values.numpy().tobytes().hex(),
+            "output_correct": bool(torch.equal(values, host + host)),
         }
     )
     return result
@@ -253,7 +314,13 @@ def mode_hbm(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-MODES = {"probe": mode_probe, "import": mode_import, "train": mode_train, "hbm": mode_hbm}
+MODES = {
+    "probe": mode_probe,
+    "import": mode_import,
+    "train": mode_train,
+    "hbm": mode_hbm,
+    "sharded": mode_sharded,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -263,6 +330,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workload", choices=sorted(WORKLOADS), default="small")
     parser.add_argument("--spmd", action="store_true")
     parser.add_argument("--probe-bytes", type=int, default=256 * 1024 * 1024)
+    parser.add_argument("--steps", type=int, default=None, help="override the preset's steps")
+    parser.add_argument(
+        "--custom-compile-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="torch_xla.set_custom_compile_options entry (where the build has it)",
+    )
     args = parser.parse_args(argv)
     payload: dict[str, Any] = {"mode": args.mode, "pid": os.getpid(), "python": sys.executable}
     try:

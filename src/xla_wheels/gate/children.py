@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from xla_wheels import log
+from xla_wheels.gate.stacks import capture_native_stacks, summarize_stacks
 
 CHILD_SCRIPT = Path(__file__).with_name("child_workload.py")
 #: Seconds between SIGTERM and SIGKILL to a timed-out process group.
@@ -107,13 +108,29 @@ def finish_child(
     started: tuple[subprocess.Popen[bytes], list[str], Path, Path, float],
     name: str,
     timeout_s: float,
+    *,
+    stacks_on_timeout: bool = False,
 ) -> ChildResult:
+    """Wait for a child; on timeout (optionally after taking its native stacks) kill it."""
     process, argv, out, log_path, began = started
     timed_out = False
+    extra: dict[str, Any] = {}
     try:
         process.wait(timeout=max(0.0, timeout_s - (time.monotonic() - began)))
     except subprocess.TimeoutExpired:
         timed_out = True
+        if stacks_on_timeout:
+            # Taken while the child still hangs: after the kill there is nothing to see.
+            extra["hung_after_s"] = round(time.monotonic() - began, 1)
+            capture = capture_native_stacks(process.pid, log_path.with_suffix(".stacks.txt"))
+            if capture.path is not None:
+                text = capture.path.read_text(errors="replace")
+                extra["stacks"] = str(capture.path)
+                extra["stacks_summary"] = summarize_stacks(text)
+                # In report.json itself too: the report is what CI keeps.
+                extra["native_stacks"] = text
+            if capture.error is not None:
+                extra["stacks_error"] = capture.error
         _kill_group(process)
     except BaseException:
         # Interrupted (Ctrl-C): the child is in its own session and did not get the
@@ -136,6 +153,7 @@ def finish_child(
         report=report,
         log_path=log_path,
         timed_out=timed_out,
+        extra=extra,
     )
 
 
@@ -146,8 +164,15 @@ def run_child(
     args: Sequence[str],
     env: Mapping[str, str],
     timeout_s: float,
+    *,
+    stacks_on_timeout: bool = False,
 ) -> ChildResult:
-    return finish_child(start_child(python, name, workdir, args, env), name, timeout_s)
+    return finish_child(
+        start_child(python, name, workdir, args, env),
+        name,
+        timeout_s,
+        stacks_on_timeout=stacks_on_timeout,
+    )
 
 
 def runtime_env(

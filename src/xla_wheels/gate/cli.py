@@ -16,15 +16,15 @@ from pathlib import Path
 
 from xla_wheels import log
 from xla_wheels.errors import UsageError
-from xla_wheels.gate import bench, envs, hbm, restart
+from xla_wheels.gate import bench, cachekeys, envs, hbm, restart, upstream_tests
 from xla_wheels.gate.errors import GateEnvironmentError
 from xla_wheels.gate.report import render_text, write_reports
 from xla_wheels.gate.result import CheckResult
 from xla_wheels.gate.target import DEVICES, Target, resolve_target
 from xla_wheels.release import cli as receipt_cli
 
-CHECKS = ("restart", "hbm")
-WORKLOADS = ("small", "large")
+CHECKS = ("restart", restart.SPMD_NAME, *cachekeys.NAMES, "hbm")
+WORKLOADS = ("small", "medium", "large")
 
 
 def _checks(value: str) -> list[str]:
@@ -86,7 +86,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_common(gate)
-    gate.add_argument("--checks", default=",".join(CHECKS), help="comma-separated: restart,hbm")
+    gate.add_argument(
+        "--checks", default=",".join(CHECKS), help=f"comma-separated: {','.join(CHECKS)}"
+    )
     gate.add_argument(
         "--out",
         type=Path,
@@ -129,6 +131,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="keep the gate's temporary cache directory and print its path",
     )
+    gate.add_argument(
+        "--upstream-tests",
+        type=Path,
+        metavar="CHECKOUT",
+        help="also run test/test_persistent_cache.py of this pytorch/xla checkout (work tree "
+        "or bare repository) with its device skips lifted",
+    )
+    gate.add_argument(
+        "--upstream-tests-revision",
+        metavar="REV",
+        help="read the test file at this revision (default: the work tree, else HEAD)",
+    )
     gate.set_defaults(handler=run_gate)
 
     bench_parser = subparsers.add_parser(
@@ -163,9 +177,15 @@ def run_gate(args: argparse.Namespace) -> int:
             print(render_text(None, [], error=error.message))
             raise
         log.info(f"judging {target.label}")
+        upstream = (
+            upstream_tests.prepare(args.upstream_tests, args.upstream_tests_revision)
+            if args.upstream_tests is not None
+            else None
+        )
         results: list[CheckResult] = []
+        cache_checks = tuple(c for c in checks if c in cachekeys.NAMES)
         for check in checks:
-            if check == "restart":
+            if check in ("restart", restart.SPMD_NAME):
                 config = restart.RestartConfig(
                     workload=args.workload,
                     warm_runs=args.warm_runs,
@@ -178,9 +198,34 @@ def run_gate(args: argparse.Namespace) -> int:
                     baselines_dir=args.baselines_dir,
                     record_baseline=args.record_baseline,
                 )
-                results.append(restart.run_restart_check(target, config, runs_dir, scratch))
+                if check == restart.SPMD_NAME:
+                    config = restart.spmd_config(config)
+                check_scratch = scratch / check
+                check_scratch.mkdir()
+                results.append(restart.run_restart_check(target, config, runs_dir, check_scratch))
+            elif check in cachekeys.NAMES:
+                if check == cache_checks[0]:
+                    results += cachekeys.run_cache_checks(
+                        target,
+                        runs_dir,
+                        scratch,
+                        checks=cache_checks,
+                        workload=args.workload,
+                        timeout_s=args.child_timeout,
+                    )
             else:
                 results.append(hbm.run_hbm_check(target, runs_dir, timeout_s=args.child_timeout))
+        if args.upstream_tests is not None:
+            results.append(
+                upstream_tests.run_upstream_test(
+                    target,
+                    args.upstream_tests,
+                    runs_dir,
+                    revision=args.upstream_tests_revision,
+                    timeout_s=max(args.child_timeout, 900.0),
+                    prepared=upstream,
+                )
+            )
         json_path, junit_path = write_reports(out_dir, target, results, settings=settings)
         print(render_text(target, results))
         print(f"reports: {json_path} {junit_path} (child logs in {runs_dir})")

@@ -56,7 +56,8 @@ def render_text(
         lines += ["", f"[{'PASS' if result.passed else 'FAIL'}] {result.name}"]
         lines += [f"  - {reason}" for reason in result.reasons]
         lines += [f"  . {note}" for note in result.notes]
-        if result.name == "restart" and result.runs:
+        lines += _status_rows(result.figures)
+        if result.name in ("restart", "spmd-restart") and result.runs:
             rows = [[_cell(r, k, f) for _, k, f in _RUN_COLUMNS] for r in result.runs]
             table = format_table([h for h, _, _ in _RUN_COLUMNS], rows)
             lines += ["", *("  " + t for t in table.splitlines())]
@@ -70,6 +71,21 @@ def render_text(
     verdict = "PASS" if results and all(r.passed for r in results) else "FAIL"
     lines += ["", f"gate verdict: {verdict}", ""]
     return "\n".join(lines)
+
+
+def _status_rows(figures: dict[str, Any]) -> list[str]:
+    """Per-variant (cache-key) or per-case (upstream test) verdicts, one line each."""
+    rows = []
+    for entry in figures.get("variants", []):
+        why = f": {entry['reason']}" if "reason" in entry else ""
+        rows.append(
+            f"  {entry['status'].upper():<15} {entry['variant']} ({entry['setting']}; "
+            f"must {entry['expect']}){why}"
+        )
+    for entry in figures.get("cases", []):
+        why = f": {entry['reason']}" if "reason" in entry else ""
+        rows.append(f"  {entry['status'].upper():<15} {entry['case']} ({entry['outcome']}){why}")
+    return rows
 
 
 def _target_json(target: Target | None) -> dict[str, Any] | None:

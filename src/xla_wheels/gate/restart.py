@@ -12,7 +12,16 @@ children's reports and the directory snapshots, so it is tested on its own:
   ``max_warm_ratio`` of the cold one, and not slower than a recorded baseline for this
   torch_xla version / device / workload beyond ``baseline_tolerance``;
 * a read-only reader (``XLA_PERSISTENT_CACHE_READ_ONLY=1``, the multi-host policy) loads
-  from the cache too and leaves the directory exactly as it found it.
+  from the cache too and leaves the directory exactly as it found it;
+* every run's losses equal the first cold run's bit for bit (a cache that hands back a
+  wrong executable fails here even when the counters look perfect);
+* no loader hangs. A warm child gets ``hang_factor`` times the cold run's wall time plus
+  ``hang_margin_s`` (never more than the child timeout); past that it is a hang, its
+  native stacks are taken with gdb before the kill, and no further loader is started.
+
+The SPMD variant (``spmd-restart``, ``SPMD_NAME``) runs the same check under
+``xr.use_spmd()`` with the batch sharded over every device (``CPU_NUM_DEVICES=4`` on CPU),
+so each step carries several all-reduces, for at least ``SPMD_MIN_STEPS`` steps.
 """
 
 from __future__ import annotations
@@ -25,7 +34,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +45,13 @@ from xla_wheels.gate.result import CheckResult
 from xla_wheels.gate.target import Target
 
 NAME = "restart"
+SPMD_NAME = "spmd-restart"
+#: The SPMD variant runs at least this many steps: a loaded executable whose collectives
+#: lost their order can pass several steps before the rendezvous deadlocks (measured on
+#: stock 2.7.0: warm runs of five steps finished twice in a row, then one hung).
+SPMD_MIN_STEPS = 8
+#: Devices of the SPMD variant on CPU (on TPU the host's chips).
+SPMD_CPU_DEVICES = 4
 #: Committed baselines: ``<torch_xla version>__<device>__<workload>.json``.
 DEFAULT_BASELINES_DIR = Path("build") / "baselines" / "restart"
 
@@ -44,7 +60,11 @@ Snapshot = dict[str, tuple[int, int]]
 
 @dataclass
 class RestartConfig:
+    name: str = NAME
     workload: str = "small"
+    #: Overrides the preset's step count (the SPMD variant needs SPMD_MIN_STEPS).
+    steps: int | None = None
+    cpu_devices: int | None = None
     warm_runs: int = 2
     #: Warm time-to-ready must be at most this fraction of cold. Measured here on CPU:
     #: about 0.2 for a working cache, about 0.8-1.0 for a broken one.
@@ -52,14 +72,38 @@ class RestartConfig:
     #: Warm may be this much slower than the recorded baseline (machines differ).
     baseline_tolerance: float = 0.5
     child_timeout_s: float = 600.0
+    #: Runs under ``xr.use_spmd()``; ``spmd_config`` sets the rest of the variant.
     spmd: bool = False
     writers: int = 1
     read_only_check: bool = True
     cache_dir: Path | None = None
     baselines_dir: Path = DEFAULT_BASELINES_DIR
     record_baseline: bool = False
+    #: A loader is hung after hang_factor x the cold run's wall time + hang_margin_s.
+    hang_factor: float = 3.0
+    hang_margin_s: float = 30.0
     #: Test hook: runs on the cache directory between the cold and the warm phase.
     after_cold: Callable[[Path], None] | None = None
+
+
+def spmd_config(config: RestartConfig) -> RestartConfig:
+    """The SPMD variant of a restart configuration."""
+    return replace(
+        config,
+        name=SPMD_NAME,
+        spmd=True,
+        steps=max(config.steps or 0, SPMD_MIN_STEPS),
+        cpu_devices=SPMD_CPU_DEVICES,
+        # Its timings are not judged against the single-device baseline files.
+        record_baseline=False,
+        # A given --cache-dir holds the single-device check's cache: a cold run needs its own.
+        cache_dir=config.cache_dir / SPMD_NAME if config.cache_dir is not None else None,
+    )
+
+
+def hang_bound_s(cold_wall_s: float, config: RestartConfig) -> float:
+    """How long a loader may run before it counts as hung: a multiple of what cold took."""
+    return min(config.child_timeout_s, config.hang_factor * cold_wall_s + config.hang_margin_s)
 
 
 def snapshot(directory: Path) -> Snapshot:
@@ -123,6 +167,11 @@ def summarize(result: ChildResult) -> dict[str, Any]:
     }
     if not result.ok:
         row["error"] = result.failure()
+    if result.timed_out:
+        row["timed_out"] = True
+    row.update(result.extra)
+    if "loss_hex" in report:
+        row["loss_hex"] = list(report["loss_hex"])
     for key in ("import_s", "ready_s", "time_to_first_step_s", "steady_step_s", "compile_time_s"):
         if key in report:
             row[key] = round(float(report[key]), 4)
@@ -166,9 +215,9 @@ def judge_restart(
     reasons: list[str] = []
     notes: list[str] = []
     broken = [row for row in [*cold, *warm, *([reader] if reader else [])] if not row["ok"]]
-    reasons += [f"{row['name']} did not finish: {row['error']}" for row in broken]
+    reasons += [_unfinished(row) for row in broken]
     if any(not row["ok"] for row in cold):
-        return CheckResult(NAME, False, reasons, notes)
+        return CheckResult(config.name, False, reasons, notes)
 
     if not after_cold:
         reasons.append("the cold run wrote no cache entry to the cache directory")
@@ -197,6 +246,7 @@ def judge_restart(
 
     for row in warm:
         judge_loader(row)
+    reasons += same_losses([*cold, *warm, *([reader] if reader else [])])
     cold_ready = statistics.median(row["ready_s"] for row in cold)
     warm_ok = [row["ready_s"] for row in warm if row["ok"]]
     figures: dict[str, Any] = {
@@ -239,11 +289,53 @@ def judge_restart(
             shown = ", ".join(reader_changes[:5])
             reasons.append(f"{reader['name']} changed the cache directory: {shown}")
         figures["read_only_changes"] = len(reader_changes or [])
-    return CheckResult(NAME, not reasons, reasons, notes, figures)
+    hung = [row for row in [*warm, *([reader] if reader else [])] if row.get("timed_out")]
+    if hung:
+        figures["hung"] = [row["name"] for row in hung]
+        figures["hang_bound_s"] = hung[0].get("hang_bound_s")
+    return CheckResult(config.name, not reasons, reasons, notes, figures)
+
+
+def _unfinished(row: dict[str, Any]) -> str:
+    if not row.get("timed_out") or "hang_bound_s" not in row:
+        return f"{row['name']} did not finish: {row['error']}"
+    text = (
+        f"{row['name']} hung: no result within {row['hang_bound_s']:.0f}s "
+        f"({row['hang_rule']}); process group killed"
+    )
+    if "stacks" in row:
+        summary = row.get("stacks_summary") or {}
+        frames = ", ".join(summary.get("telling_frames", [])) or "no XLA wait frame recognised"
+        text += f"; native stacks of {summary.get('threads', '?')} threads in {row['stacks']}"
+        text += f" (stuck in: {frames})"
+    if "stacks_error" in row:
+        text += f"; no native stacks: {row['stacks_error']}"
+    return text
+
+
+def same_losses(rows: list[dict[str, Any]]) -> list[str]:
+    """Every finished run's losses must equal the first one's bit for bit (``float.hex``)."""
+    finished = [row for row in rows if row["ok"] and row.get("loss_hex") is not None]
+    if not finished:
+        return []
+    reference = finished[0]
+    reasons = []
+    for row in finished[1:]:
+        if row["loss_hex"] != reference["loss_hex"]:
+            reasons.append(
+                f"{row['name']}: losses {row['loss_hex']} differ from {reference['name']}'s "
+                f"{reference['loss_hex']} (a cached executable must give the same numbers)"
+            )
+    return reasons
 
 
 def _train_args(config: RestartConfig) -> list[str]:
-    return ["--mode", "train", "--workload", config.workload, *(["--spmd"] if config.spmd else [])]
+    args = ["--mode", "train", "--workload", config.workload]
+    if config.spmd:
+        args.append("--spmd")
+    if config.steps is not None:
+        args += ["--steps", str(config.steps)]
+    return args
 
 
 def _prepare_cache_dir(config: RestartConfig, scratch: Path) -> Path:
@@ -279,9 +371,10 @@ def run_restart_check(
     """
     began = time.monotonic()
     cache = _prepare_cache_dir(config, scratch)
-    runs = runs_dir / "restart"
-    env = runtime_env(target.device, cache_dir=cache)
-    with log.section(f"restart: cold run ({config.writers} writer(s)), {config.workload} workload"):
+    runs = runs_dir / config.name
+    env = runtime_env(target.device, cache_dir=cache, cpu_devices=config.cpu_devices)
+    title = config.name
+    with log.section(f"{title}: cold run ({config.writers} writer(s)), {config.workload} workload"):
         started = [
             start_child(target.python, f"cold-{i + 1}", runs, _train_args(config), env)
             for i in range(config.writers)
@@ -297,34 +390,41 @@ def run_restart_check(
     reader: dict[str, Any] | None = None
     changes: list[str] | None = None
     if all(row["ok"] for row in cold):
+        bound = hang_bound_s(max(row["wall_s"] for row in cold), config)
+        rule = (
+            f"{config.hang_factor:g} x the cold run's {max(row['wall_s'] for row in cold):.0f}s"
+            f" + {config.hang_margin_s:.0f}s"
+        )
+
+        def loader(name: str, loader_env: dict[str, str]) -> dict[str, Any]:
+            row = summarize(
+                run_child(
+                    target.python,
+                    name,
+                    runs,
+                    _train_args(config),
+                    loader_env,
+                    bound,
+                    stacks_on_timeout=True,
+                )
+            )
+            if row.get("timed_out"):
+                row.update({"hang_bound_s": round(bound, 1), "hang_rule": rule})
+            return row
+
         for i in range(config.warm_runs):
-            with log.section(f"restart: warm run {i + 1}/{config.warm_runs}"):
-                warm.append(
-                    summarize(
-                        run_child(
-                            target.python,
-                            f"warm-{i + 1}",
-                            runs,
-                            _train_args(config),
-                            env,
-                            config.child_timeout_s,
-                        )
-                    )
-                )
-        if config.read_only_check:
+            with log.section(f"{title}: warm run {i + 1}/{config.warm_runs}"):
+                warm.append(loader(f"warm-{i + 1}", env))
+            if warm[-1].get("timed_out"):
+                log.info(f"{title}: warm-{i + 1} hung; no further loader is started")
+                break
+        if config.read_only_check and not any(row.get("timed_out") for row in warm):
             before = snapshot(cache)
-            reader_env = runtime_env(target.device, cache_dir=cache, read_only=True)
-            with log.section("restart: read-only reader"):
-                reader = summarize(
-                    run_child(
-                        target.python,
-                        "read-only",
-                        runs,
-                        _train_args(config),
-                        reader_env,
-                        config.child_timeout_s,
-                    )
-                )
+            reader_env = runtime_env(
+                target.device, cache_dir=cache, read_only=True, cpu_devices=config.cpu_devices
+            )
+            with log.section(f"{title}: read-only reader"):
+                reader = loader("read-only", reader_env)
             changes = diff_snapshots(before, snapshot(cache))
     path = baseline_path(config.baselines_dir, target, config.workload)
     baseline = None if config.record_baseline else load_baseline(path)

@@ -92,7 +92,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     bundle = load_bundle(options.root, args.bundle)
     python = args.python or shutil.which("python3") or sys.executable
     entry = read_lock(options.lock_path).bundles.get(bundle.name)
-    report = doctor.run_doctor(bundle, python, entry, os.environ, args.role)
+    report = doctor.run_doctor(bundle, python, entry, os.environ, args.role, args.cache_path)
     release_cli.add_lane_findings(report, options.root, python, args.lane)
     print(report.render())
     doctor.ensure_healthy(report)
@@ -208,4 +208,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--lane", default=os.environ.get("LANE") or None,
                         help="the lane this host belongs to ($LANE)")  # fmt: skip
+    parser.add_argument(
+        "--cache-path",
+        default=None,
+        help="judge this compilation cache path (default: XLA_PERSISTENT_CACHE_PATH)",
+    )
     parser.set_defaults(handler=cmd_doctor)

@@ -10,7 +10,8 @@ environment checks read this process's environment (the shell's, through make).
 The runtime contract (the users' validated receipts): ``PJRT_DEVICE=TPU``,
 ``XLA_NO_SPECIAL_SCALARS=1``, ``XLA_PERSISTENT_CACHE_PATH`` set to a usable directory, and
 on a cache mount shared by several hosts exactly one writer, every other host with
-``XLA_PERSISTENT_CACHE_READ_ONLY=1``.
+``XLA_PERSISTENT_CACHE_READ_ONLY=1``; a cache directory specific to the installed build
+and libtpu version (``cache_contract``), and the path doctor recommends.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from xla_wheels.bundle import Bundle
 from xla_wheels.errors import PipelineError
 from xla_wheels.lockfile import BundleEntry
 from xla_wheels.provenance import ProvenanceFormatError
+from xla_wheels.publish.cache_contract import CacheFacts, judge_cache_contract
 from xla_wheels.publish.errors import DoctorFailed
 from xla_wheels.publish.host_probe import HostFacts, probe
 from xla_wheels.publish.index import WheelName, normalize
@@ -381,9 +383,27 @@ def check_abi(report: DoctorReport, python: str) -> None:
     )
 
 
+def check_cache_contract(
+    report: DoctorReport, bundle: Bundle, facts: HostFacts, env: Mapping[str, str],
+    role: str | None = None, cache_path: str | None = None,
+) -> None:  # fmt: skip
+    """The cache directory names this build and libtpu; readers are read-only."""
+    versions = facts.versions
+    contract = CacheFacts(
+        bundle=bundle.name,
+        path=cache_path or env.get("XLA_PERSISTENT_CACHE_PATH") or None,
+        torch_xla_version=versions.get("torch_xla"),
+        libtpu_version=versions.get("libtpu"),
+        role=_role(role, env)[0],
+        read_only=env.get("XLA_PERSISTENT_CACHE_READ_ONLY") == "1",
+    )
+    for finding in judge_cache_contract(contract):
+        report.add(finding.status, finding.check, finding.detail, finding.fix)
+
+
 def run_doctor(
     bundle: Bundle, python: str, lock_entry: BundleEntry | None,
-    env: Mapping[str, str], role: str | None = None,
+    env: Mapping[str, str], role: str | None = None, cache_path: str | None = None,
 ) -> DoctorReport:  # fmt: skip
     report = DoctorReport(bundle.name, python)
     # The environment first: it must be right before anything imports torch_xla.
@@ -391,6 +411,7 @@ def run_doctor(
     facts = probe(python, PACKAGES, fix="pass PYTHON=<the training environment's python>")
     check_versions(report, bundle, facts, lock_entry)
     check_abi(report, python)
+    check_cache_contract(report, bundle, facts, env, role, cache_path)
     return report
 
 

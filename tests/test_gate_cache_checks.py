@@ -1,0 +1,206 @@
+"""Key safety, same numbers, the SPMD warm restart and upstream's test on real stock wheels.
+
+Controls (CPU, real torch_xla from PyPI):
+- stock 2.7.0, whose cache works, passes cache-key and same-numbers;
+- stock 2.7.0 as is hangs on an SPMD warm restart (an XLA:CPU bug at its OpenXLA pin: a
+  loaded executable's all-reduces lose their order). The gate must report the hang within
+  a bound derived from the cold run, with gdb's native stacks: the hang detector's
+  negative control;
+- stock 2.7.0 with ``XLA_FLAGS=--xla_cpu_use_thunk_runtime=false`` (the old runtime, which
+  does not rebuild thunks on load) passes the SPMD variant with cache hits: its positive
+  control;
+- stock 2.9.0 fails (test_gate_stock.py: its cache never loads).
+
+Each gate runs once per module; the tests read its report.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.gate_helpers import GateRun, run_gate_cli
+from xla_wheels.gate import restart, upstream_tests
+from xla_wheels.gate.target import resolve_target
+
+pytestmark = pytest.mark.slow
+
+UPSTREAM_REVISION = "c04e61c3424142c0eebcc9e59984b9d8fced18c0"
+
+
+@pytest.fixture(scope="module")
+def gate_27(stock_xla_python_27: Path, tmp_path_factory: pytest.TempPathFactory) -> GateRun:
+    out = tmp_path_factory.mktemp("gate-27-cache")
+    return run_gate_cli(
+        "gate", "--python", str(stock_xla_python_27),
+        "--checks", "spmd-restart,cache-key,same-numbers", "--warm-runs", "3",
+        out_dir=out / "report",
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def gate_27_thunks_off(
+    stock_xla_python_27: Path, tmp_path_factory: pytest.TempPathFactory
+) -> GateRun:
+    out = tmp_path_factory.mktemp("gate-27-thunks-off")
+    return run_gate_cli(
+        "gate", "--python", str(stock_xla_python_27), "--checks", "spmd-restart",
+        out_dir=out / "report", env={"XLA_FLAGS": "--xla_cpu_use_thunk_runtime=false"},
+    )  # fmt: skip
+
+
+def _variants(run: GateRun) -> dict[str, dict]:
+    return {v["variant"]: v for v in run.check("cache-key")["figures"]["variants"]}
+
+
+# --- key safety -----------------------------------------------------------------------------
+
+
+def test_stock_2_7_0_passes_key_safety(gate_27: GateRun):
+    check = gate_27.check("cache-key")
+    assert check["passed"], check["reasons"]
+    variants = _variants(gate_27)
+    cold_misses = check["figures"]["cold_misses"]
+    assert cold_misses >= 1
+    for name in ("warm-same", "warm-dump"):
+        assert variants[name]["status"] == "pass"
+        assert variants[name]["hits"] == cold_misses and variants[name]["xla_compiles"] == 0
+    fast_math = variants["warm-fast-math"]
+    assert fast_math["status"] == "pass"
+    assert fast_math["hits"] == 0 and fast_math["xla_compiles"] >= 1
+
+
+def test_a_custom_option_variant_is_not_applicable_on_2_7_0_not_passed(gate_27: GateRun):
+    custom = _variants(gate_27)["warm-custom-option"]
+    assert custom["status"] == "not applicable"
+    assert "no torch_xla.set_custom_compile_options" in custom["reason"]
+    assert "NOT APPLICABLE  warm-custom-option" in gate_27.stdout
+
+
+def test_stock_2_7_0_gives_the_same_numbers_after_a_cache_hit(gate_27: GateRun):
+    check = gate_27.check("same-numbers")
+    assert check["passed"], check["reasons"]
+    assert check["figures"]["compared"] == ["warm-same", "warm-dump"]
+    assert len(check["figures"]["cold_loss_hex"]) == 3
+    # The spmd_sharded case: the output stays sharded over the four CPU devices.
+    assert check["figures"]["sharding_spec"] == "{devices=[4]0,1,2,3}"
+    assert check["figures"]["sharded_hits"] >= 1
+
+
+# --- SPMD warm restart: negative and positive controls -------------------------------------
+
+
+def test_stock_2_7_0_spmd_warm_restart_is_reported_as_hung_with_native_stacks(gate_27: GateRun):
+    check = gate_27.check("spmd-restart")
+    assert gate_27.exit_code == 1
+    assert not check["passed"]
+    hung = [run for run in check["runs"] if run.get("timed_out")]
+    assert len(hung) == 1, check["runs"]  # no further loader starts after a hang
+    run = hung[0]
+    cold = next(r for r in check["runs"] if r["name"] == "cold-1")
+    # Bounded by the cold run, not by the ten-minute child timeout.
+    assert run["hang_bound_s"] == pytest.approx(3 * cold["wall_s"] + 30, abs=1)
+    assert run["hang_bound_s"] < 600
+    reason = next(r for r in check["reasons"] if r.startswith(f"{run['name']} hung"))
+    if shutil.which("gdb"):
+        stacks = Path(run["stacks"]).read_text()
+        assert run["native_stacks"] == stacks  # carried in report.json itself
+        assert "AllReduceThunk::Execute" in stacks
+        assert run["stacks_summary"]["threads"] >= 4
+        assert "native stacks of" in reason and "AwaitAndLogIfStuck" in reason
+    else:
+        assert "no native stacks: gdb is not installed" in reason
+
+
+def test_stock_2_7_0_without_the_thunk_runtime_passes_the_spmd_warm_restart(
+    gate_27_thunks_off: GateRun,
+):
+    check = gate_27_thunks_off.check("spmd-restart")
+    assert check["passed"], check["reasons"]
+    assert gate_27_thunks_off.exit_code == 0
+    loaders = [r for r in check["runs"] if not r["name"].startswith("cold-")]
+    assert [r["name"] for r in loaders] == ["warm-1", "warm-2", "read-only"]
+    assert all(r["hits"] == check["figures"]["cold_misses"] >= 1 for r in loaders)
+    assert all(len(r["loss_hex"]) >= restart.SPMD_MIN_STEPS for r in loaders)
+
+
+# --- upstream's test_persistent_cache.py ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def torch_xla_src() -> Path:
+    source = os.environ.get("TORCH_XLA_SRC")
+    if not source:
+        pytest.skip(
+            "TORCH_XLA_SRC is not set: no pytorch/xla checkout to take "
+            "test/test_persistent_cache.py from (CI cannot reach GitHub)"
+        )
+    path = Path(source)
+    git_dir = path / ".git" if (path / ".git").exists() else path
+    probe = subprocess.run(
+        ["git", "--git-dir", str(git_dir), "cat-file", "-e", f"{UPSTREAM_REVISION}^{{commit}}"],
+        capture_output=True,
+        check=False,
+    )
+    if probe.returncode != 0:
+        pytest.skip(f"TORCH_XLA_SRC={source} is not a git repository containing c04e61c")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("version", "expected_failures"),
+    [
+        ("2.7.0", set()),
+        (
+            "2.9.0",
+            {
+                "test_persistent_cache_single_device",
+                "test_persistent_cache_spmd_replicated",
+                "test_persistent_cache_spmd_sharded",
+            },
+        ),
+    ],
+)
+def test_upstream_persistent_cache_test_on_cpu(
+    version: str,
+    expected_failures: set[str],
+    torch_xla_src: Path,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+):
+    python = request.getfixturevalue(f"stock_xla_python_{version.replace('.', '')[:2]}")
+    target = resolve_target(python, "CPU", workdir=tmp_path / "probe")
+    result = upstream_tests.run_upstream_test(
+        target, torch_xla_src, tmp_path / "runs", revision=UPSTREAM_REVISION
+    )
+    cases = {c["case"]: c for c in result.figures["cases"]}
+    assert set(cases) == {
+        "test_persistent_cache_mp",
+        "test_persistent_cache_single_device",
+        "test_persistent_cache_spmd_replicated",
+        "test_persistent_cache_spmd_sharded",
+        "test_replicated_spmd_hash",
+    }
+    assert cases["test_persistent_cache_mp"]["status"] == "not applicable"
+    failed = {name for name, c in cases.items() if c["status"] == "failed"}
+    assert failed == expected_failures, cases
+    assert result.passed is (not expected_failures)
+
+
+def test_a_checkout_without_the_upstream_test_is_exit_2_before_any_check_runs(
+    stock_xla_python_27: Path, tmp_path: Path
+):
+    empty = tmp_path / "not-pytorch-xla"
+    empty.mkdir()
+    run = run_gate_cli(
+        "gate", "--python", str(stock_xla_python_27), "--checks", "restart",
+        "--upstream-tests", str(empty), out_dir=tmp_path / "report",
+    )  # fmt: skip
+    assert run.exit_code == 2, run.stdout + run.stderr
+    assert f"no test/test_persistent_cache.py in {empty}" in run.stderr
+    assert "Traceback" not in run.stderr
+    assert not (tmp_path / "report" / "runs" / "restart").exists()
