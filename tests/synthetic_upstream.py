@@ -32,7 +32,7 @@ SHIP_CHECK = (
     '{python} -c "import importlib.resources, json, sys, torch_xla; '
     "p = json.loads(importlib.resources.files('torch_xla')"
     ".joinpath('_xla_wheels_provenance.json').read_text()); "
-    "print('provenance bundle', p['bundle']); "
+    "print('provenance torch_xla', p['components']['torch_xla']['commit']); "
     'sys.exit(0 if torch_xla.load_cache() else 1)"'
 )
 

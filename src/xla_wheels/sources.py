@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from xla_wheels import log
+from xla_wheels import filemode, log
 from xla_wheels.bundle import Bundle, Component
 from xla_wheels.errors import GitError, PipelineError, SourceError
 from xla_wheels.gitutil import git, git_out, has_commit, status_porcelain
@@ -158,6 +158,7 @@ class SourceCache:
         # leaves a half-initialised repository that later runs would trust.
         staging = Path(tempfile.mkdtemp(prefix=f".{repo.name}.", dir=repo.parent))
         git(["init", "--bare", "--quiet", str(staging)])
+        filemode.as_if_created(staging)  # mkdtemp made it 0700; the cache may be shared
         staging.rename(repo)
         return repo
 

@@ -146,12 +146,22 @@ def _stamp_provenance(spec: BuildSpec, args: Sequence[str], log_file: TextIO) ->
     provenance["torch_xla_version"] = spec.torch_xla_version
     provenance["torch_version"] = spec.torch_version
     stamp.add_file_to_wheel(
-        wheels[0], f"torch_xla/{stamp.PROVENANCE_NAME}", stamp.provenance_bytes(provenance)
+        wheels[0],
+        f"torch_xla/{stamp.PROVENANCE_NAME}",
+        stamp.provenance_bytes(provenance),
+        stamp.epoch_from(spec.extra_env),
     )
     _say(f"# torch_xla/{stamp.PROVENANCE_NAME} added to {wheels[0].name}", log_file)
 
 
+def _repack_wheel(spec: BuildSpec, args: Sequence[str], log_file: TextIO) -> None:
+    for wheel in sorted(Path(args[0]).glob("*.whl")):
+        stamp.repack_wheel(wheel, wheel, stamp.epoch_from(spec.extra_env))
+        _say(f"# {wheel.name} re-packed reproducibly", log_file)
+
+
 ACTIONS = {
+    "repack-wheel": _repack_wheel,
     "finish-stage": _finish_stage,
     "apply-openxla-patches": _apply_openxla_patches,
     "write-file": _write_file,

@@ -194,6 +194,12 @@ def torch_steps(spec: BuildSpec) -> list[Step]:
             cwd=spec.torch_src,
             path_prepend=bin_dir,
         ),
+        Step(
+            "re-pack the torch wheel reproducibly",
+            action="repack-wheel",
+            args=(tmp,),
+            note="sorted entries, SOURCE_DATE_EPOCH dates, 0644/0755 modes",
+        ),
         Step("finish torch stage", action="finish-stage", args=(tmp, spec.torch_stage, "torch")),
     ]
 

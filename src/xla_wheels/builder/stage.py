@@ -20,13 +20,14 @@ from typing import Any
 import xla_wheels
 from xla_wheels import log
 from xla_wheels.builder import collect as collect_mod
-from xla_wheels.builder import recipes, stamp
+from xla_wheels.builder import recipes, recorded, stamp
 from xla_wheels.builder.config import BuildConfig
 from xla_wheels.builder.container import Engine, Mount, build_image_argv, make_engine
 from xla_wheels.builder.preflight import PreflightError, preflight
 from xla_wheels.builder.spec import BuildSpec, stage_key
 from xla_wheels.bundle import Bundle
 from xla_wheels.errors import PipelineError
+from xla_wheels.gitutil import git
 from xla_wheels.lockfile import file_sha256
 from xla_wheels.options import PipelineOptions
 from xla_wheels.patches import describe_series, series_digest
@@ -175,9 +176,10 @@ def compose(
         suffix = keys[name][:16] if keys else "KEY-AFTER-SOURCES"
         return str(stages / f"{name}-{suffix}")
 
+    # Inputs only, never the bundle: every bundle with these inputs gets these bytes
+    # (they share the stage), so a bundle name or manifest digest here would be wrong for
+    # all but the first (see stamp's module docstring).
     provenance: dict[str, Any] = {
-        "bundle": bundle.name,
-        "manifest_sha256": bundle.manifest_sha256,
         "built_by": f"xla-wheels {xla_wheels.__version__}",
         "build": {
             "mode": config.mode,
@@ -187,7 +189,6 @@ def compose(
         },
         "components": {
             name: {
-                "remote": bundle.component(name).remote,
                 "commit": pins[name],
                 "version": bundle.component(name).version,
                 "patches": series[name][0],
@@ -218,7 +219,7 @@ def compose(
         pip_cache_dir=str(cache / "pip"),
         pip_args=list(config.pip_args),
         compiler_env=dict(config.compiler_env),
-        extra_env=dict(config.extra_env),
+        extra_env=_reproducible_env(options, bundle, config, commits),
         ship_env=str(work / "ship-env"),
         ship_out=str(work / "ship-check"),
         ship_check=config.ship_check,
@@ -227,6 +228,40 @@ def compose(
         provenance=provenance,
     )
     return spec, keys
+
+
+def source_date_epoch(
+    options: PipelineOptions, bundle: Bundle, config: BuildConfig, commit: str | None
+) -> int | None:
+    """SOURCE_DATE_EPOCH as given, else the torch_xla commit's committer date.
+
+    A date of the inputs, not of the build: a rebuild of the same commit gets the same
+    wheel dates. None while the commit is not in the source cache yet (before sources).
+    """
+    if config.source_date_epoch is not None:
+        return config.source_date_epoch
+    if not commit:
+        return None
+    repo = SourceCache(options.source_cache, options.mirror).repo_for(bundle.component("torch_xla"))
+    if not repo.is_dir():
+        return None
+    shown = git(["show", "-s", "--format=%ct", commit], git_dir=repo, check=False)
+    text = shown.stdout.strip()
+    return int(text) if shown.returncode == 0 and text.isdigit() else None
+
+
+def _reproducible_env(
+    options: PipelineOptions,
+    bundle: Bundle,
+    config: BuildConfig,
+    commits: Mapping[str, str | None],
+) -> dict[str, str]:
+    """The configured extra environment plus SOURCE_DATE_EPOCH for every recipe."""
+    env = dict(config.extra_env)
+    epoch = source_date_epoch(options, bundle, config, commits.get("torch_xla"))
+    if epoch is not None:
+        env.setdefault("SOURCE_DATE_EPOCH", str(epoch))
+    return env
 
 
 @contextmanager
@@ -318,8 +353,9 @@ def build(run: BuildRun) -> None:
 
 def collect(run: BuildRun) -> Path:
     """Ship check on staged wheels, then the atomic move into dist/<bundle> and the lock."""
-    wheels = run.wheels()
     root, name = run.options.root, run.bundle.name
+    settle_recorded(run)
+    wheels = run.wheels()
     if collect_mod.up_to_date(root, name, wheels):
         log.info(f"collect: dist/{name} already holds these wheels")
         run.timings.append(("collect", 0.0, "up to date"))
@@ -342,6 +378,20 @@ def collect(run: BuildRun) -> Path:
     with timed(run, "collect: wheels.lock"):
         collect_mod.record(run.options.lock_path, name, target)
     return target
+
+
+def settle_recorded(run: BuildRun) -> None:
+    """A stage wheel never replaces a recorded one silently (see ``builder.recorded``)."""
+    stages = {name: wheel for name, wheel in zip(RECIPES, run.wheels(), strict=True)}
+    recorded.settle(
+        stages,
+        bundle=run.bundle.name,
+        lock_path=run.options.lock_path,
+        root=run.options.root,
+        cache_dir=run.options.cache_dir,
+        keep_recorded=run.config.keep_recorded,
+        build_tag=run.config.build_tag,
+    )
 
 
 def report_timings(run: BuildRun) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from xla_wheels.bundle import Bundle
+from xla_wheels.publish import provenance as prov
 from xla_wheels.publish.errors import DoctorFailed, PublishError
 from xla_wheels.publish.index import WheelName, normalize
 
@@ -207,15 +208,7 @@ def check_versions(
                 "install the bundle's patched torch_xla",
             )
     else:
-        named = provenance.get("bundle")
-        named = named.get("name") if isinstance(named, Mapping) else named
-        ok = named in (None, bundle.name)
-        report.add(
-            "ok" if ok else "FAIL",
-            "provenance",
-            f"torch_xla built for bundle {named}",
-            "" if ok else f"install the wheels of {bundle.name}",
-        )
+        check_provenance(report, bundle, provenance, lock_entry, fix_install)
     if facts.get("imported"):
         report.add(
             "WARN",
@@ -223,6 +216,39 @@ def check_versions(
             f"probe saw {facts['imported']} already imported " "(sitecustomize?)",
             "do not import torch in site hooks",
         )
+
+
+def check_provenance(
+    report: DoctorReport,
+    bundle: Bundle,
+    provenance: Mapping[str, Any],
+    lock_entry: Mapping[str, Any] | None,
+    fix_install: str,
+) -> None:
+    """Judge the installed torch_xla by its inputs against the bundle's lock entry.
+
+    Not by a bundle name: bundles with the same inputs share one wheel (builder.stamp).
+    """
+    if lock_entry is None:
+        report.add(
+            "WARN",
+            "provenance",
+            f"wheels.lock has no entry for {bundle.name}: the inputs cannot be compared",
+            f"run `make wheels BUNDLE={bundle.name}` (or `make lock BUNDLE={bundle.name}`)",
+        )
+        return
+    check = prov.compare(provenance, bundle.name, lock_entry)
+    if check.problems:
+        report.add("FAIL", "provenance", "; ".join(check.problems), fix_install)
+    elif not check.compared:
+        report.add(
+            "FAIL",
+            "provenance",
+            "present but holds none of the inputs the lock records",
+            fix_install,
+        )
+    else:
+        report.add("ok", "provenance", "inputs match wheels.lock: " + ", ".join(check.compared))
 
 
 def mount_of(path: Path, mountinfo: str | None = None) -> tuple[str, str]:

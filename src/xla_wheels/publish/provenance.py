@@ -1,7 +1,7 @@
 """Compare the provenance file inside an installed torch_xla with wheels.lock.
 
-The build stage writes ``torch_xla/_xla_wheels_provenance.json`` (bundle, commits, patch
-digests). Its exact layout is the build stage's; this reader accepts the shapes that
+The build stage writes ``torch_xla/_xla_wheels_provenance.json`` (the wheel's inputs:
+commits, patch digests, toolchain; see ``builder.stamp`` on identity). Its exact layout is the build stage's; this reader accepts the shapes that
 carry those facts (``commits: {name: sha}`` or ``components: {name: {commit, ...}}``, the
 build stage's ``series_sha256`` / ``manifest_sha256``, or a top-level ``patches`` list
 of ``{path, sha256}``) and reports what it compared, so a layout change shows up as
@@ -44,23 +44,10 @@ def compare(
 ) -> ProvenanceCheck:
     """Every fact of the provenance that the lock also records, compared."""
     check = ProvenanceCheck()
-    bundle = provenance.get("bundle")
-    if isinstance(bundle, Mapping):
-        bundle = bundle.get("name")
-    if bundle is not None:
-        check.compared.append("bundle")
-        if bundle != bundle_name:
-            check.problems.append(f"bundle is {bundle!r}, expected {bundle_name!r}")
-
-    manifest = _key(provenance, "manifest_sha256", "manifest-sha256")
-    if isinstance(manifest, str):
-        check.compared.append("manifest sha256")
-        if manifest != entry.get("manifest-sha256"):
-            check.problems.append(
-                f"built from manifest sha256 {manifest}, wheels.lock has "
-                f"{entry.get('manifest-sha256')}"
-            )
-
+    # Identity is the inputs, never a bundle name: a wheel shared by bundles with the same
+    # inputs (a libtpu bump) carries the inputs of all of them. A ``bundle`` or
+    # ``manifest_sha256`` field (wheels built before this rule) is therefore not judged.
+    _compare_version(provenance, entry, check)
     locked = entry.get("components", {})
     components = _key(provenance, "components", "commits") or {}
     if isinstance(components, Mapping):
@@ -105,3 +92,22 @@ def compare(
                     f"{locked_patches.get(path, 'no such patch')}"
                 )
     return check
+
+
+def _compare_version(
+    provenance: Mapping[str, Any], entry: Mapping[str, Any], check: ProvenanceCheck
+) -> None:
+    """The provenance's torch_xla version is the one of the locked torch_xla wheel."""
+    version = provenance.get("torch_xla_version")
+    locked = [
+        str(w["name"]).split("-")[1]
+        for w in entry.get("wheels", [])
+        if str(w.get("name", "")).split("-")[0] in ("torch_xla", "torch-xla")
+    ]
+    if not isinstance(version, str) or not locked:
+        return
+    check.compared.append("torch_xla version")
+    if version not in locked:
+        check.problems.append(
+            f"torch_xla version is {version}, wheels.lock has {', '.join(locked)}"
+        )
