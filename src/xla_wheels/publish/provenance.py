@@ -1,11 +1,11 @@
 """Compare the provenance file inside an installed torch_xla with wheels.lock.
 
-The build stage writes ``torch_xla/_xla_wheels_provenance.json`` (the wheel's inputs:
-commits, patch digests, toolchain; see ``builder.stamp`` on identity). Its exact layout is the build stage's; this reader accepts the shapes that
-carry those facts (``commits: {name: sha}`` or ``components: {name: {commit, ...}}``, the
-build stage's ``series_sha256`` / ``manifest_sha256``, or a top-level ``patches`` list
-of ``{path, sha256}``) and reports what it compared, so a layout change shows up as
-"nothing compared" rather than as a silent pass.
+The build stage writes ``torch_xla/_xla_wheels_provenance.json``: the wheel's inputs
+(commits, patch digests, toolchain; see ``builder.stamp`` on identity). This reader
+accepts the shapes that carry those facts (``commits: {name: sha}`` or ``components:
+{name: {commit, series_sha256, ...}}``, or a top-level ``patches`` list of ``{path,
+sha256}``) and reports what it compared, so a layout change shows up as "nothing
+compared" rather than as a silent pass. A bundle name or manifest digest is never judged.
 """
 
 from __future__ import annotations
