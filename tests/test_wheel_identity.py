@@ -167,6 +167,16 @@ def test_a_different_rebuild_stops_and_keep_recorded_or_a_build_tag_works(
     again = build(syn, env=NOISY)  # the tagged wheel is now the recorded one: a no-op
     assert again.returncode == 0, again.stderr
     assert shas(syn) == now
+    # Wiped once more: an untagged rebuild would shadow the recorded tag-1 file, and
+    # BUILD_TAG=1 again would reuse its name; both stop and name the next number.
+    wipe_stage_cache(syn)
+    untagged = build(syn, env=NOISY)
+    assert untagged.returncode != 0 and "BUILD_TAG=2" in untagged.stderr, untagged.stderr
+    reused = build(syn, env={**NOISY, "BUILD_TAG": "1"})
+    assert reused.returncode != 0 and "BUILD_TAG=2" in reused.stderr, reused.stderr
+    assert shas(syn) == now == locked(syn)
+    assert build(syn, env={**NOISY, "KEEP_RECORDED": "1"}).returncode == 0
+    assert shas(syn) == now
 
     # twine uploads the tagged file next to the published one, pip installs it by hash.
     env = index_server.credentials
