@@ -314,7 +314,7 @@ def verify_install(
                 report.add("provenance", "FAIL", "; ".join(check.problems))
             elif not check.compared:
                 report.add("provenance", "FAIL", "present but holds none of the facts the "
-                           "lock records (bundle, commits, patch digests)")  # fmt: skip
+                           "lock records (commits, patch digests)")  # fmt: skip
             else:
                 report.add("provenance", "ok", "matches wheels.lock: " + ", ".join(check.compared))
 
