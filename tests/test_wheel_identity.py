@@ -12,12 +12,14 @@ import stat
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from tests.publish_support import IndexServer, cli, index_server  # noqa: F401 - fixture
 from tests.synthetic_upstream import Synthetic, cli_args, make_synthetic
+from xla_wheels.builder import stamp
 from xla_wheels.lockfile import file_sha256
 
 HOST = ("--mode", "host", "--host-python", sys.executable)
@@ -229,3 +231,53 @@ def test_everything_written_for_others_follows_the_umask(syn: Synthetic) -> None
     assert private.returncode == 0, private.stderr
     assert _mode(dist) == 0o700
     assert {_mode(w) for w in dist.glob("*.whl")} == {0o600}
+
+
+def _zip(path: Path, entries: list[tuple[str, bytes, tuple[int, ...], int]]) -> Path:
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data, date, mode in entries:
+            info = zipfile.ZipInfo(name, date_time=date)  # type: ignore[arg-type]
+            info.external_attr = mode << 16
+            archive.writestr(info, data)
+    return path
+
+
+def test_repack_ignores_order_dates_and_modes_and_tags_builds(tmp_path: Path) -> None:
+    record = b"demo/__init__.py,,\ndemo/bin/tool,,\ndemo-1.0.dist-info/WHEEL,,\n"
+    files = {
+        "demo/__init__.py": (b"", 0o600),
+        "demo/bin/tool": (b"#!/bin/sh\n", 0o775),
+        "demo-1.0.dist-info/WHEEL": (b"Wheel-Version: 1.0\nTag: py3-none-any\n", 0o664),
+        "demo-1.0.dist-info/RECORD": (record, 0o600),
+    }
+    for name in ("a", "c"):
+        (tmp_path / name).mkdir()
+    one = _zip(
+        tmp_path / "a" / "demo-1.0-py3-none-any.whl",
+        [(n, d, (2024, 5, 1, 12, 0, 0), m) for n, (d, m) in files.items()],
+    )
+    epoch = 0  # before zip's floor: clamped to 1980-01-01
+    stamp.repack_wheel(one, one, epoch, {"demo/_prov.json": b"{}\n"})
+    with zipfile.ZipFile(one) as archive:
+        infos = archive.infolist()
+        assert [i.filename for i in infos][-1] == "demo-1.0.dist-info/RECORD"
+        assert {i.date_time for i in infos} == {(1980, 1, 1, 0, 0, 0)}
+        modes = {i.filename: stat.S_IMODE(i.external_attr >> 16) for i in infos}
+    assert modes["demo/bin/tool"] == 0o755 and modes["demo/__init__.py"] == 0o644
+
+    # Same entries, other order, dates and non-executable modes: the same bytes.
+    three = _zip(
+        tmp_path / "c" / "demo-1.0-py3-none-any.whl",
+        [(n, d, (2030, 1, 1, 0, 0, 0), 0o755 if "tool" in n else 0o600)
+         for n, (d, _) in reversed(files.items())],
+    )  # fmt: skip
+    stamp.repack_wheel(three, three, epoch, {"demo/_prov.json": b"{}\n"})
+    assert file_sha256(three) == file_sha256(one)
+
+    tagged = stamp.with_build_tag(one, "1")
+    assert tagged.name == "demo-1.0-1-py3-none-any.whl"
+    with zipfile.ZipFile(tagged) as archive:
+        assert "Build: 1" in archive.read("demo-1.0.dist-info/WHEEL").decode()
+        assert (
+            "demo-1.0.dist-info/WHEEL,sha256=" in archive.read("demo-1.0.dist-info/RECORD").decode()
+        )

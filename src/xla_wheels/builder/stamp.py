@@ -193,7 +193,9 @@ def repack_wheel(
     return target
 
 
-def add_file_to_wheel(wheel: Path, arcname: str, data: bytes, epoch: int) -> None:
+def add_file_to_wheel(
+    wheel: Path, arcname: str, data: bytes, epoch: int = ZIP_EPOCH_FLOOR
+) -> None:
     """Add (or replace) ``arcname`` in ``wheel`` and its RECORD line; see repack_wheel."""
     repack_wheel(wheel, wheel, epoch, {arcname: data})
 
