@@ -7,6 +7,7 @@ host mode, with a real pypiserver on loopback where publishing is part of the cl
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.publish_support import IndexServer, cli, index_server  # noqa: F401 - fixture
-from tests.synthetic_upstream import Synthetic, cli_args, make_synthetic
+from tests.synthetic_upstream import Synthetic, cli_args, make_patch, make_synthetic
 from xla_wheels.builder import stamp
 from xla_wheels.lockfile import file_sha256, read_lock
 
@@ -280,3 +281,33 @@ def test_repack_ignores_order_dates_and_modes_and_tags_builds(tmp_path: Path) ->
         assert (
             "demo-1.0.dist-info/WHEEL,sha256=" in archive.read("demo-1.0.dist-info/RECORD").decode()
         )
+
+
+def test_a_patched_torch_gives_torch_xla_another_file_name(syn: Synthetic) -> None:
+    # torch_xla is compiled against the torch it is built with: the same torch_xla commit
+    # and series on a patched torch is another wheel and must not share the file name
+    # (builder.recorded would otherwise stop a bundle that merely patches torch).
+    make_patch(
+        syn.upstream / "torch",
+        syn.commits["torch"],
+        "torch",
+        "a torch change",
+        {"setup.py": (syn.upstream / "torch" / "setup.py").read_text() + "# patched\n"},
+        syn.root / "patches" / "torch" / "0001-change.patch",
+    )
+    syn.write_bundle("patched-torch", torch_patches=("torch/0001-change.patch",))
+
+    def xla_version(bundle: str) -> str:
+        plan = subprocess.run(
+            [sys.executable, "-m", "xla_wheels", *cli_args(syn, *HOST, "--dry-run",
+                                                            bundle=bundle)],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert plan.returncode == 0, plan.stderr
+        found = re.search(r"TORCH_XLA_VERSION=(\S+)", plan.stdout + plan.stderr)
+        assert found, plan.stdout
+        return found.group(1)
+
+    plain, patched = xla_version("syn"), xla_version("patched-torch")
+    assert plain.split("+git")[1][:7] == patched.split("+git")[1][:7]  # the same commit
+    assert plain != patched

@@ -125,9 +125,14 @@ def compose(
     torch_version = stamp.local_version(torch_c.version or "", pins["torch"], torch_digest)
     # torch_xla always carries ".p<digest>": even with no torch_xla patch, its OpenXLA is
     # the bundle's (override), not the one upstream's WORKSPACE pins.
-    xla_digest = stamp.patch_digest(
-        [series["torch_xla"][1], f"openxla:{pins['openxla']}", series["openxla"][1]]
-    )
+    xla_parts = [series["torch_xla"][1], f"openxla:{pins['openxla']}", series["openxla"][1]]
+    if torch_c.patches:
+        # torch_xla is compiled against the torch it is built with: a patched torch makes
+        # another torch_xla, which must not share a file name with the one built against
+        # another torch (builder.recorded stops on exactly that). Unpatched torch adds
+        # nothing, so those labels stay as they were.
+        xla_parts.append(f"torch:{series['torch'][1]}")
+    xla_digest = stamp.patch_digest(xla_parts)
     torch_xla_version = stamp.local_version(xla_c.version or "", pins["torch_xla"], xla_digest)
     knobs = {
         "bundle_libtpu": bundle.build.bundle_libtpu,
