@@ -116,4 +116,4 @@ ARG SMOKE_PIP_ARGS=
 RUN --mount=type=bind,source=${WHEELS_DIR},target=/wheels \
     python3 -m venv /opt/smoke \
     && /opt/smoke/bin/python -m pip install --no-cache-dir ${SMOKE_PIP_ARGS} /wheels/*.whl \
-    && /opt/smoke/bin/python -c "import importlib.resources as r, json, torch, torch_xla; p = json.loads(r.files('torch_xla').joinpath('_xla_wheels_provenance.json').read_text()); print('smoke:', torch.__version__, torch_xla.__version__, p['bundle'])"
+    && /opt/smoke/bin/python -c "import importlib.resources as r, json, torch, torch_xla; p = json.loads(r.files('torch_xla').joinpath('_xla_wheels_provenance.json').read_text()); print('smoke:', torch.__version__, torch_xla.__version__, p['components']['torch_xla']['commit'])"

@@ -101,7 +101,7 @@ patch-rebase: $(VENV_STAMP) ## carry the series onto another commit: make patch-
 builder-image: $(VENV_STAMP) ## build the builder image from ./Dockerfile: make builder-image [ENGINE=docker|podman|buildah] [DRY_RUN=1]
 	@$(CLI) builder-image
 
-wheels: $(VENV_STAMP) ## the main job: make wheels BUNDLE=v6e-2.11 [DRY_RUN=1] [ENGINE=] [BUILD_MODE=host] [JOBS=]
+wheels: $(VENV_STAMP) ## the main job: make wheels BUNDLE=v6e-2.11 [DRY_RUN=1] [ENGINE=] [BUILD_MODE=host] [JOBS=] [KEEP_RECORDED=1] [BUILD_TAG=n] [SOURCE_DATE_EPOCH=]
 	@$(CLI) wheels --bundle "$(BUNDLE)" $(MIRROR_ARG)
 
 lock: $(VENV_STAMP) ## write the bundle's entry in wheels.lock: make lock BUNDLE=...

@@ -7,7 +7,6 @@ pypiserver on 127.0.0.1 with an htpasswd file generated here, stopped by its fix
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import socket
@@ -93,17 +92,13 @@ def build_wheel(
     return wheel
 
 
-def provenance(bundle: str = BUNDLE) -> Provenance:
+def provenance() -> Provenance:
     """What the build stage would stamp into torch_xla for the default publish project."""
-    manifest = manifest_text(bundle)
     return Provenance(
-        bundle=bundle,
-        manifest_sha256=hashlib.sha256(manifest.encode()).hexdigest(),
         built_by="xla-wheels tests",
         build=BuildSettings(mode="host", engine="host", image=None, knobs={}),
         components={
             name: ComponentProvenance(
-                remote=f"https://example.invalid/{name}.git",
                 commit=sha,
                 version=None,
                 patches=(),

@@ -32,7 +32,7 @@ SHIP_CHECK = (
     '{python} -c "import importlib.resources, json, sys, torch_xla; '
     "p = json.loads(importlib.resources.files('torch_xla')"
     ".joinpath('_xla_wheels_provenance.json').read_text()); "
-    "print('provenance bundle', p['bundle']); "
+    "print('provenance torch_xla', p['components']['torch_xla']['commit']); "
     'sys.exit(0 if torch_xla.load_cache() else 1)"'
 )
 
@@ -104,6 +104,11 @@ if "TORCH_XLA_OPENXLA_PATCH" not in core:
 for key in ("BUILD_CPP_TESTS", "BUNDLE_LIBTPU", "TPUVM_MODE", "CXX_ABI", "BAZEL_DISK_CACHE_PATH"):
     if key not in os.environ:
         raise SystemExit(f"synthetic torch_xla: {key} not set")
+# Test hook: a compiler that makes different bytes from the same inputs (timestamps,
+# parallel link order) in miniature. Off unless a test asks for it.
+if os.environ.get("SYNTHETIC_NONDETERMINISTIC_BUILD") == "1":
+    with open(os.path.join(base, "torch_xla", "_compiled.py"), "w") as f:
+        f.write(f"RANDOM_BYTES = {os.urandom(8).hex()!r}\\n")
 with open(os.path.join(base, "torch_xla", "version.py"), "w") as f:
     f.write(f"__version__ = {version!r}\\n__xla_gitrev__ = {sha!r}\\n")
     f.write(f"__torch_gitrev__ = {torch.git_version!r}\\n__openxla_core__ = {core!r}\\n")

@@ -6,6 +6,7 @@ test data (tests/synthetic_upstream.py); the real compile runs only on a builder
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ from xla_wheels.builder import stamp
 from xla_wheels.bundle import load_bundle
 from xla_wheels.lockfile import file_sha256
 from xla_wheels.patches import describe_series, series_digest
+from xla_wheels.provenance import PROVENANCE_PATH
 
 REPO = Path(__file__).resolve().parents[1]
 HOST = ("--mode", "host", "--host-python", sys.executable)
@@ -59,7 +61,10 @@ def test_patched_build_is_stamped_and_carries_provenance(syn: Synthetic) -> None
     assert wheels[0].name == f"torch-2.9.0a0+git{syn.commits['torch'][:7]}-py3-none-any.whl"
 
     provenance = stamp.read_provenance(wheels[1])
-    assert provenance.bundle == "syn"
+    # The wheel's identity is its inputs: no bundle name, no manifest digest, no remote.
+    stored = json.loads(zipfile.ZipFile(wheels[1]).read(PROVENANCE_PATH))
+    assert "bundle" not in stored and "manifest_sha256" not in stored
+    assert all("remote" not in c for c in stored["components"].values())
     assert provenance.torch_xla_version == expected
     for name in ("torch", "torch_xla", "openxla"):
         assert provenance.components[name].commit == syn.commits[name]
@@ -93,7 +98,7 @@ def test_patched_build_is_stamped_and_carries_provenance(syn: Synthetic) -> None
     assert f"abi check: not applicable: no _XLAC extension in {wheels[1].name}" in result.stderr
     # The ship check read the provenance at runtime from the installed package.
     ship_log = (syn.root / "out" / "syn" / "logs" / "ship.log").read_text()
-    assert "provenance bundle syn" in ship_log
+    assert "provenance torch_xla" in ship_log
     # Logs per stage, every command printed before it ran.
     torch_log = (syn.root / "out" / "syn" / "logs" / "torch.log").read_text()
     assert "+ cd " in torch_log and "PYTORCH_BUILD_VERSION=2.9.0a0+git" in torch_log

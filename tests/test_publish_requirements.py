@@ -91,6 +91,7 @@ def test_the_provenance_is_compared_fact_by_fact_with_the_lock(tmp_path: Path) -
     from dataclasses import replace
 
     from xla_wheels.lockfile import read_lock
+    from xla_wheels.provenance import Provenance
     from xla_wheels.publish.provenance import compare
 
     project = make_publish_project(tmp_path, [])
@@ -98,13 +99,22 @@ def test_the_provenance_is_compared_fact_by_fact_with_the_lock(tmp_path: Path) -
     good = provenance()
     check = compare(good, BUNDLE, entry)
     assert check.problems == []
-    assert {"bundle", "manifest sha256", "torch_xla commit", "torch_xla patch series"} <= set(
-        check.compared
-    )
+    assert {"torch_xla commit", "torch_xla patch series"} <= set(check.compared)
+    # A wheel's identity is its inputs: a bundle name, manifest digest or remote in the file
+    # (older wheels carried them) is read, ignored and never judged, so bundles sharing the
+    # inputs share the wheel.
+    older = good.to_json()
+    older.update(bundle="another-bundle", manifest_sha256="0" * 64)
+    for component in older["components"].values():
+        component["remote"] = "https://example.invalid/elsewhere.git"
+    from_older = Provenance.from_json(older)
+    assert from_older == good
+    assert "bundle" not in from_older.to_json()
+    check = compare(from_older, BUNDLE, entry)
+    assert check.problems == []
+    assert not {"bundle", "manifest sha256"} & set(check.compared)
     xla = replace(good.components["torch_xla"], series_sha256="0" * 64, commit="deadbeef" * 5)
     bad = replace(good, components={**good.components, "torch_xla": xla})
     problems = compare(bad, BUNDLE, entry).problems
     assert any("torch_xla commit is deadbeef" in p for p in problems)
     assert any("torch_xla patch series sha256 is 000" in p for p in problems)
-    other = replace(good, manifest_sha256="1" * 64)
-    assert any("manifest sha256 1111" in p for p in compare(other, BUNDLE, entry).problems)

@@ -26,6 +26,7 @@ from typing import Any
 
 import tomli_w
 
+from xla_wheels import filemode
 from xla_wheels.bundle import Bundle, available_bundles, load_bundle
 from xla_wheels.errors import LockError, PipelineError
 from xla_wheels.patches import describe_series, series_digest
@@ -358,6 +359,7 @@ def write_lock(path: Path, lock: Lock) -> None:
         "w", encoding="utf-8", dir=path.parent, prefix=".wheels.lock.", delete=False
     ) as handle:
         handle.write(render_lock(lock))
+    filemode.as_if_created(Path(handle.name))  # NamedTemporaryFile made it 0600
     os.replace(handle.name, path)
 
 

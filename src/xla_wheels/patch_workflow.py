@@ -28,7 +28,7 @@ import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from xla_wheels import log
+from xla_wheels import filemode, log
 from xla_wheels.bundle import Bundle, Component, available_bundles, load_bundle
 from xla_wheels.errors import PatchError, PipelineError, UsageError
 from xla_wheels.gitutil import git, git_out, status_porcelain
@@ -116,9 +116,7 @@ def _write_by_rename(path: Path, data: bytes) -> None:
     ) as handle:
         handle.write(data)
     # NamedTemporaryFile is 0600; a patch file is read by others like any source file.
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(handle.name, 0o666 & ~umask)
+    filemode.as_if_created(Path(handle.name))
     os.replace(handle.name, path)
 
 

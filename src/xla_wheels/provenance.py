@@ -1,11 +1,19 @@
 """The provenance file inside our torch_xla wheel: one schema for its writer and readers.
 
-The build stage composes a :class:`Provenance` (bundle, manifest digest, each component's
-remote, full commit and patch digests, build settings), the builder's ``stamp-provenance``
-step completes it (versions, toolchain, torch_xla's own ``openxla_patches``) and writes
+The provenance records the wheel's inputs only: each component's full commit, version and
+patch digests, the build settings, and (added by the builder's ``stamp-provenance`` step
+when the wheel exists) the versions, toolchain and torch_xla's own ``openxla_patches``.
+Never the bundle that first asked for the wheel: bundles with the same inputs (a libtpu
+bump) share one stage-cache entry and so the very same bytes, and a bundle name, manifest
+digest or remote URL in the file would be wrong for all but the first. Readers judge a
+wheel by comparing these inputs (and its sha256) with the bundle's ``wheels.lock`` entry.
+
+The build stage composes a :class:`Provenance`, the stamp step completes it and writes
 :meth:`Provenance.to_bytes` into the wheel at :data:`PROVENANCE_PATH`. ``verify-install``
 and ``doctor`` read it back with :meth:`Provenance.from_json`, which names what is wrong
-with a file that does not follow this schema instead of guessing.
+with a file that does not follow this schema instead of guessing. Files written before the
+inputs-only rule carry ``bundle``, ``manifest_sha256`` and per-component ``remote``
+fields: :meth:`Provenance.from_json` accepts and ignores them (:data:`RETIRED_FIELDS`).
 
 Standard library only: the builder image runs this module without pipeline dependencies.
 """
@@ -21,6 +29,10 @@ PACKAGE = "torch_xla"
 PROVENANCE_NAME = "_xla_wheels_provenance.json"
 PROVENANCE_PATH = f"{PACKAGE}/{PROVENANCE_NAME}"
 """Where the file is inside the wheel (and inside site-packages once installed)."""
+
+
+RETIRED_FIELDS = ("bundle", "manifest_sha256")
+"""Top-level fields of older files, ignored when read (with each component's ``remote``)."""
 
 
 class ProvenanceFormatError(ValueError):
@@ -57,7 +69,6 @@ def _patches(data: object, where: str) -> tuple[PatchDigest, ...]:
 
 @dataclass(frozen=True)
 class ComponentProvenance:
-    remote: str
     commit: str
     version: str | None
     patches: tuple[PatchDigest, ...]
@@ -65,7 +76,6 @@ class ComponentProvenance:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "remote": self.remote,
             "commit": self.commit,
             "version": self.version,
             "patches": [patch.to_json() for patch in self.patches],
@@ -79,8 +89,9 @@ class ComponentProvenance:
         version = data.get("version")
         if version is not None and not isinstance(version, str):
             raise ProvenanceFormatError(f"{where}.version is not a string")
+        # An older file's ``remote`` is ignored: a URL is where the commit was fetched
+        # from, not an input (the same commit from a mirror makes the same wheel).
         return cls(
-            remote=_get(data, "remote", str, where + "."),
             commit=_get(data, "commit", str, where + "."),
             version=version,
             patches=_patches(data.get("patches"), f"{where}.patches"),
@@ -121,8 +132,6 @@ class BuildSettings:
 
 @dataclass(frozen=True)
 class Provenance:
-    bundle: str
-    manifest_sha256: str
     built_by: str
     build: BuildSettings
     components: Mapping[str, ComponentProvenance]
@@ -150,8 +159,6 @@ class Provenance:
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
-            "bundle": self.bundle,
-            "manifest_sha256": self.manifest_sha256,
             "built_by": self.built_by,
             "build": self.build.to_json(),
             "components": {name: c.to_json() for name, c in self.components.items()},
@@ -185,9 +192,8 @@ class Provenance:
         ):
             if value is not None and not isinstance(value, str):
                 raise ProvenanceFormatError(f"{key} is not a string")
+        # RETIRED_FIELDS of older files are not read: identity is the inputs.
         return cls(
-            bundle=_get(data, "bundle", str, ""),
-            manifest_sha256=_get(data, "manifest_sha256", str, ""),
             built_by=_get(data, "built_by", str, ""),
             build=BuildSettings.from_json(data.get("build")),
             components={

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from xla_wheels import log
+from xla_wheels import filemode, log
 from xla_wheels.bundle import Bundle, Component
 from xla_wheels.errors import GitError, PipelineError, SourceError
 from xla_wheels.gitutil import GitRunner, compose, run_command
@@ -268,6 +268,7 @@ class SourceCache:
         # leaves a half-initialised repository that later runs would trust.
         staging = Path(tempfile.mkdtemp(prefix=staging_name(repo), dir=repo.parent))
         self.run(init_bare_command(staging))
+        filemode.as_if_created(staging)  # mkdtemp made it 0700; the cache may be shared
         staging.rename(repo)
         return repo
 

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from xla_wheels import log
+from xla_wheels import filemode, log
 from xla_wheels.abi.pairs import EXTENSION, TORCH_LIB_DIR, AbiInputError, PairFiles
 from xla_wheels.gate.envs import cache_root
 
@@ -150,7 +150,7 @@ def _build(wheel: StockWheel, base: Path, final: Path, python: str) -> None:
             "download_s": round(time.monotonic() - started, 1),
         }
         (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
-        tmp.chmod(0o755)
+        filemode.as_if_created(tmp)  # mkdtemp made it 0700; the cache is per machine
         os.rename(tmp, final)  # the commit point
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

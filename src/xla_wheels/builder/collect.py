@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from xla_wheels import log
+from xla_wheels import filemode, log
 from xla_wheels.errors import PipelineError
 from xla_wheels.layout import BundleLayout
 from xla_wheels.lockfile import WheelRecord, file_sha256, record_wheels
@@ -61,9 +61,13 @@ class Staging:
             self.dist.mkdir(parents=True)
             self.created_dist = True
         self.path = Path(tempfile.mkdtemp(prefix=self.layout.staging_prefix, dir=self.dist))
-        self.path.chmod(0o755)
+        # mkdtemp made it 0700: dist/<bundle> is read by web servers running as others.
+        filemode.as_if_created(self.path)
         for wheel in self.wheels:
             shutil.copy2(wheel, self.path / wheel.name)
+            # The mode the umask gives, whatever the stage cache's copy has (0600 there
+            # from older pipelines' temporary files).
+            filemode.as_if_created(self.path / wheel.name)
             if file_sha256(self.path / wheel.name) != file_sha256(wheel):
                 raise PipelineError(f"copy of {wheel.name} into staging differs from the source")
         return self

@@ -69,6 +69,12 @@ class BuildConfig:
     remote_timeout: float = 8.0
     extra_env: tuple[tuple[str, str], ...] = field(default_factory=tuple)
     """Passed to every recipe command (e.g. PIP_INDEX_URL for a mirror)."""
+    source_date_epoch: int | None = None
+    """SOURCE_DATE_EPOCH for the wheels' dates; None: the torch_xla commit's date."""
+    keep_recorded: bool = False
+    """A rebuilt wheel whose bytes differ from the recorded one: keep the recorded file."""
+    build_tag: str | None = None
+    """PEP 427 build tag (a number) given to a rebuilt wheel whose bytes differ."""
 
     def disk_cache(self, cache_dir: Path) -> Path:
         return self.bazel_disk_cache or cache_dir / "bazel-disk"
@@ -110,6 +116,19 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
         "--host-tools", default=None, help="comma-separated tools BUILD_MODE=host needs"
     )
     group.add_argument("--compiler-env", default=None, help="e.g. 'CC=clang CXX=clang++'")
+    group.add_argument(
+        "--keep-recorded",
+        action="store_true",
+        default=None,
+        help="when a rebuilt wheel differs from the one wheels.lock records, keep the "
+        "recorded file (env KEEP_RECORDED=1)",
+    )
+    group.add_argument(
+        "--build-tag",
+        default=None,
+        help="PEP 427 build number for a rebuilt wheel that differs from the recorded one "
+        "(env BUILD_TAG)",
+    )
 
 
 def _env(name: str) -> str | None:
@@ -170,6 +189,10 @@ def build_config_from_args(args: argparse.Namespace) -> BuildConfig:
             tuple(t for t in tools.split(",") if t) if tools is not None else defaults.host_tools
         ),
         extra_env=(("PIP_INDEX_URL", pip_index),) if pip_index else (),
+        source_date_epoch=_epoch(_env("SOURCE_DATE_EPOCH")),
+        keep_recorded=bool(getattr(args, "keep_recorded", None))
+        or _env("KEEP_RECORDED") not in (None, "0"),
+        build_tag=_build_tag(getattr(args, "build_tag", None) or _env("BUILD_TAG")),
     )
 
 
@@ -177,6 +200,30 @@ def _root(args: argparse.Namespace) -> Path:
     """The project checkout, as ``options.options_from_args`` finds it."""
     root = getattr(args, "root", None)
     return (root or Path(os.environ.get("XLA_WHEELS_ROOT", "."))).resolve()
+
+
+def _epoch(text: str | None) -> int | None:
+    if text is None:
+        return None
+    if not text.strip().isdigit():
+        raise UsageError(
+            f"SOURCE_DATE_EPOCH={text} is not a number of seconds since 1970",
+            fix="unset it (the torch_xla commit's date is used) or give e.g. "
+            "SOURCE_DATE_EPOCH=$(git log -1 --format=%ct)",
+        )
+    return int(text)
+
+
+def _build_tag(text: str | None) -> str | None:
+    if text is None:
+        return None
+    if not text.isdigit():
+        raise UsageError(
+            f"BUILD_TAG={text} is not a number (PEP 427: a build tag starts with a digit; "
+            "this pipeline uses plain build numbers)",
+            fix="give a number higher than any recorded for this wheel, e.g. BUILD_TAG=1",
+        )
+    return text
 
 
 def _pick(value: float | None, default: float) -> float:

@@ -203,11 +203,18 @@ def _stamp_provenance(spec: BuildSpec, args: Sequence[str], log_file: TextIO) ->
         toolchain=_toolchain(spec),
         openxla_patches=tuple(PatchDigest(row["path"], row["sha256"]) for row in applied),
     )
-    stamp.stamp_provenance(wheels[0], provenance)
+    stamp.stamp_provenance(wheels[0], provenance, stamp.epoch_from(spec.extra_env))
     _say(f"# {PROVENANCE_PATH} added to {wheels[0].name}", log_file)
 
 
+def _repack_wheel(spec: BuildSpec, args: Sequence[str], log_file: TextIO) -> None:
+    for wheel in sorted(Path(args[0]).glob("*.whl")):
+        stamp.repack_wheel(wheel, wheel, stamp.epoch_from(spec.extra_env))
+        _say(f"# {wheel.name} re-packed reproducibly", log_file)
+
+
 ACTIONS = {
+    "repack-wheel": _repack_wheel,
     "finish-stage": _finish_stage,
     "apply-openxla-patches": _apply_openxla_patches,
     "write-file": _write_file,

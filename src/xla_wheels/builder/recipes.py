@@ -216,6 +216,12 @@ def torch_steps(spec: BuildSpec) -> list[Step]:
             path_prepend=bin_dir,
             secret_env=secret_env,
         ),
+        Step(
+            "re-pack the torch wheel reproducibly",
+            action="repack-wheel",
+            args=(tmp,),
+            note="sorted entries, SOURCE_DATE_EPOCH dates, 0644/0755 modes",
+        ),
         Step("finish torch stage", action="finish-stage", args=(tmp, spec.torch_stage, "torch")),
     ]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 # Bump when a recipe changes in a way that changes the wheels: invalidates the stage cache.
-RECIPE_VERSION = "1"
+RECIPE_VERSION = "2"  # 2: wheels re-packed reproducibly, provenance without a bundle
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import xla_wheels
 from xla_wheels import log
 from xla_wheels.abi import ship as abi_ship
 from xla_wheels.abi.pairs import AbiMismatch
-from xla_wheels.builder import recipes, remote_cache, stamp
+from xla_wheels.builder import recipes, recorded, remote_cache, stamp
 from xla_wheels.builder.collect import ShipCheckFailed, Staging, record_collected, up_to_date
 from xla_wheels.builder.config import BuildConfig
 from xla_wheels.builder.container import Engine, Mount, build_image_argv, make_engine
@@ -28,6 +28,7 @@ from xla_wheels.builder.preflight import PreflightError, planned_preflight, pref
 from xla_wheels.builder.spec import BuildSpec, stage_key
 from xla_wheels.bundle import Bundle
 from xla_wheels.errors import PipelineError
+from xla_wheels.gitutil import git
 from xla_wheels.layout import BundleLayout
 from xla_wheels.lockfile import file_sha256
 from xla_wheels.options import PipelineOptions
@@ -124,9 +125,14 @@ def compose(
     torch_version = stamp.local_version(torch_c.version or "", pins["torch"], torch_digest)
     # torch_xla always carries ".p<digest>": even with no torch_xla patch, its OpenXLA is
     # the bundle's (override), not the one upstream's WORKSPACE pins.
-    xla_digest = stamp.patch_digest(
-        [series["torch_xla"][1], f"openxla:{pins['openxla']}", series["openxla"][1]]
-    )
+    xla_parts = [series["torch_xla"][1], f"openxla:{pins['openxla']}", series["openxla"][1]]
+    if torch_c.patches:
+        # torch_xla is compiled against the torch it is built with: a patched torch makes
+        # another torch_xla, which must not share a file name with the one built against
+        # another torch (builder.recorded stops on exactly that). Unpatched torch adds
+        # nothing, so those labels stay as they were.
+        xla_parts.append(f"torch:{series['torch'][1]}")
+    xla_digest = stamp.patch_digest(xla_parts)
     torch_xla_version = stamp.local_version(xla_c.version or "", pins["torch_xla"], xla_digest)
     knobs = {
         "bundle_libtpu": bundle.build.bundle_libtpu,
@@ -179,9 +185,10 @@ def compose(
         suffix = keys[name][:16] if keys else "KEY-AFTER-SOURCES"
         return str(stages / f"{name}-{suffix}")
 
+    # Inputs only, never the bundle: every bundle with these inputs gets these bytes
+    # (they share the stage), so a bundle name, manifest digest or remote here would be
+    # wrong for all but the first (see stamp's module docstring).
     provenance = Provenance(
-        bundle=bundle.name,
-        manifest_sha256=bundle.manifest_sha256,
         built_by=f"xla-wheels {xla_wheels.__version__}",
         build=BuildSettings(
             mode=config.mode,
@@ -191,7 +198,6 @@ def compose(
         ),
         components={
             name: ComponentProvenance(
-                remote=bundle.component(name).remote,
                 commit=pins[name],
                 version=bundle.component(name).version,
                 patches=tuple(PatchDigest(p["path"], p["sha256"]) for p in series[name][0]),
@@ -221,7 +227,7 @@ def compose(
         pip_cache_dir=str(cache / "pip"),
         pip_args=list(config.pip_args),
         compiler_env=dict(config.compiler_env),
-        extra_env=dict(config.extra_env),
+        extra_env=_reproducible_env(options, bundle, config, commits),
         ship_env=str(layout.ship_env),
         ship_out=str(layout.ship_check),
         ship_check=config.ship_check,
@@ -232,6 +238,40 @@ def compose(
         provenance=provenance.to_json(),
     )
     return spec, keys
+
+
+def source_date_epoch(
+    options: PipelineOptions, bundle: Bundle, config: BuildConfig, commit: str | None
+) -> int | None:
+    """SOURCE_DATE_EPOCH as given, else the torch_xla commit's committer date.
+
+    A date of the inputs, not of the build: a rebuild of the same commit gets the same
+    wheel dates. None while the commit is not in the source cache yet (before sources).
+    """
+    if config.source_date_epoch is not None:
+        return config.source_date_epoch
+    if not commit:
+        return None
+    repo = SourceCache(options.source_cache, options.mirror).repo_for(bundle.component("torch_xla"))
+    if not repo.is_dir():
+        return None
+    shown = git(["show", "-s", "--format=%ct", commit], git_dir=repo, check=False)
+    text = shown.stdout.strip()
+    return int(text) if shown.returncode == 0 and text.isdigit() else None
+
+
+def _reproducible_env(
+    options: PipelineOptions,
+    bundle: Bundle,
+    config: BuildConfig,
+    commits: Mapping[str, str | None],
+) -> dict[str, str]:
+    """The configured extra environment plus SOURCE_DATE_EPOCH for every recipe."""
+    env = dict(config.extra_env)
+    epoch = source_date_epoch(options, bundle, config, commits.get("torch_xla"))
+    if epoch is not None:
+        env.setdefault("SOURCE_DATE_EPOCH", str(epoch))
+    return env
 
 
 @contextmanager
@@ -347,8 +387,9 @@ def build(run: BuildRun) -> None:
 
 def collect(run: BuildRun) -> Path:
     """Ship check on staged wheels, then the atomic move into dist/<bundle> and the lock."""
-    wheels = run.wheels()
     layout, name = run.layout, run.bundle.name
+    settle_recorded(run)
+    wheels = run.wheels()
     if up_to_date(layout, wheels):
         log.info(f"collect: {layout.dist} already holds these wheels")
         run.timings.append(("collect", 0.0, "up to date"))
@@ -383,6 +424,20 @@ def _abi_check(staging: Path, name: str) -> None:
             f"of dist/{name}: {error.message}",
             fix=error.fix,
         ) from None
+
+
+def settle_recorded(run: BuildRun) -> None:
+    """A stage wheel never replaces a recorded one silently (see ``builder.recorded``)."""
+    stages = {name: wheel for name, wheel in zip(RECIPES, run.wheels(), strict=True)}
+    recorded.settle(
+        stages,
+        bundle=run.bundle.name,
+        lock_path=run.layout.lock_path,
+        dist_root=run.layout.dist_root,
+        cache_dir=run.options.cache_dir,
+        keep_recorded=run.config.keep_recorded,
+        build_tag=run.config.build_tag,
+    )
 
 
 def report_timings(run: BuildRun) -> None:

@@ -9,19 +9,38 @@ exact build. The same inputs always give the same label (no dates, no build numb
 The provenance file (``xla_wheels.provenance``: its path and schema) is added to the built
 wheel (with its RECORD line), because upstream's setup.py lists only ``lib/*.so*`` and
 ``py.typed`` as package data: a file written into the source tree would not be packed.
+
+Identity: a wheel is its inputs (full commits, patch series digests, OpenXLA pin, build
+knobs, toolchain), not the bundle that first asked for it. Two bundles with the same
+torch/torch_xla inputs (a libtpu bump) share one stage-cache entry and so the very same
+bytes; the provenance therefore records inputs only, and readers judge a wheel by
+comparing those inputs and its sha256 with the bundle's ``wheels.lock`` entry.
+
+Reproducible bytes: both wheels are re-packed by :func:`repack_wheel` (sorted entries,
+dates from SOURCE_DATE_EPOCH, fixed modes, sorted JSON), so the packing adds no
+variation of its own; what the compiler makes is what remains. Re-packing the whole
+wheel, rather than trusting each upstream ``setup.py bdist_wheel`` to honour
+SOURCE_DATE_EPOCH and the umask, makes this hold for any setuptools/wheel version.
 """
 
 from __future__ import annotations
 
 import base64
+import calendar
+import csv
 import hashlib
+import io
 import os
 import re
+import shutil
+import stat
 import tempfile
+import time
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from xla_wheels import filemode
 from xla_wheels.provenance import PROVENANCE_PATH, Provenance
 
 _LOCAL_LABEL = re.compile(r"[a-z0-9]+(\.[a-z0-9]+)*")
@@ -53,49 +72,163 @@ def _record_hash(data: bytes) -> str:
     return f"sha256={digest.decode()}"
 
 
-def add_file_to_wheel(wheel: Path, arcname: str, data: bytes) -> None:
-    """Add (or replace) ``arcname`` in ``wheel`` and its ``*.dist-info/RECORD`` line.
+#: zip stores local time from 1980-01-01 on; an earlier SOURCE_DATE_EPOCH is clamped to it.
+ZIP_EPOCH_FLOOR = 315532800
+_WHEEL_NAME = re.compile(
+    r"(?P<dist>[^-]+)-(?P<version>[^-]+)(-(?P<build>\d[^-]*))?"
+    r"-(?P<python>[^-]+)-(?P<abi>[^-]+)-(?P<platform>[^-]+)\.whl"
+)
 
-    The wheel is rewritten to a temporary file next to it and renamed over it, so a crash
-    leaves the old wheel, never half a zip. Entries keep their order and timestamps.
+
+def epoch_from(env: Mapping[str, str]) -> int:
+    """SOURCE_DATE_EPOCH from ``env`` (https://reproducible-builds.org/specs/source-date-epoch/).
+
+    Without it (a spec written before it was set): the zip floor, which is as fixed.
     """
-    with zipfile.ZipFile(wheel) as source:
-        infos = source.infolist()
+    value = env.get("SOURCE_DATE_EPOCH", "")
+    return int(value) if value.strip().isdigit() else ZIP_EPOCH_FLOOR
+
+
+def zip_date_time(epoch: int) -> tuple[int, int, int, int, int, int]:
+    """The zip entry time for ``epoch`` in UTC, never before zip's 1980 floor."""
+    moment = time.gmtime(max(epoch, ZIP_EPOCH_FLOOR))
+    return (moment.tm_year, moment.tm_mon, moment.tm_mday,
+            moment.tm_hour, moment.tm_min, moment.tm_sec - moment.tm_sec % 2)  # fmt: skip
+
+
+def split_wheel_name(filename: str) -> dict[str, str | None]:
+    """PEP 427 parts: dist, version, build (None without a build tag), python, abi, platform."""
+    match = _WHEEL_NAME.fullmatch(filename)
+    if match is None:
+        raise ValueError(f"{filename} is not a PEP 427 wheel file name")
+    return match.groupdict()
+
+
+def _order(filename: str, record_name: str) -> tuple[int, str]:
+    # As bdist_wheel writes them: the package first, then .dist-info, RECORD last.
+    if filename == record_name:
+        return (2, filename)
+    return (1 if filename.split("/", 1)[0].endswith(".dist-info") else 0, filename)
+
+
+def _entry(filename: str, epoch: int, executable: bool) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(filename, date_time=zip_date_time(epoch))
+    info.create_system = 3  # unix: external_attr holds the mode
+    if filename.endswith("/"):
+        info.external_attr = (stat.S_IFDIR | 0o755) << 16 | 0x10
+        info.compress_type = zipfile.ZIP_STORED
+    else:
+        mode = 0o755 if executable else 0o644
+        info.external_attr = (stat.S_IFREG | mode) << 16
+        info.compress_type = zipfile.ZIP_DEFLATED
+    return info
+
+
+def _record_text(lines: list[list[str]]) -> str:
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(lines)
+    return out.getvalue()
+
+
+def repack_wheel(
+    source: Path, target: Path, epoch: int, files: Mapping[str, bytes] | None = None
+) -> Path:
+    """Write ``source`` (plus ``files``, added or replacing) to ``target``, reproducibly.
+
+    The same entries always give the same bytes, whatever the build tree's mtimes, umask
+    or directory order: entries sorted (package, then ``.dist-info``, RECORD last), every
+    date from ``epoch``, modes 0644 (0755 where the built file was executable, as
+    torch's ``bin/torch_shm_manager``), zlib's default deflate level, RECORD sorted
+    with the hashes of the added files. Written to a temporary file next to ``target`` and
+    renamed over it (a crash leaves the old file), with the mode the umask gives.
+    """
+    files = dict(files or {})
+    with zipfile.ZipFile(source) as archive:
+        infos = {info.filename: info for info in archive.infolist()}
         record_name = next(
-            (i.filename for i in infos if re.fullmatch(r"[^/]+\.dist-info/RECORD", i.filename)),
-            None,
+            (name for name in infos if re.fullmatch(r"[^/]+\.dist-info/RECORD", name)), None
         )
         if record_name is None:
-            raise ValueError(f"{wheel} has no .dist-info/RECORD: not a wheel")
-        record_lines = [
-            line
-            for line in source.read(record_name).decode().splitlines()
-            if line and not line.startswith((f"{arcname},", f"{record_name},"))
+            raise ValueError(f"{source} has no .dist-info/RECORD: not a wheel")
+        record = [
+            row
+            for row in csv.reader(io.StringIO(archive.read(record_name).decode()))
+            if row and row[0] not in files and row[0] != record_name
         ]
-        record_lines += [f"{arcname},{_record_hash(data)},{len(data)}", f"{record_name},,"]
-        handle, tmp_name = tempfile.mkstemp(dir=wheel.parent, prefix=f".{wheel.name}.")
+        record += [[name, _record_hash(data), str(len(data))] for name, data in files.items()]
+        record = [*sorted(record), [record_name, "", ""]]
+        names = sorted({*infos, *files, record_name}, key=lambda n: _order(n, record_name))
+        handle, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
         os.close(handle)
         try:
-            with zipfile.ZipFile(tmp_name, "w", zipfile.ZIP_DEFLATED) as target:
-                for info in infos:
-                    if info.filename in (arcname, record_name):
-                        continue
-                    target.writestr(info, source.read(info.filename))
-                added = zipfile.ZipInfo(arcname, date_time=infos[0].date_time)
-                added.external_attr = 0o644 << 16
-                target.writestr(added, data, zipfile.ZIP_DEFLATED)
-                record_info = zipfile.ZipInfo(record_name, date_time=infos[0].date_time)
-                record_info.external_attr = 0o644 << 16
-                target.writestr(record_info, "\n".join(record_lines) + "\n", zipfile.ZIP_DEFLATED)
-            os.replace(tmp_name, wheel)
+            with zipfile.ZipFile(tmp_name, "w") as out:
+                for name in names:
+                    old = infos.get(name)
+                    executable = old is not None and bool((old.external_attr >> 16) & 0o111)
+                    entry = _entry(name, epoch, executable and name not in files)
+                    if name == record_name:
+                        out.writestr(entry, _record_text(record))
+                    elif name in files:
+                        out.writestr(entry, files[name])
+                    elif name.endswith("/"):
+                        out.writestr(entry, b"")
+                    else:
+                        assert old is not None
+                        entry.file_size = old.file_size
+                        with (
+                            archive.open(old) as src,
+                            out.open(
+                                entry, "w", force_zip64=old.file_size >= zipfile.ZIP64_LIMIT
+                            ) as dst,
+                        ):
+                            shutil.copyfileobj(src, dst, 1 << 20)
+            filemode.as_if_created(Path(tmp_name))
+            os.replace(tmp_name, target)
         except BaseException:
             Path(tmp_name).unlink(missing_ok=True)
             raise
+    return target
 
 
-def stamp_provenance(wheel: Path, provenance: Provenance) -> None:
-    """Write the provenance into the torch_xla wheel at :data:`PROVENANCE_PATH`."""
-    add_file_to_wheel(wheel, PROVENANCE_PATH, provenance.to_bytes())
+def add_file_to_wheel(wheel: Path, arcname: str, data: bytes, epoch: int = ZIP_EPOCH_FLOOR) -> None:
+    """Add (or replace) ``arcname`` in ``wheel`` and its RECORD line; see repack_wheel."""
+    repack_wheel(wheel, wheel, epoch, {arcname: data})
+
+
+def with_build_tag(wheel: Path, build_tag: str) -> Path:
+    """A copy of ``wheel`` with PEP 427 build tag ``build_tag``: ``name-ver-TAG-py-abi-plat``.
+
+    The file name carries the tag and ``.dist-info/WHEEL`` its ``Build:`` line (the
+    ``.dist-info`` directory name has no build tag). Entry dates stay the wheel's own.
+    Returns the new file, next to the old.
+    """
+    if not re.fullmatch(r"[0-9]+", build_tag):
+        raise ValueError(f"build tag {build_tag!r} is not a number")
+    parts = split_wheel_name(wheel.name)
+    name = "-".join(
+        [str(parts["dist"]), str(parts["version"]), build_tag]
+        + [str(parts[key]) for key in ("python", "abi", "platform")]
+    )
+    with zipfile.ZipFile(wheel) as archive:
+        wheel_file = next(
+            n for n in archive.namelist() if re.fullmatch(r"[^/]+\.dist-info/WHEEL", n)
+        )
+        epoch = calendar.timegm((*archive.infolist()[0].date_time, 0, 0, 0))
+        lines = [
+            line
+            for line in archive.read(wheel_file).decode().splitlines()
+            if not line.startswith("Build:")
+        ]
+    text = "\n".join([*lines, f"Build: {build_tag}"]) + "\n"
+    return repack_wheel(wheel, wheel.with_name(f"{name}.whl"), epoch, {wheel_file: text.encode()})
+
+
+def stamp_provenance(wheel: Path, provenance: Provenance, epoch: int = ZIP_EPOCH_FLOOR) -> None:
+    """Write the provenance into the torch_xla wheel at :data:`PROVENANCE_PATH`.
+
+    The whole wheel is re-packed reproducibly on the way (see :func:`repack_wheel`).
+    """
+    add_file_to_wheel(wheel, PROVENANCE_PATH, provenance.to_bytes(), epoch)
 
 
 def read_provenance(wheel: Path) -> Provenance:

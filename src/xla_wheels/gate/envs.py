@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from xla_wheels import log
+from xla_wheels import filemode, log
 from xla_wheels.gate.errors import GateEnvironmentError
 
 MARKER = "xla-wheels-env.json"
@@ -244,7 +244,7 @@ def _build(
         _verify(python, build_log)
         marker = {"spec": asdict(spec), "python": py_version, "created": time.time()}
         (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
-        tmp.chmod(0o755)  # mkdtemp made it private; the env is meant to be shared
+        filemode.as_if_created(tmp)  # mkdtemp made it private; the env is shared
         # The rename is the commit point: before it the final name does not exist.
         os.rename(tmp, final)
     except BaseException:

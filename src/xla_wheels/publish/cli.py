@@ -93,7 +93,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     python = args.python or shutil.which("python3") or sys.executable
     entry = read_lock(options.lock_path).bundles.get(bundle.name)
     report = doctor.run_doctor(bundle, python, entry, os.environ, args.role, args.cache_path)
-    release_cli.add_lane_findings(report, options.root, python, args.lane)
+    release_cli.add_lane_findings(report, options.root, python, args.lane, bundle.name)
     print(report.render())
     doctor.ensure_healthy(report)
     return 0

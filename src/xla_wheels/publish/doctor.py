@@ -27,7 +27,8 @@ from xla_wheels.abi import pairs as abi_pairs
 from xla_wheels.bundle import Bundle
 from xla_wheels.errors import PipelineError
 from xla_wheels.lockfile import BundleEntry
-from xla_wheels.provenance import ProvenanceFormatError
+from xla_wheels.provenance import Provenance, ProvenanceFormatError
+from xla_wheels.publish import provenance as prov
 from xla_wheels.publish.cache_contract import CacheFacts, judge_cache_contract
 from xla_wheels.publish.errors import DoctorFailed
 from xla_wheels.publish.host_probe import HostFacts, probe
@@ -183,13 +184,7 @@ def check_versions(
                 "install the bundle's patched torch_xla",
             )
     if provenance is not None:
-        ok = provenance.bundle == bundle.name
-        report.add(
-            "ok" if ok else "FAIL",
-            "provenance",
-            f"torch_xla built for bundle {provenance.bundle}",
-            "" if ok else f"install the wheels of {bundle.name}",
-        )
+        check_provenance(report, bundle, provenance, lock_entry, fix_install)
     if facts.imported:
         report.add(
             "WARN",
@@ -197,6 +192,39 @@ def check_versions(
             f"probe saw {list(facts.imported)} already imported " "(sitecustomize?)",
             "do not import torch in site hooks",
         )
+
+
+def check_provenance(
+    report: DoctorReport,
+    bundle: Bundle,
+    provenance: Provenance,
+    lock_entry: BundleEntry | None,
+    fix_install: str,
+) -> None:
+    """Judge the installed torch_xla by its inputs against the bundle's lock entry.
+
+    Not by a bundle name: bundles with the same inputs share one wheel (builder.stamp).
+    """
+    if lock_entry is None:
+        report.add(
+            "WARN",
+            "provenance",
+            f"wheels.lock has no entry for {bundle.name}: the inputs cannot be compared",
+            f"run `make wheels BUNDLE={bundle.name}` (or `make lock BUNDLE={bundle.name}`)",
+        )
+        return
+    check = prov.compare(provenance, bundle.name, lock_entry)
+    if check.problems:
+        report.add("FAIL", "provenance", "; ".join(check.problems), fix_install)
+    elif not check.compared:
+        report.add(
+            "FAIL",
+            "provenance",
+            "present but holds none of the inputs the lock records",
+            fix_install,
+        )
+    else:
+        report.add("ok", "provenance", "inputs match wheels.lock: " + ", ".join(check.compared))
 
 
 def mount_of(path: Path, mountinfo: str | None = None) -> tuple[str, str]:

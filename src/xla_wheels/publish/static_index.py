@@ -16,6 +16,7 @@ import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
 
+from xla_wheels import filemode
 from xla_wheels.publish.wheels import LocalWheel
 
 INDEX_DIRNAME = "simple"
@@ -55,7 +56,7 @@ def write_static_index(directory: Path, wheels: Sequence[LocalWheel]) -> Path:
             ]
             (staging / name).mkdir()
             (staging / name / "index.html").write_text(_page(f"Links for {name}", links))
-        staging.chmod(0o755)
+        filemode.as_if_created(staging)  # mkdtemp made it 0700
         if target.exists():
             shutil.rmtree(target)
         staging.rename(target)

@@ -328,37 +328,50 @@ def cmd_lanes(args: argparse.Namespace) -> int:
     return 0
 
 
-def host_bundle(root: Path, facts: HostFacts) -> tuple[str | None, str]:
-    """The bundle a host runs: its provenance file, else the versions of our wheels."""
-    provenance = facts.provenance_raw
-    if isinstance(provenance, Mapping):
-        named = provenance.get("bundle")
-        named = named.get("name") if isinstance(named, Mapping) else named
-        if isinstance(named, str):
-            return named, "provenance file"
+def host_bundle(
+    root: Path, facts: HostFacts, named: str | None = None
+) -> tuple[str | None, str]:
+    """The bundle a host runs, known from the versions of our wheels.
+
+    A wheel's identity is its inputs, not a bundle (the provenance names no bundle): the
+    torch_xla version's local label is a digest of those inputs, so a bundle whose locked
+    wheel names all match the installed versions is one this host runs. The bundle doctor
+    was asked about (``named``) is tried first, then the lanes' current bundles; bundles
+    that share inputs share wheels, so either answer is true.
+    """
     installed_versions = {normalize(k): v for k, v in facts.versions.items()}
+
+    def runs(wheel_names: Sequence[str]) -> bool:
+        locked = [WheelName.parse(n) for n in wheel_names]
+        return bool(locked) and all(
+            installed_versions.get(w.normalized) == w.version for w in locked
+        )
+
+    how = "installed versions (content not compared: see make verify-install)"
+    if named:
+        entry = read_lock(root / "wheels.lock").bundles.get(named)
+        if entry is not None and runs([w.name for w in entry.wheels or ()]):
+            return named, how
     try:
         state = lanes.read_state(root)
     except lanes.LaneError:
         return None, ""
     for name in sorted({s.bundle for s in state.values()}):
-        locked = [
-            WheelName.parse(n)
-            for n, _ in next(s.wheels for s in state.values() if s.bundle == name)
-        ]
-        if locked and all(installed_versions.get(w.normalized) == w.version for w in locked):
-            return name, "installed versions (no provenance file: content not compared)"
+        if runs([n for n, _ in next(s.wheels for s in state.values() if s.bundle == name)]):
+            return name, how
     return None, ""
 
 
-def add_lane_findings(report: Any, root: Path, python: str, lane: str | None) -> None:
+def add_lane_findings(
+    report: Any, root: Path, python: str, lane: str | None, bundle_name: str | None = None
+) -> None:
     """``make doctor``: which bundle and lane this host runs (adds findings to the report)."""
     from xla_wheels.publish import doctor
 
     if not (root / lanes.LANES_CONFIG).exists():
         return  # a checkout without lanes: nothing to say about them
     facts = probe(python, doctor.PACKAGES, fix="pass PYTHON=<the training environment's python>")
-    bundle, how = host_bundle(root, facts)
+    bundle, how = host_bundle(root, facts, bundle_name)
     for status, detail, fix in lane_status(root, bundle, lane):
         report.add(status, "lane", detail + (f" (known from the {how})" if how else ""), fix)
 
