@@ -88,6 +88,15 @@ def test_patched_build_is_stamped_and_carries_provenance(syn: Synthetic) -> None
         ).stdout.strip()
         assert patched != syn.commits["torch_xla"]
         assert f"__xla_gitrev__ = {patched!r}" in version_py
+        # torch's revision as upstream's setup.py reads it (only from a ../.git
+        # directory): TORCH_GITREV, part of torch_xla's compilation-cache key. Our torch
+        # tree is a git worktree (.git is a file): without the recipe's help it is ''.
+        assert f"__torch_gitrev__ = {syn.commits['torch']!r}" in version_py
+    # ... and the worktree's .git is the gitdir file again after the build.
+    assert (syn.root / "out" / "syn" / "src" / "torch" / ".git").is_file()
+    # The recipe's own output reached the terminal, inside the build's section.
+    section = result.stderr.split("==> build: torch_xla", 1)[1].split("<== build: torch_xla")[0]
+    assert f"synthetic torch_xla: PyTorch Commit ID: {syn.commits['torch']}" in section
 
     # The synthetic torch_xla has no _XLAC: the ABI check says so instead of passing.
     assert f"abi check: not applicable: no _XLAC extension in {wheels[1].name}" in result.stderr
