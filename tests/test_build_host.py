@@ -6,6 +6,7 @@ test data (tests/synthetic_upstream.py); the real compile runs only on a builder
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -106,9 +107,33 @@ def test_patched_build_is_stamped_and_carries_provenance(syn: Synthetic) -> None
     # Logs per stage, every command printed before it ran.
     torch_log = (syn.root / "out" / "syn" / "logs" / "torch.log").read_text()
     assert "+ cd " in torch_log and "PYTORCH_BUILD_VERSION=2.9.0a0+git" in torch_log
+    # sources, patches and collect keep their commands and git's output in a log each.
+    logs = syn.root / "out" / "syn" / "logs"
+    assert f"worktree add --detach --force {logs.parent / 'src' / 'torch'}" in (
+        logs / "sources.log"
+    ).read_text()
+    assert "git apply --index" in (logs / "patches.log").read_text()
+    assert "--recipe ship" in (logs / "collect.log").read_text()
+    # Every stage is in the timings table, in run order.
+    assert timings_table(result.stderr) == [
+        ("preflight", "ran"),
+        ("sources", "ran"),
+        ("patches", "ran"),
+        ("build: torch", "ran"),
+        ("build: torch_xla", "ran"),
+        ("collect: ship check", "ran"),
+        ("collect: wheels.lock", "ran"),
+    ]
     lock = tomllib.loads((syn.root / "wheels.lock").read_text())
     recorded = {w["name"]: w["sha256"] for w in lock["bundles"]["syn"]["wheels"]}
     assert recorded == {w.name: file_sha256(w) for w in wheels}
+
+
+def timings_table(stderr: str) -> list[tuple[str, str]]:
+    """(stage, status) rows of the table printed at the end of a run."""
+    table = stderr.rsplit("stage timings:\n", 1)[1].splitlines()
+    rows = [re.fullmatch(r"  (.+?) +\S+  (ran|cached|failed|up to date)", line) for line in table]
+    return [(row.group(1), row.group(2)) for row in rows if row]
 
 
 def test_noop_rerun_skips_and_a_patch_change_rebuilds_only_torch_xla(syn: Synthetic) -> None:
@@ -123,7 +148,14 @@ def test_noop_rerun_skips_and_a_patch_change_rebuilds_only_torch_xla(syn: Synthe
     assert "sources, patches: skipped" in again.stderr
     assert "build: torch stage cached" in again.stderr
     assert "build: torch_xla stage cached" in again.stderr
-    assert "stage timings:" in again.stderr
+    assert timings_table(again.stderr) == [
+        ("preflight", "ran"),
+        ("sources", "cached"),
+        ("patches", "cached"),
+        ("build: torch", "cached"),
+        ("build: torch_xla", "cached"),
+        ("collect", "up to date"),
+    ]
     assert dist_wheels(syn) == first
 
     # Change the second torch_xla patch (same file, different bytes).
@@ -175,7 +207,15 @@ def test_failed_build_leaves_previous_dist_untouched(syn: Synthetic) -> None:
     result = run_cli(syn)
     assert result.returncode == 1
     assert "the torch_xla build failed" in result.stderr
-    assert "synthetic build failure" in (syn.root / "out/syn/logs/torch_xla.log").read_text()
+    log_path = syn.root / "out/syn/logs/torch_xla.log"
+    assert "synthetic build failure" in log_path.read_text()
+    # The terminal shows the log's tail and where the log is, and the failed stage's time.
+    tail = result.stderr.split(f" lines of {log_path} ---", 1)[1]
+    assert "synthetic build failure" in tail
+    assert timings_table(result.stderr)[-2:] == [
+        ("build: torch", "cached"),
+        ("build: torch_xla", "failed"),
+    ]
     after = {w.name: file_sha256(w) for w in dist_wheels(syn)}
     assert after == before
     assert [p.name for p in (syn.root / "dist").iterdir()] == ["syn"]
