@@ -109,9 +109,10 @@ def test_patched_build_is_stamped_and_carries_provenance(syn: Synthetic) -> None
     assert "+ cd " in torch_log and "PYTORCH_BUILD_VERSION=2.9.0a0+git" in torch_log
     # sources, patches and collect keep their commands and git's output in a log each.
     logs = syn.root / "out" / "syn" / "logs"
-    assert f"worktree add --detach --force {logs.parent / 'src' / 'torch'}" in (
-        logs / "sources.log"
-    ).read_text()
+    assert (
+        f"worktree add --detach --force {logs.parent / 'src' / 'torch'}"
+        in (logs / "sources.log").read_text()
+    )
     assert "git apply --index" in (logs / "patches.log").read_text()
     assert "--recipe ship" in (logs / "collect.log").read_text()
     # Every stage is in the timings table, in run order.
