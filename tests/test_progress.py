@@ -70,3 +70,16 @@ def test_a_slow_fetch_prints_progress_lines(tmp_path: Path, upstreams, run_cli) 
     assert "still fetching torch:" in sources_log
     assert "+ git --git-dir=" in sources_log and " fetch --quiet --no-tags " in sources_log
     assert re.search(r"^  sources +\S+  ran$", result.stderr, re.MULTILINE)
+
+
+def test_the_sources_log_masks_credentials_in_a_remote(tmp_path: Path, upstreams, run_cli) -> None:
+    project = make_project(tmp_path, upstreams)
+    manifest = project / "build" / "bundles" / "test-1.toml"
+    secret_remote = "http://builder:s3cret-token@127.0.0.1:9/torch.git"
+    manifest.write_text(manifest.read_text().replace(upstreams["torch"].url, secret_remote, 1))
+    result = run_cli("sources", "--bundle", "test-1", root=project)
+    assert result.exit_code != 0
+    sources_log = (project / "out" / "test-1" / "logs" / "sources.log").read_text()
+    assert "fetch --quiet --no-tags http://<redacted>@127.0.0.1:9/torch.git" in sources_log
+    assert "s3cret-token" not in sources_log
+    assert re.search(r"^  sources +\S+  failed$", result.stderr, re.MULTILINE)
