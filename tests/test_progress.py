@@ -8,9 +8,14 @@ a big one does on a network, and the heartbeat interval is set to 0.2 s.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import pty
 import re
 import stat
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 from tests.gitrepos import Upstream, git, make_project
@@ -37,9 +42,8 @@ def _commit_random_blob(upstream: Upstream, size: int) -> str:
     return sha
 
 
-def test_a_slow_fetch_prints_progress_lines(tmp_path: Path, upstreams, run_cli) -> None:
-    _commit_random_blob(upstreams["torch"], 3 * 1024 * 1024)
-    project = make_project(tmp_path, upstreams)
+def _slow_fetches(tmp_path: Path) -> dict[str, str]:
+    """The environment that slows every fetch from the throwaway upstreams."""
     hook = tmp_path / "slow-pack-objects"
     hook.write_text(THROTTLE.format(python=os.environ.get("PYTHON", "python3")))
     hook.chmod(hook.stat().st_mode | stat.S_IXUSR)
@@ -51,13 +55,13 @@ def test_a_slow_fetch_prints_progress_lines(tmp_path: Path, upstreams, run_cli) 
         # index-pack (which writes the incoming pack as it arrives), not unpack-objects.
         "[transfer]\n\tunpackLimit = 1\n"
     )
-    result = run_cli(
-        "sources",
-        "--bundle",
-        "test-1",
-        root=project,
-        env={"XLA_WHEELS_PROGRESS_INTERVAL": "0.2", "GIT_CONFIG_GLOBAL": str(config)},
-    )
+    return {"XLA_WHEELS_PROGRESS_INTERVAL": "0.2", "GIT_CONFIG_GLOBAL": str(config)}
+
+
+def test_a_slow_fetch_prints_progress_lines(tmp_path: Path, upstreams, run_cli) -> None:
+    _commit_random_blob(upstreams["torch"], 3 * 1024 * 1024)
+    project = make_project(tmp_path, upstreams)
+    result = run_cli("sources", "--bundle", "test-1", root=project, env=_slow_fetches(tmp_path))
     assert result.exit_code == 0, result.stderr
     lines = re.findall(
         r"still fetching torch: \S+, ([0-9.]+) (B|KiB|MiB) received so far", result.stderr
@@ -83,3 +87,37 @@ def test_the_sources_log_masks_credentials_in_a_remote(tmp_path: Path, upstreams
     assert "fetch --quiet --no-tags http://<redacted>@127.0.0.1:9/torch.git" in sources_log
     assert "s3cret-token" not in sources_log
     assert re.search(r"^  sources +\S+  failed$", result.stderr, re.MULTILINE)
+
+
+def test_on_a_terminal_git_shows_its_own_progress(tmp_path: Path, upstreams) -> None:
+    _commit_random_blob(upstreams["torch"], 3 * 1024 * 1024)
+    project = make_project(tmp_path, upstreams)
+    controller, terminal = pty.openpty()
+    received: list[bytes] = []
+
+    def read_terminal() -> None:
+        with contextlib.suppress(OSError):  # EIO once the last writer has gone
+            while chunk := os.read(controller, 4096):
+                received.append(chunk)
+
+    reader = threading.Thread(target=read_terminal)
+    reader.start()
+    env = {
+        "PATH": "/usr/bin:/bin:/usr/local/bin",
+        "HOME": str(tmp_path / "home"),
+        "XLA_WHEELS_CACHE": str(tmp_path / "machine-cache"),
+        **_slow_fetches(tmp_path),
+    }
+    command = [sys.executable, "-m", "xla_wheels", "sources", "--bundle", "test-1"]
+    process = subprocess.run(
+        [*command, "--root", str(project)], stderr=terminal, env=env, timeout=120, check=False
+    )
+    os.close(terminal)
+    reader.join(timeout=30)
+    os.close(controller)
+    shown = b"".join(received).decode(errors="replace")
+    assert process.returncode == 0, shown
+    # git's own meter (LC_ALL=C), redrawn in place; no heartbeat lines in between.
+    assert "Receiving objects: 100%" in shown
+    assert "still fetching" not in shown
+    assert " fetch --progress --no-tags " in shown
