@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import textwrap
 import time
 import tomllib
 import zipfile
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.synthetic_upstream import Synthetic, cli_args, make_patch, make_synthetic
+from tests.synthetic_upstream import TORCH_INIT, Synthetic, cli_args, make_patch, make_synthetic
 from xla_wheels.builder import stamp
 from xla_wheels.bundle import load_bundle
 from xla_wheels.lockfile import file_sha256
@@ -289,3 +290,32 @@ def test_dry_run_shows_the_builder_commands_for_v6e_2_9() -> None:
     ):
         assert expected in plan, expected
     assert "NOT AVAILABLE" not in plan
+
+
+def test_torch_xla_records_the_patched_torch_commit(syn: Synthetic) -> None:
+    # Two bundles with the same torch_xla but a different torch must not share torch_xla's
+    # compilation-cache keys: the key hashes TORCH_GITREV, which must be torch's commit as
+    # built, here the last commit of torch's patch series.
+    make_patch(
+        syn.upstream / "torch",
+        syn.commits["torch"],
+        "torch",
+        "a local torch fix",
+        {"torch/__init__.py": textwrap.dedent(TORCH_INIT).lstrip("\n") + "# patched\n"},
+        syn.root / "patches" / "torch" / "0001-fix.patch",
+    )
+    syn.write_bundle("patched-torch", torch_patches=("torch/0001-fix.patch",))
+    result = run_cli(syn, bundle="patched-torch")
+    assert result.returncode == 0, result.stderr
+    torch_head = subprocess.run(
+        ["git", "rev-parse", "HEAD"],
+        cwd=syn.root / "out" / "patched-torch" / "src" / "torch",
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert torch_head != syn.commits["torch"]
+    torch_xla = dist_wheels(syn, "patched-torch")[1]
+    with zipfile.ZipFile(torch_xla) as archive:
+        version_py = archive.read("torch_xla/version.py").decode()
+    assert f"__torch_gitrev__ = {torch_head!r}" in version_py
