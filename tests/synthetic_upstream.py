@@ -87,6 +87,16 @@ if not os.path.isfile(os.path.join(base, "..", "torch", "__init__.py")):
     raise SystemExit("synthetic torch_xla: PyTorch's source tree is not at ../")
 import torch  # installed into the build environment by the recipe
 sha = subprocess.check_output(["git", "rev-parse", "HEAD"], cwd=base, text=True).strip()
+# As upstream's get_git_head_sha (setup.py at c04e61c): torch's revision only when ../.git
+# is a directory, else ''. It becomes TORCH_GITREV, part of every compilation-cache key.
+if os.path.isdir(os.path.join(base, "..", ".git")):
+    torch_sha = subprocess.check_output(
+        ["git", "rev-parse", "HEAD"], cwd=os.path.join(base, ".."), text=True
+    ).strip()
+else:
+    torch_sha = ""
+# A recipe's output, streamed to the terminal inside the build's folded section.
+print("synthetic torch_xla: PyTorch Commit ID:", torch_sha or "(none)")
 version = os.getenv("TORCH_XLA_VERSION", "2.9.0")
 if os.getenv("GIT_VERSIONED_XLA_BUILD", "TRUE").upper() in ("1", "TRUE", "ON", "YES", "Y"):
     version += "+git" + sha[:7]
@@ -111,7 +121,7 @@ if os.environ.get("SYNTHETIC_NONDETERMINISTIC_BUILD") == "1":
         f.write(f"RANDOM_BYTES = {os.urandom(8).hex()!r}\\n")
 with open(os.path.join(base, "torch_xla", "version.py"), "w") as f:
     f.write(f"__version__ = {version!r}\\n__xla_gitrev__ = {sha!r}\\n")
-    f.write(f"__torch_gitrev__ = {torch.git_version!r}\\n__openxla_core__ = {core!r}\\n")
+    f.write(f"__torch_gitrev__ = {torch_sha!r}\\n__openxla_core__ = {core!r}\\n")
 setup(name="torch_xla", version=version, packages=["torch_xla"],
       install_requires=[f"torch=={torch.__version__}"])
 """

@@ -7,8 +7,10 @@ test data (tests/synthetic_upstream.py); the real compile runs only on a builder
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+import textwrap
 import time
 import tomllib
 import zipfile
@@ -16,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.synthetic_upstream import Synthetic, cli_args, make_patch, make_synthetic
+from tests.synthetic_upstream import TORCH_INIT, Synthetic, cli_args, make_patch, make_synthetic
 from xla_wheels.builder import stamp
 from xla_wheels.bundle import load_bundle
 from xla_wheels.lockfile import file_sha256
@@ -93,6 +95,15 @@ def test_patched_build_is_stamped_and_carries_provenance(syn: Synthetic) -> None
         ).stdout.strip()
         assert patched != syn.commits["torch_xla"]
         assert f"__xla_gitrev__ = {patched!r}" in version_py
+        # torch's revision as upstream's setup.py reads it (only from a ../.git
+        # directory): TORCH_GITREV, part of torch_xla's compilation-cache key. Our torch
+        # tree is a git worktree (.git is a file): without the recipe's help it is ''.
+        assert f"__torch_gitrev__ = {syn.commits['torch']!r}" in version_py
+    # ... and the worktree's .git is the gitdir file again after the build.
+    assert (syn.root / "out" / "syn" / "src" / "torch" / ".git").is_file()
+    # The recipe's own output reached the terminal, inside the build's section.
+    section = result.stderr.split("==> build: torch_xla", 1)[1].split("<== build: torch_xla")[0]
+    assert f"synthetic torch_xla: PyTorch Commit ID: {syn.commits['torch']}" in section
 
     # The synthetic torch_xla has no _XLAC: the ABI check says so instead of passing.
     assert f"abi check: not applicable: no _XLAC extension in {wheels[1].name}" in result.stderr
@@ -102,9 +113,34 @@ def test_patched_build_is_stamped_and_carries_provenance(syn: Synthetic) -> None
     # Logs per stage, every command printed before it ran.
     torch_log = (syn.root / "out" / "syn" / "logs" / "torch.log").read_text()
     assert "+ cd " in torch_log and "PYTORCH_BUILD_VERSION=2.9.0a0+git" in torch_log
+    # sources, patches and collect keep their commands and git's output in a log each.
+    logs = syn.root / "out" / "syn" / "logs"
+    assert (
+        f"worktree add --detach --force {logs.parent / 'src' / 'torch'}"
+        in (logs / "sources.log").read_text()
+    )
+    assert "git apply --index" in (logs / "patches.log").read_text()
+    assert "--recipe ship" in (logs / "collect.log").read_text()
+    # Every stage is in the timings table, in run order.
+    assert timings_table(result.stderr) == [
+        ("preflight", "ran"),
+        ("sources", "ran"),
+        ("patches", "ran"),
+        ("build: torch", "ran"),
+        ("build: torch_xla", "ran"),
+        ("collect: ship check", "ran"),
+        ("collect: wheels.lock", "ran"),
+    ]
     lock = tomllib.loads((syn.root / "wheels.lock").read_text())
     recorded = {w["name"]: w["sha256"] for w in lock["bundles"]["syn"]["wheels"]}
     assert recorded == {w.name: file_sha256(w) for w in wheels}
+
+
+def timings_table(stderr: str) -> list[tuple[str, str]]:
+    """(stage, status) rows of the table printed at the end of a run."""
+    table = stderr.rsplit("stage timings:\n", 1)[1].splitlines()
+    rows = [re.fullmatch(r"  (.+?) +\S+  (ran|cached|failed|up to date)", line) for line in table]
+    return [(row.group(1), row.group(2)) for row in rows if row]
 
 
 def test_noop_rerun_skips_and_a_patch_change_rebuilds_only_torch_xla(syn: Synthetic) -> None:
@@ -119,7 +155,14 @@ def test_noop_rerun_skips_and_a_patch_change_rebuilds_only_torch_xla(syn: Synthe
     assert "sources, patches: skipped" in again.stderr
     assert "build: torch stage cached" in again.stderr
     assert "build: torch_xla stage cached" in again.stderr
-    assert "stage timings:" in again.stderr
+    assert timings_table(again.stderr) == [
+        ("preflight", "ran"),
+        ("sources", "cached"),
+        ("patches", "cached"),
+        ("build: torch", "cached"),
+        ("build: torch_xla", "cached"),
+        ("collect", "up to date"),
+    ]
     assert dist_wheels(syn) == first
 
     # Change the second torch_xla patch (same file, different bytes).
@@ -171,7 +214,15 @@ def test_failed_build_leaves_previous_dist_untouched(syn: Synthetic) -> None:
     result = run_cli(syn)
     assert result.returncode == 1
     assert "the torch_xla build failed" in result.stderr
-    assert "synthetic build failure" in (syn.root / "out/syn/logs/torch_xla.log").read_text()
+    log_path = syn.root / "out/syn/logs/torch_xla.log"
+    assert "synthetic build failure" in log_path.read_text()
+    # The terminal shows the log's tail and where the log is, and the failed stage's time.
+    tail = result.stderr.split(f" lines of {log_path} ---", 1)[1]
+    assert "synthetic build failure" in tail
+    assert timings_table(result.stderr)[-2:] == [
+        ("build: torch", "cached"),
+        ("build: torch_xla", "failed"),
+    ]
     after = {w.name: file_sha256(w) for w in dist_wheels(syn)}
     assert after == before
     assert [p.name for p in (syn.root / "dist").iterdir()] == ["syn"]
@@ -244,3 +295,32 @@ def test_dry_run_shows_the_builder_commands_for_v6e_2_9() -> None:
     ):
         assert expected in plan, expected
     assert "NOT AVAILABLE" not in plan
+
+
+def test_torch_xla_records_the_patched_torch_commit(syn: Synthetic) -> None:
+    # Two bundles with the same torch_xla but a different torch must not share torch_xla's
+    # compilation-cache keys: the key hashes TORCH_GITREV, which must be torch's commit as
+    # built, here the last commit of torch's patch series.
+    make_patch(
+        syn.upstream / "torch",
+        syn.commits["torch"],
+        "torch",
+        "a local torch fix",
+        {"torch/__init__.py": textwrap.dedent(TORCH_INIT).lstrip("\n") + "# patched\n"},
+        syn.root / "patches" / "torch" / "0001-fix.patch",
+    )
+    syn.write_bundle("patched-torch", torch_patches=("torch/0001-fix.patch",))
+    result = run_cli(syn, bundle="patched-torch")
+    assert result.returncode == 0, result.stderr
+    torch_head = subprocess.run(
+        ["git", "rev-parse", "HEAD"],
+        cwd=syn.root / "out" / "patched-torch" / "src" / "torch",
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert torch_head != syn.commits["torch"]
+    torch_xla = dist_wheels(syn, "patched-torch")[1]
+    with zipfile.ZipFile(torch_xla) as archive:
+        version_py = archive.read("torch_xla/version.py").decode()
+    assert f"__torch_gitrev__ = {torch_head!r}" in version_py

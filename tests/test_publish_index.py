@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -50,6 +51,10 @@ def test_upload_then_rerun_skips(project: Path, index_server: IndexServer) -> No
     assert on_server == sorted(p.name for p in (project / "dist" / BUNDLE).glob("*.whl"))
     for name in on_server:
         assert _sha(index_server.packages / name) == _sha(project / "dist" / BUNDLE / name)
+    # publish keeps its commands and twine's output in the bundle's logs, no password.
+    publish_log = (project / "out" / BUNDLE / "logs" / "publish.log").read_text()
+    assert "twine upload" in publish_log and PASSWORD not in publish_log
+    assert re.search(r"^  publish +\S+  ran$", first.stderr, re.MULTILINE)
 
     again = cli(project, "publish", "--bundle", BUNDLE, "--index-url", index_server.url, env=env)
     assert again.exit_code == 0, again.output
@@ -96,6 +101,8 @@ def test_wrong_password_is_refused_without_leaking_it(
     assert "TWINE_PASSWORD" in result.stderr  # the fix names where credentials come from
     assert wrong not in result.output
     assert PASSWORD not in result.output
+    assert wrong not in (project / "out" / BUNDLE / "logs" / "publish.log").read_text()
+    assert re.search(r"^  publish +\S+  failed$", result.stderr, re.MULTILINE)
     assert list(server.packages.iterdir()) == []
 
 

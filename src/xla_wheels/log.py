@@ -4,6 +4,10 @@ Modelled on cibuildwheel's ``logger.py``: each stage opens a section that is fol
 CI systems that support it (GitHub Actions ``::group::``, Azure ``##[group]``) and
 closes with its duration, so a long build shows where the time went. Everything goes to
 stderr; stdout is kept for machine-readable output (plans, JSON, tables users pipe).
+
+While a stage log is open (:func:`stage_log`, e.g. ``out/<bundle>/logs/sources.log``),
+every line printed here is also written to it, through the log's redactor, together
+with what :func:`to_stage_logs` adds (the output of the commands the stage ran).
 """
 
 from __future__ import annotations
@@ -13,8 +17,11 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import TextIO
+
+_stage_logs: list[tuple[TextIO, Callable[[str], str]]] = []
 
 
 def _fold_style() -> str | None:
@@ -29,12 +36,44 @@ def _stream() -> TextIO:
     return sys.stderr
 
 
-def info(message: str) -> None:
+def _emit(message: str) -> None:
     print(message, file=_stream(), flush=True)
+    to_stage_logs(message)
+
+
+def info(message: str) -> None:
+    _emit(message)
 
 
 def warning(message: str) -> None:
-    print(f"warning: {message}", file=_stream(), flush=True)
+    _emit(f"warning: {message}")
+
+
+def to_stage_logs(text: str) -> None:
+    """Write ``text`` (redacted) to every open stage log, not to the terminal."""
+    if not text:
+        return
+    line = text if text.endswith("\n") else text + "\n"
+    for handle, redact in _stage_logs:
+        handle.write(redact(line))
+        handle.flush()
+
+
+def _no_redaction(text: str) -> str:
+    return text
+
+
+@contextlib.contextmanager
+def stage_log(path: Path, redact: Callable[[str], str] = _no_redaction) -> Iterator[Path]:
+    """Open ``path`` (replaced each run) as the log of the stage running inside."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as handle:
+        entry = (handle, redact)
+        _stage_logs.append(entry)
+        try:
+            yield path
+        finally:
+            _stage_logs.remove(entry)
 
 
 def format_duration(seconds: float) -> str:
@@ -55,6 +94,7 @@ def section(title: str) -> Iterator[None]:
         print(f"##[group]{title}", file=stream, flush=True)
     else:
         print(f"==> {title}", file=stream, flush=True)
+    to_stage_logs(f"==> {title}")
     start = time.monotonic()
     outcome = "failed"
     try:
@@ -66,7 +106,7 @@ def section(title: str) -> Iterator[None]:
             print("::endgroup::", file=stream, flush=True)
         elif style == "azure":
             print("##[endgroup]", file=stream, flush=True)
-        print(f"<== {title}: {outcome} in {elapsed}", file=stream, flush=True)
+        _emit(f"<== {title}: {outcome} in {elapsed}")
 
 
 def format_command(

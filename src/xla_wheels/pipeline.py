@@ -7,8 +7,9 @@ same inputs as the real run, so what ``DRY_RUN=1`` shows is what a run executes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from xla_wheels import log
 from xla_wheels.builder import stage as build_stage
@@ -28,6 +29,7 @@ from xla_wheels.patches import (
     write_state,
 )
 from xla_wheels.plan import PlannedCommand, PlannedStage
+from xla_wheels.progress import Timings, log_redactor
 from xla_wheels.sources import CheckedOutSource, SourceCache, fetch_sources, plan_commands
 
 
@@ -68,13 +70,38 @@ def run_until(
     last_stage: str,
     build_config: BuildConfig | None = None,
 ) -> PatchedSources | None:
-    """Run the stages up to and including ``last_stage``."""
+    """Run the stages up to and including ``last_stage``.
+
+    Each stage writes ``out/<bundle>/logs/<stage>.log`` (commands and their output,
+    credentials masked; the recipes write their own), and the timings table at the end
+    lists every stage, ran, cached or failed, also when the run fails.
+    """
     bundle = load_bundle(options.root, bundle_name)
     build_run = None
     if last_stage in ("build", "collect"):
         # Preflight first: every blocker (pins, remotes, engine, disk, memory) at once,
         # before anything is fetched. It also knows which build stages are cached.
         build_run = build_stage.prepare(options, bundle, build_config or BuildConfig())
+    timings = build_run.timings if build_run is not None else Timings()
+    logs = BundleLayout.of(options, bundle.name).logs
+    redact = log_redactor(
+        build_config.remote_cache.secret_values() if build_config is not None else {}
+    )
+    try:
+        return _run_stages(options, bundle, last_stage, build_run, timings, logs, redact)
+    finally:
+        timings.report()
+
+
+def _run_stages(
+    options: PipelineOptions,
+    bundle: Bundle,
+    last_stage: str,
+    build_run: build_stage.BuildRun | None,
+    timings: Timings,
+    logs: Path,
+    redact: Callable[[str], str],
+) -> PatchedSources | None:
     with log.section(f"resolve: bundle {bundle.name}"):
         log.info(f"manifest {bundle.path} sha256:{bundle.manifest_sha256}")
         unresolved = bundle.unresolved_pins()
@@ -89,15 +116,19 @@ def run_until(
         # Every build stage is cached for these exact inputs (full SHAs, patch digests):
         # fresh worktrees would only be thrown away, so sources and patches are skipped.
         log.info("sources, patches: skipped (both build stages are cached for these inputs)")
+        timings.add("sources", 0.0, "cached")
+        timings.add("patches", 0.0, "cached")
         update_bundle_entry(options.lock_path, bundle, build_run.commits, options.root)
         patched = None
     else:
-        sources = run_sources(options, bundle)
+        with log.stage_log(logs / "sources.log", redact), timings.stage("sources"):
+            sources = run_sources(options, bundle)
         resolved = {name: source.commit for name, source in sources.items()}
         update_bundle_entry(options.lock_path, bundle, resolved, options.root)
         if last_stage == "sources":
             return None
-        patched = run_patches(bundle, sources)
+        with log.stage_log(logs / "patches.log", redact), timings.stage("patches"):
+            patched = run_patches(bundle, sources)
         if last_stage == "patches":
             return patched
     if build_run is None:
@@ -106,9 +137,9 @@ def run_until(
         build_run = build_stage.after_sources(build_run, patched.sources)
     build_stage.build(build_run)
     if last_stage == "collect":
-        target = build_stage.collect(build_run)
-        log.info(f"collect: {target}")
-    build_stage.report_timings(build_run)
+        with log.stage_log(logs / "collect.log", redact):
+            target = build_stage.collect(build_run)
+            log.info(f"collect: {target}")
     return patched
 
 

@@ -25,13 +25,14 @@ import posixpath
 import shutil
 import tempfile
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from xla_wheels import filemode, log
+from xla_wheels import filemode, log, progress
 from xla_wheels.bundle import Bundle, Component
 from xla_wheels.errors import GitError, PipelineError, SourceError
-from xla_wheels.gitutil import GitRunner, compose, run_command
+from xla_wheels.gitutil import PROGRESS_FLAG, GitRunner, compose, run_command
 from xla_wheels.plan import PlannedCommand
 
 # The state file the patch stage leaves next to a worktree; its presence says the
@@ -159,26 +160,32 @@ def has_commit_command(repo: Path, rev: str) -> PlannedCommand:
     return compose(["cat-file", "-e", f"{rev}^{{commit}}"], git_dir=repo)
 
 
+def _verbosity() -> str:
+    """git's own progress meter on a terminal; elsewhere quiet, and the stage prints a
+    line every interval instead (``progress.heartbeat``)."""
+    return PROGRESS_FLAG if progress.on_terminal() else "--quiet"
+
+
 def fetch_command(repo: Path, url: str, commit: str, *, full: bool) -> PlannedCommand:
     """Fetching one SHA keeps the transfer small; GitHub and git >= 2.5 servers with
     uploadpack.allowReachableSHA1InWant allow it. A short SHA cannot be fetched by name,
     so it fetches every branch and tag and is resolved afterwards."""
     if full:
         return compose(
-            ["fetch", "--quiet", "--no-tags", url, f"{commit}:refs/pinned/{commit}"],
+            ["fetch", _verbosity(), "--no-tags", url, f"{commit}:refs/pinned/{commit}"],
             git_dir=repo,
             note="when the cache lacks the commit; if the server refuses a fetch by SHA: "
             + fetch_branches_command(repo, url).render(),
         )
     return compose(
-        ["fetch", "--quiet", "--no-tags", url, *_ALL_BRANCHES],
+        ["fetch", _verbosity(), "--no-tags", url, *_ALL_BRANCHES],
         git_dir=repo,
         note="when the cache lacks the commit",
     )
 
 
 def fetch_branches_command(repo: Path, url: str) -> PlannedCommand:
-    return compose(["fetch", "--quiet", url, *_ALL_BRANCHES], git_dir=repo)
+    return compose(["fetch", _verbosity(), url, *_ALL_BRANCHES], git_dir=repo)
 
 
 def verify_command(repo: Path, commit: str) -> PlannedCommand:
@@ -314,7 +321,13 @@ class SourceCache:
 
     def _fetch_commit(self, repo: Path, remote: str, commit: str, label: str, full: bool) -> None:
         url = effective_remote(remote, self.mirror)
-        with log.section(f"fetch {label} from {url}"):
+        received = partial(progress.directory_bytes, repo / "objects")
+        with (
+            log.section(f"fetch {label} from {url}"),
+            progress.heartbeat(
+                f"fetching {label}", received, 0 if progress.on_terminal() else None
+            ),
+        ):
             attempt = self.run(fetch_command(repo, url, commit, full=full), echo=True, check=False)
             if attempt.returncode != 0 and full:
                 attempt = self.run(fetch_branches_command(repo, url), echo=True, check=False)

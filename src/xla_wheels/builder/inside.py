@@ -3,8 +3,12 @@
 The same entry point runs inside the builder image (ENGINE=docker|podman|buildah) and on
 the host (BUILD_MODE=host), so both modes run identical recipes. Each command is printed
 before it runs, to stderr and to ``<out>/logs/<recipe>.log``; the command's own output
-goes to the log file only (a torch build writes hundreds of MB), and a failure prints the
-log's tail. Exit 0 on success, 1 when a step fails, 2 on bad arguments.
+goes, line by line, to the log file and to stderr, where the caller has opened a folded
+section for the recipe (``log.section``: a GitHub Actions ``::group::``), as cibuildwheel
+streams its build steps: a build that takes hours shows what it is doing, CI folds it
+away, and the log keeps all of it. A failure then prints the log's tail and its path, so
+the cause is visible even where the section is folded. Exit 0 on success, 1 when a step
+fails, 2 on bad arguments.
 
 Credentials for the remote compile caches arrive in the 0600 file named by
 ``XLA_WHEELS_SECRETS_FILE`` (``remote_cache``): they fill the steps' templates at run
@@ -18,6 +22,7 @@ dependencies.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -26,7 +31,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -81,18 +86,53 @@ def run_step(
     if step.cwd:
         Path(step.cwd).mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
-    if secrets:
+    with _git_dir_as_directory(step.git_dir_for, log_file):
         returncode = _run_redacted(argv, env, step.cwd, log_file, remote_cache.Redactor(secrets))
-    else:
-        returncode = subprocess.run(
-            argv, env=env, cwd=step.cwd, stdout=log_file, stderr=subprocess.STDOUT, check=False
-        ).returncode
     _say(f"# {step.title}: exit {returncode} in {time.monotonic() - start:.1f}s", log_file)
     if returncode != 0:
         log_file.flush()
         tail = log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-TAIL_LINES:]
-        print("\n".join(tail), file=sys.stderr)
+        print(f"--- last {len(tail)} lines of {log_path} ---", file=sys.stderr)
+        print("\n".join(tail), file=sys.stderr, flush=True)
         raise StepFailed(f"{step.title} failed (exit {returncode}); log: {log_path}")
+
+
+@contextlib.contextmanager
+def _git_dir_as_directory(worktree: str | None, log_file: TextIO) -> Iterator[None]:
+    """While the step runs, ``<worktree>/.git`` is a symlink to the worktree's own git
+    directory instead of the ``gitdir:`` file ``git worktree add`` writes; restored after.
+
+    torch_xla's setup.py reads torch's revision only when ``../.git`` is a directory
+    (``recipes.TORCH_GIT_DIR_NOTE``). git treats the symlinked directory as the same
+    linked worktree (its HEAD, index and common repository), so ``git rev-parse HEAD``
+    there is the worktree's HEAD. Replaced by rename both ways, so the tree is never
+    without a ``.git``; a run killed in between leaves the symlink, which git reads as
+    the same worktree (and the sources stage removes like any worktree).
+    """
+    if worktree is None:
+        yield
+        return
+    dot_git = Path(worktree) / ".git"
+    if dot_git.is_dir() or not dot_git.is_file():
+        yield  # already a directory (a clone, or a symlink left by a killed run)
+        return
+    original = dot_git.read_text(encoding="utf-8")
+    if not original.startswith("gitdir:"):
+        raise StepFailed(f"{dot_git} is neither a git directory nor a gitdir file")
+    target = Path(original.removeprefix("gitdir:").strip())
+    if not target.is_absolute():
+        target = (dot_git.parent / target).resolve()
+    link = dot_git.with_name(".git.xla-wheels-link")
+    saved = dot_git.with_name(".git.xla-wheels-file")
+    link.unlink(missing_ok=True)
+    link.symlink_to(target, target_is_directory=True)
+    _say(f"# {dot_git} -> {target} while this step runs (TORCH_GITREV)", log_file)
+    os.replace(link, dot_git)
+    try:
+        yield
+    finally:
+        saved.write_text(original, encoding="utf-8")
+        os.replace(saved, dot_git)
 
 
 def _filled(template: str, secrets: Mapping[str, str]) -> str:
@@ -109,8 +149,9 @@ def _run_redacted(
     log_file: TextIO,
     redact: remote_cache.Redactor,
 ) -> int:
-    """The command's output goes to the log through the redactor (a build system may
-    echo its environment, e.g. CMake's or setup.py's printing of the compiler setup)."""
+    """The command's output goes, line by line, through the redactor (a build system may
+    echo its environment, e.g. CMake's or setup.py's printing of the compiler setup) to
+    the log and to stderr."""
     log_file.flush()
     with subprocess.Popen(
         argv,
@@ -124,7 +165,10 @@ def _run_redacted(
     ) as process:
         assert process.stdout is not None
         for line in process.stdout:
-            log_file.write(redact(line))
+            clean = redact(line)
+            log_file.write(clean)
+            sys.stderr.write(clean)
+            sys.stderr.flush()
     return process.returncode
 
 

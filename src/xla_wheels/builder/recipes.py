@@ -32,6 +32,16 @@ from xla_wheels.builder.spec import BuildSpec
 
 PATCH_STATE = "openxla_patches.applied.json"
 
+# torch_xla's setup.py (c04e61c, get_git_head_sha) reads the torch revision with
+# `git rev-parse HEAD` in ../ only when `os.path.isdir("../.git")`, else it uses ''. It
+# writes that revision into torch_xla/csrc/version.cpp as TORCH_GITREV, which
+# xla_graph_executor.cpp hashes into every compilation-cache key. Our torch tree is a
+# `git worktree`, whose .git is a FILE: without this, TORCH_GITREV would be '' and two
+# bundles with the same torch_xla but different torch would share cache keys. So while
+# setup.py runs, <torch>/.git is a symlink to the worktree's own git directory (the
+# same repository, index and HEAD: the patched commit when torch has a series).
+TORCH_GIT_DIR_NOTE = "torch's revision for TORCH_GITREV: setup.py reads ../.git only as a directory"
+
 
 @dataclass(frozen=True)
 class Step:
@@ -51,6 +61,9 @@ class Step:
     secret_env: tuple[tuple[str, str], ...] = ()
     """(NAME, template): ``${key}`` placeholders filled with credentials when the step
     runs (``remote_cache.fill_template``), shown as the redaction marker."""
+    git_dir_for: str | None = None
+    """A worktree whose ``.git`` file is shown as a directory while the step runs (see
+    :data:`TORCH_GIT_DIR_NOTE`); restored afterwards."""
 
     def render(self) -> str:
         if self.action in ("write-file", "write-private-file"):
@@ -74,6 +87,8 @@ class Step:
             text = " ".join(parts)
         if self.only_if_exists:
             text = f"[if {self.only_if_exists} exists] {text}"
+        if self.git_dir_for:
+            text = f"[with {self.git_dir_for}/.git as a directory] {text}"
         return f"{text}    # {self.note}" if self.note else text
 
 
@@ -290,6 +305,8 @@ def torch_xla_steps(spec: BuildSpec) -> list[Step]:
             env=env,
             cwd=spec.torch_xla_tree,
             path_prepend=bin_dir,
+            git_dir_for=spec.torch_src,
+            note=TORCH_GIT_DIR_NOTE,
         ),
         Step("stamp provenance into the wheel", action="stamp-provenance", args=(tmp,)),
         Step(

@@ -10,7 +10,6 @@ atomic move, wheels.lock. Every piece is composed from one :class:`BuildConfig` 
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -34,6 +33,7 @@ from xla_wheels.lockfile import file_sha256
 from xla_wheels.options import PipelineOptions
 from xla_wheels.patches import describe_series, series_digest
 from xla_wheels.plan import PlannedCommand, PlannedStage
+from xla_wheels.progress import Timings
 from xla_wheels.provenance import BuildSettings, ComponentProvenance, PatchDigest, Provenance
 from xla_wheels.sources import CheckedOutSource, SourceCache, known_commits
 
@@ -53,7 +53,7 @@ class BuildRun:
     commits: dict[str, str | None]
     spec: BuildSpec
     keys: dict[str, str] | None
-    timings: list[tuple[str, float, str]] = field(default_factory=list)
+    timings: Timings = field(default_factory=Timings)
 
     @property
     def layout(self) -> BundleLayout:
@@ -276,10 +276,9 @@ def _reproducible_env(
 
 @contextmanager
 def timed(run: BuildRun, name: str, status: str = "ran") -> Iterator[None]:
-    start = time.monotonic()
-    with log.section(name):
+    """A folded section in the run's timings table (``failed``, with its time, if it raises)."""
+    with run.timings.stage(name, status):
         yield
-    run.timings.append((name, time.monotonic() - start, status))
 
 
 def prepare(options: PipelineOptions, bundle: Bundle, config: BuildConfig) -> BuildRun:
@@ -368,7 +367,7 @@ def build(run: BuildRun) -> None:
     for name in RECIPES:
         if name not in todo:
             log.info(f"build: {name} stage cached: {stage_wheel(run.stage_dir(name))}")
-            run.timings.append((f"build: {name}", 0.0, "cached"))
+            run.timings.add(f"build: {name}", 0.0, "cached")
     if not todo:
         return
     _ensure_dirs(run)
@@ -392,7 +391,7 @@ def collect(run: BuildRun) -> Path:
     wheels = run.wheels()
     if up_to_date(layout, wheels):
         log.info(f"collect: {layout.dist} already holds these wheels")
-        run.timings.append(("collect", 0.0, "up to date"))
+        run.timings.add("collect", 0.0, "up to date")
         record_collected(layout)
         return layout.dist
     with timed(run, "collect: ship check"), Staging(layout, wheels) as staging:
@@ -441,9 +440,7 @@ def settle_recorded(run: BuildRun) -> None:
 
 
 def report_timings(run: BuildRun) -> None:
-    log.info("stage timings:")
-    for name, seconds, status in run.timings:
-        log.info(f"  {name:<24} {log.format_duration(seconds):>8}  {status}")
+    run.timings.report()
 
 
 def plan_preflight(options: PipelineOptions, bundle: Bundle, config: BuildConfig) -> PlannedStage:

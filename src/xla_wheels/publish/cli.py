@@ -14,6 +14,7 @@ from xla_wheels.errors import UsageError
 from xla_wheels.layout import BundleLayout
 from xla_wheels.lockfile import read_lock
 from xla_wheels.options import PipelineOptions, add_bundle_parser, options_from_args
+from xla_wheels.progress import Timings, log_redactor
 from xla_wheels.publish import doctor, requirements, upload, verify_install
 from xla_wheels.publish.static_index import write_static_index
 from xla_wheels.publish.wheels import locked_records, locked_wheels
@@ -32,9 +33,22 @@ def _dist(options: PipelineOptions, args: argparse.Namespace) -> Path:
 def cmd_publish(args: argparse.Namespace) -> int:
     options = options_from_args(args)
     load_bundle(options.root, args.bundle)  # an unknown bundle fails with the valid names
-    result = upload.publish(
-        options.lock_path, args.bundle, _dist(options, args), _index_url(args), args.upload_url
-    )
+    # Its own log next to the build's (out/<bundle>/logs/publish.log), credentials in URLs
+    # and TWINE_PASSWORD masked, and its row in a timings table, also when it fails.
+    logs = BundleLayout.of(options, args.bundle).logs
+    secrets = {key: os.environ[key] for key in ("TWINE_PASSWORD",) if os.environ.get(key)}
+    timings = Timings()
+    try:
+        with log.stage_log(logs / "publish.log", log_redactor(secrets)), timings.stage("publish"):
+            result = upload.publish(
+                options.lock_path,
+                args.bundle,
+                _dist(options, args),
+                _index_url(args),
+                args.upload_url,
+            )
+    finally:
+        timings.report()
     for outcome in result.outcomes:
         print(f"{outcome.action:<9} {outcome.filename}  sha256:{outcome.sha256}")
     print(f"index: {result.index_url}")

@@ -115,11 +115,12 @@ def _twine_upload(wheel: LocalWheel, upload_url: str, credentials: Credentials) 
             fix="check the index's health and the network, then run publish again "
             "(files already uploaded are skipped)",
         ) from None
-    if result.returncode == 0:
-        return
     # twine colours its messages; the error text must read cleanly in logs and reports.
     plain = re.sub(r"\x1b\[[0-9;]*m", "", f"{result.stdout}\n{result.stderr}")
     output = scrub(plain, credentials.secrets).strip()
+    log.to_stage_logs(output)  # out/<bundle>/logs/publish.log
+    if result.returncode == 0:
+        return
     tail = "\n".join(line.rstrip() for line in output.splitlines()[-12:])
     lowered = output.lower()
     if re.search(r"HTTPError: 40[13]\b", output) or "forbidden" in lowered:

@@ -1,0 +1,146 @@
+"""Signs of life while a long command runs, and the table of stage timings.
+
+A fetch of PyTorch is hundreds of MB and prints nothing with ``--quiet``. On a terminal
+the fetch runs with git's own ``--progress`` (see ``sources.fetch_command``); elsewhere
+(CI, a log file, ``make ... 2>&1 | tee``) git's carriage-return progress would be noise,
+so :func:`heartbeat` prints one line every interval instead, with the bytes received so
+far when the caller can measure them. The interval comes from
+``XLA_WHEELS_PROGRESS_INTERVAL`` (seconds, default 30), so a test can make it short.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from xla_wheels import log
+from xla_wheels.builder.remote_cache import REDACTED, Redactor
+
+INTERVAL_ENV = "XLA_WHEELS_PROGRESS_INTERVAL"
+DEFAULT_INTERVAL = 30.0
+
+
+def interval() -> float:
+    """Seconds between heartbeat lines (``XLA_WHEELS_PROGRESS_INTERVAL``; 0 = none)."""
+    raw = os.environ.get(INTERVAL_ENV, "")
+    try:
+        value = float(raw) if raw else DEFAULT_INTERVAL
+    except ValueError:
+        return DEFAULT_INTERVAL
+    return max(value, 0.0)
+
+
+def on_terminal() -> bool:
+    """Whether stderr is a terminal: then git shows its own progress."""
+    try:
+        return os.isatty(sys.stderr.fileno())
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def format_bytes(count: int) -> str:
+    for unit in ("B", "KiB", "MiB"):
+        if count < 1024:
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024  # type: ignore[assignment]
+    return f"{count:.1f} GiB"
+
+
+def directory_bytes(path: Path) -> int:
+    """Bytes of the files under ``path`` (files vanishing meanwhile are skipped)."""
+    total = 0
+    for directory, _, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(directory, name)).st_size
+    return total
+
+
+@contextlib.contextmanager
+def heartbeat(
+    what: str, measure: Callable[[], int] | None = None, every: float | None = None
+) -> Iterator[None]:
+    """Print ``still <what>: <elapsed>[, <bytes> received so far]`` every interval
+    until the block ends. ``measure`` returns a byte count; its growth is reported."""
+    period = interval() if every is None else every
+    if period <= 0:
+        yield
+        return
+    stop = threading.Event()
+    start = time.monotonic()
+    baseline = measure() if measure else 0
+
+    def beat() -> None:
+        while not stop.wait(period):
+            line = f"still {what}: {log.format_duration(time.monotonic() - start)}"
+            if measure is not None:
+                line += f", {format_bytes(max(measure() - baseline, 0))} received so far"
+            log.info(line)
+
+    thread = threading.Thread(target=beat, name=f"heartbeat {what}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+# user:password@ (or token@) in a URL: a remote or mirror given with credentials.
+_URL_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+
+
+def log_redactor(secret_values: Mapping[str, str]) -> Callable[[str], str]:
+    """What a stage log writes through: the builder's credentials (the same
+    :class:`remote_cache.Redactor` the recipes' logs use) and URL credentials, masked."""
+    redact = Redactor(secret_values)
+
+    def scrub(text: str) -> str:
+        return _URL_USERINFO.sub(f"{REDACTED}@", redact(text))
+
+    return scrub
+
+
+@dataclass(frozen=True)
+class StageTiming:
+    name: str
+    seconds: float
+    status: str
+    """ran, cached, up to date, or failed."""
+
+
+@dataclass
+class Timings:
+    """Every stage of a run, in order, whether it ran, was cached or failed."""
+
+    rows: list[StageTiming] = field(default_factory=list)
+
+    def add(self, name: str, seconds: float, status: str) -> None:
+        self.rows.append(StageTiming(name, seconds, status))
+
+    @contextlib.contextmanager
+    def stage(self, name: str, status: str = "ran") -> Iterator[None]:
+        """A folded, timed section recorded as ``status``, or ``failed`` if it raises."""
+        start = time.monotonic()
+        outcome = "failed"
+        try:
+            with log.section(name):
+                yield
+            outcome = status
+        finally:
+            self.add(name, time.monotonic() - start, outcome)
+
+    def report(self) -> None:
+        if not self.rows:
+            return
+        width = max(24, *(len(row.name) for row in self.rows))
+        log.info("stage timings:")
+        for row in self.rows:
+            log.info(f"  {row.name:<{width}} {log.format_duration(row.seconds):>8}  {row.status}")
