@@ -76,7 +76,9 @@ def test_a_slow_fetch_prints_progress_lines(tmp_path: Path, upstreams, run_cli) 
     assert re.search(r"^  sources +\S+  ran$", result.stderr, re.MULTILINE)
 
 
-def test_the_sources_log_masks_credentials_in_a_remote(tmp_path: Path, upstreams, run_cli) -> None:
+def test_credentials_in_a_remote_reach_no_log_terminal_plan_or_error(
+    tmp_path: Path, upstreams, run_cli
+) -> None:
     project = make_project(tmp_path, upstreams)
     manifest = project / "build" / "bundles" / "test-1.toml"
     secret_remote = "http://builder:s3cret-token@127.0.0.1:9/torch.git"
@@ -87,6 +89,12 @@ def test_the_sources_log_masks_credentials_in_a_remote(tmp_path: Path, upstreams
     assert "fetch --quiet --no-tags http://<redacted>@127.0.0.1:9/torch.git" in sources_log
     assert "s3cret-token" not in sources_log
     assert re.search(r"^  sources +\S+  failed$", result.stderr, re.MULTILINE)
+    # The terminal (the commands printed before they run, the error) and the plan too.
+    assert "http://<redacted>@127.0.0.1:9/torch.git" in result.stderr
+    assert "s3cret-token" not in result.stdout + result.stderr
+    plan = run_cli("wheels", "--bundle", "test-1", "--dry-run", root=project)
+    assert "<redacted>@127.0.0.1:9/torch.git" in plan.stdout + plan.stderr
+    assert "s3cret-token" not in plan.stdout + plan.stderr
 
 
 def test_on_a_terminal_git_shows_its_own_progress(tmp_path: Path, upstreams) -> None:

@@ -7,6 +7,8 @@ exit code; nothing below the CLI prints tracebacks or calls ``sys.exit``.
 
 from __future__ import annotations
 
+from xla_wheels.log import mask_url_credentials
+
 
 class PipelineError(Exception):
     """A failure the user can act on. ``exit_code`` is what the CLI returns."""
@@ -14,9 +16,12 @@ class PipelineError(Exception):
     exit_code: int = 1
 
     def __init__(self, message: str, *, fix: str | None = None) -> None:
-        self.message = message
-        self.fix = fix
-        super().__init__(message if fix is None else f"{message}\n  fix: {fix}")
+        # A remote or index URL may carry credentials (user:token@): never in a message.
+        self.message = mask_url_credentials(message)
+        self.fix = None if fix is None else mask_url_credentials(fix)
+        super().__init__(
+            self.message if self.fix is None else f"{self.message}\n  fix: {self.fix}"
+        )
 
 
 class UsageError(PipelineError):

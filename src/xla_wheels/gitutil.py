@@ -90,9 +90,11 @@ def run_command(
         log.to_stage_logs(f"# exit {process.returncode}")
     if check and process.returncode != 0:
         raise GitError(
-            f"{' '.join(command.argv)} failed (exit {process.returncode})"
-            + (f" in {command.cwd}" if command.cwd else "")
-            + f": {process.stderr.strip() or process.stdout.strip()}"
+            log.mask_url_credentials(
+                f"{' '.join(command.argv)} failed (exit {process.returncode})"
+                + (f" in {command.cwd}" if command.cwd else "")
+                + f": {process.stderr.strip() or process.stdout.strip()}"
+            )
         )
     return process
 

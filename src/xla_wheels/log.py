@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import sys
 import time
@@ -37,6 +38,7 @@ def _stream() -> TextIO:
 
 
 def _emit(message: str) -> None:
+    message = mask_url_credentials(message)
     print(message, file=_stream(), flush=True)
     to_stage_logs(message)
 
@@ -86,6 +88,7 @@ def format_duration(seconds: float) -> str:
 @contextlib.contextmanager
 def section(title: str) -> Iterator[None]:
     """A folded section that reports its duration and whether it failed."""
+    title = mask_url_credentials(title)
     style = _fold_style()
     stream = _stream()
     if style == "github":
@@ -109,17 +112,29 @@ def section(title: str) -> Iterator[None]:
         _emit(f"<== {title}: {outcome} in {elapsed}")
 
 
+# user:password@ (or token@) in a URL: a remote, mirror or index given with credentials.
+_URL_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+URL_CREDENTIALS_MASK = "<redacted>@"
+
+
+def mask_url_credentials(text: str) -> str:
+    """``https://user:token@host/x`` -> ``https://<redacted>@host/x``: credentials never
+    reach a terminal, a plan, a log or an error message."""
+    return _URL_USERINFO.sub(URL_CREDENTIALS_MASK, text)
+
+
 def format_command(
     argv: Sequence[str], env: Mapping[str, str] | None = None, cwd: str | None = None
 ) -> str:
-    """A copy-pasteable shell line for a command (env assignments first)."""
+    """A copy-pasteable shell line for a command (env assignments first); credentials in
+    URLs are masked (:func:`mask_url_credentials`)."""
     parts: list[str] = []
     if cwd:
         parts.append(f"(cd {shlex.quote(cwd)} &&")
     if env:
         parts.extend(f"{key}={shlex.quote(value)}" for key, value in sorted(env.items()))
     parts.extend(shlex.quote(arg) for arg in argv)
-    line = " ".join(parts)
+    line = mask_url_credentials(" ".join(parts))
     return line + ")" if cwd else line
 
 

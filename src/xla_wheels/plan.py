@@ -39,4 +39,5 @@ def render_plan(stages: list[PlannedStage]) -> str:
         lines.append(f"[{number}/{len(stages)}] {stage.name}")
         lines.extend(f"    {fact}" for fact in stage.facts)
         lines.extend(f"    $ {command.render()}" for command in stage.commands)
-    return "\n".join(lines)
+    # Facts name remotes and indexes as the manifests give them: a URL may carry credentials.
+    return log.mask_url_credentials("\n".join(lines))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import sys
 import threading
 import time
@@ -21,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from xla_wheels import log
-from xla_wheels.builder.remote_cache import REDACTED, Redactor
+from xla_wheels.builder.remote_cache import Redactor
 
 INTERVAL_ENV = "XLA_WHEELS_PROGRESS_INTERVAL"
 DEFAULT_INTERVAL = 30.0
@@ -93,17 +92,13 @@ def heartbeat(
         thread.join()
 
 
-# user:password@ (or token@) in a URL: a remote or mirror given with credentials.
-_URL_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
-
-
 def log_redactor(secret_values: Mapping[str, str]) -> Callable[[str], str]:
     """What a stage log writes through: the builder's credentials (the same
     :class:`remote_cache.Redactor` the recipes' logs use) and URL credentials, masked."""
     redact = Redactor(secret_values)
 
     def scrub(text: str) -> str:
-        return _URL_USERINFO.sub(f"{REDACTED}@", redact(text))
+        return log.mask_url_credentials(redact(text))
 
     return scrub
 
