@@ -1,5 +1,10 @@
 # The user-facing interface of the pipeline. Every target is a thin call into the one CLI
-# (`python -m xla_wheels`); `make help` lists them. Variables: BUNDLE, DRY_RUN, MIRROR.
+# (`python -m xla_wheels`); `make help` lists the targets and the variables each reads.
+#
+# Variables are passed through, never defaulted here: the defaults live in
+# src/xla_wheels/options.py (and `python -m xla_wheels <command> --help` shows them). The
+# block below is the one place where make's short variables become the CLI's flags; an
+# unset variable adds no flag, so the CLI's XLA_WHEELS_* environment and defaults apply.
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
@@ -10,25 +15,26 @@ PY := $(VENV)/bin/python
 CLI := $(PY) -m xla_wheels
 VENV_STAMP := $(VENV)/.installed-$(shell cat requirements-dev.txt pyproject.toml 2>/dev/null | sha256sum | cut -c1-16)
 
-BUNDLE ?=
-DRY_RUN ?=
-MIRROR ?=
-export DRY_RUN
-MIRROR_ARG := $(if $(MIRROR),--mirror $(MIRROR),)
-# Build stage: ENGINE=docker|podman|buildah, BUILD_MODE=container|host, JOBS=<n>,
-# BUILDER_IMAGE=<ref>, HOST_PYTHON=<python3.13>; read by the CLI from the environment.
-ENGINE ?= docker
-BUILD_MODE ?= container
-JOBS ?=
-BUILDER_IMAGE ?= localhost/xla-wheels-builder:latest
-export ENGINE BUILD_MODE JOBS BUILDER_IMAGE
+# --- make variable -> CLI flag (the one mapping) ------------------------------------
+flag = $(if $($(1)),$(2) '$($(1))',)
+truthy = $(filter 1 true yes on,$(1))
+BUNDLE_FLAGS = $(call flag,BUNDLE,--bundle) $(call flag,MIRROR,--mirror) \
+  $(if $(call truthy,$(DRY_RUN)),--dry-run,)
+BUILD_FLAGS = $(call flag,ENGINE,--engine) $(call flag,BUILD_MODE,--mode) \
+  $(call flag,JOBS,--jobs) $(call flag,BUILDER_IMAGE,--image) \
+  $(call flag,HOST_PYTHON,--host-python)
+INDEX_FLAGS = $(call flag,INDEX_URL,--index-url)
+GATE_FLAGS = $(call flag,PYTHON,--python) $(call flag,GATE_DEVICE,--device) \
+  $(call flag,WORKLOAD,--workload)
 
 .PHONY: help venv test lint bundles diff sources patch patches-check wheels lock lock-check clean
 .PHONY: builder-image container-tools
 
-help: ## list the targets
+help: ## list the targets and the variables each one reads
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
 	  awk 'BEGIN {FS = ":.*## "} {printf "  make %-16s %s\n", $$1, $$2}'
+	@echo "Variables are passed as the CLI flags above; unset ones take the CLI's defaults"
+	@echo "(XLA_WHEELS_* in the environment, then src/xla_wheels/options.py)."
 
 $(VENV_STAMP): requirements-dev.txt pyproject.toml
 	@command -v git >/dev/null || { echo "error: git is required (apt-get install git)"; exit 2; }
@@ -48,7 +54,7 @@ $(VENV_STAMP): requirements-dev.txt pyproject.toml
 	  $(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .; \
 	  touch $@'
 
-venv: $(VENV_STAMP) ## create .venv with the pinned development dependencies
+venv: $(VENV_STAMP) ## create .venv with the pinned development dependencies [PYTHON_FOR_VENV=python3]
 
 # The build-stage container tests need podman, buildah and debootstrap: installed from
 # Debian when missing and we are root; otherwise those tests skip and say why.
@@ -58,7 +64,7 @@ container-tools:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman buildah debootstrap >/dev/null; \
 	else echo "note: podman/buildah/debootstrap missing and not root: the container build tests will skip"; fi
 
-test: $(VENV_STAMP) container-tools ## install everything needed, then run ruff, mypy and the whole test suite
+test: $(VENV_STAMP) container-tools ## install everything needed, then run ruff, mypy and the whole test suite [PYTEST_ARGS=] [PYTHON_FOR_VENV=]
 	$(PY) -m ruff check src tests scripts
 	$(PY) -m mypy
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -71,25 +77,26 @@ bundles: $(VENV_STAMP) ## list the bundles with their pins
 	@$(CLI) bundles
 
 diff: $(VENV_STAMP) ## what differs between two bundles: make diff A=v6e-2.9 B=v6e-2.11
-	@$(CLI) diff $(A) $(B)
+	@$(CLI) diff '$(A)' '$(B)'
 
-sources: $(VENV_STAMP) ## fetch the bundle's components at their pins: make sources BUNDLE=...
-	@$(CLI) sources --bundle "$(BUNDLE)" $(MIRROR_ARG)
+sources: $(VENV_STAMP) ## fetch the bundle's components at their pins: make sources BUNDLE=... [MIRROR=] [DRY_RUN=1]
+	@$(CLI) sources $(BUNDLE_FLAGS)
 
-patch: $(VENV_STAMP) ## run up to the patch stage: make patch BUNDLE=...
-	@$(CLI) patch --bundle "$(BUNDLE)" $(MIRROR_ARG)
+patch: $(VENV_STAMP) ## run up to the patch stage: make patch BUNDLE=... [MIRROR=] [DRY_RUN=1]
+	@$(CLI) patch $(BUNDLE_FLAGS)
 
-patches-check: $(VENV_STAMP) ## apply the series to a scratch copy: make patches-check BUNDLE=... TORCH_XLA_SRC=<checkout>
-	@$(CLI) patches-check --bundle "$(BUNDLE)" $(if $(TORCH_XLA_SRC),--source "$(TORCH_XLA_SRC)",) $(MIRROR_ARG)
+patches-check: $(VENV_STAMP) ## apply the series to a scratch copy: make patches-check BUNDLE=... [TORCH_XLA_SRC=<checkout>] [MIRROR=]
+	@$(CLI) patches-check $(BUNDLE_FLAGS) $(call flag,TORCH_XLA_SRC,--source)
 
-builder-image: $(VENV_STAMP) ## build the builder image from ./Dockerfile: make builder-image [ENGINE=docker|podman|buildah] [DRY_RUN=1]
-	@$(CLI) builder-image
+builder-image: $(VENV_STAMP) ## build the builder image from ./Dockerfile: make builder-image [ENGINE=docker|podman|buildah] [BUILDER_IMAGE=] [DRY_RUN=1]
+	@$(CLI) builder-image $(if $(call truthy,$(DRY_RUN)),--dry-run,) $(call flag,ENGINE,--engine) \
+	  $(call flag,BUILDER_IMAGE,--image)
 
-wheels: $(VENV_STAMP) ## the main job: make wheels BUNDLE=v6e-2.11 [DRY_RUN=1] [ENGINE=] [BUILD_MODE=host] [JOBS=]
-	@$(CLI) wheels --bundle "$(BUNDLE)" $(MIRROR_ARG)
+wheels: $(VENV_STAMP) ## the main job: make wheels BUNDLE=v6e-2.11 [DRY_RUN=1] [MIRROR=] [ENGINE=] [BUILD_MODE=host] [JOBS=] [BUILDER_IMAGE=] [HOST_PYTHON=]
+	@$(CLI) wheels $(BUNDLE_FLAGS) $(BUILD_FLAGS)
 
-lock: $(VENV_STAMP) ## write the bundle's entry in wheels.lock: make lock BUNDLE=...
-	@$(CLI) lock --bundle "$(BUNDLE)"
+lock: $(VENV_STAMP) ## write the bundle's entry in wheels.lock: make lock BUNDLE=... [MIRROR=]
+	@$(CLI) lock $(BUNDLE_FLAGS)
 
 lock-check: $(VENV_STAMP) ## fail when a manifest or patch no longer matches wheels.lock
 	@$(CLI) lock-check
@@ -99,36 +106,28 @@ clean: ## remove build work (out/); dist/, wheels.lock and the per-machine cache
 
 # Publish stage (README "Publish and install"). Credentials come from TWINE_USERNAME /
 # TWINE_PASSWORD or keyring, never from these variables.
-INDEX_URL ?=
 .PHONY: publish requirements verify-install doctor
-INDEX_ARG = $(if $(INDEX_URL),--index-url "$(INDEX_URL)",)
 
-publish: $(VENV_STAMP) ## upload the locked wheels: make publish BUNDLE=... [INDEX_URL=<simple/ URL>] (none: static index in dist/<bundle>/simple)
-	@$(CLI) publish --bundle "$(BUNDLE)" $(INDEX_ARG) $(if $(UPLOAD_URL),--upload-url "$(UPLOAD_URL)",)
+publish: $(VENV_STAMP) ## upload the locked wheels: make publish BUNDLE=... [INDEX_URL=<simple/ URL>] [UPLOAD_URL=] (no INDEX_URL: static index in dist/<bundle>/simple)
+	@$(CLI) publish $(BUNDLE_FLAGS) $(INDEX_FLAGS) $(call flag,UPLOAD_URL,--upload-url)
 
 requirements: $(VENV_STAMP) ## hash-pinned requirements for hosts: make requirements BUNDLE=... [REFRESH=1]
-	@$(CLI) requirements --bundle "$(BUNDLE)" $(if $(REFRESH),--refresh,)
+	@$(CLI) requirements $(BUNDLE_FLAGS) $(if $(call truthy,$(REFRESH)),--refresh,)
 
-verify-install: $(VENV_STAMP) ## fresh venv installs by hash, checks lock/provenance: make verify-install BUNDLE=... [INDEX_URL=...] [NO_DEPS=1 DEPS_FROM=<python>]
-	@$(CLI) verify-install --bundle "$(BUNDLE)" $(INDEX_ARG) $(if $(NO_DEPS),--no-deps,) \
-	  $(if $(DEPS_FROM),--deps-from "$(DEPS_FROM)",) $(if $(PYTHON),--python "$(PYTHON)",)
+verify-install: $(VENV_STAMP) ## fresh venv installs by hash, checks lock/provenance: make verify-install BUNDLE=... [INDEX_URL=...] [NO_DEPS=1 DEPS_FROM=<python>] [PYTHON=]
+	@$(CLI) verify-install $(BUNDLE_FLAGS) $(INDEX_FLAGS) $(if $(call truthy,$(NO_DEPS)),--no-deps,) \
+	  $(call flag,DEPS_FROM,--deps-from) $(call flag,PYTHON,--python)
 
 doctor: $(VENV_STAMP) ## check a training host before import: make doctor BUNDLE=... [PYTHON=<training python>] [ROLE=writer|reader]
-	@$(CLI) doctor --bundle "$(BUNDLE)" $(if $(PYTHON),--python "$(PYTHON)",) $(if $(ROLE),--role "$(ROLE)",)
+	@$(CLI) doctor $(BUNDLE_FLAGS) $(call flag,PYTHON,--python) $(call flag,ROLE,--role)
 
 # Gate (src/xla_wheels/gate/README.md): judge a torch_xla environment in fresh processes. Without PYTHON,
 # a cached stock torch_xla 2.9.0 env is built once per machine and shows the cache defect.
 # Exit 0 pass, 1 a check failed, 2 the environment cannot be judged.
-GATE_DEVICE ?=
-WORKLOAD ?=
-CHECKS ?=
-GATE_ARGS ?=
 .PHONY: gate bench-restart
-GATE_FLAGS = $(if $(PYTHON),--python "$(PYTHON)",) $(if $(GATE_DEVICE),--device "$(GATE_DEVICE)",) \
-  $(if $(WORKLOAD),--workload "$(WORKLOAD)",)
 
 gate: $(VENV_STAMP) ## ship gate, warm restart + HBM query: make gate [PYTHON=...] [GATE_DEVICE=CPU|TPU] [WORKLOAD=small|large] [CHECKS=restart,hbm] [GATE_ARGS=--record-baseline]
-	@$(CLI) gate $(GATE_FLAGS) $(if $(CHECKS),--checks "$(CHECKS)",) $(GATE_ARGS)
+	@$(CLI) gate $(GATE_FLAGS) $(call flag,CHECKS,--checks) $(GATE_ARGS)
 
-bench-restart: $(VENV_STAMP) ## restart benchmark, cold/warm medians: make bench-restart [PYTHON=...] [GATE_DEVICE=...] [ROUNDS=5]
-	@$(CLI) bench-restart $(GATE_FLAGS) $(if $(ROUNDS),--rounds "$(ROUNDS)",)
+bench-restart: $(VENV_STAMP) ## restart benchmark, cold/warm medians: make bench-restart [PYTHON=...] [GATE_DEVICE=...] [WORKLOAD=] [ROUNDS=5]
+	@$(CLI) bench-restart $(GATE_FLAGS) $(call flag,ROUNDS,--rounds)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.gitrepos import REPO_ROOT, Upstream, make_upstreams
+from xla_wheels.options import machine_cache
 
 
 @dataclass
@@ -60,7 +62,7 @@ def run_cli(tmp_path: Path):
 
 # --- Stock torch_xla environments (the gate's real evidence) --------------------------
 # Built once per machine from PyPI by the project's own code (xla_wheels.gate.envs) and
-# cached under ${XLA_WHEELS_CACHE:-~/.cache/xla-wheels}/envs/; the first session pays
+# cached under <the per-machine cache>/envs/ (options.machine_cache); the first session pays
 # about 1.5 minutes and 7 GB each, later sessions reuse them.
 
 
@@ -69,7 +71,7 @@ def stock_xla_python_29() -> Path:
     """Python of a venv with stock torch 2.9.0 + torch_xla 2.9.0 (persistent cache broken)."""
     from xla_wheels.gate import envs
 
-    return envs.ensure_stock_env("2.9.0")
+    return envs.ensure_stock_env("2.9.0", root=machine_cache(os.environ))
 
 
 @pytest.fixture(scope="session")
@@ -77,4 +79,4 @@ def stock_xla_python_27() -> Path:
     """Python of a venv with stock torch 2.7.0 + torch_xla 2.7.0 (persistent cache works)."""
     from xla_wheels.gate import envs
 
-    return envs.ensure_stock_env("2.7.0")
+    return envs.ensure_stock_env("2.7.0", root=machine_cache(os.environ))

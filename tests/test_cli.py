@@ -36,7 +36,7 @@ def test_every_subcommand_has_help(run_cli, name: str) -> None:
 
 
 def test_dry_run_plan_shows_full_shas_commands_and_patch_digests(run_cli) -> None:
-    result = run_cli("wheels", "--bundle", "v6e-2.9", env={"DRY_RUN": "1"})
+    result = run_cli("wheels", "--bundle", "v6e-2.9", env={"XLA_WHEELS_DRY_RUN": "1"})
     assert result.exit_code == 0, result.stderr
     plan = result.stdout
     assert "21fec65781bebe867faf209f89bb687ffd236ca4" in plan
@@ -96,6 +96,6 @@ def test_a_malformed_compiler_environment_is_a_usage_error(run_cli) -> None:
 @pytest.mark.parametrize("engine", ["podman", "buildah"])
 def test_builder_image_keeps_the_dockerfile_shell_on_oci_engines(run_cli, engine: str) -> None:
     # Without --format docker, podman/buildah drop SHELL (bash -o pipefail) from the build.
-    result = run_cli("builder-image", env={"DRY_RUN": "1", "ENGINE": engine})
+    result = run_cli("builder-image", env={"XLA_WHEELS_DRY_RUN": "1", "XLA_WHEELS_ENGINE": engine})
     assert result.exit_code == 0, result.stderr
     assert "--format docker --target builder" in result.stdout

@@ -103,14 +103,22 @@ def test_leftovers_of_a_crashed_build_are_cleared_but_nothing_else(tmp_path, fak
     assert (envs_dir / "someone-elses-env").exists()
 
 
-def test_an_unknown_stock_version_is_refused():
+def test_an_unknown_stock_version_is_refused(tmp_path):
     with pytest.raises(GateEnvironmentError, match="no stock environment is defined"):
-        envs.ensure_stock_env("1.0.0")
+        envs.ensure_stock_env("1.0.0", root=tmp_path)
 
 
-def test_the_cache_root_follows_xla_wheels_cache(tmp_path):
-    assert envs.cache_root({"XLA_WHEELS_CACHE": str(tmp_path)}) == tmp_path
-    assert envs.cache_root({}).parts[-2:] == (".cache", "xla-wheels")
+def test_the_gate_and_the_pipeline_derive_one_cache_root(tmp_path):
+    """``make gate`` builds its envs where ``make wheels`` keeps its sources."""
+    from xla_wheels.options import machine_cache
+
+    home = tmp_path / "home"
+    assert machine_cache({"XLA_WHEELS_CACHE": str(tmp_path / "c"), "HOME": str(home)}) == (
+        tmp_path / "c"
+    )
+    xdg = {"XDG_CACHE_HOME": str(tmp_path / "xdg"), "HOME": str(home)}
+    assert machine_cache(xdg) == tmp_path / "xdg" / "xla-wheels"
+    assert machine_cache({"HOME": str(home)}) == home / ".cache" / "xla-wheels"
 
 
 @pytest.mark.slow

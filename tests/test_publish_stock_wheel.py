@@ -9,6 +9,7 @@ borrows torch from it while torch_xla itself comes from the fresh venv.
 from __future__ import annotations
 
 import fcntl
+import os
 import shutil
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.publish_support import cli, make_publish_project, start_pypiserver, stop
-from xla_wheels.options import default_cache_dir
+from xla_wheels.options import machine_cache
 
 STOCK = "2.9.0"
 BUNDLE = "stock-2.9"
@@ -28,7 +29,7 @@ DOWNLOAD_TIMEOUT_S = 1800
 def cached_stock_wheel() -> Path:
     """torch_xla 2.9.0 for this interpreter, downloaded once (atomically, under a lock)."""
     cache = (
-        default_cache_dir()
+        machine_cache(os.environ)
         / "wheels"
         / f"torch_xla-{STOCK}-py{sys.version_info[0]}{sys.version_info[1]}"
     )
@@ -60,7 +61,7 @@ def _stock_env_python() -> Path | None:
     from xla_wheels.gate import envs
 
     try:
-        return envs.find_stock_env(STOCK)
+        return envs.find_stock_env(STOCK, root=machine_cache(os.environ))
     except Exception:
         return None
 

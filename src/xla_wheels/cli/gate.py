@@ -1,16 +1,18 @@
-"""``xla-wheels gate`` and ``xla-wheels bench-restart``.
+"""``xla-wheels gate`` and ``xla-wheels bench-restart``: arguments and handlers.
 
 Exit codes of ``gate``: 0 every selected check passed; 1 a check failed (the verdict says
 which and why); 2 the environment cannot be judged (no torch_xla, no such device).
 Without ``--python`` both commands use the cached stock torch_xla 2.9.0 environment
-(built on first use), so a newcomer sees the persistent-cache defect in one command.
+(built on first use, in the same per-machine cache as the pipeline's), so a newcomer
+sees the persistent-cache defect in one command. Standard library only, like the whole
+gate: the builder image runs it as the ship check without the pipeline's dependencies.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
@@ -19,8 +21,9 @@ from xla_wheels.errors import UsageError
 from xla_wheels.gate import bench, envs, hbm, restart
 from xla_wheels.gate.errors import GateEnvironmentError
 from xla_wheels.gate.report import render_text, write_reports
-from xla_wheels.gate.result import CheckResult
+from xla_wheels.gate.result import CheckResult, ensure_passed
 from xla_wheels.gate.target import DEVICES, Target, resolve_target
+from xla_wheels.options import machine_cache
 
 CHECKS = ("restart", "hbm")
 WORKLOADS = ("small", "large")
@@ -42,7 +45,7 @@ def _python(args: argparse.Namespace) -> Path:
         # Not resolved: a venv's python symlink must stay the venv's entry point.
         return Path(args.python).absolute()
     log.info(f"no --python given: judging stock torch_xla {envs.DEFAULT_STOCK} from PyPI")
-    return envs.ensure_stock_env(envs.DEFAULT_STOCK)
+    return envs.ensure_stock_env(envs.DEFAULT_STOCK, root=machine_cache(os.environ))
 
 
 def _device(args: argparse.Namespace) -> str | None:
@@ -76,13 +79,22 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    gate = subparsers.add_parser(
-        "gate",
-        help="decide whether a torch_xla build may ship (warm restart, HBM query)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
+    """Define subcommand ``name``'s arguments on ``parser`` and set its handler."""
+    if name == "gate":
+        _add_gate_arguments(parser)
+    elif name == "bench-restart":
+        _add_common(parser)
+        parser.add_argument("--rounds", type=int, default=5, help="restarts per phase")
+        parser.add_argument("--out", type=Path, default=Path("out/bench"))
+        parser.set_defaults(handler=run_bench)
+    else:
+        raise ValueError(f"{name} is not a subcommand of {__name__}")
+
+
+def _add_gate_arguments(gate: argparse.ArgumentParser) -> None:
+    gate.description = __doc__
+    gate.formatter_class = argparse.RawDescriptionHelpFormatter
     _add_common(gate)
     gate.add_argument("--checks", default=",".join(CHECKS), help="comma-separated: restart,hbm")
     gate.add_argument(
@@ -118,9 +130,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="concurrent cold processes writing the same cache directory",
     )
     gate.add_argument(
-        "--cache-dir",
+        "--xla-cache-dir",
         type=Path,
-        help="empty cache directory to use (default: the gate's own temporary one)",
+        help="empty XLA persistent compilation cache directory to use (default: the "
+        "gate's own temporary one)",
     )
     gate.add_argument(
         "--keep-cache",
@@ -128,15 +141,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="keep the gate's temporary cache directory and print its path",
     )
     gate.set_defaults(handler=run_gate)
-
-    bench_parser = subparsers.add_parser(
-        "bench-restart",
-        help="restart benchmark: cold/warm time to first step, medians and spread",
-    )
-    _add_common(bench_parser)
-    bench_parser.add_argument("--rounds", type=int, default=5, help="restarts per phase")
-    bench_parser.add_argument("--out", type=Path, default=Path("out/bench"))
-    bench_parser.set_defaults(handler=run_bench)
 
 
 def run_gate(args: argparse.Namespace) -> int:
@@ -171,7 +175,7 @@ def run_gate(args: argparse.Namespace) -> int:
                     child_timeout_s=args.child_timeout,
                     spmd=args.spmd,
                     writers=args.writers,
-                    cache_dir=args.cache_dir,
+                    cache_dir=args.xla_cache_dir,
                     baselines_dir=args.baselines_dir,
                     record_baseline=args.record_baseline,
                 )
@@ -180,9 +184,9 @@ def run_gate(args: argparse.Namespace) -> int:
                 results.append(hbm.run_hbm_check(target, runs_dir, timeout_s=args.child_timeout))
         json_path, junit_path = write_reports(out_dir, target, results, settings=settings)
         print(render_text(target, results))
-        print(f"reports: {json_path} {junit_path} (child logs in {runs_dir})")
-        sys.stdout.flush()
-        return 0 if all(r.passed for r in results) else 1
+        print(f"reports: {json_path} {junit_path} (child logs in {runs_dir})", flush=True)
+        ensure_passed(results)
+        return 0
     finally:
         if args.keep_cache:
             log.info(f"kept the gate's scratch directory {scratch}")
