@@ -3,22 +3,16 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.gitrepos import REPO_ROOT, Upstream, make_upstreams
+from tests import clirunner
+from tests.clirunner import CliResult
+from tests.gitrepos import Upstream, make_upstreams
 from xla_wheels.options import machine_cache
-
-
-@dataclass
-class CliResult:
-    exit_code: int
-    stdout: str
-    stderr: str
 
 
 @pytest.fixture
@@ -28,34 +22,15 @@ def upstreams(tmp_path: Path) -> dict[str, Upstream]:
 
 
 @pytest.fixture
-def run_cli(tmp_path: Path):
-    """Run ``python -m xla_wheels ARGS`` in a fresh process with its own cache directory."""
+def run_cli(tmp_path: Path) -> Callable[..., CliResult]:
+    """:func:`tests.clirunner.run_cli` with a minimal environment and its own cache and home."""
 
-    def run(
-        *args: str,
-        root: Path | None = None,
-        env: dict[str, str] | None = None,
-        cwd: Path | None = None,
-    ) -> CliResult:
-        command = [sys.executable, "-m", "xla_wheels", *args]
-        if root is not None:
-            command += ["--root", str(root)]
-        full_env = {
-            "PATH": "/usr/bin:/bin:/usr/local/bin",
+    def run(*args: str, env: dict[str, str] | None = None, **kwargs: Any) -> CliResult:
+        isolated = {
             "XLA_WHEELS_CACHE": str(tmp_path / "machine-cache"),
             "HOME": str(tmp_path / "home"),
-            **(env or {}),
         }
-        process = subprocess.run(
-            command,
-            cwd=cwd or REPO_ROOT,
-            env=full_env,
-            text=True,
-            capture_output=True,
-            timeout=300,
-            check=False,
-        )
-        return CliResult(process.returncode, process.stdout, process.stderr)
+        return clirunner.run_cli(*args, env={**isolated, **(env or {})}, timeout=300, **kwargs)
 
     return run
 

@@ -17,7 +17,6 @@ so the ship check below passes only for a patched build.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -312,7 +311,3 @@ def cli_args(syn: Synthetic, *extra: str, bundle: str = "syn") -> list[str]:
         "--no-index --find-links {wheels}",
         *extra,
     ]
-
-
-def remove_tree(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.clirunner import run_cli
 from tests.publish_support import (
     BUNDLE,
     TORCH_VERSION,
     XLA_VERSION,
     build_wheel,
-    cli,
     make_publish_project,
 )
 from xla_wheels.publish.doctor import DoctorReport, check_environment, mount_of
@@ -54,7 +54,10 @@ def test_healthy_host_passes_without_importing_torch_xla(
     cache = tmp_path / "xla-cache"
     cache.mkdir()
     env = {**GOOD_ENV, "XLA_PERSISTENT_CACHE_PATH": str(cache)}
-    result = cli(project, "doctor", "--bundle", BUNDLE, "--python", str(python), env=env)
+    result = run_cli(
+        "doctor", "--bundle", BUNDLE, "--python", str(python), env=env, root=project,
+        inherit_env=True,
+    )
     assert result.exit_code == 0, result.output
     assert "ok   torch-xla" in result.stdout and XLA_VERSION in result.stdout
     assert "0 problem(s)" in result.stdout
@@ -67,9 +70,10 @@ def test_misconfigured_host_lists_each_problem_and_fix(
     wheels, marker = poisoned
     project = make_publish_project(tmp_path, wheels)
     python = _host_env(tmp_path, wheels[:1])  # torch only: torch_xla is missing
-    result = cli(
-        project, "doctor", "--bundle", BUNDLE, "--python", str(python),
+    result = run_cli(
+        "doctor", "--bundle", BUNDLE, "--python", str(python),
         env={"PJRT_DEVICE": "", "XLA_NO_SPECIAL_SCALARS": "0", "XLA_PERSISTENT_CACHE_PATH": ""},
+        root=project, inherit_env=True,
     )  # fmt: skip
     assert result.exit_code == 1, result.output
     out = result.stdout
@@ -90,7 +94,10 @@ def test_wrong_version_is_reported(tmp_path: Path, poisoned: tuple[list[Path], P
     cache = tmp_path / "c"
     cache.mkdir()
     env = {**GOOD_ENV, "XLA_PERSISTENT_CACHE_PATH": str(cache)}
-    result = cli(project, "doctor", "--bundle", BUNDLE, "--python", str(python), env=env)
+    result = run_cli(
+        "doctor", "--bundle", BUNDLE, "--python", str(python), env=env, root=project,
+        inherit_env=True,
+    )
     assert result.exit_code == 1, result.output
     assert "FAIL torch-xla" in result.stdout
     assert f"2.9.0 installed, bundle has {XLA_VERSION}" in result.stdout

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.publish_support import cli, make_publish_project, start_pypiserver, stop
+from tests.clirunner import run_cli
+from tests.publish_support import make_publish_project, start_pypiserver, stop
 from xla_wheels.options import machine_cache
 
 STOCK = "2.9.0"
@@ -80,17 +81,23 @@ def test_stock_torch_xla_publishes_and_installs_by_hash(tmp_path: Path) -> None:
     process, server = start_pypiserver(tmp_path / "index", "update,download,list")
     try:
         env = server.credentials
-        published = cli(project, "publish", "--bundle", BUNDLE, "--index-url", server.url, env=env)
+        published = run_cli(
+            "publish", "--bundle", BUNDLE, "--index-url", server.url, env=env, root=project,
+            inherit_env=True,
+        )
         assert published.exit_code == 0, published.output
         assert f"uploaded  {wheel.name}" in published.stdout
-        again = cli(project, "publish", "--bundle", BUNDLE, "--index-url", server.url, env=env)
+        again = run_cli(
+            "publish", "--bundle", BUNDLE, "--index-url", server.url, env=env, root=project,
+            inherit_env=True,
+        )
         assert f"skipped   {wheel.name}" in again.stdout, again.output
 
         args = ["verify-install", "--bundle", BUNDLE, "--index-url", server.url, "--no-deps"]
         stock_python = _stock_env_python()
         if stock_python is not None:
             args += ["--deps-from", str(stock_python)]
-        verified = cli(project, *args, env=env, timeout=1800)
+        verified = run_cli(*args, env=env, timeout=1800, root=project, inherit_env=True)
     finally:
         stop(process)
     assert verified.exit_code == 0, verified.output

@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import urllib.parse
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -347,10 +346,6 @@ def verify_install(
         json.dumps({**asdict(report), "passed": report.passed}, indent=2) + "\n"
     )
     return report
-
-
-def default_base_python() -> str:
-    return sys.executable
 
 
 def ensure_passed(report: VerifyReport) -> None:
