@@ -18,8 +18,8 @@ VENV_STAMP := $(VENV)/.installed-$(shell cat requirements-dev.txt pyproject.toml
 # --- make variable -> CLI flag (the one mapping) ------------------------------------
 flag = $(if $($(1)),$(2) '$($(1))',)
 truthy = $(filter 1 true yes on,$(1))
-BUNDLE_FLAGS = $(call flag,BUNDLE,--bundle) $(call flag,MIRROR,--mirror) \
-  $(if $(call truthy,$(DRY_RUN)),--dry-run,)
+BUNDLE_FLAGS = $(call flag,BUNDLE,--bundle) $(call flag,MIRROR,--mirror)
+DRY_RUN_FLAG = $(if $(call truthy,$(DRY_RUN)),--dry-run,)
 BUILD_FLAGS = $(call flag,ENGINE,--engine) $(call flag,BUILD_MODE,--mode) \
   $(call flag,JOBS,--jobs) $(call flag,BUILDER_IMAGE,--image) \
   $(call flag,HOST_PYTHON,--host-python)
@@ -80,20 +80,20 @@ diff: $(VENV_STAMP) ## what differs between two bundles: make diff A=v6e-2.9 B=v
 	@$(CLI) diff '$(A)' '$(B)'
 
 sources: $(VENV_STAMP) ## fetch the bundle's components at their pins: make sources BUNDLE=... [MIRROR=] [DRY_RUN=1]
-	@$(CLI) sources $(BUNDLE_FLAGS)
+	@$(CLI) sources $(BUNDLE_FLAGS) $(DRY_RUN_FLAG)
 
 patch: $(VENV_STAMP) ## run up to the patch stage: make patch BUNDLE=... [MIRROR=] [DRY_RUN=1]
-	@$(CLI) patch $(BUNDLE_FLAGS)
+	@$(CLI) patch $(BUNDLE_FLAGS) $(DRY_RUN_FLAG)
 
 patches-check: $(VENV_STAMP) ## apply the series to a scratch copy: make patches-check BUNDLE=... [TORCH_XLA_SRC=<checkout>] [MIRROR=]
 	@$(CLI) patches-check $(BUNDLE_FLAGS) $(call flag,TORCH_XLA_SRC,--source)
 
 builder-image: $(VENV_STAMP) ## build the builder image from ./Dockerfile: make builder-image [ENGINE=docker|podman|buildah] [BUILDER_IMAGE=] [DRY_RUN=1]
-	@$(CLI) builder-image $(if $(call truthy,$(DRY_RUN)),--dry-run,) $(call flag,ENGINE,--engine) \
+	@$(CLI) builder-image $(DRY_RUN_FLAG) $(call flag,ENGINE,--engine) \
 	  $(call flag,BUILDER_IMAGE,--image)
 
 wheels: $(VENV_STAMP) ## the main job: make wheels BUNDLE=v6e-2.11 [DRY_RUN=1] [MIRROR=] [ENGINE=] [BUILD_MODE=host] [JOBS=] [BUILDER_IMAGE=] [HOST_PYTHON=]
-	@$(CLI) wheels $(BUNDLE_FLAGS) $(BUILD_FLAGS)
+	@$(CLI) wheels $(BUNDLE_FLAGS) $(DRY_RUN_FLAG) $(BUILD_FLAGS)
 
 lock: $(VENV_STAMP) ## write the bundle's entry in wheels.lock: make lock BUNDLE=... [MIRROR=]
 	@$(CLI) lock $(BUNDLE_FLAGS)
@@ -109,17 +109,17 @@ clean: ## remove build work (out/); dist/, wheels.lock and the per-machine cache
 .PHONY: publish requirements verify-install doctor
 
 publish: $(VENV_STAMP) ## upload the locked wheels: make publish BUNDLE=... [INDEX_URL=<simple/ URL>] [UPLOAD_URL=] (no INDEX_URL: static index in dist/<bundle>/simple)
-	@$(CLI) publish $(BUNDLE_FLAGS) $(INDEX_FLAGS) $(call flag,UPLOAD_URL,--upload-url)
+	@$(CLI) publish $(call flag,BUNDLE,--bundle) $(INDEX_FLAGS) $(call flag,UPLOAD_URL,--upload-url)
 
 requirements: $(VENV_STAMP) ## hash-pinned requirements for hosts: make requirements BUNDLE=... [REFRESH=1]
-	@$(CLI) requirements $(BUNDLE_FLAGS) $(if $(call truthy,$(REFRESH)),--refresh,)
+	@$(CLI) requirements $(call flag,BUNDLE,--bundle) $(if $(call truthy,$(REFRESH)),--refresh,)
 
 verify-install: $(VENV_STAMP) ## fresh venv installs by hash, checks lock/provenance: make verify-install BUNDLE=... [INDEX_URL=...] [NO_DEPS=1 DEPS_FROM=<python>] [PYTHON=]
-	@$(CLI) verify-install $(BUNDLE_FLAGS) $(INDEX_FLAGS) $(if $(call truthy,$(NO_DEPS)),--no-deps,) \
+	@$(CLI) verify-install $(call flag,BUNDLE,--bundle) $(INDEX_FLAGS) $(if $(call truthy,$(NO_DEPS)),--no-deps,) \
 	  $(call flag,DEPS_FROM,--deps-from) $(call flag,PYTHON,--python)
 
 doctor: $(VENV_STAMP) ## check a training host before import: make doctor BUNDLE=... [PYTHON=<training python>] [ROLE=writer|reader]
-	@$(CLI) doctor $(BUNDLE_FLAGS) $(call flag,PYTHON,--python) $(call flag,ROLE,--role)
+	@$(CLI) doctor $(call flag,BUNDLE,--bundle) $(call flag,PYTHON,--python) $(call flag,ROLE,--role)
 
 # Gate (src/xla_wheels/gate/README.md): judge a torch_xla environment in fresh processes. Without PYTHON,
 # a cached stock torch_xla 2.9.0 env is built once per machine and shows the cache defect.
