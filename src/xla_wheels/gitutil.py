@@ -47,6 +47,7 @@ def git(
     if git_dir is not None:
         argv.append(f"--git-dir={git_dir}")
     argv.extend(args)
+    # The git child inherits this environment (PATH, proxies, credentials helpers).
     full_env = {**os.environ, **_NONINTERACTIVE_ENV, **(env or {})}
     if echo:
         log.command(

@@ -53,6 +53,7 @@ def run_step(step: recipes.Step, spec: BuildSpec, log_file: TextIO, log_path: Pa
         ACTIONS[step.action](spec, step.args, log_file)
         return
     argv = recipes.expand_argv(step)
+    # The recipe step's child environment: the container's or host's plus the step's own.
     env = {**os.environ, **dict(step.env)}
     if step.path_prepend:
         env["PATH"] = os.pathsep.join([*step.path_prepend, env.get("PATH", "")])

@@ -175,6 +175,7 @@ def borrow_packages(python: Path, deps_from: str) -> None:
 
 def _pip_env(index_url: str, *, isolated: bool) -> tuple[dict[str, str], list[str]]:
     """Environment for pip: the index URL (with credentials, if any) travels here."""
+    # pip's child environment: it inherits ours (proxies, certificates).
     env = dict(os.environ)
     credentials = credentials_for(upload_url_for_or_same(index_url))
     url = index_url
@@ -325,6 +326,7 @@ def verify_install(
                 "installed with --no-deps and no DEPS_FROM: torch is not in the venv",
             )
         else:
+            # The import child inherits ours; PJRT_DEVICE is the host's runtime choice.
             env = {**os.environ, "PJRT_DEVICE": os.environ.get("PJRT_DEVICE", "CPU")}
             imported = _run([str(python), "-c", _IMPORT], env=env, timeout=IMPORT_TIMEOUT_S)
             if imported.returncode != 0:
