@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -147,3 +148,22 @@ def test_make_help_names_every_variable_a_target_reads() -> None:
 def test_the_makefile_holds_no_default_for_a_cli_setting() -> None:
     text = (REPO_ROOT / "Makefile").read_text()
     assert re.findall(r"^([A-Z_]+) \?=", text, re.MULTILINE) == ["PYTHON_FOR_VENV"]
+
+
+def _make_dry(*argv: str) -> str:
+    """The command ``make -n`` would run for ``argv`` (nothing runs)."""
+    process = subprocess.run(
+        ["make", "-n", "--no-print-directory", *argv], cwd=REPO_ROOT, text=True,
+        capture_output=True, check=True, env={"PATH": os.environ["PATH"]},
+    )  # fmt: skip
+    return process.stdout.strip().splitlines()[-1]
+
+
+def test_make_turns_its_variables_into_flags_and_adds_none_unset() -> None:
+    command = _make_dry("wheels", "BUNDLE=v6e-2.9", "ENGINE=podman", "JOBS=3", "DRY_RUN=1")
+    assert "-m xla_wheels wheels --bundle 'v6e-2.9'" in command
+    assert "--dry-run" in command and "--engine 'podman'" in command
+    assert "--jobs '3'" in command
+    bare = _make_dry("wheels", "BUNDLE=v6e-2.9", "DRY_RUN=0")
+    assert "--dry-run" not in bare and "--engine" not in bare and "--mode" not in bare
+    assert "--xla-cache-dir" not in _make_dry("gate") and _make_dry("gate").endswith("gate")
