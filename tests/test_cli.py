@@ -9,23 +9,15 @@ import pytest
 
 from tests.gitrepos import REPO_ROOT, make_project
 from xla_wheels.bundle import load_bundle
+from xla_wheels.cli import COMMANDS
 
-SUBCOMMANDS = [
-    "bundles",
-    "diff",
-    "sources",
-    "patch",
-    "wheels",
-    "patches-check",
-    "lock",
-    "lock-check",
-    "builder-image",
-]
+SUBCOMMANDS = list(COMMANDS)
 
 
 def test_python_dash_m_shows_help(run_cli) -> None:
     result = run_cli("--help")
     assert result.exit_code == 0
+    assert len(SUBCOMMANDS) == 15  # the table, not an empty list, drives these tests
     for name in SUBCOMMANDS:
         assert name in result.stdout
 
