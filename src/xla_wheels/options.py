@@ -9,9 +9,12 @@ Naming rule: a setting spelled ``--NAME`` on the command line is ``XLA_WHEELS_<N
 the environment, NAME upper-cased with dashes as underscores and a trailing ``-dir``
 dropped: ``--engine`` is ``XLA_WHEELS_ENGINE``, ``--cache-dir`` is ``XLA_WHEELS_CACHE``,
 ``--dry-run`` is ``XLA_WHEELS_DRY_RUN``. :func:`env_var` is the rule; :data:`ENV_SETTINGS`
-lists every variable read. The Makefile's short variables (``BUNDLE``, ``ENGINE``,
-``JOBS``, ...) become command-line flags in one place in the Makefile, which holds no
-default of its own: the defaults are here and in the dataclasses below.
+lists the flags the environment can give (the others, such as the gate's, are flags
+only), and the README's settings table lists them with their defaults.
+
+The Makefile's short variables (``BUNDLE``, ``ENGINE``, ``JOBS``, ...) become
+command-line flags in one place in the Makefile, which holds no default of its own: the
+defaults are here and in the dataclasses below.
 
 Read from the environment besides our own settings, because they belong to other tools:
 ``XDG_CACHE_HOME`` and ``HOME`` (where the per-machine cache lives) and ``PIP_INDEX_URL``
