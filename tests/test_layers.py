@@ -5,6 +5,7 @@
 - ``gate --help`` loads the gate and nothing of the build, publish or lock modules.
 - The gate is standard library only: it runs (as the builder image's ship check does)
   with nothing but the package source on ``sys.path``, where ``tomli_w`` cannot be found.
+- Only ``options.py`` reads settings from the environment.
 """
 
 from __future__ import annotations
@@ -167,3 +168,59 @@ def test_the_gate_runs_with_only_the_standard_library() -> None:
     )  # fmt: skip
     assert ship_check.returncode == 2, ship_check.stderr
     assert "ModuleNotFoundError" not in ship_check.stderr
+
+
+#: Variables read from the environment that are not settings of ours: which CI shows the
+#: log, a child's PATH, twine's credentials, and the training host's runtime contract
+#: that doctor judges and verify-install's import follows.
+NOT_SETTINGS = {
+    "GITHUB_ACTIONS",
+    "TF_BUILD",
+    "PATH",
+    "TWINE_USERNAME",
+    "TWINE_PASSWORD",
+    "PJRT_DEVICE",
+    "TPU_WORKER_ID",
+    "XLA_NO_SPECIAL_SCALARS",
+    "XLA_PERSISTENT_CACHE_PATH",
+    "XLA_PERSISTENT_CACHE_READ_ONLY",
+}
+
+
+def _environment_reads(tree: ast.AST) -> set[str]:
+    """Names read as ``<...env>.get("X")``, ``<...environ>["X"]`` or ``os.getenv("X")``."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        key: ast.expr | None = None
+        if isinstance(node, ast.Call) and node.args and isinstance(node.func, ast.Attribute):
+            receiver = ast.unparse(node.func.value)
+            if (node.func.attr == "get" and receiver.endswith(("env", "environ"))) or (
+                ast.unparse(node.func) == "os.getenv"
+            ):
+                key = node.args[0]
+        elif (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.ctx, ast.Load)
+            and ast.unparse(node.value).endswith(("env", "environ"))
+        ):
+            key = node.slice
+        if isinstance(key, ast.Constant) and isinstance(key.value, str):
+            names.add(key.value)
+        elif (
+            key is not None
+            and isinstance(node, ast.Call)
+            and ast.unparse(node.func) in {"os.environ.get", "os.getenv"}
+        ):
+            names.add(f"<computed: {ast.unparse(key)}>")  # a helper reading any name
+    return names
+
+
+def test_settings_are_read_from_the_environment_only_by_the_options_reader() -> None:
+    offenders = {}
+    for path in (SRC / PACKAGE).rglob("*.py"):
+        if path.name == "options.py" and path.parent.name == PACKAGE:
+            continue
+        read = _environment_reads(ast.parse(path.read_text())) - NOT_SETTINGS
+        if read:
+            offenders[str(path.relative_to(SRC))] = sorted(read)
+    assert offenders == {}
