@@ -11,10 +11,13 @@ interrupted).
 - ``publish``: publish, requirements, verify-install, doctor.
 
 Each of those modules has ``add_arguments(name, parser)``, which defines one subcommand's
-arguments and sets its ``handler``. Only the module of the subcommand being run is
-imported, so ``xla-wheels gate --help`` loads the gate and nothing of the build or
-publish stages. Settings are read by :mod:`xla_wheels.options` from the parsed arguments
-and the environment.
+arguments and sets its ``handler`` (a function of the parsed namespace returning the exit
+code). Adding a subcommand is one line in :data:`COMMANDS` (a module of this package, or
+a full dotted path for a stage that keeps its arguments next to it) and that function.
+
+Only the module of the subcommand being run is imported, so ``xla-wheels gate --help``
+loads the gate and nothing of the build or publish stages. Settings are read by
+:mod:`xla_wheels.options` from the parsed arguments and the environment.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from collections.abc import Callable, Sequence
 from xla_wheels import __version__
 from xla_wheels.errors import PipelineError
 
-#: Every subcommand, in the order ``--help`` shows them: (module, one-line help).
+#: Every subcommand, in the order ``--help`` shows them: (module, one-line help); the
+#: module is relative to this package unless it is a dotted path.
 COMMANDS: dict[str, tuple[str, str]] = {
     "bundles": ("stages", "list the bundles with their pins"),
     "diff": ("stages", "what differs between two bundles"),
@@ -85,7 +89,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     for name, (module_name, help_text) in COMMANDS.items():
         sub = subparsers.add_parser(name, help=help_text, description=help_text)
         if name == command:
-            module = importlib.import_module(f"{__name__}.{module_name}")
+            dotted = module_name if "." in module_name else f"{__name__}.{module_name}"
+            module = importlib.import_module(dotted)
             module.add_arguments(name, sub)
     return parser
 
