@@ -18,6 +18,7 @@ from typing import TextIO
 
 
 def _fold_style() -> str | None:
+    # Which CI is displaying the log, not a setting of ours (options.py reads those).
     if os.environ.get("GITHUB_ACTIONS"):
         return "github"
     if os.environ.get("TF_BUILD"):
