@@ -93,8 +93,9 @@ RUN case "$(dpkg --print-architecture)" in \
     && ln -sf /usr/local/bin/bazelisk /usr/local/bin/bazel
 
 # What torch_xla's setup.py imports (requests) and the wheel builds need, pinned. The
-# ship check's `python -m xla_wheels gate` is standard library only and needs nothing
-# here; the build env adds torch's own requirements at build time (pip cache volume).
+# ship check's `python -m xla_wheels gate` runs its checks on the standard library; its
+# receipt step needs tomli-w. The build env adds torch's own requirements at build time
+# (pip cache volume).
 COPY --chmod=0644 build/builder-requirements.txt /opt/xla-wheels/requirements.txt
 RUN --mount=type=cache,target=/root/.cache/pip \
     python3 -m pip install --requirement /opt/xla-wheels/requirements.txt
