@@ -167,3 +167,26 @@ def test_make_turns_its_variables_into_flags_and_adds_none_unset() -> None:
     bare = _make_dry("wheels", "BUNDLE=v6e-2.9", "DRY_RUN=0")
     assert "--dry-run" not in bare and "--engine" not in bare and "--mode" not in bare
     assert "--xla-cache-dir" not in _make_dry("gate") and _make_dry("gate").endswith("gate")
+
+
+def test_the_remote_cache_reads_the_environment_and_checkout_it_is_given(tmp_path: Path) -> None:
+    # The checkout comes from XLA_WHEELS_ROOT in the given dict (not os.environ), and the
+    # remote-cache settings after its build/builders.toml come from that same dict.
+    root = tmp_path / "project"
+    (root / "build").mkdir(parents=True)
+    (root / "build" / "builders.toml").write_text(
+        '[builder]\nrole = "writer"\n[ccache]\nremote_storage = "redis://127.0.0.1:1"\n'
+    )
+    environ = {
+        "XLA_WHEELS_ROOT": str(root),
+        "XLA_WHEELS_BAZEL_REMOTE_CACHE": "grpc://127.0.0.1:2",
+        "XLA_WHEELS_CCACHE_REMOTE_PASSWORD": "s3cret",
+    }
+    remote = build_config(parse("wheels"), environ).remote_cache
+    assert remote.settings.role == "writer"
+    assert remote.settings.ccache.storage == "redis://127.0.0.1:1"
+    assert remote.settings.bazel.cache == "grpc://127.0.0.1:2"
+    assert remote.secret_values() == {"ccache_remote_password": "s3cret"}
+    flag = build_config(parse("wheels", "--bazel-remote-cache", "grpc://127.0.0.1:3"), environ)
+    assert flag.remote_cache.settings.bazel.cache == "grpc://127.0.0.1:3"
+    assert build_config(parse("wheels"), {"XLA_WHEELS_ROOT": str(root)}).remote_cache.secrets == ()
