@@ -350,7 +350,7 @@ def test_publish_refuse_promote_install(release: Release) -> None:
     # 6. under a lanes configuration whose policy asks for CPU receipts: a dry run changes
     #    nothing, the real run copies exactly the locked file and records the lane.
     write_lanes(root, release.validation, release.preferred, CPU_POLICY)
-    dry = release.run("promote", "--bundle", STOCK_BUNDLE, DRY_RUN="1")
+    dry = release.run("promote", "--bundle", STOCK_BUNDLE, XLA_WHEELS_DRY_RUN="1")
     assert dry.exit_code == 0, dry.output
     assert f"would copy {release.stock_wheel.name}" in dry.stdout
     assert _listed(release.preferred, "torch-xla") == {} and "preferred" not in release.state()
