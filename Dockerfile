@@ -92,9 +92,10 @@ RUN case "$(dpkg --print-architecture)" in \
     && chmod 0755 /usr/local/bin/bazelisk \
     && ln -sf /usr/local/bin/bazelisk /usr/local/bin/bazel
 
-# The pipeline's own runtime deps, for the ship check's `python -m xla_wheels gate` and
-# torch_xla's setup.py (which imports requests). Pinned; the build env adds torch's own
-# requirements at build time (pip cache volume).
+# What torch_xla's setup.py imports (requests) and the wheel builds need, pinned. The
+# ship check's `python -m xla_wheels gate` runs its checks and leaves its receipt on the
+# standard library alone. The build env adds torch's own requirements at build time
+# (pip cache volume).
 COPY --chmod=0644 build/builder-requirements.txt /opt/xla-wheels/requirements.txt
 RUN --mount=type=cache,target=/root/.cache/pip \
     python3 -m pip install --requirement /opt/xla-wheels/requirements.txt

@@ -1,5 +1,10 @@
 # The user-facing interface of the pipeline. Every target is a thin call into the one CLI
-# (`python -m xla_wheels`); `make help` lists them. Variables: BUNDLE, DRY_RUN, MIRROR.
+# (`python -m xla_wheels`); `make help` lists the targets and the variables each reads.
+#
+# Variables are passed through, never defaulted here: the defaults live in
+# src/xla_wheels/options.py (and `python -m xla_wheels <command> --help` shows them). The
+# block below is the one place where make's short variables become the CLI's flags; an
+# unset variable adds no flag, so the CLI's XLA_WHEELS_* environment and defaults apply.
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
@@ -10,25 +15,50 @@ PY := $(VENV)/bin/python
 CLI := $(PY) -m xla_wheels
 VENV_STAMP := $(VENV)/.installed-$(shell cat requirements-dev.txt pyproject.toml 2>/dev/null | sha256sum | cut -c1-16)
 
-BUNDLE ?=
-DRY_RUN ?=
-MIRROR ?=
-export DRY_RUN
-MIRROR_ARG := $(if $(MIRROR),--mirror $(MIRROR),)
-# Build stage: ENGINE=docker|podman|buildah, BUILD_MODE=container|host, JOBS=<n>,
-# BUILDER_IMAGE=<ref>, HOST_PYTHON=<python3.13>; read by the CLI from the environment.
-ENGINE ?= docker
-BUILD_MODE ?= container
-JOBS ?=
-BUILDER_IMAGE ?= localhost/xla-wheels-builder:latest
-export ENGINE BUILD_MODE JOBS BUILDER_IMAGE
+# --- make variable -> CLI flag (the one mapping) ------------------------------------
+flag = $(if $($(1)),$(2) '$($(1))',)
+arg = $(if $($(1)),'$($(1))',)
+truthy = $(filter 1 true yes on,$(1))
+switch = $(if $(call truthy,$($(1))),$(2),)
+BUNDLE_FLAGS = $(call flag,BUNDLE,--bundle) $(call flag,MIRROR,--mirror)
+BUNDLE_FLAG = $(call flag,BUNDLE,--bundle)
+SOURCE_FLAG = $(call flag,TORCH_XLA_SRC,--source)
+DRY_RUN_FLAG = $(call switch,DRY_RUN,--dry-run)
+BUILD_FLAGS = $(call flag,ENGINE,--engine) $(call flag,BUILD_MODE,--mode) \
+  $(call flag,JOBS,--jobs) $(call flag,BUILDER_IMAGE,--image) \
+  $(call flag,HOST_PYTHON,--host-python)
+# SOURCE_DATE_EPOCH is the reproducible-builds standard variable: read from the
+# environment as every tool reads it (make exports a variable set on its command line).
+RECORDED_FLAGS = $(call switch,KEEP_RECORDED,--keep-recorded) $(call flag,BUILD_TAG,--build-tag)
+IMAGE_FLAGS = $(call flag,ENGINE,--engine) $(call flag,BUILDER_IMAGE,--image)
+AB_FLAGS = $(call arg,A) $(call arg,B)
+PATCH_EXPORT_FLAGS = $(call flag,COMPONENT,--component) $(call switch,FORCE,--force)
+PATCH_REBASE_FLAGS = $(call flag,COMPONENT,--component) $(call flag,ONTO,--onto) \
+  $(call switch,CONTINUE,--continue)
+PUBLISH_FLAGS = $(call flag,INDEX_URL,--index-url) $(call flag,UPLOAD_URL,--upload-url)
+LANE_FLAG = $(call flag,LANE,--lane)
+REFRESH_FLAG = $(call switch,REFRESH,--refresh)
+VERIFY_FLAGS = $(call flag,INDEX_URL,--index-url) $(call switch,NO_DEPS,--no-deps) \
+  $(call flag,DEPS_FROM,--deps-from) $(call flag,PYTHON,--python)
+DOCTOR_FLAGS = $(call flag,PYTHON,--python) $(call flag,ROLE,--role) \
+  $(call flag,LANE,--lane) $(call flag,CACHE_PATH,--cache-path)
+ABI_FLAGS = $(call flag,PYTHON,--python) $(call flag,TORCH_WHEEL,--torch-wheel) \
+  $(call flag,TORCH_XLA_WHEEL,--torch-xla-wheel) $(call flag,BUNDLE,--bundle) \
+  $(call flag,XLAC,--extension) $(call flag,TORCH_LIB_DIR,--torch-lib-dir) \
+  $(call flag,STOCK,--stock)
+GATE_FLAGS = $(call flag,PYTHON,--python) $(call flag,GATE_DEVICE,--device) \
+  $(call flag,WORKLOAD,--workload) $(call flag,BUNDLE,--bundle)
+CHECKS_FLAGS = $(call flag,CHECKS,--checks) $(call flag,UPSTREAM_TESTS,--upstream-tests)
+ROUNDS_FLAG = $(call flag,ROUNDS,--rounds)
 
 .PHONY: help venv test lint bundles diff sources patch patches-check wheels lock lock-check clean
-.PHONY: builder-image container-tools cache-tools
+.PHONY: builder-image container-tools cache-tools patch-export patch-rebase
 
-help: ## list the targets
+help: ## list the targets and the variables each one reads
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
 	  awk 'BEGIN {FS = ":.*## "} {printf "  make %-16s %s\n", $$1, $$2}'
+	@echo "Variables are passed as the CLI flags above; unset ones take the CLI's defaults"
+	@echo "(XLA_WHEELS_* in the environment, then src/xla_wheels/options.py)."
 
 $(VENV_STAMP): requirements-dev.txt pyproject.toml
 	@command -v git >/dev/null || { echo "error: git is required (apt-get install git)"; exit 2; }
@@ -48,7 +78,7 @@ $(VENV_STAMP): requirements-dev.txt pyproject.toml
 	  $(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .; \
 	  touch $@'
 
-venv: $(VENV_STAMP) ## create .venv with the pinned development dependencies
+venv: $(VENV_STAMP) ## create .venv with the pinned development dependencies [PYTHON_FOR_VENV=python3]
 
 # The build-stage container tests need podman, buildah and debootstrap: installed from
 # Debian when missing and we are root; otherwise those tests skip and say why.
@@ -60,13 +90,13 @@ container-tools:
 
 # The shared compile-cache test (tests/test_remote_cache_ccache.py) needs a real ccache,
 # redis-server and a C compiler: installed from Debian when missing and we are root.
-cache-tools:
+cache-tools: ## install ccache, redis-server and gcc from Debian when missing (root only)
 	@if command -v ccache >/dev/null && command -v redis-server >/dev/null && command -v cc >/dev/null; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ccache redis-server gcc >/dev/null; \
 	else echo "note: ccache/redis-server/cc missing and not root: the shared compile-cache test will skip"; fi
 
-test: $(VENV_STAMP) container-tools cache-tools ## install everything needed, then run ruff, mypy and the whole test suite
+test: $(VENV_STAMP) container-tools cache-tools ## install everything needed, then run ruff, mypy and the whole test suite [PYTEST_ARGS=] [PYTHON_FOR_VENV=]
 	$(PY) -m ruff check src tests scripts
 	$(PY) -m mypy
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -79,33 +109,31 @@ bundles: $(VENV_STAMP) ## list the bundles with their pins
 	@$(CLI) bundles
 
 diff: $(VENV_STAMP) ## what differs between two bundles: make diff A=v6e-2.9 B=v6e-2.11 (A alone: A against the bundle it extends)
-	@$(CLI) diff $(A) $(B)
+	@$(CLI) diff $(AB_FLAGS)
 
-sources: $(VENV_STAMP) ## fetch the bundle's components at their pins: make sources BUNDLE=...
-	@$(CLI) sources --bundle "$(BUNDLE)" $(MIRROR_ARG)
+sources: $(VENV_STAMP) ## fetch the bundle's components at their pins: make sources BUNDLE=... [MIRROR=] [DRY_RUN=1]
+	@$(CLI) sources $(BUNDLE_FLAGS) $(DRY_RUN_FLAG)
 
-patch: $(VENV_STAMP) ## run up to the patch stage: make patch BUNDLE=...
-	@$(CLI) patch --bundle "$(BUNDLE)" $(MIRROR_ARG)
+patch: $(VENV_STAMP) ## run up to the patch stage: make patch BUNDLE=... [MIRROR=] [DRY_RUN=1]
+	@$(CLI) patch $(BUNDLE_FLAGS) $(DRY_RUN_FLAG)
 
-patches-check: $(VENV_STAMP) ## apply the series to a scratch copy: make patches-check BUNDLE=... TORCH_XLA_SRC=<checkout>
-	@$(CLI) patches-check --bundle "$(BUNDLE)" $(if $(TORCH_XLA_SRC),--source "$(TORCH_XLA_SRC)",) $(MIRROR_ARG)
+patches-check: $(VENV_STAMP) ## apply the series to a scratch copy: make patches-check BUNDLE=... [TORCH_XLA_SRC=<checkout>] [MIRROR=]
+	@$(CLI) patches-check $(BUNDLE_FLAGS) $(SOURCE_FLAG)
 
-COMPONENT ?= torch_xla
-.PHONY: patch-export patch-rebase
-patch-export: $(VENV_STAMP) ## write the worktree's patch commits back as patch files: make patch-export BUNDLE=... [COMPONENT=torch_xla] [FORCE=1]
-	@$(CLI) patch-export --bundle "$(BUNDLE)" --component "$(COMPONENT)" $(if $(FORCE),--force,)
+patch-export: $(VENV_STAMP) ## write the worktree's patch commits back as patch files: make patch-export BUNDLE=... [COMPONENT=torch_xla] [FORCE=1] [MIRROR=] [DRY_RUN=1]
+	@$(CLI) patch-export $(BUNDLE_FLAGS) $(DRY_RUN_FLAG) $(PATCH_EXPORT_FLAGS)
 
-patch-rebase: $(VENV_STAMP) ## carry the series onto another commit: make patch-rebase BUNDLE=... ONTO=<commit> | CONTINUE=1 (CLI exit 3: stopped at a conflict)
-	@$(CLI) patch-rebase --bundle "$(BUNDLE)" --component "$(COMPONENT)" $(if $(ONTO),--onto "$(ONTO)",) $(if $(CONTINUE),--continue,) $(MIRROR_ARG)
+patch-rebase: $(VENV_STAMP) ## carry the series onto another commit: make patch-rebase BUNDLE=... ONTO=<commit> | CONTINUE=1 [COMPONENT=torch_xla] [MIRROR=] [DRY_RUN=1] (CLI exit 3: stopped at a conflict)
+	@$(CLI) patch-rebase $(BUNDLE_FLAGS) $(DRY_RUN_FLAG) $(PATCH_REBASE_FLAGS)
 
-builder-image: $(VENV_STAMP) ## build the builder image from ./Dockerfile: make builder-image [ENGINE=docker|podman|buildah] [DRY_RUN=1]
-	@$(CLI) builder-image
+builder-image: $(VENV_STAMP) ## build the builder image from ./Dockerfile: make builder-image [ENGINE=docker|podman|buildah] [BUILDER_IMAGE=] [DRY_RUN=1]
+	@$(CLI) builder-image $(DRY_RUN_FLAG) $(IMAGE_FLAGS)
 
-wheels: $(VENV_STAMP) ## the main job: make wheels BUNDLE=v6e-2.11 [DRY_RUN=1] [ENGINE=] [BUILD_MODE=host] [JOBS=] [KEEP_RECORDED=1] [BUILD_TAG=n] [SOURCE_DATE_EPOCH=]
-	@$(CLI) wheels --bundle "$(BUNDLE)" $(MIRROR_ARG)
+wheels: $(VENV_STAMP) ## the main job: make wheels BUNDLE=v6e-2.11 [DRY_RUN=1] [MIRROR=] [ENGINE=] [BUILD_MODE=host] [JOBS=] [BUILDER_IMAGE=] [HOST_PYTHON=] [KEEP_RECORDED=1] [BUILD_TAG=n] [SOURCE_DATE_EPOCH=]
+	@$(CLI) wheels $(BUNDLE_FLAGS) $(DRY_RUN_FLAG) $(BUILD_FLAGS) $(RECORDED_FLAGS)
 
-lock: $(VENV_STAMP) ## write the bundle's entry in wheels.lock: make lock BUNDLE=...
-	@$(CLI) lock --bundle "$(BUNDLE)"
+lock: $(VENV_STAMP) ## write the bundle's entry in wheels.lock: make lock BUNDLE=... [MIRROR=]
+	@$(CLI) lock $(BUNDLE_FLAGS)
 
 lock-check: $(VENV_STAMP) ## fail when a manifest or patch no longer matches wheels.lock
 	@$(CLI) lock-check
@@ -115,33 +143,29 @@ clean: ## remove build work (out/); dist/, wheels.lock and the per-machine cache
 
 # Publish stage (README "Publish and install"). Credentials come from TWINE_USERNAME /
 # TWINE_PASSWORD or keyring, never from these variables.
-INDEX_URL ?=
 .PHONY: publish requirements verify-install doctor
-INDEX_ARG = $(if $(INDEX_URL),--index-url "$(INDEX_URL)",)
 
-publish: $(VENV_STAMP) ## publish the locked wheels: make publish BUNDLE=... [LANE=validation] (or INDEX_URL=<simple/ URL>: that index, no lane)
-	@$(if $(INDEX_URL),$(CLI) publish --bundle "$(BUNDLE)" $(INDEX_ARG) $(if $(UPLOAD_URL),--upload-url "$(UPLOAD_URL)",),\
-	  $(CLI) publish-lane --bundle "$(BUNDLE)" $(if $(LANE),--lane "$(LANE)",))
+publish: $(VENV_STAMP) ## publish the locked wheels: make publish BUNDLE=... [LANE=validation] [DRY_RUN=1] (or INDEX_URL=<simple/ URL> [UPLOAD_URL=]: that index, no lane)
+	@$(if $(INDEX_URL),$(CLI) publish $(BUNDLE_FLAG) $(PUBLISH_FLAGS),\
+	  $(CLI) publish-lane $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(LANE_FLAG))
 
 requirements: $(VENV_STAMP) ## per lane: requirements.txt + pylock.toml in dist/lanes/<lane>/ [LANE=]; or BUNDLE=... [REFRESH=1]: dist/<bundle>/requirements.txt
-	@$(if $(BUNDLE),$(CLI) requirements --bundle "$(BUNDLE)" $(if $(REFRESH),--refresh,),\
-	  $(CLI) lane-requirements $(if $(LANE),--lane "$(LANE)",))
+	@$(if $(BUNDLE),$(CLI) requirements $(BUNDLE_FLAG) $(REFRESH_FLAG),\
+	  $(CLI) lane-requirements $(LANE_FLAG))
 
-verify-install: $(VENV_STAMP) ## fresh venv installs by hash, checks lock/provenance: make verify-install BUNDLE=... [INDEX_URL=...] [NO_DEPS=1 DEPS_FROM=<python>]
-	@$(CLI) verify-install --bundle "$(BUNDLE)" $(INDEX_ARG) $(if $(NO_DEPS),--no-deps,) \
-	  $(if $(DEPS_FROM),--deps-from "$(DEPS_FROM)",) $(if $(PYTHON),--python "$(PYTHON)",)
+verify-install: $(VENV_STAMP) ## fresh venv installs by hash, checks lock/provenance: make verify-install BUNDLE=... [INDEX_URL=...] [NO_DEPS=1 DEPS_FROM=<python>] [PYTHON=]
+	@$(CLI) verify-install $(BUNDLE_FLAG) $(VERIFY_FLAGS)
 
 doctor: $(VENV_STAMP) ## check a training host before import: make doctor BUNDLE=... [PYTHON=<training python>] [ROLE=writer|reader] [LANE=preferred] [CACHE_PATH=...]
-	@$(CLI) doctor --bundle "$(BUNDLE)" $(if $(PYTHON),--python "$(PYTHON)",) $(if $(ROLE),--role "$(ROLE)",) \
-	  $(if $(LANE),--lane "$(LANE)",) $(if $(CACHE_PATH),--cache-path "$(CACHE_PATH)",)
+	@$(CLI) doctor $(BUNDLE_FLAG) $(DOCTOR_FLAGS)
 
 # Lanes (README "Releasing to the fleet"): build/lanes.toml, lanes.lock, receipts/<bundle>/.
 .PHONY: promote compare lanes
-promote: $(VENV_STAMP) ## copy a bundle's locked files into a lane if its policy holds: make promote BUNDLE=... [LANE=preferred] [CACHE_PATH=...] [DRY_RUN=1]
-	@$(CLI) promote --bundle "$(BUNDLE)" $(if $(LANE),--lane "$(LANE)",) $(if $(CACHE_PATH),--cache-path "$(CACHE_PATH)",)
+promote: $(VENV_STAMP) ## copy a bundle's locked files into a lane if its policy holds: make promote BUNDLE=... [LANE=preferred] [DRY_RUN=1]
+	@$(CLI) promote $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(LANE_FLAG)
 
 compare: $(VENV_STAMP) ## two bundles' receipts side by side: make compare A=... B=...
-	@$(CLI) compare "$(A)" "$(B)"
+	@$(CLI) compare $(AB_FLAGS)
 
 lanes: $(VENV_STAMP) ## each lane's index, current bundle and policy
 	@$(CLI) lanes
@@ -149,26 +173,16 @@ lanes: $(VENV_STAMP) ## each lane's index, current bundle and policy
 # ABI check (README "ABI check"): the symbols torch_xla's _XLAC imports that the paired torch
 # does not export. Exit 0 nothing missing, 1 missing symbols named, 2 the pair cannot be read.
 .PHONY: abi-check
-abi-check: $(VENV_STAMP) ## undefined symbols of a pair: make abi-check PYTHON=<env python> | TORCH_WHEEL=... TORCH_XLA_WHEEL=... | BUNDLE=... | STOCK=2.8.0:2.9.0
-	@$(CLI) abi-check $(if $(PYTHON),--python "$(PYTHON)",) $(if $(TORCH_WHEEL),--torch-wheel "$(TORCH_WHEEL)",) \
-	  $(if $(TORCH_XLA_WHEEL),--torch-xla-wheel "$(TORCH_XLA_WHEEL)",) $(if $(BUNDLE),--bundle "$(BUNDLE)",) \
-	  $(if $(XLAC),--extension "$(XLAC)",) $(if $(TORCH_LIB_DIR),--torch-lib-dir "$(TORCH_LIB_DIR)",) \
-	  $(if $(STOCK),--stock "$(STOCK)",)
+abi-check: $(VENV_STAMP) ## undefined symbols of a pair: make abi-check PYTHON=<env python> | TORCH_WHEEL=... TORCH_XLA_WHEEL=... | BUNDLE=... | XLAC=... TORCH_LIB_DIR=... | STOCK=2.8.0:2.9.0
+	@$(CLI) abi-check $(ABI_FLAGS)
 
 # Gate (src/xla_wheels/gate/README.md): judge a torch_xla environment in fresh processes. Without PYTHON,
 # a cached stock torch_xla 2.9.0 env is built once per machine and shows the cache defect.
 # Exit 0 pass, 1 a check failed, 2 the environment cannot be judged.
-GATE_DEVICE ?=
-WORKLOAD ?=
-CHECKS ?=
-UPSTREAM_TESTS ?=
-GATE_ARGS ?=
 .PHONY: gate bench-restart
-GATE_FLAGS = $(if $(PYTHON),--python "$(PYTHON)",) $(if $(GATE_DEVICE),--device "$(GATE_DEVICE)",) \
-  $(if $(WORKLOAD),--workload "$(WORKLOAD)",) $(if $(BUNDLE),--bundle "$(BUNDLE)",)
 
 gate: $(VENV_STAMP) ## ship gate + receipt (restart, spmd-restart, cache-key, same-numbers, hbm): make gate [BUNDLE=...] [PYTHON=...] [GATE_DEVICE=CPU|TPU] [WORKLOAD=small|medium|large] [CHECKS=...] [UPSTREAM_TESTS=<pytorch/xla checkout>] [GATE_ARGS=--record-baseline]
-	@$(CLI) gate $(GATE_FLAGS) $(if $(CHECKS),--checks "$(CHECKS)",) $(if $(UPSTREAM_TESTS),--upstream-tests "$(UPSTREAM_TESTS)",) $(GATE_ARGS)
+	@$(CLI) gate $(GATE_FLAGS) $(CHECKS_FLAGS) $(GATE_ARGS)
 
-bench-restart: $(VENV_STAMP) ## restart benchmark, cold/warm medians and executable-load time: make bench-restart [PYTHON=...] [GATE_DEVICE=...] [WORKLOAD=medium] [ROUNDS=5]
-	@$(CLI) bench-restart $(GATE_FLAGS) $(if $(ROUNDS),--rounds "$(ROUNDS)",)
+bench-restart: $(VENV_STAMP) ## restart benchmark, cold/warm medians and executable-load time: make bench-restart [BUNDLE=...] [PYTHON=...] [GATE_DEVICE=...] [WORKLOAD=medium] [ROUNDS=5]
+	@$(CLI) bench-restart $(GATE_FLAGS) $(ROUNDS_FLAG)

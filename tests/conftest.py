@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from dataclasses import dataclass
+import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.gitrepos import REPO_ROOT, Upstream, make_upstreams
-
-
-@dataclass
-class CliResult:
-    exit_code: int
-    stdout: str
-    stderr: str
+from tests import clirunner
+from tests.clirunner import CliResult
+from tests.gitrepos import Upstream, make_upstreams
+from xla_wheels.options import machine_cache
 
 
 @pytest.fixture
@@ -26,41 +22,22 @@ def upstreams(tmp_path: Path) -> dict[str, Upstream]:
 
 
 @pytest.fixture
-def run_cli(tmp_path: Path):
-    """Run ``python -m xla_wheels ARGS`` in a fresh process with its own cache directory."""
+def run_cli(tmp_path: Path) -> Callable[..., CliResult]:
+    """:func:`tests.clirunner.run_cli` with a minimal environment and its own cache and home."""
 
-    def run(
-        *args: str,
-        root: Path | None = None,
-        env: dict[str, str] | None = None,
-        cwd: Path | None = None,
-    ) -> CliResult:
-        command = [sys.executable, "-m", "xla_wheels", *args]
-        if root is not None:
-            command += ["--root", str(root)]
-        full_env = {
-            "PATH": "/usr/bin:/bin:/usr/local/bin",
+    def run(*args: str, env: dict[str, str] | None = None, **kwargs: Any) -> CliResult:
+        isolated = {
             "XLA_WHEELS_CACHE": str(tmp_path / "machine-cache"),
             "HOME": str(tmp_path / "home"),
-            **(env or {}),
         }
-        process = subprocess.run(
-            command,
-            cwd=cwd or REPO_ROOT,
-            env=full_env,
-            text=True,
-            capture_output=True,
-            timeout=300,
-            check=False,
-        )
-        return CliResult(process.returncode, process.stdout, process.stderr)
+        return clirunner.run_cli(*args, env={**isolated, **(env or {})}, timeout=300, **kwargs)
 
     return run
 
 
 # --- Stock torch_xla environments (the gate's real evidence) --------------------------
 # Built once per machine from PyPI by the project's own code (xla_wheels.gate.envs) and
-# cached under ${XLA_WHEELS_CACHE:-~/.cache/xla-wheels}/envs/; the first session pays
+# cached under <the per-machine cache>/envs/ (options.machine_cache); the first session pays
 # about 1.5 minutes and 7 GB each, later sessions reuse them.
 
 
@@ -69,7 +46,7 @@ def stock_xla_python_29() -> Path:
     """Python of a venv with stock torch 2.9.0 + torch_xla 2.9.0 (persistent cache broken)."""
     from xla_wheels.gate import envs
 
-    return envs.ensure_stock_env("2.9.0")
+    return envs.ensure_stock_env("2.9.0", root=machine_cache(os.environ))
 
 
 @pytest.fixture(scope="session")
@@ -77,4 +54,4 @@ def stock_xla_python_27() -> Path:
     """Python of a venv with stock torch 2.7.0 + torch_xla 2.7.0 (persistent cache works)."""
     from xla_wheels.gate import envs
 
-    return envs.ensure_stock_env("2.7.0")
+    return envs.ensure_stock_env("2.7.0", root=machine_cache(os.environ))

@@ -1,16 +1,13 @@
-"""Running the gate CLI in a fresh process, as ``make gate`` does, for the gate's tests."""
+"""The gate's run of the one CLI helper, with its reports at hand."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from tests.clirunner import run_cli
 
 
 @dataclass
@@ -35,21 +32,11 @@ def run_gate_cli(
     env: dict[str, str] | None = None,
     timeout: float = 1200,
 ) -> GateRun:
-    full_env = {**os.environ, **(env or {})}
-    # Works whether or not the package is installed into the test interpreter.
-    full_env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(REPO_ROOT / "src"), full_env.get("PYTHONPATH", "")) if p
+    """``command ARGS --out OUT_DIR`` through :func:`tests.clirunner.run_cli`."""
+    result = run_cli(
+        command, *args, "--out", str(out_dir), env=env, inherit_env=True, timeout=timeout
     )
-    process = subprocess.run(
-        [sys.executable, "-m", "xla_wheels", command, *args, "--out", str(out_dir)],
-        cwd=REPO_ROOT,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    return GateRun(process.returncode, process.stdout, process.stderr, out_dir)
+    return GateRun(result.exit_code, result.stdout, result.stderr, out_dir)
 
 
 def process_alive(pid: int) -> bool:

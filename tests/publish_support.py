@@ -7,7 +7,6 @@ pypiserver on 127.0.0.1 with an htpasswd file generated here, stopped by its fix
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import subprocess
@@ -24,7 +23,6 @@ import pytest
 
 from tests import bundles
 from tests.bundles import Pin
-from tests.gitrepos import REPO_ROOT
 from xla_wheels.bundle import load_bundle
 from xla_wheels.lockfile import WheelRecord, file_sha256, record_wheels, update_bundle_entry
 from xla_wheels.patches import series_digest
@@ -179,33 +177,6 @@ def make_publish_project(
         records.append(WheelRecord(wheel.name, target.stat().st_size, file_sha256(target)))
     record_wheels(project / "wheels.lock", bundle, records)
     return project
-
-
-@dataclass
-class CliRun:
-    exit_code: int
-    stdout: str
-    stderr: str
-
-    @property
-    def output(self) -> str:
-        return self.stdout + self.stderr
-
-
-def cli(root: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 900) -> CliRun:
-    """``python -m xla_wheels ARGS --root ROOT`` in a fresh process (the real CLI edge)."""
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("TWINE_", "INDEX_"))}
-    full_env.update(env or {})
-    process = subprocess.run(
-        [sys.executable, "-m", "xla_wheels", *args, "--root", str(root)],
-        cwd=REPO_ROOT,
-        env=full_env,
-        text=True,
-        capture_output=True,
-        timeout=timeout,
-        check=False,
-    )
-    return CliRun(process.returncode, process.stdout, process.stderr)
 
 
 def free_port() -> int:

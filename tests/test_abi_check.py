@@ -8,6 +8,7 @@ symbols in torch 2.8.0.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from xla_wheels.abi.compare import compare, mangled_scope, scope_of
 from xla_wheels.abi.elf import Export, Import, SharedObject
 from xla_wheels.abi.stock import StockWheel, ensure_stock_libraries, stock_pair
 from xla_wheels.builder import collect, stage
+from xla_wheels.options import machine_cache
 
 FIVE = {
     "c10::SymInt::operator_imul_slow_path(c10::SymInt const&)",
@@ -248,11 +250,10 @@ def stock_abi_libraries() -> Path:
     First run on a machine: three ``pip download``s (~1.9 GB, about a minute) of which
     ~1.2 GB of shared libraries are kept under ``<cache>/abi-libs``.
     """
-    from xla_wheels.gate.envs import cache_root
-
+    root = machine_cache(os.environ)
     for project, version in (("torch_xla", "2.9.0"), ("torch", "2.9.0"), ("torch", "2.8.0")):
-        ensure_stock_libraries(StockWheel(project, version))
-    return cache_root()
+        ensure_stock_libraries(StockWheel(project, version), root=root)
+    return root
 
 
 @pytest.mark.slow
@@ -293,18 +294,19 @@ def test_installed_stock_environment_is_checked_without_importing(
 
 
 def test_cli_reads_a_bundles_locked_wheels(tiny: TinyPair, tmp_path: Path) -> None:
-    from tests.publish_support import BUNDLE, cli, make_publish_project
+    from tests.clirunner import run_cli
+    from tests.publish_support import BUNDLE, make_publish_project
 
     wheels = [
         torch_wheel(tiny.other_lib, tmp_path / "wheels"),
         torch_xla_wheel(tiny.extension, tmp_path / "wheels"),
     ]
     project = make_publish_project(tmp_path, wheels)
-    result = cli(project, "abi-check", "--bundle", BUNDLE)
+    result = run_cli("abi-check", "--bundle", BUNDLE, root=project, inherit_env=True)
     assert result.exit_code == 1, result.output
     assert "MISSING 3 symbol(s)" in result.stdout
     # A wheel changed after locking is refused, as bad input.
     (project / "dist" / BUNDLE / wheels[0].name).write_bytes(b"changed")
-    changed = cli(project, "abi-check", "--bundle", BUNDLE)
+    changed = run_cli("abi-check", "--bundle", BUNDLE, root=project, inherit_env=True)
     assert changed.exit_code == 2, changed.output
     assert "do not match wheels.lock" in changed.stderr

@@ -16,12 +16,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
+from tests.clirunner import CliResult, run_cli
 from tests.synthetic_upstream import Synthetic, cli_args, make_synthetic
 from xla_wheels.builder import stamp
 from xla_wheels.builder.container import build_image_argv, probe_engine
@@ -85,16 +85,13 @@ def syn() -> Synthetic:
     shutil.rmtree(base, ignore_errors=True)
 
 
-def run_cli(syn: Synthetic, *extra: str, bundle: str = "syn") -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "xla_wheels", *cli_args(syn, *extra, bundle=bundle)],
-        capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
+def run_wheels(syn: Synthetic, *extra: str, bundle: str = "syn") -> CliResult:
+    return run_cli(*cli_args(syn, *extra, bundle=bundle), inherit_env=True, timeout=900)
 
 
 def test_buildah_builds_collects_and_smoke_imports(test_image: str, syn: Synthetic) -> None:
-    result = run_cli(syn, "--mode", "container", "--engine", "buildah", "--image", test_image)
-    assert result.returncode == 0, result.stderr[-4000:]
+    result = run_wheels(syn, "--mode", "container", "--engine", "buildah", "--image", test_image)
+    assert result.exit_code == 0, result.stderr[-4000:]
     assert "buildah run --isolation chroot" in result.stderr
     assert "python3 -m xla_wheels.builder.inside" in result.stderr
     wheels = sorted((syn.root / "dist" / "syn").glob("*.whl"))
@@ -129,11 +126,11 @@ def test_buildah_builds_collects_and_smoke_imports(test_image: str, syn: Synthet
 
 def test_buildah_failing_ship_check_keeps_dist_empty(test_image: str, syn: Synthetic) -> None:
     syn.write_bundle("unfixed", xla_patches=("torch_xla/0002-comment.patch",))
-    result = run_cli(
+    result = run_wheels(
         syn, "--mode", "container", "--engine", "buildah", "--image", test_image,
         bundle="unfixed",
     )  # fmt: skip
-    assert result.returncode == 1
+    assert result.exit_code == 1
     assert "kept out of dist/unfixed" in result.stderr
     assert not (syn.root / "dist").exists()
 
@@ -145,18 +142,18 @@ def test_docker_engine_or_reason(syn: Synthetic) -> None:
     image = os.environ.get("XLA_WHEELS_DOCKER_TEST_IMAGE")
     if not image:
         pytest.skip("set XLA_WHEELS_DOCKER_TEST_IMAGE to a `base`-stage image with Python")
-    result = run_cli(syn, "--mode", "container", "--engine", "docker", "--image", image)
-    assert result.returncode == 0, result.stderr[-4000:]
+    result = run_wheels(syn, "--mode", "container", "--engine", "docker", "--image", image)
+    assert result.exit_code == 0, result.stderr[-4000:]
     assert len(list((syn.root / "dist" / "syn").glob("*.whl"))) == 2
 
 
 def test_preflight_names_a_missing_image(syn: Synthetic) -> None:
     if shutil.which("buildah") is None:
         pytest.skip("buildah is not installed")
-    result = run_cli(
+    result = run_wheels(
         syn, "--mode", "container", "--engine", "buildah", "--image", "localhost/no-such:image"
     )
-    assert result.returncode != 0
+    assert result.exit_code != 0
     assert "builder image localhost/no-such:image not found" in result.stderr
     assert "make builder-image ENGINE=buildah" in result.stderr
     assert not (syn.root / "dist").exists()

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.clirunner import CliResult, run_cli
 from tests.synthetic_upstream import TORCH_INIT, Synthetic, cli_args, make_patch, make_synthetic
 from xla_wheels.builder import stamp
 from xla_wheels.bundle import load_bundle
@@ -29,14 +30,11 @@ REPO = Path(__file__).resolve().parents[1]
 HOST = ("--mode", "host", "--host-python", sys.executable)
 
 
-def run_cli(syn: Synthetic, *extra: str, bundle: str = "syn") -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "xla_wheels", *cli_args(syn, *HOST, *extra, bundle=bundle)],
-        capture_output=True,
-        text=True,
+def run_wheels(syn: Synthetic, *extra: str, bundle: str = "syn") -> CliResult:
+    return run_cli(
+        *cli_args(syn, *HOST, *extra, bundle=bundle), env={"HOME": str(syn.root.parent)},
         timeout=600,
-        env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(syn.root.parent)},
-    )
+    )  # fmt: skip
 
 
 @pytest.fixture
@@ -49,8 +47,8 @@ def dist_wheels(syn: Synthetic, bundle: str = "syn") -> list[Path]:
 
 
 def test_patched_build_is_stamped_and_carries_provenance(syn: Synthetic) -> None:
-    result = run_cli(syn)
-    assert result.returncode == 0, result.stderr
+    result = run_wheels(syn)
+    assert result.exit_code == 0, result.stderr
     wheels = dist_wheels(syn)
     assert [w.name.split("-")[0] for w in wheels] == ["torch", "torch_xla"]
     bundle = load_bundle(syn.root, "syn")
@@ -144,13 +142,13 @@ def timings_table(stderr: str) -> list[tuple[str, str]]:
 
 
 def test_noop_rerun_skips_and_a_patch_change_rebuilds_only_torch_xla(syn: Synthetic) -> None:
-    assert run_cli(syn).returncode == 0
+    assert run_wheels(syn).exit_code == 0
     first = dist_wheels(syn)
 
     start = time.monotonic()
-    again = run_cli(syn)
+    again = run_wheels(syn)
     elapsed = time.monotonic() - start
-    assert again.returncode == 0, again.stderr
+    assert again.exit_code == 0, again.stderr
     assert elapsed < 10, f"no-op re-run took {elapsed:.1f}s"
     assert "sources, patches: skipped" in again.stderr
     assert "build: torch stage cached" in again.stderr
@@ -168,8 +166,8 @@ def test_noop_rerun_skips_and_a_patch_change_rebuilds_only_torch_xla(syn: Synthe
     # Change the second torch_xla patch (same file, different bytes).
     patch = syn.root / "patches" / "torch_xla" / "0002-comment.patch"
     patch.write_text(patch.read_text().replace("+# patched", "+# patched again"))
-    changed = run_cli(syn)
-    assert changed.returncode == 0, changed.stderr
+    changed = run_wheels(syn)
+    assert changed.exit_code == 0, changed.stderr
     assert "build: torch stage cached" in changed.stderr
     assert "==> build: torch_xla" in changed.stderr
     now = dist_wheels(syn)
@@ -180,8 +178,8 @@ def test_noop_rerun_skips_and_a_patch_change_rebuilds_only_torch_xla(syn: Synthe
 def test_failing_ship_check_keeps_wheels_out_of_dist(syn: Synthetic) -> None:
     # Without the cache-load fix the synthetic warm-restart check fails.
     syn.write_bundle("unfixed", xla_patches=("torch_xla/0002-comment.patch",))
-    result = run_cli(syn, bundle="unfixed")
-    assert result.returncode == 1, result.stderr
+    result = run_wheels(syn, bundle="unfixed")
+    assert result.exit_code == 1, result.stderr
     assert "ship check failed" in result.stderr
     assert "kept out of dist/unfixed" in result.stderr
     assert not (syn.root / "dist").exists()
@@ -190,7 +188,7 @@ def test_failing_ship_check_keeps_wheels_out_of_dist(syn: Synthetic) -> None:
 
 
 def test_failed_build_leaves_previous_dist_untouched(syn: Synthetic) -> None:
-    assert run_cli(syn).returncode == 0
+    assert run_wheels(syn).exit_code == 0
     before = {w.name: file_sha256(w) for w in dist_wheels(syn)}
     # A third torch_xla patch whose setup.py fails: torch is cached, torch_xla breaks.
     bad_setup = "raise SystemExit('synthetic build failure')\n"
@@ -211,8 +209,8 @@ def test_failed_build_leaves_previous_dist_untouched(syn: Synthetic) -> None:
             "torch_xla/0003-break.patch",
         ),
     )
-    result = run_cli(syn)
-    assert result.returncode == 1
+    result = run_wheels(syn)
+    assert result.exit_code == 1
     assert "the torch_xla build failed" in result.stderr
     log_path = syn.root / "out/syn/logs/torch_xla.log"
     assert "synthetic build failure" in log_path.read_text()
@@ -230,8 +228,8 @@ def test_failed_build_leaves_previous_dist_untouched(syn: Synthetic) -> None:
 
 def test_short_openxla_sha_resolves_through_sources(syn: Synthetic) -> None:
     syn.write_bundle("short", openxla_commit=syn.commits["openxla"][:9])
-    result = run_cli(syn, bundle="short")
-    assert result.returncode == 0, result.stderr
+    result = run_wheels(syn, bundle="short")
+    assert result.exit_code == 0, result.stderr
     provenance = stamp.read_provenance(dist_wheels(syn, "short")[1])
     assert provenance.components["openxla"].commit == syn.commits["openxla"]
 
@@ -244,17 +242,14 @@ def test_preflight_reports_every_blocker_at_once(syn: Synthetic, tmp_path: Path)
         text.replace('name = "syn"', 'name = "blocked"')
     )
     start = time.monotonic()
-    result = subprocess.run(
-        [
-            sys.executable, "-m", "xla_wheels",
-            *cli_args(syn, bundle="blocked"),
-            "--mode", "host", "--host-python", "python-that-does-not-exist",
-            "--min-disk-gib", "100000", "--mem-per-job-gib", "100000", "--jobs", "3",
-        ],
-        capture_output=True, text=True, timeout=120,
+    result = run_cli(
+        *cli_args(syn, bundle="blocked"),
+        "--mode", "host", "--host-python", "python-that-does-not-exist",
+        "--min-disk-gib", "100000", "--mem-per-job-gib", "100000", "--jobs", "3",
+        inherit_env=True, timeout=120,
     )  # fmt: skip
     assert time.monotonic() - start < 60
-    assert result.returncode != 0
+    assert result.exit_code != 0
     err = result.stderr
     assert "5 blocker(s)" in err, err
     assert "pin: openxla: no commit pinned (not known yet)" in err
@@ -266,12 +261,11 @@ def test_preflight_reports_every_blocker_at_once(syn: Synthetic, tmp_path: Path)
 
 
 def test_dry_run_shows_the_builder_commands_for_v6e_2_9() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "xla_wheels", "wheels", "--root", str(REPO), "--bundle",
-         "v6e-2.9", "--dry-run", "--engine", "docker"],
-        capture_output=True, text=True, timeout=120,
+    result = run_cli(
+        "wheels", "--bundle", "v6e-2.9", "--dry-run", "--engine", "docker", root=REPO,
+        inherit_env=True, timeout=120,
     )  # fmt: skip
-    assert result.returncode == 0, result.stderr
+    assert result.exit_code == 0, result.stderr
     plan = result.stdout
     for expected in (
         "21fec65781bebe867faf209f89bb687ffd236ca4",
@@ -310,8 +304,8 @@ def test_torch_xla_records_the_patched_torch_commit(syn: Synthetic) -> None:
         syn.root / "patches" / "torch" / "0001-fix.patch",
     )
     syn.write_bundle("patched-torch", torch_patches=("torch/0001-fix.patch",))
-    result = run_cli(syn, bundle="patched-torch")
-    assert result.returncode == 0, result.stderr
+    result = run_wheels(syn, bundle="patched-torch")
+    assert result.exit_code == 0, result.stderr
     torch_head = subprocess.run(
         ["git", "rev-parse", "HEAD"],
         cwd=syn.root / "out" / "patched-torch" / "src" / "torch",

@@ -2,30 +2,22 @@
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 
 import pytest
 
 from tests.gitrepos import REPO_ROOT, make_project
+from xla_wheels.bundle import load_bundle
+from xla_wheels.cli import COMMANDS
 
-SUBCOMMANDS = [
-    "bundles",
-    "diff",
-    "sources",
-    "patch",
-    "wheels",
-    "patches-check",
-    "lock",
-    "lock-check",
-    "builder-image",
-    "patch-export",
-    "patch-rebase",
-]
+SUBCOMMANDS = list(COMMANDS)
 
 
 def test_python_dash_m_shows_help(run_cli) -> None:
     result = run_cli("--help")
     assert result.exit_code == 0
+    assert len(SUBCOMMANDS) == 23  # the table, not an empty list, drives these tests
     for name in SUBCOMMANDS:
         assert name in result.stdout
 
@@ -38,13 +30,24 @@ def test_every_subcommand_has_help(run_cli, name: str) -> None:
 
 
 def test_dry_run_plan_shows_full_shas_commands_and_patch_digests(run_cli) -> None:
-    result = run_cli("wheels", "--bundle", "v6e-2.9", env={"DRY_RUN": "1"})
+    result = run_cli("wheels", "--bundle", "v6e-2.9", env={"XLA_WHEELS_DRY_RUN": "1"})
     assert result.exit_code == 0, result.stderr
     plan = result.stdout
     assert "21fec65781bebe867faf209f89bb687ffd236ca4" in plan
     assert "c04e61c3424142c0eebcc9e59984b9d8fced18c0" in plan
-    assert "git apply" in plan and "0001-load-serialized-executables.patch" in plan
-    assert "sha256:" in plan
+    assert "git apply" in plan
+    # Each patch's own digest stands next to its path (the manifest's digest, elsewhere in
+    # the plan, must not be mistaken for it).
+    patches = load_bundle(REPO_ROOT, "v6e-2.9").component("torch_xla").patches
+    assert patches
+    for patch in patches:
+        digest = hashlib.sha256(patch.path.read_bytes()).hexdigest()  # not the code's digest
+        lines = [
+            line
+            for line in plan.splitlines()
+            if "git apply" in line and f"patches/{patch.relpath}" in line
+        ]
+        assert lines and all(f"sha256:{digest}" in line for line in lines), (patch, lines)
     for stage in ("resolve", "sources", "patches", "build"):
         assert f"] {stage}" in plan
 
@@ -103,6 +106,6 @@ def test_a_malformed_compiler_environment_is_a_usage_error(run_cli) -> None:
 @pytest.mark.parametrize("engine", ["podman", "buildah"])
 def test_builder_image_keeps_the_dockerfile_shell_on_oci_engines(run_cli, engine: str) -> None:
     # Without --format docker, podman/buildah drop SHELL (bash -o pipefail) from the build.
-    result = run_cli("builder-image", env={"DRY_RUN": "1", "ENGINE": engine})
+    result = run_cli("builder-image", env={"XLA_WHEELS_DRY_RUN": "1", "XLA_WHEELS_ENGINE": engine})
     assert result.exit_code == 0, result.stderr
     assert "--format docker --target builder" in result.stdout

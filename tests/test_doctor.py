@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.clirunner import run_cli
 from tests.publish_support import (
     BUNDLE,
     TORCH_VERSION,
     XLA_VERSION,
     build_wheel,
-    cli,
     make_publish_project,
 )
 from xla_wheels.publish.doctor import DoctorReport, check_abi, check_environment, mount_of
@@ -56,7 +56,16 @@ def test_healthy_host_passes_without_importing_torch_xla(
     cache = tmp_path / f"xla_cache_{BUNDLE}_txla{XLA_VERSION}"
     cache.mkdir()
     env = {**GOOD_ENV, "XLA_PERSISTENT_CACHE_PATH": str(cache)}
-    result = cli(project, "doctor", "--bundle", BUNDLE, "--python", str(python), env=env)
+    result = run_cli(
+        "doctor",
+        "--bundle",
+        BUNDLE,
+        "--python",
+        str(python),
+        env=env,
+        root=project,
+        inherit_env=True,
+    )
     assert result.exit_code == 0, result.output
     assert "ok   torch-xla" in result.stdout and XLA_VERSION in result.stdout
     assert re.search(
@@ -86,8 +95,17 @@ def test_a_cache_path_that_does_not_name_the_build_fails_with_the_recommended_pa
     python = _host_env(tmp_path, wheels)
     cache = tmp_path / "xla-cache"
     cache.mkdir()
-    env = {**GOOD_ENV, "XLA_PERSISTENT_CACHE_PATH": str(cache), "ROLE": "reader"}
-    result = cli(project, "doctor", "--bundle", BUNDLE, "--python", str(python), env=env)
+    env = {**GOOD_ENV, "XLA_PERSISTENT_CACHE_PATH": str(cache), "XLA_WHEELS_ROLE": "reader"}
+    result = run_cli(
+        "doctor",
+        "--bundle",
+        BUNDLE,
+        "--python",
+        str(python),
+        env=env,
+        root=project,
+        inherit_env=True,
+    )
     assert result.exit_code == 1, result.output
     recommended = tmp_path / f"xla_cache_{BUNDLE}_txla{XLA_VERSION}"
     assert "FAIL cache path build" in result.stdout
@@ -102,9 +120,10 @@ def test_misconfigured_host_lists_each_problem_and_fix(
     wheels, marker = poisoned
     project = make_publish_project(tmp_path, wheels)
     python = _host_env(tmp_path, wheels[:1])  # torch only: torch_xla is missing
-    result = cli(
-        project, "doctor", "--bundle", BUNDLE, "--python", str(python),
+    result = run_cli(
+        "doctor", "--bundle", BUNDLE, "--python", str(python),
         env={"PJRT_DEVICE": "", "XLA_NO_SPECIAL_SCALARS": "0", "XLA_PERSISTENT_CACHE_PATH": ""},
+        root=project, inherit_env=True,
     )  # fmt: skip
     assert result.exit_code == 1, result.output
     out = result.stdout
@@ -125,7 +144,16 @@ def test_wrong_version_is_reported(tmp_path: Path, poisoned: tuple[list[Path], P
     cache = tmp_path / "c"
     cache.mkdir()
     env = {**GOOD_ENV, "XLA_PERSISTENT_CACHE_PATH": str(cache)}
-    result = cli(project, "doctor", "--bundle", BUNDLE, "--python", str(python), env=env)
+    result = run_cli(
+        "doctor",
+        "--bundle",
+        BUNDLE,
+        "--python",
+        str(python),
+        env=env,
+        root=project,
+        inherit_env=True,
+    )
     assert result.exit_code == 1, result.output
     assert "FAIL torch-xla" in result.stdout
     assert f"2.9.0 installed, bundle has {XLA_VERSION}" in result.stdout

@@ -63,7 +63,7 @@ def test_two_writers_on_one_cache_directory_still_give_a_loadable_cache(
     (tmp_path / "tmp").mkdir()
     run = run_gate_cli(
         "gate", "--python", str(stock_xla_python_27), "--checks", "restart",
-        "--writers", "2", "--cache-dir", str(cache),
+        "--writers", "2", "--xla-cache-dir", str(cache),
         out_dir=tmp_path / "out", env={"TMPDIR": str(tmp_path / "tmp")},
     )  # fmt: skip
     restart_check = run.check("restart")
@@ -82,7 +82,7 @@ def test_a_cache_directory_that_cannot_be_created_is_exit_2(stock_xla_python_27,
     regular.write_text("keep me")
     run = run_gate_cli(
         "gate", "--python", str(stock_xla_python_27), "--checks", "restart",
-        "--cache-dir", str(regular / "cache"), out_dir=tmp_path / "out",
+        "--xla-cache-dir", str(regular / "cache"), out_dir=tmp_path / "out",
     )  # fmt: skip
     assert run.exit_code == 2, run.stderr
     assert "is not writable" in run.stderr

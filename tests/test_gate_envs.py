@@ -83,6 +83,49 @@ def test_a_failed_build_leaves_neither_a_final_nor_a_temporary_directory(tmp_pat
     assert [p.name for p in (tmp_path / "envs").iterdir() if not p.name.endswith(".lock")] == []
 
 
+def _install_stand_in(modules: dict[str, str]):
+    """An ``_install`` that writes ``modules`` (name -> source) into the venv's site-packages."""
+
+    def install(python: str, spec: envs.StockEnvSpec, build_log: Path) -> None:
+        site = next(Path(python).parent.parent.glob("lib/python3*/site-packages"))
+        for name, source in modules.items():
+            (site / f"{name}.py").write_text(source)
+
+    return install
+
+
+def test_an_environment_whose_torch_xla_does_not_import_is_never_marked(tmp_path, monkeypatch):
+    # The real import check runs: torch imports, torch_xla raises as a broken wheel would.
+    monkeypatch.setattr(envs, "check_wheels_exist", lambda *a: None)
+    monkeypatch.setattr(envs, "VENV_OPTIONS", ("--without-pip",))
+    monkeypatch.setattr(
+        envs,
+        "_install",
+        _install_stand_in(
+            {"torch": "__version__ = '2.9.0'\n", "torch_xla": "raise ImportError('libtpu')\n"}
+        ),
+    )
+    with pytest.raises(GateEnvironmentError, match="import torch, torch_xla"):
+        envs.ensure_stock_env("2.9.0", root=tmp_path)
+    assert not list((tmp_path / "envs").glob(f"*/{envs.MARKER}"))
+    assert envs.find_stock_env("2.9.0", root=tmp_path) is None
+
+
+def test_an_environment_whose_torch_xla_imports_is_marked(tmp_path, monkeypatch):
+    monkeypatch.setattr(envs, "check_wheels_exist", lambda *a: None)
+    monkeypatch.setattr(envs, "VENV_OPTIONS", ("--without-pip",))
+    monkeypatch.setattr(
+        envs,
+        "_install",
+        _install_stand_in(
+            {"torch": "__version__ = '2.9.0'\n", "torch_xla": "__version__ = '2.9.0'\n"}
+        ),
+    )
+    python = envs.ensure_stock_env("2.9.0", root=tmp_path)
+    assert (python.parent.parent / envs.MARKER).is_file()
+    assert "2.9.0 2.9.0" in (python.parent.parent / "build.log").read_text()
+
+
 def test_a_directory_without_the_marker_is_rebuilt_not_reused(tmp_path, fake_install):
     python = envs.ensure_stock_env("2.9.0", root=tmp_path)
     env_dir = python.parent.parent
@@ -104,14 +147,22 @@ def test_leftovers_of_a_crashed_build_are_cleared_but_nothing_else(tmp_path, fak
     assert (envs_dir / "someone-elses-env").exists()
 
 
-def test_an_unknown_stock_version_is_refused():
+def test_an_unknown_stock_version_is_refused(tmp_path):
     with pytest.raises(GateEnvironmentError, match="no stock environment is defined"):
-        envs.ensure_stock_env("1.0.0")
+        envs.ensure_stock_env("1.0.0", root=tmp_path)
 
 
-def test_the_cache_root_follows_xla_wheels_cache(tmp_path):
-    assert envs.cache_root({"XLA_WHEELS_CACHE": str(tmp_path)}) == tmp_path
-    assert envs.cache_root({}).parts[-2:] == (".cache", "xla-wheels")
+def test_the_gate_and_the_pipeline_derive_one_cache_root(tmp_path):
+    """``make gate`` builds its envs where ``make wheels`` keeps its sources."""
+    from xla_wheels.options import machine_cache
+
+    home = tmp_path / "home"
+    assert machine_cache({"XLA_WHEELS_CACHE": str(tmp_path / "c"), "HOME": str(home)}) == (
+        tmp_path / "c"
+    )
+    xdg = {"XDG_CACHE_HOME": str(tmp_path / "xdg"), "HOME": str(home)}
+    assert machine_cache(xdg) == tmp_path / "xdg" / "xla-wheels"
+    assert machine_cache({"HOME": str(home)}) == home / ".cache" / "xla-wheels"
 
 
 @pytest.mark.slow

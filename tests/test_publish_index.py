@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.clirunner import run_cli
 from tests.publish_support import (
     BUNDLE,
     PASSWORD,
     USER,
     FakeWheels,
     IndexServer,
-    cli,
     fake_wheels,  # noqa: F401 - fixture
     free_port,
     index_server,  # noqa: F401 - fixture
@@ -43,7 +43,10 @@ def _sha(path: Path) -> str:
 
 def test_upload_then_rerun_skips(project: Path, index_server: IndexServer) -> None:  # noqa: F811
     env = index_server.credentials
-    first = cli(project, "publish", "--bundle", BUNDLE, "--index-url", index_server.url, env=env)
+    first = run_cli(
+        "publish", "--bundle", BUNDLE, "--index-url", index_server.url, env=env, root=project,
+        inherit_env=True,
+    )
     assert first.exit_code == 0, first.output
     lines = [line for line in first.stdout.splitlines() if line.startswith(("uploaded", "skip"))]
     assert len(lines) == 2 and all(line.startswith("uploaded") for line in lines), first.stdout
@@ -56,7 +59,10 @@ def test_upload_then_rerun_skips(project: Path, index_server: IndexServer) -> No
     assert "twine upload" in publish_log and PASSWORD not in publish_log
     assert re.search(r"^  publish +\S+  ran$", first.stderr, re.MULTILINE)
 
-    again = cli(project, "publish", "--bundle", BUNDLE, "--index-url", index_server.url, env=env)
+    again = run_cli(
+        "publish", "--bundle", BUNDLE, "--index-url", index_server.url, env=env, root=project,
+        inherit_env=True,
+    )
     assert again.exit_code == 0, again.output
     assert again.stdout.count("skipped") == 2 and "uploaded" not in again.stdout
     assert "twine upload" not in again.stderr  # nothing was sent the second time
@@ -71,9 +77,9 @@ def test_same_name_different_hash_is_refused(
     impostor = index_server.packages / fake_wheels.torch_xla.name
     shutil.copyfile(fake_wheels.torch_xla, impostor)
     _flip_byte(impostor)
-    result = cli(
-        project, "publish", "--bundle", BUNDLE, "--index-url", index_server.url,
-        env=index_server.credentials,
+    result = run_cli(
+        "publish", "--bundle", BUNDLE, "--index-url", index_server.url,
+        env=index_server.credentials, root=project, inherit_env=True,
     )  # fmt: skip
     assert result.exit_code == 1, result.output
     assert _sha(impostor) in result.stderr
@@ -90,9 +96,10 @@ def test_wrong_password_is_refused_without_leaking_it(
     process, server = start_pypiserver(tmp_path / f"index-{authenticate}", authenticate)
     wrong = "Wr0ng-and-Secret-9931"
     try:
-        result = cli(
-            project, "publish", "--bundle", BUNDLE, "--index-url", server.url,
-            env={"TWINE_USERNAME": USER, "TWINE_PASSWORD": wrong},
+        result = run_cli(
+            "publish", "--bundle", BUNDLE, "--index-url", server.url,
+            env={"TWINE_USERNAME": USER, "TWINE_PASSWORD": wrong}, root=project,
+            inherit_env=True,
         )  # fmt: skip
     finally:
         stop(process)
@@ -108,7 +115,9 @@ def test_wrong_password_is_refused_without_leaking_it(
 
 def test_credentials_in_the_url_are_refused_and_not_echoed(project: Path) -> None:
     url = f"http://{USER}:{PASSWORD}@127.0.0.1:9/simple/"
-    result = cli(project, "publish", "--bundle", BUNDLE, "--index-url", url)
+    result = run_cli(
+        "publish", "--bundle", BUNDLE, "--index-url", url, root=project, inherit_env=True,
+    )
     assert result.exit_code == 2, result.output
     assert PASSWORD not in result.output
     assert "TWINE_USERNAME" in result.stderr
@@ -116,9 +125,10 @@ def test_credentials_in_the_url_are_refused_and_not_echoed(project: Path) -> Non
 
 def test_index_down_gives_a_clear_error(project: Path) -> None:
     url = f"http://127.0.0.1:{free_port()}/simple/"
-    result = cli(
-        project, "publish", "--bundle", BUNDLE, "--index-url", url,
-        env={"TWINE_USERNAME": USER, "TWINE_PASSWORD": PASSWORD}, timeout=120,
+    result = run_cli(
+        "publish", "--bundle", BUNDLE, "--index-url", url,
+        env={"TWINE_USERNAME": USER, "TWINE_PASSWORD": PASSWORD}, timeout=120, root=project,
+        inherit_env=True,
     )  # fmt: skip
     assert result.exit_code == 1, result.output
     assert "not reachable" in result.stderr and url in result.stderr
@@ -133,9 +143,9 @@ def test_wheel_changed_after_locking_is_not_published(
     wheel = next((project / "dist" / BUNDLE).glob("torch_xla-*.whl"))
     locked = _sha(wheel)
     _flip_byte(wheel)
-    result = cli(
-        project, "publish", "--bundle", BUNDLE, "--index-url", index_server.url,
-        env=index_server.credentials,
+    result = run_cli(
+        "publish", "--bundle", BUNDLE, "--index-url", index_server.url,
+        env=index_server.credentials, root=project, inherit_env=True,
     )  # fmt: skip
     assert result.exit_code == 1, result.output
     assert locked in result.stderr and _sha(wheel) in result.stderr
@@ -147,13 +157,15 @@ def test_verified_install_then_tampered_index_file_is_refused(
     index_server: IndexServer,  # noqa: F811
 ) -> None:
     env = index_server.credentials
-    published = cli(
-        project, "publish", "--bundle", BUNDLE, "--index-url", index_server.url, env=env
+    published = run_cli(
+        "publish", "--bundle", BUNDLE, "--index-url", index_server.url, env=env, root=project,
+        inherit_env=True,
     )
     assert published.exit_code == 0, published.output
 
-    verified = cli(
-        project, "verify-install", "--bundle", BUNDLE, "--index-url", index_server.url, env=env
+    verified = run_cli(
+        "verify-install", "--bundle", BUNDLE, "--index-url", index_server.url, env=env,
+        root=project, inherit_env=True,
     )
     assert verified.exit_code == 0, verified.output
     assert "verify-install pub-1: PASSED" in verified.stdout
@@ -166,8 +178,9 @@ def test_verified_install_then_tampered_index_file_is_refused(
     # One byte of the torch_xla file on the index changes after it was locked and published.
     on_index = next(index_server.packages.glob("torch_xla-*.whl"))
     _flip_byte(on_index)
-    refused = cli(
-        project, "verify-install", "--bundle", BUNDLE, "--index-url", index_server.url, env=env
+    refused = run_cli(
+        "verify-install", "--bundle", BUNDLE, "--index-url", index_server.url, env=env,
+        root=project, inherit_env=True,
     )
     assert refused.exit_code == 1, refused.output
     assert "DO NOT MATCH THE HASHES" in refused.stdout
@@ -177,7 +190,7 @@ def test_verified_install_then_tampered_index_file_is_refused(
 
 
 def test_static_index_installs_with_hashes(project: Path, tmp_path: Path) -> None:
-    published = cli(project, "publish", "--bundle", BUNDLE)
+    published = run_cli("publish", "--bundle", BUNDLE, root=project, inherit_env=True)
     assert published.exit_code == 0, published.output
     simple = project / "dist" / BUNDLE / "simple"
     page = (simple / "torch-xla" / "index.html").read_text()
@@ -185,7 +198,7 @@ def test_static_index_installs_with_hashes(project: Path, tmp_path: Path) -> Non
     assert f"#sha256={_sha(wheel)}" in page
     assert (simple / "index.html").read_text().count("<a ") == 2
 
-    verified = cli(project, "verify-install", "--bundle", BUNDLE)
+    verified = run_cli("verify-install", "--bundle", BUNDLE, root=project, inherit_env=True)
     assert verified.exit_code == 0, verified.output
     assert simple.as_uri() in verified.stdout
     assert "imported from the fresh venv" in verified.stdout

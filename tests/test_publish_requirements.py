@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.clirunner import run_cli
 from tests.publish_support import (
     BUNDLE,
     FakeWheels,
-    cli,
     fake_wheels,  # noqa: F401 - fixture
     make_publish_project,
     provenance,
@@ -31,7 +31,9 @@ def test_runtime_closure_is_resolved_locked_and_kept(
     project = make_publish_project(
         tmp_path, [fake_wheels.torch, fake_wheels.torch_xla], runtime=RUNTIME, python="3.13"
     )
-    result = cli(project, "requirements", "--bundle", BUNDLE, timeout=900)
+    result = run_cli(
+        "requirements", "--bundle", BUNDLE, timeout=900, root=project, inherit_env=True,
+    )
     assert result.exit_code == 0, result.output
 
     entry = _lock(project)
@@ -51,16 +53,16 @@ def test_runtime_closure_is_resolved_locked_and_kept(
     assert len(requirement_lines) == len(runtime) + 2
 
     # The second run reuses the record (no network) and writes the same file.
-    again = cli(project, "requirements", "--bundle", BUNDLE)
+    again = run_cli("requirements", "--bundle", BUNDLE, root=project, inherit_env=True)
     assert again.exit_code == 0, again.output
     assert "reusing the resolution recorded in wheels.lock" in again.stderr
     assert (project / "dist" / BUNDLE / "requirements.txt").read_text() == text
 
     # `make lock` with unchanged inputs keeps the record byte for byte; lock-check passes.
     before = (project / "wheels.lock").read_bytes()
-    assert cli(project, "lock", "--bundle", BUNDLE).exit_code == 0
+    assert run_cli("lock", "--bundle", BUNDLE, root=project, inherit_env=True).exit_code == 0
     assert (project / "wheels.lock").read_bytes() == before
-    checked = cli(project, "lock-check")
+    checked = run_cli("lock-check", root=project, inherit_env=True)
     assert checked.exit_code == 0, checked.output
 
 
@@ -71,7 +73,7 @@ def test_requirements_refuse_a_wheel_that_changed_after_locking(
     project = make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
     wheel = next((project / "dist" / BUNDLE).glob("torch-*.whl"))
     wheel.write_bytes(wheel.read_bytes() + b"\0")
-    result = cli(project, "requirements", "--bundle", BUNDLE)
+    result = run_cli("requirements", "--bundle", BUNDLE, root=project, inherit_env=True)
     assert result.exit_code == 1, result.output
     assert "do not match wheels.lock" in result.stderr
     assert not (project / "dist" / BUNDLE / "requirements.txt").exists()
@@ -82,7 +84,7 @@ def test_requirements_name_the_missing_step(tmp_path: Path, missing: str) -> Non
     project = make_publish_project(tmp_path, [])
     if missing == "lock":
         (project / "wheels.lock").unlink()
-    result = cli(project, "requirements", "--bundle", BUNDLE)
+    result = run_cli("requirements", "--bundle", BUNDLE, root=project, inherit_env=True)
     assert result.exit_code == 1, result.output
     assert f"make wheels BUNDLE={BUNDLE}" in result.stderr
 

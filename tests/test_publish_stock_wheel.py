@@ -9,6 +9,7 @@ borrows torch from it while torch_xla itself comes from the fresh venv.
 from __future__ import annotations
 
 import fcntl
+import os
 import shutil
 import subprocess
 import sys
@@ -17,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.publish_support import cli, make_publish_project, start_pypiserver, stop
-from xla_wheels.options import default_cache_dir
+from tests.clirunner import run_cli
+from tests.publish_support import make_publish_project, start_pypiserver, stop
+from xla_wheels.options import machine_cache
 
 STOCK = "2.9.0"
 BUNDLE = "stock-2.9"
@@ -28,7 +30,7 @@ DOWNLOAD_TIMEOUT_S = 1800
 def cached_stock_wheel() -> Path:
     """torch_xla 2.9.0 for this interpreter, downloaded once (atomically, under a lock)."""
     cache = (
-        default_cache_dir()
+        machine_cache(os.environ)
         / "wheels"
         / f"torch_xla-{STOCK}-py{sys.version_info[0]}{sys.version_info[1]}"
     )
@@ -60,7 +62,7 @@ def _stock_env_python() -> Path | None:
     from xla_wheels.gate import envs
 
     try:
-        return envs.find_stock_env(STOCK)
+        return envs.find_stock_env(STOCK, root=machine_cache(os.environ))
     except Exception:
         return None
 
@@ -79,17 +81,23 @@ def test_stock_torch_xla_publishes_and_installs_by_hash(tmp_path: Path) -> None:
     process, server = start_pypiserver(tmp_path / "index", "update,download,list")
     try:
         env = server.credentials
-        published = cli(project, "publish", "--bundle", BUNDLE, "--index-url", server.url, env=env)
+        published = run_cli(
+            "publish", "--bundle", BUNDLE, "--index-url", server.url, env=env, root=project,
+            inherit_env=True,
+        )
         assert published.exit_code == 0, published.output
         assert f"uploaded  {wheel.name}" in published.stdout
-        again = cli(project, "publish", "--bundle", BUNDLE, "--index-url", server.url, env=env)
+        again = run_cli(
+            "publish", "--bundle", BUNDLE, "--index-url", server.url, env=env, root=project,
+            inherit_env=True,
+        )
         assert f"skipped   {wheel.name}" in again.stdout, again.output
 
         args = ["verify-install", "--bundle", BUNDLE, "--index-url", server.url, "--no-deps"]
         stock_python = _stock_env_python()
         if stock_python is not None:
             args += ["--deps-from", str(stock_python)]
-        verified = cli(project, *args, env=env, timeout=1800)
+        verified = run_cli(*args, env=env, timeout=1800, root=project, inherit_env=True)
     finally:
         stop(process)
     assert verified.exit_code == 0, verified.output

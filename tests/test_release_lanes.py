@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -31,13 +32,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.clirunner import CliResult, run_cli
 from tests.gate_helpers import GateRun, run_gate_cli
 from tests.publish_support import (
     BUNDLE,
-    CliRun,
     FakeWheels,
     IndexServer,
-    cli,
     fake_wheels,  # noqa: F401 - fixture
     make_publish_project,
     start_pypiserver,
@@ -46,7 +46,7 @@ from tests.publish_support import (
 from tests.synthetic_upstream import Synthetic, cli_args, make_synthetic
 from xla_wheels.bundle import load_bundle
 from xla_wheels.lockfile import WheelRecord, file_sha256, record_wheels, update_bundle_entry
-from xla_wheels.options import default_cache_dir
+from xla_wheels.options import machine_cache
 from xla_wheels.publish.index import Credentials, project_files
 from xla_wheels.release import lanes, policy, receipts
 
@@ -60,7 +60,7 @@ NO_CREDENTIALS = Credentials(None, None, "none")
 
 def _download_stock_wheel(python_version: str) -> Path:
     """torch_xla 2.7.0 for the stock env's Python, downloaded once per machine, atomically."""
-    cache = default_cache_dir() / "wheels" / f"torch_xla-{STOCK}-py{python_version}"
+    cache = machine_cache(os.environ) / "wheels" / f"torch_xla-{STOCK}-py{python_version}"
     cache.parent.mkdir(parents=True, exist_ok=True)
     with open(f"{cache}.lock", "a+") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -136,8 +136,14 @@ class Release:
     gate: GateRun
     work: Path
 
-    def run(self, *args: str, timeout: float = 900, **env: str) -> CliRun:
-        return cli(self.root, *args, env={**self.validation.credentials, **env}, timeout=timeout)
+    def run(self, *args: str, timeout: float = 900, **env: str) -> CliResult:
+        return run_cli(
+            *args,
+            env={**self.validation.credentials, **env},
+            timeout=timeout,
+            root=self.root,
+            inherit_env=True,
+        )
 
     def receipt(self) -> receipts.StoredReceipt:
         (found,) = receipts.bundle_receipts(self.root, STOCK_BUNDLE)
@@ -344,7 +350,7 @@ def test_publish_refuse_promote_install(release: Release) -> None:
     # 6. under a lanes configuration whose policy asks for CPU receipts: a dry run changes
     #    nothing, the real run copies exactly the locked file and records the lane.
     write_lanes(root, release.validation, release.preferred, CPU_POLICY)
-    dry = release.run("promote", "--bundle", STOCK_BUNDLE, DRY_RUN="1")
+    dry = release.run("promote", "--bundle", STOCK_BUNDLE, XLA_WHEELS_DRY_RUN="1")
     assert dry.exit_code == 0, dry.output
     assert f"would copy {release.stock_wheel.name}" in dry.stdout
     assert _listed(release.preferred, "torch-xla") == {} and "preferred" not in release.state()
@@ -460,12 +466,16 @@ def test_lane_pylock_names_public_runtime_wheels_by_url_and_hash(
     (project / "build" / "lanes.toml").write_text(
         'publish-lane = "validation"\n\n[lanes.validation]\npath = "dist/lanes/validation"\n'
     )
-    assert cli(project, "publish-lane", "--bundle", BUNDLE).exit_code == 0
-    stale = cli(project, "lane-requirements")
+    assert (
+        run_cli("publish-lane", "--bundle", BUNDLE, root=project, inherit_env=True).exit_code == 0
+    )
+    stale = run_cli("lane-requirements", root=project, inherit_env=True)
     assert stale.exit_code == 2 and "records no resolved runtime wheels" in stale.stderr
-    resolved = cli(project, "requirements", "--bundle", BUNDLE, timeout=900)
+    resolved = run_cli(
+        "requirements", "--bundle", BUNDLE, timeout=900, root=project, inherit_env=True
+    )
     assert resolved.exit_code == 0, resolved.output
-    made = cli(project, "lane-requirements")
+    made = run_cli("lane-requirements", root=project, inherit_env=True)
     assert made.exit_code == 0, made.output
     entry = tomllib.loads((project / "wheels.lock").read_text())["bundles"][BUNDLE]
     pylock = tomllib.loads((project / "dist/lanes/validation/pylock.toml").read_text())
@@ -483,7 +493,7 @@ def test_lane_pylock_names_public_runtime_wheels_by_url_and_hash(
     # A runtime pin changed since the resolution: the recorded closure is stale, refused.
     manifest = project / "build" / "bundles" / f"{BUNDLE}.toml"
     manifest.write_text(manifest.read_text().replace('version = "0.9.0"', 'version = "0.8.2"'))
-    stale = cli(project, "lane-requirements")
+    stale = run_cli("lane-requirements", root=project, inherit_env=True)
     assert stale.exit_code == 2 and "resolved for other inputs" in stale.stderr
 
 
@@ -499,12 +509,23 @@ def test_static_lanes_publish_promote_and_install_by_hash(
         'publish-lane = "validation"\n\n[lanes.validation]\npath = "dist/lanes/validation"\n\n'
         '[lanes.staging]\npath = "dist/lanes/staging"\npromote-from = "validation"\n'
     )
-    dry = cli(project, "publish-lane", "--bundle", BUNDLE, env={"DRY_RUN": "1"})
+    dry = run_cli(
+        "publish-lane",
+        "--bundle",
+        BUNDLE,
+        env={"XLA_WHEELS_DRY_RUN": "1"},
+        root=project,
+        inherit_env=True,
+    )
     assert dry.exit_code == 0 and "would copy" in dry.stdout, dry.output
     assert not (project / "dist" / "lanes").exists() and not (project / "lanes.lock").exists()
-    assert cli(project, "publish-lane", "--bundle", BUNDLE).exit_code == 0
+    assert (
+        run_cli("publish-lane", "--bundle", BUNDLE, root=project, inherit_env=True).exit_code == 0
+    )
     # A lane without a policy takes a bundle without a receipt, and says so.
-    promoted = cli(project, "promote", "--bundle", BUNDLE, "--lane", "staging")
+    promoted = run_cli(
+        "promote", "--bundle", BUNDLE, "--lane", "staging", root=project, inherit_env=True
+    )
     assert promoted.exit_code == 0, promoted.output
     assert "lane staging has no policy: promoting without a receipt" in promoted.stdout
     staging = project / "dist" / "lanes" / "staging"
@@ -513,7 +534,7 @@ def test_static_lanes_publish_promote_and_install_by_hash(
     state = lanes.read_state(project)
     assert state["staging"].bundle == BUNDLE and state["staging"].receipt is None
     # The lane's static index serves the files by hash: pip installs from it.
-    made = cli(project, "lane-requirements", "--lane", "staging")
+    made = run_cli("lane-requirements", "--lane", "staging", root=project, inherit_env=True)
     assert made.exit_code == 0, made.output
     host = _venv(tmp_path / "host")
     installed = _pip_install(
@@ -523,7 +544,9 @@ def test_static_lanes_publish_promote_and_install_by_hash(
     assert installed.returncode == 0, installed.stderr
     # A file on a lane is never overwritten by another one under the same name.
     (staging / fake_wheels.torch.name).write_bytes(b"not the wheel")
-    again = cli(project, "promote", "--bundle", BUNDLE, "--lane", "staging")
+    again = run_cli(
+        "promote", "--bundle", BUNDLE, "--lane", "staging", root=project, inherit_env=True
+    )
     assert again.exit_code == 1 and "already holds" in again.stderr
 
 
@@ -534,11 +557,15 @@ def test_a_malformed_lanes_file_and_an_unknown_lane_are_named(
     project = make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
     lanes_file = project / "build" / "lanes.toml"
     lanes_file.write_text('[lanes.validation]\npath = "x"\n[lanes.validation.policy]\ndevise = 1\n')
-    bad = cli(project, "promote", "--bundle", BUNDLE, "--lane", "validation")
+    bad = run_cli(
+        "promote", "--bundle", BUNDLE, "--lane", "validation", root=project, inherit_env=True
+    )
     assert bad.exit_code == 1
     assert "lanes.validation.policy: unknown key(s) devise" in bad.stderr and "fix:" in bad.stderr
     lanes_file.write_text('[lanes.validation]\npath = "x"\n')
-    unknown = cli(project, "promote", "--bundle", BUNDLE, "--lane", "fleet")
+    unknown = run_cli(
+        "promote", "--bundle", BUNDLE, "--lane", "fleet", root=project, inherit_env=True
+    )
     assert unknown.exit_code == 2 and "has no lane 'fleet'" in unknown.stderr
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from tests.gitrepos import GIT_ENV, REPO_ROOT
+from xla_wheels.options import machine_cache
 
 BASE = "c04e61c3424142c0eebcc9e59984b9d8fced18c0"
 PATCH_DIR = REPO_ROOT / "patches" / "torch_xla"
@@ -451,7 +452,7 @@ def toolchain() -> Toolchain:
         pytest.skip("g++ is not installed (Debian: apt-get install g++)")
     from xla_wheels.gate import envs
 
-    python = envs.find_stock_env("2.9.0")
+    python = envs.find_stock_env("2.9.0", root=machine_cache(os.environ))
     if python is None:
         pytest.skip(
             "the cached stock torch 2.9.0 environment does not exist yet; the gate tests or "

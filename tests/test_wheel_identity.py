@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.publish_support import IndexServer, cli, index_server  # noqa: F401 - fixture
+from tests.clirunner import CliResult, run_cli
+from tests.publish_support import IndexServer, index_server  # noqa: F401 - fixture
 from tests.synthetic_upstream import Synthetic, cli_args, make_patch, make_synthetic
 from xla_wheels.builder import stamp
 from xla_wheels.lockfile import file_sha256, read_lock
@@ -155,14 +156,14 @@ def test_a_different_rebuild_stops_and_keep_recorded_or_a_build_tag_works(
     assert shas(syn) == recorded
     assert (syn.root / "wheels.lock").read_bytes() == lock_before
 
-    kept = build(syn, env={**NOISY, "KEEP_RECORDED": "1"})
+    kept = build(syn, env={**NOISY, "XLA_WHEELS_KEEP_RECORDED": "1"})
     assert kept.returncode == 0, kept.stderr
     assert shas(syn) == recorded == locked(syn)
     stage_xla = next((syn.cache / "stages").glob("torch_xla-*/torch_xla-*.whl"))
     assert file_sha256(stage_xla) == recorded[xla_name]  # the stage holds the recorded file
 
     wipe_stage_cache(syn)
-    tagged = build(syn, env={**NOISY, "BUILD_TAG": "1"})
+    tagged = build(syn, env={**NOISY, "XLA_WHEELS_BUILD_TAG": "1"})
     assert tagged.returncode == 0, tagged.stderr
     now = shas(syn)
     assert now == locked(syn)
@@ -177,10 +178,10 @@ def test_a_different_rebuild_stops_and_keep_recorded_or_a_build_tag_works(
     wipe_stage_cache(syn)
     untagged = build(syn, env=NOISY)
     assert untagged.returncode != 0 and "BUILD_TAG=2" in untagged.stderr, untagged.stderr
-    reused = build(syn, env={**NOISY, "BUILD_TAG": "1"})
+    reused = build(syn, env={**NOISY, "XLA_WHEELS_BUILD_TAG": "1"})
     assert reused.returncode != 0 and "BUILD_TAG=2" in reused.stderr, reused.stderr
     assert shas(syn) == now == locked(syn)
-    assert build(syn, env={**NOISY, "KEEP_RECORDED": "1"}).returncode == 0
+    assert build(syn, env={**NOISY, "XLA_WHEELS_KEEP_RECORDED": "1"}).returncode == 0
     assert shas(syn) == now
 
     # twine uploads the tagged file next to the published one, pip installs it by hash.
@@ -314,3 +315,8 @@ def test_a_patched_torch_gives_torch_xla_another_file_name(syn: Synthetic) -> No
     plain, patched = xla_version("syn"), xla_version("patched-torch")
     assert plain.split("+git")[1][:7] == patched.split("+git")[1][:7]  # the same commit
     assert plain != patched
+
+
+def cli(root: Path, *args: str, env: dict[str, str] | None = None) -> CliResult:
+    """The real CLI edge, in this environment (the machine cache, pip's configuration)."""
+    return run_cli(*args, root=root, env=env, inherit_env=True)

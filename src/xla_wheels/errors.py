@@ -1,8 +1,10 @@
 """Exception classes of the pipeline.
 
 Every stage raises a subclass of :class:`PipelineError` with a message that names the
-problem and the fix. The CLI edge (``cli.main``) turns it into one line on stderr and an
-exit code; nothing below the CLI prints tracebacks or calls ``sys.exit``.
+problem and the fix. The CLI edge (``xla_wheels.cli.main``) turns it into ``error:`` and
+``fix:`` lines on stderr and its ``exit_code``; nothing below the CLI prints tracebacks or
+calls ``sys.exit``. Exit codes: 0 done or passed; 1 a step failed or a check judged
+against the build (:class:`CheckFailed`); 2 bad input, or the thing cannot be judged.
 """
 
 from __future__ import annotations
@@ -22,6 +24,12 @@ class PipelineError(Exception):
         super().__init__(
             self.message if self.fix is None else f"{self.message}\n  fix: {self.fix}"
         )
+
+
+class CheckFailed(PipelineError):
+    """A check ran and judged against the build or host (gate, verify-install, doctor,
+    ship check): exit 1. The report printed before it says which check and why; exit 2
+    (``UsageError``, ``GateEnvironmentError``) means the thing could not be judged."""
 
 
 class UsageError(PipelineError):

@@ -24,8 +24,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import tomli_w
-
 from xla_wheels import filemode
 from xla_wheels.bundle import Bundle, available_bundles, load_bundle
 from xla_wheels.errors import LockError, PipelineError
@@ -350,6 +348,7 @@ def render_lock(lock: Lock) -> str:
         "lock-version": LOCK_VERSION,
         "bundles": {name: lock.bundles[name].as_toml() for name in sorted(lock.bundles)},
     }
+    import tomli_w  # lazy: reading needs only tomllib, the gate's receipt too
     return _PREAMBLE + "\n" + tomli_w.dumps(ordered, multiline_strings=False)
 
 

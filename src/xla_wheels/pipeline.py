@@ -45,7 +45,9 @@ class PatchedSources:
 def run_sources(
     options: PipelineOptions, bundle: Bundle, runner: GitRunner = run_command
 ) -> dict[str, CheckedOutSource]:
-    cache = SourceCache(options.source_cache, options.mirror, runner)
+    cache = SourceCache(
+        options.source_cache, options.mirror, runner, progress_interval=options.progress_interval
+    )
     return fetch_sources(bundle, cache, BundleLayout.of(options, bundle.name).src)
 
 

@@ -22,19 +22,6 @@ from pathlib import Path
 from xla_wheels import log
 from xla_wheels.builder.remote_cache import Redactor
 
-INTERVAL_ENV = "XLA_WHEELS_PROGRESS_INTERVAL"
-DEFAULT_INTERVAL = 30.0
-
-
-def interval() -> float:
-    """Seconds between heartbeat lines (``XLA_WHEELS_PROGRESS_INTERVAL``; 0 = none)."""
-    raw = os.environ.get(INTERVAL_ENV, "")
-    try:
-        value = float(raw) if raw else DEFAULT_INTERVAL
-    except ValueError:
-        return DEFAULT_INTERVAL
-    return max(value, 0.0)
-
 
 def on_terminal() -> bool:
     """Whether stderr is a terminal: then git shows its own progress."""
@@ -63,12 +50,11 @@ def directory_bytes(path: Path) -> int:
 
 
 @contextlib.contextmanager
-def heartbeat(
-    what: str, measure: Callable[[], int] | None = None, every: float | None = None
-) -> Iterator[None]:
-    """Print ``still <what>: <elapsed>[, <bytes> received so far]`` every interval
-    until the block ends. ``measure`` returns a byte count; its growth is reported."""
-    period = interval() if every is None else every
+def heartbeat(what: str, measure: Callable[[], int] | None, every: float) -> Iterator[None]:
+    """Print ``still <what>: <elapsed>[, <bytes> received so far]`` every ``every``
+    seconds until the block ends (0: never). ``measure`` returns a byte count; its growth
+    is reported."""
+    period = every
     if period <= 0:
         yield
         return

@@ -248,10 +248,17 @@ def staging_name(repo: Path) -> str:
 class SourceCache:
     """Bare repositories under ``<cache>/sources``, one per (component, remote)."""
 
-    def __init__(self, root: Path, mirror: str | None, runner: GitRunner = run_command) -> None:
+    def __init__(
+        self,
+        root: Path,
+        mirror: str | None,
+        runner: GitRunner = run_command,
+        progress_interval: float = 30.0,
+    ) -> None:
         self.root = root
         self.mirror = mirror
         self.run = runner
+        self.progress_interval = progress_interval
 
     def repo_for(self, component: Component) -> Path:
         digest = hashlib.sha256(component.remote.encode()).hexdigest()[:12]
@@ -325,7 +332,9 @@ class SourceCache:
         with (
             log.section(f"fetch {label} from {url}"),
             progress.heartbeat(
-                f"fetching {label}", received, 0 if progress.on_terminal() else None
+                f"fetching {label}",
+                received,
+                0 if progress.on_terminal() else self.progress_interval,
             ),
         ):
             attempt = self.run(fetch_command(repo, url, commit, full=full), echo=True, check=False)

@@ -30,7 +30,6 @@ from pathlib import Path
 
 from xla_wheels import filemode, log
 from xla_wheels.abi.pairs import EXTENSION, TORCH_LIB_DIR, AbiInputError, PairFiles
-from xla_wheels.gate.envs import cache_root
 
 MARKER = "xla-wheels-abi-libs.json"
 #: The torch libraries any released ``_XLAC`` names in DT_NEEDED (checked: 2.7-2.9).
@@ -85,11 +84,12 @@ def _complete(directory: Path) -> bool:
     return (directory / MARKER).is_file()
 
 
-def ensure_stock_libraries(
-    wheel: StockWheel, *, root: Path | None = None, pip_python: str | None = None
-) -> Path:
-    """The directory holding the wheel's extracted libraries, building it first if needed."""
-    base = (root or cache_root()) / "abi-libs"
+def ensure_stock_libraries(wheel: StockWheel, *, root: Path, pip_python: str | None = None) -> Path:
+    """The directory holding the wheel's extracted libraries, building it first if needed.
+
+    ``root`` is the per-machine cache (the CLI passes ``options.machine_cache``).
+    """
+    base = root / "abi-libs"
     final = base / wheel.name
     if _complete(final):
         return final
@@ -157,7 +157,7 @@ def _build(wheel: StockWheel, base: Path, final: Path, python: str) -> None:
         raise
 
 
-def stock_pair(torch: str, torch_xla: str, *, root: Path | None = None) -> PairFiles:
+def stock_pair(torch: str, torch_xla: str, *, root: Path) -> PairFiles:
     """The cached files of stock ``torch_xla==torch_xla`` next to stock ``torch==torch``."""
     xla_dir = ensure_stock_libraries(StockWheel("torch_xla", torch_xla), root=root)
     torch_dir = ensure_stock_libraries(StockWheel("torch", torch), root=root)

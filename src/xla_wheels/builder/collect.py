@@ -16,12 +16,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from xla_wheels import filemode, log
-from xla_wheels.errors import PipelineError
+from xla_wheels.errors import CheckFailed, PipelineError
 from xla_wheels.layout import BundleLayout
 from xla_wheels.lockfile import WheelRecord, file_sha256, record_wheels
 
 
-class ShipCheckFailed(PipelineError):
+class ShipCheckFailed(CheckFailed):
     """The check on the staged wheels failed: they were not moved into dist/."""
 
 

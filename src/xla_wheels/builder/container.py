@@ -113,6 +113,7 @@ class Engine(contextlib.AbstractContextManager["Engine"]):
         log.command(full)
         run_env = None
         if self.name == "host":
+            # The engine's child environment inherits ours (PATH, proxies, DOCKER_HOST).
             run_env = {**os.environ, **self.env, **(env or {})}
         process = subprocess.run(full, env=run_env, cwd=cwd if self.name == "host" else None)
         return process.returncode

@@ -90,6 +90,7 @@ def start_child(
     log_path = workdir / f"{name}.log"
     out.unlink(missing_ok=True)
     argv = [str(python), str(CHILD_SCRIPT), "--out", str(out), *args]
+    # Printed: only what the child's environment adds to the inherited one.
     policy = {k: v for k, v in env.items() if k not in os.environ or os.environ[k] != v}
     log.command(argv, env=policy)
     with open(log_path, "wb") as log_file:
@@ -184,6 +185,7 @@ def runtime_env(
     base: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The users' runtime policy, set before the child imports torch_xla."""
+    # A child process inherits this environment (PATH, proxies, TMPDIR): not a setting.
     env = dict(os.environ if base is None else base)
     # Flags inherited from the caller's shell must not change what is measured.
     for key in ("XLA_PERSISTENT_CACHE_PATH", "XLA_PERSISTENT_CACHE_READ_ONLY", "XLA_USE_SPMD"):

@@ -4,7 +4,10 @@ The gate needs environments it can judge without anything built by this project:
 torch_xla 2.9.0 shows the persistent-cache defect, stock 2.7.0 (from before the OpenXLA
 API change) is the working control. Building one takes minutes and about 7 GB (torch's
 default Linux wheel pulls the nvidia packages; ``--no-deps`` torch does not import), so
-each is built once per machine under ``${XLA_WHEELS_CACHE:-~/.cache/xla-wheels}/envs/``.
+each is built once per machine under ``<cache>/envs/``, where ``<cache>`` is the
+per-machine cache the CLI derives with ``options.machine_cache`` (the same as the
+pipeline's: ``$XLA_WHEELS_CACHE``, else ``$XDG_CACHE_HOME/xla-wheels``, else
+``~/.cache/xla-wheels``) and passes in as ``root``.
 
 Creation is atomic and safe under concurrency: a per-environment ``fcntl`` lock serialises
 builders, the venv is built in a temporary sibling directory and renamed into place only
@@ -58,12 +61,6 @@ STOCK_SPECS: dict[str, StockEnvSpec] = {
 DEFAULT_STOCK = "2.9.0"
 
 
-def cache_root(environ: dict[str, str] | None = None) -> Path:
-    env = os.environ if environ is None else environ
-    configured = env.get("XLA_WHEELS_CACHE")
-    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "xla-wheels"
-
-
 def _python_tag(base_python: str) -> tuple[str, str]:
     """(``3.11``, ``cp311``) of an interpreter, asked from the interpreter itself."""
     try:
@@ -100,12 +97,12 @@ def env_python(env_dir: Path) -> Path:
 
 
 def find_stock_env(
-    version: str, *, base_python: str | None = None, root: Path | None = None
+    version: str, *, root: Path, base_python: str | None = None
 ) -> Path | None:
     """The python of an already complete stock environment, or None."""
     spec = _spec(version)
     _, tag = _python_tag(base_python or sys.executable)
-    env_dir = (root or cache_root()) / "envs" / env_name(spec, tag)
+    env_dir = root / "envs" / env_name(spec, tag)
     if _read_marker(env_dir) is not None and env_python(env_dir).exists():
         return env_python(env_dir)
     return None
@@ -188,13 +185,13 @@ def check_wheels_exist(spec: StockEnvSpec, py_version: str, pip_python: str) -> 
 
 
 def ensure_stock_env(
-    version: str = DEFAULT_STOCK, *, base_python: str | None = None, root: Path | None = None
+    version: str = DEFAULT_STOCK, *, root: Path, base_python: str | None = None
 ) -> Path:
     """The python of the cached stock environment, building it first if needed."""
     spec = _spec(version)
     base = base_python or sys.executable
     py_version, tag = _python_tag(base)
-    envs_dir = (root or cache_root()) / "envs"
+    envs_dir = root / "envs"
     name = env_name(spec, tag)
     final = envs_dir / name
     if _read_marker(final) is not None and env_python(final).exists():
@@ -227,6 +224,7 @@ def _verify(python: str, build_log: Path) -> None:
     _run_logged(
         [python, "-c", "import torch, torch_xla; print(torch.__version__, torch_xla.__version__)"],
         build_log,
+        # A child process: it inherits this environment (proxies, TMPDIR) on purpose.
         env={**os.environ, "PJRT_DEVICE": "CPU"},
     )
 

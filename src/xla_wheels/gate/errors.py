@@ -6,7 +6,7 @@ it at all (no torch_xla, no such device, no usable environment).
 
 from __future__ import annotations
 
-from xla_wheels.errors import PipelineError
+from xla_wheels.errors import CheckFailed, PipelineError
 
 
 class GateEnvironmentError(PipelineError):
@@ -15,7 +15,5 @@ class GateEnvironmentError(PipelineError):
     exit_code = 2
 
 
-class GateFailed(PipelineError):
-    """At least one check failed; the message carries the verdicts."""
-
-    exit_code = 1
+class GateFailed(CheckFailed):
+    """At least one check failed; the report printed before it carries the verdicts."""

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from xla_wheels.gate.errors import GateFailed
 
 
 @dataclass
@@ -38,3 +41,14 @@ class CheckResult:
 
 def failed(name: str, *reasons: str, **figures: Any) -> CheckResult:
     return CheckResult(name=name, passed=False, reasons=list(reasons), figures=dict(figures))
+
+
+def ensure_passed(results: Sequence[CheckResult]) -> None:
+    """Raise :class:`GateFailed` (exit 1) when a check failed, as doctor and verify-install do."""
+    failures = [r.name for r in results if not r.passed]
+    if failures:
+        raise GateFailed(
+            f"the gate failed: {', '.join(failures)}",
+            fix="read the verdicts above (report.json and the child logs say why); do not "
+            "ship this build",
+        )

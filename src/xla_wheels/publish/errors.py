@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from xla_wheels.errors import PipelineError
+from xla_wheels.errors import CheckFailed, PipelineError
 
 
 class PublishError(PipelineError):
@@ -21,9 +21,9 @@ class HashMismatch(PublishError):
     """A file's sha256 differs from the one wheels.lock (or the index) records."""
 
 
-class VerifyFailed(PublishError):
+class VerifyFailed(PublishError, CheckFailed):
     """``verify-install`` ran but a check failed; the report names which."""
 
 
-class DoctorFailed(PipelineError):
+class DoctorFailed(CheckFailed):
     """``doctor`` found at least one problem on this host; the report lists the fixes."""

@@ -94,6 +94,7 @@ def credentials_for(upload_url: str, environ: Mapping[str, str] | None = None) -
     These are the variables twine itself reads, so one setting serves the upload (twine)
     and our reads of the simple page (urllib).
     """
+    # Credentials follow twine's own convention (TWINE_*), deliberately not an option.
     env = os.environ if environ is None else environ
     username = env.get("TWINE_USERNAME") or None
     password = env.get("TWINE_PASSWORD") or None

@@ -99,6 +99,7 @@ def _twine_upload(wheel: LocalWheel, upload_url: str, credentials: Credentials) 
         "--disable-progress-bar", "--repository-url", upload_url, str(wheel.path),
     ]  # fmt: skip
     # Credentials travel in the environment (twine's own TWINE_* variables), never argv.
+    # twine's child environment: it inherits ours (proxies, TWINE_* credentials).
     env = dict(os.environ)
     if credentials.username is not None:
         env["TWINE_USERNAME"] = credentials.username

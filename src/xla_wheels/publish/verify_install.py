@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import urllib.parse
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -156,6 +155,7 @@ def borrow_packages(python: Path, deps_from: str) -> None:
 
 def _pip_env(index_url: str, *, isolated: bool) -> tuple[dict[str, str], list[str]]:
     """Environment for pip: the index URL (with credentials, if any) travels here."""
+    # pip's child environment: it inherits ours (proxies, certificates).
     env = dict(os.environ)
     credentials = credentials_for(upload_url_for_or_same(index_url))
     url = index_url
@@ -306,6 +306,7 @@ def verify_install(
                 "installed with --no-deps and no DEPS_FROM: torch is not in the venv",
             )
         else:
+            # The import child inherits ours; PJRT_DEVICE is the host's runtime choice.
             env = {**os.environ, "PJRT_DEVICE": os.environ.get("PJRT_DEVICE", "CPU")}
             imported = _run([str(python), "-c", _IMPORT], env=env, timeout=IMPORT_TIMEOUT_S)
             if imported.returncode != 0:
@@ -327,10 +328,6 @@ def verify_install(
         json.dumps({**asdict(report), "passed": report.passed}, indent=2) + "\n"
     )
     return report
-
-
-def default_base_python() -> str:
-    return sys.executable
 
 
 def ensure_passed(report: VerifyReport) -> None:

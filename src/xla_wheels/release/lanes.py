@@ -33,8 +33,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import tomli_w
-
 from xla_wheels.errors import PipelineError, UsageError
 
 LANES_CONFIG = Path("build") / "lanes.toml"
@@ -216,6 +214,8 @@ def write_state(root: Path, lane: str, state: LaneState) -> Path:
             table["receipt-digest"] = entry.receipt_digest or ""
         table["wheels"] = [{"name": n, "sha256": s} for n, s in entry.wheels]
         lanes[name] = table
+    import tomli_w  # lazy: reading needs only tomllib, the gate's receipt too
+
     text = (
         "# lanes.lock: the current bundle of each lane, written by `make publish` and\n"
         "# `make promote` after they succeed. Do not edit; format: README.md.\n\n"

@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import tomli_w
-
 from xla_wheels.publish.errors import PublishError
 from xla_wheels.publish.index import Credentials, IndexFile, WheelName, project_files
 
@@ -83,6 +81,7 @@ def render_pylock(
         "requires-python": f"=={python}.*",
         "packages": list(packages.values()),
     }
+    import tomli_w  # lazy: reading needs only tomllib, the gate's receipt too
     return comment + tomli_w.dumps(document)
 
 

@@ -1,5 +1,5 @@
 """Subcommands ``publish-lane``, ``promote``, ``compare``, ``lane-requirements``, ``lanes``,
-and the receipt step of ``gate`` / ``bench-restart``.
+the receipt step of ``gate`` / ``bench-restart`` and doctor's lane findings.
 
 Exit codes: 0 done; 1 a lane refused (the message names each rule that failed) or a
 check failed; 2 bad input (unknown lane or bundle, malformed lanes.toml).
@@ -15,17 +15,13 @@ from typing import Any
 
 from xla_wheels import log
 from xla_wheels.bundle import load_bundle
+from xla_wheels.cli.arguments import add_bundle_arguments, add_common_arguments
 from xla_wheels.errors import UsageError
 from xla_wheels.gate.result import CheckResult
 from xla_wheels.gate.target import Target
 from xla_wheels.layout import BundleLayout
 from xla_wheels.lockfile import BundleEntry, WheelRecord, read_lock
-from xla_wheels.options import (
-    add_bundle_parser,
-    add_common_arguments,
-    default_cache_dir,
-    options_from_args,
-)
+from xla_wheels.options import Settings, machine_cache, pipeline_options
 from xla_wheels.publish import requirements
 from xla_wheels.publish.host_probe import HostFacts, probe
 from xla_wheels.publish.index import WheelName, credentials_for, normalize
@@ -39,34 +35,15 @@ PUBLIC_INDEX = "https://pypi.org/simple/"
 # ------------------------------------------------------------------ gate / bench receipts
 
 
-def add_receipt_arguments(parser: argparse.ArgumentParser) -> None:
-    """The gate's and the benchmark's receipt options (one line in gate/cli.py each)."""
-    parser.add_argument(
-        "--bundle",
-        default=os.environ.get("BUNDLE") or None,
-        help="bundle whose locked wheels the environment should be; the receipt goes to "
-        "receipts/<bundle>/ (default: $BUNDLE; none: out/.../receipt.json, unusable to promote)",
-    )
-    parser.add_argument(
-        "--root",
-        type=Path,
-        default=None,
-        help="project checkout holding wheels.lock and receipts/ (default: $XLA_WHEELS_ROOT or .)",
-    )
-    parser.add_argument(
-        "--wheel-dir",
-        type=Path,
-        default=None,
-        help="where the locked wheel files are, to compare with what is installed "
-        "(default: <root>/dist/<bundle>)",
-    )
+def _checkout(args: argparse.Namespace, environ: Mapping[str, str]) -> Path:
+    """The gate's project checkout: --root, else $XLA_WHEELS_ROOT, else the current directory."""
+    return (Settings(args, environ).path("--root") or Path(".")).resolve()
 
 
-def check_receipt_arguments(args: argparse.Namespace) -> None:
+def check_receipt_arguments(args: argparse.Namespace, environ: Mapping[str, str]) -> None:
     """Before a gate run of minutes: a named bundle must be in wheels.lock."""
     if args.bundle:
-        root = (args.root or Path(os.environ.get("XLA_WHEELS_ROOT", "."))).resolve()
-        _records(root / "wheels.lock", args.bundle)
+        _records(_checkout(args, environ) / "wheels.lock", args.bundle)
 
 
 def _records(lock_path: Path, bundle: str) -> list[WheelRecord]:
@@ -80,9 +57,9 @@ def _records(lock_path: Path, bundle: str) -> list[WheelRecord]:
 
 
 def _evidence(
-    args: argparse.Namespace, python: Path
+    args: argparse.Namespace, python: Path, environ: Mapping[str, str]
 ) -> tuple[Path, installed.InstalledFacts, installed.EnvironmentMatch | None]:
-    root = (args.root or Path(os.environ.get("XLA_WHEELS_ROOT", "."))).resolve()
+    root = _checkout(args, environ)
     if not args.bundle:
         return root, installed.probe_environment(python, []), None
     records = _records(root / "wheels.lock", args.bundle)
@@ -92,7 +69,7 @@ def _evidence(
     wheel_dir = args.wheel_dir or root / "dist" / args.bundle
     with log.section(f"receipt: compare the environment with the locked wheels of {args.bundle}"):
         facts, match = installed.match_environment(
-            python, records, wheel_dir, default_cache_dir() / "wheel-content"
+            python, records, wheel_dir, machine_cache(environ) / "wheel-content"
         )
     for problem in match.problems:
         log.warning(problem)
@@ -114,9 +91,12 @@ def _store(root: Path, args: argparse.Namespace, receipt: receipts.Receipt) -> P
 
 
 def leave_gate_receipt(
-    args: argparse.Namespace, target: Target, results: Sequence[CheckResult]
+    args: argparse.Namespace,
+    target: Target,
+    results: Sequence[CheckResult],
+    environ: Mapping[str, str],
 ) -> Path:
-    root, facts, match = _evidence(args, target.python)
+    root, facts, match = _evidence(args, target.python, environ)
     receipt = receipts.receipt_from_gate(
         target, results, bundle=args.bundle, workload=args.workload, facts=facts, match=match
     )
@@ -124,9 +104,12 @@ def leave_gate_receipt(
 
 
 def leave_bench_receipt(
-    args: argparse.Namespace, target: Target, summary: Mapping[str, Any]
+    args: argparse.Namespace,
+    target: Target,
+    summary: Mapping[str, Any],
+    environ: Mapping[str, str],
 ) -> Path:
-    root, facts, match = _evidence(args, target.python)
+    root, facts, match = _evidence(args, target.python, environ)
     receipt = receipts.receipt_from_bench(
         target, summary, bundle=args.bundle, facts=facts, match=match
     )
@@ -137,11 +120,11 @@ def leave_bench_receipt(
 
 
 def _lane_arg(parser: argparse.ArgumentParser, default: str | None, help_text: str) -> None:
-    parser.add_argument("--lane", default=os.environ.get("LANE") or default, help=help_text)
+    parser.add_argument("--lane", default=default, help=help_text)
 
 
 def cmd_publish_lane(args: argparse.Namespace) -> int:
-    options = options_from_args(args)
+    options = pipeline_options(args, os.environ)
     load_bundle(options.root, args.bundle)
     config = lanes.load_config(options.root)
     lane = config.lane(args.lane or config.publish_lane)
@@ -166,7 +149,7 @@ def cmd_publish_lane(args: argparse.Namespace) -> int:
 
 
 def cmd_promote(args: argparse.Namespace) -> int:
-    options = options_from_args(args)
+    options = pipeline_options(args, os.environ)
     load_bundle(options.root, args.bundle)
     config = lanes.load_config(options.root)
     lane = config.lane(args.lane)
@@ -193,7 +176,7 @@ def cmd_promote(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    options = options_from_args(args)
+    options = pipeline_options(args, os.environ)
     chosen = []
     for bundle in (args.a, args.b):
         if not bundle:
@@ -243,7 +226,7 @@ def _runtime_fresh(lock_path: Path, bundle: Any, entry: BundleEntry) -> bool:
 
 
 def cmd_lane_requirements(args: argparse.Namespace) -> int:
-    options = options_from_args(args)
+    options = pipeline_options(args, os.environ)
     config = lanes.load_config(options.root)
     state = lanes.read_state(options.root)
     names = [args.lane] if args.lane else sorted(config.lanes)
@@ -305,7 +288,7 @@ def cmd_lane_requirements(args: argparse.Namespace) -> int:
 
 
 def cmd_lanes(args: argparse.Namespace) -> int:
-    options = options_from_args(args)
+    options = pipeline_options(args, os.environ)
     config = lanes.load_config(options.root)
     state = lanes.read_state(options.root)
     for name, lane in sorted(config.lanes.items()):
@@ -428,55 +411,45 @@ def lane_status(
     ]
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = add_bundle_parser(
-        subparsers,
-        "publish-lane",
-        "publish the bundle's locked wheels into a lane (default: the "
-        "publish lane of build/lanes.toml, validation)",
-    )
-    _lane_arg(parser, None, "lane (default: publish-lane of build/lanes.toml; $LANE)")
-    parser.set_defaults(handler=cmd_publish_lane)
-
-    parser = add_bundle_parser(
-        subparsers,
-        "promote",
-        "copy exactly the locked files of a bundle into a lane, only when "
-        "the lane's policy holds for its receipts",
-    )
-    _lane_arg(parser, "preferred", "target lane (default: preferred; $LANE)")
-    parser.add_argument(
-        "--from",
-        dest="source",
-        default=None,
-        help="lane to copy from (default: the lane's promote-from)",
-    )
-    parser.set_defaults(handler=cmd_promote)
-
-    parser = subparsers.add_parser("compare", help="two bundles' receipts side by side")
-    add_common_arguments(parser)
-    parser.add_argument("a", nargs="?", default=os.environ.get("A"))
-    parser.add_argument("b", nargs="?", default=os.environ.get("B"))
-    parser.set_defaults(handler=cmd_compare)
-
-    parser = subparsers.add_parser(
-        "lane-requirements",
-        help="per lane: hash-pinned requirements.txt and PEP 751 pylock.toml of its current bundle",
-    )
-    add_common_arguments(parser)
-    _lane_arg(parser, None, "only this lane (default: every lane with a current bundle)")
-    parser.add_argument(
-        "--resolve",
-        action="store_true",
-        help="resolve the runtime closure now (as `requirements` does) instead of "
-        "reading it from wheels.lock",
-    )
-    parser.add_argument("--platform", action="append", default=None)
-    parser.add_argument(
-        "--public-index", default=PUBLIC_INDEX, help="simple/ URL serving the public runtime wheels"
-    )
-    parser.set_defaults(handler=cmd_lane_requirements)
-
-    parser = subparsers.add_parser("lanes", help="each lane's index, current bundle and policy")
-    add_common_arguments(parser)
-    parser.set_defaults(handler=cmd_lanes)
+def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
+    """Define subcommand ``name``'s arguments on ``parser`` and set its handler."""
+    if name == "publish-lane":
+        add_bundle_arguments(parser)
+        _lane_arg(parser, None, "lane (default: publish-lane of build/lanes.toml)")
+        parser.set_defaults(handler=cmd_publish_lane)
+    elif name == "promote":
+        add_bundle_arguments(parser)
+        _lane_arg(parser, "preferred", "target lane (default: preferred)")
+        parser.add_argument(
+            "--from",
+            dest="source",
+            default=None,
+            help="lane to copy from (default: the lane's promote-from)",
+        )
+        parser.set_defaults(handler=cmd_promote)
+    elif name == "compare":
+        add_common_arguments(parser)
+        parser.add_argument("a", nargs="?", default=None)
+        parser.add_argument("b", nargs="?", default=None)
+        parser.set_defaults(handler=cmd_compare)
+    elif name == "lane-requirements":
+        add_common_arguments(parser)
+        _lane_arg(parser, None, "only this lane (default: every lane with a current bundle)")
+        parser.add_argument(
+            "--resolve",
+            action="store_true",
+            help="resolve the runtime closure now (as `requirements` does) instead of "
+            "reading it from wheels.lock",
+        )
+        parser.add_argument("--platform", action="append", default=None)
+        parser.add_argument(
+            "--public-index",
+            default=PUBLIC_INDEX,
+            help="simple/ URL serving the public runtime wheels",
+        )
+        parser.set_defaults(handler=cmd_lane_requirements)
+    elif name == "lanes":
+        add_common_arguments(parser)
+        parser.set_defaults(handler=cmd_lanes)
+    else:
+        raise ValueError(f"{name} is not a subcommand of {__name__}")

@@ -1,4 +1,8 @@
-"""Subcommands ``publish``, ``requirements``, ``verify-install`` and ``doctor``."""
+"""Arguments and handlers of ``publish``, ``requirements``, ``verify-install``, ``doctor``.
+
+Settings come from :mod:`xla_wheels.options` (flag, then ``XLA_WHEELS_*``, then default);
+credentials never do: they come from ``TWINE_USERNAME`` / ``TWINE_PASSWORD`` or keyring.
+"""
 
 from __future__ import annotations
 
@@ -10,20 +14,16 @@ from pathlib import Path
 
 from xla_wheels import log
 from xla_wheels.bundle import load_bundle
+from xla_wheels.cli import release as release_cli
+from xla_wheels.cli.arguments import add_bundle_arguments
 from xla_wheels.errors import UsageError
 from xla_wheels.layout import BundleLayout
 from xla_wheels.lockfile import read_lock
-from xla_wheels.options import PipelineOptions, add_bundle_parser, options_from_args
+from xla_wheels.options import PipelineOptions, pipeline_options, publish_options
 from xla_wheels.progress import Timings, log_redactor
 from xla_wheels.publish import doctor, requirements, upload, verify_install
 from xla_wheels.publish.static_index import write_static_index
 from xla_wheels.publish.wheels import locked_records, locked_wheels
-from xla_wheels.release import cli as release_cli
-
-
-def _index_url(args: argparse.Namespace) -> str | None:
-    # INDEX_URL is a URL, never a secret: credentials come from TWINE_* or keyring.
-    return args.index_url or os.environ.get("INDEX_URL") or None
 
 
 def _dist(options: PipelineOptions, args: argparse.Namespace) -> Path:
@@ -31,12 +31,15 @@ def _dist(options: PipelineOptions, args: argparse.Namespace) -> Path:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    options = options_from_args(args)
+    options = pipeline_options(args, os.environ)
+    settings = publish_options(args, os.environ)
     load_bundle(options.root, args.bundle)  # an unknown bundle fails with the valid names
     # Its own log next to the build's (out/<bundle>/logs/publish.log), credentials in URLs
     # and TWINE_PASSWORD masked, and its row in a timings table, also when it fails.
     logs = BundleLayout.of(options, args.bundle).logs
-    secrets = {key: os.environ[key] for key in ("TWINE_PASSWORD",) if os.environ.get(key)}
+    # twine's own credential variable (read by twine, not a setting of ours): masked in logs.
+    password = os.environ.get("TWINE_PASSWORD")
+    secrets = {"TWINE_PASSWORD": password} if password else {}
     timings = Timings()
     try:
         with log.stage_log(logs / "publish.log", log_redactor(secrets)), timings.stage("publish"):
@@ -44,15 +47,15 @@ def cmd_publish(args: argparse.Namespace) -> int:
                 options.lock_path,
                 args.bundle,
                 _dist(options, args),
-                _index_url(args),
-                args.upload_url,
+                settings.index_url,
+                settings.upload_url,
             )
     finally:
         timings.report()
     for outcome in result.outcomes:
         print(f"{outcome.action:<9} {outcome.filename}  sha256:{outcome.sha256}")
     print(f"index: {result.index_url}")
-    if not _index_url(args):
+    if not settings.index_url:
         print(
             f"install on a host: pip install --require-hashes --index-url {result.index_url} "
             f"-r <requirements> (make requirements BUNDLE={args.bundle})"
@@ -61,7 +64,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 
 def cmd_requirements(args: argparse.Namespace) -> int:
-    options = options_from_args(args)
+    options = pipeline_options(args, os.environ)
     bundle = load_bundle(options.root, args.bundle)
     directory = _dist(options, args)
     wheels = locked_wheels(options.lock_path, bundle.name, directory)
@@ -76,9 +79,10 @@ def cmd_requirements(args: argparse.Namespace) -> int:
 
 
 def cmd_verify_install(args: argparse.Namespace) -> int:
-    options = options_from_args(args)
+    options = pipeline_options(args, os.environ)
+    settings = publish_options(args, os.environ)
     bundle = load_bundle(options.root, args.bundle)
-    index_url = _index_url(args)
+    index_url = settings.index_url
     if not index_url:
         directory = _dist(options, args)
         wheels = locked_wheels(options.lock_path, bundle.name, directory)
@@ -91,9 +95,9 @@ def cmd_verify_install(args: argparse.Namespace) -> int:
         bundle=bundle,
         index_url=index_url,
         work=BundleLayout.of(options, bundle.name).verify_install,
-        base_python=args.python or sys.executable,
-        no_deps=args.no_deps,
-        deps_from=args.deps_from,
+        base_python=settings.python or sys.executable,
+        no_deps=settings.no_deps,
+        deps_from=settings.deps_from,
         require_provenance=args.require_provenance,
     )
     print(report.render())
@@ -102,11 +106,15 @@ def cmd_verify_install(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    options = options_from_args(args)
+    options = pipeline_options(args, os.environ)
+    settings = publish_options(args, os.environ)
+    role = _role(settings.role) if settings.role else None
     bundle = load_bundle(options.root, args.bundle)
-    python = args.python or shutil.which("python3") or sys.executable
+    python = settings.python or shutil.which("python3") or sys.executable
     entry = read_lock(options.lock_path).bundles.get(bundle.name)
-    report = doctor.run_doctor(bundle, python, entry, os.environ, args.role, args.cache_path)
+    # The host's own environment is what doctor judges (PJRT_DEVICE, XLA_* runtime flags,
+    # TPU_WORKER_ID): it is the subject of the check, not a setting of this program.
+    report = doctor.run_doctor(bundle, python, entry, os.environ, role, args.cache_path)
     release_cli.add_lane_findings(report, options.root, python, args.lane, bundle.name)
     print(report.render())
     doctor.ensure_healthy(report)
@@ -115,7 +123,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def _role(value: str) -> str:
     if value not in doctor.ROLES:
-        raise UsageError(f"unknown role {value!r}", fix="use writer or reader")
+        raise UsageError(f"unknown role {value!r}", fix="pass --role writer or --role reader")
     return value
 
 
@@ -125,33 +133,39 @@ def _add_dist(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = add_bundle_parser(
-        subparsers,
-        "publish",
-        "upload the bundle's locked wheels to a PEP 503 index with twine (or, without "
-        "--index-url, write a static index in dist/<bundle>/simple/)",
-    )
+def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
+    """Define subcommand ``name``'s arguments on ``parser`` and set its handler."""
+    add_bundle_arguments(parser)
+    if name == "publish":
+        _add_publish_arguments(parser)
+    elif name == "requirements":
+        _add_requirements_arguments(parser)
+    elif name == "verify-install":
+        _add_verify_install_arguments(parser)
+    elif name == "doctor":
+        _add_doctor_arguments(parser)
+    else:
+        raise ValueError(f"{name} is not a subcommand of {__name__}")
+
+
+def _add_publish_arguments(parser: argparse.ArgumentParser) -> None:
     _add_dist(parser)
     parser.add_argument(
         "--index-url",
         default=None,
-        help="the index's simple/ URL (default: $INDEX_URL; none: static index). "
+        help="the index's simple/ URL (default: $XLA_WHEELS_INDEX_URL; none: static index). "
         "Credentials: TWINE_USERNAME/TWINE_PASSWORD or keyring, never in the URL",
     )
     parser.add_argument(
         "--upload-url",
-        default=os.environ.get("UPLOAD_URL") or None,
-        help="twine's --repository-url (default: $UPLOAD_URL, else INDEX_URL without "
-        "its trailing simple/)",
+        default=None,
+        help="twine's --repository-url (default: $XLA_WHEELS_UPLOAD_URL, else the index "
+        "URL without its trailing simple/)",
     )
     parser.set_defaults(handler=cmd_publish)
 
-    parser = add_bundle_parser(
-        subparsers,
-        "requirements",
-        "write the hash-pinned requirements file hosts install the bundle from",
-    )
+
+def _add_requirements_arguments(parser: argparse.ArgumentParser) -> None:
     _add_dist(parser)
     parser.add_argument(
         "--output", type=Path, default=None, help="default: dist/<bundle>/requirements.txt"
@@ -170,31 +184,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.set_defaults(handler=cmd_requirements)
 
-    parser = add_bundle_parser(
-        subparsers,
-        "verify-install",
-        "install the bundle by hash into a fresh venv from the index, check versions and "
-        "provenance against wheels.lock, import torch_xla",
-    )
+
+def _add_verify_install_arguments(parser: argparse.ArgumentParser) -> None:
     _add_dist(parser)
     parser.add_argument(
-        "--index-url", default=None, help="simple/ URL (default: $INDEX_URL, else the static index)"
+        "--index-url",
+        default=None,
+        help="simple/ URL (default: $XLA_WHEELS_INDEX_URL, else the static index)",
     )
     parser.add_argument(
         "--python",
-        default=os.environ.get("PYTHON") or None,
+        default=None,
         help="base interpreter of the venv (default: this one)",
     )
     parser.add_argument(
         "--no-deps",
         action="store_true",
-        default=os.environ.get("NO_DEPS", "") in ("1", "true", "yes"),
-        help="install only our wheels, with pip --no-deps ($NO_DEPS=1)",
+        default=None,
+        help="install only our wheels, with pip --no-deps (default: $XLA_WHEELS_NO_DEPS)",
     )
     parser.add_argument(
         "--deps-from",
-        default=os.environ.get("DEPS_FROM") or None,
-        help="python of an environment whose packages (torch) the import " "may use ($DEPS_FROM)",
+        default=None,
+        help="python of an environment whose packages (torch) the import may use "
+        "(default: $XLA_WHEELS_DEPS_FROM)",
     )
     parser.add_argument(
         "--require-provenance",
@@ -203,25 +216,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.set_defaults(handler=cmd_verify_install)
 
-    parser = add_bundle_parser(
-        subparsers,
-        "doctor",
-        "check a training host against a bundle (versions, runtime flags, cache) without "
-        "importing torch_xla",
-    )
+
+def _add_doctor_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--python",
-        default=os.environ.get("PYTHON") or None,
+        default=None,
         help="the training environment's python (default: python3 on PATH)",
     )
     parser.add_argument(
         "--role",
-        type=_role,
-        default=os.environ.get("ROLE") or None,
-        help="writer or reader of a shared cache (default: from TPU_WORKER_ID, " "worker 0 writes)",
+        choices=doctor.ROLES,
+        default=None,
+        help="writer or reader of a shared cache (default: $XLA_WHEELS_ROLE, else from "
+        "TPU_WORKER_ID: worker 0 writes)",
     )
-    parser.add_argument("--lane", default=os.environ.get("LANE") or None,
-                        help="the lane this host belongs to ($LANE)")  # fmt: skip
+    parser.add_argument("--lane", default=None, help="the lane this host belongs to")
     parser.add_argument(
         "--cache-path",
         default=None,

@@ -1,16 +1,18 @@
-"""``xla-wheels gate`` and ``xla-wheels bench-restart``.
+"""``xla-wheels gate`` and ``xla-wheels bench-restart``: arguments and handlers.
 
 Exit codes of ``gate``: 0 every selected check passed; 1 a check failed (the verdict says
 which and why); 2 the environment cannot be judged (no torch_xla, no such device).
 Without ``--python`` both commands use the cached stock torch_xla 2.9.0 environment
-(built on first use), so a newcomer sees the persistent-cache defect in one command.
+(built on first use, in the same per-machine cache as the pipeline's), so a newcomer
+sees the persistent-cache defect in one command. Standard library only, like the whole
+gate: the builder image runs it as the ship check without the pipeline's dependencies.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
@@ -19,9 +21,9 @@ from xla_wheels.errors import UsageError
 from xla_wheels.gate import bench, cachekeys, envs, hbm, restart, upstream_tests
 from xla_wheels.gate.errors import GateEnvironmentError
 from xla_wheels.gate.report import render_text, write_reports
-from xla_wheels.gate.result import CheckResult
+from xla_wheels.gate.result import CheckResult, ensure_passed
 from xla_wheels.gate.target import DEVICES, Target, resolve_target
-from xla_wheels.release import cli as receipt_cli
+from xla_wheels.options import machine_cache
 
 CHECKS = ("restart", restart.SPMD_NAME, *cachekeys.NAMES, "hbm")
 WORKLOADS = ("small", "medium", "large")
@@ -43,7 +45,7 @@ def _python(args: argparse.Namespace) -> Path:
         # Not resolved: a venv's python symlink must stay the venv's entry point.
         return Path(args.python).absolute()
     log.info(f"no --python given: judging stock torch_xla {envs.DEFAULT_STOCK} from PyPI")
-    return envs.ensure_stock_env(envs.DEFAULT_STOCK)
+    return envs.ensure_stock_env(envs.DEFAULT_STOCK, root=machine_cache(os.environ))
 
 
 def _device(args: argparse.Namespace) -> str | None:
@@ -75,16 +77,62 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="per-child timeout; a hung child's process group is killed",
     )
-    receipt_cli.add_receipt_arguments(parser)
+    _add_receipt_arguments(parser)
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    gate = subparsers.add_parser(
-        "gate",
-        help="decide whether a torch_xla build may ship (warm restart, HBM query)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+def _add_receipt_arguments(parser: argparse.ArgumentParser) -> None:
+    """The gate's and the benchmark's receipt options (receipts: :mod:`xla_wheels.cli.release`)."""
+    parser.add_argument(
+        "--bundle",
+        default=None,
+        help="bundle whose locked wheels the environment should be; the receipt goes to "
+        "receipts/<bundle>/ (default: none: out/.../receipt.json, unusable to promote)",
     )
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=None,
+        help="project checkout holding wheels.lock and receipts/ (default: $XLA_WHEELS_ROOT or .)",
+    )
+    parser.add_argument(
+        "--wheel-dir",
+        type=Path,
+        default=None,
+        help="where the locked wheel files are, to compare with what is installed "
+        "(default: <root>/dist/<bundle>)",
+    )
+
+
+def _receipts():  # noqa: ANN202 - the module
+    # Imported when a run leaves its receipt, not before: reading wheels.lock and the
+    # installed wheels loads the lock and publish modules, which `gate --help` must not.
+    from xla_wheels.cli import release
+
+    return release
+
+
+def _check_bundle(args: argparse.Namespace) -> None:
+    """Before a run of minutes: a named bundle must be in wheels.lock."""
+    if args.bundle:
+        _receipts().check_receipt_arguments(args, os.environ)
+
+
+def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
+    """Define subcommand ``name``'s arguments on ``parser`` and set its handler."""
+    if name == "gate":
+        _add_gate_arguments(parser)
+    elif name == "bench-restart":
+        _add_common(parser)
+        parser.add_argument("--rounds", type=int, default=5, help="restarts per phase")
+        parser.add_argument("--out", type=Path, default=Path("out/bench"))
+        parser.set_defaults(handler=run_bench)
+    else:
+        raise ValueError(f"{name} is not a subcommand of {__name__}")
+
+
+def _add_gate_arguments(gate: argparse.ArgumentParser) -> None:
+    gate.description = __doc__
+    gate.formatter_class = argparse.RawDescriptionHelpFormatter
     _add_common(gate)
     gate.add_argument(
         "--checks", default=",".join(CHECKS), help=f"comma-separated: {','.join(CHECKS)}"
@@ -122,9 +170,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="concurrent cold processes writing the same cache directory",
     )
     gate.add_argument(
-        "--cache-dir",
+        "--xla-cache-dir",
         type=Path,
-        help="empty cache directory to use (default: the gate's own temporary one)",
+        help="empty XLA persistent compilation cache directory to use (default: the "
+        "gate's own temporary one)",
     )
     gate.add_argument(
         "--keep-cache",
@@ -145,19 +194,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     gate.set_defaults(handler=run_gate)
 
-    bench_parser = subparsers.add_parser(
-        "bench-restart",
-        help="restart benchmark: cold/warm time to first step, medians and spread",
-    )
-    _add_common(bench_parser)
-    bench_parser.add_argument("--rounds", type=int, default=5, help="restarts per phase")
-    bench_parser.add_argument("--out", type=Path, default=Path("out/bench"))
-    bench_parser.set_defaults(handler=run_bench)
-
 
 def run_gate(args: argparse.Namespace) -> int:
     checks = _checks(args.checks)
-    receipt_cli.check_receipt_arguments(args)
+    _check_bundle(args)
     if args.warm_runs < 2:
         raise UsageError("--warm-runs must be at least 2", fix="pass --warm-runs 2 or more")
     if args.writers < 1:
@@ -194,7 +234,7 @@ def run_gate(args: argparse.Namespace) -> int:
                     child_timeout_s=args.child_timeout,
                     spmd=args.spmd,
                     writers=args.writers,
-                    cache_dir=args.cache_dir,
+                    cache_dir=args.xla_cache_dir,
                     baselines_dir=args.baselines_dir,
                     record_baseline=args.record_baseline,
                 )
@@ -228,10 +268,10 @@ def run_gate(args: argparse.Namespace) -> int:
             )
         json_path, junit_path = write_reports(out_dir, target, results, settings=settings)
         print(render_text(target, results))
-        print(f"reports: {json_path} {junit_path} (child logs in {runs_dir})")
-        receipt_cli.leave_gate_receipt(args, target, results)
-        sys.stdout.flush()
-        return 0 if all(r.passed for r in results) else 1
+        print(f"reports: {json_path} {junit_path} (child logs in {runs_dir})", flush=True)
+        _receipts().leave_gate_receipt(args, target, results, os.environ)
+        ensure_passed(results)
+        return 0
     finally:
         if args.keep_cache:
             log.info(f"kept the gate's scratch directory {scratch}")
@@ -242,7 +282,7 @@ def run_gate(args: argparse.Namespace) -> int:
 def run_bench(args: argparse.Namespace) -> int:
     if args.rounds < 1:
         raise UsageError("--rounds must be at least 1")
-    receipt_cli.check_receipt_arguments(args)
+    _check_bundle(args)
     out_dir: Path = args.out
     scratch = Path(tempfile.mkdtemp(prefix="xla-bench-"))
     try:
@@ -256,7 +296,7 @@ def run_bench(args: argparse.Namespace) -> int:
         path = bench.write_bench(out_dir, summary)
         print(bench.render_bench(summary))
         print(f"kept as {path}")
-        receipt_cli.leave_bench_receipt(args, target, summary)
+        _receipts().leave_bench_receipt(args, target, summary, os.environ)
         return 0
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from xla_wheels import log
 from xla_wheels.bundle import COMPONENT_NAMES, load_bundle
+from xla_wheels.cli.arguments import add_bundle_arguments
 from xla_wheels.errors import UsageError
-from xla_wheels.options import add_bundle_parser, options_from_args
+from xla_wheels.options import pipeline_options
 from xla_wheels.patch_workflow import continue_rebase, export_series, start_rebase
 from xla_wheels.sources import SourceCache
 
 
 def cmd_patch_export(args: argparse.Namespace) -> int:
-    options = options_from_args(args)
+    options = pipeline_options(args, os.environ)
     bundle = load_bundle(options.root, args.bundle)
     report = export_series(
         options.root,
@@ -42,7 +44,7 @@ def cmd_patch_export(args: argparse.Namespace) -> int:
 
 
 def cmd_patch_rebase(args: argparse.Namespace) -> int:
-    options = options_from_args(args)
+    options = pipeline_options(args, os.environ)
     bundle = load_bundle(options.root, args.bundle)
     if args.continue_:
         onto = continue_rebase(options.out_dir, bundle, args.component)
@@ -65,32 +67,27 @@ def cmd_patch_rebase(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = add_bundle_parser(
-        subparsers,
-        "patch-export",
-        "write the patched worktree's commits back as the bundle's patch files",
-    )
-    parser.add_argument("--component", default="torch_xla", choices=COMPONENT_NAMES)
-    parser.add_argument(
-        "--force",
-        action="store_true",
-        help="overwrite patch files edited by hand since the patch stage applied them",
-    )
-    parser.set_defaults(handler=cmd_patch_export)
-
-    parser = add_bundle_parser(
-        subparsers,
-        "patch-rebase",
-        "carry a component's patch series onto another commit (exit 3: stopped at a "
-        "conflict for you to resolve)",
-    )
-    parser.add_argument("--component", default="torch_xla", choices=COMPONENT_NAMES)
-    parser.add_argument("--onto", default=None, help="the commit to carry the series onto")
-    parser.add_argument(
-        "--continue",
-        dest="continue_",
-        action="store_true",
-        help="continue after resolving a conflict",
-    )
-    parser.set_defaults(handler=cmd_patch_rebase)
+def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
+    """Define subcommand ``name``'s arguments on ``parser`` and set its handler."""
+    if name == "patch-export":
+        add_bundle_arguments(parser)
+        parser.add_argument("--component", default="torch_xla", choices=COMPONENT_NAMES)
+        parser.add_argument(
+            "--force",
+            action="store_true",
+            help="overwrite patch files edited by hand since the patch stage applied them",
+        )
+        parser.set_defaults(handler=cmd_patch_export)
+    elif name == "patch-rebase":
+        add_bundle_arguments(parser)
+        parser.add_argument("--component", default="torch_xla", choices=COMPONENT_NAMES)
+        parser.add_argument("--onto", default=None, help="the commit to carry the series onto")
+        parser.add_argument(
+            "--continue",
+            dest="continue_",
+            action="store_true",
+            help="continue after resolving a conflict",
+        )
+        parser.set_defaults(handler=cmd_patch_rebase)
+    else:
+        raise ValueError(f"{name} is not a subcommand of {__name__}")

@@ -7,13 +7,15 @@ pair cannot be read (the error names the input and the fix).
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 from pathlib import Path
 
 from xla_wheels.abi import pairs
 from xla_wheels.bundle import load_bundle
+from xla_wheels.cli.arguments import add_bundle_arguments
 from xla_wheels.errors import PipelineError
-from xla_wheels.options import add_bundle_parser, options_from_args
+from xla_wheels.options import machine_cache, pipeline_options
 
 SOURCES = (
     "--python, --torch-wheel with --torch-xla-wheel, --bundle, --extension with "
@@ -70,7 +72,7 @@ def _from_bundle(args: argparse.Namespace, work: Path) -> pairs.PairFiles:
     from xla_wheels.layout import BundleLayout
     from xla_wheels.publish.wheels import locked_wheels
 
-    options = options_from_args(args)
+    options = pipeline_options(args, os.environ)
     bundle = load_bundle(options.root, args.bundle)
     directory = BundleLayout.of(options, bundle.name).dist
     try:
@@ -101,7 +103,7 @@ def _from_stock(spec: str) -> pairs.PairFiles:
             f"--stock {spec!r} is not TORCH:TORCH_XLA",
             fix="make abi-check STOCK=2.8.0:2.9.0 (stock torch 2.8.0 with torch_xla 2.9.0)",
         )
-    return stock_pair(torch, torch_xla)
+    return stock_pair(torch, torch_xla, root=machine_cache(os.environ))
 
 
 def cmd_abi_check(args: argparse.Namespace) -> int:
@@ -112,13 +114,11 @@ def cmd_abi_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = add_bundle_parser(
-        subparsers,
-        "abi-check",
-        "list the symbols torch_xla's _XLAC imports that the paired torch does not export "
-        "(the `undefined symbol` at import), without importing either",
-    )
+def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
+    """Define subcommand ``name``'s (``abi-check``) arguments on ``parser`` and its handler."""
+    if name != "abi-check":
+        raise ValueError(f"{name} is not a subcommand of {__name__}")
+    add_bundle_arguments(parser)
     parser.add_argument("--python", default=None, help="python of an installed environment")
     parser.add_argument("--torch-wheel", type=Path, default=None, help="a torch .whl")
     parser.add_argument("--torch-xla-wheel", type=Path, default=None, help="a torch_xla .whl")

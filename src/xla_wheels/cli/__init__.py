@@ -1,0 +1,146 @@
+"""The one command line of the pipeline (``xla-wheels`` / ``python -m xla_wheels``).
+
+The package holds every subcommand's arguments; this module is the only place where a
+:class:`~xla_wheels.errors.PipelineError` becomes ``error:`` / ``fix:`` lines and an exit
+code (0 done or passed, 1 a step or check failed, 2 bad input or cannot judge, 130
+interrupted).
+
+- ``stages``: bundles, diff, sources, patch, wheels, builder-image, patches-check, lock,
+  lock-check (the foundation and build stages).
+- ``gate``: gate, bench-restart (standard library only: it runs in the builder image).
+- ``publish``: publish, requirements, verify-install, doctor.
+- ``patches``: patch-export, patch-rebase (the series as commits).
+- ``abi``: abi-check.
+- ``release``: publish-lane, promote, compare, lane-requirements, lanes (and the receipts
+  the gate and the benchmark leave, doctor's lane findings).
+
+Each of those modules has ``add_arguments(name, parser)``, which defines one subcommand's
+arguments and sets its ``handler`` (a function of the parsed namespace returning the exit
+code). Adding a subcommand is one line in :data:`COMMANDS` (a module of this package, or
+a full dotted path for a stage that keeps its arguments next to it) and that function.
+
+Only the module of the subcommand being run is imported, so ``xla-wheels gate --help``
+loads the gate and nothing of the build or publish stages. Settings are read by
+:mod:`xla_wheels.options` from the parsed arguments and the environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+
+from xla_wheels import __version__
+from xla_wheels.errors import PipelineError
+
+#: Every subcommand, in the order ``--help`` shows them: (module, one-line help); the
+#: module is relative to this package unless it is a dotted path.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "bundles": ("stages", "list the bundles with their pins"),
+    "diff": ("stages", "what differs between two bundles (one: between it and its parent)"),
+    "sources": ("stages", "fetch each component at its pin into a fresh worktree"),
+    "patch": ("stages", "run up to the patch stage (sources, then the patch series)"),
+    "wheels": ("stages", "the main job: resolve, sources, patches, build, collect/lock"),
+    "builder-image": ("stages", "build the builder image from the Dockerfile"),
+    "patches-check": (
+        "stages",
+        "apply a component's series to a scratch copy of a checkout and report each patch",
+    ),
+    "patch-export": (
+        "patches",
+        "write the patched worktree's commits back as the bundle's patch files",
+    ),
+    "patch-rebase": (
+        "patches",
+        "carry a component's patch series onto another commit (exit 3: stopped at a "
+        "conflict for you to resolve)",
+    ),
+    "lock": ("stages", "write the bundle's entry in wheels.lock"),
+    "lock-check": ("stages", "fail when a manifest or patch no longer matches wheels.lock"),
+    "gate": ("gate", "decide whether a torch_xla build may ship (warm restart, HBM query)"),
+    "bench-restart": (
+        "gate",
+        "restart benchmark: cold/warm time to first step, medians and spread",
+    ),
+    "publish": (
+        "publish",
+        "upload the bundle's locked wheels to a PEP 503 index with twine (or, without "
+        "--index-url, write a static index in dist/<bundle>/simple/)",
+    ),
+    "requirements": (
+        "publish",
+        "write the hash-pinned requirements file hosts install the bundle from",
+    ),
+    "verify-install": (
+        "publish",
+        "install the bundle by hash into a fresh venv from the index, check versions and "
+        "provenance against wheels.lock, import torch_xla",
+    ),
+    "doctor": (
+        "publish",
+        "check a training host against a bundle (versions, runtime flags, cache) without "
+        "importing torch_xla",
+    ),
+    "abi-check": (
+        "abi",
+        "list the symbols torch_xla's _XLAC imports that the paired torch does not export "
+        "(the `undefined symbol` at import), without importing either",
+    ),
+    "publish-lane": (
+        "release",
+        "publish the bundle's locked wheels into a lane (default: the publish lane of "
+        "build/lanes.toml, validation)",
+    ),
+    "promote": (
+        "release",
+        "copy exactly the locked files of a bundle into a lane, only when the lane's "
+        "policy holds for its receipts",
+    ),
+    "compare": ("release", "two bundles' receipts side by side"),
+    "lane-requirements": (
+        "release",
+        "per lane: hash-pinned requirements.txt and PEP 751 pylock.toml of its current bundle",
+    ),
+    "lanes": ("release", "each lane's index, current bundle and policy"),
+}
+
+
+def _chosen_command(argv: Sequence[str]) -> str | None:
+    # The subcommand is the first argument that is not an option (the top-level parser
+    # has only --help and --version, which take no value).
+    return next((arg for arg in argv if not arg.startswith("-")), None)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; only ``command``'s arguments (and its module's imports) are loaded."""
+    parser = argparse.ArgumentParser(
+        prog="xla-wheels",
+        description="Build, publish and gate patched PyTorch/XLA wheels from pinned bundles.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (module_name, help_text) in COMMANDS.items():
+        sub = subparsers.add_parser(name, help=help_text, description=help_text)
+        if name == command:
+            dotted = module_name if "." in module_name else f"{__name__}.{module_name}"
+            module = importlib.import_module(dotted)
+            module.add_arguments(name, sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(_chosen_command(arguments))
+    args = parser.parse_args(arguments)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except PipelineError as error:
+        print(f"error: {error.message}", file=sys.stderr)
+        if error.fix:
+            print(f"  fix: {error.fix}", file=sys.stderr)
+        return error.exit_code
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,244 @@
+"""Arguments and handlers of the foundation and build stages' subcommands.
+
+bundles, diff, sources, patch, wheels, builder-image, patches-check, lock, lock-check.
+Settings come from :mod:`xla_wheels.options` (flag, then ``XLA_WHEELS_*``, then default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+from pathlib import Path
+
+from xla_wheels import log
+from xla_wheels.builder.config import DEFAULT_IMAGE, ENGINES, MODES
+from xla_wheels.builder.container import build_image_argv
+from xla_wheels.bundle import available_bundles, describe, diff, load_bundle
+from xla_wheels.cli.arguments import add_bundle_arguments, add_common_arguments
+from xla_wheels.errors import LockError, PatchError, UsageError
+from xla_wheels.lockfile import check_lock, update_bundle_entry
+from xla_wheels.options import build_config, pipeline_options
+from xla_wheels.patches import check_series
+from xla_wheels.pipeline import plan, run_until
+from xla_wheels.plan import render_plan
+from xla_wheels.sources import SourceCache, known_commits
+
+
+def cmd_bundles(args: argparse.Namespace) -> int:
+    options = pipeline_options(args, os.environ)
+    blocks = [describe(load_bundle(options.root, name)) for name in available_bundles(options.root)]
+    print("\n\n".join(blocks))
+    return 0
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    options = pipeline_options(args, os.environ)
+    left = load_bundle(options.root, args.left)
+    if args.right is None:
+        # One bundle: what it changes relative to the bundle it extends.
+        if left.extends is None:
+            raise UsageError(
+                f"bundle {left.name} extends no other bundle",
+                fix="name two bundles: make diff A=<bundle> B=<bundle>",
+            )
+        left, right = load_bundle(options.root, left.extends), left
+    else:
+        right = load_bundle(options.root, args.right)
+    rows = diff(left, right)
+    if not rows:
+        print(f"{left.name} and {right.name} pin the same inputs")
+        return 0
+    width = max(len(field) for field, _, _ in rows)
+    print(f"{'':<{width}}  {left.name}  ->  {right.name}")
+    for field, a, b in rows:
+        print(f"{field:<{width}}  {a}  ->  {b}")
+    return 0
+
+
+def _make_stage_handler(last_stage: str):  # noqa: ANN202 - returns a handler
+    def handler(args: argparse.Namespace) -> int:
+        options = pipeline_options(args, os.environ)
+        config = build_config(args, os.environ) if last_stage == "collect" else None
+        if options.dry_run:
+            bundle = load_bundle(options.root, args.bundle)
+            print(render_plan(plan(options, bundle, config)))
+            return 0
+        run_until(options, args.bundle, last_stage, config)
+        log.info(f"{last_stage}: done for {args.bundle}")
+        return 0
+
+    return handler
+
+
+def cmd_builder_image(args: argparse.Namespace) -> int:
+    options = pipeline_options(args, os.environ)
+    config = build_config(args, os.environ)
+    argv = build_image_argv(config.engine, config.image, options.root)
+    if options.dry_run:
+        print(log.format_command(argv))
+        return 0
+    with log.section(f"builder image {config.image} ({config.engine})"):
+        log.command(argv)
+        return subprocess.run(argv, check=False).returncode
+
+
+def cmd_patches_check(args: argparse.Namespace) -> int:
+    options = pipeline_options(args, os.environ)
+    bundle = load_bundle(options.root, args.bundle)
+    component = bundle.component(args.component)
+    if component.commit is None:
+        raise UsageError(f"{component.name} is not pinned in {bundle.name}")
+    if args.source is None:
+        cache = SourceCache(options.source_cache, options.mirror)
+        commit = cache.resolve(component)
+        source = cache.repo_for(component)
+    else:
+        source, commit = args.source, component.commit
+    if not source.exists():
+        raise UsageError(f"{source} does not exist", fix="pass a git checkout of the component")
+    results = check_series(source, commit, component)
+    for result in results:
+        print(f"{'ok  ' if result.applied else 'FAIL'} patches/{result.relpath}: {result.detail}")
+    not_reached = len(component.patches) - len(results)
+    if not_reached:
+        print(f"     ({not_reached} later patch(es) not tried)")
+    if not all(result.applied for result in results) or not_reached:
+        raise PatchError(f"the {component.name} series of {bundle.name} does not apply to {commit}")
+    print(f"{component.name} series of {bundle.name}: {len(results)} patch(es) apply to {commit}")
+    return 0
+
+
+def cmd_lock(args: argparse.Namespace) -> int:
+    options = pipeline_options(args, os.environ)
+    bundle = load_bundle(options.root, args.bundle)
+    # Short pins are resolved from the local source cache only (`make sources` fetches
+    # them); unresolved ones are written as such, never guessed.
+    resolved = known_commits(bundle, SourceCache(options.source_cache, options.mirror))
+    entry = update_bundle_entry(options.lock_path, bundle, resolved, options.root)
+    unresolved = [name for name, pin in entry.components.items() if not pin.resolved]
+    print(
+        f"wheels.lock: wrote bundle {bundle.name}"
+        + (f" (unresolved pins: {', '.join(unresolved)})" if unresolved else "")
+    )
+    return 0
+
+
+def cmd_lock_check(args: argparse.Namespace) -> int:
+    options = pipeline_options(args, os.environ)
+    problems = check_lock(options.root, options.lock_path)
+    if problems:
+        raise LockError(
+            "wheels.lock does not match the bundles:\n  " + "\n  ".join(problems),
+            fix="review the change, then `make lock BUNDLE=<name>` for each bundle named",
+        )
+    print(f"wheels.lock matches all {len(available_bundles(options.root))} bundle(s)")
+    return 0
+
+
+def add_build_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("build stage")
+    group.add_argument(
+        "--mode", choices=MODES, default=None, help="container (default) or host ($XLA_WHEELS_MODE)"
+    )
+    group.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default=None,
+        help="container engine (default docker; $XLA_WHEELS_ENGINE)",
+    )
+    group.add_argument(
+        "--image", default=None, help=f"builder image (default {DEFAULT_IMAGE}; $XLA_WHEELS_IMAGE)"
+    )
+    group.add_argument(
+        "--jobs", type=int, default=None, help="compile jobs (default: cores; $XLA_WHEELS_JOBS)"
+    )
+    group.add_argument(
+        "--host-python",
+        default=None,
+        help="interpreter for --mode host (default python3; $XLA_WHEELS_HOST_PYTHON)",
+    )
+    group.add_argument("--container-python", default=None, help="interpreter in the image")
+    group.add_argument("--bazel-disk-cache", type=Path, default=None)
+    group.add_argument(
+        "--bazel-remote-cache",
+        default=None,
+        help="grpc(s):// or http(s):// URL; overrides build/builders.toml [bazel] "
+        "remote_cache and $XLA_WHEELS_BAZEL_REMOTE_CACHE",
+    )
+    group.add_argument(
+        "--pip-args", default=None, help="extra pip arguments for build requirements (quoted)"
+    )
+    group.add_argument(
+        "--ship-check",
+        default=None,
+        help="command run on the staged wheels in a clean environment; placeholders "
+        "{python} {wheels} {out} {builder_python} {torch_xla_src} (default: the gate's CPU "
+        "restart, spmd-restart, cache-key and same-numbers checks and upstream's cache test; "
+        "$XLA_WHEELS_SHIP_CHECK)",
+    )
+    group.add_argument("--ship-pip-args", default=None, help="pip arguments for the clean env")
+    group.add_argument("--min-disk-gib", type=float, default=None)
+    group.add_argument("--mem-per-job-gib", type=float, default=None)
+    group.add_argument("--mem-base-gib", type=float, default=None)
+    group.add_argument("--host-tools", default=None, help="comma-separated tools --mode host needs")
+    group.add_argument(
+        "--keep-recorded",
+        action="store_true",
+        default=None,
+        help="when a rebuilt wheel differs from the one wheels.lock records, keep the "
+        "recorded file ($XLA_WHEELS_KEEP_RECORDED)",
+    )
+    group.add_argument(
+        "--build-tag",
+        default=None,
+        help="PEP 427 build number for a rebuilt wheel that differs from the recorded one "
+        "($XLA_WHEELS_BUILD_TAG)",
+    )
+    group.add_argument("--compiler-env", default=None, help="e.g. 'CC=clang CXX=clang++'")
+
+
+#: The stage each running subcommand stops after.
+_LAST_STAGE = {"sources": "sources", "patch": "patches", "wheels": "collect"}
+
+
+def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
+    """Define subcommand ``name``'s arguments on ``parser`` and set its handler."""
+    if name == "bundles":
+        add_common_arguments(parser)
+        parser.set_defaults(handler=cmd_bundles)
+    elif name == "diff":
+        add_common_arguments(parser)
+        parser.add_argument("left")
+        parser.add_argument("right", nargs="?", default=None)
+        parser.set_defaults(handler=cmd_diff)
+    elif name in _LAST_STAGE:
+        add_bundle_arguments(parser)
+        if _LAST_STAGE[name] == "collect":
+            add_build_arguments(parser)
+        parser.set_defaults(handler=_make_stage_handler(_LAST_STAGE[name]))
+    elif name == "builder-image":
+        add_common_arguments(parser)
+        add_build_arguments(parser)
+        parser.set_defaults(handler=cmd_builder_image)
+    elif name == "patches-check":
+        add_bundle_arguments(parser)
+        parser.add_argument(
+            "--component", default="torch_xla", help="component (default torch_xla)"
+        )
+        parser.add_argument(
+            "--source",
+            type=Path,
+            default=None,
+            help="git checkout (bare or not) holding the pinned commit "
+            "(default: the source cache, fetching if needed)",
+        )
+        parser.set_defaults(handler=cmd_patches_check)
+    elif name == "lock":
+        add_bundle_arguments(parser)
+        parser.set_defaults(handler=cmd_lock)
+    elif name == "lock-check":
+        add_common_arguments(parser)
+        parser.set_defaults(handler=cmd_lock_check)
+    else:
+        raise ValueError(f"{name} is not a subcommand of {__name__}")

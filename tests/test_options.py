@@ -1,0 +1,192 @@
+"""The one options reader: command line, then ``XLA_WHEELS_*``, then the default.
+
+The environment is a dict here: nothing in the reader looks at this process's own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.clirunner import run_cli
+from tests.gitrepos import REPO_ROOT
+from xla_wheels.builder.config import DEFAULT_IMAGE
+from xla_wheels.cli import COMMANDS, build_parser
+from xla_wheels.errors import UsageError
+from xla_wheels.gate import envs
+from xla_wheels.options import (
+    ENV_SETTINGS,
+    build_config,
+    env_var,
+    machine_cache,
+    pipeline_options,
+    publish_options,
+)
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    return build_parser(argv[0]).parse_args(list(argv))
+
+
+def test_the_naming_rule() -> None:
+    assert env_var("--engine") == "XLA_WHEELS_ENGINE"
+    assert env_var("--cache-dir") == "XLA_WHEELS_CACHE"
+    assert env_var("--dry-run") == "XLA_WHEELS_DRY_RUN"
+    assert env_var("--bazel-remote-cache") == "XLA_WHEELS_BAZEL_REMOTE_CACHE"
+
+
+def test_every_environment_setting_is_a_flag_of_some_subcommand() -> None:
+    flags: set[str] = set()
+    for name in COMMANDS:
+        sub = build_parser(name)._subparsers._group_actions[0].choices[name]  # type: ignore[union-attr]
+        flags.update(o for action in sub._actions for o in action.option_strings)
+    assert set(ENV_SETTINGS) <= flags, set(ENV_SETTINGS) - flags
+
+
+def test_flag_beats_environment_beats_default(tmp_path: Path) -> None:
+    environ = {"XLA_WHEELS_ENGINE": "podman", "XLA_WHEELS_JOBS": "3", "HOME": str(tmp_path)}
+    from_env = build_config(parse("wheels", "--bundle", "x"), environ)
+    assert (from_env.engine, from_env.jobs, from_env.image) == ("podman", 3, DEFAULT_IMAGE)
+    from_flag = build_config(parse("wheels", "--engine", "buildah", "--jobs", "5"), environ)
+    assert (from_flag.engine, from_flag.jobs) == ("buildah", 5)
+    default = build_config(parse("wheels"), {})
+    assert default.engine == "docker" and default.mode == "container"
+
+
+def test_the_old_short_variables_are_not_read() -> None:
+    # One naming rule: ENGINE / DRY_RUN reach the CLI only as flags (the Makefile maps them).
+    config = build_config(parse("wheels"), {"ENGINE": "podman", "JOBS": "7"})
+    assert (config.engine, config.jobs) == ("docker", os.cpu_count() or 1)
+    options = pipeline_options(parse("wheels", "--root", str(REPO_ROOT)), {"DRY_RUN": "1"})
+    assert options.dry_run is False
+
+
+def test_pipeline_options_read_the_environment_given(tmp_path: Path) -> None:
+    environ = {
+        "XLA_WHEELS_ROOT": str(REPO_ROOT),
+        "XLA_WHEELS_CACHE": str(tmp_path / "cache"),
+        "XLA_WHEELS_MIRROR": "/srv/git",
+        "XLA_WHEELS_DRY_RUN": "yes",
+    }
+    options = pipeline_options(parse("bundles"), environ)
+    assert options.root == REPO_ROOT.resolve()
+    assert options.cache_dir == (tmp_path / "cache").resolve()
+    assert options.out_dir == REPO_ROOT.resolve() / "out"
+    assert (options.mirror, options.dry_run) == ("/srv/git", True)
+
+
+def test_publish_options_and_a_bad_setting(tmp_path: Path) -> None:
+    environ = {"XLA_WHEELS_INDEX_URL": "http://127.0.0.1:1/simple/", "XLA_WHEELS_NO_DEPS": "1"}
+    settings = publish_options(parse("verify-install"), environ)
+    assert settings.index_url == "http://127.0.0.1:1/simple/" and settings.no_deps is True
+    assert publish_options(parse("verify-install"), {}).no_deps is False
+    with pytest.raises(UsageError, match="XLA_WHEELS_ENGINE=kaniko"):
+        build_config(parse("wheels"), {"XLA_WHEELS_ENGINE": "kaniko"})
+
+
+def test_the_machine_cache_honours_xla_wheels_cache_then_xdg(tmp_path: Path) -> None:
+    home = str(tmp_path / "home")
+    assert machine_cache({"XLA_WHEELS_CACHE": str(tmp_path / "c"), "HOME": home}) == (
+        tmp_path / "c"
+    )
+    xdg = {"XDG_CACHE_HOME": str(tmp_path / "xdg"), "HOME": home}
+    assert machine_cache(xdg) == tmp_path / "xdg" / "xla-wheels"
+    assert machine_cache({"HOME": home}) == tmp_path / "home" / ".cache" / "xla-wheels"
+
+
+def test_the_gate_looks_for_its_environment_in_the_pipelines_cache(tmp_path: Path) -> None:
+    """``make gate`` and ``make wheels`` share one cache: XDG_CACHE_HOME moves both."""
+    cache = machine_cache({"XDG_CACHE_HOME": str(tmp_path / "xdg")})
+    tag = "cp{}{}".format(*sys.version_info[:2])
+    env_dir = cache / "envs" / envs.env_name(envs.STOCK_SPECS[envs.DEFAULT_STOCK], tag)
+    (env_dir / "bin").mkdir(parents=True)
+    (env_dir / envs.MARKER).write_text("{}")
+    # A marked environment whose python has no torch_xla: the gate must pick this one
+    # (and say it cannot judge it) instead of building one under ~/.cache.
+    (env_dir / "bin" / "python").symlink_to(sys.executable)
+    result = run_cli(
+        "gate", "--device", "CPU", "--out", str(tmp_path / "out"),
+        env={"XDG_CACHE_HOME": str(tmp_path / "xdg"), "HOME": str(tmp_path / "home")},
+        timeout=300,
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert f"torch_xla does not import in {env_dir / 'bin' / 'python'}" in result.stderr
+
+
+def _makefile_targets() -> dict[str, tuple[str, str]]:
+    """target -> (its ``## `` help text, its recipe with the flag groups expanded)."""
+    text = (REPO_ROOT / "Makefile").read_text().replace("\\\n", " ")
+    groups = dict(re.findall(r"^([A-Z_]+_FLAGS?) = (.*)$", text, re.MULTILINE))
+    targets = {}
+    for match in re.finditer(r"^([a-z-]+):[^\n]*## ([^\n]*)\n((?:\t[^\n]*\n)*)", text, re.M):
+        recipe = match.group(3)
+        for name, body in groups.items():
+            recipe = recipe.replace(f"$({name})", body)
+        targets[match.group(1)] = (match.group(2), recipe)
+    return targets
+
+
+def test_make_help_names_every_variable_a_target_reads() -> None:
+    internal = {"CLI", "PY", "VENV", "VENV_STAMP", "MAKEFILE_LIST"}
+    targets = _makefile_targets()
+    assert {"wheels", "gate", "publish", "verify-install", "doctor"} <= set(targets)
+    for target, (help_text, recipe) in targets.items():
+        read = set(re.findall(r"\$\(([A-Z_]+)\)", recipe))
+        read |= set(re.findall(r"\$\(call flag,([A-Z_]+),", recipe))
+        missing = {v for v in read - internal if not v.endswith(("_FLAGS", "_FLAG"))} - set(
+            re.findall(r"\b([A-Z][A-Z_]*)\b", help_text)
+        )
+        assert not missing, f"make help for {target} does not name {sorted(missing)}"
+
+
+def test_the_makefile_holds_no_default_for_a_cli_setting() -> None:
+    text = (REPO_ROOT / "Makefile").read_text()
+    assert re.findall(r"^([A-Z_]+) \?=", text, re.MULTILINE) == ["PYTHON_FOR_VENV"]
+
+
+def _make_dry(*argv: str) -> str:
+    """The command ``make -n`` would run for ``argv`` (nothing runs)."""
+    process = subprocess.run(
+        ["make", "-n", "--no-print-directory", *argv], cwd=REPO_ROOT, text=True,
+        capture_output=True, check=True, env={"PATH": os.environ["PATH"]},
+    )  # fmt: skip
+    return process.stdout.strip().splitlines()[-1]
+
+
+def test_make_turns_its_variables_into_flags_and_adds_none_unset() -> None:
+    command = _make_dry("wheels", "BUNDLE=v6e-2.9", "ENGINE=podman", "JOBS=3", "DRY_RUN=1")
+    assert "-m xla_wheels wheels --bundle 'v6e-2.9'" in command
+    assert "--dry-run" in command and "--engine 'podman'" in command
+    assert "--jobs '3'" in command
+    bare = _make_dry("wheels", "BUNDLE=v6e-2.9", "DRY_RUN=0")
+    assert "--dry-run" not in bare and "--engine" not in bare and "--mode" not in bare
+    assert "--xla-cache-dir" not in _make_dry("gate") and _make_dry("gate").endswith("gate")
+
+
+def test_the_remote_cache_reads_the_environment_and_checkout_it_is_given(tmp_path: Path) -> None:
+    # The checkout comes from XLA_WHEELS_ROOT in the given dict (not os.environ), and the
+    # remote-cache settings after its build/builders.toml come from that same dict.
+    root = tmp_path / "project"
+    (root / "build").mkdir(parents=True)
+    (root / "build" / "builders.toml").write_text(
+        '[builder]\nrole = "writer"\n[ccache]\nremote_storage = "redis://127.0.0.1:1"\n'
+    )
+    environ = {
+        "XLA_WHEELS_ROOT": str(root),
+        "XLA_WHEELS_BAZEL_REMOTE_CACHE": "grpc://127.0.0.1:2",
+        "XLA_WHEELS_CCACHE_REMOTE_PASSWORD": "s3cret",
+    }
+    remote = build_config(parse("wheels"), environ).remote_cache
+    assert remote.settings.role == "writer"
+    assert remote.settings.ccache.storage == "redis://127.0.0.1:1"
+    assert remote.settings.bazel.cache == "grpc://127.0.0.1:2"
+    assert remote.secret_values() == {"ccache_remote_password": "s3cret"}
+    flag = build_config(parse("wheels", "--bazel-remote-cache", "grpc://127.0.0.1:3"), environ)
+    assert flag.remote_cache.settings.bazel.cache == "grpc://127.0.0.1:3"
+    assert build_config(parse("wheels"), {"XLA_WHEELS_ROOT": str(root)}).remote_cache.secrets == ()
