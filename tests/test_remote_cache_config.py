@@ -299,7 +299,7 @@ def test_dry_run_shows_the_exact_flags_for_v6e_2_9(tmp_path: Path) -> None:
     assert rc in plan
     assert f'build --remote_header=Authorization="{REDACTED}"' in plan
     assert (
-        f"CCACHE_REMOTE_STORAGE='http://builder:{REDACTED}@ccache.example.com:8080/cache"
+        f"CCACHE_REMOTE_STORAGE='http://{REDACTED}@ccache.example.com:8080/cache"
         "|layout=subdirs|read-only'"
     ) in plan
     assert "remote caches: role reader" in plan
