@@ -20,7 +20,6 @@ composed by the same functions, which the plan calls with ``<placeholder>`` inpu
 from __future__ import annotations
 
 import hashlib
-import json
 import posixpath
 import shutil
 import tempfile
@@ -30,7 +29,7 @@ from urllib.parse import urlsplit
 
 from xla_wheels import log
 from xla_wheels.bundle import Bundle, Component
-from xla_wheels.errors import GitError, PipelineError, SourceError
+from xla_wheels.errors import PipelineError, SourceError
 from xla_wheels.gitutil import GitRunner, compose, run_command
 from xla_wheels.plan import PlannedCommand
 
@@ -48,6 +47,9 @@ class CheckedOutSource:
     """The verified full SHA checked out."""
     worktree: Path
     cache_repo: Path
+    head: str = ""
+    """The worktree's HEAD: the pin, or the series head when a patched worktree that is
+    exactly the listed series was reused (the patch stage then has nothing to do)."""
 
 
 def remote_path(remote: str) -> str:
@@ -345,10 +347,31 @@ class SourceCache:
         self.run(pin_ref_command(repo, full))
         return full
 
-    def checkout(self, component: Component, commit: str, worktree: Path) -> CheckedOutSource:
-        """A fresh detached worktree of ``commit`` at ``worktree``."""
+    def checkout(
+        self, component: Component, commit: str, worktree: Path, *, bundle: str = "<bundle>"
+    ) -> CheckedOutSource:
+        """A worktree of ``commit`` at ``worktree``: the existing one when it is exactly what
+        the pipeline makes (the pin, or the pin plus the listed series), else a fresh one.
+
+        What is there is decided by content (:mod:`xla_wheels.worktree_guard`): work of the
+        user's (edits, untracked files, commits not made by the patch stage) stops the run
+        and nothing is touched.
+        """
+        # Imported here: worktree_guard reads patch files, and patches imports this module.
+        from xla_wheels import worktree_guard
+
         repo = self.ensure_repo(component)
-        self._remove_previous_worktree(repo, worktree)
+        if worktree.exists():
+            check = worktree_guard.inspect(worktree, repo, component, commit, self.run)
+            worktree_guard.refuse_user_work(check, bundle, component.name)
+            if check.reusable:
+                where = "the patched series head" if check.head != commit else "the pin"
+                log.info(f"{component.name}: reusing {worktree} (clean, at {where})")
+                return CheckedOutSource(component.name, commit, worktree, repo, check.head)
+            worktree_guard.refuse_ignored_files(check)
+            self._remove_previous_worktree(repo, worktree)
+        else:
+            self._remove_previous_worktree(repo, worktree)
         worktree.parent.mkdir(parents=True, exist_ok=True)
         self.run(worktree_add_command(repo, worktree, commit), echo=True)
         head = self.run(head_command(worktree)).stdout.strip()
@@ -357,7 +380,7 @@ class SourceCache:
         if component.submodules:
             with log.section(f"submodules of {component.name}"):
                 self._checkout_submodules(worktree, component.remote, component.name)
-        return CheckedOutSource(component.name, commit, worktree, repo)
+        return CheckedOutSource(component.name, commit, worktree, repo, head)
 
     def _checkout_submodules(
         self, worktree: Path, parent_remote: str, label: str, depth: int = 0
@@ -396,23 +419,13 @@ class SourceCache:
             )
 
     def _remove_previous_worktree(self, repo: Path, worktree: Path) -> None:
-        state = worktree.with_name(worktree.name + STATE_SUFFIX)
+        """Remove a worktree that :mod:`xla_wheels.worktree_guard` found holds nothing of
+        the user's (its content is the pipeline's, reproducible from pins and patches)."""
         if worktree.exists():
-            try:
-                dirty = self.run(status_command(worktree)).stdout.strip()
-            except GitError:
-                dirty = "(not a git worktree)"
-            if dirty and not state.exists():
-                raise SourceError(
-                    f"{worktree} has changes that the pipeline did not make:\n{dirty}",
-                    fix="save what you need from it, then remove the directory; nothing was "
-                    "changed",
-                )
-            _refuse_commits_not_ours(worktree, state, self.run)
             self.run(worktree_remove_command(repo, worktree), check=False)
             if worktree.exists():
                 shutil.rmtree(worktree)
-        state.unlink(missing_ok=True)
+        worktree.with_name(worktree.name + STATE_SUFFIX).unlink(missing_ok=True)
         self.run(worktree_prune_command(repo), check=False)
 
 
@@ -474,23 +487,6 @@ def _with_note(command: PlannedCommand, note: str) -> PlannedCommand:
     return replace(command, note=f"{note}; {command.note}" if command.note else note)
 
 
-def _refuse_commits_not_ours(worktree: Path, state: Path, run: GitRunner) -> None:
-    """A patched worktree whose HEAD moved (an amended or rebased patch commit) holds work
-    that only ``make patch-export`` saves: refuse to recreate it over that work."""
-    try:
-        recorded = json.loads(state.read_text(encoding="utf-8")).get("head", "")
-    except (OSError, ValueError):
-        return
-    head = run(head_command(worktree), check=False)
-    if recorded and head.returncode == 0 and head.stdout.strip() != recorded:
-        raise SourceError(
-            f"{worktree} has commits that the patch stage did not make (HEAD "
-            f"{head.stdout.strip()[:12]}, the series ended at {recorded[:12]})",
-            fix="write them back as patch files first (`make patch-export BUNDLE=<bundle> "
-            "COMPONENT=<component>`), or move the directory away; nothing was changed",
-        )
-
-
 def fetch_sources(bundle: Bundle, cache: SourceCache, src_dir: Path) -> dict[str, CheckedOutSource]:
     """Run the sources stage for every pinned component of ``bundle``."""
     unresolved = bundle.unresolved_pins()
@@ -504,7 +500,7 @@ def fetch_sources(bundle: Bundle, cache: SourceCache, src_dir: Path) -> dict[str
         with log.section(f"sources: {component.name} @ {component.commit}"):
             commit = cache.resolve(component)
             checked_out[component.name] = cache.checkout(
-                component, commit, src_dir / component.name
+                component, commit, src_dir / component.name, bundle=bundle.name
             )
     return checked_out
 
