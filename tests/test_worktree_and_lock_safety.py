@@ -82,7 +82,9 @@ def commit_on_top(tree: Path) -> str:
 
 
 @pytest.mark.parametrize("make_work", [edit_tracked, add_untracked, commit_on_top])
-def test_work_in_a_patched_worktree_stops_every_stage_and_is_kept(syn: Synthetic, make_work) -> None:
+def test_work_in_a_patched_worktree_stops_every_stage_and_is_kept(
+    syn: Synthetic, make_work
+) -> None:
     assert run(syn, "patch").returncode == 0
     tree = xla_tree(syn)
     named = make_work(tree)
