@@ -148,9 +148,7 @@ def test_a_patch_listed_under_another_component_is_refused(project: Path) -> Non
     text = VALID.replace(
         'version = "2.9.0a0"\n', 'version = "2.9.0a0"\npatches = ["torch_xla/0001-fix.patch"]\n'
     )
-    assert "is not in patches/torch/, the directory of the torch series" in error_for(
-        project, text
-    )
+    assert "is not in patches/torch/, the directory of the torch series" in error_for(project, text)
 
 
 def test_name_must_match_the_file(project: Path) -> None:

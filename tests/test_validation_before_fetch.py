@@ -149,9 +149,7 @@ def test_a_commit_the_mirror_does_not_have(syn: Synthetic, stage: str) -> None:
         (b'lock-version = "1"\n[bundles.syn]\nmanifest = 3\n', "bundles.syn.manifest"),
     ],
 )
-def test_a_corrupt_lock_and_its_fix_that_works(
-    syn: Synthetic, content: bytes, error: str
-) -> None:
+def test_a_corrupt_lock_and_its_fix_that_works(syn: Synthetic, content: bytes, error: str) -> None:
     lock = syn.root / "wheels.lock"
     good = lock.read_bytes()
     lock.write_bytes(content)

@@ -265,9 +265,7 @@ def refuse_user_work(check: WorktreeCheck, bundle: str, component: str) -> None:
         parts.append(f"  {check.in_progress} is under way in it")
         fixes.append(f"finish or abort it (`git -C {worktree} status` says how)")
     if check.foreign_commits:
-        parts.append(
-            "  commits that are not in the patch series:" + _listed(check.foreign_commits)
-        )
+        parts.append("  commits that are not in the patch series:" + _listed(check.foreign_commits))
         fixes.append(
             f"save them as patch files with `make patch-export BUNDLE={bundle} "
             f"COMPONENT={component}`"
