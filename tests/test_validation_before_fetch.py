@@ -171,3 +171,34 @@ def test_git_checkout_restores_a_corrupt_lock(syn: Synthetic) -> None:
     assert broken.returncode == 1 and "git checkout -- wheels.lock" in broken.stderr
     git(syn.root, "checkout", "--", "wheels.lock")
     assert lock_check(syn).returncode == 0, lock_check(syn).stderr
+
+
+def test_preflight_asks_a_mirror_directory_for_the_pinned_commit(syn: Synthetic) -> None:
+    """The preflight check list (which the plan prints) asks the mirror, not just pings it."""
+    from xla_wheels.builder.config import BuildConfig
+    from xla_wheels.builder.preflight import checks, run_checks
+    from xla_wheels.bundle import load_bundle
+    from xla_wheels.options import PipelineOptions
+
+    xla = syn.upstream / "xla"
+    (xla / "NEWS").write_text("new\n")
+    git(xla, "add", "NEWS")
+    git(xla, "commit", "-q", "-m", "news")
+    syn.commits["torch_xla"] = git(xla, "rev-parse", "HEAD")
+    syn.write_bundle(xla_patches=())
+    options = PipelineOptions(
+        root=syn.root,
+        cache_dir=syn.cache,
+        out_dir=syn.root / "out",
+        mirror=str(syn.root.parent / "mirror"),
+        dry_run=False,
+    )
+    found = checks(options, load_bundle(syn.root, "syn"), BuildConfig())
+    remotes = [check for check in found if check.name.startswith("remote ")]
+    blockers = run_checks(remotes)
+    assert blockers == [
+        f"torch_xla: commit {syn.commits['torch_xla']} is not in the mirror "
+        f"{syn.root.parent / 'mirror' / xla.relative_to('/')}.git (update the mirror: "
+        f"`git --git-dir={syn.root.parent / 'mirror' / xla.relative_to('/')}.git remote "
+        "update`, or pin a commit it has)"
+    ]
