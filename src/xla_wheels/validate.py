@@ -42,7 +42,7 @@ def mirror_problem(
     try:
         mirrored = Path(effective_remote(component.remote, mirror))
     except SourceError as error:
-        return f"{component.name}: {error.message}"
+        return f"{component.name}: {error.message} ({error.fix})"
     if runner(has_commit_command(mirrored, component.commit), check=False).returncode != 0:
         return (
             f"{component.name}: commit {component.commit} is not in the mirror {mirrored} "
