@@ -426,6 +426,7 @@ def apply_series(
     *,
     branch: str = "xla-wheels/series",
     runner: Runner | None = None,
+    build_owned: tuple[str, ...] = (),
 ) -> AppliedSeries:
     """Make ``component``'s series a branch of commits on ``worktree``; all or nothing.
 
@@ -434,7 +435,12 @@ def apply_series(
     """
     runner = runner or run_planned
     planned = series_commands(worktree, component, branch)
-    before = status_porcelain(worktree)
+    # Untracked paths the build owns (``worktree_guard.PIPELINE_OWNED``) may be there.
+    before = "\n".join(
+        line
+        for line in status_porcelain(worktree).splitlines()
+        if not (build_owned and line.startswith("?? ") and line[3:].startswith(build_owned))
+    )
     if before:
         raise PatchError(
             f"{worktree} is not clean before the {component.name} series:\n{before}",

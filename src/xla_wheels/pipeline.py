@@ -31,6 +31,7 @@ from xla_wheels.patches import (
 from xla_wheels.plan import PlannedCommand, PlannedStage
 from xla_wheels.sources import CheckedOutSource, SourceCache, fetch_sources, plan_commands
 from xla_wheels.validate import check_before_fetch
+from xla_wheels.worktree_guard import PIPELINE_OWNED
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,13 @@ def run_patches(bundle: Bundle, sources: Mapping[str, CheckedOutSource]) -> Patc
                     name, source.commit, describe_series(component), source.head, branch
                 )
             else:
-                applied = apply_series(source.worktree, component, source.commit, branch=branch)
+                applied = apply_series(
+                    source.worktree,
+                    component,
+                    source.commit,
+                    branch=branch,
+                    build_owned=PIPELINE_OWNED.get(name, ()),
+                )
             write_state(source.worktree, applied)
             series[name] = applied
             for patch in applied.patches:

@@ -47,6 +47,12 @@ _IN_PROGRESS = (
     ("CHERRY_PICK_HEAD", "a cherry-pick"),
     ("REVERT_HEAD", "a revert"),
 )
+PIPELINE_OWNED: dict[str, tuple[str, ...]] = {"torch": ("xla/",)}
+"""Paths inside a component's worktree that the build itself owns: the torch_xla build
+copies the torch_xla worktree to ``<torch>/xla`` (upstream's layout, see
+``builder/recipes.py``, "layout: fresh copy of torch_xla at <torch>/xla") after an
+``rm -rf`` of it, on every build. Nothing there is the user's: it never blocks a reuse or
+a recreation."""
 _SHOWN = 20
 """At most this many files or commits are named in the error (then "and N more")."""
 
@@ -74,6 +80,10 @@ class WorktreeCheck:
     in_progress: str | None
     same_repository: bool
     """The worktree belongs to the cache repository of the component's current remote."""
+    built: bool = False
+    """Its files carry the edits the torch_xla build makes in place (torch_xla's
+    ``openxla_patches/`` on the OpenXLA checkout): the pipeline's, but the next build
+    needs the tree without them, so it is recreated, never reused."""
 
     @property
     def has_user_work(self) -> bool:
@@ -84,6 +94,7 @@ class WorktreeCheck:
         """At the pin or the expected series head, nothing of the user's: keep it as is."""
         return (
             not self.has_user_work
+            and not self.built
             and self.same_repository
             and self.head in {self.pin, self.expected}
         )
@@ -167,8 +178,14 @@ def inspect(
             cwd=worktree,
         )
     ).stdout
-    changes = tuple(line for line in _lines(status) if not line.startswith("!! "))
-    ignored = tuple(line[3:] for line in _lines(status) if line.startswith("!! "))
+    owned = PIPELINE_OWNED.get(component.name, ())
+    entries = [
+        line
+        for line in _lines(status)
+        if not (line.startswith(("?? ", "!! ")) and line[3:].startswith(owned))
+    ]
+    changes = tuple(line for line in entries if not line.startswith("!! "))
+    ignored = tuple(line[3:] for line in entries if line.startswith("!! "))
     in_progress = None
     for name, what in _IN_PROGRESS:
         path = runner(compose(["rev-parse", "--git-path", name], cwd=worktree)).stdout.strip()
@@ -199,6 +216,16 @@ def inspect(
         expected = expected_head(worktree, component, pin, runner) if same_repository else None
     except GitError:
         expected = None
+    built = False
+    if (
+        changes
+        and expected is not None
+        and head == expected
+        and not any(line.startswith("?? ") for line in changes)
+    ):
+        built = _is_build_edit(worktree, component, expected, runner)
+        if built:
+            changes = ()
     # Commits the user made (an amend) whose trees and messages are exactly what the
     # patch files make again (after `make patch-export`): saved, so nothing is lost.
     if (
@@ -219,7 +246,48 @@ def inspect(
         foreign_commits=tuple(foreign),
         in_progress=in_progress,
         same_repository=same_repository,
+        built=built,
     )
+
+
+def _scratch_tree(
+    worktree: Path, start: str, steps: list[list[str]], runner: GitRunner
+) -> str | None:
+    """The tree of ``start`` after running each git ``steps`` command on a scratch index
+    (None if one fails): only objects are written, never the worktree or its index."""
+    with tempfile.TemporaryDirectory(prefix="xla-wheels-tree-") as scratch:
+        env = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
+        runner(compose(["read-tree", start], cwd=worktree, env=env))
+        for step in steps:
+            if runner(compose(step, cwd=worktree, env=env), check=False).returncode != 0:
+                return None
+        return runner(compose(["write-tree"], cwd=worktree, env=env)).stdout.strip()
+
+
+def _is_build_edit(worktree: Path, component: Component, head: str, runner: GitRunner) -> bool:
+    """Are the worktree's files exactly ``head`` plus the edits the build makes in place?
+
+    The torch_xla build applies torch_xla's ``openxla_patches/`` (the ones its WORKSPACE
+    lists) to the OpenXLA worktree, from the copy of torch_xla it builds at
+    ``<torch>/xla`` (see ``builder/inside.py``, ``apply-openxla-patches``). The same
+    files applied to ``head`` in a scratch index must give the worktree's tree.
+    """
+    if component.name != "openxla":
+        return False
+    from xla_wheels.builder.recipes import workspace_openxla_patches
+
+    built_from = worktree.parent / "torch" / "xla"
+    names = workspace_openxla_patches(built_from)
+    if not names:
+        return False
+    applied = [
+        ["apply", "--cached", "-p1", "--ignore-whitespace", str(built_from / "openxla_patches" / n)]
+        for n in names
+    ]
+    expected = _scratch_tree(worktree, head, applied, runner)
+    # `git add -u`: the tracked files as they are on disk (untracked ones stay the user's).
+    actual = _scratch_tree(worktree, "HEAD", [["add", "-u"]], runner)
+    return expected is not None and expected == actual
 
 
 def _series_content(
