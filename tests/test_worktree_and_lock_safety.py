@@ -232,3 +232,24 @@ def test_an_interrupted_run_writes_no_lock(tmp_path: Path) -> None:
         assert read_lock(path).bundles == {"x": None}  # later stages see the new lock
         raise KeyboardInterrupt
     assert path.read_bytes() == before
+
+
+def test_the_builds_own_edits_are_recognised_and_an_edit_on_top_is_not(syn: Synthetic) -> None:
+    """The torch_xla build applies its openxla_patches/ to the OpenXLA worktree in place
+    and copies itself to <torch>/xla: those are the pipeline's; one more edit is not."""
+    assert run(syn, "wheels").returncode == 0
+    openxla = syn.root / "out" / "syn" / "src" / "openxla"
+    core = openxla / "xla" / "core.h"
+    built = core.read_text()
+    assert "TORCH_XLA_OPENXLA_PATCH" in built  # the build's edit, in place
+    core.write_text(built + "// my experiment\n")
+    result = run(syn, "patch")
+    assert result.returncode == 4, result.stderr
+    assert f"error: {openxla} holds work the pipeline did not make" in result.stderr
+    assert " M xla/core.h" in result.stderr
+    assert core.read_text() == built + "// my experiment\n"
+    core.write_text(built)  # back to exactly what the build made
+    result = run(syn, "patch")
+    assert result.returncode == 0, result.stderr
+    assert "TORCH_XLA_OPENXLA_PATCH" not in core.read_text()  # recreated for the next build
+    assert "torch: reusing" in result.stderr  # <torch>/xla and setup.py outputs are not work
