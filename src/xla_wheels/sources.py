@@ -5,9 +5,10 @@ Layout of the per-machine cache::
     <cache>/sources/<component>-<remote digest>.git   bare repository, fetched into
 
 Each build gets ``out/<bundle>/src/<component>``, a detached ``git worktree`` of that bare
-repository at the verified full SHA. The cache itself has no work tree, so it can never
-be patched in place, and a failed fetch leaves it as it was (git only moves refs after
-the objects are complete).
+repository at the verified full SHA (an existing one is kept when it is exactly the pin or
+the pin plus the listed series, see :mod:`xla_wheels.worktree_guard`). The cache itself
+has no work tree, so it can never be patched in place, and a failed fetch leaves it as it
+was (git only moves refs after the objects are complete).
 
 Every git command of this stage is composed as data (``xla_wheels.plan.PlannedCommand``)
 by the ``*_command`` functions below and executed through one ``gitutil.GitRunner``.
@@ -33,8 +34,9 @@ from xla_wheels.errors import PipelineError, SourceError
 from xla_wheels.gitutil import GitRunner, compose, run_command
 from xla_wheels.plan import PlannedCommand
 
-# The state file the patch stage leaves next to a worktree; its presence says the
-# worktree's changes are ours (an applied series), so recreating it loses nothing.
+# The state file the patch stage leaves next to a worktree (read by patch-export and the
+# build). Whether a worktree may be reused or recreated is never decided from it, but
+# from the worktree's content (xla_wheels.worktree_guard): a record can be stale.
 STATE_SUFFIX = ".applied.json"
 
 
@@ -453,8 +455,9 @@ def plan_commands(component: Component, cache: SourceCache, worktree: Path) -> l
         is_bare_command(repo),
         _with_note(
             worktree_prune_command(repo),
-            "after `worktree remove` of a previous worktree (only if the patch stage made its "
-            "changes; any other change stops the run)",
+            "after `worktree remove` of a previous worktree whose content is the pipeline's "
+            "(decided by content, see worktree_guard); one at the pin or the series head is "
+            "reused instead, and any work of the user's stops the run (exit 4)",
         ),
         worktree_add_command(repo, worktree, full),
         head_command(worktree),
