@@ -9,8 +9,10 @@ This module owns the format: nobody else knows its TOML keys. :func:`read_lock` 
 typed :class:`Lock` of frozen dataclasses (:class:`BundleEntry`, :class:`ComponentPin`,
 :class:`WheelRecord`, :class:`RuntimeWheelRecord`...); every write goes through
 :func:`write_lock` (temp file + rename). Each stage adds its facts with one function:
-``update_bundle_entry`` (sources/lock: the inputs), ``record_wheels`` (collect: the
-wheels), ``record_runtime_wheels`` (requirements: the resolved public wheels).
+``update_bundle_entry`` (lock, and a run once its series applied: the inputs),
+``record_wheels`` (collect: the wheels), ``record_runtime_wheels`` (requirements: the
+resolved public wheels). A pipeline run holds its writes back until it has succeeded
+(:func:`written_on_success`).
 """
 
 from __future__ import annotations
