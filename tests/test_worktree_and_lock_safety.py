@@ -253,3 +253,27 @@ def test_the_builds_own_edits_are_recognised_and_an_edit_on_top_is_not(syn: Synt
     assert result.returncode == 0, result.stderr
     assert "TORCH_XLA_OPENXLA_PATCH" not in core.read_text()  # recreated for the next build
     assert "torch: reusing" in result.stderr  # <torch>/xla and setup.py outputs are not work
+
+
+def test_a_recreation_that_would_delete_ignored_files_stops_and_lists_them(
+    syn: Synthetic,
+) -> None:
+    assert run(syn, "patch").returncode == 0
+    tree = xla_tree(syn)
+    # An ignored file (here by the repository's info/exclude) in a worktree that must be
+    # recreated because the series changed: recreating would delete it.
+    exclude = Path(git(tree, "rev-parse", "--path-format=absolute", "--git-common-dir"))
+    (exclude / "info").mkdir(exist_ok=True)
+    (exclude / "info" / "exclude").write_text("*.o\n")
+    (tree / "kernel.o").write_bytes(b"\x7fELF")
+    syn.write_bundle(xla_patches=("torch_xla/0001-load-cache.patch",))
+    result = run(syn, "patch")
+    assert result.returncode == 4, result.stderr
+    assert "would delete files git ignores" in result.stderr
+    assert "    kernel.o" in result.stderr
+    assert f"git -C {tree} clean -ndX" in result.stderr
+    assert (tree / "kernel.o").read_bytes() == b"\x7fELF"
+    (tree / "kernel.o").unlink()
+    result = run(syn, "patch")
+    assert result.returncode == 0, result.stderr
+    assert len(git(tree, "rev-list", f"{syn.commits['torch_xla']}..HEAD").split()) == 1
