@@ -247,7 +247,8 @@ def make_synthetic(base: Path, *, c_extension: bool = False) -> Synthetic:
     torch_files = {
         "setup.py": TORCH_SETUP,
         "torch/__init__.py": TORCH_INIT,
-        ".gitignore": "build/\n",
+        # As pytorch/pytorch's .gitignore: what `setup.py bdist_wheel` leaves in the tree.
+        ".gitignore": "build/\ntorch.egg-info/\ntorch/version.py\n",
     }
     if c_extension:
         torch_files["csrc/synthetic.c"] = TORCH_C_EXTENSION

@@ -144,11 +144,11 @@ def test_same_patch_twice_is_refused(project: Path) -> None:
     assert "listed twice" in message
 
 
-def test_same_patch_in_two_components_is_refused(project: Path) -> None:
+def test_a_patch_listed_under_another_component_is_refused(project: Path) -> None:
     text = VALID.replace(
         'version = "2.9.0a0"\n', 'version = "2.9.0a0"\npatches = ["torch_xla/0001-fix.patch"]\n'
     )
-    assert "listed twice" in error_for(project, text)
+    assert "is not in patches/torch/, the directory of the torch series" in error_for(project, text)
 
 
 def test_name_must_match_the_file(project: Path) -> None:
@@ -318,3 +318,34 @@ def test_the_lock_records_a_childs_resolved_pins(project: Path) -> None:
         "patches/torch_xla/0001-fix.patch"  # inherited
     )
     assert entry.runtime["libtpu"] == RuntimePin(specifier="==0.0.37", version="0.0.37")
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        ("/etc/passwd", "is not a path inside patches/"),
+        ("../outside.patch", "is not a path inside patches/"),
+        ("torch_xla/../torch_xla/0001-fix.patch", "is not a path inside patches/"),
+        ("./torch_xla/0001-fix.patch", 'fix: write "torch_xla/0001-fix.patch"'),
+        ("torch_xla//0001-fix.patch", 'fix: write "torch_xla/0001-fix.patch"'),
+        ("0001-fix.patch", "is not in patches/torch_xla/"),
+    ],
+)
+def test_a_patch_is_named_one_way_inside_its_component_directory(
+    project: Path, entry: str, expected: str
+) -> None:
+    message = error_for(project, VALID.replace('"torch_xla/0001-fix.patch"', f'"{entry}"'))
+    assert expected in message
+
+
+def test_the_same_patch_twice_through_dot_slash_is_refused(project: Path) -> None:
+    text = VALID.replace(
+        '["torch_xla/0001-fix.patch"]',
+        '["torch_xla/0001-fix.patch", "./torch_xla/0001-fix.patch"]',
+    )
+    assert "entry 1 './torch_xla/0001-fix.patch'" in error_for(project, text)
+
+
+def test_an_empty_remote_is_refused(project: Path) -> None:
+    text = VALID.replace('remote = "https://github.com/openxla/xla.git"', 'remote = " "')
+    assert "'components.openxla.remote': is empty" in error_for(project, text)

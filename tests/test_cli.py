@@ -85,7 +85,7 @@ def test_make_patch_runs_sources_and_patches_on_a_local_upstream(
     assert result.exit_code == 0, result.stderr
     assert "<== patches: torch_xla (0 file(s)): done in" in result.stderr
     assert (project / "out/test-1/src/torch_xla/src/runtime.cc").is_file()
-    assert (project / "wheels.lock").is_file()  # the sources stage records resolved commits
+    assert (project / "wheels.lock").is_file()  # written once the series applied
 
 
 def test_make_help_lists_the_targets() -> None:

@@ -195,8 +195,8 @@ def test_make_patch_refuses_to_recreate_a_worktree_with_commits_not_exported(
     amend(worktree(patched), "src/runtime.cc", "StatsOrError(device)", "StatsOrNone(device)")
     head = git(worktree(patched), "rev-parse", "HEAD")
     result = run_cli("patch", "--bundle", "test-1", root=patched)
-    assert result.exit_code == 1
-    assert "has commits that the patch stage did not make" in result.stderr
+    assert result.exit_code == 4
+    assert "commits that are not in the patch series" in result.stderr
     assert "make patch-export" in result.stderr
     assert git(worktree(patched), "rev-parse", "HEAD") == head  # the amended work is kept
     assert export(run_cli, patched).exit_code == 0

@@ -113,7 +113,8 @@ def test_a_worktree_with_foreign_changes_is_not_thrown_away(tmp_path, upstreams)
     edited.write_text("someone's debugging notes\n")
     with pytest.raises(SourceError) as caught:
         fetch_sources(bundle, cache, tmp_path / "src")
-    assert "changes that the pipeline did not make" in caught.value.message
+    assert "holds work the pipeline did not make" in caught.value.message
+    assert " M README" in caught.value.message
     assert edited.read_text() == "someone's debugging notes\n"
 
 

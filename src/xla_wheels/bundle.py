@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import posixpath
 import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from xla_wheels.errors import ManifestError, UsageError
@@ -405,6 +406,7 @@ def _parse_component(table: _Table, name: str, patches_root: Path) -> Component:
             raise table.fail(
                 "patches", f"entry {index} is not a string", "list file paths as strings"
             )
+        _check_patch_path(table, name, index, relpath)
         patch_path = patches_root / relpath
         if not patch_path.is_file():
             raise table.fail(
@@ -413,15 +415,54 @@ def _parse_component(table: _Table, name: str, patches_root: Path) -> Component:
                 "fix the path (relative to patches/) or add the file",
             )
         patches.append(PatchRef(relpath=relpath, path=patch_path))
+    remote = table.get("remote", str)
+    if not remote.strip():
+        raise table.fail(
+            "remote",
+            "is empty",
+            f'write the git URL of {name}, e.g. "https://github.com/pytorch/xla.git"',
+        )
     return Component(
         name=name,
-        remote=table.get("remote", str),
+        remote=remote,
         commit=commit,
         unpinned_reason=unpinned,
         version=version,
         submodules=table.get("submodules", bool, name == "torch"),
         patches=tuple(patches),
     )
+
+
+def _check_patch_path(table: _Table, component: str, index: int, relpath: str) -> None:
+    """A patch is named one way only: ``<component>/<file>`` under ``patches/``.
+
+    One spelling per file keeps the lock's paths and the duplicate check honest
+    (``./torch_xla/x.patch`` is the same file as ``torch_xla/x.patch``), keeps the series
+    inside the project (no absolute or ``..`` paths), and keeps each component's patches
+    in its own directory, which is where ``make patch-export`` writes them back.
+    """
+    pure = PurePosixPath(relpath)
+    if not relpath or "\\" in relpath or pure.is_absolute() or ".." in pure.parts:
+        raise table.fail(
+            "patches",
+            f"entry {index} '{relpath}' is not a path inside patches/",
+            f'list it relative to patches/, e.g. "{component}/0001-name.patch"',
+        )
+    canonical = posixpath.normpath(relpath)
+    if canonical != relpath:
+        raise table.fail(
+            "patches",
+            f"entry {index} '{relpath}' is not written the one way a patch is named",
+            f'write "{canonical}"',
+        )
+    if pure.parts[0] != component or len(pure.parts) != 2:
+        raise table.fail(
+            "patches",
+            f"entry {index} '{relpath}' is not in patches/{component}/, the directory of "
+            f"the {component} series",
+            f"move the file to patches/{component}/ and list it as "
+            f'"{component}/{pure.name}" (or list it under the component it patches)',
+        )
 
 
 def _reject_duplicate_patches(components: Mapping[str, Component], path: Path) -> None:

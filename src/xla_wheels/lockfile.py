@@ -9,8 +9,10 @@ This module owns the format: nobody else knows its TOML keys. :func:`read_lock` 
 typed :class:`Lock` of frozen dataclasses (:class:`BundleEntry`, :class:`ComponentPin`,
 :class:`WheelRecord`, :class:`RuntimeWheelRecord`...); every write goes through
 :func:`write_lock` (temp file + rename). Each stage adds its facts with one function:
-``update_bundle_entry`` (sources/lock: the inputs), ``record_wheels`` (collect: the
-wheels), ``record_runtime_wheels`` (requirements: the resolved public wheels).
+``update_bundle_entry`` (lock, and a run once its series applied: the inputs),
+``record_wheels`` (collect: the wheels), ``record_runtime_wheels`` (requirements: the
+resolved public wheels). A pipeline run holds its writes back until it has succeeded
+(:func:`written_on_success`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ import hashlib
 import os
 import tempfile
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -48,8 +52,9 @@ def file_sha256(path: Path) -> str:
 def _malformed(what: str) -> LockError:
     return LockError(
         f"wheels.lock: {what}",
-        fix="restore it from git (`git checkout -- wheels.lock`) or regenerate the entry "
-        "with `make lock BUNDLE=<name>`",
+        fix="restore it from git (`git checkout -- wheels.lock`), or move it away "
+        "(`mv wheels.lock wheels.lock.broken`) and run `make lock BUNDLE=<name>` for each "
+        "bundle (`make bundles` lists them)",
     )
 
 
@@ -316,22 +321,61 @@ class Lock:
         return Lock({**self.bundles, bundle_name: entry})
 
 
+_PENDING: ContextVar[dict[Path, Lock] | None] = ContextVar("xla_wheels_lock_pending", default=None)
+
+
+@contextmanager
+def written_on_success() -> Iterator[None]:
+    """Hold every lock write of a run back until the run has succeeded.
+
+    Inside the block, :func:`write_lock` keeps the new lock in memory and
+    :func:`read_lock` sees it; when the block ends without an exception the last version
+    of each file is written (temp file + rename). A failure or Ctrl-C anywhere in the
+    block (patch conflict, build failure, ship check) leaves ``wheels.lock``
+    byte-identical: the lock records facts of stages that succeeded, never of a run that
+    stopped half way.
+    """
+    pending: dict[Path, Lock] = {}
+    token = _PENDING.set(pending)
+    try:
+        yield
+    finally:
+        _PENDING.reset(token)
+    for path, lock in pending.items():
+        write_lock(path, lock)
+
+
+def _unreadable(path: Path, what: str) -> LockError:
+    # `make lock` reads the file it rewrites, so it cannot repair it: the fixes are git,
+    # or starting from no file (read_lock gives an empty lock when there is none).
+    return LockError(
+        f"{path} {what}",
+        fix=f"restore it from git (`git checkout -- {path.name}`), or move it away "
+        f"(`mv {path.name} {path.name}.broken`) and run `make lock BUNDLE=<name>` for each "
+        "bundle (`make bundles` lists them)",
+    )
+
+
 def read_lock(path: Path) -> Lock:
     """The lock at ``path`` (empty when the file does not exist yet)."""
+    pending = _PENDING.get()
+    if pending is not None and path.resolve() in pending:
+        return pending[path.resolve()]
     if not path.exists():
         return Lock()
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise _unreadable(path, f"is not UTF-8 text (byte {error.start}): damaged") from None
     except tomllib.TOMLDecodeError as error:
-        raise LockError(
-            f"{path} is not valid TOML: {error}",
-            fix="restore it from git (`git checkout -- wheels.lock`)",
-        ) from error
+        raise _unreadable(path, f"is not valid TOML: {error}") from None
+    except OSError as error:
+        raise _unreadable(path, f"cannot be read: {error.strerror}") from None
     if data.get("lock-version") != LOCK_VERSION:
-        raise LockError(
-            f"{path} has lock-version {data.get('lock-version')!r}, this pipeline writes "
+        raise _unreadable(
+            path,
+            f"has lock-version {data.get('lock-version')!r}, this pipeline reads and writes "
             f"{LOCK_VERSION!r}",
-            fix="regenerate it with `make lock BUNDLE=<name>` for each bundle",
         )
     bundles = _table(data.get("bundles", {}), "bundles")
     return Lock(
@@ -353,7 +397,14 @@ def render_lock(lock: Lock) -> str:
 
 
 def write_lock(path: Path, lock: Lock) -> None:
-    """Write atomically (temp file + rename): a crash never leaves half a lock file."""
+    """Write atomically (temp file + rename): a crash never leaves half a lock file.
+
+    Inside :func:`written_on_success` the write is held back until the block succeeds.
+    """
+    pending = _PENDING.get()
+    if pending is not None:
+        pending[path.resolve()] = lock
+        return
     with tempfile.NamedTemporaryFile(
         "w", encoding="utf-8", dir=path.parent, prefix=".wheels.lock.", delete=False
     ) as handle:

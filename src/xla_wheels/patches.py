@@ -51,7 +51,6 @@ from xla_wheels.bundle import Component, PatchRef
 from xla_wheels.errors import PatchError
 from xla_wheels.gitutil import git, git_out, status_porcelain
 from xla_wheels.plan import PlannedCommand
-from xla_wheels.sources import STATE_SUFFIX
 
 REQUIRED_KEYS = ("Subject", "Component", "Base", "Fixes", "Why", "Upstream", "Files")
 OPTIONAL_KEYS = ("Verified", "Not-verified", "Author", "Date")
@@ -426,6 +425,7 @@ def apply_series(
     *,
     branch: str = "xla-wheels/series",
     runner: Runner | None = None,
+    build_owned: tuple[str, ...] = (),
 ) -> AppliedSeries:
     """Make ``component``'s series a branch of commits on ``worktree``; all or nothing.
 
@@ -434,7 +434,12 @@ def apply_series(
     """
     runner = runner or run_planned
     planned = series_commands(worktree, component, branch)
-    before = status_porcelain(worktree)
+    # Untracked paths the build owns (``worktree_guard.PIPELINE_OWNED``) may be there.
+    before = "\n".join(
+        line
+        for line in status_porcelain(worktree).splitlines()
+        if not (build_owned and line.startswith("?? ") and line[3:].startswith(build_owned))
+    )
     if before:
         raise PatchError(
             f"{worktree} is not clean before the {component.name} series:\n{before}",
@@ -530,6 +535,12 @@ def check_series(source_repo: Path, commit: str, component: Component) -> list[P
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return results
+
+
+# The state file the patch stage leaves next to a worktree (read by patch-export and the
+# build). Whether a worktree may be reused or recreated is never decided from it, but
+# from the worktree's content (xla_wheels.worktree_guard): a record can be stale.
+STATE_SUFFIX = ".applied.json"
 
 
 def state_path(worktree: Path) -> Path:

@@ -18,12 +18,13 @@ from xla_wheels.bundle import Bundle, load_bundle
 from xla_wheels.errors import SourceError
 from xla_wheels.gitutil import RUN_ENV, RUN_OPTIONS, GitRunner, run_command
 from xla_wheels.layout import BundleLayout
-from xla_wheels.lockfile import update_bundle_entry
+from xla_wheels.lockfile import update_bundle_entry, written_on_success
 from xla_wheels.options import PipelineOptions
 from xla_wheels.patches import (
     AppliedSeries,
     apply_series,
     branch_name,
+    describe_series,
     messages_dir,
     series_commands,
     write_state,
@@ -31,6 +32,8 @@ from xla_wheels.patches import (
 from xla_wheels.plan import PlannedCommand, PlannedStage
 from xla_wheels.progress import Timings, log_redactor
 from xla_wheels.sources import CheckedOutSource, SourceCache, fetch_sources, plan_commands
+from xla_wheels.validate import check_before_fetch
+from xla_wheels.worktree_guard import PIPELINE_OWNED
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,21 @@ def run_patches(bundle: Bundle, sources: Mapping[str, CheckedOutSource]) -> Patc
         component = bundle.component(name)
         with log.section(f"patches: {name} ({len(component.patches)} file(s))"):
             branch = branch_name(bundle.name, source.worktree)
-            applied = apply_series(source.worktree, component, source.commit, branch=branch)
+            if source.head and source.head != source.commit:
+                # The sources stage reused a worktree whose HEAD is exactly the commit
+                # this series makes from the pin (checked by content): nothing to apply.
+                log.info(f"  {name}: the worktree already is this series, kept as it is")
+                applied = AppliedSeries(
+                    name, source.commit, describe_series(component), source.head, branch
+                )
+            else:
+                applied = apply_series(
+                    source.worktree,
+                    component,
+                    source.commit,
+                    branch=branch,
+                    build_owned=PIPELINE_OWNED.get(name, ()),
+                )
             write_state(source.worktree, applied)
             series[name] = applied
             for patch in applied.patches:
@@ -77,8 +94,25 @@ def run_until(
     Each stage writes ``out/<bundle>/logs/<stage>.log`` (commands and their output,
     credentials masked; the recipes write their own), and the timings table at the end
     lists every stage, ran, cached or failed, also when the run fails.
+
+    ``wheels.lock`` is written only when the whole run succeeded (one atomic write at
+    the end, see :func:`~xla_wheels.lockfile.written_on_success`): a patch that does not
+    apply, a failed build or ship check, or Ctrl-C leave it byte-identical. The sources
+    stage alone records nothing: the series has not been shown to apply to the commits.
     """
     bundle = load_bundle(options.root, bundle_name)
+    # Everything that can be checked without fetching, before anything is fetched.
+    check_before_fetch(options, bundle)
+    with written_on_success():
+        return _prepare_and_run(options, bundle, last_stage, build_config)
+
+
+def _prepare_and_run(
+    options: PipelineOptions,
+    bundle: Bundle,
+    last_stage: str,
+    build_config: BuildConfig | None,
+) -> PatchedSources | None:
     build_run = None
     if last_stage in ("build", "collect"):
         # Preflight first: every blocker (pins, remotes, engine, disk, memory) at once,
@@ -125,12 +159,12 @@ def _run_stages(
     else:
         with log.stage_log(logs / "sources.log", redact), timings.stage("sources"):
             sources = run_sources(options, bundle)
-        resolved = {name: source.commit for name, source in sources.items()}
-        update_bundle_entry(options.lock_path, bundle, resolved, options.root)
         if last_stage == "sources":
             return None
         with log.stage_log(logs / "patches.log", redact), timings.stage("patches"):
             patched = run_patches(bundle, sources)
+        resolved = {name: source.commit for name, source in sources.items()}
+        update_bundle_entry(options.lock_path, bundle, resolved, options.root)
         if last_stage == "patches":
             return patched
     if build_run is None:

@@ -5,9 +5,10 @@ Layout of the per-machine cache::
     <cache>/sources/<component>-<remote digest>.git   bare repository, fetched into
 
 Each build gets ``out/<bundle>/src/<component>``, a detached ``git worktree`` of that bare
-repository at the verified full SHA. The cache itself has no work tree, so it can never
-be patched in place, and a failed fetch leaves it as it was (git only moves refs after
-the objects are complete).
+repository at the verified full SHA (an existing one is kept when it is exactly the pin or
+the pin plus the listed series, see :mod:`xla_wheels.worktree_guard`). The cache itself
+has no work tree, so it can never be patched in place, and a failed fetch leaves it as it
+was (git only moves refs after the objects are complete).
 
 Every git command of this stage is composed as data (``xla_wheels.plan.PlannedCommand``)
 by the ``*_command`` functions below and executed through one ``gitutil.GitRunner``.
@@ -20,7 +21,6 @@ composed by the same functions, which the plan calls with ``<placeholder>`` inpu
 from __future__ import annotations
 
 import hashlib
-import json
 import posixpath
 import shutil
 import tempfile
@@ -29,15 +29,12 @@ from functools import partial
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from xla_wheels import filemode, log, progress
+from xla_wheels import filemode, log, progress, worktree_guard
 from xla_wheels.bundle import Bundle, Component
-from xla_wheels.errors import GitError, PipelineError, SourceError
+from xla_wheels.errors import PipelineError, SourceError
 from xla_wheels.gitutil import PROGRESS_FLAG, GitRunner, compose, run_command
+from xla_wheels.patches import state_path
 from xla_wheels.plan import PlannedCommand
-
-# The state file the patch stage leaves next to a worktree; its presence says the
-# worktree's changes are ours (an applied series), so recreating it loses nothing.
-STATE_SUFFIX = ".applied.json"
 
 
 @dataclass(frozen=True)
@@ -49,6 +46,9 @@ class CheckedOutSource:
     """The verified full SHA checked out."""
     worktree: Path
     cache_repo: Path
+    head: str = ""
+    """The worktree's HEAD: the pin, or the series head when a patched worktree that is
+    exactly the listed series was reused (the patch stage then has nothing to do)."""
 
 
 def remote_path(remote: str) -> str:
@@ -368,10 +368,28 @@ class SourceCache:
         self.run(pin_ref_command(repo, full))
         return full
 
-    def checkout(self, component: Component, commit: str, worktree: Path) -> CheckedOutSource:
-        """A fresh detached worktree of ``commit`` at ``worktree``."""
+    def checkout(
+        self, component: Component, commit: str, worktree: Path, *, bundle: str = "<bundle>"
+    ) -> CheckedOutSource:
+        """A worktree of ``commit`` at ``worktree``: the existing one when it is exactly what
+        the pipeline makes (the pin, or the pin plus the listed series), else a fresh one.
+
+        What is there is decided by content (:mod:`xla_wheels.worktree_guard`): work of the
+        user's (edits, untracked files, commits not made by the patch stage) stops the run
+        and nothing is touched.
+        """
         repo = self.ensure_repo(component)
-        self._remove_previous_worktree(repo, worktree)
+        if worktree.exists():
+            check = worktree_guard.inspect(worktree, repo, component, commit, self.run)
+            worktree_guard.refuse_user_work(check, bundle, component.name)
+            if check.reusable:
+                where = "the patched series head" if check.head != commit else "the pin"
+                log.info(f"{component.name}: reusing {worktree} (clean, at {where})")
+                return CheckedOutSource(component.name, commit, worktree, repo, check.head)
+            worktree_guard.refuse_ignored_files(check)
+            self._remove_previous_worktree(repo, worktree)
+        else:
+            self._remove_previous_worktree(repo, worktree)
         worktree.parent.mkdir(parents=True, exist_ok=True)
         self.run(worktree_add_command(repo, worktree, commit), echo=True)
         head = self.run(head_command(worktree)).stdout.strip()
@@ -380,7 +398,7 @@ class SourceCache:
         if component.submodules:
             with log.section(f"submodules of {component.name}"):
                 self._checkout_submodules(worktree, component.remote, component.name)
-        return CheckedOutSource(component.name, commit, worktree, repo)
+        return CheckedOutSource(component.name, commit, worktree, repo, head)
 
     def _checkout_submodules(
         self, worktree: Path, parent_remote: str, label: str, depth: int = 0
@@ -419,23 +437,13 @@ class SourceCache:
             )
 
     def _remove_previous_worktree(self, repo: Path, worktree: Path) -> None:
-        state = worktree.with_name(worktree.name + STATE_SUFFIX)
+        """Remove a worktree that :mod:`xla_wheels.worktree_guard` found holds nothing of
+        the user's (its content is the pipeline's, reproducible from pins and patches)."""
         if worktree.exists():
-            try:
-                dirty = self.run(status_command(worktree)).stdout.strip()
-            except GitError:
-                dirty = "(not a git worktree)"
-            if dirty and not state.exists():
-                raise SourceError(
-                    f"{worktree} has changes that the pipeline did not make:\n{dirty}",
-                    fix="save what you need from it, then remove the directory; nothing was "
-                    "changed",
-                )
-            _refuse_commits_not_ours(worktree, state, self.run)
             self.run(worktree_remove_command(repo, worktree), check=False)
             if worktree.exists():
                 shutil.rmtree(worktree)
-        state.unlink(missing_ok=True)
+        state_path(worktree).unlink(missing_ok=True)
         self.run(worktree_prune_command(repo), check=False)
 
 
@@ -463,8 +471,9 @@ def plan_commands(component: Component, cache: SourceCache, worktree: Path) -> l
         is_bare_command(repo),
         _with_note(
             worktree_prune_command(repo),
-            "after `worktree remove` of a previous worktree (only if the patch stage made its "
-            "changes; any other change stops the run)",
+            "after `worktree remove` of a previous worktree whose content is the pipeline's "
+            "(decided by content, see worktree_guard); one at the pin or the series head is "
+            "reused instead, and any work of the user's stops the run (exit 4)",
         ),
         worktree_add_command(repo, worktree, full),
         head_command(worktree),
@@ -497,23 +506,6 @@ def _with_note(command: PlannedCommand, note: str) -> PlannedCommand:
     return replace(command, note=f"{note}; {command.note}" if command.note else note)
 
 
-def _refuse_commits_not_ours(worktree: Path, state: Path, run: GitRunner) -> None:
-    """A patched worktree whose HEAD moved (an amended or rebased patch commit) holds work
-    that only ``make patch-export`` saves: refuse to recreate it over that work."""
-    try:
-        recorded = json.loads(state.read_text(encoding="utf-8")).get("head", "")
-    except (OSError, ValueError):
-        return
-    head = run(head_command(worktree), check=False)
-    if recorded and head.returncode == 0 and head.stdout.strip() != recorded:
-        raise SourceError(
-            f"{worktree} has commits that the patch stage did not make (HEAD "
-            f"{head.stdout.strip()[:12]}, the series ended at {recorded[:12]})",
-            fix="write them back as patch files first (`make patch-export BUNDLE=<bundle> "
-            "COMPONENT=<component>`), or move the directory away; nothing was changed",
-        )
-
-
 def fetch_sources(bundle: Bundle, cache: SourceCache, src_dir: Path) -> dict[str, CheckedOutSource]:
     """Run the sources stage for every pinned component of ``bundle``."""
     unresolved = bundle.unresolved_pins()
@@ -527,7 +519,7 @@ def fetch_sources(bundle: Bundle, cache: SourceCache, src_dir: Path) -> dict[str
         with log.section(f"sources: {component.name} @ {component.commit}"):
             commit = cache.resolve(component)
             checked_out[component.name] = cache.checkout(
-                component, commit, src_dir / component.name
+                component, commit, src_dir / component.name, bundle=bundle.name
             )
     return checked_out
 

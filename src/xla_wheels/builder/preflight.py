@@ -26,6 +26,7 @@ from xla_wheels.errors import PipelineError, SourceError
 from xla_wheels.options import PipelineOptions
 from xla_wheels.plan import PlannedCommand, PlannedStage
 from xla_wheels.sources import SourceCache, effective_remote, ls_remote_command
+from xla_wheels.validate import is_mirror_directory, mirror_problem
 
 GIB = 1024**3
 
@@ -66,6 +67,10 @@ def _check_component(
     repo = cache.repo_for(component)
     if repo.exists() and cache.has_commit(repo, component.commit):
         return None  # the source cache already holds the pin: no network needed
+    if is_mirror_directory(mirror):
+        # A mirror directory is local: ask it for the commit itself, not just whether
+        # it answers (a stale mirror answers and then lacks the pin).
+        return mirror_problem(component, cache, mirror, cache.run)
     try:
         url = effective_remote(component.remote, mirror)
     except SourceError as error:
@@ -202,8 +207,9 @@ def checks(
             found.append(
                 Check(
                     f"remote {component.name}",
-                    "the source cache holds the pinned commit, or the remote (or MIRROR) "
-                    f"answers `git ls-remote` within {config.remote_timeout:.0f}s",
+                    "the source cache holds the pinned commit, or a MIRROR directory holds "
+                    "it (`git cat-file -e`), or the remote (or MIRROR URL) answers "
+                    f"`git ls-remote` within {config.remote_timeout:.0f}s",
                     functools.partial(
                         _component_blockers,
                         component,

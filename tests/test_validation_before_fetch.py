@@ -1,0 +1,204 @@
+"""Input problems are found before anything is fetched: quickly, offline, nothing written.
+
+Each case runs the CLI (`patch`, and `wheels` in host mode) on the synthetic upstream
+served through a mirror directory, with a source cache that does not exist yet: a run
+that fetched anything would create it. The upstream repositories are moved away before
+the run, so any network-like access would fail differently.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.gitrepos import git
+from tests.synthetic_upstream import Synthetic, cli_args, make_synthetic
+from tests.test_worktree_and_lock_safety import lock_check, make_mirror
+
+HOST = ("--mode", "host", "--host-python", sys.executable)
+# The check itself is well under a second; the bound covers the interpreter's start and
+# imports on a loaded 2-core machine (measured about 0.4 s there).
+CLI_SECONDS = 3.0
+
+
+@pytest.fixture
+def syn(tmp_path: Path) -> Synthetic:
+    synthetic = make_synthetic(tmp_path)
+    make_mirror(synthetic)
+    assert cli(synthetic, "lock").returncode == 0
+    return synthetic
+
+
+def cli(syn: Synthetic, stage: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    mirror = ("--mirror", str(syn.root.parent / "mirror"))
+    if stage == "wheels":
+        args = cli_args(syn, *HOST, *mirror, *extra)
+    else:
+        args = [
+            stage, "--bundle", "syn", "--root", str(syn.root), "--cache-dir", str(syn.cache),
+            *mirror, *extra,
+        ]  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "xla_wheels", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(syn.root.parent)},
+        check=False,
+    )
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int]]:
+    if not root.exists():
+        return {}
+    return {
+        str(path.relative_to(root)): (path.stat().st_size, path.stat().st_mtime_ns)
+        for path in sorted(root.rglob("*"))
+    }
+
+
+def refused(syn: Synthetic, stage: str, code: int, error: str, fix: str) -> str:
+    """Run ``stage``; assert it stops fast with ``error``/``fix`` and writes nothing."""
+    shutil.move(syn.upstream, syn.upstream.with_name("upstream-gone"))  # the mirror only
+    before = snapshot(syn.root), snapshot(syn.cache)
+    started = time.monotonic()
+    result = cli(syn, stage)
+    elapsed = time.monotonic() - started
+    assert result.returncode == code, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.splitlines()
+    error_line = next(line for line in lines if line.startswith("error: "))
+    assert error in result.stderr[result.stderr.index(error_line) :], result.stderr
+    fix_line = next(line for line in lines if line.startswith("  fix: "))
+    assert fix in fix_line, fix_line
+    assert elapsed < CLI_SECONDS, elapsed
+    assert (snapshot(syn.root), snapshot(syn.cache)) == before
+    assert not (syn.root / "out").exists()
+    assert not (syn.cache / "sources").exists()  # nothing fetched
+    return result.stderr
+
+
+def set_xla_patches(syn: Synthetic, *entries: str) -> None:
+    syn.write_bundle(xla_patches=entries)
+
+
+@pytest.mark.parametrize("stage", ["patch", "wheels"])
+def test_a_bad_patch_header(syn: Synthetic, stage: str) -> None:
+    patch = syn.root / "patches" / "torch_xla" / "0002-comment.patch"
+    patch.write_text(patch.read_text().replace("Why: test data for the build stage\n", ""))
+    refused(syn, stage, 1, "0002-comment.patch: header is missing Why", "every patch starts with")
+
+
+@pytest.mark.parametrize(
+    ("entry", "error", "fix"),
+    [
+        ("/etc/hosts", "entry 1 '/etc/hosts' is not a path inside patches/", "relative to"),
+        ("../secrets.patch", "entry 1 '../secrets.patch' is not a path inside", "relative to"),
+        ("./torch_xla/0001-load-cache.patch", "is not written the one way", 'write "torch_xla/'),
+        ("openxla/0001-api.patch", "is not in patches/torch_xla/", "move the file"),
+    ],
+)
+def test_a_bad_patch_path(syn: Synthetic, entry: str, error: str, fix: str) -> None:
+    set_xla_patches(syn, "torch_xla/0001-load-cache.patch", entry)
+    refused(syn, "patch", 2, error, fix)
+
+
+def test_the_same_patch_twice_through_dot_slash(syn: Synthetic) -> None:
+    set_xla_patches(syn, "torch_xla/0001-load-cache.patch", "./torch_xla/0001-load-cache.patch")
+    refused(syn, "patch", 2, "'./torch_xla/0001-load-cache.patch'", "torch_xla/0001-load-cache")
+
+
+def test_a_patch_whose_header_names_another_component(syn: Synthetic) -> None:
+    patch = syn.root / "patches" / "torch_xla" / "0002-comment.patch"
+    patch.write_text(patch.read_text().replace("Component: torch_xla", "Component: openxla"))
+    refused(syn, "patch", 1, "header says Component: openxla", "move the file")
+
+
+def test_an_empty_remote(syn: Synthetic) -> None:
+    manifest = syn.bundle_path()
+    text = manifest.read_text()
+    manifest.write_text(text.replace(f'remote = "{syn.upstream / "openxla"}"', 'remote = ""'))
+    assert manifest.read_text() != text
+    refused(syn, "patch", 2, "'components.openxla.remote': is empty", "write the git URL")
+
+
+@pytest.mark.parametrize("stage", ["patch", "wheels"])
+def test_a_commit_the_mirror_does_not_have(syn: Synthetic, stage: str) -> None:
+    # Upstream moved on; the mirror was not updated; the bundle pins the new commit.
+    xla = syn.upstream / "xla"
+    (xla / "NEWS").write_text("new\n")
+    git(xla, "add", "NEWS")
+    git(xla, "commit", "-q", "-m", "news")
+    syn.commits["torch_xla"] = git(xla, "rev-parse", "HEAD")
+    syn.write_bundle(xla_patches=())
+    message = refused(syn, stage, 1, f"commit {syn.commits['torch_xla']} is not in the mirror", "")
+    assert "remote update" in message
+
+
+@pytest.mark.parametrize(
+    ("content", "error"),
+    [
+        (b"\x00\xff\xfe binary \x80", "is not UTF-8 text"),
+        (b"lock-version = \n", "is not valid TOML"),
+        (b'lock-version = "2"\n', "has lock-version '2'"),
+        (b'lock-version = "1"\n[bundles.syn]\nmanifest = 3\n', "bundles.syn.manifest"),
+    ],
+)
+def test_a_corrupt_lock_and_its_fix_that_works(syn: Synthetic, content: bytes, error: str) -> None:
+    lock = syn.root / "wheels.lock"
+    good = lock.read_bytes()
+    lock.write_bytes(content)
+    message = refused(syn, "patch", 1, error, "mv wheels.lock wheels.lock.broken")
+    assert "`git checkout -- wheels.lock`" in message
+    # The fix as written: move it away, then `make lock BUNDLE=<name>` for each bundle.
+    shutil.move(lock, syn.root / "wheels.lock.broken")
+    assert cli(syn, "lock").returncode == 0
+    assert lock.read_bytes() == good
+
+
+def test_git_checkout_restores_a_corrupt_lock(syn: Synthetic) -> None:
+    lock = syn.root / "wheels.lock"
+    git(syn.root, "init", "-q")
+    git(syn.root, "add", "wheels.lock")
+    git(syn.root, "commit", "-q", "-m", "lock")
+    lock.write_bytes(b"\xff\xfe")
+    broken = lock_check(syn)
+    assert broken.returncode == 1 and "git checkout -- wheels.lock" in broken.stderr
+    git(syn.root, "checkout", "--", "wheels.lock")
+    assert lock_check(syn).returncode == 0, lock_check(syn).stderr
+
+
+def test_preflight_asks_a_mirror_directory_for_the_pinned_commit(syn: Synthetic) -> None:
+    """The preflight check list (which the plan prints) asks the mirror, not just pings it."""
+    from xla_wheels.builder.config import BuildConfig
+    from xla_wheels.builder.preflight import checks, run_checks
+    from xla_wheels.bundle import load_bundle
+    from xla_wheels.options import PipelineOptions
+
+    xla = syn.upstream / "xla"
+    (xla / "NEWS").write_text("new\n")
+    git(xla, "add", "NEWS")
+    git(xla, "commit", "-q", "-m", "news")
+    syn.commits["torch_xla"] = git(xla, "rev-parse", "HEAD")
+    syn.write_bundle(xla_patches=())
+    options = PipelineOptions(
+        root=syn.root,
+        cache_dir=syn.cache,
+        out_dir=syn.root / "out",
+        mirror=str(syn.root.parent / "mirror"),
+        dry_run=False,
+    )
+    found = checks(options, load_bundle(syn.root, "syn"), BuildConfig())
+    remotes = [check for check in found if check.name.startswith("remote ")]
+    blockers = run_checks(remotes)
+    assert blockers == [
+        f"torch_xla: commit {syn.commits['torch_xla']} is not in the mirror "
+        f"{syn.root.parent / 'mirror' / xla.relative_to('/')}.git (update the mirror: "
+        f"`git --git-dir={syn.root.parent / 'mirror' / xla.relative_to('/')}.git remote "
+        "update`, or pin a commit it has)"
+    ]
