@@ -180,9 +180,13 @@ def _run_stages(
 
 
 def plan(
-    options: PipelineOptions, bundle: Bundle, build_config: BuildConfig | None = None
+    options: PipelineOptions,
+    bundle: Bundle,
+    build_config: BuildConfig | None = None,
+    last_stage: str = "collect",
 ) -> list[PlannedStage]:
-    """Every stage, every command with its environment, every pin and patch digest."""
+    """Every stage up to ``last_stage``, every command with its environment, every pin and
+    patch digest: what :func:`run_until` with the same ``last_stage`` runs."""
     cache = SourceCache(options.source_cache, options.mirror)
     layout = BundleLayout.of(options, bundle.name)
     stages = [
@@ -233,6 +237,10 @@ def plan(
             )
         patch_commands.extend(planned.commands)
     stages.append(PlannedStage("patches", tuple(patch_facts), tuple(patch_commands)))
+    if last_stage not in ("build", "collect"):
+        # Preflight and the build stages run only for a build (see _prepare_and_run).
+        names = [stage.name for stage in stages]
+        return stages[: names.index(last_stage) + 1]
     config = build_config or BuildConfig()
     # Preflight runs first (before anything is fetched), so the plan lists it first.
     return [

@@ -70,7 +70,7 @@ def cmd_patch_rebase(args: argparse.Namespace) -> int:
 def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     """Define subcommand ``name``'s arguments on ``parser`` and set its handler."""
     if name == "patch-export":
-        add_bundle_arguments(parser)
+        add_bundle_arguments(parser, dry_run=True)
         parser.add_argument("--component", default="torch_xla", choices=COMPONENT_NAMES)
         parser.add_argument(
             "--force",
@@ -79,7 +79,7 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
         )
         parser.set_defaults(handler=cmd_patch_export)
     elif name == "patch-rebase":
-        add_bundle_arguments(parser)
+        add_bundle_arguments(parser, dry_run=True)
         parser.add_argument("--component", default="torch_xla", choices=COMPONENT_NAMES)
         parser.add_argument("--onto", default=None, help="the commit to carry the series onto")
         parser.add_argument(

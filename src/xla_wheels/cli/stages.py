@@ -62,7 +62,7 @@ def _make_stage_handler(last_stage: str):  # noqa: ANN202 - returns a handler
         config = build_config(args, os.environ) if last_stage == "collect" else None
         if options.dry_run:
             bundle = load_bundle(options.root, args.bundle)
-            print(render_plan(plan(options, bundle, config)))
+            print(render_plan(plan(options, bundle, config, last_stage)))
             return 0
         run_until(options, args.bundle, last_stage, config)
         log.info(f"{last_stage}: done for {args.bundle}")
@@ -115,6 +115,11 @@ def cmd_lock(args: argparse.Namespace) -> int:
     # Short pins are resolved from the local source cache only (`make sources` fetches
     # them); unresolved ones are written as such, never guessed.
     resolved = known_commits(bundle, SourceCache(options.source_cache, options.mirror))
+    if options.dry_run:
+        for name, commit in sorted(resolved.items()):
+            print(f"{name}: {commit or 'unresolved (not in the source cache)'}")
+        print(f"DRY_RUN: would write bundle {bundle.name} in {options.lock_path.name}; unchanged")
+        return 0
     entry = update_bundle_entry(options.lock_path, bundle, resolved, options.root)
     unresolved = [name for name, pin in entry.components.items() if not pin.resolved]
     print(
@@ -213,12 +218,12 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("right", nargs="?", default=None)
         parser.set_defaults(handler=cmd_diff)
     elif name in _LAST_STAGE:
-        add_bundle_arguments(parser)
+        add_bundle_arguments(parser, dry_run=True)
         if _LAST_STAGE[name] == "collect":
             add_build_arguments(parser)
         parser.set_defaults(handler=_make_stage_handler(_LAST_STAGE[name]))
     elif name == "builder-image":
-        add_common_arguments(parser)
+        add_common_arguments(parser, dry_run=True)
         add_build_arguments(parser)
         parser.set_defaults(handler=cmd_builder_image)
     elif name == "patches-check":
@@ -235,7 +240,7 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
         )
         parser.set_defaults(handler=cmd_patches_check)
     elif name == "lock":
-        add_bundle_arguments(parser)
+        add_bundle_arguments(parser, dry_run=True)
         parser.set_defaults(handler=cmd_lock)
     elif name == "lock-check":
         add_common_arguments(parser)

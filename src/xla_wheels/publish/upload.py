@@ -143,7 +143,7 @@ def _twine_upload(wheel: LocalWheel, upload_url: str, credentials: Credentials) 
 
 
 def publish_remote(
-    wheels: list[LocalWheel], index_url: str, upload_url: str | None
+    wheels: list[LocalWheel], index_url: str, upload_url: str | None, *, dry_run: bool = False
 ) -> PublishResult:
     reject_userinfo(index_url, "INDEX_URL")
     upload = upload_url or upload_url_for(index_url)
@@ -155,6 +155,10 @@ def publish_remote(
         to_upload, outcomes = _plan(wheels, index_url, credentials)
         for outcome in outcomes:
             log.info(f"  skip {outcome.filename}: on the index with the same sha256")
+    if dry_run:
+        # Reading the index is all a dry run does: it shows what a real run would upload.
+        outcomes += [Outcome(w.record.name, "would-upload", w.sha256) for w in to_upload]
+        to_upload = []
     for wheel in to_upload:
         with log.section(f"publish: upload {wheel.record.name} ({wheel.record.size} bytes)"):
             _twine_upload(wheel, upload, credentials)
@@ -180,12 +184,18 @@ def publish_remote(
 
 def publish(
     lock_path: Path, bundle_name: str, directory: Path, index_url: str | None,
-    upload_url: str | None = None,
+    upload_url: str | None = None, *, dry_run: bool = False,
 ) -> PublishResult:  # fmt: skip
+    """Upload (or index) the locked wheels; ``dry_run``: the same checks, nothing written."""
     with log.section(f"publish: check dist/{bundle_name} against wheels.lock"):
         wheels = locked_wheels(lock_path, bundle_name, directory)
         for wheel in wheels:
             log.info(f"  {wheel.record.name} sha256:{wheel.sha256}")
     if not index_url:
+        if dry_run:
+            url = (directory / "simple").resolve().as_uri() + "/"
+            return PublishResult(
+                url, [Outcome(w.record.name, "would-index", w.sha256) for w in wheels]
+            )
         return publish_static(directory, wheels)
-    return publish_remote(wheels, index_url, upload_url)
+    return publish_remote(wheels, index_url, upload_url, dry_run=dry_run)
