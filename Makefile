@@ -132,8 +132,8 @@ builder-image: $(VENV_STAMP) ## build the builder image from ./Dockerfile: make 
 wheels: $(VENV_STAMP) ## the main job: make wheels BUNDLE=v6e-2.11 [DRY_RUN=1] [MIRROR=] [ENGINE=] [BUILD_MODE=host] [JOBS=] [BUILDER_IMAGE=] [HOST_PYTHON=] [KEEP_RECORDED=1] [BUILD_TAG=n] [SOURCE_DATE_EPOCH=]
 	@$(CLI) wheels $(BUNDLE_FLAGS) $(DRY_RUN_FLAG) $(BUILD_FLAGS) $(RECORDED_FLAGS)
 
-lock: $(VENV_STAMP) ## write the bundle's entry in wheels.lock: make lock BUNDLE=... [MIRROR=]
-	@$(CLI) lock $(BUNDLE_FLAGS)
+lock: $(VENV_STAMP) ## write the bundle's entry in wheels.lock: make lock BUNDLE=... [MIRROR=] [DRY_RUN=1]
+	@$(CLI) lock $(BUNDLE_FLAGS) $(DRY_RUN_FLAG)
 
 lock-check: $(VENV_STAMP) ## fail when a manifest or patch no longer matches wheels.lock
 	@$(CLI) lock-check
@@ -146,15 +146,15 @@ clean: ## remove build work (out/); dist/, wheels.lock and the per-machine cache
 .PHONY: publish requirements verify-install doctor
 
 publish: $(VENV_STAMP) ## publish the locked wheels: make publish BUNDLE=... [LANE=validation] [DRY_RUN=1] (or INDEX_URL=<simple/ URL> [UPLOAD_URL=]: that index, no lane)
-	@$(if $(INDEX_URL),$(CLI) publish $(BUNDLE_FLAG) $(PUBLISH_FLAGS),\
+	@$(if $(INDEX_URL),$(CLI) publish $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(PUBLISH_FLAGS),\
 	  $(CLI) publish-lane $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(LANE_FLAG))
 
 requirements: $(VENV_STAMP) ## per lane: requirements.txt + pylock.toml in dist/lanes/<lane>/ [LANE=]; or BUNDLE=... [REFRESH=1]: dist/<bundle>/requirements.txt
-	@$(if $(BUNDLE),$(CLI) requirements $(BUNDLE_FLAG) $(REFRESH_FLAG),\
-	  $(CLI) lane-requirements $(LANE_FLAG))
+	@$(if $(BUNDLE),$(CLI) requirements $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(REFRESH_FLAG),\
+	  $(CLI) lane-requirements $(DRY_RUN_FLAG) $(LANE_FLAG))
 
 verify-install: $(VENV_STAMP) ## fresh venv installs by hash, checks lock/provenance: make verify-install BUNDLE=... [INDEX_URL=...] [NO_DEPS=1 DEPS_FROM=<python>] [PYTHON=]
-	@$(CLI) verify-install $(BUNDLE_FLAG) $(VERIFY_FLAGS)
+	@$(CLI) verify-install $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(VERIFY_FLAGS)
 
 doctor: $(VENV_STAMP) ## check a training host before import: make doctor BUNDLE=... [PYTHON=<training python>] [ROLE=writer|reader] [LANE=preferred] [CACHE_PATH=...]
 	@$(CLI) doctor $(BUNDLE_FLAG) $(DOCTOR_FLAGS)

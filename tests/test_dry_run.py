@@ -9,6 +9,8 @@ refuses the flag (and the environment's XLA_WHEELS_DRY_RUN) instead of acting.
 from __future__ import annotations
 
 import hashlib
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -140,3 +142,26 @@ def test_stage_dry_run_prints_the_plan_up_to_that_stage(
     if command != "wheels":
         assert "preflight" not in stages and "build" not in stages
     assert not cache.exists() and not out.exists()
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        ("publish", "BUNDLE=x", "INDEX_URL=http://127.0.0.1:1/simple/"),
+        ("publish", "BUNDLE=x"),
+        ("lock", "BUNDLE=x"),
+        ("requirements", "BUNDLE=x"),
+        ("requirements",),
+        ("verify-install", "BUNDLE=x"),
+        ("sources", "BUNDLE=x"),
+        ("promote", "BUNDLE=x"),
+    ],
+)
+def test_make_passes_dry_run_to_every_target_that_writes(target: tuple[str, ...]) -> None:
+    # Honoured where the subcommand has a dry run, rejected (exit 2) where it has none:
+    # never silently dropped so that the target runs for real.
+    process = subprocess.run(
+        ["make", "-n", "--no-print-directory", *target, "DRY_RUN=1"], cwd=REPO_ROOT,
+        text=True, capture_output=True, check=True, env={"PATH": os.environ["PATH"]},
+    )  # fmt: skip
+    assert "--dry-run" in process.stdout.strip().splitlines()[-1]
