@@ -15,6 +15,7 @@ from xla_wheels import log
 from xla_wheels.builder.config import DEFAULT_IMAGE, ENGINES, MODES
 from xla_wheels.builder.container import build_image_argv
 from xla_wheels.bundle import available_bundles, describe, diff, load_bundle
+from xla_wheels.bundle_lock import bundle_run_lock
 from xla_wheels.cli.arguments import add_bundle_arguments, add_common_arguments
 from xla_wheels.errors import LockError, PatchError, UsageError
 from xla_wheels.lockfile import check_lock, update_bundle_entry
@@ -64,7 +65,8 @@ def _make_stage_handler(last_stage: str):  # noqa: ANN202 - returns a handler
             bundle = load_bundle(options.root, args.bundle)
             print(render_plan(plan(options, bundle, config, last_stage)))
             return 0
-        run_until(options, args.bundle, last_stage, config)
+        with bundle_run_lock(options.out_dir, args.bundle, args.command):
+            run_until(options, args.bundle, last_stage, config)
         log.info(f"{last_stage}: done for {args.bundle}")
         return 0
 
@@ -120,7 +122,8 @@ def cmd_lock(args: argparse.Namespace) -> int:
             print(f"{name}: {commit or 'unresolved (not in the source cache)'}")
         print(f"DRY_RUN: would write bundle {bundle.name} in {options.lock_path.name}; unchanged")
         return 0
-    entry = update_bundle_entry(options.lock_path, bundle, resolved, options.root)
+    with bundle_run_lock(options.out_dir, bundle.name, "lock"):
+        entry = update_bundle_entry(options.lock_path, bundle, resolved, options.root)
     unresolved = [name for name, pin in entry.components.items() if not pin.resolved]
     print(
         f"wheels.lock: wrote bundle {bundle.name}"
