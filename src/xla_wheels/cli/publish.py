@@ -19,7 +19,7 @@ from xla_wheels.cli.arguments import add_bundle_arguments
 from xla_wheels.errors import UsageError
 from xla_wheels.layout import BundleLayout
 from xla_wheels.lockfile import read_lock
-from xla_wheels.options import PipelineOptions, pipeline_options, publish_options
+from xla_wheels.options import PipelineOptions, env_var, pipeline_options, publish_options
 from xla_wheels.progress import Timings, log_redactor
 from xla_wheels.publish import doctor, requirements, upload, verify_install
 from xla_wheels.publish.static_index import write_static_index
@@ -141,7 +141,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def _role(value: str) -> str:
     if value not in doctor.ROLES:
-        raise UsageError(f"unknown role {value!r}", fix="pass --role writer or --role reader")
+        raise UsageError(
+            f"unknown role {value!r} (from --role or {env_var('--role')})",
+            fix=f"pass --role writer or --role reader (make: ROLE=writer), or unset "
+            f"{env_var('--role')}",
+        )
     return value
 
 
