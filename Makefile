@@ -30,7 +30,8 @@ BUILD_FLAGS = $(call flag,ENGINE,--engine) $(call flag,BUILD_MODE,--mode) \
 # SOURCE_DATE_EPOCH is the reproducible-builds standard variable: read from the
 # environment as every tool reads it (make exports a variable set on its command line).
 RECORDED_FLAGS = $(call switch,KEEP_RECORDED,--keep-recorded) $(call flag,BUILD_TAG,--build-tag)
-IMAGE_FLAGS = $(call flag,ENGINE,--engine) $(call flag,BUILDER_IMAGE,--image)
+IMAGE_FLAGS = $(call flag,ENGINE,--engine) $(call flag,BUILDER_IMAGE,--image) \
+  $(foreach a,$(BUILD_ARGS),--build-arg '$(a)')
 AB_FLAGS = $(call arg,A) $(call arg,B)
 PATCH_EXPORT_FLAGS = $(call flag,COMPONENT,--component) $(call switch,FORCE,--force)
 PATCH_REBASE_FLAGS = $(call flag,COMPONENT,--component) $(call flag,ONTO,--onto) \
@@ -126,7 +127,7 @@ patch-export: $(VENV_STAMP) ## write the worktree's patch commits back as patch 
 patch-rebase: $(VENV_STAMP) ## carry the series onto another commit: make patch-rebase BUNDLE=... ONTO=<commit> | CONTINUE=1 [COMPONENT=torch_xla] [MIRROR=] [DRY_RUN=1] (CLI exit 3: stopped at a conflict)
 	@$(CLI) patch-rebase $(BUNDLE_FLAGS) $(DRY_RUN_FLAG) $(PATCH_REBASE_FLAGS)
 
-builder-image: $(VENV_STAMP) ## build the builder image from ./Dockerfile: make builder-image [ENGINE=docker|podman|buildah] [BUILDER_IMAGE=] [DRY_RUN=1]
+builder-image: $(VENV_STAMP) ## build the builder image from ./Dockerfile: make builder-image [ENGINE=docker|podman|buildah] [BUILDER_IMAGE=] [BUILD_ARGS='BASE_IMAGE=... LLVM_APT_BASE=...'] [DRY_RUN=1]
 	@$(CLI) builder-image $(DRY_RUN_FLAG) $(IMAGE_FLAGS)
 
 wheels: $(VENV_STAMP) ## the main job: make wheels BUNDLE=v6e-2.11 [DRY_RUN=1] [MIRROR=] [ENGINE=] [BUILD_MODE=host] [JOBS=] [BUILDER_IMAGE=] [HOST_PYTHON=] [KEEP_RECORDED=1] [BUILD_TAG=n] [SOURCE_DATE_EPOCH=]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from xla_wheels import log
 from xla_wheels.builder.config import DEFAULT_IMAGE, ENGINES, MODES
-from xla_wheels.builder.container import build_image_argv
+from xla_wheels.builder.container import EngineError, build_image_argv
 from xla_wheels.bundle import available_bundles, describe, diff, load_bundle
 from xla_wheels.bundle_lock import bundle_run_lock
 from xla_wheels.cli.arguments import add_bundle_arguments, add_common_arguments
@@ -35,6 +35,13 @@ def cmd_bundles(args: argparse.Namespace) -> int:
 
 def cmd_diff(args: argparse.Namespace) -> int:
     options = pipeline_options(args, os.environ)
+    if args.left is None:
+        names = ", ".join(available_bundles(options.root))
+        raise UsageError(
+            "diff needs a bundle",
+            fix=f"name one or two of {names}: make diff A=<bundle> [B=<bundle>] "
+            "(CLI: xla-wheels diff A [B])",
+        )
     left = load_bundle(options.root, args.left)
     if args.right is None:
         # One bundle: what it changes relative to the bundle it extends.
@@ -76,13 +83,39 @@ def _make_stage_handler(last_stage: str):  # noqa: ANN202 - returns a handler
 def cmd_builder_image(args: argparse.Namespace) -> int:
     options = pipeline_options(args, os.environ)
     config = build_config(args, os.environ)
-    argv = build_image_argv(config.engine, config.image, options.root)
+    for item in args.build_arg or ():
+        if "=" not in item or item.startswith("="):
+            raise UsageError(
+                f"build argument {item!r} is not NAME=VALUE",
+                fix="write e.g. --build-arg BASE_IMAGE=mirror.example/python:3.13-slim-bookworm",
+            )
+    argv = build_image_argv(
+        config.engine, config.image, options.root, build_args=tuple(args.build_arg or ())
+    )
     if options.dry_run:
         print(log.format_command(argv))
         return 0
     with log.section(f"builder image {config.image} ({config.engine})"):
         log.command(argv)
-        return subprocess.run(argv, check=False).returncode
+        try:
+            returncode = subprocess.run(argv, check=False).returncode
+        except FileNotFoundError:
+            raise UsageError(
+                f"{argv[0]} is not on PATH",
+                fix=f"install {argv[0]}, or pick another engine: --engine "
+                f"{'|'.join(ENGINES)} (make: ENGINE=)",
+            ) from None
+        if returncode != 0:
+            # Raised inside the section, so it closes as failed, not "done".
+            raise EngineError(
+                f"{config.engine} could not build the builder image {config.image} "
+                f"(exit {returncode}); its output is above",
+                fix="fix the cause it names (behind a proxy or mirror: --build-arg "
+                "BASE_IMAGE=<mirror>/python:..., LLVM_APT_BASE=, BAZELISK_BASE_URL=; make: "
+                'BUILD_ARGS=; README "Builder image behind a mirror"), then run it again',
+            )
+    print(f"builder image {config.image}: built")
+    return 0
 
 
 def cmd_patches_check(args: argparse.Namespace) -> int:
@@ -217,8 +250,10 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
         parser.set_defaults(handler=cmd_bundles)
     elif name == "diff":
         add_common_arguments(parser)
-        parser.add_argument("left")
-        parser.add_argument("right", nargs="?", default=None)
+        # Optional for argparse so that a missing bundle gets our message with make's
+        # spelling (A=, B=) instead of argparse's "required: left".
+        parser.add_argument("left", nargs="?", default=None, metavar="A")
+        parser.add_argument("right", nargs="?", default=None, metavar="B")
         parser.set_defaults(handler=cmd_diff)
     elif name in _LAST_STAGE:
         add_bundle_arguments(parser, dry_run=True)
@@ -228,6 +263,14 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     elif name == "builder-image":
         add_common_arguments(parser, dry_run=True)
         add_build_arguments(parser)
+        parser.add_argument(
+            "--build-arg",
+            action="append",
+            default=None,
+            metavar="NAME=VALUE",
+            help="a Dockerfile ARG, repeatable: BASE_IMAGE, LLVM_APT_BASE, BAZELISK_BASE_URL "
+            "point the build at mirrors (make: BUILD_ARGS='A=x B=y')",
+        )
         parser.set_defaults(handler=cmd_builder_image)
     elif name == "patches-check":
         add_bundle_arguments(parser)

@@ -124,6 +124,16 @@ def _twine_upload(wheel: LocalWheel, upload_url: str, credentials: Credentials) 
         return
     tail = "\n".join(line.rstrip() for line in output.splitlines()[-12:])
     lowered = output.lower()
+    refused = "connection" in lowered and ("refused" in lowered or "error" in lowered)
+    if credentials.source == "none" and not refused:
+        # twine --non-interactive stops without asking; say where credentials come from.
+        raise CredentialsRejected(
+            f"no credentials to upload {wheel.record.name} to {scrub(upload_url)}: neither "
+            f"TWINE_USERNAME/TWINE_PASSWORD are set nor does keyring hold a password:\n{tail}",
+            fix="export TWINE_USERNAME=<user> TWINE_PASSWORD=<password> and run publish "
+            f"again, or store the password once with `keyring set {scrub(upload_url)} <user>` "
+            "and export TWINE_USERNAME=<user>",
+        )
     if re.search(r"HTTPError: 40[13]\b", output) or "forbidden" in lowered:
         raise CredentialsRejected(
             f"the index at {scrub(upload_url)} rejected the upload of {wheel.record.name} "
@@ -131,14 +141,15 @@ def _twine_upload(wheel: LocalWheel, upload_url: str, credentials: Credentials) 
             fix="check TWINE_USERNAME / TWINE_PASSWORD (or the keyring entry for this URL) "
             "and that the account may upload",
         )
-    if "connection" in lowered and ("refused" in lowered or "error" in lowered):
+    if refused:
         raise IndexUnreachable(
             f"the index at {scrub(upload_url)} is not reachable for uploads:\n{tail}",
             fix="check that the index is running and UPLOAD_URL / INDEX_URL are right",
         )
     raise PublishError(
         f"twine could not upload {wheel.record.name} to {scrub(upload_url)}:\n{tail}",
-        fix="read twine's message above; files already on the index are skipped on rerun",
+        fix="twine's message above names the cause; after fixing it, run publish again "
+        "(files already on the index with the same sha256 are skipped)",
     )
 
 
