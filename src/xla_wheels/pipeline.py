@@ -15,6 +15,7 @@ from xla_wheels import log
 from xla_wheels.builder import stage as build_stage
 from xla_wheels.builder.config import BuildConfig
 from xla_wheels.bundle import Bundle, load_bundle
+from xla_wheels.bundle_lock import bundle_run_lock
 from xla_wheels.errors import SourceError
 from xla_wheels.gitutil import RUN_ENV, RUN_OPTIONS, GitRunner, run_command
 from xla_wheels.layout import BundleLayout
@@ -103,7 +104,10 @@ def run_until(
     bundle = load_bundle(options.root, bundle_name)
     # Everything that can be checked without fetching, before anything is fetched.
     check_before_fetch(options, bundle)
-    with written_on_success():
+    # One run per bundle (exit 5 for a second one), taken after the checks that write
+    # nothing, so that bad input still leaves no trace.
+    command = {"patches": "patch", "collect": "wheels"}.get(last_stage, last_stage)
+    with bundle_run_lock(options.out_dir, bundle.name, command), written_on_success():
         return _prepare_and_run(options, bundle, last_stage, build_config)
 
 

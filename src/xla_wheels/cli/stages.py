@@ -18,7 +18,7 @@ from xla_wheels.bundle import available_bundles, describe, diff, load_bundle
 from xla_wheels.bundle_lock import bundle_run_lock
 from xla_wheels.cli.arguments import add_bundle_arguments, add_common_arguments
 from xla_wheels.errors import LockError, PatchError, UsageError
-from xla_wheels.lockfile import check_lock, update_bundle_entry
+from xla_wheels.lockfile import check_lock, read_lock, update_bundle_entry
 from xla_wheels.options import build_config, pipeline_options
 from xla_wheels.patches import check_series
 from xla_wheels.pipeline import plan, run_until
@@ -72,8 +72,7 @@ def _make_stage_handler(last_stage: str):  # noqa: ANN202 - returns a handler
             bundle = load_bundle(options.root, args.bundle)
             print(render_plan(plan(options, bundle, config, last_stage)))
             return 0
-        with bundle_run_lock(options.out_dir, args.bundle, args.command):
-            run_until(options, args.bundle, last_stage, config)
+        run_until(options, args.bundle, last_stage, config)
         log.info(f"{last_stage}: done for {args.bundle}")
         return 0
 
@@ -155,6 +154,7 @@ def cmd_lock(args: argparse.Namespace) -> int:
             print(f"{name}: {commit or 'unresolved (not in the source cache)'}")
         print(f"DRY_RUN: would write bundle {bundle.name} in {options.lock_path.name}; unchanged")
         return 0
+    read_lock(options.lock_path)  # a broken lock is refused before anything is written
     with bundle_run_lock(options.out_dir, bundle.name, "lock"):
         entry = update_bundle_entry(options.lock_path, bundle, resolved, options.root)
     unresolved = [name for name, pin in entry.components.items() if not pin.resolved]
