@@ -30,7 +30,8 @@ BUILD_FLAGS = $(call flag,ENGINE,--engine) $(call flag,BUILD_MODE,--mode) \
 # SOURCE_DATE_EPOCH is the reproducible-builds standard variable: read from the
 # environment as every tool reads it (make exports a variable set on its command line).
 RECORDED_FLAGS = $(call switch,KEEP_RECORDED,--keep-recorded) $(call flag,BUILD_TAG,--build-tag)
-IMAGE_FLAGS = $(call flag,ENGINE,--engine) $(call flag,BUILDER_IMAGE,--image)
+IMAGE_FLAGS = $(call flag,ENGINE,--engine) $(call flag,BUILDER_IMAGE,--image) \
+  $(foreach a,$(BUILD_ARGS),--build-arg '$(a)')
 AB_FLAGS = $(call arg,A) $(call arg,B)
 PATCH_EXPORT_FLAGS = $(call flag,COMPONENT,--component) $(call switch,FORCE,--force)
 PATCH_REBASE_FLAGS = $(call flag,COMPONENT,--component) $(call flag,ONTO,--onto) \
@@ -126,14 +127,14 @@ patch-export: $(VENV_STAMP) ## write the worktree's patch commits back as patch 
 patch-rebase: $(VENV_STAMP) ## carry the series onto another commit: make patch-rebase BUNDLE=... ONTO=<commit> | CONTINUE=1 [COMPONENT=torch_xla] [MIRROR=] [DRY_RUN=1] (CLI exit 3: stopped at a conflict)
 	@$(CLI) patch-rebase $(BUNDLE_FLAGS) $(DRY_RUN_FLAG) $(PATCH_REBASE_FLAGS)
 
-builder-image: $(VENV_STAMP) ## build the builder image from ./Dockerfile: make builder-image [ENGINE=docker|podman|buildah] [BUILDER_IMAGE=] [DRY_RUN=1]
+builder-image: $(VENV_STAMP) ## build the builder image from ./Dockerfile: make builder-image [ENGINE=docker|podman|buildah] [BUILDER_IMAGE=] [BUILD_ARGS='BASE_IMAGE=... LLVM_APT_BASE=...'] [DRY_RUN=1]
 	@$(CLI) builder-image $(DRY_RUN_FLAG) $(IMAGE_FLAGS)
 
 wheels: $(VENV_STAMP) ## the main job: make wheels BUNDLE=v6e-2.11 [DRY_RUN=1] [MIRROR=] [ENGINE=] [BUILD_MODE=host] [JOBS=] [BUILDER_IMAGE=] [HOST_PYTHON=] [KEEP_RECORDED=1] [BUILD_TAG=n] [SOURCE_DATE_EPOCH=]
 	@$(CLI) wheels $(BUNDLE_FLAGS) $(DRY_RUN_FLAG) $(BUILD_FLAGS) $(RECORDED_FLAGS)
 
-lock: $(VENV_STAMP) ## write the bundle's entry in wheels.lock: make lock BUNDLE=... [MIRROR=]
-	@$(CLI) lock $(BUNDLE_FLAGS)
+lock: $(VENV_STAMP) ## write the bundle's entry in wheels.lock: make lock BUNDLE=... [MIRROR=] [DRY_RUN=1]
+	@$(CLI) lock $(BUNDLE_FLAGS) $(DRY_RUN_FLAG)
 
 lock-check: $(VENV_STAMP) ## fail when a manifest or patch no longer matches wheels.lock
 	@$(CLI) lock-check
@@ -146,15 +147,15 @@ clean: ## remove build work (out/); dist/, wheels.lock and the per-machine cache
 .PHONY: publish requirements verify-install doctor
 
 publish: $(VENV_STAMP) ## publish the locked wheels: make publish BUNDLE=... [LANE=validation] [DRY_RUN=1] (or INDEX_URL=<simple/ URL> [UPLOAD_URL=]: that index, no lane)
-	@$(if $(INDEX_URL),$(CLI) publish $(BUNDLE_FLAG) $(PUBLISH_FLAGS),\
+	@$(if $(INDEX_URL),$(CLI) publish $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(PUBLISH_FLAGS),\
 	  $(CLI) publish-lane $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(LANE_FLAG))
 
 requirements: $(VENV_STAMP) ## per lane: requirements.txt + pylock.toml in dist/lanes/<lane>/ [LANE=]; or BUNDLE=... [REFRESH=1]: dist/<bundle>/requirements.txt
-	@$(if $(BUNDLE),$(CLI) requirements $(BUNDLE_FLAG) $(REFRESH_FLAG),\
-	  $(CLI) lane-requirements $(LANE_FLAG))
+	@$(if $(BUNDLE),$(CLI) requirements $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(REFRESH_FLAG),\
+	  $(CLI) lane-requirements $(DRY_RUN_FLAG) $(LANE_FLAG))
 
 verify-install: $(VENV_STAMP) ## fresh venv installs by hash, checks lock/provenance: make verify-install BUNDLE=... [INDEX_URL=...] [NO_DEPS=1 DEPS_FROM=<python>] [PYTHON=]
-	@$(CLI) verify-install $(BUNDLE_FLAG) $(VERIFY_FLAGS)
+	@$(CLI) verify-install $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(VERIFY_FLAGS)
 
 doctor: $(VENV_STAMP) ## check a training host before import: make doctor BUNDLE=... [PYTHON=<training python>] [ROLE=writer|reader] [LANE=preferred] [CACHE_PATH=...]
 	@$(CLI) doctor $(BUNDLE_FLAG) $(DOCTOR_FLAGS)

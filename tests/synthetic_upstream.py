@@ -114,6 +114,13 @@ if "TORCH_XLA_OPENXLA_PATCH" not in core:
 for key in ("BUILD_CPP_TESTS", "BUNDLE_LIBTPU", "TPUVM_MODE", "CXX_ABI", "BAZEL_DISK_CACHE_PATH"):
     if key not in os.environ:
         raise SystemExit(f"synthetic torch_xla: {key} not set")
+# Test hook: a build step that runs long, for Ctrl-C tests. It leaves its pid in the file
+# named and sleeps. Off unless a test asks for it.
+if os.environ.get("SYNTHETIC_SLOW_BUILD_PIDFILE"):
+    import time
+    with open(os.environ["SYNTHETIC_SLOW_BUILD_PIDFILE"], "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(300)
 # Test hook: a compiler that makes different bytes from the same inputs (timestamps,
 # parallel link order) in miniature. Off unless a test asks for it.
 if os.environ.get("SYNTHETIC_NONDETERMINISTIC_BUILD") == "1":

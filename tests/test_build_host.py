@@ -256,6 +256,7 @@ def test_preflight_reports_every_blocker_at_once(syn: Synthetic, tmp_path: Path)
     assert "torch: commit" in err and "unreachable" in err and "MIRROR" in err
     assert "`python-that-does-not-exist` is not on PATH" in err
     assert "disk:" in err and "memory:" in err and "JOBS=3" in err
+    assert "XLA_WHEELS_OUT=<dir> make wheels" in err  # a fix make can pass (no --out-dir)
     assert not (syn.root / "dist").exists()
     assert not (syn.root / "out" / "blocked" / "src").exists()  # nothing fetched
 

@@ -74,7 +74,7 @@ def test_pipeline_options_read_the_environment_given(tmp_path: Path) -> None:
         "XLA_WHEELS_MIRROR": "/srv/git",
         "XLA_WHEELS_DRY_RUN": "yes",
     }
-    options = pipeline_options(parse("bundles"), environ)
+    options = pipeline_options(parse("sources"), environ)
     assert options.root == REPO_ROOT.resolve()
     assert options.cache_dir == (tmp_path / "cache").resolve()
     assert options.out_dir == REPO_ROOT.resolve() / "out"

@@ -187,6 +187,22 @@ def test_verified_install_then_tampered_index_file_is_refused(
     assert _sha(on_index) in refused.stdout
     assert "verify-install pub-1: FAILED" in refused.stdout
     assert PASSWORD not in refused.output
+    # The fix says what publish allows (it never overwrites), and following it works: the
+    # index's admin deletes the file, publish uploads the locked one, verify-install passes.
+    assert "publish never overwrites a file on an index" in refused.stderr
+    assert "have the index's admin delete that file, then `make publish" in refused.stderr
+    on_index.unlink()
+    again = run_cli(
+        "publish", "--bundle", BUNDLE, "--index-url", index_server.url, env=env, root=project,
+        inherit_env=True,
+    )
+    assert again.exit_code == 0, again.output
+    assert re.search(r"^uploaded +torch_xla-", again.stdout, re.MULTILINE), again.stdout
+    fixed = run_cli(
+        "verify-install", "--bundle", BUNDLE, "--index-url", index_server.url, env=env,
+        root=project, inherit_env=True,
+    )
+    assert fixed.exit_code == 0, fixed.output
 
 
 def test_static_index_installs_with_hashes(project: Path, tmp_path: Path) -> None:

@@ -31,6 +31,9 @@ def syn(tmp_path: Path) -> Synthetic:
     synthetic = make_synthetic(tmp_path)
     make_mirror(synthetic)
     assert cli(synthetic, "lock").returncode == 0
+    # `lock` held the bundle's run lock (out/syn/.lock); the cases below start from a
+    # checkout with no out/ at all, so that any directory a refused run made shows.
+    shutil.rmtree(synthetic.root / "out")
     return synthetic
 
 

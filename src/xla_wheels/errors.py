@@ -58,3 +58,9 @@ class SourceError(PipelineError):
 
 class PatchError(PipelineError):
     """A patch series is malformed or does not apply."""
+
+
+class BundleBusy(PipelineError):
+    """Another run holds the bundle's work directory (``out/<bundle>/.lock``)."""
+
+    exit_code = 5

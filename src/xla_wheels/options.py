@@ -144,6 +144,14 @@ class PipelineOptions:
 
 def pipeline_options(args: argparse.Namespace, environ: Mapping[str, str]) -> PipelineOptions:
     settings = Settings(args, environ)
+    if not hasattr(args, "dry_run") and _truthy(environ.get(env_var("--dry-run"))):
+        # The environment asks for a dry run of a subcommand that has none: running it for
+        # real would act behind the user's back.
+        raise UsageError(
+            f"{getattr(args, 'command', None) or 'this subcommand'} has no dry run, and "
+            f"{env_var('--dry-run')} is set",
+            fix=f"unset {env_var('--dry-run')} to run it for real",
+        )
     root = (settings.path("--root") or Path(".")).resolve()
     if not (root / "build" / "bundles").is_dir():
         raise UsageError(

@@ -15,6 +15,7 @@ from xla_wheels import log
 from xla_wheels.builder import stage as build_stage
 from xla_wheels.builder.config import BuildConfig
 from xla_wheels.bundle import Bundle, load_bundle
+from xla_wheels.bundle_lock import bundle_run_lock
 from xla_wheels.errors import SourceError
 from xla_wheels.gitutil import RUN_ENV, RUN_OPTIONS, GitRunner, run_command
 from xla_wheels.layout import BundleLayout
@@ -103,7 +104,10 @@ def run_until(
     bundle = load_bundle(options.root, bundle_name)
     # Everything that can be checked without fetching, before anything is fetched.
     check_before_fetch(options, bundle)
-    with written_on_success():
+    # One run per bundle (exit 5 for a second one), taken after the checks that write
+    # nothing, so that bad input still leaves no trace.
+    command = {"patches": "patch", "collect": "wheels"}.get(last_stage, last_stage)
+    with bundle_run_lock(options.out_dir, bundle.name, command), written_on_success():
         return _prepare_and_run(options, bundle, last_stage, build_config)
 
 
@@ -180,9 +184,13 @@ def _run_stages(
 
 
 def plan(
-    options: PipelineOptions, bundle: Bundle, build_config: BuildConfig | None = None
+    options: PipelineOptions,
+    bundle: Bundle,
+    build_config: BuildConfig | None = None,
+    last_stage: str = "collect",
 ) -> list[PlannedStage]:
-    """Every stage, every command with its environment, every pin and patch digest."""
+    """Every stage up to ``last_stage``, every command with its environment, every pin and
+    patch digest: what :func:`run_until` with the same ``last_stage`` runs."""
     cache = SourceCache(options.source_cache, options.mirror)
     layout = BundleLayout.of(options, bundle.name)
     stages = [
@@ -233,6 +241,10 @@ def plan(
             )
         patch_commands.extend(planned.commands)
     stages.append(PlannedStage("patches", tuple(patch_facts), tuple(patch_commands)))
+    if last_stage not in ("build", "collect"):
+        # Preflight and the build stages run only for a build (see _prepare_and_run).
+        names = [stage.name for stage in stages]
+        return stages[: names.index(last_stage) + 1]
     config = build_config or BuildConfig()
     # Preflight runs first (before anything is fetched), so the plan lists it first.
     return [

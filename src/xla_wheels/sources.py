@@ -344,7 +344,9 @@ class SourceCache:
                 raise SourceError(
                     f"cannot fetch {label} from {url}: {attempt.stderr.strip()}",
                     fix="check the network or credentials, or build from a mirror with "
-                    "--mirror DIR|URL (XLA_WHEELS_MIRROR); the source cache is unchanged",
+                    "--mirror DIR|URL (XLA_WHEELS_MIRROR, make: MIRROR=); the failed fetch "
+                    f"added nothing to the source cache but the bare repository {repo}, "
+                    "possibly empty, which the next run reuses",
                 )
 
     def _verify(self, repo: Path, component: Component) -> str:

@@ -232,7 +232,13 @@ def image_present(engine: str, image: str, timeout: float = 10.0) -> bool:
     return process.returncode == 0
 
 
-def build_image_argv(engine: str, image: str, root: Path, target: str = "builder") -> list[str]:
+def build_image_argv(
+    engine: str,
+    image: str,
+    root: Path,
+    target: str = "builder",
+    build_args: tuple[str, ...] = (),
+) -> list[str]:
     """The command that builds the builder image from the top-level Dockerfile.
 
     podman and buildah default to the OCI image format, which has no SHELL instruction:
@@ -240,11 +246,14 @@ def build_image_argv(engine: str, image: str, root: Path, target: str = "builder
     RUN steps would run under /bin/sh without pipefail. `--format docker` keeps it.
     https://github.com/containers/podman/issues/8477
     """
+    # The Dockerfile's ARGs (BASE_IMAGE, LLVM_APT_BASE, BAZELISK_BASE_URL, ...) point the
+    # build at mirrors; README "Builder image behind a mirror".
+    extra = [item for arg in build_args for item in ("--build-arg", arg)]
     if engine == "docker":
-        return ["docker", "build", "--target", target, "--tag", image, str(root)]
+        return ["docker", "build", *extra, "--target", target, "--tag", image, str(root)]
     tool = (
         ["podman", "build", "--isolation=chroot"]
         if engine == "podman"
         else ["buildah", "bud", "--isolation", "chroot"]
     )
-    return [*tool, "--format", "docker", "--target", target, "--tag", image, str(root)]
+    return [*tool, "--format", "docker", *extra, "--target", target, "--tag", image, str(root)]

@@ -164,12 +164,27 @@ def _run_redacted(
         errors="replace",
     ) as process:
         assert process.stdout is not None
-        for line in process.stdout:
-            clean = redact(line)
-            log_file.write(clean)
-            sys.stderr.write(clean)
-            sys.stderr.flush()
+        try:
+            for line in process.stdout:
+                clean = redact(line)
+                log_file.write(clean)
+                sys.stderr.write(clean)
+                sys.stderr.flush()
+        except KeyboardInterrupt:
+            # Ctrl-C reaches the whole process group, but a step may ignore SIGINT (a
+            # build server): stop it, so that no child outlives the run.
+            _stop(process)
+            raise
     return process.returncode
+
+
+def _stop(process: subprocess.Popen[str], grace_s: float = 10.0) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def _finish_stage(spec: BuildSpec, args: Sequence[str], log_file: TextIO) -> None:
@@ -288,6 +303,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (StepFailed, FileNotFoundError, OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        # The pipeline's CLI (the parent) reports the interruption; no traceback here.
+        print("recipe interrupted", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -152,7 +152,9 @@ def _check_resources(options: PipelineOptions, config: BuildConfig) -> list[str]
     if free < config.min_disk_gib:
         problems.append(
             f"disk: {free:.0f} GiB free under {_existing(options.out_dir)}, a build needs "
-            f"about {config.min_disk_gib:.0f} GiB; free space or point --out-dir elsewhere"
+            f"about {config.min_disk_gib:.0f} GiB; free space, or put the "
+            "work directory on a bigger disk: XLA_WHEELS_OUT=<dir> make wheels ... (CLI: "
+            "--out-dir <dir>)"
         )
     total = _mem_total_gib()
     need = config.mem_base_gib + config.jobs * config.mem_per_job_gib

@@ -10,8 +10,12 @@ import argparse
 from pathlib import Path
 
 
-def add_common_arguments(parser: argparse.ArgumentParser) -> None:
-    """The pipeline's own settings, shared by every subcommand that works on the project."""
+def add_common_arguments(parser: argparse.ArgumentParser, *, dry_run: bool = False) -> None:
+    """The pipeline's own settings, shared by every subcommand that works on the project.
+
+    ``--dry-run`` only where the subcommand honours it (prints what it would do and changes
+    nothing); elsewhere argparse rejects the flag (exit 2) rather than ignore it.
+    """
     parser.add_argument(
         "--root",
         type=Path,
@@ -37,12 +41,13 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
         help="directory of bare repositories or URL prefix that replaces the remotes' "
         "host (default: $XLA_WHEELS_MIRROR)",
     )
-    parser.add_argument(
-        "--dry-run",
-        action="store_true",
-        default=None,
-        help="print the plan instead of running it (default: $XLA_WHEELS_DRY_RUN)",
-    )
+    if dry_run:
+        parser.add_argument(
+            "--dry-run",
+            action="store_true",
+            default=None,
+            help="print what would be done and change nothing (default: $XLA_WHEELS_DRY_RUN)",
+        )
     parser.add_argument(
         "--progress-interval",
         type=float,
@@ -52,9 +57,9 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_bundle_arguments(parser: argparse.ArgumentParser) -> None:
+def add_bundle_arguments(parser: argparse.ArgumentParser, *, dry_run: bool = False) -> None:
     """A subcommand that works on one bundle: the common options plus ``--bundle``."""
-    add_common_arguments(parser)
+    add_common_arguments(parser, dry_run=dry_run)
     parser.add_argument(
         "--bundle", "-b", default="", help="bundle name (build/bundles/<name>.toml)"
     )

@@ -6,10 +6,11 @@ import argparse
 import os
 
 from xla_wheels import log
-from xla_wheels.bundle import COMPONENT_NAMES, load_bundle
+from xla_wheels.bundle import COMPONENT_NAMES, Bundle, load_bundle
+from xla_wheels.bundle_lock import unless_dry_run
 from xla_wheels.cli.arguments import add_bundle_arguments
 from xla_wheels.errors import UsageError
-from xla_wheels.options import pipeline_options
+from xla_wheels.options import PipelineOptions, pipeline_options
 from xla_wheels.patch_workflow import continue_rebase, export_series, start_rebase
 from xla_wheels.sources import SourceCache
 
@@ -17,14 +18,15 @@ from xla_wheels.sources import SourceCache
 def cmd_patch_export(args: argparse.Namespace) -> int:
     options = pipeline_options(args, os.environ)
     bundle = load_bundle(options.root, args.bundle)
-    report = export_series(
-        options.root,
-        options.out_dir,
-        bundle,
-        args.component,
-        force=args.force,
-        dry_run=options.dry_run,
-    )
+    with unless_dry_run(options.dry_run, options.out_dir, bundle.name, "patch-export"):
+        report = export_series(
+            options.root,
+            options.out_dir,
+            bundle,
+            args.component,
+            force=args.force,
+            dry_run=options.dry_run,
+        )
     verb = "would write" if options.dry_run else "wrote"
     for patch in report.patches:
         print(f"{verb if patch.changed else 'unchanged'}: patches/{patch.relpath}")
@@ -46,8 +48,21 @@ def cmd_patch_export(args: argparse.Namespace) -> int:
 def cmd_patch_rebase(args: argparse.Namespace) -> int:
     options = pipeline_options(args, os.environ)
     bundle = load_bundle(options.root, args.bundle)
+    with unless_dry_run(options.dry_run, options.out_dir, bundle.name, "patch-rebase"):
+        onto = _rebase(options, bundle, args)
+    if onto is None:  # a dry run: the plan is printed
+        return 0
+    print(
+        f"{args.component} series of {bundle.name} is now on {onto}; next: `make patch-export "
+        f"BUNDLE={bundle.name} COMPONENT={args.component}` writes the refreshed patches and "
+        "the new pin"
+    )
+    return 0
+
+
+def _rebase(options: PipelineOptions, bundle: Bundle, args: argparse.Namespace) -> str | None:
     if args.continue_:
-        onto = continue_rebase(options.out_dir, bundle, args.component)
+        return continue_rebase(options.out_dir, bundle, args.component)
     else:
         if not args.onto:
             raise UsageError(
@@ -57,20 +72,13 @@ def cmd_patch_rebase(args: argparse.Namespace) -> int:
         onto = start_rebase(
             cache, options.out_dir, bundle, args.component, args.onto, dry_run=options.dry_run
         )
-        if options.dry_run:
-            return 0
-    print(
-        f"{args.component} series of {bundle.name} is now on {onto}; next: `make patch-export "
-        f"BUNDLE={bundle.name} COMPONENT={args.component}` writes the refreshed patches and "
-        "the new pin"
-    )
-    return 0
+        return None if options.dry_run else onto
 
 
 def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     """Define subcommand ``name``'s arguments on ``parser`` and set its handler."""
     if name == "patch-export":
-        add_bundle_arguments(parser)
+        add_bundle_arguments(parser, dry_run=True)
         parser.add_argument("--component", default="torch_xla", choices=COMPONENT_NAMES)
         parser.add_argument(
             "--force",
@@ -79,7 +87,7 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
         )
         parser.set_defaults(handler=cmd_patch_export)
     elif name == "patch-rebase":
-        add_bundle_arguments(parser)
+        add_bundle_arguments(parser, dry_run=True)
         parser.add_argument("--component", default="torch_xla", choices=COMPONENT_NAMES)
         parser.add_argument("--onto", default=None, help="the commit to carry the series onto")
         parser.add_argument(

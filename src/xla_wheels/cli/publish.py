@@ -19,7 +19,7 @@ from xla_wheels.cli.arguments import add_bundle_arguments
 from xla_wheels.errors import UsageError
 from xla_wheels.layout import BundleLayout
 from xla_wheels.lockfile import read_lock
-from xla_wheels.options import PipelineOptions, pipeline_options, publish_options
+from xla_wheels.options import PipelineOptions, env_var, pipeline_options, publish_options
 from xla_wheels.progress import Timings, log_redactor
 from xla_wheels.publish import doctor, requirements, upload, verify_install
 from xla_wheels.publish.static_index import write_static_index
@@ -40,21 +40,39 @@ def cmd_publish(args: argparse.Namespace) -> int:
     # twine's own credential variable (read by twine, not a setting of ours): masked in logs.
     password = os.environ.get("TWINE_PASSWORD")
     secrets = {"TWINE_PASSWORD": password} if password else {}
-    timings = Timings()
-    try:
-        with log.stage_log(logs / "publish.log", log_redactor(secrets)), timings.stage("publish"):
-            result = upload.publish(
-                options.lock_path,
-                args.bundle,
-                _dist(options, args),
-                settings.index_url,
-                settings.upload_url,
-            )
-    finally:
-        timings.report()
+    if options.dry_run:
+        # The same checks (dist/ against wheels.lock, the index's listing), no upload, no
+        # static index, no log file.
+        result = upload.publish(
+            options.lock_path,
+            args.bundle,
+            _dist(options, args),
+            settings.index_url,
+            settings.upload_url,
+            dry_run=True,
+        )
+    else:
+        timings = Timings()
+        try:
+            with (
+                log.stage_log(logs / "publish.log", log_redactor(secrets)),
+                timings.stage("publish"),
+            ):
+                result = upload.publish(
+                    options.lock_path,
+                    args.bundle,
+                    _dist(options, args),
+                    settings.index_url,
+                    settings.upload_url,
+                )
+        finally:
+            timings.report()
     for outcome in result.outcomes:
         print(f"{outcome.action:<9} {outcome.filename}  sha256:{outcome.sha256}")
     print(f"index: {result.index_url}")
+    if options.dry_run:
+        print("DRY_RUN: nothing uploaded or written")
+        return 0
     if not settings.index_url:
         print(
             f"install on a host: pip install --require-hashes --index-url {result.index_url} "
@@ -123,7 +141,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def _role(value: str) -> str:
     if value not in doctor.ROLES:
-        raise UsageError(f"unknown role {value!r}", fix="pass --role writer or --role reader")
+        raise UsageError(
+            f"unknown role {value!r} (from --role or {env_var('--role')})",
+            fix=f"pass --role writer or --role reader (make: ROLE=writer), or unset "
+            f"{env_var('--role')}",
+        )
     return value
 
 
@@ -135,7 +157,9 @@ def _add_dist(parser: argparse.ArgumentParser) -> None:
 
 def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     """Define subcommand ``name``'s arguments on ``parser`` and set its handler."""
-    add_bundle_arguments(parser)
+    # Only publish has a dry run: requirements resolves and writes, verify-install
+    # installs, doctor only reads; a dry run of those would be a different command.
+    add_bundle_arguments(parser, dry_run=name == "publish")
     if name == "publish":
         _add_publish_arguments(parser)
     elif name == "requirements":

@@ -311,9 +311,7 @@ def cmd_lanes(args: argparse.Namespace) -> int:
     return 0
 
 
-def host_bundle(
-    root: Path, facts: HostFacts, named: str | None = None
-) -> tuple[str | None, str]:
+def host_bundle(root: Path, facts: HostFacts, named: str | None = None) -> tuple[str | None, str]:
     """The bundle a host runs, known from the versions of our wheels.
 
     A wheel's identity is its inputs, not a bundle (the provenance names no bundle): the
@@ -414,11 +412,11 @@ def lane_status(
 def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     """Define subcommand ``name``'s arguments on ``parser`` and set its handler."""
     if name == "publish-lane":
-        add_bundle_arguments(parser)
+        add_bundle_arguments(parser, dry_run=True)
         _lane_arg(parser, None, "lane (default: publish-lane of build/lanes.toml)")
         parser.set_defaults(handler=cmd_publish_lane)
     elif name == "promote":
-        add_bundle_arguments(parser)
+        add_bundle_arguments(parser, dry_run=True)
         _lane_arg(parser, "preferred", "target lane (default: preferred)")
         parser.add_argument(
             "--from",

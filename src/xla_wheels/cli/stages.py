@@ -13,11 +13,12 @@ from pathlib import Path
 
 from xla_wheels import log
 from xla_wheels.builder.config import DEFAULT_IMAGE, ENGINES, MODES
-from xla_wheels.builder.container import build_image_argv
+from xla_wheels.builder.container import EngineError, build_image_argv
 from xla_wheels.bundle import available_bundles, describe, diff, load_bundle
+from xla_wheels.bundle_lock import bundle_run_lock
 from xla_wheels.cli.arguments import add_bundle_arguments, add_common_arguments
 from xla_wheels.errors import LockError, PatchError, UsageError
-from xla_wheels.lockfile import check_lock, update_bundle_entry
+from xla_wheels.lockfile import check_lock, read_lock, update_bundle_entry
 from xla_wheels.options import build_config, pipeline_options
 from xla_wheels.patches import check_series
 from xla_wheels.pipeline import plan, run_until
@@ -34,6 +35,13 @@ def cmd_bundles(args: argparse.Namespace) -> int:
 
 def cmd_diff(args: argparse.Namespace) -> int:
     options = pipeline_options(args, os.environ)
+    if args.left is None:
+        names = ", ".join(available_bundles(options.root))
+        raise UsageError(
+            "diff needs a bundle",
+            fix=f"name one or two of {names}: make diff A=<bundle> [B=<bundle>] "
+            "(CLI: xla-wheels diff A [B])",
+        )
     left = load_bundle(options.root, args.left)
     if args.right is None:
         # One bundle: what it changes relative to the bundle it extends.
@@ -62,7 +70,7 @@ def _make_stage_handler(last_stage: str):  # noqa: ANN202 - returns a handler
         config = build_config(args, os.environ) if last_stage == "collect" else None
         if options.dry_run:
             bundle = load_bundle(options.root, args.bundle)
-            print(render_plan(plan(options, bundle, config)))
+            print(render_plan(plan(options, bundle, config, last_stage)))
             return 0
         run_until(options, args.bundle, last_stage, config)
         log.info(f"{last_stage}: done for {args.bundle}")
@@ -74,13 +82,39 @@ def _make_stage_handler(last_stage: str):  # noqa: ANN202 - returns a handler
 def cmd_builder_image(args: argparse.Namespace) -> int:
     options = pipeline_options(args, os.environ)
     config = build_config(args, os.environ)
-    argv = build_image_argv(config.engine, config.image, options.root)
+    for item in args.build_arg or ():
+        if "=" not in item or item.startswith("="):
+            raise UsageError(
+                f"build argument {item!r} is not NAME=VALUE",
+                fix="write e.g. --build-arg BASE_IMAGE=mirror.example/python:3.13-slim-bookworm",
+            )
+    argv = build_image_argv(
+        config.engine, config.image, options.root, build_args=tuple(args.build_arg or ())
+    )
     if options.dry_run:
         print(log.format_command(argv))
         return 0
     with log.section(f"builder image {config.image} ({config.engine})"):
         log.command(argv)
-        return subprocess.run(argv, check=False).returncode
+        try:
+            returncode = subprocess.run(argv, check=False).returncode
+        except FileNotFoundError:
+            raise UsageError(
+                f"{argv[0]} is not on PATH",
+                fix=f"install {argv[0]}, or pick another engine: --engine "
+                f"{'|'.join(ENGINES)} (make: ENGINE=)",
+            ) from None
+        if returncode != 0:
+            # Raised inside the section, so it closes as failed, not "done".
+            raise EngineError(
+                f"{config.engine} could not build the builder image {config.image} "
+                f"(exit {returncode}); its output is above",
+                fix="fix the cause it names (behind a proxy or mirror: --build-arg "
+                "BASE_IMAGE=<mirror>/python:..., LLVM_APT_BASE=, BAZELISK_BASE_URL=; make: "
+                'BUILD_ARGS=; README "Builder image behind a mirror"), then run it again',
+            )
+    print(f"builder image {config.image}: built")
+    return 0
 
 
 def cmd_patches_check(args: argparse.Namespace) -> int:
@@ -115,7 +149,14 @@ def cmd_lock(args: argparse.Namespace) -> int:
     # Short pins are resolved from the local source cache only (`make sources` fetches
     # them); unresolved ones are written as such, never guessed.
     resolved = known_commits(bundle, SourceCache(options.source_cache, options.mirror))
-    entry = update_bundle_entry(options.lock_path, bundle, resolved, options.root)
+    if options.dry_run:
+        for name, commit in sorted(resolved.items()):
+            print(f"{name}: {commit or 'unresolved (not in the source cache)'}")
+        print(f"DRY_RUN: would write bundle {bundle.name} in {options.lock_path.name}; unchanged")
+        return 0
+    read_lock(options.lock_path)  # a broken lock is refused before anything is written
+    with bundle_run_lock(options.out_dir, bundle.name, "lock"):
+        entry = update_bundle_entry(options.lock_path, bundle, resolved, options.root)
     unresolved = [name for name, pin in entry.components.items() if not pin.resolved]
     print(
         f"wheels.lock: wrote bundle {bundle.name}"
@@ -209,17 +250,27 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
         parser.set_defaults(handler=cmd_bundles)
     elif name == "diff":
         add_common_arguments(parser)
-        parser.add_argument("left")
-        parser.add_argument("right", nargs="?", default=None)
+        # Optional for argparse so that a missing bundle gets our message with make's
+        # spelling (A=, B=) instead of argparse's "required: left".
+        parser.add_argument("left", nargs="?", default=None, metavar="A")
+        parser.add_argument("right", nargs="?", default=None, metavar="B")
         parser.set_defaults(handler=cmd_diff)
     elif name in _LAST_STAGE:
-        add_bundle_arguments(parser)
+        add_bundle_arguments(parser, dry_run=True)
         if _LAST_STAGE[name] == "collect":
             add_build_arguments(parser)
         parser.set_defaults(handler=_make_stage_handler(_LAST_STAGE[name]))
     elif name == "builder-image":
-        add_common_arguments(parser)
+        add_common_arguments(parser, dry_run=True)
         add_build_arguments(parser)
+        parser.add_argument(
+            "--build-arg",
+            action="append",
+            default=None,
+            metavar="NAME=VALUE",
+            help="a Dockerfile ARG, repeatable: BASE_IMAGE, LLVM_APT_BASE, BAZELISK_BASE_URL "
+            "point the build at mirrors (make: BUILD_ARGS='A=x B=y')",
+        )
         parser.set_defaults(handler=cmd_builder_image)
     elif name == "patches-check":
         add_bundle_arguments(parser)
@@ -235,7 +286,7 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
         )
         parser.set_defaults(handler=cmd_patches_check)
     elif name == "lock":
-        add_bundle_arguments(parser)
+        add_bundle_arguments(parser, dry_run=True)
         parser.set_defaults(handler=cmd_lock)
     elif name == "lock-check":
         add_common_arguments(parser)

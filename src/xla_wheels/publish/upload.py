@@ -124,6 +124,16 @@ def _twine_upload(wheel: LocalWheel, upload_url: str, credentials: Credentials) 
         return
     tail = "\n".join(line.rstrip() for line in output.splitlines()[-12:])
     lowered = output.lower()
+    refused = "connection" in lowered and ("refused" in lowered or "error" in lowered)
+    if credentials.source == "none" and not refused:
+        # twine --non-interactive stops without asking; say where credentials come from.
+        raise CredentialsRejected(
+            f"no credentials to upload {wheel.record.name} to {scrub(upload_url)}: neither "
+            f"TWINE_USERNAME/TWINE_PASSWORD are set nor does keyring hold a password:\n{tail}",
+            fix="export TWINE_USERNAME=<user> TWINE_PASSWORD=<password> and run publish "
+            f"again, or store the password once with `keyring set {scrub(upload_url)} <user>` "
+            "and export TWINE_USERNAME=<user>",
+        )
     if re.search(r"HTTPError: 40[13]\b", output) or "forbidden" in lowered:
         raise CredentialsRejected(
             f"the index at {scrub(upload_url)} rejected the upload of {wheel.record.name} "
@@ -131,19 +141,20 @@ def _twine_upload(wheel: LocalWheel, upload_url: str, credentials: Credentials) 
             fix="check TWINE_USERNAME / TWINE_PASSWORD (or the keyring entry for this URL) "
             "and that the account may upload",
         )
-    if "connection" in lowered and ("refused" in lowered or "error" in lowered):
+    if refused:
         raise IndexUnreachable(
             f"the index at {scrub(upload_url)} is not reachable for uploads:\n{tail}",
             fix="check that the index is running and UPLOAD_URL / INDEX_URL are right",
         )
     raise PublishError(
         f"twine could not upload {wheel.record.name} to {scrub(upload_url)}:\n{tail}",
-        fix="read twine's message above; files already on the index are skipped on rerun",
+        fix="twine's message above names the cause; after fixing it, run publish again "
+        "(files already on the index with the same sha256 are skipped)",
     )
 
 
 def publish_remote(
-    wheels: list[LocalWheel], index_url: str, upload_url: str | None
+    wheels: list[LocalWheel], index_url: str, upload_url: str | None, *, dry_run: bool = False
 ) -> PublishResult:
     reject_userinfo(index_url, "INDEX_URL")
     upload = upload_url or upload_url_for(index_url)
@@ -155,6 +166,10 @@ def publish_remote(
         to_upload, outcomes = _plan(wheels, index_url, credentials)
         for outcome in outcomes:
             log.info(f"  skip {outcome.filename}: on the index with the same sha256")
+    if dry_run:
+        # Reading the index is all a dry run does: it shows what a real run would upload.
+        outcomes += [Outcome(w.record.name, "would-upload", w.sha256) for w in to_upload]
+        to_upload = []
     for wheel in to_upload:
         with log.section(f"publish: upload {wheel.record.name} ({wheel.record.size} bytes)"):
             _twine_upload(wheel, upload, credentials)
@@ -180,12 +195,18 @@ def publish_remote(
 
 def publish(
     lock_path: Path, bundle_name: str, directory: Path, index_url: str | None,
-    upload_url: str | None = None,
+    upload_url: str | None = None, *, dry_run: bool = False,
 ) -> PublishResult:  # fmt: skip
+    """Upload (or index) the locked wheels; ``dry_run``: the same checks, nothing written."""
     with log.section(f"publish: check dist/{bundle_name} against wheels.lock"):
         wheels = locked_wheels(lock_path, bundle_name, directory)
         for wheel in wheels:
             log.info(f"  {wheel.record.name} sha256:{wheel.sha256}")
     if not index_url:
+        if dry_run:
+            url = (directory / "simple").resolve().as_uri() + "/"
+            return PublishResult(
+                url, [Outcome(w.record.name, "would-index", w.sha256) for w in wheels]
+            )
         return publish_static(directory, wheels)
-    return publish_remote(wheels, index_url, upload_url)
+    return publish_remote(wheels, index_url, upload_url, dry_run=dry_run)

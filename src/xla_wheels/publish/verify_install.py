@@ -336,5 +336,7 @@ def ensure_passed(report: VerifyReport) -> None:
         raise VerifyFailed(
             f"verify-install of {report.bundle} failed: {failed}",
             fix="read the report above; a refused hash means the index serves a file that is "
-            "not the locked one: republish from dist/ or investigate the index",
+            "not the locked one, and publish never overwrites a file on an index: have the "
+            "index's admin delete that file, then `make publish BUNDLE=<bundle> "
+            "INDEX_URL=<simple/ URL>` uploads the locked one from dist/ again",
         )

@@ -1,0 +1,80 @@
+"""Two runs on one bundle: the second refuses at once (exit 5) naming the first run's pid,
+and changes nothing; when the first ends (even killed) the lock is gone with it."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.clirunner import REPO_ROOT, run_cli
+from tests.publish_support import (
+    BUNDLE,
+    FakeWheels,
+    fake_wheels,  # noqa: F401 - fixture
+    make_publish_project,
+)
+
+HOLDER = """
+import sys, time
+from pathlib import Path
+from xla_wheels.bundle_lock import bundle_run_lock
+with bundle_run_lock(Path(sys.argv[1]), sys.argv[2], "wheels"):
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path, fake_wheels: FakeWheels) -> Path:  # noqa: F811
+    return make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
+
+
+@pytest.fixture
+def holder(project: Path) -> Iterator[subprocess.Popen[str]]:
+    """Another run holding the bundle's lock (the lock code the CLI uses, in its own process)."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(project / "out"), BUNDLE],
+        stdout=subprocess.PIPE, text=True, env={"PYTHONPATH": str(REPO_ROOT / "src")},
+    )  # fmt: skip
+    assert process.stdout is not None and process.stdout.readline().strip() == "held"
+    yield process
+    process.kill()
+    process.wait()
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("command", ["lock", "sources", "patch", "wheels", "patch-export"])
+def test_a_second_run_on_the_bundle_refuses_at_once(
+    command: str, project: Path, holder: subprocess.Popen[str], tmp_path: Path
+) -> None:
+    lock_before = _digest(project / "wheels.lock")
+    cache = tmp_path / "machine-cache"
+    result = run_cli(
+        command, "--bundle", BUNDLE, root=project, env={"XLA_WHEELS_CACHE": str(cache)},
+        timeout=60,
+    )  # fmt: skip
+    assert result.exit_code == 5, result.output
+    assert f"another run is working on bundle {BUNDLE}" in result.stderr
+    assert f"{holder.pid} wheels" in result.stderr
+    assert "fix: wait for it to finish or stop it" in result.stderr
+    assert "Traceback" not in result.output
+    assert _digest(project / "wheels.lock") == lock_before
+    assert not cache.exists()  # refused before anything was fetched
+
+
+def test_the_lock_goes_with_the_process_that_held_it(
+    project: Path, holder: subprocess.Popen[str]
+) -> None:
+    assert run_cli("lock", "--bundle", BUNDLE, root=project).exit_code == 5
+    holder.kill()  # no clean exit: the kernel releases a flock with its last descriptor
+    holder.wait()
+    again = run_cli("lock", "--bundle", BUNDLE, root=project)
+    assert again.exit_code == 0, again.output

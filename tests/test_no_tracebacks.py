@@ -1,0 +1,34 @@
+"""Bad settings end in the error:/fix: form with exit 2, never a traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.clirunner import REPO_ROOT, run_cli
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "expected"),
+    [
+        (("doctor", "--bundle", "v6e-2.9", "--role", "bogus"), {}, "invalid choice: 'bogus'"),
+        (
+            ("doctor", "--bundle", "v6e-2.9"),
+            {"XLA_WHEELS_ROLE": "bogus"},
+            "fix: pass --role writer or --role reader (make: ROLE=writer), or unset "
+            "XLA_WHEELS_ROLE",
+        ),
+        (("wheels", "--bundle", "v6e-2.9", "--jobs", "abc"), {}, "invalid int value: 'abc'"),
+        (
+            ("wheels", "--bundle", "v6e-2.9", "--dry-run"),
+            {"XLA_WHEELS_JOBS": "abc"},
+            "fix: pass --jobs N (make: JOBS=N)",
+        ),
+    ],
+)
+def test_a_bad_setting_is_a_usage_error(
+    argv: tuple[str, ...], env: dict[str, str], expected: str
+) -> None:
+    result = run_cli(*argv, root=REPO_ROOT, env=env)
+    assert result.exit_code == 2, result.output
+    assert expected in result.stderr
+    assert "Traceback" not in result.output
