@@ -46,8 +46,10 @@ def run_cli(
     inherit_env: bool = False,
     cwd: Path = REPO_ROOT,
     timeout: float = 900,
+    umask: int = -1,
 ) -> CliResult:
-    """``python -m xla_wheels ARGS [--root ROOT]``; ``env`` is added last."""
+    """``python -m xla_wheels ARGS [--root ROOT]``; ``env`` is added last; ``umask``
+    (not -1) is the child's, for tests of the modes of what it writes."""
     command = [sys.executable, "-m", "xla_wheels", *args]
     if root is not None:
         command += ["--root", str(root)]
@@ -59,6 +61,6 @@ def run_cli(
     )
     process = subprocess.run(
         command, cwd=cwd, env=full_env, text=True, capture_output=True, timeout=timeout,
-        check=False,
+        check=False, umask=umask,
     )  # fmt: skip
     return CliResult(process.returncode, process.stdout, process.stderr)

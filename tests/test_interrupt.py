@@ -68,6 +68,8 @@ def test_ctrl_c_ends_cleanly(step: str, tmp_path: Path) -> None:
             "time.sleep(300)"
         )
         extra = ("--ship-check", f'{{python}} -c "{sleeper}"')
+    # Not tests.clirunner.run_cli, which waits for the end: this run is interrupted while
+    # a step runs, in its own process group, as a terminal's Ctrl-C would.
     process = subprocess.Popen(
         [sys.executable, "-m", "xla_wheels", *cli_args(syn, *HOST, *extra)],
         env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

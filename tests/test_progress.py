@@ -116,6 +116,8 @@ def test_on_a_terminal_git_shows_its_own_progress(tmp_path: Path, upstreams) -> 
         "XLA_WHEELS_CACHE": str(tmp_path / "machine-cache"),
         **_slow_fetches(tmp_path),
     }
+    # Not tests.clirunner.run_cli: this run's stderr must be a terminal (a pty), which the
+    # one runner's captured pipes are not.
     command = [sys.executable, "-m", "xla_wheels", "sources", "--bundle", "test-1"]
     process = subprocess.run(
         [*command, "--root", str(project)], stderr=terminal, env=env, timeout=120, check=False

@@ -160,12 +160,8 @@ def release(
     """Build syn, start two lanes, publish both bundles to validation, run the gate once."""
     work = tmp_path_factory.mktemp("release")
     syn: Synthetic = make_synthetic(work / "syn")
-    built = subprocess.run(
-        [sys.executable, "-m", "xla_wheels", *cli_args(syn, *HOST)],
-        capture_output=True, text=True, timeout=900,
-        env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(work)},
-    )  # fmt: skip
-    assert built.returncode == 0, built.stderr
+    built = run_cli(*cli_args(syn, *HOST), env={"HOME": str(work)}, timeout=900)
+    assert built.exit_code == 0, built.stderr
     version = _python_version(stock_xla_python_27)
     wheel = _download_stock_wheel(version)
     _add_stock_bundle(syn.root, wheel, version)

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.clirunner import CliResult, run_cli
 from tests.synthetic_upstream import TORCH_C_EXTENSION, Synthetic, cli_args, make_patch
 from tests.synthetic_upstream import make_synthetic as make_synthetic_upstream
 
@@ -112,16 +113,11 @@ def _builder(base: Path, redis: Redis) -> Synthetic:
     return syn
 
 
-def _run(
-    syn: Synthetic, role: str, *extra: str, bundle: str = "syn"
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "xla_wheels", *cli_args(syn, *HOST, *extra, bundle=bundle)],
-        capture_output=True,
-        text=True,
+def _run(syn: Synthetic, role: str, *extra: str, bundle: str = "syn") -> CliResult:
+    return run_cli(
+        *cli_args(syn, *HOST, *extra, bundle=bundle),
         timeout=600,
         env={
-            "PATH": "/usr/local/bin:/usr/bin:/bin",
             "HOME": str(syn.root.parent),
             "XLA_WHEELS_BUILDER_ROLE": role,
             "XLA_WHEELS_CCACHE_REMOTE_PASSWORD": PASSWORD,
@@ -165,7 +161,7 @@ def assert_no_secret(text: str, where: str) -> None:
 def test_second_clean_builder_hits_the_writers_remote_ccache(tmp_path: Path, redis: Redis) -> None:
     writer = _builder(tmp_path / "builder-a", redis)
     first = _run(writer, "writer")
-    assert first.returncode == 0, first.stderr
+    assert first.exit_code == 0, first.stderr
     written = ccache_stats(writer)
     print("writer:", {k: v for k, v in written.items() if k.startswith("remote_storage")})
     assert written["remote_storage_miss"] == 1 and written["remote_storage_write"] >= 1
@@ -175,7 +171,7 @@ def test_second_clean_builder_hits_the_writers_remote_ccache(tmp_path: Path, red
 
     reader = _builder(tmp_path / "builder-b", redis)
     second = _run(reader, "reader")
-    assert second.returncode == 0, second.stderr
+    assert second.exit_code == 0, second.stderr
     stats = ccache_stats(reader)
     print("reader:", {k: v for k, v in stats.items() if k.startswith("remote_storage")})
     # The object came from the remote store: nothing was in this builder's local cache.
@@ -212,7 +208,7 @@ def test_second_clean_builder_hits_the_writers_remote_ccache(tmp_path: Path, red
     )
     reader.write_bundle("variant", torch_patches=("torch/0001-variant.patch",))
     third = _run(reader, "reader", bundle="variant")
-    assert third.returncode == 0, third.stderr
+    assert third.exit_code == 0, third.stderr
     after = ccache_stats(reader)
     print("reader after its miss:", {k: v for k, v in after.items() if k.startswith("remote")})
     print("redis keys after the writer:", keys_after_writer, "now:", redis.key_count())
@@ -223,7 +219,7 @@ def test_second_clean_builder_hits_the_writers_remote_ccache(tmp_path: Path, red
 def test_plan_and_errors_never_show_the_credentials(tmp_path: Path, redis: Redis) -> None:
     syn = _builder(tmp_path, redis)
     plan = _run(syn, "reader", "--dry-run")
-    assert plan.returncode == 0, plan.stderr
+    assert plan.exit_code == 0, plan.stderr
     assert f"CCACHE_REMOTE_STORAGE='redis://<redacted>@127.0.0.1:{redis.port}|read-only'" in (
         plan.stdout
     )
@@ -243,7 +239,7 @@ def test_plan_and_errors_never_show_the_credentials(tmp_path: Path, redis: Redis
     )  # fmt: skip
     syn.write_bundle("broken", torch_patches=("torch/0001-break.patch",))
     failed = _run(syn, "reader", bundle="broken")
-    assert failed.returncode == 1
+    assert failed.exit_code == 1
     assert "synthetic torch failure" in failed.stderr
     assert "redis://<redacted>@" in failed.stderr  # the tail was shown, redacted
     assert_no_secret(failed.stdout + failed.stderr, "a failed build's output")

@@ -9,13 +9,13 @@ The ccache half runs for real in test_remote_cache_ccache.py.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from tests.clirunner import run_cli
 from tests.synthetic_upstream import make_synthetic
 from xla_wheels.builder import recipes
 from xla_wheels.builder.config import BuildConfig
@@ -258,14 +258,13 @@ def test_stage_keys_ignore_the_remote_caches_and_their_credentials(tmp_path: Pat
 
 def test_cli_reports_a_bad_builders_file_with_exit_2(tmp_path: Path) -> None:
     config = write_config(tmp_path, '[bazel]\nremote_cache = "grpc//missing-colon"\n')
-    result = subprocess.run(
-        [sys.executable, "-m", "xla_wheels", "wheels", "--root", str(REPO), "--bundle",
-         "v6e-2.9", "--dry-run", "--engine", "docker"],
-        capture_output=True, text=True, timeout=120,
-        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+    result = run_cli(
+        "wheels", "--bundle", "v6e-2.9", "--dry-run", "--engine", "docker", root=REPO,
+        env={"HOME": str(tmp_path),
              "XLA_WHEELS_BUILDERS_CONFIG": str(config), "XLA_WHEELS_CACHE": str(tmp_path / "c")},
+        timeout=120,
     )  # fmt: skip
-    assert result.returncode == 2, result.stderr
+    assert result.exit_code == 2, result.stderr
     assert f"{config}: key 'bazel.remote_cache'" in result.stderr
     assert "Traceback" not in result.stderr
 
@@ -275,16 +274,15 @@ def test_dry_run_shows_the_exact_flags_for_v6e_2_9(tmp_path: Path) -> None:
     header_file = tmp_path / "headers"
     header_file.write_text(f"Authorization=Bearer {TOKEN}\n")
     header_file.chmod(0o600)
-    result = subprocess.run(
-        [sys.executable, "-m", "xla_wheels", "wheels", "--root", str(REPO), "--bundle",
-         "v6e-2.9", "--dry-run", "--engine", "docker"],
-        capture_output=True, text=True, timeout=120,
-        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+    result = run_cli(
+        "wheels", "--bundle", "v6e-2.9", "--dry-run", "--engine", "docker", root=REPO,
+        timeout=120,
+        env={"HOME": str(tmp_path),
              "XLA_WHEELS_CACHE": str(tmp_path / "c"), "XLA_WHEELS_BUILDERS_CONFIG": str(config),
              "XLA_WHEELS_BAZEL_REMOTE_HEADER_FILE": str(header_file),
              "XLA_WHEELS_CCACHE_REMOTE_PASSWORD": PASSWORD},
     )  # fmt: skip
-    assert result.returncode == 0, result.stderr
+    assert result.exit_code == 0, result.stderr
     plan = result.stdout
     rc = " | ".join(
         [

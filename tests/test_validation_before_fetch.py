@@ -9,13 +9,13 @@ the run, so any network-like access would fail differently.
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.clirunner import CliResult, run_cli
 from tests.gitrepos import git
 from tests.synthetic_upstream import Synthetic, cli_args, make_synthetic
 from tests.test_worktree_and_lock_safety import lock_check, make_mirror
@@ -30,14 +30,14 @@ CLI_SECONDS = 3.0
 def syn(tmp_path: Path) -> Synthetic:
     synthetic = make_synthetic(tmp_path)
     make_mirror(synthetic)
-    assert cli(synthetic, "lock").returncode == 0
+    assert cli(synthetic, "lock").exit_code == 0
     # `lock` held the bundle's run lock (out/syn/.lock); the cases below start from a
     # checkout with no out/ at all, so that any directory a refused run made shows.
     shutil.rmtree(synthetic.root / "out")
     return synthetic
 
 
-def cli(syn: Synthetic, stage: str, *extra: str) -> subprocess.CompletedProcess[str]:
+def cli(syn: Synthetic, stage: str, *extra: str) -> CliResult:
     mirror = ("--mirror", str(syn.root.parent / "mirror"))
     if stage == "wheels":
         args = cli_args(syn, *HOST, *mirror, *extra)
@@ -46,14 +46,7 @@ def cli(syn: Synthetic, stage: str, *extra: str) -> subprocess.CompletedProcess[
             stage, "--bundle", "syn", "--root", str(syn.root), "--cache-dir", str(syn.cache),
             *mirror, *extra,
         ]  # fmt: skip
-    return subprocess.run(
-        [sys.executable, "-m", "xla_wheels", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(syn.root.parent)},
-        check=False,
-    )
+    return run_cli(*args, env={"HOME": str(syn.root.parent)}, timeout=120)
 
 
 def snapshot(root: Path) -> dict[str, tuple[int, int]]:
@@ -72,7 +65,7 @@ def refused(syn: Synthetic, stage: str, code: int, error: str, fix: str) -> str:
     started = time.monotonic()
     result = cli(syn, stage)
     elapsed = time.monotonic() - started
-    assert result.returncode == code, result.stderr
+    assert result.exit_code == code, result.stderr
     assert "Traceback" not in result.stderr
     lines = result.stderr.splitlines()
     error_line = next(line for line in lines if line.startswith("error: "))
@@ -160,7 +153,7 @@ def test_a_corrupt_lock_and_its_fix_that_works(syn: Synthetic, content: bytes, e
     assert "`git checkout -- wheels.lock`" in message
     # The fix as written: move it away, then `make lock BUNDLE=<name>` for each bundle.
     shutil.move(lock, syn.root / "wheels.lock.broken")
-    assert cli(syn, "lock").returncode == 0
+    assert cli(syn, "lock").exit_code == 0
     assert lock.read_bytes() == good
 
 
@@ -171,9 +164,9 @@ def test_git_checkout_restores_a_corrupt_lock(syn: Synthetic) -> None:
     git(syn.root, "commit", "-q", "-m", "lock")
     lock.write_bytes(b"\xff\xfe")
     broken = lock_check(syn)
-    assert broken.returncode == 1 and "git checkout -- wheels.lock" in broken.stderr
+    assert broken.exit_code == 1 and "git checkout -- wheels.lock" in broken.stderr
     git(syn.root, "checkout", "--", "wheels.lock")
-    assert lock_check(syn).returncode == 0, lock_check(syn).stderr
+    assert lock_check(syn).exit_code == 0, lock_check(syn).stderr
 
 
 def test_preflight_asks_a_mirror_directory_for_the_pinned_commit(syn: Synthetic) -> None:

@@ -37,14 +37,10 @@ def build(
     syn: Synthetic, bundle: str = "syn", env: dict[str, str] | None = None, umask: int = 0o022
 ) -> subprocess.CompletedProcess[str]:
     """``python -m xla_wheels wheels`` as a user types it (host mode)."""
-    return subprocess.run(
-        [sys.executable, "-m", "xla_wheels", *cli_args(syn, *HOST, bundle=bundle)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(syn.root.parent), **(env or {})},
-        umask=umask,
-    )
+    return run_cli(
+        *cli_args(syn, *HOST, bundle=bundle),
+        env={"HOME": str(syn.root.parent), **(env or {})}, timeout=600, umask=umask,
+    )  # fmt: skip
 
 
 def shas(syn: Synthetic, bundle: str = "syn") -> dict[str, str]:
@@ -72,9 +68,9 @@ def test_bundles_sharing_inputs_verify_doctor_and_publish_side_by_side(
             "synthetic upstream (test data)", "the same inputs, the next libtpu"
         )
     )
-    assert (first := build(syn)).returncode == 0, first.stderr
+    assert (first := build(syn)).exit_code == 0, first.stderr
     second = build(syn, "syn-next")
-    assert second.returncode == 0, second.stderr
+    assert second.exit_code == 0, second.stderr
     assert "build: torch_xla stage cached" in second.stderr
     assert shas(syn, "syn-next") == shas(syn, "syn")  # one identity: the same bytes
 
@@ -118,14 +114,14 @@ def test_bundles_sharing_inputs_verify_doctor_and_publish_side_by_side(
 
 
 def test_rebuild_after_wiping_the_stage_cache_gives_the_same_bytes(syn: Synthetic) -> None:
-    assert (first := build(syn)).returncode == 0, first.stderr
+    assert (first := build(syn)).exit_code == 0, first.stderr
     before = shas(syn)
     stage_wheels = sorted((syn.cache / "stages").glob("*/*.whl"))
     assert {w.name: file_sha256(w) for w in stage_wheels} == before
     wipe_stage_cache(syn)
     # Another umask and a later clock must not matter either.
     again = build(syn, umask=0o002)
-    assert again.returncode == 0, again.stderr
+    assert again.exit_code == 0, again.stderr
     assert "==> build: torch_xla" in again.stderr  # really rebuilt
     assert {w.name: file_sha256(w) for w in (syn.cache / "stages").glob("*/*.whl")} == before
     assert shas(syn) == before == locked(syn)
@@ -135,7 +131,7 @@ def test_a_different_rebuild_stops_and_keep_recorded_or_a_build_tag_works(
     syn: Synthetic,
     index_server: IndexServer,  # noqa: F811
 ) -> None:
-    assert (first := build(syn, env=NOISY)).returncode == 0, first.stderr
+    assert (first := build(syn, env=NOISY)).exit_code == 0, first.stderr
     recorded = shas(syn)
     lock_before = (syn.root / "wheels.lock").read_bytes()
     published = cli(
@@ -146,7 +142,7 @@ def test_a_different_rebuild_stops_and_keep_recorded_or_a_build_tag_works(
 
     wipe_stage_cache(syn)
     stopped = build(syn, env=NOISY)
-    assert stopped.returncode != 0, stopped.stderr
+    assert stopped.exit_code != 0, stopped.stderr
     (xla_name,) = [name for name in recorded if name.startswith("torch_xla-")]
     rebuilt = file_sha256(next((syn.cache / "stages").glob("torch_xla-*/torch_xla-*.whl")))
     assert rebuilt != recorded[xla_name]
@@ -157,31 +153,31 @@ def test_a_different_rebuild_stops_and_keep_recorded_or_a_build_tag_works(
     assert (syn.root / "wheels.lock").read_bytes() == lock_before
 
     kept = build(syn, env={**NOISY, "XLA_WHEELS_KEEP_RECORDED": "1"})
-    assert kept.returncode == 0, kept.stderr
+    assert kept.exit_code == 0, kept.stderr
     assert shas(syn) == recorded == locked(syn)
     stage_xla = next((syn.cache / "stages").glob("torch_xla-*/torch_xla-*.whl"))
     assert file_sha256(stage_xla) == recorded[xla_name]  # the stage holds the recorded file
 
     wipe_stage_cache(syn)
     tagged = build(syn, env={**NOISY, "XLA_WHEELS_BUILD_TAG": "1"})
-    assert tagged.returncode == 0, tagged.stderr
+    assert tagged.exit_code == 0, tagged.stderr
     now = shas(syn)
     assert now == locked(syn)
     tagged_name = xla_name.replace("-py3-", "-1-py3-")
     assert sorted(now) == sorted([n for n in recorded if n != xla_name] + [tagged_name])
     assert now[tagged_name] != recorded[xla_name]
     again = build(syn, env=NOISY)  # the tagged wheel is now the recorded one: a no-op
-    assert again.returncode == 0, again.stderr
+    assert again.exit_code == 0, again.stderr
     assert shas(syn) == now
     # Wiped once more: an untagged rebuild would shadow the recorded tag-1 file, and
     # BUILD_TAG=1 again would reuse its name; both stop and name the next number.
     wipe_stage_cache(syn)
     untagged = build(syn, env=NOISY)
-    assert untagged.returncode != 0 and "BUILD_TAG=2" in untagged.stderr, untagged.stderr
+    assert untagged.exit_code != 0 and "BUILD_TAG=2" in untagged.stderr, untagged.stderr
     reused = build(syn, env={**NOISY, "XLA_WHEELS_BUILD_TAG": "1"})
-    assert reused.returncode != 0 and "BUILD_TAG=2" in reused.stderr, reused.stderr
+    assert reused.exit_code != 0 and "BUILD_TAG=2" in reused.stderr, reused.stderr
     assert shas(syn) == now == locked(syn)
-    assert build(syn, env={**NOISY, "XLA_WHEELS_KEEP_RECORDED": "1"}).returncode == 0
+    assert build(syn, env={**NOISY, "XLA_WHEELS_KEEP_RECORDED": "1"}).exit_code == 0
     assert shas(syn) == now
 
     # twine uploads the tagged file next to the published one, pip installs it by hash.
@@ -208,7 +204,7 @@ def _mode(path: Path) -> int:
 
 def test_everything_written_for_others_follows_the_umask(syn: Synthetic) -> None:
     result = build(syn, umask=0o022)
-    assert result.returncode == 0, result.stderr
+    assert result.exit_code == 0, result.stderr
     dist = syn.root / "dist" / "syn"
     assert _mode(dist) == 0o755
     for wheel in dist.glob("*.whl"):
@@ -232,7 +228,7 @@ def test_everything_written_for_others_follows_the_umask(syn: Synthetic) -> None
     # A private umask stays private: the pipeline never widens what the user asked for.
     shutil.rmtree(syn.root / "dist")
     private = build(syn, umask=0o077)
-    assert private.returncode == 0, private.stderr
+    assert private.exit_code == 0, private.stderr
     assert _mode(dist) == 0o700
     assert {_mode(w) for w in dist.glob("*.whl")} == {0o600}
 
@@ -302,12 +298,8 @@ def test_a_patched_torch_gives_torch_xla_another_file_name(syn: Synthetic) -> No
     syn.write_bundle("patched-torch", torch_patches=("torch/0001-change.patch",))
 
     def xla_version(bundle: str) -> str:
-        plan = subprocess.run(
-            [sys.executable, "-m", "xla_wheels", *cli_args(syn, *HOST, "--dry-run",
-                                                            bundle=bundle)],
-            capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
-        assert plan.returncode == 0, plan.stderr
+        plan = run_cli(*cli_args(syn, *HOST, "--dry-run", bundle=bundle), timeout=300)
+        assert plan.exit_code == 0, plan.stderr
         found = re.search(r"TORCH_XLA_VERSION=(\S+)", plan.stdout + plan.stderr)
         assert found, plan.stdout
         return found.group(1)

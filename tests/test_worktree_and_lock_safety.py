@@ -7,12 +7,12 @@ synthetic sources (tests/synthetic_upstream.py), so the whole pipeline runs here
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.clirunner import CliResult, run_cli
 from tests.gitrepos import GIT_ENV, git
 from tests.synthetic_upstream import Synthetic, cli_args, make_patch, make_synthetic
 from xla_wheels.sources import remote_path
@@ -38,7 +38,7 @@ def syn(tmp_path: Path) -> Synthetic:
     return synthetic
 
 
-def run(syn: Synthetic, stage: str) -> subprocess.CompletedProcess[str]:
+def run(syn: Synthetic, stage: str) -> CliResult:
     mirror = ("--mirror", str(syn.root.parent / "mirror"))
     if stage == "wheels":
         args = cli_args(syn, *HOST, *mirror)
@@ -47,14 +47,7 @@ def run(syn: Synthetic, stage: str) -> subprocess.CompletedProcess[str]:
             stage, "--bundle", "syn", "--root", str(syn.root), "--cache-dir", str(syn.cache),
             *mirror,
         ]  # fmt: skip
-    return subprocess.run(
-        [sys.executable, "-m", "xla_wheels", *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(syn.root.parent)},
-        check=False,
-    )
+    return run_cli(*args, env={"HOME": str(syn.root.parent)}, timeout=600)
 
 
 def xla_tree(syn: Synthetic) -> Path:
@@ -85,14 +78,14 @@ def commit_on_top(tree: Path) -> str:
 def test_work_in_a_patched_worktree_stops_every_stage_and_is_kept(
     syn: Synthetic, make_work
 ) -> None:
-    assert run(syn, "patch").returncode == 0
+    assert run(syn, "patch").exit_code == 0
     tree = xla_tree(syn)
     named = make_work(tree)
     head = git(tree, "rev-parse", "HEAD")
     status = git(tree, "status", "--porcelain", "--untracked-files=all")
     for stage in ("patch", "sources", "wheels"):
         result = run(syn, stage)
-        assert result.returncode == 4, (stage, result.stderr)
+        assert result.exit_code == 4, (stage, result.stderr)
         assert "Traceback" not in result.stderr
         assert f"error: {tree} holds work the pipeline did not make" in result.stderr
         assert named in result.stderr, stage
@@ -110,7 +103,7 @@ def test_work_in_a_patched_worktree_stops_every_stage_and_is_kept(
 def test_a_worktree_that_is_the_series_is_reused_with_its_ignored_build_outputs(
     syn: Synthetic,
 ) -> None:
-    assert run(syn, "patch").returncode == 0
+    assert run(syn, "patch").exit_code == 0
     tree = xla_tree(syn)
     head = git(tree, "rev-parse", "HEAD")
     # torch's .gitignore has build/: what a build leaves in the tree.
@@ -121,7 +114,7 @@ def test_a_worktree_that_is_the_series_is_reused_with_its_ignored_build_outputs(
     inode = marker.stat().st_ino
     for stage in ("patch", "sources", "patch"):
         result = run(syn, stage)
-        assert result.returncode == 0, (stage, result.stderr)
+        assert result.exit_code == 0, (stage, result.stderr)
         assert "torch_xla: reusing" in result.stderr
     assert git(tree, "rev-parse", "HEAD") == head  # the series head, not re-applied
     assert output.read_bytes() == b"\x7fELF"
@@ -133,7 +126,7 @@ def test_the_computed_series_head_is_the_commit_the_patch_stage_makes(syn: Synth
     from xla_wheels.bundle import load_bundle
     from xla_wheels.worktree_guard import expected_head
 
-    assert run(syn, "patch").returncode == 0
+    assert run(syn, "patch").exit_code == 0
     bundle = load_bundle(syn.root, "syn")
     for name in ("torch_xla", "openxla", "torch"):
         tree = syn.root / "out" / "syn" / "src" / name
@@ -163,39 +156,34 @@ def add_patch_that_does_not_apply(syn: Synthetic) -> None:
     )
 
 
-def lock_check(syn: Synthetic) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "xla_wheels", "lock-check", "--root", str(syn.root)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+def lock_check(syn: Synthetic) -> CliResult:
+    return run_cli("lock-check", root=syn.root, timeout=120)
 
 
 @pytest.mark.parametrize("stage", ["patch", "wheels"])
 def test_a_series_that_does_not_apply_leaves_the_lock_byte_identical(
     syn: Synthetic, stage: str
 ) -> None:
-    assert run(syn, "lock").returncode == 0
+    assert run(syn, "lock").exit_code == 0
     add_patch_that_does_not_apply(syn)
     lock = (syn.root / "wheels.lock").read_bytes()
     drift = lock_check(syn)
-    assert drift.returncode == 1 and "0003-stale.patch is in the series but not in the lock" in (
+    assert drift.exit_code == 1 and "0003-stale.patch is in the series but not in the lock" in (
         drift.stderr
     )
     result = run(syn, stage)
-    assert result.returncode == 1, result.stderr
+    assert result.exit_code == 1, result.stderr
     assert "0003-stale.patch does not apply" in result.stderr
     assert (syn.root / "wheels.lock").read_bytes() == lock
     after = lock_check(syn)
-    assert after.returncode == 1
+    assert after.exit_code == 1
     assert "syn: patches/torch_xla/0003-stale.patch is in the series but not in the lock" in (
         after.stderr
     )
 
 
 def test_a_failed_build_leaves_the_lock_byte_identical(syn: Synthetic) -> None:
-    assert run(syn, "lock").returncode == 0
+    assert run(syn, "lock").exit_code == 0
     make_patch(
         syn.upstream / "xla",
         syn.commits["torch_xla"],
@@ -213,7 +201,7 @@ def test_a_failed_build_leaves_the_lock_byte_identical(syn: Synthetic) -> None:
     )
     lock = (syn.root / "wheels.lock").read_bytes()
     result = run(syn, "wheels")
-    assert result.returncode != 0
+    assert result.exit_code != 0
     assert "build failed" in result.stderr, result.stderr
     assert (syn.root / "wheels.lock").read_bytes() == lock
     assert "0003-break.patch is in the series but not in the lock" in lock_check(syn).stderr
@@ -237,20 +225,20 @@ def test_an_interrupted_run_writes_no_lock(tmp_path: Path) -> None:
 def test_the_builds_own_edits_are_recognised_and_an_edit_on_top_is_not(syn: Synthetic) -> None:
     """The torch_xla build applies its openxla_patches/ to the OpenXLA worktree in place
     and copies itself to <torch>/xla: those are the pipeline's; one more edit is not."""
-    assert run(syn, "wheels").returncode == 0
+    assert run(syn, "wheels").exit_code == 0
     openxla = syn.root / "out" / "syn" / "src" / "openxla"
     core = openxla / "xla" / "core.h"
     built = core.read_text()
     assert "TORCH_XLA_OPENXLA_PATCH" in built  # the build's edit, in place
     core.write_text(built + "// my experiment\n")
     result = run(syn, "patch")
-    assert result.returncode == 4, result.stderr
+    assert result.exit_code == 4, result.stderr
     assert f"error: {openxla} holds work the pipeline did not make" in result.stderr
     assert " M xla/core.h" in result.stderr
     assert core.read_text() == built + "// my experiment\n"
     core.write_text(built)  # back to exactly what the build made
     result = run(syn, "patch")
-    assert result.returncode == 0, result.stderr
+    assert result.exit_code == 0, result.stderr
     assert "TORCH_XLA_OPENXLA_PATCH" not in core.read_text()  # recreated for the next build
     assert "torch: reusing" in result.stderr  # <torch>/xla and setup.py outputs are not work
 
@@ -258,7 +246,7 @@ def test_the_builds_own_edits_are_recognised_and_an_edit_on_top_is_not(syn: Synt
 def test_a_recreation_that_would_delete_ignored_files_stops_and_lists_them(
     syn: Synthetic,
 ) -> None:
-    assert run(syn, "patch").returncode == 0
+    assert run(syn, "patch").exit_code == 0
     tree = xla_tree(syn)
     # An ignored file (here by the repository's info/exclude) in a worktree that must be
     # recreated because the series changed: recreating would delete it.
@@ -268,12 +256,12 @@ def test_a_recreation_that_would_delete_ignored_files_stops_and_lists_them(
     (tree / "kernel.o").write_bytes(b"\x7fELF")
     syn.write_bundle(xla_patches=("torch_xla/0001-load-cache.patch",))
     result = run(syn, "patch")
-    assert result.returncode == 4, result.stderr
+    assert result.exit_code == 4, result.stderr
     assert "would delete files git ignores" in result.stderr
     assert "    kernel.o" in result.stderr
     assert f"git -C {tree} clean -ndX" in result.stderr
     assert (tree / "kernel.o").read_bytes() == b"\x7fELF"
     (tree / "kernel.o").unlink()
     result = run(syn, "patch")
-    assert result.returncode == 0, result.stderr
+    assert result.exit_code == 0, result.stderr
     assert len(git(tree, "rev-list", f"{syn.commits['torch_xla']}..HEAD").split()) == 1
