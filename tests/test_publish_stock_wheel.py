@@ -8,53 +8,24 @@ borrows torch from it while torch_xla itself comes from the fresh venv.
 
 from __future__ import annotations
 
-import fcntl
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from tests.clirunner import run_cli
-from tests.publish_support import make_publish_project, start_pypiserver, stop
+from tests.publish_support import (
+    cached_stock_wheel,
+    make_publish_project,
+    start_pypiserver,
+    stop,
+)
 from xla_wheels.options import machine_cache
 
 STOCK = "2.9.0"
 BUNDLE = "stock-2.9"
-DOWNLOAD_TIMEOUT_S = 1800
-
-
-def cached_stock_wheel() -> Path:
-    """torch_xla 2.9.0 for this interpreter, downloaded once (atomically, under a lock)."""
-    cache = (
-        machine_cache(os.environ)
-        / "wheels"
-        / f"torch_xla-{STOCK}-py{sys.version_info[0]}{sys.version_info[1]}"
-    )
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    with open(f"{cache}.lock", "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        found = sorted(cache.glob("torch_xla-*.whl")) if cache.is_dir() else []
-        if found:
-            return found[0]
-        staging = Path(tempfile.mkdtemp(prefix=f".{cache.name}.", dir=cache.parent))
-        try:
-            subprocess.run(
-                [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                 "--disable-pip-version-check", "-d", str(staging), f"torch_xla=={STOCK}"],
-                check=True, capture_output=True, timeout=DOWNLOAD_TIMEOUT_S,
-            )  # fmt: skip
-            if cache.exists():
-                shutil.rmtree(cache)
-            staging.rename(cache)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-        (wheel,) = cache.glob("torch_xla-*.whl")
-        return wheel
 
 
 def _stock_env_python() -> Path | None:
@@ -70,7 +41,7 @@ def _stock_env_python() -> Path | None:
 @pytest.mark.slow
 def test_stock_torch_xla_publishes_and_installs_by_hash(tmp_path: Path) -> None:
     try:
-        wheel = cached_stock_wheel()
+        wheel = cached_stock_wheel(STOCK, f"{sys.version_info[0]}.{sys.version_info[1]}")
     except subprocess.CalledProcessError as error:
         pytest.fail(f"cannot download torch_xla {STOCK}: {error.stderr.decode()[-800:]}")
     assert wheel.stat().st_size > 50_000_000  # the real package, not a stand-in

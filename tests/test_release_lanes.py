@@ -18,13 +18,10 @@ would be uploaded and promoted twice per run): the bundle's locked wheels are to
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import json
-import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,6 +35,7 @@ from tests.publish_support import (
     BUNDLE,
     FakeWheels,
     IndexServer,
+    cached_stock_wheel,
     fake_wheels,  # noqa: F401 - fixture
     make_publish_project,
     start_pypiserver,
@@ -46,7 +44,6 @@ from tests.publish_support import (
 from tests.synthetic_upstream import Synthetic, cli_args, make_synthetic
 from xla_wheels.bundle import load_bundle
 from xla_wheels.lockfile import WheelRecord, file_sha256, record_wheels, update_bundle_entry
-from xla_wheels.options import machine_cache
 from xla_wheels.publish.index import Credentials, project_files
 from xla_wheels.release import lanes, policy, receipts
 
@@ -56,32 +53,6 @@ STOCK = "2.7.0"
 STOCK_BUNDLE = "stock-2.7"
 HOST = ("--mode", "host", "--host-python", sys.executable)
 NO_CREDENTIALS = Credentials(None, None, "none")
-
-
-def _download_stock_wheel(python_version: str) -> Path:
-    """torch_xla 2.7.0 for the stock env's Python, downloaded once per machine, atomically."""
-    cache = machine_cache(os.environ) / "wheels" / f"torch_xla-{STOCK}-py{python_version}"
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    with open(f"{cache}.lock", "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        found = sorted(cache.glob("torch_xla-*.whl")) if cache.is_dir() else []
-        if found:
-            return found[0]
-        staging = Path(tempfile.mkdtemp(prefix=f".{cache.name}.", dir=cache.parent))
-        try:
-            subprocess.run(
-                [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                 "--disable-pip-version-check", "--python-version", python_version,
-                 "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux2014_x86_64",
-                 "--implementation", "cp", "-d", str(staging), f"torch_xla=={STOCK}"],
-                check=True, capture_output=True, timeout=1800,
-            )  # fmt: skip
-            staging.rename(cache)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-        (wheel,) = cache.glob("torch_xla-*.whl")
-        return wheel
 
 
 def _python_version(python: Path) -> str:
@@ -163,7 +134,7 @@ def release(
     built = run_cli(*cli_args(syn, *HOST), env={"HOME": str(work)}, timeout=900)
     assert built.exit_code == 0, built.stderr
     version = _python_version(stock_xla_python_27)
-    wheel = _download_stock_wheel(version)
+    wheel = cached_stock_wheel(STOCK, version)
     _add_stock_bundle(syn.root, wheel, version)
     servers = [start_pypiserver(work / name, "update") for name in ("validation", "preferred")]
     try:
