@@ -133,7 +133,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     # The host's own environment is what doctor judges (PJRT_DEVICE, XLA_* runtime flags,
     # TPU_WORKER_ID): it is the subject of the check, not a setting of this program.
     report = doctor.run_doctor(bundle, python, entry, os.environ, role, args.cache_path)
-    release_cli.add_lane_findings(report, options.root, python, args.lane, bundle.name)
+    release_cli.add_lane_findings(report, options.root, args.lane, bundle.name)
     print(report.render())
     doctor.ensure_healthy(report)
     return 0

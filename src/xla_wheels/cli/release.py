@@ -11,7 +11,7 @@ import argparse
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xla_wheels import log
 from xla_wheels.bundle import load_bundle
@@ -23,11 +23,14 @@ from xla_wheels.layout import BundleLayout
 from xla_wheels.lockfile import BundleEntry, WheelRecord, read_lock
 from xla_wheels.options import Settings, machine_cache, pipeline_options
 from xla_wheels.publish import requirements
-from xla_wheels.publish.host_probe import HostFacts, probe
+from xla_wheels.publish.host_probe import HostFacts
 from xla_wheels.publish.index import WheelName, credentials_for, normalize
 from xla_wheels.publish.wheels import LocalWheel, locked_records, locked_wheels
 from xla_wheels.release import compare as compare_mod
 from xla_wheels.release import installed, lanes, promote, pylock, receipts
+
+if TYPE_CHECKING:  # doctor reads ELF files (pyelftools): not loaded for a gate receipt
+    from xla_wheels.publish.doctor import DoctorReport
 
 PUBLIC_INDEX = "https://pypi.org/simple/"
 
@@ -344,15 +347,13 @@ def host_bundle(root: Path, facts: HostFacts, named: str | None = None) -> tuple
 
 
 def add_lane_findings(
-    report: Any, root: Path, python: str, lane: str | None, bundle_name: str | None = None
+    report: DoctorReport, root: Path, lane: str | None, bundle_name: str | None = None
 ) -> None:
-    """``make doctor``: which bundle and lane this host runs (adds findings to the report)."""
-    from xla_wheels.publish import doctor
-
-    if not (root / lanes.LANES_CONFIG).exists():
+    """``make doctor``: which bundle and lane this host runs (adds findings to the report),
+    from the host facts doctor's own probe read."""
+    if not (root / lanes.LANES_CONFIG).exists() or report.host is None:
         return  # a checkout without lanes: nothing to say about them
-    facts = probe(python, doctor.PACKAGES, fix="pass PYTHON=<the training environment's python>")
-    bundle, how = host_bundle(root, facts, bundle_name)
+    bundle, how = host_bundle(root, report.host, bundle_name)
     for status, detail, fix in lane_status(root, bundle, lane):
         report.add(status, "lane", detail + (f" (known from the {how})" if how else ""), fix)
 

@@ -70,6 +70,8 @@ class DoctorReport:
     bundle: str
     python: str
     findings: list[Finding] = field(default_factory=list)
+    host: HostFacts | None = None
+    """What the host probe read (versions, provenance), for findings added after the run."""
 
     def add(self, status: str, check: str, detail: str, fix: str = "") -> None:
         self.findings.append(Finding(status, check, detail, fix))
@@ -437,6 +439,7 @@ def run_doctor(
     # The environment first: it must be right before anything imports torch_xla.
     check_environment(report, env, role)
     facts = probe(python, PACKAGES, fix="pass PYTHON=<the training environment's python>")
+    report.host = facts
     check_versions(report, bundle, facts, lock_entry)
     check_abi(report, python)
     check_cache_contract(report, bundle, facts, env, role, cache_path)
