@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import stat
 import subprocess
 import sys
 import tomllib
@@ -487,12 +488,16 @@ def test_static_lanes_publish_promote_and_install_by_hash(
     assert dry.exit_code == 0 and "would copy" in dry.stdout, dry.output
     assert not (project / "dist" / "lanes").exists() and not (project / "lanes.lock").exists()
     assert (
-        run_cli("publish-lane", "--bundle", BUNDLE, root=project, inherit_env=True).exit_code == 0
+        run_cli(
+            "publish-lane", "--bundle", BUNDLE, root=project, inherit_env=True, umask=0o022
+        ).exit_code
+        == 0
     )
     # A lane without a policy takes a bundle without a receipt, and says so.
     promoted = run_cli(
-        "promote", "--bundle", BUNDLE, "--lane", "staging", root=project, inherit_env=True
-    )
+        "promote", "--bundle", BUNDLE, "--lane", "staging", root=project, inherit_env=True,
+        umask=0o022,
+    )  # fmt: skip
     assert promoted.exit_code == 0, promoted.output
     assert "lane staging has no policy: promoting without a receipt" in promoted.stdout
     staging = project / "dist" / "lanes" / "staging"
@@ -501,8 +506,20 @@ def test_static_lanes_publish_promote_and_install_by_hash(
     state = lanes.read_state(project)
     assert state["staging"].bundle == BUNDLE and state["staging"].receipt is None
     # The lane's static index serves the files by hash: pip installs from it.
-    made = run_cli("lane-requirements", "--lane", "staging", root=project, inherit_env=True)
+    made = run_cli(
+        "lane-requirements", "--lane", "staging", root=project, inherit_env=True, umask=0o022
+    )
     assert made.exit_code == 0, made.output
+    # What a lane holds is for others to read (a web server running as another user): the
+    # modes a plain open() gives under umask 022, as for dist/ (README "Build stage").
+    for readable in (
+        staging / fake_wheels.torch.name,
+        staging / fake_wheels.torch_xla.name,
+        staging / "requirements.txt",
+        staging / "pylock.toml",
+        project / "lanes.lock",
+    ):
+        assert stat.S_IMODE(readable.stat().st_mode) == 0o644, readable
     host = _venv(tmp_path / "host")
     installed = _pip_install(
         host, "--require-hashes", "--index-url", (staging / "simple").as_uri() + "/",

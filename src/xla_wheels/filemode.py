@@ -7,13 +7,22 @@ directory is renamed into a place others read (a wheel in ``dist/``, the static 
 it, or a static web server running as another user answers 404. So: chmod to
 ``0o666 & ~umask`` (files) or ``0o777 & ~umask`` (directories) before the rename.
 
+:func:`write_by_rename` and :func:`copy_by_rename` are the one way the pipeline replaces a
+file others read: a temporary file in the same directory (so the rename is atomic and a
+crash never leaves half a file), given that mode, then renamed into place.
+
 This module imports only the standard library (it runs inside the builder image).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 
 def current_umask() -> int:
@@ -41,3 +50,31 @@ def dir_mode() -> int:
 def as_if_created(path: Path) -> None:
     """Give ``path`` the mode a plain ``open()`` or ``mkdir()`` would have given it."""
     path.chmod(dir_mode() if path.is_dir() else file_mode())
+
+
+@contextlib.contextmanager
+def _replacing(path: Path) -> Iterator[IO[bytes]]:
+    """A temporary file beside ``path``; renamed onto it, with the umask's mode, if the
+    block succeeds, removed if it fails."""
+    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", delete=False) as out:
+        temporary = Path(out.name)
+        try:
+            yield out
+        except BaseException:
+            out.close()
+            temporary.unlink(missing_ok=True)
+            raise
+    as_if_created(temporary)  # NamedTemporaryFile made it 0600
+    os.replace(temporary, path)
+
+
+def write_by_rename(path: Path, content: bytes | str) -> None:
+    """Replace ``path`` with ``content`` (text as UTF-8) atomically, readable as if created."""
+    with _replacing(path) as out:
+        out.write(content.encode("utf-8") if isinstance(content, str) else content)
+
+
+def copy_by_rename(source: Path, path: Path) -> None:
+    """Replace ``path`` with a copy of ``source`` atomically, readable as if created."""
+    with _replacing(path) as out, source.open("rb") as data:
+        shutil.copyfileobj(data, out)

@@ -18,8 +18,6 @@ resolved public wheels). A pipeline run holds its writes back until it has succe
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 import tomllib
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -405,12 +403,7 @@ def write_lock(path: Path, lock: Lock) -> None:
     if pending is not None:
         pending[path.resolve()] = lock
         return
-    with tempfile.NamedTemporaryFile(
-        "w", encoding="utf-8", dir=path.parent, prefix=".wheels.lock.", delete=False
-    ) as handle:
-        handle.write(render_lock(lock))
-    filemode.as_if_created(Path(handle.name))  # NamedTemporaryFile made it 0600
-    os.replace(handle.name, path)
+    filemode.write_by_rename(path, render_lock(lock))
 
 
 def inputs_entry(bundle: Bundle, resolved: Mapping[str, str | None], root: Path) -> BundleEntry:

@@ -111,13 +111,8 @@ def _rebase_path(worktree: Path) -> Path:
 
 
 def _write_by_rename(path: Path, data: bytes) -> None:
-    with tempfile.NamedTemporaryFile(
-        dir=path.parent, prefix=f".{path.name}.", delete=False
-    ) as handle:
-        handle.write(data)
-    # NamedTemporaryFile is 0600; a patch file is read by others like any source file.
-    filemode.as_if_created(Path(handle.name))
-    os.replace(handle.name, path)
+    # A patch file is read by others like any source file: the umask's mode.
+    filemode.write_by_rename(path, data)
 
 
 def _require_series(worktree: Path, bundle: Bundle, component: str) -> AppliedSeries:

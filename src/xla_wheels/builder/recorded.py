@@ -22,9 +22,6 @@ build tag is not higher than every recorded one.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,17 +106,9 @@ def put_in_stage(stage: Path, source: Path, old: Path) -> Path:
     """Make ``source`` the stage's wheel (copy + rename, then its stage.json), drop ``old``."""
     target = stage / source.name
     if source.resolve() != target.resolve():
-        handle, tmp = tempfile.mkstemp(dir=stage, prefix=f".{source.name}.")
-        os.close(handle)
-        shutil.copyfile(source, tmp)
-        filemode.as_if_created(Path(tmp))
-        os.replace(tmp, target)
+        filemode.copy_by_rename(source, target)
     record = {"wheel": target.name, "sha256": file_sha256(target)}
-    handle, tmp = tempfile.mkstemp(dir=stage, prefix=f".{STAGE_RECORD}.")
-    with os.fdopen(handle, "w", encoding="utf-8") as out:
-        out.write(json.dumps(record, indent=2) + "\n")
-    filemode.as_if_created(Path(tmp))
-    os.replace(tmp, stage / STAGE_RECORD)
+    filemode.write_by_rename(stage / STAGE_RECORD, json.dumps(record, indent=2) + "\n")
     if old.name != target.name:
         old.unlink(missing_ok=True)
     return target

@@ -28,15 +28,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 import subprocess
-import tempfile
 import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from xla_wheels import filemode
 from xla_wheels.lockfile import WheelRecord, file_sha256
 from xla_wheels.publish.index import WheelName, normalize
 
@@ -163,11 +162,7 @@ def wheel_content(path: Path, cache_dir: Path | None = None) -> dict[str, str]:
             content[target] = _b64(hasher.digest())
     if cache_file is not None:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(
-            "w", dir=cache_file.parent, prefix=".content.", delete=False
-        ) as out:
-            json.dump(content, out, sort_keys=True)
-        os.replace(out.name, cache_file)
+        filemode.write_by_rename(cache_file, json.dumps(content, sort_keys=True))
     return content
 
 

@@ -25,14 +25,13 @@ each lane's current bundle, its wheels and the receipt that let it in.
 
 from __future__ import annotations
 
-import os
-import tempfile
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from xla_wheels import filemode
 from xla_wheels.errors import PipelineError, UsageError
 
 LANES_CONFIG = Path("build") / "lanes.toml"
@@ -222,7 +221,5 @@ def write_state(root: Path, lane: str, state: LaneState) -> Path:
         + tomli_w.dumps({"lanes-lock-version": LANES_LOCK_VERSION, "lanes": lanes})
     )
     path = root / LANES_LOCK
-    with tempfile.NamedTemporaryFile("w", dir=root, prefix=".lanes.lock.", delete=False) as handle:
-        handle.write(text)
-    os.replace(handle.name, path)
+    filemode.write_by_rename(path, text)
     return path

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from xla_wheels import log
+from xla_wheels import filemode, log
 from xla_wheels.errors import PipelineError
 from xla_wheels.lockfile import WheelRecord, file_sha256
 from xla_wheels.publish.errors import HashMismatch, PublishError
@@ -74,12 +74,8 @@ def put_into_lane(lane: Lane, wheels: Sequence[LocalWheel]) -> list[LaneOutcome]
                 )
             outcomes.append(LaneOutcome(wheel.record.name, wheel.sha256, "skipped"))
             continue
-        with (
-            tempfile.NamedTemporaryFile(dir=lane.path, prefix=".incoming.", delete=False) as tmp,
-            wheel.path.open("rb") as source,
-        ):
-            shutil.copyfileobj(source, tmp)
-        Path(tmp.name).replace(target)
+        # A lane is read by others (a web server running as another user): the umask's mode.
+        filemode.copy_by_rename(wheel.path, target)
         outcomes.append(LaneOutcome(wheel.record.name, wheel.sha256, "copied"))
     everything = [
         LocalWheel(

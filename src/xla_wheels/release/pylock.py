@@ -8,14 +8,13 @@ pip calls the support experimental) or ``uv pip install -r pylock.toml``.
 
 from __future__ import annotations
 
-import os
-import tempfile
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from xla_wheels import filemode
 from xla_wheels.publish.errors import PublishError
 from xla_wheels.publish.index import Credentials, IndexFile, WheelName, project_files
 
@@ -87,7 +86,5 @@ def render_pylock(
 
 def write_pylock(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=".pylock.", delete=False) as tmp:
-        tmp.write(text)
-    os.replace(tmp.name, path)
+    filemode.write_by_rename(path, text)
     return path

@@ -31,16 +31,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import socket
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from xla_wheels import filemode
 from xla_wheels.errors import PipelineError
 from xla_wheels.gate.result import CheckResult
 from xla_wheels.gate.target import Target
@@ -261,11 +260,7 @@ def write_receipt(path: Path, receipt: Receipt, *, replace: bool = False) -> Pat
     while candidate.exists() and not replace:
         n += 1
         candidate = path.with_name(f"{path.stem}-{n}{path.suffix}")
-    with tempfile.NamedTemporaryFile(
-        "w", dir=path.parent, prefix=".receipt.", suffix=".tmp", delete=False
-    ) as handle:
-        handle.write(render(receipt))
-    os.replace(handle.name, candidate)
+    filemode.write_by_rename(candidate, render(receipt))
     return candidate
 
 
