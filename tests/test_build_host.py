@@ -280,6 +280,8 @@ def test_dry_run_shows_the_builder_commands_for_v6e_2_9() -> None:
         "setup.py bdist_wheel",
         "TORCH_XLA_VERSION=2.9.0+gitc04e61c.p",
         "GIT_VERSIONED_XLA_BUILD=0",
+        # The OpenXLA that --override_repository builds, named in torch_xla's cache key.
+        "TORCH_XLA_OPENXLA_REVISION=9a9aa0e11e4fcda8d6a9c3267dca6776ddbdb0ca",
         "--override_repository=xla=",
         "BAZEL_DISK_CACHE_PATH=",
         "-m xla_wheels gate --python",

@@ -67,7 +67,8 @@ def spec_with(remote: RemoteCache) -> BuildSpec:
     return BuildSpec(
         bundle="b", python="python3", torch_src=str(base / "src/torch"),
         torch_xla_worktree=str(base / "src/torch_xla"), torch_xla_tree=str(base / "src/torch/xla"),
-        openxla_src=str(base / "src/openxla"), buildenv=str(base / "buildenv"),
+        openxla_src=str(base / "src/openxla"), openxla_revision="0" * 40,
+        buildenv=str(base / "buildenv"),
         logs=str(base / "logs"), torch_version="2.9.0a0", torch_xla_version="2.9.0",
         torch_stage="/c/stages/torch-x", torch_xla_stage="/c/stages/torch_xla-x", jobs=2,
         knobs={"bundle_libtpu": False, "tpuvm_mode": True, "build_cpp_tests": False, "cxx_abi": 1},

@@ -281,7 +281,7 @@ def test_no_whitespace_damage(name: str) -> None:
 
 
 def test_0001_deserialize_computation_loads_through_load_serialized_executable() -> None:
-    diff = load(SERIES[0]).file("torch_xla/csrc/runtime/pjrt_computation_client.cpp")
+    diff = load(SERIES[0]).file(CLIENT_CPP)
     function: list[tuple[str, bool]] = []
     for hunk in diff.hunks:
         function = function_body(
@@ -293,9 +293,12 @@ def test_0001_deserialize_computation_loads_through_load_serialized_executable()
     new_calls = calls_in(function, "LoadSerializedExecutable")
     assert new_calls, "DeserializeComputation does not call LoadSerializedExecutable"
     assert all(function[i][1] for i in new_calls), "the call must be an added line"
-    # The two-step path may remain, but only after (as a fallback to) the new call.
+    # The two-step path may remain, but only after (as a fallback to) the new call ...
     fallback = calls_in(function, "DeserializeExecutable")
-    assert all(i > min(new_calls) for i in fallback)
+    assert fallback and all(i > min(new_calls) for i in fallback)
+    # ... taken on any refusal of the one-step path, not only on UNIMPLEMENTED (the
+    # StreamExecutor client answers InvalidArgument without CompileOptions).
+    assert not calls_in(function, "IsUnimplemented")
     # The unchecked Load(...).value() that threw out of the cache is gone.
     assert not any(".value();" in text and "Load(" in text for text, _ in function)
 
@@ -335,16 +338,70 @@ def test_0003_hash_comp_env_hashes_platform_version_before_the_topology_branch()
     assert function[version][1], "the platform_version hashing must be an added line"
 
 
-def test_0003_hash_compilation_env_covers_the_custom_options_sorted() -> None:
-    function = _patched_function(
+def test_0003_the_topology_branch_no_longer_returns_before_the_devices() -> None:
+    function = _patched_function(SERIES[2], CLIENT_CPP, "torch::lazy::hash_t hash_comp_env(")
+    returns = [i for i, (text, _) in enumerate(function) if text.strip().startswith("return")]
+    devices = first_line(function, "ordered_devices.size()")
+    process = first_line(function, "process_index()")
+    assert devices is not None and process is not None
+    assert len(returns) == 1 and returns[0] > process, "a return skips the devices"
+
+
+def test_0003_custom_options_are_hashed_once_in_the_setter_under_a_lock() -> None:
+    key = _patched_function(
         SERIES[2], CLIENT_CPP, "torch::lazy::hash_t PjRtComputationClient::HashCompilationEnv("
     )
-    body = "\n".join(text for text, _ in function)
-    assert "return comp_env_hash_;" not in body, "the key is still the creation-time hash"
-    assert re.search(r"std::map<std::string, std::string> \w+\(\s*custom_compile_options_", body)
-    assert "StringHash(name.c_str())" in body and "StringHash(value.c_str())" in body
-    added = load(SERIES[2]).file("torch_xla/csrc/runtime/env_hash.cpp").added()
-    assert any('"ENABLE_COLLECTIVE_MATMUL_IN_MP"' in line for line in added)
+    key_body = "\n".join(text for text, _ in key)
+    assert "custom_compile_options_)" not in key_body, "the key copies the map at each sync"
+    assert "std::lock_guard<std::mutex> lock(custom_compile_options_mutex_);" in key_body
+    assert "custom_compile_options_hash_" in key_body
+    assert "hash::HashPerCompileEnvVars()" in key_body
+    setter = _patched_function(
+        SERIES[2], CLIENT_CPP, "void PjRtComputationClient::SetCustomCompileOptions("
+    )
+    locked = first_line(setter, "lock_guard<std::mutex> lock(custom_compile_options_mutex_)")
+    stored = first_line(setter, "custom_compile_options_hash_ = hash;")
+    assert locked is not None and stored is not None and locked < stored
+
+
+def test_0003_compile_reads_the_switches_the_key_hashes() -> None:
+    added = "\n".join(load(SERIES[2]).file(CLIENT_CPP).added())
+    removed = "\n".join(load(SERIES[2]).file(CLIENT_CPP).removed())
+    # Compile() reads ENABLE_COLLECTIVE_MATMUL_IN_MP, XLA_STABLEHLO_COMPILE and
+    # CONVERT_SHLO_TO_SHARDY through env_hash, which the key hashes ...
+    for reader in (
+        "hash::CollectiveMatmulInMpEnabled()",
+        "hash::StableHloCompileEnabled()",
+        "hash::ConvertShloToShardyEnabled()",
+    ):
+        assert reader in added, reader
+    for variable in (
+        "ENABLE_COLLECTIVE_MATMUL_IN_MP",
+        "XLA_STABLEHLO_COMPILE",
+        "CONVERT_SHLO_TO_SHARDY",
+    ):
+        assert f'GetEnvBool("{variable}"' in removed, variable
+        assert f'GetEnvBool("{variable}"' not in added, variable
+    # ... and copies the custom options under the lock the setter holds.
+    assert "custom_compile_options = custom_compile_options_;" in added
+    env_hash = "\n".join(load(SERIES[2]).file("torch_xla/csrc/runtime/env_hash.cpp").added())
+    for variable in (
+        "ENABLE_COLLECTIVE_MATMUL_IN_MP",
+        "XLA_STABLEHLO_COMPILE",
+        "CONVERT_SHLO_TO_SHARDY",
+        "XLA_AUTO_SPMD",
+        "XLA_AUTO_SPMD_MESH",
+    ):
+        assert f'"{variable}"' in env_hash, variable
+
+
+def test_0003_the_key_names_the_openxla_revision() -> None:
+    patch = load(SERIES[2])
+    executor = "\n".join(patch.file("torch_xla/csrc/xla_graph_executor.cpp").added())
+    assert "torch::lazy::StringHash(OPENXLA_GITREV)" in executor
+    assert "extern const char OPENXLA_GITREV[];" in patch.file("torch_xla/csrc/version.h").added()
+    setup = "\n".join(patch.file("setup.py").added())
+    assert "TORCH_XLA_OPENXLA_REVISION" in setup and "const char OPENXLA_GITREV[]" in setup
 
 
 def test_0004_add_writes_through_a_renamed_temporary_file() -> None:

@@ -1,25 +1,34 @@
 // Behaviour check of the compilation-environment hash that keys torch_xla's
-// persistent cache (patch 0003), built by tests/test_torch_xla_patches.py from
-// a patched pytorch/xla checkout:
-//   - hash_comp_env and PjRtComputationClient::HashCompilationEnv are copied
-//     verbatim, at test time, out of the patched pjrt_computation_client.cpp
-//     into hash_comp_env.inc and hash_compilation_env.inc, and that file's
+// persistent cache (patch 0003), built from a pytorch/xla tree:
+//   - hash_comp_env, PjRtComputationClient::HashCompilationEnv and
+//     SetCustomCompileOptions are copied verbatim, at check time, out of the
+//     tree's pjrt_computation_client.cpp into .inc files, and that file's
 //     standard-library #include lines into std_includes.inc (so a missing
 //     include in the patch fails here too);
-//   - env_hash.cpp and sys_util.cpp are compiled as they are in the checkout;
+//   - the data members those functions use are copied verbatim out of the
+//     tree's pjrt_computation_client.h (client_members.inc): a member the
+//     header lacks is left out and the compile names it;
+//   - env_hash.cpp and sys_util.cpp are compiled as they are in the tree;
 //   - torch::lazy hashing is the real one (torch headers and libtorch_cpu);
-//   - the PJRT client is a stand-in (stand_ins/pjrt_stand_ins.h).
+//   - the PJRT client, devices and topology are stand-ins
+//     (stand_ins/pjrt_stand_ins.h).
 //
 // Each check prints "PASS <name>" or "FAIL <name>: <why>"; the exit status is
-// the number of failures.
+// the number of failures. Run with --print-env-hash it prints the environment
+// hash of a fixed client instead: the check that needs a fresh process (a
+// setting read once per process) runs itself that way.
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
+
+#include <unistd.h>
 
 #include <torch/csrc/lazy/core/hash.h>
 
@@ -34,15 +43,17 @@ namespace {
 #include "hash_comp_env.inc"
 }  // namespace
 
-// Only the members HashCompilationEnv reads, with their types at c04e61c.
+// The members come from the tree's header; the functions from its source.
 class PjRtComputationClient {
  public:
   torch::lazy::hash_t HashCompilationEnv();
-  torch::lazy::hash_t comp_env_hash_;
-  std::unordered_map<std::string, std::string> custom_compile_options_;
+  void SetCustomCompileOptions(
+      const std::unordered_map<std::string, std::string>& options);
+#include "client_members.inc"
 };
 
 #include "hash_compilation_env.inc"
+#include "set_custom_compile_options.inc"
 
 }  // namespace runtime
 }  // namespace torch_xla
@@ -67,7 +78,18 @@ class FakeTopology : public xla::PjRtTopologyDescription {
 
 class FakeDevice : public xla::PjRtDevice {
  public:
-  absl::string_view ToString() const override { return "TPU_0"; }
+  FakeDevice(int id, int process_index)
+      : id_(id),
+        process_index_(process_index),
+        name_("TPU_" + std::to_string(id)) {}
+  int id() const override { return id_; }
+  int process_index() const override { return process_index_; }
+  absl::string_view ToString() const override { return name_; }
+
+ private:
+  int id_;
+  int process_index_;
+  std::string name_;
 };
 
 class FakeClient : public xla::PjRtClient {
@@ -88,18 +110,24 @@ class FakeClient : public xla::PjRtClient {
   FakeTopology topology_;
 };
 
-torch::lazy::hash_t EnvHash(const std::string& version, bool has_topology) {
+// (device id, process index) in the client's order.
+using Layout = std::vector<std::pair<int, int>>;
+
+torch::lazy::hash_t EnvHash(const std::string& version, bool has_topology,
+                            const Layout& layout = {{0, 0}}) {
   FakeClient client(version, has_topology);
-  FakeDevice device;
-  std::vector<xla::PjRtDevice*> devices = {&device};
-  return hash_comp_env(&client, devices);
+  std::vector<FakeDevice> devices;
+  for (const auto& [id, process] : layout) devices.emplace_back(id, process);
+  std::vector<xla::PjRtDevice*> ordered;
+  for (auto& device : devices) ordered.push_back(&device);
+  return hash_comp_env(&client, ordered);
 }
 
 torch::lazy::hash_t KeyWith(
     const std::unordered_map<std::string, std::string>& options) {
   PjRtComputationClient client;
   client.comp_env_hash_ = EnvHash("libtpu 0.0.36", true);
-  client.custom_compile_options_ = options;
+  client.SetCustomCompileOptions(options);
   return client.HashCompilationEnv();
 }
 
@@ -109,6 +137,26 @@ std::string PlatformVersionInBothBranches() {
         EnvHash("libtpu 0.0.37", has_topology)) {
       return std::string("two libtpu versions give one key when the client ") +
              (has_topology ? "has" : "has no") + " topology description";
+    }
+  }
+  return "";
+}
+
+std::string DevicesInBothBranches() {
+  for (bool has_topology : {true, false}) {
+    std::string branch =
+        has_topology ? " with a topology description" : " without topology";
+    if (EnvHash("v", has_topology, {{0, 0}}) ==
+        EnvHash("v", has_topology, {{0, 0}, {1, 0}})) {
+      return "one device and two devices give one key" + branch;
+    }
+    if (EnvHash("v", has_topology, {{0, 0}, {1, 0}}) ==
+        EnvHash("v", has_topology, {{1, 0}, {0, 0}})) {
+      return "the order of the device ids is not in the key" + branch;
+    }
+    if (EnvHash("v", has_topology, {{0, 0}, {1, 0}}) ==
+        EnvHash("v", has_topology, {{0, 0}, {1, 1}})) {
+      return "one process and two processes give one key" + branch;
     }
   }
   return "";
@@ -124,6 +172,13 @@ std::string CustomOptionsChangeTheKey() {
   }
   if (KeyWith({{"a", "bc"}}) == KeyWith({{"ab", "c"}})) {
     return "name/value boundaries are not part of the key";
+  }
+  PjRtComputationClient client;
+  client.comp_env_hash_ = EnvHash("libtpu 0.0.36", true);
+  client.SetCustomCompileOptions({{"xla_tpu_enable_foo", "true"}});
+  client.SetCustomCompileOptions({});
+  if (client.HashCompilationEnv() != KeyWith({})) {
+    return "clearing the options does not bring back the key without them";
   }
   return "";
 }
@@ -148,35 +203,154 @@ std::string CustomOptionsAreHashedInSortedOrder() {
   return "could not build two maps with different iteration orders";
 }
 
-std::string NoCustomOptionsKeepsTheEnvironmentHash() {
-  PjRtComputationClient client;
-  client.comp_env_hash_ = EnvHash("libtpu 0.0.36", true);
-  if (client.HashCompilationEnv() != client.comp_env_hash_) {
-    return "without custom options the key differs from comp_env_hash_";
+// LIBTPU_INIT_ARGS carries libtpu's own flags next to XLA's.
+std::string LibtpuFlagsChangeTheKey() {
+  for (const char* flag :
+       {"--megascale_grpc_premap_memory_bytes=17179869184",
+        "--tpu_use_continuations=true", "-xla_tpu_enable_foo=true"}) {
+    ::unsetenv("LIBTPU_INIT_ARGS");
+    torch::lazy::hash_t without = EnvHash("v", true);
+    ::setenv("LIBTPU_INIT_ARGS", flag, 1);
+    torch::lazy::hash_t with = EnvHash("v", true);
+    ::unsetenv("LIBTPU_INIT_ARGS");
+    if (with == without) {
+      return std::string("LIBTPU_INIT_ARGS=") + flag + " leaves the key as is";
+    }
+  }
+  // The dump flags stay out of the key, in either spelling.
+  ::setenv("LIBTPU_INIT_ARGS", "--tpu_use_continuations=true", 1);
+  torch::lazy::hash_t plain = EnvHash("v", true);
+  ::setenv("LIBTPU_INIT_ARGS",
+           "-xla_dump_to=/tmp/a --tpu_use_continuations=true  --xla_dump_to=b",
+           1);
+  torch::lazy::hash_t dumping = EnvHash("v", true);
+  ::unsetenv("LIBTPU_INIT_ARGS");
+  if (plain != dumping) return "a dump flag changes the key";
+  return "";
+}
+
+// Compile() reads these at every compile, so the key must follow them after
+// the client exists (comp_env_hash_ is taken once, at creation).
+std::string PerCompileSwitchesChangeTheKey() {
+  for (const auto& [name, value] :
+       std::vector<std::pair<const char*, const char*>>{
+           {"XLA_STABLEHLO_COMPILE", "1"},
+           {"CONVERT_SHLO_TO_SHARDY", "1"},
+           {"XLA_AUTO_SPMD", "1"},
+           {"XLA_AUTO_SPMD_MESH", "2,2"}}) {
+    ::unsetenv(name);
+    PjRtComputationClient client;
+    client.comp_env_hash_ = EnvHash("libtpu 0.0.36", true);
+    client.SetCustomCompileOptions({});
+    torch::lazy::hash_t off = client.HashCompilationEnv();
+    ::setenv(name, value, 1);
+    torch::lazy::hash_t on = client.HashCompilationEnv();
+    ::unsetenv(name);
+    if (off == on) {
+      return std::string(name) + "=" + value +
+             " set after client creation leaves the key as is";
+    }
   }
   return "";
 }
 
+// Hashed as torch_xla reads them: "1" and "true" are one setting.
+std::string SwitchesAreHashedAsRead() {
+  PjRtComputationClient client;
+  client.comp_env_hash_ = EnvHash("libtpu 0.0.36", true);
+  client.SetCustomCompileOptions({});
+  ::setenv("XLA_STABLEHLO_COMPILE", "1", 1);
+  torch::lazy::hash_t one = client.HashCompilationEnv();
+  ::setenv("XLA_STABLEHLO_COMPILE", "true", 1);
+  torch::lazy::hash_t word = client.HashCompilationEnv();
+  ::unsetenv("XLA_STABLEHLO_COMPILE");
+  if (one != word) return "XLA_STABLEHLO_COMPILE=1 and =true give two keys";
+  return "";
+}
+
+std::string self_path;  // this program, from /proc/self/exe
+
+std::string EnvHashOfAFreshProcess(const std::string& assignment) {
+  std::string command =
+      "env " + assignment + " '" + self_path + "' --print-env-hash";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return "";
+  char buffer[128] = {0};
+  std::string out;
+  while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) out += buffer;
+  ::pclose(pipe);
+  return out;
+}
+
 std::string CollectiveMatmulSwitchChangesTheKey() {
-  ::unsetenv("ENABLE_COLLECTIVE_MATMUL_IN_MP");
-  torch::lazy::hash_t off = EnvHash("libtpu 0.0.36", true);
-  ::setenv("ENABLE_COLLECTIVE_MATMUL_IN_MP", "1", 1);
-  torch::lazy::hash_t on = EnvHash("libtpu 0.0.36", true);
-  ::unsetenv("ENABLE_COLLECTIVE_MATMUL_IN_MP");
+  std::string off = EnvHashOfAFreshProcess("-u ENABLE_COLLECTIVE_MATMUL_IN_MP");
+  std::string on = EnvHashOfAFreshProcess("ENABLE_COLLECTIVE_MATMUL_IN_MP=1");
+  if (off.empty() || on.empty()) return "the fresh process printed nothing";
   if (off == on) return "ENABLE_COLLECTIVE_MATMUL_IN_MP=1 leaves the key as is";
   return "";
 }
 
+// Compile() reads ENABLE_COLLECTIVE_MATMUL_IN_MP once per process; the key
+// must describe that same reading, not a later value of the variable.
+std::string CollectiveMatmulIsReadOnceLikeCompile() {
+  ::unsetenv("ENABLE_COLLECTIVE_MATMUL_IN_MP");
+  torch::lazy::hash_t first = EnvHash("v", true);
+  ::setenv("ENABLE_COLLECTIVE_MATMUL_IN_MP", "1", 1);
+  torch::lazy::hash_t later = EnvHash("v", true);
+  ::unsetenv("ENABLE_COLLECTIVE_MATMUL_IN_MP");
+  if (first != later) {
+    return "the key follows a change of ENABLE_COLLECTIVE_MATMUL_IN_MP that "
+           "Compile, having read it once, never sees";
+  }
+  return "";
+}
+
+// SetCustomCompileOptions on one thread while another takes the key, as a
+// training step's graph sync may while user code changes the options. Only
+// meaningful in a -fsanitize=thread build, which reports unguarded access.
+int RaceSetterAndKey() {
+  PjRtComputationClient client;
+  client.comp_env_hash_ = EnvHash("libtpu 0.0.36", true);
+  client.SetCustomCompileOptions({});
+  std::thread setter([&client] {
+    for (int i = 0; i < 2000; ++i) {
+      client.SetCustomCompileOptions(
+          {{"xla_option_a", std::to_string(i)}, {"xla_option_b", "x"}});
+    }
+  });
+  torch::lazy::hash_t last;
+  for (int i = 0; i < 2000; ++i) last = client.HashCompilationEnv();
+  setter.join();
+  std::cout << torch::lazy::HashToString(last) << std::endl;
+  return 0;
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--race-setter-and-key") {
+    return RaceSetterAndKey();
+  }
+  if (argc > 1 && std::string(argv[1]) == "--print-env-hash") {
+    std::cout << torch::lazy::HashToString(EnvHash("v", true)) << std::endl;
+    return 0;
+  }
+  char path[4096] = {0};
+  if (::readlink("/proc/self/exe", path, sizeof(path) - 1) > 0) {
+    self_path = path;
+  }
   Report("platform_version_in_both_branches", PlatformVersionInBothBranches());
+  Report("devices_in_both_branches", DevicesInBothBranches());
   Report("custom_options_change_the_key", CustomOptionsChangeTheKey());
   Report("custom_options_are_hashed_in_sorted_order",
          CustomOptionsAreHashedInSortedOrder());
-  Report("no_custom_options_keeps_the_environment_hash",
-         NoCustomOptionsKeepsTheEnvironmentHash());
+  Report("libtpu_flags_change_the_key", LibtpuFlagsChangeTheKey());
+  Report("per_compile_switches_change_the_key",
+         PerCompileSwitchesChangeTheKey());
+  Report("switches_are_hashed_as_read", SwitchesAreHashedAsRead());
   Report("collective_matmul_switch_changes_the_key",
          CollectiveMatmulSwitchChangesTheKey());
+  Report("collective_matmul_is_read_once_like_compile",
+         CollectiveMatmulIsReadOnceLikeCompile());
   return failures;
 }

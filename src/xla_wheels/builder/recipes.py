@@ -161,6 +161,9 @@ def torch_xla_env(spec: BuildSpec) -> dict[str, str]:
             # own "+git<sha7>" suffix is switched off.
             "TORCH_XLA_VERSION": spec.torch_xla_version,
             "GIT_VERSIONED_XLA_BUILD": "0",
+            # Series 0003 puts the OpenXLA revision into the cache key; setup.py would
+            # otherwise name WORKSPACE's pin, which --override_repository replaces.
+            "TORCH_XLA_OPENXLA_REVISION": spec.openxla_revision,
             "BUILD_CPP_TESTS": "1" if knobs["build_cpp_tests"] else "0",
             "BUNDLE_LIBTPU": "1" if knobs["bundle_libtpu"] else "0",
             "TPUVM_MODE": "1" if knobs["tpuvm_mode"] else "0",

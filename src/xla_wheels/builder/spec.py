@@ -28,6 +28,9 @@ class BuildSpec:
     torch_xla_tree: str
     """``<torch_src>/xla``: where torch_xla is built (its Bazel WORKSPACE loads ``../``)."""
     openxla_src: str
+    openxla_revision: str
+    """What torch_xla's key names as its OpenXLA (``TORCH_XLA_OPENXLA_REVISION``, series 0003):
+    the pinned commit, plus the digest of the bundle's OpenXLA patches when it has any."""
     buildenv: str
     """``pip install --target`` directory holding the built torch and build requirements."""
     logs: str

@@ -106,6 +106,19 @@ def _series(bundle: Bundle, name: str) -> tuple[list[dict[str, str]], str]:
     )
 
 
+def openxla_revision(pin: str, bundle: Bundle, series_sha256: str) -> str:
+    """The OpenXLA revision compiled into torch_xla and hashed into its cache key.
+
+    torch_xla's own build names OpenXLA by WORKSPACE's pin, which ``--override_repository``
+    bypasses: two bundles differing only in OpenXLA (commit or local patches) would share
+    cache keys. The patched commit object is not known until the patch stage has run, so
+    the revision is the pin and, with local patches, their series digest.
+    """
+    if not bundle.component("openxla").patches:
+        return pin
+    return f"{pin}+series.{series_sha256[:16]}"
+
+
 def compose(
     options: PipelineOptions,
     bundle: Bundle,
@@ -213,6 +226,7 @@ def compose(
         torch_xla_worktree=str(layout.worktree("torch_xla")),
         torch_xla_tree=str(layout.worktree("torch") / "xla"),
         openxla_src=str(layout.worktree("openxla")),
+        openxla_revision=openxla_revision(pins["openxla"], bundle, series["openxla"][1]),
         buildenv=str(layout.buildenv),
         logs=str(layout.logs),
         torch_version=torch_version,

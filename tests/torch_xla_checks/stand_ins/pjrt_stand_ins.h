@@ -1,14 +1,18 @@
-// Stand-in declarations of the OpenXLA PJRT types that patch 0003's functions
-// call, with the signatures of xla/pjrt/pjrt_client.h and
-// xla/pjrt/pjrt_compiler.h (PjRtClient::platform_name, platform_version and
-// GetTopologyDescription; PjRtTopologyDescription::Serialize;
-// PjRtDevice::ToString). Written for this check, not copied: only the members
-// the functions use, so that a call with another signature fails to compile.
+// Stand-in declarations of the OpenXLA PJRT types that the series' checked
+// functions call, with the signatures of xla/pjrt/pjrt_client.h,
+// xla/pjrt/pjrt_executable.h and xla/pjrt/pjrt_compiler.h. Written for these
+// checks, not copied: only the members the functions use, so that a call with
+// another signature fails to compile. PjRtClient's loading methods have bodies
+// returning UNIMPLEMENTED, as the real base class's defaults do.
 #ifndef XLA_WHEELS_STAND_IN_PJRT_H_
 #define XLA_WHEELS_STAND_IN_PJRT_H_
 
+#include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
@@ -23,7 +27,48 @@ class PjRtTopologyDescription {
 class PjRtDevice {
  public:
   virtual ~PjRtDevice() = default;
+  virtual int id() const = 0;
+  virtual int process_index() const = 0;
   virtual absl::string_view ToString() const = 0;
+};
+
+// What a loaded executable's GetHloModules() yields: only the proto round trip
+// DeserializeComputation uses.
+struct HloModuleProto {
+  std::string name;
+};
+
+class HloModule {
+ public:
+  explicit HloModule(std::string name) : name_(std::move(name)) {}
+  HloModuleProto ToProto() const { return {name_}; }
+
+ private:
+  std::string name_;
+};
+
+class XlaComputation {
+ public:
+  explicit XlaComputation(HloModuleProto proto) : proto_(std::move(proto)) {}
+  const HloModuleProto& proto() const { return proto_; }
+
+ private:
+  HloModuleProto proto_;
+};
+
+struct CompileOptions {};
+struct LoadOptions {};
+
+class PjRtExecutable {
+ public:
+  virtual ~PjRtExecutable() = default;
+};
+
+class PjRtLoadedExecutable {
+ public:
+  virtual ~PjRtLoadedExecutable() = default;
+  virtual absl::StatusOr<std::vector<std::shared_ptr<HloModule>>>
+  GetHloModules() const = 0;
 };
 
 class PjRtClient {
@@ -33,6 +78,22 @@ class PjRtClient {
   virtual absl::string_view platform_version() const = 0;
   virtual absl::StatusOr<const PjRtTopologyDescription*>
   GetTopologyDescription() const = 0;
+  virtual absl::StatusOr<std::unique_ptr<PjRtExecutable>> DeserializeExecutable(
+      absl::string_view serialized, std::optional<CompileOptions> options) {
+    return absl::UnimplementedError(
+        "Deserializing serialized executable not supported.");
+  }
+  virtual absl::StatusOr<std::unique_ptr<PjRtLoadedExecutable>>
+  LoadSerializedExecutable(absl::string_view serialized,
+                           std::optional<CompileOptions> options,
+                           const LoadOptions& load_options) {
+    return absl::UnimplementedError("Loading serialized executable not supported.");
+  }
+  virtual absl::StatusOr<std::unique_ptr<PjRtLoadedExecutable>> Load(
+      std::unique_ptr<PjRtExecutable> executable,
+      const LoadOptions& load_options) {
+    return absl::UnimplementedError("Loading executable not supported.");
+  }
 };
 
 }  // namespace xla
