@@ -5,18 +5,33 @@
 // Each check prints "PASS <name>" or "FAIL <name>: <why>"; the exit status is
 // the number of failures. A check that throws out of the cache is reported as
 // FAIL: the cache must never throw into training.
+//
+// The failures are real ones, made with files: a leftover temporary file, a
+// saved entry cut short or with a byte changed, a directory at an entry's name
+// (open(2) succeeds, read(2) fails with EISDIR, as a read can fail with ESTALE
+// on NFS), a cache directory removed under a writer. They work as root too.
 
+#include <fcntl.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <regex>
+#include <set>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -50,7 +65,13 @@ void Run(const std::string& name, const std::function<std::string()>& check) {
   }
 }
 
-std::string Serialize(const Value& value) { return *value; }
+// A value the client cannot serialize: SerializeComputation throws then.
+const char kUnserializable[] = "unserializable";
+
+std::string Serialize(const Value& value) {
+  if (*value == kUnserializable) throw std::runtime_error("cannot serialize");
+  return *value;
+}
 
 // An empty file is what a reader sees of an entry whose write has just begun;
 // it must not load.
@@ -97,24 +118,39 @@ std::string Join(const std::vector<std::string>& names) {
   return out;
 }
 
+void WriteFile(const fs::path& path, const std::string& contents) {
+  std::ofstream(path, std::ios::binary) << contents;
+}
+
+// Sets the file's modification time `seconds` into the past.
+void MakeOld(const fs::path& path, int seconds) {
+  struct timespec times[2];
+  times[0].tv_sec = times[1].tv_sec = std::time(nullptr) - seconds;
+  times[0].tv_nsec = times[1].tv_nsec = 0;
+  if (::utimensat(AT_FDCWD, path.c_str(), times, 0) != 0) {
+    throw std::runtime_error("utimensat " + path.string() + ": " +
+                             std::strerror(errno));
+  }
+}
+
 // A second thread watches the entry's path while large entries are written:
-// every time the file exists it must already have its full size. An in-place
-// write is seen partially written almost at once.
+// every time the file exists it must already have its final size (the value,
+// plus the footer where the entry has one). An in-place write is seen
+// partially written almost at once.
 std::string NoReaderSeesAPartialEntry() {
   fs::path dir = FreshDir("atomic");
   auto cache = MakeCache(dir, /*readonly=*/false);
   const size_t size = 32 << 20;
   const int entries = 6;
   std::atomic<bool> done{false};
-  std::atomic<int64_t> partial_size{-1};
+  std::vector<std::set<int64_t>> seen_sizes(entries);
   std::thread reader([&] {
     while (!done.load()) {
       for (int key = 0; key < entries; ++key) {
         struct stat info;
         std::string path = (dir / std::to_string(key)).string();
-        if (::stat(path.c_str(), &info) == 0 &&
-            static_cast<size_t>(info.st_size) != size) {
-          partial_size = info.st_size;
+        if (::stat(path.c_str(), &info) == 0) {
+          seen_sizes[key].insert(info.st_size);
         }
       }
     }
@@ -124,13 +160,19 @@ std::string NoReaderSeesAPartialEntry() {
   }
   done = true;
   reader.join();
-  if (partial_size.load() >= 0) {
-    return "a reader saw an entry of " + std::to_string(partial_size.load()) +
-           " bytes instead of " + std::to_string(size);
-  }
   for (int key = 0; key < entries; ++key) {
-    if (ReadFile(dir / std::to_string(key)) != std::string(size, 'a' + key)) {
+    fs::path entry = dir / std::to_string(key);
+    std::string contents = ReadFile(entry);
+    if (contents.size() < size ||
+        contents.compare(0, size, std::string(size, 'a' + key)) != 0) {
       return "entry " + std::to_string(key) + " does not hold what was added";
+    }
+    for (int64_t seen : seen_sizes[key]) {
+      if (seen != static_cast<int64_t>(contents.size())) {
+        return "a reader saw entry " + std::to_string(key) + " with " +
+               std::to_string(seen) + " bytes instead of " +
+               std::to_string(contents.size());
+      }
     }
   }
   std::vector<std::string> names = Names(dir);
@@ -153,13 +195,18 @@ std::string ReaderWritesAndDeletesNothing() {
   fs::path dir = FreshDir("ro");
   fs::create_directories(dir);
   { std::ofstream(dir / "7", std::ios::binary); }  // an entry that cannot load
+  // A crash leftover that a writer would remove before writing entry 1.
+  const std::string leftover = "1.tmp.otherhost.00000000000000aa";
+  WriteFile(dir / leftover, "partial");
+  MakeOld(dir / leftover, 2 * 60 * 60);
   auto cache = MakeCache(dir, /*readonly=*/true);
   cache->Add(1, std::make_shared<std::string>("one"));
   Value loaded = cache->Get(7);
   std::vector<std::string> names = Names(dir);
+  std::sort(names.begin(), names.end());
   fs::remove_all(dir);
   if (loaded != nullptr) return "an empty entry loaded";
-  if (names != std::vector<std::string>{"7"}) {
+  if (names != std::vector<std::string>{leftover, "7"}) {
     return "a read-only cache changed the directory to: " + Join(names);
   }
   return "";
@@ -233,6 +280,306 @@ std::string UncreatableDirectoryDoesNotThrow() {
   return "";
 }
 
+// The host name as the patched cache.h puts it into temporary file names:
+// letters, digits and '-' kept, every other byte '_', at most 64 bytes.
+std::string HostForPath() {
+  char name[256] = {};
+  ::gethostname(name, sizeof(name) - 1);
+  std::string host;
+  for (const char* c = name; *c != '\0' && host.size() < 64; ++c) {
+    bool keep = std::isalnum(static_cast<unsigned char>(*c)) || *c == '-';
+    host.push_back(keep ? *c : '_');
+  }
+  return host.empty() ? "unknown-host" : host;
+}
+
+// The documented entry format: the value, then the 24-byte footer "XLAPCF01",
+// the value's length and its 64-bit FNV-1a hash, both uint64 little-endian.
+// FNV-1a of "foobar" is 0x85944171f73967e8 (the FNV reference test vector).
+std::string EntryIsTheValueAndAFooter() {
+  fs::path dir = FreshDir("format");
+  MakeCache(dir, /*readonly=*/false)
+      ->Add(13, std::make_shared<std::string>("foobar"));
+  std::string contents = ReadFile(dir / "13");
+  fs::remove_all(dir);
+  const std::string expected = std::string("foobar") + "XLAPCF01" +
+                               std::string("\x06\0\0\0\0\0\0\0", 8) +
+                               "\xe8\x67\x39\xf7\x71\x41\x94\x85";
+  if (contents != expected) {
+    std::ostringstream shown;
+    for (unsigned char c : contents) {
+      shown << (std::isprint(c) ? std::string(1, c)
+                                : "\\x" + std::to_string(c) + ";");
+    }
+    return "entry 13 holds " + shown.str();
+  }
+  return "";
+}
+
+// A writer killed between creating "<entry>.tmp.<pid>.<n>" and the rename
+// leaves that file behind; a restarted container runs its trainer under the
+// same pid, so the next process computed the same name and O_EXCL refused it
+// on every run: the entry was never saved again. The leftover here has this
+// process's pid and the first counter value of a new cache.
+std::string CrashLeftoverDoesNotBlockSaving() {
+  fs::path dir = FreshDir("leftover");
+  fs::create_directories(dir);
+  WriteFile(dir / ("4.tmp." + std::to_string(::getpid()) + ".1"), "partial");
+  int64_t failures_before = Counter("PersistentCacheWriteFailure");
+  MakeCache(dir, /*readonly=*/false)
+      ->Add(4, std::make_shared<std::string>("four"));
+  int64_t failures_after = Counter("PersistentCacheWriteFailure");
+  Value loaded = MakeCache(dir, /*readonly=*/true)->Get(4);
+  fs::remove_all(dir);
+  if (failures_after != failures_before) {
+    return "the save failed (PersistentCacheWriteFailure went from " +
+           std::to_string(failures_before) + " to " +
+           std::to_string(failures_after) + ")";
+  }
+  if (loaded == nullptr || *loaded != "four") return "entry 4 was not saved";
+  return "";
+}
+
+// Watches the directory with inotify while two caches (the same process, so
+// the same pid) each write entry 1: each temporary file must be named
+// "1.tmp.<host>.<16 hex digits>", and the two names must differ.
+std::string TemporaryNamesCarryHostAndRandomPart() {
+  fs::path dir = FreshDir("names");
+  fs::create_directories(dir);
+  int watch = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  // Also the renames and deletes, so that inotify does not merge two creations
+  // of one name into one event.
+  const uint32_t events = IN_CREATE | IN_MOVED_TO | IN_DELETE;
+  if (watch < 0 || ::inotify_add_watch(watch, dir.c_str(), events) < 0) {
+    return std::string("inotify: ") + std::strerror(errno);
+  }
+  MakeCache(dir, /*readonly=*/false)
+      ->Add(1, std::make_shared<std::string>("one"));
+  fs::remove(dir / "1");
+  MakeCache(dir, /*readonly=*/false)
+      ->Add(1, std::make_shared<std::string>("one"));
+  std::vector<std::string> created;
+  alignas(struct inotify_event) char buffer[64 * 1024];
+  ssize_t length = ::read(watch, buffer, sizeof(buffer));
+  for (ssize_t at = 0; at < length;) {
+    auto* event = reinterpret_cast<struct inotify_event*>(buffer + at);
+    if ((event->mask & IN_CREATE) && event->len > 0) {
+      created.push_back(event->name);
+    }
+    at += sizeof(struct inotify_event) + event->len;
+  }
+  ::close(watch);
+  fs::remove_all(dir);
+  const std::regex pattern("1\\.tmp\\." + HostForPath() + "\\.[0-9a-f]{16}");
+  if (created.size() != 2) {
+    return "expected two temporary files, saw created: " + Join(created);
+  }
+  for (const auto& name : created) {
+    if (!std::regex_match(name, pattern)) {
+      return name + " is not 1.tmp." + HostForPath() + ".<16 hex digits>";
+    }
+  }
+  if (created[0] == created[1]) {
+    return "both writers used the temporary name " + created[0];
+  }
+  return "";
+}
+
+// Before writing entry 4, a writer removes entry 4's temporary files that are
+// more than an hour old. A younger one may belong to a live writer on another
+// host, and other entries' files are not its business ("40" shares a prefix).
+std::string StaleTemporaryFilesOfTheEntryAreRemoved() {
+  fs::path dir = FreshDir("stale");
+  fs::create_directories(dir);
+  const std::string stale = "4.tmp.hosta.00000000000000aa";
+  const std::string young = "4.tmp.hostb.00000000000000bb";
+  const std::string other = "5.tmp.hosta.00000000000000cc";
+  const std::string prefixed = "40.tmp.hosta.00000000000000dd";
+  for (const auto& name : {stale, young, other, prefixed}) {
+    WriteFile(dir / name, "partial");
+    if (name != young) MakeOld(dir / name, 2 * 60 * 60);
+  }
+  MakeCache(dir, /*readonly=*/false)
+      ->Add(4, std::make_shared<std::string>("four"));
+  std::vector<std::string> names = Names(dir);
+  std::sort(names.begin(), names.end());
+  fs::remove_all(dir);
+  std::vector<std::string> expected = {"4", prefixed, young, other};
+  std::sort(expected.begin(), expected.end());
+  if (names != expected) {
+    return "the directory holds " + Join(names) + " instead of " +
+           Join(expected);
+  }
+  return "";
+}
+
+// Cuts the last 100 bytes off a saved entry, as a crash without fsync or a
+// full disk can leave it: a read-only cache misses and keeps the file; a
+// writer misses, removes it, and saves the entry again.
+std::string TruncatedEntryIsAMissRemovedOnlyByAWriter() {
+  fs::path dir = FreshDir("truncated");
+  const std::string value(4096, 'x');
+  MakeCache(dir, /*readonly=*/false)
+      ->Add(6, std::make_shared<std::string>(value));
+  fs::path entry = dir / "6";
+  uintmax_t cut_size = fs::file_size(entry) - 100;
+  fs::resize_file(entry, cut_size);
+  int64_t corrupt_before = Counter("PersistentCacheCorrupt");
+  Value read_only = MakeCache(dir, /*readonly=*/true)->Get(6);
+  bool kept = fs::exists(entry) && fs::file_size(entry) == cut_size;
+  int64_t corrupt_after = Counter("PersistentCacheCorrupt");
+  auto writer = MakeCache(dir, /*readonly=*/false);
+  Value written = writer->Get(6);
+  bool removed = !fs::exists(entry);
+  writer->Add(6, std::make_shared<std::string>(value));
+  Value reloaded = MakeCache(dir, /*readonly=*/true)->Get(6);
+  fs::remove_all(dir);
+  if (read_only != nullptr) {
+    return "a read-only cache loaded " + std::to_string(read_only->size()) +
+           " bytes of a 4096-byte value";
+  }
+  if (!kept) return "a read-only cache changed the truncated entry";
+  if (corrupt_after != corrupt_before + 1) {
+    return "PersistentCacheCorrupt went from " +
+           std::to_string(corrupt_before) + " to " +
+           std::to_string(corrupt_after);
+  }
+  if (written != nullptr) return "a writer loaded the truncated entry";
+  if (!removed) return "a writer kept the truncated entry";
+  if (reloaded == nullptr || *reloaded != value) {
+    return "the entry was not saved again";
+  }
+  return "";
+}
+
+// One byte in the middle of a saved entry changes: the entry must not load.
+std::string DamagedEntryIsAMiss() {
+  fs::path dir = FreshDir("damaged");
+  MakeCache(dir, /*readonly=*/false)
+      ->Add(8, std::make_shared<std::string>(4096, 'y'));
+  {
+    std::fstream file(dir / "8",
+                      std::ios::binary | std::ios::in | std::ios::out);
+    file.seekp(100);
+    file.put('z');
+  }
+  Value loaded = MakeCache(dir, /*readonly=*/true)->Get(8);
+  fs::remove_all(dir);
+  if (loaded != nullptr) return "an entry with a changed byte loaded";
+  return "";
+}
+
+// The entry's name is an empty directory: open(2) succeeds and read(2) fails
+// (EISDIR), like a read that fails with ESTALE on NFS while another host
+// replaces the entry. That proves nothing about the entry: a writer must miss,
+// count it, and delete nothing.
+std::string FailedReadIsAMissAndDeletesNothing() {
+  fs::path dir = FreshDir("unreadable");
+  fs::create_directories(dir / "9");
+  int64_t before = Counter("PersistentCacheReadFailure");
+  auto writer = MakeCache(dir, /*readonly=*/false);
+  Value loaded = writer->Get(9);
+  int64_t after = Counter("PersistentCacheReadFailure");
+  bool kept = fs::is_directory(dir / "9");
+  fs::remove_all(dir);
+  if (loaded != nullptr) return "an unreadable entry loaded";
+  if (!kept) return "the writer deleted an entry it could not read";
+  if (after != before + 1) {
+    return "PersistentCacheReadFailure went from " + std::to_string(before) +
+           " to " + std::to_string(after);
+  }
+  return "";
+}
+
+// A read-only cache in another thread loads entries while a writer saves
+// large ones: every value it loads must be whole.
+std::string ConcurrentReadersNeverLoadAPartialEntry() {
+  fs::path dir = FreshDir("concurrent");
+  auto writer = MakeCache(dir, /*readonly=*/false);
+  auto reader = MakeCache(dir, /*readonly=*/true);
+  const size_t size = 32 << 20;
+  const int entries = 6;
+  std::atomic<bool> done{false};
+  std::string partial;
+  std::thread reading([&] {
+    std::vector<bool> loaded(entries, false);
+    bool last_pass = false;
+    while (partial.empty()) {
+      last_pass = done.load();
+      for (int key = 0; key < entries; ++key) {
+        if (loaded[key]) continue;
+        Value value = reader->Get(key);
+        if (value == nullptr) continue;
+        loaded[key] = true;
+        if (*value != std::string(size, 'a' + key)) {
+          partial = "entry " + std::to_string(key) + " loaded with " +
+                    std::to_string(value->size()) + " bytes";
+        }
+      }
+      if (last_pass) {
+        if (partial.empty() &&
+            std::count(loaded.begin(), loaded.end(), true) != entries) {
+          partial = "the reader did not load every saved entry";
+        }
+        break;
+      }
+    }
+  });
+  for (int key = 0; key < entries; ++key) {
+    writer->Add(key, std::make_shared<std::string>(size, 'a' + key));
+  }
+  done = true;
+  reading.join();
+  fs::remove_all(dir);
+  return partial;
+}
+
+// An entry whose bytes are intact but which the client cannot load (e.g. an
+// executable of another runtime version) keeps upstream's handling: counted
+// as PersistentCacheDeserializeFailure and removed by a writer.
+std::string IntactEntryThatFailsToDeserializeIsRemovedByAWriter() {
+  fs::path dir = FreshDir("undeserializable");
+  // Deserialize returns nullptr for an empty value.
+  MakeCache(dir, /*readonly=*/false)
+      ->Add(11, std::make_shared<std::string>(""));
+  bool saved = fs::exists(dir / "11");
+  int64_t before = Counter("PersistentCacheDeserializeFailure");
+  Value loaded = MakeCache(dir, /*readonly=*/false)->Get(11);
+  int64_t after = Counter("PersistentCacheDeserializeFailure");
+  bool removed = !fs::exists(dir / "11");
+  fs::remove_all(dir);
+  if (!saved) return "the entry was not saved";
+  if (loaded != nullptr) return "an empty value loaded";
+  if (after != before + 1) {
+    return "PersistentCacheDeserializeFailure went from " +
+           std::to_string(before) + " to " + std::to_string(after);
+  }
+  if (!removed) return "the writer kept the entry";
+  return "";
+}
+
+// The client cannot serialize the value (SerializeComputation throws): Add
+// must count the failed write, keep the value in memory and not throw.
+std::string FailedSerializationIsCountedNotThrown() {
+  fs::path dir = FreshDir("unserializable");
+  auto cache = MakeCache(dir, /*readonly=*/false);
+  int64_t before = Counter("PersistentCacheWriteFailure");
+  Value added = cache->Add(12, std::make_shared<std::string>(kUnserializable));
+  int64_t after = Counter("PersistentCacheWriteFailure");
+  Value again = cache->Get(12);
+  std::vector<std::string> names = Names(dir);
+  fs::remove_all(dir);
+  if (added == nullptr || again == nullptr) {
+    return "the value is not kept in memory";
+  }
+  if (after != before + 1) {
+    return "PersistentCacheWriteFailure went from " + std::to_string(before) +
+           " to " + std::to_string(after);
+  }
+  if (!names.empty()) return "the failed write left " + Join(names);
+  return "";
+}
+
 }  // namespace
 
 int main() {
@@ -245,5 +592,22 @@ int main() {
   Run("failed_delete_does_not_throw", FailedDeleteDoesNotThrow);
   Run("failed_write_is_counted_not_thrown", FailedWriteIsCountedNotThrown);
   Run("uncreatable_directory_does_not_throw", UncreatableDirectoryDoesNotThrow);
+  Run("entry_is_the_value_and_a_footer", EntryIsTheValueAndAFooter);
+  Run("crash_leftover_does_not_block_saving", CrashLeftoverDoesNotBlockSaving);
+  Run("temporary_names_carry_host_and_random_part",
+      TemporaryNamesCarryHostAndRandomPart);
+  Run("stale_temporary_files_of_the_entry_are_removed",
+      StaleTemporaryFilesOfTheEntryAreRemoved);
+  Run("truncated_entry_is_a_miss_removed_only_by_a_writer",
+      TruncatedEntryIsAMissRemovedOnlyByAWriter);
+  Run("damaged_entry_is_a_miss", DamagedEntryIsAMiss);
+  Run("failed_read_is_a_miss_and_deletes_nothing",
+      FailedReadIsAMissAndDeletesNothing);
+  Run("concurrent_readers_never_load_a_partial_entry",
+      ConcurrentReadersNeverLoadAPartialEntry);
+  Run("intact_entry_that_fails_to_deserialize_is_removed_by_a_writer",
+      IntactEntryThatFailsToDeserializeIsRemovedByAWriter);
+  Run("failed_serialization_is_counted_not_thrown",
+      FailedSerializationIsCountedNotThrown);
   return failures;
 }
