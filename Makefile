@@ -53,7 +53,7 @@ CHECKS_FLAGS = $(call flag,CHECKS,--checks) $(call flag,UPSTREAM_TESTS,--upstrea
 ROUNDS_FLAG = $(call flag,ROUNDS,--rounds)
 
 .PHONY: help venv test lint bundles diff sources patch patches-check wheels lock lock-check clean
-.PHONY: builder-image container-tools cache-tools patch-export patch-rebase
+.PHONY: builder-image container-tools cache-tools compiler-tools patch-export patch-rebase
 
 help: ## list the targets and the variables each one reads
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -97,7 +97,16 @@ cache-tools: ## install ccache, redis-server and gcc from Debian when missing (r
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ccache redis-server gcc >/dev/null; \
 	else echo "note: ccache/redis-server/cc missing and not root: the shared compile-cache test will skip"; fi
 
-test: $(VENV_STAMP) container-tools cache-tools ## install everything needed, then run ruff, mypy and the whole test suite [PYTEST_ARGS=] [PYTHON_FOR_VENV=]
+# The compiled checks of the patch series (README "Compiled checks of the series") need g++;
+# absl and googletest come from pinned Debian packages the tests unpack into the
+# per-machine cache, clang-format from requirements-dev.txt: nothing else system-wide.
+compiler-tools:
+	@if command -v g++ >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++ >/dev/null; \
+	else echo "note: g++ missing and not root: the compiled checks of the series will fail (install g++)"; fi
+
+test: $(VENV_STAMP) container-tools cache-tools compiler-tools ## install everything needed, then run ruff, mypy and the whole test suite [PYTEST_ARGS=] [PYTHON_FOR_VENV=]
 	$(PY) -m ruff check src tests scripts
 	$(PY) -m mypy
 	$(PY) -m pytest $(PYTEST_ARGS)

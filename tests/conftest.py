@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from tests import clirunner
+from tests import clirunner, real_source
 from tests.clirunner import CliResult
 from tests.gitrepos import Upstream, make_upstreams
 from xla_wheels.options import machine_cache
+from xla_wheels.series_checks.toolchain import Toolchain, ensure_toolchain
 
 
 @pytest.fixture
@@ -55,3 +56,73 @@ def stock_xla_python_27() -> Path:
     from xla_wheels.gate import envs
 
     return envs.ensure_stock_env("2.7.0", root=machine_cache(os.environ))
+
+
+# --- The real pytorch/xla source (tests/real_source.py) -------------------------------
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that uses the real source (the pytorch_xla_repo fixture, directly or through
+    base_tree/patched_tree) is a ``real_source`` test, whether or not it says so."""
+    for item in items:
+        if "pytorch_xla_repo" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.real_source)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """In CI with the shared snapshot present, a skipped ``real_source`` test fails."""
+    outcome = yield
+    report = outcome.get_result()
+    if (
+        report.skipped
+        and not hasattr(report, "wasxfail")
+        and item.get_closest_marker("real_source") is not None
+        and real_source.required_in_ci(os.environ)
+    ):
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        report.outcome = "failed"
+        report.longrepr = (
+            "a real_source test skipped in CI (CI is set and "
+            f"{real_source.SHARED_SNAPSHOT.name} exists beside the project), which CI must "
+            f"not allow: {reason}"
+        )
+
+
+@pytest.fixture(scope="session")
+def pytorch_xla_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A bare repository holding the real pytorch/xla history at c04e61c (and v2.9.0 when
+    the source has it): TORCH_XLA_SRC or the shared snapshot, through alternates."""
+    choice = real_source.choose_source(os.environ)
+    if choice.path is None:
+        pytest.skip(choice.why_none)
+    dest = tmp_path_factory.mktemp("pytorch-xla-source") / "pytorch-xla.git"
+    try:
+        return real_source.alternates_repository(choice.path, dest)
+    except real_source.SourceUnusable as error:
+        pytest.fail(f"{real_source.SOURCE_VARIABLE} or the shared snapshot is unusable: {error}")
+
+
+@pytest.fixture(scope="session")
+def base_tree(pytorch_xla_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A work tree of pytorch/xla at the series' base, c04e61c. Read it, never change it."""
+    dest = tmp_path_factory.mktemp("pytorch-xla-base") / "xla"
+    return real_source.worktree(pytorch_xla_repo, dest, real_source.BASE)
+
+
+@pytest.fixture(scope="session")
+def patched_tree(pytorch_xla_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """c04e61c with the series applied, one commit per patch (its header the message).
+    Read it, never change it."""
+    dest = tmp_path_factory.mktemp("pytorch-xla-patched") / "xla"
+    tree = real_source.worktree(pytorch_xla_repo, dest, real_source.BASE)
+    real_source.apply_series(tree, real_source.series_patches())
+    return tree
+
+
+@pytest.fixture(scope="session")
+def series_toolchain() -> Toolchain:
+    """g++, torch 2.9.0, absl and googletest for the series' compiled checks, set up in
+    the per-machine cache on first use (xla_wheels.series_checks.toolchain)."""
+    return ensure_toolchain(machine_cache(os.environ))

@@ -16,9 +16,7 @@ Each gate runs once per module; the tests read its report.
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -136,23 +134,11 @@ def test_stock_2_7_0_without_the_thunk_runtime_passes_the_spmd_warm_restart(
 
 
 @pytest.fixture(scope="module")
-def torch_xla_src() -> Path:
-    source = os.environ.get("TORCH_XLA_SRC")
-    if not source:
-        pytest.skip(
-            "TORCH_XLA_SRC is not set: no pytorch/xla checkout to take "
-            "test/test_persistent_cache.py from (CI cannot reach GitHub)"
-        )
-    path = Path(source)
-    git_dir = path / ".git" if (path / ".git").exists() else path
-    probe = subprocess.run(
-        ["git", "--git-dir", str(git_dir), "cat-file", "-e", f"{UPSTREAM_REVISION}^{{commit}}"],
-        capture_output=True,
-        check=False,
-    )
-    if probe.returncode != 0:
-        pytest.skip(f"TORCH_XLA_SRC={source} is not a git repository containing c04e61c")
-    return path
+def torch_xla_src(pytorch_xla_repo: Path) -> Path:
+    """A pytorch/xla repository to take test/test_persistent_cache.py from: TORCH_XLA_SRC or
+    the shared snapshot (tests/real_source.py); without either these tests skip, in CI
+    with the snapshot present they cannot."""
+    return pytorch_xla_repo
 
 
 @pytest.mark.parametrize(

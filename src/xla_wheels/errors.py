@@ -64,3 +64,10 @@ class BundleBusy(PipelineError):
     """Another run holds the bundle's work directory (``out/<bundle>/.lock``)."""
 
     exit_code = 5
+
+
+class ToolchainError(PipelineError):
+    """The tools a compiled check needs (compiler, headers, libraries) cannot be set up:
+    the check cannot be judged (exit 2)."""
+
+    exit_code = 2

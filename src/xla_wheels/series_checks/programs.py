@@ -1,0 +1,306 @@
+"""The series' check programs, as data, and the generated files they are built from.
+
+A program is one entry of :data:`ALL`: its main file(s) under ``patches/torch_xla/checks/``
+(kind ``checks``) or upstream's own test in the tree (kind ``gtest``), the tree files
+compiled as they are, the ``.inc`` files generated from the tree, and whether it needs absl
+or the stand-in OpenXLA declarations. Adding a program is adding an entry.
+
+Generated files take code verbatim from the tree and start each piece with a
+``#line N "<tree-relative path>"`` directive, so that g++'s errors in it name the tree's
+file and line (which ``git blame`` maps to the patch that wrote it):
+
+- :class:`Function`: a function, from the line starting with its signature to the first
+  ``}`` at column 0;
+- :class:`Members`: named data-member declarations of a class in a header. A member the
+  header lacks is left out, so the program fails to compile naming it: that is how a
+  series that applies to another base but no longer builds there is caught;
+- :class:`StdIncludes`: a file's standard-library ``#include <...>`` lines (so an include
+  the patched file forgot fails here too).
+
+Kind ``checks``: the program prints ``PASS <name>`` or ``FAIL <name>: <why>`` per check and
+exits with the number of failures. Kind ``gtest``: a googletest binary linked with
+``gtest_main``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+#: Where this source checkout keeps the check programs (editable install, as ``make``
+#: sets it up); callers with another project root pass it to ``run_series_checks``.
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
+CHECKS_SUBDIR = Path("patches") / "torch_xla" / "checks"
+STAND_INS_SUBDIR = CHECKS_SUBDIR / "stand_ins"
+
+RUNTIME = "torch_xla/csrc/runtime"
+CLIENT_CPP = f"{RUNTIME}/pjrt_computation_client.cpp"
+CLIENT_H = f"{RUNTIME}/pjrt_computation_client.h"
+
+Kind = Literal["checks", "gtest"]
+
+
+@dataclass(frozen=True)
+class Function:
+    """``inc`` gets the function of tree file ``path`` whose first line starts with
+    ``signature``."""
+
+    inc: str
+    path: str
+    signature: str
+
+
+@dataclass(frozen=True)
+class Members:
+    """``inc`` gets the declarations of data members ``names`` of ``class_name`` in the
+    tree's header ``path``, verbatim; members the header lacks are left out."""
+
+    inc: str
+    path: str
+    class_name: str
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class StdIncludes:
+    """``inc`` gets the ``#include <...>`` lines of the standard library in ``path``."""
+
+    inc: str
+    path: str
+
+
+Generated = Function | Members | StdIncludes
+
+
+@dataclass(frozen=True)
+class CheckProgram:
+    name: str
+    kind: Kind
+    sources: tuple[str, ...] = ()
+    """Files under patches/torch_xla/checks/ (the program's own code)."""
+    tree_sources: tuple[str, ...] = ()
+    """Files of the tree compiled as they are (for ``gtest``: the test itself first)."""
+    generated: tuple[Generated, ...] = ()
+    absl_libraries: tuple[str, ...] = ()
+    """absl libraries linked; empty: the program needs no absl at all (and is never held
+    back because absl is missing)."""
+    stand_ins: bool = False
+    """Compile with the stand-in OpenXLA declarations (they include absl)."""
+    compile_flags: tuple[str, ...] = ()
+    """Extra g++ flags (e.g. ``-fsanitize=thread`` for a race check)."""
+    arguments: tuple[str, ...] = ()
+    """Arguments the program is run with (one source can serve two programs)."""
+
+    @property
+    def needs_absl(self) -> bool:
+        return bool(self.absl_libraries) or self.stand_ins
+
+    @property
+    def needs_gtest(self) -> bool:
+        return self.kind == "gtest"
+
+
+_CACHE_KEY_FILES: tuple[Generated, ...] = (
+    Function("hash_comp_env.inc", CLIENT_CPP, "torch::lazy::hash_t hash_comp_env("),
+    Function(
+        "hash_compilation_env.inc",
+        CLIENT_CPP,
+        "torch::lazy::hash_t PjRtComputationClient::HashCompilationEnv(",
+    ),
+    Function(
+        "set_custom_compile_options.inc",
+        CLIENT_CPP,
+        "void PjRtComputationClient::SetCustomCompileOptions(",
+    ),
+    StdIncludes("std_includes.inc", CLIENT_CPP),
+    # The members the three functions use (series 0003 adds the last two): taken from the
+    # header, so a base without them fails to compile naming them.
+    Members(
+        "client_members.inc",
+        CLIENT_H,
+        "PjRtComputationClient",
+        (
+            "comp_env_hash_",
+            "custom_compile_options_mutex_",
+            "custom_compile_options_",
+            "custom_compile_options_hash_",
+        ),
+    ),
+)
+
+COMP_ENV_HASH_CHECK = CheckProgram(
+    name="comp_env_hash_check",
+    kind="checks",
+    sources=("comp_env_hash_check.cpp",),
+    tree_sources=(f"{RUNTIME}/env_hash.cpp", f"{RUNTIME}/sys_util.cpp"),
+    generated=_CACHE_KEY_FILES,
+    absl_libraries=("absl_strings", "absl_statusor", "absl_status"),
+    stand_ins=True,
+)
+
+# The same program under ThreadSanitizer, in its race mode: SetCustomCompileOptions on one
+# thread while HashCompilationEnv runs on another must be free of data races.
+CUSTOM_OPTIONS_RACE_CHECK = CheckProgram(
+    name="custom_options_race_check",
+    kind="checks",
+    sources=COMP_ENV_HASH_CHECK.sources,
+    tree_sources=COMP_ENV_HASH_CHECK.tree_sources,
+    generated=_CACHE_KEY_FILES,
+    absl_libraries=COMP_ENV_HASH_CHECK.absl_libraries,
+    stand_ins=True,
+    compile_flags=("-fsanitize=thread", "-g"),
+    arguments=("--race-setter-and-key",),
+)
+
+# Series 0001: DeserializeComputation against a fake PJRT client.
+LOAD_CHECK = CheckProgram(
+    name="load_check",
+    kind="checks",
+    sources=("load_check.cpp",),
+    generated=(
+        Function(
+            "deserialize_computation.inc",
+            CLIENT_CPP,
+            "ComputationClient::ComputationPtr PjRtComputationClient::DeserializeComputation(",
+        ),
+    ),
+    absl_libraries=("absl_status", "absl_statusor", "absl_strings", "absl_cord"),
+    stand_ins=True,
+)
+
+PERSISTENT_CACHE_CHECK = CheckProgram(
+    name="persistent_cache_check",
+    kind="checks",
+    sources=("persistent_cache_check.cpp",),
+)
+
+UPSTREAM_CACHE_TEST = CheckProgram(
+    name="cache_test",
+    kind="gtest",
+    tree_sources=(f"{RUNTIME}/cache_test.cpp",),
+)
+
+UPSTREAM_ENV_HASH_TEST = CheckProgram(
+    name="env_hash_test",
+    kind="gtest",
+    tree_sources=(
+        f"{RUNTIME}/env_hash_test.cpp",
+        f"{RUNTIME}/env_hash.cpp",
+        f"{RUNTIME}/sys_util.cpp",
+    ),
+    absl_libraries=("absl_strings",),
+    stand_ins=True,  # sys_util.h includes xla/types.h
+)
+
+ALL: tuple[CheckProgram, ...] = (
+    LOAD_CHECK,
+    COMP_ENV_HASH_CHECK,
+    CUSTOM_OPTIONS_RACE_CHECK,
+    PERSISTENT_CACHE_CHECK,
+    UPSTREAM_CACHE_TEST,
+    UPSTREAM_ENV_HASH_TEST,
+)
+
+
+def by_name(name: str, programs: tuple[CheckProgram, ...] = ALL) -> CheckProgram:
+    for program in programs:
+        if program.name == name:
+            return program
+    raise KeyError(f"no check program {name!r}; known: {', '.join(p.name for p in programs)}")
+
+
+# --- Generated files ------------------------------------------------------------------------
+
+
+class ExtractionError(Exception):
+    """The tree lacks what a generated file takes from it (``run`` reports it per program)."""
+
+
+def generate(tree: Path, spec: Generated) -> str:
+    """The text of a generated ``.inc`` file, taken from ``tree``."""
+    path = tree / spec.path
+    if not path.is_file():
+        raise ExtractionError(f"{spec.path} does not exist in the tree")
+    lines = path.read_text(encoding="utf-8").split("\n")
+    if isinstance(spec, Function):
+        return function_text(lines, spec.path, spec.signature)
+    if isinstance(spec, Members):
+        return members_text(lines, spec.path, spec.class_name, spec.names)
+    return std_includes_text(lines)
+
+
+def _line_directive(index: int, path: str) -> str:
+    return f'#line {index + 1} "{path}"\n'
+
+
+def function_text(lines: list[str], path: str, signature: str) -> str:
+    start = next((i for i, line in enumerate(lines) if line.startswith(signature)), None)
+    if start is None:
+        raise ExtractionError(f"no function starting with {signature!r} in {path}")
+    end = next((i for i in range(start, len(lines)) if lines[i] == "}"), None)
+    if end is None:
+        raise ExtractionError(f"the function {signature!r} in {path} has no closing '}}'")
+    return _line_directive(start, path) + "\n".join(lines[start : end + 1]) + "\n"
+
+
+def members_text(lines: list[str], path: str, class_name: str, names: tuple[str, ...]) -> str:
+    found = member_declarations(lines, path, class_name, names)
+    pieces = []
+    for name in names:
+        if name in found:
+            first, last = found[name]
+            pieces.append(_line_directive(first, path) + "\n".join(lines[first : last + 1]))
+        else:
+            # Left out on purpose: the program's use of it fails to compile, naming it.
+            pieces.append(f"// {class_name}::{name}: not declared in {path}")
+    return "\n".join(pieces) + "\n"
+
+
+def member_declarations(
+    lines: list[str], path: str, class_name: str, names: tuple[str, ...]
+) -> dict[str, tuple[int, int]]:
+    """name -> (first, last) line index of its declaration at the class's member level."""
+    start = next(
+        (
+            i
+            for i, line in enumerate(lines)
+            if re.match(rf"\s*(class|struct) {re.escape(class_name)}\b[^;]*$", line)
+        ),
+        None,
+    )
+    if start is None:
+        raise ExtractionError(f"no definition of class {class_name} in {path}")
+    declares = {
+        name: re.compile(rf"\b{re.escape(name)}\s*(=[^;]*|\{{[^;]*\}})?;$") for name in names
+    }
+    found: dict[str, tuple[int, int]] = {}
+    depth = 0
+    statement: list[int] = []  # line indices of the member-level statement being read
+    for i in range(start, len(lines)):
+        code = lines[i].split("//", 1)[0]
+        opened, closed = code.count("{"), code.count("}")
+        if depth == 1 and opened == closed:
+            stripped = code.strip()
+            if not stripped or re.fullmatch(r"(public|private|protected)\s*:", stripped):
+                statement = []
+            else:
+                statement.append(i)
+                if stripped.endswith(";"):
+                    text = " ".join(lines[j].split("//", 1)[0].strip() for j in statement)
+                    for name, pattern in declares.items():
+                        if name not in found and pattern.search(text):
+                            found[name] = (statement[0], i)
+                    statement = []
+        else:
+            statement = []  # a block (inline function, nested type) is no declaration
+        depth += opened - closed
+        if depth <= 0 and i > start and (opened or closed):
+            break
+    return found
+
+
+def std_includes_text(lines: list[str]) -> str:
+    includes = [line for line in lines if re.fullmatch(r"#include <[a-z_]+>", line)]
+    return "\n".join(includes) + "\n"

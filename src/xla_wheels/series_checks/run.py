@@ -1,0 +1,330 @@
+"""Build the check programs against a pytorch/xla tree, run them, and read their verdicts.
+
+:func:`run_series_checks` returns one :class:`CheckOutcome` per program: its verdicts
+(check -> ``"PASS"`` or the reason it failed) when it compiled, else g++'s errors parsed
+into :class:`CompileError` (file relative to the tree, line, and the identifier g++ says
+is missing), which is what tells "the series applies" apart from "it builds".
+
+A program that compiled but did not keep its contract (crashed, timed out, printed no
+verdict, or exited with another status than its failure count) gets a verdict under
+:data:`PROGRAM_VERDICT` saying so, so it can never pass by accident.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from xla_wheels.series_checks.programs import (
+    ALL,
+    CHECKS_SUBDIR,
+    PROJECT_ROOT,
+    STAND_INS_SUBDIR,
+    CheckProgram,
+    ExtractionError,
+    generate,
+)
+from xla_wheels.series_checks.toolchain import Toolchain
+
+PROGRAM_VERDICT = "(program)"
+RUN_TIMEOUT_S = 300.0
+COMPILE_TIMEOUT_S = 900.0
+
+
+@dataclass(frozen=True)
+class CompileError:
+    path: str
+    """Relative to the tree (files outside it: relative to the project, else as g++ said;
+    empty for a linker error)."""
+    line: int
+    identifier: str | None
+    """The name g++ says is missing, undeclared or no member (a header for a missing
+    include, a symbol for an undefined reference); None for other errors."""
+    message: str
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    program: str
+    verdicts: dict[str, str]
+    """check -> "PASS" or the failure reason; empty when it did not compile."""
+    compile_errors: tuple[CompileError, ...]
+    output: str = ""
+    """The compiler's errors, or the program's output: for a human reading a failure."""
+
+    @property
+    def compiled(self) -> bool:
+        return not self.compile_errors
+
+    @property
+    def failed(self) -> dict[str, str]:
+        return {name: why for name, why in self.verdicts.items() if why != "PASS"}
+
+
+def run_series_checks(
+    tree: Path,
+    toolchain: Toolchain,
+    work: Path,
+    programs: Sequence[CheckProgram] = ALL,
+    *,
+    project_root: Path = PROJECT_ROOT,
+) -> list[CheckOutcome]:
+    """Build and run ``programs`` against ``tree`` in ``work``; outcomes in program order.
+
+    Programs are built in parallel (one g++ per core); ``tree`` is only read.
+    """
+    tree = tree.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    workers = max(1, min(len(programs), os.cpu_count() or 1))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = [
+            pool.submit(
+                _run_one, program, tree, toolchain, work / program.name, project_root.resolve()
+            )
+            for program in programs
+        ]
+        return [future.result() for future in futures]
+
+
+def _run_one(
+    program: CheckProgram, tree: Path, toolchain: Toolchain, work: Path, project_root: Path
+) -> CheckOutcome:
+    generated_dir = work / "generated"
+    generated_dir.mkdir(parents=True, exist_ok=True)
+    for spec in program.generated:
+        try:
+            (generated_dir / spec.inc).write_text(generate(tree, spec), encoding="utf-8")
+        except ExtractionError as error:
+            missing = CompileError(spec.path, 0, None, f"cannot generate {spec.inc}: {error}")
+            return CheckOutcome(program.name, {}, (missing,), str(error))
+    binary = work / program.name
+    argv = compile_command(program, tree, toolchain, binary, generated_dir, project_root)
+    try:
+        built = subprocess.run(
+            argv,
+            cwd=work,
+            env=_compiler_env(),
+            text=True,
+            capture_output=True,
+            check=False,
+            timeout=COMPILE_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        timed_out = CompileError("", 0, None, f"g++ did not finish in {COMPILE_TIMEOUT_S:.0f}s")
+        return CheckOutcome(program.name, {}, (timed_out,))
+    if built.returncode != 0:
+        errors = parse_compile_errors(built.stderr, tree, project_root)
+        return CheckOutcome(program.name, {}, errors, built.stderr)
+    return _execute(program, binary, work)
+
+
+def compile_command(
+    program: CheckProgram,
+    tree: Path,
+    toolchain: Toolchain,
+    binary: Path,
+    generated_dir: Path,
+    project_root: Path = PROJECT_ROOT,
+) -> list[str]:
+    """The g++ command line: the tree and the checks on the include path, torch's headers
+    as system headers, linked against the wheel's libtorch (and absl, googletest)."""
+    torch = toolchain.torch
+    checks = project_root / CHECKS_SUBDIR
+    include = [f"-I{tree}", f"-I{checks}", f"-I{generated_dir}"]
+    if program.stand_ins:
+        include.append(f"-I{project_root / STAND_INS_SUBDIR}")
+    include += ["-isystem", str(torch / "include")]
+    include += ["-isystem", str(torch / "include" / "torch" / "csrc" / "api" / "include")]
+    libraries = [f"-L{torch / 'lib'}", f"-Wl,-rpath,{torch / 'lib'}", "-ltorch_cpu", "-lc10"]
+    if program.needs_absl:
+        include += ["-isystem", str(toolchain.absl.include)]
+        libraries += [f"-L{toolchain.absl.lib}", f"-Wl,-rpath,{toolchain.absl.lib}"]
+        libraries += [f"-l{name}" for name in program.absl_libraries]
+    if program.needs_gtest:
+        include += ["-isystem", str(toolchain.gtest.include)]
+        libraries += [f"-L{toolchain.gtest.lib}", "-lgtest_main", "-lgmock", "-lgtest"]
+    sources = [str(checks / name) for name in program.sources]
+    sources += [str(tree / path) for path in program.tree_sources]
+    return [
+        str(toolchain.compiler),
+        "-std=c++17",
+        "-O0",
+        "-fdiagnostics-color=never",
+        *program.compile_flags,
+        *include,
+        *sources,
+        "-o",
+        str(binary),
+        *libraries,
+        "-pthread",
+    ]
+
+
+def _compiler_env() -> dict[str, str]:
+    # LC_ALL=C: g++ quotes names with ASCII quotes, which the parser below reads.
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"}
+
+
+def _execute(program: CheckProgram, binary: Path, work: Path) -> CheckOutcome:
+    scratch = work / "tmp"
+    scratch.mkdir(exist_ok=True)
+    # A small fixed environment: the checks set the variables they test themselves, and an
+    # XLA_FLAGS of the caller must not change a hash they compare.
+    env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C", "TMPDIR": str(scratch), "HOME": str(scratch)}
+    try:
+        ran = subprocess.run(
+            [str(binary), *program.arguments],
+            cwd=scratch,
+            env=env,
+            text=True,
+            capture_output=True,
+            check=False,
+            timeout=RUN_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired as expired:
+        out = expired.stdout.decode() if isinstance(expired.stdout, bytes) else ""
+        verdicts = _verdicts(program, out)
+        verdicts[PROGRAM_VERDICT] = f"did not finish in {RUN_TIMEOUT_S:.0f}s"
+        return CheckOutcome(program.name, verdicts, (), out)
+    output = ran.stdout + ran.stderr
+    verdicts = _verdicts(program, ran.stdout)
+    problem = _contract_problem(program, verdicts, ran.returncode)
+    if problem:
+        verdicts[PROGRAM_VERDICT] = problem
+    return CheckOutcome(program.name, verdicts, (), output)
+
+
+def _verdicts(program: CheckProgram, stdout: str) -> dict[str, str]:
+    return parse_gtest(stdout) if program.kind == "gtest" else parse_checks(stdout)
+
+
+def _contract_problem(program: CheckProgram, verdicts: dict[str, str], status: int) -> str:
+    failures = sum(why != "PASS" for why in verdicts.values())
+    if status < 0:
+        return f"killed by signal {-status} after {len(verdicts)} verdict(s)"
+    if not verdicts:
+        return f"printed no verdict (exit status {status})"
+    expected = failures if program.kind == "checks" else int(failures > 0)
+    if status != expected:
+        return f"exit status {status} with {failures} failed check(s)"
+    return ""
+
+
+def parse_checks(stdout: str) -> dict[str, str]:
+    """``PASS <name>`` / ``FAIL <name>: <why>`` lines; other output is ignored."""
+    verdicts: dict[str, str] = {}
+    for line in stdout.splitlines():
+        status, _, rest = line.partition(" ")
+        if status == "PASS" and rest:
+            verdicts[rest.strip()] = "PASS"
+        elif status == "FAIL" and rest:
+            name, _, why = rest.partition(": ")
+            verdicts[name.strip()] = why or "failed"
+    return verdicts
+
+
+_GTEST_RUN = re.compile(r"^\[ RUN      \] (\S+)$")
+_GTEST_OK = re.compile(r"^\[       OK \] (\S+) \(\d+ ms\)$")
+_GTEST_FAILED = re.compile(r"^\[  FAILED  \] (\S+) \(\d+ ms\)$")
+_GTEST_SKIPPED = re.compile(r"^\[  SKIPPED \] (\S+) \(\d+ ms\)$")
+
+
+def parse_gtest(stdout: str) -> dict[str, str]:
+    """googletest's per-test lines: ``Suite.Test`` -> "PASS" or its failure messages."""
+    verdicts: dict[str, str] = {}
+    body: list[str] = []
+    for line in stdout.splitlines():
+        if _GTEST_RUN.match(line):
+            body = []
+        elif match := _GTEST_OK.match(line):
+            verdicts[match.group(1)] = "PASS"
+        elif match := _GTEST_FAILED.match(line):
+            text = " | ".join(part.strip() for part in body if part.strip())
+            verdicts[match.group(1)] = text[:500] or "failed"
+        elif match := _GTEST_SKIPPED.match(line):
+            verdicts[match.group(1)] = "skipped"
+        else:
+            body.append(line)
+    return verdicts
+
+
+# --- g++'s errors ---------------------------------------------------------------------------
+
+_DIAGNOSTIC = re.compile(
+    r"^(?P<path>[^:\s][^:]*):(?P<line>\d+):(?:\d+:)? (?:fatal )?error: (?P<message>.*)$"
+)
+_UNDEFINED = re.compile(r"undefined reference to [`'](?P<symbol>[^']+)'")
+_IDENTIFIER = (
+    re.compile(r"has no member named '(?P<id>[^']+)'"),
+    re.compile(r"no member named '(?P<id>[^']+)'"),
+    re.compile(r"^'(?P<id>[^']+)' was not declared in this scope"),
+    re.compile(r"^'(?P<id>[^']+)' is not a member of '"),
+    re.compile(r"^'(?P<id>[^']+)' has not been declared"),
+    re.compile(r"^'(?P<id>[^']+)' does not name a type"),
+    re.compile(r"^'(?P<id>[^']+)' was not declared"),
+    re.compile(r"^(?P<id>[^:\s]+): No such file or directory"),
+)
+
+
+def identifier_of(message: str) -> str | None:
+    """The name g++'s error message says is missing, if it names one."""
+    for pattern in _IDENTIFIER:
+        if match := pattern.search(message):
+            return match.group("id")
+    return None
+
+
+def parse_compile_errors(
+    stderr: str, tree: Path, project_root: Path = PROJECT_ROOT
+) -> tuple[CompileError, ...]:
+    """g++'s ``error:`` lines (and the linker's undefined references); never empty for
+    a failed build: an error that fits neither is kept as one unnamed entry."""
+    errors: list[CompileError] = []
+    for line in stderr.splitlines():
+        if match := _DIAGNOSTIC.match(line):
+            message = match.group("message").strip()
+            path = _display_path(match.group("path"), tree, project_root)
+            error = CompileError(path, int(match.group("line")), identifier_of(message), message)
+        elif match := _UNDEFINED.search(line):
+            symbol = match.group("symbol")
+            error = CompileError("", 0, symbol, f"undefined reference to '{symbol}'")
+        else:
+            continue
+        if error not in errors:
+            errors.append(error)
+    if not errors:
+        last = next((line for line in reversed(stderr.splitlines()) if line.strip()), "")
+        errors.append(CompileError("", 0, None, last.strip() or "the compiler failed"))
+    return tuple(errors)
+
+
+def _display_path(reported: str, tree: Path, project_root: Path) -> str:
+    path = Path(os.path.normpath(reported))
+    if not path.is_absolute():
+        return str(path)  # a #line directive's tree-relative path
+    for base in (tree, project_root):
+        if path.is_relative_to(base):
+            return str(path.relative_to(base))
+    return str(path)
+
+
+def report_lines(outcomes: Sequence[CheckOutcome]) -> list[str]:
+    """One line per verdict or compile error, for a person."""
+    lines: list[str] = []
+    for outcome in outcomes:
+        for error in outcome.compile_errors:
+            where = f"{error.path}:{error.line}" if error.path else "(link)"
+            named = f" [{error.identifier}]" if error.identifier else ""
+            lines.append(f"{outcome.program}: does not compile: {where}: {error.message}{named}")
+        for name, why in outcome.verdicts.items():
+            lines.append(
+                f"{outcome.program}: PASS {name}"
+                if why == "PASS"
+                else f"{outcome.program}: FAIL {name}: {why}"
+            )
+    return lines

@@ -1,0 +1,311 @@
+"""What the compiled checks of the series are built with, set up once per machine.
+
+- g++ from the machine (Debian: ``apt-get install g++``);
+- torch: the headers and libraries (``include/``, ``lib/``) of the stock torch 2.9.0
+  environment the gate already builds in the per-machine cache
+  (:func:`xla_wheels.gate.envs.ensure_stock_env`);
+- absl, googletest and googlemock: Debian bookworm's ``.deb`` files, pinned below by URL
+  and sha256, downloaded into ``<cache>/toolchain/debs/`` and unpacked (only
+  ``usr/include`` and ``usr/lib``) into ``<cache>/toolchain/<name>/``. Nothing is
+  installed system-wide, and no root is needed.
+
+Concurrency: one ``fcntl`` lock per unpacked root serialises processes setting it up;
+downloads are verified before they are renamed into place, the root is unpacked into a
+temporary sibling and renamed, and trusted only with the marker written last. A crash at
+any point leaves nothing that a later run would use.
+
+clang-format 14, for the format check of the patched files, is a PyPI package of
+requirements-dev.txt (:func:`find_clang_format`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import io
+import json
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from xla_wheels import filemode, log
+from xla_wheels.errors import ToolchainError
+
+#: The torch whose headers the checks compile against: the series' target release.
+TORCH_VERSION = "2.9.0"
+DEBIAN_POOL = "https://deb.debian.org/debian/pool/main"
+MULTIARCH = "x86_64-linux-gnu"
+MARKER = ".complete.json"
+DOWNLOAD_TIMEOUT_S = 120.0
+CLANG_FORMAT_PIN = "clang-format==14.0.6"
+
+
+@dataclass(frozen=True)
+class DebianPackage:
+    """One ``.deb`` file, pinned by its pool URL and sha256 (from bookworm's Packages)."""
+
+    name: str
+    version: str
+    url: str
+    sha256: str
+
+    @property
+    def filename(self) -> str:
+        return self.url.rsplit("/", 1)[1]
+
+
+def _pool(path: str) -> str:
+    return f"{DEBIAN_POOL}/{path}"
+
+
+#: absl's headers (libabsl-dev) link against its shared libraries (libabsl20220623);
+#: googletest's and googlemock's are static archives. Versions: bookworm's current ones.
+BOOKWORM_PACKAGES: tuple[DebianPackage, ...] = (
+    DebianPackage(
+        "libabsl-dev",
+        "20220623.1-1+deb12u2",
+        _pool("a/abseil/libabsl-dev_20220623.1-1+deb12u2_amd64.deb"),
+        "24cdc091cd8e88754401f9d18e3be3d354ef96c453934ff138106fcb0245958b",
+    ),
+    DebianPackage(
+        "libabsl20220623",
+        "20220623.1-1+deb12u2",
+        _pool("a/abseil/libabsl20220623_20220623.1-1+deb12u2_amd64.deb"),
+        "3fb1a98ff3a1b7b27cd3b2544e033af3bc3419d82f33bbe3f3d5faa07b400eb5",
+    ),
+    DebianPackage(
+        "libgtest-dev",
+        "1.12.1-0.2",
+        _pool("g/googletest/libgtest-dev_1.12.1-0.2_amd64.deb"),
+        "1dbf34692561ea744d827af133c2266640a2f2cda30abfaa610eed1a7e8609d9",
+    ),
+    DebianPackage(
+        "libgmock-dev",
+        "1.12.1-0.2",
+        _pool("g/googletest/libgmock-dev_1.12.1-0.2_amd64.deb"),
+        "ffe5958a13f30657cb5e5af4e24bfa6ab6b633391f1a945607799192b52b4530",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Prefix:
+    """Where a library's headers and libraries are."""
+
+    include: Path
+    lib: Path
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    compiler: Path
+    torch: Path
+    """site-packages/torch of a torch 2.9.0 wheel: include/ and lib/."""
+    absl: Prefix
+    gtest: Prefix
+    """googletest and googlemock (one Debian source package, one prefix)."""
+
+
+def ensure_toolchain(cache_dir: Path) -> Toolchain:
+    """The toolchain, setting up what is missing in ``cache_dir`` (the machine cache)."""
+    compiler = find_compiler()
+    torch = stock_torch_dir(cache_dir)
+    root = ensure_debian_root(cache_dir / "toolchain", BOOKWORM_PACKAGES)
+    usr = Prefix(root / "usr" / "include", root / "usr" / "lib" / MULTIARCH)
+    return Toolchain(compiler=compiler, torch=torch, absl=usr, gtest=usr)
+
+
+def find_compiler() -> Path:
+    compiler = shutil.which("g++")
+    if compiler is None:
+        raise ToolchainError(
+            "g++ is not installed: the compiled checks of the series need a C++17 compiler",
+            fix="install it (Debian: apt-get install g++)",
+        )
+    return Path(compiler)
+
+
+def stock_torch_dir(cache_dir: Path) -> Path:
+    """site-packages/torch of the cached stock torch 2.9.0 environment (built if missing)."""
+    from xla_wheels.gate import envs  # the gate's module pulls in more than this needs
+
+    python = envs.ensure_stock_env(TORCH_VERSION, root=cache_dir)
+    candidates = sorted(python.parent.parent.glob("lib/python*/site-packages/torch"))
+    if not candidates or not (candidates[0] / "include" / "torch").is_dir():
+        raise ToolchainError(
+            f"no torch headers (site-packages/torch/include/torch) in the environment of "
+            f"{python}",
+            fix=f"remove {python.parent.parent} so that it is built again",
+        )
+    return candidates[0]
+
+
+# --- Debian packages ------------------------------------------------------------------------
+
+
+def root_name(packages: tuple[DebianPackage, ...]) -> str:
+    """The unpacked root's directory name: changes with any pin."""
+    pins = "\n".join(f"{p.url} {p.sha256}" for p in packages)
+    return "debian-" + hashlib.sha256(pins.encode()).hexdigest()[:16]
+
+
+def ensure_debian_root(toolchain_dir: Path, packages: tuple[DebianPackage, ...]) -> Path:
+    """A directory holding ``packages`` unpacked (``usr/include``, ``usr/lib``)."""
+    _check_architecture()
+    name = root_name(packages)
+    final = toolchain_dir / name
+    if (final / MARKER).is_file():
+        return final
+    with _locked(toolchain_dir / f"{name}.lock"):
+        # Another process may have finished it while we waited for the lock.
+        if (final / MARKER).is_file():
+            return final
+        # Under the lock nobody else builds this name: leftovers are from a crashed run.
+        for stale in toolchain_dir.glob(f".{name}.tmp-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        if final.exists():
+            shutil.rmtree(final)  # no marker: never completed
+        debs = [download(package, toolchain_dir / "debs") for package in packages]
+        staging = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=toolchain_dir))
+        try:
+            for deb in debs:
+                unpack(deb, staging)
+            marker = {"packages": [asdict(package) for package in packages]}
+            (staging / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+            filemode.as_if_created(staging)  # mkdtemp made it 0700
+            staging.rename(final)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+    return final
+
+
+def _check_architecture() -> None:
+    if platform.machine() not in ("x86_64", "AMD64"):
+        raise ToolchainError(
+            f"the pinned Debian packages are for amd64, this machine is {platform.machine()}",
+            fix="run the compiled checks on an x86_64 machine",
+        )
+
+
+@contextlib.contextmanager
+def _locked(lock_path: Path) -> Iterator[None]:
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info(f"waiting for another process setting up {lock_path.stem} ...")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def download(package: DebianPackage, dest_dir: Path) -> Path:
+    """``dest_dir/<file name>``, downloaded unless a copy with the pinned hash is there."""
+    target = dest_dir / package.filename
+    if target.is_file() and _sha256(target.read_bytes()) == package.sha256:
+        return target
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    log.info(f"downloading {package.url}")
+    try:
+        with urllib.request.urlopen(package.url, timeout=DOWNLOAD_TIMEOUT_S) as response:
+            data = response.read()
+    except (urllib.error.URLError, OSError) as error:
+        raise ToolchainError(
+            f"cannot download {package.name} {package.version} from {package.url}: {error}",
+            fix=_pin_fix(package),
+        ) from None
+    actual = _sha256(data)
+    if actual != package.sha256:
+        raise ToolchainError(
+            f"{package.url} has sha256 {actual}, not the pinned {package.sha256}",
+            fix=_pin_fix(package),
+        )
+    filemode.write_by_rename(target, data)  # never a half-written .deb under its name
+    return target
+
+
+def _pin_fix(package: DebianPackage) -> str:
+    return (
+        "check the network (a proxy: set https_proxy); if Debian has replaced the version, "
+        f"pin bookworm's current {package.name} (`apt-cache show {package.name}` on bookworm "
+        "gives Filename and SHA256) in src/xla_wheels/series_checks/toolchain.py; old "
+        "versions stay at snapshot.debian.org"
+    )
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def unpack(deb: Path, dest: Path) -> None:
+    """Extract ``usr/include`` and ``usr/lib`` of a ``.deb`` (an ar archive) into ``dest``."""
+    members = _ar_members(deb.read_bytes())
+    data_name = next((name for name in members if name.startswith("data.tar")), None)
+    if data_name is None:
+        raise ToolchainError(f"{deb} has no data.tar member", fix=f"delete {deb} and run again")
+    try:
+        with tarfile.open(fileobj=io.BytesIO(members[data_name]), mode="r:*") as tar:
+            wanted = [
+                member
+                for member in tar.getmembers()
+                if re.match(r"(\./)?usr/(include|lib)/", member.name)
+            ]
+            tar.extractall(dest, members=wanted, filter="data")
+    except (tarfile.TarError, OSError) as error:
+        raise ToolchainError(
+            f"cannot unpack {deb} ({data_name}): {error}", fix=f"delete {deb} and run again"
+        ) from None
+
+
+def _ar_members(data: bytes) -> dict[str, bytes]:
+    """The members of a System V ar archive (a .deb's outer format)."""
+    if not data.startswith(b"!<arch>\n"):
+        raise ToolchainError("not a Debian package (no ar header)", fix="delete it and run again")
+    members: dict[str, bytes] = {}
+    offset = 8
+    while offset + 60 <= len(data):
+        header = data[offset : offset + 60]
+        name = header[:16].decode("ascii").strip().rstrip("/")
+        size = int(header[48:58].decode("ascii").strip())
+        start = offset + 60
+        members[name] = data[start : start + size]
+        offset = start + size + (size % 2)  # members are 2-byte aligned
+    return members
+
+
+# --- clang-format ---------------------------------------------------------------------------
+
+
+def find_clang_format() -> Path:
+    """clang-format 14 (the version the patched files are formatted with): the PyPI
+    package of requirements-dev.txt, beside this interpreter, else on PATH."""
+    beside = Path(sys.executable).parent / "clang-format"
+    found = str(beside) if beside.is_file() else shutil.which("clang-format")
+    if found is None:
+        raise ToolchainError(
+            "clang-format is not installed",
+            fix=f"pip install {CLANG_FORMAT_PIN} (it is in requirements-dev.txt: make venv)",
+        )
+    version = subprocess.run(
+        [found, "--version"], text=True, capture_output=True, check=False
+    ).stdout
+    if not re.search(r"version 14\.", version):
+        raise ToolchainError(
+            f"{found} is not clang-format 14 ({version.strip()})",
+            fix=f"pip install {CLANG_FORMAT_PIN} (it is in requirements-dev.txt: make venv)",
+        )
+    return Path(found)

@@ -1,0 +1,366 @@
+"""xla_wheels.series_checks: the toolchain it sets up, the programs it builds, what it reports.
+
+The toolchain tests download real Debian packages (a few hundred KB) into a scratch cache.
+The program tests build small programs of their own with the real toolchain, against a
+small tree of their own (to pin down how a g++ error is reported) and against the real
+pytorch/xla source at c04e61c and v2.9.0 (the member check that tells "applies" from
+"builds"). The series' own programs are exercised in tests/test_torch_xla_patches.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tests import real_source
+from tests.gitrepos import REPO_ROOT
+from xla_wheels.errors import ToolchainError
+from xla_wheels.series_checks.programs import (
+    CLIENT_H,
+    CheckProgram,
+    Function,
+    Members,
+    StdIncludes,
+    generate,
+)
+from xla_wheels.series_checks.run import (
+    PROGRAM_VERDICT,
+    CompileError,
+    parse_compile_errors,
+    run_series_checks,
+)
+from xla_wheels.series_checks.toolchain import (
+    BOOKWORM_PACKAGES,
+    MARKER,
+    Toolchain,
+    download,
+    ensure_debian_root,
+    root_name,
+)
+
+GTEST_PACKAGES = tuple(p for p in BOOKWORM_PACKAGES if p.name in ("libgtest-dev", "libgmock-dev"))
+
+
+# --- Debian packages into the cache ----------------------------------------------------------
+
+
+def test_a_corrupt_pin_is_refused_naming_the_url_and_both_hashes(tmp_path: Path) -> None:
+    package = replace(GTEST_PACKAGES[0], sha256="0" * 64)
+    with pytest.raises(ToolchainError) as raised:
+        download(package, tmp_path / "debs")
+    assert f"{package.url} has sha256 " in raised.value.message
+    assert f"not the pinned {'0' * 64}" in raised.value.message
+    assert "apt-cache show libgtest-dev" in (raised.value.fix or "")
+    assert raised.value.exit_code == 2
+    assert list((tmp_path / "debs").iterdir()) == [], "nothing unverified is kept"
+
+
+def test_a_failed_download_names_the_url_and_a_fix(tmp_path: Path) -> None:
+    package = replace(GTEST_PACKAGES[0], url=GTEST_PACKAGES[0].url + ".missing")
+    with pytest.raises(ToolchainError) as raised:
+        download(package, tmp_path / "debs")
+    assert f"cannot download libgtest-dev 1.12.1-0.2 from {package.url}" in raised.value.message
+    assert "snapshot.debian.org" in (raised.value.fix or "")
+
+
+def test_two_processes_set_up_one_root_and_crash_leftovers_are_not_trusted(
+    tmp_path: Path,
+) -> None:
+    toolchain_dir = tmp_path / "toolchain"
+    name = root_name(GTEST_PACKAGES)
+    # What a crashed run leaves: a staging directory and a root without its marker.
+    (toolchain_dir / f".{name}.tmp-crashed").mkdir(parents=True)
+    (toolchain_dir / name / "usr").mkdir(parents=True)
+    script = textwrap.dedent(
+        """
+        import sys
+        from pathlib import Path
+        from xla_wheels.series_checks.toolchain import BOOKWORM_PACKAGES, ensure_debian_root
+        packages = tuple(p for p in BOOKWORM_PACKAGES if p.name in ("libgtest-dev", "libgmock-dev"))
+        print(ensure_debian_root(Path(sys.argv[1]), packages))
+        """
+    )
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(toolchain_dir)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    results = [(*run.communicate(timeout=300), run.returncode) for run in runs]
+    assert [code for _, _, code in results] == [0, 0], results
+    assert {out.strip() for out, _, _ in results} == {str(toolchain_dir / name)}
+    root = toolchain_dir / name
+    assert (root / "usr/include/gtest/gtest.h").is_file()
+    assert (root / "usr/include/gmock/gmock.h").is_file()
+    assert (root / "usr/lib/x86_64-linux-gnu/libgtest_main.a").is_file()
+    marker = json.loads((root / MARKER).read_text())
+    assert [p["sha256"] for p in marker["packages"]] == [p.sha256 for p in GTEST_PACKAGES]
+    assert sorted(p.name for p in toolchain_dir.iterdir()) == sorted([name, f"{name}.lock", "debs"])
+    # Set up: a third call neither downloads nor unpacks (the .debs could be gone).
+    for deb in (toolchain_dir / "debs").iterdir():
+        deb.unlink()
+    assert ensure_debian_root(toolchain_dir, GTEST_PACKAGES) == root
+
+
+# --- How programs are built and judged (a small tree of our own) ----------------------------
+
+CLIENT_HEADER = """\
+#include <string>
+class Client {
+ public:
+  int Sum();
+  // A comment mentioning missing_;
+
+ private:
+  int present_ = 1;
+  std::string
+      name_;
+  int Inline() { int missing_; return missing_; }
+};
+"""
+CLIENT_SOURCE = """\
+#include <cstdio>
+#include <string>
+
+int Client::Sum() {
+  return present_ + missing_;
+}
+"""
+PROBE = """\
+#include <iostream>
+#include "std_includes.inc"
+class Client {
+ public:
+  int Sum();
+#include "members.inc"
+};
+#include "sum.inc"
+int main() {
+  std::cout << "PASS compiled" << std::endl;
+  std::cout << "FAIL exits_zero: on purpose" << std::endl;
+  return 0;
+}
+"""
+
+
+@pytest.fixture
+def small_project(tmp_path: Path) -> tuple[Path, Path]:
+    """(project root with one check program, tree with a class and a function)."""
+    project, tree = tmp_path / "project", tmp_path / "tree"
+    checks = project / "patches" / "torch_xla" / "checks"
+    checks.mkdir(parents=True)
+    (checks / "probe.cpp").write_text(PROBE)
+    (tree / "a").mkdir(parents=True)
+    (tree / "a" / "client.h").write_text(CLIENT_HEADER)
+    (tree / "a" / "client.cpp").write_text(CLIENT_SOURCE)
+    return project, tree
+
+
+def _probe(members: tuple[str, ...]) -> CheckProgram:
+    return CheckProgram(
+        name="probe",
+        kind="checks",
+        sources=("probe.cpp",),
+        generated=(
+            Members("members.inc", "a/client.h", "Client", members),
+            Function("sum.inc", "a/client.cpp", "int Client::Sum("),
+            StdIncludes("std_includes.inc", "a/client.cpp"),
+        ),
+    )
+
+
+def test_generated_files_are_verbatim_with_line_directives(
+    small_project: tuple[Path, Path],
+) -> None:
+    _, tree = small_project
+    members = Members("m.inc", "a/client.h", "Client", ("present_", "name_", "missing_"))
+    assert generate(tree, members) == (
+        '#line 8 "a/client.h"\n'
+        "  int present_ = 1;\n"
+        '#line 9 "a/client.h"\n'
+        "  std::string\n"
+        "      name_;\n"
+        "// Client::missing_: not declared in a/client.h\n"
+    )
+    function = generate(tree, Function("f.inc", "a/client.cpp", "int Client::Sum("))
+    assert function.startswith('#line 4 "a/client.cpp"\nint Client::Sum() {\n')
+    assert generate(tree, StdIncludes("s.inc", "a/client.cpp")) == (
+        "#include <cstdio>\n#include <string>\n"
+    )
+
+
+def test_a_member_the_header_lacks_fails_the_build_naming_it_at_the_tree_line(
+    series_toolchain: Toolchain, small_project: tuple[Path, Path], tmp_path: Path
+) -> None:
+    project, tree = small_project
+    [outcome] = run_series_checks(
+        tree, series_toolchain, tmp_path / "work", (_probe(("present_",)),), project_root=project
+    )
+    assert outcome.verdicts == {}
+    assert not outcome.compiled
+    missing = [error for error in outcome.compile_errors if error.identifier == "missing_"]
+    assert missing and (missing[0].path, missing[0].line) == ("a/client.cpp", 5), outcome.output
+
+
+def test_a_program_breaking_its_exit_status_contract_cannot_pass(
+    series_toolchain: Toolchain, small_project: tuple[Path, Path], tmp_path: Path
+) -> None:
+    project, tree = small_project
+    declared = CLIENT_HEADER.replace("int Inline()", "int missing_ = 2;\n  int Inline()")
+    (tree / "a" / "client.h").write_text(declared)
+    [outcome] = run_series_checks(
+        tree,
+        series_toolchain,
+        tmp_path / "work",
+        (_probe(("present_", "missing_")),),
+        project_root=project,
+    )
+    assert outcome.compiled, outcome.output
+    assert outcome.verdicts == {
+        "compiled": "PASS",
+        "exits_zero": "on purpose",
+        PROGRAM_VERDICT: "exit status 0 with 1 failed check(s)",
+    }
+
+
+def test_gxx_errors_are_parsed_into_file_line_and_missing_name(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    stderr = "\n".join(
+        [
+            f"{tree}/torch_xla/csrc/runtime/env_hash.cpp:12:3: error: 'HashFoo' was not declared"
+            " in this scope; did you mean 'HashBar'?",
+            "torch_xla/csrc/runtime/pjrt_computation_client.cpp:812:14: error: 'class "
+            "torch_xla::runtime::PjRtComputationClient' has no member named "
+            "'custom_compile_options_'",
+            f"{tree}/a.cpp:3:10: fatal error: xla/pjrt/pjrt_client.h: No such file or directory",
+            f"{tree}/b.cpp:4:5: error: 'Thing' is not a member of 'torch_xla::runtime'",
+            f"{tree}/b.cpp:9:5: error: expected ';' before '}}' token",
+            "/usr/bin/ld: x.o: in function `main': undefined reference to `absl::Foo()'",
+        ]
+    )
+    assert parse_compile_errors(stderr, tree, tmp_path) == (
+        CompileError(
+            "torch_xla/csrc/runtime/env_hash.cpp",
+            12,
+            "HashFoo",
+            "'HashFoo' was not declared in this scope; did you mean 'HashBar'?",
+        ),
+        CompileError(
+            "torch_xla/csrc/runtime/pjrt_computation_client.cpp",
+            812,
+            "custom_compile_options_",
+            "'class torch_xla::runtime::PjRtComputationClient' has no member named "
+            "'custom_compile_options_'",
+        ),
+        CompileError(
+            "a.cpp",
+            3,
+            "xla/pjrt/pjrt_client.h",
+            "xla/pjrt/pjrt_client.h: No such file or directory",
+        ),
+        CompileError("b.cpp", 4, "Thing", "'Thing' is not a member of 'torch_xla::runtime'"),
+        CompileError("b.cpp", 9, None, "expected ';' before '}' token"),
+        CompileError("", 0, "absl::Foo()", "undefined reference to 'absl::Foo()'"),
+    )
+    assert parse_compile_errors("collect2: error: ld returned 1 exit status\n", tree) == (
+        CompileError("", 0, None, "collect2: error: ld returned 1 exit status"),
+    )
+
+
+# --- The real source: a member v2.9.0 does not have ------------------------------------------
+
+MEMBERS_PROBE = """\
+#include <string>
+#include <unordered_map>
+#include <iostream>
+#include <torch/csrc/lazy/core/hash.h>
+class PjRtComputationClient {
+ public:
+#include "client_members.inc"
+};
+int main() {
+  PjRtComputationClient client;
+  client.custom_compile_options_["xla_foo"] = "1";
+  std::cout << "PASS members_declared" << std::endl;
+  return 0;
+}
+"""
+
+
+def test_a_member_declared_at_c04e61c_but_not_at_v2_9_0_is_named(
+    series_toolchain: Toolchain, pytorch_xla_repo: Path, tmp_path: Path
+) -> None:
+    tags = real_source.git(pytorch_xla_repo, "tag", "--list", real_source.V2_9_0_TAG)
+    if not tags.strip():
+        pytest.skip(f"the pytorch/xla source has no tag {real_source.V2_9_0_TAG}")
+    project = tmp_path / "project"
+    checks = project / "patches" / "torch_xla" / "checks"
+    checks.mkdir(parents=True)
+    (checks / "members_probe.cpp").write_text(MEMBERS_PROBE)
+    probe = CheckProgram(
+        name="members_probe",
+        kind="checks",
+        sources=("members_probe.cpp",),
+        generated=(
+            Members(
+                "client_members.inc",
+                CLIENT_H,
+                "PjRtComputationClient",
+                ("comp_env_hash_", "custom_compile_options_"),
+            ),
+        ),
+    )
+    outcomes = {}
+    for label, commit in (("base", real_source.BASE), ("v2.9.0", real_source.V2_9_0_TAG)):
+        tree = real_source.worktree(pytorch_xla_repo, tmp_path / label, commit)
+        [outcomes[label]] = run_series_checks(
+            tree, series_toolchain, tmp_path / f"work-{label}", (probe,), project_root=project
+        )
+    assert outcomes["base"].verdicts == {"members_declared": "PASS"}, outcomes["base"].output
+    named = {error.identifier for error in outcomes["v2.9.0"].compile_errors}
+    assert "custom_compile_options_" in named, outcomes["v2.9.0"].output
+
+
+# --- The CI rule: a real-source test may not skip -------------------------------------------
+
+
+@pytest.mark.parametrize("ci", ["true", ""])
+def test_in_ci_a_skipped_real_source_test_fails(ci: str, tmp_path: Path) -> None:
+    (tmp_path / "conftest.py").write_text(
+        "from tests.conftest import pytest_collection_modifyitems, pytest_runtest_makereport\n"
+        "def pytest_configure(config):\n"
+        "    config.addinivalue_line('markers', 'real_source: needs the real source')\n"
+    )
+    (tmp_path / "test_probe.py").write_text(
+        "import pytest\n"
+        "@pytest.mark.real_source\n"
+        "def test_marked():\n"
+        "    pytest.skip('no pytorch/xla source here')\n"
+        "def test_unmarked():\n"
+        "    pytest.skip('not about the source')\n"
+    )
+    env = {**os.environ, "CI": ci, "PYTHONPATH": str(REPO_ROOT)}
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rfs", "-p", "no:cacheprovider", str(tmp_path)],
+        cwd=tmp_path,
+        env=env,
+        text=True,
+        capture_output=True,
+        check=False,
+    )
+    if ci and real_source.SHARED_SNAPSHOT.is_dir():
+        assert "1 failed, 1 skipped" in run.stdout, run.stdout
+        assert "a real_source test skipped in CI" in run.stdout
+        assert "no pytorch/xla source here" in run.stdout
+    else:
+        assert "2 skipped" in run.stdout, run.stdout
