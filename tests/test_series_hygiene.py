@@ -14,14 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from tests import test_patch_workflow
 from tests.gitrepos import GIT_ENV, RUNTIME_CC, Upstream, git
-from tests.test_patch_workflow import (  # noqa: F401 - `patched` is a fixture
-    export,
-    patch_bytes,
-    patched,
-    rebase,
-    worktree,
-)
+from tests.test_patch_workflow import export, patch_bytes, rebase, worktree
 from xla_wheels.series_hygiene import (
     BLANK_AT_EOF,
     MARKER,
@@ -29,6 +24,9 @@ from xla_wheels.series_hygiene import (
     TRAILING,
     scan_patch_text,
 )
+
+# The series as commits in a worktree, from the patch-export/patch-rebase tests.
+patched = test_patch_workflow.patched
 
 DEFECTS = 6
 

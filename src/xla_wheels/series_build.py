@@ -59,21 +59,29 @@ ChecksRunner = Callable[[Path, Path], Sequence[CheckOutcomeLike]]
 """(tree, work directory) -> one outcome per check program."""
 
 
-class _SeriesChecksModule(Protocol):
+class _ToolchainModule(Protocol):
     def ensure_toolchain(self, cache_dir: Path) -> object: ...
+
+
+class _RunModule(Protocol):
     def run_series_checks(
-        self, tree: Path, toolchain: object, work: Path
+        self, tree: Path, toolchain: object, work: Path, *, project_root: Path
     ) -> Sequence[CheckOutcomeLike]: ...
 
 
-def series_checks_runner(cache_dir: Path) -> ChecksRunner:
+def series_checks_runner(cache_dir: Path, project_root: Path) -> ChecksRunner:
     """The real runner: sets the toolchain up in the per-machine cache (compiler, torch,
-    absl, googletest), then builds and runs the programs on each tree it is given."""
+    absl, googletest), then builds and runs ``project_root``'s programs on each tree."""
     # Looked up when a check runs, not when this module is imported: the other
     # subcommands (and dry runs) never load the toolchain code.
-    module = cast(_SeriesChecksModule, importlib.import_module("xla_wheels.series_checks"))
-    toolchain = module.ensure_toolchain(cache_dir)
-    return lambda tree, work: module.run_series_checks(tree, toolchain, work)
+    toolchains = cast(
+        _ToolchainModule, importlib.import_module("xla_wheels.series_checks.toolchain")
+    )
+    run = cast(_RunModule, importlib.import_module("xla_wheels.series_checks.run"))
+    toolchain = toolchains.ensure_toolchain(cache_dir)
+    return lambda tree, work: run.run_series_checks(
+        tree, toolchain, work, project_root=project_root
+    )
 
 
 class SeriesDoesNotBuild(PatchError):
@@ -88,6 +96,8 @@ class BuildCheckStep:
     series as commits on ``base`` (one per patch), work files in ``work``."""
 
     component: str
+    root: Path
+    """The project whose ``patches/<component>/checks/`` programs run."""
     checks_dir: Path
     tree: Path
     base: str
@@ -110,7 +120,7 @@ def build_check_step(
     checks_dir = root / "patches" / component / CHECKS_SUBDIR
     if not checks_dir.is_dir():
         return None
-    return BuildCheckStep(component, checks_dir, tree, base, work, cache_dir)
+    return BuildCheckStep(component, root, checks_dir, tree, base, work, cache_dir)
 
 
 def no_step_line(component: str) -> str:
@@ -233,7 +243,7 @@ def run_build_check(
     step: BuildCheckStep, patches: Mapping[str, str], runner: ChecksRunner | None = None
 ) -> BuildCheckReport:
     """Execute ``step``: run the programs on the tree, trace what does not compile."""
-    runner = runner or series_checks_runner(step.cache_dir)
+    runner = runner or series_checks_runner(step.cache_dir, step.root)
     step.work.mkdir(parents=True, exist_ok=True)
     outcomes = tuple(runner(step.tree, step.work))
     errors = [error for outcome in outcomes for error in outcome.compile_errors]
