@@ -71,11 +71,16 @@ def test_each_compile_error_is_traced_to_the_patch_that_wrote_its_line(tmp_path:
     tree, base, patches = _series_repo(tmp_path)
     missing = CompileError("client.cc", 4, "options_", "'struct C' has no member named 'options_'")
     upstream_line = CompileError("client.cc", 2, None, "redefinition of 'int b'")
-    findings = trace(tree, [missing, upstream_line, missing], patches)
+    program_line = CompileError("checks/probe.cpp", 3, "options_", "no member 'options_'")
+    findings = trace(tree, [missing, upstream_line, missing, program_line], patches)
     assert [(f.error, f.patch) for f in findings] == [
         (missing, "torch_xla/0001-a.patch"),  # moved to line 4 by 0002, written by 0001
         (upstream_line, None),
+        (program_line, None),
     ]
+    assert findings[2].render(base) == (
+        "checks/probe.cpp:3 (not in the tree): no member 'options_'"
+    )
     assert findings[0].render(base) == (
         f"patches/torch_xla/0001-a.patch: client.cc:4 uses options_, which {base[:12]} "
         "does not declare ('struct C' has no member named 'options_')"

@@ -141,6 +141,9 @@ class Finding:
 
     def render(self, base: str) -> str:
         where = f"{self.error.path}:{self.error.line}"
+        if self.patch is None and not self.commit:
+            # Not a line of the tree (a check program's own file, a linker error).
+            return f"{where} (not in the tree): {self.error.message}"
         if self.patch is None:
             owner = f"{where} (a line of {base[:12]} itself, not a patch's)"
             return f"{owner}: {self.error.message}"
