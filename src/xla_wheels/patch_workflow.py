@@ -10,8 +10,15 @@ patch (see :mod:`xla_wheels.patches`). Editing a patch is then ordinary git ther
   was edited by hand since the patch stage applied it is not overwritten unless forced.
 - :func:`start_rebase` / :func:`continue_rebase` (``make patch-rebase``) run ``git rebase
   --onto <new commit> <pin>`` with a fixed committer; on a conflict they stop (exit 3)
-  naming the patch and the files. After it finishes, export writes the refreshed patches
+  naming the patch and the files. ``--continue`` first refuses (exit 6) conflict markers
+  and whitespace errors in the files of the patch it stopped at. Once the series is on
+  the new commit, its compiled checks run against the worktree (:mod:`.series_build`):
+  what no longer compiles is named with the patch that wrote the line (exit 7); a
+  ``--continue`` after that runs them again. Export then writes the refreshed patches
   (``Base:`` set to the new commit) and rewrites the bundle's pin, comments kept.
+
+Export refuses (exit 6) a series whose commits or composed patch text hold conflict
+markers or whitespace errors (:mod:`.series_hygiene`), naming the patch, file and line.
 
 Every file is written by rename, and only after every patch of the series has been
 composed and validated: a failed export changes nothing.
@@ -45,6 +52,15 @@ from xla_wheels.patches import (
     write_state,
 )
 from xla_wheels.plan import PlannedCommand
+from xla_wheels.series_build import (
+    BuildCheckReport,
+    BuildCheckStep,
+    ChecksRunner,
+    build_check_step,
+    no_step_line,
+    run_build_check,
+)
+from xla_wheels.series_hygiene import LineDefect, git_check, refuse, scan_patch_text
 from xla_wheels.sources import SourceCache
 
 REBASE_SUFFIX = ".rebase.json"
@@ -263,16 +279,26 @@ def export_series(
     applied = {patch.relpath: patch.sha256 for patch in state.patches}
     planned: list[tuple[Path, str, bool]] = []
     hand_edited: list[str] = []
+    defects: list[LineDefect] = []
     for commit, ref in zip(commits, refs, strict=True):
         message = _message(worktree, commit)
         _check_identity(message, ref.relpath, worktree, commit)
         text = patch_text(message, _diff(worktree, commit, _abbrev_of(ref.path)), new_pin)
         _validate(text, ref.relpath, component_name)
+        defects += _commit_defects(worktree, commit, f"patches/{ref.relpath}", text)
         current = ref.path.read_bytes() if ref.path.is_file() else b""
         changed = current != text.encode("utf-8")
         if changed and hashlib.sha256(current).hexdigest() != applied.get(ref.relpath):
             hand_edited.append(f"patches/{ref.relpath}")
         planned.append((ref.path, text, changed))
+    refuse(
+        defects,
+        f"the commits on {base[:12]} in {worktree}",
+        f"fix those lines in the patch's commit: `git -C {worktree} rebase -i {base[:12]}`, "
+        "change `pick` to `edit` on the patch's line, fix the file, `git -C "
+        f"{worktree} commit -a --amend --no-edit`, `git -C {worktree} rebase --continue`; "
+        f"then export again; nothing was changed",
+    )
     if hand_edited and not force:
         raise PatchError(
             "these patch files changed on disk since the patch stage applied them, and "
@@ -305,6 +331,16 @@ def export_series(
         replace(state, base_commit=base, patches=describe_series(reloaded), head=head),
     )
     return report
+
+
+def _commit_defects(worktree: Path, commit: str, patch: str, text: str) -> list[LineDefect]:
+    """Conflict markers and whitespace errors in what ``commit`` adds (git's judgement)
+    and in its composed patch text (the header too), each place once."""
+    found = git_check(worktree, patch, [f"{commit}^", commit]) + scan_patch_text(text, patch)
+    unique: dict[tuple[str, int, str], LineDefect] = {}
+    for defect in found:
+        unique.setdefault((defect.path, defect.line, defect.problem), defect)
+    return list(unique.values())
 
 
 def _validate(text: str, relpath: str, component: str) -> None:
@@ -455,6 +491,38 @@ def _run(command: PlannedCommand) -> subprocess.CompletedProcess[str]:
     )
 
 
+@dataclass(frozen=True)
+class RebaseResult:
+    onto: str
+    """The full SHA the series is now on."""
+    build: BuildCheckReport | None
+    """The compiled checks on the rebased worktree; ``None`` when the series has none."""
+
+
+def check_step(
+    root: Path, cache_dir: Path, out_dir: Path, bundle: Bundle, component: str, onto: str
+) -> BuildCheckStep | None:
+    """The compiled checks a finished rebase runs (``None``: the series has none)."""
+    worktree = worktree_for(out_dir, bundle, component)
+    work = worktree.parent.parent / "checks" / component
+    return build_check_step(root, cache_dir, component, worktree, onto, work)
+
+
+def _check_build(
+    step: BuildCheckStep | None,
+    component: str,
+    worktree: Path,
+    record: RebaseRecord,
+    runner: ChecksRunner | None,
+) -> BuildCheckReport | None:
+    if step is None:
+        log.info(no_step_line(component))
+        return None
+    commits = git_out(["rev-list", "--reverse", f"{record.onto}..HEAD"], cwd=worktree).split()
+    patches = dict(zip(commits, record.patches, strict=False))
+    return run_build_check(step, patches, runner)
+
+
 def start_rebase(
     options_cache: SourceCache,
     out_dir: Path,
@@ -462,9 +530,12 @@ def start_rebase(
     component_name: str,
     onto: str,
     *,
+    root: Path,
+    cache_dir: Path,
     dry_run: bool = False,
-) -> str:
-    """Carry the series onto ``onto``; the full SHA of ``onto`` on success (see module doc)."""
+    runner: ChecksRunner | None = None,
+) -> RebaseResult:
+    """Carry the series onto ``onto``, then run its compiled checks there (module doc)."""
     if not _HEX.fullmatch(onto):
         raise UsageError(
             f"ONTO '{onto}' is not a commit SHA",
@@ -483,29 +554,109 @@ def start_rebase(
     # The worktree shares the cache repository's objects: fetch the target there.
     full = options_cache.resolve(replace(component, commit=onto))
     command = rebase_command(worktree, state.base_commit, full)
+    step = check_step(root, cache_dir, out_dir, bundle, component_name, full)
     if dry_run:
         print(command.render())
-        return full
+        print(step.render() if step else no_step_line(component_name))
+        return RebaseResult(full, None)
     commits = git_out(["rev-list", "--reverse", f"{state.base_commit}..HEAD"], cwd=worktree).split()
     record = RebaseRecord(
         state.base_commit, full, tuple(commits), tuple(ref.relpath for ref in component.patches)
     )
     _write_by_rename(_rebase_path(worktree), record.to_json().encode())
     _finish(worktree, bundle, component_name, _run(command), record)
-    return full
+    return RebaseResult(full, _check_build(step, component_name, worktree, record, runner))
 
 
-def continue_rebase(out_dir: Path, bundle: Bundle, component_name: str) -> str:
+def continue_rebase(
+    out_dir: Path,
+    bundle: Bundle,
+    component_name: str,
+    *,
+    root: Path,
+    cache_dir: Path,
+    runner: ChecksRunner | None = None,
+) -> RebaseResult:
+    """Go on after the user resolved a stop; after a finished rebase that is not exported
+    yet, run the compiled checks again (after a fix to a patch that did not build)."""
     worktree = worktree_for(out_dir, bundle, component_name)
     _require_series(worktree, bundle, component_name)
     record = _read_rebase(worktree)
-    if record is None or not _rebase_in_progress(worktree):
+    if record is None:
         raise PatchError(
             f"no patch-rebase is under way in {worktree}",
             fix="start one with ONTO=<commit>",
         )
+    step = check_step(root, cache_dir, out_dir, bundle, component_name, record.onto)
+    if not _rebase_in_progress(worktree):
+        if (
+            git(
+                ["merge-base", "--is-ancestor", record.onto, "HEAD"], cwd=worktree, check=False
+            ).returncode
+            != 0
+        ):
+            raise PatchError(
+                f"no patch-rebase is under way in {worktree}",
+                fix="start one with ONTO=<commit>",
+            )
+        _require_clean(worktree, "patch-rebase CONTINUE=1")
+        return RebaseResult(
+            record.onto, _check_build(step, component_name, worktree, record, runner)
+        )
+    _refuse_defects_at_stop(worktree, bundle, component_name, record)
     _finish(worktree, bundle, component_name, _run(continue_command(worktree)), record)
-    return record.onto
+    return RebaseResult(record.onto, _check_build(step, component_name, worktree, record, runner))
+
+
+def _stopped_at(worktree: Path, record: RebaseRecord) -> tuple[str, str]:
+    """(the original commit the rebase stopped at, how to name it: its patch file)."""
+    stopped = git(["rev-parse", "--verify", "--quiet", "REBASE_HEAD"], cwd=worktree, check=False)
+    commits, patches = list(record.commits), list(record.patches)
+    sha = stopped.stdout.strip()
+    where = (
+        f"patches/{patches[commits.index(sha)]} ({commits.index(sha) + 1} of {len(commits)})"
+        if sha in commits and len(patches) == len(commits)
+        else f"commit {sha[:12] or '?'}"
+    )
+    return sha, where
+
+
+def _refuse_defects_at_stop(
+    worktree: Path, bundle: Bundle, component: str, record: RebaseRecord
+) -> None:
+    """Before ``git rebase --continue`` commits the resolution: no conflict markers and no
+    whitespace errors in what the stopped patch's files add (the index is what is
+    committed; git itself accepts a file that still holds markers once it is added)."""
+    sha, where = _stopped_at(worktree, record)
+    continue_hint = f"`make patch-rebase BUNDLE={bundle.name} COMPONENT={component} CONTINUE=1`"
+    unmerged = git_out(["diff", "--name-only", "--diff-filter=U"], cwd=worktree).split()
+    if unmerged:
+        raise RebaseStopped(
+            f"patch-rebase is still stopped at {where}: {', '.join(unmerged)} not resolved",
+            fix=f"resolve the <<<<<<< markers in those files under {worktree}, `git -C "
+            f"{worktree} add {' '.join(unmerged)}`, then {continue_hint}",
+        )
+    touched = set(
+        git_out(
+            ["diff-tree", "-r", "--no-commit-id", "--name-only", "--root", sha], cwd=worktree
+        ).split("\n")
+        if sha
+        else []
+    )
+    touched |= set(git_out(["diff", "--cached", "--name-only", "HEAD"], cwd=worktree).split("\n"))
+    paths = sorted(path for path in touched if path)
+    if not paths:
+        return
+    patch = where.split(" (", 1)[0]
+    defects = git_check(worktree, patch, ["HEAD"], cached=True, paths=paths)
+    files = " ".join(sorted({defect.path for defect in defects}))
+    refuse(
+        defects,
+        f"patch-rebase is stopped at {where}, and the resolution added to the index",
+        f"edit those lines in {worktree} (remove the conflict markers, keep the code you "
+        f"want; no trailing white space), `git -C {worktree} add {files}`, then "
+        f"{continue_hint}; nothing was committed",
+    )
 
 
 def _finish(
@@ -523,14 +674,7 @@ def _finish(
             f"git rebase failed in {worktree}: {result.stderr.strip() or result.stdout.strip()}",
             fix="see git's message; the branch is as before",
         )
-    stopped = git(["rev-parse", "--verify", "--quiet", "REBASE_HEAD"], cwd=worktree, check=False)
-    commits, patches = list(record.commits), list(record.patches)
-    sha = stopped.stdout.strip()
-    where = (
-        f"patches/{patches[commits.index(sha)]} ({commits.index(sha) + 1} of {len(commits)})"
-        if sha in commits and len(patches) == len(commits)
-        else f"commit {sha[:12] or '?'}"
-    )
+    _, where = _stopped_at(worktree, record)
     conflicted = git_out(["diff", "--name-only", "--diff-filter=U"], cwd=worktree).split()
     continue_hint = f"`make patch-rebase BUNDLE={bundle.name} COMPONENT={component} CONTINUE=1`"
     if conflicted:

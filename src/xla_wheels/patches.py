@@ -41,7 +41,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -51,6 +51,7 @@ from xla_wheels.bundle import Component, PatchRef
 from xla_wheels.errors import PatchError
 from xla_wheels.gitutil import git, git_out, status_porcelain
 from xla_wheels.plan import PlannedCommand
+from xla_wheels.series_hygiene import LineDefect, scan_patch_file
 
 REQUIRED_KEYS = ("Subject", "Component", "Base", "Fixes", "Why", "Upstream", "Files")
 OPTIONAL_KEYS = ("Verified", "Not-verified", "Author", "Date")
@@ -272,6 +273,8 @@ class PatchResult:
     relpath: str
     applied: bool
     detail: str
+    defects: tuple[LineDefect, ...] = ()
+    """Conflict markers and whitespace errors in the patch file (then not applied)."""
 
 
 def _conflict_message(ref: PatchRef, stderr: str) -> str:
@@ -498,9 +501,39 @@ def _reset_to(worktree: Path, base_commit: str) -> None:
     git(["checkout", "--quiet", "--detach", base_commit], cwd=worktree, check=False)
 
 
-def check_series(source_repo: Path, commit: str, component: Component) -> list[PatchResult]:
-    """Apply the series to a scratch clone of ``source_repo`` at ``commit``; report each."""
+SeriesTreeCheck = Callable[[Path, Mapping[str, str]], None]
+"""Called with the scratch tree holding the whole series (one commit per patch) and
+{commit: patch relpath}, before the tree is removed (``patches-check``'s compiled checks)."""
+
+
+def check_series(
+    source_repo: Path,
+    commit: str,
+    component: Component,
+    *,
+    after_apply: SeriesTreeCheck | None = None,
+) -> list[PatchResult]:
+    """Apply the series to a scratch clone of ``source_repo`` at ``commit``, one commit
+    per patch; report each.
+
+    A patch file holding conflict markers or whitespace errors fails (``defects``), and
+    nothing is applied: those lines apply as well as any other, so "applies" would hide
+    them. When every patch applies, ``after_apply`` gets the scratch tree.
+    """
     results: list[PatchResult] = []
+    for ref in component.patches:
+        defects = scan_patch_file(ref.path, f"patches/{ref.relpath}")
+        if defects:
+            results.append(
+                PatchResult(
+                    ref.relpath,
+                    False,
+                    f"{len(defects)} line(s) with conflict markers or whitespace errors",
+                    tuple(defects),
+                )
+            )
+    if results:
+        return results
     scratch = Path(tempfile.mkdtemp(prefix=f"xla-wheels-check-{component.name}-"))
     try:
         # --shared borrows the objects through alternates, so a check against a large
@@ -518,20 +551,36 @@ def check_series(source_repo: Path, commit: str, component: Component) -> list[P
                 fix="fetch it there first (`git fetch origin` in that checkout)",
             )
         git(["checkout", "--quiet", "--detach", probe.stdout.strip()], cwd=scratch)
+        commits: dict[str, str] = {}
         for ref in component.patches:
             try:
-                parse_patch(ref.path, component=component.name)
+                header = parse_patch(ref.path, component=component.name)
             except PatchError as error:
                 results.append(PatchResult(ref.relpath, False, error.message))
                 break
-            result = git(["apply", "--whitespace=nowarn", str(ref.path)], cwd=scratch, check=False)
+            # error-all: a whitespace error the scan above missed still fails here (git's
+            # own rule is the last word).
+            result = git(
+                ["apply", "--index", "--whitespace=error-all", str(ref.path)],
+                cwd=scratch,
+                check=False,
+            )
             if result.returncode != 0:
                 results.append(
                     PatchResult(ref.relpath, False, _conflict_message(ref, result.stderr))
                 )
                 break
-            stat = git_out(["diff", "--shortstat"], cwd=scratch)
+            stat = git_out(["diff", "--cached", "--shortstat", probe.stdout.strip()], cwd=scratch)
+            # One commit per patch: `git blame` then names the patch of any line.
+            git(
+                [*_COMMIT_CONFIG, "commit", "--quiet", "--no-verify", "-m", ref.relpath],
+                cwd=scratch,
+                env=header.commit_env(),
+            )
+            commits[git_out(["rev-parse", "HEAD"], cwd=scratch)] = ref.relpath
             results.append(PatchResult(ref.relpath, True, f"applies (series so far: {stat})"))
+        if after_apply is not None and len(commits) == len(component.patches):
+            after_apply(scratch, commits)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return results

@@ -166,26 +166,34 @@ def _verbosity() -> str:
     return PROGRESS_FLAG if progress.on_terminal() else "--quiet"
 
 
+# A shallow remote or mirror (a CI snapshot of pytorch/xla is one) sends commits whose
+# oldest parents it does not have; without --update-shallow git refuses to record those
+# boundaries in the cache, which then holds commits it cannot walk (`git rebase` and
+# `merge-base` fail with "Could not read <parent>"). A full remote sends no boundary, so
+# the option changes nothing there.
+_SHALLOW = ("--update-shallow",)
+
+
 def fetch_command(repo: Path, url: str, commit: str, *, full: bool) -> PlannedCommand:
     """Fetching one SHA keeps the transfer small; GitHub and git >= 2.5 servers with
     uploadpack.allowReachableSHA1InWant allow it. A short SHA cannot be fetched by name,
     so it fetches every branch and tag and is resolved afterwards."""
     if full:
         return compose(
-            ["fetch", _verbosity(), "--no-tags", url, f"{commit}:refs/pinned/{commit}"],
+            ["fetch", _verbosity(), "--no-tags", url, f"{commit}:refs/pinned/{commit}", *_SHALLOW],
             git_dir=repo,
             note="when the cache lacks the commit; if the server refuses a fetch by SHA: "
             + fetch_branches_command(repo, url).render(),
         )
     return compose(
-        ["fetch", _verbosity(), "--no-tags", url, *_ALL_BRANCHES],
+        ["fetch", _verbosity(), "--no-tags", url, *_ALL_BRANCHES, *_SHALLOW],
         git_dir=repo,
         note="when the cache lacks the commit",
     )
 
 
 def fetch_branches_command(repo: Path, url: str) -> PlannedCommand:
-    return compose(["fetch", _verbosity(), url, *_ALL_BRANCHES], git_dir=repo)
+    return compose(["fetch", _verbosity(), url, *_ALL_BRANCHES, *_SHALLOW], git_dir=repo)
 
 
 def verify_command(repo: Path, commit: str) -> PlannedCommand:

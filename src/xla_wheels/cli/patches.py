@@ -11,7 +11,13 @@ from xla_wheels.bundle_lock import unless_dry_run
 from xla_wheels.cli.arguments import add_bundle_arguments
 from xla_wheels.errors import UsageError
 from xla_wheels.options import PipelineOptions, pipeline_options
-from xla_wheels.patch_workflow import continue_rebase, export_series, start_rebase
+from xla_wheels.patch_workflow import (
+    RebaseResult,
+    continue_rebase,
+    export_series,
+    start_rebase,
+)
+from xla_wheels.series_build import judge
 from xla_wheels.sources import SourceCache
 
 
@@ -49,30 +55,58 @@ def cmd_patch_rebase(args: argparse.Namespace) -> int:
     options = pipeline_options(args, os.environ)
     bundle = load_bundle(options.root, args.bundle)
     with unless_dry_run(options.dry_run, options.out_dir, bundle.name, "patch-rebase"):
-        onto = _rebase(options, bundle, args)
-    if onto is None:  # a dry run: the plan is printed
+        result = _rebase(options, bundle, args)
+    if result is None:  # a dry run: the plan is printed
         return 0
+    series = f"the {args.component} series of {bundle.name}"
+    export = f"`make patch-export BUNDLE={bundle.name} COMPONENT={args.component}`"
+    if result.build is not None:
+        for line in result.build.lines():
+            print(line)
+        worktree = result.build.step.tree
+        judge(
+            result.build,
+            f"{series} (now on {result.onto[:12]})",
+            f"change the patch named above in {worktree}: `git -C {worktree} rebase -i "
+            f"{result.onto[:12]}`, change `pick` to `edit` on its line, fix the file, `git -C "
+            f"{worktree} commit -a --amend --no-edit`, `git -C {worktree} rebase --continue`; "
+            f"then `make patch-rebase BUNDLE={bundle.name} COMPONENT={args.component} "
+            f"CONTINUE=1` runs the checks again (or {export} as it is, knowing it does not build)",
+        )
     print(
-        f"{args.component} series of {bundle.name} is now on {onto}; next: `make patch-export "
-        f"BUNDLE={bundle.name} COMPONENT={args.component}` writes the refreshed patches and "
+        f"{series} is now on {result.onto}; next: {export} writes the refreshed patches and "
         "the new pin"
     )
     return 0
 
 
-def _rebase(options: PipelineOptions, bundle: Bundle, args: argparse.Namespace) -> str | None:
+def _rebase(
+    options: PipelineOptions, bundle: Bundle, args: argparse.Namespace
+) -> RebaseResult | None:
     if args.continue_:
-        return continue_rebase(options.out_dir, bundle, args.component)
-    else:
-        if not args.onto:
-            raise UsageError(
-                "no target commit given", fix="pass ONTO=<commit> (make) or --onto <commit>"
-            )
-        cache = SourceCache(options.source_cache, options.mirror)
-        onto = start_rebase(
-            cache, options.out_dir, bundle, args.component, args.onto, dry_run=options.dry_run
+        return continue_rebase(
+            options.out_dir,
+            bundle,
+            args.component,
+            root=options.root,
+            cache_dir=options.cache_dir,
         )
-        return None if options.dry_run else onto
+    if not args.onto:
+        raise UsageError(
+            "no target commit given", fix="pass ONTO=<commit> (make) or --onto <commit>"
+        )
+    cache = SourceCache(options.source_cache, options.mirror)
+    result = start_rebase(
+        cache,
+        options.out_dir,
+        bundle,
+        args.component,
+        args.onto,
+        root=options.root,
+        cache_dir=options.cache_dir,
+        dry_run=options.dry_run,
+    )
+    return None if options.dry_run else result
 
 
 def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import os
 import subprocess
+import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from xla_wheels import log
@@ -18,11 +20,20 @@ from xla_wheels.bundle import available_bundles, describe, diff, load_bundle
 from xla_wheels.bundle_lock import bundle_run_lock
 from xla_wheels.cli.arguments import add_bundle_arguments, add_common_arguments
 from xla_wheels.errors import LockError, PatchError, UsageError
+from xla_wheels.gitutil import git_out
 from xla_wheels.lockfile import check_lock, read_lock, update_bundle_entry
 from xla_wheels.options import build_config, pipeline_options
-from xla_wheels.patches import check_series
+from xla_wheels.patches import check_series, parse_patch
 from xla_wheels.pipeline import plan, run_until
 from xla_wheels.plan import render_plan
+from xla_wheels.series_build import (
+    BuildCheckReport,
+    build_check_step,
+    judge,
+    no_step_line,
+    run_build_check,
+)
+from xla_wheels.series_hygiene import refuse
 from xla_wheels.sources import SourceCache, known_commits
 
 
@@ -131,15 +142,55 @@ def cmd_patches_check(args: argparse.Namespace) -> int:
         source, commit = args.source, component.commit
     if not source.exists():
         raise UsageError(f"{source} does not exist", fix="pass a git checkout of the component")
-    results = check_series(source, commit, component)
+    series = f"the {component.name} series of {bundle.name}"
+    reports: list[BuildCheckReport] = []
+
+    def build_check(tree: Path, patches: Mapping[str, str]) -> None:
+        # Applied to its own Base, the series is what was verified when it was written;
+        # on any other commit, "applies" says nothing about "builds".
+        head = git_out(["rev-parse", "HEAD~" + str(len(patches))], cwd=tree)
+        bases = {parse_patch(ref.path).base for ref in component.patches}
+        if bases == {head}:
+            print(f"compiled checks: not run, {series} is on the commit its Base names")
+            return
+        with tempfile.TemporaryDirectory(prefix="xla-wheels-checks-") as work:
+            step = build_check_step(
+                options.root, options.cache_dir, component.name, tree, head, Path(work)
+            )
+            if step is None:
+                print(no_step_line(component.name))
+                return
+            reports.append(run_build_check(step, patches))
+
+    results = check_series(source, commit, component, after_apply=build_check)
     for result in results:
         print(f"{'ok  ' if result.applied else 'FAIL'} patches/{result.relpath}: {result.detail}")
+        for defect in result.defects:
+            print(f"       {defect.render()}")
+    defects = [defect for result in results for defect in result.defects]
+    refuse(
+        defects,
+        f"{series} holds conflict markers or whitespace errors; nothing was applied",
+        "fix those lines in the patch (in the patched worktree: `make patch BUNDLE="
+        f"{bundle.name}`, edit and amend the commit, then `make patch-export BUNDLE="
+        f"{bundle.name} COMPONENT={component.name}`; see README, 'Updating a patch')",
+    )
     not_reached = len(component.patches) - len(results)
     if not_reached:
         print(f"     ({not_reached} later patch(es) not tried)")
     if not all(result.applied for result in results) or not_reached:
-        raise PatchError(f"the {component.name} series of {bundle.name} does not apply to {commit}")
-    print(f"{component.name} series of {bundle.name}: {len(results)} patch(es) apply to {commit}")
+        raise PatchError(f"{series} does not apply to {commit}")
+    print(f"{series}: {len(results)} patch(es) apply to {commit}")
+    for report in reports:
+        for line in report.lines():
+            print(line)
+        judge(
+            report,
+            series,
+            "carry the series onto that commit with `make patch-rebase BUNDLE="
+            f"{bundle.name} COMPONENT={component.name} ONTO={commit}` and fix the patch "
+            "named above there (README, 'Carrying the series to another commit')",
+        )
     return 0
 
 
