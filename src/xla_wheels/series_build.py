@@ -17,11 +17,10 @@ when it compiles but a check judges against it (:class:`~xla_wheels.errors.Check
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, cast
+from typing import Protocol
 
 from xla_wheels.errors import CheckFailed, PatchError
 from xla_wheels.gitutil import git
@@ -59,29 +58,16 @@ ChecksRunner = Callable[[Path, Path], Sequence[CheckOutcomeLike]]
 """(tree, work directory) -> one outcome per check program."""
 
 
-class _ToolchainModule(Protocol):
-    def ensure_toolchain(self, cache_dir: Path) -> object: ...
-
-
-class _RunModule(Protocol):
-    def run_series_checks(
-        self, tree: Path, toolchain: object, work: Path, *, project_root: Path
-    ) -> Sequence[CheckOutcomeLike]: ...
-
-
 def series_checks_runner(cache_dir: Path, project_root: Path) -> ChecksRunner:
     """The real runner: sets the toolchain up in the per-machine cache (compiler, torch,
     absl, googletest), then builds and runs ``project_root``'s programs on each tree."""
-    # Looked up when a check runs, not when this module is imported: the other
-    # subcommands (and dry runs) never load the toolchain code.
-    toolchains = cast(
-        _ToolchainModule, importlib.import_module("xla_wheels.series_checks.toolchain")
-    )
-    run = cast(_RunModule, importlib.import_module("xla_wheels.series_checks.run"))
-    toolchain = toolchains.ensure_toolchain(cache_dir)
-    return lambda tree, work: run.run_series_checks(
-        tree, toolchain, work, project_root=project_root
-    )
+    # Imported when a check runs, not when this module is: the other subcommands (and dry
+    # runs) never load the toolchain code.
+    from xla_wheels.series_checks.run import run_series_checks
+    from xla_wheels.series_checks.toolchain import ensure_toolchain
+
+    toolchain = ensure_toolchain(cache_dir)
+    return lambda tree, work: run_series_checks(tree, toolchain, work, project_root=project_root)
 
 
 class SeriesDoesNotBuild(PatchError):

@@ -46,12 +46,18 @@ namespace {
 #include "hash_comp_env.inc"
 }  // namespace
 
-// The members come from the tree's header; the functions from its source.
-class PjRtComputationClient {
+// The declarations come from the tree's headers (the base's virtual
+// SetCustomCompileOptions, the override and the data members); the functions
+// from its source.
+class ComputationClient {
+ public:
+  virtual ~ComputationClient() = default;
+#include "computation_client_members.inc"
+};
+
+class PjRtComputationClient : public ComputationClient {
  public:
   torch::lazy::hash_t HashCompilationEnv();
-  void SetCustomCompileOptions(
-      const std::unordered_map<std::string, std::string>& options);
 #include "client_members.inc"
 };
 

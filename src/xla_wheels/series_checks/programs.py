@@ -115,13 +115,21 @@ _CACHE_KEY_FILES: tuple[Generated, ...] = (
         "void PjRtComputationClient::SetCustomCompileOptions(",
     ),
     StdIncludes("std_includes.inc", CLIENT_CPP),
-    # The members the three functions use (series 0003 adds the last two): taken from the
-    # header, so a base without them fails to compile naming them.
+    # The declarations the functions are checked against, from the tree's headers: the
+    # base's virtual, the override, and the members they use (series 0003 adds the mutex
+    # and the hash). A tree lacking one fails to compile naming it.
+    Members(
+        "computation_client_members.inc",
+        f"{RUNTIME}/computation_client.h",
+        "ComputationClient",
+        ("SetCustomCompileOptions",),
+    ),
     Members(
         "client_members.inc",
         CLIENT_H,
         "PjRtComputationClient",
         (
+            "SetCustomCompileOptions",
             "comp_env_hash_",
             "custom_compile_options_mutex_",
             "custom_compile_options_",
@@ -273,7 +281,9 @@ def member_declarations(
     if start is None:
         raise ExtractionError(f"no definition of class {class_name} in {path}")
     declares = {
-        name: re.compile(rf"\b{re.escape(name)}\s*(=[^;]*|\{{[^;]*\}})?;$") for name in names
+        # A data member (with an initializer or not) or a member function's declaration.
+        name: re.compile(rf"\b{re.escape(name)}\s*(\([^;]*|=[^;]*|\{{[^;]*\}})?;$")
+        for name in names
     }
     found: dict[str, tuple[int, int]] = {}
     depth = 0

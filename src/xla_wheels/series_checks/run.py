@@ -268,6 +268,8 @@ _IDENTIFIER = (
     re.compile(r"^'(?P<id>[^']+)' does not name a type"),
     re.compile(r"^'(?P<id>[^']+)' was not declared"),
     re.compile(r"^(?P<id>[^:\s]+): No such file or directory"),
+    # A member function defined in the tree but declared nowhere in its class.
+    re.compile(r"^no declaration matches '[^']*?(?P<id>\w+)\("),
 )
 
 
