@@ -14,8 +14,6 @@ trusted only if it carries the marker file written last.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
 import shutil
@@ -24,12 +22,12 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from xla_wheels import filemode, log
 from xla_wheels.abi.pairs import EXTENSION, TORCH_LIB_DIR, AbiInputError, PairFiles
+from xla_wheels.waitlock import waiting_lock
 
 MARKER = "xla-wheels-abi-libs.json"
 #: The torch libraries any released ``_XLAC`` names in DT_NEEDED (checked: 2.7-2.9).
@@ -65,21 +63,6 @@ def _wanted(project: str, member: str) -> bool:
     return member in {f"{TORCH_LIB_DIR}/{name}" for name in TORCH_LIBRARIES}
 
 
-@contextlib.contextmanager
-def _locked(lock_path: Path) -> Iterator[None]:
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log.info(f"waiting for another process extracting {lock_path.stem} ...")
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _complete(directory: Path) -> bool:
     return (directory / MARKER).is_file()
 
@@ -93,7 +76,7 @@ def ensure_stock_libraries(wheel: StockWheel, *, root: Path, pip_python: str | N
     final = base / wheel.name
     if _complete(final):
         return final
-    with _locked(base / f"{wheel.name}.lock"):
+    with waiting_lock(base / f"{wheel.name}.lock", f"extracting {wheel.name}"):
         if _complete(final):
             return final
         for stale in base.glob(f".{wheel.name}.tmp-*"):

@@ -17,8 +17,6 @@ marker file written last. A half-built environment is therefore never reused.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
 import platform
@@ -27,12 +25,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from xla_wheels import filemode, log
 from xla_wheels.gate.errors import GateEnvironmentError
+from xla_wheels.waitlock import waiting_lock
 
 MARKER = "xla-wheels-env.json"
 #: How long one pip install may take before we call the registry unreachable.
@@ -119,23 +117,6 @@ def _spec(version: str) -> StockEnvSpec:
         ) from None
 
 
-@contextlib.contextmanager
-def _locked(lock_path: Path) -> Iterator[None]:
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "a+") as handle:
-        started = time.monotonic()
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log.info(f"waiting for another process building {lock_path.stem} ...")
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            log.info(f"lock acquired after {log.format_duration(time.monotonic() - started)}")
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _run_logged(argv: list[str], log_file: Path, *, env: dict[str, str] | None = None) -> None:
     log.command(argv)
     with open(log_file, "a") as out:
@@ -196,7 +177,7 @@ def ensure_stock_env(
     final = envs_dir / name
     if _read_marker(final) is not None and env_python(final).exists():
         return env_python(final)
-    with _locked(envs_dir / f"{name}.lock"):
+    with waiting_lock(envs_dir / f"{name}.lock", f"building {name}"):
         # Another process may have finished it while we waited for the lock.
         if _read_marker(final) is not None and env_python(final).exists():
             return env_python(final)

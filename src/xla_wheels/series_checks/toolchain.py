@@ -20,8 +20,6 @@ requirements-dev.txt (:func:`find_clang_format`).
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import io
 import json
@@ -34,12 +32,12 @@ import tarfile
 import tempfile
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from xla_wheels import filemode, log
 from xla_wheels.errors import ToolchainError
+from xla_wheels.waitlock import waiting_lock
 
 #: The torch whose headers the checks compile against: the series' target release.
 TORCH_VERSION = "2.9.0"
@@ -166,7 +164,7 @@ def ensure_debian_root(toolchain_dir: Path, packages: tuple[DebianPackage, ...])
     final = toolchain_dir / name
     if (final / MARKER).is_file():
         return final
-    with _locked(toolchain_dir / f"{name}.lock"):
+    with waiting_lock(toolchain_dir / f"{name}.lock", f"setting up {name}"):
         # Another process may have finished it while we waited for the lock.
         if (final / MARKER).is_file():
             return final
@@ -196,21 +194,6 @@ def _check_architecture() -> None:
             f"the pinned Debian packages are for amd64, this machine is {platform.machine()}",
             fix="run the compiled checks on an x86_64 machine",
         )
-
-
-@contextlib.contextmanager
-def _locked(lock_path: Path) -> Iterator[None]:
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log.info(f"waiting for another process setting up {lock_path.stem} ...")
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def download(package: DebianPackage, dest_dir: Path) -> Path:
