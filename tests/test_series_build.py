@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import test_patch_workflow
+from tests import real_source, test_patch_workflow
 from tests.bundles import LIBTPU_RUNTIME, Pin, write_bundle
 from tests.gitrepos import REPO_ROOT, git, make_repo
 from tests.test_patch_workflow import rebase
@@ -151,42 +151,22 @@ def test_a_finished_rebase_says_when_the_series_has_no_compiled_checks(
 
 # --- The real source: the series carried onto v2.9.0 ----------------------------------------
 
-SNAPSHOT = REPO_ROOT.parent / "shared" / "upstream" / "pytorch-xla.git"
-BASE = "c04e61c3424142c0eebcc9e59984b9d8fced18c0"
 V2_9_0 = "5fab7053df86c8d503b98d9e7202ca8b8d4978c7"
 XLA_REMOTE = "https://github.com/pytorch/xla.git"
 _MARKERS = re.compile(r"^(<<<<<<<|\|\|\|\|\|\|\||=======|>>>>>>>)( |$)")
 
 
-def _source() -> Path:
-    value = os.environ.get("TORCH_XLA_SRC")
-    if value:
-        return Path(value)
-    if not SNAPSHOT.is_dir():
-        pytest.skip(
-            "no pytorch/xla source: TORCH_XLA_SRC is not set and the shared snapshot "
-            "../shared/upstream/pytorch-xla.git (beside the project) does not exist"
-        )
-    return SNAPSHOT
-
-
-def _mirror_of(source: Path, mirror: Path) -> None:
-    """``mirror/pytorch/xla.git``: a repository borrowing ``source``'s objects (the
-    snapshot is read-only and has no refs/, so git takes it only through alternates)."""
+def _mirror_of(repository: Path, mirror: Path) -> None:
+    """``mirror/pytorch/xla.git``: a repository borrowing the real source's objects and refs
+    (the sources stage fetches pytorch/xla from it, as from any mirror)."""
     repo = mirror / "pytorch" / "xla.git"
     repo.parent.mkdir(parents=True)
-    git(mirror, "init", "-q", "--bare", str(repo))
-    objects = source / "objects" if (source / "objects").is_dir() else source / ".git" / "objects"
-    (repo / "objects/info/alternates").write_text(f"{objects.resolve()}\n")
-    for name in ("packed-refs", "shallow"):
-        if (source / name).is_file():
-            shutil.copy(source / name, repo / name)
-    for commit in (BASE, V2_9_0):
-        if subprocess.run(
-            ["git", "--git-dir", str(repo), "cat-file", "-e", f"{commit}^{{commit}}"],
-            check=False,
-        ).returncode:
-            pytest.skip(f"the pytorch/xla source {source} does not hold {commit}")
+    real_source.alternates_repository(repository, repo)
+    if subprocess.run(
+        ["git", "--git-dir", str(repo), "cat-file", "-e", f"{V2_9_0}^{{commit}}"],
+        check=False,
+    ).returncode:
+        pytest.skip(f"the pytorch/xla source does not hold v2.9.0 ({V2_9_0})")
 
 
 def _tiny_mirror_repo(mirror: Path, relative: str, scratch: Path) -> str:
@@ -215,11 +195,10 @@ def _take_both_sides(text: str) -> str:
 
 @pytest.mark.real_source
 def test_the_series_carried_onto_v2_9_0_reports_what_it_lacks_against_0003(
-    tmp_path: Path, run_cli
+    tmp_path: Path, run_cli, pytorch_xla_repo: Path
 ) -> None:
-    source = _source()
     mirror = tmp_path / "mirror"
-    _mirror_of(source, mirror)
+    _mirror_of(pytorch_xla_repo, mirror)
     torch = _tiny_mirror_repo(mirror, "pytorch/pytorch.git", tmp_path / "stand-ins")
     openxla = _tiny_mirror_repo(mirror, "openxla/xla.git", tmp_path / "stand-ins")
     project = tmp_path / "project"
@@ -231,7 +210,9 @@ def test_the_series_carried_onto_v2_9_0_reports_what_it_lacks_against_0003(
         "carry",
         {
             "torch": Pin("https://github.com/pytorch/pytorch.git", torch, "2.9.0"),
-            "torch_xla": Pin(XLA_REMOTE, BASE, "2.9.0", [f"torch_xla/{n}" for n in series]),
+            "torch_xla": Pin(
+                XLA_REMOTE, real_source.BASE, "2.9.0", [f"torch_xla/{n}" for n in series]
+            ),
             "openxla": Pin("https://github.com/openxla/xla.git", openxla),
         },
         runtime=LIBTPU_RUNTIME,
