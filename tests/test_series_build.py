@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -30,28 +29,12 @@ from xla_wheels.series_build import (
     judge,
     trace,
 )
+from xla_wheels.series_checks.run import CheckOutcome, CompileError
 
 # The series as commits in a worktree, from the patch-export/patch-rebase tests.
 patched = test_patch_workflow.patched
 
 DOES_NOT_BUILD = 7
-
-
-@dataclass(frozen=True)
-class CompileError:
-    """A compile error as the series' check runner reports it (tree-relative path)."""
-
-    path: str
-    line: int
-    identifier: str | None
-    message: str
-
-
-@dataclass(frozen=True)
-class CheckOutcome:
-    program: str
-    verdicts: dict[str, str]
-    compile_errors: tuple[CompileError, ...]
 
 
 def _series_repo(tmp_path: Path) -> tuple[Path, str, dict[str, str]]:

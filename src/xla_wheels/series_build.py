@@ -20,41 +20,21 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from xla_wheels.errors import CheckFailed, PatchError
 from xla_wheels.gitutil import git
+
+if TYPE_CHECKING:
+    # Types only: the runner itself (and the toolchain code) is imported when a check runs.
+    from xla_wheels.series_checks.run import CheckOutcome, CompileError
 
 DOES_NOT_BUILD_EXIT_CODE = 7
 CHECKS_SUBDIR = "checks"
 """``patches/<component>/checks/``: the series' compiled check programs."""
 
 
-class CompileErrorLike(Protocol):
-    """What :class:`xla_wheels.series_checks.CompileError` carries (tree-relative path)."""
-
-    @property
-    def path(self) -> str: ...
-    @property
-    def line(self) -> int: ...
-    @property
-    def identifier(self) -> str | None: ...
-    @property
-    def message(self) -> str: ...
-
-
-class CheckOutcomeLike(Protocol):
-    """What :class:`xla_wheels.series_checks.CheckOutcome` carries."""
-
-    @property
-    def program(self) -> str: ...
-    @property
-    def verdicts(self) -> Mapping[str, str]: ...
-    @property
-    def compile_errors(self) -> Sequence[CompileErrorLike]: ...
-
-
-ChecksRunner = Callable[[Path, Path], Sequence[CheckOutcomeLike]]
+ChecksRunner = Callable[[Path, Path], Sequence["CheckOutcome"]]
 """(tree, work directory) -> one outcome per check program."""
 
 
@@ -121,7 +101,7 @@ class Finding:
     """One compile error, traced to the patch commit that added its line (``patch`` is
     ``None`` when the line is the base's own)."""
 
-    error: CompileErrorLike
+    error: CompileError
     patch: str | None
     commit: str
 
@@ -144,7 +124,7 @@ class Finding:
 @dataclass(frozen=True)
 class BuildCheckReport:
     step: BuildCheckStep
-    outcomes: tuple[CheckOutcomeLike, ...]
+    outcomes: tuple[CheckOutcome, ...]
     findings: tuple[Finding, ...]
 
     @property
@@ -211,9 +191,7 @@ def blame(tree: Path, path: str, line: int) -> str | None:
     return result.stdout.split(" ", 1)[0]
 
 
-def trace(
-    tree: Path, errors: Sequence[CompileErrorLike], patches: Mapping[str, str]
-) -> list[Finding]:
+def trace(tree: Path, errors: Sequence[CompileError], patches: Mapping[str, str]) -> list[Finding]:
     """Each error with the patch (``patches``: commit -> patch relpath) that wrote its
     line; errors at one place are reported once."""
     findings = []
