@@ -24,16 +24,21 @@ GIT_ENV = {
 }
 
 
-def git(cwd: Path, *args: str, env: Mapping[str, str] | None = None) -> str:
+def git(
+    cwd: Path, *args: str, env: Mapping[str, str] | None = None, input_text: str | None = None
+) -> str:
     """Run git; output without surrounding white space (use ``git_raw`` for diffs)."""
-    return git_raw(cwd, *args, env=env).strip()
+    return git_raw(cwd, *args, env=env, input_text=input_text).strip()
 
 
-def git_raw(cwd: Path, *args: str, env: Mapping[str, str] | None = None) -> str:
+def git_raw(
+    cwd: Path, *args: str, env: Mapping[str, str] | None = None, input_text: str | None = None
+) -> str:
     result = subprocess.run(
         ["git", "-c", "protocol.file.allow=always", "-c", "init.defaultBranch=main", *args],
         cwd=cwd,
         env={**GIT_ENV, **(env or {})},
+        input=input_text,
         text=True,
         capture_output=True,
         check=False,

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.gitrepos import GIT_ENV, REPO_ROOT
+from tests.gitrepos import GIT_ENV, REPO_ROOT, git
 from xla_wheels.patches import commit_message
 
 BASE = "c04e61c3424142c0eebcc9e59984b9d8fced18c0"
@@ -66,21 +66,6 @@ def choose_source(environ: Mapping[str, str]) -> SourceChoice:
         "../shared/upstream/pytorch-xla.git (beside the project) does not exist "
         "(set TORCH_XLA_SRC to a pytorch/xla repository holding c04e61c)",
     )
-
-
-def git(cwd: Path, *args: str, input_text: str | None = None) -> str:
-    result = subprocess.run(
-        ["git", *args],
-        cwd=cwd,
-        env=GIT_ENV,
-        input=input_text,
-        text=True,
-        capture_output=True,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise AssertionError(f"git {' '.join(args)} in {cwd} failed: {result.stderr.strip()}")
-    return result.stdout
 
 
 def _git_dir(source: Path) -> Path:
@@ -130,7 +115,7 @@ def apply_series(tree: Path, patches: list[Path]) -> list[str]:
         header, _, _ = patch.read_text(encoding="utf-8").partition("\ndiff --git ")
         message = commit_message(header + "\n")
         git(tree, "commit", "-q", "--no-verify", "-F", "-", input_text=message)
-        commits.append(git(tree, "rev-parse", "HEAD").strip())
+        commits.append(git(tree, "rev-parse", "HEAD"))
     return commits
 
 

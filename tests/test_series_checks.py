@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests import real_source
-from tests.gitrepos import REPO_ROOT
+from tests.gitrepos import REPO_ROOT, git
 from xla_wheels.errors import ToolchainError
 from xla_wheels.series_checks.programs import (
     CLIENT_H,
@@ -300,7 +300,7 @@ int main() {
 def test_a_member_declared_at_c04e61c_but_not_at_v2_9_0_is_named(
     series_toolchain: Toolchain, pytorch_xla_repo: Path, tmp_path: Path
 ) -> None:
-    tags = real_source.git(pytorch_xla_repo, "tag", "--list", real_source.V2_9_0_TAG)
+    tags = git(pytorch_xla_repo, "tag", "--list", real_source.V2_9_0_TAG)
     if not tags.strip():
         pytest.skip(f"the pytorch/xla source has no tag {real_source.V2_9_0_TAG}")
     project = tmp_path / "project"

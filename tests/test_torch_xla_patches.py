@@ -25,7 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.real_source import BASE, PATCH_DIR, git
+from tests.gitrepos import git
+from tests.real_source import BASE, PATCH_DIR
 from xla_wheels.series_checks.programs import PERSISTENT_CACHE_CHECK
 from xla_wheels.series_checks.run import CheckOutcome, report_lines, run_series_checks
 from xla_wheels.series_checks.toolchain import Prefix, Toolchain, find_clang_format
