@@ -35,6 +35,7 @@
 
 #include <torch/csrc/lazy/core/hash.h>
 
+#include "check_report.h"
 #include "stand_ins/pjrt_stand_ins.h"
 #include "std_includes.inc"
 
@@ -72,13 +73,8 @@ namespace {
 using torch_xla::runtime::hash_comp_env;
 using torch_xla::runtime::PjRtComputationClient;
 
-int failures = 0;
-
-void Report(const std::string& name, const std::string& why) {
-  std::cout << (why.empty() ? "PASS " : "FAIL ") << name
-            << (why.empty() ? "" : ": " + why) << std::endl;
-  if (!why.empty()) ++failures;
-}
+using check_report::failures;
+using check_report::Report;
 
 class FakeTopology : public xla::PjRtTopologyDescription {
  public:

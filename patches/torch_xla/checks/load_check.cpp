@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "check_report.h"
 #include "stand_ins/pjrt_stand_ins.h"
 
 namespace load_check {
@@ -103,13 +104,8 @@ namespace {
 
 using torch_xla::runtime::PjRtComputationClient;
 
-int failures = 0;
-
-void Report(const std::string& name, const std::string& why) {
-  std::cout << (why.empty() ? "PASS " : "FAIL ") << name
-            << (why.empty() ? "" : ": " + why) << std::endl;
-  if (!why.empty()) ++failures;
-}
+using check_report::failures;
+using check_report::Report;
 
 class FakeLoaded : public xla::PjRtLoadedExecutable {
  public:

@@ -38,6 +38,7 @@
 
 #include <torch/csrc/lazy/core/metrics.h>
 
+#include "check_report.h"
 #include "torch_xla/csrc/runtime/cache.h"
 
 namespace fs = std::filesystem;
@@ -47,21 +48,16 @@ using Cache = PersistentCache<int, std::string>;
 
 namespace {
 
-int failures = 0;
-
-void Report(const std::string& name, bool ok, const std::string& why) {
-  std::cout << (ok ? "PASS " : "FAIL ") << name << (ok ? "" : ": " + why)
-            << std::endl;
-  if (!ok) ++failures;
-}
+using check_report::failures;
+using check_report::Report;
 
 // Runs `check`; an exception escaping it is a failure of that check.
 void Run(const std::string& name, const std::function<std::string()>& check) {
   try {
     std::string why = check();
-    Report(name, why.empty(), why);
+    Report(name, why);
   } catch (const std::exception& error) {
-    Report(name, false, std::string("threw: ") + error.what());
+    Report(name, std::string("threw: ") + error.what());
   }
 }
 
