@@ -27,7 +27,6 @@ import pytest
 from tests import bundles
 from tests.bundles import Pin
 from xla_wheels.bundle import load_bundle
-from xla_wheels.lockfile import WheelRecord, file_sha256, record_wheels, update_bundle_entry
 from xla_wheels.options import machine_cache
 from xla_wheels.patches import series_digest
 from xla_wheels.provenance import (
@@ -36,6 +35,7 @@ from xla_wheels.provenance import (
     ComponentProvenance,
     Provenance,
 )
+from xla_wheels.wheels_lock import WheelRecord, file_sha256, record_wheels, update_bundle_entry
 
 BUNDLE = "pub-1"
 TORCH_SHA = "21fec65781bebe867faf209f89bb687ffd236ca4"

@@ -27,7 +27,7 @@ from xla_wheels.abi import pairs, ship
 from xla_wheels.abi.compare import compare, mangled_scope, scope_of
 from xla_wheels.abi.elf import Export, Import, SharedObject
 from xla_wheels.abi.stock import StockWheel, ensure_stock_libraries, stock_pair
-from xla_wheels.builder import collect, stage
+from xla_wheels.builder import build_and_collect, collect
 from xla_wheels.options import machine_cache
 
 FIVE = {
@@ -220,7 +220,7 @@ def test_ship_check_stops_a_mismatched_pair_before_dist(tiny: TinyPair, tmp_path
     torch_wheel(tiny.other_lib, staging)
     torch_xla_wheel(tiny.extension, staging)
     with pytest.raises(collect.ShipCheckFailed) as raised:
-        stage._abi_check(staging, "syn")
+        build_and_collect._abi_check(staging, "syn")
     assert "kept out of dist/syn" in raised.value.message
     assert "c10::SymInt::gone_method() const" in raised.value.message
 

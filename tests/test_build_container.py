@@ -93,7 +93,7 @@ def test_buildah_builds_collects_and_smoke_imports(test_image: str, syn: Synthet
     result = run_wheels(syn, "--mode", "container", "--engine", "buildah", "--image", test_image)
     assert result.exit_code == 0, result.stderr[-4000:]
     assert "buildah run --isolation chroot" in result.stderr
-    assert "python3 -m xla_wheels.builder.inside" in result.stderr
+    assert "python3 -m xla_wheels.builder.run_recipe" in result.stderr
     wheels = sorted((syn.root / "dist" / "syn").glob("*.whl"))
     assert len(wheels) == 2
     provenance = stamp.read_provenance(wheels[1])

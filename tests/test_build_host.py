@@ -22,9 +22,9 @@ from tests.clirunner import CliResult, run_cli
 from tests.synthetic_upstream import TORCH_INIT, Synthetic, cli_args, make_patch, make_synthetic
 from xla_wheels.builder import stamp
 from xla_wheels.bundle import load_bundle
-from xla_wheels.lockfile import file_sha256
 from xla_wheels.patches import describe_series, series_digest
 from xla_wheels.provenance import PROVENANCE_PATH
+from xla_wheels.wheels_lock import file_sha256
 
 REPO = Path(__file__).resolve().parents[1]
 HOST = ("--mode", "host", "--host-python", sys.executable)
@@ -274,7 +274,7 @@ def test_dry_run_shows_the_builder_commands_for_v6e_2_9() -> None:
         "docker build --target builder",
         "docker run --detach",
         "docker exec",
-        "python3 -m xla_wheels.builder.inside",
+        "python3 -m xla_wheels.builder.run_recipe",
         "USE_CUDA=0",
         "PYTORCH_BUILD_VERSION=2.9.0a0+git21fec65",
         "setup.py bdist_wheel",

@@ -22,7 +22,7 @@ from tests.publish_support import (
 HOLDER = """
 import sys, time
 from pathlib import Path
-from xla_wheels.bundle_lock import bundle_run_lock
+from xla_wheels.run_lock import bundle_run_lock
 with bundle_run_lock(Path(sys.argv[1]), sys.argv[2], "wheels"):
     print("held", flush=True)
     time.sleep(120)

@@ -306,7 +306,7 @@ def test_make_diff_of_a_child_alone_shows_what_it_changes(project: Path, run_cli
 
 
 def test_the_lock_records_a_childs_resolved_pins(project: Path) -> None:
-    from xla_wheels.lockfile import RuntimePin, inputs_entry
+    from xla_wheels.wheels_lock import RuntimePin, inputs_entry
 
     write_named(project, "child", CHILD)
     child = load_bundle(project, "child")

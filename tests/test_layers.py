@@ -130,7 +130,7 @@ def test_gate_help_loads_the_gate_and_nothing_of_the_other_stages() -> None:
                 "xla_wheels.cli.publish",
             )
         )
-        or m in {"xla_wheels.lockfile", "xla_wheels.pipeline", "xla_wheels.sources"}
+        or m in {"xla_wheels.wheels_lock", "xla_wheels.pipeline", "xla_wheels.sources"}
     )
     assert foreign == []
 
@@ -156,7 +156,7 @@ def test_the_gate_runs_with_only_the_standard_library() -> None:
     gate_modules = [
         *sorted(f"{PACKAGE}.gate.{p.stem}" for p in (SRC / PACKAGE / "gate").glob("*.py")),
         f"{PACKAGE}.cli.release",
-        f"{PACKAGE}.lockfile",
+        f"{PACKAGE}.wheels_lock",
     ]
     imports = subprocess.run(
         [*bare, "-c", "import importlib, sys\nfor m in sys.argv[1:]: importlib.import_module(m)",

@@ -10,7 +10,7 @@ import pytest
 
 from tests.gitrepos import RUNTIME_CC, Upstream, diff_for, make_project, patch_text
 from xla_wheels.bundle import load_bundle
-from xla_wheels.lockfile import (
+from xla_wheels.wheels_lock import (
     WheelRecord,
     check_lock,
     read_lock,

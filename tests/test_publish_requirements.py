@@ -92,9 +92,9 @@ def test_requirements_name_the_missing_step(tmp_path: Path, missing: str) -> Non
 def test_the_provenance_is_compared_fact_by_fact_with_the_lock(tmp_path: Path) -> None:
     from dataclasses import replace
 
-    from xla_wheels.lockfile import read_lock
     from xla_wheels.provenance import Provenance
-    from xla_wheels.publish.provenance import compare
+    from xla_wheels.publish.provenance_check import compare
+    from xla_wheels.wheels_lock import read_lock
 
     project = make_publish_project(tmp_path, [])
     entry = read_lock(project / "wheels.lock").entry(BUNDLE)

@@ -44,9 +44,9 @@ from tests.publish_support import (
 )
 from tests.synthetic_upstream import Synthetic, cli_args, make_synthetic
 from xla_wheels.bundle import load_bundle
-from xla_wheels.lockfile import WheelRecord, file_sha256, record_wheels, update_bundle_entry
 from xla_wheels.publish.index import Credentials, project_files
 from xla_wheels.release import lanes, policy, receipts
+from xla_wheels.wheels_lock import WheelRecord, file_sha256, record_wheels, update_bundle_entry
 
 pytestmark = pytest.mark.slow
 

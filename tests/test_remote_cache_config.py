@@ -18,6 +18,7 @@ import pytest
 from tests.clirunner import run_cli
 from tests.synthetic_upstream import make_synthetic
 from xla_wheels.builder import recipes
+from xla_wheels.builder.build_and_collect import compose
 from xla_wheels.builder.config import BuildConfig
 from xla_wheels.builder.remote_cache import (
     REDACTED,
@@ -27,7 +28,6 @@ from xla_wheels.builder.remote_cache import (
     load_remote_cache,
 )
 from xla_wheels.builder.spec import BuildSpec
-from xla_wheels.builder.stage import compose
 from xla_wheels.bundle import load_bundle
 from xla_wheels.options import PipelineOptions
 
@@ -309,7 +309,7 @@ def test_dry_run_shows_the_exact_flags_for_v6e_2_9(tmp_path: Path) -> None:
 def test_a_step_gets_the_credential_and_its_log_only_the_marker(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from xla_wheels.builder import inside
+    from xla_wheels.builder import run_recipe
 
     monkeypatch.setenv("XLA_WHEELS_SECRETS_FILE", str(tmp_path / "secrets.json"))
     child = (
@@ -323,7 +323,7 @@ def test_a_step_gets_the_credential_and_its_log_only_the_marker(
     spec = spec_with(RemoteCache())
     log_path = tmp_path / "step.log"
     with log_path.open("w") as log_file:
-        inside.run_step(step, spec, log_file, log_path, {"ccache_remote_password": PASSWORD})
+        run_recipe.run_step(step, spec, log_file, log_path, {"ccache_remote_password": PASSWORD})
     text = log_path.read_text()
     # The child saw the value (its length), the log shows only the marker.
     assert f"store redis://{REDACTED}@h {len(f'redis://{PASSWORD}@h')}" in text
@@ -331,6 +331,6 @@ def test_a_step_gets_the_credential_and_its_log_only_the_marker(
     assert "secrets file None" in text  # the build never learns where the file is
     assert PASSWORD not in text
 
-    with log_path.open("w") as log_file, pytest.raises(inside.StepFailed) as caught:
-        inside.run_step(step, spec, log_file, log_path, {})
+    with log_path.open("w") as log_file, pytest.raises(run_recipe.StepFailed) as caught:
+        run_recipe.run_step(step, spec, log_file, log_path, {})
     assert "credential 'ccache_remote_password' did not reach the builder" in str(caught.value)

@@ -10,7 +10,7 @@ from tests.gitrepos import Upstream, git, make_project, make_upstream
 from xla_wheels.builder.config import BuildConfig
 from xla_wheels.builder.preflight import checks, run_checks
 from xla_wheels.bundle import load_bundle
-from xla_wheels.gitutil import run_command
+from xla_wheels.gitutil import run_git
 from xla_wheels.options import PipelineOptions
 from xla_wheels.pipeline import plan, run_sources
 from xla_wheels.plan import PlannedCommand
@@ -35,7 +35,7 @@ class Recorder:
         timeout: float | None = None,
     ) -> subprocess.CompletedProcess[str]:
         self.commands.append(command)
-        return run_command(command, check=check, echo=echo, input_text=input_text, timeout=timeout)
+        return run_git(command, check=check, echo=echo, input_text=input_text, timeout=timeout)
 
 
 def _torch_with_a_submodule(tmp_path: Path, upstreams: dict[str, Upstream]) -> Upstream:

@@ -21,7 +21,7 @@ from tests.clirunner import CliResult, run_cli
 from tests.publish_support import IndexServer, index_server  # noqa: F401 - fixture
 from tests.synthetic_upstream import Synthetic, cli_args, make_patch, make_synthetic
 from xla_wheels.builder import stamp
-from xla_wheels.lockfile import file_sha256, read_lock
+from xla_wheels.wheels_lock import file_sha256, read_lock
 
 HOST = ("--mode", "host", "--host-python", sys.executable)
 GOOD_ENV = {"PJRT_DEVICE": "TPU", "XLA_NO_SPECIAL_SCALARS": "1"}
@@ -286,7 +286,7 @@ def test_repack_ignores_order_dates_and_modes_and_tags_builds(tmp_path: Path) ->
 def test_a_patched_torch_gives_torch_xla_another_file_name(syn: Synthetic) -> None:
     # torch_xla is compiled against the torch it is built with: the same torch_xla commit
     # and series on a patched torch is another wheel and must not share the file name
-    # (builder.recorded would otherwise stop a bundle that merely patches torch).
+    # (builder.rebuilt_wheels would otherwise stop a bundle that merely patches torch).
     make_patch(
         syn.upstream / "torch",
         syn.commits["torch"],

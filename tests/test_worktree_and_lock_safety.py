@@ -209,7 +209,7 @@ def test_a_failed_build_leaves_the_lock_byte_identical(syn: Synthetic) -> None:
 
 def test_an_interrupted_run_writes_no_lock(tmp_path: Path) -> None:
     """Ctrl-C is a BaseException: the held-back write is dropped with it."""
-    from xla_wheels.lockfile import Lock, read_lock, write_lock, written_on_success
+    from xla_wheels.wheels_lock import Lock, read_lock, write_lock, written_on_success
 
     path = tmp_path / "wheels.lock"
     write_lock(path, Lock())

@@ -18,11 +18,11 @@ from pathlib import Path
 
 from xla_wheels.bundle import Bundle, Component
 from xla_wheels.errors import SourceError
-from xla_wheels.gitutil import GitRunner, run_command
-from xla_wheels.lockfile import read_lock
+from xla_wheels.gitutil import GitRunner, run_git
 from xla_wheels.options import PipelineOptions
 from xla_wheels.patches import parse_patch
 from xla_wheels.sources import SourceCache, effective_remote, has_commit_command
+from xla_wheels.wheels_lock import read_lock
 
 
 def is_mirror_directory(mirror: str | None) -> bool:
@@ -30,7 +30,7 @@ def is_mirror_directory(mirror: str | None) -> bool:
 
 
 def mirror_problem(
-    component: Component, cache: SourceCache, mirror: str | None, runner: GitRunner = run_command
+    component: Component, cache: SourceCache, mirror: str | None, runner: GitRunner = run_git
 ) -> str | None:
     """Why the pinned commit cannot come from a mirror directory; None when it can (or
     when the source cache already holds it, or the mirror is a URL)."""

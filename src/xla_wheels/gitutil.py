@@ -31,7 +31,7 @@ _FILE_PROTOCOL = ("-c", "protocol.file.allow=always")
 
 
 class GitRunner(Protocol):
-    """What executes a composed git command: :func:`run_command`, or a test's recorder."""
+    """What executes a composed git command: :func:`run_git`, or a test's recorder."""
 
     def __call__(
         self,
@@ -49,7 +49,7 @@ RUN_OPTIONS: tuple[str, ...] = (*_FILE_PROTOCOL, *_NETWORK_CONFIG)
 RUN_ENV: Mapping[str, str] = _NONINTERACTIVE_ENV
 
 
-def run_command(
+def run_git(
     command: PlannedCommand,
     *,
     check: bool = True,
@@ -172,9 +172,9 @@ def git(
     input_text: str | None = None,
     timeout: float | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Compose ``git [config] [--git-dir] args`` and run it with :func:`run_command`."""
+    """Compose ``git [config] [--git-dir] args`` and run it with :func:`run_git`."""
     command = compose(args, cwd=cwd, git_dir=git_dir, config=config, env=env)
-    return run_command(command, check=check, echo=echo, input_text=input_text, timeout=timeout)
+    return run_git(command, check=check, echo=echo, input_text=input_text, timeout=timeout)
 
 
 def git_out(args: Sequence[str], **kwargs: object) -> str:

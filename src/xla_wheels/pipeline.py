@@ -12,14 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xla_wheels import log
-from xla_wheels.builder import stage as build_stage
+from xla_wheels.builder import build_and_collect as build_stage
 from xla_wheels.builder.config import BuildConfig
 from xla_wheels.bundle import Bundle, load_bundle
-from xla_wheels.bundle_lock import bundle_run_lock
+from xla_wheels.checks_before_fetch import check_before_fetch
 from xla_wheels.errors import SourceError
-from xla_wheels.gitutil import RUN_ENV, RUN_OPTIONS, GitRunner, run_command
+from xla_wheels.gitutil import RUN_ENV, RUN_OPTIONS, GitRunner, run_git
 from xla_wheels.layout import BundleLayout
-from xla_wheels.lockfile import update_bundle_entry, written_on_success
 from xla_wheels.options import PipelineOptions
 from xla_wheels.patches import (
     AppliedSeries,
@@ -32,8 +31,9 @@ from xla_wheels.patches import (
 )
 from xla_wheels.plan import PlannedCommand, PlannedStage
 from xla_wheels.progress import Timings, log_redactor
+from xla_wheels.run_lock import bundle_run_lock
 from xla_wheels.sources import CheckedOutSource, SourceCache, fetch_sources, plan_commands
-from xla_wheels.validate import check_before_fetch
+from xla_wheels.wheels_lock import update_bundle_entry, written_on_success
 from xla_wheels.worktree_guard import PIPELINE_OWNED
 
 
@@ -47,7 +47,7 @@ class PatchedSources:
 
 
 def run_sources(
-    options: PipelineOptions, bundle: Bundle, runner: GitRunner = run_command
+    options: PipelineOptions, bundle: Bundle, runner: GitRunner = run_git
 ) -> dict[str, CheckedOutSource]:
     cache = SourceCache(
         options.source_cache, options.mirror, runner, progress_interval=options.progress_interval
@@ -97,7 +97,7 @@ def run_until(
     lists every stage, ran, cached or failed, also when the run fails.
 
     ``wheels.lock`` is written only when the whole run succeeded (one atomic write at
-    the end, see :func:`~xla_wheels.lockfile.written_on_success`): a patch that does not
+    the end, see :func:`~xla_wheels.wheels_lock.written_on_success`): a patch that does not
     apply, a failed build or ship check, or Ctrl-C leave it byte-identical. The sources
     stage alone records nothing: the series has not been shown to apply to the commits.
     """

@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 from xla_wheels import filemode, log, progress, worktree_guard
 from xla_wheels.bundle import Bundle, Component
 from xla_wheels.errors import PipelineError, SourceError
-from xla_wheels.gitutil import PROGRESS_FLAG, GitRunner, compose, run_command
+from xla_wheels.gitutil import PROGRESS_FLAG, GitRunner, compose, run_git
 from xla_wheels.patches import state_path
 from xla_wheels.plan import PlannedCommand
 
@@ -102,7 +102,7 @@ def gitmodules_command(worktree: Path) -> PlannedCommand:
     )
 
 
-def read_gitmodules(worktree: Path, runner: GitRunner = run_command) -> list[Submodule]:
+def read_gitmodules(worktree: Path, runner: GitRunner = run_git) -> list[Submodule]:
     """The submodules ``.gitmodules`` declares, in file order."""
     if not (worktree / ".gitmodules").is_file():
         return []
@@ -260,7 +260,7 @@ class SourceCache:
         self,
         root: Path,
         mirror: str | None,
-        runner: GitRunner = run_command,
+        runner: GitRunner = run_git,
         progress_interval: float = 30.0,
     ) -> None:
         self.root = root

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from xla_wheels.bundle import Component
 from xla_wheels.errors import GitError, SourceError
-from xla_wheels.gitutil import GitRunner, compose, run_command
+from xla_wheels.gitutil import GitRunner, compose, run_git
 from xla_wheels.patches import DEFAULT_AUTHOR, commit_message, parse_patch, split_patch
 
 _IN_PROGRESS = (
@@ -105,7 +105,7 @@ class WorktreeCheck:
 
 
 def expected_head(
-    worktree: Path, component: Component, pin: str, runner: GitRunner = run_command
+    worktree: Path, component: Component, pin: str, runner: GitRunner = run_git
 ) -> str | None:
     """The commit the patch stage makes from ``pin`` with ``component``'s series.
 
@@ -156,7 +156,7 @@ def inspect(
     repo: Path,
     component: Component,
     pin: str,
-    runner: GitRunner = run_command,
+    runner: GitRunner = run_git,
 ) -> WorktreeCheck:
     """Read what ``worktree`` holds; changes nothing in it."""
     head_probe = runner(compose(["rev-parse", "HEAD"], cwd=worktree), check=False)
@@ -269,7 +269,7 @@ def _is_build_edit(worktree: Path, component: Component, head: str, runner: GitR
 
     The torch_xla build applies torch_xla's ``openxla_patches/`` (the ones its WORKSPACE
     lists) to the OpenXLA worktree, from the copy of torch_xla it builds at
-    ``<torch>/xla`` (see ``builder/inside.py``, ``apply-openxla-patches``). The same
+    ``<torch>/xla`` (see ``builder/run_recipe.py``, ``apply-openxla-patches``). The same
     files applied to ``head`` in a scratch index must give the worktree's tree.
     """
     if component.name != "openxla":

@@ -9,11 +9,11 @@ Modules, in the order a run uses them:
   inside and outside the container) and the stage-cache keys.
 - ``recipes``: the exact commands of the torch and torch_xla builds and of the ship check,
   composed from the spec; the DRY_RUN plan prints the same list.
-- ``inside``: ``python -m xla_wheels.builder.inside``, the entry point that runs a recipe,
+- ``run_recipe``: ``python -m xla_wheels.builder.run_recipe``, the entry point that runs a recipe,
   the same code on the host (BUILD_MODE=host) and inside the builder image. It imports
   only the standard library and this package, so the image needs no pipeline dependencies.
 - ``container``: docker / podman / buildah / host behind one context manager.
 - ``stamp``: the local version label and the provenance file inside the torch_xla wheel.
 - ``collect``: staging, ship check, atomic move into ``dist/<bundle>``, ``wheels.lock``.
-- ``stage``: the orchestration that ``pipeline.run_until`` and ``pipeline.plan`` call.
+- ``build_and_collect``: the orchestration that ``pipeline.run_until`` and ``pipeline.plan`` call.
 """

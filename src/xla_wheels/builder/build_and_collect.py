@@ -19,7 +19,7 @@ import xla_wheels
 from xla_wheels import log
 from xla_wheels.abi import ship as abi_ship
 from xla_wheels.abi.pairs import AbiMismatch
-from xla_wheels.builder import recipes, recorded, remote_cache, stamp
+from xla_wheels.builder import rebuilt_wheels, recipes, remote_cache, stamp
 from xla_wheels.builder.collect import ShipCheckFailed, Staging, record_collected, up_to_date
 from xla_wheels.builder.config import BuildConfig
 from xla_wheels.builder.container import Engine, Mount, build_image_argv, make_engine
@@ -29,16 +29,16 @@ from xla_wheels.bundle import Bundle
 from xla_wheels.errors import PipelineError
 from xla_wheels.gitutil import git
 from xla_wheels.layout import BundleLayout
-from xla_wheels.lockfile import file_sha256
 from xla_wheels.options import PipelineOptions
 from xla_wheels.patches import describe_series, series_digest
 from xla_wheels.plan import PlannedCommand, PlannedStage
 from xla_wheels.progress import Timings
 from xla_wheels.provenance import BuildSettings, ComponentProvenance, PatchDigest, Provenance
 from xla_wheels.sources import CheckedOutSource, SourceCache, known_commits
+from xla_wheels.wheels_lock import file_sha256
 
 RECIPES = ("torch", "torch_xla")
-ENTRY_MODULE = "xla_wheels.builder.inside"
+ENTRY_MODULE = "xla_wheels.builder.run_recipe"
 
 
 class BuildFailed(PipelineError):
@@ -142,7 +142,7 @@ def compose(
     if torch_c.patches:
         # torch_xla is compiled against the torch it is built with: a patched torch makes
         # another torch_xla, which must not share a file name with the one built against
-        # another torch (builder.recorded stops on exactly that). Unpatched torch adds
+        # another torch (builder.rebuilt_wheels stops on exactly that). Unpatched torch adds
         # nothing, so those labels stay as they were.
         xla_parts.append(f"torch:{series['torch'][1]}")
     xla_digest = stamp.patch_digest(xla_parts)
@@ -440,9 +440,9 @@ def _abi_check(staging: Path, name: str) -> None:
 
 
 def settle_recorded(run: BuildRun) -> None:
-    """A stage wheel never replaces a recorded one silently (see ``builder.recorded``)."""
+    """A stage wheel never replaces a recorded one silently (see ``builder.rebuilt_wheels``)."""
     stages = {name: wheel for name, wheel in zip(RECIPES, run.wheels(), strict=True)}
-    recorded.settle(
+    rebuilt_wheels.settle(
         stages,
         bundle=run.bundle.name,
         lock_path=run.layout.lock_path,

@@ -18,7 +18,7 @@ from pathlib import Path
 from xla_wheels import filemode, log
 from xla_wheels.errors import CheckFailed, PipelineError
 from xla_wheels.layout import BundleLayout
-from xla_wheels.lockfile import WheelRecord, file_sha256, record_wheels
+from xla_wheels.wheels_lock import WheelRecord, file_sha256, record_wheels
 
 
 class ShipCheckFailed(CheckFailed):

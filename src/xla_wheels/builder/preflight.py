@@ -22,11 +22,11 @@ from pathlib import Path
 from xla_wheels.builder.config import BuildConfig
 from xla_wheels.builder.container import image_present, probe_engine
 from xla_wheels.bundle import Bundle, Component
+from xla_wheels.checks_before_fetch import is_mirror_directory, mirror_problem
 from xla_wheels.errors import PipelineError, SourceError
 from xla_wheels.options import PipelineOptions
 from xla_wheels.plan import PlannedCommand, PlannedStage
 from xla_wheels.sources import SourceCache, effective_remote, ls_remote_command
-from xla_wheels.validate import is_mirror_directory, mirror_problem
 
 GIB = 1024**3
 

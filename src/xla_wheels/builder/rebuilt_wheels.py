@@ -29,7 +29,7 @@ from pathlib import Path
 from xla_wheels import filemode, log
 from xla_wheels.builder import stamp
 from xla_wheels.errors import PipelineError
-from xla_wheels.lockfile import file_sha256, read_lock
+from xla_wheels.wheels_lock import file_sha256, read_lock
 
 STAGE_RECORD = "stage.json"
 

@@ -1,4 +1,4 @@
-"""``python -m xla_wheels.builder.inside --spec FILE --recipe NAME``: run one recipe.
+"""``python -m xla_wheels.builder.run_recipe --spec FILE --recipe NAME``: run one recipe.
 
 The same entry point runs inside the builder image (ENGINE=docker|podman|buildah) and on
 the host (BUILD_MODE=host), so both modes run identical recipes. Each command is printed
@@ -293,7 +293,7 @@ def run_recipe(spec: BuildSpec, name: str, staging: str | None = None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m xla_wheels.builder.inside")
+    parser = argparse.ArgumentParser(prog="python -m xla_wheels.builder.run_recipe")
     parser.add_argument("--spec", type=Path, required=True)
     parser.add_argument("--recipe", choices=("torch", "torch_xla", "ship"), required=True)
     parser.add_argument("--staging", default=None, help="staged wheels (ship recipe)")

@@ -3,7 +3,7 @@
 The package holds every subcommand's arguments; this module is the only place where a
 :class:`~xla_wheels.errors.PipelineError` becomes ``error:`` / ``fix:`` lines and an exit
 code (0 done or passed, 1 a step or check failed, 2 bad input or cannot judge, 5 another
-run holds the bundle (:mod:`xla_wheels.bundle_lock`), 130 interrupted).
+run holds the bundle (:mod:`xla_wheels.run_lock`), 130 interrupted).
 
 - ``stages``: bundles, diff, sources, patch, wheels, builder-image, patches-check, lock,
   lock-check (the foundation and build stages).

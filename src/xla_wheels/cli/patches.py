@@ -7,7 +7,6 @@ import os
 
 from xla_wheels import log
 from xla_wheels.bundle import COMPONENT_NAMES, Bundle, load_bundle
-from xla_wheels.bundle_lock import unless_dry_run
 from xla_wheels.cli.arguments import add_bundle_arguments
 from xla_wheels.errors import UsageError
 from xla_wheels.options import PipelineOptions, pipeline_options
@@ -17,6 +16,7 @@ from xla_wheels.patch_workflow import (
     export_series,
     start_rebase,
 )
+from xla_wheels.run_lock import unless_dry_run
 from xla_wheels.series_build import judge
 from xla_wheels.sources import SourceCache
 

@@ -18,12 +18,12 @@ from xla_wheels.cli import release as release_cli
 from xla_wheels.cli.arguments import add_bundle_arguments
 from xla_wheels.errors import UsageError
 from xla_wheels.layout import BundleLayout
-from xla_wheels.lockfile import read_lock
 from xla_wheels.options import PipelineOptions, env_var, pipeline_options, publish_options
 from xla_wheels.progress import Timings, log_redactor
 from xla_wheels.publish import doctor, requirements, upload, verify_install
 from xla_wheels.publish.static_index import write_static_index
 from xla_wheels.publish.wheels import locked_records, locked_wheels
+from xla_wheels.wheels_lock import read_lock
 
 
 def _dist(options: PipelineOptions, args: argparse.Namespace) -> Path:

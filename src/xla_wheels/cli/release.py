@@ -20,7 +20,6 @@ from xla_wheels.errors import UsageError
 from xla_wheels.gate.result import CheckResult
 from xla_wheels.gate.target import Target
 from xla_wheels.layout import BundleLayout
-from xla_wheels.lockfile import BundleEntry, WheelRecord, read_lock
 from xla_wheels.options import Settings, machine_cache, pipeline_options
 from xla_wheels.publish import requirements
 from xla_wheels.publish.host_probe import HostFacts
@@ -28,6 +27,7 @@ from xla_wheels.publish.index import WheelName, credentials_for, normalize
 from xla_wheels.publish.wheels import LocalWheel, locked_records, locked_wheels
 from xla_wheels.release import compare as compare_mod
 from xla_wheels.release import installed, lanes, promote, pylock, receipts
+from xla_wheels.wheels_lock import BundleEntry, WheelRecord, read_lock
 
 if TYPE_CHECKING:  # doctor reads ELF files (pyelftools): not loaded for a gate receipt
     from xla_wheels.publish.doctor import DoctorReport

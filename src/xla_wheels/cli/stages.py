@@ -17,15 +17,14 @@ from xla_wheels import log
 from xla_wheels.builder.config import DEFAULT_IMAGE, ENGINES, MODES
 from xla_wheels.builder.container import EngineError, build_image_argv
 from xla_wheels.bundle import available_bundles, describe, diff, load_bundle
-from xla_wheels.bundle_lock import bundle_run_lock
 from xla_wheels.cli.arguments import add_bundle_arguments, add_common_arguments
 from xla_wheels.errors import LockError, PatchError, UsageError
 from xla_wheels.gitutil import git_out
-from xla_wheels.lockfile import check_lock, read_lock, update_bundle_entry
 from xla_wheels.options import build_config, pipeline_options
 from xla_wheels.patches import check_series, parse_patch
 from xla_wheels.pipeline import plan, run_until
 from xla_wheels.plan import render_plan
+from xla_wheels.run_lock import bundle_run_lock
 from xla_wheels.series_build import (
     BuildCheckReport,
     build_check_step,
@@ -35,6 +34,7 @@ from xla_wheels.series_build import (
 )
 from xla_wheels.series_hygiene import refuse
 from xla_wheels.sources import SourceCache, known_commits
+from xla_wheels.wheels_lock import check_lock, read_lock, update_bundle_entry
 
 
 def cmd_bundles(args: argparse.Namespace) -> int:

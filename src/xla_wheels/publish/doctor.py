@@ -26,13 +26,13 @@ from pathlib import Path
 from xla_wheels.abi import pairs as abi_pairs
 from xla_wheels.bundle import Bundle
 from xla_wheels.errors import PipelineError
-from xla_wheels.lockfile import BundleEntry
 from xla_wheels.provenance import Provenance, ProvenanceFormatError
-from xla_wheels.publish import provenance as prov
+from xla_wheels.publish import provenance_check as prov
 from xla_wheels.publish.cache_contract import CacheFacts, judge_cache_contract
 from xla_wheels.publish.errors import DoctorFailed
 from xla_wheels.publish.host_probe import HostFacts, probe
 from xla_wheels.publish.index import WheelName, normalize
+from xla_wheels.wheels_lock import BundleEntry
 
 #: File system types on which several hosts see the same cache directory.
 SHARED_FS_TYPES = frozenset(

@@ -1,7 +1,7 @@
 """Compare the provenance inside an installed torch_xla with the bundle's wheels.lock entry.
 
 Both sides are typed: the provenance follows the one schema of ``xla_wheels.provenance``
-(written by the build stage's stamp step), the entry is ``lockfile.BundleEntry``. What
+(written by the build stage's stamp step), the entry is ``wheels_lock.BundleEntry``. What
 was compared is reported, so a check that compared nothing never reads as a pass.
 
 Identity is the inputs, never a bundle name (see ``builder.stamp``): a wheel shared by
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from xla_wheels.lockfile import BundleEntry
 from xla_wheels.provenance import PROVENANCE_PATH, Provenance
 from xla_wheels.publish.index import WheelName, normalize
+from xla_wheels.wheels_lock import BundleEntry
 
 __all__ = ["PROVENANCE_PATH", "ProvenanceCheck", "compare"]
 

@@ -24,15 +24,15 @@ from typing import Any
 
 from xla_wheels import log
 from xla_wheels.bundle import Bundle
-from xla_wheels.lockfile import (
+from xla_wheels.publish.errors import PublishError
+from xla_wheels.publish.index import WheelName, normalize
+from xla_wheels.publish.wheels import LocalWheel, bundle_entry
+from xla_wheels.wheels_lock import (
     RuntimeResolution,
     RuntimeWheelRecord,
     WheelRecord,
     record_runtime_wheels,
 )
-from xla_wheels.publish.errors import PublishError
-from xla_wheels.publish.index import WheelName, normalize
-from xla_wheels.publish.wheels import LocalWheel, bundle_entry
 
 #: pip resolves metadata only (PEP 658), but a cold cache on a slow link takes a while.
 RESOLVE_TIMEOUT_S = 900.0

@@ -24,9 +24,8 @@ from typing import Any
 
 from xla_wheels import log
 from xla_wheels.bundle import Bundle
-from xla_wheels.lockfile import RuntimeWheelRecord
 from xla_wheels.provenance import PROVENANCE_PATH, ProvenanceFormatError
-from xla_wheels.publish import provenance as prov
+from xla_wheels.publish import provenance_check as prov
 from xla_wheels.publish.errors import PublishError, VerifyFailed
 from xla_wheels.publish.host_probe import probe
 from xla_wheels.publish.index import (
@@ -38,6 +37,7 @@ from xla_wheels.publish.index import (
 )
 from xla_wheels.publish.requirements import write_requirements
 from xla_wheels.publish.wheels import bundle_entry, locked_records
+from xla_wheels.wheels_lock import RuntimeWheelRecord
 
 PIP_TIMEOUT_S = 1800.0
 IMPORT_TIMEOUT_S = 600.0

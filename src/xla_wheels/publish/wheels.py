@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xla_wheels import log
-from xla_wheels.lockfile import BundleEntry, WheelRecord, file_sha256, read_lock
 from xla_wheels.publish.errors import HashMismatch, PublishError
 from xla_wheels.publish.index import WheelName
+from xla_wheels.wheels_lock import BundleEntry, WheelRecord, file_sha256, read_lock
 
 
 @dataclass(frozen=True)

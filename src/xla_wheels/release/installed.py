@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from xla_wheels import filemode
-from xla_wheels.lockfile import WheelRecord, file_sha256
 from xla_wheels.publish.index import WheelName, normalize
+from xla_wheels.wheels_lock import WheelRecord, file_sha256
 
 #: Projects whose versions every receipt records (the ones that decide restart behaviour).
 VERSION_PROJECTS = ("torch", "torch_xla", "libtpu", "libtpu-nightly", "jax", "jaxlib")

@@ -19,7 +19,6 @@ from pathlib import Path
 
 from xla_wheels import filemode, log
 from xla_wheels.errors import PipelineError
-from xla_wheels.lockfile import WheelRecord, file_sha256
 from xla_wheels.publish.errors import HashMismatch, PublishError
 from xla_wheels.publish.index import (
     HTTP_TIMEOUT_S,
@@ -36,6 +35,7 @@ from xla_wheels.release import lanes as lanes_mod
 from xla_wheels.release.lanes import Lane, LaneState
 from xla_wheels.release.policy import PromotionVerdict, judge_promotion
 from xla_wheels.release.receipts import StoredReceipt, bundle_receipts, read_receipt
+from xla_wheels.wheels_lock import WheelRecord, file_sha256
 
 
 class PromotionRefused(PipelineError):
