@@ -21,7 +21,6 @@ from xla_wheels.builder import recipes
 from xla_wheels.builder.build_and_collect import compose
 from xla_wheels.builder.config import BuildConfig
 from xla_wheels.builder.remote_cache import (
-    REDACTED,
     RemoteCache,
     RemoteCacheConfigError,
     Secret,
@@ -30,6 +29,7 @@ from xla_wheels.builder.remote_cache import (
 from xla_wheels.builder.spec import BuildSpec
 from xla_wheels.bundle import load_bundle
 from xla_wheels.options import PipelineOptions
+from xla_wheels.redact import REDACTED
 
 REPO = Path(__file__).resolve().parents[1]
 TOKEN = "tok-7d1c0ffee0123"

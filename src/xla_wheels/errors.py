@@ -9,7 +9,7 @@ against the build (:class:`CheckFailed`); 2 bad input, or the thing cannot be ju
 
 from __future__ import annotations
 
-from xla_wheels.log import mask_url_credentials
+from xla_wheels.redact import mask_url_credentials
 
 
 class PipelineError(Exception):

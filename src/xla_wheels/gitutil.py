@@ -18,6 +18,7 @@ from typing import Protocol
 from xla_wheels import log
 from xla_wheels.errors import GitError
 from xla_wheels.plan import PlannedCommand
+from xla_wheels.redact import mask_url_credentials
 
 # A fetch from an unreachable host must fail, not prompt for credentials on a build
 # host without a terminal (GIT_TERMINAL_PROMPT=0), and a stalled connection must fail
@@ -90,7 +91,7 @@ def run_git(
         log.to_stage_logs(f"# exit {process.returncode}")
     if check and process.returncode != 0:
         raise GitError(
-            log.mask_url_credentials(
+            mask_url_credentials(
                 f"{' '.join(command.argv)} failed (exit {process.returncode})"
                 + (f" in {command.cwd}" if command.cwd else "")
                 + f": {process.stderr.strip() or process.stdout.strip()}"

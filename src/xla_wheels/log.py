@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shlex
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
+
+from xla_wheels.redact import mask_url_credentials
 
 _stage_logs: list[tuple[TextIO, Callable[[str], str]]] = []
 
@@ -111,17 +112,6 @@ def section(title: str) -> Iterator[None]:
         elif style == "azure":
             print("##[endgroup]", file=stream, flush=True)
         _emit(f"<== {title}: {outcome} in {elapsed}")
-
-
-# user:password@ (or token@) in a URL: a remote, mirror or index given with credentials.
-_URL_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
-URL_CREDENTIALS_MASK = "<redacted>@"
-
-
-def mask_url_credentials(text: str) -> str:
-    """``https://user:token@host/x`` -> ``https://<redacted>@host/x``: credentials never
-    reach a terminal, a plan, a log or an error message."""
-    return _URL_USERINFO.sub(URL_CREDENTIALS_MASK, text)
 
 
 def format_command(

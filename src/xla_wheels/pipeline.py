@@ -30,7 +30,8 @@ from xla_wheels.patches import (
     write_state,
 )
 from xla_wheels.plan import PlannedCommand, PlannedStage
-from xla_wheels.progress import Timings, log_redactor
+from xla_wheels.progress import Timings
+from xla_wheels.redact import Redactor
 from xla_wheels.run_lock import bundle_run_lock
 from xla_wheels.sources import CheckedOutSource, SourceCache, fetch_sources, plan_commands
 from xla_wheels.wheels_lock import update_bundle_entry, written_on_success
@@ -124,7 +125,7 @@ def _prepare_and_run(
         build_run = build_stage.prepare(options, bundle, build_config or BuildConfig())
     timings = build_run.timings if build_run is not None else Timings()
     logs = BundleLayout.of(options, bundle.name).logs
-    redact = log_redactor(
+    redact = Redactor(
         build_config.remote_cache.secret_values() if build_config is not None else {}
     )
     try:

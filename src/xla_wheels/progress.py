@@ -15,12 +15,11 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from xla_wheels import log
-from xla_wheels.builder.remote_cache import Redactor
 
 
 def on_terminal() -> bool:
@@ -76,17 +75,6 @@ def heartbeat(what: str, measure: Callable[[], int] | None, every: float) -> Ite
     finally:
         stop.set()
         thread.join()
-
-
-def log_redactor(secret_values: Mapping[str, str]) -> Callable[[str], str]:
-    """What a stage log writes through: the builder's credentials (the same
-    :class:`remote_cache.Redactor` the recipes' logs use) and URL credentials, masked."""
-    redact = Redactor(secret_values)
-
-    def scrub(text: str) -> str:
-        return log.mask_url_credentials(redact(text))
-
-    return scrub
 
 
 @dataclass(frozen=True)

@@ -40,10 +40,10 @@ from typing import Any
 
 from xla_wheels.bundle import _Table
 from xla_wheels.errors import ManifestError, PipelineError
+from xla_wheels.redact import REDACTED
 
 CONFIG_RELPATH = "build/builders.toml"
 ROLES = ("reader", "writer")
-REDACTED = "<redacted>"
 BAZEL_SCHEMES = ("grpc", "grpcs", "http", "https")
 EXECUTOR_SCHEMES = ("grpc", "grpcs")
 CCACHE_SCHEMES = ("redis", "http")
@@ -571,16 +571,3 @@ def write_private_file(path: Path, text: str) -> None:
     with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
         handle.write(text)
     os.replace(tmp, path)
-
-
-class Redactor:
-    """Replaces every secret value in text with the marker (longest first)."""
-
-    def __init__(self, values: Mapping[str, str] | list[str]) -> None:
-        items = values.values() if isinstance(values, Mapping) else values
-        self.values = sorted({v for v in items if v}, key=len, reverse=True)
-
-    def __call__(self, text: str) -> str:
-        for value in self.values:
-            text = text.replace(value, REDACTED)
-        return text

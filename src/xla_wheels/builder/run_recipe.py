@@ -38,6 +38,7 @@ from typing import TextIO
 from xla_wheels.builder import recipes, remote_cache, stamp
 from xla_wheels.builder.spec import BuildSpec
 from xla_wheels.provenance import PROVENANCE_PATH, PatchDigest, Provenance
+from xla_wheels.redact import Redactor
 
 TAIL_LINES = 40
 
@@ -87,7 +88,7 @@ def run_step(
         Path(step.cwd).mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     with _git_dir_as_directory(step.git_dir_for, log_file):
-        returncode = _run_redacted(argv, env, step.cwd, log_file, remote_cache.Redactor(secrets))
+        returncode = _run_redacted(argv, env, step.cwd, log_file, Redactor(secrets))
     _say(f"# {step.title}: exit {returncode} in {time.monotonic() - start:.1f}s", log_file)
     if returncode != 0:
         log_file.flush()
@@ -147,7 +148,7 @@ def _run_redacted(
     env: Mapping[str, str],
     cwd: str | None,
     log_file: TextIO,
-    redact: remote_cache.Redactor,
+    redact: Redactor,
 ) -> int:
     """The command's output goes, line by line, through the redactor (a build system may
     echo its environment, e.g. CMake's or setup.py's printing of the compiler setup) to

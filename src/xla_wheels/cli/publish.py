@@ -19,10 +19,11 @@ from xla_wheels.cli.arguments import add_bundle_arguments
 from xla_wheels.errors import UsageError
 from xla_wheels.layout import BundleLayout
 from xla_wheels.options import PipelineOptions, env_var, pipeline_options, publish_options
-from xla_wheels.progress import Timings, log_redactor
+from xla_wheels.progress import Timings
 from xla_wheels.publish import doctor, requirements, upload, verify_install
 from xla_wheels.publish.static_index import write_static_index
 from xla_wheels.publish.wheels import locked_records, locked_wheels
+from xla_wheels.redact import Redactor
 from xla_wheels.wheels_lock import read_lock
 
 
@@ -55,7 +56,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
         timings = Timings()
         try:
             with (
-                log.stage_log(logs / "publish.log", log_redactor(secrets)),
+                log.stage_log(logs / "publish.log", Redactor(secrets)),
                 timings.stage("publish"),
             ):
                 result = upload.publish(

@@ -16,13 +16,14 @@ import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
 from xla_wheels.errors import UsageError
 from xla_wheels.publish.errors import CredentialsRejected, IndexUnreachable, PublishError
+from xla_wheels.redact import scrub
 
 #: Seconds to wait for one HTTP answer from the index before calling it unreachable.
 HTTP_TIMEOUT_S = 30.0
@@ -121,19 +122,6 @@ def reject_userinfo(url: str, what: str) -> None:
             fix="drop them from the URL; set TWINE_USERNAME and TWINE_PASSWORD in the "
             "environment (or store the password in keyring) instead",
         )
-
-
-def scrub(text: str, secrets: Iterable[str] = ()) -> str:
-    """Remove every form of a secret that could appear in error text or logs."""
-    text = _USERINFO.sub(lambda match: f"{match.group('scheme')}***@", text)
-    for secret in secrets:
-        if not secret:
-            continue
-        forms = {secret, urllib.parse.quote(secret, safe=""), urllib.parse.quote_plus(secret)}
-        for form in sorted(forms, key=len, reverse=True):
-            text = text.replace(form, "***")
-    # A basic-auth header echoed by a verbose client carries user:password in base64.
-    return re.sub(r"(?i)(authorization:\s*basic\s+)\S+", r"\1***", text)
 
 
 # ---------------------------------------------------------------------------- reading

@@ -29,11 +29,11 @@ from xla_wheels.publish.index import (
     project_files,
     reject_userinfo,
     remote_sha256,
-    scrub,
     upload_url_for,
 )
 from xla_wheels.publish.static_index import write_static_index
 from xla_wheels.publish.wheels import LocalWheel, locked_wheels
+from xla_wheels.redact import scrub
 
 #: One twine upload (a torch wheel is hundreds of MB) may take this long.
 UPLOAD_TIMEOUT_S = 3600.0

@@ -32,11 +32,11 @@ from xla_wheels.publish.index import (
     credentials_for,
     normalize,
     reject_userinfo,
-    scrub,
     upload_url_for,
 )
 from xla_wheels.publish.requirements import write_requirements
 from xla_wheels.publish.wheels import bundle_entry, locked_records
+from xla_wheels.redact import scrub
 from xla_wheels.wheels_lock import RuntimeWheelRecord
 
 PIP_TIMEOUT_S = 1800.0

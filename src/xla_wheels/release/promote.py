@@ -25,12 +25,12 @@ from xla_wheels.publish.index import (
     WheelName,
     credentials_for,
     project_files,
-    scrub,
     upload_url_for,
 )
 from xla_wheels.publish.static_index import write_static_index
 from xla_wheels.publish.upload import publish_remote
 from xla_wheels.publish.wheels import LocalWheel, locked_records, locked_wheels
+from xla_wheels.redact import scrub
 from xla_wheels.release import lanes as lanes_mod
 from xla_wheels.release.lanes import Lane, LaneState
 from xla_wheels.release.policy import PromotionVerdict, judge_promotion
