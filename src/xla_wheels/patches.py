@@ -437,7 +437,7 @@ def apply_series(
     """
     runner = runner or run_planned
     planned = series_commands(worktree, component, branch)
-    # Untracked paths the build owns (``worktree_guard.PIPELINE_OWNED``) may be there.
+    # Untracked paths the build owns (``upstream_tree.BUILD_OWNED``) may be there.
     before = "\n".join(
         line
         for line in status_porcelain(worktree).splitlines()

@@ -34,8 +34,8 @@ from xla_wheels.progress import Timings
 from xla_wheels.redact import Redactor
 from xla_wheels.run_lock import bundle_run_lock
 from xla_wheels.sources import CheckedOutSource, SourceCache, fetch_sources, plan_commands
+from xla_wheels.upstream_tree import BUILD_OWNED
 from xla_wheels.wheels_lock import update_bundle_entry, written_on_success
-from xla_wheels.worktree_guard import PIPELINE_OWNED
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ def run_patches(bundle: Bundle, sources: Mapping[str, CheckedOutSource]) -> Patc
                     component,
                     source.commit,
                     branch=branch,
-                    build_owned=PIPELINE_OWNED.get(name, ()),
+                    build_owned=BUILD_OWNED.get(name, ()),
                 )
             write_state(source.worktree, applied)
             series[name] = applied

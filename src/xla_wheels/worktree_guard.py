@@ -39,6 +39,12 @@ from xla_wheels.bundle import Component
 from xla_wheels.errors import GitError, SourceError
 from xla_wheels.gitutil import GitRunner, compose, run_git
 from xla_wheels.patches import DEFAULT_AUTHOR, commit_message, parse_patch, split_patch
+from xla_wheels.upstream_tree import (
+    BUILD_OWNED,
+    OPENXLA_PATCHES,
+    TORCH_XLA_IN_TORCH,
+    workspace_openxla_patches,
+)
 
 _IN_PROGRESS = (
     ("rebase-merge", "a rebase"),
@@ -47,12 +53,6 @@ _IN_PROGRESS = (
     ("CHERRY_PICK_HEAD", "a cherry-pick"),
     ("REVERT_HEAD", "a revert"),
 )
-PIPELINE_OWNED: dict[str, tuple[str, ...]] = {"torch": ("xla/",)}
-"""Paths inside a component's worktree that the build itself owns: the torch_xla build
-copies the torch_xla worktree to ``<torch>/xla`` (upstream's layout, see
-``builder/recipes.py``, "layout: fresh copy of torch_xla at <torch>/xla") after an
-``rm -rf`` of it, on every build. Nothing there is the user's: it never blocks a reuse or
-a recreation."""
 _SHOWN = 20
 """At most this many files or commits are named in the error (then "and N more")."""
 
@@ -178,7 +178,7 @@ def inspect(
             cwd=worktree,
         )
     ).stdout
-    owned = PIPELINE_OWNED.get(component.name, ())
+    owned = BUILD_OWNED.get(component.name, ())
     entries = [
         line
         for line in _lines(status)
@@ -274,14 +274,12 @@ def _is_build_edit(worktree: Path, component: Component, head: str, runner: GitR
     """
     if component.name != "openxla":
         return False
-    from xla_wheels.builder.recipes import workspace_openxla_patches
-
-    built_from = worktree.parent / "torch" / "xla"
+    built_from = worktree.parent / "torch" / TORCH_XLA_IN_TORCH
     names = workspace_openxla_patches(built_from)
     if not names:
         return False
     applied = [
-        ["apply", "--cached", "-p1", "--ignore-whitespace", str(built_from / "openxla_patches" / n)]
+        ["apply", "--cached", "-p1", "--ignore-whitespace", str(built_from / OPENXLA_PATCHES / n)]
         for n in names
     ]
     expected = _scratch_tree(worktree, head, applied, runner)

@@ -35,6 +35,7 @@ from xla_wheels.plan import PlannedCommand, PlannedStage
 from xla_wheels.progress import Timings
 from xla_wheels.provenance import BuildSettings, ComponentProvenance, PatchDigest, Provenance
 from xla_wheels.sources import CheckedOutSource, SourceCache, known_commits
+from xla_wheels.upstream_tree import TORCH_XLA_IN_TORCH
 from xla_wheels.wheels_lock import file_sha256
 
 RECIPES = ("torch", "torch_xla")
@@ -224,7 +225,7 @@ def compose(
         python=config.python,
         torch_src=str(layout.worktree("torch")),
         torch_xla_worktree=str(layout.worktree("torch_xla")),
-        torch_xla_tree=str(layout.worktree("torch") / "xla"),
+        torch_xla_tree=str(layout.worktree("torch") / TORCH_XLA_IN_TORCH),
         openxla_src=str(layout.worktree("openxla")),
         openxla_revision=openxla_revision(pins["openxla"], bundle, series["openxla"][1]),
         buildenv=str(layout.buildenv),

@@ -22,7 +22,6 @@ This module imports only the standard library (it runs inside the builder image)
 from __future__ import annotations
 
 import os
-import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -357,22 +356,6 @@ def recipe(spec: BuildSpec, name: str, staging: str | None = None) -> list[Step]
     if name == "ship":
         return ship_steps(spec, staging or "<staging>")
     raise ValueError(f"unknown recipe {name!r}")
-
-
-_ARCHIVE = re.compile(r"http_archive\((.*?)\n\)", re.DOTALL)
-_XLA_PATCH = re.compile(r'"//openxla_patches:([^"]+)"')
-
-
-def workspace_openxla_patches(tree: Path) -> list[str]:
-    """File names of the patches WORKSPACE's ``xla`` http_archive applies, in order."""
-    workspace = tree / "WORKSPACE"
-    if not workspace.exists():
-        return []
-    for match in _ARCHIVE.finditer(workspace.read_text(encoding="utf-8")):
-        body = match.group(1)
-        if re.search(r'name\s*=\s*"xla"', body):
-            return _XLA_PATCH.findall(body)
-    return []
 
 
 def expand_argv(step: Step) -> list[str]:

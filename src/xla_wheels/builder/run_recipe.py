@@ -39,6 +39,7 @@ from xla_wheels.builder import recipes, remote_cache, stamp
 from xla_wheels.builder.spec import BuildSpec
 from xla_wheels.provenance import PROVENANCE_PATH, PatchDigest, Provenance
 from xla_wheels.redact import Redactor
+from xla_wheels.upstream_tree import OPENXLA_PATCHES, workspace_openxla_patches
 
 TAIL_LINES = 40
 
@@ -213,8 +214,8 @@ def _finish_stage(spec: BuildSpec, args: Sequence[str], log_file: TextIO) -> Non
 def _apply_openxla_patches(spec: BuildSpec, args: Sequence[str], log_file: TextIO) -> None:
     tree, openxla = Path(args[0]), Path(args[1])
     applied = []
-    for name in recipes.workspace_openxla_patches(tree):
-        patch_file = tree / "openxla_patches" / name
+    for name in workspace_openxla_patches(tree):
+        patch_file = tree / OPENXLA_PATCHES / name
         argv = ["patch", "-p1", "-l", "-N", "-i", str(patch_file)]
         _say(f"+ cd {openxla} && {' '.join(argv)}", log_file)
         process = subprocess.run(
