@@ -2,7 +2,7 @@
 # (`python -m xla_wheels`); `make help` lists the targets and the variables each reads.
 #
 # Variables are passed through, never defaulted here: the defaults live in
-# src/xla_wheels/options.py (and `python -m xla_wheels <command> --help` shows them). The
+# src/xla_wheels/cli/settings.py (and `python -m xla_wheels <command> --help` shows them). The
 # block below is the one place where make's short variables become the CLI's flags; an
 # unset variable adds no flag, so the CLI's XLA_WHEELS_* environment and defaults apply.
 
@@ -59,7 +59,7 @@ help: ## list the targets and the variables each one reads
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
 	  awk 'BEGIN {FS = ":.*## "} {printf "  make %-16s %s\n", $$1, $$2}'
 	@echo "Variables are passed as the CLI flags above; unset ones take the CLI's defaults"
-	@echo "(XLA_WHEELS_* in the environment, then src/xla_wheels/options.py)."
+	@echo "(XLA_WHEELS_* in the environment, then src/xla_wheels/cli/settings.py)."
 
 $(VENV_STAMP): requirements-dev.txt pyproject.toml
 	@command -v git >/dev/null || { echo "error: git is required (apt-get install git)"; exit 2; }

@@ -18,16 +18,10 @@ from tests.clirunner import run_cli
 from tests.gitrepos import REPO_ROOT
 from xla_wheels.builder.config import DEFAULT_IMAGE
 from xla_wheels.cli import COMMANDS, build_parser
+from xla_wheels.cli.settings import build_config, pipeline_options, publish_options
 from xla_wheels.errors import UsageError
 from xla_wheels.gate import envs
-from xla_wheels.options import (
-    ENV_SETTINGS,
-    build_config,
-    env_var,
-    machine_cache,
-    pipeline_options,
-    publish_options,
-)
+from xla_wheels.options import ENV_SETTINGS, env_var, machine_cache
 
 
 def parse(*argv: str) -> argparse.Namespace:

@@ -27,7 +27,7 @@ _stage_logs: list[tuple[TextIO, Callable[[str], str]]] = []
 
 
 def _fold_style() -> str | None:
-    # Which CI is displaying the log, not a setting of ours (options.py reads those).
+    # Which CI is displaying the log, not a setting of ours (cli/settings.py reads those).
     if os.environ.get("GITHUB_ACTIONS"):
         return "github"
     if os.environ.get("TF_BUILD"):

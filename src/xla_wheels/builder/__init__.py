@@ -3,7 +3,7 @@
 Modules, in the order a run uses them:
 
 - ``config``: the one ``BuildConfig`` (engine, mode, image, jobs, caches, ship check) and
-  its defaults; ``options.build_config`` reads it from the flags and the environment.
+  its defaults; ``cli.settings.build_config`` reads it from the flags and the environment.
 - ``preflight``: every blocker at once, in seconds, before anything is fetched or built.
 - ``spec``: the ``BuildSpec`` handed to the in-container entry point (JSON, paths identical
   inside and outside the container) and the stage-cache keys.

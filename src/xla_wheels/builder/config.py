@@ -1,6 +1,6 @@
 """The one configuration object of the build stage and its defaults.
 
-Built once at the CLI edge by ``options.build_config`` (command line, then environment,
+Built once at the CLI edge by ``cli.settings.build_config`` (command line, then environment,
 then these defaults). Like JAX's ``build/build.py``, every command of the build is
 composed from this object, so the DRY_RUN plan and the real run cannot drift apart.
 """

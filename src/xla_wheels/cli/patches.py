@@ -8,8 +8,9 @@ import os
 from xla_wheels import log
 from xla_wheels.bundle import COMPONENT_NAMES, Bundle, load_bundle
 from xla_wheels.cli.arguments import add_bundle_arguments
+from xla_wheels.cli.settings import pipeline_options
 from xla_wheels.errors import UsageError
-from xla_wheels.options import PipelineOptions, pipeline_options
+from xla_wheels.options import PipelineOptions
 from xla_wheels.patch_workflow import (
     RebaseResult,
     continue_rebase,

@@ -16,9 +16,10 @@ from xla_wheels import log
 from xla_wheels.bundle import load_bundle
 from xla_wheels.cli import release as release_cli
 from xla_wheels.cli.arguments import add_bundle_arguments
+from xla_wheels.cli.settings import pipeline_options, publish_options
 from xla_wheels.errors import UsageError
 from xla_wheels.layout import BundleLayout
-from xla_wheels.options import PipelineOptions, env_var, pipeline_options, publish_options
+from xla_wheels.options import PipelineOptions, env_var
 from xla_wheels.progress import Timings
 from xla_wheels.publish import doctor, requirements, upload, verify_install
 from xla_wheels.publish.static_index import write_static_index

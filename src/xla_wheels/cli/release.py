@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Any
 from xla_wheels import log
 from xla_wheels.bundle import load_bundle
 from xla_wheels.cli.arguments import add_bundle_arguments, add_common_arguments
+from xla_wheels.cli.settings import Settings, pipeline_options
 from xla_wheels.errors import UsageError
 from xla_wheels.gate.result import CheckResult
 from xla_wheels.gate.target import Target
 from xla_wheels.layout import BundleLayout
-from xla_wheels.options import Settings, machine_cache, pipeline_options
+from xla_wheels.options import machine_cache
 from xla_wheels.publish import requirements
 from xla_wheels.publish.host_probe import HostFacts
 from xla_wheels.publish.index import WheelName, credentials_for, normalize

@@ -18,9 +18,9 @@ from xla_wheels.builder.config import DEFAULT_IMAGE, ENGINES, MODES
 from xla_wheels.builder.container import EngineError, build_image_argv
 from xla_wheels.bundle import available_bundles, describe, diff, load_bundle
 from xla_wheels.cli.arguments import add_bundle_arguments, add_common_arguments
+from xla_wheels.cli.settings import build_config, pipeline_options
 from xla_wheels.errors import LockError, PatchError, UsageError
 from xla_wheels.gitutil import git_out
-from xla_wheels.options import build_config, pipeline_options
 from xla_wheels.patches import check_series, parse_patch
 from xla_wheels.pipeline import plan, run_until
 from xla_wheels.plan import render_plan
