@@ -133,7 +133,7 @@ class Bundle:
         return problems
 
 
-class _Table:
+class TomlTable:
     """A TOML table being read, which remembers its dotted key for error messages."""
 
     def __init__(self, data: Mapping[str, Any], where: str, path: Path) -> None:
@@ -170,11 +170,11 @@ class _Table:
             )
         return value
 
-    def table(self, key: str) -> _Table:
+    def table(self, key: str) -> TomlTable:
         value = self.get(key, dict)
         if value is None:
             raise self.fail(key, "missing table", f"add a [{self._join(key)}] table")
-        return _Table(value, self._join(key), self.path)
+        return TomlTable(value, self._join(key), self.path)
 
     def _join(self, key: str) -> str:
         return f"{self.where}.{key}" if self.where else key
@@ -237,7 +237,7 @@ def _resolve(
     meta = data.get("bundle")
     if not isinstance(meta, dict) or "extends" not in meta:
         return data, digest, None
-    where = _Table(meta, "bundle", path)
+    where = TomlTable(meta, "bundle", path)
     parent_name: str = where.get("extends", str)
     if parent_name == path.stem or parent_name in chain:
         loop = " -> ".join((*chain, path.stem, parent_name))
@@ -294,7 +294,7 @@ def _merge(parent: Mapping[str, Any], child: Mapping[str, Any]) -> dict[str, Any
 def _build_bundle(
     data: Mapping[str, Any], path: Path, patches_root: Path, digest: str, extends: str | None
 ) -> Bundle:
-    root = _Table(data, "", path)
+    root = TomlTable(data, "", path)
     root.check_keys({"bundle", "components", "runtime", "build"}, {"bundle", "components"})
 
     meta = root.table("bundle")
@@ -341,7 +341,7 @@ def _build_bundle(
                 )
             runtime[key] = _parse_runtime(runtime_table.table(key), key)
 
-    knobs = _Table({}, "build", path)
+    knobs = TomlTable({}, "build", path)
     if "build" in data:
         knobs = root.table("build")
     knobs.check_keys({"bundle_libtpu", "tpuvm_mode", "build_cpp_tests", "cxx_abi"}, set())
@@ -367,7 +367,7 @@ def _build_bundle(
     )
 
 
-def _parse_component(table: _Table, name: str, patches_root: Path) -> Component:
+def _parse_component(table: TomlTable, name: str, patches_root: Path) -> Component:
     table.check_keys(
         {"remote", "commit", "unpinned", "version", "submodules", "patches"}, {"remote"}
     )
@@ -433,7 +433,7 @@ def _parse_component(table: _Table, name: str, patches_root: Path) -> Component:
     )
 
 
-def _check_patch_path(table: _Table, component: str, index: int, relpath: str) -> None:
+def _check_patch_path(table: TomlTable, component: str, index: int, relpath: str) -> None:
     """A patch is named one way only: ``<component>/<file>`` under ``patches/``.
 
     One spelling per file keeps the lock's paths and the duplicate check honest
@@ -479,7 +479,7 @@ def _reject_duplicate_patches(components: Mapping[str, Component], path: Path) -
             seen[patch.relpath] = component.name
 
 
-def _parse_runtime(table: _Table, name: str) -> RuntimePin:
+def _parse_runtime(table: TomlTable, name: str) -> RuntimePin:
     table.check_keys({"version", "minimum", "preferred"}, set())
     version = table.get("version", str)
     minimum = table.get("minimum", str)

@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xla_wheels.bundle import _Table
+from xla_wheels.bundle import TomlTable
 from xla_wheels.errors import ManifestError, PipelineError
 from xla_wheels.redact import REDACTED
 
@@ -172,7 +172,7 @@ def load_remote_cache(
     """
     try:
         return _load(root, environ, bazel_cache_override)
-    except ManifestError as error:  # from _Table: same message, this file's error class
+    except ManifestError as error:  # from TomlTable: same message, this file's error class
         raise RemoteCacheConfigError(error.message, fix=error.fix) from None
 
 
@@ -195,7 +195,7 @@ def _load(root: Path, environ: Mapping[str, str], bazel_cache_override: str | No
             raise RemoteCacheConfigError(
                 f"{path}: not valid TOML: {error}", fix="fix the syntax at that line"
             ) from error
-    top = _Table(data, "", path)
+    top = TomlTable(data, "", path)
     top.check_keys({"builder", "bazel", "ccache"}, set())
     builder = _optional_table(top, "builder")
     builder.check_keys({"role"}, set())
@@ -204,7 +204,7 @@ def _load(root: Path, environ: Mapping[str, str], bazel_cache_override: str | No
     ccache = _optional_table(top, "ccache")
     ccache.check_keys({"remote_storage", "remote_username"}, set())
 
-    def setting(table: _Table, key: str, variable: str) -> tuple[str | None, str]:
+    def setting(table: TomlTable, key: str, variable: str) -> tuple[str | None, str]:
         """The value and where it came from (for messages)."""
         if value := env(variable):
             return value, variable
@@ -290,8 +290,8 @@ def _load(root: Path, environ: Mapping[str, str], bazel_cache_override: str | No
     return RemoteCache(settings, tuple(secrets), str(path) if path.is_file() else "defaults")
 
 
-def _optional_table(top: _Table, key: str) -> _Table:
-    return top.table(key) if key in top.data else _Table({}, key, top.path)
+def _optional_table(top: TomlTable, key: str) -> TomlTable:
+    return top.table(key) if key in top.data else TomlTable({}, key, top.path)
 
 
 _URL = re.compile(r"(?P<scheme>[a-z+]+)://(?P<rest>[^\s|]+)(?P<attrs>(\|[^\s|]+)*)")
