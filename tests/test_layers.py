@@ -153,10 +153,10 @@ def test_the_gate_runs_with_only_the_standard_library() -> None:
     assert help_run.returncode == 0, help_run.stderr
     # Every gate module imports, and the ship check's command line reaches its verdict
     # (exit 2: the interpreter to judge does not exist) without the pipeline's deps.
-    # The receipt a gate run leaves (cli.release, reading wheels.lock) too.
+    # The receipt a gate run leaves (release.gate_receipt, reading wheels.lock) too.
     gate_modules = [
         *sorted(f"{PACKAGE}.gate.{p.stem}" for p in (SRC / PACKAGE / "gate").glob("*.py")),
-        f"{PACKAGE}.cli.release",
+        f"{PACKAGE}.release.gate_receipt",
         f"{PACKAGE}.wheels_lock",
     ]
     imports = subprocess.run(

@@ -15,8 +15,10 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from xla_wheels import log
+from xla_wheels.cli.settings import Settings
 from xla_wheels.errors import UsageError
 from xla_wheels.gate import bench, cachekeys, envs, hbm, restart, upstream_tests
 from xla_wheels.gate.errors import GateEnvironmentError
@@ -24,6 +26,9 @@ from xla_wheels.gate.report import render_text, write_reports
 from xla_wheels.gate.result import CheckResult, ensure_passed
 from xla_wheels.gate.target import DEVICES, Target, resolve_target
 from xla_wheels.options import machine_cache
+
+if TYPE_CHECKING:  # loaded when a run leaves its receipt (see _receipts)
+    from xla_wheels.release.gate_receipt import ReceiptPlace
 
 CHECKS = ("restart", restart.SPMD_NAME, *cachekeys.NAMES, "hbm")
 WORKLOADS = ("small", "medium", "large")
@@ -81,7 +86,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_receipt_arguments(parser: argparse.ArgumentParser) -> None:
-    """The gate's and the benchmark's receipt options (receipts: :mod:`xla_wheels.cli.release`)."""
+    """The gate's and the benchmark's receipt options (:mod:`xla_wheels.release.gate_receipt`)."""
     parser.add_argument(
         "--bundle",
         default=None,
@@ -106,15 +111,30 @@ def _add_receipt_arguments(parser: argparse.ArgumentParser) -> None:
 def _receipts():  # noqa: ANN202 - the module
     # Imported when a run leaves its receipt, not before: reading wheels.lock and the
     # installed wheels loads the lock and publish modules, which `gate --help` must not.
-    from xla_wheels.cli import release
+    from xla_wheels.release import gate_receipt
 
-    return release
+    return gate_receipt
+
+
+def _checkout(args: argparse.Namespace) -> Path:
+    """The gate's project checkout: --root, else $XLA_WHEELS_ROOT, else the current directory."""
+    return (Settings(args, os.environ).path("--root") or Path(".")).resolve()
+
+
+def _receipt_place(args: argparse.Namespace) -> ReceiptPlace:
+    return _receipts().ReceiptPlace(
+        root=_checkout(args),
+        bundle=args.bundle,
+        wheel_dir=args.wheel_dir,
+        out_dir=Path(args.out),
+        cache_dir=machine_cache(os.environ),
+    )
 
 
 def _check_bundle(args: argparse.Namespace) -> None:
     """Before a run of minutes: a named bundle must be in wheels.lock."""
     if args.bundle:
-        _receipts().check_receipt_arguments(args, os.environ)
+        _receipts().locked_records(_checkout(args) / "wheels.lock", args.bundle)
 
 
 def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
@@ -269,7 +289,7 @@ def run_gate(args: argparse.Namespace) -> int:
         json_path, junit_path = write_reports(out_dir, target, results, settings=settings)
         print(render_text(target, results))
         print(f"reports: {json_path} {junit_path} (child logs in {runs_dir})", flush=True)
-        _receipts().leave_gate_receipt(args, target, results, os.environ)
+        _receipts().leave_gate_receipt(_receipt_place(args), target, results, args.workload)
         ensure_passed(results)
         return 0
     finally:
@@ -296,7 +316,7 @@ def run_bench(args: argparse.Namespace) -> int:
         path = bench.write_bench(out_dir, summary)
         print(bench.render_bench(summary))
         print(f"kept as {path}")
-        _receipts().leave_bench_receipt(args, target, summary, os.environ)
+        _receipts().leave_bench_receipt(_receipt_place(args), target, summary)
         return 0
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

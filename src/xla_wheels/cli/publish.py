@@ -14,7 +14,6 @@ from pathlib import Path
 
 from xla_wheels import log
 from xla_wheels.bundle import load_bundle
-from xla_wheels.cli import release as release_cli
 from xla_wheels.cli.arguments import add_bundle_arguments
 from xla_wheels.cli.settings import pipeline_options, publish_options
 from xla_wheels.errors import UsageError
@@ -25,6 +24,7 @@ from xla_wheels.publish import doctor, requirements, upload, verify_install
 from xla_wheels.publish.static_index import write_static_index
 from xla_wheels.publish.wheels import locked_records, locked_wheels
 from xla_wheels.redact import Redactor
+from xla_wheels.release.host_lane import add_lane_findings
 from xla_wheels.wheels_lock import read_lock
 
 
@@ -135,7 +135,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     # The host's own environment is what doctor judges (PJRT_DEVICE, XLA_* runtime flags,
     # TPU_WORKER_ID): it is the subject of the check, not a setting of this program.
     report = doctor.run_doctor(bundle, python, entry, os.environ, role, args.cache_path)
-    release_cli.add_lane_findings(report, options.root, args.lane, bundle.name)
+    add_lane_findings(report, options.root, args.lane, bundle.name)
     print(report.render())
     doctor.ensure_healthy(report)
     return 0

@@ -1,5 +1,4 @@
-"""Subcommands ``publish-lane``, ``promote``, ``compare``, ``lane-requirements``, ``lanes``,
-the receipt step of ``gate`` / ``bench-restart`` and doctor's lane findings.
+"""Subcommands ``publish-lane``, ``promote``, ``compare``, ``lane-requirements``, ``lanes``.
 
 Exit codes: 0 done; 1 a lane refused (the message names each rule that failed) or a
 check failed; 2 bad input (unknown lane or bundle, malformed lanes.toml).
@@ -9,115 +8,24 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from xla_wheels import log
 from xla_wheels.bundle import load_bundle
 from xla_wheels.cli.arguments import add_bundle_arguments, add_common_arguments
-from xla_wheels.cli.settings import Settings, pipeline_options
+from xla_wheels.cli.settings import pipeline_options
 from xla_wheels.errors import UsageError
-from xla_wheels.gate.result import CheckResult
-from xla_wheels.gate.target import Target
 from xla_wheels.layout import BundleLayout
-from xla_wheels.options import machine_cache
 from xla_wheels.publish import requirements
-from xla_wheels.publish.host_probe import HostFacts
 from xla_wheels.publish.index import WheelName, credentials_for, normalize
 from xla_wheels.publish.wheels import LocalWheel, locked_records, locked_wheels
 from xla_wheels.release import compare as compare_mod
-from xla_wheels.release import installed, lanes, promote, pylock, receipts
-from xla_wheels.wheels_lock import BundleEntry, WheelRecord, read_lock
-
-if TYPE_CHECKING:  # doctor reads ELF files (pyelftools): not loaded for a gate receipt
-    from xla_wheels.publish.doctor import DoctorReport
+from xla_wheels.release import lanes, promote, pylock, receipts
+from xla_wheels.wheels_lock import BundleEntry, read_lock
 
 PUBLIC_INDEX = "https://pypi.org/simple/"
-
-
-# ------------------------------------------------------------------ gate / bench receipts
-
-
-def _checkout(args: argparse.Namespace, environ: Mapping[str, str]) -> Path:
-    """The gate's project checkout: --root, else $XLA_WHEELS_ROOT, else the current directory."""
-    return (Settings(args, environ).path("--root") or Path(".")).resolve()
-
-
-def check_receipt_arguments(args: argparse.Namespace, environ: Mapping[str, str]) -> None:
-    """Before a gate run of minutes: a named bundle must be in wheels.lock."""
-    if args.bundle:
-        _records(_checkout(args, environ) / "wheels.lock", args.bundle)
-
-
-def _records(lock_path: Path, bundle: str) -> list[WheelRecord]:
-    entry = read_lock(lock_path).bundles.get(bundle)
-    if entry is None:
-        raise UsageError(
-            f"wheels.lock has no bundle {bundle}",
-            fix="pass BUNDLE= of a locked bundle (see `make bundles`)",
-        )
-    return list(entry.wheels or ())
-
-
-def _evidence(
-    args: argparse.Namespace, python: Path, environ: Mapping[str, str]
-) -> tuple[Path, installed.InstalledFacts, installed.EnvironmentMatch | None]:
-    root = _checkout(args, environ)
-    if not args.bundle:
-        return root, installed.probe_environment(python, []), None
-    records = _records(root / "wheels.lock", args.bundle)
-    if not records:
-        return root, installed.probe_environment(python, []), None
-    # The gate has no pipeline options: the default dist directory of the checkout.
-    wheel_dir = args.wheel_dir or root / "dist" / args.bundle
-    with log.section(f"receipt: compare the environment with the locked wheels of {args.bundle}"):
-        facts, match = installed.match_environment(
-            python, records, wheel_dir, machine_cache(environ) / "wheel-content"
-        )
-    for problem in match.problems:
-        log.warning(problem)
-    return root, facts, match
-
-
-def _store(root: Path, args: argparse.Namespace, receipt: receipts.Receipt) -> Path:
-    if receipt.bundle is None:
-        path = receipts.write_receipt(Path(args.out) / "receipt.json", receipt, replace=True)
-    else:
-        path = receipts.write_receipt(receipts.receipt_path(root, receipt), receipt)
-    verdict = (
-        "for the locked wheels"
-        if receipt.wheels_match_lock
-        else ("NOT for the locked wheels of any bundle: it cannot be used to promote")
-    )
-    print(f"receipt: {path} ({verdict})")
-    return path
-
-
-def leave_gate_receipt(
-    args: argparse.Namespace,
-    target: Target,
-    results: Sequence[CheckResult],
-    environ: Mapping[str, str],
-) -> Path:
-    root, facts, match = _evidence(args, target.python, environ)
-    receipt = receipts.receipt_from_gate(
-        target, results, bundle=args.bundle, workload=args.workload, facts=facts, match=match
-    )
-    return _store(root, args, receipt)
-
-
-def leave_bench_receipt(
-    args: argparse.Namespace,
-    target: Target,
-    summary: Mapping[str, Any],
-    environ: Mapping[str, str],
-) -> Path:
-    root, facts, match = _evidence(args, target.python, environ)
-    receipt = receipts.receipt_from_bench(
-        target, summary, bundle=args.bundle, facts=facts, match=match
-    )
-    return _store(root, args, receipt)
 
 
 # ------------------------------------------------------------------ lanes
@@ -313,102 +221,6 @@ def cmd_lanes(args: argparse.Namespace) -> int:
         )
         print(f"  policy: {policy}")
     return 0
-
-
-def host_bundle(root: Path, facts: HostFacts, named: str | None = None) -> tuple[str | None, str]:
-    """The bundle a host runs, known from the versions of our wheels.
-
-    A wheel's identity is its inputs, not a bundle (the provenance names no bundle): the
-    torch_xla version's local label is a digest of those inputs, so a bundle whose locked
-    wheel names all match the installed versions is one this host runs. The bundle doctor
-    was asked about (``named``) is tried first, then the lanes' current bundles; bundles
-    that share inputs share wheels, so either answer is true.
-    """
-    installed_versions = {normalize(k): v for k, v in facts.versions.items()}
-
-    def runs(wheel_names: Sequence[str]) -> bool:
-        locked = [WheelName.parse(n) for n in wheel_names]
-        return bool(locked) and all(
-            installed_versions.get(w.normalized) == w.version for w in locked
-        )
-
-    how = "installed versions (content not compared: see make verify-install)"
-    if named:
-        entry = read_lock(root / "wheels.lock").bundles.get(named)
-        if entry is not None and runs([w.name for w in entry.wheels or ()]):
-            return named, how
-    try:
-        state = lanes.read_state(root)
-    except lanes.LaneError:
-        return None, ""
-    for name in sorted({s.bundle for s in state.values()}):
-        if runs([n for n, _ in next(s.wheels for s in state.values() if s.bundle == name)]):
-            return name, how
-    return None, ""
-
-
-def add_lane_findings(
-    report: DoctorReport, root: Path, lane: str | None, bundle_name: str | None = None
-) -> None:
-    """``make doctor``: which bundle and lane this host runs (adds findings to the report),
-    from the host facts doctor's own probe read."""
-    if not (root / lanes.LANES_CONFIG).exists() or report.host is None:
-        return  # a checkout without lanes: nothing to say about them
-    bundle, how = host_bundle(root, report.host, bundle_name)
-    for status, detail, fix in lane_status(root, bundle, lane):
-        report.add(status, "lane", detail + (f" (known from the {how})" if how else ""), fix)
-
-
-def lane_status(
-    root: Path, host_bundle: str | None, lane_name: str | None
-) -> list[tuple[str, str, str]]:
-    """Doctor's lane findings: (status, detail, fix) for the bundle this host runs."""
-    try:
-        config = lanes.load_config(root)
-        state = lanes.read_state(root)
-    except lanes.LaneError as error:
-        return [("WARN", f"lanes unknown: {error.message}", error.fix or "")]
-    if host_bundle is None:
-        return [
-            (
-                "WARN",
-                "cannot tell which bundle this host runs (no provenance file)",
-                "install a bundle built by this pipeline",
-            )
-        ]
-    holding = sorted(n for n, s in state.items() if s.bundle == host_bundle)
-    if lane_name:
-        lane = config.lane(lane_name)
-        current = state.get(lane.name)
-        if current and current.bundle == host_bundle:
-            return [
-                ("ok", f"runs bundle {host_bundle}, the current bundle of lane {lane.name}", "")
-            ]
-        return [
-            (
-                "FAIL",
-                f"runs bundle {host_bundle}; lane {lane.name}'s current bundle is "
-                f"{current.bundle if current else '(none)'}",
-                f"install from lane {lane.name}: pip install --require-hashes -r "
-                f"dist/lanes/{lane.name}/requirements.txt --index-url {lane.simple_url}",
-            )
-        ]
-    if holding:
-        return [
-            (
-                "ok",
-                f"runs bundle {host_bundle}, the current bundle of lane(s) "
-                f"{', '.join(holding)}",
-                "",
-            )
-        ]
-    return [
-        (
-            "WARN",
-            f"runs bundle {host_bundle}, which is not the current bundle of any lane",
-            "install the bundle of the lane this host belongs to (make lanes)",
-        )
-    ]
 
 
 def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:

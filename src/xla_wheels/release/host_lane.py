@@ -1,0 +1,117 @@
+"""``make doctor``'s lane findings: which bundle a host runs, and whether a lane serves it.
+
+A wheel's identity is its inputs, not a bundle (the provenance names no bundle): the
+torch_xla version's local label is a digest of those inputs, so the bundle a host runs is
+known from the installed versions of our wheels, and held against the lanes' current
+bundles (``lanes.lock``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from xla_wheels.publish.host_probe import HostFacts
+from xla_wheels.publish.index import WheelName, normalize
+from xla_wheels.release import lanes
+from xla_wheels.wheels_lock import read_lock
+
+if TYPE_CHECKING:  # doctor reads ELF files (pyelftools): loaded only by doctor itself
+    from xla_wheels.publish.doctor import DoctorReport
+
+
+def host_bundle(root: Path, facts: HostFacts, named: str | None = None) -> tuple[str | None, str]:
+    """The bundle a host runs, known from the versions of our wheels.
+
+    A wheel's identity is its inputs, not a bundle (the provenance names no bundle): the
+    torch_xla version's local label is a digest of those inputs, so a bundle whose locked
+    wheel names all match the installed versions is one this host runs. The bundle doctor
+    was asked about (``named``) is tried first, then the lanes' current bundles; bundles
+    that share inputs share wheels, so either answer is true.
+    """
+    installed_versions = {normalize(k): v for k, v in facts.versions.items()}
+
+    def runs(wheel_names: Sequence[str]) -> bool:
+        locked = [WheelName.parse(n) for n in wheel_names]
+        return bool(locked) and all(
+            installed_versions.get(w.normalized) == w.version for w in locked
+        )
+
+    how = "installed versions (content not compared: see make verify-install)"
+    if named:
+        entry = read_lock(root / "wheels.lock").bundles.get(named)
+        if entry is not None and runs([w.name for w in entry.wheels or ()]):
+            return named, how
+    try:
+        state = lanes.read_state(root)
+    except lanes.LaneError:
+        return None, ""
+    for name in sorted({s.bundle for s in state.values()}):
+        if runs([n for n, _ in next(s.wheels for s in state.values() if s.bundle == name)]):
+            return name, how
+    return None, ""
+
+
+def add_lane_findings(
+    report: DoctorReport, root: Path, lane: str | None, bundle_name: str | None = None
+) -> None:
+    """``make doctor``: which bundle and lane this host runs (adds findings to the report),
+    from the host facts doctor's own probe read."""
+    if not (root / lanes.LANES_CONFIG).exists() or report.host is None:
+        return  # a checkout without lanes: nothing to say about them
+    bundle, how = host_bundle(root, report.host, bundle_name)
+    for status, detail, fix in lane_status(root, bundle, lane):
+        report.add(status, "lane", detail + (f" (known from the {how})" if how else ""), fix)
+
+
+def lane_status(
+    root: Path, host_bundle: str | None, lane_name: str | None
+) -> list[tuple[str, str, str]]:
+    """Doctor's lane findings: (status, detail, fix) for the bundle this host runs."""
+    try:
+        config = lanes.load_config(root)
+        state = lanes.read_state(root)
+    except lanes.LaneError as error:
+        return [("WARN", f"lanes unknown: {error.message}", error.fix or "")]
+    if host_bundle is None:
+        return [
+            (
+                "WARN",
+                "cannot tell which bundle this host runs (no provenance file)",
+                "install a bundle built by this pipeline",
+            )
+        ]
+    holding = sorted(n for n, s in state.items() if s.bundle == host_bundle)
+    if lane_name:
+        lane = config.lane(lane_name)
+        current = state.get(lane.name)
+        if current and current.bundle == host_bundle:
+            return [
+                ("ok", f"runs bundle {host_bundle}, the current bundle of lane {lane.name}", "")
+            ]
+        return [
+            (
+                "FAIL",
+                f"runs bundle {host_bundle}; lane {lane.name}'s current bundle is "
+                f"{current.bundle if current else '(none)'}",
+                f"install from lane {lane.name}: pip install --require-hashes -r "
+                f"dist/lanes/{lane.name}/requirements.txt --index-url {lane.simple_url}",
+            )
+        ]
+    if holding:
+        return [
+            (
+                "ok",
+                f"runs bundle {host_bundle}, the current bundle of lane(s) "
+                f"{', '.join(holding)}",
+                "",
+            )
+        ]
+    return [
+        (
+            "WARN",
+            f"runs bundle {host_bundle}, which is not the current bundle of any lane",
+            "install the bundle of the lane this host belongs to (make lanes)",
+        )
+    ]
