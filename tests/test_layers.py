@@ -1,7 +1,9 @@
 """The package's layers point one way, and each subcommand loads only what it needs.
 
-- No import cycle anywhere in ``src/xla_wheels`` (imports inside functions included: a
-  cycle hidden in a function body is still a cycle between the modules).
+- The layers contract in pyproject.toml (import-linter) is kept: imports only go down,
+  from the CLI to the leaf modules, and no import cycle anywhere in ``src/xla_wheels``
+  (imports inside functions included: a cycle hidden in a function body is still a cycle
+  between the modules). The contract breaks when an import runs against it.
 - ``gate --help`` loads the gate and nothing of the build, publish or lock modules.
 - The gate is standard library only: it runs (as the builder image's ship check does)
   with nothing but the package source on ``sys.path``, where ``tomli_w`` cannot be found.
@@ -13,9 +15,12 @@ from __future__ import annotations
 
 import ast
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests.gitrepos import REPO_ROOT
 
@@ -23,75 +28,61 @@ SRC = REPO_ROOT / "src"
 PACKAGE = "xla_wheels"
 
 
-def _module_name(path: Path, src: Path) -> str:
-    parts = list(path.relative_to(src).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts = parts[:-1]
-    return ".".join(parts)
+#: The contracts in pyproject.toml ([tool.importlinter]) that ``lint-imports`` checks.
+CONTRACTS = ("imports only go down, from the CLI to the leaf modules",
+             "no import cycle between the modules of any package")  # fmt: skip
 
 
-def import_graph(src: Path = SRC) -> dict[str, set[str]]:
-    """Module -> the package modules it imports, read with ``ast`` from every file."""
-    paths = {_module_name(p, src): p for p in (src / PACKAGE).rglob("*.py")}
-    graph: dict[str, set[str]] = {}
-    for name, path in paths.items():
-        is_package = path.name == "__init__.py"
-        targets: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Import):
-                targets.update(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    package = name.split(".") if is_package else name.split(".")[:-1]
-                    package = package[: len(package) - node.level + 1]
-                    base = ".".join([*package, base] if base else package)
-                targets.add(base)
-                targets.update(f"{base}.{alias.name}" for alias in node.names)
-        # ``from pkg import mod`` imports pkg (its __init__) and pkg.mod; names that are
-        # not modules (functions, classes) drop out here.
-        graph[name] = {t for t in targets if t in paths and t != name}
-    return graph
+def lint_imports(project: Path) -> subprocess.CompletedProcess[str]:
+    """``lint-imports`` (import-linter) on ``project``'s package with its pyproject.toml."""
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "lint-imports"), "--no-cache"],
+        cwd=project,
+        # The package under ``project`` first, ahead of the checkout's editable install.
+        env={"PYTHONPATH": str(project / "src"), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
-def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    """One import cycle as [a, b, ..., a], or None. Depth-first, three colours."""
-    state: dict[str, int] = {}  # 1 on the stack, 2 done
-    stack: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        stack.append(node)
-        for target in sorted(graph[node]):
-            if state.get(target) == 1:
-                return [*stack[stack.index(target) :], target]
-            if target not in state and (cycle := visit(target)):
-                return cycle
-        stack.pop()
-        state[node] = 2
-        return None
-
-    for start in sorted(graph):
-        if start not in state and (cycle := visit(start)):
-            return cycle
-    return None
+def test_the_layers_contract_is_kept() -> None:
+    result = lint_imports(REPO_ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for contract in CONTRACTS:
+        assert f"{contract} KEPT" in result.stdout
+    assert "2 kept, 0 broken" in result.stdout
 
 
-def test_the_package_has_no_import_cycle() -> None:
-    graph = import_graph()
-    assert "xla_wheels.cli.gate" in graph and graph["xla_wheels.cli"]  # the walk saw it
-    cycle = find_cycle(graph)
-    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
-
-
-def test_the_cycle_finder_sees_a_cycle_hidden_in_a_function(tmp_path: Path) -> None:
-    package = tmp_path / PACKAGE
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "low.py").write_text("def f():\n    from xla_wheels import high\n")
-    (package / "high.py").write_text("from xla_wheels.low import f\n")
-    cycle = find_cycle(import_graph(tmp_path))
-    assert cycle is not None and set(cycle) == {"xla_wheels.low", "xla_wheels.high"}
+@pytest.mark.parametrize(
+    ("module", "added", "broken"),
+    [
+        # A leaf module importing the build stage: an import running back up (which also
+        # closes a cycle, since the builder imports the leaf).
+        ("options.py", "from xla_wheels.builder import config\n", CONTRACTS),
+        # Two modules side by side importing each other, one inside a function body: a
+        # cycle hidden where the first import of the module does not run it. Only the
+        # cycle contract sees it: the two stand on one layer.
+        ("redact.py", "def _later() -> None:\n    import xla_wheels.filemode\n", CONTRACTS[1:]),
+    ],
+)
+def test_the_contract_breaks_when_an_import_runs_against_it(
+    tmp_path: Path, module: str, added: str, broken: tuple[str, ...]
+) -> None:
+    shutil.copytree(SRC / PACKAGE, tmp_path / "src" / PACKAGE,
+                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    shutil.copy(REPO_ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    if module == "redact.py":  # the other half of the cycle
+        with (tmp_path / "src" / PACKAGE / "filemode.py").open("a") as handle:
+            handle.write("\nfrom xla_wheels import redact  # noqa\n")
+    with (tmp_path / "src" / PACKAGE / module).open("a") as handle:
+        handle.write("\n" + added)
+    result = lint_imports(tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    for contract in CONTRACTS:
+        verdict = "BROKEN" if contract in broken else "KEPT"
+        assert f"{contract} {verdict}" in result.stdout
 
 
 def _loaded_modules(*argv: str, python_flags: tuple[str, ...] = ()) -> set[str]:
