@@ -11,6 +11,8 @@ the target serves has the source's sha256.
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 import subprocess
 import sys
 import urllib.request
@@ -75,11 +77,12 @@ def devpi_release(
     work = tmp_path_factory.mktemp("devpi")
     server = start_devpi(work / "devpi")
     try:
-        for index in ("team/validation", "team/preferred", "team/empty"):
+        for index in ("team/validation", "team/preferred", "team/empty", "team/extra"):
             server.create_index(index)
         root = make_publish_project(work, [fake_wheels.torch, fake_wheels.torch_xla])
-        extra = (
-            '[lanes.empty]\nbackend = "devpi"\n' f'server = "{server.url}"\nindex = "team/empty"\n'
+        extra = "".join(
+            f'[lanes.{name}]\nbackend = "devpi"\nserver = "{server.url}"\nindex = "team/{name}"\n'
+            for name in ("empty", "extra")
         )
         (root / "build" / "lanes.toml").write_text(devpi_lanes_toml(server, extra=extra))
         yield DevpiRelease(server, root, fake_wheels)
@@ -176,6 +179,31 @@ def test_promote_refuses_a_source_file_that_is_not_the_locked_one(
     assert "refusing to promote files that are not the locked ones" in refused.stderr
     assert file_sha256(other.torch_xla) in refused.stderr, refused.stderr
     assert "fix: " in refused.stderr
+
+
+def test_promote_refuses_a_source_release_with_files_the_lock_does_not_record(
+    devpi_release: DevpiRelease, tmp_path: Path
+) -> None:
+    """devpi's push moves every file of a release: an unlocked one would ride along."""
+    torch = devpi_release.wheels.torch
+    # The same release (torch 2.9.0a0+git21fec65) built for another Python tag.
+    other_tag = tmp_path / torch.name.replace("-py3-", "-py311-")
+    shutil.copyfile(torch, other_tag)
+    uploaded = subprocess.run(
+        [sys.executable, "-m", "twine", "upload", "--non-interactive", "--disable-progress-bar",
+         "--repository-url", f"{devpi_release.server.url}team/extra/",
+         str(torch), str(devpi_release.wheels.torch_xla), str(other_tag)],
+        env={**os.environ, **devpi_release.server.credentials},
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert uploaded.returncode == 0, uploaded.stdout + uploaded.stderr
+    before = devpi_release.server.log_size()
+    refused = devpi_release.run("promote", "--bundle", BUNDLE, "--from", "extra")
+    assert refused.exit_code == 1, refused.stderr
+    assert f"wheels.lock does not record for this bundle: {other_tag.name}" in refused.stderr
+    assert "fix: rebuild the bundle under its own version" in refused.stderr
+    posts = [r for r in devpi_release.server.requests(before) if r.startswith("POST")]
+    assert posts == [], posts
 
 
 @pytest.mark.parametrize(
