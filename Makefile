@@ -52,7 +52,7 @@ GATE_FLAGS = $(call flag,PYTHON,--python) $(call flag,GATE_DEVICE,--device) \
 CHECKS_FLAGS = $(call flag,CHECKS,--checks) $(call flag,UPSTREAM_TESTS,--upstream-tests)
 ROUNDS_FLAG = $(call flag,ROUNDS,--rounds)
 
-.PHONY: help venv test lint bundles diff sources patch patches-check wheels lock lock-check clean
+.PHONY: help venv test lint demo bundles diff sources patch patches-check wheels lock lock-check clean
 .PHONY: builder-image container-tools cache-tools compiler-tools patch-export patch-rebase
 
 help: ## list the targets and the variables each one reads
@@ -114,6 +114,11 @@ test: $(VENV_STAMP) container-tools cache-tools compiler-tools ## install everyt
 lint: $(VENV_STAMP) ## ruff and mypy only
 	$(PY) -m ruff check src tests scripts
 	$(PY) -m mypy
+
+# No builder host yet? Every stage of the pipeline on a demonstration upstream it writes
+# (NOT torch): offline, about a minute, everything under DEMO_DIR (src/xla_wheels/demo.py).
+demo: $(VENV_STAMP) ## every stage (manifest .. build .. lane .. install .. doctor) on a demonstration upstream, offline [DEMO_DIR=out/demo]
+	$(PY) -m xla_wheels.demo $(call flag,DEMO_DIR,--dir)
 
 bundles: $(VENV_STAMP) ## list the bundles with their pins
 	@$(CLI) bundles

@@ -173,6 +173,8 @@ NOT_SETTINGS = {
     "GITHUB_ACTIONS",
     "TF_BUILD",
     "PATH",
+    # Passed on to the demo's children so they import this checkout's package.
+    "PYTHONPATH",
     "TWINE_USERNAME",
     "TWINE_PASSWORD",
     "PJRT_DEVICE",

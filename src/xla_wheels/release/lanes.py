@@ -8,6 +8,10 @@
     description = "every published bundle"
     path = "dist/lanes/validation"       # a static PEP 503 index in this directory, or:
     # index-url = "https://pypi.corp/validation/simple/"   (upload-url = … if it differs)
+    # or a devpi index (promotion is then devpi's own push, see release.devpi):
+    # backend = "devpi"
+    # server = "https://devpi.corp/"
+    # index = "team/validation"
 
     [lanes.preferred]
     description = "what training hosts install"
@@ -38,6 +42,9 @@ LANES_CONFIG = Path("build") / "lanes.toml"
 LANES_LOCK = "lanes.lock"
 LANES_LOCK_VERSION = "1"
 DEVICES = ("CPU", "TPU")
+#: ``backend`` values: ``index`` (a static directory or any PEP 503 index; the default)
+#: and ``devpi`` (an index of a devpi server: uploads to it, promotion by devpi's push).
+BACKENDS = ("index", "devpi")
 
 
 class LaneError(PipelineError):
@@ -65,6 +72,9 @@ class Lane:
     upload_url: str | None
     promote_from: str | None
     policy: Policy
+    backend: str = "index"
+    devpi_index: str | None = None
+    """``user/index`` on the devpi server, for a ``devpi`` lane (index_url is its simple page)."""
 
     @property
     def where(self) -> str:
@@ -125,6 +135,38 @@ def _policy(path: Path, lane: str, data: Mapping[str, Any]) -> Policy:
     return Policy(device, tuple(checks), None if tolerance is None else float(tolerance))
 
 
+def _devpi_lane(path: Path, name: str, raw: Mapping[str, Any]) -> Lane:
+    """A lane that is one index (``user/index``) of a devpi server."""
+    unknown = set(raw) - {"description", "backend", "server", "index", "promote-from", "policy"}
+    if unknown:
+        raise _bad(
+            path,
+            f"lanes.{name}",
+            f"unknown key(s) {', '.join(sorted(unknown))} for backend devpi "
+            "(a devpi lane is `server` and `index`)",
+        )
+    server = raw.get("server")
+    if not isinstance(server, str) or not server.startswith(("http://", "https://")):
+        raise _bad(path, f"lanes.{name}.server", "must be the devpi server's http(s) URL")
+    index = raw.get("index")
+    if not isinstance(index, str) or len(index.strip("/").split("/")) != 2:
+        raise _bad(path, f"lanes.{name}.index", 'must be "<user>/<index>", e.g. "team/validation"')
+    index = index.strip("/")
+    base = f"{server.rstrip('/')}/{index}/"
+    return Lane(
+        name=name,
+        description=str(raw.get("description", "")),
+        path=None,
+        # devpi's own layout: the simple page under +simple/, uploads to the index URL.
+        index_url=f"{base}+simple/",
+        upload_url=base,
+        promote_from=raw.get("promote-from"),
+        policy=_policy(path, name, raw.get("policy", {})),
+        backend="devpi",
+        devpi_index=index,
+    )
+
+
 def load_config(root: Path) -> LanesConfig:
     path = root / LANES_CONFIG
     try:
@@ -137,6 +179,9 @@ def load_config(root: Path) -> LanesConfig:
         raise _bad(path, "TOML", str(error)) from error
     lanes: dict[str, Lane] = {}
     for name, raw in dict(data.get("lanes", {})).items():
+        if raw.get("backend", "index") == "devpi":
+            lanes[name] = _devpi_lane(path, name, raw)
+            continue
         unknown = set(raw) - {
             "description",
             "path",
@@ -144,9 +189,14 @@ def load_config(root: Path) -> LanesConfig:
             "upload-url",
             "promote-from",
             "policy",
+            "backend",
         }
         if unknown:
             raise _bad(path, f"lanes.{name}", f"unknown key(s) {', '.join(sorted(unknown))}")
+        if raw.get("backend", "index") not in BACKENDS:
+            raise _bad(
+                path, f"lanes.{name}.backend", f"{raw['backend']!r} is not one of {BACKENDS}"
+            )
         if ("path" in raw) == ("index-url" in raw):
             raise _bad(path, f"lanes.{name}", "give exactly one of path or index-url")
         index_url = raw.get("index-url")

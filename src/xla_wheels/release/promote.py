@@ -5,7 +5,9 @@ A lane is a PEP 503 index: a remote one (uploads with twine through
 (files copied in by rename, index rewritten over every wheel in it). Promotion copies
 exactly the files ``wheels.lock`` records for the bundle, taken from the lane it is
 promoted from and checked by sha256 on the way, and only when the target lane's policy
-holds (``release.policy``). ``lanes.lock`` is written last, by rename.
+holds (``release.policy``); between two devpi lanes of one server it is devpi's own push
+instead (``release.devpi``: same bytes, no download or upload). ``lanes.lock`` is written
+last, by rename.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from xla_wheels.publish.static_index import write_static_index
 from xla_wheels.publish.upload import publish_remote
 from xla_wheels.publish.wheels import LocalWheel, locked_records, locked_wheels
 from xla_wheels.redact import scrub
+from xla_wheels.release import devpi
 from xla_wheels.release import lanes as lanes_mod
 from xla_wheels.release.lanes import Lane, LaneState
 from xla_wheels.release.policy import PromotionVerdict, judge_promotion
@@ -47,7 +50,8 @@ class LaneOutcome:
     filename: str
     sha256: str
     action: str
-    """``uploaded``, ``skipped`` (already there with this sha256), ``copied``, ``would copy``."""
+    """``uploaded``, ``skipped`` (already there with this sha256), ``copied``, ``pushed``
+    (devpi), ``would copy``, ``would push``."""
 
 
 def _upload_url(lane: Lane) -> str:
@@ -207,6 +211,16 @@ def refusal(bundle: str, lane: Lane, verdict: PromotionVerdict) -> PromotionRefu
     )
 
 
+def _copy_between(
+    source: Lane, lane: Lane, bundle: str, records: Sequence[WheelRecord]
+) -> list[LaneOutcome]:
+    with tempfile.TemporaryDirectory(prefix="xla-wheels-promote-") as tmp:
+        with log.section(f"promote: fetch {bundle} from lane {source.name} ({source.where})"):
+            wheels = fetch_from_lane(source, records, Path(tmp))
+        with log.section(f"promote: {bundle} into lane {lane.name} ({lane.where})"):
+            return put_into_lane(lane, wheels)
+
+
 def promote(
     root: Path, lock_path: Path, bundle: str, lane: Lane, source: Lane, *, dry_run: bool = False
 ) -> tuple[PromotionVerdict, list[LaneOutcome]]:
@@ -214,13 +228,18 @@ def promote(
     if not verdict.passed:
         raise refusal(bundle, lane, verdict)
     records = locked_records(lock_path, bundle)
+    by_push = devpi.same_server(source, lane)
     if dry_run:
-        return verdict, [LaneOutcome(r.name, r.sha256, "would copy") for r in records]
-    with tempfile.TemporaryDirectory(prefix="xla-wheels-promote-") as tmp:
-        with log.section(f"promote: fetch {bundle} from lane {source.name} ({source.where})"):
-            wheels = fetch_from_lane(source, records, Path(tmp))
-        with log.section(f"promote: {bundle} into lane {lane.name} ({lane.where})"):
-            outcomes = put_into_lane(lane, wheels)
+        action = "would push" if by_push else "would copy"
+        return verdict, [LaneOutcome(r.name, r.sha256, action) for r in records]
+    if by_push:
+        with log.section(
+            f"promote: devpi push {bundle} from {source.devpi_index} to {lane.devpi_index}"
+        ):
+            pushed = devpi.push(source, lane, records)
+        outcomes = [LaneOutcome(p.filename, p.sha256, p.action) for p in pushed]
+    else:
+        outcomes = _copy_between(source, lane, bundle, records)
     chosen = verdict.chosen
     lanes_mod.write_state(
         root,

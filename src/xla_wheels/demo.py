@@ -1,0 +1,536 @@
+"""``make demo``: every stage of the pipeline, end to end, on a demonstration upstream.
+
+This is NOT PyTorch. A newcomer without a builder host (no Bazel, no TPU, maybe no
+network) can still watch the real pipeline work: this module writes three tiny git
+repositories that stand in for torch, torch_xla and OpenXLA (each a few lines of Python
+with the build interface the recipes expect, every file saying it is a demonstration),
+a project root with a bundle manifest ``demo`` and a patch series, and then runs the same
+CLI subcommands ``make wheels``, ``make publish``, ``make verify-install`` and ``make
+doctor`` run, as child processes, in host mode:
+
+1. manifest -> sources -> patch series -> build -> collect and lock: ``wheels``
+2. publish into the project's static validation lane: ``publish-lane``
+3. install by hash into a fresh venv from the lane's simple page: ``verify-install``
+4. the host check against the bundle and the lane: ``doctor``
+
+Everything is written under one directory (``--dir``, default ``out/demo``), including
+the children's HOME, TMPDIR, per-machine cache and pip configuration (none: pip reads no
+pip.conf and installs only from the lane or the build's own wheels), so the demo needs
+no network and leaves nothing elsewhere. Nothing is started that outlives it.
+
+The demonstration torch_xla has the persistent-cache defect in miniature
+(``torch_xla.load_cache()`` returns False); the series' patch 0001 fixes it, and the build's
+ship check runs it, so the demo passes only for a patched build.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from xla_wheels.errors import PipelineError, UsageError
+from xla_wheels.publish.cache_contract import directory_name
+from xla_wheels.publish.index import WheelName
+from xla_wheels.wheels_lock import read_lock
+
+BUNDLE = "demo"
+DEFAULT_DIR = Path("out") / "demo"
+#: Left in the demo directory, so a second run may replace it (and nothing else).
+MARKER = ".xla-wheels-demo"
+STAGE_TIMEOUT_S = 900.0
+PYTHON_MINOR = f"{sys.version_info[0]}.{sys.version_info[1]}"
+
+NOTICE = "DEMONSTRATION stand-in written by `make demo`: this is NOT {what}."
+
+TORCH_SETUP = """
+# {notice}
+import os, subprocess
+from setuptools import setup
+
+version = os.environ["PYTORCH_BUILD_VERSION"]  # set by the pipeline's torch recipe
+for flag in ("USE_CUDA", "USE_ROCM", "USE_XPU", "USE_MPS", "BUILD_TEST"):
+    if os.environ.get(flag) != "0":
+        raise SystemExit(f"demo torch: {{flag}} must be 0 for a TPU build")
+sha = subprocess.check_output(["git", "rev-parse", "HEAD"], text=True).strip()
+with open("torch/version.py", "w") as f:
+    f.write(f"__version__ = {{version!r}}\\ngit_version = {{sha!r}}\\n")
+setup(name="torch", version=version, packages=["torch"],
+      description="demonstration stand-in for torch (make demo), NOT PyTorch")
+"""
+
+TORCH_INIT = '''
+"""{notice}"""
+from torch.version import __version__, git_version
+
+DEMONSTRATION = True
+'''
+
+XLA_SETUP = """
+# {notice}
+import os, re, subprocess
+from setuptools import setup
+
+base = os.path.dirname(os.path.abspath(__file__))
+# As upstream: built inside the PyTorch tree (bazel/dependencies.bzl "../").
+if not os.path.isfile(os.path.join(base, "..", "torch", "__init__.py")):
+    raise SystemExit("demo torch_xla: the torch source tree is not at ../")
+import torch  # the pipeline installs the torch wheel it just built into the build env
+sha = subprocess.check_output(["git", "rev-parse", "HEAD"], cwd=base, text=True).strip()
+version = os.getenv("TORCH_XLA_VERSION", "2.9.0")
+if os.getenv("GIT_VERSIONED_XLA_BUILD", "TRUE").upper() in ("1", "TRUE", "ON", "YES", "Y"):
+    version += "+git" + sha[:7]
+# The OpenXLA checkout the pipeline prepared, as Bazel would find it.
+rc = open(os.path.join(base, ".bazelrc.user")).read()
+override = re.search(r"--override_repository=xla=(\\S+)", rc).group(1)
+core = open(os.path.join(override, "xla", "core.h")).read()
+if "TORCH_XLA_OPENXLA_PATCH" not in core:
+    raise SystemExit("demo torch_xla: openxla_patches/ not applied to the OpenXLA checkout")
+with open(os.path.join(base, "torch_xla", "version.py"), "w") as f:
+    f.write(f"__version__ = {{version!r}}\\n__xla_gitrev__ = {{sha!r}}\\n")
+setup(name="torch_xla", version=version, packages=["torch_xla"],
+      install_requires=[f"torch=={{torch.__version__}}"],
+      description="demonstration stand-in for torch_xla (make demo), NOT PyTorch/XLA")
+"""
+
+XLA_INIT = '''
+"""{notice}"""
+from torch_xla.version import __version__
+
+DEMONSTRATION = True
+
+
+def load_cache():
+    """Whether a warm restart loads the persistent cache (the defect: it does not)."""
+    return False
+'''
+
+WORKSPACE = """
+# {notice}
+load("//bazel:dependencies.bzl", "PYTORCH_LOCAL_DIR")
+
+http_archive(
+    name = "xla",
+    patch_args = [
+        "-l",
+        "-p1",
+    ],
+    patch_tool = "patch",
+    patches = [
+        "//openxla_patches:no_fortify.diff",
+    ],
+    strip_prefix = "xla-" + xla_hash,
+)
+"""
+
+CORE_H = "// {notice}\nint api_version = 1;\n"
+
+# The build's ship check: the fixed defect, and the provenance file read from the package.
+SHIP_CHECK = (
+    '{python} -c "import importlib.resources, json, sys, torch_xla; '
+    "p = json.loads(importlib.resources.files('torch_xla')"
+    ".joinpath('_xla_wheels_provenance.json').read_text()); "
+    "print('provenance torch_xla', p['components']['torch_xla']['commit']); "
+    'sys.exit(0 if torch_xla.load_cache() else 1)"'
+)
+
+LANES_TOML = """\
+# Lanes of the demonstration project (see the main project's build/lanes.toml).
+publish-lane = "validation"
+
+[lanes.validation]
+description = "demonstration: every published bundle"
+path = "dist/lanes/validation"
+"""
+
+# Fixed identities and dates: the demonstration commits are the same on every run.
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "xla-wheels demo",
+    "GIT_AUTHOR_EMAIL": "demo@example.invalid",
+    "GIT_COMMITTER_NAME": "xla-wheels demo",
+    "GIT_COMMITTER_EMAIL": "demo@example.invalid",
+    "GIT_AUTHOR_DATE": "2025-01-01T00:00:00Z",
+    "GIT_COMMITTER_DATE": "2025-01-01T00:00:00Z",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+}
+
+
+def _text(template: str, what: str) -> str:
+    return textwrap.dedent(template).lstrip("\n").format(notice=NOTICE.format(what=what))
+
+
+def _git(cwd: Path, *args: str) -> str:
+    result = subprocess.run(
+        ["git", "-c", "init.defaultBranch=main", *args],
+        cwd=cwd, env={**os.environ, **GIT_ENV}, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if result.returncode != 0:
+        raise PipelineError(
+            f"git {' '.join(args)} failed in {cwd}: {result.stderr.strip()}",
+            fix="check that git works here (`git --version`); the demo needs nothing else",
+        )
+    return result.stdout
+
+
+def _repo(path: Path, files: Mapping[str, str]) -> str:
+    path.mkdir(parents=True)
+    _git(path, "init", "-q")
+    for name, text in files.items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_text(text)
+    _git(path, "add", "-A")
+    _git(path, "commit", "-q", "-m", "demonstration upstream (NOT PyTorch)")
+    return _git(path, "rev-parse", "HEAD").strip()
+
+
+def _patch(
+    repo: Path, commit: str, component: str, subject: str, edits: Mapping[str, str], out: Path
+) -> None:
+    """One patch of the series, in the pipeline's format (header + git diff)."""
+    for name, text in edits.items():
+        (repo / name).write_text(text)
+    diff = _git(repo, "diff")
+    _git(repo, "checkout", "--quiet", "--", ".")
+    header = (
+        f"Subject: {subject}\nComponent: {component}\nBase: {commit}\n"
+        "Fixes: the demonstration defect\nWhy: shows the patch series stage of `make demo`\n"
+        f"Upstream: not upstreamed (demonstration)\nFiles: {', '.join(edits)}\n\n"
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(header + diff + "\n")
+
+
+@dataclass(frozen=True)
+class DemoProject:
+    root: Path
+    """The demonstration project root (build/, patches/, then wheels.lock, dist/, out/)."""
+    upstream: Path
+    commits: Mapping[str, str]
+
+
+def make_demo_project(base: Path) -> DemoProject:
+    """The three demonstration repositories under ``base/upstream`` and a project root
+    ``base/project`` whose bundle ``demo`` pins them with a two-patch series."""
+    upstream = base / "upstream"
+    commits = {
+        "torch": _repo(
+            upstream / "torch",
+            {
+                "setup.py": _text(TORCH_SETUP, "PyTorch"),
+                "torch/__init__.py": _text(TORCH_INIT, "PyTorch"),
+                "README": NOTICE.format(what="PyTorch") + "\n",
+                ".gitignore": "build/\ntorch.egg-info/\ntorch/version.py\n",
+            },
+        ),
+        "openxla": _repo(
+            upstream / "openxla",
+            {
+                "xla/core.h": _text(CORE_H, "OpenXLA"),
+                "xla/api.h": "int api = 1;\n",
+                "README": NOTICE.format(what="OpenXLA") + "\n",
+            },
+        ),
+    }
+    # torch_xla carries a plain diff for OpenXLA in openxla_patches/, as upstream does.
+    openxla = upstream / "openxla"
+    (openxla / "xla" / "core.h").write_text(
+        _text(CORE_H, "OpenXLA") + "// TORCH_XLA_OPENXLA_PATCH\n"
+    )
+    fortify = _git(openxla, "diff")
+    _git(openxla, "checkout", "--quiet", "--", ".")
+    xla = upstream / "torch_xla"
+    commits["torch_xla"] = _repo(
+        xla,
+        {
+            "setup.py": _text(XLA_SETUP, "PyTorch/XLA"),
+            "torch_xla/__init__.py": _text(XLA_INIT, "PyTorch/XLA"),
+            "README": NOTICE.format(what="PyTorch/XLA") + "\n",
+            "WORKSPACE": _text(WORKSPACE, "PyTorch/XLA"),
+            "bazel/dependencies.bzl": 'PYTORCH_LOCAL_DIR = "../"\n',
+            ".bazelversion": "7.4.1\n",
+            "openxla_patches/BUILD": "",
+            "openxla_patches/no_fortify.diff": fortify + "\n",
+            ".gitignore": "build/\ntorch_xla.egg-info/\ntorch_xla/version.py\n",
+        },
+    )
+
+    root = base / "project"
+    patches = root / "patches"
+    fixed = _text(XLA_INIT, "PyTorch/XLA").replace("return False", "return True")
+    _patch(
+        xla, commits["torch_xla"], "torch_xla", "load the persistent cache (demonstration)",
+        {"torch_xla/__init__.py": fixed}, patches / "torch_xla" / "0001-load-cache.patch",
+    )  # fmt: skip
+    _patch(
+        openxla, commits["openxla"], "openxla", "a local API change (demonstration)",
+        {"xla/api.h": "int api = 2;\n"}, patches / "openxla" / "0001-api.patch",
+    )  # fmt: skip
+    (root / "build" / "bundles").mkdir(parents=True)
+    (root / "build" / "lanes.toml").write_text(LANES_TOML)
+    (root / "build" / "bundles" / f"{BUNDLE}.toml").write_text(
+        f"""\
+# {NOTICE.format(what="a torch / torch_xla bundle")}
+[bundle]
+name = "{BUNDLE}"
+description = "DEMONSTRATION upstream written by make demo (NOT PyTorch)"
+python = "{PYTHON_MINOR}"
+
+[components.torch]
+remote = "{upstream / "torch"}"
+commit = "{commits["torch"]}"
+version = "2.9.0a0"
+submodules = false
+patches = []
+
+[components.torch_xla]
+remote = "{upstream / "torch_xla"}"
+commit = "{commits["torch_xla"]}"
+version = "2.9.0"
+patches = ["torch_xla/0001-load-cache.patch"]
+
+[components.openxla]
+remote = "{upstream / "openxla"}"
+commit = "{commits["openxla"]}"
+patches = ["openxla/0001-api.patch"]
+
+[build]
+bundle_libtpu = false
+tpuvm_mode = true
+build_cpp_tests = false
+cxx_abi = 1
+"""
+    )
+    return DemoProject(root=root, upstream=upstream, commits=commits)
+
+
+@dataclass(frozen=True)
+class Stage:
+    title: str
+    args: tuple[str, ...]
+    env: Callable[[], Mapping[str, str]] | None = None
+    """Extra environment, computed when the stage starts (it may need earlier results)."""
+
+
+def doctor_env(directory: Path, project: DemoProject) -> dict[str, str]:
+    """The runtime contract doctor checks, as a host would set it (CPU: there is no TPU
+    here), with a persistent-cache directory named the way the cache contract asks: after
+    the bundle and the full torch_xla version the build just locked."""
+    entry = read_lock(project.root / "wheels.lock").bundles[BUNDLE]
+    (torch_xla,) = [
+        WheelName.parse(w.name) for w in entry.wheels or () if w.name.startswith("torch_xla-")
+    ]
+    cache = directory / "xla-cache" / directory_name(BUNDLE, torch_xla.version, None)
+    cache.mkdir(parents=True, exist_ok=True)
+    return {
+        "PJRT_DEVICE": "CPU",
+        "XLA_NO_SPECIAL_SCALARS": "1",
+        "XLA_PERSISTENT_CACHE_PATH": str(cache),
+    }
+
+
+def stages(directory: Path, project: DemoProject) -> list[Stage]:
+    """The CLI subcommands of the demo, in order (what the make targets run)."""
+    root = ("--root", str(project.root))
+    venv_python = project.root / "out" / BUNDLE / "verify-install" / "venv" / "bin" / "python"
+    return [
+        Stage(
+            "manifest -> sources -> patch series -> build -> collect and lock (make wheels)",
+            (
+                "wheels",
+                *root,
+                "--bundle",
+                BUNDLE,
+                "--mode",
+                "host",
+                "--host-python",
+                sys.executable,
+                "--cache-dir",
+                str(directory / "cache"),
+                "--jobs",
+                "1",
+                "--min-disk-gib",
+                "1",
+                "--mem-per-job-gib",
+                "0.5",
+                "--mem-base-gib",
+                "0.5",
+                "--host-tools",
+                "git,patch",
+                "--compiler-env",
+                "",
+                "--ship-check",
+                SHIP_CHECK,
+                "--ship-pip-args",
+                "--no-index --find-links {wheels}",
+            ),
+        ),  # fmt: skip
+        Stage(
+            "publish to the validation lane (make publish)",
+            ("publish-lane", *root, "--bundle", BUNDLE),
+        ),
+        Stage(
+            "install by hash into a fresh venv from the lane (make verify-install)",
+            (
+                "verify-install",
+                *root,
+                "--bundle",
+                BUNDLE,
+                "--index-url",
+                (project.root / "dist" / "lanes" / "validation" / "simple").as_uri() + "/",
+                "--require-provenance",
+            ),
+        ),  # fmt: skip
+        Stage(
+            "check the installed environment against the bundle and lane (make doctor)",
+            (
+                "doctor",
+                *root,
+                "--bundle",
+                BUNDLE,
+                "--python",
+                str(venv_python),
+                "--lane",
+                "validation",
+            ),
+            env=lambda: doctor_env(directory, project),
+        ),  # fmt: skip
+    ]
+
+
+def _child_env(directory: Path, extra: Mapping[str, str] | None) -> dict[str, str]:
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("PIP_", "XLA_WHEELS_", "XLA_", "PJRT_", "TPU_", "TWINE_"))
+    }
+    env.update(
+        {
+            # Everything the children write goes under the demo directory.
+            "HOME": str(directory / "home"),
+            "TMPDIR": str(directory / "tmp"),
+            "XLA_WHEELS_CACHE": str(directory / "cache"),
+            # No pip.conf: pip installs only from the lane or the build's own wheels.
+            "PIP_CONFIG_FILE": os.devnull,
+            "PIP_NO_INPUT": "1",
+            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+            "PYTHONPATH": os.pathsep.join(
+                p for p in (str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH")) if p
+            ),
+        }
+    )
+    env.update(extra or {})
+    return env
+
+
+def _prepare(directory: Path) -> None:
+    if directory.exists() and any(directory.iterdir()):
+        if not (directory / MARKER).is_file():
+            raise UsageError(
+                f"{directory} exists and is not a previous demo's directory (no {MARKER})",
+                fix="name an empty or new directory: `make demo DEMO_DIR=<dir>`",
+            )
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / MARKER).write_text("written by `make demo`; removed by the next run\n")
+    (directory / "home").mkdir()
+    (directory / "tmp").mkdir()
+
+
+def run_demo(directory: Path) -> None:
+    """Generate the demonstration project under ``directory`` and run every stage."""
+    directory = directory.resolve()
+    _prepare(directory)
+    started = time.monotonic()
+    print(f"== demo: a DEMONSTRATION upstream (NOT PyTorch) in {directory}/upstream", flush=True)
+    project = make_demo_project(directory)
+    print(f"   project root {project.root} (bundle {BUNDLE}, patches/, build/lanes.toml)")
+    plan = stages(directory, project)
+    logs = directory / "logs"
+    logs.mkdir()
+    for number, stage in enumerate(plan, 1):
+        argv = [sys.executable, "-m", "xla_wheels", *stage.args]
+        log_path = logs / f"{number}-{stage.args[0]}.log"
+        print(f"== [{number}/{len(plan)}] {stage.title}", flush=True)
+        print(f"   python -m xla_wheels {stage.args[0]} ... (log: {log_path})", flush=True)
+        env = _child_env(directory, stage.env() if stage.env else None)
+        begun = time.monotonic()
+        with log_path.open("w") as handle:
+            handle.write("$ " + " ".join(argv) + "\n")
+            handle.flush()
+            result = subprocess.run(
+                argv, cwd=directory, env=env, stdout=handle,
+                stderr=subprocess.STDOUT, timeout=STAGE_TIMEOUT_S, check=False,
+            )  # fmt: skip
+        summary = _summary(log_path)
+        for line in summary:
+            print(f"   {line}")
+        if result.returncode != 0:
+            raise PipelineError(
+                f"demo stage {number} ({stage.args[0]}) failed with exit {result.returncode}; "
+                f"its output is in {log_path}",
+                fix=f"read {log_path}: the error:/fix: lines at its end name the cause",
+            )
+        print(f"   done in {time.monotonic() - begun:.1f}s", flush=True)
+    report = project.root / "out" / BUNDLE / "verify-install" / "report.json"
+    print(
+        f"== demo: every stage passed in {time.monotonic() - started:.0f}s. Where to look:\n"
+        f"   {project.root / 'build' / 'bundles' / (BUNDLE + '.toml')}   the manifest\n"
+        f"   {project.root / 'patches'}/   the patch series\n"
+        f"   {project.root / 'out' / BUNDLE / 'src'}/   the patched sources\n"
+        f"   {project.root / 'dist' / BUNDLE}/   the wheels, and {project.root / 'wheels.lock'}\n"
+        f"   {project.root / 'dist' / 'lanes' / 'validation'}/   the lane (simple/ index)"
+        f" and {project.root / 'lanes.lock'}\n"
+        f"   {report}   the install check\n"
+        f"   {logs}/   each stage's full output"
+    )
+
+
+def _summary(log_path: Path) -> list[str]:
+    """The lines of a stage's output worth showing here: its checks, results and timings
+    (the progress and the commands stay in the log)."""
+    shown = []
+    for line in log_path.read_text(errors="replace").splitlines():
+        text = line.strip()
+        checks = ("ok ", "FAIL ", "WARN ", "error:", "fix:", "copied ", "skipped ")
+        results = ("lane ", "collect: ", "verify-install ", "doctor")
+        timings = (" ran", " reused", " skipped")  # the build's stage timings
+        if text.startswith(checks + results) or text.endswith(timings):
+            shown.append(text)
+    return shown
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m xla_wheels.demo",
+        description="Run every stage of the pipeline on a demonstration upstream (NOT torch).",
+    )
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=DEFAULT_DIR,
+        help=f"the one directory the demo writes (default: {DEFAULT_DIR})",
+    )
+    args = parser.parse_args(argv)
+    try:
+        run_demo(args.dir)
+    except PipelineError as error:
+        print(f"error: {error.message}", file=sys.stderr)
+        if error.fix:
+            print(f"fix: {error.fix}", file=sys.stderr)
+        return error.exit_code
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

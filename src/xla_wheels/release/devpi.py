@@ -1,0 +1,227 @@
+"""Promotion between two lanes that are indexes of one devpi server: devpi's own push.
+
+devpi keeps every index (``team/validation``, ``team/preferred``) on one server, and
+its push (``POST <server>/<user>/<source index>`` with a JSON body ``{"name", "version",
+"targetindex"}``, what ``devpi push`` sends) links the release's stored files into the
+target index: the same bytes, nothing downloaded or uploaded by us. Publishing into a devpi
+lane needs nothing of its own: devpi takes uploads at the index URL (twine) and serves a
+PEP 503 page under ``+simple/`` with ``#sha256=`` links, which ``publish.upload`` reads.
+
+A push moves a whole release (every file of ``name==version``), so before pushing, every
+locked file must be on the source index with its locked sha256 and the source's release
+must hold no other file; after pushing, the target's simple page must list every locked
+file with its locked sha256. Credentials are the publish ones (TWINE_USERNAME /
+TWINE_PASSWORD or keyring): the account needs read access to the source index and upload
+rights on the target.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import ssl
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from xla_wheels import log
+from xla_wheels.publish.errors import (
+    CredentialsRejected,
+    HashMismatch,
+    IndexUnreachable,
+    PublishError,
+)
+from xla_wheels.publish.index import (
+    Credentials,
+    IndexFile,
+    WheelName,
+    credentials_for,
+    project_files,
+    remote_sha256,
+)
+from xla_wheels.redact import scrub
+from xla_wheels.release.lanes import Lane
+from xla_wheels.wheels_lock import WheelRecord
+
+#: A push links stored files on the server side; even a large release takes seconds.
+PUSH_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True)
+class Pushed:
+    filename: str
+    sha256: str
+    action: str
+    """``pushed`` (devpi linked it into the target), ``skipped`` (already there, same sha256)."""
+
+
+def same_server(source: Lane, target: Lane) -> bool:
+    """devpi can push only between indexes of one server."""
+    if source.backend != "devpi" or target.backend != "devpi":
+        return False
+    assert source.upload_url is not None and target.upload_url is not None
+    return _server_of(source) == _server_of(target)
+
+
+def _server_of(lane: Lane) -> str:
+    assert lane.upload_url is not None and lane.devpi_index is not None
+    return lane.upload_url[: -len(f"{lane.devpi_index}/")]
+
+
+def _releases(records: Sequence[WheelRecord]) -> dict[tuple[str, str], list[WheelRecord]]:
+    """The locked files grouped by the release (project, version) a push moves at once."""
+    groups: dict[tuple[str, str], list[WheelRecord]] = {}
+    for record in records:
+        name = WheelName.parse(record.name)
+        groups.setdefault((name.normalized, name.version), []).append(record)
+    return groups
+
+
+def _check_source(
+    source: Lane,
+    release: tuple[str, str],
+    records: Sequence[WheelRecord],
+    listed: dict[str, IndexFile],
+    credentials: Credentials,
+) -> tuple[list[str], list[str]]:
+    """The locked files the source's release lacks, and those it serves with other bytes."""
+    missing = [r.name for r in records if r.name not in listed]
+    problems = []
+    for record in records:
+        if record.name in listed:
+            served = remote_sha256(listed[record.name], credentials)
+            if served != record.sha256:
+                problems.append(
+                    f"{record.name}: lane {source.name} serves sha256 {served}, wheels.lock has "
+                    f"{record.sha256}"
+                )
+    locked = {r.name for r in records}
+    project, version = release
+    extra = sorted(
+        name
+        for name in listed
+        if name not in locked and name.endswith(".whl") and WheelName.parse(name).version == version
+    )
+    if extra:
+        raise PublishError(
+            f"lane {source.name} ({source.devpi_index}) holds {project} {version} files that "
+            f"wheels.lock does not record for this bundle: {', '.join(extra)}; devpi's push "
+            "moves every file of a release, so they would be promoted too",
+            fix="rebuild the bundle under its own version or local label (a non-volatile devpi "
+            "index never removes a file), or promote from a lane whose release is exactly the "
+            "locked files",
+        )
+    return missing, problems
+
+
+def _post_push(
+    source: Lane, target: Lane, project: str, version: str, credentials: Credentials
+) -> None:
+    assert source.upload_url is not None
+    url = source.upload_url.rstrip("/")
+    body = json.dumps({"name": project, "version": version, "targetindex": target.devpi_index})
+    request = urllib.request.Request(
+        url,
+        data=body.encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", "Accept": "application/json"},
+    )
+    if header := credentials.auth_header():
+        request.add_header("Authorization", header)
+    log.info(f"  devpi push {project}=={version}: {source.devpi_index} -> {target.devpi_index}")
+    try:
+        with urllib.request.urlopen(request, timeout=PUSH_TIMEOUT_S) as response:
+            log.to_stage_logs(scrub(response.read().decode(errors="replace"), credentials.secrets))
+    except urllib.error.HTTPError as error:
+        detail = scrub(error.read().decode(errors="replace"), credentials.secrets).strip()
+        # devpi answers {"message": ...}; anything else is shown as it came.
+        with contextlib.suppress(ValueError, AttributeError):
+            detail = str(json.loads(detail).get("message", detail))
+        if error.code in (401, 403):
+            raise CredentialsRejected(
+                f"devpi refused to push {project} {version} from {source.devpi_index} to "
+                f"{target.devpi_index} (HTTP {error.code}; credentials from: "
+                f"{credentials.source}): {detail}",
+                fix=f"set TWINE_USERNAME / TWINE_PASSWORD (or keyring) to an account in "
+                f"{target.devpi_index}'s acl_upload (`devpi index {target.devpi_index} "
+                "acl_upload=<user>`)",
+            ) from None
+        raise PublishError(
+            f"devpi could not push {project} {version} from {source.devpi_index} to "
+            f"{target.devpi_index}: HTTP {error.code}: {detail}",
+            fix="devpi's message names the cause (409: the target index already holds a file "
+            "of this release; non-volatile indexes never overwrite one)",
+        ) from None
+    except (urllib.error.URLError, TimeoutError, ssl.SSLError, OSError) as error:
+        reason = getattr(error, "reason", error)
+        raise IndexUnreachable(
+            f"the devpi server at {scrub(url)} is not reachable: "
+            f"{scrub(str(reason), credentials.secrets)}",
+            fix="check that devpi-server is running and the lane's `server` in "
+            "build/lanes.toml is right",
+        ) from None
+
+
+def push(source: Lane, target: Lane, records: Sequence[WheelRecord]) -> list[Pushed]:
+    """The locked ``records`` from ``source``'s devpi index into ``target``'s, by push."""
+    assert same_server(source, target)
+    assert source.index_url is not None and target.index_url is not None
+    assert source.upload_url is not None
+    credentials = credentials_for(source.upload_url)
+    releases = _releases(records)
+    missing: list[str] = []
+    problems: list[str] = []
+    for release, members in releases.items():
+        listed = project_files(source.index_url, release[0], credentials)
+        lacking, wrong = _check_source(source, release, members, listed, credentials)
+        missing += lacking
+        problems += wrong
+    if problems:
+        raise HashMismatch(
+            "refusing to promote files that are not the locked ones (nothing was pushed):\n  "
+            + "\n  ".join(problems),
+            fix="investigate the source lane's index before promoting",
+        )
+    if missing:
+        raise PublishError(
+            f"lane {source.name} ({source.where}) does not hold {', '.join(sorted(missing))}",
+            fix="publish the bundle there first: `make publish BUNDLE=<bundle>`",
+        )
+    # Idempotence: a release already in the target with the locked bytes is not pushed
+    # again (a non-volatile devpi index would answer 409); other bytes there are refused.
+    to_push: list[tuple[str, str]] = []
+    outcomes: dict[str, Pushed] = {}
+    conflicts = []
+    for release, members in releases.items():
+        there = project_files(target.index_url, release[0], credentials)
+        for record in members:
+            if record.name not in there:
+                continue
+            served = remote_sha256(there[record.name], credentials)
+            if served != record.sha256:
+                conflicts.append(f"{record.name}: sha256 {served}, wheels.lock has {record.sha256}")
+            outcomes[record.name] = Pushed(record.name, record.sha256, "skipped")
+        if any(r.name not in there for r in members):
+            to_push.append(release)
+    if conflicts:
+        raise HashMismatch(
+            f"lane {target.name} ({target.devpi_index}) already holds other files under "
+            "the locked names (nothing was pushed):\n  " + "\n  ".join(conflicts),
+            fix="never overwrite a published wheel: bump the build's version or label",
+        )
+    for project, version in to_push:
+        _post_push(source, target, project, version, credentials)
+        there = project_files(target.index_url, project, credentials)
+        for record in releases[(project, version)]:
+            entry = there.get(record.name)
+            after = remote_sha256(entry, credentials) if entry else None
+            if after != record.sha256:
+                raise HashMismatch(
+                    f"after devpi's push, lane {target.name} serves {record.name} with sha256 "
+                    f"{after or '(not listed)'}, not the locked {record.sha256}",
+                    fix="the index altered or mixed up the file: investigate before use",
+                )
+            if record.name not in outcomes:
+                outcomes[record.name] = Pushed(record.name, record.sha256, "pushed")
+    return [outcomes[r.name] for r in records]

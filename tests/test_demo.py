@@ -1,0 +1,84 @@
+"""`make demo`: the whole path on a demonstration upstream, as the README tells a newcomer.
+
+Run through make itself (the command the README gives), with HTTP(S) proxies pointing at a
+closed port, so any attempt to reach the network would fail the run, and with HOME and
+TMPDIR in a directory that must stay empty: the demo writes only under DEMO_DIR.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tomllib
+from pathlib import Path
+
+from tests.gitrepos import REPO_ROOT
+
+DEAD_PROXY = "http://127.0.0.1:9"
+DEMO_TIMEOUT_S = 600
+
+
+def _make_demo(demo_dir: Path, outside: Path) -> subprocess.CompletedProcess[str]:
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key.lower() not in ("http_proxy", "https_proxy", "no_proxy", "all_proxy")
+    }
+    env.update(
+        {
+            "HOME": str(outside / "home"),
+            "TMPDIR": str(outside / "tmp"),
+            **{
+                name: DEAD_PROXY
+                for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")
+            },
+        }
+    )
+    return subprocess.run(
+        ["make", "--no-print-directory", "demo", f"DEMO_DIR={demo_dir}"],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=DEMO_TIMEOUT_S,
+        check=False,
+    )  # fmt: skip
+
+
+def test_make_demo_runs_every_stage_offline_and_writes_only_under_demo_dir(
+    tmp_path: Path,
+) -> None:
+    outside = tmp_path / "outside"
+    (outside / "home").mkdir(parents=True)
+    (outside / "tmp").mkdir()
+    demo_dir = tmp_path / "demo"
+    result = _make_demo(demo_dir, outside)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    for stage in ("make wheels", "make publish", "make verify-install", "make doctor"):
+        assert stage in out
+    assert "NOT PyTorch" in out and "every stage passed" in out
+    assert f"{demo_dir}/logs/" in out  # where to look
+
+    project = demo_dir / "project"
+    lock = tomllib.loads((project / "wheels.lock").read_text())
+    wheels = {w["name"] for w in lock["bundles"]["demo"]["wheels"]}
+    assert {w.split("-")[0] for w in wheels} == {"torch", "torch_xla"}
+    lanes = tomllib.loads((project / "lanes.lock").read_text())
+    assert lanes["lanes"]["validation"]["bundle"] == "demo"
+    report = json.loads((project / "out" / "demo" / "verify-install" / "report.json").read_text())
+    assert report["passed"] is True, report
+    # The demonstration package says what it is, in the installed code itself.
+    venv = project / "out" / "demo" / "verify-install" / "venv"
+    (init,) = venv.glob("lib/python*/site-packages/torch_xla/__init__.py")
+    assert "NOT PyTorch/XLA" in init.read_text()
+
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["demo", "outside"]
+    assert list((outside / "home").iterdir()) == [] and list((outside / "tmp").iterdir()) == []
+
+    # A second run replaces its own directory; a directory that is not a demo's is refused.
+    stranger = tmp_path / "not-a-demo"
+    stranger.mkdir()
+    (stranger / "keep.txt").write_text("mine\n")
+    refused = _make_demo(stranger, outside)
+    assert refused.returncode != 0
+    assert "error: " in refused.stderr and "is not a previous demo's directory" in refused.stderr
+    assert "fix: name an empty or new directory" in refused.stderr
+    assert (stranger / "keep.txt").read_text() == "mine\n"
