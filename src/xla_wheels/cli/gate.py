@@ -18,14 +18,14 @@ from pathlib import Path
 
 from xla_wheels import log
 from xla_wheels.errors import UsageError
-from xla_wheels.gate import bench, cachekeys, envs, hbm, restart, upstream_tests
+from xla_wheels.gate import bench, cachekeys, canary, envs, hbm, restart, upstream_tests
 from xla_wheels.gate.errors import GateEnvironmentError
 from xla_wheels.gate.report import render_text, write_reports
 from xla_wheels.gate.result import CheckResult, ensure_passed
 from xla_wheels.gate.target import DEVICES, Target, resolve_target
 from xla_wheels.options import machine_cache
 
-CHECKS = ("restart", restart.SPMD_NAME, *cachekeys.NAMES, "hbm")
+CHECKS = ("restart", restart.SPMD_NAME, *cachekeys.NAMES, "hbm", canary.NAME)
 WORKLOADS = ("small", "medium", "large")
 
 
@@ -253,6 +253,10 @@ def run_gate(args: argparse.Namespace) -> int:
                         workload=args.workload,
                         timeout_s=args.child_timeout,
                     )
+            elif check == canary.NAME:
+                results.append(
+                    canary.run_canary_check(target, runs_dir, timeout_s=args.child_timeout)
+                )
             else:
                 results.append(hbm.run_hbm_check(target, runs_dir, timeout_s=args.child_timeout))
         if args.upstream_tests is not None:
