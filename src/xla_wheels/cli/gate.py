@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from xla_wheels import log
 from xla_wheels.cli.settings import Settings
 from xla_wheels.errors import UsageError
-from xla_wheels.gate import bench, cachekeys, envs, hbm, restart, upstream_tests
+from xla_wheels.gate import bench, cachekeys, canary, envs, hbm, restart, upstream_tests
 from xla_wheels.gate.errors import GateEnvironmentError
 from xla_wheels.gate.report import render_text, write_reports
 from xla_wheels.gate.result import CheckResult, ensure_passed
@@ -30,7 +30,7 @@ from xla_wheels.options import machine_cache
 if TYPE_CHECKING:  # loaded when a run leaves its receipt (see _receipts)
     from xla_wheels.release.gate_receipt import ReceiptPlace
 
-CHECKS = ("restart", restart.SPMD_NAME, *cachekeys.NAMES, "hbm")
+CHECKS = ("restart", restart.SPMD_NAME, *cachekeys.NAMES, "hbm", canary.NAME)
 WORKLOADS = ("small", "medium", "large")
 
 
@@ -273,6 +273,10 @@ def run_gate(args: argparse.Namespace) -> int:
                         workload=args.workload,
                         timeout_s=args.child_timeout,
                     )
+            elif check == canary.NAME:
+                results.append(
+                    canary.run_canary_check(target, runs_dir, timeout_s=args.child_timeout)
+                )
             else:
                 results.append(hbm.run_hbm_check(target, runs_dir, timeout_s=args.child_timeout))
         if args.upstream_tests is not None:

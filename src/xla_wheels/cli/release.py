@@ -211,7 +211,8 @@ def cmd_lanes(args: argparse.Namespace) -> int:
             if rules.empty
             else (
                 f"device={rules.device or 'any'} checks={','.join(rules.checks) or '-'} "
-                f"max-warm-regression={rules.max_warm_regression}"
+                f"max-warm-regression={rules.max_warm_regression} "
+                f"max-memory-regression={rules.max_memory_regression}"
             )
         )
         print(f"{name}: {lane.where}")

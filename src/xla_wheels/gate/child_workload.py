@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import sys
 import time
 import traceback
@@ -127,6 +128,37 @@ def _metrics() -> dict[str, Any]:
     }
 
 
+def _memory(spmd: bool) -> dict[str, Any]:
+    """Memory figures of this run: the process's peak host memory, and each device's own
+    account where the runtime keeps one.
+
+    Host: ``getrusage(RUSAGE_SELF).ru_maxrss`` (KiB on Linux), the peak resident set of
+    this whole process up to now, import included. Devices: ``bytes_used``, ``bytes_limit``
+    and ``peak_bytes_used`` as the PJRT client's allocator statistics give them (TPU HBM).
+    Under SPMD the virtual device has none: the physical devices are asked through patch
+    0002's ``_xla_runtime_memory_info`` where the build has it. XLA:CPU keeps no allocator
+    statistics (GetAllocatorStats is UNIMPLEMENTED): "not reported", with the runtime's
+    answer, never a zero.
+    """
+    import torch_xla
+
+    devices: dict[str, Any] = {}
+    binding = getattr(torch_xla._XLAC, "_xla_runtime_memory_info", None)
+    if spmd and binding is not None:
+        queries = [(device, binding) for device in _runtime_devices()]
+    else:
+        queries = [(str(_device()), torch_xla._XLAC._xla_memory_info)]
+    for device, query in queries:
+        try:
+            devices[device] = {k: int(v) for k, v in dict(query(device)).items()}
+        except Exception as error:
+            devices[device] = {"not_reported": _error_text(error)}
+    return {
+        "host_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "device_memory": devices,
+    }
+
+
 def _runtime_devices() -> list[str]:
     import torch_xla
 
@@ -203,21 +235,34 @@ def mode_train(args: argparse.Namespace) -> dict[str, Any]:
     step_times: list[float] = []
     losses: list[float] = []
     first_step_done: float | None = None
+    first_step: dict[str, float] = {}
     for _ in range(shape["steps"]):
         began = time.perf_counter()
         optimizer.zero_grad()
         loss = torch.nn.functional.mse_loss(model(inputs), targets)
         loss.backward()
         optimizer.step()
+        traced = time.perf_counter()
+        # Graph hashing, the cache lookup, compiling or loading the executable, and
+        # queueing its execution all happen inside the sync; execution itself is async.
         _sync()
+        synced = time.perf_counter()
         # Reading the loss waits for the device, so the step is really finished.
         losses.append(float(loss.item()))
         now = time.perf_counter()
         step_times.append(now - began)
         if first_step_done is None:
             first_step_done = now
+            first_step = {
+                "setup_s": began - ready_from,
+                "trace_s": traced - began,
+                "sync_s": synced - traced,
+                "execute_s": now - synced,
+            }
     assert first_step_done is not None
     result.update(_metrics())
+    result["first_step"] = first_step
+    result.update(_memory(bool(args.spmd)))
     result.update(
         {
             "workload": args.workload,

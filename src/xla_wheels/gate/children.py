@@ -83,13 +83,19 @@ def start_child(
     workdir: Path,
     args: Sequence[str],
     env: Mapping[str, str],
+    *,
+    script: Path = CHILD_SCRIPT,
 ) -> tuple[subprocess.Popen[bytes], list[str], Path, Path, float]:
-    """Start a child without waiting; ``finish_child`` collects it."""
+    """Start a child without waiting; ``finish_child`` collects it.
+
+    ``script`` is another child program of this directory with the same contract
+    (``--out`` JSON report, standard library, torch and torch_xla only).
+    """
     workdir.mkdir(parents=True, exist_ok=True)
     out = workdir / f"{name}.json"
     log_path = workdir / f"{name}.log"
     out.unlink(missing_ok=True)
-    argv = [str(python), str(CHILD_SCRIPT), "--out", str(out), *args]
+    argv = [str(python), str(script), "--out", str(out), *args]
     # Printed: only what the child's environment adds to the inherited one.
     policy = {k: v for k, v in env.items() if k not in os.environ or os.environ[k] != v}
     log.command(argv, env=policy)
@@ -167,9 +173,10 @@ def run_child(
     timeout_s: float,
     *,
     stacks_on_timeout: bool = False,
+    script: Path = CHILD_SCRIPT,
 ) -> ChildResult:
     return finish_child(
-        start_child(python, name, workdir, args, env),
+        start_child(python, name, workdir, args, env, script=script),
         name,
         timeout_s,
         stacks_on_timeout=stacks_on_timeout,

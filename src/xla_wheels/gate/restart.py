@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from xla_wheels import log
+from xla_wheels.gate import recalibration
 from xla_wheels.gate.children import ChildResult, finish_child, run_child, runtime_env, start_child
 from xla_wheels.gate.errors import GateEnvironmentError
 from xla_wheels.gate.result import CheckResult
@@ -181,6 +182,9 @@ def summarize(result: ChildResult) -> dict[str, Any]:
         row["deserialize_failures"] = _counter(report, "PersistentCacheDeserializeFailure")
         row["xla_compiles"] = int(report.get("xla_compiles", 0))
         row["counters"] = report["counters"]
+    if report.get("first_step"):
+        row["breakdown"] = recalibration.run_breakdown(report)
+    row.update(recalibration.run_memory(report))
     row["log_evidence"] = _log_evidence(result)
     return row
 
@@ -430,6 +434,8 @@ def run_restart_check(
     baseline = None if config.record_baseline else load_baseline(path)
     result = judge_restart(cold, warm, reader, after_cold, changes, config, baseline)
     result.runs = [*cold, *warm, *([reader] if reader else [])]
+    result.figures.update(recalibration.restart_figures(cold, warm))
+    result.notes += recalibration.notes(result.figures)
     result.figures["baseline_file"] = str(path)
     if config.record_baseline:
         _record_baseline(path, target, config, result)

@@ -55,6 +55,43 @@ def _warm_hits(receipt: Receipt) -> str:
     return " ".join(f"{r.get('hits', '-')}h/{r.get('xla_compiles', '-')}c" for r in warm)
 
 
+def _memory(receipt: Receipt) -> dict[str, Any]:
+    restart = receipt.check("restart")
+    memory = restart.figures.get("memory") if restart else None
+    return memory if isinstance(memory, dict) else {}
+
+
+def _host_peak(receipt: Receipt) -> str:
+    value = _memory(receipt).get("host_peak_rss_bytes")
+    return "-" if not isinstance(value, int) else f"{value / 1024**2:.0f} MiB"
+
+
+def _device_peak(receipt: Receipt) -> str:
+    value = _memory(receipt).get("device_peak_bytes")
+    if isinstance(value, dict):
+        return " ".join(f"{name} {int(peak) / 1024**2:.0f} MiB" for name, peak in value.items())
+    # "not reported: <why>" on CPU: the reason is in the receipt, the table says the fact.
+    return "not reported" if value else "-"
+
+
+def _phase(run: str, phase: str) -> Callable[[Receipt], str]:
+    def get(receipt: Receipt) -> str:
+        restart = receipt.check("restart")
+        breakdown = restart.figures.get("breakdown") if restart else None
+        value = (breakdown or {}).get(run, {}).get(phase)
+        return "-" if value is None else f"{value:.3f}"
+
+    return get
+
+
+def _above_floor(receipt: Receipt) -> str:
+    restart = receipt.check("restart")
+    floor = (restart.figures.get("load_floor") if restart else None) or {}
+    if floor.get("above_floor_s") is None:
+        return "-"
+    return f"{floor['above_floor_s']:.3f} (floor {floor['load_floor_s']:.3f})"
+
+
 def _wheels(receipt: Receipt) -> str:
     return ", ".join(f"{w.project} {w.sha256[:12]}" for w in receipt.wheels) or "-"
 
@@ -78,6 +115,18 @@ _ROWS: tuple[tuple[str, Callable[[Receipt], str]], ...] = (
     ("warm/cold", _fig("restart", "warm_cold_ratio", "{:.3f}")),
     ("cold misses", _fig("restart", "cold_misses")),
     ("warm hits/compiles", _warm_hits),
+    ("peak host memory", _host_peak),
+    ("peak device memory", _device_peak),
+    ("cold compile s", _phase("cold", "compile")),
+    ("warm import s", _phase("warm", "import")),
+    ("warm setup s", _phase("warm", "setup")),
+    ("warm trace s", _phase("warm", "trace")),
+    ("warm hash+lookup s", _phase("warm", "hash_and_lookup")),
+    ("warm exe load s", _phase("warm", "executable_load")),
+    ("warm compile s", _phase("warm", "compile")),
+    ("warm 1st exec s", _phase("warm", "execute")),
+    ("warm above load floor s", _above_floor),
+    ("recompile canary", _verdict("recompile-canary")),
     ("hbm", _verdict("hbm")),
     ("HBM per chip", _fig("hbm", "hbm_per_chip")),
     ("HBM used delta", _fig("hbm", "bytes_used_delta")),

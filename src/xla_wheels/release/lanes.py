@@ -22,6 +22,8 @@
     checks = ["restart", "hbm"]          # each must have passed in the receipt
     max-warm-regression = 0.10           # warm time-to-ready at most 10% slower than the
                                          # lane's current bundle's receipt (omit: no gate)
+    max-memory-regression = 0.10         # peak memory (host, and each device that reports
+                                         # it) at most 10% above that receipt's (omit: none)
 
 ``lanes.lock`` (written by ``publish``/``promote``, by rename, only after success) records
 each lane's current bundle, its wheels and the receipt that let it in.
@@ -56,10 +58,16 @@ class Policy:
     device: str | None = None
     checks: tuple[str, ...] = ()
     max_warm_regression: float | None = None
+    max_memory_regression: float | None = None
 
     @property
     def empty(self) -> bool:
-        return self.device is None and not self.checks and self.max_warm_regression is None
+        return (
+            self.device is None
+            and not self.checks
+            and self.max_warm_regression is None
+            and self.max_memory_regression is None
+        )
 
 
 @dataclass(frozen=True)
@@ -120,7 +128,7 @@ def _bad(path: Path, where: str, problem: str) -> LaneError:
 
 
 def _policy(path: Path, lane: str, data: Mapping[str, Any]) -> Policy:
-    unknown = set(data) - {"device", "checks", "max-warm-regression"}
+    unknown = set(data) - {"device", "checks", "max-warm-regression", "max-memory-regression"}
     if unknown:
         raise _bad(path, f"lanes.{lane}.policy", f"unknown key(s) {', '.join(sorted(unknown))}")
     device = data.get("device")
@@ -129,10 +137,20 @@ def _policy(path: Path, lane: str, data: Mapping[str, Any]) -> Policy:
     checks = data.get("checks", [])
     if not isinstance(checks, list) or not all(isinstance(c, str) for c in checks):
         raise _bad(path, f"lanes.{lane}.policy.checks", "must be a list of check names")
-    tolerance = data.get("max-warm-regression")
-    if tolerance is not None and (not isinstance(tolerance, int | float) or tolerance < 0):
-        raise _bad(path, f"lanes.{lane}.policy.max-warm-regression", "must be a number >= 0")
-    return Policy(device, tuple(checks), None if tolerance is None else float(tolerance))
+    tolerances: dict[str, float | None] = {}
+    for key in ("max-warm-regression", "max-memory-regression"):
+        tolerance = data.get(key)
+        if tolerance is not None and (
+            isinstance(tolerance, bool) or not isinstance(tolerance, int | float) or tolerance < 0
+        ):
+            raise _bad(path, f"lanes.{lane}.policy.{key}", "must be a number >= 0")
+        tolerances[key] = None if tolerance is None else float(tolerance)
+    return Policy(
+        device,
+        tuple(checks),
+        tolerances["max-warm-regression"],
+        tolerances["max-memory-regression"],
+    )
 
 
 def _devpi_lane(path: Path, name: str, raw: Mapping[str, Any]) -> Lane:

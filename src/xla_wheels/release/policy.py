@@ -3,7 +3,10 @@
 A receipt counts only if its seal holds, it names this bundle, its environment was the
 lock's wheels (``wheels-match-lock``) and its wheel hashes are exactly the lock's. Then
 the lane's rules: device (a CPU receipt never satisfies a TPU rule), every required check
-passed, and the warm-restart regression gate against the lane's current bundle's receipt.
+passed, and two regression gates against the lane's current bundle's receipt on the same
+workload: warm restart time (``max-warm-regression``) and peak memory
+(``max-memory-regression``: the host peak of the restart check's runs, and each device's
+peak where both receipts report one; gate.recalibration says how they are measured).
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from xla_wheels.release.receipts import Receipt, StoredReceipt
 @dataclass(frozen=True)
 class RuleFailure:
     rule: str
-    """``receipt``, ``seal``, ``wheels``, ``device``, ``check:<name>`` or ``regression``."""
+    """``receipt``, ``seal``, ``wheels``, ``device``, ``check:<name>``, ``regression`` or
+    ``memory``."""
     detail: str
 
 
@@ -111,12 +115,16 @@ def judge_receipt(
             fails.append(RuleFailure(f"check:{name}", f"{stored.path.name}: {name} failed ({why})"))
     if policy.max_warm_regression is not None and current is not None:
         fails.extend(_regression(stored, current, policy.max_warm_regression))
+    if policy.max_memory_regression is not None and current is not None:
+        fails.extend(_memory_regression(stored, current, policy.max_memory_regression))
     return ReceiptVerdict(stored, tuple(fails))
 
 
-def _regression(stored: StoredReceipt, current: Receipt, tolerance: float) -> list[RuleFailure]:
-    receipt = stored.receipt
-    unlike = [
+def _unlike(receipt: Receipt, current: Receipt) -> list[str]:
+    """Why two receipts' figures do not measure the same thing (empty: they do)."""
+    # The launch profile joins this key when receipts record one: figures measured under
+    # another profile (other flags, other cache policy) are not comparable either.
+    return [
         f"{what} {mine} vs {theirs}"
         for what, mine, theirs in (
             ("device", receipt.device, current.device),
@@ -125,6 +133,67 @@ def _regression(stored: StoredReceipt, current: Receipt, tolerance: float) -> li
         )
         if mine != theirs
     ]
+
+
+def peak_memory(receipt: Receipt) -> dict[str, int]:
+    """Peak bytes of the restart workload: ``host``, and ``device <name>`` where reported."""
+    restart = receipt.check("restart")
+    memory = restart.figures.get("memory") if restart else None
+    if not isinstance(memory, dict):
+        return {}
+    peaks: dict[str, int] = {}
+    if isinstance(memory.get("host_peak_rss_bytes"), int):
+        peaks["host"] = memory["host_peak_rss_bytes"]
+    devices = memory.get("device_peak_bytes")
+    if isinstance(devices, dict):
+        peaks.update({f"device {name}": int(value) for name, value in devices.items()})
+    return peaks
+
+
+def _memory_regression(
+    stored: StoredReceipt, current: Receipt, tolerance: float
+) -> list[RuleFailure]:
+    unlike = _unlike(stored.receipt, current)
+    if unlike:
+        return [
+            RuleFailure(
+                "memory",
+                f"{stored.path.name} is not comparable with the lane's current receipt "
+                f"({', '.join(unlike)})",
+            )
+        ]
+    mine, theirs = peak_memory(stored.receipt), peak_memory(current)
+    if "host" not in mine or "host" not in theirs:
+        return [
+            RuleFailure(
+                "memory",
+                "peak host memory missing from "
+                + ("this receipt" if "host" not in mine else "the current receipt")
+                + " (receipts from before the gate recorded memory)",
+            )
+        ]
+    failures = []
+    # A device only one side reports (CPU vs TPU is refused above) has nothing to compare.
+    for what in sorted(mine.keys() & theirs.keys()):
+        limit = theirs[what] * (1 + tolerance)
+        if mine[what] > limit:
+            failures.append(
+                RuleFailure(
+                    "memory",
+                    f"peak {what} memory {_mib(mine[what])} is above the current bundle's "
+                    f"{_mib(theirs[what])} beyond {tolerance:.0%} (limit {_mib(limit)})",
+                )
+            )
+    return failures
+
+
+def _mib(value: float) -> str:
+    return f"{value / 1024**2:.1f} MiB"
+
+
+def _regression(stored: StoredReceipt, current: Receipt, tolerance: float) -> list[RuleFailure]:
+    receipt = stored.receipt
+    unlike = _unlike(receipt, current)
     if unlike:
         return [
             RuleFailure(

@@ -17,7 +17,9 @@ reviewed in pull requests like any other evidence. Keys (``receipt-version`` 1):
                      lock's files and what the content comparison found (release.installed)
     problems         why the environment is not the lock's wheels (empty when it is)
     checks           [{name, passed, reasons, figures}]: the gate's verdicts and figures
-                     (restart: cold/warm time-to-ready, misses, hits, compiles per run;
+                     (restart: cold/warm time-to-ready, misses, hits, compiles, peak host
+                     memory and the restart's phases per run, and ``memory``,
+                     ``breakdown``, ``load_floor`` for the check: gate.recalibration;
                      hbm: per-chip figures); bench: medians and spread, passed = null
     digest           "sha256:<hex>" of the canonical JSON of every other key
 
@@ -59,6 +61,8 @@ _RUN_KEYS = (
     "hits",
     "deserialize_failures",
     "xla_compiles",
+    "host_peak_rss_bytes",
+    "breakdown",
 )
 
 
