@@ -33,6 +33,7 @@ from xla_wheels.publish.cache_contract import CacheFacts, judge_cache_contract
 from xla_wheels.publish.errors import DoctorFailed
 from xla_wheels.publish.host_probe import HostFacts, probe
 from xla_wheels.publish.index import WheelName, normalize
+from xla_wheels.supply import sbom
 
 #: File system types on which several hosts see the same cache directory.
 SHARED_FS_TYPES = frozenset(
@@ -187,6 +188,9 @@ def check_versions(
             )
     if provenance is not None:
         check_provenance(report, bundle, provenance, lock_entry, fix_install)
+    for sbom_check in sbom.check_installed(facts.python, provenance):
+        fix = "" if sbom_check.status == "ok" else fix_install
+        report.add(sbom_check.status, f"sbom {sbom_check.project}", sbom_check.detail, fix)
     if facts.imported:
         report.add(
             "WARN",

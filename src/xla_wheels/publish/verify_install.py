@@ -38,6 +38,7 @@ from xla_wheels.publish.index import (
 )
 from xla_wheels.publish.requirements import write_requirements
 from xla_wheels.publish.wheels import bundle_entry, locked_records
+from xla_wheels.supply import sbom
 
 PIP_TIMEOUT_S = 1800.0
 IMPORT_TIMEOUT_S = 600.0
@@ -297,6 +298,10 @@ def verify_install(
                 else:
                     compared = ", ".join(check.compared)
                     report.add("provenance", "ok", f"matches wheels.lock: {compared}")
+        # The SBOMs are compared with the provenance file (their one source) when it is sound.
+        sound = report.checks[-1].name == "provenance" and report.checks[-1].status == "ok"
+        for sbom_check in sbom.check_installed(facts.python, provenance if sound else None):
+            report.add(f"sbom {sbom_check.project}", sbom_check.status, sbom_check.detail)
 
     with log.section("verify-install: import torch_xla"):
         if no_deps and not deps_from:
