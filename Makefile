@@ -51,6 +51,9 @@ GATE_FLAGS = $(call flag,PYTHON,--python) $(call flag,GATE_DEVICE,--device) \
   $(call flag,WORKLOAD,--workload) $(call flag,BUNDLE,--bundle)
 CHECKS_FLAGS = $(call flag,CHECKS,--checks) $(call flag,UPSTREAM_TESTS,--upstream-tests)
 ROUNDS_FLAG = $(call flag,ROUNDS,--rounds)
+# Signed attestations (README "Signed attestations"): paths to PEM files, never keys.
+ATTEST_FLAGS = $(call flag,SIGNING_KEY,--signing-key) $(call flag,BUILDER_ID,--builder-id)
+PUBLIC_KEY_FLAG = $(call flag,PUBLIC_KEY,--public-key)
 
 .PHONY: help venv test lint bundles diff sources patch patches-check wheels lock lock-check clean
 .PHONY: builder-image container-tools cache-tools compiler-tools patch-export patch-rebase
@@ -163,11 +166,11 @@ requirements: $(VENV_STAMP) ## per lane: requirements.txt + pylock.toml in dist/
 	@$(if $(BUNDLE),$(CLI) requirements $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(REFRESH_FLAG),\
 	  $(CLI) lane-requirements $(DRY_RUN_FLAG) $(LANE_FLAG))
 
-verify-install: $(VENV_STAMP) ## fresh venv installs by hash, checks lock/provenance: make verify-install BUNDLE=... [INDEX_URL=...] [NO_DEPS=1 DEPS_FROM=<python>] [PYTHON=]
-	@$(CLI) verify-install $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(VERIFY_FLAGS)
+verify-install: $(VENV_STAMP) ## fresh venv installs by hash, checks lock/provenance: make verify-install BUNDLE=... [INDEX_URL=...] [NO_DEPS=1 DEPS_FROM=<python>] [PYTHON=] [PUBLIC_KEY=<team public PEM>]
+	@$(CLI) verify-install $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(VERIFY_FLAGS) $(PUBLIC_KEY_FLAG)
 
-doctor: $(VENV_STAMP) ## check a training host before import: make doctor BUNDLE=... [PYTHON=<training python>] [ROLE=writer|reader] [LANE=preferred] [CACHE_PATH=...]
-	@$(CLI) doctor $(BUNDLE_FLAG) $(DOCTOR_FLAGS)
+doctor: $(VENV_STAMP) ## check a training host before import: make doctor BUNDLE=... [PYTHON=<training python>] [ROLE=writer|reader] [LANE=preferred] [CACHE_PATH=...] [PUBLIC_KEY=<team public PEM>]
+	@$(CLI) doctor $(BUNDLE_FLAG) $(DOCTOR_FLAGS) $(PUBLIC_KEY_FLAG)
 
 # Lanes (README "Releasing to the fleet"): build/lanes.toml, lanes.lock, receipts/<bundle>/.
 .PHONY: promote compare lanes
@@ -179,6 +182,11 @@ compare: $(VENV_STAMP) ## two bundles' receipts side by side: make compare A=...
 
 lanes: $(VENV_STAMP) ## each lane's index, current bundle and policy
 	@$(CLI) lanes
+
+# Supply-chain evidence (README "Signed attestations", "Rebuild check").
+.PHONY: attest
+attest: $(VENV_STAMP) ## sign each locked wheel's SLSA provenance: make attest BUNDLE=... [SIGNING_KEY=<private PEM>] [BUILDER_ID=<uri>] (default: $$XLA_WHEELS_SIGNING_KEY)
+	@$(CLI) attest $(BUNDLE_FLAG) $(ATTEST_FLAGS)
 
 # ABI check (README "ABI check"): the symbols torch_xla's _XLAC imports that the paired torch
 # does not export. Exit 0 nothing missing, 1 missing symbols named, 2 the pair cannot be read.

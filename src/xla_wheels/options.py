@@ -74,6 +74,9 @@ ENV_SETTINGS: tuple[str, ...] = (
     "--no-deps",
     "--deps-from",
     "--role",
+    "--signing-key",
+    "--public-key",
+    "--builder-id",
 )
 
 
@@ -311,4 +314,27 @@ def publish_options(args: argparse.Namespace, environ: Mapping[str, str]) -> Pub
         no_deps=settings.switch("--no-deps"),
         deps_from=settings.text("--deps-from"),
         role=settings.text("--role"),
+    )
+
+
+@dataclass(frozen=True)
+class SupplyOptions:
+    """Settings of the signed attestations (``xla_wheels.supply.attest``)."""
+
+    signing_key: Path | None
+    """The team's private key (PEM): a path, never the key; never printed."""
+    public_key: Path | None
+    """The team's public key (PEM) that verify-install and doctor verify with."""
+    builder_id: str
+    """The builder identity written into each attestation (a URI)."""
+
+
+def supply_options(args: argparse.Namespace, environ: Mapping[str, str]) -> SupplyOptions:
+    from xla_wheels.supply.attest import DEFAULT_BUILDER_ID
+
+    settings = Settings(args, environ)
+    return SupplyOptions(
+        signing_key=settings.path("--signing-key"),
+        public_key=settings.path("--public-key"),
+        builder_id=settings.text("--builder-id") or DEFAULT_BUILDER_ID,
     )

@@ -103,6 +103,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "per lane: hash-pinned requirements.txt and PEP 751 pylock.toml of its current bundle",
     ),
     "lanes": ("release", "each lane's index, current bundle and policy"),
+    "attest": (
+        "supply",
+        "sign each locked wheel's in-toto statement (SLSA provenance) with the team's key",
+    ),
 }
 
 

@@ -65,6 +65,9 @@ class Lane:
     upload_url: str | None
     promote_from: str | None
     policy: Policy
+    signing_public_key: Path | None = None
+    """``require-signature = true`` + ``signing-public-key``: publish and promote refuse
+    a wheel without a signature this key verifies (``supply.attest``)."""
 
     @property
     def where(self) -> str:
@@ -125,6 +128,21 @@ def _policy(path: Path, lane: str, data: Mapping[str, Any]) -> Policy:
     return Policy(device, tuple(checks), None if tolerance is None else float(tolerance))
 
 
+def _signing_key(root: Path, path: Path, lane: str, raw: Mapping[str, Any]) -> Path | None:
+    required = raw.get("require-signature", False)
+    if not isinstance(required, bool):
+        raise _bad(path, f"lanes.{lane}.require-signature", "must be true or false")
+    key = raw.get("signing-public-key")
+    if required != (key is not None):
+        raise _bad(
+            path,
+            f"lanes.{lane}",
+            "require-signature = true needs signing-public-key (the team's public key, a PEM "
+            "file relative to the checkout), and the key is read only when it is required",
+        )
+    return (root / str(key)).resolve() if required else None
+
+
 def load_config(root: Path) -> LanesConfig:
     path = root / LANES_CONFIG
     try:
@@ -144,6 +162,8 @@ def load_config(root: Path) -> LanesConfig:
             "upload-url",
             "promote-from",
             "policy",
+            "require-signature",
+            "signing-public-key",
         }
         if unknown:
             raise _bad(path, f"lanes.{name}", f"unknown key(s) {', '.join(sorted(unknown))}")
@@ -160,6 +180,7 @@ def load_config(root: Path) -> LanesConfig:
             upload_url=raw.get("upload-url"),
             promote_from=raw.get("promote-from"),
             policy=_policy(path, name, raw.get("policy", {})),
+            signing_public_key=_signing_key(root, path, name, raw),
         )
     if not lanes:
         raise _bad(path, "lanes", "no lane is defined")
