@@ -18,6 +18,7 @@ import pytest
 from tests.clirunner import run_cli
 from tests.publish_support import (
     BUNDLE,
+    XLA_VERSION,
     build_fake_wheels,
     make_publish_project,
     provenance,
@@ -122,10 +123,18 @@ def test_doctor_reads_the_sboms_and_names_a_changed_byte(tmp_path: Path) -> None
         sbom.add_sbom(wheel, provenance(), EPOCH)
     project = make_publish_project(tmp_path, wheels)
     python = _host(tmp_path, wheels)
-    env = {"PJRT_DEVICE": "TPU", "XLA_NO_SPECIAL_SCALARS": "1"}
+    cache = tmp_path / f"xla_cache_{BUNDLE}_txla{XLA_VERSION}"  # the contract's name
+    cache.mkdir()
+    env = {
+        "PJRT_DEVICE": "TPU",
+        "XLA_NO_SPECIAL_SCALARS": "1",
+        "XLA_PERSISTENT_CACHE_PATH": str(cache),
+    }
     args = ("doctor", "--bundle", BUNDLE, "--python", str(python))
     healthy = run_cli(*args, env=env, root=project, inherit_env=True)
-    assert re.search(r"ok +sbom torch_xla +torch_xla-[^ ]+/sboms/xla-wheels.cdx.json", healthy.stdout)
+    assert healthy.exit_code == 0, healthy.output
+    sbom_line = r"ok +sbom torch_xla +torch_xla-[^ ]+/sboms/xla-wheels.cdx.json"
+    assert re.search(sbom_line, healthy.stdout), healthy.stdout
     assert re.search(r"ok +sbom torch +", healthy.stdout), healthy.stdout
 
     site = Path(

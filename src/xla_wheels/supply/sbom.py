@@ -377,8 +377,10 @@ def check_installed(
         if name is None:
             results.append(
                 InstalledCheck(
-                    "WARN", project, f"no .dist-info/sboms/{SBOM_NAME} (a stock wheel, or "
-                    "built before the build stage added SBOMs)"
+                    "WARN",
+                    project,
+                    f"no .dist-info/sboms/{SBOM_NAME} (a stock wheel, or "
+                    "built before the build stage added SBOMs)",
                 )
             )
             continue
