@@ -109,7 +109,7 @@ compiler-tools:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++ >/dev/null; \
 	else echo "note: g++ missing and not root: the compiled checks of the series will fail (install g++)"; fi
 
-test: $(VENV_STAMP) container-tools cache-tools compiler-tools ## install everything needed, then run ruff, mypy and the whole test suite [PYTEST_ARGS=] [PYTHON_FOR_VENV=]
+test: $(VENV_STAMP) container-tools cache-tools compiler-tools supply-tools ## install everything needed, then run ruff, mypy and the whole test suite [PYTEST_ARGS=] [PYTHON_FOR_VENV=]
 	$(PY) -m ruff check src tests scripts
 	$(PY) -m mypy
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -184,9 +184,22 @@ lanes: $(VENV_STAMP) ## each lane's index, current bundle and policy
 	@$(CLI) lanes
 
 # Supply-chain evidence (README "Signed attestations", "Rebuild check").
-.PHONY: attest
+.PHONY: attest supply-tools rebuild-check
 attest: $(VENV_STAMP) ## sign each locked wheel's SLSA provenance: make attest BUNDLE=... [SIGNING_KEY=<private PEM>] [BUILDER_ID=<uri>] (default: $$XLA_WHEELS_SIGNING_KEY)
 	@$(CLI) attest $(BUNDLE_FLAG) $(ATTEST_FLAGS)
+
+# diffoscope (requirements-dev.txt) compares zip files with zipinfo (Debian's unzip) and
+# the ELF libraries inside with binutils; python-magic and libarchive-c load libmagic1 and
+# libarchive13. Installed from Debian when missing and we are root.
+supply-tools:
+	@if command -v zipinfo >/dev/null && command -v readelf >/dev/null && \
+	  ldconfig -p | grep -q libmagic.so.1 && ldconfig -p | grep -q libarchive.so.13; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq unzip binutils libmagic1 libarchive13 >/dev/null; \
+	else echo "note: unzip/binutils/libmagic1/libarchive13 missing and not root: diffoscope's reports will lack detail"; fi
+
+rebuild-check: $(VENV_STAMP) supply-tools ## rebuild from nothing and compare byte for byte with wheels.lock: make rebuild-check BUNDLE=... [BUILD_MODE=host] [ENGINE=] [JOBS=] (exit 1: differs, diffoscope report in out/<bundle>/logs/rebuild-check/)
+	@$(CLI) rebuild-check $(BUNDLE_FLAGS) $(BUILD_FLAGS)
 
 # ABI check (README "ABI check"): the symbols torch_xla's _XLAC imports that the paired torch
 # does not export. Exit 0 nothing missing, 1 missing symbols named, 2 the pair cannot be read.

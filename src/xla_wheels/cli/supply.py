@@ -14,7 +14,7 @@ from xla_wheels.bundle import load_bundle
 from xla_wheels.cli.arguments import add_bundle_arguments
 from xla_wheels.errors import UsageError
 from xla_wheels.layout import BundleLayout
-from xla_wheels.options import env_var, pipeline_options, supply_options
+from xla_wheels.options import build_config, env_var, pipeline_options, supply_options
 from xla_wheels.publish.wheels import bundle_entry
 
 
@@ -42,8 +42,33 @@ def cmd_attest(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rebuild_check(args: argparse.Namespace) -> int:
+    from xla_wheels.supply import rebuild
+
+    options = pipeline_options(args, os.environ)
+    config = build_config(args, os.environ)
+    comparisons = rebuild.rebuild_check(options, args.bundle, config)
+    for c in comparisons:
+        verdict = "identical" if c.identical else "DIFFERS"
+        print(f"{verdict:<10} {c.recorded}  sha256:{c.recorded_sha256}")
+        if not c.identical:
+            print(f"           rebuilt {c.rebuilt}  sha256:{c.rebuilt_sha256}")
+            print(f"           first difference: {c.first_difference}")
+            if c.report:
+                print(f"           diffoscope report: {c.report}")
+    rebuild.ensure_identical(args.bundle, comparisons)
+    print(f"rebuild of {args.bundle}: every wheel is byte-identical to wheels.lock")
+    return 0
+
+
 def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     add_bundle_arguments(parser)
+    if name == "rebuild-check":
+        from xla_wheels.cli.stages import add_build_arguments
+
+        add_build_arguments(parser)
+        parser.set_defaults(handler=cmd_rebuild_check)
+        return
     if name == "attest":
         parser.add_argument(
             "--signing-key",
