@@ -4,8 +4,10 @@ Everything here is read without importing torch_xla: the runtime flags only take
 if they are set before that import, so a doctor that imported it would be checking a
 process that is already configured. The ABI check reads ``_XLAC`` and torch's libraries
 as ELF files (``xla_wheels.abi``). Versions come from ``importlib.metadata`` in the
-host's interpreter (``--python``), the provenance file is read as a file, and the
-environment checks read this process's environment (the shell's, through make).
+host's interpreter (``--python``), the provenance file and each wheel's SBOM
+(``supply.sbom``) are read as files, and the environment checks read this process's
+environment (the shell's, through make). With the team's public key, each locked wheel's
+signed attestation is verified (``supply.attest``, from the CLI).
 
 The runtime contract (the users' validated receipts): ``PJRT_DEVICE=TPU``,
 ``XLA_NO_SPECIAL_SCALARS=1``, ``XLA_PERSISTENT_CACHE_PATH`` set to a usable directory, and

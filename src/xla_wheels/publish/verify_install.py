@@ -3,8 +3,10 @@
 Steps: write the hash-pinned requirements (ours from the lock, plus the recorded runtime
 wheels unless ``--no-deps``), create a fresh venv, ``pip install --require-hashes
 --no-cache-dir`` from the index, then in that venv compare the installed versions and the
-provenance file with the lock and import torch_xla. pip refuses any file whose sha256 is
-not the locked one, which is the point: a file altered on the index never installs.
+provenance file with the lock, read each wheel's SBOM (``supply.sbom``: in RECORD,
+schema-valid, saying what the provenance says) and import torch_xla. pip refuses any
+file whose sha256 is not the locked one, which is the point: a file altered on the index
+never installs.
 
 ``--no-deps`` installs only our wheels (no torch/libtpu/jax download); ``--deps-from
 PYTHON`` then lets the import find torch in another environment, appended after the venv's

@@ -19,6 +19,10 @@
     max-warm-regression = 0.10           # warm time-to-ready at most 10% slower than the
                                          # lane's current bundle's receipt (omit: no gate)
 
+A lane may add ``require-signature = true`` and ``signing-public-key = "<PEM, relative to
+the checkout>"``: publish and promote then refuse a wheel whose signed attestation that
+key does not verify (``supply.attest``).
+
 ``lanes.lock`` (written by ``publish``/``promote``, by rename, only after success) records
 each lane's current bundle, its wheels and the receipt that let it in.
 """
