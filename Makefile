@@ -198,7 +198,7 @@ supply-tools:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq unzip binutils libmagic1 libarchive13 >/dev/null; \
 	else echo "note: unzip/binutils/libmagic1/libarchive13 missing and not root: diffoscope's reports will lack detail"; fi
 
-rebuild-check: $(VENV_STAMP) supply-tools ## rebuild from nothing and compare byte for byte with wheels.lock: make rebuild-check BUNDLE=... [BUILD_MODE=host] [ENGINE=] [JOBS=] (exit 1: differs, diffoscope report in out/<bundle>/logs/rebuild-check/)
+rebuild-check: $(VENV_STAMP) supply-tools ## rebuild from nothing and compare byte for byte with wheels.lock: make rebuild-check BUNDLE=... [MIRROR=] [BUILD_MODE=host] [ENGINE=] [JOBS=] [BUILDER_IMAGE=] [HOST_PYTHON=] (exit 1: differs, diffoscope report in out/<bundle>/logs/rebuild-check/)
 	@$(CLI) rebuild-check $(BUNDLE_FLAGS) $(BUILD_FLAGS)
 
 # ABI check (README "ABI check"): the symbols torch_xla's _XLAC imports that the paired torch

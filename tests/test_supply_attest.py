@@ -220,7 +220,11 @@ def test_verify_install_and_doctor_verify_with_the_team_public_key(
     verified = cli(project, "verify-install", "--bundle", BUNDLE, "--public-key", str(team_public))
     assert verified.exit_code == 0, verified.output
     for wheel in wheels:
-        assert f"signature {wheel.name}" in verified.stdout
+        assert re.search(rf"ok +signature {re.escape(wheel.name)} ", verified.stdout)
+    # verify-install reads the installed SBOMs too.
+    assert re.search(
+        r"ok +sbom torch_xla +torch_xla-\S+/sboms/xla-wheels.cdx.json", verified.stdout
+    )
     assert "FAIL" not in verified.stdout
 
     _, stranger = make_key(tmp_path / "stranger", "stranger")
