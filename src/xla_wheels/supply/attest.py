@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives.serialization import (
     load_pem_private_key,
     load_pem_public_key,
@@ -90,7 +91,7 @@ def load_public_key(path: Path) -> Key:
     data = _key_file(path, "public key", "XLA_WHEELS_PUBLIC_KEY (or the lane's signing-public-key)")
     try:
         return SSlibKey.from_crypto(load_pem_public_key(data))
-    except (ValueError, TypeError, Exception) as error:  # unsupported key types too
+    except (ValueError, TypeError, UnsupportedAlgorithm) as error:
         raise UsageError(
             f"the public key {path} is not a PEM public key ({type(error).__name__})",
             fix="export it from the private key: `openssl pkey -in <key> -pubout -out <file>`",

@@ -35,6 +35,7 @@ import hashlib
 import io
 import json
 import re
+import subprocess
 import uuid
 import zipfile
 from collections.abc import Mapping
@@ -359,9 +360,6 @@ def check_installed(
 ) -> list[InstalledCheck]:
     """Each installed project's SBOM: present, in RECORD with its hash, schema-valid, and
     saying what the provenance file says. A changed byte is a named failure."""
-    import base64
-    import subprocess
-
     done = subprocess.run(
         [python, "-c", _PROBE, *projects], capture_output=True, text=True, timeout=120
     )
