@@ -51,6 +51,9 @@ GATE_FLAGS = $(call flag,PYTHON,--python) $(call flag,GATE_DEVICE,--device) \
   $(call flag,WORKLOAD,--workload) $(call flag,BUNDLE,--bundle)
 CHECKS_FLAGS = $(call flag,CHECKS,--checks) $(call flag,UPSTREAM_TESTS,--upstream-tests)
 ROUNDS_FLAG = $(call flag,ROUNDS,--rounds)
+# Signed attestations (README "Signed attestations"): paths to PEM files, never keys.
+ATTEST_FLAGS = $(call flag,SIGNING_KEY,--signing-key) $(call flag,BUILDER_ID,--builder-id)
+PUBLIC_KEY_FLAG = $(call flag,PUBLIC_KEY,--public-key)
 
 .PHONY: help venv test lint demo bundles diff sources patch patches-check wheels lock lock-check clean
 .PHONY: builder-image container-tools cache-tools compiler-tools patch-export patch-rebase
@@ -106,7 +109,7 @@ compiler-tools:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++ >/dev/null; \
 	else echo "note: g++ missing and not root: the compiled checks of the series will fail (install g++)"; fi
 
-test: $(VENV_STAMP) container-tools cache-tools compiler-tools ## install everything needed, then run ruff, mypy and the whole test suite [PYTEST_ARGS=] [PYTHON_FOR_VENV=]
+test: $(VENV_STAMP) container-tools cache-tools compiler-tools supply-tools ## install everything needed, then run ruff, mypy and the whole test suite [PYTEST_ARGS=] [PYTHON_FOR_VENV=]
 	$(PY) -m ruff check src tests scripts
 	$(PY) -m mypy
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -168,11 +171,11 @@ requirements: $(VENV_STAMP) ## per lane: requirements.txt + pylock.toml in dist/
 	@$(if $(BUNDLE),$(CLI) requirements $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(REFRESH_FLAG),\
 	  $(CLI) lane-requirements $(DRY_RUN_FLAG) $(LANE_FLAG))
 
-verify-install: $(VENV_STAMP) ## fresh venv installs by hash, checks lock/provenance: make verify-install BUNDLE=... [INDEX_URL=...] [NO_DEPS=1 DEPS_FROM=<python>] [PYTHON=]
-	@$(CLI) verify-install $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(VERIFY_FLAGS)
+verify-install: $(VENV_STAMP) ## fresh venv installs by hash, checks lock/provenance: make verify-install BUNDLE=... [INDEX_URL=...] [NO_DEPS=1 DEPS_FROM=<python>] [PYTHON=] [PUBLIC_KEY=<team public PEM>]
+	@$(CLI) verify-install $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(VERIFY_FLAGS) $(PUBLIC_KEY_FLAG)
 
-doctor: $(VENV_STAMP) ## check a training host before import: make doctor BUNDLE=... [PYTHON=<training python>] [ROLE=writer|reader] [LANE=preferred] [CACHE_PATH=...]
-	@$(CLI) doctor $(BUNDLE_FLAG) $(DOCTOR_FLAGS)
+doctor: $(VENV_STAMP) ## check a training host before import: make doctor BUNDLE=... [PYTHON=<training python>] [ROLE=writer|reader] [LANE=preferred] [CACHE_PATH=...] [PUBLIC_KEY=<team public PEM>]
+	@$(CLI) doctor $(BUNDLE_FLAG) $(DOCTOR_FLAGS) $(PUBLIC_KEY_FLAG)
 
 # Lanes (README "Releasing to the fleet"): build/lanes.toml, lanes.lock, receipts/<bundle>/.
 .PHONY: promote compare lanes
@@ -184,6 +187,24 @@ compare: $(VENV_STAMP) ## two bundles' receipts side by side: make compare A=...
 
 lanes: $(VENV_STAMP) ## each lane's index, current bundle and policy
 	@$(CLI) lanes
+
+# Supply-chain evidence (README "Signed attestations", "Rebuild check").
+.PHONY: attest supply-tools rebuild-check
+attest: $(VENV_STAMP) ## sign each locked wheel's SLSA provenance: make attest BUNDLE=... [SIGNING_KEY=<private PEM>] [BUILDER_ID=<uri>] (default: $$XLA_WHEELS_SIGNING_KEY)
+	@$(CLI) attest $(BUNDLE_FLAG) $(ATTEST_FLAGS)
+
+# diffoscope (requirements-dev.txt) compares zip files with zipinfo (Debian's unzip) and
+# the ELF libraries inside with binutils; python-magic and libarchive-c load libmagic1 and
+# libarchive13. Installed from Debian when missing and we are root.
+supply-tools:
+	@if command -v zipinfo >/dev/null && command -v readelf >/dev/null && \
+	  ldconfig -p | grep -q libmagic.so.1 && ldconfig -p | grep -q libarchive.so.13; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq unzip binutils libmagic1 libarchive13 >/dev/null; \
+	else echo "note: unzip/binutils/libmagic1/libarchive13 missing and not root: diffoscope's reports will lack detail"; fi
+
+rebuild-check: $(VENV_STAMP) supply-tools ## rebuild from nothing and compare byte for byte with wheels.lock: make rebuild-check BUNDLE=... [MIRROR=] [BUILD_MODE=host] [ENGINE=] [JOBS=] [BUILDER_IMAGE=] [HOST_PYTHON=] (exit 1: differs, diffoscope report in out/<bundle>/logs/rebuild-check/)
+	@$(CLI) rebuild-check $(BUNDLE_FLAGS) $(BUILD_FLAGS)
 
 # ABI check (README "ABI check"): the symbols torch_xla's _XLAC imports that the paired torch
 # does not export. Exit 0 nothing missing, 1 missing symbols named, 2 the pair cannot be read.

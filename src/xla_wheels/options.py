@@ -52,6 +52,9 @@ ENV_SETTINGS: tuple[str, ...] = (
     "--no-deps",
     "--deps-from",
     "--role",
+    "--signing-key",
+    "--public-key",
+    "--builder-id",
 )
 
 
@@ -103,3 +106,15 @@ class PublishOptions:
     no_deps: bool
     deps_from: str | None
     role: str | None
+
+
+@dataclass(frozen=True)
+class SupplyOptions:
+    """Settings of the signed attestations (``xla_wheels.supply.attest``)."""
+
+    signing_key: Path | None
+    """The team's private key (PEM): a path, never the key; never printed."""
+    public_key: Path | None
+    """The team's public key (PEM) that verify-install and doctor verify with."""
+    builder_id: str
+    """The builder identity written into each attestation (a URI)."""

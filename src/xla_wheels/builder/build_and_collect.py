@@ -35,6 +35,7 @@ from xla_wheels.plan import PlannedCommand, PlannedStage
 from xla_wheels.progress import Timings
 from xla_wheels.provenance import BuildSettings, ComponentProvenance, PatchDigest, Provenance
 from xla_wheels.sources import CheckedOutSource, SourceCache, known_commits
+from xla_wheels.supply import sbom
 from xla_wheels.upstream_tree import TORCH_XLA_IN_TORCH
 from xla_wheels.wheels_lock import file_sha256
 
@@ -397,6 +398,13 @@ def build(run: BuildRun) -> None:
                         f"the {name} build failed (exit {code}); nothing was collected",
                         fix=f"read {run.spec.logs}/{name}.log",
                     )
+                # On the host: the SBOM library is not in the builder image (supply.sbom).
+                wheel = sbom.add_to_stage(
+                    run.stage_dir(name),
+                    Provenance.from_json(run.spec.provenance),
+                    stamp.epoch_from(run.spec.extra_env),
+                )
+                log.info(f"build: {sbom.arcname(wheel)} added to {wheel.name}")
 
 
 def collect(run: BuildRun) -> Path:
@@ -527,6 +535,7 @@ def plan_stages(
             f"stage {run.stage_dir(name)} ({state})",
             line(engine.call_argv(entry_argv(run, name)), f"recipe {name}, which runs:"),
             *(f"    {step.render()}" for step in recipes.recipe(spec, name)),
+            f"then on the host: CycloneDX SBOM into {name}'s .dist-info/sboms/{sbom.SBOM_NAME}",
         ]
         stages.append(PlannedStage(f"build: {name}", tuple(facts)))
     stop = engine.stop_argv()

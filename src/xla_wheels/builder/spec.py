@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 # Bump when a recipe changes in a way that changes the wheels: invalidates the stage cache.
-RECIPE_VERSION = "2"  # 2: wheels re-packed reproducibly, provenance without a bundle
+RECIPE_VERSION = "3"  # 2: wheels re-packed reproducibly, provenance without a bundle; 3: SBOM
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ run holds the bundle (:mod:`xla_wheels.run_lock`), 130 interrupted).
 - ``abi``: abi-check.
 - ``release``: publish-lane, promote, compare, lane-requirements, lanes (and the receipts
   the gate and the benchmark leave, doctor's lane findings).
+- ``supply``: attest, rebuild-check (supply-chain evidence, ``xla_wheels.supply``).
 
 Each of those modules has ``add_arguments(name, parser)``, which defines one subcommand's
 arguments and sets its ``handler`` (a function of the parsed namespace returning the exit
@@ -103,6 +104,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "per lane: hash-pinned requirements.txt and PEP 751 pylock.toml of its current bundle",
     ),
     "lanes": ("release", "each lane's index, current bundle and policy"),
+    "attest": (
+        "supply",
+        "sign each locked wheel's in-toto statement (SLSA provenance) with the team's key",
+    ),
+    "rebuild-check": (
+        "supply",
+        "rebuild the bundle's wheels from nothing into a fresh stage and compare them byte "
+        "for byte with wheels.lock (diffoscope's report on a difference)",
+    ),
 }
 
 

@@ -10,12 +10,14 @@ import argparse
 import os
 import shutil
 import sys
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 from xla_wheels import log
 from xla_wheels.bundle import load_bundle
 from xla_wheels.cli.arguments import add_bundle_arguments
-from xla_wheels.cli.settings import pipeline_options, publish_options
+from xla_wheels.cli.settings import pipeline_options, publish_options, supply_options
 from xla_wheels.errors import UsageError
 from xla_wheels.layout import BundleLayout
 from xla_wheels.options import PipelineOptions, env_var
@@ -24,8 +26,10 @@ from xla_wheels.publish import doctor, requirements, upload, verify_install
 from xla_wheels.publish.static_index import write_static_index
 from xla_wheels.publish.wheels import locked_records, locked_wheels
 from xla_wheels.redact import Redactor
+from xla_wheels.release import lanes
 from xla_wheels.release.host_lane import add_lane_findings
-from xla_wheels.wheels_lock import read_lock
+from xla_wheels.supply import attest
+from xla_wheels.wheels_lock import BundleEntry, read_lock
 
 
 def _dist(options: PipelineOptions, args: argparse.Namespace) -> Path:
@@ -120,6 +124,17 @@ def cmd_verify_install(args: argparse.Namespace) -> int:
         deps_from=settings.deps_from,
         require_provenance=args.require_provenance,
     )
+    public_key = supply_options(args, os.environ).public_key
+    if public_key is not None:
+        # The installed files are the locked ones (pip --require-hashes): their envelopes.
+        parts = urllib.parse.urlsplit(index_url)
+        search = [_dist(options, args)]
+        if parts.scheme == "file":  # a static lane: its envelopes are next to its wheels
+            search.append(Path(urllib.request.url2pathname(parts.path)).parent)
+        records = locked_records(options.lock_path, bundle.name)
+        locked = [(r.name, r.sha256) for r in records]
+        for check in attest.signature_checks(public_key, locked, search):
+            report.add(f"signature {check.wheel}", check.status, check.detail)
     print(report.render())
     verify_install.ensure_passed(report)
     return 0
@@ -136,9 +151,34 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     # TPU_WORKER_ID): it is the subject of the check, not a setting of this program.
     report = doctor.run_doctor(bundle, python, entry, os.environ, role, args.cache_path)
     add_lane_findings(report, options.root, args.lane, bundle.name)
+    _add_signature_findings(report, options, args, entry)
     print(report.render())
     doctor.ensure_healthy(report)
     return 0
+
+
+def _add_signature_findings(
+    report: doctor.DoctorReport,
+    options: PipelineOptions,
+    args: argparse.Namespace,
+    entry: BundleEntry | None,
+) -> None:
+    """With the team's public key (setting, else the lane's): each locked wheel's envelope."""
+    public_key = supply_options(args, os.environ).public_key
+    search = [BundleLayout.of(options, args.bundle).dist]
+    if args.lane:
+        lane = lanes.load_config(options.root).lane(args.lane)
+        public_key = public_key or lane.signing_public_key
+        if lane.path is not None:
+            search.insert(0, lane.path)
+    if public_key is None or entry is None or not entry.wheels:
+        return
+    wheels = [(r.name, r.sha256) for r in entry.wheels]
+    for check in attest.signature_checks(public_key, wheels, search):
+        fix = "" if check.status == "ok" else (
+            "install only wheels the team signed; re-sign with `make attest BUNDLE=<bundle>`"
+        )
+        report.add(check.status, f"signature {check.wheel}", check.detail, fix)
 
 
 def _role(value: str) -> str:
@@ -240,6 +280,7 @@ def _add_verify_install_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="fail when the installed torch_xla has no provenance file",
     )
+    _add_public_key(parser)
     parser.set_defaults(handler=cmd_verify_install)
 
 
@@ -262,4 +303,15 @@ def _add_doctor_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="judge this compilation cache path (default: XLA_PERSISTENT_CACHE_PATH)",
     )
+    _add_public_key(parser)
     parser.set_defaults(handler=cmd_doctor)
+
+
+def _add_public_key(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--public-key",
+        type=Path,
+        default=None,
+        help="the team's public key (PEM): verify each locked wheel's signed attestation "
+        "(default: $XLA_WHEELS_PUBLIC_KEY; doctor: else the --lane's signing-public-key)",
+    )

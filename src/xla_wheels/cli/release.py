@@ -72,8 +72,9 @@ def cmd_promote(args: argparse.Namespace) -> int:
             fix="set promote-from in build/lanes.toml or pass --from",
         )
     verdict, outcomes = promote.promote(
-        options.root, options.lock_path, args.bundle, lane, source, dry_run=options.dry_run
-    )
+        options.root, options.lock_path, args.bundle, lane, source, dry_run=options.dry_run,
+        dist=BundleLayout.of(options, args.bundle).dist,
+    )  # fmt: skip
     if verdict.chosen:
         print(f"policy of lane {lane.name} holds: receipt {verdict.chosen.path.name}")
     else:

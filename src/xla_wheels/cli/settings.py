@@ -36,7 +36,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xla_wheels.errors import UsageError
-from xla_wheels.options import PipelineOptions, PublishOptions, env_var, machine_cache
+from xla_wheels.options import (
+    PipelineOptions,
+    PublishOptions,
+    SupplyOptions,
+    env_var,
+    machine_cache,
+)
 
 if TYPE_CHECKING:
     from xla_wheels.builder.config import BuildConfig
@@ -226,4 +232,15 @@ def publish_options(args: argparse.Namespace, environ: Mapping[str, str]) -> Pub
         no_deps=settings.switch("--no-deps"),
         deps_from=settings.text("--deps-from"),
         role=settings.text("--role"),
+    )
+
+
+def supply_options(args: argparse.Namespace, environ: Mapping[str, str]) -> SupplyOptions:
+    from xla_wheels.supply.attest import DEFAULT_BUILDER_ID
+
+    settings = Settings(args, environ)
+    return SupplyOptions(
+        signing_key=settings.path("--signing-key"),
+        public_key=settings.path("--public-key"),
+        builder_id=settings.text("--builder-id") or DEFAULT_BUILDER_ID,
     )

@@ -4,8 +4,10 @@ Everything here is read without importing torch_xla: the runtime flags only take
 if they are set before that import, so a doctor that imported it would be checking a
 process that is already configured. The ABI check reads ``_XLAC`` and torch's libraries
 as ELF files (``xla_wheels.abi``). Versions come from ``importlib.metadata`` in the
-host's interpreter (``--python``), the provenance file is read as a file, and the
-environment checks read this process's environment (the shell's, through make).
+host's interpreter (``--python``), the provenance file and each wheel's SBOM
+(``supply.sbom``) are read as files, and the environment checks read this process's
+environment (the shell's, through make). With the team's public key, each locked wheel's
+signed attestation is verified (``supply.attest``, from the CLI).
 
 The runtime contract (the users' validated receipts): ``PJRT_DEVICE=TPU``,
 ``XLA_NO_SPECIAL_SCALARS=1``, ``XLA_PERSISTENT_CACHE_PATH`` set to a usable directory, and
@@ -32,6 +34,7 @@ from xla_wheels.publish.cache_contract import CacheFacts, judge_cache_contract
 from xla_wheels.publish.errors import DoctorFailed
 from xla_wheels.publish.host_probe import HostFacts, probe
 from xla_wheels.publish.index import WheelName, normalize
+from xla_wheels.supply import sbom
 from xla_wheels.wheels_lock import BundleEntry
 
 #: File system types on which several hosts see the same cache directory.
@@ -187,6 +190,9 @@ def check_versions(
             )
     if provenance is not None:
         check_provenance(report, bundle, provenance, lock_entry, fix_install)
+    for sbom_check in sbom.check_installed(facts.python, provenance):
+        fix = "" if sbom_check.status == "ok" else fix_install
+        report.add(sbom_check.status, f"sbom {sbom_check.project}", sbom_check.detail, fix)
     if facts.imported:
         report.add(
             "WARN",

@@ -3,8 +3,10 @@
 Steps: write the hash-pinned requirements (ours from the lock, plus the recorded runtime
 wheels unless ``--no-deps``), create a fresh venv, ``pip install --require-hashes
 --no-cache-dir`` from the index, then in that venv compare the installed versions and the
-provenance file with the lock and import torch_xla. pip refuses any file whose sha256 is
-not the locked one, which is the point: a file altered on the index never installs.
+provenance file with the lock, read each wheel's SBOM (``supply.sbom``: in RECORD,
+schema-valid, saying what the provenance says) and import torch_xla. pip refuses any
+file whose sha256 is not the locked one, which is the point: a file altered on the index
+never installs.
 
 ``--no-deps`` installs only our wheels (no torch/libtpu/jax download); ``--deps-from
 PYTHON`` then lets the import find torch in another environment, appended after the venv's
@@ -37,6 +39,7 @@ from xla_wheels.publish.index import (
 from xla_wheels.publish.requirements import write_requirements
 from xla_wheels.publish.wheels import bundle_entry, locked_records
 from xla_wheels.redact import scrub
+from xla_wheels.supply import sbom
 from xla_wheels.wheels_lock import RuntimeWheelRecord
 
 PIP_TIMEOUT_S = 1800.0
@@ -297,6 +300,10 @@ def verify_install(
                 else:
                     compared = ", ".join(check.compared)
                     report.add("provenance", "ok", f"matches wheels.lock: {compared}")
+        # The SBOMs are compared with the provenance file (their one source) when it is sound.
+        sound = report.checks[-1].name == "provenance" and report.checks[-1].status == "ok"
+        for sbom_check in sbom.check_installed(facts.python, provenance if sound else None):
+            report.add(f"sbom {sbom_check.project}", sbom_check.status, sbom_check.detail)
 
     with log.section("verify-install: import torch_xla"):
         if no_deps and not deps_from:

@@ -25,6 +25,10 @@
     max-memory-regression = 0.10         # peak memory (host, and each device that reports
                                          # it) at most 10% above that receipt's (omit: none)
 
+A lane may add ``require-signature = true`` and ``signing-public-key = "<PEM, relative to
+the checkout>"``: publish and promote then refuse a wheel whose signed attestation that
+key does not verify (``supply.attest``).
+
 ``lanes.lock`` (written by ``publish``/``promote``, by rename, only after success) records
 each lane's current bundle, its wheels and the receipt that let it in.
 """
@@ -83,6 +87,9 @@ class Lane:
     backend: str = "index"
     devpi_index: str | None = None
     """``user/index`` on the devpi server, for a ``devpi`` lane (index_url is its simple page)."""
+    signing_public_key: Path | None = None
+    """``require-signature = true`` + ``signing-public-key``: publish and promote refuse
+    a wheel without a signature this key verifies (``supply.attest``)."""
 
     @property
     def where(self) -> str:
@@ -185,6 +192,21 @@ def _devpi_lane(path: Path, name: str, raw: Mapping[str, Any]) -> Lane:
     )
 
 
+def _signing_key(root: Path, path: Path, lane: str, raw: Mapping[str, Any]) -> Path | None:
+    required = raw.get("require-signature", False)
+    if not isinstance(required, bool):
+        raise _bad(path, f"lanes.{lane}.require-signature", "must be true or false")
+    key = raw.get("signing-public-key")
+    if required != (key is not None):
+        raise _bad(
+            path,
+            f"lanes.{lane}",
+            "require-signature = true needs signing-public-key (the team's public key, a PEM "
+            "file relative to the checkout), and the key is read only when it is required",
+        )
+    return (root / str(key)).resolve() if required else None
+
+
 def load_config(root: Path) -> LanesConfig:
     path = root / LANES_CONFIG
     try:
@@ -208,6 +230,8 @@ def load_config(root: Path) -> LanesConfig:
             "promote-from",
             "policy",
             "backend",
+            "require-signature",
+            "signing-public-key",
         }
         if unknown:
             raise _bad(path, f"lanes.{name}", f"unknown key(s) {', '.join(sorted(unknown))}")
@@ -228,6 +252,7 @@ def load_config(root: Path) -> LanesConfig:
             upload_url=raw.get("upload-url"),
             promote_from=raw.get("promote-from"),
             policy=_policy(path, name, raw.get("policy", {})),
+            signing_public_key=_signing_key(root, path, name, raw),
         )
     if not lanes:
         raise _bad(path, "lanes", "no lane is defined")

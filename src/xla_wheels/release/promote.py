@@ -59,7 +59,25 @@ def _upload_url(lane: Lane) -> str:
     return lane.upload_url or upload_url_for(lane.index_url)
 
 
-def put_into_lane(lane: Lane, wheels: Sequence[LocalWheel]) -> list[LaneOutcome]:
+def required_signatures(
+    lane: Lane, records: Sequence[WheelRecord], search: Sequence[Path]
+) -> list[Path]:
+    """For a lane that requires signatures: each record's envelope, verified with the
+    lane's public key for exactly that file (raises naming each unsigned or bad one)."""
+    if lane.signing_public_key is None:
+        return []
+    from xla_wheels.supply import attest  # lazy: the crypto libraries only when required
+
+    key = attest.load_public_key(lane.signing_public_key)
+    signed = attest.check_signed(
+        [(r.name, r.sha256) for r in records], search, key, f"lane {lane.name}"
+    )
+    return [s.envelope for s in signed]
+
+
+def put_into_lane(
+    lane: Lane, wheels: Sequence[LocalWheel], envelopes: Sequence[Path] = ()
+) -> list[LaneOutcome]:
     if lane.index_url:
         result = publish_remote(list(wheels), lane.index_url, lane.upload_url)
         return [LaneOutcome(o.filename, o.sha256, o.action) for o in result.outcomes]
@@ -81,6 +99,9 @@ def put_into_lane(lane: Lane, wheels: Sequence[LocalWheel]) -> list[LaneOutcome]
         # A lane is read by others (a web server running as another user): the umask's mode.
         filemode.copy_by_rename(wheel.path, target)
         outcomes.append(LaneOutcome(wheel.record.name, wheel.sha256, "copied"))
+    for envelope in envelopes:
+        # Next to its wheel, for hosts and for a promotion out of this lane.
+        filemode.copy_by_rename(envelope, lane.path / envelope.name)
     everything = [
         LocalWheel(
             p, WheelRecord(p.name, p.stat().st_size, file_sha256(p)), WheelName.parse(p.name)
@@ -162,10 +183,11 @@ def publish_to_lane(
 ) -> list[LaneOutcome]:
     """``make publish``: the bundle's locked wheels from ``dist`` into ``lane``."""
     wheels = locked_wheels(lock_path, bundle, dist)
+    envelopes = required_signatures(lane, [w.record for w in wheels], [dist])
     if dry_run:
         return [LaneOutcome(w.record.name, w.sha256, "would copy") for w in wheels]
     with log.section(f"publish: {bundle} to lane {lane.name} ({lane.where})"):
-        outcomes = put_into_lane(lane, wheels)
+        outcomes = put_into_lane(lane, wheels, envelopes)
     lanes_mod.write_state(
         root,
         lane.name,
@@ -212,22 +234,31 @@ def refusal(bundle: str, lane: Lane, verdict: PromotionVerdict) -> PromotionRefu
 
 
 def _copy_between(
-    source: Lane, lane: Lane, bundle: str, records: Sequence[WheelRecord]
+    source: Lane,
+    lane: Lane,
+    bundle: str,
+    records: Sequence[WheelRecord],
+    envelopes: Sequence[Path],
 ) -> list[LaneOutcome]:
     with tempfile.TemporaryDirectory(prefix="xla-wheels-promote-") as tmp:
         with log.section(f"promote: fetch {bundle} from lane {source.name} ({source.where})"):
             wheels = fetch_from_lane(source, records, Path(tmp))
         with log.section(f"promote: {bundle} into lane {lane.name} ({lane.where})"):
-            return put_into_lane(lane, wheels)
+            return put_into_lane(lane, wheels, envelopes)
 
 
 def promote(
-    root: Path, lock_path: Path, bundle: str, lane: Lane, source: Lane, *, dry_run: bool = False
-) -> tuple[PromotionVerdict, list[LaneOutcome]]:
+    root: Path, lock_path: Path, bundle: str, lane: Lane, source: Lane, *, dry_run: bool = False,
+    dist: Path | None = None,
+) -> tuple[PromotionVerdict, list[LaneOutcome]]:  # fmt: skip
+    """``dist``: the bundle's dist directory, where its envelopes are looked up after the
+    source lane's own directory."""
     verdict = judge(root, lock_path, bundle, lane)
     if not verdict.passed:
         raise refusal(bundle, lane, verdict)
     records = locked_records(lock_path, bundle)
+    search = [p for p in (source.path, dist) if p is not None]
+    envelopes = required_signatures(lane, records, search)
     by_push = devpi.same_server(source, lane)
     if dry_run:
         action = "would push" if by_push else "would copy"
@@ -239,7 +270,7 @@ def promote(
             pushed = devpi.push(source, lane, records)
         outcomes = [LaneOutcome(p.filename, p.sha256, p.action) for p in pushed]
     else:
-        outcomes = _copy_between(source, lane, bundle, records)
+        outcomes = _copy_between(source, lane, bundle, records, envelopes)
     chosen = verdict.chosen
     lanes_mod.write_state(
         root,

@@ -1,0 +1,88 @@
+"""Subcommands ``attest`` and ``rebuild-check`` (``xla_wheels.supply``).
+
+Exit codes: 0 done (attest) or the rebuild is identical (rebuild-check); 1 a rebuilt
+wheel differs from the recorded one (diffoscope's report is kept), or a build failed;
+2 bad input (unknown bundle, no signing key, a key file that is not a PEM key).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from xla_wheels.bundle import load_bundle
+from xla_wheels.cli.arguments import add_bundle_arguments
+from xla_wheels.cli.settings import build_config, pipeline_options, supply_options
+from xla_wheels.errors import UsageError
+from xla_wheels.layout import BundleLayout
+from xla_wheels.options import env_var
+from xla_wheels.publish.wheels import bundle_entry
+
+
+def cmd_attest(args: argparse.Namespace) -> int:
+    from xla_wheels.supply import attest
+
+    options = pipeline_options(args, os.environ)
+    settings = supply_options(args, os.environ)
+    bundle = load_bundle(options.root, args.bundle)
+    if settings.signing_key is None:
+        raise UsageError(
+            "no signing key: attestations are signed with the team's private key",
+            fix=f"set {env_var('--signing-key')} to its PEM file (make: SIGNING_KEY=<file>); "
+            'README "Signed attestations" says how the team makes one',
+        )
+    signer = attest.load_signer(settings.signing_key)
+    entry = bundle_entry(options.lock_path, bundle.name)
+    dist = BundleLayout.of(options, bundle.name).dist
+    written = attest.attest_bundle(
+        options.lock_path, bundle, entry, dist, signer, settings.builder_id
+    )
+    for path in written:
+        print(f"signed     {path}")
+    print(f"builder {settings.builder_id}; verify with the team's public key (make doctor)")
+    return 0
+
+
+def cmd_rebuild_check(args: argparse.Namespace) -> int:
+    from xla_wheels.supply import rebuild
+
+    options = pipeline_options(args, os.environ)
+    config = build_config(args, os.environ)
+    comparisons = rebuild.rebuild_check(options, args.bundle, config)
+    for c in comparisons:
+        verdict = "identical" if c.identical else "DIFFERS"
+        print(f"{verdict:<10} {c.recorded}  sha256:{c.recorded_sha256}")
+        if not c.identical:
+            print(f"           rebuilt {c.rebuilt}  sha256:{c.rebuilt_sha256}")
+            print(f"           first difference: {c.first_difference}")
+            if c.report:
+                print(f"           diffoscope report: {c.report}")
+    rebuild.ensure_identical(args.bundle, comparisons)
+    print(f"rebuild of {args.bundle}: every wheel is byte-identical to wheels.lock")
+    return 0
+
+
+def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
+    add_bundle_arguments(parser)
+    if name == "rebuild-check":
+        from xla_wheels.cli.stages import add_build_arguments
+
+        add_build_arguments(parser)
+        parser.set_defaults(handler=cmd_rebuild_check)
+        return
+    if name == "attest":
+        parser.add_argument(
+            "--signing-key",
+            default=None,
+            help="the team's private key, a PEM file (default: $XLA_WHEELS_SIGNING_KEY); "
+            "its content is never printed",
+        )
+        parser.add_argument(
+            "--builder-id",
+            default=None,
+            help="builder identity (a URI) in the attestations (default: "
+            "$XLA_WHEELS_BUILDER_ID, else urn:xla-wheels:builder:unnamed)",
+        )
+        parser.set_defaults(handler=cmd_attest)
+    else:
+        raise ValueError(f"{name} is not a subcommand of {__name__}")

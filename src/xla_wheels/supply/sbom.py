@@ -1,0 +1,397 @@
+"""The CycloneDX SBOM inside each of our wheels (PEP 770: ``<name>.dist-info/sboms/``).
+
+One source: the document is computed from the wheel's :class:`~xla_wheels.provenance.Provenance`
+(the same structure the provenance file is written from), never from a second reading of
+the manifests. It lists each source component with its full commit (CycloneDX pedigree),
+each patch file with its sha256 (nested ``file`` components), torch_xla's own
+``openxla_patches``, the build settings and the toolchain (build-time tools, scope
+``excluded``: not shipped in the wheel).
+
+What it does not list, on purpose: the bundle, its manifest digest, the component
+remotes and the runtime pins (libtpu, jax). Bundles with the same inputs share one stage
+and so the very same wheel bytes (``builder.stamp``); a bundle fact inside the wheel
+would be wrong for all bundles but the first. Those facts are per bundle and go into the
+signed attestation next to the wheel (``supply.attest``).
+
+Where it is made: on the host, right after a recipe has put its wheel into the stage
+(``builder.stage.build``), with cyclonedx-python-lib from the pipeline's environment. The
+builder image runs only the standard library (``builder.inside``), so the library is not
+there; the stamped provenance it wrote is read back from the wheel, which keeps one source.
+
+Byte-reproducible: fixed ``bom-ref`` values, a serial number derived from the content
+(uuid5), the timestamp from SOURCE_DATE_EPOCH, and the wheel re-packed by
+``stamp.repack_wheel`` (RECORD lists the document with its hash).
+
+The torch wheel's document holds the torch component only, with the settings its stage
+key covers (image or host Python, C++ ABI): a torch stage is shared by every torch_xla
+built on it.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import json
+import re
+import subprocess
+import uuid
+import zipfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from cyclonedx.model import HashAlgorithm, HashType, Property
+from cyclonedx.model.bom import Bom, BomMetaData
+from cyclonedx.model.component import (
+    Commit,
+    Component,
+    ComponentScope,
+    ComponentType,
+    Pedigree,
+)
+from cyclonedx.output.json import JsonV1Dot6
+from cyclonedx.schema import SchemaVersion
+from cyclonedx.validation.json import JsonStrictValidator
+from packageurl import PackageURL
+
+from xla_wheels.builder import stamp
+from xla_wheels.provenance import (
+    BuildSettings,
+    ComponentProvenance,
+    PatchDigest,
+    Provenance,
+)
+
+SBOM_NAME = "xla-wheels.cdx.json"
+SCHEMA = SchemaVersion.V1_6
+PROPERTY = "xla-wheels"
+"""Prefix of our CycloneDX property names (``xla-wheels:series_sha256`` ...)."""
+
+_DIST_INFO = re.compile(r"[^/]+\.dist-info/")
+
+
+class SbomError(ValueError):
+    """An SBOM is missing, malformed or does not match; the message names what."""
+
+
+def facts_for(package: str, provenance: Provenance) -> Provenance:
+    """The provenance facts that shape ``package``'s wheel.
+
+    torch_xla: all of them. torch: its own component and the settings of its stage key,
+    so that every torch_xla built on the same torch stage sees the same torch document.
+    """
+    if package == "torch_xla":
+        return provenance
+    if package != "torch":
+        raise ValueError(f"no SBOM facts for {package}: only torch and torch_xla")
+    build = provenance.build
+    return Provenance(
+        built_by=provenance.built_by,
+        build=BuildSettings(
+            mode=build.mode,
+            engine=build.mode,
+            image=build.image,
+            knobs={"cxx_abi": build.knobs.get("cxx_abi")},
+        ),
+        components={"torch": provenance.components["torch"]},
+    )
+
+
+def _file(path: str, sha256: str) -> Component:
+    return Component(
+        type=ComponentType.FILE,
+        name=path,
+        bom_ref=f"patch:{path}",
+        hashes=[HashType(alg=HashAlgorithm.SHA_256, content=sha256)],
+    )
+
+
+def _source(name: str, component: ComponentProvenance, extra: tuple[PatchDigest, ...]) -> Component:
+    patches = [_file(p.path, p.sha256) for p in (*component.patches, *extra)]
+    return Component(
+        type=ComponentType.LIBRARY,
+        name=name,
+        version=component.version or component.commit,
+        bom_ref=f"source:{name}",
+        pedigree=Pedigree(commits=[Commit(uid=component.commit)]),
+        components=patches,
+        properties=[Property(name=f"{PROPERTY}:series_sha256", value=component.series_sha256)],
+    )
+
+
+def _bom(package: str, version: str, facts: Provenance, epoch: int) -> Bom:
+    sources = []
+    for name, component in sorted(facts.components.items()):
+        # torch_xla's own openxla_patches are applied to OpenXLA in the build.
+        extra = facts.torch_xla_openxla_patches if name == "openxla" else ()
+        sources.append(_source(name, component, extra))
+    tools = [
+        Component(
+            type=ComponentType.APPLICATION,
+            name=key,
+            version=value,
+            bom_ref=f"toolchain:{key}",
+            scope=ComponentScope.EXCLUDED,
+        )
+        for key, value in sorted(facts.toolchain.items())
+    ]
+    build = facts.build
+    settings = {"mode": build.mode, "engine": build.engine, "image": build.image or ""}
+    settings.update({f"knob.{k}": json.dumps(v) for k, v in sorted(build.knobs.items())})
+    wheel = Component(
+        type=ComponentType.LIBRARY,
+        name=package,
+        version=version,
+        bom_ref=f"wheel:{package}",
+        purl=PackageURL(type="pypi", name=package.replace("_", "-"), version=version),
+    )
+    bom = Bom(
+        metadata=BomMetaData(
+            component=wheel,
+            timestamp=datetime.fromtimestamp(max(epoch, 0), UTC),
+            properties=[
+                Property(name=f"{PROPERTY}:built_by", value=facts.built_by),
+                *(Property(name=f"{PROPERTY}:build.{k}", value=v) for k, v in settings.items()),
+            ],
+        ),
+        components=[*sources, *tools],
+    )
+    bom.register_dependency(wheel, sources)
+    return bom
+
+
+def sbom_bytes(package: str, version: str, provenance: Provenance, epoch: int) -> bytes:
+    """The document for ``package``'s wheel at ``version``: same inputs, same bytes."""
+    facts = facts_for(package, provenance)
+    seed = json.dumps(
+        {"package": package, "version": version, "epoch": epoch, "facts": facts.to_json()},
+        sort_keys=True,
+    )
+    bom = _bom(package, version, facts, epoch)
+    bom.serial_number = uuid.uuid5(uuid.NAMESPACE_URL, "xla-wheels:sbom:" + seed)
+    text = JsonV1Dot6(bom).output_as_string(indent=2)
+    # Sorted keys: the library's key order is its own and may change between releases.
+    return (json.dumps(json.loads(text), indent=2, sort_keys=True) + "\n").encode()
+
+
+def validate(raw: bytes) -> None:
+    """Raises :class:`SbomError` when ``raw`` is not a valid CycloneDX 1.6 JSON document."""
+    error = JsonStrictValidator(SCHEMA).validate_str(raw.decode("utf-8", errors="replace"))
+    if error is not None:
+        raise SbomError(f"not a valid CycloneDX {SCHEMA.to_version()} document: {error}")
+
+
+def _dist_info(names: list[str], package: str) -> str:
+    found = sorted({n.split("/", 1)[0] for n in names if _DIST_INFO.match(n)})
+    if len(found) != 1:
+        raise SbomError(f"the {package} wheel has {len(found)} .dist-info directories")
+    return found[0]
+
+
+def arcname(wheel: Path) -> str:
+    """``<name>-<version>.dist-info/sboms/xla-wheels.cdx.json`` inside ``wheel``."""
+    package = str(stamp.split_wheel_name(wheel.name)["dist"])
+    with zipfile.ZipFile(wheel) as archive:
+        return f"{_dist_info(archive.namelist(), package)}/sboms/{SBOM_NAME}"
+
+
+def add_sbom(wheel: Path, provenance: Provenance, epoch: int) -> str:
+    """Write the document into ``wheel`` (re-packed, RECORD updated); returns its path.
+
+    The torch_xla wheel's document is computed from the provenance stamped into that
+    wheel (it has the toolchain and openxla_patches of the build); ``provenance`` is
+    the one the build stage composed, used for torch.
+    """
+    parts = stamp.split_wheel_name(wheel.name)
+    package, version = str(parts["dist"]), str(parts["version"])
+    if package == "torch_xla":
+        provenance = stamp.read_provenance(wheel)
+    name = arcname(wheel)
+    stamp.add_file_to_wheel(wheel, name, sbom_bytes(package, version, provenance, epoch), epoch)
+    return name
+
+
+def read_sbom(wheel: Path) -> bytes:
+    """The document inside ``wheel``; :class:`SbomError` when it has none."""
+    name = arcname(wheel)
+    with zipfile.ZipFile(wheel) as archive:
+        try:
+            return archive.read(name)
+        except KeyError:
+            raise SbomError(f"{wheel.name} has no {name}") from None
+
+
+@dataclass(frozen=True)
+class SbomFacts:
+    """What a document says about the inputs, read back for the checks."""
+
+    package: str
+    version: str
+    components: Mapping[str, ComponentProvenance]
+
+
+def _properties(node: Mapping[str, Any]) -> dict[str, str]:
+    return {str(p.get("name")): str(p.get("value")) for p in node.get("properties", [])}
+
+
+def read_facts(raw: bytes) -> SbomFacts:
+    """Schema-validate ``raw`` and read its components back; :class:`SbomError` if wrong."""
+    validate(raw)
+    data = json.loads(raw)
+    wheel = data.get("metadata", {}).get("component", {})
+    components: dict[str, ComponentProvenance] = {}
+    for node in data.get("components", []):
+        if not str(node.get("bom-ref", "")).startswith("source:"):
+            continue
+        commits = node.get("pedigree", {}).get("commits", [])
+        if len(commits) != 1:
+            raise SbomError(f"component {node.get('name')} has {len(commits)} commits, not 1")
+        patches = []
+        for child in node.get("components", []):
+            hashes = {h.get("alg"): h.get("content") for h in child.get("hashes", [])}
+            patches.append(PatchDigest(str(child.get("name")), str(hashes.get("SHA-256"))))
+        name = str(node.get("name"))
+        components[name] = ComponentProvenance(
+            commit=str(commits[0].get("uid")),
+            version=None,
+            patches=tuple(patches),
+            series_sha256=_properties(node).get(f"{PROPERTY}:series_sha256", ""),
+        )
+    return SbomFacts(str(wheel.get("name")), str(wheel.get("version")), components)
+
+
+def _record_hash(data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+    return f"sha256={digest.decode()}"
+
+
+def record_problem(record_text: str, name: str, raw: bytes) -> str | None:
+    """A problem when RECORD's line for ``name`` does not hash to ``raw`` (a changed byte)."""
+    for row in csv.reader(io.StringIO(record_text)):
+        if row and row[0] == name:
+            if len(row) < 2 or row[1] != _record_hash(raw):
+                return f"{name} does not match its RECORD hash (changed after the build)"
+            return None
+    return f"{name} is not listed in RECORD"
+
+
+def check(raw: bytes, package: str, version: str, provenance: Provenance | None) -> list[str]:
+    """Problems of one wheel's document: schema, the wheel it names, and (torch_xla) the
+    provenance it was computed from. Empty when it is sound."""
+    try:
+        facts = read_facts(raw)
+    except (SbomError, ValueError) as error:
+        return [f"the {package} SBOM: {error}"]
+    problems = []
+    if facts.package != package or facts.version != version:
+        problems.append(
+            f"the {package} SBOM names {facts.package} {facts.version}, installed is "
+            f"{package} {version}"
+        )
+    if provenance is not None:
+        expected = facts_for(package, provenance).components
+        for name, built in sorted(expected.items()):
+            listed = facts.components.get(name)
+            extra = provenance.torch_xla_openxla_patches if name == "openxla" else ()
+            # CycloneDX keeps nested components as a set (sorted): the order of a series
+            # is in its series_sha256, compared here too.
+            want = (built.commit, built.series_sha256, sorted((*built.patches, *extra), key=str))
+            got = listed and (listed.commit, listed.series_sha256, sorted(listed.patches, key=str))
+            if got != want:
+                problems.append(
+                    f"the {package} SBOM's {name} (commit, patches) differs from the "
+                    "provenance file's"
+                )
+    return problems
+
+
+def add_to_stage(stage: Path, provenance: Provenance, epoch: int) -> Path:
+    """Add the document to a stage's freshly built wheel and re-record its sha256.
+
+    Runs on the host after the recipe's ``finish-stage`` (see the module docstring for
+    why not inside the builder); ``stage.json`` keeps naming the final bytes.
+    """
+    record = stage / "stage.json"
+    data = json.loads(record.read_text(encoding="utf-8"))
+    wheel = stage / data["wheel"]
+    add_sbom(wheel, provenance, epoch)
+    data["sha256"] = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    record.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    return wheel
+
+
+# Run in the checked interpreter (a training host's, or verify-install's fresh venv):
+# standard library only, reads files, imports nothing of torch.
+_PROBE = r"""
+import base64, importlib.metadata as md, json, sys
+out = {}
+for name in sys.argv[1:]:
+    try:
+        dist = md.distribution(name)
+    except md.PackageNotFoundError:
+        continue
+    files = [str(f) for f in dist.files or ()]
+    record = next((f for f in files if f.endswith(".dist-info/RECORD")), None)
+    sboms = sorted(f for f in files if "/sboms/" in f and ".dist-info/" in f)
+    out[name] = {
+        "version": dist.version,
+        "record": dist.read_text("RECORD") or "",
+        "sboms": {f: base64.b64encode(dist.locate_file(f).read_bytes()).decode()
+                  for f in sboms if dist.locate_file(f).is_file()},
+    }
+print(json.dumps(out))
+"""
+
+
+@dataclass(frozen=True)
+class InstalledCheck:
+    status: str
+    """``ok``, ``FAIL`` or ``WARN``."""
+    project: str
+    detail: str
+
+
+def check_installed(
+    python: str, provenance: Provenance | None, projects: tuple[str, ...] = ("torch", "torch_xla")
+) -> list[InstalledCheck]:
+    """Each installed project's SBOM: present, in RECORD with its hash, schema-valid, and
+    saying what the provenance file says. A changed byte is a named failure."""
+    done = subprocess.run(
+        [python, "-c", _PROBE, *projects], capture_output=True, text=True, timeout=120
+    )
+    if done.returncode != 0:
+        return [InstalledCheck("FAIL", "sbom", f"cannot read SBOMs: {done.stderr[-300:]}")]
+    found = json.loads(done.stdout)
+    results = []
+    for project in projects:
+        info = found.get(project)
+        if info is None:
+            continue
+        name = next((n for n in info["sboms"] if n.endswith(f"/sboms/{SBOM_NAME}")), None)
+        if name is None:
+            results.append(
+                InstalledCheck(
+                    "WARN",
+                    project,
+                    f"no .dist-info/sboms/{SBOM_NAME} (a stock wheel, or "
+                    "built before the build stage added SBOMs)",
+                )
+            )
+            continue
+        raw = base64.b64decode(info["sboms"][name])
+        problems = []
+        problem = record_problem(info["record"], name, raw)
+        if problem:
+            problems.append(problem)
+        problems += check(raw, project, info["version"], provenance)
+        if problems:
+            results.append(InstalledCheck("FAIL", project, "; ".join(problems)))
+        else:
+            results.append(
+                InstalledCheck("ok", project, f"{name}: CycloneDX valid, RECORD hash matches")
+            )
+    return results
