@@ -23,7 +23,7 @@ import pytest
 
 from tests.clirunner import CliResult, run_cli
 from tests.synthetic_upstream import Synthetic, cli_args, make_synthetic
-from xla_wheels.builder import stamp
+from xla_wheels import wheel_stamp
 from xla_wheels.builder.container import build_image_argv, probe_engine
 
 REPO = Path(__file__).resolve().parents[1]
@@ -96,7 +96,7 @@ def test_buildah_builds_collects_and_smoke_imports(test_image: str, syn: Synthet
     assert "python3 -m xla_wheels.builder.run_recipe" in result.stderr
     wheels = sorted((syn.root / "dist" / "syn").glob("*.whl"))
     assert len(wheels) == 2
-    provenance = stamp.read_provenance(wheels[1])
+    provenance = wheel_stamp.read_provenance(wheels[1])
     assert provenance.build.engine == "buildah"
     assert provenance.toolchain["python"].startswith("3.11")  # the image's Python
     assert ".p" in wheels[1].name.split("+")[1]

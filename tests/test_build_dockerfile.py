@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from xla_wheels.builder import stamp
+from xla_wheels import wheel_stamp
 
 REPO = Path(__file__).resolve().parents[1]
 DOCKERFILE = REPO / "Dockerfile"
@@ -51,14 +51,14 @@ def _wheel(path: Path) -> Path:
 
 def test_add_file_to_wheel_updates_record(tmp_path: Path) -> None:
     wheel = _wheel(tmp_path)
-    stamp.add_file_to_wheel(wheel, "demo/_prov.json", b'{"a": 1}\n')
+    wheel_stamp.add_file_to_wheel(wheel, "demo/_prov.json", b'{"a": 1}\n')
     with zipfile.ZipFile(wheel) as archive:
         assert archive.read("demo/_prov.json") == b'{"a": 1}\n'
         record = archive.read("demo-1.0.dist-info/RECORD").decode().splitlines()
     assert record[-1] == "demo-1.0.dist-info/RECORD,,"
     assert any(line.startswith("demo/_prov.json,sha256=") for line in record)
     # Replacing keeps one entry.
-    stamp.add_file_to_wheel(wheel, "demo/_prov.json", b"{}\n")
+    wheel_stamp.add_file_to_wheel(wheel, "demo/_prov.json", b"{}\n")
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         record = archive.read("demo-1.0.dist-info/RECORD").decode()
@@ -67,9 +67,9 @@ def test_add_file_to_wheel_updates_record(tmp_path: Path) -> None:
 
 
 def test_local_version_is_pep440_and_deterministic() -> None:
-    digest = stamp.patch_digest(["a" * 64, "openxla:" + "b" * 40, "c" * 64])
-    assert digest == stamp.patch_digest(["a" * 64, "openxla:" + "b" * 40, "c" * 64])
-    assert digest != stamp.patch_digest(["c" * 64, "openxla:" + "b" * 40, "a" * 64])
-    version = stamp.local_version("2.9.0", "c04e61c3424142c0eebcc9e59984b9d8fced18c0", digest)
+    digest = wheel_stamp.patch_digest(["a" * 64, "openxla:" + "b" * 40, "c" * 64])
+    assert digest == wheel_stamp.patch_digest(["a" * 64, "openxla:" + "b" * 40, "c" * 64])
+    assert digest != wheel_stamp.patch_digest(["c" * 64, "openxla:" + "b" * 40, "a" * 64])
+    version = wheel_stamp.local_version("2.9.0", "c04e61c3424142c0eebcc9e59984b9d8fced18c0", digest)
     assert re.fullmatch(r"2\.9\.0\+gitc04e61c\.p[0-9a-f]{8}", version)
-    assert stamp.local_version("2.9.0a0", "21fec65781be", None) == "2.9.0a0+git21fec65"
+    assert wheel_stamp.local_version("2.9.0a0", "21fec65781be", None) == "2.9.0a0+git21fec65"

@@ -20,7 +20,7 @@ import pytest
 
 from tests.clirunner import CliResult, run_cli
 from tests.synthetic_upstream import TORCH_INIT, Synthetic, cli_args, make_patch, make_synthetic
-from xla_wheels.builder import stamp
+from xla_wheels import wheel_stamp
 from xla_wheels.bundle import load_bundle
 from xla_wheels.patches import describe_series, series_digest
 from xla_wheels.provenance import PROVENANCE_PATH
@@ -54,13 +54,15 @@ def test_patched_build_is_stamped_and_carries_provenance(syn: Synthetic) -> None
     bundle = load_bundle(syn.root, "syn")
     xla_series = series_digest(describe_series(bundle.component("torch_xla")))
     openxla_series = series_digest(describe_series(bundle.component("openxla")))
-    digest = stamp.patch_digest([xla_series, f"openxla:{syn.commits['openxla']}", openxla_series])
+    digest = wheel_stamp.patch_digest(
+        [xla_series, f"openxla:{syn.commits['openxla']}", openxla_series]
+    )
     expected = f"2.9.0+git{syn.commits['torch_xla'][:7]}.p{digest}"
     assert wheels[1].name == f"torch_xla-{expected}-py3-none-any.whl"
     # torch is unpatched: upstream's own label, no ".p".
     assert wheels[0].name == f"torch-2.9.0a0+git{syn.commits['torch'][:7]}-py3-none-any.whl"
 
-    provenance = stamp.read_provenance(wheels[1])
+    provenance = wheel_stamp.read_provenance(wheels[1])
     # The wheel's identity is its inputs: no bundle name, no manifest digest, no remote.
     stored = json.loads(zipfile.ZipFile(wheels[1]).read(PROVENANCE_PATH))
     assert "bundle" not in stored and "manifest_sha256" not in stored
@@ -230,7 +232,7 @@ def test_short_openxla_sha_resolves_through_sources(syn: Synthetic) -> None:
     syn.write_bundle("short", openxla_commit=syn.commits["openxla"][:9])
     result = run_wheels(syn, bundle="short")
     assert result.exit_code == 0, result.stderr
-    provenance = stamp.read_provenance(dist_wheels(syn, "short")[1])
+    provenance = wheel_stamp.read_provenance(dist_wheels(syn, "short")[1])
     assert provenance.components["openxla"].commit == syn.commits["openxla"]
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from tests.clirunner import CliResult, run_cli
 from tests.synthetic_upstream import Synthetic, cli_args, make_synthetic
-from xla_wheels.supply import rebuild
+from xla_wheels import rebuild_check as rebuild
 from xla_wheels.wheels_lock import file_sha256
 
 HOST = ("--mode", "host", "--host-python", sys.executable)

@@ -24,9 +24,8 @@ from tests.publish_support import (
     provenance,
 )
 from tests.synthetic_upstream import Synthetic, cli_args, make_synthetic
-from xla_wheels.builder import stamp
+from xla_wheels import sbom, wheel_stamp
 from xla_wheels.provenance import PatchDigest
-from xla_wheels.supply import sbom
 
 HOST = ("--mode", "host", "--host-python", sys.executable)
 EPOCH = 1700000000
@@ -73,7 +72,7 @@ def test_each_built_wheel_carries_its_sbom_from_the_provenance(
     syn_build: tuple[Synthetic, list[Path]],
 ) -> None:
     syn, (torch, torch_xla) = syn_build
-    provenance_file = stamp.read_provenance(torch_xla)
+    provenance_file = wheel_stamp.read_provenance(torch_xla)
     for wheel, package in ((torch, "torch"), (torch_xla, "torch_xla")):
         name = sbom.arcname(wheel)
         assert re.fullmatch(rf"{package}-[^/]+\.dist-info/sboms/xla-wheels\.cdx\.json", name)
@@ -81,7 +80,7 @@ def test_each_built_wheel_carries_its_sbom_from_the_provenance(
         with zipfile.ZipFile(wheel) as archive:
             record = archive.read(name.split("/sboms/")[0] + "/RECORD").decode()
         assert sbom.record_problem(record, name, raw) is None
-        version = str(stamp.split_wheel_name(wheel.name)["version"])
+        version = str(wheel_stamp.split_wheel_name(wheel.name)["version"])
         assert sbom.check(raw, package, version, provenance_file) == []
         assert json.loads(raw)["metadata"]["timestamp"] == "2023-11-14T22:13:20+00:00"
     torch_facts = sbom.read_facts(sbom.read_sbom(torch))
@@ -98,7 +97,7 @@ def test_each_built_wheel_carries_its_sbom_from_the_provenance(
         p.path for p in xla_facts.components["openxla"].patches
     ]
     # The very document the provenance gives: one source, same bytes.
-    version = str(stamp.split_wheel_name(torch_xla.name)["version"])
+    version = str(wheel_stamp.split_wheel_name(torch_xla.name)["version"])
     assert sbom.read_sbom(torch_xla) == sbom.sbom_bytes(
         "torch_xla", version, provenance_file, EPOCH
     )

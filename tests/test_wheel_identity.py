@@ -20,7 +20,7 @@ import pytest
 from tests.clirunner import CliResult, run_cli
 from tests.publish_support import IndexServer, index_server  # noqa: F401 - fixture
 from tests.synthetic_upstream import Synthetic, cli_args, make_patch, make_synthetic
-from xla_wheels.builder import stamp
+from xla_wheels import wheel_stamp
 from xla_wheels.wheels_lock import file_sha256, read_lock
 
 HOST = ("--mode", "host", "--host-python", sys.executable)
@@ -257,7 +257,7 @@ def test_repack_ignores_order_dates_and_modes_and_tags_builds(tmp_path: Path) ->
         [(n, d, (2024, 5, 1, 12, 0, 0), m) for n, (d, m) in files.items()],
     )
     epoch = 0  # before zip's floor: clamped to 1980-01-01
-    stamp.repack_wheel(one, one, epoch, {"demo/_prov.json": b"{}\n"})
+    wheel_stamp.repack_wheel(one, one, epoch, {"demo/_prov.json": b"{}\n"})
     with zipfile.ZipFile(one) as archive:
         infos = archive.infolist()
         assert [i.filename for i in infos][-1] == "demo-1.0.dist-info/RECORD"
@@ -271,10 +271,10 @@ def test_repack_ignores_order_dates_and_modes_and_tags_builds(tmp_path: Path) ->
         [(n, d, (2030, 1, 1, 0, 0, 0), 0o755 if "tool" in n else 0o600)
          for n, (d, _) in reversed(files.items())],
     )  # fmt: skip
-    stamp.repack_wheel(three, three, epoch, {"demo/_prov.json": b"{}\n"})
+    wheel_stamp.repack_wheel(three, three, epoch, {"demo/_prov.json": b"{}\n"})
     assert file_sha256(three) == file_sha256(one)
 
-    tagged = stamp.with_build_tag(one, "1")
+    tagged = wheel_stamp.with_build_tag(one, "1")
     assert tagged.name == "demo-1.0-1-py3-none-any.whl"
     with zipfile.ZipFile(tagged) as archive:
         assert "Build: 1" in archive.read("demo-1.0.dist-info/WHEEL").decode()

@@ -7,7 +7,7 @@ as one JSON line, the file form SLSA's tools use) for each wheel ``wheels.lock``
 - subject: the wheel's file name and sha256 (the locked one);
 - predicate (https://slsa.dev/provenance/v1): ``buildDefinition.externalParameters``
   names the bundle, its manifest digest and the runtime pins (libtpu, jax): the facts
-  that are per bundle and so cannot be inside the shared wheel bytes (``supply.sbom``);
+  that are per bundle and so cannot be inside the shared wheel bytes (``sbom``);
   ``resolvedDependencies`` holds each component's remote and full commit and each patch
   with its sha256, read from the provenance stamped into the torch_xla wheel (one source);
   ``internalParameters`` the build settings and toolchain; ``runDetails.builder.id`` the
@@ -38,11 +38,10 @@ from securesystemslib.dsse import Envelope
 from securesystemslib.exceptions import VerificationError
 from securesystemslib.signer import CryptoSigner, Key, SSlibKey
 
-from xla_wheels.builder import stamp
+from xla_wheels import sbom, wheel_stamp
 from xla_wheels.bundle import Bundle
 from xla_wheels.errors import PipelineError, UsageError
 from xla_wheels.provenance import Provenance
-from xla_wheels.supply import sbom
 from xla_wheels.wheels_lock import BundleEntry, WheelRecord
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -111,7 +110,7 @@ def statement(
     builder_id: str,
 ) -> dict[str, Any]:
     """The in-toto statement for one locked wheel (``wheel`` holds its bytes)."""
-    package = str(stamp.split_wheel_name(record.name)["dist"])
+    package = str(wheel_stamp.split_wheel_name(record.name)["dist"])
     facts = sbom.facts_for(package, provenance)
     dependencies: list[dict[str, Any]] = []
     for name, component in sorted(facts.components.items()):
@@ -264,7 +263,7 @@ def attest_bundle(
             "provenance the attestations are made from",
             fix=f"build the bundle: `make wheels BUNDLE={bundle.name}`",
         )
-    provenance = stamp.read_provenance(torch_xla.path)
+    provenance = wheel_stamp.read_provenance(torch_xla.path)
     written = []
     for wheel in wheels:
         body = statement(wheel.path, wheel.record, bundle, entry, provenance, builder_id)

@@ -110,7 +110,7 @@ class PublishOptions:
 
 @dataclass(frozen=True)
 class SupplyOptions:
-    """Settings of the signed attestations (``xla_wheels.supply.attest``)."""
+    """Settings of the signed attestations (``xla_wheels.attestation``)."""
 
     signing_key: Path | None
     """The team's private key (PEM): a path, never the key; never printed."""

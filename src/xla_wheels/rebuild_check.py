@@ -26,10 +26,9 @@ import zipfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from xla_wheels import log
+from xla_wheels import log, wheel_stamp
 from xla_wheels.builder import build_and_collect as build_stage
 from xla_wheels.builder import rebuilt_wheels as recorded_mod
-from xla_wheels.builder import stamp
 from xla_wheels.builder.config import BuildConfig
 from xla_wheels.bundle import load_bundle
 from xla_wheels.checks_before_fetch import check_before_fetch
@@ -159,10 +158,10 @@ def _compare(
     report_dir = layout.logs / REBUILD_DIR
     if report_dir.exists():
         shutil.rmtree(report_dir)
-    by_project = {str(stamp.split_wheel_name(w.name)["dist"]): w for w in rebuilt}
+    by_project = {str(wheel_stamp.split_wheel_name(w.name)["dist"]): w for w in rebuilt}
     comparisons = []
     for record in records:
-        project = str(stamp.split_wheel_name(record.name)["dist"])
+        project = str(wheel_stamp.split_wheel_name(record.name)["dist"])
         wheel = by_project.get(project)
         if wheel is None:
             raise PipelineError(f"the rebuild made no {project} wheel (see its logs)")

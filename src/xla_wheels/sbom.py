@@ -11,7 +11,7 @@ What it does not list, on purpose: the bundle, its manifest digest, the componen
 remotes and the runtime pins (libtpu, jax). Bundles with the same inputs share one stage
 and so the very same wheel bytes (``builder.stamp``); a bundle fact inside the wheel
 would be wrong for all bundles but the first. Those facts are per bundle and go into the
-signed attestation next to the wheel (``supply.attest``).
+signed attestation next to the wheel (``attestation``).
 
 Where it is made: on the host, right after a recipe has put its wheel into the stage
 (``builder.stage.build``), with cyclonedx-python-lib from the pipeline's environment. The
@@ -20,7 +20,7 @@ there; the stamped provenance it wrote is read back from the wheel, which keeps 
 
 Byte-reproducible: fixed ``bom-ref`` values, a serial number derived from the content
 (uuid5), the timestamp from SOURCE_DATE_EPOCH, and the wheel re-packed by
-``stamp.repack_wheel`` (RECORD lists the document with its hash).
+``wheel_stamp.repack_wheel`` (RECORD lists the document with its hash).
 
 The torch wheel's document holds the torch component only, with the settings its stage
 key covers (image or host Python, C++ ABI): a torch stage is shared by every torch_xla
@@ -58,7 +58,7 @@ from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 from packageurl import PackageURL
 
-from xla_wheels.builder import stamp
+from xla_wheels import wheel_stamp
 from xla_wheels.provenance import (
     BuildSettings,
     ComponentProvenance,
@@ -194,7 +194,7 @@ def _dist_info(names: list[str], package: str) -> str:
 
 def arcname(wheel: Path) -> str:
     """``<name>-<version>.dist-info/sboms/xla-wheels.cdx.json`` inside ``wheel``."""
-    package = str(stamp.split_wheel_name(wheel.name)["dist"])
+    package = str(wheel_stamp.split_wheel_name(wheel.name)["dist"])
     with zipfile.ZipFile(wheel) as archive:
         return f"{_dist_info(archive.namelist(), package)}/sboms/{SBOM_NAME}"
 
@@ -206,12 +206,14 @@ def add_sbom(wheel: Path, provenance: Provenance, epoch: int) -> str:
     wheel (it has the toolchain and openxla_patches of the build); ``provenance`` is
     the one the build stage composed, used for torch.
     """
-    parts = stamp.split_wheel_name(wheel.name)
+    parts = wheel_stamp.split_wheel_name(wheel.name)
     package, version = str(parts["dist"]), str(parts["version"])
     if package == "torch_xla":
-        provenance = stamp.read_provenance(wheel)
+        provenance = wheel_stamp.read_provenance(wheel)
     name = arcname(wheel)
-    stamp.add_file_to_wheel(wheel, name, sbom_bytes(package, version, provenance, epoch), epoch)
+    wheel_stamp.add_file_to_wheel(
+        wheel, name, sbom_bytes(package, version, provenance, epoch), epoch
+    )
     return name
 
 

@@ -13,7 +13,8 @@ Modules, in the order a run uses them:
   the same code on the host (BUILD_MODE=host) and inside the builder image. It imports
   only the standard library and this package, so the image needs no pipeline dependencies.
 - ``container``: docker / podman / buildah / host behind one context manager.
-- ``stamp``: the local version label and the provenance file inside the torch_xla wheel.
+- the local version label and the provenance file inside the torch_xla wheel are written
+  by ``xla_wheels.wheel_stamp``, a low module: the SBOM and the checks read those files too.
 - ``collect``: staging, ship check, atomic move into ``dist/<bundle>``, ``wheels.lock``.
 - ``build_and_collect``: the orchestration that ``pipeline.run_until`` and ``pipeline.plan`` call.
 """

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import xla_wheels
-from xla_wheels import log
+from xla_wheels import log, sbom, wheel_stamp
 from xla_wheels.abi import ship as abi_ship
 from xla_wheels.abi.pairs import AbiMismatch
-from xla_wheels.builder import rebuilt_wheels, recipes, remote_cache, stamp
+from xla_wheels.builder import rebuilt_wheels, recipes, remote_cache
 from xla_wheels.builder.collect import ShipCheckFailed, Staging, record_collected, up_to_date
 from xla_wheels.builder.config import BuildConfig
 from xla_wheels.builder.container import Engine, Mount, build_image_argv, make_engine
@@ -35,7 +35,6 @@ from xla_wheels.plan import PlannedCommand, PlannedStage
 from xla_wheels.progress import Timings
 from xla_wheels.provenance import BuildSettings, ComponentProvenance, PatchDigest, Provenance
 from xla_wheels.sources import CheckedOutSource, SourceCache, known_commits
-from xla_wheels.supply import sbom
 from xla_wheels.upstream_tree import TORCH_XLA_IN_TORCH
 from xla_wheels.wheels_lock import file_sha256
 
@@ -136,8 +135,8 @@ def compose(
     }
     series = {name: _series(bundle, name) for name in bundle.components}
     torch_c, xla_c = bundle.component("torch"), bundle.component("torch_xla")
-    torch_digest = stamp.patch_digest([series["torch"][1]]) if torch_c.patches else None
-    torch_version = stamp.local_version(torch_c.version or "", pins["torch"], torch_digest)
+    torch_digest = wheel_stamp.patch_digest([series["torch"][1]]) if torch_c.patches else None
+    torch_version = wheel_stamp.local_version(torch_c.version or "", pins["torch"], torch_digest)
     # torch_xla always carries ".p<digest>": even with no torch_xla patch, its OpenXLA is
     # the bundle's (override), not the one upstream's WORKSPACE pins.
     xla_parts = [series["torch_xla"][1], f"openxla:{pins['openxla']}", series["openxla"][1]]
@@ -147,8 +146,10 @@ def compose(
         # another torch (builder.rebuilt_wheels stops on exactly that). Unpatched torch adds
         # nothing, so those labels stay as they were.
         xla_parts.append(f"torch:{series['torch'][1]}")
-    xla_digest = stamp.patch_digest(xla_parts)
-    torch_xla_version = stamp.local_version(xla_c.version or "", pins["torch_xla"], xla_digest)
+    xla_digest = wheel_stamp.patch_digest(xla_parts)
+    torch_xla_version = wheel_stamp.local_version(
+        xla_c.version or "", pins["torch_xla"], xla_digest
+    )
     knobs = {
         "bundle_libtpu": bundle.build.bundle_libtpu,
         "tpuvm_mode": bundle.build.tpuvm_mode,
@@ -398,11 +399,11 @@ def build(run: BuildRun) -> None:
                         f"the {name} build failed (exit {code}); nothing was collected",
                         fix=f"read {run.spec.logs}/{name}.log",
                     )
-                # On the host: the SBOM library is not in the builder image (supply.sbom).
+                # On the host: the SBOM library is not in the builder image (xla_wheels.sbom).
                 wheel = sbom.add_to_stage(
                     run.stage_dir(name),
                     Provenance.from_json(run.spec.provenance),
-                    stamp.epoch_from(run.spec.extra_env),
+                    wheel_stamp.epoch_from(run.spec.extra_env),
                 )
                 log.info(f"build: {sbom.arcname(wheel)} added to {wheel.name}")
 

@@ -1,6 +1,6 @@
 """A rebuilt wheel against the wheels ``wheels.lock`` records: never replaced silently.
 
-The packing is reproducible (``stamp.repack_wheel``), but a compiler may still make
+The packing is reproducible (``wheel_stamp.repack_wheel``), but a compiler may still make
 different bytes from the same inputs (after the stage cache was wiped, on another
 builder). Such a wheel has the file name of one already recorded, maybe already
 published and installed, with another sha256: a host that pinned the recorded hash would
@@ -26,8 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from xla_wheels import filemode, log
-from xla_wheels.builder import stamp
+from xla_wheels import filemode, log, wheel_stamp
 from xla_wheels.errors import PipelineError
 from xla_wheels.wheels_lock import file_sha256, read_lock
 
@@ -54,13 +53,13 @@ class Replacement:
 
 
 def _identity(filename: str) -> tuple[str, ...]:
-    parts = stamp.split_wheel_name(filename)
+    parts = wheel_stamp.split_wheel_name(filename)
     return tuple(str(parts[k]) for k in ("dist", "version", "python", "abi", "platform"))
 
 
 def build_number(filename: str) -> int:
     """The build tag as a number; -1 without one (lower than any tag)."""
-    tag = stamp.split_wheel_name(filename)["build"]
+    tag = wheel_stamp.split_wheel_name(filename)["build"]
     digits = "".join(c for c in tag or "" if c.isdigit())
     return int(digits) if tag and digits else -1
 
@@ -174,7 +173,7 @@ def settle(
                 fix=f"`make wheels BUNDLE={bundle} BUILD_TAG={highest + 1}`",
             )
         for replacement in found:
-            tagged = stamp.with_build_tag(replacement.wheel, build_tag)
+            tagged = wheel_stamp.with_build_tag(replacement.wheel, build_tag)
             put_in_stage(replacement.wheel.parent, tagged, replacement.wheel)
             log.info(f"new build {tagged.name}, sha256 {file_sha256(tagged)}")
         return

@@ -35,7 +35,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from xla_wheels.builder import recipes, remote_cache, stamp
+from xla_wheels import wheel_stamp
+from xla_wheels.builder import recipes, remote_cache
 from xla_wheels.builder.spec import BuildSpec
 from xla_wheels.provenance import PROVENANCE_PATH, PatchDigest, Provenance
 from xla_wheels.redact import Redactor
@@ -264,13 +265,13 @@ def _stamp_provenance(spec: BuildSpec, args: Sequence[str], log_file: TextIO) ->
         toolchain=_toolchain(spec),
         openxla_patches=tuple(PatchDigest(row["path"], row["sha256"]) for row in applied),
     )
-    stamp.stamp_provenance(wheels[0], provenance, stamp.epoch_from(spec.extra_env))
+    wheel_stamp.stamp_provenance(wheels[0], provenance, wheel_stamp.epoch_from(spec.extra_env))
     _say(f"# {PROVENANCE_PATH} added to {wheels[0].name}", log_file)
 
 
 def _repack_wheel(spec: BuildSpec, args: Sequence[str], log_file: TextIO) -> None:
     for wheel in sorted(Path(args[0]).glob("*.whl")):
-        stamp.repack_wheel(wheel, wheel, stamp.epoch_from(spec.extra_env))
+        wheel_stamp.repack_wheel(wheel, wheel, wheel_stamp.epoch_from(spec.extra_env))
         _say(f"# {wheel.name} re-packed reproducibly", log_file)
 
 

@@ -14,6 +14,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from xla_wheels import attestation as attest
 from xla_wheels import log
 from xla_wheels.bundle import load_bundle
 from xla_wheels.cli.arguments import add_bundle_arguments
@@ -28,7 +29,6 @@ from xla_wheels.publish.wheels import locked_records, locked_wheels
 from xla_wheels.redact import Redactor
 from xla_wheels.release import lanes
 from xla_wheels.release.host_lane import add_lane_findings
-from xla_wheels.supply import attest
 from xla_wheels.wheels_lock import BundleEntry, read_lock
 
 

@@ -236,7 +236,7 @@ def publish_options(args: argparse.Namespace, environ: Mapping[str, str]) -> Pub
 
 
 def supply_options(args: argparse.Namespace, environ: Mapping[str, str]) -> SupplyOptions:
-    from xla_wheels.supply.attest import DEFAULT_BUILDER_ID
+    from xla_wheels.attestation import DEFAULT_BUILDER_ID
 
     settings = Settings(args, environ)
     return SupplyOptions(

@@ -20,7 +20,7 @@ from xla_wheels.publish.wheels import bundle_entry
 
 
 def cmd_attest(args: argparse.Namespace) -> int:
-    from xla_wheels.supply import attest
+    from xla_wheels import attestation as attest
 
     options = pipeline_options(args, os.environ)
     settings = supply_options(args, os.environ)
@@ -44,7 +44,7 @@ def cmd_attest(args: argparse.Namespace) -> int:
 
 
 def cmd_rebuild_check(args: argparse.Namespace) -> int:
-    from xla_wheels.supply import rebuild
+    from xla_wheels import rebuild_check as rebuild
 
     options = pipeline_options(args, os.environ)
     config = build_config(args, os.environ)

@@ -5,9 +5,9 @@ if they are set before that import, so a doctor that imported it would be checki
 process that is already configured. The ABI check reads ``_XLAC`` and torch's libraries
 as ELF files (``xla_wheels.abi``). Versions come from ``importlib.metadata`` in the
 host's interpreter (``--python``), the provenance file and each wheel's SBOM
-(``supply.sbom``) are read as files, and the environment checks read this process's
+(``sbom``) are read as files, and the environment checks read this process's
 environment (the shell's, through make). With the team's public key, each locked wheel's
-signed attestation is verified (``supply.attest``, from the CLI).
+signed attestation is verified (``attestation``, from the CLI).
 
 The runtime contract (the users' validated receipts): ``PJRT_DEVICE=TPU``,
 ``XLA_NO_SPECIAL_SCALARS=1``, ``XLA_PERSISTENT_CACHE_PATH`` set to a usable directory, and
@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from xla_wheels import sbom
 from xla_wheels.abi import pairs as abi_pairs
 from xla_wheels.bundle import Bundle
 from xla_wheels.errors import PipelineError
@@ -34,7 +35,6 @@ from xla_wheels.publish.cache_contract import CacheFacts, judge_cache_contract
 from xla_wheels.publish.errors import DoctorFailed
 from xla_wheels.publish.host_probe import HostFacts, probe
 from xla_wheels.publish.index import WheelName, normalize
-from xla_wheels.supply import sbom
 from xla_wheels.wheels_lock import BundleEntry
 
 #: File system types on which several hosts see the same cache directory.

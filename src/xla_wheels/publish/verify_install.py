@@ -3,7 +3,7 @@
 Steps: write the hash-pinned requirements (ours from the lock, plus the recorded runtime
 wheels unless ``--no-deps``), create a fresh venv, ``pip install --require-hashes
 --no-cache-dir`` from the index, then in that venv compare the installed versions and the
-provenance file with the lock, read each wheel's SBOM (``supply.sbom``: in RECORD,
+provenance file with the lock, read each wheel's SBOM (``sbom``: in RECORD,
 schema-valid, saying what the provenance says) and import torch_xla. pip refuses any
 file whose sha256 is not the locked one, which is the point: a file altered on the index
 never installs.
@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xla_wheels import log
+from xla_wheels import log, sbom
 from xla_wheels.bundle import Bundle
 from xla_wheels.provenance import PROVENANCE_PATH, ProvenanceFormatError
 from xla_wheels.publish import provenance_check as prov
@@ -39,7 +39,6 @@ from xla_wheels.publish.index import (
 from xla_wheels.publish.requirements import write_requirements
 from xla_wheels.publish.wheels import bundle_entry, locked_records
 from xla_wheels.redact import scrub
-from xla_wheels.supply import sbom
 from xla_wheels.wheels_lock import RuntimeWheelRecord
 
 PIP_TIMEOUT_S = 1800.0

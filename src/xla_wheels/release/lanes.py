@@ -27,7 +27,7 @@
 
 A lane may add ``require-signature = true`` and ``signing-public-key = "<PEM, relative to
 the checkout>"``: publish and promote then refuse a wheel whose signed attestation that
-key does not verify (``supply.attest``).
+key does not verify (``attestation``).
 
 ``lanes.lock`` (written by ``publish``/``promote``, by rename, only after success) records
 each lane's current bundle, its wheels and the receipt that let it in.
@@ -89,7 +89,7 @@ class Lane:
     """``user/index`` on the devpi server, for a ``devpi`` lane (index_url is its simple page)."""
     signing_public_key: Path | None = None
     """``require-signature = true`` + ``signing-public-key``: publish and promote refuse
-    a wheel without a signature this key verifies (``supply.attest``)."""
+    a wheel without a signature this key verifies (``attestation``)."""
 
     @property
     def where(self) -> str:

@@ -66,7 +66,7 @@ def required_signatures(
     lane's public key for exactly that file (raises naming each unsigned or bad one)."""
     if lane.signing_public_key is None:
         return []
-    from xla_wheels.supply import attest  # lazy: the crypto libraries only when required
+    from xla_wheels import attestation as attest  # lazy: the crypto libraries only when required
 
     key = attest.load_public_key(lane.signing_public_key)
     signed = attest.check_signed(
