@@ -27,7 +27,8 @@ from tests.publish_support import (
     make_publish_project,
     provenance,
 )
-from xla_wheels.supply import attest, sbom
+from xla_wheels import attestation as attest
+from xla_wheels import sbom
 from xla_wheels.wheels_lock import file_sha256, read_lock
 
 EPOCH = 1700000000

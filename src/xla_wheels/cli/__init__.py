@@ -13,7 +13,8 @@ run holds the bundle (:mod:`xla_wheels.run_lock`), 130 interrupted).
 - ``abi``: abi-check.
 - ``release``: publish-lane, promote, compare, lane-requirements, lanes (and the receipts
   the gate and the benchmark leave, doctor's lane findings).
-- ``supply``: attest, rebuild-check (supply-chain evidence, ``xla_wheels.supply``).
+- ``supply``: attest, rebuild-check (supply-chain evidence: ``xla_wheels.attestation``,
+  ``xla_wheels.rebuild_check``).
 
 Each of those modules has ``add_arguments(name, parser)``, which defines one subcommand's
 arguments and sets its ``handler`` (a function of the parsed namespace returning the exit

@@ -1,4 +1,4 @@
-"""Subcommands ``attest`` and ``rebuild-check`` (``xla_wheels.supply``).
+"""Subcommands ``attest`` and ``rebuild-check`` (supply-chain evidence).
 
 Exit codes: 0 done (attest) or the rebuild is identical (rebuild-check); 1 a rebuilt
 wheel differs from the recorded one (diffoscope's report is kept), or a build failed;
