@@ -12,6 +12,14 @@ import pytest
 from tests import clirunner, real_source
 from tests.clirunner import CliResult
 from tests.gitrepos import Upstream, make_upstreams
+from tests.once_per_run import once_per_run
+from tests.synthetic_upstream import (
+    Synthetic,
+    copy_synthetic,
+    load_synthetic,
+    make_synthetic,
+    save_synthetic,
+)
 from xla_wheels.options import machine_cache
 from xla_wheels.series_checks.toolchain import Toolchain, ensure_toolchain
 
@@ -34,6 +42,28 @@ def run_cli(tmp_path: Path) -> Callable[..., CliResult]:
         return clirunner.run_cli(*args, env={**isolated, **(env or {})}, timeout=300, **kwargs)
 
     return run
+
+
+# --- The synthetic upstream (tests/synthetic_upstream.py) ------------------------------
+
+
+@pytest.fixture(scope="session")
+def synthetic_template(tmp_path_factory: pytest.TempPathFactory) -> Synthetic:
+    """The synthetic project, made once per pytest run. Never change it: take ``syn``."""
+
+    def make(directory: Path) -> None:
+        save_synthetic(make_synthetic(directory), directory / "commits.json")
+
+    def load(directory: Path) -> Synthetic:
+        return load_synthetic(directory, directory / "commits.json")
+
+    return once_per_run(tmp_path_factory, "synthetic", make, load)
+
+
+@pytest.fixture
+def syn(synthetic_template: Synthetic, tmp_path: Path) -> Synthetic:
+    """This test's own copy of the synthetic project (upstream repositories, project root)."""
+    return copy_synthetic(synthetic_template, tmp_path)
 
 
 # --- Stock torch_xla environments (the gate's real evidence) --------------------------

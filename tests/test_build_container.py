@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.clirunner import CliResult, run_cli
-from tests.synthetic_upstream import Synthetic, cli_args, make_synthetic
+from tests.synthetic_upstream import Synthetic, cli_args, copy_synthetic
 from xla_wheels.builder import stamp
 from xla_wheels.builder.container import build_image_argv, probe_engine
 
@@ -76,12 +76,12 @@ def test_image() -> str:
 
 
 @pytest.fixture
-def syn() -> Synthetic:
+def syn(synthetic_template: Synthetic) -> Synthetic:
     # Not pytest's tmp_path: the container user must traverse the path, and pytest's base
     # directory is private (0700); this one is removed afterwards.
     base = Path(tempfile.mkdtemp(prefix="xla-wheels-ctr-", dir="/var/tmp"))
     base.chmod(0o755)
-    yield make_synthetic(base)
+    yield copy_synthetic(synthetic_template, base)
     shutil.rmtree(base, ignore_errors=True)
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from tests.clirunner import CliResult, run_cli
 from tests.gitrepos import git
-from tests.synthetic_upstream import Synthetic, cli_args, make_synthetic
+from tests.synthetic_upstream import Synthetic, cli_args
 from tests.test_worktree_and_lock_safety import lock_check, make_mirror
 
 HOST = ("--mode", "host", "--host-python", sys.executable)
@@ -27,8 +27,8 @@ CLI_SECONDS = 3.0
 
 
 @pytest.fixture
-def syn(tmp_path: Path) -> Synthetic:
-    synthetic = make_synthetic(tmp_path)
+def syn(syn: Synthetic) -> Synthetic:
+    synthetic = syn
     make_mirror(synthetic)
     assert cli(synthetic, "lock").exit_code == 0
     # `lock` held the bundle's run lock (out/syn/.lock); the cases below start from a
