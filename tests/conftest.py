@@ -11,6 +11,7 @@ import pytest
 
 from tests import clirunner, real_source
 from tests.clirunner import CliResult
+from tests.gate_helpers import GateRun, run_gate_cli
 from tests.gitrepos import Upstream, make_upstreams
 from tests.once_per_run import once_per_run
 from tests.synthetic_upstream import (
@@ -86,6 +87,28 @@ def stock_xla_python_27() -> Path:
     from xla_wheels.gate import envs
 
     return envs.ensure_stock_env("2.7.0", root=machine_cache(os.environ))
+
+
+@pytest.fixture(scope="session")
+def gate_27(stock_xla_python_27: Path, tmp_path_factory: pytest.TempPathFactory) -> GateRun:
+    """One run of every gate check on stock 2.7.0 per pytest run, for the tests that only
+    read its report (test_gate_stock.py, test_gate_cache_checks.py). Three warm runs: on
+    the SPMD variant, 8 steps and three loaders make a miss of 2.7.0's hang unlikely. The
+    restart check records its baseline in ``<out>/../baselines``; TMPDIR is the run's
+    own, so a test can see the gate left nothing behind in it."""
+
+    def make(directory: Path) -> None:
+        (directory / "tmp").mkdir()
+        run = run_gate_cli(
+            "gate", "--python", str(stock_xla_python_27), "--warm-runs", "3",
+            "--record-baseline", "--baselines-dir", str(directory / "baselines"),
+            out_dir=directory / "report", env={"TMPDIR": str(directory / "tmp")},
+        )  # fmt: skip
+        run.save(directory / "run.json")
+
+    return once_per_run(
+        tmp_path_factory, "gate-stock-2.7.0", make, lambda d: GateRun.load(d / "run.json")
+    )
 
 
 # --- The real pytorch/xla source (tests/real_source.py) -------------------------------
