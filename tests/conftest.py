@@ -114,12 +114,27 @@ def gate_27(stock_xla_python_27: Path, tmp_path_factory: pytest.TempPathFactory)
 # --- The real pytorch/xla source (tests/real_source.py) -------------------------------
 
 
+#: Fixtures that need a stock torch_xla environment (the compiled checks' toolchain takes
+#: torch's headers and libraries from the stock 2.9.0 one).
+STOCK_XLA_FIXTURES = frozenset(
+    {"stock_xla_python_27", "stock_xla_python_29", "gate_27", "series_toolchain"}
+)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test that uses the real source (the pytorch_xla_repo fixture, directly or through
-    base_tree/patched_tree) is a ``real_source`` test, whether or not it says so."""
+    """Tiers from what a test uses, so they are per test and cannot be forgotten: the real
+    source (the pytorch_xla_repo fixture, directly or through base_tree/patched_tree) makes
+    a ``real_source`` test; a stock torch_xla environment (STOCK_XLA_FIXTURES, directly or
+    through another fixture) a ``stock_xla`` one. Under xdist (``--dist loadgroup``) the
+    ``stock_xla`` tests share one worker: their gate runs judge timings and bound hangs by
+    wall time, which two gate runs side by side on two cores would distort."""
     for item in items:
-        if "pytorch_xla_repo" in getattr(item, "fixturenames", ()):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if "pytorch_xla_repo" in fixtures:
             item.add_marker(pytest.mark.real_source)
+        if fixtures & STOCK_XLA_FIXTURES:
+            item.add_marker(pytest.mark.stock_xla)
+            item.add_marker(pytest.mark.xdist_group("stock_xla"))
 
 
 @pytest.hookimpl(hookwrapper=True)

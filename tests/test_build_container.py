@@ -41,8 +41,6 @@ def _why_not_oci() -> str | None:
     return None
 
 
-pytestmark = pytest.mark.slow
-
 
 def ensure_base_image() -> None:
     """The debootstrap base image, made once per machine (cached in containers storage)."""
@@ -89,6 +87,7 @@ def run_wheels(syn: Synthetic, *extra: str, bundle: str = "syn") -> CliResult:
     return run_cli(*cli_args(syn, *extra, bundle=bundle), inherit_env=True, timeout=900)
 
 
+@pytest.mark.slow
 def test_buildah_builds_collects_and_smoke_imports(test_image: str, syn: Synthetic) -> None:
     result = run_wheels(syn, "--mode", "container", "--engine", "buildah", "--image", test_image)
     assert result.exit_code == 0, result.stderr[-4000:]
@@ -124,6 +123,7 @@ def test_buildah_builds_collects_and_smoke_imports(test_image: str, syn: Synthet
     assert f"smoke: 2.9.0a0+git{syn.commits['torch'][:7]}" in built.stdout + built.stderr
 
 
+@pytest.mark.slow
 def test_buildah_failing_ship_check_keeps_dist_empty(test_image: str, syn: Synthetic) -> None:
     syn.write_bundle("unfixed", xla_patches=("torch_xla/0002-comment.patch",))
     result = run_wheels(
@@ -135,6 +135,7 @@ def test_buildah_failing_ship_check_keeps_dist_empty(test_image: str, syn: Synth
     assert not (syn.root / "dist").exists()
 
 
+@pytest.mark.slow
 def test_docker_engine_or_reason(syn: Synthetic) -> None:
     problem = probe_engine("docker", timeout=10)
     if problem:

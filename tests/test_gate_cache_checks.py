@@ -26,8 +26,6 @@ from tests.gate_helpers import GateRun, run_gate_cli
 from xla_wheels.gate import restart, upstream_tests
 from xla_wheels.gate.target import resolve_target
 
-pytestmark = pytest.mark.slow
-
 UPSTREAM_REVISION = "c04e61c3424142c0eebcc9e59984b9d8fced18c0"
 
 
@@ -146,6 +144,10 @@ def torch_xla_src(pytorch_xla_repo: Path) -> Path:
         ),
     ],
 )
+# Its stock environment comes through getfixturevalue, which conftest's marking by fixture
+# names cannot see: marked here.
+@pytest.mark.stock_xla
+@pytest.mark.xdist_group("stock_xla")
 def test_upstream_persistent_cache_test_on_cpu(
     version: str,
     expected_failures: set[str],

@@ -19,8 +19,6 @@ import pytest
 
 from tests.gate_helpers import GateRun, run_gate_cli
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture(scope="module")
 def gate_default(stock_xla_python_29: Path, tmp_path_factory: pytest.TempPathFactory) -> GateRun:

@@ -48,8 +48,6 @@ from xla_wheels.lockfile import WheelRecord, file_sha256, record_wheels, update_
 from xla_wheels.publish.index import Credentials, project_files
 from xla_wheels.release import lanes, policy, receipts
 
-pytestmark = pytest.mark.slow
-
 STOCK = "2.7.0"
 STOCK_BUNDLE = "stock-2.7"
 HOST = ("--mode", "host", "--host-python", sys.executable)
