@@ -139,6 +139,7 @@ def test_a_commit_the_mirror_does_not_have(syn: Synthetic, stage: str) -> None:
 @pytest.mark.parametrize(
     ("content", "error"),
     [
+        (b"", "has lock-version None"),
         (b"\x00\xff\xfe binary \x80", "is not UTF-8 text"),
         (b"lock-version = \n", "is not valid TOML"),
         (b'lock-version = "2"\n', "has lock-version '2'"),
@@ -155,6 +156,7 @@ def test_a_corrupt_lock_and_its_fix_that_works(syn: Synthetic, content: bytes, e
     shutil.move(lock, syn.root / "wheels.lock.broken")
     assert cli(syn, "lock").exit_code == 0
     assert lock.read_bytes() == good
+    assert lock_check(syn).exit_code == 0
 
 
 def test_git_checkout_restores_a_corrupt_lock(syn: Synthetic) -> None:
