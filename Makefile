@@ -108,18 +108,18 @@ compiler-tools:
 
 # The suite runs on every core (pytest-xdist); --dist loadgroup keeps the stock_xla tests,
 # whose gate runs judge wall times, on one worker (tests/conftest.py).
-PYTEST_PARALLEL := -n auto --dist loadgroup
+PARALLEL_FLAGS := -n auto --dist loadgroup
 # The edit loop's tier: no gate run, no stock torch_xla, no container engine (README "Development").
-FAST_TIER := not slow and not stock_xla
+FAST_TIER_FLAGS := -m 'not slow and not stock_xla'
 
 test: $(VENV_STAMP) container-tools cache-tools compiler-tools ## install everything needed, then run ruff, mypy and the whole test suite [PYTEST_ARGS=] [PYTHON_FOR_VENV=]
 	$(PY) -m ruff check src tests scripts
 	$(PY) -m mypy
-	$(PY) -m pytest $(PYTEST_PARALLEL) $(PYTEST_ARGS)
+	$(PY) -m pytest $(PARALLEL_FLAGS) $(PYTEST_ARGS)
 
 test-fast: $(VENV_STAMP) compiler-tools ## the edit loop: ruff and the tests that need no gate run, no stock torch_xla and no container engine [PYTEST_ARGS=]
 	$(PY) -m ruff check src tests scripts
-	$(PY) -m pytest $(PYTEST_PARALLEL) -m '$(FAST_TIER)' $(PYTEST_ARGS)
+	$(PY) -m pytest $(PARALLEL_FLAGS) $(FAST_TIER_FLAGS) $(PYTEST_ARGS)
 
 lint: $(VENV_STAMP) ## ruff and mypy only
 	$(PY) -m ruff check src tests scripts
