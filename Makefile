@@ -55,7 +55,7 @@ ROUNDS_FLAG = $(call flag,ROUNDS,--rounds)
 ATTEST_FLAGS = $(call flag,SIGNING_KEY,--signing-key) $(call flag,BUILDER_ID,--builder-id)
 PUBLIC_KEY_FLAG = $(call flag,PUBLIC_KEY,--public-key)
 
-.PHONY: help venv test lint demo bundles diff sources patch patches-check wheels lock lock-check clean
+.PHONY: help venv test test-fast lint demo bundles diff sources patch patches-check wheels lock lock-check clean
 .PHONY: builder-image container-tools cache-tools compiler-tools patch-export patch-rebase
 
 help: ## list the targets and the variables each one reads
@@ -109,10 +109,20 @@ compiler-tools:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++ >/dev/null; \
 	else echo "note: g++ missing and not root: the compiled checks of the series will fail (install g++)"; fi
 
+# The suite runs on every core (pytest-xdist); --dist loadgroup keeps the stock_xla tests,
+# whose gate runs judge wall times, on one worker (tests/conftest.py).
+PARALLEL_FLAGS := -n auto --dist loadgroup
+# The edit loop's tier: no gate run, no stock torch_xla, no container engine (README "Development").
+FAST_TIER_FLAGS := -m 'not slow and not stock_xla'
+
 test: $(VENV_STAMP) container-tools cache-tools compiler-tools supply-tools ## install everything needed, then run ruff, mypy and the whole test suite [PYTEST_ARGS=] [PYTHON_FOR_VENV=]
 	$(PY) -m ruff check src tests scripts
 	$(PY) -m mypy
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(PARALLEL_FLAGS) $(PYTEST_ARGS)
+
+test-fast: $(VENV_STAMP) compiler-tools ## the edit loop: ruff and the tests that need no gate run, no stock torch_xla and no container engine [PYTEST_ARGS=]
+	$(PY) -m ruff check src tests scripts
+	$(PY) -m pytest $(PARALLEL_FLAGS) $(FAST_TIER_FLAGS) $(PYTEST_ARGS)
 
 lint: $(VENV_STAMP) ## ruff and mypy only
 	$(PY) -m ruff check src tests scripts

@@ -11,7 +11,16 @@ import pytest
 
 from tests import clirunner, real_source
 from tests.clirunner import CliResult
+from tests.gate_helpers import GateRun, run_gate_cli
 from tests.gitrepos import Upstream, make_upstreams
+from tests.once_per_run import once_per_run
+from tests.synthetic_upstream import (
+    Synthetic,
+    copy_synthetic,
+    load_synthetic,
+    make_synthetic,
+    save_synthetic,
+)
 from xla_wheels.options import machine_cache
 from xla_wheels.series_checks.toolchain import Toolchain, ensure_toolchain
 
@@ -36,6 +45,28 @@ def run_cli(tmp_path: Path) -> Callable[..., CliResult]:
     return run
 
 
+# --- The synthetic upstream (tests/synthetic_upstream.py) ------------------------------
+
+
+@pytest.fixture(scope="session")
+def synthetic_template(tmp_path_factory: pytest.TempPathFactory) -> Synthetic:
+    """The synthetic project, made once per pytest run. Never change it: take ``syn``."""
+
+    def make(directory: Path) -> None:
+        save_synthetic(make_synthetic(directory), directory / "commits.json")
+
+    def load(directory: Path) -> Synthetic:
+        return load_synthetic(directory, directory / "commits.json")
+
+    return once_per_run(tmp_path_factory, "synthetic", make, load)
+
+
+@pytest.fixture
+def syn(synthetic_template: Synthetic, tmp_path: Path) -> Synthetic:
+    """This test's own copy of the synthetic project (upstream repositories, project root)."""
+    return copy_synthetic(synthetic_template, tmp_path)
+
+
 # --- Stock torch_xla environments (the gate's real evidence) --------------------------
 # Built once per machine from PyPI by the project's own code (xla_wheels.gate.envs) and
 # cached under <the per-machine cache>/envs/ (options.machine_cache); the first session pays
@@ -58,15 +89,52 @@ def stock_xla_python_27() -> Path:
     return envs.ensure_stock_env("2.7.0", root=machine_cache(os.environ))
 
 
+@pytest.fixture(scope="session")
+def gate_27(stock_xla_python_27: Path, tmp_path_factory: pytest.TempPathFactory) -> GateRun:
+    """One run of every gate check on stock 2.7.0 per pytest run, for the tests that only
+    read its report (test_gate_stock.py, test_gate_cache_checks.py). Three warm runs: on
+    the SPMD variant, 8 steps and three loaders make a miss of 2.7.0's hang unlikely. The
+    restart check records its baseline in ``<out>/../baselines``; TMPDIR is the run's
+    own, so a test can see the gate left nothing behind in it."""
+
+    def make(directory: Path) -> None:
+        (directory / "tmp").mkdir()
+        run = run_gate_cli(
+            "gate", "--python", str(stock_xla_python_27), "--warm-runs", "3",
+            "--record-baseline", "--baselines-dir", str(directory / "baselines"),
+            out_dir=directory / "report", env={"TMPDIR": str(directory / "tmp")},
+        )  # fmt: skip
+        run.save(directory / "run.json")
+
+    return once_per_run(
+        tmp_path_factory, "gate-stock-2.7.0", make, lambda d: GateRun.load(d / "run.json")
+    )
+
+
 # --- The real pytorch/xla source (tests/real_source.py) -------------------------------
 
 
+#: Fixtures that need a stock torch_xla environment (the compiled checks' toolchain takes
+#: torch's headers and libraries from the stock 2.9.0 one).
+STOCK_XLA_FIXTURES = frozenset(
+    {"stock_xla_python_27", "stock_xla_python_29", "gate_27", "series_toolchain"}
+)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test that uses the real source (the pytorch_xla_repo fixture, directly or through
-    base_tree/patched_tree) is a ``real_source`` test, whether or not it says so."""
+    """Tiers from what a test uses, so they are per test and cannot be forgotten: the real
+    source (the pytorch_xla_repo fixture, directly or through base_tree/patched_tree) makes
+    a ``real_source`` test; a stock torch_xla environment (STOCK_XLA_FIXTURES, directly or
+    through another fixture) a ``stock_xla`` one. Under xdist (``--dist loadgroup``) the
+    ``stock_xla`` tests share one worker: their gate runs judge timings and bound hangs by
+    wall time, which two gate runs side by side on two cores would distort."""
     for item in items:
-        if "pytorch_xla_repo" in getattr(item, "fixturenames", ()):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if "pytorch_xla_repo" in fixtures:
             item.add_marker(pytest.mark.real_source)
+        if fixtures & STOCK_XLA_FIXTURES:
+            item.add_marker(pytest.mark.stock_xla)
+            item.add_marker(pytest.mark.xdist_group("stock_xla"))
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -24,6 +24,16 @@ class GateRun:
     def check(self, name: str) -> dict[str, Any]:
         return next(c for c in self.report["checks"] if c["name"] == name)
 
+    def save(self, path: Path) -> None:
+        """Keep what ``load`` needs (the reports stay in ``out_dir``)."""
+        kept = {"exit_code": self.exit_code, "stdout": self.stdout, "stderr": self.stderr}
+        path.write_text(json.dumps({**kept, "out_dir": str(self.out_dir)}))
+
+    @classmethod
+    def load(cls, path: Path) -> GateRun:
+        kept = json.loads(path.read_text())
+        return cls(kept["exit_code"], kept["stdout"], kept["stderr"], Path(kept["out_dir"]))
+
 
 def run_gate_cli(
     command: str,

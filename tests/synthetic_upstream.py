@@ -16,6 +16,8 @@ so the ship check below passes only for a patched build.
 
 from __future__ import annotations
 
+import json
+import shutil
 import sys
 import textwrap
 from dataclasses import dataclass
@@ -320,6 +322,30 @@ def make_synthetic(base: Path, *, c_extension: bool = False) -> Synthetic:
     synthetic = Synthetic(root=root, cache=cache, upstream=upstream, commits=commits)
     synthetic.write_bundle()
     return synthetic
+
+
+def save_synthetic(syn: Synthetic, path: Path) -> None:
+    """What ``load_synthetic`` needs besides the directories: the commits."""
+    path.write_text(json.dumps(syn.commits))
+
+
+def load_synthetic(base: Path, saved: Path) -> Synthetic:
+    """The project ``make_synthetic(base)`` made, its commits read from ``saved``."""
+    commits = json.loads(saved.read_text())
+    return Synthetic(base / "project", base / "cache", base / "upstream", commits)
+
+
+def copy_synthetic(template: Synthetic, base: Path) -> Synthetic:
+    """A private copy in ``base`` of a project ``make_synthetic`` made: the same commits
+    (fixed dates), its bundle naming the copy's repositories. Cheaper than making it again,
+    and a test may change its copy freely."""
+    upstream, root = base / "upstream", base / "project"
+    shutil.copytree(template.upstream, upstream, symlinks=True)
+    shutil.copytree(template.root, root, symlinks=True)
+    commits = dict(template.commits)
+    copy = Synthetic(root=root, cache=base / "cache", upstream=upstream, commits=commits)
+    copy.write_bundle()
+    return copy
 
 
 def cli_args(syn: Synthetic, *extra: str, bundle: str = "syn") -> list[str]:

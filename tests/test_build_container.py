@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.clirunner import CliResult, run_cli
-from tests.synthetic_upstream import Synthetic, cli_args, make_synthetic
+from tests.synthetic_upstream import Synthetic, cli_args, copy_synthetic
 from xla_wheels import wheel_stamp
 from xla_wheels.builder.container import build_image_argv, probe_engine
 
@@ -40,8 +40,6 @@ def _why_not_oci() -> str | None:
             return f"{tool} is not installed (make test installs it when run as root)"
     return None
 
-
-pytestmark = pytest.mark.slow
 
 
 def ensure_base_image() -> None:
@@ -76,12 +74,12 @@ def test_image() -> str:
 
 
 @pytest.fixture
-def syn() -> Synthetic:
+def syn(synthetic_template: Synthetic) -> Synthetic:
     # Not pytest's tmp_path: the container user must traverse the path, and pytest's base
     # directory is private (0700); this one is removed afterwards.
     base = Path(tempfile.mkdtemp(prefix="xla-wheels-ctr-", dir="/var/tmp"))
     base.chmod(0o755)
-    yield make_synthetic(base)
+    yield copy_synthetic(synthetic_template, base)
     shutil.rmtree(base, ignore_errors=True)
 
 
@@ -89,6 +87,7 @@ def run_wheels(syn: Synthetic, *extra: str, bundle: str = "syn") -> CliResult:
     return run_cli(*cli_args(syn, *extra, bundle=bundle), inherit_env=True, timeout=900)
 
 
+@pytest.mark.slow
 def test_buildah_builds_collects_and_smoke_imports(test_image: str, syn: Synthetic) -> None:
     result = run_wheels(syn, "--mode", "container", "--engine", "buildah", "--image", test_image)
     assert result.exit_code == 0, result.stderr[-4000:]
@@ -124,6 +123,7 @@ def test_buildah_builds_collects_and_smoke_imports(test_image: str, syn: Synthet
     assert f"smoke: 2.9.0a0+git{syn.commits['torch'][:7]}" in built.stdout + built.stderr
 
 
+@pytest.mark.slow
 def test_buildah_failing_ship_check_keeps_dist_empty(test_image: str, syn: Synthetic) -> None:
     syn.write_bundle("unfixed", xla_patches=("torch_xla/0002-comment.patch",))
     result = run_wheels(
@@ -135,6 +135,7 @@ def test_buildah_failing_ship_check_keeps_dist_empty(test_image: str, syn: Synth
     assert not (syn.root / "dist").exists()
 
 
+@pytest.mark.slow
 def test_docker_engine_or_reason(syn: Synthetic) -> None:
     problem = probe_engine("docker", timeout=10)
     if problem:

@@ -16,10 +16,8 @@ import tomllib
 import zipfile
 from pathlib import Path
 
-import pytest
-
 from tests.clirunner import CliResult, run_cli
-from tests.synthetic_upstream import TORCH_INIT, Synthetic, cli_args, make_patch, make_synthetic
+from tests.synthetic_upstream import TORCH_INIT, Synthetic, cli_args, make_patch
 from xla_wheels import wheel_stamp
 from xla_wheels.bundle import load_bundle
 from xla_wheels.patches import describe_series, series_digest
@@ -35,11 +33,6 @@ def run_wheels(syn: Synthetic, *extra: str, bundle: str = "syn") -> CliResult:
         *cli_args(syn, *HOST, *extra, bundle=bundle), env={"HOME": str(syn.root.parent)},
         timeout=600,
     )  # fmt: skip
-
-
-@pytest.fixture
-def syn(tmp_path: Path) -> Synthetic:
-    return make_synthetic(tmp_path)
 
 
 def dist_wheels(syn: Synthetic, bundle: str = "syn") -> list[Path]:

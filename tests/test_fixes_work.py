@@ -1,5 +1,5 @@
 """Every ``fix:`` line is a command that works: the test reads the fix, runs it, and shows
-that it does what it says."""
+that it does what it says. (A corrupt wheels.lock and its fix: test_validation_before_fetch.py.)"""
 
 from __future__ import annotations
 
@@ -121,21 +121,3 @@ def test_builder_image_failure_is_an_error_and_base_image_is_a_build_arg(
     assert "built" not in result.stdout
     bad = run_cli("builder-image", "--build-arg", "no-equals", "--dry-run", root=REPO_ROOT)
     assert bad.exit_code == 2 and "is not NAME=VALUE" in bad.stderr
-
-
-@pytest.mark.parametrize("content", ["", 'lock-version = "2"\n', "\x00\xff binary"])
-def test_an_unreadable_lock_has_a_fix_that_make_lock_completes(project: Path, content: str) -> None:
-    lock = project / "wheels.lock"
-    lock.write_bytes(content.encode("latin-1"))
-    refused = run_cli("lock", "--bundle", BUNDLE, root=project)
-    assert refused.exit_code == 1, refused.output
-    assert "Traceback" not in refused.output
-    assert "fix: restore it from git" in refused.stderr
-    assert "(`mv wheels.lock wheels.lock.broken`) and run `make lock BUNDLE=<name>`" in (
-        refused.stderr
-    )
-    assert lock.read_bytes() == content.encode("latin-1")  # nothing written
-    lock.rename(project / "wheels.lock.broken")  # the fix, step by step
-    fixed = run_cli("lock", "--bundle", BUNDLE, root=project)
-    assert fixed.exit_code == 0, fixed.output
-    assert run_cli("lock-check", root=project).exit_code == 0

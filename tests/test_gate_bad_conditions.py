@@ -19,8 +19,6 @@ from xla_wheels.gate import restart
 from xla_wheels.gate.errors import GateEnvironmentError
 from xla_wheels.gate.target import Target, resolve_target, tpu_present
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture(scope="module")
 def target_27(stock_xla_python_27: Path, tmp_path_factory: pytest.TempPathFactory) -> Target:

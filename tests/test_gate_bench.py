@@ -12,8 +12,6 @@ import pytest
 from tests.gate_helpers import run_gate_cli
 from xla_wheels.gate.bench import render_bench, spread
 
-pytestmark = pytest.mark.slow
-
 
 def test_spread_gives_median_extremes_and_relative_spread():
     assert spread([1.0, 3.0, 2.0]) == {

@@ -11,7 +11,8 @@ Controls (CPU, real torch_xla from PyPI):
   control;
 - stock 2.9.0 fails (test_gate_stock.py: its cache never loads).
 
-Each gate runs once per module; the tests read its report.
+The stock 2.7.0 gate of every check runs once per pytest run (``gate_27``,
+tests/conftest.py), shared with test_gate_stock.py; the tests read its report.
 """
 
 from __future__ import annotations
@@ -25,19 +26,7 @@ from tests.gate_helpers import GateRun, run_gate_cli
 from xla_wheels.gate import restart, upstream_tests
 from xla_wheels.gate.target import resolve_target
 
-pytestmark = pytest.mark.slow
-
 UPSTREAM_REVISION = "c04e61c3424142c0eebcc9e59984b9d8fced18c0"
-
-
-@pytest.fixture(scope="module")
-def gate_27(stock_xla_python_27: Path, tmp_path_factory: pytest.TempPathFactory) -> GateRun:
-    out = tmp_path_factory.mktemp("gate-27-cache")
-    return run_gate_cli(
-        "gate", "--python", str(stock_xla_python_27),
-        "--checks", "spmd-restart,cache-key,same-numbers", "--warm-runs", "3",
-        out_dir=out / "report",
-    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -155,6 +144,10 @@ def torch_xla_src(pytorch_xla_repo: Path) -> Path:
         ),
     ],
 )
+# Its stock environment comes through getfixturevalue, which conftest's marking by fixture
+# names cannot see: marked here.
+@pytest.mark.stock_xla
+@pytest.mark.xdist_group("stock_xla")
 def test_upstream_persistent_cache_test_on_cpu(
     version: str,
     expected_failures: set[str],

@@ -4,7 +4,9 @@ torch_xla 2.9.0 writes its persistent cache but cannot load it (DeserializeExecu
 UNIMPLEMENTED on the CPU client): the restart check must fail naming the deserialize
 failures. torch_xla 2.7.0 predates the OpenXLA API change and loads its cache: the
 restart check must pass. Neither has the 0002 binding, so the HBM check fails on both,
-as its own verdict. Each gate runs once per module; the tests read its reports.
+as its own verdict. The 2.9.0 gate runs once per module, the 2.7.0 one once per pytest
+run (``gate_27``, tests/conftest.py, shared with test_gate_cache_checks.py); the tests
+read their reports.
 """
 
 from __future__ import annotations
@@ -17,24 +19,12 @@ import pytest
 
 from tests.gate_helpers import GateRun, run_gate_cli
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture(scope="module")
 def gate_default(stock_xla_python_29: Path, tmp_path_factory: pytest.TempPathFactory) -> GateRun:
     """``make gate`` with no arguments: judges the cached stock 2.9.0 environment."""
     out = tmp_path_factory.mktemp("gate-default")
     return run_gate_cli("gate", out_dir=out / "report", env={"TMPDIR": str(_tmpdir(out))})
-
-
-@pytest.fixture(scope="module")
-def gate_27(stock_xla_python_27: Path, tmp_path_factory: pytest.TempPathFactory) -> GateRun:
-    out = tmp_path_factory.mktemp("gate-27")
-    return run_gate_cli(
-        "gate", "--python", str(stock_xla_python_27), "--checks", "restart",
-        "--record-baseline", "--baselines-dir", str(out / "baselines"),
-        out_dir=out / "report", env={"TMPDIR": str(_tmpdir(out))},
-    )  # fmt: skip
 
 
 def _tmpdir(out: Path) -> Path:
@@ -123,10 +113,15 @@ def test_the_gate_leaves_no_temporary_directory_behind(gate_default):
 # --- stock torch_xla 2.7.0: the working control -----------------------------------------
 
 
-def test_stock_2_7_0_passes_the_restart_check_with_exit_0(gate_27):
-    assert gate_27.exit_code == 0, gate_27.stdout + gate_27.stderr
+def test_stock_2_7_0_passes_the_restart_check(gate_27):
+    check = gate_27.check("restart")
+    assert check["passed"], gate_27.stdout + gate_27.stderr
     assert gate_27.report["target"]["torch_xla_version"] == "2.7.0"
-    assert "gate verdict: PASS" in gate_27.stdout
+    assert "[PASS] restart" in gate_27.stdout
+    # The whole gate fails on 2.7.0 (its SPMD warm restart hangs, it lacks the 0002
+    # binding): exit 1, never 2, so the baseline was still recorded (below). Exit 0 of a
+    # passing gate: test_gate_cache_checks.py's thunk-runtime-off control.
+    assert gate_27.exit_code == 1
 
 
 def test_stock_2_7_0_warm_runs_load_every_executable_without_compiling(gate_27):
@@ -134,7 +129,7 @@ def test_stock_2_7_0_warm_runs_load_every_executable_without_compiling(gate_27):
     cold_misses = restart["figures"]["cold_misses"]
     assert cold_misses >= 1
     loaders = [run for run in restart["runs"] if not run["name"].startswith("cold-")]
-    assert [run["name"] for run in loaders] == ["warm-1", "warm-2", "read-only"]
+    assert [run["name"] for run in loaders] == ["warm-1", "warm-2", "warm-3", "read-only"]
     for run in loaders:
         assert run["hits"] == cold_misses, run
         assert run["deserialize_failures"] == 0, run

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.clirunner import MINIMAL_PATH, REPO_ROOT
-from tests.synthetic_upstream import Synthetic, cli_args, make_synthetic
+from tests.synthetic_upstream import Synthetic, cli_args
 
 HOST = ("--mode", "host", "--host-python", sys.executable)
 
@@ -50,8 +50,7 @@ def _group_alive(pgid: int) -> bool:
 
 
 @pytest.mark.parametrize("step", ["build", "ship-check"])
-def test_ctrl_c_ends_cleanly(step: str, tmp_path: Path) -> None:
-    syn: Synthetic = make_synthetic(tmp_path)
+def test_ctrl_c_ends_cleanly(step: str, tmp_path: Path, syn: Synthetic) -> None:
     before = _state(syn.root)
     pidfile = tmp_path / "slow-step.pid"
     extra: tuple[str, ...] = ()

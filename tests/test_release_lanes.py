@@ -42,13 +42,11 @@ from tests.publish_support import (
     start_pypiserver,
     stop,
 )
-from tests.synthetic_upstream import Synthetic, cli_args, make_synthetic
+from tests.synthetic_upstream import Synthetic, cli_args, copy_synthetic
 from xla_wheels.bundle import load_bundle
 from xla_wheels.publish.index import Credentials, project_files
 from xla_wheels.release import lanes, policy, receipts
 from xla_wheels.wheels_lock import WheelRecord, file_sha256, record_wheels, update_bundle_entry
-
-pytestmark = pytest.mark.slow
 
 STOCK = "2.7.0"
 STOCK_BUNDLE = "stock-2.7"
@@ -127,11 +125,13 @@ class Release:
 
 @pytest.fixture(scope="module")
 def release(
-    stock_xla_python_27: Path, tmp_path_factory: pytest.TempPathFactory
+    stock_xla_python_27: Path,
+    synthetic_template: Synthetic,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Release]:
     """Build syn, start two lanes, publish both bundles to validation, run the gate once."""
     work = tmp_path_factory.mktemp("release")
-    syn: Synthetic = make_synthetic(work / "syn")
+    syn: Synthetic = copy_synthetic(synthetic_template, work / "syn")
     built = run_cli(*cli_args(syn, *HOST), env={"HOME": str(work)}, timeout=900)
     assert built.exit_code == 0, built.stderr
     version = _python_version(stock_xla_python_27)

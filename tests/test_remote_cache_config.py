@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.clirunner import run_cli
-from tests.synthetic_upstream import make_synthetic
+from tests.synthetic_upstream import Synthetic
 from xla_wheels.builder import recipes
 from xla_wheels.builder.build_and_collect import compose
 from xla_wheels.builder.config import BuildConfig
@@ -237,8 +237,9 @@ def test_header_file_must_be_private(tmp_path: Path) -> None:
     assert str(Secret(TOKEN, "x")) == REDACTED
 
 
-def test_stage_keys_ignore_the_remote_caches_and_their_credentials(tmp_path: Path) -> None:
-    syn = make_synthetic(tmp_path)
+def test_stage_keys_ignore_the_remote_caches_and_their_credentials(
+    tmp_path: Path, syn: Synthetic
+) -> None:
     options = PipelineOptions(syn.root, syn.cache, syn.root / "out", None, False)
     bundle = load_bundle(syn.root, "syn")
     local = BuildConfig(mode="host")

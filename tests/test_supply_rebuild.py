@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.clirunner import CliResult, run_cli
-from tests.synthetic_upstream import Synthetic, cli_args, make_synthetic
+from tests.synthetic_upstream import Synthetic, cli_args
 from xla_wheels import rebuild_check as rebuild
 from xla_wheels.wheels_lock import file_sha256
 
@@ -36,8 +36,7 @@ def stage_entries(syn: Synthetic) -> list[str]:
     return sorted(p.name for p in (syn.cache / "stages").iterdir())
 
 
-def test_a_reproducible_build_rebuilds_byte_identical(tmp_path: Path) -> None:
-    syn = make_synthetic(tmp_path)
+def test_a_reproducible_build_rebuilds_byte_identical(syn: Synthetic) -> None:
     assert run(syn, "wheels").exit_code == 0
     wheels = sorted((syn.root / "dist" / "syn").glob("*.whl"))
     before = {w.name: file_sha256(w) for w in wheels}
@@ -61,8 +60,7 @@ def test_a_reproducible_build_rebuilds_byte_identical(tmp_path: Path) -> None:
     assert (syn.root / "wheels.lock").read_text() == lock
 
 
-def test_a_non_reproducible_recipe_is_named_with_diffoscope_report(tmp_path: Path) -> None:
-    syn = make_synthetic(tmp_path)
+def test_a_non_reproducible_recipe_is_named_with_diffoscope_report(syn: Synthetic) -> None:
     assert run(syn, "wheels", **NOISY).exit_code == 0
     checked = run(syn, "rebuild-check", **NOISY)
     assert checked.exit_code == 1, checked.output

@@ -17,7 +17,7 @@ import pytest
 
 from tests.clirunner import CliResult, run_cli
 from tests.gitrepos import git
-from tests.synthetic_upstream import Synthetic, cli_args, make_synthetic
+from tests.synthetic_upstream import Synthetic, cli_args
 from tests.test_worktree_and_lock_safety import lock_check, make_mirror
 
 HOST = ("--mode", "host", "--host-python", sys.executable)
@@ -27,8 +27,8 @@ CLI_SECONDS = 3.0
 
 
 @pytest.fixture
-def syn(tmp_path: Path) -> Synthetic:
-    synthetic = make_synthetic(tmp_path)
+def syn(syn: Synthetic) -> Synthetic:
+    synthetic = syn
     make_mirror(synthetic)
     assert cli(synthetic, "lock").exit_code == 0
     # `lock` held the bundle's run lock (out/syn/.lock); the cases below start from a
@@ -139,6 +139,7 @@ def test_a_commit_the_mirror_does_not_have(syn: Synthetic, stage: str) -> None:
 @pytest.mark.parametrize(
     ("content", "error"),
     [
+        (b"", "has lock-version None"),
         (b"\x00\xff\xfe binary \x80", "is not UTF-8 text"),
         (b"lock-version = \n", "is not valid TOML"),
         (b'lock-version = "2"\n', "has lock-version '2'"),
@@ -155,6 +156,7 @@ def test_a_corrupt_lock_and_its_fix_that_works(syn: Synthetic, content: bytes, e
     shutil.move(lock, syn.root / "wheels.lock.broken")
     assert cli(syn, "lock").exit_code == 0
     assert lock.read_bytes() == good
+    assert lock_check(syn).exit_code == 0
 
 
 def test_git_checkout_restores_a_corrupt_lock(syn: Synthetic) -> None:

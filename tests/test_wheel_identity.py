@@ -15,22 +15,15 @@ import sys
 import zipfile
 from pathlib import Path
 
-import pytest
-
 from tests.clirunner import CliResult, run_cli
 from tests.publish_support import IndexServer, index_server  # noqa: F401 - fixture
-from tests.synthetic_upstream import Synthetic, cli_args, make_patch, make_synthetic
+from tests.synthetic_upstream import Synthetic, cli_args, make_patch
 from xla_wheels import wheel_stamp
 from xla_wheels.wheels_lock import file_sha256, read_lock
 
 HOST = ("--mode", "host", "--host-python", sys.executable)
 GOOD_ENV = {"PJRT_DEVICE": "TPU", "XLA_NO_SPECIAL_SCALARS": "1"}
 NOISY = {"SYNTHETIC_NONDETERMINISTIC_BUILD": "1"}
-
-
-@pytest.fixture
-def syn(tmp_path: Path) -> Synthetic:
-    return make_synthetic(tmp_path)
 
 
 def build(

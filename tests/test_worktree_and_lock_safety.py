@@ -14,7 +14,7 @@ import pytest
 
 from tests.clirunner import CliResult, run_cli
 from tests.gitrepos import GIT_ENV, git
-from tests.synthetic_upstream import Synthetic, cli_args, make_patch, make_synthetic
+from tests.synthetic_upstream import Synthetic, cli_args, make_patch
 from xla_wheels.sources import remote_path
 
 HOST = ("--mode", "host", "--host-python", sys.executable)
@@ -32,10 +32,10 @@ def make_mirror(syn: Synthetic) -> Path:
 
 
 @pytest.fixture
-def syn(tmp_path: Path) -> Synthetic:
-    synthetic = make_synthetic(tmp_path)
-    make_mirror(synthetic)
-    return synthetic
+def syn(syn: Synthetic) -> Synthetic:
+    """The shared synthetic project (tests/conftest.py) with a mirror of its upstreams."""
+    make_mirror(syn)
+    return syn
 
 
 def run(syn: Synthetic, stage: str) -> CliResult:
