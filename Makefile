@@ -51,6 +51,7 @@ GATE_FLAGS = $(call flag,PYTHON,--python) $(call flag,GATE_DEVICE,--device) \
   $(call flag,WORKLOAD,--workload) $(call flag,BUNDLE,--bundle)
 CHECKS_FLAGS = $(call flag,CHECKS,--checks) $(call flag,UPSTREAM_TESTS,--upstream-tests)
 ROUNDS_FLAG = $(call flag,ROUNDS,--rounds)
+PROFILE_FLAG = $(call flag,PROFILE,--profile)
 
 .PHONY: help venv test lint demo bundles diff sources patch patches-check wheels lock lock-check clean
 .PHONY: builder-image container-tools cache-tools compiler-tools patch-export patch-rebase
@@ -152,6 +153,10 @@ lock: $(VENV_STAMP) ## write the bundle's entry in wheels.lock: make lock BUNDLE
 
 lock-check: $(VENV_STAMP) ## fail when a manifest or patch no longer matches wheels.lock
 	@$(CLI) lock-check
+
+.PHONY: launch-env
+launch-env: $(VENV_STAMP) ## a bundle's launch profile for a launcher (env.sh, env.json, helper): make launch-env BUNDLE=... PROFILE=train ROLE=writer|reader [OUT=dir]
+	@$(CLI) launch-env $(BUNDLE_FLAG) $(PROFILE_FLAG) $(call flag,ROLE,--role) $(call flag,OUT,--out)
 
 clean: ## remove build work (out/); dist/, wheels.lock and the per-machine cache are kept
 	rm -rf out
