@@ -21,7 +21,12 @@ on stock 2.9.0, so TPU flags go to ``LIBTPU_INIT_ARGS``); and in a training prof
 name that is ``train`` or starts with ``train-``) any debug switch that is on or any dump.
 
 The cache group names the directory only: ``XLA_PERSISTENT_CACHE_PATH`` may use
-``{bundle}`` and ``{profile}``, so a bundle that extends another gets its own directory.
+``{bundle}``, ``{profile}`` and ``{build}``. ``{build}`` is the directory name doctor's
+cache contract asks for (``publish.cache_contract.directory_name``: the bundle, the full
+torch_xla version with the local label that names the patch series, and the libtpu
+version), because torch_xla's own key covers neither the series nor, on TPU, libtpu; it is
+filled in at launch from the built wheel (``make launch-env``: wheels.lock; ``make
+doctor``: the host's installed torch_xla).
 Who writes is decided at launch (``ROLE=writer|reader``): one writer per cache, every
 other worker read-only (``XLA_PERSISTENT_CACHE_READ_ONLY=1``), so the profile itself
 never sets ``XLA_PERSISTENT_CACHE_READ_ONLY``.
@@ -128,7 +133,8 @@ _LOG_VARIABLES = frozenset({"TF_CPP_MIN_LOG_LEVEL", "TF_CPP_VMODULE"})
 _OFF = frozenset({"", "0", "false"})
 _PROFILE_NAME = re.compile(r"[a-z][a-z0-9-]*")
 _FLAG = re.compile(r"--[A-Za-z0-9_]+(=[^\s'\"`\\]*)?")
-_PLACEHOLDERS = ("{bundle}", "{profile}")
+_PLACEHOLDERS = ("{bundle}", "{profile}", "{build}")
+BUILD_PLACEHOLDER = "{build}"
 
 
 @dataclass(frozen=True)
@@ -158,14 +164,21 @@ class LaunchProfile:
     def group_of(self, variable: str) -> str:
         return KNOWN_VARIABLES.get(variable, "?")
 
-    def environment(self, bundle: str, role: str) -> dict[str, str]:
-        """What a process of ``role`` starts with: placeholders expanded, the role's cache mode."""
+    @property
+    def needs_build(self) -> bool:
+        return BUILD_PLACEHOLDER in self.settings.get(CACHE_PATH, "")
+
+    def environment(self, bundle: str, role: str, build: str | None = None) -> dict[str, str]:
+        """What a process of ``role`` starts with: placeholders expanded (``{build}`` only
+        when ``build`` is given), the role's cache mode."""
         if role not in ROLES:
             raise ValueError(f"role {role!r} is not one of {ROLES}")
         env = {
             k: v.replace("{bundle}", bundle).replace("{profile}", self.name)
             for k, v in self.settings.items()
         }
+        if build is not None:
+            env = {k: v.replace(BUILD_PLACEHOLDER, build) for k, v in env.items()}
         if CACHE_PATH in env:
             env[CACHE_READ_ONLY] = "1" if role == "reader" else "0"
         return dict(sorted(env.items()))
@@ -282,8 +295,8 @@ def _check_cache_path(fail: Any, key: str, value: str) -> None:
     if "{" in rest or "}" in rest:
         raise fail(
             key,
-            f"'{value}' has a placeholder other than {{bundle}} and {{profile}}",
-            "use only {bundle} and {profile}",
+            f"'{value}' has a placeholder other than {{bundle}}, {{profile}} and {{build}}",
+            "use only {bundle}, {profile} and {build}",
         )
     if not value.startswith("/"):
         raise fail(
@@ -507,9 +520,11 @@ def check_role(role: str) -> str:
     return role
 
 
-def launch_files(profile: LaunchProfile, bundle: str, role: str) -> dict[str, str]:
+def launch_files(
+    profile: LaunchProfile, bundle: str, role: str, build: str | None = None
+) -> dict[str, str]:
     """``env.sh`` and ``env.json`` for a launcher: file name -> text."""
-    env = profile.environment(bundle, role)
+    env = profile.environment(bundle, role, build)
     document = {
         "bundle": bundle,
         "profile": profile.name,

@@ -19,9 +19,12 @@ import shutil
 from pathlib import Path
 
 from xla_wheels import filemode, launch_profile
-from xla_wheels.bundle import load_bundle
+from xla_wheels.bundle import Bundle, load_bundle
 from xla_wheels.cli.arguments import add_bundle_arguments
 from xla_wheels.cli.settings import pipeline_options
+from xla_wheels.errors import UsageError
+from xla_wheels.publish.cache_contract import directory_name
+from xla_wheels.wheels_lock import read_lock
 
 HELPER = Path("scripts") / "xla_launch_profile.py"
 
@@ -31,15 +34,33 @@ def cmd_launch_env(args: argparse.Namespace) -> int:
     bundle = load_bundle(options.root, args.bundle)
     profile = launch_profile.choose(bundle.profiles, args.profile, bundle.name)
     role = launch_profile.check_role(args.role)
+    build = _build_directory(options.lock_path, bundle) if profile.needs_build else None
     out: Path = args.out or options.out_dir / "launch" / bundle.name / f"{profile.name}-{role}"
     out.mkdir(parents=True, exist_ok=True)
-    for name, text in launch_profile.launch_files(profile, bundle.name, role).items():
+    for name, text in launch_profile.launch_files(profile, bundle.name, role, build).items():
         filemode.write_by_rename(out / name, text)
     shutil.copyfile(options.root / HELPER, out / HELPER.name)
     print(f"launch profile {profile.name} of {bundle.name} (role {role}) written to {out}:")
     print(f"  . {out / 'env.sh'}    # in the launcher, before the training process starts")
     print(f"  xla_launch_profile.apply('{out / 'env.json'}')    # or first thing in training code")
     return 0
+
+
+def _build_directory(lock_path: Path, bundle: Bundle) -> str:
+    """``{build}`` of the cache path: the cache contract's directory name for the torch_xla
+    wheel wheels.lock records and the libtpu version hosts install."""
+    entry = read_lock(lock_path).bundles.get(bundle.name)
+    wheels = (entry.wheels or ()) if entry is not None else ()
+    versions = [w.name.split("-")[1] for w in wheels if w.name.startswith("torch_xla-")]
+    if not versions:
+        raise UsageError(
+            f"the cache path of this profile names the build ({{build}}), and wheels.lock "
+            f"records no torch_xla wheel for {bundle.name}",
+            fix=f"build it first (`make wheels BUNDLE={bundle.name}`), or launch with a "
+            "profile whose cache path does not use {build}",
+        )
+    libtpu = bundle.runtime.get("libtpu")
+    return directory_name(bundle.name, versions[0], libtpu.install_version if libtpu else None)
 
 
 def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
