@@ -42,7 +42,8 @@ REFRESH_FLAG = $(call switch,REFRESH,--refresh)
 VERIFY_FLAGS = $(call flag,INDEX_URL,--index-url) $(call switch,NO_DEPS,--no-deps) \
   $(call flag,DEPS_FROM,--deps-from) $(call flag,PYTHON,--python)
 DOCTOR_FLAGS = $(call flag,PYTHON,--python) $(call flag,ROLE,--role) \
-  $(call flag,LANE,--lane) $(call flag,CACHE_PATH,--cache-path)
+  $(call flag,LANE,--lane) $(call flag,CACHE_PATH,--cache-path) \
+  $(call flag,PROFILE,--profile) $(call flag,ENV_FILE,--env-file)
 ABI_FLAGS = $(call flag,PYTHON,--python) $(call flag,TORCH_WHEEL,--torch-wheel) \
   $(call flag,TORCH_XLA_WHEEL,--torch-xla-wheel) $(call flag,BUNDLE,--bundle) \
   $(call flag,XLAC,--extension) $(call flag,TORCH_LIB_DIR,--torch-lib-dir) \
@@ -176,7 +177,7 @@ requirements: $(VENV_STAMP) ## per lane: requirements.txt + pylock.toml in dist/
 verify-install: $(VENV_STAMP) ## fresh venv installs by hash, checks lock/provenance: make verify-install BUNDLE=... [INDEX_URL=...] [NO_DEPS=1 DEPS_FROM=<python>] [PYTHON=]
 	@$(CLI) verify-install $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(VERIFY_FLAGS)
 
-doctor: $(VENV_STAMP) ## check a training host before import: make doctor BUNDLE=... [PYTHON=<training python>] [ROLE=writer|reader] [LANE=preferred] [CACHE_PATH=...]
+doctor: $(VENV_STAMP) ## check a training host before import: make doctor BUNDLE=... [PYTHON=<training python>] [ROLE=writer|reader] [LANE=preferred] [CACHE_PATH=...] [PROFILE=train] [ENV_FILE=env.sh]
 	@$(CLI) doctor $(BUNDLE_FLAG) $(DOCTOR_FLAGS)
 
 # Lanes (README "Releasing to the fleet"): build/lanes.toml, lanes.lock, receipts/<bundle>/.
@@ -201,8 +202,8 @@ abi-check: $(VENV_STAMP) ## undefined symbols of a pair: make abi-check PYTHON=<
 # Exit 0 pass, 1 a check failed, 2 the environment cannot be judged.
 .PHONY: gate bench-restart
 
-gate: $(VENV_STAMP) ## ship gate + receipt (restart, spmd-restart, cache-key, same-numbers, hbm, recompile-canary): make gate [BUNDLE=...] [PYTHON=...] [GATE_DEVICE=CPU|TPU] [WORKLOAD=small|medium|large] [CHECKS=...] [UPSTREAM_TESTS=<pytorch/xla checkout>] [GATE_ARGS=--record-baseline]
-	@$(CLI) gate $(GATE_FLAGS) $(CHECKS_FLAGS) $(GATE_ARGS)
+gate: $(VENV_STAMP) ## ship gate + receipt (restart, spmd-restart, cache-key, same-numbers, hbm, recompile-canary): make gate [BUNDLE=... [PROFILE=train]] [PYTHON=...] [GATE_DEVICE=CPU|TPU] [WORKLOAD=small|medium|large] [CHECKS=...] [UPSTREAM_TESTS=<pytorch/xla checkout>] [GATE_ARGS=--record-baseline]
+	@$(CLI) gate $(GATE_FLAGS) $(PROFILE_FLAG) $(CHECKS_FLAGS) $(GATE_ARGS)
 
 bench-restart: $(VENV_STAMP) ## restart benchmark, cold/warm medians and executable-load time: make bench-restart [BUNDLE=...] [PYTHON=...] [GATE_DEVICE=...] [WORKLOAD=medium] [ROUNDS=5]
 	@$(CLI) bench-restart $(GATE_FLAGS) $(ROUNDS_FLAG)
