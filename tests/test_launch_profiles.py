@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -17,7 +19,13 @@ from tests.test_bundle_manifests import VALID
 from xla_wheels.bundle import diff, load_bundle
 from xla_wheels.errors import ManifestError
 from xla_wheels.launch_profile import compare_environment, read_env_file
-from xla_wheels.wheels_lock import check_lock, read_lock, update_bundle_entry
+from xla_wheels.wheels_lock import (
+    WheelRecord,
+    check_lock,
+    read_lock,
+    record_wheels,
+    update_bundle_entry,
+)
 
 TRAIN = """
 [profiles.train.device]
@@ -278,3 +286,71 @@ def test_compare_environment_names_missing_extra_and_different_settings() -> Non
     assert found["XLA_NO_SPECIAL_SCALARS"].kind == "missing"
     assert found["XLA_IR_DEBUG"].kind == "extra" and found["XLA_IR_DEBUG"].in_cache_key
     assert "in the compile cache's key" in found["LIBTPU_INIT_ARGS"].describe()
+
+
+def test_launch_env_fills_the_build_into_the_cache_path_from_the_locked_wheel(
+    project: Path, tmp_path: Path
+) -> None:
+    manifest = project / "build" / "bundles" / "demo.toml"
+    manifest.write_text(manifest.read_text().replace("/mnt/xla-cache/{bundle}/{profile}",
+                                                     "/mnt/xla-cache/{build}"))  # fmt: skip
+    (project / "scripts").mkdir()
+    (project / "scripts" / "xla_launch_profile.py").write_text("")
+    lock = project / "wheels.lock"
+    update_bundle_entry(lock, load_bundle(project, "demo"), {}, project)
+    unbuilt = run_cli("launch-env", "--bundle", "demo", "--profile", "train", "--role",
+                      "writer", root=project)  # fmt: skip
+    assert unbuilt.exit_code == 2 and "records no torch_xla wheel for demo" in unbuilt.stderr
+    wheel = "torch_xla-2.9.0+gitc04e61c.p0123abcd-cp313-cp313-linux_x86_64.whl"
+    record_wheels(lock, "demo", [WheelRecord(wheel, 1, "0" * 64)])
+    out = tmp_path / "launch"
+    built = run_cli("launch-env", "--bundle", "demo", "--profile", "train", "--role", "writer",
+                    "--out", str(out), root=project)  # fmt: skip
+    assert built.exit_code == 0, built.stderr
+    env = json.loads((out / "env.json").read_text())["environment"]
+    # The cache contract's name: the bundle, the full torch_xla version, the libtpu hosts install.
+    assert env["XLA_PERSISTENT_CACHE_PATH"] == (
+        "/mnt/xla-cache/xla_cache_demo_txla2.9.0+gitc04e61c.p0123abcd_libtpu0.0.36"
+    )
+
+
+def test_doctor_names_each_setting_where_a_launch_environment_differs_from_the_profile(
+    project: Path, tmp_path: Path
+) -> None:
+    """make doctor PROFILE=train ENV_FILE=…: the env file launch-env wrote is the profile;
+    one edited the way hosts drift names every difference and the cache-key ones."""
+    (project / "scripts").mkdir()
+    (project / "scripts" / "xla_launch_profile.py").write_text("")
+    update_bundle_entry(project / "wheels.lock", load_bundle(project, "demo"), {}, project)
+    out = tmp_path / "launch"
+    written = run_cli(
+        "launch-env", "--bundle", "demo", "--profile", "train", "--role", "reader",
+        "--out", str(out), root=project,
+    )  # fmt: skip
+    assert written.exit_code == 0, written.stderr
+
+    def doctor(env_file: Path) -> str:
+        result = run_cli(
+            "doctor", "--bundle", "demo", "--python", sys.executable, "--role", "reader",
+            "--profile", "train", "--env-file", str(env_file), root=project,
+        )  # fmt: skip
+        assert "Traceback" not in result.stderr
+        return result.stdout
+
+    assert re.search(r"ok +profile train +.*env.sh is launch profile train", doctor(out / "env.sh"))
+    drifted = tmp_path / "drifted.sh"
+    text = (out / "env.sh").read_text().replace("export XLA_NO_SPECIAL_SCALARS=1\n", "")
+    text = text.replace("flash_attention=false", "flash_attention=true")
+    drifted.write_text(text + "export XLA_HLO_DEBUG=1\nexport TF_CPP_MIN_LOG_LEVEL=0\n")
+    report = doctor(drifted)
+    assert re.search(
+        r"FAIL profile train +XLA_NO_SPECIAL_SCALARS is not set; the profile sets", report
+    )
+    assert re.search(r"FAIL profile train +LIBTPU_INIT_ARGS=.*flash_attention=true.*, the "
+                     r"profile says .*flash_attention=false.*\(in the compile cache's key\)",
+                     report)  # fmt: skip
+    assert re.search(r"FAIL profile train +XLA_HLO_DEBUG=1 is set but not in the profile "
+                     r"\(in the compile cache's key\)", report)  # fmt: skip
+    assert re.search(
+        r"WARN profile train +TF_CPP_MIN_LOG_LEVEL=0 is set but not in the profile", report
+    )
