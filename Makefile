@@ -42,7 +42,8 @@ REFRESH_FLAG = $(call switch,REFRESH,--refresh)
 VERIFY_FLAGS = $(call flag,INDEX_URL,--index-url) $(call switch,NO_DEPS,--no-deps) \
   $(call flag,DEPS_FROM,--deps-from) $(call flag,PYTHON,--python)
 DOCTOR_FLAGS = $(call flag,PYTHON,--python) $(call flag,ROLE,--role) \
-  $(call flag,LANE,--lane) $(call flag,CACHE_PATH,--cache-path)
+  $(call flag,LANE,--lane) $(call flag,CACHE_PATH,--cache-path) \
+  $(call flag,PROFILE,--profile) $(call flag,ENV_FILE,--env-file)
 ABI_FLAGS = $(call flag,PYTHON,--python) $(call flag,TORCH_WHEEL,--torch-wheel) \
   $(call flag,TORCH_XLA_WHEEL,--torch-xla-wheel) $(call flag,BUNDLE,--bundle) \
   $(call flag,XLAC,--extension) $(call flag,TORCH_LIB_DIR,--torch-lib-dir) \
@@ -54,6 +55,7 @@ ROUNDS_FLAG = $(call flag,ROUNDS,--rounds)
 # Signed attestations (README "Signed attestations"): paths to PEM files, never keys.
 ATTEST_FLAGS = $(call flag,SIGNING_KEY,--signing-key) $(call flag,BUILDER_ID,--builder-id)
 PUBLIC_KEY_FLAG = $(call flag,PUBLIC_KEY,--public-key)
+PROFILE_FLAG = $(call flag,PROFILE,--profile)
 
 .PHONY: help venv test test-fast lint demo bundles diff sources patch patches-check wheels lock lock-check clean
 .PHONY: builder-image container-tools cache-tools compiler-tools patch-export patch-rebase
@@ -166,6 +168,10 @@ lock: $(VENV_STAMP) ## write the bundle's entry in wheels.lock: make lock BUNDLE
 lock-check: $(VENV_STAMP) ## fail when a manifest or patch no longer matches wheels.lock
 	@$(CLI) lock-check
 
+.PHONY: launch-env
+launch-env: $(VENV_STAMP) ## a bundle's launch profile for a launcher (env.sh, env.json, helper): make launch-env BUNDLE=... PROFILE=train ROLE=writer|reader [OUT=dir]
+	@$(CLI) launch-env $(BUNDLE_FLAG) $(PROFILE_FLAG) $(call flag,ROLE,--role) $(call flag,OUT,--out)
+
 clean: ## remove build work (out/); dist/, wheels.lock and the per-machine cache are kept
 	rm -rf out
 
@@ -184,7 +190,7 @@ requirements: $(VENV_STAMP) ## per lane: requirements.txt + pylock.toml in dist/
 verify-install: $(VENV_STAMP) ## fresh venv installs by hash, checks lock/provenance: make verify-install BUNDLE=... [INDEX_URL=...] [NO_DEPS=1 DEPS_FROM=<python>] [PYTHON=] [PUBLIC_KEY=<team public PEM>]
 	@$(CLI) verify-install $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(VERIFY_FLAGS) $(PUBLIC_KEY_FLAG)
 
-doctor: $(VENV_STAMP) ## check a training host before import: make doctor BUNDLE=... [PYTHON=<training python>] [ROLE=writer|reader] [LANE=preferred] [CACHE_PATH=...] [PUBLIC_KEY=<team public PEM>]
+doctor: $(VENV_STAMP) ## check a training host before import: make doctor BUNDLE=... [PYTHON=<training python>] [ROLE=writer|reader] [LANE=preferred] [CACHE_PATH=...] [PROFILE=train] [ENV_FILE=env.sh] [PUBLIC_KEY=<team public PEM>]
 	@$(CLI) doctor $(BUNDLE_FLAG) $(DOCTOR_FLAGS) $(PUBLIC_KEY_FLAG)
 
 # Lanes (README "Releasing to the fleet"): build/lanes.toml, lanes.lock, receipts/<bundle>/.
@@ -227,8 +233,8 @@ abi-check: $(VENV_STAMP) ## undefined symbols of a pair: make abi-check PYTHON=<
 # Exit 0 pass, 1 a check failed, 2 the environment cannot be judged.
 .PHONY: gate bench-restart
 
-gate: $(VENV_STAMP) ## ship gate + receipt (restart, spmd-restart, cache-key, same-numbers, hbm, recompile-canary): make gate [BUNDLE=...] [PYTHON=...] [GATE_DEVICE=CPU|TPU] [WORKLOAD=small|medium|large] [CHECKS=...] [UPSTREAM_TESTS=<pytorch/xla checkout>] [GATE_ARGS=--record-baseline]
-	@$(CLI) gate $(GATE_FLAGS) $(CHECKS_FLAGS) $(GATE_ARGS)
+gate: $(VENV_STAMP) ## ship gate + receipt (restart, spmd-restart, cache-key, same-numbers, hbm, recompile-canary): make gate [BUNDLE=... [PROFILE=train]] [PYTHON=...] [GATE_DEVICE=CPU|TPU] [WORKLOAD=small|medium|large] [CHECKS=...] [UPSTREAM_TESTS=<pytorch/xla checkout>] [GATE_ARGS=--record-baseline]
+	@$(CLI) gate $(GATE_FLAGS) $(PROFILE_FLAG) $(CHECKS_FLAGS) $(GATE_ARGS)
 
 bench-restart: $(VENV_STAMP) ## restart benchmark, cold/warm medians and executable-load time: make bench-restart [BUNDLE=...] [PYTHON=...] [GATE_DEVICE=...] [WORKLOAD=medium] [ROUNDS=5]
 	@$(CLI) bench-restart $(GATE_FLAGS) $(ROUNDS_FLAG)

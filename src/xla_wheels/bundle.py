@@ -15,6 +15,7 @@ never leave a half of the parent's pin behind:
 - ``[runtime.<name>]``: replaced as a whole table (an exact ``version`` and
   ``minimum``/``preferred`` exclude each other).
 - ``[build]``: key by key.
+- ``[profiles.<name>]``: by profile, then group by group (:mod:`xla_wheels.launch_profile`).
 
 Validation is strict on purpose: an unknown key is almost always a typo that would
 otherwise be silently ignored, so every problem is a :class:`ManifestError` naming the
@@ -29,10 +30,11 @@ import posixpath
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from xla_wheels import launch_profile
 from xla_wheels.errors import ManifestError, UsageError
 
 COMPONENT_NAMES = ("torch", "torch_xla", "openxla")
@@ -120,6 +122,8 @@ class Bundle:
     parent's ``manifest_sha256``, so editing a parent changes every descendant's digest."""
     extends: str | None = None
     """The parent bundle's name, as written in ``[bundle] extends``."""
+    profiles: Mapping[str, launch_profile.LaunchProfile] = field(default_factory=dict)
+    """Launch profiles by name (``[profiles.<name>]``, resolved through ``extends``)."""
 
     def component(self, name: str) -> Component:
         return self.components[name]
@@ -276,6 +280,8 @@ def _merge(parent: Mapping[str, Any], child: Mapping[str, Any]) -> dict[str, Any
         base = merged.get(top)
         if not isinstance(value, dict) or not isinstance(base, dict):
             merged[top] = copy.deepcopy(value)
+        elif top == "profiles":
+            merged[top] = launch_profile.merge_profiles(base, value)
         elif top == "components":
             for name, table in value.items():
                 old = base.get(name)
@@ -295,7 +301,9 @@ def _build_bundle(
     data: Mapping[str, Any], path: Path, patches_root: Path, digest: str, extends: str | None
 ) -> Bundle:
     root = TomlTable(data, "", path)
-    root.check_keys({"bundle", "components", "runtime", "build"}, {"bundle", "components"})
+    root.check_keys(
+        {"bundle", "components", "runtime", "build", "profiles"}, {"bundle", "components"}
+    )
 
     meta = root.table("bundle")
     meta.check_keys({"name", "description", "python", "extends"}, {"name", "python"})
@@ -364,6 +372,7 @@ def _build_bundle(
         build=build,
         manifest_sha256=digest,
         extends=extends,
+        profiles=launch_profile.parse_profiles(data.get("profiles", {}), path),
     )
 
 
@@ -506,6 +515,8 @@ def describe(bundle: Bundle) -> str:
     for pin in bundle.runtime.values():
         preferred = f" (preferred {pin.preferred})" if pin.preferred else ""
         lines.append(f"  {pin.name:<9} {pin.specifier}{preferred}")
+    for profile in bundle.profiles.values():
+        lines.append(f"  profile   {profile.name} sha256:{profile.sha256[:12]}")
     return "\n".join(lines)
 
 
@@ -536,6 +547,7 @@ def diff(left: Bundle, right: Bundle) -> list[tuple[str, str, str]]:
             _pin_text(b_pin),
         )
     compare("build", left.build, right.build)
+    rows += launch_profile.diff_rows(left.profiles, right.profiles)
     return rows
 
 

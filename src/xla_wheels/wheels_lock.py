@@ -229,6 +229,9 @@ class BundleEntry:
     wheels: tuple[WheelRecord, ...] | None = None
     runtime_wheels_for: RuntimeResolution | None = None
     runtime_wheels: tuple[RuntimeWheelRecord, ...] | None = None
+    profiles: Mapping[str, str] = field(default_factory=dict)
+    """Launch profile name -> its sha256 (``[bundles."<name>".profiles]``): what a gate
+    receipt's profile digest is compared with."""
 
     def same_inputs(self, other: BundleEntry) -> bool:
         """Same manifest, components and Python: what later stages recorded still holds."""
@@ -249,6 +252,8 @@ class BundleEntry:
                 for name, pin in self.runtime.items()
             },
         }
+        if self.profiles:
+            table["profiles"] = dict(sorted(self.profiles.items()))
         if self.wheels is not None:
             table["wheels"] = [wheel.as_toml() for wheel in self.wheels]
         if self.runtime_wheels_for is not None:
@@ -279,6 +284,10 @@ class BundleEntry:
             python=_str(table, "python", where),
             components=components,
             runtime=runtime,
+            profiles={
+                name: str(digest)
+                for name, digest in _table(table.get("profiles", {}), f"{where}.profiles").items()
+            },
             wheels=None
             if wheels is None
             else tuple(
@@ -431,6 +440,7 @@ def inputs_entry(bundle: Bundle, resolved: Mapping[str, str | None], root: Path)
             pin.name: RuntimePin(pin.specifier, pin.install_version)
             for pin in bundle.runtime.values()
         },
+        profiles={name: profile.sha256 for name, profile in bundle.profiles.items()},
     )
 
 
@@ -522,6 +532,16 @@ def _compare_entry(bundle: Bundle, entry: BundleEntry) -> list[str]:
             f"{prefix}: manifest {bundle.path.name} changed (sha256 {bundle.manifest_sha256[:12]}"
             f" != locked {entry.manifest_sha256[:12]})"
         )
+    current_profiles = {name: profile.sha256 for name, profile in bundle.profiles.items()}
+    for name in sorted(set(current_profiles) | set(entry.profiles)):
+        mine, locked_digest = current_profiles.get(name), entry.profiles.get(name)
+        if mine != locked_digest:
+            problems.append(
+                f"{prefix}: launch profile {name} is "
+                + (f"sha256 {mine[:12]}" if mine else "gone")
+                + " in the manifest, "
+                + (f"{locked_digest[:12]} in the lock" if locked_digest else "not in the lock")
+            )
     for component in bundle.components.values():
         locked = entry.components.get(component.name)
         commit = locked.commit if locked else ""

@@ -60,6 +60,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "lock": ("stages", "write the bundle's entry in wheels.lock"),
     "lock-check": ("stages", "fail when a manifest or patch no longer matches wheels.lock"),
+    "launch-env": (
+        "launch",
+        "write a bundle's launch profile for a launcher (env.sh, env.json, the pre-import "
+        "helper)",
+    ),
     "gate": ("gate", "decide whether a torch_xla build may ship (warm restart, HBM query)"),
     "bench-restart": (
         "gate",

@@ -15,16 +15,25 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from xla_wheels import log
 from xla_wheels.cli.settings import Settings
 from xla_wheels.errors import UsageError
-from xla_wheels.gate import bench, cachekeys, canary, envs, hbm, restart, upstream_tests
+from xla_wheels.gate import (
+    bench,
+    cachekeys,
+    canary,
+    envs,
+    hbm,
+    restart,
+    under_profile,
+    upstream_tests,
+)
 from xla_wheels.gate.errors import GateEnvironmentError
 from xla_wheels.gate.report import render_text, write_reports
 from xla_wheels.gate.result import CheckResult, ensure_passed
-from xla_wheels.gate.target import DEVICES, Target, resolve_target
+from xla_wheels.gate.target import DEVICES, Target, default_device, resolve_target
 from xla_wheels.options import machine_cache
 
 if TYPE_CHECKING:  # loaded when a run leaves its receipt (see _receipts)
@@ -212,10 +221,43 @@ def _add_gate_arguments(gate: argparse.ArgumentParser) -> None:
         metavar="REV",
         help="read the test file at this revision (default: the work tree, else HEAD)",
     )
+    gate.add_argument(
+        "--profile",
+        default=None,
+        help="run every check under this launch profile of --bundle (e.g. train); the "
+        "receipt records its name and digest",
+    )
     gate.set_defaults(handler=run_gate)
 
 
+def _gate_profile(args: argparse.Namespace) -> under_profile.GateProfile | None:
+    """The bundle's launch profile as this run applies it (None: no --profile)."""
+    if not args.profile:
+        return None
+    if not args.bundle:
+        raise UsageError(
+            "a launch profile belongs to a bundle: --profile needs --bundle",
+            fix=f"pass BUNDLE=<bundle> with PROFILE={args.profile}",
+        )
+    # Imported here: `gate --help` and a gate run without a profile do not read manifests.
+    from xla_wheels import launch_profile
+    from xla_wheels.bundle import load_bundle
+
+    bundle = load_bundle(_checkout(args), args.bundle)
+    profile = launch_profile.choose(bundle.profiles, args.profile, bundle.name)
+    planned = under_profile.plan(profile, bundle.name, _device(args) or default_device())
+    for line in planned.lines():
+        log.info(line)
+    return planned
+
+
 def run_gate(args: argparse.Namespace) -> int:
+    gate_profile = _gate_profile(args)
+    with under_profile.children_launched_under(gate_profile):
+        return _run_gate(args, gate_profile)
+
+
+def _run_gate(args: argparse.Namespace, gate_profile: under_profile.GateProfile | None) -> int:
     checks = _checks(args.checks)
     _check_bundle(args)
     if args.warm_runs < 2:
@@ -224,7 +266,9 @@ def run_gate(args: argparse.Namespace) -> int:
         raise UsageError("--writers must be at least 1")
     out_dir: Path = args.out
     runs_dir = out_dir / "runs"
-    settings = {k: str(v) for k, v in vars(args).items() if k not in ("handler",)}
+    settings: dict[str, Any] = {k: str(v) for k, v in vars(args).items() if k != "handler"}
+    if gate_profile is not None:
+        settings["launch_profile"] = gate_profile.record()
     scratch = Path(tempfile.mkdtemp(prefix="xla-gate-"))
     try:
         try:
@@ -292,8 +336,16 @@ def run_gate(args: argparse.Namespace) -> int:
             )
         json_path, junit_path = write_reports(out_dir, target, results, settings=settings)
         print(render_text(target, results))
+        if gate_profile is not None:
+            print("\n".join(gate_profile.lines()))
         print(f"reports: {json_path} {junit_path} (child logs in {runs_dir})", flush=True)
-        _receipts().leave_gate_receipt(_receipt_place(args), target, results, args.workload)
+        _receipts().leave_gate_receipt(
+            _receipt_place(args),
+            target,
+            results,
+            args.workload,
+            profile=gate_profile.record() if gate_profile else None,
+        )
         ensure_passed(results)
         return 0
     finally:

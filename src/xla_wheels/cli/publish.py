@@ -12,10 +12,11 @@ import shutil
 import sys
 import urllib.parse
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 
 from xla_wheels import attestation as attest
-from xla_wheels import log
+from xla_wheels import launch_profile, log
 from xla_wheels.bundle import load_bundle
 from xla_wheels.cli.arguments import add_bundle_arguments
 from xla_wheels.cli.settings import pipeline_options, publish_options, supply_options
@@ -23,7 +24,7 @@ from xla_wheels.errors import UsageError
 from xla_wheels.layout import BundleLayout
 from xla_wheels.options import PipelineOptions, env_var
 from xla_wheels.progress import Timings
-from xla_wheels.publish import doctor, requirements, upload, verify_install
+from xla_wheels.publish import doctor, launch_check, requirements, upload, verify_install
 from xla_wheels.publish.static_index import write_static_index
 from xla_wheels.publish.wheels import locked_records, locked_wheels
 from xla_wheels.redact import Redactor
@@ -149,7 +150,21 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     entry = read_lock(options.lock_path).bundles.get(bundle.name)
     # The host's own environment is what doctor judges (PJRT_DEVICE, XLA_* runtime flags,
     # TPU_WORKER_ID): it is the subject of the check, not a setting of this program.
-    report = doctor.run_doctor(bundle, python, entry, os.environ, role, args.cache_path)
+    # With --env-file, the launch environment a launcher sources instead.
+    launch_env, source = _launch_environment(args)
+    profile = (
+        launch_profile.choose(bundle.profiles, args.profile, bundle.name) if args.profile else None
+    )
+    report = doctor.run_doctor(bundle, python, entry, launch_env, role, args.cache_path)
+    if profile is not None:
+        launch_check.check_launch_profile(
+            report,
+            profile,
+            bundle.name,
+            launch_env,
+            launch_check.profile_role(role, launch_env),
+            source,
+        )
     add_lane_findings(report, options.root, args.lane, bundle.name)
     _add_signature_findings(report, options, args, entry)
     print(report.render())
@@ -179,6 +194,19 @@ def _add_signature_findings(
             "install only wheels the team signed; re-sign with `make attest BUNDLE=<bundle>`"
         )
         report.add(check.status, f"signature {check.wheel}", check.detail, fix)
+
+
+def _launch_environment(args: argparse.Namespace) -> tuple[Mapping[str, str], str]:
+    if args.env_file is None:
+        return os.environ, "this host's environment"
+    try:
+        return launch_profile.read_env_file(args.env_file), str(args.env_file)
+    except (OSError, ValueError) as error:
+        raise UsageError(
+            f"cannot read the launch environment {args.env_file}: {error}",
+            fix="pass ENV_FILE=<env.sh or env.json written by `make launch-env`, or a "
+            "NAME=value file>",
+        ) from error
 
 
 def _role(value: str) -> str:
@@ -304,6 +332,19 @@ def _add_doctor_arguments(parser: argparse.ArgumentParser) -> None:
         help="judge this compilation cache path (default: XLA_PERSISTENT_CACHE_PATH)",
     )
     _add_public_key(parser)
+    parser.add_argument(
+        "--profile",
+        default="",
+        help="compare the launch environment with this launch profile of the bundle (e.g. "
+        "train): missing, extra and different settings, and which are in the cache key",
+    )
+    parser.add_argument(
+        "--env-file",
+        type=Path,
+        default=None,
+        help="judge this launch environment (env.sh/env.json of `make launch-env`, or "
+        "NAME=value lines) instead of this process's",
+    )
     parser.set_defaults(handler=cmd_doctor)
 
 

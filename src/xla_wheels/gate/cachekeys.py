@@ -24,7 +24,7 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -217,11 +217,42 @@ def summarize_sharded(result: ChildResult) -> dict[str, Any]:
     return row
 
 
+def _flag_name(token: str) -> str:
+    return token.split("=", 1)[0]
+
+
 def _with_flags(env: dict[str, str], flags: tuple[str, ...]) -> dict[str, str]:
     if flags:
-        # Appended: flags the caller set (e.g. a workaround) stay in force.
-        env = {**env, "XLA_FLAGS": " ".join([env.get("XLA_FLAGS", ""), *flags]).strip()}
+        # Flags the caller (or the launch profile) set stay in force, except one of the
+        # same name, which the variant's replaces: a flag given twice is XLA's parser's
+        # choice, not the check's.
+        names = {_flag_name(flag) for flag in flags}
+        kept = [t for t in env.get("XLA_FLAGS", "").split(" ") if t and _flag_name(t) not in names]
+        env = {**env, "XLA_FLAGS": " ".join([*kept, *flags])}
     return env
+
+
+def against(variant: Variant, env: Mapping[str, str]) -> Variant:
+    """The variant changed so that it still changes something under ``env``.
+
+    Under a launch profile whose XLA_FLAGS already set a variant's boolean flag to the
+    variant's value (``--xla_cpu_enable_fast_math=true``), the variant flips it instead:
+    the setting must differ from the cold run's to test the key. XLA's default for that
+    flag is false (torch_xla's __init__ even writes ``=false`` when it is missing), so
+    the flipped variant misses only if the cold run really compiled under the profile's
+    flag: a profile flag that did not reach the children turns the check's verdict.
+    """
+    present = {_flag_name(t): t for t in env.get("XLA_FLAGS", "").split(" ") if t}
+    flipped = []
+    for flag in variant.xla_flags:
+        name, _, value = flag.partition("=")
+        if present.get(name) == flag and value in ("true", "false"):
+            flag = f"{name}={'false' if value == 'true' else 'true'}"
+        flipped.append(flag)
+    if tuple(flipped) == variant.xla_flags:
+        return variant
+    setting = f"XLA_FLAGS={' '.join(flipped)} (the environment sets {' '.join(variant.xla_flags)})"
+    return replace(variant, setting=setting, xla_flags=tuple(flipped))
 
 
 def run_cache_checks(
@@ -260,7 +291,9 @@ def run_cache_checks(
         # (a miss stores a new entry) must not decide another's outcome.
         copy = scratch / "cache-checks" / variant.name
         shutil.copytree(cache, copy)
-        env = _with_flags(runtime_env(target.device, cache_dir=copy), variant.xla_flags)
+        base = runtime_env(target.device, cache_dir=copy)
+        variant = against(variant, base)  # the variant as run is what the verdict records
+        env = _with_flags(base, variant.xla_flags)
         args = [*train, *(f"--custom-compile-option={k}={v}" for k, v in variant.custom_options)]
         done.append((variant, summarize(child(variant.name, args, env)), None))
     results: list[CheckResult] = []

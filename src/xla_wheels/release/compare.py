@@ -133,10 +133,38 @@ _ROWS: tuple[tuple[str, Callable[[Receipt], str]], ...] = (
 )
 
 
+def _profile(receipt: Receipt) -> str:
+    if not receipt.profile_name:
+        return "none (the caller's environment)"
+    return f"{receipt.profile_name} sha256:{str(receipt.profile_sha256)[:12]}"
+
+
+def _profile_environment(receipt: Receipt) -> dict[str, str]:
+    env = (receipt.profile or {}).get("environment")
+    return {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}
+
+
+def profile_rows(ra: Receipt, rb: Receipt) -> list[tuple[str, str, str]]:
+    """The launch profile of each receipt, and each of its settings that differs."""
+    rows = [("launch profile", _profile(ra), _profile(rb))]
+    env_a, env_b = _profile_environment(ra), _profile_environment(rb)
+    for name in sorted(set(env_a) | set(env_b)):
+        if env_a.get(name) != env_b.get(name):
+            rows.append((f"  {name}", env_a.get(name, "-"), env_b.get(name, "-")))
+    return rows
+
+
 def compare(a: StoredReceipt, b: StoredReceipt) -> Comparison:
     ra, rb = a.receipt, b.receipt
-    rows = tuple((label, get(ra), get(rb)) for label, get in _ROWS)
+    rows = [(label, get(ra), get(rb)) for label, get in _ROWS]
+    # Next to the workload: the figures below were measured under these settings.
+    at = next(i for i, (label, _, _) in enumerate(rows) if label == "workload") + 1
+    profiles = profile_rows(ra, rb)
+    rows[at:at] = profiles
     unlike: list[str] = []
+    if ra.profile_sha256 != rb.profile_sha256:
+        changed = ", ".join(label.strip() for label, _, _ in profiles[1:]) or "its name"
+        unlike.append(f"different launch profile: {_profile(ra)} vs {_profile(rb)} ({changed})")
     for what, va, vb in (
         ("device", ra.device, rb.device),
         ("chip", ra.chip, rb.chip),
@@ -151,7 +179,7 @@ def compare(a: StoredReceipt, b: StoredReceipt) -> Comparison:
     for side, stored in (("A", a), ("B", b)):
         if not stored.receipt.wheels_match_lock:
             unlike.append(f"{side}'s receipt is not for its bundle's locked wheels")
-    return Comparison(a, b, rows, tuple(unlike))
+    return Comparison(a, b, tuple(rows), tuple(unlike))
 
 
 def render(comparison: Comparison) -> str:
@@ -161,5 +189,5 @@ def render(comparison: Comparison) -> str:
         lines.append("not like for like:")
         lines += [f"  - {u}" for u in comparison.unlike]
     else:
-        lines.append("like for like: same device, chip, workload, libtpu and host")
+        lines.append("like for like: same device, chip, workload, launch profile, libtpu and host")
     return "\n".join(lines) + "\n"

@@ -12,7 +12,7 @@ without the pipeline's dependencies.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -85,12 +85,19 @@ def _store(place: ReceiptPlace, receipt: receipts.Receipt) -> Path:
 
 
 def leave_gate_receipt(
-    place: ReceiptPlace, target: Target, results: Sequence[CheckResult], workload: str
+    place: ReceiptPlace,
+    target: Target,
+    results: Sequence[CheckResult],
+    workload: str,
+    *,
+    profile: Mapping[str, Any] | None = None,
 ) -> Path:
     facts, match = _evidence(place, target.python)
     receipt = receipts.receipt_from_gate(
         target, results, bundle=place.bundle, workload=workload, facts=facts, match=match
     )
+    if profile is not None:
+        receipt = replace(receipt, profile=dict(profile))
     return _store(place, receipt)
 
 

@@ -24,6 +24,8 @@
                                          # lane's current bundle's receipt (omit: no gate)
     max-memory-regression = 0.10         # peak memory (host, and each device that reports
                                          # it) at most 10% above that receipt's (omit: none)
+    profile = "train"                    # the receipt was judged under this launch profile
+                                         # of the bundle, with the digest wheels.lock has
 
 A lane may add ``require-signature = true`` and ``signing-public-key = "<PEM, relative to
 the checkout>"``: publish and promote then refuse a wheel whose signed attestation that
@@ -63,11 +65,14 @@ class Policy:
     checks: tuple[str, ...] = ()
     max_warm_regression: float | None = None
     max_memory_regression: float | None = None
+    profile: str | None = None
+    """The launch profile (``make gate PROFILE=``) a receipt must have been judged under."""
 
     @property
     def empty(self) -> bool:
         return (
-            self.device is None
+            self.profile is None
+            and self.device is None
             and not self.checks
             and self.max_warm_regression is None
             and self.max_memory_regression is None
@@ -135,7 +140,13 @@ def _bad(path: Path, where: str, problem: str) -> LaneError:
 
 
 def _policy(path: Path, lane: str, data: Mapping[str, Any]) -> Policy:
-    unknown = set(data) - {"device", "checks", "max-warm-regression", "max-memory-regression"}
+    unknown = set(data) - {
+        "device",
+        "checks",
+        "max-warm-regression",
+        "max-memory-regression",
+        "profile",
+    }
     if unknown:
         raise _bad(path, f"lanes.{lane}.policy", f"unknown key(s) {', '.join(sorted(unknown))}")
     device = data.get("device")
@@ -152,11 +163,15 @@ def _policy(path: Path, lane: str, data: Mapping[str, Any]) -> Policy:
         ):
             raise _bad(path, f"lanes.{lane}.policy.{key}", "must be a number >= 0")
         tolerances[key] = None if tolerance is None else float(tolerance)
+    profile = data.get("profile")
+    if profile is not None and (not isinstance(profile, str) or not profile):
+        raise _bad(path, f"lanes.{lane}.policy.profile", "must be a launch profile name")
     return Policy(
         device,
         tuple(checks),
         tolerances["max-warm-regression"],
         tolerances["max-memory-regression"],
+        profile,
     )
 
 

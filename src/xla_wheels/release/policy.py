@@ -7,6 +7,9 @@ passed, and two regression gates against the lane's current bundle's receipt on 
 workload: warm restart time (``max-warm-regression``) and peak memory
 (``max-memory-regression``: the host peak of the restart check's runs, and each device's
 peak where both receipts report one; gate.recalibration says how they are measured).
+With a ``profile`` rule the receipt must have been judged under that launch profile of
+the bundle with the digest wheels.lock records for it now: a changed profile means new
+evidence. Both regression gates compare receipts of the same profile too.
 """
 
 from __future__ import annotations
@@ -21,8 +24,8 @@ from xla_wheels.release.receipts import Receipt, StoredReceipt
 @dataclass(frozen=True)
 class RuleFailure:
     rule: str
-    """``receipt``, ``seal``, ``wheels``, ``device``, ``check:<name>``, ``regression`` or
-    ``memory``."""
+    """``receipt``, ``seal``, ``wheels``, ``device``, ``profile``, ``check:<name>``,
+    ``regression`` or ``memory``."""
     detail: str
 
 
@@ -58,7 +61,9 @@ def judge_receipt(
     locked: set[tuple[str, str]],
     policy: Policy,
     current: Receipt | None,
+    profile_sha256: str | None = None,
 ) -> ReceiptVerdict:
+    """``profile_sha256``: the digest wheels.lock records for the policy's profile."""
     receipt = stored.receipt
     fails: list[RuleFailure] = []
     if not stored.digest_ok:
@@ -106,6 +111,7 @@ def judge_receipt(
                 f"the lane requires {policy.device}",
             )
         )
+    fails.extend(_profile_rule(stored, policy.profile, profile_sha256))
     for name in policy.checks:
         check = receipt.check(name)
         if check is None:
@@ -120,16 +126,46 @@ def judge_receipt(
     return ReceiptVerdict(stored, tuple(fails))
 
 
+def _profile_rule(
+    stored: StoredReceipt, required: str | None, locked_sha256: str | None
+) -> list[RuleFailure]:
+    if required is None:
+        return []
+    receipt, name = stored.receipt, stored.path.name
+    if receipt.profile_name != required:
+        under = (
+            f"launch profile {receipt.profile_name}"
+            if receipt.profile_name
+            else "no launch profile"
+        )
+        return [RuleFailure("profile", f"{name} was judged under {under}; the lane requires "
+                            f"profile {required}")]  # fmt: skip
+    if locked_sha256 is None:
+        return [RuleFailure("profile", f"wheels.lock records no launch profile {required} for "
+                            f"bundle {receipt.bundle}")]  # fmt: skip
+    if receipt.profile_sha256 != locked_sha256:
+        return [
+            RuleFailure(
+                "profile",
+                f"launch profile {required} changed since {name} was judged (sha256 "
+                f"{str(receipt.profile_sha256)[:12]} then, {locked_sha256[:12]} in wheels.lock "
+                "now): a changed profile needs a new gate run",
+            )
+        ]
+    return []
+
+
 def _unlike(receipt: Receipt, current: Receipt) -> list[str]:
     """Why two receipts' figures do not measure the same thing (empty: they do)."""
-    # The launch profile joins this key when receipts record one: figures measured under
-    # another profile (other flags, other cache policy) are not comparable either.
+    # Figures measured under another launch profile (other flags, another cache policy)
+    # are not comparable either: the profile is part of the key, by name.
     return [
         f"{what} {mine} vs {theirs}"
         for what, mine, theirs in (
             ("device", receipt.device, current.device),
             ("chip", receipt.chip, current.chip),
             ("workload", receipt.workload, current.workload),
+            ("profile", receipt.profile_name or "none", current.profile_name or "none"),
         )
         if mine != theirs
     ]
@@ -229,11 +265,14 @@ def judge_promotion(
     receipts: Sequence[StoredReceipt],
     policy: Policy,
     current: Receipt | None,
+    profile_sha256: str | None = None,
 ) -> PromotionVerdict:
     """Every receipt judged; the newest one that passes is chosen."""
     if policy.empty:
         return PromotionVerdict(True, None, (), ())
-    verdicts = tuple(judge_receipt(r, bundle, locked, policy, current) for r in receipts)
+    verdicts = tuple(
+        judge_receipt(r, bundle, locked, policy, current, profile_sha256) for r in receipts
+    )
     passing = [v for v in verdicts if v.passed]
     if passing:
         return PromotionVerdict(True, passing[-1].receipt, verdicts, ())

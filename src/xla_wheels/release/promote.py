@@ -38,7 +38,7 @@ from xla_wheels.release import lanes as lanes_mod
 from xla_wheels.release.lanes import Lane, LaneState
 from xla_wheels.release.policy import PromotionVerdict, judge_promotion
 from xla_wheels.release.receipts import StoredReceipt, bundle_receipts, read_receipt
-from xla_wheels.wheels_lock import WheelRecord, file_sha256
+from xla_wheels.wheels_lock import WheelRecord, file_sha256, read_lock
 
 
 class PromotionRefused(PipelineError):
@@ -214,12 +214,14 @@ def current_receipt(root: Path, lane: str) -> StoredReceipt | None:
 def judge(root: Path, lock_path: Path, bundle: str, lane: Lane) -> PromotionVerdict:
     records = locked_records(lock_path, bundle)
     current = current_receipt(root, lane.name)
+    profile = lane.policy.profile
     return judge_promotion(
         bundle,
         {(r.name, r.sha256) for r in records},
         bundle_receipts(root, bundle),
         lane.policy,
         current.receipt if current else None,
+        read_lock(lock_path).entry(bundle).profiles.get(profile) if profile else None,
     )
 
 
@@ -228,7 +230,9 @@ def refusal(bundle: str, lane: Lane, verdict: PromotionVerdict) -> PromotionRefu
     return PromotionRefused(
         f"lane {lane.name} refuses bundle {bundle}; rule(s) not met:\n  " + "\n  ".join(lines),
         fix=f"run the gate on the lane's device for exactly these wheels (`make gate "
-        f"BUNDLE={bundle} PYTHON=<env installed from the lock>`) and commit the receipt"
+        f"BUNDLE={bundle} PYTHON=<env installed from the lock>"
+        + (f" PROFILE={lane.policy.profile}" if lane.policy.profile else "")
+        + "`) and commit the receipt"
         + (f"; the lane requires device {lane.policy.device}" if lane.policy.device else ""),
     )
 

@@ -21,6 +21,11 @@ reviewed in pull requests like any other evidence. Keys (``receipt-version`` 1):
                      memory and the restart's phases per run, and ``memory``,
                      ``breakdown``, ``load_floor`` for the check: gate.recalibration;
                      hbm: per-chip figures); bench: medians and spread, passed = null
+    profile          (when the gate ran under a launch profile, ``make gate PROFILE=``)
+                     {name, sha256, environment, set-by-gate, inert}: the profile, its
+                     digest as wheels.lock records it, what the children got from it, and
+                     which settings the gate controlled itself or were inert on the device
+                     (gate.under_profile); absent: the caller's environment, no profile
     digest           "sha256:<hex>" of the canonical JSON of every other key
 
 The digest is a tamper seal, not a signature: anyone can recompute it, so it catches an
@@ -93,6 +98,15 @@ class Receipt:
     wheels: tuple[WheelMatch, ...]
     problems: tuple[str, ...]
     checks: tuple[CheckEvidence, ...]
+    profile: Mapping[str, Any] | None = None
+
+    @property
+    def profile_name(self) -> str | None:
+        return str(self.profile["name"]) if self.profile else None
+
+    @property
+    def profile_sha256(self) -> str | None:
+        return str(self.profile["sha256"]) if self.profile else None
 
     def check(self, name: str) -> CheckEvidence | None:
         return next((c for c in self.checks if c.name == name), None)
@@ -102,7 +116,10 @@ class Receipt:
         return {(w.name, w.sha256) for w in self.wheels}
 
     def payload(self) -> dict[str, Any]:
+        # "profile" only when there is one: a receipt without it reads as before.
+        profile = {} if self.profile is None else {"profile": _json_safe(self.profile)}
         return {
+            **profile,
             "receipt-version": RECEIPT_VERSION,
             "kind": self.kind,
             "bundle": self.bundle,
@@ -323,6 +340,7 @@ def read_receipt(path: Path) -> StoredReceipt:
         wheels=wheels,
         problems=tuple(_field(data, "problems", list, path)),
         checks=checks,
+        profile=data["profile"] if isinstance(data.get("profile"), dict) else None,
     )
     return StoredReceipt(path, receipt, digest, digest == canonical_digest(payload))
 

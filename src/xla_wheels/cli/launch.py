@@ -1,0 +1,81 @@
+"""``xla-wheels launch-env``: a bundle's launch profile written for a launcher.
+
+Writes, into ``--out`` (default ``<out>/launch/<bundle>/<profile>-<role>/``):
+
+- ``env.sh``: ``export NAME='value'`` lines a POSIX shell sources (values quoted with
+  ``shlex.quote``, so a flag string or a path with spaces stays one value);
+- ``env.json``: the same environment with the bundle, profile, its digest and role, which
+  ``scripts/xla_launch_profile.py`` applies before ``import torch_xla``;
+- ``xla_launch_profile.py``: a copy of that helper, so the directory is all a host needs.
+
+Exit 0 written; 2 an unknown bundle, profile or role (the fix names the valid ones).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+from pathlib import Path
+
+from xla_wheels import filemode, launch_profile
+from xla_wheels.bundle import Bundle, load_bundle
+from xla_wheels.cli.arguments import add_bundle_arguments
+from xla_wheels.cli.settings import pipeline_options
+from xla_wheels.errors import UsageError
+from xla_wheels.publish.cache_contract import directory_name
+from xla_wheels.wheels_lock import read_lock
+
+HELPER = Path("scripts") / "xla_launch_profile.py"
+
+
+def cmd_launch_env(args: argparse.Namespace) -> int:
+    options = pipeline_options(args, os.environ)
+    bundle = load_bundle(options.root, args.bundle)
+    profile = launch_profile.choose(bundle.profiles, args.profile, bundle.name)
+    role = launch_profile.check_role(args.role)
+    build = _build_directory(options.lock_path, bundle) if profile.needs_build else None
+    out: Path = args.out or options.out_dir / "launch" / bundle.name / f"{profile.name}-{role}"
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in launch_profile.launch_files(profile, bundle.name, role, build).items():
+        filemode.write_by_rename(out / name, text)
+    shutil.copyfile(options.root / HELPER, out / HELPER.name)
+    print(f"launch profile {profile.name} of {bundle.name} (role {role}) written to {out}:")
+    print(f"  . {out / 'env.sh'}    # in the launcher, before the training process starts")
+    print(f"  xla_launch_profile.apply('{out / 'env.json'}')    # or first thing in training code")
+    return 0
+
+
+def _build_directory(lock_path: Path, bundle: Bundle) -> str:
+    """``{build}`` of the cache path: the cache contract's directory name for the torch_xla
+    wheel wheels.lock records and the libtpu version hosts install."""
+    entry = read_lock(lock_path).bundles.get(bundle.name)
+    wheels = (entry.wheels or ()) if entry is not None else ()
+    versions = [w.name.split("-")[1] for w in wheels if w.name.startswith("torch_xla-")]
+    if not versions:
+        raise UsageError(
+            f"the cache path of this profile names the build ({{build}}), and wheels.lock "
+            f"records no torch_xla wheel for {bundle.name}",
+            fix=f"build it first (`make wheels BUNDLE={bundle.name}`), or launch with a "
+            "profile whose cache path does not use {build}",
+        )
+    libtpu = bundle.runtime.get("libtpu")
+    return directory_name(bundle.name, versions[0], libtpu.install_version if libtpu else None)
+
+
+def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
+    """Define subcommand ``name``'s arguments on ``parser`` and set its handler."""
+    if name != "launch-env":
+        raise ValueError(f"{name} is not a subcommand of {__name__}")
+    parser.description = __doc__
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    add_bundle_arguments(parser)
+    parser.add_argument("--profile", default="", help="launch profile name, e.g. train")
+    parser.add_argument(
+        "--role",
+        default="",
+        help="writer (the one process per cache directory that writes it) or reader "
+        "(every other worker: the cache read-only); required",
+    )
+    parser.add_argument("--out", type=Path, default=None, help="directory to write into")
+    parser.set_defaults(handler=cmd_launch_env)

@@ -1,0 +1,121 @@
+"""Promotion under a lane's launch profile: a receipt counts only if it was judged under
+the lane's profile with the digest wheels.lock records now, and the regression rules
+compare receipts of the same profile."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from xla_wheels.release import compare, lanes, policy, receipts
+
+MIB = 1024**2
+DIGEST = "a" * 64
+
+
+def receipt(profile: dict[str, Any] | None, host_mib: int = 1000) -> receipts.Receipt:
+    memory = {"host_peak_rss_bytes": host_mib * MIB, "device_peak_bytes": "not reported: CPU"}
+    check = receipts.CheckEvidence("restart", True, (), {"warm_ready_s": 0.2, "memory": memory})
+    return receipts.Receipt(
+        kind="gate", bundle="b", created="2025-01-01T00:00:00Z", host="h", device="CPU",
+        chip=None, workload="small", versions={}, wheels_match_lock=True, wheels=(),
+        problems=(), checks=(check,), profile=profile,
+    )  # fmt: skip
+
+
+def stored(made: receipts.Receipt) -> receipts.StoredReceipt:
+    return receipts.StoredReceipt(
+        Path("new.json"), made, receipts.canonical_digest(made.payload()), True
+    )
+
+
+TRAIN = {"name": "train", "sha256": DIGEST}
+RULE = lanes.Policy(profile="train")
+
+
+def failures(made: receipts.Receipt, locked_digest: str | None = DIGEST) -> list[tuple[str, str]]:
+    verdict = policy.judge_promotion("b", set(), [stored(made)], RULE, None, locked_digest)
+    return [(f.rule, f.detail) for f in verdict.failures]
+
+
+def test_a_receipt_under_the_lanes_profile_with_the_locked_digest_promotes() -> None:
+    assert failures(receipt(TRAIN)) == []
+
+
+def test_promotion_is_refused_when_the_profile_changed_since_the_receipt() -> None:
+    assert failures(receipt(TRAIN), locked_digest="b" * 64) == [
+        ("profile", "launch profile train changed since new.json was judged (sha256 "
+         "aaaaaaaaaaaa then, bbbbbbbbbbbb in wheels.lock now): a changed profile needs a new "
+         "gate run"),
+    ]  # fmt: skip
+
+
+def test_promotion_is_refused_for_another_profile_or_none() -> None:
+    assert failures(receipt({"name": "eval", "sha256": DIGEST})) == [
+        ("profile", "new.json was judged under launch profile eval; the lane requires profile "
+         "train"),
+    ]  # fmt: skip
+    assert failures(receipt(None))[0][1].startswith("new.json was judged under no launch profile")
+
+
+def test_a_profile_the_lock_does_not_record_is_named() -> None:
+    assert failures(receipt(TRAIN), locked_digest=None) == [
+        ("profile", "wheels.lock records no launch profile train for bundle b"),
+    ]
+
+
+def test_the_memory_rule_keys_by_profile_as_well_as_workload() -> None:
+    rule = lanes.Policy(max_memory_regression=0.10)
+    other = receipt({"name": "eval", "sha256": DIGEST}, host_mib=500)
+    verdict = policy.judge_promotion("b", set(), [stored(other)], rule, receipt(TRAIN))
+    assert [f.rule for f in verdict.failures] == ["memory"]
+    assert "not comparable" in verdict.failures[0].detail
+    assert "profile eval vs train" in verdict.failures[0].detail
+
+
+def test_a_receipt_keeps_its_profile_through_the_file(tmp_path: Path) -> None:
+    made = receipt(TRAIN)
+    path = receipts.write_receipt(tmp_path / "r.json", made)
+    back = receipts.read_receipt(path)
+    assert back.digest_ok and back.receipt.profile_sha256 == DIGEST
+    # A receipt written before profiles existed reads as before: no profile, seal intact.
+    old = receipts.write_receipt(tmp_path / "old.json", dataclasses.replace(made, profile=None))
+    assert "profile" not in old.read_text()
+    assert receipts.read_receipt(old).digest_ok
+
+
+def test_the_lanes_file_names_the_profile_and_the_shipped_preferred_lane_requires_train(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "build").mkdir()
+    config = tmp_path / "build" / "lanes.toml"
+    head = (
+        'publish-lane = "v"\n\n[lanes.v]\npath = "v"\n\n[lanes.p]\npath = "p"\n[lanes.p.policy]\n'
+    )
+    config.write_text(head + "profile = 3\n")
+    with pytest.raises(lanes.LaneError, match="policy.profile: must be a launch profile name"):
+        lanes.load_config(tmp_path)
+    shipped = lanes.load_config(Path(__file__).resolve().parents[1]).lanes["preferred"].policy
+    assert shipped.profile == "train"
+
+
+def test_compare_shows_profile_differences_next_to_the_figures() -> None:
+    a = receipt({**TRAIN, "environment": {"PJRT_DEVICE": "TPU", "XLA_FLAGS": "--xla_a=1"}})
+    b = receipt(
+        {"name": "train", "sha256": "b" * 64, "environment": {"PJRT_DEVICE": "TPU"}},
+        host_mib=1200,
+    )
+    comparison = compare.compare(stored(a), stored(b))
+    labels = [label for label, _, _ in comparison.rows]
+    at = labels.index("launch profile")
+    assert labels[at - 1] == "workload" and labels[at + 1] == "  XLA_FLAGS"
+    assert comparison.rows[at + 1][1:] == ("--xla_a=1", "-")
+    assert "peak host memory" in labels
+    assert comparison.unlike == (
+        "different launch profile: train sha256:aaaaaaaaaaaa vs train sha256:bbbbbbbbbbbb "
+        "(XLA_FLAGS)",
+    )
+    assert "launch profile" in compare.render(comparison)
