@@ -33,6 +33,7 @@ from typing import Any
 
 from xla_wheels import filemode
 from xla_wheels.errors import PipelineError, UsageError
+from xla_wheels.tables import Field, Table
 
 LANES_CONFIG = Path("build") / "lanes.toml"
 LANES_LOCK = "lanes.lock"
@@ -102,27 +103,22 @@ class LaneState:
     receipt_digest: str | None
 
 
-def _bad(path: Path, where: str, problem: str) -> LaneError:
-    return LaneError(
-        f"{path}: {where}: {problem}",
-        fix=f"edit {path} (format: its header comment " 'and README "Releasing to the fleet")',
+def _format_fix(path: Path) -> str:
+    return f'edit {path} (format: its header comment and README "Releasing to the fleet")'
+
+
+def _policy(table: Table) -> Policy:
+    fields = table.read(
+        Field("device", str),
+        Field("checks", list, default=[], items=str),
+        Field("max-warm-regression", (int, float)),
     )
-
-
-def _policy(path: Path, lane: str, data: Mapping[str, Any]) -> Policy:
-    unknown = set(data) - {"device", "checks", "max-warm-regression"}
-    if unknown:
-        raise _bad(path, f"lanes.{lane}.policy", f"unknown key(s) {', '.join(sorted(unknown))}")
-    device = data.get("device")
+    device, tolerance = fields["device"], fields["max-warm-regression"]
     if device is not None and device not in DEVICES:
-        raise _bad(path, f"lanes.{lane}.policy.device", f"{device!r} is not one of {DEVICES}")
-    checks = data.get("checks", [])
-    if not isinstance(checks, list) or not all(isinstance(c, str) for c in checks):
-        raise _bad(path, f"lanes.{lane}.policy.checks", "must be a list of check names")
-    tolerance = data.get("max-warm-regression")
-    if tolerance is not None and (not isinstance(tolerance, int | float) or tolerance < 0):
-        raise _bad(path, f"lanes.{lane}.policy.max-warm-regression", "must be a number >= 0")
-    return Policy(device, tuple(checks), None if tolerance is None else float(tolerance))
+        raise table.fail("device", f"{device!r} is not one of {DEVICES}", "")
+    if tolerance is not None and tolerance < 0:
+        raise table.fail("max-warm-regression", "must be a number >= 0", "")
+    return Policy(device, tuple(fields["checks"]), None if tolerance is None else float(tolerance))
 
 
 def load_config(root: Path) -> LanesConfig:
@@ -134,42 +130,41 @@ def load_config(root: Path) -> LanesConfig:
             f"{path} does not exist", fix='create it (README "Releasing to the fleet" shows one)'
         ) from None
     except tomllib.TOMLDecodeError as error:
-        raise _bad(path, "TOML", str(error)) from error
+        raise LaneError(f"{path}: TOML: {error}", fix=_format_fix(path)) from error
+    top = Table(data, source=str(path), error=LaneError, fix=_format_fix(path))
+    publish_lane = top.read(
+        Field("publish-lane", str, default="validation"), Field("lanes", dict, default={})
+    )["publish-lane"]
     lanes: dict[str, Lane] = {}
-    for name, raw in dict(data.get("lanes", {})).items():
-        unknown = set(raw) - {
-            "description",
-            "path",
-            "index-url",
-            "upload-url",
-            "promote-from",
-            "policy",
-        }
-        if unknown:
-            raise _bad(path, f"lanes.{name}", f"unknown key(s) {', '.join(sorted(unknown))}")
-        if ("path" in raw) == ("index-url" in raw):
-            raise _bad(path, f"lanes.{name}", "give exactly one of path or index-url")
-        index_url = raw.get("index-url")
-        if index_url and not str(index_url).endswith("/"):
+    for name, table in top.tables("lanes").items():
+        fields = table.read(
+            Field("description", str, default=""),
+            Field("path", str),
+            Field("index-url", str),
+            Field("upload-url", str),
+            Field("promote-from", str),
+            Field("policy", dict, default={}),
+        )
+        if (fields["path"] is None) == (fields["index-url"] is None):
+            raise table.fail("path", "give exactly one of path or index-url", "")
+        index_url = fields["index-url"]
+        if index_url and not index_url.endswith("/"):
             index_url = f"{index_url}/"
         lanes[name] = Lane(
             name=name,
-            description=str(raw.get("description", "")),
-            path=(root / raw["path"]).resolve() if "path" in raw else None,
+            description=fields["description"],
+            path=None if fields["path"] is None else (root / fields["path"]).resolve(),
             index_url=index_url,
-            upload_url=raw.get("upload-url"),
-            promote_from=raw.get("promote-from"),
-            policy=_policy(path, name, raw.get("policy", {})),
+            upload_url=fields["upload-url"],
+            promote_from=fields["promote-from"],
+            policy=_policy(table.table("policy", optional=True)),
         )
+        if fields["promote-from"] is not None and fields["promote-from"] not in data["lanes"]:
+            raise table.fail("promote-from", f"no lane {fields['promote-from']!r}", "")
     if not lanes:
-        raise _bad(path, "lanes", "no lane is defined")
-    publish_lane = str(data.get("publish-lane", "validation"))
-    for lane in lanes.values():
-        for ref, what in ((lane.promote_from, "promote-from"),):
-            if ref is not None and ref not in lanes:
-                raise _bad(path, f"lanes.{lane.name}.{what}", f"no lane {ref!r}")
+        raise top.fail("lanes", "no lane is defined", "")
     if publish_lane not in lanes:
-        raise _bad(path, "publish-lane", f"no lane {publish_lane!r}")
+        raise top.fail("publish-lane", f"no lane {publish_lane!r}", "")
     return LanesConfig(path, publish_lane, lanes)
 
 
