@@ -124,15 +124,18 @@ class Table:
         default: Any = None,
         items: type | None = None,
     ) -> Any:
-        """The value of ``key`` if it has type ``kind``; ``default`` when absent."""
-        if key not in self.data:
+        """The value of ``key`` if it has type ``kind``; ``default`` when absent.
+
+        A JSON ``null`` is absent (TOML has no null): an optional field written as null.
+        """
+        value = self.data.get(key)
+        if value is None:
             return default
-        value = self.data[key]
         if not _has_kind(value, kind):
             raise self.fail(
                 key,
                 f"expected {kind_name(kind)}, got {type(value).__name__} {value!r}",
-                f"write it as a {kind_name(kind)}",
+                f"write it as type {kind_name(kind)}",
             )
         if items is not None:
             for index, entry in enumerate(value):
@@ -140,7 +143,7 @@ class Table:
                     raise self.fail(
                         key,
                         f"entry {index} is not a {items.__name__}: {entry!r}",
-                        f"write every entry as a {items.__name__}",
+                        f"write every entry as type {items.__name__}",
                     )
         return value
 
@@ -152,7 +155,7 @@ class Table:
         items: type | None = None,
     ) -> Any:
         """Like :meth:`get`, for a key that must be there (``default`` is not used)."""
-        if key not in self.data:
+        if self.data.get(key) is None:
             raise self._missing(key, kind)
         return self.get(key, kind, items=items)
 
