@@ -28,7 +28,7 @@ from xla_wheels.provenance import (
     Provenance,
     ProvenanceFormatError,
 )
-from xla_wheels.release.lanes import LaneError, load_config
+from xla_wheels.release.lanes import LaneError, load_config, read_state
 
 MANIFEST = """\
 [bundle]
@@ -100,6 +100,20 @@ def load_lanes(root: Path, text: str) -> object:
     return load_config(root)
 
 
+LANES_LOCK = """\
+lanes-lock-version = "1"
+
+[lanes.validation]
+bundle = "v6e-2.9"
+wheels = [{ name = "torch_xla-2.9.0-cp313-cp313-linux_x86_64.whl", sha256 = "00" }]
+"""
+
+
+def load_lanes_lock(root: Path, text: str) -> object:
+    (root / "lanes.lock").write_text(text)
+    return read_state(root)
+
+
 def load_builders(root: Path, text: str) -> object:
     (root / "build").mkdir()
     (root / "build" / "builders.toml").write_text(text)
@@ -125,6 +139,7 @@ FORMATS = {
         load_lock, (REPO_ROOT / "wheels.lock").read_text(), LockError, "wheels.lock"
     ),
     "lanes": Format(load_lanes, LANES, LaneError, "lanes.toml"),
+    "lanes.lock": Format(load_lanes_lock, LANES_LOCK, LaneError, "lanes.lock"),
     "builders": Format(load_builders, BUILDERS, RemoteCacheConfigError, "builders.toml"),
     "provenance": Format(load_provenance, PROVENANCE.decode(), ProvenanceFormatError, ""),
 }
@@ -193,6 +208,20 @@ CASES = [
         'checks = "restart"',
         "key 'lanes.validation.policy.checks': expected list, got str",
         "edit",
+    ),
+    (
+        "lanes.lock",
+        'bundle = "v6e-2.9"',
+        'bundel = "v6e-2.9"',
+        "key 'lanes.validation.bundel': unknown key; did you mean 'bundle'?",
+        "git checkout -- lanes.lock",
+    ),
+    (
+        "lanes.lock",
+        'sha256 = "00"',
+        "sha = 0",
+        "key 'lanes.validation.wheels[0].sha': unknown key; did you mean 'sha256'?",
+        "git checkout -- lanes.lock",
     ),
     (
         "builders",

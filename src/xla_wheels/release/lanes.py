@@ -172,27 +172,32 @@ def read_state(root: Path) -> dict[str, LaneState]:
     path = root / LANES_LOCK
     if not path.exists():
         return {}
+    restore = f"restore it from git (`git checkout -- {LANES_LOCK}`)"
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as error:
-        raise LaneError(
-            f"{path} is not valid TOML: {error}",
-            fix=f"restore it from git (`git checkout -- {LANES_LOCK}`)",
-        ) from error
+        raise LaneError(f"{path} is not valid TOML: {error}", fix=restore) from error
     if data.get("lanes-lock-version") != LANES_LOCK_VERSION:
-        raise LaneError(
-            f"{path} has an unknown lanes-lock-version",
-            fix=f"restore it from git (`git checkout -- {LANES_LOCK}`)",
+        raise LaneError(f"{path} has an unknown lanes-lock-version", fix=restore)
+    top = Table(data, source=str(path), error=LaneError, fix=restore)
+    top.read(Field("lanes-lock-version", str), Field("lanes", dict, default={}))
+    wheel_fields = (Field("name", str, required=True), Field("sha256", str, required=True))
+    states = {}
+    for name, table in top.tables("lanes").items():
+        fields = table.read(
+            Field("bundle", str, required=True),
+            Field("receipt", str),
+            Field("receipt-digest", str),
+            Field("wheels", list, default=[]),
         )
-    return {
-        name: LaneState(
-            bundle=str(entry["bundle"]),
-            wheels=tuple((str(w["name"]), str(w["sha256"])) for w in entry.get("wheels", [])),
-            receipt=entry.get("receipt"),
-            receipt_digest=entry.get("receipt-digest"),
+        wheels = [row.read(*wheel_fields) for row in table.rows("wheels") or []]
+        states[name] = LaneState(
+            bundle=fields["bundle"],
+            wheels=tuple((wheel["name"], wheel["sha256"]) for wheel in wheels),
+            receipt=fields["receipt"],
+            receipt_digest=fields["receipt-digest"],
         )
-        for name, entry in data.get("lanes", {}).items()
-    }
+    return states
 
 
 def write_state(root: Path, lane: str, state: LaneState) -> Path:
