@@ -103,3 +103,32 @@ def test_output_to_a_file_gets_stdout_and_stderr(tmp_path: Path) -> None:
         )
     assert result.returncode == 0
     assert sorted((tmp_path / "out.log").read_text().split()) == ["e", "o"]
+
+
+def test_a_teed_step_reaches_its_log_and_stderr_redacted_line_by_line(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    script = "import sys; print('token=s3cret'); print('warn', file=sys.stderr); sys.exit(3)"
+    with (tmp_path / "step.log").open("w") as step_log:
+        result = runner.run(
+            [sys.executable, "-c", script],
+            echo="none",
+            tee=step_log,
+            redact=lambda text: text.replace("s3cret", "<redacted>"),
+        )
+    assert result.returncode == 3
+    assert (tmp_path / "step.log").read_text().split() == ["token=<redacted>", "warn"]
+    streamed = capfd.readouterr().err
+    assert "token=<redacted>" in streamed and "s3cret" not in streamed
+
+
+def test_a_teed_step_past_its_timeout_is_killed(tmp_path: Path) -> None:
+    with (tmp_path / "step.log").open("w") as step_log, pytest.raises(runner.StepTimedOut):
+        runner.run(
+            [sys.executable, "-c", "import time; print('started', flush=True); time.sleep(30)"],
+            step="torch wheel",
+            echo="none",
+            tee=step_log,
+            timeout=0.5,
+        )
+    assert (tmp_path / "step.log").read_text() == "started\n"

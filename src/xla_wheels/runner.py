@@ -4,7 +4,7 @@ Every command the pipeline runs outside the gate's own children (git, the build 
 tools, pip, twine, the container engines) goes through :func:`run`, so each of them
 
 - is printed before it runs (``+ cmd``, as JAX's ``build.py`` does), on the terminal or
-  only in the open stage log;
+  only in the open stage log, unless it is a silent probe (``echo="none"``);
 - sees our environment without git's location variables (``GIT_DIR``, ``GIT_WORK_TREE``,
   ``GIT_INDEX_FILE``...): a git hook exports them, and a pipeline run from inside one
   would otherwise point every git command at the hook's repository instead of its cwd;
@@ -78,6 +78,7 @@ def run(
     shown_argv: Sequence[str] | None = None,
     shown_env: Mapping[str, str] | None = None,
     output: Literal["capture", "stream-stderr", "inherit"] | IO[str] = "capture",
+    tee: IO[str] | None = None,
     input_text: str | None = None,
     timeout: float | None = None,
     timeout_fix: str = "check the network or the machine's load, then run it again",
@@ -90,7 +91,9 @@ def run(
     it shows when options printed once elsewhere are left out (git's ``RUN_OPTIONS``).
     ``output``: ``capture`` keeps stdout and stderr; ``stream-stderr`` also passes
     stderr on to ours as it comes (git's progress meter); ``inherit`` leaves both on the
-    terminal; an open file gets both.
+    terminal; an open file gets both. ``tee``: both, merged, line by line through
+    ``redact``, to that file and to our stderr (a build step, whose build system may
+    echo its environment, credentials included).
     ``step`` names the command in a :class:`StepTimedOut` (default: the program).
     """
     clean = redact or _unchanged
@@ -102,18 +105,21 @@ def run(
         log.to_stage_logs(f"+ {line}")
     full_env = child_env(env, base_env)
     try:
-        if output == "stream-stderr":
+        if tee is not None:
+            result = _run_teeing(argv, cwd, full_env, timeout, tee, clean)
+        elif output == "stream-stderr":
             result = _run_showing_stderr(argv, cwd, full_env, timeout)
         else:
             result = _run(argv, cwd, full_env, output, input_text, timeout)
     except subprocess.TimeoutExpired:
         raise StepTimedOut(step or Path(argv[0]).name, timeout or 0, timeout_fix) from None
     result.stdout, result.stderr = clean(result.stdout or ""), clean(result.stderr or "")
-    # The stage's log (out/<bundle>/logs/<stage>.log, when one is open) keeps the output.
-    log.to_stage_logs(result.stdout)
-    log.to_stage_logs(result.stderr)
-    if result.returncode != 0:
-        log.to_stage_logs(f"# exit {result.returncode}")
+    if echo != "none":  # a silent probe leaves no trace; anything else is in the log
+        # The stage's log (out/<bundle>/logs/<stage>.log, when one is open) keeps the output.
+        log.to_stage_logs(result.stdout)
+        log.to_stage_logs(result.stderr)
+        if result.returncode != 0:
+            log.to_stage_logs(f"# exit {result.returncode}")
     return result
 
 
@@ -200,3 +206,67 @@ def _run_showing_stderr(
             for line in b"".join(stderr_chunks).decode(errors="replace").split("\n")
         ).strip(),
     )
+
+
+def _run_teeing(
+    argv: Sequence[str],
+    cwd: str | Path | None,
+    env: Mapping[str, str],
+    timeout: float | None,
+    tee: IO[str],
+    redact: Redact,
+) -> subprocess.CompletedProcess[str]:
+    tee.flush()
+    with subprocess.Popen(
+        list(argv),
+        env=dict(env),
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        encoding="utf-8",
+        errors="replace",
+    ) as process:
+        out = process.stdout
+        assert out is not None
+
+        # The lines are copied on this thread, so that Ctrl-C stops the copy at once (what
+        # a step prints while it is stopped, its traceback, is not ours); a timer ends a
+        # step past its timeout.
+        timed_out = threading.Event()
+
+        def kill_on_timeout() -> None:
+            timed_out.set()
+            process.kill()
+
+        timer = threading.Timer(timeout, kill_on_timeout) if timeout is not None else None
+        if timer is not None:
+            timer.start()
+        try:
+            for line in out:
+                clean = redact(line)
+                tee.write(clean)
+                sys.stderr.write(clean)
+                sys.stderr.flush()
+        except KeyboardInterrupt:
+            # Ctrl-C reaches the whole process group, but a step may ignore SIGINT (a
+            # build server): stop it, so that no child outlives the run.
+            _stop(process)
+            raise
+        finally:
+            if timer is not None:
+                timer.cancel()
+        returncode = process.wait()
+        if timed_out.is_set():
+            raise subprocess.TimeoutExpired(list(argv), timeout or 0)
+    return subprocess.CompletedProcess(list(argv), returncode, "", "")
+
+
+def _stop(process: subprocess.Popen[str], grace_s: float = 10.0) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
