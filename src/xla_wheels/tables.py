@@ -173,9 +173,9 @@ class Table:
         parent = self if key is None else self.table(key, optional=True)
         return {str(name): parent.table(str(name)) for name in parent.data}
 
-    def rows(self, key: str, *, required: bool = False) -> list[Table] | None:
+    def rows(self, key: str) -> list[Table] | None:
         """An array of tables (``[[wheels]]``), each readable; ``None`` when absent."""
-        if key not in self.data and not required:
+        if self.data.get(key) is None:
             return None
         rows = self.require(key, list)
         children = []
