@@ -115,7 +115,7 @@ def test_missing_component_is_named(project: Path) -> None:
         VALID.split("[components.openxla]")[0] + VALID.split('unpinned = "nobody knows yet"\n')[1]
     )
     message = error_for(project, text)
-    assert "'components.openxla': missing component" in message
+    assert "'components.openxla': missing table" in message
 
 
 def test_commit_that_is_not_hex_is_refused(project: Path) -> None:

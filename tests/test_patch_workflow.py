@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.gitrepos import GIT_ENV, RUNTIME_CC, Upstream, git, make_project
+from tests.gitrepos import GIT_ENV, RUNTIME_CC, Upstream, git, make_project, make_repo
 from tests.test_patch_stage import good_patches
 
 PATCHES = ("0001-load.patch", "0002-stats.patch")
@@ -116,8 +116,8 @@ def test_uncommitted_changes_are_refused(patched: Path, run_cli) -> None:
     assert "src/runtime.cc" in result.stderr
 
 
-def rebase(run_cli, project: Path, *extra: str):
-    return run_cli("patch-rebase", "--bundle", "test-1", *extra, root=project)
+def rebase(run_cli, project: Path, *extra: str, env: dict[str, str] | None = None):
+    return run_cli("patch-rebase", "--bundle", "test-1", *extra, root=project, env=env)
 
 
 def test_rebase_onto_a_commit_that_moves_the_code_refreshes_the_line_numbers(
@@ -144,6 +144,28 @@ def test_rebase_onto_a_commit_that_moves_the_code_refreshes_the_line_numbers(
     fresh = run_cli("patch", "--bundle", "test-1", root=patched)
     assert fresh.exit_code == 0, fresh.stderr
     assert git(worktree(patched), "rev-parse", "HEAD~2") == moved
+
+
+def test_rebase_run_from_a_git_hook_works_on_its_worktree_not_the_hooks_repository(
+    patched: Path, upstreams: dict[str, Upstream], tmp_path: Path, run_cli
+) -> None:
+    # A git hook runs with GIT_DIR, GIT_WORK_TREE and GIT_INDEX_FILE of its own repository
+    # exported; every git command of the pipeline must still work on its own cwd.
+    hook_repo = tmp_path / "hook-repo"
+    hook_head = make_repo(hook_repo, {"README": "the repository whose hook runs us\n"})
+    hook_env = {
+        "GIT_DIR": str(hook_repo / ".git"),
+        "GIT_WORK_TREE": str(hook_repo),
+        "GIT_INDEX_FILE": str(hook_repo / ".git" / "index"),
+    }
+    moved = upstreams["torch_xla"].commit_file(
+        "src/runtime.cc", "// one\n" + RUNTIME_CC, "a line on top"
+    )
+    result = rebase(run_cli, patched, "--onto", moved, env=hook_env)
+    assert result.exit_code == 0, result.stderr
+    assert git(worktree(patched), "rev-parse", "HEAD~2") == moved
+    assert git(hook_repo, "rev-parse", "HEAD") == hook_head
+    assert git(hook_repo, "status", "--porcelain") == ""
 
 
 def test_a_conflict_stops_naming_the_patch_and_files_then_continue_and_export(

@@ -209,16 +209,16 @@ def test_promote_refuses_a_source_release_with_files_the_lock_does_not_record(
 @pytest.mark.parametrize(
     ("table", "problem"),
     [
-        ('backend = "devpi"\nindex = "team/x"\n', "lanes.x.server: must be the devpi server"),
+        ('backend = "devpi"\nindex = "team/x"\n', "key 'lanes.x.server': missing"),
         (
             'backend = "devpi"\nserver = "http://127.0.0.1:3141"\nindex = "x"\n',
-            'lanes.x.index: must be "<user>/<index>"',
+            'key \'lanes.x.index\': must be "<user>/<index>"',
         ),
         (
             'backend = "devpi"\nserver = "http://h/"\nindex = "t/x"\npath = "dist/x"\n',
-            "unknown key(s) path for backend devpi",
+            "key 'lanes.x.path': unknown key",
         ),
-        ('backend = "artifactory"\npath = "dist/x"\n', "lanes.x.backend: 'artifactory'"),
+        ('backend = "artifactory"\npath = "dist/x"\n', "key 'lanes.x.backend': 'artifactory'"),
     ],
 )
 def test_a_wrong_devpi_lane_is_refused_naming_the_key(

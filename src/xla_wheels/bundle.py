@@ -36,6 +36,7 @@ from typing import Any
 
 from xla_wheels import launch_profile
 from xla_wheels.errors import ManifestError, UsageError
+from xla_wheels.tables import Field, Table
 
 COMPONENT_NAMES = ("torch", "torch_xla", "openxla")
 """Build order; OpenXLA is not built on its own but consumed by torch_xla's Bazel build."""
@@ -137,51 +138,8 @@ class Bundle:
         return problems
 
 
-class TomlTable:
-    """A TOML table being read, which remembers its dotted key for error messages."""
-
-    def __init__(self, data: Mapping[str, Any], where: str, path: Path) -> None:
-        self.data = data
-        self.where = where
-        self.path = path
-
-    def fail(self, key: str, problem: str, fix: str) -> ManifestError:
-        dotted = f"{self.where}.{key}" if self.where else key
-        return ManifestError(f"{self.path}: key '{dotted}': {problem}", fix=fix)
-
-    def check_keys(self, allowed: set[str], required: set[str]) -> None:
-        for key in self.data:
-            if key not in allowed:
-                raise self.fail(
-                    key,
-                    "unknown key",
-                    f"remove it, or use one of: {', '.join(sorted(allowed))}",
-                )
-        for key in sorted(required):
-            if key not in self.data:
-                raise self.fail(key, "missing", f"add '{key} = ...' to [{self.where}]")
-
-    def get(self, key: str, kind: type, default: Any = None) -> Any:
-        if key not in self.data:
-            return default
-        value = self.data[key]
-        # bool is a subclass of int; a knob written `cxx_abi = true` is a mistake.
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise self.fail(
-                key,
-                f"expected {kind.__name__}, got {type(value).__name__} {value!r}",
-                f"write it as a TOML {kind.__name__}",
-            )
-        return value
-
-    def table(self, key: str) -> TomlTable:
-        value = self.get(key, dict)
-        if value is None:
-            raise self.fail(key, "missing table", f"add a [{self._join(key)}] table")
-        return TomlTable(value, self._join(key), self.path)
-
-    def _join(self, key: str) -> str:
-        return f"{self.where}.{key}" if self.where else key
+def _manifest_table(data: Mapping[str, Any], path: Path) -> Table:
+    return Table(data, source=str(path), error=ManifestError)
 
 
 def bundles_dir(repo_root: Path) -> Path:
@@ -241,7 +199,7 @@ def _resolve(
     meta = data.get("bundle")
     if not isinstance(meta, dict) or "extends" not in meta:
         return data, digest, None
-    where = TomlTable(meta, "bundle", path)
+    where = _manifest_table(data, path).table("bundle")
     parent_name: str = where.get("extends", str)
     if parent_name == path.stem or parent_name in chain:
         loop = " -> ".join((*chain, path.stem, parent_name))
@@ -300,72 +258,57 @@ def _merge(parent: Mapping[str, Any], child: Mapping[str, Any]) -> dict[str, Any
 def _build_bundle(
     data: Mapping[str, Any], path: Path, patches_root: Path, digest: str, extends: str | None
 ) -> Bundle:
-    root = TomlTable(data, "", path)
-    root.check_keys(
-        {"bundle", "components", "runtime", "build", "profiles"}, {"bundle", "components"}
-    )
+    root = _manifest_table(data, path)
+    root.check_keys({"bundle", "components", "runtime", "build", "profiles"})
 
     meta = root.table("bundle")
-    meta.check_keys({"name", "description", "python", "extends"}, {"name", "python"})
-    name = meta.get("name", str)
+    fields = meta.read(
+        Field("name", str, required=True),
+        Field("python", str, required=True),
+        Field("description", str, default=""),
+        Field("extends", str),
+    )
+    name, python = fields["name"], fields["python"]
     if name != path.stem:
         raise meta.fail(
             "name",
             f"is '{name}' but the file is {path.name}",
             f'set name = "{path.stem}" or rename the file to {name}.toml',
         )
-    python = meta.get("python", str)
     if not _PYTHON.fullmatch(python):
         raise meta.fail(
             "python", f"'{python}' is not a Python 3 minor version", 'write e.g. "3.13"'
         )
 
     components_table = root.table("components")
-    for key in components_table.data:
-        if key not in COMPONENT_NAMES:
-            raise components_table.fail(
-                key, "unknown component", f"components are: {', '.join(COMPONENT_NAMES)}"
-            )
-    components = {}
-    for component_name in COMPONENT_NAMES:
-        if component_name not in components_table.data:
-            raise components_table.fail(
-                component_name, "missing component", f"add a [components.{component_name}] table"
-            )
-        components[component_name] = _parse_component(
-            components_table.table(component_name), component_name, patches_root
-        )
+    components_table.check_keys(COMPONENT_NAMES)
+    components = {
+        component: _parse_component(components_table.table(component), component, patches_root)
+        for component in COMPONENT_NAMES
+    }
     _reject_duplicate_patches(components, path)
 
-    runtime: dict[str, RuntimePin] = {}
-    if "runtime" in data:
-        runtime_table = root.table("runtime")
-        for key in runtime_table.data:
-            if key not in RUNTIME_NAMES:
-                raise runtime_table.fail(
-                    key,
-                    "unknown runtime package",
-                    f"runtime packages are: {', '.join(RUNTIME_NAMES)}",
-                )
-            runtime[key] = _parse_runtime(runtime_table.table(key), key)
+    runtime_table = root.table("runtime", optional=True)
+    runtime_table.check_keys(RUNTIME_NAMES)
+    runtime = {
+        package: _parse_runtime(table, package) for package, table in runtime_table.tables().items()
+    }
 
-    knobs = TomlTable({}, "build", path)
-    if "build" in data:
-        knobs = root.table("build")
-    knobs.check_keys({"bundle_libtpu", "tpuvm_mode", "build_cpp_tests", "cxx_abi"}, set())
-    cxx_abi = knobs.get("cxx_abi", int, 1)
-    if cxx_abi not in (0, 1):
-        raise knobs.fail("cxx_abi", f"must be 0 or 1, got {cxx_abi}", "PyTorch 2.9+ wheels use 1")
-    build = BuildKnobs(
-        bundle_libtpu=knobs.get("bundle_libtpu", bool, False),
-        tpuvm_mode=knobs.get("tpuvm_mode", bool, True),
-        build_cpp_tests=knobs.get("build_cpp_tests", bool, False),
-        cxx_abi=cxx_abi,
+    knobs = root.table("build", optional=True).read(
+        Field("bundle_libtpu", bool, default=False),
+        Field("tpuvm_mode", bool, default=True),
+        Field("build_cpp_tests", bool, default=False),
+        Field("cxx_abi", int, default=1),
     )
+    if knobs["cxx_abi"] not in (0, 1):
+        raise root.table("build").fail(
+            "cxx_abi", f"must be 0 or 1, got {knobs['cxx_abi']}", "PyTorch 2.9+ wheels use 1"
+        )
+    build = BuildKnobs(**knobs)
     return Bundle(
         name=name,
         path=path,
-        description=meta.get("description", str, ""),
+        description=fields["description"],
         python=python,
         components=components,
         runtime=runtime,
@@ -376,12 +319,16 @@ def _build_bundle(
     )
 
 
-def _parse_component(table: TomlTable, name: str, patches_root: Path) -> Component:
-    table.check_keys(
-        {"remote", "commit", "unpinned", "version", "submodules", "patches"}, {"remote"}
+def _parse_component(table: Table, name: str, patches_root: Path) -> Component:
+    fields = table.read(
+        Field("remote", str, required=True),
+        Field("commit", str),
+        Field("unpinned", str),
+        Field("version", str),
+        Field("submodules", bool, default=name == "torch"),
+        Field("patches", list, default=[], items=str),
     )
-    commit = table.get("commit", str)
-    unpinned = table.get("unpinned", str)
+    commit, unpinned, version = fields["commit"], fields["unpinned"], fields["version"]
     if commit is None and unpinned is None:
         raise table.fail(
             "commit",
@@ -399,7 +346,6 @@ def _parse_component(table: TomlTable, name: str, patches_root: Path) -> Compone
             f"'{commit}' is not a git commit SHA",
             "write 7 to 40 lowercase hex digits (a full 40-digit SHA is best)",
         )
-    version = table.get("version", str)
     if version is not None and not _VERSION.fullmatch(version):
         raise table.fail(
             "version",
@@ -408,13 +354,8 @@ def _parse_component(table: TomlTable, name: str, patches_root: Path) -> Compone
         )
     if name != "openxla" and version is None:
         raise table.fail("version", "missing", f'{name} wheels need a version, e.g. "2.9.0"')
-    patch_names = table.get("patches", list, [])
     patches = []
-    for index, relpath in enumerate(patch_names):
-        if not isinstance(relpath, str):
-            raise table.fail(
-                "patches", f"entry {index} is not a string", "list file paths as strings"
-            )
+    for index, relpath in enumerate(fields["patches"]):
         _check_patch_path(table, name, index, relpath)
         patch_path = patches_root / relpath
         if not patch_path.is_file():
@@ -424,7 +365,7 @@ def _parse_component(table: TomlTable, name: str, patches_root: Path) -> Compone
                 "fix the path (relative to patches/) or add the file",
             )
         patches.append(PatchRef(relpath=relpath, path=patch_path))
-    remote = table.get("remote", str)
+    remote = fields["remote"]
     if not remote.strip():
         raise table.fail(
             "remote",
@@ -437,12 +378,12 @@ def _parse_component(table: TomlTable, name: str, patches_root: Path) -> Compone
         commit=commit,
         unpinned_reason=unpinned,
         version=version,
-        submodules=table.get("submodules", bool, name == "torch"),
+        submodules=fields["submodules"],
         patches=tuple(patches),
     )
 
 
-def _check_patch_path(table: TomlTable, component: str, index: int, relpath: str) -> None:
+def _check_patch_path(table: Table, component: str, index: int, relpath: str) -> None:
     """A patch is named one way only: ``<component>/<file>`` under ``patches/``.
 
     One spelling per file keeps the lock's paths and the duplicate check honest
@@ -488,11 +429,9 @@ def _reject_duplicate_patches(components: Mapping[str, Component], path: Path) -
             seen[patch.relpath] = component.name
 
 
-def _parse_runtime(table: TomlTable, name: str) -> RuntimePin:
-    table.check_keys({"version", "minimum", "preferred"}, set())
-    version = table.get("version", str)
-    minimum = table.get("minimum", str)
-    preferred = table.get("preferred", str)
+def _parse_runtime(table: Table, name: str) -> RuntimePin:
+    pins = table.read(Field("version", str), Field("minimum", str), Field("preferred", str))
+    version, minimum, preferred = pins["version"], pins["minimum"], pins["preferred"]
     if version is None and minimum is None:
         raise table.fail("version", "missing", 'give version = "X" or minimum = "X"')
     if version is not None and (minimum or preferred):

@@ -4,7 +4,9 @@ Every stage raises a subclass of :class:`PipelineError` with a message that name
 problem and the fix. The CLI edge (``xla_wheels.cli.main``) turns it into ``error:`` and
 ``fix:`` lines on stderr and its ``exit_code``; nothing below the CLI prints tracebacks or
 calls ``sys.exit``. Exit codes: 0 done or passed; 1 a step failed or a check judged
-against the build (:class:`CheckFailed`); 2 bad input, or the thing cannot be judged.
+against the build (:class:`CheckFailed`); 2 bad input, or the thing cannot be judged;
+8 a command ran past the time limit its step gives it (``runner.StepTimedOut``: worth
+retrying once the network or the machine is healthy).
 """
 
 from __future__ import annotations

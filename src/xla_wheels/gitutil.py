@@ -7,15 +7,12 @@ worktrees, apply), so nothing here reimplements or mocks it. Every failure becom
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
-import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from xla_wheels import log
+from xla_wheels import runner
 from xla_wheels.errors import GitError
 from xla_wheels.plan import PlannedCommand
 from xla_wheels.redact import mask_url_credentials
@@ -60,35 +57,24 @@ def run_git(
 ) -> subprocess.CompletedProcess[str]:
     """Execute one composed ``git ...`` command: its argv, cwd and env, plus :data:`RUN_OPTIONS`.
 
-    ``timeout`` (seconds) raises :class:`subprocess.TimeoutExpired`, for callers that
-    must answer quickly whatever the network does (preflight).
+    ``timeout`` (seconds) raises :class:`runner.StepTimedOut`, for callers that must
+    answer quickly whatever the network does (preflight). git's location variables
+    (``GIT_DIR``...) of a surrounding hook never reach it (:func:`runner.child_env`).
     """
     if not command.argv or command.argv[0] != "git":
         raise ValueError(f"not a git command: {command.argv!r}")
-    argv = ["git", *RUN_OPTIONS, *command.argv[1:]]
-    full_env = {**os.environ, **RUN_ENV, **command.env}
-    if echo:
-        log.command(list(command.argv), cwd=command.cwd)
-    else:
-        log.to_stage_logs(f"+ {log.format_command(list(command.argv), cwd=command.cwd)}")
-    if PROGRESS_FLAG in command.argv and input_text is None and timeout is None:
-        process = _run_showing_stderr(argv, command.cwd, full_env)
-    else:
-        process = subprocess.run(
-            argv,
-            cwd=command.cwd,
-            env=full_env,
-            text=True,
-            capture_output=True,
-            input=input_text,
-            check=False,
-            timeout=timeout,
-        )
-    # The stage's log (out/<bundle>/logs/<stage>.log, when one is open) keeps git's output.
-    log.to_stage_logs(process.stdout)
-    log.to_stage_logs(process.stderr)
-    if process.returncode != 0:
-        log.to_stage_logs(f"# exit {process.returncode}")
+    streaming = PROGRESS_FLAG in command.argv and input_text is None and timeout is None
+    process = runner.run(
+        ["git", *RUN_OPTIONS, *command.argv[1:]],
+        shown_argv=command.argv,
+        step=" ".join(command.argv[:2]),
+        cwd=command.cwd,
+        env={**RUN_ENV, **command.env},
+        echo="terminal" if echo else "log",
+        output="stream-stderr" if streaming else "capture",
+        input_text=input_text,
+        timeout=timeout,
+    )
     if check and process.returncode != 0:
         raise GitError(
             mask_url_credentials(
@@ -102,44 +88,6 @@ def run_git(
 
 #: git's own progress meter, asked for by a fetch on a terminal (``progress.on_terminal``).
 PROGRESS_FLAG = "--progress"
-
-
-def _run_showing_stderr(
-    argv: Sequence[str], cwd: str | None, env: Mapping[str, str]
-) -> subprocess.CompletedProcess[str]:
-    """Run with git's stderr (its progress meter) passed on to ours as it comes, and kept
-    for the error message; stdout is collected as :func:`subprocess.run` would."""
-    with subprocess.Popen(
-        list(argv),
-        cwd=cwd,
-        env=dict(env),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    ) as process:
-        out, err = process.stdout, process.stderr
-        assert out is not None and err is not None
-        stdout_chunks: list[bytes] = []
-        reader = threading.Thread(target=lambda: stdout_chunks.append(out.read()))
-        reader.start()
-        stderr_chunks: list[bytes] = []
-        while chunk := os.read(err.fileno(), 4096):
-            stderr_chunks.append(chunk)
-            sys.stderr.buffer.write(chunk)
-            sys.stderr.buffer.flush()
-        reader.join()
-        returncode = process.wait()
-    decode = b"".join
-    return subprocess.CompletedProcess(
-        list(argv),
-        returncode,
-        decode(stdout_chunks).decode(errors="replace"),
-        # The stage log keeps the final state of each meter line, not every redraw.
-        "\n".join(
-            line.rstrip("\r").rsplit("\r", 1)[-1]
-            for line in decode(stderr_chunks).decode(errors="replace").split("\n")
-        ).strip(),
-    )
 
 
 def compose(

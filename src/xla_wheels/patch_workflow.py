@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import subprocess
 import tempfile
@@ -49,6 +48,7 @@ from xla_wheels.patches import (
     header_from_message,
     parse_patch,
     read_state,
+    run_planned,
     write_state,
 )
 from xla_wheels.plan import PlannedCommand
@@ -483,14 +483,6 @@ def _read_rebase(worktree: Path) -> RebaseRecord | None:
         return None
 
 
-def _run(command: PlannedCommand) -> subprocess.CompletedProcess[str]:
-    log.command(list(command.argv), dict(command.env) or None, command.cwd)
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", **command.env}
-    return subprocess.run(
-        list(command.argv), cwd=command.cwd, env=env, text=True, capture_output=True, check=False
-    )
-
-
 @dataclass(frozen=True)
 class RebaseResult:
     onto: str
@@ -564,7 +556,7 @@ def start_rebase(
         state.base_commit, full, tuple(commits), tuple(ref.relpath for ref in component.patches)
     )
     _write_by_rename(_rebase_path(worktree), record.to_json().encode())
-    _finish(worktree, bundle, component_name, _run(command), record)
+    _finish(worktree, bundle, component_name, run_planned(command), record)
     return RebaseResult(full, _check_build(step, component_name, worktree, record, runner))
 
 
@@ -604,7 +596,7 @@ def continue_rebase(
             record.onto, _check_build(step, component_name, worktree, record, runner)
         )
     _refuse_defects_at_stop(worktree, bundle, component_name, record)
-    _finish(worktree, bundle, component_name, _run(continue_command(worktree)), record)
+    _finish(worktree, bundle, component_name, run_planned(continue_command(worktree)), record)
     return RebaseResult(record.onto, _check_build(step, component_name, worktree, record, runner))
 
 

@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from xla_wheels import log
+from xla_wheels import runner
 from xla_wheels.bundle import Component, PatchRef
 from xla_wheels.errors import PatchError
 from xla_wheels.gitutil import git, git_out, status_porcelain
@@ -406,18 +406,13 @@ def series_commands(worktree: Path, component: Component, branch: str) -> Series
 
 Runner = Callable[[PlannedCommand], "subprocess.CompletedProcess[str]"]
 
-# Variables that would point git at another repository or index than the command's cwd
-# (set, for example, when the pipeline runs from inside a git hook).
-_GIT_LOCATION_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY")
-
-
 def run_planned(command: PlannedCommand) -> subprocess.CompletedProcess[str]:
     """Execute one planned command as it is: print it, run it, return the result."""
-    log.command(list(command.argv), dict(command.env) or None, command.cwd)
-    env = {k: v for k, v in os.environ.items() if k not in _GIT_LOCATION_VARS}
-    env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", **command.env})
-    return subprocess.run(
-        list(command.argv), cwd=command.cwd, env=env, text=True, capture_output=True, check=False
+    return runner.run(
+        command.argv,
+        cwd=command.cwd,
+        env={"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", **command.env},
+        shown_env=command.env,
     )
 
 

@@ -15,7 +15,8 @@ with a file that does not follow this schema instead of guessing. Files written 
 inputs-only rule carry ``bundle``, ``manifest_sha256`` and per-component ``remote``
 fields: :meth:`Provenance.from_json` accepts and ignores them (:data:`RETIRED_FIELDS`).
 
-Standard library only: the builder image runs this module without pipeline dependencies.
+Standard library only (and ``tables``, which is too): the builder image runs this module
+without pipeline dependencies.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+from xla_wheels.tables import Field, Table
 
 PACKAGE = "torch_xla"
 PROVENANCE_NAME = "_xla_wheels_provenance.json"
@@ -36,14 +39,16 @@ RETIRED_FIELDS = ("bundle", "manifest_sha256")
 
 
 class ProvenanceFormatError(ValueError):
-    """The file does not follow the schema; the message names the field."""
+    """The file does not follow the schema; the message names the field.
+
+    Its readers (doctor, verify-install) give their own fix: install the bundle's wheel.
+    """
+
+    def __init__(self, message: str, *, fix: str | None = None) -> None:
+        super().__init__(message)
 
 
-def _get(data: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
-    value = data.get(key)
-    if not isinstance(value, kind):
-        raise ProvenanceFormatError(f"{where}{key} is missing or not a {kind.__name__}")
-    return value
+_PATCH_FIELDS = (Field("path", str, required=True), Field("sha256", str, required=True))
 
 
 @dataclass(frozen=True)
@@ -54,17 +59,9 @@ class PatchDigest:
     def to_json(self) -> dict[str, str]:
         return {"path": self.path, "sha256": self.sha256}
 
-    @classmethod
-    def from_json(cls, data: object, where: str) -> PatchDigest:
-        if not isinstance(data, Mapping):
-            raise ProvenanceFormatError(f"{where} is not an object")
-        return cls(_get(data, "path", str, where + "."), _get(data, "sha256", str, where + "."))
 
-
-def _patches(data: object, where: str) -> tuple[PatchDigest, ...]:
-    if not isinstance(data, list):
-        raise ProvenanceFormatError(f"{where} is not a list")
-    return tuple(PatchDigest.from_json(row, f"{where}[{i}]") for i, row in enumerate(data))
+def _patches(table: Table, key: str) -> tuple[PatchDigest, ...]:
+    return tuple(PatchDigest(**row.read(*_PATCH_FIELDS)) for row in table.rows(key) or [])
 
 
 @dataclass(frozen=True)
@@ -83,19 +80,21 @@ class ComponentProvenance:
         }
 
     @classmethod
-    def from_json(cls, data: object, where: str) -> ComponentProvenance:
-        if not isinstance(data, Mapping):
-            raise ProvenanceFormatError(f"{where} is not an object")
-        version = data.get("version")
-        if version is not None and not isinstance(version, str):
-            raise ProvenanceFormatError(f"{where}.version is not a string")
-        # An older file's ``remote`` is ignored: a URL is where the commit was fetched
-        # from, not an input (the same commit from a mirror makes the same wheel).
+    def from_json(cls, table: Table) -> ComponentProvenance:
+        fields = table.read(
+            Field("commit", str, required=True),
+            Field("version", str),
+            Field("patches", list, required=True),
+            Field("series_sha256", str, required=True),
+            # An older file's ``remote`` is ignored: a URL is where the commit was fetched
+            # from, not an input (the same commit from a mirror makes the same wheel).
+            ignored=("remote",),
+        )
         return cls(
-            commit=_get(data, "commit", str, where + "."),
-            version=version,
-            patches=_patches(data.get("patches"), f"{where}.patches"),
-            series_sha256=_get(data, "series_sha256", str, where + "."),
+            commit=fields["commit"],
+            version=fields["version"],
+            patches=_patches(table, "patches"),
+            series_sha256=fields["series_sha256"],
         )
 
 
@@ -116,17 +115,14 @@ class BuildSettings:
         }
 
     @classmethod
-    def from_json(cls, data: object) -> BuildSettings:
-        if not isinstance(data, Mapping):
-            raise ProvenanceFormatError("build is missing or not an object")
-        image = data.get("image")
-        if image is not None and not isinstance(image, str):
-            raise ProvenanceFormatError("build.image is not a string")
+    def from_json(cls, table: Table) -> BuildSettings:
         return cls(
-            mode=_get(data, "mode", str, "build."),
-            engine=_get(data, "engine", str, "build."),
-            image=image,
-            knobs=dict(_get(data, "knobs", Mapping, "build.")),
+            **table.read(
+                Field("mode", str, required=True),
+                Field("engine", str, required=True),
+                Field("image", str),
+                Field("knobs", dict, required=True),
+            )
         )
 
 
@@ -180,32 +176,29 @@ class Provenance:
         """Raises :class:`ProvenanceFormatError` naming the first field that is wrong."""
         if not isinstance(data, Mapping):
             raise ProvenanceFormatError("the provenance is not a JSON object")
-        components = _get(data, "components", Mapping, "")
-        toolchain = data.get("toolchain", {})
-        if not isinstance(toolchain, Mapping):
-            raise ProvenanceFormatError("toolchain is not an object")
-        torch_version = data.get("torch_version")
-        torch_xla_version = data.get("torch_xla_version")
-        for key, value in (
-            ("torch_version", torch_version),
-            ("torch_xla_version", torch_xla_version),
-        ):
-            if value is not None and not isinstance(value, str):
-                raise ProvenanceFormatError(f"{key} is not a string")
-        # RETIRED_FIELDS of older files are not read: identity is the inputs.
+        top = Table(data, source="", error=ProvenanceFormatError)
+        fields = top.read(
+            Field("built_by", str, required=True),
+            Field("build", dict, required=True),
+            Field("components", dict, required=True),
+            Field("torch_version", str),
+            Field("torch_xla_version", str),
+            Field("toolchain", dict, default={}),
+            Field("torch_xla_openxla_patches", list, default=[]),
+            # RETIRED_FIELDS of older files are not read: identity is the inputs.
+            ignored=RETIRED_FIELDS,
+        )
         return cls(
-            built_by=_get(data, "built_by", str, ""),
-            build=BuildSettings.from_json(data.get("build")),
+            built_by=fields["built_by"],
+            build=BuildSettings.from_json(top.table("build")),
             components={
-                str(name): ComponentProvenance.from_json(value, f"components.{name}")
-                for name, value in components.items()
+                name: ComponentProvenance.from_json(table)
+                for name, table in top.tables("components").items()
             },
-            torch_version=torch_version,
-            torch_xla_version=torch_xla_version,
-            toolchain={str(k): str(v) for k, v in toolchain.items()},
-            torch_xla_openxla_patches=_patches(
-                data.get("torch_xla_openxla_patches", []), "torch_xla_openxla_patches"
-            ),
+            torch_version=fields["torch_version"],
+            torch_xla_version=fields["torch_xla_version"],
+            toolchain={str(k): str(v) for k, v in fields["toolchain"].items()},
+            torch_xla_openxla_patches=_patches(top, "torch_xla_openxla_patches"),
         )
 
     @classmethod

@@ -15,7 +15,7 @@ signed attestation next to the wheel (``attestation``).
 
 Where it is made: on the host, right after a recipe has put its wheel into the stage
 (``builder.stage.build``), with cyclonedx-python-lib from the pipeline's environment. The
-builder image runs only the standard library (``builder.inside``), so the library is not
+builder image runs only the standard library (``builder.run_recipe``), so the library is not
 there; the stamped provenance it wrote is read back from the wheel, which keeps one source.
 
 Byte-reproducible: fixed ``bom-ref`` values, a serial number derived from the content

@@ -30,6 +30,7 @@ from xla_wheels import filemode
 from xla_wheels.bundle import Bundle, available_bundles, load_bundle
 from xla_wheels.errors import LockError, PipelineError
 from xla_wheels.patches import describe_series, series_digest
+from xla_wheels.tables import Field, Table
 
 LOCK_VERSION = "1"
 _PREAMBLE = (
@@ -47,32 +48,14 @@ def file_sha256(path: Path) -> str:
     return hasher.hexdigest()
 
 
-def _malformed(what: str) -> LockError:
-    return LockError(
-        f"wheels.lock: {what}",
-        fix="restore it from git (`git checkout -- wheels.lock`), or move it away "
-        "(`mv wheels.lock wheels.lock.broken`) and run `make lock BUNDLE=<name>` for each "
-        "bundle (`make bundles` lists them)",
+def _repair_fix(path: Path) -> str:
+    # `make lock` reads the file it rewrites, so it cannot repair it: the fixes are git,
+    # or starting from no file (read_lock gives an empty lock when there is none).
+    return (
+        f"restore it from git (`git checkout -- {path.name}`), or move it away "
+        f"(`mv {path.name} {path.name}.broken`) and run `make lock BUNDLE=<name>` for each "
+        "bundle (`make bundles` lists them)"
     )
-
-
-def _table(value: object, where: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise _malformed(f"{where} is not a table")
-    return value
-
-
-def _rows(value: object, where: str) -> list[Mapping[str, Any]]:
-    if not isinstance(value, list):
-        raise _malformed(f"{where} is not an array")
-    return [_table(row, f"{where}[{index}]") for index, row in enumerate(value)]
-
-
-def _str(table: Mapping[str, Any], key: str, where: str) -> str:
-    value = table.get(key)
-    if not isinstance(value, str):
-        raise _malformed(f"{where}.{key} is missing or not a string")
-    return value
 
 
 @dataclass(frozen=True)
@@ -87,11 +70,14 @@ class WheelRecord:
         return {"name": self.name, "size": self.size, "sha256": self.sha256}
 
     @classmethod
-    def from_toml(cls, row: Mapping[str, Any], where: str) -> WheelRecord:
-        size = row.get("size")
-        if not isinstance(size, int):
-            raise _malformed(f"{where}.size is missing or not an integer")
-        return cls(_str(row, "name", where), size, _str(row, "sha256", where))
+    def from_toml(cls, row: Table) -> WheelRecord:
+        return cls(
+            **row.read(
+                Field("name", str, required=True),
+                Field("size", int, required=True),
+                Field("sha256", str, required=True),
+            )
+        )
 
 
 @dataclass(frozen=True)
@@ -118,8 +104,9 @@ class RuntimeWheelRecord:
         }
 
     @classmethod
-    def from_toml(cls, row: Mapping[str, Any], where: str) -> RuntimeWheelRecord:
-        return cls(*(_str(row, key, where) for key in ("project", "version", "name", "sha256")))
+    def from_toml(cls, row: Table) -> RuntimeWheelRecord:
+        keys = ("project", "version", "name", "sha256")
+        return cls(**row.read(*(Field(key, str, required=True) for key in keys)))
 
 
 @dataclass(frozen=True)
@@ -142,13 +129,13 @@ class RuntimeResolution:
         }
 
     @classmethod
-    def from_toml(cls, table: Mapping[str, Any], where: str) -> RuntimeResolution:
-        platforms = table.get("platforms", [])
-        if not isinstance(platforms, list) or not all(isinstance(p, str) for p in platforms):
-            raise _malformed(f"{where}.platforms is not an array of strings")
-        return cls(
-            _str(table, "python", where), tuple(platforms), _str(table, "inputs-sha256", where)
+    def from_toml(cls, table: Table) -> RuntimeResolution:
+        fields = table.read(
+            Field("python", str, required=True),
+            Field("platforms", list, default=[], items=str),
+            Field("inputs-sha256", str, required=True),
         )
+        return cls(fields["python"], tuple(fields["platforms"]), fields["inputs-sha256"])
 
 
 @dataclass(frozen=True)
@@ -184,28 +171,25 @@ class ComponentPin:
         return table
 
     @classmethod
-    def from_toml(cls, table: Mapping[str, Any], where: str) -> ComponentPin:
-        resolved = table.get("commit-resolved", True)
-        unpinned = table.get("unpinned")
-        version = table.get("version")
-        if not isinstance(resolved, bool):
-            raise _malformed(f"{where}.commit-resolved is not a boolean")
-        if unpinned is not None and not isinstance(unpinned, str):
-            raise _malformed(f"{where}.unpinned is not a string")
-        if version is not None and not isinstance(version, str):
-            raise _malformed(f"{where}.version is not a string")
-        patches = tuple(
-            PatchPin(_str(row, "path", where), _str(row, "sha256", where))
-            for row in _rows(table.get("patches", []), f"{where}.patches")
+    def from_toml(cls, table: Table) -> ComponentPin:
+        fields = table.read(
+            Field("remote", str, required=True),
+            Field("commit", str, required=True),
+            Field("commit-resolved", bool, default=True),
+            Field("unpinned", str),
+            Field("version", str),
+            Field("patch-series-sha256", str, required=True),
+            Field("patches", list, default=[]),
         )
+        patch_keys = (Field("path", str, required=True), Field("sha256", str, required=True))
         return cls(
-            remote=_str(table, "remote", where),
-            commit=_str(table, "commit", where),
-            resolved=resolved,
-            unpinned=unpinned,
-            version=version,
-            series_sha256=_str(table, "patch-series-sha256", where),
-            patches=patches,
+            remote=fields["remote"],
+            commit=fields["commit"],
+            resolved=fields["commit-resolved"],
+            unpinned=fields["unpinned"],
+            version=fields["version"],
+            series_sha256=fields["patch-series-sha256"],
+            patches=tuple(PatchPin(**row.read(*patch_keys)) for row in table.rows("patches") or []),
         )
 
 
@@ -263,48 +247,46 @@ class BundleEntry:
         return table
 
     @classmethod
-    def from_toml(cls, table: Mapping[str, Any], where: str) -> BundleEntry:
-        components = {
-            name: ComponentPin.from_toml(_table(value, f"{where}.components.{name}"), name)
-            for name, value in _table(table.get("components", {}), f"{where}.components").items()
-        }
-        runtime = {
-            name: RuntimePin(
-                _str(_table(value, f"{where}.runtime.{name}"), "specifier", name),
-                _str(_table(value, f"{where}.runtime.{name}"), "version", name),
-            )
-            for name, value in _table(table.get("runtime", {}), f"{where}.runtime").items()
-        }
-        wheels = table.get("wheels")
-        resolution = table.get("runtime-wheels-for")
-        runtime_wheels = table.get("runtime-wheels")
+    def from_toml(cls, table: Table) -> BundleEntry:
+        fields = table.read(
+            Field("manifest", str, required=True),
+            Field("manifest-sha256", str, required=True),
+            Field("python", str, required=True),
+            Field("components", dict, default={}),
+            Field("runtime", dict, default={}),
+            Field("wheels", list),
+            Field("runtime-wheels-for", dict),
+            Field("runtime-wheels", list),
+            Field("profiles", dict, default={}),
+        )
+        runtime_keys = (
+            Field("specifier", str, required=True),
+            Field("version", str, required=True),
+        )
+        wheels = table.rows("wheels")
+        runtime_wheels = table.rows("runtime-wheels")
         return cls(
-            manifest=_str(table, "manifest", where),
-            manifest_sha256=_str(table, "manifest-sha256", where),
-            python=_str(table, "python", where),
-            components=components,
-            runtime=runtime,
-            profiles={
-                name: str(digest)
-                for name, digest in _table(table.get("profiles", {}), f"{where}.profiles").items()
+            manifest=fields["manifest"],
+            manifest_sha256=fields["manifest-sha256"],
+            python=fields["python"],
+            components={
+                name: ComponentPin.from_toml(pin)
+                for name, pin in table.tables("components").items()
             },
-            wheels=None
-            if wheels is None
-            else tuple(
-                WheelRecord.from_toml(row, f"{where}.wheels")
-                for row in _rows(wheels, f"{where}.wheels")
-            ),
+            runtime={
+                name: RuntimePin(**pin.read(*runtime_keys))
+                for name, pin in table.tables("runtime").items()
+            },
+            profiles={
+                name: str(digest) for name, digest in (fields["profiles"] or {}).items()
+            },
+            wheels=None if wheels is None else tuple(map(WheelRecord.from_toml, wheels)),
             runtime_wheels_for=None
-            if resolution is None
-            else RuntimeResolution.from_toml(
-                _table(resolution, f"{where}.runtime-wheels-for"), f"{where}.runtime-wheels-for"
-            ),
+            if fields["runtime-wheels-for"] is None
+            else RuntimeResolution.from_toml(table.table("runtime-wheels-for")),
             runtime_wheels=None
             if runtime_wheels is None
-            else tuple(
-                RuntimeWheelRecord.from_toml(row, f"{where}.runtime-wheels")
-                for row in _rows(runtime_wheels, f"{where}.runtime-wheels")
-            ),
+            else tuple(map(RuntimeWheelRecord.from_toml, runtime_wheels)),
         )
 
 
@@ -353,14 +335,7 @@ def written_on_success() -> Iterator[None]:
 
 
 def _unreadable(path: Path, what: str) -> LockError:
-    # `make lock` reads the file it rewrites, so it cannot repair it: the fixes are git,
-    # or starting from no file (read_lock gives an empty lock when there is none).
-    return LockError(
-        f"{path} {what}",
-        fix=f"restore it from git (`git checkout -- {path.name}`), or move it away "
-        f"(`mv {path.name} {path.name}.broken`) and run `make lock BUNDLE=<name>` for each "
-        "bundle (`make bundles` lists them)",
-    )
+    return LockError(f"{path} {what}", fix=_repair_fix(path))
 
 
 def read_lock(path: Path) -> Lock:
@@ -384,12 +359,10 @@ def read_lock(path: Path) -> Lock:
             f"has lock-version {data.get('lock-version')!r}, this pipeline reads and writes "
             f"{LOCK_VERSION!r}",
         )
-    bundles = _table(data.get("bundles", {}), "bundles")
+    top = Table(data, source=str(path), error=LockError, fix=_repair_fix(path))
+    top.read(Field("lock-version", str), Field("bundles", dict))
     return Lock(
-        {
-            name: BundleEntry.from_toml(_table(table, f"bundles.{name}"), f"bundles.{name}")
-            for name, table in bundles.items()
-        }
+        {name: BundleEntry.from_toml(entry) for name, entry in top.tables("bundles").items()}
     )
 
 
@@ -400,6 +373,7 @@ def render_lock(lock: Lock) -> str:
         "bundles": {name: lock.bundles[name].as_toml() for name in sorted(lock.bundles)},
     }
     import tomli_w  # lazy: reading needs only tomllib, the gate's receipt too
+
     return _PREAMBLE + "\n" + tomli_w.dumps(ordered, multiline_strings=False)
 
 

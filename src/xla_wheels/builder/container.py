@@ -21,14 +21,13 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import subprocess
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from xla_wheels import log
+from xla_wheels import log, runner
 from xla_wheels.errors import PipelineError
 
 
@@ -82,8 +81,7 @@ class Engine(contextlib.AbstractContextManager["Engine"]):
                     "running as root: the container runs as root too (a normal user's "
                     "`make wheels` runs the build as that user's uid)"
                 )
-            log.command(argv)
-            process = subprocess.run(argv, capture_output=True, text=True, check=False)
+            process = runner.run(argv)
             if process.returncode != 0:
                 raise EngineError(
                     f"{self.name} could not start the builder container from {self.image}: "
@@ -102,21 +100,20 @@ class Engine(contextlib.AbstractContextManager["Engine"]):
     ) -> None:
         argv = self.stop_argv()
         if argv and self.started:
-            log.command(argv)
-            subprocess.run(argv, capture_output=True, text=True, check=False)
+            runner.run(argv)
         self.started = False
 
     def call(
         self, argv: Sequence[str], env: Mapping[str, str] | None = None, cwd: str | None = None
     ) -> int:
-        full = self.call_argv(argv, env, cwd)
-        log.command(full)
-        run_env = None
-        if self.name == "host":
-            # The engine's child environment inherits ours (PATH, proxies, DOCKER_HOST).
-            run_env = {**os.environ, **self.env, **(env or {})}
-        process = subprocess.run(full, env=run_env, cwd=cwd if self.name == "host" else None)
-        return process.returncode
+        host = self.name == "host"
+        # The engine's child environment inherits ours (PATH, proxies, DOCKER_HOST).
+        return runner.run(
+            self.call_argv(argv, env, cwd),
+            env={**self.env, **(env or {})} if host else None,
+            cwd=cwd if host else None,
+            output="inherit",
+        ).returncode
 
 
 class HostEngine(Engine):
@@ -210,8 +207,8 @@ def probe_engine(engine: str, timeout: float = 10.0) -> str | None:
         "buildah": ["buildah", "info"],
     }[engine]
     try:
-        process = subprocess.run(probe, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
+        process = runner.run(probe, echo="none", timeout=timeout)
+    except runner.StepTimedOut:
         return f"`{' '.join(probe)}` did not answer within {timeout:.0f}s (daemon hung?)"
     if process.returncode != 0:
         detail = (process.stderr.strip() or process.stdout.strip()).splitlines()
@@ -226,8 +223,8 @@ def image_present(engine: str, image: str, timeout: float = 10.0) -> bool:
         "buildah": ["buildah", "inspect", "--type", "image", image],
     }[engine]
     try:
-        process = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
+        process = runner.run(argv, echo="none", timeout=timeout)
+    except runner.StepTimedOut:
         return False
     return process.returncode == 0
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import functools
 import shutil
-import subprocess
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from xla_wheels import runner
 from xla_wheels.builder.config import BuildConfig
 from xla_wheels.builder.container import image_present, probe_engine
 from xla_wheels.bundle import Bundle, Component
@@ -26,6 +26,7 @@ from xla_wheels.checks_before_fetch import is_mirror_directory, mirror_problem
 from xla_wheels.errors import PipelineError, SourceError
 from xla_wheels.options import PipelineOptions
 from xla_wheels.plan import PlannedCommand, PlannedStage
+from xla_wheels.runner import StepTimedOut
 from xla_wheels.sources import SourceCache, effective_remote, ls_remote_command
 
 GIB = 1024**3
@@ -44,7 +45,7 @@ class PreflightError(PipelineError):
 def _ls_remote(cache: SourceCache, url: str, timeout: float) -> str | None:
     try:
         process = cache.run(ls_remote_command(url), check=False, timeout=timeout)
-    except subprocess.TimeoutExpired:
+    except StepTimedOut:
         return f"no answer within {timeout:.0f}s"
     if process.returncode != 0:
         lines = process.stderr.strip().splitlines()
@@ -115,11 +116,9 @@ def _check_engine(options: PipelineOptions, config: BuildConfig) -> list[str]:
 def _check_python(bundle: Bundle, config: BuildConfig) -> list[str]:
     if config.mode != "host" or shutil.which(config.host_python) is None:
         return []
-    process = subprocess.run(
+    process = runner.run(
         [config.host_python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-        capture_output=True,
-        text=True,
-        check=False,
+        echo="none",
     )
     found = process.stdout.strip()
     if found != bundle.python:

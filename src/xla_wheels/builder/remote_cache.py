@@ -38,9 +38,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xla_wheels.bundle import TomlTable
-from xla_wheels.errors import ManifestError, PipelineError
+from xla_wheels.errors import PipelineError
 from xla_wheels.redact import REDACTED
+from xla_wheels.tables import Field, Table
 
 CONFIG_RELPATH = "build/builders.toml"
 ROLES = ("reader", "writer")
@@ -170,13 +170,7 @@ def load_remote_cache(
     A missing default file means no remote cache; a missing file named explicitly is an
     error. ``bazel_cache_override`` is the ``--bazel-remote-cache`` command-line value.
     """
-    try:
-        return _load(root, environ, bazel_cache_override)
-    except ManifestError as error:  # from TomlTable: same message, this file's error class
-        raise RemoteCacheConfigError(error.message, fix=error.fix) from None
 
-
-def _load(root: Path, environ: Mapping[str, str], bazel_cache_override: str | None) -> RemoteCache:
     def env(name: str) -> str | None:
         return environ.get(name) or None
 
@@ -195,36 +189,40 @@ def _load(root: Path, environ: Mapping[str, str], bazel_cache_override: str | No
             raise RemoteCacheConfigError(
                 f"{path}: not valid TOML: {error}", fix="fix the syntax at that line"
             ) from error
-    top = TomlTable(data, "", path)
-    top.check_keys({"builder", "bazel", "ccache"}, set())
-    builder = _optional_table(top, "builder")
-    builder.check_keys({"role"}, set())
-    bazel = _optional_table(top, "bazel")
-    bazel.check_keys({"remote_cache", "remote_executor", "remote_instance_name"}, set())
-    ccache = _optional_table(top, "ccache")
-    ccache.check_keys({"remote_storage", "remote_username"}, set())
+    top = Table(data, source=str(path), error=RemoteCacheConfigError)
+    top.check_keys({"builder", "bazel", "ccache"})
+    builder = top.table("builder", optional=True).read(Field("role", str))
+    bazel = top.table("bazel", optional=True).read(
+        Field("remote_cache", str),
+        Field("remote_executor", str),
+        Field("remote_instance_name", str),
+    )
+    ccache = top.table("ccache", optional=True).read(
+        Field("remote_storage", str), Field("remote_username", str)
+    )
 
-    def setting(table: TomlTable, key: str, variable: str) -> tuple[str | None, str]:
+    def setting(
+        values: Mapping[str, str | None], table: str, key: str, variable: str
+    ) -> tuple[str | None, str]:
         """The value and where it came from (for messages)."""
         if value := env(variable):
             return value, variable
-        value = table.get(key, str)
-        return (value or None), f"{path}: key '{table.where}.{key}'"
+        return (values[key] or None), f"{path}: key '{table}.{key}'"
 
-    role, role_from = setting(builder, "role", ENV_ROLE)
+    role, role_from = setting(builder, "builder", "role", ENV_ROLE)
     role = role or "reader"
     if role not in ROLES:
         raise RemoteCacheConfigError(
             f"{role_from}: role '{role}' is not one of {', '.join(ROLES)}",
             fix="one builder is the writer (e.g. CI on main); every other builder reads",
         )
-    cache, cache_from = setting(bazel, "remote_cache", ENV_BAZEL_CACHE)
+    cache, cache_from = setting(bazel, "bazel", "remote_cache", ENV_BAZEL_CACHE)
     if bazel_cache_override:
         cache, cache_from = bazel_cache_override, "--bazel-remote-cache"
-    executor, executor_from = setting(bazel, "remote_executor", ENV_BAZEL_EXECUTOR)
-    instance, instance_from = setting(bazel, "remote_instance_name", ENV_BAZEL_INSTANCE)
-    storage, storage_from = setting(ccache, "remote_storage", ENV_CCACHE_STORAGE)
-    username, username_from = setting(ccache, "remote_username", ENV_CCACHE_USERNAME)
+    executor, executor_from = setting(bazel, "bazel", "remote_executor", ENV_BAZEL_EXECUTOR)
+    instance, instance_from = setting(bazel, "bazel", "remote_instance_name", ENV_BAZEL_INSTANCE)
+    storage, storage_from = setting(ccache, "ccache", "remote_storage", ENV_CCACHE_STORAGE)
+    username, username_from = setting(ccache, "ccache", "remote_username", ENV_CCACHE_USERNAME)
     if cache:
         _check_url(cache, cache_from, BAZEL_SCHEMES, "a Bazel remote cache")
     if executor:
@@ -288,10 +286,6 @@ def _load(root: Path, environ: Mapping[str, str], bazel_cache_override: str | No
         ccache=CcacheRemote(storage=storage, username=username, has_password=password is not None),
     )
     return RemoteCache(settings, tuple(secrets), str(path) if path.is_file() else "defaults")
-
-
-def _optional_table(top: TomlTable, key: str) -> TomlTable:
-    return top.table(key) if key in top.data else TomlTable({}, key, top.path)
 
 
 _URL = re.compile(r"(?P<scheme>[a-z+]+)://(?P<rest>[^\s|]+)(?P<attrs>(\|[^\s|]+)*)")

@@ -28,14 +28,13 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from xla_wheels import wheel_stamp
+from xla_wheels import runner, wheel_stamp
 from xla_wheels.builder import recipes, remote_cache
 from xla_wheels.builder.spec import BuildSpec
 from xla_wheels.provenance import PROVENANCE_PATH, PatchDigest, Provenance
@@ -90,7 +89,16 @@ def run_step(
         Path(step.cwd).mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     with _git_dir_as_directory(step.git_dir_for, log_file):
-        returncode = _run_redacted(argv, env, step.cwd, log_file, Redactor(secrets))
+        # The output goes, line by line, through the redactor (a build system may echo its
+        # environment, e.g. CMake's or setup.py's printing of the compiler setup).
+        returncode = runner.run(
+            argv,
+            cwd=step.cwd,
+            base_env=env,
+            echo="none",  # printed above, with the secrets' marker
+            tee=log_file,
+            redact=Redactor(secrets),
+        ).returncode
     _say(f"# {step.title}: exit {returncode} in {time.monotonic() - start:.1f}s", log_file)
     if returncode != 0:
         log_file.flush()
@@ -145,51 +153,6 @@ def _filled(template: str, secrets: Mapping[str, str]) -> str:
         raise StepFailed(str(error.args[0])) from None
 
 
-def _run_redacted(
-    argv: Sequence[str],
-    env: Mapping[str, str],
-    cwd: str | None,
-    log_file: TextIO,
-    redact: Redactor,
-) -> int:
-    """The command's output goes, line by line, through the redactor (a build system may
-    echo its environment, e.g. CMake's or setup.py's printing of the compiler setup) to
-    the log and to stderr."""
-    log_file.flush()
-    with subprocess.Popen(
-        argv,
-        env=dict(env),
-        cwd=cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        encoding="utf-8",
-        errors="replace",
-    ) as process:
-        assert process.stdout is not None
-        try:
-            for line in process.stdout:
-                clean = redact(line)
-                log_file.write(clean)
-                sys.stderr.write(clean)
-                sys.stderr.flush()
-        except KeyboardInterrupt:
-            # Ctrl-C reaches the whole process group, but a step may ignore SIGINT (a
-            # build server): stop it, so that no child outlives the run.
-            _stop(process)
-            raise
-    return process.returncode
-
-
-def _stop(process: subprocess.Popen[str], grace_s: float = 10.0) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
 def _finish_stage(spec: BuildSpec, args: Sequence[str], log_file: TextIO) -> None:
     tmp, final, package = Path(args[0]), Path(args[1]), args[2]
     wheels = sorted(tmp.glob("*.whl"))
@@ -219,9 +182,8 @@ def _apply_openxla_patches(spec: BuildSpec, args: Sequence[str], log_file: TextI
         patch_file = tree / OPENXLA_PATCHES / name
         argv = ["patch", "-p1", "-l", "-N", "-i", str(patch_file)]
         _say(f"+ cd {openxla} && {' '.join(argv)}", log_file)
-        process = subprocess.run(
-            argv, cwd=openxla, stdout=log_file, stderr=subprocess.STDOUT, check=False
-        )
+        log_file.flush()
+        process = runner.run(argv, cwd=openxla, echo="none", output=log_file)
         if process.returncode != 0:
             raise StepFailed(
                 f"torch_xla's openxla_patches/{name} does not apply to OpenXLA "
@@ -244,7 +206,7 @@ def _toolchain(spec: BuildSpec) -> dict[str, str]:
     for key in ("CC", "CXX"):
         compiler = spec.compiler_env.get(key)
         if compiler and shutil.which(compiler):
-            out = subprocess.run([compiler, "--version"], capture_output=True, text=True)
+            out = runner.run([compiler, "--version"], echo="none")
             info[key] = (out.stdout.splitlines() or [""])[0]
     bazelversion = Path(spec.torch_xla_tree) / ".bazelversion"
     if bazelversion.exists():

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from xla_wheels import log
+from xla_wheels import log, runner
 from xla_wheels.builder.config import DEFAULT_IMAGE, ENGINES, MODES
 from xla_wheels.builder.container import EngineError, build_image_argv
 from xla_wheels.bundle import available_bundles, describe, diff, load_bundle
@@ -106,9 +105,8 @@ def cmd_builder_image(args: argparse.Namespace) -> int:
         print(log.format_command(argv))
         return 0
     with log.section(f"builder image {config.image} ({config.engine})"):
-        log.command(argv)
         try:
-            returncode = subprocess.run(argv, check=False).returncode
+            returncode = runner.run(argv, output="inherit").returncode
         except FileNotFoundError:
             raise UsageError(
                 f"{argv[0]} is not on PATH",

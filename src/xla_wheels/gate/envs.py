@@ -28,7 +28,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from xla_wheels import filemode, log
+from xla_wheels import filemode, log, runner
 from xla_wheels.gate.errors import GateEnvironmentError
 from xla_wheels.waitlock import waiting_lock
 
@@ -61,19 +61,17 @@ DEFAULT_STOCK = "2.9.0"
 
 def _python_tag(base_python: str) -> tuple[str, str]:
     """(``3.11``, ``cp311``) of an interpreter, asked from the interpreter itself."""
+    argv = [base_python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"]
     try:
-        out = subprocess.run(
-            [base_python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError) as error:
+        result = runner.run(argv, echo="none", timeout=60)
+    except (OSError, runner.StepTimedOut) as error:
+        result = subprocess.CompletedProcess(argv, -1, "", str(error))
+    out = result.stdout.strip()
+    if result.returncode != 0:
         raise GateEnvironmentError(
-            f"cannot run the base interpreter {base_python}: {error}",
+            f"cannot run the base interpreter {base_python}: {result.stderr.strip()[-500:]}",
             fix="pass a working Python 3 interpreter",
-        ) from error
+        )
     return out, "cp" + out.replace(".", "")
 
 
@@ -118,17 +116,14 @@ def _spec(version: str) -> StockEnvSpec:
 
 
 def _run_logged(argv: list[str], log_file: Path, *, env: dict[str, str] | None = None) -> None:
-    log.command(argv)
     with open(log_file, "a") as out:
         try:
-            result = subprocess.run(
-                argv, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=INSTALL_TIMEOUT_S
-            )
-        except subprocess.TimeoutExpired as error:
+            result = runner.run(argv, env=env, output=out, timeout=INSTALL_TIMEOUT_S)
+        except runner.StepTimedOut as error:
+            # The gate cannot judge without its environment: its exit 2, not a step's.
             raise GateEnvironmentError(
-                f"{argv[0]} did not finish within {INSTALL_TIMEOUT_S:.0f}s",
-                fix="check that the package registry is reachable",
-            ) from error
+                error.message, fix="check that the package registry is reachable"
+            ) from None
     if result.returncode != 0:
         tail = "\n".join(log_file.read_text(errors="replace").splitlines()[-15:])
         raise GateEnvironmentError(
@@ -146,8 +141,8 @@ def check_wheels_exist(spec: StockEnvSpec, py_version: str, pip_python: str) -> 
             f"torch_xla=={spec.torch_xla}",
         ]  # fmt: skip
         try:
-            result = subprocess.run(argv, capture_output=True, text=True, timeout=300)
-        except (OSError, subprocess.TimeoutExpired) as error:
+            result = runner.run(argv, echo="none", timeout=300)
+        except (OSError, runner.StepTimedOut) as error:
             raise GateEnvironmentError(
                 f"could not ask the package index for torch_xla {spec.torch_xla}: {error}",
                 fix="check that PyPI is reachable",
@@ -206,7 +201,7 @@ def _verify(python: str, build_log: Path) -> None:
         [python, "-c", "import torch, torch_xla; print(torch.__version__, torch_xla.__version__)"],
         build_log,
         # A child process: it inherits this environment (proxies, TMPDIR) on purpose.
-        env={**os.environ, "PJRT_DEVICE": "CPU"},
+        env={"PJRT_DEVICE": "CPU"},
     )
 
 

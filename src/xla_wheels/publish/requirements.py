@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
 import sys
 import tempfile
 import urllib.parse
@@ -22,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xla_wheels import log
+from xla_wheels import log, runner
 from xla_wheels.bundle import Bundle
 from xla_wheels.publish.errors import PublishError
 from xla_wheels.publish.index import WheelName, normalize
@@ -86,14 +85,12 @@ def _pip_report(argv: list[str]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="xla-wheels-resolve-") as tmp:
         report = Path(tmp) / "report.json"
         full = [*argv[:4], "--report", str(report), *argv[4:]]
-        log.command(full)
-        try:
-            result = subprocess.run(full, capture_output=True, text=True, timeout=RESOLVE_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            raise PublishError(
-                f"pip could not resolve the runtime wheels within {RESOLVE_TIMEOUT_S:.0f}s",
-                fix="check that the package index pip is configured with is reachable",
-            ) from None
+        result = runner.run(
+            full,
+            step="pip resolving the runtime wheels",
+            timeout=RESOLVE_TIMEOUT_S,
+            timeout_fix="check that the package index pip is configured with is reachable",
+        )
         if result.returncode != 0:
             tail = "\n".join(
                 line for line in result.stderr.splitlines()[-15:] if "is ignored" not in line

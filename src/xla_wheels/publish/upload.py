@@ -8,14 +8,12 @@ page is read again and must list the file with the local sha256.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from xla_wheels import log
+from xla_wheels import log, runner
 from xla_wheels.publish.errors import (
     CredentialsRejected,
     HashMismatch,
@@ -98,28 +96,28 @@ def _twine_upload(wheel: LocalWheel, upload_url: str, credentials: Credentials) 
         sys.executable, "-m", "twine", "upload", "--non-interactive",
         "--disable-progress-bar", "--repository-url", upload_url, str(wheel.path),
     ]  # fmt: skip
-    # Credentials travel in the environment (twine's own TWINE_* variables), never argv.
-    # twine's child environment: it inherits ours (proxies, TWINE_* credentials).
-    env = dict(os.environ)
+    # Credentials travel in the environment (twine's own TWINE_* variables), never argv;
+    # twine's child environment inherits ours (proxies, TWINE_* credentials).
+    env = {}
     if credentials.username is not None:
         env["TWINE_USERNAME"] = credentials.username
     if credentials.password is not None:
         env["TWINE_PASSWORD"] = credentials.password
-    log.command(argv)
-    try:
-        result = subprocess.run(
-            argv, capture_output=True, text=True, env=env, timeout=UPLOAD_TIMEOUT_S
-        )
-    except subprocess.TimeoutExpired:
-        raise IndexUnreachable(
-            f"uploading {wheel.record.name} did not finish within {UPLOAD_TIMEOUT_S:.0f}s",
-            fix="check the index's health and the network, then run publish again "
-            "(files already uploaded are skipped)",
-        ) from None
-    # twine colours its messages; the error text must read cleanly in logs and reports.
-    plain = re.sub(r"\x1b\[[0-9;]*m", "", f"{result.stdout}\n{result.stderr}")
-    output = scrub(plain, credentials.secrets).strip()
-    log.to_stage_logs(output)  # out/<bundle>/logs/publish.log
+
+    def readable(text: str) -> str:
+        # twine colours its messages; the error text must read cleanly in logs and reports.
+        return scrub(re.sub(r"\x1b\[[0-9;]*m", "", text), credentials.secrets)
+
+    result = runner.run(
+        argv,
+        step=f"uploading {wheel.record.name}",
+        env=env,
+        timeout=UPLOAD_TIMEOUT_S,
+        timeout_fix="check the index's health and the network, then run publish again "
+        "(files already uploaded are skipped)",
+        redact=readable,
+    )  # its output goes to out/<bundle>/logs/publish.log
+    output = f"{result.stdout}\n{result.stderr}".strip()
     if result.returncode == 0:
         return
     tail = "\n".join(line.rstrip() for line in output.splitlines()[-12:])

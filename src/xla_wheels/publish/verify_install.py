@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xla_wheels import log, sbom
+from xla_wheels import log, runner, sbom
 from xla_wheels.bundle import Bundle
 from xla_wheels.provenance import PROVENANCE_PATH, ProvenanceFormatError
 from xla_wheels.publish import provenance_check as prov
@@ -102,20 +102,15 @@ def _run(
     timeout: float,
     secrets: list[str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    # Inline scripts are shown by name, not by their text.
-    log.command([arg if "\n" not in arg else "<script>" for arg in argv])
-    try:
-        result = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise PublishError(
-            f"{' '.join(argv[:4])} did not finish within {timeout:.0f}s",
-            fix="check that the index is reachable and answering",
-        ) from None
-    return subprocess.CompletedProcess(
-        result.args,
-        result.returncode,
-        scrub(result.stdout, secrets or []),
-        scrub(result.stderr, secrets or []),
+    return runner.run(
+        argv,
+        step=" ".join(argv[:4]),
+        # Inline scripts are shown by name, not by their text.
+        shown_argv=[arg if "\n" not in arg else "<script>" for arg in argv],
+        base_env=env,
+        timeout=timeout,
+        timeout_fix="check that the index is reachable and answering",
+        redact=lambda text: scrub(text, secrets or []),
     )
 
 

@@ -45,6 +45,7 @@ from typing import Any
 
 from xla_wheels import filemode
 from xla_wheels.errors import PipelineError, UsageError
+from xla_wheels.tables import Field, Table
 
 LANES_CONFIG = Path("build") / "lanes.toml"
 LANES_LOCK = "lanes.lock"
@@ -132,94 +133,84 @@ class LaneState:
     receipt_digest: str | None
 
 
-def _bad(path: Path, where: str, problem: str) -> LaneError:
-    return LaneError(
-        f"{path}: {where}: {problem}",
-        fix=f"edit {path} (format: its header comment " 'and README "Releasing to the fleet")',
+def _format_fix(path: Path) -> str:
+    return f'edit {path} (format: its header comment and README "Releasing to the fleet")'
+
+
+def _policy(table: Table) -> Policy:
+    fields = table.read(
+        Field("device", str),
+        Field("checks", list, default=[], items=str),
+        Field("max-warm-regression", (int, float)),
     )
-
-
-def _policy(path: Path, lane: str, data: Mapping[str, Any]) -> Policy:
-    unknown = set(data) - {
-        "device",
-        "checks",
-        "max-warm-regression",
-        "max-memory-regression",
-        "profile",
-    }
-    if unknown:
-        raise _bad(path, f"lanes.{lane}.policy", f"unknown key(s) {', '.join(sorted(unknown))}")
-    device = data.get("device")
+    fields = table.read(
+        Field("device", str),
+        Field("checks", list, default=[], items=str),
+        Field("max-warm-regression", (int, float)),
+        Field("max-memory-regression", (int, float)),
+        Field("profile", str),
+    )
+    device = fields["device"]
     if device is not None and device not in DEVICES:
-        raise _bad(path, f"lanes.{lane}.policy.device", f"{device!r} is not one of {DEVICES}")
-    checks = data.get("checks", [])
-    if not isinstance(checks, list) or not all(isinstance(c, str) for c in checks):
-        raise _bad(path, f"lanes.{lane}.policy.checks", "must be a list of check names")
+        raise table.fail("device", f"{device!r} is not one of {DEVICES}", "")
     tolerances: dict[str, float | None] = {}
     for key in ("max-warm-regression", "max-memory-regression"):
-        tolerance = data.get(key)
-        if tolerance is not None and (
-            isinstance(tolerance, bool) or not isinstance(tolerance, int | float) or tolerance < 0
-        ):
-            raise _bad(path, f"lanes.{lane}.policy.{key}", "must be a number >= 0")
+        tolerance = fields[key]
+        if tolerance is not None and tolerance < 0:
+            raise table.fail(key, "must be a number >= 0", "")
         tolerances[key] = None if tolerance is None else float(tolerance)
-    profile = data.get("profile")
-    if profile is not None and (not isinstance(profile, str) or not profile):
-        raise _bad(path, f"lanes.{lane}.policy.profile", "must be a launch profile name")
+    if fields["profile"] == "":
+        raise table.fail("profile", "must be a launch profile name", "")
     return Policy(
         device,
-        tuple(checks),
+        tuple(fields["checks"]),
         tolerances["max-warm-regression"],
         tolerances["max-memory-regression"],
-        profile,
+        fields["profile"],
     )
 
 
-def _devpi_lane(path: Path, name: str, raw: Mapping[str, Any]) -> Lane:
+def _devpi_lane(name: str, table: Table) -> Lane:
     """A lane that is one index (``user/index``) of a devpi server."""
-    unknown = set(raw) - {"description", "backend", "server", "index", "promote-from", "policy"}
-    if unknown:
-        raise _bad(
-            path,
-            f"lanes.{name}",
-            f"unknown key(s) {', '.join(sorted(unknown))} for backend devpi "
-            "(a devpi lane is `server` and `index`)",
-        )
-    server = raw.get("server")
-    if not isinstance(server, str) or not server.startswith(("http://", "https://")):
-        raise _bad(path, f"lanes.{name}.server", "must be the devpi server's http(s) URL")
-    index = raw.get("index")
-    if not isinstance(index, str) or len(index.strip("/").split("/")) != 2:
-        raise _bad(path, f"lanes.{name}.index", 'must be "<user>/<index>", e.g. "team/validation"')
-    index = index.strip("/")
+    fields = table.read(
+        Field("description", str, default=""),
+        Field("backend", str),
+        Field("server", str, required=True),
+        Field("index", str, required=True),
+        Field("promote-from", str),
+        Field("policy", dict, default={}),
+    )
+    server = fields["server"]
+    if not server.startswith(("http://", "https://")):
+        raise table.fail("server", "must be the devpi server's http(s) URL", "")
+    index = fields["index"].strip("/")
+    if len(index.split("/")) != 2:
+        raise table.fail("index", 'must be "<user>/<index>", e.g. "team/validation"', "")
     base = f"{server.rstrip('/')}/{index}/"
     return Lane(
         name=name,
-        description=str(raw.get("description", "")),
+        description=fields["description"],
         path=None,
         # devpi's own layout: the simple page under +simple/, uploads to the index URL.
         index_url=f"{base}+simple/",
         upload_url=base,
-        promote_from=raw.get("promote-from"),
-        policy=_policy(path, name, raw.get("policy", {})),
+        promote_from=fields["promote-from"],
+        policy=_policy(table.table("policy", optional=True)),
         backend="devpi",
         devpi_index=index,
     )
 
 
-def _signing_key(root: Path, path: Path, lane: str, raw: Mapping[str, Any]) -> Path | None:
-    required = raw.get("require-signature", False)
-    if not isinstance(required, bool):
-        raise _bad(path, f"lanes.{lane}.require-signature", "must be true or false")
-    key = raw.get("signing-public-key")
+def _signing_key(root: Path, table: Table, fields: Mapping[str, Any]) -> Path | None:
+    required, key = fields["require-signature"], fields["signing-public-key"]
     if required != (key is not None):
-        raise _bad(
-            path,
-            f"lanes.{lane}",
+        raise table.fail(
+            "require-signature",
             "require-signature = true needs signing-public-key (the team's public key, a PEM "
             "file relative to the checkout), and the key is read only when it is required",
+            "",
         )
-    return (root / str(key)).resolve() if required else None
+    return (root / key).resolve() if required else None
 
 
 def load_config(root: Path) -> LanesConfig:
@@ -231,53 +222,50 @@ def load_config(root: Path) -> LanesConfig:
             f"{path} does not exist", fix='create it (README "Releasing to the fleet" shows one)'
         ) from None
     except tomllib.TOMLDecodeError as error:
-        raise _bad(path, "TOML", str(error)) from error
+        raise LaneError(f"{path}: TOML: {error}", fix=_format_fix(path)) from error
+    top = Table(data, source=str(path), error=LaneError, fix=_format_fix(path))
+    publish_lane = top.read(
+        Field("publish-lane", str, default="validation"), Field("lanes", dict, default={})
+    )["publish-lane"]
     lanes: dict[str, Lane] = {}
-    for name, raw in dict(data.get("lanes", {})).items():
-        if raw.get("backend", "index") == "devpi":
-            lanes[name] = _devpi_lane(path, name, raw)
+    for name, table in top.tables("lanes").items():
+        if table.data.get("backend", "index") == "devpi":
+            lanes[name] = _devpi_lane(name, table)
             continue
-        unknown = set(raw) - {
-            "description",
-            "path",
-            "index-url",
-            "upload-url",
-            "promote-from",
-            "policy",
-            "backend",
-            "require-signature",
-            "signing-public-key",
-        }
-        if unknown:
-            raise _bad(path, f"lanes.{name}", f"unknown key(s) {', '.join(sorted(unknown))}")
-        if raw.get("backend", "index") not in BACKENDS:
-            raise _bad(
-                path, f"lanes.{name}.backend", f"{raw['backend']!r} is not one of {BACKENDS}"
-            )
-        if ("path" in raw) == ("index-url" in raw):
-            raise _bad(path, f"lanes.{name}", "give exactly one of path or index-url")
-        index_url = raw.get("index-url")
-        if index_url and not str(index_url).endswith("/"):
+        fields = table.read(
+            Field("description", str, default=""),
+            Field("backend", str, default="index"),
+            Field("path", str),
+            Field("index-url", str),
+            Field("upload-url", str),
+            Field("promote-from", str),
+            Field("policy", dict, default={}),
+            Field("require-signature", bool, default=False),
+            Field("signing-public-key", str),
+        )
+        if fields["backend"] not in BACKENDS:
+            raise table.fail("backend", f"{fields['backend']!r} is not one of {BACKENDS}", "")
+        if (fields["path"] is None) == (fields["index-url"] is None):
+            raise table.fail("path", "give exactly one of path or index-url", "")
+        index_url = fields["index-url"]
+        if index_url and not index_url.endswith("/"):
             index_url = f"{index_url}/"
         lanes[name] = Lane(
             name=name,
-            description=str(raw.get("description", "")),
-            path=(root / raw["path"]).resolve() if "path" in raw else None,
+            description=fields["description"],
+            path=None if fields["path"] is None else (root / fields["path"]).resolve(),
             index_url=index_url,
-            upload_url=raw.get("upload-url"),
-            promote_from=raw.get("promote-from"),
-            policy=_policy(path, name, raw.get("policy", {})),
-            signing_public_key=_signing_key(root, path, name, raw),
+            upload_url=fields["upload-url"],
+            promote_from=fields["promote-from"],
+            policy=_policy(table.table("policy", optional=True)),
+            signing_public_key=_signing_key(root, table, fields),
         )
+        if fields["promote-from"] is not None and fields["promote-from"] not in data["lanes"]:
+            raise table.fail("promote-from", f"no lane {fields['promote-from']!r}", "")
     if not lanes:
-        raise _bad(path, "lanes", "no lane is defined")
-    publish_lane = str(data.get("publish-lane", "validation"))
-    for lane in lanes.values():
-        for ref, what in ((lane.promote_from, "promote-from"),):
-            if ref is not None and ref not in lanes:
-                raise _bad(path, f"lanes.{lane.name}.{what}", f"no lane {ref!r}")
+        raise top.fail("lanes", "no lane is defined", "")
     if publish_lane not in lanes:
-        raise _bad(path, "publish-lane", f"no lane {publish_lane!r}")
+        raise top.fail("publish-lane", f"no lane {publish_lane!r}", "")
     return LanesConfig(path, publish_lane, lanes)
 
 
@@ -285,27 +273,32 @@ def read_state(root: Path) -> dict[str, LaneState]:
     path = root / LANES_LOCK
     if not path.exists():
         return {}
+    restore = f"restore it from git (`git checkout -- {LANES_LOCK}`)"
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as error:
-        raise LaneError(
-            f"{path} is not valid TOML: {error}",
-            fix=f"restore it from git (`git checkout -- {LANES_LOCK}`)",
-        ) from error
+        raise LaneError(f"{path} is not valid TOML: {error}", fix=restore) from error
     if data.get("lanes-lock-version") != LANES_LOCK_VERSION:
-        raise LaneError(
-            f"{path} has an unknown lanes-lock-version",
-            fix=f"restore it from git (`git checkout -- {LANES_LOCK}`)",
+        raise LaneError(f"{path} has an unknown lanes-lock-version", fix=restore)
+    top = Table(data, source=str(path), error=LaneError, fix=restore)
+    top.read(Field("lanes-lock-version", str), Field("lanes", dict, default={}))
+    wheel_fields = (Field("name", str, required=True), Field("sha256", str, required=True))
+    states = {}
+    for name, table in top.tables("lanes").items():
+        fields = table.read(
+            Field("bundle", str, required=True),
+            Field("receipt", str),
+            Field("receipt-digest", str),
+            Field("wheels", list, default=[]),
         )
-    return {
-        name: LaneState(
-            bundle=str(entry["bundle"]),
-            wheels=tuple((str(w["name"]), str(w["sha256"])) for w in entry.get("wheels", [])),
-            receipt=entry.get("receipt"),
-            receipt_digest=entry.get("receipt-digest"),
+        wheels = [row.read(*wheel_fields) for row in table.rows("wheels") or []]
+        states[name] = LaneState(
+            bundle=fields["bundle"],
+            wheels=tuple((wheel["name"], wheel["sha256"]) for wheel in wheels),
+            receipt=fields["receipt"],
+            receipt_digest=fields["receipt-digest"],
         )
-        for name, entry in data.get("lanes", {}).items()
-    }
+    return states
 
 
 def write_state(root: Path, lane: str, state: LaneState) -> Path:

@@ -1,0 +1,134 @@
+"""The one process runner: what every command the pipeline runs gets from it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.gitrepos import GIT_ENV, make_repo
+from xla_wheels import log, runner
+from xla_wheels.errors import PipelineError
+
+
+def test_a_command_past_its_timeout_stops_with_an_error_naming_the_step_and_a_fix() -> None:
+    with pytest.raises(runner.StepTimedOut) as caught:
+        runner.run(
+            [sys.executable, "-c", "import time; time.sleep(30)"],
+            step="resolving the runtime wheels",
+            timeout=0.5,
+            timeout_fix="check that the package index is reachable",
+        )
+    error = caught.value
+    assert isinstance(error, PipelineError) and error.exit_code == 8
+    assert error.message == "resolving the runtime wheels did not finish within 0.5s"
+    assert error.fix == "check that the package index is reachable"
+
+
+def test_a_streamed_command_past_its_timeout_stops_too() -> None:
+    with pytest.raises(runner.StepTimedOut, match="git-like did not finish"):
+        runner.run(
+            [sys.executable, "-c", "import sys, time; sys.stderr.write('1%\\r'); time.sleep(30)"],
+            step="git-like",
+            output="stream-stderr",
+            timeout=0.5,
+        )
+
+
+def test_gits_location_variables_of_a_hook_never_reach_the_child(tmp_path: Path) -> None:
+    ours = tmp_path / "ours"
+    make_repo(ours, {"a": "a\n"})
+    hook = tmp_path / "hook"
+    make_repo(hook, {"b": "b\n"})
+    hook_env = {
+        **GIT_ENV,
+        "GIT_DIR": str(hook / ".git"),
+        "GIT_WORK_TREE": str(hook),
+        "GIT_INDEX_FILE": str(hook / ".git" / "index"),
+    }
+    result = runner.run(
+        ["git", "rev-parse", "--absolute-git-dir"], cwd=ours, base_env=hook_env, echo="none"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(ours / ".git")
+
+
+def test_the_printed_line_the_output_and_the_stage_log_are_redacted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def redact(text: str) -> str:
+        return text.replace("s3cret", "<redacted>")
+
+    with log.stage_log(tmp_path / "stage.log"):
+        result = runner.run(
+            [
+                sys.executable,
+                "-c",
+                "import sys; print(sys.argv[1]); print('err', file=sys.stderr)",
+                "s3cret",
+            ],
+            redact=redact,
+        )
+    assert result.stdout == "<redacted>\n" and result.stderr == "err\n"
+    printed = capsys.readouterr().err
+    stage_log = (tmp_path / "stage.log").read_text()
+    for text in (printed, stage_log):
+        assert "s3cret" not in text and "<redacted>" in text
+    assert "err" in stage_log
+
+
+def test_streaming_passes_stderr_on_and_keeps_the_last_state_of_each_meter_line(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    result = runner.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.stderr.write('10%\\r50%\\r100%\\ndone\\n'); print('out')",
+        ],
+        output="stream-stderr",
+        echo="none",
+    )
+    assert (result.stdout, result.stderr) == ("out\n", "100%\ndone")
+    assert "10%\r50%\r100%" in capfd.readouterr().err
+
+
+def test_output_to_a_file_gets_stdout_and_stderr(tmp_path: Path) -> None:
+    with (tmp_path / "out.log").open("w") as handle:
+        result = runner.run(
+            [sys.executable, "-c", "import sys; print('o'); print('e', file=sys.stderr)"],
+            output=handle,
+            echo="none",
+        )
+    assert result.returncode == 0
+    assert sorted((tmp_path / "out.log").read_text().split()) == ["e", "o"]
+
+
+def test_a_teed_step_reaches_its_log_and_stderr_redacted_line_by_line(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    script = "import sys; print('token=s3cret'); print('warn', file=sys.stderr); sys.exit(3)"
+    with (tmp_path / "step.log").open("w") as step_log:
+        result = runner.run(
+            [sys.executable, "-c", script],
+            echo="none",
+            tee=step_log,
+            redact=lambda text: text.replace("s3cret", "<redacted>"),
+        )
+    assert result.returncode == 3
+    assert (tmp_path / "step.log").read_text().split() == ["token=<redacted>", "warn"]
+    streamed = capfd.readouterr().err
+    assert "token=<redacted>" in streamed and "s3cret" not in streamed
+
+
+def test_a_teed_step_past_its_timeout_is_killed(tmp_path: Path) -> None:
+    with (tmp_path / "step.log").open("w") as step_log, pytest.raises(runner.StepTimedOut):
+        runner.run(
+            [sys.executable, "-c", "import time; print('started', flush=True); time.sleep(30)"],
+            step="torch wheel",
+            echo="none",
+            tee=step_log,
+            timeout=0.5,
+        )
+    assert (tmp_path / "step.log").read_text() == "started\n"
