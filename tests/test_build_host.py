@@ -24,6 +24,7 @@ from xla_wheels.builder import stamp
 from xla_wheels.bundle import load_bundle
 from xla_wheels.patches import describe_series, series_digest
 from xla_wheels.provenance import PROVENANCE_PATH
+from xla_wheels.wheel_filename import parse_wheel_name
 from xla_wheels.wheels_lock import file_sha256
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,7 +51,7 @@ def test_patched_build_is_stamped_and_carries_provenance(syn: Synthetic) -> None
     result = run_wheels(syn)
     assert result.exit_code == 0, result.stderr
     wheels = dist_wheels(syn)
-    assert [w.name.split("-")[0] for w in wheels] == ["torch", "torch_xla"]
+    assert [parse_wheel_name(w.name).project for w in wheels] == ["torch", "torch_xla"]
     bundle = load_bundle(syn.root, "syn")
     xla_series = series_digest(describe_series(bundle.component("torch_xla")))
     openxla_series = series_digest(describe_series(bundle.component("openxla")))

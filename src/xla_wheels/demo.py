@@ -38,7 +38,7 @@ from pathlib import Path
 
 from xla_wheels.errors import PipelineError, UsageError
 from xla_wheels.publish.cache_contract import directory_name
-from xla_wheels.publish.index import WheelName
+from xla_wheels.wheel_filename import parse_wheel_name
 from xla_wheels.wheels_lock import read_lock
 
 BUNDLE = "demo"
@@ -325,7 +325,7 @@ def doctor_env(directory: Path, project: DemoProject) -> dict[str, str]:
     the bundle and the full torch_xla version the build just locked."""
     entry = read_lock(project.root / "wheels.lock").bundles[BUNDLE]
     (torch_xla,) = [
-        WheelName.parse(w.name) for w in entry.wheels or () if w.name.startswith("torch_xla-")
+        parse_wheel_name(w.name) for w in entry.wheels or () if w.name.startswith("torch_xla-")
     ]
     cache = directory / "xla-cache" / directory_name(BUNDLE, torch_xla.version, None)
     cache.mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,7 @@ from xla_wheels.abi.compare import Comparison, SymbolGroup, compare, group_missi
 from xla_wheels.abi.demangle import demangle, demangler
 from xla_wheels.abi.elf import read_shared_object
 from xla_wheels.errors import PipelineError
+from xla_wheels.wheel_filename import WheelFilenameError, parse_wheel_name
 
 #: torch_xla's extension module: ``_XLAC.<abi tag>.so`` at the top of the wheel/site-packages.
 EXTENSION = re.compile(r"^_XLAC\.[^/]*\.so$")
@@ -268,8 +269,10 @@ def extract_torch_libraries(torch_wheel: Path, names: list[str], workdir: Path) 
 
 
 def _label(wheel: Path, project: str) -> str:
-    parts = wheel.name.split("-")
-    version = parts[1] if len(parts) > 2 else "?"
+    try:
+        version = parse_wheel_name(wheel.name).version
+    except WheelFilenameError:
+        version = "?"  # a label only: the check judges the files, not their names
     return f"{project} {version} ({wheel.name})"
 
 
@@ -292,9 +295,8 @@ def pick_pair(wheels: list[Path], where: str) -> tuple[Path, Path]:
     """(torch wheel, torch_xla wheel) among a set of wheels (a bundle's, the staged ones)."""
     by_project: dict[str, list[Path]] = {}
     for wheel in wheels:
-        project = wheel.name.split("-")[0].lower().replace("-", "_")
-        by_project.setdefault(project, []).append(wheel)
-    torch, torch_xla = by_project.get("torch", []), by_project.get("torch_xla", [])
+        by_project.setdefault(parse_wheel_name(wheel.name).normalized, []).append(wheel)
+    torch, torch_xla = by_project.get("torch", []), by_project.get("torch-xla", [])
     if len(torch) != 1 or len(torch_xla) != 1:
         raise AbiInputError(
             f"{where} must hold exactly one torch and one torch_xla wheel, found "

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from xla_wheels import filemode
-from xla_wheels.publish.index import WheelName, normalize
+from xla_wheels.wheel_filename import normalize, parse_wheel_name
 from xla_wheels.wheels_lock import WheelRecord, file_sha256
 
 #: Projects whose versions every receipt records (the ones that decide restart behaviour).
@@ -180,7 +180,7 @@ def _disk_b64(path: Path) -> str | None:
 def match_wheel(
     record: WheelRecord, wheel_path: Path | None, facts: InstalledFacts, cache_dir: Path | None
 ) -> WheelMatch:
-    name = WheelName.parse(record.name)
+    name = parse_wheel_name(record.name)
     project = name.normalized
 
     def result(matched: bool, files: int, *problems: str) -> WheelMatch:
@@ -228,7 +228,7 @@ def match_environment(
     cache_dir: Path | None = None,
 ) -> tuple[InstalledFacts, EnvironmentMatch]:
     """Probe ``python`` and compare it with every locked wheel (files from ``wheel_dir``)."""
-    projects = [WheelName.parse(r.name).project for r in locked]
+    projects = [parse_wheel_name(r.name).project for r in locked]
     facts = probe_environment(python, projects)
     problems: list[str] = []
     if "_error" in facts.dists:
