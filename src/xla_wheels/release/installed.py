@@ -28,7 +28,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import subprocess
 import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from xla_wheels import filemode
+from xla_wheels.installed_metadata import ProbeFailed, read_installed
 from xla_wheels.wheel_filename import normalize, parse_wheel_name
 from xla_wheels.wheels_lock import WheelRecord, file_sha256
 
@@ -43,30 +43,6 @@ from xla_wheels.wheels_lock import WheelRecord, file_sha256
 VERSION_PROJECTS = ("torch", "torch_xla", "libtpu", "libtpu-nightly", "jax", "jaxlib")
 PROBE_TIMEOUT_S = 300.0
 _INSTALLER_FILES = {"INSTALLER", "REQUESTED", "direct_url.json", "RECORD"}
-
-# Runs in the interpreter under test: metadata only, never imports torch.
-_PROBE = r"""
-import importlib.metadata as md, json, sys
-wanted, listed = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-out = {"versions": {}, "dists": {}}
-for name in wanted:
-    try:
-        out["versions"][name] = md.version(name)
-    except md.PackageNotFoundError:
-        out["versions"][name] = None
-for name in listed:
-    try:
-        dist = md.distribution(name)
-    except md.PackageNotFoundError:
-        continue
-    out["dists"][name] = {
-        "version": dist.version,
-        "site": str(dist.locate_file("")),
-        "record": [str(f) for f in (dist.files or [])],
-    }
-print(json.dumps(out))
-"""
-
 
 @dataclass(frozen=True)
 class InstalledFacts:
@@ -104,18 +80,18 @@ class EnvironmentMatch:
 
 def probe_environment(python: Path, projects: Sequence[str]) -> InstalledFacts:
     """Versions of :data:`VERSION_PROJECTS` and the RECORD of ``projects``, from ``python``."""
-    argv = [str(python), "-c", _PROBE, json.dumps(VERSION_PROJECTS), json.dumps(list(projects))]
     try:
-        result = subprocess.run(
-            argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False
+        found = read_installed(
+            str(python), VERSION_PROJECTS, with_files=projects, timeout=PROBE_TIMEOUT_S
         )
-    except (OSError, subprocess.TimeoutExpired) as error:
-        return InstalledFacts({}, {"_error": {"error": str(error)}})
-    if result.returncode != 0:
-        return InstalledFacts({}, {"_error": {"error": result.stderr.strip()[-500:]}})
-    data = json.loads(result.stdout)
-    dists = {normalize(name): value for name, value in data["dists"].items()}
-    return InstalledFacts(data["versions"], dists)
+    except ProbeFailed as error:
+        return InstalledFacts({}, {"_error": {"error": error.message}})
+    dists = {
+        normalize(name): {"version": dist.version, "site": dist.site, "record": list(dist.files)}
+        for name, dist in found.dists.items()
+        if name in projects
+    }
+    return InstalledFacts({name: found.version_of(name) for name in VERSION_PROJECTS}, dists)
 
 
 def _b64(digest: bytes) -> str:
