@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,18 +19,23 @@ from xla_wheels.gate.errors import GateEnvironmentError
 
 
 @pytest.fixture
-def fake_install(monkeypatch):
+def no_pypi(monkeypatch):
+    """No PyPI probe and no pip in the venv; the caller stands in for ``_install``."""
+    monkeypatch.setattr(envs, "check_wheels_exist", lambda *a: None)
+    monkeypatch.setattr(envs, "VENV_OPTIONS", ("--without-pip",))
+    return monkeypatch
+
+
+@pytest.fixture
+def fake_install(no_pypi):
     """Count builds; skip the PyPI steps but keep venv creation, lock and rename real."""
     calls: list[str] = []
 
     def install(python: str, spec: envs.StockEnvSpec, build_log: Path) -> None:
         calls.append(python)
-        time.sleep(0.5)  # long enough for a concurrent caller to hit the lock
 
-    monkeypatch.setattr(envs, "check_wheels_exist", lambda *a: None)
-    monkeypatch.setattr(envs, "VENV_OPTIONS", ("--without-pip",))
-    monkeypatch.setattr(envs, "_install", install)
-    monkeypatch.setattr(envs, "_verify", lambda python, build_log: None)
+    no_pypi.setattr(envs, "_install", install)
+    no_pypi.setattr(envs, "_verify", lambda python, build_log: None)
     return calls
 
 
@@ -67,11 +71,9 @@ def _install_stand_in(modules: dict[str, str]):
     return install
 
 
-def test_an_environment_whose_torch_xla_does_not_import_is_never_marked(tmp_path, monkeypatch):
+def test_an_environment_whose_torch_xla_does_not_import_is_never_marked(tmp_path, no_pypi):
     # The real import check runs: torch imports, torch_xla raises as a broken wheel would.
-    monkeypatch.setattr(envs, "check_wheels_exist", lambda *a: None)
-    monkeypatch.setattr(envs, "VENV_OPTIONS", ("--without-pip",))
-    monkeypatch.setattr(
+    no_pypi.setattr(
         envs,
         "_install",
         _install_stand_in(
@@ -84,10 +86,8 @@ def test_an_environment_whose_torch_xla_does_not_import_is_never_marked(tmp_path
     assert envs.find_stock_env("2.9.0", root=tmp_path) is None
 
 
-def test_an_environment_whose_torch_xla_imports_is_marked(tmp_path, monkeypatch):
-    monkeypatch.setattr(envs, "check_wheels_exist", lambda *a: None)
-    monkeypatch.setattr(envs, "VENV_OPTIONS", ("--without-pip",))
-    monkeypatch.setattr(
+def test_an_environment_whose_torch_xla_imports_is_marked(tmp_path, no_pypi):
+    no_pypi.setattr(
         envs,
         "_install",
         _install_stand_in(
