@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 import textwrap
 import time
@@ -17,11 +16,13 @@ import zipfile
 from pathlib import Path
 
 from tests.clirunner import CliResult, run_cli
+from tests.gitrepos import git
 from tests.synthetic_upstream import TORCH_INIT, Synthetic, cli_args, make_patch
 from xla_wheels import wheel_stamp
 from xla_wheels.bundle import load_bundle
 from xla_wheels.patches import describe_series, series_digest
 from xla_wheels.provenance import PROVENANCE_PATH
+from xla_wheels.wheel_filename import parse_wheel_name
 from xla_wheels.wheels_lock import file_sha256
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,7 +44,7 @@ def test_patched_build_is_stamped_and_carries_provenance(syn: Synthetic) -> None
     result = run_wheels(syn)
     assert result.exit_code == 0, result.stderr
     wheels = dist_wheels(syn)
-    assert [w.name.split("-")[0] for w in wheels] == ["torch", "torch_xla"]
+    assert [parse_wheel_name(w.name).project for w in wheels] == ["torch", "torch_xla"]
     bundle = load_bundle(syn.root, "syn")
     xla_series = series_digest(describe_series(bundle.component("torch_xla")))
     openxla_series = series_digest(describe_series(bundle.component("openxla")))
@@ -79,13 +80,7 @@ def test_patched_build_is_stamped_and_carries_provenance(syn: Synthetic) -> None
         assert "TORCH_XLA_OPENXLA_PATCH" in version_py
         # ... and, through `git rev-parse HEAD` in the copied tree, the revision: the last
         # commit of the patch series, not the pin (it is XLA_GITREV in the real build).
-        patched = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=syn.root / "out" / "syn" / "src" / "torch_xla",
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
+        patched = git(syn.root / "out" / "syn" / "src" / "torch_xla", "rev-parse", "HEAD")
         assert patched != syn.commits["torch_xla"]
         assert f"__xla_gitrev__ = {patched!r}" in version_py
         # torch's revision as upstream's setup.py reads it (only from a ../.git
@@ -304,13 +299,7 @@ def test_torch_xla_records_the_patched_torch_commit(syn: Synthetic) -> None:
     syn.write_bundle("patched-torch", torch_patches=("torch/0001-fix.patch",))
     result = run_wheels(syn, bundle="patched-torch")
     assert result.exit_code == 0, result.stderr
-    torch_head = subprocess.run(
-        ["git", "rev-parse", "HEAD"],
-        cwd=syn.root / "out" / "patched-torch" / "src" / "torch",
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    torch_head = git(syn.root / "out" / "patched-torch" / "src" / "torch", "rev-parse", "HEAD")
     assert torch_head != syn.commits["torch"]
     torch_xla = dist_wheels(syn, "patched-torch")[1]
     with zipfile.ZipFile(torch_xla) as archive:

@@ -14,6 +14,7 @@ import tomllib
 from pathlib import Path
 
 from tests.gitrepos import REPO_ROOT
+from xla_wheels.wheel_filename import parse_wheel_name
 
 DEAD_PROXY = "http://127.0.0.1:9"
 DEMO_TIMEOUT_S = 600
@@ -60,7 +61,7 @@ def test_make_demo_runs_every_stage_offline_and_writes_only_under_demo_dir(
     project = demo_dir / "project"
     lock = tomllib.loads((project / "wheels.lock").read_text())
     wheels = {w["name"] for w in lock["bundles"]["demo"]["wheels"]}
-    assert {w.split("-")[0] for w in wheels} == {"torch", "torch_xla"}
+    assert {parse_wheel_name(w).project for w in wheels} == {"torch", "torch_xla"}
     lanes = tomllib.loads((project / "lanes.lock").read_text())
     assert lanes["lanes"]["validation"]["bundle"] == "demo"
     report = json.loads((project / "out" / "demo" / "verify-install" / "report.json").read_text())

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.clirunner import run_cli
+from tests.clirunner import CliResult, run_cli
 from tests.publish_support import (
     BUNDLE,
     TORCH_VERSION,
@@ -35,6 +35,12 @@ def _host_env(tmp_path: Path, wheels: list[Path]) -> Path:
     return python
 
 
+def _doctor(project: Path, python: Path, env: dict[str, str]) -> CliResult:
+    """``doctor --bundle BUNDLE --python python`` in ``project``, the shell's env plus ``env``."""
+    args = ("doctor", "--bundle", BUNDLE, "--python", str(python))
+    return run_cli(*args, env=env, root=project, inherit_env=True)
+
+
 @pytest.fixture(scope="module")
 def poisoned(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], Path]:
     """torch + a torch_xla whose import leaves a marker file and fails."""
@@ -56,16 +62,7 @@ def test_healthy_host_passes_without_importing_torch_xla(
     cache = tmp_path / f"xla_cache_{BUNDLE}_txla{XLA_VERSION}"
     cache.mkdir()
     env = {**GOOD_ENV, "XLA_PERSISTENT_CACHE_PATH": str(cache)}
-    result = run_cli(
-        "doctor",
-        "--bundle",
-        BUNDLE,
-        "--python",
-        str(python),
-        env=env,
-        root=project,
-        inherit_env=True,
-    )
+    result = _doctor(project, python, env)
     assert result.exit_code == 0, result.output
     assert "ok   torch-xla" in result.stdout and XLA_VERSION in result.stdout
     assert re.search(
@@ -96,16 +93,7 @@ def test_a_cache_path_that_does_not_name_the_build_fails_with_the_recommended_pa
     cache = tmp_path / "xla-cache"
     cache.mkdir()
     env = {**GOOD_ENV, "XLA_PERSISTENT_CACHE_PATH": str(cache), "XLA_WHEELS_ROLE": "reader"}
-    result = run_cli(
-        "doctor",
-        "--bundle",
-        BUNDLE,
-        "--python",
-        str(python),
-        env=env,
-        root=project,
-        inherit_env=True,
-    )
+    result = _doctor(project, python, env)
     assert result.exit_code == 1, result.output
     recommended = tmp_path / f"xla_cache_{BUNDLE}_txla{XLA_VERSION}"
     assert "FAIL cache path build" in result.stdout
@@ -120,11 +108,8 @@ def test_misconfigured_host_lists_each_problem_and_fix(
     wheels, marker = poisoned
     project = make_publish_project(tmp_path, wheels)
     python = _host_env(tmp_path, wheels[:1])  # torch only: torch_xla is missing
-    result = run_cli(
-        "doctor", "--bundle", BUNDLE, "--python", str(python),
-        env={"PJRT_DEVICE": "", "XLA_NO_SPECIAL_SCALARS": "0", "XLA_PERSISTENT_CACHE_PATH": ""},
-        root=project, inherit_env=True,
-    )  # fmt: skip
+    unset = {"PJRT_DEVICE": "", "XLA_NO_SPECIAL_SCALARS": "0", "XLA_PERSISTENT_CACHE_PATH": ""}
+    result = _doctor(project, python, unset)
     assert result.exit_code == 1, result.output
     out = result.stdout
     assert "FAIL PJRT_DEVICE" in out and "fix: export PJRT_DEVICE=TPU" in out
@@ -144,16 +129,7 @@ def test_wrong_version_is_reported(tmp_path: Path, poisoned: tuple[list[Path], P
     cache = tmp_path / "c"
     cache.mkdir()
     env = {**GOOD_ENV, "XLA_PERSISTENT_CACHE_PATH": str(cache)}
-    result = run_cli(
-        "doctor",
-        "--bundle",
-        BUNDLE,
-        "--python",
-        str(python),
-        env=env,
-        root=project,
-        inherit_env=True,
-    )
+    result = _doctor(project, python, env)
     assert result.exit_code == 1, result.output
     assert "FAIL torch-xla" in result.stdout
     assert f"2.9.0 installed, bundle has {XLA_VERSION}" in result.stdout

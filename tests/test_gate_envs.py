@@ -1,16 +1,15 @@
-"""Cached stock environments: built atomically, once, under a lock; never half-reused.
+"""Cached stock environments: built once, marked only when torch_xla imports.
 
 The install and import-verification steps are replaced here by small stand-ins (the real
 ones take minutes and 7 GB and are exercised by the stock_xla_python_* fixtures); the
-venv creation, the lock, the temporary directory and the rename are the real code.
+venv creation is the real code. The lock, the temporary directory, the marker and the
+rename are ``waitlock.make_once``'s, specified in tests/test_make_once.py.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -20,18 +19,23 @@ from xla_wheels.gate.errors import GateEnvironmentError
 
 
 @pytest.fixture
-def fake_install(monkeypatch):
+def no_pypi(monkeypatch):
+    """No PyPI probe and no pip in the venv; the caller stands in for ``_install``."""
+    monkeypatch.setattr(envs, "check_wheels_exist", lambda *a: None)
+    monkeypatch.setattr(envs, "VENV_OPTIONS", ("--without-pip",))
+    return monkeypatch
+
+
+@pytest.fixture
+def fake_install(no_pypi):
     """Count builds; skip the PyPI steps but keep venv creation, lock and rename real."""
     calls: list[str] = []
 
     def install(python: str, spec: envs.StockEnvSpec, build_log: Path) -> None:
         calls.append(python)
-        time.sleep(0.5)  # long enough for a concurrent caller to hit the lock
 
-    monkeypatch.setattr(envs, "check_wheels_exist", lambda *a: None)
-    monkeypatch.setattr(envs, "VENV_OPTIONS", ("--without-pip",))
-    monkeypatch.setattr(envs, "_install", install)
-    monkeypatch.setattr(envs, "_verify", lambda python, build_log: None)
+    no_pypi.setattr(envs, "_install", install)
+    no_pypi.setattr(envs, "_verify", lambda python, build_log: None)
     return calls
 
 
@@ -56,33 +60,6 @@ def test_the_built_venv_runs_from_its_final_location(tmp_path, fake_install):
     assert Path(prefix) == python.parent.parent
 
 
-def test_concurrent_callers_build_once(tmp_path, fake_install):
-    results: list[Path] = []
-
-    def build() -> None:
-        results.append(envs.ensure_stock_env("2.9.0", root=tmp_path))
-
-    threads = [threading.Thread(target=build) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert len(fake_install) == 1
-    assert len(set(results)) == 1
-
-
-def test_a_failed_build_leaves_neither_a_final_nor_a_temporary_directory(tmp_path, monkeypatch):
-    def broken_install(python: str, spec: envs.StockEnvSpec, build_log: Path) -> None:
-        raise GateEnvironmentError("pip failed")
-
-    monkeypatch.setattr(envs, "check_wheels_exist", lambda *a: None)
-    monkeypatch.setattr(envs, "VENV_OPTIONS", ("--without-pip",))
-    monkeypatch.setattr(envs, "_install", broken_install)
-    with pytest.raises(GateEnvironmentError, match="pip failed"):
-        envs.ensure_stock_env("2.9.0", root=tmp_path)
-    assert [p.name for p in (tmp_path / "envs").iterdir() if not p.name.endswith(".lock")] == []
-
-
 def _install_stand_in(modules: dict[str, str]):
     """An ``_install`` that writes ``modules`` (name -> source) into the venv's site-packages."""
 
@@ -94,11 +71,9 @@ def _install_stand_in(modules: dict[str, str]):
     return install
 
 
-def test_an_environment_whose_torch_xla_does_not_import_is_never_marked(tmp_path, monkeypatch):
+def test_an_environment_whose_torch_xla_does_not_import_is_never_marked(tmp_path, no_pypi):
     # The real import check runs: torch imports, torch_xla raises as a broken wheel would.
-    monkeypatch.setattr(envs, "check_wheels_exist", lambda *a: None)
-    monkeypatch.setattr(envs, "VENV_OPTIONS", ("--without-pip",))
-    monkeypatch.setattr(
+    no_pypi.setattr(
         envs,
         "_install",
         _install_stand_in(
@@ -111,10 +86,8 @@ def test_an_environment_whose_torch_xla_does_not_import_is_never_marked(tmp_path
     assert envs.find_stock_env("2.9.0", root=tmp_path) is None
 
 
-def test_an_environment_whose_torch_xla_imports_is_marked(tmp_path, monkeypatch):
-    monkeypatch.setattr(envs, "check_wheels_exist", lambda *a: None)
-    monkeypatch.setattr(envs, "VENV_OPTIONS", ("--without-pip",))
-    monkeypatch.setattr(
+def test_an_environment_whose_torch_xla_imports_is_marked(tmp_path, no_pypi):
+    no_pypi.setattr(
         envs,
         "_install",
         _install_stand_in(
@@ -124,27 +97,6 @@ def test_an_environment_whose_torch_xla_imports_is_marked(tmp_path, monkeypatch)
     python = envs.ensure_stock_env("2.9.0", root=tmp_path)
     assert (python.parent.parent / envs.MARKER).is_file()
     assert "2.9.0 2.9.0" in (python.parent.parent / "build.log").read_text()
-
-
-def test_a_directory_without_the_marker_is_rebuilt_not_reused(tmp_path, fake_install):
-    python = envs.ensure_stock_env("2.9.0", root=tmp_path)
-    env_dir = python.parent.parent
-    (env_dir / envs.MARKER).unlink()  # as if a build had been interrupted before the end
-    (env_dir / "half-installed").write_text("")
-    rebuilt = envs.ensure_stock_env("2.9.0", root=tmp_path)
-    assert rebuilt == python
-    assert len(fake_install) == 2
-    assert not (env_dir / "half-installed").exists()
-
-
-def test_leftovers_of_a_crashed_build_are_cleared_but_nothing_else(tmp_path, fake_install):
-    envs_dir = tmp_path / "envs"
-    name = envs.env_name(envs.STOCK_SPECS["2.9.0"], "cp{}{}".format(*sys.version_info[:2]))
-    (envs_dir / f".{name}.tmp-crashed").mkdir(parents=True)
-    (envs_dir / "someone-elses-env").mkdir()
-    envs.ensure_stock_env("2.9.0", root=tmp_path)
-    assert not (envs_dir / f".{name}.tmp-crashed").exists()
-    assert (envs_dir / "someone-elses-env").exists()
 
 
 def test_an_unknown_stock_version_is_refused(tmp_path):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import shutil
@@ -10,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.clirunner import run_cli
+from tests.clirunner import CliResult, run_cli
 from tests.publish_support import (
     BUNDLE,
     PASSWORD,
@@ -24,6 +23,7 @@ from tests.publish_support import (
     start_pypiserver,
     stop,
 )
+from xla_wheels.wheels_lock import file_sha256
 
 
 @pytest.fixture
@@ -37,32 +37,30 @@ def _flip_byte(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
-def _sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def _publish(project: Path, index_url: str, env: dict[str, str]) -> CliResult:
+    return run_cli(
+        "publish", "--bundle", BUNDLE, "--index-url", index_url, env=env, root=project,
+        inherit_env=True,
+    )  # fmt: skip
 
 
 def test_upload_then_rerun_skips(project: Path, index_server: IndexServer) -> None:  # noqa: F811
     env = index_server.credentials
-    first = run_cli(
-        "publish", "--bundle", BUNDLE, "--index-url", index_server.url, env=env, root=project,
-        inherit_env=True,
-    )
+    first = _publish(project, index_server.url, env)
     assert first.exit_code == 0, first.output
     lines = [line for line in first.stdout.splitlines() if line.startswith(("uploaded", "skip"))]
     assert len(lines) == 2 and all(line.startswith("uploaded") for line in lines), first.stdout
     on_server = sorted(p.name for p in index_server.packages.iterdir())
     assert on_server == sorted(p.name for p in (project / "dist" / BUNDLE).glob("*.whl"))
     for name in on_server:
-        assert _sha(index_server.packages / name) == _sha(project / "dist" / BUNDLE / name)
+        served, built = index_server.packages / name, project / "dist" / BUNDLE / name
+        assert file_sha256(served) == file_sha256(built)
     # publish keeps its commands and twine's output in the bundle's logs, no password.
     publish_log = (project / "out" / BUNDLE / "logs" / "publish.log").read_text()
     assert "twine upload" in publish_log and PASSWORD not in publish_log
     assert re.search(r"^  publish +\S+  ran$", first.stderr, re.MULTILINE)
 
-    again = run_cli(
-        "publish", "--bundle", BUNDLE, "--index-url", index_server.url, env=env, root=project,
-        inherit_env=True,
-    )
+    again = _publish(project, index_server.url, env)
     assert again.exit_code == 0, again.output
     assert again.stdout.count("skipped") == 2 and "uploaded" not in again.stdout
     assert "twine upload" not in again.stderr  # nothing was sent the second time
@@ -77,13 +75,10 @@ def test_same_name_different_hash_is_refused(
     impostor = index_server.packages / fake_wheels.torch_xla.name
     shutil.copyfile(fake_wheels.torch_xla, impostor)
     _flip_byte(impostor)
-    result = run_cli(
-        "publish", "--bundle", BUNDLE, "--index-url", index_server.url,
-        env=index_server.credentials, root=project, inherit_env=True,
-    )  # fmt: skip
+    result = _publish(project, index_server.url, index_server.credentials)
     assert result.exit_code == 1, result.output
-    assert _sha(impostor) in result.stderr
-    assert _sha(fake_wheels.torch_xla) in result.stderr
+    assert file_sha256(impostor) in result.stderr
+    assert file_sha256(fake_wheels.torch_xla) in result.stderr
     assert "nothing was uploaded" in result.stderr
     # Plan before act: the unrelated torch wheel was not uploaded either.
     assert sorted(p.name for p in index_server.packages.iterdir()) == [impostor.name]
@@ -141,14 +136,11 @@ def test_wheel_changed_after_locking_is_not_published(
     index_server: IndexServer,  # noqa: F811
 ) -> None:
     wheel = next((project / "dist" / BUNDLE).glob("torch_xla-*.whl"))
-    locked = _sha(wheel)
+    locked = file_sha256(wheel)
     _flip_byte(wheel)
-    result = run_cli(
-        "publish", "--bundle", BUNDLE, "--index-url", index_server.url,
-        env=index_server.credentials, root=project, inherit_env=True,
-    )  # fmt: skip
+    result = _publish(project, index_server.url, index_server.credentials)
     assert result.exit_code == 1, result.output
-    assert locked in result.stderr and _sha(wheel) in result.stderr
+    assert locked in result.stderr and file_sha256(wheel) in result.stderr
     assert list(index_server.packages.iterdir()) == []
 
 
@@ -157,10 +149,7 @@ def test_verified_install_then_tampered_index_file_is_refused(
     index_server: IndexServer,  # noqa: F811
 ) -> None:
     env = index_server.credentials
-    published = run_cli(
-        "publish", "--bundle", BUNDLE, "--index-url", index_server.url, env=env, root=project,
-        inherit_env=True,
-    )
+    published = _publish(project, index_server.url, env)
     assert published.exit_code == 0, published.output
 
     verified = run_cli(
@@ -184,7 +173,7 @@ def test_verified_install_then_tampered_index_file_is_refused(
     )
     assert refused.exit_code == 1, refused.output
     assert "DO NOT MATCH THE HASHES" in refused.stdout
-    assert _sha(on_index) in refused.stdout
+    assert file_sha256(on_index) in refused.stdout
     assert "verify-install pub-1: FAILED" in refused.stdout
     assert PASSWORD not in refused.output
     # The fix says what publish allows (it never overwrites), and following it works: the
@@ -192,10 +181,7 @@ def test_verified_install_then_tampered_index_file_is_refused(
     assert "publish never overwrites a file on an index" in refused.stderr
     assert "have the index's admin delete that file, then `make publish" in refused.stderr
     on_index.unlink()
-    again = run_cli(
-        "publish", "--bundle", BUNDLE, "--index-url", index_server.url, env=env, root=project,
-        inherit_env=True,
-    )
+    again = _publish(project, index_server.url, env)
     assert again.exit_code == 0, again.output
     assert re.search(r"^uploaded +torch_xla-", again.stdout, re.MULTILINE), again.stdout
     fixed = run_cli(
@@ -211,7 +197,7 @@ def test_static_index_installs_with_hashes(project: Path, tmp_path: Path) -> Non
     simple = project / "dist" / BUNDLE / "simple"
     page = (simple / "torch-xla" / "index.html").read_text()
     wheel = next((project / "dist" / BUNDLE).glob("torch_xla-*.whl"))
-    assert f"#sha256={_sha(wheel)}" in page
+    assert f"#sha256={file_sha256(wheel)}" in page
     assert (simple / "index.html").read_text().count("<a ") == 2
 
     verified = run_cli("verify-install", "--bundle", BUNDLE, root=project, inherit_env=True)

@@ -34,6 +34,7 @@ from tests.publish_support import (
 from xla_wheels.errors import PipelineError
 from xla_wheels.publish.index import Credentials, project_files
 from xla_wheels.release import lanes
+from xla_wheels.wheel_filename import parse_wheel_name
 from xla_wheels.wheels_lock import file_sha256
 
 NO_CREDENTIALS = Credentials(None, None, "none")
@@ -63,7 +64,7 @@ class DevpiRelease:
 
     def served(self, index: str, wheel: Path) -> str:
         """sha256 of the bytes the index serves for ``wheel``'s file name (downloaded)."""
-        project = wheel.name.split("-")[0]
+        project = parse_wheel_name(wheel.name).project
         listed = project_files(self.server.simple_url(index), project, NO_CREDENTIALS)
         with urllib.request.urlopen(listed[wheel.name].url, timeout=30) as response:
             return hashlib.sha256(response.read()).hexdigest()
@@ -129,8 +130,9 @@ def test_promotion_is_devpis_push_of_the_same_bytes_without_an_upload(
     requirements = tmp_path / "requirements.txt"
     requirements.write_text(
         "".join(
-            f"{w.name.split('-')[0]}=={w.name.split('-')[1]} --hash=sha256:{file_sha256(w)}\n"
+            f"{n.project}=={n.version} --hash=sha256:{file_sha256(w)}\n"
             for w in (wheels.torch, wheels.torch_xla)
+            for n in [parse_wheel_name(w.name)]
         )
     )
     target = tmp_path / "site"

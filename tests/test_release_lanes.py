@@ -46,6 +46,7 @@ from tests.synthetic_upstream import Synthetic, cli_args, copy_synthetic
 from xla_wheels.bundle import load_bundle
 from xla_wheels.publish.index import Credentials, project_files
 from xla_wheels.release import lanes, policy, receipts
+from xla_wheels.wheel_filename import parse_wheel_name
 from xla_wheels.wheels_lock import WheelRecord, file_sha256, record_wheels, update_bundle_entry
 
 STOCK = "2.7.0"
@@ -252,7 +253,7 @@ def test_publish_refuse_promote_install(release: Release) -> None:
     assert published.exit_code == 0, published.output
     syn_lock = tomllib.loads((root / "wheels.lock").read_text())["bundles"]["syn"]
     for wheel in syn_lock["wheels"]:
-        project = wheel["name"].split("-")[0]
+        project = parse_wheel_name(wheel["name"]).project
         assert _listed(release.validation, project)[wheel["name"]] == wheel["sha256"]
     assert release.state()["validation"].bundle == "syn"
 
@@ -276,7 +277,8 @@ def test_publish_refuse_promote_install(release: Release) -> None:
     lock_venv = _venv(release.work / "venv-pylock")
     installed = _pip_install(lock_venv, "-r", str(out / "pylock.toml"))
     assert installed.returncode == 0, installed.stderr
-    xla_version = next(n for n in locked_by_name if n.startswith("torch_xla-")).split("-")[1]
+    xla_name = next(n for n in locked_by_name if n.startswith("torch_xla-"))
+    xla_version = parse_wheel_name(xla_name).version
     for python in (req_venv, lock_venv):
         assert _installed_version(python, "torch_xla") == xla_version
 

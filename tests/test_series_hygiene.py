@@ -169,13 +169,7 @@ def test_export_and_patches_check_refuse_markers_a_rebase_left_in_a_commit(
         RUNTIME_CC.replace("// two-step path", "// load path (resolved)")
     )
     git(tree, "commit", "-q", "-a", "--amend", "--no-edit")
-    subprocess.run(
-        ["git", "rebase", "--continue"],
-        cwd=tree,
-        env={**GIT_ENV, "GIT_EDITOR": "true"},
-        check=True,
-        capture_output=True,
-    )
+    _continue_with_git_itself(tree)
     exported = export(run_cli, patched)
     assert exported.exit_code == 0, exported.stderr
     assert "<<<<<<<" not in patch_bytes(patched)["0001-load.patch"].decode()

@@ -123,15 +123,20 @@ def test_an_empty_remote(syn: Synthetic) -> None:
     refused(syn, "patch", 2, "'components.openxla.remote': is empty", "write the git URL")
 
 
-@pytest.mark.parametrize("stage", ["patch", "wheels"])
-def test_a_commit_the_mirror_does_not_have(syn: Synthetic, stage: str) -> None:
-    # Upstream moved on; the mirror was not updated; the bundle pins the new commit.
+def _pin_a_commit_the_mirror_lacks(syn: Synthetic) -> Path:
+    """Upstream moves on, the mirror is not updated, and the bundle pins the new commit."""
     xla = syn.upstream / "xla"
     (xla / "NEWS").write_text("new\n")
     git(xla, "add", "NEWS")
     git(xla, "commit", "-q", "-m", "news")
     syn.commits["torch_xla"] = git(xla, "rev-parse", "HEAD")
     syn.write_bundle(xla_patches=())
+    return xla
+
+
+@pytest.mark.parametrize("stage", ["patch", "wheels"])
+def test_a_commit_the_mirror_does_not_have(syn: Synthetic, stage: str) -> None:
+    _pin_a_commit_the_mirror_lacks(syn)
     message = refused(syn, stage, 1, f"commit {syn.commits['torch_xla']} is not in the mirror", "")
     assert "remote update" in message
 
@@ -178,12 +183,7 @@ def test_preflight_asks_a_mirror_directory_for_the_pinned_commit(syn: Synthetic)
     from xla_wheels.bundle import load_bundle
     from xla_wheels.options import PipelineOptions
 
-    xla = syn.upstream / "xla"
-    (xla / "NEWS").write_text("new\n")
-    git(xla, "add", "NEWS")
-    git(xla, "commit", "-q", "-m", "news")
-    syn.commits["torch_xla"] = git(xla, "rev-parse", "HEAD")
-    syn.write_bundle(xla_patches=())
+    xla = _pin_a_commit_the_mirror_lacks(syn)
     options = PipelineOptions(
         root=syn.root,
         cache_dir=syn.cache,

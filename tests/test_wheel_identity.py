@@ -19,6 +19,7 @@ from tests.clirunner import CliResult, run_cli
 from tests.publish_support import IndexServer, index_server  # noqa: F401 - fixture
 from tests.synthetic_upstream import Synthetic, cli_args, make_patch
 from xla_wheels import wheel_stamp
+from xla_wheels.wheel_filename import parse_wheel_name
 from xla_wheels.wheels_lock import file_sha256, read_lock
 
 HOST = ("--mode", "host", "--host-python", sys.executable)
@@ -93,7 +94,7 @@ def test_bundles_sharing_inputs_verify_doctor_and_publish_side_by_side(
         check=True, timeout=300,
     )  # fmt: skip
     [xla_wheel] = [Path(w).name for w in wheels if Path(w).name.startswith("torch_xla-")]
-    xla_version = xla_wheel.split("-")[1]
+    xla_version = parse_wheel_name(xla_wheel).version
     for bundle in ("syn", "syn-next"):
         # The runtime contract: a cache directory that names the build it holds executables of.
         cache = tmp_path / f"xla_cache_{bundle}_txla{xla_version}"
@@ -188,7 +189,7 @@ def test_a_different_rebuild_stops_and_keep_recorded_or_a_build_tag_works(
         "--no-deps", env=env,
     )  # fmt: skip
     assert verified.exit_code == 0, verified.output
-    assert tagged_name.split("-")[1] in verified.stdout
+    assert parse_wheel_name(tagged_name).version in verified.stdout
 
 
 def _mode(path: Path) -> int:

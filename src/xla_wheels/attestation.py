@@ -42,6 +42,7 @@ from xla_wheels import sbom, wheel_stamp
 from xla_wheels.bundle import Bundle
 from xla_wheels.errors import PipelineError, UsageError
 from xla_wheels.provenance import Provenance
+from xla_wheels.wheel_filename import parse_wheel_name
 from xla_wheels.wheels_lock import BundleEntry, WheelRecord
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -110,7 +111,7 @@ def statement(
     builder_id: str,
 ) -> dict[str, Any]:
     """The in-toto statement for one locked wheel (``wheel`` holds its bytes)."""
-    package = str(wheel_stamp.split_wheel_name(record.name)["dist"])
+    package = parse_wheel_name(record.name).project
     facts = sbom.facts_for(package, provenance)
     dependencies: list[dict[str, Any]] = []
     for name, component in sorted(facts.components.items()):

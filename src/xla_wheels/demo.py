@@ -36,9 +36,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from xla_wheels.cli import exit_code_of
 from xla_wheels.errors import PipelineError, UsageError
 from xla_wheels.publish.cache_contract import directory_name
-from xla_wheels.publish.index import WheelName
+from xla_wheels.wheel_filename import parse_wheel_name
 from xla_wheels.wheels_lock import read_lock
 
 BUNDLE = "demo"
@@ -325,7 +326,7 @@ def doctor_env(directory: Path, project: DemoProject) -> dict[str, str]:
     the bundle and the full torch_xla version the build just locked."""
     entry = read_lock(project.root / "wheels.lock").bundles[BUNDLE]
     (torch_xla,) = [
-        WheelName.parse(w.name) for w in entry.wheels or () if w.name.startswith("torch_xla-")
+        parse_wheel_name(w.name) for w in entry.wheels or () if w.name.startswith("torch_xla-")
     ]
     cache = directory / "xla-cache" / directory_name(BUNDLE, torch_xla.version, None)
     cache.mkdir(parents=True, exist_ok=True)
@@ -519,17 +520,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"the one directory the demo writes (default: {DEFAULT_DIR})",
     )
     args = parser.parse_args(argv)
-    try:
+
+    def demo() -> int:
         run_demo(args.dir)
-    except PipelineError as error:
-        print(f"error: {error.message}", file=sys.stderr)
-        if error.fix:
-            print(f"fix: {error.fix}", file=sys.stderr)
-        return error.exit_code
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
-    return 0
+        return 0
+
+    return exit_code_of(demo)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ import zipfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from xla_wheels import log, wheel_stamp
+from xla_wheels import log
 from xla_wheels.builder import build_and_collect as build_stage
 from xla_wheels.builder import rebuilt_wheels as recorded_mod
 from xla_wheels.builder.config import BuildConfig
@@ -37,6 +37,7 @@ from xla_wheels.layout import BundleLayout
 from xla_wheels.options import PipelineOptions
 from xla_wheels.publish.wheels import locked_records
 from xla_wheels.run_lock import bundle_run_lock
+from xla_wheels.wheel_filename import parse_wheel_name
 from xla_wheels.wheels_lock import WheelRecord, file_sha256
 
 REBUILD_DIR = "rebuild-check"
@@ -158,10 +159,10 @@ def _compare(
     report_dir = layout.logs / REBUILD_DIR
     if report_dir.exists():
         shutil.rmtree(report_dir)
-    by_project = {str(wheel_stamp.split_wheel_name(w.name)["dist"]): w for w in rebuilt}
+    by_project = {parse_wheel_name(w.name).project: w for w in rebuilt}
     comparisons = []
     for record in records:
-        project = str(wheel_stamp.split_wheel_name(record.name)["dist"])
+        project = parse_wheel_name(record.name).project
         wheel = by_project.get(project)
         if wheel is None:
             raise PipelineError(f"the rebuild made no {project} wheel (see its logs)")

@@ -65,6 +65,7 @@ from xla_wheels.provenance import (
     PatchDigest,
     Provenance,
 )
+from xla_wheels.wheel_filename import parse_wheel_name
 
 SBOM_NAME = "xla-wheels.cdx.json"
 SCHEMA = SchemaVersion.V1_6
@@ -194,7 +195,7 @@ def _dist_info(names: list[str], package: str) -> str:
 
 def arcname(wheel: Path) -> str:
     """``<name>-<version>.dist-info/sboms/xla-wheels.cdx.json`` inside ``wheel``."""
-    package = str(wheel_stamp.split_wheel_name(wheel.name)["dist"])
+    package = parse_wheel_name(wheel.name).project
     with zipfile.ZipFile(wheel) as archive:
         return f"{_dist_info(archive.namelist(), package)}/sboms/{SBOM_NAME}"
 
@@ -206,8 +207,8 @@ def add_sbom(wheel: Path, provenance: Provenance, epoch: int) -> str:
     wheel (it has the toolchain and openxla_patches of the build); ``provenance`` is
     the one the build stage composed, used for torch.
     """
-    parts = wheel_stamp.split_wheel_name(wheel.name)
-    package, version = str(parts["dist"]), str(parts["version"])
+    parts = parse_wheel_name(wheel.name)
+    package, version = parts.project, parts.version
     if package == "torch_xla":
         provenance = wheel_stamp.read_provenance(wheel)
     name = arcname(wheel)

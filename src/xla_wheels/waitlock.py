@@ -4,17 +4,26 @@ The stock torch_xla environments, the stock wheels' shared libraries and the com
 checks' Debian packages are each set up once per machine, possibly by two test sessions or
 two ``make`` runs at once: the second waits for the first (and then finds the entry ready)
 instead of building it alongside, which would race on the same directory.
+
+:func:`make_once` is the whole pattern for a directory entry: the lock, a temporary
+sibling the maker fills, the marker file written last, and the rename into place as the
+commit point. An entry without its marker is never trusted, so a maker that fails or is
+killed half-way leaves nothing a later run takes as done.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
+import os
+import shutil
+import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
-from xla_wheels import log
+from xla_wheels import filemode, log
 
 
 @contextlib.contextmanager
@@ -34,3 +43,45 @@ def waiting_lock(lock_path: Path, doing: str) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def make_once(
+    target: Path,
+    make: Callable[[Path], Mapping[str, object]],
+    *,
+    marker: str,
+    doing: str,
+    usable: Callable[[Path], bool] = lambda _: True,
+) -> Path:
+    """``target``, made by ``make`` unless a complete one is there; returns ``target``.
+
+    ``make(tmp)`` fills ``tmp`` (a sibling of ``target``) and returns what the marker
+    records. Complete means: ``marker`` is in it and ``usable(target)`` holds. Makers of
+    the same target wait for each other (``doing`` says what they wait for) and then reuse
+    the first one's result.
+    """
+
+    def complete() -> bool:
+        return (target / marker).is_file() and usable(target)
+
+    if complete():
+        return target
+    with waiting_lock(target.parent / f"{target.name}.lock", doing):
+        # Another process may have finished it while we waited for the lock.
+        if complete():
+            return target
+        # Under the lock nobody else makes this target: leftovers are a crashed maker's.
+        for stale in target.parent.glob(f".{target.name}.tmp-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        if target.exists():
+            shutil.rmtree(target)  # no marker: never completed, never trusted
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+        try:
+            record = make(tmp)
+            (tmp / marker).write_text(json.dumps(record, indent=2) + "\n")
+            filemode.as_if_created(tmp)  # mkdtemp made it 0700; the cache is per machine
+            os.rename(tmp, target)  # the commit point: before it, target does not exist
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return target

@@ -42,6 +42,7 @@ from pathlib import Path
 
 from xla_wheels import filemode
 from xla_wheels.provenance import PROVENANCE_PATH, Provenance
+from xla_wheels.wheel_filename import parse_wheel_name
 
 _LOCAL_LABEL = re.compile(r"[a-z0-9]+(\.[a-z0-9]+)*")
 
@@ -74,10 +75,6 @@ def _record_hash(data: bytes) -> str:
 
 #: zip stores local time from 1980-01-01 on; an earlier SOURCE_DATE_EPOCH is clamped to it.
 ZIP_EPOCH_FLOOR = 315532800
-_WHEEL_NAME = re.compile(
-    r"(?P<dist>[^-]+)-(?P<version>[^-]+)(-(?P<build>\d[^-]*))?"
-    r"-(?P<python>[^-]+)-(?P<abi>[^-]+)-(?P<platform>[^-]+)\.whl"
-)
 
 
 def epoch_from(env: Mapping[str, str]) -> int:
@@ -94,14 +91,6 @@ def zip_date_time(epoch: int) -> tuple[int, int, int, int, int, int]:
     moment = time.gmtime(max(epoch, ZIP_EPOCH_FLOOR))
     return (moment.tm_year, moment.tm_mon, moment.tm_mday,
             moment.tm_hour, moment.tm_min, moment.tm_sec - moment.tm_sec % 2)  # fmt: skip
-
-
-def split_wheel_name(filename: str) -> dict[str, str | None]:
-    """PEP 427 parts: dist, version, build (None without a build tag), python, abi, platform."""
-    match = _WHEEL_NAME.fullmatch(filename)
-    if match is None:
-        raise ValueError(f"{filename} is not a PEP 427 wheel file name")
-    return match.groupdict()
 
 
 def _order(filename: str, record_name: str) -> tuple[int, str]:
@@ -204,11 +193,7 @@ def with_build_tag(wheel: Path, build_tag: str) -> Path:
     """
     if not re.fullmatch(r"[0-9]+", build_tag):
         raise ValueError(f"build tag {build_tag!r} is not a number")
-    parts = split_wheel_name(wheel.name)
-    name = "-".join(
-        [str(parts["dist"]), str(parts["version"]), build_tag]
-        + [str(parts[key]) for key in ("python", "abi", "platform")]
-    )
+    tagged_name = parse_wheel_name(wheel.name).with_build(build_tag)
     with zipfile.ZipFile(wheel) as archive:
         wheel_file = next(
             n for n in archive.namelist() if re.fullmatch(r"[^/]+\.dist-info/WHEEL", n)
@@ -220,7 +205,7 @@ def with_build_tag(wheel: Path, build_tag: str) -> Path:
             if not line.startswith("Build:")
         ]
     text = "\n".join([*lines, f"Build: {build_tag}"]) + "\n"
-    return repack_wheel(wheel, wheel.with_name(f"{name}.whl"), epoch, {wheel_file: text.encode()})
+    return repack_wheel(wheel, wheel.with_name(tagged_name), epoch, {wheel_file: text.encode()})
 
 
 def stamp_provenance(wheel: Path, provenance: Provenance, epoch: int = ZIP_EPOCH_FLOOR) -> None:

@@ -13,10 +13,8 @@ Three sources, one shape (:class:`PairFiles`: the ``_XLAC`` extension and torch'
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
-import subprocess
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +23,8 @@ from xla_wheels.abi.compare import Comparison, SymbolGroup, compare, group_missi
 from xla_wheels.abi.demangle import demangle, demangler
 from xla_wheels.abi.elf import read_shared_object
 from xla_wheels.errors import PipelineError
+from xla_wheels.installed_metadata import InstalledDistribution, ProbeFailed, read_installed
+from xla_wheels.wheel_filename import WheelFilenameError, parse_wheel_name
 
 #: torch_xla's extension module: ``_XLAC.<abi tag>.so`` at the top of the wheel/site-packages.
 EXTENSION = re.compile(r"^_XLAC\.[^/]*\.so$")
@@ -139,78 +139,54 @@ def ensure_compatible(result: AbiResult) -> None:
 
 # --- an installed environment ----------------------------------------------------------
 
-# Runs in the environment's interpreter: distribution file lists only, nothing imported.
-_PROBE = r"""
-import importlib.metadata as md, importlib.util, json, re, sys
-out = {"python": sys.executable, "torch": None, "torch_version": None, "extension": None,
-       "torch_xla_version": None,
-       "imported": sorted(m for m in sys.modules if m.startswith("torch"))}
-def files(name):
-    try:
-        dist = md.distribution(name)
-    except md.PackageNotFoundError:
-        return None, []
-    return dist.version, [dist.locate_file(f) for f in (dist.files or [])]
-out["torch_version"], torch_files = files("torch")
-for path in torch_files:
-    if path.name == "libc10.so" and path.parent.name == "lib":
-        out["torch"] = str(path.parent)
-if out["torch"] is None and out["torch_version"]:
-    spec = importlib.util.find_spec("torch")  # finds, does not execute, a top-level package
-    if spec and spec.submodule_search_locations:
-        out["torch"] = str(list(spec.submodule_search_locations)[0]) + "/lib"
-out["torch_xla_version"], xla_files = files("torch_xla")
-for path in xla_files:
-    if re.match(r"^_XLAC\.[^/]*\.so$", path.name):
-        out["extension"] = str(path)
-print(json.dumps(out))
-"""
-
-
 def from_python(python: str) -> PairFiles:
     """The pair installed in ``python``'s environment, found without importing it."""
+    fix = "pass PYTHON=<the python of the environment with torch and torch_xla>"
     try:
-        result = subprocess.run(
-            [python, "-I", "-c", _PROBE], capture_output=True, text=True, timeout=120
-        )
-    except (OSError, subprocess.TimeoutExpired) as error:
+        found = read_installed(python, (), with_files=("torch", "torch_xla"), isolated=True)
+    except ProbeFailed as error:
+        raise AbiInputError(error.message, fix=fix) from None
+    if found.imported:
         raise AbiInputError(
-            f"cannot run the interpreter {python}: {error}",
-            fix="pass PYTHON=<the python of the environment with torch and torch_xla>",
-        ) from None
-    if result.returncode != 0:
-        raise AbiInputError(
-            f"{python} could not list its packages: {result.stderr.strip()[-400:]}",
-            fix="pass PYTHON=<the python of the environment with torch and torch_xla>",
-        )
-    facts = json.loads(result.stdout)
-    if facts["imported"]:
-        raise AbiInputError(
-            f"{python} imported {facts['imported']} at startup (a site hook?)",
+            f"{python} imported {list(found.imported)} at startup (a site hook?)",
             fix="remove the hook that imports torch at interpreter start",
         )
-    if not facts["torch_xla_version"]:
+    torch_xla, torch = found.dists.get("torch_xla"), found.dists.get("torch")
+    if torch_xla is None:
         raise NoExtension(
             f"not applicable: torch_xla is not installed in {python}",
             fix="install torch_xla there, or pass the PYTHON of the training environment",
         )
-    if not facts["extension"]:
+    extensions = [f for f in torch_xla.files if EXTENSION.match(Path(f).name)]
+    if not extensions:
         raise NoExtension(
-            f"not applicable: no _XLAC extension in torch_xla {facts['torch_xla_version']} "
+            f"not applicable: no _XLAC extension in torch_xla {torch_xla.version} "
             f"installed in {python}",
             fix="reinstall torch_xla from a Linux wheel",
         )
-    if not facts["torch_version"] or not facts["torch"]:
+    lib_dir = _torch_lib_dir(torch)
+    if torch is None or lib_dir is None:
         raise AbiInputError(
             f"torch is not installed in {python}: _XLAC's torch libraries are missing",
             fix="install the torch that torch_xla pins (pip install torch==<torch_xla's>)",
         )
     return PairFiles(
-        extension=Path(facts["extension"]),
-        torch_lib_dir=Path(facts["torch"]),
-        torch_label=f"torch {facts['torch_version']} ({facts['python']})",
-        torch_xla_label=f"torch_xla {facts['torch_xla_version']}",
+        extension=Path(torch_xla.site) / extensions[-1],
+        torch_lib_dir=lib_dir,
+        torch_label=f"torch {torch.version} ({found.python})",
+        torch_xla_label=f"torch_xla {torch_xla.version}",
     )
+
+
+def _torch_lib_dir(torch: InstalledDistribution | None) -> Path | None:
+    """The directory of torch's ``libc10.so``: from its RECORD, else next to the package."""
+    if torch is None:
+        return None
+    for listed in reversed(torch.files):
+        path = Path(torch.site) / listed
+        if path.name == "libc10.so" and path.parent.name == "lib":
+            return path.parent
+    return None if torch.package_dir is None else Path(torch.package_dir) / "lib"
 
 
 # --- two wheel files ------------------------------------------------------------------
@@ -268,8 +244,10 @@ def extract_torch_libraries(torch_wheel: Path, names: list[str], workdir: Path) 
 
 
 def _label(wheel: Path, project: str) -> str:
-    parts = wheel.name.split("-")
-    version = parts[1] if len(parts) > 2 else "?"
+    try:
+        version = parse_wheel_name(wheel.name).version
+    except WheelFilenameError:
+        version = "?"  # a label only: the check judges the files, not their names
     return f"{project} {version} ({wheel.name})"
 
 
@@ -292,9 +270,8 @@ def pick_pair(wheels: list[Path], where: str) -> tuple[Path, Path]:
     """(torch wheel, torch_xla wheel) among a set of wheels (a bundle's, the staged ones)."""
     by_project: dict[str, list[Path]] = {}
     for wheel in wheels:
-        project = wheel.name.split("-")[0].lower().replace("-", "_")
-        by_project.setdefault(project, []).append(wheel)
-    torch, torch_xla = by_project.get("torch", []), by_project.get("torch_xla", [])
+        by_project.setdefault(parse_wheel_name(wheel.name).normalized, []).append(wheel)
+    torch, torch_xla = by_project.get("torch", []), by_project.get("torch-xla", [])
     if len(torch) != 1 or len(torch_xla) != 1:
         raise AbiInputError(
             f"{where} must hold exactly one torch and one torch_xla wheel, found "

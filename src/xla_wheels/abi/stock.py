@@ -14,20 +14,17 @@ trusted only if it carries the marker file written last.
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from xla_wheels import filemode, log
+from xla_wheels import log
 from xla_wheels.abi.pairs import EXTENSION, TORCH_LIB_DIR, AbiInputError, PairFiles
-from xla_wheels.waitlock import waiting_lock
+from xla_wheels.waitlock import make_once
 
 MARKER = "xla-wheels-abi-libs.json"
 #: The torch libraries any released ``_XLAC`` names in DT_NEEDED (checked: 2.7-2.9).
@@ -63,81 +60,61 @@ def _wanted(project: str, member: str) -> bool:
     return member in {f"{TORCH_LIB_DIR}/{name}" for name in TORCH_LIBRARIES}
 
 
-def _complete(directory: Path) -> bool:
-    return (directory / MARKER).is_file()
-
-
 def ensure_stock_libraries(wheel: StockWheel, *, root: Path, pip_python: str | None = None) -> Path:
     """The directory holding the wheel's extracted libraries, building it first if needed.
 
     ``root`` is the per-machine cache (the CLI passes ``options.machine_cache``).
     """
-    base = root / "abi-libs"
-    final = base / wheel.name
-    if _complete(final):
-        return final
-    with waiting_lock(base / f"{wheel.name}.lock", f"extracting {wheel.name}"):
-        if _complete(final):
-            return final
-        for stale in base.glob(f".{wheel.name}.tmp-*"):
-            shutil.rmtree(stale, ignore_errors=True)
-        if final.exists():
-            shutil.rmtree(final)  # no marker: a crashed run's, never trusted
+
+    def build(tmp: Path) -> dict[str, object]:
         with log.section(f"extract the shared libraries of {wheel.name} (once per machine)"):
-            _build(wheel, base, final, pip_python or sys.executable)
-    return final
+            return _build(wheel, tmp, pip_python or sys.executable)
+
+    return make_once(
+        root / "abi-libs" / wheel.name, build, marker=MARKER, doing=f"extracting {wheel.name}"
+    )
 
 
-def _build(wheel: StockWheel, base: Path, final: Path, python: str) -> None:
-    tmp = Path(tempfile.mkdtemp(prefix=f".{wheel.name}.tmp-", dir=base))
+def _build(wheel: StockWheel, tmp: Path, python: str) -> dict[str, object]:
+    download = tmp / "download"
+    argv = wheel.download_argv(python, download)
+    log.command(argv)
+    started = time.monotonic()
     try:
-        download = tmp / "download"
-        argv = wheel.download_argv(python, download)
-        log.command(argv)
-        started = time.monotonic()
-        try:
-            result = subprocess.run(
-                argv, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S
-            )
-        except (OSError, subprocess.TimeoutExpired) as error:
-            raise AbiInputError(
-                f"pip download of {wheel.project}=={wheel.version} failed: {error}",
-                fix="check that PyPI is reachable",
-            ) from None
-        if result.returncode != 0:
-            raise AbiInputError(
-                f"pip download of {wheel.project}=={wheel.version} failed: "
-                f"{result.stderr.strip()[-500:]}",
-                fix="check that PyPI is reachable and the version exists for "
-                f"Python {wheel.python_version} on {wheel.platform}",
-            )
-        files = sorted(download.glob("*.whl"))
-        if len(files) != 1:
-            raise AbiInputError(f"pip download left {len(files)} wheels in {download}")
-        extracted: list[str] = []
-        with zipfile.ZipFile(files[0]) as archive:
-            for member in archive.namelist():
-                if _wanted(wheel.project, member):
-                    target = tmp / member
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    with archive.open(member) as source, open(target, "wb") as out:
-                        shutil.copyfileobj(source, out, length=1 << 20)
-                    extracted.append(member)
-        shutil.rmtree(download)  # keep only the libraries: a torch wheel is ~900 MB
-        if not extracted:
-            raise AbiInputError(f"{files[0].name} holds none of the libraries the check reads")
-        marker = {
-            "wheel": files[0].name,
-            "spec": asdict(wheel),
-            "members": extracted,
-            "download_s": round(time.monotonic() - started, 1),
-        }
-        (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
-        filemode.as_if_created(tmp)  # mkdtemp made it 0700; the cache is per machine
-        os.rename(tmp, final)  # the commit point
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise AbiInputError(
+            f"pip download of {wheel.project}=={wheel.version} failed: {error}",
+            fix="check that PyPI is reachable",
+        ) from None
+    if result.returncode != 0:
+        raise AbiInputError(
+            f"pip download of {wheel.project}=={wheel.version} failed: "
+            f"{result.stderr.strip()[-500:]}",
+            fix="check that PyPI is reachable and the version exists for "
+            f"Python {wheel.python_version} on {wheel.platform}",
+        )
+    files = sorted(download.glob("*.whl"))
+    if len(files) != 1:
+        raise AbiInputError(f"pip download left {len(files)} wheels in {download}")
+    extracted: list[str] = []
+    with zipfile.ZipFile(files[0]) as archive:
+        for member in archive.namelist():
+            if _wanted(wheel.project, member):
+                target = tmp / member
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with archive.open(member) as source, open(target, "wb") as out:
+                    shutil.copyfileobj(source, out, length=1 << 20)
+                extracted.append(member)
+    shutil.rmtree(download)  # keep only the libraries: a torch wheel is ~900 MB
+    if not extracted:
+        raise AbiInputError(f"{files[0].name} holds none of the libraries the check reads")
+    return {
+        "wheel": files[0].name,
+        "spec": asdict(wheel),
+        "members": extracted,
+        "download_s": round(time.monotonic() - started, 1),
+    }
 
 
 def stock_pair(torch: str, torch_xla: str, *, root: Path) -> PairFiles:

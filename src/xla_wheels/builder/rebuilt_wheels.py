@@ -28,6 +28,7 @@ from pathlib import Path
 
 from xla_wheels import filemode, log, wheel_stamp
 from xla_wheels.errors import PipelineError
+from xla_wheels.wheel_filename import parse_wheel_name
 from xla_wheels.wheels_lock import file_sha256, read_lock
 
 STAGE_RECORD = "stage.json"
@@ -53,13 +54,13 @@ class Replacement:
 
 
 def _identity(filename: str) -> tuple[str, ...]:
-    parts = wheel_stamp.split_wheel_name(filename)
-    return tuple(str(parts[k]) for k in ("dist", "version", "python", "abi", "platform"))
+    name = parse_wheel_name(filename)
+    return (name.project, name.version, name.python, name.abi, name.platform)
 
 
 def build_number(filename: str) -> int:
     """The build tag as a number; -1 without one (lower than any tag)."""
-    tag = wheel_stamp.split_wheel_name(filename)["build"]
+    tag = parse_wheel_name(filename).build
     digits = "".join(c for c in tag or "" if c.isdigit())
     return int(digits) if tag and digits else -1
 

@@ -40,6 +40,7 @@ from xla_wheels.builder.spec import BuildSpec
 from xla_wheels.provenance import PROVENANCE_PATH, PatchDigest, Provenance
 from xla_wheels.redact import Redactor
 from xla_wheels.upstream_tree import OPENXLA_PATCHES, workspace_openxla_patches
+from xla_wheels.wheel_filename import parse_wheel_name
 
 TAIL_LINES = 40
 
@@ -163,7 +164,7 @@ def _finish_stage(spec: BuildSpec, args: Sequence[str], log_file: TextIO) -> Non
         )
     wheel = wheels[0]
     expected = spec.torch_version if package == "torch" else spec.torch_xla_version
-    if wheel.name.split("-")[1] != expected:
+    if parse_wheel_name(wheel.name).version != expected:
         raise StepFailed(f"{wheel.name} does not carry the version {expected}")
     (tmp / "stage.json").write_text(
         json.dumps({"wheel": wheel.name, "sha256": _sha256(wheel)}, indent=2) + "\n",

@@ -150,8 +150,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(_chosen_command(arguments))
     args = parser.parse_args(arguments)
     handler: Callable[[argparse.Namespace], int] = args.handler
+    return exit_code_of(lambda: handler(args))
+
+
+def exit_code_of(action: Callable[[], int]) -> int:
+    """``action``'s exit code; a :class:`PipelineError` is printed as ``error:`` and ``fix:``
+    lines and gives its own code, an interruption 130: never a traceback."""
     try:
-        return handler(args)
+        return action()
     except PipelineError as error:
         print(f"error: {error.message}", file=sys.stderr)
         if error.fix:

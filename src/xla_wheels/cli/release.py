@@ -19,10 +19,11 @@ from xla_wheels.cli.settings import pipeline_options
 from xla_wheels.errors import UsageError
 from xla_wheels.layout import BundleLayout
 from xla_wheels.publish import requirements
-from xla_wheels.publish.index import WheelName, credentials_for, normalize
+from xla_wheels.publish.index import credentials_for
 from xla_wheels.publish.wheels import LocalWheel, locked_records, locked_wheels
 from xla_wheels.release import compare as compare_mod
 from xla_wheels.release import lanes, promote, pylock, receipts
+from xla_wheels.wheel_filename import normalize, parse_wheel_name
 from xla_wheels.wheels_lock import BundleEntry, read_lock
 
 PUBLIC_INDEX = "https://pypi.org/simple/"
@@ -110,7 +111,7 @@ def _lane_files(
 ) -> list[pylock.LockedFile]:
     files = []
     for record in locked_records(lock_path, bundle):
-        name = WheelName.parse(record.name)
+        name = parse_wheel_name(record.name)
         files.append(
             pylock.LockedFile(
                 name.normalized, name.version, record.name, record.sha256, lane.simple_url
@@ -131,7 +132,7 @@ def _runtime_fresh(lock_path: Path, bundle: Any, entry: BundleEntry) -> bool:
     if recorded_for is None:
         return False
     ours = [
-        LocalWheel(Path(r.name), r, WheelName.parse(r.name))
+        LocalWheel(Path(r.name), r, parse_wheel_name(r.name))
         for r in locked_records(lock_path, bundle.name)
     ]
     wanted = requirements.resolution_inputs(bundle, ours, list(recorded_for.platforms))

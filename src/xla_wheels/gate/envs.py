@@ -18,9 +18,7 @@ marker file written last. A half-built environment is therefore never reused.
 from __future__ import annotations
 
 import json
-import os
 import platform
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -28,9 +26,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from xla_wheels import filemode, log, runner
+from xla_wheels import log, runner
 from xla_wheels.gate.errors import GateEnvironmentError
-from xla_wheels.waitlock import waiting_lock
+from xla_wheels.waitlock import make_once
 
 MARKER = "xla-wheels-env.json"
 #: How long one pip install may take before we call the registry unreachable.
@@ -167,23 +165,20 @@ def ensure_stock_env(
     spec = _spec(version)
     base = base_python or sys.executable
     py_version, tag = _python_tag(base)
-    envs_dir = root / "envs"
     name = env_name(spec, tag)
-    final = envs_dir / name
-    if _read_marker(final) is not None and env_python(final).exists():
-        return env_python(final)
-    with waiting_lock(envs_dir / f"{name}.lock", f"building {name}"):
-        # Another process may have finished it while we waited for the lock.
-        if _read_marker(final) is not None and env_python(final).exists():
-            return env_python(final)
-        # Under the lock nobody else builds this name: leftovers are from a crashed build.
-        for stale in envs_dir.glob(f".{name}.tmp-*"):
-            shutil.rmtree(stale, ignore_errors=True)
-        if final.exists():
-            # A directory without the marker was never completed by us: not trustworthy.
-            shutil.rmtree(final)
+
+    def build(tmp: Path) -> dict[str, object]:
         with log.section(f"create stock environment {name} (once per machine, ~7 GB)"):
-            _build(spec, base, py_version, envs_dir, name, final)
+            _build(spec, base, py_version, tmp)
+        return {"spec": asdict(spec), "python": py_version, "created": time.time()}
+
+    final = make_once(
+        root / "envs" / name,
+        build,
+        marker=MARKER,
+        doing=f"building {name}",
+        usable=lambda env_dir: _read_marker(env_dir) is not None and env_python(env_dir).exists(),
+    )
     return env_python(final)
 
 
@@ -205,22 +200,10 @@ def _verify(python: str, build_log: Path) -> None:
     )
 
 
-def _build(
-    spec: StockEnvSpec, base: str, py_version: str, envs_dir: Path, name: str, final: Path
-) -> None:
+def _build(spec: StockEnvSpec, base: str, py_version: str, tmp: Path) -> None:
     check_wheels_exist(spec, py_version, base)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=envs_dir))
-    try:
-        build_log = tmp / "build.log"
-        _run_logged([base, "-m", "venv", *VENV_OPTIONS, str(tmp)], build_log)
-        python = str(env_python(tmp))
-        _install(python, spec, build_log)
-        _verify(python, build_log)
-        marker = {"spec": asdict(spec), "python": py_version, "created": time.time()}
-        (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
-        filemode.as_if_created(tmp)  # mkdtemp made it private; the env is shared
-        # The rename is the commit point: before it the final name does not exist.
-        os.rename(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    build_log = tmp / "build.log"
+    _run_logged([base, "-m", "venv", *VENV_OPTIONS, str(tmp)], build_log)
+    python = str(env_python(tmp))
+    _install(python, spec, build_log)
+    _verify(python, build_log)

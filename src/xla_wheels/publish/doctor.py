@@ -34,7 +34,7 @@ from xla_wheels.publish import provenance_check as prov
 from xla_wheels.publish.cache_contract import CacheFacts, judge_cache_contract
 from xla_wheels.publish.errors import DoctorFailed
 from xla_wheels.publish.host_probe import HostFacts, probe
-from xla_wheels.publish.index import WheelName, normalize
+from xla_wheels.wheel_filename import normalize, parse_wheel_name
 from xla_wheels.wheels_lock import BundleEntry
 
 #: File system types on which several hosts see the same cache directory.
@@ -109,7 +109,7 @@ def expected_versions(bundle: Bundle, lock_entry: BundleEntry | None) -> dict[st
     """Exact versions of our packages: the locked wheels', else the manifest's public one."""
     expected: dict[str, str] = {}
     for wheel in (lock_entry.wheels or ()) if lock_entry else ():
-        name = WheelName.parse(wheel.name)
+        name = parse_wheel_name(wheel.name)
         expected[name.normalized] = name.version
     for component in ("torch", "torch_xla"):
         version = bundle.components[component].version

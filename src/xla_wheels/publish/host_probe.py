@@ -1,44 +1,22 @@
-"""What an interpreter has installed, read without importing torch: one probe script.
+"""What an interpreter has installed, and the provenance of its torch_xla, without importing.
 
-``doctor`` runs it in a training host's interpreter, ``verify-install`` in a fresh venv.
-It reads package metadata and our provenance file (:data:`PROVENANCE_PATH`) as files, so
-a torch_xla that fails to import still leaves its versions and provenance in the report.
+``doctor`` asks a training host's interpreter, ``verify-install`` a fresh venv, through the
+one metadata probe (:mod:`xla_wheels.installed_metadata`); our provenance file
+(:data:`PROVENANCE_PATH`) is read as a file next to the installed package, so a torch_xla
+that fails to import still leaves its versions and provenance in the report.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from xla_wheels.installed_metadata import ProbeFailed, read_installed
 from xla_wheels.provenance import PROVENANCE_PATH, Provenance, ProvenanceFormatError
 from xla_wheels.publish.errors import PublishError
-
-_SCRIPT = r"""
-import importlib.metadata as md, json, sys
-out = {"python": sys.executable, "version": "%d.%d" % sys.version_info[:2], "versions": {},
-       "locations": {}, "provenance": None, "provenance_path": None, "provenance_error": None,
-       "imported": sorted(m for m in sys.modules if m.startswith("torch"))}
-for name in sys.argv[2:]:
-    try:
-        dist = md.distribution(name)
-        out["versions"][name] = dist.version
-        out["locations"][name] = str(dist.locate_file(""))
-    except md.PackageNotFoundError:
-        out["versions"][name] = None
-try:
-    path = md.distribution("torch_xla").locate_file(sys.argv[1])
-    if path.is_file():
-        out["provenance_path"] = str(path)
-        out["provenance"] = json.loads(path.read_text())
-except md.PackageNotFoundError:
-    pass
-except (ValueError, OSError) as error:
-    out["provenance_error"] = str(error)
-print(json.dumps(out))
-"""
 
 
 @dataclass(frozen=True)
@@ -67,28 +45,26 @@ class HostFacts:
 def probe(python: str, packages: Sequence[str], *, fix: str, timeout: float = 120) -> HostFacts:
     """Run the probe in ``python``; a failure is a :class:`PublishError` with ``fix``."""
     try:
-        result = subprocess.run(
-            [python, "-c", _SCRIPT, PROVENANCE_PATH, *packages],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise PublishError(f"cannot run the interpreter {python}: {error}", fix=fix) from None
-    if result.returncode != 0:
-        raise PublishError(
-            f"{python} could not read its installed packages: {result.stderr.strip()[-400:]}",
-            fix=fix,
-        )
-    data = json.loads(result.stdout)
+        installed = read_installed(python, [*packages, "torch_xla"], timeout=timeout)
+    except ProbeFailed as error:
+        raise PublishError(error.message, fix=fix) from None
+    provenance_path = provenance_error = raw = None
+    torch_xla = installed.dists.get("torch_xla")
+    if torch_xla is not None:
+        # Read as a file, next to the installed package: no import of torch_xla needed.
+        path = Path(torch_xla.site) / PROVENANCE_PATH
+        try:
+            if path.is_file():
+                provenance_path, raw = str(path), json.loads(path.read_text())
+        except (ValueError, OSError) as error:
+            provenance_error = str(error)
     return HostFacts(
-        python=data["python"],
-        version=data["version"],
-        versions=data["versions"],
-        locations=data["locations"],
-        provenance_path=data["provenance_path"],
-        provenance_raw=data["provenance"],
-        provenance_error=data["provenance_error"],
-        imported=tuple(data["imported"]),
+        python=installed.python,
+        version=installed.version,
+        versions={name: installed.version_of(name) for name in packages},
+        locations={name: dist.site for name, dist in installed.dists.items() if name in packages},
+        provenance_path=provenance_path,
+        provenance_raw=raw,
+        provenance_error=provenance_error,
+        imported=installed.imported,
     )

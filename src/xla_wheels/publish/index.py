@@ -24,46 +24,12 @@ from pathlib import Path
 from xla_wheels.errors import UsageError
 from xla_wheels.publish.errors import CredentialsRejected, IndexUnreachable, PublishError
 from xla_wheels.redact import scrub
+from xla_wheels.wheel_filename import normalize
 
 #: Seconds to wait for one HTTP answer from the index before calling it unreachable.
 HTTP_TIMEOUT_S = 30.0
 
-_NORMALIZE = re.compile(r"[-_.]+")
 _USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
-
-
-def normalize(name: str) -> str:
-    """PEP 503 name normalization: runs of ``-_.`` become ``-``, lowercase."""
-    return _NORMALIZE.sub("-", name).lower()
-
-
-@dataclass(frozen=True)
-class WheelName:
-    """The parts of a wheel file name (PEP 427) that publishing and pinning need."""
-
-    filename: str
-    project: str
-    """As written in the file name (``torch_xla``); use :func:`normalize` to compare."""
-    version: str
-
-    @classmethod
-    def parse(cls, filename: str) -> WheelName:
-        if not filename.endswith(".whl"):
-            raise PublishError(
-                f"{filename} is not a wheel file name", fix="publish only .whl files"
-            )
-        parts = filename[: -len(".whl")].split("-")
-        if len(parts) not in (5, 6):
-            raise PublishError(
-                f"{filename} is not a valid wheel file name (PEP 427: "
-                "name-version[-build]-python-abi-platform.whl)",
-                fix="rebuild the wheel; do not rename wheel files by hand",
-            )
-        return cls(filename=filename, project=parts[0], version=parts[1])
-
-    @property
-    def normalized(self) -> str:
-        return normalize(self.project)
 
 
 # ---------------------------------------------------------------------------- credentials

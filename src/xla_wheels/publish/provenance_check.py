@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from xla_wheels.provenance import PROVENANCE_PATH, Provenance
-from xla_wheels.publish.index import WheelName, normalize
+from xla_wheels.wheel_filename import normalize, parse_wheel_name
 from xla_wheels.wheels_lock import BundleEntry
 
 __all__ = ["PROVENANCE_PATH", "ProvenanceCheck", "compare"]
@@ -71,7 +71,7 @@ def _compare_version(
     version = provenance.torch_xla_version
     locked = [
         parsed.version
-        for parsed in (WheelName.parse(wheel.name) for wheel in entry.wheels or ())
+        for parsed in (parse_wheel_name(wheel.name) for wheel in entry.wheels or ())
         if parsed.normalized == normalize("torch_xla")
     ]
     if version is None or not locked:

@@ -24,8 +24,8 @@ from typing import Any
 from xla_wheels import log, runner
 from xla_wheels.bundle import Bundle
 from xla_wheels.publish.errors import PublishError
-from xla_wheels.publish.index import WheelName, normalize
 from xla_wheels.publish.wheels import LocalWheel, bundle_entry
+from xla_wheels.wheel_filename import normalize, parse_wheel_name
 from xla_wheels.wheels_lock import (
     RuntimeResolution,
     RuntimeWheelRecord,
@@ -179,7 +179,7 @@ def requirement_lines(
 ) -> list[Requirement]:
     grouped: dict[tuple[str, str, bool], list[str]] = {}
     for record in ours:
-        name = WheelName.parse(record.name)
+        name = parse_wheel_name(record.name)
         grouped.setdefault((name.normalized, name.version, True), []).append(record.sha256)
     for runtime_record in runtime:
         grouped.setdefault((runtime_record.project, runtime_record.version, False), []).append(

@@ -30,15 +30,11 @@ from xla_wheels.provenance import PROVENANCE_PATH, ProvenanceFormatError
 from xla_wheels.publish import provenance_check as prov
 from xla_wheels.publish.errors import PublishError, VerifyFailed
 from xla_wheels.publish.host_probe import probe
-from xla_wheels.publish.index import (
-    credentials_for,
-    normalize,
-    reject_userinfo,
-    upload_url_for,
-)
+from xla_wheels.publish.index import credentials_for, reject_userinfo, upload_url_for
 from xla_wheels.publish.requirements import write_requirements
 from xla_wheels.publish.wheels import bundle_entry, locked_records
 from xla_wheels.redact import scrub
+from xla_wheels.wheel_filename import normalize, parse_wheel_name
 from xla_wheels.wheels_lock import RuntimeWheelRecord
 
 PIP_TIMEOUT_S = 1800.0
@@ -184,11 +180,9 @@ def upload_url_for_or_same(index_url: str) -> str:
 
 
 def _ours_expected(records: list[Any]) -> dict[str, str]:
-    from xla_wheels.publish.index import WheelName
-
     expected: dict[str, str] = {}
     for record in records:
-        name = WheelName.parse(record.name)
+        name = parse_wheel_name(record.name)
         expected[name.normalized] = name.version
     return expected
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from xla_wheels import log
 from xla_wheels.publish.errors import HashMismatch, PublishError
-from xla_wheels.publish.index import WheelName
+from xla_wheels.wheel_filename import WheelName, parse_wheel_name
 from xla_wheels.wheels_lock import BundleEntry, WheelRecord, file_sha256, read_lock
 
 
@@ -65,7 +65,7 @@ def locked_wheels(lock_path: Path, bundle_name: str, directory: Path) -> list[Lo
                 f"{record.name}: sha256 {actual} on disk, {record.sha256} in wheels.lock"
             )
             continue
-        wheels.append(LocalWheel(path=path, record=record, name=WheelName.parse(record.name)))
+        wheels.append(LocalWheel(path=path, record=record, name=parse_wheel_name(record.name)))
     if problems:
         raise HashMismatch(
             f"the wheels of {bundle_name} do not match wheels.lock; refusing to use them:\n  "

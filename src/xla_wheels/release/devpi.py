@@ -35,13 +35,13 @@ from xla_wheels.publish.errors import (
 from xla_wheels.publish.index import (
     Credentials,
     IndexFile,
-    WheelName,
     credentials_for,
     project_files,
     remote_sha256,
 )
 from xla_wheels.redact import scrub
 from xla_wheels.release.lanes import Lane
+from xla_wheels.wheel_filename import parse_wheel_name
 from xla_wheels.wheels_lock import WheelRecord
 
 #: A push links stored files on the server side; even a large release takes seconds.
@@ -73,7 +73,7 @@ def _releases(records: Sequence[WheelRecord]) -> dict[tuple[str, str], list[Whee
     """The locked files grouped by the release (project, version) a push moves at once."""
     groups: dict[tuple[str, str], list[WheelRecord]] = {}
     for record in records:
-        name = WheelName.parse(record.name)
+        name = parse_wheel_name(record.name)
         groups.setdefault((name.normalized, name.version), []).append(record)
     return groups
 
@@ -101,7 +101,9 @@ def _check_source(
     extra = sorted(
         name
         for name in listed
-        if name not in locked and name.endswith(".whl") and WheelName.parse(name).version == version
+        if name not in locked
+        and name.endswith(".whl")
+        and parse_wheel_name(name).version == version
     )
     if extra:
         raise PublishError(

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xla_wheels.publish.host_probe import HostFacts
-from xla_wheels.publish.index import WheelName, normalize
 from xla_wheels.release import lanes
+from xla_wheels.wheel_filename import normalize, parse_wheel_name
 from xla_wheels.wheels_lock import read_lock
 
 if TYPE_CHECKING:  # doctor reads ELF files (pyelftools): loaded only by doctor itself
@@ -33,7 +33,7 @@ def host_bundle(root: Path, facts: HostFacts, named: str | None = None) -> tuple
     installed_versions = {normalize(k): v for k, v in facts.versions.items()}
 
     def runs(wheel_names: Sequence[str]) -> bool:
-        locked = [WheelName.parse(n) for n in wheel_names]
+        locked = [parse_wheel_name(n) for n in wheel_names]
         return bool(locked) and all(
             installed_versions.get(w.normalized) == w.version for w in locked
         )

@@ -28,7 +28,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import subprocess
 import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -36,37 +35,14 @@ from pathlib import Path
 from typing import Any
 
 from xla_wheels import filemode
-from xla_wheels.publish.index import WheelName, normalize
+from xla_wheels.installed_metadata import ProbeFailed, read_installed
+from xla_wheels.wheel_filename import normalize, parse_wheel_name
 from xla_wheels.wheels_lock import WheelRecord, file_sha256
 
 #: Projects whose versions every receipt records (the ones that decide restart behaviour).
 VERSION_PROJECTS = ("torch", "torch_xla", "libtpu", "libtpu-nightly", "jax", "jaxlib")
 PROBE_TIMEOUT_S = 300.0
 _INSTALLER_FILES = {"INSTALLER", "REQUESTED", "direct_url.json", "RECORD"}
-
-# Runs in the interpreter under test: metadata only, never imports torch.
-_PROBE = r"""
-import importlib.metadata as md, json, sys
-wanted, listed = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-out = {"versions": {}, "dists": {}}
-for name in wanted:
-    try:
-        out["versions"][name] = md.version(name)
-    except md.PackageNotFoundError:
-        out["versions"][name] = None
-for name in listed:
-    try:
-        dist = md.distribution(name)
-    except md.PackageNotFoundError:
-        continue
-    out["dists"][name] = {
-        "version": dist.version,
-        "site": str(dist.locate_file("")),
-        "record": [str(f) for f in (dist.files or [])],
-    }
-print(json.dumps(out))
-"""
-
 
 @dataclass(frozen=True)
 class InstalledFacts:
@@ -104,18 +80,18 @@ class EnvironmentMatch:
 
 def probe_environment(python: Path, projects: Sequence[str]) -> InstalledFacts:
     """Versions of :data:`VERSION_PROJECTS` and the RECORD of ``projects``, from ``python``."""
-    argv = [str(python), "-c", _PROBE, json.dumps(VERSION_PROJECTS), json.dumps(list(projects))]
     try:
-        result = subprocess.run(
-            argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False
+        found = read_installed(
+            str(python), VERSION_PROJECTS, with_files=projects, timeout=PROBE_TIMEOUT_S
         )
-    except (OSError, subprocess.TimeoutExpired) as error:
-        return InstalledFacts({}, {"_error": {"error": str(error)}})
-    if result.returncode != 0:
-        return InstalledFacts({}, {"_error": {"error": result.stderr.strip()[-500:]}})
-    data = json.loads(result.stdout)
-    dists = {normalize(name): value for name, value in data["dists"].items()}
-    return InstalledFacts(data["versions"], dists)
+    except ProbeFailed as error:
+        return InstalledFacts({}, {"_error": {"error": error.message}})
+    dists = {
+        normalize(name): {"version": dist.version, "site": dist.site, "record": list(dist.files)}
+        for name, dist in found.dists.items()
+        if name in projects
+    }
+    return InstalledFacts({name: found.version_of(name) for name in VERSION_PROJECTS}, dists)
 
 
 def _b64(digest: bytes) -> str:
@@ -180,7 +156,7 @@ def _disk_b64(path: Path) -> str | None:
 def match_wheel(
     record: WheelRecord, wheel_path: Path | None, facts: InstalledFacts, cache_dir: Path | None
 ) -> WheelMatch:
-    name = WheelName.parse(record.name)
+    name = parse_wheel_name(record.name)
     project = name.normalized
 
     def result(matched: bool, files: int, *problems: str) -> WheelMatch:
@@ -228,7 +204,7 @@ def match_environment(
     cache_dir: Path | None = None,
 ) -> tuple[InstalledFacts, EnvironmentMatch]:
     """Probe ``python`` and compare it with every locked wheel (files from ``wheel_dir``)."""
-    projects = [WheelName.parse(r.name).project for r in locked]
+    projects = [parse_wheel_name(r.name).project for r in locked]
     facts = probe_environment(python, projects)
     problems: list[str] = []
     if "_error" in facts.dists:

@@ -24,7 +24,6 @@ from xla_wheels.errors import PipelineError
 from xla_wheels.publish.errors import HashMismatch, PublishError
 from xla_wheels.publish.index import (
     HTTP_TIMEOUT_S,
-    WheelName,
     credentials_for,
     project_files,
     upload_url_for,
@@ -38,6 +37,7 @@ from xla_wheels.release import lanes as lanes_mod
 from xla_wheels.release.lanes import Lane, LaneState
 from xla_wheels.release.policy import PromotionVerdict, judge_promotion
 from xla_wheels.release.receipts import StoredReceipt, bundle_receipts, read_receipt
+from xla_wheels.wheel_filename import parse_wheel_name
 from xla_wheels.wheels_lock import WheelRecord, file_sha256, read_lock
 
 
@@ -104,7 +104,7 @@ def put_into_lane(
         filemode.copy_by_rename(envelope, lane.path / envelope.name)
     everything = [
         LocalWheel(
-            p, WheelRecord(p.name, p.stat().st_size, file_sha256(p)), WheelName.parse(p.name)
+            p, WheelRecord(p.name, p.stat().st_size, file_sha256(p)), parse_wheel_name(p.name)
         )
         for p in sorted(lane.path.glob("*.whl"))
     ]
@@ -144,7 +144,7 @@ def fetch_from_lane(lane: Lane, records: Sequence[WheelRecord], workdir: Path) -
             shutil.copyfile(source, dest)
         else:
             assert lane.index_url is not None
-            project = WheelName.parse(record.name).normalized
+            project = parse_wheel_name(record.name).normalized
             listed = project_files(lane.index_url, project, credentials_for(_upload_url(lane)))
             if record.name not in listed:
                 missing.append(record.name)
@@ -169,7 +169,7 @@ def _checked(records: Sequence[WheelRecord], directory: Path) -> list[LocalWheel
                 f"{record.name}: the lane serves sha256 {actual}, wheels.lock has "
                 f"{record.sha256}"
             )
-        wheels.append(LocalWheel(path, record, WheelName.parse(record.name)))
+        wheels.append(LocalWheel(path, record, parse_wheel_name(record.name)))
     if problems:
         raise HashMismatch(
             "refusing to promote files that are not the locked ones:\n  " + "\n  ".join(problems),

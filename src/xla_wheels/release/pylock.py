@@ -16,7 +16,8 @@ from typing import Any
 
 from xla_wheels import filemode
 from xla_wheels.publish.errors import PublishError
-from xla_wheels.publish.index import Credentials, IndexFile, WheelName, project_files
+from xla_wheels.publish.index import Credentials, IndexFile, project_files
+from xla_wheels.wheel_filename import parse_wheel_name
 
 PYLOCK_NAME = "pylock.toml"
 
@@ -38,7 +39,7 @@ def locate(files: Sequence[LockedFile], credentials: Credentials) -> dict[str, I
     pages: dict[tuple[str, str], dict[str, IndexFile]] = {}
     found: dict[str, IndexFile] = {}
     for file in files:
-        key = (file.index, WheelName.parse(file.name).normalized)
+        key = (file.index, parse_wheel_name(file.name).normalized)
         if key not in pages:
             pages[key] = project_files(file.index, key[1], credentials)
         entry = pages[key].get(file.name)

@@ -22,14 +22,12 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import platform
 import re
 import shutil
 import subprocess
 import sys
 import tarfile
-import tempfile
 import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass
@@ -37,7 +35,7 @@ from pathlib import Path
 
 from xla_wheels import filemode, log
 from xla_wheels.errors import ToolchainError
-from xla_wheels.waitlock import waiting_lock
+from xla_wheels.waitlock import make_once
 
 #: The torch whose headers the checks compile against: the series' target release.
 TORCH_VERSION = "2.9.0"
@@ -161,31 +159,13 @@ def ensure_debian_root(toolchain_dir: Path, packages: tuple[DebianPackage, ...])
     """A directory holding ``packages`` unpacked (``usr/include``, ``usr/lib``)."""
     _check_architecture()
     name = root_name(packages)
-    final = toolchain_dir / name
-    if (final / MARKER).is_file():
-        return final
-    with waiting_lock(toolchain_dir / f"{name}.lock", f"setting up {name}"):
-        # Another process may have finished it while we waited for the lock.
-        if (final / MARKER).is_file():
-            return final
-        # Under the lock nobody else builds this name: leftovers are from a crashed run.
-        for stale in toolchain_dir.glob(f".{name}.tmp-*"):
-            shutil.rmtree(stale, ignore_errors=True)
-        if final.exists():
-            shutil.rmtree(final)  # no marker: never completed
-        debs = [download(package, toolchain_dir / "debs") for package in packages]
-        staging = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=toolchain_dir))
-        try:
-            for deb in debs:
-                unpack(deb, staging)
-            marker = {"packages": [asdict(package) for package in packages]}
-            (staging / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
-            filemode.as_if_created(staging)  # mkdtemp made it 0700
-            staging.rename(final)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-    return final
+
+    def unpack_all(staging: Path) -> dict[str, object]:
+        for deb in [download(package, toolchain_dir / "debs") for package in packages]:
+            unpack(deb, staging)
+        return {"packages": [asdict(package) for package in packages]}
+
+    return make_once(toolchain_dir / name, unpack_all, marker=MARKER, doing=f"setting up {name}")
 
 
 def _check_architecture() -> None:
