@@ -36,6 +36,7 @@ def row(
         "ok": True,
         "import_s": 5.0,
         "ready_s": 1.0 if misses else 0.2,
+        "ready_cpu_s": 2.0 if misses else 0.3,
         "xla_compiles": compiles,
         "counters": {
             "PersistentCacheMiss": misses,

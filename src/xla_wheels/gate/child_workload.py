@@ -205,6 +205,10 @@ def _custom_compile_options(args: argparse.Namespace, result: dict[str, Any]) ->
 def mode_train(args: argparse.Namespace) -> dict[str, Any]:
     result = _import_torch_xla()
     ready_from = time.perf_counter()
+    # CPU seconds of this process (every thread) over the same span as ready_s: what the
+    # restart phase cost, which another process on the machine cannot inflate the way it
+    # stretches wall time (the gate's timing rule uses it; restart.py says why).
+    ready_cpu_from = time.process_time()
     import torch
     import torch_xla.runtime as xr
 
@@ -235,6 +239,7 @@ def mode_train(args: argparse.Namespace) -> dict[str, Any]:
     step_times: list[float] = []
     losses: list[float] = []
     first_step_done: float | None = None
+    first_step_cpu_s = 0.0
     first_step: dict[str, float] = {}
     for _ in range(shape["steps"]):
         began = time.perf_counter()
@@ -253,6 +258,7 @@ def mode_train(args: argparse.Namespace) -> dict[str, Any]:
         step_times.append(now - began)
         if first_step_done is None:
             first_step_done = now
+            first_step_cpu_s = time.process_time() - ready_cpu_from
             first_step = {
                 "setup_s": began - ready_from,
                 "trace_s": traced - began,
@@ -269,6 +275,7 @@ def mode_train(args: argparse.Namespace) -> dict[str, Any]:
             "shape": shape,
             "spmd": bool(args.spmd),
             "ready_s": first_step_done - ready_from,
+            "ready_cpu_s": first_step_cpu_s,
             "time_to_first_step_s": first_step_done - _START,
             "step_times_s": step_times,
             "steady_step_s": sorted(step_times[1:])[len(step_times[1:]) // 2]

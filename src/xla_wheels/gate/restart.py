@@ -7,10 +7,18 @@ children's reports and the directory snapshots, so it is tested on its own:
 
 * the cold run wrote at least one cache entry;
 * every warm run loaded every executable the cold run compiled (hits == cold misses),
-  with zero deserialize failures and zero XLA compiles;
-* the warm time-to-ready (first step finished, import excluded) is at most
-  ``max_warm_ratio`` of the cold one, and not slower than a recorded baseline for this
-  torch_xla version / device / workload beyond ``baseline_tolerance``;
+  with zero deserialize failures and zero XLA compiles. This is the claim, and it is
+  judged by the counters alone: they do not depend on how busy the machine is;
+* the CPU time of the warm restart phase (``ready_cpu_s``: the child's
+  ``time.process_time()``, every thread, from after the import to the first step
+  finished) is at most ``max_warm_ratio`` of the cold one's: a sanity bound that a cache
+  which "loads" but still does the work cannot pass. CPU time rather than wall time
+  because another process on the machine stretches wall time and not CPU time: on a
+  two-core machine beside one busy process, stock 2.7.0's SPMD control once measured a
+  wall ratio of 0.75 (limit 0.50) with every executable loaded and nothing compiled.
+  The wall-time ratio (``warm_cold_ratio``) is reported, not judged;
+* the warm time-to-ready is not slower than a recorded baseline for this torch_xla
+  version / device / workload beyond ``baseline_tolerance``;
 * a read-only reader (``XLA_PERSISTENT_CACHE_READ_ONLY=1``, the multi-host policy) loads
   from the cache too and leaves the directory exactly as it found it;
 * every run's losses equal the first cold run's bit for bit (a cache that hands back a
@@ -67,8 +75,8 @@ class RestartConfig:
     steps: int | None = None
     cpu_devices: int | None = None
     warm_runs: int = 2
-    #: Warm time-to-ready must be at most this fraction of cold. Measured here on CPU:
-    #: about 0.2 for a working cache, about 0.8-1.0 for a broken one.
+    #: The warm restart phase's CPU time must be at most this fraction of the cold one's
+    #: (CPU time: load cannot inflate it; see the module docstring).
     max_warm_ratio: float = 0.5
     #: Warm may be this much slower than the recorded baseline (machines differ).
     baseline_tolerance: float = 0.5
@@ -173,7 +181,14 @@ def summarize(result: ChildResult) -> dict[str, Any]:
     row.update(result.extra)
     if "loss_hex" in report:
         row["loss_hex"] = list(report["loss_hex"])
-    for key in ("import_s", "ready_s", "time_to_first_step_s", "steady_step_s", "compile_time_s"):
+    for key in (
+        "import_s",
+        "ready_s",
+        "ready_cpu_s",
+        "time_to_first_step_s",
+        "steady_step_s",
+        "compile_time_s",
+    ):
         if key in report:
             row[key] = round(float(report[key]), 4)
     if "counters" in report:
@@ -264,12 +279,9 @@ def judge_restart(
     if warm_ok:
         warm_ready = statistics.median(warm_ok)
         ratio = warm_ready / cold_ready if cold_ready > 0 else float("inf")
+        # Reported only: wall time is what a user waits, but load stretches it.
         figures.update({"warm_ready_s": round(warm_ready, 4), "warm_cold_ratio": round(ratio, 3)})
-        if ratio > config.max_warm_ratio:
-            reasons.append(
-                f"warm time-to-ready {warm_ready:.2f}s is {ratio:.2f} of cold {cold_ready:.2f}s "
-                f"(limit {config.max_warm_ratio:.2f})"
-            )
+        reasons += _cpu_time_rule(cold, [row for row in warm if row["ok"]], config, figures)
         if baseline is not None:
             limit = float(baseline["warm_ready_s"]) * (1 + config.baseline_tolerance)
             figures.update(
@@ -298,6 +310,35 @@ def judge_restart(
         figures["hung"] = [row["name"] for row in hung]
         figures["hang_bound_s"] = hung[0].get("hang_bound_s")
     return CheckResult(config.name, not reasons, reasons, notes, figures)
+
+
+def _cpu_time_rule(
+    cold: list[dict[str, Any]],
+    warm: list[dict[str, Any]],
+    config: RestartConfig,
+    figures: dict[str, Any],
+) -> list[str]:
+    """The timing sanity bound: the warm restart phase's median CPU time against cold's."""
+    missing = [row["name"] for row in [*cold, *warm] if "ready_cpu_s" not in row]
+    if missing:
+        return [f"{', '.join(missing)}: no CPU time of the restart phase (ready_cpu_s) reported"]
+    cold_cpu = statistics.median(float(row["ready_cpu_s"]) for row in cold)
+    warm_cpu = statistics.median(float(row["ready_cpu_s"]) for row in warm)
+    ratio = warm_cpu / cold_cpu if cold_cpu > 0 else float("inf")
+    figures.update(
+        {
+            "cold_ready_cpu_s": round(cold_cpu, 4),
+            "warm_ready_cpu_s": round(warm_cpu, 4),
+            "warm_cold_cpu_ratio": round(ratio, 3),
+        }
+    )
+    if ratio <= config.max_warm_ratio:
+        return []
+    return [
+        f"warm restart used {warm_cpu:.2f}s of CPU to its first step, {ratio:.2f} of the cold "
+        f"run's {cold_cpu:.2f}s (limit {config.max_warm_ratio:.2f}): it did work a loaded "
+        "cache saves"
+    ]
 
 
 def _unfinished(row: dict[str, Any]) -> str:
