@@ -63,6 +63,12 @@ def test_stock_2_7_0_passes_key_safety(gate_27: GateRun):
     fast_math = variants["warm-fast-math"]
     assert fast_math["status"] == "pass"
     assert fast_math["hits"] == 0 and fast_math["xla_compiles"] >= 1
+    # The restart check's cold and first warm run served as cold and warm-same (one run each).
+    shared = {run["name"]: run.get("same_run_as") for run in check["runs"]}
+    assert shared["cold"] == "restart: cold-1" and shared["warm-same"] == "restart: warm-1"
+    cache_runs = gate_27.out_dir / "runs" / "cache-checks"
+    own_children = sorted(p.stem for p in cache_runs.glob("*.json"))
+    assert own_children == ["sharded-cold", "sharded-warm", "warm-dump", "warm-fast-math"]
 
 
 def test_a_custom_option_variant_is_not_applicable_on_2_7_0_not_passed(gate_27: GateRun):

@@ -234,6 +234,22 @@ def test_variants_that_cannot_run_say_why():
     assert cachekeys.not_applicable(custom, "TPU", {"has_set_custom_compile_options": True}) is None
 
 
+def test_the_restart_checks_cold_and_first_warm_run_stand_for_cold_and_warm_same(tmp_path):
+    restart_rows = [
+        row(tmp_path, "cold-1", misses=2, compiles=2),
+        *(row(tmp_path, name, hits=2) for name in ("warm-1", "warm-2", "read-only")),
+    ]
+    kept = tmp_path / "kept-cold-cache"
+    assert cachekeys.shared_runs(restart_rows, kept) is None  # no copy of the cold cache
+    kept.mkdir()
+    shared = cachekeys.shared_runs(restart_rows, kept)
+    assert shared is not None
+    assert (shared.cold["name"], shared.cold_cache) == ("cold-1", kept)
+    assert shared.warm_same is not None and shared.warm_same["name"] == "warm-1"
+    # A cold run that hung its first loader still gives the cache checks their cold run.
+    assert cachekeys.shared_runs(restart_rows[:1], kept).warm_same is None
+
+
 # --- upstream's test_persistent_cache.py ----------------------------------------------------
 
 # Decorators in the shapes upstream uses (written here, not copied).

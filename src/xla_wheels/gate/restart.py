@@ -38,6 +38,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import statistics
 import tempfile
 import time
@@ -93,6 +94,9 @@ class RestartConfig:
     hang_margin_s: float = 30.0
     #: Test hook: runs on the cache directory between the cold and the warm phase.
     after_cold: Callable[[Path], None] | None = None
+    #: Where to copy the cache directory as the cold run left it, so the cache checks can
+    #: use this cold run instead of their own (``cachekeys.SharedRuns``).
+    keep_cold_cache: Path | None = None
 
 
 def spmd_config(config: RestartConfig) -> RestartConfig:
@@ -179,6 +183,8 @@ def summarize(result: ChildResult) -> dict[str, Any]:
     if result.timed_out:
         row["timed_out"] = True
     row.update(result.extra)
+    if "has_set_custom_compile_options" in report:
+        row["has_set_custom_compile_options"] = report["has_set_custom_compile_options"]
     if "loss_hex" in report:
         row["loss_hex"] = list(report["loss_hex"])
     for key in (
@@ -429,6 +435,8 @@ def run_restart_check(
             for i, s in enumerate(started)
         ]
     after_cold = snapshot(cache)
+    if config.keep_cold_cache is not None:
+        shutil.copytree(cache, config.keep_cold_cache)
     if config.after_cold is not None:
         config.after_cold(cache)
     warm: list[dict[str, Any]] = []
