@@ -36,7 +36,13 @@ def row(
         "ok": True,
         "import_s": 5.0,
         "ready_s": 1.0 if misses else 0.2,
-        "ready_cpu_s": 2.0 if misses else 0.3,
+        "first_step": {
+            "setup_s": 0.1,
+            "trace_s": 0.1,
+            "sync_s": 0.7 if misses else 0.05,
+            "execute_s": 0.1,
+            "sync_cpu_s": 0.9 if misses else 0.02,
+        },
         "xla_compiles": compiles,
         "counters": {
             "PersistentCacheMiss": misses,

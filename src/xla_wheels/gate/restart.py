@@ -9,14 +9,20 @@ children's reports and the directory snapshots, so it is tested on its own:
 * every warm run loaded every executable the cold run compiled (hits == cold misses),
   with zero deserialize failures and zero XLA compiles. This is the claim, and it is
   judged by the counters alone: they do not depend on how busy the machine is;
-* the CPU time of the warm restart phase (``ready_cpu_s``: the child's
-  ``time.process_time()``, every thread, from after the import to the first step
-  finished) is at most ``max_warm_ratio`` of the cold one's: a sanity bound that a cache
-  which "loads" but still does the work cannot pass. CPU time rather than wall time
-  because another process on the machine stretches wall time and not CPU time: on a
-  two-core machine beside one busy process, stock 2.7.0's SPMD control once measured a
-  wall ratio of 0.75 (limit 0.50) with every executable loaded and nothing compiled.
-  The wall-time ratio (``warm_cold_ratio``) is reported, not judged;
+* the CPU time of the warm run's first sync (``sync_cpu_s``: graph hash, cache lookup,
+  and loading the executables where the cold run compiled them; the child's
+  ``time.process_time()``, every thread) is at most ``max_warm_ratio`` of the cold run's:
+  a sanity bound that a cache which "loads" but still does the work cannot pass, not the
+  claim. Two choices make it hold on a loaded two-core machine. CPU time, because another
+  process stretches wall time and not CPU time: beside one busy process, stock 2.7.0's
+  SPMD control once measured a warm/cold wall ratio of 0.75 (limit 0.50) with every
+  executable loaded and nothing compiled. And the sync alone, because the rest of the
+  first step (building the model, tracing, the first execution) costs the same warm or
+  cold, and under SPMD its threads spin while they wait for each other, longer when the
+  machine is busy: measured on stock 2.7.0 SPMD beside a busy process, the whole first
+  step's CPU ratio was 0.55-0.69 with full reuse, the sync's 0.02 (0.01 s of 0.55 s).
+  The wall ratio of time-to-ready (``warm_cold_ratio``) and each run's ``ready_cpu_s``
+  are reported, not judged;
 * the warm time-to-ready is not slower than a recorded baseline for this torch_xla
   version / device / workload beyond ``baseline_tolerance``;
 * a read-only reader (``XLA_PERSISTENT_CACHE_READ_ONLY=1``, the multi-host policy) loads
@@ -76,8 +82,8 @@ class RestartConfig:
     steps: int | None = None
     cpu_devices: int | None = None
     warm_runs: int = 2
-    #: The warm restart phase's CPU time must be at most this fraction of the cold one's
-    #: (CPU time: load cannot inflate it; see the module docstring).
+    #: The warm first sync's CPU time must be at most this fraction of the cold one's
+    #: (measured: about 0.02 with full reuse; see the module docstring).
     max_warm_ratio: float = 0.5
     #: Warm may be this much slower than the recorded baseline (machines differ).
     baseline_tolerance: float = 0.5
@@ -205,6 +211,8 @@ def summarize(result: ChildResult) -> dict[str, Any]:
         row["counters"] = report["counters"]
     if report.get("first_step"):
         row["breakdown"] = recalibration.run_breakdown(report)
+        if "sync_cpu_s" in report["first_step"]:
+            row["sync_cpu_s"] = round(float(report["first_step"]["sync_cpu_s"]), 4)
     row.update(recalibration.run_memory(report))
     row["log_evidence"] = _log_evidence(result)
     return row
@@ -324,26 +332,26 @@ def _cpu_time_rule(
     config: RestartConfig,
     figures: dict[str, Any],
 ) -> list[str]:
-    """The timing sanity bound: the warm restart phase's median CPU time against cold's."""
-    missing = [row["name"] for row in [*cold, *warm] if "ready_cpu_s" not in row]
+    """The timing sanity bound: the warm first sync's median CPU time against cold's."""
+    missing = [row["name"] for row in [*cold, *warm] if "sync_cpu_s" not in row]
     if missing:
-        return [f"{', '.join(missing)}: no CPU time of the restart phase (ready_cpu_s) reported"]
-    cold_cpu = statistics.median(float(row["ready_cpu_s"]) for row in cold)
-    warm_cpu = statistics.median(float(row["ready_cpu_s"]) for row in warm)
+        return [f"{', '.join(missing)}: no CPU time of the first sync (sync_cpu_s) reported"]
+    cold_cpu = statistics.median(float(row["sync_cpu_s"]) for row in cold)
+    warm_cpu = statistics.median(float(row["sync_cpu_s"]) for row in warm)
     ratio = warm_cpu / cold_cpu if cold_cpu > 0 else float("inf")
     figures.update(
         {
-            "cold_ready_cpu_s": round(cold_cpu, 4),
-            "warm_ready_cpu_s": round(warm_cpu, 4),
-            "warm_cold_cpu_ratio": round(ratio, 3),
+            "cold_sync_cpu_s": round(cold_cpu, 4),
+            "warm_sync_cpu_s": round(warm_cpu, 4),
+            "warm_cold_sync_cpu_ratio": round(ratio, 3),
         }
     )
     if ratio <= config.max_warm_ratio:
         return []
     return [
-        f"warm restart used {warm_cpu:.2f}s of CPU to its first step, {ratio:.2f} of the cold "
-        f"run's {cold_cpu:.2f}s (limit {config.max_warm_ratio:.2f}): it did work a loaded "
-        "cache saves"
+        f"warm first sync used {warm_cpu:.2f}s of CPU, {ratio:.2f} of the cold run's "
+        f"{cold_cpu:.2f}s (limit {config.max_warm_ratio:.2f}): loading cost about what "
+        "compiling did"
     ]
 
 
