@@ -35,7 +35,13 @@ from pathlib import Path
 from typing import Any
 
 from xla_wheels import log
-from xla_wheels.gate.children import ChildResult, run_child, runtime_env
+from xla_wheels.gate.children import (
+    ChildResult,
+    ChildSpec,
+    run_child,
+    run_side_by_side,
+    runtime_env,
+)
 from xla_wheels.gate.restart import same_losses, snapshot, summarize
 from xla_wheels.gate.result import CheckResult
 from xla_wheels.gate.target import Target
@@ -286,6 +292,7 @@ def run_cache_checks(
         cold = summarize(child("cold", train, runtime_env(target.device, cache_dir=cache)))
     after_cold = snapshot(cache)
     done: list[tuple[Variant, dict[str, Any] | None, str | None]] = []
+    to_run: list[tuple[int, ChildSpec]] = []
     wanted = [v for v in variants(runs / "xla-dump") if KEY_NAME in checks or v.expect == HIT]
     for variant in wanted:
         why_not = not_applicable(variant, target.device, cold)
@@ -301,7 +308,24 @@ def run_cache_checks(
         shutil.copytree(cache, copy)
         env = _with_flags(runtime_env(target.device, cache_dir=copy), variant.xla_flags)
         args = [*train, *(f"--custom-compile-option={k}={v}" for k, v in variant.custom_options)]
-        done.append((variant, summarize(child(variant.name, args, env)), None))
+        to_run.append((len(done), ChildSpec(variant.name, args, env)))
+        done.append((variant, None, None))
+    sharded_env: dict[str, str] | None = None
+    if NUMBERS_NAME in checks and cold["ok"]:
+        sharded_cache = scratch / "cache-checks" / "sharded"
+        sharded_cache.mkdir()
+        sharded_env = runtime_env(
+            target.device, cache_dir=sharded_cache, cpu_devices=SHARDED_CPU_DEVICES
+        )
+    # Side by side: these are judged by counters, losses and outputs, never by time, and
+    # each has its own cache directory.
+    specs = [spec for _, spec in to_run]
+    if sharded_env is not None:
+        specs.append(ChildSpec("sharded-cold", ["--mode", "sharded"], sharded_env))
+    with log.section(f"cache checks: {', '.join(spec.name for spec in specs) or 'nothing to run'}"):
+        finished = run_side_by_side(target.python, runs, specs, timeout_s)
+    for (slot, _), child_result in zip(to_run, finished, strict=False):
+        done[slot] = (done[slot][0], summarize(child_result), None)
     results: list[CheckResult] = []
     if KEY_NAME in checks:
         result = judge_cache_key(cold, done)
@@ -311,15 +335,12 @@ def run_cache_checks(
     if NUMBERS_NAME in checks:
         loaders = [row for v, row, _ in done if row is not None and v.expect == HIT]
         sharded_cold = sharded_warm = None
-        if cold["ok"]:
-            sharded_cache = scratch / "cache-checks" / "sharded"
-            sharded_cache.mkdir()
-            env = runtime_env(
-                target.device, cache_dir=sharded_cache, cpu_devices=SHARDED_CPU_DEVICES
-            )
-            sharded_cold = summarize_sharded(child("sharded-cold", ["--mode", "sharded"], env))
+        if sharded_env is not None:
+            sharded_cold = summarize_sharded(finished[-1])
             if sharded_cold["ok"]:
-                sharded_warm = summarize_sharded(child("sharded-warm", ["--mode", "sharded"], env))
+                sharded_warm = summarize_sharded(
+                    child("sharded-warm", ["--mode", "sharded"], sharded_env)
+                )
         result = judge_same_numbers(cold, loaders, sharded_cold, sharded_warm)
         result.runs = [cold, *loaders, *(r for r in (sharded_cold, sharded_warm) if r)]
         results.append(result)

@@ -183,6 +183,39 @@ def run_child(
     )
 
 
+@dataclass(frozen=True)
+class ChildSpec:
+    """One child to run beside others (``run_side_by_side``)."""
+
+    name: str
+    args: Sequence[str]
+    env: Mapping[str, str]
+    script: Path = CHILD_SCRIPT
+
+
+def run_side_by_side(
+    python: Path | str, workdir: Path, specs: Sequence[ChildSpec], timeout_s: float
+) -> list[ChildResult]:
+    """Start every child, then collect each: for runs judged by counters and outputs only,
+    which a neighbour process does not change (never for a timing the gate judges).
+
+    Should collecting one be interrupted, the others' process groups are killed too.
+    """
+    started = [
+        start_child(python, spec.name, workdir, spec.args, spec.env, script=spec.script)
+        for spec in specs
+    ]
+    results: list[ChildResult] = []
+    try:
+        for spec, handle in zip(specs, started, strict=True):
+            results.append(finish_child(handle, spec.name, timeout_s))
+    except BaseException:
+        for handle in started[len(results) :]:
+            _kill_group(handle[0])
+        raise
+    return results
+
+
 def runtime_env(
     device: str,
     *,
