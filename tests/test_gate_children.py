@@ -38,8 +38,24 @@ def test_children_side_by_side_run_at_once_and_come_back_in_order(tmp_path: Path
         ChildSpec(me, ["--me", me, "--peer", peer, "--dir", str(rendezvous)], env, script)
         for me, peer in (("first", "second"), ("second", "first"))
     ]
-    results = run_side_by_side(sys.executable, tmp_path / "runs", specs, timeout_s=60)
+    results = run_side_by_side(sys.executable, tmp_path / "runs", specs, 60, device="CPU")
     assert [r.name for r in results] == ["first", "second"]
     assert all(r.ok for r in results), [r.failure() for r in results]
     assert [r.report["saw_peer"] for r in results if r.report] == [True, True]
     assert (tmp_path / "runs" / "first.log").is_file()
+
+
+def test_on_a_tpu_children_run_one_after_the_other(tmp_path: Path) -> None:
+    # A process that opens a TPU holds its chips: the second could not start beside it.
+    script = tmp_path / "peer_waiter.py"
+    script.write_text(PEER_WAITER.replace("+ 20", "+ 0.5"))
+    rendezvous = tmp_path / "rendezvous"
+    rendezvous.mkdir()
+    env = runtime_env("TPU")
+    specs = [
+        ChildSpec(me, ["--me", me, "--peer", peer, "--dir", str(rendezvous)], env, script)
+        for me, peer in (("first", "second"), ("second", "first"))
+    ]
+    results = run_side_by_side(sys.executable, tmp_path / "runs", specs, 60, device="TPU")
+    # The first finished before the second started, so only the second saw its peer.
+    assert [r.report["saw_peer"] for r in results if r.report] == [False, True]

@@ -323,7 +323,7 @@ def run_cache_checks(
     if sharded_env is not None:
         specs.append(ChildSpec("sharded-cold", ["--mode", "sharded"], sharded_env))
     with log.section(f"cache checks: {', '.join(spec.name for spec in specs) or 'nothing to run'}"):
-        finished = run_side_by_side(target.python, runs, specs, timeout_s)
+        finished = run_side_by_side(target.python, runs, specs, timeout_s, device=target.device)
     for (slot, _), child_result in zip(to_run, finished, strict=False):
         done[slot] = (done[slot][0], summarize(child_result), None)
     results: list[CheckResult] = []

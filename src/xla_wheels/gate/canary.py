@@ -203,7 +203,9 @@ def run_canary_check(
             ChildSpec(variant, ["--variant", variant, *args], env, script=CHILD_SCRIPT)
             for variant in variants
         ]
-        children = run_side_by_side(target.python, runs_dir / NAME, specs, timeout_s)
+        children = run_side_by_side(
+            target.python, runs_dir / NAME, specs, timeout_s, device=target.device
+        )
     for variant, child in zip(variants, children, strict=True):
         verdicts[variant] = judge_run(child.report, None if child.ok else child.failure(), variant)
         runs.append(
