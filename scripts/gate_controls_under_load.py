@@ -15,7 +15,8 @@ run and killed after it.
     .venv/bin/python scripts/gate_controls_under_load.py [--runs 10] [--hogs 1] [--out DIR]
 
 Exit 0 when every run of both controls passed, 1 otherwise. The summary (one line per
-run: control, verdict, warm/cold ratio, load average) goes to stdout and ``DIR/summary.json``.
+run: control, verdict, warm/cold wall ratio (reported) and first-sync CPU ratio (judged),
+load average) goes to stdout and ``DIR/summary.json``.
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ def run_control(python: Path, name: str, index: int, out: Path, hogs: int) -> di
         {
             "passed": bool(check["passed"]),
             "warm_cold_ratio": check["figures"].get("warm_cold_ratio"),
+            "warm_cold_sync_cpu_ratio": check["figures"].get("warm_cold_sync_cpu_ratio"),
             "max_warm_ratio": check["figures"].get("max_warm_ratio"),
             "reasons": check["reasons"],
         }
@@ -113,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
             verdict = "PASS" if row["passed"] else "FAIL"
             print(
                 f"{row['control']:<24} run {index:2d}  {verdict}"
-                f"  ratio {row.get('warm_cold_ratio')}"
+                f"  wall ratio {row.get('warm_cold_ratio')}"
+                f"  sync CPU ratio {row.get('warm_cold_sync_cpu_ratio')} (judged)"
                 f"  wall {row['wall_s']}s  load {row['load_before']}->{row['load_after']}"
                 + ("" if row["passed"] else f"  {row['reasons']}"),
                 flush=True,

@@ -34,12 +34,10 @@ def gate_27_thunks_off(
     stock_xla_python_27: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> GateRun:
     out = tmp_path_factory.mktemp("gate-27-thunks-off")
-    # The control is about loading (cache hits, no hang, same losses); the warm/cold time
-    # ratio of this small workload is noise on a shared 2-core machine (0.52 seen against
-    # the 0.50 default), so it gets a loose limit here. test_gate_stock judges the ratio.
+    # The default limit: the judged ratio is of the first sync's CPU time, which a busy
+    # machine does not move (the whole first step's wall ratio once measured 0.75 here).
     return run_gate_cli(
         "gate", "--python", str(stock_xla_python_27), "--checks", "spmd-restart",
-        "--max-warm-ratio", "0.9",
         out_dir=out / "report", env={"XLA_FLAGS": "--xla_cpu_use_thunk_runtime=false"},
     )  # fmt: skip
 
@@ -63,6 +61,12 @@ def test_stock_2_7_0_passes_key_safety(gate_27: GateRun):
     fast_math = variants["warm-fast-math"]
     assert fast_math["status"] == "pass"
     assert fast_math["hits"] == 0 and fast_math["xla_compiles"] >= 1
+    # The restart check's cold and first warm run served as cold and warm-same (one run each).
+    shared = {run["name"]: run.get("same_run_as") for run in check["runs"]}
+    assert shared["cold"] == "restart: cold-1" and shared["warm-same"] == "restart: warm-1"
+    cache_runs = gate_27.out_dir / "runs" / "cache-checks"
+    own_children = sorted(p.stem for p in cache_runs.glob("*.json"))
+    assert own_children == ["sharded-cold", "sharded-warm", "warm-dump", "warm-fast-math"]
 
 
 def test_a_custom_option_variant_is_not_applicable_on_2_7_0_not_passed(gate_27: GateRun):

@@ -36,6 +36,13 @@ def row(
         "ok": True,
         "import_s": 5.0,
         "ready_s": 1.0 if misses else 0.2,
+        "first_step": {
+            "setup_s": 0.1,
+            "trace_s": 0.1,
+            "sync_s": 0.7 if misses else 0.05,
+            "execute_s": 0.1,
+            "sync_cpu_s": 0.9 if misses else 0.02,
+        },
         "xla_compiles": compiles,
         "counters": {
             "PersistentCacheMiss": misses,
@@ -231,6 +238,22 @@ def test_variants_that_cannot_run_say_why():
         cachekeys.not_applicable(custom, "CPU", {"has_set_custom_compile_options": False})
     )
     assert cachekeys.not_applicable(custom, "TPU", {"has_set_custom_compile_options": True}) is None
+
+
+def test_the_restart_checks_cold_and_first_warm_run_stand_for_cold_and_warm_same(tmp_path):
+    restart_rows = [
+        row(tmp_path, "cold-1", misses=2, compiles=2),
+        *(row(tmp_path, name, hits=2) for name in ("warm-1", "warm-2", "read-only")),
+    ]
+    kept = tmp_path / "kept-cold-cache"
+    assert cachekeys.shared_runs(restart_rows, kept) is None  # no copy of the cold cache
+    kept.mkdir()
+    shared = cachekeys.shared_runs(restart_rows, kept)
+    assert shared is not None
+    assert (shared.cold["name"], shared.cold_cache) == ("cold-1", kept)
+    assert shared.warm_same is not None and shared.warm_same["name"] == "warm-1"
+    # A cold run that hung its first loader still gives the cache checks their cold run.
+    assert cachekeys.shared_runs(restart_rows[:1], kept).warm_same is None
 
 
 # --- upstream's test_persistent_cache.py ----------------------------------------------------

@@ -137,9 +137,11 @@ def test_stock_2_7_0_warm_runs_load_every_executable_without_compiling(gate_27):
 
 
 def test_stock_2_7_0_warm_restart_is_within_the_ratio(gate_27):
+    # The judged ratio is of the first sync's CPU time (restart.py): the wall ratio varies
+    # with the load.
     figures = gate_27.check("restart")["figures"]
-    assert figures["warm_cold_ratio"] <= figures["max_warm_ratio"]
-    assert figures["warm_ready_s"] < figures["cold_ready_s"]
+    assert figures["warm_cold_sync_cpu_ratio"] <= figures["max_warm_ratio"]
+    assert figures["warm_sync_cpu_s"] < figures["cold_sync_cpu_s"]
 
 
 def test_stock_2_7_0_read_only_reader_leaves_the_cache_untouched(gate_27):

@@ -34,6 +34,7 @@ def child_row(
     failures: int = 0,
     compiles: int = 0,
     ready: float = 1.0,
+    sync_cpu: float | None = None,
     log_text: str = "",
     ok: bool = True,
 ) -> dict[str, Any]:
@@ -43,6 +44,16 @@ def child_row(
         "ok": ok,
         "import_s": 5.0,
         "ready_s": ready,
+        "ready_cpu_s": ready,
+        # The first sync (hash, lookup, compile or load): its CPU time is the timing rule's;
+        # by default the whole of ready_s.
+        "first_step": {
+            "setup_s": 0.0,
+            "trace_s": 0.0,
+            "sync_s": ready,
+            "execute_s": 0.0,
+            "sync_cpu_s": ready if sync_cpu is None else sync_cpu,
+        },
         "time_to_first_step_s": 5.0 + ready,
         "steady_step_s": 0.1,
         "xla_compiles": compiles,
@@ -116,11 +127,61 @@ def test_partial_loading_fails_even_without_deserialize_failures(tmp_path):
     assert any("loaded 1 of 2" in r for r in result.reasons)
 
 
-def test_a_warm_restart_that_is_not_fast_enough_fails(tmp_path):
+# The restart verdict as a table: the counters carry the claim (every executable loaded,
+# nothing compiled); time is only a sanity bound on the CPU seconds of the first sync,
+# which a busy machine does not inflate the way it stretches wall time. Cold: 2 misses,
+# 2 compiles, 1.0 s wall to its first step and 1.0 s CPU in its first sync.
+RESTART_RULES = [
+    # (case, warm hits, warm compiles, warm wall s, warm sync CPU s, a reason to contain)
+    ("loaded everything, quick on both clocks", 2, 0, 0.2, 0.2, None),
+    # The SPMD control once measured 0.75 of cold on a loaded machine with full reuse.
+    ("loaded everything, poor wall ratio under load", 2, 0, 0.9, 0.2, None),
+    ("loaded everything, wall slower than cold", 2, 0, 1.5, 0.3, None),
+    ("compiled once on a warm start", 2, 1, 0.2, 0.2, "warm-1: 1 XLA compile(s) on a warm start"),
+    ("loaded half", 1, 1, 0.2, 0.2, "warm-1: loaded 1 of 2 cached executable(s)"),
+    ("no hit, quick anyway", 0, 0, 0.2, 0.2, "warm-1: loaded 0 of 2 cached executable(s)"),
+    ("counters fine, sync as costly as cold", 2, 0, 0.2, 0.8, "0.80 of the cold run's 1.00s"),
+]
+
+
+@pytest.mark.parametrize(
+    ("hits", "compiles", "wall", "cpu", "reason"),
+    [case[1:] for case in RESTART_RULES],
+    ids=[case[0] for case in RESTART_RULES],
+)
+def test_restart_verdict_rules(tmp_path, hits, compiles, wall, cpu, reason):
+    cold = [child_row(tmp_path, "cold-1", misses=2, compiles=2, ready=1.0, sync_cpu=1.0)]
+    warm = [
+        child_row(tmp_path, f"warm-{i}", hits=hits, compiles=compiles, ready=wall, sync_cpu=cpu)
+        for i in (1, 2)
+    ]
+    result = judge(tmp_path, cold, warm, config={"max_warm_ratio": 0.5})
+    if reason is None:
+        assert result.passed, result.reasons
+    else:
+        assert not result.passed
+        assert any(reason in r for r in result.reasons), result.reasons
+    assert result.figures["warm_cold_ratio"] == pytest.approx(wall)
+    assert result.figures["warm_cold_sync_cpu_ratio"] == pytest.approx(cpu)
+
+
+def test_a_warm_sync_that_costs_too_much_cpu_fails_naming_the_figures(tmp_path):
     cold, warm, reader = working_cache(tmp_path, warm_ready=0.8)
     result = judge(tmp_path, cold, warm, reader, config={"max_warm_ratio": 0.5})
     assert not result.passed
-    assert result.reasons == ["warm time-to-ready 0.80s is 0.80 of cold 1.00s (limit 0.50)"]
+    assert result.reasons == [
+        "warm first sync used 0.80s of CPU, 0.80 of the cold run's 1.00s (limit 0.50): "
+        "loading cost about what compiling did"
+    ]
+
+
+def test_a_child_without_the_first_sync_cpu_time_fails_rather_than_skipping_the_rule(
+    tmp_path,
+):
+    cold, warm, reader = working_cache(tmp_path)
+    del warm[1]["sync_cpu_s"]
+    result = judge(tmp_path, cold, warm, reader)
+    assert result.reasons == ["warm-2: no CPU time of the first sync (sync_cpu_s) reported"]
 
 
 def test_a_warm_restart_slower_than_the_baseline_beyond_tolerance_fails(tmp_path):

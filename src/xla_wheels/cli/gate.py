@@ -14,6 +14,7 @@ import argparse
 import os
 import shutil
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -288,6 +289,11 @@ def _run_gate(args: argparse.Namespace, gate_profile: under_profile.GateProfile 
         )
         results: list[CheckResult] = []
         cache_checks = tuple(c for c in checks if c in cachekeys.NAMES)
+        # The restart check's cold and first warm run serve the cache checks too when they
+        # are the same runs (one single-device writer): two children fewer.
+        share_cold = bool(cache_checks) and "restart" in checks and not args.spmd
+        share_cold = share_cold and args.writers == 1
+        shared: cachekeys.SharedRuns | None = None
         for check in checks:
             if check in ("restart", restart.SPMD_NAME):
                 config = restart.RestartConfig(
@@ -306,7 +312,12 @@ def _run_gate(args: argparse.Namespace, gate_profile: under_profile.GateProfile 
                     config = restart.spmd_config(config)
                 check_scratch = scratch / check
                 check_scratch.mkdir()
+                kept = scratch / "restart-cold-cache"
+                if check == "restart" and share_cold:
+                    config = replace(config, keep_cold_cache=kept)
                 results.append(restart.run_restart_check(target, config, runs_dir, check_scratch))
+                if check == "restart" and share_cold:
+                    shared = cachekeys.shared_runs(results[-1].runs, kept)
             elif check in cachekeys.NAMES:
                 if check == cache_checks[0]:
                     results += cachekeys.run_cache_checks(
@@ -316,6 +327,7 @@ def _run_gate(args: argparse.Namespace, gate_profile: under_profile.GateProfile 
                         checks=cache_checks,
                         workload=args.workload,
                         timeout_s=args.child_timeout,
+                        shared=shared,
                     )
             elif check == canary.NAME:
                 results.append(

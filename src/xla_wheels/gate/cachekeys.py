@@ -17,6 +17,12 @@ test_persistent_cache.py's spmd_sharded case) keeps its bytes and its sharding s
 
 The verdicts (``judge_cache_key``, ``judge_same_numbers``) are pure functions of the
 children's rows.
+
+When the restart check runs in the same gate, its cold run and its first warm run serve
+as the cold run and ``warm-same`` here (``SharedRuns``): the same workload, environment
+and cache state (nothing changed, the cache as the cold run left it, no other loader
+before it), so they prove the same thing; the rows say where they come from
+(``same_run_as``).
 """
 
 from __future__ import annotations
@@ -29,7 +35,13 @@ from pathlib import Path
 from typing import Any
 
 from xla_wheels import log
-from xla_wheels.gate.children import ChildResult, run_child, runtime_env
+from xla_wheels.gate.children import (
+    ChildResult,
+    ChildSpec,
+    run_child,
+    run_side_by_side,
+    runtime_env,
+)
 from xla_wheels.gate.restart import same_losses, snapshot, summarize
 from xla_wheels.gate.result import CheckResult
 from xla_wheels.gate.target import Target
@@ -56,6 +68,30 @@ class Variant:
     custom_options: tuple[tuple[str, str], ...] = ()
     #: Devices it applies to; () = every device.
     devices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SharedRuns:
+    """The restart check's runs that stand for the cache checks' own (see the module doc)."""
+
+    #: The restart check's cold-1 row (``restart.summarize``).
+    cold: dict[str, Any]
+    #: A copy of the cache directory as that cold run left it.
+    cold_cache: Path
+    #: The restart check's warm-1 row, standing for warm-same; None if it did not run.
+    warm_same: dict[str, Any] | None
+
+
+def shared_runs(runs: list[dict[str, Any]], cold_cache: Path) -> SharedRuns | None:
+    """The cold-1 and warm-1 rows of a finished restart check, or None without a cold run."""
+    by_name = {row["name"]: row for row in runs}
+    if "cold-1" not in by_name or not cold_cache.is_dir():
+        return None
+    return SharedRuns(by_name["cold-1"], cold_cache, by_name.get("warm-1"))
+
+
+def _as(row: dict[str, Any], name: str) -> dict[str, Any]:
+    return {**row, "name": name, "same_run_as": f"restart: {row['name']}"}
 
 
 def variants(dump_dir: Path) -> list[Variant]:
@@ -263,29 +299,39 @@ def run_cache_checks(
     checks: tuple[str, ...] = NAMES,
     workload: str = "small",
     timeout_s: float = 600.0,
+    shared: SharedRuns | None = None,
 ) -> list[CheckResult]:
-    """Run the children both verdicts need (once) and judge the selected ones."""
+    """Run the children both verdicts need (once) and judge the selected ones.
+
+    ``shared``: the restart check's cold and first warm run of the same ``workload``,
+    used instead of running them again.
+    """
     began = time.monotonic()
     runs = runs_dir / "cache-checks"
-    cache = scratch / "cache-checks" / "cold"
-    cache.mkdir(parents=True)
     train = ["--mode", "train", "--workload", workload]
 
     def child(name: str, args: list[str], env: dict[str, str]) -> ChildResult:
         with log.section(f"cache checks: {name}"):
             return run_child(target.python, name, runs, args, env, timeout_s)
 
-    cold_result = child("cold", train, runtime_env(target.device, cache_dir=cache))
-    cold = summarize(cold_result)
-    cold_facts = cold_result.report or {}
-    cold["has_set_custom_compile_options"] = cold_facts.get("has_set_custom_compile_options")
+    if shared is not None:
+        cache = shared.cold_cache
+        cold = _as(shared.cold, "cold")
+    else:
+        cache = scratch / "cache-checks" / "cold"
+        cache.mkdir(parents=True)
+        cold = summarize(child("cold", train, runtime_env(target.device, cache_dir=cache)))
     after_cold = snapshot(cache)
     done: list[tuple[Variant, dict[str, Any] | None, str | None]] = []
+    to_run: list[tuple[int, ChildSpec]] = []
     wanted = [v for v in variants(runs / "xla-dump") if KEY_NAME in checks or v.expect == HIT]
     for variant in wanted:
-        why_not = not_applicable(variant, target.device, cold_facts)
+        why_not = not_applicable(variant, target.device, cold)
         if why_not is not None or not cold["ok"]:
             done.append((variant, None, why_not or "the cold run did not finish"))
+            continue
+        if variant.name == "warm-same" and shared is not None and shared.warm_same is not None:
+            done.append((variant, _as(shared.warm_same, variant.name), None))
             continue
         # Each variant gets its own copy of the cold cache: what one variant writes
         # (a miss stores a new entry) must not decide another's outcome.
@@ -295,7 +341,24 @@ def run_cache_checks(
         variant = against(variant, base)  # the variant as run is what the verdict records
         env = _with_flags(base, variant.xla_flags)
         args = [*train, *(f"--custom-compile-option={k}={v}" for k, v in variant.custom_options)]
-        done.append((variant, summarize(child(variant.name, args, env)), None))
+        to_run.append((len(done), ChildSpec(variant.name, args, env)))
+        done.append((variant, None, None))
+    sharded_env: dict[str, str] | None = None
+    if NUMBERS_NAME in checks and cold["ok"]:
+        sharded_cache = scratch / "cache-checks" / "sharded"
+        sharded_cache.mkdir()
+        sharded_env = runtime_env(
+            target.device, cache_dir=sharded_cache, cpu_devices=SHARDED_CPU_DEVICES
+        )
+    # Side by side: these are judged by counters, losses and outputs, never by time, and
+    # each has its own cache directory.
+    specs = [spec for _, spec in to_run]
+    if sharded_env is not None:
+        specs.append(ChildSpec("sharded-cold", ["--mode", "sharded"], sharded_env))
+    with log.section(f"cache checks: {', '.join(spec.name for spec in specs) or 'nothing to run'}"):
+        finished = run_side_by_side(target.python, runs, specs, timeout_s, device=target.device)
+    for (slot, _), child_result in zip(to_run, finished, strict=False):
+        done[slot] = (done[slot][0], summarize(child_result), None)
     results: list[CheckResult] = []
     if KEY_NAME in checks:
         result = judge_cache_key(cold, done)
@@ -305,15 +368,12 @@ def run_cache_checks(
     if NUMBERS_NAME in checks:
         loaders = [row for v, row, _ in done if row is not None and v.expect == HIT]
         sharded_cold = sharded_warm = None
-        if cold["ok"]:
-            sharded_cache = scratch / "cache-checks" / "sharded"
-            sharded_cache.mkdir()
-            env = runtime_env(
-                target.device, cache_dir=sharded_cache, cpu_devices=SHARDED_CPU_DEVICES
-            )
-            sharded_cold = summarize_sharded(child("sharded-cold", ["--mode", "sharded"], env))
+        if sharded_env is not None:
+            sharded_cold = summarize_sharded(finished[-1])
             if sharded_cold["ok"]:
-                sharded_warm = summarize_sharded(child("sharded-warm", ["--mode", "sharded"], env))
+                sharded_warm = summarize_sharded(
+                    child("sharded-warm", ["--mode", "sharded"], sharded_env)
+                )
         result = judge_same_numbers(cold, loaders, sharded_cold, sharded_warm)
         result.runs = [cold, *loaders, *(r for r in (sharded_cold, sharded_warm) if r)]
         results.append(result)

@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from xla_wheels import log
-from xla_wheels.gate.children import run_child, runtime_env
+from xla_wheels.gate.children import ChildSpec, run_side_by_side, runtime_env
 from xla_wheels.gate.result import CheckResult
 from xla_wheels.gate.target import Target
 
@@ -194,17 +194,19 @@ def run_canary_check(
     env = runtime_env(target.device)
     verdicts: dict[str, RunVerdict] = {}
     runs: list[dict[str, Any]] = []
-    for variant in (WORKLOAD, *CONTROLS):
-        with log.section(f"{NAME}: {variant}, {warmup} warm-up + {steps} measured steps"):
-            child = run_child(
-                target.python,
-                variant,
-                runs_dir / NAME,
-                ["--variant", variant, "--warmup", str(warmup), "--steps", str(steps)],
-                env,
-                timeout_s,
-                script=CHILD_SCRIPT,
-            )
+    variants = (WORKLOAD, *CONTROLS)
+    # The variants run side by side: each is its own process, judged by counters only
+    # (compiles, transfers), which another process on the machine does not move.
+    with log.section(f"{NAME}: {', '.join(variants)}, {warmup} warm-up + {steps} measured steps"):
+        args = ["--warmup", str(warmup), "--steps", str(steps)]
+        specs = [
+            ChildSpec(variant, ["--variant", variant, *args], env, script=CHILD_SCRIPT)
+            for variant in variants
+        ]
+        children = run_side_by_side(
+            target.python, runs_dir / NAME, specs, timeout_s, device=target.device
+        )
+    for variant, child in zip(variants, children, strict=True):
         verdicts[variant] = judge_run(child.report, None if child.ok else child.failure(), variant)
         runs.append(
             {

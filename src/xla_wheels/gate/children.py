@@ -183,6 +183,50 @@ def run_child(
     )
 
 
+@dataclass(frozen=True)
+class ChildSpec:
+    """One child to run beside others (``run_side_by_side``)."""
+
+    name: str
+    args: Sequence[str]
+    env: Mapping[str, str]
+    script: Path = CHILD_SCRIPT
+
+
+def run_side_by_side(
+    python: Path | str,
+    workdir: Path,
+    specs: Sequence[ChildSpec],
+    timeout_s: float,
+    *,
+    device: str,
+) -> list[ChildResult]:
+    """Start every child, then collect each: for runs judged by counters and outputs only,
+    which a neighbour process does not change (never for a timing the gate judges).
+
+    Only on CPU: a process that opens a TPU holds its chips, so there they run one after
+    the other. Should collecting one be interrupted, the others' process groups are killed.
+    """
+    if device != "CPU":
+        return [
+            run_child(python, s.name, workdir, s.args, s.env, timeout_s, script=s.script)
+            for s in specs
+        ]
+    started = [
+        start_child(python, spec.name, workdir, spec.args, spec.env, script=spec.script)
+        for spec in specs
+    ]
+    results: list[ChildResult] = []
+    try:
+        for spec, handle in zip(specs, started, strict=True):
+            results.append(finish_child(handle, spec.name, timeout_s))
+    except BaseException:
+        for handle in started[len(results) :]:
+            _kill_group(handle[0])
+        raise
+    return results
+
+
 def runtime_env(
     device: str,
     *,

@@ -66,6 +66,13 @@ def render_text(
                 lines.append(
                     f"  warm/cold time-to-ready: {figures['warm_ready_s']:.2f}s / "
                     f"{figures['cold_ready_s']:.2f}s = {figures['warm_cold_ratio']:.2f} "
+                    "(wall time, reported)"
+                )
+            if "warm_cold_sync_cpu_ratio" in figures:
+                lines.append(
+                    f"  warm/cold CPU of the first sync: {figures['warm_sync_cpu_s']:.2f}s / "
+                    f"{figures['cold_sync_cpu_s']:.2f}s = "
+                    f"{figures['warm_cold_sync_cpu_ratio']:.2f} "
                     f"(limit {figures['max_warm_ratio']:.2f})"
                 )
     verdict = "PASS" if results and all(r.passed for r in results) else "FAIL"

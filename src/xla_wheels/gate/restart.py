@@ -7,10 +7,24 @@ children's reports and the directory snapshots, so it is tested on its own:
 
 * the cold run wrote at least one cache entry;
 * every warm run loaded every executable the cold run compiled (hits == cold misses),
-  with zero deserialize failures and zero XLA compiles;
-* the warm time-to-ready (first step finished, import excluded) is at most
-  ``max_warm_ratio`` of the cold one, and not slower than a recorded baseline for this
-  torch_xla version / device / workload beyond ``baseline_tolerance``;
+  with zero deserialize failures and zero XLA compiles. This is the claim, and it is
+  judged by the counters alone: they do not depend on how busy the machine is;
+* the CPU time of the warm run's first sync (``sync_cpu_s``: graph hash, cache lookup,
+  and loading the executables where the cold run compiled them; the child's
+  ``time.process_time()``, every thread) is at most ``max_warm_ratio`` of the cold run's:
+  a sanity bound that a cache which "loads" but still does the work cannot pass, not the
+  claim. Two choices make it hold on a loaded two-core machine. CPU time, because another
+  process stretches wall time and not CPU time: beside one busy process, stock 2.7.0's
+  SPMD control once measured a warm/cold wall ratio of 0.75 (limit 0.50) with every
+  executable loaded and nothing compiled. And the sync alone, because the rest of the
+  first step (building the model, tracing, the first execution) costs the same warm or
+  cold, and under SPMD its threads spin while they wait for each other, longer when the
+  machine is busy: measured on stock 2.7.0 SPMD beside a busy process, the whole first
+  step's CPU ratio was 0.55-0.69 with full reuse, the sync's 0.02 (0.01 s of 0.55 s).
+  The wall ratio of time-to-ready (``warm_cold_ratio``) and each run's ``ready_cpu_s``
+  are reported, not judged;
+* the warm time-to-ready is not slower than a recorded baseline for this torch_xla
+  version / device / workload beyond ``baseline_tolerance``;
 * a read-only reader (``XLA_PERSISTENT_CACHE_READ_ONLY=1``, the multi-host policy) loads
   from the cache too and leaves the directory exactly as it found it;
 * every run's losses equal the first cold run's bit for bit (a cache that hands back a
@@ -30,6 +44,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import statistics
 import tempfile
 import time
@@ -67,8 +82,8 @@ class RestartConfig:
     steps: int | None = None
     cpu_devices: int | None = None
     warm_runs: int = 2
-    #: Warm time-to-ready must be at most this fraction of cold. Measured here on CPU:
-    #: about 0.2 for a working cache, about 0.8-1.0 for a broken one.
+    #: The warm first sync's CPU time must be at most this fraction of the cold one's
+    #: (measured: about 0.02 with full reuse; see the module docstring).
     max_warm_ratio: float = 0.5
     #: Warm may be this much slower than the recorded baseline (machines differ).
     baseline_tolerance: float = 0.5
@@ -85,6 +100,9 @@ class RestartConfig:
     hang_margin_s: float = 30.0
     #: Test hook: runs on the cache directory between the cold and the warm phase.
     after_cold: Callable[[Path], None] | None = None
+    #: Where to copy the cache directory as the cold run left it, so the cache checks can
+    #: use this cold run instead of their own (``cachekeys.SharedRuns``).
+    keep_cold_cache: Path | None = None
 
 
 def spmd_config(config: RestartConfig) -> RestartConfig:
@@ -171,9 +189,18 @@ def summarize(result: ChildResult) -> dict[str, Any]:
     if result.timed_out:
         row["timed_out"] = True
     row.update(result.extra)
+    if "has_set_custom_compile_options" in report:
+        row["has_set_custom_compile_options"] = report["has_set_custom_compile_options"]
     if "loss_hex" in report:
         row["loss_hex"] = list(report["loss_hex"])
-    for key in ("import_s", "ready_s", "time_to_first_step_s", "steady_step_s", "compile_time_s"):
+    for key in (
+        "import_s",
+        "ready_s",
+        "ready_cpu_s",
+        "time_to_first_step_s",
+        "steady_step_s",
+        "compile_time_s",
+    ):
         if key in report:
             row[key] = round(float(report[key]), 4)
     if "counters" in report:
@@ -184,6 +211,8 @@ def summarize(result: ChildResult) -> dict[str, Any]:
         row["counters"] = report["counters"]
     if report.get("first_step"):
         row["breakdown"] = recalibration.run_breakdown(report)
+        if "sync_cpu_s" in report["first_step"]:
+            row["sync_cpu_s"] = round(float(report["first_step"]["sync_cpu_s"]), 4)
     row.update(recalibration.run_memory(report))
     row["log_evidence"] = _log_evidence(result)
     return row
@@ -264,12 +293,9 @@ def judge_restart(
     if warm_ok:
         warm_ready = statistics.median(warm_ok)
         ratio = warm_ready / cold_ready if cold_ready > 0 else float("inf")
+        # Reported only: wall time is what a user waits, but load stretches it.
         figures.update({"warm_ready_s": round(warm_ready, 4), "warm_cold_ratio": round(ratio, 3)})
-        if ratio > config.max_warm_ratio:
-            reasons.append(
-                f"warm time-to-ready {warm_ready:.2f}s is {ratio:.2f} of cold {cold_ready:.2f}s "
-                f"(limit {config.max_warm_ratio:.2f})"
-            )
+        reasons += _cpu_time_rule(cold, [row for row in warm if row["ok"]], config, figures)
         if baseline is not None:
             limit = float(baseline["warm_ready_s"]) * (1 + config.baseline_tolerance)
             figures.update(
@@ -298,6 +324,35 @@ def judge_restart(
         figures["hung"] = [row["name"] for row in hung]
         figures["hang_bound_s"] = hung[0].get("hang_bound_s")
     return CheckResult(config.name, not reasons, reasons, notes, figures)
+
+
+def _cpu_time_rule(
+    cold: list[dict[str, Any]],
+    warm: list[dict[str, Any]],
+    config: RestartConfig,
+    figures: dict[str, Any],
+) -> list[str]:
+    """The timing sanity bound: the warm first sync's median CPU time against cold's."""
+    missing = [row["name"] for row in [*cold, *warm] if "sync_cpu_s" not in row]
+    if missing:
+        return [f"{', '.join(missing)}: no CPU time of the first sync (sync_cpu_s) reported"]
+    cold_cpu = statistics.median(float(row["sync_cpu_s"]) for row in cold)
+    warm_cpu = statistics.median(float(row["sync_cpu_s"]) for row in warm)
+    ratio = warm_cpu / cold_cpu if cold_cpu > 0 else float("inf")
+    figures.update(
+        {
+            "cold_sync_cpu_s": round(cold_cpu, 4),
+            "warm_sync_cpu_s": round(warm_cpu, 4),
+            "warm_cold_sync_cpu_ratio": round(ratio, 3),
+        }
+    )
+    if ratio <= config.max_warm_ratio:
+        return []
+    return [
+        f"warm first sync used {warm_cpu:.2f}s of CPU, {ratio:.2f} of the cold run's "
+        f"{cold_cpu:.2f}s (limit {config.max_warm_ratio:.2f}): loading cost about what "
+        "compiling did"
+    ]
 
 
 def _unfinished(row: dict[str, Any]) -> str:
@@ -388,6 +443,8 @@ def run_restart_check(
             for i, s in enumerate(started)
         ]
     after_cold = snapshot(cache)
+    if config.keep_cold_cache is not None:
+        shutil.copytree(cache, config.keep_cold_cache)
     if config.after_cold is not None:
         config.after_cold(cache)
     warm: list[dict[str, Any]] = []
