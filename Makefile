@@ -12,50 +12,75 @@ SHELL := /bin/bash
 PYTHON_FOR_VENV ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-CLI := $(PY) -m xla_wheels
+# The CLI learns it runs under make: the target, the variable table and the variables
+# given on the command line (src/xla_wheels/cli/from_make.py).
+CLI = XLA_WHEELS_MAKE_GOAL=$@ XLA_WHEELS_MAKE_VARIABLES='$(strip $(MAKE_VARIABLES))' \
+  XLA_WHEELS_MAKE_COMMAND_LINE='$(GIVEN_ON_COMMAND_LINE)' $(PY) -m xla_wheels
 VENV_STAMP := $(VENV)/.installed-$(shell cat requirements-dev.txt pyproject.toml 2>/dev/null | sha256sum | cut -c1-16)
 
 # --- make variable -> CLI flag (the one mapping) ------------------------------------
-flag = $(if $($(1)),$(2) '$($(1))',)
-arg = $(if $($(1)),'$($(1))',)
-truthy = $(filter 1 true yes on,$(1))
-switch = $(if $(call truthy,$($(1))),$(2),)
-BUNDLE_FLAGS = $(call flag,BUNDLE,--bundle) $(call flag,MIRROR,--mirror)
-BUNDLE_FLAG = $(call flag,BUNDLE,--bundle)
-SOURCE_FLAG = $(call flag,TORCH_XLA_SRC,--source)
-DRY_RUN_FLAG = $(call switch,DRY_RUN,--dry-run)
-BUILD_FLAGS = $(call flag,ENGINE,--engine) $(call flag,BUILD_MODE,--mode) \
-  $(call flag,JOBS,--jobs) $(call flag,BUILDER_IMAGE,--image) \
-  $(call flag,HOST_PYTHON,--host-python)
+# Every variable a target reads, as NAME=--flag (NAME= when it is not a flag of its own:
+# positional, several flags, the environment, or make's own tooling). The CLI receives
+# this table: it refuses a variable on make's command line that is not here (DRYRUN=1
+# would otherwise be ignored by make and the target would run for real), and names the
+# variable, not the flag, when it refuses a value.
+MAKE_VARIABLES := BUNDLE=--bundle MIRROR=--mirror TORCH_XLA_SRC=--source DRY_RUN=--dry-run \
+  ENGINE=--engine BUILD_MODE=--mode JOBS=--jobs BUILDER_IMAGE=--image \
+  HOST_PYTHON=--host-python KEEP_RECORDED=--keep-recorded BUILD_TAG=--build-tag \
+  COMPONENT=--component FORCE=--force ONTO=--onto CONTINUE=--continue \
+  INDEX_URL=--index-url UPLOAD_URL=--upload-url LANE=--lane REFRESH=--refresh \
+  NO_DEPS=--no-deps DEPS_FROM=--deps-from PYTHON=--python ROLE=--role \
+  CACHE_PATH=--cache-path TORCH_WHEEL=--torch-wheel TORCH_XLA_WHEEL=--torch-xla-wheel \
+  XLAC=--extension TORCH_LIB_DIR=--torch-lib-dir STOCK=--stock GATE_DEVICE=--device \
+  WORKLOAD=--workload CHECKS=--checks UPSTREAM_TESTS=--upstream-tests ROUNDS=--rounds \
+  DEMO_DIR=--dir PROFILE=--profile ENV_FILE=--env-file SIGNING_KEY=--signing-key \
+  BUILDER_ID=--builder-id PUBLIC_KEY=--public-key OUT=--out A= B= BUILD_ARGS= GATE_ARGS= SOURCE_DATE_EPOCH= PYTEST_ARGS= \
+  PYTHON_FOR_VENV=
+flag_of = $(patsubst $(1)=%,%,$(filter $(1)=%,$(MAKE_VARIABLES)))
+# A value reaches the shell single-quoted, whatever it holds.
+quote = '$(subst ','\'',$(1))'
+# Values are passed as the user wrote them: the CLI owns the rules (a switch's spellings,
+# a number's range) and refuses what it does not understand; make interprets nothing.
+flag = $(if $($(1)),$(call flag_of,$(1))=$(call quote,$($(1))),)
+arg = $(if $($(1)),$(call quote,$($(1))),)
+switch = $(flag)
+GIVEN_ON_COMMAND_LINE = $(strip $(foreach v,$(.VARIABLES),$(if $(filter command line,$(origin $(v))),$(v))))
+BUNDLE_FLAGS = $(call flag,BUNDLE) $(call flag,MIRROR)
+BUNDLE_FLAG = $(call flag,BUNDLE)
+SOURCE_FLAG = $(call flag,TORCH_XLA_SRC)
+DRY_RUN_FLAG = $(call switch,DRY_RUN)
+BUILD_FLAGS = $(call flag,ENGINE) $(call flag,BUILD_MODE) \
+  $(call flag,JOBS) $(call flag,BUILDER_IMAGE) \
+  $(call flag,HOST_PYTHON)
 # SOURCE_DATE_EPOCH is the reproducible-builds standard variable: read from the
 # environment as every tool reads it (make exports a variable set on its command line).
-RECORDED_FLAGS = $(call switch,KEEP_RECORDED,--keep-recorded) $(call flag,BUILD_TAG,--build-tag)
-IMAGE_FLAGS = $(call flag,ENGINE,--engine) $(call flag,BUILDER_IMAGE,--image) \
-  $(foreach a,$(BUILD_ARGS),--build-arg '$(a)')
+RECORDED_FLAGS = $(call switch,KEEP_RECORDED) $(call flag,BUILD_TAG)
+IMAGE_FLAGS = $(call flag,ENGINE) $(call flag,BUILDER_IMAGE) \
+  $(foreach a,$(BUILD_ARGS),--build-arg $(call quote,$(a)))
 AB_FLAGS = $(call arg,A) $(call arg,B)
-PATCH_EXPORT_FLAGS = $(call flag,COMPONENT,--component) $(call switch,FORCE,--force)
-PATCH_REBASE_FLAGS = $(call flag,COMPONENT,--component) $(call flag,ONTO,--onto) \
-  $(call switch,CONTINUE,--continue)
-PUBLISH_FLAGS = $(call flag,INDEX_URL,--index-url) $(call flag,UPLOAD_URL,--upload-url)
-LANE_FLAG = $(call flag,LANE,--lane)
-REFRESH_FLAG = $(call switch,REFRESH,--refresh)
-VERIFY_FLAGS = $(call flag,INDEX_URL,--index-url) $(call switch,NO_DEPS,--no-deps) \
-  $(call flag,DEPS_FROM,--deps-from) $(call flag,PYTHON,--python)
-DOCTOR_FLAGS = $(call flag,PYTHON,--python) $(call flag,ROLE,--role) \
-  $(call flag,LANE,--lane) $(call flag,CACHE_PATH,--cache-path) \
-  $(call flag,PROFILE,--profile) $(call flag,ENV_FILE,--env-file)
-ABI_FLAGS = $(call flag,PYTHON,--python) $(call flag,TORCH_WHEEL,--torch-wheel) \
-  $(call flag,TORCH_XLA_WHEEL,--torch-xla-wheel) $(call flag,BUNDLE,--bundle) \
-  $(call flag,XLAC,--extension) $(call flag,TORCH_LIB_DIR,--torch-lib-dir) \
-  $(call flag,STOCK,--stock)
-GATE_FLAGS = $(call flag,PYTHON,--python) $(call flag,GATE_DEVICE,--device) \
-  $(call flag,WORKLOAD,--workload) $(call flag,BUNDLE,--bundle)
-CHECKS_FLAGS = $(call flag,CHECKS,--checks) $(call flag,UPSTREAM_TESTS,--upstream-tests)
-ROUNDS_FLAG = $(call flag,ROUNDS,--rounds)
+PATCH_EXPORT_FLAGS = $(call flag,COMPONENT) $(call switch,FORCE)
+PATCH_REBASE_FLAGS = $(call flag,COMPONENT) $(call flag,ONTO) \
+  $(call switch,CONTINUE)
+PUBLISH_FLAGS = $(call flag,INDEX_URL) $(call flag,UPLOAD_URL)
+LANE_FLAG = $(call flag,LANE)
+REFRESH_FLAG = $(call switch,REFRESH)
+VERIFY_FLAGS = $(call flag,INDEX_URL) $(call switch,NO_DEPS) \
+  $(call flag,DEPS_FROM) $(call flag,PYTHON)
+DOCTOR_FLAGS = $(call flag,PYTHON) $(call flag,ROLE) \
+  $(call flag,LANE) $(call flag,CACHE_PATH) \
+  $(call flag,PROFILE) $(call flag,ENV_FILE)
+ABI_FLAGS = $(call flag,PYTHON) $(call flag,TORCH_WHEEL) \
+  $(call flag,TORCH_XLA_WHEEL) $(call flag,BUNDLE) \
+  $(call flag,XLAC) $(call flag,TORCH_LIB_DIR) \
+  $(call flag,STOCK)
+GATE_FLAGS = $(call flag,PYTHON) $(call flag,GATE_DEVICE) \
+  $(call flag,WORKLOAD) $(call flag,BUNDLE)
+CHECKS_FLAGS = $(call flag,CHECKS) $(call flag,UPSTREAM_TESTS)
+ROUNDS_FLAG = $(call flag,ROUNDS)
 # Signed attestations (README "Signed attestations"): paths to PEM files, never keys.
-ATTEST_FLAGS = $(call flag,SIGNING_KEY,--signing-key) $(call flag,BUILDER_ID,--builder-id)
-PUBLIC_KEY_FLAG = $(call flag,PUBLIC_KEY,--public-key)
-PROFILE_FLAG = $(call flag,PROFILE,--profile)
+ATTEST_FLAGS = $(call flag,SIGNING_KEY) $(call flag,BUILDER_ID)
+PUBLIC_KEY_FLAG = $(call flag,PUBLIC_KEY)
+PROFILE_FLAG = $(call flag,PROFILE)
 
 .PHONY: help venv test test-fast lint demo bundles diff sources patch patches-check wheels lock lock-check clean
 .PHONY: builder-image container-tools cache-tools compiler-tools patch-export patch-rebase
@@ -133,7 +158,7 @@ lint: $(VENV_STAMP) ## ruff and mypy only
 # No builder host yet? Every stage of the pipeline on a demonstration upstream it writes
 # (NOT torch): offline, about a minute, everything under DEMO_DIR (src/xla_wheels/demo.py).
 demo: $(VENV_STAMP) ## every stage (manifest .. build .. lane .. install .. doctor) on a demonstration upstream, offline [DEMO_DIR=out/demo]
-	$(PY) -m xla_wheels.demo $(call flag,DEMO_DIR,--dir)
+	$(PY) -m xla_wheels.demo $(call flag,DEMO_DIR)
 
 bundles: $(VENV_STAMP) ## list the bundles with their pins
 	@$(CLI) bundles
@@ -170,7 +195,7 @@ lock-check: $(VENV_STAMP) ## fail when a manifest or patch no longer matches whe
 
 .PHONY: launch-env
 launch-env: $(VENV_STAMP) ## a bundle's launch profile for a launcher (env.sh, env.json, helper): make launch-env BUNDLE=... PROFILE=train ROLE=writer|reader [OUT=dir]
-	@$(CLI) launch-env $(BUNDLE_FLAG) $(PROFILE_FLAG) $(call flag,ROLE,--role) $(call flag,OUT,--out)
+	@$(CLI) launch-env $(BUNDLE_FLAG) $(PROFILE_FLAG) $(call flag,ROLE) $(call flag,OUT)
 
 clean: ## remove build work (out/); dist/, wheels.lock and the per-machine cache are kept
 	rm -rf out

@@ -37,6 +37,10 @@ from typing import Any
 from xla_wheels import launch_profile
 from xla_wheels.errors import ManifestError, UsageError
 from xla_wheels.tables import Field, Table
+from xla_wheels.values import NAME_PATTERN, NAME_RULE
+
+#: Bundle names become directories (out/<bundle>, dist/<bundle>) and command arguments.
+_BAD_NAME = f"is not a valid bundle name ({NAME_RULE})"
 
 COMPONENT_NAMES = ("torch", "torch_xla", "openxla")
 """Build order; OpenXLA is not built on its own but consumed by torch_xla's Bazel build."""
@@ -150,6 +154,11 @@ def patches_dir(repo_root: Path) -> Path:
     return repo_root / "patches"
 
 
+def _inside(path: Path, root: Path) -> bool:
+    """Whether ``path``, links followed, is under ``root`` (links followed too)."""
+    return path.resolve().is_relative_to(root.resolve())
+
+
 def available_bundles(repo_root: Path) -> list[str]:
     return sorted(path.stem for path in bundles_dir(repo_root).glob("*.toml"))
 
@@ -161,6 +170,11 @@ def load_bundle(repo_root: Path, name: str) -> Bundle:
         raise UsageError(
             "no bundle given",
             fix=f"pass BUNDLE=<name> (make) or --bundle <name>; bundles: {', '.join(valid)}",
+        )
+    if NAME_PATTERN.fullmatch(name) is None:
+        raise UsageError(
+            f"{name!r} {_BAD_NAME}",
+            fix=f"use one of: {', '.join(valid) or '(none found in build/bundles)'}",
         )
     if name not in valid:
         raise UsageError(
@@ -183,8 +197,15 @@ def parse_manifest(path: Path, patches_root: Path, *, bundles_root: Path | None 
 def _read_toml(path: Path) -> tuple[dict[str, Any], bytes]:
     raw = path.read_bytes()
     try:
-        return tomllib.loads(raw.decode("utf-8")), raw
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ManifestError(
+            f"{path}: not UTF-8 text (byte {error.start} cannot be read)",
+            fix="save the file as UTF-8 (TOML files are UTF-8)",
+        ) from None
+    try:
+        return tomllib.loads(text), raw
+    except tomllib.TOMLDecodeError as error:
         raise ManifestError(
             f"{path}: not valid TOML: {error}", fix="fix the syntax at that line"
         ) from error
@@ -201,6 +222,8 @@ def _resolve(
         return data, digest, None
     where = _manifest_table(data, path).table("bundle")
     parent_name: str = where.get("extends", str)
+    if NAME_PATTERN.fullmatch(parent_name) is None:
+        raise where.fail("extends", f"'{parent_name}' {_BAD_NAME}", "give a bundle's name")
     if parent_name == path.stem or parent_name in chain:
         loop = " -> ".join((*chain, path.stem, parent_name))
         raise where.fail(
@@ -209,6 +232,12 @@ def _resolve(
             "make one of them stand alone (give it every table and remove its extends)",
         )
     parent_path = bundles_root / f"{parent_name}.toml"
+    if parent_path.exists() and not _inside(parent_path, bundles_root):
+        raise where.fail(
+            "extends",
+            f"{parent_path} is a link to {parent_path.resolve()}, outside {bundles_root}",
+            "make the parent a real file in the bundles directory",
+        )
     if not parent_path.is_file():
         known = sorted(p.stem for p in bundles_root.glob("*.toml") if p != path)
         raise where.fail(
@@ -269,6 +298,12 @@ def _build_bundle(
         Field("extends", str),
     )
     name, python = fields["name"], fields["python"]
+    if NAME_PATTERN.fullmatch(name) is None:
+        raise meta.fail(
+            "name",
+            f"'{name}' {_BAD_NAME}",
+            'rename the bundle and its file, e.g. name = "v6e-2.11" in v6e-2.11.toml',
+        )
     if name != path.stem:
         raise meta.fail(
             "name",
@@ -358,6 +393,19 @@ def _parse_component(table: Table, name: str, patches_root: Path) -> Component:
     for index, relpath in enumerate(fields["patches"]):
         _check_patch_path(table, name, index, relpath)
         patch_path = patches_root / relpath
+        if patch_path.is_dir():
+            raise table.fail(
+                "patches",
+                f"patches/{relpath} is a directory, not a patch file",
+                "list the patch files inside it, one entry each",
+            )
+        if not _inside(patch_path, patches_root):
+            # A symlink is judged by its target: the series must come from the project.
+            raise table.fail(
+                "patches",
+                f"patches/{relpath} is a link to {patch_path.resolve()}, outside patches/",
+                "copy the patch into patches/ (a real file) and list it there",
+            )
         if not patch_path.is_file():
             raise table.fail(
                 "patches",

@@ -62,6 +62,13 @@ class PatchError(PipelineError):
     """A patch series is malformed or does not apply."""
 
 
+class PatchFileError(PatchError):
+    """A patch file itself is bad input (not a patch, a malformed header, the wrong
+    component, not UTF-8, a directory): exit 2, like a malformed manifest."""
+
+    exit_code = 2
+
+
 class BundleBusy(PipelineError):
     """Another run holds the bundle's work directory (``out/<bundle>/.lock``)."""
 

@@ -48,7 +48,7 @@ from pathlib import Path
 
 from xla_wheels import runner
 from xla_wheels.bundle import Component, PatchRef
-from xla_wheels.errors import PatchError
+from xla_wheels.errors import PatchError, PatchFileError
 from xla_wheels.gitutil import git, git_out, status_porcelain
 from xla_wheels.plan import PlannedCommand
 from xla_wheels.series_hygiene import LineDefect, scan_patch_file
@@ -153,10 +153,23 @@ def header_from_message(message: str) -> str:
 
 def parse_patch(path: Path, *, component: str | None = None) -> PatchHeader:
     """Read and validate a patch file's header; every problem names the file and the fix."""
-    text = path.read_text(encoding="utf-8")
+    if path.is_dir():
+        raise PatchFileError(
+            f"{path} is a directory, not a patch file",
+            fix="give the patch files inside it, one each",
+        )
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise PatchFileError(
+            f"{path}: not UTF-8 text (byte {error.start} cannot be read)",
+            fix="save the patch as UTF-8 (as `git format-patch` writes it)",
+        ) from None
     diff_at = text.find("\ndiff --git ")
     if not text.startswith("diff --git ") and diff_at < 0:
-        raise PatchError(f"{path}: no 'diff --git' section", fix="append the output of `git diff`")
+        raise PatchFileError(
+            f"{path}: no 'diff --git' section", fix="append the output of `git diff`"
+        )
     header_text = "" if text.startswith("diff --git ") else text[: diff_at + 1]
     fields: dict[str, str] = {}
     lines = header_text.splitlines()
@@ -169,13 +182,13 @@ def parse_patch(path: Path, *, component: str | None = None) -> PatchHeader:
         else:
             match = _HEADER_LINE.fullmatch(line)
             if not match:
-                raise PatchError(
+                raise PatchFileError(
                     f"{path}: header line {index + 1} is not 'Key: value': {line!r}",
                     fix="continuation lines start with two spaces; a blank line ends the header",
                 )
             last_key = match.group(1)
             if last_key not in REQUIRED_KEYS + OPTIONAL_KEYS:
-                raise PatchError(
+                raise PatchFileError(
                     f"{path}: unknown header key '{last_key}'",
                     fix=f"use: {', '.join(REQUIRED_KEYS + OPTIONAL_KEYS)}",
                 )
@@ -183,24 +196,24 @@ def parse_patch(path: Path, *, component: str | None = None) -> PatchHeader:
         index += 1
     missing = [key for key in REQUIRED_KEYS if not fields.get(key)]
     if missing:
-        raise PatchError(
+        raise PatchFileError(
             f"{path}: header is missing {', '.join(missing)}",
             fix="every patch starts with Subject, Component, Base, Fixes, Why, Upstream and "
             "Files lines (see README, 'Patch files')",
         )
     for line_number, line in enumerate(lines, start=1):
         if line.startswith(_DIFF_START):
-            raise PatchError(
+            raise PatchFileError(
                 f"{path}: header line {line_number} starts like a diff: {line!r}",
                 fix="reword it; git apply would take it for part of the diff",
             )
     if not re.fullmatch(r"[0-9a-f]{40}", fields["Base"]):
-        raise PatchError(
+        raise PatchFileError(
             f"{path}: Base '{fields['Base']}' is not a full 40-hex commit SHA",
             fix="write the full SHA the diff was made against",
         )
     if "Author" in fields and not _AUTHOR.fullmatch(fields["Author"]):
-        raise PatchError(
+        raise PatchFileError(
             f"{path}: Author '{fields['Author']}' is not 'Name <email>'",
             fix="write e.g. 'Author: Jane Doe <jane@example.com>', or drop the line",
         )
@@ -208,12 +221,12 @@ def parse_patch(path: Path, *, component: str | None = None) -> PatchHeader:
         try:
             git_date(fields["Date"])
         except ValueError as error:
-            raise PatchError(
+            raise PatchFileError(
                 f"{path}: Date '{fields['Date']}' is not an ISO 8601 date with a UTC offset",
                 fix="write e.g. 'Date: 2025-12-18T10:08:20-08:00', or drop the line",
             ) from error
     if component is not None and fields["Component"] != component:
-        raise PatchError(
+        raise PatchFileError(
             f"{path}: header says Component: {fields['Component']}, but the bundle lists it "
             f"under {component}",
             fix="move the file to the right component's series",
@@ -222,7 +235,7 @@ def parse_patch(path: Path, *, component: str | None = None) -> PatchHeader:
     touched = tuple(dict.fromkeys(match.group(2) for match in _DIFF_FILE.finditer(diff_text)))
     header = PatchHeader(fields, "\n".join(lines[index:]).strip(), touched)
     if set(header.declared_files) != set(touched):
-        raise PatchError(
+        raise PatchFileError(
             f"{path}: Files lists {', '.join(header.declared_files)} but the diff touches "
             f"{', '.join(touched)}",
             fix="make the Files line name exactly the files in the diff",

@@ -30,11 +30,16 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NoReturn
 
 from xla_wheels import __version__
-from xla_wheels.errors import PipelineError
+from xla_wheels.cli.arguments import RefusedSwitchAction
+from xla_wheels.cli.from_make import MakeRun
+from xla_wheels.cli.settings import check_environment
+from xla_wheels.errors import PipelineError, UsageError
 
 #: Every subcommand, in the order ``--help`` shows them: (module, one-line help); the
 #: module is relative to this package unless it is a dotted path.
@@ -128,9 +133,26 @@ def _chosen_command(argv: Sequence[str]) -> str | None:
     return next((arg for arg in argv if not arg.startswith("-")), None)
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with bad arguments as our :class:`UsageError` (``error:``/``fix:``, exit
+    2) instead of a usage dump: a bad value raises :class:`argparse.ArgumentError` up to
+    :func:`main` (``exit_on_error=False``), which names the flag, or the make variable that
+    carried it; the other mistakes (unknown or missing arguments) come through
+    :meth:`error`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("exit_on_error", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(
+            f"{self.prog}: {message}", fix=f"see `{self.prog} --help` for its arguments"
+        )
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; only ``command``'s arguments (and its module's imports) are loaded."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="xla-wheels",
         description="Build, publish and gate patched PyTorch/XLA wheels from pinned bundles.",
     )
@@ -145,12 +167,50 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _actions(parser: argparse.ArgumentParser) -> Iterator[argparse.Action]:
+    """Every action of ``parser`` and of its loaded subcommands."""
+    for action in parser._actions:
+        yield action
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _actions(sub)
+
+
+def _example(action: argparse.Action) -> str:
+    """A value that works for ``action``, for the fix."""
+    if action.choices:
+        return str(next(iter(action.choices)))
+    if example := getattr(action.type, "example", None):
+        return str(example)
+    if action.default not in (None, False, ""):
+        return str(action.default)
+    return "1" if action.nargs == "?" else "<value>"
+
+
+def _bad_argument(
+    error: argparse.ArgumentError, parser: argparse.ArgumentParser, make: MakeRun | None
+) -> UsageError:
+    """The error for a refused argument value, in the words the user typed."""
+    names = (error.argument_name or "").split("/")
+    action = next((a for a in _actions(parser) if set(a.option_strings) & set(names)), None)
+    flag = names[0] or "argument"
+    variable = make.variable_of(names) if make is not None else None
+    example = _example(action) if action is not None else "<value>"
+    if isinstance(action, RefusedSwitchAction):
+        # The subcommand has no dry run: the working command is the same one without it.
+        if make is not None and variable is not None:
+            return UsageError(
+                f"{variable}: {error.message}", fix=make.command(None, instead_of=variable)
+            )
+        return UsageError(f"{flag}: {error.message}", fix=f"run it without {flag}")
+    if make is not None and variable is not None:
+        return UsageError(f"{variable}: {error.message}", fix=make.command(variable, example))
+    return UsageError(f"{flag}: {error.message}", fix=f"pass {flag} {example}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(_chosen_command(arguments))
-    args = parser.parse_args(arguments)
-    handler: Callable[[argparse.Namespace], int] = args.handler
-    return exit_code_of(lambda: handler(args))
+    return exit_code_of(lambda: _run(arguments))
 
 
 def exit_code_of(action: Callable[[], int]) -> int:
@@ -166,3 +226,19 @@ def exit_code_of(action: Callable[[], int]) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+
+
+def _run(arguments: list[str]) -> int:
+    make = MakeRun.from_environ(os.environ)
+    if make is not None:
+        make.check_command_line()
+    parser = build_parser(_chosen_command(arguments))
+    try:
+        args = parser.parse_args(arguments)
+    except argparse.ArgumentError as error:
+        raise _bad_argument(error, parser, make) from None
+    # A switch or number in the environment that is not understood is refused before
+    # anything runs, whether or not this subcommand reads it.
+    check_environment(os.environ)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    return handler(args)

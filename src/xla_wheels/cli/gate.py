@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xla_wheels import log
+from xla_wheels.cli.arguments import amount, count
 from xla_wheels.cli.settings import Settings
 from xla_wheels.errors import UsageError
 from xla_wheels.gate import (
@@ -87,7 +88,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--child-timeout",
-        type=float,
+        type=amount(1, 7 * 86400, 600, "seconds"),
         default=600.0,
         metavar="SECONDS",
         help="per-child timeout; a hung child's process group is killed",
@@ -153,7 +154,9 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
         _add_gate_arguments(parser)
     elif name == "bench-restart":
         _add_common(parser)
-        parser.add_argument("--rounds", type=int, default=5, help="restarts per phase")
+        parser.add_argument(
+            "--rounds", type=count(1, 1000, 5), default=5, help="restarts per phase (1 to 1000)"
+        )
         parser.add_argument("--out", type=Path, default=Path("out/bench"))
         parser.set_defaults(handler=run_bench)
     else:
@@ -173,16 +176,18 @@ def _add_gate_arguments(gate: argparse.ArgumentParser) -> None:
         default=Path("out/gate"),
         help="directory for report.json, junit.xml and child logs",
     )
-    gate.add_argument("--warm-runs", type=int, default=2, help="warm restarts (at least 2)")
+    gate.add_argument(
+        "--warm-runs", type=count(2, 100, 2), default=2, help="warm restarts (2 to 100)"
+    )
     gate.add_argument(
         "--max-warm-ratio",
-        type=float,
+        type=amount(0, 100, 0.5, "times the cold time"),
         default=restart.RestartConfig.max_warm_ratio,
         help="warm time-to-ready must be at most this fraction of cold",
     )
     gate.add_argument(
         "--baseline-tolerance",
-        type=float,
+        type=amount(0, 100, 0.5, "times the baseline"),
         default=restart.RestartConfig.baseline_tolerance,
         help="allowed slowdown against a recorded baseline (0.5 = 50%%)",
     )
@@ -195,7 +200,7 @@ def _add_gate_arguments(gate: argparse.ArgumentParser) -> None:
     gate.add_argument("--spmd", action="store_true", help="run the restart workload under SPMD")
     gate.add_argument(
         "--writers",
-        type=int,
+        type=count(1, 64, 1),
         default=1,
         help="concurrent cold processes writing the same cache directory",
     )

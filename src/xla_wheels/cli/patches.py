@@ -7,7 +7,7 @@ import os
 
 from xla_wheels import log
 from xla_wheels.bundle import COMPONENT_NAMES, Bundle, load_bundle
-from xla_wheels.cli.arguments import add_bundle_arguments
+from xla_wheels.cli.arguments import SwitchAction, add_bundle_arguments, add_switch
 from xla_wheels.cli.settings import pipeline_options
 from xla_wheels.errors import UsageError
 from xla_wheels.options import PipelineOptions
@@ -20,6 +20,7 @@ from xla_wheels.patch_workflow import (
 from xla_wheels.run_lock import unless_dry_run
 from xla_wheels.series_build import judge
 from xla_wheels.sources import SourceCache
+from xla_wheels.values import SWITCH_SPELLINGS
 
 
 def cmd_patch_export(args: argparse.Namespace) -> int:
@@ -115,9 +116,9 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     if name == "patch-export":
         add_bundle_arguments(parser, dry_run=True)
         parser.add_argument("--component", default="torch_xla", choices=COMPONENT_NAMES)
-        parser.add_argument(
+        add_switch(
+            parser,
             "--force",
-            action="store_true",
             help="overwrite patch files edited by hand since the patch stage applied them",
         )
         parser.set_defaults(handler=cmd_patch_export)
@@ -128,8 +129,9 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
             "--continue",
             dest="continue_",
-            action="store_true",
-            help="continue after resolving a conflict",
+            action=SwitchAction,
+            default=False,
+            help=f"continue after resolving a conflict [{SWITCH_SPELLINGS}]",
         )
         parser.set_defaults(handler=cmd_patch_rebase)
     else:

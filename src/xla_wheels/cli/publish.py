@@ -18,7 +18,7 @@ from pathlib import Path
 from xla_wheels import attestation as attest
 from xla_wheels import launch_profile, log
 from xla_wheels.bundle import load_bundle
-from xla_wheels.cli.arguments import add_bundle_arguments
+from xla_wheels.cli.arguments import add_bundle_arguments, add_switch
 from xla_wheels.cli.settings import pipeline_options, publish_options, supply_options
 from xla_wheels.errors import UsageError
 from xla_wheels.layout import BundleLayout
@@ -264,9 +264,9 @@ def _add_requirements_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--output", type=Path, default=None, help="default: dist/<bundle>/requirements.txt"
     )
-    parser.add_argument(
+    add_switch(
+        parser,
         "--refresh",
-        action="store_true",
         help="resolve the public wheels again even if wheels.lock has them",
     )
     parser.add_argument(
@@ -291,9 +291,9 @@ def _add_verify_install_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="base interpreter of the venv (default: this one)",
     )
-    parser.add_argument(
+    add_switch(
+        parser,
         "--no-deps",
-        action="store_true",
         default=None,
         help="install only our wheels, with pip --no-deps (default: $XLA_WHEELS_NO_DEPS)",
     )

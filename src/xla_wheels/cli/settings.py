@@ -31,10 +31,11 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from xla_wheels.cli.arguments import MAX_PROGRESS_INTERVAL
 from xla_wheels.errors import UsageError
 from xla_wheels.options import (
     PipelineOptions,
@@ -43,6 +44,14 @@ from xla_wheels.options import (
     env_var,
     machine_cache,
 )
+from xla_wheels.values import BadValue, parse_amount, parse_count, parse_switch
+
+#: The settings that are switches: their environment variables are checked for every
+#: subcommand before it runs (:func:`check_environment`), read by it or not.
+ENV_SWITCHES: tuple[str, ...] = ("--dry-run", "--keep-recorded", "--no-deps")
+
+#: The most compile jobs one builder may ask for: more is a typo (JOBS=1e9), not a machine.
+MAX_JOBS = 4096
 
 if TYPE_CHECKING:
     from xla_wheels.builder.config import BuildConfig
@@ -66,19 +75,62 @@ class Settings:
         return Path(value).expanduser() if value else None
 
     def switch(self, flag: str) -> bool:
+        """The flag's value when given (on or off), else the environment's, else off."""
         value = getattr(self._args, flag.lstrip("-").replace("-", "_"), None)
-        if isinstance(value, bool) and value:
-            return True
-        return _truthy(self._environ.get(env_var(flag)))
+        if isinstance(value, bool):
+            return value
+        return env_switch(self._environ, flag)
 
 
-def _truthy(value: str | None) -> bool:
-    return (value or "").strip().lower() in {"1", "true", "yes", "on"}
+def env_switch(environ: Mapping[str, str], flag: str) -> bool:
+    """``XLA_WHEELS_<NAME>`` as a switch: unset is off; a value not in the documented
+    spellings is a :class:`UsageError`, never a silent "off"."""
+    name = env_var(flag)
+    text = environ.get(name)
+    if text is None:
+        return False
+    try:
+        return parse_switch(text)
+    except BadValue as bad:
+        raise UsageError(
+            f"{name}={text!r} {bad.reason}",
+            fix=f"set {name}=1 or {name}=0, or unset it",
+        ) from None
+
+
+def env_number(environ: Mapping[str, str], flag: str, parse: Callable[[str], float]) -> None:
+    """Check ``XLA_WHEELS_<NAME>`` with ``parse`` (a :mod:`xla_wheels.values` parser)."""
+    name = env_var(flag)
+    text = environ.get(name)
+    if text:
+        try:
+            parse(text)
+        except BadValue as bad:
+            raise UsageError(
+                f"{name}={text!r} {bad.reason}", fix=f"set {name}={bad.example}, or unset it"
+            ) from None
+
+
+def check_environment(environ: Mapping[str, str]) -> None:
+    """Every ``XLA_WHEELS_*`` switch and number of the environment, whichever subcommand
+    runs: a value that is not understood is refused (exit 2) before anything runs."""
+    for flag in ENV_SWITCHES:
+        env_switch(environ, flag)
+    env_number(environ, "--jobs", _jobs)
+    env_number(environ, "--progress-interval", _progress_interval)
+
+
+def _jobs(text: str) -> int:
+    return parse_count(text, low=1, high=MAX_JOBS, example=8)
+
+
+def _progress_interval(text: str) -> float:
+    return parse_amount(text, low=0, high=MAX_PROGRESS_INTERVAL, example=30, unit="seconds")
 
 
 def pipeline_options(args: argparse.Namespace, environ: Mapping[str, str]) -> PipelineOptions:
     settings = Settings(args, environ)
-    if not hasattr(args, "dry_run") and _truthy(environ.get(env_var("--dry-run"))):
+    if not getattr(args, "has_dry_run", False) and settings.switch("--dry-run"):
         # The environment asks for a dry run of a subcommand that has none: running it for
         # real would act behind the user's back.
         raise UsageError(
@@ -106,10 +158,10 @@ def _interval(text: str | None) -> float:
     if text is None:
         return PipelineOptions.progress_interval
     try:
-        return max(float(text), 0.0)
-    except ValueError:
+        return _progress_interval(text)
+    except BadValue as bad:
         raise UsageError(
-            f"progress interval {text!r} is not a number of seconds",
+            f"progress interval {text!r} {bad.reason}",
             fix="pass --progress-interval 30 (or 0 for none), or unset "
             + env_var("--progress-interval"),
         ) from None
@@ -138,13 +190,13 @@ def build_config(args: argparse.Namespace, environ: Mapping[str, str]) -> BuildC
         )
     jobs_text = settings.text("--jobs")
     try:
-        jobs = int(jobs_text) if jobs_text else (os.cpu_count() or 1)
-    except ValueError:
+        jobs = _jobs(jobs_text) if jobs_text else (os.cpu_count() or 1)
+    except BadValue as bad:
         raise UsageError(
-            f"jobs {jobs_text!r} is not a number", fix="pass --jobs N (make: JOBS=N)"
+            f"jobs {jobs_text!r} {bad.reason}",
+            fix=f"pass --jobs {bad.example} (make: JOBS={bad.example}), or unset "
+            + env_var("--jobs"),
         ) from None
-    if jobs < 1:
-        raise UsageError(f"jobs={jobs} must be at least 1", fix="pass --jobs 1 or more")
     compiler_env = defaults.compiler_env
     if args.compiler_env is not None:
         pairs = []

@@ -16,8 +16,14 @@ from xla_wheels import log, runner
 from xla_wheels.builder.config import DEFAULT_IMAGE, ENGINES, MODES
 from xla_wheels.builder.container import EngineError, build_image_argv
 from xla_wheels.bundle import available_bundles, describe, diff, load_bundle
-from xla_wheels.cli.arguments import add_bundle_arguments, add_common_arguments
-from xla_wheels.cli.settings import build_config, pipeline_options
+from xla_wheels.cli.arguments import (
+    add_bundle_arguments,
+    add_common_arguments,
+    add_switch,
+    amount,
+    count,
+)
+from xla_wheels.cli.settings import MAX_JOBS, build_config, pipeline_options
 from xla_wheels.errors import LockError, PatchError, UsageError
 from xla_wheels.gitutil import git_out
 from xla_wheels.patches import check_series, parse_patch
@@ -241,7 +247,10 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
         "--image", default=None, help=f"builder image (default {DEFAULT_IMAGE}; $XLA_WHEELS_IMAGE)"
     )
     group.add_argument(
-        "--jobs", type=int, default=None, help="compile jobs (default: cores; $XLA_WHEELS_JOBS)"
+        "--jobs",
+        type=count(1, MAX_JOBS, 8),
+        default=None,
+        help=f"compile jobs, 1 to {MAX_JOBS} (default: cores; $XLA_WHEELS_JOBS)",
     )
     group.add_argument(
         "--host-python",
@@ -268,13 +277,14 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
         "$XLA_WHEELS_SHIP_CHECK)",
     )
     group.add_argument("--ship-pip-args", default=None, help="pip arguments for the clean env")
-    group.add_argument("--min-disk-gib", type=float, default=None)
-    group.add_argument("--mem-per-job-gib", type=float, default=None)
-    group.add_argument("--mem-base-gib", type=float, default=None)
+    gib = amount(0, MAX_GIB, 8, "GiB")
+    group.add_argument("--min-disk-gib", type=gib, default=None)
+    group.add_argument("--mem-per-job-gib", type=gib, default=None)
+    group.add_argument("--mem-base-gib", type=gib, default=None)
     group.add_argument("--host-tools", default=None, help="comma-separated tools --mode host needs")
-    group.add_argument(
+    add_switch(
+        group,
         "--keep-recorded",
-        action="store_true",
         default=None,
         help="when a rebuilt wheel differs from the one wheels.lock records, keep the "
         "recorded file ($XLA_WHEELS_KEEP_RECORDED)",
@@ -287,6 +297,9 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--compiler-env", default=None, help="e.g. 'CC=clang CXX=clang++'")
 
+
+#: Disk and memory figures above this many GiB are typos, not machines.
+MAX_GIB = 100_000.0
 
 #: The stage each running subcommand stops after.
 _LAST_STAGE = {"sources": "sources", "patch": "patches", "wheels": "collect"}

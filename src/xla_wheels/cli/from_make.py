@@ -1,0 +1,99 @@
+"""What the CLI knows when the Makefile runs it: the user's words are make variables.
+
+The Makefile's one mapping (``MAKE_VARIABLES``: ``NAME=--flag``, or ``NAME=`` for a
+variable that is not a flag) reaches the CLI as :data:`ENV_VARIABLES`, with the target
+(:data:`ENV_GOAL`) and the names of the variables given on make's command line
+(:data:`ENV_COMMAND_LINE`; make exports their values to the recipe's environment). With
+them the CLI
+
+- refuses a command-line variable the Makefile does not read (``DRYRUN=1``,
+  ``BUNDEL=x``), naming the one it probably meant: make itself would ignore it, and a
+  typo of ``DRY_RUN`` would run for real;
+- names the make variable, not the flag, when a value is refused, and gives the whole
+  ``make`` command with a value that works as the fix.
+
+Without those variables (the CLI run directly) nothing here applies.
+"""
+
+from __future__ import annotations
+
+import difflib
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from xla_wheels.errors import UsageError
+
+ENV_VARIABLES = "XLA_WHEELS_MAKE_VARIABLES"
+ENV_GOAL = "XLA_WHEELS_MAKE_GOAL"
+ENV_COMMAND_LINE = "XLA_WHEELS_MAKE_COMMAND_LINE"
+
+#: Variables of make itself that a user may set on its command line.
+MAKE_OWN = frozenset({"MAKEFLAGS", "MAKE", "SHELL", "MAKEOVERRIDES", "MAKEFILES", "VPATH"})
+
+
+@dataclass(frozen=True)
+class MakeRun:
+    """The make invocation that runs this CLI."""
+
+    goal: str
+    flags: Mapping[str, str]
+    """Every make variable the Makefile reads -> its CLI flag ('' when not a flag)."""
+    given: Mapping[str, str]
+    """The variables on make's command line -> their values."""
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> MakeRun | None:
+        table = environ.get(ENV_VARIABLES)
+        if table is None:
+            return None
+        flags = dict(entry.partition("=")[::2] for entry in table.split())
+        given = {name: environ.get(name, "") for name in environ.get(ENV_COMMAND_LINE, "").split()}
+        return cls(goal=environ.get(ENV_GOAL, ""), flags=flags, given=given)
+
+    def variable_of(self, option_strings: list[str]) -> str | None:
+        """The make variable that carries one of ``option_strings``, if any."""
+        return next((name for name, flag in self.flags.items() if flag in option_strings), None)
+
+    def command(self, name: str | None, value: str = "", *, instead_of: str | None = None) -> str:
+        """The user's make command with ``name=value`` (in the place of ``instead_of``,
+        which is dropped); ``name`` None only drops ``instead_of``."""
+        words = [f"make {self.goal}".strip()]
+        pending = name
+        for given, given_value in self.given.items():
+            if given in (name, instead_of):
+                if pending is not None:
+                    words.append(f"{pending}={shlex.quote(value)}")
+                    pending = None
+                continue
+            words.append(f"{given}={shlex.quote(given_value)}")
+        if pending is not None:
+            words.append(f"{pending}={shlex.quote(value)}")
+        return " ".join(words)
+
+    def check_command_line(self) -> None:
+        """Refuse a variable on make's command line that the Makefile does not read."""
+        for name in self.given:
+            if name in self.flags or name in MAKE_OWN:
+                continue
+            guess = _closest(name, list(self.flags))
+            if guess is None:
+                raise UsageError(
+                    f"make variable {name} is not read by any target of this Makefile",
+                    fix=f"{self.command(None, instead_of=name)} (`make help` lists each "
+                    "target's variables)",
+                )
+            raise UsageError(
+                f"make variable {name} is not read by any target of this Makefile "
+                f"(did you mean {guess}?)",
+                fix=self.command(guess, self.given[name], instead_of=name),
+            )
+
+
+def _closest(name: str, known: list[str]) -> str | None:
+    # Case and underscores are the commonest slips (dry_run, DRYRUN); then spelling.
+    squeezed = {k.replace("_", ""): k for k in known}
+    if (exact := squeezed.get(name.upper().replace("_", ""))) is not None:
+        return exact
+    matches = difflib.get_close_matches(name.upper(), known, n=1, cutoff=0.75)
+    return matches[0] if matches else None

@@ -1,0 +1,275 @@
+"""Every value the user types means one thing, or is refused before anything runs (exit 2).
+
+Classes, each through make and through the CLI: switches (one set of spellings, any
+case; anything else refused, never read as "off"), make variables that are not the
+Makefile's (a typo of DRY_RUN must not run for real), numbers (finite, in range, named by
+the variable that carried them), and argparse's own refusals (our ``error:``/``fix:``,
+not a usage dump naming flags the make user never typed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.clirunner import REPO_ROOT, CliResult, run_cli
+from xla_wheels.cli import build_parser
+from xla_wheels.values import SWITCH_FALSE, SWITCH_TRUE
+
+BUNDLE = "v6e-2.9"
+BAD_SWITCHES = ["2", "maybe", "TRUEE", "enable", "-1", "yes please"]
+
+
+def run_make(*argv: str, tmp_path: Path, env: dict[str, str] | None = None) -> CliResult:
+    """``make ARGV`` in the checkout; the pipeline's work and cache go under ``tmp_path``."""
+    full_env = {
+        "PATH": os.environ["PATH"],
+        "HOME": os.environ.get("HOME", str(tmp_path)),
+        "XLA_WHEELS_OUT": str(tmp_path / "out"),
+        "XLA_WHEELS_CACHE": str(tmp_path / "cache"),
+        **(env or {}),
+    }
+    process = subprocess.run(
+        ["make", "--no-print-directory", *argv], cwd=REPO_ROOT, env=full_env, text=True,
+        capture_output=True, timeout=600, check=False,
+    )  # fmt: skip
+    return CliResult(process.returncode, process.stdout, process.stderr)
+
+
+def assert_refused_before_anything(result: CliResult, tmp_path: Path) -> None:
+    assert result.exit_code == 2, result.output
+    assert "usage:" not in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()
+
+
+def error_lines(result: CliResult) -> list[str]:
+    return [line for line in result.stderr.splitlines() if not line.startswith("make: ***")]
+
+
+# --- switches ------------------------------------------------------------------------
+
+
+def _parsed_switch(value: str) -> bool:
+    args = build_parser("wheels").parse_args(["wheels", f"--dry-run={value}"])
+    assert isinstance(args, argparse.Namespace)
+    return bool(args.dry_run)
+
+
+@pytest.mark.parametrize("spelling", [*SWITCH_TRUE, "TRUE", "Yes", "ON", "Y", " true "])
+def test_every_documented_on_spelling_is_on_in_any_case(spelling: str) -> None:
+    assert _parsed_switch(spelling) is True
+
+
+@pytest.mark.parametrize("spelling", [*SWITCH_FALSE, "", "FALSE", "No", "OFF", "N"])
+def test_every_documented_off_spelling_is_off_in_any_case(spelling: str) -> None:
+    assert _parsed_switch(spelling) is False
+
+
+@pytest.mark.parametrize("spelling", ["TRUE", "Y", "On"])
+def test_make_dry_run_in_capitals_is_a_dry_run(spelling: str, tmp_path: Path) -> None:
+    # Once DRY_RUN=TRUE meant "off" in the Makefile and a real upload happened.
+    result = run_make("wheels", f"BUNDLE={BUNDLE}", f"DRY_RUN={spelling}", tmp_path=tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "] collect" in result.stdout, result.stdout
+    assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("value", BAD_SWITCHES)
+@pytest.mark.parametrize(
+    ("target", "variable"),
+    [
+        (("wheels", f"BUNDLE={BUNDLE}"), "DRY_RUN"),
+        (("wheels", f"BUNDLE={BUNDLE}", "DRY_RUN=1"), "KEEP_RECORDED"),
+        (("patch-export", f"BUNDLE={BUNDLE}", "DRY_RUN=1"), "FORCE"),
+        (("patch-rebase", f"BUNDLE={BUNDLE}", "DRY_RUN=1"), "CONTINUE"),
+        (("requirements", f"BUNDLE={BUNDLE}"), "REFRESH"),
+        (("verify-install", f"BUNDLE={BUNDLE}"), "NO_DEPS"),
+        (("publish", f"BUNDLE={BUNDLE}", "INDEX_URL=http://127.0.0.1:9/simple/"), "DRY_RUN"),
+    ],
+)
+def test_make_refuses_a_switch_value_it_does_not_know(
+    target: tuple[str, ...], variable: str, value: str, tmp_path: Path
+) -> None:
+    result = run_make(*target, f"{variable}={value}", tmp_path=tmp_path)
+    assert_refused_before_anything(result, tmp_path)
+    lines = error_lines(result)
+    assert lines[0].startswith(f"error: {variable}: {value!r} is not a switch value"), lines
+    assert "--" not in lines[0]  # the make variable, not the CLI flag
+    assert lines[1].startswith(f"  fix: make {target[0]} ") and f"{variable}=1" in lines[1]
+    assert len(lines) == 2, lines
+
+
+@pytest.mark.parametrize("value", BAD_SWITCHES)
+@pytest.mark.parametrize("variable", ["XLA_WHEELS_DRY_RUN", "XLA_WHEELS_KEEP_RECORDED",
+                                      "XLA_WHEELS_NO_DEPS"])  # fmt: skip
+@pytest.mark.parametrize("command", [("wheels", "--bundle", BUNDLE), ("bundles",)])
+def test_the_environment_refuses_a_switch_value_it_does_not_know(
+    command: tuple[str, ...], variable: str, value: str, tmp_path: Path
+) -> None:
+    # Checked for every subcommand, whether it reads the switch or not.
+    result = run_cli(
+        *command, root=REPO_ROOT,
+        env={variable: value, "XLA_WHEELS_OUT": str(tmp_path / "out"),
+             "XLA_WHEELS_CACHE": str(tmp_path / "cache")},
+    )  # fmt: skip
+    assert_refused_before_anything(result, tmp_path)
+    assert f"error: {variable}={value!r} is not a switch value" in result.stderr
+    assert f"fix: set {variable}=1 or {variable}=0, or unset it" in result.stderr
+
+
+@pytest.mark.parametrize("value", ["Y", "TRUE", "On"])
+def test_the_environment_dry_run_in_capitals_is_a_dry_run(value: str, tmp_path: Path) -> None:
+    result = run_cli(
+        "wheels", "--bundle", BUNDLE, root=REPO_ROOT,
+        env={"XLA_WHEELS_DRY_RUN": value, "XLA_WHEELS_OUT": str(tmp_path / "out"),
+             "XLA_WHEELS_CACHE": str(tmp_path / "cache")},
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("value", ["0", "no", "OFF", "n"])
+def test_dry_run_off_is_accepted_by_a_subcommand_without_a_dry_run(value: str) -> None:
+    args = build_parser("verify-install").parse_args(["verify-install", f"--dry-run={value}"])
+    assert args.dry_run is False
+
+
+def test_make_dry_run_on_a_subcommand_without_one_is_refused(tmp_path: Path) -> None:
+    result = run_make("verify-install", f"BUNDLE={BUNDLE}", "DRY_RUN=yes", tmp_path=tmp_path)
+    assert_refused_before_anything(result, tmp_path)
+    assert error_lines(result) == [
+        "error: DRY_RUN: verify-install has no dry run",
+        f"  fix: make verify-install BUNDLE={BUNDLE}",
+    ]
+
+
+# --- make variables that are not the Makefile's ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("typo", "meant"),
+    [("DRYRUN=1", "DRY_RUN"), ("dry_run=1", "DRY_RUN"), ("BUNDEL=v6e-2.9", "BUNDLE"),
+     ("JBOS=4", "JOBS"), ("ENGNIE=podman", "ENGINE"), ("KEEP_RECORD=1", "KEEP_RECORDED")],
+)  # fmt: skip
+def test_make_reports_a_variable_that_looks_like_a_typo(
+    typo: str, meant: str, tmp_path: Path
+) -> None:
+    result = run_make("wheels", f"BUNDLE={BUNDLE}", typo, tmp_path=tmp_path)
+    assert_refused_before_anything(result, tmp_path)
+    name, value = typo.split("=")
+    lines = error_lines(result)
+    assert lines[0] == (
+        f"error: make variable {name} is not read by any target of this Makefile "
+        f"(did you mean {meant}?)"
+    )
+    assert lines[1].startswith("  fix: make wheels ") and f"{meant}={value}" in lines[1]
+    assert f"{name}=" not in lines[1]
+
+
+def test_make_reports_an_unknown_variable_without_a_guess(tmp_path: Path) -> None:
+    result = run_make("wheels", f"BUNDLE={BUNDLE}", "DRY_RUN=1", "FROBNICATE=1", tmp_path=tmp_path)
+    assert_refused_before_anything(result, tmp_path)
+    assert "error: make variable FROBNICATE is not read by any target" in result.stderr
+    assert "FROBNICATE" not in result.stderr.split("fix:")[1]
+
+
+def test_every_variable_a_target_reads_is_in_the_makefiles_one_table(tmp_path: Path) -> None:
+    # All the documented variables together are accepted (the refusal can fail only for
+    # a variable missing from MAKE_VARIABLES).
+    result = run_make(
+        "wheels", f"BUNDLE={BUNDLE}", "DRY_RUN=1", "ENGINE=podman", "BUILD_MODE=container",
+        "JOBS=2", "BUILDER_IMAGE=x", "HOST_PYTHON=python3", "KEEP_RECORDED=0", "MIRROR=",
+        tmp_path=tmp_path,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+
+
+# --- numbers and choices through make and the CLI ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("target", "setting", "reason"),
+    [
+        (("wheels", f"BUNDLE={BUNDLE}", "DRY_RUN=1"), "JOBS=1e9", "is not a whole number"),
+        (("wheels", f"BUNDLE={BUNDLE}", "DRY_RUN=1"), "JOBS=99999", "is out of range"),
+        (("wheels", f"BUNDLE={BUNDLE}", "DRY_RUN=1"), "JOBS=-2", "is out of range"),
+        (("wheels", f"BUNDLE={BUNDLE}", "DRY_RUN=1"), "ENGINE=nonsense", "invalid choice"),
+        (("wheels", f"BUNDLE={BUNDLE}", "DRY_RUN=1"), "BUILD_MODE=weird", "invalid choice"),
+        (("bench-restart",), "ROUNDS=0", "is out of range"),
+        (("bench-restart",), "ROUNDS=1e9", "is not a whole number"),
+        (("gate",), "WORKLOAD=huge", "invalid choice"),
+        (("doctor", f"BUNDLE={BUNDLE}"), "ROLE=boss", "invalid choice"),
+    ],
+)
+def test_make_names_the_variable_of_a_refused_value(
+    target: tuple[str, ...], setting: str, reason: str, tmp_path: Path
+) -> None:
+    result = run_make(*target, setting, tmp_path=tmp_path)
+    assert_refused_before_anything(result, tmp_path)
+    variable, value = setting.split("=")
+    lines = error_lines(result)
+    assert len(lines) == 2, lines
+    assert lines[0].startswith(f"error: {variable}: {value!r} {reason}") or lines[0].startswith(
+        f"error: {variable}: {reason}: {value!r}"
+    ), lines
+    assert "--" not in lines[0]
+    assert lines[1].startswith(f"  fix: make {target[0]}") and f"{variable}=" in lines[1]
+    assert f"{setting} " not in lines[1] + " "
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("wheels", "--jobs", "1e9"),
+        ("wheels", "--jobs", "0"),
+        ("wheels", "--progress-interval", "nan"),
+        ("wheels", "--progress-interval", "inf"),
+        ("wheels", "--progress-interval", "-1"),
+        ("wheels", "--min-disk-gib", "inf"),
+        ("gate", "--child-timeout", "-5"),
+        ("gate", "--warm-runs", "1"),
+        ("gate", "--max-warm-ratio", "nan"),
+        ("gate", "--baseline-tolerance", "-0.5"),
+        ("bench-restart", "--rounds", "1000000"),
+    ],
+)
+def test_the_cli_refuses_a_number_naming_its_flag(argv: tuple[str, ...], tmp_path: Path) -> None:
+    result = run_cli(
+        *argv,
+        env={"XLA_WHEELS_OUT": str(tmp_path / "out"), "XLA_WHEELS_CACHE": str(tmp_path / "cache")},
+    )
+    assert_refused_before_anything(result, tmp_path)
+    assert result.stderr.startswith(f"error: {argv[1]}: {argv[2]!r} "), result.stderr
+    assert f"  fix: pass {argv[1]} " in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("XLA_WHEELS_JOBS", "1e9"), ("XLA_WHEELS_JOBS", "-1"),
+     ("XLA_WHEELS_PROGRESS_INTERVAL", "inf"), ("XLA_WHEELS_PROGRESS_INTERVAL", "-3")],
+)  # fmt: skip
+def test_the_environment_refuses_a_number_naming_its_variable(
+    variable: str, value: str, tmp_path: Path
+) -> None:
+    result = run_cli(
+        "sources", "--bundle", BUNDLE, "--dry-run", root=REPO_ROOT,
+        env={variable: value, "XLA_WHEELS_OUT": str(tmp_path / "out"),
+             "XLA_WHEELS_CACHE": str(tmp_path / "cache")},
+    )  # fmt: skip
+    assert_refused_before_anything(result, tmp_path)
+    assert f"error: {variable}={value!r} " in result.stderr
+    assert f"fix: set {variable}=" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "argv", [("wheels", "--no-such-flag"), ("diff", "a", "b", "c"), ("frobnicate",), ()]
+)
+def test_argparse_mistakes_are_our_error_and_fix(argv: tuple[str, ...]) -> None:
+    result = run_cli(*argv)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error: ") and "\n  fix: " in result.stderr
+    assert "usage:" not in result.output and "Traceback" not in result.output
