@@ -17,11 +17,15 @@ from tests.clirunner import REPO_ROOT, run_cli
             "fix: pass --role writer or --role reader (make: ROLE=writer), or unset "
             "XLA_WHEELS_ROLE",
         ),
-        (("wheels", "--bundle", "v6e-2.9", "--jobs", "abc"), {}, "invalid int value: 'abc'"),
+        (
+            ("wheels", "--bundle", "v6e-2.9", "--jobs", "abc"),
+            {},
+            "error: --jobs: 'abc' is not a whole number from 1 to 4096",
+        ),
         (
             ("wheels", "--bundle", "v6e-2.9", "--dry-run"),
             {"XLA_WHEELS_JOBS": "abc"},
-            "fix: pass --jobs N (make: JOBS=N)",
+            "fix: set XLA_WHEELS_JOBS=8, or unset it",
         ),
     ],
 )

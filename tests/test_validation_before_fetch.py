@@ -87,7 +87,7 @@ def set_xla_patches(syn: Synthetic, *entries: str) -> None:
 def test_a_bad_patch_header(syn: Synthetic, stage: str) -> None:
     patch = syn.root / "patches" / "torch_xla" / "0002-comment.patch"
     patch.write_text(patch.read_text().replace("Why: test data for the build stage\n", ""))
-    refused(syn, stage, 1, "0002-comment.patch: header is missing Why", "every patch starts with")
+    refused(syn, stage, 2, "0002-comment.patch: header is missing Why", "every patch starts with")
 
 
 @pytest.mark.parametrize(
@@ -112,7 +112,7 @@ def test_the_same_patch_twice_through_dot_slash(syn: Synthetic) -> None:
 def test_a_patch_whose_header_names_another_component(syn: Synthetic) -> None:
     patch = syn.root / "patches" / "torch_xla" / "0002-comment.patch"
     patch.write_text(patch.read_text().replace("Component: torch_xla", "Component: openxla"))
-    refused(syn, "patch", 1, "header says Component: openxla", "move the file")
+    refused(syn, "patch", 2, "header says Component: openxla", "move the file")
 
 
 def test_an_empty_remote(syn: Synthetic) -> None:
