@@ -171,7 +171,7 @@ def test_a_warm_sync_that_costs_too_much_cpu_fails_naming_the_figures(tmp_path):
     assert not result.passed
     assert result.reasons == [
         "warm first sync used 0.80s of CPU, 0.80 of the cold run's 1.00s (limit 0.50): "
-        "loading cost about what compiling did"
+        "the warm start still did most of the work a cache saves"
     ]
 
 

@@ -350,8 +350,8 @@ def _cpu_time_rule(
         return []
     return [
         f"warm first sync used {warm_cpu:.2f}s of CPU, {ratio:.2f} of the cold run's "
-        f"{cold_cpu:.2f}s (limit {config.max_warm_ratio:.2f}): loading cost about what "
-        "compiling did"
+        f"{cold_cpu:.2f}s (limit {config.max_warm_ratio:.2f}): the warm start still did most of "
+        "the work a cache saves"
     ]
 
 
