@@ -168,7 +168,10 @@ def test_the_lanes_file_takes_the_memory_tolerance_and_refuses_a_bad_one(tmp_pat
     config.write_text(head + "max-memory-regression = 0.05\n")
     assert lanes.load_config(tmp_path).lanes["p"].policy.max_memory_regression == 0.05
     config.write_text(head + 'max-memory-regression = "5%"\n')
-    with pytest.raises(lanes.LaneError, match="max-memory-regression: must be a number >= 0"):
+    with pytest.raises(lanes.LaneError, match="max-memory-regression': expected int or float"):
+        lanes.load_config(tmp_path)
+    config.write_text(head + "max-memory-regression = -0.1\n")
+    with pytest.raises(lanes.LaneError, match="max-memory-regression': must be a number >= 0"):
         lanes.load_config(tmp_path)
 
 

@@ -96,6 +96,9 @@ def test_the_lanes_file_names_the_profile_and_the_shipped_preferred_lane_require
         'publish-lane = "v"\n\n[lanes.v]\npath = "v"\n\n[lanes.p]\npath = "p"\n[lanes.p.policy]\n'
     )
     config.write_text(head + "profile = 3\n")
+    with pytest.raises(lanes.LaneError, match="policy.profile': expected str, got int"):
+        lanes.load_config(tmp_path)
+    config.write_text(head + 'profile = ""\n')
     with pytest.raises(lanes.LaneError, match="policy.profile': must be a launch profile name"):
         lanes.load_config(tmp_path)
     shipped = lanes.load_config(Path(__file__).resolve().parents[1]).lanes["preferred"].policy

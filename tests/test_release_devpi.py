@@ -70,6 +70,11 @@ class DevpiRelease:
             return hashlib.sha256(response.read()).hexdigest()
 
 
+# The tests are one story on one module-scoped devpi server (publish, then promote, then
+# the refusals against what the earlier tests published): under pytest-xdist they must run
+# on one worker, in file order (`--dist loadgroup`).
+pytestmark = pytest.mark.xdist_group("devpi")
+
 @pytest.fixture(scope="module")
 def devpi_release(
     fake_wheels: FakeWheels,  # noqa: F811 - the fixture imported above

@@ -26,6 +26,7 @@ from tests.publish_support import (
 from tests.synthetic_upstream import Synthetic, cli_args, make_synthetic
 from xla_wheels import sbom, wheel_stamp
 from xla_wheels.provenance import PatchDigest
+from xla_wheels.wheel_filename import parse_wheel_name
 
 HOST = ("--mode", "host", "--host-python", sys.executable)
 EPOCH = 1700000000
@@ -80,7 +81,7 @@ def test_each_built_wheel_carries_its_sbom_from_the_provenance(
         with zipfile.ZipFile(wheel) as archive:
             record = archive.read(name.split("/sboms/")[0] + "/RECORD").decode()
         assert sbom.record_problem(record, name, raw) is None
-        version = str(wheel_stamp.split_wheel_name(wheel.name)["version"])
+        version = parse_wheel_name(wheel.name).version
         assert sbom.check(raw, package, version, provenance_file) == []
         assert json.loads(raw)["metadata"]["timestamp"] == "2023-11-14T22:13:20+00:00"
     torch_facts = sbom.read_facts(sbom.read_sbom(torch))
@@ -97,7 +98,7 @@ def test_each_built_wheel_carries_its_sbom_from_the_provenance(
         p.path for p in xla_facts.components["openxla"].patches
     ]
     # The very document the provenance gives: one source, same bytes.
-    version = str(wheel_stamp.split_wheel_name(torch_xla.name)["version"])
+    version = parse_wheel_name(torch_xla.name).version
     assert sbom.read_sbom(torch_xla) == sbom.sbom_bytes(
         "torch_xla", version, provenance_file, EPOCH
     )

@@ -142,11 +142,6 @@ def _policy(table: Table) -> Policy:
         Field("device", str),
         Field("checks", list, default=[], items=str),
         Field("max-warm-regression", (int, float)),
-    )
-    fields = table.read(
-        Field("device", str),
-        Field("checks", list, default=[], items=str),
-        Field("max-warm-regression", (int, float)),
         Field("max-memory-regression", (int, float)),
         Field("profile", str),
     )
