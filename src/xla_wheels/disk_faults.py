@@ -10,7 +10,8 @@ that escapes a subcommand; a writer whose ``OSError`` carries no file name (``wr
 ``close`` on a full disk report none) wraps the write in :func:`writing` to name it.
 
 A build step runs in another process (``builder.run_recipe``), whose tools report a disk
-fault only as text: :func:`fault_in_text` finds it there, the recipe exits
+fault only as text (:func:`fault_in_text` finds it there) or not at all (then the
+filesystems the step writes say it: :func:`exhausted`); the recipe exits
 :data:`DISK_FAULT_EXIT`, and the pipeline names the directory the step writes that is
 read-only, unwritable or the fullest (:func:`step_disk_error`).
 
@@ -145,6 +146,23 @@ def fault_in_text(text: str) -> str | None:
     for line in text.splitlines():
         if any(fault in line for fault in _FAULT_TEXTS.values()):
             return line.strip()
+    return None
+
+
+NEARLY_FULL = 1 << 20
+"""Free bytes below which a filesystem a failed step wrote to counts as full: a healthy
+build disk never has less, and a write that just failed for space leaves about nothing."""
+
+
+def exhausted(paths: Iterable[Path]) -> str | None:
+    """For a step that failed without saying why (``venv`` hides ``ensurepip``'s output):
+    the first of the directories it writes that is read-only or nearly full, described,
+    or None."""
+    for path in paths:
+        if _blocked(path) == errno.EROFS:
+            return f"{path}: {os.strerror(errno.EROFS)}"
+        if free_bytes(path) < NEARLY_FULL:
+            return f"{path}: {os.strerror(errno.ENOSPC)} ({_size(free_bytes(path))} free)"
     return None
 
 

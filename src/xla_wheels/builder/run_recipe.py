@@ -31,6 +31,7 @@ import os
 import platform
 import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -112,10 +113,31 @@ def run_step(
         tail = log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-TAIL_LINES:]
         print(f"--- last {len(tail)} lines of {log_path} ---", file=sys.stderr)
         print("\n".join(tail), file=sys.stderr, flush=True)
-        fault = disk_faults.fault_in_text("\n".join(tail))
+        fault = disk_faults.fault_in_text("\n".join(tail)) or disk_faults.exhausted(
+            _written_dirs(spec)
+        )
         if fault is not None:
             raise StepDiskFault(f"{step.title} stopped on a disk fault: {fault}; log: {log_path}")
         raise StepFailed(f"{step.title} failed (exit {returncode}); log: {log_path}")
+
+
+def _written_dirs(spec: BuildSpec) -> list[Path]:
+    """Where the recipes write: a step that failed there on a full or read-only
+    filesystem is a disk fault, whatever the tool printed."""
+    paths = [
+        spec.logs,
+        spec.ship_env,
+        spec.ship_out,
+        spec.buildenv,
+        spec.torch_stage,
+        spec.torch_xla_stage,
+        spec.pip_cache_dir,
+        spec.ccache_dir,
+        spec.bazel_disk_cache,
+        spec.bazel_output_root,
+        tempfile.gettempdir(),
+    ]
+    return [Path(path) for path in paths]
 
 
 @contextlib.contextmanager
