@@ -151,10 +151,13 @@ def test_a_read_only_work_directory_through_make(tmpfs: MountTmpfs) -> None:
     assert snapshot(REPO_ROOT) == before
 
 
+@pytest.mark.parametrize("earlier_wheels", [True, False], ids=["replacing", "first"])
 def test_a_full_disk_at_wheels_lock_leaves_dist_and_the_lock_as_they_were(
-    syn: Synthetic, tmpfs: MountTmpfs, tmp_path: Path
+    syn: Synthetic, tmpfs: MountTmpfs, tmp_path: Path, earlier_wheels: bool
 ) -> None:
-    """dist/ is filled, then the lock cannot be written: both stay as they were."""
+    """dist/ is staged, then the lock cannot be written: both stay as they were, whether
+    dist/syn held earlier wheels (which must come back) or none (the case reported: the
+    wheels were in dist/, the lock was not written, its temporary file was left)."""
     fs = tmpfs("fs", 32 << 20)
     shutil.copytree(syn.root, fs.path / "project", symlinks=True)
     on_fs = Synthetic(fs.path / "project", syn.cache, syn.upstream, dict(syn.commits))
@@ -169,6 +172,8 @@ def test_a_full_disk_at_wheels_lock_leaves_dist_and_the_lock_as_they_were(
     assert elsewhere.exit_code == 0, elsewhere.stderr
     new_wheels = sorted((syn.root / "dist" / "syn").glob("*.whl"))
     on_fs.write_bundle(xla_patches=fewer)
+    if not earlier_wheels:
+        shutil.rmtree(on_fs.root / "dist")
     before = snapshot(on_fs.root)
     assert before["wheels.lock"] != (syn.root / "wheels.lock").read_bytes()
     # Room for exactly the staged copies of the new wheels: the lock's write is the one
@@ -184,7 +189,10 @@ def test_a_full_disk_at_wheels_lock_leaves_dist_and_the_lock_as_they_were(
     assert timings(result.stderr)["collect: ship check"] == "ran"
     # Nothing half done: the old wheels, the old lock, no staging, no temporary lock.
     assert snapshot(on_fs.root) == before
-    assert sorted(p.name for p in (on_fs.root / "dist").iterdir()) == ["syn"]
+    if earlier_wheels:
+        assert sorted(p.name for p in (on_fs.root / "dist").iterdir()) == ["syn"]
+    else:
+        assert not (on_fs.root / "dist").exists()
 
 
 def test_a_full_disk_in_the_ship_check_is_a_disk_error_not_a_verdict(
