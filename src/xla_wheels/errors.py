@@ -6,7 +6,9 @@ problem and the fix. The CLI edge (``xla_wheels.cli.main``) turns it into ``erro
 calls ``sys.exit``. Exit codes: 0 done or passed; 1 a step failed or a check judged
 against the build (:class:`CheckFailed`); 2 bad input, or the thing cannot be judged;
 8 a command ran past the time limit its step gives it (``runner.StepTimedOut``: worth
-retrying once the network or the machine is healthy).
+retrying once the network or the machine is healthy); 10 a write hit a full disk, a
+quota, a read-only filesystem or a directory the user may not write (:class:`DiskError`,
+made by ``xla_wheels.disk_faults``: nothing is wrong with the inputs or the build).
 """
 
 from __future__ import annotations
@@ -80,3 +82,11 @@ class ToolchainError(PipelineError):
     the check cannot be judged (exit 2)."""
 
     exit_code = 2
+
+
+class DiskError(PipelineError):
+    """A write failed for a reason of the disk, not of the run: no space left (ENOSPC), a
+    quota (EDQUOT), a read-only filesystem (EROFS) or no permission (EACCES). The message
+    names the path; exit 10. Made by ``xla_wheels.disk_faults.disk_error``."""
+
+    exit_code = 10

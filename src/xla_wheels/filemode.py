@@ -21,6 +21,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -53,19 +54,38 @@ def as_if_created(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def _replacing(path: Path) -> Iterator[IO[bytes]]:
+def _replacing(path: Path, *, rename: bool = True) -> Iterator[IO[bytes]]:
     """A temporary file beside ``path``; renamed onto it, with the umask's mode, if the
-    block succeeds, removed if it fails."""
-    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", delete=False) as out:
-        temporary = Path(out.name)
-        try:
+    block succeeds, removed if anything fails (the block, or the flush, fsync or close
+    where a full disk is reported): ``path`` is then as it was.
+
+    An ``OSError`` that names no file or the temporary one names ``path`` instead (a full
+    disk reports none on ``write``/``close``, a failed rename names the temporary file),
+    so the message says which file could not be written. ``rename=False`` leaves the
+    finished temporary file beside ``path`` (:func:`stage_by_rename`)."""
+    try:
+        # Closed by `with out:` below; opened apart so that its failure names ``path``.
+        out = tempfile.NamedTemporaryFile(  # noqa: SIM115
+            dir=path.parent, prefix=f".{path.name}.", delete=False
+        )
+    except OSError as error:
+        raise OSError(error.errno, error.strerror, str(path)) from error
+    temporary = Path(out.name)
+    try:
+        with out:
             yield out
-        except BaseException:
-            out.close()
-            temporary.unlink(missing_ok=True)
-            raise
-    as_if_created(temporary)  # NamedTemporaryFile made it 0600
-    os.replace(temporary, path)
+            out.flush()
+            # Before the rename: a filesystem that allocates late reports no space here,
+            # not after the rename has put an empty file in place.
+            os.fsync(out.fileno())
+        as_if_created(temporary)  # NamedTemporaryFile made it 0600
+        if rename:
+            os.replace(temporary, path)
+    except BaseException as error:
+        temporary.unlink(missing_ok=True)
+        if isinstance(error, OSError) and error.filename in (None, out.name):
+            raise OSError(error.errno, error.strerror, str(path)) from error
+        raise
 
 
 def write_by_rename(path: Path, content: bytes | str) -> None:
@@ -78,3 +98,33 @@ def copy_by_rename(source: Path, path: Path) -> None:
     """Replace ``path`` with a copy of ``source`` atomically, readable as if created."""
     with _replacing(path) as out, source.open("rb") as data:
         shutil.copyfileobj(data, out)
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    """New content for :attr:`path`, complete in a temporary file beside it: nothing of it
+    is visible at :attr:`path` until :meth:`commit`."""
+
+    path: Path
+    temporary: Path
+
+    def commit(self) -> None:
+        """Rename it into place (atomic); on failure the temporary file is removed."""
+        try:
+            os.replace(self.temporary, self.path)
+        except BaseException as error:
+            self.discard()
+            if isinstance(error, OSError):
+                raise OSError(error.errno, error.strerror, str(self.path)) from error
+            raise
+
+    def discard(self) -> None:
+        self.temporary.unlink(missing_ok=True)
+
+
+def stage_by_rename(path: Path, content: bytes | str) -> StagedFile:
+    """:func:`write_by_rename` up to the rename: for a file that must change together with
+    others (``wheels.lock`` with ``dist/<bundle>``), written before any of them changes."""
+    with _replacing(path, rename=False) as out:
+        out.write(content.encode("utf-8") if isinstance(content, str) else content)
+    return StagedFile(path, Path(out.name))

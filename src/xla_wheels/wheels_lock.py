@@ -322,8 +322,13 @@ def written_on_success() -> Iterator[None]:
     of each file is written (temp file + rename). A failure or Ctrl-C anywhere in the
     block (patch conflict, build failure, ship check) leaves ``wheels.lock``
     byte-identical: the lock records facts of stages that succeeded, never of a run that
-    stopped half way.
+    stopped half way. A stage whose products must change together with the lock
+    (collect: ``dist/<bundle>``) takes the held-back writes earlier, with
+    :func:`stage_held_back`. Inside another such block, this one joins it.
     """
+    if _PENDING.get() is not None:
+        yield
+        return
     pending: dict[Path, Lock] = {}
     token = _PENDING.set(pending)
     try:
@@ -332,6 +337,27 @@ def written_on_success() -> Iterator[None]:
         _PENDING.reset(token)
     for path, lock in pending.items():
         write_lock(path, lock)
+
+
+def stage_held_back() -> list[filemode.StagedFile]:
+    """Write each held-back lock now into a temporary file beside it, not yet in place,
+    and stop holding it: the caller renames them into place together with what they
+    record (:meth:`~xla_wheels.filemode.StagedFile.commit`), or discards them. Any
+    failure (a full disk) removes the ones already written. Outside
+    :func:`written_on_success` there is nothing held back: an empty list."""
+    pending = _PENDING.get()
+    if not pending:
+        return []
+    staged: list[filemode.StagedFile] = []
+    try:
+        for path, lock in pending.items():
+            staged.append(filemode.stage_by_rename(path, render_lock(lock)))
+    except BaseException:
+        for file in staged:
+            file.discard()
+        raise
+    pending.clear()
+    return staged
 
 
 def _unreadable(path: Path, what: str) -> LockError:

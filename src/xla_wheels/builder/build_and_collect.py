@@ -11,16 +11,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import xla_wheels
-from xla_wheels import log, sbom, wheel_stamp
+from xla_wheels import disk_faults, log, sbom, wheel_stamp
 from xla_wheels.abi import ship as abi_ship
 from xla_wheels.abi.pairs import AbiMismatch
 from xla_wheels.builder import rebuilt_wheels, recipes, remote_cache
-from xla_wheels.builder.collect import ShipCheckFailed, Staging, record_collected, up_to_date
+from xla_wheels.builder.collect import (
+    ShipCheckFailed,
+    Staging,
+    commit_with_lock,
+    record_collected,
+    up_to_date,
+)
 from xla_wheels.builder.config import BuildConfig
 from xla_wheels.builder.container import Engine, Mount, build_image_argv, make_engine
 from xla_wheels.builder.preflight import PreflightError, planned_preflight, preflight
@@ -394,6 +400,7 @@ def build(run: BuildRun) -> None:
         for name in todo:
             with timed(run, f"build: {name}"):
                 code = engine.call(entry_argv(run, name))
+                _raise_if_disk_fault(run, code, f"the {name} build")
                 if code != 0 or stage_wheel(run.stage_dir(name)) is None:
                     raise BuildFailed(
                         f"the {name} build failed (exit {code}); nothing was collected",
@@ -418,23 +425,39 @@ def collect(run: BuildRun) -> Path:
         run.timings.add("collect", 0.0, "up to date")
         record_collected(layout)
         return layout.dist
-    with timed(run, "collect: ship check"), Staging(layout, wheels) as staging:
-        assert staging.path is not None
-        _abi_check(staging.path, name)
-        _ensure_dirs(run)
-        run.spec.write(run.spec_path)
-        with engine_for(run, extra=(staging.path,)) as engine:
-            code = engine.call(entry_argv(run, "ship", str(staging.path)))
-        if code != 0:
-            raise ShipCheckFailed(
-                f"the ship check failed on the new {name} wheels (exit {code}); they were "
-                f"kept out of dist/{name}",
-                fix=f"read {run.spec.logs}/ship.log",
-            )
-        target = staging.commit()
-    with timed(run, "collect: wheels.lock"):
-        record_collected(layout)
+    with ExitStack() as cleanup:
+        with timed(run, "collect: ship check"):
+            staging = cleanup.enter_context(Staging(layout, wheels))
+            assert staging.path is not None
+            _abi_check(staging.path, name)
+            _ensure_dirs(run)
+            run.spec.write(run.spec_path)
+            with engine_for(run, extra=(staging.path,)) as engine:
+                code = engine.call(entry_argv(run, "ship", str(staging.path)))
+            # A full disk is not a verdict on the wheels.
+            _raise_if_disk_fault(run, code, "the ship check", staging.path)
+            if code != 0:
+                raise ShipCheckFailed(
+                    f"the ship check failed on the new {name} wheels (exit {code}); they "
+                    f"were kept out of dist/{name}",
+                    fix=f"read {run.spec.logs}/ship.log",
+                )
+        # The lock is written here, inside its row of the table, together with dist/:
+        # the row says "ran" only once both are in place.
+        with timed(run, "collect: wheels.lock"):
+            target = commit_with_lock(staging)
     return target
+
+
+def _raise_if_disk_fault(run: BuildRun, code: int, step: str, *extra: Path) -> None:
+    """The recipe exits :data:`~xla_wheels.disk_faults.DISK_FAULT_EXIT` when its tools
+    reported a full disk or a read-only filesystem (it printed their message): a
+    :class:`~xla_wheels.errors.DiskError` naming the directory it writes that is the
+    cause, not a failure of the build or of the wheels."""
+    if code != disk_faults.DISK_FAULT_EXIT:
+        return
+    written = [mount.path for mount in mounts(run) if not mount.read_only]
+    raise disk_faults.step_disk_error(step, [*written, *extra])
 
 
 def _abi_check(staging: Path, name: str) -> None:

@@ -8,7 +8,9 @@ section for the recipe (``log.section``: a GitHub Actions ``::group::``), as cib
 streams its build steps: a build that takes hours shows what it is doing, CI folds it
 away, and the log keeps all of it. A failure then prints the log's tail and its path, so
 the cause is visible even where the section is folded. Exit 0 on success, 1 when a step
-fails, 2 on bad arguments.
+fails, 2 on bad arguments, 10 (``disk_faults.DISK_FAULT_EXIT``) when a step or the recipe
+itself hit a full disk, a quota or a read-only filesystem: the pipeline reports that as a
+disk error naming the directory, not as a failed build or check.
 
 Credentials for the remote compile caches arrive in the 0600 file named by
 ``XLA_WHEELS_SECRETS_FILE`` (``remote_cache``): they fill the steps' templates at run
@@ -29,12 +31,13 @@ import os
 import platform
 import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from xla_wheels import runner, wheel_stamp
+from xla_wheels import disk_faults, runner, wheel_stamp
 from xla_wheels.builder import recipes, remote_cache
 from xla_wheels.builder.spec import BuildSpec
 from xla_wheels.provenance import PROVENANCE_PATH, PatchDigest, Provenance
@@ -47,6 +50,10 @@ TAIL_LINES = 40
 
 class StepFailed(Exception):
     pass
+
+
+class StepDiskFault(StepFailed):
+    """A step failed and its output says why: no space, a quota, a read-only filesystem."""
 
 
 def _say(message: str, log_file: TextIO) -> None:
@@ -106,7 +113,31 @@ def run_step(
         tail = log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-TAIL_LINES:]
         print(f"--- last {len(tail)} lines of {log_path} ---", file=sys.stderr)
         print("\n".join(tail), file=sys.stderr, flush=True)
+        fault = disk_faults.fault_in_text("\n".join(tail)) or disk_faults.exhausted(
+            _written_dirs(spec)
+        )
+        if fault is not None:
+            raise StepDiskFault(f"{step.title} stopped on a disk fault: {fault}; log: {log_path}")
         raise StepFailed(f"{step.title} failed (exit {returncode}); log: {log_path}")
+
+
+def _written_dirs(spec: BuildSpec) -> list[Path]:
+    """Where the recipes write: a step that failed there on a full or read-only
+    filesystem is a disk fault, whatever the tool printed."""
+    paths = [
+        spec.logs,
+        spec.ship_env,
+        spec.ship_out,
+        spec.buildenv,
+        spec.torch_stage,
+        spec.torch_xla_stage,
+        spec.pip_cache_dir,
+        spec.ccache_dir,
+        spec.bazel_disk_cache,
+        spec.bazel_output_root,
+        tempfile.gettempdir(),
+    ]
+    return [Path(path) for path in paths]
 
 
 @contextlib.contextmanager
@@ -266,7 +297,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         run_recipe(BuildSpec.read(args.spec), args.recipe, args.staging)
-    except (StepFailed, FileNotFoundError, OSError, ValueError) as error:
+    except StepDiskFault as error:
+        # Not `error:`: the pipeline prints the one error line, naming the directory.
+        print(f"disk fault: {error}", file=sys.stderr)
+        return disk_faults.DISK_FAULT_EXIT
+    except OSError as error:
+        if not disk_faults.is_disk_fault(error):
+            print(f"error: {error}", file=sys.stderr)
+            return 1
+        print(f"disk fault: {error}", file=sys.stderr)
+        return disk_faults.DISK_FAULT_EXIT
+    except (StepFailed, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

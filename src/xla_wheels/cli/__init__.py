@@ -3,7 +3,9 @@
 The package holds every subcommand's arguments; this module is the only place where a
 :class:`~xla_wheels.errors.PipelineError` becomes ``error:`` / ``fix:`` lines and an exit
 code (0 done or passed, 1 a step or check failed, 2 bad input or cannot judge, 5 another
-run holds the bundle (:mod:`xla_wheels.run_lock`), 130 interrupted).
+run holds the bundle (:mod:`xla_wheels.run_lock`), 10 a disk fault, 130 interrupted). An
+``OSError`` of a full disk, a quota, a read-only filesystem or no permission that escapes
+a subcommand is a disk fault too (:mod:`xla_wheels.disk_faults`), never a traceback.
 
 - ``stages``: bundles, diff, sources, patch, wheels, builder-image, patches-check, lock,
   lock-check (the foundation and build stages).
@@ -39,6 +41,7 @@ from xla_wheels import __version__
 from xla_wheels.cli.arguments import RefusedSwitchAction
 from xla_wheels.cli.from_make import MakeRun
 from xla_wheels.cli.settings import check_environment
+from xla_wheels.disk_faults import disk_error
 from xla_wheels.errors import PipelineError, UsageError
 
 #: Every subcommand, in the order ``--help`` shows them: (module, one-line help); the
@@ -219,13 +222,22 @@ def exit_code_of(action: Callable[[], int]) -> int:
     try:
         return action()
     except PipelineError as error:
-        print(f"error: {error.message}", file=sys.stderr)
-        if error.fix:
-            print(f"  fix: {error.fix}", file=sys.stderr)
-        return error.exit_code
+        return _reported(error)
+    except OSError as error:
+        disk = disk_error(error)
+        if disk is None:
+            raise
+        return _reported(disk)
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+
+
+def _reported(error: PipelineError) -> int:
+    print(f"error: {error.message}", file=sys.stderr)
+    if error.fix:
+        print(f"  fix: {error.fix}", file=sys.stderr)
+    return error.exit_code
 
 
 def _run(arguments: list[str]) -> int:
