@@ -122,8 +122,8 @@ class NetworkTimedOut(StepTimedOut):
     def __init__(self, step: str, host: str, seconds: float, attempts: int, fix: str) -> None:
         PipelineError.__init__(
             self,
-            f"{step}: {host} did not answer within {seconds:g}s "
-            f"({_attempts_text(attempts)})",
+            f"{step}: {host} did not answer within {seconds:.0f}s "
+            f"({attempts_text(attempts)})",
             fix=fix,
         )
         self.step = step
@@ -140,7 +140,7 @@ def host_of(url: str) -> str:
     return f"{host}:{parts.port}" if parts.port else host
 
 
-def _attempts_text(attempts: int) -> str:
+def attempts_text(attempts: int) -> str:
     return "1 attempt" if attempts == 1 else f"{attempts} attempts"
 
 
@@ -196,7 +196,7 @@ def with_retries(
     for number in range(1, attempts + 1):
         counter = f", attempt {number} of {attempts}" if attempts > 1 else ""
         if long or number > 1:
-            log.info(f"waiting for {host}: {step} (up to {limit:g}s{counter})")
+            log.info(f"waiting for {host}: {step} (up to {limit:.0f}s{counter})")
         try:
             with _waiting(step, host, limit, current, announced=long or number > 1):
                 return attempt(limit)
@@ -230,7 +230,7 @@ def _waiting(
             elapsed = time.monotonic() - start
             log.info(
                 f"still waiting for {host}: {step}, {log.format_duration(elapsed)} of up to "
-                f"{limit:g}s"
+                f"{limit:.0f}s"
             )
             if current.heartbeat_s <= 0 or stop.wait(current.heartbeat_s):
                 return

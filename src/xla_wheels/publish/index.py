@@ -28,6 +28,7 @@ from xla_wheels.retrying import (
     RETRIES_SETTING,
     TIMEOUT_SETTING,
     Transient,
+    attempts_text,
     host_of,
     url_fault,
     with_retries,
@@ -200,7 +201,7 @@ def _open(url: str, credentials: Credentials, accept: str = "text/html") -> byte
     def give_up(fault: Transient, attempts: int) -> IndexUnreachable:
         return IndexUnreachable(
             f"reading {shown}: the index at {host_of(url)} is not reachable: it "
-            f"{scrub(fault.what_happened, credentials.secrets)} ({_attempts(attempts)})",
+            f"{scrub(fault.what_happened, credentials.secrets)} ({attempts_text(attempts)})",
             fix=(
                 f"the index fails on its side: check its logs and health, then run again "
                 f"(retries: {RETRIES_SETTING})"
@@ -218,10 +219,6 @@ def _open(url: str, credentials: Credentials, accept: str = "text/html") -> byte
         timeout_fix=f"check that the index at {host_of(url)} is up and answering, or give it "
         f"longer with {TIMEOUT_SETTING}",
     )
-
-
-def _attempts(count: int) -> str:
-    return "1 attempt" if count == 1 else f"{count} attempts"
 
 
 def project_files(simple_url: str, project: str, credentials: Credentials) -> dict[str, IndexFile]:

@@ -32,7 +32,14 @@ from xla_wheels.publish.index import (
 from xla_wheels.publish.static_index import write_static_index
 from xla_wheels.publish.wheels import LocalWheel, locked_wheels
 from xla_wheels.redact import scrub
-from xla_wheels.retrying import TIMEOUT_SETTING, Transient, host_of, policy, with_retries
+from xla_wheels.retrying import (
+    TIMEOUT_SETTING,
+    Transient,
+    attempts_text,
+    host_of,
+    policy,
+    with_retries,
+)
 
 #: What twine (requests, urllib3) prints for a fault that may pass: tried again.
 _TWINE_FAULTS: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -139,7 +146,7 @@ def _twine_upload(wheel: LocalWheel, upload_url: str, credentials: Credentials) 
         return result.returncode, output
 
     def give_up(fault: Transient, attempts: int) -> PublishError:
-        tried = "1 attempt" if attempts == 1 else f"{attempts} attempts"
+        tried = attempts_text(attempts)
         if fault.kind == "refused":
             return IndexUnreachable(
                 f"{step}: the index at {host_of(upload_url)} refused the connection "
