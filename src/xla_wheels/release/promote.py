@@ -40,6 +40,7 @@ from xla_wheels.release.receipts import StoredReceipt, bundle_receipts, read_rec
 from xla_wheels.retrying import (
     TIMEOUT_SETTING,
     Transient,
+    attempts_text,
     host_of,
     policy,
     url_fault,
@@ -151,7 +152,7 @@ def _download(url: str, lane: Lane, dest: Path, size: int) -> None:
     def give_up(fault: Transient, attempts: int) -> PublishError:
         return PublishError(
             f"downloading {shown} from lane {lane.name}: {host_of(url)} "
-            f"{scrub(fault.what_happened, credentials.secrets)} ({attempts} attempts)",
+            f"{scrub(fault.what_happened, credentials.secrets)} ({attempts_text(attempts)})",
             fix="check that the lane's index is up and answering, then run it again",
         )
 
