@@ -35,7 +35,7 @@ MAKE_VARIABLES := BUNDLE=--bundle MIRROR=--mirror TORCH_XLA_SRC=--source DRY_RUN
   WORKLOAD=--workload CHECKS=--checks UPSTREAM_TESTS=--upstream-tests ROUNDS=--rounds \
   DEMO_DIR=--dir PROFILE=--profile ENV_FILE=--env-file SIGNING_KEY=--signing-key \
   BUILDER_ID=--builder-id PUBLIC_KEY=--public-key OUT=--out A= B= BUILD_ARGS= GATE_ARGS= SOURCE_DATE_EPOCH= PYTEST_ARGS= \
-  PYTHON_FOR_VENV=
+  PYTHON_FOR_VENV= NET_TIMEOUT=--net-timeout NET_RETRIES=--net-retries
 flag_of = $(patsubst $(1)=%,%,$(filter $(1)=%,$(MAKE_VARIABLES)))
 # A value reaches the shell single-quoted, whatever it holds.
 quote = '$(subst ','\'',$(1))'
@@ -45,8 +45,11 @@ flag = $(if $($(1)),$(call flag_of,$(1))=$(call quote,$($(1))),)
 arg = $(if $($(1)),$(call quote,$($(1))),)
 switch = $(flag)
 GIVEN_ON_COMMAND_LINE = $(strip $(foreach v,$(.VARIABLES),$(if $(filter command line,$(origin $(v))),$(v))))
-BUNDLE_FLAGS = $(call flag,BUNDLE) $(call flag,MIRROR)
-BUNDLE_FLAG = $(call flag,BUNDLE)
+# Every subcommand of one bundle may talk to a host (fetch, index, upload, install): each
+# takes the network settings (README "Network steps").
+NET_FLAGS = $(call flag,NET_TIMEOUT) $(call flag,NET_RETRIES)
+BUNDLE_FLAGS = $(call flag,BUNDLE) $(call flag,MIRROR) $(NET_FLAGS)
+BUNDLE_FLAG = $(call flag,BUNDLE) $(NET_FLAGS)
 SOURCE_FLAG = $(call flag,TORCH_XLA_SRC)
 DRY_RUN_FLAG = $(call switch,DRY_RUN)
 BUILD_FLAGS = $(call flag,ENGINE) $(call flag,BUILD_MODE) \

@@ -55,6 +55,8 @@ ENV_SETTINGS: tuple[str, ...] = (
     "--signing-key",
     "--public-key",
     "--builder-id",
+    "--net-timeout",
+    "--net-retries",
 )
 
 

@@ -16,6 +16,10 @@ from xla_wheels.values import SWITCH_SPELLINGS, BadValue, parse_amount, parse_co
 #: The longest wait between progress lines a user may ask for (a day): anything longer is
 #: a typo, and would look like a hang.
 MAX_PROGRESS_INTERVAL = 86400.0
+#: The longest a network step may wait for an answer (a day), and the most retries of a
+#: transient fault: more is a typo, and would look like a hang.
+MAX_NET_TIMEOUT = 86400.0
+MAX_NET_RETRIES = 20
 
 
 class SwitchAction(argparse.Action):
@@ -156,6 +160,20 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, dry_run: bool = Fal
         default=None,
         help="seconds between 'still fetching' lines when stderr is not a terminal; 0 for "
         "none (default: $XLA_WHEELS_PROGRESS_INTERVAL or 30)",
+    )
+    parser.add_argument(
+        "--net-timeout",
+        type=amount(1, MAX_NET_TIMEOUT, 60, "seconds"),
+        default=None,
+        help="seconds a network step waits for an answer before it counts as timed out; a "
+        "transfer gets more by its size (default: $XLA_WHEELS_NET_TIMEOUT or 60)",
+    )
+    parser.add_argument(
+        "--net-retries",
+        type=count(0, MAX_NET_RETRIES, 3),
+        default=None,
+        help="times a network step is tried again after a transient fault (refused, reset, "
+        "HTTP 5xx, timed out), with growing pauses (default: $XLA_WHEELS_NET_RETRIES or 3)",
     )
 
 

@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from xla_wheels.cli.arguments import MAX_PROGRESS_INTERVAL
+from xla_wheels.cli.arguments import MAX_NET_RETRIES, MAX_NET_TIMEOUT, MAX_PROGRESS_INTERVAL
 from xla_wheels.errors import UsageError
 from xla_wheels.options import (
     PipelineOptions,
@@ -44,6 +44,7 @@ from xla_wheels.options import (
     env_var,
     machine_cache,
 )
+from xla_wheels.retrying import NetworkPolicy
 from xla_wheels.values import BadValue, parse_amount, parse_count, parse_switch
 
 #: The settings that are switches: their environment variables are checked for every
@@ -118,6 +119,8 @@ def check_environment(environ: Mapping[str, str]) -> None:
         env_switch(environ, flag)
     env_number(environ, "--jobs", _jobs)
     env_number(environ, "--progress-interval", _progress_interval)
+    env_number(environ, "--net-timeout", _net_timeout)
+    env_number(environ, "--net-retries", _net_retries)
 
 
 def _jobs(text: str) -> int:
@@ -126,6 +129,40 @@ def _jobs(text: str) -> int:
 
 def _progress_interval(text: str) -> float:
     return parse_amount(text, low=0, high=MAX_PROGRESS_INTERVAL, example=30, unit="seconds")
+
+
+def _net_timeout(text: str) -> float:
+    return parse_amount(text, low=1, high=MAX_NET_TIMEOUT, example=60, unit="seconds")
+
+
+def _net_retries(text: str) -> int:
+    return parse_count(text, low=0, high=MAX_NET_RETRIES, example=3)
+
+
+def network_policy(args: argparse.Namespace, environ: Mapping[str, str]) -> NetworkPolicy:
+    """How long network steps wait and how often they retry (``xla_wheels.retrying``):
+    flag, then ``XLA_WHEELS_NET_*``, then default; the progress interval paces the
+    ``still waiting`` lines."""
+    settings = Settings(args, environ)
+    defaults = NetworkPolicy()
+    values: dict[str, float] = {}
+    for flag, parse in (("--net-timeout", _net_timeout), ("--net-retries", _net_retries)):
+        text = settings.text(flag)
+        if text is None:
+            continue
+        try:
+            values[flag] = parse(text)
+        except BadValue as bad:
+            raise UsageError(
+                f"{flag.lstrip('-').replace('-', ' ')} {text!r} {bad.reason}",
+                fix=f"pass {flag} {bad.example}, or unset {env_var(flag)}",
+            ) from None
+    interval = settings.text("--progress-interval")
+    return NetworkPolicy(
+        timeout_s=values.get("--net-timeout", defaults.timeout_s),
+        retries=int(values.get("--net-retries", defaults.retries)),
+        heartbeat_s=defaults.heartbeat_s if interval is None else _interval(interval),
+    )
 
 
 def pipeline_options(args: argparse.Namespace, environ: Mapping[str, str]) -> PipelineOptions:

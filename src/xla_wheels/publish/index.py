@@ -24,10 +24,16 @@ from pathlib import Path
 from xla_wheels.errors import UsageError
 from xla_wheels.publish.errors import CredentialsRejected, IndexUnreachable, PublishError
 from xla_wheels.redact import scrub
+from xla_wheels.retrying import (
+    RETRIES_SETTING,
+    TIMEOUT_SETTING,
+    Transient,
+    attempts_text,
+    host_of,
+    url_fault,
+    with_retries,
+)
 from xla_wheels.wheel_filename import normalize
-
-#: Seconds to wait for one HTTP answer from the index before calling it unreachable.
-HTTP_TIMEOUT_S = 30.0
 
 _USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
 
@@ -155,34 +161,64 @@ def _open(url: str, credentials: Credentials, accept: str = "text/html") -> byte
             return path.read_bytes()
         except FileNotFoundError:
             return None
-    try:
-        with urllib.request.urlopen(
-            _request(url, credentials, accept), timeout=HTTP_TIMEOUT_S
-        ) as response:
-            return response.read()
-    except urllib.error.HTTPError as error:
-        if error.code == 404:
-            return None
-        if error.code in (401, 403):
-            raise CredentialsRejected(
-                f"the index refused to let us read {scrub(url, credentials.secrets)} "
-                f"(HTTP {error.code}; credentials from: {credentials.source})",
-                fix="set TWINE_USERNAME and TWINE_PASSWORD (or keyring) to an account that "
-                "may read and upload to this index",
+    shown = scrub(url, credentials.secrets)
+
+    def read(limit: float) -> bytes | None:
+        try:
+            with urllib.request.urlopen(
+                _request(url, credentials, accept), timeout=limit
+            ) as response:
+                body: bytes = response.read()
+                return body
+        except urllib.error.HTTPError as error:
+            if error.code == 404:
+                return None
+            if fault := url_fault(error):
+                raise fault from None
+            if error.code in (401, 403):
+                raise CredentialsRejected(
+                    f"the index at {host_of(url)} refused our credentials for {shown} "
+                    f"(HTTP {error.code}; credentials from: {credentials.source})",
+                    fix="set TWINE_USERNAME and TWINE_PASSWORD (or keyring) to an account "
+                    "that may read and upload to this index",
+                ) from None
+            raise IndexUnreachable(
+                f"the index answered HTTP {error.code} {error.reason} for {shown}",
+                fix="check INDEX_URL (it must be the index's simple/ page) and the index's "
+                "logs",
             ) from None
-        raise IndexUnreachable(
-            f"the index answered HTTP {error.code} {error.reason} for "
-            f"{scrub(url, credentials.secrets)}",
-            fix="check INDEX_URL (it must be the index's simple/ page) and the index's logs",
-        ) from None
-    except (urllib.error.URLError, TimeoutError, ssl.SSLError, OSError) as error:
-        reason = getattr(error, "reason", error)
-        raise IndexUnreachable(
-            f"the index at {scrub(url, credentials.secrets)} is not reachable: "
-            f"{scrub(str(reason), credentials.secrets)}",
-            fix="check that the index server is running and INDEX_URL is right "
-            "(scheme, host, port, path)",
-        ) from None
+        except (urllib.error.URLError, TimeoutError, ssl.SSLError, OSError) as error:
+            if fault := url_fault(error):
+                raise fault from None
+            reason = getattr(error, "reason", error)
+            raise IndexUnreachable(
+                f"the index at {shown} is not reachable: "
+                f"{scrub(str(reason), credentials.secrets)}",
+                fix="check that the index server is running and INDEX_URL is right "
+                "(scheme, host, port, path)",
+            ) from None
+
+    def give_up(fault: Transient, attempts: int) -> IndexUnreachable:
+        return IndexUnreachable(
+            f"reading {shown}: the index at {host_of(url)} is not reachable: it "
+            f"{scrub(fault.what_happened, credentials.secrets)} ({attempts_text(attempts)})",
+            fix=(
+                f"the index fails on its side: check its logs and health, then run again "
+                f"(retries: {RETRIES_SETTING})"
+                if fault.kind.startswith("HTTP ")
+                else "check that the index server is running and INDEX_URL is right "
+                "(scheme, host, port, path)"
+            ),
+        )
+
+    return with_retries(
+        f"reading {shown}",
+        host_of(url),
+        read,
+        give_up=give_up,
+        timeout_fix=f"check that the index at {host_of(url)} is up and answering, or give it "
+        f"longer with {TIMEOUT_SETTING}",
+    )
 
 
 def project_files(simple_url: str, project: str, credentials: Credentials) -> dict[str, IndexFile]:

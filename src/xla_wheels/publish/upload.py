@@ -32,9 +32,32 @@ from xla_wheels.publish.index import (
 from xla_wheels.publish.static_index import write_static_index
 from xla_wheels.publish.wheels import LocalWheel, locked_wheels
 from xla_wheels.redact import scrub
+from xla_wheels.retrying import (
+    TIMEOUT_SETTING,
+    Transient,
+    attempts_text,
+    host_of,
+    policy,
+    with_retries,
+)
 
-#: One twine upload (a torch wheel is hundreds of MB) may take this long.
-UPLOAD_TIMEOUT_S = 3600.0
+#: What twine (requests, urllib3) prints for a fault that may pass: tried again.
+_TWINE_FAULTS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("refused", re.compile(r"connection refused|ConnectionRefusedError|Errno 111", re.I)),
+    ("reset", re.compile(r"connection reset|RemoteDisconnected|Connection aborted", re.I)),
+    ("timed out", re.compile(r"timed out|ReadTimeout|ConnectTimeout", re.I)),
+)
+_SERVER_ERROR = re.compile(r"HTTPError: (5[0-9][0-9])\b[^\n]*")
+
+
+def _twine_fault(output: str) -> Transient | None:
+    """The transient fault twine's failed run reports, if that is why it failed."""
+    if server_error := _SERVER_ERROR.search(output):
+        return Transient(f"HTTP {server_error.group(1)}", server_error.group(0).strip())
+    for kind, pattern in _TWINE_FAULTS:
+        if pattern.search(output):
+            return Transient(kind)
+    return None
 
 
 @dataclass(frozen=True)
@@ -108,17 +131,46 @@ def _twine_upload(wheel: LocalWheel, upload_url: str, credentials: Credentials) 
         # twine colours its messages; the error text must read cleanly in logs and reports.
         return scrub(re.sub(r"\x1b\[[0-9;]*m", "", text), credentials.secrets)
 
-    result = runner.run(
-        argv,
-        step=f"uploading {wheel.record.name}",
-        env=env,
-        timeout=UPLOAD_TIMEOUT_S,
-        timeout_fix="check the index's health and the network, then run publish again "
-        "(files already uploaded are skipped)",
-        redact=readable,
-    )  # its output goes to out/<bundle>/logs/publish.log
-    output = f"{result.stdout}\n{result.stderr}".strip()
-    if result.returncode == 0:
+    step = f"uploading {wheel.record.name}"
+
+    def upload(limit: float) -> tuple[int, str]:
+        try:
+            result = runner.run(
+                argv, step=step, env=env, timeout=limit, redact=readable
+            )  # its output goes to out/<bundle>/logs/publish.log
+        except runner.StepTimedOut:
+            raise Transient("timed out", f"no end within {limit:g}s") from None
+        output = f"{result.stdout}\n{result.stderr}".strip()
+        if result.returncode != 0 and (fault := _twine_fault(output)):
+            raise fault
+        return result.returncode, output
+
+    def give_up(fault: Transient, attempts: int) -> PublishError:
+        tried = attempts_text(attempts)
+        if fault.kind == "refused":
+            return IndexUnreachable(
+                f"{step}: the index at {host_of(upload_url)} refused the connection "
+                f"({tried}); it is not reachable for uploads",
+                fix="check that the index is running and UPLOAD_URL / INDEX_URL are right",
+            )
+        return PublishError(
+            f"{step}: the index at {host_of(upload_url)} {fault.what_happened} ({tried})",
+            fix="the index fails on its side: check its logs and health, then run publish "
+            "again (files already uploaded are skipped)",
+        )
+
+    returncode, output = with_retries(
+        step,
+        host_of(upload_url),
+        upload,
+        give_up=give_up,
+        timeout_fix=f"check that the index at {host_of(upload_url)} is up and answering, then "
+        f"run publish again (files already uploaded are skipped); a slow link: give it longer "
+        f"with {TIMEOUT_SETTING}",
+        limit_s=policy().transfer_limit(wheel.record.size, child_process=True),
+        long=True,
+    )
+    if returncode == 0:
         return
     tail = "\n".join(line.rstrip() for line in output.splitlines()[-12:])
     lowered = output.lower()

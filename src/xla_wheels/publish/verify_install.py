@@ -20,7 +20,7 @@ import os
 import shutil
 import subprocess
 import urllib.parse
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,17 +28,25 @@ from xla_wheels import log, runner, sbom
 from xla_wheels.bundle import Bundle
 from xla_wheels.provenance import PROVENANCE_PATH, ProvenanceFormatError
 from xla_wheels.publish import provenance_check as prov
-from xla_wheels.publish.errors import PublishError, VerifyFailed
+from xla_wheels.publish.errors import IndexUnreachable, PublishError, VerifyFailed
 from xla_wheels.publish.host_probe import probe
-from xla_wheels.publish.index import credentials_for, reject_userinfo, upload_url_for
+from xla_wheels.publish.index import (
+    check_reachable,
+    credentials_for,
+    reject_userinfo,
+    upload_url_for,
+)
 from xla_wheels.publish.requirements import write_requirements
 from xla_wheels.publish.wheels import bundle_entry, locked_records
 from xla_wheels.redact import scrub
+from xla_wheels.retrying import TIMEOUT_SETTING, Transient, host_of, policy, with_retries
 from xla_wheels.wheel_filename import normalize, parse_wheel_name
 from xla_wheels.wheels_lock import RuntimeWheelRecord
 
-PIP_TIMEOUT_S = 1800.0
 IMPORT_TIMEOUT_S = 600.0
+#: The size a public wheel is allowed for in pip's time limit (torch is ~900 MB, most
+#: are far smaller).
+RUNTIME_WHEEL_BYTES = 256 * 1024 * 1024
 #: pip settings that would add other indexes or files to an install that must come from
 #: INDEX_URL alone (``--no-deps`` mode); the TLS settings stay.
 _PIP_SOURCE_VARS = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX")
@@ -179,6 +187,74 @@ def upload_url_for_or_same(index_url: str) -> str:
         return index_url
 
 
+def _pip_install(
+    argv: list[str],
+    env: dict[str, str],
+    secrets: list[str],
+    index_url: str,
+    ours: list[Any],
+    runtime: list[RuntimeWheelRecord],
+) -> subprocess.CompletedProcess[str]:
+    """pip install, with pip's own per-request timeout and retries set from the network
+    settings (pip retries a refused or reset connection and HTTP 5xx itself), and a limit
+    on the whole step by the size of what it downloads."""
+    network = policy()
+    argv = [
+        *argv[:4], "--no-input", "--timeout", f"{network.timeout_s:g}",
+        "--retries", str(network.retries), *argv[4:],
+    ]  # fmt: skip
+    # A stall is pip's --timeout; this limit only ends a step that keeps trickling. The
+    # lock records our wheels' sizes, not the public ones'.
+    size = sum(record.size for record in ours) + RUNTIME_WHEEL_BYTES * len(runtime)
+    limit = network.transfer_limit(size, child_process=True) + network.timeout_s * (
+        network.retries + 1
+    )
+    remote = urllib.parse.urlsplit(index_url).scheme != "file"
+    host = host_of(index_url) if remote else "the static index"
+    step = "pip install --require-hashes"
+
+    def install(seconds: float) -> subprocess.CompletedProcess[str]:
+        try:
+            return runner.run(
+                argv,
+                step=step,
+                base_env=env,
+                timeout=seconds,
+                redact=lambda text: scrub(text, secrets),
+            )
+        except runner.StepTimedOut:
+            raise Transient("timed out", f"pip did not finish within {seconds:g}s") from None
+
+    def unreachable(fault: Transient, attempts: int) -> PublishError:
+        return IndexUnreachable(f"{step}: {host} {fault.what_happened}", fix=_INDEX_FIX)
+
+    return with_retries(
+        step,
+        host,
+        install,
+        give_up=unreachable,
+        timeout_fix=f"check that the index at {host} is up and answering; a slow link: give "
+        f"it longer with {TIMEOUT_SETTING}",
+        limit_s=limit,
+        long=True,
+        # pip has retried each request already; a whole new install would only repeat it.
+        network=replace(network, retries=0),
+    )
+
+
+_INDEX_FIX = "check that the index server is running and INDEX_URL is right"
+
+
+def _probe_index(index_url: str) -> None:
+    """One read of the index's simple page with the credentials pip used: raises
+    :class:`CredentialsRejected` (401/403), :class:`IndexUnreachable` (refused, 5xx) or
+    :class:`NetworkTimedOut` (no answer), naming the host; returns when the index answers,
+    so that pip's own report stands."""
+    if urllib.parse.urlsplit(index_url).scheme == "file":
+        return
+    check_reachable(index_url, credentials_for(upload_url_for_or_same(index_url)))
+
+
 def _ours_expected(records: list[Any]) -> dict[str, str]:
     expected: dict[str, str] = {}
     for record in records:
@@ -226,9 +302,13 @@ def verify_install(
         ]  # fmt: skip
         if no_deps:
             argv.insert(4, "--no-deps")
-        result = _run(argv, env=env, timeout=PIP_TIMEOUT_S, secrets=secrets)
+        result = _pip_install(argv, env, secrets, index_url, ours, runtime)
         (work / "pip-install.log").write_text(result.stdout + result.stderr)
         if result.returncode != 0:
+            # pip says "No matching distribution" whether the index refused our
+            # credentials, was down or never answered: ask it once ourselves, so that the
+            # error says which (and pip's hash errors stay for real hash mismatches).
+            _probe_index(index_url)
             tail = "\n".join(
                 line
                 for line in (result.stdout + result.stderr).splitlines()

@@ -41,6 +41,7 @@ from xla_wheels.publish.index import (
 )
 from xla_wheels.redact import scrub
 from xla_wheels.release.lanes import Lane
+from xla_wheels.retrying import Transient, attempts_text, host_of, url_fault, with_retries
 from xla_wheels.wheel_filename import parse_wheel_name
 from xla_wheels.wheels_lock import WheelRecord
 
@@ -132,37 +133,64 @@ def _post_push(
     if header := credentials.auth_header():
         request.add_header("Authorization", header)
     log.info(f"  devpi push {project}=={version}: {source.devpi_index} -> {target.devpi_index}")
-    try:
-        with urllib.request.urlopen(request, timeout=PUSH_TIMEOUT_S) as response:
-            log.to_stage_logs(scrub(response.read().decode(errors="replace"), credentials.secrets))
-    except urllib.error.HTTPError as error:
-        detail = scrub(error.read().decode(errors="replace"), credentials.secrets).strip()
-        # devpi answers {"message": ...}; anything else is shown as it came.
-        with contextlib.suppress(ValueError, AttributeError):
-            detail = str(json.loads(detail).get("message", detail))
-        if error.code in (401, 403):
-            raise CredentialsRejected(
-                f"devpi refused to push {project} {version} from {source.devpi_index} to "
-                f"{target.devpi_index} (HTTP {error.code}; credentials from: "
-                f"{credentials.source}): {detail}",
-                fix=f"set TWINE_USERNAME / TWINE_PASSWORD (or keyring) to an account in "
-                f"{target.devpi_index}'s acl_upload (`devpi index {target.devpi_index} "
-                "acl_upload=<user>`)",
+
+    def post(limit: float) -> None:
+        try:
+            with urllib.request.urlopen(request, timeout=limit) as response:
+                answer = response.read().decode(errors="replace")
+                log.to_stage_logs(scrub(answer, credentials.secrets))
+        except urllib.error.HTTPError as error:
+            detail = scrub(error.read().decode(errors="replace"), credentials.secrets).strip()
+            # devpi answers {"message": ...}; anything else is shown as it came.
+            with contextlib.suppress(ValueError, AttributeError):
+                detail = str(json.loads(detail).get("message", detail))
+            if error.code in (401, 403):
+                raise CredentialsRejected(
+                    f"devpi refused to push {project} {version} from {source.devpi_index} to "
+                    f"{target.devpi_index} (HTTP {error.code}; credentials from: "
+                    f"{credentials.source}): {detail}",
+                    fix=f"set TWINE_USERNAME / TWINE_PASSWORD (or keyring) to an account in "
+                    f"{target.devpi_index}'s acl_upload (`devpi index {target.devpi_index} "
+                    "acl_upload=<user>`)",
+                ) from None
+            raise PublishError(
+                f"devpi could not push {project} {version} from {source.devpi_index} to "
+                f"{target.devpi_index}: HTTP {error.code}: {detail}",
+                fix="devpi's message names the cause (409: the target index already holds a "
+                "file of this release; non-volatile indexes never overwrite one)",
             ) from None
-        raise PublishError(
-            f"devpi could not push {project} {version} from {source.devpi_index} to "
-            f"{target.devpi_index}: HTTP {error.code}: {detail}",
-            fix="devpi's message names the cause (409: the target index already holds a file "
-            "of this release; non-volatile indexes never overwrite one)",
-        ) from None
-    except (urllib.error.URLError, TimeoutError, ssl.SSLError, OSError) as error:
-        reason = getattr(error, "reason", error)
-        raise IndexUnreachable(
-            f"the devpi server at {scrub(url)} is not reachable: "
-            f"{scrub(str(reason), credentials.secrets)}",
+        except (urllib.error.URLError, TimeoutError, ssl.SSLError, OSError) as error:
+            if fault := url_fault(error):
+                raise fault from None
+            reason = getattr(error, "reason", error)
+            raise IndexUnreachable(
+                f"the devpi server at {scrub(url)} is not reachable: "
+                f"{scrub(str(reason), credentials.secrets)}",
+                fix="check that devpi-server is running and the lane's `server` in "
+                "build/lanes.toml is right",
+            ) from None
+
+    def give_up(fault: Transient, attempts: int) -> IndexUnreachable:
+        return IndexUnreachable(
+            f"{step}: the devpi server at {host_of(url)} "
+            f"{scrub(fault.what_happened, credentials.secrets)} ({attempts_text(attempts)})",
             fix="check that devpi-server is running and the lane's `server` in "
             "build/lanes.toml is right",
-        ) from None
+        )
+
+    step = f"devpi push {project}=={version}"
+    with_retries(
+        step,
+        host_of(url),
+        post,
+        give_up=give_up,
+        timeout_fix="check devpi-server's health and log; the push may have gone through: "
+        "`make lanes` shows what the target lane holds before you run it again",
+        limit_s=PUSH_TIMEOUT_S,
+        # A push that reached devpi may have linked the files: only a refused connection
+        # (devpi never saw it) is safe to send again.
+        retry_kinds=("refused",),
+    )
 
 
 def push(source: Lane, target: Lane, records: Sequence[WheelRecord]) -> list[Pushed]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import time
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,7 +24,6 @@ from xla_wheels import filemode, log
 from xla_wheels.errors import PipelineError
 from xla_wheels.publish.errors import HashMismatch, PublishError
 from xla_wheels.publish.index import (
-    HTTP_TIMEOUT_S,
     credentials_for,
     project_files,
     upload_url_for,
@@ -37,6 +37,15 @@ from xla_wheels.release import lanes as lanes_mod
 from xla_wheels.release.lanes import Lane, LaneState
 from xla_wheels.release.policy import PromotionVerdict, judge_promotion
 from xla_wheels.release.receipts import StoredReceipt, bundle_receipts, read_receipt
+from xla_wheels.retrying import (
+    TIMEOUT_SETTING,
+    Transient,
+    attempts_text,
+    host_of,
+    policy,
+    url_fault,
+    with_retries,
+)
 from xla_wheels.wheel_filename import parse_wheel_name
 from xla_wheels.wheels_lock import WheelRecord, file_sha256, read_lock
 
@@ -112,23 +121,51 @@ def put_into_lane(
     return outcomes
 
 
-def _download(url: str, lane: Lane, dest: Path) -> None:
+def _download(url: str, lane: Lane, dest: Path, size: int) -> None:
     credentials = credentials_for(_upload_url(lane))
     request = urllib.request.Request(url)
     if header := credentials.auth_header():
         request.add_header("Authorization", header)
-    try:
-        with (
-            urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as response,
-            dest.open("wb") as handle,
-        ):
-            shutil.copyfileobj(response, handle)
-    except OSError as error:
-        raise PublishError(
-            f"could not download {scrub(url, credentials.secrets)} from lane {lane.name}: "
-            f"{scrub(str(error), credentials.secrets)}",
-            fix="check that the lane's index is up and the credentials may read it",
-        ) from None
+    shown = scrub(url, credentials.secrets)
+
+    def download(limit: float) -> None:
+        # ``limit`` bounds each wait for bytes (the socket timeout) and the whole copy.
+        deadline = time.monotonic() + limit
+        try:
+            with (
+                urllib.request.urlopen(request, timeout=policy().timeout_s) as response,
+                dest.open("wb") as handle,
+            ):
+                while chunk := response.read(1 << 20):
+                    handle.write(chunk)
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"not complete after {limit:g}s")
+        except OSError as error:
+            if fault := url_fault(error):
+                raise fault from None
+            raise PublishError(
+                f"could not download {shown} from lane {lane.name}: "
+                f"{scrub(str(error), credentials.secrets)}",
+                fix="check that the lane's index is up and the credentials may read it",
+            ) from None
+
+    def give_up(fault: Transient, attempts: int) -> PublishError:
+        return PublishError(
+            f"downloading {shown} from lane {lane.name}: {host_of(url)} "
+            f"{scrub(fault.what_happened, credentials.secrets)} ({attempts_text(attempts)})",
+            fix="check that the lane's index is up and answering, then run it again",
+        )
+
+    with_retries(
+        f"downloading {dest.name} from lane {lane.name}",
+        host_of(url),
+        download,
+        give_up=give_up,
+        timeout_fix=f"check the lane's index and the network, or give it longer with "
+        f"{TIMEOUT_SETTING}",
+        limit_s=policy().transfer_limit(size),
+        long=True,
+    )
 
 
 def fetch_from_lane(lane: Lane, records: Sequence[WheelRecord], workdir: Path) -> list[LocalWheel]:
@@ -149,7 +186,7 @@ def fetch_from_lane(lane: Lane, records: Sequence[WheelRecord], workdir: Path) -
             if record.name not in listed:
                 missing.append(record.name)
                 continue
-            _download(listed[record.name].url, lane, dest)
+            _download(listed[record.name].url, lane, dest, record.size)
     if missing:
         raise PublishError(
             f"lane {lane.name} ({lane.where}) does not hold {', '.join(missing)}",

@@ -28,13 +28,23 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import time
 import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from xla_wheels import filemode, log
+from xla_wheels import filemode
 from xla_wheels.errors import ToolchainError
+from xla_wheels.retrying import (
+    TIMEOUT_SETTING,
+    Transient,
+    attempts_text,
+    host_of,
+    policy,
+    url_fault,
+    with_retries,
+)
 from xla_wheels.waitlock import make_once
 
 #: The torch whose headers the checks compile against: the series' target release.
@@ -42,7 +52,9 @@ TORCH_VERSION = "2.9.0"
 DEBIAN_POOL = "https://deb.debian.org/debian/pool/main"
 MULTIARCH = "x86_64-linux-gnu"
 MARKER = ".complete.json"
-DOWNLOAD_TIMEOUT_S = 120.0
+#: The size one pinned .deb is allowed for in its download's time limit (the largest,
+#: cc1plus's package, is about 20 MB).
+DEB_BYTES_ALLOWANCE = 32 * 1024 * 1024
 CLANG_FORMAT_PIN = "clang-format==14.0.6"
 
 
@@ -182,15 +194,43 @@ def download(package: DebianPackage, dest_dir: Path) -> Path:
     if target.is_file() and _sha256(target.read_bytes()) == package.sha256:
         return target
     dest_dir.mkdir(parents=True, exist_ok=True)
-    log.info(f"downloading {package.url}")
-    try:
-        with urllib.request.urlopen(package.url, timeout=DOWNLOAD_TIMEOUT_S) as response:
-            data = response.read()
-    except (urllib.error.URLError, OSError) as error:
-        raise ToolchainError(
-            f"cannot download {package.name} {package.version} from {package.url}: {error}",
+    host = host_of(package.url)
+
+    def fetch(limit: float) -> bytes:
+        # The socket timeout bounds each wait for bytes; ``limit`` the whole download.
+        deadline = time.monotonic() + limit
+        chunks: list[bytes] = []
+        try:
+            with urllib.request.urlopen(package.url, timeout=policy().timeout_s) as response:
+                while chunk := response.read(1 << 20):
+                    chunks.append(chunk)
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"not complete after {limit:g}s")
+        except (urllib.error.URLError, OSError) as error:
+            if fault := url_fault(error):
+                raise fault from None
+            raise ToolchainError(
+                f"cannot download {package.name} {package.version} from {package.url}: {error}",
+                fix=_pin_fix(package),
+            ) from None
+        return b"".join(chunks)
+
+    def give_up(fault: Transient, attempts: int) -> ToolchainError:
+        return ToolchainError(
+            f"downloading {package.filename}: {host} {fault.what_happened} "
+            f"({attempts_text(attempts)})",
             fix=_pin_fix(package),
-        ) from None
+        )
+
+    data = with_retries(
+        f"downloading {package.filename}",
+        host,
+        fetch,
+        give_up=give_up,
+        timeout_fix=f"{_pin_fix(package)}; a slow link: give it longer with {TIMEOUT_SETTING}",
+        limit_s=policy().transfer_limit(DEB_BYTES_ALLOWANCE),
+        long=True,
+    )
     actual = _sha256(data)
     if actual != package.sha256:
         raise ToolchainError(

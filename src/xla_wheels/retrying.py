@@ -1,0 +1,244 @@
+"""Network steps: a bounded time, a visible wait, and retries of transient faults.
+
+Every step that talks to another host (index reads, twine uploads, pip installs, lane and
+toolchain downloads, devpi pushes, git fetches) runs through :func:`with_retries`, so each
+
+- waits at most :attr:`NetworkPolicy.timeout_s` for an answer (a transfer gets more by its
+  size: :meth:`NetworkPolicy.transfer_limit`);
+- says it is waiting: a long step announces itself before it starts, any step that has
+  not answered after a few seconds says so, and a ``still waiting`` line follows every
+  progress interval;
+- is tried again after a transient fault (connection refused or reset, HTTP 5xx, no
+  answer in time) with growing sleeps, :attr:`NetworkPolicy.retries` times, as PyTorch's
+  release scripts' ``retry`` helper does; anything else (HTTP 4xx, a TLS or name error,
+  a refused hash) is never retried;
+- ends in one ``error:`` naming the step and the host, never credentials: no answer in
+  time is :class:`NetworkTimedOut` (exit 8, worth running again once the network is
+  healthy); other transient faults that outlast the retries are the caller's error class.
+
+The policy is a setting (``XLA_WHEELS_NET_TIMEOUT``, ``XLA_WHEELS_NET_RETRIES``, make's
+``NET_TIMEOUT`` / ``NET_RETRIES``) read once at the CLI edge, which calls :func:`configure`.
+"""
+
+from __future__ import annotations
+
+import errno
+import http.client
+import socket
+import ssl
+import threading
+import time
+import urllib.error
+import urllib.parse
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TypeVar
+
+from xla_wheels import log
+from xla_wheels.errors import PipelineError
+from xla_wheels.redact import mask_url_credentials
+from xla_wheels.runner import StepTimedOut
+
+T = TypeVar("T")
+
+#: Where the settings come from, for fixes ("raise NET_TIMEOUT").
+TIMEOUT_SETTING = "XLA_WHEELS_NET_TIMEOUT (make: NET_TIMEOUT=)"
+RETRIES_SETTING = "XLA_WHEELS_NET_RETRIES (make: NET_RETRIES=)"
+
+#: A step that has not answered after this many seconds says it is waiting.
+QUIET_BEFORE_WAITING_LINE_S = 5.0
+
+
+@dataclass(frozen=True)
+class NetworkPolicy:
+    timeout_s: float = 60.0
+    """Seconds one attempt may wait for an answer (connect, or the next bytes)."""
+    retries: int = 3
+    """Attempts after the first one, when a fault is transient."""
+    backoff_s: float = 2.0
+    """Sleep before the first retry; it doubles for each next one (2, 4, 8 s)."""
+    min_bytes_per_s: float = 256 * 1024
+    """The slowest transfer rate a step's time limit allows for (a 500 MB wheel: ~33 min)."""
+    start_allowance_s: float = 15.0
+    """A child process (twine, pip) starts and reads its input before it talks to a host."""
+    heartbeat_s: float = 30.0
+    """Seconds between ``still waiting`` lines (the progress interval; 0: none)."""
+
+    @property
+    def attempts(self) -> int:
+        return self.retries + 1
+
+    def transfer_limit(self, size_bytes: int, *, child_process: bool = False) -> float:
+        """Seconds a step that moves ``size_bytes`` may take, by the slowest allowed rate."""
+        start = self.start_allowance_s if child_process else 0.0
+        return start + self.timeout_s + size_bytes / self.min_bytes_per_s
+
+    def sleep_before(self, retry: int) -> float:
+        """The pause before retry number ``retry`` (1-based): exponential backoff."""
+        return float(self.backoff_s * 2 ** (retry - 1))
+
+
+_policy = NetworkPolicy()
+
+
+def configure(policy: NetworkPolicy) -> None:
+    """Set the policy of this process (the CLI edge, from the settings)."""
+    global _policy
+    _policy = policy
+
+
+def policy() -> NetworkPolicy:
+    return _policy
+
+
+class Transient(Exception):
+    """Raised by one attempt of a step: the fault may pass, try again.
+
+    ``kind``: ``timed out``, ``refused``, ``reset`` or ``HTTP <code>``; ``detail``: what
+    the tool said (already free of credentials)."""
+
+    def __init__(self, kind: str, detail: str = "") -> None:
+        super().__init__(f"{kind}: {detail}" if detail else kind)
+        self.kind = kind
+        self.detail = detail
+
+    @property
+    def what_happened(self) -> str:
+        """The fault as the end of a sentence about the host ("... refused the connection")."""
+        if self.kind.startswith("HTTP "):
+            return f"answered {self.kind}" + (f" {self.detail}" if self.detail else "")
+        sentence = {
+            "refused": "refused the connection",
+            "reset": "dropped the connection",
+            "timed out": "did not answer in time",
+        }.get(self.kind, self.kind)
+        return sentence + (f" ({self.detail})" if self.detail else "")
+
+
+class NetworkTimedOut(StepTimedOut):
+    """A network step got no answer within its time on every attempt (exit 8)."""
+
+    def __init__(self, step: str, host: str, seconds: float, attempts: int, fix: str) -> None:
+        PipelineError.__init__(
+            self,
+            f"{step}: {host} did not answer within {seconds:.0f}s "
+            f"({attempts_text(attempts)})",
+            fix=fix,
+        )
+        self.step = step
+        self.seconds = seconds
+        self.host = host
+
+
+def host_of(url: str) -> str:
+    """``host[:port]`` of ``url``, without any credentials, for messages."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    if not host:
+        return mask_url_credentials(url)
+    return f"{host}:{parts.port}" if parts.port else host
+
+
+def attempts_text(attempts: int) -> str:
+    return "1 attempt" if attempts == 1 else f"{attempts} attempts"
+
+
+def url_fault(error: BaseException) -> Transient | None:
+    """The transient fault an ``urllib`` call raised, or None when retrying cannot help
+    (HTTP 4xx, TLS, an unknown host): the caller turns that into its own error."""
+    if isinstance(error, urllib.error.HTTPError):
+        if error.code >= 500:
+            return Transient(f"HTTP {error.code}", str(error.reason))
+        return None
+    reason: object = error.reason if isinstance(error, urllib.error.URLError) else error
+    if isinstance(reason, ssl.SSLError) and not isinstance(reason, ssl.SSLEOFError):
+        return None
+    if isinstance(reason, TimeoutError):
+        return Transient("timed out", str(reason))
+    if isinstance(reason, ConnectionRefusedError):
+        return Transient("refused", str(reason))
+    if isinstance(reason, ConnectionResetError | ConnectionAbortedError | BrokenPipeError):
+        return Transient("reset", str(reason))
+    if isinstance(reason, http.client.IncompleteRead):
+        return Transient("reset", str(reason) or type(reason).__name__)
+    if isinstance(reason, socket.gaierror) and reason.errno == socket.EAI_AGAIN:
+        return Transient("name lookup failed for now", str(reason))
+    if isinstance(reason, OSError) and reason.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH):
+        return Transient("unreachable", str(reason))
+    return None
+
+
+def with_retries(
+    step: str,
+    host: str,
+    attempt: Callable[[float], T],
+    *,
+    give_up: Callable[[Transient, int], PipelineError],
+    timeout_fix: str,
+    limit_s: float | None = None,
+    long: bool = False,
+    retry_kinds: tuple[str, ...] | None = None,
+    network: NetworkPolicy | None = None,
+) -> T:
+    """``attempt(limit)``'s result, trying again after a :class:`Transient` fault.
+
+    ``limit_s`` (default: the policy's timeout) is what each attempt may take; ``attempt``
+    enforces it (a socket timeout, the runner's timeout) and raises ``Transient("timed
+    out")`` past it. ``long``: announce the step before it starts. ``retry_kinds``: only
+    these kinds are retried (a request that is not idempotent: only ``refused``, when the
+    server never saw it). After the last attempt a timeout is :class:`NetworkTimedOut`
+    with ``timeout_fix``; another fault is ``give_up(fault, attempts)``.
+    """
+    current = network or _policy
+    limit = current.timeout_s if limit_s is None else limit_s
+    attempts = current.attempts
+    for number in range(1, attempts + 1):
+        counter = f", attempt {number} of {attempts}" if attempts > 1 else ""
+        if long or number > 1:
+            log.info(f"waiting for {host}: {step} (up to {limit:.0f}s{counter})")
+        try:
+            with _waiting(step, host, limit, current, announced=long or number > 1):
+                return attempt(limit)
+        except Transient as fault:
+            retryable = retry_kinds is None or fault.kind in retry_kinds
+            if number == attempts or not retryable:
+                tried = number
+                if fault.kind == "timed out":
+                    raise NetworkTimedOut(step, host, limit, tried, timeout_fix) from None
+                raise give_up(fault, tried) from None
+            pause = current.sleep_before(number)
+            log.info(f"{step}: {host} {fault.kind}; trying again in {pause:g}s")
+            time.sleep(pause)
+    raise AssertionError("unreachable: the loop returns or raises")
+
+
+@contextmanager
+def _waiting(
+    step: str, host: str, limit: float, current: NetworkPolicy, *, announced: bool
+) -> Iterator[None]:
+    """Lines while an attempt waits: one after a few quiet seconds (unless the step was
+    announced), then one every heartbeat."""
+    stop = threading.Event()
+    start = time.monotonic()
+
+    def watch() -> None:
+        first = current.heartbeat_s if announced else QUIET_BEFORE_WAITING_LINE_S
+        if first <= 0 or stop.wait(first):
+            return
+        while True:
+            elapsed = time.monotonic() - start
+            log.info(
+                f"still waiting for {host}: {step}, {log.format_duration(elapsed)} of up to "
+                f"{limit:.0f}s"
+            )
+            if current.heartbeat_s <= 0 or stop.wait(current.heartbeat_s):
+                return
+
+    watcher = threading.Thread(target=watch, name=f"waiting for {host}", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        watcher.join()
