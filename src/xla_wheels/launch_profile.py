@@ -161,9 +161,6 @@ class LaunchProfile:
         )
         return hashlib.sha256(canonical.encode()).hexdigest()
 
-    def group_of(self, variable: str) -> str:
-        return KNOWN_VARIABLES.get(variable, "?")
-
     @property
     def needs_build(self) -> bool:
         return BUILD_PLACEHOLDER in self.settings.get(CACHE_PATH, "")
