@@ -191,8 +191,6 @@ def run_canary_check(
     began = time.monotonic()
     # No persistent cache: the canary is about the steady state of one process.
     env = runtime_env(target.device)
-    verdicts: dict[str, RunVerdict] = {}
-    runs: list[dict[str, Any]] = []
     variants = (WORKLOAD, *CONTROLS)
     # The variants run side by side: each is its own process, judged by counters only
     # (compiles, transfers), which another process on the machine does not move.
@@ -202,17 +200,12 @@ def run_canary_check(
         children = run_side_by_side(
             target.python, runs_dir / NAME, specs, timeout_s, device=target.device
         )
-    for variant, child in zip(variants, children, strict=True):
-        verdicts[variant] = judge_run(child.report, None if child.ok else child.failure(), variant)
-        runs.append(
-            {
-                "name": variant,
-                "ok": child.ok,
-                "wall_s": round(child.wall_s, 3),
-                "log": str(child.log_path),
-            }
-        )
-    result = judge_canary(verdicts)
-    result.runs = runs
+    result = judge_canary(
+        {
+            variant: judge_run(child.report, None if child.ok else child.failure(), variant)
+            for variant, child in zip(variants, children, strict=True)
+        }
+    )
+    result.runs = [child.row() for child in children]
     result.duration_s = time.monotonic() - began
     return result

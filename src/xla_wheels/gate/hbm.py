@@ -163,13 +163,6 @@ def run_hbm_check(target: Target, runs_dir: Path, *, timeout_s: float = 600.0) -
             timeout_s,
         )
     result = judge_hbm(child.report, None if child.ok else child.failure(), target)
-    result.runs = [
-        {
-            "name": child.name,
-            "ok": child.ok,
-            "wall_s": round(child.wall_s, 3),
-            "log": str(child.log_path),
-        }
-    ]
+    result.runs = [child.row()]
     result.duration_s = time.monotonic() - began
     return result

@@ -178,12 +178,7 @@ def _counter(report: dict[str, Any], name: str) -> int:
 def summarize(result: ChildResult) -> dict[str, Any]:
     """The row of one child in the report: timings, counters, and the evidence files."""
     report = result.report or {}
-    row: dict[str, Any] = {
-        "name": result.name,
-        "ok": result.ok,
-        "wall_s": round(result.wall_s, 3),
-        "log": str(result.log_path),
-    }
+    row = result.row()
     if not result.ok:
         row["error"] = result.failure()
     if result.timed_out:
