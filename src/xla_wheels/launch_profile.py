@@ -409,11 +409,7 @@ def diff_rows(
 
 def key_tokens(env: Mapping[str, str]) -> dict[str, str]:
     """The part of an environment that torch_xla hashes into the cache key (env_hash.cpp)."""
-    found = {}
-    for variable in CACHE_KEY_VARIABLES:
-        if variable in env:
-            found[variable] = env[variable]
-    return found
+    return {variable: env[variable] for variable in CACHE_KEY_VARIABLES if variable in env}
 
 
 @dataclass(frozen=True)
