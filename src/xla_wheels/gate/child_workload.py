@@ -17,14 +17,10 @@ Modes:
   sharded under SPMD, ``t + t`` on a tensor sharded over every device (upstream
           test_persistent_cache.py's spmd_sharded case): the output's bytes and its
           sharding spec, which a cache hit must reproduce exactly
-  canary  the recompilation canary's training loop (``gate.canary``), one ``--variant``:
-          ``steady``: AdamW (``capturable=True``) with its learning rate a device tensor
-          that a schedule updates on the device; fixed shapes; nothing read back;
-          ``item-readback``: the same step plus ``loss.item()`` every step;
-          ``shape-drift``: the same step on a batch one row larger every step. It records
-          every counter and metric sample count (``torch_xla.debug.metrics``) after the
-          set-up, the warm-up and the measured steps, not a chosen few, so a counter that
-          moves on another build is in the evidence too
+  canary  the recompilation canary's AdamW training loop, one ``--variant`` (``steady``
+          and two controls, see ``gate.canary``): every counter and metric sample count
+          after the set-up, the warm-up and the measured steps, not a chosen few, so a
+          counter that moves on another build is in the evidence too
 
 Numbers are reported as ``float.hex`` (losses) or hex bytes (outputs) so the parent
 compares them bit for bit, not through a decimal rendering.
