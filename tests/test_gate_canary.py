@@ -1,7 +1,7 @@
 """The recompilation canary: a steady AdamW step compiles nothing and reads nothing back.
 
-The verdict rules run first on reports shaped as ``canary_workload.py`` writes them, with
-the counter movements measured on stock torch_xla (fast); then the real check runs on
+The verdict rules run first on reports shaped as ``child_workload.py --mode canary`` writes
+them, with the counter movements measured on stock torch_xla (fast); then the real check runs on
 stock torch_xla 2.9.0 and 2.7.0 on CPU, where the steady step must pass and both controls
 must be caught by the counter that moves.
 """

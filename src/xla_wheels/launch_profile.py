@@ -161,9 +161,6 @@ class LaunchProfile:
         )
         return hashlib.sha256(canonical.encode()).hexdigest()
 
-    def group_of(self, variable: str) -> str:
-        return KNOWN_VARIABLES.get(variable, "?")
-
     @property
     def needs_build(self) -> bool:
         return BUILD_PLACEHOLDER in self.settings.get(CACHE_PATH, "")
@@ -391,17 +388,11 @@ def diff_rows(
     """(``profile.<name>.<VARIABLE>``, left, right) for every setting that differs."""
     rows: list[tuple[str, str, str]] = []
     for name in sorted(set(left) | set(right)):
-        a = left[name].settings if name in left else None
-        b = right[name].settings if name in right else None
-        if a is None or b is None:
-            rows.append(
-                (
-                    f"profile.{name}",
-                    "-" if a is None else "declared",
-                    "-" if b is None else "declared",
-                )
-            )
+        if name not in left or name not in right:
+            in_left, in_right = ("declared" if name in side else "-" for side in (left, right))
+            rows.append((f"profile.{name}", in_left, in_right))
             continue
+        a, b = left[name].settings, right[name].settings
         for variable in sorted(set(a) | set(b)):
             if a.get(variable) != b.get(variable):
                 rows.append(
@@ -412,11 +403,7 @@ def diff_rows(
 
 def key_tokens(env: Mapping[str, str]) -> dict[str, str]:
     """The part of an environment that torch_xla hashes into the cache key (env_hash.cpp)."""
-    found = {}
-    for variable in CACHE_KEY_VARIABLES:
-        if variable in env:
-            found[variable] = env[variable]
-    return found
+    return {variable: env[variable] for variable in CACHE_KEY_VARIABLES if variable in env}
 
 
 @dataclass(frozen=True)

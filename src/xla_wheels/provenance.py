@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from xla_wheels.tables import Field, Table
@@ -57,7 +57,7 @@ class PatchDigest:
     sha256: str
 
     def to_json(self) -> dict[str, str]:
-        return {"path": self.path, "sha256": self.sha256}
+        return asdict(self)
 
 
 def _patches(table: Table, key: str) -> tuple[PatchDigest, ...]:
@@ -72,12 +72,7 @@ class ComponentProvenance:
     series_sha256: str
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "commit": self.commit,
-            "version": self.version,
-            "patches": [patch.to_json() for patch in self.patches],
-            "series_sha256": self.series_sha256,
-        }
+        return {**asdict(self), "patches": [patch.to_json() for patch in self.patches]}
 
     @classmethod
     def from_json(cls, table: Table) -> ComponentProvenance:
@@ -107,12 +102,7 @@ class BuildSettings:
     knobs: Mapping[str, Any]
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "mode": self.mode,
-            "engine": self.engine,
-            "image": self.image,
-            "knobs": dict(self.knobs),
-        }
+        return {**asdict(self), "knobs": dict(self.knobs)}
 
     @classmethod
     def from_json(cls, table: Table) -> BuildSettings:

@@ -137,8 +137,7 @@ class BuildCheckReport:
             (outcome.program, name, verdict)
             for outcome in self.outcomes
             if not outcome.compile_errors
-            for name, verdict in sorted(outcome.verdicts.items())
-            if verdict != "PASS"
+            for name, verdict in sorted(outcome.failed.items())
         ]
 
     @property
@@ -162,7 +161,7 @@ class BuildCheckReport:
             elif not outcome.verdicts:
                 lines.append(f"FAIL {outcome.program}: built, but reported no checks")
             else:
-                failed = [name for name, verdict in outcome.verdicts.items() if verdict != "PASS"]
+                failed = outcome.failed
                 lines.append(
                     f"{'FAIL' if failed else 'ok  '} {outcome.program}: "
                     f"{len(outcome.verdicts) - len(failed)} of {len(outcome.verdicts)} "
@@ -195,12 +194,7 @@ def trace(tree: Path, errors: Sequence[CompileError], patches: Mapping[str, str]
     """Each error with the patch (``patches``: commit -> patch relpath) that wrote its
     line; errors at one place are reported once."""
     findings = []
-    seen: set[tuple[str, int, str | None, str]] = set()
-    for error in errors:
-        key = (error.path, error.line, error.identifier, error.message)
-        if key in seen:
-            continue
-        seen.add(key)
+    for error in dict.fromkeys(errors):  # CompileError compares by all its fields
         commit = blame(tree, error.path, error.line) or ""
         findings.append(Finding(error, patches.get(commit), commit))
     return findings

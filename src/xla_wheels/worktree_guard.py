@@ -99,10 +99,6 @@ class WorktreeCheck:
             and self.head in {self.pin, self.expected}
         )
 
-    @property
-    def at_series_head(self) -> bool:
-        return self.expected is not None and self.head == self.expected
-
 
 def expected_head(
     worktree: Path, component: Component, pin: str, runner: GitRunner = run_git

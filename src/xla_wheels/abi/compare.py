@@ -24,7 +24,7 @@ linker's, reduced to what decides ``undefined symbol`` at import:
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from xla_wheels.abi.elf import Import, SharedObject
@@ -57,12 +57,6 @@ class Comparison:
     @property
     def ok(self) -> bool:
         return not self.missing
-
-
-def torch_needed(extension: SharedObject, available: Iterable[str]) -> tuple[str, ...]:
-    """The extension's DT_NEEDED entries that are torch libraries (present in torch/lib)."""
-    names = set(available)
-    return tuple(name for name in extension.needed if name in names)
 
 
 def _index(libraries: Sequence[SharedObject]) -> tuple[set[str], dict[str, set[str]]]:

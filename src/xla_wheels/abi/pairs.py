@@ -207,7 +207,7 @@ def _open_wheel(path: Path, what: str) -> zipfile.ZipFile:
         ) from None
 
 
-def _extract(archive: zipfile.ZipFile, member: str, target: Path) -> None:
+def extract_member(archive: zipfile.ZipFile, member: str, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     with archive.open(member) as source, open(target, "wb") as out:
         shutil.copyfileobj(source, out, length=1 << 20)
@@ -223,7 +223,7 @@ def extract_extension(torch_xla_wheel: Path, workdir: Path) -> Path:
                 fix="pass a torch_xla wheel built for Linux (it carries _XLAC.<abi>.so)",
             )
         target = workdir / members[0]
-        _extract(archive, members[0], target)
+        extract_member(archive, members[0], target)
     return target
 
 
@@ -239,7 +239,7 @@ def extract_torch_libraries(torch_wheel: Path, names: list[str], workdir: Path) 
         for name in names:
             member = f"{TORCH_LIB_DIR}/{name}"
             if member in members:
-                _extract(archive, member, workdir / member)
+                extract_member(archive, member, workdir / member)
     return workdir / TORCH_LIB_DIR
 
 

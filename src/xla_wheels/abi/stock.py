@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from xla_wheels import log
-from xla_wheels.abi.pairs import EXTENSION, TORCH_LIB_DIR, AbiInputError, PairFiles
+from xla_wheels.abi.pairs import EXTENSION, TORCH_LIB_DIR, AbiInputError, PairFiles, extract_member
 from xla_wheels.waitlock import make_once
 
 MARKER = "xla-wheels-abi-libs.json"
@@ -97,15 +97,10 @@ def _build(wheel: StockWheel, tmp: Path, python: str) -> dict[str, object]:
     files = sorted(download.glob("*.whl"))
     if len(files) != 1:
         raise AbiInputError(f"pip download left {len(files)} wheels in {download}")
-    extracted: list[str] = []
     with zipfile.ZipFile(files[0]) as archive:
-        for member in archive.namelist():
-            if _wanted(wheel.project, member):
-                target = tmp / member
-                target.parent.mkdir(parents=True, exist_ok=True)
-                with archive.open(member) as source, open(target, "wb") as out:
-                    shutil.copyfileobj(source, out, length=1 << 20)
-                extracted.append(member)
+        extracted = [member for member in archive.namelist() if _wanted(wheel.project, member)]
+        for member in extracted:
+            extract_member(archive, member, tmp / member)
     shutil.rmtree(download)  # keep only the libraries: a torch wheel is ~900 MB
     if not extracted:
         raise AbiInputError(f"{files[0].name} holds none of the libraries the check reads")

@@ -63,48 +63,20 @@ def run_bench(target: Target, config: BenchConfig, workdir: Path) -> dict[str, A
     plain_env = runtime_env(target.device)
     warm_cache = workdir / "cache-warm"
     samples: dict[str, list[dict[str, Any]]] = {"import": [], "cold": [], "warm": []}
+
+    def sample(phase: str, name: str, args: list[str], env: dict[str, str]) -> None:
+        result = run_child(target.python, name, workdir, args, env, config.child_timeout_s)
+        samples[phase].append(_require(result))
+
     for i in range(config.rounds):
         with log.section(f"bench round {i + 1}/{config.rounds}"):
-            samples["import"].append(
-                _require(
-                    run_child(
-                        target.python,
-                        f"import-{i}",
-                        workdir,
-                        ["--mode", "import"],
-                        plain_env,
-                        config.child_timeout_s,
-                    )
-                )
-            )
+            sample("import", f"import-{i}", ["--mode", "import"], plain_env)
             # Round 0's cold run fills the cache every warm run reads; later cold runs get
             # a fresh directory each, so every cold sample really compiles.
             cold_cache = warm_cache if i == 0 else workdir / f"cache-cold-{i}"
             cold_cache.mkdir(parents=True, exist_ok=True)
-            samples["cold"].append(
-                _require(
-                    run_child(
-                        target.python,
-                        f"cold-{i}",
-                        workdir,
-                        train,
-                        runtime_env(target.device, cache_dir=cold_cache),
-                        config.child_timeout_s,
-                    )
-                )
-            )
-            samples["warm"].append(
-                _require(
-                    run_child(
-                        target.python,
-                        f"warm-{i}",
-                        workdir,
-                        train,
-                        runtime_env(target.device, cache_dir=warm_cache),
-                        config.child_timeout_s,
-                    )
-                )
-            )
+            sample("cold", f"cold-{i}", train, runtime_env(target.device, cache_dir=cold_cache))
+            sample("warm", f"warm-{i}", train, runtime_env(target.device, cache_dir=warm_cache))
     summary: dict[str, Any] = {
         "target": {
             "torch_xla": target.torch_xla_version,

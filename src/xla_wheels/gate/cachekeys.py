@@ -45,6 +45,7 @@ from xla_wheels.gate.children import (
 from xla_wheels.gate.restart import same_losses, snapshot, summarize
 from xla_wheels.gate.result import CheckResult
 from xla_wheels.gate.target import Target
+from xla_wheels.launch_profile import flag_name, flag_tokens
 
 KEY_NAME = "cache-key"
 NUMBERS_NAME = "same-numbers"
@@ -253,17 +254,13 @@ def summarize_sharded(result: ChildResult) -> dict[str, Any]:
     return row
 
 
-def _flag_name(token: str) -> str:
-    return token.split("=", 1)[0]
-
-
 def _with_flags(env: dict[str, str], flags: tuple[str, ...]) -> dict[str, str]:
     if flags:
         # Flags the caller (or the launch profile) set stay in force, except one of the
         # same name, which the variant's replaces: a flag given twice is XLA's parser's
         # choice, not the check's.
-        names = {_flag_name(flag) for flag in flags}
-        kept = [t for t in env.get("XLA_FLAGS", "").split(" ") if t and _flag_name(t) not in names]
+        names = {flag_name(flag) for flag in flags}
+        kept = [t for t in flag_tokens(env.get("XLA_FLAGS", "")) if flag_name(t) not in names]
         env = {**env, "XLA_FLAGS": " ".join([*kept, *flags])}
     return env
 
@@ -278,7 +275,7 @@ def against(variant: Variant, env: Mapping[str, str]) -> Variant:
     the flipped variant misses only if the cold run really compiled under the profile's
     flag: a profile flag that did not reach the children turns the check's verdict.
     """
-    present = {_flag_name(t): t for t in env.get("XLA_FLAGS", "").split(" ") if t}
+    present = {flag_name(t): t for t in flag_tokens(env.get("XLA_FLAGS", ""))}
     flipped = []
     for flag in variant.xla_flags:
         name, _, value = flag.partition("=")

@@ -2,7 +2,7 @@
 
 A training loop that recompiles every step, or waits for a device-to-host copy every step,
 still trains; it is just many times slower, and nothing fails until someone reads a
-profile. The canary runs a small AdamW training step (``canary_workload.py``) whose
+profile. The canary runs a small AdamW training step (``child_workload.py --mode canary``) whose
 per-step scalars are device tensors (the learning rate, and AdamW's step count with
 ``capturable=True``), ``warmup`` steps to compile, then ``steps`` measured steps, and
 judges what torch_xla's metrics saw during the measured steps (``judge_run``, a pure
@@ -62,7 +62,6 @@ from xla_wheels.gate.result import CheckResult
 from xla_wheels.gate.target import Target
 
 NAME = "recompile-canary"
-CHILD_SCRIPT = Path(__file__).with_name("canary_workload.py")
 WORKLOAD = "steady"
 #: Each control and the kind of counter that must catch it.
 CONTROLS = {"item-readback": "device-to-host", "shape-drift": "compile"}
@@ -192,31 +191,21 @@ def run_canary_check(
     began = time.monotonic()
     # No persistent cache: the canary is about the steady state of one process.
     env = runtime_env(target.device)
-    verdicts: dict[str, RunVerdict] = {}
-    runs: list[dict[str, Any]] = []
     variants = (WORKLOAD, *CONTROLS)
     # The variants run side by side: each is its own process, judged by counters only
     # (compiles, transfers), which another process on the machine does not move.
     with log.section(f"{NAME}: {', '.join(variants)}, {warmup} warm-up + {steps} measured steps"):
-        args = ["--warmup", str(warmup), "--steps", str(steps)]
-        specs = [
-            ChildSpec(variant, ["--variant", variant, *args], env, script=CHILD_SCRIPT)
-            for variant in variants
-        ]
+        args = ["--mode", "canary", "--warmup", str(warmup), "--steps", str(steps)]
+        specs = [ChildSpec(variant, [*args, "--variant", variant], env) for variant in variants]
         children = run_side_by_side(
             target.python, runs_dir / NAME, specs, timeout_s, device=target.device
         )
-    for variant, child in zip(variants, children, strict=True):
-        verdicts[variant] = judge_run(child.report, None if child.ok else child.failure(), variant)
-        runs.append(
-            {
-                "name": variant,
-                "ok": child.ok,
-                "wall_s": round(child.wall_s, 3),
-                "log": str(child.log_path),
-            }
-        )
-    result = judge_canary(verdicts)
-    result.runs = runs
+    result = judge_canary(
+        {
+            variant: judge_run(child.report, None if child.ok else child.failure(), variant)
+            for variant, child in zip(variants, children, strict=True)
+        }
+    )
+    result.runs = [child.row() for child in children]
     result.duration_s = time.monotonic() - began
     return result

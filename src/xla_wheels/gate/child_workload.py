@@ -17,6 +17,10 @@ Modes:
   sharded under SPMD, ``t + t`` on a tensor sharded over every device (upstream
           test_persistent_cache.py's spmd_sharded case): the output's bytes and its
           sharding spec, which a cache hit must reproduce exactly
+  canary  the recompilation canary's AdamW training loop, one ``--variant`` (``steady``
+          and two controls, see ``gate.canary``): every counter and metric sample count
+          after the set-up, the warm-up and the measured steps, not a chosen few, so a
+          counter that moves on another build is in the evidence too
 
 Numbers are reported as ``float.hex`` (losses) or hex bytes (outputs) so the parent
 compares them bit for bit, not through a decimal rendering.
@@ -44,6 +48,11 @@ WORKLOADS: dict[str, dict[str, int]] = {
     # Large enough that compilation dominates a TPU restart; too slow for CPU CI.
     "large": {"layers": 32, "width": 4096, "batch": 512, "steps": 4},
 }
+
+#: The canary's variants; small enough that a CPU compile takes well under a second.
+CANARY_VARIANTS = ("steady", "item-readback", "shape-drift")
+CANARY_WIDTH = 128
+CANARY_BATCH = 32
 
 COUNTERS = (
     "PersistentCacheMiss",
@@ -370,12 +379,94 @@ def mode_hbm(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def _all_counts() -> dict[str, dict[str, int]]:
+    """Every counter's value and every metric's sample count, by name."""
+    import torch_xla.debug.metrics as met
+
+    counters = {name: int(met.counter_value(name) or 0) for name in met.counter_names()}
+    metrics: dict[str, int] = {}
+    for name in met.metric_names():
+        data = met.metric_data(name)
+        metrics[name] = int(data[0]) if data else 0
+    return {"counters": counters, "metrics": metrics}
+
+
+def mode_canary(args: argparse.Namespace) -> dict[str, Any]:
+    result = _import_torch_xla()
+    import torch
+    import torch_xla
+
+    variant, warmup = args.variant, args.warmup
+    steps = 8 if args.steps is None else args.steps
+    device = _device()
+    torch.manual_seed(0)
+    width, batch = CANARY_WIDTH, CANARY_BATCH
+    model = torch.nn.Sequential(
+        torch.nn.Linear(width, width), torch.nn.ReLU(), torch.nn.Linear(width, 1)
+    ).to(device)
+    # The per-step scalars live on the device: a tensor learning rate, and capturable=True
+    # keeps AdamW's step count on the device too, so its bias corrections are computed
+    # there. With capturable=False the step count stays on the CPU and the bias
+    # corrections become new Python floats every step (one host-to-device transfer each).
+    # foreach=False is what torch picks for XLA parameters anyway (torch.optim.optimizer.
+    # _default_to_fused_or_foreach enables foreach only on its native device types); it is
+    # explicit so a torch upgrade cannot change which update path is measured.
+    learning_rate = torch.tensor(1e-3, device=device)
+    decay = torch.tensor(0.99, device=device)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=learning_rate, weight_decay=0.01, capturable=True, foreach=False
+    )
+    inputs = torch.randn(batch, width).to(device)
+    targets = torch.randn(batch, 1).to(device)
+    readbacks: list[float] = []
+
+    def step(index: int) -> None:
+        batch_inputs, batch_targets = inputs, targets
+        if variant == "shape-drift":
+            rows = batch + index
+            batch_inputs = torch.randn(rows, width).to(device)
+            batch_targets = torch.randn(rows, 1).to(device)
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(batch_inputs), batch_targets)
+        loss.backward()
+        optimizer.step()
+        with torch.no_grad():
+            # The schedule runs on the device: no new Python scalar enters the graph.
+            learning_rate.mul_(decay)
+        torch_xla.sync()
+        if variant == "item-readback":
+            readbacks.append(float(loss.item()))
+
+    snapshots = {"set_up": _all_counts()}
+    for index in range(warmup):
+        step(index)
+    snapshots["after_warmup"] = _all_counts()
+    for index in range(warmup, warmup + steps):
+        step(index)
+    snapshots["after_steps"] = _all_counts()
+    # Read only after the last snapshot: the final value must not count as a step's transfer.
+    final_learning_rate = float(learning_rate.cpu())
+    result.update(
+        {
+            "variant": variant,
+            "warmup_steps": warmup,
+            "steps": steps,
+            "lr_is_tensor": isinstance(optimizer.param_groups[0]["lr"], torch.Tensor),
+            "final_learning_rate": final_learning_rate,
+            "readbacks": len(readbacks),
+            "snapshots": snapshots,
+        }
+    )
+    return result
+
+
 MODES = {
     "probe": mode_probe,
     "import": mode_import,
     "train": mode_train,
     "hbm": mode_hbm,
     "sharded": mode_sharded,
+    "canary": mode_canary,
 }
 
 
@@ -387,6 +478,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spmd", action="store_true")
     parser.add_argument("--probe-bytes", type=int, default=256 * 1024 * 1024)
     parser.add_argument("--steps", type=int, default=None, help="override the preset's steps")
+    parser.add_argument("--variant", choices=CANARY_VARIANTS, default="steady")
+    parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument(
         "--custom-compile-option",
         action="append",

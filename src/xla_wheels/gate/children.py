@@ -53,6 +53,15 @@ class ChildResult:
             return f"{self.name}: killed by signal {-self.returncode} (log: {self.log_path})"
         return f"{self.name}: exited {self.returncode} without a report (log: {self.log_path})"
 
+    def row(self) -> dict[str, Any]:
+        """Its line among a check's runs in the report."""
+        return {
+            "name": self.name,
+            "ok": self.ok,
+            "wall_s": round(self.wall_s, 3),
+            "log": str(self.log_path),
+        }
+
     def log_tail(self, lines: int = 20) -> str:
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])

@@ -39,14 +39,8 @@ _ALLOCATOR_MARKERS = ("getallocatorstats", "allocator stat")
 _WRONG_ROUTE_MARKERS = ("spmd virtual device", "spmd:0", "invalid device", "parse")
 
 
-def _allocator_error(text: str) -> bool:
-    lowered = text.lower()
-    return any(marker in lowered for marker in _ALLOCATOR_MARKERS)
-
-
-def _wrong_route(text: str) -> bool:
-    lowered = text.lower()
-    return any(marker in lowered for marker in _WRONG_ROUTE_MARKERS)
+def _mentions(text: str, markers: tuple[str, ...]) -> bool:
+    return any(marker in text.lower() for marker in markers)
 
 
 def judge_hbm(report: dict[str, Any] | None, failure: str | None, target: Target) -> CheckResult:
@@ -98,7 +92,7 @@ def _judge_without_hbm(
                 reasons.append(f"{device}: answered without a positive bytes_limit: {info}")
             continue
         error = str(entry.get("error", "no answer"))
-        if _wrong_route(error) or not _allocator_error(error):
+        if _mentions(error, _WRONG_ROUTE_MARKERS) or not _mentions(error, _ALLOCATOR_MARKERS):
             reasons.append(
                 f"{device}: the query did not reach the runtime's allocator statistics: {error}"
             )
@@ -163,13 +157,6 @@ def run_hbm_check(target: Target, runs_dir: Path, *, timeout_s: float = 600.0) -
             timeout_s,
         )
     result = judge_hbm(child.report, None if child.ok else child.failure(), target)
-    result.runs = [
-        {
-            "name": child.name,
-            "ok": child.ok,
-            "wall_s": round(child.wall_s, 3),
-            "log": str(child.log_path),
-        }
-    ]
+    result.runs = [child.row()]
     result.duration_s = time.monotonic() - began
     return result

@@ -122,20 +122,14 @@ def restart_figures(cold: list[dict[str, Any]], warm: list[dict[str, Any]]) -> d
     figures: dict[str, Any] = {"memory": memory, "breakdown": breakdown}
     warm_ready = [float(row["ready_s"]) for row in warm if row.get("ok") and "ready_s" in row]
     load = breakdown["warm"].get("executable_load")
-    if warm_ready and load is not None:
+    if warm_ready:
         ready = statistics.median(warm_ready)
-        figures["load_floor"] = {
-            "warm_ready_s": round(ready, 4),
-            "load_floor_s": load,
-            "above_floor_s": round(ready - load, 4),
-        }
-    elif warm_ready:
-        figures["load_floor"] = {
-            "warm_ready_s": round(statistics.median(warm_ready), 4),
-            "load_floor_s": None,
-            "above_floor_s": None,
-            "why": "this build has no PersistentCacheLoad timer",
-        }
+        floor: dict[str, Any] = {"warm_ready_s": round(ready, 4), "load_floor_s": load}
+        if load is None:
+            floor.update(above_floor_s=None, why="this build has no PersistentCacheLoad timer")
+        else:
+            floor["above_floor_s"] = round(ready - load, 4)
+        figures["load_floor"] = floor
     return figures
 
 

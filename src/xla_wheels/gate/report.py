@@ -6,6 +6,7 @@ import json
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -99,13 +100,9 @@ def _target_json(target: Target | None) -> dict[str, Any] | None:
     if target is None:
         return None
     return {
+        **asdict(target),
         "python": str(target.python),
-        "device": target.device,
-        "torch_version": target.torch_version,
-        "torch_xla_version": target.torch_xla_version,
         "runtime_devices": list(target.runtime_devices),
-        "has_runtime_memory_info": target.has_runtime_memory_info,
-        "tpu_version": target.tpu_version,
     }
 
 

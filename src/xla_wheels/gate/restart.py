@@ -178,12 +178,7 @@ def _counter(report: dict[str, Any], name: str) -> int:
 def summarize(result: ChildResult) -> dict[str, Any]:
     """The row of one child in the report: timings, counters, and the evidence files."""
     report = result.report or {}
-    row: dict[str, Any] = {
-        "name": result.name,
-        "ok": result.ok,
-        "wall_s": round(result.wall_s, 3),
-        "log": str(result.log_path),
-    }
+    row = result.row()
     if not result.ok:
         row["error"] = result.failure()
     if result.timed_out:
@@ -247,8 +242,8 @@ def judge_restart(
     """The verdict from the rows of ``summarize`` and the cache directory snapshots."""
     reasons: list[str] = []
     notes: list[str] = []
-    broken = [row for row in [*cold, *warm, *([reader] if reader else [])] if not row["ok"]]
-    reasons += [_unfinished(row) for row in broken]
+    loaders = [*warm, *([reader] if reader else [])]
+    reasons += [_unfinished(row) for row in [*cold, *loaders] if not row["ok"]]
     if any(not row["ok"] for row in cold):
         return CheckResult(config.name, False, reasons, notes)
 
@@ -279,7 +274,7 @@ def judge_restart(
 
     for row in warm:
         judge_loader(row)
-    reasons += same_losses([*cold, *warm, *([reader] if reader else [])])
+    reasons += same_losses([*cold, *loaders])
     cold_ready = statistics.median(row["ready_s"] for row in cold)
     warm_ok = [row["ready_s"] for row in warm if row["ok"]]
     figures: dict[str, Any] = {
@@ -319,7 +314,7 @@ def judge_restart(
             shown = ", ".join(reader_changes[:5])
             reasons.append(f"{reader['name']} changed the cache directory: {shown}")
         figures["read_only_changes"] = len(reader_changes or [])
-    hung = [row for row in [*warm, *([reader] if reader else [])] if row.get("timed_out")]
+    hung = [row for row in loaders if row.get("timed_out")]
     if hung:
         figures["hung"] = [row["name"] for row in hung]
         figures["hang_bound_s"] = hung[0].get("hang_bound_s")
@@ -433,9 +428,10 @@ def run_restart_check(
     runs = runs_dir / config.name
     env = runtime_env(target.device, cache_dir=cache, cpu_devices=config.cpu_devices)
     title = config.name
+    train = _train_args(config)
     with log.section(f"{title}: cold run ({config.writers} writer(s)), {config.workload} workload"):
         started = [
-            start_child(target.python, f"cold-{i + 1}", runs, _train_args(config), env)
+            start_child(target.python, f"cold-{i + 1}", runs, train, env)
             for i in range(config.writers)
         ]
         cold = [
@@ -451,24 +447,16 @@ def run_restart_check(
     reader: dict[str, Any] | None = None
     changes: list[str] | None = None
     if all(row["ok"] for row in cold):
-        bound = hang_bound_s(max(row["wall_s"] for row in cold), config)
-        rule = (
-            f"{config.hang_factor:g} x the cold run's {max(row['wall_s'] for row in cold):.0f}s"
-            f" + {config.hang_margin_s:.0f}s"
-        )
+        cold_wall = max(row["wall_s"] for row in cold)
+        bound = hang_bound_s(cold_wall, config)
+        margin = config.hang_margin_s
+        rule = f"{config.hang_factor:g} x the cold run's {cold_wall:.0f}s + {margin:.0f}s"
 
         def loader(name: str, loader_env: dict[str, str]) -> dict[str, Any]:
-            row = summarize(
-                run_child(
-                    target.python,
-                    name,
-                    runs,
-                    _train_args(config),
-                    loader_env,
-                    bound,
-                    stacks_on_timeout=True,
-                )
+            child = run_child(
+                target.python, name, runs, train, loader_env, bound, stacks_on_timeout=True
             )
+            row = summarize(child)
             if row.get("timed_out"):
                 row.update({"hang_bound_s": round(bound, 1), "hang_rule": rule})
             return row

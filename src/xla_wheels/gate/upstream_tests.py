@@ -98,12 +98,10 @@ def parse_junit(text: str) -> list[CaseResult]:
     for case in ET.fromstring(text).iter("testcase"):
         name = case.get("name", "?")
         failure = case.find("failure")
-        error = case.find("error")
-        if failure is not None or error is not None:
-            node = failure if failure is not None else error
-            assert node is not None
+        node = failure if failure is not None else case.find("error")
+        if node is not None:
             message = (node.get("message") or node.text or "").strip().splitlines()
-            outcome = "failed" if failure is not None else "error"
+            outcome = "failed" if node is failure else "error"
             cases.append(CaseResult(name, outcome, message[-1][:300] if message else ""))
         elif case.get("result") == "suppressed" or case.find("skipped") is not None:
             cases.append(CaseResult(name, "skipped"))

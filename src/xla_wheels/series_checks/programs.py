@@ -25,7 +25,7 @@ exits with the number of failures. Kind ``gtest``: a googletest binary linked wi
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -150,14 +150,9 @@ COMP_ENV_HASH_CHECK = CheckProgram(
 
 # The same program under ThreadSanitizer, in its race mode: SetCustomCompileOptions on one
 # thread while HashCompilationEnv runs on another must be free of data races.
-CUSTOM_OPTIONS_RACE_CHECK = CheckProgram(
+CUSTOM_OPTIONS_RACE_CHECK = replace(
+    COMP_ENV_HASH_CHECK,
     name="custom_options_race_check",
-    kind="checks",
-    sources=COMP_ENV_HASH_CHECK.sources,
-    tree_sources=COMP_ENV_HASH_CHECK.tree_sources,
-    generated=_CACHE_KEY_FILES,
-    absl_libraries=COMP_ENV_HASH_CHECK.absl_libraries,
-    stand_ins=True,
     compile_flags=("-fsanitize=thread", "-g"),
     arguments=("--race-setter-and-key",),
 )
