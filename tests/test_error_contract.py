@@ -159,3 +159,44 @@ def test_an_undecodable_manifest_says_save_it_as_utf8(tmp_path: Path) -> None:
     result = cli(root, "lock", "--bundle", BUNDLE)
     assert_bad_input(result, f"{BUNDLE}.toml", "not UTF-8")
     assert "save it as UTF-8" in result.stderr or "save the file as UTF-8" in result.stderr
+
+
+# --- XLA_WHEELS_* names: one list, a typo is refused ---------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "meant"),
+    [
+        ("XLA_WHEELS_DRYRUN", "XLA_WHEELS_DRY_RUN"),
+        ("XLA_WHEELS_dry_run", "XLA_WHEELS_DRY_RUN"),
+        ("XLA_WHEELS_MIROR", "XLA_WHEELS_MIRROR"),
+        ("XLA_WHEELS_KEEPRECORDED", "XLA_WHEELS_KEEP_RECORDED"),
+        ("XLA_WHEELS_BUNDEL", None),
+    ],
+)
+def test_an_unknown_xla_wheels_name_is_refused_before_anything_runs(
+    tmp_path: Path, name: str, meant: str | None
+) -> None:
+    # A typo of XLA_WHEELS_DRY_RUN, ignored, would run for real.
+    root = project_copy(tmp_path)
+    result = cli(root, "lock", "--bundle", BUNDLE, env={name: "1"})
+    assert_bad_input(result, name, "not a setting")
+    if meant is not None:
+        assert f"did you mean {meant}?" in result.stderr
+        assert f"fix: rename it to {meant}" in result.stderr
+    assert not (root / "out").exists()
+
+
+def test_every_xla_wheels_name_the_code_reads_is_known() -> None:
+    # The one list (ENV_SETTINGS and ENV_OTHER_NAMES) holds every name the code reads: a
+    # name read but missing from it would be refused as a typo. (Tests spell typos.)
+    import re
+
+    from xla_wheels.options import known_environment
+
+    used: set[str] = set()
+    for folder in ("src", "scripts"):
+        for path in (REPO_ROOT / folder).rglob("*.py"):
+            used |= set(re.findall(r"XLA_WHEELS_[A-Z0-9_]*[A-Z0-9]", path.read_text()))
+    families = {"XLA_WHEELS_BAZEL_REMOTE", "XLA_WHEELS_CCACHE_REMOTE"}  # "..._*" in docs
+    assert sorted(used - known_environment() - families) == []
