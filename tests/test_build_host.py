@@ -246,9 +246,18 @@ def test_preflight_reports_every_blocker_at_once(syn: Synthetic, tmp_path: Path)
     assert "torch: commit" in err and "unreachable" in err and "MIRROR" in err
     assert "`python-that-does-not-exist` is not on PATH" in err
     assert "disk:" in err and "memory:" in err and "JOBS=3" in err
-    assert "XLA_WHEELS_OUT=<dir> make wheels" in err  # a fix make can pass (no --out-dir)
+    # A fix make can pass (no --out-dir), and every command a fix names is whole: the
+    # bundle and the settings of this run, with the one change (JOBS that fit).
+    assert "XLA_WHEELS_OUT=<dir on a bigger disk> make wheels BUNDLE=blocked" in err
+    commands = re.findall(r"`([^`]*make wheels[^`]*)`", err)
+    assert len(commands) >= 3, err
+    for command in commands:
+        assert "make wheels BUNDLE=blocked " in command, command
+        assert "BUILD_MODE=host HOST_PYTHON=python-that-does-not-exist" in command, command
+    assert "fix: fix each blocker above, then run `make wheels BUNDLE=blocked" in err
+    # Blockers are reported before anything is written: no work directory, no run lock.
     assert not (syn.root / "dist").exists()
-    assert not (syn.root / "out" / "blocked" / "src").exists()  # nothing fetched
+    assert not (syn.root / "out").exists(), sorted((syn.root / "out").rglob("*"))
 
 
 def test_dry_run_shows_the_builder_commands_for_v6e_2_9() -> None:

@@ -4,6 +4,7 @@ and changes nothing; when the first ends (even killed) the lock is gone with it.
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from tests.publish_support import (
     fake_wheels,  # noqa: F401 - fixture
     make_publish_project,
 )
+from xla_wheels.cli import COMMANDS, build_parser
 
 HOLDER = """
 import sys, time
@@ -51,15 +53,41 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@pytest.mark.parametrize("command", ["lock", "sources", "patch", "wheels", "patch-export"])
+#: Every subcommand that writes the bundle's work or products (out/<bundle>, dist/<bundle>,
+#: its wheels.lock entry), with the arguments it needs besides --bundle.
+WRITERS: dict[str, tuple[str, ...]] = {
+    "lock": (),
+    "sources": (),
+    "patch": (),
+    "wheels": (),
+    "patch-export": (),
+    "patch-rebase": ("--onto", "HEAD"),
+    "publish": (),
+    "requirements": (),
+    "verify-install": (),
+    "attest": (),
+    "rebuild-check": (),
+}
+
+
+def test_the_table_names_every_subcommand_that_writes_a_bundle() -> None:
+    declared = set()
+    for name in COMMANDS:
+        args, _ = build_parser(name).parse_known_args([name])
+        if getattr(args, "writes_bundle", False):
+            declared.add(name)
+    assert declared == set(WRITERS)
+
+
+@pytest.mark.parametrize("command", list(WRITERS))
 def test_a_second_run_on_the_bundle_refuses_at_once(
     command: str, project: Path, holder: subprocess.Popen[str], tmp_path: Path
 ) -> None:
     lock_before = _digest(project / "wheels.lock")
     cache = tmp_path / "machine-cache"
     result = run_cli(
-        command, "--bundle", BUNDLE, root=project, env={"XLA_WHEELS_CACHE": str(cache)},
-        timeout=60,
+        command, "--bundle", BUNDLE, *WRITERS[command], root=project,
+        env={"XLA_WHEELS_CACHE": str(cache)}, timeout=60,
     )  # fmt: skip
     assert result.exit_code == 5, result.output
     assert f"another run is working on bundle {BUNDLE}" in result.stderr
@@ -78,3 +106,21 @@ def test_the_lock_goes_with_the_process_that_held_it(
     holder.wait()
     again = run_cli("lock", "--bundle", BUNDLE, root=project)
     assert again.exit_code == 0, again.output
+
+
+def test_the_lock_leaves_no_trace_when_its_run_ends(tmp_path: Path) -> None:
+    # A run refused by a check (bad input, a preflight blocker) must write nothing: the
+    # lock file and the directories the lock made go with it; a directory that holds
+    # anything else stays.
+    from xla_wheels.run_lock import bundle_run_lock
+
+    out = tmp_path / "out"
+    with bundle_run_lock(out, "b", "wheels") as path:
+        assert path.read_text().startswith(f"{os.getpid()} wheels")
+        with bundle_run_lock(out, "b", "lock"):  # the stage inside the CLI edge: a no-op
+            pass
+        assert path.exists()
+    assert not out.exists()
+    with bundle_run_lock(out, "b", "wheels"):
+        (out / "b" / "logs").mkdir()
+    assert sorted(p.name for p in (out / "b").iterdir()) == ["logs"]

@@ -19,7 +19,7 @@ import pytest
 from tests.gitrepos import REPO_ROOT
 from xla_wheels.builder.remote_cache import RemoteCacheConfigError, load_remote_cache
 from xla_wheels.bundle import load_bundle
-from xla_wheels.errors import LockError, ManifestError, PipelineError
+from xla_wheels.errors import LockError, LockFileError, ManifestError, PipelineError
 from xla_wheels.provenance import (
     BuildSettings,
     ComponentProvenance,
@@ -27,7 +27,7 @@ from xla_wheels.provenance import (
     Provenance,
     ProvenanceFormatError,
 )
-from xla_wheels.release.lanes import LaneError, load_config, read_state
+from xla_wheels.release.lanes import LaneError, LaneFileError, load_config, read_state
 from xla_wheels.wheels_lock import read_lock
 
 MANIFEST = """\
@@ -283,9 +283,10 @@ def test_a_bad_key_is_named_with_its_file_and_a_fix(
 
 
 def test_the_exit_codes_are_the_formats_own() -> None:
-    # Bad input the user edits is exit 2 (manifests, builders.toml); a generated or
-    # release file that is wrong is a failed step (exit 1), as before the shared reader.
+    # A malformed file in the checkout is bad input, exit 2, whichever format it is; a
+    # well-formed lock that is stale, or a lane refusing a bundle, is a failed step (1).
     assert (ManifestError.exit_code, RemoteCacheConfigError.exit_code) == (2, 2)
+    assert (LockFileError.exit_code, LaneFileError.exit_code) == (2, 2)
     assert (LockError.exit_code, LaneError.exit_code) == (1, 1)
 
 

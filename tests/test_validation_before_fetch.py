@@ -31,9 +31,9 @@ def syn(syn: Synthetic) -> Synthetic:
     synthetic = syn
     make_mirror(synthetic)
     assert cli(synthetic, "lock").exit_code == 0
-    # `lock` held the bundle's run lock (out/syn/.lock); the cases below start from a
+    # `lock` held the bundle's run lock (out/syn/.lock, gone with it); the cases start from a
     # checkout with no out/ at all, so that any directory a refused run made shows.
-    shutil.rmtree(synthetic.root / "out")
+    shutil.rmtree(synthetic.root / "out", ignore_errors=True)
     return synthetic
 
 
@@ -155,7 +155,7 @@ def test_a_corrupt_lock_and_its_fix_that_works(syn: Synthetic, content: bytes, e
     lock = syn.root / "wheels.lock"
     good = lock.read_bytes()
     lock.write_bytes(content)
-    message = refused(syn, "patch", 1, error, "mv wheels.lock wheels.lock.broken")
+    message = refused(syn, "patch", 2, error, "mv wheels.lock wheels.lock.broken")
     assert "`git checkout -- wheels.lock`" in message
     # The fix as written: move it away, then `make lock BUNDLE=<name>` for each bundle.
     shutil.move(lock, syn.root / "wheels.lock.broken")
@@ -171,7 +171,7 @@ def test_git_checkout_restores_a_corrupt_lock(syn: Synthetic) -> None:
     git(syn.root, "commit", "-q", "-m", "lock")
     lock.write_bytes(b"\xff\xfe")
     broken = lock_check(syn)
-    assert broken.exit_code == 1 and "git checkout -- wheels.lock" in broken.stderr
+    assert broken.exit_code == 2 and "git checkout -- wheels.lock" in broken.stderr
     git(syn.root, "checkout", "--", "wheels.lock")
     assert lock_check(syn).exit_code == 0, lock_check(syn).stderr
 

@@ -36,7 +36,7 @@ from typing import Any
 
 from xla_wheels import launch_profile
 from xla_wheels.errors import ManifestError, UsageError
-from xla_wheels.tables import Field, Table
+from xla_wheels.tables import Field, Table, read_utf8
 from xla_wheels.values import NAME_PATTERN, NAME_RULE
 
 #: Bundle names become directories (out/<bundle>, dist/<bundle>) and command arguments.
@@ -195,14 +195,7 @@ def parse_manifest(path: Path, patches_root: Path, *, bundles_root: Path | None 
 
 
 def _read_toml(path: Path) -> tuple[dict[str, Any], bytes]:
-    raw = path.read_bytes()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise ManifestError(
-            f"{path}: not UTF-8 text (byte {error.start} cannot be read)",
-            fix="save the file as UTF-8 (TOML files are UTF-8)",
-        ) from None
+    text, raw = read_utf8(path, ManifestError, what="bundle manifest")
     try:
         return tomllib.loads(text), raw
     except tomllib.TOMLDecodeError as error:

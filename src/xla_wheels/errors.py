@@ -49,7 +49,15 @@ class ManifestError(PipelineError):
 
 
 class LockError(PipelineError):
-    """``wheels.lock`` is malformed or does not match the manifests and patches."""
+    """``wheels.lock`` lacks what a step needs (no entry for the bundle), or no longer
+    matches the manifests and patches (stale after a change: ``lock-check``): exit 1."""
+
+
+class LockFileError(LockError):
+    """``wheels.lock`` itself is bad input (truncated, not TOML, not UTF-8, a wrong key or
+    type, another lock-version): exit 2, like a malformed manifest."""
+
+    exit_code = 2
 
 
 class GitError(PipelineError):

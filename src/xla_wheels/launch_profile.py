@@ -268,7 +268,8 @@ def _checked_value(fail: Any, key: str, profile: str, group: str, variable: str,
         raise fail(
             key,
             "the read-only switch is decided by the launch role, not by the profile",
-            "remove it; `make launch-env ROLE=writer` (one per cache) or ROLE=reader sets it",
+            "remove it; `make launch-env BUNDLE=<bundle> PROFILE=<profile> ROLE=writer` (one "
+            "per cache) or ROLE=reader sets it",
         )
     if variable == CACHE_PATH:
         _check_cache_path(fail, key, value)

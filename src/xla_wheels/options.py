@@ -60,6 +60,34 @@ ENV_SETTINGS: tuple[str, ...] = (
 )
 
 
+#: The other ``XLA_WHEELS_*`` names the pipeline reads (not settings with a flag), with
+#: the reader. Together with :data:`ENV_SETTINGS` this is every name: any other
+#: ``XLA_WHEELS_*`` in the environment is refused (a typo of ``XLA_WHEELS_DRY_RUN`` would
+#: otherwise run for real). A new name is one entry here or in ENV_SETTINGS.
+ENV_OTHER_NAMES: dict[str, str] = {
+    "XLA_WHEELS_MAKE_VARIABLES": "cli.from_make (set by the Makefile)",
+    "XLA_WHEELS_MAKE_GOAL": "cli.from_make (set by the Makefile)",
+    "XLA_WHEELS_MAKE_COMMAND_LINE": "cli.from_make (set by the Makefile)",
+    "XLA_WHEELS_BUILDERS_CONFIG": "builder.remote_cache",
+    "XLA_WHEELS_BUILDER_ROLE": "builder.remote_cache",
+    "XLA_WHEELS_BAZEL_REMOTE_EXECUTOR": "builder.remote_cache",
+    "XLA_WHEELS_BAZEL_REMOTE_INSTANCE_NAME": "builder.remote_cache",
+    "XLA_WHEELS_BAZEL_REMOTE_HEADER": "builder.remote_cache (a secret)",
+    "XLA_WHEELS_BAZEL_REMOTE_HEADER_FILE": "builder.remote_cache",
+    "XLA_WHEELS_CCACHE_REMOTE_STORAGE": "builder.remote_cache",
+    "XLA_WHEELS_CCACHE_REMOTE_USERNAME": "builder.remote_cache",
+    "XLA_WHEELS_CCACHE_REMOTE_PASSWORD": "builder.remote_cache (a secret)",
+    "XLA_WHEELS_CCACHE_REMOTE_PASSWORD_FILE": "builder.remote_cache",
+    "XLA_WHEELS_SECRETS_FILE": "builder.run_recipe (set inside the build)",
+    "XLA_WHEELS_DOCKER_TEST_IMAGE": "tests/test_build_container.py",
+}
+
+
+def known_environment() -> frozenset[str]:
+    """Every ``XLA_WHEELS_*`` name the pipeline reads."""
+    return frozenset(env_var(flag) for flag in ENV_SETTINGS) | frozenset(ENV_OTHER_NAMES)
+
+
 def machine_cache(environ: Mapping[str, str]) -> Path:
     """Per-machine cache (sources, environments): survives ``git clean`` of the repo.
 

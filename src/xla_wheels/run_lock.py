@@ -1,12 +1,20 @@
 """One run at a time per bundle: an advisory file lock on ``out/<bundle>/.lock``.
 
-Every subcommand that writes a bundle's work (its worktrees, logs, the stage cache entries
-it stages, its entry in ``wheels.lock``) takes the lock first: sources, patch, wheels,
-patch-export, patch-rebase, lock. A second run on the same bundle refuses at once (exit 5)
-naming the first run's pid and command, instead of two runs interleaving ``git worktree``
-and patch commands in one tree. ``fcntl.flock`` is released by the kernel when the holder
-exits, killed or not, so a crashed run leaves no stale lock; the pid written in the file is
-only for the message. Dry runs change nothing and take no lock.
+Every subcommand that writes a bundle's work or products (``out/<bundle>``,
+``dist/<bundle>``, its entry in ``wheels.lock``) takes the lock first, at the CLI edge
+(``xla_wheels.cli.bundle_lock``, from each subcommand's declaration): sources, patch, wheels,
+patch-export, patch-rebase, lock, publish, requirements, verify-install, attest and
+rebuild-check. A second run on the same bundle refuses at once (exit 5) naming the first
+run's pid and command, instead of two runs interleaving ``git worktree`` and patch
+commands in one tree or one venv. ``fcntl.flock`` is released by the kernel when the
+holder exits, killed or not, so a crashed run leaves no stale lock; the pid written in the
+file is only for the message. Dry runs change nothing and take no lock.
+
+The lock leaves no trace: on release the file is removed, and so is each directory the
+lock itself made that is still empty, so a run refused by a check (bad input, a preflight
+blocker) writes nothing. Removing a lock file is safe because a taker checks, once it holds
+the lock, that the path still names the file it locked, and starts again if not. Taking it
+again inside the same process (the CLI edge, then the stage) is a no-op.
 """
 
 from __future__ import annotations
@@ -21,29 +29,71 @@ from xla_wheels.errors import BundleBusy
 
 LOCK_NAME = ".lock"
 
+#: The lock files this process holds: taking one again inside the block is a no-op (a
+#: second flock on a new descriptor of the same file would refuse our own run).
+_HELD: set[Path] = set()
+
 
 @contextmanager
 def bundle_run_lock(out_dir: Path, bundle: str, command: str) -> Iterator[Path]:
     """Hold ``out_dir/bundle/.lock`` for the block; :class:`BundleBusy` if another run has it."""
     directory = out_dir / bundle
-    directory.mkdir(parents=True, exist_ok=True)
     path = directory / LOCK_NAME
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    if path.absolute() in _HELD:
+        yield path
+        return
+    made = _missing_directories(directory)
+    fd = _locked_descriptor(directory, path, bundle)
+    _HELD.add(path.absolute())
     try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()} {command}\n".encode(), 0)
+        yield path
+    finally:
+        _HELD.discard(path.absolute())
+        # Removed while still held: a run waiting on this file finds it gone and retries.
+        path.unlink(missing_ok=True)
+        os.close(fd)  # releases the lock
+        for made_directory in made:  # innermost first; kept when anything is in it
+            try:
+                made_directory.rmdir()
+            except OSError:
+                break
+
+
+def _missing_directories(directory: Path) -> list[Path]:
+    """``directory`` and its ancestors that do not exist yet, innermost first."""
+    missing = []
+    while not directory.exists() and directory != directory.parent:
+        missing.append(directory)
+        directory = directory.parent
+    return missing
+
+
+def _locked_descriptor(directory: Path, path: Path, bundle: str) -> int:
+    while True:
+        directory.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except FileNotFoundError:  # the directory went with another run's release
+            continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
             raise BundleBusy(
                 f"another run is working on bundle {bundle} (pid and command: {holder}; "
                 f"lock {path})",
                 fix="wait for it to finish or stop it (kill <pid>), then run this again",
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()} {command}\n".encode(), 0)
-        yield path
-    finally:
-        os.close(fd)  # releases the lock
+        try:
+            held, named = os.fstat(fd), os.stat(path)
+            if (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino):
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # we locked a file its holder removed on release: take the new one
 
 
 def unless_dry_run(

@@ -18,6 +18,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 ErrorFactory = Callable[..., Exception]
@@ -53,6 +54,34 @@ def suggestion(key: str, allowed: Iterable[str]) -> str | None:
     """The allowed key closest to a mistyped one, if any is close."""
     close = difflib.get_close_matches(key, sorted(allowed), n=1, cutoff=0.6)
     return close[0] if close else None
+
+
+def read_utf8(path: Path, error: ErrorFactory, *, what: str = "file") -> tuple[str, bytes]:
+    """The text and bytes of a file the user edits, or the format's ``error`` in the user's
+    terms: a directory says it is a directory, bytes that are not UTF-8 say "save it as
+    UTF-8", an unreadable file names the reason. ``FileNotFoundError`` is left to the
+    caller, which knows whether a missing file is an error (and what creates it)."""
+    if path.is_dir():
+        raise error(
+            f"{path} is a directory, not a {what}",
+            fix=f"move the directory away and put the {what} at {path}",
+        )
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise
+    except OSError as problem:
+        raise error(
+            f"{path} cannot be read: {problem.strerror}",
+            fix=f"make it readable (`ls -l {path}`)",
+        ) from None
+    try:
+        return raw.decode("utf-8"), raw
+    except UnicodeDecodeError as problem:
+        raise error(
+            f"{path}: not UTF-8 text (byte {problem.start} cannot be read)",
+            fix="save it as UTF-8 (TOML files are UTF-8)",
+        ) from None
 
 
 class Table:

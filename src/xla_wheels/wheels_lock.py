@@ -28,7 +28,7 @@ from typing import Any
 
 from xla_wheels import filemode
 from xla_wheels.bundle import Bundle, available_bundles, load_bundle
-from xla_wheels.errors import LockError, PipelineError
+from xla_wheels.errors import LockError, LockFileError, PipelineError
 from xla_wheels.patches import describe_series, series_digest
 from xla_wheels.tables import Field, Table
 
@@ -360,8 +360,8 @@ def stage_held_back() -> list[filemode.StagedFile]:
     return staged
 
 
-def _unreadable(path: Path, what: str) -> LockError:
-    return LockError(f"{path} {what}", fix=_repair_fix(path))
+def _unreadable(path: Path, what: str) -> LockFileError:
+    return LockFileError(f"{path} {what}", fix=_repair_fix(path))
 
 
 def read_lock(path: Path) -> Lock:
@@ -371,6 +371,8 @@ def read_lock(path: Path) -> Lock:
         return pending[path.resolve()]
     if not path.exists():
         return Lock()
+    if path.is_dir():
+        raise _unreadable(path, "is a directory, not the lock file")
     try:
         data = tomllib.loads(path.read_bytes().decode("utf-8"))
     except UnicodeDecodeError as error:
@@ -385,7 +387,7 @@ def read_lock(path: Path) -> Lock:
             f"has lock-version {data.get('lock-version')!r}, this pipeline reads and writes "
             f"{LOCK_VERSION!r}",
         )
-    top = Table(data, source=str(path), error=LockError, fix=_repair_fix(path))
+    top = Table(data, source=str(path), error=LockFileError, fix=_repair_fix(path))
     top.read(Field("lock-version", str), Field("bundles", dict))
     return Lock(
         {name: BundleEntry.from_toml(entry) for name, entry in top.tables("bundles").items()}

@@ -29,7 +29,12 @@ from xla_wheels.builder.collect import (
 )
 from xla_wheels.builder.config import BuildConfig
 from xla_wheels.builder.container import Engine, Mount, build_image_argv, make_engine
-from xla_wheels.builder.preflight import PreflightError, planned_preflight, preflight
+from xla_wheels.builder.preflight import (
+    PreflightError,
+    again_command,
+    planned_preflight,
+    preflight,
+)
 from xla_wheels.builder.spec import BuildSpec, stage_key
 from xla_wheels.bundle import Bundle
 from xla_wheels.errors import PipelineError
@@ -312,7 +317,7 @@ def prepare(options: PipelineOptions, bundle: Bundle, config: BuildConfig) -> Bu
     with timed(run, "preflight"):
         blockers = preflight(options, bundle, config, need_sources=not run.all_cached)
         if blockers:
-            raise PreflightError(bundle.name, blockers)
+            raise PreflightError(bundle.name, blockers, again_command(options, bundle, config))
         log.info("preflight: no blockers")
     return run
 

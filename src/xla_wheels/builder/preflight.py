@@ -12,6 +12,8 @@ plan says preflight checks is what it checks.
 from __future__ import annotations
 
 import functools
+import os
+import shlex
 import shutil
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xla_wheels import runner
-from xla_wheels.builder.config import BuildConfig
+from xla_wheels.builder.config import ENGINES, BuildConfig
 from xla_wheels.builder.container import image_present, probe_engine
 from xla_wheels.bundle import Bundle, Component
 from xla_wheels.checks_before_fetch import is_mirror_directory, mirror_problem
@@ -35,11 +37,32 @@ GIB = 1024**3
 class PreflightError(PipelineError):
     """One or more blockers; the message lists all of them."""
 
-    def __init__(self, bundle: str, blockers: list[str]) -> None:
+    def __init__(self, bundle: str, blockers: list[str], again: str | None = None) -> None:
         self.blockers = blockers
         text = f"preflight: bundle {bundle} cannot be built here ({len(blockers)} blocker(s)):"
         text += "".join(f"\n  - {blocker}" for blocker in blockers)
-        super().__init__(text, fix="fix each blocker above, then run `make wheels` again")
+        again = again or f"make wheels BUNDLE={bundle}"
+        super().__init__(text, fix=f"fix each blocker above, then run `{again}` again")
+
+
+def again_command(
+    options: PipelineOptions, bundle: Bundle, config: BuildConfig, **changes: str
+) -> str:
+    """The whole ``make wheels`` command of this run, with ``changes`` (make variable ->
+    value) applied: every fix preflight prints is a command that can be run as it is."""
+    defaults = BuildConfig()
+    variables = {
+        "BUNDLE": bundle.name,
+        "MIRROR": options.mirror or "",
+        "BUILD_MODE": config.mode if config.mode != defaults.mode else "",
+        "ENGINE": config.engine if config.engine != defaults.engine else "",
+        "BUILDER_IMAGE": config.image if config.image != defaults.image else "",
+        "HOST_PYTHON": config.host_python if config.host_python != defaults.host_python else "",
+        "JOBS": str(config.jobs) if config.jobs != (os.cpu_count() or 1) else "",
+        **changes,
+    }
+    words = [f"{name}={shlex.quote(value)}" for name, value in variables.items() if value]
+    return " ".join(["make wheels", *words])
 
 
 def _ls_remote(cache: SourceCache, url: str, timeout: float) -> str | None:
@@ -54,14 +77,14 @@ def _ls_remote(cache: SourceCache, url: str, timeout: float) -> str | None:
 
 
 def _component_blockers(
-    component: Component, cache: SourceCache, mirror: str | None, timeout: float
+    component: Component, cache: SourceCache, mirror: str | None, timeout: float, again: str
 ) -> list[str]:
-    problem = _check_component(component, cache, mirror, timeout)
+    problem = _check_component(component, cache, mirror, timeout, again)
     return [problem] if problem else []
 
 
 def _check_component(
-    component: Component, cache: SourceCache, mirror: str | None, timeout: float
+    component: Component, cache: SourceCache, mirror: str | None, timeout: float, again: str
 ) -> str | None:
     if component.commit is None:
         return None  # reported by the pin check
@@ -85,35 +108,41 @@ def _check_component(
         else f"commit {component.commit[:12]} cannot be fetched"
     )
     fix = (
-        "configure a mirror (MIRROR=DIR|URL)"
+        f"fetch through a mirror: `{again}`"
         if not mirror
         else "check the mirror has this repository"
     )
     return f"{component.name}: {what}: remote {url} unreachable ({problem}); {fix}"
 
 
-def _check_engine(options: PipelineOptions, config: BuildConfig) -> list[str]:
+def _check_engine(options: PipelineOptions, bundle: Bundle, config: BuildConfig) -> list[str]:
     if config.mode == "host":
         problems = []
         for tool in [config.host_python, *config.host_tools]:
             if shutil.which(tool) is None:
-                problems.append(f"host mode: `{tool}` is not on PATH")
+                problems.append(f"host mode: `{tool}` is not on PATH; install it")
         return problems
     problem = probe_engine(config.engine)
     if problem:
+        others = [engine for engine in ENGINES if engine != config.engine]
         return [
-            f"engine {config.engine}: {problem}; install/start it, or pick another with "
-            "ENGINE=docker|podman|buildah (or BUILD_MODE=host on a prepared builder)"
+            f"engine {config.engine}: {problem}; install/start it, or pick another: "
+            + ", ".join(
+                f"`{again_command(options, bundle, config, ENGINE=engine)}`" for engine in others
+            )
+            + f" (or `{again_command(options, bundle, config, BUILD_MODE='host')}` on a "
+            "prepared builder)"
         ]
     if not image_present(config.engine, config.image):
+        image = "" if config.image == BuildConfig().image else f" BUILDER_IMAGE={config.image}"
         return [
             f"engine {config.engine}: builder image {config.image} not found; build it with "
-            f"`make builder-image ENGINE={config.engine}`"
+            f"`make builder-image ENGINE={config.engine}{image}`"
         ]
     return []
 
 
-def _check_python(bundle: Bundle, config: BuildConfig) -> list[str]:
+def _check_python(options: PipelineOptions, bundle: Bundle, config: BuildConfig) -> list[str]:
     if config.mode != "host" or shutil.which(config.host_python) is None:
         return []
     process = runner.run(
@@ -124,7 +153,9 @@ def _check_python(bundle: Bundle, config: BuildConfig) -> list[str]:
     if found != bundle.python:
         return [
             f"host mode: {config.host_python} is Python {found or '?'}, bundle {bundle.name} "
-            f"needs {bundle.python}; pass HOST_PYTHON=python{bundle.python}"
+            f"needs {bundle.python}; `"
+            + again_command(options, bundle, config, HOST_PYTHON=f"python{bundle.python}")
+            + "`"
         ]
     return []
 
@@ -145,15 +176,17 @@ def _mem_total_gib() -> float | None:
     return None
 
 
-def _check_resources(options: PipelineOptions, config: BuildConfig) -> list[str]:
+def _check_resources(
+    options: PipelineOptions, bundle: Bundle, config: BuildConfig
+) -> list[str]:
     problems = []
     free = shutil.disk_usage(_existing(options.out_dir)).free / GIB
     if free < config.min_disk_gib:
         problems.append(
             f"disk: {free:.0f} GiB free under {_existing(options.out_dir)}, a build needs "
             f"about {config.min_disk_gib:.0f} GiB; free space, or put the "
-            "work directory on a bigger disk: XLA_WHEELS_OUT=<dir> make wheels ... (CLI: "
-            "--out-dir <dir>)"
+            "work directory on a bigger disk: `XLA_WHEELS_OUT=<dir on a bigger disk> "
+            f"{again_command(options, bundle, config)}`"
         )
     total = _mem_total_gib()
     need = config.mem_base_gib + config.jobs * config.mem_per_job_gib
@@ -162,7 +195,11 @@ def _check_resources(options: PipelineOptions, config: BuildConfig) -> list[str]
         problems.append(
             f"memory: {total:.0f} GiB here, JOBS={config.jobs} needs about {need:.0f} GiB "
             f"({config.mem_per_job_gib:.0f} GiB per job + {config.mem_base_gib:.0f}); "
-            + (f"use JOBS={fits}" if fits >= 1 else "use a larger builder")
+            + (
+                f"use `{again_command(options, bundle, config, JOBS=str(fits))}`"
+                if fits >= 1
+                else "use a larger builder"
+            )
         )
     return problems
 
@@ -217,6 +254,7 @@ def checks(
                         cache,
                         options.mirror,
                         config.remote_timeout,
+                        again_command(options, bundle, config, MIRROR="<dir or URL>"),
                     ),
                     tuple(
                         PlannedCommand(c.argv, c.env, c.cwd, "when the cache lacks the commit")
@@ -230,13 +268,15 @@ def checks(
         else "host tools on PATH: " + ", ".join([config.host_python, *config.host_tools])
     )
     need = config.mem_base_gib + config.jobs * config.mem_per_job_gib
-    found.append(Check(f"{config.mode} mode", where, lambda: _check_engine(options, config)))
+    found.append(
+        Check(f"{config.mode} mode", where, lambda: _check_engine(options, bundle, config))
+    )
     if config.mode == "host":
         found.append(
             Check(
                 "python",
                 f"{config.host_python} is Python {bundle.python}",
-                lambda: _check_python(bundle, config),
+                lambda: _check_python(options, bundle, config),
             )
         )
     found += [
@@ -244,7 +284,7 @@ def checks(
             "resources",
             f"disk >= {config.min_disk_gib:.0f} GiB free under the work directory; "
             f"memory >= {need:.0f} GiB for JOBS={config.jobs}",
-            lambda: _check_resources(options, config),
+            lambda: _check_resources(options, bundle, config),
         ),
     ]
     return found

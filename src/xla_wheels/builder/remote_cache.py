@@ -40,7 +40,7 @@ from typing import Any
 
 from xla_wheels.errors import PipelineError
 from xla_wheels.redact import REDACTED
-from xla_wheels.tables import Field, Table
+from xla_wheels.tables import Field, Table, read_utf8
 
 CONFIG_RELPATH = "build/builders.toml"
 ROLES = ("reader", "writer")
@@ -176,16 +176,17 @@ def load_remote_cache(
 
     explicit = env(ENV_CONFIG)
     path = Path(explicit) if explicit else root / CONFIG_RELPATH
-    if explicit and not path.is_file():
+    if explicit and not path.exists():
         raise RemoteCacheConfigError(
             f"{ENV_CONFIG}={path}: no such file",
             fix=f"point it at a builders file, or unset it to use {CONFIG_RELPATH}",
         )
     data: dict[str, Any] = {}
-    if path.is_file():
+    if path.exists():
+        text = read_utf8(path, RemoteCacheConfigError, what="builders file")[0]
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as error:
             raise RemoteCacheConfigError(
                 f"{path}: not valid TOML: {error}", fix="fix the syntax at that line"
             ) from error

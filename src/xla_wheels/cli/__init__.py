@@ -255,4 +255,10 @@ def _run(arguments: list[str]) -> int:
     check_environment(os.environ)
     configure_network(network_policy(args, os.environ))
     handler: Callable[[argparse.Namespace], int] = args.handler
-    return handler(args)
+    if not getattr(args, "writes_bundle", False):
+        return handler(args)
+    # Imported only for a subcommand that writes a bundle: the gate's stay standard-library.
+    from xla_wheels.cli.bundle_lock import held_for
+
+    with held_for(args):
+        return handler(args)

@@ -119,7 +119,7 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     """Define subcommand ``name``'s (``abi-check``) arguments on ``parser`` and its handler."""
     if name != "abi-check":
         raise ValueError(f"{name} is not a subcommand of {__name__}")
-    add_bundle_arguments(parser)
+    add_bundle_arguments(parser, writes_bundle=False)  # a temporary directory only
     parser.add_argument("--python", default=None, help="python of an installed environment")
     parser.add_argument("--torch-wheel", type=Path, default=None, help="a torch .whl")
     parser.add_argument("--torch-xla-wheel", type=Path, default=None, help="a torch_xla .whl")

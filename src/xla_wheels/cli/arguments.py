@@ -177,9 +177,18 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, dry_run: bool = Fal
     )
 
 
-def add_bundle_arguments(parser: argparse.ArgumentParser, *, dry_run: bool = False) -> None:
-    """A subcommand that works on one bundle: the common options plus ``--bundle``."""
+def add_bundle_arguments(
+    parser: argparse.ArgumentParser, *, writes_bundle: bool, dry_run: bool = False
+) -> None:
+    """A subcommand that works on one bundle: the common options plus ``--bundle``.
+
+    ``writes_bundle``: whether it writes the bundle's work or products (``out/<bundle>``,
+    ``dist/<bundle>``, its ``wheels.lock`` entry). Every bundle subcommand says which, so
+    none can forget: the CLI edge (:mod:`xla_wheels.cli.bundle_lock`) holds the bundle's
+    run lock around those that do (exit 5 for a second run), except for a dry run.
+    """
     add_common_arguments(parser, dry_run=dry_run)
+    parser.set_defaults(writes_bundle=writes_bundle)
     parser.add_argument(
         "--bundle", "-b", default="", help="bundle name (build/bundles/<name>.toml)"
     )

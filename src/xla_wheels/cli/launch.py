@@ -69,7 +69,7 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
         raise ValueError(f"{name} is not a subcommand of {__name__}")
     parser.description = __doc__
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    add_bundle_arguments(parser)
+    add_bundle_arguments(parser, writes_bundle=False)  # writes out/launch/<bundle>
     parser.add_argument("--profile", default="", help="launch profile name, e.g. train")
     parser.add_argument(
         "--role",

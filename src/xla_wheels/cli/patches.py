@@ -46,7 +46,7 @@ def cmd_patch_export(args: argparse.Namespace) -> int:
     for other in report.shared_with:
         log.warning(
             f"bundle {other} lists these patch files too, at another {args.component} commit: "
-            "check it with `make patches-check` (or give it its own copies)"
+            f"check it with `make patches-check BUNDLE={other}` (or give it its own copies)"
         )
     if not options.dry_run and (report.new_pin or any(p.changed for p in report.patches)):
         print(f"next: review `git diff`, then `make lock BUNDLE={bundle.name}`")
@@ -114,7 +114,7 @@ def _rebase(
 def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     """Define subcommand ``name``'s arguments on ``parser`` and set its handler."""
     if name == "patch-export":
-        add_bundle_arguments(parser, dry_run=True)
+        add_bundle_arguments(parser, writes_bundle=True, dry_run=True)
         parser.add_argument("--component", default="torch_xla", choices=COMPONENT_NAMES)
         add_switch(
             parser,
@@ -123,7 +123,7 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
         )
         parser.set_defaults(handler=cmd_patch_export)
     elif name == "patch-rebase":
-        add_bundle_arguments(parser, dry_run=True)
+        add_bundle_arguments(parser, writes_bundle=True, dry_run=True)
         parser.add_argument("--component", default="torch_xla", choices=COMPONENT_NAMES)
         parser.add_argument("--onto", default=None, help="the commit to carry the series onto")
         parser.add_argument(

@@ -229,7 +229,9 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     """Define subcommand ``name``'s arguments on ``parser`` and set its handler."""
     # Only publish has a dry run: requirements resolves and writes, verify-install
     # installs, doctor only reads; a dry run of those would be a different command.
-    add_bundle_arguments(parser, dry_run=name == "publish")
+    # doctor only reads; the others write under out/<bundle> or dist/<bundle> (a log, the
+    # static index, requirements.txt, verify-install's venv).
+    add_bundle_arguments(parser, writes_bundle=name != "doctor", dry_run=name == "publish")
     if name == "publish":
         _add_publish_arguments(parser)
     elif name == "requirements":

@@ -228,12 +228,13 @@ def cmd_lanes(args: argparse.Namespace) -> int:
 
 def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     """Define subcommand ``name``'s arguments on ``parser`` and set its handler."""
+    # publish-lane and promote write a lane and lanes.lock, not the bundle's files.
     if name == "publish-lane":
-        add_bundle_arguments(parser, dry_run=True)
+        add_bundle_arguments(parser, writes_bundle=False, dry_run=True)
         _lane_arg(parser, None, "lane (default: publish-lane of build/lanes.toml)")
         parser.set_defaults(handler=cmd_publish_lane)
     elif name == "promote":
-        add_bundle_arguments(parser, dry_run=True)
+        add_bundle_arguments(parser, writes_bundle=False, dry_run=True)
         _lane_arg(parser, "preferred", "target lane (default: preferred)")
         parser.add_argument(
             "--from",

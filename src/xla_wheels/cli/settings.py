@@ -29,6 +29,7 @@ Read from the environment besides our own settings, because it belongs to anothe
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import shlex
 from collections.abc import Callable, Mapping
@@ -38,10 +39,12 @@ from typing import TYPE_CHECKING
 from xla_wheels.cli.arguments import MAX_NET_RETRIES, MAX_NET_TIMEOUT, MAX_PROGRESS_INTERVAL
 from xla_wheels.errors import UsageError
 from xla_wheels.options import (
+    ENV_PREFIX,
     PipelineOptions,
     PublishOptions,
     SupplyOptions,
     env_var,
+    known_environment,
     machine_cache,
 )
 from xla_wheels.retrying import NetworkPolicy
@@ -114,13 +117,37 @@ def env_number(environ: Mapping[str, str], flag: str, parse: Callable[[str], flo
 
 def check_environment(environ: Mapping[str, str]) -> None:
     """Every ``XLA_WHEELS_*`` switch and number of the environment, whichever subcommand
-    runs: a value that is not understood is refused (exit 2) before anything runs."""
+    runs: a value that is not understood is refused (exit 2) before anything runs, and so
+    is a name the pipeline does not read (a typo of a known one would be ignored)."""
+    known = known_environment()
+    for name in sorted(environ):
+        if name.startswith(ENV_PREFIX) and name not in known:
+            guess = _closest_name(name, known)
+            raise UsageError(
+                f"{name} is not a setting of this pipeline"
+                + (f" (did you mean {guess}?)" if guess else ""),
+                fix=(f"rename it to {guess}, or unset {name}" if guess else f"unset {name}")
+                + " (README, 'Settings: flags, environment, defaults', lists them)",
+            )
     for flag in ENV_SWITCHES:
         env_switch(environ, flag)
     env_number(environ, "--jobs", _jobs)
     env_number(environ, "--progress-interval", _progress_interval)
     env_number(environ, "--net-timeout", _net_timeout)
     env_number(environ, "--net-retries", _net_retries)
+
+
+def _closest_name(name: str, known: frozenset[str]) -> str | None:
+    # Underscores and case are the commonest slips (a DRY_RUN spelled DRYRUN); then spelling.
+    squeezed = {k.replace("_", ""): k for k in known}
+    if (exact := squeezed.get(name.upper().replace("_", ""))) is not None:
+        return exact
+    # Compared without the shared prefix, which would make any two names look alike.
+    tails = {k.removeprefix(ENV_PREFIX): k for k in known}
+    matches = difflib.get_close_matches(
+        name.upper().removeprefix(ENV_PREFIX), sorted(tails), n=1, cutoff=0.75
+    )
+    return tails[matches[0]] if matches else None
 
 
 def _jobs(text: str) -> int:

@@ -318,7 +318,7 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("right", nargs="?", default=None, metavar="B")
         parser.set_defaults(handler=cmd_diff)
     elif name in _LAST_STAGE:
-        add_bundle_arguments(parser, dry_run=True)
+        add_bundle_arguments(parser, writes_bundle=True, dry_run=True)
         if _LAST_STAGE[name] == "collect":
             add_build_arguments(parser)
         parser.set_defaults(handler=_make_stage_handler(_LAST_STAGE[name]))
@@ -335,7 +335,7 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
         )
         parser.set_defaults(handler=cmd_builder_image)
     elif name == "patches-check":
-        add_bundle_arguments(parser)
+        add_bundle_arguments(parser, writes_bundle=False)  # scratch copies only
         parser.add_argument(
             "--component", default="torch_xla", help="component (default torch_xla)"
         )
@@ -348,7 +348,7 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
         )
         parser.set_defaults(handler=cmd_patches_check)
     elif name == "lock":
-        add_bundle_arguments(parser, dry_run=True)
+        add_bundle_arguments(parser, writes_bundle=True, dry_run=True)
         parser.set_defaults(handler=cmd_lock)
     elif name == "lock-check":
         add_common_arguments(parser)

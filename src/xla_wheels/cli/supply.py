@@ -63,7 +63,7 @@ def cmd_rebuild_check(args: argparse.Namespace) -> int:
 
 
 def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
-    add_bundle_arguments(parser)
+    add_bundle_arguments(parser, writes_bundle=True)
     if name == "rebuild-check":
         from xla_wheels.cli.stages import add_build_arguments
 

@@ -457,5 +457,6 @@ def ensure_healthy(report: DoctorReport) -> None:
         raise DoctorFailed(
             f"doctor found {len(report.failed)} problem(s): "
             + ", ".join(f.check for f in report.failed),
-            fix="apply the fixes listed above, then run `make doctor` again",
+            fix="apply the fixes listed above, then run `make doctor BUNDLE="
+            f"{report.bundle}` (with the same PYTHON=, ROLE=, ...) again",
         )

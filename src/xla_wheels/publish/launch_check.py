@@ -59,7 +59,8 @@ def check_launch_profile(
             "WARN" if logging_only else "FAIL",
             check,
             f"{difference.describe()} ({source})",
-            fix + f"; or source `make launch-env PROFILE={profile.name}`'s env.sh",
+            fix + f"; or source the env.sh of `make launch-env BUNDLE={bundle} "
+            f"PROFILE={profile.name} ROLE={role or 'writer'}`",
         )
     if not differences:
         report.add(

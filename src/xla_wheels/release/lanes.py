@@ -45,7 +45,7 @@ from typing import Any
 
 from xla_wheels import filemode
 from xla_wheels.errors import PipelineError, UsageError
-from xla_wheels.tables import Field, Table
+from xla_wheels.tables import Field, Table, read_utf8
 
 LANES_CONFIG = Path("build") / "lanes.toml"
 LANES_LOCK = "lanes.lock"
@@ -57,7 +57,14 @@ BACKENDS = ("index", "devpi")
 
 
 class LaneError(PipelineError):
-    """The lanes configuration or state is wrong, or a lane refuses a bundle."""
+    """A lane refuses a bundle (its policy, a missing receipt): exit 1."""
+
+
+class LaneFileError(LaneError):
+    """``build/lanes.toml`` or ``lanes.lock`` itself is bad input (missing, not TOML, a
+    wrong key, type or value): exit 2, like a malformed manifest."""
+
+    exit_code = 2
 
 
 @dataclass(frozen=True)
@@ -211,14 +218,14 @@ def _signing_key(root: Path, table: Table, fields: Mapping[str, Any]) -> Path | 
 def load_config(root: Path) -> LanesConfig:
     path = root / LANES_CONFIG
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(read_utf8(path, LaneFileError, what="lanes file")[0])
     except FileNotFoundError:
-        raise LaneError(
+        raise LaneFileError(
             f"{path} does not exist", fix='create it (README "Releasing to the fleet" shows one)'
         ) from None
     except tomllib.TOMLDecodeError as error:
-        raise LaneError(f"{path}: TOML: {error}", fix=_format_fix(path)) from error
-    top = Table(data, source=str(path), error=LaneError, fix=_format_fix(path))
+        raise LaneFileError(f"{path}: not valid TOML: {error}", fix=_format_fix(path)) from error
+    top = Table(data, source=str(path), error=LaneFileError, fix=_format_fix(path))
     publish_lane = top.read(
         Field("publish-lane", str, default="validation"), Field("lanes", dict, default={})
     )["publish-lane"]
@@ -270,12 +277,12 @@ def read_state(root: Path) -> dict[str, LaneState]:
         return {}
     restore = f"restore it from git (`git checkout -- {LANES_LOCK}`)"
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(read_utf8(path, LaneFileError, what="lanes lock")[0])
     except tomllib.TOMLDecodeError as error:
-        raise LaneError(f"{path} is not valid TOML: {error}", fix=restore) from error
+        raise LaneFileError(f"{path} is not valid TOML: {error}", fix=restore) from error
     if data.get("lanes-lock-version") != LANES_LOCK_VERSION:
-        raise LaneError(f"{path} has an unknown lanes-lock-version", fix=restore)
-    top = Table(data, source=str(path), error=LaneError, fix=restore)
+        raise LaneFileError(f"{path} has an unknown lanes-lock-version", fix=restore)
+    top = Table(data, source=str(path), error=LaneFileError, fix=restore)
     top.read(Field("lanes-lock-version", str), Field("lanes", dict, default={}))
     wheel_fields = (Field("name", str, required=True), Field("sha256", str, required=True))
     states = {}

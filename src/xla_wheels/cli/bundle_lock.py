@@ -1,0 +1,31 @@
+"""The bundle's run lock, taken at the CLI edge for every subcommand that writes a bundle.
+
+Each bundle subcommand declares whether it writes the bundle's work or products
+(``add_bundle_arguments(..., writes_bundle=...)``); :func:`held_for` gives the context the
+CLI runs its handler in: :func:`xla_wheels.run_lock.bundle_run_lock` for a real run of a
+writer, nothing otherwise. So a second ``make verify-install`` (or publish, requirements,
+attest, ...) on a bundle refuses at once with exit 5 and the first run's pid, whichever
+step it would have collided in. The bundle is loaded first: a bad name or manifest is
+refused (exit 2) before the lock exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from contextlib import AbstractContextManager, nullcontext
+
+from xla_wheels.bundle import load_bundle
+from xla_wheels.cli.settings import pipeline_options
+from xla_wheels.run_lock import bundle_run_lock
+
+
+def held_for(args: argparse.Namespace) -> AbstractContextManager[object]:
+    """The run lock ``args``' subcommand needs around its handler (or none)."""
+    if not getattr(args, "writes_bundle", False):
+        return nullcontext()
+    options = pipeline_options(args, os.environ)
+    if options.dry_run:
+        return nullcontext()  # a dry run writes nothing
+    bundle = load_bundle(options.root, args.bundle)
+    return bundle_run_lock(options.out_dir, bundle.name, args.command)
