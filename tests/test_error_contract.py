@@ -198,5 +198,5 @@ def test_every_xla_wheels_name_the_code_reads_is_known() -> None:
     for folder in ("src", "scripts"):
         for path in (REPO_ROOT / folder).rglob("*.py"):
             used |= set(re.findall(r"XLA_WHEELS_[A-Z0-9_]*[A-Z0-9]", path.read_text()))
-    families = {"XLA_WHEELS_BAZEL_REMOTE", "XLA_WHEELS_CCACHE_REMOTE"}  # "..._*" in docs
+    families = {"XLA_WHEELS_BAZEL_REMOTE", "XLA_WHEELS_CCACHE_REMOTE", "XLA_WHEELS_NET"}  # "..._*"
     assert sorted(used - known_environment() - families) == []
