@@ -71,13 +71,7 @@ class Policy:
 
     @property
     def empty(self) -> bool:
-        return (
-            self.profile is None
-            and self.device is None
-            and not self.checks
-            and self.max_warm_regression is None
-            and self.max_memory_regression is None
-        )
+        return self == Policy()
 
 
 @dataclass(frozen=True)
