@@ -117,12 +117,7 @@ class Engine(contextlib.AbstractContextManager["Engine"]):
 
 
 class HostEngine(Engine):
-    name = "host"
-
-    def call_argv(
-        self, argv: Sequence[str], env: Mapping[str, str] | None = None, cwd: str | None = None
-    ) -> list[str]:
-        return list(argv)
+    """BUILD_MODE=host: the base's plain subprocesses, nothing to start or stop."""
 
 
 class DockerEngine(Engine):
