@@ -245,7 +245,6 @@ def load_remote_cache(
             fix="use the cache server's user name (or none for a password-only redis)",
         )
 
-    secrets: list[tuple[str, Secret]] = []
     headers = _read_headers(environ)
     if headers and not (cache or executor):
         raise RemoteCacheConfigError(
@@ -253,8 +252,9 @@ def load_remote_cache(
             fix=f"set [bazel] remote_cache in {CONFIG_RELPATH} (or {ENV_BAZEL_CACHE}), "
             "or unset the header",
         )
-    for index, (_, secret) in enumerate(headers):
-        secrets.append((f"bazel_remote_header_{index}", secret))
+    secrets = [
+        (f"bazel_remote_header_{index}", secret) for index, (_, secret) in enumerate(headers)
+    ]
     password = _read_secret(environ, ENV_CCACHE_PASSWORD, ENV_CCACHE_PASSWORD_FILE)
     if password is not None:
         if not storage:
