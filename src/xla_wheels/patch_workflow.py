@@ -126,7 +126,9 @@ def _rebase_path(worktree: Path) -> Path:
     return worktree.with_name(worktree.name + REBASE_SUFFIX)
 
 
-def _require_series(worktree: Path, bundle: Bundle, component: str) -> AppliedSeries:
+def _require_series(out_dir: Path, bundle: Bundle, component: str) -> tuple[Path, AppliedSeries]:
+    """The component's worktree and the series the patch stage recorded there."""
+    worktree = worktree_for(out_dir, bundle, component)
     if not worktree.is_dir():
         raise UsageError(
             f"{worktree} does not exist",
@@ -140,7 +142,7 @@ def _require_series(worktree: Path, bundle: Bundle, component: str) -> AppliedSe
         )
     if state.component != component:
         raise UsageError(f"{worktree} holds {state.component}, not {component}")
-    return state
+    return worktree, state
 
 
 def _rebase_in_progress(worktree: Path) -> bool:
@@ -228,8 +230,7 @@ def export_series(
 ) -> ExportReport:
     """Write the worktree's branch back as the bundle's patch files (see module doc)."""
     component = bundle.component(component_name)
-    worktree = worktree_for(out_dir, bundle, component_name)
-    state = _require_series(worktree, bundle, component_name)
+    worktree, state = _require_series(out_dir, bundle, component_name)
     if _rebase_in_progress(worktree):
         raise PatchError(
             f"a rebase is under way in {worktree}",
@@ -504,8 +505,7 @@ def start_rebase(
             fix="pass 7 to 40 lowercase hex digits (for a tag: `git rev-parse <tag>^{commit}`)",
         )
     component = bundle.component(component_name)
-    worktree = worktree_for(out_dir, bundle, component_name)
-    state = _require_series(worktree, bundle, component_name)
+    worktree, state = _require_series(out_dir, bundle, component_name)
     if _rebase_in_progress(worktree):
         raise PatchError(
             f"a rebase is already under way in {worktree}",
@@ -541,8 +541,7 @@ def continue_rebase(
 ) -> RebaseResult:
     """Go on after the user resolved a stop; after a finished rebase that is not exported
     yet, run the compiled checks again (after a fix to a patch that did not build)."""
-    worktree = worktree_for(out_dir, bundle, component_name)
-    _require_series(worktree, bundle, component_name)
+    worktree, _ = _require_series(out_dir, bundle, component_name)
     record = _read_rebase(worktree)
     if record is None:
         raise PatchError(
