@@ -38,7 +38,7 @@ import re
 import uuid
 import zipfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -60,7 +60,6 @@ from packageurl import PackageURL
 from xla_wheels import wheel_stamp
 from xla_wheels.installed_metadata import ProbeFailed, read_installed
 from xla_wheels.provenance import (
-    BuildSettings,
     ComponentProvenance,
     PatchDigest,
     Provenance,
@@ -90,16 +89,8 @@ def facts_for(package: str, provenance: Provenance) -> Provenance:
     if package != "torch":
         raise ValueError(f"no SBOM facts for {package}: only torch and torch_xla")
     build = provenance.build
-    return Provenance(
-        built_by=provenance.built_by,
-        build=BuildSettings(
-            mode=build.mode,
-            engine=build.mode,
-            image=build.image,
-            knobs={"cxx_abi": build.knobs.get("cxx_abi")},
-        ),
-        components={"torch": provenance.components["torch"]},
-    )
+    torch_build = replace(build, engine=build.mode, knobs={"cxx_abi": build.knobs.get("cxx_abi")})
+    return Provenance(provenance.built_by, torch_build, {"torch": provenance.components["torch"]})
 
 
 def _file(path: str, sha256: str) -> Component:
@@ -350,13 +341,9 @@ def check_installed(
         sboms = (f for f in dist.files if ".dist-info/" in f and f.endswith(f"/sboms/{SBOM_NAME}"))
         name = next(sboms, None)
         if name is None or not (site / name).is_file():
+            why = "a stock wheel, or built before the build stage added SBOMs"
             results.append(
-                InstalledCheck(
-                    "WARN",
-                    project,
-                    f"no .dist-info/sboms/{SBOM_NAME} (a stock wheel, or "
-                    "built before the build stage added SBOMs)",
-                )
+                InstalledCheck("WARN", project, f"no .dist-info/sboms/{SBOM_NAME} ({why})")
             )
             continue
         raw = (site / name).read_bytes()
