@@ -205,8 +205,6 @@ def torch_steps(spec: BuildSpec) -> list[Step]:
     tmp = spec.torch_stage + ".tmp"
     env = _sorted_env(torch_env(spec))
     secret_env = _sorted_env(torch_ccache_env(spec)[1])
-    bin_dir = (f"{spec.buildenv}/bin",)
-    py = spec.python
     return [
         Step("clean staging", ("rm", "-rf", tmp)),
         Step(
@@ -220,10 +218,10 @@ def torch_steps(spec: BuildSpec) -> list[Step]:
         ),
         Step(
             "torch wheel",
-            (py, "setup.py", "bdist_wheel", "--dist-dir", tmp),
+            (spec.python, "setup.py", "bdist_wheel", "--dist-dir", tmp),
             env=env,
             cwd=spec.torch_src,
-            path_prepend=bin_dir,
+            path_prepend=(f"{spec.buildenv}/bin",),
             secret_env=secret_env,
         ),
         Step(
@@ -247,8 +245,6 @@ def torch_xla_steps(spec: BuildSpec) -> list[Step]:
         action="write-private-file",
         args=(bazel_auth_rc_path(spec), auth_rc),
     )
-    bin_dir = (f"{spec.buildenv}/bin",)
-    py = spec.python
     return [
         Step("clean staging", ("rm", "-rf", tmp)),
         Step(
@@ -290,10 +286,10 @@ def torch_xla_steps(spec: BuildSpec) -> list[Step]:
         *([auth_step] if auth_rc else []),
         Step(
             "torch_xla wheel",
-            (py, "setup.py", "bdist_wheel", "--dist-dir", tmp),
+            (spec.python, "setup.py", "bdist_wheel", "--dist-dir", tmp),
             env=env,
             cwd=spec.torch_xla_tree,
-            path_prepend=bin_dir,
+            path_prepend=(f"{spec.buildenv}/bin",),
             git_dir_for=spec.torch_src,
             note=TORCH_GIT_DIR_NOTE,
         ),
