@@ -98,10 +98,6 @@ def load_public_key(path: Path) -> Key:
         ) from None
 
 
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def statement(
     wheel: Path,
     record: WheelRecord,
@@ -129,13 +125,11 @@ def statement(
             dependencies.append(
                 {"name": f"{name}:{patch.path}", "digest": {"sha256": patch.sha256}}
             )
-    byproducts = []
     try:
-        raw = sbom.read_sbom(wheel)
+        sbom_digest = {"sha256": hashlib.sha256(sbom.read_sbom(wheel)).hexdigest()}
+        byproducts = [{"name": sbom.arcname(wheel), "digest": sbom_digest}]
     except sbom.SbomError:
-        raw = None
-    if raw is not None:
-        byproducts.append({"name": sbom.arcname(wheel), "digest": {"sha256": _sha256(raw)}})
+        byproducts = []
     build = facts.build
     return {
         "_type": STATEMENT_TYPE,
@@ -182,30 +176,29 @@ def verify(raw: bytes, key: Key, wheel_name: str, sha256: str) -> dict[str, Any]
     the key does not verify (another key, or a changed byte), another payload type, or a
     subject that is not this file name with this sha256.
     """
+    envelope_file = envelope_name(wheel_name)
     try:
         envelope = Envelope.from_dict(json.loads(raw))
     except (ValueError, KeyError, TypeError) as error:
-        raise AttestationError(
-            f"{envelope_name(wheel_name)} is not a DSSE envelope: {error}"
-        ) from None
+        raise AttestationError(f"{envelope_file} is not a DSSE envelope: {error}") from None
     try:
         envelope.verify([key], 1)
     except VerificationError:
         raise AttestationError(
-            f"the signature of {envelope_name(wheel_name)} does not verify with the team's "
+            f"the signature of {envelope_file} does not verify with the team's "
             "public key (signed with another key, or changed after signing)"
         ) from None
     if envelope.payload_type != PAYLOAD_TYPE:
         raise AttestationError(
-            f"{envelope_name(wheel_name)} carries {envelope.payload_type}, not an in-toto statement"
+            f"{envelope_file} carries {envelope.payload_type}, not an in-toto statement"
         )
     data = json.loads(envelope.payload)
     subjects = {(s.get("name"), s.get("digest", {}).get("sha256")) for s in data.get("subject", [])}
     if data.get("_type") != STATEMENT_TYPE or data.get("predicateType") != PREDICATE_TYPE:
-        raise AttestationError(f"{envelope_name(wheel_name)} is not an SLSA provenance statement")
+        raise AttestationError(f"{envelope_file} is not an SLSA provenance statement")
     if (wheel_name, sha256) not in subjects:
         raise AttestationError(
-            f"{envelope_name(wheel_name)} is signed but attests "
+            f"{envelope_file} is signed but attests "
             f"{', '.join(f'{n} sha256:{d}' for n, d in sorted(subjects, key=str))}, "
             f"not {wheel_name} sha256:{sha256}"
         )
@@ -295,9 +288,6 @@ def signature_checks(
             detail = error.message.split("\n  ", 1)[-1]
             checks.append(SignatureCheck("FAIL", name, detail))
         else:
-            checks.append(
-                SignatureCheck(
-                    "ok", name, f"{signed.envelope.name} verifies with {public_key.name}"
-                )
-            )
+            detail = f"{signed.envelope.name} verifies with {public_key.name}"
+            checks.append(SignatureCheck("ok", name, detail))
     return checks

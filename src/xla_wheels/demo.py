@@ -26,6 +26,7 @@ ship check runs it, so the demo passes only for a patched build.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import shutil
 import subprocess
@@ -36,6 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from xla_wheels import runner
 from xla_wheels.cli import exit_code_of
 from xla_wheels.errors import PipelineError, UsageError
 from xla_wheels.publish.cache_contract import directory_name
@@ -169,10 +171,8 @@ def _text(template: str, what: str) -> str:
 
 
 def _git(cwd: Path, *args: str) -> str:
-    result = subprocess.run(
-        ["git", "-c", "init.defaultBranch=main", *args],
-        cwd=cwd, env={**os.environ, **GIT_ENV}, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    argv = ["git", "-c", "init.defaultBranch=main", *args]
+    result = runner.run(argv, cwd=cwd, env=GIT_ENV, echo="none")
     if result.returncode != 0:
         raise PipelineError(
             f"git {' '.join(args)} failed in {cwd}: {result.stderr.strip()}",
@@ -339,70 +339,42 @@ def doctor_env(directory: Path, project: DemoProject) -> dict[str, str]:
 
 def stages(directory: Path, project: DemoProject) -> list[Stage]:
     """The CLI subcommands of the demo, in order (what the make targets run)."""
-    root = ("--root", str(project.root))
+
+    def command(name: str, flags: Mapping[str, str], *switches: str) -> tuple[str, ...]:
+        every = {"--root": str(project.root), "--bundle": BUNDLE, **flags}
+        return (name, *itertools.chain.from_iterable(every.items()), *switches)
+
+    wheels = {
+        "--mode": "host",
+        "--host-python": sys.executable,
+        "--cache-dir": str(directory / "cache"),
+        "--jobs": "1",
+        "--min-disk-gib": "1",
+        "--mem-per-job-gib": "0.5",
+        "--mem-base-gib": "0.5",
+        "--host-tools": "git,patch",
+        "--compiler-env": "",
+        "--ship-check": SHIP_CHECK,
+        "--ship-pip-args": "--no-index --find-links {wheels}",
+    }
+    lane_index = (project.root / "dist" / "lanes" / "validation" / "simple").as_uri() + "/"
     venv_python = project.root / "out" / BUNDLE / "verify-install" / "venv" / "bin" / "python"
+    doctor = {"--python": str(venv_python), "--lane": "validation"}
     return [
         Stage(
             "manifest -> sources -> patch series -> build -> collect and lock (make wheels)",
-            (
-                "wheels",
-                *root,
-                "--bundle",
-                BUNDLE,
-                "--mode",
-                "host",
-                "--host-python",
-                sys.executable,
-                "--cache-dir",
-                str(directory / "cache"),
-                "--jobs",
-                "1",
-                "--min-disk-gib",
-                "1",
-                "--mem-per-job-gib",
-                "0.5",
-                "--mem-base-gib",
-                "0.5",
-                "--host-tools",
-                "git,patch",
-                "--compiler-env",
-                "",
-                "--ship-check",
-                SHIP_CHECK,
-                "--ship-pip-args",
-                "--no-index --find-links {wheels}",
-            ),
-        ),  # fmt: skip
-        Stage(
-            "publish to the validation lane (make publish)",
-            ("publish-lane", *root, "--bundle", BUNDLE),
+            command("wheels", wheels),
         ),
+        Stage("publish to the validation lane (make publish)", command("publish-lane", {})),
         Stage(
             "install by hash into a fresh venv from the lane (make verify-install)",
-            (
-                "verify-install",
-                *root,
-                "--bundle",
-                BUNDLE,
-                "--index-url",
-                (project.root / "dist" / "lanes" / "validation" / "simple").as_uri() + "/",
-                "--require-provenance",
-            ),
-        ),  # fmt: skip
+            command("verify-install", {"--index-url": lane_index}, "--require-provenance"),
+        ),
         Stage(
             "check the installed environment against the bundle and lane (make doctor)",
-            (
-                "doctor",
-                *root,
-                "--bundle",
-                BUNDLE,
-                "--python",
-                str(venv_python),
-                "--lane",
-                "validation",
-            ),
+            command("doctor", doctor),
             env=lambda: doctor_env(directory, project),
-        ),  # fmt: skip
+        ),
     ]
 
 
@@ -412,23 +384,21 @@ def _child_env(directory: Path, extra: Mapping[str, str] | None) -> dict[str, st
         for key, value in os.environ.items()
         if not key.startswith(("PIP_", "XLA_WHEELS_", "XLA_", "PJRT_", "TPU_", "TWINE_"))
     }
-    env.update(
-        {
-            # Everything the children write goes under the demo directory.
-            "HOME": str(directory / "home"),
-            "TMPDIR": str(directory / "tmp"),
-            "XLA_WHEELS_CACHE": str(directory / "cache"),
-            # No pip.conf: pip installs only from the lane or the build's own wheels.
-            "PIP_CONFIG_FILE": os.devnull,
-            "PIP_NO_INPUT": "1",
-            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-            "PYTHONPATH": os.pathsep.join(
-                p for p in (str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH")) if p
-            ),
-        }
-    )
-    env.update(extra or {})
-    return env
+    return {
+        **env,
+        # Everything the children write goes under the demo directory.
+        "HOME": str(directory / "home"),
+        "TMPDIR": str(directory / "tmp"),
+        "XLA_WHEELS_CACHE": str(directory / "cache"),
+        # No pip.conf: pip installs only from the lane or the build's own wheels.
+        "PIP_CONFIG_FILE": os.devnull,
+        "PIP_NO_INPUT": "1",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH")) if p
+        ),
+        **(extra or {}),
+    }
 
 
 def _prepare(directory: Path) -> None:

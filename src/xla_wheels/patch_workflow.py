@@ -31,7 +31,7 @@ import json
 import re
 import subprocess
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from xla_wheels import filemode, log
@@ -126,12 +126,9 @@ def _rebase_path(worktree: Path) -> Path:
     return worktree.with_name(worktree.name + REBASE_SUFFIX)
 
 
-def _write_by_rename(path: Path, data: bytes) -> None:
-    # A patch file is read by others like any source file: the umask's mode.
-    filemode.write_by_rename(path, data)
-
-
-def _require_series(worktree: Path, bundle: Bundle, component: str) -> AppliedSeries:
+def _require_series(out_dir: Path, bundle: Bundle, component: str) -> tuple[Path, AppliedSeries]:
+    """The component's worktree and the series the patch stage recorded there."""
+    worktree = worktree_for(out_dir, bundle, component)
     if not worktree.is_dir():
         raise UsageError(
             f"{worktree} does not exist",
@@ -145,16 +142,19 @@ def _require_series(worktree: Path, bundle: Bundle, component: str) -> AppliedSe
         )
     if state.component != component:
         raise UsageError(f"{worktree} holds {state.component}, not {component}")
-    return state
+    return worktree, state
 
 
 def _rebase_in_progress(worktree: Path) -> bool:
-    for name in ("rebase-merge", "rebase-apply"):
-        if Path(
-            git_out(["rev-parse", "--path-format=absolute", "--git-path", name], cwd=worktree)
-        ).exists():
-            return True
-    return False
+    in_git_dir = ["rev-parse", "--path-format=absolute", "--git-path"]
+    names = ("rebase-merge", "rebase-apply")
+    return any(Path(git_out([*in_git_dir, name], cwd=worktree)).exists() for name in names)
+
+
+def _descends(worktree: Path, commit: str) -> bool:
+    """Whether HEAD in ``worktree`` descends from ``commit`` (or is it)."""
+    is_ancestor = ["merge-base", "--is-ancestor", commit, "HEAD"]
+    return git(is_ancestor, cwd=worktree, check=False).returncode == 0
 
 
 def _require_clean(worktree: Path, what: str) -> None:
@@ -230,8 +230,7 @@ def export_series(
 ) -> ExportReport:
     """Write the worktree's branch back as the bundle's patch files (see module doc)."""
     component = bundle.component(component_name)
-    worktree = worktree_for(out_dir, bundle, component_name)
-    state = _require_series(worktree, bundle, component_name)
+    worktree, state = _require_series(out_dir, bundle, component_name)
     if _rebase_in_progress(worktree):
         raise PatchError(
             f"a rebase is under way in {worktree}",
@@ -243,18 +242,11 @@ def export_series(
     base, new_pin = state.base_commit, None
     rebase = _read_rebase(worktree)
     if rebase is not None:
-        onto = rebase.onto
-        if (
-            git(["merge-base", "--is-ancestor", onto, "HEAD"], cwd=worktree, check=False).returncode
-            == 0
-        ):
-            base, new_pin = onto, onto
+        if _descends(worktree, rebase.onto):
+            base, new_pin = rebase.onto, rebase.onto
         elif not dry_run:
             _rebase_path(worktree).unlink()  # the rebase was aborted: nothing to carry
-    if (
-        git(["merge-base", "--is-ancestor", base, "HEAD"], cwd=worktree, check=False).returncode
-        != 0
-    ):
+    if not _descends(worktree, base):
         raise PatchError(
             f"{worktree}: HEAD does not descend from the series' base {base[:12]}",
             fix=f"rebase your commits onto it (`git -C {worktree} rebase {base[:12]}`)",
@@ -307,7 +299,10 @@ def export_series(
             "files (after saving your commits); or overwrite it: add FORCE=1 (--force); "
             "nothing was changed",
         )
-    pin_text = _manifest_with_pin(bundle, component, new_pin) if new_pin else None
+    pin_text = None
+    if new_pin:
+        manifest = bundle.path.read_text(encoding="utf-8")
+        pin_text = rewrite_pin(manifest, component.name, new_pin, str(bundle.path))
     report = ExportReport(
         tuple(
             ExportedPatch(ref.relpath, changed)
@@ -320,9 +315,9 @@ def export_series(
         return report
     for path, text, changed in planned:
         if changed:
-            _write_by_rename(path, text.encode("utf-8"))
+            filemode.write_by_rename(path, text.encode("utf-8"))
     if pin_text is not None:
-        _write_by_rename(bundle.path, pin_text.encode("utf-8"))
+        filemode.write_by_rename(bundle.path, pin_text.encode("utf-8"))
         _rebase_path(worktree).unlink(missing_ok=True)
     head = git_out(["rev-parse", "HEAD"], cwd=worktree)
     reloaded = load_bundle(root, bundle.name).component(component_name)
@@ -404,11 +399,6 @@ def rewrite_pin(text: str, component: str, new_commit: str, where: str) -> str:
     )
 
 
-def _manifest_with_pin(bundle: Bundle, component: Component, new_pin: str) -> str:
-    text = bundle.path.read_text(encoding="utf-8")
-    return rewrite_pin(text, component.name, new_pin, str(bundle.path))
-
-
 # --- rebase --------------------------------------------------------------------------
 
 _REBASE_CONFIG = (
@@ -434,17 +424,9 @@ def _rebase_env() -> dict[str, str]:
     }
 
 
-def rebase_command(worktree: Path, base: str, onto: str) -> PlannedCommand:
+def _rebase_command(worktree: Path, *args: str) -> PlannedCommand:
     return PlannedCommand(
-        ("git", *_REBASE_CONFIG, "rebase", "--empty=ask", "--onto", onto, base),
-        env=_rebase_env(),
-        cwd=str(worktree),
-    )
-
-
-def continue_command(worktree: Path) -> PlannedCommand:
-    return PlannedCommand(
-        ("git", *_REBASE_CONFIG, "rebase", "--continue"), env=_rebase_env(), cwd=str(worktree)
+        ("git", *_REBASE_CONFIG, "rebase", *args), env=_rebase_env(), cwd=str(worktree)
     )
 
 
@@ -459,18 +441,7 @@ class RebaseRecord:
     patches: tuple[str, ...]
 
     def to_json(self) -> str:
-        return (
-            json.dumps(
-                {
-                    "base": self.base,
-                    "onto": self.onto,
-                    "commits": list(self.commits),
-                    "patches": list(self.patches),
-                },
-                indent=2,
-            )
-            + "\n"
-        )
+        return json.dumps(asdict(self), indent=2) + "\n"
 
 
 def _read_rebase(worktree: Path) -> RebaseRecord | None:
@@ -534,8 +505,7 @@ def start_rebase(
             fix="pass 7 to 40 lowercase hex digits (for a tag: `git rev-parse <tag>^{commit}`)",
         )
     component = bundle.component(component_name)
-    worktree = worktree_for(out_dir, bundle, component_name)
-    state = _require_series(worktree, bundle, component_name)
+    worktree, state = _require_series(out_dir, bundle, component_name)
     if _rebase_in_progress(worktree):
         raise PatchError(
             f"a rebase is already under way in {worktree}",
@@ -545,7 +515,7 @@ def start_rebase(
     _require_clean(worktree, "patch-rebase")
     # The worktree shares the cache repository's objects: fetch the target there.
     full = options_cache.resolve(replace(component, commit=onto))
-    command = rebase_command(worktree, state.base_commit, full)
+    command = _rebase_command(worktree, "--empty=ask", "--onto", full, state.base_commit)
     step = check_step(root, cache_dir, out_dir, bundle, component_name, full)
     if dry_run:
         print(command.render())
@@ -555,7 +525,7 @@ def start_rebase(
     record = RebaseRecord(
         state.base_commit, full, tuple(commits), tuple(ref.relpath for ref in component.patches)
     )
-    _write_by_rename(_rebase_path(worktree), record.to_json().encode())
+    filemode.write_by_rename(_rebase_path(worktree), record.to_json().encode())
     _finish(worktree, bundle, component_name, run_planned(command), record)
     return RebaseResult(full, _check_build(step, component_name, worktree, record, runner))
 
@@ -571,8 +541,7 @@ def continue_rebase(
 ) -> RebaseResult:
     """Go on after the user resolved a stop; after a finished rebase that is not exported
     yet, run the compiled checks again (after a fix to a patch that did not build)."""
-    worktree = worktree_for(out_dir, bundle, component_name)
-    _require_series(worktree, bundle, component_name)
+    worktree, _ = _require_series(out_dir, bundle, component_name)
     record = _read_rebase(worktree)
     if record is None:
         raise PatchError(
@@ -581,12 +550,7 @@ def continue_rebase(
         )
     step = check_step(root, cache_dir, out_dir, bundle, component_name, record.onto)
     if not _rebase_in_progress(worktree):
-        if (
-            git(
-                ["merge-base", "--is-ancestor", record.onto, "HEAD"], cwd=worktree, check=False
-            ).returncode
-            != 0
-        ):
+        if not _descends(worktree, record.onto):
             raise PatchError(
                 f"no patch-rebase is under way in {worktree}",
                 fix="start one with ONTO=<commit>",
@@ -596,7 +560,8 @@ def continue_rebase(
             record.onto, _check_build(step, component_name, worktree, record, runner)
         )
     _refuse_defects_at_stop(worktree, bundle, component_name, record)
-    _finish(worktree, bundle, component_name, run_planned(continue_command(worktree)), record)
+    result = run_planned(_rebase_command(worktree, "--continue"))
+    _finish(worktree, bundle, component_name, result, record)
     return RebaseResult(record.onto, _check_build(step, component_name, worktree, record, runner))
 
 

@@ -109,29 +109,18 @@ def run_until(
     # nothing, so that bad input still leaves no trace.
     command = {"patches": "patch", "collect": "wheels"}.get(last_stage, last_stage)
     with bundle_run_lock(options.out_dir, bundle.name, command), written_on_success():
-        return _prepare_and_run(options, bundle, last_stage, build_config)
-
-
-def _prepare_and_run(
-    options: PipelineOptions,
-    bundle: Bundle,
-    last_stage: str,
-    build_config: BuildConfig | None,
-) -> PatchedSources | None:
-    build_run = None
-    if last_stage in ("build", "collect"):
-        # Preflight first: every blocker (pins, remotes, engine, disk, memory) at once,
-        # before anything is fetched. It also knows which build stages are cached.
-        build_run = build_stage.prepare(options, bundle, build_config or BuildConfig())
-    timings = build_run.timings if build_run is not None else Timings()
-    logs = BundleLayout.of(options, bundle.name).logs
-    redact = Redactor(
-        build_config.remote_cache.secret_values() if build_config is not None else {}
-    )
-    try:
-        return _run_stages(options, bundle, last_stage, build_run, timings, logs, redact)
-    finally:
-        timings.report()
+        build_run = None
+        if last_stage in ("build", "collect"):
+            # Preflight first: every blocker (pins, remotes, engine, disk, memory) at once,
+            # before anything is fetched. It also knows which build stages are cached.
+            build_run = build_stage.prepare(options, bundle, build_config or BuildConfig())
+        timings = build_run.timings if build_run is not None else Timings()
+        logs = BundleLayout.of(options, bundle.name).logs
+        redact = Redactor(build_config.remote_cache.secret_values() if build_config else {})
+        try:
+            return _run_stages(options, bundle, last_stage, build_run, timings, logs, redact)
+        finally:
+            timings.report()
 
 
 def _run_stages(
@@ -210,11 +199,9 @@ def plan(
         )
     ]
     source_commands: list[PlannedCommand] = []
+    git_env = " ".join(f"{key}={value}" for key, value in RUN_ENV.items())
     source_facts: list[str] = [
-        "git runs with "
-        + " ".join(RUN_OPTIONS)
-        + " and "
-        + " ".join(f"{key}={value}" for key, value in RUN_ENV.items()),
+        f"git runs with {' '.join(RUN_OPTIONS)} and {git_env}",
         "commands for a cold cache; <placeholders> are discovered at run time",
     ]
     for component in bundle.components.values():
@@ -230,20 +217,18 @@ def plan(
     patch_commands: list[PlannedCommand] = []
     patch_facts = []
     for component in bundle.components.values():
-        if not component.patches:
-            patch_facts.append(f"{component.name}: no patches")
         worktree = layout.worktree(component.name)
         branch = branch_name(bundle.name, worktree)
-        planned = series_commands(worktree, component, branch)
-        if component.patches:
-            patch_facts.append(
-                f"{component.name}: {len(component.patches)} commit(s) on branch {branch}, "
-                f"messages (the patch headers) written to {messages_dir(worktree)}"
-            )
-        patch_commands.extend(planned.commands)
+        patch_commands.extend(series_commands(worktree, component, branch).commands)
+        patch_facts.append(
+            f"{component.name}: {len(component.patches)} commit(s) on branch {branch}, "
+            f"messages (the patch headers) written to {messages_dir(worktree)}"
+            if component.patches
+            else f"{component.name}: no patches"
+        )
     stages.append(PlannedStage("patches", tuple(patch_facts), tuple(patch_commands)))
     if last_stage not in ("build", "collect"):
-        # Preflight and the build stages run only for a build (see _prepare_and_run).
+        # Preflight and the build stages run only for a build (see run_until).
         names = [stage.name for stage in stages]
         return stages[: names.index(last_stage) + 1]
     config = build_config or BuildConfig()

@@ -167,25 +167,21 @@ def _compare(
         if wheel is None:
             raise PipelineError(f"the rebuild made no {project} wheel (see its logs)")
         sha256 = file_sha256(wheel)
-        if record.name == wheel.name and record.sha256 == sha256:
-            comparisons.append(
-                Comparison(record.name, record.sha256, wheel.name, sha256, None, None)
+        first, report = None, None
+        if record.name != wheel.name or record.sha256 != sha256:
+            found = recorded_mod.find_recorded_file(
+                recorded_mod.Recorded(layout.bundle, record.name, record.sha256),
+                layout.dist_root,
+                options.cache_dir,
             )
-            continue
-        found = recorded_mod.find_recorded_file(
-            recorded_mod.Recorded(layout.bundle, record.name, record.sha256),
-            layout.dist_root,
-            options.cache_dir,
-        )
-        if found is None:
-            first = "the recorded file is in neither dist/ nor the stage cache: not compared"
-            report = None
-        else:
-            first = first_differing_member(found, wheel) or "the zip structure (same members)"
-            with log.section(f"rebuild-check: diffoscope {record.name}"):
-                report = run_diffoscope(found, wheel, report_dir)
-        if record.name != wheel.name:
-            first = f"the file name ({wheel.name}); then {first}"
+            if found is None:
+                first = "the recorded file is in neither dist/ nor the stage cache: not compared"
+            else:
+                first = first_differing_member(found, wheel) or "the zip structure (same members)"
+                with log.section(f"rebuild-check: diffoscope {record.name}"):
+                    report = run_diffoscope(found, wheel, report_dir)
+            if record.name != wheel.name:
+                first = f"the file name ({wheel.name}); then {first}"
         comparisons.append(
             Comparison(record.name, record.sha256, wheel.name, sha256, first, report)
         )

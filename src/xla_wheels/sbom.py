@@ -35,11 +35,10 @@ import hashlib
 import io
 import json
 import re
-import subprocess
 import uuid
 import zipfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -59,8 +58,8 @@ from cyclonedx.validation.json import JsonStrictValidator
 from packageurl import PackageURL
 
 from xla_wheels import wheel_stamp
+from xla_wheels.installed_metadata import ProbeFailed, read_installed
 from xla_wheels.provenance import (
-    BuildSettings,
     ComponentProvenance,
     PatchDigest,
     Provenance,
@@ -90,16 +89,8 @@ def facts_for(package: str, provenance: Provenance) -> Provenance:
     if package != "torch":
         raise ValueError(f"no SBOM facts for {package}: only torch and torch_xla")
     build = provenance.build
-    return Provenance(
-        built_by=provenance.built_by,
-        build=BuildSettings(
-            mode=build.mode,
-            engine=build.mode,
-            image=build.image,
-            knobs={"cxx_abi": build.knobs.get("cxx_abi")},
-        ),
-        components={"torch": provenance.components["torch"]},
-    )
+    torch_build = replace(build, engine=build.mode, knobs={"cxx_abi": build.knobs.get("cxx_abi")})
+    return Provenance(provenance.built_by, torch_build, {"torch": provenance.components["torch"]})
 
 
 def _file(path: str, sha256: str) -> Component:
@@ -327,29 +318,6 @@ def add_to_stage(stage: Path, provenance: Provenance, epoch: int) -> Path:
     return wheel
 
 
-# Run in the checked interpreter (a training host's, or verify-install's fresh venv):
-# standard library only, reads files, imports nothing of torch.
-_PROBE = r"""
-import base64, importlib.metadata as md, json, sys
-out = {}
-for name in sys.argv[1:]:
-    try:
-        dist = md.distribution(name)
-    except md.PackageNotFoundError:
-        continue
-    files = [str(f) for f in dist.files or ()]
-    record = next((f for f in files if f.endswith(".dist-info/RECORD")), None)
-    sboms = sorted(f for f in files if "/sboms/" in f and ".dist-info/" in f)
-    out[name] = {
-        "version": dist.version,
-        "record": dist.read_text("RECORD") or "",
-        "sboms": {f: base64.b64encode(dist.locate_file(f).read_bytes()).decode()
-                  for f in sboms if dist.locate_file(f).is_file()},
-    }
-print(json.dumps(out))
-"""
-
-
 @dataclass(frozen=True)
 class InstalledCheck:
     status: str
@@ -363,34 +331,27 @@ def check_installed(
 ) -> list[InstalledCheck]:
     """Each installed project's SBOM: present, in RECORD with its hash, schema-valid, and
     saying what the provenance file says. A changed byte is a named failure."""
-    done = subprocess.run(
-        [python, "-c", _PROBE, *projects], capture_output=True, text=True, timeout=120
-    )
-    if done.returncode != 0:
-        return [InstalledCheck("FAIL", "sbom", f"cannot read SBOMs: {done.stderr[-300:]}")]
-    found = json.loads(done.stdout)
+    try:
+        found = read_installed(python, projects, with_files=projects)
+    except ProbeFailed as error:
+        return [InstalledCheck("FAIL", "sbom", f"cannot read SBOMs: {error.message}")]
     results = []
-    for project in projects:
-        info = found.get(project)
-        if info is None:
-            continue
-        name = next((n for n in info["sboms"] if n.endswith(f"/sboms/{SBOM_NAME}")), None)
-        if name is None:
+    for project, dist in found.dists.items():
+        site = Path(dist.site)
+        sboms = (f for f in dist.files if ".dist-info/" in f and f.endswith(f"/sboms/{SBOM_NAME}"))
+        name = next(sboms, None)
+        if name is None or not (site / name).is_file():
+            why = "a stock wheel, or built before the build stage added SBOMs"
             results.append(
-                InstalledCheck(
-                    "WARN",
-                    project,
-                    f"no .dist-info/sboms/{SBOM_NAME} (a stock wheel, or "
-                    "built before the build stage added SBOMs)",
-                )
+                InstalledCheck("WARN", project, f"no .dist-info/sboms/{SBOM_NAME} ({why})")
             )
             continue
-        raw = base64.b64decode(info["sboms"][name])
-        problems = []
-        problem = record_problem(info["record"], name, raw)
-        if problem:
-            problems.append(problem)
-        problems += check(raw, project, info["version"], provenance)
+        raw = (site / name).read_bytes()
+        record = next((f for f in dist.files if f.endswith(".dist-info/RECORD")), None)
+        record_text = (site / record).read_text(encoding="utf-8") if record else ""
+        problem = record_problem(record_text, name, raw)
+        problems = [problem] if problem else []
+        problems += check(raw, project, dist.version, provenance)
         if problems:
             results.append(InstalledCheck("FAIL", project, "; ".join(problems)))
         else:

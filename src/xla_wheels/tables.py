@@ -140,8 +140,8 @@ class Table:
         """
         self.check_keys([field.key for field in fields] + list(ignored))
         return {
-            field.key: (self.require if field.required else self.get)(
-                field.key, field.kind, field.default, field.items
+            field.key: self.get(
+                field.key, field.kind, field.default, field.items, required=field.required
             )
             for field in fields
         }
@@ -152,13 +152,18 @@ class Table:
         kind: type | tuple[type, ...],
         default: Any = None,
         items: type | None = None,
+        *,
+        required: bool = False,
     ) -> Any:
-        """The value of ``key`` if it has type ``kind``; ``default`` when absent.
+        """The value of ``key`` if it has type ``kind``; ``default`` when absent (an error
+        when ``required``).
 
         A JSON ``null`` is absent (TOML has no null): an optional field written as null.
         """
         value = self.data.get(key)
         if value is None:
+            if required:
+                raise self._missing(key, kind)
             return default
         if not _has_kind(value, kind):
             raise self.fail(
@@ -176,23 +181,11 @@ class Table:
                     )
         return value
 
-    def require(
-        self,
-        key: str,
-        kind: type | tuple[type, ...],
-        default: Any = None,
-        items: type | None = None,
-    ) -> Any:
-        """Like :meth:`get`, for a key that must be there (``default`` is not used)."""
-        if self.data.get(key) is None:
-            raise self._missing(key, kind)
-        return self.get(key, kind, items=items)
-
     def table(self, key: str, *, optional: bool = False) -> Table:
         """The sub-table ``key`` (an empty one when absent and ``optional``)."""
         if optional and key not in self.data:
             return self._child({}, key)
-        return self._child(self.require(key, dict), key)
+        return self._child(self.get(key, dict, required=True), key)
 
     def tables(self, key: str | None = None) -> dict[str, Table]:
         """Each entry of a table of tables (``[lanes.<name>]``), by name; absent: none.
@@ -206,7 +199,7 @@ class Table:
         """An array of tables (``[[wheels]]``), each readable; ``None`` when absent."""
         if self.data.get(key) is None:
             return None
-        rows = self.require(key, list)
+        rows = self.get(key, list, required=True)
         children = []
         for index, row in enumerate(rows):
             if not isinstance(row, Mapping):

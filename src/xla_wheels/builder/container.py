@@ -25,7 +25,6 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 from xla_wheels import log, runner
 from xla_wheels.errors import PipelineError
@@ -92,12 +91,7 @@ class Engine(contextlib.AbstractContextManager["Engine"]):
         self.started = True
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_: object) -> None:  # removes the container however the block ended
         argv = self.stop_argv()
         if argv and self.started:
             runner.run(argv)
@@ -117,12 +111,7 @@ class Engine(contextlib.AbstractContextManager["Engine"]):
 
 
 class HostEngine(Engine):
-    name = "host"
-
-    def call_argv(
-        self, argv: Sequence[str], env: Mapping[str, str] | None = None, cwd: str | None = None
-    ) -> list[str]:
-        return list(argv)
+    """BUILD_MODE=host: the base's plain subprocesses, nothing to start or stop."""
 
 
 class DockerEngine(Engine):

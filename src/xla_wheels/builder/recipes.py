@@ -92,7 +92,7 @@ class Step:
 
 
 def _common_env(spec: BuildSpec) -> dict[str, str]:
-    env = {
+    return {
         "PYTHONPATH": spec.buildenv,
         "PIP_CACHE_DIR": spec.pip_cache_dir,
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
@@ -102,10 +102,9 @@ def _common_env(spec: BuildSpec) -> dict[str, str]:
         "GIT_CONFIG_COUNT": "1",
         "GIT_CONFIG_KEY_0": "safe.directory",
         "GIT_CONFIG_VALUE_0": "*",
+        **spec.compiler_env,
+        **spec.extra_env,
     }
-    env.update(spec.compiler_env)
-    env.update(spec.extra_env)
-    return env
 
 
 def _sorted_env(env: dict[str, str]) -> tuple[tuple[str, str], ...]:
@@ -114,28 +113,25 @@ def _sorted_env(env: dict[str, str]) -> tuple[tuple[str, str], ...]:
 
 def torch_env(spec: BuildSpec) -> dict[str, str]:
     """PyTorch's own build switches for a CPU wheel that torch_xla builds against."""
-    env = _common_env(spec)
-    env.update(
-        {
-            "USE_CUDA": "0",
-            "USE_CUDNN": "0",
-            "USE_NCCL": "0",
-            "USE_ROCM": "0",
-            "USE_XPU": "0",
-            "USE_MPS": "0",
-            "BUILD_TEST": "0",
-            "PYTORCH_BUILD_VERSION": spec.torch_version,
-            # 1 = no ".postN" suffix (PyTorch appends .post<N> for N > 1).
-            "PYTORCH_BUILD_NUMBER": "1",
-            "MAX_JOBS": str(spec.jobs),
-            "CMAKE_C_COMPILER_LAUNCHER": "ccache",
-            "CMAKE_CXX_COMPILER_LAUNCHER": "ccache",
-            "CCACHE_DIR": spec.ccache_dir,
-            "_GLIBCXX_USE_CXX11_ABI": str(spec.knobs["cxx_abi"]),
-        }
-    )
-    env.update(torch_ccache_env(spec)[0])
-    return env
+    return {
+        **_common_env(spec),
+        "USE_CUDA": "0",
+        "USE_CUDNN": "0",
+        "USE_NCCL": "0",
+        "USE_ROCM": "0",
+        "USE_XPU": "0",
+        "USE_MPS": "0",
+        "BUILD_TEST": "0",
+        "PYTORCH_BUILD_VERSION": spec.torch_version,
+        # 1 = no ".postN" suffix (PyTorch appends .post<N> for N > 1).
+        "PYTORCH_BUILD_NUMBER": "1",
+        "MAX_JOBS": str(spec.jobs),
+        "CMAKE_C_COMPILER_LAUNCHER": "ccache",
+        "CMAKE_CXX_COMPILER_LAUNCHER": "ccache",
+        "CCACHE_DIR": spec.ccache_dir,
+        "_GLIBCXX_USE_CXX11_ABI": str(spec.knobs["cxx_abi"]),
+        **torch_ccache_env(spec)[0],
+    }
 
 
 def torch_ccache_env(spec: BuildSpec) -> tuple[dict[str, str], dict[str, str]]:
@@ -153,31 +149,28 @@ def bazel_auth_rc_path(spec: BuildSpec) -> str:
 def torch_xla_env(spec: BuildSpec) -> dict[str, str]:
     """The knobs of torch_xla's setup.py (and build_util.bazel_options_from_env)."""
     knobs = spec.knobs
-    env = _common_env(spec)
-    env.update(
-        {
-            # We stamp the full version ourselves (commit + patch digest), so setup.py's
-            # own "+git<sha7>" suffix is switched off.
-            "TORCH_XLA_VERSION": spec.torch_xla_version,
-            "GIT_VERSIONED_XLA_BUILD": "0",
-            # Series 0003 puts the OpenXLA revision into the cache key; setup.py would
-            # otherwise name WORKSPACE's pin, which --override_repository replaces.
-            "TORCH_XLA_OPENXLA_REVISION": spec.openxla_revision,
-            "BUILD_CPP_TESTS": "1" if knobs["build_cpp_tests"] else "0",
-            "BUNDLE_LIBTPU": "1" if knobs["bundle_libtpu"] else "0",
-            "TPUVM_MODE": "1" if knobs["tpuvm_mode"] else "0",
-            "CXX_ABI": str(knobs["cxx_abi"]),
-            "XLA_CUDA": "0",
-            "BAZEL_JOBS": str(spec.jobs),
-            "BAZEL_DISK_CACHE_PATH": spec.bazel_disk_cache,
-        }
-    )
     # BAZEL_REMOTE_CACHE=1 would select upstream's `--config=remote_cache`, which is
     # Google's own RBE instance; our cache goes into .bazelrc.user instead (see below).
     # SILO_NAME stays unset: build_util.py then adds
     # --remote_default_exec_properties=cache-silo-key=dev, the same on every builder, so
     # their action keys (which include the exec properties) match.
-    return env
+    return {
+        **_common_env(spec),
+        # We stamp the full version ourselves (commit + patch digest), so setup.py's
+        # own "+git<sha7>" suffix is switched off.
+        "TORCH_XLA_VERSION": spec.torch_xla_version,
+        "GIT_VERSIONED_XLA_BUILD": "0",
+        # Series 0003 puts the OpenXLA revision into the cache key; setup.py would
+        # otherwise name WORKSPACE's pin, which --override_repository replaces.
+        "TORCH_XLA_OPENXLA_REVISION": spec.openxla_revision,
+        "BUILD_CPP_TESTS": "1" if knobs["build_cpp_tests"] else "0",
+        "BUNDLE_LIBTPU": "1" if knobs["bundle_libtpu"] else "0",
+        "TPUVM_MODE": "1" if knobs["tpuvm_mode"] else "0",
+        "CXX_ABI": str(knobs["cxx_abi"]),
+        "XLA_CUDA": "0",
+        "BAZEL_JOBS": str(spec.jobs),
+        "BAZEL_DISK_CACHE_PATH": spec.bazel_disk_cache,
+    }
 
 
 def bazelrc_user(spec: BuildSpec) -> str:
@@ -212,8 +205,6 @@ def torch_steps(spec: BuildSpec) -> list[Step]:
     tmp = spec.torch_stage + ".tmp"
     env = _sorted_env(torch_env(spec))
     secret_env = _sorted_env(torch_ccache_env(spec)[1])
-    bin_dir = (f"{spec.buildenv}/bin",)
-    py = spec.python
     return [
         Step("clean staging", ("rm", "-rf", tmp)),
         Step(
@@ -227,10 +218,10 @@ def torch_steps(spec: BuildSpec) -> list[Step]:
         ),
         Step(
             "torch wheel",
-            (py, "setup.py", "bdist_wheel", "--dist-dir", tmp),
+            (spec.python, "setup.py", "bdist_wheel", "--dist-dir", tmp),
             env=env,
             cwd=spec.torch_src,
-            path_prepend=bin_dir,
+            path_prepend=(f"{spec.buildenv}/bin",),
             secret_env=secret_env,
         ),
         Step(
@@ -249,19 +240,11 @@ def torch_xla_steps(spec: BuildSpec) -> list[Step]:
     auth_rc = remote_cache.bazel_auth_rc(
         remote_cache.RemoteCacheSettings.from_dict(spec.remote_cache)
     )
-    auth_steps = (
-        [
-            Step(
-                "Bazel remote credentials (try-imported by .bazelrc.user)",
-                action="write-private-file",
-                args=(bazel_auth_rc_path(spec), auth_rc),
-            )
-        ]
-        if auth_rc
-        else []
+    auth_step = Step(
+        "Bazel remote credentials (try-imported by .bazelrc.user)",
+        action="write-private-file",
+        args=(bazel_auth_rc_path(spec), auth_rc),
     )
-    bin_dir = (f"{spec.buildenv}/bin",)
-    py = spec.python
     return [
         Step("clean staging", ("rm", "-rf", tmp)),
         Step(
@@ -300,13 +283,13 @@ def torch_xla_steps(spec: BuildSpec) -> list[Step]:
             action="write-file",
             args=(f"{spec.torch_xla_tree}/.bazelrc.user", bazelrc_user(spec)),
         ),
-        *auth_steps,
+        *([auth_step] if auth_rc else []),
         Step(
             "torch_xla wheel",
-            (py, "setup.py", "bdist_wheel", "--dist-dir", tmp),
+            (spec.python, "setup.py", "bdist_wheel", "--dist-dir", tmp),
             env=env,
             cwd=spec.torch_xla_tree,
-            path_prepend=bin_dir,
+            path_prepend=(f"{spec.buildenv}/bin",),
             git_dir_for=spec.torch_src,
             note=TORCH_GIT_DIR_NOTE,
         ),
@@ -331,11 +314,13 @@ def ship_steps(spec: BuildSpec, staging: str) -> list[Step]:
     }
     pip_args = tuple(arg.format(**values) for arg in spec.ship_pip_args)
     check = tuple(shlex.split(spec.ship_check.format(**values)))
-    env = {"PIP_CACHE_DIR": spec.pip_cache_dir, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    env.update(spec.extra_env)
-    check_env = dict(env)
+    env = {
+        "PIP_CACHE_DIR": spec.pip_cache_dir,
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        **spec.extra_env,
+    }
     # The gate runs from the pipeline's own sources (mounted read-only at the same path).
-    check_env["PYTHONPATH"] = spec.pipeline_src
+    check_env = {**env, "PYTHONPATH": spec.pipeline_src}
     return [
         Step("clean environment", (spec.python, "-m", "venv", "--clear", spec.ship_env)),
         Step(

@@ -246,7 +246,6 @@ def load_remote_cache(
             fix="use the cache server's user name (or none for a password-only redis)",
         )
 
-    secrets: list[tuple[str, Secret]] = []
     headers = _read_headers(environ)
     if headers and not (cache or executor):
         raise RemoteCacheConfigError(
@@ -254,8 +253,9 @@ def load_remote_cache(
             fix=f"set [bazel] remote_cache in {CONFIG_RELPATH} (or {ENV_BAZEL_CACHE}), "
             "or unset the header",
         )
-    for index, (_, secret) in enumerate(headers):
-        secrets.append((f"bazel_remote_header_{index}", secret))
+    secrets = [
+        (f"bazel_remote_header_{index}", secret) for index, (_, secret) in enumerate(headers)
+    ]
     password = _read_secret(environ, ENV_CCACHE_PASSWORD, ENV_CCACHE_PASSWORD_FILE)
     if password is not None:
         if not storage:
@@ -342,7 +342,11 @@ def _strip_userinfo(value: str) -> str:
     return f"{scheme}://{authority}{slash}{path}"
 
 
-def _read_secret(environ: Mapping[str, str], variable: str, file_variable: str) -> Secret | None:
+def _read_secret(
+    environ: Mapping[str, str], variable: str, file_variable: str, *, lines: bool = False
+) -> Secret | None:
+    """The value of ``variable``, or the content of the file ``file_variable`` names
+    (without its line ends, unless its ``lines`` are wanted as they are)."""
     value, file_name = environ.get(variable), environ.get(file_variable)
     if value and file_name:
         raise RemoteCacheConfigError(
@@ -351,7 +355,8 @@ def _read_secret(environ: Mapping[str, str], variable: str, file_variable: str) 
     if value:
         return Secret(value, variable)
     if file_name:
-        return Secret(_read_private_file(Path(file_name), file_variable).strip("\r\n"), file_name)
+        text = _read_private_file(Path(file_name), file_variable)
+        return Secret(text if lines else text.strip("\r\n"), file_name)
     return None
 
 
@@ -374,23 +379,17 @@ def _read_private_file(path: Path, variable: str) -> str:
 
 def _read_headers(environ: Mapping[str, str]) -> list[tuple[str, Secret]]:
     """``Name=Value`` from the variable, or one per line from the file (# comments)."""
-    value, file_name = environ.get(ENV_BAZEL_HEADER), environ.get(ENV_BAZEL_HEADER_FILE)
-    if value and file_name:
-        raise RemoteCacheConfigError(
-            f"both {ENV_BAZEL_HEADER} and {ENV_BAZEL_HEADER_FILE} are set",
-            fix="set only one of them",
-        )
-    if value:
-        lines = [(ENV_BAZEL_HEADER, value)]
-    elif file_name:
-        text = _read_private_file(Path(file_name), ENV_BAZEL_HEADER_FILE)
+    raw = _read_secret(environ, ENV_BAZEL_HEADER, ENV_BAZEL_HEADER_FILE, lines=True)
+    if raw is None:
+        return []
+    if raw.source == ENV_BAZEL_HEADER:
+        lines = [(ENV_BAZEL_HEADER, raw.value)]
+    else:
         lines = [
-            (f"{file_name}:{number}", line.strip())
-            for number, line in enumerate(text.splitlines(), start=1)
+            (f"{raw.source}:{number}", line.strip())
+            for number, line in enumerate(raw.value.splitlines(), start=1)
             if line.strip() and not line.strip().startswith("#")
         ]
-    else:
-        return []
     headers = []
     for where, line in lines:
         name, equals, header_value = line.partition("=")
@@ -490,54 +489,30 @@ def ccache_env(
     if not remote.storage:
         return plain, templated
     scheme, _, rest = remote.storage.partition("://")
-    userinfo = ""
-    if remote.has_password:
-        secret = placeholder(CCACHE_PASSWORD_KEY)
-        userinfo = f"{remote.username}:{secret}@" if remote.username else f"{secret}@"
-    elif remote.username:
-        userinfo = f"{remote.username}@"
-    url = f"{scheme}://{userinfo}{rest}"
+    password = placeholder(CCACHE_PASSWORD_KEY) if remote.has_password else None
+    userinfo = ":".join(part for part in (remote.username, password) if part)
+    url = f"{scheme}://{userinfo}@{rest}" if userinfo else f"{scheme}://{rest}"
     if not settings.writer:
         # The storage's read-only attribute, not CCACHE_READONLY (which would also freeze
         # the local cache, so a reader's own rebuilds would never hit) nor remote_only
         # (which would drop the local cache and pay the network for every object).
         url += "|read-only"
-    if remote.has_password:
-        templated["CCACHE_REMOTE_STORAGE"] = url
-    else:
-        plain["CCACHE_REMOTE_STORAGE"] = url
+    (templated if remote.has_password else plain)["CCACHE_REMOTE_STORAGE"] = url
     return plain, templated
 
 
 def describe(settings: RemoteCacheSettings) -> str:
     """One line for the plan."""
-    parts = [f"remote caches: role {settings.role}"]
-    bazel = settings.bazel
-    if bazel.enabled:
-        parts.append(
-            "bazel "
-            + ", ".join(
-                f"{label} {value}"
-                for label, value in (
-                    ("cache", bazel.cache),
-                    ("executor", bazel.executor),
-                    ("instance", bazel.instance_name),
-                )
-                if value
-            )
-            + (
-                f", headers {', '.join(bazel.header_names)} ({REDACTED})"
-                if bazel.header_names
-                else ""
-            )
-        )
-    else:
-        parts.append("bazel: none (local disk cache only)")
-    if settings.ccache.storage:
-        parts.append(f"ccache {settings.ccache.storage}")
-    else:
-        parts.append("ccache: local only")
-    return "; ".join(parts)
+    bazel, storage = settings.bazel, settings.ccache.storage
+    named = {"cache": bazel.cache, "executor": bazel.executor, "instance": bazel.instance_name}
+    remotes = [f"{label} {value}" for label, value in named.items() if value]
+    if bazel.header_names:
+        remotes.append(f"headers {', '.join(bazel.header_names)} ({REDACTED})")
+    bazel_part = (
+        "bazel " + ", ".join(remotes) if bazel.enabled else "bazel: none (local disk cache only)"
+    )
+    ccache_part = f"ccache {storage}" if storage else "ccache: local only"
+    return f"remote caches: role {settings.role}; {bazel_part}; {ccache_part}"
 
 
 # --- the secrets file (host writes, builder reads) ---------------------------------------

@@ -152,12 +152,9 @@ def _git_dir_as_directory(worktree: str | None, log_file: TextIO) -> Iterator[No
     without a ``.git``; a run killed in between leaves the symlink, which git reads as
     the same worktree (and the sources stage removes like any worktree).
     """
-    if worktree is None:
-        yield
-        return
-    dot_git = Path(worktree) / ".git"
-    if dot_git.is_dir() or not dot_git.is_file():
-        yield  # already a directory (a clone, or a symlink left by a killed run)
+    dot_git = Path(worktree, ".git") if worktree else None
+    if dot_git is None or not dot_git.is_file():
+        yield  # none asked, or a directory already (a clone, or a symlink left by a killed run)
         return
     original = dot_git.read_text(encoding="utf-8")
     if not original.startswith("gitdir:"):
@@ -229,8 +226,7 @@ def _apply_openxla_patches(spec: BuildSpec, args: Sequence[str], log_file: TextI
 
 
 def _write_file(spec: BuildSpec, args: Sequence[str], log_file: TextIO) -> None:
-    path, text = Path(args[0]), args[1]
-    path.write_text(text, encoding="utf-8")
+    Path(args[0]).write_text(args[1], encoding="utf-8")
 
 
 def _toolchain(spec: BuildSpec) -> dict[str, str]:

@@ -54,10 +54,8 @@ def locked_records(lock_path: Path, bundle: str) -> list[WheelRecord]:
 def _evidence(
     place: ReceiptPlace, python: Path
 ) -> tuple[installed.InstalledFacts, installed.EnvironmentMatch | None]:
-    if not place.bundle:
-        return installed.probe_environment(python, []), None
-    records = locked_records(place.root / "wheels.lock", place.bundle)
-    if not records:
+    records = locked_records(place.root / "wheels.lock", place.bundle) if place.bundle else []
+    if not place.bundle or not records:
         return installed.probe_environment(python, []), None
     # The gate has no pipeline options: the default dist directory of the checkout.
     wheel_dir = place.wheel_dir or place.root / "dist" / place.bundle
@@ -75,11 +73,9 @@ def _store(place: ReceiptPlace, receipt: receipts.Receipt) -> Path:
         path = receipts.write_receipt(place.out_dir / "receipt.json", receipt, replace=True)
     else:
         path = receipts.write_receipt(receipts.receipt_path(place.root, receipt), receipt)
-    verdict = (
-        "for the locked wheels"
-        if receipt.wheels_match_lock
-        else ("NOT for the locked wheels of any bundle: it cannot be used to promote")
-    )
+    verdict = "for the locked wheels"
+    if not receipt.wheels_match_lock:
+        verdict = "NOT for the locked wheels of any bundle: it cannot be used to promote"
     print(f"receipt: {path} ({verdict})")
     return path
 

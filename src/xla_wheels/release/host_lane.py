@@ -22,13 +22,10 @@ if TYPE_CHECKING:  # doctor reads ELF files (pyelftools): loaded only by doctor 
 
 
 def host_bundle(root: Path, facts: HostFacts, named: str | None = None) -> tuple[str | None, str]:
-    """The bundle a host runs, known from the versions of our wheels.
-
-    A wheel's identity is its inputs, not a bundle (the provenance names no bundle): the
-    torch_xla version's local label is a digest of those inputs, so a bundle whose locked
-    wheel names all match the installed versions is one this host runs. The bundle doctor
-    was asked about (``named``) is tried first, then the lanes' current bundles; bundles
-    that share inputs share wheels, so either answer is true.
+    """The bundle a host runs: one whose locked wheel names all match the installed
+    versions (module doc). The bundle doctor was asked about (``named``) is tried first,
+    then the lanes' current bundles; bundles that share inputs share wheels, so either
+    answer is true.
     """
     installed_versions = {normalize(k): v for k, v in facts.versions.items()}
 
@@ -75,43 +72,21 @@ def lane_status(
     except lanes.LaneError as error:
         return [("WARN", f"lanes unknown: {error.message}", error.fix or "")]
     if host_bundle is None:
-        return [
-            (
-                "WARN",
-                "cannot tell which bundle this host runs (no provenance file)",
-                "install a bundle built by this pipeline",
-            )
-        ]
-    holding = sorted(n for n, s in state.items() if s.bundle == host_bundle)
+        why = "cannot tell which bundle this host runs (no provenance file)"
+        return [("WARN", why, "install a bundle built by this pipeline")]
+    runs = f"runs bundle {host_bundle}"
     if lane_name:
         lane = config.lane(lane_name)
         current = state.get(lane.name)
         if current and current.bundle == host_bundle:
-            return [
-                ("ok", f"runs bundle {host_bundle}, the current bundle of lane {lane.name}", "")
-            ]
-        return [
-            (
-                "FAIL",
-                f"runs bundle {host_bundle}; lane {lane.name}'s current bundle is "
-                f"{current.bundle if current else '(none)'}",
-                f"install from lane {lane.name}: pip install --require-hashes -r "
-                f"dist/lanes/{lane.name}/requirements.txt --index-url {lane.simple_url}",
-            )
-        ]
-    if holding:
-        return [
-            (
-                "ok",
-                f"runs bundle {host_bundle}, the current bundle of lane(s) "
-                f"{', '.join(holding)}",
-                "",
-            )
-        ]
-    return [
-        (
-            "WARN",
-            f"runs bundle {host_bundle}, which is not the current bundle of any lane",
-            "install the bundle of the lane this host belongs to (make lanes)",
+            return [("ok", f"{runs}, the current bundle of lane {lane.name}", "")]
+        current_bundle = current.bundle if current else "(none)"
+        fix = (
+            f"install from lane {lane.name}: pip install --require-hashes -r "
+            f"dist/lanes/{lane.name}/requirements.txt --index-url {lane.simple_url}"
         )
-    ]
+        return [("FAIL", f"{runs}; lane {lane.name}'s current bundle is {current_bundle}", fix)]
+    if holding := sorted(n for n, s in state.items() if s.bundle == host_bundle):
+        return [("ok", f"{runs}, the current bundle of lane(s) {', '.join(holding)}", "")]
+    fix = "install the bundle of the lane this host belongs to (make lanes)"
+    return [("WARN", f"{runs}, which is not the current bundle of any lane", fix)]

@@ -32,7 +32,7 @@ import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from xla_wheels import filemode
 from xla_wheels.installed_metadata import ProbeFailed, read_installed
@@ -94,8 +94,12 @@ def probe_environment(python: Path, projects: Sequence[str]) -> InstalledFacts:
     return InstalledFacts({name: found.version_of(name) for name in VERSION_PROJECTS}, dists)
 
 
-def _b64(digest: bytes) -> str:
-    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+def _b64_sha256(handle: IO[bytes]) -> str:
+    """The sha256 of what ``handle`` reads, in RECORD's spelling (urlsafe base64)."""
+    hasher = hashlib.sha256()
+    for block in iter(lambda: handle.read(1 << 20), b""):
+        hasher.update(block)
+    return base64.urlsafe_b64encode(hasher.digest()).rstrip(b"=").decode()
 
 
 def _installed_path(member: str) -> str | None:
@@ -131,11 +135,8 @@ def wheel_content(path: Path, cache_dir: Path | None = None) -> dict[str, str]:
             target = _installed_path(info.filename)
             if target is None:
                 continue
-            hasher = hashlib.sha256()
             with archive.open(info) as handle:
-                for block in iter(lambda: handle.read(1 << 20), b""):
-                    hasher.update(block)
-            content[target] = _b64(hasher.digest())
+                content[target] = _b64_sha256(handle)
     if cache_file is not None:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
         filemode.write_by_rename(cache_file, json.dumps(content, sort_keys=True))
@@ -144,13 +145,10 @@ def wheel_content(path: Path, cache_dir: Path | None = None) -> dict[str, str]:
 
 def _disk_b64(path: Path) -> str | None:
     try:
-        hasher = hashlib.sha256()
         with path.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                hasher.update(block)
+            return _b64_sha256(handle)
     except OSError:
         return None
-    return _b64(hasher.digest())
 
 
 def match_wheel(

@@ -78,13 +78,7 @@ class Policy:
 
     @property
     def empty(self) -> bool:
-        return (
-            self.profile is None
-            and self.device is None
-            and not self.checks
-            and self.max_warm_regression is None
-            and self.max_memory_regression is None
-        )
+        return self == Policy()
 
 
 @dataclass(frozen=True)
@@ -155,21 +149,14 @@ def _policy(table: Table) -> Policy:
     device = fields["device"]
     if device is not None and device not in DEVICES:
         raise table.fail("device", f"{device!r} is not one of {DEVICES}", "")
-    tolerances: dict[str, float | None] = {}
-    for key in ("max-warm-regression", "max-memory-regression"):
-        tolerance = fields[key]
-        if tolerance is not None and tolerance < 0:
+    tolerances = ("max-warm-regression", "max-memory-regression")
+    for key in tolerances:
+        if fields[key] is not None and fields[key] < 0:
             raise table.fail(key, "must be a number >= 0", "")
-        tolerances[key] = None if tolerance is None else float(tolerance)
     if fields["profile"] == "":
         raise table.fail("profile", "must be a launch profile name", "")
-    return Policy(
-        device,
-        tuple(fields["checks"]),
-        tolerances["max-warm-regression"],
-        tolerances["max-memory-regression"],
-        fields["profile"],
-    )
+    warm, memory = (None if fields[key] is None else float(fields[key]) for key in tolerances)
+    return Policy(device, tuple(fields["checks"]), warm, memory, fields["profile"])
 
 
 def _devpi_lane(name: str, table: Table) -> Lane:

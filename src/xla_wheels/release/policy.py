@@ -64,61 +64,35 @@ def judge_receipt(
     profile_sha256: str | None = None,
 ) -> ReceiptVerdict:
     """``profile_sha256``: the digest wheels.lock records for the policy's profile."""
-    receipt = stored.receipt
+    receipt, name = stored.receipt, stored.path.name
     fails: list[RuleFailure] = []
+
+    def fail(rule: str, detail: str) -> None:
+        fails.append(RuleFailure(rule, detail))
+
     if not stored.digest_ok:
-        fails.append(
-            RuleFailure(
-                "seal",
-                f"{stored.path.name}: its digest does not match its "
-                "content (edited after it was written)",
-            )
-        )
+        fail("seal", f"{name}: its digest does not match its content (edited after it was written)")
     if receipt.bundle != bundle:
-        fails.append(
-            RuleFailure(
-                "wheels",
-                f"{stored.path.name} is a receipt for bundle " f"{receipt.bundle}, not {bundle}",
-            )
-        )
+        fail("wheels", f"{name} is a receipt for bundle {receipt.bundle}, not {bundle}")
     if not receipt.wheels_match_lock:
         why = "; ".join(receipt.problems[:3]) or "no wheels compared"
-        fails.append(
-            RuleFailure(
-                "wheels",
-                f"{stored.path.name}: the judged environment was not " f"the lock's wheels ({why})",
-            )
-        )
+        fail("wheels", f"{name}: the judged environment was not the lock's wheels ({why})")
     if receipt.locked_files != locked:
         theirs = ", ".join(f"{n} {s[:12]}" for n, s in sorted(receipt.locked_files)) or "none"
         ours = ", ".join(f"{n} {s[:12]}" for n, s in sorted(locked))
-        fails.append(
-            RuleFailure("wheels", f"{stored.path.name} judged {theirs}; wheels.lock " f"has {ours}")
-        )
+        fail("wheels", f"{name} judged {theirs}; wheels.lock has {ours}")
     if receipt.kind != "gate":
-        fails.append(
-            RuleFailure(
-                "receipt",
-                f"{stored.path.name} is a {receipt.kind} receipt; "
-                "promotion needs the gate's verdicts",
-            )
-        )
+        fail("receipt", f"{name} is a {receipt.kind} receipt; promotion needs the gate's verdicts")
     if policy.device is not None and receipt.device != policy.device:
-        fails.append(
-            RuleFailure(
-                "device",
-                f"{stored.path.name} was judged on {receipt.device}; "
-                f"the lane requires {policy.device}",
-            )
-        )
+        fail("device", f"{name} was judged on {receipt.device}; the lane requires {policy.device}")
     fails.extend(_profile_rule(stored, policy.profile, profile_sha256))
-    for name in policy.checks:
-        check = receipt.check(name)
+    for check_name in policy.checks:
+        check = receipt.check(check_name)
         if check is None:
-            fails.append(RuleFailure(f"check:{name}", f"{stored.path.name} has no {name} check"))
+            fail(f"check:{check_name}", f"{name} has no {check_name} check")
         elif check.passed is not True:
             why = "; ".join(check.reasons[:2])
-            fails.append(RuleFailure(f"check:{name}", f"{stored.path.name}: {name} failed ({why})"))
+            fail(f"check:{check_name}", f"{name}: {check_name} failed ({why})")
     if policy.max_warm_regression is not None and current is not None:
         fails.extend(_regression(stored, current, policy.max_warm_regression))
     if policy.max_memory_regression is not None and current is not None:
@@ -133,33 +107,28 @@ def _profile_rule(
         return []
     receipt, name = stored.receipt, stored.path.name
     if receipt.profile_name != required:
-        under = (
-            f"launch profile {receipt.profile_name}"
-            if receipt.profile_name
-            else "no launch profile"
+        under = receipt.profile_name and f"launch profile {receipt.profile_name}"
+        detail = f"{name} was judged under {under or 'no launch profile'}; the lane requires "
+        detail += f"profile {required}"
+    elif locked_sha256 is None:
+        detail = f"wheels.lock records no launch profile {required} for bundle {receipt.bundle}"
+    elif receipt.profile_sha256 != locked_sha256:
+        detail = (
+            f"launch profile {required} changed since {name} was judged (sha256 "
+            f"{str(receipt.profile_sha256)[:12]} then, {locked_sha256[:12]} in wheels.lock "
+            "now): a changed profile needs a new gate run"
         )
-        return [RuleFailure("profile", f"{name} was judged under {under}; the lane requires "
-                            f"profile {required}")]  # fmt: skip
-    if locked_sha256 is None:
-        return [RuleFailure("profile", f"wheels.lock records no launch profile {required} for "
-                            f"bundle {receipt.bundle}")]  # fmt: skip
-    if receipt.profile_sha256 != locked_sha256:
-        return [
-            RuleFailure(
-                "profile",
-                f"launch profile {required} changed since {name} was judged (sha256 "
-                f"{str(receipt.profile_sha256)[:12]} then, {locked_sha256[:12]} in wheels.lock "
-                "now): a changed profile needs a new gate run",
-            )
-        ]
-    return []
+    else:
+        return []
+    return [RuleFailure("profile", detail)]
 
 
-def _unlike(receipt: Receipt, current: Receipt) -> list[str]:
-    """Why two receipts' figures do not measure the same thing (empty: they do)."""
+def _unlike(rule: str, stored: StoredReceipt, current: Receipt) -> list[RuleFailure]:
+    """A failure of ``rule`` when two receipts' figures do not measure the same thing."""
+    receipt = stored.receipt
     # Figures measured under another launch profile (other flags, another cache policy)
     # are not comparable either: the profile is part of the key, by name.
-    return [
+    unlike = [
         f"{what} {mine} vs {theirs}"
         for what, mine, theirs in (
             ("device", receipt.device, current.device),
@@ -169,6 +138,10 @@ def _unlike(receipt: Receipt, current: Receipt) -> list[str]:
         )
         if mine != theirs
     ]
+    if not unlike:
+        return []
+    detail = f"{stored.path.name} is not comparable with the lane's current receipt"
+    return [RuleFailure(rule, f"{detail} ({', '.join(unlike)})")]
 
 
 def peak_memory(receipt: Receipt) -> dict[str, int]:
@@ -189,25 +162,13 @@ def peak_memory(receipt: Receipt) -> dict[str, int]:
 def _memory_regression(
     stored: StoredReceipt, current: Receipt, tolerance: float
 ) -> list[RuleFailure]:
-    unlike = _unlike(stored.receipt, current)
-    if unlike:
-        return [
-            RuleFailure(
-                "memory",
-                f"{stored.path.name} is not comparable with the lane's current receipt "
-                f"({', '.join(unlike)})",
-            )
-        ]
+    if unlike := _unlike("memory", stored, current):
+        return unlike
     mine, theirs = peak_memory(stored.receipt), peak_memory(current)
     if "host" not in mine or "host" not in theirs:
-        return [
-            RuleFailure(
-                "memory",
-                "peak host memory missing from "
-                + ("this receipt" if "host" not in mine else "the current receipt")
-                + " (receipts from before the gate recorded memory)",
-            )
-        ]
+        where = "this receipt" if "host" not in mine else "the current receipt"
+        why = "receipts from before the gate recorded memory"
+        return [RuleFailure("memory", f"peak host memory missing from {where} ({why})")]
     failures = []
     # A device only one side reports (CPU vs TPU is refused above) has nothing to compare.
     for what in sorted(mine.keys() & theirs.keys()):
@@ -228,35 +189,22 @@ def _mib(value: float) -> str:
 
 
 def _regression(stored: StoredReceipt, current: Receipt, tolerance: float) -> list[RuleFailure]:
-    receipt = stored.receipt
-    unlike = _unlike(receipt, current)
-    if unlike:
-        return [
-            RuleFailure(
-                "regression",
-                f"{stored.path.name} is not comparable with the lane's "
-                f"current receipt ({', '.join(unlike)})",
-            )
-        ]
-    mine, theirs = warm_ready(receipt), warm_ready(current)
+    if unlike := _unlike("regression", stored, current):
+        return unlike
+    mine, theirs = warm_ready(stored.receipt), warm_ready(current)
     if mine is None or theirs is None:
-        return [
-            RuleFailure(
-                "regression",
-                "warm time-to-ready missing from "
-                + ("this receipt" if mine is None else "the current receipt"),
-            )
-        ]
+        where = "this receipt" if mine is None else "the current receipt"
+        return [RuleFailure("regression", f"warm time-to-ready missing from {where}")]
     limit = theirs * (1 + tolerance)
-    if mine > limit:
-        return [
-            RuleFailure(
-                "regression",
-                f"warm restart {mine:.3f}s is slower than the current "
-                f"bundle's {theirs:.3f}s beyond {tolerance:.0%} (limit {limit:.3f}s)",
-            )
-        ]
-    return []
+    if mine <= limit:
+        return []
+    return [
+        RuleFailure(
+            "regression",
+            f"warm restart {mine:.3f}s is slower than the current "
+            f"bundle's {theirs:.3f}s beyond {tolerance:.0%} (limit {limit:.3f}s)",
+        )
+    ]
 
 
 def judge_promotion(

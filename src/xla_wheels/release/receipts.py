@@ -42,7 +42,7 @@ import re
 import socket
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,6 @@ from xla_wheels.release.installed import EnvironmentMatch, InstalledFacts, Wheel
 
 RECEIPT_VERSION = "1"
 RECEIPTS_DIRNAME = "receipts"
-KINDS = ("gate", "bench")
 #: Per-run keys of the restart check kept in a receipt (logs and paths stay in out/).
 _RUN_KEYS = (
     "name",
@@ -116,42 +115,13 @@ class Receipt:
         return {(w.name, w.sha256) for w in self.wheels}
 
     def payload(self) -> dict[str, Any]:
-        # "profile" only when there is one: a receipt without it reads as before.
-        profile = {} if self.profile is None else {"profile": _json_safe(self.profile)}
+        """Every key of the file but the digest: the fields, spelled with dashes."""
+        data = _json_safe(asdict(self))
+        if self.profile is None:
+            del data["profile"]  # only when there is one: a receipt without it reads as before
         return {
-            **profile,
             "receipt-version": RECEIPT_VERSION,
-            "kind": self.kind,
-            "bundle": self.bundle,
-            "created": self.created,
-            "host": self.host,
-            "device": self.device,
-            "chip": self.chip,
-            "workload": self.workload,
-            "versions": dict(self.versions),
-            "wheels-match-lock": self.wheels_match_lock,
-            "wheels": [
-                {
-                    "name": w.name,
-                    "sha256": w.sha256,
-                    "project": w.project,
-                    "version": w.version,
-                    "matched": w.matched,
-                    "files": w.files,
-                    "problems": list(w.problems),
-                }
-                for w in self.wheels
-            ],
-            "problems": list(self.problems),
-            "checks": [
-                {
-                    "name": c.name,
-                    "passed": c.passed,
-                    "reasons": list(c.reasons),
-                    "figures": _json_safe(c.figures),
-                }
-                for c in self.checks
-            ],
+            **{k.replace("_", "-"): v for k, v in data.items()},
         }
 
 
@@ -245,7 +215,7 @@ def _receipt(
     versions.setdefault("torch_xla", target.torch_xla_version)
     if bundle is None:
         problems: tuple[str, ...] = (
-            "no bundle named (BUNDLE=): these wheels were not compared " "with any lock entry",
+            "no bundle named (BUNDLE=): these wheels were not compared with any lock entry",
         )
     elif match is None:
         problems = (f"bundle {bundle} records no wheels in wheels.lock",)
@@ -304,7 +274,7 @@ def read_receipt(path: Path) -> StoredReceipt:
     version = data.get("receipt-version") if isinstance(data, dict) else None
     if version != RECEIPT_VERSION:
         raise ReceiptError(
-            f"{path} has receipt-version {version!r}, " f"this pipeline reads {RECEIPT_VERSION!r}",
+            f"{path} has receipt-version {version!r}, this pipeline reads {RECEIPT_VERSION!r}",
             fix="produce a new receipt with `make gate BUNDLE=…`",
         )
     digest = str(data.get("digest", ""))
