@@ -22,6 +22,7 @@ import pytest
 from tests import real_source
 from tests.gitrepos import REPO_ROOT, git
 from xla_wheels.errors import ToolchainError
+from xla_wheels.options import NetworkPolicy
 from xla_wheels.series_checks.programs import (
     CLIENT_H,
     CheckProgram,
@@ -82,9 +83,10 @@ def test_two_processes_set_up_one_root_and_crash_leftovers_are_not_trusted(
         """
         import sys
         from pathlib import Path
+        from xla_wheels.options import NetworkPolicy
         from xla_wheels.series_checks.toolchain import BOOKWORM_PACKAGES, ensure_debian_root
         packages = tuple(p for p in BOOKWORM_PACKAGES if p.name in ("libgtest-dev", "libgmock-dev"))
-        print(ensure_debian_root(Path(sys.argv[1]), packages))
+        print(ensure_debian_root(Path(sys.argv[1]), packages, NetworkPolicy()))
         """
     )
     runs = [
@@ -109,7 +111,7 @@ def test_two_processes_set_up_one_root_and_crash_leftovers_are_not_trusted(
     # Set up: a third call neither downloads nor unpacks (the .debs could be gone).
     for deb in (toolchain_dir / "debs").iterdir():
         deb.unlink()
-    assert ensure_debian_root(toolchain_dir, GTEST_PACKAGES) == root
+    assert ensure_debian_root(toolchain_dir, GTEST_PACKAGES, NetworkPolicy()) == root
 
 
 # --- How programs are built and judged (a small tree of our own) ----------------------------

@@ -92,6 +92,7 @@ def _rebase(
             args.component,
             root=options.root,
             cache_dir=options.cache_dir,
+            network=options.network,
         )
     if not args.onto:
         raise UsageError(
@@ -106,6 +107,7 @@ def _rebase(
         args.onto,
         root=options.root,
         cache_dir=options.cache_dir,
+        network=options.network,
         dry_run=options.dry_run,
     )
     return None if options.dry_run else result

@@ -159,7 +159,13 @@ def cmd_patches_check(args: argparse.Namespace) -> int:
             return
         with tempfile.TemporaryDirectory(prefix="xla-wheels-checks-") as work:
             step = build_check_step(
-                options.root, options.cache_dir, component.name, tree, head, Path(work)
+                options.root,
+                options.cache_dir,
+                component.name,
+                tree,
+                head,
+                Path(work),
+                network=options.network,
             )
             if step is None:
                 print(no_step_line(component.name))
