@@ -57,12 +57,15 @@ class Transient(Exception):
     """Raised by one attempt of a step: the fault may pass, try again.
 
     ``kind``: ``timed out``, ``refused``, ``reset`` or ``HTTP <code>``; ``detail``: what
-    the tool said (already free of credentials)."""
+    the tool said (already free of credentials); ``after_s``: for a timeout, the wait that
+    ran out when it is not the attempt's whole limit (git's stall limit within a fetch
+    allowed hours)."""
 
-    def __init__(self, kind: str, detail: str = "") -> None:
+    def __init__(self, kind: str, detail: str = "", *, after_s: float | None = None) -> None:
         super().__init__(f"{kind}: {detail}" if detail else kind)
         self.kind = kind
         self.detail = detail
+        self.after_s = after_s
 
     @property
     def what_happened(self) -> str:
@@ -167,7 +170,8 @@ def with_retries(
             if number == attempts or not retryable:
                 tried = number
                 if fault.kind == "timed out":
-                    raise NetworkTimedOut(step, host, limit, tried, timeout_fix) from None
+                    waited = limit if fault.after_s is None else fault.after_s
+                    raise NetworkTimedOut(step, host, waited, tried, timeout_fix) from None
                 raise give_up(fault, tried) from None
             pause = current.sleep_before(number)
             log.info(f"{step}: {host} {fault.kind}; trying again in {pause:g}s")

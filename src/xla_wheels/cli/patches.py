@@ -98,7 +98,7 @@ def _rebase(
         raise UsageError(
             "no target commit given", fix="pass ONTO=<commit> (make) or --onto <commit>"
         )
-    cache = SourceCache(options.source_cache, options.mirror)
+    cache = SourceCache(options.source_cache, options.mirror, network=options.network)
     result = start_rebase(
         cache,
         options.out_dir,

@@ -139,7 +139,7 @@ def cmd_patches_check(args: argparse.Namespace) -> int:
     if component.commit is None:
         raise UsageError(f"{component.name} is not pinned in {bundle.name}")
     if args.source is None:
-        cache = SourceCache(options.source_cache, options.mirror)
+        cache = SourceCache(options.source_cache, options.mirror, network=options.network)
         commit = cache.resolve(component)
         source = cache.repo_for(component)
     else:
