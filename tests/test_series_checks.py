@@ -55,7 +55,7 @@ GTEST_PACKAGES = tuple(p for p in BOOKWORM_PACKAGES if p.name in ("libgtest-dev"
 def test_a_corrupt_pin_is_refused_naming_the_url_and_both_hashes(tmp_path: Path) -> None:
     package = replace(GTEST_PACKAGES[0], sha256="0" * 64)
     with pytest.raises(ToolchainError) as raised:
-        download(package, tmp_path / "debs")
+        download(package, tmp_path / "debs", NetworkPolicy())
     assert f"{package.url} has sha256 " in raised.value.message
     assert f"not the pinned {'0' * 64}" in raised.value.message
     assert "apt-cache show libgtest-dev" in (raised.value.fix or "")
@@ -66,7 +66,7 @@ def test_a_corrupt_pin_is_refused_naming_the_url_and_both_hashes(tmp_path: Path)
 def test_a_failed_download_names_the_url_and_a_fix(tmp_path: Path) -> None:
     package = replace(GTEST_PACKAGES[0], url=GTEST_PACKAGES[0].url + ".missing")
     with pytest.raises(ToolchainError) as raised:
-        download(package, tmp_path / "debs")
+        download(package, tmp_path / "debs", NetworkPolicy())
     assert f"cannot download libgtest-dev 1.12.1-0.2 from {package.url}" in raised.value.message
     assert "snapshot.debian.org" in (raised.value.fix or "")
 
