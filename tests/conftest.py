@@ -21,7 +21,7 @@ from tests.synthetic_upstream import (
     make_synthetic,
     save_synthetic,
 )
-from xla_wheels.options import machine_cache
+from xla_wheels.options import NetworkPolicy, machine_cache
 from xla_wheels.series_checks.toolchain import Toolchain, ensure_toolchain
 
 
@@ -193,4 +193,4 @@ def patched_tree(pytorch_xla_repo: Path, tmp_path_factory: pytest.TempPathFactor
 def series_toolchain() -> Toolchain:
     """g++, torch 2.9.0, absl and googletest for the series' compiled checks, set up in
     the per-machine cache on first use (xla_wheels.series_checks.toolchain)."""
-    return ensure_toolchain(machine_cache(os.environ))
+    return ensure_toolchain(machine_cache(os.environ), NetworkPolicy())

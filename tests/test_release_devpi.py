@@ -32,6 +32,7 @@ from tests.publish_support import (
     make_publish_project,
 )
 from xla_wheels.errors import PipelineError
+from xla_wheels.options import DEFAULT_NETWORK
 from xla_wheels.publish.index import Credentials, project_files
 from xla_wheels.release import lanes
 from xla_wheels.wheel_filename import parse_wheel_name
@@ -65,7 +66,9 @@ class DevpiRelease:
     def served(self, index: str, wheel: Path) -> str:
         """sha256 of the bytes the index serves for ``wheel``'s file name (downloaded)."""
         project = parse_wheel_name(wheel.name).project
-        listed = project_files(self.server.simple_url(index), project, NO_CREDENTIALS)
+        listed = project_files(
+            self.server.simple_url(index), project, NO_CREDENTIALS, network=DEFAULT_NETWORK
+        )
         with urllib.request.urlopen(listed[wheel.name].url, timeout=30) as response:
             return hashlib.sha256(response.read()).hexdigest()
 

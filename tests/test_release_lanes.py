@@ -44,6 +44,7 @@ from tests.publish_support import (
 )
 from tests.synthetic_upstream import Synthetic, cli_args, copy_synthetic
 from xla_wheels.bundle import load_bundle
+from xla_wheels.options import DEFAULT_NETWORK
 from xla_wheels.publish.index import Credentials, project_files
 from xla_wheels.release import lanes, policy, receipts
 from xla_wheels.wheel_filename import parse_wheel_name
@@ -156,7 +157,8 @@ def release(
 
 
 def _listed(server: IndexServer, project: str) -> dict[str, str | None]:
-    return {n: f.sha256 for n, f in project_files(server.url, project, NO_CREDENTIALS).items()}
+    listed = project_files(server.url, project, NO_CREDENTIALS, network=DEFAULT_NETWORK)
+    return {n: f.sha256 for n, f in listed.items()}
 
 
 def _venv(path: Path) -> Path:

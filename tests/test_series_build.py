@@ -22,6 +22,7 @@ from tests import real_source, test_patch_workflow
 from tests.bundles import LIBTPU_RUNTIME, Pin, write_bundle
 from tests.gitrepos import REPO_ROOT, git, make_repo
 from tests.test_patch_workflow import rebase
+from xla_wheels.options import NetworkPolicy
 from xla_wheels.series_build import (
     BuildCheckReport,
     BuildCheckStep,
@@ -81,8 +82,9 @@ def test_a_report_with_a_compile_error_fails_with_exit_7_and_a_pass_says_so(
 
     tree, base, patches = _series_repo(tmp_path)
     step = BuildCheckStep(
-        "torch_xla", tmp_path, tmp_path / "checks", tree, base, tmp_path, tmp_path
-    )
+        "torch_xla", tmp_path, tmp_path / "checks", tree, base, tmp_path, tmp_path,
+        NetworkPolicy(),
+    )  # fmt: skip
     error = CompileError("client.cc", 4, "options_", "no member named 'options_'")
     broken = BuildCheckReport(
         step,

@@ -22,6 +22,7 @@ import pytest
 from tests import real_source
 from tests.gitrepos import REPO_ROOT, git
 from xla_wheels.errors import ToolchainError
+from xla_wheels.options import NetworkPolicy
 from xla_wheels.series_checks.programs import (
     CLIENT_H,
     CheckProgram,
@@ -54,7 +55,7 @@ GTEST_PACKAGES = tuple(p for p in BOOKWORM_PACKAGES if p.name in ("libgtest-dev"
 def test_a_corrupt_pin_is_refused_naming_the_url_and_both_hashes(tmp_path: Path) -> None:
     package = replace(GTEST_PACKAGES[0], sha256="0" * 64)
     with pytest.raises(ToolchainError) as raised:
-        download(package, tmp_path / "debs")
+        download(package, tmp_path / "debs", NetworkPolicy())
     assert f"{package.url} has sha256 " in raised.value.message
     assert f"not the pinned {'0' * 64}" in raised.value.message
     assert "apt-cache show libgtest-dev" in (raised.value.fix or "")
@@ -65,7 +66,7 @@ def test_a_corrupt_pin_is_refused_naming_the_url_and_both_hashes(tmp_path: Path)
 def test_a_failed_download_names_the_url_and_a_fix(tmp_path: Path) -> None:
     package = replace(GTEST_PACKAGES[0], url=GTEST_PACKAGES[0].url + ".missing")
     with pytest.raises(ToolchainError) as raised:
-        download(package, tmp_path / "debs")
+        download(package, tmp_path / "debs", NetworkPolicy())
     assert f"cannot download libgtest-dev 1.12.1-0.2 from {package.url}" in raised.value.message
     assert "snapshot.debian.org" in (raised.value.fix or "")
 
@@ -82,9 +83,10 @@ def test_two_processes_set_up_one_root_and_crash_leftovers_are_not_trusted(
         """
         import sys
         from pathlib import Path
+        from xla_wheels.options import NetworkPolicy
         from xla_wheels.series_checks.toolchain import BOOKWORM_PACKAGES, ensure_debian_root
         packages = tuple(p for p in BOOKWORM_PACKAGES if p.name in ("libgtest-dev", "libgmock-dev"))
-        print(ensure_debian_root(Path(sys.argv[1]), packages))
+        print(ensure_debian_root(Path(sys.argv[1]), packages, NetworkPolicy()))
         """
     )
     runs = [
@@ -109,7 +111,7 @@ def test_two_processes_set_up_one_root_and_crash_leftovers_are_not_trusted(
     # Set up: a third call neither downloads nor unpacks (the .debs could be gone).
     for deb in (toolchain_dir / "debs").iterdir():
         deb.unlink()
-    assert ensure_debian_root(toolchain_dir, GTEST_PACKAGES) == root
+    assert ensure_debian_root(toolchain_dir, GTEST_PACKAGES, NetworkPolicy()) == root
 
 
 # --- How programs are built and judged (a small tree of our own) ----------------------------

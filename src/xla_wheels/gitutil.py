@@ -19,7 +19,8 @@ from xla_wheels.redact import mask_url_credentials
 
 # A fetch from an unreachable host must fail, not prompt for credentials on a build
 # host without a terminal (GIT_TERMINAL_PROMPT=0), and a stalled connection must fail
-# in bounded time instead of hanging a build forever (lowSpeedLimit/Time).
+# in bounded time instead of hanging a build forever (lowSpeedLimit/Time; a fetch of the
+# sources stage sets its own, NET_TIMEOUT, which comes later on its command line and wins).
 _NONINTERACTIVE_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "LC_ALL": "C"}
 _NETWORK_CONFIG = ("-c", "http.lowSpeedLimit=1000", "-c", "http.lowSpeedTime=60")
 # Submodules and mirrors given as local paths use the file transport, which git >= 2.38.1
@@ -58,12 +59,13 @@ def run_git(
     """Execute one composed ``git ...`` command: its argv, cwd and env, plus :data:`RUN_OPTIONS`.
 
     ``timeout`` (seconds) raises :class:`runner.StepTimedOut`, for callers that must
-    answer quickly whatever the network does (preflight). git's location variables
+    answer quickly whatever the network does (preflight) or bound a whole fetch; git's
+    progress meter is still shown. git's location variables
     (``GIT_DIR``...) of a surrounding hook never reach it (:func:`runner.child_env`).
     """
     if not command.argv or command.argv[0] != "git":
         raise ValueError(f"not a git command: {command.argv!r}")
-    streaming = PROGRESS_FLAG in command.argv and input_text is None and timeout is None
+    streaming = PROGRESS_FLAG in command.argv and input_text is None
     process = runner.run(
         ["git", *RUN_OPTIONS, *command.argv[1:]],
         shown_argv=command.argv,

@@ -104,6 +104,43 @@ def machine_cache(environ: Mapping[str, str]) -> Path:
 
 
 @dataclass(frozen=True)
+class NetworkPolicy:
+    """How long network steps wait and how often they retry (``xla_wheels.retrying``):
+    ``NET_TIMEOUT`` / ``NET_RETRIES`` and the progress interval, built once by the CLI
+    edge and carried by :class:`PipelineOptions` to every step that talks to a host."""
+
+    timeout_s: float = 60.0
+    """Seconds one attempt may wait for an answer (connect, or the next bytes)."""
+    retries: int = 3
+    """Attempts after the first one, when a fault is transient."""
+    backoff_s: float = 2.0
+    """Sleep before the first retry; it doubles for each next one (2, 4, 8 s)."""
+    min_bytes_per_s: float = 256 * 1024
+    """The slowest transfer rate a step's time limit allows for (a 500 MB wheel: ~33 min)."""
+    start_allowance_s: float = 15.0
+    """A child process (twine, pip) starts and reads its input before it talks to a host."""
+    heartbeat_s: float = 30.0
+    """Seconds between ``still waiting`` lines (the progress interval; 0: none)."""
+
+    @property
+    def attempts(self) -> int:
+        return self.retries + 1
+
+    def transfer_limit(self, size_bytes: int, *, child_process: bool = False) -> float:
+        """Seconds a step that moves ``size_bytes`` may take, by the slowest allowed rate."""
+        start = self.start_allowance_s if child_process else 0.0
+        return start + self.timeout_s + size_bytes / self.min_bytes_per_s
+
+    def sleep_before(self, retry: int) -> float:
+        """The pause before retry number ``retry`` (1-based): exponential backoff."""
+        return float(self.backoff_s * 2 ** (retry - 1))
+
+
+#: The documented defaults (60 s, 3 retries): a constant, never changed at run time.
+DEFAULT_NETWORK = NetworkPolicy()
+
+
+@dataclass(frozen=True)
 class PipelineOptions:
     root: Path
     """The project checkout: build/bundles, patches/ and wheels.lock live here."""
@@ -115,6 +152,8 @@ class PipelineOptions:
     dry_run: bool
     progress_interval: float = 30.0
     """Seconds between heartbeat lines of a long fetch off a terminal (0: none)."""
+    network: NetworkPolicy = DEFAULT_NETWORK
+    """Time limits and retries of every step that talks to another host."""
 
     @property
     def lock_path(self) -> Path:

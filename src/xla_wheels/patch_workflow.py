@@ -38,6 +38,7 @@ from xla_wheels import filemode, log
 from xla_wheels.bundle import Bundle, Component, available_bundles, load_bundle
 from xla_wheels.errors import PatchError, PipelineError, UsageError
 from xla_wheels.gitutil import git, git_out, status_porcelain
+from xla_wheels.options import NetworkPolicy
 from xla_wheels.patches import (
     DEFAULT_AUTHOR,
     DEFAULT_DATE,
@@ -463,12 +464,18 @@ class RebaseResult:
 
 
 def check_step(
-    root: Path, cache_dir: Path, out_dir: Path, bundle: Bundle, component: str, onto: str
+    root: Path,
+    cache_dir: Path,
+    out_dir: Path,
+    bundle: Bundle,
+    component: str,
+    onto: str,
+    network: NetworkPolicy,
 ) -> BuildCheckStep | None:
     """The compiled checks a finished rebase runs (``None``: the series has none)."""
     worktree = worktree_for(out_dir, bundle, component)
     work = worktree.parent.parent / "checks" / component
-    return build_check_step(root, cache_dir, component, worktree, onto, work)
+    return build_check_step(root, cache_dir, component, worktree, onto, work, network=network)
 
 
 def _check_build(
@@ -495,6 +502,7 @@ def start_rebase(
     *,
     root: Path,
     cache_dir: Path,
+    network: NetworkPolicy,
     dry_run: bool = False,
     runner: ChecksRunner | None = None,
 ) -> RebaseResult:
@@ -516,7 +524,7 @@ def start_rebase(
     # The worktree shares the cache repository's objects: fetch the target there.
     full = options_cache.resolve(replace(component, commit=onto))
     command = _rebase_command(worktree, "--empty=ask", "--onto", full, state.base_commit)
-    step = check_step(root, cache_dir, out_dir, bundle, component_name, full)
+    step = check_step(root, cache_dir, out_dir, bundle, component_name, full, network)
     if dry_run:
         print(command.render())
         print(step.render() if step else no_step_line(component_name))
@@ -537,6 +545,7 @@ def continue_rebase(
     *,
     root: Path,
     cache_dir: Path,
+    network: NetworkPolicy,
     runner: ChecksRunner | None = None,
 ) -> RebaseResult:
     """Go on after the user resolved a stop; after a finished rebase that is not exported
@@ -548,7 +557,7 @@ def continue_rebase(
             f"no patch-rebase is under way in {worktree}",
             fix="start one with ONTO=<commit>",
         )
-    step = check_step(root, cache_dir, out_dir, bundle, component_name, record.onto)
+    step = check_step(root, cache_dir, out_dir, bundle, component_name, record.onto, network)
     if not _rebase_in_progress(worktree):
         if not _descends(worktree, record.onto):
             raise PatchError(

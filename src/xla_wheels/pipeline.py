@@ -51,7 +51,11 @@ def run_sources(
     options: PipelineOptions, bundle: Bundle, runner: GitRunner = run_git
 ) -> dict[str, CheckedOutSource]:
     cache = SourceCache(
-        options.source_cache, options.mirror, runner, progress_interval=options.progress_interval
+        options.source_cache,
+        options.mirror,
+        runner,
+        progress_interval=options.progress_interval,
+        network=options.network,
     )
     return fetch_sources(bundle, cache, BundleLayout.of(options, bundle.name).src)
 
@@ -181,7 +185,7 @@ def plan(
 ) -> list[PlannedStage]:
     """Every stage up to ``last_stage``, every command with its environment, every pin and
     patch digest: what :func:`run_until` with the same ``last_stage`` runs."""
-    cache = SourceCache(options.source_cache, options.mirror)
+    cache = SourceCache(options.source_cache, options.mirror, network=options.network)
     layout = BundleLayout.of(options, bundle.name)
     stages = [
         PlannedStage(

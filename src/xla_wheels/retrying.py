@@ -16,8 +16,11 @@ toolchain downloads, devpi pushes, git fetches) runs through :func:`with_retries
   time is :class:`NetworkTimedOut` (exit 8, worth running again once the network is
   healthy); other transient faults that outlast the retries are the caller's error class.
 
-The policy is a setting (``XLA_WHEELS_NET_TIMEOUT``, ``XLA_WHEELS_NET_RETRIES``, make's
-``NET_TIMEOUT`` / ``NET_RETRIES``) read once at the CLI edge, which calls :func:`configure`.
+The policy (:class:`~xla_wheels.options.NetworkPolicy`) is a setting
+(``XLA_WHEELS_NET_TIMEOUT``, ``XLA_WHEELS_NET_RETRIES``, make's ``NET_TIMEOUT`` /
+``NET_RETRIES``) read once at the CLI edge into ``PipelineOptions.network``; each step
+receives it as an argument and hands it to :func:`with_retries`. This module keeps no
+state of its own: two steps of one process may run under different policies.
 """
 
 from __future__ import annotations
@@ -32,11 +35,11 @@ import urllib.error
 import urllib.parse
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import TypeVar
 
 from xla_wheels import log
 from xla_wheels.errors import PipelineError
+from xla_wheels.options import NetworkPolicy
 from xla_wheels.redact import mask_url_credentials
 from xla_wheels.runner import StepTimedOut
 
@@ -50,58 +53,19 @@ RETRIES_SETTING = "XLA_WHEELS_NET_RETRIES (make: NET_RETRIES=)"
 QUIET_BEFORE_WAITING_LINE_S = 5.0
 
 
-@dataclass(frozen=True)
-class NetworkPolicy:
-    timeout_s: float = 60.0
-    """Seconds one attempt may wait for an answer (connect, or the next bytes)."""
-    retries: int = 3
-    """Attempts after the first one, when a fault is transient."""
-    backoff_s: float = 2.0
-    """Sleep before the first retry; it doubles for each next one (2, 4, 8 s)."""
-    min_bytes_per_s: float = 256 * 1024
-    """The slowest transfer rate a step's time limit allows for (a 500 MB wheel: ~33 min)."""
-    start_allowance_s: float = 15.0
-    """A child process (twine, pip) starts and reads its input before it talks to a host."""
-    heartbeat_s: float = 30.0
-    """Seconds between ``still waiting`` lines (the progress interval; 0: none)."""
-
-    @property
-    def attempts(self) -> int:
-        return self.retries + 1
-
-    def transfer_limit(self, size_bytes: int, *, child_process: bool = False) -> float:
-        """Seconds a step that moves ``size_bytes`` may take, by the slowest allowed rate."""
-        start = self.start_allowance_s if child_process else 0.0
-        return start + self.timeout_s + size_bytes / self.min_bytes_per_s
-
-    def sleep_before(self, retry: int) -> float:
-        """The pause before retry number ``retry`` (1-based): exponential backoff."""
-        return float(self.backoff_s * 2 ** (retry - 1))
-
-
-_policy = NetworkPolicy()
-
-
-def configure(policy: NetworkPolicy) -> None:
-    """Set the policy of this process (the CLI edge, from the settings)."""
-    global _policy
-    _policy = policy
-
-
-def policy() -> NetworkPolicy:
-    return _policy
-
-
 class Transient(Exception):
     """Raised by one attempt of a step: the fault may pass, try again.
 
     ``kind``: ``timed out``, ``refused``, ``reset`` or ``HTTP <code>``; ``detail``: what
-    the tool said (already free of credentials)."""
+    the tool said (already free of credentials); ``after_s``: for a timeout, the wait that
+    ran out when it is not the attempt's whole limit (git's stall limit within a fetch
+    allowed hours)."""
 
-    def __init__(self, kind: str, detail: str = "") -> None:
+    def __init__(self, kind: str, detail: str = "", *, after_s: float | None = None) -> None:
         super().__init__(f"{kind}: {detail}" if detail else kind)
         self.kind = kind
         self.detail = detail
+        self.after_s = after_s
 
     @property
     def what_happened(self) -> str:
@@ -179,7 +143,7 @@ def with_retries(
     limit_s: float | None = None,
     long: bool = False,
     retry_kinds: tuple[str, ...] | None = None,
-    network: NetworkPolicy | None = None,
+    network: NetworkPolicy,
 ) -> T:
     """``attempt(limit)``'s result, trying again after a :class:`Transient` fault.
 
@@ -188,9 +152,10 @@ def with_retries(
     out")`` past it. ``long``: announce the step before it starts. ``retry_kinds``: only
     these kinds are retried (a request that is not idempotent: only ``refused``, when the
     server never saw it). After the last attempt a timeout is :class:`NetworkTimedOut`
-    with ``timeout_fix``; another fault is ``give_up(fault, attempts)``.
+    with ``timeout_fix``; another fault is ``give_up(fault, attempts)``. ``network``: the
+    run's policy (timeout, retries, heartbeat), from its options.
     """
-    current = network or _policy
+    current = network
     limit = current.timeout_s if limit_s is None else limit_s
     attempts = current.attempts
     for number in range(1, attempts + 1):
@@ -205,7 +170,8 @@ def with_retries(
             if number == attempts or not retryable:
                 tried = number
                 if fault.kind == "timed out":
-                    raise NetworkTimedOut(step, host, limit, tried, timeout_fix) from None
+                    waited = limit if fault.after_s is None else fault.after_s
+                    raise NetworkTimedOut(step, host, waited, tried, timeout_fix) from None
                 raise give_up(fault, tried) from None
             pause = current.sleep_before(number)
             log.info(f"{step}: {host} {fault.kind}; trying again in {pause:g}s")

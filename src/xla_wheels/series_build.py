@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from xla_wheels.errors import CheckFailed, PatchError
 from xla_wheels.gitutil import git
+from xla_wheels.options import NetworkPolicy
 
 if TYPE_CHECKING:
     # Types only: the runner itself (and the toolchain code) is imported when a check runs.
@@ -38,15 +39,18 @@ ChecksRunner = Callable[[Path, Path], Sequence["CheckOutcome"]]
 """(tree, work directory) -> one outcome per check program."""
 
 
-def series_checks_runner(cache_dir: Path, project_root: Path) -> ChecksRunner:
+def series_checks_runner(
+    cache_dir: Path, project_root: Path, network: NetworkPolicy
+) -> ChecksRunner:
     """The real runner: sets the toolchain up in the per-machine cache (compiler, torch,
-    absl, googletest), then builds and runs ``project_root``'s programs on each tree."""
+    absl, googletest; downloads bounded by ``network``), then builds and runs
+    ``project_root``'s programs on each tree."""
     # Imported when a check runs, not when this module is: the other subcommands (and dry
     # runs) never load the toolchain code.
     from xla_wheels.series_checks.run import run_series_checks
     from xla_wheels.series_checks.toolchain import ensure_toolchain
 
-    toolchain = ensure_toolchain(cache_dir)
+    toolchain = ensure_toolchain(cache_dir, network)
     return lambda tree, work: run_series_checks(tree, toolchain, work, project_root=project_root)
 
 
@@ -69,6 +73,8 @@ class BuildCheckStep:
     base: str
     work: Path
     cache_dir: Path
+    network: NetworkPolicy
+    """Bounds the toolchain's downloads when it is not set up yet."""
 
     def render(self) -> str:
         return (
@@ -80,13 +86,20 @@ class BuildCheckStep:
 
 
 def build_check_step(
-    root: Path, cache_dir: Path, component: str, tree: Path, base: str, work: Path
+    root: Path,
+    cache_dir: Path,
+    component: str,
+    tree: Path,
+    base: str,
+    work: Path,
+    *,
+    network: NetworkPolicy,
 ) -> BuildCheckStep | None:
     """The step for ``component``'s series, or ``None`` when it has no check programs."""
     checks_dir = root / "patches" / component / CHECKS_SUBDIR
     if not checks_dir.is_dir():
         return None
-    return BuildCheckStep(component, root, checks_dir, tree, base, work, cache_dir)
+    return BuildCheckStep(component, root, checks_dir, tree, base, work, cache_dir, network)
 
 
 def no_step_line(component: str) -> str:
@@ -204,7 +217,7 @@ def run_build_check(
     step: BuildCheckStep, patches: Mapping[str, str], runner: ChecksRunner | None = None
 ) -> BuildCheckReport:
     """Execute ``step``: run the programs on the tree, trace what does not compile."""
-    runner = runner or series_checks_runner(step.cache_dir, step.root)
+    runner = runner or series_checks_runner(step.cache_dir, step.root, step.network)
     step.work.mkdir(parents=True, exist_ok=True)
     outcomes = tuple(runner(step.tree, step.work))
     errors = [error for outcome in outcomes for error in outcome.compile_errors]

@@ -21,8 +21,11 @@ composed by the same functions, which the plan calls with ``<placeholder>`` inpu
 from __future__ import annotations
 
 import hashlib
+import math
 import posixpath
+import re
 import shutil
+import subprocess
 import tempfile
 from dataclasses import dataclass, replace
 from functools import partial
@@ -33,8 +36,20 @@ from xla_wheels import filemode, log, progress, worktree_guard
 from xla_wheels.bundle import Bundle, Component
 from xla_wheels.errors import PipelineError, SourceError
 from xla_wheels.gitutil import PROGRESS_FLAG, GitRunner, compose, run_git
+from xla_wheels.options import DEFAULT_NETWORK, NetworkPolicy
 from xla_wheels.patches import state_path
 from xla_wheels.plan import PlannedCommand
+from xla_wheels.redact import mask_url_credentials
+from xla_wheels.retrying import (
+    RETRIES_SETTING,
+    TIMEOUT_SETTING,
+    NetworkTimedOut,
+    Transient,
+    attempts_text,
+    host_of,
+    with_retries,
+)
+from xla_wheels.runner import StepTimedOut
 
 
 @dataclass(frozen=True)
@@ -174,7 +189,24 @@ def _verbosity() -> str:
 _SHALLOW = ("--update-shallow",)
 
 
-def fetch_command(repo: Path, url: str, commit: str, *, full: bool) -> PlannedCommand:
+#: The most bytes a fetch is allowed for in its time limit (a full PyTorch fetch is about
+#: 1 GiB): at the slowest allowed rate (``NetworkPolicy.min_bytes_per_s``) about 4.5 hours.
+#: A stalled http(s) remote ends much sooner, by git's own stall limit (:func:`stall_config`);
+#: this limit ends an ssh remote that stalls (git has no stall limit for ssh) and one that
+#: trickles.
+FETCH_BYTES_ALLOWANCE = 4 * 1024**3
+
+
+def stall_config(network: NetworkPolicy) -> tuple[str, ...]:
+    """git's own stall limit for http(s) remotes: a fetch that receives less than 1000
+    bytes/s for ``NET_TIMEOUT`` seconds (a server that never answers included) fails."""
+    seconds = math.ceil(network.timeout_s)
+    return ("-c", "http.lowSpeedLimit=1000", "-c", f"http.lowSpeedTime={seconds}")
+
+
+def fetch_command(
+    repo: Path, url: str, commit: str, *, full: bool, network: NetworkPolicy
+) -> PlannedCommand:
     """Fetching one SHA keeps the transfer small; GitHub and git >= 2.5 servers with
     uploadpack.allowReachableSHA1InWant allow it. A short SHA cannot be fetched by name,
     so it fetches every branch and tag and is resolved afterwards."""
@@ -182,18 +214,76 @@ def fetch_command(repo: Path, url: str, commit: str, *, full: bool) -> PlannedCo
         return compose(
             ["fetch", _verbosity(), "--no-tags", url, f"{commit}:refs/pinned/{commit}", *_SHALLOW],
             git_dir=repo,
+            config=stall_config(network),
             note="when the cache lacks the commit; if the server refuses a fetch by SHA: "
-            + fetch_branches_command(repo, url).render(),
+            + fetch_branches_command(repo, url, network).render(),
         )
     return compose(
         ["fetch", _verbosity(), "--no-tags", url, *_ALL_BRANCHES, *_SHALLOW],
         git_dir=repo,
+        config=stall_config(network),
         note="when the cache lacks the commit",
     )
 
 
-def fetch_branches_command(repo: Path, url: str) -> PlannedCommand:
-    return compose(["fetch", _verbosity(), url, *_ALL_BRANCHES, *_SHALLOW], git_dir=repo)
+def fetch_branches_command(repo: Path, url: str, network: NetworkPolicy) -> PlannedCommand:
+    return compose(
+        ["fetch", _verbosity(), url, *_ALL_BRANCHES, *_SHALLOW],
+        git_dir=repo,
+        config=stall_config(network),
+    )
+
+
+#: What git (through curl, or ssh) prints when retrying cannot help: credentials, a
+#: missing repository, an unknown host, HTTP 4xx. Looked for first: ssh's "the remote
+#: end hung up" follows a refused key too.
+_FETCH_FINAL = re.compile(
+    r"Authentication failed|Permission denied|could not read Username|not found|"
+    r"does not appear to be a git repository|returned error: 4[0-9][0-9]|"
+    r"Could not resolve host|not our ref|unadvertised object",
+    re.I,
+)
+#: What git prints for a fault that may pass, by kind (``retrying.Transient``).
+_FETCH_TRANSIENT: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("timed out", re.compile(r"Operation too slow|timed out", re.I)),
+    ("refused", re.compile(r"Connection refused|Couldn't connect to server", re.I)),
+    (
+        "reset",
+        re.compile(
+            r"Connection reset|Recv failure|RPC failed|early EOF|unexpected disconnect|"
+            r"remote end hung up unexpectedly|Empty reply from server",
+            re.I,
+        ),
+    ),
+)
+_FETCH_SERVER_ERROR = re.compile(r"returned error: (5[0-9][0-9])")
+
+
+def fetch_fault(stderr: str, network_stall_s: float) -> Transient | None:
+    """The transient fault a failed ``git fetch`` reports, or None when trying again
+    cannot help (its message then stands as git wrote it)."""
+    if _FETCH_FINAL.search(stderr):
+        return None
+    if server_error := _FETCH_SERVER_ERROR.search(stderr):
+        return Transient(f"HTTP {server_error.group(1)}")
+    for kind, pattern in _FETCH_TRANSIENT:
+        if pattern.search(stderr):
+            # git's stall limit is NET_TIMEOUT, not the whole fetch's limit.
+            stalled = network_stall_s if kind == "timed out" else None
+            return Transient(kind, _last_line(stderr), after_s=stalled)
+    return None
+
+
+def _scp_host(url: str) -> str | None:
+    """``github.com`` of ``git@github.com:owner/repo.git``; None for a local path."""
+    if url.startswith("/") or ":" not in url.split("/", 1)[0]:
+        return None
+    return url.split(":", 1)[0].rsplit("@", 1)[-1]
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1].removeprefix("fatal: ").removeprefix("error: ") if lines else ""
 
 
 def verify_command(repo: Path, commit: str) -> PlannedCommand:
@@ -262,11 +352,14 @@ class SourceCache:
         mirror: str | None,
         runner: GitRunner = run_git,
         progress_interval: float = 30.0,
+        network: NetworkPolicy = DEFAULT_NETWORK,
     ) -> None:
         self.root = root
         self.mirror = mirror
         self.run = runner
         self.progress_interval = progress_interval
+        self.network = network
+        """Bounds and retries every fetch (``PipelineOptions.network``)."""
 
     def repo_for(self, component: Component) -> Path:
         digest = hashlib.sha256(component.remote.encode()).hexdigest()[:12]
@@ -335,26 +428,86 @@ class SourceCache:
         )
 
     def _fetch_commit(self, repo: Path, remote: str, commit: str, label: str, full: bool) -> None:
+        """Fetch ``commit`` of ``remote`` (or its mirror) into ``repo``, bounded and retried
+        as every network step is (:mod:`xla_wheels.retrying`): git's stall limit of
+        ``NET_TIMEOUT`` for http(s), a time limit for the whole fetch by
+        :data:`FETCH_BYTES_ALLOWANCE`, and ``NET_RETRIES`` more tries after a refused or
+        reset connection, an HTTP 5xx or a stall; never after refused credentials, a
+        missing repository or an unknown host."""
         url = effective_remote(remote, self.mirror)
+        shown = mask_url_credentials(url)
+        host = host_of(url) if "://" in url else (_scp_host(url) or shown)
+        step = f"fetch {label}"
+        network = self.network
+        whole_limit = network.transfer_limit(FETCH_BYTES_ALLOWANCE)
+        stall = float(math.ceil(network.timeout_s))
+        keep_fix = (
+            f"the failed fetch added nothing to the source cache but the bare repository {repo}, "
+            "possibly empty, which the next run reuses"
+        )
+        mirror_fix = (
+            "or build from a mirror with --mirror DIR|URL (XLA_WHEELS_MIRROR, make: MIRROR=)"
+        )
+
+        def run_fetch(command: PlannedCommand) -> subprocess.CompletedProcess[str]:
+            try:
+                return self.run(command, echo=True, check=False, timeout=whole_limit)
+            except StepTimedOut:
+                # Hours of a fetch that never completed: trying again would take as long.
+                raise NetworkTimedOut(
+                    step,
+                    host,
+                    whole_limit,
+                    1,
+                    f"check the network to {host}, or build from a mirror with MIRROR=; "
+                    f"{keep_fix}",
+                ) from None
+
+        def fetch(_limit: float) -> subprocess.CompletedProcess[str]:
+            attempt = run_fetch(fetch_command(repo, url, commit, full=full, network=network))
+            if attempt.returncode != 0 and full and not fetch_fault(attempt.stderr, stall):
+                # The server may refuse a fetch by SHA: every branch and tag instead.
+                attempt = run_fetch(fetch_branches_command(repo, url, network))
+            if attempt.returncode != 0 and (fault := fetch_fault(attempt.stderr, stall)):
+                raise fault
+            return attempt
+
+        def give_up(fault: Transient, attempts: int) -> SourceError:
+            return SourceError(
+                f"{step}: {host} {fault.what_happened} ({attempts_text(attempts)}; from {shown})",
+                fix=(
+                    f"the server fails on its side: try again later (retries: {RETRIES_SETTING}), "
+                    if fault.kind.startswith("HTTP ")
+                    else f"check that {host} is up and reachable from here, "
+                )
+                + f"{mirror_fix}; {keep_fix}",
+            )
+
         received = partial(progress.directory_bytes, repo / "objects")
         with (
-            log.section(f"fetch {label} from {url}"),
+            log.section(f"fetch {label} from {shown}"),
             progress.heartbeat(
                 f"fetching {label}",
                 received,
                 0 if progress.on_terminal() else self.progress_interval,
             ),
         ):
-            attempt = self.run(fetch_command(repo, url, commit, full=full), echo=True, check=False)
-            if attempt.returncode != 0 and full:
-                attempt = self.run(fetch_branches_command(repo, url), echo=True, check=False)
+            attempt = with_retries(
+                step,
+                host,
+                fetch,
+                give_up=give_up,
+                timeout_fix=f"check that {host} is up and answering, {mirror_fix}; a slow "
+                f"link: give it longer with {TIMEOUT_SETTING}; {keep_fix}",
+                limit_s=whole_limit,
+                long=True,
+                # The fetch shows its own progress (git's meter, or the heartbeat above).
+                network=replace(network, heartbeat_s=0),
+            )
             if attempt.returncode != 0:
                 raise SourceError(
-                    f"cannot fetch {label} from {url}: {attempt.stderr.strip()}",
-                    fix="check the network or credentials, or build from a mirror with "
-                    "--mirror DIR|URL (XLA_WHEELS_MIRROR, make: MIRROR=); the failed fetch "
-                    f"added nothing to the source cache but the bare repository {repo}, "
-                    "possibly empty, which the next run reuses",
+                    f"cannot fetch {label} from {shown}: {attempt.stderr.strip()}",
+                    fix=f"check the network or credentials, {mirror_fix}; {keep_fix}",
                 )
 
     def _verify(self, repo: Path, component: Component) -> str:
@@ -475,7 +628,9 @@ def plan_commands(component: Component, cache: SourceCache, worktree: Path) -> l
     commands = [
         _planned_init(repo, "once per machine"),
         has_commit_command(repo, component.commit),
-        fetch_command(repo, url, component.commit, full=component.is_full_sha),
+        fetch_command(
+            repo, url, component.commit, full=component.is_full_sha, network=cache.network
+        ),
         verify_command(repo, component.commit),
         pin_ref_command(repo, full),
         is_bare_command(repo),
@@ -497,7 +652,7 @@ def plan_commands(component: Component, cache: SourceCache, worktree: Path) -> l
             _with_note(recorded_commit_command(worktree, module.path), per_module),
             _planned_init(module_repo, f"{per_module}: its cache, once per machine"),
             has_commit_command(module_repo, "<commit>"),
-            fetch_command(module_repo, module.url, "<commit>", full=True),
+            fetch_command(module_repo, module.url, "<commit>", full=True, network=cache.network),
             pin_ref_command(module_repo, "<commit>"),
             _with_note(
                 submodule_update_command(worktree, [(module, module_repo)]),

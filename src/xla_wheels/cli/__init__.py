@@ -40,10 +40,9 @@ from typing import Any, NoReturn
 from xla_wheels import __version__
 from xla_wheels.cli.arguments import RefusedSwitchAction
 from xla_wheels.cli.from_make import MakeRun
-from xla_wheels.cli.settings import check_environment, network_policy
+from xla_wheels.cli.settings import check_environment
 from xla_wheels.disk_faults import disk_error
 from xla_wheels.errors import PipelineError, UsageError
-from xla_wheels.retrying import configure as configure_network
 
 #: Every subcommand, in the order ``--help`` shows them: (module, one-line help); the
 #: module is relative to this package unless it is a dotted path.
@@ -253,7 +252,6 @@ def _run(arguments: list[str]) -> int:
     # A switch or number in the environment that is not understood is refused before
     # anything runs, whether or not this subcommand reads it.
     check_environment(os.environ)
-    configure_network(network_policy(args, os.environ))
     handler: Callable[[argparse.Namespace], int] = args.handler
     if not getattr(args, "writes_bundle", False):
         return handler(args)

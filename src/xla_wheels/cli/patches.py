@@ -92,12 +92,13 @@ def _rebase(
             args.component,
             root=options.root,
             cache_dir=options.cache_dir,
+            network=options.network,
         )
     if not args.onto:
         raise UsageError(
             "no target commit given", fix="pass ONTO=<commit> (make) or --onto <commit>"
         )
-    cache = SourceCache(options.source_cache, options.mirror)
+    cache = SourceCache(options.source_cache, options.mirror, network=options.network)
     result = start_rebase(
         cache,
         options.out_dir,
@@ -106,6 +107,7 @@ def _rebase(
         args.onto,
         root=options.root,
         cache_dir=options.cache_dir,
+        network=options.network,
         dry_run=options.dry_run,
     )
     return None if options.dry_run else result

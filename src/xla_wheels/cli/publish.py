@@ -56,6 +56,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
             _dist(options, args),
             settings.index_url,
             settings.upload_url,
+            network=options.network,
             dry_run=True,
         )
     else:
@@ -71,6 +72,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
                     _dist(options, args),
                     settings.index_url,
                     settings.upload_url,
+                    network=options.network,
                 )
         finally:
             timings.report()
@@ -124,6 +126,7 @@ def cmd_verify_install(args: argparse.Namespace) -> int:
         no_deps=settings.no_deps,
         deps_from=settings.deps_from,
         require_provenance=args.require_provenance,
+        network=options.network,
     )
     public_key = supply_options(args, os.environ).public_key
     if public_key is not None:

@@ -40,6 +40,7 @@ from xla_wheels.cli.arguments import MAX_NET_RETRIES, MAX_NET_TIMEOUT, MAX_PROGR
 from xla_wheels.errors import UsageError
 from xla_wheels.options import (
     ENV_PREFIX,
+    NetworkPolicy,
     PipelineOptions,
     PublishOptions,
     SupplyOptions,
@@ -47,7 +48,6 @@ from xla_wheels.options import (
     known_environment,
     machine_cache,
 )
-from xla_wheels.retrying import NetworkPolicy
 from xla_wheels.values import BadValue, parse_amount, parse_count, parse_switch
 
 #: The settings that are switches: their environment variables are checked for every
@@ -215,6 +215,7 @@ def pipeline_options(args: argparse.Namespace, environ: Mapping[str, str]) -> Pi
         mirror=settings.text("--mirror"),
         dry_run=settings.switch("--dry-run"),
         progress_interval=_interval(settings.text("--progress-interval")),
+        network=network_policy(args, environ),
     )
 
 

@@ -139,7 +139,7 @@ def cmd_patches_check(args: argparse.Namespace) -> int:
     if component.commit is None:
         raise UsageError(f"{component.name} is not pinned in {bundle.name}")
     if args.source is None:
-        cache = SourceCache(options.source_cache, options.mirror)
+        cache = SourceCache(options.source_cache, options.mirror, network=options.network)
         commit = cache.resolve(component)
         source = cache.repo_for(component)
     else:
@@ -159,7 +159,13 @@ def cmd_patches_check(args: argparse.Namespace) -> int:
             return
         with tempfile.TemporaryDirectory(prefix="xla-wheels-checks-") as work:
             step = build_check_step(
-                options.root, options.cache_dir, component.name, tree, head, Path(work)
+                options.root,
+                options.cache_dir,
+                component.name,
+                tree,
+                head,
+                Path(work),
+                network=options.network,
             )
             if step is None:
                 print(no_step_line(component.name))

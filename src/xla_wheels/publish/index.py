@@ -22,6 +22,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 from xla_wheels.errors import UsageError
+from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish.errors import CredentialsRejected, IndexUnreachable, PublishError
 from xla_wheels.redact import scrub
 from xla_wheels.retrying import (
@@ -151,7 +152,9 @@ def _request(url: str, credentials: Credentials, accept: str) -> urllib.request.
     return request
 
 
-def _open(url: str, credentials: Credentials, accept: str = "text/html") -> bytes | None:
+def _open(
+    url: str, credentials: Credentials, *, network: NetworkPolicy, accept: str = "text/html"
+) -> bytes | None:
     """The body at ``url``; None for 404. Every failure becomes an error naming the fix."""
     if urllib.parse.urlsplit(url).scheme == "file":
         path = Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path))
@@ -218,28 +221,31 @@ def _open(url: str, credentials: Credentials, accept: str = "text/html") -> byte
         give_up=give_up,
         timeout_fix=f"check that the index at {host_of(url)} is up and answering, or give it "
         f"longer with {TIMEOUT_SETTING}",
+        network=network,
     )
 
 
-def project_files(simple_url: str, project: str, credentials: Credentials) -> dict[str, IndexFile]:
+def project_files(
+    simple_url: str, project: str, credentials: Credentials, *, network: NetworkPolicy
+) -> dict[str, IndexFile]:
     """The files the index lists for ``project``; empty when it has no such project."""
     page_url = f"{simple_url.rstrip('/')}/{normalize(project)}/"
-    body = _open(page_url, credentials)
+    body = _open(page_url, credentials, network=network)
     if body is None:
         return {}
     return parse_project_page(body.decode("utf-8", errors="replace"), page_url)
 
 
-def check_reachable(simple_url: str, credentials: Credentials) -> None:
+def check_reachable(simple_url: str, credentials: Credentials, *, network: NetworkPolicy) -> None:
     """Fail early, before any upload, when the index root does not answer."""
-    _open(simple_url.rstrip("/") + "/", credentials)
+    _open(simple_url.rstrip("/") + "/", credentials, network=network)
 
 
-def remote_sha256(file: IndexFile, credentials: Credentials) -> str:
+def remote_sha256(file: IndexFile, credentials: Credentials, *, network: NetworkPolicy) -> str:
     """The file's sha256, from the link or, when the index gives none, by downloading it."""
     if file.sha256:
         return file.sha256
-    body = _open(file.url, credentials, accept="*/*")
+    body = _open(file.url, credentials, network=network, accept="*/*")
     if body is None:
         raise PublishError(
             f"the index lists {file.filename} but serves 404 for it",

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xla_wheels import log, runner
+from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish.errors import (
     CredentialsRejected,
     HashMismatch,
@@ -37,7 +38,6 @@ from xla_wheels.retrying import (
     Transient,
     attempts_text,
     host_of,
-    policy,
     with_retries,
 )
 
@@ -82,7 +82,7 @@ def publish_static(directory: Path, wheels: list[LocalWheel]) -> PublishResult:
 
 
 def _plan(
-    wheels: list[LocalWheel], index_url: str, credentials: Credentials
+    wheels: list[LocalWheel], index_url: str, credentials: Credentials, network: NetworkPolicy
 ) -> tuple[list[LocalWheel], list[Outcome]]:
     to_upload: list[LocalWheel] = []
     skipped: list[Outcome] = []
@@ -91,12 +91,12 @@ def _plan(
     for wheel in wheels:
         project = wheel.name.normalized
         if project not in pages:
-            pages[project] = project_files(index_url, project, credentials)
+            pages[project] = project_files(index_url, project, credentials, network=network)
         existing = pages[project].get(wheel.record.name)
         if existing is None:
             to_upload.append(wheel)
             continue
-        remote = remote_sha256(existing, credentials)
+        remote = remote_sha256(existing, credentials, network=network)
         if remote == wheel.sha256:
             skipped.append(Outcome(wheel.record.name, "skipped", wheel.sha256))
         else:
@@ -114,7 +114,9 @@ def _plan(
     return to_upload, skipped
 
 
-def _twine_upload(wheel: LocalWheel, upload_url: str, credentials: Credentials) -> None:
+def _twine_upload(
+    wheel: LocalWheel, upload_url: str, credentials: Credentials, network: NetworkPolicy
+) -> None:
     argv = [
         sys.executable, "-m", "twine", "upload", "--non-interactive",
         "--disable-progress-bar", "--repository-url", upload_url, str(wheel.path),
@@ -167,8 +169,9 @@ def _twine_upload(wheel: LocalWheel, upload_url: str, credentials: Credentials) 
         timeout_fix=f"check that the index at {host_of(upload_url)} is up and answering, then "
         f"run publish again (files already uploaded are skipped); a slow link: give it longer "
         f"with {TIMEOUT_SETTING}",
-        limit_s=policy().transfer_limit(wheel.record.size, child_process=True),
+        limit_s=network.transfer_limit(wheel.record.size, child_process=True),
         long=True,
+        network=network,
     )
     if returncode == 0:
         return
@@ -204,7 +207,12 @@ def _twine_upload(wheel: LocalWheel, upload_url: str, credentials: Credentials) 
 
 
 def publish_remote(
-    wheels: list[LocalWheel], index_url: str, upload_url: str | None, *, dry_run: bool = False
+    wheels: list[LocalWheel],
+    index_url: str,
+    upload_url: str | None,
+    *,
+    network: NetworkPolicy,
+    dry_run: bool = False,
 ) -> PublishResult:
     reject_userinfo(index_url, "INDEX_URL")
     upload = upload_url or upload_url_for(index_url)
@@ -212,8 +220,8 @@ def publish_remote(
     credentials = credentials_for(upload)
     log.info(f"index {index_url} (uploads to {upload}; credentials: {credentials.source})")
     with log.section("publish: compare with the index"):
-        check_reachable(index_url, credentials)
-        to_upload, outcomes = _plan(wheels, index_url, credentials)
+        check_reachable(index_url, credentials, network=network)
+        to_upload, outcomes = _plan(wheels, index_url, credentials, network)
         for outcome in outcomes:
             log.info(f"  skip {outcome.filename}: on the index with the same sha256")
     if dry_run:
@@ -222,8 +230,8 @@ def publish_remote(
         to_upload = []
     for wheel in to_upload:
         with log.section(f"publish: upload {wheel.record.name} ({wheel.record.size} bytes)"):
-            _twine_upload(wheel, upload, credentials)
-            listed = project_files(index_url, wheel.name.normalized, credentials)
+            _twine_upload(wheel, upload, credentials, network)
+            listed = project_files(index_url, wheel.name.normalized, credentials, network=network)
             entry = listed.get(wheel.record.name)
             if entry is None:
                 raise PublishError(
@@ -231,7 +239,7 @@ def publish_remote(
                     fix="check that INDEX_URL is the simple page of the index UPLOAD_URL "
                     "uploads to",
                 )
-            remote = remote_sha256(entry, credentials)
+            remote = remote_sha256(entry, credentials, network=network)
             if remote != wheel.sha256:
                 raise HashMismatch(
                     f"after upload the index serves {wheel.record.name} with sha256 {remote}, "
@@ -245,7 +253,7 @@ def publish_remote(
 
 def publish(
     lock_path: Path, bundle_name: str, directory: Path, index_url: str | None,
-    upload_url: str | None = None, *, dry_run: bool = False,
+    upload_url: str | None = None, *, network: NetworkPolicy, dry_run: bool = False,
 ) -> PublishResult:  # fmt: skip
     """Upload (or index) the locked wheels; ``dry_run``: the same checks, nothing written."""
     with log.section(f"publish: check dist/{bundle_name} against wheels.lock"):
@@ -259,4 +267,4 @@ def publish(
                 url, [Outcome(w.record.name, "would-index", w.sha256) for w in wheels]
             )
         return publish_static(directory, wheels)
-    return publish_remote(wheels, index_url, upload_url, dry_run=dry_run)
+    return publish_remote(wheels, index_url, upload_url, network=network, dry_run=dry_run)

@@ -26,6 +26,7 @@ from typing import Any
 
 from xla_wheels import log, runner, sbom
 from xla_wheels.bundle import Bundle
+from xla_wheels.options import NetworkPolicy
 from xla_wheels.provenance import PROVENANCE_PATH, ProvenanceFormatError
 from xla_wheels.publish import provenance_check as prov
 from xla_wheels.publish.errors import IndexUnreachable, PublishError, VerifyFailed
@@ -39,7 +40,7 @@ from xla_wheels.publish.index import (
 from xla_wheels.publish.requirements import write_requirements
 from xla_wheels.publish.wheels import bundle_entry, locked_records
 from xla_wheels.redact import scrub
-from xla_wheels.retrying import TIMEOUT_SETTING, Transient, host_of, policy, with_retries
+from xla_wheels.retrying import TIMEOUT_SETTING, Transient, host_of, with_retries
 from xla_wheels.wheel_filename import normalize, parse_wheel_name
 from xla_wheels.wheels_lock import RuntimeWheelRecord
 
@@ -194,11 +195,11 @@ def _pip_install(
     index_url: str,
     ours: list[Any],
     runtime: list[RuntimeWheelRecord],
+    network: NetworkPolicy,
 ) -> subprocess.CompletedProcess[str]:
     """pip install, with pip's own per-request timeout and retries set from the network
     settings (pip retries a refused or reset connection and HTTP 5xx itself), and a limit
     on the whole step by the size of what it downloads."""
-    network = policy()
     argv = [
         *argv[:4], "--no-input", "--timeout", f"{network.timeout_s:g}",
         "--retries", str(network.retries), *argv[4:],
@@ -245,14 +246,14 @@ def _pip_install(
 _INDEX_FIX = "check that the index server is running and INDEX_URL is right"
 
 
-def _probe_index(index_url: str) -> None:
+def _probe_index(index_url: str, network: NetworkPolicy) -> None:
     """One read of the index's simple page with the credentials pip used: raises
     :class:`CredentialsRejected` (401/403), :class:`IndexUnreachable` (refused, 5xx) or
     :class:`NetworkTimedOut` (no answer), naming the host; returns when the index answers,
     so that pip's own report stands."""
     if urllib.parse.urlsplit(index_url).scheme == "file":
         return
-    check_reachable(index_url, credentials_for(upload_url_for_or_same(index_url)))
+    check_reachable(index_url, credentials_for(upload_url_for_or_same(index_url)), network=network)
 
 
 def _ours_expected(records: list[Any]) -> dict[str, str]:
@@ -273,6 +274,7 @@ def verify_install(
     no_deps: bool,
     deps_from: str | None,
     require_provenance: bool,
+    network: NetworkPolicy,
 ) -> VerifyReport:
     if urllib.parse.urlsplit(index_url).scheme != "file":
         reject_userinfo(index_url, "INDEX_URL")
@@ -302,13 +304,13 @@ def verify_install(
         ]  # fmt: skip
         if no_deps:
             argv.insert(4, "--no-deps")
-        result = _pip_install(argv, env, secrets, index_url, ours, runtime)
+        result = _pip_install(argv, env, secrets, index_url, ours, runtime, network)
         (work / "pip-install.log").write_text(result.stdout + result.stderr)
         if result.returncode != 0:
             # pip says "No matching distribution" whether the index refused our
             # credentials, was down or never answered: ask it once ourselves, so that the
             # error says which (and pip's hash errors stay for real hash mismatches).
-            _probe_index(index_url)
+            _probe_index(index_url, network)
             tail = "\n".join(
                 line
                 for line in (result.stdout + result.stderr).splitlines()

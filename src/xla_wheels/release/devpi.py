@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xla_wheels import log
+from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish.errors import (
     CredentialsRejected,
     HashMismatch,
@@ -85,13 +86,14 @@ def _check_source(
     records: Sequence[WheelRecord],
     listed: dict[str, IndexFile],
     credentials: Credentials,
+    network: NetworkPolicy,
 ) -> tuple[list[str], list[str]]:
     """The locked files the source's release lacks, and those it serves with other bytes."""
     missing = [r.name for r in records if r.name not in listed]
     problems = []
     for record in records:
         if record.name in listed:
-            served = remote_sha256(listed[record.name], credentials)
+            served = remote_sha256(listed[record.name], credentials, network=network)
             if served != record.sha256:
                 problems.append(
                     f"{record.name}: lane {source.name} serves sha256 {served}, wheels.lock has "
@@ -119,7 +121,12 @@ def _check_source(
 
 
 def _post_push(
-    source: Lane, target: Lane, project: str, version: str, credentials: Credentials
+    source: Lane,
+    target: Lane,
+    project: str,
+    version: str,
+    credentials: Credentials,
+    network: NetworkPolicy,
 ) -> None:
     assert source.upload_url is not None
     url = source.upload_url.rstrip("/")
@@ -190,10 +197,13 @@ def _post_push(
         # A push that reached devpi may have linked the files: only a refused connection
         # (devpi never saw it) is safe to send again.
         retry_kinds=("refused",),
+        network=network,
     )
 
 
-def push(source: Lane, target: Lane, records: Sequence[WheelRecord]) -> list[Pushed]:
+def push(
+    source: Lane, target: Lane, records: Sequence[WheelRecord], *, network: NetworkPolicy
+) -> list[Pushed]:
     """The locked ``records`` from ``source``'s devpi index into ``target``'s, by push."""
     assert same_server(source, target)
     assert source.index_url is not None and target.index_url is not None
@@ -203,8 +213,8 @@ def push(source: Lane, target: Lane, records: Sequence[WheelRecord]) -> list[Pus
     missing: list[str] = []
     problems: list[str] = []
     for release, members in releases.items():
-        listed = project_files(source.index_url, release[0], credentials)
-        lacking, wrong = _check_source(source, release, members, listed, credentials)
+        listed = project_files(source.index_url, release[0], credentials, network=network)
+        lacking, wrong = _check_source(source, release, members, listed, credentials, network)
         missing += lacking
         problems += wrong
     if problems:
@@ -224,11 +234,11 @@ def push(source: Lane, target: Lane, records: Sequence[WheelRecord]) -> list[Pus
     outcomes: dict[str, Pushed] = {}
     conflicts = []
     for release, members in releases.items():
-        there = project_files(target.index_url, release[0], credentials)
+        there = project_files(target.index_url, release[0], credentials, network=network)
         for record in members:
             if record.name not in there:
                 continue
-            served = remote_sha256(there[record.name], credentials)
+            served = remote_sha256(there[record.name], credentials, network=network)
             if served != record.sha256:
                 conflicts.append(f"{record.name}: sha256 {served}, wheels.lock has {record.sha256}")
             outcomes[record.name] = Pushed(record.name, record.sha256, "skipped")
@@ -241,11 +251,11 @@ def push(source: Lane, target: Lane, records: Sequence[WheelRecord]) -> list[Pus
             fix="never overwrite a published wheel: bump the build's version or label",
         )
     for project, version in to_push:
-        _post_push(source, target, project, version, credentials)
-        there = project_files(target.index_url, project, credentials)
+        _post_push(source, target, project, version, credentials, network)
+        there = project_files(target.index_url, project, credentials, network=network)
         for record in releases[(project, version)]:
             entry = there.get(record.name)
-            after = remote_sha256(entry, credentials) if entry else None
+            after = remote_sha256(entry, credentials, network=network) if entry else None
             if after != record.sha256:
                 raise HashMismatch(
                     f"after devpi's push, lane {target.name} serves {record.name} with sha256 "

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from xla_wheels import filemode, log
 from xla_wheels.errors import PipelineError
+from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish.errors import HashMismatch, PublishError
 from xla_wheels.publish.index import (
     credentials_for,
@@ -42,7 +43,6 @@ from xla_wheels.retrying import (
     Transient,
     attempts_text,
     host_of,
-    policy,
     url_fault,
     with_retries,
 )
@@ -85,10 +85,14 @@ def required_signatures(
 
 
 def put_into_lane(
-    lane: Lane, wheels: Sequence[LocalWheel], envelopes: Sequence[Path] = ()
+    lane: Lane,
+    wheels: Sequence[LocalWheel],
+    envelopes: Sequence[Path] = (),
+    *,
+    network: NetworkPolicy,
 ) -> list[LaneOutcome]:
     if lane.index_url:
-        result = publish_remote(list(wheels), lane.index_url, lane.upload_url)
+        result = publish_remote(list(wheels), lane.index_url, lane.upload_url, network=network)
         return [LaneOutcome(o.filename, o.sha256, o.action) for o in result.outcomes]
     assert lane.path is not None
     lane.path.mkdir(parents=True, exist_ok=True)
@@ -121,7 +125,7 @@ def put_into_lane(
     return outcomes
 
 
-def _download(url: str, lane: Lane, dest: Path, size: int) -> None:
+def _download(url: str, lane: Lane, dest: Path, size: int, network: NetworkPolicy) -> None:
     credentials = credentials_for(_upload_url(lane))
     request = urllib.request.Request(url)
     if header := credentials.auth_header():
@@ -133,7 +137,7 @@ def _download(url: str, lane: Lane, dest: Path, size: int) -> None:
         deadline = time.monotonic() + limit
         try:
             with (
-                urllib.request.urlopen(request, timeout=policy().timeout_s) as response,
+                urllib.request.urlopen(request, timeout=network.timeout_s) as response,
                 dest.open("wb") as handle,
             ):
                 while chunk := response.read(1 << 20):
@@ -163,12 +167,15 @@ def _download(url: str, lane: Lane, dest: Path, size: int) -> None:
         give_up=give_up,
         timeout_fix=f"check the lane's index and the network, or give it longer with "
         f"{TIMEOUT_SETTING}",
-        limit_s=policy().transfer_limit(size),
+        limit_s=network.transfer_limit(size),
         long=True,
+        network=network,
     )
 
 
-def fetch_from_lane(lane: Lane, records: Sequence[WheelRecord], workdir: Path) -> list[LocalWheel]:
+def fetch_from_lane(
+    lane: Lane, records: Sequence[WheelRecord], workdir: Path, *, network: NetworkPolicy
+) -> list[LocalWheel]:
     """The locked files as ``lane`` serves them, in ``workdir``, each checked by sha256."""
     missing: list[str] = []
     for record in records:
@@ -182,11 +189,13 @@ def fetch_from_lane(lane: Lane, records: Sequence[WheelRecord], workdir: Path) -
         else:
             assert lane.index_url is not None
             project = parse_wheel_name(record.name).normalized
-            listed = project_files(lane.index_url, project, credentials_for(_upload_url(lane)))
+            listed = project_files(
+                lane.index_url, project, credentials_for(_upload_url(lane)), network=network
+            )
             if record.name not in listed:
                 missing.append(record.name)
                 continue
-            _download(listed[record.name].url, lane, dest, record.size)
+            _download(listed[record.name].url, lane, dest, record.size, network)
     if missing:
         raise PublishError(
             f"lane {lane.name} ({lane.where}) does not hold {', '.join(missing)}",
@@ -216,7 +225,14 @@ def _checked(records: Sequence[WheelRecord], directory: Path) -> list[LocalWheel
 
 
 def publish_to_lane(
-    root: Path, lock_path: Path, bundle: str, dist: Path, lane: Lane, *, dry_run: bool = False
+    root: Path,
+    lock_path: Path,
+    bundle: str,
+    dist: Path,
+    lane: Lane,
+    *,
+    network: NetworkPolicy,
+    dry_run: bool = False,
 ) -> list[LaneOutcome]:
     """``make publish``: the bundle's locked wheels from ``dist`` into ``lane``."""
     wheels = locked_wheels(lock_path, bundle, dist)
@@ -224,7 +240,7 @@ def publish_to_lane(
     if dry_run:
         return [LaneOutcome(w.record.name, w.sha256, "would copy") for w in wheels]
     with log.section(f"publish: {bundle} to lane {lane.name} ({lane.where})"):
-        outcomes = put_into_lane(lane, wheels, envelopes)
+        outcomes = put_into_lane(lane, wheels, envelopes, network=network)
     lanes_mod.write_state(
         root,
         lane.name,
@@ -280,17 +296,18 @@ def _copy_between(
     bundle: str,
     records: Sequence[WheelRecord],
     envelopes: Sequence[Path],
+    network: NetworkPolicy,
 ) -> list[LaneOutcome]:
     with tempfile.TemporaryDirectory(prefix="xla-wheels-promote-") as tmp:
         with log.section(f"promote: fetch {bundle} from lane {source.name} ({source.where})"):
-            wheels = fetch_from_lane(source, records, Path(tmp))
+            wheels = fetch_from_lane(source, records, Path(tmp), network=network)
         with log.section(f"promote: {bundle} into lane {lane.name} ({lane.where})"):
-            return put_into_lane(lane, wheels, envelopes)
+            return put_into_lane(lane, wheels, envelopes, network=network)
 
 
 def promote(
     root: Path, lock_path: Path, bundle: str, lane: Lane, source: Lane, *, dry_run: bool = False,
-    dist: Path | None = None,
+    dist: Path | None = None, network: NetworkPolicy,
 ) -> tuple[PromotionVerdict, list[LaneOutcome]]:  # fmt: skip
     """``dist``: the bundle's dist directory, where its envelopes are looked up after the
     source lane's own directory."""
@@ -308,10 +325,10 @@ def promote(
         with log.section(
             f"promote: devpi push {bundle} from {source.devpi_index} to {lane.devpi_index}"
         ):
-            pushed = devpi.push(source, lane, records)
+            pushed = devpi.push(source, lane, records, network=network)
         outcomes = [LaneOutcome(p.filename, p.sha256, p.action) for p in pushed]
     else:
-        outcomes = _copy_between(source, lane, bundle, records, envelopes)
+        outcomes = _copy_between(source, lane, bundle, records, envelopes, network)
     chosen = verdict.chosen
     lanes_mod.write_state(
         root,

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from xla_wheels import filemode
+from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish.errors import PublishError
 from xla_wheels.publish.index import Credentials, IndexFile, project_files
 from xla_wheels.wheel_filename import parse_wheel_name
@@ -34,14 +35,16 @@ class LockedFile:
     """The simple/ URL that serves it."""
 
 
-def locate(files: Sequence[LockedFile], credentials: Credentials) -> dict[str, IndexFile]:
+def locate(
+    files: Sequence[LockedFile], credentials: Credentials, *, network: NetworkPolicy
+) -> dict[str, IndexFile]:
     """The index entry of every file, checked against the hash we pin."""
     pages: dict[tuple[str, str], dict[str, IndexFile]] = {}
     found: dict[str, IndexFile] = {}
     for file in files:
         key = (file.index, parse_wheel_name(file.name).normalized)
         if key not in pages:
-            pages[key] = project_files(file.index, key[1], credentials)
+            pages[key] = project_files(file.index, key[1], credentials, network=network)
         entry = pages[key].get(file.name)
         if entry is None:
             raise PublishError(

@@ -36,12 +36,12 @@ from pathlib import Path
 
 from xla_wheels import filemode
 from xla_wheels.errors import ToolchainError
+from xla_wheels.options import NetworkPolicy
 from xla_wheels.retrying import (
     TIMEOUT_SETTING,
     Transient,
     attempts_text,
     host_of,
-    policy,
     url_fault,
     with_retries,
 )
@@ -124,11 +124,12 @@ class Toolchain:
     """googletest and googlemock (one Debian source package, one prefix)."""
 
 
-def ensure_toolchain(cache_dir: Path) -> Toolchain:
-    """The toolchain, setting up what is missing in ``cache_dir`` (the machine cache)."""
+def ensure_toolchain(cache_dir: Path, network: NetworkPolicy) -> Toolchain:
+    """The toolchain, setting up what is missing in ``cache_dir`` (the machine cache);
+    ``network`` bounds the downloads of the Debian packages."""
     compiler = find_compiler()
     torch = stock_torch_dir(cache_dir)
-    root = ensure_debian_root(cache_dir / "toolchain", BOOKWORM_PACKAGES)
+    root = ensure_debian_root(cache_dir / "toolchain", BOOKWORM_PACKAGES, network)
     usr = Prefix(root / "usr" / "include", root / "usr" / "lib" / MULTIARCH)
     return Toolchain(compiler=compiler, torch=torch, absl=usr, gtest=usr)
 
@@ -167,13 +168,15 @@ def root_name(packages: tuple[DebianPackage, ...]) -> str:
     return "debian-" + hashlib.sha256(pins.encode()).hexdigest()[:16]
 
 
-def ensure_debian_root(toolchain_dir: Path, packages: tuple[DebianPackage, ...]) -> Path:
+def ensure_debian_root(
+    toolchain_dir: Path, packages: tuple[DebianPackage, ...], network: NetworkPolicy
+) -> Path:
     """A directory holding ``packages`` unpacked (``usr/include``, ``usr/lib``)."""
     _check_architecture()
     name = root_name(packages)
 
     def unpack_all(staging: Path) -> dict[str, object]:
-        for deb in [download(package, toolchain_dir / "debs") for package in packages]:
+        for deb in [download(package, toolchain_dir / "debs", network) for package in packages]:
             unpack(deb, staging)
         return {"packages": [asdict(package) for package in packages]}
 
@@ -188,7 +191,7 @@ def _check_architecture() -> None:
         )
 
 
-def download(package: DebianPackage, dest_dir: Path) -> Path:
+def download(package: DebianPackage, dest_dir: Path, network: NetworkPolicy) -> Path:
     """``dest_dir/<file name>``, downloaded unless a copy with the pinned hash is there."""
     target = dest_dir / package.filename
     if target.is_file() and _sha256(target.read_bytes()) == package.sha256:
@@ -201,7 +204,7 @@ def download(package: DebianPackage, dest_dir: Path) -> Path:
         deadline = time.monotonic() + limit
         chunks: list[bytes] = []
         try:
-            with urllib.request.urlopen(package.url, timeout=policy().timeout_s) as response:
+            with urllib.request.urlopen(package.url, timeout=network.timeout_s) as response:
                 while chunk := response.read(1 << 20):
                     chunks.append(chunk)
                     if time.monotonic() > deadline:
@@ -228,8 +231,9 @@ def download(package: DebianPackage, dest_dir: Path) -> Path:
         fetch,
         give_up=give_up,
         timeout_fix=f"{_pin_fix(package)}; a slow link: give it longer with {TIMEOUT_SETTING}",
-        limit_s=policy().transfer_limit(DEB_BYTES_ALLOWANCE),
+        limit_s=network.transfer_limit(DEB_BYTES_ALLOWANCE),
         long=True,
+        network=network,
     )
     actual = _sha256(data)
     if actual != package.sha256:

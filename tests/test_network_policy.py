@@ -1,0 +1,34 @@
+"""The network policy is a value handed to each step, not a setting of the process.
+
+Two reads of one silent index (a real loopback server that accepts and never answers),
+one after the other in one process, each under its own policy: each ends after its own
+timeout and number of attempts, whatever ran before it.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.network_faults_support import silent_server
+from xla_wheels.options import NetworkPolicy
+from xla_wheels.publish.index import Credentials, check_reachable
+from xla_wheels.retrying import NetworkTimedOut
+
+NO_CREDENTIALS = Credentials(None, None, "none")
+
+
+def test_each_step_keeps_the_policy_it_was_given() -> None:
+    with silent_server() as silent:
+        for policy, attempts_text in (
+            (NetworkPolicy(timeout_s=1, retries=1, backoff_s=0.1, heartbeat_s=0), "2 attempts"),
+            (NetworkPolicy(timeout_s=2, retries=0, heartbeat_s=0), "1 attempt"),
+        ):
+            start = time.monotonic()
+            with pytest.raises(NetworkTimedOut) as caught:
+                check_reachable(f"{silent.base}/simple/", NO_CREDENTIALS, network=policy)
+            elapsed = time.monotonic() - start
+            assert f"within {policy.timeout_s:.0f}s ({attempts_text})" in caught.value.message
+            assert elapsed < policy.attempts * policy.timeout_s + 5, elapsed
+        assert silent.accepted == 3
