@@ -5,6 +5,7 @@ compare receipts of the same profile."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,34 @@ def test_a_receipt_keeps_its_profile_through_the_file(tmp_path: Path) -> None:
     old = receipts.write_receipt(tmp_path / "old.json", dataclasses.replace(made, profile=None))
     assert "profile" not in old.read_text()
     assert receipts.read_receipt(old).digest_ok
+
+
+WHEEL = receipts.WheelMatch(
+    name="torch_xla-2.9.0-cp311-cp311-linux_x86_64.whl", sha256=DIGEST, project="torch_xla",
+    version="2.9.0", matched=True, files=3, problems=(),
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda d: d["wheels"][0].pop("sha256"), id="wheel-without-sha256"),
+        pytest.param(lambda d: d["wheels"].__setitem__(0, "a string"), id="wheel-not-a-table"),
+        pytest.param(lambda d: d["wheels"][0].__setitem__("files", "3"), id="files-a-string"),
+        pytest.param(lambda d: d["checks"][0].pop("name"), id="check-without-name"),
+    ],
+)
+def test_a_hand_edited_receipt_entry_is_a_named_error_not_a_traceback(
+    tmp_path: Path, damage: Any
+) -> None:
+    path = receipts.write_receipt(
+        tmp_path / "r.json", dataclasses.replace(receipt(None), wheels=(WHEEL,))
+    )
+    data = json.loads(path.read_text())
+    damage(data)
+    path.write_text(json.dumps(data))
+    with pytest.raises(receipts.ReceiptError, match=r"r\.json: (key|an entry)"):
+        receipts.read_receipt(path)
 
 
 def test_the_lanes_file_names_the_profile_and_the_shipped_preferred_lane_requires_train(

@@ -264,6 +264,39 @@ def _field(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], pat
     return data[key]
 
 
+def _entry(item: Any, what: str, path: Path) -> Mapping[str, Any]:
+    if not isinstance(item, dict):
+        raise ReceiptError(
+            f"{path}: an entry of {what!r} is not a table",
+            fix="receipts are written by `make gate BUNDLE=…`; restore the file from git",
+        )
+    return item
+
+
+def _wheel_match(item: Any, path: Path) -> WheelMatch:
+    # A hand-edited entry without a key is a named error, not a KeyError traceback.
+    w = _entry(item, "wheels", path)
+    return WheelMatch(
+        name=_field(w, "name", str, path),
+        sha256=_field(w, "sha256", str, path),
+        project=_field(w, "project", str, path),
+        version=_field(w, "version", str, path),
+        matched=_field(w, "matched", bool, path),
+        files=_field(w, "files", int, path),
+        problems=tuple(str(p) for p in w.get("problems", [])),
+    )
+
+
+def _check_evidence(item: Any, path: Path) -> CheckEvidence:
+    c = _entry(item, "checks", path)
+    return CheckEvidence(
+        _field(c, "name", str, path),
+        c.get("passed"),
+        tuple(c.get("reasons", [])),
+        dict(c.get("figures", {})),
+    )
+
+
 def read_receipt(path: Path) -> StoredReceipt:
     try:
         data = json.loads(path.read_text())
@@ -279,24 +312,8 @@ def read_receipt(path: Path) -> StoredReceipt:
         )
     digest = str(data.get("digest", ""))
     payload = {k: v for k, v in data.items() if k != "digest"}
-    wheels = tuple(
-        WheelMatch(
-            name=str(w["name"]),
-            sha256=str(w["sha256"]),
-            project=str(w["project"]),
-            version=str(w["version"]),
-            matched=bool(w["matched"]),
-            files=int(w["files"]),
-            problems=tuple(str(p) for p in w.get("problems", [])),
-        )
-        for w in _field(data, "wheels", list, path)
-    )
-    checks = tuple(
-        CheckEvidence(
-            str(c["name"]), c.get("passed"), tuple(c.get("reasons", [])), dict(c.get("figures", {}))
-        )
-        for c in _field(data, "checks", list, path)
-    )
+    wheels = tuple(_wheel_match(w, path) for w in _field(data, "wheels", list, path))
+    checks = tuple(_check_evidence(c, path) for c in _field(data, "checks", list, path))
     receipt = Receipt(
         kind=_field(data, "kind", str, path),
         bundle=data.get("bundle"),
