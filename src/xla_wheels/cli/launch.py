@@ -24,6 +24,7 @@ from xla_wheels.cli.arguments import add_bundle_arguments
 from xla_wheels.cli.settings import pipeline_options
 from xla_wheels.errors import UsageError
 from xla_wheels.publish.cache_contract import directory_name
+from xla_wheels.wheel_filename import parse_wheel_name
 from xla_wheels.wheels_lock import read_lock
 
 HELPER = Path("scripts") / "xla_launch_profile.py"
@@ -51,7 +52,8 @@ def _build_directory(lock_path: Path, bundle: Bundle) -> str:
     wheel wheels.lock records and the libtpu version hosts install."""
     entry = read_lock(lock_path).bundles.get(bundle.name)
     wheels = (entry.wheels or ()) if entry is not None else ()
-    versions = [w.name.split("-")[1] for w in wheels if w.name.startswith("torch_xla-")]
+    names = [parse_wheel_name(w.name) for w in wheels]
+    versions = [n.version for n in names if n.normalized == "torch-xla"]
     if not versions:
         raise UsageError(
             f"the cache path of this profile names the build ({{build}}), and wheels.lock "
