@@ -548,7 +548,7 @@ def test_a_malformed_lanes_file_and_an_unknown_lane_are_named(
     bad = run_cli(
         "promote", "--bundle", BUNDLE, "--lane", "validation", root=project, inherit_env=True
     )
-    assert bad.exit_code == 1
+    assert bad.exit_code == 2  # a malformed lanes.toml is bad input
     assert "key 'lanes.validation.policy.devise': unknown key; did you mean 'device'?" in bad.stderr
     assert "fix:" in bad.stderr
     lanes_file.write_text('[lanes.validation]\npath = "x"\n')

@@ -123,7 +123,7 @@ def test_preflight_comes_first_and_runs_the_checks_and_commands_the_plan_lists(
     found = checks(options, bundle, config, cache=SourceCache(options.source_cache, None, recorder))
     blockers = run_checks(found)
     assert listed == [check.name for check in found]
-    assert "host mode: `no-such-tool-here` is not on PATH" in blockers
+    assert "host mode: `no-such-tool-here` is not on PATH; install it" in blockers
     # Cold cache: each remote is asked, with exactly the command the plan printed (the
     # checks run in parallel threads, so the order they finish in is not the plan's).
     assert sorted(map(_comparable, recorder.commands), key=repr) == sorted(

@@ -207,7 +207,7 @@ def test_a_lane_that_requires_signatures_names_its_key(project: Path) -> None:
         '[lanes.validation]\npath = "dist/lanes/validation"\nrequire-signature = true\n'
     )
     result = cli(project, "publish-lane", "--bundle", BUNDLE)
-    assert result.exit_code == 1 and "require-signature = true needs signing-public-key" in (
+    assert result.exit_code == 2 and "require-signature = true needs signing-public-key" in (
         result.stderr
     )
 

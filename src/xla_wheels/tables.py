@@ -80,7 +80,7 @@ def read_utf8(path: Path, error: ErrorFactory, *, what: str = "file") -> tuple[s
     except UnicodeDecodeError as problem:
         raise error(
             f"{path}: not UTF-8 text (byte {problem.start} cannot be read)",
-            fix="save it as UTF-8 (TOML files are UTF-8)",
+            fix="save the file as UTF-8 (TOML files are UTF-8)",
         ) from None
 
 
