@@ -1,5 +1,7 @@
 # The user-facing interface of the pipeline. Every target is a thin call into the one CLI
-# (`python -m xla_wheels`); `make help` lists the targets and the variables each reads.
+# (`python -m xla_wheels`); `make help` lists the targets, the variables each reads with
+# their defaults, and an example of each (generated from this file's `## ` summaries, the
+# table below and the CLI's own --help: src/xla_wheels/make_help.py).
 #
 # Variables are passed through, never defaulted here: the defaults live in
 # src/xla_wheels/cli/settings.py (and `python -m xla_wheels <command> --help` shows them). The
@@ -44,6 +46,8 @@ quote = '$(subst ','\'',$(1))'
 flag = $(if $($(1)),$(call flag_of,$(1))=$(call quote,$($(1))),)
 arg = $(if $($(1)),$(call quote,$($(1))),)
 switch = $(flag)
+# A variable the command reads from its environment, as that tool's own standard.
+env = $(if $($(1)),$(1)=$(call quote,$($(1))),)
 GIVEN_ON_COMMAND_LINE = $(strip $(foreach v,$(.VARIABLES),$(if $(filter command line,$(origin $(v))),$(v))))
 # Every subcommand of one bundle may talk to a host (fetch, index, upload, install): each
 # takes the network settings (README "Network steps").
@@ -56,7 +60,8 @@ BUILD_FLAGS = $(call flag,ENGINE) $(call flag,BUILD_MODE) \
   $(call flag,JOBS) $(call flag,BUILDER_IMAGE) \
   $(call flag,HOST_PYTHON)
 # SOURCE_DATE_EPOCH is the reproducible-builds standard variable: read from the
-# environment as every tool reads it (make exports a variable set on its command line).
+# environment as every tool reads it.
+BUILD_ENV = $(call env,SOURCE_DATE_EPOCH)
 RECORDED_FLAGS = $(call switch,KEEP_RECORDED) $(call flag,BUILD_TAG)
 IMAGE_FLAGS = $(call flag,ENGINE) $(call flag,BUILDER_IMAGE) \
   $(foreach a,$(BUILD_ARGS),--build-arg $(call quote,$(a)))
@@ -88,11 +93,10 @@ PROFILE_FLAG = $(call flag,PROFILE)
 .PHONY: help venv test test-fast lint demo bundles diff sources patch patches-check wheels lock lock-check clean
 .PHONY: builder-image container-tools cache-tools compiler-tools patch-export patch-rebase
 
-help: ## list the targets and the variables each one reads
-	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
-	  awk 'BEGIN {FS = ":.*## "} {printf "  make %-16s %s\n", $$1, $$2}'
-	@echo "Variables are passed as the CLI flags above; unset ones take the CLI's defaults"
-	@echo "(XLA_WHEELS_* in the environment, then src/xla_wheels/cli/settings.py)."
+# Printed from a file generated from this Makefile and the CLI, so that it needs no .venv
+# (tests/test_help.py checks it is current; src/xla_wheels/make_help.py writes it).
+help: ## list the targets, the variables each reads with their defaults, and an example of each
+	@cat src/xla_wheels/make-help.txt
 
 $(VENV_STAMP): requirements-dev.txt pyproject.toml
 	@command -v git >/dev/null || { echo "error: git is required (apt-get install git)"; exit 2; }
@@ -112,7 +116,7 @@ $(VENV_STAMP): requirements-dev.txt pyproject.toml
 	  $(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .; \
 	  touch $@'
 
-venv: $(VENV_STAMP) ## create .venv with the pinned development dependencies [PYTHON_FOR_VENV=python3]
+venv: $(VENV_STAMP) ## create .venv with the pinned development dependencies
 
 # The build-stage container tests need podman, buildah and debootstrap: installed from
 # Debian when missing and we are root; otherwise those tests skip and say why.
@@ -145,12 +149,12 @@ PARALLEL_FLAGS := -n auto --dist loadgroup
 # The edit loop's tier: no gate run, no stock torch_xla, no container engine (README "Development").
 FAST_TIER_FLAGS := -m 'not slow and not stock_xla'
 
-test: $(VENV_STAMP) container-tools cache-tools compiler-tools supply-tools ## install everything needed, then run ruff, mypy and the whole test suite [PYTEST_ARGS=] [PYTHON_FOR_VENV=]
+test: $(VENV_STAMP) container-tools cache-tools compiler-tools supply-tools ## install everything needed, then run ruff, mypy and the whole test suite
 	$(PY) -m ruff check src tests scripts
 	$(PY) -m mypy
 	$(PY) -m pytest $(PARALLEL_FLAGS) $(PYTEST_ARGS)
 
-test-fast: $(VENV_STAMP) compiler-tools ## the edit loop: ruff and the tests that need no gate run, no stock torch_xla and no container engine [PYTEST_ARGS=]
+test-fast: $(VENV_STAMP) compiler-tools ## the edit loop: ruff and the tests that need no gate run, no stock torch_xla and no container engine
 	$(PY) -m ruff check src tests scripts
 	$(PY) -m pytest $(PARALLEL_FLAGS) $(FAST_TIER_FLAGS) $(PYTEST_ARGS)
 
@@ -160,44 +164,44 @@ lint: $(VENV_STAMP) ## ruff and mypy only
 
 # No builder host yet? Every stage of the pipeline on a demonstration upstream it writes
 # (NOT torch): offline, about a minute, everything under DEMO_DIR (src/xla_wheels/demo.py).
-demo: $(VENV_STAMP) ## every stage (manifest .. build .. lane .. install .. doctor) on a demonstration upstream, offline [DEMO_DIR=out/demo]
+demo: $(VENV_STAMP) ## every stage (manifest .. build .. lane .. install .. doctor) on a demonstration upstream, offline
 	$(PY) -m xla_wheels.demo $(call flag,DEMO_DIR)
 
 bundles: $(VENV_STAMP) ## list the bundles with their pins
 	@$(CLI) bundles
 
-diff: $(VENV_STAMP) ## what differs between two bundles: make diff A=v6e-2.9 B=v6e-2.11 (A alone: A against the bundle it extends)
+diff: $(VENV_STAMP) ## what differs between two bundles (A alone: A against the bundle it extends)
 	@$(CLI) diff $(AB_FLAGS)
 
-sources: $(VENV_STAMP) ## fetch the bundle's components at their pins: make sources BUNDLE=... [MIRROR=] [DRY_RUN=1]
+sources: $(VENV_STAMP) ## fetch the bundle's components at their pins
 	@$(CLI) sources $(BUNDLE_FLAGS) $(DRY_RUN_FLAG)
 
-patch: $(VENV_STAMP) ## run up to the patch stage: make patch BUNDLE=... [MIRROR=] [DRY_RUN=1]
+patch: $(VENV_STAMP) ## run up to the patch stage (sources, then the patch series)
 	@$(CLI) patch $(BUNDLE_FLAGS) $(DRY_RUN_FLAG)
 
-patches-check: $(VENV_STAMP) ## apply the series to a scratch copy: make patches-check BUNDLE=... [TORCH_XLA_SRC=<checkout>] [MIRROR=]
+patches-check: $(VENV_STAMP) ## apply the bundle's series to a scratch copy of a checkout and report each patch
 	@$(CLI) patches-check $(BUNDLE_FLAGS) $(SOURCE_FLAG)
 
-patch-export: $(VENV_STAMP) ## write the worktree's patch commits back as patch files: make patch-export BUNDLE=... [COMPONENT=torch_xla] [FORCE=1] [MIRROR=] [DRY_RUN=1]
+patch-export: $(VENV_STAMP) ## write the patched worktree's commits back as the bundle's patch files
 	@$(CLI) patch-export $(BUNDLE_FLAGS) $(DRY_RUN_FLAG) $(PATCH_EXPORT_FLAGS)
 
-patch-rebase: $(VENV_STAMP) ## carry the series onto another commit: make patch-rebase BUNDLE=... ONTO=<commit> | CONTINUE=1 [COMPONENT=torch_xla] [MIRROR=] [DRY_RUN=1] (CLI exit 3: stopped at a conflict)
+patch-rebase: $(VENV_STAMP) ## carry the series onto another commit: ONTO=<commit>, or CONTINUE=1 after a conflict (exit 3: stopped at a conflict)
 	@$(CLI) patch-rebase $(BUNDLE_FLAGS) $(DRY_RUN_FLAG) $(PATCH_REBASE_FLAGS)
 
-builder-image: $(VENV_STAMP) ## build the builder image from ./Dockerfile: make builder-image [ENGINE=docker|podman|buildah] [BUILDER_IMAGE=] [BUILD_ARGS='BASE_IMAGE=... LLVM_APT_BASE=...'] [DRY_RUN=1]
+builder-image: $(VENV_STAMP) ## build the builder image from ./Dockerfile
 	@$(CLI) builder-image $(DRY_RUN_FLAG) $(IMAGE_FLAGS)
 
-wheels: $(VENV_STAMP) ## the main job: make wheels BUNDLE=v6e-2.11 [DRY_RUN=1] [MIRROR=] [ENGINE=] [BUILD_MODE=host] [JOBS=] [BUILDER_IMAGE=] [HOST_PYTHON=] [KEEP_RECORDED=1] [BUILD_TAG=n] [SOURCE_DATE_EPOCH=]
-	@$(CLI) wheels $(BUNDLE_FLAGS) $(DRY_RUN_FLAG) $(BUILD_FLAGS) $(RECORDED_FLAGS)
+wheels: $(VENV_STAMP) ## the main job: sources, patches, build, collect, lock
+	@$(BUILD_ENV) $(CLI) wheels $(BUNDLE_FLAGS) $(DRY_RUN_FLAG) $(BUILD_FLAGS) $(RECORDED_FLAGS)
 
-lock: $(VENV_STAMP) ## write the bundle's entry in wheels.lock: make lock BUNDLE=... [MIRROR=] [DRY_RUN=1]
+lock: $(VENV_STAMP) ## write the bundle's entry in wheels.lock
 	@$(CLI) lock $(BUNDLE_FLAGS) $(DRY_RUN_FLAG)
 
 lock-check: $(VENV_STAMP) ## fail when a manifest or patch no longer matches wheels.lock
 	@$(CLI) lock-check
 
 .PHONY: launch-env
-launch-env: $(VENV_STAMP) ## a bundle's launch profile for a launcher (env.sh, env.json, helper): make launch-env BUNDLE=... PROFILE=train ROLE=writer|reader [OUT=dir]
+launch-env: $(VENV_STAMP) ## a bundle's launch profile for a launcher (env.sh, env.json, helper)
 	@$(CLI) launch-env $(BUNDLE_FLAG) $(PROFILE_FLAG) $(call flag,ROLE) $(call flag,OUT)
 
 clean: ## remove build work (out/); dist/, wheels.lock and the per-machine cache are kept
@@ -207,26 +211,26 @@ clean: ## remove build work (out/); dist/, wheels.lock and the per-machine cache
 # TWINE_PASSWORD or keyring, never from these variables.
 .PHONY: publish requirements verify-install doctor
 
-publish: $(VENV_STAMP) ## publish the locked wheels: make publish BUNDLE=... [LANE=validation] [DRY_RUN=1] (or INDEX_URL=<simple/ URL> [UPLOAD_URL=]: that index, no lane)
+publish: $(VENV_STAMP) ## publish the locked wheels into a lane, or with INDEX_URL to that index
 	@$(if $(INDEX_URL),$(CLI) publish $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(PUBLISH_FLAGS),\
 	  $(CLI) publish-lane $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(LANE_FLAG))
 
-requirements: $(VENV_STAMP) ## per lane: requirements.txt + pylock.toml in dist/lanes/<lane>/ [LANE=]; or BUNDLE=... [REFRESH=1]: dist/<bundle>/requirements.txt
+requirements: $(VENV_STAMP) ## BUNDLE=...: dist/<bundle>/requirements.txt; without BUNDLE, per lane: requirements.txt + pylock.toml in dist/lanes/<lane>/
 	@$(if $(BUNDLE),$(CLI) requirements $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(REFRESH_FLAG),\
 	  $(CLI) lane-requirements $(DRY_RUN_FLAG) $(LANE_FLAG))
 
-verify-install: $(VENV_STAMP) ## fresh venv installs by hash, checks lock/provenance: make verify-install BUNDLE=... [INDEX_URL=...] [NO_DEPS=1 DEPS_FROM=<python>] [PYTHON=] [PUBLIC_KEY=<team public PEM>]
+verify-install: $(VENV_STAMP) ## install the bundle by hash into a fresh venv, check versions and provenance against wheels.lock, import torch_xla
 	@$(CLI) verify-install $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(VERIFY_FLAGS) $(PUBLIC_KEY_FLAG)
 
-doctor: $(VENV_STAMP) ## check a training host before import: make doctor BUNDLE=... [PYTHON=<training python>] [ROLE=writer|reader] [LANE=preferred] [CACHE_PATH=...] [PROFILE=train] [ENV_FILE=env.sh] [PUBLIC_KEY=<team public PEM>]
+doctor: $(VENV_STAMP) ## check a training host against a bundle before import
 	@$(CLI) doctor $(BUNDLE_FLAG) $(DOCTOR_FLAGS) $(PUBLIC_KEY_FLAG)
 
 # Lanes (README "Releasing to the fleet"): build/lanes.toml, lanes.lock, receipts/<bundle>/.
 .PHONY: promote compare lanes
-promote: $(VENV_STAMP) ## copy a bundle's locked files into a lane if its policy holds: make promote BUNDLE=... [LANE=preferred] [DRY_RUN=1]
+promote: $(VENV_STAMP) ## copy a bundle's locked files into a lane if its policy holds
 	@$(CLI) promote $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(LANE_FLAG)
 
-compare: $(VENV_STAMP) ## two bundles' receipts side by side: make compare A=... B=...
+compare: $(VENV_STAMP) ## two bundles' receipts side by side
 	@$(CLI) compare $(AB_FLAGS)
 
 lanes: $(VENV_STAMP) ## each lane's index, current bundle and policy
@@ -234,7 +238,7 @@ lanes: $(VENV_STAMP) ## each lane's index, current bundle and policy
 
 # Supply-chain evidence (README "Signed attestations", "Rebuild check").
 .PHONY: attest supply-tools rebuild-check
-attest: $(VENV_STAMP) ## sign each locked wheel's SLSA provenance: make attest BUNDLE=... [SIGNING_KEY=<private PEM>] [BUILDER_ID=<uri>] (default: $$XLA_WHEELS_SIGNING_KEY)
+attest: $(VENV_STAMP) ## sign each locked wheel's SLSA provenance with the team's key
 	@$(CLI) attest $(BUNDLE_FLAG) $(ATTEST_FLAGS)
 
 # diffoscope (requirements-dev.txt) compares zip files with zipinfo (Debian's unzip) and
@@ -247,13 +251,13 @@ supply-tools:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq unzip binutils libmagic1 libarchive13 >/dev/null; \
 	else echo "note: unzip/binutils/libmagic1/libarchive13 missing and not root: diffoscope's reports will lack detail"; fi
 
-rebuild-check: $(VENV_STAMP) supply-tools ## rebuild from nothing and compare byte for byte with wheels.lock: make rebuild-check BUNDLE=... [MIRROR=] [BUILD_MODE=host] [ENGINE=] [JOBS=] [BUILDER_IMAGE=] [HOST_PYTHON=] (exit 1: differs, diffoscope report in out/<bundle>/logs/rebuild-check/)
-	@$(CLI) rebuild-check $(BUNDLE_FLAGS) $(BUILD_FLAGS)
+rebuild-check: $(VENV_STAMP) supply-tools ## rebuild from nothing and compare byte for byte with wheels.lock (exit 1: differs, diffoscope report in out/<bundle>/logs/rebuild-check/)
+	@$(BUILD_ENV) $(CLI) rebuild-check $(BUNDLE_FLAGS) $(BUILD_FLAGS)
 
 # ABI check (README "ABI check"): the symbols torch_xla's _XLAC imports that the paired torch
 # does not export. Exit 0 nothing missing, 1 missing symbols named, 2 the pair cannot be read.
 .PHONY: abi-check
-abi-check: $(VENV_STAMP) ## undefined symbols of a pair: make abi-check PYTHON=<env python> | TORCH_WHEEL=... TORCH_XLA_WHEEL=... | BUNDLE=... | XLAC=... TORCH_LIB_DIR=... | STOCK=2.8.0:2.9.0
+abi-check: $(VENV_STAMP) ## the symbols torch_xla's _XLAC imports that the paired torch does not export: give PYTHON, TORCH_WHEEL and TORCH_XLA_WHEEL, BUNDLE, XLAC and TORCH_LIB_DIR, or STOCK
 	@$(CLI) abi-check $(ABI_FLAGS)
 
 # Gate (src/xla_wheels/gate/README.md): judge a torch_xla environment in fresh processes. Without PYTHON,
@@ -261,8 +265,8 @@ abi-check: $(VENV_STAMP) ## undefined symbols of a pair: make abi-check PYTHON=<
 # Exit 0 pass, 1 a check failed, 2 the environment cannot be judged.
 .PHONY: gate bench-restart
 
-gate: $(VENV_STAMP) ## ship gate + receipt (restart, spmd-restart, cache-key, same-numbers, hbm, recompile-canary): make gate [BUNDLE=... [PROFILE=train]] [PYTHON=...] [GATE_DEVICE=CPU|TPU] [WORKLOAD=small|medium|large] [CHECKS=...] [UPSTREAM_TESTS=<pytorch/xla checkout>] [GATE_ARGS=--record-baseline]
+gate: $(VENV_STAMP) ## ship gate + receipt (restart, spmd-restart, cache-key, same-numbers, hbm, recompile-canary)
 	@$(CLI) gate $(GATE_FLAGS) $(PROFILE_FLAG) $(CHECKS_FLAGS) $(GATE_ARGS)
 
-bench-restart: $(VENV_STAMP) ## restart benchmark, cold/warm medians and executable-load time: make bench-restart [BUNDLE=...] [PYTHON=...] [GATE_DEVICE=...] [WORKLOAD=medium] [ROUNDS=5]
+bench-restart: $(VENV_STAMP) ## restart benchmark: cold/warm medians and executable-load time
 	@$(CLI) bench-restart $(GATE_FLAGS) $(ROUNDS_FLAG)

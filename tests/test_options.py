@@ -113,34 +113,6 @@ def test_the_gate_looks_for_its_environment_in_the_pipelines_cache(tmp_path: Pat
     assert f"torch_xla does not import in {env_dir / 'bin' / 'python'}" in result.stderr
 
 
-def _makefile_targets() -> dict[str, tuple[str, str]]:
-    """target -> (its ``## `` help text, its recipe with the flag groups expanded)."""
-    text = (REPO_ROOT / "Makefile").read_text().replace("\\\n", " ")
-    groups = dict(re.findall(r"^([A-Z_]+_FLAGS?) = (.*)$", text, re.MULTILINE))
-    targets = {}
-    for match in re.finditer(r"^([a-z-]+):[^\n]*## ([^\n]*)\n((?:\t[^\n]*\n)*)", text, re.M):
-        recipe = match.group(3)
-        for name, body in groups.items():
-            recipe = recipe.replace(f"$({name})", body)
-        targets[match.group(1)] = (match.group(2), recipe)
-    return targets
-
-
-def test_make_help_names_every_variable_a_target_reads() -> None:
-    internal = {"CLI", "PY", "VENV", "VENV_STAMP", "MAKEFILE_LIST"}
-    targets = _makefile_targets()
-    assert {"wheels", "gate", "publish", "verify-install", "doctor"} <= set(targets)
-    for target, (help_text, recipe) in targets.items():
-        read = set(re.findall(r"\$\(([A-Z_]+)\)", recipe))
-        read |= set(re.findall(r"\$\(call (?:flag|switch),([A-Z_]+)\)", recipe))
-        # DRY_RUN reaches some targets only to be refused there (their subcommand has none).
-        read.discard("DRY_RUN")
-        missing = {v for v in read - internal if not v.endswith(("_FLAGS", "_FLAG"))} - set(
-            re.findall(r"\b([A-Z][A-Z_]*)\b", help_text)
-        )
-        assert not missing, f"make help for {target} does not name {sorted(missing)}"
-
-
 def test_the_makefile_holds_no_default_for_a_cli_setting() -> None:
     text = (REPO_ROOT / "Makefile").read_text()
     assert re.findall(r"^([A-Z_]+) \?=", text, re.MULTILINE) == ["PYTHON_FOR_VENV"]

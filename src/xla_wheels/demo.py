@@ -478,7 +478,8 @@ def _summary(log_path: Path) -> list[str]:
     return shown
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The demo's command line (``make help`` reads DEMO_DIR's text from it)."""
     parser = argparse.ArgumentParser(
         prog="python -m xla_wheels.demo",
         description="Run every stage of the pipeline on a demonstration upstream (NOT torch).",
@@ -489,7 +490,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=DEFAULT_DIR,
         help=f"the one directory the demo writes (default: {DEFAULT_DIR})",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
 
     def demo() -> int:
         run_demo(args.dir)

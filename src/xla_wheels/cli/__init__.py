@@ -40,6 +40,7 @@ from typing import Any, NoReturn
 from xla_wheels import __version__
 from xla_wheels.cli.arguments import RefusedSwitchAction
 from xla_wheels.cli.from_make import MakeRun
+from xla_wheels.cli.help import subcommand_help
 from xla_wheels.cli.settings import check_environment
 from xla_wheels.disk_faults import disk_error
 from xla_wheels.errors import PipelineError, UsageError
@@ -158,11 +159,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = Parser(
         prog="xla-wheels",
         description="Build, publish and gate patched PyTorch/XLA wheels from pinned bundles.",
+        epilog="example:\n  xla-wheels wheels --bundle v6e-2.11\n\n"
+        "Every command's options: xla-wheels COMMAND --help",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, help_text) in COMMANDS.items():
-        sub = subparsers.add_parser(name, help=help_text, description=help_text)
+        sub = subparsers.add_parser(name, help=help_text, **subcommand_help(name, help_text))
         if name == command:
             dotted = module_name if "." in module_name else f"{__name__}.{module_name}"
             module = importlib.import_module(dotted)

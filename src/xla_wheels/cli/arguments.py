@@ -146,7 +146,8 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, dry_run: bool = Fal
             parser,
             "--dry-run",
             default=None,
-            help="print what would be done and change nothing (default: $XLA_WHEELS_DRY_RUN)",
+            help="print what would be done and change nothing (default: $XLA_WHEELS_DRY_RUN, else "
+            "off)",
         )
     else:
         parser.add_argument(

@@ -157,15 +157,18 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
             "--rounds", type=count(1, 1000, 5), default=5, help="restarts per phase (1 to 1000)"
         )
-        parser.add_argument("--out", type=Path, default=Path("out/bench"))
+        parser.add_argument(
+            "--out",
+            type=Path,
+            default=Path("out/bench"),
+            help="directory the benchmark writes its results into",
+        )
         parser.set_defaults(handler=run_bench)
     else:
         raise ValueError(f"{name} is not a subcommand of {__name__}")
 
 
 def _add_gate_arguments(gate: argparse.ArgumentParser) -> None:
-    gate.description = __doc__
-    gate.formatter_class = argparse.RawDescriptionHelpFormatter
     _add_common(gate)
     gate.add_argument(
         "--checks", default=",".join(CHECKS), help=f"comma-separated: {','.join(CHECKS)}"
@@ -191,7 +194,13 @@ def _add_gate_arguments(gate: argparse.ArgumentParser) -> None:
         default=restart.RestartConfig.baseline_tolerance,
         help="allowed slowdown against a recorded baseline (0.5 = 50%%)",
     )
-    gate.add_argument("--baselines-dir", type=Path, default=restart.DEFAULT_BASELINES_DIR)
+    gate.add_argument(
+        "--baselines-dir",
+        type=Path,
+        default=restart.DEFAULT_BASELINES_DIR,
+        help="directory of the recorded warm-restart baselines (one per torch_xla version, "
+        "device and workload)",
+    )
     gate.add_argument(
         "--record-baseline",
         action="store_true",

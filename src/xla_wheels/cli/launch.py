@@ -69,8 +69,6 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     """Define subcommand ``name``'s arguments on ``parser`` and set its handler."""
     if name != "launch-env":
         raise ValueError(f"{name} is not a subcommand of {__name__}")
-    parser.description = __doc__
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     add_bundle_arguments(parser, writes_bundle=False)  # writes out/launch/<bundle>
     parser.add_argument("--profile", default="", help="launch profile name, e.g. train")
     parser.add_argument(
@@ -79,5 +77,10 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
         help="writer (the one process per cache directory that writes it) or reader "
         "(every other worker: the cache read-only); required",
     )
-    parser.add_argument("--out", type=Path, default=None, help="directory to write into")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="directory to write into (default: <out-dir>/launch/<bundle>/<profile>-<role>)",
+    )
     parser.set_defaults(handler=cmd_launch_env)

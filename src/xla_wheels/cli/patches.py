@@ -117,7 +117,12 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     """Define subcommand ``name``'s arguments on ``parser`` and set its handler."""
     if name == "patch-export":
         add_bundle_arguments(parser, writes_bundle=True, dry_run=True)
-        parser.add_argument("--component", default="torch_xla", choices=COMPONENT_NAMES)
+        parser.add_argument(
+            "--component",
+            default="torch_xla",
+            choices=COMPONENT_NAMES,
+            help="the component whose series it is",
+        )
         add_switch(
             parser,
             "--force",
@@ -126,7 +131,12 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
         parser.set_defaults(handler=cmd_patch_export)
     elif name == "patch-rebase":
         add_bundle_arguments(parser, writes_bundle=True, dry_run=True)
-        parser.add_argument("--component", default="torch_xla", choices=COMPONENT_NAMES)
+        parser.add_argument(
+            "--component",
+            default="torch_xla",
+            choices=COMPONENT_NAMES,
+            help="the component whose series it is",
+        )
         parser.add_argument("--onto", default=None, help="the commit to carry the series onto")
         parser.add_argument(
             "--continue",

@@ -300,7 +300,8 @@ def _add_verify_install_arguments(parser: argparse.ArgumentParser) -> None:
         parser,
         "--no-deps",
         default=None,
-        help="install only our wheels, with pip --no-deps (default: $XLA_WHEELS_NO_DEPS)",
+        help="install only our wheels, with pip --no-deps (default: $XLA_WHEELS_NO_DEPS, else "
+        "off)",
     )
     parser.add_argument(
         "--deps-from",

@@ -246,8 +246,8 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
         parser.set_defaults(handler=cmd_promote)
     elif name == "compare":
         add_common_arguments(parser)
-        parser.add_argument("a", nargs="?", default=None)
-        parser.add_argument("b", nargs="?", default=None)
+        parser.add_argument("a", nargs="?", default=None, help="a bundle")
+        parser.add_argument("b", nargs="?", default=None, help="another bundle")
         parser.set_defaults(handler=cmd_compare)
     elif name == "lane-requirements":
         add_common_arguments(parser)
@@ -258,7 +258,13 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
             help="resolve the runtime closure now (as `requirements` does) instead of "
             "reading it from wheels.lock",
         )
-        parser.add_argument("--platform", action="append", default=None)
+        parser.add_argument(
+            "--platform",
+            action="append",
+            default=None,
+            help="a wheel platform tag to resolve for, repeatable (default: the tags a TPU "
+            "VM accepts, manylinux_2_35_x86_64 and older)",
+        )
         parser.add_argument(
             "--public-index",
             default=PUBLIC_INDEX,

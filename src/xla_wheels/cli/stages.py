@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
 from xla_wheels import log, runner
-from xla_wheels.builder.config import DEFAULT_IMAGE, ENGINES, MODES
+from xla_wheels.builder.config import DEFAULT_IMAGE, ENGINES, MODES, BuildConfig
 from xla_wheels.builder.container import EngineError, build_image_argv
 from xla_wheels.bundle import available_bundles, describe, diff, load_bundle
 from xla_wheels.cli.arguments import (
@@ -263,13 +264,23 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="interpreter for --mode host (default python3; $XLA_WHEELS_HOST_PYTHON)",
     )
-    group.add_argument("--container-python", default=None, help="interpreter in the image")
-    group.add_argument("--bazel-disk-cache", type=Path, default=None)
+    group.add_argument(
+        "--container-python",
+        default=None,
+        help=f"interpreter in the image (default: {BuildConfig.container_python})",
+    )
+    group.add_argument(
+        "--bazel-disk-cache",
+        type=Path,
+        default=None,
+        help="Bazel's disk cache directory (default: bazel-disk in the per-machine cache)",
+    )
     group.add_argument(
         "--bazel-remote-cache",
         default=None,
         help="grpc(s):// or http(s):// URL; overrides build/builders.toml [bazel] "
-        "remote_cache and $XLA_WHEELS_BAZEL_REMOTE_CACHE",
+        "remote_cache and $XLA_WHEELS_BAZEL_REMOTE_CACHE (default: what those two say, "
+        "else none)",
     )
     group.add_argument(
         "--pip-args", default=None, help="extra pip arguments for build requirements (quoted)"
@@ -282,26 +293,57 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
         "restart, spmd-restart, cache-key and same-numbers checks and upstream's cache test; "
         "$XLA_WHEELS_SHIP_CHECK)",
     )
-    group.add_argument("--ship-pip-args", default=None, help="pip arguments for the clean env")
+    group.add_argument(
+        "--ship-pip-args",
+        default=None,
+        help="pip arguments for the clean env (quoted; default: "
+        f"{shlex.join(BuildConfig.ship_pip_args)!r})",
+    )
     gib = amount(0, MAX_GIB, 8, "GiB")
-    group.add_argument("--min-disk-gib", type=gib, default=None)
-    group.add_argument("--mem-per-job-gib", type=gib, default=None)
-    group.add_argument("--mem-base-gib", type=gib, default=None)
-    group.add_argument("--host-tools", default=None, help="comma-separated tools --mode host needs")
+    group.add_argument(
+        "--min-disk-gib",
+        type=gib,
+        default=None,
+        help=f"free disk the build needs before it starts (default: {BuildConfig.min_disk_gib:g})",
+    )
+    group.add_argument(
+        "--mem-per-job-gib",
+        type=gib,
+        default=None,
+        help="memory one compile job needs: the preflight refuses more jobs than fit "
+        f"(default: {BuildConfig.mem_per_job_gib:g})",
+    )
+    group.add_argument(
+        "--mem-base-gib",
+        type=gib,
+        default=None,
+        help=f"memory the build needs besides its jobs (default: {BuildConfig.mem_base_gib:g})",
+    )
+    group.add_argument(
+        "--host-tools",
+        default=None,
+        help="comma-separated tools --mode host needs (default: "
+        f"{','.join(BuildConfig.host_tools)})",
+    )
     add_switch(
         group,
         "--keep-recorded",
         default=None,
         help="when a rebuilt wheel differs from the one wheels.lock records, keep the "
-        "recorded file ($XLA_WHEELS_KEEP_RECORDED)",
+        "recorded file (default: $XLA_WHEELS_KEEP_RECORDED, else off)",
     )
     group.add_argument(
         "--build-tag",
         default=None,
         help="PEP 427 build number for a rebuilt wheel that differs from the recorded one "
-        "($XLA_WHEELS_BUILD_TAG)",
+        "(default: $XLA_WHEELS_BUILD_TAG, else none: such a wheel is refused)",
     )
-    group.add_argument("--compiler-env", default=None, help="e.g. 'CC=clang CXX=clang++'")
+    group.add_argument(
+        "--compiler-env",
+        default=None,
+        help="compilers of the build, quoted NAME=VALUE pairs (default: "
+        f"{shlex.join(f'{k}={v}' for k, v in BuildConfig.compiler_env)!r})",
+    )
 
 
 #: Disk and memory figures above this many GiB are typos, not machines.
@@ -320,8 +362,16 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
         add_common_arguments(parser)
         # Optional for argparse so that a missing bundle gets our message with make's
         # spelling (A=, B=) instead of argparse's "required: left".
-        parser.add_argument("left", nargs="?", default=None, metavar="A")
-        parser.add_argument("right", nargs="?", default=None, metavar="B")
+        parser.add_argument(
+            "left", nargs="?", default=None, metavar="A", help="a bundle (default: none)"
+        )
+        parser.add_argument(
+            "right",
+            nargs="?",
+            default=None,
+            metavar="B",
+            help="another bundle (default: the bundle A extends)",
+        )
         parser.set_defaults(handler=cmd_diff)
     elif name in _LAST_STAGE:
         add_bundle_arguments(parser, writes_bundle=True, dry_run=True)

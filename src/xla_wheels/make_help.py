@@ -1,0 +1,261 @@
+"""``make help``: every target, the variables it reads with their defaults, one example.
+
+Generated from data, never written by hand:
+
+- a target's summary is its ``## `` comment in the Makefile;
+- its variables are the entries of the Makefile's ``MAKE_VARIABLES`` table that its recipe
+  reads, through the flag groups it expands (a target without a recipe: its prerequisites');
+- a variable's text and default are its flag's ``--help`` text in the command the target
+  runs (:func:`xla_wheels.cli.help.option_help`); the few variables that are no flag of
+  the CLI are described in :data:`OTHER_VARIABLES`; examples are :data:`MAKE_EXAMPLES`.
+
+The text is written to ``make-help.txt`` next to this module, which ``make help`` prints:
+so it works on a fresh clone, before ``.venv`` (and the packages most commands import)
+exists. ``tests/test_help.py`` fails when that file is not what this module generates from
+today's Makefile and CLI; regenerate it with
+``.venv/bin/python -m xla_wheels.make_help --write``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import textwrap
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from xla_wheels.cli import build_parser
+from xla_wheels.cli.help import option_help
+
+HELP_FILE = Path(__file__).with_name("make-help.txt")
+MAKEFILE = Path(__file__).resolve().parents[2] / "Makefile"
+REGENERATE = ".venv/bin/python -m xla_wheels.make_help --write"
+
+#: One working command per target, shown last in its entry.
+MAKE_EXAMPLES: dict[str, str] = {
+    "help": "make help",
+    "venv": "make venv PYTHON_FOR_VENV=python3.12",
+    "cache-tools": "make cache-tools",
+    "test": "make test PYTEST_ARGS='tests/test_cli.py -q'",
+    "test-fast": "make test-fast PYTEST_ARGS='-x'",
+    "lint": "make lint",
+    "demo": "make demo DEMO_DIR=/tmp/xla-wheels-demo",
+    "bundles": "make bundles",
+    "diff": "make diff A=v6e-2.9 B=v6e-2.11",
+    "sources": "make sources BUNDLE=v6e-2.11",
+    "patch": "make patch BUNDLE=v6e-2.11",
+    "patches-check": "make patches-check BUNDLE=v6e-2.11 TORCH_XLA_SRC=../pytorch-xla",
+    "patch-export": "make patch-export BUNDLE=v6e-2.11 COMPONENT=torch_xla",
+    "patch-rebase": "make patch-rebase BUNDLE=v6e-2.11 ONTO=<commit>",
+    "builder-image": "make builder-image ENGINE=podman",
+    "wheels": "make wheels BUNDLE=v6e-2.11",
+    "lock": "make lock BUNDLE=v6e-2.11",
+    "lock-check": "make lock-check",
+    "launch-env": "make launch-env BUNDLE=v6e-2.11 PROFILE=train ROLE=writer",
+    "clean": "make clean",
+    "publish": "make publish BUNDLE=v6e-2.11 DRY_RUN=1",
+    "requirements": "make requirements BUNDLE=v6e-2.11",
+    "verify-install": "make verify-install BUNDLE=v6e-2.11",
+    "doctor": "make doctor BUNDLE=v6e-2.11 ROLE=writer",
+    "promote": "make promote BUNDLE=v6e-2.11 LANE=preferred DRY_RUN=1",
+    "compare": "make compare A=v6e-2.9 B=v6e-2.11",
+    "lanes": "make lanes",
+    "attest": "make attest BUNDLE=v6e-2.11 SIGNING_KEY=team-key.pem",
+    "rebuild-check": "make rebuild-check BUNDLE=v6e-2.11",
+    "abi-check": "make abi-check STOCK=2.8.0:2.9.0",
+    "gate": "make gate GATE_DEVICE=CPU CHECKS=restart,cache-key",
+    "bench-restart": "make bench-restart ROUNDS=5",
+}
+
+#: The variables of MAKE_VARIABLES that are no flag of the CLI (``NAME=`` in the table);
+#: ``{default}`` is the value the Makefile itself gives the variable.
+OTHER_VARIABLES: dict[str, str] = {
+    "PYTHON_FOR_VENV": "interpreter .venv is created with, Python 3.11 or newer "
+    "(default: {default})",
+    "PYTEST_ARGS": "more pytest arguments: test files, -k, -x (default: none)",
+    "BUILD_ARGS": "Dockerfile ARGs as NAME=VALUE words, each passed as --build-arg: "
+    "BASE_IMAGE, LLVM_APT_BASE, BAZELISK_BASE_URL point the build at mirrors (default: none)",
+    "GATE_ARGS": "more flags of the gate command, e.g. --record-baseline (default: none)",
+    "SOURCE_DATE_EPOCH": "the reproducible-builds timestamp of the wheels, seconds since 1970 "
+    "(default: the torch_xla commit's date)",
+}
+
+#: Make's own names in a recipe that are no variable of the table.
+_REFERENCE = re.compile(r"\$\((?:call\s+[a-z_]+,)?([A-Za-z_][A-Za-z0-9_]*)")
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    summary: str
+    commands: tuple[str, ...]
+    """The CLI subcommands its recipe runs (``demo``: ``python -m xla_wheels.demo``)."""
+    variables: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Makefile:
+    table: dict[str, str]
+    """MAKE_VARIABLES: name -> flag ('' when not a flag)."""
+    targets: tuple[Target, ...]
+    defaults: dict[str, str]
+    """The variables the Makefile gives a default of its own (``NAME ?= value``)."""
+
+
+def read_makefile(text: str) -> Makefile:
+    """The documented targets of a Makefile, each with what its recipe reads."""
+    definitions: dict[str, str] = {}
+    defaults: dict[str, str] = {}
+    rules: dict[str, tuple[str, list[str]]] = {}
+    documented: list[tuple[str, str]] = []
+    current: list[str] | None = None
+    for line in text.replace("\\\n", " ").splitlines():
+        if line.startswith("\t"):
+            if current is not None:
+                current.append(line)
+            continue
+        if match := re.match(r"^([A-Za-z_][A-Za-z0-9_]*)\s*(:=|\?=|=)\s*(.*)$", line):
+            definitions[match.group(1)] = match.group(3)
+            if match.group(2) == "?=":
+                defaults[match.group(1)] = match.group(3).strip()
+            current = None
+        elif match := re.match(r"^([^\s#.][^:=]*?):(?!=)(.*)$", line):
+            prerequisites, _, summary = match.group(2).partition("## ")
+            current = []
+            rules[match.group(1)] = (prerequisites, current)
+            if summary:
+                documented.append((match.group(1), summary.strip()))
+        elif line.strip() and not line.startswith("#"):
+            current = None
+    table = dict(entry.partition("=")[::2] for entry in definitions["MAKE_VARIABLES"].split())
+
+    def reads(text: str, seen: set[str]) -> list[str]:
+        found: list[str] = []
+        for name in _REFERENCE.findall(text):
+            if name in seen:
+                continue
+            seen.add(name)
+            if name in table:
+                found.append(name)
+            elif name in definitions:
+                found += reads(definitions[name], seen)
+        return found
+
+    targets = []
+    for name, summary in documented:
+        prerequisites, recipe = rules[name]
+        if not recipe:
+            # A target that only names prerequisites (venv) reads what they read.
+            recipe = [line for p in prerequisites.split() for line in rules.get(p, ("", []))[1]]
+        body = "\n".join(recipe)
+        commands = re.findall(r"\$\(CLI\)\s+([a-z][a-z-]*)", body)
+        if "-m xla_wheels.demo" in body:
+            commands.append("demo")
+        targets.append(Target(name, summary, tuple(commands), tuple(reads(body, set()))))
+    return Makefile(table, tuple(targets), defaults)
+
+
+def _parser_of(command: str) -> argparse.ArgumentParser:
+    if command == "demo":
+        from xla_wheels.demo import build_parser as demo_parser
+
+        return demo_parser()
+    parser = build_parser(command)
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return subparsers.choices[command]
+
+
+def variable_text(makefile: Makefile, name: str, commands: Sequence[str]) -> str:
+    """What variable ``name`` means for a target running ``commands``, its default included."""
+    if name in OTHER_VARIABLES:
+        return OTHER_VARIABLES[name].format(default=makefile.defaults.get(name, "none"))
+    flag = makefile.table[name]
+    refused = False
+    for command in commands:
+        for action in _parser_of(command)._actions:
+            shown = action.metavar if isinstance(action.metavar, str) else action.dest
+            positional = not action.option_strings and shown.upper() == name
+            if flag not in action.option_strings and not (not flag and positional):
+                continue
+            if action.help == argparse.SUPPRESS:
+                refused = True  # this command has no such setting; another may
+                continue
+            return option_help(action)
+    if refused:
+        return "this target has no dry run: on is refused, never ignored (default: off)"
+    raise LookupError(
+        f"the Makefile passes {name} ({flag or 'no flag'}) to {', '.join(commands) or 'nothing'}"
+        ", which has no such argument"
+    )
+
+
+def render(makefile: Makefile) -> str:
+    """The text ``make help`` prints."""
+    width = 100
+    lines = [
+        "Usage: make <target> [VARIABLE=value ...]",
+        "",
+        "Each target runs one command of the pipeline's CLI, python -m xla_wheels <command>;",
+        "`.venv/bin/python -m xla_wheels <command> --help` lists all of its options.",
+        "",
+    ]
+    for target in makefile.targets:
+        lines.append(f"make {target.name:<16} {target.summary}")
+        if target.commands:
+            lines.append(f"    runs: {', '.join(_shown_command(c) for c in target.commands)}")
+        for name in target.variables:
+            text = variable_text(makefile, name, target.commands)
+            lines += textwrap.wrap(
+                text,
+                width=width,
+                initial_indent=f"    {name:<18}  ",
+                subsequent_indent=" " * 24,
+                break_on_hyphens=False,
+            )
+        lines.append(f"    example: {MAKE_EXAMPLES[target.name]}")
+        lines.append("")
+    lines += [
+        "A variable left unset adds no flag: the command then reads its XLA_WHEELS_<NAME>",
+        "environment variable where the text names one, else takes the default shown.",
+        "Targets that run a command create .venv first when it is missing:",
+        *textwrap.wrap(
+            variable_text(makefile, "PYTHON_FOR_VENV", ()),
+            width=width,
+            initial_indent=f"    {'PYTHON_FOR_VENV':<18}  ",
+            subsequent_indent=" " * 24,
+        ),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _shown_command(command: str) -> str:
+    return "python -m xla_wheels.demo" if command == "demo" else f"xla-wheels {command}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m xla_wheels.make_help",
+        description="Generate the text `make help` prints from the Makefile and the CLI.",
+    )
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--write", action="store_true", help=f"write {HELP_FILE.name}")
+    mode.add_argument("--check", action="store_true", help=f"fail when {HELP_FILE.name} differs")
+    args = parser.parse_args(argv)
+    text = render(read_makefile(MAKEFILE.read_text()))
+    if args.write:
+        HELP_FILE.write_text(text)
+        return 0
+    if not HELP_FILE.is_file() or HELP_FILE.read_text() != text:
+        print(
+            f"error: {HELP_FILE.name} is not what the Makefile and the CLI say today\n"
+            f"  fix: {REGENERATE}",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

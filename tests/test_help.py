@@ -1,0 +1,197 @@
+"""Help written for the user: `make help` and every subcommand's `--help`.
+
+`make help` names, for every target, each variable it reads with that variable's default,
+and one example; it works before `.venv` exists. Each subcommand's `--help` says what it
+does in plain words (no rST markup from internal docstrings), lists every option with its
+default and ends with an example.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.gitrepos import REPO_ROOT
+from xla_wheels.cli import COMMANDS, build_parser
+
+#: Sphinx/rST markup of internal docstrings: never in what a user reads.
+MARKUP = re.compile(r"``|:class:|:func:|:data:|:meth:|:mod:|:attr:")
+
+
+def _make(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["make", "-s", "--no-print-directory", *argv], cwd=REPO_ROOT, text=True,
+        capture_output=True, check=False, env={"PATH": os.environ["PATH"]}, timeout=60,
+    )  # fmt: skip
+
+
+def _help_targets() -> list[str]:
+    """The targets the Makefile documents (a `## summary` after the rule)."""
+    text = (REPO_ROOT / "Makefile").read_text()
+    return re.findall(r"^([a-z][a-z-]*):[^\n]*## ", text, re.MULTILINE)
+
+
+def _make_variables() -> list[str]:
+    """The names of MAKE_VARIABLES, as make itself reads the table."""
+    process = _make("--eval", "print-table: ; @echo $(MAKE_VARIABLES)", "print-table")
+    assert process.returncode == 0, process.stderr
+    return [entry.partition("=")[0] for entry in process.stdout.split()]
+
+
+def _variables_passed(target: str, names: list[str]) -> set[str]:
+    """The variables whose value `make -n target` puts into the commands it would run: every
+    variable is given a value of its own, nothing runs."""
+    process = _make("-n", target, *(f"{name}=@@{name}@@" for name in names))
+    assert process.returncode == 0, process.stderr
+    return {name for name in names if f"@@{name}@@" in process.stdout}
+
+
+def _blocks(help_text: str) -> dict[str, list[str]]:
+    """`make help`'s text per target: its header line `make <target> ...` and what follows,
+    up to the next blank line."""
+    blocks: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in help_text.splitlines():
+        if line.startswith("make "):
+            current = blocks.setdefault(line.split()[1], [line])
+        elif not line.strip():
+            current = None
+        elif current is not None:
+            current.append(line)
+    return blocks
+
+
+def _variable_entries(block: list[str]) -> dict[str, str]:
+    """A block's variables: `    NAME  text`, continued on deeper-indented lines."""
+    entries: dict[str, str] = {}
+    name = None
+    for line in block[1:]:
+        if match := re.match(r"^    ([A-Z][A-Z0-9_]*)  +(.*)$", line):
+            name = match.group(1)
+            entries[name] = match.group(2)
+        elif name is not None and line.startswith("      "):
+            entries[name] += " " + line.strip()
+        else:
+            name = None
+    return entries
+
+
+@pytest.fixture(scope="module")
+def make_help() -> str:
+    process = _make("help")
+    assert process.returncode == 0, process.stderr
+    return process.stdout
+
+
+def test_make_help_lists_every_target_with_the_variables_it_passes(make_help: str) -> None:
+    names = [name for name in _make_variables() if name != "PYTHON_FOR_VENV"]
+    assert {"BUNDLE", "DRY_RUN", "JOBS", "INDEX_URL"} <= set(names)
+    blocks = _blocks(make_help)
+    targets = _help_targets()
+    assert {"wheels", "gate", "publish", "verify-install", "doctor", "help"} <= set(targets)
+    shown_anywhere: set[str] = set()
+    for target in targets:
+        assert target in blocks, f"make help does not list {target}"
+        entries = _variable_entries(blocks[target])
+        shown_anywhere |= set(entries)
+        missing = _variables_passed(target, names) - set(entries)
+        assert not missing, f"make help for {target} does not name {sorted(missing)}"
+    # Every variable of the table is some target's, with the ones every target shares
+    # (the interpreter .venv is made with) named once in the footer.
+    assert set(names) <= shown_anywhere
+    assert "PYTHON_FOR_VENV" in make_help
+
+
+def test_every_variable_make_help_names_has_its_default(make_help: str) -> None:
+    seen = 0
+    for target, block in _blocks(make_help).items():
+        for name, text in _variable_entries(block).items():
+            assert "default" in text, f"make help for {target}: {name} has no default: {text}"
+            seen += 1
+    assert seen > 50  # the targets' variables, not an empty list, were checked
+
+
+def test_every_target_has_an_example_of_itself(make_help: str) -> None:
+    blocks = _blocks(make_help)
+    for target in _help_targets():
+        examples = [line.strip() for line in blocks[target] if "example:" in line]
+        assert len(examples) == 1, f"make help for {target}: {examples}"
+        assert examples[0].startswith(f"example: make {target}"), examples[0]
+
+
+def test_make_help_promises_nothing_it_does_not_show(make_help: str) -> None:
+    # The old footer sent the reader to "the CLI flags above", which it did not show.
+    assert "above" not in make_help
+    assert MARKUP.search(make_help) is None
+
+
+def test_make_help_works_before_the_venv_exists(tmp_path) -> None:
+    venv = tmp_path / "no-venv-yet"
+    process = _make("help", f"VENV={venv}")
+    assert process.returncode == 0, process.stderr
+    assert "make wheels" in process.stdout
+    assert not venv.exists()
+
+
+def test_make_help_is_what_the_makefile_and_the_cli_say_today() -> None:
+    # make help prints a text generated from the Makefile and the CLI's parsers (so that it
+    # needs no venv); a change to either without regenerating it is caught here.
+    process = subprocess.run(
+        [sys.executable, "-m", "xla_wheels.make_help", "--check"], cwd=REPO_ROOT,
+        text=True, capture_output=True, check=False, timeout=120,
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO_ROOT / "src")},
+    )  # fmt: skip
+    assert process.returncode == 0, process.stdout + process.stderr
+
+
+def _subparser(name: str) -> argparse.ArgumentParser:
+    parser = build_parser(name)
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return subparsers.choices[name]
+
+
+def _help_of(*argv: str) -> str:
+    process = subprocess.run(
+        [sys.executable, "-m", "xla_wheels", *argv, "--help"], cwd=REPO_ROOT, text=True,
+        capture_output=True, check=False, timeout=120,
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO_ROOT / "src")},
+    )  # fmt: skip
+    assert process.returncode == 0, process.stderr
+    return process.stdout
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_every_subcommand_help_is_written_for_the_user(name: str) -> None:
+    text = _help_of(name)
+    assert text.startswith(f"usage: xla-wheels {name}"), text[:200]
+    assert MARKUP.search(text) is None, MARKUP.search(text)
+    # It ends with one example of itself.
+    examples = [line for line in text.splitlines() if line.lower().startswith("example")]
+    assert len(examples) == 1, text
+    assert f"xla-wheels {name}" in text.split(examples[0], 1)[1]
+    for action in _subparser(name)._actions:
+        if action.help == argparse.SUPPRESS or isinstance(action, argparse._HelpAction):
+            continue
+        shown = action.option_strings or [action.metavar or action.dest]
+        for spelling in shown:
+            assert spelling in text, f"{name} --help does not show {spelling}"
+        assert action.help and "default" in action.help.lower() + _formatted(
+            name, action
+        ), f"{name} --help: {'/'.join(shown)} does not say its default"
+
+
+def _formatted(name: str, action: argparse.Action) -> str:
+    # The option's help as --help prints it (the formatter may add the default).
+    formatter = _subparser(name)._get_formatter()
+    return formatter._expand_help(action) if action.help else ""
+
+
+def test_top_level_help_ends_with_an_example() -> None:
+    text = _help_of()
+    assert MARKUP.search(text) is None
+    assert "example" in text.lower() and "xla-wheels wheels --bundle" in text
