@@ -33,6 +33,7 @@ import threading
 import time
 import urllib.error
 import urllib.parse
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
@@ -131,6 +132,33 @@ def url_fault(error: BaseException) -> Transient | None:
     if isinstance(reason, OSError) and reason.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH):
         return Transient("unreachable", str(reason))
     return None
+
+
+def copy_url(
+    request: str | urllib.request.Request,
+    write: Callable[[bytes], object],
+    *,
+    limit_s: float,
+    socket_timeout_s: float,
+) -> None:
+    """Stream the body at ``request`` into ``write``, one attempt of a download step.
+
+    ``socket_timeout_s`` bounds each wait for bytes; ``limit_s`` the whole transfer, so a
+    trickle that never stalls still ends. A fault retrying can help is raised as
+    :class:`Transient`; any other ``OSError`` propagates for the caller to name."""
+    deadline = time.monotonic() + limit_s
+    try:
+        with urllib.request.urlopen(request, timeout=socket_timeout_s) as response:
+            # read1, not read: read(n) waits for all n bytes, so a server trickling a
+            # byte at a time would hold one call past any deadline checked between calls.
+            while chunk := response.read1(1 << 20):
+                write(chunk)
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"not complete after {limit_s:g}s")
+    except OSError as error:
+        if fault := url_fault(error):
+            raise fault from None
+        raise
 
 
 def with_retries(

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import time
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,8 +41,8 @@ from xla_wheels.retrying import (
     TIMEOUT_SETTING,
     Transient,
     attempts_text,
+    copy_url,
     host_of,
-    url_fault,
     with_retries,
 )
 from xla_wheels.wheel_filename import parse_wheel_name
@@ -133,20 +132,10 @@ def _download(url: str, lane: Lane, dest: Path, size: int, network: NetworkPolic
     shown = scrub(url, credentials.secrets)
 
     def download(limit: float) -> None:
-        # ``limit`` bounds each wait for bytes (the socket timeout) and the whole copy.
-        deadline = time.monotonic() + limit
         try:
-            with (
-                urllib.request.urlopen(request, timeout=network.timeout_s) as response,
-                dest.open("wb") as handle,
-            ):
-                while chunk := response.read(1 << 20):
-                    handle.write(chunk)
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(f"not complete after {limit:g}s")
+            with dest.open("wb") as handle:
+                copy_url(request, handle.write, limit_s=limit, socket_timeout_s=network.timeout_s)
         except OSError as error:
-            if fault := url_fault(error):
-                raise fault from None
             raise PublishError(
                 f"could not download {shown} from lane {lane.name}: "
                 f"{scrub(str(error), credentials.secrets)}",

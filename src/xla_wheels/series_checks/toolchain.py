@@ -28,9 +28,6 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import time
-import urllib.error
-import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -41,8 +38,8 @@ from xla_wheels.retrying import (
     TIMEOUT_SETTING,
     Transient,
     attempts_text,
+    copy_url,
     host_of,
-    url_fault,
     with_retries,
 )
 from xla_wheels.waitlock import make_once
@@ -200,18 +197,10 @@ def download(package: DebianPackage, dest_dir: Path, network: NetworkPolicy) -> 
     host = host_of(package.url)
 
     def fetch(limit: float) -> bytes:
-        # The socket timeout bounds each wait for bytes; ``limit`` the whole download.
-        deadline = time.monotonic() + limit
         chunks: list[bytes] = []
         try:
-            with urllib.request.urlopen(package.url, timeout=network.timeout_s) as response:
-                while chunk := response.read(1 << 20):
-                    chunks.append(chunk)
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(f"not complete after {limit:g}s")
-        except (urllib.error.URLError, OSError) as error:
-            if fault := url_fault(error):
-                raise fault from None
+            copy_url(package.url, chunks.append, limit_s=limit, socket_timeout_s=network.timeout_s)
+        except OSError as error:
             raise ToolchainError(
                 f"cannot download {package.name} {package.version} from {package.url}: {error}",
                 fix=_pin_fix(package),
