@@ -291,3 +291,17 @@ def cached_stock_wheel(version: str, python_version: str) -> Path:
             raise
         (wheel,) = cache.glob("torch_xla-*.whl")
         return wheel
+
+
+def host_venv(tmp_path: Path, wheels: list[Path]) -> Path:
+    """The Python of a fresh venv standing for a training host, with ``wheels`` installed
+    from the files alone (no index, no dependencies)."""
+    venv = tmp_path / "host"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    python = venv / "bin" / "python"
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+         *map(str, wheels)],
+        check=True, timeout=300,
+    )  # fmt: skip
+    return python

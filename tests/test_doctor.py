@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,24 +13,12 @@ from tests.publish_support import (
     TORCH_VERSION,
     XLA_VERSION,
     build_wheel,
+    host_venv,
     make_publish_project,
 )
 from xla_wheels.publish.doctor import DoctorReport, check_abi, check_environment, mount_of
 
 GOOD_ENV = {"PJRT_DEVICE": "TPU", "XLA_NO_SPECIAL_SCALARS": "1"}
-
-
-def _host_env(tmp_path: Path, wheels: list[Path]) -> Path:
-    """A venv standing for a training host, with ``wheels`` installed (no index)."""
-    venv = tmp_path / "host"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    python = venv / "bin" / "python"
-    subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
-         *map(str, wheels)],
-        check=True, timeout=300,
-    )  # fmt: skip
-    return python
 
 
 def _doctor(project: Path, python: Path, env: dict[str, str]) -> CliResult:
@@ -57,7 +43,7 @@ def test_healthy_host_passes_without_importing_torch_xla(
 ) -> None:
     wheels, marker = poisoned
     project = make_publish_project(tmp_path, wheels)
-    python = _host_env(tmp_path, wheels)
+    python = host_venv(tmp_path, wheels)
     # The contract's directory: named after the bundle and the full torch_xla version.
     cache = tmp_path / f"xla_cache_{BUNDLE}_txla{XLA_VERSION}"
     cache.mkdir()
@@ -89,7 +75,7 @@ def test_a_cache_path_that_does_not_name_the_build_fails_with_the_recommended_pa
 ) -> None:
     wheels, _ = poisoned
     project = make_publish_project(tmp_path, wheels)
-    python = _host_env(tmp_path, wheels)
+    python = host_venv(tmp_path, wheels)
     cache = tmp_path / "xla-cache"
     cache.mkdir()
     env = {**GOOD_ENV, "XLA_PERSISTENT_CACHE_PATH": str(cache), "XLA_WHEELS_ROLE": "reader"}
@@ -107,7 +93,7 @@ def test_misconfigured_host_lists_each_problem_and_fix(
 ) -> None:
     wheels, marker = poisoned
     project = make_publish_project(tmp_path, wheels)
-    python = _host_env(tmp_path, wheels[:1])  # torch only: torch_xla is missing
+    python = host_venv(tmp_path, wheels[:1])  # torch only: torch_xla is missing
     unset = {"PJRT_DEVICE": "", "XLA_NO_SPECIAL_SCALARS": "0", "XLA_PERSISTENT_CACHE_PATH": ""}
     result = _doctor(project, python, unset)
     assert result.exit_code == 1, result.output
@@ -125,7 +111,7 @@ def test_wrong_version_is_reported(tmp_path: Path, poisoned: tuple[list[Path], P
     wheels, _ = poisoned
     other = build_wheel(tmp_path, "torch_xla", "2.9.0", "torch_xla", {"__init__.py": ""})
     project = make_publish_project(tmp_path, wheels)
-    python = _host_env(tmp_path, [wheels[0], other])
+    python = host_venv(tmp_path, [wheels[0], other])
     cache = tmp_path / "c"
     cache.mkdir()
     env = {**GOOD_ENV, "XLA_PERSISTENT_CACHE_PATH": str(cache)}

@@ -8,8 +8,6 @@ from __future__ import annotations
 import base64
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,6 +22,7 @@ from tests.publish_support import (
     XLA_SHA,
     XLA_VERSION,
     build_fake_wheels,
+    host_venv,
     make_publish_project,
     provenance,
 )
@@ -233,13 +232,7 @@ def test_verify_install_and_doctor_verify_with_the_team_public_key(
     assert refused.exit_code == 1
     assert "does not verify with the team's public key" in refused.stdout
 
-    venv = tmp_path / "host"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    python = venv / "bin" / "python"
-    subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", *map(str, wheels)],
-        check=True, timeout=300,
-    )  # fmt: skip
+    python = host_venv(tmp_path, wheels)
     cache = tmp_path / f"xla_cache_{BUNDLE}_txla{XLA_VERSION}"  # the contract's name
     cache.mkdir()
     env = {

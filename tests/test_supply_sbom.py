@@ -20,6 +20,7 @@ from tests.publish_support import (
     BUNDLE,
     XLA_VERSION,
     build_fake_wheels,
+    host_venv,
     make_publish_project,
     provenance,
 )
@@ -104,25 +105,13 @@ def test_each_built_wheel_carries_its_sbom_from_the_provenance(
     )
 
 
-def _host(tmp_path: Path, wheels: list[Path]) -> Path:
-    venv = tmp_path / "host"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    python = venv / "bin" / "python"
-    subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
-         *map(str, wheels)],
-        check=True, timeout=300,
-    )  # fmt: skip
-    return python
-
-
 def test_doctor_reads_the_sboms_and_names_a_changed_byte(tmp_path: Path) -> None:
     fake = build_fake_wheels(tmp_path / "wheels")
     wheels = [fake.torch, fake.torch_xla]
     for wheel in wheels:
         sbom.add_sbom(wheel, provenance(), EPOCH)
     project = make_publish_project(tmp_path, wheels)
-    python = _host(tmp_path, wheels)
+    python = host_venv(tmp_path, wheels)
     cache = tmp_path / f"xla_cache_{BUNDLE}_txla{XLA_VERSION}"  # the contract's name
     cache.mkdir()
     env = {
