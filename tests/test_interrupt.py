@@ -82,7 +82,13 @@ def test_ctrl_c_ends_cleanly(step: str, tmp_path: Path, syn: Synthetic) -> None:
             time.sleep(0.2)
         slow_pid = int(pidfile.read_text())
         os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
-        _, stderr = process.communicate(timeout=60)
+        try:
+            _, stderr = process.communicate(timeout=60)
+        except subprocess.TimeoutExpired as late:
+            # Say where the run stood when it did not end: the tail of its own stderr.
+            shown = late.stderr or b""
+            shown = shown.decode(errors="replace") if isinstance(shown, bytes) else shown
+            pytest.fail(f"the run did not end within 60 s of Ctrl-C; its stderr:\n{shown[-4000:]}")
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
