@@ -49,6 +49,14 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
+def _as_from_a_terminal() -> None:
+    """SIGINT handled as in a terminal's foreground job. A command started with ``&`` by a
+    non-interactive shell (``nohup bash -c '... &'``, as CI runners do) inherits SIGINT
+    ignored, and Python then installs no KeyboardInterrupt handler: the run would never
+    see the Ctrl-C this test sends (it failed that way in CI, never in a terminal)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("step", ["build", "ship-check"])
 def test_ctrl_c_ends_cleanly(step: str, tmp_path: Path, syn: Synthetic) -> None:
     before = _state(syn.root)
@@ -73,6 +81,7 @@ def test_ctrl_c_ends_cleanly(step: str, tmp_path: Path, syn: Synthetic) -> None:
         [sys.executable, "-m", "xla_wheels", *cli_args(syn, *HOST, *extra)],
         env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         start_new_session=True,
+        preexec_fn=_as_from_a_terminal,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 300
