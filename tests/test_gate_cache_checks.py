@@ -97,10 +97,13 @@ def test_stock_2_7_0_spmd_warm_restart_is_reported_as_hung_with_native_stacks(ga
     assert len(hung) == 1, check["runs"]  # no further loader starts after a hang
     run = hung[0]
     cold = next(r for r in check["runs"] if r["name"] == "cold-1")
-    # Bounded by the cold run, not by the ten-minute child timeout.
+    # Bounded by the cold run, not by the ten-minute child timeout...
     assert run["hang_bound_s"] == pytest.approx(3 * cold["wall_s"] + 30, abs=1)
     assert run["hang_bound_s"] < 600
+    # ...and ended sooner still: on CPU its threads all wait, so it used no CPU time.
+    assert run["stalled_s"] >= restart.RestartConfig().stall_s
     reason = next(r for r in check["reasons"] if r.startswith(f"{run['name']} hung"))
+    assert f"used no CPU time for {run['stalled_s']:.0f}s" in reason
     if shutil.which("gdb"):
         stacks = Path(run["stacks"]).read_text()
         assert run["native_stacks"] == stacks  # carried in report.json itself

@@ -106,6 +106,18 @@ def test_a_hung_warm_run_fails_naming_the_bound_and_the_native_stacks(tmp_path):
     assert result.figures["hung"] == ["warm-1"]
 
 
+def test_a_stalled_warm_run_fails_naming_the_stall_and_its_bound(tmp_path):
+    cold = [row(tmp_path, "cold-1", misses=2, compiles=2)]
+    hung = row(tmp_path, "warm-1", timed_out=True, extra={"stalled_s": 15.0})
+    hung.update({"hang_bound_s": 75.0, "hang_rule": "3 x the cold run's 15s + 30s"})
+    result = restart.judge_restart(cold, [hung], None, {}, None, restart.RestartConfig(), None)
+    assert result.reasons[0].startswith("warm-1 hung: used no CPU time for 15s (on CPU ")
+    assert (
+        "of its 75s bound (3 x the cold run's 15s + 30s); process group killed"
+        in (result.reasons[0])
+    )
+
+
 def test_a_hang_without_gdb_says_there_are_no_stacks_and_why(tmp_path):
     hung = row(tmp_path, "warm-1", timed_out=True, extra={"stacks_error": "gdb is not installed"})
     hung.update({"hang_bound_s": 75.0, "hang_rule": "r"})

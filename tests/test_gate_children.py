@@ -1,4 +1,5 @@
-"""Children run side by side (gate/children.py ``run_side_by_side``), with real processes.
+"""Children run side by side (gate/children.py ``run_side_by_side``) and a stalled child is
+stopped early (``stall_s``), with real processes.
 
 Each child here waits for its peer to have started: run one after the other, the first
 would wait in vain; side by side, each sees the other.
@@ -7,9 +8,10 @@ would wait in vain; side by side, each sees the other.
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
-from xla_wheels.gate.children import ChildSpec, run_side_by_side, runtime_env
+from xla_wheels.gate.children import ChildSpec, run_child, run_side_by_side, runtime_env
 
 # A child with the gate's contract (--out JSON report, standard library only).
 PEER_WAITER = """
@@ -59,3 +61,54 @@ def test_on_a_tpu_children_run_one_after_the_other(tmp_path: Path) -> None:
     results = run_side_by_side(sys.executable, tmp_path / "runs", specs, 60, device="TPU")
     # The first finished before the second started, so only the second saw its peer.
     assert [r.report["saw_peer"] for r in results if r.report] == [False, True]
+
+
+# A child that first computes for a while, then either keeps computing or blocks forever
+# (as stock 2.7.0's SPMD warm run blocks in XLA's rendezvous).
+COMPUTE_THEN = """
+import argparse, json, pathlib, threading, time
+parser = argparse.ArgumentParser()
+parser.add_argument("--out"); parser.add_argument("--then"); parser.add_argument("--for-s")
+args = parser.parse_args()
+def spin(seconds):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+spin(1.0)
+if args.then == "block":
+    threading.Event().wait()
+spin(float(args.for_s))
+pathlib.Path(args.out).write_text(json.dumps({"ok": True}))
+"""
+
+
+def _compute_then(tmp_path: Path, then: str, for_s: float, stall_s: float | None, timeout: float):
+    script = tmp_path / "compute_then.py"
+    script.write_text(COMPUTE_THEN)
+    args = ["--then", then, "--for-s", str(for_s)]
+    began = time.monotonic()
+    result = run_child(
+        sys.executable, then, tmp_path / "runs", args, runtime_env("CPU"), timeout,
+        stall_s=stall_s, script=script,
+    )  # fmt: skip
+    return result, time.monotonic() - began
+
+
+def test_a_child_that_stops_using_cpu_is_killed_after_the_stall_window(tmp_path: Path) -> None:
+    result, took = _compute_then(tmp_path, "block", 0, stall_s=2.0, timeout=60)
+    assert result.timed_out and not result.ok
+    assert 2.0 <= result.extra["stalled_s"] < 4.0
+    assert took < 15, "killed at the stall, long before its 60 s bound"
+    assert "used no CPU time for 2s" in result.failure()
+
+
+def test_a_child_computing_longer_than_the_stall_window_is_left_to_finish(tmp_path: Path) -> None:
+    result, _ = _compute_then(tmp_path, "compute", 4.0, stall_s=2.0, timeout=60)
+    assert result.ok, result.failure()
+    assert "stalled_s" not in result.extra
+
+
+def test_without_a_stall_window_a_blocked_child_runs_to_its_bound(tmp_path: Path) -> None:
+    result, took = _compute_then(tmp_path, "block", 0, stall_s=None, timeout=4)
+    assert result.timed_out and "stalled_s" not in result.extra
+    assert took >= 4

@@ -4,6 +4,12 @@ Each child gets its own process group, a timeout, and a JSON report file; its st
 stderr (torch and XLA logs) go to a log file next to the report, kept as evidence. On a
 timeout the whole process group is terminated, then killed, so a hung compile or a
 grandchild never outlives the gate.
+
+A child may also be watched for a stall (``stall_s``): on the CPU device every step is
+computed by the child's own threads, so a child that used no CPU time for that long is
+waiting for something that will not come (stock 2.7.0's SPMD warm run blocks in XLA's
+collective rendezvous, every thread in a futex wait). It is then handled as a timeout at
+once instead of at the end of its time bound, which on that control was 60 s sooner.
 """
 
 from __future__ import annotations
@@ -24,6 +30,14 @@ from xla_wheels.gate.stacks import capture_native_stacks, summarize_stacks
 CHILD_SCRIPT = Path(__file__).with_name("child_workload.py")
 #: Seconds between SIGTERM and SIGKILL to a timed-out process group.
 KILL_GRACE_S = 5.0
+#: A watched child is stalled when it used less than this share of one core over the last
+#: ``stall_s`` seconds. Not zero: a blocked process still wakes now and then (a logging
+#: thread, a timed wait that rearms). Far below what the busiest machine leaves a runnable
+#: process: ten runnable processes on two cores still give each 20 %.
+STALL_CPU_SHARE = 0.01
+#: How often a watched child's CPU time is read.
+_POLL_S = 1.0
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -45,6 +59,11 @@ class ChildResult:
 
     def failure(self) -> str:
         """One line saying why this child produced no usable report."""
+        if "stalled_s" in self.extra:
+            return (
+                f"{self.name}: used no CPU time for {self.extra['stalled_s']:.0f}s, killed after "
+                f"{self.wall_s:.0f}s (process group killed)"
+            )
         if self.timed_out:
             return f"{self.name}: timed out after {self.wall_s:.0f}s (process group killed)"
         if self.report is not None and not self.report.get("ok"):
@@ -120,19 +139,63 @@ def start_child(
     return process, argv, out, log_path, time.monotonic()
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """CPU time (user + system, every thread) a live process has used; None when unreadable."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    # After the command name: state is field 3 of stat(5), utime 14 and stime 15.
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+def _wait(
+    process: subprocess.Popen[bytes], began: float, timeout_s: float, stall_s: float | None
+) -> float | None:
+    """Wait for the child's end. Raise ``TimeoutExpired`` past ``timeout_s``; return the
+    window when it stalled first (see the module doc), else None."""
+    deadline = began + timeout_s
+    samples: list[tuple[float, float]] = []
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise subprocess.TimeoutExpired(process.args, timeout_s)
+        try:
+            process.wait(timeout=min(remaining, _POLL_S) if stall_s else remaining)
+            return None
+        except subprocess.TimeoutExpired:
+            if stall_s is None:
+                continue
+        now, used = time.monotonic(), cpu_seconds(process.pid)
+        if used is None:
+            continue
+        samples.append((now, used))
+        old = [sample for sample in samples if sample[0] <= now - stall_s]
+        if old:
+            then, used_then = old[-1]
+            if used - used_then < STALL_CPU_SHARE * (now - then):
+                return now - then
+            samples = samples[len(old) - 1 :]
+
+
 def finish_child(
     started: tuple[subprocess.Popen[bytes], list[str], Path, Path, float],
     name: str,
     timeout_s: float,
     *,
     stacks_on_timeout: bool = False,
+    stall_s: float | None = None,
 ) -> ChildResult:
-    """Wait for a child; on timeout (optionally after taking its native stacks) kill it."""
+    """Wait for a child; on timeout or a stall (``stall_s``; optionally after taking its
+    native stacks) kill it."""
     process, argv, out, log_path, began = started
     timed_out = False
     extra: dict[str, Any] = {}
     try:
-        process.wait(timeout=max(0.0, timeout_s - (time.monotonic() - began)))
+        stalled = _wait(process, began, timeout_s, stall_s)
+        if stalled is not None:
+            extra["stalled_s"] = round(stalled, 1)
+            raise subprocess.TimeoutExpired(argv, timeout_s)
     except subprocess.TimeoutExpired:
         timed_out = True
         if stacks_on_timeout:
@@ -182,6 +245,7 @@ def run_child(
     timeout_s: float,
     *,
     stacks_on_timeout: bool = False,
+    stall_s: float | None = None,
     script: Path = CHILD_SCRIPT,
 ) -> ChildResult:
     return finish_child(
@@ -189,6 +253,7 @@ def run_child(
         name,
         timeout_s,
         stacks_on_timeout=stacks_on_timeout,
+        stall_s=stall_s,
     )
 
 

@@ -32,6 +32,8 @@ children's reports and the directory snapshots, so it is tested on its own:
 * no loader hangs. A warm child gets ``hang_factor`` times the cold run's wall time plus
   ``hang_margin_s`` (never more than the child timeout); past that it is a hang, its
   native stacks are taken with gdb before the kill, and no further loader is started.
+  On CPU a loader that used no CPU time for ``stall_s`` is a hang at once
+  (``children.finish_child``): there the child's own threads compute every step.
 
 The SPMD variant (``spmd-restart``, ``SPMD_NAME``) runs the same check under
 ``xr.use_spmd()`` with the batch sharded over every device (``CPU_NUM_DEVICES=4`` on CPU),
@@ -98,6 +100,10 @@ class RestartConfig:
     #: A loader is hung after hang_factor x the cold run's wall time + hang_margin_s.
     hang_factor: float = 3.0
     hang_margin_s: float = 30.0
+    #: On CPU, a loader that used no CPU time for this long is hung (None: bound only).
+    #: Measured on stock 2.7.0's SPMD hang: every thread in a futex wait from the first
+    #: stuck all-reduce on. Not on TPU, where the host may wait on the chips.
+    stall_s: float | None = 15.0
     #: Test hook: runs on the cache directory between the cold and the warm phase.
     after_cold: Callable[[Path], None] | None = None
     #: Where to copy the cache directory as the cold run left it, so the cache checks can
@@ -353,10 +359,18 @@ def _cpu_time_rule(
 def _unfinished(row: dict[str, Any]) -> str:
     if not row.get("timed_out") or "hang_bound_s" not in row:
         return f"{row['name']} did not finish: {row['error']}"
-    text = (
-        f"{row['name']} hung: no result within {row['hang_bound_s']:.0f}s "
-        f"({row['hang_rule']}); process group killed"
-    )
+    if "stalled_s" in row:
+        text = (
+            f"{row['name']} hung: used no CPU time for {row['stalled_s']:.0f}s (on CPU the "
+            "child's own threads compute every step: it waited for something that does not "
+            f"come), killed after {row['wall_s']:.0f}s of its {row['hang_bound_s']:.0f}s bound "
+            f"({row['hang_rule']}); process group killed"
+        )
+    else:
+        text = (
+            f"{row['name']} hung: no result within {row['hang_bound_s']:.0f}s "
+            f"({row['hang_rule']}); process group killed"
+        )
     if "stacks" in row:
         summary = row.get("stacks_summary") or {}
         frames = ", ".join(summary.get("telling_frames", [])) or "no XLA wait frame recognised"
@@ -452,9 +466,18 @@ def run_restart_check(
         margin = config.hang_margin_s
         rule = f"{config.hang_factor:g} x the cold run's {cold_wall:.0f}s + {margin:.0f}s"
 
+        stall_s = config.stall_s if target.device == "CPU" else None
+
         def loader(name: str, loader_env: dict[str, str]) -> dict[str, Any]:
             child = run_child(
-                target.python, name, runs, train, loader_env, bound, stacks_on_timeout=True
+                target.python,
+                name,
+                runs,
+                train,
+                loader_env,
+                bound,
+                stacks_on_timeout=True,
+                stall_s=stall_s,
             )
             row = summarize(child)
             if row.get("timed_out"):
