@@ -1,5 +1,6 @@
-"""Children run side by side (gate/children.py ``run_side_by_side``) and a stalled child is
-stopped early (``stall_s``), with real processes.
+"""Children run side by side (gate/children.py ``run_side_by_side``), checks run side by side
+(``run_in_parallel``) and a stalled child is stopped early (``stall_s``), with real
+processes.
 
 Each child here waits for its peer to have started: run one after the other, the first
 would wait in vain; side by side, each sees the other.
@@ -11,7 +12,17 @@ import sys
 import time
 from pathlib import Path
 
-from xla_wheels.gate.children import ChildSpec, run_child, run_side_by_side, runtime_env
+import pytest
+
+from xla_wheels.gate.children import (
+    ChildSpec,
+    finish_child,
+    run_child,
+    run_in_parallel,
+    run_side_by_side,
+    runtime_env,
+    start_child,
+)
 
 # A child with the gate's contract (--out JSON report, standard library only).
 PEER_WAITER = """
@@ -112,3 +123,37 @@ def test_without_a_stall_window_a_blocked_child_runs_to_its_bound(tmp_path: Path
     result, took = _compute_then(tmp_path, "block", 0, stall_s=None, timeout=4)
     assert result.timed_out and "stalled_s" not in result.extra
     assert took >= 4
+
+
+def test_checks_side_by_side_stop_every_child_when_one_fails(tmp_path: Path) -> None:
+    script = tmp_path / "compute_then.py"
+    script.write_text(COMPUTE_THEN)
+    started: list[int] = []
+
+    def blocked_check() -> str:
+        handle = start_child(
+            sys.executable, "blocked", tmp_path / "runs", ["--then", "block", "--for-s", "0"],
+            runtime_env("CPU"), script=script,
+        )  # fmt: skip
+        started.append(handle[0].pid)
+        finish_child(handle, "blocked", 120)
+        start_child(sys.executable, "next", tmp_path / "runs", [], runtime_env("CPU"))
+        return "never"
+
+    def failing_check() -> str:
+        while not started:
+            time.sleep(0.05)
+        raise RuntimeError("the cache directory is not writable")
+
+    began = time.monotonic()
+    with pytest.raises(RuntimeError, match="not writable"):
+        run_in_parallel([blocked_check, failing_check], side_by_side=True)
+    assert time.monotonic() - began < 30, "the blocked child was killed, not waited for"
+    assert not Path(f"/proc/{started[0]}").exists() or _is_zombie(started[0])
+    # The stop ends with the run: a later gate in this process starts children again.
+    result, _ = _compute_then(tmp_path, "compute", 0, stall_s=None, timeout=60)
+    assert result.ok
+
+
+def _is_zombie(pid: int) -> bool:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"

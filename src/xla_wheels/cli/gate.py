@@ -14,6 +14,7 @@ import argparse
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +33,7 @@ from xla_wheels.gate import (
     under_profile,
     upstream_tests,
 )
+from xla_wheels.gate.children import run_in_parallel
 from xla_wheels.gate.errors import GateEnvironmentError
 from xla_wheels.gate.report import render_text, write_reports
 from xla_wheels.gate.result import CheckResult, ensure_passed
@@ -266,6 +268,28 @@ def _gate_profile(args: argparse.Namespace) -> under_profile.GateProfile | None:
     return planned
 
 
+def _side_by_side(args: argparse.Namespace, target: Target) -> bool:
+    """Whether the checks' chains of children run side by side.
+
+    Only on CPU: a process that opens a TPU holds its chips. And not when the restart check
+    records or is judged against a baseline: that is its one wall-time verdict, and a
+    neighbour stretches wall time. Every other verdict stands on counters, outputs and CPU
+    time, shown to hold beside a busy process (gate/README.md, "Under load").
+    """
+    if target.device != "CPU":
+        return False
+    checks = _checks(args.checks)
+    if args.xla_cache_dir is not None and {"restart", restart.SPMD_NAME} <= set(checks):
+        # The SPMD variant's cache is a directory inside the given one, which the restart
+        # check snapshots: they must not run at the same time.
+        return False
+    if "restart" in checks:
+        path = restart.baseline_path(args.baselines_dir, target, args.workload)
+        if args.record_baseline or path.exists():
+            return False
+    return True
+
+
 def run_gate(args: argparse.Namespace) -> int:
     gate_profile = _gate_profile(args)
     with under_profile.children_launched_under(gate_profile):
@@ -301,54 +325,75 @@ def _run_gate(args: argparse.Namespace, gate_profile: under_profile.GateProfile 
             if args.upstream_tests is not None
             else None
         )
-        results: list[CheckResult] = []
         cache_checks = tuple(c for c in checks if c in cachekeys.NAMES)
         # The restart check's cold and first warm run serve the cache checks too when they
         # are the same runs (one single-device writer): two children fewer.
         share_cold = bool(cache_checks) and "restart" in checks and not args.spmd
         share_cold = share_cold and args.writers == 1
-        shared: cachekeys.SharedRuns | None = None
-        for check in checks:
-            if check in ("restart", restart.SPMD_NAME):
-                config = restart.RestartConfig(
-                    workload=args.workload,
-                    warm_runs=args.warm_runs,
-                    max_warm_ratio=args.max_warm_ratio,
-                    baseline_tolerance=args.baseline_tolerance,
-                    child_timeout_s=args.child_timeout,
-                    spmd=args.spmd,
-                    writers=args.writers,
-                    cache_dir=args.xla_cache_dir,
-                    baselines_dir=args.baselines_dir,
-                    record_baseline=args.record_baseline,
-                )
-                if check == restart.SPMD_NAME:
-                    config = restart.spmd_config(config)
-                check_scratch = scratch / check
-                check_scratch.mkdir()
-                kept = scratch / "restart-cold-cache"
-                if check == "restart" and share_cold:
-                    config = replace(config, keep_cold_cache=kept)
-                results.append(restart.run_restart_check(target, config, runs_dir, check_scratch))
-                if check == "restart" and share_cold:
-                    shared = cachekeys.shared_runs(results[-1].runs, kept)
-            elif check in cachekeys.NAMES:
-                if check == cache_checks[0]:
-                    results += cachekeys.run_cache_checks(
-                        target,
-                        runs_dir,
-                        scratch,
-                        checks=cache_checks,
-                        workload=args.workload,
-                        timeout_s=args.child_timeout,
-                        shared=shared,
-                    )
-            elif check == canary.NAME:
-                results.append(
-                    canary.run_canary_check(target, runs_dir, timeout_s=args.child_timeout)
-                )
-            else:
-                results.append(hbm.run_hbm_check(target, runs_dir, timeout_s=args.child_timeout))
+        kept = scratch / "restart-cold-cache"
+
+        def restart_check(check: str) -> CheckResult:
+            config = restart.RestartConfig(
+                workload=args.workload,
+                warm_runs=args.warm_runs,
+                max_warm_ratio=args.max_warm_ratio,
+                baseline_tolerance=args.baseline_tolerance,
+                child_timeout_s=args.child_timeout,
+                spmd=args.spmd,
+                writers=args.writers,
+                cache_dir=args.xla_cache_dir,
+                baselines_dir=args.baselines_dir,
+                record_baseline=args.record_baseline,
+            )
+            if check == restart.SPMD_NAME:
+                config = restart.spmd_config(config)
+            elif share_cold:
+                config = replace(config, keep_cold_cache=kept)
+            check_scratch = scratch / check
+            check_scratch.mkdir()
+            return restart.run_restart_check(target, config, runs_dir, check_scratch)
+
+        def cache_key_checks(shared: cachekeys.SharedRuns | None) -> list[CheckResult]:
+            return cachekeys.run_cache_checks(
+                target,
+                runs_dir,
+                scratch,
+                checks=cache_checks,
+                workload=args.workload,
+                timeout_s=args.child_timeout,
+                shared=shared,
+            )
+
+        def restart_then_cache_checks() -> list[CheckResult]:
+            first = restart_check("restart")
+            return [first, *cache_key_checks(cachekeys.shared_runs(first.runs, kept))]
+
+        # Independent chains of children, composed first, then run: side by side on CPU
+        # (see _side_by_side), one after the other on a TPU.
+        chains: list[Callable[[], list[CheckResult]]] = []
+        if "restart" in checks:
+            chains.append(
+                restart_then_cache_checks if share_cold else lambda: [restart_check("restart")]
+            )
+        if restart.SPMD_NAME in checks:
+            chains.append(lambda: [restart_check(restart.SPMD_NAME)])
+        if cache_checks and not share_cold:
+            chains.append(lambda: cache_key_checks(None))
+        if canary.NAME in checks:
+            chains.append(
+                lambda: [canary.run_canary_check(target, runs_dir, timeout_s=args.child_timeout)]
+            )
+        if "hbm" in checks:
+            chains.append(
+                lambda: [hbm.run_hbm_check(target, runs_dir, timeout_s=args.child_timeout)]
+            )
+        side_by_side = _side_by_side(args, target)
+        log.info(
+            f"{len(chains)} chain(s) of checks "
+            + ("side by side" if side_by_side else "one after the other")
+        )
+        done = run_in_parallel(chains, side_by_side=side_by_side)
+        results = sorted((r for chain in done for r in chain), key=lambda r: checks.index(r.name))
         if args.upstream_tests is not None:
             results.append(
                 upstream_tests.run_upstream_test(

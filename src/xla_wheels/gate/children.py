@@ -14,15 +14,17 @@ once instead of at the end of its time bound, which on that control was 60 s soo
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import signal
 import subprocess
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from xla_wheels import log
 from xla_wheels.gate.stacks import capture_native_stacks, summarize_stacks
@@ -38,6 +40,36 @@ STALL_CPU_SHARE = 0.01
 #: How often a watched child's CPU time is read.
 _POLL_S = 1.0
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+class ChildrenStopped(Exception):
+    """Raised by ``start_child`` once ``stop_all`` ran: the gate is being interrupted."""
+
+
+class _Live:
+    """The children running now, across the gate's threads (``run_in_parallel``).
+
+    Module state on purpose, and the only such state here: a Ctrl-C reaches the main
+    thread alone, and each child runs in a session of its own, so the signal reaches no
+    child either. ``stop_all`` must find every child that any thread started.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.processes: set[subprocess.Popen[bytes]] = set()
+        self.stopping = False
+
+
+_LIVE = _Live()
+
+
+def stop_all() -> None:
+    """Kill every running child's process group; no further child starts."""
+    with _LIVE.lock:
+        _LIVE.stopping = True
+        running = list(_LIVE.processes)
+    for process in running:
+        _kill_group(process)
 
 
 @dataclass
@@ -127,7 +159,9 @@ def start_child(
     # Printed: only what the child's environment adds to the inherited one.
     policy = {k: v for k, v in env.items() if k not in os.environ or os.environ[k] != v}
     log.command(argv, env=policy)
-    with open(log_path, "wb") as log_file:
+    with _LIVE.lock, open(log_path, "wb") as log_file:
+        if _LIVE.stopping:
+            raise ChildrenStopped(name)
         process = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
@@ -136,6 +170,7 @@ def start_child(
             env=dict(env),
             start_new_session=True,  # its own process group, killed as one on timeout
         )
+        _LIVE.processes.add(process)
     return process, argv, out, log_path, time.monotonic()
 
 
@@ -216,6 +251,9 @@ def finish_child(
         # signal, so it must not outlive the gate.
         _kill_group(process)
         raise
+    finally:
+        with _LIVE.lock:
+            _LIVE.processes.discard(process)
     wall = time.monotonic() - began
     report: dict[str, Any] | None = None
     if not timed_out:
@@ -326,3 +364,35 @@ def runtime_env(
     if cpu_devices is not None and device == "CPU":
         env["CPU_NUM_DEVICES"] = str(cpu_devices)
     return env
+
+
+T = TypeVar("T")
+
+
+def run_in_parallel(tasks: Sequence[Callable[[], T]], *, side_by_side: bool) -> list[T]:
+    """Run independent tasks (each a sequence of children, e.g. one check), one thread
+    each when ``side_by_side``, else one after the other; results in task order.
+
+    When one task raises, or the wait is interrupted (Ctrl-C), every running child is
+    killed (``stop_all``) and the others stop at their next child; the first real error
+    is raised.
+    """
+    if not side_by_side or len(tasks) < 2:
+        return [task() for task in tasks]
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(tasks)) as pool:
+            futures = [pool.submit(task) for task in tasks]
+            try:
+                concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_EXCEPTION)
+            except BaseException:
+                stop_all()
+                raise
+            errors = [e for f in futures if f.done() and (e := f.exception()) is not None]
+            if errors:
+                stop_all()
+                concurrent.futures.wait(futures)
+                raise next((e for e in errors if not isinstance(e, ChildrenStopped)), errors[0])
+            return [f.result() for f in futures]
+    finally:
+        with _LIVE.lock:
+            _LIVE.stopping = False
