@@ -93,15 +93,16 @@ def stock_xla_python_27() -> Path:
 def gate_27(stock_xla_python_27: Path, tmp_path_factory: pytest.TempPathFactory) -> GateRun:
     """One run of every gate check on stock 2.7.0 per pytest run, for the tests that only
     read its report (test_gate_stock.py, test_gate_cache_checks.py). Three warm runs: on
-    the SPMD variant, 8 steps and three loaders make a miss of 2.7.0's hang unlikely. The
-    restart check records its baseline in ``<out>/../baselines``; TMPDIR is the run's
-    own, so a test can see the gate left nothing behind in it."""
+    the SPMD variant, 8 steps and three loaders make a miss of 2.7.0's hang unlikely. No
+    baseline (an empty baselines directory), so its checks run side by side as a user's
+    gate on CPU does; TMPDIR is the run's own, so a test can see the gate left nothing
+    behind in it."""
 
     def make(directory: Path) -> None:
         (directory / "tmp").mkdir()
         run = run_gate_cli(
             "gate", "--python", str(stock_xla_python_27), "--warm-runs", "3",
-            "--record-baseline", "--baselines-dir", str(directory / "baselines"),
+            "--baselines-dir", str(directory / "baselines"),
             out_dir=directory / "report", env={"TMPDIR": str(directory / "tmp")},
         )  # fmt: skip
         run.save(directory / "run.json")
@@ -111,13 +112,32 @@ def gate_27(stock_xla_python_27: Path, tmp_path_factory: pytest.TempPathFactory)
     )
 
 
+@pytest.fixture(scope="session")
+def restart_27(stock_xla_python_27: Path, tmp_path_factory: pytest.TempPathFactory) -> GateRun:
+    """The restart check alone on stock 2.7.0, recording its baseline in
+    ``<out>/../baselines`` (a recorded figure is a wall time: this run has no neighbour
+    check), once per pytest run: its receipt serves test_gate_recalibration.py."""
+
+    def make(directory: Path) -> None:
+        run = run_gate_cli(
+            "gate", "--python", str(stock_xla_python_27), "--checks", "restart",
+            "--record-baseline", "--baselines-dir", str(directory / "baselines"),
+            out_dir=directory / "report",
+        )  # fmt: skip
+        run.save(directory / "run.json")
+
+    return once_per_run(
+        tmp_path_factory, "restart-stock-2.7.0", make, lambda d: GateRun.load(d / "run.json")
+    )
+
+
 # --- The real pytorch/xla source (tests/real_source.py) -------------------------------
 
 
 #: Fixtures that need a stock torch_xla environment (the compiled checks' toolchain takes
 #: torch's headers and libraries from the stock 2.9.0 one).
 STOCK_XLA_FIXTURES = frozenset(
-    {"stock_xla_python_27", "stock_xla_python_29", "gate_27", "series_toolchain"}
+    {"stock_xla_python_27", "stock_xla_python_29", "gate_27", "restart_27", "series_toolchain"}
 )
 
 

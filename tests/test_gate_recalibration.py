@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.gate_helpers import GateRun, run_gate_cli
+from tests.gate_helpers import GateRun
 from xla_wheels.gate import recalibration
 from xla_wheels.release import compare, lanes, policy, receipts
 
@@ -182,15 +182,6 @@ def test_the_shipped_preferred_lane_has_the_memory_rule_and_requires_the_canary(
 
 
 # --- real stock torch_xla 2.7.0 on CPU ------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def restart_27(stock_xla_python_27: Path, tmp_path_factory: pytest.TempPathFactory) -> GateRun:
-    out = tmp_path_factory.mktemp("recalibration-27")
-    return run_gate_cli(
-        "gate", "--python", str(stock_xla_python_27), "--checks", "restart",
-        "--baselines-dir", str(out / "baselines"), out_dir=out / "report",
-    )  # fmt: skip
 
 
 @pytest.mark.slow

@@ -119,8 +119,8 @@ def test_stock_2_7_0_passes_the_restart_check(gate_27):
     assert gate_27.report["target"]["torch_xla_version"] == "2.7.0"
     assert "[PASS] restart" in gate_27.stdout
     # The whole gate fails on 2.7.0 (its SPMD warm restart hangs, it lacks the 0002
-    # binding): exit 1, never 2, so the baseline was still recorded (below). Exit 0 of a
-    # passing gate: test_gate_cache_checks.py's thunk-runtime-off control.
+    # binding): exit 1, never 2. Exit 0 of a passing gate: test_gate_cache_checks.py's
+    # thunk-runtime-off control.
     assert gate_27.exit_code == 1
 
 
@@ -148,8 +148,8 @@ def test_stock_2_7_0_read_only_reader_leaves_the_cache_untouched(gate_27):
     assert gate_27.check("restart")["figures"]["read_only_changes"] == 0
 
 
-def test_a_passing_run_records_its_baseline(gate_27):
-    baselines = list((gate_27.out_dir.parent / "baselines").glob("*.json"))
+def test_a_passing_run_records_its_baseline(restart_27):
+    baselines = list((restart_27.out_dir.parent / "baselines").glob("*.json"))
     assert [b.name for b in baselines] == ["2.7.0__CPU__small.json"]
     data = json.loads(baselines[0].read_text())
-    assert data["warm_ready_s"] == gate_27.check("restart")["figures"]["warm_ready_s"]
+    assert data["warm_ready_s"] == restart_27.check("restart")["figures"]["warm_ready_s"]

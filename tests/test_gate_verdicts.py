@@ -6,6 +6,7 @@ torch_xla 2.7.0 / 2.9.0 runs in test_gate_stock.py.
 
 from __future__ import annotations
 
+import argparse
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from xla_wheels.cli.gate import CHECKS, _side_by_side
 from xla_wheels.gate import hbm, restart
 from xla_wheels.gate.children import ChildResult
 from xla_wheels.gate.errors import GateEnvironmentError
@@ -352,3 +354,43 @@ def test_an_unusable_environment_is_reported_as_an_error_not_a_failure(tmp_path)
     assert json.loads(json_path.read_text())["exit_code"] == 2
     junit = ET.fromstring(render_junit(None, [], "torch_xla does not import"))
     assert junit.find("testsuite/testcase/error") is not None
+
+
+# --- which checks run side by side (cli/gate.py _side_by_side) ----------------------------
+
+
+def _gate_args(tmp_path: Path, **given: Any) -> argparse.Namespace:
+    settings: dict[str, Any] = {
+        "checks": ",".join(CHECKS),
+        "baselines_dir": tmp_path / "baselines",
+        "workload": "small",
+        "record_baseline": False,
+        "xla_cache_dir": None,
+    }
+    return argparse.Namespace(**{**settings, **given})
+
+
+def test_on_cpu_the_checks_run_side_by_side(tmp_path):
+    assert _side_by_side(_gate_args(tmp_path), CPU_TARGET)
+
+
+@pytest.mark.parametrize(
+    "given, why",
+    [
+        ({"record_baseline": True}, "a recorded baseline is a wall time"),
+        ({"xla_cache_dir": Path("/c")}, "one cache directory holds both restart variants"),
+    ],
+)
+def test_checks_run_one_after_the_other_when(tmp_path, given, why):
+    assert not _side_by_side(_gate_args(tmp_path, **given), CPU_TARGET), why
+
+
+def test_checks_run_one_after_the_other_on_a_tpu_and_against_a_baseline(tmp_path):
+    assert not _side_by_side(_gate_args(tmp_path), TPU_TARGET)
+    args = _gate_args(tmp_path)
+    baseline = restart.baseline_path(args.baselines_dir, CPU_TARGET, "small")
+    baseline.parent.mkdir(parents=True)
+    baseline.write_text("{}")
+    assert not _side_by_side(args, CPU_TARGET)
+    # Without the restart check no wall time is judged: side by side again.
+    assert _side_by_side(_gate_args(tmp_path, checks="spmd-restart,hbm"), CPU_TARGET)

@@ -388,10 +388,9 @@ def _run_gate(args: argparse.Namespace, gate_profile: under_profile.GateProfile 
                 lambda: [hbm.run_hbm_check(target, runs_dir, timeout_s=args.child_timeout)]
             )
         side_by_side = _side_by_side(args, target)
-        log.info(
-            f"{len(chains)} chain(s) of checks "
-            + ("side by side" if side_by_side else "one after the other")
-        )
+        if len(chains) > 1:
+            how = "side by side" if side_by_side else "one after the other"
+            log.info(f"{len(chains)} chains of checks {how}")
         done = run_in_parallel(chains, side_by_side=side_by_side)
         results = sorted((r for chain in done for r in chain), key=lambda r: checks.index(r.name))
         if args.upstream_tests is not None:
