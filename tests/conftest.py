@@ -141,20 +141,40 @@ STOCK_XLA_FIXTURES = frozenset(
 )
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads xdist_group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tiers from what a test uses, so they are per test and cannot be forgotten: the real
     source (the pytorch_xla_repo fixture, directly or through base_tree/patched_tree) makes
     a ``real_source`` test; a stock torch_xla environment (STOCK_XLA_FIXTURES, directly or
-    through another fixture) a ``stock_xla`` one. Under xdist (``--dist loadgroup``) the
-    ``stock_xla`` tests share one worker: their gate runs judge timings and bound hangs by
-    wall time, which two gate runs side by side on two cores would distort."""
+    through another fixture) a ``stock_xla`` one.
+
+    Under xdist (``--dist loadgroup``) the tests that share a module-scoped fixture (a
+    gate run, a release story) run on one worker, so it is made once per pytest run, not
+    once per worker. Every other test goes wherever a worker is free: the gate's verdicts
+    hold beside a busy process (gate/README.md), and session fixtures are shared across
+    workers already (tests/once_per_run.py). tryfirst: xdist's own hook reads the
+    ``xdist_group`` marks, and a mark added after it is ignored (it was, until this ran
+    first: one module's gate run was made twice, once on each worker).
+    """
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         if "pytorch_xla_repo" in fixtures:
             item.add_marker(pytest.mark.real_source)
         if fixtures & STOCK_XLA_FIXTURES:
             item.add_marker(pytest.mark.stock_xla)
-            item.add_marker(pytest.mark.xdist_group("stock_xla"))
+        if _shares_a_module_fixture(item) and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+def _shares_a_module_fixture(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(
+        definitions[-1].scope in ("module", "class", "package")
+        for definitions in info.name2fixturedefs.values()
+        if definitions
+    )
 
 
 @pytest.hookimpl(hookwrapper=True)
