@@ -164,6 +164,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.stock_xla)
         if _shares_a_module_fixture(item) and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    # The long tests first (stable, the same order on every worker): workers hand out
+    # tests in this order, and a gate run started last would run alone at the end.
+    items.sort(key=lambda item: 0 if item.get_closest_marker("stock_xla") else 1)
 
 
 def _shares_a_module_fixture(item: pytest.Item) -> bool:
