@@ -154,7 +154,7 @@ test: $(VENV_STAMP) container-tools cache-tools compiler-tools supply-tools ## i
 	$(PY) -m mypy
 	$(PY) -m pytest $(PARALLEL_FLAGS) $(PYTEST_ARGS)
 
-test-fast: $(VENV_STAMP) compiler-tools ## the edit loop: ruff and the tests that need no gate run, no stock torch_xla and no container engine
+test-fast: $(VENV_STAMP) compiler-tools ## the edit loop: ruff and the tests that need no gate run, no stock torch_xla, no container engine and no whole-pipeline run
 	$(PY) -m ruff check src tests scripts
 	$(PY) -m pytest $(PARALLEL_FLAGS) $(FAST_TIER_FLAGS) $(PYTEST_ARGS)
 

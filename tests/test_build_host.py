@@ -15,6 +15,8 @@ import tomllib
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from tests.clirunner import CliResult, run_cli
 from tests.gitrepos import git
 from tests.synthetic_upstream import TORCH_INIT, Synthetic, cli_args, make_patch
@@ -40,6 +42,7 @@ def dist_wheels(syn: Synthetic, bundle: str = "syn") -> list[Path]:
     return sorted((syn.root / "dist" / bundle).glob("*.whl"))
 
 
+@pytest.mark.slow
 def test_patched_build_is_stamped_and_carries_provenance(syn: Synthetic) -> None:
     result = run_wheels(syn)
     assert result.exit_code == 0, result.stderr
@@ -131,6 +134,7 @@ def timings_table(stderr: str) -> list[tuple[str, str]]:
     return [(row.group(1), row.group(2)) for row in rows if row]
 
 
+@pytest.mark.slow
 def test_noop_rerun_skips_and_a_patch_change_rebuilds_only_torch_xla(syn: Synthetic) -> None:
     assert run_wheels(syn).exit_code == 0
     first = dist_wheels(syn)
@@ -165,6 +169,7 @@ def test_noop_rerun_skips_and_a_patch_change_rebuilds_only_torch_xla(syn: Synthe
     assert now[1].name != first[1].name  # new patch digest, new label
 
 
+@pytest.mark.slow
 def test_failing_ship_check_keeps_wheels_out_of_dist(syn: Synthetic) -> None:
     # Without the cache-load fix the synthetic warm-restart check fails.
     syn.write_bundle("unfixed", xla_patches=("torch_xla/0002-comment.patch",))
@@ -177,6 +182,7 @@ def test_failing_ship_check_keeps_wheels_out_of_dist(syn: Synthetic) -> None:
     assert list((syn.cache / "stages").glob("torch_xla-*/torch_xla-*.whl"))
 
 
+@pytest.mark.slow
 def test_failed_build_leaves_previous_dist_untouched(syn: Synthetic) -> None:
     assert run_wheels(syn).exit_code == 0
     before = {w.name: file_sha256(w) for w in dist_wheels(syn)}
@@ -216,6 +222,7 @@ def test_failed_build_leaves_previous_dist_untouched(syn: Synthetic) -> None:
     assert [p.name for p in (syn.root / "dist").iterdir()] == ["syn"]
 
 
+@pytest.mark.slow
 def test_short_openxla_sha_resolves_through_sources(syn: Synthetic) -> None:
     syn.write_bundle("short", openxla_commit=syn.commits["openxla"][:9])
     result = run_wheels(syn, bundle="short")
@@ -293,6 +300,7 @@ def test_dry_run_shows_the_builder_commands_for_v6e_2_9() -> None:
     assert "NOT AVAILABLE" not in plan
 
 
+@pytest.mark.slow
 def test_torch_xla_records_the_patched_torch_commit(syn: Synthetic) -> None:
     # Two bundles with the same torch_xla but a different torch must not share torch_xla's
     # compilation-cache keys: the key hashes TORCH_GITREV, which must be torch's commit as

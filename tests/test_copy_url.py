@@ -79,6 +79,7 @@ def test_a_server_that_never_answers_is_a_transient_timeout() -> None:
     assert time.monotonic() - start < 10
 
 
+@pytest.mark.slow
 def test_a_trickle_that_never_stalls_still_ends_at_the_whole_limit() -> None:
     # Each read gets bytes within the socket timeout: only the whole-transfer limit ends it.
     with file_server() as base:

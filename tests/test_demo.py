@@ -13,6 +13,8 @@ import subprocess
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from tests.gitrepos import REPO_ROOT
 from xla_wheels.wheel_filename import parse_wheel_name
 
@@ -43,6 +45,7 @@ def _make_demo(demo_dir: Path, outside: Path) -> subprocess.CompletedProcess[str
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_make_demo_runs_every_stage_offline_and_writes_only_under_demo_dir(
     tmp_path: Path,
 ) -> None:

@@ -152,6 +152,7 @@ def test_a_read_only_work_directory_through_make(tmpfs: MountTmpfs) -> None:
 
 
 @pytest.mark.parametrize("earlier_wheels", [True, False], ids=["replacing", "first"])
+@pytest.mark.slow
 def test_a_full_disk_at_wheels_lock_leaves_dist_and_the_lock_as_they_were(
     syn: Synthetic, tmpfs: MountTmpfs, tmp_path: Path, earlier_wheels: bool
 ) -> None:
@@ -195,6 +196,7 @@ def test_a_full_disk_at_wheels_lock_leaves_dist_and_the_lock_as_they_were(
         assert not (on_fs.root / "dist").exists()
 
 
+@pytest.mark.slow
 def test_a_full_disk_in_the_ship_check_is_a_disk_error_not_a_verdict(
     syn: Synthetic, tmpfs: MountTmpfs
 ) -> None:

@@ -38,6 +38,7 @@ def poisoned(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], Path
     return [torch, torch_xla], marker
 
 
+@pytest.mark.slow
 def test_healthy_host_passes_without_importing_torch_xla(
     tmp_path: Path, poisoned: tuple[list[Path], Path]
 ) -> None:
@@ -70,6 +71,7 @@ def test_abi_check_of_a_real_installed_pair(stock_xla_python_29: Path) -> None:
     assert "symbols _XLAC imports from torch: all exported" in finding.detail
 
 
+@pytest.mark.slow
 def test_a_cache_path_that_does_not_name_the_build_fails_with_the_recommended_path(
     tmp_path: Path, poisoned: tuple[list[Path], Path]
 ) -> None:
@@ -88,6 +90,7 @@ def test_a_cache_path_that_does_not_name_the_build_fails_with_the_recommended_pa
     assert "fix: export XLA_PERSISTENT_CACHE_READ_ONLY=1" in result.stdout
 
 
+@pytest.mark.slow
 def test_misconfigured_host_lists_each_problem_and_fix(
     tmp_path: Path, poisoned: tuple[list[Path], Path]
 ) -> None:
@@ -107,6 +110,7 @@ def test_misconfigured_host_lists_each_problem_and_fix(
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_wrong_version_is_reported(tmp_path: Path, poisoned: tuple[list[Path], Path]) -> None:
     wheels, _ = poisoned
     other = build_wheel(tmp_path, "torch_xla", "2.9.0", "torch_xla", {"__init__.py": ""})

@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from tests.bundles import LIBTPU_RUNTIME, Pin, write_bundle
 from tests.clirunner import CliResult
 from tests.gitrepos import Upstream
@@ -61,6 +63,7 @@ def _error(result: CliResult) -> str:
     return match.group(0)
 
 
+@pytest.mark.slow
 def test_a_remote_that_never_answers_ends_after_the_stall_limit_with_exit_8(
     tmp_path: Path, upstreams: dict[str, Upstream], run_cli: Callable[..., CliResult]
 ) -> None:
@@ -91,6 +94,7 @@ def _closed_port() -> Iterator[int]:
     yield port
 
 
+@pytest.mark.slow
 def test_a_refused_connection_is_retried_then_named(
     tmp_path: Path, upstreams: dict[str, Upstream], run_cli: Callable[..., CliResult]
 ) -> None:

@@ -27,6 +27,7 @@ def project(tmp_path: Path, fake_wheels: FakeWheels) -> Path:  # noqa: F811
     return make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
 
 
+@pytest.mark.slow
 def test_publish_without_credentials_names_where_they_come_from(
     project: Path, tmp_path: Path
 ) -> None:
@@ -58,6 +59,7 @@ def _publish_without_then_with_credentials(project: Path, index_server: IndexSer
     assert len(list(index_server.packages.iterdir())) == 2
 
 
+@pytest.mark.slow
 def test_diff_without_bundles_speaks_make(tmp_path: Path) -> None:
     bare = run_cli("diff", root=REPO_ROOT)
     assert bare.exit_code == 2, bare.output
@@ -69,6 +71,7 @@ def test_diff_without_bundles_speaks_make(tmp_path: Path) -> None:
     assert fixed.exit_code == 0 and "v6e-2.9  ->  v6e-2.11" in fixed.stdout
 
 
+@pytest.mark.slow
 def test_a_failed_fetch_says_what_it_left_in_the_source_cache(
     project: Path, tmp_path: Path
 ) -> None:
@@ -101,6 +104,7 @@ def test_preflight_disk_fix_is_a_setting_make_passes(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(shutil.which("podman") is None, reason="needs podman")
+@pytest.mark.slow
 def test_builder_image_failure_is_an_error_and_base_image_is_a_build_arg(
     tmp_path: Path,
 ) -> None:

@@ -58,6 +58,7 @@ def _as_from_a_terminal() -> None:
 
 
 @pytest.mark.parametrize("step", ["build", "ship-check"])
+@pytest.mark.slow
 def test_ctrl_c_ends_cleanly(step: str, tmp_path: Path, syn: Synthetic) -> None:
     before = _state(syn.root)
     pidfile = tmp_path / "slow-step.pid"

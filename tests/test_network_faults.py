@@ -73,6 +73,7 @@ def _assert_clean_end(result: CliResult) -> None:
 # --- no answer ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_upload_to_a_server_that_never_answers_ends_and_names_host_and_step(
     project: Path,
     index_server: IndexServer,  # noqa: F811
@@ -97,6 +98,7 @@ def test_upload_to_a_server_that_never_answers_ends_and_names_host_and_step(
     assert list(index_server.packages.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_verify_install_against_an_index_that_never_answers_ends_through_make(
     project: Path, tmp_path: Path
 ) -> None:
@@ -133,6 +135,7 @@ def _inherited_env() -> dict[str, str]:
 # --- transient faults -----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_503_is_retried_and_the_publish_succeeds(
     project: Path,
     index_server: IndexServer,  # noqa: F811
@@ -152,6 +155,7 @@ def test_a_503_is_retried_and_the_publish_succeeds(
     assert len([p for p in index_server.packages.iterdir() if p.suffix == ".whl"]) == 2
 
 
+@pytest.mark.slow
 def test_an_index_that_keeps_answering_503_is_tried_a_bounded_number_of_times(
     project: Path,
     index_server: IndexServer,  # noqa: F811
@@ -192,6 +196,7 @@ def test_refused_credentials_are_not_retried(
     _assert_clean_end(result)
 
 
+@pytest.mark.slow
 def test_verify_install_with_a_wrong_password_says_the_credentials_were_refused(
     project: Path, tmp_path: Path
 ) -> None:
@@ -220,6 +225,7 @@ def test_verify_install_with_a_wrong_password_says_the_credentials_were_refused(
 # --- a stopped index ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_verify_install_against_a_stopped_index_says_refused(project: Path) -> None:
     port = free_port()
     result, wall = _cli(

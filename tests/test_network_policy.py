@@ -19,6 +19,7 @@ from xla_wheels.retrying import NetworkTimedOut
 NO_CREDENTIALS = Credentials(None, None, "none")
 
 
+@pytest.mark.slow
 def test_each_step_keeps_the_policy_it_was_given() -> None:
     with silent_server() as silent:
         for policy, attempts_text in (

@@ -18,6 +18,8 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 from tests.gitrepos import Upstream, git, make_project
 
 THROTTLE = """#!/bin/sh
@@ -58,6 +60,7 @@ def _slow_fetches(tmp_path: Path) -> dict[str, str]:
     return {"XLA_WHEELS_PROGRESS_INTERVAL": "0.2", "GIT_CONFIG_GLOBAL": str(config)}
 
 
+@pytest.mark.slow
 def test_a_slow_fetch_prints_progress_lines(tmp_path: Path, upstreams, run_cli) -> None:
     _commit_random_blob(upstreams["torch"], 3 * 1024 * 1024)
     project = make_project(tmp_path, upstreams)
@@ -76,6 +79,7 @@ def test_a_slow_fetch_prints_progress_lines(tmp_path: Path, upstreams, run_cli) 
     assert re.search(r"^  sources +\S+  ran$", result.stderr, re.MULTILINE)
 
 
+@pytest.mark.slow
 def test_credentials_in_a_remote_reach_no_log_terminal_plan_or_error(
     tmp_path: Path, upstreams, run_cli
 ) -> None:
@@ -97,6 +101,7 @@ def test_credentials_in_a_remote_reach_no_log_terminal_plan_or_error(
     assert "s3cret-token" not in plan.stdout + plan.stderr
 
 
+@pytest.mark.slow
 def test_on_a_terminal_git_shows_its_own_progress(tmp_path: Path, upstreams) -> None:
     _commit_random_blob(upstreams["torch"], 3 * 1024 * 1024)
     project = make_project(tmp_path, upstreams)

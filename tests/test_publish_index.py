@@ -44,6 +44,7 @@ def _publish(project: Path, index_url: str, env: dict[str, str]) -> CliResult:
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_upload_then_rerun_skips(project: Path, index_server: IndexServer) -> None:  # noqa: F811
     env = index_server.credentials
     first = _publish(project, index_server.url, env)
@@ -118,6 +119,7 @@ def test_credentials_in_the_url_are_refused_and_not_echoed(project: Path) -> Non
     assert "TWINE_USERNAME" in result.stderr
 
 
+@pytest.mark.slow
 def test_index_down_gives_a_clear_error(project: Path) -> None:
     url = f"http://127.0.0.1:{free_port()}/simple/"
     result = run_cli(
@@ -144,6 +146,7 @@ def test_wheel_changed_after_locking_is_not_published(
     assert list(index_server.packages.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_verified_install_then_tampered_index_file_is_refused(
     project: Path,
     index_server: IndexServer,  # noqa: F811
@@ -191,6 +194,7 @@ def test_verified_install_then_tampered_index_file_is_refused(
     assert fixed.exit_code == 0, fixed.output
 
 
+@pytest.mark.slow
 def test_static_index_installs_with_hashes(project: Path, tmp_path: Path) -> None:
     published = run_cli("publish", "--bundle", BUNDLE, root=project, inherit_env=True)
     assert published.exit_code == 0, published.output

@@ -24,6 +24,7 @@ def _lock(project: Path) -> dict:
     return tomllib.loads((project / "wheels.lock").read_text())["bundles"][BUNDLE]
 
 
+@pytest.mark.slow
 def test_runtime_closure_is_resolved_locked_and_kept(
     tmp_path: Path,
     fake_wheels: FakeWheels,  # noqa: F811

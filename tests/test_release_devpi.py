@@ -76,7 +76,7 @@ class DevpiRelease:
 # The tests are one story on one module-scoped devpi server (publish, then promote, then
 # the refusals against what the earlier tests published): under pytest-xdist they must run
 # on one worker, in file order (`--dist loadgroup`).
-pytestmark = pytest.mark.xdist_group("devpi")
+pytestmark = [pytest.mark.xdist_group("devpi"), pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def devpi_release(

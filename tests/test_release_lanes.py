@@ -428,6 +428,7 @@ def test_the_restart_regression_gate_compares_with_the_current_bundle(release: R
 # --- per-lane files with a public runtime closure (generation only: jaxlib is for 3.13) -
 
 
+@pytest.mark.slow
 def test_lane_pylock_names_public_runtime_wheels_by_url_and_hash(
     tmp_path: Path,
     fake_wheels: FakeWheels,  # noqa: F811

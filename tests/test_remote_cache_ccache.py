@@ -158,6 +158,7 @@ def assert_no_secret(text: str, where: str) -> None:
         assert secret not in text, f"a credential leaked into {where}"
 
 
+@pytest.mark.slow
 def test_second_clean_builder_hits_the_writers_remote_ccache(tmp_path: Path, redis: Redis) -> None:
     writer = _builder(tmp_path / "builder-a", redis)
     first = _run(writer, "writer")
@@ -216,6 +217,7 @@ def test_second_clean_builder_hits_the_writers_remote_ccache(tmp_path: Path, red
     assert redis.key_count() == keys_after_writer
 
 
+@pytest.mark.slow
 def test_plan_and_errors_never_show_the_credentials(tmp_path: Path, redis: Redis) -> None:
     syn = _builder(tmp_path, redis)
     plan = _run(syn, "reader", "--dry-run")

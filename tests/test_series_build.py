@@ -179,6 +179,7 @@ def _take_both_sides(text: str) -> str:
 
 
 @pytest.mark.real_source
+@pytest.mark.slow
 def test_the_series_carried_onto_v2_9_0_reports_what_it_lacks_against_0003(
     tmp_path: Path, run_cli, pytorch_xla_repo: Path
 ) -> None:

@@ -90,6 +90,7 @@ def envelope(project: Path, wheel: Path) -> Path:
     return project / "dist" / BUNDLE / attest.envelope_name(wheel.name)
 
 
+@pytest.mark.slow
 def test_attest_signs_an_slsa_statement_per_locked_wheel(
     project: Path, wheels: list[Path], tmp_path: Path
 ) -> None:
@@ -152,6 +153,7 @@ def _tamper_payload(path: Path) -> None:
     path.write_text(json.dumps(data))
 
 
+@pytest.mark.slow
 def test_a_lane_that_requires_signatures_refuses_unsigned_wrong_key_and_changed_byte(
     project: Path, wheels: list[Path], tmp_path: Path
 ) -> None:
@@ -186,6 +188,7 @@ def test_a_lane_that_requires_signatures_refuses_unsigned_wrong_key_and_changed_
         ).read_bytes()
 
 
+@pytest.mark.slow
 def test_promotion_into_a_signed_lane_verifies_the_envelopes(
     project: Path, wheels: list[Path]
 ) -> None:
@@ -211,6 +214,7 @@ def test_a_lane_that_requires_signatures_names_its_key(project: Path) -> None:
     )
 
 
+@pytest.mark.slow
 def test_verify_install_and_doctor_verify_with_the_team_public_key(
     project: Path, wheels: list[Path], tmp_path: Path
 ) -> None:

@@ -36,6 +36,7 @@ def stage_entries(syn: Synthetic) -> list[str]:
     return sorted(p.name for p in (syn.cache / "stages").iterdir())
 
 
+@pytest.mark.slow
 def test_a_reproducible_build_rebuilds_byte_identical(syn: Synthetic) -> None:
     assert run(syn, "wheels").exit_code == 0
     wheels = sorted((syn.root / "dist" / "syn").glob("*.whl"))
@@ -60,6 +61,7 @@ def test_a_reproducible_build_rebuilds_byte_identical(syn: Synthetic) -> None:
     assert (syn.root / "wheels.lock").read_text() == lock
 
 
+@pytest.mark.slow
 def test_a_non_reproducible_recipe_is_named_with_diffoscope_report(syn: Synthetic) -> None:
     assert run(syn, "wheels", **NOISY).exit_code == 0
     checked = run(syn, "rebuild-check", **NOISY)

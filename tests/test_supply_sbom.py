@@ -70,6 +70,7 @@ def syn_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Synthetic, list
     return syn, sorted((syn.root / "dist" / "syn").glob("*.whl"))
 
 
+@pytest.mark.slow
 def test_each_built_wheel_carries_its_sbom_from_the_provenance(
     syn_build: tuple[Synthetic, list[Path]],
 ) -> None:
@@ -105,6 +106,7 @@ def test_each_built_wheel_carries_its_sbom_from_the_provenance(
     )
 
 
+@pytest.mark.slow
 def test_doctor_reads_the_sboms_and_names_a_changed_byte(tmp_path: Path) -> None:
     fake = build_fake_wheels(tmp_path / "wheels")
     wheels = [fake.torch, fake.torch_xla]

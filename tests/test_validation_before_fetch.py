@@ -151,6 +151,7 @@ def test_a_commit_the_mirror_does_not_have(syn: Synthetic, stage: str) -> None:
         (b'lock-version = "1"\n[bundles.syn]\nmanifest = 3\n', "bundles.syn.manifest"),
     ],
 )
+@pytest.mark.slow
 def test_a_corrupt_lock_and_its_fix_that_works(syn: Synthetic, content: bytes, error: str) -> None:
     lock = syn.root / "wheels.lock"
     good = lock.read_bytes()
@@ -164,6 +165,7 @@ def test_a_corrupt_lock_and_its_fix_that_works(syn: Synthetic, content: bytes, e
     assert lock_check(syn).exit_code == 0
 
 
+@pytest.mark.slow
 def test_git_checkout_restores_a_corrupt_lock(syn: Synthetic) -> None:
     lock = syn.root / "wheels.lock"
     git(syn.root, "init", "-q")

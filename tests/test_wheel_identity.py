@@ -15,6 +15,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from tests.clirunner import CliResult, run_cli
 from tests.publish_support import IndexServer, index_server  # noqa: F401 - fixture
 from tests.synthetic_upstream import Synthetic, cli_args, make_patch
@@ -50,6 +52,7 @@ def wipe_stage_cache(syn: Synthetic) -> None:
     shutil.rmtree(syn.cache / "stages")
 
 
+@pytest.mark.slow
 def test_bundles_sharing_inputs_verify_doctor_and_publish_side_by_side(
     syn: Synthetic,
     tmp_path: Path,
@@ -107,6 +110,7 @@ def test_bundles_sharing_inputs_verify_doctor_and_publish_side_by_side(
         assert "ok   provenance" in doctor.stdout, doctor.stdout
 
 
+@pytest.mark.slow
 def test_rebuild_after_wiping_the_stage_cache_gives_the_same_bytes(syn: Synthetic) -> None:
     assert (first := build(syn)).exit_code == 0, first.stderr
     before = shas(syn)
@@ -121,6 +125,7 @@ def test_rebuild_after_wiping_the_stage_cache_gives_the_same_bytes(syn: Syntheti
     assert shas(syn) == before == locked(syn)
 
 
+@pytest.mark.slow
 def test_a_different_rebuild_stops_and_keep_recorded_or_a_build_tag_works(
     syn: Synthetic,
     index_server: IndexServer,  # noqa: F811
@@ -196,6 +201,7 @@ def _mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
+@pytest.mark.slow
 def test_everything_written_for_others_follows_the_umask(syn: Synthetic) -> None:
     result = build(syn, umask=0o022)
     assert result.exit_code == 0, result.stderr
@@ -277,6 +283,7 @@ def test_repack_ignores_order_dates_and_modes_and_tags_builds(tmp_path: Path) ->
         )
 
 
+@pytest.mark.slow
 def test_a_patched_torch_gives_torch_xla_another_file_name(syn: Synthetic) -> None:
     # torch_xla is compiled against the torch it is built with: the same torch_xla commit
     # and series on a patched torch is another wheel and must not share the file name
