@@ -148,7 +148,6 @@ def test_docker_engine_or_reason(syn: Synthetic) -> None:
     assert len(list((syn.root / "dist" / "syn").glob("*.whl"))) == 2
 
 
-@pytest.mark.slow
 def test_preflight_names_a_missing_image(syn: Synthetic) -> None:
     if shutil.which("buildah") is None:
         pytest.skip("buildah is not installed")

@@ -98,7 +98,6 @@ def test_a_second_run_on_the_bundle_refuses_at_once(
     assert not cache.exists()  # refused before anything was fetched
 
 
-@pytest.mark.slow
 def test_the_lock_goes_with_the_process_that_held_it(
     project: Path, holder: subprocess.Popen[str]
 ) -> None:

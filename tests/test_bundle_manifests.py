@@ -293,7 +293,6 @@ def test_the_receipt_variant_example_extends_the_shipped_bundle() -> None:
     assert rows == {"openxla.commit": ("9a9aa0e11e4fcda8d6a9c3267dca6776ddbdb0ca", "a76a9a858")}
 
 
-@pytest.mark.slow
 def test_make_diff_of_a_child_alone_shows_what_it_changes(project: Path, run_cli) -> None:
     write_named(project, "child", CHILD)
     result = run_cli("diff", "child", root=project)

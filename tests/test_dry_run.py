@@ -62,7 +62,6 @@ def test_every_subcommand_either_honours_dry_run_or_rejects_it(name: str) -> Non
     assert honours == (name in HONOURS_DRY_RUN), name
 
 
-@pytest.mark.slow
 def test_requirements_rejects_the_flag_and_the_environment(project: Path) -> None:
     before = _snapshot(project)
     flag = run_cli("requirements", "--bundle", BUNDLE, "--dry-run", root=project)
@@ -110,7 +109,6 @@ def test_make_publish_dry_run_writes_no_static_index(project: Path, tmp_path: Pa
     assert not cache.exists()
 
 
-@pytest.mark.slow
 def test_lock_dry_run_leaves_the_lock_byte_identical(project: Path, tmp_path: Path) -> None:
     # A manifest edit makes the real `lock` rewrite the entry; the dry run must not.
     manifest = project / "build" / "bundles" / f"{BUNDLE}.toml"

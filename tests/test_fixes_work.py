@@ -59,7 +59,6 @@ def _publish_without_then_with_credentials(project: Path, index_server: IndexSer
     assert len(list(index_server.packages.iterdir())) == 2
 
 
-@pytest.mark.slow
 def test_diff_without_bundles_speaks_make(tmp_path: Path) -> None:
     bare = run_cli("diff", root=REPO_ROOT)
     assert bare.exit_code == 2, bare.output

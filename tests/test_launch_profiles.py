@@ -314,7 +314,6 @@ def test_launch_env_fills_the_build_into_the_cache_path_from_the_locked_wheel(
     )
 
 
-@pytest.mark.slow
 def test_doctor_names_each_setting_where_a_launch_environment_differs_from_the_profile(
     project: Path, tmp_path: Path
 ) -> None:

@@ -211,7 +211,6 @@ def test_rebase_needs_a_commit_sha(patched: Path, run_cli) -> None:
     assert result.exit_code == 2 and "is not a commit SHA" in result.stderr
 
 
-@pytest.mark.slow
 def test_make_patch_refuses_to_recreate_a_worktree_with_commits_not_exported(
     patched: Path, run_cli
 ) -> None:

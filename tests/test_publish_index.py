@@ -44,7 +44,6 @@ def _publish(project: Path, index_url: str, env: dict[str, str]) -> CliResult:
     )  # fmt: skip
 
 
-@pytest.mark.slow
 def test_upload_then_rerun_skips(project: Path, index_server: IndexServer) -> None:  # noqa: F811
     env = index_server.credentials
     first = _publish(project, index_server.url, env)

@@ -217,7 +217,6 @@ def test_second_clean_builder_hits_the_writers_remote_ccache(tmp_path: Path, red
     assert redis.key_count() == keys_after_writer
 
 
-@pytest.mark.slow
 def test_plan_and_errors_never_show_the_credentials(tmp_path: Path, redis: Redis) -> None:
     syn = _builder(tmp_path, redis)
     plan = _run(syn, "reader", "--dry-run")

@@ -52,7 +52,6 @@ def marker_line(path: Path) -> int:
     )
 
 
-@pytest.mark.slow
 def test_continue_refuses_a_file_added_with_its_conflict_markers(
     patched: Path, upstreams: dict[str, Upstream], run_cli
 ) -> None:
@@ -108,7 +107,6 @@ def _continue_with_git_itself(tree: Path) -> None:
     )
 
 
-@pytest.mark.slow
 def test_export_and_patches_check_refuse_markers_a_rebase_left_in_a_commit(
     patched: Path, upstreams: dict[str, Upstream], run_cli
 ) -> None:

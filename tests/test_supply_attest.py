@@ -90,7 +90,6 @@ def envelope(project: Path, wheel: Path) -> Path:
     return project / "dist" / BUNDLE / attest.envelope_name(wheel.name)
 
 
-@pytest.mark.slow
 def test_attest_signs_an_slsa_statement_per_locked_wheel(
     project: Path, wheels: list[Path], tmp_path: Path
 ) -> None:
@@ -188,7 +187,6 @@ def test_a_lane_that_requires_signatures_refuses_unsigned_wrong_key_and_changed_
         ).read_bytes()
 
 
-@pytest.mark.slow
 def test_promotion_into_a_signed_lane_verifies_the_envelopes(
     project: Path, wheels: list[Path]
 ) -> None:

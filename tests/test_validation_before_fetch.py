@@ -165,7 +165,6 @@ def test_a_corrupt_lock_and_its_fix_that_works(syn: Synthetic, content: bytes, e
     assert lock_check(syn).exit_code == 0
 
 
-@pytest.mark.slow
 def test_git_checkout_restores_a_corrupt_lock(syn: Synthetic) -> None:
     lock = syn.root / "wheels.lock"
     git(syn.root, "init", "-q")

@@ -283,7 +283,6 @@ def test_repack_ignores_order_dates_and_modes_and_tags_builds(tmp_path: Path) ->
         )
 
 
-@pytest.mark.slow
 def test_a_patched_torch_gives_torch_xla_another_file_name(syn: Synthetic) -> None:
     # torch_xla is compiled against the torch it is built with: the same torch_xla commit
     # and series on a patched torch is another wheel and must not share the file name
