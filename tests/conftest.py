@@ -89,27 +89,43 @@ def stock_xla_python_27() -> Path:
     return envs.ensure_stock_env("2.7.0", root=machine_cache(os.environ))
 
 
+def _gate_once_per_run(
+    tmp_path_factory: pytest.TempPathFactory,
+    key: str,
+    python: Path,
+    *args: str,
+    own_tmpdir: bool = False,
+) -> GateRun:
+    """``gate --python PYTHON ARGS`` once per pytest run, shared by the workers: its report
+    in ``<dir>/report``, its baselines in ``<dir>/baselines``; ``own_tmpdir``: TMPDIR is
+    ``<dir>/tmp``, so a test can see the gate left nothing behind in it."""
+
+    def make(directory: Path) -> None:
+        env = None
+        if own_tmpdir:
+            (directory / "tmp").mkdir()
+            env = {"TMPDIR": str(directory / "tmp")}
+        run = run_gate_cli(
+            "gate", "--python", str(python), *args,
+            "--baselines-dir", str(directory / "baselines"),
+            out_dir=directory / "report", env=env,
+        )  # fmt: skip
+        run.save(directory / "run.json")
+
+    return once_per_run(tmp_path_factory, key, make, lambda d: GateRun.load(d / "run.json"))
+
+
 @pytest.fixture(scope="session")
 def gate_27(stock_xla_python_27: Path, tmp_path_factory: pytest.TempPathFactory) -> GateRun:
     """One run of every gate check on stock 2.7.0 per pytest run, for the tests that only
     read its report (test_gate_stock.py, test_gate_cache_checks.py). Three warm runs: on
     the SPMD variant, 8 steps and three loaders make a miss of 2.7.0's hang unlikely. No
     baseline (an empty baselines directory), so its checks run side by side as a user's
-    gate on CPU does; TMPDIR is the run's own, so a test can see the gate left nothing
-    behind in it."""
-
-    def make(directory: Path) -> None:
-        (directory / "tmp").mkdir()
-        run = run_gate_cli(
-            "gate", "--python", str(stock_xla_python_27), "--warm-runs", "3",
-            "--baselines-dir", str(directory / "baselines"),
-            out_dir=directory / "report", env={"TMPDIR": str(directory / "tmp")},
-        )  # fmt: skip
-        run.save(directory / "run.json")
-
-    return once_per_run(
-        tmp_path_factory, "gate-stock-2.7.0", make, lambda d: GateRun.load(d / "run.json")
-    )
+    gate on CPU does."""
+    return _gate_once_per_run(
+        tmp_path_factory, "gate-stock-2.7.0", stock_xla_python_27, "--warm-runs", "3",
+        own_tmpdir=True,
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="session")
@@ -117,18 +133,10 @@ def restart_27(stock_xla_python_27: Path, tmp_path_factory: pytest.TempPathFacto
     """The restart check alone on stock 2.7.0, recording its baseline in
     ``<out>/../baselines`` (a recorded figure is a wall time: this run has no neighbour
     check), once per pytest run: its receipt serves test_gate_recalibration.py."""
-
-    def make(directory: Path) -> None:
-        run = run_gate_cli(
-            "gate", "--python", str(stock_xla_python_27), "--checks", "restart",
-            "--record-baseline", "--baselines-dir", str(directory / "baselines"),
-            out_dir=directory / "report",
-        )  # fmt: skip
-        run.save(directory / "run.json")
-
-    return once_per_run(
-        tmp_path_factory, "restart-stock-2.7.0", make, lambda d: GateRun.load(d / "run.json")
-    )
+    return _gate_once_per_run(
+        tmp_path_factory, "restart-stock-2.7.0", stock_xla_python_27,
+        "--checks", "restart", "--record-baseline",
+    )  # fmt: skip
 
 
 # --- The real pytorch/xla source (tests/real_source.py) -------------------------------
