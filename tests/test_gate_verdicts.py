@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from xla_wheels.cli.gate import CHECKS, _side_by_side
+from xla_wheels.cli.gate import CHECKS, _checks, _side_by_side
 from xla_wheels.gate import hbm, restart
 from xla_wheels.gate.children import ChildResult
 from xla_wheels.gate.errors import GateEnvironmentError
@@ -359,6 +359,10 @@ def test_an_unusable_environment_is_reported_as_an_error_not_a_failure(tmp_path)
 # --- which checks run side by side (cli/gate.py _side_by_side) ----------------------------
 
 
+def _side_by_side_for(args: argparse.Namespace, target: Target) -> bool:
+    return _side_by_side(args, _checks(args.checks), target)
+
+
 def _gate_args(tmp_path: Path, **given: Any) -> argparse.Namespace:
     settings: dict[str, Any] = {
         "checks": ",".join(CHECKS),
@@ -370,8 +374,8 @@ def _gate_args(tmp_path: Path, **given: Any) -> argparse.Namespace:
     return argparse.Namespace(**{**settings, **given})
 
 
-def test_on_cpu_the_checks_run_side_by_side(tmp_path):
-    assert _side_by_side(_gate_args(tmp_path), CPU_TARGET)
+def test_on_cpu_the_checks_run_side_by_side_for(tmp_path):
+    assert _side_by_side_for(_gate_args(tmp_path), CPU_TARGET)
 
 
 @pytest.mark.parametrize(
@@ -382,15 +386,15 @@ def test_on_cpu_the_checks_run_side_by_side(tmp_path):
     ],
 )
 def test_checks_run_one_after_the_other_when(tmp_path, given, why):
-    assert not _side_by_side(_gate_args(tmp_path, **given), CPU_TARGET), why
+    assert not _side_by_side_for(_gate_args(tmp_path, **given), CPU_TARGET), why
 
 
 def test_checks_run_one_after_the_other_on_a_tpu_and_against_a_baseline(tmp_path):
-    assert not _side_by_side(_gate_args(tmp_path), TPU_TARGET)
+    assert not _side_by_side_for(_gate_args(tmp_path), TPU_TARGET)
     args = _gate_args(tmp_path)
     baseline = restart.baseline_path(args.baselines_dir, CPU_TARGET, "small")
     baseline.parent.mkdir(parents=True)
     baseline.write_text("{}")
-    assert not _side_by_side(args, CPU_TARGET)
+    assert not _side_by_side_for(args, CPU_TARGET)
     # Without the restart check no wall time is judged: side by side again.
-    assert _side_by_side(_gate_args(tmp_path, checks="spmd-restart,hbm"), CPU_TARGET)
+    assert _side_by_side_for(_gate_args(tmp_path, checks="spmd-restart,hbm"), CPU_TARGET)

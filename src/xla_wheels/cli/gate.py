@@ -268,8 +268,8 @@ def _gate_profile(args: argparse.Namespace) -> under_profile.GateProfile | None:
     return planned
 
 
-def _side_by_side(args: argparse.Namespace, target: Target) -> bool:
-    """Whether the checks' chains of children run side by side.
+def _side_by_side(args: argparse.Namespace, checks: list[str], target: Target) -> bool:
+    """Whether the chains of children of ``checks`` run side by side.
 
     Only on CPU: a process that opens a TPU holds its chips. And not when the restart check
     records or is judged against a baseline: that is its one wall-time verdict, and a
@@ -278,7 +278,6 @@ def _side_by_side(args: argparse.Namespace, target: Target) -> bool:
     """
     if target.device != "CPU":
         return False
-    checks = _checks(args.checks)
     if args.xla_cache_dir is not None and {"restart", restart.SPMD_NAME} <= set(checks):
         # The SPMD variant's cache is a directory inside the given one, which the restart
         # check snapshots: they must not run at the same time.
@@ -387,7 +386,7 @@ def _run_gate(args: argparse.Namespace, gate_profile: under_profile.GateProfile 
             chains.append(
                 lambda: [hbm.run_hbm_check(target, runs_dir, timeout_s=args.child_timeout)]
             )
-        side_by_side = _side_by_side(args, target)
+        side_by_side = _side_by_side(args, checks, target)
         if len(chains) > 1:
             how = "side by side" if side_by_side else "one after the other"
             log.info(f"{len(chains)} chains of checks {how}")
