@@ -113,16 +113,21 @@ def _rebase(
     return None if options.dry_run else result
 
 
+def _add_series_arguments(parser: argparse.ArgumentParser) -> None:
+    """What patch-export and patch-rebase both take: the bundle, and whose series."""
+    add_bundle_arguments(parser, writes_bundle=True, dry_run=True)
+    parser.add_argument(
+        "--component",
+        default="torch_xla",
+        choices=COMPONENT_NAMES,
+        help="the component whose series it is",
+    )
+
+
 def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     """Define subcommand ``name``'s arguments on ``parser`` and set its handler."""
     if name == "patch-export":
-        add_bundle_arguments(parser, writes_bundle=True, dry_run=True)
-        parser.add_argument(
-            "--component",
-            default="torch_xla",
-            choices=COMPONENT_NAMES,
-            help="the component whose series it is",
-        )
+        _add_series_arguments(parser)
         add_switch(
             parser,
             "--force",
@@ -130,13 +135,7 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
         )
         parser.set_defaults(handler=cmd_patch_export)
     elif name == "patch-rebase":
-        add_bundle_arguments(parser, writes_bundle=True, dry_run=True)
-        parser.add_argument(
-            "--component",
-            default="torch_xla",
-            choices=COMPONENT_NAMES,
-            help="the component whose series it is",
-        )
+        _add_series_arguments(parser)
         parser.add_argument("--onto", default=None, help="the commit to carry the series onto")
         parser.add_argument(
             "--continue",
