@@ -178,7 +178,12 @@ def test_stock_torch_xla_passes_the_canary_and_its_controls_are_caught(gate_run,
 
 @pytest.mark.slow
 def test_the_steady_step_really_ran_adamw_with_a_tensor_learning_rate(canary_29):
-    steady = json.loads((canary_29.out_dir / "runs" / canary.NAME / "steady.json").read_text())
+    # One process ran the three variants, the steady one first.
+    child_report = canary_29.out_dir / "runs" / canary.NAME / f"{canary.NAME}.json"
+    child = json.loads(child_report.read_text())
+    ran = [run["variant"] for run in child["variants"]]
+    assert ran == ["steady", "item-readback", "shape-drift"]
+    steady = child["variants"][0]
     assert steady["lr_is_tensor"] is True
     # The schedule ran on the device: 1e-3 decayed by 0.99 for 3 + 8 steps.
     assert steady["final_learning_rate"] == pytest.approx(1e-3 * 0.99**11, rel=1e-5)

@@ -17,10 +17,10 @@ Modes:
   sharded under SPMD, ``t + t`` on a tensor sharded over every device (upstream
           test_persistent_cache.py's spmd_sharded case): the output's bytes and its
           sharding spec, which a cache hit must reproduce exactly
-  canary  the recompilation canary's AdamW training loop, one ``--variant`` (``steady``
-          and two controls, see ``gate.canary``): every counter and metric sample count
-          after the set-up, the warm-up and the measured steps, not a chosen few, so a
-          counter that moves on another build is in the evidence too
+  canary  the recompilation canary's AdamW training loop, each ``--variant`` in turn
+          (``steady`` first, then two controls, see ``gate.canary``): every counter and
+          metric sample count after each variant's set-up, warm-up and measured steps, not
+          a chosen few, so a counter that moves on another build is in the evidence too
 
 Numbers are reported as ``float.hex`` (losses) or hex bytes (outputs) so the parent
 compares them bit for bit, not through a decimal rendering.
@@ -393,11 +393,23 @@ def _all_counts() -> dict[str, dict[str, int]]:
 
 def mode_canary(args: argparse.Namespace) -> dict[str, Any]:
     result = _import_torch_xla()
+    steps = 8 if args.steps is None else args.steps
+    # In the order given (the parent puts the steady step first, so no control's compiles
+    # or transfers can come before it); each variant builds its own model and optimizer and
+    # is judged on the counters' movement over its own steps. A variant that finished is
+    # kept in PROGRESS: should a later one raise, its evidence is still reported.
+    # A list: the report is written with sorted keys, and the order is part of the evidence.
+    variants: list[dict[str, Any]] = PROGRESS.setdefault("variants", [])
+    for variant in args.variant or CANARY_VARIANTS:
+        variants.append(_canary_variant(variant, args.warmup, steps))
+    result["variants"] = variants
+    return result
+
+
+def _canary_variant(variant: str, warmup: int, steps: int) -> dict[str, Any]:
     import torch
     import torch_xla
 
-    variant, warmup = args.variant, args.warmup
-    steps = 8 if args.steps is None else args.steps
     device = _device()
     torch.manual_seed(0)
     width, batch = CANARY_WIDTH, CANARY_BATCH
@@ -446,18 +458,16 @@ def mode_canary(args: argparse.Namespace) -> dict[str, Any]:
     snapshots["after_steps"] = _all_counts()
     # Read only after the last snapshot: the final value must not count as a step's transfer.
     final_learning_rate = float(learning_rate.cpu())
-    result.update(
-        {
-            "variant": variant,
-            "warmup_steps": warmup,
-            "steps": steps,
-            "lr_is_tensor": isinstance(optimizer.param_groups[0]["lr"], torch.Tensor),
-            "final_learning_rate": final_learning_rate,
-            "readbacks": len(readbacks),
-            "snapshots": snapshots,
-        }
-    )
-    return result
+    return {
+        "ok": True,
+        "variant": variant,
+        "warmup_steps": warmup,
+        "steps": steps,
+        "lr_is_tensor": isinstance(optimizer.param_groups[0]["lr"], torch.Tensor),
+        "final_learning_rate": final_learning_rate,
+        "readbacks": len(readbacks),
+        "snapshots": snapshots,
+    }
 
 
 MODES = {
@@ -478,7 +488,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spmd", action="store_true")
     parser.add_argument("--probe-bytes", type=int, default=256 * 1024 * 1024)
     parser.add_argument("--steps", type=int, default=None, help="override the preset's steps")
-    parser.add_argument("--variant", choices=CANARY_VARIANTS, default="steady")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        choices=CANARY_VARIANTS,
+        help="canary variant to run, in order (repeatable; default: all, steady first)",
+    )
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument(
         "--custom-compile-option",
