@@ -79,6 +79,9 @@ def test_stock_2_9_0_hbm_verdict_stands_on_its_own_and_names_patch_0002(gate_def
     assert hbm["figures"]["runtime_devices"] == ["CPU:0", "CPU:1", "CPU:2", "CPU:3"]
     # What users have without the patch: the virtual device is all SPMD offers.
     assert "SPMD virtual device" in hbm["figures"]["stock_memory_info_under_spmd"]
+    # The SPMD restart check's cold run made the queries: no HBM child of its own.
+    assert [run["same_run_as"] for run in hbm["runs"]] == ["spmd-restart: cold-1"]
+    assert not (gate_default.out_dir / "runs" / "hbm").exists()
 
 
 def test_stock_2_9_0_junit_reports_both_failures(gate_default):

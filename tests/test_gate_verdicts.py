@@ -327,6 +327,44 @@ def test_on_v6e_an_implausible_limit_or_unchanged_usage_fails():
     assert "bytes_used rose by 0 bytes" in reasons[1]
 
 
+def _spmd_restart(cold: dict[str, Any]) -> CheckResult:
+    warm = {"name": "warm-1", "ok": True, "wall_s": 1.0}
+    return CheckResult("spmd-restart", True, [], [], runs=[cold, warm])
+
+
+def test_the_spmd_cold_runs_queries_serve_the_hbm_check_without_a_child_of_its_own():
+    queries = hbm_report(
+        before={d: {"ok": False, "error": ALLOCATOR_ERROR} for d in CPU4},
+        unknown_device={"ok": False, "error": f"unknown device CPU:101; valid: {', '.join(CPU4)}"},
+    )
+    cold = {"name": "cold-1", "ok": True, "wall_s": 9.0, "hbm": queries}
+    result = hbm.judge_shared_run(_spmd_restart(cold), CPU_TARGET)
+    assert result.passed, result.reasons
+    # The evidence names the run that made the queries; its data stays in that check's row.
+    assert result.runs == [
+        {"name": "cold-1", "ok": True, "wall_s": 9.0, "same_run_as": "spmd-restart: cold-1"}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("cold", "reason"),
+    [
+        (
+            {"name": "cold-1", "ok": False, "error": "cold-1: exited 3"},
+            "the SPMD cold run that makes the queries did not finish: cold-1: exited 3",
+        ),
+        (
+            {"name": "cold-1", "ok": True, "hbm": {"ok": False, "error": "RuntimeError: no"}},
+            "the HBM queries did not finish: RuntimeError: no",
+        ),
+    ],
+)
+def test_the_hbm_check_fails_when_the_shared_cold_run_made_no_queries(cold, reason):
+    result = hbm.judge_shared_run(_spmd_restart(cold), CPU_TARGET)
+    assert not result.passed
+    assert result.reasons == [reason]
+
+
 # --- reports --------------------------------------------------------------------------
 
 

@@ -330,6 +330,9 @@ def _run_gate(args: argparse.Namespace, gate_profile: under_profile.GateProfile 
         share_cold = bool(cache_checks) and "restart" in checks and not args.spmd
         share_cold = share_cold and args.writers == 1
         kept = scratch / "restart-cold-cache"
+        # The HBM queries need an SPMD runtime on every device: the SPMD restart check's
+        # first cold run makes them after its steps, one child fewer.
+        share_spmd_cold = "hbm" in checks and restart.SPMD_NAME in checks
 
         def restart_check(check: str) -> CheckResult:
             config = restart.RestartConfig(
@@ -346,6 +349,8 @@ def _run_gate(args: argparse.Namespace, gate_profile: under_profile.GateProfile 
             )
             if check == restart.SPMD_NAME:
                 config = restart.spmd_config(config)
+                if share_spmd_cold:
+                    config = replace(config, hbm_probe_bytes=hbm.PROBE_BYTES)
             elif share_cold:
                 config = replace(config, keep_cold_cache=kept)
             check_scratch = scratch / check
@@ -367,6 +372,10 @@ def _run_gate(args: argparse.Namespace, gate_profile: under_profile.GateProfile 
             first = restart_check("restart")
             return [first, *cache_key_checks(cachekeys.shared_runs(first.runs, kept))]
 
+        def spmd_then_hbm() -> list[CheckResult]:
+            spmd = restart_check(restart.SPMD_NAME)
+            return [spmd, hbm.judge_shared_run(spmd, target)]
+
         # Independent chains of children, composed first, then run: side by side on CPU
         # (see _side_by_side), one after the other on a TPU.
         chains: list[Callable[[], list[CheckResult]]] = []
@@ -375,14 +384,16 @@ def _run_gate(args: argparse.Namespace, gate_profile: under_profile.GateProfile 
                 restart_then_cache_checks if share_cold else lambda: [restart_check("restart")]
             )
         if restart.SPMD_NAME in checks:
-            chains.append(lambda: [restart_check(restart.SPMD_NAME)])
+            chains.append(
+                spmd_then_hbm if share_spmd_cold else lambda: [restart_check(restart.SPMD_NAME)]
+            )
         if cache_checks and not share_cold:
             chains.append(lambda: cache_key_checks(None))
         if canary.NAME in checks:
             chains.append(
                 lambda: [canary.run_canary_check(target, runs_dir, timeout_s=args.child_timeout)]
             )
-        if "hbm" in checks:
+        if "hbm" in checks and not share_spmd_cold:
             chains.append(
                 lambda: [hbm.run_hbm_check(target, runs_dir, timeout_s=args.child_timeout)]
             )

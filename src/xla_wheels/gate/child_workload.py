@@ -13,7 +13,8 @@ Modes:
   import  import only (the floor of any restart)
   train   the fixed-shape validation workload; timings and torch_xla counters
   hbm     under SPMD, query every physical runtime device through
-          ``torch_xla._XLAC._xla_runtime_memory_info`` (patch 0002)
+          ``torch_xla._XLAC._xla_runtime_memory_info`` (patch 0002); ``train --spmd
+          --hbm-probe-bytes N`` runs the same queries after its steps
   sharded under SPMD, ``t + t`` on a tensor sharded over every device (upstream
           test_persistent_cache.py's spmd_sharded case): the output's bytes and its
           sharding spec, which a cache hit must reproduce exactly
@@ -282,6 +283,14 @@ def mode_train(args: argparse.Namespace) -> dict[str, Any]:
     result.update(_metrics())
     result["first_step"] = first_step
     result.update(_memory(bool(args.spmd)))
+    if args.spmd and args.hbm_probe_bytes is not None:
+        # The HBM check's queries, after the counters were read: they share this run's
+        # import and SPMD runtime instead of starting a process of their own. A failure
+        # here is the HBM check's evidence, not this run's.
+        try:
+            result["hbm"] = {"ok": True, **_hbm_queries(args.hbm_probe_bytes)}
+        except Exception as error:
+            result["hbm"] = {"ok": False, "error": _error_text(error)}
     result.update(
         {
             "workload": args.workload,
@@ -338,15 +347,24 @@ def _error_text(error: BaseException) -> str:
 
 def mode_hbm(args: argparse.Namespace) -> dict[str, Any]:
     result = _import_torch_xla()
+    import torch_xla.runtime as xr
+
+    xr.use_spmd()
+    result.update(_hbm_queries(args.probe_bytes))
+    return result
+
+
+def _hbm_queries(probe_bytes: int) -> dict[str, Any]:
+    """Under SPMD (already on), ask every physical device for its memory, before and after
+    placing a ``probe_bytes`` tensor replicated onto every device. Compiles nothing, so a
+    cold run that does this after its steps leaves its cache as the steps left it."""
     import torch
     import torch_xla
     import torch_xla.core.xla_model as xm
     import torch_xla.runtime as xr
 
-    xr.use_spmd()
     devices = _runtime_devices()
-    result["runtime_devices"] = devices
-    result["device_type"] = xr.device_type()
+    result: dict[str, Any] = {"runtime_devices": devices, "device_type": xr.device_type()}
     binding = getattr(torch_xla._XLAC, "_xla_runtime_memory_info", None)
     result["has_binding"] = binding is not None
     # What stock torch_xla offers under SPMD, recorded as context for the verdict.
@@ -368,14 +386,16 @@ def mode_hbm(args: argparse.Namespace) -> dict[str, Any]:
     result["before"] = {device: query(device) for device in devices}
     result["unknown_device"] = query(f"{devices[0].split(':')[0]}:{len(devices) + 97}")
     if all(entry["ok"] for entry in result["before"].values()):
-        # A replicated tensor occupies its full size on every physical device.
-        elements = args.probe_bytes // 4
+        # A replicated tensor occupies its full size on every physical device. Placed and
+        # waited for, never computed on: a computation would compile (and, in a cold run,
+        # write a cache entry).
+        elements = probe_bytes // 4
         tensor = torch.ones(elements, dtype=torch.float32).to(_device())
         _sync()
         xm.wait_device_ops()
         result["probe_bytes"] = elements * 4
         result["after"] = {device: query(device) for device in devices}
-        result["probe_checksum"] = float(tensor[:4].sum().item())
+        del tensor
     return result
 
 
@@ -487,6 +507,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workload", choices=sorted(WORKLOADS), default="small")
     parser.add_argument("--spmd", action="store_true")
     parser.add_argument("--probe-bytes", type=int, default=256 * 1024 * 1024)
+    parser.add_argument(
+        "--hbm-probe-bytes",
+        type=int,
+        default=None,
+        help="train --spmd: after the steps, run the hbm mode's queries with this probe size",
+    )
     parser.add_argument("--steps", type=int, default=None, help="override the preset's steps")
     parser.add_argument(
         "--variant",

@@ -3,7 +3,9 @@
 Stock torch_xla can only ask the virtual ``SPMD:0`` device, which the runtime rejects.
 Patch 0002 adds ``torch_xla._XLAC._xla_runtime_memory_info(device_str)`` taking a raw
 runtime device string. One child (``--mode hbm``) enables SPMD, enumerates the runtime
-devices and queries each; ``judge_hbm`` decides from its report:
+devices and queries each; ``judge_hbm`` decides from its report. When the SPMD restart
+check runs too, its first cold run makes the same queries after its steps instead
+(``judge_shared_run``), and no child of its own is started:
 
 * TPU: every device answers with a positive, plausible ``bytes_limit`` for the chip, and
   ``bytes_used`` rises by about the size of a tensor replicated onto every device.
@@ -45,7 +47,7 @@ def _mentions(text: str, markers: tuple[str, ...]) -> bool:
 
 def judge_hbm(report: dict[str, Any] | None, failure: str | None, target: Target) -> CheckResult:
     if report is None or not report.get("ok"):
-        return failed(NAME, f"the HBM child did not finish: {failure}")
+        return failed(NAME, f"the HBM queries did not finish: {failure}")
     devices: list[str] = list(report.get("runtime_devices", []))
     figures: dict[str, Any] = {
         "runtime_devices": devices,
@@ -142,6 +144,25 @@ def _judge_tpu(
     figures.update({"probe_bytes": probe, "bytes_used_delta": deltas, "hbm_per_chip": ceiling})
     if not reasons:
         notes.append(f"{len(devices)} chip(s) report plausible HBM and track a {probe}-byte tensor")
+
+
+def judge_shared_run(spmd_restart: CheckResult, target: Target) -> CheckResult:
+    """The check from the SPMD restart check's first cold run, which made the queries after
+    its steps (``RestartConfig.hbm_probe_bytes``): the same SPMD runtime on the same
+    devices as this check's own child, one torch_xla import fewer."""
+    began = time.monotonic()
+    row = next((r for r in spmd_restart.runs if r["name"] == "cold-1"), None)
+    if row is None or "hbm" not in row:
+        failure = row.get("error") if row else None
+        result = failed(NAME, f"the SPMD cold run that makes the queries did not finish: {failure}")
+    else:
+        report = row["hbm"]
+        result = judge_hbm(report, report.get("error"), target)
+    if row is not None:
+        shared = {k: v for k, v in row.items() if k != "hbm"}
+        result.runs = [{**shared, "same_run_as": f"{spmd_restart.name}: cold-1"}]
+    result.duration_s = time.monotonic() - began
+    return result
 
 
 def run_hbm_check(target: Target, runs_dir: Path, *, timeout_s: float = 600.0) -> CheckResult:

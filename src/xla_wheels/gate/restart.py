@@ -109,6 +109,9 @@ class RestartConfig:
     #: Where to copy the cache directory as the cold run left it, so the cache checks can
     #: use this cold run instead of their own (``cachekeys.SharedRuns``).
     keep_cold_cache: Path | None = None
+    #: SPMD only: the first cold run also makes the HBM check's queries with a tensor of
+    #: this size, after its counters are read (``hbm.judge_shared_run``).
+    hbm_probe_bytes: int | None = None
 
 
 def spmd_config(config: RestartConfig) -> RestartConfig:
@@ -194,6 +197,8 @@ def summarize(result: ChildResult) -> dict[str, Any]:
         row["has_set_custom_compile_options"] = report["has_set_custom_compile_options"]
     if "loss_hex" in report:
         row["loss_hex"] = list(report["loss_hex"])
+    if "hbm" in report:
+        row["hbm"] = report["hbm"]
     for key in (
         "import_s",
         "ready_s",
@@ -444,9 +449,12 @@ def run_restart_check(
     title = config.name
     train = _train_args(config)
     with log.section(f"{title}: cold run ({config.writers} writer(s)), {config.workload} workload"):
+        writer_args = [train] * config.writers
+        if config.hbm_probe_bytes is not None:
+            writer_args[0] = [*train, "--hbm-probe-bytes", str(config.hbm_probe_bytes)]
         started = [
-            start_child(target.python, f"cold-{i + 1}", runs, train, env)
-            for i in range(config.writers)
+            start_child(target.python, f"cold-{i + 1}", runs, args, env)
+            for i, args in enumerate(writer_args)
         ]
         cold = [
             summarize(finish_child(s, f"cold-{i + 1}", config.child_timeout_s))
