@@ -149,6 +149,12 @@ STOCK_XLA_FIXTURES = frozenset(
 )
 
 
+#: Gate runs made once per pytest run (tests/once_per_run.py): the tests that read one
+#: share a worker, which makes it. Spread over two workers, the second one blocked on the
+#: run's lock for as long as the first took to make it (67 s measured for gate_27).
+ONCE_PER_RUN_GATES = frozenset({"gate_27", "restart_27"})
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's, which reads xdist_group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tiers from what a test uses, so they are per test and cannot be forgotten: the real
@@ -158,11 +164,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
     Under xdist (``--dist loadgroup``) the tests that share a module-scoped fixture (a
     gate run, a release story) run on one worker, so it is made once per pytest run, not
-    once per worker. Every other test goes wherever a worker is free: the gate's verdicts
-    hold beside a busy process (gate/README.md), and session fixtures are shared across
-    workers already (tests/once_per_run.py). tryfirst: xdist's own hook reads the
-    ``xdist_group`` marks, and a mark added after it is ignored (it was, until this ran
-    first: one module's gate run was made twice, once on each worker).
+    once per worker, and so do the tests that read one of the gate runs made once per
+    pytest run (ONCE_PER_RUN_GATES). Every other test goes wherever a worker is free: the
+    gate's verdicts hold beside a busy process (gate/README.md). tryfirst: xdist's own
+    hook reads the ``xdist_group`` marks, and a mark added after it is ignored (it was,
+    until this ran first: one module's gate run was made twice, once on each worker).
     """
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
@@ -170,7 +176,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.real_source)
         if fixtures & STOCK_XLA_FIXTURES:
             item.add_marker(pytest.mark.stock_xla)
-        if _shares_a_module_fixture(item) and item.get_closest_marker("xdist_group") is None:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        shared_runs = sorted(fixtures & ONCE_PER_RUN_GATES)
+        if shared_runs:
+            item.add_marker(pytest.mark.xdist_group(shared_runs[0]))
+        elif _shares_a_module_fixture(item):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
     # The long tests first (stable, the same order on every worker): workers hand out
     # tests in this order, and a gate run started last would run alone at the end.

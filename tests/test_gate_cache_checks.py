@@ -154,7 +154,6 @@ def torch_xla_src(pytorch_xla_repo: Path) -> Path:
 # Its stock environment comes through getfixturevalue, which conftest's marking by fixture
 # names cannot see: marked here.
 @pytest.mark.stock_xla
-@pytest.mark.xdist_group("stock_xla")
 def test_upstream_persistent_cache_test_on_cpu(
     version: str,
     expected_failures: set[str],
