@@ -29,7 +29,6 @@ built on it.
 
 from __future__ import annotations
 
-import base64
 import csv
 import hashlib
 import io
@@ -263,16 +262,11 @@ def read_facts(raw: bytes) -> SbomFacts:
     return SbomFacts(str(wheel.get("name")), str(wheel.get("version")), components)
 
 
-def _record_hash(data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
-    return f"sha256={digest.decode()}"
-
-
 def record_problem(record_text: str, name: str, raw: bytes) -> str | None:
     """A problem when RECORD's line for ``name`` does not hash to ``raw`` (a changed byte)."""
     for row in csv.reader(io.StringIO(record_text)):
         if row and row[0] == name:
-            if len(row) < 2 or row[1] != _record_hash(raw):
+            if len(row) < 2 or row[1] != wheel_stamp.record_hash(raw):
                 return f"{name} does not match its RECORD hash (changed after the build)"
             return None
     return f"{name} is not listed in RECORD"

@@ -68,7 +68,8 @@ def local_version(public: str, commit: str, digest: str | None) -> str:
     return f"{public}+{label}"
 
 
-def _record_hash(data: bytes) -> str:
+def record_hash(data: bytes) -> str:
+    """RECORD's spelling of ``data``'s digest: ``sha256=<urlsafe base64, unpadded>``."""
     digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
     return f"sha256={digest.decode()}"
 
@@ -144,7 +145,7 @@ def repack_wheel(
             for row in csv.reader(io.StringIO(archive.read(record_name).decode()))
             if row and row[0] not in files and row[0] != record_name
         ]
-        record += [[name, _record_hash(data), str(len(data))] for name, data in files.items()]
+        record += [[name, record_hash(data), str(len(data))] for name, data in files.items()]
         record = [*sorted(record), [record_name, "", ""]]
         names = sorted({*infos, *files, record_name}, key=lambda n: _order(n, record_name))
         handle, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")

@@ -22,7 +22,7 @@ import tomllib
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +41,8 @@ _PREAMBLE = (
 
 
 def file_sha256(path: Path) -> str:
-    hasher = hashlib.sha256()
     with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            hasher.update(block)
-    return hasher.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def _repair_fix(path: Path) -> str:
@@ -67,17 +64,12 @@ class WheelRecord:
     sha256: str
 
     def as_toml(self) -> dict[str, Any]:
-        return {"name": self.name, "size": self.size, "sha256": self.sha256}
+        return asdict(self)
 
     @classmethod
     def from_toml(cls, row: Table) -> WheelRecord:
-        return cls(
-            **row.read(
-                Field("name", str, required=True),
-                Field("size", int, required=True),
-                Field("sha256", str, required=True),
-            )
-        )
+        kinds = {"name": str, "size": int, "sha256": str}
+        return cls(**row.read(*(Field(key, kind, required=True) for key, kind in kinds.items())))
 
 
 @dataclass(frozen=True)
@@ -96,12 +88,7 @@ class RuntimeWheelRecord:
     sha256: str
 
     def as_toml(self) -> dict[str, Any]:
-        return {
-            "project": self.project,
-            "version": self.version,
-            "name": self.name,
-            "sha256": self.sha256,
-        }
+        return asdict(self)
 
     @classmethod
     def from_toml(cls, row: Table) -> RuntimeWheelRecord:
@@ -296,13 +283,15 @@ class Lock:
 
     bundles: Mapping[str, BundleEntry] = field(default_factory=dict)
 
-    def entry(self, bundle_name: str) -> BundleEntry:
-        """The bundle's entry, or a :class:`LockError` saying how to create it."""
+    def entry(self, bundle_name: str, *, first: str = "wheels") -> BundleEntry:
+        """The bundle's entry, or a :class:`LockError` saying how to create it (``make
+        <first>``; ``wheels`` names ``make lock`` too)."""
         found = self.bundles.get(bundle_name)
         if found is None:
+            also = f" (or `make lock BUNDLE={bundle_name}`)" if first == "wheels" else " first"
             raise LockError(
                 f"wheels.lock has no entry for bundle {bundle_name}",
-                fix=f"run `make wheels BUNDLE={bundle_name}` (or `make lock BUNDLE={bundle_name}`)",
+                fix=f"run `make {first} BUNDLE={bundle_name}`{also}",
             )
         return found
 
@@ -465,14 +454,11 @@ def update_bundle_entry(
     return new_entry
 
 
-def _existing_entry(lock: Lock, bundle_name: str) -> BundleEntry:
-    entry = lock.bundles.get(bundle_name)
-    if entry is None:
-        raise LockError(
-            f"wheels.lock has no entry for bundle {bundle_name}",
-            fix=f"run `make lock BUNDLE={bundle_name}` first",
-        )
-    return entry
+def _record(lock_path: Path, bundle_name: str, **facts: Any) -> None:
+    """Replace ``facts`` (fields of :class:`BundleEntry`) in the bundle's existing entry."""
+    lock = read_lock(lock_path)
+    entry = replace(lock.entry(bundle_name, first="lock"), **facts)
+    write_lock(lock_path, lock.with_entry(bundle_name, entry))
 
 
 def record_runtime_wheels(
@@ -486,23 +472,17 @@ def record_runtime_wheels(
     ``resolved_for`` says what they were resolved for, so a change of inputs shows the
     record is stale. Both survive ``make lock`` while the inputs are unchanged.
     """
-    lock = read_lock(lock_path)
-    entry = replace(
-        _existing_entry(lock, bundle_name),
+    _record(
+        lock_path,
+        bundle_name,
         runtime_wheels_for=resolved_for,
         runtime_wheels=tuple(sorted(wheels, key=lambda w: (w.project, w.name))),
     )
-    write_lock(lock_path, lock.with_entry(bundle_name, entry))
 
 
 def record_wheels(lock_path: Path, bundle_name: str, wheels: Sequence[WheelRecord]) -> None:
     """Called by the collect stage: the produced wheels of a bundle, sorted by name."""
-    lock = read_lock(lock_path)
-    entry = replace(
-        _existing_entry(lock, bundle_name),
-        wheels=tuple(sorted(wheels, key=lambda wheel: wheel.name)),
-    )
-    write_lock(lock_path, lock.with_entry(bundle_name, entry))
+    _record(lock_path, bundle_name, wheels=tuple(sorted(wheels, key=lambda wheel: wheel.name)))
 
 
 def check_lock(root: Path, lock_path: Path) -> list[str]:
