@@ -30,6 +30,7 @@ from xla_wheels import filemode
 from xla_wheels.bundle import Bundle, available_bundles, load_bundle
 from xla_wheels.errors import LockError, LockFileError, PipelineError
 from xla_wheels.patches import describe_series, series_digest
+from xla_wheels.provenance import PatchDigest, read_patches
 from xla_wheels.tables import Field, Table
 
 LOCK_VERSION = "1"
@@ -126,13 +127,6 @@ class RuntimeResolution:
 
 
 @dataclass(frozen=True)
-class PatchPin:
-    path: str
-    """``patches/<component>/NNNN-name.patch``, relative to the project root."""
-    sha256: str
-
-
-@dataclass(frozen=True)
 class ComponentPin:
     """``[bundles."<name>".components.<component>]``: what one component was built from."""
 
@@ -143,7 +137,8 @@ class ComponentPin:
     unpinned: str | None
     version: str | None
     series_sha256: str
-    patches: tuple[PatchPin, ...]
+    patches: tuple[PatchDigest, ...]
+    """Each path is ``patches/<component>/NNNN-name.patch``, relative to the project root."""
 
     def as_toml(self) -> dict[str, Any]:
         table: dict[str, Any] = {"remote": self.remote, "commit": self.commit}
@@ -154,7 +149,7 @@ class ComponentPin:
         if self.version:
             table["version"] = self.version
         table["patch-series-sha256"] = self.series_sha256
-        table["patches"] = [{"path": p.path, "sha256": p.sha256} for p in self.patches]
+        table["patches"] = [p.to_json() for p in self.patches]
         return table
 
     @classmethod
@@ -168,7 +163,6 @@ class ComponentPin:
             Field("patch-series-sha256", str, required=True),
             Field("patches", list, default=[]),
         )
-        patch_keys = (Field("path", str, required=True), Field("sha256", str, required=True))
         return cls(
             remote=fields["remote"],
             commit=fields["commit"],
@@ -176,7 +170,7 @@ class ComponentPin:
             unpinned=fields["unpinned"],
             version=fields["version"],
             series_sha256=fields["patch-series-sha256"],
-            patches=tuple(PatchPin(**row.read(*patch_keys)) for row in table.rows("patches") or []),
+            patches=read_patches(table, "patches"),
         )
 
 
@@ -420,7 +414,7 @@ def inputs_entry(bundle: Bundle, resolved: Mapping[str, str | None], root: Path)
             unpinned=None if full or component.commit else (component.unpinned_reason or ""),
             version=component.version or None,
             series_sha256=series_digest(series),
-            patches=tuple(PatchPin(f"patches/{p.relpath}", p.sha256) for p in series),
+            patches=tuple(PatchDigest(f"patches/{p.relpath}", p.sha256) for p in series),
         )
     return BundleEntry(
         manifest=bundle.path.relative_to(root).as_posix(),
