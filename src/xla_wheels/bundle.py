@@ -150,10 +150,6 @@ def bundles_dir(repo_root: Path) -> Path:
     return repo_root / "build" / "bundles"
 
 
-def patches_dir(repo_root: Path) -> Path:
-    return repo_root / "patches"
-
-
 def _inside(path: Path, root: Path) -> bool:
     """Whether ``path``, links followed, is under ``root`` (links followed too)."""
     return path.resolve().is_relative_to(root.resolve())
@@ -177,7 +173,7 @@ def load_bundle(repo_root: Path, name: str) -> Bundle:
             f"{name!r} {_BAD_NAME}" if bad_name else f"unknown bundle '{name}'",
             fix=f"use one of: {', '.join(valid) or '(none found in build/bundles)'}",
         )
-    return parse_manifest(bundles_dir(repo_root) / f"{name}.toml", patches_dir(repo_root))
+    return parse_manifest(bundles_dir(repo_root) / f"{name}.toml", repo_root / "patches")
 
 
 def parse_manifest(path: Path, patches_root: Path, *, bundles_root: Path | None = None) -> Bundle:

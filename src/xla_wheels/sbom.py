@@ -40,7 +40,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from cyclonedx.model import HashAlgorithm, HashType, Property
 from cyclonedx.model.bom import Bom, BomMetaData
@@ -232,10 +231,6 @@ class SbomFacts:
     components: Mapping[str, ComponentProvenance]
 
 
-def _properties(node: Mapping[str, Any]) -> dict[str, str]:
-    return {str(p.get("name")): str(p.get("value")) for p in node.get("properties", [])}
-
-
 def read_facts(raw: bytes) -> SbomFacts:
     """Schema-validate ``raw`` and read its components back; :class:`SbomError` if wrong."""
     validate(raw)
@@ -252,12 +247,12 @@ def read_facts(raw: bytes) -> SbomFacts:
         for child in node.get("components", []):
             hashes = {h.get("alg"): h.get("content") for h in child.get("hashes", [])}
             patches.append(PatchDigest(str(child.get("name")), str(hashes.get("SHA-256"))))
-        name = str(node.get("name"))
-        components[name] = ComponentProvenance(
+        properties = {str(p.get("name")): str(p.get("value")) for p in node.get("properties", [])}
+        components[str(node.get("name"))] = ComponentProvenance(
             commit=str(commits[0].get("uid")),
             version=None,
             patches=tuple(patches),
-            series_sha256=_properties(node).get(f"{PROPERTY}:series_sha256", ""),
+            series_sha256=properties.get(f"{PROPERTY}:series_sha256", ""),
         )
     return SbomFacts(str(wheel.get("name")), str(wheel.get("version")), components)
 
