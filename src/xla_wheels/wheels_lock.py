@@ -212,10 +212,7 @@ class BundleEntry:
             "manifest-sha256": self.manifest_sha256,
             "python": self.python,
             "components": {name: pin.as_toml() for name, pin in self.components.items()},
-            "runtime": {
-                name: {"specifier": pin.specifier, "version": pin.version}
-                for name, pin in self.runtime.items()
-            },
+            "runtime": {name: asdict(pin) for name, pin in self.runtime.items()},
         }
         if self.profiles:
             table["profiles"] = dict(sorted(self.profiles.items()))
@@ -240,10 +237,7 @@ class BundleEntry:
             Field("runtime-wheels", list),
             Field("profiles", dict, default={}),
         )
-        runtime_keys = (
-            Field("specifier", str, required=True),
-            Field("version", str, required=True),
-        )
+        runtime_keys = [Field(key, str, required=True) for key in ("specifier", "version")]
         wheels = table.rows("wheels")
         runtime_wheels = table.rows("runtime-wheels")
         return cls(
@@ -258,9 +252,7 @@ class BundleEntry:
                 name: RuntimePin(**pin.read(*runtime_keys))
                 for name, pin in table.tables("runtime").items()
             },
-            profiles={
-                name: str(digest) for name, digest in (fields["profiles"] or {}).items()
-            },
+            profiles={name: str(digest) for name, digest in fields["profiles"].items()},
             wheels=None if wheels is None else tuple(map(WheelRecord.from_toml, wheels)),
             runtime_wheels_for=None
             if fields["runtime-wheels-for"] is None
