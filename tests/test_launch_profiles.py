@@ -18,7 +18,7 @@ from tests.gitrepos import REPO_ROOT
 from tests.test_bundle_manifests import VALID
 from xla_wheels.bundle import diff, load_bundle
 from xla_wheels.errors import ManifestError
-from xla_wheels.launch_profile import compare_environment, read_env_file
+from xla_wheels.launch_profile import compare_environment, is_training_profile, read_env_file
 from xla_wheels.wheels_lock import (
     WheelRecord,
     check_lock,
@@ -58,7 +58,7 @@ def manifest_error(project: Path, profiles: str) -> str:
 
 def test_a_profile_is_read_grouped_by_purpose_with_its_digest(project: Path) -> None:
     profile = load_bundle(project, "demo").profiles["train"]
-    assert profile.training
+    assert is_training_profile(profile.name)
     assert dict(profile.groups["device"]) == {"PJRT_DEVICE": "TPU"}
     assert profile.environment("demo", "reader") == {
         "LIBTPU_INIT_ARGS": "--xla_tpu_enable_flash_attention=false "

@@ -150,10 +150,6 @@ def bundles_dir(repo_root: Path) -> Path:
     return repo_root / "build" / "bundles"
 
 
-def patches_dir(repo_root: Path) -> Path:
-    return repo_root / "patches"
-
-
 def _inside(path: Path, root: Path) -> bool:
     """Whether ``path``, links followed, is under ``root`` (links followed too)."""
     return path.resolve().is_relative_to(root.resolve())
@@ -171,17 +167,13 @@ def load_bundle(repo_root: Path, name: str) -> Bundle:
             "no bundle given",
             fix=f"pass BUNDLE=<name> (make) or --bundle <name>; bundles: {', '.join(valid)}",
         )
-    if NAME_PATTERN.fullmatch(name) is None:
+    bad_name = NAME_PATTERN.fullmatch(name) is None
+    if bad_name or name not in valid:
         raise UsageError(
-            f"{name!r} {_BAD_NAME}",
+            f"{name!r} {_BAD_NAME}" if bad_name else f"unknown bundle '{name}'",
             fix=f"use one of: {', '.join(valid) or '(none found in build/bundles)'}",
         )
-    if name not in valid:
-        raise UsageError(
-            f"unknown bundle '{name}'",
-            fix=f"use one of: {', '.join(valid) or '(none found in build/bundles)'}",
-        )
-    return parse_manifest(bundles_dir(repo_root) / f"{name}.toml", patches_dir(repo_root))
+    return parse_manifest(bundles_dir(repo_root) / f"{name}.toml", repo_root / "patches")
 
 
 def parse_manifest(path: Path, patches_root: Path, *, bundles_root: Path | None = None) -> Bundle:
@@ -493,8 +485,7 @@ def describe(bundle: Bundle) -> str:
         for patch in component.patches:
             lines.append(f"              + patches/{patch.relpath}")
     for pin in bundle.runtime.values():
-        preferred = f" (preferred {pin.preferred})" if pin.preferred else ""
-        lines.append(f"  {pin.name:<9} {pin.specifier}{preferred}")
+        lines.append(f"  {pin.name:<9} {_pin_text(pin)}")
     for profile in bundle.profiles.values():
         lines.append(f"  profile   {profile.name} sha256:{profile.sha256[:12]}")
     return "\n".join(lines)

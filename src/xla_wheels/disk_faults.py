@@ -47,15 +47,14 @@ def is_disk_fault(error: BaseException) -> bool:
 
 def mount_point(path: Path) -> Path:
     """The mount point of the filesystem that holds ``path`` (or would hold it)."""
-    current = Path(os.path.abspath(path))
-    while not current.exists() and current != current.parent:
-        current = current.parent
+    current = _existing(path)
     while not os.path.ismount(current) and current != current.parent:
         current = current.parent
     return current
 
 
 def _existing(path: Path) -> Path:
+    """``path``, or its nearest parent that exists."""
     current = Path(os.path.abspath(path))
     while not current.exists() and current != current.parent:
         current = current.parent

@@ -48,7 +48,7 @@ import hashlib
 import json
 import re
 import shlex
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -142,10 +142,6 @@ class LaunchProfile:
     name: str
     groups: Mapping[str, Mapping[str, str]]
     """group -> variable -> value, as declared (placeholders not yet expanded)."""
-
-    @property
-    def training(self) -> bool:
-        return is_training_profile(self.name)
 
     @property
     def settings(self) -> dict[str, str]:
@@ -274,7 +270,7 @@ def _checked_value(fail: Any, key: str, profile: str, group: str, variable: str,
     if variable == CACHE_PATH:
         _check_cache_path(fail, key, value)
     if variable in FLAG_STRINGS:
-        _check_flag_string(fail, key, variable, value)
+        _check_flag_string(fail, key, profile, variable, value)
     if is_training_profile(profile):
         _check_training_debug(fail, key, profile, variable, value)
     return value
@@ -314,7 +310,7 @@ def flag_name(token: str) -> str:
     return token.split("=", 1)[0]
 
 
-def _check_flag_string(fail: Any, key: str, variable: str, value: str) -> None:
+def _check_flag_string(fail: Any, key: str, profile: str, variable: str, value: str) -> None:
     if value != value.strip(" ") or "  " in value:
         raise fail(
             key, f"'{value}' has leading, trailing or doubled spaces", "separate flags by one space"
@@ -339,17 +335,12 @@ def _check_flag_string(fail: Any, key: str, variable: str, value: str) -> None:
                 '("Unknown flag in XLA_FLAGS")',
                 "move it to LIBTPU_INIT_ARGS",
             )
-        if name.startswith("--xla_dump") and is_training_key(key):
+        if name.startswith("--xla_dump") and is_training_profile(profile):
             raise fail(
                 key,
                 f"{name} dumps compiler output in a training profile",
                 "remove it; dump in a debug profile",
             )
-
-
-def is_training_key(key: str) -> bool:
-    parts = key.split(".")
-    return len(parts) > 1 and is_training_profile(parts[1])
 
 
 def _check_flag_strings_together(
@@ -402,11 +393,6 @@ def diff_rows(
     return rows
 
 
-def key_tokens(env: Mapping[str, str]) -> dict[str, str]:
-    """The part of an environment that torch_xla hashes into the cache key (env_hash.cpp)."""
-    return {variable: env[variable] for variable in CACHE_KEY_VARIABLES if variable in env}
-
-
 @dataclass(frozen=True)
 class EnvDifference:
     variable: str
@@ -450,13 +436,6 @@ def compare_environment(
         else:
             differences.append(EnvDifference(variable, "different", want, have))
     return differences
-
-
-def shell_text(env: Mapping[str, str], header: Iterable[str]) -> str:
-    """A file a POSIX shell can source: every value single-quoted (shlex.quote)."""
-    lines = [f"# {line}" for line in header]
-    lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
-    return "\n".join(lines) + "\n"
 
 
 def read_env_file(path: Path) -> dict[str, str]:
@@ -519,14 +498,17 @@ def launch_files(
         "profile_sha256": profile.sha256,
         "role": role,
         "environment": env,
-        "cache_key_variables": sorted(key_tokens(env)),
+        # What torch_xla hashes into the cache key (env_hash.cpp) of this environment.
+        "cache_key_variables": sorted(v for v in CACHE_KEY_VARIABLES if v in env),
     }
-    header = [
-        f"launch profile {profile.name} of bundle {bundle}, role {role} "
+    # A file a POSIX shell can source: every value single-quoted (shlex.quote).
+    shell = [
+        f"# launch profile {profile.name} of bundle {bundle}, role {role} "
         f"(sha256 {profile.sha256}); written by `make launch-env`.",
-        "Source it in the launcher before the training process starts: . ./env.sh",
+        "# Source it in the launcher before the training process starts: . ./env.sh",
+        *(f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())),
     ]
     return {
-        "env.sh": shell_text(env, header),
+        "env.sh": "\n".join(shell) + "\n",
         "env.json": json.dumps(document, indent=2, sort_keys=True) + "\n",
     }

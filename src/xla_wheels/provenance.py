@@ -60,7 +60,8 @@ class PatchDigest:
         return asdict(self)
 
 
-def _patches(table: Table, key: str) -> tuple[PatchDigest, ...]:
+def read_patches(table: Table, key: str) -> tuple[PatchDigest, ...]:
+    """The rows ``key`` of ``table`` (absent: none), each a patch's path and sha256."""
     return tuple(PatchDigest(**row.read(*_PATCH_FIELDS)) for row in table.rows(key) or [])
 
 
@@ -88,7 +89,7 @@ class ComponentProvenance:
         return cls(
             commit=fields["commit"],
             version=fields["version"],
-            patches=_patches(table, "patches"),
+            patches=read_patches(table, "patches"),
             series_sha256=fields["series_sha256"],
         )
 
@@ -188,7 +189,7 @@ class Provenance:
             torch_version=fields["torch_version"],
             torch_xla_version=fields["torch_xla_version"],
             toolchain={str(k): str(v) for k, v in fields["toolchain"].items()},
-            torch_xla_openxla_patches=_patches(top, "torch_xla_openxla_patches"),
+            torch_xla_openxla_patches=read_patches(top, "torch_xla_openxla_patches"),
         )
 
     @classmethod

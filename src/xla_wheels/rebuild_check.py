@@ -105,14 +105,6 @@ def run_diffoscope(recorded: Path, rebuilt: Path, report_dir: Path) -> Path:
     return text
 
 
-def _fresh(options: PipelineOptions, bundle: str) -> tuple[PipelineOptions, Path]:
-    work = BundleLayout.of(options, bundle).work / REBUILD_DIR
-    if work.exists():
-        shutil.rmtree(work)
-    work.mkdir(parents=True)
-    return replace(options, out_dir=work / "out"), work
-
-
 def rebuild_check(
     options: PipelineOptions, bundle_name: str, config: BuildConfig
 ) -> list[Comparison]:
@@ -122,7 +114,11 @@ def rebuild_check(
     records = locked_records(options.lock_path, bundle.name)
     layout = BundleLayout.of(options, bundle.name)
     with bundle_run_lock(options.out_dir, bundle.name, "rebuild-check"):
-        fresh_options, work = _fresh(options, bundle.name)
+        work = layout.work / REBUILD_DIR
+        if work.exists():
+            shutil.rmtree(work)
+        work.mkdir(parents=True)
+        fresh_options = replace(options, out_dir=work / "out")
         from xla_wheels import pipeline  # the stages, as `make wheels` runs them
 
         run = build_stage.prepare(fresh_options, bundle, config)

@@ -183,25 +183,23 @@ def with_retries(
     with ``timeout_fix``; another fault is ``give_up(fault, attempts)``. ``network``: the
     run's policy (timeout, retries, heartbeat), from its options.
     """
-    current = network
-    limit = current.timeout_s if limit_s is None else limit_s
-    attempts = current.attempts
+    limit = network.timeout_s if limit_s is None else limit_s
+    attempts = network.attempts
     for number in range(1, attempts + 1):
         counter = f", attempt {number} of {attempts}" if attempts > 1 else ""
         if long or number > 1:
             log.info(f"waiting for {host}: {step} (up to {limit:.0f}s{counter})")
         try:
-            with _waiting(step, host, limit, current, announced=long or number > 1):
+            with _waiting(step, host, limit, network, announced=long or number > 1):
                 return attempt(limit)
         except Transient as fault:
             retryable = retry_kinds is None or fault.kind in retry_kinds
             if number == attempts or not retryable:
-                tried = number
                 if fault.kind == "timed out":
                     waited = limit if fault.after_s is None else fault.after_s
-                    raise NetworkTimedOut(step, host, waited, tried, timeout_fix) from None
-                raise give_up(fault, tried) from None
-            pause = current.sleep_before(number)
+                    raise NetworkTimedOut(step, host, waited, number, timeout_fix) from None
+                raise give_up(fault, number) from None
+            pause = network.sleep_before(number)
             log.info(f"{step}: {host} {fault.kind}; trying again in {pause:g}s")
             time.sleep(pause)
     raise AssertionError("unreachable: the loop returns or raises")

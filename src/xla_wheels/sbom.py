@@ -29,7 +29,6 @@ built on it.
 
 from __future__ import annotations
 
-import base64
 import csv
 import hashlib
 import io
@@ -41,7 +40,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from cyclonedx.model import HashAlgorithm, HashType, Property
 from cyclonedx.model.bom import Bom, BomMetaData
@@ -233,10 +231,6 @@ class SbomFacts:
     components: Mapping[str, ComponentProvenance]
 
 
-def _properties(node: Mapping[str, Any]) -> dict[str, str]:
-    return {str(p.get("name")): str(p.get("value")) for p in node.get("properties", [])}
-
-
 def read_facts(raw: bytes) -> SbomFacts:
     """Schema-validate ``raw`` and read its components back; :class:`SbomError` if wrong."""
     validate(raw)
@@ -253,26 +247,21 @@ def read_facts(raw: bytes) -> SbomFacts:
         for child in node.get("components", []):
             hashes = {h.get("alg"): h.get("content") for h in child.get("hashes", [])}
             patches.append(PatchDigest(str(child.get("name")), str(hashes.get("SHA-256"))))
-        name = str(node.get("name"))
-        components[name] = ComponentProvenance(
+        properties = {str(p.get("name")): str(p.get("value")) for p in node.get("properties", [])}
+        components[str(node.get("name"))] = ComponentProvenance(
             commit=str(commits[0].get("uid")),
             version=None,
             patches=tuple(patches),
-            series_sha256=_properties(node).get(f"{PROPERTY}:series_sha256", ""),
+            series_sha256=properties.get(f"{PROPERTY}:series_sha256", ""),
         )
     return SbomFacts(str(wheel.get("name")), str(wheel.get("version")), components)
-
-
-def _record_hash(data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
-    return f"sha256={digest.decode()}"
 
 
 def record_problem(record_text: str, name: str, raw: bytes) -> str | None:
     """A problem when RECORD's line for ``name`` does not hash to ``raw`` (a changed byte)."""
     for row in csv.reader(io.StringIO(record_text)):
         if row and row[0] == name:
-            if len(row) < 2 or row[1] != _record_hash(raw):
+            if len(row) < 2 or row[1] != wheel_stamp.record_hash(raw):
                 return f"{name} does not match its RECORD hash (changed after the build)"
             return None
     return f"{name} is not listed in RECORD"

@@ -68,7 +68,8 @@ def local_version(public: str, commit: str, digest: str | None) -> str:
     return f"{public}+{label}"
 
 
-def _record_hash(data: bytes) -> str:
+def record_hash(data: bytes) -> str:
+    """RECORD's spelling of ``data``'s digest: ``sha256=<urlsafe base64, unpadded>``."""
     digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
     return f"sha256={digest.decode()}"
 
@@ -86,13 +87,6 @@ def epoch_from(env: Mapping[str, str]) -> int:
     return int(value) if value.strip().isdigit() else ZIP_EPOCH_FLOOR
 
 
-def zip_date_time(epoch: int) -> tuple[int, int, int, int, int, int]:
-    """The zip entry time for ``epoch`` in UTC, never before zip's 1980 floor."""
-    moment = time.gmtime(max(epoch, ZIP_EPOCH_FLOOR))
-    return (moment.tm_year, moment.tm_mon, moment.tm_mday,
-            moment.tm_hour, moment.tm_min, moment.tm_sec - moment.tm_sec % 2)  # fmt: skip
-
-
 def _order(filename: str, record_name: str) -> tuple[int, str]:
     # As bdist_wheel writes them: the package first, then .dist-info, RECORD last.
     if filename == record_name:
@@ -101,7 +95,8 @@ def _order(filename: str, record_name: str) -> tuple[int, str]:
 
 
 def _entry(filename: str, epoch: int, executable: bool) -> zipfile.ZipInfo:
-    info = zipfile.ZipInfo(filename, date_time=zip_date_time(epoch))
+    # UTC, never before zip's 1980 floor; zip keeps seconds // 2, so an odd second rounds down.
+    info = zipfile.ZipInfo(filename, date_time=time.gmtime(max(epoch, ZIP_EPOCH_FLOOR))[:6])
     info.create_system = 3  # unix: external_attr holds the mode
     if filename.endswith("/"):
         info.external_attr = (stat.S_IFDIR | 0o755) << 16 | 0x10
@@ -144,7 +139,7 @@ def repack_wheel(
             for row in csv.reader(io.StringIO(archive.read(record_name).decode()))
             if row and row[0] not in files and row[0] != record_name
         ]
-        record += [[name, _record_hash(data), str(len(data))] for name, data in files.items()]
+        record += [[name, record_hash(data), str(len(data))] for name, data in files.items()]
         record = [*sorted(record), [record_name, "", ""]]
         names = sorted({*infos, *files, record_name}, key=lambda n: _order(n, record_name))
         handle, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")

@@ -22,7 +22,7 @@ import tomllib
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from xla_wheels import filemode
 from xla_wheels.bundle import Bundle, available_bundles, load_bundle
 from xla_wheels.errors import LockError, LockFileError, PipelineError
 from xla_wheels.patches import describe_series, series_digest
+from xla_wheels.provenance import PatchDigest, read_patches
 from xla_wheels.tables import Field, Table
 
 LOCK_VERSION = "1"
@@ -41,11 +42,8 @@ _PREAMBLE = (
 
 
 def file_sha256(path: Path) -> str:
-    hasher = hashlib.sha256()
     with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            hasher.update(block)
-    return hasher.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def _repair_fix(path: Path) -> str:
@@ -67,17 +65,12 @@ class WheelRecord:
     sha256: str
 
     def as_toml(self) -> dict[str, Any]:
-        return {"name": self.name, "size": self.size, "sha256": self.sha256}
+        return asdict(self)
 
     @classmethod
     def from_toml(cls, row: Table) -> WheelRecord:
-        return cls(
-            **row.read(
-                Field("name", str, required=True),
-                Field("size", int, required=True),
-                Field("sha256", str, required=True),
-            )
-        )
+        kinds = {"name": str, "size": int, "sha256": str}
+        return cls(**row.read(*(Field(key, kind, required=True) for key, kind in kinds.items())))
 
 
 @dataclass(frozen=True)
@@ -96,12 +89,7 @@ class RuntimeWheelRecord:
     sha256: str
 
     def as_toml(self) -> dict[str, Any]:
-        return {
-            "project": self.project,
-            "version": self.version,
-            "name": self.name,
-            "sha256": self.sha256,
-        }
+        return asdict(self)
 
     @classmethod
     def from_toml(cls, row: Table) -> RuntimeWheelRecord:
@@ -139,13 +127,6 @@ class RuntimeResolution:
 
 
 @dataclass(frozen=True)
-class PatchPin:
-    path: str
-    """``patches/<component>/NNNN-name.patch``, relative to the project root."""
-    sha256: str
-
-
-@dataclass(frozen=True)
 class ComponentPin:
     """``[bundles."<name>".components.<component>]``: what one component was built from."""
 
@@ -156,7 +137,8 @@ class ComponentPin:
     unpinned: str | None
     version: str | None
     series_sha256: str
-    patches: tuple[PatchPin, ...]
+    patches: tuple[PatchDigest, ...]
+    """Each path is ``patches/<component>/NNNN-name.patch``, relative to the project root."""
 
     def as_toml(self) -> dict[str, Any]:
         table: dict[str, Any] = {"remote": self.remote, "commit": self.commit}
@@ -167,7 +149,7 @@ class ComponentPin:
         if self.version:
             table["version"] = self.version
         table["patch-series-sha256"] = self.series_sha256
-        table["patches"] = [{"path": p.path, "sha256": p.sha256} for p in self.patches]
+        table["patches"] = [p.to_json() for p in self.patches]
         return table
 
     @classmethod
@@ -181,7 +163,6 @@ class ComponentPin:
             Field("patch-series-sha256", str, required=True),
             Field("patches", list, default=[]),
         )
-        patch_keys = (Field("path", str, required=True), Field("sha256", str, required=True))
         return cls(
             remote=fields["remote"],
             commit=fields["commit"],
@@ -189,7 +170,7 @@ class ComponentPin:
             unpinned=fields["unpinned"],
             version=fields["version"],
             series_sha256=fields["patch-series-sha256"],
-            patches=tuple(PatchPin(**row.read(*patch_keys)) for row in table.rows("patches") or []),
+            patches=read_patches(table, "patches"),
         )
 
 
@@ -231,10 +212,7 @@ class BundleEntry:
             "manifest-sha256": self.manifest_sha256,
             "python": self.python,
             "components": {name: pin.as_toml() for name, pin in self.components.items()},
-            "runtime": {
-                name: {"specifier": pin.specifier, "version": pin.version}
-                for name, pin in self.runtime.items()
-            },
+            "runtime": {name: asdict(pin) for name, pin in self.runtime.items()},
         }
         if self.profiles:
             table["profiles"] = dict(sorted(self.profiles.items()))
@@ -259,10 +237,7 @@ class BundleEntry:
             Field("runtime-wheels", list),
             Field("profiles", dict, default={}),
         )
-        runtime_keys = (
-            Field("specifier", str, required=True),
-            Field("version", str, required=True),
-        )
+        runtime_keys = [Field(key, str, required=True) for key in ("specifier", "version")]
         wheels = table.rows("wheels")
         runtime_wheels = table.rows("runtime-wheels")
         return cls(
@@ -277,9 +252,7 @@ class BundleEntry:
                 name: RuntimePin(**pin.read(*runtime_keys))
                 for name, pin in table.tables("runtime").items()
             },
-            profiles={
-                name: str(digest) for name, digest in (fields["profiles"] or {}).items()
-            },
+            profiles={name: str(digest) for name, digest in fields["profiles"].items()},
             wheels=None if wheels is None else tuple(map(WheelRecord.from_toml, wheels)),
             runtime_wheels_for=None
             if fields["runtime-wheels-for"] is None
@@ -296,13 +269,15 @@ class Lock:
 
     bundles: Mapping[str, BundleEntry] = field(default_factory=dict)
 
-    def entry(self, bundle_name: str) -> BundleEntry:
-        """The bundle's entry, or a :class:`LockError` saying how to create it."""
+    def entry(self, bundle_name: str, *, first: str = "wheels") -> BundleEntry:
+        """The bundle's entry, or a :class:`LockError` saying how to create it (``make
+        <first>``; ``wheels`` names ``make lock`` too)."""
         found = self.bundles.get(bundle_name)
         if found is None:
+            also = f" (or `make lock BUNDLE={bundle_name}`)" if first == "wheels" else " first"
             raise LockError(
                 f"wheels.lock has no entry for bundle {bundle_name}",
-                fix=f"run `make wheels BUNDLE={bundle_name}` (or `make lock BUNDLE={bundle_name}`)",
+                fix=f"run `make {first} BUNDLE={bundle_name}`{also}",
             )
         return found
 
@@ -431,7 +406,7 @@ def inputs_entry(bundle: Bundle, resolved: Mapping[str, str | None], root: Path)
             unpinned=None if full or component.commit else (component.unpinned_reason or ""),
             version=component.version or None,
             series_sha256=series_digest(series),
-            patches=tuple(PatchPin(f"patches/{p.relpath}", p.sha256) for p in series),
+            patches=tuple(PatchDigest(f"patches/{p.relpath}", p.sha256) for p in series),
         )
     return BundleEntry(
         manifest=bundle.path.relative_to(root).as_posix(),
@@ -465,14 +440,11 @@ def update_bundle_entry(
     return new_entry
 
 
-def _existing_entry(lock: Lock, bundle_name: str) -> BundleEntry:
-    entry = lock.bundles.get(bundle_name)
-    if entry is None:
-        raise LockError(
-            f"wheels.lock has no entry for bundle {bundle_name}",
-            fix=f"run `make lock BUNDLE={bundle_name}` first",
-        )
-    return entry
+def _record(lock_path: Path, bundle_name: str, **facts: Any) -> None:
+    """Replace ``facts`` (fields of :class:`BundleEntry`) in the bundle's existing entry."""
+    lock = read_lock(lock_path)
+    entry = replace(lock.entry(bundle_name, first="lock"), **facts)
+    write_lock(lock_path, lock.with_entry(bundle_name, entry))
 
 
 def record_runtime_wheels(
@@ -486,23 +458,17 @@ def record_runtime_wheels(
     ``resolved_for`` says what they were resolved for, so a change of inputs shows the
     record is stale. Both survive ``make lock`` while the inputs are unchanged.
     """
-    lock = read_lock(lock_path)
-    entry = replace(
-        _existing_entry(lock, bundle_name),
+    _record(
+        lock_path,
+        bundle_name,
         runtime_wheels_for=resolved_for,
         runtime_wheels=tuple(sorted(wheels, key=lambda w: (w.project, w.name))),
     )
-    write_lock(lock_path, lock.with_entry(bundle_name, entry))
 
 
 def record_wheels(lock_path: Path, bundle_name: str, wheels: Sequence[WheelRecord]) -> None:
     """Called by the collect stage: the produced wheels of a bundle, sorted by name."""
-    lock = read_lock(lock_path)
-    entry = replace(
-        _existing_entry(lock, bundle_name),
-        wheels=tuple(sorted(wheels, key=lambda wheel: wheel.name)),
-    )
-    write_lock(lock_path, lock.with_entry(bundle_name, entry))
+    _record(lock_path, bundle_name, wheels=tuple(sorted(wheels, key=lambda wheel: wheel.name)))
 
 
 def check_lock(root: Path, lock_path: Path) -> list[str]:

@@ -69,8 +69,7 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
 
         add_build_arguments(parser)
         parser.set_defaults(handler=cmd_rebuild_check)
-        return
-    if name == "attest":
+    elif name == "attest":
         parser.add_argument(
             "--signing-key",
             default=None,
