@@ -98,7 +98,8 @@ def run(
     """
     clean = redact or _unchanged
     shown = list(shown_argv or argv)
-    line = clean(log.format_command(shown, dict(shown_env or {}) or None, _text(cwd)))
+    where = None if cwd is None else str(cwd)
+    line = clean(log.format_command(shown, dict(shown_env or {}) or None, where))
     if echo == "terminal":
         log.info(f"+ {line}")
     elif echo == "log":
@@ -125,10 +126,6 @@ def run(
 
 def _unchanged(text: str) -> str:
     return text
-
-
-def _text(cwd: str | Path | None) -> str | None:
-    return None if cwd is None else str(cwd)
 
 
 def _run(
