@@ -169,7 +169,11 @@ def ensure_debian_root(
     toolchain_dir: Path, packages: tuple[DebianPackage, ...], network: NetworkPolicy
 ) -> Path:
     """A directory holding ``packages`` unpacked (``usr/include``, ``usr/lib``)."""
-    _check_architecture()
+    if platform.machine() not in ("x86_64", "AMD64"):
+        raise ToolchainError(
+            f"the pinned Debian packages are for amd64, this machine is {platform.machine()}",
+            fix="run the compiled checks on an x86_64 machine",
+        )
     name = root_name(packages)
 
     def unpack_all(staging: Path) -> dict[str, object]:
@@ -178,14 +182,6 @@ def ensure_debian_root(
         return {"packages": [asdict(package) for package in packages]}
 
     return make_once(toolchain_dir / name, unpack_all, marker=MARKER, doing=f"setting up {name}")
-
-
-def _check_architecture() -> None:
-    if platform.machine() not in ("x86_64", "AMD64"):
-        raise ToolchainError(
-            f"the pinned Debian packages are for amd64, this machine is {platform.machine()}",
-            fix="run the compiled checks on an x86_64 machine",
-        )
 
 
 def download(package: DebianPackage, dest_dir: Path, network: NetworkPolicy) -> Path:
