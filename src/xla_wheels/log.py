@@ -56,12 +56,12 @@ def to_stage_logs(text: str) -> None:
         handle.flush()
 
 
-def _no_redaction(text: str) -> str:
+def unredacted(text: str) -> str:
     return text
 
 
 @contextlib.contextmanager
-def stage_log(path: Path, redact: Callable[[str], str] = _no_redaction) -> Iterator[Path]:
+def stage_log(path: Path, redact: Callable[[str], str] = unredacted) -> Iterator[Path]:
     """Open ``path`` (replaced each run) as the log of the stage running inside."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8") as handle:

@@ -96,7 +96,7 @@ def run(
     echo its environment, credentials included).
     ``step`` names the command in a :class:`StepTimedOut` (default: the program).
     """
-    clean = redact or _unchanged
+    clean = redact or log.unredacted
     shown = list(shown_argv or argv)
     where = None if cwd is None else str(cwd)
     line = clean(log.format_command(shown, dict(shown_env or {}) or None, where))
@@ -122,10 +122,6 @@ def run(
         if result.returncode != 0:
             log.to_stage_logs(f"# exit {result.returncode}")
     return result
-
-
-def _unchanged(text: str) -> str:
-    return text
 
 
 def _run(
