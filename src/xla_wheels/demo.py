@@ -415,8 +415,9 @@ def _prepare(directory: Path) -> None:
     (directory / "tmp").mkdir()
 
 
-def run_demo(directory: Path) -> None:
-    """Generate the demonstration project under ``directory`` and run every stage."""
+def run_demo(directory: Path) -> int:
+    """Generate the demonstration project under ``directory`` and run every stage (0: all
+    passed; a stage that fails raises)."""
     directory = directory.resolve()
     _prepare(directory)
     started = time.monotonic()
@@ -462,6 +463,7 @@ def run_demo(directory: Path) -> None:
         f"   {report}   the install check\n"
         f"   {logs}/   each stage's full output"
     )
+    return 0
 
 
 def _summary(log_path: Path) -> list[str]:
@@ -495,12 +497,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-
-    def demo() -> int:
-        run_demo(args.dir)
-        return 0
-
-    return exit_code_of(demo)
+    return exit_code_of(lambda: run_demo(args.dir))
 
 
 if __name__ == "__main__":

@@ -40,17 +40,9 @@ def current_umask() -> int:
     return mask
 
 
-def file_mode() -> int:
-    return 0o666 & ~current_umask()
-
-
-def dir_mode() -> int:
-    return 0o777 & ~current_umask()
-
-
 def as_if_created(path: Path) -> None:
     """Give ``path`` the mode a plain ``open()`` or ``mkdir()`` would have given it."""
-    path.chmod(dir_mode() if path.is_dir() else file_mode())
+    path.chmod((0o777 if path.is_dir() else 0o666) & ~current_umask())
 
 
 @contextlib.contextmanager

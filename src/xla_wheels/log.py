@@ -26,31 +26,24 @@ from xla_wheels.redact import mask_url_credentials
 _stage_logs: list[tuple[TextIO, Callable[[str], str]]] = []
 
 
-def _fold_style() -> str | None:
+def _fold_marks() -> tuple[str, str | None]:
+    """The line that opens a section (before its title) and the one that closes it."""
     # Which CI is displaying the log, not a setting of ours (cli/settings.py reads those).
     if os.environ.get("GITHUB_ACTIONS"):
-        return "github"
+        return "::group::", "::endgroup::"
     if os.environ.get("TF_BUILD"):
-        return "azure"
-    return None
-
-
-def _stream() -> TextIO:
-    return sys.stderr
-
-
-def _emit(message: str) -> None:
-    message = mask_url_credentials(message)
-    print(message, file=_stream(), flush=True)
-    to_stage_logs(message)
+        return "##[group]", "##[endgroup]"
+    return "==> ", None
 
 
 def info(message: str) -> None:
-    _emit(message)
+    message = mask_url_credentials(message)
+    print(message, file=sys.stderr, flush=True)
+    to_stage_logs(message)
 
 
 def warning(message: str) -> None:
-    _emit(f"warning: {message}")
+    info(f"warning: {message}")
 
 
 def to_stage_logs(text: str) -> None:
@@ -63,12 +56,12 @@ def to_stage_logs(text: str) -> None:
         handle.flush()
 
 
-def _no_redaction(text: str) -> str:
+def unredacted(text: str) -> str:
     return text
 
 
 @contextlib.contextmanager
-def stage_log(path: Path, redact: Callable[[str], str] = _no_redaction) -> Iterator[Path]:
+def stage_log(path: Path, redact: Callable[[str], str] = unredacted) -> Iterator[Path]:
     """Open ``path`` (replaced each run) as the log of the stage running inside."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8") as handle:
@@ -91,14 +84,8 @@ def format_duration(seconds: float) -> str:
 def section(title: str) -> Iterator[None]:
     """A folded section that reports its duration and whether it failed."""
     title = mask_url_credentials(title)
-    style = _fold_style()
-    stream = _stream()
-    if style == "github":
-        print(f"::group::{title}", file=stream, flush=True)
-    elif style == "azure":
-        print(f"##[group]{title}", file=stream, flush=True)
-    else:
-        print(f"==> {title}", file=stream, flush=True)
+    opening, closing = _fold_marks()
+    print(opening + title, file=sys.stderr, flush=True)
     to_stage_logs(f"==> {title}")
     start = time.monotonic()
     outcome = "failed"
@@ -107,11 +94,9 @@ def section(title: str) -> Iterator[None]:
         outcome = "done"
     finally:
         elapsed = format_duration(time.monotonic() - start)
-        if style == "github":
-            print("::endgroup::", file=stream, flush=True)
-        elif style == "azure":
-            print("##[endgroup]", file=stream, flush=True)
-        _emit(f"<== {title}: {outcome} in {elapsed}")
+        if closing is not None:
+            print(closing, file=sys.stderr, flush=True)
+        info(f"<== {title}: {outcome} in {elapsed}")
 
 
 def format_command(

@@ -96,9 +96,10 @@ def run(
     echo its environment, credentials included).
     ``step`` names the command in a :class:`StepTimedOut` (default: the program).
     """
-    clean = redact or _unchanged
+    clean = redact or log.unredacted
     shown = list(shown_argv or argv)
-    line = clean(log.format_command(shown, dict(shown_env or {}) or None, _text(cwd)))
+    where = None if cwd is None else str(cwd)
+    line = clean(log.format_command(shown, dict(shown_env or {}) or None, where))
     if echo == "terminal":
         log.info(f"+ {line}")
     elif echo == "log":
@@ -121,14 +122,6 @@ def run(
         if result.returncode != 0:
             log.to_stage_logs(f"# exit {result.returncode}")
     return result
-
-
-def _unchanged(text: str) -> str:
-    return text
-
-
-def _text(cwd: str | Path | None) -> str | None:
-    return None if cwd is None else str(cwd)
 
 
 def _run(

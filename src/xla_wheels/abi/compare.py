@@ -27,7 +27,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from xla_wheels.abi.elf import Import, SharedObject
+from xla_wheels.abi.elf import SharedObject
 
 VISIBLE = frozenset({"STV_DEFAULT", "STV_PROTECTED"})
 PYTHON_PROVIDER = "the Python interpreter"
@@ -74,10 +74,6 @@ def _index(libraries: Sequence[SharedObject]) -> tuple[set[str], dict[str, set[s
     return unversioned, versioned
 
 
-def _is_python_api(reference: Import) -> bool:
-    return reference.version is None and reference.name.startswith(_PYTHON_PREFIXES)
-
-
 def compare(extension: SharedObject, torch_libraries: Sequence[SharedObject]) -> Comparison:
     """Every strong reference of ``extension`` owed by torch that torch does not define."""
     unversioned, versioned = _index(torch_libraries)
@@ -92,7 +88,7 @@ def compare(extension: SharedObject, torch_libraries: Sequence[SharedObject]) ->
         if reference.version_file is not None and reference.version_file not in torch_names:
             elsewhere[reference.version_file] += 1
             continue
-        if _is_python_api(reference):
+        if reference.version is None and reference.name.startswith(_PYTHON_PREFIXES):
             elsewhere[PYTHON_PROVIDER] += 1
             continue
         checked += 1

@@ -203,16 +203,13 @@ def _bad_argument(
     flag = names[0] or "argument"
     variable = make.variable_of(names) if make is not None else None
     example = _example(action) if action is not None else "<value>"
-    if isinstance(action, RefusedSwitchAction):
-        # The subcommand has no dry run: the working command is the same one without it.
-        if make is not None and variable is not None:
-            return UsageError(
-                f"{variable}: {error.message}", fix=make.command(None, instead_of=variable)
-            )
-        return UsageError(f"{flag}: {error.message}", fix=f"run it without {flag}")
+    # A subcommand without a dry run: the working command is the same one without it.
+    refused = isinstance(action, RefusedSwitchAction)
     if make is not None and variable is not None:
-        return UsageError(f"{variable}: {error.message}", fix=make.command(variable, example))
-    return UsageError(f"{flag}: {error.message}", fix=f"pass {flag} {example}")
+        fix = make.command(None if refused else variable, example, instead_of=variable)
+        return UsageError(f"{variable}: {error.message}", fix=fix)
+    fix = f"run it without {flag}" if refused else f"pass {flag} {example}"
+    return UsageError(f"{flag}: {error.message}", fix=fix)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -28,24 +28,16 @@ MAKE_FORMS = (
 )
 
 
-def _given(args: argparse.Namespace) -> list[str]:
-    given = []
-    if args.python:
-        given.append("python")
-    if args.torch_wheel or args.torch_xla_wheel:
-        given.append("wheels")
-    if args.bundle:
-        given.append("bundle")
-    if args.extension or args.torch_lib_dir:
-        given.append("files")
-    if args.stock:
-        given.append("stock")
-    return given
-
-
 def resolve(args: argparse.Namespace, work: Path) -> pairs.PairFiles:
     """The pair the arguments name; wheels are extracted into ``work``."""
-    given = _given(args)
+    sources = {
+        "python": args.python,
+        "wheels": args.torch_wheel or args.torch_xla_wheel,
+        "bundle": args.bundle,
+        "files": args.extension or args.torch_lib_dir,
+        "stock": args.stock,
+    }
+    given = [source for source, value in sources.items() if value]
     if len(given) != 1:
         raise pairs.AbiInputError(
             f"give exactly one pair ({SOURCES}); got " + (", ".join(given) if given else "none"),

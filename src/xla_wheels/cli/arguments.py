@@ -82,13 +82,13 @@ class ValueType:
     parse time with the parser's reason; ``example`` is a value that works (for the fix)."""
 
     def __init__(self, parse: Callable[[str], Any], example: str, name: str) -> None:
-        self._parse = parse
+        self.parse = parse
         self.example = example
         self.__name__ = name  # argparse names the type in some of its messages
 
     def __call__(self, text: str) -> Any:
         try:
-            return self._parse(text)
+            return self.parse(text)
         except BadValue as bad:
             raise argparse.ArgumentTypeError(f"{text!r} {bad.reason}") from None
 
@@ -107,6 +107,13 @@ def amount(low: float, high: float, example: float, unit: str) -> ValueType:
         f"{example:g}",
         "amount",
     )
+
+
+#: The network and progress settings: the flags' types, and the parsers of their
+#: ``XLA_WHEELS_*`` variables (:mod:`xla_wheels.cli.settings`).
+PROGRESS_INTERVAL = amount(0, MAX_PROGRESS_INTERVAL, 30, "seconds")
+NET_TIMEOUT = amount(1, MAX_NET_TIMEOUT, 60, "seconds")
+NET_RETRIES = count(0, MAX_NET_RETRIES, 3)
 
 
 def add_common_arguments(parser: argparse.ArgumentParser, *, dry_run: bool = False) -> None:
@@ -157,21 +164,21 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, dry_run: bool = Fal
     parser.set_defaults(has_dry_run=dry_run)
     parser.add_argument(
         "--progress-interval",
-        type=amount(0, MAX_PROGRESS_INTERVAL, 30, "seconds"),
+        type=PROGRESS_INTERVAL,
         default=None,
         help="seconds between 'still fetching' lines when stderr is not a terminal; 0 for "
         "none (default: $XLA_WHEELS_PROGRESS_INTERVAL or 30)",
     )
     parser.add_argument(
         "--net-timeout",
-        type=amount(1, MAX_NET_TIMEOUT, 60, "seconds"),
+        type=NET_TIMEOUT,
         default=None,
         help="seconds a network step waits for an answer before it counts as timed out; a "
         "transfer gets more by its size (default: $XLA_WHEELS_NET_TIMEOUT or 60)",
     )
     parser.add_argument(
         "--net-retries",
-        type=count(0, MAX_NET_RETRIES, 3),
+        type=NET_RETRIES,
         default=None,
         help="times a network step is tried again after a transient fault (refused, reset, "
         "HTTP 5xx, timed out), with growing pauses (default: $XLA_WHEELS_NET_RETRIES or 3)",

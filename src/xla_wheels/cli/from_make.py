@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import difflib
 import shlex
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from xla_wheels.errors import UsageError
@@ -76,7 +76,7 @@ class MakeRun:
         for name in self.given:
             if name in self.flags or name in MAKE_OWN:
                 continue
-            guess = _closest(name, list(self.flags))
+            guess = closest(name, self.flags)
             if guess is None:
                 raise UsageError(
                     f"make variable {name} is not read by any target of this Makefile",
@@ -90,10 +90,15 @@ class MakeRun:
             )
 
 
-def _closest(name: str, known: list[str]) -> str | None:
+def closest(name: str, known: Collection[str], *, prefix: str = "") -> str | None:
+    """The one of ``known`` (upper-case names) that ``name`` probably meant, if any."""
     # Case and underscores are the commonest slips (dry_run, DRYRUN); then spelling.
     squeezed = {k.replace("_", ""): k for k in known}
     if (exact := squeezed.get(name.upper().replace("_", ""))) is not None:
         return exact
-    matches = difflib.get_close_matches(name.upper(), known, n=1, cutoff=0.75)
-    return matches[0] if matches else None
+    # Compared without a shared prefix, which would make any two names look alike.
+    tails = {k.removeprefix(prefix): k for k in known}
+    matches = difflib.get_close_matches(
+        name.upper().removeprefix(prefix), list(tails), n=1, cutoff=0.75
+    )
+    return tails[matches[0]] if matches else None

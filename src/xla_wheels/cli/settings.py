@@ -29,14 +29,14 @@ Read from the environment besides our own settings, because it belongs to anothe
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
 import shlex
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from xla_wheels.cli.arguments import MAX_NET_RETRIES, MAX_NET_TIMEOUT, MAX_PROGRESS_INTERVAL
+from xla_wheels.cli.arguments import NET_RETRIES, NET_TIMEOUT, PROGRESS_INTERVAL
+from xla_wheels.cli.from_make import closest
 from xla_wheels.errors import UsageError
 from xla_wheels.options import (
     ENV_PREFIX,
@@ -48,7 +48,7 @@ from xla_wheels.options import (
     known_environment,
     machine_cache,
 )
-from xla_wheels.values import BadValue, parse_amount, parse_count, parse_switch
+from xla_wheels.values import BadValue, parse_count, parse_switch
 
 #: The settings that are switches: their environment variables are checked for every
 #: subcommand before it runs (:func:`check_environment`), read by it or not.
@@ -122,7 +122,7 @@ def check_environment(environ: Mapping[str, str]) -> None:
     known = known_environment()
     for name in sorted(environ):
         if name.startswith(ENV_PREFIX) and name not in known:
-            guess = _closest_name(name, known)
+            guess = closest(name, known, prefix=ENV_PREFIX)
             raise UsageError(
                 f"{name} is not a setting of this pipeline"
                 + (f" (did you mean {guess}?)" if guess else ""),
@@ -132,38 +132,13 @@ def check_environment(environ: Mapping[str, str]) -> None:
     for flag in ENV_SWITCHES:
         env_switch(environ, flag)
     env_number(environ, "--jobs", _jobs)
-    env_number(environ, "--progress-interval", _progress_interval)
-    env_number(environ, "--net-timeout", _net_timeout)
-    env_number(environ, "--net-retries", _net_retries)
-
-
-def _closest_name(name: str, known: frozenset[str]) -> str | None:
-    # Underscores and case are the commonest slips (a DRY_RUN spelled DRYRUN); then spelling.
-    squeezed = {k.replace("_", ""): k for k in known}
-    if (exact := squeezed.get(name.upper().replace("_", ""))) is not None:
-        return exact
-    # Compared without the shared prefix, which would make any two names look alike.
-    tails = {k.removeprefix(ENV_PREFIX): k for k in known}
-    matches = difflib.get_close_matches(
-        name.upper().removeprefix(ENV_PREFIX), sorted(tails), n=1, cutoff=0.75
-    )
-    return tails[matches[0]] if matches else None
+    env_number(environ, "--progress-interval", PROGRESS_INTERVAL.parse)
+    env_number(environ, "--net-timeout", NET_TIMEOUT.parse)
+    env_number(environ, "--net-retries", NET_RETRIES.parse)
 
 
 def _jobs(text: str) -> int:
     return parse_count(text, low=1, high=MAX_JOBS, example=8)
-
-
-def _progress_interval(text: str) -> float:
-    return parse_amount(text, low=0, high=MAX_PROGRESS_INTERVAL, example=30, unit="seconds")
-
-
-def _net_timeout(text: str) -> float:
-    return parse_amount(text, low=1, high=MAX_NET_TIMEOUT, example=60, unit="seconds")
-
-
-def _net_retries(text: str) -> int:
-    return parse_count(text, low=0, high=MAX_NET_RETRIES, example=3)
 
 
 def network_policy(args: argparse.Namespace, environ: Mapping[str, str]) -> NetworkPolicy:
@@ -173,12 +148,12 @@ def network_policy(args: argparse.Namespace, environ: Mapping[str, str]) -> Netw
     settings = Settings(args, environ)
     defaults = NetworkPolicy()
     values: dict[str, float] = {}
-    for flag, parse in (("--net-timeout", _net_timeout), ("--net-retries", _net_retries)):
+    for flag, kind in (("--net-timeout", NET_TIMEOUT), ("--net-retries", NET_RETRIES)):
         text = settings.text(flag)
         if text is None:
             continue
         try:
-            values[flag] = parse(text)
+            values[flag] = kind.parse(text)
         except BadValue as bad:
             raise UsageError(
                 f"{flag.lstrip('-').replace('-', ' ')} {text!r} {bad.reason}",
@@ -223,7 +198,7 @@ def _interval(text: str | None) -> float:
     if text is None:
         return PipelineOptions.progress_interval
     try:
-        return _progress_interval(text)
+        return PROGRESS_INTERVAL.parse(text)
     except BadValue as bad:
         raise UsageError(
             f"progress interval {text!r} {bad.reason}",

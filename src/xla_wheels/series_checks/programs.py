@@ -97,10 +97,6 @@ class CheckProgram:
     def needs_absl(self) -> bool:
         return bool(self.absl_libraries) or self.stand_ins
 
-    @property
-    def needs_gtest(self) -> bool:
-        return self.kind == "gtest"
-
 
 _CACHE_KEY_FILES: tuple[Generated, ...] = (
     Function("hash_comp_env.inc", CLIENT_CPP, "torch::lazy::hash_t hash_comp_env("),
@@ -205,13 +201,6 @@ ALL: tuple[CheckProgram, ...] = (
     UPSTREAM_CACHE_TEST,
     UPSTREAM_ENV_HASH_TEST,
 )
-
-
-def by_name(name: str, programs: tuple[CheckProgram, ...] = ALL) -> CheckProgram:
-    for program in programs:
-        if program.name == name:
-            return program
-    raise KeyError(f"no check program {name!r}; known: {', '.join(p.name for p in programs)}")
 
 
 # --- Generated files ------------------------------------------------------------------------

@@ -108,7 +108,8 @@ def _run_one(
         built = subprocess.run(
             argv,
             cwd=work,
-            env=_compiler_env(),
+            # LC_ALL=C: g++ quotes names with ASCII quotes, which the parser below reads.
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"},
             text=True,
             capture_output=True,
             check=False,
@@ -145,7 +146,7 @@ def compile_command(
         include += ["-isystem", str(toolchain.absl.include)]
         libraries += [f"-L{toolchain.absl.lib}", f"-Wl,-rpath,{toolchain.absl.lib}"]
         libraries += [f"-l{name}" for name in program.absl_libraries]
-    if program.needs_gtest:
+    if program.kind == "gtest":
         include += ["-isystem", str(toolchain.gtest.include)]
         libraries += [f"-L{toolchain.gtest.lib}", "-lgtest_main", "-lgmock", "-lgtest"]
     sources = [str(checks / name) for name in program.sources]
@@ -163,11 +164,6 @@ def compile_command(
         *libraries,
         "-pthread",
     ]
-
-
-def _compiler_env() -> dict[str, str]:
-    # LC_ALL=C: g++ quotes names with ASCII quotes, which the parser below reads.
-    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"}
 
 
 def _execute(program: CheckProgram, binary: Path, work: Path) -> CheckOutcome:
@@ -260,9 +256,7 @@ _DIAGNOSTIC = re.compile(
 )
 _UNDEFINED = re.compile(r"undefined reference to [`'](?P<symbol>[^']+)'")
 _IDENTIFIER = (
-    re.compile(r"has no member named '(?P<id>[^']+)'"),
     re.compile(r"no member named '(?P<id>[^']+)'"),
-    re.compile(r"^'(?P<id>[^']+)' was not declared in this scope"),
     re.compile(r"^'(?P<id>[^']+)' is not a member of '"),
     re.compile(r"^'(?P<id>[^']+)' has not been declared"),
     re.compile(r"^'(?P<id>[^']+)' does not name a type"),

@@ -169,7 +169,11 @@ def ensure_debian_root(
     toolchain_dir: Path, packages: tuple[DebianPackage, ...], network: NetworkPolicy
 ) -> Path:
     """A directory holding ``packages`` unpacked (``usr/include``, ``usr/lib``)."""
-    _check_architecture()
+    if platform.machine() not in ("x86_64", "AMD64"):
+        raise ToolchainError(
+            f"the pinned Debian packages are for amd64, this machine is {platform.machine()}",
+            fix="run the compiled checks on an x86_64 machine",
+        )
     name = root_name(packages)
 
     def unpack_all(staging: Path) -> dict[str, object]:
@@ -180,18 +184,10 @@ def ensure_debian_root(
     return make_once(toolchain_dir / name, unpack_all, marker=MARKER, doing=f"setting up {name}")
 
 
-def _check_architecture() -> None:
-    if platform.machine() not in ("x86_64", "AMD64"):
-        raise ToolchainError(
-            f"the pinned Debian packages are for amd64, this machine is {platform.machine()}",
-            fix="run the compiled checks on an x86_64 machine",
-        )
-
-
 def download(package: DebianPackage, dest_dir: Path, network: NetworkPolicy) -> Path:
     """``dest_dir/<file name>``, downloaded unless a copy with the pinned hash is there."""
     target = dest_dir / package.filename
-    if target.is_file() and _sha256(target.read_bytes()) == package.sha256:
+    if target.is_file() and hashlib.sha256(target.read_bytes()).hexdigest() == package.sha256:
         return target
     dest_dir.mkdir(parents=True, exist_ok=True)
     host = host_of(package.url)
@@ -224,7 +220,7 @@ def download(package: DebianPackage, dest_dir: Path, network: NetworkPolicy) -> 
         long=True,
         network=network,
     )
-    actual = _sha256(data)
+    actual = hashlib.sha256(data).hexdigest()
     if actual != package.sha256:
         raise ToolchainError(
             f"{package.url} has sha256 {actual}, not the pinned {package.sha256}",
@@ -241,10 +237,6 @@ def _pin_fix(package: DebianPackage) -> str:
         "gives Filename and SHA256) in src/xla_wheels/series_checks/toolchain.py; old "
         "versions stay at snapshot.debian.org"
     )
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def unpack(deb: Path, dest: Path) -> None:
