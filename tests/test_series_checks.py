@@ -209,7 +209,7 @@ def test_a_member_the_header_lacks_fails_the_build_naming_it_at_the_tree_line(
         tree, series_toolchain, tmp_path / "work", (_probe(("present_",)),), project_root=project
     )
     assert outcome.verdicts == {}
-    assert not outcome.compiled
+    assert outcome.compile_errors
     missing = [error for error in outcome.compile_errors if error.identifier == "missing_"]
     assert missing and (missing[0].path, missing[0].line) == ("a/client.cpp", 5), outcome.output
 
@@ -227,7 +227,7 @@ def test_a_program_breaking_its_exit_status_contract_cannot_pass(
         (_probe(("present_", "missing_")),),
         project_root=project,
     )
-    assert outcome.compiled, outcome.output
+    assert not outcome.compile_errors, outcome.output
     assert outcome.verdicts == {
         "compiled": "PASS",
         "exits_zero": "on purpose",

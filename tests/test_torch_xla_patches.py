@@ -18,6 +18,7 @@ Not-verified line and README "Compiled checks of the series".
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, replace
@@ -29,8 +30,8 @@ from tests.gitrepos import git
 from tests.real_source import BASE, PATCH_DIR
 from xla_wheels.patches import PatchHeader, parse_patch
 from xla_wheels.series_checks.programs import PERSISTENT_CACHE_CHECK
-from xla_wheels.series_checks.run import CheckOutcome, report_lines, run_series_checks
-from xla_wheels.series_checks.toolchain import Prefix, Toolchain, find_clang_format
+from xla_wheels.series_checks.run import CheckOutcome, run_series_checks
+from xla_wheels.series_checks.toolchain import Prefix, Toolchain
 
 SERIES = (
     "0001-load-serialized-executables.patch",
@@ -468,7 +469,7 @@ def base_outcomes(
 
 
 def _compiled(outcome: CheckOutcome) -> dict[str, str]:
-    assert outcome.compiled, "\n".join(report_lines([outcome])) + "\n" + outcome.output[-4000:]
+    assert not outcome.compile_errors, (outcome.compile_errors, outcome.output[-4000:])
     return outcome.verdicts
 
 
@@ -579,8 +580,19 @@ def test_the_cache_h_check_needs_no_absl(
     assert verdicts == dict.fromkeys(verdicts, "PASS") and len(verdicts) == 18
 
 
+def _clang_format_14() -> Path:
+    """clang-format 14 (the version the patched files are formatted with): the PyPI
+    package of requirements-dev.txt, beside this interpreter, else on PATH."""
+    beside = Path(sys.executable).parent / "clang-format"
+    found = str(beside) if beside.is_file() else shutil.which("clang-format")
+    assert found, "clang-format is not installed: it is in requirements-dev.txt (make venv)"
+    version = subprocess.run([found, "--version"], text=True, capture_output=True).stdout
+    assert re.search(r"version 14\.", version), f"{found} is not clang-format 14: {version}"
+    return Path(found)
+
+
 def test_patched_files_are_clang_format_clean(patched_tree: Path) -> None:
-    formatter = find_clang_format()
+    formatter = _clang_format_14()
     touched = sorted({path for name in SERIES for path in load(name).header.declared_files})
     for path in [path for path in touched if path.endswith((".cpp", ".h"))]:
         formatted = subprocess.run(

@@ -58,10 +58,6 @@ class CheckOutcome:
     """The compiler's errors, or the program's output: for a human reading a failure."""
 
     @property
-    def compiled(self) -> bool:
-        return not self.compile_errors
-
-    @property
     def failed(self) -> dict[str, str]:
         return {name: why for name, why in self.verdicts.items() if why != "PASS"}
 
@@ -307,20 +303,3 @@ def _display_path(reported: str, tree: Path, project_root: Path) -> str:
         if path.is_relative_to(base):
             return str(path.relative_to(base))
     return str(path)
-
-
-def report_lines(outcomes: Sequence[CheckOutcome]) -> list[str]:
-    """One line per verdict or compile error, for a person."""
-    lines: list[str] = []
-    for outcome in outcomes:
-        for error in outcome.compile_errors:
-            where = f"{error.path}:{error.line}" if error.path else "(link)"
-            named = f" [{error.identifier}]" if error.identifier else ""
-            lines.append(f"{outcome.program}: does not compile: {where}: {error.message}{named}")
-        for name, why in outcome.verdicts.items():
-            lines.append(
-                f"{outcome.program}: PASS {name}"
-                if why == "PASS"
-                else f"{outcome.program}: FAIL {name}: {why}"
-            )
-    return lines

@@ -13,9 +13,6 @@ Concurrency: one ``fcntl`` lock per unpacked root serialises processes setting i
 downloads are verified before they are renamed into place, the root is unpacked into a
 temporary sibling and renamed, and trusted only with the marker written last. A crash at
 any point leaves nothing that a later run would use.
-
-clang-format 14, for the format check of the patched files, is a PyPI package of
-requirements-dev.txt (:func:`find_clang_format`).
 """
 
 from __future__ import annotations
@@ -25,8 +22,6 @@ import io
 import platform
 import re
 import shutil
-import subprocess
-import sys
 import tarfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -52,7 +47,6 @@ MARKER = ".complete.json"
 #: The size one pinned .deb is allowed for in its download's time limit (the largest,
 #: cc1plus's package, is about 20 MB).
 DEB_BYTES_ALLOWANCE = 32 * 1024 * 1024
-CLANG_FORMAT_PIN = "clang-format==14.0.6"
 
 
 @dataclass(frozen=True)
@@ -273,27 +267,3 @@ def _ar_members(data: bytes) -> dict[str, bytes]:
         members[name] = data[start : start + size]
         offset = start + size + (size % 2)  # members are 2-byte aligned
     return members
-
-
-# --- clang-format ---------------------------------------------------------------------------
-
-
-def find_clang_format() -> Path:
-    """clang-format 14 (the version the patched files are formatted with): the PyPI
-    package of requirements-dev.txt, beside this interpreter, else on PATH."""
-    beside = Path(sys.executable).parent / "clang-format"
-    found = str(beside) if beside.is_file() else shutil.which("clang-format")
-    if found is None:
-        raise ToolchainError(
-            "clang-format is not installed",
-            fix=f"pip install {CLANG_FORMAT_PIN} (it is in requirements-dev.txt: make venv)",
-        )
-    version = subprocess.run(
-        [found, "--version"], text=True, capture_output=True, check=False
-    ).stdout
-    if not re.search(r"version 14\.", version):
-        raise ToolchainError(
-            f"{found} is not clang-format 14 ({version.strip()})",
-            fix=f"pip install {CLANG_FORMAT_PIN} (it is in requirements-dev.txt: make venv)",
-        )
-    return Path(found)
