@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
@@ -39,15 +38,19 @@ from xla_wheels.publish.index import (
     credentials_for,
     project_files,
     remote_sha256,
+    unreachable,
 )
 from xla_wheels.redact import scrub
 from xla_wheels.release.lanes import Lane
-from xla_wheels.retrying import Transient, attempts_text, host_of, url_fault, with_retries
+from xla_wheels.retrying import Transient, attempts_text, host_of, with_retries
 from xla_wheels.wheel_filename import parse_wheel_name
 from xla_wheels.wheels_lock import WheelRecord
 
 #: A push links stored files on the server side; even a large release takes seconds.
 PUSH_TIMEOUT_S = 600.0
+_UNREACHABLE_FIX = (
+    "check that devpi-server is running and the lane's `server` in build/lanes.toml is right"
+)
 
 
 @dataclass(frozen=True)
@@ -131,14 +134,12 @@ def _post_push(
     assert source.upload_url is not None
     url = source.upload_url.rstrip("/")
     body = json.dumps({"name": project, "version": version, "targetindex": target.devpi_index})
-    request = urllib.request.Request(
+    request = credentials.request(
         url,
         data=body.encode(),
         method="POST",
         headers={"Content-Type": "application/json", "Accept": "application/json"},
     )
-    if header := credentials.auth_header():
-        request.add_header("Authorization", header)
     log.info(f"  devpi push {project}=={version}: {source.devpi_index} -> {target.devpi_index}")
 
     def post(limit: float) -> None:
@@ -166,23 +167,15 @@ def _post_push(
                 fix="devpi's message names the cause (409: the target index already holds a "
                 "file of this release; non-volatile indexes never overwrite one)",
             ) from None
-        except (urllib.error.URLError, TimeoutError, ssl.SSLError, OSError) as error:
-            if fault := url_fault(error):
-                raise fault from None
-            reason = getattr(error, "reason", error)
-            raise IndexUnreachable(
-                f"the devpi server at {scrub(url)} is not reachable: "
-                f"{scrub(str(reason), credentials.secrets)}",
-                fix="check that devpi-server is running and the lane's `server` in "
-                "build/lanes.toml is right",
-            ) from None
+        except OSError as error:  # URLError, TimeoutError and ssl.SSLError among them
+            what = f"the devpi server at {scrub(url)}"
+            raise unreachable(error, what, credentials.secrets, _UNREACHABLE_FIX) from None
 
     def give_up(fault: Transient, attempts: int) -> IndexUnreachable:
         return IndexUnreachable(
             f"{step}: the devpi server at {host_of(url)} "
             f"{scrub(fault.what_happened, credentials.secrets)} ({attempts_text(attempts)})",
-            fix="check that devpi-server is running and the lane's `server` in "
-            "build/lanes.toml is right",
+            fix=_UNREACHABLE_FIX,
         )
 
     step = f"devpi push {project}=={version}"

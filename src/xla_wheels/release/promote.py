@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,9 +125,7 @@ def put_into_lane(
 
 def _download(url: str, lane: Lane, dest: Path, size: int, network: NetworkPolicy) -> None:
     credentials = credentials_for(_upload_url(lane))
-    request = urllib.request.Request(url)
-    if header := credentials.auth_header():
-        request.add_header("Authorization", header)
+    request = credentials.request(url)
     shown = scrub(url, credentials.secrets)
 
     def download(limit: float) -> None:
