@@ -31,7 +31,7 @@ from xla_wheels.bundle import Bundle
 from xla_wheels.errors import PipelineError
 from xla_wheels.provenance import Provenance, ProvenanceFormatError
 from xla_wheels.publish import provenance_check as prov
-from xla_wheels.publish.cache_contract import CacheFacts, judge_cache_contract
+from xla_wheels.publish.cache_contract import CacheFacts, Finding, judge_cache_contract
 from xla_wheels.publish.errors import DoctorFailed
 from xla_wheels.publish.host_probe import HostFacts, probe
 from xla_wheels.wheel_filename import normalize, parse_wheel_name
@@ -57,15 +57,6 @@ SHARED_FS_TYPES = frozenset(
 )
 ROLES = ("writer", "reader")
 PACKAGES = ("torch", "torch_xla", "libtpu", "jax", "jaxlib")
-
-
-@dataclass(frozen=True)
-class Finding:
-    status: str
-    """``ok``, ``WARN`` or ``FAIL``."""
-    check: str
-    detail: str
-    fix: str = ""
 
 
 @dataclass
@@ -433,8 +424,7 @@ def check_cache_contract(
         role=_role(role, env)[0],
         read_only=env.get("XLA_PERSISTENT_CACHE_READ_ONLY") == "1",
     )
-    for finding in judge_cache_contract(contract):
-        report.add(finding.status, finding.check, finding.detail, finding.fix)
+    report.findings += judge_cache_contract(contract)
 
 
 def run_doctor(
