@@ -165,7 +165,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             profile,
             bundle.name,
             launch_env,
-            launch_check.profile_role(role, launch_env),
+            doctor.role_of(role, launch_env)[0],  # the one rule for a host's role
             source,
         )
     add_lane_findings(report, options.root, args.lane, bundle.name)

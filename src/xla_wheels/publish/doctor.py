@@ -248,7 +248,8 @@ def mount_of(path: Path, mountinfo: str | None = None) -> tuple[str, str]:
     return best
 
 
-def _role(explicit: str | None, env: Mapping[str, str]) -> tuple[str | None, str]:
+def role_of(explicit: str | None, env: Mapping[str, str]) -> tuple[str | None, str]:
+    """The host's role and how it is known: ``--role``, else TPU_WORKER_ID, else None."""
     if explicit:
         return explicit, "given"
     worker = env.get("TPU_WORKER_ID")
@@ -342,7 +343,7 @@ def check_environment(
 
     point, fstype = mount_of(path.resolve(), mountinfo)
     shared = fstype in SHARED_FS_TYPES
-    host_role, why = _role(role, env)
+    host_role, why = role_of(role, env)
     where = f"{fstype} mount {point}"
     if not shared:
         if read_only:
@@ -421,7 +422,7 @@ def check_cache_contract(
         path=cache_path or env.get("XLA_PERSISTENT_CACHE_PATH") or None,
         torch_xla_version=versions.get("torch_xla"),
         libtpu_version=versions.get("libtpu"),
-        role=_role(role, env)[0],
+        role=role_of(role, env)[0],
         read_only=env.get("XLA_PERSISTENT_CACHE_READ_ONLY") == "1",
     )
     report.findings += judge_cache_contract(contract)
