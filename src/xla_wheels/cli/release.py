@@ -24,16 +24,12 @@ from xla_wheels.publish.wheels import LocalWheel, locked_records, locked_wheels
 from xla_wheels.release import compare as compare_mod
 from xla_wheels.release import lanes, promote, pylock, receipts
 from xla_wheels.wheel_filename import normalize, parse_wheel_name
-from xla_wheels.wheels_lock import BundleEntry, read_lock
+from xla_wheels.wheels_lock import BundleEntry, WheelRecord, read_lock
 
 PUBLIC_INDEX = "https://pypi.org/simple/"
 
 
 # ------------------------------------------------------------------ lanes
-
-
-def _lane_arg(parser: argparse.ArgumentParser, default: str | None, help_text: str) -> None:
-    parser.add_argument("--lane", default=default, help=help_text)
 
 
 def cmd_publish_lane(args: argparse.Namespace) -> int:
@@ -108,23 +104,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _lane_files(
-    lock_path: Path, bundle: str, lane: lanes.Lane, runtime: Sequence[Any], public_index: str
+    ours: Sequence[WheelRecord], lane: lanes.Lane, runtime: Sequence[Any], public_index: str
 ) -> list[pylock.LockedFile]:
-    files = []
-    for record in locked_records(lock_path, bundle):
-        name = parse_wheel_name(record.name)
-        files.append(
-            pylock.LockedFile(
-                name.normalized, name.version, record.name, record.sha256, lane.simple_url
-            )
-        )
-    for row in runtime:
-        files.append(
-            pylock.LockedFile(
-                normalize(row.project), row.version, row.name, row.sha256, public_index
-            )
-        )
-    return files
+    names = [parse_wheel_name(record.name) for record in ours]
+    return [
+        pylock.LockedFile(name.normalized, name.version, r.name, r.sha256, lane.simple_url)
+        for name, r in zip(names, ours, strict=True)
+    ] + [
+        pylock.LockedFile(normalize(r.project), r.version, r.name, r.sha256, public_index)
+        for r in runtime
+    ]
 
 
 def _runtime_fresh(lock_path: Path, bundle: Any, entry: BundleEntry) -> bool:
@@ -153,16 +142,11 @@ def cmd_lane_requirements(args: argparse.Namespace) -> int:
             log.info(f"lane {name} has no current bundle yet: nothing to write")
             continue
         bundle = load_bundle(options.root, current.bundle)
-        wheels = (
-            locked_wheels(
-                options.lock_path, bundle.name, BundleLayout.of(options, bundle.name).dist
-            )
-            if args.resolve
-            else []
-        )
         entry = read_lock(options.lock_path).entry(bundle.name)
         runtime = list(entry.runtime_wheels or ())
         if args.resolve:
+            dist = BundleLayout.of(options, bundle.name).dist
+            wheels = locked_wheels(options.lock_path, bundle.name, dist)
             runtime = requirements.runtime_records(
                 options.lock_path, bundle, wheels, args.platform or requirements.host_platforms()
             )
@@ -184,7 +168,7 @@ def cmd_lane_requirements(args: argparse.Namespace) -> int:
         req = requirements.write_requirements(
             out / requirements.REQUIREMENTS_NAME, bundle, ours, runtime
         )
-        files = _lane_files(options.lock_path, bundle.name, lane, runtime, args.public_index)
+        files = _lane_files(ours, lane, runtime, args.public_index)
         credentials = credentials_for(lane.upload_url or lane.simple_url)
         urls = pylock.locate(files, credentials, network=options.network)
         comment = (
@@ -232,11 +216,11 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     # publish-lane and promote write a lane and lanes.lock, not the bundle's files.
     if name == "publish-lane":
         add_bundle_arguments(parser, writes_bundle=False, dry_run=True)
-        _lane_arg(parser, None, "lane (default: publish-lane of build/lanes.toml)")
+        parser.add_argument("--lane", help="lane (default: publish-lane of build/lanes.toml)")
         parser.set_defaults(handler=cmd_publish_lane)
     elif name == "promote":
         add_bundle_arguments(parser, writes_bundle=False, dry_run=True)
-        _lane_arg(parser, "preferred", "target lane (default: preferred)")
+        parser.add_argument("--lane", default="preferred", help="target lane (default: preferred)")
         parser.add_argument(
             "--from",
             dest="source",
@@ -251,7 +235,9 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
         parser.set_defaults(handler=cmd_compare)
     elif name == "lane-requirements":
         add_common_arguments(parser)
-        _lane_arg(parser, None, "only this lane (default: every lane with a current bundle)")
+        parser.add_argument(
+            "--lane", help="only this lane (default: every lane with a current bundle)"
+        )
         parser.add_argument(
             "--resolve",
             action="store_true",
