@@ -276,21 +276,6 @@ def refusal(bundle: str, lane: Lane, verdict: PromotionVerdict) -> PromotionRefu
     )
 
 
-def _copy_between(
-    source: Lane,
-    lane: Lane,
-    bundle: str,
-    records: Sequence[WheelRecord],
-    envelopes: Sequence[Path],
-    network: NetworkPolicy,
-) -> list[LaneOutcome]:
-    with tempfile.TemporaryDirectory(prefix="xla-wheels-promote-") as tmp:
-        with log.section(f"promote: fetch {bundle} from lane {source.name} ({source.where})"):
-            wheels = fetch_from_lane(source, records, Path(tmp), network=network)
-        with log.section(f"promote: {bundle} into lane {lane.name} ({lane.where})"):
-            return put_into_lane(lane, wheels, envelopes, network=network)
-
-
 def promote(
     root: Path, lock_path: Path, bundle: str, lane: Lane, source: Lane, *, dry_run: bool = False,
     dist: Path | None = None, network: NetworkPolicy,
@@ -314,7 +299,11 @@ def promote(
             pushed = devpi.push(source, lane, records, network=network)
         outcomes = [LaneOutcome(p.filename, p.sha256, p.action) for p in pushed]
     else:
-        outcomes = _copy_between(source, lane, bundle, records, envelopes, network)
+        with tempfile.TemporaryDirectory(prefix="xla-wheels-promote-") as tmp:
+            with log.section(f"promote: fetch {bundle} from lane {source.name} ({source.where})"):
+                wheels = fetch_from_lane(source, records, Path(tmp), network=network)
+            with log.section(f"promote: {bundle} into lane {lane.name} ({lane.where})"):
+                outcomes = put_into_lane(lane, wheels, envelopes, network=network)
     chosen = verdict.chosen
     lanes_mod.write_state(
         root,
