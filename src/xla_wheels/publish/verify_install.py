@@ -96,10 +96,6 @@ class VerifyReport:
         return "\n".join(lines)
 
 
-def _venv_python(venv: Path) -> Path:
-    return venv / "bin" / "python"
-
-
 def _run(
     argv: list[str],
     *,
@@ -129,7 +125,7 @@ def create_venv(base_python: str, venv: Path) -> Path:
             f"could not create a venv with {base_python}: {result.stderr.strip()[-500:]}",
             fix="install the venv module (Debian: python3-venv) or pass another PYTHON",
         )
-    return _venv_python(venv)
+    return venv / "bin" / "python"
 
 
 def borrow_packages(python: Path, deps_from: str) -> None:
