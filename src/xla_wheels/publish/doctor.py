@@ -34,7 +34,8 @@ from xla_wheels.publish import provenance_check as prov
 from xla_wheels.publish.cache_contract import CacheFacts, Finding, judge_cache_contract
 from xla_wheels.publish.errors import DoctorFailed
 from xla_wheels.publish.host_probe import HostFacts, probe
-from xla_wheels.wheel_filename import normalize, parse_wheel_name
+from xla_wheels.publish.wheels import locked_versions
+from xla_wheels.wheel_filename import normalize
 from xla_wheels.wheels_lock import BundleEntry
 
 #: File system types on which several hosts see the same cache directory.
@@ -92,16 +93,9 @@ def _release(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in match.group(0).split(".")) if match else ()
 
 
-def _public(version: str) -> str:
-    return version.split("+", 1)[0]
-
-
 def expected_versions(bundle: Bundle, lock_entry: BundleEntry | None) -> dict[str, str]:
     """Exact versions of our packages: the locked wheels', else the manifest's public one."""
-    expected: dict[str, str] = {}
-    for wheel in (lock_entry.wheels or ()) if lock_entry else ():
-        name = parse_wheel_name(wheel.name)
-        expected[name.normalized] = name.version
+    expected = locked_versions((lock_entry.wheels or ()) if lock_entry else ())
     for component in ("torch", "torch_xla"):
         version = bundle.components[component].version
         if version:
@@ -131,7 +125,7 @@ def check_versions(
             report.add("FAIL", project, f"not installed (bundle: {want})", fix_install)
         elif have == want:
             report.add("ok", project, have)
-        elif "+" not in want and _public(have) == want:
+        elif "+" not in want and have.split("+", 1)[0] == want:
             report.add("ok", project, f"{have} (bundle pins {want}; no wheels locked yet)")
         else:
             report.add("FAIL", project, f"{have} installed, bundle has {want}", fix_install)

@@ -38,10 +38,10 @@ from xla_wheels.publish.index import (
     upload_url_for,
 )
 from xla_wheels.publish.requirements import write_requirements
-from xla_wheels.publish.wheels import bundle_entry, locked_records
+from xla_wheels.publish.wheels import bundle_entry, locked_records, locked_versions
 from xla_wheels.redact import scrub
 from xla_wheels.retrying import TIMEOUT_SETTING, Transient, host_of, with_retries
-from xla_wheels.wheel_filename import normalize, parse_wheel_name
+from xla_wheels.wheel_filename import normalize
 from xla_wheels.wheels_lock import RuntimeWheelRecord
 
 IMPORT_TIMEOUT_S = 600.0
@@ -252,14 +252,6 @@ def _probe_index(index_url: str, network: NetworkPolicy) -> None:
     check_reachable(index_url, credentials_for(upload_url_for_or_same(index_url)), network=network)
 
 
-def _ours_expected(records: list[Any]) -> dict[str, str]:
-    expected: dict[str, str] = {}
-    for record in records:
-        name = parse_wheel_name(record.name)
-        expected[name.normalized] = name.version
-    return expected
-
-
 def verify_install(
     *,
     lock_path: Path,
@@ -319,7 +311,7 @@ def verify_install(
             borrow_packages(python, deps_from)
 
     with log.section("verify-install: versions and provenance (before import)"):
-        expected = _ours_expected(ours)
+        expected = locked_versions(ours)
         facts = probe(
             str(python),
             [*sorted(expected), "libtpu", "jax", "jaxlib"],
