@@ -64,7 +64,9 @@ def _twine_fault(output: str) -> Transient | None:
 class Outcome:
     filename: str
     action: str
-    """``uploaded``, ``skipped`` (already there, same sha256) or ``indexed`` (static)."""
+    """``uploaded``, ``skipped`` (already there, same sha256), ``indexed`` (static),
+    ``would-upload``, ``would-index``; into a lane (``release``) also ``copied``, ``pushed``
+    (devpi), ``would copy``, ``would push``."""
     sha256: str
 
 

@@ -22,7 +22,6 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from xla_wheels import log
 from xla_wheels.options import NetworkPolicy
@@ -40,6 +39,7 @@ from xla_wheels.publish.index import (
     remote_sha256,
     unreachable,
 )
+from xla_wheels.publish.upload import Outcome
 from xla_wheels.redact import scrub
 from xla_wheels.release.lanes import Lane
 from xla_wheels.retrying import Transient, attempts_text, host_of, with_retries
@@ -51,14 +51,6 @@ PUSH_TIMEOUT_S = 600.0
 _UNREACHABLE_FIX = (
     "check that devpi-server is running and the lane's `server` in build/lanes.toml is right"
 )
-
-
-@dataclass(frozen=True)
-class Pushed:
-    filename: str
-    sha256: str
-    action: str
-    """``pushed`` (devpi linked it into the target), ``skipped`` (already there, same sha256)."""
 
 
 def same_server(source: Lane, target: Lane) -> bool:
@@ -196,7 +188,7 @@ def _post_push(
 
 def push(
     source: Lane, target: Lane, records: Sequence[WheelRecord], *, network: NetworkPolicy
-) -> list[Pushed]:
+) -> list[Outcome]:
     """The locked ``records`` from ``source``'s devpi index into ``target``'s, by push."""
     assert same_server(source, target)
     assert source.index_url is not None and target.index_url is not None
@@ -224,7 +216,7 @@ def push(
     # Idempotence: a release already in the target with the locked bytes is not pushed
     # again (a non-volatile devpi index would answer 409); other bytes there are refused.
     to_push: list[tuple[str, str]] = []
-    outcomes: dict[str, Pushed] = {}
+    outcomes: dict[str, Outcome] = {}
     conflicts = []
     for release, members in releases.items():
         there = project_files(target.index_url, release[0], credentials, network=network)
@@ -234,7 +226,7 @@ def push(
             served = remote_sha256(there[record.name], credentials, network=network)
             if served != record.sha256:
                 conflicts.append(f"{record.name}: sha256 {served}, wheels.lock has {record.sha256}")
-            outcomes[record.name] = Pushed(record.name, record.sha256, "skipped")
+            outcomes[record.name] = Outcome(record.name, "skipped", record.sha256)
         if any(r.name not in there for r in members):
             to_push.append(release)
     if conflicts:
@@ -256,5 +248,5 @@ def push(
                     fix="the index altered or mixed up the file: investigate before use",
                 )
             if record.name not in outcomes:
-                outcomes[record.name] = Pushed(record.name, record.sha256, "pushed")
+                outcomes[record.name] = Outcome(record.name, "pushed", record.sha256)
     return [outcomes[r.name] for r in records]
