@@ -57,7 +57,6 @@ def same_server(source: Lane, target: Lane) -> bool:
     """devpi can push only between indexes of one server."""
     if source.backend != "devpi" or target.backend != "devpi":
         return False
-    assert source.upload_url is not None and target.upload_url is not None
     return _server_of(source) == _server_of(target)
 
 
