@@ -7,6 +7,7 @@ credentials never do: they come from ``TWINE_USERNAME`` / ``TWINE_PASSWORD`` or 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import sys
@@ -47,9 +48,14 @@ def cmd_publish(args: argparse.Namespace) -> int:
     # twine's own credential variable (read by twine, not a setting of ours): masked in logs.
     password = os.environ.get("TWINE_PASSWORD")
     secrets = {"TWINE_PASSWORD": password} if password else {}
-    if options.dry_run:
-        # The same checks (dist/ against wheels.lock, the index's listing), no upload, no
-        # static index, no log file.
+    with contextlib.ExitStack() as stack:
+        # A dry run makes the same checks (dist/ against wheels.lock, the index's listing),
+        # with no upload, no static index, no log file.
+        if not options.dry_run:
+            timings = Timings()
+            stack.callback(timings.report)  # last, after the log is closed
+            stack.enter_context(log.stage_log(logs / "publish.log", Redactor(secrets)))
+            stack.enter_context(timings.stage("publish"))
         result = upload.publish(
             options.lock_path,
             args.bundle,
@@ -57,25 +63,8 @@ def cmd_publish(args: argparse.Namespace) -> int:
             settings.index_url,
             settings.upload_url,
             network=options.network,
-            dry_run=True,
+            dry_run=options.dry_run,
         )
-    else:
-        timings = Timings()
-        try:
-            with (
-                log.stage_log(logs / "publish.log", Redactor(secrets)),
-                timings.stage("publish"),
-            ):
-                result = upload.publish(
-                    options.lock_path,
-                    args.bundle,
-                    _dist(options, args),
-                    settings.index_url,
-                    settings.upload_url,
-                    network=options.network,
-                )
-        finally:
-            timings.report()
     for outcome in result.outcomes:
         print(f"{outcome.action:<9} {outcome.filename}  sha256:{outcome.sha256}")
     print(f"index: {result.index_url}")
@@ -165,7 +154,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             profile,
             bundle.name,
             launch_env,
-            launch_check.profile_role(role, launch_env),
+            doctor.role_of(role, launch_env)[0],  # the one rule for a host's role
             source,
         )
     add_lane_findings(report, options.root, args.lane, bundle.name)

@@ -39,8 +39,11 @@ class CacheFacts:
 
 
 @dataclass(frozen=True)
-class ContractFinding:
-    status: str  # ok | WARN | FAIL
+class Finding:
+    """One line of doctor's report (this contract's findings are some of them)."""
+
+    status: str
+    """``ok``, ``WARN`` or ``FAIL``."""
     check: str
     detail: str
     fix: str = ""
@@ -80,21 +83,19 @@ def missing_from_path(path: str, torch_xla_version: str, libtpu_version: str | N
     return missing
 
 
-def judge_cache_contract(facts: CacheFacts) -> list[ContractFinding]:
-    findings: list[ContractFinding] = []
+def judge_cache_contract(facts: CacheFacts) -> list[Finding]:
+    findings: list[Finding] = []
     recommended = recommended_path(facts)
     export = f"export XLA_PERSISTENT_CACHE_PATH={recommended}" if recommended else ""
     if facts.torch_xla_version is None:
         findings.append(
-            ContractFinding(
-                "WARN", "cache path build", "torch_xla is not installed: no build to match"
-            )
+            Finding("WARN", "cache path build", "torch_xla is not installed: no build to match")
         )
     elif facts.path:
         missing = missing_from_path(facts.path, facts.torch_xla_version, facts.libtpu_version)
         if missing:
             findings.append(
-                ContractFinding(
+                Finding(
                     "FAIL",
                     "cache path build",
                     f"{facts.path} does not name {', '.join(missing)}: another build or "
@@ -103,12 +104,10 @@ def judge_cache_contract(facts: CacheFacts) -> list[ContractFinding]:
                 )
             )
         else:
-            findings.append(
-                ContractFinding("ok", "cache path build", f"{facts.path} names this build")
-            )
+            findings.append(Finding("ok", "cache path build", f"{facts.path} names this build"))
     if facts.libtpu_version is None and facts.torch_xla_version is not None:
         findings.append(
-            ContractFinding(
+            Finding(
                 "WARN",
                 "cache path libtpu",
                 "libtpu is not installed: the path cannot name it (not a TPU host?)",
@@ -116,7 +115,7 @@ def judge_cache_contract(facts: CacheFacts) -> list[ContractFinding]:
         )
     if facts.role == "reader" and not facts.read_only:
         findings.append(
-            ContractFinding(
+            Finding(
                 "FAIL",
                 "cache role",
                 "this host is a reader but XLA_PERSISTENT_CACHE_READ_ONLY is not 1",
@@ -125,7 +124,7 @@ def judge_cache_contract(facts: CacheFacts) -> list[ContractFinding]:
         )
     elif facts.role == "writer" and facts.read_only:
         findings.append(
-            ContractFinding(
+            Finding(
                 "FAIL",
                 "cache role",
                 "this host is the writer but XLA_PERSISTENT_CACHE_READ_ONLY=1",
@@ -134,7 +133,7 @@ def judge_cache_contract(facts: CacheFacts) -> list[ContractFinding]:
         )
     elif facts.role is not None:
         mode = "read-only" if facts.read_only else "writes"
-        findings.append(ContractFinding("ok", "cache role", f"{facts.role}, {mode}"))
+        findings.append(Finding("ok", "cache role", f"{facts.role}, {mode}"))
     if recommended:
-        findings.append(ContractFinding("ok", "cache path recommended", recommended))
+        findings.append(Finding("ok", "cache path recommended", recommended))
     return findings

@@ -31,10 +31,11 @@ from xla_wheels.bundle import Bundle
 from xla_wheels.errors import PipelineError
 from xla_wheels.provenance import Provenance, ProvenanceFormatError
 from xla_wheels.publish import provenance_check as prov
-from xla_wheels.publish.cache_contract import CacheFacts, judge_cache_contract
+from xla_wheels.publish.cache_contract import CacheFacts, Finding, judge_cache_contract
 from xla_wheels.publish.errors import DoctorFailed
 from xla_wheels.publish.host_probe import HostFacts, probe
-from xla_wheels.wheel_filename import normalize, parse_wheel_name
+from xla_wheels.publish.wheels import locked_versions
+from xla_wheels.wheel_filename import normalize
 from xla_wheels.wheels_lock import BundleEntry
 
 #: File system types on which several hosts see the same cache directory.
@@ -57,15 +58,6 @@ SHARED_FS_TYPES = frozenset(
 )
 ROLES = ("writer", "reader")
 PACKAGES = ("torch", "torch_xla", "libtpu", "jax", "jaxlib")
-
-
-@dataclass(frozen=True)
-class Finding:
-    status: str
-    """``ok``, ``WARN`` or ``FAIL``."""
-    check: str
-    detail: str
-    fix: str = ""
 
 
 @dataclass
@@ -101,16 +93,9 @@ def _release(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in match.group(0).split(".")) if match else ()
 
 
-def _public(version: str) -> str:
-    return version.split("+", 1)[0]
-
-
 def expected_versions(bundle: Bundle, lock_entry: BundleEntry | None) -> dict[str, str]:
     """Exact versions of our packages: the locked wheels', else the manifest's public one."""
-    expected: dict[str, str] = {}
-    for wheel in (lock_entry.wheels or ()) if lock_entry else ():
-        name = parse_wheel_name(wheel.name)
-        expected[name.normalized] = name.version
+    expected = locked_versions((lock_entry.wheels or ()) if lock_entry else ())
     for component in ("torch", "torch_xla"):
         version = bundle.components[component].version
         if version:
@@ -140,7 +125,7 @@ def check_versions(
             report.add("FAIL", project, f"not installed (bundle: {want})", fix_install)
         elif have == want:
             report.add("ok", project, have)
-        elif "+" not in want and _public(have) == want:
+        elif "+" not in want and have.split("+", 1)[0] == want:
             report.add("ok", project, f"{have} (bundle pins {want}; no wheels locked yet)")
         else:
             report.add("FAIL", project, f"{have} installed, bundle has {want}", fix_install)
@@ -257,7 +242,8 @@ def mount_of(path: Path, mountinfo: str | None = None) -> tuple[str, str]:
     return best
 
 
-def _role(explicit: str | None, env: Mapping[str, str]) -> tuple[str | None, str]:
+def role_of(explicit: str | None, env: Mapping[str, str]) -> tuple[str | None, str]:
+    """The host's role and how it is known: ``--role``, else TPU_WORKER_ID, else None."""
     if explicit:
         return explicit, "given"
     worker = env.get("TPU_WORKER_ID")
@@ -351,7 +337,7 @@ def check_environment(
 
     point, fstype = mount_of(path.resolve(), mountinfo)
     shared = fstype in SHARED_FS_TYPES
-    host_role, why = _role(role, env)
+    host_role, why = role_of(role, env)
     where = f"{fstype} mount {point}"
     if not shared:
         if read_only:
@@ -430,11 +416,10 @@ def check_cache_contract(
         path=cache_path or env.get("XLA_PERSISTENT_CACHE_PATH") or None,
         torch_xla_version=versions.get("torch_xla"),
         libtpu_version=versions.get("libtpu"),
-        role=_role(role, env)[0],
+        role=role_of(role, env)[0],
         read_only=env.get("XLA_PERSISTENT_CACHE_READ_ONLY") == "1",
     )
-    for finding in judge_cache_contract(contract):
-        report.add(finding.status, finding.check, finding.detail, finding.fix)
+    report.findings += judge_cache_contract(contract)
 
 
 def run_doctor(

@@ -12,7 +12,6 @@ import base64
 import hashlib
 import os
 import re
-import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -20,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 from xla_wheels.errors import UsageError
 from xla_wheels.options import NetworkPolicy
@@ -37,6 +37,9 @@ from xla_wheels.retrying import (
 from xla_wheels.wheel_filename import normalize
 
 _USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
+_UNREACHABLE_FIX = (
+    "check that the index server is running and INDEX_URL is right (scheme, host, port, path)"
+)
 
 
 # ---------------------------------------------------------------------------- credentials
@@ -55,11 +58,14 @@ class Credentials:
     def secrets(self) -> list[str]:
         return [self.password] if self.password else []
 
-    def auth_header(self) -> str | None:
-        if self.username is None or self.password is None:
-            return None
-        token = base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
-        return f"Basic {token}"
+    def request(self, url: str, **options: Any) -> urllib.request.Request:
+        """A ``urllib`` request for ``url`` (``options`` as ``Request`` takes them), with
+        these credentials as Basic auth when there are both a username and a password."""
+        request = urllib.request.Request(url, **options)
+        if self.username is not None and self.password is not None:
+            token = base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
+            request.add_header("Authorization", f"Basic {token}")
+        return request
 
 
 def credentials_for(upload_url: str, environ: Mapping[str, str] | None = None) -> Credentials:
@@ -145,11 +151,13 @@ def parse_project_page(html: str, page_url: str) -> dict[str, IndexFile]:
     return files
 
 
-def _request(url: str, credentials: Credentials, accept: str) -> urllib.request.Request:
-    request = urllib.request.Request(url, headers={"Accept": accept})
-    if header := credentials.auth_header():
-        request.add_header("Authorization", header)
-    return request
+def unreachable(error: OSError, what: str, secrets: list[str], fix: str) -> Exception:
+    """What to raise for a ``urllib`` call that got no HTTP answer: the transient fault
+    (retried), else :class:`IndexUnreachable` saying ``what`` is not reachable and why."""
+    if fault := url_fault(error):
+        return fault
+    reason = getattr(error, "reason", error)
+    return IndexUnreachable(f"{what} is not reachable: {scrub(str(reason), secrets)}", fix=fix)
 
 
 def _open(
@@ -168,9 +176,8 @@ def _open(
 
     def read(limit: float) -> bytes | None:
         try:
-            with urllib.request.urlopen(
-                _request(url, credentials, accept), timeout=limit
-            ) as response:
+            request = credentials.request(url, headers={"Accept": accept})
+            with urllib.request.urlopen(request, timeout=limit) as response:
                 body: bytes = response.read()
                 return body
         except urllib.error.HTTPError as error:
@@ -190,16 +197,9 @@ def _open(
                 fix="check INDEX_URL (it must be the index's simple/ page) and the index's "
                 "logs",
             ) from None
-        except (urllib.error.URLError, TimeoutError, ssl.SSLError, OSError) as error:
-            if fault := url_fault(error):
-                raise fault from None
-            reason = getattr(error, "reason", error)
-            raise IndexUnreachable(
-                f"the index at {shown} is not reachable: "
-                f"{scrub(str(reason), credentials.secrets)}",
-                fix="check that the index server is running and INDEX_URL is right "
-                "(scheme, host, port, path)",
-            ) from None
+        except OSError as error:  # URLError, TimeoutError and ssl.SSLError among them
+            what = f"the index at {shown}"
+            raise unreachable(error, what, credentials.secrets, _UNREACHABLE_FIX) from None
 
     def give_up(fault: Transient, attempts: int) -> IndexUnreachable:
         return IndexUnreachable(
@@ -209,8 +209,7 @@ def _open(
                 f"the index fails on its side: check its logs and health, then run again "
                 f"(retries: {RETRIES_SETTING})"
                 if fault.kind.startswith("HTTP ")
-                else "check that the index server is running and INDEX_URL is right "
-                "(scheme, host, port, path)"
+                else _UNREACHABLE_FIX
             ),
         )
 

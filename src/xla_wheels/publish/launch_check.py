@@ -22,7 +22,6 @@ from xla_wheels.launch_profile import (
 )
 from xla_wheels.publish.cache_contract import directory_name
 from xla_wheels.publish.doctor import DoctorReport
-from xla_wheels.publish.doctor import _role as doctor_role  # the one rule for a host's role
 
 _LOGGING = frozenset({"TF_CPP_MIN_LOG_LEVEL", "TF_CPP_VMODULE"})
 
@@ -76,8 +75,3 @@ def _installed_build(report: DoctorReport, bundle: str) -> str | None:
     versions = report.host.versions if report.host else {}
     torch_xla = versions.get("torch_xla")
     return directory_name(bundle, torch_xla, versions.get("libtpu")) if torch_xla else None
-
-
-def profile_role(explicit: str | None, env: Mapping[str, str]) -> str | None:
-    """The host's role as doctor decides it (``--role``, else TPU_WORKER_ID)."""
-    return doctor_role(explicit, env)[0]

@@ -14,11 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from xla_wheels.provenance import PROVENANCE_PATH, Provenance
+from xla_wheels.provenance import Provenance
 from xla_wheels.wheel_filename import normalize, parse_wheel_name
 from xla_wheels.wheels_lock import BundleEntry
-
-__all__ = ["PROVENANCE_PATH", "ProvenanceCheck", "compare"]
 
 
 @dataclass

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xla_wheels import log, runner
+from xla_wheels import filemode, log, runner
 from xla_wheels.bundle import Bundle
 from xla_wheels.publish.errors import PublishError
 from xla_wheels.publish.wheels import LocalWheel, bundle_entry
@@ -217,7 +217,5 @@ def write_requirements(
 ) -> Path:
     text = render_requirements(bundle.name, bundle.python, requirement_lines(ours, runtime))
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    filemode.write_by_rename(path, text)
     return path

@@ -30,7 +30,7 @@ from xla_wheels.publish.index import (
     remote_sha256,
     upload_url_for,
 )
-from xla_wheels.publish.static_index import write_static_index
+from xla_wheels.publish.static_index import INDEX_DIRNAME, write_static_index
 from xla_wheels.publish.wheels import LocalWheel, locked_wheels
 from xla_wheels.redact import scrub
 from xla_wheels.retrying import (
@@ -64,7 +64,9 @@ def _twine_fault(output: str) -> Transient | None:
 class Outcome:
     filename: str
     action: str
-    """``uploaded``, ``skipped`` (already there, same sha256) or ``indexed`` (static)."""
+    """``uploaded``, ``skipped`` (already there, same sha256), ``indexed`` (static),
+    ``would-upload``, ``would-index``; into a lane (``release``) also ``copied``, ``pushed``
+    (devpi), ``would copy``, ``would push``."""
     sha256: str
 
 
@@ -72,13 +74,6 @@ class Outcome:
 class PublishResult:
     index_url: str
     outcomes: list[Outcome]
-
-
-def publish_static(directory: Path, wheels: list[LocalWheel]) -> PublishResult:
-    with log.section(f"publish: static PEP 503 index in {directory}"):
-        target = write_static_index(directory, wheels)
-    url = target.resolve().as_uri() + "/"
-    return PublishResult(url, [Outcome(w.record.name, "indexed", w.sha256) for w in wheels])
 
 
 def _plan(
@@ -261,10 +256,10 @@ def publish(
         for wheel in wheels:
             log.info(f"  {wheel.record.name} sha256:{wheel.sha256}")
     if not index_url:
-        if dry_run:
-            url = (directory / "simple").resolve().as_uri() + "/"
-            return PublishResult(
-                url, [Outcome(w.record.name, "would-index", w.sha256) for w in wheels]
-            )
-        return publish_static(directory, wheels)
+        if not dry_run:
+            with log.section(f"publish: static PEP 503 index in {directory}"):
+                write_static_index(directory, wheels)
+        url = (directory / INDEX_DIRNAME).resolve().as_uri() + "/"
+        action = "would-index" if dry_run else "indexed"
+        return PublishResult(url, [Outcome(w.record.name, action, w.sha256) for w in wheels])
     return publish_remote(wheels, index_url, upload_url, network=network, dry_run=dry_run)

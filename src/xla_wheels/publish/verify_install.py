@@ -38,10 +38,10 @@ from xla_wheels.publish.index import (
     upload_url_for,
 )
 from xla_wheels.publish.requirements import write_requirements
-from xla_wheels.publish.wheels import bundle_entry, locked_records
+from xla_wheels.publish.wheels import bundle_entry, locked_records, locked_versions
 from xla_wheels.redact import scrub
 from xla_wheels.retrying import TIMEOUT_SETTING, Transient, host_of, with_retries
-from xla_wheels.wheel_filename import normalize, parse_wheel_name
+from xla_wheels.wheel_filename import normalize
 from xla_wheels.wheels_lock import RuntimeWheelRecord
 
 IMPORT_TIMEOUT_S = 600.0
@@ -96,10 +96,6 @@ class VerifyReport:
         return "\n".join(lines)
 
 
-def _venv_python(venv: Path) -> Path:
-    return venv / "bin" / "python"
-
-
 def _run(
     argv: list[str],
     *,
@@ -129,7 +125,7 @@ def create_venv(base_python: str, venv: Path) -> Path:
             f"could not create a venv with {base_python}: {result.stderr.strip()[-500:]}",
             fix="install the venv module (Debian: python3-venv) or pass another PYTHON",
         )
-    return _venv_python(venv)
+    return venv / "bin" / "python"
 
 
 def borrow_packages(python: Path, deps_from: str) -> None:
@@ -256,14 +252,6 @@ def _probe_index(index_url: str, network: NetworkPolicy) -> None:
     check_reachable(index_url, credentials_for(upload_url_for_or_same(index_url)), network=network)
 
 
-def _ours_expected(records: list[Any]) -> dict[str, str]:
-    expected: dict[str, str] = {}
-    for record in records:
-        name = parse_wheel_name(record.name)
-        expected[name.normalized] = name.version
-    return expected
-
-
 def verify_install(
     *,
     lock_path: Path,
@@ -323,7 +311,7 @@ def verify_install(
             borrow_packages(python, deps_from)
 
     with log.section("verify-install: versions and provenance (before import)"):
-        expected = _ours_expected(ours)
+        expected = locked_versions(ours)
         facts = probe(
             str(python),
             [*sorted(expected), "libtpu", "jax", "jaxlib"],

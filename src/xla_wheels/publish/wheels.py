@@ -8,6 +8,7 @@ machine.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +27,12 @@ class LocalWheel:
     @property
     def sha256(self) -> str:
         return self.record.sha256
+
+
+def locked_versions(records: Iterable[WheelRecord]) -> dict[str, str]:
+    """Normalized project -> version, of each locked wheel."""
+    names = (parse_wheel_name(record.name) for record in records)
+    return {name.normalized: name.version for name in names}
 
 
 def bundle_entry(lock_path: Path, bundle_name: str) -> BundleEntry:

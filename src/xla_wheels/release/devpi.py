@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from xla_wheels import log
 from xla_wheels.options import NetworkPolicy
@@ -39,30 +37,26 @@ from xla_wheels.publish.index import (
     credentials_for,
     project_files,
     remote_sha256,
+    unreachable,
 )
+from xla_wheels.publish.upload import Outcome
 from xla_wheels.redact import scrub
 from xla_wheels.release.lanes import Lane
-from xla_wheels.retrying import Transient, attempts_text, host_of, url_fault, with_retries
+from xla_wheels.retrying import Transient, attempts_text, host_of, with_retries
 from xla_wheels.wheel_filename import parse_wheel_name
 from xla_wheels.wheels_lock import WheelRecord
 
 #: A push links stored files on the server side; even a large release takes seconds.
 PUSH_TIMEOUT_S = 600.0
-
-
-@dataclass(frozen=True)
-class Pushed:
-    filename: str
-    sha256: str
-    action: str
-    """``pushed`` (devpi linked it into the target), ``skipped`` (already there, same sha256)."""
+_UNREACHABLE_FIX = (
+    "check that devpi-server is running and the lane's `server` in build/lanes.toml is right"
+)
 
 
 def same_server(source: Lane, target: Lane) -> bool:
     """devpi can push only between indexes of one server."""
     if source.backend != "devpi" or target.backend != "devpi":
         return False
-    assert source.upload_url is not None and target.upload_url is not None
     return _server_of(source) == _server_of(target)
 
 
@@ -131,14 +125,12 @@ def _post_push(
     assert source.upload_url is not None
     url = source.upload_url.rstrip("/")
     body = json.dumps({"name": project, "version": version, "targetindex": target.devpi_index})
-    request = urllib.request.Request(
+    request = credentials.request(
         url,
         data=body.encode(),
         method="POST",
         headers={"Content-Type": "application/json", "Accept": "application/json"},
     )
-    if header := credentials.auth_header():
-        request.add_header("Authorization", header)
     log.info(f"  devpi push {project}=={version}: {source.devpi_index} -> {target.devpi_index}")
 
     def post(limit: float) -> None:
@@ -166,23 +158,15 @@ def _post_push(
                 fix="devpi's message names the cause (409: the target index already holds a "
                 "file of this release; non-volatile indexes never overwrite one)",
             ) from None
-        except (urllib.error.URLError, TimeoutError, ssl.SSLError, OSError) as error:
-            if fault := url_fault(error):
-                raise fault from None
-            reason = getattr(error, "reason", error)
-            raise IndexUnreachable(
-                f"the devpi server at {scrub(url)} is not reachable: "
-                f"{scrub(str(reason), credentials.secrets)}",
-                fix="check that devpi-server is running and the lane's `server` in "
-                "build/lanes.toml is right",
-            ) from None
+        except OSError as error:  # URLError, TimeoutError and ssl.SSLError among them
+            what = f"the devpi server at {scrub(url)}"
+            raise unreachable(error, what, credentials.secrets, _UNREACHABLE_FIX) from None
 
     def give_up(fault: Transient, attempts: int) -> IndexUnreachable:
         return IndexUnreachable(
             f"{step}: the devpi server at {host_of(url)} "
             f"{scrub(fault.what_happened, credentials.secrets)} ({attempts_text(attempts)})",
-            fix="check that devpi-server is running and the lane's `server` in "
-            "build/lanes.toml is right",
+            fix=_UNREACHABLE_FIX,
         )
 
     step = f"devpi push {project}=={version}"
@@ -203,7 +187,7 @@ def _post_push(
 
 def push(
     source: Lane, target: Lane, records: Sequence[WheelRecord], *, network: NetworkPolicy
-) -> list[Pushed]:
+) -> list[Outcome]:
     """The locked ``records`` from ``source``'s devpi index into ``target``'s, by push."""
     assert same_server(source, target)
     assert source.index_url is not None and target.index_url is not None
@@ -231,7 +215,7 @@ def push(
     # Idempotence: a release already in the target with the locked bytes is not pushed
     # again (a non-volatile devpi index would answer 409); other bytes there are refused.
     to_push: list[tuple[str, str]] = []
-    outcomes: dict[str, Pushed] = {}
+    outcomes: dict[str, Outcome] = {}
     conflicts = []
     for release, members in releases.items():
         there = project_files(target.index_url, release[0], credentials, network=network)
@@ -241,7 +225,7 @@ def push(
             served = remote_sha256(there[record.name], credentials, network=network)
             if served != record.sha256:
                 conflicts.append(f"{record.name}: sha256 {served}, wheels.lock has {record.sha256}")
-            outcomes[record.name] = Pushed(record.name, record.sha256, "skipped")
+            outcomes[record.name] = Outcome(record.name, "skipped", record.sha256)
         if any(r.name not in there for r in members):
             to_push.append(release)
     if conflicts:
@@ -263,5 +247,5 @@ def push(
                     fix="the index altered or mixed up the file: investigate before use",
                 )
             if record.name not in outcomes:
-                outcomes[record.name] = Pushed(record.name, record.sha256, "pushed")
+                outcomes[record.name] = Outcome(record.name, "pushed", record.sha256)
     return [outcomes[r.name] for r in records]

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import urllib.request
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from xla_wheels import filemode, log
@@ -29,7 +27,7 @@ from xla_wheels.publish.index import (
     upload_url_for,
 )
 from xla_wheels.publish.static_index import write_static_index
-from xla_wheels.publish.upload import publish_remote
+from xla_wheels.publish.upload import Outcome, publish_remote
 from xla_wheels.publish.wheels import LocalWheel, locked_records, locked_wheels
 from xla_wheels.redact import scrub
 from xla_wheels.release import devpi
@@ -51,15 +49,6 @@ from xla_wheels.wheels_lock import WheelRecord, file_sha256, read_lock
 
 class PromotionRefused(PipelineError):
     """The lane's policy does not hold for this bundle; the message names each rule."""
-
-
-@dataclass(frozen=True)
-class LaneOutcome:
-    filename: str
-    sha256: str
-    action: str
-    """``uploaded``, ``skipped`` (already there with this sha256), ``copied``, ``pushed``
-    (devpi), ``would copy``, ``would push``."""
 
 
 def _upload_url(lane: Lane) -> str:
@@ -89,13 +78,13 @@ def put_into_lane(
     envelopes: Sequence[Path] = (),
     *,
     network: NetworkPolicy,
-) -> list[LaneOutcome]:
+) -> list[Outcome]:
     if lane.index_url:
         result = publish_remote(list(wheels), lane.index_url, lane.upload_url, network=network)
-        return [LaneOutcome(o.filename, o.sha256, o.action) for o in result.outcomes]
+        return result.outcomes
     assert lane.path is not None
     lane.path.mkdir(parents=True, exist_ok=True)
-    outcomes: list[LaneOutcome] = []
+    outcomes: list[Outcome] = []
     for wheel in wheels:
         target = lane.path / wheel.record.name
         if target.exists():
@@ -106,11 +95,11 @@ def put_into_lane(
                     f"not the locked {wheel.sha256} (nothing was changed)",
                     fix="never overwrite a published wheel: bump the build's version or label",
                 )
-            outcomes.append(LaneOutcome(wheel.record.name, wheel.sha256, "skipped"))
+            outcomes.append(Outcome(wheel.record.name, "skipped", wheel.sha256))
             continue
         # A lane is read by others (a web server running as another user): the umask's mode.
         filemode.copy_by_rename(wheel.path, target)
-        outcomes.append(LaneOutcome(wheel.record.name, wheel.sha256, "copied"))
+        outcomes.append(Outcome(wheel.record.name, "copied", wheel.sha256))
     for envelope in envelopes:
         # Next to its wheel, for hosts and for a promotion out of this lane.
         filemode.copy_by_rename(envelope, lane.path / envelope.name)
@@ -126,9 +115,7 @@ def put_into_lane(
 
 def _download(url: str, lane: Lane, dest: Path, size: int, network: NetworkPolicy) -> None:
     credentials = credentials_for(_upload_url(lane))
-    request = urllib.request.Request(url)
-    if header := credentials.auth_header():
-        request.add_header("Authorization", header)
+    request = credentials.request(url)
     shown = scrub(url, credentials.secrets)
 
     def download(limit: float) -> None:
@@ -222,12 +209,12 @@ def publish_to_lane(
     *,
     network: NetworkPolicy,
     dry_run: bool = False,
-) -> list[LaneOutcome]:
+) -> list[Outcome]:
     """``make publish``: the bundle's locked wheels from ``dist`` into ``lane``."""
     wheels = locked_wheels(lock_path, bundle, dist)
     envelopes = required_signatures(lane, [w.record for w in wheels], [dist])
     if dry_run:
-        return [LaneOutcome(w.record.name, w.sha256, "would copy") for w in wheels]
+        return [Outcome(w.record.name, "would copy", w.sha256) for w in wheels]
     with log.section(f"publish: {bundle} to lane {lane.name} ({lane.where})"):
         outcomes = put_into_lane(lane, wheels, envelopes, network=network)
     lanes_mod.write_state(
@@ -279,25 +266,10 @@ def refusal(bundle: str, lane: Lane, verdict: PromotionVerdict) -> PromotionRefu
     )
 
 
-def _copy_between(
-    source: Lane,
-    lane: Lane,
-    bundle: str,
-    records: Sequence[WheelRecord],
-    envelopes: Sequence[Path],
-    network: NetworkPolicy,
-) -> list[LaneOutcome]:
-    with tempfile.TemporaryDirectory(prefix="xla-wheels-promote-") as tmp:
-        with log.section(f"promote: fetch {bundle} from lane {source.name} ({source.where})"):
-            wheels = fetch_from_lane(source, records, Path(tmp), network=network)
-        with log.section(f"promote: {bundle} into lane {lane.name} ({lane.where})"):
-            return put_into_lane(lane, wheels, envelopes, network=network)
-
-
 def promote(
     root: Path, lock_path: Path, bundle: str, lane: Lane, source: Lane, *, dry_run: bool = False,
     dist: Path | None = None, network: NetworkPolicy,
-) -> tuple[PromotionVerdict, list[LaneOutcome]]:  # fmt: skip
+) -> tuple[PromotionVerdict, list[Outcome]]:  # fmt: skip
     """``dist``: the bundle's dist directory, where its envelopes are looked up after the
     source lane's own directory."""
     verdict = judge(root, lock_path, bundle, lane)
@@ -309,15 +281,18 @@ def promote(
     by_push = devpi.same_server(source, lane)
     if dry_run:
         action = "would push" if by_push else "would copy"
-        return verdict, [LaneOutcome(r.name, r.sha256, action) for r in records]
+        return verdict, [Outcome(r.name, action, r.sha256) for r in records]
     if by_push:
         with log.section(
             f"promote: devpi push {bundle} from {source.devpi_index} to {lane.devpi_index}"
         ):
-            pushed = devpi.push(source, lane, records, network=network)
-        outcomes = [LaneOutcome(p.filename, p.sha256, p.action) for p in pushed]
+            outcomes = devpi.push(source, lane, records, network=network)
     else:
-        outcomes = _copy_between(source, lane, bundle, records, envelopes, network)
+        with tempfile.TemporaryDirectory(prefix="xla-wheels-promote-") as tmp:
+            with log.section(f"promote: fetch {bundle} from lane {source.name} ({source.where})"):
+                wheels = fetch_from_lane(source, records, Path(tmp), network=network)
+            with log.section(f"promote: {bundle} into lane {lane.name} ({lane.where})"):
+                outcomes = put_into_lane(lane, wheels, envelopes, network=network)
     chosen = verdict.chosen
     lanes_mod.write_state(
         root,

@@ -11,10 +11,8 @@ from __future__ import annotations
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from xla_wheels import filemode
 from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish.errors import PublishError
 from xla_wheels.publish.index import Credentials, IndexFile, project_files
@@ -86,9 +84,3 @@ def render_pylock(
     }
     import tomli_w  # lazy: reading needs only tomllib, the gate's receipt too
     return comment + tomli_w.dumps(document)
-
-
-def write_pylock(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    filemode.write_by_rename(path, text)
-    return path

@@ -116,7 +116,8 @@ class Receipt:
 
     def payload(self) -> dict[str, Any]:
         """Every key of the file but the digest: the fields, spelled with dashes."""
-        data = _json_safe(asdict(self))
+        # Through JSON and back: what the file will hold (tuples as lists, others as str).
+        data = json.loads(json.dumps(asdict(self), sort_keys=True, default=str))
         if self.profile is None:
             del data["profile"]  # only when there is one: a receipt without it reads as before
         return {
@@ -135,10 +136,6 @@ class StoredReceipt:
     digest_ok: bool
 
 
-def _json_safe(value: Any) -> Any:
-    return json.loads(json.dumps(value, sort_keys=True, default=str))
-
-
 def canonical_digest(payload: Mapping[str, Any]) -> str:
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
@@ -150,10 +147,6 @@ def render(receipt: Receipt) -> str:
         json.dumps({**payload, "digest": canonical_digest(payload)}, indent=2, sort_keys=True)
         + "\n"
     )
-
-
-def chip_name(target: Target) -> str | None:
-    return f"v{target.tpu_version}" if target.device == "TPU" and target.tpu_version else None
 
 
 def _restart_figures(result: CheckResult) -> dict[str, Any]:
@@ -227,7 +220,7 @@ def _receipt(
         created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         host=socket.gethostname(),
         device=target.device,
-        chip=chip_name(target),
+        chip=f"v{target.tpu_version}" if target.device == "TPU" and target.tpu_version else None,
         workload=workload,
         versions=versions,
         wheels_match_lock=bool(match and match.matches_lock and bundle),
