@@ -213,11 +213,9 @@ def trace(tree: Path, errors: Sequence[CompileError], patches: Mapping[str, str]
     return findings
 
 
-def run_build_check(
-    step: BuildCheckStep, patches: Mapping[str, str], runner: ChecksRunner | None = None
-) -> BuildCheckReport:
+def run_build_check(step: BuildCheckStep, patches: Mapping[str, str]) -> BuildCheckReport:
     """Execute ``step``: run the programs on the tree, trace what does not compile."""
-    runner = runner or series_checks_runner(step.cache_dir, step.root, step.network)
+    runner = series_checks_runner(step.cache_dir, step.root, step.network)
     step.work.mkdir(parents=True, exist_ok=True)
     outcomes = tuple(runner(step.tree, step.work))
     errors = [error for outcome in outcomes for error in outcome.compile_errors]
