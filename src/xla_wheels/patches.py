@@ -50,7 +50,7 @@ from xla_wheels.bundle import Component, PatchRef
 from xla_wheels.errors import PatchError, PatchFileError
 from xla_wheels.gitutil import git, git_out, status_porcelain
 from xla_wheels.plan import PlannedCommand
-from xla_wheels.series_hygiene import LineDefect, scan_patch_file
+from xla_wheels.series_hygiene import LineDefect, scan_patch_text
 
 REQUIRED_KEYS = ("Subject", "Component", "Base", "Fixes", "Why", "Upstream", "Files")
 OPTIONAL_KEYS = ("Verified", "Not-verified", "Author", "Date")
@@ -519,7 +519,8 @@ def check_series(
     """
     results: list[PatchResult] = []
     for ref in component.patches:
-        defects = scan_patch_file(ref.path, f"patches/{ref.relpath}")
+        text = ref.path.read_text(encoding="utf-8", errors="replace")
+        defects = scan_patch_text(text, f"patches/{ref.relpath}")
         if defects:
             results.append(
                 PatchResult(

@@ -190,25 +190,17 @@ class BuildCheckReport:
         return lines
 
 
-def blame(tree: Path, path: str, line: int) -> str | None:
-    """The commit that last wrote ``line`` of ``path`` at ``tree``'s HEAD, or ``None``
-    when git cannot say (a file or line HEAD does not have)."""
-    result = git(
-        ["blame", "--porcelain", "-L", f"{line},{line}", "HEAD", "--", path],
-        cwd=tree,
-        check=False,
-    )
-    if result.returncode != 0 or not result.stdout:
-        return None
-    return result.stdout.split(" ", 1)[0]
-
-
 def trace(tree: Path, errors: Sequence[CompileError], patches: Mapping[str, str]) -> list[Finding]:
     """Each error with the patch (``patches``: commit -> patch relpath) that wrote its
-    line; errors at one place are reported once."""
+    line (``git blame``; no commit when git cannot say: a file or line HEAD does not
+    have); errors at one place are reported once."""
     findings = []
     for error in dict.fromkeys(errors):  # CompileError compares by all its fields
-        commit = blame(tree, error.path, error.line) or ""
+        line = f"{error.line},{error.line}"
+        blamed = git(
+            ["blame", "--porcelain", "-L", line, "HEAD", "--", error.path], cwd=tree, check=False
+        )
+        commit = blamed.stdout.split(" ", 1)[0] if blamed.returncode == 0 else ""
         findings.append(Finding(error, patches.get(commit), commit))
     return findings
 
