@@ -178,11 +178,6 @@ def _diff(worktree: Path, commit: str, abbrev: int) -> str:
     ).stdout
 
 
-def _message(worktree: Path, commit: str) -> str:
-    raw = git(["cat-file", "commit", commit], cwd=worktree).stdout
-    return raw.split("\n\n", 1)[1] if "\n\n" in raw else ""
-
-
 def patch_text(message: str, diff: str, base: str | None) -> str:
     """A patch file from a commit: its message as the header, a blank line, its diff."""
     header = header_from_message(message)
@@ -273,7 +268,7 @@ def export_series(
     hand_edited: list[str] = []
     defects: list[LineDefect] = []
     for commit, ref in zip(commits, refs, strict=True):
-        message = _message(worktree, commit)
+        message = git(["cat-file", "commit", commit], cwd=worktree).stdout.partition("\n\n")[2]
         _check_identity(message, ref.relpath, worktree, commit)
         text = patch_text(message, _diff(worktree, commit, _abbrev_of(ref.path)), new_pin)
         _validate(text, ref.relpath, component_name)

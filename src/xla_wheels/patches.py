@@ -43,6 +43,7 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
+from itertools import takewhile
 from pathlib import Path
 
 from xla_wheels import filemode, runner
@@ -169,17 +170,15 @@ def parse_patch(path: Path, *, component: str | None = None) -> PatchHeader:
         )
     fields: dict[str, str] = {}
     lines = header_text.splitlines()
-    index = 0
     last_key: str | None = None
-    while index < len(lines) and lines[index].strip():
-        line = lines[index]
+    for number, line in enumerate(takewhile(str.strip, lines), start=1):
         if line.startswith("  ") and last_key:
             fields[last_key] += "\n" + line.strip()
         else:
             match = _HEADER_LINE.fullmatch(line)
             if not match:
                 raise PatchFileError(
-                    f"{path}: header line {index + 1} is not 'Key: value': {line!r}",
+                    f"{path}: header line {number} is not 'Key: value': {line!r}",
                     fix="continuation lines start with two spaces; a blank line ends the header",
                 )
             last_key = match.group(1)
@@ -189,7 +188,6 @@ def parse_patch(path: Path, *, component: str | None = None) -> PatchHeader:
                     fix=f"use: {', '.join(REQUIRED_KEYS + OPTIONAL_KEYS)}",
                 )
             fields[last_key] = match.group(2).strip()
-        index += 1
     missing = [key for key in REQUIRED_KEYS if not fields.get(key)]
     if missing:
         raise PatchFileError(
@@ -453,13 +451,17 @@ def apply_series(
             f"{worktree} is at {head}, not at the pinned {base_commit}",
             fix="re-run the sources stage to get a fresh worktree",
         )
-    _write_messages(worktree, planned.steps)
+    messages_dir(worktree).mkdir(parents=True, exist_ok=True)
+    for step in planned.steps:
+        # Write-by-rename: an interrupted run never leaves half a message behind.
+        filemode.write_by_rename(step.message_file, step.message)
     _run(planned.branch, f"cannot create branch {branch} in {worktree}")
     for number, step in enumerate(planned.steps):
         result = run_planned(step.apply)
         if result.returncode != 0:
             message = _conflict_message(step.patch, result.stderr)
-            _reset_to(worktree, base_commit)
+            git(["reset", "--quiet", "--hard", base_commit], cwd=worktree, check=False)
+            git(["checkout", "--quiet", "--detach", base_commit], cwd=worktree, check=False)
             after = status_porcelain(worktree)
             state = (
                 "the worktree is as before the series"
@@ -483,19 +485,6 @@ def _run(command: PlannedCommand, what: str) -> None:
             f"{what}: {result.stderr.strip() or result.stdout.strip()}",
             fix="see git's message above",
         )
-
-
-def _write_messages(worktree: Path, steps: Sequence[SeriesStep]) -> None:
-    directory = messages_dir(worktree)
-    directory.mkdir(parents=True, exist_ok=True)
-    for step in steps:
-        # Write-by-rename: an interrupted run never leaves half a message behind.
-        filemode.write_by_rename(step.message_file, step.message)
-
-
-def _reset_to(worktree: Path, base_commit: str) -> None:
-    git(["reset", "--quiet", "--hard", base_commit], cwd=worktree, check=False)
-    git(["checkout", "--quiet", "--detach", base_commit], cwd=worktree, check=False)
 
 
 SeriesTreeCheck = Callable[[Path, Mapping[str, str]], None]
