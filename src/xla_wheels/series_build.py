@@ -17,7 +17,7 @@ when it compiles but a check judges against it (:class:`~xla_wheels.errors.Check
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,25 +33,6 @@ if TYPE_CHECKING:
 DOES_NOT_BUILD_EXIT_CODE = 7
 CHECKS_SUBDIR = "checks"
 """``patches/<component>/checks/``: the series' compiled check programs."""
-
-
-ChecksRunner = Callable[[Path, Path], Sequence["CheckOutcome"]]
-"""(tree, work directory) -> one outcome per check program."""
-
-
-def series_checks_runner(
-    cache_dir: Path, project_root: Path, network: NetworkPolicy
-) -> ChecksRunner:
-    """The real runner: sets the toolchain up in the per-machine cache (compiler, torch,
-    absl, googletest; downloads bounded by ``network``), then builds and runs
-    ``project_root``'s programs on each tree."""
-    # Imported when a check runs, not when this module is: the other subcommands (and dry
-    # runs) never load the toolchain code.
-    from xla_wheels.series_checks.run import run_series_checks
-    from xla_wheels.series_checks.toolchain import ensure_toolchain
-
-    toolchain = ensure_toolchain(cache_dir, network)
-    return lambda tree, work: run_series_checks(tree, toolchain, work, project_root=project_root)
 
 
 class SeriesDoesNotBuild(PatchError):
@@ -206,10 +187,17 @@ def trace(tree: Path, errors: Sequence[CompileError], patches: Mapping[str, str]
 
 
 def run_build_check(step: BuildCheckStep, patches: Mapping[str, str]) -> BuildCheckReport:
-    """Execute ``step``: run the programs on the tree, trace what does not compile."""
-    runner = series_checks_runner(step.cache_dir, step.root, step.network)
+    """Execute ``step``: set the toolchain up in the per-machine cache (compiler, torch,
+    absl, googletest; downloads bounded by ``step.network``), build and run the project's
+    programs on the tree, trace what does not compile."""
+    # Imported when a check runs, not when this module is: the other subcommands (and dry
+    # runs) never load the toolchain code.
+    from xla_wheels.series_checks.run import run_series_checks
+    from xla_wheels.series_checks.toolchain import ensure_toolchain
+
+    toolchain = ensure_toolchain(step.cache_dir, step.network)
     step.work.mkdir(parents=True, exist_ok=True)
-    outcomes = tuple(runner(step.tree, step.work))
+    outcomes = tuple(run_series_checks(step.tree, toolchain, step.work, project_root=step.root))
     errors = [error for outcome in outcomes for error in outcome.compile_errors]
     return BuildCheckReport(step, outcomes, tuple(trace(step.tree, errors, patches)))
 

@@ -138,14 +138,6 @@ def recorded_commit_command(worktree: Path, path: str) -> PlannedCommand:
     return compose(["ls-tree", "HEAD", "--", path], cwd=worktree)
 
 
-def _recorded_commit(worktree: Path, path: str, runner: GitRunner) -> str | None:
-    # "160000 commit <sha>\t<path>"
-    parts = runner(recorded_commit_command(worktree, path)).stdout.split()
-    if len(parts) < 3 or parts[1] != "commit":
-        return None
-    return parts[2]
-
-
 def absolute_submodule_url(url: str, parent_remote: str) -> str:
     """Resolve a relative submodule URL (``../foo.git``) against the superproject's remote."""
     if not url.startswith(("./", "../")):
@@ -567,9 +559,11 @@ class SourceCache:
         modules = read_gitmodules(worktree, self.run)
         checked: list[tuple[Submodule, str, Path]] = []
         for module in modules:
-            commit = _recorded_commit(worktree, module.path, self.run)
-            if commit is None:
+            # "160000 commit <sha>\t<path>"
+            parts = self.run(recorded_commit_command(worktree, module.path)).stdout.split()
+            if len(parts) < 3 or parts[1] != "commit":
                 continue  # listed in .gitmodules but not in this commit's tree
+            commit = parts[2]
             url = absolute_submodule_url(module.url, parent_remote)
             repo = self._ensure_bare(self.module_repo_for(url))
             if not self.has_commit(repo, commit):
