@@ -141,7 +141,7 @@ def test_header_checks(tmp_path) -> None:
 
     path.write_text(header + diff)
     parsed = parse_patch(path, component="torch_xla")
-    assert parsed.touched_files == ("x.cc",) and parsed.description == "body"
+    assert parsed.declared_files == ("x.cc",)
     assert "Files lists y.cc but the diff touches x.cc" in error(
         header.replace("Files: x.cc", "Files: y.cc") + diff
     )

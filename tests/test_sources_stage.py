@@ -54,7 +54,7 @@ def test_the_cache_is_bare_and_never_patched_in_place(tmp_path, upstreams) -> No
     project = make_project(tmp_path, upstreams)
     cache = SourceCache(tmp_path / "cache", mirror=None)
     sources = fetch_sources(load_bundle(project, "test-1"), cache, tmp_path / "src")
-    repo = sources["torch_xla"].cache_repo
+    repo = cache.repo_for(load_bundle(project, "test-1").component("torch_xla"))
     assert git(repo, "rev-parse", "--is-bare-repository") == "true"
     assert sources["torch_xla"].worktree.resolve() != repo.resolve()
 

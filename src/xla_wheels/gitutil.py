@@ -21,7 +21,7 @@ from xla_wheels.redact import mask_url_credentials
 # host without a terminal (GIT_TERMINAL_PROMPT=0), and a stalled connection must fail
 # in bounded time instead of hanging a build forever (lowSpeedLimit/Time; a fetch of the
 # sources stage sets its own, NET_TIMEOUT, which comes later on its command line and wins).
-_NONINTERACTIVE_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "LC_ALL": "C"}
+RUN_ENV: Mapping[str, str] = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "LC_ALL": "C"}
 _NETWORK_CONFIG = ("-c", "http.lowSpeedLimit=1000", "-c", "http.lowSpeedTime=60")
 # Submodules and mirrors given as local paths use the file transport, which git >= 2.38.1
 # refuses for submodules by default (CVE-2022-39253). Our mirrors are trusted inputs.
@@ -45,7 +45,6 @@ class GitRunner(Protocol):
 
 #: Options every git command runs with, on top of its own argv (the plan prints them once).
 RUN_OPTIONS: tuple[str, ...] = (*_FILE_PROTOCOL, *_NETWORK_CONFIG)
-RUN_ENV: Mapping[str, str] = _NONINTERACTIVE_ENV
 
 
 def run_git(

@@ -56,7 +56,6 @@ from xla_wheels.plan import PlannedCommand
 from xla_wheels.series_build import (
     BuildCheckReport,
     BuildCheckStep,
-    ChecksRunner,
     build_check_step,
     no_step_line,
     run_build_check,
@@ -179,11 +178,6 @@ def _diff(worktree: Path, commit: str, abbrev: int) -> str:
     ).stdout
 
 
-def _message(worktree: Path, commit: str) -> str:
-    raw = git(["cat-file", "commit", commit], cwd=worktree).stdout
-    return raw.split("\n\n", 1)[1] if "\n\n" in raw else ""
-
-
 def patch_text(message: str, diff: str, base: str | None) -> str:
     """A patch file from a commit: its message as the header, a blank line, its diff."""
     header = header_from_message(message)
@@ -274,7 +268,7 @@ def export_series(
     hand_edited: list[str] = []
     defects: list[LineDefect] = []
     for commit, ref in zip(commits, refs, strict=True):
-        message = _message(worktree, commit)
+        message = git(["cat-file", "commit", commit], cwd=worktree).stdout.partition("\n\n")[2]
         _check_identity(message, ref.relpath, worktree, commit)
         text = patch_text(message, _diff(worktree, commit, _abbrev_of(ref.path)), new_pin)
         _validate(text, ref.relpath, component_name)
@@ -483,14 +477,13 @@ def _check_build(
     component: str,
     worktree: Path,
     record: RebaseRecord,
-    runner: ChecksRunner | None,
 ) -> BuildCheckReport | None:
     if step is None:
         log.info(no_step_line(component))
         return None
     commits = git_out(["rev-list", "--reverse", f"{record.onto}..HEAD"], cwd=worktree).split()
     patches = dict(zip(commits, record.patches, strict=False))
-    return run_build_check(step, patches, runner)
+    return run_build_check(step, patches)
 
 
 def start_rebase(
@@ -504,7 +497,6 @@ def start_rebase(
     cache_dir: Path,
     network: NetworkPolicy,
     dry_run: bool = False,
-    runner: ChecksRunner | None = None,
 ) -> RebaseResult:
     """Carry the series onto ``onto``, then run its compiled checks there (module doc)."""
     if not _HEX.fullmatch(onto):
@@ -535,7 +527,7 @@ def start_rebase(
     )
     filemode.write_by_rename(_rebase_path(worktree), record.to_json().encode())
     _finish(worktree, bundle, component_name, run_planned(command), record)
-    return RebaseResult(full, _check_build(step, component_name, worktree, record, runner))
+    return RebaseResult(full, _check_build(step, component_name, worktree, record))
 
 
 def continue_rebase(
@@ -546,7 +538,6 @@ def continue_rebase(
     root: Path,
     cache_dir: Path,
     network: NetworkPolicy,
-    runner: ChecksRunner | None = None,
 ) -> RebaseResult:
     """Go on after the user resolved a stop; after a finished rebase that is not exported
     yet, run the compiled checks again (after a fix to a patch that did not build)."""
@@ -565,13 +556,11 @@ def continue_rebase(
                 fix="start one with ONTO=<commit>",
             )
         _require_clean(worktree, "patch-rebase CONTINUE=1")
-        return RebaseResult(
-            record.onto, _check_build(step, component_name, worktree, record, runner)
-        )
+        return RebaseResult(record.onto, _check_build(step, component_name, worktree, record))
     _refuse_defects_at_stop(worktree, bundle, component_name, record)
     result = run_planned(_rebase_command(worktree, "--continue"))
     _finish(worktree, bundle, component_name, result, record)
-    return RebaseResult(record.onto, _check_build(step, component_name, worktree, record, runner))
+    return RebaseResult(record.onto, _check_build(step, component_name, worktree, record))
 
 
 def _stopped_at(worktree: Path, record: RebaseRecord) -> tuple[str, str]:

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -44,14 +43,15 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
+from itertools import takewhile
 from pathlib import Path
 
-from xla_wheels import runner
+from xla_wheels import filemode, runner
 from xla_wheels.bundle import Component, PatchRef
 from xla_wheels.errors import PatchError, PatchFileError
 from xla_wheels.gitutil import git, git_out, status_porcelain
 from xla_wheels.plan import PlannedCommand
-from xla_wheels.series_hygiene import LineDefect, scan_patch_file
+from xla_wheels.series_hygiene import LineDefect, scan_patch_text
 
 REQUIRED_KEYS = ("Subject", "Component", "Base", "Fixes", "Why", "Upstream", "Files")
 OPTIONAL_KEYS = ("Verified", "Not-verified", "Author", "Date")
@@ -75,8 +75,6 @@ _DIFF_START = ("diff ", "--- ", "+++ ", "@@ ")
 @dataclass(frozen=True)
 class PatchHeader:
     fields: dict[str, str]
-    description: str
-    touched_files: tuple[str, ...]
 
     @property
     def base(self) -> str:
@@ -165,25 +163,22 @@ def parse_patch(path: Path, *, component: str | None = None) -> PatchHeader:
             f"{path}: not UTF-8 text (byte {error.start} cannot be read)",
             fix="save the patch as UTF-8 (as `git format-patch` writes it)",
         ) from None
-    diff_at = text.find("\ndiff --git ")
-    if not text.startswith("diff --git ") and diff_at < 0:
+    header_text, diff_text = split_patch(text)
+    if not diff_text:
         raise PatchFileError(
             f"{path}: no 'diff --git' section", fix="append the output of `git diff`"
         )
-    header_text = "" if text.startswith("diff --git ") else text[: diff_at + 1]
     fields: dict[str, str] = {}
     lines = header_text.splitlines()
-    index = 0
     last_key: str | None = None
-    while index < len(lines) and lines[index].strip():
-        line = lines[index]
+    for number, line in enumerate(takewhile(str.strip, lines), start=1):
         if line.startswith("  ") and last_key:
             fields[last_key] += "\n" + line.strip()
         else:
             match = _HEADER_LINE.fullmatch(line)
             if not match:
                 raise PatchFileError(
-                    f"{path}: header line {index + 1} is not 'Key: value': {line!r}",
+                    f"{path}: header line {number} is not 'Key: value': {line!r}",
                     fix="continuation lines start with two spaces; a blank line ends the header",
                 )
             last_key = match.group(1)
@@ -193,7 +188,6 @@ def parse_patch(path: Path, *, component: str | None = None) -> PatchHeader:
                     fix=f"use: {', '.join(REQUIRED_KEYS + OPTIONAL_KEYS)}",
                 )
             fields[last_key] = match.group(2).strip()
-        index += 1
     missing = [key for key in REQUIRED_KEYS if not fields.get(key)]
     if missing:
         raise PatchFileError(
@@ -231,9 +225,8 @@ def parse_patch(path: Path, *, component: str | None = None) -> PatchHeader:
             f"under {component}",
             fix="move the file to the right component's series",
         )
-    diff_text = text[text.find("diff --git ") :] if header_text == "" else text[diff_at + 1 :]
     touched = tuple(dict.fromkeys(match.group(2) for match in _DIFF_FILE.finditer(diff_text)))
-    header = PatchHeader(fields, "\n".join(lines[index:]).strip(), touched)
+    header = PatchHeader(fields)
     if set(header.declared_files) != set(touched):
         raise PatchFileError(
             f"{path}: Files lists {', '.join(header.declared_files)} but the diff touches "
@@ -417,8 +410,6 @@ def series_commands(worktree: Path, component: Component, branch: str) -> Series
     return SeriesCommands(branch_command, tuple(steps))
 
 
-Runner = Callable[[PlannedCommand], "subprocess.CompletedProcess[str]"]
-
 def run_planned(command: PlannedCommand) -> subprocess.CompletedProcess[str]:
     """Execute one planned command as it is: print it, run it, return the result."""
     return runner.run(
@@ -435,15 +426,13 @@ def apply_series(
     base_commit: str,
     *,
     branch: str = "xla-wheels/series",
-    runner: Runner | None = None,
     build_owned: tuple[str, ...] = (),
 ) -> AppliedSeries:
     """Make ``component``'s series a branch of commits on ``worktree``; all or nothing.
 
-    ``runner`` executes each planned command (default :func:`run_planned`, looked up at
-    call time so a test can record what ran while git still runs for real).
+    Each planned command runs through :func:`run_planned`, looked up at call time so a
+    test can record what ran while git still runs for real.
     """
-    runner = runner or run_planned
     planned = series_commands(worktree, component, branch)
     # Untracked paths the build owns (``upstream_tree.BUILD_OWNED``) may be there.
     before = "\n".join(
@@ -462,13 +451,17 @@ def apply_series(
             f"{worktree} is at {head}, not at the pinned {base_commit}",
             fix="re-run the sources stage to get a fresh worktree",
         )
-    _write_messages(worktree, planned.steps)
-    _run(runner, planned.branch, f"cannot create branch {branch} in {worktree}")
+    messages_dir(worktree).mkdir(parents=True, exist_ok=True)
+    for step in planned.steps:
+        # Write-by-rename: an interrupted run never leaves half a message behind.
+        filemode.write_by_rename(step.message_file, step.message)
+    _run(planned.branch, f"cannot create branch {branch} in {worktree}")
     for number, step in enumerate(planned.steps):
-        result = runner(step.apply)
+        result = run_planned(step.apply)
         if result.returncode != 0:
             message = _conflict_message(step.patch, result.stderr)
-            _reset_to(worktree, base_commit)
+            git(["reset", "--quiet", "--hard", base_commit], cwd=worktree, check=False)
+            git(["checkout", "--quiet", "--detach", base_commit], cwd=worktree, check=False)
             after = status_porcelain(worktree)
             state = (
                 "the worktree is as before the series"
@@ -480,33 +473,18 @@ def apply_series(
                 fix=f"rebase patches/{step.patch.relpath} onto {base_commit} (see README, "
                 "'Updating a patch')",
             )
-        _run(runner, step.commit, f"cannot commit patches/{step.patch.relpath}")
+        _run(step.commit, f"cannot commit patches/{step.patch.relpath}")
     head = git_out(["rev-parse", "HEAD"], cwd=worktree)
     return AppliedSeries(component.name, base_commit, describe_series(component), head, branch)
 
 
-def _run(runner: Runner, command: PlannedCommand, what: str) -> None:
-    result = runner(command)
+def _run(command: PlannedCommand, what: str) -> None:
+    result = run_planned(command)
     if result.returncode != 0:
         raise PatchError(
             f"{what}: {result.stderr.strip() or result.stdout.strip()}",
             fix="see git's message above",
         )
-
-
-def _write_messages(worktree: Path, steps: Sequence[SeriesStep]) -> None:
-    directory = messages_dir(worktree)
-    directory.mkdir(parents=True, exist_ok=True)
-    for step in steps:
-        # Write-by-rename: an interrupted run never leaves half a message behind.
-        temporary = step.message_file.with_name(step.message_file.name + ".tmp")
-        temporary.write_text(step.message, encoding="utf-8")
-        os.replace(temporary, step.message_file)
-
-
-def _reset_to(worktree: Path, base_commit: str) -> None:
-    git(["reset", "--quiet", "--hard", base_commit], cwd=worktree, check=False)
-    git(["checkout", "--quiet", "--detach", base_commit], cwd=worktree, check=False)
 
 
 SeriesTreeCheck = Callable[[Path, Mapping[str, str]], None]
@@ -530,7 +508,8 @@ def check_series(
     """
     results: list[PatchResult] = []
     for ref in component.patches:
-        defects = scan_patch_file(ref.path, f"patches/{ref.relpath}")
+        text = ref.path.read_text(encoding="utf-8", errors="replace")
+        defects = scan_patch_text(text, f"patches/{ref.relpath}")
         if defects:
             results.append(
                 PatchResult(
@@ -607,9 +586,7 @@ def state_path(worktree: Path) -> Path:
 def write_state(worktree: Path, series: AppliedSeries) -> Path:
     """Record the applied series next to the worktree (read by sources, the build, export)."""
     state = state_path(worktree)
-    temporary = state.with_name(state.name + ".tmp")
-    temporary.write_text(series.to_json() + "\n", encoding="utf-8")
-    os.replace(temporary, state)
+    filemode.write_by_rename(state, series.to_json() + "\n")
     return state
 
 

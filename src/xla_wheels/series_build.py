@@ -17,7 +17,7 @@ when it compiles but a check judges against it (:class:`~xla_wheels.errors.Check
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,25 +33,6 @@ if TYPE_CHECKING:
 DOES_NOT_BUILD_EXIT_CODE = 7
 CHECKS_SUBDIR = "checks"
 """``patches/<component>/checks/``: the series' compiled check programs."""
-
-
-ChecksRunner = Callable[[Path, Path], Sequence["CheckOutcome"]]
-"""(tree, work directory) -> one outcome per check program."""
-
-
-def series_checks_runner(
-    cache_dir: Path, project_root: Path, network: NetworkPolicy
-) -> ChecksRunner:
-    """The real runner: sets the toolchain up in the per-machine cache (compiler, torch,
-    absl, googletest; downloads bounded by ``network``), then builds and runs
-    ``project_root``'s programs on each tree."""
-    # Imported when a check runs, not when this module is: the other subcommands (and dry
-    # runs) never load the toolchain code.
-    from xla_wheels.series_checks.run import run_series_checks
-    from xla_wheels.series_checks.toolchain import ensure_toolchain
-
-    toolchain = ensure_toolchain(cache_dir, network)
-    return lambda tree, work: run_series_checks(tree, toolchain, work, project_root=project_root)
 
 
 class SeriesDoesNotBuild(PatchError):
@@ -190,36 +171,33 @@ class BuildCheckReport:
         return lines
 
 
-def blame(tree: Path, path: str, line: int) -> str | None:
-    """The commit that last wrote ``line`` of ``path`` at ``tree``'s HEAD, or ``None``
-    when git cannot say (a file or line HEAD does not have)."""
-    result = git(
-        ["blame", "--porcelain", "-L", f"{line},{line}", "HEAD", "--", path],
-        cwd=tree,
-        check=False,
-    )
-    if result.returncode != 0 or not result.stdout:
-        return None
-    return result.stdout.split(" ", 1)[0]
-
-
 def trace(tree: Path, errors: Sequence[CompileError], patches: Mapping[str, str]) -> list[Finding]:
     """Each error with the patch (``patches``: commit -> patch relpath) that wrote its
-    line; errors at one place are reported once."""
+    line (``git blame``; no commit when git cannot say: a file or line HEAD does not
+    have); errors at one place are reported once."""
     findings = []
     for error in dict.fromkeys(errors):  # CompileError compares by all its fields
-        commit = blame(tree, error.path, error.line) or ""
+        line = f"{error.line},{error.line}"
+        blamed = git(
+            ["blame", "--porcelain", "-L", line, "HEAD", "--", error.path], cwd=tree, check=False
+        )
+        commit = blamed.stdout.split(" ", 1)[0] if blamed.returncode == 0 else ""
         findings.append(Finding(error, patches.get(commit), commit))
     return findings
 
 
-def run_build_check(
-    step: BuildCheckStep, patches: Mapping[str, str], runner: ChecksRunner | None = None
-) -> BuildCheckReport:
-    """Execute ``step``: run the programs on the tree, trace what does not compile."""
-    runner = runner or series_checks_runner(step.cache_dir, step.root, step.network)
+def run_build_check(step: BuildCheckStep, patches: Mapping[str, str]) -> BuildCheckReport:
+    """Execute ``step``: set the toolchain up in the per-machine cache (compiler, torch,
+    absl, googletest; downloads bounded by ``step.network``), build and run the project's
+    programs on the tree, trace what does not compile."""
+    # Imported when a check runs, not when this module is: the other subcommands (and dry
+    # runs) never load the toolchain code.
+    from xla_wheels.series_checks.run import run_series_checks
+    from xla_wheels.series_checks.toolchain import ensure_toolchain
+
+    toolchain = ensure_toolchain(step.cache_dir, step.network)
     step.work.mkdir(parents=True, exist_ok=True)
-    outcomes = tuple(runner(step.tree, step.work))
+    outcomes = tuple(run_series_checks(step.tree, toolchain, step.work, project_root=step.root))
     errors = [error for outcome in outcomes for error in outcome.compile_errors]
     return BuildCheckReport(step, outcomes, tuple(trace(step.tree, errors, patches)))
 

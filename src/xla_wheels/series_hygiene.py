@@ -125,8 +125,7 @@ def scan_patch_text(text: str, patch: str) -> list[LineDefect]:
             patch_line, file_line, _, body = blank_run[-1]
             defects.append(LineDefect(patch, path, file_line, BLANK_AT_EOF, body, patch_line))
 
-    for number, raw in enumerate(lines, start=1):
-        line = raw
+    for number, line in enumerate(lines, start=1):
         file_match = _DIFF_FILE.match(line)
         if file_match:
             close_hunk()
@@ -154,19 +153,12 @@ def scan_patch_text(text: str, patch: str) -> list[LineDefect]:
                 LineDefect(patch, path, new_line, problem, body, number)
                 for problem in line_problems(body)
             )
+        if tag in ("+", " ", "-"):
             hunk.append((number, new_line, tag, body))
+        if tag in ("+", " "):
             new_line += 1
-        elif tag == " ":
-            hunk.append((number, new_line, tag, body))
-            new_line += 1
-        elif tag == "-":
-            hunk.append((number, new_line, tag, body))
     close_hunk()
     return defects
-
-
-def scan_patch_file(path: Path, patch: str) -> list[LineDefect]:
-    return scan_patch_text(path.read_text(encoding="utf-8", errors="replace"), patch)
 
 
 def git_check(

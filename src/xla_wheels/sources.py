@@ -27,6 +27,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -60,7 +61,6 @@ class CheckedOutSource:
     commit: str
     """The verified full SHA checked out."""
     worktree: Path
-    cache_repo: Path
     head: str = ""
     """The worktree's HEAD: the pin, or the series head when a patched worktree that is
     exactly the listed series was reused (the patch stage then has nothing to do)."""
@@ -138,14 +138,6 @@ def recorded_commit_command(worktree: Path, path: str) -> PlannedCommand:
     return compose(["ls-tree", "HEAD", "--", path], cwd=worktree)
 
 
-def _recorded_commit(worktree: Path, path: str, runner: GitRunner) -> str | None:
-    # "160000 commit <sha>\t<path>"
-    parts = runner(recorded_commit_command(worktree, path)).stdout.split()
-    if len(parts) < 3 or parts[1] != "commit":
-        return None
-    return parts[2]
-
-
 def absolute_submodule_url(url: str, parent_remote: str) -> str:
     """Resolve a relative submodule URL (``../foo.git``) against the superproject's remote."""
     if not url.startswith(("./", "../")):
@@ -210,19 +202,16 @@ def fetch_command(
     """Fetching one SHA keeps the transfer small; GitHub and git >= 2.5 servers with
     uploadpack.allowReachableSHA1InWant allow it. A short SHA cannot be fetched by name,
     so it fetches every branch and tag and is resolved afterwards."""
+    refspecs = (f"{commit}:refs/pinned/{commit}",) if full else _ALL_BRANCHES
+    note = "when the cache lacks the commit"
     if full:
-        return compose(
-            ["fetch", _verbosity(), "--no-tags", url, f"{commit}:refs/pinned/{commit}", *_SHALLOW],
-            git_dir=repo,
-            config=stall_config(network),
-            note="when the cache lacks the commit; if the server refuses a fetch by SHA: "
-            + fetch_branches_command(repo, url, network).render(),
-        )
+        note += "; if the server refuses a fetch by SHA: "
+        note += fetch_branches_command(repo, url, network).render()
     return compose(
-        ["fetch", _verbosity(), "--no-tags", url, *_ALL_BRANCHES, *_SHALLOW],
+        ["fetch", _verbosity(), "--no-tags", url, *refspecs, *_SHALLOW],
         git_dir=repo,
         config=stall_config(network),
-        note="when the cache lacks the commit",
+        note=note,
     )
 
 
@@ -297,10 +286,6 @@ def disambiguate_command(repo: Path, commit: str) -> PlannedCommand:
 def pin_ref_command(repo: Path, full: str) -> PlannedCommand:
     """A ref keeps the pinned commit alive through `git gc`, whichever branch held it."""
     return compose(["update-ref", f"refs/pinned/{full}", full], git_dir=repo)
-
-
-def status_command(worktree: Path) -> PlannedCommand:
-    return compose(["status", "--porcelain", "--untracked-files=all"], cwd=worktree)
 
 
 def worktree_remove_command(repo: Path, worktree: Path) -> PlannedCommand:
@@ -416,16 +401,13 @@ class SourceCache:
                     fix="run `make sources BUNDLE=<bundle>` where the remote or a mirror "
                     "is reachable",
                 )
-            self._fetch(repo, component)
+            self._fetch_commit(
+                repo, component.remote, component.commit, component.name, component.is_full_sha
+            )
         return self._verify(repo, component)
 
     def has_commit(self, repo: Path, rev: str) -> bool:
         return self.run(has_commit_command(repo, rev), check=False).returncode == 0
-
-    def _fetch(self, repo: Path, component: Component) -> None:
-        self._fetch_commit(
-            repo, component.remote, component.commit or "", component.name, component.is_full_sha
-        )
 
     def _fetch_commit(self, repo: Path, remote: str, commit: str, label: str, full: bool) -> None:
         """Fetch ``commit`` of ``remote`` (or its mirror) into ``repo``, bounded and retried
@@ -548,11 +530,9 @@ class SourceCache:
             if check.reusable:
                 where = "the patched series head" if check.head != commit else "the pin"
                 log.info(f"{component.name}: reusing {worktree} (clean, at {where})")
-                return CheckedOutSource(component.name, commit, worktree, repo, check.head)
+                return CheckedOutSource(component.name, commit, worktree, check.head)
             worktree_guard.refuse_ignored_files(check)
-            self._remove_previous_worktree(repo, worktree)
-        else:
-            self._remove_previous_worktree(repo, worktree)
+        self._remove_previous_worktree(repo, worktree)
         worktree.parent.mkdir(parents=True, exist_ok=True)
         self.run(worktree_add_command(repo, worktree, commit), echo=True)
         head = self.run(head_command(worktree)).stdout.strip()
@@ -561,7 +541,7 @@ class SourceCache:
         if component.submodules:
             with log.section(f"submodules of {component.name}"):
                 self._checkout_submodules(worktree, component.remote, component.name)
-        return CheckedOutSource(component.name, commit, worktree, repo, head)
+        return CheckedOutSource(component.name, commit, worktree, head)
 
     def _checkout_submodules(
         self, worktree: Path, parent_remote: str, label: str, depth: int = 0
@@ -579,9 +559,11 @@ class SourceCache:
         modules = read_gitmodules(worktree, self.run)
         checked: list[tuple[Submodule, str, Path]] = []
         for module in modules:
-            commit = _recorded_commit(worktree, module.path, self.run)
-            if commit is None:
+            # "160000 commit <sha>\t<path>"
+            parts = self.run(recorded_commit_command(worktree, module.path)).stdout.split()
+            if len(parts) < 3 or parts[1] != "commit":
                 continue  # listed in .gitmodules but not in this commit's tree
+            commit = parts[2]
             url = absolute_submodule_url(module.url, parent_remote)
             repo = self._ensure_bare(self.module_repo_for(url))
             if not self.has_commit(repo, commit):
@@ -697,12 +679,8 @@ def known_commits(bundle: Bundle, cache: SourceCache) -> dict[str, str | None]:
     """
     commits: dict[str, str | None] = {}
     for component in bundle.components.values():
-        commits[component.name] = None
-        if component.is_full_sha:
-            commits[component.name] = component.commit
-        elif component.commit and cache.repo_for(component).exists():
-            try:
+        commits[component.name] = component.commit if component.is_full_sha else None
+        if not component.is_full_sha and component.commit and cache.repo_for(component).exists():
+            with suppress(PipelineError):
                 commits[component.name] = cache.resolve(component, allow_fetch=False)
-            except PipelineError:
-                commits[component.name] = None
     return commits

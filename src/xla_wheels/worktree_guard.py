@@ -110,25 +110,14 @@ def expected_head(
     plumbing in a temporary index: the worktree, its index and its refs are untouched
     (the objects land in the shared object store, where ``git gc`` collects them).
     """
-    if not component.patches:
-        return pin
+    parent = pin
     with tempfile.TemporaryDirectory(prefix="xla-wheels-expected-") as scratch:
-        env = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
-        runner(compose(["read-tree", pin], cwd=worktree, env=env))
-        parent = pin
         for number, ref in enumerate(component.patches):
             header = parse_patch(ref.path, component=component.name)
-            applied = runner(
-                compose(
-                    ["apply", "--cached", "--whitespace=nowarn", str(ref.path)],
-                    cwd=worktree,
-                    env=env,
-                ),
-                check=False,
-            )
-            if applied.returncode != 0:
+            apply = ["apply", "--cached", "--whitespace=nowarn", str(ref.path)]
+            tree = _scratch_tree(worktree, parent, [apply], runner)
+            if tree is None:
                 return None  # the patch stage reports the conflict itself
-            tree = runner(compose(["write-tree"], cwd=worktree, env=env)).stdout.strip()
             message_file = Path(scratch) / f"{number:04d}.msg"
             header_text, _ = split_patch(ref.path.read_text(encoding="utf-8"))
             message_file.write_text(commit_message(header_text), encoding="utf-8")
@@ -137,10 +126,10 @@ def expected_head(
                     ["commit-tree", tree, "-p", parent, "-F", str(message_file)],
                     cwd=worktree,
                     config=("-c", "i18n.commitEncoding=UTF-8"),
-                    env={**env, **header.commit_env()},
+                    env=header.commit_env(),
                 )
             ).stdout.strip()
-        return parent
+    return parent
 
 
 def _lines(text: str) -> tuple[str, ...]:
