@@ -131,11 +131,5 @@ def git_out(args: Sequence[str], **kwargs: object) -> str:
     return git(args, **kwargs).stdout.strip()  # type: ignore[arg-type]
 
 
-def has_commit(git_dir: Path, rev: str) -> bool:
-    return (
-        git(["cat-file", "-e", f"{rev}^{{commit}}"], git_dir=git_dir, check=False).returncode == 0
-    )
-
-
 def status_porcelain(worktree: Path) -> str:
     return git_out(["status", "--porcelain", "--untracked-files=all"], cwd=worktree)
