@@ -71,10 +71,6 @@ class BuildRun:
     def layout(self) -> BundleLayout:
         return BundleLayout.of(self.options, self.bundle.name)
 
-    @property
-    def spec_path(self) -> Path:
-        return self.layout.spec_path
-
     def stage_dir(self, name: str) -> Path:
         return Path(self.spec.torch_stage if name == "torch" else self.spec.torch_xla_stage)
 
@@ -178,6 +174,7 @@ def compose(
     # the one-writer policy's job (remote_cache.py).
     keys: dict[str, str] | None = None
     if all(commits.get(name) for name in bundle.components):
+        both = dict(compiler=dict(config.compiler_env), python=bundle.python, toolchain=toolchain)
         torch_key = stage_key(
             {
                 "component": "torch",
@@ -185,9 +182,7 @@ def compose(
                 "series": series["torch"][1],
                 "version": torch_version,
                 "cxx_abi": knobs["cxx_abi"],
-                "compiler": dict(config.compiler_env),
-                "python": bundle.python,
-                "toolchain": toolchain,
+                **both,
             }
         )
         xla_key = stage_key(
@@ -200,9 +195,7 @@ def compose(
                 "openxla_series": series["openxla"][1],
                 "version": torch_xla_version,
                 "knobs": knobs,
-                "compiler": dict(config.compiler_env),
-                "python": bundle.python,
-                "toolchain": toolchain,
+                **both,
             }
         )
         keys = {"torch": torch_key, "torch_xla": xla_key}
@@ -302,19 +295,17 @@ def _reproducible_env(
     return env
 
 
-@contextmanager
-def timed(run: BuildRun, name: str, status: str = "ran") -> Iterator[None]:
-    """A folded section in the run's timings table (``failed``, with its time, if it raises)."""
-    with run.timings.stage(name, status):
-        yield
+def _offline_run(options: PipelineOptions, bundle: Bundle, config: BuildConfig) -> BuildRun:
+    """The run with the stage keys known offline (None for a commit not in the cache)."""
+    commits = known_commits(bundle, SourceCache(options.source_cache, options.mirror))
+    spec, keys = compose(options, bundle, config, commits)
+    return BuildRun(options, bundle, config, commits, spec, keys)
 
 
 def prepare(options: PipelineOptions, bundle: Bundle, config: BuildConfig) -> BuildRun:
     """Stage keys from what is known offline, then preflight (raises with every blocker)."""
-    commits = known_commits(bundle, SourceCache(options.source_cache, options.mirror))
-    spec, keys = compose(options, bundle, config, commits)
-    run = BuildRun(options, bundle, config, commits, spec, keys)
-    with timed(run, "preflight"):
+    run = _offline_run(options, bundle, config)
+    with run.timings.stage("preflight"):
         blockers = preflight(options, bundle, config, need_sources=not run.all_cached)
         if blockers:
             raise PreflightError(bundle.name, blockers, again_command(options, bundle, config))
@@ -359,7 +350,7 @@ def secrets_for_build(run: BuildRun) -> Iterator[None]:
         yield
         return
     path = secrets_path(run)
-    remote_cache.write_secrets_file(path, secrets)
+    remote_cache.write_private_file(path, json.dumps(secrets))
     try:
         yield
     finally:
@@ -378,15 +369,18 @@ def engine_for(run: BuildRun, extra: tuple[Path, ...] = ()) -> Engine:
 
 
 def entry_argv(run: BuildRun, name: str, staging: str | None = None) -> list[str]:
-    argv = [run.spec.python, "-m", ENTRY_MODULE, "--spec", str(run.spec_path), "--recipe", name]
+    spec = str(run.layout.spec_path)
+    argv = [run.spec.python, "-m", ENTRY_MODULE, "--spec", spec, "--recipe", name]
     return argv + (["--staging", staging] if staging else [])
 
 
-def _ensure_dirs(run: BuildRun) -> None:
+def _write_spec(run: BuildRun) -> None:
+    """The spec file, and every directory the engine mounts or the recipes write."""
     for mount in mounts(run):
         if not mount.read_only:
             mount.path.mkdir(parents=True, exist_ok=True)
     run.options.source_cache.mkdir(parents=True, exist_ok=True)
+    run.spec.write(run.layout.spec_path)
 
 
 def build(run: BuildRun) -> None:
@@ -398,12 +392,11 @@ def build(run: BuildRun) -> None:
             run.timings.add(f"build: {name}", 0.0, "cached")
     if not todo:
         return
-    _ensure_dirs(run)
-    run.spec.write(run.spec_path)
-    log.info(f"build spec: {run.spec_path}")
+    _write_spec(run)
+    log.info(f"build spec: {run.layout.spec_path}")
     with secrets_for_build(run), engine_for(run) as engine:
         for name in todo:
-            with timed(run, f"build: {name}"):
+            with run.timings.stage(f"build: {name}"):
                 code = engine.call(entry_argv(run, name))
                 _raise_if_disk_fault(run, code, f"the {name} build")
                 if code != 0 or stage_wheel(run.stage_dir(name)) is None:
@@ -431,12 +424,11 @@ def collect(run: BuildRun) -> Path:
         record_collected(layout)
         return layout.dist
     with ExitStack() as cleanup:
-        with timed(run, "collect: ship check"):
+        with run.timings.stage("collect: ship check"):
             staging = cleanup.enter_context(Staging(layout, wheels))
             assert staging.path is not None
             _abi_check(staging.path, name)
-            _ensure_dirs(run)
-            run.spec.write(run.spec_path)
+            _write_spec(run)
             with engine_for(run, extra=(staging.path,)) as engine:
                 code = engine.call(entry_argv(run, "ship", str(staging.path)))
             # A full disk is not a verdict on the wheels.
@@ -449,7 +441,7 @@ def collect(run: BuildRun) -> Path:
                 )
         # The lock is written here, inside its row of the table, together with dist/:
         # the row says "ran" only once both are in place.
-        with timed(run, "collect: wheels.lock"):
+        with run.timings.stage("collect: wheels.lock"):
             target = commit_with_lock(staging)
     return target
 
@@ -497,9 +489,7 @@ def report_timings(run: BuildRun) -> None:
 
 def plan_preflight(options: PipelineOptions, bundle: Bundle, config: BuildConfig) -> PlannedStage:
     """Preflight as :func:`prepare` runs it: same check list, same ``need_sources``."""
-    commits = known_commits(bundle, SourceCache(options.source_cache, options.mirror))
-    spec, keys = compose(options, bundle, config, commits)
-    run = BuildRun(options, bundle, config, commits, spec, keys)
+    run = _offline_run(options, bundle, config)
     return planned_preflight(options, bundle, config, need_sources=not run.all_cached)
 
 
@@ -507,10 +497,8 @@ def plan_stages(
     options: PipelineOptions, bundle: Bundle, config: BuildConfig
 ) -> list[PlannedStage]:
     """build and collect as the run will execute them (preflight: :func:`plan_preflight`)."""
-
-    commits = known_commits(bundle, SourceCache(options.source_cache, options.mirror))
-    spec, keys = compose(options, bundle, config, commits)
-    run = BuildRun(options, bundle, config, commits, spec, keys)
+    run = _offline_run(options, bundle, config)
+    commits, spec, keys = run.commits, run.spec, run.keys
     engine = engine_for(run)
 
     def line(argv: list[str], note: str = "") -> str:
@@ -531,7 +519,7 @@ def plan_stages(
             if config.remote_cache.secrets
             else []
         ),
-        f"logs {spec.logs}/<recipe>.log; spec {run.spec_path}",
+        f"logs {spec.logs}/<recipe>.log; spec {run.layout.spec_path}",
     ]
     if config.mode == "container":
         setup_facts.append(
