@@ -248,7 +248,7 @@ def compose(
         pip_cache_dir=str(cache / "pip"),
         pip_args=list(config.pip_args),
         compiler_env=dict(config.compiler_env),
-        extra_env=_reproducible_env(options, bundle, config, commits),
+        extra_env=_reproducible_env(options, bundle, config, commits.get("torch_xla")),
         ship_env=str(layout.ship_env),
         ship_out=str(layout.ship_check),
         ship_check=config.ship_check,
@@ -261,35 +261,22 @@ def compose(
     return spec, keys
 
 
-def source_date_epoch(
+def _reproducible_env(
     options: PipelineOptions, bundle: Bundle, config: BuildConfig, commit: str | None
-) -> int | None:
-    """SOURCE_DATE_EPOCH as given, else the torch_xla commit's committer date.
+) -> dict[str, str]:
+    """The configured extra environment plus SOURCE_DATE_EPOCH for every recipe: as
+    given, else the torch_xla commit's committer date.
 
     A date of the inputs, not of the build: a rebuild of the same commit gets the same
-    wheel dates. None while the commit is not in the source cache yet (before sources).
+    wheel dates. Unset while the commit is not in the source cache yet (before sources).
     """
-    if config.source_date_epoch is not None:
-        return config.source_date_epoch
-    if not commit:
-        return None
-    repo = SourceCache(options.source_cache, options.mirror).repo_for(bundle.component("torch_xla"))
-    if not repo.is_dir():
-        return None
-    shown = git(["show", "-s", "--format=%ct", commit], git_dir=repo, check=False)
-    text = shown.stdout.strip()
-    return int(text) if shown.returncode == 0 and text.isdigit() else None
-
-
-def _reproducible_env(
-    options: PipelineOptions,
-    bundle: Bundle,
-    config: BuildConfig,
-    commits: Mapping[str, str | None],
-) -> dict[str, str]:
-    """The configured extra environment plus SOURCE_DATE_EPOCH for every recipe."""
     env = dict(config.extra_env)
-    epoch = source_date_epoch(options, bundle, config, commits.get("torch_xla"))
+    epoch = config.source_date_epoch
+    repo = SourceCache(options.source_cache, options.mirror).repo_for(bundle.component("torch_xla"))
+    if epoch is None and commit and repo.is_dir():
+        shown = git(["show", "-s", "--format=%ct", commit], git_dir=repo, check=False)
+        if shown.returncode == 0 and shown.stdout.strip().isdigit():
+            epoch = int(shown.stdout)
     if epoch is not None:
         env.setdefault("SOURCE_DATE_EPOCH", str(epoch))
     return env
@@ -501,73 +488,55 @@ def plan_stages(
     commits, spec, keys = run.commits, run.spec, run.keys
     engine = engine_for(run)
 
-    def line(argv: list[str], note: str = "") -> str:
-        return "$ " + PlannedCommand(tuple(argv), note=note).render()
+    def line(argv: list[str] | None, note: str = "") -> list[str]:
+        """The command as a plan line; none for no command (the host starts nothing)."""
+        return ["$ " + PlannedCommand(tuple(argv), note=note).render()] if argv else []
 
+    credentials = (
+        f"credentials ({', '.join(key for key, _ in config.remote_cache.secrets)}): "
+        f"written to {secrets_path(run)} (mode 0600) for the build, removed after; "
+        f"shown here as {remote_cache.REDACTED}"
+    )
     setup_facts = [
         f"openxla {commits['openxla'] or bundle.component('openxla').commit or 'UNPINNED'}"
         " replaces torch_xla's WORKSPACE pin via --override_repository (.bazelrc.user)",
         f"bazel disk cache {spec.bazel_disk_cache}",
         remote_cache.describe(config.remote_cache.settings)
         + f" (from {config.remote_cache.source})",
-        *(
-            [
-                f"credentials ({', '.join(key for key, _ in config.remote_cache.secrets)}): "
-                f"written to {secrets_path(run)} (mode 0600) for the build, removed after; "
-                f"shown here as {remote_cache.REDACTED}"
-            ]
-            if config.remote_cache.secrets
-            else []
-        ),
+        *([credentials] if config.remote_cache.secrets else []),
         f"logs {spec.logs}/<recipe>.log; spec {run.layout.spec_path}",
     ]
     if config.mode == "container":
-        setup_facts.append(
-            line(
-                build_image_argv(config.engine, config.image, options.root),
-                "once: `make builder-image`",
-            )
-        )
-    start = engine.start_argv()
-    if start:
-        setup_facts.append(line(start))
+        image_argv = build_image_argv(config.engine, config.image, options.root)
+        setup_facts += line(image_argv, "once: `make builder-image`")
+    setup_facts += line(engine.start_argv())
     stages = [PlannedStage("build: builder", tuple(setup_facts))]
     versions = {"torch": spec.torch_version, "torch_xla": spec.torch_xla_version}
+    key_fact = "stage key: computed once the sources stage resolves " + ", ".join(
+        f"{c.name} {c.commit}" for c in bundle.components.values() if not commits.get(c.name)
+    )
     for name in RECIPES:
         state = "cached: skipped" if run.cached(name) else "built"
         facts = [
             f"{name} {versions[name]} at full SHA {commits[name] or '(resolved by sources)'}",
-            *(
-                []
-                if keys
-                else [
-                    "stage key: computed once the sources stage resolves "
-                    + ", ".join(
-                        f"{c.name} {c.commit}"
-                        for c in bundle.components.values()
-                        if not commits.get(c.name)
-                    )
-                ]
-            ),
+            *([] if keys else [key_fact]),
             f"stage {run.stage_dir(name)} ({state})",
-            line(engine.call_argv(entry_argv(run, name)), f"recipe {name}, which runs:"),
+            *line(engine.call_argv(entry_argv(run, name)), f"recipe {name}, which runs:"),
             *(f"    {step.render()}" for step in recipes.recipe(spec, name)),
             f"then on the host: CycloneDX SBOM into {name}'s .dist-info/sboms/{sbom.SBOM_NAME}",
         ]
         stages.append(PlannedStage(f"build: {name}", tuple(facts)))
-    stop = engine.stop_argv()
     staging = str(run.layout.dist_root / f"{run.layout.staging_prefix}XXXXXXXX")
     ship_engine = engine_for(run, extra=(Path(staging),))
-    ship_start, ship_stop = ship_engine.start_argv(), ship_engine.stop_argv()
     collect_facts = [
-        *([line(stop)] if stop else []),
+        *line(engine.stop_argv()),
         f"copy both wheels into {staging} (sha256 checked); a second container mounts it",
         "ABI check on the host (make abi-check): every symbol _XLAC of the staged torch_xla "
         "imports must be exported by the staged torch's libraries; missing -> fail",
-        *([line(ship_start)] if ship_start else []),
-        line(ship_engine.call_argv(entry_argv(run, "ship", staging)), "ship check, which runs:"),
+        *line(ship_engine.start_argv()),
+        *line(ship_engine.call_argv(entry_argv(run, "ship", staging)), "ship check, which runs:"),
         *(f"    {step.render()}" for step in recipes.ship_steps(spec, staging)),
-        *([line(ship_stop)] if ship_stop else []),
+        *line(ship_engine.stop_argv()),
         f"check passes -> rename to {run.layout.dist} (atomic); "
         "fails -> staging removed, dist/ untouched",
         "wheels.lock: name, size, sha256 of each wheel",
