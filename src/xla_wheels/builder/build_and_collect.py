@@ -107,13 +107,6 @@ def pipeline_src() -> Path:
     return Path(xla_wheels.__file__).resolve().parent.parent
 
 
-def _series(bundle: Bundle, name: str) -> tuple[list[dict[str, str]], str]:
-    series = describe_series(bundle.component(name))
-    return [{"path": f"patches/{p.relpath}", "sha256": p.sha256} for p in series], series_digest(
-        series
-    )
-
-
 def openxla_revision(pin: str, bundle: Bundle, series_sha256: str) -> str:
     """The OpenXLA revision compiled into torch_xla and hashed into its cache key.
 
@@ -140,19 +133,20 @@ def compose(
         name: commits.get(name) or bundle.component(name).commit or "unpinned"
         for name in bundle.components
     }
-    series = {name: _series(bundle, name) for name in bundle.components}
+    described = {name: describe_series(bundle.component(name)) for name in bundle.components}
+    series = {name: series_digest(patches) for name, patches in described.items()}
     torch_c, xla_c = bundle.component("torch"), bundle.component("torch_xla")
-    torch_digest = wheel_stamp.patch_digest([series["torch"][1]]) if torch_c.patches else None
+    torch_digest = wheel_stamp.patch_digest([series["torch"]]) if torch_c.patches else None
     torch_version = wheel_stamp.local_version(torch_c.version or "", pins["torch"], torch_digest)
     # torch_xla always carries ".p<digest>": even with no torch_xla patch, its OpenXLA is
     # the bundle's (override), not the one upstream's WORKSPACE pins.
-    xla_parts = [series["torch_xla"][1], f"openxla:{pins['openxla']}", series["openxla"][1]]
+    xla_parts = [series["torch_xla"], f"openxla:{pins['openxla']}", series["openxla"]]
     if torch_c.patches:
         # torch_xla is compiled against the torch it is built with: a patched torch makes
         # another torch_xla, which must not share a file name with the one built against
         # another torch (builder.rebuilt_wheels stops on exactly that). Unpatched torch adds
         # nothing, so those labels stay as they were.
-        xla_parts.append(f"torch:{series['torch'][1]}")
+        xla_parts.append(f"torch:{series['torch']}")
     xla_digest = wheel_stamp.patch_digest(xla_parts)
     torch_xla_version = wheel_stamp.local_version(
         xla_c.version or "", pins["torch_xla"], xla_digest
@@ -179,7 +173,7 @@ def compose(
             {
                 "component": "torch",
                 "commit": commits["torch"],
-                "series": series["torch"][1],
+                "series": series["torch"],
                 "version": torch_version,
                 "cxx_abi": knobs["cxx_abi"],
                 **both,
@@ -190,9 +184,9 @@ def compose(
                 "component": "torch_xla",
                 "torch": torch_key,
                 "commit": commits["torch_xla"],
-                "series": series["torch_xla"][1],
+                "series": series["torch_xla"],
                 "openxla": commits["openxla"],
-                "openxla_series": series["openxla"][1],
+                "openxla_series": series["openxla"],
                 "version": torch_xla_version,
                 "knobs": knobs,
                 **both,
@@ -220,8 +214,10 @@ def compose(
             name: ComponentProvenance(
                 commit=pins[name],
                 version=bundle.component(name).version,
-                patches=tuple(PatchDigest(p["path"], p["sha256"]) for p in series[name][0]),
-                series_sha256=series[name][1],
+                patches=tuple(
+                    PatchDigest(f"patches/{p.relpath}", p.sha256) for p in described[name]
+                ),
+                series_sha256=series[name],
             )
             for name in bundle.components
         },
@@ -233,7 +229,7 @@ def compose(
         torch_xla_worktree=str(layout.worktree("torch_xla")),
         torch_xla_tree=str(layout.worktree("torch") / TORCH_XLA_IN_TORCH),
         openxla_src=str(layout.worktree("openxla")),
-        openxla_revision=openxla_revision(pins["openxla"], bundle, series["openxla"][1]),
+        openxla_revision=openxla_revision(pins["openxla"], bundle, series["openxla"]),
         buildenv=str(layout.buildenv),
         logs=str(layout.logs),
         torch_version=torch_version,
