@@ -149,10 +149,9 @@ def commit_with_lock(staging: Staging) -> Path:
     return target
 
 
-def record_collected(layout: BundleLayout) -> list[WheelRecord]:
-    """The wheels in dist/<bundle>, recorded in wheels.lock."""
+def record_collected(layout: BundleLayout) -> None:
+    """Record the wheels in dist/<bundle> in wheels.lock."""
     wheels = records(sorted(layout.dist.glob("*.whl")))
     record_wheels(layout.lock_path, layout.bundle, wheels)
     for wheel in wheels:
         log.info(f"  {layout.dist / wheel.name}  {wheel.size} bytes  sha256:{wheel.sha256}")
-    return wheels
