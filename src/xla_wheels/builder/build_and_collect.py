@@ -22,9 +22,9 @@ from xla_wheels.abi.pairs import AbiMismatch
 from xla_wheels.builder import rebuilt_wheels, recipes, remote_cache
 from xla_wheels.builder.collect import (
     ShipCheckFailed,
-    Staging,
     commit_with_lock,
     record_collected,
+    staging,
     up_to_date,
 )
 from xla_wheels.builder.config import BuildConfig
@@ -408,14 +408,13 @@ def collect(run: BuildRun) -> Path:
         return layout.dist
     with ExitStack() as cleanup:
         with run.timings.stage("collect: ship check"):
-            staging = cleanup.enter_context(Staging(layout, wheels))
-            assert staging.path is not None
-            _abi_check(staging.path, name)
+            staged = cleanup.enter_context(staging(layout, wheels))
+            _abi_check(staged, name)
             _write_spec(run)
-            with engine_for(run, extra=(staging.path,)) as engine:
-                code = engine.call(entry_argv(run, "ship", str(staging.path)))
+            with engine_for(run, extra=(staged,)) as engine:
+                code = engine.call(entry_argv(run, "ship", str(staged)))
             # A full disk is not a verdict on the wheels.
-            _raise_if_disk_fault(run, code, "the ship check", staging.path)
+            _raise_if_disk_fault(run, code, "the ship check", staged)
             if code != 0:
                 raise ShipCheckFailed(
                     f"the ship check failed on the new {name} wheels (exit {code}); they "
@@ -425,7 +424,7 @@ def collect(run: BuildRun) -> Path:
         # The lock is written here, inside its row of the table, together with dist/:
         # the row says "ran" only once both are in place.
         with run.timings.stage("collect: wheels.lock"):
-            target = commit_with_lock(staging)
+            target = commit_with_lock(layout, staged)
     return target
 
 
