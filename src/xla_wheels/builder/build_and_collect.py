@@ -399,7 +399,16 @@ def build(run: BuildRun) -> None:
 def collect(run: BuildRun) -> Path:
     """Ship check on staged wheels, then the atomic move into dist/<bundle> and the lock."""
     layout, name = run.layout, run.bundle.name
-    settle_recorded(run)
+    # A stage wheel never replaces a recorded one silently (see ``builder.rebuilt_wheels``).
+    rebuilt_wheels.settle(
+        run.wheels(),
+        bundle=name,
+        lock_path=layout.lock_path,
+        dist_root=layout.dist_root,
+        cache_dir=run.options.cache_dir,
+        keep_recorded=run.config.keep_recorded,
+        build_tag=run.config.build_tag,
+    )
     wheels = run.wheels()
     if up_to_date(layout, wheels):
         log.info(f"collect: {layout.dist} already holds these wheels")
@@ -449,20 +458,6 @@ def _abi_check(staging: Path, name: str) -> None:
             f"of dist/{name}: {error.message}",
             fix=error.fix,
         ) from None
-
-
-def settle_recorded(run: BuildRun) -> None:
-    """A stage wheel never replaces a recorded one silently (see ``builder.rebuilt_wheels``)."""
-    stages = {name: wheel for name, wheel in zip(RECIPES, run.wheels(), strict=True)}
-    rebuilt_wheels.settle(
-        stages,
-        bundle=run.bundle.name,
-        lock_path=run.layout.lock_path,
-        dist_root=run.layout.dist_root,
-        cache_dir=run.options.cache_dir,
-        keep_recorded=run.config.keep_recorded,
-        build_tag=run.config.build_tag,
-    )
 
 
 def report_timings(run: BuildRun) -> None:

@@ -44,7 +44,8 @@ class Mount:
 
 
 class Engine(contextlib.AbstractContextManager["Engine"]):
-    """Base: how to start, call and stop. Subclasses fill the argv builders."""
+    """How to start, call and stop; itself the host (BUILD_MODE=host): plain subprocesses,
+    nothing to start or stop. The engines' subclasses fill the argv builders."""
 
     name = "host"
 
@@ -157,7 +158,6 @@ ENGINE_CLASSES: dict[str, type[Engine]] = {
 def make_engine(
     mode: str, engine: str, image: str, mounts: Sequence[Mount], env: Mapping[str, str]
 ) -> Engine:
-    # BUILD_MODE=host: the base's plain subprocesses, nothing to start or stop.
     return (Engine if mode == "host" else ENGINE_CLASSES[engine])(image, mounts, env)
 
 

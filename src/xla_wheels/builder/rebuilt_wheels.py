@@ -120,7 +120,7 @@ def _describe(replacement: Replacement) -> str:
 
 
 def settle(
-    stages: dict[str, Path],
+    wheels: Sequence[Path],
     *,
     bundle: str,
     lock_path: Path,
@@ -129,12 +129,12 @@ def settle(
     keep_recorded: bool,
     build_tag: str | None,
 ) -> None:
-    """Stop, keep the recorded wheel or tag the new one, for each stage wheel (name -> path).
+    """Stop, keep the recorded wheel or tag the new one, for each wheel in its stage.
 
     Raises :class:`RecordedWheelDiffers` naming both sha256s when nothing was chosen (or
     what was chosen cannot work); otherwise leaves each stage holding the wheel to ship.
     """
-    found = replacements(list(stages.values()), recorded_wheels(lock_path))
+    found = replacements(wheels, recorded_wheels(lock_path))
     if not found:
         return
     described = "\n  ".join(_describe(r) for r in found)
