@@ -32,8 +32,9 @@ from xla_wheels.builder.container import Engine, Mount, build_image_argv, make_e
 from xla_wheels.builder.preflight import (
     PreflightError,
     again_command,
+    checks,
     planned_preflight,
-    preflight,
+    run_checks,
 )
 from xla_wheels.builder.spec import BuildSpec, stage_key
 from xla_wheels.bundle import Bundle
@@ -289,7 +290,8 @@ def prepare(options: PipelineOptions, bundle: Bundle, config: BuildConfig) -> Bu
     """Stage keys from what is known offline, then preflight (raises with every blocker)."""
     run = _offline_run(options, bundle, config)
     with run.timings.stage("preflight"):
-        blockers = preflight(options, bundle, config, need_sources=not run.all_cached)
+        # With every stage cached, the sources are not needed: no remote is asked.
+        blockers = run_checks(checks(options, bundle, config, need_sources=not run.all_cached))
         if blockers:
             raise PreflightError(bundle.name, blockers, again_command(options, bundle, config))
         log.info("preflight: no blockers")

@@ -4,7 +4,7 @@ Runs before anything is fetched or built, so a hopeless `make wheels` stops with
 seconds instead of after an hour of compiling. The checks that wait on something (the
 engine's daemon, each remote) run in parallel with short timeouts.
 
-The checks are data (:class:`Check`): :func:`checks` lists them, :func:`preflight` runs
+The checks are data (:class:`Check`): :func:`checks` lists them, :func:`run_checks` runs
 that list and the dry-run plan prints the same list (:func:`planned_preflight`), so what the
 plan says preflight checks is what it checks.
 """
@@ -285,17 +285,6 @@ def run_checks(found: list[Check]) -> list[str]:
     return [problem for result in results for problem in result]
 
 
-def preflight(
-    options: PipelineOptions,
-    bundle: Bundle,
-    config: BuildConfig,
-    *,
-    need_sources: bool = True,
-) -> list[str]:
-    """Every blocker, in a stable order. ``need_sources=False`` when all stages are cached."""
-    return run_checks(checks(options, bundle, config, need_sources=need_sources))
-
-
 def planned_preflight(
     options: PipelineOptions,
     bundle: Bundle,
@@ -303,7 +292,7 @@ def planned_preflight(
     *,
     need_sources: bool = True,
 ) -> PlannedStage:
-    """The preflight stage of the plan: the same check list :func:`preflight` runs."""
+    """The preflight stage of the plan: the same check list :func:`run_checks` runs."""
     where = (
         f"engine {config.engine}, image {config.image}"
         if config.mode == "container"
