@@ -104,10 +104,6 @@ def stage_wheel(directory: Path) -> Path | None:
     return None
 
 
-def pipeline_src() -> Path:
-    return Path(xla_wheels.__file__).resolve().parent.parent
-
-
 def openxla_revision(pin: str, bundle: Bundle, series_sha256: str) -> str:
     """The OpenXLA revision compiled into torch_xla and hashed into its cache key.
 
@@ -250,7 +246,7 @@ def compose(
         ship_out=str(layout.ship_check),
         ship_check=config.ship_check,
         ship_pip_args=list(config.ship_pip_args),
-        pipeline_src=str(pipeline_src()),
+        pipeline_src=str(Path(xla_wheels.__file__).resolve().parent.parent),
         remote_cache=config.remote_cache.settings.to_dict(),
         private_dir=str(layout.work / "private"),
         provenance=provenance.to_json(),
