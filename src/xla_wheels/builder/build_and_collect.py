@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -94,13 +94,11 @@ def stage_wheel(directory: Path) -> Path | None:
     record = directory / "stage.json"
     if not record.is_file():
         return None
-    try:
+    with suppress(OSError, ValueError, KeyError):
         data = json.loads(record.read_text(encoding="utf-8"))
         wheel = directory / data["wheel"]
         if wheel.is_file() and file_sha256(wheel) == data["sha256"]:
             return wheel
-    except (OSError, ValueError, KeyError):
-        return None
     return None
 
 

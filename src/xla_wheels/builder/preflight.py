@@ -160,12 +160,10 @@ def _existing(path: Path) -> Path:
 
 
 def _mem_total_gib() -> float | None:
-    try:
+    with contextlib.suppress(OSError):
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemTotal:"):
                 return int(line.split()[1]) * 1024 / GIB
-    except OSError:
-        return None
     return None
 
 
