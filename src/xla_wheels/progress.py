@@ -53,8 +53,7 @@ def heartbeat(what: str, measure: Callable[[], int] | None, every: float) -> Ite
     """Print ``still <what>: <elapsed>[, <bytes> received so far]`` every ``every``
     seconds until the block ends (0: never). ``measure`` returns a byte count; its growth
     is reported."""
-    period = every
-    if period <= 0:
+    if every <= 0:
         yield
         return
     stop = threading.Event()
@@ -62,7 +61,7 @@ def heartbeat(what: str, measure: Callable[[], int] | None, every: float) -> Ite
     baseline = measure() if measure else 0
 
     def beat() -> None:
-        while not stop.wait(period):
+        while not stop.wait(every):
             line = f"still {what}: {log.format_duration(time.monotonic() - start)}"
             if measure is not None:
                 line += f", {format_bytes(max(measure() - baseline, 0))} received so far"

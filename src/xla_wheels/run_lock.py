@@ -22,7 +22,7 @@ from __future__ import annotations
 import fcntl
 import os
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from pathlib import Path
 
 from xla_wheels.errors import BundleBusy
@@ -87,12 +87,10 @@ def _locked_descriptor(directory: Path, path: Path, bundle: str) -> int:
                 f"lock {path})",
                 fix="wait for it to finish or stop it (kill <pid>), then run this again",
             ) from None
-        try:
+        with suppress(FileNotFoundError):
             held, named = os.fstat(fd), os.stat(path)
             if (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino):
                 return fd
-        except FileNotFoundError:
-            pass
         os.close(fd)  # we locked a file its holder removed on release: take the new one
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -22,9 +22,9 @@ from xla_wheels.abi.pairs import AbiMismatch
 from xla_wheels.builder import rebuilt_wheels, recipes, remote_cache
 from xla_wheels.builder.collect import (
     ShipCheckFailed,
-    Staging,
     commit_with_lock,
     record_collected,
+    staging,
     up_to_date,
 )
 from xla_wheels.builder.config import BuildConfig
@@ -32,8 +32,9 @@ from xla_wheels.builder.container import Engine, Mount, build_image_argv, make_e
 from xla_wheels.builder.preflight import (
     PreflightError,
     again_command,
+    checks,
     planned_preflight,
-    preflight,
+    run_checks,
 )
 from xla_wheels.builder.spec import BuildSpec, stage_key
 from xla_wheels.bundle import Bundle
@@ -71,10 +72,6 @@ class BuildRun:
     def layout(self) -> BundleLayout:
         return BundleLayout.of(self.options, self.bundle.name)
 
-    @property
-    def spec_path(self) -> Path:
-        return self.layout.spec_path
-
     def stage_dir(self, name: str) -> Path:
         return Path(self.spec.torch_stage if name == "torch" else self.spec.torch_xla_stage)
 
@@ -97,25 +94,12 @@ def stage_wheel(directory: Path) -> Path | None:
     record = directory / "stage.json"
     if not record.is_file():
         return None
-    try:
+    with suppress(OSError, ValueError, KeyError):
         data = json.loads(record.read_text(encoding="utf-8"))
         wheel = directory / data["wheel"]
         if wheel.is_file() and file_sha256(wheel) == data["sha256"]:
             return wheel
-    except (OSError, ValueError, KeyError):
-        return None
     return None
-
-
-def pipeline_src() -> Path:
-    return Path(xla_wheels.__file__).resolve().parent.parent
-
-
-def _series(bundle: Bundle, name: str) -> tuple[list[dict[str, str]], str]:
-    series = describe_series(bundle.component(name))
-    return [{"path": f"patches/{p.relpath}", "sha256": p.sha256} for p in series], series_digest(
-        series
-    )
 
 
 def openxla_revision(pin: str, bundle: Bundle, series_sha256: str) -> str:
@@ -144,19 +128,20 @@ def compose(
         name: commits.get(name) or bundle.component(name).commit or "unpinned"
         for name in bundle.components
     }
-    series = {name: _series(bundle, name) for name in bundle.components}
+    described = {name: describe_series(bundle.component(name)) for name in bundle.components}
+    series = {name: series_digest(patches) for name, patches in described.items()}
     torch_c, xla_c = bundle.component("torch"), bundle.component("torch_xla")
-    torch_digest = wheel_stamp.patch_digest([series["torch"][1]]) if torch_c.patches else None
+    torch_digest = wheel_stamp.patch_digest([series["torch"]]) if torch_c.patches else None
     torch_version = wheel_stamp.local_version(torch_c.version or "", pins["torch"], torch_digest)
     # torch_xla always carries ".p<digest>": even with no torch_xla patch, its OpenXLA is
     # the bundle's (override), not the one upstream's WORKSPACE pins.
-    xla_parts = [series["torch_xla"][1], f"openxla:{pins['openxla']}", series["openxla"][1]]
+    xla_parts = [series["torch_xla"], f"openxla:{pins['openxla']}", series["openxla"]]
     if torch_c.patches:
         # torch_xla is compiled against the torch it is built with: a patched torch makes
         # another torch_xla, which must not share a file name with the one built against
         # another torch (builder.rebuilt_wheels stops on exactly that). Unpatched torch adds
         # nothing, so those labels stay as they were.
-        xla_parts.append(f"torch:{series['torch'][1]}")
+        xla_parts.append(f"torch:{series['torch']}")
     xla_digest = wheel_stamp.patch_digest(xla_parts)
     torch_xla_version = wheel_stamp.local_version(
         xla_c.version or "", pins["torch_xla"], xla_digest
@@ -178,16 +163,15 @@ def compose(
     # the one-writer policy's job (remote_cache.py).
     keys: dict[str, str] | None = None
     if all(commits.get(name) for name in bundle.components):
+        both = dict(compiler=dict(config.compiler_env), python=bundle.python, toolchain=toolchain)
         torch_key = stage_key(
             {
                 "component": "torch",
                 "commit": commits["torch"],
-                "series": series["torch"][1],
+                "series": series["torch"],
                 "version": torch_version,
                 "cxx_abi": knobs["cxx_abi"],
-                "compiler": dict(config.compiler_env),
-                "python": bundle.python,
-                "toolchain": toolchain,
+                **both,
             }
         )
         xla_key = stage_key(
@@ -195,14 +179,12 @@ def compose(
                 "component": "torch_xla",
                 "torch": torch_key,
                 "commit": commits["torch_xla"],
-                "series": series["torch_xla"][1],
+                "series": series["torch_xla"],
                 "openxla": commits["openxla"],
-                "openxla_series": series["openxla"][1],
+                "openxla_series": series["openxla"],
                 "version": torch_xla_version,
                 "knobs": knobs,
-                "compiler": dict(config.compiler_env),
-                "python": bundle.python,
-                "toolchain": toolchain,
+                **both,
             }
         )
         keys = {"torch": torch_key, "torch_xla": xla_key}
@@ -227,8 +209,10 @@ def compose(
             name: ComponentProvenance(
                 commit=pins[name],
                 version=bundle.component(name).version,
-                patches=tuple(PatchDigest(p["path"], p["sha256"]) for p in series[name][0]),
-                series_sha256=series[name][1],
+                patches=tuple(
+                    PatchDigest(f"patches/{p.relpath}", p.sha256) for p in described[name]
+                ),
+                series_sha256=series[name],
             )
             for name in bundle.components
         },
@@ -240,7 +224,7 @@ def compose(
         torch_xla_worktree=str(layout.worktree("torch_xla")),
         torch_xla_tree=str(layout.worktree("torch") / TORCH_XLA_IN_TORCH),
         openxla_src=str(layout.worktree("openxla")),
-        openxla_revision=openxla_revision(pins["openxla"], bundle, series["openxla"][1]),
+        openxla_revision=openxla_revision(pins["openxla"], bundle, series["openxla"]),
         buildenv=str(layout.buildenv),
         logs=str(layout.logs),
         torch_version=torch_version,
@@ -255,12 +239,12 @@ def compose(
         pip_cache_dir=str(cache / "pip"),
         pip_args=list(config.pip_args),
         compiler_env=dict(config.compiler_env),
-        extra_env=_reproducible_env(options, bundle, config, commits),
+        extra_env=_reproducible_env(options, bundle, config, commits.get("torch_xla")),
         ship_env=str(layout.ship_env),
         ship_out=str(layout.ship_check),
         ship_check=config.ship_check,
         ship_pip_args=list(config.ship_pip_args),
-        pipeline_src=str(pipeline_src()),
+        pipeline_src=str(Path(xla_wheels.__file__).resolve().parent.parent),
         remote_cache=config.remote_cache.settings.to_dict(),
         private_dir=str(layout.work / "private"),
         provenance=provenance.to_json(),
@@ -268,54 +252,40 @@ def compose(
     return spec, keys
 
 
-def source_date_epoch(
+def _reproducible_env(
     options: PipelineOptions, bundle: Bundle, config: BuildConfig, commit: str | None
-) -> int | None:
-    """SOURCE_DATE_EPOCH as given, else the torch_xla commit's committer date.
+) -> dict[str, str]:
+    """The configured extra environment plus SOURCE_DATE_EPOCH for every recipe: as
+    given, else the torch_xla commit's committer date.
 
     A date of the inputs, not of the build: a rebuild of the same commit gets the same
-    wheel dates. None while the commit is not in the source cache yet (before sources).
+    wheel dates. Unset while the commit is not in the source cache yet (before sources).
     """
-    if config.source_date_epoch is not None:
-        return config.source_date_epoch
-    if not commit:
-        return None
-    repo = SourceCache(options.source_cache, options.mirror).repo_for(bundle.component("torch_xla"))
-    if not repo.is_dir():
-        return None
-    shown = git(["show", "-s", "--format=%ct", commit], git_dir=repo, check=False)
-    text = shown.stdout.strip()
-    return int(text) if shown.returncode == 0 and text.isdigit() else None
-
-
-def _reproducible_env(
-    options: PipelineOptions,
-    bundle: Bundle,
-    config: BuildConfig,
-    commits: Mapping[str, str | None],
-) -> dict[str, str]:
-    """The configured extra environment plus SOURCE_DATE_EPOCH for every recipe."""
     env = dict(config.extra_env)
-    epoch = source_date_epoch(options, bundle, config, commits.get("torch_xla"))
+    epoch = config.source_date_epoch
+    repo = SourceCache(options.source_cache, options.mirror).repo_for(bundle.component("torch_xla"))
+    if epoch is None and commit and repo.is_dir():
+        shown = git(["show", "-s", "--format=%ct", commit], git_dir=repo, check=False)
+        if shown.returncode == 0 and shown.stdout.strip().isdigit():
+            epoch = int(shown.stdout)
     if epoch is not None:
         env.setdefault("SOURCE_DATE_EPOCH", str(epoch))
     return env
 
 
-@contextmanager
-def timed(run: BuildRun, name: str, status: str = "ran") -> Iterator[None]:
-    """A folded section in the run's timings table (``failed``, with its time, if it raises)."""
-    with run.timings.stage(name, status):
-        yield
+def _offline_run(options: PipelineOptions, bundle: Bundle, config: BuildConfig) -> BuildRun:
+    """The run with the stage keys known offline (None for a commit not in the cache)."""
+    commits = known_commits(bundle, SourceCache(options.source_cache, options.mirror))
+    spec, keys = compose(options, bundle, config, commits)
+    return BuildRun(options, bundle, config, commits, spec, keys)
 
 
 def prepare(options: PipelineOptions, bundle: Bundle, config: BuildConfig) -> BuildRun:
     """Stage keys from what is known offline, then preflight (raises with every blocker)."""
-    commits = known_commits(bundle, SourceCache(options.source_cache, options.mirror))
-    spec, keys = compose(options, bundle, config, commits)
-    run = BuildRun(options, bundle, config, commits, spec, keys)
-    with timed(run, "preflight"):
-        blockers = preflight(options, bundle, config, need_sources=not run.all_cached)
+    run = _offline_run(options, bundle, config)
+    with run.timings.stage("preflight"):
+        # With every stage cached, the sources are not needed: no remote is asked.
+        blockers = run_checks(checks(options, bundle, config, need_sources=not run.all_cached))
         if blockers:
             raise PreflightError(bundle.name, blockers, again_command(options, bundle, config))
         log.info("preflight: no blockers")
@@ -359,7 +329,7 @@ def secrets_for_build(run: BuildRun) -> Iterator[None]:
         yield
         return
     path = secrets_path(run)
-    remote_cache.write_secrets_file(path, secrets)
+    remote_cache.write_private_file(path, json.dumps(secrets))
     try:
         yield
     finally:
@@ -378,15 +348,18 @@ def engine_for(run: BuildRun, extra: tuple[Path, ...] = ()) -> Engine:
 
 
 def entry_argv(run: BuildRun, name: str, staging: str | None = None) -> list[str]:
-    argv = [run.spec.python, "-m", ENTRY_MODULE, "--spec", str(run.spec_path), "--recipe", name]
+    spec = str(run.layout.spec_path)
+    argv = [run.spec.python, "-m", ENTRY_MODULE, "--spec", spec, "--recipe", name]
     return argv + (["--staging", staging] if staging else [])
 
 
-def _ensure_dirs(run: BuildRun) -> None:
+def _write_spec(run: BuildRun) -> None:
+    """The spec file, and every directory the engine mounts or the recipes write."""
     for mount in mounts(run):
         if not mount.read_only:
             mount.path.mkdir(parents=True, exist_ok=True)
     run.options.source_cache.mkdir(parents=True, exist_ok=True)
+    run.spec.write(run.layout.spec_path)
 
 
 def build(run: BuildRun) -> None:
@@ -398,12 +371,11 @@ def build(run: BuildRun) -> None:
             run.timings.add(f"build: {name}", 0.0, "cached")
     if not todo:
         return
-    _ensure_dirs(run)
-    run.spec.write(run.spec_path)
-    log.info(f"build spec: {run.spec_path}")
+    _write_spec(run)
+    log.info(f"build spec: {run.layout.spec_path}")
     with secrets_for_build(run), engine_for(run) as engine:
         for name in todo:
-            with timed(run, f"build: {name}"):
+            with run.timings.stage(f"build: {name}"):
                 code = engine.call(entry_argv(run, name))
                 _raise_if_disk_fault(run, code, f"the {name} build")
                 if code != 0 or stage_wheel(run.stage_dir(name)) is None:
@@ -423,7 +395,16 @@ def build(run: BuildRun) -> None:
 def collect(run: BuildRun) -> Path:
     """Ship check on staged wheels, then the atomic move into dist/<bundle> and the lock."""
     layout, name = run.layout, run.bundle.name
-    settle_recorded(run)
+    # A stage wheel never replaces a recorded one silently (see ``builder.rebuilt_wheels``).
+    rebuilt_wheels.settle(
+        run.wheels(),
+        bundle=name,
+        lock_path=layout.lock_path,
+        dist_root=layout.dist_root,
+        cache_dir=run.options.cache_dir,
+        keep_recorded=run.config.keep_recorded,
+        build_tag=run.config.build_tag,
+    )
     wheels = run.wheels()
     if up_to_date(layout, wheels):
         log.info(f"collect: {layout.dist} already holds these wheels")
@@ -431,16 +412,14 @@ def collect(run: BuildRun) -> Path:
         record_collected(layout)
         return layout.dist
     with ExitStack() as cleanup:
-        with timed(run, "collect: ship check"):
-            staging = cleanup.enter_context(Staging(layout, wheels))
-            assert staging.path is not None
-            _abi_check(staging.path, name)
-            _ensure_dirs(run)
-            run.spec.write(run.spec_path)
-            with engine_for(run, extra=(staging.path,)) as engine:
-                code = engine.call(entry_argv(run, "ship", str(staging.path)))
+        with run.timings.stage("collect: ship check"):
+            staged = cleanup.enter_context(staging(layout, wheels))
+            _abi_check(staged, name)
+            _write_spec(run)
+            with engine_for(run, extra=(staged,)) as engine:
+                code = engine.call(entry_argv(run, "ship", str(staged)))
             # A full disk is not a verdict on the wheels.
-            _raise_if_disk_fault(run, code, "the ship check", staging.path)
+            _raise_if_disk_fault(run, code, "the ship check", staged)
             if code != 0:
                 raise ShipCheckFailed(
                     f"the ship check failed on the new {name} wheels (exit {code}); they "
@@ -449,8 +428,8 @@ def collect(run: BuildRun) -> Path:
                 )
         # The lock is written here, inside its row of the table, together with dist/:
         # the row says "ran" only once both are in place.
-        with timed(run, "collect: wheels.lock"):
-            target = commit_with_lock(staging)
+        with run.timings.stage("collect: wheels.lock"):
+            target = commit_with_lock(layout, staged)
     return target
 
 
@@ -477,29 +456,13 @@ def _abi_check(staging: Path, name: str) -> None:
         ) from None
 
 
-def settle_recorded(run: BuildRun) -> None:
-    """A stage wheel never replaces a recorded one silently (see ``builder.rebuilt_wheels``)."""
-    stages = {name: wheel for name, wheel in zip(RECIPES, run.wheels(), strict=True)}
-    rebuilt_wheels.settle(
-        stages,
-        bundle=run.bundle.name,
-        lock_path=run.layout.lock_path,
-        dist_root=run.layout.dist_root,
-        cache_dir=run.options.cache_dir,
-        keep_recorded=run.config.keep_recorded,
-        build_tag=run.config.build_tag,
-    )
-
-
 def report_timings(run: BuildRun) -> None:
     run.timings.report()
 
 
 def plan_preflight(options: PipelineOptions, bundle: Bundle, config: BuildConfig) -> PlannedStage:
     """Preflight as :func:`prepare` runs it: same check list, same ``need_sources``."""
-    commits = known_commits(bundle, SourceCache(options.source_cache, options.mirror))
-    spec, keys = compose(options, bundle, config, commits)
-    run = BuildRun(options, bundle, config, commits, spec, keys)
+    run = _offline_run(options, bundle, config)
     return planned_preflight(options, bundle, config, need_sources=not run.all_cached)
 
 
@@ -507,79 +470,59 @@ def plan_stages(
     options: PipelineOptions, bundle: Bundle, config: BuildConfig
 ) -> list[PlannedStage]:
     """build and collect as the run will execute them (preflight: :func:`plan_preflight`)."""
-
-    commits = known_commits(bundle, SourceCache(options.source_cache, options.mirror))
-    spec, keys = compose(options, bundle, config, commits)
-    run = BuildRun(options, bundle, config, commits, spec, keys)
+    run = _offline_run(options, bundle, config)
+    commits, spec, keys = run.commits, run.spec, run.keys
     engine = engine_for(run)
 
-    def line(argv: list[str], note: str = "") -> str:
-        return "$ " + PlannedCommand(tuple(argv), note=note).render()
+    def line(argv: list[str] | None, note: str = "") -> list[str]:
+        """The command as a plan line; none for no command (the host starts nothing)."""
+        return ["$ " + PlannedCommand(tuple(argv), note=note).render()] if argv else []
 
+    credentials = (
+        f"credentials ({', '.join(key for key, _ in config.remote_cache.secrets)}): "
+        f"written to {secrets_path(run)} (mode 0600) for the build, removed after; "
+        f"shown here as {remote_cache.REDACTED}"
+    )
     setup_facts = [
         f"openxla {commits['openxla'] or bundle.component('openxla').commit or 'UNPINNED'}"
         " replaces torch_xla's WORKSPACE pin via --override_repository (.bazelrc.user)",
         f"bazel disk cache {spec.bazel_disk_cache}",
         remote_cache.describe(config.remote_cache.settings)
         + f" (from {config.remote_cache.source})",
-        *(
-            [
-                f"credentials ({', '.join(key for key, _ in config.remote_cache.secrets)}): "
-                f"written to {secrets_path(run)} (mode 0600) for the build, removed after; "
-                f"shown here as {remote_cache.REDACTED}"
-            ]
-            if config.remote_cache.secrets
-            else []
-        ),
-        f"logs {spec.logs}/<recipe>.log; spec {run.spec_path}",
+        *([credentials] if config.remote_cache.secrets else []),
+        f"logs {spec.logs}/<recipe>.log; spec {run.layout.spec_path}",
     ]
     if config.mode == "container":
-        setup_facts.append(
-            line(
-                build_image_argv(config.engine, config.image, options.root),
-                "once: `make builder-image`",
-            )
-        )
-    start = engine.start_argv()
-    if start:
-        setup_facts.append(line(start))
+        image_argv = build_image_argv(config.engine, config.image, options.root)
+        setup_facts += line(image_argv, "once: `make builder-image`")
+    setup_facts += line(engine.start_argv())
     stages = [PlannedStage("build: builder", tuple(setup_facts))]
     versions = {"torch": spec.torch_version, "torch_xla": spec.torch_xla_version}
+    key_fact = "stage key: computed once the sources stage resolves " + ", ".join(
+        f"{c.name} {c.commit}" for c in bundle.components.values() if not commits.get(c.name)
+    )
     for name in RECIPES:
         state = "cached: skipped" if run.cached(name) else "built"
         facts = [
             f"{name} {versions[name]} at full SHA {commits[name] or '(resolved by sources)'}",
-            *(
-                []
-                if keys
-                else [
-                    "stage key: computed once the sources stage resolves "
-                    + ", ".join(
-                        f"{c.name} {c.commit}"
-                        for c in bundle.components.values()
-                        if not commits.get(c.name)
-                    )
-                ]
-            ),
+            *([] if keys else [key_fact]),
             f"stage {run.stage_dir(name)} ({state})",
-            line(engine.call_argv(entry_argv(run, name)), f"recipe {name}, which runs:"),
+            *line(engine.call_argv(entry_argv(run, name)), f"recipe {name}, which runs:"),
             *(f"    {step.render()}" for step in recipes.recipe(spec, name)),
             f"then on the host: CycloneDX SBOM into {name}'s .dist-info/sboms/{sbom.SBOM_NAME}",
         ]
         stages.append(PlannedStage(f"build: {name}", tuple(facts)))
-    stop = engine.stop_argv()
     staging = str(run.layout.dist_root / f"{run.layout.staging_prefix}XXXXXXXX")
     ship_engine = engine_for(run, extra=(Path(staging),))
-    ship_start, ship_stop = ship_engine.start_argv(), ship_engine.stop_argv()
     collect_facts = [
-        *([line(stop)] if stop else []),
+        *line(engine.stop_argv()),
         f"copy both wheels into {staging} (sha256 checked); a second container mounts it",
         "ABI check on the host (make abi-check): every symbol _XLAC of the staged torch_xla "
         "imports must be exported by the staged torch's libraries; missing -> fail",
-        *([line(ship_start)] if ship_start else []),
-        line(ship_engine.call_argv(entry_argv(run, "ship", staging)), "ship check, which runs:"),
+        *line(ship_engine.start_argv()),
+        *line(ship_engine.call_argv(entry_argv(run, "ship", staging)), "ship check, which runs:"),
         *(f"    {step.render()}" for step in recipes.ship_steps(spec, staging)),
-        *([line(ship_stop)] if ship_stop else []),
+        *line(ship_engine.stop_argv()),
         f"check passes -> rename to {run.layout.dist} (atomic); "
         "fails -> staging removed, dist/ untouched",
         "wheels.lock: name, size, sha256 of each wheel",

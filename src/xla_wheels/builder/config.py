@@ -32,12 +32,6 @@ DEFAULT_SHIP_CHECK = (
 # (numpy, pyyaml, ... that torch and torch_xla require); PIP_INDEX_URL points at a mirror.
 DEFAULT_SHIP_PIP_ARGS = ("--find-links", "{wheels}")
 
-# Rough needs of a real torch + torch_xla build (torch objects, Bazel output base, the
-# OpenXLA tree): clang/nvcc-free but still about 3-4 GiB per compile job at the peak.
-DEFAULT_MIN_DISK_GIB = 80.0
-DEFAULT_MEM_PER_JOB_GIB = 4.0
-DEFAULT_MEM_BASE_GIB = 4.0
-
 
 @dataclass(frozen=True)
 class BuildConfig:
@@ -58,9 +52,11 @@ class BuildConfig:
     ship_check: str = DEFAULT_SHIP_CHECK
     ship_pip_args: tuple[str, ...] = DEFAULT_SHIP_PIP_ARGS
     compiler_env: tuple[tuple[str, str], ...] = (("CC", "clang"), ("CXX", "clang++"))
-    min_disk_gib: float = DEFAULT_MIN_DISK_GIB
-    mem_per_job_gib: float = DEFAULT_MEM_PER_JOB_GIB
-    mem_base_gib: float = DEFAULT_MEM_BASE_GIB
+    # Rough needs of a real torch + torch_xla build (torch objects, Bazel output base, the
+    # OpenXLA tree): clang/nvcc-free but still about 3-4 GiB per compile job at the peak.
+    min_disk_gib: float = 80.0
+    mem_per_job_gib: float = 4.0
+    mem_base_gib: float = 4.0
     host_tools: tuple[str, ...] = ("git", "patch", "bazel", "clang", "clang++")
     remote_timeout: float = 8.0
     extra_env: tuple[tuple[str, str], ...] = field(default_factory=tuple)

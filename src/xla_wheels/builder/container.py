@@ -1,7 +1,7 @@
 """The engine layer: docker, podman, buildah or the host behind one context manager.
 
 Modelled on cibuildwheel's ``oci_container.py``: ``with engine:`` starts one container
-from the builder image, ``engine.call(argv, env=..., cwd=...)`` runs a command in it,
+from the builder image, ``engine.call(argv)`` runs a command in it,
 leaving the block removes it. Every directory the build touches is mounted at its own
 absolute path, so paths in specs, logs and ``.git`` files mean the same inside and out.
 
@@ -44,7 +44,8 @@ class Mount:
 
 
 class Engine(contextlib.AbstractContextManager["Engine"]):
-    """Base: how to start, call and stop. Subclasses fill the argv builders."""
+    """How to start, call and stop; itself the host (BUILD_MODE=host): plain subprocesses,
+    nothing to start or stop. The engines' subclasses fill the argv builders."""
 
     name = "host"
 
@@ -59,9 +60,7 @@ class Engine(contextlib.AbstractContextManager["Engine"]):
     def start_argv(self) -> list[str] | None:
         return None
 
-    def call_argv(
-        self, argv: Sequence[str], env: Mapping[str, str] | None = None, cwd: str | None = None
-    ) -> list[str]:
+    def call_argv(self, argv: Sequence[str]) -> list[str]:
         return list(argv)
 
     def stop_argv(self) -> list[str] | None:
@@ -97,21 +96,10 @@ class Engine(contextlib.AbstractContextManager["Engine"]):
             runner.run(argv)
         self.started = False
 
-    def call(
-        self, argv: Sequence[str], env: Mapping[str, str] | None = None, cwd: str | None = None
-    ) -> int:
-        host = self.name == "host"
+    def call(self, argv: Sequence[str]) -> int:
         # The engine's child environment inherits ours (PATH, proxies, DOCKER_HOST).
-        return runner.run(
-            self.call_argv(argv, env, cwd),
-            env={**self.env, **(env or {})} if host else None,
-            cwd=cwd if host else None,
-            output="inherit",
-        ).returncode
-
-
-class HostEngine(Engine):
-    """BUILD_MODE=host: the base's plain subprocesses, nothing to start or stop."""
+        env = self.env if self.name == "host" else None
+        return runner.run(self.call_argv(argv), env=env, output="inherit").returncode
 
 
 class DockerEngine(Engine):
@@ -129,15 +117,8 @@ class DockerEngine(Engine):
             argv += ["--env", f"{key}={value}"]
         return [*argv, self.image, "sleep", "infinity"]
 
-    def call_argv(
-        self, argv: Sequence[str], env: Mapping[str, str] | None = None, cwd: str | None = None
-    ) -> list[str]:
-        full = [self.name, "exec"]
-        if cwd:
-            full += ["--workdir", cwd]
-        for key, value in sorted((env or {}).items()):
-            full += ["--env", f"{key}={value}"]
-        return [*full, self.container, *argv]
+    def call_argv(self, argv: Sequence[str]) -> list[str]:
+        return [self.name, "exec", self.container, *argv]
 
     def stop_argv(self) -> list[str]:
         return [self.name, "rm", "--force", self.container]
@@ -153,18 +134,14 @@ class BuildahEngine(Engine):
     def start_argv(self) -> list[str]:
         return ["buildah", "from", "--pull-never", "--name", self.container, self.image]
 
-    def call_argv(
-        self, argv: Sequence[str], env: Mapping[str, str] | None = None, cwd: str | None = None
-    ) -> list[str]:
+    def call_argv(self, argv: Sequence[str]) -> list[str]:
         full = ["buildah", "run", "--isolation", "chroot"]
         if user := self.user():
             full += ["--user", user]
         for mount in self.mounts:
             full += ["-v", mount.flag()]
-        for key, value in sorted({**self.env, **(env or {})}.items()):
+        for key, value in sorted(self.env.items()):
             full += ["--env", f"{key}={value}"]
-        if cwd:
-            full += ["--workingdir", cwd]
         return [*full, self.container, "--", *argv]
 
     def stop_argv(self) -> list[str]:
@@ -181,9 +158,7 @@ ENGINE_CLASSES: dict[str, type[Engine]] = {
 def make_engine(
     mode: str, engine: str, image: str, mounts: Sequence[Mount], env: Mapping[str, str]
 ) -> Engine:
-    if mode == "host":
-        return HostEngine(image, mounts, env)
-    return ENGINE_CLASSES[engine](image, mounts, env)
+    return (Engine if mode == "host" else ENGINE_CLASSES[engine])(image, mounts, env)
 
 
 def probe_engine(engine: str, timeout: float = 10.0) -> str | None:

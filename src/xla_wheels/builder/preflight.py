@@ -4,20 +4,21 @@ Runs before anything is fetched or built, so a hopeless `make wheels` stops with
 seconds instead of after an hour of compiling. The checks that wait on something (the
 engine's daemon, each remote) run in parallel with short timeouts.
 
-The checks are data (:class:`Check`): :func:`checks` lists them, :func:`preflight` runs
+The checks are data (:class:`Check`): :func:`checks` lists them, :func:`run_checks` runs
 that list and the dry-run plan prints the same list (:func:`planned_preflight`), so what the
 plan says preflight checks is what it checks.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shlex
 import shutil
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from xla_wheels import runner
@@ -37,11 +38,9 @@ GIB = 1024**3
 class PreflightError(PipelineError):
     """One or more blockers; the message lists all of them."""
 
-    def __init__(self, bundle: str, blockers: list[str], again: str | None = None) -> None:
-        self.blockers = blockers
+    def __init__(self, bundle: str, blockers: list[str], again: str) -> None:
         text = f"preflight: bundle {bundle} cannot be built here ({len(blockers)} blocker(s)):"
         text += "".join(f"\n  - {blocker}" for blocker in blockers)
-        again = again or f"make wheels BUNDLE={bundle}"
         super().__init__(text, fix=f"fix each blocker above, then run `{again}` again")
 
 
@@ -76,32 +75,26 @@ def _ls_remote(cache: SourceCache, url: str, timeout: float) -> str | None:
     return None
 
 
-def _component_blockers(
-    component: Component, cache: SourceCache, mirror: str | None, timeout: float, again: str
-) -> list[str]:
-    problem = _check_component(component, cache, mirror, timeout, again)
-    return [problem] if problem else []
-
-
 def _check_component(
     component: Component, cache: SourceCache, mirror: str | None, timeout: float, again: str
-) -> str | None:
+) -> list[str]:
     if component.commit is None:
-        return None  # reported by the pin check
+        return []  # reported by the pin check
     repo = cache.repo_for(component)
     if repo.exists() and cache.has_commit(repo, component.commit):
-        return None  # the source cache already holds the pin: no network needed
+        return []  # the source cache already holds the pin: no network needed
     if is_mirror_directory(mirror):
         # A mirror directory is local: ask it for the commit itself, not just whether
         # it answers (a stale mirror answers and then lacks the pin).
-        return mirror_problem(component, cache, mirror, cache.run)
+        problem = mirror_problem(component, cache, mirror, cache.run)
+        return [problem] if problem else []
     try:
         url = effective_remote(component.remote, mirror)
     except SourceError as error:
-        return f"{component.name}: {error.message}"
+        return [f"{component.name}: {error.message}"]
     problem = _ls_remote(cache, url, timeout)
     if problem is None:
-        return None
+        return []
     what = (
         f"short SHA {component.commit} cannot be resolved"
         if not component.is_full_sha
@@ -112,7 +105,7 @@ def _check_component(
         if not mirror
         else "check the mirror has this repository"
     )
-    return f"{component.name}: {what}: remote {url} unreachable ({problem}); {fix}"
+    return [f"{component.name}: {what}: remote {url} unreachable ({problem}); {fix}"]
 
 
 def _check_engine(options: PipelineOptions, bundle: Bundle, config: BuildConfig) -> list[str]:
@@ -167,12 +160,10 @@ def _existing(path: Path) -> Path:
 
 
 def _mem_total_gib() -> float | None:
-    try:
+    with contextlib.suppress(OSError):
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemTotal:"):
                 return int(line.split()[1]) * 1024 / GIB
-    except OSError:
-        return None
     return None
 
 
@@ -237,11 +228,9 @@ def checks(
         for component in bundle.components.values():
             commands: tuple[PlannedCommand, ...] = ()
             if component.commit is not None:
-                try:
-                    url = effective_remote(component.remote, options.mirror)
-                    commands = (ls_remote_command(url),)
-                except SourceError:
-                    commands = ()
+                with contextlib.suppress(SourceError):
+                    probe = ls_remote_command(effective_remote(component.remote, options.mirror))
+                    commands = (replace(probe, note="when the cache lacks the commit"),)
             found.append(
                 Check(
                     f"remote {component.name}",
@@ -249,17 +238,14 @@ def checks(
                     "it (`git cat-file -e`), or the remote (or MIRROR URL) answers "
                     f"`git ls-remote` within {config.remote_timeout:.0f}s",
                     functools.partial(
-                        _component_blockers,
+                        _check_component,
                         component,
                         cache,
                         options.mirror,
                         config.remote_timeout,
                         again_command(options, bundle, config, MIRROR="<dir or URL>"),
                     ),
-                    tuple(
-                        PlannedCommand(c.argv, c.env, c.cwd, "when the cache lacks the commit")
-                        for c in commands
-                    ),
+                    commands,
                 )
             )
     where = (
@@ -297,17 +283,6 @@ def run_checks(found: list[Check]) -> list[str]:
     return [problem for result in results for problem in result]
 
 
-def preflight(
-    options: PipelineOptions,
-    bundle: Bundle,
-    config: BuildConfig,
-    *,
-    need_sources: bool = True,
-) -> list[str]:
-    """Every blocker, in a stable order. ``need_sources=False`` when all stages are cached."""
-    return run_checks(checks(options, bundle, config, need_sources=need_sources))
-
-
 def planned_preflight(
     options: PipelineOptions,
     bundle: Bundle,
@@ -315,7 +290,7 @@ def planned_preflight(
     *,
     need_sources: bool = True,
 ) -> PlannedStage:
-    """The preflight stage of the plan: the same check list :func:`preflight` runs."""
+    """The preflight stage of the plan: the same check list :func:`run_checks` runs."""
     where = (
         f"engine {config.engine}, image {config.image}"
         if config.mode == "container"

@@ -89,10 +89,6 @@ def replacements(wheels: Sequence[Path], recorded: Sequence[Recorded]) -> list[R
     return found
 
 
-def _newest(replacement: Replacement) -> Recorded:
-    return max(replacement.recorded, key=lambda r: (build_number(r.name), r.bundle))
-
-
 def find_recorded_file(record: Recorded, dist_root: Path, cache_dir: Path) -> Path | None:
     """The recorded file by its sha256: in ``<dist>/<any bundle>/`` or the stage cache."""
     candidates = [
@@ -124,7 +120,7 @@ def _describe(replacement: Replacement) -> str:
 
 
 def settle(
-    stages: dict[str, Path],
+    wheels: Sequence[Path],
     *,
     bundle: str,
     lock_path: Path,
@@ -133,25 +129,20 @@ def settle(
     keep_recorded: bool,
     build_tag: str | None,
 ) -> None:
-    """Stop, keep the recorded wheel or tag the new one, for each stage wheel (name -> path).
+    """Stop, keep the recorded wheel or tag the new one, for each wheel in its stage.
 
     Raises :class:`RecordedWheelDiffers` naming both sha256s when nothing was chosen (or
     what was chosen cannot work); otherwise leaves each stage holding the wheel to ship.
     """
-    found = replacements(list(stages.values()), recorded_wheels(lock_path))
+    found = replacements(wheels, recorded_wheels(lock_path))
     if not found:
         return
     described = "\n  ".join(_describe(r) for r in found)
     highest = max(build_number(r.name) for f in found for r in f.recorded)
-    fix = (
-        f"keep the recorded wheel: `make wheels BUNDLE={bundle} KEEP_RECORDED=1` "
-        f"(--keep-recorded), or give the new build its own file name with a build number: "
-        f"`make wheels BUNDLE={bundle} BUILD_TAG={max(highest, 0) + 1}` (--build-tag)"
-    )
     if keep_recorded:
         missing = []
         for replacement in found:
-            newest = _newest(replacement)
+            newest = max(replacement.recorded, key=lambda r: (build_number(r.name), r.bundle))
             source = find_recorded_file(newest, dist_root, cache_dir)
             if source is None:
                 missing.append(f"{newest.name} sha256 {newest.sha256}")
@@ -182,5 +173,7 @@ def settle(
         "a rebuilt wheel has the file name of a recorded one but different bytes; it would "
         "replace a wheel that may already be published and installed (nothing was changed):"
         "\n  " + described,
-        fix=fix,
+        fix=f"keep the recorded wheel: `make wheels BUNDLE={bundle} KEEP_RECORDED=1` "
+        f"(--keep-recorded), or give the new build its own file name with a build number: "
+        f"`make wheels BUNDLE={bundle} BUILD_TAG={max(highest, 0) + 1}` (--build-tag)",
     )

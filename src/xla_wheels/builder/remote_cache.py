@@ -518,10 +518,6 @@ def describe(settings: RemoteCacheSettings) -> str:
 # --- the secrets file (host writes, builder reads) ---------------------------------------
 
 
-def write_secrets_file(path: Path, secrets: Mapping[str, str]) -> None:
-    write_private_file(path, json.dumps(dict(secrets)))
-
-
 def read_secrets(environ: Mapping[str, str]) -> dict[str, str]:
     name = environ.get(ENV_SECRETS_FILE)
     if not name:

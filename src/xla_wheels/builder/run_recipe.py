@@ -293,17 +293,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         run_recipe(BuildSpec.read(args.spec), args.recipe, args.staging)
-    except StepDiskFault as error:
-        # Not `error:`: the pipeline prints the one error line, naming the directory.
-        print(f"disk fault: {error}", file=sys.stderr)
-        return disk_faults.DISK_FAULT_EXIT
-    except OSError as error:
-        if not disk_faults.is_disk_fault(error):
-            print(f"error: {error}", file=sys.stderr)
-            return 1
-        print(f"disk fault: {error}", file=sys.stderr)
-        return disk_faults.DISK_FAULT_EXIT
-    except (StepFailed, ValueError) as error:
+    except (StepFailed, ValueError, OSError) as error:
+        if isinstance(error, StepDiskFault) or disk_faults.is_disk_fault(error):
+            # Not `error:`: the pipeline prints the one error line, naming the directory.
+            print(f"disk fault: {error}", file=sys.stderr)
+            return disk_faults.DISK_FAULT_EXIT
         print(f"error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -62,10 +62,9 @@ class BuildSpec:
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
 
-    def write(self, path: Path) -> Path:
+    def write(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(self.to_json(), encoding="utf-8")
-        return path
 
     @classmethod
     def read(cls, path: Path) -> BuildSpec:
