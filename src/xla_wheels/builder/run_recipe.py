@@ -289,7 +289,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m xla_wheels.builder.run_recipe")
     parser.add_argument("--spec", type=Path, required=True)
     parser.add_argument("--recipe", choices=("torch", "torch_xla", "ship"), required=True)
-    parser.add_argument("--staging", default=None, help="staged wheels (ship recipe)")
+    parser.add_argument("--staging", help="staged wheels (ship recipe)")
     args = parser.parse_args(argv)
     try:
         run_recipe(BuildSpec.read(args.spec), args.recipe, args.staging)

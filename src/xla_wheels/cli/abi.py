@@ -112,14 +112,13 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     if name != "abi-check":
         raise ValueError(f"{name} is not a subcommand of {__name__}")
     add_bundle_arguments(parser, writes_bundle=False)  # a temporary directory only
-    parser.add_argument("--python", default=None, help="python of an installed environment")
-    parser.add_argument("--torch-wheel", type=Path, default=None, help="a torch .whl")
-    parser.add_argument("--torch-xla-wheel", type=Path, default=None, help="a torch_xla .whl")
-    parser.add_argument("--extension", type=Path, default=None, help="an _XLAC .so file")
-    parser.add_argument("--torch-lib-dir", type=Path, default=None, help="torch's lib/ dir")
+    parser.add_argument("--python", help="python of an installed environment")
+    parser.add_argument("--torch-wheel", type=Path, help="a torch .whl")
+    parser.add_argument("--torch-xla-wheel", type=Path, help="a torch_xla .whl")
+    parser.add_argument("--extension", type=Path, help="an _XLAC .so file")
+    parser.add_argument("--torch-lib-dir", type=Path, help="torch's lib/ dir")
     parser.add_argument(
         "--stock",
-        default=None,
         metavar="TORCH:TORCH_XLA",
         help="stock PyPI releases, libraries extracted once per machine (e.g. 2.8.0:2.9.0)",
     )

@@ -126,25 +126,21 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, dry_run: bool = Fal
     parser.add_argument(
         "--root",
         type=Path,
-        default=None,
         help="project checkout (default: $XLA_WHEELS_ROOT or the current directory)",
     )
     parser.add_argument(
         "--cache-dir",
         type=Path,
-        default=None,
         help="per-machine cache (default: $XLA_WHEELS_CACHE, else "
         "$XDG_CACHE_HOME/xla-wheels, else ~/.cache/xla-wheels)",
     )
     parser.add_argument(
         "--out-dir",
         type=Path,
-        default=None,
         help="work directory (default: $XLA_WHEELS_OUT or <root>/out)",
     )
     parser.add_argument(
         "--mirror",
-        default=None,
         help="directory of bare repositories or URL prefix that replaces the remotes' "
         "host (default: $XLA_WHEELS_MIRROR)",
     )
@@ -165,21 +161,18 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, dry_run: bool = Fal
     parser.add_argument(
         "--progress-interval",
         type=PROGRESS_INTERVAL,
-        default=None,
         help="seconds between 'still fetching' lines when stderr is not a terminal; 0 for "
         "none (default: $XLA_WHEELS_PROGRESS_INTERVAL or 30)",
     )
     parser.add_argument(
         "--net-timeout",
         type=NET_TIMEOUT,
-        default=None,
         help="seconds a network step waits for an answer before it counts as timed out; a "
         "transfer gets more by its size (default: $XLA_WHEELS_NET_TIMEOUT or 60)",
     )
     parser.add_argument(
         "--net-retries",
         type=NET_RETRIES,
-        default=None,
         help="times a network step is tried again after a transient fault (refused, reset, "
         "HTTP 5xx, timed out), with growing pauses (default: $XLA_WHEELS_NET_RETRIES or 3)",
     )

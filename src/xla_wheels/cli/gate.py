@@ -102,20 +102,17 @@ def _add_receipt_arguments(parser: argparse.ArgumentParser) -> None:
     """The gate's and the benchmark's receipt options (:mod:`xla_wheels.release.gate_receipt`)."""
     parser.add_argument(
         "--bundle",
-        default=None,
         help="bundle whose locked wheels the environment should be; the receipt goes to "
         "receipts/<bundle>/ (default: none: out/.../receipt.json, unusable to promote)",
     )
     parser.add_argument(
         "--root",
         type=Path,
-        default=None,
         help="project checkout holding wheels.lock and receipts/ (default: $XLA_WHEELS_ROOT or .)",
     )
     parser.add_argument(
         "--wheel-dir",
         type=Path,
-        default=None,
         help="where the locked wheel files are, to compare with what is installed "
         "(default: <root>/dist/<bundle>)",
     )
@@ -240,7 +237,6 @@ def _add_gate_arguments(gate: argparse.ArgumentParser) -> None:
     )
     gate.add_argument(
         "--profile",
-        default=None,
         help="run every check under this launch profile of --bundle (e.g. train); the "
         "receipt records its name and digest",
     )

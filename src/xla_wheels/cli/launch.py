@@ -80,7 +80,6 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out",
         type=Path,
-        default=None,
         help="directory to write into (default: <out-dir>/launch/<bundle>/<profile>-<role>)",
     )
     parser.set_defaults(handler=cmd_launch_env)

@@ -136,7 +136,7 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
         parser.set_defaults(handler=cmd_patch_export)
     elif name == "patch-rebase":
         _add_series_arguments(parser)
-        parser.add_argument("--onto", default=None, help="the commit to carry the series onto")
+        parser.add_argument("--onto", help="the commit to carry the series onto")
         parser.add_argument(
             "--continue",
             dest="continue_",

@@ -213,7 +213,7 @@ def _role(value: str) -> str:
 
 def _add_dist(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--dist-dir", type=Path, default=None, help="where wheels are (default: <root>/dist)"
+        "--dist-dir", type=Path, help="where wheels are (default: <root>/dist)"
     )
 
 
@@ -240,13 +240,11 @@ def _add_publish_arguments(parser: argparse.ArgumentParser) -> None:
     _add_dist(parser)
     parser.add_argument(
         "--index-url",
-        default=None,
         help="the index's simple/ URL (default: $XLA_WHEELS_INDEX_URL; none: static index). "
         "Credentials: TWINE_USERNAME/TWINE_PASSWORD or keyring, never in the URL",
     )
     parser.add_argument(
         "--upload-url",
-        default=None,
         help="twine's --repository-url (default: $XLA_WHEELS_UPLOAD_URL, else the index "
         "URL without its trailing simple/)",
     )
@@ -256,7 +254,7 @@ def _add_publish_arguments(parser: argparse.ArgumentParser) -> None:
 def _add_requirements_arguments(parser: argparse.ArgumentParser) -> None:
     _add_dist(parser)
     parser.add_argument(
-        "--output", type=Path, default=None, help="default: dist/<bundle>/requirements.txt"
+        "--output", type=Path, help="default: dist/<bundle>/requirements.txt"
     )
     add_switch(
         parser,
@@ -266,7 +264,6 @@ def _add_requirements_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--platform",
         action="append",
-        default=None,
         help="platform tag of the hosts (repeatable; default: manylinux_2_35..2_17 and "
         "linux, x86_64)",
     )
@@ -277,12 +274,10 @@ def _add_verify_install_arguments(parser: argparse.ArgumentParser) -> None:
     _add_dist(parser)
     parser.add_argument(
         "--index-url",
-        default=None,
         help="simple/ URL (default: $XLA_WHEELS_INDEX_URL, else the static index)",
     )
     parser.add_argument(
         "--python",
-        default=None,
         help="base interpreter of the venv (default: this one)",
     )
     add_switch(
@@ -294,7 +289,6 @@ def _add_verify_install_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--deps-from",
-        default=None,
         help="python of an environment whose packages (torch) the import may use "
         "(default: $XLA_WHEELS_DEPS_FROM)",
     )
@@ -310,20 +304,17 @@ def _add_verify_install_arguments(parser: argparse.ArgumentParser) -> None:
 def _add_doctor_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--python",
-        default=None,
         help="the training environment's python (default: python3 on PATH)",
     )
     parser.add_argument(
         "--role",
         choices=doctor.ROLES,
-        default=None,
         help="writer or reader of a shared cache (default: $XLA_WHEELS_ROLE, else from "
         "TPU_WORKER_ID: worker 0 writes)",
     )
-    parser.add_argument("--lane", default=None, help="the lane this host belongs to")
+    parser.add_argument("--lane", help="the lane this host belongs to")
     parser.add_argument(
         "--cache-path",
-        default=None,
         help="judge this compilation cache path (default: XLA_PERSISTENT_CACHE_PATH)",
     )
     _add_public_key(parser)
@@ -336,7 +327,6 @@ def _add_doctor_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--env-file",
         type=Path,
-        default=None,
         help="judge this launch environment (env.sh/env.json of `make launch-env`, or "
         "NAME=value lines) instead of this process's",
     )
@@ -347,7 +337,6 @@ def _add_public_key(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--public-key",
         type=Path,
-        default=None,
         help="the team's public key (PEM): verify each locked wheel's signed attestation "
         "(default: $XLA_WHEELS_PUBLIC_KEY; doctor: else the --lane's signing-public-key)",
     )

@@ -223,14 +223,13 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
             "--from",
             dest="source",
-            default=None,
             help="lane to copy from (default: the lane's promote-from)",
         )
         parser.set_defaults(handler=cmd_promote)
     elif name == "compare":
         add_common_arguments(parser)
-        parser.add_argument("a", nargs="?", default=None, help="a bundle")
-        parser.add_argument("b", nargs="?", default=None, help="another bundle")
+        parser.add_argument("a", nargs="?", help="a bundle")
+        parser.add_argument("b", nargs="?", help="another bundle")
         parser.set_defaults(handler=cmd_compare)
     elif name == "lane-requirements":
         add_common_arguments(parser)
@@ -246,7 +245,6 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
             "--platform",
             action="append",
-            default=None,
             help="a wheel platform tag to resolve for, repeatable (default: the tags a TPU "
             "VM accepts, manylinux_2_35_x86_64 and older)",
         )

@@ -242,52 +242,43 @@ def cmd_lock_check(args: argparse.Namespace) -> int:
 def add_build_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("build stage")
     group.add_argument(
-        "--mode", choices=MODES, default=None, help="container (default) or host ($XLA_WHEELS_MODE)"
+        "--mode", choices=MODES, help="container (default) or host ($XLA_WHEELS_MODE)"
     )
     group.add_argument(
         "--engine",
         choices=ENGINES,
-        default=None,
         help="container engine (default docker; $XLA_WHEELS_ENGINE)",
     )
     group.add_argument(
-        "--image", default=None, help=f"builder image (default {DEFAULT_IMAGE}; $XLA_WHEELS_IMAGE)"
+        "--image", help=f"builder image (default {DEFAULT_IMAGE}; $XLA_WHEELS_IMAGE)"
     )
     group.add_argument(
         "--jobs",
         type=count(1, MAX_JOBS, 8),
-        default=None,
         help=f"compile jobs, 1 to {MAX_JOBS} (default: cores; $XLA_WHEELS_JOBS)",
     )
     group.add_argument(
         "--host-python",
-        default=None,
         help="interpreter for --mode host (default python3; $XLA_WHEELS_HOST_PYTHON)",
     )
     group.add_argument(
         "--container-python",
-        default=None,
         help=f"interpreter in the image (default: {BuildConfig.container_python})",
     )
     group.add_argument(
         "--bazel-disk-cache",
         type=Path,
-        default=None,
         help="Bazel's disk cache directory (default: bazel-disk in the per-machine cache)",
     )
     group.add_argument(
         "--bazel-remote-cache",
-        default=None,
         help="grpc(s):// or http(s):// URL; overrides build/builders.toml [bazel] "
         "remote_cache and $XLA_WHEELS_BAZEL_REMOTE_CACHE (default: what those two say, "
         "else none)",
     )
-    group.add_argument(
-        "--pip-args", default=None, help="extra pip arguments for build requirements (quoted)"
-    )
+    group.add_argument("--pip-args", help="extra pip arguments for build requirements (quoted)")
     group.add_argument(
         "--ship-check",
-        default=None,
         help="command run on the staged wheels in a clean environment; placeholders "
         "{python} {wheels} {out} {builder_python} {torch_xla_src} (default: the gate's CPU "
         "restart, spmd-restart, cache-key and same-numbers checks and upstream's cache test; "
@@ -295,7 +286,6 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--ship-pip-args",
-        default=None,
         help="pip arguments for the clean env (quoted; default: "
         f"{shlex.join(BuildConfig.ship_pip_args)!r})",
     )
@@ -303,25 +293,21 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--min-disk-gib",
         type=gib,
-        default=None,
         help=f"free disk the build needs before it starts (default: {BuildConfig.min_disk_gib:g})",
     )
     group.add_argument(
         "--mem-per-job-gib",
         type=gib,
-        default=None,
         help="memory one compile job needs: the preflight refuses more jobs than fit "
         f"(default: {BuildConfig.mem_per_job_gib:g})",
     )
     group.add_argument(
         "--mem-base-gib",
         type=gib,
-        default=None,
         help=f"memory the build needs besides its jobs (default: {BuildConfig.mem_base_gib:g})",
     )
     group.add_argument(
         "--host-tools",
-        default=None,
         help="comma-separated tools --mode host needs (default: "
         f"{','.join(BuildConfig.host_tools)})",
     )
@@ -334,13 +320,11 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--build-tag",
-        default=None,
         help="PEP 427 build number for a rebuilt wheel that differs from the recorded one "
         "(default: $XLA_WHEELS_BUILD_TAG, else none: such a wheel is refused)",
     )
     group.add_argument(
         "--compiler-env",
-        default=None,
         help="compilers of the build, quoted NAME=VALUE pairs (default: "
         f"{shlex.join(f'{k}={v}' for k, v in BuildConfig.compiler_env)!r})",
     )
@@ -362,13 +346,10 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
         add_common_arguments(parser)
         # Optional for argparse so that a missing bundle gets our message with make's
         # spelling (A=, B=) instead of argparse's "required: left".
-        parser.add_argument(
-            "left", nargs="?", default=None, metavar="A", help="a bundle (default: none)"
-        )
+        parser.add_argument("left", nargs="?", metavar="A", help="a bundle (default: none)")
         parser.add_argument(
             "right",
             nargs="?",
-            default=None,
             metavar="B",
             help="another bundle (default: the bundle A extends)",
         )
@@ -384,7 +365,6 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
             "--build-arg",
             action="append",
-            default=None,
             metavar="NAME=VALUE",
             help="a Dockerfile ARG, repeatable: BASE_IMAGE, LLVM_APT_BASE, BAZELISK_BASE_URL "
             "point the build at mirrors (make: BUILD_ARGS='A=x B=y')",
@@ -398,7 +378,6 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
             "--source",
             type=Path,
-            default=None,
             help="git checkout (bare or not) holding the pinned commit "
             "(default: the source cache, fetching if needed)",
         )

@@ -72,13 +72,11 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     elif name == "attest":
         parser.add_argument(
             "--signing-key",
-            default=None,
             help="the team's private key, a PEM file (default: $XLA_WHEELS_SIGNING_KEY); "
             "its content is never printed",
         )
         parser.add_argument(
             "--builder-id",
-            default=None,
             help="builder identity (a URI) in the attestations (default: "
             "$XLA_WHEELS_BUILDER_ID, else urn:xla-wheels:builder:unnamed)",
         )

@@ -510,10 +510,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--hbm-probe-bytes",
         type=int,
-        default=None,
         help="train --spmd: after the steps, run the hbm mode's queries with this probe size",
     )
-    parser.add_argument("--steps", type=int, default=None, help="override the preset's steps")
+    parser.add_argument("--steps", type=int, help="override the preset's steps")
     parser.add_argument(
         "--variant",
         action="append",
