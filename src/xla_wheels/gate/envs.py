@@ -90,18 +90,6 @@ def env_python(env_dir: Path) -> Path:
     return env_dir / "bin" / "python"
 
 
-def find_stock_env(
-    version: str, *, root: Path, base_python: str | None = None
-) -> Path | None:
-    """The python of an already complete stock environment, or None."""
-    spec = _spec(version)
-    _, tag = _python_tag(base_python or sys.executable)
-    env_dir = root / "envs" / env_name(spec, tag)
-    if _read_marker(env_dir) is not None and env_python(env_dir).exists():
-        return env_python(env_dir)
-    return None
-
-
 def _spec(version: str) -> StockEnvSpec:
     try:
         return STOCK_SPECS[version]
