@@ -345,11 +345,10 @@ def runtime_env(
     cache_dir: Path | None = None,
     read_only: bool = False,
     cpu_devices: int | None = None,
-    base: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The users' runtime policy, set before the child imports torch_xla."""
     # A child process inherits this environment (PATH, proxies, TMPDIR): not a setting.
-    env = dict(os.environ if base is None else base)
+    env = dict(os.environ)
     # Flags inherited from the caller's shell must not change what is measured.
     for key in ("XLA_PERSISTENT_CACHE_PATH", "XLA_PERSISTENT_CACHE_READ_ONLY", "XLA_USE_SPMD"):
         env.pop(key, None)

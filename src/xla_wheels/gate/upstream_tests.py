@@ -25,7 +25,6 @@ import subprocess
 import tempfile
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -163,7 +162,6 @@ def run_upstream_test(
     *,
     revision: str | None = None,
     timeout_s: float = 900.0,
-    base_env: Mapping[str, str] | None = None,
     prepared: tuple[str, int] | None = None,
 ) -> CheckResult:
     began = time.monotonic()
@@ -177,7 +175,7 @@ def run_upstream_test(
         copy = Path(tmp) / "test_persistent_cache.py"
         copy.write_text(source, encoding="utf-8")
         (runs / "test_persistent_cache.lifted.py").write_text(source, encoding="utf-8")
-        env = runtime_env(target.device, cpu_devices=CPU_DEVICES, base=base_env)
+        env = runtime_env(target.device, cpu_devices=CPU_DEVICES)
         env["TMPDIR"] = tmp
         argv = [str(target.python), str(copy), f"--xml_output_file={junit}"]
         log.command(argv)
