@@ -46,28 +46,20 @@ class ChildrenStopped(Exception):
     """Raised by ``start_child`` once ``stop_all`` ran: the gate is being interrupted."""
 
 
-class _Live:
-    """The children running now, across the gate's threads (``run_in_parallel``).
-
-    Module state on purpose, and the only such state here: a Ctrl-C reaches the main
-    thread alone, and each child runs in a session of its own, so the signal reaches no
-    child either. ``stop_all`` must find every child that any thread started.
-    """
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.processes: set[subprocess.Popen[bytes]] = set()
-        self.stopping = False
-
-
-_LIVE = _Live()
+#: The children running now, across the gate's threads (``run_in_parallel``), and whether
+#: ``stop_all`` ran. Module state on purpose, and the only such state here: a Ctrl-C
+#: reaches the main thread alone, and each child runs in a session of its own, so the
+#: signal reaches no child either. ``stop_all`` must find every child that any thread started.
+_LOCK = threading.Lock()
+_RUNNING: set[subprocess.Popen[bytes]] = set()
+_STOPPING = threading.Event()
 
 
 def stop_all() -> None:
     """Kill every running child's process group; no further child starts."""
-    with _LIVE.lock:
-        _LIVE.stopping = True
-        running = list(_LIVE.processes)
+    with _LOCK:
+        _STOPPING.set()
+        running = list(_RUNNING)
     for process in running:
         _kill_group(process)
 
@@ -159,8 +151,8 @@ def start_child(
     # Printed: only what the child's environment adds to the inherited one.
     policy = {k: v for k, v in env.items() if k not in os.environ or os.environ[k] != v}
     log.command(argv, env=policy)
-    with _LIVE.lock, open(log_path, "wb") as log_file:
-        if _LIVE.stopping:
+    with _LOCK, open(log_path, "wb") as log_file:
+        if _STOPPING.is_set():
             raise ChildrenStopped(name)
         process = subprocess.Popen(
             argv,
@@ -170,7 +162,7 @@ def start_child(
             env=dict(env),
             start_new_session=True,  # its own process group, killed as one on timeout
         )
-        _LIVE.processes.add(process)
+        _RUNNING.add(process)
     return process, argv, out, log_path, time.monotonic()
 
 
@@ -252,8 +244,8 @@ def finish_child(
         _kill_group(process)
         raise
     finally:
-        with _LIVE.lock:
-            _LIVE.processes.discard(process)
+        with _LOCK:
+            _RUNNING.discard(process)
     wall = time.monotonic() - began
     report: dict[str, Any] | None = None
     if not timed_out:
@@ -393,5 +385,4 @@ def run_in_parallel(tasks: Sequence[Callable[[], T]], *, side_by_side: bool) -> 
                 raise next((e for e in errors if not isinstance(e, ChildrenStopped)), errors[0])
             return [f.result() for f in futures]
     finally:
-        with _LIVE.lock:
-            _LIVE.stopping = False
+        _STOPPING.clear()
