@@ -68,9 +68,10 @@ def read_test_file(checkout: Path, revision: str | None = None) -> str:
     if revision is None and (checkout / TEST_PATH).is_file():
         return (checkout / TEST_PATH).read_text(encoding="utf-8")
     spec = f"{revision or 'HEAD'}:{TEST_PATH}"
+    git_dir = checkout / ".git" if (checkout / ".git").exists() else checkout
     try:
         shown = subprocess.run(
-            ["git", "--git-dir", str(_git_dir(checkout)), "show", spec],
+            ["git", "--git-dir", str(git_dir), "show", spec],
             capture_output=True,
             text=True,
             timeout=60,
@@ -85,10 +86,6 @@ def read_test_file(checkout: Path, revision: str | None = None) -> str:
             fix="pass --upstream-tests a pytorch/xla checkout (work tree or bare repository)",
         )
     return shown.stdout  # ok implies shown is set
-
-
-def _git_dir(checkout: Path) -> Path:
-    return checkout / ".git" if (checkout / ".git").exists() else checkout
 
 
 def parse_junit(text: str) -> list[CaseResult]:
