@@ -431,10 +431,7 @@ def run_bench(args: argparse.Namespace) -> int:
         target: Target = resolve_target(
             _python(args), args.device, workdir=scratch, timeout_s=args.child_timeout
         )
-        config = bench.BenchConfig(
-            rounds=args.rounds, workload=args.workload, child_timeout_s=args.child_timeout
-        )
-        summary = bench.run_bench(target, config, scratch)
+        summary = bench.run_bench(target, scratch, args.rounds, args.workload, args.child_timeout)
         path = bench.write_bench(out_dir, summary)
         print(bench.render_bench(summary))
         print(f"kept as {path}")
