@@ -69,7 +69,6 @@ class ChildResult:
     """What one child process did: its report, or why there is none."""
 
     name: str
-    argv: list[str]
     returncode: int | None
     wall_s: float
     report: dict[str, Any] | None
@@ -137,7 +136,7 @@ def start_child(
     env: Mapping[str, str],
     *,
     script: Path = CHILD_SCRIPT,
-) -> tuple[subprocess.Popen[bytes], list[str], Path, Path, float]:
+) -> tuple[subprocess.Popen[bytes], Path, Path, float]:
     """Start a child without waiting; ``finish_child`` collects it.
 
     ``script`` is another child program of this directory with the same contract
@@ -163,7 +162,7 @@ def start_child(
             start_new_session=True,  # its own process group, killed as one on timeout
         )
         _RUNNING.add(process)
-    return process, argv, out, log_path, time.monotonic()
+    return process, out, log_path, time.monotonic()
 
 
 def cpu_seconds(pid: int) -> float | None:
@@ -206,7 +205,7 @@ def _wait(
 
 
 def finish_child(
-    started: tuple[subprocess.Popen[bytes], list[str], Path, Path, float],
+    started: tuple[subprocess.Popen[bytes], Path, Path, float],
     name: str,
     timeout_s: float,
     *,
@@ -215,14 +214,14 @@ def finish_child(
 ) -> ChildResult:
     """Wait for a child; on timeout or a stall (``stall_s``; optionally after taking its
     native stacks) kill it."""
-    process, argv, out, log_path, began = started
+    process, out, log_path, began = started
     timed_out = False
     extra: dict[str, Any] = {}
     try:
         stalled = _wait(process, began, timeout_s, stall_s)
         if stalled is not None:
             extra["stalled_s"] = round(stalled, 1)
-            raise subprocess.TimeoutExpired(argv, timeout_s)
+            raise subprocess.TimeoutExpired(process.args, timeout_s)
     except subprocess.TimeoutExpired:
         timed_out = True
         if stacks_on_timeout:
@@ -256,7 +255,6 @@ def finish_child(
             report = None
     return ChildResult(
         name=name,
-        argv=argv,
         returncode=process.returncode,
         wall_s=wall,
         report=report,
