@@ -298,9 +298,8 @@ def _run_gate(args: argparse.Namespace, gate_profile: under_profile.GateProfile 
     scratch = Path(tempfile.mkdtemp(prefix="xla-gate-"))
     try:
         try:
-            python = _python(args)
             target = resolve_target(
-                python, args.device, workdir=runs_dir, timeout_s=args.child_timeout
+                _python(args), args.device, workdir=runs_dir, timeout_s=args.child_timeout
             )
         except GateEnvironmentError as error:
             write_reports(out_dir, None, [], error=error.message, settings=settings)
