@@ -73,17 +73,6 @@ def env_python(env_dir: Path) -> Path:
     return env_dir / "bin" / "python"
 
 
-def _spec(version: str) -> StockEnvSpec:
-    try:
-        return STOCK_SPECS[version]
-    except KeyError:
-        known = ", ".join(sorted(STOCK_SPECS))
-        raise GateEnvironmentError(
-            f"no stock environment is defined for torch_xla {version}",
-            fix=f"use one of: {known}",
-        ) from None
-
-
 def _run_logged(argv: list[str], log_file: Path, *, env: dict[str, str] | None = None) -> None:
     with open(log_file, "a") as out:
         try:
@@ -134,7 +123,13 @@ def ensure_stock_env(version: str, *, root: Path) -> Path:
 
     Its venv is made by this interpreter, so it has this interpreter's Python version.
     """
-    spec = _spec(version)
+    try:
+        spec = STOCK_SPECS[version]
+    except KeyError:
+        raise GateEnvironmentError(
+            f"no stock environment is defined for torch_xla {version}",
+            fix=f"use one of: {', '.join(sorted(STOCK_SPECS))}",
+        ) from None
     py_version = f"{sys.version_info[0]}.{sys.version_info[1]}"
     name = env_name(spec, "cp" + py_version.replace(".", ""))
 
