@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from xla_wheels import log
-from xla_wheels.gate.children import ChildResult, run_child, runtime_env
+from xla_wheels.gate.children import run_child, runtime_env
 from xla_wheels.gate.errors import GateEnvironmentError
 from xla_wheels.gate.report import format_table
 from xla_wheels.gate.target import Target
@@ -41,15 +41,6 @@ def spread(values: list[float]) -> dict[str, float]:
     }
 
 
-def _require(result: ChildResult) -> dict[str, Any]:
-    if not result.ok or result.report is None:
-        raise GateEnvironmentError(
-            f"benchmark child failed: {result.failure()}\n{result.log_tail(10)}",
-            fix="run `make gate` with the same PYTHON first to see what is wrong",
-        )
-    return result.report
-
-
 def run_bench(
     target: Target, workdir: Path, rounds: int, workload: str, timeout_s: float
 ) -> dict[str, Any]:
@@ -60,7 +51,12 @@ def run_bench(
 
     def sample(phase: str, name: str, args: list[str], env: dict[str, str]) -> None:
         result = run_child(target.python, name, workdir, args, env, timeout_s)
-        samples[phase].append(_require(result))
+        if not result.ok or result.report is None:
+            raise GateEnvironmentError(
+                f"benchmark child failed: {result.failure()}\n{result.log_tail(10)}",
+                fix="run `make gate` with the same PYTHON first to see what is wrong",
+            )
+        samples[phase].append(result.report)
 
     for i in range(rounds):
         with log.section(f"bench round {i + 1}/{rounds}"):
