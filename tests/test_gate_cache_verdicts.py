@@ -54,7 +54,7 @@ def row(
     }
     if timed_out:
         report = None
-    result = ChildResult(name, ["python"], None if timed_out else 0, 75.0, report, log_path)
+    result = ChildResult(name, None if timed_out else 0, 75.0, report, log_path)
     result.timed_out = timed_out
     result.extra = dict(extra or {})
     if report_extra and "output_hex" in report_extra:

@@ -67,7 +67,7 @@ def child_row(
     }
     if not ok:
         report = {"ok": False, "error": "RuntimeError: boom"}
-    result = ChildResult(name, ["python"], 0 if ok else 3, 1.0, report, log_path)
+    result = ChildResult(name, 0 if ok else 3, 1.0, report, log_path)
     return restart.summarize(result)
 
 

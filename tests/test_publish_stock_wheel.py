@@ -32,10 +32,10 @@ def _stock_env_python() -> Path | None:
     """The gate's cached stock 2.9.0 environment, if this machine already has it."""
     from xla_wheels.gate import envs
 
-    try:
-        return envs.find_stock_env(STOCK, root=machine_cache(os.environ))
-    except Exception:
-        return None
+    tag = "cp{}{}".format(*sys.version_info[:2])
+    env_dir = machine_cache(os.environ) / "envs" / envs.env_name(envs.STOCK_SPECS[STOCK], tag)
+    python = envs.env_python(env_dir)
+    return python if (env_dir / envs.MARKER).is_file() and python.exists() else None
 
 
 @pytest.mark.slow

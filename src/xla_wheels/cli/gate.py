@@ -66,10 +66,6 @@ def _python(args: argparse.Namespace) -> Path:
     return envs.ensure_stock_env(envs.DEFAULT_STOCK, root=machine_cache(os.environ))
 
 
-def _device(args: argparse.Namespace) -> str | None:
-    return args.device.upper() if args.device else None
-
-
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--python",
@@ -95,11 +91,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="per-child timeout; a hung child's process group is killed",
     )
-    _add_receipt_arguments(parser)
-
-
-def _add_receipt_arguments(parser: argparse.ArgumentParser) -> None:
-    """The gate's and the benchmark's receipt options (:mod:`xla_wheels.release.gate_receipt`)."""
+    # The receipt's options (:mod:`xla_wheels.release.gate_receipt`).
     parser.add_argument(
         "--bundle",
         help="bundle whose locked wheels the environment should be; the receipt goes to "
@@ -258,7 +250,7 @@ def _gate_profile(args: argparse.Namespace) -> under_profile.GateProfile | None:
 
     bundle = load_bundle(_checkout(args), args.bundle)
     profile = launch_profile.choose(bundle.profiles, args.profile, bundle.name)
-    planned = under_profile.plan(profile, bundle.name, _device(args) or default_device())
+    planned = under_profile.plan(profile, bundle.name, args.device or default_device())
     for line in planned.lines():
         log.info(line)
     return planned
@@ -294,10 +286,6 @@ def run_gate(args: argparse.Namespace) -> int:
 def _run_gate(args: argparse.Namespace, gate_profile: under_profile.GateProfile | None) -> int:
     checks = _checks(args.checks)
     _check_bundle(args)
-    if args.warm_runs < 2:
-        raise UsageError("--warm-runs must be at least 2", fix="pass --warm-runs 2 or more")
-    if args.writers < 1:
-        raise UsageError("--writers must be at least 1")
     out_dir: Path = args.out
     runs_dir = out_dir / "runs"
     settings: dict[str, Any] = {k: str(v) for k, v in vars(args).items() if k != "handler"}
@@ -306,9 +294,8 @@ def _run_gate(args: argparse.Namespace, gate_profile: under_profile.GateProfile 
     scratch = Path(tempfile.mkdtemp(prefix="xla-gate-"))
     try:
         try:
-            python = _python(args)
             target = resolve_target(
-                python, _device(args), workdir=runs_dir, timeout_s=args.child_timeout
+                _python(args), args.device, workdir=runs_dir, timeout_s=args.child_timeout
             )
         except GateEnvironmentError as error:
             write_reports(out_dir, None, [], error=error.message, settings=settings)
@@ -432,19 +419,14 @@ def _run_gate(args: argparse.Namespace, gate_profile: under_profile.GateProfile 
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    if args.rounds < 1:
-        raise UsageError("--rounds must be at least 1")
     _check_bundle(args)
     out_dir: Path = args.out
     scratch = Path(tempfile.mkdtemp(prefix="xla-bench-"))
     try:
         target: Target = resolve_target(
-            _python(args), _device(args), workdir=scratch, timeout_s=args.child_timeout
+            _python(args), args.device, workdir=scratch, timeout_s=args.child_timeout
         )
-        config = bench.BenchConfig(
-            rounds=args.rounds, workload=args.workload, child_timeout_s=args.child_timeout
-        )
-        summary = bench.run_bench(target, config, scratch)
+        summary = bench.run_bench(target, scratch, args.rounds, args.workload, args.child_timeout)
         path = bench.write_bench(out_dir, summary)
         print(bench.render_bench(summary))
         print(f"kept as {path}")

@@ -18,24 +18,16 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from xla_wheels import log
-from xla_wheels.gate.children import ChildResult, run_child, runtime_env
+from xla_wheels.gate.children import run_child, runtime_env
 from xla_wheels.gate.errors import GateEnvironmentError
 from xla_wheels.gate.report import format_table
 from xla_wheels.gate.target import Target
 
 BENCH_JSON = "restart.json"
-
-
-@dataclass
-class BenchConfig:
-    rounds: int = 5
-    workload: str = "small"
-    child_timeout_s: float = 600.0
 
 
 def spread(values: list[float]) -> dict[str, float]:
@@ -49,27 +41,25 @@ def spread(values: list[float]) -> dict[str, float]:
     }
 
 
-def _require(result: ChildResult) -> dict[str, Any]:
-    if not result.ok or result.report is None:
-        raise GateEnvironmentError(
-            f"benchmark child failed: {result.failure()}\n{result.log_tail(10)}",
-            fix="run `make gate` with the same PYTHON first to see what is wrong",
-        )
-    return result.report
-
-
-def run_bench(target: Target, config: BenchConfig, workdir: Path) -> dict[str, Any]:
-    train = ["--mode", "train", "--workload", config.workload]
+def run_bench(
+    target: Target, workdir: Path, rounds: int, workload: str, timeout_s: float
+) -> dict[str, Any]:
+    train = ["--mode", "train", "--workload", workload]
     plain_env = runtime_env(target.device)
     warm_cache = workdir / "cache-warm"
     samples: dict[str, list[dict[str, Any]]] = {"import": [], "cold": [], "warm": []}
 
     def sample(phase: str, name: str, args: list[str], env: dict[str, str]) -> None:
-        result = run_child(target.python, name, workdir, args, env, config.child_timeout_s)
-        samples[phase].append(_require(result))
+        result = run_child(target.python, name, workdir, args, env, timeout_s)
+        if not result.ok or result.report is None:
+            raise GateEnvironmentError(
+                f"benchmark child failed: {result.failure()}\n{result.log_tail(10)}",
+                fix="run `make gate` with the same PYTHON first to see what is wrong",
+            )
+        samples[phase].append(result.report)
 
-    for i in range(config.rounds):
-        with log.section(f"bench round {i + 1}/{config.rounds}"):
+    for i in range(rounds):
+        with log.section(f"bench round {i + 1}/{rounds}"):
             sample("import", f"import-{i}", ["--mode", "import"], plain_env)
             # Round 0's cold run fills the cache every warm run reads; later cold runs get
             # a fresh directory each, so every cold sample really compiles.
@@ -83,8 +73,8 @@ def run_bench(target: Target, config: BenchConfig, workdir: Path) -> dict[str, A
             "torch": target.torch_version,
             "device": target.device,
         },
-        "workload": config.workload,
-        "rounds": config.rounds,
+        "workload": workload,
+        "rounds": rounds,
         "import_s": spread([s["import_s"] for s in samples["import"]]),
     }
     for phase in ("cold", "warm"):

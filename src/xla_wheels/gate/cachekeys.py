@@ -131,7 +131,6 @@ def judge_cache_key(
 ) -> CheckResult:
     """``runs``: (variant, its row or None, why not applicable or None)."""
     reasons: list[str] = []
-    notes: list[str] = []
     table: list[dict[str, Any]] = []
     if not cold["ok"]:
         return CheckResult(KEY_NAME, False, [f"{cold['name']} did not finish: {cold['error']}"])
@@ -159,7 +158,7 @@ def judge_cache_key(
         table.append(entry)
         reasons += [f"{variant.name} ({variant.setting}): {p}" for p in problems]
     figures = {"cold_misses": expected, "variants": table}
-    return CheckResult(KEY_NAME, not reasons, reasons, notes, figures)
+    return CheckResult(KEY_NAME, not reasons, reasons, figures=figures)
 
 
 def _variant_problems(variant: Variant, row: dict[str, Any], expected: int) -> list[str]:

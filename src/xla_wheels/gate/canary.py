@@ -4,7 +4,7 @@ A training loop that recompiles every step, or waits for a device-to-host copy e
 still trains; it is just many times slower, and nothing fails until someone reads a
 profile. The canary runs a small AdamW training step (``child_workload.py --mode canary``) whose
 per-step scalars are device tensors (the learning rate, and AdamW's step count with
-``capturable=True``), ``warmup`` steps to compile, then ``steps`` measured steps, and
+``capturable=True``), ``WARMUP`` steps to compile, then ``STEPS`` measured steps, and
 judges what torch_xla's metrics saw during the measured steps (``judge_run``, a pure
 function of the child's counter snapshots):
 
@@ -77,8 +77,8 @@ JUDGED: dict[str, tuple[tuple[str, str], ...]] = {
 }
 #: Reported next to the verdict, not judged (see the module docstring).
 REPORTED = (("metrics", "TransferToDeviceTime"), ("metrics", "ExecuteTime"))
-DEFAULT_WARMUP = 3
-DEFAULT_STEPS = 8
+WARMUP = 3
+STEPS = 8
 
 
 @dataclass(frozen=True)
@@ -181,14 +181,7 @@ def judge_canary(verdicts: dict[str, RunVerdict]) -> CheckResult:
     return CheckResult(NAME, not reasons, reasons, notes, figures)
 
 
-def run_canary_check(
-    target: Target,
-    runs_dir: Path,
-    *,
-    timeout_s: float = 600.0,
-    warmup: int = DEFAULT_WARMUP,
-    steps: int = DEFAULT_STEPS,
-) -> CheckResult:
+def run_canary_check(target: Target, runs_dir: Path, *, timeout_s: float = 600.0) -> CheckResult:
     """Run the steady variant, then both controls, in one fresh process, and judge them."""
     began = time.monotonic()
     # No persistent cache: the canary is about the steady state of one process.
@@ -196,8 +189,8 @@ def run_canary_check(
     # One process for the three variants saves two torch_xla imports. The steady variant
     # runs first, so no control's compiles or transfers come before it; each control is
     # judged on its own steps' counters, which what ran before it does not move.
-    with log.section(f"{NAME}: {', '.join(VARIANTS)}, {warmup} warm-up + {steps} measured steps"):
-        args = ["--mode", "canary", "--warmup", str(warmup), "--steps", str(steps)]
+    with log.section(f"{NAME}: {', '.join(VARIANTS)}, {WARMUP} warm-up + {STEPS} measured steps"):
+        args = ["--mode", "canary", "--warmup", str(WARMUP), "--steps", str(STEPS)]
         for variant in VARIANTS:
             args += ["--variant", variant]
         child = run_child(target.python, NAME, runs_dir / NAME, args, env, timeout_s)

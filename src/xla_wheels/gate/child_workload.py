@@ -33,6 +33,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import sys
 import time
 import traceback
@@ -116,10 +117,7 @@ def _sync() -> None:
 def _metrics() -> dict[str, Any]:
     import torch_xla.debug.metrics as met
 
-    counters: dict[str, int] = {}
-    for name in COUNTERS:
-        value = met.counter_value(name)
-        counters[name] = int(value) if value is not None else 0
+    counters = {name: int(met.counter_value(name) or 0) for name in COUNTERS}
     compile_data = met.metric_data("CompileTime")
     execute_data = met.metric_data("ExecuteTime")
     # PersistentCacheLoad times reading + deserializing one cache entry (runtime/cache.h);
@@ -300,9 +298,7 @@ def mode_train(args: argparse.Namespace) -> dict[str, Any]:
             "ready_cpu_s": first_step_cpu_s,
             "time_to_first_step_s": first_step_done - _START,
             "step_times_s": step_times,
-            "steady_step_s": sorted(step_times[1:])[len(step_times[1:]) // 2]
-            if len(step_times) > 1
-            else step_times[0],
+            "steady_step_s": statistics.median_high(step_times[1:] or step_times),
             "losses": losses,
             "loss_hex": [value.hex() for value in losses],
         }

@@ -46,28 +46,20 @@ class ChildrenStopped(Exception):
     """Raised by ``start_child`` once ``stop_all`` ran: the gate is being interrupted."""
 
 
-class _Live:
-    """The children running now, across the gate's threads (``run_in_parallel``).
-
-    Module state on purpose, and the only such state here: a Ctrl-C reaches the main
-    thread alone, and each child runs in a session of its own, so the signal reaches no
-    child either. ``stop_all`` must find every child that any thread started.
-    """
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.processes: set[subprocess.Popen[bytes]] = set()
-        self.stopping = False
-
-
-_LIVE = _Live()
+#: The children running now, across the gate's threads (``run_in_parallel``), and whether
+#: ``stop_all`` ran. Module state on purpose, and the only such state here: a Ctrl-C
+#: reaches the main thread alone, and each child runs in a session of its own, so the
+#: signal reaches no child either. ``stop_all`` must find every child that any thread started.
+_LOCK = threading.Lock()
+_RUNNING: set[subprocess.Popen[bytes]] = set()
+_STOPPING = threading.Event()
 
 
 def stop_all() -> None:
     """Kill every running child's process group; no further child starts."""
-    with _LIVE.lock:
-        _LIVE.stopping = True
-        running = list(_LIVE.processes)
+    with _LOCK:
+        _STOPPING.set()
+        running = list(_RUNNING)
     for process in running:
         _kill_group(process)
 
@@ -77,7 +69,6 @@ class ChildResult:
     """What one child process did: its report, or why there is none."""
 
     name: str
-    argv: list[str]
     returncode: int | None
     wall_s: float
     report: dict[str, Any] | None
@@ -145,7 +136,7 @@ def start_child(
     env: Mapping[str, str],
     *,
     script: Path = CHILD_SCRIPT,
-) -> tuple[subprocess.Popen[bytes], list[str], Path, Path, float]:
+) -> tuple[subprocess.Popen[bytes], Path, Path, float]:
     """Start a child without waiting; ``finish_child`` collects it.
 
     ``script`` is another child program of this directory with the same contract
@@ -159,8 +150,8 @@ def start_child(
     # Printed: only what the child's environment adds to the inherited one.
     policy = {k: v for k, v in env.items() if k not in os.environ or os.environ[k] != v}
     log.command(argv, env=policy)
-    with _LIVE.lock, open(log_path, "wb") as log_file:
-        if _LIVE.stopping:
+    with _LOCK, open(log_path, "wb") as log_file:
+        if _STOPPING.is_set():
             raise ChildrenStopped(name)
         process = subprocess.Popen(
             argv,
@@ -170,8 +161,8 @@ def start_child(
             env=dict(env),
             start_new_session=True,  # its own process group, killed as one on timeout
         )
-        _LIVE.processes.add(process)
-    return process, argv, out, log_path, time.monotonic()
+        _RUNNING.add(process)
+    return process, out, log_path, time.monotonic()
 
 
 def cpu_seconds(pid: int) -> float | None:
@@ -214,7 +205,7 @@ def _wait(
 
 
 def finish_child(
-    started: tuple[subprocess.Popen[bytes], list[str], Path, Path, float],
+    started: tuple[subprocess.Popen[bytes], Path, Path, float],
     name: str,
     timeout_s: float,
     *,
@@ -223,14 +214,14 @@ def finish_child(
 ) -> ChildResult:
     """Wait for a child; on timeout or a stall (``stall_s``; optionally after taking its
     native stacks) kill it."""
-    process, argv, out, log_path, began = started
+    process, out, log_path, began = started
     timed_out = False
     extra: dict[str, Any] = {}
     try:
         stalled = _wait(process, began, timeout_s, stall_s)
         if stalled is not None:
             extra["stalled_s"] = round(stalled, 1)
-            raise subprocess.TimeoutExpired(argv, timeout_s)
+            raise subprocess.TimeoutExpired(process.args, timeout_s)
     except subprocess.TimeoutExpired:
         timed_out = True
         if stacks_on_timeout:
@@ -252,8 +243,8 @@ def finish_child(
         _kill_group(process)
         raise
     finally:
-        with _LIVE.lock:
-            _LIVE.processes.discard(process)
+        with _LOCK:
+            _RUNNING.discard(process)
     wall = time.monotonic() - began
     report: dict[str, Any] | None = None
     if not timed_out:
@@ -264,7 +255,6 @@ def finish_child(
             report = None
     return ChildResult(
         name=name,
-        argv=argv,
         returncode=process.returncode,
         wall_s=wall,
         report=report,
@@ -345,11 +335,10 @@ def runtime_env(
     cache_dir: Path | None = None,
     read_only: bool = False,
     cpu_devices: int | None = None,
-    base: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The users' runtime policy, set before the child imports torch_xla."""
     # A child process inherits this environment (PATH, proxies, TMPDIR): not a setting.
-    env = dict(os.environ if base is None else base)
+    env = dict(os.environ)
     # Flags inherited from the caller's shell must not change what is measured.
     for key in ("XLA_PERSISTENT_CACHE_PATH", "XLA_PERSISTENT_CACHE_READ_ONLY", "XLA_USE_SPMD"):
         env.pop(key, None)
@@ -394,5 +383,4 @@ def run_in_parallel(tasks: Sequence[Callable[[], T]], *, side_by_side: bool) -> 
                 raise next((e for e in errors if not isinstance(e, ChildrenStopped)), errors[0])
             return [f.result() for f in futures]
     finally:
-        with _LIVE.lock:
-            _LIVE.stopping = False
+        _STOPPING.clear()

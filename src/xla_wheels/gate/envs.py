@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -57,22 +56,6 @@ STOCK_SPECS: dict[str, StockEnvSpec] = {
 DEFAULT_STOCK = "2.9.0"
 
 
-def _python_tag(base_python: str) -> tuple[str, str]:
-    """(``3.11``, ``cp311``) of an interpreter, asked from the interpreter itself."""
-    argv = [base_python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"]
-    try:
-        result = runner.run(argv, echo="none", timeout=60)
-    except (OSError, runner.StepTimedOut) as error:
-        result = subprocess.CompletedProcess(argv, -1, "", str(error))
-    out = result.stdout.strip()
-    if result.returncode != 0:
-        raise GateEnvironmentError(
-            f"cannot run the base interpreter {base_python}: {result.stderr.strip()[-500:]}",
-            fix="pass a working Python 3 interpreter",
-        )
-    return out, "cp" + out.replace(".", "")
-
-
 def env_name(spec: StockEnvSpec, python_tag: str) -> str:
     machine = f"{sys.platform}-{platform.machine()}"
     return f"stock-torch{spec.torch}-xla{spec.torch_xla}-{python_tag}-{machine}"
@@ -88,29 +71,6 @@ def _read_marker(env_dir: Path) -> dict[str, object] | None:
 
 def env_python(env_dir: Path) -> Path:
     return env_dir / "bin" / "python"
-
-
-def find_stock_env(
-    version: str, *, root: Path, base_python: str | None = None
-) -> Path | None:
-    """The python of an already complete stock environment, or None."""
-    spec = _spec(version)
-    _, tag = _python_tag(base_python or sys.executable)
-    env_dir = root / "envs" / env_name(spec, tag)
-    if _read_marker(env_dir) is not None and env_python(env_dir).exists():
-        return env_python(env_dir)
-    return None
-
-
-def _spec(version: str) -> StockEnvSpec:
-    try:
-        return STOCK_SPECS[version]
-    except KeyError:
-        known = ", ".join(sorted(STOCK_SPECS))
-        raise GateEnvironmentError(
-            f"no stock environment is defined for torch_xla {version}",
-            fix=f"use one of: {known}",
-        ) from None
 
 
 def _run_logged(argv: list[str], log_file: Path, *, env: dict[str, str] | None = None) -> None:
@@ -158,18 +118,29 @@ def check_wheels_exist(spec: StockEnvSpec, py_version: str, pip_python: str) -> 
         )
 
 
-def ensure_stock_env(
-    version: str = DEFAULT_STOCK, *, root: Path, base_python: str | None = None
-) -> Path:
-    """The python of the cached stock environment, building it first if needed."""
-    spec = _spec(version)
-    base = base_python or sys.executable
-    py_version, tag = _python_tag(base)
-    name = env_name(spec, tag)
+def ensure_stock_env(version: str, *, root: Path) -> Path:
+    """The python of the cached stock environment, building it first if needed.
+
+    Its venv is made by this interpreter, so it has this interpreter's Python version.
+    """
+    try:
+        spec = STOCK_SPECS[version]
+    except KeyError:
+        raise GateEnvironmentError(
+            f"no stock environment is defined for torch_xla {version}",
+            fix=f"use one of: {', '.join(sorted(STOCK_SPECS))}",
+        ) from None
+    py_version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    name = env_name(spec, "cp" + py_version.replace(".", ""))
 
     def build(tmp: Path) -> dict[str, object]:
         with log.section(f"create stock environment {name} (once per machine, ~7 GB)"):
-            _build(spec, base, py_version, tmp)
+            check_wheels_exist(spec, py_version, sys.executable)
+            build_log = tmp / "build.log"
+            _run_logged([sys.executable, "-m", "venv", *VENV_OPTIONS, str(tmp)], build_log)
+            python = str(env_python(tmp))
+            _install(python, spec, build_log)
+            _verify(python, build_log)
         return {"spec": asdict(spec), "python": py_version, "created": time.time()}
 
     final = make_once(
@@ -198,12 +169,3 @@ def _verify(python: str, build_log: Path) -> None:
         # A child process: it inherits this environment (proxies, TMPDIR) on purpose.
         env={"PJRT_DEVICE": "CPU"},
     )
-
-
-def _build(spec: StockEnvSpec, base: str, py_version: str, tmp: Path) -> None:
-    check_wheels_exist(spec, py_version, base)
-    build_log = tmp / "build.log"
-    _run_logged([base, "-m", "venv", *VENV_OPTIONS, str(tmp)], build_log)
-    python = str(env_python(tmp))
-    _install(python, spec, build_log)
-    _verify(python, build_log)

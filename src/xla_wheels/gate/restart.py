@@ -193,12 +193,9 @@ def summarize(result: ChildResult) -> dict[str, Any]:
     if result.timed_out:
         row["timed_out"] = True
     row.update(result.extra)
-    if "has_set_custom_compile_options" in report:
-        row["has_set_custom_compile_options"] = report["has_set_custom_compile_options"]
-    if "loss_hex" in report:
-        row["loss_hex"] = list(report["loss_hex"])
-    if "hbm" in report:
-        row["hbm"] = report["hbm"]
+    for key in ("has_set_custom_compile_options", "loss_hex", "hbm"):
+        if key in report:
+            row[key] = report[key]
     for key in (
         "import_s",
         "ready_s",

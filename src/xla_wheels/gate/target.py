@@ -9,7 +9,6 @@ torch_xla import that raises, a device that is not there, a probe that hangs) be
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,13 +76,9 @@ def resolve_target(
     python: Path,
     device: str | None,
     *,
-    workdir: Path | None = None,
+    workdir: Path,
     timeout_s: float = 300.0,
 ) -> Target:
-    if device is not None and device not in DEVICES:
-        raise GateEnvironmentError(
-            f"unknown device {device!r}", fix=f"use one of: {', '.join(DEVICES)}"
-        )
     if not python.exists() or not os.access(python, os.X_OK):
         raise GateEnvironmentError(
             f"{python} is not an executable interpreter",
@@ -96,11 +91,10 @@ def resolve_target(
             "GATE_DEVICE=TPU but this host has no TPU chips (no /dev/accel*, no /dev/vfio groups)",
             fix="run on a Cloud TPU VM, or use GATE_DEVICE=CPU",
         )
-    own = workdir or Path(tempfile.mkdtemp(prefix="xla-gate-probe-"))
     result = run_child(
         python,
         f"probe-{chosen.lower()}",
-        own,
+        workdir,
         ["--mode", "probe"],
         runtime_env(chosen),
         timeout_s,

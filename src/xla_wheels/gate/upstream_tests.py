@@ -25,7 +25,6 @@ import subprocess
 import tempfile
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,9 +68,10 @@ def read_test_file(checkout: Path, revision: str | None = None) -> str:
     if revision is None and (checkout / TEST_PATH).is_file():
         return (checkout / TEST_PATH).read_text(encoding="utf-8")
     spec = f"{revision or 'HEAD'}:{TEST_PATH}"
+    git_dir = checkout / ".git" if (checkout / ".git").exists() else checkout
     try:
         shown = subprocess.run(
-            ["git", "--git-dir", str(_git_dir(checkout)), "show", spec],
+            ["git", "--git-dir", str(git_dir), "show", spec],
             capture_output=True,
             text=True,
             timeout=60,
@@ -86,10 +86,6 @@ def read_test_file(checkout: Path, revision: str | None = None) -> str:
             fix="pass --upstream-tests a pytorch/xla checkout (work tree or bare repository)",
         )
     return shown.stdout  # ok implies shown is set
-
-
-def _git_dir(checkout: Path) -> Path:
-    return checkout / ".git" if (checkout / ".git").exists() else checkout
 
 
 def parse_junit(text: str) -> list[CaseResult]:
@@ -163,7 +159,6 @@ def run_upstream_test(
     *,
     revision: str | None = None,
     timeout_s: float = 900.0,
-    base_env: Mapping[str, str] | None = None,
     prepared: tuple[str, int] | None = None,
 ) -> CheckResult:
     began = time.monotonic()
@@ -177,7 +172,7 @@ def run_upstream_test(
         copy = Path(tmp) / "test_persistent_cache.py"
         copy.write_text(source, encoding="utf-8")
         (runs / "test_persistent_cache.lifted.py").write_text(source, encoding="utf-8")
-        env = runtime_env(target.device, cpu_devices=CPU_DEVICES, base=base_env)
+        env = runtime_env(target.device, cpu_devices=CPU_DEVICES)
         env["TMPDIR"] = tmp
         argv = [str(target.python), str(copy), f"--xml_output_file={junit}"]
         log.command(argv)
