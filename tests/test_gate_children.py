@@ -8,6 +8,7 @@ would wait in vain; side by side, each sees the other.
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -157,3 +158,35 @@ def test_checks_side_by_side_stop_every_child_when_one_fails(tmp_path: Path) -> 
 
 def _is_zombie(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+# Counts this process's child processes once torch_xla is imported.
+COUNT_CHILD_PROCESSES = """
+import pathlib, torch_xla
+tasks = pathlib.Path("/proc/self/task").iterdir()
+print(sum(len((task / "children").read_text().split()) for task in tasks))
+"""
+
+
+def test_the_gate_environment_starts_no_inductor_compile_workers(
+    stock_xla_python_27: Path, tmp_path: Path
+) -> None:
+    # Stock torch 2.7.0 from PyPI brings triton, so importing torch_xla starts inductor's
+    # compile worker processes; under the gate's environment it must start none.
+    env = runtime_env("CPU")
+    counted = [
+        subprocess.run(
+            [str(stock_xla_python_27), "-c", COUNT_CHILD_PROCESSES],
+            env=run_env, capture_output=True, text=True, check=True, cwd=tmp_path,
+        ).stdout.split()[-1]
+        for run_env in (env, {**env, "TORCH_WARM_POOL": "1"})
+    ]  # fmt: skip
+    assert counted[0] == "0"
+    # The control: with the pool on, the same import starts workers, so the count can fail.
+    assert int(counted[1]) > 0
+
+
+def test_a_callers_own_warm_pool_setting_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert runtime_env("CPU")["TORCH_WARM_POOL"] == "0"
+    monkeypatch.setenv("TORCH_WARM_POOL", "1")
+    assert runtime_env("CPU")["TORCH_WARM_POOL"] == "1"

@@ -345,6 +345,15 @@ def runtime_env(
     env["PJRT_DEVICE"] = device
     env["XLA_NO_SPECIAL_SCALARS"] = "1"
     env["PYTHONUNBUFFERED"] = "1"
+    # torch 2.7 starts inductor's compile worker processes when torch._inductor is imported
+    # (torch_xla imports it) if triton is installed, as the CUDA wheels of torch on PyPI
+    # install it: processes that only serve inductor's Triton backend, which torch_xla never
+    # uses, and that cost about 4 s of CPU per child beside the one measured (measured on
+    # stock 2.7.0: 8.7 s -> 4.8 s for `--mode import`). TPU hosts' CPU wheels have no triton
+    # and never start them. Off unless the caller's environment says otherwise. See
+    # https://github.com/pytorch/pytorch/blob/v2.7.0/torch/_inductor/async_compile.py
+    # (the TORCH_WARM_POOL test at the end of the module).
+    env.setdefault("TORCH_WARM_POOL", "0")
     # The child is run by path; a PYTHONPATH pointing into this project must not leak in.
     env.pop("PYTHONPATH", None)
     if cache_dir is not None:
