@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.gate_helpers import process_alive
 from xla_wheels.gate.children import (
     ChildSpec,
     finish_child,
@@ -150,14 +151,10 @@ def test_checks_side_by_side_stop_every_child_when_one_fails(tmp_path: Path) -> 
     with pytest.raises(RuntimeError, match="not writable"):
         run_in_parallel([blocked_check, failing_check], side_by_side=True)
     assert time.monotonic() - began < 30, "the blocked child was killed, not waited for"
-    assert not Path(f"/proc/{started[0]}").exists() or _is_zombie(started[0])
+    assert not process_alive(started[0])
     # The stop ends with the run: a later gate in this process starts children again.
     result, _ = _compute_then(tmp_path, "compute", 0, stall_s=None, timeout=60)
     assert result.ok
-
-
-def _is_zombie(pid: int) -> bool:
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
 
 
 # Counts this process's child processes once torch_xla is imported.
@@ -169,10 +166,11 @@ print(sum(len((task / "children").read_text().split()) for task in tasks))
 
 
 def test_the_gate_environment_starts_no_inductor_compile_workers(
-    stock_xla_python_27: Path, tmp_path: Path
+    stock_xla_python_27: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Stock torch 2.7.0 from PyPI brings triton, so importing torch_xla starts inductor's
     # compile worker processes; under the gate's environment it must start none.
+    monkeypatch.delenv("TORCH_WARM_POOL", raising=False)
     env = runtime_env("CPU")
     counted = [
         subprocess.run(
@@ -187,6 +185,7 @@ def test_the_gate_environment_starts_no_inductor_compile_workers(
 
 
 def test_a_callers_own_warm_pool_setting_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TORCH_WARM_POOL", raising=False)
     assert runtime_env("CPU")["TORCH_WARM_POOL"] == "0"
     monkeypatch.setenv("TORCH_WARM_POOL", "1")
     assert runtime_env("CPU")["TORCH_WARM_POOL"] == "1"
