@@ -6,6 +6,7 @@ the condition to mean anything: corrupting a file it wrote, two writers sharing 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
 import sys
@@ -128,27 +129,27 @@ def test_a_torch_xla_whose_import_raises_is_exit_2(stock_xla_python_29, tmp_path
     assert "Traceback" not in run.stderr
 
 
-def test_a_hanging_child_is_killed_with_its_process_group(stock_xla_python_27, tmp_path):
+def test_a_hanging_child_is_killed_with_its_process_group(target_27: Target, tmp_path: Path):
     pidfile = tmp_path / "grandchild.pid"
-    # Probes pass through to the real interpreter; the training child hangs, leaving a
-    # grandchild behind that only a process-group kill reaches.
+    # The training child hangs, leaving a grandchild behind that only a process-group kill
+    # reaches. The target was probed once for the module: a probe under the hanging
+    # interpreter would have to finish inside the same short timeout on a loaded machine.
     python = _script(
         tmp_path / "python",
         "#!/bin/sh\n"
         'case " $* " in *" --mode train "*)\n'
         f'  sleep 600 & echo $! > "{pidfile}"; sleep 600;;\n'
         "esac\n"
-        f'exec "{stock_xla_python_27}" "$@"\n',
+        f'exec "{target_27.python}" "$@"\n',
     )
-    run = run_gate_cli(
-        "gate", "--python", str(python), "--checks", "restart", "--child-timeout", "60",
-        out_dir=tmp_path / "o", timeout=400,
-    )  # fmt: skip
-    assert run.exit_code == 1, run.stderr
-    reasons = run.check("restart")["reasons"]
-    assert reasons == ["cold-1 did not finish: cold-1: timed out after 60s (process group killed)"]
+    hanging = dataclasses.replace(target_27, python=python)
+    config = restart.RestartConfig(child_timeout_s=5.0)
+    result = restart.run_restart_check(hanging, config, tmp_path / "runs", tmp_path)
+    assert not result.passed
+    assert result.reasons == [
+        "cold-1 did not finish: cold-1: timed out after 5s (process group killed)"
+    ]
     assert not process_alive(int(pidfile.read_text()))
-    assert "Traceback" not in run.stderr
 
 
 @pytest.mark.skipif(tpu_present(), reason="this host has TPU chips")
