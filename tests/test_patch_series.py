@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -113,13 +114,13 @@ def test_the_plan_prints_exactly_the_commands_the_patch_stage_runs(
     options = options_for(project, tmp_path)
     planned = next(s for s in plan(options, load_bundle(project, "test-1")) if s.name == "patches")
     executed: list[PlannedCommand] = []
-    real = patches_module.run_planned
+    real = patches_module.run_git
 
-    def recording(command: PlannedCommand) -> subprocess.CompletedProcess[str]:
+    def recording(command: PlannedCommand, **kwargs: Any) -> subprocess.CompletedProcess[str]:
         executed.append(command)
-        return real(command)  # the real git runs: nothing is mocked
+        return real(command, **kwargs)  # the real git runs: nothing is mocked
 
-    monkeypatch.setattr(patches_module, "run_planned", recording)
+    monkeypatch.setattr(patches_module, "run_git", recording)
     run_until(options, "test-1", "patches")
     assert executed == list(planned.commands)
     # ... and exactly the lines `make patch DRY_RUN=1` prints for the stage, in order.

@@ -37,19 +37,16 @@ from pathlib import Path
 from xla_wheels import filemode, log
 from xla_wheels.bundle import Bundle, Component, available_bundles, load_bundle
 from xla_wheels.errors import PatchError, PipelineError, UsageError
-from xla_wheels.gitutil import git, git_out, status_porcelain
+from xla_wheels.gitutil import compose, git, git_out, run_git, status_porcelain
 from xla_wheels.options import NetworkPolicy
 from xla_wheels.patches import (
-    DEFAULT_AUTHOR,
-    DEFAULT_DATE,
+    COMMIT_CONFIG,
     AppliedSeries,
-    _split_author,
+    PatchHeader,
     describe_series,
-    git_date,
     header_from_message,
     parse_patch,
     read_state,
-    run_planned,
     write_state,
 )
 from xla_wheels.plan import PlannedCommand
@@ -194,16 +191,12 @@ def _abbrev_of(path: Path) -> int:
     return DEFAULT_ABBREV
 
 
-def _check_identity(message: str, relpath: str, worktree: Path, commit: str) -> None:
+def _check_identity(header: PatchHeader, relpath: str, worktree: Path, commit: str) -> None:
     """The header's Author/Date are the commit's: refuse an author change made only in git
     (``commit --amend --author``), which export would otherwise drop without a word."""
-    fields = dict(
-        line.split(": ", 1)
-        for line in header_from_message(message).split("\n\n", 1)[0].splitlines()
-        if ": " in line
-    )
-    name, email = _split_author(fields.get("Author", DEFAULT_AUTHOR))
-    date = git_date(fields.get("Date", DEFAULT_DATE)).split()[0]
+    env = header.commit_env()
+    name, email = env["GIT_AUTHOR_NAME"], env["GIT_AUTHOR_EMAIL"]
+    date = env["GIT_AUTHOR_DATE"].split()[0]
     actual = git_out(["log", "-1", "--format=%an%x00%ae%x00%at", commit], cwd=worktree)
     if actual.split("\0") != [name, email, date]:
         raise PatchError(
@@ -269,9 +262,8 @@ def export_series(
     defects: list[LineDefect] = []
     for commit, ref in zip(commits, refs, strict=True):
         message = git(["cat-file", "commit", commit], cwd=worktree).stdout.partition("\n\n")[2]
-        _check_identity(message, ref.relpath, worktree, commit)
         text = patch_text(message, _diff(worktree, commit, _abbrev_of(ref.path)), new_pin)
-        _validate(text, ref.relpath, component_name)
+        _check_identity(_validate(text, ref.relpath, component_name), ref.relpath, worktree, commit)
         defects += _commit_defects(worktree, commit, f"patches/{ref.relpath}", text)
         current = ref.path.read_bytes() if ref.path.is_file() else b""
         changed = current != text.encode("utf-8")
@@ -333,12 +325,12 @@ def _commit_defects(worktree: Path, commit: str, patch: str, text: str) -> list[
     return list(unique.values())
 
 
-def _validate(text: str, relpath: str, component: str) -> None:
+def _validate(text: str, relpath: str, component: str) -> PatchHeader:
     with tempfile.TemporaryDirectory(prefix="xla-wheels-export-") as scratch:
         candidate = Path(scratch) / Path(relpath).name
         candidate.write_text(text, encoding="utf-8")
         try:
-            parse_patch(candidate, component=component)
+            return parse_patch(candidate, component=component)
         except PatchError as error:
             raise PatchError(
                 f"the commit for patches/{relpath} does not make a valid patch: "
@@ -397,32 +389,19 @@ def rewrite_pin(text: str, component: str, new_commit: str, where: str) -> str:
 # --- rebase --------------------------------------------------------------------------
 
 _REBASE_CONFIG = (
-    "-c", "commit.gpgsign=false",
-    "-c", "core.hooksPath=/dev/null",
-    "-c", "i18n.commitEncoding=UTF-8",
+    *COMMIT_CONFIG,
     "-c", "rebase.autoStash=false",
     "-c", "rebase.autoSquash=false",
     "-c", "rebase.updateRefs=false",
 )  # fmt: skip
 
 
-def _rebase_env() -> dict[str, str]:
-    name, email = _split_author(DEFAULT_AUTHOR)
-    date = git_date(DEFAULT_DATE)
+def _rebase_command(worktree: Path, *args: str) -> PlannedCommand:
     # A fixed committer keeps the rebased commits a function of their inputs, like the
     # patch stage's; GIT_EDITOR=true keeps each message as it is on --continue.
-    return {
-        "GIT_COMMITTER_NAME": name,
-        "GIT_COMMITTER_EMAIL": email,
-        "GIT_COMMITTER_DATE": date,
-        "GIT_EDITOR": "true",
-    }
-
-
-def _rebase_command(worktree: Path, *args: str) -> PlannedCommand:
-    return PlannedCommand(
-        ("git", *_REBASE_CONFIG, "rebase", *args), env=_rebase_env(), cwd=str(worktree)
-    )
+    env = {k: v for k, v in PatchHeader({}).commit_env().items() if "COMMITTER" in k}
+    env["GIT_EDITOR"] = "true"
+    return compose(["rebase", *args], cwd=worktree, config=_REBASE_CONFIG, env=env)
 
 
 @dataclass(frozen=True)
@@ -526,7 +505,7 @@ def start_rebase(
         state.base_commit, full, tuple(commits), tuple(ref.relpath for ref in component.patches)
     )
     filemode.write_by_rename(_rebase_path(worktree), record.to_json().encode())
-    _finish(worktree, bundle, component_name, run_planned(command), record)
+    _finish(worktree, bundle, component_name, run_git(command, check=False, echo=True), record)
     return RebaseResult(full, _check_build(step, component_name, worktree, record))
 
 
@@ -558,7 +537,7 @@ def continue_rebase(
         _require_clean(worktree, "patch-rebase CONTINUE=1")
         return RebaseResult(record.onto, _check_build(step, component_name, worktree, record))
     _refuse_defects_at_stop(worktree, bundle, component_name, record)
-    result = run_planned(_rebase_command(worktree, "--continue"))
+    result = run_git(_rebase_command(worktree, "--continue"), check=False, echo=True)
     _finish(worktree, bundle, component_name, result, record)
     return RebaseResult(record.onto, _check_build(step, component_name, worktree, record))
 

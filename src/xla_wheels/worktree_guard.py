@@ -38,7 +38,7 @@ from pathlib import Path
 from xla_wheels.bundle import Component
 from xla_wheels.errors import GitError, SourceError
 from xla_wheels.gitutil import GitRunner, compose, run_git
-from xla_wheels.patches import DEFAULT_AUTHOR, commit_message, parse_patch, split_patch
+from xla_wheels.patches import DEFAULT_AUTHOR, commit_message, parse_patch
 from xla_wheels.upstream_tree import (
     BUILD_OWNED,
     OPENXLA_PATCHES,
@@ -119,8 +119,7 @@ def expected_head(
             if tree is None:
                 return None  # the patch stage reports the conflict itself
             message_file = Path(scratch) / f"{number:04d}.msg"
-            header_text, _ = split_patch(ref.path.read_text(encoding="utf-8"))
-            message_file.write_text(commit_message(header_text), encoding="utf-8")
+            message_file.write_text(commit_message(header.text), encoding="utf-8")
             parent = runner(
                 compose(
                     ["commit-tree", tree, "-p", parent, "-F", str(message_file)],
