@@ -15,6 +15,7 @@ from tests.test_patch_stage import good_patches
 from xla_wheels import patches as patches_module
 from xla_wheels.bundle import load_bundle
 from xla_wheels.options import PipelineOptions
+from xla_wheels.patches import split_patch
 from xla_wheels.pipeline import plan, run_until
 from xla_wheels.plan import PlannedCommand, render_plan
 
@@ -60,7 +61,7 @@ def test_each_patch_becomes_one_commit_with_its_header_as_the_message(
             "xla-wheels patch series <patches@xla-wheels.invalid> 2000-01-01T00:00:00+00:00"
         )
     patch = options.root / "patches/torch_xla/0001-load.patch"
-    header = patch.read_text().split("\ndiff --git ")[0].rstrip("\n")
+    header = split_patch(patch.read_text())[0].rstrip("\n")
     first = lines[1].split()[0]
     # The Subject is the title (what `git log --oneline` shows); the header is the body.
     title, body = header.split("\n", 1)
