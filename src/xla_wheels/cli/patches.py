@@ -7,7 +7,7 @@ import os
 
 from xla_wheels import log
 from xla_wheels.bundle import COMPONENT_NAMES, Bundle, load_bundle
-from xla_wheels.cli.arguments import SwitchAction, add_bundle_arguments, add_switch
+from xla_wheels.cli.arguments import add_bundle_arguments, add_switch
 from xla_wheels.cli.settings import pipeline_options
 from xla_wheels.errors import UsageError
 from xla_wheels.options import PipelineOptions
@@ -20,7 +20,6 @@ from xla_wheels.patch_workflow import (
 from xla_wheels.run_lock import unless_dry_run
 from xla_wheels.series_build import judge
 from xla_wheels.sources import SourceCache
-from xla_wheels.values import SWITCH_SPELLINGS
 
 
 def cmd_patch_export(args: argparse.Namespace) -> int:
@@ -85,7 +84,7 @@ def cmd_patch_rebase(args: argparse.Namespace) -> int:
 def _rebase(
     options: PipelineOptions, bundle: Bundle, args: argparse.Namespace
 ) -> RebaseResult | None:
-    if args.continue_:
+    if getattr(args, "continue"):
         return continue_rebase(
             options.out_dir,
             bundle,
@@ -137,13 +136,7 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     elif name == "patch-rebase":
         _add_series_arguments(parser)
         parser.add_argument("--onto", help="the commit to carry the series onto")
-        parser.add_argument(
-            "--continue",
-            dest="continue_",
-            action=SwitchAction,
-            default=False,
-            help=f"continue after resolving a conflict [{SWITCH_SPELLINGS}]",
-        )
+        add_switch(parser, "--continue", help="continue after resolving a conflict")
         parser.set_defaults(handler=cmd_patch_rebase)
     else:
         raise ValueError(f"{name} is not a subcommand of {__name__}")
