@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from xla_wheels import filemode, log
-from xla_wheels.bundle import Bundle, Component, available_bundles, load_bundle
+from xla_wheels.bundle import Bundle, Component, PatchRef, available_bundles, load_bundle
 from xla_wheels.errors import PatchError, PipelineError, UsageError
 from xla_wheels.gitutil import compose, git, git_out, run_git, status_porcelain
 from xla_wheels.options import NetworkPolicy
@@ -257,7 +257,7 @@ def export_series(
             "match, then export again; nothing was changed",
         )
     applied = {patch.relpath: patch.sha256 for patch in state.patches}
-    planned: list[tuple[Path, str, bool]] = []
+    planned: list[tuple[PatchRef, str, bool]] = []
     hand_edited: list[str] = []
     defects: list[LineDefect] = []
     for commit, ref in zip(commits, refs, strict=True):
@@ -269,7 +269,7 @@ def export_series(
         changed = current != text.encode("utf-8")
         if changed and hashlib.sha256(current).hexdigest() != applied.get(ref.relpath):
             hand_edited.append(f"patches/{ref.relpath}")
-        planned.append((ref.path, text, changed))
+        planned.append((ref, text, changed))
     refuse(
         defects,
         f"the commits on {base[:12]} in {worktree}",
@@ -291,18 +291,15 @@ def export_series(
         manifest = bundle.path.read_text(encoding="utf-8")
         pin_text = rewrite_pin(manifest, component.name, new_pin, str(bundle.path))
     report = ExportReport(
-        tuple(
-            ExportedPatch(ref.relpath, changed)
-            for ref, (_, _, changed) in zip(refs, planned, strict=True)
-        ),
+        tuple(ExportedPatch(ref.relpath, changed) for ref, _, changed in planned),
         new_pin,
         _shared_with(root, bundle, component, new_pin or state.base_commit),
     )
     if dry_run:
         return report
-    for path, text, changed in planned:
+    for ref, text, changed in planned:
         if changed:
-            filemode.write_by_rename(path, text.encode("utf-8"))
+            filemode.write_by_rename(ref.path, text.encode("utf-8"))
     if pin_text is not None:
         filemode.write_by_rename(bundle.path, pin_text.encode("utf-8"))
         _rebase_path(worktree).unlink(missing_ok=True)
@@ -522,18 +519,14 @@ def continue_rebase(
     yet, run the compiled checks again (after a fix to a patch that did not build)."""
     worktree, _ = _require_series(out_dir, bundle, component_name)
     record = _read_rebase(worktree)
-    if record is None:
+    rebasing = record is not None and _rebase_in_progress(worktree)
+    if record is None or not (rebasing or _descends(worktree, record.onto)):
         raise PatchError(
             f"no patch-rebase is under way in {worktree}",
             fix="start one with ONTO=<commit>",
         )
     step = check_step(root, cache_dir, out_dir, bundle, component_name, record.onto, network)
-    if not _rebase_in_progress(worktree):
-        if not _descends(worktree, record.onto):
-            raise PatchError(
-                f"no patch-rebase is under way in {worktree}",
-                fix="start one with ONTO=<commit>",
-            )
+    if not rebasing:
         _require_clean(worktree, "patch-rebase CONTINUE=1")
         return RebaseResult(record.onto, _check_build(step, component_name, worktree, record))
     _refuse_defects_at_stop(worktree, bundle, component_name, record)

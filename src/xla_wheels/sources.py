@@ -328,23 +328,16 @@ def staging_name(repo: Path) -> str:
     return f".{repo.name}."
 
 
+@dataclass
 class SourceCache:
     """Bare repositories under ``<cache>/sources``, one per (component, remote)."""
 
-    def __init__(
-        self,
-        root: Path,
-        mirror: str | None,
-        runner: GitRunner = run_git,
-        progress_interval: float = 30.0,
-        network: NetworkPolicy = DEFAULT_NETWORK,
-    ) -> None:
-        self.root = root
-        self.mirror = mirror
-        self.run = runner
-        self.progress_interval = progress_interval
-        self.network = network
-        """Bounds and retries every fetch (``PipelineOptions.network``)."""
+    root: Path
+    mirror: str | None
+    run: GitRunner = run_git
+    progress_interval: float = 30.0
+    network: NetworkPolicy = DEFAULT_NETWORK
+    """Bounds and retries every fetch (``PipelineOptions.network``)."""
 
     def repo_for(self, component: Component) -> Path:
         digest = hashlib.sha256(component.remote.encode()).hexdigest()[:12]
