@@ -38,7 +38,8 @@ from xla_wheels import filemode, log
 from xla_wheels.bundle import Bundle, Component, PatchRef, available_bundles, load_bundle
 from xla_wheels.errors import PatchError, PipelineError, UsageError
 from xla_wheels.gitutil import compose, git, git_out, run_git, status_porcelain
-from xla_wheels.options import NetworkPolicy
+from xla_wheels.layout import BundleLayout
+from xla_wheels.options import PipelineOptions
 from xla_wheels.patches import (
     COMMIT_CONFIG,
     AppliedSeries,
@@ -115,17 +116,15 @@ class ExportReport:
     """Other bundles that list one of these patch files at another pin."""
 
 
-def worktree_for(out_dir: Path, bundle: Bundle, component: str) -> Path:
-    return out_dir / bundle.name / "src" / component
-
-
 def _rebase_path(worktree: Path) -> Path:
     return worktree.with_name(worktree.name + REBASE_SUFFIX)
 
 
-def _require_series(out_dir: Path, bundle: Bundle, component: str) -> tuple[Path, AppliedSeries]:
+def _require_series(
+    options: PipelineOptions, bundle: Bundle, component: str
+) -> tuple[Path, AppliedSeries]:
     """The component's worktree and the series the patch stage recorded there."""
-    worktree = worktree_for(out_dir, bundle, component)
+    worktree = BundleLayout.of(options, bundle.name).worktree(component)
     if not worktree.is_dir():
         raise UsageError(
             f"{worktree} does not exist",
@@ -208,17 +207,12 @@ def _check_identity(header: PatchHeader, relpath: str, worktree: Path, commit: s
 
 
 def export_series(
-    root: Path,
-    out_dir: Path,
-    bundle: Bundle,
-    component_name: str,
-    *,
-    force: bool = False,
-    dry_run: bool = False,
+    options: PipelineOptions, bundle: Bundle, component_name: str, *, force: bool = False
 ) -> ExportReport:
     """Write the worktree's branch back as the bundle's patch files (see module doc)."""
+    root, dry_run = options.root, options.dry_run
     component = bundle.component(component_name)
-    worktree, state = _require_series(out_dir, bundle, component_name)
+    worktree, state = _require_series(options, bundle, component_name)
     if _rebase_in_progress(worktree):
         raise PatchError(
             f"a rebase is under way in {worktree}",
@@ -434,18 +428,19 @@ class RebaseResult:
 
 
 def check_step(
-    root: Path,
-    cache_dir: Path,
-    out_dir: Path,
-    bundle: Bundle,
-    component: str,
-    onto: str,
-    network: NetworkPolicy,
+    options: PipelineOptions, bundle: Bundle, component: str, onto: str
 ) -> BuildCheckStep | None:
     """The compiled checks a finished rebase runs (``None``: the series has none)."""
-    worktree = worktree_for(out_dir, bundle, component)
-    work = worktree.parent.parent / "checks" / component
-    return build_check_step(root, cache_dir, component, worktree, onto, work, network=network)
+    layout = BundleLayout.of(options, bundle.name)
+    return build_check_step(
+        options.root,
+        options.cache_dir,
+        component,
+        layout.worktree(component),
+        onto,
+        layout.work / "checks" / component,
+        network=options.network,
+    )
 
 
 def _check_build(
@@ -463,16 +458,7 @@ def _check_build(
 
 
 def start_rebase(
-    options_cache: SourceCache,
-    out_dir: Path,
-    bundle: Bundle,
-    component_name: str,
-    onto: str,
-    *,
-    root: Path,
-    cache_dir: Path,
-    network: NetworkPolicy,
-    dry_run: bool = False,
+    options: PipelineOptions, bundle: Bundle, component_name: str, onto: str
 ) -> RebaseResult:
     """Carry the series onto ``onto``, then run its compiled checks there (module doc)."""
     if not _HEX.fullmatch(onto):
@@ -481,7 +467,7 @@ def start_rebase(
             fix="pass 7 to 40 lowercase hex digits (for a tag: `git rev-parse <tag>^{commit}`)",
         )
     component = bundle.component(component_name)
-    worktree, state = _require_series(out_dir, bundle, component_name)
+    worktree, state = _require_series(options, bundle, component_name)
     if _rebase_in_progress(worktree):
         raise PatchError(
             f"a rebase is already under way in {worktree}",
@@ -490,10 +476,11 @@ def start_rebase(
         )
     _require_clean(worktree, "patch-rebase")
     # The worktree shares the cache repository's objects: fetch the target there.
-    full = options_cache.resolve(replace(component, commit=onto))
+    cache = SourceCache(options.source_cache, options.mirror, network=options.network)
+    full = cache.resolve(replace(component, commit=onto))
     command = _rebase_command(worktree, "--empty=ask", "--onto", full, state.base_commit)
-    step = check_step(root, cache_dir, out_dir, bundle, component_name, full, network)
-    if dry_run:
+    step = check_step(options, bundle, component_name, full)
+    if options.dry_run:
         print(command.render())
         print(step.render() if step else no_step_line(component_name))
         return RebaseResult(full, None)
@@ -506,18 +493,10 @@ def start_rebase(
     return RebaseResult(full, _check_build(step, component_name, worktree, record))
 
 
-def continue_rebase(
-    out_dir: Path,
-    bundle: Bundle,
-    component_name: str,
-    *,
-    root: Path,
-    cache_dir: Path,
-    network: NetworkPolicy,
-) -> RebaseResult:
+def continue_rebase(options: PipelineOptions, bundle: Bundle, component_name: str) -> RebaseResult:
     """Go on after the user resolved a stop; after a finished rebase that is not exported
     yet, run the compiled checks again (after a fix to a patch that did not build)."""
-    worktree, _ = _require_series(out_dir, bundle, component_name)
+    worktree, _ = _require_series(options, bundle, component_name)
     record = _read_rebase(worktree)
     rebasing = record is not None and _rebase_in_progress(worktree)
     if record is None or not (rebasing or _descends(worktree, record.onto)):
@@ -525,7 +504,7 @@ def continue_rebase(
             f"no patch-rebase is under way in {worktree}",
             fix="start one with ONTO=<commit>",
         )
-    step = check_step(root, cache_dir, out_dir, bundle, component_name, record.onto, network)
+    step = check_step(options, bundle, component_name, record.onto)
     if not rebasing:
         _require_clean(worktree, "patch-rebase CONTINUE=1")
         return RebaseResult(record.onto, _check_build(step, component_name, worktree, record))

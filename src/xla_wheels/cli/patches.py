@@ -19,21 +19,13 @@ from xla_wheels.patch_workflow import (
 )
 from xla_wheels.run_lock import unless_dry_run
 from xla_wheels.series_build import judge
-from xla_wheels.sources import SourceCache
 
 
 def cmd_patch_export(args: argparse.Namespace) -> int:
     options = pipeline_options(args, os.environ)
     bundle = load_bundle(options.root, args.bundle)
     with unless_dry_run(options.dry_run, options.out_dir, bundle.name, "patch-export"):
-        report = export_series(
-            options.root,
-            options.out_dir,
-            bundle,
-            args.component,
-            force=args.force,
-            dry_run=options.dry_run,
-        )
+        report = export_series(options, bundle, args.component, force=args.force)
     verb = "would write" if options.dry_run else "wrote"
     for patch in report.patches:
         print(f"{verb if patch.changed else 'unchanged'}: patches/{patch.relpath}")
@@ -85,30 +77,12 @@ def _rebase(
     options: PipelineOptions, bundle: Bundle, args: argparse.Namespace
 ) -> RebaseResult | None:
     if getattr(args, "continue"):
-        return continue_rebase(
-            options.out_dir,
-            bundle,
-            args.component,
-            root=options.root,
-            cache_dir=options.cache_dir,
-            network=options.network,
-        )
+        return continue_rebase(options, bundle, args.component)
     if not args.onto:
         raise UsageError(
             "no target commit given", fix="pass ONTO=<commit> (make) or --onto <commit>"
         )
-    cache = SourceCache(options.source_cache, options.mirror, network=options.network)
-    result = start_rebase(
-        cache,
-        options.out_dir,
-        bundle,
-        args.component,
-        args.onto,
-        root=options.root,
-        cache_dir=options.cache_dir,
-        network=options.network,
-        dry_run=options.dry_run,
-    )
+    result = start_rebase(options, bundle, args.component, args.onto)
     return None if options.dry_run else result
 
 
