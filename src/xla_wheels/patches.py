@@ -50,7 +50,7 @@ from xla_wheels.bundle import Component, PatchRef
 from xla_wheels.errors import PatchError, PatchFileError
 from xla_wheels.gitutil import compose, git, git_out, run_git, status_porcelain
 from xla_wheels.plan import PlannedCommand
-from xla_wheels.series_hygiene import LineDefect, scan_patch_text
+from xla_wheels.series_hygiene import DIFF_FILE, LineDefect, scan_patch_text
 
 REQUIRED_KEYS = ("Subject", "Component", "Base", "Fixes", "Why", "Upstream", "Files")
 OPTIONAL_KEYS = ("Verified", "Not-verified", "Author", "Date")
@@ -63,7 +63,6 @@ MESSAGES_SUFFIX = ".messages"
 """``<worktree>.messages/``: the commit message files (``git commit -F``) of a series."""
 _AUTHOR = re.compile(r"([^<>]+?)\s*<([^<>\s]+)>")
 _HEADER_LINE = re.compile(r"([A-Z][A-Za-z-]*):\s?(.*)")
-_DIFF_FILE = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.MULTILINE)
 _FAILED_AT = re.compile(r"error: patch failed: (.+):(\d+)")
 _NO_FILE = re.compile(r"error: (.+): (No such file or directory|does not exist in index)")
 _HUNK = re.compile(r"^@@ -(\d+)(?:,\d+)? \+\d+(?:,\d+)? @@.*$", re.MULTILINE)
@@ -87,24 +86,18 @@ class PatchHeader:
 
     def commit_env(self) -> dict[str, str]:
         """The fixed git identity and dates of this patch's commit (author and committer)."""
-        name, email = _split_author(self.fields.get("Author", DEFAULT_AUTHOR))
-        committer, committer_email = _split_author(DEFAULT_AUTHOR)
+        author = _AUTHOR.fullmatch(self.fields.get("Author", DEFAULT_AUTHOR))
+        committer = _AUTHOR.fullmatch(DEFAULT_AUTHOR)
+        assert author and committer  # parse_patch refuses an Author that is not 'Name <email>'
         date = git_date(self.fields.get("Date", DEFAULT_DATE))
         return {
-            "GIT_AUTHOR_NAME": name,
-            "GIT_AUTHOR_EMAIL": email,
+            "GIT_AUTHOR_NAME": author[1],
+            "GIT_AUTHOR_EMAIL": author[2],
             "GIT_AUTHOR_DATE": date,
-            "GIT_COMMITTER_NAME": committer,
-            "GIT_COMMITTER_EMAIL": committer_email,
+            "GIT_COMMITTER_NAME": committer[1],
+            "GIT_COMMITTER_EMAIL": committer[2],
             "GIT_COMMITTER_DATE": date,
         }
-
-
-def _split_author(text: str) -> tuple[str, str]:
-    match = _AUTHOR.fullmatch(text)
-    if match is None:
-        raise ValueError(f"not 'Name <email>': {text!r}")
-    return match.group(1), match.group(2)
 
 
 def git_date(iso: str) -> str:
@@ -226,7 +219,7 @@ def parse_patch(path: Path, *, component: str | None = None) -> PatchHeader:
             f"under {component}",
             fix="move the file to the right component's series",
         )
-    touched = tuple(dict.fromkeys(match.group(2) for match in _DIFF_FILE.finditer(diff_text)))
+    touched = tuple(dict.fromkeys(match.group(2) for match in DIFF_FILE.finditer(diff_text)))
     header = PatchHeader(fields, header_text)
     if set(header.declared_files) != set(touched):
         raise PatchFileError(
