@@ -343,9 +343,6 @@ class SourceCache:
         digest = hashlib.sha256(component.remote.encode()).hexdigest()[:12]
         return self.root / f"{component.name}-{digest}.git"
 
-    def ensure_repo(self, component: Component) -> Path:
-        return self._ensure_bare(self.repo_for(component))
-
     def module_repo_for(self, url: str) -> Path:
         """The bare cache of one submodule remote (shared by every superproject)."""
         digest = hashlib.sha256(url.encode()).hexdigest()[:12]
@@ -386,7 +383,7 @@ class SourceCache:
                 f"{component.name} has no pinned commit: {component.unpinned_reason}",
                 fix=f'set [components.{component.name}] commit = "<sha>" in the bundle',
             )
-        repo = self.ensure_repo(component)
+        repo = self._ensure_bare(self.repo_for(component))
         if not self.has_commit(repo, component.commit):
             if not allow_fetch:
                 raise SourceError(
@@ -516,7 +513,7 @@ class SourceCache:
         user's (edits, untracked files, commits not made by the patch stage) stops the run
         and nothing is touched.
         """
-        repo = self.ensure_repo(component)
+        repo = self._ensure_bare(self.repo_for(component))
         if worktree.exists():
             check = worktree_guard.inspect(worktree, repo, component, commit, self.run)
             worktree_guard.refuse_user_work(check, bundle, component.name)
