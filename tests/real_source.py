@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.gitrepos import GIT_ENV, REPO_ROOT, git
-from xla_wheels.patches import commit_message
+from xla_wheels.patches import commit_message, split_patch
 
 BASE = "c04e61c3424142c0eebcc9e59984b9d8fced18c0"
 V2_9_0_TAG = "v2.9.0"
@@ -112,8 +112,7 @@ def apply_series(tree: Path, patches: list[Path]) -> list[str]:
         git(tree, "apply", "--whitespace=error-all", str(patch))
         git(tree, "add", "-A")
         # The patch stage's own message: the Subject as the title, the header as the body.
-        header, _, _ = patch.read_text(encoding="utf-8").partition("\ndiff --git ")
-        message = commit_message(header + "\n")
+        message = commit_message(split_patch(patch.read_text(encoding="utf-8"))[0])
         git(tree, "commit", "-q", "--no-verify", "-F", "-", input_text=message)
         commits.append(git(tree, "rev-parse", "HEAD"))
     return commits

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,7 @@ from tests.test_patch_stage import good_patches
 from xla_wheels import patches as patches_module
 from xla_wheels.bundle import load_bundle
 from xla_wheels.options import PipelineOptions
+from xla_wheels.patches import split_patch
 from xla_wheels.pipeline import plan, run_until
 from xla_wheels.plan import PlannedCommand, render_plan
 
@@ -59,7 +61,7 @@ def test_each_patch_becomes_one_commit_with_its_header_as_the_message(
             "xla-wheels patch series <patches@xla-wheels.invalid> 2000-01-01T00:00:00+00:00"
         )
     patch = options.root / "patches/torch_xla/0001-load.patch"
-    header = patch.read_text().split("\ndiff --git ")[0].rstrip("\n")
+    header = split_patch(patch.read_text())[0].rstrip("\n")
     first = lines[1].split()[0]
     # The Subject is the title (what `git log --oneline` shows); the header is the body.
     title, body = header.split("\n", 1)
@@ -113,13 +115,13 @@ def test_the_plan_prints_exactly_the_commands_the_patch_stage_runs(
     options = options_for(project, tmp_path)
     planned = next(s for s in plan(options, load_bundle(project, "test-1")) if s.name == "patches")
     executed: list[PlannedCommand] = []
-    real = patches_module.run_planned
+    real = patches_module.run_git
 
-    def recording(command: PlannedCommand) -> subprocess.CompletedProcess[str]:
+    def recording(command: PlannedCommand, **kwargs: Any) -> subprocess.CompletedProcess[str]:
         executed.append(command)
-        return real(command)  # the real git runs: nothing is mocked
+        return real(command, **kwargs)  # the real git runs: nothing is mocked
 
-    monkeypatch.setattr(patches_module, "run_planned", recording)
+    monkeypatch.setattr(patches_module, "run_git", recording)
     run_until(options, "test-1", "patches")
     assert executed == list(planned.commands)
     # ... and exactly the lines `make patch DRY_RUN=1` prints for the stage, in order.

@@ -68,6 +68,7 @@ def run_git(
     process = runner.run(
         ["git", *RUN_OPTIONS, *command.argv[1:]],
         shown_argv=command.argv,
+        shown_env=command.env,
         step=" ".join(command.argv[:2]),
         cwd=command.cwd,
         env={**RUN_ENV, **command.env},

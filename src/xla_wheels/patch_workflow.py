@@ -35,21 +35,19 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from xla_wheels import filemode, log
-from xla_wheels.bundle import Bundle, Component, available_bundles, load_bundle
+from xla_wheels.bundle import Bundle, Component, PatchRef, available_bundles, load_bundle
 from xla_wheels.errors import PatchError, PipelineError, UsageError
-from xla_wheels.gitutil import git, git_out, status_porcelain
-from xla_wheels.options import NetworkPolicy
+from xla_wheels.gitutil import compose, git, git_out, run_git, status_porcelain
+from xla_wheels.layout import BundleLayout
+from xla_wheels.options import PipelineOptions
 from xla_wheels.patches import (
-    DEFAULT_AUTHOR,
-    DEFAULT_DATE,
+    COMMIT_CONFIG,
     AppliedSeries,
-    _split_author,
+    PatchHeader,
     describe_series,
-    git_date,
     header_from_message,
     parse_patch,
     read_state,
-    run_planned,
     write_state,
 )
 from xla_wheels.plan import PlannedCommand
@@ -118,17 +116,15 @@ class ExportReport:
     """Other bundles that list one of these patch files at another pin."""
 
 
-def worktree_for(out_dir: Path, bundle: Bundle, component: str) -> Path:
-    return out_dir / bundle.name / "src" / component
-
-
 def _rebase_path(worktree: Path) -> Path:
     return worktree.with_name(worktree.name + REBASE_SUFFIX)
 
 
-def _require_series(out_dir: Path, bundle: Bundle, component: str) -> tuple[Path, AppliedSeries]:
+def _require_series(
+    options: PipelineOptions, bundle: Bundle, component: str
+) -> tuple[Path, AppliedSeries]:
     """The component's worktree and the series the patch stage recorded there."""
-    worktree = worktree_for(out_dir, bundle, component)
+    worktree = BundleLayout.of(options, bundle.name).worktree(component)
     if not worktree.is_dir():
         raise UsageError(
             f"{worktree} does not exist",
@@ -194,16 +190,12 @@ def _abbrev_of(path: Path) -> int:
     return DEFAULT_ABBREV
 
 
-def _check_identity(message: str, relpath: str, worktree: Path, commit: str) -> None:
+def _check_identity(header: PatchHeader, relpath: str, worktree: Path, commit: str) -> None:
     """The header's Author/Date are the commit's: refuse an author change made only in git
     (``commit --amend --author``), which export would otherwise drop without a word."""
-    fields = dict(
-        line.split(": ", 1)
-        for line in header_from_message(message).split("\n\n", 1)[0].splitlines()
-        if ": " in line
-    )
-    name, email = _split_author(fields.get("Author", DEFAULT_AUTHOR))
-    date = git_date(fields.get("Date", DEFAULT_DATE)).split()[0]
+    env = header.commit_env()
+    name, email = env["GIT_AUTHOR_NAME"], env["GIT_AUTHOR_EMAIL"]
+    date = env["GIT_AUTHOR_DATE"].split()[0]
     actual = git_out(["log", "-1", "--format=%an%x00%ae%x00%at", commit], cwd=worktree)
     if actual.split("\0") != [name, email, date]:
         raise PatchError(
@@ -215,17 +207,12 @@ def _check_identity(message: str, relpath: str, worktree: Path, commit: str) -> 
 
 
 def export_series(
-    root: Path,
-    out_dir: Path,
-    bundle: Bundle,
-    component_name: str,
-    *,
-    force: bool = False,
-    dry_run: bool = False,
+    options: PipelineOptions, bundle: Bundle, component_name: str, *, force: bool = False
 ) -> ExportReport:
     """Write the worktree's branch back as the bundle's patch files (see module doc)."""
+    root, dry_run = options.root, options.dry_run
     component = bundle.component(component_name)
-    worktree, state = _require_series(out_dir, bundle, component_name)
+    worktree, state = _require_series(options, bundle, component_name)
     if _rebase_in_progress(worktree):
         raise PatchError(
             f"a rebase is under way in {worktree}",
@@ -264,20 +251,19 @@ def export_series(
             "match, then export again; nothing was changed",
         )
     applied = {patch.relpath: patch.sha256 for patch in state.patches}
-    planned: list[tuple[Path, str, bool]] = []
+    planned: list[tuple[PatchRef, str, bool]] = []
     hand_edited: list[str] = []
     defects: list[LineDefect] = []
     for commit, ref in zip(commits, refs, strict=True):
         message = git(["cat-file", "commit", commit], cwd=worktree).stdout.partition("\n\n")[2]
-        _check_identity(message, ref.relpath, worktree, commit)
         text = patch_text(message, _diff(worktree, commit, _abbrev_of(ref.path)), new_pin)
-        _validate(text, ref.relpath, component_name)
+        _check_identity(_validate(text, ref.relpath, component_name), ref.relpath, worktree, commit)
         defects += _commit_defects(worktree, commit, f"patches/{ref.relpath}", text)
         current = ref.path.read_bytes() if ref.path.is_file() else b""
         changed = current != text.encode("utf-8")
         if changed and hashlib.sha256(current).hexdigest() != applied.get(ref.relpath):
             hand_edited.append(f"patches/{ref.relpath}")
-        planned.append((ref.path, text, changed))
+        planned.append((ref, text, changed))
     refuse(
         defects,
         f"the commits on {base[:12]} in {worktree}",
@@ -299,18 +285,15 @@ def export_series(
         manifest = bundle.path.read_text(encoding="utf-8")
         pin_text = rewrite_pin(manifest, component.name, new_pin, str(bundle.path))
     report = ExportReport(
-        tuple(
-            ExportedPatch(ref.relpath, changed)
-            for ref, (_, _, changed) in zip(refs, planned, strict=True)
-        ),
+        tuple(ExportedPatch(ref.relpath, changed) for ref, _, changed in planned),
         new_pin,
         _shared_with(root, bundle, component, new_pin or state.base_commit),
     )
     if dry_run:
         return report
-    for path, text, changed in planned:
+    for ref, text, changed in planned:
         if changed:
-            filemode.write_by_rename(path, text.encode("utf-8"))
+            filemode.write_by_rename(ref.path, text.encode("utf-8"))
     if pin_text is not None:
         filemode.write_by_rename(bundle.path, pin_text.encode("utf-8"))
         _rebase_path(worktree).unlink(missing_ok=True)
@@ -333,12 +316,12 @@ def _commit_defects(worktree: Path, commit: str, patch: str, text: str) -> list[
     return list(unique.values())
 
 
-def _validate(text: str, relpath: str, component: str) -> None:
+def _validate(text: str, relpath: str, component: str) -> PatchHeader:
     with tempfile.TemporaryDirectory(prefix="xla-wheels-export-") as scratch:
         candidate = Path(scratch) / Path(relpath).name
         candidate.write_text(text, encoding="utf-8")
         try:
-            parse_patch(candidate, component=component)
+            return parse_patch(candidate, component=component)
         except PatchError as error:
             raise PatchError(
                 f"the commit for patches/{relpath} does not make a valid patch: "
@@ -397,32 +380,19 @@ def rewrite_pin(text: str, component: str, new_commit: str, where: str) -> str:
 # --- rebase --------------------------------------------------------------------------
 
 _REBASE_CONFIG = (
-    "-c", "commit.gpgsign=false",
-    "-c", "core.hooksPath=/dev/null",
-    "-c", "i18n.commitEncoding=UTF-8",
+    *COMMIT_CONFIG,
     "-c", "rebase.autoStash=false",
     "-c", "rebase.autoSquash=false",
     "-c", "rebase.updateRefs=false",
 )  # fmt: skip
 
 
-def _rebase_env() -> dict[str, str]:
-    name, email = _split_author(DEFAULT_AUTHOR)
-    date = git_date(DEFAULT_DATE)
+def _rebase_command(worktree: Path, *args: str) -> PlannedCommand:
     # A fixed committer keeps the rebased commits a function of their inputs, like the
     # patch stage's; GIT_EDITOR=true keeps each message as it is on --continue.
-    return {
-        "GIT_COMMITTER_NAME": name,
-        "GIT_COMMITTER_EMAIL": email,
-        "GIT_COMMITTER_DATE": date,
-        "GIT_EDITOR": "true",
-    }
-
-
-def _rebase_command(worktree: Path, *args: str) -> PlannedCommand:
-    return PlannedCommand(
-        ("git", *_REBASE_CONFIG, "rebase", *args), env=_rebase_env(), cwd=str(worktree)
-    )
+    env = {k: v for k, v in PatchHeader({}).commit_env().items() if "COMMITTER" in k}
+    env["GIT_EDITOR"] = "true"
+    return compose(["rebase", *args], cwd=worktree, config=_REBASE_CONFIG, env=env)
 
 
 @dataclass(frozen=True)
@@ -458,18 +428,19 @@ class RebaseResult:
 
 
 def check_step(
-    root: Path,
-    cache_dir: Path,
-    out_dir: Path,
-    bundle: Bundle,
-    component: str,
-    onto: str,
-    network: NetworkPolicy,
+    options: PipelineOptions, bundle: Bundle, component: str, onto: str
 ) -> BuildCheckStep | None:
     """The compiled checks a finished rebase runs (``None``: the series has none)."""
-    worktree = worktree_for(out_dir, bundle, component)
-    work = worktree.parent.parent / "checks" / component
-    return build_check_step(root, cache_dir, component, worktree, onto, work, network=network)
+    layout = BundleLayout.of(options, bundle.name)
+    return build_check_step(
+        options.root,
+        options.cache_dir,
+        component,
+        layout.worktree(component),
+        onto,
+        layout.work / "checks" / component,
+        network=options.network,
+    )
 
 
 def _check_build(
@@ -487,16 +458,7 @@ def _check_build(
 
 
 def start_rebase(
-    options_cache: SourceCache,
-    out_dir: Path,
-    bundle: Bundle,
-    component_name: str,
-    onto: str,
-    *,
-    root: Path,
-    cache_dir: Path,
-    network: NetworkPolicy,
-    dry_run: bool = False,
+    options: PipelineOptions, bundle: Bundle, component_name: str, onto: str
 ) -> RebaseResult:
     """Carry the series onto ``onto``, then run its compiled checks there (module doc)."""
     if not _HEX.fullmatch(onto):
@@ -505,7 +467,7 @@ def start_rebase(
             fix="pass 7 to 40 lowercase hex digits (for a tag: `git rev-parse <tag>^{commit}`)",
         )
     component = bundle.component(component_name)
-    worktree, state = _require_series(out_dir, bundle, component_name)
+    worktree, state = _require_series(options, bundle, component_name)
     if _rebase_in_progress(worktree):
         raise PatchError(
             f"a rebase is already under way in {worktree}",
@@ -514,10 +476,11 @@ def start_rebase(
         )
     _require_clean(worktree, "patch-rebase")
     # The worktree shares the cache repository's objects: fetch the target there.
-    full = options_cache.resolve(replace(component, commit=onto))
+    cache = SourceCache(options.source_cache, options.mirror, network=options.network)
+    full = cache.resolve(replace(component, commit=onto))
     command = _rebase_command(worktree, "--empty=ask", "--onto", full, state.base_commit)
-    step = check_step(root, cache_dir, out_dir, bundle, component_name, full, network)
-    if dry_run:
+    step = check_step(options, bundle, component_name, full)
+    if options.dry_run:
         print(command.render())
         print(step.render() if step else no_step_line(component_name))
         return RebaseResult(full, None)
@@ -526,39 +489,27 @@ def start_rebase(
         state.base_commit, full, tuple(commits), tuple(ref.relpath for ref in component.patches)
     )
     filemode.write_by_rename(_rebase_path(worktree), record.to_json().encode())
-    _finish(worktree, bundle, component_name, run_planned(command), record)
+    _finish(worktree, bundle, component_name, run_git(command, check=False, echo=True), record)
     return RebaseResult(full, _check_build(step, component_name, worktree, record))
 
 
-def continue_rebase(
-    out_dir: Path,
-    bundle: Bundle,
-    component_name: str,
-    *,
-    root: Path,
-    cache_dir: Path,
-    network: NetworkPolicy,
-) -> RebaseResult:
+def continue_rebase(options: PipelineOptions, bundle: Bundle, component_name: str) -> RebaseResult:
     """Go on after the user resolved a stop; after a finished rebase that is not exported
     yet, run the compiled checks again (after a fix to a patch that did not build)."""
-    worktree, _ = _require_series(out_dir, bundle, component_name)
+    worktree, _ = _require_series(options, bundle, component_name)
     record = _read_rebase(worktree)
-    if record is None:
+    rebasing = record is not None and _rebase_in_progress(worktree)
+    if record is None or not (rebasing or _descends(worktree, record.onto)):
         raise PatchError(
             f"no patch-rebase is under way in {worktree}",
             fix="start one with ONTO=<commit>",
         )
-    step = check_step(root, cache_dir, out_dir, bundle, component_name, record.onto, network)
-    if not _rebase_in_progress(worktree):
-        if not _descends(worktree, record.onto):
-            raise PatchError(
-                f"no patch-rebase is under way in {worktree}",
-                fix="start one with ONTO=<commit>",
-            )
+    step = check_step(options, bundle, component_name, record.onto)
+    if not rebasing:
         _require_clean(worktree, "patch-rebase CONTINUE=1")
         return RebaseResult(record.onto, _check_build(step, component_name, worktree, record))
     _refuse_defects_at_stop(worktree, bundle, component_name, record)
-    result = run_planned(_rebase_command(worktree, "--continue"))
+    result = run_git(_rebase_command(worktree, "--continue"), check=False, echo=True)
     _finish(worktree, bundle, component_name, result, record)
     return RebaseResult(record.onto, _check_build(step, component_name, worktree, record))
 

@@ -38,7 +38,6 @@ import hashlib
 import json
 import re
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -46,12 +45,12 @@ from datetime import datetime
 from itertools import takewhile
 from pathlib import Path
 
-from xla_wheels import filemode, runner
+from xla_wheels import filemode
 from xla_wheels.bundle import Component, PatchRef
 from xla_wheels.errors import PatchError, PatchFileError
-from xla_wheels.gitutil import git, git_out, status_porcelain
+from xla_wheels.gitutil import compose, git, git_out, run_git, status_porcelain
 from xla_wheels.plan import PlannedCommand
-from xla_wheels.series_hygiene import LineDefect, scan_patch_text
+from xla_wheels.series_hygiene import DIFF_FILE, LineDefect, scan_patch_text
 
 REQUIRED_KEYS = ("Subject", "Component", "Base", "Fixes", "Why", "Upstream", "Files")
 OPTIONAL_KEYS = ("Verified", "Not-verified", "Author", "Date")
@@ -64,7 +63,6 @@ MESSAGES_SUFFIX = ".messages"
 """``<worktree>.messages/``: the commit message files (``git commit -F``) of a series."""
 _AUTHOR = re.compile(r"([^<>]+?)\s*<([^<>\s]+)>")
 _HEADER_LINE = re.compile(r"([A-Z][A-Za-z-]*):\s?(.*)")
-_DIFF_FILE = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.MULTILINE)
 _FAILED_AT = re.compile(r"error: patch failed: (.+):(\d+)")
 _NO_FILE = re.compile(r"error: (.+): (No such file or directory|does not exist in index)")
 _HUNK = re.compile(r"^@@ -(\d+)(?:,\d+)? \+\d+(?:,\d+)? @@.*$", re.MULTILINE)
@@ -75,6 +73,8 @@ _DIFF_START = ("diff ", "--- ", "+++ ", "@@ ")
 @dataclass(frozen=True)
 class PatchHeader:
     fields: dict[str, str]
+    text: str = ""
+    """The header as written (its line breaks kept): the commit message's source."""
 
     @property
     def base(self) -> str:
@@ -86,24 +86,18 @@ class PatchHeader:
 
     def commit_env(self) -> dict[str, str]:
         """The fixed git identity and dates of this patch's commit (author and committer)."""
-        name, email = _split_author(self.fields.get("Author", DEFAULT_AUTHOR))
-        committer, committer_email = _split_author(DEFAULT_AUTHOR)
+        author = _AUTHOR.fullmatch(self.fields.get("Author", DEFAULT_AUTHOR))
+        committer = _AUTHOR.fullmatch(DEFAULT_AUTHOR)
+        assert author and committer  # parse_patch refuses an Author that is not 'Name <email>'
         date = git_date(self.fields.get("Date", DEFAULT_DATE))
         return {
-            "GIT_AUTHOR_NAME": name,
-            "GIT_AUTHOR_EMAIL": email,
+            "GIT_AUTHOR_NAME": author[1],
+            "GIT_AUTHOR_EMAIL": author[2],
             "GIT_AUTHOR_DATE": date,
-            "GIT_COMMITTER_NAME": committer,
-            "GIT_COMMITTER_EMAIL": committer_email,
+            "GIT_COMMITTER_NAME": committer[1],
+            "GIT_COMMITTER_EMAIL": committer[2],
             "GIT_COMMITTER_DATE": date,
         }
-
-
-def _split_author(text: str) -> tuple[str, str]:
-    match = _AUTHOR.fullmatch(text)
-    if match is None:
-        raise ValueError(f"not 'Name <email>': {text!r}")
-    return match.group(1), match.group(2)
 
 
 def git_date(iso: str) -> str:
@@ -225,8 +219,8 @@ def parse_patch(path: Path, *, component: str | None = None) -> PatchHeader:
             f"under {component}",
             fix="move the file to the right component's series",
         )
-    touched = tuple(dict.fromkeys(match.group(2) for match in _DIFF_FILE.finditer(diff_text)))
-    header = PatchHeader(fields)
+    touched = tuple(dict.fromkeys(match.group(2) for match in DIFF_FILE.finditer(diff_text)))
+    header = PatchHeader(fields, header_text)
     if set(header.declared_files) != set(touched):
         raise PatchFileError(
             f"{path}: Files lists {', '.join(header.declared_files)} but the diff touches "
@@ -355,7 +349,7 @@ class SeriesCommands:
 # Settings that would make a commit depend on the machine or the user: signing adds a
 # signature to the object, hooks may edit the message, a non-UTF-8 commitEncoding adds
 # an encoding header. All are pinned for our commits.
-_COMMIT_CONFIG = (
+COMMIT_CONFIG = (
     "-c",
     "commit.gpgsign=false",
     "-c",
@@ -371,53 +365,34 @@ def series_commands(worktree: Path, component: Component, branch: str) -> Series
     Pure: reads the patch files (their headers become the messages), runs nothing. The
     plan prints these; :func:`apply_series` executes these very objects.
     """
-    cwd = str(worktree)
     steps = []
     for ref in component.patches:
         header = parse_patch(ref.path, component=component.name)
-        header_text, _ = split_patch(ref.path.read_text(encoding="utf-8"))
         message_file = messages_dir(worktree) / f"{ref.path.name}.msg"
+        commit = ["commit", "--quiet", "--no-verify", "--cleanup=verbatim", "-F", str(message_file)]
         steps.append(
             SeriesStep(
                 patch=ref,
                 message_file=message_file,
-                message=commit_message(header_text),
-                apply=PlannedCommand(
-                    ("git", "apply", "--index", "--whitespace=nowarn", str(ref.path)),
-                    cwd=cwd,
+                message=commit_message(header.text),
+                apply=compose(
+                    ["apply", "--index", "--whitespace=nowarn", str(ref.path)],
+                    cwd=worktree,
                     note=f"sha256:{ref.sha256()}",
                 ),
-                commit=PlannedCommand(
-                    (
-                        "git",
-                        *_COMMIT_CONFIG,
-                        "commit",
-                        "--quiet",
-                        "--no-verify",
-                        "--cleanup=verbatim",
-                        "-F",
-                        str(message_file),
-                    ),
+                commit=compose(
+                    commit,
+                    cwd=worktree,
+                    config=COMMIT_CONFIG,
                     env=header.commit_env(),
-                    cwd=cwd,
                     note=f"message: the header of patches/{ref.relpath}",
                 ),
             )
         )
-    branch_command = PlannedCommand(
-        ("git", "checkout", "--quiet", "-B", branch), cwd=cwd, note="at the pinned commit"
+    branch_command = compose(
+        ["checkout", "--quiet", "-B", branch], cwd=worktree, note="at the pinned commit"
     )
     return SeriesCommands(branch_command, tuple(steps))
-
-
-def run_planned(command: PlannedCommand) -> subprocess.CompletedProcess[str]:
-    """Execute one planned command as it is: print it, run it, return the result."""
-    return runner.run(
-        command.argv,
-        cwd=command.cwd,
-        env={"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", **command.env},
-        shown_env=command.env,
-    )
 
 
 def apply_series(
@@ -430,8 +405,8 @@ def apply_series(
 ) -> AppliedSeries:
     """Make ``component``'s series a branch of commits on ``worktree``; all or nothing.
 
-    Each planned command runs through :func:`run_planned`, looked up at call time so a
-    test can record what ran while git still runs for real.
+    Each planned command runs through :func:`~xla_wheels.gitutil.run_git`, looked up at
+    call time so a test can record what ran while git still runs for real.
     """
     planned = series_commands(worktree, component, branch)
     # Untracked paths the build owns (``upstream_tree.BUILD_OWNED``) may be there.
@@ -457,7 +432,7 @@ def apply_series(
         filemode.write_by_rename(step.message_file, step.message)
     _run(planned.branch, f"cannot create branch {branch} in {worktree}")
     for number, step in enumerate(planned.steps):
-        result = run_planned(step.apply)
+        result = run_git(step.apply, check=False, echo=True)
         if result.returncode != 0:
             message = _conflict_message(step.patch, result.stderr)
             git(["reset", "--quiet", "--hard", base_commit], cwd=worktree, check=False)
@@ -479,7 +454,7 @@ def apply_series(
 
 
 def _run(command: PlannedCommand, what: str) -> None:
-    result = run_planned(command)
+    result = run_git(command, check=False, echo=True)
     if result.returncode != 0:
         raise PatchError(
             f"{what}: {result.stderr.strip() or result.stdout.strip()}",
@@ -560,7 +535,7 @@ def check_series(
             stat = git_out(["diff", "--cached", "--shortstat", probe.stdout.strip()], cwd=scratch)
             # One commit per patch: `git blame` then names the patch of any line.
             git(
-                [*_COMMIT_CONFIG, "commit", "--quiet", "--no-verify", "-m", ref.relpath],
+                [*COMMIT_CONFIG, "commit", "--quiet", "--no-verify", "-m", ref.relpath],
                 cwd=scratch,
                 env=header.commit_env(),
             )

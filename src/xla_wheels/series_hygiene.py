@@ -42,7 +42,8 @@ _CHECK_CONFIG = (
 _MARKER = re.compile(r"([<=>|])\1{6}(\s|$)")
 _CHECK_LINE = re.compile(r"^(?P<path>.+?):(?P<line>\d+): (?P<problem>.+?)\.?$")
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,\d+)? @@")
-_DIFF_FILE = re.compile(r"^diff --git a/(\S+) b/(\S+)$")
+DIFF_FILE = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.MULTILINE)
+"""A diff's file header line; group 2 is the file's path after the patch."""
 _SHOWN = 12
 """How many defects a refusal lists before it says how many more there are."""
 
@@ -126,7 +127,7 @@ def scan_patch_text(text: str, patch: str) -> list[LineDefect]:
             defects.append(LineDefect(patch, path, file_line, BLANK_AT_EOF, body, patch_line))
 
     for number, line in enumerate(lines, start=1):
-        file_match = _DIFF_FILE.match(line)
+        file_match = DIFF_FILE.match(line)
         if file_match:
             close_hunk()
             hunk = []

@@ -328,30 +328,20 @@ def staging_name(repo: Path) -> str:
     return f".{repo.name}."
 
 
+@dataclass
 class SourceCache:
     """Bare repositories under ``<cache>/sources``, one per (component, remote)."""
 
-    def __init__(
-        self,
-        root: Path,
-        mirror: str | None,
-        runner: GitRunner = run_git,
-        progress_interval: float = 30.0,
-        network: NetworkPolicy = DEFAULT_NETWORK,
-    ) -> None:
-        self.root = root
-        self.mirror = mirror
-        self.run = runner
-        self.progress_interval = progress_interval
-        self.network = network
-        """Bounds and retries every fetch (``PipelineOptions.network``)."""
+    root: Path
+    mirror: str | None
+    run: GitRunner = run_git
+    progress_interval: float = 30.0
+    network: NetworkPolicy = DEFAULT_NETWORK
+    """Bounds and retries every fetch (``PipelineOptions.network``)."""
 
     def repo_for(self, component: Component) -> Path:
         digest = hashlib.sha256(component.remote.encode()).hexdigest()[:12]
         return self.root / f"{component.name}-{digest}.git"
-
-    def ensure_repo(self, component: Component) -> Path:
-        return self._ensure_bare(self.repo_for(component))
 
     def module_repo_for(self, url: str) -> Path:
         """The bare cache of one submodule remote (shared by every superproject)."""
@@ -393,7 +383,7 @@ class SourceCache:
                 f"{component.name} has no pinned commit: {component.unpinned_reason}",
                 fix=f'set [components.{component.name}] commit = "<sha>" in the bundle',
             )
-        repo = self.ensure_repo(component)
+        repo = self._ensure_bare(self.repo_for(component))
         if not self.has_commit(repo, component.commit):
             if not allow_fetch:
                 raise SourceError(
@@ -523,7 +513,7 @@ class SourceCache:
         user's (edits, untracked files, commits not made by the patch stage) stops the run
         and nothing is touched.
         """
-        repo = self.ensure_repo(component)
+        repo = self._ensure_bare(self.repo_for(component))
         if worktree.exists():
             check = worktree_guard.inspect(worktree, repo, component, commit, self.run)
             worktree_guard.refuse_user_work(check, bundle, component.name)

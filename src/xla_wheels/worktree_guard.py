@@ -38,7 +38,7 @@ from pathlib import Path
 from xla_wheels.bundle import Component
 from xla_wheels.errors import GitError, SourceError
 from xla_wheels.gitutil import GitRunner, compose, run_git
-from xla_wheels.patches import DEFAULT_AUTHOR, commit_message, parse_patch, split_patch
+from xla_wheels.patches import DEFAULT_AUTHOR, commit_message, parse_patch
 from xla_wheels.upstream_tree import (
     BUILD_OWNED,
     OPENXLA_PATCHES,
@@ -119,8 +119,7 @@ def expected_head(
             if tree is None:
                 return None  # the patch stage reports the conflict itself
             message_file = Path(scratch) / f"{number:04d}.msg"
-            header_text, _ = split_patch(ref.path.read_text(encoding="utf-8"))
-            message_file.write_text(commit_message(header_text), encoding="utf-8")
+            message_file.write_text(commit_message(header.text), encoding="utf-8")
             parent = runner(
                 compose(
                     ["commit-tree", tree, "-p", parent, "-F", str(message_file)],
@@ -152,17 +151,13 @@ def inspect(
             fix=f"move it away (`mv {worktree} {worktree}.saved`) and run again",
         )
     head = head_probe.stdout.strip()
-    common = runner(
-        compose(["rev-parse", "--path-format=absolute", "--git-common-dir"], cwd=worktree),
-        check=False,
-    ).stdout.strip()
+
+    def out(*args: str, check: bool = True) -> str:
+        return runner(compose(args, cwd=worktree), check=check).stdout
+
+    common = out("rev-parse", "--path-format=absolute", "--git-common-dir", check=False).strip()
     same_repository = bool(common) and Path(common).resolve() == repo.resolve()
-    status = runner(
-        compose(
-            ["status", "--porcelain", "--untracked-files=all", "--ignored=matching"],
-            cwd=worktree,
-        )
-    ).stdout
+    status = out("status", "--porcelain", "--untracked-files=all", "--ignored=matching")
     owned = BUILD_OWNED.get(component.name, ())
     entries = [
         line
@@ -173,25 +168,13 @@ def inspect(
     ignored = tuple(line[3:] for line in entries if line.startswith("!! "))
     in_progress = None
     for name, what in _IN_PROGRESS:
-        path = runner(compose(["rev-parse", "--git-path", name], cwd=worktree)).stdout.strip()
-        if (worktree / path).exists():
+        if (worktree / out("rev-parse", "--git-path", name).strip()).exists():
             in_progress = what
             break
     # Commits beyond every commit the sources stage pinned, with their committer.
-    listing = runner(
-        compose(
-            [
-                "log",
-                "--reverse",
-                "--format=%H%x00%cn <%ce>%x00%s",
-                "HEAD",
-                "--not",
-                "--glob=refs/pinned/*",
-            ],
-            cwd=worktree,
-        ),
-        check=False,
-    ).stdout
+    log_format = "--format=%H%x00%cn <%ce>%x00%s"
+    not_pinned = ("--not", "--glob=refs/pinned/*")
+    listing = out("log", "--reverse", log_format, "HEAD", *not_pinned, check=False)
     foreign = []
     for line in _lines(listing):
         sha, committer, subject = [*line.split("\0"), "", ""][:3]

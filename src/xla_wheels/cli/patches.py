@@ -7,7 +7,7 @@ import os
 
 from xla_wheels import log
 from xla_wheels.bundle import COMPONENT_NAMES, Bundle, load_bundle
-from xla_wheels.cli.arguments import SwitchAction, add_bundle_arguments, add_switch
+from xla_wheels.cli.arguments import add_bundle_arguments, add_switch
 from xla_wheels.cli.settings import pipeline_options
 from xla_wheels.errors import UsageError
 from xla_wheels.options import PipelineOptions
@@ -19,22 +19,13 @@ from xla_wheels.patch_workflow import (
 )
 from xla_wheels.run_lock import unless_dry_run
 from xla_wheels.series_build import judge
-from xla_wheels.sources import SourceCache
-from xla_wheels.values import SWITCH_SPELLINGS
 
 
 def cmd_patch_export(args: argparse.Namespace) -> int:
     options = pipeline_options(args, os.environ)
     bundle = load_bundle(options.root, args.bundle)
     with unless_dry_run(options.dry_run, options.out_dir, bundle.name, "patch-export"):
-        report = export_series(
-            options.root,
-            options.out_dir,
-            bundle,
-            args.component,
-            force=args.force,
-            dry_run=options.dry_run,
-        )
+        report = export_series(options, bundle, args.component, force=args.force)
     verb = "would write" if options.dry_run else "wrote"
     for patch in report.patches:
         print(f"{verb if patch.changed else 'unchanged'}: patches/{patch.relpath}")
@@ -85,31 +76,13 @@ def cmd_patch_rebase(args: argparse.Namespace) -> int:
 def _rebase(
     options: PipelineOptions, bundle: Bundle, args: argparse.Namespace
 ) -> RebaseResult | None:
-    if args.continue_:
-        return continue_rebase(
-            options.out_dir,
-            bundle,
-            args.component,
-            root=options.root,
-            cache_dir=options.cache_dir,
-            network=options.network,
-        )
+    if getattr(args, "continue"):
+        return continue_rebase(options, bundle, args.component)
     if not args.onto:
         raise UsageError(
             "no target commit given", fix="pass ONTO=<commit> (make) or --onto <commit>"
         )
-    cache = SourceCache(options.source_cache, options.mirror, network=options.network)
-    result = start_rebase(
-        cache,
-        options.out_dir,
-        bundle,
-        args.component,
-        args.onto,
-        root=options.root,
-        cache_dir=options.cache_dir,
-        network=options.network,
-        dry_run=options.dry_run,
-    )
+    result = start_rebase(options, bundle, args.component, args.onto)
     return None if options.dry_run else result
 
 
@@ -137,13 +110,7 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     elif name == "patch-rebase":
         _add_series_arguments(parser)
         parser.add_argument("--onto", help="the commit to carry the series onto")
-        parser.add_argument(
-            "--continue",
-            dest="continue_",
-            action=SwitchAction,
-            default=False,
-            help=f"continue after resolving a conflict [{SWITCH_SPELLINGS}]",
-        )
+        add_switch(parser, "--continue", help="continue after resolving a conflict")
         parser.set_defaults(handler=cmd_patch_rebase)
     else:
         raise ValueError(f"{name} is not a subcommand of {__name__}")
