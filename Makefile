@@ -143,8 +143,9 @@ compiler-tools:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++ >/dev/null; \
 	else echo "note: g++ missing and not root: the compiled checks of the series will fail (install g++)"; fi
 
-# The suite runs on every core (pytest-xdist); --dist loadgroup keeps the stock_xla tests,
-# whose gate runs judge wall times, on one worker (tests/conftest.py).
+# The suite runs on every core (pytest-xdist); --dist loadgroup keeps the readers of a gate
+# run made once per pytest run, and the tests sharing a module's fixture, on one worker
+# (tests/conftest.py): spread over two, the second waits for the first to make it.
 PARALLEL_FLAGS := -n auto --dist loadgroup
 # The edit loop's tier: no gate run, no stock torch_xla, no container engine (README "Development").
 FAST_TIER_FLAGS := -m 'not slow and not stock_xla'
