@@ -448,7 +448,7 @@ def run_restart_check(
     with log.section(f"{title}: cold run ({config.writers} writer(s)), {config.workload} workload"):
         writer_args = [train] * config.writers
         if config.hbm_probe_bytes is not None:
-            writer_args[0] = [*train, "--hbm-probe-bytes", str(config.hbm_probe_bytes)]
+            writer_args[0] = [*train, "--probe-bytes", str(config.hbm_probe_bytes)]
         started = [
             start_child(target.python, f"cold-{i + 1}", runs, args, env)
             for i, args in enumerate(writer_args)
