@@ -193,7 +193,16 @@ def summarize(result: ChildResult) -> dict[str, Any]:
     if result.timed_out:
         row["timed_out"] = True
     row.update(result.extra)
-    for key in ("has_set_custom_compile_options", "loss_hex", "hbm"):
+    # hbm: the HBM check's queries; *_sharding_spec, output_*: the sharded runs (cachekeys).
+    for key in (
+        "has_set_custom_compile_options",
+        "loss_hex",
+        "hbm",
+        "output_sharding_spec",
+        "input_sharding_spec",
+        "output_hex",
+        "output_correct",
+    ):
         if key in report:
             row[key] = report[key]
     for key in (
