@@ -239,12 +239,7 @@ def _log_evidence(result: ChildResult) -> list[str]:
         text = result.log_path.read_text(errors="replace")
     except OSError:
         return []
-    seen: list[str] = []
-    for match in _EVIDENCE.finditer(text):
-        line = match.group(1).strip()
-        if line not in seen:
-            seen.append(line)
-    return seen[:3]
+    return list(dict.fromkeys(match.group(1).strip() for match in _EVIDENCE.finditer(text)))[:3]
 
 
 def judge_restart(
