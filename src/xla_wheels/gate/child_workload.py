@@ -176,10 +176,6 @@ def mode_probe(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def mode_import(args: argparse.Namespace) -> dict[str, Any]:
-    return _import_torch_xla()
-
-
 def _custom_compile_options(args: argparse.Namespace, result: dict[str, Any]) -> None:
     """Apply ``--custom-compile-option KEY=VALUE`` where the build has the API."""
     import torch_xla
@@ -472,7 +468,7 @@ def _canary_variant(variant: str, warmup: int, steps: int) -> dict[str, Any]:
 
 MODES = {
     "probe": mode_probe,
-    "import": mode_import,
+    "import": lambda args: _import_torch_xla(),
     "train": mode_train,
     "hbm": mode_hbm,
     "sharded": mode_sharded,
