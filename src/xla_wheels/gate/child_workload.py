@@ -163,16 +163,15 @@ def mode_probe(args: argparse.Namespace) -> dict[str, Any]:
     result["device_type"] = xr.device_type()
     result["runtime_devices"] = _runtime_devices()
     result["has_runtime_memory_info"] = hasattr(torch_xla._XLAC, "_xla_runtime_memory_info")
-    tpu_version: int | None = None
+    result["tpu_version"] = None
     if result["device_type"] == "TPU":
         try:
             # torch_xla has no public accessor for the chip generation in 2.7-2.9.
             from torch_xla._internal import tpu as tpu_internal
 
-            tpu_version = int(tpu_internal.version())
+            result["tpu_version"] = int(tpu_internal.version())
         except Exception:  # informative only: the HBM table falls back to a wide ceiling
-            tpu_version = None
-    result["tpu_version"] = tpu_version
+            pass
     return result
 
 
