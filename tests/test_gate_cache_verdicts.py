@@ -57,8 +57,6 @@ def row(
     result = ChildResult(name, None if timed_out else 0, 75.0, report, log_path)
     result.timed_out = timed_out
     result.extra = dict(extra or {})
-    if report_extra and "output_hex" in report_extra:
-        return cachekeys.summarize_sharded(result)
     return restart.summarize(result)
 
 

@@ -421,8 +421,8 @@ def _run_gate(args: argparse.Namespace, gate_profile: under_profile.GateProfile 
 def run_bench(args: argparse.Namespace) -> int:
     _check_bundle(args)
     out_dir: Path = args.out
-    scratch = Path(tempfile.mkdtemp(prefix="xla-bench-"))
-    try:
+    with tempfile.TemporaryDirectory(prefix="xla-bench-", ignore_cleanup_errors=True) as tmp:
+        scratch = Path(tmp)
         target: Target = resolve_target(
             _python(args), args.device, workdir=scratch, timeout_s=args.child_timeout
         )
@@ -432,5 +432,3 @@ def run_bench(args: argparse.Namespace) -> int:
         print(f"kept as {path}")
         _receipts().leave_bench_receipt(_receipt_place(args), target, summary)
         return 0
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)

@@ -35,13 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from xla_wheels import log
-from xla_wheels.gate.children import (
-    ChildResult,
-    ChildSpec,
-    run_child,
-    run_side_by_side,
-    runtime_env,
-)
+from xla_wheels.gate.children import ChildSpec, run_child, run_side_by_side, runtime_env
 from xla_wheels.gate.restart import same_losses, snapshot, summarize
 from xla_wheels.gate.result import CheckResult
 from xla_wheels.gate.target import Target
@@ -244,15 +238,6 @@ def _sharded_problems(cold: dict[str, Any], warm: dict[str, Any]) -> list[str]:
     return problems
 
 
-def summarize_sharded(result: ChildResult) -> dict[str, Any]:
-    row = summarize(result)
-    report = result.report or {}
-    for key in ("output_sharding_spec", "input_sharding_spec", "output_hex", "output_correct"):
-        if key in report:
-            row[key] = report[key]
-    return row
-
-
 def _with_flags(env: dict[str, str], flags: tuple[str, ...]) -> dict[str, str]:
     if flags:
         # Flags the caller (or the launch profile) set stay in force, except one of the
@@ -306,9 +291,9 @@ def run_cache_checks(
     runs = runs_dir / "cache-checks"
     train = ["--mode", "train", "--workload", workload]
 
-    def child(name: str, args: list[str], env: dict[str, str]) -> ChildResult:
+    def child(name: str, args: list[str], env: dict[str, str]) -> dict[str, Any]:
         with log.section(f"cache checks: {name}"):
-            return run_child(target.python, name, runs, args, env, timeout_s)
+            return summarize(run_child(target.python, name, runs, args, env, timeout_s))
 
     if shared is not None:
         cache = shared.cold_cache
@@ -316,7 +301,7 @@ def run_cache_checks(
     else:
         cache = scratch / "cache-checks" / "cold"
         cache.mkdir(parents=True)
-        cold = summarize(child("cold", train, runtime_env(target.device, cache_dir=cache)))
+        cold = child("cold", train, runtime_env(target.device, cache_dir=cache))
     after_cold = snapshot(cache)
     done: list[tuple[Variant, dict[str, Any] | None, str | None]] = []
     to_run: list[tuple[int, ChildSpec]] = []
@@ -365,11 +350,9 @@ def run_cache_checks(
         loaders = [row for v, row, _ in done if row is not None and v.expect == HIT]
         sharded_cold = sharded_warm = None
         if sharded_env is not None:
-            sharded_cold = summarize_sharded(finished[-1])
+            sharded_cold = summarize(finished[-1])
             if sharded_cold["ok"]:
-                sharded_warm = summarize_sharded(
-                    child("sharded-warm", ["--mode", "sharded"], sharded_env)
-                )
+                sharded_warm = child("sharded-warm", ["--mode", "sharded"], sharded_env)
         result = judge_same_numbers(cold, loaders, sharded_cold, sharded_warm)
         result.runs = [cold, *loaders, *(r for r in (sharded_cold, sharded_warm) if r)]
         results.append(result)

@@ -14,7 +14,7 @@ Modes:
   train   the fixed-shape validation workload; timings and torch_xla counters
   hbm     under SPMD, query every physical runtime device through
           ``torch_xla._XLAC._xla_runtime_memory_info`` (patch 0002); ``train --spmd
-          --hbm-probe-bytes N`` runs the same queries after its steps
+          --probe-bytes N`` runs the same queries after its steps
   sharded under SPMD, ``t + t`` on a tensor sharded over every device (upstream
           test_persistent_cache.py's spmd_sharded case): the output's bytes and its
           sharding spec, which a cache hit must reproduce exactly
@@ -50,6 +50,9 @@ WORKLOADS: dict[str, dict[str, int]] = {
     # Large enough that compilation dominates a TPU restart; too slow for CPU CI.
     "large": {"layers": 32, "width": 4096, "batch": 512, "steps": 4},
 }
+
+#: The hbm mode's probe tensor, when ``--probe-bytes`` is not given.
+DEFAULT_PROBE_BYTES = 256 * 1024 * 1024
 
 #: The canary's variants; small enough that a CPU compile takes well under a second.
 CANARY_VARIANTS = ("steady", "item-readback", "shape-drift")
@@ -93,27 +96,6 @@ def _import_torch_xla() -> dict[str, Any]:
     return dict(PROGRESS)
 
 
-def _device() -> Any:
-    import torch_xla
-
-    if hasattr(torch_xla, "device"):
-        return torch_xla.device()
-    import torch_xla.core.xla_model as xm
-
-    return xm.xla_device()
-
-
-def _sync() -> None:
-    import torch_xla
-
-    if hasattr(torch_xla, "sync"):
-        torch_xla.sync()
-    else:
-        import torch_xla.core.xla_model as xm
-
-        xm.mark_step()
-
-
 def _metrics() -> dict[str, Any]:
     import torch_xla.debug.metrics as met
 
@@ -155,7 +137,7 @@ def _memory(spmd: bool) -> dict[str, Any]:
     if spmd and binding is not None:
         queries = [(device, binding) for device in _runtime_devices()]
     else:
-        queries = [(str(_device()), torch_xla._XLAC._xla_memory_info)]
+        queries = [(str(torch_xla.device()), torch_xla._XLAC._xla_memory_info)]
     for device, query in queries:
         try:
             devices[device] = {k: int(v) for k, v in dict(query(device)).items()}
@@ -181,21 +163,16 @@ def mode_probe(args: argparse.Namespace) -> dict[str, Any]:
     result["device_type"] = xr.device_type()
     result["runtime_devices"] = _runtime_devices()
     result["has_runtime_memory_info"] = hasattr(torch_xla._XLAC, "_xla_runtime_memory_info")
-    tpu_version: int | None = None
+    result["tpu_version"] = None
     if result["device_type"] == "TPU":
         try:
             # torch_xla has no public accessor for the chip generation in 2.7-2.9.
             from torch_xla._internal import tpu as tpu_internal
 
-            tpu_version = int(tpu_internal.version())
+            result["tpu_version"] = int(tpu_internal.version())
         except Exception:  # informative only: the HBM table falls back to a wide ceiling
-            tpu_version = None
-    result["tpu_version"] = tpu_version
+            pass
     return result
-
-
-def mode_import(args: argparse.Namespace) -> dict[str, Any]:
-    return _import_torch_xla()
 
 
 def _custom_compile_options(args: argparse.Namespace, result: dict[str, Any]) -> None:
@@ -217,6 +194,7 @@ def mode_train(args: argparse.Namespace) -> dict[str, Any]:
     # next to it, as another process on the machine stretches wall time, not CPU time.
     ready_cpu_from = time.process_time()
     import torch
+    import torch_xla
     import torch_xla.runtime as xr
 
     if args.spmd:
@@ -226,7 +204,7 @@ def mode_train(args: argparse.Namespace) -> dict[str, Any]:
     shape = dict(WORKLOADS[args.workload])
     if args.steps is not None:
         shape["steps"] = args.steps
-    device = _device()
+    device = torch_xla.device()
     torch.manual_seed(0)
     layers: list[torch.nn.Module] = []
     for _ in range(shape["layers"]):
@@ -258,7 +236,7 @@ def mode_train(args: argparse.Namespace) -> dict[str, Any]:
         traced_cpu = time.process_time()
         # Graph hashing, the cache lookup, compiling or loading the executable, and
         # queueing its execution all happen inside the sync; execution itself is async.
-        _sync()
+        torch_xla.sync()
         synced = time.perf_counter()
         sync_cpu_s = time.process_time() - traced_cpu
         # Reading the loss waits for the device, so the step is really finished.
@@ -281,12 +259,12 @@ def mode_train(args: argparse.Namespace) -> dict[str, Any]:
     result.update(_metrics())
     result["first_step"] = first_step
     result.update(_memory(bool(args.spmd)))
-    if args.spmd and args.hbm_probe_bytes is not None:
+    if args.spmd and args.probe_bytes is not None:
         # The HBM check's queries, after the counters were read: they share this run's
         # import and SPMD runtime instead of starting a process of their own. A failure
         # here is the HBM check's evidence, not this run's.
         try:
-            result["hbm"] = {"ok": True, **_hbm_queries(args.hbm_probe_bytes)}
+            result["hbm"] = {"ok": True, **_hbm_queries(args.probe_bytes)}
         except Exception as error:
             result["hbm"] = {"ok": False, "error": _error_text(error)}
     result.update(
@@ -318,11 +296,11 @@ def mode_sharded(args: argparse.Namespace) -> dict[str, Any]:
     count = xr.global_runtime_device_count()
     torch.manual_seed(0)
     host = torch.randn(16 * count)
-    tensor = host.to(_device())
+    tensor = host.to(torch_xla.device())
     mesh = xs.Mesh(np.arange(count), (count,))
     xs.mark_sharding(tensor, mesh, (0,))
     output = tensor + tensor
-    _sync()
+    torch_xla.sync()
     values = output.cpu()
     result.update(_metrics())
     result.update(
@@ -346,7 +324,8 @@ def mode_hbm(args: argparse.Namespace) -> dict[str, Any]:
     import torch_xla.runtime as xr
 
     xr.use_spmd()
-    result.update(_hbm_queries(args.probe_bytes))
+    probe_bytes = DEFAULT_PROBE_BYTES if args.probe_bytes is None else args.probe_bytes
+    result.update(_hbm_queries(probe_bytes))
     return result
 
 
@@ -365,7 +344,7 @@ def _hbm_queries(probe_bytes: int) -> dict[str, Any]:
     result["has_binding"] = binding is not None
     # What stock torch_xla offers under SPMD, recorded as context for the verdict.
     try:
-        xm.get_memory_info(_device())
+        xm.get_memory_info(torch_xla.device())
         result["stock_memory_info_under_spmd"] = "ok"
     except Exception as error:
         result["stock_memory_info_under_spmd"] = _error_text(error)
@@ -386,8 +365,8 @@ def _hbm_queries(probe_bytes: int) -> dict[str, Any]:
         # waited for, never computed on: a computation would compile (and, in a cold run,
         # write a cache entry).
         elements = probe_bytes // 4
-        tensor = torch.ones(elements, dtype=torch.float32).to(_device())
-        _sync()
+        tensor = torch.ones(elements, dtype=torch.float32).to(torch_xla.device())
+        torch_xla.sync()
         xm.wait_device_ops()
         result["probe_bytes"] = elements * 4
         result["after"] = {device: query(device) for device in devices}
@@ -426,7 +405,7 @@ def _canary_variant(variant: str, warmup: int, steps: int) -> dict[str, Any]:
     import torch
     import torch_xla
 
-    device = _device()
+    device = torch_xla.device()
     torch.manual_seed(0)
     width, batch = CANARY_WIDTH, CANARY_BATCH
     model = torch.nn.Sequential(
@@ -488,7 +467,7 @@ def _canary_variant(variant: str, warmup: int, steps: int) -> dict[str, Any]:
 
 MODES = {
     "probe": mode_probe,
-    "import": mode_import,
+    "import": lambda args: _import_torch_xla(),
     "train": mode_train,
     "hbm": mode_hbm,
     "sharded": mode_sharded,
@@ -502,11 +481,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="JSON report path")
     parser.add_argument("--workload", choices=sorted(WORKLOADS), default="small")
     parser.add_argument("--spmd", action="store_true")
-    parser.add_argument("--probe-bytes", type=int, default=256 * 1024 * 1024)
     parser.add_argument(
-        "--hbm-probe-bytes",
+        "--probe-bytes",
         type=int,
-        help="train --spmd: after the steps, run the hbm mode's queries with this probe size",
+        help="the HBM queries' probe tensor size (hbm: default 256 MiB; train --spmd: when "
+        "given, the hbm mode's queries run after the steps)",
     )
     parser.add_argument("--steps", type=int, help="override the preset's steps")
     parser.add_argument(

@@ -112,19 +112,16 @@ class ChildResult:
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:
-    for sig, wait_s in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, KILL_GRACE_S)):
+    for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(timeout=wait_s)
+            process.wait(timeout=KILL_GRACE_S)
             # The leader is gone; members of the group may still run: finish them too.
             os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            return
         except subprocess.TimeoutExpired:
-            continue
+            continue  # the leader still runs: the next signal
+        except ProcessLookupError:
+            pass  # the whole group is gone
         return
 
 

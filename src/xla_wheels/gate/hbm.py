@@ -73,77 +73,61 @@ def judge_hbm(report: dict[str, Any] | None, failure: str | None, target: Target
             f"{unknown.get('error')}"
         )
     if target.device == "TPU":
-        _judge_tpu(report, devices, before, target, reasons, notes, figures)
+        ceiling = HBM_PER_CHIP.get(target.tpu_version or 0, 128 * GIB)
+        floor = HBM_FLOOR.get(target.tpu_version or 0, 1 * GIB)
+        after: dict[str, dict[str, Any]] = report.get("after", {})
+        probe = int(report.get("probe_bytes", 0))
+        deltas: dict[str, int] = {}
+        for device in devices:
+            entry = before.get(device, {})
+            if not entry.get("ok"):
+                reasons.append(f"{device}: query failed: {entry.get('error')}")
+                continue
+            limit = int(entry["info"].get("bytes_limit", 0))
+            if not floor <= limit <= ceiling:
+                reasons.append(
+                    f"{device}: bytes_limit {limit / GIB:.2f} GiB is implausible for this chip "
+                    f"(expected {floor / GIB:.0f}-{ceiling / GIB:.0f} GiB)"
+                )
+            later = after.get(device, {})
+            if not later.get("ok"):
+                reasons.append(
+                    f"{device}: query after placing a tensor failed: {later.get('error')}"
+                )
+                continue
+            delta = int(later["info"]["bytes_used"]) - int(entry["info"]["bytes_used"])
+            deltas[device] = delta
+            if not 0.9 * probe <= delta <= 2 * probe:
+                reasons.append(
+                    f"{device}: bytes_used rose by {delta} bytes after placing a {probe}-byte "
+                    "tensor"
+                )
+        figures.update({"probe_bytes": probe, "bytes_used_delta": deltas, "hbm_per_chip": ceiling})
+        if not reasons:
+            notes.append(
+                f"{len(devices)} chip(s) report plausible HBM and track a {probe}-byte tensor"
+            )
     else:
-        _judge_without_hbm(devices, before, reasons, notes, figures)
+        # No HBM, no allocator statistics: the binding must reach the runtime.
+        for device in devices:
+            entry = before.get(device, {})
+            if entry.get("ok"):
+                info = entry.get("info", {})
+                if int(info.get("bytes_limit", 0)) <= 0:
+                    reasons.append(f"{device}: answered without a positive bytes_limit: {info}")
+                continue
+            error = str(entry.get("error", "no answer"))
+            if _mentions(error, _WRONG_ROUTE_MARKERS) or not _mentions(error, _ALLOCATOR_MARKERS):
+                reasons.append(
+                    f"{device}: the query did not reach the runtime's allocator statistics: {error}"
+                )
+        if not reasons:
+            notes.append(
+                f"{len(devices)} device(s) routed to the runtime, which has no allocator "
+                "statistics on this platform (expected without HBM)"
+            )
+        figures["errors"] = {d: before.get(d, {}).get("error") for d in devices}
     return CheckResult(NAME, not reasons, reasons, notes, figures)
-
-
-def _judge_without_hbm(
-    devices: list[str],
-    before: dict[str, dict[str, Any]],
-    reasons: list[str],
-    notes: list[str],
-    figures: dict[str, Any],
-) -> None:
-    for device in devices:
-        entry = before.get(device, {})
-        if entry.get("ok"):
-            info = entry.get("info", {})
-            if int(info.get("bytes_limit", 0)) <= 0:
-                reasons.append(f"{device}: answered without a positive bytes_limit: {info}")
-            continue
-        error = str(entry.get("error", "no answer"))
-        if _mentions(error, _WRONG_ROUTE_MARKERS) or not _mentions(error, _ALLOCATOR_MARKERS):
-            reasons.append(
-                f"{device}: the query did not reach the runtime's allocator statistics: {error}"
-            )
-    if not reasons:
-        notes.append(
-            f"{len(devices)} device(s) routed to the runtime, which has no allocator statistics "
-            "on this platform (expected without HBM)"
-        )
-    figures["errors"] = {d: before.get(d, {}).get("error") for d in devices}
-
-
-def _judge_tpu(
-    report: dict[str, Any],
-    devices: list[str],
-    before: dict[str, dict[str, Any]],
-    target: Target,
-    reasons: list[str],
-    notes: list[str],
-    figures: dict[str, Any],
-) -> None:
-    ceiling = HBM_PER_CHIP.get(target.tpu_version or 0, 128 * GIB)
-    floor = HBM_FLOOR.get(target.tpu_version or 0, 1 * GIB)
-    after: dict[str, dict[str, Any]] = report.get("after", {})
-    probe = int(report.get("probe_bytes", 0))
-    deltas: dict[str, int] = {}
-    for device in devices:
-        entry = before.get(device, {})
-        if not entry.get("ok"):
-            reasons.append(f"{device}: query failed: {entry.get('error')}")
-            continue
-        limit = int(entry["info"].get("bytes_limit", 0))
-        if not floor <= limit <= ceiling:
-            reasons.append(
-                f"{device}: bytes_limit {limit / GIB:.2f} GiB is implausible for this chip "
-                f"(expected {floor / GIB:.0f}-{ceiling / GIB:.0f} GiB)"
-            )
-        later = after.get(device, {})
-        if not later.get("ok"):
-            reasons.append(f"{device}: query after placing a tensor failed: {later.get('error')}")
-            continue
-        delta = int(later["info"]["bytes_used"]) - int(entry["info"]["bytes_used"])
-        deltas[device] = delta
-        if not 0.9 * probe <= delta <= 2 * probe:
-            reasons.append(
-                f"{device}: bytes_used rose by {delta} bytes after placing a {probe}-byte tensor"
-            )
-    figures.update({"probe_bytes": probe, "bytes_used_delta": deltas, "hbm_per_chip": ceiling})
-    if not reasons:
-        notes.append(f"{len(devices)} chip(s) report plausible HBM and track a {probe}-byte tensor")
 
 
 def judge_shared_run(spmd_restart: CheckResult, target: Target) -> CheckResult:

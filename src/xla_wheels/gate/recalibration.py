@@ -81,16 +81,6 @@ def run_memory(report: dict[str, Any]) -> dict[str, Any]:
     return figures
 
 
-def device_peaks(device_memory: dict[str, Any]) -> dict[str, int] | None:
-    """Peak device bytes per device, or None when no device reports its memory."""
-    peaks = {
-        device: int(info.get("peak_bytes_used", info.get("bytes_used", 0)))
-        for device, info in device_memory.items()
-        if "not_reported" not in info
-    }
-    return peaks or None
-
-
 def _median_phases(rows: list[dict[str, Any]]) -> dict[str, float | None]:
     breakdowns = [row["breakdown"] for row in rows if row.get("ok") and row.get("breakdown")]
     if not breakdowns:
@@ -109,7 +99,12 @@ def restart_figures(cold: list[dict[str, Any]], warm: list[dict[str, Any]]) -> d
     devices: dict[str, Any] = next(
         (row["device_memory"] for row in cold if row.get("ok") and "device_memory" in row), {}
     )
-    reported = device_peaks(devices)
+    # Peak bytes per device, or None when no device reports its memory.
+    reported = {
+        device: int(info.get("peak_bytes_used", info.get("bytes_used", 0)))
+        for device, info in devices.items()
+        if "not_reported" not in info
+    } or None
     memory: dict[str, Any] = {
         "host_peak_rss_bytes": max(peaks) if peaks else None,
         "device_peak_bytes": reported,

@@ -81,17 +81,15 @@ def render_text(
 
 def _status_rows(figures: dict[str, Any]) -> list[str]:
     """Per-variant (cache-key) or per-case (upstream test) verdicts, one line each."""
-    rows = []
-    for entry in figures.get("variants", []):
-        why = f": {entry['reason']}" if "reason" in entry else ""
-        rows.append(
-            f"  {entry['status'].upper():<15} {entry['variant']} ({entry['setting']}; "
-            f"must {entry['expect']}){why}"
-        )
-    for entry in figures.get("cases", []):
-        why = f": {entry['reason']}" if "reason" in entry else ""
-        rows.append(f"  {entry['status'].upper():<15} {entry['case']} ({entry['outcome']}){why}")
-    return rows
+    described = [
+        (e, f"{e['variant']} ({e['setting']}; must {e['expect']})")
+        for e in figures.get("variants", [])
+    ]
+    described += [(e, f"{e['case']} ({e['outcome']})") for e in figures.get("cases", [])]
+    return [
+        f"  {e['status'].upper():<15} {what}" + (f": {e['reason']}" if "reason" in e else "")
+        for e, what in described
+    ]
 
 
 def _target_json(target: Target | None) -> dict[str, Any] | None:

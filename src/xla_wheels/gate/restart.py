@@ -193,7 +193,16 @@ def summarize(result: ChildResult) -> dict[str, Any]:
     if result.timed_out:
         row["timed_out"] = True
     row.update(result.extra)
-    for key in ("has_set_custom_compile_options", "loss_hex", "hbm"):
+    # hbm: the HBM check's queries; *_sharding_spec, output_*: the sharded runs (cachekeys).
+    for key in (
+        "has_set_custom_compile_options",
+        "loss_hex",
+        "hbm",
+        "output_sharding_spec",
+        "input_sharding_spec",
+        "output_hex",
+        "output_correct",
+    ):
         if key in report:
             row[key] = report[key]
     for key in (
@@ -230,12 +239,7 @@ def _log_evidence(result: ChildResult) -> list[str]:
         text = result.log_path.read_text(errors="replace")
     except OSError:
         return []
-    seen: list[str] = []
-    for match in _EVIDENCE.finditer(text):
-        line = match.group(1).strip()
-        if line not in seen:
-            seen.append(line)
-    return seen[:3]
+    return list(dict.fromkeys(match.group(1).strip() for match in _EVIDENCE.finditer(text)))[:3]
 
 
 def judge_restart(
@@ -448,7 +452,7 @@ def run_restart_check(
     with log.section(f"{title}: cold run ({config.writers} writer(s)), {config.workload} workload"):
         writer_args = [train] * config.writers
         if config.hbm_probe_bytes is not None:
-            writer_args[0] = [*train, "--hbm-probe-bytes", str(config.hbm_probe_bytes)]
+            writer_args[0] = [*train, "--probe-bytes", str(config.hbm_probe_bytes)]
         started = [
             start_child(target.python, f"cold-{i + 1}", runs, args, env)
             for i, args in enumerate(writer_args)
