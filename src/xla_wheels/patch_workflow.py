@@ -193,9 +193,9 @@ def _abbrev_of(path: Path) -> int:
 def _check_identity(header: PatchHeader, relpath: str, worktree: Path, commit: str) -> None:
     """The header's Author/Date are the commit's: refuse an author change made only in git
     (``commit --amend --author``), which export would otherwise drop without a word."""
-    env = header.commit_env()
-    name, email = env["GIT_AUTHOR_NAME"], env["GIT_AUTHOR_EMAIL"]
-    date = env["GIT_AUTHOR_DATE"].split()[0]
+    identity = header.commit_env()  # the variables git reads, not our environment
+    name, email = identity["GIT_AUTHOR_NAME"], identity["GIT_AUTHOR_EMAIL"]
+    date = identity["GIT_AUTHOR_DATE"].split()[0]
     actual = git_out(["log", "-1", "--format=%an%x00%ae%x00%at", commit], cwd=worktree)
     if actual.split("\0") != [name, email, date]:
         raise PatchError(

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from xla_wheels import log
+from xla_wheels.gate.child_workload import DEFAULT_PROBE_BYTES
 from xla_wheels.gate.children import run_child, runtime_env
 from xla_wheels.gate.result import CheckResult, failed
 from xla_wheels.gate.target import Target
@@ -35,7 +36,7 @@ HBM_PER_CHIP = {4: 32 * GIB, 5: 95 * GIB, 6: 32 * GIB}
 HBM_FLOOR = {4: 16 * GIB, 5: 8 * GIB, 6: 16 * GIB}
 #: On CPU, four devices make the enumeration meaningful (CPU:0..CPU:3).
 CPU_DEVICES = 4
-PROBE_BYTES = 256 * 1024**2
+PROBE_BYTES = DEFAULT_PROBE_BYTES
 
 _ALLOCATOR_MARKERS = ("getallocatorstats", "allocator stat")
 _WRONG_ROUTE_MARKERS = ("spmd virtual device", "spmd:0", "invalid device", "parse")
