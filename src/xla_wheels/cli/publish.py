@@ -202,7 +202,7 @@ def _launch_environment(args: argparse.Namespace) -> tuple[Mapping[str, str], st
 
 
 def _role(value: str) -> str:
-    if value not in doctor.ROLES:
+    if value not in launch_profile.ROLES:
         raise UsageError(
             f"unknown role {value!r} (from --role or {env_var('--role')})",
             fix=f"pass --role writer or --role reader (make: ROLE=writer), or unset "
@@ -308,7 +308,7 @@ def _add_doctor_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--role",
-        choices=doctor.ROLES,
+        choices=launch_profile.ROLES,
         help="writer or reader of a shared cache (default: $XLA_WHEELS_ROLE, else from "
         "TPU_WORKER_ID: worker 0 writes)",
     )

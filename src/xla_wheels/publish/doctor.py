@@ -56,7 +56,6 @@ SHARED_FS_TYPES = frozenset(
         "gpfs",
     }
 )
-ROLES = ("writer", "reader")
 PACKAGES = ("torch", "torch_xla", "libtpu", "jax", "jaxlib")
 
 
