@@ -139,7 +139,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     role = _role(settings.role) if settings.role else None
     bundle = load_bundle(options.root, args.bundle)
     python = settings.python or shutil.which("python3") or sys.executable
-    entry = read_lock(options.lock_path).bundles.get(bundle.name)
+    lock = read_lock(options.lock_path)
     # The host's own environment is what doctor judges (PJRT_DEVICE, XLA_* runtime flags,
     # TPU_WORKER_ID): it is the subject of the check, not a setting of this program.
     # With --env-file, the launch environment a launcher sources instead.
@@ -147,7 +147,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     profile = (
         launch_profile.choose(bundle.profiles, args.profile, bundle.name) if args.profile else None
     )
-    report = doctor.run_doctor(bundle, python, entry, launch_env, role, args.cache_path)
+    report = doctor.run_doctor(bundle, python, lock, launch_env, role, args.cache_path)
     if profile is not None:
         launch_check.check_launch_profile(
             report,
@@ -158,7 +158,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             source,
         )
     add_lane_findings(report, options.root, args.lane, bundle.name)
-    _add_signature_findings(report, options, args, entry)
+    _add_signature_findings(report, options, args, lock.bundles.get(bundle.name))
     print(report.render())
     doctor.ensure_healthy(report)
     return 0
