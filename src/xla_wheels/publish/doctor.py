@@ -403,14 +403,19 @@ def check_cache_contract(
     report: DoctorReport, bundle: Bundle, facts: HostFacts, env: Mapping[str, str],
     role: str | None = None, cache_path: str | None = None,
 ) -> None:  # fmt: skip
-    """The cache directory names this build and libtpu; readers are read-only."""
+    """The cache directory names this build and libtpu; readers are read-only.
+
+    A role the read-only switch contradicts on a shared mount is already the "cache
+    sharing" failure, which names the mount and how the role is known: not judged twice.
+    """
     versions = facts.versions
+    told = any(f.check == "cache sharing" and f.status == "FAIL" for f in report.findings)
     contract = CacheFacts(
         bundle=bundle.name,
         path=cache_path or env.get("XLA_PERSISTENT_CACHE_PATH") or None,
         torch_xla_version=versions.get("torch_xla"),
         libtpu_version=versions.get("libtpu"),
-        role=role_of(role, env)[0],
+        role=None if told else role_of(role, env)[0],
         read_only=env.get("XLA_PERSISTENT_CACHE_READ_ONLY") == "1",
     )
     report.findings += judge_cache_contract(contract)
