@@ -64,9 +64,6 @@ class WheelRecord:
     size: int
     sha256: str
 
-    def as_toml(self) -> dict[str, Any]:
-        return asdict(self)
-
     @classmethod
     def from_toml(cls, row: Table) -> WheelRecord:
         kinds = {"name": str, "size": int, "sha256": str}
@@ -87,9 +84,6 @@ class RuntimeWheelRecord:
     name: str
     """The wheel's file name."""
     sha256: str
-
-    def as_toml(self) -> dict[str, Any]:
-        return asdict(self)
 
     @classmethod
     def from_toml(cls, row: Table) -> RuntimeWheelRecord:
@@ -217,11 +211,11 @@ class BundleEntry:
         if self.profiles:
             table["profiles"] = dict(sorted(self.profiles.items()))
         if self.wheels is not None:
-            table["wheels"] = [wheel.as_toml() for wheel in self.wheels]
+            table["wheels"] = [asdict(wheel) for wheel in self.wheels]
         if self.runtime_wheels_for is not None:
             table["runtime-wheels-for"] = self.runtime_wheels_for.as_toml()
         if self.runtime_wheels is not None:
-            table["runtime-wheels"] = [wheel.as_toml() for wheel in self.runtime_wheels]
+            table["runtime-wheels"] = [asdict(wheel) for wheel in self.runtime_wheels]
         return table
 
     @classmethod

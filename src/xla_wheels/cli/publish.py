@@ -102,7 +102,8 @@ def cmd_verify_install(args: argparse.Namespace) -> int:
     if not index_url:
         directory = _dist(options, args)
         wheels = locked_wheels(options.lock_path, bundle.name, directory)
-        index_url = write_static_index(directory, wheels).resolve().as_uri() + "/"
+        index = write_static_index(directory, [w.record for w in wheels])
+        index_url = index.resolve().as_uri() + "/"
         log.info(f"no INDEX_URL: installing from the static index {index_url}")
     else:
         locked_records(options.lock_path, bundle.name)
