@@ -220,21 +220,14 @@ def _add_dist(parser: argparse.ArgumentParser) -> None:
 
 def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     """Define subcommand ``name``'s arguments on ``parser`` and set its handler."""
+    add_own_arguments, handler = _SUBCOMMANDS[name]
     # Only publish has a dry run: requirements resolves and writes, verify-install
-    # installs, doctor only reads; a dry run of those would be a different command.
-    # doctor only reads; the others write under out/<bundle> or dist/<bundle> (a log, the
-    # static index, requirements.txt, verify-install's venv).
+    # installs, doctor only reads; a dry run of those would be a different command. The
+    # others write under out/<bundle> or dist/<bundle> (a log, the static index,
+    # requirements.txt, verify-install's venv).
     add_bundle_arguments(parser, writes_bundle=name != "doctor", dry_run=name == "publish")
-    if name == "publish":
-        _add_publish_arguments(parser)
-    elif name == "requirements":
-        _add_requirements_arguments(parser)
-    elif name == "verify-install":
-        _add_verify_install_arguments(parser)
-    elif name == "doctor":
-        _add_doctor_arguments(parser)
-    else:
-        raise ValueError(f"{name} is not a subcommand of {__name__}")
+    add_own_arguments(parser)
+    parser.set_defaults(handler=handler)
 
 
 def _add_publish_arguments(parser: argparse.ArgumentParser) -> None:
@@ -249,7 +242,6 @@ def _add_publish_arguments(parser: argparse.ArgumentParser) -> None:
         help="twine's --repository-url (default: $XLA_WHEELS_UPLOAD_URL, else the index "
         "URL without its trailing simple/)",
     )
-    parser.set_defaults(handler=cmd_publish)
 
 
 def _add_requirements_arguments(parser: argparse.ArgumentParser) -> None:
@@ -268,7 +260,6 @@ def _add_requirements_arguments(parser: argparse.ArgumentParser) -> None:
         help="platform tag of the hosts (repeatable; default: manylinux_2_35..2_17 and "
         "linux, x86_64)",
     )
-    parser.set_defaults(handler=cmd_requirements)
 
 
 def _add_verify_install_arguments(parser: argparse.ArgumentParser) -> None:
@@ -299,7 +290,6 @@ def _add_verify_install_arguments(parser: argparse.ArgumentParser) -> None:
         help="fail when the installed torch_xla has no provenance file",
     )
     _add_public_key(parser)
-    parser.set_defaults(handler=cmd_verify_install)
 
 
 def _add_doctor_arguments(parser: argparse.ArgumentParser) -> None:
@@ -331,7 +321,6 @@ def _add_doctor_arguments(parser: argparse.ArgumentParser) -> None:
         help="judge this launch environment (env.sh/env.json of `make launch-env`, or "
         "NAME=value lines) instead of this process's",
     )
-    parser.set_defaults(handler=cmd_doctor)
 
 
 def _add_public_key(parser: argparse.ArgumentParser) -> None:
@@ -341,3 +330,11 @@ def _add_public_key(parser: argparse.ArgumentParser) -> None:
         help="the team's public key (PEM): verify each locked wheel's signed attestation "
         "(default: $XLA_WHEELS_PUBLIC_KEY; doctor: else the --lane's signing-public-key)",
     )
+
+
+_SUBCOMMANDS = {
+    "publish": (_add_publish_arguments, cmd_publish),
+    "requirements": (_add_requirements_arguments, cmd_requirements),
+    "verify-install": (_add_verify_install_arguments, cmd_verify_install),
+    "doctor": (_add_doctor_arguments, cmd_doctor),
+}
