@@ -514,8 +514,8 @@ def _compare_entry(bundle: Bundle, entry: BundleEntry) -> list[str]:
             )
         locked_order = [p.path for p in locked.patches] if locked else []
         locked_patches = {p.path: p.sha256 for p in locked.patches} if locked else {}
-        current = [(f"patches/{p.relpath}", p.sha256) for p in describe_series(component)]
-        for path, digest in current:
+        current = {f"patches/{p.relpath}": p.sha256 for p in describe_series(component)}
+        for path, digest in current.items():
             if path not in locked_patches:
                 problems.append(f"{prefix}: {path} is in the series but not in the lock")
             elif locked_patches[path] != digest:
@@ -523,10 +523,8 @@ def _compare_entry(bundle: Bundle, entry: BundleEntry) -> list[str]:
                     f"{prefix}: {path} changed (sha256 {digest[:12]} != locked "
                     f"{locked_patches[path][:12]})"
                 )
-        for path in sorted(set(locked_patches) - {path for path, _ in current}):
+        for path in sorted(set(locked_patches) - set(current)):
             problems.append(f"{prefix}: {path} is in the lock but no longer in the series")
-        if [p for p, _ in current] != locked_order and set(locked_patches) == {
-            p for p, _ in current
-        }:
+        if list(current) != locked_order and set(locked_patches) == set(current):
             problems.append(f"{prefix}: {component.name} patch order differs from the lock")
     return problems
