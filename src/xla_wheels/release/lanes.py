@@ -84,7 +84,6 @@ class Policy:
 @dataclass(frozen=True)
 class Lane:
     name: str
-    description: str
     path: Path | None
     """A static index directory (absolute), or None for a remote index."""
     index_url: str | None
@@ -180,7 +179,7 @@ def _lane(root: Path, name: str, table: Table, names: Mapping[str, Any]) -> Lane
         where = [Field("path", str), Field("index-url", str), Field("upload-url", str)]
     signing = (Field("require-signature", bool, default=False), Field("signing-public-key", str))
     fields = table.read(
-        Field("description", str, default=""),
+        Field("description", str),  # for the reader of lanes.toml
         Field("backend", str, default="index"),
         *where,
         Field("promote-from", str),
@@ -210,7 +209,6 @@ def _lane(root: Path, name: str, table: Table, names: Mapping[str, Any]) -> Lane
             path = (root / fields["path"]).resolve()
     lane = Lane(
         name=name,
-        description=fields["description"],
         path=path,
         index_url=index_url,
         upload_url=upload_url,
