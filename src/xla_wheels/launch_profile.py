@@ -283,9 +283,7 @@ def _as_env_text(value: Any) -> str:
 
 
 def _check_cache_path(fail: Any, key: str, value: str) -> None:
-    rest = value
-    for placeholder in _PLACEHOLDERS:
-        rest = rest.replace(placeholder, "")
+    rest = re.sub("|".join(map(re.escape, _PLACEHOLDERS)), "", value)
     if "{" in rest or "}" in rest:
         raise fail(
             key,
