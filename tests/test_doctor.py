@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -16,7 +17,14 @@ from tests.publish_support import (
     host_venv,
     make_publish_project,
 )
-from xla_wheels.publish.doctor import DoctorReport, check_abi, check_environment, mount_of
+from xla_wheels.publish.doctor import (
+    DoctorReport,
+    check_abi,
+    check_cache_contract,
+    check_environment,
+    mount_of,
+)
+from xla_wheels.publish.host_probe import HostFacts
 
 GOOD_ENV = {"PJRT_DEVICE": "TPU", "XLA_NO_SPECIAL_SCALARS": "1"}
 
@@ -180,3 +188,20 @@ def test_local_cache_and_missing_directory(tmp_path: Path) -> None:
     findings = _findings(env, "")
     assert findings["XLA_PERSISTENT_CACHE_PATH"].startswith("FAIL")
     assert f"mkdir -p {tmp_path / 'absent'}" in findings["XLA_PERSISTENT_CACHE_PATH"]
+
+
+@pytest.mark.parametrize(("fstype", "failed"), [("nfs4", "cache sharing"), ("ext4", "cache role")])
+def test_a_reader_that_may_write_is_one_finding(
+    tmp_path: Path, fstype: str, failed: str
+) -> None:
+    # On a shared mount "cache sharing" names the mount and the role's source; the cache
+    # contract's "cache role" says the same thing, so only a local mount gets it.
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    env = {**GOOD_ENV, "XLA_PERSISTENT_CACHE_PATH": str(cache)}
+    report = DoctorReport("b", "python")
+    check_environment(report, env, "reader", _mountinfo(tmp_path, fstype))
+    facts = HostFacts("python", "3.11", {}, {}, None, None, None, ())
+    check_cache_contract(report, SimpleNamespace(name="b"), facts, env, "reader")
+    assert [f.check for f in report.failed] == [failed]
+    assert "XLA_PERSISTENT_CACHE_READ_ONLY=1" in report.failed[0].fix

@@ -129,7 +129,7 @@ _DUMP_VARIABLES = frozenset(
     }
 )
 #: Debug switches that are harmless in training: logging verbosity.
-_LOG_VARIABLES = frozenset({"TF_CPP_MIN_LOG_LEVEL", "TF_CPP_VMODULE"})
+LOG_VARIABLES = frozenset({"TF_CPP_MIN_LOG_LEVEL", "TF_CPP_VMODULE"})
 _OFF = frozenset({"", "0", "false"})
 _PROFILE_NAME = re.compile(r"[a-z][a-z0-9-]*")
 _FLAG = re.compile(r"--[A-Za-z0-9_]+(=[^\s'\"`\\]*)?")
@@ -283,9 +283,7 @@ def _as_env_text(value: Any) -> str:
 
 
 def _check_cache_path(fail: Any, key: str, value: str) -> None:
-    rest = value
-    for placeholder in _PLACEHOLDERS:
-        rest = rest.replace(placeholder, "")
+    rest = re.sub("|".join(map(re.escape, _PLACEHOLDERS)), "", value)
     if "{" in rest or "}" in rest:
         raise fail(
             key,
@@ -357,7 +355,7 @@ def _check_flag_strings_together(
 
 
 def _check_training_debug(fail: Any, key: str, profile: str, variable: str, value: str) -> None:
-    if KNOWN_VARIABLES[variable] != "debug" or variable in _LOG_VARIABLES:
+    if KNOWN_VARIABLES[variable] != "debug" or variable in LOG_VARIABLES:
         return
     if variable in _DUMP_VARIABLES:
         raise fail(

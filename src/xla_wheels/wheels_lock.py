@@ -64,9 +64,6 @@ class WheelRecord:
     size: int
     sha256: str
 
-    def as_toml(self) -> dict[str, Any]:
-        return asdict(self)
-
     @classmethod
     def from_toml(cls, row: Table) -> WheelRecord:
         kinds = {"name": str, "size": int, "sha256": str}
@@ -87,9 +84,6 @@ class RuntimeWheelRecord:
     name: str
     """The wheel's file name."""
     sha256: str
-
-    def as_toml(self) -> dict[str, Any]:
-        return asdict(self)
 
     @classmethod
     def from_toml(cls, row: Table) -> RuntimeWheelRecord:
@@ -217,11 +211,11 @@ class BundleEntry:
         if self.profiles:
             table["profiles"] = dict(sorted(self.profiles.items()))
         if self.wheels is not None:
-            table["wheels"] = [wheel.as_toml() for wheel in self.wheels]
+            table["wheels"] = [asdict(wheel) for wheel in self.wheels]
         if self.runtime_wheels_for is not None:
             table["runtime-wheels-for"] = self.runtime_wheels_for.as_toml()
         if self.runtime_wheels is not None:
-            table["runtime-wheels"] = [wheel.as_toml() for wheel in self.runtime_wheels]
+            table["runtime-wheels"] = [asdict(wheel) for wheel in self.runtime_wheels]
         return table
 
     @classmethod
@@ -520,8 +514,8 @@ def _compare_entry(bundle: Bundle, entry: BundleEntry) -> list[str]:
             )
         locked_order = [p.path for p in locked.patches] if locked else []
         locked_patches = {p.path: p.sha256 for p in locked.patches} if locked else {}
-        current = [(f"patches/{p.relpath}", p.sha256) for p in describe_series(component)]
-        for path, digest in current:
+        current = {f"patches/{p.relpath}": p.sha256 for p in describe_series(component)}
+        for path, digest in current.items():
             if path not in locked_patches:
                 problems.append(f"{prefix}: {path} is in the series but not in the lock")
             elif locked_patches[path] != digest:
@@ -529,10 +523,8 @@ def _compare_entry(bundle: Bundle, entry: BundleEntry) -> list[str]:
                     f"{prefix}: {path} changed (sha256 {digest[:12]} != locked "
                     f"{locked_patches[path][:12]})"
                 )
-        for path in sorted(set(locked_patches) - {path for path, _ in current}):
+        for path in sorted(set(locked_patches) - set(current)):
             problems.append(f"{prefix}: {path} is in the lock but no longer in the series")
-        if [p for p, _ in current] != locked_order and set(locked_patches) == {
-            p for p, _ in current
-        }:
+        if list(current) != locked_order and set(locked_patches) == set(current):
             problems.append(f"{prefix}: {component.name} patch order differs from the lock")
     return problems

@@ -39,11 +39,11 @@ from pathlib import Path
 from typing import Any
 
 from xla_wheels.errors import PipelineError
+from xla_wheels.launch_profile import ROLES
 from xla_wheels.redact import REDACTED
 from xla_wheels.tables import Field, Table, read_utf8
 
 CONFIG_RELPATH = "build/builders.toml"
-ROLES = ("reader", "writer")
 BAZEL_SCHEMES = ("grpc", "grpcs", "http", "https")
 EXECUTOR_SCHEMES = ("grpc", "grpcs")
 CCACHE_SCHEMES = ("redis", "http")
@@ -214,7 +214,7 @@ def load_remote_cache(
     role = role or "reader"
     if role not in ROLES:
         raise RemoteCacheConfigError(
-            f"{role_from}: role '{role}' is not one of {', '.join(ROLES)}",
+            f"{role_from}: role '{role}' is not one of {', '.join(sorted(ROLES))}",
             fix="one builder is the writer (e.g. CI on main); every other builder reads",
         )
     cache, cache_from = setting(bazel, "bazel", "remote_cache", ENV_BAZEL_CACHE)

@@ -102,7 +102,8 @@ def cmd_verify_install(args: argparse.Namespace) -> int:
     if not index_url:
         directory = _dist(options, args)
         wheels = locked_wheels(options.lock_path, bundle.name, directory)
-        index_url = write_static_index(directory, wheels).resolve().as_uri() + "/"
+        index = write_static_index(directory, [w.record for w in wheels])
+        index_url = index.resolve().as_uri() + "/"
         log.info(f"no INDEX_URL: installing from the static index {index_url}")
     else:
         locked_records(options.lock_path, bundle.name)
@@ -139,7 +140,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     role = _role(settings.role) if settings.role else None
     bundle = load_bundle(options.root, args.bundle)
     python = settings.python or shutil.which("python3") or sys.executable
-    entry = read_lock(options.lock_path).bundles.get(bundle.name)
+    lock = read_lock(options.lock_path)
     # The host's own environment is what doctor judges (PJRT_DEVICE, XLA_* runtime flags,
     # TPU_WORKER_ID): it is the subject of the check, not a setting of this program.
     # With --env-file, the launch environment a launcher sources instead.
@@ -147,7 +148,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     profile = (
         launch_profile.choose(bundle.profiles, args.profile, bundle.name) if args.profile else None
     )
-    report = doctor.run_doctor(bundle, python, entry, launch_env, role, args.cache_path)
+    report = doctor.run_doctor(bundle, python, lock, launch_env, role, args.cache_path)
     if profile is not None:
         launch_check.check_launch_profile(
             report,
@@ -158,7 +159,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             source,
         )
     add_lane_findings(report, options.root, args.lane, bundle.name)
-    _add_signature_findings(report, options, args, entry)
+    _add_signature_findings(report, options, args, lock.bundles.get(bundle.name))
     print(report.render())
     doctor.ensure_healthy(report)
     return 0
@@ -202,7 +203,7 @@ def _launch_environment(args: argparse.Namespace) -> tuple[Mapping[str, str], st
 
 
 def _role(value: str) -> str:
-    if value not in doctor.ROLES:
+    if value not in launch_profile.ROLES:
         raise UsageError(
             f"unknown role {value!r} (from --role or {env_var('--role')})",
             fix=f"pass --role writer or --role reader (make: ROLE=writer), or unset "
@@ -219,21 +220,14 @@ def _add_dist(parser: argparse.ArgumentParser) -> None:
 
 def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     """Define subcommand ``name``'s arguments on ``parser`` and set its handler."""
+    add_own_arguments, handler = _SUBCOMMANDS[name]
     # Only publish has a dry run: requirements resolves and writes, verify-install
-    # installs, doctor only reads; a dry run of those would be a different command.
-    # doctor only reads; the others write under out/<bundle> or dist/<bundle> (a log, the
-    # static index, requirements.txt, verify-install's venv).
+    # installs, doctor only reads; a dry run of those would be a different command. The
+    # others write under out/<bundle> or dist/<bundle> (a log, the static index,
+    # requirements.txt, verify-install's venv).
     add_bundle_arguments(parser, writes_bundle=name != "doctor", dry_run=name == "publish")
-    if name == "publish":
-        _add_publish_arguments(parser)
-    elif name == "requirements":
-        _add_requirements_arguments(parser)
-    elif name == "verify-install":
-        _add_verify_install_arguments(parser)
-    elif name == "doctor":
-        _add_doctor_arguments(parser)
-    else:
-        raise ValueError(f"{name} is not a subcommand of {__name__}")
+    add_own_arguments(parser)
+    parser.set_defaults(handler=handler)
 
 
 def _add_publish_arguments(parser: argparse.ArgumentParser) -> None:
@@ -248,7 +242,6 @@ def _add_publish_arguments(parser: argparse.ArgumentParser) -> None:
         help="twine's --repository-url (default: $XLA_WHEELS_UPLOAD_URL, else the index "
         "URL without its trailing simple/)",
     )
-    parser.set_defaults(handler=cmd_publish)
 
 
 def _add_requirements_arguments(parser: argparse.ArgumentParser) -> None:
@@ -267,7 +260,6 @@ def _add_requirements_arguments(parser: argparse.ArgumentParser) -> None:
         help="platform tag of the hosts (repeatable; default: manylinux_2_35..2_17 and "
         "linux, x86_64)",
     )
-    parser.set_defaults(handler=cmd_requirements)
 
 
 def _add_verify_install_arguments(parser: argparse.ArgumentParser) -> None:
@@ -298,7 +290,6 @@ def _add_verify_install_arguments(parser: argparse.ArgumentParser) -> None:
         help="fail when the installed torch_xla has no provenance file",
     )
     _add_public_key(parser)
-    parser.set_defaults(handler=cmd_verify_install)
 
 
 def _add_doctor_arguments(parser: argparse.ArgumentParser) -> None:
@@ -308,7 +299,7 @@ def _add_doctor_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--role",
-        choices=doctor.ROLES,
+        choices=launch_profile.ROLES,
         help="writer or reader of a shared cache (default: $XLA_WHEELS_ROLE, else from "
         "TPU_WORKER_ID: worker 0 writes)",
     )
@@ -330,7 +321,6 @@ def _add_doctor_arguments(parser: argparse.ArgumentParser) -> None:
         help="judge this launch environment (env.sh/env.json of `make launch-env`, or "
         "NAME=value lines) instead of this process's",
     )
-    parser.set_defaults(handler=cmd_doctor)
 
 
 def _add_public_key(parser: argparse.ArgumentParser) -> None:
@@ -340,3 +330,11 @@ def _add_public_key(parser: argparse.ArgumentParser) -> None:
         help="the team's public key (PEM): verify each locked wheel's signed attestation "
         "(default: $XLA_WHEELS_PUBLIC_KEY; doctor: else the --lane's signing-public-key)",
     )
+
+
+_SUBCOMMANDS = {
+    "publish": (_add_publish_arguments, cmd_publish),
+    "requirements": (_add_requirements_arguments, cmd_requirements),
+    "verify-install": (_add_verify_install_arguments, cmd_verify_install),
+    "doctor": (_add_doctor_arguments, cmd_doctor),
+}

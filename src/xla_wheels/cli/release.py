@@ -20,7 +20,7 @@ from xla_wheels.errors import UsageError
 from xla_wheels.layout import BundleLayout
 from xla_wheels.publish import requirements
 from xla_wheels.publish.index import credentials_for
-from xla_wheels.publish.wheels import LocalWheel, locked_records, locked_wheels
+from xla_wheels.publish.wheels import locked_records, locked_wheels
 from xla_wheels.release import compare as compare_mod
 from xla_wheels.release import lanes, promote, pylock, receipts
 from xla_wheels.wheel_filename import normalize, parse_wheel_name
@@ -121,10 +121,7 @@ def _runtime_fresh(lock_path: Path, bundle: Any, entry: BundleEntry) -> bool:
     recorded_for = entry.runtime_wheels_for
     if recorded_for is None:
         return False
-    ours = [
-        LocalWheel(Path(r.name), r, parse_wheel_name(r.name))
-        for r in locked_records(lock_path, bundle.name)
-    ]
+    ours = locked_records(lock_path, bundle.name)
     wanted = requirements.resolution_inputs(bundle, ours, list(recorded_for.platforms))
     return wanted.inputs_sha256 == recorded_for.inputs_sha256
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from xla_wheels import sbom
 from xla_wheels.abi import pairs as abi_pairs
 from xla_wheels.bundle import Bundle
-from xla_wheels.errors import PipelineError
+from xla_wheels.errors import LockError, PipelineError
 from xla_wheels.provenance import Provenance, ProvenanceFormatError
 from xla_wheels.publish import provenance_check as prov
 from xla_wheels.publish.cache_contract import CacheFacts, Finding, judge_cache_contract
@@ -36,7 +36,7 @@ from xla_wheels.publish.errors import DoctorFailed
 from xla_wheels.publish.host_probe import HostFacts, probe
 from xla_wheels.publish.wheels import locked_versions
 from xla_wheels.wheel_filename import normalize
-from xla_wheels.wheels_lock import BundleEntry
+from xla_wheels.wheels_lock import BundleEntry, Lock
 
 #: File system types on which several hosts see the same cache directory.
 SHARED_FS_TYPES = frozenset(
@@ -56,7 +56,6 @@ SHARED_FS_TYPES = frozenset(
         "gpfs",
     }
 )
-ROLES = ("writer", "reader")
 PACKAGES = ("torch", "torch_xla", "libtpu", "jax", "jaxlib")
 
 
@@ -103,10 +102,7 @@ def expected_versions(bundle: Bundle, lock_entry: BundleEntry | None) -> dict[st
     return expected
 
 
-def check_versions(
-    report: DoctorReport, bundle: Bundle, facts: HostFacts,
-    lock_entry: BundleEntry | None,
-) -> None:  # fmt: skip
+def check_versions(report: DoctorReport, bundle: Bundle, facts: HostFacts, lock: Lock) -> None:
     installed = {normalize(k): v for k, v in facts.versions.items()}
     fix_install = (
         f"install the bundle: `make requirements BUNDLE={bundle.name}`, then "
@@ -119,7 +115,7 @@ def check_versions(
             f"{facts.version}, bundle is built for " f"{bundle.python}",
             f"use a Python {bundle.python} environment",
         )
-    for project, want in sorted(expected_versions(bundle, lock_entry).items()):
+    for project, want in sorted(expected_versions(bundle, lock.bundles.get(bundle.name)).items()):
         have = installed.get(project)
         if have is None:
             report.add("FAIL", project, f"not installed (bundle: {want})", fix_install)
@@ -174,7 +170,7 @@ def check_versions(
                 "install the bundle's patched torch_xla",
             )
     if provenance is not None:
-        check_provenance(report, bundle, provenance, lock_entry, fix_install)
+        check_provenance(report, bundle, provenance, lock, fix_install)
     for sbom_check in sbom.check_installed(facts.python, provenance):
         fix = "" if sbom_check.status == "ok" else fix_install
         report.add(sbom_check.status, f"sbom {sbom_check.project}", sbom_check.detail, fix)
@@ -191,20 +187,18 @@ def check_provenance(
     report: DoctorReport,
     bundle: Bundle,
     provenance: Provenance,
-    lock_entry: BundleEntry | None,
+    lock: Lock,
     fix_install: str,
 ) -> None:
     """Judge the installed torch_xla by its inputs against the bundle's lock entry.
 
     Not by a bundle name: bundles with the same inputs share one wheel (builder.stamp).
     """
-    if lock_entry is None:
-        report.add(
-            "WARN",
-            "provenance",
-            f"wheels.lock has no entry for {bundle.name}: the inputs cannot be compared",
-            f"run `make wheels BUNDLE={bundle.name}` (or `make lock BUNDLE={bundle.name}`)",
-        )
+    try:
+        lock_entry = lock.entry(bundle.name)
+    except LockError as unlocked:
+        detail = f"{unlocked.message}: the inputs cannot be compared"
+        report.add("WARN", "provenance", detail, unlocked.fix or "")
         return
     check = prov.compare(provenance, bundle.name, lock_entry)
     if check.problems:
@@ -409,21 +403,26 @@ def check_cache_contract(
     report: DoctorReport, bundle: Bundle, facts: HostFacts, env: Mapping[str, str],
     role: str | None = None, cache_path: str | None = None,
 ) -> None:  # fmt: skip
-    """The cache directory names this build and libtpu; readers are read-only."""
+    """The cache directory names this build and libtpu; readers are read-only.
+
+    A role the read-only switch contradicts on a shared mount is already the "cache
+    sharing" failure, which names the mount and how the role is known: not judged twice.
+    """
     versions = facts.versions
+    told = any(f.check == "cache sharing" and f.status == "FAIL" for f in report.findings)
     contract = CacheFacts(
         bundle=bundle.name,
         path=cache_path or env.get("XLA_PERSISTENT_CACHE_PATH") or None,
         torch_xla_version=versions.get("torch_xla"),
         libtpu_version=versions.get("libtpu"),
-        role=role_of(role, env)[0],
+        role=None if told else role_of(role, env)[0],
         read_only=env.get("XLA_PERSISTENT_CACHE_READ_ONLY") == "1",
     )
     report.findings += judge_cache_contract(contract)
 
 
 def run_doctor(
-    bundle: Bundle, python: str, lock_entry: BundleEntry | None,
+    bundle: Bundle, python: str, lock: Lock,
     env: Mapping[str, str], role: str | None = None, cache_path: str | None = None,
 ) -> DoctorReport:  # fmt: skip
     report = DoctorReport(bundle.name, python)
@@ -431,7 +430,7 @@ def run_doctor(
     check_environment(report, env, role)
     facts = probe(python, PACKAGES, fix="pass PYTHON=<the training environment's python>")
     report.host = facts
-    check_versions(report, bundle, facts, lock_entry)
+    check_versions(report, bundle, facts, lock)
     check_abi(report, python)
     check_cache_contract(report, bundle, facts, env, role, cache_path)
     return report

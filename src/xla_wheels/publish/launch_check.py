@@ -17,13 +17,12 @@ from collections.abc import Mapping
 from xla_wheels.launch_profile import (
     CACHE_READ_ONLY,
     KNOWN_VARIABLES,
+    LOG_VARIABLES,
     LaunchProfile,
     compare_environment,
 )
 from xla_wheels.publish.cache_contract import directory_name
 from xla_wheels.publish.doctor import DoctorReport
-
-_LOGGING = frozenset({"TF_CPP_MIN_LOG_LEVEL", "TF_CPP_VMODULE"})
 
 
 def check_launch_profile(
@@ -46,7 +45,7 @@ def check_launch_profile(
     differences = compare_environment(expected, actual)
     for difference in differences:
         quoted = shlex.quote(str(difference.expected))
-        logging_only = difference.kind == "extra" and difference.variable in _LOGGING
+        logging_only = difference.kind == "extra" and difference.variable in LOG_VARIABLES
         if difference.kind == "missing":
             fix = f"export {difference.variable}={quoted} in the launcher"
         elif difference.kind == "extra":

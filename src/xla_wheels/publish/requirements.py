@@ -68,14 +68,14 @@ def runtime_specifiers(bundle: Bundle) -> list[str]:
 
 
 def resolution_inputs(
-    bundle: Bundle, wheels: Sequence[LocalWheel], platforms: Sequence[str]
+    bundle: Bundle, wheels: Sequence[WheelRecord], platforms: Sequence[str]
 ) -> RuntimeResolution:
     """What a runtime resolution depends on; its digest marks the lock record stale."""
     inputs = {
         "python": bundle.python,
         "platforms": list(platforms),
         "runtime": runtime_specifiers(bundle),
-        "wheels": sorted(f"{w.record.name}:{w.sha256}" for w in wheels),
+        "wheels": sorted(f"{w.name}:{w.sha256}" for w in wheels),
     }
     digest = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
     return RuntimeResolution(bundle.python, tuple(platforms), digest)
@@ -155,7 +155,7 @@ def runtime_records(
     refresh: bool = False,
 ) -> list[RuntimeWheelRecord]:
     """The recorded runtime wheels if still valid, else a fresh resolution (recorded)."""
-    wanted = resolution_inputs(bundle, wheels, platforms)
+    wanted = resolution_inputs(bundle, [w.record for w in wheels], platforms)
     entry = bundle_entry(lock_path, bundle.name)
     recorded_for = entry.runtime_wheels_for
     if (

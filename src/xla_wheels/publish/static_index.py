@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from xla_wheels import filemode
-from xla_wheels.publish.wheels import LocalWheel
+from xla_wheels.wheel_filename import parse_wheel_name
+from xla_wheels.wheels_lock import WheelRecord
 
 INDEX_DIRNAME = "simple"
 
@@ -35,11 +36,11 @@ def _page(title: str, links: Sequence[tuple[str, str]]) -> str:
     )
 
 
-def write_static_index(directory: Path, wheels: Sequence[LocalWheel]) -> Path:
+def write_static_index(directory: Path, wheels: Sequence[WheelRecord]) -> Path:
     """(Re)write ``directory/simple/`` for ``wheels`` (which live in ``directory``)."""
-    projects: dict[str, list[LocalWheel]] = {}
+    projects: dict[str, list[WheelRecord]] = {}
     for wheel in wheels:
-        projects.setdefault(wheel.name.normalized, []).append(wheel)
+        projects.setdefault(parse_wheel_name(wheel.name).normalized, []).append(wheel)
     target = directory / INDEX_DIRNAME
     # Built aside and swapped in, so a reader never sees a half-written index.
     staging = Path(tempfile.mkdtemp(prefix=".simple.", dir=directory))
@@ -48,11 +49,8 @@ def write_static_index(directory: Path, wheels: Sequence[LocalWheel]) -> Path:
         (staging / "index.html").write_text(_page("Simple index", root_links))
         for name, members in sorted(projects.items()):
             links = [
-                (
-                    f"../../{urllib.parse.quote(w.record.name)}#sha256={w.sha256}",
-                    w.record.name,
-                )
-                for w in sorted(members, key=lambda w: w.record.name)
+                (f"../../{urllib.parse.quote(w.name)}#sha256={w.sha256}", w.name)
+                for w in sorted(members, key=lambda w: w.name)
             ]
             (staging / name).mkdir()
             (staging / name / "index.html").write_text(_page(f"Links for {name}", links))

@@ -258,7 +258,7 @@ def publish(
     if not index_url:
         if not dry_run:
             with log.section(f"publish: static PEP 503 index in {directory}"):
-                write_static_index(directory, wheels)
+                write_static_index(directory, [w.record for w in wheels])
         url = (directory / INDEX_DIRNAME).resolve().as_uri() + "/"
         action = "would-index" if dry_run else "indexed"
         return PublishResult(url, [Outcome(w.record.name, action, w.sha256) for w in wheels])

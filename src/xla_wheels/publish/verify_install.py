@@ -97,11 +97,7 @@ class VerifyReport:
 
 
 def _run(
-    argv: list[str],
-    *,
-    env: dict[str, str] | None = None,
-    timeout: float,
-    secrets: list[str] | None = None,
+    argv: list[str], *, env: dict[str, str] | None = None, timeout: float
 ) -> subprocess.CompletedProcess[str]:
     return runner.run(
         argv,
@@ -111,7 +107,7 @@ def _run(
         base_env=env,
         timeout=timeout,
         timeout_fix="check that the index is reachable and answering",
-        redact=lambda text: scrub(text, secrets or []),
+        redact=scrub,  # URL credentials
     )
 
 

@@ -36,13 +36,7 @@ def locked_versions(records: Iterable[WheelRecord]) -> dict[str, str]:
 
 
 def bundle_entry(lock_path: Path, bundle_name: str) -> BundleEntry:
-    entry = read_lock(lock_path).bundles.get(bundle_name)
-    if entry is None:
-        raise PublishError(
-            f"wheels.lock has no entry for bundle {bundle_name}",
-            fix=f"run `make wheels BUNDLE={bundle_name}` (or `make lock BUNDLE={bundle_name}`)",
-        )
-    return entry
+    return read_lock(lock_path).entry(bundle_name)
 
 
 def locked_records(lock_path: Path, bundle_name: str) -> list[WheelRecord]:

@@ -29,8 +29,7 @@ def latest_usable(receipts: list[StoredReceipt]) -> StoredReceipt | None:
 
 def _fig(check: str, key: str, fmt: str = "{}") -> Callable[[Receipt], str]:
     def get(receipt: Receipt) -> str:
-        found = receipt.check(check)
-        value = found.figures.get(key) if found else None
+        value = receipt.figure(check, key)
         return "-" if value is None else fmt.format(value)
 
     return get
@@ -47,8 +46,7 @@ def _verdict(check: str) -> Callable[[Receipt], str]:
 
 
 def _warm_hits(receipt: Receipt) -> str:
-    restart = receipt.check("restart")
-    runs: list[dict[str, Any]] = list(restart.figures.get("runs", [])) if restart else []
+    runs: list[dict[str, Any]] = list(receipt.figure("restart", "runs") or [])
     warm = [r for r in runs if str(r.get("name", "")).startswith(("warm", "read-only"))]
     if not warm:
         return "-"
@@ -56,8 +54,7 @@ def _warm_hits(receipt: Receipt) -> str:
 
 
 def _memory(receipt: Receipt) -> dict[str, Any]:
-    restart = receipt.check("restart")
-    memory = restart.figures.get("memory") if restart else None
+    memory = receipt.figure("restart", "memory")
     return memory if isinstance(memory, dict) else {}
 
 
@@ -76,17 +73,14 @@ def _device_peak(receipt: Receipt) -> str:
 
 def _phase(run: str, phase: str) -> Callable[[Receipt], str]:
     def get(receipt: Receipt) -> str:
-        restart = receipt.check("restart")
-        breakdown = restart.figures.get("breakdown") if restart else None
-        value = (breakdown or {}).get(run, {}).get(phase)
+        value = (receipt.figure("restart", "breakdown") or {}).get(run, {}).get(phase)
         return "-" if value is None else f"{value:.3f}"
 
     return get
 
 
 def _above_floor(receipt: Receipt) -> str:
-    restart = receipt.check("restart")
-    floor = (restart.figures.get("load_floor") if restart else None) or {}
+    floor = receipt.figure("restart", "load_floor") or {}
     if floor.get("above_floor_s") is None:
         return "-"
     return f"{floor['above_floor_s']:.3f} (floor {floor['load_floor_s']:.3f})"

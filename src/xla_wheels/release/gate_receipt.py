@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from xla_wheels import log
-from xla_wheels.errors import UsageError
+from xla_wheels.errors import LockError, UsageError
 from xla_wheels.gate.result import CheckResult
 from xla_wheels.gate.target import Target
 from xla_wheels.release import installed, receipts
@@ -41,14 +41,16 @@ class ReceiptPlace:
 
 
 def locked_records(lock_path: Path, bundle: str) -> list[WheelRecord]:
-    """The wheels ``wheels.lock`` records for ``bundle``; an unlocked bundle is bad input."""
-    entry = read_lock(lock_path).bundles.get(bundle)
-    if entry is None:
+    """The wheels ``wheels.lock`` records for ``bundle``; an unlocked bundle is bad input
+    to the gate (exit 2, where the pipeline's steps give :class:`LockError`, exit 1)."""
+    lock = read_lock(lock_path)
+    try:
+        return list(lock.entry(bundle).wheels or ())
+    except LockError:
         raise UsageError(
             f"wheels.lock has no bundle {bundle}",
             fix="pass BUNDLE= of a locked bundle (see `make bundles`)",
-        )
-    return list(entry.wheels or ())
+        ) from None
 
 
 def _evidence(

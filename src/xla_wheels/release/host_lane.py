@@ -58,35 +58,35 @@ def add_lane_findings(
     if not (root / lanes.LANES_CONFIG).exists() or report.host is None:
         return  # a checkout without lanes: nothing to say about them
     bundle, how = host_bundle(root, report.host, bundle_name)
-    for status, detail, fix in lane_status(root, bundle, lane):
-        report.add(status, "lane", detail + (f" (known from the {how})" if how else ""), fix)
+    status, detail, fix = lane_status(root, bundle, lane)
+    report.add(status, "lane", detail + (f" (known from the {how})" if how else ""), fix)
 
 
 def lane_status(
     root: Path, host_bundle: str | None, lane_name: str | None
-) -> list[tuple[str, str, str]]:
-    """Doctor's lane findings: (status, detail, fix) for the bundle this host runs."""
+) -> tuple[str, str, str]:
+    """Doctor's lane finding: (status, detail, fix) for the bundle this host runs."""
     try:
         config = lanes.load_config(root)
         state = lanes.read_state(root)
     except lanes.LaneError as error:
-        return [("WARN", f"lanes unknown: {error.message}", error.fix or "")]
+        return ("WARN", f"lanes unknown: {error.message}", error.fix or "")
     if host_bundle is None:
         why = "cannot tell which bundle this host runs (no provenance file)"
-        return [("WARN", why, "install a bundle built by this pipeline")]
+        return ("WARN", why, "install a bundle built by this pipeline")
     runs = f"runs bundle {host_bundle}"
     if lane_name:
         lane = config.lane(lane_name)
         current = state.get(lane.name)
         if current and current.bundle == host_bundle:
-            return [("ok", f"{runs}, the current bundle of lane {lane.name}", "")]
+            return ("ok", f"{runs}, the current bundle of lane {lane.name}", "")
         current_bundle = current.bundle if current else "(none)"
         fix = (
             f"install from lane {lane.name}: pip install --require-hashes -r "
             f"dist/lanes/{lane.name}/requirements.txt --index-url {lane.simple_url}"
         )
-        return [("FAIL", f"{runs}; lane {lane.name}'s current bundle is {current_bundle}", fix)]
+        return ("FAIL", f"{runs}; lane {lane.name}'s current bundle is {current_bundle}", fix)
     if holding := sorted(n for n, s in state.items() if s.bundle == host_bundle):
-        return [("ok", f"{runs}, the current bundle of lane(s) {', '.join(holding)}", "")]
+        return ("ok", f"{runs}, the current bundle of lane(s) {', '.join(holding)}", "")
     fix = "install the bundle of the lane this host belongs to (make lanes)"
-    return [("WARN", f"{runs}, which is not the current bundle of any lane", fix)]
+    return ("WARN", f"{runs}, which is not the current bundle of any lane", fix)

@@ -84,7 +84,6 @@ class Policy:
 @dataclass(frozen=True)
 class Lane:
     name: str
-    description: str
     path: Path | None
     """A static index directory (absolute), or None for a remote index."""
     index_url: str | None
@@ -159,37 +158,6 @@ def _policy(table: Table) -> Policy:
     return Policy(device, tuple(fields["checks"]), warm, memory, fields["profile"])
 
 
-def _devpi_lane(name: str, table: Table) -> Lane:
-    """A lane that is one index (``user/index``) of a devpi server."""
-    fields = table.read(
-        Field("description", str, default=""),
-        Field("backend", str),
-        Field("server", str, required=True),
-        Field("index", str, required=True),
-        Field("promote-from", str),
-        Field("policy", dict, default={}),
-    )
-    server = fields["server"]
-    if not server.startswith(("http://", "https://")):
-        raise table.fail("server", "must be the devpi server's http(s) URL", "")
-    index = fields["index"].strip("/")
-    if len(index.split("/")) != 2:
-        raise table.fail("index", 'must be "<user>/<index>", e.g. "team/validation"', "")
-    base = f"{server.rstrip('/')}/{index}/"
-    return Lane(
-        name=name,
-        description=fields["description"],
-        path=None,
-        # devpi's own layout: the simple page under +simple/, uploads to the index URL.
-        index_url=f"{base}+simple/",
-        upload_url=base,
-        promote_from=fields["promote-from"],
-        policy=_policy(table.table("policy", optional=True)),
-        backend="devpi",
-        devpi_index=index,
-    )
-
-
 def _signing_key(root: Path, table: Table, fields: Mapping[str, Any]) -> Path | None:
     required, key = fields["require-signature"], fields["signing-public-key"]
     if required != (key is not None):
@@ -200,6 +168,59 @@ def _signing_key(root: Path, table: Table, fields: Mapping[str, Any]) -> Path | 
             "",
         )
     return (root / key).resolve() if required else None
+
+
+def _lane(root: Path, name: str, table: Table, names: Mapping[str, Any]) -> Lane:
+    """One ``[lanes.<name>]``: a static directory or remote index, or one index
+    (``user/index``) of a devpi server, each with its own keys."""
+    devpi = table.data.get("backend", "index") == "devpi"
+    where = [Field("server", str, required=True), Field("index", str, required=True)]
+    if not devpi:
+        where = [Field("path", str), Field("index-url", str), Field("upload-url", str)]
+    signing = (Field("require-signature", bool, default=False), Field("signing-public-key", str))
+    fields = table.read(
+        Field("description", str),  # for the reader of lanes.toml
+        Field("backend", str, default="index"),
+        *where,
+        Field("promote-from", str),
+        Field("policy", dict, default={}),
+        *(() if devpi else signing),
+    )
+    devpi_index = path = None
+    if devpi:
+        server = fields["server"]
+        if not server.startswith(("http://", "https://")):
+            raise table.fail("server", "must be the devpi server's http(s) URL", "")
+        devpi_index = fields["index"].strip("/")
+        if len(devpi_index.split("/")) != 2:
+            raise table.fail("index", 'must be "<user>/<index>", e.g. "team/validation"', "")
+        # devpi's own layout: the simple page under +simple/, uploads to the index URL.
+        upload_url = f"{server.rstrip('/')}/{devpi_index}/"
+        index_url = f"{upload_url}+simple/"
+    else:
+        if fields["backend"] not in BACKENDS:
+            raise table.fail("backend", f"{fields['backend']!r} is not one of {BACKENDS}", "")
+        if (fields["path"] is None) == (fields["index-url"] is None):
+            raise table.fail("path", "give exactly one of path or index-url", "")
+        index_url, upload_url = fields["index-url"], fields["upload-url"]
+        if index_url and not index_url.endswith("/"):
+            index_url = f"{index_url}/"
+        if fields["path"] is not None:
+            path = (root / fields["path"]).resolve()
+    lane = Lane(
+        name=name,
+        path=path,
+        index_url=index_url,
+        upload_url=upload_url,
+        promote_from=fields["promote-from"],
+        policy=_policy(table.table("policy", optional=True)),
+        backend=fields["backend"],
+        devpi_index=devpi_index,
+        signing_public_key=None if devpi else _signing_key(root, table, fields),
+    )
+    if not devpi and lane.promote_from is not None and lane.promote_from not in names:
+        raise table.fail("promote-from", f"no lane {lane.promote_from!r}", "")
+    return lane
 
 
 def load_config(root: Path) -> LanesConfig:
@@ -218,39 +239,7 @@ def load_config(root: Path) -> LanesConfig:
     )["publish-lane"]
     lanes: dict[str, Lane] = {}
     for name, table in top.tables("lanes").items():
-        if table.data.get("backend", "index") == "devpi":
-            lanes[name] = _devpi_lane(name, table)
-            continue
-        fields = table.read(
-            Field("description", str, default=""),
-            Field("backend", str, default="index"),
-            Field("path", str),
-            Field("index-url", str),
-            Field("upload-url", str),
-            Field("promote-from", str),
-            Field("policy", dict, default={}),
-            Field("require-signature", bool, default=False),
-            Field("signing-public-key", str),
-        )
-        if fields["backend"] not in BACKENDS:
-            raise table.fail("backend", f"{fields['backend']!r} is not one of {BACKENDS}", "")
-        if (fields["path"] is None) == (fields["index-url"] is None):
-            raise table.fail("path", "give exactly one of path or index-url", "")
-        index_url = fields["index-url"]
-        if index_url and not index_url.endswith("/"):
-            index_url = f"{index_url}/"
-        lanes[name] = Lane(
-            name=name,
-            description=fields["description"],
-            path=None if fields["path"] is None else (root / fields["path"]).resolve(),
-            index_url=index_url,
-            upload_url=fields["upload-url"],
-            promote_from=fields["promote-from"],
-            policy=_policy(table.table("policy", optional=True)),
-            signing_public_key=_signing_key(root, table, fields),
-        )
-        if fields["promote-from"] is not None and fields["promote-from"] not in data["lanes"]:
-            raise table.fail("promote-from", f"no lane {fields['promote-from']!r}", "")
+        lanes[name] = _lane(root, name, table, data["lanes"])
     if not lanes:
         raise top.fail("lanes", "no lane is defined", "")
     if publish_lane not in lanes:

@@ -50,8 +50,7 @@ class PromotionVerdict:
 
 
 def warm_ready(receipt: Receipt) -> float | None:
-    restart = receipt.check("restart")
-    value = restart.figures.get("warm_ready_s") if restart else None
+    value = receipt.figure("restart", "warm_ready_s")
     return float(value) if isinstance(value, int | float) else None
 
 
@@ -146,8 +145,7 @@ def _unlike(rule: str, stored: StoredReceipt, current: Receipt) -> list[RuleFail
 
 def peak_memory(receipt: Receipt) -> dict[str, int]:
     """Peak bytes of the restart workload: ``host``, and ``device <name>`` where reported."""
-    restart = receipt.check("restart")
-    memory = restart.figures.get("memory") if restart else None
+    memory = receipt.figure("restart", "memory")
     if not isinstance(memory, dict):
         return {}
     peaks: dict[str, int] = {}

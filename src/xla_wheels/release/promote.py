@@ -103,13 +103,9 @@ def put_into_lane(
     for envelope in envelopes:
         # Next to its wheel, for hosts and for a promotion out of this lane.
         filemode.copy_by_rename(envelope, lane.path / envelope.name)
-    everything = [
-        LocalWheel(
-            p, WheelRecord(p.name, p.stat().st_size, file_sha256(p)), parse_wheel_name(p.name)
-        )
-        for p in sorted(lane.path.glob("*.whl"))
-    ]
-    write_static_index(lane.path, everything)
+    everything = sorted(lane.path.glob("*.whl"))
+    records = [WheelRecord(p.name, p.stat().st_size, file_sha256(p)) for p in everything]
+    write_static_index(lane.path, records)
     return outcomes
 
 

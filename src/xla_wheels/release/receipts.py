@@ -51,6 +51,7 @@ from xla_wheels.errors import PipelineError
 from xla_wheels.gate.result import CheckResult
 from xla_wheels.gate.target import Target
 from xla_wheels.release.installed import EnvironmentMatch, InstalledFacts, WheelMatch
+from xla_wheels.tables import Table
 
 RECEIPT_VERSION = "1"
 RECEIPTS_DIRNAME = "receipts"
@@ -109,6 +110,11 @@ class Receipt:
 
     def check(self, name: str) -> CheckEvidence | None:
         return next((c for c in self.checks if c.name == name), None)
+
+    def figure(self, check: str, key: str) -> Any:
+        """A figure of one check; None when the check or the figure is absent."""
+        found = self.check(check)
+        return found.figures.get(key) if found else None
 
     @property
     def locked_files(self) -> set[tuple[str, str]]:
@@ -248,45 +254,26 @@ def write_receipt(path: Path, receipt: Receipt, *, replace: bool = False) -> Pat
     return candidate
 
 
-def _field(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], path: Path) -> Any:
-    if key not in data or not isinstance(data[key], kind):
-        raise ReceiptError(
-            f"{path}: key {key!r} is missing or has the wrong type",
-            fix="receipts are written by `make gate BUNDLE=…`; restore the file from git",
-        )
-    return data[key]
+_RESTORE = "receipts are written by `make gate BUNDLE=…`; restore the file from git"
+_WHEEL_KEYS = {
+    "name": str, "sha256": str, "project": str, "version": str, "matched": bool, "files": int
+}
 
 
-def _entry(item: Any, what: str, path: Path) -> Mapping[str, Any]:
-    if not isinstance(item, dict):
-        raise ReceiptError(
-            f"{path}: an entry of {what!r} is not a table",
-            fix="receipts are written by `make gate BUNDLE=…`; restore the file from git",
-        )
-    return item
-
-
-def _wheel_match(item: Any, path: Path) -> WheelMatch:
+def _wheel_match(row: Table) -> WheelMatch:
     # A hand-edited entry without a key is a named error, not a KeyError traceback.
-    w = _entry(item, "wheels", path)
     return WheelMatch(
-        name=_field(w, "name", str, path),
-        sha256=_field(w, "sha256", str, path),
-        project=_field(w, "project", str, path),
-        version=_field(w, "version", str, path),
-        matched=_field(w, "matched", bool, path),
-        files=_field(w, "files", int, path),
-        problems=tuple(str(p) for p in w.get("problems", [])),
+        **{key: row.get(key, kind, required=True) for key, kind in _WHEEL_KEYS.items()},
+        problems=tuple(str(p) for p in row.data.get("problems", [])),
     )
 
 
-def _check_evidence(item: Any, path: Path) -> CheckEvidence:
-    c = _entry(item, "checks", path)
+def _check_evidence(row: Table) -> CheckEvidence:
     return CheckEvidence(
-        _field(c, "name", str, path),
-        c.get("passed"),
-        tuple(c.get("reasons", [])),
-        dict(c.get("figures", {})),
+        row.get("name", str, required=True),
+        row.data.get("passed"),
+        tuple(row.data.get("reasons", [])),
+        dict(row.data.get("figures", {})),
     )
 
 
@@ -305,20 +292,26 @@ def read_receipt(path: Path) -> StoredReceipt:
         )
     digest = str(data.get("digest", ""))
     payload = {k: v for k, v in data.items() if k != "digest"}
-    wheels = tuple(_wheel_match(w, path) for w in _field(data, "wheels", list, path))
-    checks = tuple(_check_evidence(c, path) for c in _field(data, "checks", list, path))
+    top = Table(data, source=str(path), error=ReceiptError, fix=_RESTORE)
+
+    def required(key: str, kind: type) -> Any:
+        return top.get(key, kind, required=True)
+
+    # rows() is None for an absent key, which required() then names.
+    wheels = tuple(_wheel_match(row) for row in top.rows("wheels") or required("wheels", list))
+    checks = tuple(_check_evidence(row) for row in top.rows("checks") or required("checks", list))
     receipt = Receipt(
-        kind=_field(data, "kind", str, path),
+        kind=required("kind", str),
         bundle=data.get("bundle"),
-        created=_field(data, "created", str, path),
-        host=_field(data, "host", str, path),
-        device=_field(data, "device", str, path),
+        created=required("created", str),
+        host=required("host", str),
+        device=required("device", str),
         chip=data.get("chip"),
-        workload=_field(data, "workload", str, path),
-        versions=_field(data, "versions", dict, path),
-        wheels_match_lock=_field(data, "wheels-match-lock", bool, path),
+        workload=required("workload", str),
+        versions=required("versions", dict),
+        wheels_match_lock=required("wheels-match-lock", bool),
         wheels=wheels,
-        problems=tuple(_field(data, "problems", list, path)),
+        problems=tuple(required("problems", list)),
         checks=checks,
         profile=data["profile"] if isinstance(data.get("profile"), dict) else None,
     )
