@@ -229,6 +229,10 @@ def test_promote_refuses_a_source_release_with_files_the_lock_does_not_record(
             "key 'lanes.x.path': unknown key",
         ),
         ('backend = "artifactory"\npath = "dist/x"\n', "key 'lanes.x.backend': 'artifactory'"),
+        (
+            'backend = "devpi"\nserver = "http://h/"\nindex = "t/x"\npromote-from = "nope"\n',
+            "key 'lanes.x.promote-from': no lane 'nope'",
+        ),
     ],
 )
 def test_a_wrong_devpi_lane_is_refused_naming_the_key(

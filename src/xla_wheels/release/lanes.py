@@ -218,7 +218,7 @@ def _lane(root: Path, name: str, table: Table, names: Mapping[str, Any]) -> Lane
         devpi_index=devpi_index,
         signing_public_key=None if devpi else _signing_key(root, table, fields),
     )
-    if not devpi and lane.promote_from is not None and lane.promote_from not in names:
+    if lane.promote_from is not None and lane.promote_from not in names:
         raise table.fail("promote-from", f"no lane {lane.promote_from!r}", "")
     return lane
 
