@@ -308,10 +308,9 @@ def _build_bundle(
     }
     _reject_duplicate_patches(components, path)
 
-    runtime_table = root.table("runtime", optional=True)
-    runtime_table.check_keys(RUNTIME_NAMES)
+    root.table("runtime", optional=True).check_keys(RUNTIME_NAMES)
     runtime = {
-        package: _parse_runtime(table, package) for package, table in runtime_table.tables().items()
+        package: _parse_runtime(table, package) for package, table in root.tables("runtime").items()
     }
 
     knobs = root.table("build", optional=True).read(
