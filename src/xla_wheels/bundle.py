@@ -135,11 +135,11 @@ class Bundle:
 
     def unresolved_pins(self) -> list[str]:
         """Human lines for every component that cannot be built from as written."""
-        problems = []
-        for component in self.components.values():
-            if component.commit is None:
-                problems.append(f"{component.name}: no commit pinned ({component.unpinned_reason})")
-        return problems
+        return [
+            f"{component.name}: no commit pinned ({component.unpinned_reason})"
+            for component in self.components.values()
+            if component.commit is None
+        ]
 
 
 def _manifest_table(data: Mapping[str, Any], path: Path) -> Table:
@@ -510,11 +510,8 @@ def diff(left: Bundle, right: Bundle) -> list[tuple[str, str, str]]:
             [p.relpath for p in b.patches],
         )
     for name in sorted(set(left.runtime) | set(right.runtime)):
-        a_pin, b_pin = left.runtime.get(name), right.runtime.get(name)
         compare(
-            f"runtime.{name}",
-            _pin_text(a_pin),
-            _pin_text(b_pin),
+            f"runtime.{name}", _pin_text(left.runtime.get(name)), _pin_text(right.runtime.get(name))
         )
     compare("build", left.build, right.build)
     rows += launch_profile.diff_rows(left.profiles, right.profiles)

@@ -21,9 +21,8 @@ from xla_wheels.run_lock import bundle_run_lock
 
 
 def held_for(args: argparse.Namespace) -> AbstractContextManager[object]:
-    """The run lock ``args``' subcommand needs around its handler (or none)."""
-    if not getattr(args, "writes_bundle", False):
-        return nullcontext()
+    """The run lock a subcommand that writes a bundle needs around its handler (none for a
+    dry run)."""
     options = pipeline_options(args, os.environ)
     if options.dry_run:
         return nullcontext()  # a dry run writes nothing
