@@ -6,15 +6,10 @@ pip orders ``2.9.0+...`` after ``2.9.0``, so a host that pins ``torch_xla==2.9.0
 gets ours by accident, and ``pip install torch_xla==2.9.0+gitc04e61c.p1a2b3c4d`` names one
 exact build. The same inputs always give the same label (no dates, no build numbers).
 
-The provenance file (``xla_wheels.provenance``: its path and schema) is added to the built
-wheel (with its RECORD line), because upstream's setup.py lists only ``lib/*.so*`` and
-``py.typed`` as package data: a file written into the source tree would not be packed.
-
-Identity: a wheel is its inputs (full commits, patch series digests, OpenXLA pin, build
-knobs, toolchain), not the bundle that first asked for it. Two bundles with the same
-torch/torch_xla inputs (a libtpu bump) share one stage-cache entry and so the very same
-bytes; the provenance therefore records inputs only, and readers judge a wheel by
-comparing those inputs and its sha256 with the bundle's ``wheels.lock`` entry.
+The provenance file (``xla_wheels.provenance``: its path, its schema, and why it records
+the wheel's inputs only) is added to the built wheel (with its RECORD line), because
+upstream's setup.py lists only ``lib/*.so*`` and ``py.typed`` as package data: a file
+written into the source tree would not be packed.
 
 Reproducible bytes: both wheels are re-packed by :func:`repack_wheel` (sorted entries,
 dates from SOURCE_DATE_EPOCH, fixed modes, sorted JSON), so the packing adds no

@@ -4,12 +4,8 @@ As in cibuildwheel's ``options.py``, every setting is read here, once, at the CL
 from the parsed arguments and an ``environ`` mapping the caller passes in (the CLI passes
 ``os.environ``, tests pass a dict). Stages receive the frozen objects built here (their types
 live low, in :mod:`xla_wheels.options`) and never read the environment for a setting
-themselves.
-
-Naming rule: a setting spelled ``--NAME`` on the command line is ``XLA_WHEELS_<NAME>`` in
-the environment, NAME upper-cased with dashes as underscores and a trailing ``-dir``
-dropped: ``--engine`` is ``XLA_WHEELS_ENGINE``, ``--cache-dir`` is ``XLA_WHEELS_CACHE``,
-``--dry-run`` is ``XLA_WHEELS_DRY_RUN`` (:func:`xla_wheels.options.env_var`).
+themselves. A flag's environment variable follows :mod:`xla_wheels.options`' naming rule
+(``--cache-dir`` is ``XLA_WHEELS_CACHE``).
 
 The Makefile's short variables (``BUNDLE``, ``ENGINE``, ``JOBS``, ...) become
 command-line flags in one place in the Makefile, which holds no default of its own: the
