@@ -343,13 +343,8 @@ def check_installed(
         raw = (site / name).read_bytes()
         record = next((f for f in dist.files if f.endswith(".dist-info/RECORD")), None)
         record_text = (site / record).read_text(encoding="utf-8") if record else ""
-        problem = record_problem(record_text, name, raw)
-        problems = [problem] if problem else []
+        problems = [p for p in [record_problem(record_text, name, raw)] if p]
         problems += check(raw, project, dist.version, provenance)
-        if problems:
-            results.append(InstalledCheck("FAIL", project, "; ".join(problems)))
-        else:
-            results.append(
-                InstalledCheck("ok", project, f"{name}: CycloneDX valid, RECORD hash matches")
-            )
+        detail = "; ".join(problems) or f"{name}: CycloneDX valid, RECORD hash matches"
+        results.append(InstalledCheck("FAIL" if problems else "ok", project, detail))
     return results
