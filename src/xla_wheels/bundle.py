@@ -142,10 +142,6 @@ class Bundle:
         ]
 
 
-def _manifest_table(data: Mapping[str, Any], path: Path) -> Table:
-    return Table(data, source=str(path), error=ManifestError)
-
-
 def bundles_dir(repo_root: Path) -> Path:
     return repo_root / "build" / "bundles"
 
@@ -205,7 +201,7 @@ def _resolve(
     meta = data.get("bundle")
     if not isinstance(meta, dict) or "extends" not in meta:
         return data, digest, None
-    where = _manifest_table(data, path).table("bundle")
+    where = Table(data, source=str(path), error=ManifestError).table("bundle")
     parent_name: str = where.get("extends", str)
     if NAME_PATTERN.fullmatch(parent_name) is None:
         raise where.fail("extends", f"'{parent_name}' {_BAD_NAME}", "give a bundle's name")
@@ -272,7 +268,7 @@ def _merge(parent: Mapping[str, Any], child: Mapping[str, Any]) -> dict[str, Any
 def _build_bundle(
     data: Mapping[str, Any], path: Path, patches_root: Path, digest: str, extends: str | None
 ) -> Bundle:
-    root = _manifest_table(data, path)
+    root = Table(data, source=str(path), error=ManifestError)
     root.check_keys({"bundle", "components", "runtime", "build", "profiles"})
 
     meta = root.table("bundle")
@@ -323,7 +319,6 @@ def _build_bundle(
         raise root.table("build").fail(
             "cxx_abi", f"must be 0 or 1, got {knobs['cxx_abi']}", "PyTorch 2.9+ wheels use 1"
         )
-    build = BuildKnobs(**knobs)
     return Bundle(
         name=name,
         path=path,
@@ -331,7 +326,7 @@ def _build_bundle(
         python=python,
         components=components,
         runtime=runtime,
-        build=build,
+        build=BuildKnobs(**knobs),
         manifest_sha256=digest,
         extends=extends,
         profiles=launch_profile.parse_profiles(data.get("profiles", {}), path),
@@ -468,7 +463,7 @@ def _parse_runtime(table: Table, name: str) -> RuntimePin:
         raise table.fail("version", "missing", 'give version = "X" or minimum = "X"')
     if version is not None and (minimum or preferred):
         raise table.fail("version", "given with minimum/preferred", "an exact pin stands alone")
-    for key, value in (("version", version), ("minimum", minimum), ("preferred", preferred)):
+    for key, value in pins.items():
         if value is not None and not _VERSION.fullmatch(value):
             raise table.fail(key, f"'{value}' is not a version", 'write e.g. "0.0.36"')
     return RuntimePin(name=name, version=version, minimum=minimum, preferred=preferred)

@@ -103,12 +103,6 @@ def _entry(filename: str, epoch: int, executable: bool) -> zipfile.ZipInfo:
     return info
 
 
-def _record_text(lines: list[list[str]]) -> str:
-    out = io.StringIO()
-    csv.writer(out, lineterminator="\n").writerows(lines)
-    return out.getvalue()
-
-
 def repack_wheel(
     source: Path, target: Path, epoch: int, files: Mapping[str, bytes] | None = None
 ) -> Path:
@@ -135,7 +129,10 @@ def repack_wheel(
             if row and row[0] not in files and row[0] != record_name
         ]
         record += [[name, record_hash(data), str(len(data))] for name, data in files.items()]
-        record = [*sorted(record), [record_name, "", ""]]
+        record_text = io.StringIO()
+        csv.writer(record_text, lineterminator="\n").writerows(
+            [*sorted(record), [record_name, "", ""]]
+        )
         names = sorted({*infos, *files, record_name}, key=lambda n: _order(n, record_name))
         handle, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
         os.close(handle)
@@ -146,7 +143,7 @@ def repack_wheel(
                     executable = old is not None and bool((old.external_attr >> 16) & 0o111)
                     entry = _entry(name, epoch, executable and name not in files)
                     if name == record_name:
-                        out.writestr(entry, _record_text(record))
+                        out.writestr(entry, record_text.getvalue())
                     elif name in files:
                         out.writestr(entry, files[name])
                     elif name.endswith("/"):

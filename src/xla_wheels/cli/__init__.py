@@ -122,12 +122,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def _chosen_command(argv: Sequence[str]) -> str | None:
-    # The subcommand is the first argument that is not an option (the top-level parser
-    # has only --help and --version, which take no value).
-    return next((arg for arg in argv if not arg.startswith("-")), None)
-
-
 class Parser(argparse.ArgumentParser):
     """argparse, with bad arguments as our :class:`UsageError` (``error:``/``fix:``, exit
     2) instead of a usage dump: a bad value raises :class:`argparse.ArgumentError` up to
@@ -236,7 +230,9 @@ def _run(arguments: list[str]) -> int:
     make = MakeRun.from_environ(os.environ)
     if make is not None:
         make.check_command_line()
-    parser = build_parser(_chosen_command(arguments))
+    # The subcommand is the first argument that is not an option (the top-level parser
+    # has only --help and --version, which take no value).
+    parser = build_parser(next((arg for arg in arguments if not arg.startswith("-")), None))
     try:
         args = parser.parse_args(arguments)
     except argparse.ArgumentError as error:

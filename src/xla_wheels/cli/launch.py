@@ -64,9 +64,7 @@ def _build_directory(lock_path: Path, bundle: Bundle) -> str:
 
 
 def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
-    """Define subcommand ``name``'s arguments on ``parser`` and set its handler."""
-    if name != "launch-env":
-        raise ValueError(f"{name} is not a subcommand of {__name__}")
+    """Define launch-env's arguments on ``parser`` and set its handler."""
     add_bundle_arguments(parser, writes_bundle=False)  # writes out/launch/<bundle>
     parser.add_argument("--profile", default="", help="launch profile name, e.g. train")
     parser.add_argument(
