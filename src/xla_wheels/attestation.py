@@ -130,7 +130,6 @@ def statement(
         byproducts = [{"name": sbom.arcname(wheel), "digest": sbom_digest}]
     except sbom.SbomError:
         byproducts = []
-    build = facts.build
     return {
         "_type": STATEMENT_TYPE,
         "subject": [{"name": record.name, "digest": {"sha256": record.sha256}}],
@@ -148,7 +147,7 @@ def statement(
                     },
                 },
                 "internalParameters": {
-                    "build": build.to_json(),
+                    "build": facts.build.to_json(),
                     "toolchain": dict(sorted(facts.toolchain.items())),
                 },
                 "resolvedDependencies": dependencies,

@@ -135,15 +135,11 @@ class Bundle:
 
     def unresolved_pins(self) -> list[str]:
         """Human lines for every component that cannot be built from as written."""
-        problems = []
-        for component in self.components.values():
-            if component.commit is None:
-                problems.append(f"{component.name}: no commit pinned ({component.unpinned_reason})")
-        return problems
-
-
-def _manifest_table(data: Mapping[str, Any], path: Path) -> Table:
-    return Table(data, source=str(path), error=ManifestError)
+        return [
+            f"{component.name}: no commit pinned ({component.unpinned_reason})"
+            for component in self.components.values()
+            if component.commit is None
+        ]
 
 
 def bundles_dir(repo_root: Path) -> Path:
@@ -205,7 +201,7 @@ def _resolve(
     meta = data.get("bundle")
     if not isinstance(meta, dict) or "extends" not in meta:
         return data, digest, None
-    where = _manifest_table(data, path).table("bundle")
+    where = Table(data, source=str(path), error=ManifestError).table("bundle")
     parent_name: str = where.get("extends", str)
     if NAME_PATTERN.fullmatch(parent_name) is None:
         raise where.fail("extends", f"'{parent_name}' {_BAD_NAME}", "give a bundle's name")
@@ -272,7 +268,7 @@ def _merge(parent: Mapping[str, Any], child: Mapping[str, Any]) -> dict[str, Any
 def _build_bundle(
     data: Mapping[str, Any], path: Path, patches_root: Path, digest: str, extends: str | None
 ) -> Bundle:
-    root = _manifest_table(data, path)
+    root = Table(data, source=str(path), error=ManifestError)
     root.check_keys({"bundle", "components", "runtime", "build", "profiles"})
 
     meta = root.table("bundle")
@@ -308,10 +304,9 @@ def _build_bundle(
     }
     _reject_duplicate_patches(components, path)
 
-    runtime_table = root.table("runtime", optional=True)
-    runtime_table.check_keys(RUNTIME_NAMES)
+    root.table("runtime", optional=True).check_keys(RUNTIME_NAMES)
     runtime = {
-        package: _parse_runtime(table, package) for package, table in runtime_table.tables().items()
+        package: _parse_runtime(table, package) for package, table in root.tables("runtime").items()
     }
 
     knobs = root.table("build", optional=True).read(
@@ -324,7 +319,6 @@ def _build_bundle(
         raise root.table("build").fail(
             "cxx_abi", f"must be 0 or 1, got {knobs['cxx_abi']}", "PyTorch 2.9+ wheels use 1"
         )
-    build = BuildKnobs(**knobs)
     return Bundle(
         name=name,
         path=path,
@@ -332,7 +326,7 @@ def _build_bundle(
         python=python,
         components=components,
         runtime=runtime,
-        build=build,
+        build=BuildKnobs(**knobs),
         manifest_sha256=digest,
         extends=extends,
         profiles=launch_profile.parse_profiles(data.get("profiles", {}), path),
@@ -469,7 +463,7 @@ def _parse_runtime(table: Table, name: str) -> RuntimePin:
         raise table.fail("version", "missing", 'give version = "X" or minimum = "X"')
     if version is not None and (minimum or preferred):
         raise table.fail("version", "given with minimum/preferred", "an exact pin stands alone")
-    for key, value in (("version", version), ("minimum", minimum), ("preferred", preferred)):
+    for key, value in pins.items():
         if value is not None and not _VERSION.fullmatch(value):
             raise table.fail(key, f"'{value}' is not a version", 'write e.g. "0.0.36"')
     return RuntimePin(name=name, version=version, minimum=minimum, preferred=preferred)
@@ -511,11 +505,8 @@ def diff(left: Bundle, right: Bundle) -> list[tuple[str, str, str]]:
             [p.relpath for p in b.patches],
         )
     for name in sorted(set(left.runtime) | set(right.runtime)):
-        a_pin, b_pin = left.runtime.get(name), right.runtime.get(name)
         compare(
-            f"runtime.{name}",
-            _pin_text(a_pin),
-            _pin_text(b_pin),
+            f"runtime.{name}", _pin_text(left.runtime.get(name)), _pin_text(right.runtime.get(name))
         )
     compare("build", left.build, right.build)
     rows += launch_profile.diff_rows(left.profiles, right.profiles)

@@ -193,7 +193,6 @@ def variable_text(makefile: Makefile, name: str, commands: Sequence[str]) -> str
 
 def render(makefile: Makefile) -> str:
     """The text ``make help`` prints."""
-    width = 100
     lines = [
         "Usage: make <target> [VARIABLE=value ...]",
         "",
@@ -206,28 +205,27 @@ def render(makefile: Makefile) -> str:
         if target.commands:
             lines.append(f"    runs: {', '.join(_shown_command(c) for c in target.commands)}")
         for name in target.variables:
-            text = variable_text(makefile, name, target.commands)
-            lines += textwrap.wrap(
-                text,
-                width=width,
-                initial_indent=f"    {name:<18}  ",
-                subsequent_indent=" " * 24,
-                break_on_hyphens=False,
-            )
+            lines += _wrapped(name, variable_text(makefile, name, target.commands))
         lines.append(f"    example: {MAKE_EXAMPLES[target.name]}")
         lines.append("")
     lines += [
         "A variable left unset adds no flag: the command then reads its XLA_WHEELS_<NAME>",
         "environment variable where the text names one, else takes the default shown.",
         "Targets that run a command create .venv first when it is missing:",
-        *textwrap.wrap(
-            variable_text(makefile, "PYTHON_FOR_VENV", ()),
-            width=width,
-            initial_indent=f"    {'PYTHON_FOR_VENV':<18}  ",
-            subsequent_indent=" " * 24,
-        ),
+        *_wrapped("PYTHON_FOR_VENV", variable_text(makefile, "PYTHON_FOR_VENV", ())),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _wrapped(name: str, text: str) -> list[str]:
+    """Variable ``name``'s entry: its text wrapped at 100 columns beside the name."""
+    return textwrap.wrap(
+        text,
+        width=100,
+        initial_indent=f"    {name:<18}  ",
+        subsequent_indent=" " * 24,
+        break_on_hyphens=False,
+    )
 
 
 def _shown_command(command: str) -> str:

@@ -1,8 +1,7 @@
 """The pipeline's settings as values: the naming rule, the per-machine cache, the options.
 
 Every setting is read once, at the CLI edge, by :mod:`xla_wheels.cli.settings` (command
-line, then environment, then default), as in cibuildwheel's ``options.py``; stages receive
-the frozen objects defined here and never read the environment for a setting themselves.
+line, then environment, then default), into the frozen objects defined here.
 
 Naming rule: a setting spelled ``--NAME`` on the command line is ``XLA_WHEELS_<NAME>`` in
 the environment, NAME upper-cased with dashes as underscores and a trailing ``-dir``

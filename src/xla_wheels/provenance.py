@@ -48,9 +48,6 @@ class ProvenanceFormatError(ValueError):
         super().__init__(message)
 
 
-_PATCH_FIELDS = (Field("path", str, required=True), Field("sha256", str, required=True))
-
-
 @dataclass(frozen=True)
 class PatchDigest:
     path: str
@@ -62,7 +59,8 @@ class PatchDigest:
 
 def read_patches(table: Table, key: str) -> tuple[PatchDigest, ...]:
     """The rows ``key`` of ``table`` (absent: none), each a patch's path and sha256."""
-    return tuple(PatchDigest(**row.read(*_PATCH_FIELDS)) for row in table.rows(key) or [])
+    fields = (Field("path", str, required=True), Field("sha256", str, required=True))
+    return tuple(PatchDigest(**row.read(*fields)) for row in table.rows(key) or [])
 
 
 @dataclass(frozen=True)

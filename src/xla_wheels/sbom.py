@@ -180,18 +180,14 @@ def validate(raw: bytes) -> None:
         raise SbomError(f"not a valid CycloneDX {SCHEMA.to_version()} document: {error}")
 
 
-def _dist_info(names: list[str], package: str) -> str:
-    found = sorted({n.split("/", 1)[0] for n in names if _DIST_INFO.match(n)})
-    if len(found) != 1:
-        raise SbomError(f"the {package} wheel has {len(found)} .dist-info directories")
-    return found[0]
-
-
 def arcname(wheel: Path) -> str:
     """``<name>-<version>.dist-info/sboms/xla-wheels.cdx.json`` inside ``wheel``."""
     package = parse_wheel_name(wheel.name).project
     with zipfile.ZipFile(wheel) as archive:
-        return f"{_dist_info(archive.namelist(), package)}/sboms/{SBOM_NAME}"
+        found = sorted({n.split("/", 1)[0] for n in archive.namelist() if _DIST_INFO.match(n)})
+    if len(found) != 1:
+        raise SbomError(f"the {package} wheel has {len(found)} .dist-info directories")
+    return f"{found[0]}/sboms/{SBOM_NAME}"
 
 
 def add_sbom(wheel: Path, provenance: Provenance, epoch: int) -> str:
@@ -272,7 +268,7 @@ def check(raw: bytes, package: str, version: str, provenance: Provenance | None)
     provenance it was computed from. Empty when it is sound."""
     try:
         facts = read_facts(raw)
-    except (SbomError, ValueError) as error:
+    except ValueError as error:  # an SbomError, or not JSON
         return [f"the {package} SBOM: {error}"]
     problems = []
     if facts.package != package or facts.version != version:
@@ -343,13 +339,8 @@ def check_installed(
         raw = (site / name).read_bytes()
         record = next((f for f in dist.files if f.endswith(".dist-info/RECORD")), None)
         record_text = (site / record).read_text(encoding="utf-8") if record else ""
-        problem = record_problem(record_text, name, raw)
-        problems = [problem] if problem else []
+        problems = [p for p in [record_problem(record_text, name, raw)] if p]
         problems += check(raw, project, dist.version, provenance)
-        if problems:
-            results.append(InstalledCheck("FAIL", project, "; ".join(problems)))
-        else:
-            results.append(
-                InstalledCheck("ok", project, f"{name}: CycloneDX valid, RECORD hash matches")
-            )
+        detail = "; ".join(problems) or f"{name}: CycloneDX valid, RECORD hash matches"
+        results.append(InstalledCheck("FAIL" if problems else "ok", project, detail))
     return results

@@ -116,8 +116,8 @@ class Table:
             f"{prefix}key '{self.dotted(key)}': {problem}", fix=self.format_fix or fix
         )
 
-    def check_keys(self, allowed: Iterable[str], required: Iterable[str] = ()) -> None:
-        """Every key is one of ``allowed`` (else "did you mean"); every ``required`` is there."""
+    def check_keys(self, allowed: Iterable[str]) -> None:
+        """Every key is one of ``allowed`` (else "did you mean")."""
         allowed = set(allowed)
         for key in self.data:
             if key not in allowed:
@@ -129,9 +129,6 @@ class Table:
                     (f"rename it to '{close}', or remove it" if close else "remove it")
                     + f"; keys here: {', '.join(sorted(allowed)) or '(none)'}",
                 )
-        for key in sorted(set(required)):
-            if key not in self.data:
-                raise self._missing(key, object)
 
     def read(self, *fields: Field, ignored: Iterable[str] = ()) -> dict[str, Any]:
         """The values of ``fields`` (defaults where absent), after checking every key.
@@ -162,9 +159,12 @@ class Table:
         """
         value = self.data.get(key)
         if value is None:
-            if required:
-                raise self._missing(key, kind)
-            return default
+            if not required:
+                return default
+            if kind is dict:
+                raise self.fail(key, "missing table", f"add a [{self.dotted(key)}] table")
+            where = f" to [{self.where}]" if self.where else ""
+            raise self.fail(key, "missing", f"add '{key} = ...'{where}")
         if not _has_kind(value, kind):
             raise self.fail(
                 key,
@@ -187,12 +187,9 @@ class Table:
             return self._child({}, key)
         return self._child(self.get(key, dict, required=True), key)
 
-    def tables(self, key: str | None = None) -> dict[str, Table]:
-        """Each entry of a table of tables (``[lanes.<name>]``), by name; absent: none.
-
-        ``None``: this table's own entries.
-        """
-        parent = self if key is None else self.table(key, optional=True)
+    def tables(self, key: str) -> dict[str, Table]:
+        """Each entry of a table of tables (``[lanes.<name>]``), by name; absent: none."""
+        parent = self.table(key, optional=True)
         return {str(name): parent.table(str(name)) for name in parent.data}
 
     def rows(self, key: str) -> list[Table] | None:
@@ -215,9 +212,3 @@ class Table:
         return Table(
             data, source=self.source, error=self.error, where=self.dotted(key), fix=self.format_fix
         )
-
-    def _missing(self, key: str, kind: type | tuple[type, ...]) -> Exception:
-        if kind is dict:
-            return self.fail(key, "missing table", f"add a [{self.dotted(key)}] table")
-        where = f" to [{self.where}]" if self.where else ""
-        return self.fail(key, "missing", f"add '{key} = ...'{where}")

@@ -6,15 +6,10 @@ pip orders ``2.9.0+...`` after ``2.9.0``, so a host that pins ``torch_xla==2.9.0
 gets ours by accident, and ``pip install torch_xla==2.9.0+gitc04e61c.p1a2b3c4d`` names one
 exact build. The same inputs always give the same label (no dates, no build numbers).
 
-The provenance file (``xla_wheels.provenance``: its path and schema) is added to the built
-wheel (with its RECORD line), because upstream's setup.py lists only ``lib/*.so*`` and
-``py.typed`` as package data: a file written into the source tree would not be packed.
-
-Identity: a wheel is its inputs (full commits, patch series digests, OpenXLA pin, build
-knobs, toolchain), not the bundle that first asked for it. Two bundles with the same
-torch/torch_xla inputs (a libtpu bump) share one stage-cache entry and so the very same
-bytes; the provenance therefore records inputs only, and readers judge a wheel by
-comparing those inputs and its sha256 with the bundle's ``wheels.lock`` entry.
+The provenance file (``xla_wheels.provenance``: its path, its schema, and why it records
+the wheel's inputs only) is added to the built wheel (with its RECORD line), because
+upstream's setup.py lists only ``lib/*.so*`` and ``py.typed`` as package data: a file
+written into the source tree would not be packed.
 
 Reproducible bytes: both wheels are re-packed by :func:`repack_wheel` (sorted entries,
 dates from SOURCE_DATE_EPOCH, fixed modes, sorted JSON), so the packing adds no
@@ -108,12 +103,6 @@ def _entry(filename: str, epoch: int, executable: bool) -> zipfile.ZipInfo:
     return info
 
 
-def _record_text(lines: list[list[str]]) -> str:
-    out = io.StringIO()
-    csv.writer(out, lineterminator="\n").writerows(lines)
-    return out.getvalue()
-
-
 def repack_wheel(
     source: Path, target: Path, epoch: int, files: Mapping[str, bytes] | None = None
 ) -> Path:
@@ -140,7 +129,10 @@ def repack_wheel(
             if row and row[0] not in files and row[0] != record_name
         ]
         record += [[name, record_hash(data), str(len(data))] for name, data in files.items()]
-        record = [*sorted(record), [record_name, "", ""]]
+        record_text = io.StringIO()
+        csv.writer(record_text, lineterminator="\n").writerows(
+            [*sorted(record), [record_name, "", ""]]
+        )
         names = sorted({*infos, *files, record_name}, key=lambda n: _order(n, record_name))
         handle, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
         os.close(handle)
@@ -151,7 +143,7 @@ def repack_wheel(
                     executable = old is not None and bool((old.external_attr >> 16) & 0o111)
                     entry = _entry(name, epoch, executable and name not in files)
                     if name == record_name:
-                        out.writestr(entry, _record_text(record))
+                        out.writestr(entry, record_text.getvalue())
                     elif name in files:
                         out.writestr(entry, files[name])
                     elif name.endswith("/"):

@@ -7,21 +7,12 @@ run holds the bundle (:mod:`xla_wheels.run_lock`), 10 a disk fault, 130 interrup
 ``OSError`` of a full disk, a quota, a read-only filesystem or no permission that escapes
 a subcommand is a disk fault too (:mod:`xla_wheels.disk_faults`), never a traceback.
 
-- ``stages``: bundles, diff, sources, patch, wheels, builder-image, patches-check, lock,
-  lock-check (the foundation and build stages).
-- ``gate``: gate, bench-restart (standard library only: it runs in the builder image).
-- ``publish``: publish, requirements, verify-install, doctor.
-- ``patches``: patch-export, patch-rebase (the series as commits).
-- ``abi``: abi-check.
-- ``release``: publish-lane, promote, compare, lane-requirements, lanes (and the receipts
-  the gate and the benchmark leave, doctor's lane findings).
-- ``supply``: attest, rebuild-check (supply-chain evidence: ``xla_wheels.attestation``,
-  ``xla_wheels.rebuild_check``).
-
-Each of those modules has ``add_arguments(name, parser)``, which defines one subcommand's
-arguments and sets its ``handler`` (a function of the parsed namespace returning the exit
-code). Adding a subcommand is one line in :data:`COMMANDS` (a module of this package, or
-a full dotted path for a stage that keeps its arguments next to it) and that function.
+:data:`COMMANDS` names each subcommand's module of this package (``gate`` is standard
+library only: it runs in the builder image). Each has ``add_arguments(name, parser)``,
+which defines one subcommand's arguments and sets its ``handler`` (a function of the
+parsed namespace returning the exit code). Adding a subcommand is one line in
+:data:`COMMANDS` (a module of this package, or a full dotted path for a stage that keeps
+its arguments next to it) and that function.
 
 Only the module of the subcommand being run is imported, so ``xla-wheels gate --help``
 loads the gate and nothing of the build or publish stages. Settings are read by
@@ -129,12 +120,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "for byte with wheels.lock (diffoscope's report on a difference)",
     ),
 }
-
-
-def _chosen_command(argv: Sequence[str]) -> str | None:
-    # The subcommand is the first argument that is not an option (the top-level parser
-    # has only --help and --version, which take no value).
-    return next((arg for arg in argv if not arg.startswith("-")), None)
 
 
 class Parser(argparse.ArgumentParser):
@@ -245,7 +230,9 @@ def _run(arguments: list[str]) -> int:
     make = MakeRun.from_environ(os.environ)
     if make is not None:
         make.check_command_line()
-    parser = build_parser(_chosen_command(arguments))
+    # The subcommand is the first argument that is not an option (the top-level parser
+    # has only --help and --version, which take no value).
+    parser = build_parser(next((arg for arg in arguments if not arg.startswith("-")), None))
     try:
         args = parser.parse_args(arguments)
     except argparse.ArgumentError as error:

@@ -1,12 +1,9 @@
 """The bundle's run lock, taken at the CLI edge for every subcommand that writes a bundle.
 
 Each bundle subcommand declares whether it writes the bundle's work or products
-(``add_bundle_arguments(..., writes_bundle=...)``); :func:`held_for` gives the context the
-CLI runs its handler in: :func:`xla_wheels.run_lock.bundle_run_lock` for a real run of a
-writer, nothing otherwise. So a second ``make verify-install`` (or publish, requirements,
-attest, ...) on a bundle refuses at once with exit 5 and the first run's pid, whichever
-step it would have collided in. The bundle is loaded first: a bad name or manifest is
-refused (exit 2) before the lock exists.
+(``add_bundle_arguments(..., writes_bundle=...)``); the CLI runs a real run of a writer
+inside :func:`held_for`, :func:`xla_wheels.run_lock.bundle_run_lock` (which says why). The
+bundle is loaded first: a bad name or manifest is refused (exit 2) before the lock exists.
 """
 
 from __future__ import annotations
@@ -21,9 +18,8 @@ from xla_wheels.run_lock import bundle_run_lock
 
 
 def held_for(args: argparse.Namespace) -> AbstractContextManager[object]:
-    """The run lock ``args``' subcommand needs around its handler (or none)."""
-    if not getattr(args, "writes_bundle", False):
-        return nullcontext()
+    """The run lock a subcommand that writes a bundle needs around its handler (none for a
+    dry run)."""
     options = pipeline_options(args, os.environ)
     if options.dry_run:
         return nullcontext()  # a dry run writes nothing

@@ -58,18 +58,16 @@ class MakeRun:
     def command(self, name: str | None, value: str = "", *, instead_of: str | None = None) -> str:
         """The user's make command with ``name=value`` (in the place of ``instead_of``,
         which is dropped); ``name`` None only drops ``instead_of``."""
-        words = [f"make {self.goal}".strip()]
-        pending = name
+        pairs: dict[str, str] = {}
         for given, given_value in self.given.items():
-            if given in (name, instead_of):
-                if pending is not None:
-                    words.append(f"{pending}={shlex.quote(value)}")
-                    pending = None
-                continue
-            words.append(f"{given}={shlex.quote(given_value)}")
-        if pending is not None:
-            words.append(f"{pending}={shlex.quote(value)}")
-        return " ".join(words)
+            if given not in (name, instead_of):
+                pairs[given] = given_value
+            elif name is not None:
+                pairs.setdefault(name, value)  # in the place of the first one replaced
+        if name is not None:
+            pairs.setdefault(name, value)
+        words = [f"{key}={shlex.quote(text)}" for key, text in pairs.items()]
+        return " ".join([f"make {self.goal}".strip(), *words])
 
     def check_command_line(self) -> None:
         """Refuse a variable on make's command line that the Makefile does not read."""

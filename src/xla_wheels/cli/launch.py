@@ -24,7 +24,7 @@ from xla_wheels.cli.arguments import add_bundle_arguments
 from xla_wheels.cli.settings import pipeline_options
 from xla_wheels.errors import UsageError
 from xla_wheels.publish.cache_contract import directory_name
-from xla_wheels.wheel_filename import parse_wheel_name
+from xla_wheels.publish.wheels import locked_versions
 from xla_wheels.wheels_lock import read_lock
 
 HELPER = Path("scripts") / "xla_launch_profile.py"
@@ -51,10 +51,8 @@ def _build_directory(lock_path: Path, bundle: Bundle) -> str:
     """``{build}`` of the cache path: the cache contract's directory name for the torch_xla
     wheel wheels.lock records and the libtpu version hosts install."""
     entry = read_lock(lock_path).bundles.get(bundle.name)
-    wheels = (entry.wheels or ()) if entry is not None else ()
-    names = [parse_wheel_name(w.name) for w in wheels]
-    versions = [n.version for n in names if n.normalized == "torch-xla"]
-    if not versions:
+    version = locked_versions(entry.wheels or () if entry else ()).get("torch-xla")
+    if version is None:
         raise UsageError(
             f"the cache path of this profile names the build ({{build}}), and wheels.lock "
             f"records no torch_xla wheel for {bundle.name}",
@@ -62,13 +60,11 @@ def _build_directory(lock_path: Path, bundle: Bundle) -> str:
             "profile whose cache path does not use {build}",
         )
     libtpu = bundle.runtime.get("libtpu")
-    return directory_name(bundle.name, versions[0], libtpu.install_version if libtpu else None)
+    return directory_name(bundle.name, version, libtpu.install_version if libtpu else None)
 
 
 def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
-    """Define subcommand ``name``'s arguments on ``parser`` and set its handler."""
-    if name != "launch-env":
-        raise ValueError(f"{name} is not a subcommand of {__name__}")
+    """Define launch-env's arguments on ``parser`` and set its handler."""
     add_bundle_arguments(parser, writes_bundle=False)  # writes out/launch/<bundle>
     parser.add_argument("--profile", default="", help="launch profile name, e.g. train")
     parser.add_argument(

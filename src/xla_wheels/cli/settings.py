@@ -4,12 +4,8 @@ As in cibuildwheel's ``options.py``, every setting is read here, once, at the CL
 from the parsed arguments and an ``environ`` mapping the caller passes in (the CLI passes
 ``os.environ``, tests pass a dict). Stages receive the frozen objects built here (their types
 live low, in :mod:`xla_wheels.options`) and never read the environment for a setting
-themselves.
-
-Naming rule: a setting spelled ``--NAME`` on the command line is ``XLA_WHEELS_<NAME>`` in
-the environment, NAME upper-cased with dashes as underscores and a trailing ``-dir``
-dropped: ``--engine`` is ``XLA_WHEELS_ENGINE``, ``--cache-dir`` is ``XLA_WHEELS_CACHE``,
-``--dry-run`` is ``XLA_WHEELS_DRY_RUN`` (:func:`xla_wheels.options.env_var`).
+themselves. A flag's environment variable follows :mod:`xla_wheels.options`' naming rule
+(``--cache-dir`` is ``XLA_WHEELS_CACHE``).
 
 The Makefile's short variables (``BUNDLE``, ``ENGINE``, ``JOBS``, ...) become
 command-line flags in one place in the Makefile, which holds no default of its own: the
@@ -141,30 +137,12 @@ def _jobs(text: str) -> int:
     return parse_count(text, low=1, high=MAX_JOBS, example=8)
 
 
-def network_policy(args: argparse.Namespace, environ: Mapping[str, str]) -> NetworkPolicy:
-    """How long network steps wait and how often they retry (``xla_wheels.retrying``):
-    flag, then ``XLA_WHEELS_NET_*``, then default; the progress interval paces the
-    ``still waiting`` lines."""
-    settings = Settings(args, environ)
-    defaults = NetworkPolicy()
-    values: dict[str, float] = {}
-    for flag, kind in (("--net-timeout", NET_TIMEOUT), ("--net-retries", NET_RETRIES)):
-        text = settings.text(flag)
-        if text is None:
-            continue
-        try:
-            values[flag] = kind.parse(text)
-        except BadValue as bad:
-            raise UsageError(
-                f"{flag.lstrip('-').replace('-', ' ')} {text!r} {bad.reason}",
-                fix=f"pass {flag} {bad.example}, or unset {env_var(flag)}",
-            ) from None
-    interval = settings.text("--progress-interval")
-    return NetworkPolicy(
-        timeout_s=values.get("--net-timeout", defaults.timeout_s),
-        retries=int(values.get("--net-retries", defaults.retries)),
-        heartbeat_s=defaults.heartbeat_s if interval is None else _interval(interval),
-    )
+def _number(settings: Settings, flag: str, parse: Callable[[str], float], default: float) -> float:
+    """The flag's number, else the environment's, else ``default``: already checked where
+    it entered (a flag by its argparse type, the environment by :func:`check_environment`
+    before the subcommand runs)."""
+    text = settings.text(flag)
+    return default if text is None else parse(text)
 
 
 def pipeline_options(args: argparse.Namespace, environ: Mapping[str, str]) -> PipelineOptions:
@@ -183,28 +161,23 @@ def pipeline_options(args: argparse.Namespace, environ: Mapping[str, str]) -> Pi
             f"{root} is not a project checkout (no build/bundles directory)",
             fix="run from the repository root or pass --root",
         )
+    # The network steps' time limits and retries (``xla_wheels.retrying``); the progress
+    # interval also paces their ``still waiting`` lines.
+    policy = NetworkPolicy()
+    interval = _number(settings, "--progress-interval", PROGRESS_INTERVAL.parse, policy.heartbeat_s)
     return PipelineOptions(
         root=root,
         cache_dir=(settings.path("--cache-dir") or machine_cache(environ)).resolve(),
         out_dir=(settings.path("--out-dir") or root / "out").resolve(),
         mirror=settings.text("--mirror"),
         dry_run=settings.switch("--dry-run"),
-        progress_interval=_interval(settings.text("--progress-interval")),
-        network=network_policy(args, environ),
+        progress_interval=interval,
+        network=NetworkPolicy(
+            timeout_s=_number(settings, "--net-timeout", NET_TIMEOUT.parse, policy.timeout_s),
+            retries=int(_number(settings, "--net-retries", NET_RETRIES.parse, policy.retries)),
+            heartbeat_s=interval,
+        ),
     )
-
-
-def _interval(text: str | None) -> float:
-    if text is None:
-        return PipelineOptions.progress_interval
-    try:
-        return PROGRESS_INTERVAL.parse(text)
-    except BadValue as bad:
-        raise UsageError(
-            f"progress interval {text!r} {bad.reason}",
-            fix="pass --progress-interval 30 (or 0 for none), or unset "
-            + env_var("--progress-interval"),
-        ) from None
 
 
 def build_config(args: argparse.Namespace, environ: Mapping[str, str]) -> BuildConfig:
@@ -228,15 +201,6 @@ def build_config(args: argparse.Namespace, environ: Mapping[str, str]) -> BuildC
             f"{env_var('--engine')}={engine} is not one of {', '.join(ENGINES)}",
             fix=f"pass --engine {'|'.join(ENGINES)} (make: ENGINE=)",
         )
-    jobs_text = settings.text("--jobs")
-    try:
-        jobs = _jobs(jobs_text) if jobs_text else (os.cpu_count() or 1)
-    except BadValue as bad:
-        raise UsageError(
-            f"jobs {jobs_text!r} {bad.reason}",
-            fix=f"pass --jobs {bad.example} (make: JOBS={bad.example}), or unset "
-            + env_var("--jobs"),
-        ) from None
     compiler_env = defaults.compiler_env
     if args.compiler_env is not None:
         pairs = []
@@ -254,7 +218,7 @@ def build_config(args: argparse.Namespace, environ: Mapping[str, str]) -> BuildC
         mode=mode,
         engine=engine,
         image=settings.text("--image") or defaults.image,
-        jobs=jobs,
+        jobs=int(_number(settings, "--jobs", _jobs, os.cpu_count() or 1)),
         host_python=settings.text("--host-python") or defaults.host_python,
         container_python=args.container_python or defaults.container_python,
         bazel_disk_cache=args.bazel_disk_cache,
