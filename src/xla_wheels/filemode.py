@@ -46,14 +46,15 @@ def as_if_created(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def _staging(path: Path) -> Iterator[IO[bytes]]:
-    """A temporary file beside ``path``, given the umask's mode if the block succeeds,
-    removed if anything fails (the block, or the flush, fsync or close where a full disk
-    is reported): ``path`` is as it was until :meth:`StagedFile.commit` renames it there.
+def _replacing(path: Path, *, rename: bool = True) -> Iterator[IO[bytes]]:
+    """A temporary file beside ``path``; renamed onto it, with the umask's mode, if the
+    block succeeds, removed if anything fails (the block, or the flush, fsync or close
+    where a full disk is reported): ``path`` is then as it was.
 
     An ``OSError`` that names no file or the temporary one names ``path`` instead (a full
-    disk reports none on ``write``/``close``), so the message says which file could not
-    be written."""
+    disk reports none on ``write``/``close``, a failed rename names the temporary file),
+    so the message says which file could not be written. ``rename=False`` leaves the
+    finished temporary file beside ``path`` (:func:`stage_by_rename`)."""
     try:
         # Closed by `with out:` below; opened apart so that its failure names ``path``.
         out = tempfile.NamedTemporaryFile(  # noqa: SIM115
@@ -70,6 +71,8 @@ def _staging(path: Path) -> Iterator[IO[bytes]]:
             # not after the rename has put an empty file in place.
             os.fsync(out.fileno())
         as_if_created(temporary)  # NamedTemporaryFile made it 0600
+        if rename:
+            os.replace(temporary, path)
     except BaseException as error:
         temporary.unlink(missing_ok=True)
         if isinstance(error, OSError) and error.filename in (None, out.name):
@@ -79,14 +82,14 @@ def _staging(path: Path) -> Iterator[IO[bytes]]:
 
 def write_by_rename(path: Path, content: bytes | str) -> None:
     """Replace ``path`` with ``content`` (text as UTF-8) atomically, readable as if created."""
-    stage_by_rename(path, content).commit()
+    with _replacing(path) as out:
+        out.write(content.encode("utf-8") if isinstance(content, str) else content)
 
 
 def copy_by_rename(source: Path, path: Path) -> None:
     """Replace ``path`` with a copy of ``source`` atomically, readable as if created."""
-    with _staging(path) as out, source.open("rb") as data:
+    with _replacing(path) as out, source.open("rb") as data:
         shutil.copyfileobj(data, out)
-    StagedFile(path, Path(out.name)).commit()
 
 
 @dataclass(frozen=True)
@@ -98,8 +101,7 @@ class StagedFile:
     temporary: Path
 
     def commit(self) -> None:
-        """Rename it into place (atomic); on failure the temporary file is removed and the
-        ``OSError`` names :attr:`path`."""
+        """Rename it into place (atomic); on failure the temporary file is removed."""
         try:
             os.replace(self.temporary, self.path)
         except BaseException as error:
@@ -115,6 +117,6 @@ class StagedFile:
 def stage_by_rename(path: Path, content: bytes | str) -> StagedFile:
     """:func:`write_by_rename` up to the rename: for a file that must change together with
     others (``wheels.lock`` with ``dist/<bundle>``), written before any of them changes."""
-    with _staging(path) as out:
+    with _replacing(path, rename=False) as out:
         out.write(content.encode("utf-8") if isinstance(content, str) else content)
     return StagedFile(path, Path(out.name))
