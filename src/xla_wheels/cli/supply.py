@@ -16,7 +16,7 @@ from xla_wheels.cli.settings import build_config, pipeline_options, supply_optio
 from xla_wheels.errors import UsageError
 from xla_wheels.layout import BundleLayout
 from xla_wheels.options import env_var
-from xla_wheels.publish.wheels import bundle_entry
+from xla_wheels.wheels_lock import read_lock
 
 
 def cmd_attest(args: argparse.Namespace) -> int:
@@ -32,7 +32,7 @@ def cmd_attest(args: argparse.Namespace) -> int:
             'README "Signed attestations" says how the team makes one',
         )
     signer = attest.load_signer(settings.signing_key)
-    entry = bundle_entry(options.lock_path, bundle.name)
+    entry = read_lock(options.lock_path).entry(bundle.name)
     dist = BundleLayout.of(options, bundle.name).dist
     written = attest.attest_bundle(
         options.lock_path, bundle, entry, dist, signer, settings.builder_id

@@ -24,12 +24,13 @@ from typing import Any
 from xla_wheels import filemode, log, runner
 from xla_wheels.bundle import Bundle
 from xla_wheels.publish.errors import PublishError
-from xla_wheels.publish.wheels import LocalWheel, bundle_entry
+from xla_wheels.publish.wheels import LocalWheel
 from xla_wheels.wheel_filename import normalize, parse_wheel_name
 from xla_wheels.wheels_lock import (
     RuntimeResolution,
     RuntimeWheelRecord,
     WheelRecord,
+    read_lock,
     record_runtime_wheels,
 )
 
@@ -156,7 +157,7 @@ def runtime_records(
 ) -> list[RuntimeWheelRecord]:
     """The recorded runtime wheels if still valid, else a fresh resolution (recorded)."""
     wanted = resolution_inputs(bundle, [w.record for w in wheels], platforms)
-    entry = bundle_entry(lock_path, bundle.name)
+    entry = read_lock(lock_path).entry(bundle.name)
     recorded_for = entry.runtime_wheels_for
     if (
         not refresh

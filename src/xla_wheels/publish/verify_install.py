@@ -38,11 +38,11 @@ from xla_wheels.publish.index import (
     upload_url_for,
 )
 from xla_wheels.publish.requirements import write_requirements
-from xla_wheels.publish.wheels import bundle_entry, locked_records, locked_versions
+from xla_wheels.publish.wheels import locked_records, locked_versions
 from xla_wheels.redact import scrub
 from xla_wheels.retrying import TIMEOUT_SETTING, Transient, host_of, with_retries
 from xla_wheels.wheel_filename import normalize
-from xla_wheels.wheels_lock import RuntimeWheelRecord
+from xla_wheels.wheels_lock import RuntimeWheelRecord, read_lock
 
 IMPORT_TIMEOUT_S = 600.0
 #: The size a public wheel is allowed for in pip's time limit (torch is ~900 MB, most
@@ -262,7 +262,7 @@ def verify_install(
 ) -> VerifyReport:
     if urllib.parse.urlsplit(index_url).scheme != "file":
         reject_userinfo(index_url, "INDEX_URL")
-    entry = bundle_entry(lock_path, bundle.name)
+    entry = read_lock(lock_path).entry(bundle.name)
     ours = locked_records(lock_path, bundle.name)
     runtime: list[RuntimeWheelRecord] = []
     if not no_deps:

@@ -15,7 +15,7 @@ from pathlib import Path
 from xla_wheels import log
 from xla_wheels.publish.errors import HashMismatch, PublishError
 from xla_wheels.wheel_filename import WheelName, parse_wheel_name
-from xla_wheels.wheels_lock import BundleEntry, WheelRecord, file_sha256, read_lock
+from xla_wheels.wheels_lock import WheelRecord, file_sha256, read_lock
 
 
 @dataclass(frozen=True)
@@ -35,12 +35,8 @@ def locked_versions(records: Iterable[WheelRecord]) -> dict[str, str]:
     return {name.normalized: name.version for name in names}
 
 
-def bundle_entry(lock_path: Path, bundle_name: str) -> BundleEntry:
-    return read_lock(lock_path).entry(bundle_name)
-
-
 def locked_records(lock_path: Path, bundle_name: str) -> list[WheelRecord]:
-    entry = bundle_entry(lock_path, bundle_name)
+    entry = read_lock(lock_path).entry(bundle_name)
     records = list(entry.wheels or ())
     if not records:
         raise PublishError(
