@@ -29,7 +29,6 @@ import argparse
 import itertools
 import os
 import shutil
-import subprocess
 import sys
 import textwrap
 import time
@@ -437,9 +436,9 @@ def run_demo(directory: Path) -> int:
         with log_path.open("w") as handle:
             handle.write("$ " + " ".join(argv) + "\n")
             handle.flush()
-            result = subprocess.run(
-                argv, cwd=directory, env=env, stdout=handle,
-                stderr=subprocess.STDOUT, timeout=STAGE_TIMEOUT_S, check=False,
+            result = runner.run(
+                argv, cwd=directory, base_env=env, echo="none", output=handle,
+                step=f"demo stage {number} ({stage.args[0]})", timeout=STAGE_TIMEOUT_S,
             )  # fmt: skip
         summary = _summary(log_path)
         for line in summary:

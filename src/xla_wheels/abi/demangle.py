@@ -8,8 +8,9 @@ stay mangled and the report says so.
 from __future__ import annotations
 
 import shutil
-import subprocess
 from collections.abc import Sequence
+
+from xla_wheels import runner
 
 
 def demangler() -> str | None:
@@ -22,13 +23,10 @@ def demangle(names: Sequence[str]) -> dict[str, str]:
     if program is None or not names:
         return {name: name for name in names}
     try:
-        result = subprocess.run(
-            [program], input="\n".join(names) + "\n", capture_output=True, text=True,
-            timeout=120, check=True,
-        )  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
+        result = runner.run([program], echo="none", input_text="\n".join(names) + "\n", timeout=120)
+    except (OSError, runner.StepTimedOut):
         return {name: name for name in names}
     lines = result.stdout.splitlines()
-    if len(lines) != len(names):
+    if result.returncode != 0 or len(lines) != len(names):
         return {name: name for name in names}
     return dict(zip(names, lines, strict=True))

@@ -15,14 +15,13 @@ trusted only if it carries the marker file written last.
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 import time
 import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from xla_wheels import log
+from xla_wheels import log, runner
 from xla_wheels.abi.pairs import EXTENSION, TORCH_LIB_DIR, AbiInputError, PairFiles, extract_member
 from xla_wheels.waitlock import make_once
 
@@ -78,13 +77,13 @@ def ensure_stock_libraries(wheel: StockWheel, *, root: Path, pip_python: str | N
 def _build(wheel: StockWheel, tmp: Path, python: str) -> dict[str, object]:
     download = tmp / "download"
     argv = wheel.download_argv(python, download)
-    log.command(argv)
     started = time.monotonic()
     try:
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired) as error:
+        result = runner.run(argv, timeout=DOWNLOAD_TIMEOUT_S)
+    except (OSError, runner.StepTimedOut) as error:
+        reason = error.message if isinstance(error, runner.StepTimedOut) else error
         raise AbiInputError(
-            f"pip download of {wheel.project}=={wheel.version} failed: {error}",
+            f"pip download of {wheel.project}=={wheel.version} failed: {reason}",
             fix="check that PyPI is reachable",
         ) from None
     if result.returncode != 0:
