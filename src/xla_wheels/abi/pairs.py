@@ -14,7 +14,6 @@ Three sources, one shape (:class:`PairFiles`: the ``_XLAC`` extension and torch'
 from __future__ import annotations
 
 import re
-import shutil
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -207,12 +206,6 @@ def _open_wheel(path: Path, what: str) -> zipfile.ZipFile:
         ) from None
 
 
-def extract_member(archive: zipfile.ZipFile, member: str, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with archive.open(member) as source, open(target, "wb") as out:
-        shutil.copyfileobj(source, out, length=1 << 20)
-
-
 def extract_extension(torch_xla_wheel: Path, workdir: Path) -> Path:
     """``_XLAC*.so`` of the wheel, extracted into ``workdir``."""
     with _open_wheel(torch_xla_wheel, "torch_xla") as archive:
@@ -222,9 +215,7 @@ def extract_extension(torch_xla_wheel: Path, workdir: Path) -> Path:
                 f"not applicable: no _XLAC extension in {torch_xla_wheel.name}",
                 fix="pass a torch_xla wheel built for Linux (it carries _XLAC.<abi>.so)",
             )
-        target = workdir / members[0]
-        extract_member(archive, members[0], target)
-    return target
+        return Path(archive.extract(members[0], workdir))
 
 
 def extract_torch_libraries(torch_wheel: Path, names: list[str], workdir: Path) -> Path:
@@ -239,7 +230,7 @@ def extract_torch_libraries(torch_wheel: Path, names: list[str], workdir: Path) 
         for name in names:
             member = f"{TORCH_LIB_DIR}/{name}"
             if member in members:
-                extract_member(archive, member, workdir / member)
+                archive.extract(member, workdir)
     return workdir / TORCH_LIB_DIR
 
 

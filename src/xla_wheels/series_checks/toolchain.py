@@ -9,10 +9,8 @@
   ``usr/include`` and ``usr/lib``) into ``<cache>/toolchain/<name>/``. Nothing is
   installed system-wide, and no root is needed.
 
-Concurrency: one ``fcntl`` lock per unpacked root serialises processes setting it up;
-downloads are verified before they are renamed into place, the root is unpacked into a
-temporary sibling and renamed, and trusted only with the marker written last. A crash at
-any point leaves nothing that a later run would use.
+Downloads are verified before they are renamed into place; the root is made by
+:func:`xla_wheels.waitlock.make_once`, so a crash at any point leaves nothing a later run uses.
 """
 
 from __future__ import annotations
