@@ -58,10 +58,7 @@ NO_CREDENTIALS = Credentials(None, None, "none")
 
 
 def _python_version(python: Path) -> str:
-    return subprocess.run(
-        [str(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
+    return read_installed(str(python), []).version
 
 
 def _add_stock_bundle(root: Path, wheel: Path, python_version: str) -> None:

@@ -73,17 +73,11 @@ class AbiResult:
 def check_pair(files: PairFiles) -> AbiResult:
     """Read the extension and the torch libraries it needs, compare, demangle, group."""
     extension = read_shared_object(files.extension)
-    wanted = [
-        name
-        for name in extension.needed
-        if TORCH_LIBRARY.match(name) or (files.torch_lib_dir / name).is_file()
-    ]
-    present = [name for name in wanted if (files.torch_lib_dir / name).is_file()]
-    absent = tuple(name for name in wanted if name not in present)
+    present = [name for name in extension.needed if (files.torch_lib_dir / name).is_file()]
+    absent = tuple(n for n in extension.needed if TORCH_LIBRARY.match(n) and n not in present)
     libraries = [read_shared_object(files.torch_lib_dir / name) for name in present]
     comparison = compare(extension, libraries)
-    names = [symbol.name for symbol in comparison.missing]
-    readable = demangle(names)
+    readable = demangle([symbol.name for symbol in comparison.missing])
     return AbiResult(
         files=files,
         comparison=comparison,
@@ -163,7 +157,7 @@ def from_python(python: str) -> PairFiles:
             f"installed in {python}",
             fix="reinstall torch_xla from a Linux wheel",
         )
-    lib_dir = _torch_lib_dir(torch)
+    lib_dir = None if torch is None else _torch_lib_dir(torch)
     if torch is None or lib_dir is None:
         raise AbiInputError(
             f"torch is not installed in {python}: _XLAC's torch libraries are missing",
@@ -177,10 +171,8 @@ def from_python(python: str) -> PairFiles:
     )
 
 
-def _torch_lib_dir(torch: InstalledDistribution | None) -> Path | None:
+def _torch_lib_dir(torch: InstalledDistribution) -> Path | None:
     """The directory of torch's ``libc10.so``: from its RECORD, else next to the package."""
-    if torch is None:
-        return None
     for listed in reversed(torch.files):
         path = Path(torch.site) / listed
         if path.name == "libc10.so" and path.parent.name == "lib":
