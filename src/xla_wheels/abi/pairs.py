@@ -14,12 +14,14 @@ Three sources, one shape (:class:`PairFiles`: the ``_XLAC`` extension and torch'
 from __future__ import annotations
 
 import re
+import shutil
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from xla_wheels import runner
 from xla_wheels.abi.compare import Comparison, SymbolGroup, compare, group_missing
-from xla_wheels.abi.demangle import demangle, demangler
 from xla_wheels.abi.elf import read_shared_object
 from xla_wheels.errors import PipelineError
 from xla_wheels.installed_metadata import InstalledDistribution, ProbeFailed, read_installed
@@ -83,8 +85,28 @@ def check_pair(files: PairFiles) -> AbiResult:
         comparison=comparison,
         missing_libraries=absent,
         groups=group_missing(comparison.missing, readable, libraries),
-        demangled=demangler() is not None,
+        demangled=shutil.which("c++filt") is not None,
     )
+
+
+def demangle(names: Sequence[str]) -> dict[str, str]:
+    """mangled -> demangled for each name, by one ``c++filt`` (binutils) for all of them;
+    itself when c++filt is absent or fails.
+
+    Only what is printed changes: the comparison works on mangled names, which are what
+    the dynamic linker reports.
+    """
+    program = shutil.which("c++filt")
+    if program is None or not names:
+        return {name: name for name in names}
+    try:
+        result = runner.run([program], echo="none", input_text="\n".join(names) + "\n", timeout=120)
+    except (OSError, runner.StepTimedOut):
+        return {name: name for name in names}
+    lines = result.stdout.splitlines()
+    if result.returncode != 0 or len(lines) != len(names):
+        return {name: name for name in names}
+    return dict(zip(names, lines, strict=True))
 
 
 def render(result: AbiResult) -> str:
