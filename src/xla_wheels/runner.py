@@ -54,8 +54,6 @@ class StepTimedOut(PipelineError):
 
     def __init__(self, step: str, seconds: float, fix: str, output: str = "") -> None:
         super().__init__(f"{step} did not finish within {seconds:g}s", fix=fix)
-        self.step = step
-        self.seconds = seconds
         self.output = output
 
 
