@@ -220,34 +220,6 @@ def _open_wheel(path: Path, what: str) -> zipfile.ZipFile:
         ) from None
 
 
-def extract_extension(torch_xla_wheel: Path, workdir: Path) -> Path:
-    """``_XLAC*.so`` of the wheel, extracted into ``workdir``."""
-    with _open_wheel(torch_xla_wheel, "torch_xla") as archive:
-        members = [name for name in archive.namelist() if EXTENSION.match(name)]
-        if not members:
-            raise NoExtension(
-                f"not applicable: no _XLAC extension in {torch_xla_wheel.name}",
-                fix="pass a torch_xla wheel built for Linux (it carries _XLAC.<abi>.so)",
-            )
-        return Path(archive.extract(members[0], workdir))
-
-
-def extract_torch_libraries(torch_wheel: Path, names: list[str], workdir: Path) -> Path:
-    """Those of ``names`` that ``torch/lib/`` of the wheel has, extracted; returns the dir."""
-    with _open_wheel(torch_wheel, "torch") as archive:
-        members = set(archive.namelist())
-        if f"{TORCH_LIB_DIR}/libc10.so" not in members:
-            raise AbiInputError(
-                f"{torch_wheel.name} has no {TORCH_LIB_DIR}/libc10.so: not a Linux torch wheel",
-                fix="pass a torch wheel for Linux (TORCH_WHEEL=torch-...-linux_x86_64.whl)",
-            )
-        for name in names:
-            member = f"{TORCH_LIB_DIR}/{name}"
-            if member in members:
-                archive.extract(member, workdir)
-    return workdir / TORCH_LIB_DIR
-
-
 def _label(wheel: Path, project: str) -> str:
     try:
         version = parse_wheel_name(wheel.name).version
@@ -257,15 +229,31 @@ def _label(wheel: Path, project: str) -> str:
 
 
 def from_wheels(torch_wheel: Path, torch_xla_wheel: Path, workdir: Path) -> PairFiles:
-    """Extract what the check reads from two wheels into ``workdir`` (the caller's)."""
-    for wheel, what in ((torch_wheel, "torch"), (torch_xla_wheel, "torch_xla")):
-        _open_wheel(wheel, what).close()  # both readable before anything is extracted
-    extension = extract_extension(torch_xla_wheel, workdir / "torch_xla")
-    needed = list(read_shared_object(extension).needed)
-    lib_dir = extract_torch_libraries(torch_wheel, needed, workdir / "torch")
+    """Extract ``_XLAC*.so`` and the libraries it needs that ``torch/lib/`` has from two
+    wheels into ``workdir`` (the caller's); both are opened before anything is extracted."""
+    with (
+        _open_wheel(torch_wheel, "torch") as torch,
+        _open_wheel(torch_xla_wheel, "torch_xla") as torch_xla,
+    ):
+        extensions = [name for name in torch_xla.namelist() if EXTENSION.match(name)]
+        if not extensions:
+            raise NoExtension(
+                f"not applicable: no _XLAC extension in {torch_xla_wheel.name}",
+                fix="pass a torch_xla wheel built for Linux (it carries _XLAC.<abi>.so)",
+            )
+        extension = Path(torch_xla.extract(extensions[0], workdir / "torch_xla"))
+        members = set(torch.namelist())
+        if f"{TORCH_LIB_DIR}/libc10.so" not in members:
+            raise AbiInputError(
+                f"{torch_wheel.name} has no {TORCH_LIB_DIR}/libc10.so: not a Linux torch wheel",
+                fix="pass a torch wheel for Linux (TORCH_WHEEL=torch-...-linux_x86_64.whl)",
+            )
+        for name in read_shared_object(extension).needed:
+            if f"{TORCH_LIB_DIR}/{name}" in members:
+                torch.extract(f"{TORCH_LIB_DIR}/{name}", workdir / "torch")
     return PairFiles(
         extension=extension,
-        torch_lib_dir=lib_dir,
+        torch_lib_dir=workdir / "torch" / TORCH_LIB_DIR,
         torch_label=_label(torch_wheel, "torch"),
         torch_xla_label=_label(torch_xla_wheel, "torch_xla"),
     )

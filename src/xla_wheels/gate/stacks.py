@@ -50,8 +50,7 @@ def capture_native_stacks(pid: int, path: Path, timeout_s: float = GDB_TIMEOUT_S
         return StackCapture(None, f"gdb did not finish within {timeout_s:.0f}s")
     except OSError as error:
         return StackCapture(None, f"gdb could not run: {error}")
-    text = completed.stdout + completed.stderr
-    path.write_text(text)
+    path.write_text(completed.stdout + completed.stderr)
     if not _THREAD.search(completed.stdout):
         # Typically ptrace refused (kernel.yama.ptrace_scope, a container without
         # CAP_SYS_PTRACE): the file keeps gdb's own explanation.
