@@ -77,14 +77,9 @@ def run_series_checks(
     tree = tree.resolve()
     work.mkdir(parents=True, exist_ok=True)
     workers = max(1, min(len(programs), os.cpu_count() or 1))
+    root = project_root.resolve()
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = [
-            pool.submit(
-                _run_one, program, tree, toolchain, work / program.name, project_root.resolve()
-            )
-            for program in programs
-        ]
-        return [future.result() for future in futures]
+        return list(pool.map(lambda p: _run_one(p, tree, toolchain, work / p.name, root), programs))
 
 
 def _run_one(
