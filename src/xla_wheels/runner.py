@@ -248,7 +248,12 @@ def _run_teeing(
         except KeyboardInterrupt:
             # Ctrl-C reaches the whole process group, but a step may ignore SIGINT (a
             # build server): stop it, so that no child outlives the run.
-            _stop(process)
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
             raise
         finally:
             if timer is not None:
@@ -257,12 +262,3 @@ def _run_teeing(
         if timed_out.is_set():
             raise subprocess.TimeoutExpired(list(argv), timeout or 0)
     return subprocess.CompletedProcess(list(argv), returncode, "", "")
-
-
-def _stop(process: subprocess.Popen[str], grace_s: float = 10.0) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
