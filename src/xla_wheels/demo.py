@@ -461,15 +461,11 @@ def run_demo(directory: Path) -> int:
 def _summary(log_path: Path) -> list[str]:
     """The lines of a stage's output worth showing here: its checks, results and timings
     (the progress and the commands stay in the log)."""
-    shown = []
-    for line in log_path.read_text(errors="replace").splitlines():
-        text = line.strip()
-        checks = ("ok ", "FAIL ", "WARN ", "error:", "fix:", "copied ", "skipped ")
-        results = ("lane ", "collect: ", "verify-install ", "doctor")
-        timings = (" ran", " reused", " skipped")  # the build's stage timings
-        if text.startswith(checks + results) or text.endswith(timings):
-            shown.append(text)
-    return shown
+    checks = ("ok ", "FAIL ", "WARN ", "error:", "fix:", "copied ", "skipped ")
+    results = ("lane ", "collect: ", "verify-install ", "doctor")
+    timings = (" ran", " reused", " skipped")  # the build's stage timings
+    lines = (line.strip() for line in log_path.read_text(errors="replace").splitlines())
+    return [text for text in lines if text.startswith(checks + results) or text.endswith(timings)]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -45,6 +45,8 @@ MARKER = ".complete.json"
 #: The size one pinned .deb is allowed for in its download's time limit (the largest,
 #: cc1plus's package, is about 20 MB).
 DEB_BYTES_ALLOWANCE = 32 * 1024 * 1024
+#: What of a package's ``data.tar`` is unpacked: the headers and the libraries.
+_UNPACKED = re.compile(r"(\./)?usr/(include|lib)/")
 
 
 @dataclass(frozen=True)
@@ -230,11 +232,7 @@ def unpack(deb: Path, dest: Path) -> None:
         raise ToolchainError(f"{deb} has no data.tar member", fix=f"delete {deb} and run again")
     try:
         with tarfile.open(fileobj=io.BytesIO(members[data_name]), mode="r:*") as tar:
-            wanted = [
-                member
-                for member in tar.getmembers()
-                if re.match(r"(\./)?usr/(include|lib)/", member.name)
-            ]
+            wanted = [member for member in tar.getmembers() if _UNPACKED.match(member.name)]
             tar.extractall(dest, members=wanted, filter="data")
     except (tarfile.TarError, OSError) as error:
         raise ToolchainError(
