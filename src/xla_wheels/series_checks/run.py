@@ -168,12 +168,10 @@ def _execute(program: CheckProgram, binary: Path, work: Path) -> CheckOutcome:
         verdicts = _verdicts(program, expired.output)
         verdicts[PROGRAM_VERDICT] = f"did not finish in {RUN_TIMEOUT_S:.0f}s"
         return CheckOutcome(program.name, verdicts, (), expired.output)
-    output = ran.stdout + ran.stderr
     verdicts = _verdicts(program, ran.stdout)
-    problem = _contract_problem(program, verdicts, ran.returncode)
-    if problem:
+    if problem := _contract_problem(program, verdicts, ran.returncode):
         verdicts[PROGRAM_VERDICT] = problem
-    return CheckOutcome(program.name, verdicts, (), output)
+    return CheckOutcome(program.name, verdicts, (), ran.stdout + ran.stderr)
 
 
 def _verdicts(program: CheckProgram, stdout: str) -> dict[str, str]:
