@@ -7,13 +7,11 @@ pypiserver on 127.0.0.1 with an htpasswd file generated here, stopped by its fix
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 import urllib.error
@@ -35,6 +33,7 @@ from xla_wheels.provenance import (
     ComponentProvenance,
     Provenance,
 )
+from xla_wheels.waitlock import make_once
 from xla_wheels.wheels_lock import WheelRecord, file_sha256, record_wheels, update_bundle_entry
 
 BUNDLE = "pub-1"
@@ -265,32 +264,24 @@ STOCK_WHEEL_DOWNLOAD_TIMEOUT_S = 1800
 
 def cached_stock_wheel(version: str, python_version: str) -> Path:
     """Stock torch_xla ``version`` from PyPI for CPython ``python_version`` ("3.11"),
-    downloaded once per machine into ``<machine cache>/wheels/`` (under a lock, atomically:
-    a staging directory renamed into place). torch is never downloaded (``--no-deps``)."""
-    cache = machine_cache(os.environ) / "wheels" / f"torch_xla-{version}-py{python_version}"
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    with open(f"{cache}.lock", "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        found = sorted(cache.glob("torch_xla-*.whl")) if cache.is_dir() else []
-        if found:
-            return found[0]
-        staging = Path(tempfile.mkdtemp(prefix=f".{cache.name}.", dir=cache.parent))
-        try:
-            subprocess.run(
-                [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                 "--disable-pip-version-check", "--python-version", python_version,
-                 "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux2014_x86_64",
-                 "--implementation", "cp", "-d", str(staging), f"torch_xla=={version}"],
-                check=True, capture_output=True, timeout=STOCK_WHEEL_DOWNLOAD_TIMEOUT_S,
-            )  # fmt: skip
-            if cache.exists():  # a directory without a wheel: a crashed earlier download
-                shutil.rmtree(cache)
-            staging.rename(cache)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-        (wheel,) = cache.glob("torch_xla-*.whl")
-        return wheel
+    downloaded once per machine into ``<machine cache>/wheels/`` (``make_once``). torch is
+    never downloaded (``--no-deps``)."""
+    name = f"pypi-torch_xla-{version}-py{python_version}"  # apart from older, unmarked entries
+    cache = machine_cache(os.environ) / "wheels" / name
+
+    def download(staging: Path) -> dict[str, object]:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+             "--disable-pip-version-check", "--python-version", python_version,
+             "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux2014_x86_64",
+             "--implementation", "cp", "-d", str(staging), f"torch_xla=={version}"],
+            check=True, capture_output=True, timeout=STOCK_WHEEL_DOWNLOAD_TIMEOUT_S,
+        )  # fmt: skip
+        return {"torch_xla": version, "python": python_version}
+
+    make_once(cache, download, marker=".complete.json", doing=f"downloading torch_xla {version}")
+    (wheel,) = cache.glob("torch_xla-*.whl")
+    return wheel
 
 
 def host_venv(tmp_path: Path, wheels: list[Path]) -> Path:

@@ -44,6 +44,7 @@ from tests.publish_support import (
 )
 from tests.synthetic_upstream import Synthetic, cli_args, copy_synthetic
 from xla_wheels.bundle import load_bundle
+from xla_wheels.installed_metadata import read_installed
 from xla_wheels.options import DEFAULT_NETWORK
 from xla_wheels.publish.index import Credentials, project_files
 from xla_wheels.release import lanes, policy, receipts
@@ -57,10 +58,7 @@ NO_CREDENTIALS = Credentials(None, None, "none")
 
 
 def _python_version(python: Path) -> str:
-    return subprocess.run(
-        [str(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
+    return read_installed(str(python), []).version
 
 
 def _add_stock_bundle(root: Path, wheel: Path, python_version: str) -> None:
@@ -176,11 +174,8 @@ def _pip_install(python: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def _installed_version(python: Path, project: str) -> str:
-    return subprocess.run(
-        [str(python), "-c", f"import importlib.metadata as m; print(m.version({project!r}))"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
+def _installed_version(python: Path, project: str) -> str | None:
+    return read_installed(str(python), [project]).version_of(project)
 
 
 # --- the gate leaves a receipt for exactly the locked wheels -----------------------------

@@ -26,6 +26,20 @@ def test_a_command_past_its_timeout_stops_with_an_error_naming_the_step_and_a_fi
     assert error.fix == "check that the package index is reachable"
 
 
+def test_a_captured_command_past_its_timeout_keeps_what_it_printed_before() -> None:
+    # The series checks read the verdicts a hung check program printed before it hung.
+    script = "import time; print('PASS first', flush=True); time.sleep(30)"
+    with pytest.raises(runner.StepTimedOut) as caught:
+        runner.run([sys.executable, "-c", script], echo="none", timeout=2)
+    assert caught.value.output == "PASS first\n"
+
+
+def test_output_that_is_not_utf8_is_read_with_replacement_characters() -> None:
+    script = "import sys; sys.stdout.buffer.write(b'frame \\xff end')"
+    result = runner.run([sys.executable, "-c", script], echo="none")
+    assert result.stdout == "frame \ufffd end"
+
+
 def test_a_streamed_command_past_its_timeout_stops_too() -> None:
     with pytest.raises(runner.StepTimedOut, match="git-like did not finish"):
         runner.run(

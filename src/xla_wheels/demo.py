@@ -29,7 +29,6 @@ import argparse
 import itertools
 import os
 import shutil
-import subprocess
 import sys
 import textwrap
 import time
@@ -209,17 +208,10 @@ def _patch(
     out.write_text(header + diff + "\n")
 
 
-@dataclass(frozen=True)
-class DemoProject:
-    root: Path
-    """The demonstration project root (build/, patches/, then wheels.lock, dist/, out/)."""
-    upstream: Path
-    commits: Mapping[str, str]
-
-
-def make_demo_project(base: Path) -> DemoProject:
+def make_demo_project(base: Path) -> Path:
     """The three demonstration repositories under ``base/upstream`` and a project root
-    ``base/project`` whose bundle ``demo`` pins them with a two-patch series."""
+    ``base/project`` (returned: build/, patches/, then wheels.lock, dist/, out/) whose
+    bundle ``demo`` pins them with a two-patch series."""
     upstream = base / "upstream"
     commits = {
         "torch": _repo(
@@ -309,7 +301,7 @@ build_cpp_tests = false
 cxx_abi = 1
 """
     )
-    return DemoProject(root=root, upstream=upstream, commits=commits)
+    return root
 
 
 @dataclass(frozen=True)
@@ -320,11 +312,11 @@ class Stage:
     """Extra environment, computed when the stage starts (it may need earlier results)."""
 
 
-def doctor_env(directory: Path, project: DemoProject) -> dict[str, str]:
+def doctor_env(directory: Path, root: Path) -> dict[str, str]:
     """The runtime contract doctor checks, as a host would set it (CPU: there is no TPU
     here), with a persistent-cache directory named the way the cache contract asks: after
     the bundle and the full torch_xla version the build just locked."""
-    entry = read_lock(project.root / "wheels.lock").bundles[BUNDLE]
+    entry = read_lock(root / "wheels.lock").bundles[BUNDLE]
     (torch_xla,) = [
         parse_wheel_name(w.name) for w in entry.wheels or () if w.name.startswith("torch_xla-")
     ]
@@ -337,11 +329,11 @@ def doctor_env(directory: Path, project: DemoProject) -> dict[str, str]:
     }
 
 
-def stages(directory: Path, project: DemoProject) -> list[Stage]:
+def stages(directory: Path, root: Path) -> list[Stage]:
     """The CLI subcommands of the demo, in order (what the make targets run)."""
 
     def command(name: str, flags: Mapping[str, str], *switches: str) -> tuple[str, ...]:
-        every = {"--root": str(project.root), "--bundle": BUNDLE, **flags}
+        every = {"--root": str(root), "--bundle": BUNDLE, **flags}
         return (name, *itertools.chain.from_iterable(every.items()), *switches)
 
     wheels = {
@@ -357,8 +349,8 @@ def stages(directory: Path, project: DemoProject) -> list[Stage]:
         "--ship-check": SHIP_CHECK,
         "--ship-pip-args": "--no-index --find-links {wheels}",
     }
-    lane_index = (project.root / "dist" / "lanes" / "validation" / "simple").as_uri() + "/"
-    venv_python = project.root / "out" / BUNDLE / "verify-install" / "venv" / "bin" / "python"
+    lane_index = (root / "dist" / "lanes" / "validation" / "simple").as_uri() + "/"
+    venv_python = root / "out" / BUNDLE / "verify-install" / "venv" / "bin" / "python"
     doctor = {"--python": str(venv_python), "--lane": "validation"}
     return [
         Stage(
@@ -373,7 +365,7 @@ def stages(directory: Path, project: DemoProject) -> list[Stage]:
         Stage(
             "check the installed environment against the bundle and lane (make doctor)",
             command("doctor", doctor),
-            env=lambda: doctor_env(directory, project),
+            env=lambda: doctor_env(directory, root),
         ),
     ]
 
@@ -422,9 +414,9 @@ def run_demo(directory: Path) -> int:
     _prepare(directory)
     started = time.monotonic()
     print(f"== demo: a DEMONSTRATION upstream (NOT PyTorch) in {directory}/upstream", flush=True)
-    project = make_demo_project(directory)
-    print(f"   project root {project.root} (bundle {BUNDLE}, patches/, build/lanes.toml)")
-    plan = stages(directory, project)
+    root = make_demo_project(directory)
+    print(f"   project root {root} (bundle {BUNDLE}, patches/, build/lanes.toml)")
+    plan = stages(directory, root)
     logs = directory / "logs"
     logs.mkdir()
     for number, stage in enumerate(plan, 1):
@@ -437,9 +429,9 @@ def run_demo(directory: Path) -> int:
         with log_path.open("w") as handle:
             handle.write("$ " + " ".join(argv) + "\n")
             handle.flush()
-            result = subprocess.run(
-                argv, cwd=directory, env=env, stdout=handle,
-                stderr=subprocess.STDOUT, timeout=STAGE_TIMEOUT_S, check=False,
+            result = runner.run(
+                argv, cwd=directory, base_env=env, echo="none", output=handle,
+                step=f"demo stage {number} ({stage.args[0]})", timeout=STAGE_TIMEOUT_S,
             )  # fmt: skip
         summary = _summary(log_path)
         for line in summary:
@@ -451,15 +443,15 @@ def run_demo(directory: Path) -> int:
                 fix=f"read {log_path}: the error:/fix: lines at its end name the cause",
             )
         print(f"   done in {time.monotonic() - begun:.1f}s", flush=True)
-    report = project.root / "out" / BUNDLE / "verify-install" / "report.json"
+    report = root / "out" / BUNDLE / "verify-install" / "report.json"
     print(
         f"== demo: every stage passed in {time.monotonic() - started:.0f}s. Where to look:\n"
-        f"   {project.root / 'build' / 'bundles' / (BUNDLE + '.toml')}   the manifest\n"
-        f"   {project.root / 'patches'}/   the patch series\n"
-        f"   {project.root / 'out' / BUNDLE / 'src'}/   the patched sources\n"
-        f"   {project.root / 'dist' / BUNDLE}/   the wheels, and {project.root / 'wheels.lock'}\n"
-        f"   {project.root / 'dist' / 'lanes' / 'validation'}/   the lane (simple/ index)"
-        f" and {project.root / 'lanes.lock'}\n"
+        f"   {root / 'build' / 'bundles' / (BUNDLE + '.toml')}   the manifest\n"
+        f"   {root / 'patches'}/   the patch series\n"
+        f"   {root / 'out' / BUNDLE / 'src'}/   the patched sources\n"
+        f"   {root / 'dist' / BUNDLE}/   the wheels, and {root / 'wheels.lock'}\n"
+        f"   {root / 'dist' / 'lanes' / 'validation'}/   the lane (simple/ index)"
+        f" and {root / 'lanes.lock'}\n"
         f"   {report}   the install check\n"
         f"   {logs}/   each stage's full output"
     )
@@ -469,15 +461,11 @@ def run_demo(directory: Path) -> int:
 def _summary(log_path: Path) -> list[str]:
     """The lines of a stage's output worth showing here: its checks, results and timings
     (the progress and the commands stay in the log)."""
-    shown = []
-    for line in log_path.read_text(errors="replace").splitlines():
-        text = line.strip()
-        checks = ("ok ", "FAIL ", "WARN ", "error:", "fix:", "copied ", "skipped ")
-        results = ("lane ", "collect: ", "verify-install ", "doctor")
-        timings = (" ran", " reused", " skipped")  # the build's stage timings
-        if text.startswith(checks + results) or text.endswith(timings):
-            shown.append(text)
-    return shown
+    checks = ("ok ", "FAIL ", "WARN ", "error:", "fix:", "copied ", "skipped ")
+    results = ("lane ", "collect: ", "verify-install ", "doctor")
+    timings = (" ran", " reused", " skipped")  # the build's stage timings
+    lines = (line.strip() for line in log_path.read_text(errors="replace").splitlines())
+    return [text for text in lines if text.startswith(checks + results) or text.endswith(timings)]
 
 
 def build_parser() -> argparse.ArgumentParser:

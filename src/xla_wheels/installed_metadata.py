@@ -12,10 +12,10 @@ receipt step runs without the pipeline's dependencies).
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from xla_wheels import runner
 from xla_wheels.errors import PipelineError
 
 # Runs in the interpreter under test: metadata only, nothing of torch is imported
@@ -84,8 +84,10 @@ def read_installed(
     argv = [python, *(["-I"] if isolated else []), "-c", _SCRIPT]
     argv += [json.dumps(list(dict.fromkeys([*names, *with_files]))), json.dumps(list(with_files))]
     try:
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired) as error:
+        result = runner.run(argv, echo="none", timeout=timeout)
+    except runner.StepTimedOut as error:
+        raise ProbeFailed(f"cannot run the interpreter {python}: {error.message}") from None
+    except OSError as error:
         raise ProbeFailed(f"cannot run the interpreter {python}: {error}") from None
     if result.returncode != 0:
         raise ProbeFailed(

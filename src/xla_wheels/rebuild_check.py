@@ -20,13 +20,12 @@ recorded wheel's order, that is missing from one side or differs in bytes, date 
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 import zipfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from xla_wheels import log
+from xla_wheels import log, runner
 from xla_wheels.builder import build_and_collect as build_stage
 from xla_wheels.builder import rebuilt_wheels as recorded_mod
 from xla_wheels.builder.config import BuildConfig
@@ -95,7 +94,7 @@ def run_diffoscope(recorded: Path, rebuilt: Path, report_dir: Path) -> Path:
         "--json", str(report_dir / f"{rebuilt.name}.diffoscope.json"),
         str(recorded), str(rebuilt),
     ]  # fmt: skip
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=DIFFOSCOPE_TIMEOUT_S)
+    done = runner.run(argv, echo="log", timeout=DIFFOSCOPE_TIMEOUT_S)
     if done.returncode not in (0, 1):
         raise PipelineError(
             f"diffoscope failed (exit {done.returncode}): {done.stderr.strip()[-500:]}",

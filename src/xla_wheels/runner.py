@@ -47,14 +47,14 @@ GIT_LOCATION_VARS = (
 
 
 class StepTimedOut(PipelineError):
-    """A command did not finish within the time its step allows (exit 8)."""
+    """A command did not finish within the time its step allows (exit 8). ``output``: what
+    a captured command printed on stdout before it was stopped."""
 
     exit_code = 8
 
-    def __init__(self, step: str, seconds: float, fix: str) -> None:
+    def __init__(self, step: str, seconds: float, fix: str, output: str = "") -> None:
         super().__init__(f"{step} did not finish within {seconds:g}s", fix=fix)
-        self.step = step
-        self.seconds = seconds
+        self.output = output
 
 
 def child_env(
@@ -112,8 +112,10 @@ def run(
             result = _run_showing_stderr(argv, cwd, full_env, timeout)
         else:
             result = _run(argv, cwd, full_env, output, input_text, timeout)
-    except subprocess.TimeoutExpired:
-        raise StepTimedOut(step or Path(argv[0]).name, timeout or 0, timeout_fix) from None
+    except subprocess.TimeoutExpired as expired:
+        partial = expired.stdout  # bytes from subprocess.run, whatever its text mode
+        printed = clean(partial.decode(errors="replace")) if isinstance(partial, bytes) else ""
+        raise StepTimedOut(step or Path(argv[0]).name, timeout or 0, timeout_fix, printed) from None
     result.stdout, result.stderr = clean(result.stdout or ""), clean(result.stderr or "")
     if echo != "none":  # a silent probe leaves no trace; anything else is in the log
         # The stage's log (out/<bundle>/logs/<stage>.log, when one is open) keeps the output.
@@ -143,6 +145,7 @@ def _run(
         cwd=cwd,
         env=dict(env),
         text=True,
+        errors="replace",
         input=input_text,
         stdin=None if input_text is not None else subprocess.DEVNULL,
         check=False,
@@ -245,7 +248,12 @@ def _run_teeing(
         except KeyboardInterrupt:
             # Ctrl-C reaches the whole process group, but a step may ignore SIGINT (a
             # build server): stop it, so that no child outlives the run.
-            _stop(process)
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
             raise
         finally:
             if timer is not None:
@@ -254,12 +262,3 @@ def _run_teeing(
         if timed_out.is_set():
             raise subprocess.TimeoutExpired(list(argv), timeout or 0)
     return subprocess.CompletedProcess(list(argv), returncode, "", "")
-
-
-def _stop(process: subprocess.Popen[str], grace_s: float = 10.0) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()

@@ -9,9 +9,9 @@ libraries do not export. This package finds every such symbol from the ELF files
   with symbol versions, binding and visibility.
 - ``compare``: the pure comparison: which imports of the extension the torch libraries it
   needs do not export, and how they group.
-- ``demangle``: C++ names for people (binutils' ``c++filt``).
 - ``pairs``: where a pair comes from (an installed environment, two wheel files, a
-  bundle's locked wheels) and the check of one pair.
+  bundle's locked wheels) and the check of one pair, its names demangled for people
+  (binutils' ``c++filt``; without it they stay mangled and the report says so).
 - ``stock``: stock wheels' shared libraries from PyPI, extracted once per machine.
-- ``cli``: the ``abi-check`` subcommand.
+- ``ship``: the check inside the build's ship check; ``xla_wheels.cli.abi``: ``abi-check``.
 """

@@ -44,7 +44,6 @@ class MissingSymbol:
 
 @dataclass(frozen=True)
 class Comparison:
-    extension: str
     torch_libraries: tuple[str, ...]
     """The torch libraries the extension needs that were searched, in DT_NEEDED order."""
     checked: int
@@ -100,7 +99,6 @@ def compare(extension: SharedObject, torch_libraries: Sequence[SharedObject]) ->
         if not found:
             missing.append(MissingSymbol(reference.name, reference.version))
     return Comparison(
-        extension=extension.name,
         torch_libraries=tuple(library.name for library in torch_libraries),
         checked=checked,
         missing=tuple(sorted(set(missing), key=lambda m: m.name)),

@@ -16,11 +16,12 @@ from __future__ import annotations
 import re
 import shutil
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from xla_wheels import runner
 from xla_wheels.abi.compare import Comparison, SymbolGroup, compare, group_missing
-from xla_wheels.abi.demangle import demangle, demangler
 from xla_wheels.abi.elf import read_shared_object
 from xla_wheels.errors import PipelineError
 from xla_wheels.installed_metadata import InstalledDistribution, ProbeFailed, read_installed
@@ -74,24 +75,38 @@ class AbiResult:
 def check_pair(files: PairFiles) -> AbiResult:
     """Read the extension and the torch libraries it needs, compare, demangle, group."""
     extension = read_shared_object(files.extension)
-    wanted = [
-        name
-        for name in extension.needed
-        if TORCH_LIBRARY.match(name) or (files.torch_lib_dir / name).is_file()
-    ]
-    present = [name for name in wanted if (files.torch_lib_dir / name).is_file()]
-    absent = tuple(name for name in wanted if name not in present)
+    present = [name for name in extension.needed if (files.torch_lib_dir / name).is_file()]
+    absent = tuple(n for n in extension.needed if TORCH_LIBRARY.match(n) and n not in present)
     libraries = [read_shared_object(files.torch_lib_dir / name) for name in present]
     comparison = compare(extension, libraries)
-    names = [symbol.name for symbol in comparison.missing]
-    readable = demangle(names)
+    readable = demangle([symbol.name for symbol in comparison.missing])
     return AbiResult(
         files=files,
         comparison=comparison,
         missing_libraries=absent,
         groups=group_missing(comparison.missing, readable, libraries),
-        demangled=demangler() is not None,
+        demangled=shutil.which("c++filt") is not None,
     )
+
+
+def demangle(names: Sequence[str]) -> dict[str, str]:
+    """mangled -> demangled for each name, by one ``c++filt`` (binutils) for all of them;
+    itself when c++filt is absent or fails.
+
+    Only what is printed changes: the comparison works on mangled names, which are what
+    the dynamic linker reports.
+    """
+    program = shutil.which("c++filt")
+    if program is None or not names:
+        return {name: name for name in names}
+    try:
+        result = runner.run([program], echo="none", input_text="\n".join(names) + "\n", timeout=120)
+    except (OSError, runner.StepTimedOut):
+        return {name: name for name in names}
+    lines = result.stdout.splitlines()
+    if result.returncode != 0 or len(lines) != len(names):
+        return {name: name for name in names}
+    return dict(zip(names, lines, strict=True))
 
 
 def render(result: AbiResult) -> str:
@@ -164,7 +179,7 @@ def from_python(python: str) -> PairFiles:
             f"installed in {python}",
             fix="reinstall torch_xla from a Linux wheel",
         )
-    lib_dir = _torch_lib_dir(torch)
+    lib_dir = None if torch is None else _torch_lib_dir(torch)
     if torch is None or lib_dir is None:
         raise AbiInputError(
             f"torch is not installed in {python}: _XLAC's torch libraries are missing",
@@ -178,10 +193,8 @@ def from_python(python: str) -> PairFiles:
     )
 
 
-def _torch_lib_dir(torch: InstalledDistribution | None) -> Path | None:
+def _torch_lib_dir(torch: InstalledDistribution) -> Path | None:
     """The directory of torch's ``libc10.so``: from its RECORD, else next to the package."""
-    if torch is None:
-        return None
     for listed in reversed(torch.files):
         path = Path(torch.site) / listed
         if path.name == "libc10.so" and path.parent.name == "lib":
@@ -207,42 +220,6 @@ def _open_wheel(path: Path, what: str) -> zipfile.ZipFile:
         ) from None
 
 
-def extract_member(archive: zipfile.ZipFile, member: str, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with archive.open(member) as source, open(target, "wb") as out:
-        shutil.copyfileobj(source, out, length=1 << 20)
-
-
-def extract_extension(torch_xla_wheel: Path, workdir: Path) -> Path:
-    """``_XLAC*.so`` of the wheel, extracted into ``workdir``."""
-    with _open_wheel(torch_xla_wheel, "torch_xla") as archive:
-        members = [name for name in archive.namelist() if EXTENSION.match(name)]
-        if not members:
-            raise NoExtension(
-                f"not applicable: no _XLAC extension in {torch_xla_wheel.name}",
-                fix="pass a torch_xla wheel built for Linux (it carries _XLAC.<abi>.so)",
-            )
-        target = workdir / members[0]
-        extract_member(archive, members[0], target)
-    return target
-
-
-def extract_torch_libraries(torch_wheel: Path, names: list[str], workdir: Path) -> Path:
-    """Those of ``names`` that ``torch/lib/`` of the wheel has, extracted; returns the dir."""
-    with _open_wheel(torch_wheel, "torch") as archive:
-        members = set(archive.namelist())
-        if f"{TORCH_LIB_DIR}/libc10.so" not in members:
-            raise AbiInputError(
-                f"{torch_wheel.name} has no {TORCH_LIB_DIR}/libc10.so: not a Linux torch wheel",
-                fix="pass a torch wheel for Linux (TORCH_WHEEL=torch-...-linux_x86_64.whl)",
-            )
-        for name in names:
-            member = f"{TORCH_LIB_DIR}/{name}"
-            if member in members:
-                extract_member(archive, member, workdir / member)
-    return workdir / TORCH_LIB_DIR
-
-
 def _label(wheel: Path, project: str) -> str:
     try:
         version = parse_wheel_name(wheel.name).version
@@ -252,15 +229,31 @@ def _label(wheel: Path, project: str) -> str:
 
 
 def from_wheels(torch_wheel: Path, torch_xla_wheel: Path, workdir: Path) -> PairFiles:
-    """Extract what the check reads from two wheels into ``workdir`` (the caller's)."""
-    for wheel, what in ((torch_wheel, "torch"), (torch_xla_wheel, "torch_xla")):
-        _open_wheel(wheel, what).close()  # both readable before anything is extracted
-    extension = extract_extension(torch_xla_wheel, workdir / "torch_xla")
-    needed = list(read_shared_object(extension).needed)
-    lib_dir = extract_torch_libraries(torch_wheel, needed, workdir / "torch")
+    """Extract ``_XLAC*.so`` and the libraries it needs that ``torch/lib/`` has from two
+    wheels into ``workdir`` (the caller's); both are opened before anything is extracted."""
+    with (
+        _open_wheel(torch_wheel, "torch") as torch,
+        _open_wheel(torch_xla_wheel, "torch_xla") as torch_xla,
+    ):
+        extensions = [name for name in torch_xla.namelist() if EXTENSION.match(name)]
+        if not extensions:
+            raise NoExtension(
+                f"not applicable: no _XLAC extension in {torch_xla_wheel.name}",
+                fix="pass a torch_xla wheel built for Linux (it carries _XLAC.<abi>.so)",
+            )
+        extension = Path(torch_xla.extract(extensions[0], workdir / "torch_xla"))
+        members = set(torch.namelist())
+        if f"{TORCH_LIB_DIR}/libc10.so" not in members:
+            raise AbiInputError(
+                f"{torch_wheel.name} has no {TORCH_LIB_DIR}/libc10.so: not a Linux torch wheel",
+                fix="pass a torch wheel for Linux (TORCH_WHEEL=torch-...-linux_x86_64.whl)",
+            )
+        for name in read_shared_object(extension).needed:
+            if f"{TORCH_LIB_DIR}/{name}" in members:
+                torch.extract(f"{TORCH_LIB_DIR}/{name}", workdir / "torch")
     return PairFiles(
         extension=extension,
-        torch_lib_dir=lib_dir,
+        torch_lib_dir=workdir / "torch" / TORCH_LIB_DIR,
         torch_label=_label(torch_wheel, "torch"),
         torch_xla_label=_label(torch_xla_wheel, "torch_xla"),
     )

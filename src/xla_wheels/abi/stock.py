@@ -6,24 +6,20 @@ is about 900 MB, so each is downloaded once (``pip download --no-deps``), the fe
 libraries the check reads are extracted, and the wheel is deleted: the cache keeps only
 ``torch/lib/{libc10,libtorch,libtorch_cpu,libtorch_python}.so`` (~460 MB per torch) and
 ``_XLAC*.so`` (~305 MB), under ``${XLA_WHEELS_CACHE:-~/.cache/xla-wheels}/abi-libs/``.
-
-Like the gate's environments (``gate/envs.py``): a per-entry ``fcntl`` lock serialises
-builders, the entry is built in a temporary sibling and renamed into place, and it is
-trusted only if it carries the marker file written last.
+Each entry is made by :func:`xla_wheels.waitlock.make_once` (one maker, the others wait).
 """
 
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 import time
 import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from xla_wheels import log
-from xla_wheels.abi.pairs import EXTENSION, TORCH_LIB_DIR, AbiInputError, PairFiles, extract_member
+from xla_wheels import log, runner
+from xla_wheels.abi.pairs import EXTENSION, TORCH_LIB_DIR, AbiInputError, PairFiles
 from xla_wheels.waitlock import make_once
 
 MARKER = "xla-wheels-abi-libs.json"
@@ -46,21 +42,8 @@ class StockWheel:
         tag = "cp" + self.python_version.replace(".", "")
         return f"{self.project}-{self.version}-{tag}-{self.platform}"
 
-    def download_argv(self, python: str, dest: Path) -> list[str]:
-        return [
-            python, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-            "--disable-pip-version-check", "--python-version", self.python_version,
-            "--platform", self.platform, f"{self.project}=={self.version}", "-d", str(dest),
-        ]  # fmt: skip
 
-
-def _wanted(project: str, member: str) -> bool:
-    if project == "torch_xla":
-        return bool(EXTENSION.match(member))
-    return member in {f"{TORCH_LIB_DIR}/{name}" for name in TORCH_LIBRARIES}
-
-
-def ensure_stock_libraries(wheel: StockWheel, *, root: Path, pip_python: str | None = None) -> Path:
+def ensure_stock_libraries(wheel: StockWheel, *, root: Path) -> Path:
     """The directory holding the wheel's extracted libraries, building it first if needed.
 
     ``root`` is the per-machine cache (the CLI passes ``options.machine_cache``).
@@ -68,23 +51,27 @@ def ensure_stock_libraries(wheel: StockWheel, *, root: Path, pip_python: str | N
 
     def build(tmp: Path) -> dict[str, object]:
         with log.section(f"extract the shared libraries of {wheel.name} (once per machine)"):
-            return _build(wheel, tmp, pip_python or sys.executable)
+            return _build(wheel, tmp)
 
     return make_once(
         root / "abi-libs" / wheel.name, build, marker=MARKER, doing=f"extracting {wheel.name}"
     )
 
 
-def _build(wheel: StockWheel, tmp: Path, python: str) -> dict[str, object]:
+def _build(wheel: StockWheel, tmp: Path) -> dict[str, object]:
     download = tmp / "download"
-    argv = wheel.download_argv(python, download)
-    log.command(argv)
+    argv = [
+        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+        "--disable-pip-version-check", "--python-version", wheel.python_version,
+        "--platform", wheel.platform, f"{wheel.project}=={wheel.version}", "-d", str(download),
+    ]  # fmt: skip
     started = time.monotonic()
     try:
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired) as error:
+        result = runner.run(argv, timeout=DOWNLOAD_TIMEOUT_S)
+    except (OSError, runner.StepTimedOut) as error:
+        reason = error.message if isinstance(error, runner.StepTimedOut) else error
         raise AbiInputError(
-            f"pip download of {wheel.project}=={wheel.version} failed: {error}",
+            f"pip download of {wheel.project}=={wheel.version} failed: {reason}",
             fix="check that PyPI is reachable",
         ) from None
     if result.returncode != 0:
@@ -97,10 +84,15 @@ def _build(wheel: StockWheel, tmp: Path, python: str) -> dict[str, object]:
     files = sorted(download.glob("*.whl"))
     if len(files) != 1:
         raise AbiInputError(f"pip download left {len(files)} wheels in {download}")
+    libraries = {f"{TORCH_LIB_DIR}/{name}" for name in TORCH_LIBRARIES}
     with zipfile.ZipFile(files[0]) as archive:
-        extracted = [member for member in archive.namelist() if _wanted(wheel.project, member)]
+        extracted = [
+            member
+            for member in archive.namelist()
+            if (EXTENSION.match(member) if wheel.project == "torch_xla" else member in libraries)
+        ]
         for member in extracted:
-            extract_member(archive, member, tmp / member)
+            archive.extract(member, tmp)
     shutil.rmtree(download)  # keep only the libraries: a torch wheel is ~900 MB
     if not extracted:
         raise AbiInputError(f"{files[0].name} holds none of the libraries the check reads")

@@ -18,15 +18,6 @@ from xla_wheels.cli.settings import pipeline_options
 from xla_wheels.errors import PipelineError
 from xla_wheels.options import machine_cache
 
-SOURCES = (
-    "--python, --torch-wheel with --torch-xla-wheel, --bundle, --extension with "
-    "--torch-lib-dir, or --stock"
-)
-MAKE_FORMS = (
-    "make abi-check PYTHON=<env python> | TORCH_WHEEL=<torch.whl> TORCH_XLA_WHEEL=<xla.whl> "
-    "| BUNDLE=<name> | STOCK=2.8.0:2.9.0"
-)
-
 
 def resolve(args: argparse.Namespace, work: Path) -> pairs.PairFiles:
     """The pair the arguments name; wheels are extracted into ``work``."""
@@ -40,8 +31,10 @@ def resolve(args: argparse.Namespace, work: Path) -> pairs.PairFiles:
     given = [source for source, value in sources.items() if value]
     if len(given) != 1:
         raise pairs.AbiInputError(
-            f"give exactly one pair ({SOURCES}); got " + (", ".join(given) if given else "none"),
-            fix=MAKE_FORMS,
+            "give exactly one pair (--python, --torch-wheel with --torch-xla-wheel, --bundle, "
+            "--extension with --torch-lib-dir, or --stock); got " + (", ".join(given) or "none"),
+            fix="make abi-check PYTHON=<env python> | TORCH_WHEEL=<torch.whl> "
+            "TORCH_XLA_WHEEL=<xla.whl> | BUNDLE=<name> | STOCK=2.8.0:2.9.0",
         )
     source = given[0]
     if source == "python":

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from xla_wheels import log
+from xla_wheels import runner
 
 #: gdb loads the symbols of torch's and torch_xla's large libraries first: about 35 s
 #: measured on a busy 2-core machine.
@@ -45,23 +44,13 @@ def capture_native_stacks(pid: int, path: Path, timeout_s: float = GDB_TIMEOUT_S
     if gdb is None:
         return StackCapture(None, "gdb is not installed: no native stacks (apt-get install gdb)")
     argv = [gdb, "-p", str(pid), "-batch", "-ex", "thread apply all bt"]
-    log.command(argv)
     try:
-        completed = subprocess.run(
-            argv,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=timeout_s,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
+        completed = runner.run(argv, timeout=timeout_s)
+    except runner.StepTimedOut:
         return StackCapture(None, f"gdb did not finish within {timeout_s:.0f}s")
     except OSError as error:
         return StackCapture(None, f"gdb could not run: {error}")
-    text = completed.stdout + completed.stderr
-    path.write_text(text)
+    path.write_text(completed.stdout + completed.stderr)
     if not _THREAD.search(completed.stdout):
         # Typically ptrace refused (kernel.yama.ptrace_scope, a container without
         # CAP_SYS_PTRACE): the file keeps gdb's own explanation.

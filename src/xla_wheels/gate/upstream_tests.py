@@ -19,7 +19,6 @@ brings the runtime up first; measured on stock 2.7.0, whose cache works).
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import tempfile
@@ -28,8 +27,8 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
-from xla_wheels import log
-from xla_wheels.gate.children import runtime_env
+from xla_wheels import log, runner
+from xla_wheels.gate.children import _kill_group, runtime_env
 from xla_wheels.gate.errors import GateEnvironmentError
 from xla_wheels.gate.result import CheckResult
 from xla_wheels.gate.target import Target
@@ -69,16 +68,13 @@ def read_test_file(checkout: Path, revision: str | None = None) -> str:
         return (checkout / TEST_PATH).read_text(encoding="utf-8")
     spec = f"{revision or 'HEAD'}:{TEST_PATH}"
     git_dir = checkout / ".git" if (checkout / ".git").exists() else checkout
+    argv = ["git", "--git-dir", str(git_dir), "show", spec]
     try:
-        shown = subprocess.run(
-            ["git", "--git-dir", str(git_dir), "show", spec],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        shown = runner.run(argv, echo="none", timeout=60)
         detail, ok = shown.stderr.strip(), shown.returncode == 0
-    except (OSError, subprocess.TimeoutExpired) as error:
+    except runner.StepTimedOut as error:
+        detail, ok = error.message, False
+    except OSError as error:
         detail, ok = str(error), False
     if not ok:
         raise GateEnvironmentError(
@@ -179,6 +175,8 @@ def run_upstream_test(
         timed_out = False
         title = f"upstream {TEST_PATH} (device skips lifted)"
         with log.section(title), open(log_path, "wb") as out:
+            # Not runner.run: the test's own processes (xmp.spawn's workers) must end with it,
+            # so it runs in a process group of its own that is killed as one.
             process = subprocess.Popen(
                 argv, cwd=tmp, env=env, stdout=out, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True,
@@ -189,8 +187,7 @@ def run_upstream_test(
                 timed_out = True
             finally:
                 if process.returncode is None:
-                    os.killpg(process.pid, 9)
-                    process.wait()
+                    _kill_group(process)
     cases = parse_junit(junit.read_text()) if junit.exists() and not timed_out else []
     result = judge_upstream(
         cases, target.device, lifted=lifted, exit_code=process.returncode, timed_out=timed_out

@@ -254,14 +254,8 @@ def member_declarations(
     lines: list[str], path: str, class_name: str, names: tuple[str, ...]
 ) -> dict[str, tuple[int, int]]:
     """name -> (first, last) line index of its declaration at the class's member level."""
-    start = next(
-        (
-            i
-            for i, line in enumerate(lines)
-            if re.match(rf"\s*(class|struct) {re.escape(class_name)}\b[^;]*$", line)
-        ),
-        None,
-    )
+    definition = re.compile(rf"\s*(class|struct) {re.escape(class_name)}\b[^;]*$")
+    start = next((i for i, line in enumerate(lines) if definition.match(line)), None)
     if start is None:
         raise ExtractionError(f"no definition of class {class_name} in {path}")
     declares = {

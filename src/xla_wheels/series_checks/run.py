@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from xla_wheels import runner
 from xla_wheels.series_checks.programs import (
     ALL,
     CHECKS_SUBDIR,
@@ -77,14 +77,9 @@ def run_series_checks(
     tree = tree.resolve()
     work.mkdir(parents=True, exist_ok=True)
     workers = max(1, min(len(programs), os.cpu_count() or 1))
+    root = project_root.resolve()
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = [
-            pool.submit(
-                _run_one, program, tree, toolchain, work / program.name, project_root.resolve()
-            )
-            for program in programs
-        ]
-        return [future.result() for future in futures]
+        return list(pool.map(lambda p: _run_one(p, tree, toolchain, work / p.name, root), programs))
 
 
 def _run_one(
@@ -101,17 +96,15 @@ def _run_one(
     binary = work / program.name
     argv = compile_command(program, tree, toolchain, binary, generated_dir, project_root)
     try:
-        built = subprocess.run(
+        built = runner.run(
             argv,
             cwd=work,
             # LC_ALL=C: g++ quotes names with ASCII quotes, which the parser below reads.
-            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"},
-            text=True,
-            capture_output=True,
-            check=False,
+            base_env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"},
+            echo="none",
             timeout=COMPILE_TIMEOUT_S,
         )
-    except subprocess.TimeoutExpired:
+    except runner.StepTimedOut:
         timed_out = CompileError("", 0, None, f"g++ did not finish in {COMPILE_TIMEOUT_S:.0f}s")
         return CheckOutcome(program.name, {}, (timed_out,))
     if built.returncode != 0:
@@ -168,27 +161,17 @@ def _execute(program: CheckProgram, binary: Path, work: Path) -> CheckOutcome:
     # A small fixed environment: the checks set the variables they test themselves, and an
     # XLA_FLAGS of the caller must not change a hash they compare.
     env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C", "TMPDIR": str(scratch), "HOME": str(scratch)}
+    argv = [str(binary), *program.arguments]
     try:
-        ran = subprocess.run(
-            [str(binary), *program.arguments],
-            cwd=scratch,
-            env=env,
-            text=True,
-            capture_output=True,
-            check=False,
-            timeout=RUN_TIMEOUT_S,
-        )
-    except subprocess.TimeoutExpired as expired:
-        out = expired.stdout.decode() if isinstance(expired.stdout, bytes) else ""
-        verdicts = _verdicts(program, out)
+        ran = runner.run(argv, cwd=scratch, base_env=env, echo="none", timeout=RUN_TIMEOUT_S)
+    except runner.StepTimedOut as expired:
+        verdicts = _verdicts(program, expired.output)
         verdicts[PROGRAM_VERDICT] = f"did not finish in {RUN_TIMEOUT_S:.0f}s"
-        return CheckOutcome(program.name, verdicts, (), out)
-    output = ran.stdout + ran.stderr
+        return CheckOutcome(program.name, verdicts, (), expired.output)
     verdicts = _verdicts(program, ran.stdout)
-    problem = _contract_problem(program, verdicts, ran.returncode)
-    if problem:
+    if problem := _contract_problem(program, verdicts, ran.returncode):
         verdicts[PROGRAM_VERDICT] = problem
-    return CheckOutcome(program.name, verdicts, (), output)
+    return CheckOutcome(program.name, verdicts, (), ran.stdout + ran.stderr)
 
 
 def _verdicts(program: CheckProgram, stdout: str) -> dict[str, str]:

@@ -9,10 +9,8 @@
   ``usr/include`` and ``usr/lib``) into ``<cache>/toolchain/<name>/``. Nothing is
   installed system-wide, and no root is needed.
 
-Concurrency: one ``fcntl`` lock per unpacked root serialises processes setting it up;
-downloads are verified before they are renamed into place, the root is unpacked into a
-temporary sibling and renamed, and trusted only with the marker written last. A crash at
-any point leaves nothing that a later run would use.
+Downloads are verified before they are renamed into place; the root is made by
+:func:`xla_wheels.waitlock.make_once`, so a crash at any point leaves nothing a later run uses.
 """
 
 from __future__ import annotations
@@ -47,6 +45,8 @@ MARKER = ".complete.json"
 #: The size one pinned .deb is allowed for in its download's time limit (the largest,
 #: cc1plus's package, is about 20 MB).
 DEB_BYTES_ALLOWANCE = 32 * 1024 * 1024
+#: What of a package's ``data.tar`` is unpacked: the headers and the libraries.
+_UNPACKED = re.compile(r"(\./)?usr/(include|lib)/")
 
 
 @dataclass(frozen=True)
@@ -63,35 +63,31 @@ class DebianPackage:
         return self.url.rsplit("/", 1)[1]
 
 
-def _pool(path: str) -> str:
-    return f"{DEBIAN_POOL}/{path}"
-
-
 #: absl's headers (libabsl-dev) link against its shared libraries (libabsl20220623);
 #: googletest's and googlemock's are static archives. Versions: bookworm's current ones.
 BOOKWORM_PACKAGES: tuple[DebianPackage, ...] = (
     DebianPackage(
         "libabsl-dev",
         "20220623.1-1+deb12u2",
-        _pool("a/abseil/libabsl-dev_20220623.1-1+deb12u2_amd64.deb"),
+        f"{DEBIAN_POOL}/a/abseil/libabsl-dev_20220623.1-1+deb12u2_amd64.deb",
         "24cdc091cd8e88754401f9d18e3be3d354ef96c453934ff138106fcb0245958b",
     ),
     DebianPackage(
         "libabsl20220623",
         "20220623.1-1+deb12u2",
-        _pool("a/abseil/libabsl20220623_20220623.1-1+deb12u2_amd64.deb"),
+        f"{DEBIAN_POOL}/a/abseil/libabsl20220623_20220623.1-1+deb12u2_amd64.deb",
         "3fb1a98ff3a1b7b27cd3b2544e033af3bc3419d82f33bbe3f3d5faa07b400eb5",
     ),
     DebianPackage(
         "libgtest-dev",
         "1.12.1-0.2",
-        _pool("g/googletest/libgtest-dev_1.12.1-0.2_amd64.deb"),
+        f"{DEBIAN_POOL}/g/googletest/libgtest-dev_1.12.1-0.2_amd64.deb",
         "1dbf34692561ea744d827af133c2266640a2f2cda30abfaa610eed1a7e8609d9",
     ),
     DebianPackage(
         "libgmock-dev",
         "1.12.1-0.2",
-        _pool("g/googletest/libgmock-dev_1.12.1-0.2_amd64.deb"),
+        f"{DEBIAN_POOL}/g/googletest/libgmock-dev_1.12.1-0.2_amd64.deb",
         "ffe5958a13f30657cb5e5af4e24bfa6ab6b633391f1a945607799192b52b4530",
     ),
 )
@@ -118,21 +114,16 @@ class Toolchain:
 def ensure_toolchain(cache_dir: Path, network: NetworkPolicy) -> Toolchain:
     """The toolchain, setting up what is missing in ``cache_dir`` (the machine cache);
     ``network`` bounds the downloads of the Debian packages."""
-    compiler = find_compiler()
-    torch = stock_torch_dir(cache_dir)
-    root = ensure_debian_root(cache_dir / "toolchain", BOOKWORM_PACKAGES, network)
-    usr = Prefix(root / "usr" / "include", root / "usr" / "lib" / MULTIARCH)
-    return Toolchain(compiler=compiler, torch=torch, absl=usr, gtest=usr)
-
-
-def find_compiler() -> Path:
     compiler = shutil.which("g++")
     if compiler is None:
         raise ToolchainError(
             "g++ is not installed: the compiled checks of the series need a C++17 compiler",
             fix="install it (Debian: apt-get install g++)",
         )
-    return Path(compiler)
+    torch = stock_torch_dir(cache_dir)
+    root = ensure_debian_root(cache_dir / "toolchain", BOOKWORM_PACKAGES, network)
+    usr = Prefix(root / "usr" / "include", root / "usr" / "lib" / MULTIARCH)
+    return Toolchain(compiler=Path(compiler), torch=torch, absl=usr, gtest=usr)
 
 
 def stock_torch_dir(cache_dir: Path) -> Path:
@@ -241,11 +232,7 @@ def unpack(deb: Path, dest: Path) -> None:
         raise ToolchainError(f"{deb} has no data.tar member", fix=f"delete {deb} and run again")
     try:
         with tarfile.open(fileobj=io.BytesIO(members[data_name]), mode="r:*") as tar:
-            wanted = [
-                member
-                for member in tar.getmembers()
-                if re.match(r"(\./)?usr/(include|lib)/", member.name)
-            ]
+            wanted = [member for member in tar.getmembers() if _UNPACKED.match(member.name)]
             tar.extractall(dest, members=wanted, filter="data")
     except (tarfile.TarError, OSError) as error:
         raise ToolchainError(
