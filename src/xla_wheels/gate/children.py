@@ -61,7 +61,7 @@ def stop_all() -> None:
         _STOPPING.set()
         running = list(_RUNNING)
     for process in running:
-        _kill_group(process)
+        kill_group(process)
 
 
 @dataclass
@@ -111,7 +111,8 @@ class ChildResult:
             return ""
 
 
-def _kill_group(process: subprocess.Popen[bytes]) -> None:
+def kill_group(process: subprocess.Popen[bytes]) -> None:
+    """End ``process`` and its process group: SIGTERM, then SIGKILL to what outlived it."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(process.pid, sig)
@@ -233,11 +234,11 @@ def finish_child(
                 extra["native_stacks"] = text
             if capture.error is not None:
                 extra["stacks_error"] = capture.error
-        _kill_group(process)
+        kill_group(process)
     except BaseException:
         # Interrupted (Ctrl-C): the child is in its own session and did not get the
         # signal, so it must not outlive the gate.
-        _kill_group(process)
+        kill_group(process)
         raise
     finally:
         with _LOCK:
@@ -321,7 +322,7 @@ def run_side_by_side(
             results.append(finish_child(handle, spec.name, timeout_s))
     except BaseException:
         for handle in started[len(results) :]:
-            _kill_group(handle[0])
+            kill_group(handle[0])
         raise
     return results
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xla_wheels import log, runner
-from xla_wheels.gate.children import _kill_group, runtime_env
+from xla_wheels.gate.children import kill_group, runtime_env
 from xla_wheels.gate.errors import GateEnvironmentError
 from xla_wheels.gate.result import CheckResult
 from xla_wheels.gate.target import Target
@@ -187,7 +187,7 @@ def run_upstream_test(
                 timed_out = True
             finally:
                 if process.returncode is None:
-                    _kill_group(process)
+                    kill_group(process)
     cases = parse_junit(junit.read_text()) if junit.exists() and not timed_out else []
     result = judge_upstream(
         cases, target.device, lifted=lifted, exit_code=process.returncode, timed_out=timed_out
