@@ -48,26 +48,40 @@ def directory_bytes(path: Path) -> int:
     return total
 
 
-@contextlib.contextmanager
-def heartbeat(what: str, measure: Callable[[], int] | None, every: float) -> Iterator[None]:
+def heartbeat(
+    what: str, measure: Callable[[], int] | None, every: float
+) -> contextlib.AbstractContextManager[None]:
     """Print ``still <what>: <elapsed>[, <bytes> received so far]`` every ``every``
     seconds until the block ends (0: never). ``measure`` returns a byte count; its growth
     is reported."""
-    if every <= 0:
+    baseline = measure() if measure and every > 0 else 0
+
+    def line(elapsed: float) -> str:
+        text = f"still {what}: {log.format_duration(elapsed)}"
+        if measure is not None:
+            text += f", {format_bytes(max(measure() - baseline, 0))} received so far"
+        return text
+
+    return repeating(line, first=every, every=every)
+
+
+@contextlib.contextmanager
+def repeating(line: Callable[[float], str], *, first: float, every: float) -> Iterator[None]:
+    """Log ``line(seconds elapsed)`` after ``first`` seconds, then every ``every`` seconds,
+    until the block ends (0 for either: no more lines)."""
+    if first <= 0:
         yield
         return
     stop = threading.Event()
     start = time.monotonic()
-    baseline = measure() if measure else 0
 
     def beat() -> None:
-        while not stop.wait(every):
-            line = f"still {what}: {log.format_duration(time.monotonic() - start)}"
-            if measure is not None:
-                line += f", {format_bytes(max(measure() - baseline, 0))} received so far"
-            log.info(line)
+        wait = first
+        while wait > 0 and not stop.wait(wait):
+            log.info(line(time.monotonic() - start))
+            wait = every
 
-    thread = threading.Thread(target=beat, name=f"heartbeat {what}", daemon=True)
+    thread = threading.Thread(target=beat, name="xla-wheels progress lines", daemon=True)
     thread.start()
     try:
         yield
