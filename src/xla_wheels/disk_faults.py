@@ -47,13 +47,13 @@ def is_disk_fault(error: BaseException) -> bool:
 
 def mount_point(path: Path) -> Path:
     """The mount point of the filesystem that holds ``path`` (or would hold it)."""
-    current = _existing(path)
+    current = existing(path)
     while not os.path.ismount(current) and current != current.parent:
         current = current.parent
     return current
 
 
-def _existing(path: Path) -> Path:
+def existing(path: Path) -> Path:
     """``path``, or its nearest parent that exists."""
     current = Path(os.path.abspath(path))
     while not current.exists() and current != current.parent:
@@ -63,7 +63,7 @@ def _existing(path: Path) -> Path:
 
 def free_bytes(path: Path) -> int:
     """Bytes an unprivileged writer may still use on ``path``'s filesystem."""
-    stat = os.statvfs(_existing(path))
+    stat = os.statvfs(existing(path))
     return stat.f_bavail * stat.f_frsize
 
 
@@ -167,10 +167,10 @@ def exhausted(paths: Iterable[Path]) -> str | None:
 
 def _blocked(path: Path) -> int | None:
     """EROFS or EACCES when ``path`` (or its nearest existing parent) cannot be written."""
-    existing = _existing(path)
-    if os.statvfs(existing).f_flag & os.ST_RDONLY:
+    nearest = existing(path)
+    if os.statvfs(nearest).f_flag & os.ST_RDONLY:
         return errno.EROFS
-    return None if os.access(existing, os.W_OK) else errno.EACCES
+    return None if os.access(nearest, os.W_OK) else errno.EACCES
 
 
 def step_disk_error(step: str, paths: Iterable[Path]) -> DiskError:
