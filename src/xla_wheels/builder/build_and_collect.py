@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -36,7 +36,7 @@ from xla_wheels.builder.preflight import (
     planned_preflight,
     run_checks,
 )
-from xla_wheels.builder.spec import BuildSpec, stage_key
+from xla_wheels.builder.spec import BuildSpec, stage_key, stage_wheel
 from xla_wheels.bundle import Bundle
 from xla_wheels.errors import PipelineError
 from xla_wheels.gitutil import git
@@ -48,7 +48,6 @@ from xla_wheels.progress import Timings
 from xla_wheels.provenance import BuildSettings, ComponentProvenance, PatchDigest, Provenance
 from xla_wheels.sources import CheckedOutSource, SourceCache, known_commits
 from xla_wheels.upstream_tree import TORCH_XLA_IN_TORCH
-from xla_wheels.wheels_lock import file_sha256
 
 RECIPES = ("torch", "torch_xla")
 ENTRY_MODULE = "xla_wheels.builder.run_recipe"
@@ -87,19 +86,6 @@ class BuildRun:
         if any(w is None for w in found):
             raise BuildFailed("a stage has no wheel after the build (see the logs)")
         return [w for w in found if w is not None]
-
-
-def stage_wheel(directory: Path) -> Path | None:
-    """The stage's wheel when the stage finished and its bytes match the record."""
-    record = directory / "stage.json"
-    if not record.is_file():
-        return None
-    with suppress(OSError, ValueError, KeyError):
-        data = json.loads(record.read_text(encoding="utf-8"))
-        wheel = directory / data["wheel"]
-        if wheel.is_file() and file_sha256(wheel) == data["sha256"]:
-            return wheel
-    return None
 
 
 def openxla_revision(pin: str, bundle: Bundle, series_sha256: str) -> str:
