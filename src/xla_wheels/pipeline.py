@@ -235,10 +235,6 @@ def plan(
         # Preflight and the build stages run only for a build (see run_until).
         names = [stage.name for stage in stages]
         return stages[: names.index(last_stage) + 1]
-    config = build_config or BuildConfig()
+    preflight, build = build_stage.plan_stages(options, bundle, build_config or BuildConfig())
     # Preflight runs first (before anything is fetched), so the plan lists it first.
-    return [
-        build_stage.plan_preflight(options, bundle, config),
-        *stages,
-        *build_stage.plan_stages(options, bundle, config),
-    ]
+    return [preflight, *stages, *build]

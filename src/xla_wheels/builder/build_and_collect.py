@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import xla_wheels
@@ -132,12 +132,7 @@ def compose(
     torch_xla_version = wheel_stamp.local_version(
         xla_c.version or "", pins["torch_xla"], xla_digest
     )
-    knobs = {
-        "bundle_libtpu": bundle.build.bundle_libtpu,
-        "tpuvm_mode": bundle.build.tpuvm_mode,
-        "build_cpp_tests": bundle.build.build_cpp_tests,
-        "cxx_abi": bundle.build.cxx_abi,
-    }
+    knobs = asdict(bundle.build)
     toolchain = config.image if config.mode == "container" else f"host:{config.host_python}"
     # The remote caches are deliberately not stage inputs: Bazel's action cache and
     # ccache are content addressed (an action's digest covers its command, environment
@@ -446,17 +441,13 @@ def report_timings(run: BuildRun) -> None:
     run.timings.report()
 
 
-def plan_preflight(options: PipelineOptions, bundle: Bundle, config: BuildConfig) -> PlannedStage:
-    """Preflight as :func:`prepare` runs it: same check list, same ``need_sources``."""
-    run = _offline_run(options, bundle, config)
-    return planned_preflight(options, bundle, config, need_sources=not run.all_cached)
-
-
 def plan_stages(
     options: PipelineOptions, bundle: Bundle, config: BuildConfig
-) -> list[PlannedStage]:
-    """build and collect as the run will execute them (preflight: :func:`plan_preflight`)."""
+) -> tuple[PlannedStage, list[PlannedStage]]:
+    """Preflight as :func:`prepare` runs it (same check list, same ``need_sources``), and
+    build and collect as the run will execute them."""
     run = _offline_run(options, bundle, config)
+    preflight = planned_preflight(options, bundle, config, need_sources=not run.all_cached)
     commits, spec, keys = run.commits, run.spec, run.keys
     engine = engine_for(run)
 
@@ -514,4 +505,4 @@ def plan_stages(
         "wheels.lock: name, size, sha256 of each wheel",
     ]
     stages.append(PlannedStage("collect", tuple(collect_facts)))
-    return stages
+    return preflight, stages
