@@ -40,11 +40,9 @@ from xla_wheels.wheels_lock import update_bundle_entry, written_on_success
 
 @dataclass(frozen=True)
 class PatchedSources:
-    """Output of the patch stage: worktrees ready to build, and what was applied."""
+    """Output of the patch stage: worktrees ready to build."""
 
-    bundle: Bundle
     sources: Mapping[str, CheckedOutSource]
-    series: Mapping[str, AppliedSeries]
 
 
 def run_sources(
@@ -61,7 +59,6 @@ def run_sources(
 
 
 def run_patches(bundle: Bundle, sources: Mapping[str, CheckedOutSource]) -> PatchedSources:
-    series = {}
     for name, source in sources.items():
         component = bundle.component(name)
         with log.section(f"patches: {name} ({len(component.patches)} file(s))"):
@@ -82,11 +79,10 @@ def run_patches(bundle: Bundle, sources: Mapping[str, CheckedOutSource]) -> Patc
                     build_owned=BUILD_OWNED.get(name, ()),
                 )
             write_state(source.worktree, applied)
-            series[name] = applied
             for patch in applied.patches:
                 log.info(f"  committed patches/{patch.relpath} sha256:{patch.sha256}")
             log.info(f"  {name}: branch {branch} at {applied.head} (the revision the build sees)")
-    return PatchedSources(bundle, sources, series)
+    return PatchedSources(sources)
 
 
 def run_until(
@@ -94,7 +90,7 @@ def run_until(
     bundle_name: str,
     last_stage: str,
     build_config: BuildConfig | None = None,
-) -> PatchedSources | None:
+) -> None:
     """Run the stages up to and including ``last_stage``.
 
     Each stage writes ``out/<bundle>/logs/<stage>.log`` (commands and their output,
@@ -122,7 +118,7 @@ def run_until(
         logs = BundleLayout.of(options, bundle.name).logs
         redact = Redactor(build_config.remote_cache.secret_values() if build_config else {})
         try:
-            return _run_stages(options, bundle, last_stage, build_run, timings, logs, redact)
+            _run_stages(options, bundle, last_stage, build_run, timings, logs, redact)
         finally:
             timings.report()
 
@@ -135,7 +131,7 @@ def _run_stages(
     timings: Timings,
     logs: Path,
     redact: Callable[[str], str],
-) -> PatchedSources | None:
+) -> None:
     with log.section(f"resolve: bundle {bundle.name}"):
         log.info(f"manifest {bundle.path} sha256:{bundle.manifest_sha256}")
         unresolved = bundle.unresolved_pins()
@@ -145,7 +141,7 @@ def _run_stages(
                 fix=f"pin them in {bundle.path.name} (the build refuses to guess a commit)",
             )
     if last_stage == "resolve":
-        return None
+        return
     if build_run is not None and build_run.all_cached:
         # Every build stage is cached for these exact inputs (full SHAs, patch digests):
         # fresh worktrees would only be thrown away, so sources and patches are skipped.
@@ -158,15 +154,13 @@ def _run_stages(
         with log.stage_log(logs / "sources.log", redact), timings.stage("sources"):
             sources = run_sources(options, bundle)
         if last_stage == "sources":
-            return None
+            return
         with log.stage_log(logs / "patches.log", redact), timings.stage("patches"):
             patched = run_patches(bundle, sources)
         resolved = {name: source.commit for name, source in sources.items()}
         update_bundle_entry(options.lock_path, bundle, resolved, options.root)
-        if last_stage == "patches":
-            return patched
-    if build_run is None:
-        return patched
+    if build_run is None:  # the last stage was patches
+        return
     if patched is not None:
         build_run = build_stage.after_sources(build_run, patched.sources)
     build_stage.build(build_run)
@@ -174,7 +168,6 @@ def _run_stages(
         with log.stage_log(logs / "collect.log", redact):
             target = build_stage.collect(build_run)
             log.info(f"collect: {target}")
-    return patched
 
 
 def plan(
