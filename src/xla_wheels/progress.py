@@ -90,22 +90,15 @@ def repeating(line: Callable[[float], str], *, first: float, every: float) -> It
         thread.join()
 
 
-@dataclass(frozen=True)
-class StageTiming:
-    name: str
-    seconds: float
-    status: str
-    """ran, cached, up to date, or failed."""
-
-
 @dataclass
 class Timings:
     """Every stage of a run, in order, whether it ran, was cached or failed."""
 
-    rows: list[StageTiming] = field(default_factory=list)
+    rows: list[tuple[str, float, str]] = field(default_factory=list)
+    """(stage, seconds, status: ran, cached, up to date, or failed)."""
 
     def add(self, name: str, seconds: float, status: str) -> None:
-        self.rows.append(StageTiming(name, seconds, status))
+        self.rows.append((name, seconds, status))
 
     @contextlib.contextmanager
     def stage(self, name: str, status: str = "ran") -> Iterator[None]:
@@ -122,7 +115,7 @@ class Timings:
     def report(self) -> None:
         if not self.rows:
             return
-        width = max(24, *(len(row.name) for row in self.rows))
+        width = max(24, *(len(name) for name, _, _ in self.rows))
         log.info("stage timings:")
-        for row in self.rows:
-            log.info(f"  {row.name:<{width}} {log.format_duration(row.seconds):>8}  {row.status}")
+        for name, seconds, status in self.rows:
+            log.info(f"  {name:<{width}} {log.format_duration(seconds):>8}  {status}")

@@ -200,7 +200,7 @@ def compose(
     )
     spec = BuildSpec(
         bundle=bundle.name,
-        python=config.python,
+        python=config.host_python if config.mode == "host" else config.container_python,
         torch_src=str(layout.worktree("torch")),
         torch_xla_worktree=str(layout.worktree("torch_xla")),
         torch_xla_tree=str(layout.worktree("torch") / TORCH_XLA_IN_TORCH),
@@ -214,7 +214,7 @@ def compose(
         torch_xla_stage=stage_path("torch_xla"),
         jobs=config.jobs,
         knobs=knobs,
-        bazel_disk_cache=str(config.disk_cache(cache)),
+        bazel_disk_cache=str(config.bazel_disk_cache or cache / "bazel-disk"),
         bazel_output_root=str(cache / "bazel-root"),
         ccache_dir=str(cache / "ccache"),
         pip_cache_dir=str(cache / "pip"),
