@@ -89,9 +89,6 @@ class NetworkTimedOut(StepTimedOut):
             f"({attempts_text(attempts)})",
             fix=fix,
         )
-        self.step = step
-        self.seconds = seconds
-        self.host = host
 
 
 def host_of(url: str) -> str:
