@@ -110,11 +110,8 @@ def _check_component(
 
 def _check_engine(options: PipelineOptions, bundle: Bundle, config: BuildConfig) -> list[str]:
     if config.mode == "host":
-        problems = []
-        for tool in [config.host_python, *config.host_tools]:
-            if shutil.which(tool) is None:
-                problems.append(f"host mode: `{tool}` is not on PATH; install it")
-        return problems
+        missing = [t for t in (config.host_python, *config.host_tools) if shutil.which(t) is None]
+        return [f"host mode: `{tool}` is not on PATH; install it" for tool in missing]
     problem = probe_engine(config.engine)
     if problem:
         others = [engine for engine in ENGINES if engine != config.engine]
@@ -260,14 +257,14 @@ def checks(
                 lambda: _check_python(options, bundle, config),
             )
         )
-    found += [
+    found.append(
         Check(
             "resources",
             f"disk >= {config.min_disk_gib:.0f} GiB free under the work directory; "
             f"memory >= {need:.0f} GiB for JOBS={config.jobs}",
             lambda: _check_resources(options, bundle, config),
-        ),
-    ]
+        )
+    )
     return found
 
 

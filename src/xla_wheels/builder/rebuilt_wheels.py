@@ -63,15 +63,6 @@ def build_number(filename: str) -> int:
     return int(digits) if tag and digits else -1
 
 
-def recorded_wheels(lock_path: Path) -> list[Recorded]:
-    lock = read_lock(lock_path)
-    return [
-        Recorded(bundle, wheel.name, wheel.sha256)
-        for bundle, entry in sorted(lock.bundles.items())
-        for wheel in entry.wheels or ()
-    ]
-
-
 def replacements(wheels: Sequence[Path], recorded: Sequence[Recorded]) -> list[Replacement]:
     found = []
     for wheel in wheels:
@@ -131,7 +122,12 @@ def settle(
     Raises :class:`RecordedWheelDiffers` naming both sha256s when nothing was chosen (or
     what was chosen cannot work); otherwise leaves each stage holding the wheel to ship.
     """
-    found = replacements(wheels, recorded_wheels(lock_path))
+    recorded = [
+        Recorded(bundle, wheel.name, wheel.sha256)
+        for bundle, entry in sorted(read_lock(lock_path).bundles.items())
+        for wheel in entry.wheels or ()
+    ]
+    found = replacements(wheels, recorded)
     if not found:
         return
     described = "\n  ".join(_describe(r) for r in found)
