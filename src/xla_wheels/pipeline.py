@@ -226,8 +226,7 @@ def plan(
     stages.append(PlannedStage("patches", tuple(patch_facts), tuple(patch_commands)))
     if last_stage not in ("build", "collect"):
         # Preflight and the build stages run only for a build (see run_until).
-        names = [stage.name for stage in stages]
-        return stages[: names.index(last_stage) + 1]
+        return stages[: [stage.name for stage in stages].index(last_stage) + 1]
     preflight, build = build_stage.plan_stages(options, bundle, build_config or BuildConfig())
     # Preflight runs first (before anything is fetched), so the plan lists it first.
     return [preflight, *stages, *build]

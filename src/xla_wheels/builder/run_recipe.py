@@ -65,12 +65,11 @@ def run_step(
     spec: BuildSpec,
     log_file: TextIO,
     log_path: Path,
-    secrets: Mapping[str, str] | None = None,
+    secrets: Mapping[str, str],
 ) -> None:
     """Run one step. ``secrets`` fill the step's templates; their values never reach the
     log: the command line is printed with the marker and the command's output is
     redacted line by line on its way to the log file."""
-    secrets = secrets or {}
     if step.only_if_exists and not Path(step.only_if_exists).exists():
         _say(f"# skip ({step.only_if_exists} does not exist): {step.title}", log_file)
         return

@@ -64,9 +64,12 @@ class BuildSpec:
     """0700 directory for credential-bearing files (the secrets file, Bazel's auth rc)."""
     provenance: dict[str, Any] = field(default_factory=dict)
 
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+
     def write(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(asdict(self), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        path.write_text(self.to_json(), encoding="utf-8")
 
     @classmethod
     def read(cls, path: Path) -> BuildSpec:
