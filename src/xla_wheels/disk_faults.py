@@ -67,13 +67,14 @@ def free_bytes(path: Path) -> int:
     return stat.f_bavail * stat.f_frsize
 
 
-def _size(count: int) -> str:
+def size_text(count: int, *, small: str = "bytes", top: str = "TiB") -> str:
+    """``count`` bytes as ``<n> <small>`` below 1 KiB, else in KiB, MiB, ... up to ``top``."""
     if count < 1024:
-        return f"{count} bytes"
+        return f"{count} {small}"
     scaled = float(count)
     for unit in ("KiB", "MiB", "GiB", "TiB"):
         scaled /= 1024
-        if scaled < 1024 or unit == "TiB":
+        if scaled < 1024 or unit == top:
             break
     return f"{scaled:.1f} {unit}"
 
@@ -105,7 +106,7 @@ def disk_error(
     problem = f"cannot write {where}{what}: {os.strerror(error.errno)}"
     if error.errno == errno.ENOSPC:
         return DiskError(
-            f"{problem} (the filesystem at {mount} is full: {_size(free_bytes(where))} free)",
+            f"{problem} (the filesystem at {mount} is full: {size_text(free_bytes(where))} free)",
             fix=f"free space on {mount} (`df -h {mount}` shows it), {ELSEWHERE}; then run "
             "the same command again",
         )
@@ -161,7 +162,7 @@ def exhausted(paths: Iterable[Path]) -> str | None:
         if _blocked(path) == errno.EROFS:
             return f"{path}: {os.strerror(errno.EROFS)}"
         if free_bytes(path) < NEARLY_FULL:
-            return f"{path}: {os.strerror(errno.ENOSPC)} ({_size(free_bytes(path))} free)"
+            return f"{path}: {os.strerror(errno.ENOSPC)} ({size_text(free_bytes(path))} free)"
     return None
 
 

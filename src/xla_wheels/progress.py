@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xla_wheels import log
+from xla_wheels import disk_faults, log
 
 
 def on_terminal() -> bool:
@@ -28,14 +28,6 @@ def on_terminal() -> bool:
         return os.isatty(sys.stderr.fileno())
     except (AttributeError, OSError, ValueError):
         return False
-
-
-def format_bytes(count: int) -> str:
-    for unit in ("B", "KiB", "MiB"):
-        if count < 1024:
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1024  # type: ignore[assignment]
-    return f"{count:.1f} GiB"
 
 
 def directory_bytes(path: Path) -> int:
@@ -59,7 +51,8 @@ def heartbeat(
     def line(elapsed: float) -> str:
         text = f"still {what}: {log.format_duration(elapsed)}"
         if measure is not None:
-            text += f", {format_bytes(max(measure() - baseline, 0))} received so far"
+            received = disk_faults.size_text(max(measure() - baseline, 0), small="B", top="GiB")
+            text += f", {received} received so far"
         return text
 
     return repeating(line, first=every, every=every)
