@@ -38,7 +38,7 @@ DISK_FAULT_EXIT = DiskError.exit_code
 # tracebacks all use it. EACCES ("Permission denied") is left out on purpose: a tool says
 # it for files that are not the disk's (a socket, a device, a remote), and reading it as
 # a disk fault would hide a real failure of the build.
-_FAULT_TEXTS = {code: os.strerror(code) for code in (errno.ENOSPC, errno.EDQUOT, errno.EROFS)}
+_FAULT_TEXTS = [os.strerror(code) for code in (errno.ENOSPC, errno.EDQUOT, errno.EROFS)]
 
 
 def is_disk_fault(error: BaseException) -> bool:
@@ -143,10 +143,8 @@ def writing(path: Path, *, doing: str = "") -> Iterator[None]:
 
 def fault_in_text(text: str) -> str | None:
     """The first line of a tool's output that reports a disk fault, or None."""
-    for line in text.splitlines():
-        if any(fault in line for fault in _FAULT_TEXTS.values()):
-            return line.strip()
-    return None
+    faults = [line for line in text.splitlines() if any(f in line for f in _FAULT_TEXTS)]
+    return faults[0].strip() if faults else None
 
 
 NEARLY_FULL = 1 << 20

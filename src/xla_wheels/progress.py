@@ -94,14 +94,14 @@ class Timings:
         self.rows.append((name, seconds, status))
 
     @contextlib.contextmanager
-    def stage(self, name: str, status: str = "ran") -> Iterator[None]:
-        """A folded, timed section recorded as ``status``, or ``failed`` if it raises."""
+    def stage(self, name: str) -> Iterator[None]:
+        """A folded, timed section recorded as ``ran``, or ``failed`` if it raises."""
         start = time.monotonic()
         outcome = "failed"
         try:
             with log.section(name):
                 yield
-            outcome = status
+            outcome = "ran"
         finally:
             self.add(name, time.monotonic() - start, outcome)
 

@@ -108,9 +108,7 @@ def url_fault(error: BaseException) -> Transient | None:
     """The transient fault an ``urllib`` call raised, or None when retrying cannot help
     (HTTP 4xx, TLS, an unknown host): the caller turns that into its own error."""
     if isinstance(error, urllib.error.HTTPError):
-        if error.code >= 500:
-            return Transient(f"HTTP {error.code}", str(error.reason))
-        return None
+        return Transient(f"HTTP {error.code}", str(error.reason)) if error.code >= 500 else None
     reason: object = error.reason if isinstance(error, urllib.error.URLError) else error
     if isinstance(reason, ssl.SSLError) and not isinstance(reason, ssl.SSLEOFError):
         return None

@@ -128,7 +128,6 @@ def commit_with_lock(layout: BundleLayout, path: Path) -> Path:
 
 
 def record_collected(layout: BundleLayout) -> None:
-    """Record the wheels in dist/<bundle> in wheels.lock."""
     wheels = records(sorted(layout.dist.glob("*.whl")))
     record_wheels(layout.lock_path, layout.bundle, wheels)
     for wheel in wheels:

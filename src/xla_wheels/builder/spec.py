@@ -88,7 +88,6 @@ def sha256_of(path: Path) -> str:
 
 
 def record_stage(wheel: Path) -> None:
-    """Write the record of ``wheel`` into its stage directory."""
     record = {"wheel": wheel.name, "sha256": sha256_of(wheel)}
     filemode.write_by_rename(wheel.parent / STAGE_RECORD, json.dumps(record, indent=2) + "\n")
 
