@@ -38,7 +38,7 @@ DISK_FAULT_EXIT = DiskError.exit_code
 # tracebacks all use it. EACCES ("Permission denied") is left out on purpose: a tool says
 # it for files that are not the disk's (a socket, a device, a remote), and reading it as
 # a disk fault would hide a real failure of the build.
-_FAULT_TEXTS = {code: os.strerror(code) for code in (errno.ENOSPC, errno.EDQUOT, errno.EROFS)}
+_FAULT_TEXTS = [os.strerror(code) for code in (errno.ENOSPC, errno.EDQUOT, errno.EROFS)]
 
 
 def is_disk_fault(error: BaseException) -> bool:
@@ -47,13 +47,13 @@ def is_disk_fault(error: BaseException) -> bool:
 
 def mount_point(path: Path) -> Path:
     """The mount point of the filesystem that holds ``path`` (or would hold it)."""
-    current = _existing(path)
+    current = existing(path)
     while not os.path.ismount(current) and current != current.parent:
         current = current.parent
     return current
 
 
-def _existing(path: Path) -> Path:
+def existing(path: Path) -> Path:
     """``path``, or its nearest parent that exists."""
     current = Path(os.path.abspath(path))
     while not current.exists() and current != current.parent:
@@ -63,17 +63,18 @@ def _existing(path: Path) -> Path:
 
 def free_bytes(path: Path) -> int:
     """Bytes an unprivileged writer may still use on ``path``'s filesystem."""
-    stat = os.statvfs(_existing(path))
+    stat = os.statvfs(existing(path))
     return stat.f_bavail * stat.f_frsize
 
 
-def _size(count: int) -> str:
+def size_text(count: int, *, small: str = "bytes", top: str = "TiB") -> str:
+    """``count`` bytes as ``<n> <small>`` below 1 KiB, else in KiB, MiB, ... up to ``top``."""
     if count < 1024:
-        return f"{count} bytes"
+        return f"{count} {small}"
     scaled = float(count)
     for unit in ("KiB", "MiB", "GiB", "TiB"):
         scaled /= 1024
-        if scaled < 1024 or unit == "TiB":
+        if scaled < 1024 or unit == top:
             break
     return f"{scaled:.1f} {unit}"
 
@@ -105,7 +106,7 @@ def disk_error(
     problem = f"cannot write {where}{what}: {os.strerror(error.errno)}"
     if error.errno == errno.ENOSPC:
         return DiskError(
-            f"{problem} (the filesystem at {mount} is full: {_size(free_bytes(where))} free)",
+            f"{problem} (the filesystem at {mount} is full: {size_text(free_bytes(where))} free)",
             fix=f"free space on {mount} (`df -h {mount}` shows it), {ELSEWHERE}; then run "
             "the same command again",
         )
@@ -142,10 +143,8 @@ def writing(path: Path, *, doing: str = "") -> Iterator[None]:
 
 def fault_in_text(text: str) -> str | None:
     """The first line of a tool's output that reports a disk fault, or None."""
-    for line in text.splitlines():
-        if any(fault in line for fault in _FAULT_TEXTS.values()):
-            return line.strip()
-    return None
+    faults = [line for line in text.splitlines() if any(f in line for f in _FAULT_TEXTS)]
+    return faults[0].strip() if faults else None
 
 
 NEARLY_FULL = 1 << 20
@@ -161,16 +160,16 @@ def exhausted(paths: Iterable[Path]) -> str | None:
         if _blocked(path) == errno.EROFS:
             return f"{path}: {os.strerror(errno.EROFS)}"
         if free_bytes(path) < NEARLY_FULL:
-            return f"{path}: {os.strerror(errno.ENOSPC)} ({_size(free_bytes(path))} free)"
+            return f"{path}: {os.strerror(errno.ENOSPC)} ({size_text(free_bytes(path))} free)"
     return None
 
 
 def _blocked(path: Path) -> int | None:
     """EROFS or EACCES when ``path`` (or its nearest existing parent) cannot be written."""
-    existing = _existing(path)
-    if os.statvfs(existing).f_flag & os.ST_RDONLY:
+    nearest = existing(path)
+    if os.statvfs(nearest).f_flag & os.ST_RDONLY:
         return errno.EROFS
-    return None if os.access(existing, os.W_OK) else errno.EACCES
+    return None if os.access(nearest, os.W_OK) else errno.EACCES
 
 
 def step_disk_error(step: str, paths: Iterable[Path]) -> DiskError:

@@ -7,9 +7,9 @@ same inputs as the real run, so what ``DRY_RUN=1`` shows is what a run executes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 from xla_wheels import log
 from xla_wheels.builder import build_and_collect as build_stage
@@ -40,11 +40,9 @@ from xla_wheels.wheels_lock import update_bundle_entry, written_on_success
 
 @dataclass(frozen=True)
 class PatchedSources:
-    """Output of the patch stage: worktrees ready to build, and what was applied."""
+    """Output of the patch stage: worktrees ready to build."""
 
-    bundle: Bundle
     sources: Mapping[str, CheckedOutSource]
-    series: Mapping[str, AppliedSeries]
 
 
 def run_sources(
@@ -61,7 +59,6 @@ def run_sources(
 
 
 def run_patches(bundle: Bundle, sources: Mapping[str, CheckedOutSource]) -> PatchedSources:
-    series = {}
     for name, source in sources.items():
         component = bundle.component(name)
         with log.section(f"patches: {name} ({len(component.patches)} file(s))"):
@@ -82,11 +79,10 @@ def run_patches(bundle: Bundle, sources: Mapping[str, CheckedOutSource]) -> Patc
                     build_owned=BUILD_OWNED.get(name, ()),
                 )
             write_state(source.worktree, applied)
-            series[name] = applied
             for patch in applied.patches:
                 log.info(f"  committed patches/{patch.relpath} sha256:{patch.sha256}")
             log.info(f"  {name}: branch {branch} at {applied.head} (the revision the build sees)")
-    return PatchedSources(bundle, sources, series)
+    return PatchedSources(sources)
 
 
 def run_until(
@@ -94,7 +90,7 @@ def run_until(
     bundle_name: str,
     last_stage: str,
     build_config: BuildConfig | None = None,
-) -> PatchedSources | None:
+) -> None:
     """Run the stages up to and including ``last_stage``.
 
     Each stage writes ``out/<bundle>/logs/<stage>.log`` (commands and their output,
@@ -112,69 +108,56 @@ def run_until(
     # One run per bundle (exit 5 for a second one), taken after the checks that write
     # nothing, so that bad input still leaves no trace.
     command = {"patches": "patch", "collect": "wheels"}.get(last_stage, last_stage)
-    with bundle_run_lock(options.out_dir, bundle.name, command), written_on_success():
+    with (
+        bundle_run_lock(options.out_dir, bundle.name, command),
+        written_on_success(),
+        contextlib.ExitStack() as at_exit,
+    ):
         build_run = None
         if last_stage in ("build", "collect"):
             # Preflight first: every blocker (pins, remotes, engine, disk, memory) at once,
             # before anything is fetched. It also knows which build stages are cached.
             build_run = build_stage.prepare(options, bundle, build_config or BuildConfig())
         timings = build_run.timings if build_run is not None else Timings()
+        at_exit.callback(timings.report)  # the table, also when the run fails
         logs = BundleLayout.of(options, bundle.name).logs
         redact = Redactor(build_config.remote_cache.secret_values() if build_config else {})
-        try:
-            return _run_stages(options, bundle, last_stage, build_run, timings, logs, redact)
-        finally:
-            timings.report()
-
-
-def _run_stages(
-    options: PipelineOptions,
-    bundle: Bundle,
-    last_stage: str,
-    build_run: build_stage.BuildRun | None,
-    timings: Timings,
-    logs: Path,
-    redact: Callable[[str], str],
-) -> PatchedSources | None:
-    with log.section(f"resolve: bundle {bundle.name}"):
-        log.info(f"manifest {bundle.path} sha256:{bundle.manifest_sha256}")
-        unresolved = bundle.unresolved_pins()
-        if unresolved:
-            raise SourceError(
-                f"bundle {bundle.name} has unresolved pins: " + "; ".join(unresolved),
-                fix=f"pin them in {bundle.path.name} (the build refuses to guess a commit)",
-            )
-    if last_stage == "resolve":
-        return None
-    if build_run is not None and build_run.all_cached:
-        # Every build stage is cached for these exact inputs (full SHAs, patch digests):
-        # fresh worktrees would only be thrown away, so sources and patches are skipped.
-        log.info("sources, patches: skipped (both build stages are cached for these inputs)")
-        timings.add("sources", 0.0, "cached")
-        timings.add("patches", 0.0, "cached")
-        update_bundle_entry(options.lock_path, bundle, build_run.commits, options.root)
-        patched = None
-    else:
-        with log.stage_log(logs / "sources.log", redact), timings.stage("sources"):
-            sources = run_sources(options, bundle)
-        if last_stage == "sources":
-            return None
-        with log.stage_log(logs / "patches.log", redact), timings.stage("patches"):
-            patched = run_patches(bundle, sources)
-        resolved = {name: source.commit for name, source in sources.items()}
-        update_bundle_entry(options.lock_path, bundle, resolved, options.root)
-        if last_stage == "patches":
-            return patched
-    if build_run is None:
-        return patched
-    if patched is not None:
-        build_run = build_stage.after_sources(build_run, patched.sources)
-    build_stage.build(build_run)
-    if last_stage == "collect":
-        with log.stage_log(logs / "collect.log", redact):
-            target = build_stage.collect(build_run)
-            log.info(f"collect: {target}")
-    return patched
+        with log.section(f"resolve: bundle {bundle.name}"):
+            log.info(f"manifest {bundle.path} sha256:{bundle.manifest_sha256}")
+            unresolved = bundle.unresolved_pins()
+            if unresolved:
+                raise SourceError(
+                    f"bundle {bundle.name} has unresolved pins: " + "; ".join(unresolved),
+                    fix=f"pin them in {bundle.path.name} (the build refuses to guess a commit)",
+                )
+        if last_stage == "resolve":
+            return
+        if build_run is not None and build_run.all_cached:
+            # Every build stage is cached for these exact inputs (full SHAs, patch digests):
+            # fresh worktrees would only be thrown away, so sources and patches are skipped.
+            log.info("sources, patches: skipped (both build stages are cached for these inputs)")
+            timings.add("sources", 0.0, "cached")
+            timings.add("patches", 0.0, "cached")
+            update_bundle_entry(options.lock_path, bundle, build_run.commits, options.root)
+            patched = None
+        else:
+            with log.stage_log(logs / "sources.log", redact), timings.stage("sources"):
+                sources = run_sources(options, bundle)
+            if last_stage == "sources":
+                return
+            with log.stage_log(logs / "patches.log", redact), timings.stage("patches"):
+                patched = run_patches(bundle, sources)
+            resolved = {name: source.commit for name, source in sources.items()}
+            update_bundle_entry(options.lock_path, bundle, resolved, options.root)
+        if build_run is None:  # the last stage was patches
+            return
+        if patched is not None:
+            build_run = build_stage.after_sources(build_run, patched.sources)
+        build_stage.build(build_run)
+        if last_stage == "collect":
+            with log.stage_log(logs / "collect.log", redact):
+                target = build_stage.collect(build_run)
+                log.info(f"collect: {target}")
 
 
 def plan(
@@ -233,12 +216,7 @@ def plan(
     stages.append(PlannedStage("patches", tuple(patch_facts), tuple(patch_commands)))
     if last_stage not in ("build", "collect"):
         # Preflight and the build stages run only for a build (see run_until).
-        names = [stage.name for stage in stages]
-        return stages[: names.index(last_stage) + 1]
-    config = build_config or BuildConfig()
+        return stages[: [stage.name for stage in stages].index(last_stage) + 1]
+    preflight, build = build_stage.plan_stages(options, bundle, build_config or BuildConfig())
     # Preflight runs first (before anything is fetched), so the plan lists it first.
-    return [
-        build_stage.plan_preflight(options, bundle, config),
-        *stages,
-        *build_stage.plan_stages(options, bundle, config),
-    ]
+    return [preflight, *stages, *build]

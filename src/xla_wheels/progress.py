@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xla_wheels import log
+from xla_wheels import disk_faults, log
 
 
 def on_terminal() -> bool:
@@ -28,14 +28,6 @@ def on_terminal() -> bool:
         return os.isatty(sys.stderr.fileno())
     except (AttributeError, OSError, ValueError):
         return False
-
-
-def format_bytes(count: int) -> str:
-    for unit in ("B", "KiB", "MiB"):
-        if count < 1024:
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1024  # type: ignore[assignment]
-    return f"{count:.1f} GiB"
 
 
 def directory_bytes(path: Path) -> int:
@@ -48,26 +40,41 @@ def directory_bytes(path: Path) -> int:
     return total
 
 
-@contextlib.contextmanager
-def heartbeat(what: str, measure: Callable[[], int] | None, every: float) -> Iterator[None]:
+def heartbeat(
+    what: str, measure: Callable[[], int] | None, every: float
+) -> contextlib.AbstractContextManager[None]:
     """Print ``still <what>: <elapsed>[, <bytes> received so far]`` every ``every``
     seconds until the block ends (0: never). ``measure`` returns a byte count; its growth
     is reported."""
-    if every <= 0:
+    baseline = measure() if measure and every > 0 else 0
+
+    def line(elapsed: float) -> str:
+        text = f"still {what}: {log.format_duration(elapsed)}"
+        if measure is not None:
+            received = disk_faults.size_text(max(measure() - baseline, 0), small="B", top="GiB")
+            text += f", {received} received so far"
+        return text
+
+    return repeating(line, first=every, every=every)
+
+
+@contextlib.contextmanager
+def repeating(line: Callable[[float], str], *, first: float, every: float) -> Iterator[None]:
+    """Log ``line(seconds elapsed)`` after ``first`` seconds, then every ``every`` seconds,
+    until the block ends (0 for either: no more lines)."""
+    if first <= 0:
         yield
         return
     stop = threading.Event()
     start = time.monotonic()
-    baseline = measure() if measure else 0
 
     def beat() -> None:
-        while not stop.wait(every):
-            line = f"still {what}: {log.format_duration(time.monotonic() - start)}"
-            if measure is not None:
-                line += f", {format_bytes(max(measure() - baseline, 0))} received so far"
-            log.info(line)
+        wait = first
+        while wait > 0 and not stop.wait(wait):
+            log.info(line(time.monotonic() - start))
+            wait = every
 
-    thread = threading.Thread(target=beat, name=f"heartbeat {what}", daemon=True)
+    thread = threading.Thread(target=beat, name="xla-wheels progress lines", daemon=True)
     thread.start()
     try:
         yield
@@ -76,39 +83,32 @@ def heartbeat(what: str, measure: Callable[[], int] | None, every: float) -> Ite
         thread.join()
 
 
-@dataclass(frozen=True)
-class StageTiming:
-    name: str
-    seconds: float
-    status: str
-    """ran, cached, up to date, or failed."""
-
-
 @dataclass
 class Timings:
     """Every stage of a run, in order, whether it ran, was cached or failed."""
 
-    rows: list[StageTiming] = field(default_factory=list)
+    rows: list[tuple[str, float, str]] = field(default_factory=list)
+    """(stage, seconds, status: ran, cached, up to date, or failed)."""
 
     def add(self, name: str, seconds: float, status: str) -> None:
-        self.rows.append(StageTiming(name, seconds, status))
+        self.rows.append((name, seconds, status))
 
     @contextlib.contextmanager
-    def stage(self, name: str, status: str = "ran") -> Iterator[None]:
-        """A folded, timed section recorded as ``status``, or ``failed`` if it raises."""
+    def stage(self, name: str) -> Iterator[None]:
+        """A folded, timed section recorded as ``ran``, or ``failed`` if it raises."""
         start = time.monotonic()
         outcome = "failed"
         try:
             with log.section(name):
                 yield
-            outcome = status
+            outcome = "ran"
         finally:
             self.add(name, time.monotonic() - start, outcome)
 
     def report(self) -> None:
         if not self.rows:
             return
-        width = max(24, *(len(row.name) for row in self.rows))
+        width = max(24, *(len(name) for name, _, _ in self.rows))
         log.info("stage timings:")
-        for row in self.rows:
-            log.info(f"  {row.name:<{width}} {log.format_duration(row.seconds):>8}  {row.status}")
+        for name, seconds, status in self.rows:
+            log.info(f"  {name:<{width}} {log.format_duration(seconds):>8}  {status}")

@@ -29,16 +29,14 @@ import errno
 import http.client
 import socket
 import ssl
-import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import TypeVar
 
-from xla_wheels import log
+from xla_wheels import log, progress
 from xla_wheels.errors import PipelineError
 from xla_wheels.options import NetworkPolicy
 from xla_wheels.redact import mask_url_credentials
@@ -91,9 +89,6 @@ class NetworkTimedOut(StepTimedOut):
             f"({attempts_text(attempts)})",
             fix=fix,
         )
-        self.step = step
-        self.seconds = seconds
-        self.host = host
 
 
 def host_of(url: str) -> str:
@@ -113,9 +108,7 @@ def url_fault(error: BaseException) -> Transient | None:
     """The transient fault an ``urllib`` call raised, or None when retrying cannot help
     (HTTP 4xx, TLS, an unknown host): the caller turns that into its own error."""
     if isinstance(error, urllib.error.HTTPError):
-        if error.code >= 500:
-            return Transient(f"HTTP {error.code}", str(error.reason))
-        return None
+        return Transient(f"HTTP {error.code}", str(error.reason)) if error.code >= 500 else None
     reason: object = error.reason if isinstance(error, urllib.error.URLError) else error
     if isinstance(reason, ssl.SSLError) and not isinstance(reason, ssl.SSLEOFError):
         return None
@@ -187,10 +180,17 @@ def with_retries(
     attempts = network.attempts
     for number in range(1, attempts + 1):
         counter = f", attempt {number} of {attempts}" if attempts > 1 else ""
-        if long or number > 1:
+        announced = long or number > 1
+        if announced:
             log.info(f"waiting for {host}: {step} (up to {limit:.0f}s{counter})")
         try:
-            with _waiting(step, host, limit, network, announced=long or number > 1):
+            # A line after a few quiet seconds (unless announced), then one every heartbeat.
+            with progress.repeating(
+                lambda elapsed: f"still waiting for {host}: {step}, "
+                f"{log.format_duration(elapsed)} of up to {limit:.0f}s",
+                first=network.heartbeat_s if announced else QUIET_BEFORE_WAITING_LINE_S,
+                every=network.heartbeat_s,
+            ):
                 return attempt(limit)
         except Transient as fault:
             retryable = retry_kinds is None or fault.kind in retry_kinds
@@ -203,34 +203,3 @@ def with_retries(
             log.info(f"{step}: {host} {fault.kind}; trying again in {pause:g}s")
             time.sleep(pause)
     raise AssertionError("unreachable: the loop returns or raises")
-
-
-@contextmanager
-def _waiting(
-    step: str, host: str, limit: float, current: NetworkPolicy, *, announced: bool
-) -> Iterator[None]:
-    """Lines while an attempt waits: one after a few quiet seconds (unless the step was
-    announced), then one every heartbeat."""
-    stop = threading.Event()
-    start = time.monotonic()
-
-    def watch() -> None:
-        first = current.heartbeat_s if announced else QUIET_BEFORE_WAITING_LINE_S
-        if first <= 0 or stop.wait(first):
-            return
-        while True:
-            elapsed = time.monotonic() - start
-            log.info(
-                f"still waiting for {host}: {step}, {log.format_duration(elapsed)} of up to "
-                f"{limit:.0f}s"
-            )
-            if current.heartbeat_s <= 0 or stop.wait(current.heartbeat_s):
-                return
-
-    watcher = threading.Thread(target=watch, name=f"waiting for {host}", daemon=True)
-    watcher.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        watcher.join()

@@ -20,6 +20,7 @@ again inside the same process (the CLI edge, then the stage) is a no-op.
 from __future__ import annotations
 
 import fcntl
+import itertools
 import os
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
@@ -42,7 +43,8 @@ def bundle_run_lock(out_dir: Path, bundle: str, command: str) -> Iterator[Path]:
     if path.absolute() in _HELD:
         yield path
         return
-    made = _missing_directories(directory)
+    # The directories the lock itself makes, innermost first: removed on release if empty.
+    made = list(itertools.takewhile(lambda d: not d.exists(), [directory, *directory.parents]))
     fd = _locked_descriptor(directory, path, bundle)
     _HELD.add(path.absolute())
     try:
@@ -59,15 +61,6 @@ def bundle_run_lock(out_dir: Path, bundle: str, command: str) -> Iterator[Path]:
                 made_directory.rmdir()
             except OSError:
                 break
-
-
-def _missing_directories(directory: Path) -> list[Path]:
-    """``directory`` and its ancestors that do not exist yet, innermost first."""
-    missing = []
-    while not directory.exists() and directory != directory.parent:
-        missing.append(directory)
-        directory = directory.parent
-    return missing
 
 
 def _locked_descriptor(directory: Path, path: Path, bundle: str) -> int:

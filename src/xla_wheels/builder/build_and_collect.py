@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from contextlib import ExitStack, contextmanager, suppress
-from dataclasses import dataclass, field, replace
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import xla_wheels
@@ -36,7 +36,7 @@ from xla_wheels.builder.preflight import (
     planned_preflight,
     run_checks,
 )
-from xla_wheels.builder.spec import BuildSpec, stage_key
+from xla_wheels.builder.spec import BuildSpec, stage_key, stage_wheel
 from xla_wheels.bundle import Bundle
 from xla_wheels.errors import PipelineError
 from xla_wheels.gitutil import git
@@ -48,7 +48,6 @@ from xla_wheels.progress import Timings
 from xla_wheels.provenance import BuildSettings, ComponentProvenance, PatchDigest, Provenance
 from xla_wheels.sources import CheckedOutSource, SourceCache, known_commits
 from xla_wheels.upstream_tree import TORCH_XLA_IN_TORCH
-from xla_wheels.wheels_lock import file_sha256
 
 RECIPES = ("torch", "torch_xla")
 ENTRY_MODULE = "xla_wheels.builder.run_recipe"
@@ -87,19 +86,6 @@ class BuildRun:
         if any(w is None for w in found):
             raise BuildFailed("a stage has no wheel after the build (see the logs)")
         return [w for w in found if w is not None]
-
-
-def stage_wheel(directory: Path) -> Path | None:
-    """The stage's wheel when the stage finished and its bytes match the record."""
-    record = directory / "stage.json"
-    if not record.is_file():
-        return None
-    with suppress(OSError, ValueError, KeyError):
-        data = json.loads(record.read_text(encoding="utf-8"))
-        wheel = directory / data["wheel"]
-        if wheel.is_file() and file_sha256(wheel) == data["sha256"]:
-            return wheel
-    return None
 
 
 def openxla_revision(pin: str, bundle: Bundle, series_sha256: str) -> str:
@@ -146,12 +132,7 @@ def compose(
     torch_xla_version = wheel_stamp.local_version(
         xla_c.version or "", pins["torch_xla"], xla_digest
     )
-    knobs = {
-        "bundle_libtpu": bundle.build.bundle_libtpu,
-        "tpuvm_mode": bundle.build.tpuvm_mode,
-        "build_cpp_tests": bundle.build.build_cpp_tests,
-        "cxx_abi": bundle.build.cxx_abi,
-    }
+    knobs = asdict(bundle.build)
     toolchain = config.image if config.mode == "container" else f"host:{config.host_python}"
     # The remote caches are deliberately not stage inputs: Bazel's action cache and
     # ccache are content addressed (an action's digest covers its command, environment
@@ -219,7 +200,7 @@ def compose(
     )
     spec = BuildSpec(
         bundle=bundle.name,
-        python=config.python,
+        python=config.host_python if config.mode == "host" else config.container_python,
         torch_src=str(layout.worktree("torch")),
         torch_xla_worktree=str(layout.worktree("torch_xla")),
         torch_xla_tree=str(layout.worktree("torch") / TORCH_XLA_IN_TORCH),
@@ -233,7 +214,7 @@ def compose(
         torch_xla_stage=stage_path("torch_xla"),
         jobs=config.jobs,
         knobs=knobs,
-        bazel_disk_cache=str(config.disk_cache(cache)),
+        bazel_disk_cache=str(config.bazel_disk_cache or cache / "bazel-disk"),
         bazel_output_root=str(cache / "bazel-root"),
         ccache_dir=str(cache / "ccache"),
         pip_cache_dir=str(cache / "pip"),
@@ -460,17 +441,13 @@ def report_timings(run: BuildRun) -> None:
     run.timings.report()
 
 
-def plan_preflight(options: PipelineOptions, bundle: Bundle, config: BuildConfig) -> PlannedStage:
-    """Preflight as :func:`prepare` runs it: same check list, same ``need_sources``."""
-    run = _offline_run(options, bundle, config)
-    return planned_preflight(options, bundle, config, need_sources=not run.all_cached)
-
-
 def plan_stages(
     options: PipelineOptions, bundle: Bundle, config: BuildConfig
-) -> list[PlannedStage]:
-    """build and collect as the run will execute them (preflight: :func:`plan_preflight`)."""
+) -> tuple[PlannedStage, list[PlannedStage]]:
+    """Preflight as :func:`prepare` runs it (same check list, same ``need_sources``), and
+    build and collect as the run will execute them."""
     run = _offline_run(options, bundle, config)
+    preflight = planned_preflight(options, bundle, config, need_sources=not run.all_cached)
     commits, spec, keys = run.commits, run.spec, run.keys
     engine = engine_for(run)
 
@@ -528,4 +505,4 @@ def plan_stages(
         "wheels.lock: name, size, sha256 of each wheel",
     ]
     stages.append(PlannedStage("collect", tuple(collect_facts)))
-    return stages
+    return preflight, stages

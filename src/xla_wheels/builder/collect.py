@@ -40,14 +40,7 @@ def records(wheels: Sequence[Path]) -> list[WheelRecord]:
 
 def up_to_date(layout: BundleLayout, wheels: Sequence[Path]) -> bool:
     """dist/<bundle> already holds exactly these wheels (names and bytes)."""
-    target = layout.dist
-    if not target.is_dir():
-        return False
-    present = sorted(target.glob("*.whl"))
-    if [p.name for p in present] != sorted(w.name for w in wheels):
-        return False
-    by_name = {w.name: w for w in wheels}
-    return all(file_sha256(p) == file_sha256(by_name[p.name]) for p in present)
+    return set(records(list(layout.dist.glob("*.whl")))) == set(records(wheels))
 
 
 @contextmanager
@@ -135,7 +128,6 @@ def commit_with_lock(layout: BundleLayout, path: Path) -> Path:
 
 
 def record_collected(layout: BundleLayout) -> None:
-    """Record the wheels in dist/<bundle> in wheels.lock."""
     wheels = records(sorted(layout.dist.glob("*.whl")))
     record_wheels(layout.lock_path, layout.bundle, wheels)
     for wheel in wheels:

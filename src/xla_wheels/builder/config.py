@@ -67,10 +67,3 @@ class BuildConfig:
     """A rebuilt wheel whose bytes differ from the recorded one: keep the recorded file."""
     build_tag: str | None = None
     """PEP 427 build tag (a number) given to a rebuilt wheel whose bytes differ."""
-
-    def disk_cache(self, cache_dir: Path) -> Path:
-        return self.bazel_disk_cache or cache_dir / "bazel-disk"
-
-    @property
-    def python(self) -> str:
-        return self.host_python if self.mode == "host" else self.container_python

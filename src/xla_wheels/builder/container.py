@@ -39,22 +39,19 @@ class Mount:
     path: Path
     read_only: bool = False
 
-    def flag(self) -> str:
-        return f"{self.path}:{self.path}" + (":ro" if self.read_only else "")
-
 
 class Engine(contextlib.AbstractContextManager["Engine"]):
     """How to start, call and stop; itself the host (BUILD_MODE=host): plain subprocesses,
     nothing to start or stop. The engines' subclasses fill the argv builders."""
 
-    name = "host"
-
-    def __init__(self, image: str, mounts: Sequence[Mount], env: Mapping[str, str]) -> None:
+    def __init__(
+        self, name: str, image: str, mounts: Sequence[Mount], env: Mapping[str, str]
+    ) -> None:
+        self.name = name
         self.image = image
         self.mounts = list(mounts)
         self.env = dict(env)
         self.container = f"xla-wheels-{uuid.uuid4().hex[:12]}"
-        self.started = False
 
     # -- argv composition (also used by the DRY_RUN plan) --------------------------------
     def start_argv(self) -> list[str] | None:
@@ -66,9 +63,15 @@ class Engine(contextlib.AbstractContextManager["Engine"]):
     def stop_argv(self) -> list[str] | None:
         return None
 
-    def user(self) -> str | None:
+    def run_options(self, volume: str) -> list[str]:
+        """The container's user, its mounts (each after ``volume``) and its environment."""
         uid, gid = os.getuid(), os.getgid()
-        return f"{uid}:{gid}" if uid != 0 else None
+        options = ["--user", f"{uid}:{gid}"] if uid != 0 else []
+        for mount in self.mounts:
+            options += [volume, f"{mount.path}:{mount.path}" + (":ro" if mount.read_only else "")]
+        for key, value in sorted(self.env.items()):
+            options += ["--env", f"{key}={value}"]
+        return options
 
     # -- running ---------------------------------------------------------------------------
     def __enter__(self) -> Engine:
@@ -87,14 +90,11 @@ class Engine(contextlib.AbstractContextManager["Engine"]):
                     fix="check `make builder-image ENGINE=...` built the image, and that "
                     f"`{self.name} info` works",
                 )
-        self.started = True
         return self
 
     def __exit__(self, *_: object) -> None:  # removes the container however the block ended
-        argv = self.stop_argv()
-        if argv and self.started:
+        if argv := self.stop_argv():
             runner.run(argv)
-        self.started = False
 
     def call(self, argv: Sequence[str]) -> int:
         # The engine's child environment inherits ours (PATH, proxies, DOCKER_HOST).
@@ -105,17 +105,10 @@ class Engine(contextlib.AbstractContextManager["Engine"]):
 class DockerEngine(Engine):
     """docker and podman share the command line we use."""
 
-    name = "docker"
-
     def start_argv(self) -> list[str]:
-        argv = [self.name, "run", "--detach", "--rm", "--name", self.container, "--init"]
-        if user := self.user():
-            argv += ["--user", user]
-        for mount in self.mounts:
-            argv += ["--volume", mount.flag()]
-        for key, value in sorted(self.env.items()):
-            argv += ["--env", f"{key}={value}"]
-        return [*argv, self.image, "sleep", "infinity"]
+        options = self.run_options("--volume")
+        run = [self.name, "run", "--detach", "--rm", "--name", self.container, "--init"]
+        return [*run, *options, self.image, "sleep", "infinity"]
 
     def call_argv(self, argv: Sequence[str]) -> list[str]:
         return [self.name, "exec", self.container, *argv]
@@ -124,41 +117,24 @@ class DockerEngine(Engine):
         return [self.name, "rm", "--force", self.container]
 
 
-class PodmanEngine(DockerEngine):
-    name = "podman"
-
-
 class BuildahEngine(Engine):
-    name = "buildah"
-
     def start_argv(self) -> list[str]:
         return ["buildah", "from", "--pull-never", "--name", self.container, self.image]
 
     def call_argv(self, argv: Sequence[str]) -> list[str]:
-        full = ["buildah", "run", "--isolation", "chroot"]
-        if user := self.user():
-            full += ["--user", user]
-        for mount in self.mounts:
-            full += ["-v", mount.flag()]
-        for key, value in sorted(self.env.items()):
-            full += ["--env", f"{key}={value}"]
-        return [*full, self.container, "--", *argv]
+        options = self.run_options("-v")
+        return ["buildah", "run", "--isolation", "chroot", *options, self.container, "--", *argv]
 
     def stop_argv(self) -> list[str]:
         return ["buildah", "rm", self.container]
 
 
-ENGINE_CLASSES: dict[str, type[Engine]] = {
-    "docker": DockerEngine,
-    "podman": PodmanEngine,
-    "buildah": BuildahEngine,
-}
-
-
 def make_engine(
     mode: str, engine: str, image: str, mounts: Sequence[Mount], env: Mapping[str, str]
 ) -> Engine:
-    return (Engine if mode == "host" else ENGINE_CLASSES[engine])(image, mounts, env)
+    name = "host" if mode == "host" else engine
+    kind = {"host": Engine, "buildah": BuildahEngine}.get(name, DockerEngine)
+    return kind(name, image, mounts, env)
 
 
 def probe_engine(engine: str, timeout: float = 10.0) -> str | None:

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from xla_wheels import runner
+from xla_wheels import disk_faults, runner
 from xla_wheels.builder.config import ENGINES, BuildConfig
 from xla_wheels.builder.container import image_present, probe_engine
 from xla_wheels.bundle import Bundle, Component
@@ -110,11 +110,8 @@ def _check_component(
 
 def _check_engine(options: PipelineOptions, bundle: Bundle, config: BuildConfig) -> list[str]:
     if config.mode == "host":
-        problems = []
-        for tool in [config.host_python, *config.host_tools]:
-            if shutil.which(tool) is None:
-                problems.append(f"host mode: `{tool}` is not on PATH; install it")
-        return problems
+        missing = [t for t in (config.host_python, *config.host_tools) if shutil.which(t) is None]
+        return [f"host mode: `{tool}` is not on PATH; install it" for tool in missing]
     problem = probe_engine(config.engine)
     if problem:
         others = [engine for engine in ENGINES if engine != config.engine]
@@ -153,12 +150,6 @@ def _check_python(options: PipelineOptions, bundle: Bundle, config: BuildConfig)
     return []
 
 
-def _existing(path: Path) -> Path:
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
-
-
 def _mem_total_gib() -> float | None:
     with contextlib.suppress(OSError):
         for line in Path("/proc/meminfo").read_text().splitlines():
@@ -171,10 +162,11 @@ def _check_resources(
     options: PipelineOptions, bundle: Bundle, config: BuildConfig
 ) -> list[str]:
     problems = []
-    free = shutil.disk_usage(_existing(options.out_dir)).free / GIB
+    where = disk_faults.existing(options.out_dir)
+    free = disk_faults.free_bytes(where) / GIB
     if free < config.min_disk_gib:
         problems.append(
-            f"disk: {free:.0f} GiB free under {_existing(options.out_dir)}, a build needs "
+            f"disk: {free:.0f} GiB free under {where}, a build needs "
             f"about {config.min_disk_gib:.0f} GiB; free space, or put the "
             "work directory on a bigger disk: `XLA_WHEELS_OUT=<dir on a bigger disk> "
             f"{again_command(options, bundle, config)}`"
@@ -265,14 +257,14 @@ def checks(
                 lambda: _check_python(options, bundle, config),
             )
         )
-    found += [
+    found.append(
         Check(
             "resources",
             f"disk >= {config.min_disk_gib:.0f} GiB free under the work directory; "
             f"memory >= {need:.0f} GiB for JOBS={config.jobs}",
             lambda: _check_resources(options, bundle, config),
-        ),
-    ]
+        )
+    )
     return found
 
 

@@ -21,17 +21,15 @@ build tag is not higher than every recorded one.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from xla_wheels import filemode, log, wheel_stamp
+from xla_wheels.builder.spec import record_stage
 from xla_wheels.errors import PipelineError
 from xla_wheels.wheel_filename import parse_wheel_name
 from xla_wheels.wheels_lock import file_sha256, read_lock
-
-STAGE_RECORD = "stage.json"
 
 
 class RecordedWheelDiffers(PipelineError):
@@ -65,15 +63,6 @@ def build_number(filename: str) -> int:
     return int(digits) if tag and digits else -1
 
 
-def recorded_wheels(lock_path: Path) -> list[Recorded]:
-    lock = read_lock(lock_path)
-    return [
-        Recorded(bundle, wheel.name, wheel.sha256)
-        for bundle, entry in sorted(lock.bundles.items())
-        for wheel in entry.wheels or ()
-    ]
-
-
 def replacements(wheels: Sequence[Path], recorded: Sequence[Recorded]) -> list[Replacement]:
     found = []
     for wheel in wheels:
@@ -103,8 +92,7 @@ def put_in_stage(stage: Path, source: Path, old: Path) -> Path:
     target = stage / source.name
     if source.resolve() != target.resolve():
         filemode.copy_by_rename(source, target)
-    record = {"wheel": target.name, "sha256": file_sha256(target)}
-    filemode.write_by_rename(stage / STAGE_RECORD, json.dumps(record, indent=2) + "\n")
+    record_stage(target)
     if old.name != target.name:
         old.unlink(missing_ok=True)
     return target
@@ -134,7 +122,12 @@ def settle(
     Raises :class:`RecordedWheelDiffers` naming both sha256s when nothing was chosen (or
     what was chosen cannot work); otherwise leaves each stage holding the wheel to ship.
     """
-    found = replacements(wheels, recorded_wheels(lock_path))
+    recorded = [
+        Recorded(bundle, wheel.name, wheel.sha256)
+        for bundle, entry in sorted(read_lock(lock_path).bundles.items())
+        for wheel in entry.wheels or ()
+    ]
+    found = replacements(wheels, recorded)
     if not found:
         return
     described = "\n  ".join(_describe(r) for r in found)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import json
 import os
 import platform
@@ -39,7 +38,7 @@ from typing import TextIO
 
 from xla_wheels import disk_faults, runner, wheel_stamp
 from xla_wheels.builder import recipes, remote_cache
-from xla_wheels.builder.spec import BuildSpec
+from xla_wheels.builder.spec import BuildSpec, record_stage, sha256_of
 from xla_wheels.provenance import PROVENANCE_PATH, PatchDigest, Provenance
 from xla_wheels.redact import Redactor
 from xla_wheels.upstream_tree import OPENXLA_PATCHES, workspace_openxla_patches
@@ -61,21 +60,16 @@ def _say(message: str, log_file: TextIO) -> None:
     print(message, file=log_file, flush=True)
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def run_step(
     step: recipes.Step,
     spec: BuildSpec,
     log_file: TextIO,
     log_path: Path,
-    secrets: Mapping[str, str] | None = None,
+    secrets: Mapping[str, str],
 ) -> None:
     """Run one step. ``secrets`` fill the step's templates; their values never reach the
     log: the command line is printed with the marker and the command's output is
     redacted line by line on its way to the log file."""
-    secrets = secrets or {}
     if step.only_if_exists and not Path(step.only_if_exists).exists():
         _say(f"# skip ({step.only_if_exists} does not exist): {step.title}", log_file)
         return
@@ -194,10 +188,7 @@ def _finish_stage(spec: BuildSpec, args: Sequence[str], log_file: TextIO) -> Non
     expected = spec.torch_version if package == "torch" else spec.torch_xla_version
     if parse_wheel_name(wheel.name).version != expected:
         raise StepFailed(f"{wheel.name} does not carry the version {expected}")
-    (tmp / "stage.json").write_text(
-        json.dumps({"wheel": wheel.name, "sha256": _sha256(wheel)}, indent=2) + "\n",
-        encoding="utf-8",
-    )
+    record_stage(wheel)
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
@@ -219,7 +210,7 @@ def _apply_openxla_patches(spec: BuildSpec, args: Sequence[str], log_file: TextI
                 f"{Provenance.from_json(spec.provenance).components['openxla'].commit}: "
                 "the bundle's OpenXLA needs a patch that replaces it (patches/openxla/)"
             )
-        applied.append({"path": f"openxla_patches/{name}", "sha256": _sha256(patch_file)})
+        applied.append({"path": f"openxla_patches/{name}", "sha256": sha256_of(patch_file)})
     state = Path(spec.logs).parent / recipes.PATCH_STATE
     state.write_text(json.dumps(applied, indent=2) + "\n", encoding="utf-8")
     _say(f"# {len(applied)} openxla_patches/ file(s) applied", log_file)

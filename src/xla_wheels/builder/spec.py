@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+from contextlib import suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from xla_wheels import filemode
+
 # Bump when a recipe changes in a way that changes the wheels: invalidates the stage cache.
 RECIPE_VERSION = "3"  # 2: wheels re-packed reproducibly, provenance without a bundle; 3: SBOM
+
+STAGE_RECORD = "stage.json"  # in a finished stage: its wheel's name and sha256
 
 
 @dataclass(frozen=True)
@@ -75,3 +80,23 @@ def stage_key(inputs: dict[str, Any]) -> str:
     """sha256 over a stage's inputs (sorted JSON): same inputs, same key, reused wheel."""
     blob = json.dumps({"recipe": RECIPE_VERSION, **inputs}, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()
+
+
+def sha256_of(path: Path) -> str:
+    with path.open("rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def record_stage(wheel: Path) -> None:
+    record = {"wheel": wheel.name, "sha256": sha256_of(wheel)}
+    filemode.write_by_rename(wheel.parent / STAGE_RECORD, json.dumps(record, indent=2) + "\n")
+
+
+def stage_wheel(directory: Path) -> Path | None:
+    """The stage's wheel when the stage finished and its bytes match the record."""
+    with suppress(OSError, ValueError, KeyError):  # no record yet: not finished
+        data = json.loads((directory / STAGE_RECORD).read_text(encoding="utf-8"))
+        wheel = directory / data["wheel"]
+        if wheel.is_file() and sha256_of(wheel) == data["sha256"]:
+            return wheel
+    return None

@@ -7,6 +7,7 @@ Settings come from :mod:`xla_wheels.options` (flag, then ``XLA_WHEELS_*``, then 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shlex
 import tempfile
@@ -81,19 +82,16 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return 0
 
 
-def _make_stage_handler(last_stage: str):  # noqa: ANN202 - returns a handler
-    def handler(args: argparse.Namespace) -> int:
-        options = pipeline_options(args, os.environ)
-        config = build_config(args, os.environ) if last_stage == "collect" else None
-        if options.dry_run:
-            bundle = load_bundle(options.root, args.bundle)
-            print(render_plan(plan(options, bundle, config, last_stage)))
-            return 0
-        run_until(options, args.bundle, last_stage, config)
-        log.info(f"{last_stage}: done for {args.bundle}")
+def cmd_stages(last_stage: str, args: argparse.Namespace) -> int:
+    options = pipeline_options(args, os.environ)
+    config = build_config(args, os.environ) if last_stage == "collect" else None
+    if options.dry_run:
+        bundle = load_bundle(options.root, args.bundle)
+        print(render_plan(plan(options, bundle, config, last_stage)))
         return 0
-
-    return handler
+    run_until(options, args.bundle, last_stage, config)
+    log.info(f"{last_stage}: done for {args.bundle}")
+    return 0
 
 
 def cmd_builder_image(args: argparse.Namespace) -> int:
@@ -358,7 +356,7 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
         add_bundle_arguments(parser, writes_bundle=True, dry_run=True)
         if _LAST_STAGE[name] == "collect":
             add_build_arguments(parser)
-        parser.set_defaults(handler=_make_stage_handler(_LAST_STAGE[name]))
+        parser.set_defaults(handler=functools.partial(cmd_stages, _LAST_STAGE[name]))
     elif name == "builder-image":
         add_common_arguments(parser, dry_run=True)
         add_build_arguments(parser)
