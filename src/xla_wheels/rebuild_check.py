@@ -139,7 +139,7 @@ def rebuild_check(
             build_stage.build(run)
             rebuilt = run.wheels()
         finally:
-            build_stage.report_timings(run)
+            run.timings.report()
         rebuild_logs = BundleLayout.of(fresh_options, bundle.name).logs
         log.info(f"rebuild-check: the rebuild's logs are in {rebuild_logs}")
     return _compare(options, layout, records, rebuilt)

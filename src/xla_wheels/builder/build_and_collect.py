@@ -437,10 +437,6 @@ def _abi_check(staging: Path, name: str) -> None:
         ) from None
 
 
-def report_timings(run: BuildRun) -> None:
-    run.timings.report()
-
-
 def plan_stages(
     options: PipelineOptions, bundle: Bundle, config: BuildConfig
 ) -> tuple[PlannedStage, list[PlannedStage]]:
