@@ -26,6 +26,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from xla_wheels import log
 from xla_wheels.errors import DiskError
 
 DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES})
@@ -67,18 +68,6 @@ def free_bytes(path: Path) -> int:
     return stat.f_bavail * stat.f_frsize
 
 
-def size_text(count: int, *, small: str = "bytes", top: str = "TiB") -> str:
-    """``count`` bytes as ``<n> <small>`` below 1 KiB, else in KiB, MiB, ... up to ``top``."""
-    if count < 1024:
-        return f"{count} {small}"
-    scaled = float(count)
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        scaled /= 1024
-        if scaled < 1024 or unit == top:
-            break
-    return f"{scaled:.1f} {unit}"
-
-
 ELSEWHERE = (
     "or give the run a directory on another filesystem (--out-dir or XLA_WHEELS_OUT for "
     "out/, --cache-dir or XLA_WHEELS_CACHE for the cache; dist/ and wheels.lock are in the "
@@ -105,8 +94,9 @@ def disk_error(
     mount = mount_point(where)
     problem = f"cannot write {where}{what}: {os.strerror(error.errno)}"
     if error.errno == errno.ENOSPC:
+        free = log.format_size(free_bytes(where))
         return DiskError(
-            f"{problem} (the filesystem at {mount} is full: {size_text(free_bytes(where))} free)",
+            f"{problem} (the filesystem at {mount} is full: {free} free)",
             fix=f"free space on {mount} (`df -h {mount}` shows it), {ELSEWHERE}; then run "
             "the same command again",
         )
@@ -160,7 +150,7 @@ def exhausted(paths: Iterable[Path]) -> str | None:
         if _blocked(path) == errno.EROFS:
             return f"{path}: {os.strerror(errno.EROFS)}"
         if free_bytes(path) < NEARLY_FULL:
-            return f"{path}: {os.strerror(errno.ENOSPC)} ({size_text(free_bytes(path))} free)"
+            return f"{path}: {os.strerror(errno.ENOSPC)} ({log.format_size(free_bytes(path))} free)"
     return None
 
 

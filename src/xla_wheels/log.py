@@ -80,6 +80,18 @@ def format_duration(seconds: float) -> str:
     return f"{minutes}m{secs:02d}s"
 
 
+def format_size(count: int, *, small: str = "bytes", top: str = "TiB") -> str:
+    """``count`` bytes as ``<n> <small>`` below 1 KiB, else in KiB, MiB, ... up to ``top``."""
+    if count < 1024:
+        return f"{count} {small}"
+    scaled = float(count)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        scaled /= 1024
+        if scaled < 1024 or unit == top:
+            break
+    return f"{scaled:.1f} {unit}"
+
+
 @contextlib.contextmanager
 def section(title: str) -> Iterator[None]:
     """A folded section that reports its duration and whether it failed."""

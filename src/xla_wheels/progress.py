@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xla_wheels import disk_faults, log
+from xla_wheels import log
 
 
 def on_terminal() -> bool:
@@ -51,7 +51,7 @@ def heartbeat(
     def line(elapsed: float) -> str:
         text = f"still {what}: {log.format_duration(elapsed)}"
         if measure is not None:
-            received = disk_faults.size_text(max(measure() - baseline, 0), small="B", top="GiB")
+            received = log.format_size(max(measure() - baseline, 0), small="B", top="GiB")
             text += f", {received} received so far"
         return text
 
