@@ -12,13 +12,10 @@ from __future__ import annotations
 import subprocess
 import sys
 import sysconfig
-import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.publish_support import free_port
+from tests import servers
 
 ROOT_PASSWORD = "r00t-Pa55"
 TEAM_USER = "team"
@@ -86,38 +83,28 @@ def start_devpi(workdir: Path) -> DevpiServer:
          "--root-passwd", ROOT_PASSWORD],
         capture_output=True, check=True, timeout=ADMIN_COMMAND_TIMEOUT_S,
     )  # fmt: skip
-    port = free_port()
+    port = servers.free_port()
+    url = f"http://127.0.0.1:{port}/"
+    argv = [
+        _script("devpi-server"), "--serverdir", str(serverdir), "--host", "127.0.0.1",
+        "--port", str(port),
+    ]  # fmt: skip
     log = workdir / "devpi-server.log"
-    with log.open("wb") as handle:
-        process = subprocess.Popen(
-            [_script("devpi-server"), "--serverdir", str(serverdir), "--host", "127.0.0.1",
-             "--port", str(port)],
-            stdout=handle, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    server = DevpiServer(f"http://127.0.0.1:{port}/", log, workdir / "client", process)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while True:
-        if process.poll() is not None:
-            raise AssertionError(f"devpi-server exited: {log.read_text()}")
-        try:
-            with urllib.request.urlopen(f"{server.url}+api", timeout=2):
-                break
-        except (urllib.error.URLError, OSError):
-            if time.monotonic() > deadline:
-                stop_devpi(server)
-                raise AssertionError(f"devpi-server did not start: {log.read_text()}") from None
-            time.sleep(0.3)
-    server.admin("use", server.url)
-    server.admin("login", "root", "--password", ROOT_PASSWORD)
-    server.admin("user", "-c", TEAM_USER, f"password={TEAM_PASSWORD}")
-    server.admin("login", TEAM_USER, "--password", TEAM_PASSWORD)
+    process = servers.start(
+        "devpi-server", argv, log=log, ready=servers.answers_http(f"{url}+api"),
+        timeout_s=START_TIMEOUT_S,
+    )  # fmt: skip
+    server = DevpiServer(url, log, workdir / "client", process)
+    try:
+        server.admin("use", server.url)
+        server.admin("login", "root", "--password", ROOT_PASSWORD)
+        server.admin("user", "-c", TEAM_USER, f"password={TEAM_PASSWORD}")
+        server.admin("login", TEAM_USER, "--password", TEAM_PASSWORD)
+    except BaseException:
+        servers.stop(process)  # the caller gets no server to stop
+        raise
     return server
 
 
 def stop_devpi(server: DevpiServer) -> None:
-    server.process.terminate()
-    try:
-        server.process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        server.process.kill()
-        server.process.wait(timeout=10)
+    servers.stop(server.process)

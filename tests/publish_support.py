@@ -9,20 +9,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import textwrap
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests import bundles
+from tests import bundles, servers
 from tests.bundles import Pin
 from xla_wheels.bundle import load_bundle
 from xla_wheels.options import machine_cache
@@ -182,12 +178,6 @@ def make_publish_project(
     return project
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @dataclass
 class IndexServer:
     url: str
@@ -211,42 +201,25 @@ def _write_htpasswd(path: Path) -> None:
 def start_pypiserver(
     workdir: Path, authenticate: str
 ) -> tuple[subprocess.Popen[bytes], IndexServer]:
+    """pypiserver serving ``workdir/packages``, with the htpasswd account for the actions in
+    ``authenticate``; stop it with :func:`tests.servers.stop`."""
     packages = workdir / "packages"
     packages.mkdir(parents=True)
     htpasswd = workdir / "htpasswd"
     _write_htpasswd(htpasswd)
-    port = free_port()
+    port = servers.free_port()
     log_path = workdir / "pypiserver.log"
     argv = [
         sys.executable, "-m", "pypiserver", "run", "-i", "127.0.0.1", "-p", str(port),
         "-P", str(htpasswd), "-a", authenticate, "--disable-fallback",
         "--hash-algo", "sha256", str(packages),
     ]  # fmt: skip
-    with log_path.open("wb") as handle:
-        process = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-    while True:
-        if process.poll() is not None:
-            raise AssertionError(f"pypiserver exited: {log_path.read_text()}")
-        try:
-            with urllib.request.urlopen(f"{base}/health", timeout=2):
-                break
-        except (urllib.error.URLError, OSError):
-            if time.monotonic() > deadline:
-                process.kill()
-                raise AssertionError(f"pypiserver did not start: {log_path.read_text()}") from None
-            time.sleep(0.2)
+    process = servers.start(
+        "pypiserver", argv, log=log_path, ready=servers.answers_http(f"{base}/health"),
+        timeout_s=SERVER_START_TIMEOUT_S,
+    )  # fmt: skip
     return process, IndexServer(f"{base}/simple/", packages, log_path)
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=10)
 
 
 @pytest.fixture
@@ -256,7 +229,7 @@ def index_server(tmp_path: Path) -> Iterator[IndexServer]:
     try:
         yield server
     finally:
-        stop(process)
+        servers.stop(process)
 
 
 STOCK_WHEEL_DOWNLOAD_TIMEOUT_S = 1800

@@ -15,11 +15,10 @@ from tests.publish_support import (
     FakeWheels,
     IndexServer,
     fake_wheels,  # noqa: F401 - fixture
-    free_port,
     make_publish_project,
     start_pypiserver,
-    stop,
 )
+from tests.servers import free_port, stop
 
 
 @pytest.fixture

@@ -32,12 +32,11 @@ from tests.publish_support import (
     FakeWheels,
     IndexServer,
     fake_wheels,  # noqa: F401 - fixture
-    free_port,
     index_server,  # noqa: F401 - fixture
     make_publish_project,
     start_pypiserver,
-    stop,
 )
+from tests.servers import free_port, stop
 
 #: The network settings of these tests: short, so that a hang shows as a slow test.
 NET_TIMEOUT_S = 3

@@ -17,12 +17,11 @@ from tests.publish_support import (
     FakeWheels,
     IndexServer,
     fake_wheels,  # noqa: F401 - fixture
-    free_port,
     index_server,  # noqa: F401 - fixture
     make_publish_project,
     start_pypiserver,
-    stop,
 )
+from tests.servers import free_port, stop
 from xla_wheels.wheels_lock import file_sha256
 
 

@@ -20,8 +20,8 @@ from tests.publish_support import (
     cached_stock_wheel,
     make_publish_project,
     start_pypiserver,
-    stop,
 )
+from tests.servers import stop
 from xla_wheels.options import machine_cache
 
 STOCK = "2.9.0"

@@ -40,8 +40,8 @@ from tests.publish_support import (
     fake_wheels,  # noqa: F401 - fixture
     make_publish_project,
     start_pypiserver,
-    stop,
 )
+from tests.servers import stop
 from tests.synthetic_upstream import Synthetic, cli_args, copy_synthetic
 from xla_wheels.bundle import load_bundle
 from xla_wheels.installed_metadata import read_installed

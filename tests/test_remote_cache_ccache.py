@@ -15,17 +15,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import sysconfig
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from tests import servers
 from tests.clirunner import CliResult, run_cli
 from tests.synthetic_upstream import TORCH_C_EXTENSION, Synthetic, cli_args, make_patch
 from tests.synthetic_upstream import make_synthetic as make_synthetic_upstream
@@ -51,7 +50,6 @@ pytestmark = pytest.mark.skipif(_missing_tools() is not None, reason=_missing_to
 @dataclass
 class Redis:
     port: int
-    process: subprocess.Popen[bytes]
 
     @property
     def url(self) -> str:
@@ -72,35 +70,28 @@ class Redis:
         return int(self.cli("DBSIZE"))
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture
 def redis(tmp_path: Path) -> Iterator[Redis]:
-    port = _free_port()
-    process = subprocess.Popen(
-        ["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--requirepass", PASSWORD,
-         "--save", "", "--appendonly", "no", "--dir", str(tmp_path)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    server = Redis(port, process)
-    deadline = time.monotonic() + 10
-    while True:
+    port = servers.free_port()
+    argv = [
+        "redis-server", "--bind", "127.0.0.1", "--port", str(port), "--requirepass", PASSWORD,
+        "--save", "", "--appendonly", "no", "--dir", str(tmp_path),
+    ]  # fmt: skip
+    server = Redis(port)
+
+    def answers_ping() -> bool:
         try:
-            if server.cli("PING") == "PONG":
-                break
+            return server.cli("PING") == "PONG"
         except subprocess.CalledProcessError:
-            pass
-        if time.monotonic() > deadline or process.poll() is not None:
-            process.kill()
-            pytest.fail("redis-server did not answer PING within 10s")
-        time.sleep(0.1)
-    yield server
-    process.terminate()
-    process.wait(timeout=10)
+            return False
+
+    process = servers.start(
+        "redis-server", argv, log=tmp_path / "redis.log", ready=answers_ping, timeout_s=10
+    )
+    try:
+        yield server
+    finally:
+        servers.stop(process)
 
 
 def _builder(base: Path, redis: Redis) -> Synthetic:

@@ -1,0 +1,74 @@
+"""Servers the tests run as real processes on loopback: one way to start one, wait until
+it answers, and stop it (pypiserver, devpi-server, redis-server).
+
+A server that exits or never answers fails the test with its own log, not a bare
+timeout; stopping asks first (SIGTERM, so it can flush and release its port) and kills
+only one that does not listen.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+STOP_TIMEOUT_S = 20.0
+
+
+def free_port() -> int:
+    """A loopback TCP port nothing listens on now (the server binds it a moment later)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def answers_http(url: str) -> Callable[[], bool]:
+    """A readiness probe: ``url`` answers a GET with a success status."""
+
+    def probe() -> bool:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return True
+        except (urllib.error.URLError, OSError):
+            return False
+
+    return probe
+
+
+def start(
+    name: str,
+    argv: Sequence[str],
+    *,
+    log: Path,
+    ready: Callable[[], bool],
+    timeout_s: float,
+) -> subprocess.Popen[bytes]:
+    """``argv`` started with its output in ``log``, returned once ``ready()`` holds; stop
+    it with :func:`stop`. Fails the test (AssertionError with the log) if it exits first or
+    is not ready within ``timeout_s``."""
+    with log.open("wb") as handle:
+        process = subprocess.Popen(list(argv), stdout=handle, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        if process.poll() is not None:
+            raise AssertionError(f"{name} exited with {process.returncode}: {log.read_text()}")
+        if time.monotonic() > deadline:
+            stop(process)
+            waited = f"{timeout_s:.0f}s"
+            raise AssertionError(f"{name} did not answer within {waited}: {log.read_text()}")
+        time.sleep(0.2)
+    return process
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """Ask the server to stop; kill it if it has not within :data:`STOP_TIMEOUT_S`."""
+    process.terminate()
+    try:
+        process.wait(timeout=STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=STOP_TIMEOUT_S)
