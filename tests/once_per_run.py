@@ -4,25 +4,23 @@ With pytest-xdist each worker is its own process with its own session fixtures, 
 session fixture alone would build the synthetic project or run the stock gate once per
 worker. ``once_per_run`` makes the thing in a directory every worker of this run sees
 (beside the workers' own base temporary directories, named by xdist's run id), under a
-file lock: the first worker makes it, the others wait for the lock and load what it made.
-A directory without its ``.done`` marker (a worker that crashed while making it) is made
-again, never loaded.
+file lock (``waitlock.make_once``): the first worker makes it, the others wait for the
+lock and load what it made. A directory without its ``.done`` marker (a worker that
+crashed while making it) is made again, never loaded.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
 import pytest
 
-from xla_wheels.waitlock import waiting_lock
+from xla_wheels.waitlock import make_once
 
 T = TypeVar("T")
-_DONE = ".done"
 
 
 def shared_dir(factory: pytest.TempPathFactory) -> Path:
@@ -43,12 +41,17 @@ def once_per_run(
     load: Callable[[Path], T],
 ) -> T:
     """``load(dir)`` after ``make(dir)`` ran once in this pytest run for ``name``."""
-    root = shared_dir(factory)
-    directory = root / name
-    with waiting_lock(root / f"{name}.lock", f"making {name} for this test run"):
-        if not (directory / _DONE).is_file():
-            shutil.rmtree(directory, ignore_errors=True)
-            directory.mkdir(parents=True)
-            make(directory)
-            (directory / _DONE).touch()
+
+    def make_recorded(directory: Path) -> dict[str, object]:
+        make(directory)
+        return {"made": name}
+
+    # In place: what is made names its own path (a gate report, the TMPDIR it ran with).
+    directory = make_once(
+        shared_dir(factory) / name,
+        make_recorded,
+        marker=".done",
+        doing=f"making {name} for this test run",
+        in_place=True,
+    )
     return load(directory)

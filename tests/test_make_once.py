@@ -112,3 +112,24 @@ def test_an_entry_that_is_marked_but_unusable_is_made_again(tmp_path: Path) -> N
     )
     assert len(calls) == 2
     assert (target / "payload").is_file()
+
+
+def test_an_in_place_maker_fills_the_target_itself_and_a_half_made_one_is_made_again(
+    tmp_path: Path,
+) -> None:
+    # For results that name their own path: the maker sees the target, never a sibling.
+    target = tmp_path / "entry"
+
+    def broken(directory: Path) -> dict[str, object]:
+        (directory / "payload").write_text("half\n")
+        raise RuntimeError("gate run failed")
+
+    with pytest.raises(RuntimeError, match="gate run failed"):
+        make_once(target, broken, marker=MARKER, doing="making entry", in_place=True)
+    assert not (target / MARKER).exists()
+    calls: list[Path] = []
+    make_once(target, _maker(calls), marker=MARKER, doing="making entry", in_place=True)
+    make_once(target, _maker(calls), marker=MARKER, doing="making entry", in_place=True)
+    assert calls == [target]
+    assert (target / "payload").read_text() == "made\n"
+    assert json.loads((target / MARKER).read_text()) == {"made_in": "entry"}

@@ -52,6 +52,7 @@ def make_once(
     marker: str,
     doing: str,
     usable: Callable[[Path], bool] = lambda _: True,
+    in_place: bool = False,
 ) -> Path:
     """``target``, made by ``make`` unless a complete one is there; returns ``target``.
 
@@ -59,6 +60,11 @@ def make_once(
     records. Complete means: ``marker`` is in it and ``usable(target)`` holds. Makers of
     the same target wait for each other (``doing`` says what they wait for) and then reuse
     the first one's result.
+
+    ``in_place``: ``make`` is handed ``target`` itself, for results that name their own
+    path (a gate report, a ``TMPDIR``) and would be wrong after a rename. The marker,
+    written last, is then the only commit point: a half-made target has none and is made
+    again.
     """
 
     def complete() -> bool:
@@ -75,13 +81,20 @@ def make_once(
             shutil.rmtree(stale, ignore_errors=True)
         if target.exists():
             shutil.rmtree(target)  # no marker: never completed, never trusted
+        if in_place:
+            target.mkdir()
+            _write_marker(target / marker, make(target))
+            return target
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
         try:
-            record = make(tmp)
-            (tmp / marker).write_text(json.dumps(record, indent=2) + "\n")
+            _write_marker(tmp / marker, make(tmp))
             filemode.as_if_created(tmp)  # mkdtemp made it 0700; the cache is per machine
             os.rename(tmp, target)  # the commit point: before it, target does not exist
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
     return target
+
+
+def _write_marker(path: Path, record: Mapping[str, object]) -> None:
+    path.write_text(json.dumps(record, indent=2) + "\n")
