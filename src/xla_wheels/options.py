@@ -119,7 +119,8 @@ class NetworkPolicy:
     start_allowance_s: float = 15.0
     """A child process (twine, pip) starts and reads its input before it talks to a host."""
     heartbeat_s: float = 30.0
-    """Seconds between ``still waiting`` lines (the progress interval; 0: none)."""
+    """Seconds between ``still waiting`` lines and a long fetch's heartbeat lines off a
+    terminal (``--progress-interval``; 0: none)."""
 
     @property
     def attempts(self) -> int:
@@ -149,8 +150,6 @@ class PipelineOptions:
     mirror: str | None
     """Directory of bare repositories or URL prefix replacing each remote's host."""
     dry_run: bool
-    progress_interval: float = 30.0
-    """Seconds between heartbeat lines of a long fetch off a terminal (0: none)."""
     network: NetworkPolicy = DEFAULT_NETWORK
     """Time limits and retries of every step that talks to another host."""
 

@@ -52,7 +52,6 @@ def run_sources(
         options.source_cache,
         options.mirror,
         runner,
-        progress_interval=options.progress_interval,
         network=options.network,
     )
     return fetch_sources(bundle, cache, BundleLayout.of(options, bundle.name).src)

@@ -335,7 +335,6 @@ class SourceCache:
     root: Path
     mirror: str | None
     run: GitRunner = run_git
-    progress_interval: float = 30.0
     network: NetworkPolicy = DEFAULT_NETWORK
     """Bounds and retries every fetch (``PipelineOptions.network``)."""
 
@@ -461,7 +460,7 @@ class SourceCache:
             progress.heartbeat(
                 f"fetching {label}",
                 received,
-                0 if progress.on_terminal() else self.progress_interval,
+                0 if progress.on_terminal() else network.heartbeat_s,
             ),
         ):
             attempt = with_retries(

@@ -162,20 +162,20 @@ def pipeline_options(args: argparse.Namespace, environ: Mapping[str, str]) -> Pi
             fix="run from the repository root or pass --root",
         )
     # The network steps' time limits and retries (``xla_wheels.retrying``); the progress
-    # interval also paces their ``still waiting`` lines.
+    # interval paces their ``still waiting`` lines and a long fetch's heartbeat.
     policy = NetworkPolicy()
-    interval = _number(settings, "--progress-interval", PROGRESS_INTERVAL.parse, policy.heartbeat_s)
     return PipelineOptions(
         root=root,
         cache_dir=(settings.path("--cache-dir") or machine_cache(environ)).resolve(),
         out_dir=(settings.path("--out-dir") or root / "out").resolve(),
         mirror=settings.text("--mirror"),
         dry_run=settings.switch("--dry-run"),
-        progress_interval=interval,
         network=NetworkPolicy(
             timeout_s=_number(settings, "--net-timeout", NET_TIMEOUT.parse, policy.timeout_s),
             retries=int(_number(settings, "--net-retries", NET_RETRIES.parse, policy.retries)),
-            heartbeat_s=interval,
+            heartbeat_s=_number(
+                settings, "--progress-interval", PROGRESS_INTERVAL.parse, policy.heartbeat_s
+            ),
         ),
     )
 
