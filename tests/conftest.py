@@ -92,24 +92,22 @@ def stock_xla_python_27() -> Path:
 def _gate_once_per_run(
     tmp_path_factory: pytest.TempPathFactory,
     key: str,
-    python: Path,
     *args: str,
     own_tmpdir: bool = False,
+    own_baselines: bool = True,
 ) -> GateRun:
-    """``gate --python PYTHON ARGS`` once per pytest run, shared by the workers: its report
-    in ``<dir>/report``, its baselines in ``<dir>/baselines``; ``own_tmpdir``: TMPDIR is
-    ``<dir>/tmp``, so a test can see the gate left nothing behind in it."""
+    """``gate ARGS`` once per pytest run, shared by the workers: its report in
+    ``<dir>/report``; ``own_baselines``: its baselines in ``<dir>/baselines``;
+    ``own_tmpdir``: TMPDIR is ``<dir>/tmp``, so a test can see the gate left nothing
+    behind in it."""
 
     def make(directory: Path) -> None:
         env = None
         if own_tmpdir:
             (directory / "tmp").mkdir()
             env = {"TMPDIR": str(directory / "tmp")}
-        run = run_gate_cli(
-            "gate", "--python", str(python), *args,
-            "--baselines-dir", str(directory / "baselines"),
-            out_dir=directory / "report", env=env,
-        )  # fmt: skip
+        baselines = ["--baselines-dir", str(directory / "baselines")] if own_baselines else []
+        run = run_gate_cli("gate", *args, *baselines, out_dir=directory / "report", env=env)
         run.save(directory / "run.json")
 
     return once_per_run(tmp_path_factory, key, make, lambda d: GateRun.load(d / "run.json"))
@@ -123,9 +121,19 @@ def gate_27(stock_xla_python_27: Path, tmp_path_factory: pytest.TempPathFactory)
     baseline (an empty baselines directory), so its checks run side by side as a user's
     gate on CPU does."""
     return _gate_once_per_run(
-        tmp_path_factory, "gate-stock-2.7.0", stock_xla_python_27, "--warm-runs", "3",
-        own_tmpdir=True,
+        tmp_path_factory, "gate-stock-2.7.0", "--python", str(stock_xla_python_27),
+        "--warm-runs", "3", own_tmpdir=True,
     )  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def gate_29(stock_xla_python_29: Path, tmp_path_factory: pytest.TempPathFactory) -> GateRun:
+    """``make gate`` with no arguments, once per pytest run: it judges the cached stock
+    2.9.0 environment with every check and the shipped baselines (test_gate_stock.py,
+    test_gate_canary.py)."""
+    return _gate_once_per_run(
+        tmp_path_factory, "gate-default", own_tmpdir=True, own_baselines=False
+    )
 
 
 @pytest.fixture(scope="session")
@@ -134,7 +142,7 @@ def restart_27(stock_xla_python_27: Path, tmp_path_factory: pytest.TempPathFacto
     ``<out>/../baselines`` (a recorded figure is a wall time: this run has no neighbour
     check), once per pytest run: its receipt serves test_gate_recalibration.py."""
     return _gate_once_per_run(
-        tmp_path_factory, "restart-stock-2.7.0", stock_xla_python_27,
+        tmp_path_factory, "restart-stock-2.7.0", "--python", str(stock_xla_python_27),
         "--checks", "restart", "--record-baseline",
     )  # fmt: skip
 
@@ -145,14 +153,21 @@ def restart_27(stock_xla_python_27: Path, tmp_path_factory: pytest.TempPathFacto
 #: Fixtures that need a stock torch_xla environment (the compiled checks' toolchain takes
 #: torch's headers and libraries from the stock 2.9.0 one).
 STOCK_XLA_FIXTURES = frozenset(
-    {"stock_xla_python_27", "stock_xla_python_29", "gate_27", "restart_27", "series_toolchain"}
+    {
+        "stock_xla_python_27",
+        "stock_xla_python_29",
+        "gate_27",
+        "gate_29",
+        "restart_27",
+        "series_toolchain",
+    }
 )
 
 
 #: Gate runs made once per pytest run (tests/once_per_run.py): the tests that read one
 #: share a worker, which makes it. Spread over two workers, the second one blocked on the
 #: run's lock for as long as the first took to make it (67 s measured for gate_27).
-ONCE_PER_RUN_GATES = frozenset({"gate_27", "restart_27"})
+ONCE_PER_RUN_GATES = frozenset({"gate_27", "gate_29", "restart_27"})
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's, which reads xdist_group marks

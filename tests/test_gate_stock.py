@@ -4,9 +4,9 @@ torch_xla 2.9.0 writes its persistent cache but cannot load it (DeserializeExecu
 UNIMPLEMENTED on the CPU client): the restart check must fail naming the deserialize
 failures. torch_xla 2.7.0 predates the OpenXLA API change and loads its cache: the
 restart check must pass. Neither has the 0002 binding, so the HBM check fails on both,
-as its own verdict. The 2.9.0 gate runs once per module, the 2.7.0 one once per pytest
-run (``gate_27``, tests/conftest.py, shared with test_gate_cache_checks.py); the tests
-read their reports.
+as its own verdict. Each gate runs once per pytest run (``gate_29``, ``gate_27``:
+tests/conftest.py, shared with test_gate_cache_checks.py and test_gate_canary.py); the
+tests read their reports.
 """
 
 from __future__ import annotations
@@ -15,42 +15,24 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import pytest
-
-from tests.gate_helpers import GateRun, run_gate_cli
-
-
-@pytest.fixture(scope="module")
-def gate_default(stock_xla_python_29: Path, tmp_path_factory: pytest.TempPathFactory) -> GateRun:
-    """``make gate`` with no arguments: judges the cached stock 2.9.0 environment."""
-    out = tmp_path_factory.mktemp("gate-default")
-    return run_gate_cli("gate", out_dir=out / "report", env={"TMPDIR": str(_tmpdir(out))})
-
-
-def _tmpdir(out: Path) -> Path:
-    path = out / "tmp"
-    path.mkdir()
-    return path
-
-
 # --- stock torch_xla 2.9.0: the defect ------------------------------------------------
 
 
-def test_make_gate_without_arguments_judges_stock_2_9_0(gate_default, stock_xla_python_29):
-    target = gate_default.report["target"]
+def test_make_gate_without_arguments_judges_stock_2_9_0(gate_29, stock_xla_python_29):
+    target = gate_29.report["target"]
     assert target["torch_xla_version"] == "2.9.0"
     assert target["device"] == "CPU"
     assert Path(target["python"]) == stock_xla_python_29
 
 
-def test_stock_2_9_0_fails_the_gate_with_exit_1(gate_default):
-    assert gate_default.exit_code == 1, gate_default.stderr
-    assert "gate verdict: FAIL" in gate_default.stdout
-    assert "Traceback" not in gate_default.stderr
+def test_stock_2_9_0_fails_the_gate_with_exit_1(gate_29):
+    assert gate_29.exit_code == 1, gate_29.stderr
+    assert "gate verdict: FAIL" in gate_29.stdout
+    assert "Traceback" not in gate_29.stderr
 
 
-def test_stock_2_9_0_restart_verdict_names_the_deserialize_failures(gate_default):
-    restart = gate_default.check("restart")
+def test_stock_2_9_0_restart_verdict_names_the_deserialize_failures(gate_29):
+    restart = gate_29.check("restart")
     assert not restart["passed"]
     reasons = "\n".join(restart["reasons"])
     assert "warm-1: " in reasons and "deserialize failure(s)" in reasons
@@ -63,14 +45,14 @@ def test_stock_2_9_0_restart_verdict_names_the_deserialize_failures(gate_default
     assert all(run["xla_compiles"] == restart["figures"]["cold_xla_compiles"] for run in warm)
 
 
-def test_stock_2_9_0_wrote_cache_files_that_prove_nothing(gate_default):
-    figures = gate_default.check("restart")["figures"]
+def test_stock_2_9_0_wrote_cache_files_that_prove_nothing(gate_29):
+    figures = gate_29.check("restart")["figures"]
     assert figures["cache_files"] >= 1
     assert figures["cold_misses"] >= 1
 
 
-def test_stock_2_9_0_hbm_verdict_stands_on_its_own_and_names_patch_0002(gate_default):
-    hbm = gate_default.check("hbm")
+def test_stock_2_9_0_hbm_verdict_stands_on_its_own_and_names_patch_0002(gate_29):
+    hbm = gate_29.check("hbm")
     assert not hbm["passed"]
     assert hbm["reasons"] == [
         "torch_xla._XLAC._xla_runtime_memory_info is missing: this build lacks "
@@ -81,35 +63,35 @@ def test_stock_2_9_0_hbm_verdict_stands_on_its_own_and_names_patch_0002(gate_def
     assert "SPMD virtual device" in hbm["figures"]["stock_memory_info_under_spmd"]
     # The SPMD restart check's cold run made the queries: no HBM child of its own.
     assert [run["same_run_as"] for run in hbm["runs"]] == ["spmd-restart: cold-1"]
-    assert not (gate_default.out_dir / "runs" / "hbm").exists()
+    assert not (gate_29.out_dir / "runs" / "hbm").exists()
 
 
-def test_stock_2_9_0_junit_reports_both_failures(gate_default):
-    suite = ET.parse(gate_default.out_dir / "junit.xml").getroot().find("testsuite")
+def test_stock_2_9_0_junit_reports_both_failures(gate_29):
+    suite = ET.parse(gate_29.out_dir / "junit.xml").getroot().find("testsuite")
     assert suite is not None
     cases = suite.iter("testcase")
     failed = {case.get("name") for case in cases if case.find("failure") is not None}
     assert failed == {"restart", "spmd-restart", "cache-key", "same-numbers", "hbm"}
 
 
-def test_stock_2_9_0_spmd_warm_restart_fails_on_deserialize_failures_not_a_hang(gate_default):
-    check = gate_default.check("spmd-restart")
+def test_stock_2_9_0_spmd_warm_restart_fails_on_deserialize_failures_not_a_hang(gate_29):
+    check = gate_29.check("spmd-restart")
     assert not check["passed"]
     assert "hung" not in check["figures"]
     warm = [run for run in check["runs"] if run["name"].startswith("warm-")]
     assert warm and all(run["deserialize_failures"] > 0 and run["hits"] == 0 for run in warm)
 
 
-def test_stock_2_9_0_cannot_prove_key_safety_or_same_numbers(gate_default):
+def test_stock_2_9_0_cannot_prove_key_safety_or_same_numbers(gate_29):
     # Its cache never loads, so "must hit" variants fail and nothing loaded is compared.
-    key = gate_default.check("cache-key")
+    key = gate_29.check("cache-key")
     assert any(r.startswith("warm-same (nothing changed): must hit") for r in key["reasons"])
-    numbers = gate_default.check("same-numbers")
+    numbers = gate_29.check("same-numbers")
     assert any("no warm run loaded" in r for r in numbers["reasons"])
 
 
-def test_the_gate_leaves_no_temporary_directory_behind(gate_default):
-    tmpdir = gate_default.out_dir.parent / "tmp"
+def test_the_gate_leaves_no_temporary_directory_behind(gate_29):
+    tmpdir = gate_29.out_dir.parent / "tmp"
     assert list(tmpdir.iterdir()) == []
 
 
