@@ -116,7 +116,8 @@ def _gate_once_per_run(
 @pytest.fixture(scope="session")
 def gate_27(stock_xla_python_27: Path, tmp_path_factory: pytest.TempPathFactory) -> GateRun:
     """One run of every gate check on stock 2.7.0 per pytest run, for the tests that only
-    read its report (test_gate_stock.py, test_gate_cache_checks.py). Three warm runs: on
+    read its report or receipt (test_gate_stock.py, test_gate_cache_checks.py,
+    test_gate_canary.py, test_gate_recalibration.py). Three warm runs: on
     the SPMD variant, 8 steps and three loaders make a miss of 2.7.0's hang unlikely. No
     baseline (an empty baselines directory), so its checks run side by side as a user's
     gate on CPU does."""
@@ -136,17 +137,6 @@ def gate_29(stock_xla_python_29: Path, tmp_path_factory: pytest.TempPathFactory)
     )
 
 
-@pytest.fixture(scope="session")
-def restart_27(stock_xla_python_27: Path, tmp_path_factory: pytest.TempPathFactory) -> GateRun:
-    """The restart check alone on stock 2.7.0, recording its baseline in
-    ``<out>/../baselines`` (a recorded figure is a wall time: this run has no neighbour
-    check), once per pytest run: its receipt serves test_gate_recalibration.py."""
-    return _gate_once_per_run(
-        tmp_path_factory, "restart-stock-2.7.0", "--python", str(stock_xla_python_27),
-        "--checks", "restart", "--record-baseline",
-    )  # fmt: skip
-
-
 # --- The real pytorch/xla source (tests/real_source.py) -------------------------------
 
 
@@ -158,7 +148,6 @@ STOCK_XLA_FIXTURES = frozenset(
         "stock_xla_python_29",
         "gate_27",
         "gate_29",
-        "restart_27",
         "series_toolchain",
     }
 )
@@ -167,7 +156,7 @@ STOCK_XLA_FIXTURES = frozenset(
 #: Gate runs made once per pytest run (tests/once_per_run.py): the tests that read one
 #: share a worker, which makes it. Spread over two workers, the second one blocked on the
 #: run's lock for as long as the first took to make it (67 s measured for gate_27).
-ONCE_PER_RUN_GATES = frozenset({"gate_27", "gate_29", "restart_27"})
+ONCE_PER_RUN_GATES = frozenset({"gate_27", "gate_29"})
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's, which reads xdist_group marks

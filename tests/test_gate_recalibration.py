@@ -2,8 +2,9 @@
 ``compare`` use them.
 
 The figures' arithmetic and the memory rule run first on reports and receipts shaped as the
-gate writes them (fast); then the restart check runs on stock torch_xla 2.7.0 on CPU (its
-cache loads, so the executable-load floor is measured) and its receipt feeds the rule.
+gate writes them (fast); then the receipt of the stock torch_xla 2.7.0 gate on CPU made once
+per pytest run (``gate_27``; its cache loads, so the executable-load floor is measured)
+feeds the rule.
 """
 
 from __future__ import annotations
@@ -185,12 +186,12 @@ def test_the_shipped_preferred_lane_has_the_memory_rule_and_requires_the_canary(
 
 
 @pytest.mark.slow
-def test_the_receipt_keeps_memory_and_the_restart_breakdown(restart_27: GateRun):
-    assert restart_27.exit_code == 0, restart_27.stdout + restart_27.stderr
-    kept = receipts.read_receipt(restart_27.out_dir / "receipt.json")
+def test_the_receipt_keeps_memory_and_the_restart_breakdown(gate_27: GateRun):
+    # The gate fails on 2.7.0 (its SPMD restart hangs): its receipt keeps every check.
+    kept = receipts.read_receipt(gate_27.out_dir / "receipt.json")
     assert kept.digest_ok
     restart = kept.receipt.check("restart")
-    assert restart is not None
+    assert restart is not None and restart.passed, gate_27.stdout + gate_27.stderr
     memory = restart.figures["memory"]
     # torch alone is hundreds of MiB resident; a figure below that was not measured.
     assert 200 * MIB < memory["host_peak_rss_bytes"] < 16 * 1024 * MIB
@@ -208,12 +209,12 @@ def test_the_receipt_keeps_memory_and_the_restart_breakdown(restart_27: GateRun)
     runs = restart.figures["runs"]
     assert all(run["host_peak_rss_bytes"] > 200 * MIB for run in runs)
     assert all(set(run["breakdown"]) == set(recalibration.PHASES) for run in runs)
-    assert "memory: host peak" in restart_27.stdout
+    assert "memory: host peak" in gate_27.stdout
 
 
 @pytest.mark.slow
-def test_a_real_receipt_with_more_memory_is_refused_and_compare_shows_both(restart_27: GateRun):
-    real = receipts.read_receipt(restart_27.out_dir / "receipt.json").receipt
+def test_a_real_receipt_with_more_memory_is_refused_and_compare_shows_both(gate_27: GateRun):
+    real = receipts.read_receipt(gate_27.out_dir / "receipt.json").receipt
     restart = real.check("restart")
     assert restart is not None
     grown = dict(restart.figures["memory"])

@@ -144,7 +144,7 @@ def release(
         gate = run_gate_cli(
             "gate", "--python", str(stock_xla_python_27), "--checks", "restart",
             "--bundle", STOCK_BUNDLE, "--root", str(syn.root),
-            "--baselines-dir", str(work / "baselines"),
+            "--baselines-dir", str(work / "baselines"), "--record-baseline",
             out_dir=work / "gate", env=env,
         )  # fmt: skip
         yield Release(syn.root, servers[0][1], servers[1][1], stock_xla_python_27, wheel, gate,
@@ -202,6 +202,14 @@ def test_the_gate_leaves_a_sealed_receipt_for_the_locked_wheel(release: Release)
     warm = [r for r in restart.figures["runs"] if r["name"].startswith("warm")]
     assert warm and all(r["hits"] == restart.figures["cold_misses"] for r in warm)
     assert all(r["xla_compiles"] == 0 for r in warm)
+
+
+def test_the_passing_run_records_the_baseline_later_runs_compare_with(release: Release) -> None:
+    baselines = list((release.work / "baselines").glob("*.json"))
+    assert [b.name for b in baselines] == ["2.7.0__CPU__small.json"]
+    data = json.loads(baselines[0].read_text())
+    assert data["warm_ready_s"] == release.gate.check("restart")["figures"]["warm_ready_s"]
+    assert f"baseline recorded in {baselines[0]}" in release.gate.stdout
 
 
 def test_an_environment_that_is_not_the_lock_gets_a_receipt_that_says_so(
