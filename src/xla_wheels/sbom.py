@@ -30,7 +30,6 @@ built on it.
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 import re
@@ -291,21 +290,6 @@ def check(raw: bytes, package: str, version: str, provenance: Provenance | None)
                     "provenance file's"
                 )
     return problems
-
-
-def add_to_stage(stage: Path, provenance: Provenance, epoch: int) -> Path:
-    """Add the document to a stage's freshly built wheel and re-record its sha256.
-
-    Runs on the host after the recipe's ``finish-stage`` (see the module docstring for
-    why not inside the builder); ``stage.json`` keeps naming the final bytes.
-    """
-    record = stage / "stage.json"
-    data = json.loads(record.read_text(encoding="utf-8"))
-    wheel = stage / data["wheel"]
-    add_sbom(wheel, provenance, epoch)
-    data["sha256"] = hashlib.sha256(wheel.read_bytes()).hexdigest()
-    record.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    return wheel
 
 
 @dataclass(frozen=True)

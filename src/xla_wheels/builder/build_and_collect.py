@@ -36,7 +36,7 @@ from xla_wheels.builder.preflight import (
     planned_preflight,
     run_checks,
 )
-from xla_wheels.builder.spec import BuildSpec, stage_key, stage_wheel
+from xla_wheels.builder.spec import BuildSpec, record_stage, stage_key, stage_wheel
 from xla_wheels.bundle import Bundle
 from xla_wheels.errors import PipelineError
 from xla_wheels.gitutil import git
@@ -359,17 +359,20 @@ def build(run: BuildRun) -> None:
             with run.timings.stage(f"build: {name}"):
                 code = engine.call(entry_argv(run, name))
                 _raise_if_disk_fault(run, code, f"the {name} build")
-                if code != 0 or stage_wheel(run.stage_dir(name)) is None:
+                wheel = stage_wheel(run.stage_dir(name))
+                if code != 0 or wheel is None:
                     raise BuildFailed(
                         f"the {name} build failed (exit {code}); nothing was collected",
                         fix=f"read {run.spec.logs}/{name}.log",
                     )
-                # On the host: the SBOM library is not in the builder image (xla_wheels.sbom).
-                wheel = sbom.add_to_stage(
-                    run.stage_dir(name),
+                # On the host: the SBOM library is not in the builder image (xla_wheels.sbom);
+                # the stage record is written again, so it keeps naming the final bytes.
+                sbom.add_sbom(
+                    wheel,
                     Provenance.from_json(run.spec.provenance),
                     wheel_stamp.epoch_from(run.spec.extra_env),
                 )
+                record_stage(wheel)
                 log.info(f"build: {sbom.arcname(wheel)} added to {wheel.name}")
 
 
