@@ -17,12 +17,12 @@ from tests.publish_support import (
     host_venv,
     make_publish_project,
 )
+from xla_wheels.disk_faults import mount_of
 from xla_wheels.publish.doctor import (
     DoctorReport,
     check_abi,
     check_cache_contract,
     check_environment,
-    mount_of,
 )
 from xla_wheels.publish.host_probe import HostFacts
 

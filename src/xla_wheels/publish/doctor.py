@@ -28,6 +28,7 @@ from pathlib import Path
 from xla_wheels import sbom
 from xla_wheels.abi import pairs as abi_pairs
 from xla_wheels.bundle import Bundle
+from xla_wheels.disk_faults import mount_of
 from xla_wheels.errors import LockError, PipelineError
 from xla_wheels.provenance import Provenance, ProvenanceFormatError
 from xla_wheels.publish import provenance_check as prov
@@ -212,28 +213,6 @@ def check_provenance(
         )
     else:
         report.add("ok", "provenance", "inputs match wheels.lock: " + ", ".join(check.compared))
-
-
-def mount_of(path: Path, mountinfo: str | None = None) -> tuple[str, str]:
-    """(mount point, file system type) of the mount holding ``path``."""
-    if mountinfo is None:
-        try:
-            mountinfo = Path("/proc/self/mountinfo").read_text()
-        except OSError:
-            return ("/", "unknown")
-    best = ("/", "unknown")
-    target = str(path)
-    for line in mountinfo.splitlines():
-        left, _, right = line.partition(" - ")
-        fields = left.split()
-        if len(fields) < 5 or not right:
-            continue
-        point = fields[4].replace("\\040", " ")
-        fstype = right.split()[0]
-        inside = target == point or target.startswith(point.rstrip("/") + "/")
-        if inside and len(point) >= len(best[0]):
-            best = (point, fstype)
-    return best
 
 
 def role_of(explicit: str | None, env: Mapping[str, str]) -> tuple[str | None, str]:
