@@ -106,13 +106,15 @@ $(VENV_STAMP): requirements-dev.txt pyproject.toml
 	@$(PYTHON_FOR_VENV) -m venv --help >/dev/null 2>&1 || \
 	  { apt-get update -qq && apt-get install -y -qq python3-venv; }
 	@# Under flock: two make runs in one checkout must not rebuild .venv at the same time
-	@# (one would delete the interpreter the other is installing with).
+	@# (one would delete the interpreter the other is installing with). --no-compile: most
+	@# of the tools' modules are never imported; Python compiles the rest on first import
+	@# (a third of the install's time, 15 s -> 9.5 s on two cores).
 	@flock $(VENV).lock bash -euc '\
 	  if [ -e $@ ]; then touch $@; exit 0; fi; \
 	  echo "creating $(VENV) from requirements-dev.txt"; \
 	  rm -rf $(VENV); \
 	  $(PYTHON_FOR_VENV) -m venv $(VENV); \
-	  $(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt; \
+	  $(PY) -m pip install --quiet --disable-pip-version-check --no-compile -r requirements-dev.txt; \
 	  $(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .; \
 	  touch $@'
 
