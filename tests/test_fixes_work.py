@@ -74,9 +74,12 @@ def test_a_failed_fetch_says_what_it_left_in_the_source_cache(
     project: Path, tmp_path: Path
 ) -> None:
     cache = tmp_path / "machine-cache"
+    # One retry, not the default three: what is left over is the claim, not the backoff
+    # (2 + 4 + 8 s of sleep; test_network_faults.py bounds the retries).
+    env = {"XLA_WHEELS_CACHE": str(cache), "XLA_WHEELS_NET_RETRIES": "1"}
     result = run_cli(
         "sources", "--bundle", BUNDLE, "--mirror", f"http://127.0.0.1:{free_port()}/",
-        root=project, env={"XLA_WHEELS_CACHE": str(cache)}, timeout=120,
+        root=project, env=env, timeout=120,
     )  # fmt: skip
     assert result.exit_code == 1, result.output
     assert "the source cache is unchanged" not in result.stderr

@@ -87,8 +87,12 @@ def test_credentials_in_a_remote_reach_no_log_terminal_plan_or_error(
     manifest = project / "build" / "bundles" / "test-1.toml"
     secret_remote = "http://builder:s3cret-token@127.0.0.1:9/torch.git"
     manifest.write_text(manifest.read_text().replace(upstreams["torch"].url, secret_remote, 1))
-    result = run_cli("sources", "--bundle", "test-1", root=project)
+    # One retry (its "retrying" line must be masked too), not the default three's 14 s.
+    result = run_cli(
+        "sources", "--bundle", "test-1", root=project, env={"XLA_WHEELS_NET_RETRIES": "1"}
+    )
     assert result.exit_code != 0
+    assert "trying again in 2s" in result.stderr  # the retry's line was shown, masked below
     sources_log = (project / "out" / "test-1" / "logs" / "sources.log").read_text()
     assert "fetch --quiet --no-tags http://<redacted>@127.0.0.1:9/torch.git" in sources_log
     assert "s3cret-token" not in sources_log

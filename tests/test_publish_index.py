@@ -120,10 +120,12 @@ def test_credentials_in_the_url_are_refused_and_not_echoed(project: Path) -> Non
 @pytest.mark.slow
 def test_index_down_gives_a_clear_error(project: Path) -> None:
     url = f"http://127.0.0.1:{free_port()}/simple/"
+    # One retry, not the default three (2 + 4 + 8 s of sleep): the claim is the message;
+    # test_network_faults.py bounds the retries.
     result = run_cli(
         "publish", "--bundle", BUNDLE, "--index-url", url,
-        env={"TWINE_USERNAME": USER, "TWINE_PASSWORD": PASSWORD}, timeout=120, root=project,
-        inherit_env=True,
+        env={"TWINE_USERNAME": USER, "TWINE_PASSWORD": PASSWORD, "XLA_WHEELS_NET_RETRIES": "1"},
+        timeout=120, root=project, inherit_env=True,
     )  # fmt: skip
     assert result.exit_code == 1, result.output
     assert "not reachable" in result.stderr and url in result.stderr
