@@ -63,8 +63,6 @@ def judge_hbm(report: dict[str, Any] | None, failure: str | None, target: Target
     if not devices:
         return failed(NAME, "no physical runtime devices were enumerated under SPMD", **figures)
     reasons: list[str] = []
-    notes: list[str] = []
-    before: dict[str, dict[str, Any]] = report.get("before", {})
     unknown = report.get("unknown_device", {})
     if unknown.get("ok"):
         reasons.append("an unknown device string was accepted instead of refused")
@@ -73,62 +71,77 @@ def judge_hbm(report: dict[str, Any] | None, failure: str | None, target: Target
             "the error for an unknown device does not list the valid devices: "
             f"{unknown.get('error')}"
         )
-    if target.device == "TPU":
-        ceiling = HBM_PER_CHIP.get(target.tpu_version or 0, 128 * GIB)
-        floor = HBM_FLOOR.get(target.tpu_version or 0, 1 * GIB)
-        after: dict[str, dict[str, Any]] = report.get("after", {})
-        probe = int(report.get("probe_bytes", 0))
-        deltas: dict[str, int] = {}
-        for device in devices:
-            entry = before.get(device, {})
-            if not entry.get("ok"):
-                reasons.append(f"{device}: query failed: {entry.get('error')}")
-                continue
-            limit = int(entry["info"].get("bytes_limit", 0))
-            if not floor <= limit <= ceiling:
-                reasons.append(
-                    f"{device}: bytes_limit {limit / GIB:.2f} GiB is implausible for this chip "
-                    f"(expected {floor / GIB:.0f}-{ceiling / GIB:.0f} GiB)"
-                )
-            later = after.get(device, {})
-            if not later.get("ok"):
-                reasons.append(
-                    f"{device}: query after placing a tensor failed: {later.get('error')}"
-                )
-                continue
-            delta = int(later["info"]["bytes_used"]) - int(entry["info"]["bytes_used"])
-            deltas[device] = delta
-            if not 0.9 * probe <= delta <= 2 * probe:
-                reasons.append(
-                    f"{device}: bytes_used rose by {delta} bytes after placing a {probe}-byte "
-                    "tensor"
-                )
-        figures.update({"probe_bytes": probe, "bytes_used_delta": deltas, "hbm_per_chip": ceiling})
-        if not reasons:
-            notes.append(
-                f"{len(devices)} chip(s) report plausible HBM and track a {probe}-byte tensor"
-            )
-    else:
-        # No HBM, no allocator statistics: the binding must reach the runtime.
-        for device in devices:
-            entry = before.get(device, {})
-            if entry.get("ok"):
-                info = entry.get("info", {})
-                if int(info.get("bytes_limit", 0)) <= 0:
-                    reasons.append(f"{device}: answered without a positive bytes_limit: {info}")
-                continue
-            error = str(entry.get("error", "no answer"))
-            if _mentions(error, _WRONG_ROUTE_MARKERS) or not _mentions(error, _ALLOCATOR_MARKERS):
-                reasons.append(
-                    f"{device}: the query did not reach the runtime's allocator statistics: {error}"
-                )
-        if not reasons:
-            notes.append(
-                f"{len(devices)} device(s) routed to the runtime, which has no allocator "
-                "statistics on this platform (expected without HBM)"
-            )
-        figures["errors"] = {d: before.get(d, {}).get("error") for d in devices}
+    judge = _judge_tpu if target.device == "TPU" else _judge_without_hbm
+    device_reasons, device_figures, passing_note = judge(report, devices, target)
+    reasons += device_reasons
+    figures.update(device_figures)
+    notes = [] if reasons else [passing_note]
     return CheckResult(NAME, not reasons, reasons, notes, figures)
+
+
+def _judge_tpu(
+    report: dict[str, Any], devices: list[str], target: Target
+) -> tuple[list[str], dict[str, Any], str]:
+    """Each chip's HBM: a plausible limit for its generation, and usage that tracks the
+    probe tensor. Returns the reasons, the figures and the note when all is well."""
+    ceiling = HBM_PER_CHIP.get(target.tpu_version or 0, 128 * GIB)
+    floor = HBM_FLOOR.get(target.tpu_version or 0, 1 * GIB)
+    before: dict[str, dict[str, Any]] = report.get("before", {})
+    after: dict[str, dict[str, Any]] = report.get("after", {})
+    probe = int(report.get("probe_bytes", 0))
+    reasons: list[str] = []
+    deltas: dict[str, int] = {}
+    for device in devices:
+        entry = before.get(device, {})
+        if not entry.get("ok"):
+            reasons.append(f"{device}: query failed: {entry.get('error')}")
+            continue
+        limit = int(entry["info"].get("bytes_limit", 0))
+        if not floor <= limit <= ceiling:
+            reasons.append(
+                f"{device}: bytes_limit {limit / GIB:.2f} GiB is implausible for this chip "
+                f"(expected {floor / GIB:.0f}-{ceiling / GIB:.0f} GiB)"
+            )
+        later = after.get(device, {})
+        if not later.get("ok"):
+            reasons.append(f"{device}: query after placing a tensor failed: {later.get('error')}")
+            continue
+        delta = int(later["info"]["bytes_used"]) - int(entry["info"]["bytes_used"])
+        deltas[device] = delta
+        if not 0.9 * probe <= delta <= 2 * probe:
+            reasons.append(
+                f"{device}: bytes_used rose by {delta} bytes after placing a {probe}-byte tensor"
+            )
+    figures = {"probe_bytes": probe, "bytes_used_delta": deltas, "hbm_per_chip": ceiling}
+    note = f"{len(devices)} chip(s) report plausible HBM and track a {probe}-byte tensor"
+    return reasons, figures, note
+
+
+def _judge_without_hbm(
+    report: dict[str, Any], devices: list[str], target: Target
+) -> tuple[list[str], dict[str, Any], str]:
+    """No HBM, no allocator statistics: the binding must reach the runtime, which says so.
+    Returns the reasons, the figures and the note when all is well."""
+    before: dict[str, dict[str, Any]] = report.get("before", {})
+    reasons: list[str] = []
+    for device in devices:
+        entry = before.get(device, {})
+        if entry.get("ok"):
+            info = entry.get("info", {})
+            if int(info.get("bytes_limit", 0)) <= 0:
+                reasons.append(f"{device}: answered without a positive bytes_limit: {info}")
+            continue
+        error = str(entry.get("error", "no answer"))
+        if _mentions(error, _WRONG_ROUTE_MARKERS) or not _mentions(error, _ALLOCATOR_MARKERS):
+            reasons.append(
+                f"{device}: the query did not reach the runtime's allocator statistics: {error}"
+            )
+    figures = {"errors": {d: before.get(d, {}).get("error") for d in devices}}
+    note = (
+        f"{len(devices)} device(s) routed to the runtime, which has no allocator statistics "
+        "on this platform (expected without HBM)"
+    )
+    return reasons, figures, note
 
 
 def judge_shared_run(spmd_restart: CheckResult, target: Target) -> CheckResult:
