@@ -16,6 +16,8 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from xla_wheels import runner
+
 STOP_TIMEOUT_S = 20.0
 
 
@@ -66,9 +68,4 @@ def start(
 
 def stop(process: subprocess.Popen[bytes]) -> None:
     """Ask the server to stop; kill it if it has not within :data:`STOP_TIMEOUT_S`."""
-    process.terminate()
-    try:
-        process.wait(timeout=STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=STOP_TIMEOUT_S)
+    runner.stop(process, STOP_TIMEOUT_S)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -146,3 +149,20 @@ def test_a_teed_step_past_its_timeout_is_killed(tmp_path: Path) -> None:
             timeout=0.5,
         )
     assert (tmp_path / "step.log").read_text() == "started\n"
+
+
+def test_stop_ends_a_process_and_kills_one_that_ignores_sigterm() -> None:
+    polite = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    stubborn = subprocess.Popen(
+        [sys.executable, "-c",
+         "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+         "print('ready', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert stubborn.stdout is not None and stubborn.stdout.readline() == "ready\n"
+    began = time.monotonic()
+    runner.stop(polite, grace_s=5)
+    runner.stop(stubborn, grace_s=1)
+    assert polite.returncode == -signal.SIGTERM
+    assert stubborn.returncode == -signal.SIGKILL  # after its grace, not the sleep's 60 s
+    assert time.monotonic() - began < 20

@@ -248,12 +248,7 @@ def _run_teeing(
         except KeyboardInterrupt:
             # Ctrl-C reaches the whole process group, but a step may ignore SIGINT (a
             # build server): stop it, so that no child outlives the run.
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop(process)
             raise
         finally:
             if timer is not None:
@@ -262,3 +257,14 @@ def _run_teeing(
         if timed_out.is_set():
             raise subprocess.TimeoutExpired(list(argv), timeout or 0)
     return subprocess.CompletedProcess(list(argv), returncode, "", "")
+
+
+def stop(process: subprocess.Popen[str] | subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
+    """Ask ``process`` to end (SIGTERM) and kill it if it has not within ``grace_s``.
+    (A process group: :func:`xla_wheels.gate.children.kill_group`.)"""
+    process.terminate()
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
