@@ -33,6 +33,7 @@ from xla_wheels.series_checks.programs import (
     COMP_ENV_HASH_CHECK,
     CUSTOM_OPTIONS_RACE_CHECK,
     LOAD_CHECK,
+    LOWERING_KEY_CHECK,
     PERSISTENT_CACHE_CHECK,
 )
 from xla_wheels.series_checks.run import CheckOutcome, run_series_checks
@@ -349,6 +350,33 @@ def test_0003_compile_reads_the_switches_the_key_hashes() -> None:
         assert f'"{variable}"' in env_hash, variable
 
 
+def test_0003_keys_the_lowering_settings_the_lowering_reads_through_env_hash() -> None:
+    patch = load(SERIES[2])
+    executor = "\n".join(patch.file("torch_xla/csrc/xla_graph_executor.cpp").added())
+    assert "{client->HashCompilationEnv(), HashLoweringSettings()," in executor
+    assert "XlaHelpers::mat_mul_precision()" in executor
+    key = _patched_function(
+        SERIES[2], CLIENT_CPP, "torch::lazy::hash_t PjRtComputationClient::HashCompilationEnv("
+    )
+    assert first_line(key, "hash::HashLoweringEnvVars()") is not None
+    # Each lowering file reads its variable through env_hash, no longer by itself.
+    readers = {
+        "torch_xla/csrc/token_handler.cpp": ("DISABLE_NUMERIC_CC_TOKEN", "NumericCcTokenDisabled"),
+        "torch_xla/csrc/data_ops.cpp": ("XLA_DENSE_GATHER_FACTOR", "DenseGatherFactor"),
+        "torch_xla/csrc/xla_lower_util.cpp": ("XLA_DENSE_SCATTER_FACTOR", "DenseScatterFactor"),
+        "torch_xla/csrc/layout_manager.cpp": ("XLA_LAYOUTS", "LayoutsSpec"),
+        "torch_xla/csrc/resize_ops.cpp": ("XLA_RESIZE_SPLIT_FACTOR", "ResizeSplitFactor"),
+        "torch_xla/csrc/random.cpp": ("XLA_RNG_BIT_GENERATOR", "RngBitGenerator"),
+    }
+    for path, (variable, accessor) in readers.items():
+        diff = patch.file(path)
+        assert any(f'"{variable}"' in line for line in diff.removed()), path
+        assert not any(f'"{variable}"' in line for line in diff.added()), path
+        assert any(f"runtime::hash::{accessor}()" in line for line in diff.added()), path
+    build = "\n".join(patch.file("torch_xla/csrc/BUILD").added())
+    assert '"//torch_xla/csrc/runtime:env_hash",' in build
+
+
 def test_0003_the_key_names_the_openxla_revision() -> None:
     patch = load(SERIES[2])
     executor = "\n".join(patch.file("torch_xla/csrc/xla_graph_executor.cpp").added())
@@ -472,7 +500,13 @@ def base_outcomes(
     # Only the series' own checks, whose failures at base are what the tests compare;
     # upstream's C++ tests are asserted on the patched tree alone.
     work = tmp_path_factory.mktemp("series-checks-base")
-    programs = (LOAD_CHECK, COMP_ENV_HASH_CHECK, CUSTOM_OPTIONS_RACE_CHECK, PERSISTENT_CACHE_CHECK)
+    programs = (
+        LOAD_CHECK,
+        COMP_ENV_HASH_CHECK,
+        CUSTOM_OPTIONS_RACE_CHECK,
+        LOWERING_KEY_CHECK,
+        PERSISTENT_CACHE_CHECK,
+    )
     return {o.program: o for o in run_series_checks(base_tree, series_toolchain, work, programs)}
 
 
@@ -486,7 +520,7 @@ def test_0003_cache_key_checks_pass_patched_and_fail_at_base(
 ) -> None:
     patched = _compiled(patched_outcomes["comp_env_hash_check"])
     assert patched == dict.fromkeys(patched, "PASS")
-    assert len(patched) == 9
+    assert len(patched) == 12
     base = _compiled(base_outcomes["comp_env_hash_check"])
     assert set(base) == set(patched), "the base run must report the same checks"
     assert set(base_outcomes["comp_env_hash_check"].failed) == {
@@ -496,8 +530,27 @@ def test_0003_cache_key_checks_pass_patched_and_fail_at_base(
         "libtpu_flags_change_the_key",
         "per_compile_switches_change_the_key",
         "collective_matmul_switch_changes_the_key",
-        # c04e61c reads ENABLE_COLLECTIVE_MATMUL_IN_MP nowhere in the key: vacuously once.
+        "lowering_variables_change_the_key",
+        # c04e61c reads ENABLE_COLLECTIVE_MATMUL_IN_MP and the lowering variables nowhere
+        # in the key: vacuously once; and it drops every flag not starting with --xla,
+        # the logging flags with them.
     }
+
+
+def test_0003_matmul_precision_check_passes_patched_and_cannot_build_at_base(
+    patched_outcomes: dict[str, CheckOutcome], base_outcomes: dict[str, CheckOutcome]
+) -> None:
+    assert _compiled(patched_outcomes["lowering_key_check"]) == {
+        "matmul_precision_changes_the_key": "PASS",
+        "key_follows_the_precision_at_every_sync": "PASS",
+    }
+    # c04e61c (and the series before the precision was keyed) has no HashLoweringSettings:
+    # the precision is in no key, and the check says which function is missing.
+    base = base_outcomes["lowering_key_check"]
+    assert not base.verdicts
+    [error] = base.compile_errors
+    assert error.path == "torch_xla/csrc/xla_graph_executor.cpp"
+    assert "HashLoweringSettings(" in error.message
 
 
 def test_0001_load_checks_pass_patched_and_fail_at_base(

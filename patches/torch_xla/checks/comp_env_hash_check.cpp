@@ -15,8 +15,9 @@
 //
 // Each check prints "PASS <name>" or "FAIL <name>: <why>"; the exit status is
 // the number of failures. Run with --print-env-hash it prints the environment
-// hash of a fixed client instead: the check that needs a fresh process (a
-// setting read once per process) runs itself that way. Run with
+// hash of a fixed client instead, with --print-key the whole key
+// (HashCompilationEnv) of a fixed client: the checks that need a fresh process
+// (a setting read once per process) run themselves that way. Run with
 // --race-setter-and-key (built with -fsanitize=thread, program
 // custom_options_race_check) it only judges whether SetCustomCompileOptions and
 // HashCompilationEnv share a lock.
@@ -275,9 +276,11 @@ std::string SwitchesAreHashedAsRead() {
 
 std::string self_path;  // this program, from /proc/self/exe
 
-std::string EnvHashOfAFreshProcess(const std::string& assignment) {
-  std::string command =
-      "env " + assignment + " '" + self_path + "' --print-env-hash";
+// What a fresh process of this program prints in `mode`, with `assignment`
+// (env's syntax: "NAME=value" or "-u NAME") applied to its environment.
+std::string FreshProcessPrints(const std::string& assignment,
+                               const std::string& mode = "--print-env-hash") {
+  std::string command = "env " + assignment + " '" + self_path + "' " + mode;
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) return "";
   char buffer[128] = {0};
@@ -288,8 +291,8 @@ std::string EnvHashOfAFreshProcess(const std::string& assignment) {
 }
 
 std::string CollectiveMatmulSwitchChangesTheKey() {
-  std::string off = EnvHashOfAFreshProcess("-u ENABLE_COLLECTIVE_MATMUL_IN_MP");
-  std::string on = EnvHashOfAFreshProcess("ENABLE_COLLECTIVE_MATMUL_IN_MP=1");
+  std::string off = FreshProcessPrints("-u ENABLE_COLLECTIVE_MATMUL_IN_MP");
+  std::string on = FreshProcessPrints("ENABLE_COLLECTIVE_MATMUL_IN_MP=1");
   if (off.empty() || on.empty()) return "the fresh process printed nothing";
   if (off == on) return "ENABLE_COLLECTIVE_MATMUL_IN_MP=1 leaves the key as is";
   return "";
@@ -306,6 +309,85 @@ std::string CollectiveMatmulIsReadOnceLikeCompile() {
   if (first != later) {
     return "the key follows a change of ENABLE_COLLECTIVE_MATMUL_IN_MP that "
            "Compile, having read it once, never sees";
+  }
+  return "";
+}
+
+// The key of a fixed client with no custom options: what --print-key prints.
+torch::lazy::hash_t FixedKey() {
+  PjRtComputationClient client;
+  client.comp_env_hash_ = EnvHash("libtpu 0.0.36", true);
+  client.SetCustomCompileOptions({});
+  return client.HashCompilationEnv();
+}
+
+// The environment variables the lowering reads (token_handler.cpp,
+// data_ops.cpp, xla_lower_util.cpp, layout_manager.cpp, resize_ops.cpp,
+// random.cpp, xla_graph_executor.cpp, helpers.h, device.cpp) change the HLO,
+// so the key.
+// Most are read once per process: each value is judged in a fresh process.
+const std::vector<std::pair<const char*, const char*>> kLoweringVariables = {
+    {"DISABLE_NUMERIC_CC_TOKEN", "1"},
+    {"XLA_DENSE_GATHER_FACTOR", "1"},
+    {"XLA_DENSE_SCATTER_FACTOR", "1"},
+    {"XLA_LAYOUTS", "2,3=0,1"},
+    {"XLA_MAX_PADDING_FACTOR", "2.5"},
+    {"XLA_RESIZE_SPLIT_FACTOR", "1.5"},
+    {"XLA_PARAMETER_WRAPPING_THREADSHOLD", "10"},
+    {"XLA_RNG_BIT_GENERATOR", "philox"},
+    {"EXPERIMENTAL_XLA_UNBOUNDED_DYNAMISM", "1"},
+    {"XLA_USE_SPMD", "1"},
+};
+
+std::string LoweringVariablesChangeTheKey() {
+  std::string unset;
+  for (const auto& [name, value] : kLoweringVariables) {
+    unset += std::string("-u ") + name + " ";
+  }
+  std::string plain = FreshProcessPrints(unset, "--print-key");
+  if (plain.empty()) return "the fresh process printed nothing";
+  for (const auto& [name, value] : kLoweringVariables) {
+    std::string set = FreshProcessPrints(
+        unset + name + "=" + value, "--print-key");
+    if (set == plain) {
+      return std::string(name) + "=" + value + " leaves the key as is";
+    }
+  }
+  return "";
+}
+
+// The lowering reads XLA_DENSE_GATHER_FACTOR once per process (a static): the
+// key must keep describing that reading, not a later value of the variable.
+std::string LoweringVariablesAreReadOnceLikeTheLowering() {
+  ::unsetenv("XLA_DENSE_GATHER_FACTOR");
+  torch::lazy::hash_t first = FixedKey();
+  ::setenv("XLA_DENSE_GATHER_FACTOR", "3", 1);
+  torch::lazy::hash_t later = FixedKey();
+  ::unsetenv("XLA_DENSE_GATHER_FACTOR");
+  if (first != later) {
+    return "the key follows a change of XLA_DENSE_GATHER_FACTOR that the "
+           "lowering, having read it once, never sees";
+  }
+  return "";
+}
+
+// Logging flags change what is logged, not the executable: a debugging run
+// must not start cold.
+std::string LoggingFlagsStayOutOfTheKey() {
+  for (const char* variable : {"XLA_FLAGS", "LIBTPU_INIT_ARGS"}) {
+    ::setenv(variable, "--xla_foo=1", 1);
+    torch::lazy::hash_t plain = EnvHash("v", true);
+    ::setenv(variable,
+             "--v=3 --vmodule=pjrt_computation_client=5 --xla_foo=1 "
+             "--log_dir=/tmp/logs --logtostderr --alsologtostderr "
+             "--stderrthreshold=0 --minloglevel=1 -v=2",
+             1);
+    torch::lazy::hash_t logging = EnvHash("v", true);
+    ::unsetenv(variable);
+    if (plain != logging) {
+      return std::string("a logging flag in ") + variable +
+             " changes the key";
+    }
   }
   return "";
 }
@@ -356,6 +438,10 @@ int main(int argc, char** argv) {
     std::cout << torch::lazy::HashToString(EnvHash("v", true)) << std::endl;
     return 0;
   }
+  if (argc > 1 && std::string(argv[1]) == "--print-key") {
+    std::cout << torch::lazy::HashToString(FixedKey()) << std::endl;
+    return 0;
+  }
   char path[4096] = {0};
   if (::readlink("/proc/self/exe", path, sizeof(path) - 1) > 0) {
     self_path = path;
@@ -373,5 +459,9 @@ int main(int argc, char** argv) {
          CollectiveMatmulSwitchChangesTheKey());
   Report("collective_matmul_is_read_once_like_compile",
          CollectiveMatmulIsReadOnceLikeCompile());
+  Report("lowering_variables_change_the_key", LoweringVariablesChangeTheKey());
+  Report("lowering_variables_are_read_once_like_the_lowering",
+         LoweringVariablesAreReadOnceLikeTheLowering());
+  Report("logging_flags_stay_out_of_the_key", LoggingFlagsStayOutOfTheKey());
   return failures;
 }

@@ -153,6 +153,21 @@ CUSTOM_OPTIONS_RACE_CHECK = replace(
     arguments=("--race-setter-and-key",),
 )
 
+# Series 0003: the lowering settings CollectSyncTensors merges into every key (the matmul
+# precision); XlaHelpers and xla::PrecisionConfig are stand-ins in the program itself.
+LOWERING_KEY_CHECK = CheckProgram(
+    name="lowering_key_check",
+    kind="checks",
+    sources=("lowering_key_check.cpp",),
+    generated=(
+        Function(
+            "hash_lowering_settings.inc",
+            "torch_xla/csrc/xla_graph_executor.cpp",
+            "torch::lazy::hash_t HashLoweringSettings(",
+        ),
+    ),
+)
+
 # Series 0001: DeserializeComputation against a fake PJRT client.
 LOAD_CHECK = CheckProgram(
     name="load_check",
@@ -197,6 +212,7 @@ ALL: tuple[CheckProgram, ...] = (
     LOAD_CHECK,
     COMP_ENV_HASH_CHECK,
     CUSTOM_OPTIONS_RACE_CHECK,
+    LOWERING_KEY_CHECK,
     PERSISTENT_CACHE_CHECK,
     UPSTREAM_CACHE_TEST,
     UPSTREAM_ENV_HASH_TEST,
