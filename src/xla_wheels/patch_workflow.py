@@ -14,7 +14,10 @@ patch (see :mod:`xla_wheels.patches`). Editing a patch is then ordinary git ther
   and whitespace errors in the files of the patch it stopped at. Once the series is on
   the new commit, its compiled checks run against the worktree (:mod:`.series_build`):
   what no longer compiles is named with the patch that wrote the line (exit 7); a
-  ``--continue`` after that runs them again. Export then writes the refreshed patches
+  ``--continue`` after that runs them again. The cache key audit
+  (:mod:`.series_checks.key_audit`) then reports every environment read or Python setter
+  of the new base that the key misses and the table does not list (exit 1). Export then
+  writes the refreshed patches
   (``Base:`` set to the new commit) and rewrites the bundle's pin, comments kept.
 
 Export refuses (exit 6) a series whose commits or composed patch text hold conflict
@@ -58,6 +61,7 @@ from xla_wheels.series_build import (
     no_step_line,
     run_build_check,
 )
+from xla_wheels.series_checks.key_audit import AuditReport, audit_series, audit_step_line
 from xla_wheels.series_hygiene import LineDefect, git_check, refuse, scan_patch_text
 from xla_wheels.sources import SourceCache
 
@@ -425,6 +429,9 @@ class RebaseResult:
     """The full SHA the series is now on."""
     build: BuildCheckReport | None
     """The compiled checks on the rebased worktree; ``None`` when the series has none."""
+    audit: AuditReport | None = None
+    """The cache key audit of the rebased worktree; ``None`` when the series has no table
+    (or in a dry run)."""
 
 
 def check_step(
@@ -483,6 +490,7 @@ def start_rebase(
     if options.dry_run:
         print(command.render())
         print(step.render() if step else no_step_line(component_name))
+        print(audit_step_line(options.root, component_name, worktree))
         return RebaseResult(full, None)
     commits = git_out(["rev-list", "--reverse", f"{state.base_commit}..HEAD"], cwd=worktree).split()
     record = RebaseRecord(
@@ -490,7 +498,11 @@ def start_rebase(
     )
     filemode.write_by_rename(_rebase_path(worktree), record.to_json().encode())
     _finish(worktree, bundle, component_name, run_git(command, check=False, echo=True), record)
-    return RebaseResult(full, _check_build(step, component_name, worktree, record))
+    return RebaseResult(
+        full,
+        _check_build(step, component_name, worktree, record),
+        audit_series(options.root, component_name, worktree),
+    )
 
 
 def continue_rebase(options: PipelineOptions, bundle: Bundle, component_name: str) -> RebaseResult:
@@ -507,11 +519,19 @@ def continue_rebase(options: PipelineOptions, bundle: Bundle, component_name: st
     step = check_step(options, bundle, component_name, record.onto)
     if not rebasing:
         _require_clean(worktree, "patch-rebase CONTINUE=1")
-        return RebaseResult(record.onto, _check_build(step, component_name, worktree, record))
+        return RebaseResult(
+            record.onto,
+            _check_build(step, component_name, worktree, record),
+            audit_series(options.root, component_name, worktree),
+        )
     _refuse_defects_at_stop(worktree, bundle, component_name, record)
     result = run_git(_rebase_command(worktree, "--continue"), check=False, echo=True)
     _finish(worktree, bundle, component_name, result, record)
-    return RebaseResult(record.onto, _check_build(step, component_name, worktree, record))
+    return RebaseResult(
+        record.onto,
+        _check_build(step, component_name, worktree, record),
+        audit_series(options.root, component_name, worktree),
+    )
 
 
 def _stopped_at(worktree: Path, record: RebaseRecord) -> tuple[str, str]:

@@ -19,6 +19,7 @@ from xla_wheels.patch_workflow import (
 )
 from xla_wheels.run_lock import unless_dry_run
 from xla_wheels.series_build import judge
+from xla_wheels.series_checks.key_audit import judge as judge_audit
 
 
 def cmd_patch_export(args: argparse.Namespace) -> int:
@@ -53,6 +54,9 @@ def cmd_patch_rebase(args: argparse.Namespace) -> int:
         return 0
     series = f"the {args.component} series of {bundle.name}"
     export = f"`make patch-export BUNDLE={bundle.name} COMPONENT={args.component}`"
+    if result.audit is not None:
+        for line in result.audit.lines():
+            print(line)
     if result.build is not None:
         for line in result.build.lines():
             print(line)
@@ -65,6 +69,15 @@ def cmd_patch_rebase(args: argparse.Namespace) -> int:
             f"{worktree} commit -a --amend --no-edit`, `git -C {worktree} rebase --continue`; "
             f"then `make patch-rebase BUNDLE={bundle.name} COMPONENT={args.component} "
             f"CONTINUE=1` runs the checks again (or {export} as it is, knowing it does not build)",
+        )
+    if result.audit is not None:
+        judge_audit(
+            result.audit,
+            f"{series} (now on {result.onto[:12]})",
+            "key each read or setter named above in the series (patch 0003: env_hash.cpp, "
+            "HashLoweringSettings) or list it with the reason in "
+            f"patches/{args.component}/cache_key_inputs.toml; then `make patch-rebase "
+            f"BUNDLE={bundle.name} COMPONENT={args.component} CONTINUE=1` audits again",
         )
     print(
         f"{series} is now on {result.onto}; next: {export} writes the refreshed patches and "

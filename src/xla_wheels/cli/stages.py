@@ -39,6 +39,8 @@ from xla_wheels.series_build import (
     no_step_line,
     run_build_check,
 )
+from xla_wheels.series_checks.key_audit import TABLE_SUBPATH, AuditReport, audit_series
+from xla_wheels.series_checks.key_audit import judge as judge_audit
 from xla_wheels.series_hygiene import refuse
 from xla_wheels.sources import SourceCache, known_commits
 from xla_wheels.wheels_lock import check_lock, read_lock, update_bundle_entry
@@ -147,8 +149,13 @@ def cmd_patches_check(args: argparse.Namespace) -> int:
         raise UsageError(f"{source} does not exist", fix="pass a git checkout of the component")
     series = f"the {component.name} series of {bundle.name}"
     reports: list[BuildCheckReport] = []
+    audits: list[AuditReport] = []
 
     def build_check(tree: Path, patches: Mapping[str, str]) -> None:
+        # The cache key audit runs on every commit, its own Base included: it is cheap, and
+        # the table may have been changed without the series.
+        if (audit := audit_series(options.root, component.name, tree)) is not None:
+            audits.append(audit)
         # Applied to its own Base, the series is what was verified when it was written;
         # on any other commit, "applies" says nothing about "builds".
         head = git_out(["rev-parse", "HEAD~" + str(len(patches))], cwd=tree)
@@ -190,9 +197,11 @@ def cmd_patches_check(args: argparse.Namespace) -> int:
     if not all(result.applied for result in results) or not_reached:
         raise PatchError(f"{series} does not apply to {commit}")
     print(f"{series}: {len(results)} patch(es) apply to {commit}")
+    for line in [line for report in reports for line in report.lines()]:
+        print(line)
+    for line in [line for audit in audits for line in audit.lines()]:
+        print(line)
     for report in reports:
-        for line in report.lines():
-            print(line)
         judge(
             report,
             series,
@@ -200,7 +209,16 @@ def cmd_patches_check(args: argparse.Namespace) -> int:
             f"{bundle.name} COMPONENT={component.name} ONTO={commit}` and fix the patch "
             "named above there (README, 'Carrying the series to another commit')",
         )
+    for audit in audits:
+        judge_audit(audit, series, _AUDIT_FIX)
     return 0
+
+
+_AUDIT_FIX = (
+    "for each read or setter named above, key it in the series (patch 0003: env_hash.cpp, "
+    "HashLoweringSettings) or list it with the reason in "
+    f"{TABLE_SUBPATH} (README, 'What the persistent cache key covers')"
+)
 
 
 def cmd_lock(args: argparse.Namespace) -> int:
