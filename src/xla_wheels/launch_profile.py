@@ -24,7 +24,8 @@ The cache group names the directory only: ``XLA_PERSISTENT_CACHE_PATH`` may use
 ``{bundle}``, ``{profile}`` and ``{build}``. ``{build}`` is the directory name doctor's
 cache contract asks for (``publish.cache_contract.directory_name``: the bundle, the full
 torch_xla version with the local label that names the patch series, and the libtpu
-version), because torch_xla's own key covers neither the series nor, on TPU, libtpu; it is
+version): torch_xla's own key (patch 0003) covers the series and libtpu's platform
+version too, so this keeps stacks apart for deletion, not for correctness; it is
 filled in at launch from the built wheel (``make launch-env``: wheels.lock; ``make
 doctor``: the host's installed torch_xla).
 Who writes is decided at launch (``ROLE=writer|reader``): one writer per cache, every
