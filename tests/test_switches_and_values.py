@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import pytest
 
 from tests.clirunner import REPO_ROOT, CliResult, run_cli
 from xla_wheels.cli import build_parser
+from xla_wheels.make_help import MAKEFILE, Target, read_makefile
 from xla_wheels.values import SWITCH_FALSE, SWITCH_TRUE
 
 BUNDLE = "v6e-2.9"
@@ -273,3 +275,89 @@ def test_argparse_mistakes_are_our_error_and_fix(argv: tuple[str, ...]) -> None:
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith("error: ") and "\n  fix: " in result.stderr
     assert "usage:" not in result.output and "Traceback" not in result.output
+
+
+# --- every make target: the same make-variable check ----------------------------------
+
+MAKE_TARGETS = read_makefile(MAKEFILE.read_text()).targets
+#: The one target that runs Python without the check: it creates the interpreter the
+#: check runs in.
+UNCHECKED = {"venv"}
+CHECKED_TARGETS = [t for t in MAKE_TARGETS if t.runs_python and t.name not in UNCHECKED]
+
+
+def _checkout_links(directory: Path) -> Path:
+    """A directory that is the checkout for make (its Makefile, .venv and sources, as
+    links): whatever a target would do if it ran anyway lands here, not in the checkout."""
+    directory.mkdir()
+    for name in ("Makefile", ".venv", "src", "requirements-dev.txt", "pyproject.toml"):
+        (directory / name).symlink_to(REPO_ROOT / name)
+    return directory
+
+
+def _make_in(directory: Path, *argv: str) -> CliResult:
+    """``make ARGV`` in ``directory``, ended (with everything it started) after a minute:
+    a target that runs for real instead of refusing fails the test, and stops."""
+    process = subprocess.Popen(
+        ["make", "--no-print-directory", *argv], cwd=directory, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        env={"PATH": os.environ["PATH"], "HOME": str(directory / "home"),
+             "XLA_WHEELS_CACHE": str(directory / "cache"), "PYTEST_ADDOPTS": "--collect-only"},
+    )  # fmt: skip
+    try:
+        stdout, stderr = process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        pytest.fail(f"make {' '.join(argv)} ran instead of refusing: {stdout}{stderr}")
+    return CliResult(process.returncode, stdout, stderr)
+
+
+def _misspelt(name: str) -> str:
+    return name.replace("_", "") if "_" in name else name.lower()
+
+
+def test_every_target_that_runs_python_is_checked() -> None:
+    assert {t.name for t in CHECKED_TARGETS} >= {"demo", "test", "lint", "clean", "wheels"}
+    assert {t.name for t in MAKE_TARGETS if not t.runs_python} == {"help", "cache-tools"}
+
+
+@pytest.mark.parametrize("target", CHECKED_TARGETS, ids=lambda t: t.name)
+def test_every_make_target_refuses_a_misspelt_variable(target: Target, tmp_path: Path) -> None:
+    # DEMODIR=x once ran the demo in out/demo: `make demo` skipped the check.
+    meant = target.variables[0] if target.variables else "DRY_RUN"
+    checkout = _checkout_links(tmp_path / "checkout")
+    result = _make_in(checkout, target.name, f"{_misspelt(meant)}=x")
+    assert result.exit_code == 2, result.output
+    lines = error_lines(result)
+    assert lines[0] == (
+        f"error: make variable {_misspelt(meant)} is not read by any target of this Makefile "
+        f"(did you mean {meant}?)"
+    ), lines
+    assert lines[1] == f"  fix: make {target.name} {meant}=x", lines
+    assert sorted(p.name for p in checkout.iterdir()) == sorted(
+        [".venv", "Makefile", "pyproject.toml", "requirements-dev.txt", "src"]
+    )
+
+
+@pytest.mark.parametrize(
+    "target",
+    [t for t in CHECKED_TARGETS if "DRY_RUN" not in t.variables or t.name in ("demo",)],
+    ids=lambda t: t.name,
+)
+def test_make_dry_run_on_every_target_without_a_dry_run_is_refused(
+    target: Target, tmp_path: Path
+) -> None:
+    # `make clean DRY_RUN=1` deleted out/, `make attest DRY_RUN=1` signed, `make demo
+    # DRY_RUN=1` replaced the demo directory: make passed DRY_RUN to no command.
+    checkout = _checkout_links(tmp_path / "checkout")
+    (checkout / "out").mkdir()
+    result = _make_in(checkout, target.name, "DRY_RUN=1")
+    assert result.exit_code == 2, result.output
+    lines = error_lines(result)
+    assert lines[0].startswith("error: DRY_RUN: ") and lines[0].endswith("has no dry run"), lines
+    assert lines[1] == f"  fix: make {target.name}", lines
+    assert (checkout / "out").is_dir()
+    assert _make_in(checkout, target.name, "DRY_RUN=maybe").stderr.startswith(
+        "error: DRY_RUN: 'maybe' is not a switch value"
+    )

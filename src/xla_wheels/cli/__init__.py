@@ -226,20 +226,33 @@ def _reported(error: PipelineError) -> int:
     return error.exit_code
 
 
-def _run(arguments: list[str]) -> int:
+def checked_arguments(
+    parser: Callable[[], argparse.ArgumentParser], arguments: Sequence[str]
+) -> argparse.Namespace:
+    """The edge's checks, before anything runs, for the CLI and every other entry point
+    make runs (the demo): a make variable the Makefile does not read, a refused argument
+    (named by its make variable), a switch or number of the environment not understood."""
     make = MakeRun.from_environ(os.environ)
     if make is not None:
         make.check_command_line()
-    # The subcommand is the first argument that is not an option (the top-level parser
-    # has only --help and --version, which take no value).
-    parser = build_parser(next((arg for arg in arguments if not arg.startswith("-")), None))
+    built = parser()
     try:
-        args = parser.parse_args(arguments)
+        args = built.parse_args(arguments)
     except argparse.ArgumentError as error:
-        raise _bad_argument(error, parser, make) from None
+        raise _bad_argument(error, built, make) from None
+    if make is not None:
+        make.check_dry_run(honoured=getattr(args, "dry_run", None) is True)
     # A switch or number in the environment that is not understood is refused before
     # anything runs, whether or not this subcommand reads it.
     check_environment(os.environ)
+    return args
+
+
+def _run(arguments: list[str]) -> int:
+    # The subcommand is the first argument that is not an option (the top-level parser
+    # has only --help and --version, which take no value).
+    command = next((arg for arg in arguments if not arg.startswith("-")), None)
+    args = checked_arguments(lambda: build_parser(command), arguments)
     handler: Callable[[argparse.Namespace], int] = args.handler
     if not getattr(args, "writes_bundle", False):
         return handler(args)

@@ -98,6 +98,15 @@ def env_switch(environ: Mapping[str, str], flag: str) -> bool:
         ) from None
 
 
+def refuse_dry_run(command: str) -> None:
+    """The environment asks for a dry run of ``command``, which has none: running it for
+    real would act behind the user's back."""
+    raise UsageError(
+        f"{command} has no dry run, and {env_var('--dry-run')} is set",
+        fix=f"unset {env_var('--dry-run')} to run it for real",
+    )
+
+
 def env_number(environ: Mapping[str, str], flag: str, parse: Callable[[str], float]) -> None:
     """Check ``XLA_WHEELS_<NAME>`` with ``parse`` (a :mod:`xla_wheels.values` parser)."""
     name = env_var(flag)
@@ -148,13 +157,7 @@ def _number(settings: Settings, flag: str, parse: Callable[[str], float], defaul
 def pipeline_options(args: argparse.Namespace, environ: Mapping[str, str]) -> PipelineOptions:
     settings = Settings(args, environ)
     if not getattr(args, "has_dry_run", False) and settings.switch("--dry-run"):
-        # The environment asks for a dry run of a subcommand that has none: running it for
-        # real would act behind the user's back.
-        raise UsageError(
-            f"{getattr(args, 'command', None) or 'this subcommand'} has no dry run, and "
-            f"{env_var('--dry-run')} is set",
-            fix=f"unset {env_var('--dry-run')} to run it for real",
-        )
+        refuse_dry_run(getattr(args, "command", None) or "this subcommand")
     root = (settings.path("--root") or Path(".")).resolve()
     if not (root / "build" / "bundles").is_dir():
         raise UsageError(
