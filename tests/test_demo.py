@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.gitrepos import REPO_ROOT
-from xla_wheels.demo import MARKER
+from xla_wheels.demo import MARKER, _summary
 from xla_wheels.run_lock import LOCK_NAME, bundle_run_lock
 from xla_wheels.wheel_filename import parse_wheel_name
 
@@ -63,6 +63,8 @@ def test_make_demo_runs_every_stage_offline_and_writes_only_under_demo_dir(
         assert stage in out
     assert "NOT PyTorch" in out and "every stage passed" in out
     assert f"{demo_dir}/logs/" in out  # where to look
+    checks = [line for line in out.splitlines() if line.strip().startswith(("ok ", "WARN "))]
+    assert len(checks) == len(set(checks)) and len(checks) > 10, out  # each check once
 
     project = demo_dir / "project"
     lock = tomllib.loads((project / "wheels.lock").read_text())
@@ -154,3 +156,22 @@ def test_a_second_demo_in_one_directory_is_refused_while_the_first_runs(
         holder = f"{os.getpid()} make demo (the first)\n"
         assert _contents(demo_dir) == {**before, LOCK_NAME: holder}
     assert _contents(demo_dir) == before  # the first run's lock is gone with it
+
+
+def test_a_stage_that_prints_its_checks_twice_is_summarised_once(tmp_path: Path) -> None:
+    # verify-install prints each check as it runs and again in its closing table: the
+    # demo showed the block twice.
+    log = tmp_path / "3-verify-install.log"
+    log.write_text(
+        "==> verify-install: pip install\n"
+        "  ok      install: 2 pinned file(s) by sha256\n"
+        "  ok      version torch: installed 2.9.0, locked 2.9.0\n"
+        "verify-install demo: PASSED\n"
+        "  ok      install            2 pinned file(s) by sha256\n"
+        "  ok      version torch      installed 2.9.0, locked 2.9.0\n"
+    )
+    assert _summary(log) == [
+        "verify-install demo: PASSED",
+        "ok      install            2 pinned file(s) by sha256",
+        "ok      version torch      installed 2.9.0, locked 2.9.0",
+    ]

@@ -510,7 +510,16 @@ def _summary(log_path: Path) -> list[str]:
     results = ("lane ", "collect: ", "verify-install ", "doctor")
     timings = (" ran", " reused", " skipped")  # the build's stage timings
     lines = (line.strip() for line in log_path.read_text(errors="replace").splitlines())
-    return [text for text in lines if text.startswith(checks + results) or text.endswith(timings)]
+    shown = [text for text in lines if text.startswith(checks + results) or text.endswith(timings)]
+    # A stage that prints each check as it happens ("ok  install: ...") and again in its
+    # closing table ("ok  install  ...") shows it once: the table's line, in its place.
+    last = {_check_key(text): number for number, text in enumerate(shown)}
+    return [text for number, text in enumerate(shown) if last[_check_key(text)] == number]
+
+
+def _check_key(line: str) -> str:
+    """A check line as words, whether its name ends in a colon or in padding."""
+    return " ".join(line.replace(":", " ", 1).split())
 
 
 def build_parser() -> argparse.ArgumentParser:
