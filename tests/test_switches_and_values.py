@@ -361,3 +361,35 @@ def test_make_dry_run_on_every_target_without_a_dry_run_is_refused(
     assert _make_in(checkout, target.name, "DRY_RUN=maybe").stderr.startswith(
         "error: DRY_RUN: 'maybe' is not a switch value"
     )
+
+
+# --- numbers are ASCII digits ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "variable", "value"),
+    [
+        (("wheels", f"BUNDLE={BUNDLE}", "DRY_RUN=1"), "NET_TIMEOUT", "1_0"),
+        (("wheels", f"BUNDLE={BUNDLE}", "DRY_RUN=1"), "NET_TIMEOUT", "\u0668"),
+        (("wheels", f"BUNDLE={BUNDLE}", "DRY_RUN=1"), "JOBS", "\u0668"),
+        (("wheels", f"BUNDLE={BUNDLE}", "DRY_RUN=1"), "JOBS", "1_0"),
+        (("bench-restart",), "ROUNDS", "\u0668"),
+        (("wheels", f"BUNDLE={BUNDLE}", "DRY_RUN=1"), "BUILD_TAG", "\u0668"),
+        (("wheels", f"BUNDLE={BUNDLE}", "DRY_RUN=1"), "SOURCE_DATE_EPOCH", "1_700_000_000"),
+    ],
+)
+def test_a_number_in_other_digits_or_with_underscores_is_refused(
+    argv: tuple[str, ...], variable: str, value: str, tmp_path: Path
+) -> None:
+    # Python's int and float read them, and the plan showed the default instead.
+    result = run_make(*argv, f"{variable}={value}", tmp_path=tmp_path)
+    assert_refused_before_anything(result, tmp_path)
+    assert "ASCII digits 0-9 only" in error_lines(result)[0], result.stderr
+
+
+def test_the_environment_refuses_a_number_in_other_digits(tmp_path: Path) -> None:
+    result = run_cli(
+        "bundles", root=REPO_ROOT,
+        env={"XLA_WHEELS_NET_TIMEOUT": "1_0", "XLA_WHEELS_OUT": str(tmp_path / "out")},
+    )  # fmt: skip
+    assert result.exit_code == 2 and "ASCII digits 0-9 only" in result.stderr, result.output

@@ -44,7 +44,7 @@ from xla_wheels.options import (
     known_environment,
     machine_cache,
 )
-from xla_wheels.values import BadValue, parse_count, parse_switch
+from xla_wheels.values import WHOLE_NUMBER, BadValue, digits_hint, parse_count, parse_switch
 
 #: The settings that are switches: their environment variables are checked for every
 #: subcommand before it runs (:func:`check_environment`), read by it or not.
@@ -257,9 +257,9 @@ def build_config(args: argparse.Namespace, environ: Mapping[str, str]) -> BuildC
 def _epoch(text: str | None) -> int | None:
     if text is None:
         return None
-    if not text.strip().isdigit():
+    if not WHOLE_NUMBER.fullmatch(text.strip()):
         raise UsageError(
-            f"SOURCE_DATE_EPOCH={text} is not a number of seconds since 1970",
+            f"SOURCE_DATE_EPOCH={text} is not a number of seconds since 1970{digits_hint(text)}",
             fix="unset it (the torch_xla commit's date is used) or give e.g. "
             "SOURCE_DATE_EPOCH=$(git log -1 --format=%ct)",
         )
@@ -269,10 +269,10 @@ def _epoch(text: str | None) -> int | None:
 def _build_tag(text: str | None) -> str | None:
     if text is None:
         return None
-    if not text.isdigit():
+    if not WHOLE_NUMBER.fullmatch(text):
         raise UsageError(
             f"build tag {text!r} is not a number (PEP 427: a build tag starts with a digit; "
-            "this pipeline uses plain build numbers)",
+            f"this pipeline uses plain build numbers){digits_hint(text)}",
             fix="give a number higher than any recorded for this wheel, e.g. BUILD_TAG=1",
         )
     return text
