@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
 from xla_wheels import __version__
-from xla_wheels.cli.arguments import RefusedSwitchAction
+from xla_wheels.cli.arguments import RefusedSwitchAction, SwitchAction
 from xla_wheels.cli.from_make import MakeRun
 from xla_wheels.cli.help import subcommand_help
 from xla_wheels.cli.settings import check_environment
@@ -188,12 +188,15 @@ def _bad_argument(
     flag = names[0] or "argument"
     variable = make.variable_of(names) if make is not None else None
     example = _example(action) if action is not None else "<value>"
-    # A subcommand without a dry run: the working command is the same one without it.
+    # A subcommand without a dry run: the working command is the same one without it. A
+    # switch value not understood: the fix is the side that changes less, a dry run on,
+    # any other switch off (FORCE=1 overwrites files: proposed only for that problem).
     refused = isinstance(action, RefusedSwitchAction)
+    drop = refused or (isinstance(action, SwitchAction) and action.dest != "dry_run")
     if make is not None and variable is not None:
-        fix = make.command(None if refused else variable, example, instead_of=variable)
+        fix = make.command(None if drop else variable, example, instead_of=variable)
         return UsageError(f"{variable}: {error.message}", fix=fix)
-    fix = f"run it without {flag}" if refused else f"pass {flag} {example}"
+    fix = f"run it without {flag}" if drop else f"pass {flag} {example}"
     return UsageError(f"{flag}: {error.message}", fix=fix)
 
 
