@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import subprocess
 from pathlib import Path
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.clirunner import REPO_ROOT, CliResult, run_cli
+from xla_wheels.builder.config import BuildConfig, mem_total_gib
 from xla_wheels.cli import build_parser
 from xla_wheels.make_help import MAKEFILE, Target, read_makefile
 from xla_wheels.values import SWITCH_FALSE, SWITCH_TRUE
@@ -398,3 +400,23 @@ def test_the_environment_refuses_a_number_in_other_digits(tmp_path: Path) -> Non
         env={"XLA_WHEELS_NET_TIMEOUT": "1_0", "XLA_WHEELS_OUT": str(tmp_path / "out")},
     )  # fmt: skip
     assert result.exit_code == 2 and "ASCII digits 0-9 only" in result.stderr, result.output
+
+
+@pytest.mark.parametrize("setting", ["JOBS=1e9", "JOBS=0"])
+def test_a_refused_jobs_value_gets_a_fix_that_fits_this_machine(
+    setting: str, tmp_path: Path
+) -> None:
+    # The fix once proposed JOBS=8 on a 2-core machine.
+    result = run_make("wheels", f"BUNDLE={BUNDLE}", "DRY_RUN=1", setting, tmp_path=tmp_path)
+    assert_refused_before_anything(result, tmp_path)
+    (proposed,) = re.findall(r"JOBS=([0-9]+)", error_lines(result)[1])
+    assert 1 <= int(proposed) <= (os.cpu_count() or 1)
+    total = mem_total_gib()
+    config = BuildConfig()
+    if total is not None and total >= config.mem_base_gib + config.mem_per_job_gib:
+        assert config.mem_base_gib + int(proposed) * config.mem_per_job_gib <= total
+    # And it is a fix that works: the same command with it passes the check.
+    fixed = run_make(
+        "wheels", f"BUNDLE={BUNDLE}", "DRY_RUN=1", f"JOBS={proposed}", tmp_path=tmp_path
+    )
+    assert fixed.exit_code == 0, fixed.output

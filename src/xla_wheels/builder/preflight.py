@@ -19,10 +19,9 @@ import shutil
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from xla_wheels import disk_faults, runner
-from xla_wheels.builder.config import ENGINES, BuildConfig
+from xla_wheels.builder.config import ENGINES, BuildConfig, mem_total_gib
 from xla_wheels.builder.container import image_present, probe_engine
 from xla_wheels.bundle import Bundle, Component
 from xla_wheels.checks_before_fetch import is_mirror_directory, mirror_problem
@@ -150,14 +149,6 @@ def _check_python(options: PipelineOptions, bundle: Bundle, config: BuildConfig)
     return []
 
 
-def _mem_total_gib() -> float | None:
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) * 1024 / GIB
-    return None
-
-
 def _check_resources(
     options: PipelineOptions, bundle: Bundle, config: BuildConfig
 ) -> list[str]:
@@ -171,7 +162,7 @@ def _check_resources(
             "work directory on a bigger disk: `XLA_WHEELS_OUT=<dir on a bigger disk> "
             f"{again_command(options, bundle, config)}`"
         )
-    total = _mem_total_gib()
+    total = mem_total_gib()
     need = config.mem_base_gib + config.jobs * config.mem_per_job_gib
     if total is not None and total < need:
         fits = int((total - config.mem_base_gib) // config.mem_per_job_gib)

@@ -143,7 +143,11 @@ def check_environment(environ: Mapping[str, str]) -> None:
 
 
 def _jobs(text: str) -> int:
-    return parse_count(text, low=1, high=MAX_JOBS, example=8)
+    # Imported here: every subcommand checks XLA_WHEELS_JOBS, the gate's too, which load
+    # nothing of the build stage otherwise. The example is what fits this machine.
+    from xla_wheels.builder.config import jobs_that_fit
+
+    return parse_count(text, low=1, high=MAX_JOBS, example=jobs_that_fit())
 
 
 def _number(settings: Settings, flag: str, parse: Callable[[str], float], default: float) -> float:
