@@ -266,6 +266,23 @@ def run_checks(found: list[Check]) -> list[str]:
     return [problem for result in results for problem in result]
 
 
+def dry_run_verdict(options: PipelineOptions, bundle: Bundle, config: BuildConfig) -> str:
+    """What a dry run says of preflight: the blockers the checks that contact no remote
+    find now (the real run would stop on them), or that they find none. A dry run changes
+    nothing and waits on no network, so the remotes are left to the real run."""
+    blockers = run_checks(checks(options, bundle, config, need_sources=False))
+    if not blockers:
+        return (
+            "preflight now: no blocker found (pins, engine or host tools, disk, memory); "
+            "the remotes are checked by the real run"
+        )
+    return (
+        f"preflight now: the real run would stop: {len(blockers)} blocker(s) "
+        "(the remotes not checked by a dry run):"
+        + "".join(f"\n  - {blocker}" for blocker in blockers)
+    )
+
+
 def planned_preflight(
     options: PipelineOptions,
     bundle: Bundle,

@@ -88,6 +88,11 @@ def cmd_stages(last_stage: str, args: argparse.Namespace) -> int:
     if options.dry_run:
         bundle = load_bundle(options.root, args.bundle)
         print(render_plan(plan(options, bundle, config, last_stage)))
+        if config is not None:
+            # The plan lists what preflight checks; this says what it finds today.
+            from xla_wheels.builder.preflight import dry_run_verdict
+
+            print(dry_run_verdict(options, bundle, config))
         return 0
     run_until(options, args.bundle, last_stage, config)
     log.info(f"{last_stage}: done for {args.bundle}")
