@@ -351,13 +351,13 @@ def test_an_empty_remote_is_refused(project: Path) -> None:
     assert "'components.openxla.remote': is empty" in error_for(project, text)
 
 
-@pytest.mark.parametrize("stray", [".hidden.toml", "my bundle.toml", "-rf.toml", "dir.toml"])
+@pytest.mark.parametrize("stray", [".hidden.toml", "my bundle.toml", "-rf.toml", ".#demo.toml"])
 def test_the_choices_offered_for_an_unknown_bundle_are_only_valid_names(
     project: Path, stray: str
 ) -> None:
     # "use one of" once listed files that are no bundle one could ask for.
     target = project / "build" / "bundles" / stray
-    target.mkdir() if stray == "dir.toml" else target.write_text(VALID)
+    target.write_text(VALID)
     with pytest.raises(UsageError) as caught:
         load_bundle(project, "v6e-9.9")
     assert caught.value.fix == "use one of: demo"

@@ -153,13 +153,12 @@ def _inside(path: Path, root: Path) -> bool:
 
 
 def available_bundles(repo_root: Path) -> list[str]:
-    """The bundles that can be asked for: a manifest file whose name is a valid bundle
-    name (a hidden file, an editor's backup or ``my bundle.toml`` is none, and is never
-    offered as a choice)."""
+    """The bundles that can be asked for: a manifest whose name is a valid bundle name (a
+    hidden file or ``my bundle.toml`` is none, and is never offered as a choice)."""
     return sorted(
         path.stem
         for path in bundles_dir(repo_root).glob("*.toml")
-        if NAME_PATTERN.fullmatch(path.stem) and path.is_file()
+        if NAME_PATTERN.fullmatch(path.stem)
     )
 
 

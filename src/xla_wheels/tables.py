@@ -95,11 +95,7 @@ BOM_FIX = (
 def bom_problem(raw: bytes) -> str | None:
     """What is wrong when ``raw`` starts with a byte-order mark, which a TOML parser reports
     only as "Invalid statement (line 1, column 1)"."""
-    if raw.startswith(codecs.BOM_UTF8):
-        return "starts with a byte-order mark (BOM)"
-    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        return "starts with a UTF-16 byte-order mark: it is UTF-16 text, not UTF-8"
-    return None
+    return "starts with a byte-order mark (BOM)" if raw.startswith(codecs.BOM_UTF8) else None
 
 
 class Table:
