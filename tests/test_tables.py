@@ -309,3 +309,12 @@ def test_a_file_saved_with_a_byte_order_mark_is_told_so(tmp_path: Path, name: st
     assert fmt.file in caught.value.message
     assert "starts with a byte-order mark" in caught.value.message
     assert caught.value.fix.startswith("save it as UTF-8 without BOM")
+
+
+@pytest.mark.parametrize("lane", ["-rf", "a lane", ".hidden", "../up"])
+def test_a_lane_name_that_is_no_valid_name_is_refused(tmp_path: Path, lane: str) -> None:
+    # It was accepted, and offered in the "use one of" list of an unknown lane.
+    with pytest.raises(LaneFileError) as caught:
+        load_lanes(tmp_path, LANES + f'\n[lanes."{lane}"]\npath = "dist/lanes/x"\n')
+    assert f"{lane!r} is not a valid lane name" in caught.value.message
+    assert "lanes.toml" in caught.value.message
