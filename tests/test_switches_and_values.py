@@ -302,14 +302,15 @@ def _checkout_links(directory: Path) -> Path:
     return directory
 
 
-def _make_in(directory: Path, *argv: str) -> CliResult:
+def _make_in(directory: Path, *argv: str, env: dict[str, str] | None = None) -> CliResult:
     """``make ARGV`` in ``directory``, ended (with everything it started) after a minute:
     a target that runs for real instead of refusing fails the test, and stops."""
     process = subprocess.Popen(
         ["make", "--no-print-directory", *argv], cwd=directory, text=True,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
         env={"PATH": os.environ["PATH"], "HOME": str(directory / "home"),
-             "XLA_WHEELS_CACHE": str(directory / "cache"), "PYTEST_ADDOPTS": "--collect-only"},
+             "XLA_WHEELS_CACHE": str(directory / "cache"), "PYTEST_ADDOPTS": "--collect-only",
+             **(env or {})},
     )  # fmt: skip
     try:
         stdout, stderr = process.communicate(timeout=60)
@@ -368,6 +369,11 @@ def test_make_dry_run_on_every_target_without_a_dry_run_is_refused(
     assert _make_in(checkout, target.name, "DRY_RUN=maybe").stderr.startswith(
         "error: DRY_RUN: 'maybe' is not a switch value"
     )
+    # The environment's dry run too: refused, never run for real.
+    by_environment = _make_in(checkout, target.name, env={"XLA_WHEELS_DRY_RUN": "1"})
+    assert by_environment.exit_code == 2, by_environment.output
+    assert "has no dry run, and XLA_WHEELS_DRY_RUN is set" in by_environment.stderr
+    assert (checkout / "out").is_dir()
 
 
 # --- numbers are ASCII digits ---------------------------------------------------------

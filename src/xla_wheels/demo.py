@@ -40,7 +40,6 @@ from pathlib import Path
 from xla_wheels import runner
 from xla_wheels.cli import Parser, checked_arguments, exit_code_of
 from xla_wheels.cli.arguments import RefusedSwitchAction
-from xla_wheels.cli.settings import env_switch, refuse_dry_run
 from xla_wheels.errors import BundleBusy, PipelineError, UsageError
 from xla_wheels.publish.cache_contract import directory_name
 from xla_wheels.run_lock import LOCK_NAME, bundle_run_lock
@@ -549,10 +548,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _checked_run(arguments: list[str]) -> int:
     # The checks every make target's command makes before anything runs (make variables,
-    # switches, the environment), then the demo's own: it has no dry run.
+    # switches, the environment; the demo has no dry run, so DRY_RUN=1 is refused).
     args = checked_arguments(build_parser, arguments)
-    if env_switch(os.environ, "--dry-run"):
-        refuse_dry_run("demo")
     return run_demo(args.dir)
 
 

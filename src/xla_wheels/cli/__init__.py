@@ -32,7 +32,7 @@ from xla_wheels import __version__
 from xla_wheels.cli.arguments import RefusedSwitchAction, SwitchAction
 from xla_wheels.cli.from_make import MakeRun
 from xla_wheels.cli.help import subcommand_help
-from xla_wheels.cli.settings import check_environment
+from xla_wheels.cli.settings import check_environment, env_switch, refuse_dry_run
 from xla_wheels.disk_faults import disk_error
 from xla_wheels.errors import PipelineError, UsageError
 
@@ -234,7 +234,8 @@ def checked_arguments(
 ) -> argparse.Namespace:
     """The edge's checks, before anything runs, for the CLI and every other entry point
     make runs (the demo): a make variable the Makefile does not read, a refused argument
-    (named by its make variable), a switch or number of the environment not understood."""
+    (named by its make variable), a switch or number of the environment not understood, a
+    dry run asked of a command that has none (by make or by the environment)."""
     make = MakeRun.from_environ(os.environ)
     if make is not None:
         make.check_command_line()
@@ -248,6 +249,8 @@ def checked_arguments(
     # A switch or number in the environment that is not understood is refused before
     # anything runs, whether or not this subcommand reads it.
     check_environment(os.environ)
+    if env_switch(os.environ, "--dry-run") and not getattr(args, "has_dry_run", False):
+        refuse_dry_run(getattr(args, "command", None) or built.prog)
     return args
 
 
