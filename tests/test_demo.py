@@ -169,9 +169,18 @@ def test_a_stage_that_prints_its_checks_twice_is_summarised_once(tmp_path: Path)
         "verify-install demo: PASSED\n"
         "  ok      install            2 pinned file(s) by sha256\n"
         "  ok      version torch      installed 2.9.0, locked 2.9.0\n"
+        "  WARN    abi                not applicable\n"
+        "  fix: reinstall torch_xla from a Linux wheel\n"
+        "  WARN    abi torch          not applicable\n"
+        "  fix: reinstall torch_xla from a Linux wheel\n"
     )
     assert _summary(log) == [
         "verify-install demo: PASSED",
         "ok      install            2 pinned file(s) by sha256",
         "ok      version torch      installed 2.9.0, locked 2.9.0",
+        # Equal fixes of two checks both stay, each under its own.
+        "WARN    abi                not applicable",
+        "fix: reinstall torch_xla from a Linux wheel",
+        "WARN    abi torch          not applicable",
+        "fix: reinstall torch_xla from a Linux wheel",
     ]

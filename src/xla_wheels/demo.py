@@ -512,8 +512,15 @@ def _summary(log_path: Path) -> list[str]:
     shown = [text for text in lines if text.startswith(checks + results) or text.endswith(timings)]
     # A stage that prints each check as it happens ("ok  install: ...") and again in its
     # closing table ("ok  install  ...") shows it once: the table's line, in its place.
-    last = {_check_key(text): number for number, text in enumerate(shown)}
-    return [text for number, text in enumerate(shown) if last[_check_key(text)] == number]
+    # Only verdict lines are merged: two equal fix: lines belong to two different checks.
+    keys = [
+        _check_key(text) if text.startswith(VERDICTS) else str(n) for n, text in enumerate(shown)
+    ]
+    last = {key: number for number, key in enumerate(keys)}
+    return [text for number, text in enumerate(shown) if last[keys[number]] == number]
+
+
+VERDICTS = ("ok ", "FAIL ", "WARN ")
 
 
 def _check_key(line: str) -> str:
