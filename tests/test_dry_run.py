@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -212,3 +213,18 @@ def test_make_wheels_dry_run_says_when_preflight_finds_no_blocker(tmp_path: Path
         "preflight now: no blocker found (pins, engine or host tools, disk, memory); "
         "the remotes are checked by the real run"
     )
+
+
+def test_the_memory_blockers_fix_proposes_jobs_this_machine_has_cores_for(tmp_path: Path) -> None:
+    # It proposed as many jobs as the memory holds (JOBS=19 on a 2-core machine).
+    dry = subprocess.run(
+        [sys.executable, "-m", "xla_wheels", "wheels", "--bundle", "v6e-2.9", "--dry-run",
+         "--mode", "host", "--jobs", "4096", "--mem-per-job-gib", "0.01", "--mem-base-gib", "0"],
+        cwd=REPO_ROOT, text=True, capture_output=True, timeout=120, check=False,
+        env={"PATH": os.environ["PATH"], "HOME": str(tmp_path),
+             "XLA_WHEELS_OUT": str(tmp_path / "out"), "XLA_WHEELS_CACHE": str(tmp_path / "cache")},
+    )  # fmt: skip
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    (memory,) = [line for line in dry.stdout.splitlines() if line.startswith("  - memory: ")]
+    (proposed,) = re.findall(r"JOBS=([0-9]+)`", memory)
+    assert 1 <= int(proposed) <= (os.cpu_count() or 1), memory

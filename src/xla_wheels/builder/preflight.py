@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from xla_wheels import disk_faults, runner
-from xla_wheels.builder.config import ENGINES, BuildConfig, mem_total_gib
+from xla_wheels.builder.config import ENGINES, BuildConfig, jobs_that_fit, mem_total_gib
 from xla_wheels.builder.container import image_present, probe_engine
 from xla_wheels.bundle import Bundle, Component
 from xla_wheels.checks_before_fetch import is_mirror_directory, mirror_problem
@@ -166,11 +166,13 @@ def _check_resources(
     need = config.mem_base_gib + config.jobs * config.mem_per_job_gib
     if total is not None and total < need:
         fits = int((total - config.mem_base_gib) // config.mem_per_job_gib)
+        # Proposed: what this machine's memory and cores both take.
+        jobs = jobs_that_fit(config.mem_per_job_gib, config.mem_base_gib)
         problems.append(
             f"memory: {total:.0f} GiB here, JOBS={config.jobs} needs about {need:.0f} GiB "
             f"({config.mem_per_job_gib:.0f} GiB per job + {config.mem_base_gib:.0f}); "
             + (
-                f"use `{again_command(options, bundle, config, JOBS=str(fits))}`"
+                f"use `{again_command(options, bundle, config, JOBS=str(jobs))}`"
                 if fits >= 1
                 else "use a larger builder"
             )
