@@ -16,8 +16,13 @@ VENV := .venv
 PY := $(VENV)/bin/python
 # The CLI learns it runs under make: the target, the variable table and the variables
 # given on the command line (src/xla_wheels/cli/from_make.py).
-CLI = XLA_WHEELS_MAKE_GOAL=$@ XLA_WHEELS_MAKE_VARIABLES='$(strip $(MAKE_VARIABLES))' \
-  XLA_WHEELS_MAKE_COMMAND_LINE='$(GIVEN_ON_COMMAND_LINE)' $(PY) -m xla_wheels
+# Every target that runs Python goes through it (the make-variable check): the CLI, the
+# demo, and MAKE_CHECK before the development tools.
+MAKE_CONTEXT = XLA_WHEELS_MAKE_GOAL=$@ XLA_WHEELS_MAKE_VARIABLES='$(strip $(MAKE_VARIABLES))' \
+  XLA_WHEELS_MAKE_COMMAND_LINE='$(GIVEN_ON_COMMAND_LINE)'
+CLI = $(MAKE_CONTEXT) $(PY) -m xla_wheels
+DEMO = $(MAKE_CONTEXT) $(PY) -m xla_wheels.demo
+MAKE_CHECK = $(MAKE_CONTEXT) $(PY) -m xla_wheels.cli.make_check
 VENV_STAMP := $(VENV)/.installed-$(shell cat requirements-dev.txt pyproject.toml 2>/dev/null | sha256sum | cut -c1-16)
 
 # --- make variable -> CLI flag (the one mapping) ------------------------------------
@@ -153,22 +158,25 @@ PARALLEL_FLAGS := -n auto --dist loadgroup
 FAST_TIER_FLAGS := -m 'not slow and not stock_xla'
 
 test: $(VENV_STAMP) container-tools cache-tools compiler-tools supply-tools ## install everything needed, then run ruff, mypy and the whole test suite
+	@$(MAKE_CHECK)
 	$(PY) -m ruff check src tests scripts
 	$(PY) -m mypy
 	$(PY) -m pytest $(PARALLEL_FLAGS) $(PYTEST_ARGS)
 
 test-fast: $(VENV_STAMP) compiler-tools ## the edit loop: ruff and the tests that need no gate run, no stock torch_xla, no container engine and no whole-pipeline run
+	@$(MAKE_CHECK)
 	$(PY) -m ruff check src tests scripts
 	$(PY) -m pytest $(PARALLEL_FLAGS) $(FAST_TIER_FLAGS) $(PYTEST_ARGS)
 
 lint: $(VENV_STAMP) ## ruff and mypy only
+	@$(MAKE_CHECK)
 	$(PY) -m ruff check src tests scripts
 	$(PY) -m mypy
 
 # No builder host yet? Every stage of the pipeline on a demonstration upstream it writes
 # (NOT torch): offline, about a minute, everything under DEMO_DIR (src/xla_wheels/demo.py).
 demo: $(VENV_STAMP) ## every stage (manifest .. build .. lane .. install .. doctor) on a demonstration upstream, offline
-	$(PY) -m xla_wheels.demo $(call flag,DEMO_DIR)
+	@$(DEMO) $(call flag,DEMO_DIR) $(DRY_RUN_FLAG)
 
 bundles: $(VENV_STAMP) ## list the bundles with their pins
 	@$(CLI) bundles
@@ -207,7 +215,10 @@ lock-check: $(VENV_STAMP) ## fail when a manifest or patch no longer matches whe
 launch-env: $(VENV_STAMP) ## a bundle's launch profile for a launcher (env.sh, env.json, helper)
 	@$(CLI) launch-env $(BUNDLE_FLAG) $(PROFILE_FLAG) $(call flag,ROLE) $(call flag,OUT)
 
+# Checked as every target is (DRY_RUN=1 or a typo must not delete out/); without .venv no
+# stage has run, so there is nothing of ours in out/ to protect and nothing to check with.
 clean: ## remove build work (out/); dist/, wheels.lock and the per-machine cache are kept
+	@[ ! -x $(PY) ] || $(MAKE_CHECK)
 	rm -rf out
 
 # Publish stage (README "Publish and install"). Credentials come from TWINE_USERNAME /

@@ -349,3 +349,29 @@ def test_the_same_patch_twice_through_dot_slash_is_refused(project: Path) -> Non
 def test_an_empty_remote_is_refused(project: Path) -> None:
     text = VALID.replace('remote = "https://github.com/openxla/xla.git"', 'remote = " "')
     assert "'components.openxla.remote': is empty" in error_for(project, text)
+
+
+@pytest.mark.parametrize("stray", [".hidden.toml", "my bundle.toml", "-rf.toml", ".#demo.toml"])
+def test_the_choices_offered_for_an_unknown_bundle_are_only_valid_names(
+    project: Path, stray: str
+) -> None:
+    # "use one of" once listed files that are no bundle one could ask for.
+    target = project / "build" / "bundles" / stray
+    target.write_text(VALID)
+    with pytest.raises(UsageError) as caught:
+        load_bundle(project, "v6e-9.9")
+    assert caught.value.fix == "use one of: demo"
+    assert available_bundles(project) == ["demo"]
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ('version = "2.9.0"', 'version = "2.\u0669.0"'),
+        ('python = "3.13"', 'python = "3.\u0661\u0663"'),
+    ],
+)
+def test_a_manifest_number_in_another_script_is_refused(project: Path, old: str, new: str) -> None:
+    # \d matched any script's digits: "2.٩.0" was a version.
+    message = error_for(project, VALID.replace(old, new, 1))
+    assert new.split('"')[1] in message

@@ -10,12 +10,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 
 from tests.gitrepos import REPO_ROOT
+from xla_wheels.demo import MARKER, _summary
+from xla_wheels.run_lock import LOCK_NAME, bundle_run_lock
 from xla_wheels.wheel_filename import parse_wheel_name
 
 DEAD_PROXY = "http://127.0.0.1:9"
@@ -60,6 +63,8 @@ def test_make_demo_runs_every_stage_offline_and_writes_only_under_demo_dir(
         assert stage in out
     assert "NOT PyTorch" in out and "every stage passed" in out
     assert f"{demo_dir}/logs/" in out  # where to look
+    checks = [line for line in out.splitlines() if line.strip().startswith(("ok ", "WARN "))]
+    assert len(checks) == len(set(checks)) and len(checks) > 10, out  # each check once
 
     project = demo_dir / "project"
     lock = tomllib.loads((project / "wheels.lock").read_text())
@@ -86,3 +91,96 @@ def test_make_demo_runs_every_stage_offline_and_writes_only_under_demo_dir(
     assert "error: " in refused.stderr and "is not a previous demo's directory" in refused.stderr
     assert "fix: name an empty or new directory" in refused.stderr
     assert (stranger / "keep.txt").read_text() == "mine\n"
+
+
+def _previous_demo(directory: Path) -> dict[str, str]:
+    """A directory as a demo leaves it (its marker and a log); returns what it holds."""
+    (directory / "logs").mkdir(parents=True)
+    (directory / MARKER).write_text("written by `make demo`\n")
+    (directory / "logs" / "1-wheels.log").write_text("the first demo's log\n")
+    return _contents(directory)
+
+
+def _contents(directory: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(directory)): p.read_text() for p in directory.rglob("*") if p.is_file()
+    }
+
+
+@pytest.mark.parametrize(
+    ("argv", "env"),
+    [
+        (["DRY_RUN=1"], {}),
+        (["DRY_RUN=yes"], {}),
+        (["DRY_RUN=maybe"], {}),
+        ([], {"XLA_WHEELS_DRY_RUN": "1"}),
+        ([], {"XLA_WHEELS_DRY_RUN": "maybe"}),
+    ],
+)
+def test_make_demo_refuses_a_dry_run_and_leaves_the_directory_as_it_was(
+    argv: list[str], env: dict[str, str], tmp_path: Path
+) -> None:
+    # It once deleted and rebuilt the demo directory: the demo has no dry run.
+    demo_dir = tmp_path / "demo"
+    before = _previous_demo(demo_dir)
+    result = subprocess.run(
+        ["make", "--no-print-directory", "demo", f"DEMO_DIR={demo_dir}", *argv],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False,
+        env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), **env},
+    )  # fmt: skip
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.startswith("error: ") and "Traceback" not in result.stderr
+    assert "dry run" in result.stderr or "is not a switch value" in result.stderr
+    assert _contents(demo_dir) == before and result.stdout == ""
+
+
+def test_a_second_demo_in_one_directory_is_refused_while_the_first_runs(
+    tmp_path: Path,
+) -> None:
+    # The second once deleted the first one's directory under it (a traceback in the
+    # first), or left the first pointing at logs it now wrote.
+    demo_dir = tmp_path / "demo"
+    before = _previous_demo(demo_dir)
+    with bundle_run_lock(tmp_path, "demo", "make demo (the first)"):
+        result = subprocess.run(
+            [sys.executable, "-m", "xla_wheels.demo", "--dir", str(demo_dir)],
+            cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False,
+            env={"PATH": os.environ["PATH"], "HOME": str(tmp_path)},
+        )  # fmt: skip
+        assert result.returncode == 5, result.stdout + result.stderr
+        assert result.stderr.splitlines()[0] == (
+            f"error: another demo is running in {demo_dir} (pid and command: "
+            f"{os.getpid()} make demo (the first))"
+        )
+        assert "DEMO_DIR=<dir>" in result.stderr
+        holder = f"{os.getpid()} make demo (the first)\n"
+        assert _contents(demo_dir) == {**before, LOCK_NAME: holder}
+    assert _contents(demo_dir) == before  # the first run's lock is gone with it
+
+
+def test_a_stage_that_prints_its_checks_twice_is_summarised_once(tmp_path: Path) -> None:
+    # verify-install prints each check as it runs and again in its closing table: the
+    # demo showed the block twice.
+    log = tmp_path / "3-verify-install.log"
+    log.write_text(
+        "==> verify-install: pip install\n"
+        "  ok      install: 2 pinned file(s) by sha256\n"
+        "  ok      version torch: installed 2.9.0, locked 2.9.0\n"
+        "verify-install demo: PASSED\n"
+        "  ok      install            2 pinned file(s) by sha256\n"
+        "  ok      version torch      installed 2.9.0, locked 2.9.0\n"
+        "  WARN    abi                not applicable\n"
+        "  fix: reinstall torch_xla from a Linux wheel\n"
+        "  WARN    abi torch          not applicable\n"
+        "  fix: reinstall torch_xla from a Linux wheel\n"
+    )
+    assert _summary(log) == [
+        "verify-install demo: PASSED",
+        "ok      install            2 pinned file(s) by sha256",
+        "ok      version torch      installed 2.9.0, locked 2.9.0",
+        # Equal fixes of two checks both stay, each under its own.
+        "WARN    abi                not applicable",
+        "fix: reinstall torch_xla from a Linux wheel",
+        "WARN    abi torch          not applicable",
+        "fix: reinstall torch_xla from a Linux wheel",
+    ]

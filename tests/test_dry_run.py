@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -168,3 +170,61 @@ def test_make_passes_dry_run_to_every_target_that_writes(target: tuple[str, ...]
         text=True, capture_output=True, check=True, env={"PATH": os.environ["PATH"]},
     )  # fmt: skip
     assert "--dry-run" in process.stdout.strip().splitlines()[-1]
+
+
+def _wheels(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["make", "--no-print-directory", "wheels", "BUNDLE=v6e-2.9", "BUILD_MODE=host", *flags],
+        cwd=REPO_ROOT, text=True, capture_output=True, timeout=120, check=False,
+        env={"PATH": os.environ["PATH"], "HOME": str(tmp_path),
+             "XLA_WHEELS_OUT": str(tmp_path / "out"), "XLA_WHEELS_CACHE": str(tmp_path / "cache")},
+    )  # fmt: skip
+
+
+def test_make_wheels_dry_run_says_the_real_run_would_be_blocked(tmp_path: Path) -> None:
+    # The dry run printed the plan and exit 0, while the real run stopped at preflight.
+    missing = str(tmp_path / "no-such-python")
+    dry = _wheels(tmp_path, f"HOST_PYTHON={missing}", "DRY_RUN=1")
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    verdict = dry.stdout.split("preflight now: ", 1)[1]
+    assert verdict.startswith("the real run would stop: "), verdict
+    assert f"host mode: `{missing}` is not on PATH" in verdict
+    assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()
+    real = _wheels(tmp_path, f"HOST_PYTHON={missing}")
+    assert f"host mode: `{missing}` is not on PATH" in real.stderr
+    assert real.stderr.rstrip().endswith("Error 1")  # make's last line: the CLI's exit 1
+
+
+def test_make_wheels_dry_run_says_when_preflight_finds_no_blocker(tmp_path: Path) -> None:
+    # A host interpreter of the bundle's Python, whatever this machine's python3 is.
+    python = tmp_path / "python3.13"
+    python.write_text("#!/bin/sh\necho 3.13\n")
+    python.chmod(0o755)
+    dry = subprocess.run(
+        [sys.executable, "-m", "xla_wheels", "wheels", "--bundle", "v6e-2.9", "--dry-run",
+         "--mode", "host", "--host-python", str(python), "--host-tools", "git", "--jobs", "1",
+         "--min-disk-gib", "0", "--mem-per-job-gib", "0", "--mem-base-gib", "0"],
+        cwd=REPO_ROOT, text=True, capture_output=True, timeout=120, check=False,
+        env={"PATH": os.environ["PATH"], "HOME": str(tmp_path),
+             "XLA_WHEELS_OUT": str(tmp_path / "out"), "XLA_WHEELS_CACHE": str(tmp_path / "cache")},
+    )  # fmt: skip
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert dry.stdout.rstrip().splitlines()[-1] == (
+        "preflight now: no blocker found (pins, engine or host tools, disk, memory); "
+        "the remotes are checked by the real run"
+    )
+
+
+def test_the_memory_blockers_fix_proposes_jobs_this_machine_has_cores_for(tmp_path: Path) -> None:
+    # It proposed as many jobs as the memory holds (JOBS=19 on a 2-core machine).
+    dry = subprocess.run(
+        [sys.executable, "-m", "xla_wheels", "wheels", "--bundle", "v6e-2.9", "--dry-run",
+         "--mode", "host", "--jobs", "4096", "--mem-per-job-gib", "0.01", "--mem-base-gib", "0"],
+        cwd=REPO_ROOT, text=True, capture_output=True, timeout=120, check=False,
+        env={"PATH": os.environ["PATH"], "HOME": str(tmp_path),
+             "XLA_WHEELS_OUT": str(tmp_path / "out"), "XLA_WHEELS_CACHE": str(tmp_path / "cache")},
+    )  # fmt: skip
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    (memory,) = [line for line in dry.stdout.splitlines() if line.startswith("  - memory: ")]
+    (proposed,) = re.findall(r"JOBS=([0-9]+)`", memory)
+    assert 1 <= int(proposed) <= (os.cpu_count() or 1), memory

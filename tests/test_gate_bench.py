@@ -5,6 +5,7 @@ measured and kept: medians and spread per phase, the ratio, and the cache behavi
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -54,3 +55,17 @@ def test_bench_restart_without_torch_xla_is_exit_2(tmp_path):
     assert run.exit_code == 2
     assert "is not an executable interpreter" in run.stderr
     assert not (Path(tmp_path) / "restart.json").exists()
+
+
+def test_bench_restart_names_a_log_that_is_still_there(tmp_path):
+    # It once named a log in its temporary directory, deleted before the message was read.
+    broken = tmp_path / "python"
+    broken.write_text("#!/bin/sh\necho 'this interpreter is broken' >&2\nexit 3\n")
+    broken.chmod(0o755)
+    run = run_gate_cli(
+        "bench-restart", "--python", str(broken), "--device", "CPU", out_dir=tmp_path / "bench"
+    )
+    assert run.exit_code == 2, run.stdout + run.stderr
+    (named,) = re.findall(r"\(log: ([^)]+)\)", run.stderr)
+    assert Path(named).is_file() and "this interpreter is broken" in Path(named).read_text()
+    assert Path(named).is_relative_to(tmp_path / "bench")

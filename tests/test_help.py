@@ -195,3 +195,24 @@ def test_top_level_help_ends_with_an_example() -> None:
     text = _help_of()
     assert MARKUP.search(text) is None
     assert "example" in text.lower() and "xla-wheels wheels --bundle" in text
+
+
+def test_the_readme_says_where_make_puts_the_commands_exit_code(tmp_path) -> None:
+    # Through make every failure is exit 2; the README's exit codes did not say so.
+    readme = " ".join((REPO_ROOT / "README.md").read_text().split())
+    contract = readme[readme.index("Exit codes, for every subcommand") :][:4000]
+    assert "Through make, the exit status is make's: 2 whenever the command fails" in contract
+    assert "`make: *** [Makefile:NN: wheels] Error 5`" in contract
+    # And it is so: a bundle another run holds is the CLI's 5, make's 2, "Error 5" last.
+    from xla_wheels.run_lock import bundle_run_lock
+
+    with bundle_run_lock(tmp_path / "out", "v6e-2.9", "the other run"):
+        process = subprocess.run(
+            ["make", "--no-print-directory", "lock", "BUNDLE=v6e-2.9"], cwd=REPO_ROOT,
+            text=True, capture_output=True, check=False, timeout=60,
+            env={"PATH": os.environ["PATH"], "XLA_WHEELS_OUT": str(tmp_path / "out"),
+                 "XLA_WHEELS_CACHE": str(tmp_path / "cache")},
+        )  # fmt: skip
+    assert process.returncode == 2, process.stderr
+    last = process.stderr.splitlines()[-1]
+    assert re.fullmatch(r"make: \*\*\* \[Makefile:\d+: lock\] Error 5", last), process.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.clirunner import REPO_ROOT, run_cli
+from xla_wheels.builder.config import jobs_that_fit
 
 
 @pytest.mark.parametrize(
@@ -25,7 +26,7 @@ from tests.clirunner import REPO_ROOT, run_cli
         (
             ("wheels", "--bundle", "v6e-2.9", "--dry-run"),
             {"XLA_WHEELS_JOBS": "abc"},
-            "fix: set XLA_WHEELS_JOBS=8, or unset it",
+            f"fix: set XLA_WHEELS_JOBS={jobs_that_fit()}, or unset it",
         ),
     ],
 )

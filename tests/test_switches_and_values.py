@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.clirunner import REPO_ROOT, CliResult, run_cli
+from xla_wheels.builder.config import BuildConfig, mem_total_gib
 from xla_wheels.cli import build_parser
+from xla_wheels.make_help import MAKEFILE, Target, read_makefile
 from xla_wheels.values import SWITCH_FALSE, SWITCH_TRUE
 
 BUNDLE = "v6e-2.9"
@@ -99,7 +103,12 @@ def test_make_refuses_a_switch_value_it_does_not_know(
     lines = error_lines(result)
     assert lines[0].startswith(f"error: {variable}: {value!r} is not a switch value"), lines
     assert "--" not in lines[0]  # the make variable, not the CLI flag
-    assert lines[1].startswith(f"  fix: make {target[0]} ") and f"{variable}=1" in lines[1]
+    assert lines[1].startswith(f"  fix: make {target[0]} ")
+    if variable == "DRY_RUN":
+        assert f"{variable}=1" in lines[1]  # the side that changes nothing
+    else:
+        # Off, as if not given: FORCE=1 would overwrite patch files, whatever was meant.
+        assert f"{variable}=" not in lines[1], lines
     assert len(lines) == 2, lines
 
 
@@ -273,3 +282,147 @@ def test_argparse_mistakes_are_our_error_and_fix(argv: tuple[str, ...]) -> None:
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith("error: ") and "\n  fix: " in result.stderr
     assert "usage:" not in result.output and "Traceback" not in result.output
+
+
+# --- every make target: the same make-variable check ----------------------------------
+
+MAKE_TARGETS = read_makefile(MAKEFILE.read_text()).targets
+#: The one target that runs Python without the check: it creates the interpreter the
+#: check runs in.
+UNCHECKED = {"venv"}
+CHECKED_TARGETS = [t for t in MAKE_TARGETS if t.runs_python and t.name not in UNCHECKED]
+
+
+def _checkout_links(directory: Path) -> Path:
+    """A directory that is the checkout for make (its Makefile, .venv and sources, as
+    links): whatever a target would do if it ran anyway lands here, not in the checkout."""
+    directory.mkdir()
+    for name in ("Makefile", ".venv", "src", "requirements-dev.txt", "pyproject.toml"):
+        (directory / name).symlink_to(REPO_ROOT / name)
+    return directory
+
+
+def _make_in(directory: Path, *argv: str, env: dict[str, str] | None = None) -> CliResult:
+    """``make ARGV`` in ``directory``, ended (with everything it started) after a minute:
+    a target that runs for real instead of refusing fails the test, and stops."""
+    process = subprocess.Popen(
+        ["make", "--no-print-directory", *argv], cwd=directory, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        env={"PATH": os.environ["PATH"], "HOME": str(directory / "home"),
+             "XLA_WHEELS_CACHE": str(directory / "cache"), "PYTEST_ADDOPTS": "--collect-only",
+             **(env or {})},
+    )  # fmt: skip
+    try:
+        stdout, stderr = process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        pytest.fail(f"make {' '.join(argv)} ran instead of refusing: {stdout}{stderr}")
+    return CliResult(process.returncode, stdout, stderr)
+
+
+def _misspelt(name: str) -> str:
+    return name.replace("_", "") if "_" in name else name.lower()
+
+
+def test_every_target_that_runs_python_is_checked() -> None:
+    assert {t.name for t in CHECKED_TARGETS} >= {"demo", "test", "lint", "clean", "wheels"}
+    assert {t.name for t in MAKE_TARGETS if not t.runs_python} == {"help", "cache-tools"}
+
+
+@pytest.mark.parametrize("target", CHECKED_TARGETS, ids=lambda t: t.name)
+def test_every_make_target_refuses_a_misspelt_variable(target: Target, tmp_path: Path) -> None:
+    # DEMODIR=x once ran the demo in out/demo: `make demo` skipped the check.
+    meant = target.variables[0] if target.variables else "DRY_RUN"
+    checkout = _checkout_links(tmp_path / "checkout")
+    result = _make_in(checkout, target.name, f"{_misspelt(meant)}=x")
+    assert result.exit_code == 2, result.output
+    lines = error_lines(result)
+    assert lines[0] == (
+        f"error: make variable {_misspelt(meant)} is not read by any target of this Makefile "
+        f"(did you mean {meant}?)"
+    ), lines
+    assert lines[1] == f"  fix: make {target.name} {meant}=x", lines
+    assert sorted(p.name for p in checkout.iterdir()) == sorted(
+        [".venv", "Makefile", "pyproject.toml", "requirements-dev.txt", "src"]
+    )
+
+
+@pytest.mark.parametrize(
+    "target",
+    [t for t in CHECKED_TARGETS if "DRY_RUN" not in t.variables or t.name in ("demo",)],
+    ids=lambda t: t.name,
+)
+def test_make_dry_run_on_every_target_without_a_dry_run_is_refused(
+    target: Target, tmp_path: Path
+) -> None:
+    # `make clean DRY_RUN=1` deleted out/, `make attest DRY_RUN=1` signed, `make demo
+    # DRY_RUN=1` replaced the demo directory: make passed DRY_RUN to no command.
+    checkout = _checkout_links(tmp_path / "checkout")
+    (checkout / "out").mkdir()
+    result = _make_in(checkout, target.name, "DRY_RUN=1")
+    assert result.exit_code == 2, result.output
+    lines = error_lines(result)
+    assert lines[0].startswith("error: DRY_RUN: ") and lines[0].endswith("has no dry run"), lines
+    assert lines[1] == f"  fix: make {target.name}", lines
+    assert (checkout / "out").is_dir()
+    assert _make_in(checkout, target.name, "DRY_RUN=maybe").stderr.startswith(
+        "error: DRY_RUN: 'maybe' is not a switch value"
+    )
+    # The environment's dry run too: refused, never run for real.
+    by_environment = _make_in(checkout, target.name, env={"XLA_WHEELS_DRY_RUN": "1"})
+    assert by_environment.exit_code == 2, by_environment.output
+    assert "has no dry run, and XLA_WHEELS_DRY_RUN is set" in by_environment.stderr
+    assert (checkout / "out").is_dir()
+
+
+# --- numbers are ASCII digits ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "variable", "value"),
+    [
+        (("wheels", f"BUNDLE={BUNDLE}", "DRY_RUN=1"), "NET_TIMEOUT", "1_0"),
+        (("wheels", f"BUNDLE={BUNDLE}", "DRY_RUN=1"), "NET_TIMEOUT", "\u0668"),
+        (("wheels", f"BUNDLE={BUNDLE}", "DRY_RUN=1"), "JOBS", "\u0668"),
+        (("wheels", f"BUNDLE={BUNDLE}", "DRY_RUN=1"), "JOBS", "1_0"),
+        (("bench-restart",), "ROUNDS", "\u0668"),
+        (("wheels", f"BUNDLE={BUNDLE}", "DRY_RUN=1"), "BUILD_TAG", "\u0668"),
+        (("wheels", f"BUNDLE={BUNDLE}", "DRY_RUN=1"), "SOURCE_DATE_EPOCH", "1_700_000_000"),
+    ],
+)
+def test_a_number_in_other_digits_or_with_underscores_is_refused(
+    argv: tuple[str, ...], variable: str, value: str, tmp_path: Path
+) -> None:
+    # Python's int and float read them, and the plan showed the default instead.
+    result = run_make(*argv, f"{variable}={value}", tmp_path=tmp_path)
+    assert_refused_before_anything(result, tmp_path)
+    assert "ASCII digits 0-9 only" in error_lines(result)[0], result.stderr
+
+
+def test_the_environment_refuses_a_number_in_other_digits(tmp_path: Path) -> None:
+    result = run_cli(
+        "bundles", root=REPO_ROOT,
+        env={"XLA_WHEELS_NET_TIMEOUT": "1_0", "XLA_WHEELS_OUT": str(tmp_path / "out")},
+    )  # fmt: skip
+    assert result.exit_code == 2 and "ASCII digits 0-9 only" in result.stderr, result.output
+
+
+@pytest.mark.parametrize("setting", ["JOBS=1e9", "JOBS=0"])
+def test_a_refused_jobs_value_gets_a_fix_that_fits_this_machine(
+    setting: str, tmp_path: Path
+) -> None:
+    # The fix once proposed JOBS=8 on a 2-core machine.
+    result = run_make("wheels", f"BUNDLE={BUNDLE}", "DRY_RUN=1", setting, tmp_path=tmp_path)
+    assert_refused_before_anything(result, tmp_path)
+    (proposed,) = re.findall(r"JOBS=([0-9]+)", error_lines(result)[1])
+    assert 1 <= int(proposed) <= (os.cpu_count() or 1)
+    total = mem_total_gib()
+    config = BuildConfig()
+    if total is not None and total >= config.mem_base_gib + config.mem_per_job_gib:
+        assert config.mem_base_gib + int(proposed) * config.mem_per_job_gib <= total
+    # And it is a fix that works: the same command with it passes the check.
+    fixed = run_make(
+        "wheels", f"BUNDLE={BUNDLE}", "DRY_RUN=1", f"JOBS={proposed}", tmp_path=tmp_path
+    )
+    assert fixed.exit_code == 0, fixed.output

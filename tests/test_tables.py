@@ -297,3 +297,24 @@ def test_json_null_is_an_absent_optional_field_and_not_a_present_required_one() 
     data["built_by"] = None
     with pytest.raises(ProvenanceFormatError, match="key 'built_by': missing"):
         Provenance.from_json(data)
+
+
+@pytest.mark.parametrize("name", [name for name, f in FORMATS.items() if f.file])
+def test_a_file_saved_with_a_byte_order_mark_is_told_so(tmp_path: Path, name: str) -> None:
+    # tomllib's own message was "Invalid statement (at line 1, column 1)".
+    fmt = FORMATS[name]
+    with pytest.raises(fmt.error) as caught:
+        fmt.load(tmp_path, "\ufeff" + fmt.good)
+    assert isinstance(caught.value, PipelineError)
+    assert fmt.file in caught.value.message
+    assert "starts with a byte-order mark" in caught.value.message
+    assert caught.value.fix.startswith("save it as UTF-8 without BOM")
+
+
+@pytest.mark.parametrize("lane", ["-rf", "a lane", ".hidden", "../up"])
+def test_a_lane_name_that_is_no_valid_name_is_refused(tmp_path: Path, lane: str) -> None:
+    # It was accepted, and offered in the "use one of" list of an unknown lane.
+    with pytest.raises(LaneFileError) as caught:
+        load_lanes(tmp_path, LANES + f'\n[lanes."{lane}"]\npath = "dist/lanes/x"\n')
+    assert f"{lane!r} is not a valid lane name" in caught.value.message
+    assert "lanes.toml" in caught.value.message

@@ -48,8 +48,9 @@ COMPONENT_NAMES = ("torch", "torch_xla", "openxla")
 RUNTIME_NAMES = ("libtpu", "jax", "jaxlib")
 
 _HEX = re.compile(r"[0-9a-f]+")
-_VERSION = re.compile(r"\d+(\.\d+)*([a-z]+\d+)?")
-_PYTHON = re.compile(r"3\.\d+")
+# ASCII digits only (``\d`` alone would take any script's digits).
+_VERSION = re.compile(r"\d+(\.\d+)*([a-z]+\d+)?", re.ASCII)
+_PYTHON = re.compile(r"3\.\d+", re.ASCII)
 _MIN_SHORT_SHA = 7
 
 
@@ -152,7 +153,13 @@ def _inside(path: Path, root: Path) -> bool:
 
 
 def available_bundles(repo_root: Path) -> list[str]:
-    return sorted(path.stem for path in bundles_dir(repo_root).glob("*.toml"))
+    """The bundles that can be asked for: a manifest whose name is a valid bundle name (a
+    hidden file or ``my bundle.toml`` is none, and is never offered as a choice)."""
+    return sorted(
+        path.stem
+        for path in bundles_dir(repo_root).glob("*.toml")
+        if NAME_PATTERN.fullmatch(path.stem)
+    )
 
 
 def load_bundle(repo_root: Path, name: str) -> Bundle:

@@ -33,13 +33,16 @@ import sys
 import textwrap
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 from xla_wheels import runner
-from xla_wheels.cli import exit_code_of
-from xla_wheels.errors import PipelineError, UsageError
+from xla_wheels.cli import Parser, checked_arguments, exit_code_of
+from xla_wheels.cli.arguments import RefusedSwitchAction
+from xla_wheels.errors import BundleBusy, PipelineError, UsageError
 from xla_wheels.publish.cache_contract import directory_name
+from xla_wheels.run_lock import LOCK_NAME, bundle_run_lock
 from xla_wheels.wheel_filename import parse_wheel_name
 from xla_wheels.wheels_lock import read_lock
 
@@ -393,14 +396,48 @@ def _child_env(directory: Path, extra: Mapping[str, str] | None) -> dict[str, st
     }
 
 
+def _check_directory(directory: Path) -> list[Path]:
+    """What a previous demo left in ``directory`` (to be replaced); a directory that holds
+    anything else is refused. The lock file of a running demo is neither."""
+    if not directory.exists():
+        return []
+    if not directory.is_dir():
+        raise UsageError(
+            f"{directory} is not a directory",
+            fix="name an empty or new directory: `make demo DEMO_DIR=<dir>`",
+        )
+    previous = [child for child in directory.iterdir() if child.name != LOCK_NAME]
+    if previous and not (directory / MARKER).is_file():
+        raise UsageError(
+            f"{directory} exists and is not a previous demo's directory (no {MARKER})",
+            fix="name an empty or new directory: `make demo DEMO_DIR=<dir>`",
+        )
+    return previous
+
+
+def _one_demo_at_a_time(directory: Path) -> ExitStack:
+    """The lock the pipeline's runs take (:mod:`xla_wheels.run_lock`), on the demo
+    directory: a second demo there would delete the first one's files under it."""
+    held = ExitStack()
+    try:
+        held.enter_context(bundle_run_lock(directory.parent, directory.name, "make demo"))
+    except BundleBusy:
+        holder = (directory / LOCK_NAME).read_text(errors="replace").strip() or "unknown"
+        raise BundleBusy(
+            f"another demo is running in {directory} (pid and command: {holder})",
+            fix="wait for it to finish, or give this one a directory of its own: "
+            "`make demo DEMO_DIR=<dir>`",
+        ) from None
+    return held
+
+
 def _prepare(directory: Path) -> None:
-    if directory.exists() and any(directory.iterdir()):
-        if not (directory / MARKER).is_file():
-            raise UsageError(
-                f"{directory} exists and is not a previous demo's directory (no {MARKER})",
-                fix="name an empty or new directory: `make demo DEMO_DIR=<dir>`",
-            )
-        shutil.rmtree(directory)
+    # Checked again under the lock: the directory may have changed while we waited.
+    for child in _check_directory(directory):
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
     directory.mkdir(parents=True, exist_ok=True)
     (directory / MARKER).write_text("written by `make demo`; removed by the next run\n")
     (directory / "home").mkdir()
@@ -411,6 +448,13 @@ def run_demo(directory: Path) -> int:
     """Generate the demonstration project under ``directory`` and run every stage (0: all
     passed; a stage that fails raises)."""
     directory = directory.resolve()
+    # Refused before the lock is taken, which would write into a directory not ours.
+    _check_directory(directory)
+    with _one_demo_at_a_time(directory):
+        return _run_stages(directory)
+
+
+def _run_stages(directory: Path) -> int:
     _prepare(directory)
     started = time.monotonic()
     print(f"== demo: a DEMONSTRATION upstream (NOT PyTorch) in {directory}/upstream", flush=True)
@@ -465,27 +509,55 @@ def _summary(log_path: Path) -> list[str]:
     results = ("lane ", "collect: ", "verify-install ", "doctor")
     timings = (" ran", " reused", " skipped")  # the build's stage timings
     lines = (line.strip() for line in log_path.read_text(errors="replace").splitlines())
-    return [text for text in lines if text.startswith(checks + results) or text.endswith(timings)]
+    shown = [text for text in lines if text.startswith(checks + results) or text.endswith(timings)]
+    # A stage that prints each check as it happens ("ok  install: ...") and again in its
+    # closing table ("ok  install  ...") shows it once: the table's line, in its place.
+    # Only verdict lines are merged: two equal fix: lines belong to two different checks.
+    keys = [
+        _check_key(text) if text.startswith(VERDICTS) else str(n) for n, text in enumerate(shown)
+    ]
+    last = {key: number for number, key in enumerate(keys)}
+    return [text for number, text in enumerate(shown) if last[keys[number]] == number]
+
+
+VERDICTS = ("ok ", "FAIL ", "WARN ")
+
+
+def _check_key(line: str) -> str:
+    """A check line as words, whether its name ends in a colon or in padding."""
+    return " ".join(line.replace(":", " ", 1).split())
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The demo's command line (``make help`` reads DEMO_DIR's text from it)."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="python -m xla_wheels.demo",
         description="Run every stage of the pipeline on a demonstration upstream (NOT torch).",
     )
+    parser.set_defaults(command="demo")
     parser.add_argument(
         "--dir",
         type=Path,
         default=DEFAULT_DIR,
         help=f"the one directory the demo writes (default: {DEFAULT_DIR})",
     )
+    # The demo has no dry run: asked for one, it refuses rather than replace DEMO_DIR.
+    parser.add_argument(
+        "--dry-run", action=RefusedSwitchAction, default=False, help=argparse.SUPPRESS
+    )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return exit_code_of(lambda: run_demo(args.dir))
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    return exit_code_of(lambda: _checked_run(arguments))
+
+
+def _checked_run(arguments: list[str]) -> int:
+    # The checks every make target's command makes before anything runs (make variables,
+    # switches, the environment; the demo has no dry run, so DRY_RUN=1 is refused).
+    args = checked_arguments(build_parser, arguments)
+    return run_demo(args.dir)
 
 
 if __name__ == "__main__":

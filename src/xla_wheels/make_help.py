@@ -93,6 +93,8 @@ class Target:
     commands: tuple[str, ...]
     """The CLI subcommands its recipe runs (``demo``: ``python -m xla_wheels.demo``)."""
     variables: tuple[str, ...]
+    runs_python: bool = False
+    """Its recipe runs the project's interpreter (``$(PY)``), through a make variable or not."""
 
 
 @dataclass(frozen=True)
@@ -151,9 +153,12 @@ def read_makefile(text: str) -> Makefile:
             recipe = [line for p in prerequisites.split() for line in rules.get(p, ("", []))[1]]
         body = "\n".join(recipe)
         commands = re.findall(r"\$\(CLI\)\s+([a-z][a-z-]*)", body)
-        if "-m xla_wheels.demo" in body:
+        if "$(DEMO)" in body:
             commands.append("demo")
-        targets.append(Target(name, summary, tuple(commands), tuple(reads(body, set()))))
+        runs_python = any(s in body for s in ("$(PY)", "$(CLI)", "$(DEMO)", "$(MAKE_CHECK)"))
+        targets.append(
+            Target(name, summary, tuple(commands), tuple(reads(body, set())), runs_python)
+        )
     return Makefile(table, tuple(targets), defaults)
 
 

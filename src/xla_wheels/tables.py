@@ -15,6 +15,7 @@ image, which has no pipeline dependencies.
 
 from __future__ import annotations
 
+import codecs
 import difflib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -75,6 +76,8 @@ def read_utf8(path: Path, error: ErrorFactory, *, what: str = "file") -> tuple[s
             f"{path} cannot be read: {problem.strerror}",
             fix=f"make it readable (`ls -l {path}`)",
         ) from None
+    if (bom := bom_problem(raw)) is not None:
+        raise error(f"{path} {bom}", fix=BOM_FIX)
     try:
         return raw.decode("utf-8"), raw
     except UnicodeDecodeError as problem:
@@ -82,6 +85,17 @@ def read_utf8(path: Path, error: ErrorFactory, *, what: str = "file") -> tuple[s
             f"{path}: not UTF-8 text (byte {problem.start} cannot be read)",
             fix="save the file as UTF-8 (TOML files are UTF-8)",
         ) from None
+
+
+BOM_FIX = (
+    "save it as UTF-8 without BOM (most editors offer both 'UTF-8' and 'UTF-8 with BOM')"
+)
+
+
+def bom_problem(raw: bytes) -> str | None:
+    """What is wrong when ``raw`` starts with a byte-order mark, which a TOML parser reports
+    only as "Invalid statement (line 1, column 1)"."""
+    return "starts with a byte-order mark (BOM)" if raw.startswith(codecs.BOM_UTF8) else None
 
 
 class Table:

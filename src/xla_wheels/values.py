@@ -7,7 +7,9 @@
   "do it for real", nor silently "don't".
 - Names that become paths or command arguments (bundles, lanes): :data:`NAME_PATTERN`.
 - Numbers: finite and within a stated range, so that ``JOBS=1e9`` or a negative timeout
-  is refused at once instead of failing, or hanging, later.
+  is refused at once instead of failing, or hanging, later; written in ASCII digits only
+  (Python's ``int``/``float`` also read ``1_0`` and ``'٨'``, which no user means as a
+  number here, and other tools reading the same value would not).
 
 Every parser raises :class:`BadValue` with what is wrong and an example of a good value;
 the caller names where the value came from (make variable, flag, environment variable,
@@ -60,11 +62,27 @@ def check_name(text: str) -> str:
     return text
 
 
+#: A whole number and a decimal number as the user may write them: ASCII digits only.
+WHOLE_NUMBER = re.compile(r"[0-9]+")
+_DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+#: Words ``float`` reads that are refused as out of range, not as misspelt numbers.
+_NOT_FINITE = frozenset({"inf", "+inf", "-inf", "infinity", "+infinity", "-infinity", "nan"})
+
+
+def digits_hint(text: str) -> str:
+    """Why ``text`` that Python would read as a number is not one here, if it would."""
+    if "_" in text or any(c.isdigit() and not c.isascii() for c in text):
+        return " (write it with the ASCII digits 0-9 only, no '_' or other scripts' digits)"
+    return ""
+
+
 def parse_count(text: str, *, low: int, high: int, example: int) -> int:
     """A whole number in ``[low, high]`` (jobs, rounds, runs)."""
     stripped = text.strip()
     if not re.fullmatch(r"[+-]?[0-9]+", stripped):
-        raise BadValue(f"is not a whole number from {low} to {high}", str(example))
+        raise BadValue(
+            f"is not a whole number from {low} to {high}{digits_hint(stripped)}", str(example)
+        )
     value = int(stripped)
     if not low <= value <= high:
         raise BadValue(f"is out of range: give a whole number from {low} to {high}", str(example))
@@ -73,10 +91,10 @@ def parse_count(text: str, *, low: int, high: int, example: int) -> int:
 
 def parse_amount(text: str, *, low: float, high: float, example: float, unit: str) -> float:
     """A finite number in ``[low, high]`` (seconds, GiB, ratios, tolerances)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise BadValue(f"is not a number of {unit}", f"{example:g}") from None
+    stripped = text.strip()
+    if not (_DECIMAL.fullmatch(stripped) or stripped.lower() in _NOT_FINITE):
+        raise BadValue(f"is not a number of {unit}{digits_hint(stripped)}", f"{example:g}")
+    value = float(stripped)
     if not math.isfinite(value) or not low <= value <= high:
         raise BadValue(
             f"is out of range: give a number of {unit} from {low:g} to {high:g}", f"{example:g}"

@@ -31,7 +31,7 @@ from xla_wheels.bundle import Bundle, available_bundles, load_bundle
 from xla_wheels.errors import LockError, LockFileError, PipelineError
 from xla_wheels.patches import describe_series, series_digest
 from xla_wheels.provenance import PatchDigest, read_patches
-from xla_wheels.tables import Field, Table
+from xla_wheels.tables import BOM_FIX, Field, Table, bom_problem
 
 LOCK_VERSION = "1"
 _PREAMBLE = (
@@ -343,7 +343,10 @@ def read_lock(path: Path) -> Lock:
     if path.is_dir():
         raise _unreadable(path, "is a directory, not the lock file")
     try:
-        data = tomllib.loads(path.read_bytes().decode("utf-8"))
+        raw = path.read_bytes()
+        if (bom := bom_problem(raw)) is not None:
+            raise LockFileError(f"{path} {bom}", fix=BOM_FIX)
+        data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as error:
         raise _unreadable(path, f"is not UTF-8 text (byte {error.start}): damaged") from None
     except tomllib.TOMLDecodeError as error:

@@ -7,6 +7,8 @@ composed from this object, so the DRY_RUN plan and the real run cannot drift apa
 
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,3 +69,28 @@ class BuildConfig:
     """A rebuilt wheel whose bytes differ from the recorded one: keep the recorded file."""
     build_tag: str | None = None
     """PEP 427 build tag (a number) given to a rebuilt wheel whose bytes differ."""
+
+
+GIB = 1024**3
+
+
+def mem_total_gib() -> float | None:
+    """This machine's memory (Linux ``/proc/meminfo``), None where it cannot be read."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024 / GIB
+    return None
+
+
+def jobs_that_fit(
+    mem_per_job_gib: float = BuildConfig.mem_per_job_gib,
+    mem_base_gib: float = BuildConfig.mem_base_gib,
+) -> int:
+    """A JOBS value this machine takes, for a fix that can be run as it is: its cores, or
+    fewer when its memory holds fewer compile jobs (never less than one)."""
+    cores = os.cpu_count() or 1
+    total = mem_total_gib()
+    if total is None:
+        return cores
+    return max(1, min(cores, int((total - mem_base_gib) // mem_per_job_gib)))

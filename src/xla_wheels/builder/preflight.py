@@ -19,10 +19,9 @@ import shutil
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from xla_wheels import disk_faults, runner
-from xla_wheels.builder.config import ENGINES, BuildConfig
+from xla_wheels.builder.config import ENGINES, BuildConfig, jobs_that_fit, mem_total_gib
 from xla_wheels.builder.container import image_present, probe_engine
 from xla_wheels.bundle import Bundle, Component
 from xla_wheels.checks_before_fetch import is_mirror_directory, mirror_problem
@@ -150,14 +149,6 @@ def _check_python(options: PipelineOptions, bundle: Bundle, config: BuildConfig)
     return []
 
 
-def _mem_total_gib() -> float | None:
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) * 1024 / GIB
-    return None
-
-
 def _check_resources(
     options: PipelineOptions, bundle: Bundle, config: BuildConfig
 ) -> list[str]:
@@ -171,15 +162,17 @@ def _check_resources(
             "work directory on a bigger disk: `XLA_WHEELS_OUT=<dir on a bigger disk> "
             f"{again_command(options, bundle, config)}`"
         )
-    total = _mem_total_gib()
+    total = mem_total_gib()
     need = config.mem_base_gib + config.jobs * config.mem_per_job_gib
     if total is not None and total < need:
         fits = int((total - config.mem_base_gib) // config.mem_per_job_gib)
+        # Proposed: what this machine's memory and cores both take.
+        jobs = jobs_that_fit(config.mem_per_job_gib, config.mem_base_gib)
         problems.append(
             f"memory: {total:.0f} GiB here, JOBS={config.jobs} needs about {need:.0f} GiB "
             f"({config.mem_per_job_gib:.0f} GiB per job + {config.mem_base_gib:.0f}); "
             + (
-                f"use `{again_command(options, bundle, config, JOBS=str(fits))}`"
+                f"use `{again_command(options, bundle, config, JOBS=str(jobs))}`"
                 if fits >= 1
                 else "use a larger builder"
             )
@@ -273,6 +266,23 @@ def run_checks(found: list[Check]) -> list[str]:
     with ThreadPoolExecutor(max_workers=len(found)) as pool:
         results = list(pool.map(lambda check: check.run(), found))
     return [problem for result in results for problem in result]
+
+
+def dry_run_verdict(options: PipelineOptions, bundle: Bundle, config: BuildConfig) -> str:
+    """What a dry run says of preflight: the blockers the checks that contact no remote
+    find now (the real run would stop on them), or that they find none. A dry run changes
+    nothing and waits on no network, so the remotes are left to the real run."""
+    blockers = run_checks(checks(options, bundle, config, need_sources=False))
+    if not blockers:
+        return (
+            "preflight now: no blocker found (pins, engine or host tools, disk, memory); "
+            "the remotes are checked by the real run"
+        )
+    return (
+        f"preflight now: the real run would stop: {len(blockers)} blocker(s) "
+        "(the remotes not checked by a dry run):"
+        + "".join(f"\n  - {blocker}" for blocker in blockers)
+    )
 
 
 def planned_preflight(

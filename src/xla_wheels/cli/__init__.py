@@ -29,10 +29,10 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
 from xla_wheels import __version__
-from xla_wheels.cli.arguments import RefusedSwitchAction
+from xla_wheels.cli.arguments import RefusedSwitchAction, SwitchAction
 from xla_wheels.cli.from_make import MakeRun
 from xla_wheels.cli.help import subcommand_help
-from xla_wheels.cli.settings import check_environment
+from xla_wheels.cli.settings import check_environment, env_switch, refuse_dry_run
 from xla_wheels.disk_faults import disk_error
 from xla_wheels.errors import PipelineError, UsageError
 
@@ -188,12 +188,15 @@ def _bad_argument(
     flag = names[0] or "argument"
     variable = make.variable_of(names) if make is not None else None
     example = _example(action) if action is not None else "<value>"
-    # A subcommand without a dry run: the working command is the same one without it.
+    # A subcommand without a dry run: the working command is the same one without it. A
+    # switch value not understood: the fix is the side that changes less, a dry run on,
+    # any other switch off (FORCE=1 overwrites files: proposed only for that problem).
     refused = isinstance(action, RefusedSwitchAction)
+    drop = refused or (isinstance(action, SwitchAction) and action.dest != "dry_run")
     if make is not None and variable is not None:
-        fix = make.command(None if refused else variable, example, instead_of=variable)
+        fix = make.command(None if drop else variable, example, instead_of=variable)
         return UsageError(f"{variable}: {error.message}", fix=fix)
-    fix = f"run it without {flag}" if refused else f"pass {flag} {example}"
+    fix = f"run it without {flag}" if drop else f"pass {flag} {example}"
     return UsageError(f"{flag}: {error.message}", fix=fix)
 
 
@@ -226,20 +229,36 @@ def _reported(error: PipelineError) -> int:
     return error.exit_code
 
 
-def _run(arguments: list[str]) -> int:
+def checked_arguments(
+    parser: Callable[[], argparse.ArgumentParser], arguments: Sequence[str]
+) -> argparse.Namespace:
+    """The edge's checks, before anything runs, for the CLI and every other entry point
+    make runs (the demo): a make variable the Makefile does not read, a refused argument
+    (named by its make variable), a switch or number of the environment not understood, a
+    dry run asked of a command that has none (by make or by the environment)."""
     make = MakeRun.from_environ(os.environ)
     if make is not None:
         make.check_command_line()
-    # The subcommand is the first argument that is not an option (the top-level parser
-    # has only --help and --version, which take no value).
-    parser = build_parser(next((arg for arg in arguments if not arg.startswith("-")), None))
+    built = parser()
     try:
-        args = parser.parse_args(arguments)
+        args = built.parse_args(arguments)
     except argparse.ArgumentError as error:
-        raise _bad_argument(error, parser, make) from None
+        raise _bad_argument(error, built, make) from None
+    if make is not None:
+        make.check_dry_run(honoured=getattr(args, "dry_run", None) is True)
     # A switch or number in the environment that is not understood is refused before
     # anything runs, whether or not this subcommand reads it.
     check_environment(os.environ)
+    if env_switch(os.environ, "--dry-run") and not getattr(args, "has_dry_run", False):
+        refuse_dry_run(getattr(args, "command", None) or built.prog)
+    return args
+
+
+def _run(arguments: list[str]) -> int:
+    # The subcommand is the first argument that is not an option (the top-level parser
+    # has only --help and --version, which take no value).
+    command = next((arg for arg in arguments if not arg.startswith("-")), None)
+    args = checked_arguments(lambda: build_parser(command), arguments)
     handler: Callable[[argparse.Namespace], int] = args.handler
     if not getattr(args, "writes_bundle", False):
         return handler(args)

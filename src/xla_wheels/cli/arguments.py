@@ -62,7 +62,7 @@ class RefusedSwitchAction(SwitchAction):
         option_string: str | None = None,
     ) -> None:
         if self.parse(values):
-            command = parser.prog.split()[-1]
+            command = getattr(namespace, "command", None) or parser.prog.split()[-1]
             raise argparse.ArgumentError(self, f"{command} has no dry run")
         setattr(namespace, self.dest, False)
 

@@ -23,6 +23,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from xla_wheels.errors import UsageError
+from xla_wheels.values import BadValue, parse_switch
 
 ENV_VARIABLES = "XLA_WHEELS_MAKE_VARIABLES"
 ENV_GOAL = "XLA_WHEELS_MAKE_GOAL"
@@ -86,6 +87,20 @@ class MakeRun:
                 f"(did you mean {guess}?)",
                 fix=self.command(guess, self.given[name], instead_of=name),
             )
+
+    def check_dry_run(self, *, honoured: bool) -> None:
+        """Refuse ``DRY_RUN`` on make's command line when the target's command did not
+        take it as a dry run (``honoured``): the target would run for real."""
+        text = self.given.get("DRY_RUN")
+        if text is None or honoured:
+            return
+        fix = self.command(None, instead_of="DRY_RUN")
+        try:
+            on = parse_switch(text)
+        except BadValue as bad:
+            raise UsageError(f"DRY_RUN: {text!r} {bad.reason}", fix=fix) from None
+        if on:
+            raise UsageError(f"DRY_RUN: make {self.goal} has no dry run", fix=fix)
 
 
 def closest(name: str, known: Collection[str], *, prefix: str = "") -> str | None:

@@ -421,12 +421,16 @@ def _run_gate(args: argparse.Namespace, gate_profile: under_profile.GateProfile 
 def run_bench(args: argparse.Namespace) -> int:
     _check_bundle(args)
     out_dir: Path = args.out
+    # The children's logs go where the results go, as the gate's do: an error names one,
+    # and it must still be there to read. Only the compilation caches are scratch.
+    runs_dir = out_dir / "runs"
     with tempfile.TemporaryDirectory(prefix="xla-bench-", ignore_cleanup_errors=True) as tmp:
-        scratch = Path(tmp)
         target: Target = resolve_target(
-            _python(args), args.device, workdir=scratch, timeout_s=args.child_timeout
+            _python(args), args.device, workdir=runs_dir, timeout_s=args.child_timeout
         )
-        summary = bench.run_bench(target, scratch, args.rounds, args.workload, args.child_timeout)
+        summary = bench.run_bench(
+            target, runs_dir, args.rounds, args.workload, args.child_timeout, caches=Path(tmp)
+        )
         path = bench.write_bench(out_dir, summary)
         print(bench.render_bench(summary))
         print(f"kept as {path}")

@@ -44,7 +44,7 @@ from xla_wheels.options import (
     known_environment,
     machine_cache,
 )
-from xla_wheels.values import BadValue, parse_count, parse_switch
+from xla_wheels.values import WHOLE_NUMBER, BadValue, digits_hint, parse_count, parse_switch
 
 #: The settings that are switches: their environment variables are checked for every
 #: subcommand before it runs (:func:`check_environment`), read by it or not.
@@ -98,6 +98,15 @@ def env_switch(environ: Mapping[str, str], flag: str) -> bool:
         ) from None
 
 
+def refuse_dry_run(command: str) -> None:
+    """The environment asks for a dry run of ``command``, which has none: running it for
+    real would act behind the user's back."""
+    raise UsageError(
+        f"{command} has no dry run, and {env_var('--dry-run')} is set",
+        fix=f"unset {env_var('--dry-run')} to run it for real",
+    )
+
+
 def env_number(environ: Mapping[str, str], flag: str, parse: Callable[[str], float]) -> None:
     """Check ``XLA_WHEELS_<NAME>`` with ``parse`` (a :mod:`xla_wheels.values` parser)."""
     name = env_var(flag)
@@ -134,7 +143,11 @@ def check_environment(environ: Mapping[str, str]) -> None:
 
 
 def _jobs(text: str) -> int:
-    return parse_count(text, low=1, high=MAX_JOBS, example=8)
+    # Imported here: every subcommand checks XLA_WHEELS_JOBS, the gate's too, which load
+    # nothing of the build stage otherwise. The example is what fits this machine.
+    from xla_wheels.builder.config import jobs_that_fit
+
+    return parse_count(text, low=1, high=MAX_JOBS, example=jobs_that_fit())
 
 
 def _number(settings: Settings, flag: str, parse: Callable[[str], float], default: float) -> float:
@@ -148,13 +161,7 @@ def _number(settings: Settings, flag: str, parse: Callable[[str], float], defaul
 def pipeline_options(args: argparse.Namespace, environ: Mapping[str, str]) -> PipelineOptions:
     settings = Settings(args, environ)
     if not getattr(args, "has_dry_run", False) and settings.switch("--dry-run"):
-        # The environment asks for a dry run of a subcommand that has none: running it for
-        # real would act behind the user's back.
-        raise UsageError(
-            f"{getattr(args, 'command', None) or 'this subcommand'} has no dry run, and "
-            f"{env_var('--dry-run')} is set",
-            fix=f"unset {env_var('--dry-run')} to run it for real",
-        )
+        refuse_dry_run(getattr(args, "command", None) or "this subcommand")
     root = (settings.path("--root") or Path(".")).resolve()
     if not (root / "build" / "bundles").is_dir():
         raise UsageError(
@@ -254,9 +261,9 @@ def build_config(args: argparse.Namespace, environ: Mapping[str, str]) -> BuildC
 def _epoch(text: str | None) -> int | None:
     if text is None:
         return None
-    if not text.strip().isdigit():
+    if not WHOLE_NUMBER.fullmatch(text.strip()):
         raise UsageError(
-            f"SOURCE_DATE_EPOCH={text} is not a number of seconds since 1970",
+            f"SOURCE_DATE_EPOCH={text} is not a number of seconds since 1970{digits_hint(text)}",
             fix="unset it (the torch_xla commit's date is used) or give e.g. "
             "SOURCE_DATE_EPOCH=$(git log -1 --format=%ct)",
         )
@@ -266,10 +273,10 @@ def _epoch(text: str | None) -> int | None:
 def _build_tag(text: str | None) -> str | None:
     if text is None:
         return None
-    if not text.isdigit():
+    if not WHOLE_NUMBER.fullmatch(text):
         raise UsageError(
             f"build tag {text!r} is not a number (PEP 427: a build tag starts with a digit; "
-            "this pipeline uses plain build numbers)",
+            f"this pipeline uses plain build numbers){digits_hint(text)}",
             fix="give a number higher than any recorded for this wheel, e.g. BUILD_TAG=1",
         )
     return text

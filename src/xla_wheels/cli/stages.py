@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from xla_wheels import log, runner
-from xla_wheels.builder.config import DEFAULT_IMAGE, ENGINES, MODES, BuildConfig
+from xla_wheels.builder.config import DEFAULT_IMAGE, ENGINES, MODES, BuildConfig, jobs_that_fit
 from xla_wheels.builder.container import EngineError, build_image_argv
 from xla_wheels.bundle import available_bundles, describe, diff, load_bundle
 from xla_wheels.cli.arguments import (
@@ -90,6 +90,11 @@ def cmd_stages(last_stage: str, args: argparse.Namespace) -> int:
     if options.dry_run:
         bundle = load_bundle(options.root, args.bundle)
         print(render_plan(plan(options, bundle, config, last_stage)))
+        if config is not None:
+            # The plan lists what preflight checks; this says what it finds today.
+            from xla_wheels.builder.preflight import dry_run_verdict
+
+            print(dry_run_verdict(options, bundle, config))
         return 0
     run_until(options, args.bundle, last_stage, config)
     log.info(f"{last_stage}: done for {args.bundle}")
@@ -270,7 +275,7 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--jobs",
-        type=count(1, MAX_JOBS, 8),
+        type=count(1, MAX_JOBS, jobs_that_fit()),  # a fix proposes what fits here
         help=f"compile jobs, 1 to {MAX_JOBS} (default: cores; $XLA_WHEELS_JOBS)",
     )
     group.add_argument(

@@ -42,11 +42,21 @@ def spread(values: list[float]) -> dict[str, float]:
 
 
 def run_bench(
-    target: Target, workdir: Path, rounds: int, workload: str, timeout_s: float
+    target: Target,
+    workdir: Path,
+    rounds: int,
+    workload: str,
+    timeout_s: float,
+    *,
+    caches: Path | None = None,
 ) -> dict[str, Any]:
+    """The benchmark's rounds: the children's logs and reports in ``workdir`` (kept: an
+    error names them), their compilation caches under ``caches`` (default ``workdir``;
+    scratch, fresh each run, so that a cold run really compiles)."""
+    caches = workdir if caches is None else caches
     train = ["--mode", "train", "--workload", workload]
     plain_env = runtime_env(target.device)
-    warm_cache = workdir / "cache-warm"
+    warm_cache = caches / "cache-warm"
     samples: dict[str, list[dict[str, Any]]] = {"import": [], "cold": [], "warm": []}
 
     def sample(phase: str, name: str, args: list[str], env: dict[str, str]) -> None:
@@ -63,7 +73,7 @@ def run_bench(
             sample("import", f"import-{i}", ["--mode", "import"], plain_env)
             # Round 0's cold run fills the cache every warm run reads; later cold runs get
             # a fresh directory each, so every cold sample really compiles.
-            cold_cache = warm_cache if i == 0 else workdir / f"cache-cold-{i}"
+            cold_cache = warm_cache if i == 0 else caches / f"cache-cold-{i}"
             cold_cache.mkdir(parents=True, exist_ok=True)
             sample("cold", f"cold-{i}", train, runtime_env(target.device, cache_dir=cold_cache))
             sample("warm", f"warm-{i}", train, runtime_env(target.device, cache_dir=warm_cache))

@@ -46,6 +46,7 @@ from typing import Any
 from xla_wheels import filemode
 from xla_wheels.errors import PipelineError, UsageError
 from xla_wheels.tables import Field, Table, read_utf8
+from xla_wheels.values import NAME_PATTERN, NAME_RULE
 
 LANES_CONFIG = Path("build") / "lanes.toml"
 LANES_LOCK = "lanes.lock"
@@ -239,6 +240,11 @@ def load_config(root: Path) -> LanesConfig:
     )["publish-lane"]
     lanes: dict[str, Lane] = {}
     for name, table in top.tables("lanes").items():
+        # A lane name is typed as LANE= and offered in "use one of": a valid name only.
+        if NAME_PATTERN.fullmatch(name) is None:
+            raise top.fail(
+                f"lanes.{name}", f"{name!r} is not a valid lane name ({NAME_RULE})", ""
+            )
         lanes[name] = _lane(root, name, table, data["lanes"])
     if not lanes:
         raise top.fail("lanes", "no lane is defined", "")
