@@ -36,8 +36,11 @@ def test_bench_restart_on_stock_2_7_0_keeps_medians_and_the_ratio(stock_xla_pyth
     for phase in ("cold", "warm"):
         stats = summary[phase]["time_to_first_step_s"]
         assert stats["min"] <= stats["median"] <= stats["max"]
-        # Time to first step includes the import, which is its floor.
-        assert stats["min"] > summary["import_s"]["min"] * 0.5
+        # Time to first step includes the import, which is its floor: compared within each
+        # child, since the import-only children ran at other moments of a loaded machine.
+        for i in range(2):
+            report = json.loads((tmp_path / "bench" / "runs" / f"{phase}-{i}.json").read_text())
+            assert report["time_to_first_step_s"] > report["import_s"]
     # Every cold sample compiled on an empty cache; every warm sample loaded instead.
     assert all(n >= 1 for n in summary["cold"]["xla_compiles"])
     assert summary["warm"]["xla_compiles"] == [0, 0]
