@@ -377,23 +377,33 @@ def test_0004_temporary_names_are_host_and_random_never_the_pid() -> None:
     body = "\n".join(text for text, _ in name)
     assert "std::random_device" in body and "HostNameForPath()" in body
     assert "getpid" not in "\n".join(load(SERIES[3]).file(CACHE_H).added())
+    # Crash leftovers are swept at a bounded rate, outside the cache's lock: an Add that
+    # listed the directory under the lock was a network round trip on gcsfuse every time.
     add = _patched_function(SERIES[3], CACHE_H, "  TypePtr Add(K key, TypePtr obj) override {")
-    cleaned = first_line(add, "RemoveStaleTemporaryFiles(path);")
-    written = first_line(add, "WriteAtomically(")
-    assert cleaned is not None and written is not None and cleaned < written
+    swept = first_line(add, "MaybeRemoveStaleTemporaryFiles();")
+    locked = first_line(add, "std::lock_guard<std::mutex> slock(lock_);")
+    assert swept is not None and locked is not None and swept < locked
+    listing = re.compile(r"(?<!Maybe)RemoveStaleTemporaryFiles\(")
+    assert not [text for text, _ in add if listing.search(text)]
 
 
 def test_0004_only_a_writer_removes_and_only_a_proven_corrupt_entry() -> None:
     read = _patched_function(SERIES[3], CACHE_H, "  ReadResult ReadEntry(")
     footer = first_line(read, "if (!HasValidFooter(contents)) {")
-    guard = first_line(read, "if (readonly_storage_) {")
-    remove = first_line(read, "RemoveIfUnchanged(path, opened);")
-    assert footer is not None and guard is not None and remove is not None
-    assert footer < guard < remove
+    corrupt = first_line(read, "ReportCorrupt(path, opened,")
+    assert footer is not None and corrupt is not None and footer < corrupt
     # A failed read is reported, and nothing before the footer check removes anything.
     assert calls_in(read[:footer], "ReportReadFailure")
     assert not calls_in(read[:footer], "RemoveIfUnchanged")
+    assert not calls_in(read[:footer], "ReportCorrupt")
     assert not calls_in(read[:footer], "unlink")
+    # ReportCorrupt removes only when writable; nothing else in the lookup removes.
+    report = _patched_function(SERIES[3], CACHE_H, "  void ReportCorrupt(")
+    guard = first_line(report, "if (readonly_storage_) {")
+    remove = first_line(report, "RemoveIfUnchanged(path, read_file);")
+    assert guard is not None and remove is not None and guard < remove
+    get = _patched_function(SERIES[3], CACHE_H, "  TypePtr Get(const K& key,")
+    assert not calls_in(get, "EraseImpl") and not calls_in(get, "RemoveIfUnchanged")
 
 
 def test_0004_a_read_only_cache_neither_creates_nor_deletes() -> None:
@@ -535,15 +545,15 @@ def test_0004_persistent_cache_checks_pass_patched_and_fail_at_base(
 ) -> None:
     patched = _compiled(patched_outcomes["persistent_cache_check"])
     assert patched == dict.fromkeys(patched, "PASS")
-    assert len(patched) == 18
+    assert len(patched) == 20
     _compiled(base_outcomes["persistent_cache_check"])
     failed = set(base_outcomes["persistent_cache_check"].failed)
     # Whether the in-place write is caught mid-way is a race, though it usually wins here.
     racy = {"no_reader_sees_a_partial_entry", "concurrent_readers_never_load_a_partial_entry"}
     # Passing at base too: crash_leftover_does_not_block_saving (the in-place write has no
     # temporary name; the pid-named one of an earlier 0004 failed it) and
-    # intact_entry_that_fails_to_deserialize_is_removed_by_a_writer (upstream's handling,
-    # kept).
+    # adds_do_not_list_the_directory (c04e61c lists nothing; the previous 0004 listed the
+    # directory on every Add).
     assert failed - racy == {
         "reader_creates_nothing",
         "failed_delete_does_not_throw",
@@ -551,11 +561,13 @@ def test_0004_persistent_cache_checks_pass_patched_and_fail_at_base(
         "uncreatable_directory_does_not_throw",
         "entry_is_the_value_and_a_footer",
         "temporary_names_carry_host_and_random_part",
-        "stale_temporary_files_of_the_entry_are_removed",
+        "stale_temporary_files_are_removed_when_a_writer_starts",
         "truncated_entry_is_a_miss_removed_only_by_a_writer",
         "damaged_entry_is_a_miss",
         "failed_read_is_a_miss_and_deletes_nothing",
         "failed_serialization_is_counted_not_thrown",
+        "intact_entry_that_fails_to_load_is_kept_then_replaced",
+        "entry_whose_load_throws_does_not_block_saving",
     }
 
 
@@ -585,7 +597,7 @@ def test_the_cache_h_check_needs_no_absl(
         patched_tree, without_absl, tmp_path / "work", (PERSISTENT_CACHE_CHECK,)
     )
     verdicts = _compiled(outcome)
-    assert verdicts == dict.fromkeys(verdicts, "PASS") and len(verdicts) == 18
+    assert verdicts == dict.fromkeys(verdicts, "PASS") and len(verdicts) == 20
 
 
 def _clang_format_14() -> Path:

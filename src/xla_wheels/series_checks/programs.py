@@ -41,6 +41,9 @@ CLIENT_H = f"{RUNTIME}/pjrt_computation_client.h"
 
 Kind = Literal["checks", "gtest"]
 
+#: The extension every torch_xla library ends up in (the root BUILD's cc_binary).
+XLAC_TARGET = "//:_XLAC.so"
+
 
 @dataclass(frozen=True)
 class Function:
@@ -92,6 +95,12 @@ class CheckProgram:
     """Extra g++ flags (e.g. ``-fsanitize=thread`` for a race check)."""
     arguments: tuple[str, ...] = ()
     """Arguments the program is run with (one source can serve two programs)."""
+    link_target: str = XLAC_TARGET
+    """The Bazel target of the tree the program stands for: it is linked with exactly the
+    torch libraries that target declares (:mod:`xla_wheels.series_checks.build_deps`).
+    ``//:_XLAC.so`` for functions that are only linked into the extension."""
+    python: bool = False
+    """Compile and link against CPython (pybind11's embedded interpreter)."""
 
     @property
     def needs_absl(self) -> bool:
@@ -169,16 +178,19 @@ LOAD_CHECK = CheckProgram(
     stand_ins=True,
 )
 
+# cache.h is a header-only library; its cc_test is what links it on its own.
 PERSISTENT_CACHE_CHECK = CheckProgram(
     name="persistent_cache_check",
     kind="checks",
     sources=("persistent_cache_check.cpp",),
+    link_target=f"//{RUNTIME}:cache_test",
 )
 
 UPSTREAM_CACHE_TEST = CheckProgram(
     name="cache_test",
     kind="gtest",
     tree_sources=(f"{RUNTIME}/cache_test.cpp",),
+    link_target=f"//{RUNTIME}:cache_test",
 )
 
 UPSTREAM_ENV_HASH_TEST = CheckProgram(
@@ -191,6 +203,7 @@ UPSTREAM_ENV_HASH_TEST = CheckProgram(
     ),
     absl_libraries=("absl_strings",),
     stand_ins=True,  # sys_util.h includes xla/types.h
+    link_target=f"//{RUNTIME}:env_hash_test",
 )
 
 ALL: tuple[CheckProgram, ...] = (
