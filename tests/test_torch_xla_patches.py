@@ -30,6 +30,7 @@ from tests.gitrepos import git
 from tests.real_source import BASE, PATCH_DIR
 from xla_wheels.patches import PatchHeader, parse_patch
 from xla_wheels.series_checks.programs import (
+    CACHE_VERIFY_CHECK,
     COMP_ENV_HASH_CHECK,
     CUSTOM_OPTIONS_RACE_CHECK,
     LOAD_CHECK,
@@ -43,6 +44,7 @@ SERIES = (
     "0002-runtime-memory-info-binding.patch",
     "0003-cache-key-covers-compile-options.patch",
     "0004-persistent-cache-atomic-write.patch",
+    "0005-persistent-cache-verify-switch.patch",
 )
 CLIENT_CPP = "torch_xla/csrc/runtime/pjrt_computation_client.cpp"
 CACHE_H = "torch_xla/csrc/runtime/cache.h"
@@ -423,6 +425,32 @@ def test_0004_a_read_only_cache_neither_creates_nor_deletes() -> None:
     assert guard is not None and remove is not None and guard < remove
 
 
+EXECUTOR_CPP = "torch_xla/csrc/xla_graph_executor.cpp"
+
+
+def test_0005_compile_and_the_verifier_lower_through_one_function() -> None:
+    # The verification must lower exactly as Compile() does, or every verified load would
+    # be a (safe but costly) mismatch.
+    compile_ = _patched_function(
+        SERIES[4], EXECUTOR_CPP, "XLAGraphExecutor::CompilationResult XLAGraphExecutor::Compile("
+    )
+    lowered = first_line(compile_, "LowerGraph(coll, po_data->post_order,")
+    fingerprint = first_line(compile_, "HloFingerprint(computation)")
+    # The module the client compiles is the lowered one (wrapping is inside LowerGraph).
+    handed = first_line(compile_, "xla::XlaComputation& computation = lowered.computation;")
+    assert lowered is not None and fingerprint is not None and handed is not None
+    assert lowered < handed < fingerprint
+    assert first_line(compile_, "LoweringContext lowering_ctx(") is None
+    added = "\n".join(load(SERIES[4]).file(EXECUTOR_CPP).added())
+    assert re.search(
+        r"verify = \[&\]\(const ComputationCache::TypePtr& loaded\) \{\s*"
+        r"LoweredGraph lowered =\s*LowerGraph\(coll, po_data\.post_order, po_data\.emission_map,",
+        added,
+    )
+    assert "loaded->hlo_fingerprint == HloFingerprint(lowered.computation)" in added
+    assert 'GetEnvBool("XLA_PERSISTENT_CACHE_VERIFY", false)' in added
+
+
 # --- Against the real source (tests/real_source.py: base_tree, patched_tree) ---------------
 # Each test below needs the real pytorch/xla source: without one it skips and says why; in
 # CI with the shared snapshot present a skip is a failure (tests/conftest.py).
@@ -482,7 +510,13 @@ def base_outcomes(
     # Only the series' own checks, whose failures at base are what the tests compare;
     # upstream's C++ tests are asserted on the patched tree alone.
     work = tmp_path_factory.mktemp("series-checks-base")
-    programs = (LOAD_CHECK, COMP_ENV_HASH_CHECK, CUSTOM_OPTIONS_RACE_CHECK, PERSISTENT_CACHE_CHECK)
+    programs = (
+        LOAD_CHECK,
+        COMP_ENV_HASH_CHECK,
+        CUSTOM_OPTIONS_RACE_CHECK,
+        PERSISTENT_CACHE_CHECK,
+        CACHE_VERIFY_CHECK,
+    )
     return {o.program: o for o in run_series_checks(base_tree, series_toolchain, work, programs)}
 
 
@@ -569,6 +603,24 @@ def test_0004_persistent_cache_checks_pass_patched_and_fail_at_base(
         "intact_entry_that_fails_to_load_is_kept_then_replaced",
         "entry_whose_load_throws_does_not_block_saving",
     }
+
+
+def test_0005_verify_catches_two_modules_under_one_key(
+    patched_outcomes: dict[str, CheckOutcome], base_outcomes: dict[str, CheckOutcome]
+) -> None:
+    patched = _compiled(patched_outcomes["cache_verify_check"])
+    assert patched == dict.fromkeys(patched, "PASS")
+    assert set(patched) == {
+        "verify_refuses_another_module_under_one_key",
+        "read_only_verifier_misses_and_keeps_the_entry",
+        "same_module_hits_and_is_verified_once",
+        "entry_records_the_module_fingerprint",
+        "unparsable_payload_is_corrupt_and_removed_by_a_writer",
+    }
+    # c04e61c has neither the entry format nor the cache's verify hook.
+    base = base_outcomes["cache_verify_check"]
+    assert not base.verdicts
+    assert "PersistentCacheEntryMagic" in base.compile_errors[0].message
 
 
 @pytest.mark.parametrize(
