@@ -320,8 +320,14 @@ def test_build_files_give_each_target_its_declared_torch_libraries(tmp_path: Pat
         ")\n"
         "cc_test(\n"
         '    name = "cache_test",\n'
-        '    deps = [":cache", "@com_google_googletest//:gtest_main", "@torch//:libtorch_cpu"],\n'
+        "    deps = [\n"
+        '        ":cache",\n'
+        '        ":helper",  # labels starting with ":" are no select() conditions\n'
+        '        "@com_google_googletest//:gtest_main",\n'
+        '        "@torch//:libtorch_cpu",\n'
+        "    ],\n"
         ")\n"
+        'cc_library(name = "helper", deps = ["@torch//:libtorch"])\n'
         'ptxla_cc_test(\n    name = "macro_test",\n    deps = ["cache"],\n)\n'
     )
     (tmp_path / "other").mkdir()
@@ -333,8 +339,9 @@ def test_build_files_give_each_target_its_declared_torch_libraries(tmp_path: Pat
         "@torch//:libtorch_python",
         "@com_google_googletest//:gtest_main",
         "@torch//:libtorch_cpu",
+        "@torch//:libtorch",
     }
-    assert torch_libraries(tmp_path, "//pkg:cache_test") == ("torch_python", "torch_cpu")
+    assert torch_libraries(tmp_path, "//pkg:cache_test") == ("torch_python", "torch", "torch_cpu")
     assert torch_libraries(tmp_path, "//pkg:macro_test") == ("torch_python", "c10")
     with pytest.raises(BuildFileError, match="//pkg:missing is not defined"):
         torch_libraries(tmp_path, "//pkg:missing")

@@ -35,6 +35,7 @@ from xla_wheels.series_checks.programs import (
     CUSTOM_OPTIONS_RACE_CHECK,
     LOAD_CHECK,
     PERSISTENT_CACHE_CHECK,
+    RUNTIME_MEMORY_CHECK,
 )
 from xla_wheels.series_checks.run import CheckOutcome, run_series_checks
 from xla_wheels.series_checks.toolchain import Prefix, Toolchain
@@ -516,6 +517,7 @@ def base_outcomes(
         CUSTOM_OPTIONS_RACE_CHECK,
         PERSISTENT_CACHE_CHECK,
         CACHE_VERIFY_CHECK,
+        RUNTIME_MEMORY_CHECK,
     )
     return {o.program: o for o in run_series_checks(base_tree, series_toolchain, work, programs)}
 
@@ -549,7 +551,7 @@ def test_0001_load_checks_pass_patched_and_fail_at_base(
 ) -> None:
     patched = _compiled(patched_outcomes["load_check"])
     assert patched == dict.fromkeys(patched, "PASS")
-    assert len(patched) == 5
+    assert len(patched) == 6
     _compiled(base_outcomes["load_check"])
     # c04e61c never tries LoadSerializedExecutable; the earlier 0001 failed only the
     # INVALID_ARGUMENT case (its fallback was taken on UNIMPLEMENTED alone).
@@ -558,6 +560,9 @@ def test_0001_load_checks_pass_patched_and_fail_at_base(
         "unimplemented_falls_back_to_two_steps",
         "invalid_argument_falls_back_to_two_steps",
         "both_paths_failing_is_a_miss_not_a_crash",
+        # Its fitting SPMD executable does not load at all there; the check of the
+        # devices is 0005's (without it, the misfitting executables load).
+        "executable_for_other_devices_is_a_miss",
     }
 
 
@@ -603,6 +608,22 @@ def test_0004_persistent_cache_checks_pass_patched_and_fail_at_base(
         "intact_entry_that_fails_to_load_is_kept_then_replaced",
         "entry_whose_load_throws_does_not_block_saving",
     }
+
+
+def test_0002_runtime_memory_checks_pass_patched_and_fail_at_base(
+    patched_outcomes: dict[str, CheckOutcome], base_outcomes: dict[str, CheckOutcome]
+) -> None:
+    patched = _compiled(patched_outcomes["runtime_memory_check"])
+    assert patched == {
+        "local_device_answers": "PASS",
+        "another_hosts_device_is_refused_pointing_at_the_local_list": "PASS",
+        "spmd_virtual_device_is_refused": "PASS",
+        "unknown_device_is_refused_listing_the_valid_ones": "PASS",
+    }
+    # c04e61c has no GetRuntimeMemoryInfo.
+    base = base_outcomes["runtime_memory_check"]
+    assert not base.verdicts
+    assert "GetRuntimeMemoryInfo" in base.compile_errors[0].message
 
 
 def test_0005_verify_catches_two_modules_under_one_key(

@@ -48,7 +48,15 @@ class Rule:
 
 
 _STRING = re.compile(r'"([^"\\]*)"')
-_SELECT_KEY = re.compile(r'"[^"\\]*"\s*:')
+
+
+def _labels(expression: str) -> tuple[str, ...]:
+    """The string literals of an expression, except dict keys (a select()'s conditions)."""
+    labels = []
+    for match in _STRING.finditer(expression):
+        if not expression[match.end() :].lstrip().startswith(":"):
+            labels.append(match.group(1))
+    return tuple(labels)
 
 
 def _strip_comments(text: str) -> str:
@@ -102,8 +110,7 @@ def parse_build(text: str) -> dict[str, Rule]:
         names = _STRING.findall(name or "")
         if len(names) != 1:
             continue
-        # A select()'s keys are conditions, not dependencies.
-        deps = _STRING.findall(_SELECT_KEY.sub("", _argument(body, "deps") or ""))
+        deps = _labels(_argument(body, "deps") or "")
         rules[names[0]] = Rule(kind, names[0], tuple(deps))
     return rules
 

@@ -187,6 +187,22 @@ PERSISTENT_CACHE_CHECK = CheckProgram(
     link_target=f"//{RUNTIME}:cache_test",
 )
 
+# Series 0002: GetRuntimeMemoryInfo (_xla_runtime_memory_info) with an embedded Python.
+RUNTIME_MEMORY_CHECK = CheckProgram(
+    name="runtime_memory_check",
+    kind="checks",
+    sources=("runtime_memory_check.cpp",),
+    generated=(
+        Function(
+            "get_runtime_memory_info.inc",
+            "torch_xla/csrc/init_python_bindings.cpp",
+            "py::dict GetRuntimeMemoryInfo(",
+        ),
+    ),
+    absl_libraries=("absl_strings", "absl_statusor", "absl_status"),
+    python=True,
+)
+
 # Series 0005 (XLA_PERSISTENT_CACHE_VERIFY) on 0004's cache: the entry format functions
 # of xla_graph_executor.cpp, verbatim, with the cache's verify hook.
 CACHE_VERIFY_CHECK = CheckProgram(
@@ -223,6 +239,7 @@ UPSTREAM_ENV_HASH_TEST = CheckProgram(
 
 ALL: tuple[CheckProgram, ...] = (
     LOAD_CHECK,
+    RUNTIME_MEMORY_CHECK,
     COMP_ENV_HASH_CHECK,
     CUSTOM_OPTIONS_RACE_CHECK,
     PERSISTENT_CACHE_CHECK,

@@ -100,6 +100,9 @@ def _run_one(
     except BuildFileError as error:
         unreadable = CompileError("", 0, None, f"cannot read the link dependencies: {error}")
         return CheckOutcome(program.name, {}, (unreadable,), str(error))
+    if needs_libpython(program, linked) and toolchain.python is None:
+        missing = CompileError("", 0, None, "the torch environment's Python has no libpython")
+        return CheckOutcome(program.name, {}, (missing,), missing.message)
     argv = compile_command(
         program, tree, toolchain, binary, generated_dir, project_root, torch_libraries=linked
     )
@@ -119,6 +122,12 @@ def _run_one(
         errors = parse_compile_errors(built.stderr, tree, project_root)
         return CheckOutcome(program.name, {}, errors, built.stderr)
     return _execute(program, binary, work)
+
+
+def needs_libpython(program: CheckProgram, torch_libraries: tuple[str, ...]) -> bool:
+    """An embedded interpreter, or libtorch_python: the extension gets CPython's symbols
+    from the interpreter that loads it, a check program (an executable) from libpython."""
+    return program.python or "torch_python" in torch_libraries
 
 
 def compile_command(
@@ -147,6 +156,10 @@ def compile_command(
         include += ["-isystem", str(toolchain.absl.include)]
         libraries += [f"-L{toolchain.absl.lib}", f"-Wl,-rpath,{toolchain.absl.lib}"]
         libraries += [f"-l{name}" for name in program.absl_libraries]
+    if needs_libpython(program, torch_libraries) and toolchain.python is not None:
+        python = toolchain.python
+        include += ["-isystem", str(python.include)]
+        libraries += [f"-L{python.lib}", f"-Wl,-rpath,{python.lib}", f"-l{python.library}"]
     if program.kind == "gtest":
         include += ["-isystem", str(toolchain.gtest.include)]
         libraries += [f"-L{toolchain.gtest.lib}", "-lgtest_main", "-lgmock", "-lgtest"]
