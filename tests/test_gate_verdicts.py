@@ -39,6 +39,7 @@ def child_row(
     sync_cpu: float | None = None,
     log_text: str = "",
     ok: bool = True,
+    outcomes: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     log_path = tmp_path / f"{name}.log"
     log_path.write_text(log_text)
@@ -63,6 +64,7 @@ def child_row(
             "PersistentCacheMiss": misses,
             "PersistentCacheHit": hits,
             "PersistentCacheDeserializeFailure": failures,
+            **(outcomes or {}),
         },
     }
     if not ok:
@@ -113,6 +115,31 @@ def test_deserialize_failures_are_named_with_the_log_evidence(tmp_path):
     assert "UNIMPLEMENTED" in text
     assert "loaded 0 of 2 cached executable(s)" in text
     assert "2 XLA compile(s) on a warm start" in text
+
+
+def test_a_verify_mismatch_fails_naming_the_missing_key_input(tmp_path):
+    # Patch 0005 under the gate's XLA_PERSISTENT_CACHE_VERIFY=1: the warm run refused an
+    # executable of another program, compiled instead, and counted it.
+    cold = [child_row(tmp_path, "cold-1", misses=2, compiles=2)]
+    mismatch = {"PersistentCacheVerifyMismatch": 1}
+    warm = [
+        child_row(tmp_path, f"warm-{i}", hits=1, compiles=1, ready=0.5, outcomes=mismatch)
+        for i in (1, 2)
+    ]
+    result = judge(tmp_path, cold, warm)
+    assert not result.passed
+    text = "\n".join(result.reasons)
+    assert "warm-1: 1 cached executable(s) compiled from another program" in text
+    assert "missing from the cache key" in text
+    assert warm[0]["verify_mismatches"] == 1 and warm[0]["load_refused"] == 0
+
+
+def test_a_corrupt_entry_on_a_warm_run_fails(tmp_path):
+    cold = [child_row(tmp_path, "cold-1", misses=2, compiles=2)]
+    corrupt = {"PersistentCacheCorrupt": 1}
+    warm = [child_row(tmp_path, f"warm-{i}", hits=2, ready=0.2, outcomes=corrupt) for i in (1, 2)]
+    result = judge(tmp_path, cold, warm)
+    assert any("warm-1: 1 corrupt cache entr(ies)" in r for r in result.reasons), result.reasons
 
 
 def test_an_empty_cache_directory_after_the_cold_run_fails(tmp_path):

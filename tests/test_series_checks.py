@@ -23,8 +23,14 @@ from tests import real_source
 from tests.gitrepos import REPO_ROOT, git
 from xla_wheels.errors import ToolchainError
 from xla_wheels.options import NetworkPolicy
+from xla_wheels.series_checks.build_deps import (
+    BuildFileError,
+    external_deps,
+    torch_libraries,
+)
 from xla_wheels.series_checks.programs import (
     CLIENT_H,
+    UPSTREAM_CACHE_TEST,
     CheckProgram,
     Function,
     Members,
@@ -155,14 +161,45 @@ int main() {
 """
 
 
+# The programs link what their Bazel target declares: the extension links both torch
+# libraries through a library, the test only libtorch_cpu.
+SMALL_BUILD = """\
+cc_binary(
+    name = "_XLAC.so",
+    deps = [":runtime"],
+)
+
+cc_library(
+    name = "runtime",
+    deps = ["@torch//:libtorch_cpu", "@torch//:libc10"],
+)
+
+cc_test(
+    name = "warn_test",
+    deps = ["@torch//:libtorch_cpu"],  # For TORCH_LAZY_COUNTER
+)
+"""
+WARN_PROBE = """\
+#include <iostream>
+#include <c10/util/Exception.h>
+int main() {
+  TORCH_WARN("from the probe");
+  std::cout << "PASS warned" << std::endl;
+  return 0;
+}
+"""
+
+
 @pytest.fixture
 def small_project(tmp_path: Path) -> tuple[Path, Path]:
-    """(project root with one check program, tree with a class and a function)."""
+    """(project root with check programs, tree with a class, a function and a BUILD)."""
     project, tree = tmp_path / "project", tmp_path / "tree"
     checks = project / "patches" / "torch_xla" / "checks"
     checks.mkdir(parents=True)
     (checks / "probe.cpp").write_text(PROBE)
+    (checks / "warn.cpp").write_text(WARN_PROBE)
     (tree / "a").mkdir(parents=True)
+    (tree / "BUILD").write_text(SMALL_BUILD)
     (tree / "a" / "client.h").write_text(CLIENT_HEADER)
     (tree / "a" / "client.cpp").write_text(CLIENT_SOURCE)
     return project, tree
@@ -235,6 +272,92 @@ def test_a_program_breaking_its_exit_status_contract_cannot_pass(
     }
 
 
+def test_a_torch_library_the_bazel_target_does_not_declare_fails_the_link(
+    series_toolchain: Toolchain, small_project: tuple[Path, Path], tmp_path: Path
+) -> None:
+    # TORCH_WARN is in libc10; GNU ld refuses a target declaring only libtorch_cpu (which
+    # needs libc10: "DSO missing from command line" or an undefined reference), as
+    # Bazel's link would be.
+    project, tree = small_project
+    warn = CheckProgram(name="warn", kind="checks", sources=("warn.cpp",))
+    outcomes = {
+        target: run_series_checks(
+            tree,
+            series_toolchain,
+            tmp_path / target.strip("/:"),
+            (replace(warn, link_target=target),),
+            project_root=project,
+        )[0]
+        for target in ("//:warn_test", "//:_XLAC.so")
+    }
+    assert outcomes["//:_XLAC.so"].verdicts == {"warned": "PASS"}, outcomes["//:_XLAC.so"].output
+    refused = outcomes["//:warn_test"]
+    assert refused.verdicts == {}
+    # ld names the c10 symbols (or, when another object pulls them in, libc10.so).
+    named = [error.identifier or "" for error in refused.compile_errors]
+    assert any(name.startswith(("c10::", "libc10")) for name in named), refused.output
+
+
+def test_build_files_give_each_target_its_declared_torch_libraries(tmp_path: Path) -> None:
+    (tmp_path / "bazel").mkdir()
+    (tmp_path / "bazel" / "rules_def.bzl").write_text(
+        "def ptxla_cc_test(deps, **kwargs):\n"
+        "    native.cc_test(\n"
+        '        deps = deps + [\n            "@torch//:libc10",  # added\n        ],\n'
+        "        **kwargs\n    )\n"
+        "def other(**kwargs):\n    pass\n"
+    )
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "BUILD").write_text(
+        'load("//bazel:rules_def.bzl", "ptxla_cc_test")\n'
+        "cc_library(\n"
+        '    name = "cache",\n'
+        '    hdrs = ["cache.h"],  # "@torch//:libtorch" in a comment is no dependency\n'
+        '    deps = ["@torch//:headers"] + select({\n'
+        '        "//c:x": ["//other:lib"],\n'
+        '        "//conditions:default": [],\n'
+        "    }),\n"
+        ")\n"
+        "cc_test(\n"
+        '    name = "cache_test",\n'
+        "    deps = [\n"
+        '        ":cache",\n'
+        '        ":helper",  # labels starting with ":" are no select() conditions\n'
+        '        "@com_google_googletest//:gtest_main",\n'
+        '        "@torch//:libtorch_cpu",\n'
+        "    ],\n"
+        ")\n"
+        'cc_library(name = "helper", deps = ["@torch//:libtorch"])\n'
+        'ptxla_cc_test(\n    name = "macro_test",\n    deps = ["cache"],\n)\n'
+    )
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "BUILD").write_text(
+        'cc_library(name = "lib", deps = ["@torch//:libtorch_python"])\n'
+    )
+    assert external_deps(tmp_path, "//pkg:cache_test") == {
+        "@torch//:headers",
+        "@torch//:libtorch_python",
+        "@com_google_googletest//:gtest_main",
+        "@torch//:libtorch_cpu",
+        "@torch//:libtorch",
+    }
+    assert torch_libraries(tmp_path, "//pkg:cache_test") == ("torch_python", "torch", "torch_cpu")
+    assert torch_libraries(tmp_path, "//pkg:macro_test") == ("torch_python", "c10")
+    with pytest.raises(BuildFileError, match="//pkg:missing is not defined"):
+        torch_libraries(tmp_path, "//pkg:missing")
+    with pytest.raises(BuildFileError, match="no BUILD file for //nowhere"):
+        torch_libraries(tmp_path, "//nowhere:x")
+
+
+def test_cache_test_links_libc10_once_cache_h_warns(base_tree: Path, patched_tree: Path) -> None:
+    # cache.h at c04e61c uses no c10 symbol; the series' TORCH_WARN needs libc10, so the
+    # series must declare it (runtime/BUILD), or Bazel's link of cache_test fails.
+    target = UPSTREAM_CACHE_TEST.link_target
+    assert torch_libraries(base_tree, target) == ("torch_cpu",)
+    assert torch_libraries(patched_tree, target) == ("torch_cpu", "c10")
+    assert "TORCH_WARN" in (patched_tree / "torch_xla/csrc/runtime/cache.h").read_text()
+
+
 def test_gxx_errors_are_parsed_into_file_line_and_missing_name(tmp_path: Path) -> None:
     tree = tmp_path / "tree"
     stderr = "\n".join(
@@ -248,6 +371,9 @@ def test_gxx_errors_are_parsed_into_file_line_and_missing_name(tmp_path: Path) -
             f"{tree}/b.cpp:4:5: error: 'Thing' is not a member of 'torch_xla::runtime'",
             f"{tree}/b.cpp:9:5: error: expected ';' before '}}' token",
             "/usr/bin/ld: x.o: in function `main': undefined reference to `absl::Foo()'",
+            "/usr/bin/ld: y.o: undefined reference to symbol '_ZN3c104warnERKNS_7WarningE'",
+            "/usr/bin/ld: /site/torch/lib/libc10.so: error adding symbols: DSO missing from "
+            "command line",
         ]
     )
     assert parse_compile_errors(stderr, tree, tmp_path) == (
@@ -273,6 +399,19 @@ def test_gxx_errors_are_parsed_into_file_line_and_missing_name(tmp_path: Path) -
         CompileError("b.cpp", 4, "Thing", "'Thing' is not a member of 'torch_xla::runtime'"),
         CompileError("b.cpp", 9, None, "expected ';' before '}' token"),
         CompileError("", 0, "absl::Foo()", "undefined reference to 'absl::Foo()'"),
+        CompileError(
+            "",
+            0,
+            "_ZN3c104warnERKNS_7WarningE",
+            "undefined reference to '_ZN3c104warnERKNS_7WarningE'",
+        ),
+        CompileError(
+            "",
+            0,
+            "libc10.so",
+            "DSO missing from command line: libc10.so is needed but the program's Bazel "
+            "target does not declare it",
+        ),
     )
     assert parse_compile_errors("collect2: error: ld returned 1 exit status\n", tree) == (
         CompileError("", 0, None, "collect2: error: ld returned 1 exit status"),

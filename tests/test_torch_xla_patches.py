@@ -30,11 +30,13 @@ from tests.gitrepos import git
 from tests.real_source import BASE, PATCH_DIR
 from xla_wheels.patches import PatchHeader, parse_patch
 from xla_wheels.series_checks.programs import (
+    CACHE_VERIFY_CHECK,
     COMP_ENV_HASH_CHECK,
     CUSTOM_OPTIONS_RACE_CHECK,
     LOAD_CHECK,
     LOWERING_KEY_CHECK,
     PERSISTENT_CACHE_CHECK,
+    RUNTIME_MEMORY_CHECK,
 )
 from xla_wheels.series_checks.run import CheckOutcome, run_series_checks
 from xla_wheels.series_checks.toolchain import Prefix, Toolchain
@@ -44,6 +46,7 @@ SERIES = (
     "0002-runtime-memory-info-binding.patch",
     "0003-cache-key-covers-compile-options.patch",
     "0004-persistent-cache-atomic-write.patch",
+    "0005-persistent-cache-verify-switch.patch",
 )
 CLIENT_CPP = "torch_xla/csrc/runtime/pjrt_computation_client.cpp"
 CACHE_H = "torch_xla/csrc/runtime/cache.h"
@@ -405,23 +408,33 @@ def test_0004_temporary_names_are_host_and_random_never_the_pid() -> None:
     body = "\n".join(text for text, _ in name)
     assert "std::random_device" in body and "HostNameForPath()" in body
     assert "getpid" not in "\n".join(load(SERIES[3]).file(CACHE_H).added())
+    # Crash leftovers are swept at a bounded rate, outside the cache's lock: an Add that
+    # listed the directory under the lock was a network round trip on gcsfuse every time.
     add = _patched_function(SERIES[3], CACHE_H, "  TypePtr Add(K key, TypePtr obj) override {")
-    cleaned = first_line(add, "RemoveStaleTemporaryFiles(path);")
-    written = first_line(add, "WriteAtomically(")
-    assert cleaned is not None and written is not None and cleaned < written
+    swept = first_line(add, "MaybeRemoveStaleTemporaryFiles();")
+    locked = first_line(add, "std::lock_guard<std::mutex> slock(lock_);")
+    assert swept is not None and locked is not None and swept < locked
+    listing = re.compile(r"(?<!Maybe)RemoveStaleTemporaryFiles\(")
+    assert not [text for text, _ in add if listing.search(text)]
 
 
 def test_0004_only_a_writer_removes_and_only_a_proven_corrupt_entry() -> None:
     read = _patched_function(SERIES[3], CACHE_H, "  ReadResult ReadEntry(")
     footer = first_line(read, "if (!HasValidFooter(contents)) {")
-    guard = first_line(read, "if (readonly_storage_) {")
-    remove = first_line(read, "RemoveIfUnchanged(path, opened);")
-    assert footer is not None and guard is not None and remove is not None
-    assert footer < guard < remove
+    corrupt = first_line(read, "ReportCorrupt(path, opened,")
+    assert footer is not None and corrupt is not None and footer < corrupt
     # A failed read is reported, and nothing before the footer check removes anything.
     assert calls_in(read[:footer], "ReportReadFailure")
     assert not calls_in(read[:footer], "RemoveIfUnchanged")
+    assert not calls_in(read[:footer], "ReportCorrupt")
     assert not calls_in(read[:footer], "unlink")
+    # ReportCorrupt removes only when writable; nothing else in the lookup removes.
+    report = _patched_function(SERIES[3], CACHE_H, "  void ReportCorrupt(")
+    guard = first_line(report, "if (readonly_storage_) {")
+    remove = first_line(report, "RemoveIfUnchanged(path, read_file);")
+    assert guard is not None and remove is not None and guard < remove
+    get = _patched_function(SERIES[3], CACHE_H, "  TypePtr Get(const K& key,")
+    assert not calls_in(get, "EraseImpl") and not calls_in(get, "RemoveIfUnchanged")
 
 
 def test_0004_a_read_only_cache_neither_creates_nor_deletes() -> None:
@@ -439,6 +452,32 @@ def test_0004_a_read_only_cache_neither_creates_nor_deletes() -> None:
     guard = first_line(erase, "if (readonly_storage_)")
     remove = first_line(erase, "std::filesystem::remove(GetPath(key), error)")
     assert guard is not None and remove is not None and guard < remove
+
+
+EXECUTOR_CPP = "torch_xla/csrc/xla_graph_executor.cpp"
+
+
+def test_0005_compile_and_the_verifier_lower_through_one_function() -> None:
+    # The verification must lower exactly as Compile() does, or every verified load would
+    # be a (safe but costly) mismatch.
+    compile_ = _patched_function(
+        SERIES[4], EXECUTOR_CPP, "XLAGraphExecutor::CompilationResult XLAGraphExecutor::Compile("
+    )
+    lowered = first_line(compile_, "LowerGraph(coll, po_data->post_order,")
+    fingerprint = first_line(compile_, "HloFingerprint(computation)")
+    # The module the client compiles is the lowered one (wrapping is inside LowerGraph).
+    handed = first_line(compile_, "xla::XlaComputation& computation = lowered.computation;")
+    assert lowered is not None and fingerprint is not None and handed is not None
+    assert lowered < handed < fingerprint
+    assert first_line(compile_, "LoweringContext lowering_ctx(") is None
+    added = "\n".join(load(SERIES[4]).file(EXECUTOR_CPP).added())
+    assert re.search(
+        r"verify = \[&\]\(const ComputationCache::TypePtr& loaded\) \{\s*"
+        r"LoweredGraph lowered =\s*LowerGraph\(coll, po_data\.post_order, po_data\.emission_map,",
+        added,
+    )
+    assert "loaded->hlo_fingerprint == HloFingerprint(lowered.computation)" in added
+    assert 'GetEnvBool("XLA_PERSISTENT_CACHE_VERIFY", false)' in added
 
 
 # --- Against the real source (tests/real_source.py: base_tree, patched_tree) ---------------
@@ -506,6 +545,8 @@ def base_outcomes(
         CUSTOM_OPTIONS_RACE_CHECK,
         LOWERING_KEY_CHECK,
         PERSISTENT_CACHE_CHECK,
+        CACHE_VERIFY_CHECK,
+        RUNTIME_MEMORY_CHECK,
     )
     return {o.program: o for o in run_series_checks(base_tree, series_toolchain, work, programs)}
 
@@ -558,7 +599,7 @@ def test_0001_load_checks_pass_patched_and_fail_at_base(
 ) -> None:
     patched = _compiled(patched_outcomes["load_check"])
     assert patched == dict.fromkeys(patched, "PASS")
-    assert len(patched) == 5
+    assert len(patched) == 6
     _compiled(base_outcomes["load_check"])
     # c04e61c never tries LoadSerializedExecutable; the earlier 0001 failed only the
     # INVALID_ARGUMENT case (its fallback was taken on UNIMPLEMENTED alone).
@@ -567,6 +608,9 @@ def test_0001_load_checks_pass_patched_and_fail_at_base(
         "unimplemented_falls_back_to_two_steps",
         "invalid_argument_falls_back_to_two_steps",
         "both_paths_failing_is_a_miss_not_a_crash",
+        # Its fitting SPMD executable does not load at all there; the check of the
+        # devices is 0005's (without it, the misfitting executables load).
+        "executable_for_other_devices_is_a_miss",
     }
 
 
@@ -588,15 +632,15 @@ def test_0004_persistent_cache_checks_pass_patched_and_fail_at_base(
 ) -> None:
     patched = _compiled(patched_outcomes["persistent_cache_check"])
     assert patched == dict.fromkeys(patched, "PASS")
-    assert len(patched) == 18
+    assert len(patched) == 20
     _compiled(base_outcomes["persistent_cache_check"])
     failed = set(base_outcomes["persistent_cache_check"].failed)
     # Whether the in-place write is caught mid-way is a race, though it usually wins here.
     racy = {"no_reader_sees_a_partial_entry", "concurrent_readers_never_load_a_partial_entry"}
     # Passing at base too: crash_leftover_does_not_block_saving (the in-place write has no
     # temporary name; the pid-named one of an earlier 0004 failed it) and
-    # intact_entry_that_fails_to_deserialize_is_removed_by_a_writer (upstream's handling,
-    # kept).
+    # adds_do_not_list_the_directory (c04e61c lists nothing; the previous 0004 listed the
+    # directory on every Add).
     assert failed - racy == {
         "reader_creates_nothing",
         "failed_delete_does_not_throw",
@@ -604,12 +648,48 @@ def test_0004_persistent_cache_checks_pass_patched_and_fail_at_base(
         "uncreatable_directory_does_not_throw",
         "entry_is_the_value_and_a_footer",
         "temporary_names_carry_host_and_random_part",
-        "stale_temporary_files_of_the_entry_are_removed",
+        "stale_temporary_files_are_removed_when_a_writer_starts",
         "truncated_entry_is_a_miss_removed_only_by_a_writer",
         "damaged_entry_is_a_miss",
         "failed_read_is_a_miss_and_deletes_nothing",
         "failed_serialization_is_counted_not_thrown",
+        "intact_entry_that_fails_to_load_is_kept_then_replaced",
+        "entry_whose_load_throws_does_not_block_saving",
     }
+
+
+def test_0002_runtime_memory_checks_pass_patched_and_fail_at_base(
+    patched_outcomes: dict[str, CheckOutcome], base_outcomes: dict[str, CheckOutcome]
+) -> None:
+    patched = _compiled(patched_outcomes["runtime_memory_check"])
+    assert patched == {
+        "local_device_answers": "PASS",
+        "another_hosts_device_is_refused_pointing_at_the_local_list": "PASS",
+        "spmd_virtual_device_is_refused": "PASS",
+        "unknown_device_is_refused_listing_the_valid_ones": "PASS",
+    }
+    # c04e61c has no GetRuntimeMemoryInfo.
+    base = base_outcomes["runtime_memory_check"]
+    assert not base.verdicts
+    assert "GetRuntimeMemoryInfo" in base.compile_errors[0].message
+
+
+def test_0005_verify_catches_two_modules_under_one_key(
+    patched_outcomes: dict[str, CheckOutcome], base_outcomes: dict[str, CheckOutcome]
+) -> None:
+    patched = _compiled(patched_outcomes["cache_verify_check"])
+    assert patched == dict.fromkeys(patched, "PASS")
+    assert set(patched) == {
+        "verify_refuses_another_module_under_one_key",
+        "read_only_verifier_misses_and_keeps_the_entry",
+        "same_module_hits_and_is_verified_once",
+        "entry_records_the_module_fingerprint",
+        "unparsable_payload_is_corrupt_and_removed_by_a_writer",
+    }
+    # c04e61c has neither the entry format nor the cache's verify hook.
+    base = base_outcomes["cache_verify_check"]
+    assert not base.verdicts
+    assert "PersistentCacheEntryMagic" in base.compile_errors[0].message
 
 
 @pytest.mark.parametrize(
@@ -638,7 +718,7 @@ def test_the_cache_h_check_needs_no_absl(
         patched_tree, without_absl, tmp_path / "work", (PERSISTENT_CACHE_CHECK,)
     )
     verdicts = _compiled(outcome)
-    assert verdicts == dict.fromkeys(verdicts, "PASS") and len(verdicts) == 18
+    assert verdicts == dict.fromkeys(verdicts, "PASS") and len(verdicts) == 20
 
 
 def _clang_format_14() -> Path:

@@ -14,6 +14,7 @@
 // the number of failures. An exception escaping the function is a failure:
 // a cache entry that cannot be loaded must cost a recompile, not the run.
 
+#include <algorithm>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -22,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_join.h"
 #include "check_report.h"
 #include "stand_ins/pjrt_stand_ins.h"
 
@@ -107,19 +109,58 @@ using torch_xla::runtime::PjRtComputationClient;
 using check_report::failures;
 using check_report::Report;
 
+class FakeDevice : public xla::PjRtDevice {
+ public:
+  explicit FakeDevice(int id) : id_(id), name_("TPU:" + std::to_string(id)) {}
+  int id() const override { return id_; }
+  int process_index() const override { return 0; }
+  absl::string_view ToString() const override { return name_; }
+
+ private:
+  int id_;
+  std::string name_;
+};
+
+// The devices of the client: four, all local. An executable is compiled for
+// all of them (Compile() assigns every device, as replicas or partitions).
+std::vector<FakeDevice> kDevices = {FakeDevice(0), FakeDevice(1), FakeDevice(2),
+                                    FakeDevice(3)};
+
+std::vector<xla::PjRtDevice*> Devices(int count) {
+  std::vector<xla::PjRtDevice*> devices;
+  for (int i = 0; i < count; ++i) devices.push_back(&kDevices[i]);
+  return devices;
+}
+
+// What a loaded executable was compiled for.
+struct Assignment {
+  int replicas = 4;
+  int partitions = 1;
+  int addressable = 4;
+};
+
 class FakeLoaded : public xla::PjRtLoadedExecutable {
  public:
-  explicit FakeLoaded(absl::Status modules_status)
-      : modules_status_(std::move(modules_status)) {}
+  FakeLoaded(absl::Status modules_status, Assignment assignment)
+      : modules_status_(std::move(modules_status)),
+        assignment_(assignment),
+        devices_(Devices(assignment.addressable)) {}
   absl::StatusOr<std::vector<std::shared_ptr<xla::HloModule>>> GetHloModules()
       const override {
     if (!modules_status_.ok()) return modules_status_;
     return std::vector<std::shared_ptr<xla::HloModule>>{
         std::make_shared<xla::HloModule>("cached_graph")};
   }
+  int num_replicas() const override { return assignment_.replicas; }
+  int num_partitions() const override { return assignment_.partitions; }
+  absl::Span<xla::PjRtDevice* const> addressable_devices() const override {
+    return devices_;
+  }
 
  private:
   absl::Status modules_status_;
+  Assignment assignment_;
+  std::vector<xla::PjRtDevice*> devices_;
 };
 
 // What each of the client's three loading calls answers, and which were made.
@@ -128,6 +169,7 @@ struct Answers {
   absl::Status deserialize;
   absl::Status load;
   absl::Status hlo_modules;
+  Assignment assignment = {};
 };
 
 class FakeClient : public xla::PjRtClient {
@@ -139,6 +181,10 @@ class FakeClient : public xla::PjRtClient {
       const override {
     return absl::UnimplementedError("no topology");
   }
+  int device_count() const override { return 4; }
+  absl::Span<xla::PjRtDevice* const> addressable_devices() const override {
+    return devices_;
+  }
   absl::StatusOr<std::unique_ptr<xla::PjRtLoadedExecutable>>
   LoadSerializedExecutable(absl::string_view serialized,
                            std::optional<xla::CompileOptions> options,
@@ -146,7 +192,7 @@ class FakeClient : public xla::PjRtClient {
     calls.push_back("LoadSerializedExecutable");
     if (!answers_.load_serialized.ok()) return answers_.load_serialized;
     return std::unique_ptr<xla::PjRtLoadedExecutable>(
-        new FakeLoaded(answers_.hlo_modules));
+        new FakeLoaded(answers_.hlo_modules, answers_.assignment));
   }
   absl::StatusOr<std::unique_ptr<xla::PjRtExecutable>> DeserializeExecutable(
       absl::string_view serialized,
@@ -161,12 +207,13 @@ class FakeClient : public xla::PjRtClient {
     calls.push_back("Load");
     if (!answers_.load.ok()) return answers_.load;
     return std::unique_ptr<xla::PjRtLoadedExecutable>(
-        new FakeLoaded(answers_.hlo_modules));
+        new FakeLoaded(answers_.hlo_modules, answers_.assignment));
   }
   std::vector<std::string> calls;
 
  private:
   Answers answers_;
+  std::vector<xla::PjRtDevice*> devices_ = Devices(4);
 };
 
 struct Outcome {
@@ -195,13 +242,14 @@ Outcome Deserialize(const Answers& answers) {
 
 std::string Calls(const Outcome& outcome) {
   std::string text;
-  for (const auto& call : outcome.calls) text += (text.empty() ? "" : ",") + call;
+  for (const auto& call : outcome.calls)
+    text += (text.empty() ? "" : ",") + call;
   return "[" + text + "]";
 }
 
 const absl::Status kOk = absl::OkStatus();
-const absl::Status kUnimplemented =
-    absl::UnimplementedError("Deserializing serialized executable not supported.");
+const absl::Status kUnimplemented = absl::UnimplementedError(
+    "Deserializing serialized executable not supported.");
 const absl::Status kInvalidArgument = absl::InvalidArgumentError(
     "CompileOptions must be provided for LoadSerializedExecutable");
 
@@ -222,7 +270,8 @@ std::string FallsBackOn(const absl::Status& refusal) {
   if (!outcome.loaded) {
     return "LoadSerializedExecutable answered " + refusal.ToString() +
            " and the entry was not loaded through DeserializeExecutable + "
-           "Load (calls " + Calls(outcome) + ")";
+           "Load (calls " +
+           Calls(outcome) + ")";
   }
   if (Calls(outcome) !=
       "[LoadSerializedExecutable,DeserializeExecutable,Load]") {
@@ -263,6 +312,32 @@ std::string UnreadableModulesAreAMiss() {
 
 }  // namespace
 
+// Executables compiled for other devices under the same key: a miss with a
+// warning (the cache then counts no hit). SPMD's 1 x 4 fits like 4 x 1.
+std::string ExecutableForOtherDevicesIsAMiss() {
+  Answers spmd{kOk, kUnimplemented, kUnimplemented, kOk, {1, 4, 4}};
+  Outcome fits = Deserialize(spmd);
+  if (!fits.thrown.empty()) return "threw: " + fits.thrown;
+  if (!fits.loaded) return "an SPMD executable over the 4 devices was refused";
+  for (const Assignment& other :
+       {Assignment{8, 1, 4}, Assignment{1, 2, 2}, Assignment{4, 1, 3}}) {
+    Answers answers{kOk, kUnimplemented, kUnimplemented, kOk, other};
+    Outcome outcome = Deserialize(answers);
+    if (!outcome.thrown.empty()) return "threw: " + outcome.thrown;
+    if (outcome.loaded) {
+      return "an executable for " + std::to_string(other.replicas) + "x" +
+             std::to_string(other.partitions) + " device(s), " +
+             std::to_string(other.addressable) +
+             " addressable, loaded on a 4-device client";
+    }
+    if (outcome.warnings.find("does not fit this client") ==
+        std::string::npos) {
+      return "no warning says the executable does not fit: " + outcome.warnings;
+    }
+  }
+  return "";
+}
+
 int main() {
   Report("one_step_load_is_used_when_it_works", OneStepLoad());
   Report("unimplemented_falls_back_to_two_steps", FallsBackOn(kUnimplemented));
@@ -270,5 +345,7 @@ int main() {
          FallsBackOn(kInvalidArgument));
   Report("both_paths_failing_is_a_miss_not_a_crash", BothPathsFailIsAMiss());
   Report("unreadable_modules_are_a_miss", UnreadableModulesAreAMiss());
+  Report("executable_for_other_devices_is_a_miss",
+         ExecutableForOtherDevicesIsAMiss());
   return failures;
 }

@@ -69,10 +69,15 @@ std::string Serialize(const Value& value) {
   return *value;
 }
 
-// An empty file is what a reader sees of an entry whose write has just begun;
-// it must not load.
+// A value whose load throws (DeserializeComputation's XLA_CHECK, a missing
+// client, ...).
+const char kThrowsOnLoad[] = "throws on load";
+
+// An empty value is one the client cannot load now (out of memory, a busy
+// device): the deserialize function returns null.
 Value Deserialize(const std::string& text) {
   if (text.empty()) return nullptr;
+  if (text == kThrowsOnLoad) throw std::runtime_error("cannot load");
   return std::make_shared<std::string>(text);
 }
 
@@ -381,10 +386,11 @@ std::string TemporaryNamesCarryHostAndRandomPart() {
   return "";
 }
 
-// Before writing entry 4, a writer removes entry 4's temporary files that are
-// more than an hour old. A younger one may belong to a live writer on another
-// host, and other entries' files are not its business ("40" shares a prefix).
-std::string StaleTemporaryFilesOfTheEntryAreRemoved() {
+// A writer that starts removes the crash leftovers of every entry that are
+// more than an hour old, before any Add: a leftover of an entry that is never
+// written again must not stay forever. A younger one may belong to a live
+// writer on another host and is kept, as are entries.
+std::string StaleTemporaryFilesAreRemovedWhenAWriterStarts() {
   fs::path dir = FreshDir("stale");
   fs::create_directories(dir);
   const std::string stale = "4.tmp.hosta.00000000000000aa";
@@ -395,12 +401,13 @@ std::string StaleTemporaryFilesOfTheEntryAreRemoved() {
     WriteFile(dir / name, "partial");
     if (name != young) MakeOld(dir / name, 2 * 60 * 60);
   }
-  MakeCache(dir, /*readonly=*/false)
-      ->Add(4, std::make_shared<std::string>("four"));
+  WriteFile(dir / "3", "an entry");
+  MakeOld(dir / "3", 2 * 60 * 60);
+  MakeCache(dir, /*readonly=*/false);
   std::vector<std::string> names = Names(dir);
   std::sort(names.begin(), names.end());
   fs::remove_all(dir);
-  std::vector<std::string> expected = {"4", prefixed, young, other};
+  std::vector<std::string> expected = {"3", young};
   std::sort(expected.begin(), expected.end());
   if (names != expected) {
     return "the directory holds " + Join(names) + " instead of " +
@@ -530,27 +537,98 @@ std::string ConcurrentReadersNeverLoadAPartialEntry() {
   return partial;
 }
 
-// An entry whose bytes are intact but which the client cannot load (e.g. an
-// executable of another runtime version) keeps upstream's handling: counted
-// as PersistentCacheDeserializeFailure and removed by a writer.
-std::string IntactEntryThatFailsToDeserializeIsRemovedByAWriter() {
-  fs::path dir = FreshDir("undeserializable");
+// An entry whose bytes are intact but which the client cannot load now (out
+// of memory, a busy device: any status that does not prove the bytes bad) is
+// a miss counted as PersistentCacheLoadRefused, and nothing is deleted. So
+// that an entry that fails every time does not block saving forever, the
+// writer's fresh compile then replaces it (by rename).
+std::string IntactEntryThatFailsToLoadIsKeptThenReplaced() {
+  fs::path dir = FreshDir("unloadable");
   // Deserialize returns nullptr for an empty value.
   MakeCache(dir, /*readonly=*/false)
       ->Add(11, std::make_shared<std::string>(""));
   bool saved = fs::exists(dir / "11");
-  int64_t before = Counter("PersistentCacheDeserializeFailure");
-  Value loaded = MakeCache(dir, /*readonly=*/false)->Get(11);
-  int64_t after = Counter("PersistentCacheDeserializeFailure");
-  bool removed = !fs::exists(dir / "11");
+  int64_t refused_before = Counter("PersistentCacheLoadRefused");
+  int64_t failures_before = Counter("PersistentCacheDeserializeFailure");
+  auto writer = MakeCache(dir, /*readonly=*/false);
+  Value loaded = writer->Get(11);
+  int64_t refused_after = Counter("PersistentCacheLoadRefused");
+  int64_t failures_after = Counter("PersistentCacheDeserializeFailure");
+  bool kept = fs::exists(dir / "11");
+  writer->Add(11, std::make_shared<std::string>("eleven"));
+  Value reloaded = MakeCache(dir, /*readonly=*/true)->Get(11);
   fs::remove_all(dir);
   if (!saved) return "the entry was not saved";
   if (loaded != nullptr) return "an empty value loaded";
-  if (after != before + 1) {
-    return "PersistentCacheDeserializeFailure went from " +
-           std::to_string(before) + " to " + std::to_string(after);
+  if (refused_after != refused_before + 1) {
+    return "PersistentCacheLoadRefused went from " +
+           std::to_string(refused_before) + " to " +
+           std::to_string(refused_after);
   }
-  if (!removed) return "the writer kept the entry";
+  if (failures_after != failures_before + 1) {
+    return "PersistentCacheDeserializeFailure went from " +
+           std::to_string(failures_before) + " to " +
+           std::to_string(failures_after);
+  }
+  if (!kept) return "the writer deleted an intact entry it could not load";
+  if (reloaded == nullptr || *reloaded != "eleven") {
+    return "the fresh compile did not replace the entry";
+  }
+  return "";
+}
+
+// The load of an intact entry throws every time: a miss, the entry is kept,
+// and the writer's fresh compile replaces it instead of being blocked by it.
+std::string EntryWhoseLoadThrowsDoesNotBlockSaving() {
+  fs::path dir = FreshDir("throwing");
+  MakeCache(dir, /*readonly=*/false)
+      ->Add(14, std::make_shared<std::string>(kThrowsOnLoad));
+  auto writer = MakeCache(dir, /*readonly=*/false);
+  Value loaded = writer->Get(14);
+  bool kept = fs::exists(dir / "14");
+  writer->Add(14, std::make_shared<std::string>("fourteen"));
+  Value reloaded = MakeCache(dir, /*readonly=*/true)->Get(14);
+  fs::remove_all(dir);
+  if (loaded != nullptr) return "a throwing load returned a value";
+  if (!kept) return "the writer deleted an intact entry whose load threw";
+  if (reloaded == nullptr || *reloaded != "fourteen") {
+    return "the entry whose load throws blocked the fresh compile's save";
+  }
+  return "";
+}
+
+// Once the writer has started, Add must not list the cache directory: one
+// listing is a network round trip on gcsfuse, and it ran under the cache's
+// lock. inotify reports every opendir(3) of the watched directory itself as
+// IN_OPEN|IN_ISDIR without a name.
+std::string AddsDoNotListTheDirectory() {
+  fs::path dir = FreshDir("listing");
+  auto cache = MakeCache(dir, /*readonly=*/false);
+  int watch = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  if (watch < 0 || ::inotify_add_watch(watch, dir.c_str(), IN_OPEN) < 0) {
+    return std::string("inotify: ") + std::strerror(errno);
+  }
+  const int adds = 20;
+  for (int key = 100; key < 100 + adds; ++key) {
+    cache->Add(key, std::make_shared<std::string>("v"));
+  }
+  int listings = 0;
+  alignas(struct inotify_event) char buffer[64 * 1024];
+  ssize_t length = ::read(watch, buffer, sizeof(buffer));
+  for (ssize_t at = 0; at < length;) {
+    auto* event = reinterpret_cast<struct inotify_event*>(buffer + at);
+    if ((event->mask & IN_OPEN) && (event->mask & IN_ISDIR) &&
+        event->len == 0) {
+      ++listings;
+    }
+    at += sizeof(struct inotify_event) + event->len;
+  }
+  ::close(watch);
+  fs::remove_all(dir);
+  if (listings != 0) {
+    return std::to_string(adds) + " adds listed the directory " +
+           std::to_string(listings) + " time(s)";
+  }
   return "";
 }
 
@@ -592,8 +670,9 @@ int main() {
   Run("crash_leftover_does_not_block_saving", CrashLeftoverDoesNotBlockSaving);
   Run("temporary_names_carry_host_and_random_part",
       TemporaryNamesCarryHostAndRandomPart);
-  Run("stale_temporary_files_of_the_entry_are_removed",
-      StaleTemporaryFilesOfTheEntryAreRemoved);
+  Run("stale_temporary_files_are_removed_when_a_writer_starts",
+      StaleTemporaryFilesAreRemovedWhenAWriterStarts);
+  Run("adds_do_not_list_the_directory", AddsDoNotListTheDirectory);
   Run("truncated_entry_is_a_miss_removed_only_by_a_writer",
       TruncatedEntryIsAMissRemovedOnlyByAWriter);
   Run("damaged_entry_is_a_miss", DamagedEntryIsAMiss);
@@ -601,8 +680,10 @@ int main() {
       FailedReadIsAMissAndDeletesNothing);
   Run("concurrent_readers_never_load_a_partial_entry",
       ConcurrentReadersNeverLoadAPartialEntry);
-  Run("intact_entry_that_fails_to_deserialize_is_removed_by_a_writer",
-      IntactEntryThatFailsToDeserializeIsRemovedByAWriter);
+  Run("intact_entry_that_fails_to_load_is_kept_then_replaced",
+      IntactEntryThatFailsToLoadIsKeptThenReplaced);
+  Run("entry_whose_load_throws_does_not_block_saving",
+      EntryWhoseLoadThrowsDoesNotBlockSaving);
   Run("failed_serialization_is_counted_not_thrown",
       FailedSerializationIsCountedNotThrown);
   return failures;

@@ -59,10 +59,17 @@ CANARY_VARIANTS = ("steady", "item-readback", "shape-drift")
 CANARY_WIDTH = 128
 CANARY_BATCH = 32
 
+#: The persistent cache's outcome counters (runtime/cache.h; README "What the persistent
+#: cache counters say"). Stock wheels count only the first three; the others read 0 there.
 COUNTERS = (
     "PersistentCacheMiss",
     "PersistentCacheHit",
     "PersistentCacheDeserializeFailure",
+    "PersistentCacheCorrupt",
+    "PersistentCacheLoadRefused",
+    "PersistentCacheVerifyMismatch",
+    "PersistentCacheReadFailure",
+    "PersistentCacheWriteFailure",
     "UncachedCompile",
     "CachedCompile",
 )

@@ -10,7 +10,7 @@ Generated files take code verbatim from the tree and start each piece with a
 file and line (which ``git blame`` maps to the patch that wrote it):
 
 - :class:`Function`: a function, from the line starting with its signature to the first
-  ``}`` at column 0;
+  ``}`` at column 0 (or that line alone, when it holds the whole function);
 - :class:`Members`: named data-member declarations of a class in a header. A member the
   header lacks is left out, so the program fails to compile naming it: that is how a
   series that applies to another base but no longer builds there is caught;
@@ -38,8 +38,12 @@ STAND_INS_SUBDIR = CHECKS_SUBDIR / "stand_ins"
 RUNTIME = "torch_xla/csrc/runtime"
 CLIENT_CPP = f"{RUNTIME}/pjrt_computation_client.cpp"
 CLIENT_H = f"{RUNTIME}/pjrt_computation_client.h"
+EXECUTOR_CPP = "torch_xla/csrc/xla_graph_executor.cpp"
 
 Kind = Literal["checks", "gtest"]
+
+#: The extension every torch_xla library ends up in (the root BUILD's cc_binary).
+XLAC_TARGET = "//:_XLAC.so"
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,12 @@ class CheckProgram:
     """Extra g++ flags (e.g. ``-fsanitize=thread`` for a race check)."""
     arguments: tuple[str, ...] = ()
     """Arguments the program is run with (one source can serve two programs)."""
+    link_target: str = XLAC_TARGET
+    """The Bazel target of the tree the program stands for: it is linked with exactly the
+    torch libraries that target declares (:mod:`xla_wheels.series_checks.build_deps`).
+    ``//:_XLAC.so`` for functions that are only linked into the extension."""
+    python: bool = False
+    """Compile and link against CPython (pybind11's embedded interpreter)."""
 
     @property
     def needs_absl(self) -> bool:
@@ -184,16 +194,49 @@ LOAD_CHECK = CheckProgram(
     stand_ins=True,
 )
 
+# cache.h is a header-only library; its cc_test is what links it on its own.
 PERSISTENT_CACHE_CHECK = CheckProgram(
     name="persistent_cache_check",
     kind="checks",
     sources=("persistent_cache_check.cpp",),
+    link_target=f"//{RUNTIME}:cache_test",
+)
+
+# Series 0002: GetRuntimeMemoryInfo (_xla_runtime_memory_info) with an embedded Python.
+RUNTIME_MEMORY_CHECK = CheckProgram(
+    name="runtime_memory_check",
+    kind="checks",
+    sources=("runtime_memory_check.cpp",),
+    generated=(
+        Function(
+            "get_runtime_memory_info.inc",
+            "torch_xla/csrc/init_python_bindings.cpp",
+            "py::dict GetRuntimeMemoryInfo(",
+        ),
+    ),
+    absl_libraries=("absl_strings", "absl_statusor", "absl_status"),
+    python=True,
+)
+
+# Series 0005 (XLA_PERSISTENT_CACHE_VERIFY) on 0004's cache: the entry format functions
+# of xla_graph_executor.cpp, verbatim, with the cache's verify hook.
+CACHE_VERIFY_CHECK = CheckProgram(
+    name="cache_verify_check",
+    kind="checks",
+    sources=("cache_verify_check.cpp",),
+    generated=(
+        Function("entry_magic.inc", EXECUTOR_CPP, "std::string PersistentCacheEntryMagic("),
+        Function("encode_entry.inc", EXECUTOR_CPP, "std::string EncodePersistentCacheEntry("),
+        Function("decode_entry.inc", EXECUTOR_CPP, "bool DecodePersistentCacheEntry("),
+    ),
+    link_target=f"//{RUNTIME}:cache_test",
 )
 
 UPSTREAM_CACHE_TEST = CheckProgram(
     name="cache_test",
     kind="gtest",
     tree_sources=(f"{RUNTIME}/cache_test.cpp",),
+    link_target=f"//{RUNTIME}:cache_test",
 )
 
 UPSTREAM_ENV_HASH_TEST = CheckProgram(
@@ -206,14 +249,17 @@ UPSTREAM_ENV_HASH_TEST = CheckProgram(
     ),
     absl_libraries=("absl_strings",),
     stand_ins=True,  # sys_util.h includes xla/types.h
+    link_target=f"//{RUNTIME}:env_hash_test",
 )
 
 ALL: tuple[CheckProgram, ...] = (
     LOAD_CHECK,
+    RUNTIME_MEMORY_CHECK,
     COMP_ENV_HASH_CHECK,
     CUSTOM_OPTIONS_RACE_CHECK,
     LOWERING_KEY_CHECK,
     PERSISTENT_CACHE_CHECK,
+    CACHE_VERIFY_CHECK,
     UPSTREAM_CACHE_TEST,
     UPSTREAM_ENV_HASH_TEST,
 )
@@ -247,7 +293,11 @@ def function_text(lines: list[str], path: str, signature: str) -> str:
     start = next((i for i, line in enumerate(lines) if line.startswith(signature)), None)
     if start is None:
         raise ExtractionError(f"no function starting with {signature!r} in {path}")
-    end = next((i for i in range(start, len(lines)) if lines[i] == "}"), None)
+    first = lines[start].split("//", 1)[0].rstrip()
+    if first.endswith("}") and first.count("{") == first.count("}"):
+        end: int | None = start  # a function on one line
+    else:
+        end = next((i for i in range(start, len(lines)) if lines[i] == "}"), None)
     if end is None:
         raise ExtractionError(f"the function {signature!r} in {path} has no closing '}}'")
     return _line_directive(start, path) + "\n".join(lines[start : end + 1]) + "\n"

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xla_wheels import runner
+from xla_wheels.series_checks.build_deps import BuildFileError, torch_libraries
 from xla_wheels.series_checks.programs import (
     ALL,
     CHECKS_SUBDIR,
@@ -94,7 +95,17 @@ def _run_one(
             missing = CompileError(spec.path, 0, None, f"cannot generate {spec.inc}: {error}")
             return CheckOutcome(program.name, {}, (missing,), str(error))
     binary = work / program.name
-    argv = compile_command(program, tree, toolchain, binary, generated_dir, project_root)
+    try:
+        linked = torch_libraries(tree, program.link_target)
+    except BuildFileError as error:
+        unreadable = CompileError("", 0, None, f"cannot read the link dependencies: {error}")
+        return CheckOutcome(program.name, {}, (unreadable,), str(error))
+    if needs_libpython(program, linked) and toolchain.python is None:
+        missing = CompileError("", 0, None, "the torch environment's Python has no libpython")
+        return CheckOutcome(program.name, {}, (missing,), missing.message)
+    argv = compile_command(
+        program, tree, toolchain, binary, generated_dir, project_root, torch_libraries=linked
+    )
     try:
         built = runner.run(
             argv,
@@ -113,6 +124,12 @@ def _run_one(
     return _execute(program, binary, work)
 
 
+def needs_libpython(program: CheckProgram, torch_libraries: tuple[str, ...]) -> bool:
+    """An embedded interpreter, or libtorch_python: the extension gets CPython's symbols
+    from the interpreter that loads it, a check program (an executable) from libpython."""
+    return program.python or "torch_python" in torch_libraries
+
+
 def compile_command(
     program: CheckProgram,
     tree: Path,
@@ -120,9 +137,12 @@ def compile_command(
     binary: Path,
     generated_dir: Path,
     project_root: Path = PROJECT_ROOT,
+    *,
+    torch_libraries: tuple[str, ...] = ("torch_cpu", "c10"),
 ) -> list[str]:
     """The g++ command line: the tree and the checks on the include path, torch's headers
-    as system headers, linked against the wheel's libtorch (and absl, googletest)."""
+    as system headers, linked against the torch libraries the program's Bazel target
+    declares (``torch_libraries``, from the tree's BUILD files) and absl, googletest."""
     torch = toolchain.torch
     checks = project_root / CHECKS_SUBDIR
     include = [f"-I{tree}", f"-I{checks}", f"-I{generated_dir}"]
@@ -130,11 +150,16 @@ def compile_command(
         include.append(f"-I{project_root / STAND_INS_SUBDIR}")
     include += ["-isystem", str(torch / "include")]
     include += ["-isystem", str(torch / "include" / "torch" / "csrc" / "api" / "include")]
-    libraries = [f"-L{torch / 'lib'}", f"-Wl,-rpath,{torch / 'lib'}", "-ltorch_cpu", "-lc10"]
+    libraries = [f"-L{torch / 'lib'}", f"-Wl,-rpath,{torch / 'lib'}"]
+    libraries += [f"-l{name}" for name in torch_libraries]
     if program.needs_absl:
         include += ["-isystem", str(toolchain.absl.include)]
         libraries += [f"-L{toolchain.absl.lib}", f"-Wl,-rpath,{toolchain.absl.lib}"]
         libraries += [f"-l{name}" for name in program.absl_libraries]
+    if needs_libpython(program, torch_libraries) and toolchain.python is not None:
+        python = toolchain.python
+        include += ["-isystem", str(python.include)]
+        libraries += [f"-L{python.lib}", f"-Wl,-rpath,{python.lib}", f"-l{python.library}"]
     if program.kind == "gtest":
         include += ["-isystem", str(toolchain.gtest.include)]
         libraries += [f"-L{toolchain.gtest.lib}", "-lgtest_main", "-lgmock", "-lgtest"]
@@ -233,7 +258,12 @@ def parse_gtest(stdout: str) -> dict[str, str]:
 _DIAGNOSTIC = re.compile(
     r"^(?P<path>[^:\s][^:]*):(?P<line>\d+):(?:\d+:)? (?:fatal )?error: (?P<message>.*)$"
 )
-_UNDEFINED = re.compile(r"undefined reference to [`'](?P<symbol>[^']+)'")
+_UNDEFINED = re.compile(r"undefined reference to (?:symbol )?[`'](?P<symbol>[^']+)'")
+# GNU ld and gold: a symbol found only in a library that another library needs
+# (DT_NEEDED) but that is not on the command line, i.e. not declared by the target.
+_DSO_MISSING = re.compile(
+    r"(?P<library>[^\s:]+): error adding symbols: DSO missing from command line"
+)
 _IDENTIFIER = (
     re.compile(r"no member named '(?P<id>[^']+)'"),
     re.compile(r"^'(?P<id>[^']+)' is not a member of '"),
@@ -265,6 +295,15 @@ def parse_compile_errors(
             message = match.group("message").strip()
             path = _display_path(match.group("path"), tree, project_root)
             error = CompileError(path, int(match.group("line")), identifier_of(message), message)
+        elif match := _DSO_MISSING.search(line):
+            library = Path(match.group("library")).name
+            error = CompileError(
+                "",
+                0,
+                library,
+                f"DSO missing from command line: {library} is needed but the program's "
+                "Bazel target does not declare it",
+            )
         elif match := _UNDEFINED.search(line):
             symbol = match.group("symbol")
             error = CompileError("", 0, symbol, f"undefined reference to '{symbol}'")

@@ -3,7 +3,9 @@
 - g++ from the machine (Debian: ``apt-get install g++``);
 - torch: the headers and libraries (``include/``, ``lib/``) of the stock torch 2.9.0
   environment the gate already builds in the per-machine cache
-  (:func:`xla_wheels.gate.envs.ensure_stock_env`);
+  (:func:`xla_wheels.gate.envs.ensure_stock_env`), pybind11's headers among them;
+- CPython's headers and ``libpython`` of that environment's interpreter (for a check of a
+  Python binding, which embeds the interpreter);
 - absl, googletest and googlemock: Debian bookworm's ``.deb`` files, pinned below by URL
   and sha256, downloaded into ``<cache>/toolchain/debs/`` and unpacked (only
   ``usr/include`` and ``usr/lib``) into ``<cache>/toolchain/<name>/``. Nothing is
@@ -17,9 +19,11 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import platform
 import re
 import shutil
+import subprocess
 import tarfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -109,6 +113,18 @@ class Toolchain:
     absl: Prefix
     gtest: Prefix
     """googletest and googlemock (one Debian source package, one prefix)."""
+    python: PythonLibrary | None = None
+    """CPython of the torch environment; None: checks of Python bindings cannot build."""
+
+
+@dataclass(frozen=True)
+class PythonLibrary:
+    """Where CPython's headers are and which shared library embeds it."""
+
+    include: Path
+    lib: Path
+    library: str
+    """The ``-l`` name, e.g. ``python3.11``."""
 
 
 def ensure_toolchain(cache_dir: Path, network: NetworkPolicy) -> Toolchain:
@@ -123,7 +139,37 @@ def ensure_toolchain(cache_dir: Path, network: NetworkPolicy) -> Toolchain:
     torch = stock_torch_dir(cache_dir)
     root = ensure_debian_root(cache_dir / "toolchain", BOOKWORM_PACKAGES, network)
     usr = Prefix(root / "usr" / "include", root / "usr" / "lib" / MULTIARCH)
-    return Toolchain(compiler=Path(compiler), torch=torch, absl=usr, gtest=usr)
+    python = python_library(_torch_python(torch))
+    return Toolchain(compiler=Path(compiler), torch=torch, absl=usr, gtest=usr, python=python)
+
+
+def _torch_python(torch: Path) -> Path:
+    """The interpreter of the environment whose site-packages holds ``torch``."""
+    return torch.parents[3] / "bin" / "python"
+
+
+_PYTHON_PATHS = (
+    "import json, sysconfig; print(json.dumps([sysconfig.get_paths()['include'], "
+    "sysconfig.get_config_var('LIBDIR'), sysconfig.get_config_var('LDLIBRARY')]))"
+)
+
+
+def python_library(python: Path) -> PythonLibrary | None:
+    """CPython's headers and shared library as ``python`` reports them; None when it was
+    built without a shared libpython (a check embedding it cannot link then)."""
+    try:
+        answer = subprocess.run(
+            [str(python), "-c", _PYTHON_PATHS], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if answer.returncode != 0:
+        return None
+    include, libdir, library = json.loads(answer.stdout)
+    match = re.fullmatch(r"lib(?P<name>.+)\.so(\.[\d.]+)?", library or "")
+    if not (include and libdir and match and (Path(libdir) / library).exists()):
+        return None
+    return PythonLibrary(Path(include), Path(libdir), match.group("name"))
 
 
 def stock_torch_dir(cache_dir: Path) -> Path:

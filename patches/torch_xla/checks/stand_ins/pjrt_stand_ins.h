@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 namespace xla {
 
@@ -69,6 +70,10 @@ class PjRtLoadedExecutable {
   virtual ~PjRtLoadedExecutable() = default;
   virtual absl::StatusOr<std::vector<std::shared_ptr<HloModule>>>
   GetHloModules() const = 0;
+  // PjRtExecutable's, which PjRtLoadedExecutable derives from.
+  virtual int num_replicas() const = 0;
+  virtual int num_partitions() const = 0;
+  virtual absl::Span<PjRtDevice* const> addressable_devices() const = 0;
 };
 
 class PjRtClient {
@@ -78,6 +83,12 @@ class PjRtClient {
   virtual absl::string_view platform_version() const = 0;
   virtual absl::StatusOr<const PjRtTopologyDescription*>
   GetTopologyDescription() const = 0;
+  // Pure in the real class; a body here so that checks that never call them
+  // need not implement them.
+  virtual int device_count() const { return 0; }
+  virtual absl::Span<PjRtDevice* const> addressable_devices() const {
+    return {};
+  }
   virtual absl::StatusOr<std::unique_ptr<PjRtExecutable>> DeserializeExecutable(
       absl::string_view serialized, std::optional<CompileOptions> options) {
     return absl::UnimplementedError(
@@ -87,7 +98,8 @@ class PjRtClient {
   LoadSerializedExecutable(absl::string_view serialized,
                            std::optional<CompileOptions> options,
                            const LoadOptions& load_options) {
-    return absl::UnimplementedError("Loading serialized executable not supported.");
+    return absl::UnimplementedError(
+        "Loading serialized executable not supported.");
   }
   virtual absl::StatusOr<std::unique_ptr<PjRtLoadedExecutable>> Load(
       std::unique_ptr<PjRtExecutable> executable,
