@@ -13,11 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.clirunner import REPO_ROOT
 from tests.gitrepos import git, make_project, make_upstream
 from xla_wheels import gitutil, sources
+from xla_wheels.builder.config import BuildConfig
 from xla_wheels.bundle import load_bundle
 from xla_wheels.errors import ManifestError, SourceError
-from xla_wheels.options import DEFAULT_NETWORK
+from xla_wheels.options import DEFAULT_NETWORK, PipelineOptions
+from xla_wheels.pipeline import plan
 from xla_wheels.plan import PlannedCommand
 from xla_wheels.runner import END_OF_OPTIONS, OptionLikeArgument, after_options
 from xla_wheels.values import check_remote
@@ -237,3 +240,36 @@ def test_an_output_directory_inside_a_git_directory_is_refused(
     assert named in result.stderr and "inside a .git directory" in result.stderr
     assert "fix: " in result.stderr
     assert list((tmp_path / ".git").iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["v6e-2.9", "v6e-2.11"])
+def test_the_whole_plan_of_a_shipped_bundle_reads_no_value_as_an_option(
+    tmp_path: Path, name: str
+) -> None:
+    # The plan is the objects the run executes (pipeline.plan): every git command of every
+    # stage, for both shipped bundles, with the remotes and work paths a user could give.
+    shipped = load_bundle(REPO_ROOT, name)
+    remotes = {c: f"/srv/mirrors/MARK {c}.git" for c in shipped.components}
+    bundle = replace(
+        shipped,
+        components={c: replace(v, remote=remotes[c]) for c, v in shipped.components.items()},
+    )
+    work = tmp_path / "work dir é"
+    options = PipelineOptions(
+        root=REPO_ROOT, cache_dir=work / "cache", out_dir=work / "out", mirror=None, dry_run=True
+    )
+    commands = [c for stage in plan(options, bundle, BuildConfig()) for c in stage.commands]
+    git_commands = [c for c in commands if c.argv[:1] == ("git",)]
+    assert any("fetch" in c.argv for c in git_commands)
+    commits = [c.commit for c in bundle.components.values() if c.commit]
+    _assert_never_an_option(git_commands, [*remotes.values(), *commits, str(work)])
+    # The same plan with a remote that is an option: refused, never composed.
+    hostile = replace(
+        bundle,
+        components={
+            **bundle.components,
+            "torch": replace(bundle.component("torch"), remote="--upload-pack=touch PWNED"),
+        },
+    )
+    with pytest.raises(OptionLikeArgument):
+        plan(options, hostile, BuildConfig())
