@@ -177,7 +177,9 @@ def pipeline_options(args: argparse.Namespace, environ: Mapping[str, str]) -> Pi
         root=root,
         cache_dir=(_directory(settings, "--cache-dir") or machine_cache(environ)).resolve(),
         out_dir=(_directory(settings, "--out-dir") or root / "out").resolve(),
-        mirror=_checked(settings, "--mirror", "MIRROR", check_remote, REMOTE_RULE),
+        mirror=_checked(
+            settings, "--mirror", "MIRROR", check_remote, REMOTE_RULE, "/srv/git-mirrors"
+        ),
         dry_run=settings.switch("--dry-run"),
         network=NetworkPolicy(
             timeout_s=_number(settings, "--net-timeout", NET_TIMEOUT.parse, policy.timeout_s),
@@ -226,7 +228,7 @@ def build_config(args: argparse.Namespace, environ: Mapping[str, str]) -> BuildC
     return BuildConfig(
         mode=mode,
         engine=engine,
-        image=_checked(settings, "--image", "IMAGE", _image, IMAGE_RULE) or defaults.image,
+        image=_checked(settings, "--image", "BUILDER_IMAGE", _image, IMAGE_RULE) or defaults.image,
         jobs=int(_number(settings, "--jobs", _jobs, os.cpu_count() or 1)),
         host_python=settings.text("--host-python") or defaults.host_python,
         container_python=args.container_python or defaults.container_python,
@@ -300,7 +302,12 @@ def _directory(settings: Settings, flag: str) -> Path | None:
 
 
 def _checked(
-    settings: Settings, flag: str, make_name: str, check: Callable[[str], str], rule: str
+    settings: Settings,
+    flag: str,
+    make_name: str,
+    check: Callable[[str], str],
+    rule: str,
+    example: str | None = None,
 ) -> str | None:
     """The flag's text value, else the environment's, checked for what it is: each of
     these reaches a command line (git's remote, the container engine's image, twine's
@@ -313,7 +320,7 @@ def _checked(
     except BadValue as bad:
         raise UsageError(
             f"{flag} ({env_var(flag)}, make: {make_name}=) {text!r} {bad.reason}",
-            fix=f"give {rule}, e.g. {make_name}={bad.example}",
+            fix=f"give {rule}, e.g. {make_name}={example or bad.example}",
         ) from None
 
 
