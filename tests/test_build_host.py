@@ -114,7 +114,7 @@ def test_patched_build_is_stamped_and_carries_provenance(syn: Synthetic) -> None
     # sources, patches and collect keep their commands and git's output in a log each.
     logs = syn.root / "out" / "syn" / "logs"
     assert (
-        f"worktree add --detach --force {logs.parent / 'src' / 'torch'}"
+        f"worktree add --detach --force -- {logs.parent / 'src' / 'torch'}"
         in (logs / "sources.log").read_text()
     )
     assert "git apply --index" in (logs / "patches.log").read_text()

@@ -19,6 +19,7 @@ from xla_wheels import gitutil, sources
 from xla_wheels.builder.config import BuildConfig
 from xla_wheels.bundle import load_bundle
 from xla_wheels.errors import ManifestError, SourceError
+from xla_wheels.gate import upstream_tests
 from xla_wheels.options import DEFAULT_NETWORK, PipelineOptions
 from xla_wheels.pipeline import plan
 from xla_wheels.plan import PlannedCommand
@@ -273,3 +274,15 @@ def test_the_whole_plan_of_a_shipped_bundle_reads_no_value_as_an_option(
     )
     with pytest.raises(OptionLikeArgument):
         plan(options, hostile, BuildConfig())
+
+
+def test_the_gates_upstream_test_file_is_read_at_a_revision_never_an_option(
+    tmp_path: Path,
+) -> None:
+    # --upstream-tests DIR at a revision: `git show` gets the revision after
+    # --end-of-options, and one that starts with '-' is refused.
+    upstream = make_upstream(tmp_path, "xla")
+    upstream.commit_file(upstream_tests.TEST_PATH, "x = 1\n", "the upstream test")
+    assert upstream_tests.read_test_file(upstream.path / ".git", "HEAD") == "x = 1\n"
+    with pytest.raises(OptionLikeArgument):
+        upstream_tests.read_test_file(upstream.path / ".git", f"--output={tmp_path / 'x'}")
