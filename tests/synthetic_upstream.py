@@ -16,6 +16,7 @@ so the ship check below passes only for a patched build.
 
 from __future__ import annotations
 
+import inspect
 import json
 import shutil
 import sys
@@ -79,9 +80,46 @@ TORCH_INIT = """
 from torch.version import __version__, git_version
 """
 
+
+def bazelrc_words(line: str) -> list[str]:
+    """The words Bazel reads from one line of an rc file, by the rules of its client's
+    ``blaze_util::Tokenize`` (src/main/cpp/util/strings.cc): whitespace separates words,
+    ``'`` and ``"`` group, a backslash takes the next character as it is (inside quotes
+    too), and ``#`` outside quotes ends the line. A test's reader, like Bazel's."""
+    words: list[str] = []
+    word, quote, index = "", "", 0
+    while index < len(line):
+        char = line[index]
+        if char == "\\":
+            word += line[index + 1 : index + 2]
+            index += 2
+            continue
+        if quote:
+            if char == quote:
+                quote = ""
+            else:
+                word += char
+        elif char in " \t\r\n":
+            if word:
+                words.append(word)
+            word = ""
+        elif char == "#":
+            break
+        elif char in "'\"":
+            quote = char
+        else:
+            word += char
+        index += 1
+    if word:
+        words.append(word)
+    return words
+
+
 XLA_SETUP = """
 import os, re, subprocess
 from setuptools import setup
+
+# <bazelrc_words>
 
 base = os.path.dirname(os.path.abspath(__file__))
 # Like upstream: PyTorch's source tree one level up (bazel/dependencies.bzl "../").
@@ -102,14 +140,20 @@ print("synthetic torch_xla: PyTorch Commit ID:", torch_sha or "(none)")
 version = os.getenv("TORCH_XLA_VERSION", "2.9.0")
 if os.getenv("GIT_VERSIONED_XLA_BUILD", "TRUE").upper() in ("1", "TRUE", "ON", "YES", "Y"):
     version += "+git" + sha[:7]
-rc = open(os.path.join(base, ".bazelrc.user")).read()
+# .bazelrc.user read as Bazel reads it: line by line, each line as words.
+rc = [bazelrc_words(line) for line in open(os.path.join(base, ".bazelrc.user"), encoding="utf-8")]
 # Remote-cache credentials, as Bazel would read them: the try-imported private rc file.
-for auth in re.findall(r"^try-import (\\S+)$", rc, re.MULTILINE):
+for auth in [words[1] for words in rc if words[:1] == ["try-import"]]:
     if os.stat(auth).st_mode & 0o077:
         raise SystemExit(f"synthetic torch_xla: {auth} is readable by others")
     # What `bazel --announce_rc` would print: the pipeline must keep it out of the log.
     print("synthetic torch_xla: announce_rc", open(auth).read().strip())
-override = re.search(r"--override_repository=xla=(\\S+)", rc).group(1)
+override = next(
+    word.split("=", 2)[2]
+    for words in rc
+    for word in words
+    if word.startswith("--override_repository=xla=")
+)
 core = open(os.path.join(override, "xla", "core.h")).read()
 if "TORCH_XLA_OPENXLA_PATCH" not in core:
     raise SystemExit("synthetic torch_xla: openxla_patches/ not applied to the override")
@@ -266,7 +310,9 @@ def make_synthetic(base: Path, *, c_extension: bool = False) -> Synthetic:
         "torch_xla": _repo(
             upstream / "xla",
             {
-                "setup.py": XLA_SETUP,
+                "setup.py": XLA_SETUP.replace(
+                    "# <bazelrc_words>", inspect.getsource(bazelrc_words)
+                ),
                 "torch_xla/__init__.py": XLA_INIT,
                 "WORKSPACE": WORKSPACE,
                 "bazel/dependencies.bzl": 'PYTORCH_LOCAL_DIR = "../"\n',

@@ -19,7 +19,14 @@ import pytest
 
 from tests.clirunner import CliResult, run_cli
 from tests.gitrepos import git
-from tests.synthetic_upstream import TORCH_INIT, Synthetic, cli_args, make_patch
+from tests.synthetic_upstream import (
+    TORCH_INIT,
+    Synthetic,
+    bazelrc_words,
+    cli_args,
+    copy_synthetic,
+    make_patch,
+)
 from xla_wheels import wheel_stamp
 from xla_wheels.bundle import load_bundle
 from xla_wheels.patches import describe_series, series_digest
@@ -107,7 +114,7 @@ def test_patched_build_is_stamped_and_carries_provenance(syn: Synthetic) -> None
     # sources, patches and collect keep their commands and git's output in a log each.
     logs = syn.root / "out" / "syn" / "logs"
     assert (
-        f"worktree add --detach --force {logs.parent / 'src' / 'torch'}"
+        f"worktree add --detach --force -- {logs.parent / 'src' / 'torch'}"
         in (logs / "sources.log").read_text()
     )
     assert "git apply --index" in (logs / "patches.log").read_text()
@@ -322,3 +329,21 @@ def test_torch_xla_records_the_patched_torch_commit(syn: Synthetic) -> None:
     with zipfile.ZipFile(torch_xla) as archive:
         version_py = archive.read("torch_xla/version.py").decode()
     assert f"__torch_gitrev__ = {torch_head!r}" in version_py
+
+
+@pytest.mark.slow
+def test_a_project_under_a_path_with_a_space_and_an_accent_builds(
+    synthetic_template: Synthetic, tmp_path: Path
+) -> None:
+    # Every path of the run (upstream remotes, project, cache, out/) is under "some dir é":
+    # each reaches git as an operand, and .bazelrc.user as a quoted rc word, which the
+    # synthetic torch_xla reads back word by word as Bazel does (bazelrc_words).
+    syn = copy_synthetic(synthetic_template, tmp_path / "some dir é")
+    result = run_wheels(syn)
+    assert result.exit_code == 0, result.stderr
+    assert [parse_wheel_name(w.name).project for w in dist_wheels(syn)] == ["torch", "torch_xla"]
+    rc = (syn.root / "out" / "syn" / "src" / "torch" / "xla" / ".bazelrc.user").read_text()
+    openxla = str(syn.root / "out" / "syn" / "src" / "openxla")
+    words = [bazelrc_words(line) for line in rc.splitlines()]
+    assert ["build", f"--override_repository=xla={openxla}"] in words
+    assert f'--override_repository=xla="{openxla}"' in rc  # quoted, as the path needs

@@ -94,7 +94,8 @@ def test_credentials_in_a_remote_reach_no_log_terminal_plan_or_error(
     assert result.exit_code != 0
     assert "trying again in 2s" in result.stderr  # the retry's line was shown, masked below
     sources_log = (project / "out" / "test-1" / "logs" / "sources.log").read_text()
-    assert "fetch --quiet --no-tags http://<redacted>@127.0.0.1:9/torch.git" in sources_log
+    fetch = "fetch --quiet --no-tags --update-shallow -- http://<redacted>@127.0.0.1:9/torch.git"
+    assert fetch in sources_log
     assert "s3cret-token" not in sources_log
     assert re.search(r"^  sources +\S+  failed$", result.stderr, re.MULTILINE)
     # The terminal (the commands printed before they run, the error) and the plan too.

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from tests.clirunner import run_cli
-from tests.synthetic_upstream import Synthetic
-from xla_wheels.builder import recipes
+from tests.synthetic_upstream import Synthetic, bazelrc_words
+from xla_wheels.builder import recipes, remote_cache
 from xla_wheels.builder.build_and_collect import compose
 from xla_wheels.builder.config import BuildConfig
 from xla_wheels.builder.remote_cache import (
@@ -28,6 +28,7 @@ from xla_wheels.builder.remote_cache import (
 )
 from xla_wheels.builder.spec import BuildSpec
 from xla_wheels.bundle import load_bundle
+from xla_wheels.errors import UsageError
 from xla_wheels.options import PipelineOptions
 from xla_wheels.redact import REDACTED
 
@@ -335,3 +336,17 @@ def test_a_step_gets_the_credential_and_its_log_only_the_marker(
     with log_path.open("w") as log_file, pytest.raises(run_recipe.StepFailed) as caught:
         run_recipe.run_step(step, spec, log_file, log_path, {})
     assert "credential 'ccache_remote_password' did not reach the builder" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["/srv/out/openxla", "/srv/some dir é/openxla", '/a"quote', "/a\\backslash", "/x#y", "it's"],
+)
+def test_a_value_in_bazelrc_user_is_one_word_as_bazel_reads_it(value: str) -> None:
+    line = f"build --override_repository=xla={remote_cache.rc_word(value)}"
+    assert bazelrc_words(line) == ["build", f"--override_repository=xla={value}"]
+
+
+def test_a_line_break_cannot_reach_bazelrc_user() -> None:
+    with pytest.raises(UsageError, match="line break"):
+        remote_cache.rc_word("/srv/a\nbuild --remote_executor=grpc://elsewhere")

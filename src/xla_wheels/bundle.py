@@ -37,7 +37,7 @@ from typing import Any
 from xla_wheels import launch_profile
 from xla_wheels.errors import ManifestError, UsageError
 from xla_wheels.tables import Field, Table, read_utf8
-from xla_wheels.values import NAME_PATTERN, NAME_RULE
+from xla_wheels.values import NAME_PATTERN, NAME_RULE, REMOTE_RULE, BadValue, check_remote
 
 #: Bundle names become directories (out/<bundle>, dist/<bundle>) and command arguments.
 _BAD_NAME = f"is not a valid bundle name ({NAME_RULE})"
@@ -46,6 +46,13 @@ COMPONENT_NAMES = ("torch", "torch_xla", "openxla")
 """Build order; OpenXLA is not built on its own but consumed by torch_xla's Bazel build."""
 
 RUNTIME_NAMES = ("libtpu", "jax", "jaxlib")
+
+#: Each component's upstream, the example a bad ``remote`` is answered with.
+UPSTREAM_REMOTES = {
+    "torch": "https://github.com/pytorch/pytorch.git",
+    "torch_xla": "https://github.com/pytorch/xla.git",
+    "openxla": "https://github.com/openxla/xla.git",
+}
 
 _HEX = re.compile(r"[0-9a-f]+")
 # ASCII digits only (``\d`` alone would take any script's digits).
@@ -400,12 +407,15 @@ def _parse_component(table: Table, name: str, patches_root: Path) -> Component:
             )
         patches.append(PatchRef(relpath=relpath, path=patch_path))
     remote = fields["remote"]
-    if not remote.strip():
+    try:
+        check_remote(remote)
+    except BadValue as bad:
         raise table.fail(
             "remote",
-            "is empty",
-            f'write the git URL of {name}, e.g. "https://github.com/pytorch/xla.git"',
-        )
+            f"{remote!r} {bad.reason}" if remote.strip() else bad.reason,
+            f"write the git URL or path of {name}: {REMOTE_RULE}, "
+            f'e.g. "{UPSTREAM_REMOTES[name]}"',
+        ) from None
     return Component(
         name=name,
         remote=remote,

@@ -92,9 +92,13 @@ sha = subprocess.check_output(["git", "rev-parse", "HEAD"], cwd=base, text=True)
 version = os.getenv("TORCH_XLA_VERSION", "2.9.0")
 if os.getenv("GIT_VERSIONED_XLA_BUILD", "TRUE").upper() in ("1", "TRUE", "ON", "YES", "Y"):
     version += "+git" + sha[:7]
-# The OpenXLA checkout the pipeline prepared, as Bazel would find it.
-rc = open(os.path.join(base, ".bazelrc.user")).read()
-override = re.search(r"--override_repository=xla=(\\S+)", rc).group(1)
+# The OpenXLA checkout the pipeline prepared, as Bazel would find it: .bazelrc.user line
+# by line, each split into words as Bazel splits rc lines (shell-like quotes and escapes;
+# the pipeline double-quotes a path holding a space).
+import shlex
+rc = open(os.path.join(base, ".bazelrc.user"), encoding="utf-8").read().splitlines()
+words = [word for line in rc for word in shlex.split(line, comments=True)]
+override = next(w.split("=", 2)[2] for w in words if w.startswith("--override_repository=xla="))
 core = open(os.path.join(override, "xla", "core.h")).read()
 if "TORCH_XLA_OPENXLA_PATCH" not in core:
     raise SystemExit("demo torch_xla: openxla_patches/ not applied to the OpenXLA checkout")

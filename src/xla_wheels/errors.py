@@ -13,7 +13,7 @@ made by ``xla_wheels.disk_faults``: nothing is wrong with the inputs or the buil
 
 from __future__ import annotations
 
-from xla_wheels.redact import mask_url_credentials
+from xla_wheels.redact import mask_url_credentials, printable
 
 
 class PipelineError(Exception):
@@ -22,9 +22,10 @@ class PipelineError(Exception):
     exit_code: int = 1
 
     def __init__(self, message: str, *, fix: str | None = None) -> None:
-        # A remote or index URL may carry credentials (user:token@): never in a message.
-        self.message = mask_url_credentials(message)
-        self.fix = None if fix is None else mask_url_credentials(fix)
+        # A remote or index URL may carry credentials (user:token@, ?token=): never in a
+        # message; a value from a manifest may carry terminal escapes: shown escaped.
+        self.message = printable(mask_url_credentials(message))
+        self.fix = None if fix is None else printable(mask_url_credentials(fix))
         super().__init__(
             self.message if self.fix is None else f"{self.message}\n  fix: {self.fix}"
         )

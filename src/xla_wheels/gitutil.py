@@ -95,17 +95,27 @@ PROGRESS_FLAG = "--progress"
 def compose(
     args: Sequence[str],
     *,
+    operands: Sequence[str] = (),
+    end: str = "--",
     cwd: Path | None = None,
     git_dir: Path | None = None,
     config: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
     note: str = "",
 ) -> PlannedCommand:
-    """``git [config] [--git-dir=DIR] args`` as data."""
+    """``git [config] [--git-dir=DIR] args [-- operands]`` as data.
+
+    ``operands``: the values a user (or an upstream's ``.gitmodules``) gave, a remote, a
+    path, a revision. They go after ``end`` (``--``, or ``--end-of-options`` where git's
+    ``--`` starts paths), never among ``args``, and one starting with ``-`` is refused
+    (:func:`runner.after_options`): none can be read as an option.
+    """
     argv = ["git", *config]
     if git_dir is not None:
         argv.append(f"--git-dir={git_dir}")
     argv.extend(args)
+    if operands:
+        argv.extend(runner.after_options(*operands, separator=end))
     return PlannedCommand(
         tuple(argv), env=dict(env or {}), cwd=str(cwd) if cwd else None, note=note
     )
@@ -114,6 +124,8 @@ def compose(
 def git(
     args: Sequence[str],
     *,
+    operands: Sequence[str] = (),
+    end: str = "--",
     cwd: Path | None = None,
     git_dir: Path | None = None,
     config: Sequence[str] = (),
@@ -124,7 +136,9 @@ def git(
     timeout: float | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Compose ``git [config] [--git-dir] args`` and run it with :func:`run_git`."""
-    command = compose(args, cwd=cwd, git_dir=git_dir, config=config, env=env)
+    command = compose(
+        args, operands=operands, end=end, cwd=cwd, git_dir=git_dir, config=config, env=env
+    )
     return run_git(command, check=check, echo=echo, input_text=input_text, timeout=timeout)
 
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from xla_wheels.redact import mask_url_credentials
+from xla_wheels.redact import mask_url_credentials, printable
 
 _stage_logs: list[tuple[TextIO, Callable[[str], str]]] = []
 
@@ -37,7 +37,7 @@ def _fold_marks() -> tuple[str, str | None]:
 
 
 def info(message: str) -> None:
-    message = mask_url_credentials(message)
+    message = printable(mask_url_credentials(message))
     print(message, file=sys.stderr, flush=True)
     to_stage_logs(message)
 

@@ -54,6 +54,7 @@ from xla_wheels.patches import (
     write_state,
 )
 from xla_wheels.plan import PlannedCommand
+from xla_wheels.runner import after_options
 from xla_wheels.series_build import (
     BuildCheckReport,
     BuildCheckStep,
@@ -96,6 +97,8 @@ _DIFF_OPTIONS = (
 _INDEX_LINE = re.compile(r"^index ([0-9a-f]+)\.\.", re.MULTILINE)
 _BASE_LINE = re.compile(r"^Base: [0-9a-f]{40}$", re.MULTILINE)
 _HEX = re.compile(r"[0-9a-f]{7,40}")
+#: Where git's options end before revisions (its "--" would start paths there).
+_REVS = "--end-of-options"
 
 
 class RebaseStopped(PatchError):
@@ -237,12 +240,14 @@ def export_series(
             f"{worktree}: HEAD does not descend from the series' base {base[:12]}",
             fix=f"rebase your commits onto it (`git -C {worktree} rebase {base[:12]}`)",
         )
-    if git_out(["rev-list", "--merges", f"{base}..HEAD"], cwd=worktree):
+    if git_out(["rev-list", "--merges"], operands=[f"{base}..HEAD"], end=_REVS, cwd=worktree):
         raise PatchError(
             f"{worktree}: the branch has merge commits; a patch series is a straight line",
             fix=f"linearize it (`git -C {worktree} rebase {base[:12]}`)",
         )
-    commits = git_out(["rev-list", "--reverse", f"{base}..HEAD"], cwd=worktree).split()
+    commits = git_out(
+        ["rev-list", "--reverse"], operands=[f"{base}..HEAD"], end=_REVS, cwd=worktree
+    ).split()
     refs = component.patches
     if len(commits) != len(refs):
         subjects = [git_out(["log", "-1", "--format=%s", c], cwd=worktree) for c in commits]
@@ -459,7 +464,9 @@ def _check_build(
     if step is None:
         log.info(no_step_line(component))
         return None
-    commits = git_out(["rev-list", "--reverse", f"{record.onto}..HEAD"], cwd=worktree).split()
+    commits = git_out(
+        ["rev-list", "--reverse"], operands=[f"{record.onto}..HEAD"], end=_REVS, cwd=worktree
+    ).split()
     patches = dict(zip(commits, record.patches, strict=False))
     return run_build_check(step, patches)
 
@@ -485,14 +492,24 @@ def start_rebase(
     # The worktree shares the cache repository's objects: fetch the target there.
     cache = SourceCache(options.source_cache, options.mirror, network=options.network)
     full = cache.resolve(replace(component, commit=onto))
-    command = _rebase_command(worktree, "--empty=ask", "--onto", full, state.base_commit)
+    command = _rebase_command(
+        worktree,
+        "--empty=ask",
+        f"--onto={full}",
+        *after_options(state.base_commit, separator=_REVS),
+    )
     step = check_step(options, bundle, component_name, full)
     if options.dry_run:
         print(command.render())
         print(step.render() if step else no_step_line(component_name))
         print(audit_step_line(options.root, component_name, worktree))
         return RebaseResult(full, None)
-    commits = git_out(["rev-list", "--reverse", f"{state.base_commit}..HEAD"], cwd=worktree).split()
+    commits = git_out(
+        ["rev-list", "--reverse"],
+        operands=[f"{state.base_commit}..HEAD"],
+        end=_REVS,
+        cwd=worktree,
+    ).split()
     record = RebaseRecord(
         state.base_commit, full, tuple(commits), tuple(ref.relpath for ref in component.patches)
     )

@@ -369,14 +369,22 @@ def series_commands(worktree: Path, component: Component, branch: str) -> Series
     for ref in component.patches:
         header = parse_patch(ref.path, component=component.name)
         message_file = messages_dir(worktree) / f"{ref.path.name}.msg"
-        commit = ["commit", "--quiet", "--no-verify", "--cleanup=verbatim", "-F", str(message_file)]
+        # The file joined to its option: a path is never an element of its own there.
+        commit = [
+            "commit",
+            "--quiet",
+            "--no-verify",
+            "--cleanup=verbatim",
+            f"--file={message_file}",
+        ]
         steps.append(
             SeriesStep(
                 patch=ref,
                 message_file=message_file,
                 message=commit_message(header.text),
                 apply=compose(
-                    ["apply", "--index", "--whitespace=nowarn", str(ref.path)],
+                    ["apply", "--index", "--whitespace=nowarn"],
+                    operands=[str(ref.path)],
                     cwd=worktree,
                     note=f"sha256:{ref.sha256()}",
                 ),
@@ -501,11 +509,16 @@ def check_series(
         # --shared borrows the objects through alternates, so a check against a large
         # checkout is quick and never writes into the source repository.
         git(
-            ["clone", "--quiet", "--shared", "--no-checkout", str(source_repo), str(scratch)],
+            ["clone", "--quiet", "--shared", "--no-checkout"],
+            operands=[str(source_repo), str(scratch)],
             echo=True,
         )
         probe = git(
-            ["rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"], cwd=scratch, check=False
+            ["rev-parse", "--verify", "--quiet"],
+            operands=[f"{commit}^{{commit}}"],
+            end="--end-of-options",
+            cwd=scratch,
+            check=False,
         )
         if probe.returncode != 0:
             raise PatchError(

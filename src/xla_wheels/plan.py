@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from xla_wheels import log
-from xla_wheels.redact import mask_url_credentials
+from xla_wheels.redact import mask_url_credentials, printable
 
 
 @dataclass(frozen=True)
@@ -41,4 +41,5 @@ def render_plan(stages: list[PlannedStage]) -> str:
         lines.extend(f"    {fact}" for fact in stage.facts)
         lines.extend(f"    $ {command.render()}" for command in stage.commands)
     # Facts name remotes and indexes as the manifests give them: a URL may carry credentials.
-    return mask_url_credentials("\n".join(lines))
+    # A manifest's values may carry terminal escapes: shown escaped.
+    return printable(mask_url_credentials("\n".join(lines)))

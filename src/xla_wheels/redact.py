@@ -1,10 +1,11 @@
 """Masking secrets: one marker, ``<redacted>``, wherever a credential could be shown.
 
-Credentials reach text in three ways, and one :class:`Redactor` masks all three: a known
+Credentials reach text in four ways, and one :class:`Redactor` masks all four: a known
 secret value (a remote cache's token, twine's password) in a command's output, URL-quoted
 or not; the userinfo of a URL (``https://user:token@host`` -> ``https://<redacted>@host``);
-and a basic-auth header echoed by a verbose client. Plans, logs, errors and reports all
-show the same marker, so a reader learns one sign for "a secret was here".
+a credential in a URL's query string or fragment (``?token=abc``, ``&X-Amz-Signature=...``
+-> ``?token=<redacted>``); and a basic-auth header echoed by a verbose client. Plans, logs,
+errors and reports all show the same marker, so a reader learns one sign for "a secret was here".
 
 Standard library only: the builder image runs it (``builder.run_recipe``).
 """
@@ -19,14 +20,45 @@ REDACTED = "<redacted>"
 
 # user:password@ (or token@) in a URL: a remote, mirror or index given with credentials.
 _URL_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+# A query-string (or fragment) parameter whose name says it carries a credential: token,
+# access_token, api_key/apikey, key, password/passwd/pwd, secret, sig/signature,
+# X-Amz-Signature/Credential/Security-Token, X-Goog-Signature/Credential, auth... Judged by
+# the name's parts, so a spelling not listed (private_token, client_secret, upload-key) is
+# masked too; masking a harmless parameter costs a reader less than showing a secret.
+_SECRET_WORDS = (
+    r"token|secret|passw(?:or)?d|pwd|pass|sig|signature|key|apikey|auth|authorization|"
+    r"credentials?|session|sessionid|jwt|bearer"
+)
+_SECRET_PARAM = re.compile(
+    rf"(?i)(?<=[?&;#])((?:[a-z0-9]+[_.-])*(?:{_SECRET_WORDS})(?:[_.-][a-z0-9]+)*=)[^&#\s'\"<>]+"
+)
 # A basic-auth header carries user:password in base64.
 _BASIC_AUTH = re.compile(r"(?i)(authorization:\s*basic\s+)\S+")
 
 
+# Control characters other than newline and tab (C0, DEL, C1): an escape sequence in a
+# manifest value (a description, a remote) would otherwise recolour, retitle or clear the
+# user's terminal when an error or a plan shows the value.
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character but newline and tab written as an escape
+    (``\\x1b``): what the pipeline itself shows (errors, fixes, its log lines, plans), so a
+    value from a manifest or the user cannot act on the terminal. A command's own output
+    (a compiler's colours) is passed on as it is."""
+    return _CONTROLS.sub(lambda match: ascii(match.group())[1:-1], text)
+
+
 def mask_url_credentials(text: str) -> str:
-    """``https://user:token@host/x`` -> ``https://<redacted>@host/x``: credentials never
-    reach a terminal, a plan, a log or an error message."""
-    return _URL_USERINFO.sub(REDACTED + "@", text)
+    """``https://user:token@host/x?token=t`` -> ``https://<redacted>@host/x?token=<redacted>``:
+    credentials never reach a terminal, a plan, a log or an error message."""
+    return _SECRET_PARAM.sub(r"\1" + REDACTED, _URL_USERINFO.sub(REDACTED + "@", text))
+
+
+def shown(text: str) -> str:
+    """``text`` as the pipeline shows it: URL credentials masked, control characters escaped."""
+    return printable(mask_url_credentials(text))
 
 
 class Redactor:

@@ -57,6 +57,38 @@ class StepTimedOut(PipelineError):
         self.output = output
 
 
+class OptionLikeArgument(PipelineError):
+    """A value given by a user (a remote, a path, a revision, a URL) would reach a command
+    line where the program could read it as an option (exit 2)."""
+
+    exit_code = 2
+
+
+#: What ends a program's options: ``--`` for most; ``--end-of-options`` for git commands
+#: whose ``--`` starts a list of paths instead (``rev-parse``, ``rev-list``, ``log``).
+END_OF_OPTIONS = ("--", "--end-of-options")
+
+
+def after_options(*values: str, separator: str = "--") -> list[str]:
+    """``[separator, *values]``: how every value a user gave reaches a command line.
+
+    The separator makes the program read each value as an operand even if it starts with
+    ``-``; a value that does is refused all the same (:class:`OptionLikeArgument`), since
+    no remote, path or revision of ours does and a program without a separator would run
+    it (``git fetch --upload-pack=<command>`` runs the command).
+    """
+    if separator not in END_OF_OPTIONS:
+        raise ValueError(f"not an end of options: {separator!r}")
+    for value in values:
+        if value.startswith("-"):
+            raise OptionLikeArgument(
+                f"{value!r} starts with '-': it would reach a command line as an option",
+                fix="give a URL, a path or a revision that does not start with '-' "
+                "(a relative path: write ./" + value + ")",
+            )
+    return [separator, *values]
+
+
 def child_env(
     extra: Mapping[str, str] | None = None, base: Mapping[str, str] | None = None
 ) -> dict[str, str]:

@@ -51,6 +51,7 @@ from xla_wheels.retrying import (
     with_retries,
 )
 from xla_wheels.runner import StepTimedOut
+from xla_wheels.values import REMOTE_RULE, BadValue, check_remote
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,7 @@ def read_gitmodules(worktree: Path, runner: GitRunner = run_git) -> list[Submodu
 
 
 def recorded_commit_command(worktree: Path, path: str) -> PlannedCommand:
-    return compose(["ls-tree", "HEAD", "--", path], cwd=worktree)
+    return compose(["ls-tree", "HEAD"], operands=[path], cwd=worktree)
 
 
 def absolute_submodule_url(url: str, parent_remote: str) -> str:
@@ -156,7 +157,7 @@ _ALL_BRANCHES = ("+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/
 
 
 def init_bare_command(path: Path) -> PlannedCommand:
-    return compose(["init", "--bare", "--quiet", str(path)])
+    return compose(["init", "--bare", "--quiet"], operands=[str(path)])
 
 
 def is_bare_command(repo: Path) -> PlannedCommand:
@@ -164,7 +165,7 @@ def is_bare_command(repo: Path) -> PlannedCommand:
 
 
 def has_commit_command(repo: Path, rev: str) -> PlannedCommand:
-    return compose(["cat-file", "-e", f"{rev}^{{commit}}"], git_dir=repo)
+    return compose(["cat-file", "-e"], operands=[f"{rev}^{{commit}}"], git_dir=repo)
 
 
 def _verbosity() -> str:
@@ -208,7 +209,8 @@ def fetch_command(
         note += "; if the server refuses a fetch by SHA: "
         note += fetch_branches_command(repo, url, network).render()
     return compose(
-        ["fetch", _verbosity(), "--no-tags", url, *refspecs, *_SHALLOW],
+        ["fetch", _verbosity(), "--no-tags", *_SHALLOW],
+        operands=[url, *refspecs],
         git_dir=repo,
         config=stall_config(network),
         note=note,
@@ -217,7 +219,8 @@ def fetch_command(
 
 def fetch_branches_command(repo: Path, url: str, network: NetworkPolicy) -> PlannedCommand:
     return compose(
-        ["fetch", _verbosity(), url, *_ALL_BRANCHES, *_SHALLOW],
+        ["fetch", _verbosity(), *_SHALLOW],
+        operands=[url, *_ALL_BRANCHES],
         git_dir=repo,
         config=stall_config(network),
     )
@@ -276,7 +279,12 @@ def _last_line(text: str) -> str:
 
 
 def verify_command(repo: Path, commit: str) -> PlannedCommand:
-    return compose(["rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"], git_dir=repo)
+    return compose(
+        ["rev-parse", "--verify", "--quiet"],
+        operands=[f"{commit}^{{commit}}"],
+        end="--end-of-options",
+        git_dir=repo,
+    )
 
 
 def disambiguate_command(repo: Path, commit: str) -> PlannedCommand:
@@ -285,11 +293,13 @@ def disambiguate_command(repo: Path, commit: str) -> PlannedCommand:
 
 def pin_ref_command(repo: Path, full: str) -> PlannedCommand:
     """A ref keeps the pinned commit alive through `git gc`, whichever branch held it."""
-    return compose(["update-ref", f"refs/pinned/{full}", full], git_dir=repo)
+    return compose(["update-ref"], operands=[f"refs/pinned/{full}", full], git_dir=repo)
 
 
 def worktree_remove_command(repo: Path, worktree: Path) -> PlannedCommand:
-    return compose(["worktree", "remove", "--force", "--force", str(worktree)], git_dir=repo)
+    return compose(
+        ["worktree", "remove", "--force", "--force"], operands=[str(worktree)], git_dir=repo
+    )
 
 
 def worktree_prune_command(repo: Path) -> PlannedCommand:
@@ -297,7 +307,9 @@ def worktree_prune_command(repo: Path) -> PlannedCommand:
 
 
 def worktree_add_command(repo: Path, worktree: Path, commit: str) -> PlannedCommand:
-    return compose(["worktree", "add", "--detach", "--force", str(worktree), commit], git_dir=repo)
+    return compose(
+        ["worktree", "add", "--detach", "--force"], operands=[str(worktree), commit], git_dir=repo
+    )
 
 
 def head_command(worktree: Path) -> PlannedCommand:
@@ -312,7 +324,8 @@ def submodule_update_command(
     for module, repo in modules:
         overrides += ["-c", f"submodule.{module.name}.url={repo}"]
     return compose(
-        ["submodule", "update", "--init", "--", *(module.path for module, _ in modules)],
+        ["submodule", "update", "--init"],
+        operands=[module.path for module, _ in modules],
         cwd=worktree,
         config=overrides,
     )
@@ -320,7 +333,7 @@ def submodule_update_command(
 
 def ls_remote_command(url: str) -> PlannedCommand:
     """The reachability probe preflight runs for a remote the cache cannot answer for."""
-    return compose(["ls-remote", url, "HEAD"])
+    return compose(["ls-remote"], operands=[url, "HEAD"])
 
 
 def staging_name(repo: Path) -> str:
@@ -554,6 +567,15 @@ class SourceCache:
                 continue  # listed in .gitmodules but not in this commit's tree
             commit = parts[2]
             url = absolute_submodule_url(module.url, parent_remote)
+            try:
+                check_remote(url)
+            except BadValue as bad:
+                # An upstream's .gitmodules is input like a manifest: its URL is fetched.
+                raise SourceError(
+                    f"{label}: submodule {module.name!r} has the URL {url!r}, which {bad.reason}",
+                    fix="pin a commit of the component whose .gitmodules gives a URL or path "
+                    f"({REMOTE_RULE})",
+                ) from None
             repo = self._ensure_bare(self.module_repo_for(url))
             if not self.has_commit(repo, commit):
                 self._fetch_commit(repo, url, commit, f"{label}/{module.path}", full=True)

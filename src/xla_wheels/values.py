@@ -6,6 +6,10 @@
   refused (exit 2) before anything runs. A switch that is not understood must never mean
   "do it for real", nor silently "don't".
 - Names that become paths or command arguments (bundles, lanes): :data:`NAME_PATTERN`.
+- Values that reach a command line as arguments (git remotes and mirrors, index URLs):
+  :func:`check_remote`, :func:`check_url`. None may start with ``-`` (a program would read
+  it as an option: ``--upload-pack=<command>`` runs a command), and each is also passed
+  after ``--`` where the program takes one (``gitutil.compose``'s ``operands``).
 - Numbers: finite and within a stated range, so that ``JOBS=1e9`` or a negative timeout
   is refused at once instead of failing, or hanging, later; written in ASCII digits only
   (Python's ``int``/``float`` also read ``1_0`` and ``'٨'``, which no user means as a
@@ -20,6 +24,8 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
+from urllib.parse import urlsplit
 
 SWITCH_TRUE: tuple[str, ...] = ("1", "true", "yes", "on", "y")
 SWITCH_FALSE: tuple[str, ...] = ("0", "false", "no", "off", "n")
@@ -100,3 +106,80 @@ def parse_amount(text: str, *, low: float, high: float, example: float, unit: st
             f"is out of range: give a number of {unit} from {low:g} to {high:g}", f"{example:g}"
         )
     return value
+
+
+#: The URL schemes a git remote or mirror may use. Not ``ext::`` or any other
+#: ``<transport>::<address>`` form: those run programs.
+REMOTE_SCHEMES: tuple[str, ...] = ("https", "http", "ssh", "git", "file")
+REMOTE_RULE = (
+    "a URL (" + ", ".join(f"{scheme}://" for scheme in REMOTE_SCHEMES) + "), an scp-like "
+    "host:path (git@github.com:pytorch/xla.git) or a local path, never starting with '-'"
+)
+_SCP_HOST = re.compile(r"(?:[A-Za-z0-9._~+-]+@)?(?:[A-Za-z0-9][A-Za-z0-9.-]*|\[[0-9A-Fa-f:.]+\])")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _not_an_option(text: str, example: str) -> None:
+    if not text.strip():
+        raise BadValue("is empty", example)
+    if text.startswith("-"):
+        raise BadValue(
+            "starts with '-', so the program it is passed to would read it as an option", example
+        )
+    if _CONTROL.search(text):
+        raise BadValue("contains a control character (a newline, a tab, an escape...)", example)
+
+
+def check_remote(text: str) -> str:
+    """``text`` when it is a git remote (:data:`REMOTE_RULE`), else :class:`BadValue`."""
+    example = "https://github.com/pytorch/xla.git"
+    _not_an_option(text, example)
+    head = text.split("/", 1)[0]
+    if "::" in head and not head.startswith("["):
+        raise BadValue(
+            "is a '<transport>::<address>' remote, which makes git run a program "
+            f"(a remote is {REMOTE_RULE})",
+            example,
+        )
+    if "://" in text:
+        parts = urlsplit(text)
+        if parts.scheme.lower() not in REMOTE_SCHEMES:
+            raise BadValue(
+                f"uses the scheme '{parts.scheme}:' (a remote is {REMOTE_RULE})", example
+            )
+        if parts.scheme.lower() != "file" and not parts.hostname:
+            raise BadValue("names no host", example)
+        if (parts.hostname or "").startswith("-"):
+            raise BadValue("names a host starting with '-'", example)
+        return text
+    if ":" in head:  # scp-like [user@]host:path, as git reads it (a ':' before any '/')
+        host = head.split(":", 1)[0]
+        if not _SCP_HOST.fullmatch(host):
+            raise BadValue(f"is not an scp-like host:path (a remote is {REMOTE_RULE})", example)
+    return text
+
+
+def check_url(text: str, schemes: tuple[str, ...], example: str) -> str:
+    """``text`` when it is an absolute URL of one of ``schemes``, else :class:`BadValue`."""
+    _not_an_option(text, example)
+    parts = urlsplit(text)
+    if parts.scheme.lower() not in schemes:
+        wanted = " or ".join(f"{scheme}://" for scheme in schemes)
+        raise BadValue(f"is not a {wanted} URL", example)
+    if parts.scheme.lower() != "file" and not parts.hostname:
+        raise BadValue("names no host", example)
+    return text
+
+
+def check_output_dir(text: str) -> Path:
+    """A directory the pipeline writes into, when it is not inside a ``.git`` directory
+    (git's own data: files written there can break the repository), else :class:`BadValue`."""
+    _not_an_option(text, "out")
+    path = Path(text).expanduser()
+    if ".git" in path.parts or ".git" in path.resolve().parts:
+        raise BadValue(
+            "is inside a .git directory, git's own data, where written files can break "
+            "the repository",
+            "out",
+        )
+    return path

@@ -262,7 +262,12 @@ def _series_content(
     """(tree, message) of each commit from ``pin`` (excluded) to ``head``, oldest first;
     None when ``head`` does not descend from ``pin`` by a straight line of commits."""
     listing = runner(
-        compose(["rev-list", "--reverse", "--parents", f"{pin}..{head}"], cwd=worktree),
+        compose(
+            ["rev-list", "--reverse", "--parents"],
+            operands=[f"{pin}..{head}"],
+            end="--end-of-options",
+            cwd=worktree,
+        ),
         check=False,
     )
     if listing.returncode != 0:

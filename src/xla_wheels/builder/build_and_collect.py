@@ -246,7 +246,13 @@ def _reproducible_env(
     epoch = config.source_date_epoch
     repo = SourceCache(options.source_cache, options.mirror).repo_for(bundle.component("torch_xla"))
     if epoch is None and commit and repo.is_dir():
-        shown = git(["show", "-s", "--format=%ct", commit], git_dir=repo, check=False)
+        shown = git(
+            ["show", "-s", "--format=%ct"],
+            operands=[commit],
+            end="--end-of-options",
+            git_dir=repo,
+            check=False,
+        )
         if shown.returncode == 0 and shown.stdout.strip().isdigit():
             epoch = int(shown.stdout)
     if epoch is not None:

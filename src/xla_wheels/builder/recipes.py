@@ -184,10 +184,11 @@ def bazelrc_user(spec: BuildSpec) -> str:
     lines = [
         f"# Written by xla-wheels for bundle {spec.bundle}: OpenXLA is the bundle's pin with",
         "# its patch series and torch_xla's openxla_patches/ applied.",
-        f"build --override_repository=xla={spec.openxla_src}",
+        # Paths as words of an rc file: a work directory may hold a space or a quote.
+        f"build --override_repository=xla={remote_cache.rc_word(spec.openxla_src)}",
         # The output base on a cache volume: a new container re-uses the analysis and
         # external repositories instead of starting from nothing.
-        f"startup --output_user_root={spec.bazel_output_root}",
+        f"startup --output_user_root={remote_cache.rc_word(spec.bazel_output_root)}",
     ]
     settings = remote_cache.RemoteCacheSettings.from_dict(spec.remote_cache)
     lines += remote_cache.bazelrc_lines(settings, bazel_auth_rc_path(spec))
@@ -313,7 +314,8 @@ def ship_steps(spec: BuildSpec, staging: str) -> list[Step]:
         "torch_xla_src": spec.torch_xla_tree,
     }
     pip_args = tuple(arg.format(**values) for arg in spec.ship_pip_args)
-    check = tuple(shlex.split(spec.ship_check.format(**values)))
+    # Split into words first, then fill each: a path holding a space stays one argument.
+    check = tuple(word.format(**values) for word in shlex.split(spec.ship_check))
     env = {
         "PIP_CACHE_DIR": spec.pip_cache_dir,
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",

@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xla_wheels.errors import PipelineError
+from xla_wheels.errors import PipelineError, UsageError
 from xla_wheels.launch_profile import ROLES
 from xla_wheels.redact import REDACTED
 from xla_wheels.tables import Field, Table, read_utf8
@@ -432,6 +432,30 @@ def fill_template(text: str, secrets: Mapping[str, str]) -> str:
     return _PLACEHOLDER.sub(value, text)
 
 
+#: What a word of a Bazel rc file may hold bare: anything else is quoted (:func:`rc_word`).
+_RC_BARE = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
+
+
+def rc_word(value: str) -> str:
+    """``value`` written as one word of a Bazel rc file (``.bazelrc.user``).
+
+    Bazel reads each rc line as a shell-like list of words (``blaze_util::Tokenize``):
+    whitespace separates words, ``'`` and ``"`` group, a backslash takes the next
+    character as it is (inside quotes too), and ``#`` outside quotes starts a comment. So a
+    path with a space, a ``#`` or a quote is double-quoted with ``\\`` and ``"`` escaped;
+    non-ASCII characters pass through as UTF-8. A line break cannot be written (the file
+    is split into lines first): refused.
+    """
+    if "\n" in value or "\r" in value:
+        raise UsageError(
+            f"{value!r} holds a line break, which a Bazel rc file (.bazelrc.user) cannot hold",
+            fix="use a work directory (and cache directory) whose path has no line break",
+        )
+    if _RC_BARE.fullmatch(value):
+        return value
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def bazelrc_lines(settings: RemoteCacheSettings, auth_rc: str) -> list[str]:
     """The remote-cache part of ``.bazelrc.user`` (no credentials: see ``bazel_auth_rc``)."""
     lines = [
@@ -444,17 +468,17 @@ def bazelrc_lines(settings: RemoteCacheSettings, auth_rc: str) -> list[str]:
     if not bazel.enabled:
         return lines
     if bazel.cache:
-        lines.append(f"build --remote_cache={bazel.cache}")
+        lines.append(f"build --remote_cache={rc_word(bazel.cache)}")
     if bazel.executor:
-        lines.append(f"build --remote_executor={bazel.executor}")
+        lines.append(f"build --remote_executor={rc_word(bazel.executor)}")
     if bazel.instance_name:
-        lines.append(f"build --remote_instance_name={bazel.instance_name}")
+        lines.append(f"build --remote_instance_name={rc_word(bazel.instance_name)}")
     # Overrides upstream's `build --noremote_upload_local_results` for the writer only.
     # With a remote executor, remotely executed results are stored by the executor
     # itself; the role governs what this machine's local actions upload.
     lines.append(f"build --remote_upload_local_results={'true' if settings.writer else 'false'}")
     if bazel.header_names:
-        lines.append(f"try-import {auth_rc}")
+        lines.append(f"try-import {rc_word(auth_rc)}")
     return lines
 
 

@@ -11,7 +11,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from xla_wheels.values import SWITCH_SPELLINGS, BadValue, parse_amount, parse_count, parse_switch
+from xla_wheels.values import (
+    SWITCH_SPELLINGS,
+    BadValue,
+    check_output_dir,
+    parse_amount,
+    parse_count,
+    parse_switch,
+)
 
 #: The longest wait between progress lines a user may ask for (a day): anything longer is
 #: a typo, and would look like a hang.
@@ -114,6 +121,8 @@ def amount(low: float, high: float, example: float, unit: str) -> ValueType:
 PROGRESS_INTERVAL = amount(0, MAX_PROGRESS_INTERVAL, 30, "seconds")
 NET_TIMEOUT = amount(1, MAX_NET_TIMEOUT, 60, "seconds")
 NET_RETRIES = count(0, MAX_NET_RETRIES, 3)
+#: A directory the pipeline writes into (``--out``, ``--out-dir``, ``--cache-dir``).
+OUTPUT_DIR = ValueType(check_output_dir, "out", "directory")
 
 
 def add_common_arguments(parser: argparse.ArgumentParser, *, dry_run: bool = False) -> None:
@@ -130,13 +139,13 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, dry_run: bool = Fal
     )
     parser.add_argument(
         "--cache-dir",
-        type=Path,
+        type=OUTPUT_DIR,
         help="per-machine cache (default: $XLA_WHEELS_CACHE, else "
         "$XDG_CACHE_HOME/xla-wheels, else ~/.cache/xla-wheels)",
     )
     parser.add_argument(
         "--out-dir",
-        type=Path,
+        type=OUTPUT_DIR,
         help="work directory (default: $XLA_WHEELS_OUT or <root>/out)",
     )
     parser.add_argument(

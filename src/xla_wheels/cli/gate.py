@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xla_wheels import log
-from xla_wheels.cli.arguments import amount, count
+from xla_wheels.cli.arguments import OUTPUT_DIR, amount, count
 from xla_wheels.cli.settings import Settings
 from xla_wheels.errors import UsageError
 from xla_wheels.gate import (
@@ -150,7 +150,7 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
         )
         parser.add_argument(
             "--out",
-            type=Path,
+            type=OUTPUT_DIR,
             default=Path("out/bench"),
             help="directory the benchmark writes its results into",
         )
@@ -166,7 +166,7 @@ def _add_gate_arguments(gate: argparse.ArgumentParser) -> None:
     )
     gate.add_argument(
         "--out",
-        type=Path,
+        type=OUTPUT_DIR,
         default=Path("out/gate"),
         help="directory for report.json, junit.xml and child logs",
     )

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 from pathlib import Path
 
 from xla_wheels import filemode, launch_profile
 from xla_wheels.bundle import Bundle, load_bundle
-from xla_wheels.cli.arguments import add_bundle_arguments
+from xla_wheels.cli.arguments import OUTPUT_DIR, add_bundle_arguments
 from xla_wheels.cli.settings import pipeline_options
 from xla_wheels.errors import UsageError
 from xla_wheels.publish.cache_contract import directory_name
@@ -42,8 +43,10 @@ def cmd_launch_env(args: argparse.Namespace) -> int:
         filemode.write_by_rename(out / name, text)
     shutil.copyfile(options.root / HELPER, out / HELPER.name)
     print(f"launch profile {profile.name} of {bundle.name} (role {role}) written to {out}:")
-    print(f"  . {out / 'env.sh'}    # in the launcher, before the training process starts")
-    print(f"  xla_launch_profile.apply('{out / 'env.json'}')    # or first thing in training code")
+    # Lines to copy: the path quoted for the shell, and as a Python string literal.
+    env_sh, env_json = shlex.quote(str(out / "env.sh")), repr(str(out / "env.json"))
+    print(f"  . {env_sh}    # in the launcher, before the training process starts")
+    print(f"  xla_launch_profile.apply({env_json})    # or first thing in training code")
     return 0
 
 
@@ -75,7 +78,7 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--out",
-        type=Path,
+        type=OUTPUT_DIR,
         help="directory to write into (default: <out-dir>/launch/<bundle>/<profile>-<role>)",
     )
     parser.set_defaults(handler=cmd_launch_env)

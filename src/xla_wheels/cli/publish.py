@@ -28,7 +28,7 @@ from xla_wheels.progress import Timings
 from xla_wheels.publish import doctor, launch_check, requirements, upload, verify_install
 from xla_wheels.publish.static_index import write_static_index
 from xla_wheels.publish.wheels import locked_records, locked_wheels
-from xla_wheels.redact import Redactor
+from xla_wheels.redact import Redactor, shown
 from xla_wheels.release import lanes
 from xla_wheels.release.host_lane import add_lane_findings
 from xla_wheels.wheels_lock import BundleEntry, read_lock
@@ -67,14 +67,16 @@ def cmd_publish(args: argparse.Namespace) -> int:
         )
     for outcome in result.outcomes:
         print(f"{outcome.action:<9} {outcome.filename}  sha256:{outcome.sha256}")
-    print(f"index: {result.index_url}")
+    print(shown(f"index: {result.index_url}"))
     if options.dry_run:
         print("DRY_RUN: nothing uploaded or written")
         return 0
     if not settings.index_url:
         print(
-            f"install on a host: pip install --require-hashes --index-url {result.index_url} "
-            f"-r <requirements> (make requirements BUNDLE={args.bundle})"
+            shown(
+                f"install on a host: pip install --require-hashes --index-url {result.index_url} "
+                f"-r <requirements> (make requirements BUNDLE={args.bundle})"
+            )
         )
     return 0
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -44,7 +45,17 @@ from xla_wheels.options import (
     known_environment,
     machine_cache,
 )
-from xla_wheels.values import WHOLE_NUMBER, BadValue, digits_hint, parse_count, parse_switch
+from xla_wheels.values import (
+    REMOTE_RULE,
+    WHOLE_NUMBER,
+    BadValue,
+    check_output_dir,
+    check_remote,
+    check_url,
+    digits_hint,
+    parse_count,
+    parse_switch,
+)
 
 #: The settings that are switches: their environment variables are checked for every
 #: subcommand before it runs (:func:`check_environment`), read by it or not.
@@ -173,9 +184,11 @@ def pipeline_options(args: argparse.Namespace, environ: Mapping[str, str]) -> Pi
     policy = NetworkPolicy()
     return PipelineOptions(
         root=root,
-        cache_dir=(settings.path("--cache-dir") or machine_cache(environ)).resolve(),
-        out_dir=(settings.path("--out-dir") or root / "out").resolve(),
-        mirror=settings.text("--mirror"),
+        cache_dir=(_directory(settings, "--cache-dir") or machine_cache(environ)).resolve(),
+        out_dir=(_directory(settings, "--out-dir") or root / "out").resolve(),
+        mirror=_checked(
+            settings, "--mirror", "MIRROR", check_remote, REMOTE_RULE, "/srv/git-mirrors"
+        ),
         dry_run=settings.switch("--dry-run"),
         network=NetworkPolicy(
             timeout_s=_number(settings, "--net-timeout", NET_TIMEOUT.parse, policy.timeout_s),
@@ -224,7 +237,7 @@ def build_config(args: argparse.Namespace, environ: Mapping[str, str]) -> BuildC
     return BuildConfig(
         mode=mode,
         engine=engine,
-        image=settings.text("--image") or defaults.image,
+        image=_checked(settings, "--image", "BUILDER_IMAGE", _image, IMAGE_RULE) or defaults.image,
         jobs=int(_number(settings, "--jobs", _jobs, os.cpu_count() or 1)),
         host_python=settings.text("--host-python") or defaults.host_python,
         container_python=args.container_python or defaults.container_python,
@@ -282,6 +295,67 @@ def _build_tag(text: str | None) -> str | None:
     return text
 
 
+def _directory(settings: Settings, flag: str) -> Path | None:
+    """A directory the run writes into, from its flag (checked by argparse) or its
+    ``XLA_WHEELS_*`` variable, checked here the same way (:func:`check_output_dir`)."""
+    text = settings.text(flag)
+    if text is None:
+        return None
+    try:
+        return check_output_dir(text)
+    except BadValue as bad:
+        raise UsageError(
+            f"{flag} ({env_var(flag)}) {text!r} {bad.reason}",
+            fix=f"give a directory outside .git, e.g. {env_var(flag)}=out",
+        ) from None
+
+
+def _checked(
+    settings: Settings,
+    flag: str,
+    make_name: str,
+    check: Callable[[str], str],
+    rule: str,
+    example: str | None = None,
+) -> str | None:
+    """The flag's text value, else the environment's, checked for what it is: each of
+    these reaches a command line (git's remote, the container engine's image, twine's
+    and pip's index), where a value read as an option would run something else."""
+    text = settings.text(flag)
+    if text is None:
+        return None
+    try:
+        return check(text)
+    except BadValue as bad:
+        raise UsageError(
+            f"{flag} ({env_var(flag)}, make: {make_name}=) {text!r} {bad.reason}",
+            fix=f"give {rule}, e.g. {make_name}={example or bad.example}",
+        ) from None
+
+
+#: A container image reference: [registry[:port]/]path[:tag][@digest].
+IMAGE_RULE = "an image reference such as registry.example/xla-wheels-builder:1"
+_IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*")
+
+
+def _image(text: str) -> str:
+    if _IMAGE.fullmatch(text) is None:
+        raise BadValue(
+            "is not an image reference (a letter or digit first; letters, digits and "
+            "'._/:@+-' after; no spaces)",
+            "xla-wheels-builder:latest",
+        )
+    return text
+
+
+def _index_url(text: str) -> str:
+    return check_url(text, ("http", "https", "file"), "http://127.0.0.1:8080/simple/")
+
+
+def _upload_url(text: str) -> str:
+    return check_url(text, ("http", "https"), "http://127.0.0.1:8080/")
+
+
 def _pick(value: float | None, default: float) -> float:
     return default if value is None else value
 
@@ -289,8 +363,12 @@ def _pick(value: float | None, default: float) -> float:
 def publish_options(args: argparse.Namespace, environ: Mapping[str, str]) -> PublishOptions:
     settings = Settings(args, environ)
     return PublishOptions(
-        index_url=settings.text("--index-url"),
-        upload_url=settings.text("--upload-url"),
+        index_url=_checked(
+            settings, "--index-url", "INDEX_URL", _index_url, "the index's simple/ page URL"
+        ),
+        upload_url=_checked(
+            settings, "--upload-url", "UPLOAD_URL", _upload_url, "the index's upload URL"
+        ),
         python=getattr(args, "python", None) or None,
         no_deps=settings.switch("--no-deps"),
         deps_from=settings.text("--deps-from"),

@@ -31,6 +31,7 @@ from xla_wheels.gitutil import git_out
 from xla_wheels.patches import check_series, parse_patch
 from xla_wheels.pipeline import plan, run_until
 from xla_wheels.plan import render_plan
+from xla_wheels.redact import shown
 from xla_wheels.run_lock import bundle_run_lock
 from xla_wheels.series_build import (
     BuildCheckReport,
@@ -49,7 +50,7 @@ from xla_wheels.wheels_lock import check_lock, read_lock, update_bundle_entry
 def cmd_bundles(args: argparse.Namespace) -> int:
     options = pipeline_options(args, os.environ)
     blocks = [describe(load_bundle(options.root, name)) for name in available_bundles(options.root)]
-    print("\n\n".join(blocks))
+    print(shown("\n\n".join(blocks)))
     return 0
 
 
@@ -80,7 +81,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     width = max(len(field) for field, _, _ in rows)
     print(f"{'':<{width}}  {left.name}  ->  {right.name}")
     for field, a, b in rows:
-        print(f"{field:<{width}}  {a}  ->  {b}")
+        print(shown(f"{field:<{width}}  {a}  ->  {b}"))
     return 0
 
 

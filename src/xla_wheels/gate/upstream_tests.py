@@ -68,7 +68,14 @@ def read_test_file(checkout: Path, revision: str | None = None) -> str:
         return (checkout / TEST_PATH).read_text(encoding="utf-8")
     spec = f"{revision or 'HEAD'}:{TEST_PATH}"
     git_dir = checkout / ".git" if (checkout / ".git").exists() else checkout
-    argv = ["git", "--git-dir", str(git_dir), "show", spec]
+    # The directory joined to its option, the revision after --end-of-options: neither is
+    # read as an option whatever the user named.
+    argv = [
+        "git",
+        f"--git-dir={git_dir}",
+        "show",
+        *runner.after_options(spec, separator="--end-of-options"),
+    ]
     try:
         shown = runner.run(argv, echo="none", timeout=60)
         detail, ok = shown.stderr.strip(), shown.returncode == 0

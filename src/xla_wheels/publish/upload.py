@@ -114,7 +114,10 @@ def _twine_upload(
 ) -> None:
     argv = [
         sys.executable, "-m", "twine", "upload", "--non-interactive",
-        "--disable-progress-bar", "--repository-url", upload_url, str(wheel.path),
+        # The URL joined to its option, and the file after "--": neither can be read as an
+        # option whatever it holds.
+        "--disable-progress-bar", f"--repository-url={upload_url}",
+        *runner.after_options(str(wheel.path)),
     ]  # fmt: skip
     # Credentials travel in the environment (twine's own TWINE_* variables), never argv;
     # twine's child environment inherits ours (proxies, TWINE_* credentials).
