@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -262,3 +263,91 @@ def test_a_stage_left_without_its_sbom_is_built_again_not_reused(
     rebuilt = stage_wheel(stage)
     assert rebuilt is not None and sbom_path_in(rebuilt)
     assert _state(syn.root) == locked  # the same bytes: dist/ and wheels.lock unchanged
+
+
+def _wait_for(path: Path, process: subprocess.Popen[str], what: str) -> None:
+    deadline = time.monotonic() + 300
+    while not (path.exists() and path.read_text()):
+        if process.poll() is not None:
+            pytest.fail(f"it ended before {what}: exit {process.returncode}")
+        if time.monotonic() > deadline:
+            _end(process)
+            pytest.fail(f"{what} never started")
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_sigterm_to_make_ends_the_cli_it_runs(tmp_path: Path, syn: Synthetic) -> None:
+    """make passes its SIGTERM to the shell of the recipe, not to the CLI that shell runs
+    (dash does not exec it); the CLI must end with that shell, not write dist/ and
+    wheels.lock after make has gone. A real make and a recipe shaped as the Makefile's
+    (variable assignments and quoted values: a shell runs it)."""
+    before = _state(syn.root)
+    pidfile = tmp_path / "slow-step.pid"
+    command = shlex.join([sys.executable, "-m", "xla_wheels", *cli_args(syn, *HOST)])
+    makefile = tmp_path / "Makefile"
+    makefile.write_text(f"wheels:\n\t@SYNTHETIC_SLOW_BUILD_PIDFILE='{pidfile}' {command}\n")
+    make = subprocess.Popen(
+        ["make", "--no-print-directory", "-f", str(makefile), "wheels"],
+        env={**_env(syn), "PATH": os.environ["PATH"]}, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    try:
+        _wait_for(pidfile, make, "the torch_xla recipe")
+        slow_pid = int(pidfile.read_text())
+        os.kill(make.pid, signal.SIGTERM)  # make alone, as `kill <make's pid>` does
+        stderr = _stderr_after(make, "SIGTERM to make")
+    finally:
+        _end(make)
+    assert make.returncode != 0
+    assert not _orphans(make), f"the CLI outlived make: {stderr[-2000:]}"
+    assert not _alive(slow_pid)
+    assert "error: interrupted by SIGTERM" in stderr, stderr[-2000:]
+    assert "Traceback" not in stderr, stderr[-6000:]
+    assert not (syn.root / "out" / "syn" / ".lock").exists()
+    assert _state(syn.root) == before
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_demo_ends_its_cli_run_with_it(tmp_path: Path) -> None:
+    """The demo runs each stage as a CLI child: SIGTERM to the demo alone ends that child
+    (and what it started) too; nothing writes into the demo's project once it has gone."""
+    demo_dir = tmp_path / "demo"
+    env = {**_env_plain(), "HOME": str(tmp_path), "TMPDIR": str(tmp_path)}
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "xla_wheels.demo", "--dir", str(demo_dir)],
+        env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        # Signalled once the wheels stage has run its first build command.
+        while not any("+ " in p.read_text() for p in demo_dir.glob("logs/*-wheels.log")):
+            assert demo.poll() is None, demo.communicate()
+            assert time.monotonic() < deadline, "the demo's wheels stage never started"
+            time.sleep(0.1)
+        os.kill(demo.pid, signal.SIGTERM)
+        stderr = _stderr_after(demo, "SIGTERM to the demo")
+    finally:
+        _end(demo)
+    assert demo.returncode == 143, stderr[-3000:]
+    assert stderr.rstrip().endswith("error: interrupted by SIGTERM"), stderr[-2000:]
+    assert not _orphans(demo), "a stage of the demo outlived it"
+    at_exit = _files(demo_dir)
+    time.sleep(3)
+    assert _files(demo_dir) == at_exit, "something wrote into the demo after it ended"
+
+
+def _files(directory: Path) -> dict[str, tuple[int, int]]:
+    """Each file under ``directory`` with its size and modification time."""
+    found = {}
+    for path in directory.rglob("*"):
+        with suppress(OSError):
+            if path.is_file() and not path.is_symlink():
+                info = path.stat()
+                found[str(path)] = (info.st_size, info.st_mtime_ns)
+    return found
+
+
+def _env_plain() -> dict[str, str]:
+    return {"PATH": MINIMAL_PATH, "PYTHONPATH": str(REPO_ROOT / "src")}

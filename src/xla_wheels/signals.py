@@ -17,7 +17,9 @@ Standard library only: the build recipe's entry point runs it inside the builder
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -50,6 +52,28 @@ def describe(interrupt: KeyboardInterrupt) -> str:
     if isinstance(interrupt, Terminated):
         return f"interrupted by {signal.Signals(interrupt.signum).name}"
     return "interrupted"
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def end_with_parent(sig: int = signal.SIGTERM) -> None:
+    """Ask the kernel to send us ``sig`` when our parent ends (Linux; elsewhere nothing).
+
+    For a run under make: make passes its SIGTERM to the shell of the recipe, not to the
+    command that shell runs, and a shell that dies of it leaves that command running on,
+    writing ``dist/`` and ``wheels.lock`` after make has gone. Not for a run started by
+    hand: a ``nohup ... &`` must outlive the shell that started it.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes  # only here: most commands never need it
+
+    parent = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    if os.getppid() != parent:  # it ended before the request: nothing would come
+        os.kill(os.getpid(), sig)  # call it within handled(): Terminated, as if it had
 
 
 @contextmanager

@@ -206,8 +206,12 @@ def exit_code_of(action: Callable[[], int]) -> int:
     """``action``'s exit code; a :class:`PipelineError` is printed as ``error:`` and ``fix:``
     lines and gives its own code, an interruption 128 + its signal (130 Ctrl-C, 143
     SIGTERM, 129 SIGHUP: ``xla_wheels.signals``): never a traceback."""
+    # Under make (which exports MAKELEVEL to its recipes), the run also ends with the
+    # recipe's shell: make's SIGTERM reaches that shell only (signals.end_with_parent).
     with signals.handled():
         try:
+            if "MAKELEVEL" in os.environ:
+                signals.end_with_parent()
             return action()
         except PipelineError as error:
             return _reported(error)
