@@ -20,6 +20,7 @@ import pytest
 
 from tests import bundles, servers
 from tests.bundles import Pin
+from xla_wheels.builder.collect import records
 from xla_wheels.bundle import load_bundle
 from xla_wheels.options import machine_cache
 from xla_wheels.patches import series_digest
@@ -30,7 +31,7 @@ from xla_wheels.provenance import (
     Provenance,
 )
 from xla_wheels.waitlock import make_once
-from xla_wheels.wheels_lock import WheelRecord, file_sha256, record_wheels, update_bundle_entry
+from xla_wheels.wheels_lock import record_wheels, update_bundle_entry
 
 BUNDLE = "pub-1"
 TORCH_SHA = "21fec65781bebe867faf209f89bb687ffd236ca4"
@@ -169,12 +170,10 @@ def make_publish_project(
     update_bundle_entry(project / "wheels.lock", loaded, resolved, project)
     dist = project / "dist" / bundle
     dist.mkdir(parents=True)
-    records = []
     for wheel in wheels:
-        target = dist / wheel.name
-        shutil.copyfile(wheel, target)
-        records.append(WheelRecord(wheel.name, target.stat().st_size, file_sha256(target)))
-    record_wheels(project / "wheels.lock", bundle, records)
+        shutil.copyfile(wheel, dist / wheel.name)
+    # As the collect stage records them (the SBOM each wheel carries included).
+    record_wheels(project / "wheels.lock", bundle, records(sorted(dist.glob("*.whl"))))
     return project
 
 

@@ -167,6 +167,15 @@ if os.environ.get("SYNTHETIC_SLOW_BUILD_PIDFILE"):
     with open(os.environ["SYNTHETIC_SLOW_BUILD_PIDFILE"], "w") as f:
         f.write(str(os.getpid()))
     time.sleep(300)
+# Test hook: a build step that waits for a file before it goes on, for a recipe that
+# outlives its run (its CLI killed with SIGKILL). Its pid in "<file>.pid". Off unless asked.
+if os.environ.get("SYNTHETIC_BUILD_WAITS_FOR"):
+    import time
+    go = os.environ["SYNTHETIC_BUILD_WAITS_FOR"]
+    with open(go + ".pid", "w") as f:
+        f.write(str(os.getpid()))
+    while not os.path.exists(go):
+        time.sleep(0.1)
 # Test hook: a compiler that makes different bytes from the same inputs (timestamps,
 # parallel link order) in miniature. Off unless a test asks for it.
 if os.environ.get("SYNTHETIC_NONDETERMINISTIC_BUILD") == "1":

@@ -91,8 +91,10 @@ def test_a_second_run_on_the_bundle_refuses_at_once(
     )  # fmt: skip
     assert result.exit_code == 5, result.output
     assert f"another run is working on bundle {BUNDLE}" in result.stderr
-    assert f"{holder.pid} wheels" in result.stderr
-    assert "fix: wait for it to finish or stop it" in result.stderr
+    assert f"pid {holder.pid}, `wheels" in result.stderr
+    # Names how to look at the holder, and that a dead one would not have stopped us.
+    assert f"fix: wait for it to end; `ps -o pid,etime,args -p {holder.pid}`" in result.stderr
+    assert "A run that died releases the lock by itself" in result.stderr
     assert "Traceback" not in result.output
     assert _digest(project / "wheels.lock") == lock_before
     assert not cache.exists()  # refused before anything was fetched

@@ -146,7 +146,19 @@ def test_doctor_reads_the_sboms_and_names_a_changed_byte(tmp_path: Path) -> None
     ), tampered.stdout
     assert "the torch_xla SBOM's openxla (commit, patches) differs" in tampered.stdout
 
-    # Without the file: a warning (a stock wheel, or one built before SBOMs), not a pass.
+    # Without the file, when wheels.lock says the wheel carries one: a failure (a wheel
+    # from a build stopped before its SBOM step, or a changed install).
     shutil.rmtree(installed.parent)
     missing = run_cli(*args, env=env, root=project, inherit_env=True)
-    assert re.search(r"WARN +sbom torch_xla +no .dist-info/sboms/", missing.stdout), missing.stdout
+    assert missing.exit_code == 1, missing.output
+    assert re.search(
+        r"FAIL +sbom torch_xla +no .dist-info/sboms/xla-wheels.cdx.json, but wheels.lock "
+        r"records its wheel with torch_xla-[^ ]+/sboms/xla-wheels.cdx.json",
+        missing.stdout,
+    ), missing.stdout
+
+    # A lock that names no SBOM (written before SBOMs; a stock wheel): a warning, not a pass.
+    lock = project / "wheels.lock"
+    lock.write_text(re.sub(r'^sbom = ".*"\n', "", lock.read_text(), flags=re.MULTILINE))
+    unnamed = run_cli(*args, env=env, root=project, inherit_env=True)
+    assert re.search(r"WARN +sbom torch_xla +no .dist-info/sboms/", unnamed.stdout), unnamed.stdout

@@ -480,6 +480,7 @@ def _run_stages(directory: Path) -> int:
             result = runner.run(
                 argv, cwd=directory, base_env=env, echo="none", output=handle,
                 step=f"demo stage {number} ({stage.args[0]})", timeout=STAGE_TIMEOUT_S,
+                own_group=True,  # ended with the demo (SIGTERM to it alone included)
             )  # fmt: skip
         summary = _summary(log_path)
         for line in summary:

@@ -7,8 +7,9 @@ patch-export, patch-rebase, lock, publish, requirements, verify-install, attest 
 rebuild-check. A second run on the same bundle refuses at once (exit 5) naming the first
 run's pid and command, instead of two runs interleaving ``git worktree`` and patch
 commands in one tree or one venv. ``fcntl.flock`` is released by the kernel when the
-holder exits, killed or not, so a crashed run leaves no stale lock; the pid written in the
-file is only for the message. Dry runs change nothing and take no lock.
+holder exits, killed or not, so a crashed run leaves no stale lock (a file a killed run
+left behind is taken over by the next run); the pid written in the file is only for the
+message. Dry runs change nothing and take no lock.
 
 The lock leaves no trace: on release the file is removed, and so is each directory the
 lock itself made that is still empty, so a run refused by a check (bad input, a preflight
@@ -73,18 +74,37 @@ def _locked_descriptor(directory: Path, path: Path, bundle: str) -> int:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip()
             os.close(fd)
-            raise BundleBusy(
-                f"another run is working on bundle {bundle} (pid and command: {holder}; "
-                f"lock {path})",
-                fix="wait for it to finish or stop it (kill <pid>), then run this again",
-            ) from None
+            raise _busy(bundle, path, holder) from None
         with suppress(FileNotFoundError):
             held, named = os.fstat(fd), os.stat(path)
             if (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino):
                 return fd
         os.close(fd)  # we locked a file its holder removed on release: take the new one
+
+
+def _busy(bundle: str, path: Path, holder: str) -> BundleBusy:
+    """The refusal, naming the holder and how to look at it. Only a live process can hold
+    the lock (the kernel releases it with its last holder, and the next run takes it
+    over), so the fix never says to remove the file or kill a pid unseen."""
+    pid, _, command = holder.partition(" ")
+    if not pid.isdigit():  # written by nothing we know: say what the file holds
+        return BundleBusy(
+            f"another process holds the lock of bundle {bundle} ({path}: "
+            f"{holder[:80] or 'empty'})",
+            fix=f"find it with `fuser -v {path}`; wait for it to end, then run this again",
+        )
+    return BundleBusy(
+        f"another run is working on bundle {bundle}: pid {pid}, `{command}` (lock {path})",
+        fix=(
+            f"wait for it to end; `ps -o pid,etime,args -p {pid}` shows it (no output: it "
+            f"runs in another container or on another machine sharing {path.parent}). A "
+            "run that died releases the lock by itself, so this one is alive. To stop it: "
+            f"`kill {pid}` (SIGTERM: it ends its children, releases the lock, keeps nothing "
+            "half-done, exit 143), then run this again"
+        ),
+    )
 
 
 def unless_dry_run(

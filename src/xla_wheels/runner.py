@@ -12,7 +12,12 @@ tools, pip, twine, the container engines) goes through :func:`run`, so each of t
   the output passed through the caller's ``redact`` (the one secret masker);
 - stops at ``timeout`` seconds with :class:`StepTimedOut`, which the CLI edge prints as
   ``error:`` naming the step and ``fix:``. The default is no limit: a build step may
-  legitimately take hours.
+  legitimately take hours;
+- is ended when the run is interrupted (Ctrl-C, or SIGTERM/SIGHUP, which
+  ``xla_wheels.signals`` turns into the same exception): it gets the run's own signal,
+  then SIGKILL after :data:`STOP_GRACE_S`, so that no child outlives the run and commits
+  half-done work. With ``own_group`` (a build recipe, a whole CLI run) the child and
+  everything it starts are one process group, ended as one.
 
 Standard library only (and this package's stdlib-only ``log`` and ``errors``): the build
 steps run it inside the builder image.
@@ -21,14 +26,16 @@ steps run it inside the builder image.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, Literal
 
-from xla_wheels import log
+from xla_wheels import log, signals
 from xla_wheels.errors import PipelineError
 
 Redact = Callable[[str], str]
@@ -44,6 +51,9 @@ GIT_LOCATION_VARS = (
     "GIT_PREFIX",
 )
 """Variables that point git at another repository, index or work tree than the cwd."""
+
+STOP_GRACE_S = 10.0
+"""How long an interrupted child has to end on its signal before it is killed."""
 
 
 class StepTimedOut(PipelineError):
@@ -115,6 +125,7 @@ def run(
     timeout: float | None = None,
     timeout_fix: str = "check the network or the machine's load, then run it again",
     redact: Redact | None = None,
+    own_group: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``argv`` and return its result (never raises for a non-zero exit).
 
@@ -127,6 +138,10 @@ def run(
     ``redact``, to that file and to our stderr (a build step, whose build system may
     echo its environment, credentials included).
     ``step`` names the command in a :class:`StepTimedOut` (default: the program).
+    ``own_group``: the child starts its own process group (``process_group=0``), ended as
+    one on an interruption or a timeout. A terminal's Ctrl-C then reaches only us, and we
+    pass it on; a SIGTERM sent to us alone (``kill <pid>``, make's) reaches it too. Only
+    for children that need no terminal input (a background group cannot read it).
     """
     clean = redact or log.unredacted
     shown = list(shown_argv or argv)
@@ -139,11 +154,11 @@ def run(
     full_env = child_env(env, base_env)
     try:
         if tee is not None:
-            result = _run_teeing(argv, cwd, full_env, timeout, tee, clean)
+            result = _run_teeing(argv, cwd, full_env, timeout, tee, clean, own_group)
         elif output == "stream-stderr":
-            result = _run_showing_stderr(argv, cwd, full_env, timeout)
+            result = _run_showing_stderr(argv, cwd, full_env, timeout, own_group)
         else:
-            result = _run(argv, cwd, full_env, output, input_text, timeout)
+            result = _run(argv, cwd, full_env, output, input_text, timeout, own_group)
     except subprocess.TimeoutExpired as expired:
         partial = expired.stdout  # bytes from subprocess.run, whatever its text mode
         printed = clean(partial.decode(errors="replace")) if isinstance(partial, bytes) else ""
@@ -165,29 +180,44 @@ def _run(
     output: str | IO[str],
     input_text: str | None,
     timeout: float | None,
+    own_group: bool,
 ) -> subprocess.CompletedProcess[str]:
+    """What :func:`subprocess.run` does, except that an interrupted child is ended with
+    the run's signal and a grace (``subprocess.run`` SIGKILLs it at once, which leaves a
+    recipe's own children running)."""
     if output == "capture":
-        streams: dict[str, object] = {"capture_output": True}
+        streams: dict[str, object] = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
     elif output == "inherit":
         streams = {}
     else:
         streams = {"stdout": output, "stderr": subprocess.STDOUT}
-    return subprocess.run(  # type: ignore[call-overload]
-        list(argv),
-        cwd=cwd,
-        env=dict(env),
-        text=True,
-        errors="replace",
-        input=input_text,
-        stdin=None if input_text is not None else subprocess.DEVNULL,
-        check=False,
-        timeout=timeout,
-        **streams,
-    )
+    with (
+        subprocess.Popen(  # type: ignore[call-overload]
+            list(argv),
+            cwd=cwd,
+            env=dict(env),
+            text=True,
+            errors="replace",
+            stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
+            process_group=0 if own_group else None,
+            **streams,
+        ) as process,
+        _ended_if_interrupted(process, own_group),
+    ):
+        try:
+            stdout, stderr = process.communicate(input_text, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill(process, own_group)
+            raise  # carries the output so far, as subprocess.run's does on POSIX
+        return subprocess.CompletedProcess(list(argv), process.returncode, stdout, stderr)
 
 
 def _run_showing_stderr(
-    argv: Sequence[str], cwd: str | Path | None, env: Mapping[str, str], timeout: float | None
+    argv: Sequence[str],
+    cwd: str | Path | None,
+    env: Mapping[str, str],
+    timeout: float | None,
+    own_group: bool,
 ) -> subprocess.CompletedProcess[str]:
     """Run with the child's stderr passed on to ours as it comes, and kept for the error
     message; stdout is collected as :func:`subprocess.run` would."""
@@ -198,6 +228,7 @@ def _run_showing_stderr(
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        process_group=0 if own_group else None,
     ) as process:
         out, err = process.stdout, process.stderr
         assert out is not None and err is not None
@@ -217,9 +248,10 @@ def _run_showing_stderr(
         for reader in readers:
             reader.start()
         try:
-            returncode = process.wait(timeout)
+            with _ended_if_interrupted(process, own_group):
+                returncode = process.wait(timeout)
         except subprocess.TimeoutExpired:
-            process.kill()
+            _kill(process, own_group)
             raise
         finally:
             for reader in readers:
@@ -243,6 +275,7 @@ def _run_teeing(
     timeout: float | None,
     tee: IO[str],
     redact: Redact,
+    own_group: bool,
 ) -> subprocess.CompletedProcess[str]:
     tee.flush()
     with subprocess.Popen(
@@ -255,6 +288,7 @@ def _run_teeing(
         text=True,
         encoding="utf-8",
         errors="replace",
+        process_group=0 if own_group else None,
     ) as process:
         out = process.stdout
         assert out is not None
@@ -266,37 +300,73 @@ def _run_teeing(
 
         def kill_on_timeout() -> None:
             timed_out.set()
-            process.kill()
+            _signal(process, signal.SIGKILL, own_group)  # the main thread waits for it
 
         timer = threading.Timer(timeout, kill_on_timeout) if timeout is not None else None
         if timer is not None:
             timer.start()
         try:
-            for line in out:
-                clean = redact(line)
-                tee.write(clean)
-                sys.stderr.write(clean)
-                sys.stderr.flush()
-        except KeyboardInterrupt:
-            # Ctrl-C reaches the whole process group, but a step may ignore SIGINT (a
-            # build server): stop it, so that no child outlives the run.
-            stop(process)
-            raise
+            # A step may ignore the signal (a build server): it is stopped either way.
+            with _ended_if_interrupted(process, own_group):
+                for line in out:
+                    clean = redact(line)
+                    tee.write(clean)
+                    sys.stderr.write(clean)
+                    sys.stderr.flush()
+                returncode = process.wait()
         finally:
             if timer is not None:
                 timer.cancel()
-        returncode = process.wait()
         if timed_out.is_set():
             raise subprocess.TimeoutExpired(list(argv), timeout or 0)
     return subprocess.CompletedProcess(list(argv), returncode, "", "")
 
 
-def stop(process: subprocess.Popen[str] | subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
-    """Ask ``process`` to end (SIGTERM) and kill it if it has not within ``grace_s``.
-    (A process group: :func:`xla_wheels.gate.children.kill_group`.)"""
-    process.terminate()
+AnyPopen = subprocess.Popen[str] | subprocess.Popen[bytes]
+
+
+@contextmanager
+def _ended_if_interrupted(process: AnyPopen, own_group: bool) -> Iterator[None]:
+    """End ``process`` when the block is left by an interruption (with the run's own
+    signal) or any other error (SIGTERM), then let the exception go on."""
+    try:
+        yield
+    except KeyboardInterrupt as interrupt:
+        stop(process, sig=signals.signal_of(interrupt), group=own_group)
+        raise
+    except BaseException:
+        stop(process, group=own_group)
+        raise
+
+
+def _signal(process: AnyPopen, sig: int, group: bool) -> None:
+    with suppress(ProcessLookupError):
+        if group:
+            os.killpg(process.pid, sig)
+        elif process.returncode is None:
+            process.send_signal(sig)
+
+
+def _kill(process: AnyPopen, group: bool) -> None:
+    _signal(process, signal.SIGKILL, group)
+    process.wait()
+
+
+def stop(
+    process: AnyPopen,
+    grace_s: float = STOP_GRACE_S,
+    *,
+    sig: int = signal.SIGTERM,
+    group: bool = False,
+) -> None:
+    """Ask ``process`` (with ``group``: its whole process group) to end with ``sig``
+    (SIGTERM unless told) and kill it if it has not within ``grace_s``; with ``group``,
+    what is left of the group is killed once the leader has ended."""
+    _signal(process, sig, group)
     try:
         process.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
-        process.kill()
+        _signal(process, signal.SIGKILL, False)
         process.wait()
+    if group:
+        _signal(process, signal.SIGKILL, True)

@@ -62,7 +62,7 @@ from xla_wheels.provenance import (
 )
 from xla_wheels.wheel_filename import parse_wheel_name
 
-SBOM_NAME = "xla-wheels.cdx.json"
+SBOM_NAME = wheel_stamp.SBOM_NAME
 SCHEMA = SchemaVersion.V1_6
 PROPERTY = "xla-wheels"
 """Prefix of our CycloneDX property names (``xla-wheels:series_sha256`` ...)."""
@@ -301,10 +301,19 @@ class InstalledCheck:
 
 
 def check_installed(
-    python: str, provenance: Provenance | None, projects: tuple[str, ...] = ("torch", "torch_xla")
+    python: str,
+    provenance: Provenance | None,
+    projects: tuple[str, ...] = ("torch", "torch_xla"),
+    locked: Mapping[str, str] | None = None,
 ) -> list[InstalledCheck]:
     """Each installed project's SBOM: present, in RECORD with its hash, schema-valid, and
-    saying what the provenance file says. A changed byte is a named failure."""
+    saying what the provenance file says. A changed byte is a named failure.
+
+    ``locked``: project -> the SBOM path wheels.lock says its wheel carries. Such a project
+    installed without it fails (a wheel from an unfinished build stage, or a changed
+    install); without a lock entry naming one (a stock wheel, a lock from before SBOMs)
+    a missing SBOM is a warning."""
+    expected = {_normalized(project): path for project, path in (locked or {}).items()}
     try:
         found = read_installed(python, projects, with_files=projects)
     except ProbeFailed as error:
@@ -315,6 +324,16 @@ def check_installed(
         sboms = (f for f in dist.files if ".dist-info/" in f and f.endswith(f"/sboms/{SBOM_NAME}"))
         name = next(sboms, None)
         if name is None or not (site / name).is_file():
+            if promised := expected.get(_normalized(project)):
+                results.append(
+                    InstalledCheck(
+                        "FAIL",
+                        project,
+                        f"no .dist-info/sboms/{SBOM_NAME}, but wheels.lock records its wheel "
+                        f"with {promised}: not the wheel the lock names, or an unfinished build",
+                    )
+                )
+                continue
             why = "a stock wheel, or built before the build stage added SBOMs"
             results.append(
                 InstalledCheck("WARN", project, f"no .dist-info/sboms/{SBOM_NAME} ({why})")
@@ -328,3 +347,7 @@ def check_installed(
         detail = "; ".join(problems) or f"{name}: CycloneDX valid, RECORD hash matches"
         results.append(InstalledCheck("FAIL" if problems else "ok", project, detail))
     return results
+
+
+def _normalized(project: str) -> str:
+    return re.sub(r"[-_.]+", "-", project).lower()

@@ -166,6 +166,22 @@ def repack_wheel(
     return target
 
 
+SBOM_NAME = "xla-wheels.cdx.json"
+"""Our CycloneDX SBOM's file name, in ``<name>-<version>.dist-info/sboms/`` (PEP 770); the
+document is written by ``xla_wheels.sbom``, on the host."""
+
+_SBOM_PATH = re.compile(rf"[^/]+\.dist-info/sboms/{re.escape(SBOM_NAME)}")
+
+
+def sbom_path_in(wheel: Path) -> str | None:
+    """Where ``wheel`` holds our SBOM, or None when it holds none (or is not a zip)."""
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            return next((n for n in archive.namelist() if _SBOM_PATH.fullmatch(n)), None)
+    except (OSError, zipfile.BadZipFile):
+        return None
+
+
 def add_file_to_wheel(wheel: Path, arcname: str, data: bytes, epoch: int = ZIP_EPOCH_FLOOR) -> None:
     """Add (or replace) ``arcname`` in ``wheel`` and its RECORD line; see repack_wheel."""
     repack_wheel(wheel, wheel, epoch, {arcname: data})

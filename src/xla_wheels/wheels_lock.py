@@ -63,11 +63,20 @@ class WheelRecord:
     name: str
     size: int
     sha256: str
+    sbom: str | None = None
+    """Where the wheel carries its SBOM (``<dist-info>/sboms/xla-wheels.cdx.json``); every
+    wheel the build stage finishes has one. None: a lock written before SBOMs."""
+
+    def as_toml(self) -> dict[str, Any]:
+        return {key: value for key, value in asdict(self).items() if value is not None}
 
     @classmethod
     def from_toml(cls, row: Table) -> WheelRecord:
         kinds = {"name": str, "size": int, "sha256": str}
-        return cls(**row.read(*(Field(key, kind, required=True) for key, kind in kinds.items())))
+        fields = row.read(
+            *(Field(key, kind, required=True) for key, kind in kinds.items()), Field("sbom", str)
+        )
+        return cls(**fields)
 
 
 @dataclass(frozen=True)
@@ -211,7 +220,7 @@ class BundleEntry:
         if self.profiles:
             table["profiles"] = dict(sorted(self.profiles.items()))
         if self.wheels is not None:
-            table["wheels"] = [asdict(wheel) for wheel in self.wheels]
+            table["wheels"] = [wheel.as_toml() for wheel in self.wheels]
         if self.runtime_wheels_for is not None:
             table["runtime-wheels-for"] = self.runtime_wheels_for.as_toml()
         if self.runtime_wheels is not None:

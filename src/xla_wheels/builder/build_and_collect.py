@@ -36,7 +36,14 @@ from xla_wheels.builder.preflight import (
     planned_preflight,
     run_checks,
 )
-from xla_wheels.builder.spec import BuildSpec, record_stage, stage_key, stage_wheel
+from xla_wheels.builder.spec import (
+    BuildSpec,
+    built_wheel,
+    record_stage,
+    stage_key,
+    stage_wheel,
+    unfinished,
+)
 from xla_wheels.bundle import Bundle
 from xla_wheels.errors import PipelineError
 from xla_wheels.gitutil import git
@@ -356,6 +363,11 @@ def build(run: BuildRun) -> None:
         if name not in todo:
             log.info(f"build: {name} stage cached: {stage_wheel(run.stage_dir(name))}")
             run.timings.add(f"build: {name}", 0.0, "cached")
+        elif run.keys is not None and (why := unfinished(run.stage_dir(name))):
+            log.warning(
+                f"build: {name} stage {run.stage_dir(name)} is not reused: {why}; "
+                "it is built again"
+            )
     if not todo:
         return
     _write_spec(run)
@@ -365,14 +377,15 @@ def build(run: BuildRun) -> None:
             with run.timings.stage(f"build: {name}"):
                 code = engine.call(entry_argv(run, name))
                 _raise_if_disk_fault(run, code, f"the {name} build")
-                wheel = stage_wheel(run.stage_dir(name))
+                wheel = built_wheel(run.stage_dir(name))
                 if code != 0 or wheel is None:
                     raise BuildFailed(
                         f"the {name} build failed (exit {code}); nothing was collected",
                         fix=f"read {run.spec.logs}/{name}.log",
                     )
-                # On the host: the SBOM library is not in the builder image (xla_wheels.sbom);
-                # the stage record is written again, so it keeps naming the final bytes.
+                # On the host: the SBOM library is not in the builder image (xla_wheels.sbom).
+                # The stage is finished (reusable, ``stage_wheel``) only once the record
+                # names the wheel with its SBOM: a run stopped before leaves it unfinished.
                 sbom.add_sbom(
                     wheel,
                     Provenance.from_json(run.spec.provenance),

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from xla_wheels import disk_faults, filemode, log
+from xla_wheels import disk_faults, filemode, log, wheel_stamp
 from xla_wheels.errors import CheckFailed, PipelineError
 from xla_wheels.layout import BundleLayout
 from xla_wheels.wheels_lock import (
@@ -35,7 +35,12 @@ class ShipCheckFailed(CheckFailed):
 
 
 def records(wheels: Sequence[Path]) -> list[WheelRecord]:
-    return [WheelRecord(w.name, w.stat().st_size, file_sha256(w)) for w in sorted(wheels)]
+    """What the lock says of each wheel, the SBOM it carries included: verify-install and
+    doctor fail an installed wheel without the SBOM the lock names."""
+    return [
+        WheelRecord(w.name, w.stat().st_size, file_sha256(w), wheel_stamp.sbom_path_in(w))
+        for w in sorted(wheels)
+    ]
 
 
 def up_to_date(layout: BundleLayout, wheels: Sequence[Path]) -> bool:

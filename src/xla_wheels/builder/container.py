@@ -99,7 +99,11 @@ class Engine(contextlib.AbstractContextManager["Engine"]):
     def call(self, argv: Sequence[str]) -> int:
         # The engine's child environment inherits ours (PATH, proxies, DOCKER_HOST).
         env = self.env if self.name == "host" else None
-        return runner.run(self.call_argv(argv), env=env, output="inherit").returncode
+        # Its own process group: a recipe's tools (setup.py, compilers, Bazel) end with it
+        # when the run is interrupted, whoever was sent the signal (runner.run).
+        return runner.run(
+            self.call_argv(argv), env=env, output="inherit", own_group=True
+        ).returncode
 
 
 class DockerEngine(Engine):

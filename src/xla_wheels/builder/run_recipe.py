@@ -36,7 +36,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from xla_wheels import disk_faults, runner, wheel_stamp
+from xla_wheels import disk_faults, runner, signals, wheel_stamp
 from xla_wheels.builder import recipes, remote_cache
 from xla_wheels.builder.spec import BuildSpec, record_stage, sha256_of
 from xla_wheels.provenance import PROVENANCE_PATH, PatchDigest, Provenance
@@ -283,7 +283,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--staging", help="staged wheels (ship recipe)")
     args = parser.parse_args(argv)
     try:
-        run_recipe(BuildSpec.read(args.spec), args.recipe, args.staging)
+        with signals.handled():  # SIGTERM/SIGHUP: the running step is ended, as on Ctrl-C
+            run_recipe(BuildSpec.read(args.spec), args.recipe, args.staging)
     except (StepFailed, ValueError, OSError) as error:
         if isinstance(error, StepDiskFault) or disk_faults.is_disk_fault(error):
             # Not `error:`: the pipeline prints the one error line, naming the directory.
@@ -291,10 +292,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return disk_faults.DISK_FAULT_EXIT
         print(f"error: {error}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         # The pipeline's CLI (the parent) reports the interruption; no traceback here.
-        print("recipe interrupted", file=sys.stderr)
-        return 130
+        print(f"recipe {signals.describe(interrupt)}", file=sys.stderr)
+        return signals.exit_code(interrupt)
     return 0
 
 

@@ -16,12 +16,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xla_wheels import filemode
+from xla_wheels import filemode, wheel_stamp
 
 # Bump when a recipe changes in a way that changes the wheels: invalidates the stage cache.
 RECIPE_VERSION = "3"  # 2: wheels re-packed reproducibly, provenance without a bundle; 3: SBOM
 
-STAGE_RECORD = "stage.json"  # in a finished stage: its wheel's name and sha256
+STAGE_RECORD = "stage.json"  # its wheel's name and sha256, written after each step that changes it
 
 
 @dataclass(frozen=True)
@@ -88,15 +88,39 @@ def sha256_of(path: Path) -> str:
 
 
 def record_stage(wheel: Path) -> None:
+    """Record the stage's wheel as it is now (the recipe, then the host after the SBOM)."""
     record = {"wheel": wheel.name, "sha256": sha256_of(wheel)}
     filemode.write_by_rename(wheel.parent / STAGE_RECORD, json.dumps(record, indent=2) + "\n")
 
 
-def stage_wheel(directory: Path) -> Path | None:
-    """The stage's wheel when the stage finished and its bytes match the record."""
-    with suppress(OSError, ValueError, KeyError):  # no record yet: not finished
+def built_wheel(directory: Path) -> Path | None:
+    """The wheel the stage's record names, when its bytes match the record: what the
+    recipe left, whether or not the host has finished the stage (the SBOM) yet."""
+    with suppress(OSError, ValueError, KeyError, TypeError):  # no record: nothing built
         data = json.loads((directory / STAGE_RECORD).read_text(encoding="utf-8"))
         wheel = directory / data["wheel"]
         if wheel.is_file() and sha256_of(wheel) == data["sha256"]:
             return wheel
     return None
+
+
+def stage_wheel(directory: Path) -> Path | None:
+    """The stage's wheel when every step of the stage finished, the SBOM, added on the
+    host after the recipe, included: the record matches the wheel and the wheel carries
+    its SBOM. A stage a run left without its SBOM (interrupted, or a recipe that ran on
+    after its pipeline ended) is never reused: it is built again."""
+    wheel = built_wheel(directory)
+    return wheel if wheel is not None and wheel_stamp.sbom_path_in(wheel) else None
+
+
+def unfinished(directory: Path) -> str | None:
+    """Why the stage in ``directory`` is there but not reusable; None when it is finished
+    or was never started."""
+    if stage_wheel(directory) is not None or not directory.is_dir():
+        return None
+    if built_wheel(directory) is not None:
+        return (
+            f"its wheel has no .dist-info/sboms/{wheel_stamp.SBOM_NAME}: the run stopped "
+            "after the recipe and before the SBOM step"
+        )
+    return "it has no finished wheel: the run stopped during the recipe"

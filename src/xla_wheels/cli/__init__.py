@@ -28,7 +28,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
-from xla_wheels import __version__
+from xla_wheels import __version__, signals
 from xla_wheels.cli.arguments import RefusedSwitchAction, SwitchAction
 from xla_wheels.cli.from_make import MakeRun
 from xla_wheels.cli.help import subcommand_help
@@ -207,19 +207,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def exit_code_of(action: Callable[[], int]) -> int:
     """``action``'s exit code; a :class:`PipelineError` is printed as ``error:`` and ``fix:``
-    lines and gives its own code, an interruption 130: never a traceback."""
-    try:
-        return action()
-    except PipelineError as error:
-        return _reported(error)
-    except OSError as error:
-        disk = disk_error(error)
-        if disk is None:
-            raise
-        return _reported(disk)
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
+    lines and gives its own code, an interruption 128 + its signal (130 Ctrl-C, 143
+    SIGTERM, 129 SIGHUP: ``xla_wheels.signals``): never a traceback."""
+    # Under make (which exports MAKELEVEL to its recipes), the run also ends with the
+    # recipe's shell: make's SIGTERM reaches that shell only (signals.end_with_parent).
+    with signals.handled():
+        try:
+            if "MAKELEVEL" in os.environ:
+                signals.end_with_parent()
+            return action()
+        except PipelineError as error:
+            return _reported(error)
+        except OSError as error:
+            disk = disk_error(error)
+            if disk is None:
+                raise
+            return _reported(disk)
+        except KeyboardInterrupt as interrupt:
+            print(f"error: {signals.describe(interrupt)}", file=sys.stderr)
+            return signals.exit_code(interrupt)
 
 
 def _reported(error: PipelineError) -> int:

@@ -35,7 +35,7 @@ from xla_wheels.publish import provenance_check as prov
 from xla_wheels.publish.cache_contract import CacheFacts, Finding, judge_cache_contract
 from xla_wheels.publish.errors import DoctorFailed
 from xla_wheels.publish.host_probe import HostFacts, probe
-from xla_wheels.publish.wheels import locked_versions
+from xla_wheels.publish.wheels import locked_sboms, locked_versions
 from xla_wheels.wheel_filename import normalize
 from xla_wheels.wheels_lock import BundleEntry, Lock
 
@@ -172,7 +172,9 @@ def check_versions(report: DoctorReport, bundle: Bundle, facts: HostFacts, lock:
             )
     if provenance is not None:
         check_provenance(report, bundle, provenance, lock, fix_install)
-    for sbom_check in sbom.check_installed(facts.python, provenance):
+    entry = lock.bundles.get(bundle.name)
+    locked = locked_sboms(entry.wheels or ()) if entry is not None else {}
+    for sbom_check in sbom.check_installed(facts.python, provenance, locked=locked):
         fix = "" if sbom_check.status == "ok" else fix_install
         report.add(sbom_check.status, f"sbom {sbom_check.project}", sbom_check.detail, fix)
     if facts.imported:

@@ -38,7 +38,7 @@ from xla_wheels.publish.index import (
     upload_url_for,
 )
 from xla_wheels.publish.requirements import write_requirements
-from xla_wheels.publish.wheels import locked_records, locked_versions
+from xla_wheels.publish.wheels import locked_records, locked_sboms, locked_versions
 from xla_wheels.redact import scrub
 from xla_wheels.retrying import TIMEOUT_SETTING, Transient, host_of, with_retries
 from xla_wheels.wheel_filename import normalize
@@ -356,7 +356,9 @@ def verify_install(
                     report.add("provenance", "ok", f"matches wheels.lock: {compared}")
         # The SBOMs are compared with the provenance file (their one source) when it is sound.
         sound = report.checks[-1].name == "provenance" and report.checks[-1].status == "ok"
-        for sbom_check in sbom.check_installed(facts.python, provenance if sound else None):
+        for sbom_check in sbom.check_installed(
+            facts.python, provenance if sound else None, locked=locked_sboms(ours)
+        ):
             report.add(f"sbom {sbom_check.project}", sbom_check.status, sbom_check.detail)
 
     with log.section("verify-install: import torch_xla"):

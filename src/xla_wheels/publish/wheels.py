@@ -35,6 +35,15 @@ def locked_versions(records: Iterable[WheelRecord]) -> dict[str, str]:
     return {name.normalized: name.version for name in names}
 
 
+def locked_sboms(records: Iterable[WheelRecord]) -> dict[str, str]:
+    """Project -> the SBOM path the lock says its wheel carries (wheels that have one)."""
+    return {
+        parse_wheel_name(record.name).project: record.sbom
+        for record in records
+        if record.sbom is not None
+    }
+
+
 def locked_records(lock_path: Path, bundle_name: str) -> list[WheelRecord]:
     entry = read_lock(lock_path).entry(bundle_name)
     records = list(entry.wheels or ())
