@@ -1,4 +1,5 @@
-"""Subcommands ``publish-lane``, ``promote``, ``compare``, ``lane-requirements``, ``lanes``.
+"""Subcommands ``publish-lane``, ``promote``, ``rollback``, ``compare``,
+``lane-requirements``, ``lanes``.
 
 Exit codes: 0 done; 1 a lane refused (the message names each rule that failed) or a
 check failed; 2 bad input (unknown lane or bundle, malformed lanes.toml).
@@ -14,7 +15,7 @@ from typing import Any
 
 from xla_wheels import filemode, log
 from xla_wheels.bundle import load_bundle
-from xla_wheels.cli.arguments import add_bundle_arguments, add_common_arguments
+from xla_wheels.cli.arguments import add_bundle_arguments, add_common_arguments, add_switch
 from xla_wheels.cli.settings import pipeline_options
 from xla_wheels.errors import UsageError
 from xla_wheels.layout import BundleLayout
@@ -83,6 +84,30 @@ def cmd_promote(args: argparse.Namespace) -> int:
         print(f"DRY_RUN: nothing copied from {source.name} to {lane.name}; lanes.lock unchanged")
     else:
         print(f"lane {lane.name}: current bundle is now {args.bundle} (lanes.lock)")
+    return 0
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    options = pipeline_options(args, os.environ)
+    if not args.to:
+        raise UsageError(
+            "rollback needs the bundle to return to",
+            fix='make rollback LANE=preferred TO=<bundle> REASON="…" (make lanes HISTORY=1 '
+            "shows what the lane served)",
+        )
+    lane = lanes.load_config(options.root).lane(args.lane)
+    plan = promote.rollback(
+        options.root, options.lock_path, lane, args.to, args.reason or "",
+        dry_run=options.dry_run, network=options.network,
+    )  # fmt: skip
+    print("\n".join(plan.lines()))
+    if options.dry_run:
+        print("DRY_RUN: lanes.lock unchanged")
+    else:
+        print(
+            f"lane {lane.name}: current bundle is now {args.to} (lanes.lock); hosts install "
+            f"it after `make requirements LANE={lane.name}`"
+        )
     return 0
 
 
@@ -182,10 +207,29 @@ def cmd_lane_requirements(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_history(record: lanes.LanesRecord, only: str | None) -> None:
+    entries = [e for e in record.history if only is None or e.lane == only]
+    if not entries:
+        print("no history yet (lanes.lock records none)")
+    for entry in entries:
+        moved = (
+            f"{entry.previous_bundle} -> {entry.bundle}" if entry.previous_bundle else entry.bundle
+        )
+        print(f"{entry.when}  {entry.lane}: {entry.action} {moved}  by {entry.who}")
+        if entry.receipt:
+            print(f"  receipt {entry.receipt} (sha256 {entry.receipt_digest})")
+        if entry.reason:
+            print(f"  reason: {entry.reason}")
+
+
 def cmd_lanes(args: argparse.Namespace) -> int:
     options = pipeline_options(args, os.environ)
     config = lanes.load_config(options.root)
-    state = lanes.read_state(options.root)
+    record = lanes.read_record(options.root)
+    if args.history:
+        _print_history(record, args.lane and config.lane(args.lane).name)
+        return 0
+    state = record.states
     for name, lane in sorted(config.lanes.items()):
         current = state.get(name)
         rules = lane.policy
@@ -204,6 +248,9 @@ def cmd_lanes(args: argparse.Namespace) -> int:
             + (f" (receipt {current.receipt})" if current and current.receipt else "")
         )
         print(f"  policy: {policy}")
+        if history := record.lane_history(name):
+            last = history[-1]
+            print(f"  since {last.when}: {last.action} by {last.who} (make lanes HISTORY=1)")
     return 0
 
 
@@ -223,6 +270,14 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
             help="lane to copy from (default: the lane's promote-from)",
         )
         parser.set_defaults(handler=cmd_promote)
+    elif name == "rollback":
+        add_common_arguments(parser, dry_run=True)
+        parser.add_argument("--lane", default="preferred", help="lane (default: preferred)")
+        parser.add_argument("--to", help="the bundle the lane served before and returns to")
+        parser.add_argument(
+            "--reason", help="why (kept in lanes.lock's history with who and when); required"
+        )
+        parser.set_defaults(handler=cmd_rollback)
     elif name == "compare":
         add_common_arguments(parser)
         parser.add_argument("a", nargs="?", help="a bundle")
@@ -253,6 +308,8 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
         parser.set_defaults(handler=cmd_lane_requirements)
     elif name == "lanes":
         add_common_arguments(parser)
+        add_switch(parser, "--history", help="print the lanes' history (newest last) instead")
+        parser.add_argument("--lane", help="only this lane's history (default: every lane)")
         parser.set_defaults(handler=cmd_lanes)
     else:
         raise ValueError(f"{name} is not a subcommand of {__name__}")
