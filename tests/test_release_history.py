@@ -9,7 +9,10 @@ or found.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,12 +31,16 @@ from tests.publish_support import (
     manifest_text,
     start_pypiserver,
 )
-from tests.servers import stop
+from tests.servers import free_port, stop
 from xla_wheels.bundle import load_bundle
 from xla_wheels.release import host_lane, lanes
 from xla_wheels.wheels_lock import WheelRecord, file_sha256, record_wheels, update_bundle_entry
 
 SECOND = "pub-2"
+
+
+def file_sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 @dataclass
@@ -202,3 +209,60 @@ def test_a_record_without_history_is_read_and_migrated(tmp_path: Path) -> None:
         ("recorded", None, "old"), ("publish", "old", "new"),
     ]  # fmt: skip
     assert record.states["validation"].bundle == "new"
+
+
+@pytest.mark.slow
+def test_status_reads_back_as_json_and_names_drift_and_a_down_index(fleet: Fleet) -> None:
+    for bundle in (SECOND, BUNDLE):  # preferred served pub-2, serves pub-1 now
+        for step in (("publish-lane",), ("promote", "--lane", "preferred")):
+            assert fleet.run(*step, "--bundle", bundle).exit_code == 0
+    lanes_toml = fleet.root / "build" / "lanes.toml"
+    original = lanes_toml.read_text()
+    # A policy that pub-2 does not meet today (it has no receipt), and a third lane whose
+    # index is down (nothing listens on its port).
+    lanes_toml.write_text(
+        original + '\n[lanes.preferred.policy]\ndevice = "TPU"\nchecks = ["restart"]\n'
+        f'\n[lanes.offline]\nindex-url = "http://127.0.0.1:{free_port()}/simple/"\n'
+    )
+    try:
+        started = time.monotonic()
+        found = fleet.run("status", "--json", "--net-retries", "0")
+        elapsed = time.monotonic() - started
+    finally:
+        lanes_toml.write_text(original)
+    assert found.exit_code == 1, found.output  # the down index: named, the rest reported
+    assert elapsed < 60 and "offline: unreachable" in found.stderr
+    report = json.loads(found.stdout)
+    bundles = {b["name"]: b for b in report["bundles"]}
+    assert bundles[BUNDLE]["built"] and "preferred" in bundles[BUNDLE]["served_by"]
+    (why,) = bundles[SECOND]["refused"]["preferred"]
+    assert why.startswith(f"receipt: no receipt for bundle {SECOND}")
+    by_lane = {lane["name"]: lane for lane in report["lanes"]}
+    assert by_lane["preferred"]["in-sync"] and by_lane["validation"]["in-sync"]
+    assert by_lane["preferred"]["bundle"] == BUNDLE
+    assert not by_lane["offline"]["reachable"] and "127.0.0.1" in by_lane["offline"]["problem"]
+
+    # Drift: a file of the index changed, one added, one removed; each is named.
+    packages = fleet.preferred.packages
+    torch = next(packages.glob("torch-*.whl"))
+    removed = packages / fleet.second_wheel.name
+    saved = {p: p.read_bytes() for p in (torch, removed)}
+    torch.write_bytes(saved[torch] + b"\0")
+    removed.unlink()
+    extra = packages / "torch-9.9.9-py3-none-any.whl"
+    extra.write_bytes(saved[torch])
+    try:
+        drift = fleet.run("status")
+    finally:
+        extra.unlink()
+        for path, data in saved.items():
+            path.write_bytes(data)
+    assert drift.exit_code == 1, drift.output
+    assert "preferred (" in drift.stdout and "DRIFT" in drift.stdout
+    assert f"extra (no entry of lanes.lock put it there): {extra.name}" in drift.stdout
+    assert f"missing (lanes.lock says the lane received it): {removed.name}" in drift.stdout
+    assert f"changed: {torch.name}: lanes.lock has sha256 {file_sha256_bytes(saved[torch])}" in (
+        drift.stdout
+    )
+    assert "validation (" in drift.stdout and "lanes:\n" in drift.stdout
+    assert fleet.run("status").exit_code == 0  # restored: in sync again

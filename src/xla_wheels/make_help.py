@@ -62,6 +62,7 @@ MAKE_EXAMPLES: dict[str, str] = {
     "promote": "make promote BUNDLE=v6e-2.11 LANE=preferred DRY_RUN=1",
     "compare": "make compare A=v6e-2.9 B=v6e-2.11",
     "lanes": "make lanes HISTORY=1",
+    "status": "make status JSON=1",
     "rollback": (
         'make rollback LANE=preferred TO=v6e-2.10 REASON="v6e-2.11 hangs at step 0" DRY_RUN=1'
     ),

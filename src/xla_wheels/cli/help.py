@@ -42,6 +42,7 @@ EXAMPLES: dict[str, str] = {
     "compare": "xla-wheels compare v6e-2.9 v6e-2.11",
     "lane-requirements": "xla-wheels lane-requirements --lane preferred",
     "lanes": "xla-wheels lanes --history",
+    "status": "xla-wheels status --json",
     "rollback": (
         'xla-wheels rollback --lane preferred --to v6e-2.10 --reason "v6e-2.11 hangs at step 0"'
     ),

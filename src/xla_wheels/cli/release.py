@@ -1,13 +1,15 @@
 """Subcommands ``publish-lane``, ``promote``, ``rollback``, ``compare``,
-``lane-requirements``, ``lanes``.
+``lane-requirements``, ``lanes``, ``status``.
 
-Exit codes: 0 done; 1 a lane refused (the message names each rule that failed) or a
+Exit codes: 0 done; 1 a lane refused, or (``status``) a lane drifts or its index did not
+answer (the report is printed whole first); (the message names each rule that failed) or a
 check failed; 2 bad input (unknown lane or bundle, malformed lanes.toml).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,6 +26,7 @@ from xla_wheels.publish.index import credentials_for
 from xla_wheels.publish.wheels import locked_records, locked_wheels
 from xla_wheels.release import compare as compare_mod
 from xla_wheels.release import lanes, promote, pylock, receipts
+from xla_wheels.release import status as status_mod
 from xla_wheels.wheel_filename import normalize, parse_wheel_name
 from xla_wheels.wheels_lock import BundleEntry, WheelRecord, read_lock
 
@@ -254,6 +257,22 @@ def cmd_lanes(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    options = pipeline_options(args, os.environ)
+    config = lanes.load_config(options.root)
+    record = lanes.read_record(options.root)
+    found = status_mod.collect(options.root, options.lock_path, config, record, options.network)
+    if args.json:
+        print(json.dumps(found.as_json(), indent=2))
+    else:
+        print(status_mod.render(found), end="")
+    bad = status_mod.summary(found)
+    for key, names in bad.items():
+        if names:
+            log.warning(f"status: lane(s) {', '.join(names)}: {key} (see above)")
+    return 0 if found.ok else 1
+
+
 def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     """Define subcommand ``name``'s arguments on ``parser`` and set its handler."""
     # publish-lane and promote write a lane and lanes.lock, not the bundle's files.
@@ -311,5 +330,9 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
         add_switch(parser, "--history", help="print the lanes' history (newest last) instead")
         parser.add_argument("--lane", help="only this lane's history (default: every lane)")
         parser.set_defaults(handler=cmd_lanes)
+    elif name == "status":
+        add_common_arguments(parser)
+        add_switch(parser, "--json", help="print the same report as JSON (for a dashboard)")
+        parser.set_defaults(handler=cmd_status)
     else:
         raise ValueError(f"{name} is not a subcommand of {__name__}")
