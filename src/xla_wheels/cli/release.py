@@ -101,7 +101,8 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     lane = lanes.load_config(options.root).lane(args.lane)
     plan = promote.rollback(
         options.root, options.lock_path, lane, args.to, args.reason or "",
-        dry_run=options.dry_run, network=options.network,
+        dry_run=options.dry_run, dist=BundleLayout.of(options, args.to).dist,
+        network=options.network,
     )  # fmt: skip
     print("\n".join(plan.lines()))
     if options.dry_run:

@@ -335,9 +335,11 @@ class RollbackPlan:
 
 def rollback(
     root: Path, lock_path: Path, lane: Lane, to: str, reason: str, *, dry_run: bool = False,
-    network: NetworkPolicy,
+    dist: Path | None = None, network: NetworkPolicy,
 ) -> RollbackPlan:  # fmt: skip
-    """``make rollback``: ``lane`` back to bundle ``to``, which its history shows it served."""
+    """``make rollback``: ``lane`` back to bundle ``to``, which its history shows it served.
+    ``dist``: the bundle's dist directory, where its envelopes are looked up after the
+    lane's own directory (as for a promotion)."""
     if not reason.strip():
         raise UsageError(
             "a rollback needs a reason (it is kept in lanes.lock's history)",
@@ -401,7 +403,7 @@ def rollback(
                 fix=f"promote {to} again (make promote BUNDLE={to} LANE={lane.name}), which "
                 "puts its files back under the lane's policy",
             ) from None
-        required_signatures(lane, records, [p for p in (lane.path,) if p is not None])
+        required_signatures(lane, records, [p for p in (lane.path, dist) if p is not None])
     action = "would keep" if dry_run else "verified"
     checked = tuple(Outcome(w.record.name, action, w.sha256) for w in wheels)
     plan = RollbackPlan(lane, state.bundle, entry, reason.strip(), checked)
