@@ -27,13 +27,14 @@ from tests.publish_support import (
     IndexServer,
     build_wheel,
     fake_wheels,  # noqa: F401 - fixture
+    host_venv,
     make_publish_project,
     manifest_text,
     start_pypiserver,
 )
 from tests.servers import free_port, stop
 from xla_wheels.bundle import load_bundle
-from xla_wheels.release import host_lane, lanes
+from xla_wheels.release import lanes
 from xla_wheels.wheels_lock import WheelRecord, file_sha256, record_wheels, update_bundle_entry
 
 SECOND = "pub-2"
@@ -49,6 +50,8 @@ class Fleet:
     validation: IndexServer
     preferred: IndexServer
     second_wheel: Path
+    torch: Path
+    work: Path
 
     def run(self, *args: str, **env: str) -> CliResult:
         return run_cli(
@@ -98,7 +101,7 @@ def fleet(
             f'\n\n[lanes.preferred]\nindex-url = "{preferred.url}"\n'
             'promote-from = "validation"\n'
         )
-        yield Fleet(project, validation, preferred, second)
+        yield Fleet(project, validation, preferred, second, fake_wheels.torch, work)
     finally:
         for process, _ in servers:
             stop(process)
@@ -158,10 +161,12 @@ def test_promotion_then_rollback_with_its_reason_and_the_history_shown(fleet: Fl
 
     # doctor on a host still pinned to pub-2: which bundle the lane serves now, which the
     # host has, and why the lane moved.
-    status, detail, _ = host_lane.lane_status(fleet.root, SECOND, "preferred")
-    assert status == "FAIL"
-    assert f"this host has bundle {SECOND}, which lane preferred served before" in detail
-    assert f"the lane serves {BUNDLE} now (rollback by" in detail and reason in detail
+    host = host_venv(fleet.work, [fleet.torch, fleet.second_wheel])
+    doctor = fleet.run("doctor", "--bundle", SECOND, "--python", str(host), "--lane", "preferred")
+    assert doctor.exit_code == 1, doctor.output
+    assert f"this host has bundle {SECOND}, which lane preferred served before" in doctor.stdout
+    assert f"the lane serves {BUNDLE} now (rollback by" in doctor.stdout
+    assert reason in doctor.stdout
 
     # A hand edit anywhere in the record is refused, naming the line.
     text = (fleet.root / "lanes.lock").read_text()
