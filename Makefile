@@ -42,7 +42,8 @@ MAKE_VARIABLES := BUNDLE=--bundle MIRROR=--mirror TORCH_XLA_SRC=--source DRY_RUN
   WORKLOAD=--workload CHECKS=--checks UPSTREAM_TESTS=--upstream-tests ROUNDS=--rounds \
   DEMO_DIR=--dir PROFILE=--profile ENV_FILE=--env-file SIGNING_KEY=--signing-key \
   BUILDER_ID=--builder-id PUBLIC_KEY=--public-key OUT=--out A= B= BUILD_ARGS= GATE_ARGS= SOURCE_DATE_EPOCH= PYTEST_ARGS= \
-  PYTHON_FOR_VENV= NET_TIMEOUT=--net-timeout NET_RETRIES=--net-retries
+  PYTHON_FOR_VENV= NET_TIMEOUT=--net-timeout NET_RETRIES=--net-retries \
+  TO=--to REASON=--reason HISTORY=--history JSON=--json
 flag_of = $(patsubst $(1)=%,%,$(filter $(1)=%,$(MAKE_VARIABLES)))
 # A value reaches the shell single-quoted, whatever it holds.
 quote = '$(subst ','\'',$(1))'
@@ -240,15 +241,21 @@ doctor: $(VENV_STAMP) ## check a training host against a bundle before import
 	@$(CLI) doctor $(BUNDLE_FLAG) $(DOCTOR_FLAGS) $(PUBLIC_KEY_FLAG)
 
 # Lanes (README "Releasing to the fleet"): build/lanes.toml, lanes.lock, receipts/<bundle>/.
-.PHONY: promote compare lanes
+.PHONY: promote rollback compare lanes status
 promote: $(VENV_STAMP) ## copy a bundle's locked files into a lane if its policy holds
 	@$(CLI) promote $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(LANE_FLAG)
 
 compare: $(VENV_STAMP) ## two bundles' receipts side by side
 	@$(CLI) compare $(AB_FLAGS)
 
-lanes: $(VENV_STAMP) ## each lane's index, current bundle and policy
-	@$(CLI) lanes
+rollback: $(VENV_STAMP) ## return a lane to a bundle it served before (REASON= required)
+	@$(CLI) rollback $(DRY_RUN_FLAG) $(LANE_FLAG) $(call flag,TO) $(call flag,REASON) $(NET_FLAGS)
+
+lanes: $(VENV_STAMP) ## each lane's index, current bundle and policy; HISTORY=1 its history
+	@$(CLI) lanes $(call switch,HISTORY) $(LANE_FLAG)
+
+status: $(VENV_STAMP) ## every bundle and lane at a glance (receipts, refusals, drift); JSON=1
+	@$(CLI) status $(call switch,JSON) $(NET_FLAGS)
 
 # Supply-chain evidence (README "Signed attestations", "Rebuild check").
 .PHONY: attest supply-tools rebuild-check

@@ -61,7 +61,11 @@ MAKE_EXAMPLES: dict[str, str] = {
     "doctor": "make doctor BUNDLE=v6e-2.11 ROLE=writer",
     "promote": "make promote BUNDLE=v6e-2.11 LANE=preferred DRY_RUN=1",
     "compare": "make compare A=v6e-2.9 B=v6e-2.11",
-    "lanes": "make lanes",
+    "lanes": "make lanes HISTORY=1",
+    "status": "make status JSON=1",
+    "rollback": (
+        'make rollback LANE=preferred TO=v6e-2.10 REASON="v6e-2.11 hangs at step 0" DRY_RUN=1'
+    ),
     "attest": "make attest BUNDLE=v6e-2.11 SIGNING_KEY=team-key.pem",
     "rebuild-check": "make rebuild-check BUNDLE=v6e-2.11",
     "abi-check": "make abi-check STOCK=2.8.0:2.9.0",

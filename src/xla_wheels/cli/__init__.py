@@ -109,7 +109,17 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "release",
         "per lane: hash-pinned requirements.txt and PEP 751 pylock.toml of its current bundle",
     ),
-    "lanes": ("release", "each lane's index, current bundle and policy"),
+    "lanes": ("release", "each lane's index, current bundle and policy (or its history)"),
+    "status": (
+        "release",
+        "every bundle (built, lanes, receipts, why a promotion is refused) and whether each "
+        "lane's index serves exactly what lanes.lock says; reads only",
+    ),
+    "rollback": (
+        "release",
+        "return a lane to a bundle it served before, with a reason, after the integrity "
+        "checks (not the policy)",
+    ),
     "attest": (
         "supply",
         "sign each locked wheel's in-toto statement (SLSA provenance) with the team's key",

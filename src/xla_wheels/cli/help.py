@@ -41,7 +41,11 @@ EXAMPLES: dict[str, str] = {
     "promote": "xla-wheels promote --bundle v6e-2.11 --lane preferred",
     "compare": "xla-wheels compare v6e-2.9 v6e-2.11",
     "lane-requirements": "xla-wheels lane-requirements --lane preferred",
-    "lanes": "xla-wheels lanes",
+    "lanes": "xla-wheels lanes --history",
+    "status": "xla-wheels status --json",
+    "rollback": (
+        'xla-wheels rollback --lane preferred --to v6e-2.10 --reason "v6e-2.11 hangs at step 0"'
+    ),
     "attest": "xla-wheels attest --bundle v6e-2.11 --signing-key team-key.pem",
     "rebuild-check": "xla-wheels rebuild-check --bundle v6e-2.11",
 }

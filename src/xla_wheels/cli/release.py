@@ -1,12 +1,15 @@
-"""Subcommands ``publish-lane``, ``promote``, ``compare``, ``lane-requirements``, ``lanes``.
+"""Subcommands ``publish-lane``, ``promote``, ``rollback``, ``compare``,
+``lane-requirements``, ``lanes``, ``status``.
 
-Exit codes: 0 done; 1 a lane refused (the message names each rule that failed) or a
+Exit codes: 0 done; 1 a lane refused, or (``status``) a lane drifts or its index did not
+answer (the report is printed whole first); (the message names each rule that failed) or a
 check failed; 2 bad input (unknown lane or bundle, malformed lanes.toml).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,7 +17,7 @@ from typing import Any
 
 from xla_wheels import filemode, log
 from xla_wheels.bundle import load_bundle
-from xla_wheels.cli.arguments import add_bundle_arguments, add_common_arguments
+from xla_wheels.cli.arguments import add_bundle_arguments, add_common_arguments, add_switch
 from xla_wheels.cli.settings import pipeline_options
 from xla_wheels.errors import UsageError
 from xla_wheels.layout import BundleLayout
@@ -23,6 +26,7 @@ from xla_wheels.publish.index import credentials_for
 from xla_wheels.publish.wheels import locked_records, locked_wheels
 from xla_wheels.release import compare as compare_mod
 from xla_wheels.release import lanes, promote, pylock, receipts
+from xla_wheels.release import status as status_mod
 from xla_wheels.wheel_filename import normalize, parse_wheel_name
 from xla_wheels.wheels_lock import BundleEntry, WheelRecord, read_lock
 
@@ -83,6 +87,31 @@ def cmd_promote(args: argparse.Namespace) -> int:
         print(f"DRY_RUN: nothing copied from {source.name} to {lane.name}; lanes.lock unchanged")
     else:
         print(f"lane {lane.name}: current bundle is now {args.bundle} (lanes.lock)")
+    return 0
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    options = pipeline_options(args, os.environ)
+    if not args.to:
+        raise UsageError(
+            "rollback needs the bundle to return to",
+            fix='make rollback LANE=preferred TO=<bundle> REASON="…" (make lanes HISTORY=1 '
+            "shows what the lane served)",
+        )
+    lane = lanes.load_config(options.root).lane(args.lane)
+    plan = promote.rollback(
+        options.root, options.lock_path, lane, args.to, args.reason or "",
+        dry_run=options.dry_run, dist=BundleLayout.of(options, args.to).dist,
+        network=options.network,
+    )  # fmt: skip
+    print("\n".join(plan.lines()))
+    if options.dry_run:
+        print("DRY_RUN: lanes.lock unchanged")
+    else:
+        print(
+            f"lane {lane.name}: current bundle is now {args.to} (lanes.lock); hosts install "
+            f"it after `make requirements LANE={lane.name}`"
+        )
     return 0
 
 
@@ -182,10 +211,29 @@ def cmd_lane_requirements(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_history(record: lanes.LanesRecord, only: str | None) -> None:
+    entries = [e for e in record.history if only is None or e.lane == only]
+    if not entries:
+        print("no history yet (lanes.lock records none)")
+    for entry in entries:
+        moved = (
+            f"{entry.previous_bundle} -> {entry.bundle}" if entry.previous_bundle else entry.bundle
+        )
+        print(f"{entry.when}  {entry.lane}: {entry.action} {moved}  by {entry.who}")
+        if entry.receipt:
+            print(f"  receipt {entry.receipt} (sha256 {entry.receipt_digest})")
+        if entry.reason:
+            print(f"  reason: {entry.reason}")
+
+
 def cmd_lanes(args: argparse.Namespace) -> int:
     options = pipeline_options(args, os.environ)
     config = lanes.load_config(options.root)
-    state = lanes.read_state(options.root)
+    record = lanes.read_record(options.root)
+    if args.history:
+        _print_history(record, args.lane and config.lane(args.lane).name)
+        return 0
+    state = record.states
     for name, lane in sorted(config.lanes.items()):
         current = state.get(name)
         rules = lane.policy
@@ -204,7 +252,26 @@ def cmd_lanes(args: argparse.Namespace) -> int:
             + (f" (receipt {current.receipt})" if current and current.receipt else "")
         )
         print(f"  policy: {policy}")
+        if history := record.lane_history(name):
+            last = history[-1]
+            print(f"  since {last.when}: {last.action} by {last.who} (make lanes HISTORY=1)")
     return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    options = pipeline_options(args, os.environ)
+    config = lanes.load_config(options.root)
+    record = lanes.read_record(options.root)
+    found = status_mod.collect(options.root, options.lock_path, config, record, options.network)
+    if args.json:
+        print(json.dumps(found.as_json(), indent=2))
+    else:
+        print(status_mod.render(found), end="")
+    bad = status_mod.summary(found)
+    for key, names in bad.items():
+        if names:
+            log.warning(f"status: lane(s) {', '.join(names)}: {key} (see above)")
+    return 0 if found.ok else 1
 
 
 def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
@@ -223,6 +290,14 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
             help="lane to copy from (default: the lane's promote-from)",
         )
         parser.set_defaults(handler=cmd_promote)
+    elif name == "rollback":
+        add_common_arguments(parser, dry_run=True)
+        parser.add_argument("--lane", default="preferred", help="lane (default: preferred)")
+        parser.add_argument("--to", help="the bundle the lane served before and returns to")
+        parser.add_argument(
+            "--reason", help="why (kept in lanes.lock's history with who and when); required"
+        )
+        parser.set_defaults(handler=cmd_rollback)
     elif name == "compare":
         add_common_arguments(parser)
         parser.add_argument("a", nargs="?", help="a bundle")
@@ -253,6 +328,12 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
         parser.set_defaults(handler=cmd_lane_requirements)
     elif name == "lanes":
         add_common_arguments(parser)
+        add_switch(parser, "--history", help="print the lanes' history (newest last) instead")
+        parser.add_argument("--lane", help="only this lane's history (default: every lane)")
         parser.set_defaults(handler=cmd_lanes)
+    elif name == "status":
+        add_common_arguments(parser)
+        add_switch(parser, "--json", help="print the same report as JSON (for a dashboard)")
+        parser.set_defaults(handler=cmd_status)
     else:
         raise ValueError(f"{name} is not a subcommand of {__name__}")

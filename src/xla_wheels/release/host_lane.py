@@ -62,18 +62,17 @@ def add_lane_findings(
     report.add(status, "lane", detail + (f" (known from the {how})" if how else ""), fix)
 
 
-def lane_status(
-    root: Path, host_bundle: str | None, lane_name: str | None
-) -> tuple[str, str, str]:
+def lane_status(root: Path, host_bundle: str | None, lane_name: str | None) -> tuple[str, str, str]:
     """Doctor's lane finding: (status, detail, fix) for the bundle this host runs."""
     try:
         config = lanes.load_config(root)
-        state = lanes.read_state(root)
+        record = lanes.read_record(root)
     except lanes.LaneError as error:
         return ("WARN", f"lanes unknown: {error.message}", error.fix or "")
     if host_bundle is None:
         why = "cannot tell which bundle this host runs (no provenance file)"
         return ("WARN", why, "install a bundle built by this pipeline")
+    state = record.states
     runs = f"runs bundle {host_bundle}"
     if lane_name:
         lane = config.lane(lane_name)
@@ -85,6 +84,18 @@ def lane_status(
             f"install from lane {lane.name}: pip install --require-hashes -r "
             f"dist/lanes/{lane.name}/requirements.txt --index-url {lane.simple_url}"
         )
+        served = [e for e in record.lane_history(lane.name) if e.bundle == host_bundle]
+        if served and current:
+            # Pinned to what the lane served before (a promotion or rollback moved it): say
+            # both bundles and when the lane moved, not only that they differ.
+            moved = record.lane_history(lane.name)[-1]
+            return (
+                "FAIL",
+                f"this host has bundle {host_bundle}, which lane {lane.name} served before; "
+                f"the lane serves {current.bundle} now ({moved.action} by {moved.who} at "
+                f"{moved.when}" + (f": {moved.reason}" if moved.reason else "") + ")",
+                fix,
+            )
         return ("FAIL", f"{runs}; lane {lane.name}'s current bundle is {current_bundle}", fix)
     if holding := sorted(n for n, s in state.items() if s.bundle == host_bundle):
         return ("ok", f"{runs}, the current bundle of lane(s) {', '.join(holding)}", "")

@@ -31,14 +31,26 @@ A lane may add ``require-signature = true`` and ``signing-public-key = "<PEM, re
 the checkout>"``: publish and promote then refuse a wheel whose signed attestation that
 key does not verify (``attestation``).
 
-``lanes.lock`` (written by ``publish``/``promote``, by rename, only after success) records
-each lane's current bundle, its wheels and the receipt that let it in.
+``lanes.lock`` (written by ``publish``/``promote``/``rollback``, by rename, only after
+success) records each lane's current bundle, its wheels and the receipt that let it in, and
+beside it the history those states come from: every publish, promotion and rollback as a
+``[[history]]`` entry, newest last, with who, when, from which bundle, to which, why, and
+the receipt's digest. Each entry carries the sha256 of the entry before it and
+``history-head`` the last one's, so a hand edit breaks the chain and reading the record
+refuses it, naming the line. A version 1 record (no history) is read as it is and gets a
+``recorded`` entry per lane the first time it is written again.
 """
 
 from __future__ import annotations
 
+import datetime
+import getpass
+import hashlib
+import json
+import re
+import socket
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,7 +62,11 @@ from xla_wheels.values import NAME_PATTERN, NAME_RULE
 
 LANES_CONFIG = Path("build") / "lanes.toml"
 LANES_LOCK = "lanes.lock"
-LANES_LOCK_VERSION = "1"
+LANES_LOCK_VERSION = "2"
+#: Versions :func:`read_record` reads: 1 had the current states only (no history).
+READABLE_VERSIONS = ("1", LANES_LOCK_VERSION)
+#: What a history entry did: ``recorded`` stands for a state migrated from version 1.
+ACTIONS = ("publish", "promote", "rollback", "recorded")
 DEVICES = ("CPU", "TPU")
 #: ``backend`` values: ``index`` (a static directory or any PEP 503 index; the default)
 #: and ``devpi`` (an index of a devpi server: uploads to it, promotion by devpi's push).
@@ -242,9 +258,7 @@ def load_config(root: Path) -> LanesConfig:
     for name, table in top.tables("lanes").items():
         # A lane name is typed as LANE= and offered in "use one of": a valid name only.
         if NAME_PATTERN.fullmatch(name) is None:
-            raise top.fail(
-                f"lanes.{name}", f"{name!r} is not a valid lane name ({NAME_RULE})", ""
-            )
+            raise top.fail(f"lanes.{name}", f"{name!r} is not a valid lane name ({NAME_RULE})", "")
         lanes[name] = _lane(root, name, table, data["lanes"])
     if not lanes:
         raise top.fail("lanes", "no lane is defined", "")
@@ -253,57 +267,281 @@ def load_config(root: Path) -> LanesConfig:
     return LanesConfig(path, publish_lane, lanes)
 
 
-def read_state(root: Path) -> dict[str, LaneState]:
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One change of one lane: who moved it from which bundle to which, when and why."""
+
+    lane: str
+    action: str
+    bundle: str
+    previous_bundle: str | None
+    who: str
+    when: str
+    """UTC, ISO 8601 to the second."""
+    reason: str
+    wheels: tuple[tuple[str, str], ...]
+    receipt: str | None
+    receipt_digest: str | None
+    previous: str
+    """sha256 of the entry before (``""`` for the first): the chain a hand edit breaks."""
+
+    @property
+    def state(self) -> LaneState:
+        return LaneState(self.bundle, self.wheels, self.receipt, self.receipt_digest)
+
+    def as_toml(self) -> dict[str, Any]:
+        table: dict[str, Any] = {
+            "lane": self.lane,
+            "action": self.action,
+            "bundle": self.bundle,
+            "from": self.previous_bundle or "",
+            "who": self.who,
+            "when": self.when,
+            "reason": self.reason,
+            "receipt": self.receipt or "",
+            "receipt-digest": self.receipt_digest or "",
+            "previous": self.previous,
+            "wheels": [{"name": n, "sha256": s} for n, s in self.wheels],
+        }
+        return table
+
+    @property
+    def digest(self) -> str:
+        # Canonical JSON of exactly what is written: tomllib reads back the same values.
+        text = json.dumps(self.as_toml(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class LanesRecord:
+    """``lanes.lock``: each lane's current state and the history it comes from."""
+
+    states: Mapping[str, LaneState]
+    history: tuple[HistoryEntry, ...]
+
+    def lane_history(self, lane: str) -> list[HistoryEntry]:
+        return [entry for entry in self.history if entry.lane == lane]
+
+
+def _restore_fix() -> str:
+    return (
+        f"restore it from git (`git checkout -- {LANES_LOCK}`, or `git log -p {LANES_LOCK}` "
+        "for an older good one); lanes.lock is written only by publish, promote and rollback"
+    )
+
+
+def _header_lines(text: str, pattern: str) -> list[int]:
+    """1-based line numbers of the lines matching ``pattern`` (a TOML table header)."""
+    header = re.compile(pattern)
+    return [n for n, line in enumerate(text.splitlines(), 1) if header.fullmatch(line.strip())]
+
+
+def _lane_line(text: str, lane: str) -> int | None:
+    found = _header_lines(text, rf"\[lanes\.\"?{re.escape(lane)}\"?\]")
+    return found[0] if found else None
+
+
+def read_record(root: Path) -> LanesRecord:
+    """``lanes.lock`` with its history, checked: the chain of entry digests holds and each
+    lane's current state is its last entry's (raises :class:`LaneFileError` naming the line)."""
     path = root / LANES_LOCK
     if not path.exists():
-        return {}
-    restore = f"restore it from git (`git checkout -- {LANES_LOCK}`)"
+        return LanesRecord({}, ())
+    restore = _restore_fix()
+    text = read_utf8(path, LaneFileError, what="lanes lock")[0]
     try:
-        data = tomllib.loads(read_utf8(path, LaneFileError, what="lanes lock")[0])
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise LaneFileError(f"{path} is not valid TOML: {error}", fix=restore) from error
-    if data.get("lanes-lock-version") != LANES_LOCK_VERSION:
+    if data.get("lanes-lock-version") not in READABLE_VERSIONS:
         raise LaneFileError(f"{path} has an unknown lanes-lock-version", fix=restore)
     top = Table(data, source=str(path), error=LaneFileError, fix=restore)
-    top.read(Field("lanes-lock-version", str), Field("lanes", dict, default={}))
+    fields = top.read(
+        Field("lanes-lock-version", str),
+        Field("lanes", dict, default={}),
+        Field("history-head", str),
+        Field("history", list, default=[]),
+    )
     wheel_fields = (Field("name", str, required=True), Field("sha256", str, required=True))
+
+    def wheels_of(table: Table) -> tuple[tuple[str, str], ...]:
+        rows = [row.read(*wheel_fields) for row in table.rows("wheels") or []]
+        return tuple((row["name"], row["sha256"]) for row in rows)
+
     states = {}
     for name, table in top.tables("lanes").items():
-        fields = table.read(
+        lane = table.read(
             Field("bundle", str, required=True),
             Field("receipt", str),
             Field("receipt-digest", str),
             Field("wheels", list, default=[]),
         )
-        wheels = [row.read(*wheel_fields) for row in table.rows("wheels") or []]
         states[name] = LaneState(
-            bundle=fields["bundle"],
-            wheels=tuple((wheel["name"], wheel["sha256"]) for wheel in wheels),
-            receipt=fields["receipt"],
-            receipt_digest=fields["receipt-digest"],
+            bundle=lane["bundle"],
+            wheels=wheels_of(table),
+            receipt=lane["receipt"],
+            receipt_digest=lane["receipt-digest"],
         )
-    return states
+    if fields["lanes-lock-version"] == "1":
+        return LanesRecord(states, ())  # before history: the states are all there is
+    history: list[HistoryEntry] = []
+    lines = _header_lines(text, r"\[\[history\]\]")
+    for number, row in enumerate(top.rows("history") or []):
+        line = lines[number] if number < len(lines) else 0
+        item = row.read(
+            Field("lane", str, required=True),
+            Field("action", str, required=True),
+            Field("bundle", str, required=True),
+            Field("from", str, default=""),
+            Field("who", str, required=True),
+            Field("when", str, required=True),
+            Field("reason", str, default=""),
+            Field("receipt", str, default=""),
+            Field("receipt-digest", str, default=""),
+            Field("previous", str, required=True),
+            Field("wheels", list, default=[]),
+        )
+        entry = HistoryEntry(
+            lane=item["lane"],
+            action=item["action"],
+            bundle=item["bundle"],
+            previous_bundle=item["from"] or None,
+            who=item["who"],
+            when=item["when"],
+            reason=item["reason"],
+            wheels=wheels_of(row),
+            receipt=item["receipt"] or None,
+            receipt_digest=item["receipt-digest"] or None,
+            previous=item["previous"],
+        )
+        expected = history[-1].digest if history else ""
+        if entry.action not in ACTIONS or entry.previous != expected:
+            # Entry n's `previous` is the digest of entry n-1 as written: an edit of entry
+            # n-1 (or of this `previous`) breaks the chain here.
+            what = (
+                f"history entry {number} (line {lines[number - 1]}) was changed after it was "
+                f"written: entry {number + 1} (line {line}) records another digest for it"
+                if history and entry.action in ACTIONS
+                else f"history entry {number + 1} ({entry.action}) is not one this program "
+                "writes"
+                if entry.action not in ACTIONS
+                else f"history entry 1 (line {line}) has a chain digest, the first has none"
+            )
+            raise LaneFileError(
+                f"{path} line {lines[number - 1] if history else line}: {what} (the record "
+                "was edited by hand or is corrupted)",
+                fix=restore,
+            )
+        history.append(entry)
+    head = fields["history-head"] or ""
+    if history and head != history[-1].digest:
+        raise LaneFileError(
+            f"{path} line {lines[len(history) - 1]}: history entry {len(history)} (the last) "
+            "was changed after it was written: history-head records another digest for it "
+            "(the record was edited by hand or is corrupted)",
+            fix=restore,
+        )
+    derived = {entry.lane: entry.state for entry in history}
+    for name in sorted(set(states) | set(derived)):
+        if states.get(name) != derived.get(name):
+            where = _lane_line(text, name)
+            raise LaneFileError(
+                f"{path}" + (f" line {where}" if where else "") + f": lane {name}'s current "
+                "state is not the one its last history entry records (edited by hand)",
+                fix=restore,
+            )
+    return LanesRecord(states, tuple(history))
 
 
-def write_state(root: Path, lane: str, state: LaneState) -> Path:
-    """Record ``lane``'s current bundle; temp file + rename, so a crash changes nothing."""
-    current = read_state(root)
-    current[lane] = state
+def read_state(root: Path) -> dict[str, LaneState]:
+    return dict(read_record(root).states)
+
+
+def operator() -> str:
+    """Who changes a lane, for its history: the login on this host."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # a container user without a passwd entry
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _migrated(record: LanesRecord, when: str) -> list[HistoryEntry]:
+    """A version 1 record's states as the first history entries (``recorded``)."""
+    entries: list[HistoryEntry] = []
+    for name in sorted(record.states):
+        if record.lane_history(name):
+            continue
+        state = record.states[name]
+        entries.append(
+            HistoryEntry(
+                name,
+                "recorded",
+                state.bundle,
+                None,
+                "lanes.lock version 1",
+                when,
+                "state found in a lanes.lock without history",
+                state.wheels,
+                state.receipt,
+                state.receipt_digest,
+                "",
+            )  # fmt: skip
+        )
+    return entries
+
+
+def _chained(entries: Sequence[HistoryEntry]) -> list[HistoryEntry]:
+    chained: list[HistoryEntry] = []
+    for entry in entries:
+        previous = chained[-1].digest if chained else ""
+        chained.append(HistoryEntry(**{**entry.__dict__, "previous": previous}))
+    return chained
+
+
+def write_state(
+    root: Path, lane: str, state: LaneState, *, action: str = "publish", reason: str = ""
+) -> Path:
+    """Record ``lane``'s new current bundle as a history entry of ``action`` (who, when,
+    from which bundle); temp file + rename, so a crash changes nothing."""
+    assert action in ACTIONS
+    record = read_record(root)
+    when = _now()
+    old = record.states.get(lane)
+    entry = HistoryEntry(
+        lane, action, state.bundle, old.bundle if old else None, operator(), when, reason,
+        state.wheels, state.receipt, state.receipt_digest, "",
+    )  # fmt: skip
+    history = _chained([*record.history, *_migrated(record, when), entry])
+    current = {**record.states, lane: state}
     lanes: dict[str, Any] = {}
     for name in sorted(current):
-        entry = current[name]
-        table: dict[str, Any] = {"bundle": entry.bundle}
-        if entry.receipt:
-            table["receipt"] = entry.receipt
-            table["receipt-digest"] = entry.receipt_digest or ""
-        table["wheels"] = [{"name": n, "sha256": s} for n, s in entry.wheels]
+        now = current[name]
+        table: dict[str, Any] = {"bundle": now.bundle}
+        if now.receipt:
+            table["receipt"] = now.receipt
+            table["receipt-digest"] = now.receipt_digest or ""
+        table["wheels"] = [{"name": n, "sha256": s} for n, s in now.wheels]
         lanes[name] = table
     import tomli_w  # lazy: reading needs only tomllib, the gate's receipt too
 
     text = (
-        "# lanes.lock: the current bundle of each lane, written by `make publish` and\n"
-        "# `make promote` after they succeed. Do not edit; format: README.md.\n\n"
-        + tomli_w.dumps({"lanes-lock-version": LANES_LOCK_VERSION, "lanes": lanes})
+        "# lanes.lock: the current bundle of each lane and its history (newest last),\n"
+        "# written by `make publish`, `make promote` and `make rollback` after they succeed.\n"
+        "# Do not edit: each entry carries the previous one's sha256 and a hand edit is\n"
+        "# refused. Format: README.md.\n\n"
+        + tomli_w.dumps(
+            {
+                "lanes-lock-version": LANES_LOCK_VERSION,
+                "history-head": history[-1].digest,
+                "lanes": lanes,
+                "history": [e.as_toml() for e in history],
+            }
+        )
     )
     path = root / LANES_LOCK
     filemode.write_by_rename(path, text)

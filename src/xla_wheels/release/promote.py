@@ -8,6 +8,11 @@ promoted from and checked by sha256 on the way, and only when the target lane's 
 holds (``release.policy``); between two devpi lanes of one server it is devpi's own push
 instead (``release.devpi``: same bytes, no download or upload). ``lanes.lock`` is written
 last, by rename.
+
+A rollback returns a lane to a bundle its history shows it served: no policy (going back
+is the point) but the same integrity checks: the locked hashes are the ones the lane
+served, the lane's index serves exactly those bytes (fetched and hashed as a promotion
+does), and the receipt it was served with is the one recorded.
 """
 
 from __future__ import annotations
@@ -15,10 +20,11 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from xla_wheels import filemode, log
-from xla_wheels.errors import PipelineError
+from xla_wheels.errors import PipelineError, UsageError
 from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish.errors import HashMismatch, PublishError
 from xla_wheels.publish.index import (
@@ -32,7 +38,7 @@ from xla_wheels.publish.wheels import LocalWheel, locked_records, locked_wheels
 from xla_wheels.redact import scrub
 from xla_wheels.release import devpi
 from xla_wheels.release import lanes as lanes_mod
-from xla_wheels.release.lanes import Lane, LaneState
+from xla_wheels.release.lanes import HistoryEntry, Lane, LaneError, LaneState
 from xla_wheels.release.policy import PromotionVerdict, judge_promotion
 from xla_wheels.release.receipts import StoredReceipt, bundle_receipts, read_receipt
 from xla_wheels.retrying import (
@@ -299,5 +305,108 @@ def promote(
             chosen.path.relative_to(root).as_posix() if chosen else None,
             chosen.digest if chosen else None,
         ),
+        action="promote",
     )
     return verdict, outcomes
+
+
+@dataclass(frozen=True)
+class RollbackPlan:
+    """What ``make rollback`` does: the lane's record moves from ``current`` to ``to``'s
+    last entry's state (its wheels and receipt), after the checks."""
+
+    lane: Lane
+    current: str
+    to: HistoryEntry
+    """The lane's last entry that made ``to`` its current bundle."""
+    reason: str
+    checked: tuple[Outcome, ...]
+
+    def lines(self) -> list[str]:
+        receipt = self.to.receipt or "no receipt"
+        return [
+            f"rollback lane {self.lane.name}: {self.current} -> {self.to.bundle}",
+            f"  served before: {self.to.action} by {self.to.who} at {self.to.when}",
+            f"  receipt: {receipt}",
+            f"  reason: {self.reason}",
+            *(f"  {o.action:<10} {o.filename}  sha256:{o.sha256}" for o in self.checked),
+        ]
+
+
+def rollback(
+    root: Path, lock_path: Path, lane: Lane, to: str, reason: str, *, dry_run: bool = False,
+    dist: Path | None = None, network: NetworkPolicy,
+) -> RollbackPlan:  # fmt: skip
+    """``make rollback``: ``lane`` back to bundle ``to``, which its history shows it served.
+    ``dist``: the bundle's dist directory, where its envelopes are looked up after the
+    lane's own directory (as for a promotion)."""
+    if not reason.strip():
+        raise UsageError(
+            "a rollback needs a reason (it is kept in lanes.lock's history)",
+            fix=f'make rollback LANE={lane.name} TO={to} REASON="<why, e.g. the incident>"',
+        )
+    record = lanes_mod.read_record(root)
+    state = record.states.get(lane.name)
+    history = record.lane_history(lane.name)
+    served = [e for e in history if e.bundle == to]
+    if state is None:
+        raise UsageError(f"lane {lane.name} has no current bundle", fix="nothing to roll back")
+    if state.bundle == to:
+        raise UsageError(
+            f"lane {lane.name} serves {to} now", fix="name an earlier bundle (make lanes HISTORY=1)"
+        )
+    if not served:
+        before = sorted({e.bundle for e in history} - {state.bundle})
+        raise LaneError(
+            f"lane {lane.name} never served bundle {to}: a rollback returns a lane to a bundle "
+            "it served before"
+            + (f" (it served: {', '.join(before)})" if before else " (it served no other)"),
+            fix=(
+                f"roll back to one of those: make rollback LANE={lane.name} TO={before[-1]} "
+                'REASON="…"; or promote ' + to + " (make promote, under the lane's policy)"
+            )
+            if before
+            else f"promote it instead: make promote BUNDLE={to} LANE={lane.name}",
+        )
+    entry = served[-1]
+    records = locked_records(lock_path, to)
+    if {(r.name, r.sha256) for r in records} != set(entry.wheels):
+        raise LaneError(
+            f"wheels.lock's files for {to} are not the ones lane {lane.name} served "
+            f"({entry.action} at {entry.when}): the lock was changed since",
+            fix=f"promote {to} as it is locked now (make promote BUNDLE={to}), or restore "
+            "wheels.lock from git",
+        )
+    if entry.receipt:
+        stored = read_receipt(root / entry.receipt)
+        if not stored.digest_ok or stored.digest != entry.receipt_digest:
+            # Its receipt becomes the bar the next promotion is held to.
+            raise LaneError(
+                f"{entry.receipt}, the receipt {to} was served with, is not the one lanes.lock "
+                f"recorded (digest {stored.digest}, recorded {entry.receipt_digest})",
+                fix=f"restore {entry.receipt} from git",
+            )
+    with tempfile.TemporaryDirectory(prefix="xla-wheels-rollback-") as tmp:
+        try:
+            wheels = fetch_from_lane(lane, records, Path(tmp), network=network)
+        except HashMismatch as error:
+            raise LaneError(
+                f"cannot roll back lane {lane.name} to {to}: {error.message}",
+                fix=f"the lane's index serves other bytes than it served as {to}: investigate "
+                "it (make status shows the drift) before anyone installs from it",
+            ) from None
+        except PublishError as error:
+            if type(error) is not PublishError or "does not hold" not in error.message:
+                raise  # the index is down or refused: its own message and exit code
+            raise LaneError(
+                f"cannot roll back to {to}: {error.message}",
+                fix=f"promote {to} again (make promote BUNDLE={to} LANE={lane.name}), which "
+                "puts its files back under the lane's policy",
+            ) from None
+        required_signatures(lane, records, [p for p in (lane.path, dist) if p is not None])
+    action = "would keep" if dry_run else "verified"
+    checked = tuple(Outcome(w.record.name, action, w.sha256) for w in wheels)
+    plan = RollbackPlan(lane, state.bundle, entry, reason.strip(), checked)
+    if not dry_run:
+        lanes_mod.write_state(root, lane.name, entry.state, action="rollback", reason=plan.reason)
+    return plan

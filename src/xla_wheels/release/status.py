@@ -1,0 +1,259 @@
+"""``make status``: every bundle and every lane at a glance, read only.
+
+Per bundle: built or not (wheels in ``wheels.lock``), which lanes serve it now, its
+receipts (device, chip, workload, profile, verdict, age) and, for each lane a bundle is
+promoted into, why a promotion would be refused today (the same pure verdict
+``make promote`` applies, ``release.policy``).
+
+Per lane: whether the index serves byte for byte what ``lanes.lock`` says it received.
+The files a lane should hold are those of every entry of its history (a lane keeps the
+bundles it served, so a rollback can return to them): a file it serves that no entry
+recorded is *extra*, one recorded but not served *missing*, one served with other bytes
+*changed*. Only the projects of those files are read from a remote index (PEP 503 has no
+listing of everything that is cheap to read); a static lane's directory is read whole.
+An index that does not answer is named and the others are still reported: each read ends
+within the network settings (``--net-timeout``, ``--net-retries``).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from xla_wheels.errors import PipelineError
+from xla_wheels.options import NetworkPolicy
+from xla_wheels.publish.index import (
+    check_reachable,
+    credentials_for,
+    project_files,
+    remote_sha256,
+)
+from xla_wheels.release import promote
+from xla_wheels.release.lanes import Lane, LanesConfig, LanesRecord
+from xla_wheels.release.receipts import StoredReceipt, bundle_receipts
+from xla_wheels.wheel_filename import parse_wheel_name
+from xla_wheels.wheels_lock import file_sha256, read_lock
+
+
+@dataclass(frozen=True)
+class ReceiptStatus:
+    path: str
+    device: str
+    chip: str | None
+    workload: str
+    profile: str | None
+    verdict: str
+    """``passed``, ``failed`` (a check failed or the environment was not the lock's) or
+    ``edited`` (its seal does not hold)."""
+    created: str
+    age_days: float | None
+
+
+@dataclass(frozen=True)
+class BundleStatus:
+    name: str
+    built: bool
+    served_by: list[str]
+    receipts: list[ReceiptStatus]
+    refused: dict[str, list[str]] = field(default_factory=dict)
+    """Per lane a promotion goes into (it has ``promote-from``) and does not serve this
+    bundle now: the rules that refuse it today; an empty list: it would be admitted."""
+
+
+@dataclass(frozen=True)
+class LaneStatus:
+    name: str
+    where: str
+    bundle: str | None
+    reachable: bool
+    problem: str | None
+    """Why the index could not be read (down, refused, timed out)."""
+    extra: list[str]
+    missing: list[str]
+    changed: list[str]
+
+    @property
+    def in_sync(self) -> bool:
+        return self.reachable and not (self.extra or self.missing or self.changed)
+
+
+@dataclass(frozen=True)
+class Status:
+    bundles: list[BundleStatus]
+    lanes: list[LaneStatus]
+
+    @property
+    def ok(self) -> bool:
+        return all(lane.in_sync for lane in self.lanes)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "bundles": [asdict(b) for b in self.bundles],
+            "lanes": [{**asdict(lane), "in-sync": lane.in_sync} for lane in self.lanes],
+        }
+
+
+def _age_days(created: str, now: datetime.datetime) -> float | None:
+    try:
+        then = datetime.datetime.fromisoformat(created.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if then.tzinfo is None:
+        then = then.replace(tzinfo=datetime.UTC)
+    return round((now - then).total_seconds() / 86400, 2)
+
+
+def receipt_status(root: Path, stored: StoredReceipt, now: datetime.datetime) -> ReceiptStatus:
+    receipt = stored.receipt
+    judged = [c.passed for c in receipt.checks if c.passed is not None]
+    passed = receipt.wheels_match_lock and bool(judged) and all(judged)
+    verdict = "edited" if not stored.digest_ok else "passed" if passed else "failed"
+    profile = (receipt.profile or {}).get("name")
+    return ReceiptStatus(
+        path=stored.path.relative_to(root).as_posix(),
+        device=receipt.device,
+        chip=receipt.chip,
+        workload=receipt.workload,
+        profile=str(profile) if profile is not None else None,
+        verdict=verdict,
+        created=receipt.created,
+        age_days=_age_days(receipt.created, now),
+    )
+
+
+def _refusals(root: Path, lock_path: Path, bundle: str, lane: Lane) -> list[str]:
+    try:
+        verdict = promote.judge(root, lock_path, bundle, lane)
+    except PipelineError as error:  # e.g. the lane's current receipt was edited
+        return [f"cannot judge: {error.message}"]
+    return [f"{f.rule}: {f.detail}" for f in verdict.failures]
+
+
+def bundle_statuses(
+    root: Path, lock_path: Path, config: LanesConfig, record: LanesRecord, now: datetime.datetime
+) -> list[BundleStatus]:
+    locked = read_lock(lock_path).bundles
+    names = sorted({p.stem for p in (root / "build" / "bundles").glob("*.toml")} | set(locked))
+    statuses = []
+    for name in names:
+        entry = locked.get(name)
+        built = bool(entry and entry.wheels)
+        served_by = sorted(lane for lane, s in record.states.items() if s.bundle == name)
+        refused = {
+            lane.name: _refusals(root, lock_path, name, lane)
+            for lane in sorted(config.lanes.values(), key=lambda lane: lane.name)
+            if built and lane.promote_from and lane.name not in served_by
+        }
+        receipts = [receipt_status(root, r, now) for r in bundle_receipts(root, name)]
+        statuses.append(BundleStatus(name, built, served_by, receipts, refused))
+    return statuses
+
+
+def recorded_files(record: LanesRecord, lane: str) -> dict[str, str]:
+    """Every file ``lane``'s history (and its current state) says it received: name -> sha256."""
+    files: dict[str, str] = {}
+    for entry in record.lane_history(lane):
+        files.update(entry.wheels)
+    if state := record.states.get(lane):
+        files.update(state.wheels)
+    return files
+
+
+def _served(lane: Lane, projects: Sequence[str], network: NetworkPolicy) -> dict[str, str]:
+    """name -> sha256 of what the lane's index serves (of ``projects``, for a remote one)."""
+    if lane.path is not None:
+        return {p.name: file_sha256(p) for p in sorted(lane.path.glob("*.whl"))}
+    assert lane.index_url is not None
+    credentials = credentials_for(lane.upload_url or lane.index_url)
+    check_reachable(lane.index_url, credentials, network=network)  # even with nothing recorded
+    served: dict[str, str] = {}
+    for project in projects:
+        for name, listed in project_files(
+            lane.index_url, project, credentials, network=network
+        ).items():
+            served[name] = remote_sha256(listed, credentials, network=network)
+    return served
+
+
+def lane_status(lane: Lane, record: LanesRecord, network: NetworkPolicy) -> LaneStatus:
+    expected = recorded_files(record, lane.name)
+    state = record.states.get(lane.name)
+    bundle = state.bundle if state else None
+    projects = sorted({parse_wheel_name(n).normalized for n in expected})
+    try:
+        served = _served(lane, projects, network)
+    except PipelineError as error:
+        return LaneStatus(lane.name, lane.where, bundle, False, error.message, [], [], [])
+    changed = [
+        f"{name}: lanes.lock has sha256 {sha}, the index serves {served[name]}"
+        for name, sha in sorted(expected.items())
+        if name in served and served[name] != sha
+    ]
+    return LaneStatus(
+        lane.name,
+        lane.where,
+        bundle,
+        True,
+        None,
+        extra=sorted(set(served) - set(expected)),
+        missing=sorted(set(expected) - set(served)),
+        changed=changed,
+    )
+
+
+def collect(
+    root: Path, lock_path: Path, config: LanesConfig, record: LanesRecord, network: NetworkPolicy
+) -> Status:
+    now = datetime.datetime.now(datetime.UTC)
+    return Status(
+        bundle_statuses(root, lock_path, config, record, now),
+        [lane_status(config.lanes[name], record, network) for name in sorted(config.lanes)],
+    )
+
+
+def render(status: Status) -> str:
+    lines = ["bundles:"]
+    for bundle in status.bundles:
+        served = f"served by {', '.join(bundle.served_by)}" if bundle.served_by else "in no lane"
+        lines.append(f"  {bundle.name}: {'built' if bundle.built else 'not built'}, {served}")
+        for r in bundle.receipts:
+            age = f"{r.age_days:g} days old" if r.age_days is not None else "age unknown"
+            lines.append(
+                f"    receipt {r.path}: {r.verdict} on {r.device}"
+                + (f" ({r.chip})" if r.chip else "")
+                + f", workload {r.workload}"
+                + (f", profile {r.profile}" if r.profile else "")
+                + f", {age}"
+            )
+        if not bundle.receipts:
+            lines.append("    no receipt")
+        for target, rules in bundle.refused.items():
+            if not rules:
+                lines.append(f"    promotion into {target}: would be admitted")
+            for rule in rules:
+                lines.append(f"    promotion into {target} refused: {rule}")
+    lines.append("lanes:")
+    for lane in status.lanes:
+        current = lane.bundle or "(none)"
+        if not lane.reachable:
+            lines.append(
+                f"  {lane.name} ({lane.where}): serves {current}; UNREACHABLE: {lane.problem}"
+            )
+            continue
+        verdict = "in sync with lanes.lock" if lane.in_sync else "DRIFT"
+        lines.append(f"  {lane.name} ({lane.where}): serves {current}; {verdict}")
+        lines += [f"    extra (no entry of lanes.lock put it there): {n}" for n in lane.extra]
+        lines += [f"    missing (lanes.lock says the lane received it): {n}" for n in lane.missing]
+        lines += [f"    changed: {n}" for n in lane.changed]
+    return "\n".join(lines) + "\n"
+
+
+def summary(status: Status) -> Mapping[str, list[str]]:
+    """The lanes that drift and those that could not be read (for the exit status)."""
+    return {
+        "drift": [lane.name for lane in status.lanes if lane.reachable and not lane.in_sync],
+        "unreachable": [lane.name for lane in status.lanes if not lane.reachable],
+    }
