@@ -106,23 +106,33 @@ def make_builder(
 ) -> Builder:
     root = area.base / name
     (root / "build").mkdir(parents=True)
+    workspace = support.write_workspace(root / "xla", area.rules)
+    output_base = root / "output-base"
+    area.output_bases.append((workspace, output_base))
+    builder = Builder(area, workspace, output_base, remote_cache.RemoteCacheSettings(), "", "")
+    configure(builder, toml, environ)
+    return builder
+
+
+def configure(builder: Builder, toml: str, environ: dict[str, str] | None = None) -> None:
+    """The builder's settings, as the torch_xla recipe composes and writes them."""
+    root = builder.workspace.parent
     (root / "build" / "builders.toml").write_text(toml)
     cache = remote_cache.load_remote_cache(root, environ or {})
-    workspace = support.write_workspace(root / "xla", area.rules)
     auth_rc = root / "private" / "bazel-remote-auth.bazelrc"
     rc_user = "\n".join(remote_cache.bazelrc_lines(cache.settings, str(auth_rc))) + "\n"
-    (workspace / ".bazelrc.user").write_text(rc_user)
+    (builder.workspace / ".bazelrc.user").write_text(rc_user)
     template = remote_cache.bazel_auth_rc(cache.settings)
-    steps = [Step("write .bazelrc.user", action="write-file", args=(str(workspace), rc_user))]
+    rc_path = str(builder.workspace / ".bazelrc.user")
+    rc_step = Step("write .bazelrc.user", action="write-file", args=(rc_path, rc_user))
+    steps = [rc_step]
     if template:
         filled = remote_cache.fill_template(template, cache.secret_values())
         remote_cache.write_private_file(auth_rc, filled)
         private = Step("credentials", action="write-private-file", args=(str(auth_rc), template))
         steps.append(private)
-    plan = "\n".join([remote_cache.describe(cache.settings), *(s.render() for s in steps)])
-    output_base = root / "output-base"
-    area.output_bases.append((workspace, output_base))
-    return Builder(area, workspace, output_base, cache.settings, rc_user, plan)
+    builder.settings, builder.rc_user = cache.settings, rc_user
+    builder.plan = "\n".join([remote_cache.describe(cache.settings), *(s.render() for s in steps)])
 
 
 def toml(url: str, role: str, extra: str = "") -> str:
@@ -210,7 +220,8 @@ def test_a_cache_that_is_down_costs_seconds_and_says_so(area: Area) -> None:
     assert "WARNING" in http.output and "Connection refused" in http.output
     # gRPC: Bazel 4.2.3 asks the server's capabilities first and stops the build (exit 34)
     # when it cannot: no local fallback for a cache, but a message within seconds.
-    grpc = builder.build(f"--remote_cache=grpc://{closed}")
+    configure(builder, toml(f"grpc://{closed}", "writer"))
+    grpc = builder.build()
     assert grpc.returncode == 34, grpc.output
     assert "Failed to query remote execution capabilities" in grpc.output
     assert time.monotonic() - start < 90
