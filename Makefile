@@ -97,7 +97,7 @@ PUBLIC_KEY_FLAG = $(call flag,PUBLIC_KEY)
 PROFILE_FLAG = $(call flag,PROFILE)
 
 .PHONY: help venv test test-fast lint demo bundles diff sources patch patches-check wheels lock lock-check clean
-.PHONY: builder-image container-tools cache-tools compiler-tools patch-export patch-rebase
+.PHONY: builder-image container-tools cache-tools bazel-cache-tools compiler-tools patch-export patch-rebase
 
 # Printed from a file generated from this Makefile and the CLI, so that it needs no .venv
 # (tests/test_help.py checks it is current; src/xla_wheels/make_help.py writes it).
@@ -142,6 +142,16 @@ cache-tools: ## install ccache, redis-server and gcc from Debian when missing (r
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ccache redis-server gcc >/dev/null; \
 	else echo "note: ccache/redis-server/cc missing and not root: the shared compile-cache test will skip"; fi
 
+# The Bazel half of the shared compile cache (tests/test_remote_cache_bazel.py) needs a real
+# Bazel (Debian's bazel-bootstrap: Bazel 4.2.3), nginx (the HTTP cache) and a C compiler:
+# installed from Debian when missing and we are root. BuildGrid, the gRPC cache, is pinned
+# in tests/buildgrid-requirements.txt and installed by the test into the per-machine cache.
+bazel-cache-tools:
+	@if command -v bazel >/dev/null && PATH="$$PATH:/usr/sbin" command -v nginx >/dev/null && command -v cc >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bazel-bootstrap nginx gcc >/dev/null; \
+	else echo "note: bazel/nginx/cc missing and not root: the Bazel remote-cache tests will skip"; fi
+
 # The compiled checks of the patch series (README "Compiled checks of the series") need g++;
 # absl and googletest come from pinned Debian packages the tests unpack into the
 # per-machine cache, clang-format from requirements-dev.txt: nothing else system-wide.
@@ -158,7 +168,7 @@ PARALLEL_FLAGS := -n auto --dist loadgroup
 # The edit loop's tier: no gate run, no stock torch_xla, no container engine (README "Development").
 FAST_TIER_FLAGS := -m 'not slow and not stock_xla'
 
-test: $(VENV_STAMP) container-tools cache-tools compiler-tools supply-tools ## install everything needed, then run ruff, mypy and the whole test suite
+test: $(VENV_STAMP) container-tools cache-tools bazel-cache-tools compiler-tools supply-tools ## install everything needed, then run ruff, mypy and the whole test suite
 	@$(MAKE_CHECK)
 	$(PY) -m ruff check src tests scripts
 	$(PY) -m mypy
