@@ -26,11 +26,13 @@ from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish.errors import CredentialsRejected, IndexUnreachable, PublishError
 from xla_wheels.redact import scrub
 from xla_wheels.retrying import (
+    ANSWER_BYTES_ALLOWANCE,
     RETRIES_SETTING,
     TIMEOUT_SETTING,
     Transient,
     attempts_text,
     host_of,
+    read_url,
     url_fault,
     with_retries,
 )
@@ -161,9 +163,15 @@ def unreachable(error: OSError, what: str, secrets: list[str], fix: str) -> Exce
 
 
 def _open(
-    url: str, credentials: Credentials, *, network: NetworkPolicy, accept: str = "text/html"
+    url: str,
+    credentials: Credentials,
+    *,
+    network: NetworkPolicy,
+    accept: str = "text/html",
+    size: int = ANSWER_BYTES_ALLOWANCE,
 ) -> bytes | None:
-    """The body at ``url``; None for 404. Every failure becomes an error naming the fix."""
+    """The body at ``url``; None for 404. Every failure becomes an error naming the fix.
+    ``size``: the bytes the read is allowed for in its deadline (a page: an allowance)."""
     if urllib.parse.urlsplit(url).scheme == "file":
         path = Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path))
         if path.is_dir():
@@ -177,14 +185,10 @@ def _open(
     def read(limit: float) -> bytes | None:
         try:
             request = credentials.request(url, headers={"Accept": accept})
-            with urllib.request.urlopen(request, timeout=limit) as response:
-                body: bytes = response.read()
-                return body
+            return read_url(request, limit_s=limit, idle_s=network.timeout_s)
         except urllib.error.HTTPError as error:
             if error.code == 404:
                 return None
-            if fault := url_fault(error):
-                raise fault from None
             if error.code in (401, 403):
                 raise CredentialsRejected(
                     f"the index at {host_of(url)} refused our credentials for {shown} "
@@ -194,8 +198,7 @@ def _open(
                 ) from None
             raise IndexUnreachable(
                 f"the index answered HTTP {error.code} {error.reason} for {shown}",
-                fix="check INDEX_URL (it must be the index's simple/ page) and the index's "
-                "logs",
+                fix="check INDEX_URL (it must be the index's simple/ page) and the index's logs",
             ) from None
         except OSError as error:  # URLError, TimeoutError and ssl.SSLError among them
             what = f"the index at {shown}"
@@ -220,6 +223,7 @@ def _open(
         give_up=give_up,
         timeout_fix=f"check that the index at {host_of(url)} is up and answering, or give it "
         f"longer with {TIMEOUT_SETTING}",
+        limit_s=network.transfer_limit(size),
         network=network,
     )
 
@@ -240,11 +244,14 @@ def check_reachable(simple_url: str, credentials: Credentials, *, network: Netwo
     _open(simple_url.rstrip("/") + "/", credentials, network=network)
 
 
-def remote_sha256(file: IndexFile, credentials: Credentials, *, network: NetworkPolicy) -> str:
-    """The file's sha256, from the link or, when the index gives none, by downloading it."""
+def remote_sha256(
+    file: IndexFile, credentials: Credentials, *, size: int, network: NetworkPolicy
+) -> str:
+    """The file's sha256, from the link or, when the index gives none, by downloading it
+    (``size``: the bytes expected, the locked file's, for the download's deadline)."""
     if file.sha256:
         return file.sha256
-    body = _open(file.url, credentials, network=network, accept="*/*")
+    body = _open(file.url, credentials, network=network, accept="*/*", size=size)
     if body is None:
         raise PublishError(
             f"the index lists {file.filename} but serves 404 for it",
