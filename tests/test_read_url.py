@@ -48,8 +48,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                     return
                 time.sleep(0.1)
         elif self.path == "/slow-status":
-            # Even the status line comes a byte at a time: no header ever completes in time.
-            for byte in b"HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\nx" * 1000:
+            # Even the status line comes a byte at a time, then a header that never ends.
+            for byte in b"HTTP/1.0 200 OK\r\nX-Slow: " + b"y" * 10**6:
                 try:
                     self.wfile.write(bytes([byte]))
                     self.wfile.flush()
