@@ -16,6 +16,7 @@ single read ever waits long), or never answers a download:
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import time
@@ -24,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.clirunner import CliResult, run_cli
-from tests.network_faults_support import CUT, SILENT, TRICKLE, faulty_proxy
+from tests.network_faults_support import CUT, SILENT, TRICKLE, faulty_proxy, silent_server
 from tests.publish_support import (
     BUNDLE,
     PASSWORD,
@@ -34,7 +35,6 @@ from tests.publish_support import (
     index_server,  # noqa: F401 - fixture
     make_publish_project,
 )
-from xla_wheels.errors import PipelineError
 from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish.errors import IndexUnreachable
 from xla_wheels.publish.index import Credentials
@@ -357,3 +357,40 @@ def test_a_file_another_publish_uploaded_meanwhile_is_explained_and_skipped_on_r
     assert again.exit_code == 0, again.output
     assert again.stderr.count("on the index with the same sha256") == 2
     assert _wheels_on(index_server) == sorted(p.name for p in dist.glob("*.whl"))
+
+
+# --- the resolver of make requirements ------------------------------------------------
+
+
+#: pip reads no other index, file or config of this machine than PIP_INDEX_URL.
+_ONLY_THAT_INDEX = {"PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": "", "PIP_EXTRA_INDEX_URL": ""}
+
+
+@pytest.mark.slow
+def test_requirements_against_an_index_that_never_answers_obeys_net_timeout(
+    tmp_path: Path,
+    fake_wheels: FakeWheels,  # noqa: F811
+) -> None:
+    # pip resolves the runtime pins from the index it is configured with: it waits
+    # NET_TIMEOUT, not its own 15 s five times over, and the end says which host.
+    runtime = '[runtime.jax]\nversion = "0.9.0"\n'
+    project = make_publish_project(
+        tmp_path, [fake_wheels.torch, fake_wheels.torch_xla], runtime=runtime
+    )
+    lock_before = (project / "wheels.lock").read_bytes()
+    with silent_server() as silent:
+        result, wall = _cli(
+            "requirements", project=project,
+            env={"PIP_INDEX_URL": f"{silent.base}/simple/", **_ONLY_THAT_INDEX,
+                 **_network(retries=0)},
+        )  # fmt: skip
+    assert result.exit_code == 8, result.output
+    error = _error(result)
+    assert (
+        f"pip resolving the runtime wheels: 127.0.0.1:{silent.port} did not answer within "
+        f"{NET_TIMEOUT_S}s (1 attempt)"
+    ) in error
+    assert "XLA_WHEELS_NET_TIMEOUT" in error
+    assert wall < 60, wall
+    assert (project / "wheels.lock").read_bytes() == lock_before
+    _assert_clean_end(result)

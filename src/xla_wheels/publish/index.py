@@ -21,7 +21,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
-from xla_wheels.errors import UsageError
+from xla_wheels.errors import PipelineError, UsageError
 from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish.errors import CredentialsRejected, IndexUnreachable, PublishError
 from xla_wheels.redact import scrub
@@ -29,6 +29,7 @@ from xla_wheels.retrying import (
     ANSWER_BYTES_ALLOWANCE,
     RETRIES_SETTING,
     TIMEOUT_SETTING,
+    NetworkTimedOut,
     Transient,
     attempts_text,
     host_of,
@@ -275,4 +276,65 @@ def upload_url_for(simple_url: str) -> str:
         f"cannot derive the upload URL from INDEX_URL {scrub(simple_url)} "
         "(it does not end in /simple/ or /+simple/)",
         fix="pass the index's upload endpoint as UPLOAD_URL=... (twine's --repository-url)",
+    )
+
+
+# ---------------------------------------------------------------------------- pip's faults
+
+#: What pip (requests, urllib3) prints when it failed on the network, not on a hash or a
+#: resolution: the fault's kind, as :class:`Transient` names it.
+_PIP_FAULTS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (
+        "timed out",
+        re.compile(
+            r"ReadTimeoutError|ConnectTimeoutError|Read timed out|didn't respond within"
+            r"|: timed out - skipping",
+            re.I,
+        ),
+    ),
+    ("refused", re.compile(r"Connection refused|Errno 111", re.I)),
+    (
+        "cut",
+        re.compile(r"IncompleteRead|Connection broken|ProtocolError|RemoteDisconnected", re.I),
+    ),
+    ("reset", re.compile(r"Connection reset|Connection aborted", re.I)),
+    ("HTTP 5xx", re.compile(r"HTTP error 5[0-9][0-9]\b[^\n]*", re.I)),
+)
+_PIP_HOST = re.compile(r"host='([^']+)', port=([0-9]+)")
+#: A page pip could not read (its debug log, ``--log``: the console says only "from
+#: versions: none").
+_PIP_PAGE = re.compile(r"Could not fetch URL (\S+): ")
+
+
+def pip_network_fault(
+    output: str, index_url: str | None, *, step: str, network: NetworkPolicy
+) -> PipelineError | None:
+    """The error for a pip run that failed on the network (its own ``--timeout`` and
+    ``--retries`` spent), from pip's ``output`` (and its ``--log``): naming the host and
+    what happened, exit 8 for no answer in time, else exit 1; None when pip failed for
+    another reason."""
+    found = [(kind, match) for kind, pattern in _PIP_FAULTS if (match := pattern.search(output))]
+    if not found:
+        return None
+    kind, match = found[0]
+    if where := _PIP_HOST.search(output):
+        host = f"{where.group(1)}:{where.group(2)}"
+    elif page := _PIP_PAGE.search(output):
+        host = host_of(page.group(1))
+    else:
+        host = host_of(index_url) if index_url else "the package index"
+    if kind == "timed out":
+        return NetworkTimedOut(
+            step,
+            host,
+            network.timeout_s,
+            network.attempts,
+            f"check that the index at {host} is up and answering, then run it again; a slow "
+            f"link: give it longer with {TIMEOUT_SETTING}",
+        )
+    fault = Transient(match.group(0).strip() if kind == "HTTP 5xx" else kind)
+    return IndexUnreachable(
+        f"{step}: {host} {fault.what_happened} ({attempts_text(network.attempts)}, pip's own)",
+        fix="check that the index server is running and its URL is right; a fault that "
+        "passes: run it again",
     )

@@ -36,6 +36,7 @@ from xla_wheels.publish.index import (
     IndexFile,
     check_reachable,
     credentials_for,
+    pip_network_fault,
     reject_userinfo,
     remote_sha256,
     upload_url_for,
@@ -43,14 +44,7 @@ from xla_wheels.publish.index import (
 from xla_wheels.publish.requirements import write_requirements
 from xla_wheels.publish.wheels import locked_records, locked_versions
 from xla_wheels.redact import scrub
-from xla_wheels.retrying import (
-    TIMEOUT_SETTING,
-    NetworkTimedOut,
-    Transient,
-    attempts_text,
-    host_of,
-    with_retries,
-)
+from xla_wheels.retrying import TIMEOUT_SETTING, Transient, host_of, with_retries
 from xla_wheels.wheel_filename import normalize
 from xla_wheels.wheels_lock import RuntimeWheelRecord, WheelRecord, read_lock
 
@@ -258,48 +252,6 @@ def _probe_index(index_url: str, network: NetworkPolicy) -> None:
     check_reachable(index_url, credentials_for(upload_url_for_or_same(index_url)), network=network)
 
 
-#: What pip (requests, urllib3) prints when a download failed on the network, not on a
-#: hash: the fault's kind, as :class:`Transient` names it.
-_PIP_FAULTS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("timed out", re.compile(r"ReadTimeoutError|ConnectTimeoutError|Read timed out", re.I)),
-    ("refused", re.compile(r"Connection refused|Errno 111", re.I)),
-    (
-        "cut",
-        re.compile(r"IncompleteRead|Connection broken|ProtocolError|RemoteDisconnected", re.I),
-    ),
-    ("reset", re.compile(r"Connection reset|Connection aborted", re.I)),
-    ("HTTP 5xx", re.compile(r"HTTP error 5[0-9][0-9]\b[^\n]*", re.I)),
-)
-_PIP_HOST = re.compile(r"host='([^']+)', port=([0-9]+)")
-
-
-def _raise_network_fault(output: str, index_url: str, network: NetworkPolicy) -> None:
-    """pip failed on the network (its own timeout and retries spent): one ``error:`` naming
-    the host and what happened, exit 8 for no answer in time, else exit 1, never the
-    report's fix for a refused hash."""
-    found = [(kind, match) for kind, pattern in _PIP_FAULTS if (match := pattern.search(output))]
-    if not found:
-        return
-    kind, match = found[0]
-    where = _PIP_HOST.search(output)
-    host = f"{where.group(1)}:{where.group(2)}" if where else host_of(index_url)
-    step = "pip install --require-hashes"
-    if kind == "timed out":
-        raise NetworkTimedOut(
-            step,
-            host,
-            network.timeout_s,
-            network.attempts,
-            f"check that the index at {host} is up and answering, then run verify-install "
-            f"again; a slow link: give it longer with {TIMEOUT_SETTING}",
-        )
-    fault = Transient(match.group(0).strip() if kind == "HTTP 5xx" else kind)
-    raise IndexUnreachable(
-        f"{step}: {host} {fault.what_happened} ({attempts_text(network.attempts)}, pip's own)",
-        fix=f"{_INDEX_FIX}; a fault that passes: run verify-install again",
-    )
-
-
 # pip's report of a refused hash: the file's URL, the locked sha256 and what pip got.
 _PIP_HASH_MISMATCH = re.compile(
     r"from (https?://[^\s#]+)\S* .*\n\s*Expected sha256 ([0-9a-f]{64})\s*\n\s*Got\s+([0-9a-f]{64})"
@@ -381,7 +333,10 @@ def verify_install(
             # error says which (and pip's hash errors stay for real hash mismatches).
             _probe_index(index_url, network)
             output = result.stdout + result.stderr
-            _raise_network_fault(output, index_url, network)
+            if fault := pip_network_fault(
+                output, index_url, step="pip install --require-hashes", network=network
+            ):
+                raise fault
             _probe_refused_files(output, index_url, ours, network)
             tail = "\n".join(
                 line
