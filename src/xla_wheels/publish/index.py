@@ -210,9 +210,10 @@ def _open(
             f"reading {shown}: the index at {host_of(url)} is not reachable: it "
             f"{scrub(fault.what_happened, credentials.secrets)} ({attempts_text(attempts)})",
             fix=(
-                f"the index fails on its side: check its logs and health, then run again "
-                f"(retries: {RETRIES_SETTING})"
-                if fault.kind.startswith("HTTP ")
+                # An answer cut off, as an HTTP 5xx: the server (or a proxy before it) fails.
+                f"the index fails on its side: check its logs and health (and any proxy "
+                f"before it), then run again (retries: {RETRIES_SETTING})"
+                if fault.kind.startswith("HTTP ") or fault.kind == "cut"
                 else _UNREACHABLE_FIX
             ),
         )
