@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
 import tempfile
 import urllib.parse
@@ -38,7 +37,6 @@ from xla_wheels.wheels_lock import (
     record_runtime_wheels,
 )
 
-#: pip resolves metadata only (PEP 658), but a cold cache on a slow link takes a while.
 #: What the resolver is allowed to download in its deadline: metadata, or whole wheels
 #: where an index serves no separate metadata (``NET_TIMEOUT=60``: about 22 minutes).
 RESOLVE_BYTES_ALLOWANCE = 256 * 1024 * 1024
@@ -114,9 +112,8 @@ def _pip_report(argv: list[str], network: NetworkPolicy) -> dict[str, Any]:
             output = result.stdout + result.stderr
             if pip_log.is_file():
                 output += pip_log.read_text(errors="replace")
-            if fault := pip_network_fault(
-                output, os.environ.get("PIP_INDEX_URL"), step=step, network=network
-            ):
+            # pip's configured index is pip's setting: the host comes from what pip says.
+            if fault := pip_network_fault(output, None, step=step, network=network):
                 raise fault
             tail = "\n".join(
                 line for line in result.stderr.splitlines()[-15:] if "is ignored" not in line
