@@ -2,8 +2,11 @@
 
 - :class:`SilentServer` accepts every connection and never answers (nor closes it).
 - :class:`FaultyProxy` stands in front of a real index (pypiserver) and answers the
-  first requests with a scripted status (503, 401...), then forwards the rest; it counts
-  every request, so a test can prove a retry, or that there was none.
+  first requests with a scripted status (503, 401...) or fault, then forwards the rest; it
+  counts every request, so a test can prove a retry, or that there was none. The faults
+  of a response that starts: ``CUT`` sends the headers and half the body, then closes the
+  connection; ``TRICKLE`` sends the whole answer (status line first) one byte every
+  ``trickle_s`` seconds, so no single read waits long; ``SILENT`` never answers.
 """
 
 from __future__ import annotations
@@ -13,11 +16,16 @@ import socket
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 #: Headers not passed through the proxy (hop-by-hop, or recomputed by urllib).
 _HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "host", "content-length"}
+
+#: Scripted faults of :class:`FaultyProxy`, besides HTTP statuses.
+CUT = "cut"
+TRICKLE = "trickle"
+SILENT = "silent"
 
 
 class SilentServer:
@@ -58,17 +66,39 @@ class SilentServer:
         self._socket.close()
 
 
-class FaultyProxy:
-    """HTTP proxy to ``upstream`` (a base URL) answering ``script``'s statuses first."""
+Fault = int | str
+"""An HTTP status to answer, or :data:`CUT`, :data:`TRICKLE`, :data:`SILENT`."""
 
-    def __init__(self, upstream: str, script: list[int], *, forever: int | None = None) -> None:
+
+class FaultyProxy:
+    """HTTP proxy to ``upstream`` (a base URL) answering ``script``'s faults first.
+
+    ``only``: the faults go to requests whose path starts with it (others are forwarded
+    and not counted in ``requests``)."""
+
+    def __init__(
+        self,
+        upstream: str,
+        script: list[Fault],
+        *,
+        forever: Fault | None = None,
+        only: str = "",
+        trickle_s: float = 1.0,
+        on_request: Callable[[str], None] | None = None,
+    ) -> None:
         self.upstream = upstream.rstrip("/")
+        self.on_request = on_request
+        """Called with ``METHOD path`` of each request ``only`` selects, before it is
+        answered: what another client does at that moment."""
         self.script = list(script)
         self.forever = forever
-        """A status answered to every request once the script is used up (None: forward)."""
+        """A fault served to every request once the script is used up (None: forward)."""
+        self.only = only
+        self.trickle_s = trickle_s
         self.requests: list[str] = []
         self.faults_served = 0
         self._lock = threading.Lock()
+        self._stop = threading.Event()
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -76,13 +106,22 @@ class FaultyProxy:
                 pass  # the test reads the counts, not a log
 
             def _handle(self) -> None:
-                with proxy._lock:
-                    proxy.requests.append(f"{self.command} {self.path}")
-                    status = proxy.script.pop(0) if proxy.script else proxy.forever
-                    if status is not None:
-                        proxy.faults_served += 1
+                fault: Fault | None = None
+                if self.path.startswith(proxy.only):
+                    with proxy._lock:
+                        proxy.requests.append(f"{self.command} {self.path}")
+                        fault = proxy.script.pop(0) if proxy.script else proxy.forever
+                        if fault is not None:
+                            proxy.faults_served += 1
+                    if proxy.on_request is not None:
+                        proxy.on_request(f"{self.command} {self.path}")
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
+                if fault == SILENT:
+                    proxy._stop.wait()  # the client waits for an answer that never comes
+                    self.close_connection = True
+                    return
+                status = fault if isinstance(fault, int) else None
                 if status is not None:
                     payload = f"scripted {status}\n".encode()
                     self.send_response(status)
@@ -92,9 +131,7 @@ class FaultyProxy:
                     self.end_headers()
                     self.wfile.write(payload)
                     return
-                headers = {
-                    k: v for k, v in self.headers.items() if k.lower() not in _HOP_HEADERS
-                }
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_HEADERS}
                 request = urllib.request.Request(
                     proxy.upstream + self.path, data=body, headers=headers, method=self.command
                 )
@@ -103,13 +140,27 @@ class FaultyProxy:
                         code, answer, reply = response.status, response.read(), response.headers
                 except urllib.error.HTTPError as error:
                     code, answer, reply = error.code, error.read(), error.headers
-                self.send_response(code)
-                for key, value in reply.items():
-                    if key.lower() not in _HOP_HEADERS:
-                        self.send_header(key, value)
-                self.send_header("Content-Length", str(len(answer)))
-                self.end_headers()
-                self.wfile.write(answer)
+                head = [f"HTTP/1.1 {code} {http.HTTPStatus(code).phrase}"]
+                head += [f"{k}: {v}" for k, v in reply.items() if k.lower() not in _HOP_HEADERS]
+                head += [f"Content-Length: {len(answer)}", "Connection: close", "", ""]
+                raw = "\r\n".join(head).encode() + answer
+                self.close_connection = True
+                if fault == CUT:
+                    # The headers promise the whole body; half of it comes, then the end.
+                    self.wfile.write(raw[: len(raw) - max(1, len(answer) // 2)])
+                    self.wfile.flush()
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                elif fault == TRICKLE:
+                    for index in range(len(raw)):
+                        if proxy._stop.wait(proxy.trickle_s):
+                            return
+                        try:
+                            self.wfile.write(raw[index : index + 1])
+                            self.wfile.flush()
+                        except OSError:
+                            return  # the client gave up: what the test expects
+                else:
+                    self.wfile.write(raw)
 
             do_GET = do_POST = do_HEAD = _handle
 
@@ -123,6 +174,7 @@ class FaultyProxy:
         return f"http://127.0.0.1:{self.port}"
 
     def close(self) -> None:
+        self._stop.set()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join()
@@ -139,9 +191,17 @@ def silent_server() -> Iterator[SilentServer]:
 
 @contextmanager
 def faulty_proxy(
-    upstream: str, script: list[int], *, forever: int | None = None
+    upstream: str,
+    script: list[Fault],
+    *,
+    forever: Fault | None = None,
+    only: str = "",
+    trickle_s: float = 1.0,
+    on_request: Callable[[str], None] | None = None,
 ) -> Iterator[FaultyProxy]:
-    proxy = FaultyProxy(upstream, script, forever=forever)
+    proxy = FaultyProxy(
+        upstream, script, forever=forever, only=only, trickle_s=trickle_s, on_request=on_request
+    )
     try:
         yield proxy
     finally:

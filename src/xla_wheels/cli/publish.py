@@ -88,7 +88,7 @@ def cmd_requirements(args: argparse.Namespace) -> int:
     wheels = locked_wheels(options.lock_path, bundle.name, directory)
     platforms = args.platform or requirements.host_platforms()
     runtime = requirements.runtime_records(
-        options.lock_path, bundle, wheels, platforms, refresh=args.refresh
+        options.lock_path, bundle, wheels, platforms, network=options.network, refresh=args.refresh
     )
     output = args.output or directory / requirements.REQUIREMENTS_NAME
     path = requirements.write_requirements(output, bundle, [w.record for w in wheels], runtime)

@@ -173,8 +173,9 @@ def cmd_lane_requirements(args: argparse.Namespace) -> int:
         if args.resolve:
             dist = BundleLayout.of(options, bundle.name).dist
             wheels = locked_wheels(options.lock_path, bundle.name, dist)
+            platforms = args.platform or requirements.host_platforms()
             runtime = requirements.runtime_records(
-                options.lock_path, bundle, wheels, args.platform or requirements.host_platforms()
+                options.lock_path, bundle, wheels, platforms, network=options.network
             )
         elif runtime and not _runtime_fresh(options.lock_path, bundle, entry):
             raise UsageError(

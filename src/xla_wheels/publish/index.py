@@ -21,16 +21,19 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
-from xla_wheels.errors import UsageError
+from xla_wheels.errors import PipelineError, UsageError
 from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish.errors import CredentialsRejected, IndexUnreachable, PublishError
 from xla_wheels.redact import scrub
 from xla_wheels.retrying import (
+    ANSWER_BYTES_ALLOWANCE,
     RETRIES_SETTING,
     TIMEOUT_SETTING,
+    NetworkTimedOut,
     Transient,
     attempts_text,
     host_of,
+    read_url,
     url_fault,
     with_retries,
 )
@@ -161,9 +164,15 @@ def unreachable(error: OSError, what: str, secrets: list[str], fix: str) -> Exce
 
 
 def _open(
-    url: str, credentials: Credentials, *, network: NetworkPolicy, accept: str = "text/html"
+    url: str,
+    credentials: Credentials,
+    *,
+    network: NetworkPolicy,
+    accept: str = "text/html",
+    size: int = ANSWER_BYTES_ALLOWANCE,
 ) -> bytes | None:
-    """The body at ``url``; None for 404. Every failure becomes an error naming the fix."""
+    """The body at ``url``; None for 404. Every failure becomes an error naming the fix.
+    ``size``: the bytes the read is allowed for in its deadline (a page: an allowance)."""
     if urllib.parse.urlsplit(url).scheme == "file":
         path = Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path))
         if path.is_dir():
@@ -177,14 +186,10 @@ def _open(
     def read(limit: float) -> bytes | None:
         try:
             request = credentials.request(url, headers={"Accept": accept})
-            with urllib.request.urlopen(request, timeout=limit) as response:
-                body: bytes = response.read()
-                return body
+            return read_url(request, limit_s=limit, idle_s=network.timeout_s)
         except urllib.error.HTTPError as error:
             if error.code == 404:
                 return None
-            if fault := url_fault(error):
-                raise fault from None
             if error.code in (401, 403):
                 raise CredentialsRejected(
                     f"the index at {host_of(url)} refused our credentials for {shown} "
@@ -194,8 +199,7 @@ def _open(
                 ) from None
             raise IndexUnreachable(
                 f"the index answered HTTP {error.code} {error.reason} for {shown}",
-                fix="check INDEX_URL (it must be the index's simple/ page) and the index's "
-                "logs",
+                fix="check INDEX_URL (it must be the index's simple/ page) and the index's logs",
             ) from None
         except OSError as error:  # URLError, TimeoutError and ssl.SSLError among them
             what = f"the index at {shown}"
@@ -206,9 +210,10 @@ def _open(
             f"reading {shown}: the index at {host_of(url)} is not reachable: it "
             f"{scrub(fault.what_happened, credentials.secrets)} ({attempts_text(attempts)})",
             fix=(
-                f"the index fails on its side: check its logs and health, then run again "
-                f"(retries: {RETRIES_SETTING})"
-                if fault.kind.startswith("HTTP ")
+                # An answer cut off, as an HTTP 5xx: the server (or a proxy before it) fails.
+                f"the index fails on its side: check its logs and health (and any proxy "
+                f"before it), then run again (retries: {RETRIES_SETTING})"
+                if fault.kind.startswith("HTTP ") or fault.kind == "cut"
                 else _UNREACHABLE_FIX
             ),
         )
@@ -220,6 +225,7 @@ def _open(
         give_up=give_up,
         timeout_fix=f"check that the index at {host_of(url)} is up and answering, or give it "
         f"longer with {TIMEOUT_SETTING}",
+        limit_s=network.transfer_limit(size),
         network=network,
     )
 
@@ -240,11 +246,14 @@ def check_reachable(simple_url: str, credentials: Credentials, *, network: Netwo
     _open(simple_url.rstrip("/") + "/", credentials, network=network)
 
 
-def remote_sha256(file: IndexFile, credentials: Credentials, *, network: NetworkPolicy) -> str:
-    """The file's sha256, from the link or, when the index gives none, by downloading it."""
+def remote_sha256(
+    file: IndexFile, credentials: Credentials, *, size: int, network: NetworkPolicy
+) -> str:
+    """The file's sha256, from the link or, when the index gives none, by downloading it
+    (``size``: the bytes expected, the locked file's, for the download's deadline)."""
     if file.sha256:
         return file.sha256
-    body = _open(file.url, credentials, network=network, accept="*/*")
+    body = _open(file.url, credentials, network=network, accept="*/*", size=size)
     if body is None:
         raise PublishError(
             f"the index lists {file.filename} but serves 404 for it",
@@ -268,4 +277,65 @@ def upload_url_for(simple_url: str) -> str:
         f"cannot derive the upload URL from INDEX_URL {scrub(simple_url)} "
         "(it does not end in /simple/ or /+simple/)",
         fix="pass the index's upload endpoint as UPLOAD_URL=... (twine's --repository-url)",
+    )
+
+
+# ---------------------------------------------------------------------------- pip's faults
+
+#: What pip (requests, urllib3) prints when it failed on the network, not on a hash or a
+#: resolution: the fault's kind, as :class:`Transient` names it.
+_PIP_FAULTS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (
+        "timed out",
+        re.compile(
+            r"ReadTimeoutError|ConnectTimeoutError|Read timed out|didn't respond within"
+            r"|: timed out - skipping",
+            re.I,
+        ),
+    ),
+    ("refused", re.compile(r"Connection refused|Errno 111", re.I)),
+    (
+        "cut",
+        re.compile(r"IncompleteRead|Connection broken|ProtocolError|RemoteDisconnected", re.I),
+    ),
+    ("reset", re.compile(r"Connection reset|Connection aborted", re.I)),
+    ("HTTP 5xx", re.compile(r"HTTP error 5[0-9][0-9]\b[^\n]*", re.I)),
+)
+_PIP_HOST = re.compile(r"host='([^']+)', port=([0-9]+)")
+#: A page pip could not read (its debug log, ``--log``: the console says only "from
+#: versions: none").
+_PIP_PAGE = re.compile(r"Could not fetch URL (\S+): ")
+
+
+def pip_network_fault(
+    output: str, index_url: str | None, *, step: str, network: NetworkPolicy
+) -> PipelineError | None:
+    """The error for a pip run that failed on the network (its own ``--timeout`` and
+    ``--retries`` spent), from pip's ``output`` (and its ``--log``): naming the host and
+    what happened, exit 8 for no answer in time, else exit 1; None when pip failed for
+    another reason."""
+    found = [(kind, match) for kind, pattern in _PIP_FAULTS if (match := pattern.search(output))]
+    if not found:
+        return None
+    kind, match = found[0]
+    if where := _PIP_HOST.search(output):
+        host = f"{where.group(1)}:{where.group(2)}"
+    elif page := _PIP_PAGE.search(output):
+        host = host_of(page.group(1))
+    else:
+        host = host_of(index_url) if index_url else "the package index"
+    if kind == "timed out":
+        return NetworkTimedOut(
+            step,
+            host,
+            network.timeout_s,
+            network.attempts,
+            f"check that the index at {host} is up and answering, then run it again; a slow "
+            f"link: give it longer with {TIMEOUT_SETTING}",
+        )
+    fault = Transient(match.group(0).strip() if kind == "HTTP 5xx" else kind)
+    return IndexUnreachable(
+        f"{step}: {host} {fault.what_happened} ({attempts_text(network.attempts)}, pip's own)",
+        fix="check that the index server is running and its URL is right; a fault that "
+        "passes: run it again",
     )

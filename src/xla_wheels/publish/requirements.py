@@ -23,8 +23,11 @@ from typing import Any
 
 from xla_wheels import filemode, log, runner
 from xla_wheels.bundle import Bundle
+from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish.errors import PublishError
+from xla_wheels.publish.index import pip_network_fault
 from xla_wheels.publish.wheels import LocalWheel
+from xla_wheels.retrying import TIMEOUT_SETTING
 from xla_wheels.wheel_filename import normalize, parse_wheel_name
 from xla_wheels.wheels_lock import (
     RuntimeResolution,
@@ -34,8 +37,9 @@ from xla_wheels.wheels_lock import (
     record_runtime_wheels,
 )
 
-#: pip resolves metadata only (PEP 658), but a cold cache on a slow link takes a while.
-RESOLVE_TIMEOUT_S = 900.0
+#: What the resolver is allowed to download in its deadline: metadata, or whole wheels
+#: where an index serves no separate metadata (``NET_TIMEOUT=60``: about 22 minutes).
+RESOLVE_BYTES_ALLOWANCE = 256 * 1024 * 1024
 REQUIREMENTS_NAME = "requirements.txt"
 
 
@@ -82,17 +86,35 @@ def resolution_inputs(
     return RuntimeResolution(bundle.python, tuple(platforms), digest)
 
 
-def _pip_report(argv: list[str]) -> dict[str, Any]:
+def _pip_report(argv: list[str], network: NetworkPolicy) -> dict[str, Any]:
+    """pip's resolution report, pip bounded as every network step: its own ``--timeout``
+    and ``--retries`` from the network settings, and a deadline on the whole command."""
+    step = "pip resolving the runtime wheels"
     with tempfile.TemporaryDirectory(prefix="xla-wheels-resolve-") as tmp:
         report = Path(tmp) / "report.json"
-        full = [*argv[:4], "--report", str(report), *argv[4:]]
+        # The debug log: the only place pip names a page it could not read.
+        pip_log = Path(tmp) / "pip.log"
+        full = [
+            *argv[:4], "--report", str(report), "--log", str(pip_log), "--no-input",
+            "--timeout", f"{network.timeout_s:g}", "--retries", str(network.retries), *argv[4:],
+        ]  # fmt: skip
+        # A stall is pip's --timeout; this ends a resolution that keeps trickling.
+        limit = network.transfer_limit(RESOLVE_BYTES_ALLOWANCE, child_process=True)
+        limit += network.timeout_s * network.attempts
         result = runner.run(
             full,
-            step="pip resolving the runtime wheels",
-            timeout=RESOLVE_TIMEOUT_S,
-            timeout_fix="check that the package index pip is configured with is reachable",
+            step=step,
+            timeout=limit,
+            timeout_fix="check that the package index pip is configured with is reachable; a "
+            f"slow link: give it longer with {TIMEOUT_SETTING}",
         )
         if result.returncode != 0:
+            output = result.stdout + result.stderr
+            if pip_log.is_file():
+                output += pip_log.read_text(errors="replace")
+            # pip's configured index is pip's setting: the host comes from what pip says.
+            if fault := pip_network_fault(output, None, step=step, network=network):
+                raise fault
             tail = "\n".join(
                 line for line in result.stderr.splitlines()[-15:] if "is ignored" not in line
             )
@@ -105,7 +127,11 @@ def _pip_report(argv: list[str]) -> dict[str, Any]:
 
 
 def resolve_runtime(
-    bundle: Bundle, wheels: Sequence[LocalWheel], platforms: Sequence[str]
+    bundle: Bundle,
+    wheels: Sequence[LocalWheel],
+    platforms: Sequence[str],
+    *,
+    network: NetworkPolicy,
 ) -> list[RuntimeWheelRecord]:
     """pip's resolution of our wheels + the runtime pins; our own wheels left out."""
     argv = [
@@ -117,7 +143,7 @@ def resolve_runtime(
         argv += ["--platform", tag]
     argv += [str(w.path) for w in wheels]
     argv += runtime_specifiers(bundle)
-    report = _pip_report(argv)
+    report = _pip_report(argv, network)
     ours = {w.name.normalized for w in wheels}
     records: list[RuntimeWheelRecord] = []
     for item in report.get("install", []):
@@ -153,6 +179,7 @@ def runtime_records(
     wheels: Sequence[LocalWheel],
     platforms: Sequence[str],
     *,
+    network: NetworkPolicy,
     refresh: bool = False,
 ) -> list[RuntimeWheelRecord]:
     """The recorded runtime wheels if still valid, else a fresh resolution (recorded)."""
@@ -167,7 +194,7 @@ def runtime_records(
         log.info("runtime wheels: reusing the resolution recorded in wheels.lock")
         return list(entry.runtime_wheels or ())
     with log.section(f"requirements: resolve the runtime closure for Python {bundle.python}"):
-        records = resolve_runtime(bundle, wheels, platforms)
+        records = resolve_runtime(bundle, wheels, platforms, network=network)
         for record in records:
             log.info(f"  {record.name} sha256:{record.sha256}")
     record_runtime_wheels(lock_path, bundle.name, records, wanted)

@@ -91,7 +91,7 @@ def _plan(
         if existing is None:
             to_upload.append(wheel)
             continue
-        remote = remote_sha256(existing, credentials, network=network)
+        remote = remote_sha256(existing, credentials, size=wheel.record.size, network=network)
         if remote == wheel.sha256:
             skipped.append(Outcome(wheel.record.name, "skipped", wheel.sha256))
         else:
@@ -109,8 +109,39 @@ def _plan(
     return to_upload, skipped
 
 
+def _uploaded_meanwhile(
+    wheel: LocalWheel, index_url: str, credentials: Credentials, network: NetworkPolicy
+) -> PublishError | None:
+    """After the index refused an upload (pypiserver: a bare ``400 Bad Request``): the
+    error when the file is on the index now, though it was not when this run compared,
+    i.e. another publish uploaded it at the same time."""
+    listed = project_files(index_url, wheel.name.normalized, credentials, network=network)
+    entry = listed.get(wheel.record.name)
+    if entry is None:
+        return None
+    there = remote_sha256(entry, credentials, size=wheel.record.size, network=network)
+    if there != wheel.sha256:
+        return HashMismatch(
+            f"the index now holds {wheel.record.name} with sha256 {there}, not the locked "
+            f"{wheel.sha256}: another publish uploaded other bytes under this name while this "
+            "one ran",
+            fix="never overwrite a published wheel: find which checkout published it; bump "
+            "the version or local label of this build",
+        )
+    return PublishError(
+        f"the index now holds {wheel.record.name} with the same sha256: another publish "
+        "uploaded it while this one ran (it was not there when this run compared), so the "
+        "index refused this upload",
+        fix="run publish again: files already on the index with the same sha256 are skipped",
+    )
+
+
 def _twine_upload(
-    wheel: LocalWheel, upload_url: str, credentials: Credentials, network: NetworkPolicy
+    wheel: LocalWheel,
+    upload_url: str,
+    credentials: Credentials,
+    network: NetworkPolicy,
+    index_url: str,
 ) -> None:
     argv = [
         sys.executable, "-m", "twine", "upload", "--non-interactive",
@@ -197,6 +228,10 @@ def _twine_upload(
             f"the index at {scrub(upload_url)} is not reachable for uploads:\n{tail}",
             fix="check that the index is running and UPLOAD_URL / INDEX_URL are right",
         )
+    if re.search(r"HTTPError: (400|409)\b", output) and (
+        raced := _uploaded_meanwhile(wheel, index_url, credentials, network)
+    ):
+        raise raced
     raise PublishError(
         f"twine could not upload {wheel.record.name} to {scrub(upload_url)}:\n{tail}",
         fix="twine's message above names the cause; after fixing it, run publish again "
@@ -228,7 +263,7 @@ def publish_remote(
         to_upload = []
     for wheel in to_upload:
         with log.section(f"publish: upload {wheel.record.name} ({wheel.record.size} bytes)"):
-            _twine_upload(wheel, upload, credentials, network)
+            _twine_upload(wheel, upload, credentials, network, index_url)
             listed = project_files(index_url, wheel.name.normalized, credentials, network=network)
             entry = listed.get(wheel.record.name)
             if entry is None:
@@ -237,7 +272,7 @@ def publish_remote(
                     fix="check that INDEX_URL is the simple page of the index UPLOAD_URL "
                     "uploads to",
                 )
-            remote = remote_sha256(entry, credentials, network=network)
+            remote = remote_sha256(entry, credentials, size=wheel.record.size, network=network)
             if remote != wheel.sha256:
                 raise HashMismatch(
                     f"after upload the index serves {wheel.record.name} with sha256 {remote}, "

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import urllib.parse
@@ -32,9 +33,12 @@ from xla_wheels.publish import provenance_check as prov
 from xla_wheels.publish.errors import IndexUnreachable, PublishError, VerifyFailed
 from xla_wheels.publish.host_probe import probe
 from xla_wheels.publish.index import (
+    IndexFile,
     check_reachable,
     credentials_for,
+    pip_network_fault,
     reject_userinfo,
+    remote_sha256,
     upload_url_for,
 )
 from xla_wheels.publish.requirements import write_requirements
@@ -42,7 +46,7 @@ from xla_wheels.publish.wheels import locked_records, locked_sboms, locked_versi
 from xla_wheels.redact import scrub
 from xla_wheels.retrying import TIMEOUT_SETTING, Transient, host_of, with_retries
 from xla_wheels.wheel_filename import normalize
-from xla_wheels.wheels_lock import RuntimeWheelRecord, read_lock
+from xla_wheels.wheels_lock import RuntimeWheelRecord, WheelRecord, read_lock
 
 IMPORT_TIMEOUT_S = 600.0
 #: The size a public wheel is allowed for in pip's time limit (torch is ~900 MB, most
@@ -248,6 +252,39 @@ def _probe_index(index_url: str, network: NetworkPolicy) -> None:
     check_reachable(index_url, credentials_for(upload_url_for_or_same(index_url)), network=network)
 
 
+# pip's report of a refused hash: the file's URL, the locked sha256 and what pip got.
+_PIP_HASH_MISMATCH = re.compile(
+    r"from (https?://[^\s#]+)\S* .*\n\s*Expected sha256 ([0-9a-f]{64})\s*\n\s*Got\s+([0-9a-f]{64})"
+)
+
+
+def _probe_refused_files(
+    output: str, index_url: str, ours: list[WheelRecord], network: NetworkPolicy
+) -> None:
+    """A download cut short reaches pip as a file with another hash (pip does not check
+    the length the server announced): download each refused file of our index once more,
+    under our limits. A cut or a stall there is the network's error (raised by the read);
+    the locked bytes on a second try mean the first transfer was damaged; other bytes
+    leave pip's verdict, a real mismatch, to the report."""
+    if urllib.parse.urlsplit(index_url).scheme == "file":
+        return
+    credentials = credentials_for(upload_url_for_or_same(index_url))
+    sizes = {record.name: record.size for record in ours}
+    for url, locked, got in _PIP_HASH_MISMATCH.findall(output):
+        if host_of(url) != host_of(index_url):
+            continue  # another index's file: our credentials are not for it
+        name = urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
+        file = IndexFile(name, url, None)
+        size = sizes.get(name, RUNTIME_WHEEL_BYTES)
+        if remote_sha256(file, credentials, size=size, network=network) == locked:
+            raise IndexUnreachable(
+                f"pip install --require-hashes: {host_of(url)} sent {name} damaged (pip got "
+                f"sha256 {got}); downloaded again, it is the locked file",
+                fix="the file on the index is right; the transfer was cut or altered on the "
+                "way (a proxy, a flaky link): run verify-install again",
+            )
+
+
 def verify_install(
     *,
     lock_path: Path,
@@ -295,6 +332,12 @@ def verify_install(
             # credentials, was down or never answered: ask it once ourselves, so that the
             # error says which (and pip's hash errors stay for real hash mismatches).
             _probe_index(index_url, network)
+            output = result.stdout + result.stderr
+            if fault := pip_network_fault(
+                output, index_url, step="pip install --require-hashes", network=network
+            ):
+                raise fault
+            _probe_refused_files(output, index_url, ours, network)
             tail = "\n".join(
                 line
                 for line in (result.stdout + result.stderr).splitlines()

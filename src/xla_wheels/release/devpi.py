@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import json
 import urllib.error
-import urllib.request
 from collections.abc import Sequence
 
 from xla_wheels import log
@@ -42,14 +41,25 @@ from xla_wheels.publish.index import (
 from xla_wheels.publish.upload import Outcome
 from xla_wheels.redact import scrub
 from xla_wheels.release.lanes import Lane
-from xla_wheels.retrying import Transient, attempts_text, host_of, with_retries
+from xla_wheels.retrying import (
+    TIMEOUT_SETTING,
+    Transient,
+    attempts_text,
+    host_of,
+    read_url,
+    with_retries,
+)
 from xla_wheels.wheel_filename import parse_wheel_name
 from xla_wheels.wheels_lock import WheelRecord
 
-#: A push links stored files on the server side; even a large release takes seconds.
-PUSH_TIMEOUT_S = 600.0
 _UNREACHABLE_FIX = (
     "check that devpi-server is running and the lane's `server` in build/lanes.toml is right"
+)
+#: After a push that may have reached devpi: what to look at before promoting again.
+_MAY_HAVE_PUSHED_FIX = (
+    "the push may have gone through: `make lanes` shows what the target lane holds; "
+    "promoting again pushes only a release the target does not hold yet (the same bytes "
+    "there are skipped)"
 )
 
 
@@ -87,7 +97,9 @@ def _check_source(
     problems = []
     for record in records:
         if record.name in listed:
-            served = remote_sha256(listed[record.name], credentials, network=network)
+            served = remote_sha256(
+                listed[record.name], credentials, size=record.size, network=network
+            )
             if served != record.sha256:
                 problems.append(
                     f"{record.name}: lane {source.name} serves sha256 {served}, wheels.lock has "
@@ -114,14 +126,20 @@ def _check_source(
     return missing, problems
 
 
-def _post_push(
+def post_push(
     source: Lane,
     target: Lane,
-    project: str,
-    version: str,
+    release: tuple[str, str],
+    size: int,
     credentials: Credentials,
     network: NetworkPolicy,
 ) -> None:
+    """devpi's push of ``release`` (project, version) from ``source`` into ``target``.
+
+    Bounded as every network read (``NET_TIMEOUT`` for each wait; the whole push by the
+    release's ``size`` in bytes, what devpi links or copies), and sent again only when
+    the connection was refused: a push devpi saw may have happened."""
+    project, version = release
     assert source.upload_url is not None
     url = source.upload_url.rstrip("/")
     body = json.dumps({"name": project, "version": version, "targetindex": target.devpi_index})
@@ -135,9 +153,8 @@ def _post_push(
 
     def post(limit: float) -> None:
         try:
-            with urllib.request.urlopen(request, timeout=limit) as response:
-                answer = response.read().decode(errors="replace")
-                log.to_stage_logs(scrub(answer, credentials.secrets))
+            answer = read_url(request, limit_s=limit, idle_s=network.timeout_s)
+            log.to_stage_logs(scrub(answer.decode(errors="replace"), credentials.secrets))
         except urllib.error.HTTPError as error:
             detail = scrub(error.read().decode(errors="replace"), credentials.secrets).strip()
             # devpi answers {"message": ...}; anything else is shown as it came.
@@ -166,7 +183,7 @@ def _post_push(
         return IndexUnreachable(
             f"{step}: the devpi server at {host_of(url)} "
             f"{scrub(fault.what_happened, credentials.secrets)} ({attempts_text(attempts)})",
-            fix=_UNREACHABLE_FIX,
+            fix=_UNREACHABLE_FIX if fault.kind == "refused" else _MAY_HAVE_PUSHED_FIX,
         )
 
     step = f"devpi push {project}=={version}"
@@ -175,9 +192,9 @@ def _post_push(
         host_of(url),
         post,
         give_up=give_up,
-        timeout_fix="check devpi-server's health and log; the push may have gone through: "
-        "`make lanes` shows what the target lane holds before you run it again",
-        limit_s=PUSH_TIMEOUT_S,
+        timeout_fix=f"check devpi-server's health and log; {_MAY_HAVE_PUSHED_FIX}; a slow "
+        f"server: give it longer with {TIMEOUT_SETTING}",
+        limit_s=network.transfer_limit(size),
         # A push that reached devpi may have linked the files: only a refused connection
         # (devpi never saw it) is safe to send again.
         retry_kinds=("refused",),
@@ -222,7 +239,9 @@ def push(
         for record in members:
             if record.name not in there:
                 continue
-            served = remote_sha256(there[record.name], credentials, network=network)
+            served = remote_sha256(
+                there[record.name], credentials, size=record.size, network=network
+            )
             if served != record.sha256:
                 conflicts.append(f"{record.name}: sha256 {served}, wheels.lock has {record.sha256}")
             outcomes[record.name] = Outcome(record.name, "skipped", record.sha256)
@@ -235,11 +254,16 @@ def push(
             fix="never overwrite a published wheel: bump the build's version or label",
         )
     for project, version in to_push:
-        _post_push(source, target, project, version, credentials, network)
+        size = sum(record.size for record in releases[(project, version)])
+        post_push(source, target, (project, version), size, credentials, network)
         there = project_files(target.index_url, project, credentials, network=network)
         for record in releases[(project, version)]:
             entry = there.get(record.name)
-            after = remote_sha256(entry, credentials, network=network) if entry else None
+            after = (
+                remote_sha256(entry, credentials, size=record.size, network=network)
+                if entry
+                else None
+            )
             if after != record.sha256:
                 raise HashMismatch(
                     f"after devpi's push, lane {target.name} serves {record.name} with sha256 "

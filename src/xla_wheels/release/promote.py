@@ -45,8 +45,8 @@ from xla_wheels.retrying import (
     TIMEOUT_SETTING,
     Transient,
     attempts_text,
-    copy_url,
     host_of,
+    read_url,
     with_retries,
 )
 from xla_wheels.wheel_filename import parse_wheel_name
@@ -123,7 +123,7 @@ def _download(url: str, lane: Lane, dest: Path, size: int, network: NetworkPolic
     def download(limit: float) -> None:
         try:
             with dest.open("wb") as handle:
-                copy_url(request, handle.write, limit_s=limit, socket_timeout_s=network.timeout_s)
+                read_url(request, write=handle.write, limit_s=limit, idle_s=network.timeout_s)
         except OSError as error:
             raise PublishError(
                 f"could not download {shown} from lane {lane.name}: "

@@ -35,8 +35,8 @@ from xla_wheels.retrying import (
     TIMEOUT_SETTING,
     Transient,
     attempts_text,
-    copy_url,
     host_of,
+    read_url,
     with_retries,
 )
 from xla_wheels.waitlock import make_once
@@ -224,15 +224,13 @@ def download(package: DebianPackage, dest_dir: Path, network: NetworkPolicy) -> 
     host = host_of(package.url)
 
     def fetch(limit: float) -> bytes:
-        chunks: list[bytes] = []
         try:
-            copy_url(package.url, chunks.append, limit_s=limit, socket_timeout_s=network.timeout_s)
+            return read_url(package.url, limit_s=limit, idle_s=network.timeout_s)
         except OSError as error:
             raise ToolchainError(
                 f"cannot download {package.name} {package.version} from {package.url}: {error}",
                 fix=_pin_fix(package),
             ) from None
-        return b"".join(chunks)
 
     def give_up(fault: Transient, attempts: int) -> ToolchainError:
         return ToolchainError(

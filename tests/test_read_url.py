@@ -1,0 +1,157 @@
+"""One attempt of an HTTP read (index pages, lane copies, the devpi push, the Debian
+toolchain): ``retrying.read_url``, the project's one reader.
+
+Against real loopback servers: the whole body arrives; a server that never answers, one
+that trickles bytes forever without ever stalling (in the body, or already in the status
+line), an answer cut before the length it announced (or mid-chunk) and an HTTP 503 are
+faults worth retrying (:class:`Transient`) within the bounds given; a 404 is not (the
+caller names it), and its body is already read under the same bounds.
+"""
+
+from __future__ import annotations
+
+import http.server
+import threading
+import time
+import urllib.error
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from tests.network_faults_support import silent_server
+from xla_wheels.retrying import Transient, read_url
+
+BODY = b"x" * (3 << 20)  # more than one 1 MiB read
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        if self.path == "/whole":
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(BODY)))
+            self.end_headers()
+            self.wfile.write(BODY)
+        elif self.path == "/trickle":
+            # A byte every 0.1 s, for far longer than any limit the tests give.
+            self.send_response(200)
+            self.send_header("Content-Length", str(10**6))
+            self.end_headers()
+            for _ in range(10**6):
+                try:
+                    self.wfile.write(b"x")
+                    self.wfile.flush()
+                except OSError:
+                    return
+                time.sleep(0.1)
+        elif self.path == "/slow-status":
+            # Even the status line comes a byte at a time, then a header that never ends.
+            for byte in b"HTTP/1.0 200 OK\r\nX-Slow: " + b"y" * 10**6:
+                try:
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                except OSError:
+                    return
+                time.sleep(0.1)
+        elif self.path == "/cut":
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(BODY)))
+            self.end_headers()
+            self.wfile.write(BODY[: len(BODY) // 2])
+            self.close_connection = True
+        elif self.path == "/cut-chunked":
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.wfile.write(b"100\r\n" + b"x" * 0x80)
+            self.close_connection = True
+        elif self.path == "/busy":
+            self.send_error(503)
+        elif self.path == "/conflict":
+            self.send_response(409)
+            self.send_header("Content-Length", "15")
+            self.end_headers()
+            self.wfile.write(b"already there\r\n")
+        else:
+            self.send_error(404)
+
+
+@contextmanager
+def file_server() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_whole_body_is_written() -> None:
+    chunks: list[bytes] = []
+    with file_server() as base:
+        assert read_url(f"{base}/whole", write=chunks.append, limit_s=30, idle_s=10) == b""
+        assert read_url(f"{base}/whole", limit_s=30, idle_s=10) == BODY
+    assert b"".join(chunks) == BODY
+
+
+def test_a_server_that_never_answers_is_a_transient_timeout() -> None:
+    with silent_server() as silent:
+        start = time.monotonic()
+        with pytest.raises(Transient) as caught:
+            read_url(f"{silent.base}/x", limit_s=30, idle_s=1)
+    assert caught.value.kind == "timed out"
+    assert caught.value.after_s == 1 and not caught.value.unfinished  # the idle timeout
+    assert time.monotonic() - start < 10
+
+
+@pytest.mark.slow
+def test_a_trickle_that_never_stalls_still_ends_at_the_whole_limit() -> None:
+    # Each read gets bytes within the socket timeout: only the whole-transfer limit ends it.
+    with file_server() as base:
+        start = time.monotonic()
+        with pytest.raises(Transient) as caught:
+            read_url(f"{base}/trickle", limit_s=2, idle_s=5)
+    assert caught.value.kind == "timed out" and "not finished after 2s" in caught.value.detail
+    assert caught.value.unfinished and caught.value.after_s == 2
+    assert time.monotonic() - start < 15
+
+
+@pytest.mark.slow
+def test_a_trickle_inside_the_status_line_ends_at_the_whole_limit_too() -> None:
+    # No answer is ever complete enough to check a deadline between reads: the limit
+    # must end the reading itself.
+    with file_server() as base:
+        start = time.monotonic()
+        with pytest.raises(Transient) as caught:
+            read_url(f"{base}/slow-status", limit_s=2, idle_s=5)
+    assert caught.value.kind == "timed out" and caught.value.unfinished
+    assert time.monotonic() - start < 6
+
+
+def test_an_answer_cut_before_its_announced_length_is_a_transient_cut() -> None:
+    with file_server() as base:
+        for path in ("/cut", "/cut-chunked"):
+            with pytest.raises(Transient) as caught:
+                read_url(f"{base}{path}", write=lambda _: None, limit_s=10, idle_s=5)
+            assert caught.value.kind == "cut", path
+            assert "cut the connection before the end of its answer" in caught.value.what_happened
+
+
+def test_http_503_is_transient_and_404_is_left_to_the_caller() -> None:
+    with file_server() as base:
+        with pytest.raises(Transient) as caught:
+            read_url(f"{base}/busy", limit_s=10, idle_s=5)
+        assert caught.value.kind == "HTTP 503"
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            read_url(f"{base}/nothing", limit_s=10, idle_s=5)
+        assert missing.value.code == 404
+        with pytest.raises(urllib.error.HTTPError) as conflict:
+            read_url(f"{base}/conflict", limit_s=10, idle_s=5)
+    # The server's message was read with the answer, under its limits; the server is gone.
+    assert conflict.value.code == 409 and conflict.value.read() == b"already there\r\n"
