@@ -162,6 +162,13 @@ def recorded_files(record: LanesRecord, lane: str) -> dict[str, str]:
     return files
 
 
+#: The size a served wheel's download is allowed for in its whole-transfer deadline when
+#: the index gives no sha256: status judges every file the index serves, including files
+#: no lock records (an extra file is drift), so no locked size is known. 2 GiB: more than
+#: a torch wheel.
+SERVED_WHEEL_BYTES_ALLOWANCE = 2 * 1024**3
+
+
 def _served(lane: Lane, projects: Sequence[str], network: NetworkPolicy) -> dict[str, str]:
     """name -> sha256 of what the lane's index serves (of ``projects``, for a remote one)."""
     if lane.path is not None:
@@ -174,7 +181,9 @@ def _served(lane: Lane, projects: Sequence[str], network: NetworkPolicy) -> dict
         for name, listed in project_files(
             lane.index_url, project, credentials, network=network
         ).items():
-            served[name] = remote_sha256(listed, credentials, network=network)
+            served[name] = remote_sha256(
+                listed, credentials, size=SERVED_WHEEL_BYTES_ALLOWANCE, network=network
+            )
     return served
 
 
