@@ -96,7 +96,7 @@ ATTEST_FLAGS = $(call flag,SIGNING_KEY) $(call flag,BUILDER_ID)
 PUBLIC_KEY_FLAG = $(call flag,PUBLIC_KEY)
 PROFILE_FLAG = $(call flag,PROFILE)
 
-.PHONY: help venv test test-fast lint demo bundles diff sources patch patches-check wheels lock lock-check clean
+.PHONY: help venv test test-fast lint docs demo bundles diff sources patch patches-check wheels lock lock-check clean
 .PHONY: builder-image container-tools cache-tools bazel-cache-tools compiler-tools patch-export patch-rebase
 
 # Printed from a file generated from this Makefile and the CLI, so that it needs no .venv
@@ -183,6 +183,12 @@ lint: $(VENV_STAMP) ## ruff and mypy only
 	@$(MAKE_CHECK)
 	$(PY) -m ruff check src tests scripts
 	$(PY) -m mypy
+
+# The documentation site (mkdocs.yml: README.md's pages under docs/), strict: a broken link
+# or a page left out of the nav fails (tests/test_docs.py builds it the same way).
+docs: $(VENV_STAMP) ## build the documentation site from docs/ into site/ (open site/index.html)
+	@$(MAKE_CHECK)
+	$(PY) -m mkdocs build --strict --site-dir site
 
 # No builder host yet? Every stage of the pipeline on a demonstration upstream it writes
 # (NOT torch): offline, about a minute, everything under DEMO_DIR (src/xla_wheels/demo.py).

@@ -1,5 +1,6 @@
 """The cache key audit: every environment read and Python setter of torch_xla/csrc is keyed
-or listed as outside the key, in one table that the README's key table is rendered from.
+or listed as outside the key, in one table that the documented key table (docs/cache-key.md)
+is rendered from.
 
 The scanner is pinned down on a small tree of our own (each way a read is written); the
 audit itself runs on the real pytorch/xla source with the series applied (``real_source``
@@ -19,6 +20,7 @@ from tests import real_source
 from tests.bundles import LIBTPU_RUNTIME, Pin, write_bundle
 from tests.gitrepos import REPO_ROOT, make_repo
 from xla_wheels.series_checks.key_audit import (
+    TABLE_PAGE,
     TABLE_SUBPATH,
     KeyTable,
     KeyTableError,
@@ -31,18 +33,18 @@ from xla_wheels.series_checks.key_audit import (
     scan_setters,
 )
 
-# --- The table and the README ---------------------------------------------------------------
+# --- The table and its page in docs/-----------------------------------------------------------
 
 
-def test_the_readme_key_table_is_the_audits_list() -> None:
+def test_the_documented_key_table_is_the_audits_list() -> None:
     table = load_table(REPO_ROOT)
-    block = readme_block((REPO_ROOT / "README.md").read_text(encoding="utf-8"))
-    assert block is not None, "README lost its cache-key-table markers"
+    block = readme_block((REPO_ROOT / TABLE_PAGE).read_text(encoding="utf-8"))
+    assert block is not None, f"{TABLE_PAGE} lost its cache-key-table markers"
     assert block == readme_table(table), (
-        f"README's key table differs from {TABLE_SUBPATH}: render it again (README, 'What "
-        "the persistent cache key covers')"
+        f"{TABLE_PAGE}'s key table differs from {TABLE_SUBPATH}: render it again ({TABLE_PAGE}, "
+        "'What the persistent cache key covers')"
     )
-    # Every name the audit matches is in the README, in the row of its entry.
+    # Every name the audit matches is in the documented table, in the row of its entry.
     rows = block.split("\n")[2:]
     for entry, row in zip(table.entries, rows, strict=False):
         for name in (*entry.env, *entry.setters):

@@ -41,6 +41,7 @@ MAKE_EXAMPLES: dict[str, str] = {
     "test": "make test PYTEST_ARGS='tests/test_cli.py -q'",
     "test-fast": "make test-fast PYTEST_ARGS='-x'",
     "lint": "make lint",
+    "docs": "make docs",
     "demo": "make demo DEMO_DIR=/tmp/xla-wheels-demo",
     "bundles": "make bundles",
     "diff": "make diff A=v6e-2.9 B=v6e-2.11",

@@ -1,5 +1,5 @@
 """``python -m xla_wheels.cli.make_check``: the make-variable check of a target whose
-command is no subcommand of the CLI (``make test``, ``test-fast``, ``lint``).
+command is no subcommand of the CLI (``make test``, ``test-fast``, ``lint``, ``docs``).
 
 Every target that runs Python refuses what the CLI refuses on make's command line: a
 variable the Makefile does not read (``PYTESTARGS=-x`` would run the whole suite), and a

@@ -16,9 +16,9 @@ pytorch/xla tree (``torch_xla/csrc``, the series applied) for
 and compares them with ONE table, ``patches/torch_xla/cache_key_inputs.toml``: each input
 is in the key (and where it is hashed), in the graph hash, or deliberately outside the key
 (and why). A read or setter the table does not name is a finding, reported with its file
-and line. The README's key table is rendered from the same table
-(:func:`readme_table`), and a test keeps the two equal: the README table is the audit's
-list.
+and line. The documentation's key table (:data:`TABLE_PAGE`, "What the persistent cache key
+covers") is rendered from the same table (:func:`readme_table`), and a test keeps the two
+equal: the documented table is the audit's list.
 
 Reads are found file by file over the whole ``torch_xla/csrc`` (tests, ``*_test.cpp``, are
 not in the wheel and are skipped): the audit does not try to decide which code runs while
@@ -46,6 +46,8 @@ TABLE_SUBPATH = Path("patches") / "torch_xla" / TABLE_NAME
 SOURCE_DIR = "torch_xla/csrc"
 BINDINGS = "torch_xla/csrc/init_python_bindings.cpp"
 ENV_CONSTANTS = "torch_xla/csrc/runtime/env_vars.h"
+#: The documentation page whose key table is rendered between the markers below.
+TABLE_PAGE = Path("docs") / "cache-key.md"
 README_BEGIN = (
     "<!-- cache-key-table: begin (rendered from patches/torch_xla/cache_key_inputs.toml) -->"
 )
@@ -454,7 +456,7 @@ def judge(report: AuditReport, what: str, fix: str) -> None:
         )
 
 
-# --- The README -----------------------------------------------------------------------------
+# --- The documented table (TABLE_PAGE) -------------------------------------------------------
 
 
 def _cell(text: str) -> str:
@@ -462,14 +464,14 @@ def _cell(text: str) -> str:
 
 
 def readme_table(table: KeyTable) -> str:
-    """The README's key table, rendered from the table: one row per entry."""
+    """The documented key table (:data:`TABLE_PAGE`), rendered from the table: one row per entry."""
     rows = [
         "| input | in the key | where it is hashed, or why it is not |",
         "|---|---|---|",
     ]
     for entry in table.entries:
         in_key = _IN_KEY_CELL[entry.status] + (f", {entry.detail}" if entry.detail else "")
-        # Every name the audit matches is in the README: those the title does not show
+        # Every name the audit matches is in the documented table: those the title does not show
         # are listed after it.
         rest = [name for name in (*entry.env, *entry.setters) if f"`{name}`" not in entry.title]
         joiner = ", also " if "`" in entry.title else ": "
@@ -479,7 +481,7 @@ def readme_table(table: KeyTable) -> str:
 
 
 def readme_block(readme_text: str) -> str | None:
-    """The text between the README's markers, or ``None`` without them."""
+    """The text between the page's markers, or ``None`` without them."""
     start, end = readme_text.find(README_BEGIN), readme_text.find(README_END)
     if start < 0 or end < start:
         return None
@@ -491,7 +493,7 @@ def with_readme_table(readme_text: str, table: KeyTable) -> str:
     start, end = readme_text.find(README_BEGIN), readme_text.find(README_END)
     if start < 0 or end < start:
         raise UsageError(
-            f"the README has no {README_BEGIN} ... {README_END} block",
+            f"the page has no {README_BEGIN} ... {README_END} block",
             fix="put the markers around the key table",
         )
     head = readme_text[: start + len(README_BEGIN)]
