@@ -2,7 +2,7 @@
 
 ``devpi-init`` makes a server directory (no PyPI mirror: nothing here may reach the
 network), ``devpi-server`` serves it on a free port, and the devpi client creates the
-``team`` account and its non-volatile indexes, the commands README "Lanes on devpi"
+``team`` account and its non-volatile indexes, the commands docs/lanes.md "Lanes on devpi"
 gives an admin. The server's log is kept: each request is one ``[reqN] <METHOD> <path>``
 line, which is how a test shows what was (not) sent to an index.
 """

@@ -519,7 +519,7 @@ def test_static_lanes_publish_promote_and_install_by_hash(
     )
     assert made.exit_code == 0, made.output
     # What a lane holds is for others to read (a web server running as another user): the
-    # modes a plain open() gives under umask 022, as for dist/ (README "Build stage").
+    # modes a plain open() gives under umask 022, as for dist/ (docs/building.md "Build stage").
     for readable in (
         staging / fake_wheels.torch.name,
         staging / fake_wheels.torch_xla.name,

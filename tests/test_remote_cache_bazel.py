@@ -10,7 +10,7 @@ The workspace's ``.bazelrc`` ends as torch_xla's does (upstream's
 writer's upload setting must win over upstream's.
 
 Bazel is Debian's 4.2.3 (bazel-bootstrap); the builder image uses 7.4.1, whose flags
-differ as README "Several builders" says. Servers: BuildGrid 0.4.4 (gRPC, REAPI action
+differ as docs/building.md "Several builders" says. Servers: BuildGrid 0.4.4 (gRPC, REAPI action
 cache and CAS) and nginx (HTTP, WebDAV PUT, requiring a bearer token), on loopback.
 Each builder has its own checkout path and an empty output base, as a second machine
 would. Remote execution needs a worker that neither PyPI nor Debian ships: its flags are

@@ -200,7 +200,7 @@ CASES = [
         "checks = [",
         "chekcs = [",
         "key 'lanes.validation.policy.chekcs': unknown key; did you mean 'checks'?",
-        "README",
+        "docs/lanes.md",
     ),
     (
         "lanes",

@@ -12,7 +12,7 @@ g++ against the real torch 2.9.0 headers and libraries, absl and googletest unpa
 Debian's packages into the per-machine cache. They pass on the patched tree and the
 series' own checks fail on the base. Without a source they skip and say why; in CI with
 the snapshot present a skip fails. They are not a torch_xla build: see each patch's
-Not-verified line and README "Compiled checks of the series".
+Not-verified line and docs/development.md "Compiled checks of the series".
 """
 
 from __future__ import annotations

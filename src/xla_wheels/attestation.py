@@ -69,7 +69,7 @@ def _key_file(path: Path, what: str, setting: str) -> bytes:
         raise UsageError(
             f"cannot read the {what} {path}: {error.strerror}",
             fix=f"set {setting} to the PEM file of the team's key "
-            '(README "Signed attestations" says how the team makes one)',
+            '(docs/supply-chain.md "Signed attestations" says how the team makes one)',
         ) from None
 
 

@@ -8,7 +8,7 @@ the environment, NAME upper-cased with dashes as underscores and a trailing ``-d
 dropped: ``--engine`` is ``XLA_WHEELS_ENGINE``, ``--cache-dir`` is ``XLA_WHEELS_CACHE``,
 ``--dry-run`` is ``XLA_WHEELS_DRY_RUN``. :func:`env_var` is the rule; :data:`ENV_SETTINGS`
 lists the flags the environment can give (the others, such as the gate's, are flags
-only), and the README's settings table lists them with their defaults.
+only), and docs/settings.md's settings table lists them with their defaults.
 
 Read from the environment here besides our own settings, because they belong to other
 tools: ``XDG_CACHE_HOME`` and ``HOME`` (where the per-machine cache lives).
@@ -29,7 +29,7 @@ def env_var(flag: str) -> str:
     return ENV_PREFIX + name.upper().replace("-", "_")
 
 
-#: Every setting the environment can give, with its flag (the README lists the same).
+#: Every setting the environment can give, with its flag (docs/settings.md lists the same).
 ENV_SETTINGS: tuple[str, ...] = (
     "--root",
     "--cache-dir",

@@ -1,6 +1,6 @@
 """Stage 3, patches: each component's series becomes one git commit per patch.
 
-A patch file is a ``git diff`` preceded by a header (see README, "Patch files")::
+A patch file is a ``git diff`` preceded by a header (see docs/patches.md, "Patch files")::
 
     Subject: what the patch does
     Component: torch_xla
@@ -187,7 +187,7 @@ def parse_patch(path: Path, *, component: str | None = None) -> PatchHeader:
         raise PatchFileError(
             f"{path}: header is missing {', '.join(missing)}",
             fix="every patch starts with Subject, Component, Base, Fixes, Why, Upstream and "
-            "Files lines (see README, 'Patch files')",
+            "Files lines (see docs/patches.md, 'Patch files')",
         )
     for line_number, line in enumerate(lines, start=1):
         if line.startswith(_DIFF_START):

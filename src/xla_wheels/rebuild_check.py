@@ -7,7 +7,7 @@ a fresh stage directory and fresh local compile caches (Bazel's disk cache, its 
 root, ccache), so nothing is replayed from the build being checked. The fetched git
 objects (the source cache) are shared: they are content addressed by commit. A remote
 compile cache, when one is configured, is still used: unset it for a rebuild that
-compiles every action (README "Rebuild check").
+compiles every action (docs/supply-chain.md "Rebuild check").
 
 Nothing of the recorded build changes: no stage cache entry, no ``dist/``, no
 ``wheels.lock`` wheel record. The compared pairs are the recorded file (found by its

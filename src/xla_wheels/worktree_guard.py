@@ -1,7 +1,7 @@
 """Is a component's worktree exactly what the pipeline makes? Decided by content.
 
 ``out/<bundle>/src/<component>`` is made by the sources stage (a worktree at the pin)
-and the patch stage (one commit per patch on top). Users then work in it (the README's
+and the patch stage (one commit per patch on top). Users then work in it (docs/patches.md,
 "Updating a patch": edit, ``git commit --amend``, ``make patch-export``). Before a run
 reuses or recreates that directory, this module looks at what is in it, never at a
 state file that can be stale:

@@ -188,7 +188,7 @@ def build_image_argv(
     https://github.com/containers/podman/issues/8477
     """
     # The Dockerfile's ARGs (BASE_IMAGE, LLVM_APT_BASE, BAZELISK_BASE_URL, ...) point the
-    # build at mirrors; README "Builder image behind a mirror".
+    # build at mirrors; docs/building.md "Builder image behind a mirror".
     extra = [item for arg in build_args for item in ("--build-arg", arg)]
     if engine == "docker":
         return ["docker", "build", *extra, "--target", target, "--tag", image, str(root)]

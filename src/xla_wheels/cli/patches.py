@@ -1,4 +1,4 @@
-"""Subcommands ``patch-export`` and ``patch-rebase`` (README, "Updating a patch")."""
+"""Subcommands ``patch-export`` and ``patch-rebase`` (docs/patches.md, "Updating a patch")."""
 
 from __future__ import annotations
 

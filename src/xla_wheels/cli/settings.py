@@ -143,7 +143,7 @@ def check_environment(environ: Mapping[str, str]) -> None:
                 f"{name} is not a setting of this pipeline"
                 + (f" (did you mean {guess}?)" if guess else ""),
                 fix=(f"rename it to {guess}, or unset {name}" if guess else f"unset {name}")
-                + " (README, 'Settings: flags, environment, defaults', lists them)",
+                + " (docs/settings.md, 'Settings: flags, environment, defaults', lists them)",
             )
     for flag in ENV_SWITCHES:
         env_switch(environ, flag)

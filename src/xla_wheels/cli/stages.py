@@ -133,7 +133,7 @@ def cmd_builder_image(args: argparse.Namespace) -> int:
                 f"(exit {returncode}); its output is above",
                 fix="fix the cause it names (behind a proxy or mirror: --build-arg "
                 "BASE_IMAGE=<mirror>/python:..., LLVM_APT_BASE=, BAZELISK_BASE_URL=; make: "
-                'BUILD_ARGS=; README "Builder image behind a mirror"), then run it again',
+                'BUILD_ARGS=; docs/building.md "Builder image behind a mirror"), then run it again',
             )
     print(f"builder image {config.image}: built")
     return 0
@@ -195,7 +195,7 @@ def cmd_patches_check(args: argparse.Namespace) -> int:
         f"{series} holds conflict markers or whitespace errors; nothing was applied",
         "fix those lines in the patch (in the patched worktree: `make patch BUNDLE="
         f"{bundle.name}`, edit and amend the commit, then `make patch-export BUNDLE="
-        f"{bundle.name} COMPONENT={component.name}`; see README, 'Updating a patch')",
+        f"{bundle.name} COMPONENT={component.name}`; see docs/patches.md, 'Updating a patch')",
     )
     not_reached = len(component.patches) - len(results)
     if not_reached:
@@ -213,7 +213,7 @@ def cmd_patches_check(args: argparse.Namespace) -> int:
             series,
             "carry the series onto that commit with `make patch-rebase BUNDLE="
             f"{bundle.name} COMPONENT={component.name} ONTO={commit}` and fix the patch "
-            "named above there (README, 'Carrying the series to another commit')",
+            "named above there (docs/patches.md, 'Carrying the series to another commit')",
         )
     for audit in audits:
         judge_audit(audit, series, _AUDIT_FIX)
@@ -223,7 +223,7 @@ def cmd_patches_check(args: argparse.Namespace) -> int:
 _AUDIT_FIX = (
     "for each read or setter named above, key it in the series (patch 0003: env_hash.cpp, "
     "HashLoweringSettings) or list it with the reason in "
-    f"{TABLE_SUBPATH} (README, 'What the persistent cache key covers')"
+    f"{TABLE_SUBPATH} (docs/cache-key.md, 'What the persistent cache key covers')"
 )
 
 

@@ -29,7 +29,7 @@ def cmd_attest(args: argparse.Namespace) -> int:
         raise UsageError(
             "no signing key: attestations are signed with the team's private key",
             fix=f"set {env_var('--signing-key')} to its PEM file (make: SIGNING_KEY=<file>); "
-            'README "Signed attestations" says how the team makes one',
+            'docs/supply-chain.md "Signed attestations" says how the team makes one',
         )
     signer = attest.load_signer(settings.signing_key)
     entry = read_lock(options.lock_path).entry(bundle.name)

@@ -59,7 +59,7 @@ CANARY_VARIANTS = ("steady", "item-readback", "shape-drift")
 CANARY_WIDTH = 128
 CANARY_BATCH = 32
 
-#: The persistent cache's outcome counters (runtime/cache.h; README "What the persistent
+#: The persistent cache's outcome counters (runtime/cache.h; docs/cache-key.md "What the persistent
 #: cache counters say"). Stock wheels count only the first three; the others read 0 there.
 COUNTERS = (
     "PersistentCacheMiss",

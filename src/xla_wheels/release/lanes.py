@@ -151,7 +151,7 @@ class LaneState:
 
 
 def _format_fix(path: Path) -> str:
-    return f'edit {path} (format: its header comment and README "Releasing to the fleet")'
+    return f'edit {path} (format: its header comment and docs/lanes.md "Releasing to the fleet")'
 
 
 def _policy(table: Table) -> Policy:
@@ -246,7 +246,8 @@ def load_config(root: Path) -> LanesConfig:
         data = tomllib.loads(read_utf8(path, LaneFileError, what="lanes file")[0])
     except FileNotFoundError:
         raise LaneFileError(
-            f"{path} does not exist", fix='create it (README "Releasing to the fleet" shows one)'
+            f"{path} does not exist",
+            fix='create it (docs/lanes.md "Releasing to the fleet" shows one)',
         ) from None
     except tomllib.TOMLDecodeError as error:
         raise LaneFileError(f"{path}: not valid TOML: {error}", fix=_format_fix(path)) from error
@@ -533,7 +534,7 @@ def write_state(
         "# lanes.lock: the current bundle of each lane and its history (newest last),\n"
         "# written by `make publish`, `make promote` and `make rollback` after they succeed.\n"
         "# Do not edit: each entry carries the previous one's sha256 and a hand edit is\n"
-        "# refused. Format: README.md.\n\n"
+        "# refused. Format: docs/lanes.md, \"Releasing to the fleet\".\n\n"
         + tomli_w.dumps(
             {
                 "lanes-lock-version": LANES_LOCK_VERSION,
