@@ -45,7 +45,7 @@ from typing import Any
 
 from xla_wheels import filemode
 from xla_wheels.errors import PipelineError, UsageError
-from xla_wheels.tables import Field, Table, read_utf8
+from xla_wheels.tables import Field, Table, loads_toml, read_utf8
 
 LANES_CONFIG = Path("build") / "lanes.toml"
 LANES_LOCK = "lanes.lock"
@@ -226,7 +226,8 @@ def _lane(root: Path, name: str, table: Table, names: Mapping[str, Any]) -> Lane
 def load_config(root: Path) -> LanesConfig:
     path = root / LANES_CONFIG
     try:
-        data = tomllib.loads(read_utf8(path, LaneFileError, what="lanes file")[0])
+        text = read_utf8(path, LaneFileError, what="lanes file")[0]
+        data = loads_toml(text, source=str(path), error=LaneFileError)
     except FileNotFoundError:
         raise LaneFileError(
             f"{path} does not exist", fix='create it (README "Releasing to the fleet" shows one)'
@@ -253,7 +254,8 @@ def read_state(root: Path) -> dict[str, LaneState]:
         return {}
     restore = f"restore it from git (`git checkout -- {LANES_LOCK}`)"
     try:
-        data = tomllib.loads(read_utf8(path, LaneFileError, what="lanes lock")[0])
+        text = read_utf8(path, LaneFileError, what="lanes lock")[0]
+        data = loads_toml(text, source=str(path), error=LaneFileError, fix=restore)
     except tomllib.TOMLDecodeError as error:
         raise LaneFileError(f"{path} is not valid TOML: {error}", fix=restore) from error
     if data.get("lanes-lock-version") != LANES_LOCK_VERSION:
