@@ -10,6 +10,10 @@ it, or a static web server running as another user answers 404. So: chmod to
 :func:`write_by_rename` and :func:`copy_by_rename` are the one way the pipeline replaces a
 file others read: a temporary file in the same directory (so the rename is atomic and a
 crash never leaves half a file), given that mode, then renamed into place.
+:func:`write_all` is the same for a set of files that belong together (a report and its
+JUnit twin, ``requirements.txt`` and the ``wheels.lock`` that records its inputs, one
+envelope per wheel): every one complete beside its target first, then all renamed, and
+the ones already renamed put back if a later one fails.
 
 This module imports only the standard library (it runs inside the builder image).
 """
