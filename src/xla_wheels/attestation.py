@@ -42,6 +42,7 @@ from xla_wheels import sbom, wheel_stamp
 from xla_wheels.bundle import Bundle
 from xla_wheels.errors import PipelineError, UsageError
 from xla_wheels.provenance import Provenance
+from xla_wheels.tables import read_regular
 from xla_wheels.wheel_filename import parse_wheel_name
 from xla_wheels.wheels_lock import BundleEntry, WheelRecord
 
@@ -64,7 +65,8 @@ def envelope_name(wheel_name: str) -> str:
 
 def _key_file(path: Path, what: str, setting: str) -> bytes:
     try:
-        return path.read_bytes()
+        # A FIFO or device is refused from its stat, before it is opened.
+        return read_regular(path, UsageError, what=what)
     except OSError as error:
         raise UsageError(
             f"cannot read the {what} {path}: {error.strerror}",
@@ -244,8 +246,9 @@ def attest_bundle(
     builder_id: str,
 ) -> list[Path]:  # fmt: skip
     """Sign every locked wheel of ``bundle`` found in ``dist`` (checked by sha256); the
-    envelopes are written next to the wheels. Returns their paths."""
-    from xla_wheels.filemode import write_by_rename
+    envelopes are written next to the wheels, all or none (a full disk half way leaves
+    every envelope as it was). Returns their paths."""
+    from xla_wheels.filemode import write_all
     from xla_wheels.publish.wheels import locked_wheels
 
     wheels = locked_wheels(lock_path, bundle.name, dist)
@@ -257,13 +260,12 @@ def attest_bundle(
             fix=f"build the bundle: `make wheels BUNDLE={bundle.name}`",
         )
     provenance = wheel_stamp.read_provenance(torch_xla.path)
-    written = []
+    envelopes = []
     for wheel in wheels:
         body = statement(wheel.path, wheel.record, bundle, entry, provenance, builder_id)
-        target = dist / envelope_name(wheel.record.name)
-        write_by_rename(target, sign(body, signer).decode())
-        written.append(target)
-    return written
+        envelopes.append((dist / envelope_name(wheel.record.name), sign(body, signer)))
+    write_all(envelopes)
+    return [target for target, _ in envelopes]
 
 
 @dataclass(frozen=True)

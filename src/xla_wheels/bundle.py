@@ -36,7 +36,7 @@ from typing import Any
 
 from xla_wheels import launch_profile
 from xla_wheels.errors import ManifestError, UsageError
-from xla_wheels.tables import Field, Table, read_utf8
+from xla_wheels.tables import Field, Table, check_regular, loads_toml, read_utf8
 from xla_wheels.values import NAME_PATTERN, NAME_RULE, REMOTE_RULE, BadValue, check_remote
 
 #: Bundle names become directories (out/<bundle>, dist/<bundle>) and command arguments.
@@ -199,7 +199,7 @@ def parse_manifest(path: Path, patches_root: Path, *, bundles_root: Path | None 
 def _read_toml(path: Path) -> tuple[dict[str, Any], bytes]:
     text, raw = read_utf8(path, ManifestError, what="bundle manifest")
     try:
-        return tomllib.loads(text), raw
+        return loads_toml(text, source=str(path), error=ManifestError), raw
     except tomllib.TOMLDecodeError as error:
         raise ManifestError(
             f"{path}: not valid TOML: {error}", fix="fix the syntax at that line"
@@ -399,12 +399,7 @@ def _parse_component(table: Table, name: str, patches_root: Path) -> Component:
                 f"patches/{relpath} is a link to {patch_path.resolve()}, outside patches/",
                 "copy the patch into patches/ (a real file) and list it there",
             )
-        if not patch_path.is_file():
-            raise table.fail(
-                "patches",
-                f"patch file patches/{relpath} does not exist",
-                "fix the path (relative to patches/) or add the file",
-            )
+        _check_patch_file(table, relpath, patch_path)
         patches.append(PatchRef(relpath=relpath, path=patch_path))
     remote = fields["remote"]
     try:
@@ -425,6 +420,23 @@ def _parse_component(table: Table, name: str, patches_root: Path) -> Component:
         submodules=fields["submodules"],
         patches=tuple(patches),
     )
+
+
+def _check_patch_file(table: Table, relpath: str, path: Path) -> None:
+    """The listed patch is a regular file: a FIFO or device is refused from its stat (never
+    opened: reading a FIFO waits forever), a missing one is named as missing."""
+
+    def refused(message: str, fix: str) -> Exception:
+        return table.fail("patches", message.replace(str(path), f"patches/{relpath}"), fix)
+
+    try:
+        check_regular(path, refused, what="patch file")
+    except FileNotFoundError:
+        raise table.fail(
+            "patches",
+            f"patch file patches/{relpath} does not exist",
+            "fix the path (relative to patches/) or add the file",
+        ) from None
 
 
 def _check_patch_path(table: Table, component: str, index: int, relpath: str) -> None:

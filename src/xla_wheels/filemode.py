@@ -10,6 +10,10 @@ it, or a static web server running as another user answers 404. So: chmod to
 :func:`write_by_rename` and :func:`copy_by_rename` are the one way the pipeline replaces a
 file others read: a temporary file in the same directory (so the rename is atomic and a
 crash never leaves half a file), given that mode, then renamed into place.
+:func:`write_all` is the same for a set of files that belong together (a report and its
+JUnit twin, ``requirements.txt`` and the ``wheels.lock`` that records its inputs, one
+envelope per wheel): every one complete beside its target first, then all renamed, and
+the ones already renamed put back if a later one fails.
 
 This module imports only the standard library (it runs inside the builder image).
 """
@@ -17,10 +21,12 @@ This module imports only the standard library (it runs inside the builder image)
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import secrets
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -120,3 +126,77 @@ def stage_by_rename(path: Path, content: bytes | str) -> StagedFile:
     with _replacing(path, rename=False) as out:
         out.write(content.encode("utf-8") if isinstance(content, str) else content)
     return StagedFile(path, Path(out.name))
+
+
+def stage_all(files: Sequence[tuple[Path, bytes | str]]) -> list[StagedFile]:
+    """:func:`stage_by_rename` for each of ``files``, or for none: a failure (a full disk
+    on the third) removes the temporary files already written and raises."""
+    staged: list[StagedFile] = []
+    try:
+        for path, content in files:
+            staged.append(stage_by_rename(path, content))
+    except BaseException:
+        for file in staged:
+            file.discard()
+        raise
+    return staged
+
+
+def commit_all(staged: Sequence[StagedFile]) -> None:
+    """Rename every staged file into place, in order, all or none.
+
+    Each file that will be replaced is first kept under a second name (a hard link: no
+    data is copied, so a full disk allows it); then the renames run in order. If one
+    fails, the ones already renamed are put back (the kept original renamed onto its
+    name, or the new file removed where there was none) and every temporary file is
+    removed: each path is byte for byte what it was. Put the file that records the
+    others (``wheels.lock``) last, so that no reader sees it before what it records."""
+    kept: list[Path | None] = []
+    done = 0
+    try:
+        for file in staged:
+            kept.append(_keep_original(file.path))
+        for file in staged:
+            file.commit()
+            done += 1
+    except BaseException:
+        for file, original in reversed(list(zip(staged[:done], kept, strict=False))):
+            if original is not None:
+                os.replace(original, file.path)
+            else:
+                file.path.unlink(missing_ok=True)
+        for file in staged:
+            file.discard()
+        for original in kept:
+            if original is not None:
+                original.unlink(missing_ok=True)
+        raise
+    for original in kept:
+        if original is not None:
+            original.unlink(missing_ok=True)
+
+
+def _keep_original(path: Path) -> Path | None:
+    """A second name beside ``path`` for its current content (None: no file there yet)."""
+    if not os.path.lexists(path) or path.is_dir():
+        return None  # a directory in the way: the rename onto it fails and says so
+    keep = path.parent / f".{path.name}.{secrets.token_hex(4)}.old"
+    try:
+        os.link(path, keep, follow_symlinks=False)
+    except OSError as error:
+        if error.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK):
+            raise OSError(error.errno, error.strerror, str(path)) from error
+        # A filesystem without hard links: keep a copy instead (it needs the space).
+        try:
+            shutil.copy2(path, keep, follow_symlinks=False)
+        except OSError as copying:
+            keep.unlink(missing_ok=True)
+            raise OSError(copying.errno, copying.strerror, str(path)) from copying
+    return keep
+
+
+def write_all(files: Sequence[tuple[Path, bytes | str]]) -> None:
+    """Replace each of ``files`` with its content, all or none (:func:`stage_all`, then
+    :func:`commit_all`): a failure anywhere leaves every path as it was, with no
+    temporary file beside it. Give them in the order they may appear in."""
+    commit_all(stage_all(files))

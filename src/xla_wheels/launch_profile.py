@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from xla_wheels.errors import ManifestError, UsageError
+from xla_wheels.tables import loads_json, read_regular
 
 GROUPS = ("device", "cache", "compiler", "debug")
 ROLES = ("writer", "reader")
@@ -437,12 +438,18 @@ def compare_environment(
     return differences
 
 
+def _unreadable(message: str, fix: str | None = None) -> ValueError:
+    return ValueError(message)
+
+
 def read_env_file(path: Path) -> dict[str, str]:
     """An environment from a file written by ``make launch-env`` (.json or .sh), or a plain
     ``KEY=value`` / ``export KEY=value`` file (values shell-quoted or bare)."""
-    text = path.read_text()
+    # A FIFO or device is refused from its stat, before it is opened; the caller reports
+    # a ValueError (UnicodeDecodeError is one) as a file it cannot read.
+    text = read_regular(path, _unreadable, what="environment file").decode("utf-8")
     if path.suffix == ".json":
-        data = json.loads(text)
+        data = loads_json(text, source=str(path), error=_unreadable)
         env = data.get("environment", data) if isinstance(data, dict) else None
         if not isinstance(env, dict):
             raise ValueError(f"{path}: expected a JSON object of variables")

@@ -300,11 +300,15 @@ def export_series(
     )
     if dry_run:
         return report
-    for ref, text, changed in planned:
-        if changed:
-            filemode.write_by_rename(ref.path, text.encode("utf-8"))
+    # The patch files and the manifest's new pin, all or none: a full disk half way must
+    # not leave a series that is half the new one (the manifest last, as it names them).
+    writes: list[tuple[Path, bytes | str]] = [
+        (ref.path, text.encode("utf-8")) for ref, text, changed in planned if changed
+    ]
     if pin_text is not None:
-        filemode.write_by_rename(bundle.path, pin_text.encode("utf-8"))
+        writes.append((bundle.path, pin_text.encode("utf-8")))
+    filemode.write_all(writes)
+    if pin_text is not None:
         _rebase_path(worktree).unlink(missing_ok=True)
     head = git_out(["rev-parse", "HEAD"], cwd=worktree)
     reloaded = load_bundle(root, bundle.name).component(component_name)

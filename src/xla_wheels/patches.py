@@ -51,6 +51,7 @@ from xla_wheels.errors import PatchError, PatchFileError
 from xla_wheels.gitutil import compose, git, git_out, run_git, status_porcelain
 from xla_wheels.plan import PlannedCommand
 from xla_wheels.series_hygiene import DIFF_FILE, LineDefect, scan_patch_text
+from xla_wheels.tables import read_regular
 
 REQUIRED_KEYS = ("Subject", "Component", "Base", "Fixes", "Why", "Upstream", "Files")
 OPTIONAL_KEYS = ("Verified", "Not-verified", "Author", "Date")
@@ -151,7 +152,8 @@ def parse_patch(path: Path, *, component: str | None = None) -> PatchHeader:
             fix="give the patch files inside it, one each",
         )
     try:
-        text = path.read_text(encoding="utf-8")
+        # A FIFO or device is refused from its stat, before it is opened.
+        text = read_regular(path, PatchFileError, what="patch file").decode("utf-8")
     except UnicodeDecodeError as error:
         raise PatchFileError(
             f"{path}: not UTF-8 text (byte {error.start} cannot be read)",

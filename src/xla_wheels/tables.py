@@ -17,6 +17,10 @@ from __future__ import annotations
 
 import codecs
 import difflib
+import json
+import os
+import stat
+import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,18 +61,67 @@ def suggestion(key: str, allowed: Iterable[str]) -> str | None:
     return close[0] if close else None
 
 
-def read_utf8(path: Path, error: ErrorFactory, *, what: str = "file") -> tuple[str, bytes]:
-    """The text and bytes of a file the user edits, or the format's ``error`` in the user's
-    terms: a directory says it is a directory, bytes that are not UTF-8 say "save it as
-    UTF-8", an unreadable file names the reason. ``FileNotFoundError`` is left to the
-    caller, which knows whether a missing file is an error (and what creates it)."""
-    if path.is_dir():
-        raise error(
-            f"{path} is a directory, not a {what}",
-            fix=f"move the directory away and put the {what} at {path}",
-        )
+MAX_FILE_BYTES = 8 << 20
+"""The largest file the pipeline reads as a whole (manifests, ``wheels.lock``, lanes,
+builders, receipts, patches, keys, env files): 8 MiB, hundreds of times any real one, so
+a wrong path (a disk image, a log) is refused at once instead of filling memory."""
+
+MAX_DEPTH = 32
+"""The deepest nesting of tables and arrays a file may have; real ones nest under 10."""
+
+_SPECIAL = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _special(mode: int) -> str:
+    return next((name for test, name in _SPECIAL if test(mode)), "a special file")
+
+
+def check_regular(
+    path: Path, error: ErrorFactory, *, what: str = "file", limit: int = MAX_FILE_BYTES
+) -> os.stat_result:
+    """``path``'s ``stat`` if it is a regular file (or a link to one) of at most ``limit``
+    bytes, else the format's ``error``, decided before anything opens it: opening a FIFO
+    waits for a writer forever, a device may never end. ``FileNotFoundError`` is left to
+    the caller, which knows whether a missing file is an error."""
     try:
-        raw = path.read_bytes()
+        status = os.stat(path)
+    except FileNotFoundError:
+        raise
+    except OSError as problem:
+        raise error(
+            f"{path} cannot be read: {problem.strerror}",
+            fix=f"make it readable (`ls -ld {path}`)",
+        ) from None
+    if not stat.S_ISREG(status.st_mode):
+        kind = _special(status.st_mode)
+        if stat.S_ISDIR(status.st_mode):
+            fix = f"move the directory away and put the {what} at {path}"
+        else:
+            fix = f"put a regular {what} at {path} (`ls -l {path}` shows what is there)"
+        raise error(f"{path} is {kind}, not a {what}", fix=fix)
+    if status.st_size > limit:
+        raise error(
+            f"{path} is {status.st_size} bytes, more than a {what} may be "
+            f"({limit >> 20} MiB)",
+            fix=f"check that {path} is the {what} you meant (a {what} is small text)",
+        )
+    return status
+
+
+def read_regular(
+    path: Path, error: ErrorFactory, *, what: str = "file", limit: int = MAX_FILE_BYTES
+) -> bytes:
+    """The bytes of ``path`` after :func:`check_regular`. Opened without blocking and
+    checked again once open, so a FIFO put there after the ``stat`` cannot hang the run."""
+    check_regular(path, error, what=what, limit=limit)
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         raise
     except OSError as problem:
@@ -76,6 +129,82 @@ def read_utf8(path: Path, error: ErrorFactory, *, what: str = "file") -> tuple[s
             f"{path} cannot be read: {problem.strerror}",
             fix=f"make it readable (`ls -l {path}`)",
         ) from None
+    with os.fdopen(descriptor, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise error(f"{path} changed while it was read", fix="run the same command again")
+        try:
+            raw = handle.read(limit + 1)
+        except OSError as problem:
+            raise error(
+                f"{path} cannot be read: {problem.strerror}",
+                fix=f"make it readable (`ls -l {path}`)",
+            ) from None
+    if len(raw) > limit:
+        raise error(
+            f"{path} is more than {limit >> 20} MiB, more than a {what} may be",
+            fix=f"check that {path} is the {what} you meant (a {what} is small text)",
+        )
+    return raw
+
+
+def _too_deep(source: str, error: ErrorFactory, fix: str | None) -> Exception:
+    return error(
+        f"{source}: tables or arrays nested more than {MAX_DEPTH} levels deep",
+        fix=fix or f"write it with at most {MAX_DEPTH} levels of nesting (real files need few)",
+    )
+
+
+def _check_depth(data: object, source: str, error: ErrorFactory, fix: str | None) -> None:
+    # Iterative, so a deep value cannot overflow the stack here either.
+    pending: list[tuple[object, int]] = [(data, 1)]
+    while pending:
+        value, depth = pending.pop()
+        children: Iterable[object] = ()
+        if isinstance(value, Mapping):
+            children = value.values()
+        elif isinstance(value, list):
+            children = value
+        else:
+            continue
+        if depth > MAX_DEPTH:
+            raise _too_deep(source, error, fix)
+        pending.extend((child, depth + 1) for child in children)
+
+
+def loads_toml(
+    text: str, *, source: str, error: ErrorFactory, fix: str | None = None
+) -> dict[str, Any]:
+    """``tomllib.loads`` within :data:`MAX_DEPTH` (else the format's ``error`` naming
+    ``source``, never a ``RecursionError``). ``TOMLDecodeError`` is left to the caller,
+    which says what fixes its format."""
+    try:
+        data = tomllib.loads(text)
+    except RecursionError:
+        raise _too_deep(source, error, fix) from None
+    _check_depth(data, source, error, fix)
+    return data
+
+
+def loads_json(
+    text: str | bytes, *, source: str, error: ErrorFactory, fix: str | None = None
+) -> Any:
+    """``json.loads`` within :data:`MAX_DEPTH`, as :func:`loads_toml`; ``ValueError`` is
+    left to the caller."""
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise _too_deep(source, error, fix) from None
+    _check_depth(data, source, error, fix)
+    return data
+
+
+def read_utf8(path: Path, error: ErrorFactory, *, what: str = "file") -> tuple[str, bytes]:
+    """The text and bytes of a file the user edits, or the format's ``error`` in the user's
+    terms: a directory, FIFO or device says what it is (refused before it is opened, see
+    :func:`check_regular`), bytes that are not UTF-8 say "save it as UTF-8", an unreadable
+    file names the reason. ``FileNotFoundError`` is left to the caller, which knows
+    whether a missing file is an error (and what creates it)."""
+    raw = read_regular(path, error, what=what)
     if (bom := bom_problem(raw)) is not None:
         raise error(f"{path} {bom}", fix=BOM_FIX)
     try:

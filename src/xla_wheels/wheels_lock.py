@@ -31,7 +31,7 @@ from xla_wheels.bundle import Bundle, available_bundles, load_bundle
 from xla_wheels.errors import LockError, LockFileError, PipelineError
 from xla_wheels.patches import describe_series, series_digest
 from xla_wheels.provenance import PatchDigest, read_patches
-from xla_wheels.tables import BOM_FIX, Field, Table, bom_problem
+from xla_wheels.tables import BOM_FIX, Field, Table, bom_problem, loads_toml, read_regular
 
 LOCK_VERSION = "1"
 _PREAMBLE = (
@@ -339,6 +339,21 @@ def stage_held_back() -> list[filemode.StagedFile]:
     return staged
 
 
+def write_with_held_back(files: Sequence[tuple[Path, bytes | str]]) -> None:
+    """Write ``files`` and the lock writes held back so far (:func:`written_on_success`)
+    all or none, the lock renamed last (:func:`~xla_wheels.filemode.commit_all`): a
+    failure anywhere (a read-only ``dist/<bundle>``, a full disk) leaves ``wheels.lock``
+    and each of ``files`` byte for byte as they were."""
+    staged = filemode.stage_all(files)
+    try:
+        staged += stage_held_back()
+    except BaseException:
+        for file in staged:
+            file.discard()
+        raise
+    filemode.commit_all(staged)
+
+
 def _unreadable(path: Path, what: str) -> LockFileError:
     return LockFileError(f"{path} {what}", fix=_repair_fix(path))
 
@@ -350,19 +365,20 @@ def read_lock(path: Path) -> Lock:
         return pending[path.resolve()]
     if not path.exists():
         return Lock()
-    if path.is_dir():
-        raise _unreadable(path, "is a directory, not the lock file")
     try:
-        raw = path.read_bytes()
+        # A directory, FIFO or device is refused from its stat (tables.read_regular).
+        raw = read_regular(path, LockFileError, what="lock file")
         if (bom := bom_problem(raw)) is not None:
             raise LockFileError(f"{path} {bom}", fix=BOM_FIX)
-        data = tomllib.loads(raw.decode("utf-8"))
+        data = loads_toml(
+            raw.decode("utf-8"), source=str(path), error=LockFileError, fix=_repair_fix(path)
+        )
     except UnicodeDecodeError as error:
         raise _unreadable(path, f"is not UTF-8 text (byte {error.start}): damaged") from None
     except tomllib.TOMLDecodeError as error:
         raise _unreadable(path, f"is not valid TOML: {error}") from None
-    except OSError as error:
-        raise _unreadable(path, f"cannot be read: {error.strerror}") from None
+    except FileNotFoundError:
+        return Lock()  # removed since the check above
     if data.get("lock-version") != LOCK_VERSION:
         raise _unreadable(
             path,

@@ -41,7 +41,7 @@ from typing import Any
 from xla_wheels.errors import PipelineError, UsageError
 from xla_wheels.launch_profile import ROLES
 from xla_wheels.redact import REDACTED
-from xla_wheels.tables import Field, Table, read_utf8
+from xla_wheels.tables import Field, Table, loads_toml, read_utf8
 
 CONFIG_RELPATH = "build/builders.toml"
 BAZEL_SCHEMES = ("grpc", "grpcs", "http", "https")
@@ -185,7 +185,7 @@ def load_remote_cache(
     if path.exists():
         text = read_utf8(path, RemoteCacheConfigError, what="builders file")[0]
         try:
-            data = tomllib.loads(text)
+            data = loads_toml(text, source=str(path), error=RemoteCacheConfigError)
         except tomllib.TOMLDecodeError as error:
             raise RemoteCacheConfigError(
                 f"{path}: not valid TOML: {error}", fix="fix the syntax at that line"

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-import shutil
 from pathlib import Path
 
 from xla_wheels import filemode, launch_profile
@@ -26,6 +25,7 @@ from xla_wheels.cli.settings import pipeline_options
 from xla_wheels.errors import UsageError
 from xla_wheels.publish.cache_contract import directory_name
 from xla_wheels.publish.wheels import locked_versions
+from xla_wheels.tables import read_regular
 from xla_wheels.wheels_lock import read_lock
 
 HELPER = Path("scripts") / "xla_launch_profile.py"
@@ -38,16 +38,35 @@ def cmd_launch_env(args: argparse.Namespace) -> int:
     role = launch_profile.check_role(args.role)
     build = _build_directory(options.lock_path, bundle) if profile.needs_build else None
     out: Path = args.out or options.out_dir / "launch" / bundle.name / f"{profile.name}-{role}"
+    files: list[tuple[Path, bytes | str]] = [
+        (out / name, text)
+        for name, text in launch_profile.launch_files(profile, bundle.name, role, build).items()
+    ]
+    files.append((out / HELPER.name, _helper(options.root)))
     out.mkdir(parents=True, exist_ok=True)
-    for name, text in launch_profile.launch_files(profile, bundle.name, role, build).items():
-        filemode.write_by_rename(out / name, text)
-    shutil.copyfile(options.root / HELPER, out / HELPER.name)
+    # The three files are one launch environment: all of them or, on a failure (a full
+    # disk), none changed.
+    filemode.write_all(files)
     print(f"launch profile {profile.name} of {bundle.name} (role {role}) written to {out}:")
     # Lines to copy: the path quoted for the shell, and as a Python string literal.
     env_sh, env_json = shlex.quote(str(out / "env.sh")), repr(str(out / "env.json"))
     print(f"  . {env_sh}    # in the launcher, before the training process starts")
     print(f"  xla_launch_profile.apply({env_json})    # or first thing in training code")
     return 0
+
+
+def _helper(root: Path) -> bytes:
+    """The helper launch-env copies beside the env files, read before anything is written."""
+    path = root / HELPER
+    try:
+        return read_regular(path, UsageError, what="launch helper")
+    except FileNotFoundError:
+        raise UsageError(
+            f"{path} does not exist: the project root {root} has no launch helper to copy "
+            "beside the environment files",
+            fix=f"run from a full checkout of the project (or pass --root one), or restore "
+            f"it: `git checkout -- {HELPER}`",
+        ) from None
 
 
 def _build_directory(lock_path: Path, bundle: Bundle) -> str:

@@ -31,7 +31,12 @@ from xla_wheels.publish.wheels import locked_records, locked_wheels
 from xla_wheels.redact import Redactor, shown
 from xla_wheels.release import lanes
 from xla_wheels.release.host_lane import add_lane_findings
-from xla_wheels.wheels_lock import BundleEntry, read_lock
+from xla_wheels.wheels_lock import (
+    BundleEntry,
+    read_lock,
+    write_with_held_back,
+    written_on_success,
+)
 
 
 def _dist(options: PipelineOptions, args: argparse.Namespace) -> Path:
@@ -87,11 +92,22 @@ def cmd_requirements(args: argparse.Namespace) -> int:
     directory = _dist(options, args)
     wheels = locked_wheels(options.lock_path, bundle.name, directory)
     platforms = args.platform or requirements.host_platforms()
-    runtime = requirements.runtime_records(
-        options.lock_path, bundle, wheels, platforms, network=options.network, refresh=args.refresh
-    )
     output = args.output or directory / requirements.REQUIREMENTS_NAME
-    path = requirements.write_requirements(output, bundle, [w.record for w in wheels], runtime)
+    # A runtime resolution is recorded in wheels.lock only together with the file made
+    # from it: a write that fails (a read-only dist/<bundle>) leaves the lock as it was.
+    with written_on_success():
+        runtime = requirements.runtime_records(
+            options.lock_path,
+            bundle,
+            wheels,
+            platforms,
+            network=options.network,
+            refresh=args.refresh,
+        )
+        text = requirements.requirements_text(bundle, [w.record for w in wheels], runtime)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        write_with_held_back([(output, text)])
+    path = output
     print(f"wrote {path}: {len(wheels)} wheel(s) of ours, {len(runtime)} public wheel(s)")
     return 0
 

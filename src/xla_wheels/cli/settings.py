@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 from xla_wheels.cli.arguments import NET_RETRIES, NET_TIMEOUT, PROGRESS_INTERVAL
 from xla_wheels.cli.from_make import closest
+from xla_wheels.disk_faults import existing
 from xla_wheels.errors import UsageError
 from xla_wheels.options import (
     ENV_PREFIX,
@@ -169,6 +170,21 @@ def _number(settings: Settings, flag: str, parse: Callable[[str], float], defaul
     return default if text is None else parse(text)
 
 
+def _a_directory(flag: str, path: Path) -> Path:
+    """``path`` resolved, refused when it, or the nearest part of it that exists, is not a
+    directory (a file named where the run makes its directories): before anything runs,
+    dry run too, rather than a NotADirectoryError half way."""
+    path = path.resolve()
+    there = existing(path)
+    if not there.is_dir():
+        where = f"{path} cannot be made: {there}" if there != path else str(path)
+        raise UsageError(
+            f"{env_var(flag)} / {flag}: {where} is a file, not a directory",
+            fix=f"set {env_var(flag)} (or pass {flag}) to a directory, or move {there} away",
+        )
+    return path
+
+
 def pipeline_options(args: argparse.Namespace, environ: Mapping[str, str]) -> PipelineOptions:
     settings = Settings(args, environ)
     if not getattr(args, "has_dry_run", False) and settings.switch("--dry-run"):
@@ -184,8 +200,10 @@ def pipeline_options(args: argparse.Namespace, environ: Mapping[str, str]) -> Pi
     policy = NetworkPolicy()
     return PipelineOptions(
         root=root,
-        cache_dir=(_directory(settings, "--cache-dir") or machine_cache(environ)).resolve(),
-        out_dir=(_directory(settings, "--out-dir") or root / "out").resolve(),
+        cache_dir=_a_directory(
+            "--cache-dir", _outside_git(settings, "--cache-dir") or machine_cache(environ)
+        ),
+        out_dir=_a_directory("--out-dir", _outside_git(settings, "--out-dir") or root / "out"),
         mirror=_checked(
             settings, "--mirror", "MIRROR", check_remote, REMOTE_RULE, "/srv/git-mirrors"
         ),
@@ -295,7 +313,7 @@ def _build_tag(text: str | None) -> str | None:
     return text
 
 
-def _directory(settings: Settings, flag: str) -> Path | None:
+def _outside_git(settings: Settings, flag: str) -> Path | None:
     """A directory the run writes into, from its flag (checked by argparse) or its
     ``XLA_WHEELS_*`` variable, checked here the same way (:func:`check_output_dir`)."""
     text = settings.text(flag)

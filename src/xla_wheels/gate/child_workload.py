@@ -30,6 +30,7 @@ compares them bit for bit, not through a decimal rendering.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -77,10 +78,16 @@ COUNTERS = (
 
 def _write(path: str, payload: dict[str, Any]) -> None:
     # Write then rename, so the parent never reads a half-written report.
+    # A write that fails (a full disk) removes the partial file: no .part is left behind.
     tmp = path + ".part"
-    with open(tmp, "w") as handle:
-        json.dump(payload, handle, indent=2, sort_keys=True)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as handle:
+            json.dump(payload, handle, indent=2, sort_keys=True)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 #: What is known so far, reported even when a later step raises: an import that worked

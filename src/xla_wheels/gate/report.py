@@ -10,6 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from xla_wheels import filemode
 from xla_wheels.gate.result import CheckResult
 from xla_wheels.gate.target import Target
 
@@ -124,9 +125,15 @@ def write_reports(
         "checks": [r.to_json() for r in results],
     }
     json_path = out_dir / REPORT_JSON
-    json_path.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
     junit_path = out_dir / REPORT_JUNIT
-    junit_path.write_text(render_junit(target, results, error))
+    # Both or neither, each complete: a full disk leaves the reports as they were and an
+    # error naming the file, never an empty report.json a CI job would read.
+    filemode.write_all(
+        [
+            (json_path, json.dumps(payload, indent=2, sort_keys=True) + "\n"),
+            (junit_path, render_junit(target, results, error)),
+        ]
+    )
     return json_path, junit_path
 
 

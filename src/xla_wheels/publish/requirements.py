@@ -237,13 +237,18 @@ def render_requirements(bundle_name: str, python: str, requirements: Sequence[Re
     return "\n".join(parts) + "\n"
 
 
+def requirements_text(
+    bundle: Bundle, ours: Sequence[WheelRecord], runtime: Sequence[RuntimeWheelRecord]
+) -> str:
+    return render_requirements(bundle.name, bundle.python, requirement_lines(ours, runtime))
+
+
 def write_requirements(
     path: Path,
     bundle: Bundle,
     ours: Sequence[WheelRecord],
     runtime: Sequence[RuntimeWheelRecord],
 ) -> Path:
-    text = render_requirements(bundle.name, bundle.python, requirement_lines(ours, runtime))
     path.parent.mkdir(parents=True, exist_ok=True)
-    filemode.write_by_rename(path, text)
+    filemode.write_by_rename(path, requirements_text(bundle, ours, runtime))
     return path

@@ -57,7 +57,7 @@ from typing import Any
 
 from xla_wheels import filemode
 from xla_wheels.errors import PipelineError, UsageError
-from xla_wheels.tables import Field, Table, read_utf8
+from xla_wheels.tables import Field, Table, loads_toml, read_utf8
 from xla_wheels.values import NAME_PATTERN, NAME_RULE
 
 LANES_CONFIG = Path("build") / "lanes.toml"
@@ -243,7 +243,8 @@ def _lane(root: Path, name: str, table: Table, names: Mapping[str, Any]) -> Lane
 def load_config(root: Path) -> LanesConfig:
     path = root / LANES_CONFIG
     try:
-        data = tomllib.loads(read_utf8(path, LaneFileError, what="lanes file")[0])
+        text = read_utf8(path, LaneFileError, what="lanes file")[0]
+        data = loads_toml(text, source=str(path), error=LaneFileError)
     except FileNotFoundError:
         raise LaneFileError(
             f"{path} does not exist",
@@ -351,7 +352,7 @@ def read_record(root: Path) -> LanesRecord:
     restore = _restore_fix()
     text = read_utf8(path, LaneFileError, what="lanes lock")[0]
     try:
-        data = tomllib.loads(text)
+        data = loads_toml(text, source=str(path), error=LaneFileError, fix=restore)
     except tomllib.TOMLDecodeError as error:
         raise LaneFileError(f"{path} is not valid TOML: {error}", fix=restore) from error
     if data.get("lanes-lock-version") not in READABLE_VERSIONS:

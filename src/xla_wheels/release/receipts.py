@@ -51,7 +51,7 @@ from xla_wheels.errors import PipelineError
 from xla_wheels.gate.result import CheckResult
 from xla_wheels.gate.target import Target
 from xla_wheels.release.installed import EnvironmentMatch, InstalledFacts, WheelMatch
-from xla_wheels.tables import Table
+from xla_wheels.tables import Table, loads_json, read_regular
 
 RECEIPT_VERSION = "1"
 RECEIPTS_DIRNAME = "receipts"
@@ -279,7 +279,8 @@ def _check_evidence(row: Table) -> CheckEvidence:
 
 def read_receipt(path: Path) -> StoredReceipt:
     try:
-        data = json.loads(path.read_text())
+        raw = read_regular(path, ReceiptError, what="receipt")
+        data = loads_json(raw, source=str(path), error=ReceiptError, fix=_RESTORE)
     except (OSError, ValueError) as error:
         raise ReceiptError(
             f"{path} is not a readable receipt: {error}", fix="restore it from git or delete it"

@@ -1,0 +1,188 @@
+"""A file the pipeline reads must be a regular file of sane size and depth, and a directory
+it makes must be a directory: anything else is refused with `error:`/`fix:` and exit 2
+before it is opened, never a hang, a traceback or a misleading "does not exist".
+
+Real FIFOs (``os.mkfifo``) and real files through the real CLI (a fresh process, with a
+timeout: before the stat check, opening a FIFO waited for a writer forever).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.clirunner import CliResult, run_cli
+from tests.test_error_contract import BUNDLE, assert_bad_input, project_copy
+from xla_wheels.errors import ManifestError
+from xla_wheels.tables import MAX_DEPTH, MAX_FILE_BYTES, loads_json, loads_toml, read_utf8
+
+#: Well under the suite's limits, well over what a refused file takes (< 1 s).
+TIMEOUT_S = 30.0
+
+
+def run(root: Path, *args: str, env: dict[str, str] | None = None) -> CliResult:
+    return run_cli(
+        *args,
+        root=root,
+        env={"XLA_WHEELS_OUT": str(root / "out"), "HOME": str(root), **(env or {})},
+        timeout=TIMEOUT_S,
+    )
+
+
+def _fifo(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    os.mkfifo(path)
+
+
+# --- special files where a file is read ------------------------------------------------
+
+# (name, the file made a FIFO, the command that reads it, words of its error line).
+# The first two are the issue's cases; the others are the same class in other readers.
+FIFO_READERS: list[tuple[str, str, tuple[str, ...], tuple[str, ...]]] = [
+    ("manifest", f"build/bundles/{BUNDLE}.toml", ("bundles",), ("FIFO", f"{BUNDLE}.toml")),
+    (
+        "patch",
+        "patches/torch_xla/0002-runtime-memory-info-binding.patch",
+        ("bundles",),
+        ("FIFO", "0002-runtime-memory-info-binding.patch"),
+    ),
+    ("wheels.lock", "wheels.lock", ("lock-check",), ("FIFO", "wheels.lock")),
+    ("lanes.toml", "build/lanes.toml", ("lanes",), ("FIFO", "lanes.toml")),
+    (
+        "signing key",
+        "keys/team.pem",
+        ("attest", "--bundle", BUNDLE),
+        ("FIFO", "team.pem", "signing key"),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("relpath", "command", "words"),
+    [entry[1:] for entry in FIFO_READERS],
+    ids=[entry[0] for entry in FIFO_READERS],
+)
+def test_a_fifo_where_a_file_is_read_is_refused_before_it_is_opened(
+    tmp_path: Path, relpath: str, command: tuple[str, ...], words: tuple[str, ...]
+) -> None:
+    root = project_copy(tmp_path)
+    path = root / relpath
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _fifo(path)
+    result = run(root, *command, env={"XLA_WHEELS_SIGNING_KEY": str(root / "keys/team.pem")})
+    assert_bad_input(result, *words)
+    assert "does not exist" not in result.stderr
+    assert "regular" in result.stderr  # the fix says what belongs there
+
+
+def test_a_manifest_that_is_a_link_to_a_device_is_refused_from_its_stat(tmp_path: Path) -> None:
+    # /dev/zero never ends: reading it whole would fill memory.
+    root = project_copy(tmp_path)
+    manifest = root / "build" / "bundles" / f"{BUNDLE}.toml"
+    manifest.unlink()
+    manifest.symlink_to("/dev/zero")
+    assert_bad_input(run(root, "bundles"), f"{BUNDLE}.toml", "character device")
+
+
+def test_a_fifo_given_to_doctor_as_the_launch_environment_is_refused(
+    tmp_path: Path,
+) -> None:
+    root = project_copy(tmp_path)
+    env_file = tmp_path / "env.sh"
+    os.mkfifo(env_file)
+    result = run(root, "doctor", "--bundle", BUNDLE, "--env-file", str(env_file))
+    assert_bad_input(result, "env.sh", "FIFO")
+
+
+# --- size and depth -----------------------------------------------------------------------
+
+
+def test_a_manifest_nested_100000_arrays_deep_is_bad_input_not_a_recursion_error(
+    tmp_path: Path,
+) -> None:
+    root = project_copy(tmp_path)
+    manifest = root / "build" / "bundles" / f"{BUNDLE}.toml"
+    manifest.write_text(manifest.read_text() + "\n[extra]\nx = " + "[" * 100_000 + "]" * 100_000)
+    result = run(root, "bundles")
+    assert_bad_input(result, f"{BUNDLE}.toml", f"nested more than {MAX_DEPTH} levels")
+    assert "RecursionError" not in result.output
+
+
+def test_a_wheels_lock_nested_too_deep_is_bad_input_for_its_reader(tmp_path: Path) -> None:
+    # Deep enough for the limit, not for Python's stack: the limit is the file's, not luck.
+    root = project_copy(tmp_path)
+    lock = root / "wheels.lock"
+    lock.write_text(lock.read_text() + "\nx = " + "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1))
+    assert_bad_input(run(root, "lock-check"), "wheels.lock", "nested more than")
+
+
+def test_a_manifest_larger_than_the_limit_is_refused_without_being_read(tmp_path: Path) -> None:
+    root = project_copy(tmp_path)
+    manifest = root / "build" / "bundles" / f"{BUNDLE}.toml"
+    with manifest.open("r+b") as handle:  # sparse: the size is there, the bytes are not
+        handle.truncate(MAX_FILE_BYTES + 1)
+    assert_bad_input(run(root, "bundles"), f"{BUNDLE}.toml", "more than a bundle manifest may be")
+
+
+def _toml(depth: int) -> None:
+    # The top table is level 1: `x = []` is two levels.
+    loads_toml("x = " + "[" * (depth - 1) + "]" * (depth - 1), source="f", error=ManifestError)
+
+
+def _json(depth: int) -> None:
+    loads_json("[" * depth + "]" * depth, source="f", error=ManifestError)
+
+
+@pytest.mark.parametrize("loads", [_toml, _json], ids=["toml", "json"])
+def test_the_depth_limit_is_exact_in_both_formats(loads: Callable[[int], None]) -> None:
+    loads(MAX_DEPTH)
+    with pytest.raises(ManifestError, match=f"more than {MAX_DEPTH} levels"):
+        loads(MAX_DEPTH + 1)
+
+
+def test_a_fifo_is_refused_by_the_one_reader_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "table.toml"
+    os.mkfifo(fifo)
+    with pytest.raises(ManifestError, match="is a FIFO"):
+        read_utf8(fifo, ManifestError, what="bundle manifest")
+
+
+# --- a file where a directory is made ----------------------------------------------------
+
+
+@pytest.mark.parametrize("variable", ["XLA_WHEELS_OUT", "XLA_WHEELS_CACHE"])
+@pytest.mark.parametrize("below", [False, True], ids=["the file", "below the file"])
+def test_a_work_directory_setting_naming_a_file_is_bad_input(
+    tmp_path: Path, variable: str, below: bool
+) -> None:
+    root = project_copy(tmp_path)
+    file = tmp_path / "a-file"
+    file.write_text("not a directory\n")
+    value = file / "sub" if below else file
+    result = run(root, "lock", "--bundle", BUNDLE, env={variable: str(value)})
+    assert_bad_input(result, variable, str(file), "not a directory")
+    assert "NotADirectoryError" not in result.output
+    assert file.read_text() == "not a directory\n"
+
+
+# --- launch-env in a root without its helper -------------------------------------------
+
+
+def test_launch_env_in_a_root_without_scripts_is_bad_input_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    root = project_copy(tmp_path)
+    manifest = root / "build" / "bundles" / f"{BUNDLE}.toml"
+    # A profile that needs no build, so that the run gets as far as writing.
+    manifest.write_text(manifest.read_text() + '\n[profiles.plain.device]\nPJRT_DEVICE = "TPU"\n')
+    (root / "scripts" / "xla_launch_profile.py").unlink()
+    out = tmp_path / "launch"
+    result = run(
+        root, "launch-env", "--bundle", BUNDLE, "--profile", "plain", "--role", "reader",
+        "--out", str(out),
+    )  # fmt: skip
+    assert_bad_input(result, "xla_launch_profile.py", "does not exist")
+    assert not out.exists() or not any(out.iterdir()), sorted(out.iterdir())
