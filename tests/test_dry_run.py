@@ -32,7 +32,7 @@ from xla_wheels.cli.arguments import RefusedSwitchAction
 #: The subcommands that honour --dry-run; every other one must reject the flag.
 HONOURS_DRY_RUN = {
     "sources", "patch", "wheels", "builder-image", "lock", "patch-export", "patch-rebase",
-    "publish", "publish-lane", "promote",
+    "publish", "publish-lane", "promote", "rollback",
 }  # fmt: skip
 
 
