@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import IO, Literal
 
 from xla_wheels import log, signals
-from xla_wheels.errors import PipelineError
+from xla_wheels.errors import ExitCode, PipelineError
 
 Redact = Callable[[str], str]
 
@@ -60,7 +60,7 @@ class StepTimedOut(PipelineError):
     """A command did not finish within the time its step allows (exit 8). ``output``: what
     a captured command printed on stdout before it was stopped."""
 
-    exit_code = 8
+    exit_code = ExitCode.TIMED_OUT
 
     def __init__(self, step: str, seconds: float, fix: str, output: str = "") -> None:
         super().__init__(f"{step} did not finish within {seconds:g}s", fix=fix)
@@ -71,7 +71,7 @@ class OptionLikeArgument(PipelineError):
     """A value given by a user (a remote, a path, a revision, a URL) would reach a command
     line where the program could read it as an option (exit 2)."""
 
-    exit_code = 2
+    exit_code = ExitCode.BAD_INPUT
 
 
 #: What ends a program's options: ``--`` for most; ``--end-of-options`` for git commands

@@ -39,6 +39,7 @@ from typing import TextIO
 from xla_wheels import disk_faults, runner, signals, wheel_stamp
 from xla_wheels.builder import recipes, remote_cache
 from xla_wheels.builder.spec import BuildSpec, record_stage, sha256_of
+from xla_wheels.errors import ExitCode
 from xla_wheels.provenance import PROVENANCE_PATH, PatchDigest, Provenance
 from xla_wheels.redact import Redactor
 from xla_wheels.upstream_tree import OPENXLA_PATCHES, workspace_openxla_patches
@@ -291,12 +292,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"disk fault: {error}", file=sys.stderr)
             return disk_faults.DISK_FAULT_EXIT
         print(f"error: {error}", file=sys.stderr)
-        return 1
+        return ExitCode.FAILED
     except KeyboardInterrupt as interrupt:
         # The pipeline's CLI (the parent) reports the interruption; no traceback here.
         print(f"recipe {signals.describe(interrupt)}", file=sys.stderr)
         return signals.exit_code(interrupt)
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":
