@@ -100,7 +100,9 @@ def demangle(names: Sequence[str]) -> dict[str, str]:
     if program is None or not names:
         return {name: name for name in names}
     try:
-        result = runner.run([program], echo="none", input_text="\n".join(names) + "\n", timeout=120)
+        result = runner.run(
+            [program], echo="none", input_text="\n".join(names) + "\n", timeout=120, check=False
+        )
     except (OSError, runner.StepTimedOut):
         return {name: name for name in names}
     lines = result.stdout.splitlines()

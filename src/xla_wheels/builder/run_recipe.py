@@ -101,6 +101,7 @@ def run_step(
             echo="none",  # printed above, with the secrets' marker
             tee=log_file,
             redact=Redactor(secrets),
+            check=False,  # the recipe reports a step's failure with its log's tail
         ).returncode
     _say(f"# {step.title}: exit {returncode} in {time.monotonic() - start:.1f}s", log_file)
     if returncode != 0:
@@ -204,7 +205,7 @@ def _apply_openxla_patches(spec: BuildSpec, args: Sequence[str], log_file: TextI
         argv = ["patch", "-p1", "-l", "-N", "-i", str(patch_file)]
         _say(f"+ cd {openxla} && {' '.join(argv)}", log_file)
         log_file.flush()
-        process = runner.run(argv, cwd=openxla, echo="none", output=log_file)
+        process = runner.run(argv, cwd=openxla, echo="none", output=log_file, check=False)
         if process.returncode != 0:
             raise StepFailed(
                 f"torch_xla's openxla_patches/{name} does not apply to OpenXLA "
@@ -226,7 +227,7 @@ def _toolchain(spec: BuildSpec) -> dict[str, str]:
     for key in ("CC", "CXX"):
         compiler = spec.compiler_env.get(key)
         if compiler and shutil.which(compiler):
-            out = runner.run([compiler, "--version"], echo="none")
+            out = runner.run([compiler, "--version"], echo="none", check=False)
             info[key] = (out.stdout.splitlines() or [""])[0]
     bazelversion = Path(spec.torch_xla_tree) / ".bazelversion"
     if bazelversion.exists():
