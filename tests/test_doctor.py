@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.bundles import LIBTPU_RUNTIME
 from tests.clirunner import CliResult, run_cli
 from tests.publish_support import (
     BUNDLE,
@@ -17,14 +18,17 @@ from tests.publish_support import (
     host_venv,
     make_publish_project,
 )
+from xla_wheels.bundle import load_bundle
 from xla_wheels.disk_faults import mount_of
 from xla_wheels.publish.doctor import (
     DoctorReport,
     check_abi,
     check_cache_contract,
     check_environment,
+    check_versions,
 )
 from xla_wheels.publish.host_probe import HostFacts
+from xla_wheels.wheels_lock import read_lock
 
 GOOD_ENV = {"PJRT_DEVICE": "TPU", "XLA_NO_SPECIAL_SCALARS": "1"}
 
@@ -205,3 +209,23 @@ def test_a_reader_that_may_write_is_one_finding(
     check_cache_contract(report, SimpleNamespace(name="b"), facts, env, "reader")
     assert [f.check for f in report.failed] == [failed]
     assert "XLA_PERSISTENT_CACHE_READ_ONLY=1" in report.failed[0].fix
+
+
+def test_a_dev_release_of_the_minimum_is_older_than_the_minimum(tmp_path: Path) -> None:
+    # pip's ">=0.0.24" refuses 0.0.24.dev20250601 (a pre-release of 0.0.24); so does doctor.
+    project = make_publish_project(tmp_path, [], runtime=LIBTPU_RUNTIME)
+    bundle = load_bundle(project, BUNDLE)
+    lock = read_lock(project / "wheels.lock")
+    found = {}
+    for libtpu in ("0.0.24.dev20250601", "0.0.24", "0.0.24.post1", "0.0.36"):
+        facts = HostFacts("python", "3.11", {"libtpu": libtpu}, {}, None, None, None, ())
+        report = DoctorReport(BUNDLE, "python")
+        check_versions(report, bundle, facts, lock)
+        [finding] = [f for f in report.findings if f.check == "libtpu"]
+        found[libtpu] = finding.status
+    assert found == {
+        "0.0.24.dev20250601": "FAIL",
+        "0.0.24": "WARN",  # meets the minimum, not the preferred version
+        "0.0.24.post1": "WARN",
+        "0.0.36": "ok",
+    }

@@ -132,6 +132,7 @@ def test_a_teed_step_reaches_its_log_and_stderr_redacted_line_by_line(
             echo="none",
             tee=step_log,
             redact=lambda text: text.replace("s3cret", "<redacted>"),
+            check=False,
         )
     assert result.returncode == 3
     assert (tmp_path / "step.log").read_text().split() == ["token=<redacted>", "warn"]
@@ -166,3 +167,28 @@ def test_stop_ends_a_process_and_kills_one_that_ignores_sigterm() -> None:
     assert polite.returncode == -signal.SIGTERM
     assert stubborn.returncode == -signal.SIGKILL  # after its grace, not the sleep's 60 s
     assert time.monotonic() - began < 20
+
+
+FAILING = "import sys; print('out'); sys.stderr.write(''.join(f'line {i}\\n' for i in range(40)))"
+
+
+def test_a_failed_command_raises_naming_it_and_the_tail_of_its_stderr() -> None:
+    argv = [sys.executable, "-c", f"{FAILING}; sys.exit(4)"]
+    with pytest.raises(runner.CommandFailed) as caught:
+        runner.run(argv, env={"INDEX": "https://user:tok3n@example.invalid/simple"},
+                   shown_env={"INDEX": "https://user:tok3n@example.invalid/simple"},
+                   echo="none", fix="do the thing")  # fmt: skip
+    failed = caught.value
+    assert failed.exit_code == 1 and failed.returncode == 4
+    first, *tail = failed.message.splitlines()
+    assert first.startswith("`INDEX=https://") and first.endswith(" failed (exit 4):")
+    assert "tok3n" not in failed.message  # the command is shown masked
+    assert tail == [f"line {i}" for i in range(25, 40)]  # the last 15 lines, not stdout
+    assert failed.fix == "do the thing"
+    assert failed.result.stdout == "out\n"
+
+
+def test_a_caller_that_judges_the_code_itself_asks_not_to_be_raised_at() -> None:
+    result = runner.run([sys.executable, "-c", f"{FAILING}; sys.exit(4)"], echo="none", check=False)
+    assert result.returncode == 4
+    assert runner.run([sys.executable, "-c", "pass"], echo="none").returncode == 0

@@ -19,7 +19,7 @@ import pytest
 from tests.gitrepos import REPO_ROOT
 from xla_wheels.builder.remote_cache import RemoteCacheConfigError, load_remote_cache
 from xla_wheels.bundle import load_bundle
-from xla_wheels.errors import LockError, LockFileError, ManifestError, PipelineError
+from xla_wheels.errors import LockError, ManifestError, PipelineError
 from xla_wheels.provenance import (
     BuildSettings,
     ComponentProvenance,
@@ -282,12 +282,18 @@ def test_a_bad_key_is_named_with_its_file_and_a_fix(
         assert fix is not None and caught.value.fix is not None and fix in caught.value.fix
 
 
-def test_the_exit_codes_are_the_formats_own() -> None:
-    # A malformed file in the checkout is bad input, exit 2, whichever format it is; a
-    # well-formed lock that is stale, or a lane refusing a bundle, is a failed step (1).
-    assert (ManifestError.exit_code, RemoteCacheConfigError.exit_code) == (2, 2)
-    assert (LockFileError.exit_code, LaneFileError.exit_code) == (2, 2)
-    assert (LockError.exit_code, LaneError.exit_code) == (1, 1)
+@pytest.mark.parametrize(
+    ("name", "old", "new"), [case[:3] for case in CASES if FORMATS[case[0]].file]
+)
+def test_the_exit_codes_are_the_formats_own(tmp_path: Path, name: str, old: str, new: str) -> None:
+    # A malformed file in the checkout is bad input, exit 2, whichever format it is and
+    # whichever of its classes the loader raises (a well-formed lock that is stale, or a
+    # lane refusing a bundle, is a failed step: LockError, LaneError, exit 1). The
+    # provenance file is read as bytes (ProvenanceFormatError): its readers decide.
+    form = FORMATS[name]
+    with pytest.raises(PipelineError) as caught:
+        form.load(tmp_path, form.good.replace(old, new, 1))
+    assert caught.value.exit_code == 2, type(caught.value).__name__
 
 
 def test_json_null_is_an_absent_optional_field_and_not_a_present_required_one() -> None:

@@ -735,7 +735,9 @@ def _clang_format_14() -> Path:
 def test_patched_files_are_clang_format_clean(patched_tree: Path) -> None:
     formatter = _clang_format_14()
     touched = sorted({path for name in SERIES for path in load(name).header.declared_files})
-    for path in [path for path in touched if path.endswith((".cpp", ".h"))]:
+    sources = [path for path in touched if path.endswith((".cpp", ".h"))]
+    assert sources, "the series touches no C++ file: drop this test"
+    for path in sources:
         formatted = subprocess.run(
             [str(formatter), "--style=file", path],
             cwd=patched_tree,

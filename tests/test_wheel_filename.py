@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import inspect
 import subprocess
 import sys
+import tomllib
+from importlib import metadata
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from xla_wheels.wheel_filename import (
     HAVE_PACKAGING,
@@ -53,8 +58,16 @@ PATHS = [pytest.param(False, id="standard-library")] + (
 
 
 def test_the_host_checks_with_packaging() -> None:
-    # The pipeline's environment declares packaging, so the host never takes the fallback.
-    assert HAVE_PACKAGING
+    # The pipeline's environment declares packaging, at a version installed here, so a
+    # host call (no with_packaging given) takes packaging's check, never the fallback.
+    project = tomllib.loads((SRC.parent / "pyproject.toml").read_text())["project"]
+    [declared] = [
+        Requirement(line)
+        for line in project["dependencies"]
+        if canonicalize_name(Requirement(line).name) == "packaging"
+    ]
+    assert declared.specifier.contains(metadata.version("packaging"))
+    assert inspect.signature(parse_wheel_name).parameters["with_packaging"].default is True
 
 
 @pytest.mark.parametrize("with_packaging", PATHS)

@@ -178,7 +178,7 @@ def _text(template: str, what: str) -> str:
 
 def _git(cwd: Path, *args: str) -> str:
     argv = ["git", "-c", "init.defaultBranch=main", *args]
-    result = runner.run(argv, cwd=cwd, env=GIT_ENV, echo="none")
+    result = runner.run(argv, cwd=cwd, env=GIT_ENV, echo="none", check=False)
     if result.returncode != 0:
         raise PipelineError(
             f"git {' '.join(args)} failed in {cwd}: {result.stderr.strip()}",
@@ -481,6 +481,7 @@ def _run_stages(directory: Path) -> int:
                 argv, cwd=directory, base_env=env, echo="none", output=handle,
                 step=f"demo stage {number} ({stage.args[0]})", timeout=STAGE_TIMEOUT_S,
                 own_group=True,  # ended with the demo (SIGTERM to it alone included)
+                check=False,
             )  # fmt: skip
         summary = _summary(log_path)
         for line in summary:

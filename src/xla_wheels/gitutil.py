@@ -76,6 +76,7 @@ def run_git(
         output="stream-stderr" if streaming else "capture",
         input_text=input_text,
         timeout=timeout,
+        check=False,  # a failure is a GitError, with git's own stderr whole
     )
     if check and process.returncode != 0:
         raise GitError(

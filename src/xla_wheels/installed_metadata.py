@@ -89,10 +89,11 @@ def read_installed(
         raise ProbeFailed(f"cannot run the interpreter {python}: {error.message}") from None
     except OSError as error:
         raise ProbeFailed(f"cannot run the interpreter {python}: {error}") from None
-    if result.returncode != 0:
+    except runner.CommandFailed as failed:  # a ProbeFailed: its callers report it their way
         raise ProbeFailed(
-            f"{python} could not read its installed packages: {result.stderr.strip()[-400:]}"
-        )
+            f"{python} could not read its installed packages: "
+            f"{failed.result.stderr.strip()[-400:]}"
+        ) from None
     data = json.loads(result.stdout)
     dists = {
         name: InstalledDistribution(

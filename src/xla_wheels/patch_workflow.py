@@ -39,7 +39,7 @@ from pathlib import Path
 
 from xla_wheels import filemode, log
 from xla_wheels.bundle import Bundle, Component, PatchRef, available_bundles, load_bundle
-from xla_wheels.errors import PatchError, PipelineError, UsageError
+from xla_wheels.errors import ExitCode, PatchError, PipelineError, UsageError
 from xla_wheels.gitutil import compose, git, git_out, run_git, status_porcelain
 from xla_wheels.layout import BundleLayout
 from xla_wheels.options import PipelineOptions
@@ -105,7 +105,7 @@ class RebaseStopped(PatchError):
     """``patch-rebase`` stopped at a patch that needs the user (a conflict, an emptied
     patch). Not a failure of the tool: the worktree is mid-rebase on purpose."""
 
-    exit_code = 3
+    exit_code = ExitCode.REBASE_STOPPED
 
 
 @dataclass(frozen=True)

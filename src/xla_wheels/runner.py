@@ -10,6 +10,9 @@ tools, pip, twine, the container engines) goes through :func:`run`, so each of t
   would otherwise point every git command at the hook's repository instead of its cwd;
 - has its captured output written to the open stage log, and both the printed line and
   the output passed through the caller's ``redact`` (the one secret masker);
+- raises :class:`CommandFailed` (exit 1), naming the command and the tail of its stderr,
+  when it exits non-zero, unless the caller asks ``check=False`` to judge the code itself
+  (as ``subprocess.run(check=True)``, pypa/build's and cibuildwheel's runners do);
 - stops at ``timeout`` seconds with :class:`StepTimedOut`, which the CLI edge prints as
   ``error:`` naming the step and ``fix:``. The default is no limit: a build step may
   legitimately take hours;
@@ -36,7 +39,7 @@ from pathlib import Path
 from typing import IO, Literal
 
 from xla_wheels import log, signals
-from xla_wheels.errors import PipelineError
+from xla_wheels.errors import ExitCode, PipelineError
 
 Redact = Callable[[str], str]
 
@@ -60,18 +63,38 @@ class StepTimedOut(PipelineError):
     """A command did not finish within the time its step allows (exit 8). ``output``: what
     a captured command printed on stdout before it was stopped."""
 
-    exit_code = 8
+    exit_code = ExitCode.TIMED_OUT
 
     def __init__(self, step: str, seconds: float, fix: str, output: str = "") -> None:
         super().__init__(f"{step} did not finish within {seconds:g}s", fix=fix)
         self.output = output
 
 
+class CommandFailed(PipelineError):
+    """A command exited non-zero (exit 1): the message names it (credentials masked) and
+    ends with the last lines of its stderr (else stdout); ``result`` is what it returned."""
+
+    TAIL_LINES = 15
+
+    def __init__(
+        self, result: subprocess.CompletedProcess[str], shown: str, fix: str | None
+    ) -> None:
+        said = (result.stderr or "").strip() or (result.stdout or "").strip()
+        tail = "\n".join(said.splitlines()[-self.TAIL_LINES :])
+        super().__init__(
+            f"`{shown}` failed (exit {result.returncode})" + (f":\n{tail}" if tail else ""),
+            fix=fix or "read the command's output above (and the stage log, when one is "
+            "open); fix what it names, then run again",
+        )
+        self.result = result
+        self.returncode = result.returncode
+
+
 class OptionLikeArgument(PipelineError):
     """A value given by a user (a remote, a path, a revision, a URL) would reach a command
     line where the program could read it as an option (exit 2)."""
 
-    exit_code = 2
+    exit_code = ExitCode.BAD_INPUT
 
 
 #: What ends a program's options: ``--`` for most; ``--end-of-options`` for git commands
@@ -126,8 +149,11 @@ def run(
     timeout_fix: str = "check the network or the machine's load, then run it again",
     redact: Redact | None = None,
     own_group: bool = False,
+    check: bool = True,
+    fix: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``argv`` and return its result (never raises for a non-zero exit).
+    """Run ``argv`` and return its result; a non-zero exit raises :class:`CommandFailed`
+    (with ``fix``, when given) unless ``check`` is False.
 
     ``env`` is added to ``base_env`` (default: ours) minus :data:`GIT_LOCATION_VARS`;
     ``shown_env`` is the part of it the printed line shows, ``shown_argv`` the command
@@ -170,6 +196,8 @@ def run(
         log.to_stage_logs(result.stderr)
         if result.returncode != 0:
             log.to_stage_logs(f"# exit {result.returncode}")
+    if check and result.returncode != 0:
+        raise CommandFailed(result, line, fix)
     return result
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from xla_wheels.errors import CheckFailed, PatchError
+from xla_wheels.errors import CheckFailed, ExitCode, PatchError
 from xla_wheels.gitutil import git
 from xla_wheels.options import NetworkPolicy
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     # Types only: the runner itself (and the toolchain code) is imported when a check runs.
     from xla_wheels.series_checks.run import CheckOutcome, CompileError
 
-DOES_NOT_BUILD_EXIT_CODE = 7
+DOES_NOT_BUILD_EXIT_CODE = ExitCode.DOES_NOT_BUILD
 CHECKS_SUBDIR = "checks"
 """``patches/<component>/checks/``: the series' compiled check programs."""
 

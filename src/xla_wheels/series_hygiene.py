@@ -23,10 +23,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from xla_wheels.errors import GitError, PatchError
+from xla_wheels.errors import ExitCode, GitError, PatchError
 from xla_wheels.gitutil import git
 
-DEFECTS_EXIT_CODE = 6
+DEFECTS_EXIT_CODE = ExitCode.SERIES_DEFECTS
 
 MARKER = "leftover conflict marker"
 TRAILING = "trailing whitespace"

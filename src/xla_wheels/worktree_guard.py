@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xla_wheels.bundle import Component
-from xla_wheels.errors import GitError, SourceError
+from xla_wheels.errors import ExitCode, GitError, SourceError
 from xla_wheels.gitutil import GitRunner, compose, run_git
 from xla_wheels.patches import DEFAULT_AUTHOR, commit_message, parse_patch
 from xla_wheels.upstream_tree import (
@@ -60,7 +60,7 @@ _SHOWN = 20
 class WorktreeHasUserWork(SourceError):
     """The worktree holds work the pipeline did not make; nothing was touched (exit 4)."""
 
-    exit_code = 4
+    exit_code = ExitCode.USER_WORK
 
 
 @dataclass(frozen=True)

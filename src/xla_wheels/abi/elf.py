@@ -19,7 +19,7 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.gnuversions import GNUVerDefSection, GNUVerNeedSection, GNUVerSymSection
 from elftools.elf.sections import SymbolTableSection
 
-from xla_wheels.errors import PipelineError
+from xla_wheels.errors import ExitCode, PipelineError
 
 #: Bindings under which a defined symbol is visible to other objects (GNU_UNIQUE is
 #: reported by pyelftools as ``STB_LOOS``, the value it shares with STB_GNU_UNIQUE).
@@ -33,7 +33,7 @@ _SPECIAL_INDEX = {"VER_NDX_LOCAL": 0, "VER_NDX_GLOBAL": 1}
 class ElfReadError(PipelineError):
     """A file given as a shared library is not one pyelftools can read."""
 
-    exit_code = 2
+    exit_code = ExitCode.BAD_INPUT
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from pathlib import Path
 from xla_wheels import runner
 from xla_wheels.abi.compare import Comparison, SymbolGroup, compare, group_missing
 from xla_wheels.abi.elf import read_shared_object
-from xla_wheels.errors import PipelineError
+from xla_wheels.errors import ExitCode, PipelineError
 from xla_wheels.installed_metadata import InstalledDistribution, ProbeFailed, read_installed
 from xla_wheels.wheel_filename import WheelFilenameError, parse_wheel_name
 
@@ -38,7 +38,7 @@ TORCH_LIB_DIR = "torch/lib"
 class AbiInputError(PipelineError):
     """The pair cannot be read (missing file, not a wheel, no torch in the environment)."""
 
-    exit_code = 2
+    exit_code = ExitCode.BAD_INPUT
 
 
 class NoExtension(AbiInputError):
@@ -48,7 +48,7 @@ class NoExtension(AbiInputError):
 class AbiMismatch(PipelineError):
     """``_XLAC`` imports symbols (or libraries) the paired torch does not have."""
 
-    exit_code = 1
+    exit_code = ExitCode.FAILED
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,9 @@ def demangle(names: Sequence[str]) -> dict[str, str]:
     if program is None or not names:
         return {name: name for name in names}
     try:
-        result = runner.run([program], echo="none", input_text="\n".join(names) + "\n", timeout=120)
+        result = runner.run(
+            [program], echo="none", input_text="\n".join(names) + "\n", timeout=120, check=False
+        )
     except (OSError, runner.StepTimedOut):
         return {name: name for name in names}
     lines = result.stdout.splitlines()

@@ -67,7 +67,7 @@ def _build(wheel: StockWheel, tmp: Path) -> dict[str, object]:
     ]  # fmt: skip
     started = time.monotonic()
     try:
-        result = runner.run(argv, timeout=DOWNLOAD_TIMEOUT_S)
+        result = runner.run(argv, timeout=DOWNLOAD_TIMEOUT_S, check=False)
     except (OSError, runner.StepTimedOut) as error:
         reason = error.message if isinstance(error, runner.StepTimedOut) else error
         raise AbiInputError(

@@ -82,19 +82,16 @@ class Engine(contextlib.AbstractContextManager["Engine"]):
                     "running as root: the container runs as root too (a normal user's "
                     "`make wheels` runs the build as that user's uid)"
                 )
-            process = runner.run(argv)
-            if process.returncode != 0:
-                raise EngineError(
-                    f"{self.name} could not start the builder container from {self.image}: "
-                    f"{process.stderr.strip() or process.stdout.strip()}",
-                    fix="check `make builder-image ENGINE=...` built the image, and that "
-                    f"`{self.name} info` works",
-                )
+            runner.run(
+                argv,
+                fix="check `make builder-image ENGINE=...` built the image, and that "
+                f"`{self.name} info` works",
+            )
         return self
 
     def __exit__(self, *_: object) -> None:  # removes the container however the block ended
         if argv := self.stop_argv():
-            runner.run(argv)
+            runner.run(argv, check=False)  # the block's own error, if any, is the one told
 
     def call(self, argv: Sequence[str]) -> int:
         # The engine's child environment inherits ours (PATH, proxies, DOCKER_HOST).
@@ -102,7 +99,7 @@ class Engine(contextlib.AbstractContextManager["Engine"]):
         # Its own process group: a recipe's tools (setup.py, compilers, Bazel) end with it
         # when the run is interrupted, whoever was sent the signal (runner.run).
         return runner.run(
-            self.call_argv(argv), env=env, output="inherit", own_group=True
+            self.call_argv(argv), env=env, output="inherit", own_group=True, check=False
         ).returncode
 
 
@@ -151,7 +148,7 @@ def probe_engine(engine: str, timeout: float = 10.0) -> str | None:
         "buildah": ["buildah", "info"],
     }[engine]
     try:
-        process = runner.run(probe, echo="none", timeout=timeout)
+        process = runner.run(probe, echo="none", timeout=timeout, check=False)
     except runner.StepTimedOut:
         return f"`{' '.join(probe)}` did not answer within {timeout:.0f}s (daemon hung?)"
     if process.returncode != 0:
@@ -167,7 +164,7 @@ def image_present(engine: str, image: str, timeout: float = 10.0) -> bool:
         "buildah": ["buildah", "inspect", "--type", "image", image],
     }[engine]
     try:
-        process = runner.run(argv, echo="none", timeout=timeout)
+        process = runner.run(argv, echo="none", timeout=timeout, check=False)
     except runner.StepTimedOut:
         return False
     return process.returncode == 0

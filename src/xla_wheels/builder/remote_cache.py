@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xla_wheels.errors import PipelineError, UsageError
+from xla_wheels.errors import ExitCode, PipelineError, UsageError
 from xla_wheels.launch_profile import ROLES
 from xla_wheels.redact import REDACTED
 from xla_wheels.tables import Field, Table, loads_toml, read_utf8
@@ -78,7 +78,7 @@ _PASSWORD_FORBIDDEN = set("@:/?#|% \t\r\n")
 class RemoteCacheConfigError(PipelineError):
     """builders.toml or a credential is malformed: names the file or variable, never a secret."""
 
-    exit_code = 2
+    exit_code = ExitCode.BAD_INPUT
 
 
 @dataclass(frozen=True)

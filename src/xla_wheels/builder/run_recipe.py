@@ -39,6 +39,7 @@ from typing import TextIO
 from xla_wheels import disk_faults, runner, signals, wheel_stamp
 from xla_wheels.builder import recipes, remote_cache
 from xla_wheels.builder.spec import BuildSpec, record_stage, sha256_of
+from xla_wheels.errors import ExitCode
 from xla_wheels.provenance import PROVENANCE_PATH, PatchDigest, Provenance
 from xla_wheels.redact import Redactor
 from xla_wheels.upstream_tree import OPENXLA_PATCHES, workspace_openxla_patches
@@ -100,6 +101,7 @@ def run_step(
             echo="none",  # printed above, with the secrets' marker
             tee=log_file,
             redact=Redactor(secrets),
+            check=False,  # the recipe reports a step's failure with its log's tail
         ).returncode
     _say(f"# {step.title}: exit {returncode} in {time.monotonic() - start:.1f}s", log_file)
     if returncode != 0:
@@ -203,7 +205,7 @@ def _apply_openxla_patches(spec: BuildSpec, args: Sequence[str], log_file: TextI
         argv = ["patch", "-p1", "-l", "-N", "-i", str(patch_file)]
         _say(f"+ cd {openxla} && {' '.join(argv)}", log_file)
         log_file.flush()
-        process = runner.run(argv, cwd=openxla, echo="none", output=log_file)
+        process = runner.run(argv, cwd=openxla, echo="none", output=log_file, check=False)
         if process.returncode != 0:
             raise StepFailed(
                 f"torch_xla's openxla_patches/{name} does not apply to OpenXLA "
@@ -225,7 +227,7 @@ def _toolchain(spec: BuildSpec) -> dict[str, str]:
     for key in ("CC", "CXX"):
         compiler = spec.compiler_env.get(key)
         if compiler and shutil.which(compiler):
-            out = runner.run([compiler, "--version"], echo="none")
+            out = runner.run([compiler, "--version"], echo="none", check=False)
             info[key] = (out.stdout.splitlines() or [""])[0]
     bazelversion = Path(spec.torch_xla_tree) / ".bazelversion"
     if bazelversion.exists():
@@ -291,12 +293,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"disk fault: {error}", file=sys.stderr)
             return disk_faults.DISK_FAULT_EXIT
         print(f"error: {error}", file=sys.stderr)
-        return 1
+        return ExitCode.FAILED
     except KeyboardInterrupt as interrupt:
         # The pipeline's CLI (the parent) reports the interruption; no traceback here.
         print(f"recipe {signals.describe(interrupt)}", file=sys.stderr)
         return signals.exit_code(interrupt)
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from xla_wheels.cli.help import subcommand_help
 from xla_wheels.cli.settings import check_environment, env_switch, refuse_dry_run
 from xla_wheels.disk_faults import disk_error
 from xla_wheels.errors import PipelineError, UsageError
+from xla_wheels.exit_codes import help_epilog
 
 #: Every subcommand, in the order ``--help`` shows them: (module, one-line help); the
 #: module is relative to this package unless it is a dotted path.
@@ -155,7 +156,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         prog="xla-wheels",
         description="Build, publish and gate patched PyTorch/XLA wheels from pinned bundles.",
         epilog="example:\n  xla-wheels wheels --bundle v6e-2.11\n\n"
-        "Every command's options: xla-wheels COMMAND --help",
+        "Every command's options: xla-wheels COMMAND --help\n\n" + help_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")

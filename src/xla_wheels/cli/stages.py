@@ -119,7 +119,7 @@ def cmd_builder_image(args: argparse.Namespace) -> int:
         return 0
     with log.section(f"builder image {config.image} ({config.engine})"):
         try:
-            returncode = runner.run(argv, output="inherit").returncode
+            returncode = runner.run(argv, output="inherit", check=False).returncode
         except FileNotFoundError:
             raise UsageError(
                 f"{argv[0]} is not on PATH",

@@ -76,7 +76,9 @@ def env_python(env_dir: Path) -> Path:
 def _run_logged(argv: list[str], log_file: Path, *, env: dict[str, str] | None = None) -> None:
     with open(log_file, "a") as out:
         try:
-            result = runner.run(argv, env=env, output=out, timeout=INSTALL_TIMEOUT_S)
+            result = runner.run(
+                argv, env=env, output=out, timeout=INSTALL_TIMEOUT_S, check=False
+            )
         except runner.StepTimedOut as error:
             # The gate cannot judge without its environment: its exit 2, not a step's.
             raise GateEnvironmentError(
@@ -99,7 +101,7 @@ def check_wheels_exist(spec: StockEnvSpec, py_version: str, pip_python: str) -> 
             f"torch_xla=={spec.torch_xla}",
         ]  # fmt: skip
         try:
-            result = runner.run(argv, echo="none", timeout=300)
+            result = runner.run(argv, echo="none", timeout=300, check=False)
         except (OSError, runner.StepTimedOut) as error:
             raise GateEnvironmentError(
                 f"could not ask the package index for torch_xla {spec.torch_xla}: {error}",

@@ -6,13 +6,13 @@ it at all (no torch_xla, no such device, no usable environment).
 
 from __future__ import annotations
 
-from xla_wheels.errors import CheckFailed, PipelineError
+from xla_wheels.errors import CheckFailed, ExitCode, PipelineError
 
 
 class GateEnvironmentError(PipelineError):
     """The environment cannot run the gate: the message says what to fix."""
 
-    exit_code = 2
+    exit_code = ExitCode.BAD_INPUT
 
 
 class GateFailed(CheckFailed):

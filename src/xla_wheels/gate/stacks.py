@@ -45,7 +45,7 @@ def capture_native_stacks(pid: int, path: Path, timeout_s: float = GDB_TIMEOUT_S
         return StackCapture(None, "gdb is not installed: no native stacks (apt-get install gdb)")
     argv = [gdb, "-p", str(pid), "-batch", "-ex", "thread apply all bt"]
     try:
-        completed = runner.run(argv, timeout=timeout_s)
+        completed = runner.run(argv, timeout=timeout_s, check=False)
     except runner.StepTimedOut:
         return StackCapture(None, f"gdb did not finish within {timeout_s:.0f}s")
     except OSError as error:

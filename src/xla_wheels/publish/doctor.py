@@ -19,11 +19,12 @@ and libtpu version (``cache_contract``), and the path doctor recommends.
 from __future__ import annotations
 
 import os
-import re
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from xla_wheels import sbom
 from xla_wheels.abi import pairs as abi_pairs
@@ -88,9 +89,14 @@ class DoctorReport:
         return "\n".join(lines)
 
 
-def _release(version: str) -> tuple[int, ...]:
-    match = re.match(r"\d+(\.\d+)*", version)
-    return tuple(int(p) for p in match.group(0).split(".")) if match else ()
+def meets_minimum(installed: str, minimum: str) -> bool:
+    """What pip's ``>=minimum`` says of ``installed``: a pre-release of the minimum (a
+    ``.dev`` build) is older than it. An installed version that is no PEP 440 version
+    meets no minimum."""
+    try:
+        return SpecifierSet(f">={minimum}").contains(installed, prereleases=True)
+    except InvalidSpecifier:
+        return False
 
 
 def expected_versions(bundle: Bundle, lock_entry: BundleEntry | None) -> dict[str, str]:
@@ -138,7 +144,7 @@ def check_versions(report: DoctorReport, bundle: Bundle, facts: HostFacts, lock:
                 f"{have} (bundle: =={pin.version})",
                 "" if ok else fix_install,
             )
-        elif _release(have) < _release(pin.minimum or "0"):
+        elif not meets_minimum(have, pin.minimum or "0"):
             report.add(
                 "FAIL", pin.name, f"{have} is older than the minimum {pin.minimum}", fix_install
             )

@@ -107,6 +107,7 @@ def _pip_report(argv: list[str], network: NetworkPolicy) -> dict[str, Any]:
             timeout=limit,
             timeout_fix="check that the package index pip is configured with is reachable; a "
             f"slow link: give it longer with {TIMEOUT_SETTING}",
+            check=False,
         )
         if result.returncode != 0:
             output = result.stdout + result.stderr

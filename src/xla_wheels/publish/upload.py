@@ -167,7 +167,7 @@ def _twine_upload(
     def upload(limit: float) -> tuple[int, str]:
         try:
             result = runner.run(
-                argv, step=step, env=env, timeout=limit, redact=readable
+                argv, step=step, env=env, timeout=limit, redact=readable, check=False
             )  # its output goes to out/<bundle>/logs/publish.log
         except runner.StepTimedOut:
             raise Transient("timed out", f"no end within {limit:g}s") from None

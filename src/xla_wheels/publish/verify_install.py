@@ -101,7 +101,12 @@ class VerifyReport:
 
 
 def _run(
-    argv: list[str], *, env: dict[str, str] | None = None, timeout: float
+    argv: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    timeout: float,
+    check: bool = True,
+    fix: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
     return runner.run(
         argv,
@@ -112,6 +117,8 @@ def _run(
         timeout=timeout,
         timeout_fix="check that the index is reachable and answering",
         redact=scrub,  # URL credentials
+        check=check,
+        fix=fix,
     )
 
 
@@ -119,12 +126,11 @@ def create_venv(base_python: str, venv: Path) -> Path:
     if venv.exists():
         shutil.rmtree(venv)
     venv.parent.mkdir(parents=True, exist_ok=True)
-    result = _run([base_python, "-m", "venv", str(venv)], timeout=300)
-    if result.returncode != 0:
-        raise PublishError(
-            f"could not create a venv with {base_python}: {result.stderr.strip()[-500:]}",
-            fix="install the venv module (Debian: python3-venv) or pass another PYTHON",
-        )
+    _run(
+        [base_python, "-m", "venv", str(venv)],
+        timeout=300,
+        fix="install the venv module (Debian: python3-venv) or pass another PYTHON",
+    )
     return venv / "bin" / "python"
 
 
@@ -137,12 +143,8 @@ def borrow_packages(python: Path, deps_from: str) -> None:
     paths = _run(
         [deps_from, "-c", "import json, site; print(json.dumps(site.getsitepackages()))"],
         timeout=60,
+        fix="pass DEPS_FROM=<python of an environment with torch installed>",
     )
-    if paths.returncode != 0:
-        raise PublishError(
-            f"cannot ask {deps_from} for its site-packages: {paths.stderr.strip()[-300:]}",
-            fix="pass DEPS_FROM=<python of an environment with torch installed>",
-        )
     site = _run(
         [str(python), "-c", "import site; print(site.getsitepackages()[0])"], timeout=60
     ).stdout.strip()
@@ -218,6 +220,7 @@ def _pip_install(
                 base_env=env,
                 timeout=seconds,
                 redact=lambda text: scrub(text, secrets),
+                check=False,  # pip's output decides: a network fault is retried
             )
         except runner.StepTimedOut:
             raise Transient("timed out", f"pip did not finish within {seconds:g}s") from None
@@ -414,7 +417,9 @@ def verify_install(
         else:
             # The import child inherits ours; PJRT_DEVICE is the host's runtime choice.
             env = {**os.environ, "PJRT_DEVICE": os.environ.get("PJRT_DEVICE", "CPU")}
-            imported = _run([str(python), "-c", _IMPORT], env=env, timeout=IMPORT_TIMEOUT_S)
+            imported = _run(
+                [str(python), "-c", _IMPORT], env=env, timeout=IMPORT_TIMEOUT_S, check=False
+            )
             if imported.returncode != 0:
                 tail = "\n".join(imported.stderr.strip().splitlines()[-8:])
                 report.add("import", "FAIL", f"import torch_xla failed:\n{tail}")

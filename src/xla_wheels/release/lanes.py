@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from xla_wheels import filemode
-from xla_wheels.errors import PipelineError, UsageError
+from xla_wheels.errors import ExitCode, PipelineError, UsageError
 from xla_wheels.tables import Field, Table, loads_toml, read_utf8
 from xla_wheels.values import NAME_PATTERN, NAME_RULE
 
@@ -81,7 +81,7 @@ class LaneFileError(LaneError):
     """``build/lanes.toml`` or ``lanes.lock`` itself is bad input (missing, not TOML, a
     wrong key, type or value): exit 2, like a malformed manifest."""
 
-    exit_code = 2
+    exit_code = ExitCode.BAD_INPUT
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,11 @@ from __future__ import annotations
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from packaging.pylock import Package, PackageWheel, Pylock, PylockValidationError
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish.errors import PublishError
@@ -62,25 +66,45 @@ def locate(
 def render_pylock(
     files: Sequence[LockedFile], urls: dict[str, IndexFile], python: str, comment: str
 ) -> str:
-    packages: dict[tuple[str, str], dict[str, Any]] = {}
-    for file in sorted(files, key=lambda f: (f.project, f.name)):
-        package = packages.setdefault(
-            (file.project, file.version),
-            {"name": file.project, "version": file.version, "index": file.index, "wheels": []},
-        )
-        package["wheels"].append(
-            {
-                "name": file.name,
-                # The link's #sha256= fragment is the index's; PEP 751 carries hashes apart.
-                "url": urllib.parse.urldefrag(urls[file.name].url).url,
-                "hashes": {"sha256": file.sha256},
-            }
-        )
-    document = {
-        "lock-version": "1.0",
-        "created-by": "xla-wheels",
-        "requires-python": f"=={python}.*",
-        "packages": list(packages.values()),
-    }
+    """``comment`` and the lock as TOML, built with :mod:`packaging.pylock`, which checks
+    it against PEP 751: what it refuses (a wheel whose file name says another project or
+    version than its package, an invalid file name) is a :class:`PublishError`."""
+    try:
+        lock = _pylock(files, urls, python)
+        lock.validate()
+    except PylockValidationError as error:
+        raise PublishError(
+            f"{PYLOCK_NAME} would not be a valid PEP 751 lock: {error}",
+            fix="re-record the bundle's wheels (`make wheels`, `make requirements`): the "
+            "lock's records disagree with the wheel file names",
+        ) from None
     import tomli_w  # lazy: reading needs only tomllib, the gate's receipt too
-    return comment + tomli_w.dumps(document)
+
+    return comment + tomli_w.dumps(dict(lock.to_dict()))
+
+
+def _pylock(files: Sequence[LockedFile], urls: dict[str, IndexFile], python: str) -> Pylock:
+    wheels: dict[tuple[str, str, str], list[PackageWheel]] = {}
+    for file in sorted(files, key=lambda f: (f.project, f.name)):
+        wheels.setdefault((file.project, file.version, file.index), []).append(
+            PackageWheel(
+                name=file.name,
+                # The link's #sha256= fragment is the index's; PEP 751 carries hashes apart.
+                url=urllib.parse.urldefrag(urls[file.name].url).url,
+                hashes={"sha256": file.sha256},
+            )
+        )
+    return Pylock(
+        lock_version=Version("1.0"),
+        created_by="xla-wheels",
+        requires_python=SpecifierSet(f"=={python}.*"),
+        packages=[
+            Package(
+                name=canonicalize_name(project),
+                version=Version(version),
+                index=index,
+                wheels=package_wheels,
+            )
+            for (project, version, index), package_wheels in wheels.items()
+        ],
+    )

@@ -114,6 +114,7 @@ def _run_one(
             base_env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"},
             echo="none",
             timeout=COMPILE_TIMEOUT_S,
+            check=False,  # g++'s errors are the check's findings
         )
     except runner.StepTimedOut:
         timed_out = CompileError("", 0, None, f"g++ did not finish in {COMPILE_TIMEOUT_S:.0f}s")
@@ -188,7 +189,9 @@ def _execute(program: CheckProgram, binary: Path, work: Path) -> CheckOutcome:
     env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C", "TMPDIR": str(scratch), "HOME": str(scratch)}
     argv = [str(binary), *program.arguments]
     try:
-        ran = runner.run(argv, cwd=scratch, base_env=env, echo="none", timeout=RUN_TIMEOUT_S)
+        ran = runner.run(
+            argv, cwd=scratch, base_env=env, echo="none", timeout=RUN_TIMEOUT_S, check=False
+        )
     except runner.StepTimedOut as expired:
         verdicts = _verdicts(program, expired.output)
         verdicts[PROGRAM_VERDICT] = f"did not finish in {RUN_TIMEOUT_S:.0f}s"
