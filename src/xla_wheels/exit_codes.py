@@ -3,8 +3,8 @@
 Both are made from :class:`xla_wheels.errors.ExitCode` and its meanings, so neither is
 written by hand. The docs' table (``docs/exit-codes.md``) also names the exception classes
 that carry each code, found by importing every module of the package (only when the table
-is written, never on a CLI run). ``python -m xla_wheels.exit_codes docs/exit-codes.md`` rewrites the table
-between its marker comments; a test fails while it is not current.
+is written, never on a CLI run). ``python -m xla_wheels.exit_codes docs/exit-codes.md``
+rewrites the table between its marker comments; a test fails while it is not current.
 """
 
 from __future__ import annotations
