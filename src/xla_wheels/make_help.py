@@ -3,11 +3,13 @@
 Generated from data, never written by hand:
 
 - a target's summary is its ``## `` comment in the Makefile;
-- its variables are the entries of the Makefile's ``MAKE_VARIABLES`` table that its recipe
-  reads, through the flag groups it expands (a target without a recipe: its prerequisites');
+- its variables are the entries of ``MAKE_VARIABLES`` (written from the settings table,
+  :mod:`xla_wheels.settings_table`, into the ``make-variables.mk`` the Makefile includes)
+  that its recipe reads, through the flag groups it expands (a target without a recipe:
+  its prerequisites');
 - a variable's text and default are its flag's ``--help`` text in the command the target
-  runs (:func:`xla_wheels.cli.help.option_help`); the few variables that are no flag of
-  the CLI are described in :data:`OTHER_VARIABLES`; examples are :data:`MAKE_EXAMPLES`.
+  runs (:func:`xla_wheels.cli.help.option_help`); a variable that is no flag nor argument
+  of the CLI, its row of the settings table; examples are :data:`MAKE_EXAMPLES`.
 
 The text is written to ``make-help.txt`` next to this module, which ``make help`` prints:
 so it works on a fresh clone, before ``.venv`` (and the packages most commands import)
@@ -28,6 +30,7 @@ from pathlib import Path
 
 from xla_wheels.cli import build_parser
 from xla_wheels.cli.help import option_help
+from xla_wheels.settings_table import MAKE_FILE, SETTINGS
 
 HELP_FILE = Path(__file__).with_name("make-help.txt")
 MAKEFILE = Path(__file__).resolve().parents[2] / "Makefile"
@@ -71,19 +74,6 @@ MAKE_EXAMPLES: dict[str, str] = {
     "abi-check": "make abi-check STOCK=2.8.0:2.9.0",
     "gate": "make gate GATE_DEVICE=CPU CHECKS=restart,cache-key",
     "bench-restart": "make bench-restart ROUNDS=5",
-}
-
-#: The variables of MAKE_VARIABLES that are no flag of the CLI (``NAME=`` in the table);
-#: ``{default}`` is the value the Makefile itself gives the variable.
-OTHER_VARIABLES: dict[str, str] = {
-    "PYTHON_FOR_VENV": "interpreter .venv is created with, Python 3.11 or newer "
-    "(default: {default})",
-    "PYTEST_ARGS": "more pytest arguments: test files, -k, -x (default: none)",
-    "BUILD_ARGS": "Dockerfile ARGs as NAME=VALUE words, each passed as --build-arg: "
-    "BASE_IMAGE, LLVM_APT_BASE, BAZELISK_BASE_URL point the build at mirrors (default: none)",
-    "GATE_ARGS": "more flags of the gate command, e.g. --record-baseline (default: none)",
-    "SOURCE_DATE_EPOCH": "the reproducible-builds timestamp of the wheels, seconds since 1970 "
-    "(default: the torch_xla commit's date)",
 }
 
 #: Make's own names in a recipe that are no variable of the table.
@@ -166,6 +156,11 @@ def read_makefile(text: str) -> Makefile:
     return Makefile(table, tuple(targets), defaults)
 
 
+def makefile_text() -> str:
+    """The Makefile with the variable table it includes (``make-variables.mk``)."""
+    return MAKEFILE.read_text() + "\n" + MAKE_FILE.read_text()
+
+
 def _parser_of(command: str) -> argparse.ArgumentParser:
     if command == "demo":
         from xla_wheels.demo import build_parser as demo_parser
@@ -178,8 +173,6 @@ def _parser_of(command: str) -> argparse.ArgumentParser:
 
 def variable_text(makefile: Makefile, name: str, commands: Sequence[str]) -> str:
     """What variable ``name`` means for a target running ``commands``, its default included."""
-    if name in OTHER_VARIABLES:
-        return OTHER_VARIABLES[name].format(default=makefile.defaults.get(name, "none"))
     flag = makefile.table[name]
     refused = False
     for command in commands:
@@ -194,6 +187,9 @@ def variable_text(makefile: Makefile, name: str, commands: Sequence[str]) -> str
             return option_help(action)
     if refused:
         return "this target has no dry run: on is refused, never ignored (default: off)"
+    if not flag:  # make's own, or the environment of a tool: its row of the table
+        row = next(s for s in SETTINGS if s.make == name)
+        return f"{row.help} (default: {makefile.defaults.get(name, row.default_text)})"
     raise LookupError(
         f"the Makefile passes {name} ({flag or 'no flag'}) to {', '.join(commands) or 'nothing'}"
         ", which has no such argument"
@@ -250,7 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     mode.add_argument("--write", action="store_true", help=f"write {HELP_FILE.name}")
     mode.add_argument("--check", action="store_true", help=f"fail when {HELP_FILE.name} differs")
     args = parser.parse_args(argv)
-    text = render(read_makefile(MAKEFILE.read_text()))
+    text = render(read_makefile(makefile_text()))
     if args.write:
         HELP_FILE.write_text(text)
         return 0

@@ -41,6 +41,7 @@ from typing import Any
 from xla_wheels.errors import PipelineError, UsageError
 from xla_wheels.launch_profile import ROLES
 from xla_wheels.redact import REDACTED
+from xla_wheels.settings_table import env_of
 from xla_wheels.tables import Field, Table, read_utf8
 
 CONFIG_RELPATH = "build/builders.toml"
@@ -48,19 +49,20 @@ BAZEL_SCHEMES = ("grpc", "grpcs", "http", "https")
 EXECUTOR_SCHEMES = ("grpc", "grpcs")
 CCACHE_SCHEMES = ("redis", "http")
 
-# Environment overrides of the TOML settings (none of them is a credential).
-ENV_CONFIG = "XLA_WHEELS_BUILDERS_CONFIG"
-ENV_ROLE = "XLA_WHEELS_BUILDER_ROLE"
-ENV_BAZEL_CACHE = "XLA_WHEELS_BAZEL_REMOTE_CACHE"
-ENV_BAZEL_EXECUTOR = "XLA_WHEELS_BAZEL_REMOTE_EXECUTOR"
-ENV_BAZEL_INSTANCE = "XLA_WHEELS_BAZEL_REMOTE_INSTANCE_NAME"
-ENV_CCACHE_STORAGE = "XLA_WHEELS_CCACHE_REMOTE_STORAGE"
-ENV_CCACHE_USERNAME = "XLA_WHEELS_CCACHE_REMOTE_USERNAME"
-# Credentials: a value in the environment, or a file holding it (mode 0600).
-ENV_BAZEL_HEADER = "XLA_WHEELS_BAZEL_REMOTE_HEADER"
-ENV_BAZEL_HEADER_FILE = "XLA_WHEELS_BAZEL_REMOTE_HEADER_FILE"
-ENV_CCACHE_PASSWORD = "XLA_WHEELS_CCACHE_REMOTE_PASSWORD"
-ENV_CCACHE_PASSWORD_FILE = "XLA_WHEELS_CCACHE_REMOTE_PASSWORD_FILE"
+# Environment overrides of the TOML settings (none of them is a credential), and the
+# credentials: a value in the environment, or a file holding it (mode 0600). Each is a
+# row of the settings table (group "remote-cache"): named there, read here.
+ENV_CONFIG = env_of("XLA_WHEELS_BUILDERS_CONFIG")
+ENV_ROLE = env_of("XLA_WHEELS_BUILDER_ROLE")
+ENV_BAZEL_CACHE = env_of("--bazel-remote-cache")
+ENV_BAZEL_EXECUTOR = env_of("XLA_WHEELS_BAZEL_REMOTE_EXECUTOR")
+ENV_BAZEL_INSTANCE = env_of("XLA_WHEELS_BAZEL_REMOTE_INSTANCE_NAME")
+ENV_CCACHE_STORAGE = env_of("XLA_WHEELS_CCACHE_REMOTE_STORAGE")
+ENV_CCACHE_USERNAME = env_of("XLA_WHEELS_CCACHE_REMOTE_USERNAME")
+ENV_BAZEL_HEADER = env_of("XLA_WHEELS_BAZEL_REMOTE_HEADER")
+ENV_BAZEL_HEADER_FILE = env_of("XLA_WHEELS_BAZEL_REMOTE_HEADER_FILE")
+ENV_CCACHE_PASSWORD = env_of("XLA_WHEELS_CCACHE_REMOTE_PASSWORD")
+ENV_CCACHE_PASSWORD_FILE = env_of("XLA_WHEELS_CCACHE_REMOTE_PASSWORD_FILE")
 
 # How secrets reach the build process: a JSON file (mode 0600 in a 0700 directory of the
 # work tree, mounted like the rest of it) named by this variable. A file rather than
