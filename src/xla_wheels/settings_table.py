@@ -358,6 +358,11 @@ def _cell(text: str | None) -> str:
     return f"`{text}`" if text else ""
 
 
+def _prose(text: str) -> str:
+    """Text in a Markdown table cell: ``<name>`` is no HTML tag, ``|`` no column."""
+    return text.replace("<", "&lt;").replace("|", "\\|")
+
+
 def settings_markdown() -> str:
     """The settings table of the documentation, group by group."""
     lines = [
@@ -374,7 +379,8 @@ def settings_markdown() -> str:
                 flag = f"({', '.join(s.commands)})"
             default = "a secret: never a flag, never printed" if s.secret else s.default_text
             lines.append(
-                f"| {_cell(s.make)} | {flag} | {_cell(s.env)} | {default} | {s.help} |"
+                f"| {_cell(s.make)} | {flag} | {_cell(s.env)} | {_prose(default)} "
+                f"| {_prose(s.help)} |"
             )
     return "\n".join(lines) + "\n"
 
