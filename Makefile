@@ -48,7 +48,7 @@ SOURCE_FLAG = $(call flag,TORCH_XLA_SRC)
 DRY_RUN_FLAG = $(call switch,DRY_RUN)
 BUILD_FLAGS = $(call flag,ENGINE) $(call flag,BUILD_MODE) \
   $(call flag,JOBS) $(call flag,BUILDER_IMAGE) \
-  $(call flag,HOST_PYTHON)
+  $(call flag,HOST_PYTHON) $(REMOTE_CACHE_FLAGS)
 # SOURCE_DATE_EPOCH is the reproducible-builds standard variable: read from the
 # environment as every tool reads it.
 BUILD_ENV = $(call env,SOURCE_DATE_EPOCH)

@@ -72,16 +72,13 @@ class Setting:
     """The default as a number (counts and amounts), the one the code uses."""
     default_text: str = "none"
     """The default as the user reads it."""
+    example: float | None = None
+    """A value that works, for a fix, when the default is no number."""
     commands: tuple[str, ...] = ()
     """The subcommands that take the flag (() for the common and network groups: all
     that work on the checkout)."""
     secret: bool = False
     """A credential: never a flag or make variable, never printed."""
-
-    @property
-    def example(self) -> str:
-        """A value that works, for a fix: the default when it is a number."""
-        return f"{self.default:g}" if self.default is not None else ""
 
     def help_with_default(self) -> str:
         """The ``--help`` text: what it is, then where its default comes from."""
@@ -168,6 +165,11 @@ SETTINGS: tuple[Setting, ...] = (
        commands=("wheels", "rebuild-check"),
        default_text="build/builders.toml [bazel] remote_cache, else none (local disk cache "
        "only)"),
+    _s("remote-cache", "seconds Bazel waits for one call to the remote cache or executor "
+       "(Bazel's --remote_timeout): a cache that does not answer costs this much per call",
+       flag="--bazel-remote-timeout", make="BAZEL_REMOTE_TIMEOUT",
+       env="XLA_WHEELS_BAZEL_REMOTE_TIMEOUT", kind="count", low=1, high=3600, example=10,
+       commands=("wheels", "rebuild-check"), default_text="Bazel's own, 60"),
     _s("remote-cache", "grpc(s):// URL of a Bazel remote executor",
        env="XLA_WHEELS_BAZEL_REMOTE_EXECUTOR",
        default_text="build/builders.toml [bazel] remote_executor, else none"),
@@ -348,10 +350,15 @@ def make_variables_mk() -> str:
             " ".join(entries[i : i + 6]) for i in range(0, len(entries), 6)
         ),
         "# The network settings, passed by every target that may talk to a host.",
-        "NET_FLAGS = "
-        + " ".join(f"$(call flag,{s.make})" for s in in_group("network") if s.make),
+        _group_flags("NET_FLAGS", "network"),
+        "# The remote compile caches' settings, passed by the targets that build.",
+        _group_flags("REMOTE_CACHE_FLAGS", "remote-cache"),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _group_flags(name: str, group: str) -> str:
+    return f"{name} = " + " ".join(f"$(call flag,{s.make})" for s in in_group(group) if s.make)
 
 
 def _cell(text: str | None) -> str:

@@ -112,10 +112,11 @@ def amount(low: float, high: float, example: float, unit: str) -> ValueType:
 def value_type(setting: Setting) -> ValueType:
     """The argparse ``type`` of a number setting of the table: its range, its default as
     the example of a value that works."""
-    assert setting.low is not None and setting.high is not None and setting.default is not None
+    example = setting.default if setting.default is not None else setting.example
+    assert setting.low is not None and setting.high is not None and example is not None
     if setting.kind == "count":
-        return count(int(setting.low), int(setting.high), int(setting.default))
-    return amount(setting.low, setting.high, setting.default, setting.unit)
+        return count(int(setting.low), int(setting.high), int(example))
+    return amount(setting.low, setting.high, example, setting.unit)
 
 
 #: The network and progress settings: the flags' types, and the parsers of their

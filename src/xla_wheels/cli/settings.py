@@ -247,6 +247,7 @@ def build_config(args: argparse.Namespace, environ: Mapping[str, str]) -> BuildC
             (settings.path("--root") or Path(".")).resolve(),
             environ,
             bazel_cache_override=args.bazel_remote_cache or None,
+            bazel_timeout_override=args.bazel_remote_timeout,
         ),
         pip_args=tuple(shlex.split(args.pip_args)) if args.pip_args else (),
         ship_check=settings.text("--ship-check") or defaults.ship_check,

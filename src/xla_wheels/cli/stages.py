@@ -21,6 +21,7 @@ from xla_wheels.bundle import available_bundles, describe, diff, load_bundle
 from xla_wheels.cli.arguments import (
     add_bundle_arguments,
     add_common_arguments,
+    add_setting,
     add_switch,
     amount,
     count,
@@ -43,6 +44,7 @@ from xla_wheels.series_build import (
 from xla_wheels.series_checks.key_audit import TABLE_SUBPATH, AuditReport, audit_series
 from xla_wheels.series_checks.key_audit import judge as judge_audit
 from xla_wheels.series_hygiene import refuse
+from xla_wheels.settings_table import in_group
 from xla_wheels.sources import SourceCache, known_commits
 from xla_wheels.wheels_lock import check_lock, read_lock, update_bundle_entry
 
@@ -292,12 +294,10 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         help="Bazel's disk cache directory (default: bazel-disk in the per-machine cache)",
     )
-    group.add_argument(
-        "--bazel-remote-cache",
-        help="grpc(s):// or http(s):// URL; overrides build/builders.toml [bazel] "
-        "remote_cache and $XLA_WHEELS_BAZEL_REMOTE_CACHE (default: what those two say, "
-        "else none)",
-    )
+    # The remote caches' flags (--bazel-remote-cache, --bazel-remote-timeout): their rows.
+    for setting in in_group("remote-cache"):
+        if setting.flag:
+            add_setting(group, setting)
     group.add_argument("--pip-args", help="extra pip arguments for build requirements (quoted)")
     group.add_argument(
         "--ship-check",
