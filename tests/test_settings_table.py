@@ -71,7 +71,7 @@ def test_the_flags_help_shows_the_tables_default() -> None:
     for flag in ("--net-timeout", "--net-retries", "--progress-interval", "--root"):
         setting = by_flag(flag)
         assert helps[flag] == setting.help_with_default()
-        assert f"${setting.env} or {setting.default_text})" in str(helps[flag])
+        assert f"${setting.env} or {setting.shown_default})" in str(helps[flag])
 
 
 def test_the_network_policys_defaults_are_the_tables() -> None:
@@ -88,3 +88,18 @@ def test_the_documentation_table_has_every_row() -> None:
     assert sum(1 for line in table.splitlines() if line.startswith("| ")) == (
         1 + len(GROUPS) + len(SETTINGS)  # the header, a line per group, a line per row
     )
+
+
+def test_the_build_flags_choices_and_defaults_are_the_tables() -> None:
+    from xla_wheels.builder.config import BuildConfig
+
+    parser = build_parser("wheels")
+    sub = next(a for a in parser._actions if hasattr(a, "choices") and a.choices)
+    actions = {o: a for a in sub.choices["wheels"]._actions for o in a.option_strings}
+    for flag, value in (("--engine", BuildConfig().engine), ("--mode", BuildConfig().mode)):
+        setting = by_flag(flag)
+        assert tuple(actions[flag].choices or ()) == setting.choices and value == setting.default
+        assert actions[flag].help == setting.help_with_default()
+    assert BuildConfig().image == by_flag("--image").default
+    timeout = by_flag("--bazel-remote-timeout")
+    assert actions["--bazel-remote-timeout"].help == timeout.help_with_default()

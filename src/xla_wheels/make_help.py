@@ -211,7 +211,7 @@ def variable_text(makefile: Makefile, name: str, commands: Sequence[str]) -> str
         return "this target has no dry run: on is refused, never ignored (default: off)"
     if not flag:  # make's own, or the environment of a tool: its row of the table
         row = next(s for s in SETTINGS if s.make == name)
-        return f"{row.help} (default: {makefile.defaults.get(name, row.default_text)})"
+        return f"{row.help} (default: {makefile.defaults.get(name, row.shown_default)})"
     raise LookupError(
         f"the Makefile passes {name} ({flag or 'no flag'}) to {', '.join(commands) or 'nothing'}"
         ", which has no such argument"

@@ -68,10 +68,10 @@ class Setting:
     low: float | None = None
     high: float | None = None
     unit: str = ""
-    default: float | None = None
-    """The default as a number (counts and amounts), the one the code uses."""
-    default_text: str = "none"
-    """The default as the user reads it."""
+    default: float | str | None = None
+    """The default the code uses, where it is one value (the option dataclasses take it)."""
+    default_text: str = ""
+    """The default as the user reads it, where it is not just :attr:`default`."""
     example: float | None = None
     """A value that works, for a fix, when the default is no number."""
     commands: tuple[str, ...] = ()
@@ -79,11 +79,21 @@ class Setting:
     that work on the checkout)."""
     secret: bool = False
     """A credential: never a flag or make variable, never printed."""
+    choices: tuple[str, ...] = ()
+    """The values it may take, where they are a few words."""
+
+    @property
+    def shown_default(self) -> str:
+        if self.default_text:
+            return self.default_text
+        if isinstance(self.default, float | int):
+            return f"{self.default:g}"
+        return self.default or "none"
 
     def help_with_default(self) -> str:
         """The ``--help`` text: what it is, then where its default comes from."""
         source = f"${self.env} or " if self.env else ""
-        return f"{self.help} (default: {source}{self.default_text})"
+        return f"{self.help} (default: {source}{self.shown_default})"
 
 
 def _s(group: str, help: str, **fields: object) -> Setting:
@@ -108,16 +118,16 @@ SETTINGS: tuple[Setting, ...] = (
        default_text="none: the remotes themselves"),
     _s("common", "seconds between 'still fetching' lines when stderr is not a terminal; 0 for "
        "none", flag="--progress-interval", env="XLA_WHEELS_PROGRESS_INTERVAL", kind="amount",
-       low=0, high=DAY_S, unit="seconds", default=30, default_text="30"),
+       low=0, high=DAY_S, unit="seconds", default=30),
     # --- network ------------------------------------------------------------------------
     _s("network", "seconds a network step waits for an answer before it counts as timed out; "
        "a transfer gets more by its size", flag="--net-timeout", make="NET_TIMEOUT",
        env="XLA_WHEELS_NET_TIMEOUT", kind="amount", low=1, high=DAY_S, unit="seconds",
-       default=60, default_text="60"),
+       default=60),
     _s("network", "times a network step is tried again after a transient fault (refused, "
        "reset, HTTP 5xx, timed out), with growing pauses", flag="--net-retries",
        make="NET_RETRIES", env="XLA_WHEELS_NET_RETRIES", kind="count", low=0, high=20,
-       default=3, default_text="3"),
+       default=3),
     # --- bundle -------------------------------------------------------------------------
     _s("bundle", "bundle name (build/bundles/<name>.toml)", flag="--bundle", make="BUNDLE",
        default_text="(required; gate, bench-restart: none, the receipt goes to out/)"),
@@ -130,24 +140,27 @@ SETTINGS: tuple[Setting, ...] = (
     _s("bundle", "the second bundle", make="B", commands=("diff", "compare"),
        default_text="diff: A's parent; compare: (required)"),
     # --- build --------------------------------------------------------------------------
-    _s("build", "container or host", flag="--mode", make="BUILD_MODE", env="XLA_WHEELS_MODE",
-       commands=("wheels", "rebuild-check"), default_text="container"),
+    _s("build", "where the recipes run: in the builder image, or on this host", flag="--mode",
+       make="BUILD_MODE", env="XLA_WHEELS_MODE", choices=("container", "host"),
+       commands=("wheels", "rebuild-check"), default="container"),
     _s("build", "container engine", flag="--engine", make="ENGINE", env="XLA_WHEELS_ENGINE",
-       commands=("wheels", "rebuild-check", "builder-image"), default_text="docker"),
+       choices=("docker", "podman", "buildah"),
+       commands=("wheels", "rebuild-check", "builder-image"), default="docker"),
     _s("build", "builder image", flag="--image", make="BUILDER_IMAGE", env="XLA_WHEELS_IMAGE",
        commands=("wheels", "rebuild-check", "builder-image"),
-       default_text="localhost/xla-wheels-builder:latest"),
+       default="localhost/xla-wheels-builder:latest"),
     _s("build", "compile jobs", flag="--jobs", make="JOBS", env="XLA_WHEELS_JOBS", kind="count",
        low=1, high=4096, commands=("wheels", "rebuild-check"),
        default_text="the number of cores"),
     _s("build", "interpreter for --mode host", flag="--host-python", make="HOST_PYTHON",
-       env="XLA_WHEELS_HOST_PYTHON", commands=("wheels", "rebuild-check"),
-       default_text="python3"),
-    _s("build", "command run on the staged wheels in a clean environment",
+       env="XLA_WHEELS_HOST_PYTHON", commands=("wheels", "rebuild-check"), default="python3"),
+    _s("build", "command run on the staged wheels in a clean environment; placeholders "
+       "{python} {wheels} {out} {builder_python} {torch_xla_src}",
        flag="--ship-check", env="XLA_WHEELS_SHIP_CHECK", commands=("wheels", "rebuild-check"),
        default_text="the gate's CPU restart, spmd-restart, cache-key and same-numbers checks "
        "and upstream's cache test"),
-    _s("build", "keep the recorded file when a rebuilt wheel differs from it",
+    _s("build", "when a rebuilt wheel differs from the one wheels.lock records, keep the "
+       "recorded file",
        flag="--keep-recorded", make="KEEP_RECORDED", env="XLA_WHEELS_KEEP_RECORDED",
        kind="switch", commands=("wheels",), default_text="off"),
     _s("build", "PEP 427 build number for a rebuilt wheel that differs from the recorded one",
@@ -267,7 +280,7 @@ SETTINGS: tuple[Setting, ...] = (
     _s("gate", "upstream's tests to run too", flag="--upstream-tests", make="UPSTREAM_TESTS",
        commands=("gate",)),
     _s("gate", "restart rounds", flag="--rounds", make="ROUNDS", kind="count", low=1,
-       high=1000, default=5, default_text="5", commands=("bench-restart",)),
+       high=1000, default=5, commands=("bench-restart",)),
     _s("gate", "more flags of the gate command, e.g. --record-baseline", make="GATE_ARGS",
        kind="words", commands=("gate",)),
     # --- ABI check ----------------------------------------------------------------------
@@ -384,7 +397,7 @@ def settings_markdown() -> str:
                 flag += f" ({', '.join(s.commands)})"
             elif s.commands:
                 flag = f"({', '.join(s.commands)})"
-            default = "a secret: never a flag, never printed" if s.secret else s.default_text
+            default = "a secret: never a flag, never printed" if s.secret else s.shown_default
             lines.append(
                 f"| {_cell(s.make)} | {flag} | {_cell(s.env)} | {_prose(default)} "
                 f"| {_prose(s.help)} |"

@@ -112,7 +112,7 @@ def amount(low: float, high: float, example: float, unit: str) -> ValueType:
 def value_type(setting: Setting) -> ValueType:
     """The argparse ``type`` of a number setting of the table: its range, its default as
     the example of a value that works."""
-    example = setting.default if setting.default is not None else setting.example
+    example = setting.default if isinstance(setting.default, float | int) else setting.example
     assert setting.low is not None and setting.high is not None and example is not None
     if setting.kind == "count":
         return count(int(setting.low), int(setting.high), int(example))
@@ -129,16 +129,28 @@ OUTPUT_DIR = ValueType(check_output_dir, "out", "directory")
 _TYPES: dict[str, Callable[[str], Any]] = {"path": Path, "directory": OUTPUT_DIR}
 
 
-def add_setting(parser: argparse.ArgumentParser | Any, setting: Setting) -> None:
+def add_setting(
+    parser: argparse.ArgumentParser | Any,
+    setting: Setting,
+    *,
+    kind: Callable[[str], Any] | None = None,
+) -> None:
     """The flag of one row of the settings table, its default in its help. No argparse
-    default: the options reader then looks at the environment, then the row's default."""
+    default: the options reader then looks at the environment, then the row's default.
+    ``kind``: the type, when it is not the row's own (a fix that depends on the machine)."""
     assert setting.flag is not None
     if setting.kind == "switch":
         add_switch(parser, setting.flag, default=None, help=setting.help_with_default())
         return
-    numeric = setting.kind in ("count", "amount")
-    kind: Callable[[str], Any] = value_type(setting) if numeric else _TYPES.get(setting.kind, str)
-    parser.add_argument(setting.flag, type=kind, help=setting.help_with_default())
+    if kind is None:
+        numeric = setting.kind in ("count", "amount")
+        kind = value_type(setting) if numeric else _TYPES.get(setting.kind, str)
+    parser.add_argument(
+        setting.flag,
+        type=kind,
+        choices=setting.choices or None,
+        help=setting.help_with_default(),
+    )
 
 
 def add_common_arguments(parser: argparse.ArgumentParser, *, dry_run: bool = False) -> None:
