@@ -14,12 +14,11 @@ SHELL := /bin/bash
 PYTHON_FOR_VENV ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-# The CLI learns it runs under make: the target, the variable table and the variables
-# given on the command line (src/xla_wheels/cli/from_make.py).
+# The CLI learns it runs under make: the target and the variables given on the command
+# line (src/xla_wheels/cli/from_make.py; it reads the variable table from the settings table).
 # Every target that runs Python goes through it (the make-variable check): the CLI, the
 # demo, and MAKE_CHECK before the development tools.
-MAKE_CONTEXT = XLA_WHEELS_MAKE_GOAL=$@ XLA_WHEELS_MAKE_VARIABLES='$(strip $(MAKE_VARIABLES))' \
-  XLA_WHEELS_MAKE_COMMAND_LINE='$(GIVEN_ON_COMMAND_LINE)'
+MAKE_CONTEXT = XLA_WHEELS_MAKE_GOAL=$@ XLA_WHEELS_MAKE_COMMAND_LINE='$(GIVEN_ON_COMMAND_LINE)'
 CLI = $(MAKE_CONTEXT) $(PY) -m xla_wheels
 DEMO = $(MAKE_CONTEXT) $(PY) -m xla_wheels.demo
 MAKE_CHECK = $(MAKE_CONTEXT) $(PY) -m xla_wheels.cli.make_check

@@ -3,7 +3,7 @@
 # (tests/test_settings_table.py fails while this file is not current).
 #
 # Every variable a target reads, as NAME=--flag (NAME= when it is not a flag of its
-# own). The CLI receives this table (cli/from_make.py): it refuses a variable on
+# own). The CLI reads the same rows (cli/from_make.py): it refuses a variable on
 # make's command line that is not here, and names the variable, not the flag, when
 # it refuses a value.
 MAKE_VARIABLES := MIRROR=--mirror NET_TIMEOUT=--net-timeout NET_RETRIES=--net-retries BUNDLE=--bundle DRY_RUN=--dry-run A= \

@@ -41,7 +41,6 @@ ENV_SETTINGS: tuple[str, ...] = tuple(s.flag for s in SETTINGS if s.flag and s.e
 #: the environment is refused (a typo of ``XLA_WHEELS_DRY_RUN`` would otherwise run for
 #: real). A new setting is a row of the table; a new name of another kind, one entry here.
 ENV_OTHER_NAMES: dict[str, str] = {
-    "XLA_WHEELS_MAKE_VARIABLES": "cli.from_make (set by the Makefile)",
     "XLA_WHEELS_MAKE_GOAL": "cli.from_make (set by the Makefile)",
     "XLA_WHEELS_MAKE_COMMAND_LINE": "cli.from_make (set by the Makefile)",
     "XLA_WHEELS_SECRETS_FILE": "builder.run_recipe (set inside the build)",
