@@ -14,36 +14,20 @@ SHELL := /bin/bash
 PYTHON_FOR_VENV ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-# The CLI learns it runs under make: the target, the variable table and the variables
-# given on the command line (src/xla_wheels/cli/from_make.py).
+# The CLI learns it runs under make: the target and the variables given on the command
+# line (src/xla_wheels/cli/from_make.py; it reads the variable table from the settings table).
 # Every target that runs Python goes through it (the make-variable check): the CLI, the
 # demo, and MAKE_CHECK before the development tools.
-MAKE_CONTEXT = XLA_WHEELS_MAKE_GOAL=$@ XLA_WHEELS_MAKE_VARIABLES='$(strip $(MAKE_VARIABLES))' \
-  XLA_WHEELS_MAKE_COMMAND_LINE='$(GIVEN_ON_COMMAND_LINE)'
+MAKE_CONTEXT = XLA_WHEELS_MAKE_GOAL=$@ XLA_WHEELS_MAKE_COMMAND_LINE='$(GIVEN_ON_COMMAND_LINE)'
 CLI = $(MAKE_CONTEXT) $(PY) -m xla_wheels
 DEMO = $(MAKE_CONTEXT) $(PY) -m xla_wheels.demo
 MAKE_CHECK = $(MAKE_CONTEXT) $(PY) -m xla_wheels.cli.make_check
 VENV_STAMP := $(VENV)/.installed-$(shell cat requirements-dev.txt pyproject.toml 2>/dev/null | sha256sum | cut -c1-16)
 
 # --- make variable -> CLI flag (the one mapping) ------------------------------------
-# Every variable a target reads, as NAME=--flag (NAME= when it is not a flag of its own:
-# positional, several flags, the environment, or make's own tooling). The CLI receives
-# this table: it refuses a variable on make's command line that is not here (DRYRUN=1
-# would otherwise be ignored by make and the target would run for real), and names the
-# variable, not the flag, when it refuses a value.
-MAKE_VARIABLES := BUNDLE=--bundle MIRROR=--mirror TORCH_XLA_SRC=--source DRY_RUN=--dry-run \
-  ENGINE=--engine BUILD_MODE=--mode JOBS=--jobs BUILDER_IMAGE=--image \
-  HOST_PYTHON=--host-python KEEP_RECORDED=--keep-recorded BUILD_TAG=--build-tag \
-  COMPONENT=--component FORCE=--force ONTO=--onto CONTINUE=--continue \
-  INDEX_URL=--index-url UPLOAD_URL=--upload-url LANE=--lane REFRESH=--refresh \
-  NO_DEPS=--no-deps DEPS_FROM=--deps-from PYTHON=--python ROLE=--role \
-  CACHE_PATH=--cache-path TORCH_WHEEL=--torch-wheel TORCH_XLA_WHEEL=--torch-xla-wheel \
-  XLAC=--extension TORCH_LIB_DIR=--torch-lib-dir STOCK=--stock GATE_DEVICE=--device \
-  WORKLOAD=--workload CHECKS=--checks UPSTREAM_TESTS=--upstream-tests ROUNDS=--rounds \
-  DEMO_DIR=--dir PROFILE=--profile ENV_FILE=--env-file SIGNING_KEY=--signing-key \
-  BUILDER_ID=--builder-id PUBLIC_KEY=--public-key OUT=--out A= B= BUILD_ARGS= GATE_ARGS= SOURCE_DATE_EPOCH= PYTEST_ARGS= \
-  PYTHON_FOR_VENV= NET_TIMEOUT=--net-timeout NET_RETRIES=--net-retries \
-  TO=--to REASON=--reason HISTORY=--history JSON=--json
+# MAKE_VARIABLES (every variable a target reads, as NAME=--flag) and NET_FLAGS are written
+# from the settings table, src/xla_wheels/settings_table.py: a setting is one row there.
+include src/xla_wheels/make-variables.mk
 flag_of = $(patsubst $(1)=%,%,$(filter $(1)=%,$(MAKE_VARIABLES)))
 # A value reaches the shell single-quoted, whatever it holds.
 quote = '$(subst ','\'',$(1))'
@@ -56,15 +40,14 @@ switch = $(flag)
 env = $(if $($(1)),$(1)=$(call quote,$($(1))),)
 GIVEN_ON_COMMAND_LINE = $(strip $(foreach v,$(.VARIABLES),$(if $(filter command line,$(origin $(v))),$(v))))
 # Every subcommand of one bundle may talk to a host (fetch, index, upload, install): each
-# takes the network settings (README "Network steps").
-NET_FLAGS = $(call flag,NET_TIMEOUT) $(call flag,NET_RETRIES)
+# takes the network settings (NET_FLAGS, README "Network steps").
 BUNDLE_FLAGS = $(call flag,BUNDLE) $(call flag,MIRROR) $(NET_FLAGS)
 BUNDLE_FLAG = $(call flag,BUNDLE) $(NET_FLAGS)
 SOURCE_FLAG = $(call flag,TORCH_XLA_SRC)
 DRY_RUN_FLAG = $(call switch,DRY_RUN)
 BUILD_FLAGS = $(call flag,ENGINE) $(call flag,BUILD_MODE) \
   $(call flag,JOBS) $(call flag,BUILDER_IMAGE) \
-  $(call flag,HOST_PYTHON)
+  $(call flag,HOST_PYTHON) $(REMOTE_CACHE_FLAGS)
 # SOURCE_DATE_EPOCH is the reproducible-builds standard variable: read from the
 # environment as every tool reads it.
 BUILD_ENV = $(call env,SOURCE_DATE_EPOCH)

@@ -28,12 +28,11 @@ from tests.publish_support import (
 )
 from xla_wheels.cli import COMMANDS, build_parser
 from xla_wheels.cli.arguments import RefusedSwitchAction
+from xla_wheels.settings_table import by_flag
 
-#: The subcommands that honour --dry-run; every other one must reject the flag.
-HONOURS_DRY_RUN = {
-    "sources", "patch", "wheels", "builder-image", "lock", "patch-export", "patch-rebase",
-    "publish", "publish-lane", "promote", "rollback",
-}  # fmt: skip
+#: The subcommands that honour --dry-run (its row of the settings table says which, for
+#: the documentation); every other one must reject the flag.
+HONOURS_DRY_RUN = set(by_flag("--dry-run").commands)
 
 
 def _snapshot(root: Path) -> dict[str, str]:

@@ -18,6 +18,7 @@ import pytest
 
 from tests.gitrepos import REPO_ROOT
 from xla_wheels.cli import COMMANDS, build_parser
+from xla_wheels.make_help import SHARED_GROUPS
 
 #: Sphinx/rST markup of internal docstrings: never in what a user reads.
 MARKUP = re.compile(r"``|:class:|:func:|:data:|:meth:|:mod:|:attr:")
@@ -66,19 +67,36 @@ def _blocks(help_text: str) -> dict[str, list[str]]:
     return blocks
 
 
-def _variable_entries(block: list[str]) -> dict[str, str]:
-    """A block's variables: `    NAME  text`, continued on deeper-indented lines."""
+def _variable_entries(block: list[str], shared: dict[str, str] | None = None) -> dict[str, str]:
+    """A block's variables: `    NAME  text`, continued on deeper-indented lines; a line
+    `    NAME, NAME  the <group> settings (at the end)` names variables of a shared group,
+    whose text is the one `shared` holds (:func:`_shared_entries`)."""
     entries: dict[str, str] = {}
     name = None
     for line in block[1:]:
-        if match := re.match(r"^    ([A-Z][A-Z0-9_]*)  +(.*)$", line):
-            name = match.group(1)
+        if match := re.match(r"^    ([A-Z][A-Z0-9_]*(?:, [A-Z][A-Z0-9_]*)*)  +(.*)$", line):
+            names = match.group(1).split(", ")
+            if len(names) > 1 or match.group(2).endswith("settings (at the end)"):
+                assert shared is not None, line
+                entries.update({n: shared[n] for n in names})  # KeyError: not shown
+                name = None
+                continue
+            name = names[0]
             entries[name] = match.group(2)
         elif name is not None and line.startswith("      "):
             entries[name] += " " + line.strip()
         else:
             name = None
     return entries
+
+
+def _shared_entries(help_text: str) -> dict[str, str]:
+    """The variables `make help` shows once, at the end, for the targets that share them."""
+    shared: dict[str, str] = {}
+    for heading in SHARED_GROUPS.values():
+        lines = help_text.split(heading + "\n", 1)[1].split("\n\n", 1)[0].splitlines()
+        shared |= _variable_entries(["", *lines])
+    return shared
 
 
 @pytest.fixture(scope="module")
@@ -95,9 +113,11 @@ def test_make_help_lists_every_target_with_the_variables_it_passes(make_help: st
     targets = _help_targets()
     assert {"wheels", "gate", "publish", "verify-install", "doctor", "help"} <= set(targets)
     shown_anywhere: set[str] = set()
+    shared = _shared_entries(make_help)
+    assert {"NET_TIMEOUT", "NET_RETRIES"} <= set(shared)
     for target in targets:
-        assert target in blocks, f"make help does not list {target}"
-        entries = _variable_entries(blocks[target])
+        assert target in blocks, f"make help for {target} does not list it"
+        entries = _variable_entries(blocks[target], shared)
         shown_anywhere |= set(entries)
         missing = _variables_passed(target, names) - set(entries)
         assert not missing, f"make help for {target} does not name {sorted(missing)}"
@@ -109,8 +129,9 @@ def test_make_help_lists_every_target_with_the_variables_it_passes(make_help: st
 
 def test_every_variable_make_help_names_has_its_default(make_help: str) -> None:
     seen = 0
+    shared = _shared_entries(make_help)
     for target, block in _blocks(make_help).items():
-        for name, text in _variable_entries(block).items():
+        for name, text in _variable_entries(block, shared).items():
             assert "default" in text, f"make help for {target}: {name} has no default: {text}"
             seen += 1
     assert seen > 50  # the targets' variables, not an empty list, were checked
@@ -122,6 +143,12 @@ def test_every_target_has_an_example_of_itself(make_help: str) -> None:
         examples = [line.strip() for line in blocks[target] if "example:" in line]
         assert len(examples) == 1, f"make help for {target}: {examples}"
         assert examples[0].startswith(f"example: make {target}"), examples[0]
+
+
+def test_make_help_shows_a_shared_settings_text_once(make_help: str) -> None:
+    # The network settings' text, once at the end, not once per target that takes them.
+    assert make_help.count("seconds a network step waits for an answer") == 1
+    assert make_help.count("the network settings (at the end)") > 10
 
 
 def test_make_help_promises_nothing_it_does_not_show(make_help: str) -> None:

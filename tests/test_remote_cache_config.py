@@ -350,3 +350,44 @@ def test_a_value_in_bazelrc_user_is_one_word_as_bazel_reads_it(value: str) -> No
 def test_a_line_break_cannot_reach_bazelrc_user() -> None:
     with pytest.raises(UsageError, match="line break"):
         remote_cache.rc_word("/srv/a\nbuild --remote_executor=grpc://elsewhere")
+
+
+def test_a_remote_timeout_is_written_for_bazel_and_the_flag_beats_the_environment(
+    tmp_path: Path,
+) -> None:
+    # Bazel waits 60 s per remote call by default: a cache that stopped answering costs a
+    # minute per action. BAZEL_REMOTE_TIMEOUT (one row of the settings table) shortens it.
+    config = '[bazel]\nremote_cache = "grpc://cache.lan:9092"\n'
+    remote = load(tmp_path, config, XLA_WHEELS_BAZEL_REMOTE_TIMEOUT="10")
+    assert bazel_remote_lines(spec_with(remote)) == [
+        "build --incompatible_strict_action_env",
+        "build --remote_cache=grpc://cache.lan:9092",
+        "build --remote_timeout=10",
+        "build --remote_upload_local_results=false",
+    ]
+    path = write_config(tmp_path, config)
+    environ = {"XLA_WHEELS_BUILDERS_CONFIG": str(path), "XLA_WHEELS_BAZEL_REMOTE_TIMEOUT": "10"}
+    flag = load_remote_cache(tmp_path, environ, bazel_timeout_override=5)
+    assert "build --remote_timeout=5" in bazel_remote_lines(spec_with(flag))
+    # Unset: no line, Bazel's own default.
+    unset = bazel_remote_lines(spec_with(load(tmp_path, config)))
+    assert not any("remote_timeout" in line for line in unset)
+    with pytest.raises(RemoteCacheConfigError, match="XLA_WHEELS_BAZEL_REMOTE_TIMEOUT='0'"):
+        load(tmp_path, config, XLA_WHEELS_BAZEL_REMOTE_TIMEOUT="0")
+
+
+def test_make_passes_the_remote_timeout_to_the_builds_only() -> None:
+    import subprocess
+
+    def dry(*argv: str) -> str:
+        """The CLI command `make -n` would run (without the make context before it)."""
+        out = subprocess.run(
+            ["make", "-n", "--no-print-directory", *argv, "BAZEL_REMOTE_TIMEOUT=7"], cwd=REPO,
+            text=True, capture_output=True, check=True, env={"PATH": "/usr/bin:/bin"},
+        ).stdout  # fmt: skip
+        line = out.strip().splitlines()[-1]
+        return line[line.find("-m xla_wheels") :]
+
+    assert "--bazel-remote-timeout='7'" in dry("wheels", "BUNDLE=b")
+    assert "--bazel-remote-timeout='7'" in dry("rebuild-check", "BUNDLE=b")
+    assert "--bazel-remote-timeout" not in dry("lock", "BUNDLE=b")

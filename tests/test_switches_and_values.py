@@ -21,7 +21,7 @@ import pytest
 from tests.clirunner import REPO_ROOT, CliResult, run_cli
 from xla_wheels.builder.config import BuildConfig, mem_total_gib
 from xla_wheels.cli import build_parser
-from xla_wheels.make_help import MAKEFILE, Target, read_makefile
+from xla_wheels.make_help import Target, makefile_text, read_makefile
 from xla_wheels.values import SWITCH_FALSE, SWITCH_TRUE
 
 BUNDLE = "v6e-2.9"
@@ -286,7 +286,7 @@ def test_argparse_mistakes_are_our_error_and_fix(argv: tuple[str, ...]) -> None:
 
 # --- every make target: the same make-variable check ----------------------------------
 
-MAKE_TARGETS = read_makefile(MAKEFILE.read_text()).targets
+MAKE_TARGETS = read_makefile(makefile_text()).targets
 #: The one target that runs Python without the check: it creates the interpreter the
 #: check runs in.
 UNCHECKED = {"venv"}

@@ -42,6 +42,7 @@ from xla_wheels import sbom, wheel_stamp
 from xla_wheels.bundle import Bundle
 from xla_wheels.errors import PipelineError, UsageError
 from xla_wheels.provenance import Provenance
+from xla_wheels.settings_table import by_flag
 from xla_wheels.tables import read_regular
 from xla_wheels.wheel_filename import parse_wheel_name
 from xla_wheels.wheels_lock import BundleEntry, WheelRecord
@@ -51,7 +52,7 @@ PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 BUILD_TYPE = "urn:xla-wheels:build:v1"
 """Names this pipeline's build (its recipes and stages); a URI, as SLSA asks."""
-DEFAULT_BUILDER_ID = "urn:xla-wheels:builder:unnamed"
+DEFAULT_BUILDER_ID = str(by_flag("--builder-id").default)  # its row of the settings table
 ENVELOPE_SUFFIX = ".intoto.jsonl"
 
 

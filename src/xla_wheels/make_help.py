@@ -3,11 +3,13 @@
 Generated from data, never written by hand:
 
 - a target's summary is its ``## `` comment in the Makefile;
-- its variables are the entries of the Makefile's ``MAKE_VARIABLES`` table that its recipe
-  reads, through the flag groups it expands (a target without a recipe: its prerequisites');
+- its variables are the entries of ``MAKE_VARIABLES`` (written from the settings table,
+  :mod:`xla_wheels.settings_table`, into the ``make-variables.mk`` the Makefile includes)
+  that its recipe reads, through the flag groups it expands (a target without a recipe:
+  its prerequisites');
 - a variable's text and default are its flag's ``--help`` text in the command the target
-  runs (:func:`xla_wheels.cli.help.option_help`); the few variables that are no flag of
-  the CLI are described in :data:`OTHER_VARIABLES`; examples are :data:`MAKE_EXAMPLES`.
+  runs (:func:`xla_wheels.cli.help.option_help`); a variable that is no flag nor argument
+  of the CLI, its row of the settings table; examples are :data:`MAKE_EXAMPLES`.
 
 The text is written to ``make-help.txt`` next to this module, which ``make help`` prints:
 so it works on a fresh clone, before ``.venv`` (and the packages most commands import)
@@ -28,63 +30,73 @@ from pathlib import Path
 
 from xla_wheels.cli import build_parser
 from xla_wheels.cli.help import option_help
+from xla_wheels.settings_table import MAKE_FILE, SETTINGS, in_group
 
 HELP_FILE = Path(__file__).with_name("make-help.txt")
 MAKEFILE = Path(__file__).resolve().parents[2] / "Makefile"
 REGENERATE = ".venv/bin/python -m xla_wheels.make_help --write"
 
-#: One working command per target, shown last in its entry.
-MAKE_EXAMPLES: dict[str, str] = {
-    "help": "make help",
-    "venv": "make venv PYTHON_FOR_VENV=python3.12",
-    "cache-tools": "make cache-tools",
-    "test": "make test PYTEST_ARGS='tests/test_cli.py -q'",
-    "test-fast": "make test-fast PYTEST_ARGS='-x'",
-    "lint": "make lint",
-    "docs": "make docs",
-    "demo": "make demo DEMO_DIR=/tmp/xla-wheels-demo",
-    "bundles": "make bundles",
-    "diff": "make diff A=v6e-2.9 B=v6e-2.11",
-    "sources": "make sources BUNDLE=v6e-2.11",
-    "patch": "make patch BUNDLE=v6e-2.11",
-    "patches-check": "make patches-check BUNDLE=v6e-2.11 TORCH_XLA_SRC=../pytorch-xla",
-    "patch-export": "make patch-export BUNDLE=v6e-2.11 COMPONENT=torch_xla",
-    "patch-rebase": "make patch-rebase BUNDLE=v6e-2.11 ONTO=<commit>",
-    "builder-image": "make builder-image ENGINE=podman",
-    "wheels": "make wheels BUNDLE=v6e-2.11",
-    "lock": "make lock BUNDLE=v6e-2.11",
-    "lock-check": "make lock-check",
-    "launch-env": "make launch-env BUNDLE=v6e-2.11 PROFILE=train ROLE=writer",
-    "clean": "make clean",
-    "publish": "make publish BUNDLE=v6e-2.11 DRY_RUN=1",
-    "requirements": "make requirements BUNDLE=v6e-2.11",
-    "verify-install": "make verify-install BUNDLE=v6e-2.11",
-    "doctor": "make doctor BUNDLE=v6e-2.11 ROLE=writer",
-    "promote": "make promote BUNDLE=v6e-2.11 LANE=preferred DRY_RUN=1",
-    "compare": "make compare A=v6e-2.9 B=v6e-2.11",
-    "lanes": "make lanes HISTORY=1",
-    "status": "make status JSON=1",
-    "rollback": (
-        'make rollback LANE=preferred TO=v6e-2.10 REASON="v6e-2.11 hangs at step 0" DRY_RUN=1'
-    ),
-    "attest": "make attest BUNDLE=v6e-2.11 SIGNING_KEY=team-key.pem",
-    "rebuild-check": "make rebuild-check BUNDLE=v6e-2.11",
-    "abi-check": "make abi-check STOCK=2.8.0:2.9.0",
-    "gate": "make gate GATE_DEVICE=CPU CHECKS=restart,cache-key",
-    "bench-restart": "make bench-restart ROUNDS=5",
+#: The targets by purpose, in the order ``make help`` shows them, each with one working
+#: command, shown last in its entry.
+TARGET_GROUPS: dict[str, dict[str, str]] = {
+    "Start here": {
+        "help": "make help",
+        "demo": "make demo DEMO_DIR=/tmp/xla-wheels-demo",
+        "venv": "make venv PYTHON_FOR_VENV=python3.12",
+    },
+    "Build (bundle -> sources -> patches -> wheels -> wheels.lock)": {
+        "bundles": "make bundles",
+        "diff": "make diff A=v6e-2.9 B=v6e-2.11",
+        "sources": "make sources BUNDLE=v6e-2.11",
+        "patch": "make patch BUNDLE=v6e-2.11",
+        "patches-check": "make patches-check BUNDLE=v6e-2.11 TORCH_XLA_SRC=../pytorch-xla",
+        "patch-export": "make patch-export BUNDLE=v6e-2.11 COMPONENT=torch_xla",
+        "patch-rebase": "make patch-rebase BUNDLE=v6e-2.11 ONTO=<commit>",
+        "builder-image": "make builder-image ENGINE=podman",
+        "wheels": "make wheels BUNDLE=v6e-2.11",
+        "lock": "make lock BUNDLE=v6e-2.11",
+        "lock-check": "make lock-check",
+        "clean": "make clean",
+    },
+    "Publish and install": {
+        "publish": "make publish BUNDLE=v6e-2.11 DRY_RUN=1",
+        "requirements": "make requirements BUNDLE=v6e-2.11",
+        "verify-install": "make verify-install BUNDLE=v6e-2.11",
+        "doctor": "make doctor BUNDLE=v6e-2.11 ROLE=writer",
+        "launch-env": "make launch-env BUNDLE=v6e-2.11 PROFILE=train ROLE=writer",
+    },
+    "Lanes and promotion": {
+        "promote": "make promote BUNDLE=v6e-2.11 LANE=preferred DRY_RUN=1",
+        "compare": "make compare A=v6e-2.9 B=v6e-2.11",
+        "rollback": (
+            'make rollback LANE=preferred TO=v6e-2.10 REASON="v6e-2.11 hangs at step 0" DRY_RUN=1'
+        ),
+        "lanes": "make lanes HISTORY=1",
+        "status": "make status JSON=1",
+    },
+    "Supply chain and ABI": {
+        "attest": "make attest BUNDLE=v6e-2.11 SIGNING_KEY=team-key.pem",
+        "rebuild-check": "make rebuild-check BUNDLE=v6e-2.11",
+        "abi-check": "make abi-check STOCK=2.8.0:2.9.0",
+    },
+    "The gate": {
+        "gate": "make gate GATE_DEVICE=CPU CHECKS=restart,cache-key",
+        "bench-restart": "make bench-restart ROUNDS=5",
+    },
+    "Development": {
+        "test": "make test PYTEST_ARGS='tests/test_cli.py -q'",
+        "test-fast": "make test-fast PYTEST_ARGS='-x'",
+        "lint": "make lint",
+        "cache-tools": "make cache-tools",
+        "docs": "make docs",
+    },
 }
+MAKE_EXAMPLES: dict[str, str] = {t: e for group in TARGET_GROUPS.values() for t, e in group.items()}
 
-#: The variables of MAKE_VARIABLES that are no flag of the CLI (``NAME=`` in the table);
-#: ``{default}`` is the value the Makefile itself gives the variable.
-OTHER_VARIABLES: dict[str, str] = {
-    "PYTHON_FOR_VENV": "interpreter .venv is created with, Python 3.11 or newer "
-    "(default: {default})",
-    "PYTEST_ARGS": "more pytest arguments: test files, -k, -x (default: none)",
-    "BUILD_ARGS": "Dockerfile ARGs as NAME=VALUE words, each passed as --build-arg: "
-    "BASE_IMAGE, LLVM_APT_BASE, BAZELISK_BASE_URL point the build at mirrors (default: none)",
-    "GATE_ARGS": "more flags of the gate command, e.g. --record-baseline (default: none)",
-    "SOURCE_DATE_EPOCH": "the reproducible-builds timestamp of the wheels, seconds since 1970 "
-    "(default: the torch_xla commit's date)",
+#: The settings groups whose variables many targets share: each target names them on one
+#: line, and their text is shown once, at the end (the settings table's groups).
+SHARED_GROUPS: dict[str, str] = {
+    "network": "The network settings, taken by every target that may talk to a host:",
 }
 
 #: Make's own names in a recipe that are no variable of the table.
@@ -167,6 +179,11 @@ def read_makefile(text: str) -> Makefile:
     return Makefile(table, tuple(targets), defaults)
 
 
+def makefile_text() -> str:
+    """The Makefile with the variable table it includes (``make-variables.mk``)."""
+    return MAKEFILE.read_text() + "\n" + MAKE_FILE.read_text()
+
+
 def _parser_of(command: str) -> argparse.ArgumentParser:
     if command == "demo":
         from xla_wheels.demo import build_parser as demo_parser
@@ -179,8 +196,6 @@ def _parser_of(command: str) -> argparse.ArgumentParser:
 
 def variable_text(makefile: Makefile, name: str, commands: Sequence[str]) -> str:
     """What variable ``name`` means for a target running ``commands``, its default included."""
-    if name in OTHER_VARIABLES:
-        return OTHER_VARIABLES[name].format(default=makefile.defaults.get(name, "none"))
     flag = makefile.table[name]
     refused = False
     for command in commands:
@@ -195,6 +210,9 @@ def variable_text(makefile: Makefile, name: str, commands: Sequence[str]) -> str
             return option_help(action)
     if refused:
         return "this target has no dry run: on is refused, never ignored (default: off)"
+    if not flag:  # make's own, or the environment of a tool: its row of the table
+        row = next(s for s in SETTINGS if s.make == name)
+        return f"{row.help} (default: {makefile.defaults.get(name, row.shown_default)})"
     raise LookupError(
         f"the Makefile passes {name} ({flag or 'no flag'}) to {', '.join(commands) or 'nothing'}"
         ", which has no such argument"
@@ -210,13 +228,35 @@ def render(makefile: Makefile) -> str:
         "`.venv/bin/python -m xla_wheels <command> --help` lists all of its options.",
         "",
     ]
-    for target in makefile.targets:
-        lines.append(f"make {target.name:<16} {target.summary}")
-        if target.commands:
-            lines.append(f"    runs: {', '.join(_shown_command(c) for c in target.commands)}")
-        for name in target.variables:
-            lines += _wrapped(name, variable_text(makefile, name, target.commands))
-        lines.append(f"    example: {MAKE_EXAMPLES[target.name]}")
+    shared = {s.make: g for g in SHARED_GROUPS for s in in_group(g) if s.make}
+    shared_text: dict[str, dict[str, str]] = {group: {} for group in SHARED_GROUPS}
+    by_name = {target.name: target for target in makefile.targets}
+    unlisted = set(by_name) - set(MAKE_EXAMPLES)
+    if unlisted:
+        raise LookupError(f"targets without a group and example: {sorted(unlisted)}")
+    for heading, examples in TARGET_GROUPS.items():
+        lines += [f"{heading}:", ""]
+        for target in (by_name[name] for name in examples if name in by_name):
+            lines.append(f"make {target.name:<16} {target.summary}")
+            if target.commands:
+                lines.append(f"    runs: {', '.join(_shown_command(c) for c in target.commands)}")
+            names_of: dict[str, list[str]] = {}
+            for name in target.variables:
+                if name in shared:
+                    names_of.setdefault(shared[name], []).append(name)
+                    shared_text[shared[name]].setdefault(
+                        name, variable_text(makefile, name, target.commands)
+                    )
+                else:
+                    lines += _wrapped(name, variable_text(makefile, name, target.commands))
+            for group, names in names_of.items():
+                lines.append(f"    {', '.join(names)}  the {group} settings (at the end)")
+            lines.append(f"    example: {MAKE_EXAMPLES[target.name]}")
+            lines.append("")
+    for group, heading in SHARED_GROUPS.items():
+        lines.append(heading)
+        for name, text in shared_text[group].items():
+            lines += _wrapped(name, text)
         lines.append("")
     lines += [
         "A variable left unset adds no flag: the command then reads its XLA_WHEELS_<NAME>",
@@ -251,7 +291,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     mode.add_argument("--write", action="store_true", help=f"write {HELP_FILE.name}")
     mode.add_argument("--check", action="store_true", help=f"fail when {HELP_FILE.name} differs")
     args = parser.parse_args(argv)
-    text = render(read_makefile(MAKEFILE.read_text()))
+    text = render(read_makefile(makefile_text()))
     if args.write:
         HELP_FILE.write_text(text)
         return 0

@@ -8,7 +8,8 @@ the environment, NAME upper-cased with dashes as underscores and a trailing ``-d
 dropped: ``--engine`` is ``XLA_WHEELS_ENGINE``, ``--cache-dir`` is ``XLA_WHEELS_CACHE``,
 ``--dry-run`` is ``XLA_WHEELS_DRY_RUN``. :func:`env_var` is the rule; :data:`ENV_SETTINGS`
 lists the flags the environment can give (the others, such as the gate's, are flags
-only), and docs/settings.md's settings table lists them with their defaults.
+only). Every setting is a row of :mod:`xla_wheels.settings_table`, which docs/settings.md's
+settings table is written from.
 
 Read from the environment here besides our own settings, because they belong to other
 tools: ``XDG_CACHE_HOME`` and ``HOME`` (where the per-machine cache lives).
@@ -20,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from xla_wheels.settings_table import SETTINGS, by_flag
+
 ENV_PREFIX = "XLA_WHEELS_"
 
 
@@ -29,54 +32,17 @@ def env_var(flag: str) -> str:
     return ENV_PREFIX + name.upper().replace("-", "_")
 
 
-#: Every setting the environment can give, with its flag (docs/settings.md lists the same).
-ENV_SETTINGS: tuple[str, ...] = (
-    "--root",
-    "--cache-dir",
-    "--out-dir",
-    "--mirror",
-    "--dry-run",
-    "--progress-interval",
-    "--mode",
-    "--engine",
-    "--image",
-    "--jobs",
-    "--host-python",
-    "--bazel-remote-cache",
-    "--ship-check",
-    "--keep-recorded",
-    "--build-tag",
-    "--index-url",
-    "--upload-url",
-    "--no-deps",
-    "--deps-from",
-    "--role",
-    "--signing-key",
-    "--public-key",
-    "--builder-id",
-    "--net-timeout",
-    "--net-retries",
-)
+#: Every setting the environment can give with a flag (rows of the settings table).
+ENV_SETTINGS: tuple[str, ...] = tuple(s.flag for s in SETTINGS if s.flag and s.env)
 
 
-#: The other ``XLA_WHEELS_*`` names the pipeline reads (not settings with a flag), with
-#: the reader. Together with :data:`ENV_SETTINGS` this is every name: any other
-#: ``XLA_WHEELS_*`` in the environment is refused (a typo of ``XLA_WHEELS_DRY_RUN`` would
-#: otherwise run for real). A new name is one entry here or in ENV_SETTINGS.
+#: The ``XLA_WHEELS_*`` names the pipeline reads that are no setting, with the reader.
+#: Together with the settings table's this is every name: any other ``XLA_WHEELS_*`` in
+#: the environment is refused (a typo of ``XLA_WHEELS_DRY_RUN`` would otherwise run for
+#: real). A new setting is a row of the table; a new name of another kind, one entry here.
 ENV_OTHER_NAMES: dict[str, str] = {
-    "XLA_WHEELS_MAKE_VARIABLES": "cli.from_make (set by the Makefile)",
     "XLA_WHEELS_MAKE_GOAL": "cli.from_make (set by the Makefile)",
     "XLA_WHEELS_MAKE_COMMAND_LINE": "cli.from_make (set by the Makefile)",
-    "XLA_WHEELS_BUILDERS_CONFIG": "builder.remote_cache",
-    "XLA_WHEELS_BUILDER_ROLE": "builder.remote_cache",
-    "XLA_WHEELS_BAZEL_REMOTE_EXECUTOR": "builder.remote_cache",
-    "XLA_WHEELS_BAZEL_REMOTE_INSTANCE_NAME": "builder.remote_cache",
-    "XLA_WHEELS_BAZEL_REMOTE_HEADER": "builder.remote_cache (a secret)",
-    "XLA_WHEELS_BAZEL_REMOTE_HEADER_FILE": "builder.remote_cache",
-    "XLA_WHEELS_CCACHE_REMOTE_STORAGE": "builder.remote_cache",
-    "XLA_WHEELS_CCACHE_REMOTE_USERNAME": "builder.remote_cache",
-    "XLA_WHEELS_CCACHE_REMOTE_PASSWORD": "builder.remote_cache (a secret)",
-    "XLA_WHEELS_CCACHE_REMOTE_PASSWORD_FILE": "builder.remote_cache",
     "XLA_WHEELS_SECRETS_FILE": "builder.run_recipe (set inside the build)",
     "XLA_WHEELS_DOCKER_TEST_IMAGE": "tests/test_build_container.py",
 }
@@ -84,7 +50,7 @@ ENV_OTHER_NAMES: dict[str, str] = {
 
 def known_environment() -> frozenset[str]:
     """Every ``XLA_WHEELS_*`` name the pipeline reads."""
-    return frozenset(env_var(flag) for flag in ENV_SETTINGS) | frozenset(ENV_OTHER_NAMES)
+    return frozenset(s.env for s in SETTINGS if s.env) | frozenset(ENV_OTHER_NAMES)
 
 
 def machine_cache(environ: Mapping[str, str]) -> Path:
@@ -108,9 +74,9 @@ class NetworkPolicy:
     ``NET_TIMEOUT`` / ``NET_RETRIES`` and the progress interval, built once by the CLI
     edge and carried by :class:`PipelineOptions` to every step that talks to a host."""
 
-    timeout_s: float = 60.0
+    timeout_s: float = float(by_flag("--net-timeout").default or 0)
     """Seconds one attempt may wait for an answer (connect, or the next bytes)."""
-    retries: int = 3
+    retries: int = int(by_flag("--net-retries").default or 0)
     """Attempts after the first one, when a fault is transient."""
     backoff_s: float = 2.0
     """Sleep before the first retry; it doubles for each next one (2, 4, 8 s)."""
@@ -118,7 +84,7 @@ class NetworkPolicy:
     """The slowest transfer rate a step's time limit allows for (a 500 MB wheel: ~33 min)."""
     start_allowance_s: float = 15.0
     """A child process (twine, pip) starts and reads its input before it talks to a host."""
-    heartbeat_s: float = 30.0
+    heartbeat_s: float = float(by_flag("--progress-interval").default or 0)
     """Seconds between ``still waiting`` lines and a long fetch's heartbeat lines off a
     terminal (``--progress-interval``; 0: none)."""
 

@@ -43,7 +43,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, TypeVar
 
-from xla_wheels import log, progress
+from xla_wheels import log, progress, settings_table
 from xla_wheels.errors import PipelineError
 from xla_wheels.options import NetworkPolicy
 from xla_wheels.redact import mask_url_credentials
@@ -52,8 +52,8 @@ from xla_wheels.runner import StepTimedOut
 T = TypeVar("T")
 
 #: Where the settings come from, for fixes ("raise NET_TIMEOUT").
-TIMEOUT_SETTING = "XLA_WHEELS_NET_TIMEOUT (make: NET_TIMEOUT=)"
-RETRIES_SETTING = "XLA_WHEELS_NET_RETRIES (make: NET_RETRIES=)"
+TIMEOUT_SETTING = settings_table.where("--net-timeout")
+RETRIES_SETTING = settings_table.where("--net-retries")
 
 #: A step that has not answered after this many seconds says it is waiting.
 QUIET_BEFORE_WAITING_LINE_S = 5.0

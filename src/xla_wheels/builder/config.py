@@ -13,10 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from xla_wheels.builder.remote_cache import RemoteCache
+from xla_wheels.settings_table import by_flag
 
-ENGINES = ("docker", "podman", "buildah")
-MODES = ("container", "host")
-DEFAULT_IMAGE = "localhost/xla-wheels-builder:latest"
+# The choices and defaults of the build settings: their rows of the settings table.
+ENGINES = by_flag("--engine").choices
+MODES = by_flag("--mode").choices
+DEFAULT_IMAGE = str(by_flag("--image").default)
 
 # The gate's CPU checks (src/xla_wheels/gate, exit 0 pass / 1 fail / 2 unusable) run on the
 # freshly built wheels in a clean environment: warm restart, its SPMD variant, cache-key
@@ -37,11 +39,11 @@ DEFAULT_SHIP_PIP_ARGS = ("--find-links", "{wheels}")
 
 @dataclass(frozen=True)
 class BuildConfig:
-    mode: str = "container"
-    engine: str = "docker"
+    mode: str = str(by_flag("--mode").default)
+    engine: str = str(by_flag("--engine").default)
     image: str = DEFAULT_IMAGE
     jobs: int = 2
-    host_python: str = "python3"
+    host_python: str = str(by_flag("--host-python").default)
     """Interpreter that runs the recipes in host mode (the bundle's Python)."""
     container_python: str = "python3"
     """Interpreter on the builder image's PATH."""

@@ -41,26 +41,30 @@ from typing import Any
 from xla_wheels.errors import ExitCode, PipelineError, UsageError
 from xla_wheels.launch_profile import ROLES
 from xla_wheels.redact import REDACTED
+from xla_wheels.settings_table import by_flag, env_of
 from xla_wheels.tables import Field, Table, loads_toml, read_utf8
+from xla_wheels.values import BadValue, parse_count
 
 CONFIG_RELPATH = "build/builders.toml"
 BAZEL_SCHEMES = ("grpc", "grpcs", "http", "https")
 EXECUTOR_SCHEMES = ("grpc", "grpcs")
 CCACHE_SCHEMES = ("redis", "http")
 
-# Environment overrides of the TOML settings (none of them is a credential).
-ENV_CONFIG = "XLA_WHEELS_BUILDERS_CONFIG"
-ENV_ROLE = "XLA_WHEELS_BUILDER_ROLE"
-ENV_BAZEL_CACHE = "XLA_WHEELS_BAZEL_REMOTE_CACHE"
-ENV_BAZEL_EXECUTOR = "XLA_WHEELS_BAZEL_REMOTE_EXECUTOR"
-ENV_BAZEL_INSTANCE = "XLA_WHEELS_BAZEL_REMOTE_INSTANCE_NAME"
-ENV_CCACHE_STORAGE = "XLA_WHEELS_CCACHE_REMOTE_STORAGE"
-ENV_CCACHE_USERNAME = "XLA_WHEELS_CCACHE_REMOTE_USERNAME"
-# Credentials: a value in the environment, or a file holding it (mode 0600).
-ENV_BAZEL_HEADER = "XLA_WHEELS_BAZEL_REMOTE_HEADER"
-ENV_BAZEL_HEADER_FILE = "XLA_WHEELS_BAZEL_REMOTE_HEADER_FILE"
-ENV_CCACHE_PASSWORD = "XLA_WHEELS_CCACHE_REMOTE_PASSWORD"
-ENV_CCACHE_PASSWORD_FILE = "XLA_WHEELS_CCACHE_REMOTE_PASSWORD_FILE"
+# Environment overrides of the TOML settings (none of them is a credential), and the
+# credentials: a value in the environment, or a file holding it (mode 0600). Each is a
+# row of the settings table (group "remote-cache"): named there, read here.
+ENV_CONFIG = env_of("XLA_WHEELS_BUILDERS_CONFIG")
+ENV_ROLE = env_of("XLA_WHEELS_BUILDER_ROLE")
+ENV_BAZEL_CACHE = env_of("--bazel-remote-cache")
+ENV_BAZEL_EXECUTOR = env_of("XLA_WHEELS_BAZEL_REMOTE_EXECUTOR")
+ENV_BAZEL_INSTANCE = env_of("XLA_WHEELS_BAZEL_REMOTE_INSTANCE_NAME")
+ENV_BAZEL_TIMEOUT = env_of("--bazel-remote-timeout")
+ENV_CCACHE_STORAGE = env_of("XLA_WHEELS_CCACHE_REMOTE_STORAGE")
+ENV_CCACHE_USERNAME = env_of("XLA_WHEELS_CCACHE_REMOTE_USERNAME")
+ENV_BAZEL_HEADER = env_of("XLA_WHEELS_BAZEL_REMOTE_HEADER")
+ENV_BAZEL_HEADER_FILE = env_of("XLA_WHEELS_BAZEL_REMOTE_HEADER_FILE")
+ENV_CCACHE_PASSWORD = env_of("XLA_WHEELS_CCACHE_REMOTE_PASSWORD")
+ENV_CCACHE_PASSWORD_FILE = env_of("XLA_WHEELS_CCACHE_REMOTE_PASSWORD_FILE")
 
 # How secrets reach the build process: a JSON file (mode 0600 in a 0700 directory of the
 # work tree, mounted like the rest of it) named by this variable. A file rather than
@@ -106,6 +110,8 @@ class BazelRemote:
     """``--remote_instance_name`` (BuildBuddy, Buildbarn and RBE partition by it)."""
     header_names: tuple[str, ...] = ()
     """``--remote_header`` names; their values are secrets."""
+    timeout_s: int | None = None
+    """``--remote_timeout``: seconds one remote call may take; None: Bazel's own (60)."""
 
     @property
     def enabled(self) -> bool:
@@ -163,12 +169,16 @@ class RemoteCache:
 
 
 def load_remote_cache(
-    root: Path, environ: Mapping[str, str], bazel_cache_override: str | None = None
+    root: Path,
+    environ: Mapping[str, str],
+    bazel_cache_override: str | None = None,
+    bazel_timeout_override: int | None = None,
 ) -> RemoteCache:
     """``build/builders.toml`` (or ``$XLA_WHEELS_BUILDERS_CONFIG``), then the environment.
 
     A missing default file means no remote cache; a missing file named explicitly is an
-    error. ``bazel_cache_override`` is the ``--bazel-remote-cache`` command-line value.
+    error. ``bazel_cache_override`` and ``bazel_timeout_override`` are the
+    ``--bazel-remote-cache`` and ``--bazel-remote-timeout`` command-line values.
     """
 
     def env(name: str) -> str | None:
@@ -246,6 +256,8 @@ def load_remote_cache(
             fix="use the cache server's user name (or none for a password-only redis)",
         )
 
+    timeout = bazel_timeout_override or _timeout(env(ENV_BAZEL_TIMEOUT))
+
     headers = _read_headers(environ)
     if headers and not (cache or executor):
         raise RemoteCacheConfigError(
@@ -283,10 +295,28 @@ def load_remote_cache(
             executor=executor,
             instance_name=instance,
             header_names=tuple(name for name, _ in headers),
+            timeout_s=timeout,
         ),
         ccache=CcacheRemote(storage=storage, username=username, has_password=password is not None),
     )
     return RemoteCache(settings, tuple(secrets), str(path) if path.is_file() else "defaults")
+
+
+def _timeout(text: str | None) -> int | None:
+    """``XLA_WHEELS_BAZEL_REMOTE_TIMEOUT`` by its row's range (the CLI edge has checked it
+    already; a caller that is not the CLI gets the same refusal)."""
+    if text is None:
+        return None
+    row = by_flag("--bazel-remote-timeout")
+    try:
+        return parse_count(
+            text, low=int(row.low or 0), high=int(row.high or 0), example=int(row.example or 1)
+        )
+    except BadValue as bad:
+        raise RemoteCacheConfigError(
+            f"{ENV_BAZEL_TIMEOUT}={text!r} {bad.reason}",
+            fix=f"set {ENV_BAZEL_TIMEOUT}={bad.example}, or unset it",
+        ) from None
 
 
 _URL = re.compile(r"(?P<scheme>[a-z+]+)://(?P<rest>[^\s|]+)(?P<attrs>(\|[^\s|]+)*)")
@@ -473,6 +503,10 @@ def bazelrc_lines(settings: RemoteCacheSettings, auth_rc: str) -> list[str]:
         lines.append(f"build --remote_executor={rc_word(bazel.executor)}")
     if bazel.instance_name:
         lines.append(f"build --remote_instance_name={rc_word(bazel.instance_name)}")
+    if bazel.timeout_s is not None:
+        # Bazel waits 60 s per call by default: a cache that stopped answering would
+        # cost a minute on every action before it builds locally.
+        lines.append(f"build --remote_timeout={bazel.timeout_s}")
     # Overrides upstream's `build --noremote_upload_local_results` for the writer only.
     # With a remote executor, remotely executed results are stored by the executor
     # itself; the role governs what this machine's local actions upload.

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from xla_wheels.settings_table import Setting, by_flag, in_group
 from xla_wheels.values import (
     SWITCH_SPELLINGS,
     BadValue,
@@ -19,14 +20,6 @@ from xla_wheels.values import (
     parse_count,
     parse_switch,
 )
-
-#: The longest wait between progress lines a user may ask for (a day): anything longer is
-#: a typo, and would look like a hang.
-MAX_PROGRESS_INTERVAL = 86400.0
-#: The longest a network step may wait for an answer (a day), and the most retries of a
-#: transient fault: more is a typo, and would look like a hang.
-MAX_NET_TIMEOUT = 86400.0
-MAX_NET_RETRIES = 20
 
 
 class SwitchAction(argparse.Action):
@@ -116,75 +109,68 @@ def amount(low: float, high: float, example: float, unit: str) -> ValueType:
     )
 
 
+def value_type(setting: Setting) -> ValueType:
+    """The argparse ``type`` of a number setting of the table: its range, its default as
+    the example of a value that works."""
+    example = setting.default if isinstance(setting.default, float | int) else setting.example
+    assert setting.low is not None and setting.high is not None and example is not None
+    if setting.kind == "count":
+        return count(int(setting.low), int(setting.high), int(example))
+    return amount(setting.low, setting.high, example, setting.unit)
+
+
 #: The network and progress settings: the flags' types, and the parsers of their
 #: ``XLA_WHEELS_*`` variables (:mod:`xla_wheels.cli.settings`).
-PROGRESS_INTERVAL = amount(0, MAX_PROGRESS_INTERVAL, 30, "seconds")
-NET_TIMEOUT = amount(1, MAX_NET_TIMEOUT, 60, "seconds")
-NET_RETRIES = count(0, MAX_NET_RETRIES, 3)
+PROGRESS_INTERVAL = value_type(by_flag("--progress-interval"))
+NET_TIMEOUT = value_type(by_flag("--net-timeout"))
+NET_RETRIES = value_type(by_flag("--net-retries"))
 #: A directory the pipeline writes into (``--out``, ``--out-dir``, ``--cache-dir``).
 OUTPUT_DIR = ValueType(check_output_dir, "out", "directory")
+_TYPES: dict[str, Callable[[str], Any]] = {"path": Path, "directory": OUTPUT_DIR}
+
+
+def add_setting(
+    parser: argparse.ArgumentParser | Any,
+    setting: Setting,
+    *,
+    kind: Callable[[str], Any] | None = None,
+) -> None:
+    """The flag of one row of the settings table, its default in its help. No argparse
+    default: the options reader then looks at the environment, then the row's default.
+    ``kind``: the type, when it is not the row's own (a fix that depends on the machine)."""
+    assert setting.flag is not None
+    if setting.kind == "switch":
+        add_switch(parser, setting.flag, default=None, help=setting.help_with_default())
+        return
+    if kind is None:
+        numeric = setting.kind in ("count", "amount")
+        kind = value_type(setting) if numeric else _TYPES.get(setting.kind, str)
+    parser.add_argument(
+        setting.flag,
+        type=kind,
+        choices=setting.choices or None,
+        help=setting.help_with_default(),
+    )
 
 
 def add_common_arguments(parser: argparse.ArgumentParser, *, dry_run: bool = False) -> None:
-    """The pipeline's own settings, shared by every subcommand that works on the project.
+    """The pipeline's own settings, shared by every subcommand that works on the project:
+    the common and network rows of the settings table.
 
     ``--dry-run`` is honoured where the subcommand has a dry run (prints what it would do
     and changes nothing); elsewhere it is hidden, an off value is accepted and an on value
     refused (exit 2) rather than ignored.
     """
-    parser.add_argument(
-        "--root",
-        type=Path,
-        help="project checkout (default: $XLA_WHEELS_ROOT or the current directory)",
-    )
-    parser.add_argument(
-        "--cache-dir",
-        type=OUTPUT_DIR,
-        help="per-machine cache (default: $XLA_WHEELS_CACHE, else "
-        "$XDG_CACHE_HOME/xla-wheels, else ~/.cache/xla-wheels)",
-    )
-    parser.add_argument(
-        "--out-dir",
-        type=OUTPUT_DIR,
-        help="work directory (default: $XLA_WHEELS_OUT or <root>/out)",
-    )
-    parser.add_argument(
-        "--mirror",
-        help="directory of bare repositories or URL prefix that replaces the remotes' "
-        "host (default: $XLA_WHEELS_MIRROR)",
-    )
+    for setting in (*in_group("common"), *in_group("network")):
+        add_setting(parser, setting)
     if dry_run:
-        add_switch(
-            parser,
-            "--dry-run",
-            default=None,
-            help="print what would be done and change nothing (default: $XLA_WHEELS_DRY_RUN, else "
-            "off)",
-        )
+        add_setting(parser, by_flag("--dry-run"))
     else:
         parser.add_argument(
             "--dry-run", action=RefusedSwitchAction, default=None, help=argparse.SUPPRESS
         )
     # Whether --dry-run is honoured: the options reader refuses XLA_WHEELS_DRY_RUN where not.
     parser.set_defaults(has_dry_run=dry_run)
-    parser.add_argument(
-        "--progress-interval",
-        type=PROGRESS_INTERVAL,
-        help="seconds between 'still fetching' lines when stderr is not a terminal; 0 for "
-        "none (default: $XLA_WHEELS_PROGRESS_INTERVAL or 30)",
-    )
-    parser.add_argument(
-        "--net-timeout",
-        type=NET_TIMEOUT,
-        help="seconds a network step waits for an answer before it counts as timed out; a "
-        "transfer gets more by its size (default: $XLA_WHEELS_NET_TIMEOUT or 60)",
-    )
-    parser.add_argument(
-        "--net-retries",
-        type=NET_RETRIES,
-        help="times a network step is tried again after a transient fault (refused, reset, "
-        "HTTP 5xx, timed out), with growing pauses (default: $XLA_WHEELS_NET_RETRIES or 3)",
-    )
 
 
 def add_bundle_arguments(

@@ -1,8 +1,9 @@
 """What the CLI knows when the Makefile runs it: the user's words are make variables.
 
 The Makefile's one mapping (``MAKE_VARIABLES``: ``NAME=--flag``, or ``NAME=`` for a
-variable that is not a flag) reaches the CLI as :data:`ENV_VARIABLES`, with the target
-(:data:`ENV_GOAL`) and the names of the variables given on make's command line
+variable that is not a flag) is written from the settings table
+(:mod:`xla_wheels.settings_table`), which the CLI reads directly. The Makefile passes the
+target (:data:`ENV_GOAL`) and the names of the variables given on make's command line
 (:data:`ENV_COMMAND_LINE`; make exports their values to the recipe's environment). With
 them the CLI
 
@@ -23,9 +24,9 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from xla_wheels.errors import UsageError
+from xla_wheels.settings_table import SETTINGS
 from xla_wheels.values import BadValue, parse_switch
 
-ENV_VARIABLES = "XLA_WHEELS_MAKE_VARIABLES"
 ENV_GOAL = "XLA_WHEELS_MAKE_GOAL"
 ENV_COMMAND_LINE = "XLA_WHEELS_MAKE_COMMAND_LINE"
 
@@ -45,10 +46,9 @@ class MakeRun:
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> MakeRun | None:
-        table = environ.get(ENV_VARIABLES)
-        if table is None:
+        if ENV_GOAL not in environ:
             return None
-        flags = dict(entry.partition("=")[::2] for entry in table.split())
+        flags = {s.make: s.flag or "" for s in SETTINGS if s.make}
         given = {name: environ.get(name, "") for name in environ.get(ENV_COMMAND_LINE, "").split()}
         return cls(goal=environ.get(ENV_GOAL, ""), flags=flags, given=given)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from xla_wheels import attestation as attest
 from xla_wheels import launch_profile, log
 from xla_wheels.bundle import load_bundle
-from xla_wheels.cli.arguments import add_bundle_arguments, add_switch
+from xla_wheels.cli.arguments import add_bundle_arguments, add_setting, add_switch
 from xla_wheels.cli.settings import pipeline_options, publish_options, supply_options
 from xla_wheels.errors import UsageError
 from xla_wheels.layout import BundleLayout
@@ -31,6 +31,7 @@ from xla_wheels.publish.wheels import locked_records, locked_wheels
 from xla_wheels.redact import Redactor, shown
 from xla_wheels.release import lanes
 from xla_wheels.release.host_lane import add_lane_findings
+from xla_wheels.settings_table import by_flag
 from xla_wheels.wheels_lock import (
     BundleEntry,
     read_lock,
@@ -250,16 +251,8 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
 
 def _add_publish_arguments(parser: argparse.ArgumentParser) -> None:
     _add_dist(parser)
-    parser.add_argument(
-        "--index-url",
-        help="the index's simple/ URL (default: $XLA_WHEELS_INDEX_URL; none: static index). "
-        "Credentials: TWINE_USERNAME/TWINE_PASSWORD or keyring, never in the URL",
-    )
-    parser.add_argument(
-        "--upload-url",
-        help="twine's --repository-url (default: $XLA_WHEELS_UPLOAD_URL, else the index "
-        "URL without its trailing simple/)",
-    )
+    add_setting(parser, by_flag("--index-url"))
+    add_setting(parser, by_flag("--upload-url"))
 
 
 def _add_requirements_arguments(parser: argparse.ArgumentParser) -> None:
@@ -282,26 +275,13 @@ def _add_requirements_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _add_verify_install_arguments(parser: argparse.ArgumentParser) -> None:
     _add_dist(parser)
-    parser.add_argument(
-        "--index-url",
-        help="simple/ URL (default: $XLA_WHEELS_INDEX_URL, else the static index)",
-    )
+    add_setting(parser, by_flag("--index-url"))
     parser.add_argument(
         "--python",
         help="base interpreter of the venv (default: this one)",
     )
-    add_switch(
-        parser,
-        "--no-deps",
-        default=None,
-        help="install only our wheels, with pip --no-deps (default: $XLA_WHEELS_NO_DEPS, else "
-        "off)",
-    )
-    parser.add_argument(
-        "--deps-from",
-        help="python of an environment whose packages (torch) the import may use "
-        "(default: $XLA_WHEELS_DEPS_FROM)",
-    )
+    add_setting(parser, by_flag("--no-deps"))
+    add_setting(parser, by_flag("--deps-from"))
     parser.add_argument(
         "--require-provenance",
         action="store_true",
@@ -342,12 +322,7 @@ def _add_doctor_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_public_key(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--public-key",
-        type=Path,
-        help="the team's public key (PEM): verify each locked wheel's signed attestation "
-        "(default: $XLA_WHEELS_PUBLIC_KEY; doctor: else the --lane's signing-public-key)",
-    )
+    add_setting(parser, by_flag("--public-key"))
 
 
 _SUBCOMMANDS = {

@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from xla_wheels.cli.arguments import NET_RETRIES, NET_TIMEOUT, PROGRESS_INTERVAL
+from xla_wheels.cli.arguments import NET_RETRIES, NET_TIMEOUT, PROGRESS_INTERVAL, value_type
 from xla_wheels.cli.from_make import closest
 from xla_wheels.disk_faults import existing
 from xla_wheels.errors import UsageError
@@ -46,6 +46,7 @@ from xla_wheels.options import (
     known_environment,
     machine_cache,
 )
+from xla_wheels.settings_table import SETTINGS, by_flag
 from xla_wheels.values import (
     REMOTE_RULE,
     WHOLE_NUMBER,
@@ -58,12 +59,8 @@ from xla_wheels.values import (
     parse_switch,
 )
 
-#: The settings that are switches: their environment variables are checked for every
-#: subcommand before it runs (:func:`check_environment`), read by it or not.
-ENV_SWITCHES: tuple[str, ...] = ("--dry-run", "--keep-recorded", "--no-deps")
-
 #: The most compile jobs one builder may ask for: more is a typo (JOBS=1e9), not a machine.
-MAX_JOBS = 4096
+MAX_JOBS = int(by_flag("--jobs").high or 0)
 
 if TYPE_CHECKING:
     from xla_wheels.builder.config import BuildConfig
@@ -146,12 +143,16 @@ def check_environment(environ: Mapping[str, str]) -> None:
                 fix=(f"rename it to {guess}, or unset {name}" if guess else f"unset {name}")
                 + " (docs/settings.md, 'Settings: flags, environment, defaults', lists them)",
             )
-    for flag in ENV_SWITCHES:
-        env_switch(environ, flag)
-    env_number(environ, "--jobs", _jobs)
-    env_number(environ, "--progress-interval", PROGRESS_INTERVAL.parse)
-    env_number(environ, "--net-timeout", NET_TIMEOUT.parse)
-    env_number(environ, "--net-retries", NET_RETRIES.parse)
+    # The switches and numbers of the settings table, read by this subcommand or not.
+    for setting in SETTINGS:
+        if setting.env is None or setting.flag is None:
+            continue
+        if setting.kind == "switch":
+            env_switch(environ, setting.flag)
+        elif setting.flag == "--jobs":  # its fix proposes what fits this machine
+            env_number(environ, setting.flag, _jobs)
+        elif setting.kind in ("count", "amount"):
+            env_number(environ, setting.flag, value_type(setting).parse)
 
 
 def _jobs(text: str) -> int:
@@ -264,6 +265,7 @@ def build_config(args: argparse.Namespace, environ: Mapping[str, str]) -> BuildC
             (settings.path("--root") or Path(".")).resolve(),
             environ,
             bazel_cache_override=args.bazel_remote_cache or None,
+            bazel_timeout_override=args.bazel_remote_timeout,
         ),
         pip_args=tuple(shlex.split(args.pip_args)) if args.pip_args else (),
         ship_check=settings.text("--ship-check") or defaults.ship_check,

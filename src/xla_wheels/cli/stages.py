@@ -15,13 +15,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from xla_wheels import log, runner
-from xla_wheels.builder.config import DEFAULT_IMAGE, ENGINES, MODES, BuildConfig, jobs_that_fit
+from xla_wheels.builder.config import ENGINES, BuildConfig, jobs_that_fit
 from xla_wheels.builder.container import EngineError, build_image_argv
 from xla_wheels.bundle import available_bundles, describe, diff, load_bundle
 from xla_wheels.cli.arguments import (
     add_bundle_arguments,
     add_common_arguments,
-    add_switch,
+    add_setting,
     amount,
     count,
 )
@@ -43,6 +43,7 @@ from xla_wheels.series_build import (
 from xla_wheels.series_checks.key_audit import TABLE_SUBPATH, AuditReport, audit_series
 from xla_wheels.series_checks.key_audit import judge as judge_audit
 from xla_wheels.series_hygiene import refuse
+from xla_wheels.settings_table import by_flag, in_group
 from xla_wheels.sources import SourceCache, known_commits
 from xla_wheels.wheels_lock import check_lock, read_lock, update_bundle_entry
 
@@ -263,26 +264,10 @@ def cmd_lock_check(args: argparse.Namespace) -> int:
 
 def add_build_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("build stage")
-    group.add_argument(
-        "--mode", choices=MODES, help="container (default) or host ($XLA_WHEELS_MODE)"
-    )
-    group.add_argument(
-        "--engine",
-        choices=ENGINES,
-        help="container engine (default docker; $XLA_WHEELS_ENGINE)",
-    )
-    group.add_argument(
-        "--image", help=f"builder image (default {DEFAULT_IMAGE}; $XLA_WHEELS_IMAGE)"
-    )
-    group.add_argument(
-        "--jobs",
-        type=count(1, MAX_JOBS, jobs_that_fit()),  # a fix proposes what fits here
-        help=f"compile jobs, 1 to {MAX_JOBS} (default: cores; $XLA_WHEELS_JOBS)",
-    )
-    group.add_argument(
-        "--host-python",
-        help="interpreter for --mode host (default python3; $XLA_WHEELS_HOST_PYTHON)",
-    )
+    for flag in ("--mode", "--engine", "--image", "--host-python"):
+        add_setting(group, by_flag(flag))
+    # A refused value's fix proposes the jobs that fit this machine.
+    add_setting(group, by_flag("--jobs"), kind=count(1, MAX_JOBS, jobs_that_fit()))
     group.add_argument(
         "--container-python",
         help=f"interpreter in the image (default: {BuildConfig.container_python})",
@@ -292,20 +277,12 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         help="Bazel's disk cache directory (default: bazel-disk in the per-machine cache)",
     )
-    group.add_argument(
-        "--bazel-remote-cache",
-        help="grpc(s):// or http(s):// URL; overrides build/builders.toml [bazel] "
-        "remote_cache and $XLA_WHEELS_BAZEL_REMOTE_CACHE (default: what those two say, "
-        "else none)",
-    )
+    # The remote caches' flags (--bazel-remote-cache, --bazel-remote-timeout): their rows.
+    for setting in in_group("remote-cache"):
+        if setting.flag:
+            add_setting(group, setting)
     group.add_argument("--pip-args", help="extra pip arguments for build requirements (quoted)")
-    group.add_argument(
-        "--ship-check",
-        help="command run on the staged wheels in a clean environment; placeholders "
-        "{python} {wheels} {out} {builder_python} {torch_xla_src} (default: the gate's CPU "
-        "restart, spmd-restart, cache-key and same-numbers checks and upstream's cache test; "
-        "$XLA_WHEELS_SHIP_CHECK)",
-    )
+    add_setting(group, by_flag("--ship-check"))
     group.add_argument(
         "--ship-pip-args",
         help="pip arguments for the clean env (quoted; default: "
@@ -333,18 +310,8 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
         help="comma-separated tools --mode host needs (default: "
         f"{','.join(BuildConfig.host_tools)})",
     )
-    add_switch(
-        group,
-        "--keep-recorded",
-        default=None,
-        help="when a rebuilt wheel differs from the one wheels.lock records, keep the "
-        "recorded file (default: $XLA_WHEELS_KEEP_RECORDED, else off)",
-    )
-    group.add_argument(
-        "--build-tag",
-        help="PEP 427 build number for a rebuilt wheel that differs from the recorded one "
-        "(default: $XLA_WHEELS_BUILD_TAG, else none: such a wheel is refused)",
-    )
+    add_setting(group, by_flag("--keep-recorded"))
+    add_setting(group, by_flag("--build-tag"))
     group.add_argument(
         "--compiler-env",
         help="compilers of the build, quoted NAME=VALUE pairs (default: "

@@ -11,11 +11,12 @@ import argparse
 import os
 
 from xla_wheels.bundle import load_bundle
-from xla_wheels.cli.arguments import add_bundle_arguments
+from xla_wheels.cli.arguments import add_bundle_arguments, add_setting
 from xla_wheels.cli.settings import build_config, pipeline_options, supply_options
 from xla_wheels.errors import UsageError
 from xla_wheels.layout import BundleLayout
 from xla_wheels.options import env_var
+from xla_wheels.settings_table import by_flag
 from xla_wheels.wheels_lock import read_lock
 
 
@@ -70,14 +71,6 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
         add_build_arguments(parser)
         parser.set_defaults(handler=cmd_rebuild_check)
     else:  # attest: COMMANDS names this module for these two only
-        parser.add_argument(
-            "--signing-key",
-            help="the team's private key, a PEM file (default: $XLA_WHEELS_SIGNING_KEY); "
-            "its content is never printed",
-        )
-        parser.add_argument(
-            "--builder-id",
-            help="builder identity (a URI) in the attestations (default: "
-            "$XLA_WHEELS_BUILDER_ID, else urn:xla-wheels:builder:unnamed)",
-        )
+        add_setting(parser, by_flag("--signing-key"))
+        add_setting(parser, by_flag("--builder-id"))
         parser.set_defaults(handler=cmd_attest)

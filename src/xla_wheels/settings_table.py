@@ -1,0 +1,454 @@
+"""Every setting of the pipeline, one row each: the one table the rest is written from.
+
+As cibuildwheel keeps its options in one ``defaults.toml`` with a schema, a setting here
+is one :class:`Setting`: its flag, make variable, environment variable, type and range,
+default, help, the commands that take it, whether it is a secret, and its group (what it
+is for). Written from this table, never by hand:
+
+- the ``XLA_WHEELS_*`` names the environment may give (:data:`xla_wheels.options.ENV_SETTINGS`,
+  :func:`xla_wheels.options.known_environment`) and the check of their values before
+  any subcommand runs (``cli.settings.check_environment``);
+- the flags of the common and network groups with their defaults in ``--help``
+  (``cli.arguments.add_common_arguments``), and the documented defaults of
+  :class:`xla_wheels.options.NetworkPolicy`;
+- the remote-cache reader's variable names (``builder.remote_cache``);
+- ``make-variables.mk`` next to this module, which the Makefile includes: the one
+  mapping make variable -> flag (``MAKE_VARIABLES``) and each group's flags
+  (``NET_FLAGS``); ``tests/test_settings_table.py`` fails when it is not current;
+- ``make help``'s text for the variables that are no flag (``make_help``), and the
+  settings table of the documentation, between its marker comments.
+
+After changing a row: ``.venv/bin/python -m xla_wheels.settings_table --write`` (and
+``.venv/bin/python -m xla_wheels.make_help --write``).
+
+Standard library only, and imports nothing of this package: every layer may read it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+Kind = Literal["text", "path", "directory", "switch", "count", "amount", "words"]
+
+#: What each group is for, in the order ``make help`` and the settings table show them.
+GROUPS: dict[str, str] = {
+    "common": "where the pipeline works (every subcommand that works on the checkout)",
+    "network": "every step that talks to another host (fetch, index, upload, install)",
+    "bundle": "which bundle, and whether to change anything",
+    "build": "the build stage (make wheels, make rebuild-check, make builder-image)",
+    "remote-cache": "the remote compile caches shared by several builders "
+    "(after build/builders.toml)",
+    "patches": "the patch series (patch-export, patch-rebase, patches-check)",
+    "publish": "publish, requirements, verify-install, doctor",
+    "lanes": "lanes: promote, rollback, lanes, status",
+    "supply": "signed attestations",
+    "gate": "the gate and the restart benchmark",
+    "abi": "the ABI check",
+    "development": "make's own tooling: the venv, the tests, the demo",
+}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting. ``flag`` None: read from the environment only (or make's own);
+    ``make`` None: no make variable; ``env`` None: no ``XLA_WHEELS_*`` variable."""
+
+    group: str
+    help: str
+    """What it is, for ``--help``, ``make help`` and the settings table (no default)."""
+    flag: str | None = None
+    make: str | None = None
+    env: str | None = None
+    kind: Kind = "text"
+    low: float | None = None
+    high: float | None = None
+    unit: str = ""
+    default: float | str | None = None
+    """The default the code uses, where it is one value (the option dataclasses take it)."""
+    default_text: str = ""
+    """The default as the user reads it, where it is not just :attr:`default`."""
+    example: float | None = None
+    """A value that works, for a fix, when the default is no number."""
+    commands: tuple[str, ...] = ()
+    """The subcommands that take the flag (() for the common and network groups: all
+    that work on the checkout)."""
+    secret: bool = False
+    """A credential: never a flag or make variable, never printed."""
+    choices: tuple[str, ...] = ()
+    """The values it may take, where they are a few words."""
+
+    @property
+    def shown_default(self) -> str:
+        if self.default_text:
+            return self.default_text
+        if isinstance(self.default, float | int):
+            return f"{self.default:g}"
+        return self.default or "none"
+
+    def help_with_default(self) -> str:
+        """The ``--help`` text: what it is, then where its default comes from."""
+        source = f"${self.env} or " if self.env else ""
+        return f"{self.help} (default: {source}{self.shown_default})"
+
+
+def _s(group: str, help: str, **fields: object) -> Setting:
+    return Setting(group, help, **fields)  # type: ignore[arg-type]
+
+
+#: The longest waits and most retries a user may ask for: more is a typo, and would look
+#: like a hang.
+DAY_S = 86400.0
+
+# The rows. Order: as make help and the settings table show them, group by group.
+SETTINGS: tuple[Setting, ...] = (
+    # --- where the pipeline works -------------------------------------------------------
+    _s("common", "project checkout", flag="--root", env="XLA_WHEELS_ROOT", kind="path",
+       default_text="the current directory"),
+    _s("common", "per-machine cache", flag="--cache-dir", env="XLA_WHEELS_CACHE",
+       kind="directory", default_text="$XDG_CACHE_HOME/xla-wheels, else ~/.cache/xla-wheels"),
+    _s("common", "work directory", flag="--out-dir", env="XLA_WHEELS_OUT", kind="directory",
+       default_text="<root>/out"),
+    _s("common", "directory of bare repositories or URL prefix that replaces the remotes' "
+       "host", flag="--mirror", make="MIRROR", env="XLA_WHEELS_MIRROR",
+       default_text="none: the remotes themselves"),
+    _s("common", "seconds between 'still fetching' lines when stderr is not a terminal; 0 for "
+       "none", flag="--progress-interval", env="XLA_WHEELS_PROGRESS_INTERVAL", kind="amount",
+       low=0, high=DAY_S, unit="seconds", default=30),
+    # --- network ------------------------------------------------------------------------
+    _s("network", "seconds a network step waits for an answer before it counts as timed out; "
+       "a transfer gets more by its size", flag="--net-timeout", make="NET_TIMEOUT",
+       env="XLA_WHEELS_NET_TIMEOUT", kind="amount", low=1, high=DAY_S, unit="seconds",
+       default=60),
+    _s("network", "times a network step is tried again after a transient fault (refused, "
+       "reset, HTTP 5xx, timed out), with growing pauses", flag="--net-retries",
+       make="NET_RETRIES", env="XLA_WHEELS_NET_RETRIES", kind="count", low=0, high=20,
+       default=3),
+    # --- bundle -------------------------------------------------------------------------
+    _s("bundle", "bundle name (build/bundles/<name>.toml)", flag="--bundle", make="BUNDLE",
+       default_text="(required; gate, bench-restart: none, the receipt goes to out/)"),
+    _s("bundle", "print what would be done and change nothing", flag="--dry-run",
+       make="DRY_RUN", env="XLA_WHEELS_DRY_RUN", kind="switch", default_text="off",
+       commands=("sources", "patch", "wheels", "builder-image", "lock", "patch-export",
+                 "patch-rebase", "publish", "publish-lane", "promote", "rollback")),
+    _s("bundle", "the bundles to compare", make="A", commands=("diff", "compare"),
+       default_text="(required)"),
+    _s("bundle", "the second bundle", make="B", commands=("diff", "compare"),
+       default_text="diff: A's parent; compare: (required)"),
+    # --- build --------------------------------------------------------------------------
+    _s("build", "where the recipes run: in the builder image, or on this host", flag="--mode",
+       make="BUILD_MODE", env="XLA_WHEELS_MODE", choices=("container", "host"),
+       commands=("wheels", "rebuild-check"), default="container"),
+    _s("build", "container engine", flag="--engine", make="ENGINE", env="XLA_WHEELS_ENGINE",
+       choices=("docker", "podman", "buildah"),
+       commands=("wheels", "rebuild-check", "builder-image"), default="docker"),
+    _s("build", "builder image", flag="--image", make="BUILDER_IMAGE", env="XLA_WHEELS_IMAGE",
+       commands=("wheels", "rebuild-check", "builder-image"),
+       default="localhost/xla-wheels-builder:latest"),
+    _s("build", "compile jobs", flag="--jobs", make="JOBS", env="XLA_WHEELS_JOBS", kind="count",
+       low=1, high=4096, commands=("wheels", "rebuild-check"),
+       default_text="the number of cores"),
+    _s("build", "interpreter for --mode host", flag="--host-python", make="HOST_PYTHON",
+       env="XLA_WHEELS_HOST_PYTHON", commands=("wheels", "rebuild-check"), default="python3"),
+    _s("build", "command run on the staged wheels in a clean environment; placeholders "
+       "{python} {wheels} {out} {builder_python} {torch_xla_src}",
+       flag="--ship-check", env="XLA_WHEELS_SHIP_CHECK", commands=("wheels", "rebuild-check"),
+       default_text="the gate's CPU restart, spmd-restart, cache-key and same-numbers checks "
+       "and upstream's cache test"),
+    _s("build", "when a rebuilt wheel differs from the one wheels.lock records, keep the "
+       "recorded file",
+       flag="--keep-recorded", make="KEEP_RECORDED", env="XLA_WHEELS_KEEP_RECORDED",
+       kind="switch", commands=("wheels",), default_text="off"),
+    _s("build", "PEP 427 build number for a rebuilt wheel that differs from the recorded one",
+       flag="--build-tag", make="BUILD_TAG", env="XLA_WHEELS_BUILD_TAG", commands=("wheels",),
+       default_text="none: such a wheel is refused"),
+    _s("build", "Dockerfile ARGs as NAME=VALUE words, each passed as --build-arg: "
+       "BASE_IMAGE, LLVM_APT_BASE, BAZELISK_BASE_URL point the build at mirrors",
+       make="BUILD_ARGS", kind="words", commands=("builder-image",)),
+    _s("build", "the reproducible-builds timestamp of the wheels, seconds since 1970",
+       make="SOURCE_DATE_EPOCH", commands=("wheels", "rebuild-check"),
+       default_text="the torch_xla commit's date"),
+    # --- remote compile caches ----------------------------------------------------------
+    _s("remote-cache", "grpc(s):// or http(s):// URL of the Bazel remote cache",
+       flag="--bazel-remote-cache", env="XLA_WHEELS_BAZEL_REMOTE_CACHE",
+       commands=("wheels", "rebuild-check"),
+       default_text="build/builders.toml [bazel] remote_cache, else none (local disk cache "
+       "only)"),
+    _s("remote-cache", "seconds Bazel waits for one call to the remote cache or executor "
+       "(Bazel's --remote_timeout): a cache that does not answer costs this much per call",
+       flag="--bazel-remote-timeout", make="BAZEL_REMOTE_TIMEOUT",
+       env="XLA_WHEELS_BAZEL_REMOTE_TIMEOUT", kind="count", low=1, high=3600, example=10,
+       commands=("wheels", "rebuild-check"), default_text="Bazel's own, 60"),
+    _s("remote-cache", "grpc(s):// URL of a Bazel remote executor",
+       env="XLA_WHEELS_BAZEL_REMOTE_EXECUTOR",
+       default_text="build/builders.toml [bazel] remote_executor, else none"),
+    _s("remote-cache", "Bazel's --remote_instance_name",
+       env="XLA_WHEELS_BAZEL_REMOTE_INSTANCE_NAME",
+       default_text="build/builders.toml [bazel] remote_instance_name, else none"),
+    _s("remote-cache", "Bazel remote headers, one NAME=VALUE a line",
+       env="XLA_WHEELS_BAZEL_REMOTE_HEADER", secret=True),
+    _s("remote-cache", "a file (mode 0600) holding the Bazel remote headers",
+       env="XLA_WHEELS_BAZEL_REMOTE_HEADER_FILE"),
+    _s("remote-cache", "ccache's remote storage URL, redis:// or http://",
+       env="XLA_WHEELS_CCACHE_REMOTE_STORAGE",
+       default_text="build/builders.toml [ccache] remote_storage, else none"),
+    _s("remote-cache", "ccache's remote storage user", env="XLA_WHEELS_CCACHE_REMOTE_USERNAME",
+       default_text="build/builders.toml [ccache] remote_username, else none"),
+    _s("remote-cache", "ccache's remote storage password",
+       env="XLA_WHEELS_CCACHE_REMOTE_PASSWORD", secret=True),
+    _s("remote-cache", "a file (mode 0600) holding ccache's remote storage password",
+       env="XLA_WHEELS_CCACHE_REMOTE_PASSWORD_FILE"),
+    _s("remote-cache", "this builder's role: the writer uploads, readers never do",
+       env="XLA_WHEELS_BUILDER_ROLE",
+       default_text="build/builders.toml [builder] role, else reader"),
+    _s("remote-cache", "the builders file", env="XLA_WHEELS_BUILDERS_CONFIG",
+       default_text="<root>/build/builders.toml"),
+    # --- patches ------------------------------------------------------------------------
+    _s("patches", "a checkout to check the series against", flag="--source",
+       make="TORCH_XLA_SRC", commands=("patches-check",), default_text="the source cache"),
+    _s("patches", "the component whose series is exported or rebased", flag="--component",
+       make="COMPONENT", commands=("patch-export", "patch-rebase"), default_text="torch_xla"),
+    _s("patches", "overwrite a hand-edited patch file", flag="--force", make="FORCE",
+       kind="switch", commands=("patch-export",), default_text="off"),
+    _s("patches", "the commit to carry the series onto", flag="--onto", make="ONTO",
+       commands=("patch-rebase",)),
+    _s("patches", "continue a rebase after a conflict", flag="--continue", make="CONTINUE",
+       kind="switch", commands=("patch-rebase",), default_text="off"),
+    # --- publish ------------------------------------------------------------------------
+    _s("publish", "the index's simple/ URL; credentials: TWINE_USERNAME/TWINE_PASSWORD or "
+       "keyring, never in the URL", flag="--index-url", make="INDEX_URL",
+       env="XLA_WHEELS_INDEX_URL", commands=("publish", "verify-install"),
+       default_text="none: a static index in dist/<bundle>/simple/"),
+    _s("publish", "twine's --repository-url", flag="--upload-url", make="UPLOAD_URL",
+       env="XLA_WHEELS_UPLOAD_URL", commands=("publish",),
+       default_text="the index URL without its trailing simple/"),
+    _s("publish", "install only our wheels, with pip --no-deps", flag="--no-deps", make="NO_DEPS",
+       env="XLA_WHEELS_NO_DEPS", kind="switch", commands=("verify-install",),
+       default_text="off"),
+    _s("publish", "python of an environment whose packages (torch) the import may use",
+       flag="--deps-from", make="DEPS_FROM",
+       env="XLA_WHEELS_DEPS_FROM", commands=("verify-install",)),
+    _s("publish", "the interpreter to install into or check", flag="--python", make="PYTHON",
+       commands=("gate", "bench-restart", "verify-install", "doctor", "abi-check"),
+       default_text="per subcommand (see --help)"),
+    _s("publish", "the host's role", flag="--role", make="ROLE", env="XLA_WHEELS_ROLE",
+       commands=("doctor", "launch-env"), default_text="from TPU_WORKER_ID (worker 0 writes)"),
+    _s("publish", "the host's persistent XLA cache", flag="--cache-path", make="CACHE_PATH",
+       commands=("doctor",), default_text="XLA_PERSISTENT_CACHE_PATH of the host"),
+    _s("publish", "a launch profile", flag="--profile", make="PROFILE",
+       commands=("doctor", "launch-env", "gate")),
+    _s("publish", "an env file the launcher gives the job", flag="--env-file",
+       make="ENV_FILE", commands=("doctor",)),
+    _s("publish", "where launch-env writes", flag="--out", make="OUT",
+       commands=("launch-env",)),
+    _s("publish", "rewrite requirements.txt from the index", flag="--refresh", make="REFRESH",
+       kind="switch", commands=("requirements",), default_text="off"),
+    # --- lanes --------------------------------------------------------------------------
+    _s("lanes", "the lane", flag="--lane", make="LANE",
+       commands=("publish-lane", "promote", "lane-requirements", "doctor", "rollback", "lanes"),
+       default_text="per subcommand: the publish lane of build/lanes.toml, preferred, every "
+       "lane, none"),
+    _s("lanes", "the bundle a rollback returns to", flag="--to", make="TO",
+       commands=("rollback",)),
+    _s("lanes", "why (recorded in the lane's history)", flag="--reason", make="REASON",
+       commands=("rollback",), default_text="(required)"),
+    _s("lanes", "each lane's history", flag="--history", make="HISTORY", kind="switch",
+       commands=("lanes",), default_text="off"),
+    _s("lanes", "print JSON", flag="--json", make="JSON", kind="switch", commands=("status",),
+       default_text="off"),
+    # --- supply chain -------------------------------------------------------------------
+    _s("supply", "the team's private key, a PEM file: a path, never the key; its content is "
+       "never printed",
+       flag="--signing-key", make="SIGNING_KEY", env="XLA_WHEELS_SIGNING_KEY", kind="path",
+       commands=("attest",), default_text="none (make attest refuses to run without it)"),
+    _s("supply", "the team's public key (PEM): verify each locked wheel's signed attestation",
+       flag="--public-key", make="PUBLIC_KEY", env="XLA_WHEELS_PUBLIC_KEY", kind="path",
+       commands=("verify-install", "doctor"),
+       default_text="none: no signature check (doctor with LANE=: that lane's "
+       "signing-public-key)"),
+    _s("supply", "the builder identity written into each attestation (a URI)",
+       flag="--builder-id", make="BUILDER_ID", env="XLA_WHEELS_BUILDER_ID",
+       commands=("attest",), default="urn:xla-wheels:builder:unnamed"),
+    # --- gate ---------------------------------------------------------------------------
+    _s("gate", "the device", flag="--device", make="GATE_DEVICE",
+       commands=("gate", "bench-restart"), default_text="TPU if present, else CPU"),
+    _s("gate", "the workload", flag="--workload", make="WORKLOAD",
+       commands=("gate", "bench-restart"), default_text="small"),
+    _s("gate", "the checks to run", flag="--checks", make="CHECKS", commands=("gate",),
+       default_text="restart,spmd-restart,cache-key,same-numbers,hbm,recompile-canary"),
+    _s("gate", "upstream's tests to run too", flag="--upstream-tests", make="UPSTREAM_TESTS",
+       commands=("gate",)),
+    _s("gate", "restart rounds", flag="--rounds", make="ROUNDS", kind="count", low=1,
+       high=1000, default=5, commands=("bench-restart",)),
+    _s("gate", "more flags of the gate command, e.g. --record-baseline", make="GATE_ARGS",
+       kind="words", commands=("gate",)),
+    # --- ABI check ----------------------------------------------------------------------
+    _s("abi", "the torch wheel", flag="--torch-wheel", make="TORCH_WHEEL",
+       commands=("abi-check",), default_text="none (exactly one pair)"),
+    _s("abi", "the torch_xla wheel", flag="--torch-xla-wheel", make="TORCH_XLA_WHEEL",
+       commands=("abi-check",), default_text="none (exactly one pair)"),
+    _s("abi", "torch_xla's _XLAC extension", flag="--extension", make="XLAC",
+       commands=("abi-check",), default_text="none (exactly one pair)"),
+    _s("abi", "torch's library directory", flag="--torch-lib-dir", make="TORCH_LIB_DIR",
+       commands=("abi-check",), default_text="none (exactly one pair)"),
+    _s("abi", "stock releases TORCH:TORCH_XLA", flag="--stock", make="STOCK",
+       commands=("abi-check",), default_text="none (exactly one pair)"),
+    # --- development --------------------------------------------------------------------
+    _s("development", "where the demo writes", flag="--dir", make="DEMO_DIR",
+       commands=("demo",)),
+    _s("development", "more pytest arguments: test files, -k, -x", make="PYTEST_ARGS",
+       kind="words"),
+    _s("development", "interpreter .venv is created with, Python 3.11 or newer",
+       make="PYTHON_FOR_VENV", default_text="python3"),
+)  # fmt: skip
+
+_BY_FLAG = {s.flag: s for s in SETTINGS if s.flag}
+_BY_ENV = {s.env: s for s in SETTINGS if s.env}
+_BY_MAKE = {s.make: s for s in SETTINGS if s.make}
+
+
+def by_flag(flag: str) -> Setting:
+    return _BY_FLAG[flag]
+
+
+def by_env(name: str) -> Setting:
+    return _BY_ENV[name]
+
+
+def env_of(key: str) -> str:
+    """The ``XLA_WHEELS_*`` variable of the setting spelled ``key`` on the command line,
+    or named ``key`` in the environment (a setting without a flag): a ``KeyError`` at
+    import when no row has it, so a reader cannot read a name the table does not hold."""
+    env = (_BY_FLAG.get(key) or _BY_ENV[key]).env
+    if env is None:
+        raise KeyError(f"{key} has no environment variable")
+    return env
+
+
+def where(flag: str) -> str:
+    """How a user gives the setting, for a fix: its variable and its make variable."""
+    setting = _BY_FLAG[flag]
+    make = f" (make: {setting.make}=)" if setting.make else ""
+    return f"{setting.env or setting.flag}{make}"
+
+
+def in_group(group: str) -> Iterator[Setting]:
+    return (s for s in SETTINGS if s.group == group)
+
+
+# --- the files written from the table ---------------------------------------------------
+
+MAKE_FILE = Path(__file__).with_name("make-variables.mk")
+REGENERATE = ".venv/bin/python -m xla_wheels.settings_table --write"
+#: The documentation pages that may hold the settings table, between these markers.
+DOC_PAGES = ("README.md", "docs/settings.md")
+BEGIN = "<!-- settings-table: generated by python -m xla_wheels.settings_table; edit the rows -->"
+END = "<!-- settings-table: end -->"
+
+
+def make_variables_mk() -> str:
+    """The Makefile's included mapping: ``MAKE_VARIABLES`` and the groups' flags."""
+    entries = [f"{s.make}={s.flag or ''}" for s in SETTINGS if s.make]
+    lines = [
+        "# Generated from src/xla_wheels/settings_table.py: do not edit; after changing a row,",
+        f"# {REGENERATE}",
+        "# (tests/test_settings_table.py fails while this file is not current).",
+        "#",
+        "# Every variable a target reads, as NAME=--flag (NAME= when it is not a flag of its",
+        "# own). The CLI reads the same rows (cli/from_make.py): it refuses a variable on",
+        "# make's command line that is not here, and names the variable, not the flag, when",
+        "# it refuses a value.",
+        "MAKE_VARIABLES := " + " \\\n  ".join(
+            " ".join(entries[i : i + 6]) for i in range(0, len(entries), 6)
+        ),
+        "# The network settings, passed by every target that may talk to a host.",
+        _group_flags("NET_FLAGS", "network"),
+        "# The remote compile caches' settings, passed by the targets that build.",
+        _group_flags("REMOTE_CACHE_FLAGS", "remote-cache"),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _group_flags(name: str, group: str) -> str:
+    return f"{name} = " + " ".join(f"$(call flag,{s.make})" for s in in_group(group) if s.make)
+
+
+def _cell(text: str | None) -> str:
+    return f"`{text}`" if text else ""
+
+
+def _prose(text: str) -> str:
+    """Text in a Markdown table cell: ``<name>`` is no HTML tag, ``|`` no column."""
+    return text.replace("<", "&lt;").replace("|", "\\|")
+
+
+def settings_markdown() -> str:
+    """The settings table of the documentation, group by group."""
+    lines = [
+        "| make variable | flag | environment | default | what it is |",
+        "|---|---|---|---|---|",
+    ]
+    for group, purpose in GROUPS.items():
+        lines.append(f"| **{group}** | | | | {purpose} |")
+        for s in in_group(group):
+            flag = _cell(s.flag)
+            if s.flag and s.commands:
+                flag += f" ({', '.join(s.commands)})"
+            elif s.commands:
+                flag = f"({', '.join(s.commands)})"
+            default = "a secret: never a flag, never printed" if s.secret else s.shown_default
+            lines.append(
+                f"| {_cell(s.make)} | {flag} | {_cell(s.env)} | {_prose(default)} "
+                f"| {_prose(s.help)} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def with_table(page: str) -> str | None:
+    """``page`` with its settings table rewritten; None when it has no markers."""
+    start, end = page.find(BEGIN), page.find(END)
+    if start < 0 or end < start:
+        return None
+    return page[: start + len(BEGIN)] + "\n" + settings_markdown() + page[end:]
+
+
+def _outputs(root: Path) -> dict[Path, str]:
+    files = {MAKE_FILE: make_variables_mk()}
+    for name in DOC_PAGES:
+        page = root / name
+        if page.is_file() and (text := with_table(page.read_text())) is not None:
+            files[page] = text
+    return files
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m xla_wheels.settings_table",
+        description="Write make-variables.mk and the documentation's settings table from "
+        "the settings table.",
+    )
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--write", action="store_true", help="write the files")
+    mode.add_argument("--check", action="store_true", help="fail when a file differs")
+    args = parser.parse_args(argv)
+    root = Path(__file__).resolve().parents[2]
+    outputs = _outputs(root)
+    stale = [p for p, text in outputs.items() if not p.is_file() or p.read_text() != text]
+    if args.write:
+        for path in stale:
+            path.write_text(outputs[path])
+        return 0
+    for path in stale:
+        print(
+            f"error: {path.name} is not what the settings table says today\n  fix: {REGENERATE}",
+            file=sys.stderr,
+        )
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
