@@ -5,6 +5,7 @@ recompiles and the HBM query reaches the physical devices under SPMD. Every meas
 runs in fresh child processes of the environment under test (``child_workload.py``, which
 imports only the standard library, torch and torch_xla) and reports JSON through a file.
 The gate itself imports only the standard library and this package (its entry point is
-``gate/run.py``, which ``cli/gate.py`` parses for and prints), so the builder image runs it as the ship check without the pipeline's
-dependencies; ``tests/test_layers.py`` keeps it so.
+``gate/run.py``, which ``cli/gate.py`` parses for and prints), so the builder image runs
+it as the ship check without the pipeline's dependencies; ``tests/test_layers.py`` keeps
+it so.
 """
