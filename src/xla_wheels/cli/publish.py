@@ -57,7 +57,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
             stack.enter_context(log.stage_log(logs / "publish.log", Redactor(secrets)))
             stack.enter_context(timings.stage("publish"))
         result = upload.publish(
-            options.lock_path,
+            read_lock(options.lock_path),
             args.bundle,
             _dist(options, args),
             settings.index_url,
@@ -85,7 +85,7 @@ def cmd_requirements(args: argparse.Namespace) -> int:
     options = pipeline_options(args, os.environ)
     bundle = load_bundle(options.root, args.bundle)
     directory = _dist(options, args)
-    wheels = locked_wheels(options.lock_path, bundle.name, directory)
+    wheels = locked_wheels(read_lock(options.lock_path), bundle.name, directory)
     platforms = args.platform or requirements.host_platforms()
     runtime = requirements.runtime_records(
         options.lock_path, bundle, wheels, platforms, network=options.network, refresh=args.refresh
@@ -100,17 +100,18 @@ def cmd_verify_install(args: argparse.Namespace) -> int:
     options = pipeline_options(args, os.environ)
     settings = publish_options(args, os.environ)
     bundle = load_bundle(options.root, args.bundle)
+    lock = read_lock(options.lock_path)  # parsed once for the whole command
     index_url = settings.index_url
     if not index_url:
         directory = _dist(options, args)
-        wheels = locked_wheels(options.lock_path, bundle.name, directory)
+        wheels = locked_wheels(lock, bundle.name, directory)
         index = write_static_index(directory, [w.record for w in wheels])
         index_url = index.resolve().as_uri() + "/"
         log.info(f"no INDEX_URL: installing from the static index {index_url}")
     else:
-        locked_records(options.lock_path, bundle.name)
+        locked_records(lock, bundle.name)
     report = verify_install.verify_install(
-        lock_path=options.lock_path,
+        lock=lock,
         bundle=bundle,
         index_url=index_url,
         work=BundleLayout.of(options, bundle.name).verify_install,
@@ -127,7 +128,7 @@ def cmd_verify_install(args: argparse.Namespace) -> int:
         search = [_dist(options, args)]
         if parts.scheme == "file":  # a static lane: its envelopes are next to its wheels
             search.append(Path(urllib.request.url2pathname(parts.path)).parent)
-        records = locked_records(options.lock_path, bundle.name)
+        records = locked_records(lock, bundle.name)
         locked = [(r.name, r.sha256) for r in records]
         for check in attest.signature_checks(public_key, locked, search):
             report.add(f"signature {check.wheel}", check.status, check.detail)

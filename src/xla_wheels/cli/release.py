@@ -43,7 +43,7 @@ def cmd_publish_lane(args: argparse.Namespace) -> int:
     lane = config.lane(args.lane or config.publish_lane)
     outcomes = promote.publish_to_lane(
         options.root,
-        options.lock_path,
+        read_lock(options.lock_path),
         args.bundle,
         BundleLayout.of(options, args.bundle).dist,
         lane,
@@ -73,8 +73,9 @@ def cmd_promote(args: argparse.Namespace) -> int:
             f"lane {lane.name} cannot be promoted from itself",
             fix="set promote-from in build/lanes.toml or pass --from",
         )
+    lock = read_lock(options.lock_path)  # parsed once for the whole promotion
     verdict, outcomes = promote.promote(
-        options.root, options.lock_path, args.bundle, lane, source, dry_run=options.dry_run,
+        options.root, lock, args.bundle, lane, source, dry_run=options.dry_run,
         dist=BundleLayout.of(options, args.bundle).dist, network=options.network,
     )  # fmt: skip
     if verdict.chosen:
@@ -100,7 +101,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
         )
     lane = lanes.load_config(options.root).lane(args.lane)
     plan = promote.rollback(
-        options.root, options.lock_path, lane, args.to, args.reason or "",
+        options.root, read_lock(options.lock_path), lane, args.to, args.reason or "",
         dry_run=options.dry_run, dist=BundleLayout.of(options, args.to).dist,
         network=options.network,
     )  # fmt: skip
@@ -150,7 +151,7 @@ def _runtime_fresh(lock_path: Path, bundle: Any, entry: BundleEntry) -> bool:
     recorded_for = entry.runtime_wheels_for
     if recorded_for is None:
         return False
-    ours = locked_records(lock_path, bundle.name)
+    ours = locked_records(read_lock(lock_path), bundle.name)
     wanted = requirements.resolution_inputs(bundle, ours, list(recorded_for.platforms))
     return wanted.inputs_sha256 == recorded_for.inputs_sha256
 
@@ -172,7 +173,7 @@ def cmd_lane_requirements(args: argparse.Namespace) -> int:
         runtime = list(entry.runtime_wheels or ())
         if args.resolve:
             dist = BundleLayout.of(options, bundle.name).dist
-            wheels = locked_wheels(options.lock_path, bundle.name, dist)
+            wheels = locked_wheels(read_lock(options.lock_path), bundle.name, dist)
             platforms = args.platform or requirements.host_platforms()
             runtime = requirements.runtime_records(
                 options.lock_path, bundle, wheels, platforms, network=options.network
@@ -191,7 +192,7 @@ def cmd_lane_requirements(args: argparse.Namespace) -> int:
                 "them), or pass --resolve",
             )
         out = options.root / "dist" / "lanes" / name
-        ours = locked_records(options.lock_path, bundle.name)
+        ours = locked_records(read_lock(options.lock_path), bundle.name)
         req = requirements.write_requirements(
             out / requirements.REQUIREMENTS_NAME, bundle, ours, runtime
         )

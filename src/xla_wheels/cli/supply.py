@@ -48,7 +48,7 @@ def cmd_rebuild_check(args: argparse.Namespace) -> int:
 
     options = pipeline_options(args, os.environ)
     config = build_config(args, os.environ)
-    comparisons = rebuild.rebuild_check(options, args.bundle, config)
+    comparisons = rebuild.rebuild_check(options, args.loaded_bundle, config)
     for c in comparisons:
         verdict = "identical" if c.identical else "DIFFERS"
         print(f"{verdict:<10} {c.recorded}  sha256:{c.recorded_sha256}")
