@@ -41,7 +41,6 @@ def _dist(options: PipelineOptions, args: argparse.Namespace) -> Path:
 def cmd_publish(args: argparse.Namespace) -> int:
     options = pipeline_options(args, os.environ)
     settings = publish_options(args, os.environ)
-    load_bundle(options.root, args.bundle)  # an unknown bundle fails with the valid names
     # Its own log next to the build's (out/<bundle>/logs/publish.log), credentials in URLs
     # and TWINE_PASSWORD masked, and its row in a timings table, also when it fails.
     logs = BundleLayout.of(options, args.bundle).logs
@@ -83,7 +82,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 def cmd_requirements(args: argparse.Namespace) -> int:
     options = pipeline_options(args, os.environ)
-    bundle = load_bundle(options.root, args.bundle)
+    bundle = args.loaded_bundle  # loaded once, at the CLI edge (cli/bundle_lock.py)
     directory = _dist(options, args)
     wheels = locked_wheels(read_lock(options.lock_path), bundle.name, directory)
     platforms = args.platform or requirements.host_platforms()
@@ -99,7 +98,7 @@ def cmd_requirements(args: argparse.Namespace) -> int:
 def cmd_verify_install(args: argparse.Namespace) -> int:
     options = pipeline_options(args, os.environ)
     settings = publish_options(args, os.environ)
-    bundle = load_bundle(options.root, args.bundle)
+    bundle = args.loaded_bundle  # loaded once, at the CLI edge (cli/bundle_lock.py)
     lock = read_lock(options.lock_path)  # parsed once for the whole command
     index_url = settings.index_url
     if not index_url:

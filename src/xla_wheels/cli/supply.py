@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import os
 
-from xla_wheels.bundle import load_bundle
 from xla_wheels.cli.arguments import add_bundle_arguments
 from xla_wheels.cli.settings import build_config, pipeline_options, supply_options
 from xla_wheels.errors import UsageError
@@ -24,7 +23,7 @@ def cmd_attest(args: argparse.Namespace) -> int:
 
     options = pipeline_options(args, os.environ)
     settings = supply_options(args, os.environ)
-    bundle = load_bundle(options.root, args.bundle)
+    bundle = args.loaded_bundle  # loaded once, at the CLI edge (cli/bundle_lock.py)
     if settings.signing_key is None:
         raise UsageError(
             "no signing key: attestations are signed with the team's private key",
