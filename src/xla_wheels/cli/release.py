@@ -12,7 +12,6 @@ import argparse
 import json
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from xla_wheels import filemode, log
@@ -28,7 +27,7 @@ from xla_wheels.release import compare as compare_mod
 from xla_wheels.release import lanes, promote, pylock, receipts
 from xla_wheels.release import status as status_mod
 from xla_wheels.wheel_filename import normalize, parse_wheel_name
-from xla_wheels.wheels_lock import BundleEntry, WheelRecord, read_lock
+from xla_wheels.wheels_lock import BundleEntry, Lock, WheelRecord, read_lock
 
 PUBLIC_INDEX = "https://pypi.org/simple/"
 
@@ -146,12 +145,12 @@ def _lane_files(
     ]
 
 
-def _runtime_fresh(lock_path: Path, bundle: Any, entry: BundleEntry) -> bool:
+def _runtime_fresh(lock: Lock, bundle: Any, entry: BundleEntry) -> bool:
     """Whether the recorded runtime resolution is for this bundle's current wheels and pins."""
     recorded_for = entry.runtime_wheels_for
     if recorded_for is None:
         return False
-    ours = locked_records(read_lock(lock_path), bundle.name)
+    ours = locked_records(lock, bundle.name)
     wanted = requirements.resolution_inputs(bundle, ours, list(recorded_for.platforms))
     return wanted.inputs_sha256 == recorded_for.inputs_sha256
 
@@ -161,6 +160,7 @@ def cmd_lane_requirements(args: argparse.Namespace) -> int:
     config = lanes.load_config(options.root)
     state = lanes.read_state(options.root)
     names = [args.lane] if args.lane else sorted(config.lanes)
+    locked = read_lock(options.lock_path)  # parsed once for every lane
     wrote = 0
     for name in names:
         lane = config.lane(name)
@@ -169,16 +169,16 @@ def cmd_lane_requirements(args: argparse.Namespace) -> int:
             log.info(f"lane {name} has no current bundle yet: nothing to write")
             continue
         bundle = load_bundle(options.root, current.bundle)
-        entry = read_lock(options.lock_path).entry(bundle.name)
+        entry = locked.entry(bundle.name)
         runtime = list(entry.runtime_wheels or ())
         if args.resolve:
             dist = BundleLayout.of(options, bundle.name).dist
-            wheels = locked_wheels(read_lock(options.lock_path), bundle.name, dist)
+            wheels = locked_wheels(locked, bundle.name, dist)
             platforms = args.platform or requirements.host_platforms()
             runtime = requirements.runtime_records(
                 options.lock_path, bundle, wheels, platforms, network=options.network
             )
-        elif runtime and not _runtime_fresh(options.lock_path, bundle, entry):
+        elif runtime and not _runtime_fresh(locked, bundle, entry):
             raise UsageError(
                 f"the runtime wheels wheels.lock records for {bundle.name} were resolved for "
                 "other inputs (its wheels or runtime pins changed since)",
@@ -192,7 +192,7 @@ def cmd_lane_requirements(args: argparse.Namespace) -> int:
                 "them), or pass --resolve",
             )
         out = options.root / "dist" / "lanes" / name
-        ours = locked_records(read_lock(options.lock_path), bundle.name)
+        ours = locked_records(locked, bundle.name)
         req = requirements.write_requirements(
             out / requirements.REQUIREMENTS_NAME, bundle, ours, runtime
         )
