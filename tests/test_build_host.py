@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 import sys
-import textwrap
 import time
 import tomllib
 import zipfile
@@ -20,7 +19,6 @@ import pytest
 from tests.clirunner import CliResult, run_cli
 from tests.gitrepos import git
 from tests.synthetic_upstream import (
-    TORCH_INIT,
     Synthetic,
     bazelrc_words,
     cli_args,
@@ -317,7 +315,7 @@ def test_torch_xla_records_the_patched_torch_commit(syn: Synthetic) -> None:
         syn.commits["torch"],
         "torch",
         "a local torch fix",
-        {"torch/__init__.py": textwrap.dedent(TORCH_INIT).lstrip("\n") + "# patched\n"},
+        {"torch/__init__.py": (syn.upstream / "torch/torch/__init__.py").read_text() + "# fix\n"},
         syn.root / "patches" / "torch" / "0001-fix.patch",
     )
     syn.write_bundle("patched-torch", torch_patches=("torch/0001-fix.patch",))

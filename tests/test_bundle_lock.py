@@ -114,12 +114,15 @@ def test_the_lock_leaves_no_trace_when_its_run_ends(tmp_path: Path) -> None:
     # A run refused by a check (bad input, a preflight blocker) must write nothing: the
     # lock file and the directories the lock made go with it; a directory that holds
     # anything else stays.
+    from xla_wheels.errors import BundleBusy
     from xla_wheels.run_lock import bundle_run_lock
 
     out = tmp_path / "out"
     with bundle_run_lock(out, "b", "wheels") as path:
         assert path.read_text().startswith(f"{os.getpid()} wheels")
-        with bundle_run_lock(out, "b", "lock"):  # the stage inside the CLI edge: a no-op
+        # A run takes it once, at the CLI edge: a second take, even in this process, is
+        # refused like any other holder's (no per-process state makes it a no-op).
+        with pytest.raises(BundleBusy), bundle_run_lock(out, "b", "lock"):
             pass
         assert path.exists()
     assert not out.exists()

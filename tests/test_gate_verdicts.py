@@ -6,7 +6,6 @@ torch_xla 2.7.0 / 2.9.0 runs in test_gate_stock.py.
 
 from __future__ import annotations
 
-import argparse
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -14,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from xla_wheels.cli.gate import CHECKS, _checks, _side_by_side
 from xla_wheels.gate import hbm, restart
 from xla_wheels.gate.children import ChildResult
 from xla_wheels.gate.errors import GateEnvironmentError
 from xla_wheels.gate.report import render_junit, render_text, write_reports
 from xla_wheels.gate.result import CheckResult
+from xla_wheels.gate.run import CHECKS, GateConfig, side_by_side
 from xla_wheels.gate.target import Target
 
 CPU_TARGET = Target(Path("/env/bin/python"), "CPU", "2.7.0", "2.7.0", ("CPU:0",), False, None)
@@ -421,22 +420,38 @@ def test_an_unusable_environment_is_reported_as_an_error_not_a_failure(tmp_path)
     assert junit.find("testsuite/testcase/error") is not None
 
 
-# --- which checks run side by side (cli/gate.py _side_by_side) ----------------------------
+# --- which checks run side by side (gate/run.py side_by_side) ------------------------------
 
 
-def _side_by_side_for(args: argparse.Namespace, target: Target) -> bool:
-    return _side_by_side(args, _checks(args.checks), target)
+def _side_by_side_for(config: GateConfig, target: Target) -> bool:
+    return side_by_side(config, target)
 
 
-def _gate_args(tmp_path: Path, **given: Any) -> argparse.Namespace:
+def _gate_args(tmp_path: Path, **given: Any) -> GateConfig:
+    """A gate run's configuration: every check, on the stock environment."""
     settings: dict[str, Any] = {
-        "checks": ",".join(CHECKS),
-        "baselines_dir": tmp_path / "baselines",
+        "python": None,
+        "stock_root": tmp_path / "cache",
+        "device": None,
+        "checks": CHECKS,
         "workload": "small",
+        "child_timeout_s": 600.0,
+        "warm_runs": 2,
+        "max_warm_ratio": 0.5,
+        "baseline_tolerance": 0.5,
+        "baselines_dir": tmp_path / "baselines",
         "record_baseline": False,
+        "spmd": False,
+        "writers": 1,
         "xla_cache_dir": None,
+        "keep_cache": False,
+        "upstream_tests": None,
+        "upstream_tests_revision": None,
+        "out_dir": tmp_path / "out",
+        "profile": None,
+        "settings": {},
     }
-    return argparse.Namespace(**{**settings, **given})
+    return GateConfig(**{**settings, **given})
 
 
 def test_on_cpu_the_checks_run_side_by_side_for(tmp_path):
@@ -462,4 +477,4 @@ def test_checks_run_one_after_the_other_on_a_tpu_and_against_a_baseline(tmp_path
     baseline.write_text("{}")
     assert not _side_by_side_for(args, CPU_TARGET)
     # Without the restart check no wall time is judged: side by side again.
-    assert _side_by_side_for(_gate_args(tmp_path, checks="spmd-restart,hbm"), CPU_TARGET)
+    assert _side_by_side_for(_gate_args(tmp_path, checks=("spmd-restart", "hbm")), CPU_TARGET)

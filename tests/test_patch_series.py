@@ -32,7 +32,7 @@ def patched_project(
     """A project in ``base`` whose bundle carries ``series`` for torch_xla; run to patches."""
     project = make_project(base, upstreams, patches={"torch_xla": series})
     options = options_for(project, base)
-    run_until(options, "test-1", "patches")
+    run_until(options, load_bundle(project, "test-1"), "patches")
     return options, options.out_dir / "test-1" / "src" / "torch_xla"
 
 
@@ -102,7 +102,7 @@ def test_an_author_and_date_line_in_the_header_set_the_commits_author(
     )
     project = make_project(tmp_path, upstreams, patches={"torch_xla": good})
     options = options_for(project, tmp_path)
-    run_until(options, "test-1", "patches")
+    run_until(options, load_bundle(project, "test-1"), "patches")
     worktree = options.out_dir / "test-1/src/torch_xla"
     author = git(worktree, "log", "-1", "--format=%an <%ae> %ad", "--date=raw", "HEAD~1")
     assert author == "Jane Doe <jane@example.com> 1766081300 -0800"
@@ -122,7 +122,7 @@ def test_the_plan_prints_exactly_the_commands_the_patch_stage_runs(
         return real(command, **kwargs)  # the real git runs: nothing is mocked
 
     monkeypatch.setattr(patches_module, "run_git", recording)
-    run_until(options, "test-1", "patches")
+    run_until(options, load_bundle(project, "test-1"), "patches")
     assert executed == list(planned.commands)
     # ... and exactly the lines `make patch DRY_RUN=1` prints for the stage, in order.
     printed = render_plan([planned]).splitlines()

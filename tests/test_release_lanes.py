@@ -542,6 +542,37 @@ def test_static_lanes_publish_promote_and_install_by_hash(
     assert again.exit_code == 1 and "already holds" in again.stderr
 
 
+def test_one_promotion_reads_wheels_lock_once(
+    tmp_path: Path,
+    fake_wheels: FakeWheels,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The CLI edge parses wheels.lock once and passes the parsed lock down: judging the
+    # policy, the records to copy and the profile digest all read that one object.
+    from xla_wheels.cli import main
+
+    project = make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
+    (project / "build" / "lanes.toml").write_text(
+        'publish-lane = "validation"\n\n[lanes.validation]\npath = "dist/lanes/validation"\n\n'
+        '[lanes.staging]\npath = "dist/lanes/staging"\npromote-from = "validation"\n'
+    )
+    published = run_cli("publish-lane", "--bundle", BUNDLE, root=project, inherit_env=True)
+    assert published.exit_code == 0, published.output
+    reads: list[Path] = []
+    read_bytes = Path.read_bytes
+
+    def counted(path: Path) -> bytes:
+        if path.name == "wheels.lock":
+            reads.append(path)
+        return read_bytes(path)
+
+    monkeypatch.setattr(Path, "read_bytes", counted)
+    argv = ["promote", "--root", str(project), "--bundle", BUNDLE, "--lane", "staging"]
+    assert main(argv) == 0
+    assert lanes.read_state(project)["staging"].bundle == BUNDLE
+    assert reads == [project / "wheels.lock"]
+
+
 def test_a_malformed_lanes_file_and_an_unknown_lane_are_named(
     tmp_path: Path,
     fake_wheels: FakeWheels,  # noqa: F811

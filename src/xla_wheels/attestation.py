@@ -45,7 +45,7 @@ from xla_wheels.provenance import Provenance
 from xla_wheels.settings_table import by_flag
 from xla_wheels.tables import read_regular
 from xla_wheels.wheel_filename import parse_wheel_name
-from xla_wheels.wheels_lock import BundleEntry, WheelRecord
+from xla_wheels.wheels_lock import BundleEntry, WheelRecord, read_lock
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
@@ -252,7 +252,7 @@ def attest_bundle(
     from xla_wheels.filemode import write_all
     from xla_wheels.publish.wheels import locked_wheels
 
-    wheels = locked_wheels(lock_path, bundle.name, dist)
+    wheels = locked_wheels(read_lock(lock_path), bundle.name, dist)
     torch_xla = next((w for w in wheels if w.name.normalized == "torch-xla"), None)
     if torch_xla is None:
         raise AttestationError(

@@ -1,12 +1,13 @@
 """``make demo``: every stage of the pipeline, end to end, on a demonstration upstream.
 
 This is NOT PyTorch. A newcomer without a builder host (no Bazel, no TPU, maybe no
-network) can still watch the real pipeline work: this module writes three tiny git
-repositories that stand in for torch, torch_xla and OpenXLA (each a few lines of Python
-with the build interface the recipes expect, every file saying it is a demonstration),
-a project root with a bundle manifest ``demo`` and a patch series, and then runs the same
-CLI subcommands ``make wheels``, ``make publish``, ``make verify-install`` and ``make
-doctor`` run, as child processes, in host mode:
+network) can still watch the real pipeline work: this module writes the stand-in upstream
+the tests build too (:mod:`xla_wheels.stand_in`: three tiny git repositories for torch,
+torch_xla and OpenXLA, each a few lines of Python with the build interface the recipes
+expect, every file saying it is NOT PyTorch), a project root with a bundle manifest
+``demo`` and a patch series, and then runs the same CLI subcommands ``make wheels``,
+``make publish``, ``make verify-install`` and ``make doctor`` run, as child processes,
+in host mode:
 
 1. manifest -> sources -> patch series -> build -> collect and lock: ``wheels``
 2. publish into the project's static validation lane: ``publish-lane``
@@ -30,7 +31,6 @@ import itertools
 import os
 import shutil
 import sys
-import textwrap
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
@@ -43,6 +43,7 @@ from xla_wheels.cli.arguments import RefusedSwitchAction
 from xla_wheels.errors import BundleBusy, PipelineError, UsageError
 from xla_wheels.publish.cache_contract import directory_name
 from xla_wheels.run_lock import LOCK_NAME, bundle_run_lock
+from xla_wheels.stand_in import NOTICE, make_stand_in, wheels_flags
 from xla_wheels.wheel_filename import parse_wheel_name
 from xla_wheels.wheels_lock import read_lock
 
@@ -53,103 +54,6 @@ MARKER = ".xla-wheels-demo"
 STAGE_TIMEOUT_S = 900.0
 PYTHON_MINOR = f"{sys.version_info[0]}.{sys.version_info[1]}"
 
-NOTICE = "DEMONSTRATION stand-in written by `make demo`: this is NOT {what}."
-
-TORCH_SETUP = """
-# {notice}
-import os, subprocess
-from setuptools import setup
-
-version = os.environ["PYTORCH_BUILD_VERSION"]  # set by the pipeline's torch recipe
-for flag in ("USE_CUDA", "USE_ROCM", "USE_XPU", "USE_MPS", "BUILD_TEST"):
-    if os.environ.get(flag) != "0":
-        raise SystemExit(f"demo torch: {{flag}} must be 0 for a TPU build")
-sha = subprocess.check_output(["git", "rev-parse", "HEAD"], text=True).strip()
-with open("torch/version.py", "w") as f:
-    f.write(f"__version__ = {{version!r}}\\ngit_version = {{sha!r}}\\n")
-setup(name="torch", version=version, packages=["torch"],
-      description="demonstration stand-in for torch (make demo), NOT PyTorch")
-"""
-
-TORCH_INIT = '''
-"""{notice}"""
-from torch.version import __version__, git_version
-
-DEMONSTRATION = True
-'''
-
-XLA_SETUP = """
-# {notice}
-import os, re, subprocess
-from setuptools import setup
-
-base = os.path.dirname(os.path.abspath(__file__))
-# As upstream: built inside the PyTorch tree (bazel/dependencies.bzl "../").
-if not os.path.isfile(os.path.join(base, "..", "torch", "__init__.py")):
-    raise SystemExit("demo torch_xla: the torch source tree is not at ../")
-import torch  # the pipeline installs the torch wheel it just built into the build env
-sha = subprocess.check_output(["git", "rev-parse", "HEAD"], cwd=base, text=True).strip()
-version = os.getenv("TORCH_XLA_VERSION", "2.9.0")
-if os.getenv("GIT_VERSIONED_XLA_BUILD", "TRUE").upper() in ("1", "TRUE", "ON", "YES", "Y"):
-    version += "+git" + sha[:7]
-# The OpenXLA checkout the pipeline prepared, as Bazel would find it: .bazelrc.user line
-# by line, each split into words as Bazel splits rc lines (shell-like quotes and escapes;
-# the pipeline double-quotes a path holding a space).
-import shlex
-rc = open(os.path.join(base, ".bazelrc.user"), encoding="utf-8").read().splitlines()
-words = [word for line in rc for word in shlex.split(line, comments=True)]
-override = next(w.split("=", 2)[2] for w in words if w.startswith("--override_repository=xla="))
-core = open(os.path.join(override, "xla", "core.h")).read()
-if "TORCH_XLA_OPENXLA_PATCH" not in core:
-    raise SystemExit("demo torch_xla: openxla_patches/ not applied to the OpenXLA checkout")
-with open(os.path.join(base, "torch_xla", "version.py"), "w") as f:
-    f.write(f"__version__ = {{version!r}}\\n__xla_gitrev__ = {{sha!r}}\\n")
-setup(name="torch_xla", version=version, packages=["torch_xla"],
-      install_requires=[f"torch=={{torch.__version__}}"],
-      description="demonstration stand-in for torch_xla (make demo), NOT PyTorch/XLA")
-"""
-
-XLA_INIT = '''
-"""{notice}"""
-from torch_xla.version import __version__
-
-DEMONSTRATION = True
-
-
-def load_cache():
-    """Whether a warm restart loads the persistent cache (the defect: it does not)."""
-    return False
-'''
-
-WORKSPACE = """
-# {notice}
-load("//bazel:dependencies.bzl", "PYTORCH_LOCAL_DIR")
-
-http_archive(
-    name = "xla",
-    patch_args = [
-        "-l",
-        "-p1",
-    ],
-    patch_tool = "patch",
-    patches = [
-        "//openxla_patches:no_fortify.diff",
-    ],
-    strip_prefix = "xla-" + xla_hash,
-)
-"""
-
-CORE_H = "// {notice}\nint api_version = 1;\n"
-
-# The build's ship check: the fixed defect, and the provenance file read from the package.
-SHIP_CHECK = (
-    '{python} -c "import importlib.resources, json, sys, torch_xla; '
-    "p = json.loads(importlib.resources.files('torch_xla')"
-    ".joinpath('_xla_wheels_provenance.json').read_text()); "
-    "print('provenance torch_xla', p['components']['torch_xla']['commit']); "
-    'sys.exit(0 if torch_xla.load_cache() else 1)"'
-)
-
 LANES_TOML = """\
 # Lanes of the demonstration project (see the main project's build/lanes.toml).
 publish-lane = "validation"
@@ -159,145 +63,40 @@ description = "demonstration: every published bundle"
 path = "dist/lanes/validation"
 """
 
-# Fixed identities and dates: the demonstration commits are the same on every run.
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "xla-wheels demo",
-    "GIT_AUTHOR_EMAIL": "demo@example.invalid",
-    "GIT_COMMITTER_NAME": "xla-wheels demo",
-    "GIT_COMMITTER_EMAIL": "demo@example.invalid",
-    "GIT_AUTHOR_DATE": "2025-01-01T00:00:00Z",
-    "GIT_COMMITTER_DATE": "2025-01-01T00:00:00Z",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-}
-
-
-def _text(template: str, what: str) -> str:
-    return textwrap.dedent(template).lstrip("\n").format(notice=NOTICE.format(what=what))
-
-
-def _git(cwd: Path, *args: str) -> str:
-    argv = ["git", "-c", "init.defaultBranch=main", *args]
-    result = runner.run(argv, cwd=cwd, env=GIT_ENV, echo="none", check=False)
-    if result.returncode != 0:
-        raise PipelineError(
-            f"git {' '.join(args)} failed in {cwd}: {result.stderr.strip()}",
-            fix="check that git works here (`git --version`); the demo needs nothing else",
-        )
-    return result.stdout
-
-
-def _repo(path: Path, files: Mapping[str, str]) -> str:
-    path.mkdir(parents=True)
-    _git(path, "init", "-q")
-    for name, text in files.items():
-        (path / name).parent.mkdir(parents=True, exist_ok=True)
-        (path / name).write_text(text)
-    _git(path, "add", "-A")
-    _git(path, "commit", "-q", "-m", "demonstration upstream (NOT PyTorch)")
-    return _git(path, "rev-parse", "HEAD").strip()
-
-
-def _patch(
-    repo: Path, commit: str, component: str, subject: str, edits: Mapping[str, str], out: Path
-) -> None:
-    """One patch of the series, in the pipeline's format (header + git diff)."""
-    for name, text in edits.items():
-        (repo / name).write_text(text)
-    diff = _git(repo, "diff")
-    _git(repo, "checkout", "--quiet", "--", ".")
-    header = (
-        f"Subject: {subject}\nComponent: {component}\nBase: {commit}\n"
-        "Fixes: the demonstration defect\nWhy: shows the patch series stage of `make demo`\n"
-        f"Upstream: not upstreamed (demonstration)\nFiles: {', '.join(edits)}\n\n"
-    )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(header + diff + "\n")
-
 
 def make_demo_project(base: Path) -> Path:
-    """The three demonstration repositories under ``base/upstream`` and a project root
+    """The three stand-in repositories under ``base/upstream`` and a project root
     ``base/project`` (returned: build/, patches/, then wheels.lock, dist/, out/) whose
     bundle ``demo`` pins them with a two-patch series."""
-    upstream = base / "upstream"
-    commits = {
-        "torch": _repo(
-            upstream / "torch",
-            {
-                "setup.py": _text(TORCH_SETUP, "PyTorch"),
-                "torch/__init__.py": _text(TORCH_INIT, "PyTorch"),
-                "README": NOTICE.format(what="PyTorch") + "\n",
-                ".gitignore": "build/\ntorch.egg-info/\ntorch/version.py\n",
-            },
-        ),
-        "openxla": _repo(
-            upstream / "openxla",
-            {
-                "xla/core.h": _text(CORE_H, "OpenXLA"),
-                "xla/api.h": "int api = 1;\n",
-                "README": NOTICE.format(what="OpenXLA") + "\n",
-            },
-        ),
-    }
-    # torch_xla carries a plain diff for OpenXLA in openxla_patches/, as upstream does.
-    openxla = upstream / "openxla"
-    (openxla / "xla" / "core.h").write_text(
-        _text(CORE_H, "OpenXLA") + "// TORCH_XLA_OPENXLA_PATCH\n"
-    )
-    fortify = _git(openxla, "diff")
-    _git(openxla, "checkout", "--quiet", "--", ".")
-    xla = upstream / "torch_xla"
-    commits["torch_xla"] = _repo(
-        xla,
-        {
-            "setup.py": _text(XLA_SETUP, "PyTorch/XLA"),
-            "torch_xla/__init__.py": _text(XLA_INIT, "PyTorch/XLA"),
-            "README": NOTICE.format(what="PyTorch/XLA") + "\n",
-            "WORKSPACE": _text(WORKSPACE, "PyTorch/XLA"),
-            "bazel/dependencies.bzl": 'PYTORCH_LOCAL_DIR = "../"\n',
-            ".bazelversion": "7.4.1\n",
-            "openxla_patches/BUILD": "",
-            "openxla_patches/no_fortify.diff": fortify + "\n",
-            ".gitignore": "build/\ntorch_xla.egg-info/\ntorch_xla/version.py\n",
-        },
-    )
-
+    stand_in = make_stand_in(base / "upstream", who="demo")
+    commits = stand_in.commits
     root = base / "project"
-    patches = root / "patches"
-    fixed = _text(XLA_INIT, "PyTorch/XLA").replace("return False", "return True")
-    _patch(
-        xla, commits["torch_xla"], "torch_xla", "load the persistent cache (demonstration)",
-        {"torch_xla/__init__.py": fixed}, patches / "torch_xla" / "0001-load-cache.patch",
-    )  # fmt: skip
-    _patch(
-        openxla, commits["openxla"], "openxla", "a local API change (demonstration)",
-        {"xla/api.h": "int api = 2;\n"}, patches / "openxla" / "0001-api.patch",
-    )  # fmt: skip
+    stand_in.write_series(root / "patches")
     (root / "build" / "bundles").mkdir(parents=True)
     (root / "build" / "lanes.toml").write_text(LANES_TOML)
     (root / "build" / "bundles" / f"{BUNDLE}.toml").write_text(
         f"""\
-# {NOTICE.format(what="a torch / torch_xla bundle")}
+# {NOTICE.format(who="demo", what="a torch / torch_xla bundle")}
 [bundle]
 name = "{BUNDLE}"
 description = "DEMONSTRATION upstream written by make demo (NOT PyTorch)"
 python = "{PYTHON_MINOR}"
 
 [components.torch]
-remote = "{upstream / "torch"}"
+remote = "{stand_in.repos["torch"]}"
 commit = "{commits["torch"]}"
 version = "2.9.0a0"
 submodules = false
 patches = []
 
 [components.torch_xla]
-remote = "{upstream / "torch_xla"}"
+remote = "{stand_in.repos["torch_xla"]}"
 commit = "{commits["torch_xla"]}"
 version = "2.9.0"
 patches = ["torch_xla/0001-load-cache.patch"]
 
 [components.openxla]
-remote = "{upstream / "openxla"}"
+remote = "{stand_in.repos["openxla"]}"
 commit = "{commits["openxla"]}"
 patches = ["openxla/0001-api.patch"]
 
@@ -346,15 +145,7 @@ def stages(directory: Path, root: Path) -> list[Stage]:
     wheels = {
         "--mode": "host",
         "--host-python": sys.executable,
-        "--cache-dir": str(directory / "cache"),
-        "--jobs": "1",
-        "--min-disk-gib": "1",
-        "--mem-per-job-gib": "0.5",
-        "--mem-base-gib": "0.5",
-        "--host-tools": "git,patch",
-        "--compiler-env": "",
-        "--ship-check": SHIP_CHECK,
-        "--ship-pip-args": "--no-index --find-links {wheels}",
+        **wheels_flags(directory / "cache"),
     }
     lane_index = (root / "dist" / "lanes" / "validation" / "simple").as_uri() + "/"
     venv_python = root / "out" / BUNDLE / "verify-install" / "venv" / "bin" / "python"

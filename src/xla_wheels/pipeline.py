@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from xla_wheels import log
 from xla_wheels.builder import build_and_collect as build_stage
 from xla_wheels.builder.config import BuildConfig
-from xla_wheels.bundle import Bundle, load_bundle
+from xla_wheels.bundle import Bundle
 from xla_wheels.checks_before_fetch import check_before_fetch
 from xla_wheels.errors import SourceError
 from xla_wheels.gitutil import RUN_ENV, RUN_OPTIONS, GitRunner, run_git
@@ -32,7 +32,6 @@ from xla_wheels.patches import (
 from xla_wheels.plan import PlannedCommand, PlannedStage
 from xla_wheels.progress import Timings
 from xla_wheels.redact import Redactor
-from xla_wheels.run_lock import bundle_run_lock
 from xla_wheels.sources import CheckedOutSource, SourceCache, fetch_sources, plan_commands
 from xla_wheels.upstream_tree import BUILD_OWNED
 from xla_wheels.wheels_lock import update_bundle_entry, written_on_success
@@ -86,7 +85,7 @@ def run_patches(bundle: Bundle, sources: Mapping[str, CheckedOutSource]) -> Patc
 
 def run_until(
     options: PipelineOptions,
-    bundle_name: str,
+    bundle: Bundle,
     last_stage: str,
     build_config: BuildConfig | None = None,
 ) -> None:
@@ -101,14 +100,10 @@ def run_until(
     apply, a failed build or ship check, or Ctrl-C leave it byte-identical. The sources
     stage alone records nothing: the series has not been shown to apply to the commits.
     """
-    bundle = load_bundle(options.root, bundle_name)
-    # Everything that can be checked without fetching, before anything is fetched.
+    # Everything that can be checked without fetching, before anything is fetched. The
+    # caller holds the bundle's run lock (the CLI edge: one run per bundle, exit 5).
     check_before_fetch(options, bundle)
-    # One run per bundle (exit 5 for a second one), taken after the checks that write
-    # nothing, so that bad input still leaves no trace.
-    command = {"patches": "patch", "collect": "wheels"}.get(last_stage, last_stage)
     with (
-        bundle_run_lock(options.out_dir, bundle.name, command),
         written_on_success(),
         contextlib.ExitStack() as at_exit,
     ):

@@ -29,15 +29,14 @@ from xla_wheels import log, runner
 from xla_wheels.builder import build_and_collect as build_stage
 from xla_wheels.builder import rebuilt_wheels as recorded_mod
 from xla_wheels.builder.config import BuildConfig
-from xla_wheels.bundle import load_bundle
+from xla_wheels.bundle import Bundle
 from xla_wheels.checks_before_fetch import check_before_fetch
 from xla_wheels.errors import CheckFailed, PipelineError
 from xla_wheels.layout import BundleLayout
 from xla_wheels.options import PipelineOptions
 from xla_wheels.publish.wheels import locked_records
-from xla_wheels.run_lock import bundle_run_lock
 from xla_wheels.wheel_filename import parse_wheel_name
-from xla_wheels.wheels_lock import WheelRecord, file_sha256
+from xla_wheels.wheels_lock import WheelRecord, file_sha256, read_lock
 
 REBUILD_DIR = "rebuild-check"
 DIFFOSCOPE_TIMEOUT_S = 3600.0
@@ -105,43 +104,42 @@ def run_diffoscope(recorded: Path, rebuilt: Path, report_dir: Path) -> Path:
 
 
 def rebuild_check(
-    options: PipelineOptions, bundle_name: str, config: BuildConfig
+    options: PipelineOptions, bundle: Bundle, config: BuildConfig
 ) -> list[Comparison]:
-    """Rebuild, compare, report; raises :class:`RebuildDiffers` after writing the reports."""
-    bundle = load_bundle(options.root, bundle_name)
+    """Rebuild, compare, report; raises :class:`RebuildDiffers` after writing the reports.
+    The caller holds the bundle's run lock (the CLI edge)."""
     check_before_fetch(options, bundle)
-    records = locked_records(options.lock_path, bundle.name)
+    records = locked_records(read_lock(options.lock_path), bundle.name)
     layout = BundleLayout.of(options, bundle.name)
-    with bundle_run_lock(options.out_dir, bundle.name, "rebuild-check"):
-        work = layout.work / REBUILD_DIR
-        if work.exists():
-            shutil.rmtree(work)
-        work.mkdir(parents=True)
-        fresh_options = replace(options, out_dir=work / "out")
-        from xla_wheels import pipeline  # the stages, as `make wheels` runs them
+    work = layout.work / REBUILD_DIR
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    fresh_options = replace(options, out_dir=work / "out")
+    from xla_wheels import pipeline  # the stages, as `make wheels` runs them
 
-        run = build_stage.prepare(fresh_options, bundle, config)
-        try:
-            with run.timings.stage("sources"):
-                sources = pipeline.run_sources(fresh_options, bundle)
-            with run.timings.stage("patches"):
-                patched = pipeline.run_patches(bundle, sources)
-            run = build_stage.after_sources(run, patched.sources)
-            spec = replace(
-                run.spec,
-                torch_stage=str(work / "stages" / "torch"),
-                torch_xla_stage=str(work / "stages" / "torch_xla"),
-                bazel_disk_cache=str(work / "bazel-disk-cache"),
-                bazel_output_root=str(work / "bazel-root"),
-                ccache_dir=str(work / "ccache"),
-            )
-            run = replace(run, spec=spec)
-            build_stage.build(run)
-            rebuilt = run.wheels()
-        finally:
-            run.timings.report()
-        rebuild_logs = BundleLayout.of(fresh_options, bundle.name).logs
-        log.info(f"rebuild-check: the rebuild's logs are in {rebuild_logs}")
+    run = build_stage.prepare(fresh_options, bundle, config)
+    try:
+        with run.timings.stage("sources"):
+            sources = pipeline.run_sources(fresh_options, bundle)
+        with run.timings.stage("patches"):
+            patched = pipeline.run_patches(bundle, sources)
+        run = build_stage.after_sources(run, patched.sources)
+        spec = replace(
+            run.spec,
+            torch_stage=str(work / "stages" / "torch"),
+            torch_xla_stage=str(work / "stages" / "torch_xla"),
+            bazel_disk_cache=str(work / "bazel-disk-cache"),
+            bazel_output_root=str(work / "bazel-root"),
+            ccache_dir=str(work / "ccache"),
+        )
+        run = replace(run, spec=spec)
+        build_stage.build(run)
+        rebuilt = run.wheels()
+    finally:
+        run.timings.report()
+    rebuild_logs = BundleLayout.of(fresh_options, bundle.name).logs
+    log.info(f"rebuild-check: the rebuild's logs are in {rebuild_logs}")
     return _compare(options, layout, records, rebuilt)
 
 

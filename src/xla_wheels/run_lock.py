@@ -14,8 +14,9 @@ message. Dry runs change nothing and take no lock.
 The lock leaves no trace: on release the file is removed, and so is each directory the
 lock itself made that is still empty, so a run refused by a check (bad input, a preflight
 blocker) writes nothing. Removing a lock file is safe because a taker checks, once it holds
-the lock, that the path still names the file it locked, and starts again if not. Taking it
-again inside the same process (the CLI edge, then the stage) is a no-op.
+the lock, that the path still names the file it locked, and starts again if not. A run
+takes it once, at the CLI edge; the stages below never take it again (a second take in the
+same process is refused like any other holder's, as a new descriptor's flock is).
 """
 
 from __future__ import annotations
@@ -24,16 +25,12 @@ import fcntl
 import itertools
 import os
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from xla_wheels.errors import BundleBusy
 
 LOCK_NAME = ".lock"
-
-#: The lock files this process holds: taking one again inside the block is a no-op (a
-#: second flock on a new descriptor of the same file would refuse our own run).
-_HELD: set[Path] = set()
 
 
 @contextmanager
@@ -41,19 +38,14 @@ def bundle_run_lock(out_dir: Path, bundle: str, command: str) -> Iterator[Path]:
     """Hold ``out_dir/bundle/.lock`` for the block; :class:`BundleBusy` if another run has it."""
     directory = out_dir / bundle
     path = directory / LOCK_NAME
-    if path.absolute() in _HELD:
-        yield path
-        return
     # The directories the lock itself makes, innermost first: removed on release if empty.
     made = list(itertools.takewhile(lambda d: not d.exists(), [directory, *directory.parents]))
     fd = _locked_descriptor(directory, path, bundle)
-    _HELD.add(path.absolute())
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()} {command}\n".encode(), 0)
         yield path
     finally:
-        _HELD.discard(path.absolute())
         # Removed while still held: a run waiting on this file finds it gone and retries.
         path.unlink(missing_ok=True)
         os.close(fd)  # releases the lock
@@ -105,10 +97,3 @@ def _busy(bundle: str, path: Path, holder: str) -> BundleBusy:
             "half-done, exit 143), then run this again"
         ),
     )
-
-
-def unless_dry_run(
-    dry_run: bool, out_dir: Path, bundle: str, command: str
-) -> AbstractContextManager[object]:
-    """The bundle's lock for a real run; nothing for a dry run (which writes nothing)."""
-    return nullcontext() if dry_run else bundle_run_lock(out_dir, bundle, command)

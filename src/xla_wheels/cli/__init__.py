@@ -282,5 +282,6 @@ def _run(arguments: list[str]) -> int:
     # Imported only for a subcommand that writes a bundle: the gate's stay standard-library.
     from xla_wheels.cli.bundle_lock import held_for
 
-    with held_for(args):
+    with held_for(args) as bundle:
+        args.loaded_bundle = bundle
         return handler(args)

@@ -57,12 +57,13 @@ def _from_bundle(args: argparse.Namespace, work: Path) -> pairs.PairFiles:
     # Imported here: the publish stage's lock reader is only needed for this source.
     from xla_wheels.layout import BundleLayout
     from xla_wheels.publish.wheels import locked_wheels
+    from xla_wheels.wheels_lock import read_lock
 
     options = pipeline_options(args, os.environ)
     bundle = load_bundle(options.root, args.bundle)
     directory = BundleLayout.of(options, bundle.name).dist
     try:
-        wheels = locked_wheels(options.lock_path, bundle.name, directory)
+        wheels = locked_wheels(read_lock(options.lock_path), bundle.name, directory)
     except PipelineError as error:
         raise pairs.AbiInputError(error.message, fix=error.fix) from None
     torch, torch_xla = pairs.pick_pair([w.path for w in wheels], f"dist/{bundle.name}")

@@ -1,4 +1,7 @@
-"""``xla-wheels gate`` and ``xla-wheels bench-restart``: arguments and handlers.
+"""``xla-wheels gate`` and ``xla-wheels bench-restart``: arguments and printing.
+
+The gate's run itself (which checks share children, what runs side by side) is
+:func:`xla_wheels.gate.run.run_gate`; this module parses, prints and leaves the receipt.
 
 Exit codes of ``gate``: 0 every selected check passed; 1 a check failed (the verdict says
 which and why); 2 the environment cannot be judged (no torch_xla, no such device).
@@ -12,38 +15,26 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import tempfile
-from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from xla_wheels import log
 from xla_wheels.cli.arguments import OUTPUT_DIR, amount, count
 from xla_wheels.cli.settings import Settings
 from xla_wheels.errors import UsageError
-from xla_wheels.gate import (
-    bench,
-    cachekeys,
-    canary,
-    envs,
-    hbm,
-    restart,
-    under_profile,
-    upstream_tests,
-)
-from xla_wheels.gate.children import run_in_parallel
+from xla_wheels.gate import bench, envs, restart, under_profile
+from xla_wheels.gate import run as gate_run
 from xla_wheels.gate.errors import GateEnvironmentError
-from xla_wheels.gate.report import render_text, write_reports
-from xla_wheels.gate.result import CheckResult, ensure_passed
+from xla_wheels.gate.report import render_text
+from xla_wheels.gate.result import ensure_passed
+from xla_wheels.gate.run import CHECKS
 from xla_wheels.gate.target import DEVICES, Target, default_device, resolve_target
 from xla_wheels.options import machine_cache
 
 if TYPE_CHECKING:  # loaded when a run leaves its receipt (see _receipts)
     from xla_wheels.release.gate_receipt import ReceiptPlace
 
-CHECKS = ("restart", restart.SPMD_NAME, *cachekeys.NAMES, "hbm", canary.NAME)
 WORKLOADS = ("small", "medium", "large")
 
 
@@ -58,12 +49,13 @@ def _checks(value: str) -> list[str]:
     return [c for c in CHECKS if c in chosen]
 
 
+def _given_python(args: argparse.Namespace) -> Path | None:
+    # Not resolved: a venv's python symlink must stay the venv's entry point.
+    return Path(args.python).absolute() if args.python else None
+
+
 def _python(args: argparse.Namespace) -> Path:
-    if args.python:
-        # Not resolved: a venv's python symlink must stay the venv's entry point.
-        return Path(args.python).absolute()
-    log.info(f"no --python given: judging stock torch_xla {envs.DEFAULT_STOCK} from PyPI")
-    return envs.ensure_stock_env(envs.DEFAULT_STOCK, root=machine_cache(os.environ))
+    return gate_run.resolve_python(_given_python(args), machine_cache(os.environ))
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
@@ -256,166 +248,53 @@ def _gate_profile(args: argparse.Namespace) -> under_profile.GateProfile | None:
     return planned
 
 
-def _side_by_side(args: argparse.Namespace, checks: list[str], target: Target) -> bool:
-    """Whether the chains of children of ``checks`` run side by side.
-
-    Only on CPU: a process that opens a TPU holds its chips. And not when the restart check
-    records or is judged against a baseline: that is its one wall-time verdict, and a
-    neighbour stretches wall time. Every other verdict stands on counters, outputs and CPU
-    time, shown to hold beside a busy process (gate/README.md, "Under load").
-    """
-    if target.device != "CPU":
-        return False
-    if args.xla_cache_dir is not None and {"restart", restart.SPMD_NAME} <= set(checks):
-        # The SPMD variant's cache is a directory inside the given one, which the restart
-        # check snapshots: they must not run at the same time.
-        return False
-    if "restart" in checks:
-        path = restart.baseline_path(args.baselines_dir, target, args.workload)
-        if args.record_baseline or path.exists():
-            return False
-    return True
-
-
 def run_gate(args: argparse.Namespace) -> int:
-    gate_profile = _gate_profile(args)
-    with under_profile.children_launched_under(gate_profile):
-        return _run_gate(args, gate_profile)
-
-
-def _run_gate(args: argparse.Namespace, gate_profile: under_profile.GateProfile | None) -> int:
     checks = _checks(args.checks)
     _check_bundle(args)
-    out_dir: Path = args.out
-    runs_dir = out_dir / "runs"
-    settings: dict[str, Any] = {k: str(v) for k, v in vars(args).items() if k != "handler"}
-    if gate_profile is not None:
-        settings["launch_profile"] = gate_profile.record()
-    scratch = Path(tempfile.mkdtemp(prefix="xla-gate-"))
+    gate_profile = _gate_profile(args)
+    config = gate_run.GateConfig(
+        python=_given_python(args),
+        stock_root=machine_cache(os.environ),
+        device=args.device,
+        checks=tuple(checks),
+        workload=args.workload,
+        child_timeout_s=args.child_timeout,
+        warm_runs=args.warm_runs,
+        max_warm_ratio=args.max_warm_ratio,
+        baseline_tolerance=args.baseline_tolerance,
+        baselines_dir=args.baselines_dir,
+        record_baseline=args.record_baseline,
+        spmd=args.spmd,
+        writers=args.writers,
+        xla_cache_dir=args.xla_cache_dir,
+        keep_cache=args.keep_cache,
+        upstream_tests=args.upstream_tests,
+        upstream_tests_revision=args.upstream_tests_revision,
+        out_dir=args.out,
+        profile=gate_profile,
+        settings={k: str(v) for k, v in vars(args).items() if k != "handler"},
+    )
     try:
-        try:
-            target = resolve_target(
-                _python(args), args.device, workdir=runs_dir, timeout_s=args.child_timeout
-            )
-        except GateEnvironmentError as error:
-            write_reports(out_dir, None, [], error=error.message, settings=settings)
-            print(render_text(None, [], error=error.message))
-            raise
-        log.info(f"judging {target.label}")
-        upstream = (
-            upstream_tests.prepare(args.upstream_tests, args.upstream_tests_revision)
-            if args.upstream_tests is not None
-            else None
-        )
-        cache_checks = tuple(c for c in checks if c in cachekeys.NAMES)
-        # The restart check's cold and first warm run serve the cache checks too when they
-        # are the same runs (one single-device writer): two children fewer.
-        share_cold = bool(cache_checks) and "restart" in checks and not args.spmd
-        share_cold = share_cold and args.writers == 1
-        kept = scratch / "restart-cold-cache"
-        # The HBM queries need an SPMD runtime on every device: the SPMD restart check's
-        # first cold run makes them after its steps, one child fewer.
-        share_spmd_cold = "hbm" in checks and restart.SPMD_NAME in checks
-
-        def restart_check(check: str) -> CheckResult:
-            config = restart.RestartConfig(
-                workload=args.workload,
-                warm_runs=args.warm_runs,
-                max_warm_ratio=args.max_warm_ratio,
-                baseline_tolerance=args.baseline_tolerance,
-                child_timeout_s=args.child_timeout,
-                spmd=args.spmd,
-                writers=args.writers,
-                cache_dir=args.xla_cache_dir,
-                baselines_dir=args.baselines_dir,
-                record_baseline=args.record_baseline,
-            )
-            if check == restart.SPMD_NAME:
-                config = restart.spmd_config(config)
-                if share_spmd_cold:
-                    config = replace(config, hbm_probe_bytes=hbm.PROBE_BYTES)
-            elif share_cold:
-                config = replace(config, keep_cold_cache=kept)
-            check_scratch = scratch / check
-            check_scratch.mkdir()
-            return restart.run_restart_check(target, config, runs_dir, check_scratch)
-
-        def cache_key_checks(shared: cachekeys.SharedRuns | None) -> list[CheckResult]:
-            return cachekeys.run_cache_checks(
-                target,
-                runs_dir,
-                scratch,
-                checks=cache_checks,
-                workload=args.workload,
-                timeout_s=args.child_timeout,
-                shared=shared,
-            )
-
-        def restart_then_cache_checks() -> list[CheckResult]:
-            first = restart_check("restart")
-            return [first, *cache_key_checks(cachekeys.shared_runs(first.runs, kept))]
-
-        def spmd_then_hbm() -> list[CheckResult]:
-            spmd = restart_check(restart.SPMD_NAME)
-            return [spmd, hbm.judge_shared_run(spmd, target)]
-
-        # Independent chains of children, composed first, then run: side by side on CPU
-        # (see _side_by_side), one after the other on a TPU.
-        chains: list[Callable[[], list[CheckResult]]] = []
-        if "restart" in checks:
-            chains.append(
-                restart_then_cache_checks if share_cold else lambda: [restart_check("restart")]
-            )
-        if restart.SPMD_NAME in checks:
-            chains.append(
-                spmd_then_hbm if share_spmd_cold else lambda: [restart_check(restart.SPMD_NAME)]
-            )
-        if cache_checks and not share_cold:
-            chains.append(lambda: cache_key_checks(None))
-        if canary.NAME in checks:
-            chains.append(
-                lambda: [canary.run_canary_check(target, runs_dir, timeout_s=args.child_timeout)]
-            )
-        if "hbm" in checks and not share_spmd_cold:
-            chains.append(
-                lambda: [hbm.run_hbm_check(target, runs_dir, timeout_s=args.child_timeout)]
-            )
-        side_by_side = _side_by_side(args, checks, target)
-        if len(chains) > 1:
-            how = "side by side" if side_by_side else "one after the other"
-            log.info(f"{len(chains)} chains of checks {how}")
-        done = run_in_parallel(chains, side_by_side=side_by_side)
-        results = sorted((r for chain in done for r in chain), key=lambda r: checks.index(r.name))
-        if args.upstream_tests is not None:
-            results.append(
-                upstream_tests.run_upstream_test(
-                    target,
-                    args.upstream_tests,
-                    runs_dir,
-                    revision=args.upstream_tests_revision,
-                    timeout_s=max(args.child_timeout, 900.0),
-                    prepared=upstream,
-                )
-            )
-        json_path, junit_path = write_reports(out_dir, target, results, settings=settings)
-        print(render_text(target, results))
-        if gate_profile is not None:
-            print("\n".join(gate_profile.lines()))
-        print(f"reports: {json_path} {junit_path} (child logs in {runs_dir})", flush=True)
-        _receipts().leave_gate_receipt(
-            _receipt_place(args),
-            target,
-            results,
-            args.workload,
-            profile=gate_profile.record() if gate_profile else None,
-        )
-        ensure_passed(results)
-        return 0
-    finally:
-        if args.keep_cache:
-            log.info(f"kept the gate's scratch directory {scratch}")
-        else:
-            shutil.rmtree(scratch, ignore_errors=True)
+        outcome = gate_run.run_gate(config)
+    except GateEnvironmentError as error:
+        print(render_text(None, [], error=error.message))
+        raise
+    print(render_text(outcome.target, outcome.results))
+    if gate_profile is not None:
+        print("\n".join(gate_profile.lines()))
+    print(
+        f"reports: {outcome.json_path} {outcome.junit_path} (child logs in {config.runs_dir})",
+        flush=True,
+    )
+    _receipts().leave_gate_receipt(
+        _receipt_place(args),
+        outcome.target,
+        outcome.results,
+        args.workload,
+        profile=gate_profile.record() if gate_profile else None,
+    )
+    ensure_passed(outcome.results)
+    return 0
 
 
 def run_bench(args: argparse.Namespace) -> int:

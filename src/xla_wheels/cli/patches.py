@@ -6,7 +6,7 @@ import argparse
 import os
 
 from xla_wheels import log
-from xla_wheels.bundle import COMPONENT_NAMES, Bundle, load_bundle
+from xla_wheels.bundle import COMPONENT_NAMES, Bundle
 from xla_wheels.cli.arguments import add_bundle_arguments, add_switch
 from xla_wheels.cli.settings import pipeline_options
 from xla_wheels.errors import UsageError
@@ -17,16 +17,14 @@ from xla_wheels.patch_workflow import (
     export_series,
     start_rebase,
 )
-from xla_wheels.run_lock import unless_dry_run
 from xla_wheels.series_build import judge
 from xla_wheels.series_checks.key_audit import judge as judge_audit
 
 
 def cmd_patch_export(args: argparse.Namespace) -> int:
     options = pipeline_options(args, os.environ)
-    bundle = load_bundle(options.root, args.bundle)
-    with unless_dry_run(options.dry_run, options.out_dir, bundle.name, "patch-export"):
-        report = export_series(options, bundle, args.component, force=args.force)
+    bundle = args.loaded_bundle  # loaded, and its run lock taken, at the CLI edge
+    report = export_series(options, bundle, args.component, force=args.force)
     verb = "would write" if options.dry_run else "wrote"
     for patch in report.patches:
         print(f"{verb if patch.changed else 'unchanged'}: patches/{patch.relpath}")
@@ -47,9 +45,8 @@ def cmd_patch_export(args: argparse.Namespace) -> int:
 
 def cmd_patch_rebase(args: argparse.Namespace) -> int:
     options = pipeline_options(args, os.environ)
-    bundle = load_bundle(options.root, args.bundle)
-    with unless_dry_run(options.dry_run, options.out_dir, bundle.name, "patch-rebase"):
-        result = _rebase(options, bundle, args)
+    bundle = args.loaded_bundle  # loaded, and its run lock taken, at the CLI edge
+    result = _rebase(options, bundle, args)
     if result is None:  # a dry run: the plan is printed
         return 0
     series = f"the {args.component} series of {bundle.name}"

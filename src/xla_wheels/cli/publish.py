@@ -47,7 +47,6 @@ def _dist(options: PipelineOptions, args: argparse.Namespace) -> Path:
 def cmd_publish(args: argparse.Namespace) -> int:
     options = pipeline_options(args, os.environ)
     settings = publish_options(args, os.environ)
-    load_bundle(options.root, args.bundle)  # an unknown bundle fails with the valid names
     # Its own log next to the build's (out/<bundle>/logs/publish.log), credentials in URLs
     # and TWINE_PASSWORD masked, and its row in a timings table, also when it fails.
     logs = BundleLayout.of(options, args.bundle).logs
@@ -63,7 +62,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
             stack.enter_context(log.stage_log(logs / "publish.log", Redactor(secrets)))
             stack.enter_context(timings.stage("publish"))
         result = upload.publish(
-            options.lock_path,
+            read_lock(options.lock_path),
             args.bundle,
             _dist(options, args),
             settings.index_url,
@@ -89,9 +88,9 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 def cmd_requirements(args: argparse.Namespace) -> int:
     options = pipeline_options(args, os.environ)
-    bundle = load_bundle(options.root, args.bundle)
+    bundle = args.loaded_bundle  # loaded once, at the CLI edge (cli/bundle_lock.py)
     directory = _dist(options, args)
-    wheels = locked_wheels(options.lock_path, bundle.name, directory)
+    wheels = locked_wheels(read_lock(options.lock_path), bundle.name, directory)
     platforms = args.platform or requirements.host_platforms()
     output = args.output or directory / requirements.REQUIREMENTS_NAME
     # A runtime resolution is recorded in wheels.lock only together with the file made
@@ -116,18 +115,19 @@ def cmd_requirements(args: argparse.Namespace) -> int:
 def cmd_verify_install(args: argparse.Namespace) -> int:
     options = pipeline_options(args, os.environ)
     settings = publish_options(args, os.environ)
-    bundle = load_bundle(options.root, args.bundle)
+    bundle = args.loaded_bundle  # loaded once, at the CLI edge (cli/bundle_lock.py)
+    lock = read_lock(options.lock_path)  # parsed once for the whole command
     index_url = settings.index_url
     if not index_url:
         directory = _dist(options, args)
-        wheels = locked_wheels(options.lock_path, bundle.name, directory)
+        wheels = locked_wheels(lock, bundle.name, directory)
         index = write_static_index(directory, [w.record for w in wheels])
         index_url = index.resolve().as_uri() + "/"
         log.info(f"no INDEX_URL: installing from the static index {index_url}")
     else:
-        locked_records(options.lock_path, bundle.name)
+        locked_records(lock, bundle.name)
     report = verify_install.verify_install(
-        lock_path=options.lock_path,
+        lock=lock,
         bundle=bundle,
         index_url=index_url,
         work=BundleLayout.of(options, bundle.name).verify_install,
@@ -144,7 +144,7 @@ def cmd_verify_install(args: argparse.Namespace) -> int:
         search = [_dist(options, args)]
         if parts.scheme == "file":  # a static lane: its envelopes are next to its wheels
             search.append(Path(urllib.request.url2pathname(parts.path)).parent)
-        records = locked_records(options.lock_path, bundle.name)
+        records = locked_records(lock, bundle.name)
         locked = [(r.name, r.sha256) for r in records]
         for check in attest.signature_checks(public_key, locked, search):
             report.add(f"signature {check.wheel}", check.status, check.detail)

@@ -12,7 +12,6 @@ import argparse
 import json
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from xla_wheels import log
@@ -30,6 +29,7 @@ from xla_wheels.release import status as status_mod
 from xla_wheels.wheel_filename import normalize, parse_wheel_name
 from xla_wheels.wheels_lock import (
     BundleEntry,
+    Lock,
     WheelRecord,
     read_lock,
     write_with_held_back,
@@ -49,7 +49,7 @@ def cmd_publish_lane(args: argparse.Namespace) -> int:
     lane = config.lane(args.lane or config.publish_lane)
     outcomes = promote.publish_to_lane(
         options.root,
-        options.lock_path,
+        read_lock(options.lock_path),
         args.bundle,
         BundleLayout.of(options, args.bundle).dist,
         lane,
@@ -79,8 +79,9 @@ def cmd_promote(args: argparse.Namespace) -> int:
             f"lane {lane.name} cannot be promoted from itself",
             fix="set promote-from in build/lanes.toml or pass --from",
         )
+    lock = read_lock(options.lock_path)  # parsed once for the whole promotion
     verdict, outcomes = promote.promote(
-        options.root, options.lock_path, args.bundle, lane, source, dry_run=options.dry_run,
+        options.root, lock, args.bundle, lane, source, dry_run=options.dry_run,
         dist=BundleLayout.of(options, args.bundle).dist, network=options.network,
     )  # fmt: skip
     if verdict.chosen:
@@ -106,7 +107,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
         )
     lane = lanes.load_config(options.root).lane(args.lane)
     plan = promote.rollback(
-        options.root, options.lock_path, lane, args.to, args.reason or "",
+        options.root, read_lock(options.lock_path), lane, args.to, args.reason or "",
         dry_run=options.dry_run, dist=BundleLayout.of(options, args.to).dist,
         network=options.network,
     )  # fmt: skip
@@ -151,12 +152,12 @@ def _lane_files(
     ]
 
 
-def _runtime_fresh(lock_path: Path, bundle: Any, entry: BundleEntry) -> bool:
+def _runtime_fresh(lock: Lock, bundle: Any, entry: BundleEntry) -> bool:
     """Whether the recorded runtime resolution is for this bundle's current wheels and pins."""
     recorded_for = entry.runtime_wheels_for
     if recorded_for is None:
         return False
-    ours = locked_records(lock_path, bundle.name)
+    ours = locked_records(lock, bundle.name)
     wanted = requirements.resolution_inputs(bundle, ours, list(recorded_for.platforms))
     return wanted.inputs_sha256 == recorded_for.inputs_sha256
 
@@ -166,6 +167,7 @@ def cmd_lane_requirements(args: argparse.Namespace) -> int:
     config = lanes.load_config(options.root)
     state = lanes.read_state(options.root)
     names = [args.lane] if args.lane else sorted(config.lanes)
+    locked = read_lock(options.lock_path)  # parsed once for every lane
     wrote = 0
     for name in names:
         lane = config.lane(name)
@@ -175,11 +177,11 @@ def cmd_lane_requirements(args: argparse.Namespace) -> int:
             continue
         bundle = load_bundle(options.root, current.bundle)
         with written_on_success():
-            entry = read_lock(options.lock_path).entry(bundle.name)
+            entry = locked.entry(bundle.name)
             runtime = list(entry.runtime_wheels or ())
             if args.resolve:
                 dist = BundleLayout.of(options, bundle.name).dist
-                wheels = locked_wheels(options.lock_path, bundle.name, dist)
+                wheels = locked_wheels(locked, bundle.name, dist)
                 runtime = requirements.runtime_records(
                     options.lock_path,
                     bundle,
@@ -187,7 +189,7 @@ def cmd_lane_requirements(args: argparse.Namespace) -> int:
                     args.platform or requirements.host_platforms(),
                     network=options.network,
                 )
-            elif runtime and not _runtime_fresh(options.lock_path, bundle, entry):
+            elif runtime and not _runtime_fresh(locked, bundle, entry):
                 raise UsageError(
                     f"the runtime wheels wheels.lock records for {bundle.name} were resolved for "
                     "other inputs (its wheels or runtime pins changed since)",
@@ -202,7 +204,7 @@ def cmd_lane_requirements(args: argparse.Namespace) -> int:
                     "them), or pass --resolve",
                 )
             out = options.root / "dist" / "lanes" / name
-            ours = locked_records(options.lock_path, bundle.name)
+            ours = locked_records(locked, bundle.name)
             files = _lane_files(ours, lane, runtime, args.public_index)
             credentials = credentials_for(lane.upload_url or lane.simple_url)
             urls = pylock.locate(files, credentials, network=options.network)

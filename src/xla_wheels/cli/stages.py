@@ -32,7 +32,6 @@ from xla_wheels.patches import check_series, parse_patch
 from xla_wheels.pipeline import plan, run_until
 from xla_wheels.plan import render_plan
 from xla_wheels.redact import shown
-from xla_wheels.run_lock import bundle_run_lock
 from xla_wheels.series_build import (
     BuildCheckReport,
     build_check_step,
@@ -45,7 +44,7 @@ from xla_wheels.series_checks.key_audit import judge as judge_audit
 from xla_wheels.series_hygiene import refuse
 from xla_wheels.settings_table import by_flag, in_group
 from xla_wheels.sources import SourceCache, known_commits
-from xla_wheels.wheels_lock import check_lock, read_lock, update_bundle_entry
+from xla_wheels.wheels_lock import check_lock, update_bundle_entry
 
 
 def cmd_bundles(args: argparse.Namespace) -> int:
@@ -89,8 +88,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
 def cmd_stages(last_stage: str, args: argparse.Namespace) -> int:
     options = pipeline_options(args, os.environ)
     config = build_config(args, os.environ) if last_stage == "collect" else None
+    bundle = args.loaded_bundle  # loaded once, at the CLI edge (cli/bundle_lock.py)
     if options.dry_run:
-        bundle = load_bundle(options.root, args.bundle)
         print(render_plan(plan(options, bundle, config, last_stage)))
         if config is not None:
             # The plan lists what preflight checks; this says what it finds today.
@@ -98,7 +97,7 @@ def cmd_stages(last_stage: str, args: argparse.Namespace) -> int:
 
             print(dry_run_verdict(options, bundle, config))
         return 0
-    run_until(options, args.bundle, last_stage, config)
+    run_until(options, bundle, last_stage, config)
     log.info(f"{last_stage}: done for {args.bundle}")
     return 0
 
@@ -230,7 +229,7 @@ _AUDIT_FIX = (
 
 def cmd_lock(args: argparse.Namespace) -> int:
     options = pipeline_options(args, os.environ)
-    bundle = load_bundle(options.root, args.bundle)
+    bundle = args.loaded_bundle
     # Short pins are resolved from the local source cache only (`make sources` fetches
     # them); unresolved ones are written as such, never guessed.
     resolved = known_commits(bundle, SourceCache(options.source_cache, options.mirror))
@@ -239,9 +238,8 @@ def cmd_lock(args: argparse.Namespace) -> int:
             print(f"{name}: {commit or 'unresolved (not in the source cache)'}")
         print(f"DRY_RUN: would write bundle {bundle.name} in {options.lock_path.name}; unchanged")
         return 0
-    read_lock(options.lock_path)  # a broken lock is refused before anything is written
-    with bundle_run_lock(options.out_dir, bundle.name, "lock"):
-        entry = update_bundle_entry(options.lock_path, bundle, resolved, options.root)
+    # Under the run lock the CLI edge holds; a broken lock is refused before it is written.
+    entry = update_bundle_entry(options.lock_path, bundle, resolved, options.root)
     unresolved = [name for name, pin in entry.components.items() if not pin.resolved]
     print(
         f"wheels.lock: wrote bundle {bundle.name}"

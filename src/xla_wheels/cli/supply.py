@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import os
 
-from xla_wheels.bundle import load_bundle
 from xla_wheels.cli.arguments import add_bundle_arguments, add_setting
 from xla_wheels.cli.settings import build_config, pipeline_options, supply_options
 from xla_wheels.errors import UsageError
@@ -25,7 +24,7 @@ def cmd_attest(args: argparse.Namespace) -> int:
 
     options = pipeline_options(args, os.environ)
     settings = supply_options(args, os.environ)
-    bundle = load_bundle(options.root, args.bundle)
+    bundle = args.loaded_bundle  # loaded once, at the CLI edge (cli/bundle_lock.py)
     if settings.signing_key is None:
         raise UsageError(
             "no signing key: attestations are signed with the team's private key",
@@ -49,7 +48,7 @@ def cmd_rebuild_check(args: argparse.Namespace) -> int:
 
     options = pipeline_options(args, os.environ)
     config = build_config(args, os.environ)
-    comparisons = rebuild.rebuild_check(options, args.bundle, config)
+    comparisons = rebuild.rebuild_check(options, args.loaded_bundle, config)
     for c in comparisons:
         verdict = "identical" if c.identical else "DIFFERS"
         print(f"{verdict:<10} {c.recorded}  sha256:{c.recorded_sha256}")

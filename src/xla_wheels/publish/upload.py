@@ -40,6 +40,7 @@ from xla_wheels.retrying import (
     host_of,
     with_retries,
 )
+from xla_wheels.wheels_lock import Lock
 
 #: What twine (requests, urllib3) prints for a fault that may pass: tried again.
 _TWINE_FAULTS: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -285,12 +286,12 @@ def publish_remote(
 
 
 def publish(
-    lock_path: Path, bundle_name: str, directory: Path, index_url: str | None,
+    lock: Lock, bundle_name: str, directory: Path, index_url: str | None,
     upload_url: str | None = None, *, network: NetworkPolicy, dry_run: bool = False,
 ) -> PublishResult:  # fmt: skip
     """Upload (or index) the locked wheels; ``dry_run``: the same checks, nothing written."""
     with log.section(f"publish: check dist/{bundle_name} against wheels.lock"):
-        wheels = locked_wheels(lock_path, bundle_name, directory)
+        wheels = locked_wheels(lock, bundle_name, directory)
         for wheel in wheels:
             log.info(f"  {wheel.record.name} sha256:{wheel.sha256}")
     if not index_url:

@@ -46,7 +46,7 @@ from xla_wheels.publish.wheels import locked_records, locked_sboms, locked_versi
 from xla_wheels.redact import scrub
 from xla_wheels.retrying import TIMEOUT_SETTING, Transient, host_of, with_retries
 from xla_wheels.wheel_filename import normalize
-from xla_wheels.wheels_lock import RuntimeWheelRecord, WheelRecord, read_lock
+from xla_wheels.wheels_lock import Lock, RuntimeWheelRecord, WheelRecord
 
 IMPORT_TIMEOUT_S = 600.0
 #: The size a public wheel is allowed for in pip's time limit (torch is ~900 MB, most
@@ -290,7 +290,7 @@ def _probe_refused_files(
 
 def verify_install(
     *,
-    lock_path: Path,
+    lock: Lock,
     bundle: Bundle,
     index_url: str,
     work: Path,
@@ -302,8 +302,8 @@ def verify_install(
 ) -> VerifyReport:
     if urllib.parse.urlsplit(index_url).scheme != "file":
         reject_userinfo(index_url, "INDEX_URL")
-    entry = read_lock(lock_path).entry(bundle.name)
-    ours = locked_records(lock_path, bundle.name)
+    entry = lock.entry(bundle.name)
+    ours = locked_records(lock, bundle.name)
     runtime: list[RuntimeWheelRecord] = []
     if not no_deps:
         if bundle.runtime and entry.runtime_wheels is None:

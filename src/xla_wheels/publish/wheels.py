@@ -15,7 +15,7 @@ from pathlib import Path
 from xla_wheels import log
 from xla_wheels.publish.errors import HashMismatch, PublishError
 from xla_wheels.wheel_filename import WheelName, parse_wheel_name
-from xla_wheels.wheels_lock import WheelRecord, file_sha256, read_lock
+from xla_wheels.wheels_lock import Lock, WheelRecord, file_sha256
 
 
 @dataclass(frozen=True)
@@ -44,8 +44,9 @@ def locked_sboms(records: Iterable[WheelRecord]) -> dict[str, str]:
     }
 
 
-def locked_records(lock_path: Path, bundle_name: str) -> list[WheelRecord]:
-    entry = read_lock(lock_path).entry(bundle_name)
+def locked_records(lock: Lock, bundle_name: str) -> list[WheelRecord]:
+    """The bundle's locked wheels, read from the lock its command parsed once."""
+    entry = lock.entry(bundle_name)
     records = list(entry.wheels or ())
     if not records:
         raise PublishError(
@@ -55,9 +56,9 @@ def locked_records(lock_path: Path, bundle_name: str) -> list[WheelRecord]:
     return records
 
 
-def locked_wheels(lock_path: Path, bundle_name: str, directory: Path) -> list[LocalWheel]:
+def locked_wheels(lock: Lock, bundle_name: str, directory: Path) -> list[LocalWheel]:
     """Every locked wheel of the bundle, found in ``directory`` and checked by sha256."""
-    records = locked_records(lock_path, bundle_name)
+    records = locked_records(lock, bundle_name)
     wheels: list[LocalWheel] = []
     problems: list[str] = []
     for record in records:

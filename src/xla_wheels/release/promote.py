@@ -50,7 +50,7 @@ from xla_wheels.retrying import (
     with_retries,
 )
 from xla_wheels.wheel_filename import parse_wheel_name
-from xla_wheels.wheels_lock import WheelRecord, file_sha256, read_lock
+from xla_wheels.wheels_lock import Lock, WheelRecord, file_sha256
 
 
 class PromotionRefused(PipelineError):
@@ -204,7 +204,7 @@ def _checked(records: Sequence[WheelRecord], directory: Path) -> list[LocalWheel
 
 def publish_to_lane(
     root: Path,
-    lock_path: Path,
+    lock: Lock,
     bundle: str,
     dist: Path,
     lane: Lane,
@@ -213,7 +213,7 @@ def publish_to_lane(
     dry_run: bool = False,
 ) -> list[Outcome]:
     """``make publish``: the bundle's locked wheels from ``dist`` into ``lane``."""
-    wheels = locked_wheels(lock_path, bundle, dist)
+    wheels = locked_wheels(lock, bundle, dist)
     envelopes = required_signatures(lane, [w.record for w in wheels], [dist])
     if dry_run:
         return [Outcome(w.record.name, "would copy", w.sha256) for w in wheels]
@@ -242,8 +242,8 @@ def current_receipt(root: Path, lane: str) -> StoredReceipt | None:
     return stored
 
 
-def judge(root: Path, lock_path: Path, bundle: str, lane: Lane) -> PromotionVerdict:
-    records = locked_records(lock_path, bundle)
+def judge(root: Path, lock: Lock, bundle: str, lane: Lane) -> PromotionVerdict:
+    records = locked_records(lock, bundle)
     current = current_receipt(root, lane.name)
     profile = lane.policy.profile
     return judge_promotion(
@@ -252,7 +252,7 @@ def judge(root: Path, lock_path: Path, bundle: str, lane: Lane) -> PromotionVerd
         bundle_receipts(root, bundle),
         lane.policy,
         current.receipt if current else None,
-        read_lock(lock_path).entry(bundle).profiles.get(profile) if profile else None,
+        lock.entry(bundle).profiles.get(profile) if profile else None,
     )
 
 
@@ -269,15 +269,15 @@ def refusal(bundle: str, lane: Lane, verdict: PromotionVerdict) -> PromotionRefu
 
 
 def promote(
-    root: Path, lock_path: Path, bundle: str, lane: Lane, source: Lane, *, dry_run: bool = False,
+    root: Path, lock: Lock, bundle: str, lane: Lane, source: Lane, *, dry_run: bool = False,
     dist: Path | None = None, network: NetworkPolicy,
 ) -> tuple[PromotionVerdict, list[Outcome]]:  # fmt: skip
     """``dist``: the bundle's dist directory, where its envelopes are looked up after the
     source lane's own directory."""
-    verdict = judge(root, lock_path, bundle, lane)
+    verdict = judge(root, lock, bundle, lane)
     if not verdict.passed:
         raise refusal(bundle, lane, verdict)
-    records = locked_records(lock_path, bundle)
+    records = locked_records(lock, bundle)
     search = [p for p in (source.path, dist) if p is not None]
     envelopes = required_signatures(lane, records, search)
     by_push = devpi.same_server(source, lane)
@@ -334,7 +334,7 @@ class RollbackPlan:
 
 
 def rollback(
-    root: Path, lock_path: Path, lane: Lane, to: str, reason: str, *, dry_run: bool = False,
+    root: Path, lock: Lock, lane: Lane, to: str, reason: str, *, dry_run: bool = False,
     dist: Path | None = None, network: NetworkPolicy,
 ) -> RollbackPlan:  # fmt: skip
     """``make rollback``: ``lane`` back to bundle ``to``, which its history shows it served.
@@ -369,7 +369,7 @@ def rollback(
             else f"promote it instead: make promote BUNDLE={to} LANE={lane.name}",
         )
     entry = served[-1]
-    records = locked_records(lock_path, to)
+    records = locked_records(lock, to)
     if {(r.name, r.sha256) for r in records} != set(entry.wheels):
         raise LaneError(
             f"wheels.lock's files for {to} are not the ones lane {lane.name} served "

@@ -126,7 +126,7 @@ def receipt_status(root: Path, stored: StoredReceipt, now: datetime.datetime) ->
 
 def _refusals(root: Path, lock_path: Path, bundle: str, lane: Lane) -> list[str]:
     try:
-        verdict = promote.judge(root, lock_path, bundle, lane)
+        verdict = promote.judge(root, read_lock(lock_path), bundle, lane)
     except PipelineError as error:  # e.g. the lane's current receipt was edited
         return [f"cannot judge: {error.message}"]
     return [f"{f.rule}: {f.detail}" for f in verdict.failures]
