@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import subprocess
 import sys
 
@@ -18,7 +19,14 @@ import pytest
 
 from tests.gitrepos import REPO_ROOT
 from xla_wheels.cli import COMMANDS, build_parser
-from xla_wheels.make_help import SHARED_GROUPS
+from xla_wheels.cli.help import EXAMPLES
+from xla_wheels.make_help import (
+    MAKE_ONLY_EXAMPLES,
+    SHARED_GROUPS,
+    make_example,
+    makefile_text,
+    read_makefile,
+)
 
 #: Sphinx/rST markup of internal docstrings: never in what a user reads.
 MARKUP = re.compile(r"``|:class:|:func:|:data:|:meth:|:mod:|:attr:")
@@ -174,6 +182,47 @@ def test_make_help_is_what_the_makefile_and_the_cli_say_today() -> None:
         env={"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO_ROOT / "src")},
     )  # fmt: skip
     assert process.returncode == 0, process.stdout + process.stderr
+
+
+def test_every_cli_example_parses_with_the_clis_own_parser() -> None:
+    assert set(EXAMPLES) == set(COMMANDS)
+    for name, example in EXAMPLES.items():
+        words = shlex.split(example)
+        assert words[:2] == ["xla-wheels", name], example
+        try:
+            build_parser(name).parse_args(words[1:])
+        except SystemExit:
+            pytest.fail(f"the example of {name} does not parse: {example}")
+
+
+def test_a_make_example_is_its_commands_example_in_the_variables_the_target_reads() -> None:
+    # One example per command, written once (cli/help.py); make help writes it with make's
+    # variables, and make turns those back into the very same command.
+    makefile = read_makefile(makefile_text())
+    derived = 0
+    for target in makefile.targets:
+        words = shlex.split(make_example(makefile, target))
+        assert words[:2] == ["make", target.name]
+        assert {w.partition("=")[0] for w in words[2:]} <= set(target.variables), words
+        if target.name in MAKE_ONLY_EXAMPLES:
+            continue
+        derived += 1
+        command = target.name if target.name in target.commands else target.commands[0]
+        process = _make("-n", *words[1:])
+        assert process.returncode == 0, process.stderr
+        line = next(x for x in process.stdout.splitlines() if f"-m xla_wheels {command}" in x)
+        run = shlex.split(line)
+        passed = run[run.index("xla_wheels") + 1 :]
+        example = shlex.split(EXAMPLES[command])[1:]
+        parser = build_parser(command)
+        through_make, direct = parser.parse_args(passed), parser.parse_args(example)
+        assert vars(through_make) == vars(direct), (target.name, passed, example)
+    assert derived > 20
+    by_name = {target.name: target for target in makefile.targets}
+    assert make_example(makefile, by_name["promote"]) == (
+        "make promote BUNDLE=v6e-2.11 LANE=preferred DRY_RUN=1"
+    )
+    assert make_example(makefile, by_name["diff"]) == "make diff A=v6e-2.9 B=v6e-2.11"
 
 
 def _subparser(name: str) -> argparse.ArgumentParser:

@@ -9,7 +9,10 @@ Generated from data, never written by hand:
   its prerequisites');
 - a variable's text and default are its flag's ``--help`` text in the command the target
   runs (:func:`xla_wheels.cli.help.option_help`); a variable that is no flag nor argument
-  of the CLI, its row of the settings table; examples are :data:`MAKE_EXAMPLES`.
+  of the CLI, its row of the settings table;
+- its example is its command's (:data:`xla_wheels.cli.help.EXAMPLES`) written with make
+  variables (:func:`make_example`), or, for a target that runs no command, its own
+  (:data:`MAKE_ONLY_EXAMPLES`).
 
 The text is written to ``make-help.txt`` next to this module, which ``make help`` prints:
 so it works on a fresh clone, before ``.venv`` (and the packages most commands import)
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 import sys
 import textwrap
 from collections.abc import Sequence
@@ -29,69 +33,42 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xla_wheels.cli import build_parser
-from xla_wheels.cli.help import option_help
+from xla_wheels.cli.arguments import SwitchAction
+from xla_wheels.cli.help import EXAMPLES, option_help
 from xla_wheels.settings_table import MAKE_FILE, SETTINGS, in_group
 
 HELP_FILE = Path(__file__).with_name("make-help.txt")
 MAKEFILE = Path(__file__).resolve().parents[2] / "Makefile"
 REGENERATE = ".venv/bin/python -m xla_wheels.make_help --write"
 
-#: The targets by purpose, in the order ``make help`` shows them, each with one working
-#: command, shown last in its entry.
-TARGET_GROUPS: dict[str, dict[str, str]] = {
-    "Start here": {
-        "help": "make help",
-        "demo": "make demo DEMO_DIR=/tmp/xla-wheels-demo",
-        "venv": "make venv PYTHON_FOR_VENV=python3.12",
-    },
-    "Build (bundle -> sources -> patches -> wheels -> wheels.lock)": {
-        "bundles": "make bundles",
-        "diff": "make diff A=v6e-2.9 B=v6e-2.11",
-        "sources": "make sources BUNDLE=v6e-2.11",
-        "patch": "make patch BUNDLE=v6e-2.11",
-        "patches-check": "make patches-check BUNDLE=v6e-2.11 TORCH_XLA_SRC=../pytorch-xla",
-        "patch-export": "make patch-export BUNDLE=v6e-2.11 COMPONENT=torch_xla",
-        "patch-rebase": "make patch-rebase BUNDLE=v6e-2.11 ONTO=<commit>",
-        "builder-image": "make builder-image ENGINE=podman",
-        "wheels": "make wheels BUNDLE=v6e-2.11",
-        "lock": "make lock BUNDLE=v6e-2.11",
-        "lock-check": "make lock-check",
-        "clean": "make clean",
-    },
-    "Publish and install": {
-        "publish": "make publish BUNDLE=v6e-2.11 DRY_RUN=1",
-        "requirements": "make requirements BUNDLE=v6e-2.11",
-        "verify-install": "make verify-install BUNDLE=v6e-2.11",
-        "doctor": "make doctor BUNDLE=v6e-2.11 ROLE=writer",
-        "launch-env": "make launch-env BUNDLE=v6e-2.11 PROFILE=train ROLE=writer",
-    },
-    "Lanes and promotion": {
-        "promote": "make promote BUNDLE=v6e-2.11 LANE=preferred DRY_RUN=1",
-        "compare": "make compare A=v6e-2.9 B=v6e-2.11",
-        "rollback": (
-            'make rollback LANE=preferred TO=v6e-2.10 REASON="v6e-2.11 hangs at step 0" DRY_RUN=1'
-        ),
-        "lanes": "make lanes HISTORY=1",
-        "status": "make status JSON=1",
-    },
-    "Supply chain and ABI": {
-        "attest": "make attest BUNDLE=v6e-2.11 SIGNING_KEY=team-key.pem",
-        "rebuild-check": "make rebuild-check BUNDLE=v6e-2.11",
-        "abi-check": "make abi-check STOCK=2.8.0:2.9.0",
-    },
-    "The gate": {
-        "gate": "make gate GATE_DEVICE=CPU CHECKS=restart,cache-key",
-        "bench-restart": "make bench-restart ROUNDS=5",
-    },
-    "Development": {
-        "test": "make test PYTEST_ARGS='tests/test_cli.py -q'",
-        "test-fast": "make test-fast PYTEST_ARGS='-x'",
-        "lint": "make lint",
-        "cache-tools": "make cache-tools",
-        "docs": "make docs",
-    },
+#: The targets by purpose, in the order ``make help`` shows them.
+TARGET_GROUPS: dict[str, tuple[str, ...]] = {
+    "Start here": ("help", "demo", "venv"),
+    "Build (bundle -> sources -> patches -> wheels -> wheels.lock)": (
+        "bundles", "diff", "sources", "patch", "patches-check", "patch-export", "patch-rebase",
+        "builder-image", "wheels", "lock", "lock-check", "clean",
+    ),
+    "Publish and install": ("publish", "requirements", "verify-install", "doctor", "launch-env"),
+    "Lanes and promotion": ("promote", "compare", "rollback", "lanes", "status"),
+    "Supply chain and ABI": ("attest", "rebuild-check", "abi-check"),
+    "The gate": ("gate", "bench-restart"),
+    "Development": ("test", "test-fast", "lint", "cache-tools", "docs"),
+}  # fmt: skip
+
+#: The examples of the targets that run no subcommand of the CLI. Every other target's
+#: example is its command's (:data:`xla_wheels.cli.help.EXAMPLES`), each argument written
+#: as the make variable that passes it (:func:`make_example`): one example, written once.
+MAKE_ONLY_EXAMPLES: dict[str, str] = {
+    "help": "make help",
+    "demo": "make demo DEMO_DIR=/tmp/xla-wheels-demo",
+    "venv": "make venv PYTHON_FOR_VENV=python3.12",
+    "clean": "make clean",
+    "test": "make test PYTEST_ARGS='tests/test_cli.py -q'",
+    "test-fast": "make test-fast PYTEST_ARGS='-x'",
+    "lint": "make lint",
+    "cache-tools": "make cache-tools",
+    "docs": "make docs",
 }
-MAKE_EXAMPLES: dict[str, str] = {t: e for group in TARGET_GROUPS.values() for t, e in group.items()}
 
 #: The settings groups whose variables many targets share: each target names them on one
 #: line, and their text is shown once, at the end (the settings table's groups).
@@ -194,6 +171,43 @@ def _parser_of(command: str) -> argparse.ArgumentParser:
     return subparsers.choices[command]
 
 
+def make_example(makefile: Makefile, target: Target) -> str:
+    """``target``'s example: a make-only target's own, else its command's CLI example with
+    each argument written as the variable of ``target`` that passes it (a positional as its
+    metavar, ``diff A B`` as ``A=.. B=..``; a switch as ``VAR=1``)."""
+    if target.name in MAKE_ONLY_EXAMPLES:
+        return MAKE_ONLY_EXAMPLES[target.name]
+    if not target.commands:
+        raise LookupError(f"make {target.name} runs no CLI command: give it an example of its own")
+    # A target running two commands (publish: publish-lane without INDEX_URL) shows the one
+    # it is named after.
+    command = target.name if target.name in target.commands else target.commands[0]
+    actions = _parser_of(command)._actions
+    by_flag = {spelling: action for action in actions for spelling in action.option_strings}
+    positionals = [action for action in actions if not action.option_strings]
+    words = iter(shlex.split(EXAMPLES[command])[2:])
+    assignments = []
+    for word in words:
+        if word.startswith("-"):
+            flag, has_value, value = word.partition("=")
+            action = by_flag[flag]
+            if not has_value:
+                switch = isinstance(action, SwitchAction) or action.nargs == 0
+                value = "1" if switch else next(words)
+            found = [name for name in target.variables if makefile.table[name] == flag]
+        else:
+            action, value = positionals.pop(0), word
+            shown = action.metavar if isinstance(action.metavar, str) else action.dest
+            found = [n for n in target.variables if not makefile.table[n] and n == shown.upper()]
+        if len(found) != 1:
+            raise LookupError(
+                f"make {target.name} has no variable for {word!r} of the example of {command}"
+            )
+        quoted = shlex.quote(value) if any(c.isspace() or c in "'\"" for c in value) else value
+        assignments.append(f"{found[0]}={quoted}")
+    return " ".join(["make", target.name, *assignments])
+
+
 def variable_text(makefile: Makefile, name: str, commands: Sequence[str]) -> str:
     """What variable ``name`` means for a target running ``commands``, its default included."""
     flag = makefile.table[name]
@@ -231,12 +245,12 @@ def render(makefile: Makefile) -> str:
     shared = {s.make: g for g in SHARED_GROUPS for s in in_group(g) if s.make}
     shared_text: dict[str, dict[str, str]] = {group: {} for group in SHARED_GROUPS}
     by_name = {target.name: target for target in makefile.targets}
-    unlisted = set(by_name) - set(MAKE_EXAMPLES)
+    unlisted = set(by_name) - {name for group in TARGET_GROUPS.values() for name in group}
     if unlisted:
-        raise LookupError(f"targets without a group and example: {sorted(unlisted)}")
-    for heading, examples in TARGET_GROUPS.items():
+        raise LookupError(f"targets without a group: {sorted(unlisted)}")
+    for heading, group_targets in TARGET_GROUPS.items():
         lines += [f"{heading}:", ""]
-        for target in (by_name[name] for name in examples if name in by_name):
+        for target in (by_name[name] for name in group_targets if name in by_name):
             lines.append(f"make {target.name:<16} {target.summary}")
             if target.commands:
                 lines.append(f"    runs: {', '.join(_shown_command(c) for c in target.commands)}")
@@ -251,7 +265,7 @@ def render(makefile: Makefile) -> str:
                     lines += _wrapped(name, variable_text(makefile, name, target.commands))
             for group, names in names_of.items():
                 lines.append(f"    {', '.join(names)}  the {group} settings (at the end)")
-            lines.append(f"    example: {MAKE_EXAMPLES[target.name]}")
+            lines.append(f"    example: {make_example(makefile, target)}")
             lines.append("")
     for group, heading in SHARED_GROUPS.items():
         lines.append(heading)

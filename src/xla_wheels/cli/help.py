@@ -16,7 +16,8 @@ from typing import Any
 
 from xla_wheels.cli.arguments import SwitchAction
 
-#: One working command per subcommand, shown last in its --help.
+#: One working command per subcommand, shown last in its --help; ``make help`` shows the
+#: same example with make variables (:func:`xla_wheels.make_help.make_example`).
 EXAMPLES: dict[str, str] = {
     "bundles": "xla-wheels bundles",
     "diff": "xla-wheels diff v6e-2.9 v6e-2.11",
@@ -24,7 +25,7 @@ EXAMPLES: dict[str, str] = {
     "patch": "xla-wheels patch --bundle v6e-2.11",
     "wheels": "xla-wheels wheels --bundle v6e-2.11",
     "builder-image": "xla-wheels builder-image --engine podman",
-    "patches-check": "xla-wheels patches-check --bundle v6e-2.11",
+    "patches-check": "xla-wheels patches-check --bundle v6e-2.11 --source ../pytorch-xla",
     "patch-export": "xla-wheels patch-export --bundle v6e-2.11 --component torch_xla",
     "patch-rebase": "xla-wheels patch-rebase --bundle v6e-2.11 --onto <commit>",
     "lock": "xla-wheels lock --bundle v6e-2.11",
@@ -32,19 +33,22 @@ EXAMPLES: dict[str, str] = {
     "launch-env": "xla-wheels launch-env --bundle v6e-2.11 --profile train --role writer",
     "gate": "xla-wheels gate --device CPU --checks restart,cache-key",
     "bench-restart": "xla-wheels bench-restart --rounds 5",
-    "publish": "xla-wheels publish --bundle v6e-2.11 --index-url https://pypi.example/simple/",
+    "publish": (
+        "xla-wheels publish --bundle v6e-2.11 --index-url https://pypi.example/simple/ --dry-run"
+    ),
     "requirements": "xla-wheels requirements --bundle v6e-2.11",
     "verify-install": "xla-wheels verify-install --bundle v6e-2.11",
     "doctor": "xla-wheels doctor --bundle v6e-2.11 --role writer",
     "abi-check": "xla-wheels abi-check --stock 2.8.0:2.9.0",
     "publish-lane": "xla-wheels publish-lane --bundle v6e-2.11",
-    "promote": "xla-wheels promote --bundle v6e-2.11 --lane preferred",
+    "promote": "xla-wheels promote --bundle v6e-2.11 --lane preferred --dry-run",
     "compare": "xla-wheels compare v6e-2.9 v6e-2.11",
     "lane-requirements": "xla-wheels lane-requirements --lane preferred",
     "lanes": "xla-wheels lanes --history",
     "status": "xla-wheels status --json",
     "rollback": (
-        'xla-wheels rollback --lane preferred --to v6e-2.10 --reason "v6e-2.11 hangs at step 0"'
+        "xla-wheels rollback --lane preferred --to v6e-2.10"
+        ' --reason "v6e-2.11 hangs at step 0" --dry-run'
     ),
     "attest": "xla-wheels attest --bundle v6e-2.11 --signing-key team-key.pem",
     "rebuild-check": "xla-wheels rebuild-check --bundle v6e-2.11",
