@@ -12,7 +12,7 @@ import pytest
 
 from tests.gitrepos import GIT_ENV, make_repo
 from xla_wheels import log, runner
-from xla_wheels.errors import PipelineError
+from xla_wheels.errors import ExitCode, PipelineError
 
 
 def test_a_command_past_its_timeout_stops_with_an_error_naming_the_step_and_a_fix() -> None:
@@ -192,3 +192,18 @@ def test_a_caller_that_judges_the_code_itself_asks_not_to_be_raised_at() -> None
     result = runner.run([sys.executable, "-c", f"{FAILING}; sys.exit(4)"], echo="none", check=False)
     assert result.returncode == 4
     assert runner.run([sys.executable, "-c", "pass"], echo="none").returncode == 0
+
+
+def test_a_step_whose_failure_has_its_own_error_raises_that_error_made_from_the_result() -> None:
+    class Refused(PipelineError):
+        exit_code = ExitCode.BAD_INPUT
+
+    def refused(result: subprocess.CompletedProcess[str]) -> PipelineError:
+        return Refused(f"the tool said {result.stdout.strip()!r} (exit {result.returncode})")
+
+    argv = [sys.executable, "-c", f"{FAILING}; sys.exit(4)"]
+    with pytest.raises(Refused, match=r"the tool said 'out' \(exit 4\)") as caught:
+        runner.run(argv, echo="none", error=refused)
+    assert caught.value.exit_code == 2
+    # A command that succeeds never calls it.
+    assert runner.run([sys.executable, "-c", "pass"], echo="none", error=refused).returncode == 0

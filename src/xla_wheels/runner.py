@@ -151,9 +151,11 @@ def run(
     own_group: bool = False,
     check: bool = True,
     fix: str | None = None,
+    error: Callable[[subprocess.CompletedProcess[str]], PipelineError] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``argv`` and return its result; a non-zero exit raises :class:`CommandFailed`
-    (with ``fix``, when given) unless ``check`` is False.
+    (with ``fix``, when given), or what ``error`` makes of the result (a step whose failure
+    has an error class and exit code of its own), unless ``check`` is False.
 
     ``env`` is added to ``base_env`` (default: ours) minus :data:`GIT_LOCATION_VARS`;
     ``shown_env`` is the part of it the printed line shows, ``shown_argv`` the command
@@ -197,7 +199,7 @@ def run(
         if result.returncode != 0:
             log.to_stage_logs(f"# exit {result.returncode}")
     if check and result.returncode != 0:
-        raise CommandFailed(result, line, fix)
+        raise CommandFailed(result, line, fix) if error is None else error(result)
     return result
 
 

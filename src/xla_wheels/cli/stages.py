@@ -119,22 +119,21 @@ def cmd_builder_image(args: argparse.Namespace) -> int:
         return 0
     with log.section(f"builder image {config.image} ({config.engine})"):
         try:
-            returncode = runner.run(argv, output="inherit", check=False).returncode
+            # A failure is raised inside the section, so it closes as failed, not "done".
+            runner.run(argv, output="inherit", error=lambda result: EngineError(
+                f"{config.engine} could not build the builder image {config.image} "
+                f"(exit {result.returncode}); its output is above",
+                fix="fix the cause it names (behind a proxy or mirror: --build-arg "
+                "BASE_IMAGE=<mirror>/python:..., LLVM_APT_BASE=, BAZELISK_BASE_URL=; make: "
+                'BUILD_ARGS=; docs/building.md "Builder image behind a mirror"), then run '
+                "it again",
+            ))  # fmt: skip
         except FileNotFoundError:
             raise UsageError(
                 f"{argv[0]} is not on PATH",
                 fix=f"install {argv[0]}, or pick another engine: --engine "
                 f"{'|'.join(ENGINES)} (make: ENGINE=)",
             ) from None
-        if returncode != 0:
-            # Raised inside the section, so it closes as failed, not "done".
-            raise EngineError(
-                f"{config.engine} could not build the builder image {config.image} "
-                f"(exit {returncode}); its output is above",
-                fix="fix the cause it names (behind a proxy or mirror: --build-arg "
-                "BASE_IMAGE=<mirror>/python:..., LLVM_APT_BASE=, BAZELISK_BASE_URL=; make: "
-                'BUILD_ARGS=; docs/building.md "Builder image behind a mirror"), then run it again',
-            )
     print(f"builder image {config.image}: built")
     return 0
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import platform
+import subprocess
 import sys
 import tempfile
 import time
@@ -74,22 +75,21 @@ def env_python(env_dir: Path) -> Path:
 
 
 def _run_logged(argv: list[str], log_file: Path, *, env: dict[str, str] | None = None) -> None:
+    def failed(result: subprocess.CompletedProcess[str]) -> GateEnvironmentError:
+        tail = "\n".join(log_file.read_text(errors="replace").splitlines()[-15:])
+        return GateEnvironmentError(
+            f"command failed (exit {result.returncode}): {log.format_command(argv)}\n{tail}",
+            fix="check the package registry and disk space, then run again",
+        )
+
     with open(log_file, "a") as out:
         try:
-            result = runner.run(
-                argv, env=env, output=out, timeout=INSTALL_TIMEOUT_S, check=False
-            )
+            runner.run(argv, env=env, output=out, timeout=INSTALL_TIMEOUT_S, error=failed)
         except runner.StepTimedOut as error:
             # The gate cannot judge without its environment: its exit 2, not a step's.
             raise GateEnvironmentError(
                 error.message, fix="check that the package registry is reachable"
             ) from None
-    if result.returncode != 0:
-        tail = "\n".join(log_file.read_text(errors="replace").splitlines()[-15:])
-        raise GateEnvironmentError(
-            f"command failed (exit {result.returncode}): {log.format_command(argv)}\n{tail}",
-            fix="check the package registry and disk space, then run again",
-        )
 
 
 def check_wheels_exist(spec: StockEnvSpec, py_version: str, pip_python: str) -> None:
