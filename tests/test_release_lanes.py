@@ -27,6 +27,7 @@ import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,6 +44,7 @@ from tests.publish_support import (
 )
 from tests.servers import stop
 from tests.synthetic_upstream import Synthetic, cli_args, copy_synthetic
+from xla_wheels import wheels_lock
 from xla_wheels.bundle import load_bundle
 from xla_wheels.installed_metadata import read_installed
 from xla_wheels.options import DEFAULT_NETWORK
@@ -559,14 +561,14 @@ def test_one_promotion_reads_wheels_lock_once(
     published = run_cli("publish-lane", "--bundle", BUNDLE, root=project, inherit_env=True)
     assert published.exit_code == 0, published.output
     reads: list[Path] = []
-    read_bytes = Path.read_bytes
+    read_regular = wheels_lock.read_regular  # the one place read_lock reads the file
 
-    def counted(path: Path) -> bytes:
+    def counted(path: Path, *args: Any, **kwargs: Any) -> bytes:
         if path.name == "wheels.lock":
             reads.append(path)
-        return read_bytes(path)
+        return read_regular(path, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "read_bytes", counted)
+    monkeypatch.setattr(wheels_lock, "read_regular", counted)
     argv = ["promote", "--root", str(project), "--bundle", BUNDLE, "--lane", "staging"]
     assert main(argv) == 0
     assert lanes.read_state(project)["staging"].bundle == BUNDLE
