@@ -12,12 +12,18 @@
 from __future__ import annotations
 
 import http.server
+import re
 import socket
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
+
+from tests.clirunner import CliResult, run_cli
+from tests.publish_support import BUNDLE, PASSWORD
 
 #: Headers not passed through the proxy (hop-by-hop, or recomputed by urllib).
 _HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "host", "content-length"}
@@ -206,3 +212,37 @@ def faulty_proxy(
         yield proxy
     finally:
         proxy.close()
+
+
+# --- the CLI against a publish project, as the network-fault tests run it ---------------
+
+#: The network settings of the CLI runs: short, so that a hang shows as a slow test.
+NET_TIMEOUT_S = 3
+#: A CLI run of these tests ends well within this (each step is bounded by NET_TIMEOUT_S).
+CLI_LIMIT_S = 120
+
+
+def network_env(retries: int) -> dict[str, str]:
+    return {"XLA_WHEELS_NET_TIMEOUT": str(NET_TIMEOUT_S), "XLA_WHEELS_NET_RETRIES": str(retries)}
+
+
+def timed_cli(*args: str, project: Path, env: dict[str, str]) -> tuple[CliResult, float]:
+    """The CLI on the project's bundle, and how long it took."""
+    start = time.monotonic()
+    result = run_cli(
+        *args, "--bundle", BUNDLE, env=env, root=project, inherit_env=True, timeout=CLI_LIMIT_S
+    )
+    return result, time.monotonic() - start
+
+
+def error_lines(result: CliResult) -> str:
+    """The ``error:`` line and its ``fix:``, nothing else of the output."""
+    match = re.search(r"^error: .*(\n\s+fix: .*)?", result.stderr, re.MULTILINE)
+    assert match is not None, result.output
+    return match.group(0)
+
+
+def assert_clean_end(result: CliResult) -> None:
+    """No traceback (an unhandled partial read included) and no credential in the output."""
+    assert "Traceback" not in result.output and "IncompleteRead" not in result.output
+    assert PASSWORD not in result.output

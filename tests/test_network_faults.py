@@ -23,11 +23,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.clirunner import REPO_ROOT, CliResult, run_cli
-from tests.network_faults_support import faulty_proxy, silent_server
+from tests.clirunner import REPO_ROOT, CliResult
+from tests.network_faults_support import (
+    NET_TIMEOUT_S,
+    assert_clean_end,
+    error_lines,
+    faulty_proxy,
+    network_env,
+    silent_server,
+    timed_cli,
+)
 from tests.publish_support import (
     BUNDLE,
-    PASSWORD,
     USER,
     FakeWheels,
     IndexServer,
@@ -38,35 +45,10 @@ from tests.publish_support import (
 )
 from tests.servers import free_port, stop
 
-#: The network settings of these tests: short, so that a hang shows as a slow test.
-NET_TIMEOUT_S = 3
-
 
 @pytest.fixture
 def project(tmp_path: Path, fake_wheels: FakeWheels) -> Path:  # noqa: F811
     return make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
-
-
-def _network(retries: int) -> dict[str, str]:
-    return {"XLA_WHEELS_NET_TIMEOUT": str(NET_TIMEOUT_S), "XLA_WHEELS_NET_RETRIES": str(retries)}
-
-
-def _cli(*args: str, project: Path, env: dict[str, str]) -> tuple[CliResult, float]:
-    start = time.monotonic()
-    result = run_cli(*args, "--bundle", BUNDLE, env=env, root=project, inherit_env=True)
-    return result, time.monotonic() - start
-
-
-def _error(result: CliResult) -> str:
-    """The ``error:`` line and its ``fix:``, nothing else of the output."""
-    match = re.search(r"^error: .*(\n\s+fix: .*)?", result.stderr, re.MULTILINE)
-    assert match is not None, result.output
-    return match.group(0)
-
-
-def _assert_clean_end(result: CliResult) -> None:
-    assert "Traceback" not in result.output
-    assert PASSWORD not in result.output
 
 
 # --- no answer ------------------------------------------------------------------------
@@ -78,13 +60,13 @@ def test_upload_to_a_server_that_never_answers_ends_and_names_host_and_step(
     index_server: IndexServer,  # noqa: F811
 ) -> None:
     with silent_server() as silent:
-        result, wall = _cli(
+        result, wall = timed_cli(
             "publish", "--index-url", index_server.url, "--upload-url", f"{silent.base}/",
-            project=project, env={**index_server.credentials, **_network(retries=1)},
+            project=project, env={**index_server.credentials, **network_env(retries=1)},
         )  # fmt: skip
         attempts = silent.accepted
     assert result.exit_code == 8, result.output
-    error = _error(result)
+    error = error_lines(result)
     host = rf"127\.0\.0\.1:{silent.port}"
     assert re.search(rf"error: uploading torch-\S+: {host} did not answer", error), error
     assert "(2 attempts)" in error and "XLA_WHEELS_NET_TIMEOUT" in error
@@ -93,7 +75,7 @@ def test_upload_to_a_server_that_never_answers_ends_and_names_host_and_step(
     assert f"waiting for 127.0.0.1:{silent.port}: uploading torch-" in result.stderr
     # Each attempt: the timeout, twine's start, the small wheel; plus one pause of 2 s.
     assert wall < 90, wall
-    _assert_clean_end(result)
+    assert_clean_end(result)
     assert list(index_server.packages.iterdir()) == []
 
 
@@ -115,12 +97,12 @@ def test_verify_install_against_an_index_that_never_answers_ends_through_make(
     result = CliResult(process.returncode, process.stdout, process.stderr)
     # make exits 2 for any failed recipe; the CLI's own code is in make's last line.
     assert "verify-install] Error 8" in result.stderr, result.output
-    error = _error(result)
+    error = error_lines(result)
     assert f"127.0.0.1:{silent.port} did not answer within {NET_TIMEOUT_S}s" in error
     assert "NET_TIMEOUT" in error
     assert "No matching distribution" not in error and "hash" not in error
     assert wall < 120, wall
-    _assert_clean_end(result)
+    assert_clean_end(result)
 
 
 def _inherited_env() -> dict[str, str]:
@@ -141,9 +123,9 @@ def test_a_503_is_retried_and_the_publish_succeeds(
 ) -> None:
     base = index_server.url.removesuffix("/simple/")
     with faulty_proxy(base, [503]) as proxy:
-        result, _ = _cli(
+        result, _ = timed_cli(
             "publish", "--index-url", f"{proxy.base}/simple/",
-            project=project, env={**index_server.credentials, **_network(retries=2)},
+            project=project, env={**index_server.credentials, **network_env(retries=2)},
         )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert proxy.faults_served == 1
@@ -161,17 +143,17 @@ def test_an_index_that_keeps_answering_503_is_tried_a_bounded_number_of_times(
 ) -> None:
     base = index_server.url.removesuffix("/simple/")
     with faulty_proxy(base, [], forever=503) as proxy:
-        result, wall = _cli(
+        result, wall = timed_cli(
             "publish", "--index-url", f"{proxy.base}/simple/",
-            project=project, env={**index_server.credentials, **_network(retries=2)},
+            project=project, env={**index_server.credentials, **network_env(retries=2)},
         )  # fmt: skip
     assert result.exit_code == 1, result.output
     assert len(proxy.requests) == 3  # the first try and NET_RETRIES=2 more
-    error = _error(result)
+    error = error_lines(result)
     assert f"127.0.0.1:{proxy.port} is not reachable: it answered HTTP 503" in error
     assert "(3 attempts)" in error and "check its logs" in error
     assert wall < 60, wall  # pauses of 2 and 4 s
-    _assert_clean_end(result)
+    assert_clean_end(result)
 
 
 # --- credentials refused: never retried -------------------------------------------------
@@ -183,16 +165,16 @@ def test_refused_credentials_are_not_retried(
 ) -> None:
     base = index_server.url.removesuffix("/simple/")
     with faulty_proxy(base, [], forever=401) as proxy:
-        result, _ = _cli(
+        result, _ = timed_cli(
             "publish", "--index-url", f"{proxy.base}/simple/",
-            project=project, env={**index_server.credentials, **_network(retries=3)},
+            project=project, env={**index_server.credentials, **network_env(retries=3)},
         )  # fmt: skip
     assert result.exit_code == 1, result.output
     assert len(proxy.requests) == 1
-    error = _error(result)
+    error = error_lines(result)
     assert "refused our credentials" in error and "HTTP 401" in error
     assert "TWINE_USERNAME" in error and "TWINE_PASSWORD" in error
-    _assert_clean_end(result)
+    assert_clean_end(result)
 
 
 @pytest.mark.slow
@@ -205,20 +187,20 @@ def test_verify_install_with_a_wrong_password_says_the_credentials_were_refused(
         for wheel in (project / "dist" / BUNDLE).glob("*.whl"):
             (server.packages / wheel.name).write_bytes(wheel.read_bytes())
         wrong = "Wr0ng-and-Secret-7710"
-        result, _ = _cli(
+        result, _ = timed_cli(
             "verify-install", "--index-url", server.url, "--no-deps",
             project=project,
-            env={"TWINE_USERNAME": USER, "TWINE_PASSWORD": wrong, **_network(retries=1)},
+            env={"TWINE_USERNAME": USER, "TWINE_PASSWORD": wrong, **network_env(retries=1)},
         )  # fmt: skip
     finally:
         stop(process)
     assert result.exit_code == 1, result.output
-    error = _error(result)
+    error = error_lines(result)
     assert "refused our credentials" in error and re.search(r"HTTP 40[13]", error)
     assert "TWINE_USERNAME and TWINE_PASSWORD" in error
     assert "No matching distribution" not in error and "hash" not in error
     assert wrong not in result.output
-    _assert_clean_end(result)
+    assert_clean_end(result)
 
 
 # --- a stopped index ------------------------------------------------------------------------
@@ -227,14 +209,14 @@ def test_verify_install_with_a_wrong_password_says_the_credentials_were_refused(
 @pytest.mark.slow
 def test_verify_install_against_a_stopped_index_says_refused(project: Path) -> None:
     port = free_port()
-    result, wall = _cli(
+    result, wall = timed_cli(
         "verify-install", "--index-url", f"http://127.0.0.1:{port}/simple/", "--no-deps",
-        project=project, env=_network(retries=1),
+        project=project, env=network_env(retries=1),
     )  # fmt: skip
     assert result.exit_code == 1, result.output
-    error = _error(result)
+    error = error_lines(result)
     assert f"127.0.0.1:{port} is not reachable: it refused the connection" in error
     assert "fix: check that the index server is running" in error
     assert "No matching distribution" not in error and "hash" not in error
     assert wall < 120, wall
-    _assert_clean_end(result)
+    assert_clean_end(result)

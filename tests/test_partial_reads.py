@@ -24,11 +24,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.clirunner import CliResult, run_cli
-from tests.network_faults_support import CUT, SILENT, TRICKLE, faulty_proxy, silent_server
+from tests.network_faults_support import (
+    CUT,
+    NET_TIMEOUT_S,
+    SILENT,
+    TRICKLE,
+    assert_clean_end,
+    error_lines,
+    faulty_proxy,
+    network_env,
+    silent_server,
+    timed_cli,
+)
 from tests.publish_support import (
     BUNDLE,
-    PASSWORD,
     FakeWheels,
     IndexServer,
     fake_wheels,  # noqa: F401 - fixture
@@ -44,7 +53,6 @@ from xla_wheels.release.promote import fetch_from_lane
 from xla_wheels.retrying import NetworkTimedOut
 from xla_wheels.wheels_lock import WheelRecord, file_sha256
 
-NET_TIMEOUT_S = 3
 #: A page read's deadline under NET_TIMEOUT_S: 3 s + 1 MiB at 256 KiB/s.
 PAGE_DEADLINE_S = 7
 #: Function-level steps: short waits and pauses, and a rate that makes a deadline of
@@ -55,29 +63,6 @@ FAST = NetworkPolicy(timeout_s=2, retries=1, backoff_s=0.1, heartbeat_s=0, min_b
 @pytest.fixture
 def project(tmp_path: Path, fake_wheels: FakeWheels) -> Path:  # noqa: F811
     return make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
-
-
-def _network(retries: int) -> dict[str, str]:
-    return {"XLA_WHEELS_NET_TIMEOUT": str(NET_TIMEOUT_S), "XLA_WHEELS_NET_RETRIES": str(retries)}
-
-
-def _cli(*args: str, project: Path, env: dict[str, str]) -> tuple[CliResult, float]:
-    start = time.monotonic()
-    result = run_cli(
-        *args, "--bundle", BUNDLE, env=env, root=project, inherit_env=True, timeout=120
-    )
-    return result, time.monotonic() - start
-
-
-def _error(result: CliResult) -> str:
-    match = re.search(r"^error: .*(\n\s+fix: .*)?", result.stderr, re.MULTILINE)
-    assert match is not None, result.output
-    return match.group(0)
-
-
-def _assert_clean_end(result: CliResult) -> None:
-    assert "Traceback" not in result.output and "IncompleteRead" not in result.output
-    assert PASSWORD not in result.output
 
 
 def _wheels_on(server: IndexServer) -> list[str]:
@@ -94,16 +79,16 @@ def test_a_listing_cut_mid_answer_is_read_again_and_publish_succeeds(
 ) -> None:
     base = index_server.url.removesuffix("/simple/")
     with faulty_proxy(base, [CUT], only="/simple/") as proxy:
-        result, _ = _cli(
+        result, _ = timed_cli(
             "publish", "--index-url", f"{proxy.base}/simple/",
-            project=project, env={**index_server.credentials, **_network(retries=1)},
+            project=project, env={**index_server.credentials, **network_env(retries=1)},
         )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert proxy.faults_served == 1
     assert proxy.requests[0] == proxy.requests[1] == "GET /simple/"
     assert f"127.0.0.1:{proxy.port} cut; trying again in 2s" in result.stderr
     assert len(_wheels_on(index_server)) == 2
-    _assert_clean_end(result)
+    assert_clean_end(result)
 
 
 @pytest.mark.slow
@@ -114,17 +99,17 @@ def test_a_project_page_cut_every_time_is_exit_1_saying_so(
     base = index_server.url.removesuffix("/simple/")
     # The root answers; every project page is cut (the listing publish compares with).
     with faulty_proxy(base, [], forever=CUT, only="/simple/torch") as proxy:
-        result, _ = _cli(
+        result, _ = timed_cli(
             "publish", "--index-url", f"{proxy.base}/simple/",
-            project=project, env={**index_server.credentials, **_network(retries=1)},
+            project=project, env={**index_server.credentials, **network_env(retries=1)},
         )  # fmt: skip
     assert result.exit_code == 1, result.output
     assert len(proxy.requests) == 2
-    error = _error(result)
+    error = error_lines(result)
     assert f"127.0.0.1:{proxy.port} is not reachable: it cut the connection before the end" in error
     assert "(2 attempts)" in error and "fix: the index fails on its side" in error
     assert _wheels_on(index_server) == []
-    _assert_clean_end(result)
+    assert_clean_end(result)
 
 
 @pytest.mark.slow
@@ -134,12 +119,12 @@ def test_an_index_trickling_one_byte_a_second_ends_publish_at_its_deadline(
 ) -> None:
     base = index_server.url.removesuffix("/simple/")
     with faulty_proxy(base, [], forever=TRICKLE, trickle_s=1) as proxy:
-        result, wall = _cli(
+        result, wall = timed_cli(
             "publish", "--index-url", f"{proxy.base}/simple/",
-            project=project, env={**index_server.credentials, **_network(retries=0)},
+            project=project, env={**index_server.credentials, **network_env(retries=0)},
         )  # fmt: skip
     assert result.exit_code == 8, result.output
-    error = _error(result)
+    error = error_lines(result)
     assert (
         f"reading {proxy.base}/simple/: 127.0.0.1:{proxy.port} did not finish within "
         f"{PAGE_DEADLINE_S}s, the whole-transfer deadline (1 attempt)"
@@ -147,7 +132,7 @@ def test_an_index_trickling_one_byte_a_second_ends_publish_at_its_deadline(
     assert "XLA_WHEELS_NET_TIMEOUT" in error
     assert f"up to {PAGE_DEADLINE_S}s" in result.stderr  # the wait said how long it may be
     assert wall < PAGE_DEADLINE_S + 20, wall
-    _assert_clean_end(result)
+    assert_clean_end(result)
 
 
 # --- promote: the download from a lane ---------------------------------------------------
@@ -280,17 +265,17 @@ def test_verify_install_whose_download_never_answers_is_exit_8_with_a_network_fi
     base = index_server.url.removesuffix("/simple/")
     # The pages answer; the files never do.
     with faulty_proxy(base, [], forever=SILENT, only="/packages/") as proxy:
-        result, wall = _cli(
+        result, wall = timed_cli(
             "verify-install", "--index-url", f"{proxy.base}/simple/", "--no-deps",
-            project=project, env={**index_server.credentials, **_network(retries=0)},
+            project=project, env={**index_server.credentials, **network_env(retries=0)},
         )  # fmt: skip
     assert result.exit_code == 8, result.output
-    error = _error(result)
+    error = error_lines(result)
     assert f"pip install --require-hashes: 127.0.0.1:{proxy.port} did not answer" in error
     assert "XLA_WHEELS_NET_TIMEOUT" in error
     assert "hash" not in error.split("fix:")[1] and "admin" not in error
     assert wall < 90, wall
-    _assert_clean_end(result)
+    assert_clean_end(result)
 
 
 @pytest.mark.slow
@@ -303,13 +288,13 @@ def test_verify_install_whose_download_is_cut_is_a_network_error_not_a_hash_one(
     # pip's download is cut (pip does not check the announced length: it reports a
     # refused hash); the file on the index is the locked one.
     with faulty_proxy(base, [CUT], only="/packages/") as proxy:
-        result, _ = _cli(
+        result, _ = timed_cli(
             "verify-install", "--index-url", f"{proxy.base}/simple/", "--no-deps",
-            project=project, env={**index_server.credentials, **_network(retries=0)},
+            project=project, env={**index_server.credentials, **network_env(retries=0)},
         )  # fmt: skip
     assert result.exit_code == 1, result.output
     assert len(proxy.requests) == 2  # pip's download, and ours
-    error = _error(result)
+    error = error_lines(result)
     assert re.search(
         rf"error: pip install --require-hashes: 127\.0\.0\.1:{proxy.port} sent torch-\S+ "
         r"damaged \(pip got sha256 [0-9a-f]{64}\); downloaded again, it is the locked file",
@@ -317,7 +302,7 @@ def test_verify_install_whose_download_is_cut_is_a_network_error_not_a_hash_one(
     ), error
     assert "fix: the file on the index is right" in error and "run verify-install again" in error
     assert "admin" not in error
-    _assert_clean_end(result)
+    assert_clean_end(result)
 
 
 # --- two publishes at once -----------------------------------------------------------------
@@ -338,23 +323,23 @@ def test_a_file_another_publish_uploaded_meanwhile_is_explained_and_skipped_on_r
             _serve(project, index_server)
 
     with faulty_proxy(base, [], only="/", on_request=other_publish) as proxy:
-        result, _ = _cli(
+        result, _ = timed_cli(
             "publish", "--index-url", f"{proxy.base}/simple/",
-            project=project, env={**index_server.credentials, **_network(retries=0)},
+            project=project, env={**index_server.credentials, **network_env(retries=0)},
         )  # fmt: skip
     assert result.exit_code == 1, result.output
-    error = _error(result)
+    error = error_lines(result)
     assert re.search(
         r"error: the index now holds torch-\S+ with the same sha256: another publish uploaded "
         r"it while this one ran",
         error,
     ), error
     assert "fix: run publish again: files already on the index" in error
-    _assert_clean_end(result)
+    assert_clean_end(result)
     # Run again, as the fix says: both files are on the index with the locked bytes.
-    again, _ = _cli(
+    again, _ = timed_cli(
         "publish", "--index-url", index_server.url,
-        project=project, env={**index_server.credentials, **_network(retries=0)},
+        project=project, env={**index_server.credentials, **network_env(retries=0)},
     )  # fmt: skip
     assert again.exit_code == 0, again.output
     assert again.stderr.count("on the index with the same sha256") == 2
@@ -381,13 +366,13 @@ def test_requirements_against_an_index_that_never_answers_obeys_net_timeout(
     )
     lock_before = (project / "wheels.lock").read_bytes()
     with silent_server() as silent:
-        result, wall = _cli(
+        result, wall = timed_cli(
             "requirements", project=project,
             env={"PIP_INDEX_URL": f"{silent.base}/simple/", **_ONLY_THAT_INDEX,
-                 **_network(retries=0)},
+                 **network_env(retries=0)},
         )  # fmt: skip
     assert result.exit_code == 8, result.output
-    error = _error(result)
+    error = error_lines(result)
     assert (
         f"pip resolving the runtime wheels: 127.0.0.1:{silent.port} did not answer within "
         f"{NET_TIMEOUT_S}s (1 attempt)"
@@ -395,4 +380,4 @@ def test_requirements_against_an_index_that_never_answers_obeys_net_timeout(
     assert "XLA_WHEELS_NET_TIMEOUT" in error
     assert wall < 60, wall
     assert (project / "wheels.lock").read_bytes() == lock_before
-    _assert_clean_end(result)
+    assert_clean_end(result)
