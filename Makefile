@@ -22,7 +22,7 @@ MAKE_CONTEXT = XLA_WHEELS_MAKE_GOAL=$@ XLA_WHEELS_MAKE_COMMAND_LINE='$(GIVEN_ON_
 CLI = $(MAKE_CONTEXT) $(PY) -m xla_wheels
 DEMO = $(MAKE_CONTEXT) $(PY) -m xla_wheels.demo
 MAKE_CHECK = $(MAKE_CONTEXT) $(PY) -m xla_wheels.cli.make_check
-VENV_STAMP := $(VENV)/.installed-$(shell cat requirements-dev.txt pyproject.toml 2>/dev/null | sha256sum | cut -c1-16)
+VENV_STAMP := $(VENV)/.installed-$(shell cat requirements-dev.txt pyproject.toml host/pyproject.toml 2>/dev/null | sha256sum | cut -c1-16)
 
 # --- make variable -> CLI flag (the one mapping) ------------------------------------
 # MAKE_VARIABLES (every variable a target reads, as NAME=--flag) and NET_FLAGS are written
@@ -87,7 +87,7 @@ PROFILE_FLAG = $(call flag,PROFILE)
 help: ## list the targets, the variables each reads with their defaults, and an example of each
 	@cat src/xla_wheels/make-help.txt
 
-$(VENV_STAMP): requirements-dev.txt pyproject.toml
+$(VENV_STAMP): requirements-dev.txt pyproject.toml host/pyproject.toml
 	@command -v git >/dev/null || { echo "error: git is required (apt-get install git)"; exit 2; }
 	@$(PYTHON_FOR_VENV) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 	  { echo "error: Python >= 3.11 is required for the pipeline (set PYTHON_FOR_VENV=)"; exit 2; }
@@ -104,7 +104,7 @@ $(VENV_STAMP): requirements-dev.txt pyproject.toml
 	  rm -rf $(VENV); \
 	  $(PYTHON_FOR_VENV) -m venv $(VENV); \
 	  $(PY) -m pip install --quiet --disable-pip-version-check --no-compile -r requirements-dev.txt; \
-	  $(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .; \
+	  $(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e ./host -e .; \
 	  touch $@'
 
 venv: $(VENV_STAMP) ## create .venv with the pinned development dependencies
@@ -153,18 +153,18 @@ FAST_TIER_FLAGS := -m 'not slow and not stock_xla'
 
 test: $(VENV_STAMP) container-tools cache-tools bazel-cache-tools compiler-tools supply-tools ## install everything needed, then run ruff, mypy and the whole test suite
 	@$(MAKE_CHECK)
-	$(PY) -m ruff check src tests scripts
+	$(PY) -m ruff check src host/src tests scripts
 	$(PY) -m mypy
 	$(PY) -m pytest $(PARALLEL_FLAGS) $(PYTEST_ARGS)
 
 test-fast: $(VENV_STAMP) compiler-tools ## the edit loop: ruff and the tests that need no gate run, no stock torch_xla, no container engine and no whole-pipeline run
 	@$(MAKE_CHECK)
-	$(PY) -m ruff check src tests scripts
+	$(PY) -m ruff check src host/src tests scripts
 	$(PY) -m pytest $(PARALLEL_FLAGS) $(FAST_TIER_FLAGS) $(PYTEST_ARGS)
 
 lint: $(VENV_STAMP) ## ruff and mypy only
 	@$(MAKE_CHECK)
-	$(PY) -m ruff check src tests scripts
+	$(PY) -m ruff check src host/src tests scripts
 	$(PY) -m mypy
 
 # The documentation site (mkdocs.yml: README.md's pages under docs/), strict: a broken link
@@ -280,7 +280,7 @@ rebuild-check: $(VENV_STAMP) supply-tools ## rebuild from nothing and compare by
 abi-check: $(VENV_STAMP) ## the symbols torch_xla's _XLAC imports that the paired torch does not export: give PYTHON, TORCH_WHEEL and TORCH_XLA_WHEEL, BUNDLE, XLAC and TORCH_LIB_DIR, or STOCK
 	@$(CLI) abi-check $(ABI_FLAGS)
 
-# Gate (src/xla_wheels/gate/README.md): judge a torch_xla environment in fresh processes. Without PYTHON,
+# Gate (host/src/xla_host/gate/README.md): judge a torch_xla environment in fresh processes. Without PYTHON,
 # a cached stock torch_xla 2.9.0 env is built once per machine and shows the cache defect.
 # Exit 0 pass, 1 a check failed, 2 the environment cannot be judged.
 .PHONY: gate bench-restart

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from xla_wheels.gate import envs
+from xla_wheels import stock_envs as envs
 from xla_wheels.options import machine_cache
 
 CONTROLS: dict[str, tuple[list[str], dict[str, str]]] = {

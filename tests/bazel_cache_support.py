@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests import servers
+from xla_host.waitlock import make_once
 from xla_wheels.options import machine_cache
-from xla_wheels.waitlock import make_once
 
 REQUIREMENTS = Path(__file__).with_name("buildgrid-requirements.txt")
 MARKER = ".complete.json"

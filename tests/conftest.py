@@ -68,7 +68,7 @@ def syn(synthetic_template: Synthetic, tmp_path: Path) -> Synthetic:
 
 
 # --- Stock torch_xla environments (the gate's real evidence) --------------------------
-# Built once per machine from PyPI by the project's own code (xla_wheels.gate.envs) and
+# Built once per machine from PyPI by the project's own code (xla_wheels.stock_envs) and
 # cached under <the per-machine cache>/envs/ (options.machine_cache); the first session pays
 # about 1.5 minutes and 7 GB each, later sessions reuse them.
 
@@ -76,7 +76,7 @@ def syn(synthetic_template: Synthetic, tmp_path: Path) -> Synthetic:
 @pytest.fixture(scope="session")
 def stock_xla_python_29() -> Path:
     """Python of a venv with stock torch 2.9.0 + torch_xla 2.9.0 (persistent cache broken)."""
-    from xla_wheels.gate import envs
+    from xla_wheels import stock_envs as envs
 
     return envs.ensure_stock_env("2.9.0", root=machine_cache(os.environ))
 
@@ -84,7 +84,7 @@ def stock_xla_python_29() -> Path:
 @pytest.fixture(scope="session")
 def stock_xla_python_27() -> Path:
     """Python of a venv with stock torch 2.7.0 + torch_xla 2.7.0 (persistent cache works)."""
-    from xla_wheels.gate import envs
+    from xla_wheels import stock_envs as envs
 
     return envs.ensure_stock_env("2.7.0", root=machine_cache(os.environ))
 

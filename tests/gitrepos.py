@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import textwrap
 from collections.abc import Mapping
@@ -12,6 +13,11 @@ from pathlib import Path
 from tests.bundles import LIBTPU_RUNTIME, Pin, write_bundle
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+#: Where the checkout's two packages are: the builder side (src/xla_wheels) and the host
+#: side (host/src/xla_host), as a PYTHONPATH for a process that has no editable install.
+SOURCE_DIRS = (REPO_ROOT / "src", REPO_ROOT / "host" / "src")
+SOURCE_PATH = os.pathsep.join(str(d) for d in SOURCE_DIRS)
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "Test",

@@ -18,7 +18,7 @@ from typing import TypeVar
 
 import pytest
 
-from xla_wheels.waitlock import make_once
+from xla_host.waitlock import make_once
 
 T = TypeVar("T")
 

@@ -20,17 +20,12 @@ import pytest
 
 from tests import bundles, servers
 from tests.bundles import Pin
+from xla_host.provenance import PROVENANCE_NAME, BuildSettings, ComponentProvenance, Provenance
+from xla_host.waitlock import make_once
 from xla_wheels.builder.collect import records
 from xla_wheels.bundle import load_bundle
 from xla_wheels.options import machine_cache
 from xla_wheels.patches import series_digest
-from xla_wheels.provenance import (
-    PROVENANCE_NAME,
-    BuildSettings,
-    ComponentProvenance,
-    Provenance,
-)
-from xla_wheels.waitlock import make_once
 from xla_wheels.wheels_lock import record_wheels, update_bundle_entry
 
 BUNDLE = "pub-1"

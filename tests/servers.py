@@ -16,7 +16,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from xla_wheels import runner
+from xla_host import runner
 
 STOP_TIMEOUT_S = 20.0
 

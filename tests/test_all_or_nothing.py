@@ -34,10 +34,10 @@ from tests.test_disk_faults import (
 from tests.test_error_contract import project_copy
 from tests.test_supply_attest import make_key
 from tests.test_supply_attest import wheels as signed_wheels  # noqa: F401 - fixture
-from xla_wheels import filemode
+from xla_host import filemode
+from xla_host.gate import child_workload
+from xla_host.gate.report import REPORT_JSON, REPORT_JUNIT, write_reports
 from xla_wheels.attestation import ENVELOPE_SUFFIX
-from xla_wheels.gate import child_workload
-from xla_wheels.gate.report import REPORT_JSON, REPORT_JUNIT, write_reports
 
 
 def listing(directory: Path) -> dict[str, bytes]:

@@ -25,12 +25,12 @@ from tests.synthetic_upstream import (
     copy_synthetic,
     make_patch,
 )
+from xla_host.filemode import file_sha256
+from xla_host.provenance import PROVENANCE_PATH
+from xla_host.wheel_filename import parse_wheel_name
 from xla_wheels import wheel_stamp
 from xla_wheels.bundle import load_bundle
 from xla_wheels.patches import describe_series, series_digest
-from xla_wheels.provenance import PROVENANCE_PATH
-from xla_wheels.wheel_filename import parse_wheel_name
-from xla_wheels.wheels_lock import file_sha256
 
 REPO = Path(__file__).resolve().parents[1]
 HOST = ("--mode", "host", "--host-python", sys.executable)

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.clirunner import REPO_ROOT, run_cli
+from tests.clirunner import run_cli
+from tests.gitrepos import SOURCE_PATH
 from tests.publish_support import (
     BUNDLE,
     FakeWheels,
@@ -41,7 +42,7 @@ def holder(project: Path) -> Iterator[subprocess.Popen[str]]:
     """Another run holding the bundle's lock (the lock code the CLI uses, in its own process)."""
     process = subprocess.Popen(
         [sys.executable, "-c", HOLDER, str(project / "out"), BUNDLE],
-        stdout=subprocess.PIPE, text=True, env={"PYTHONPATH": str(REPO_ROOT / "src")},
+        stdout=subprocess.PIPE, text=True, env={"PYTHONPATH": SOURCE_PATH},
     )  # fmt: skip
     assert process.stdout is not None and process.stdout.readline().strip() == "held"
     yield process
@@ -114,7 +115,7 @@ def test_the_lock_leaves_no_trace_when_its_run_ends(tmp_path: Path) -> None:
     # A run refused by a check (bad input, a preflight blocker) must write nothing: the
     # lock file and the directories the lock made go with it; a directory that holds
     # anything else stays.
-    from xla_wheels.errors import BundleBusy
+    from xla_host.errors import BundleBusy
     from xla_wheels.run_lock import bundle_run_lock
 
     out = tmp_path / "out"

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from tests.gitrepos import REPO_ROOT
+from xla_host.errors import ManifestError, UsageError
 from xla_wheels.bundle import available_bundles, diff, load_bundle, parse_manifest
-from xla_wheels.errors import ManifestError, UsageError
 
 VALID = """\
 [bundle]

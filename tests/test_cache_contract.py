@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from xla_wheels.publish.cache_contract import (
+from xla_host.cache_contract import (
     DEFAULT_ROOT,
     CacheFacts,
     directory_name,

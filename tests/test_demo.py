@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from tests.gitrepos import REPO_ROOT
+from xla_host.wheel_filename import parse_wheel_name
 from xla_wheels.demo import MARKER, _summary
 from xla_wheels.run_lock import LOCK_NAME, bundle_run_lock
-from xla_wheels.wheel_filename import parse_wheel_name
 
 DEAD_PROXY = "http://127.0.0.1:9"
 DEMO_TIMEOUT_S = 600

@@ -23,8 +23,8 @@ import pytest
 
 from tests.clirunner import REPO_ROOT, CliResult, run_cli
 from tests.synthetic_upstream import Synthetic, cli_args
+from xla_host.errors import DiskError
 from xla_wheels.disk_faults import disk_error
-from xla_wheels.errors import DiskError
 
 HOST = ("--mode", "host", "--host-python", sys.executable)
 PAGE = 4096

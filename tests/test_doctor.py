@@ -18,6 +18,7 @@ from tests.publish_support import (
     host_venv,
     make_publish_project,
 )
+from xla_host.host_probe import HostFacts
 from xla_wheels.bundle import load_bundle
 from xla_wheels.disk_faults import mount_of
 from xla_wheels.publish.doctor import (
@@ -27,7 +28,6 @@ from xla_wheels.publish.doctor import (
     check_environment,
     check_versions,
 )
-from xla_wheels.publish.host_probe import HostFacts
 from xla_wheels.wheels_lock import read_lock
 
 GOOD_ENV = {"PJRT_DEVICE": "TPU", "XLA_NO_SPECIAL_SCALARS": "1"}

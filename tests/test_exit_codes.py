@@ -9,8 +9,9 @@ import pytest
 
 from tests.clirunner import run_cli
 from tests.gitrepos import REPO_ROOT
-from xla_wheels import exit_codes, signals
-from xla_wheels.errors import MEANINGS, ExitCode
+from xla_host import signals
+from xla_host.errors import MEANINGS, ExitCode
+from xla_wheels import exit_codes
 
 
 def test_every_pipeline_error_takes_its_code_from_the_table() -> None:

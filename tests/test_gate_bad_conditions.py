@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from tests.gate_helpers import process_alive, run_gate_cli
-from xla_wheels.gate import restart
-from xla_wheels.gate.errors import GateEnvironmentError
-from xla_wheels.gate.target import Target, resolve_target, tpu_present
+from xla_host.gate import restart
+from xla_host.gate.errors import GateEnvironmentError
+from xla_host.gate.target import Target, resolve_target, tpu_present
 
 
 @pytest.fixture(scope="module")
@@ -174,7 +174,7 @@ def test_a_tpu_runtime_that_fails_to_start_is_an_environment_error_not_an_import
 ):
     # Past the host check (as on a host with chips but a broken libtpu): the real probe
     # with PJRT_DEVICE=TPU imports torch_xla, then the runtime cannot start.
-    monkeypatch.setattr("xla_wheels.gate.target.tpu_present", lambda: True)
+    monkeypatch.setattr("xla_host.gate.target.tpu_present", lambda: True)
     with pytest.raises(GateEnvironmentError) as caught:
         resolve_target(stock_xla_python_29, "TPU", workdir=tmp_path, timeout_s=300)
     assert caught.value.exit_code == 2

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.gate_helpers import run_gate_cli
-from xla_wheels.gate.bench import render_bench, spread
+from xla_host.gate.bench import render_bench, spread
 
 
 def test_spread_gives_median_extremes_and_relative_spread():

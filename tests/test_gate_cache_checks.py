@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from tests.gate_helpers import GateRun, run_gate_cli
-from xla_wheels.gate import restart, upstream_tests
-from xla_wheels.gate.target import resolve_target
+from xla_host.gate import restart, upstream_tests
+from xla_host.gate.target import resolve_target
 
 UPSTREAM_REVISION = "c04e61c3424142c0eebcc9e59984b9d8fced18c0"
 

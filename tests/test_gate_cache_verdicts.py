@@ -9,10 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from xla_wheels.gate import cachekeys, restart, upstream_tests
-from xla_wheels.gate.children import ChildResult
-from xla_wheels.gate.stacks import summarize_stacks
-from xla_wheels.gate.upstream_tests import CaseResult
+from xla_host.gate import cachekeys, restart, upstream_tests
+from xla_host.gate.children import ChildResult
+from xla_host.gate.stacks import summarize_stacks
+from xla_host.gate.upstream_tests import CaseResult
 
 LOSSES = [0.9952931404113770, 0.9952921867370605]
 LOSS_HEX = [v.hex() for v in LOSSES]
@@ -330,7 +330,7 @@ def test_an_upstream_run_without_cases_fails():
 
 
 def test_the_text_report_gives_each_variant_and_case_its_own_line(tmp_path):
-    from xla_wheels.gate.report import render_text
+    from xla_host.gate.report import render_text
 
     cold = row(tmp_path, "cold", misses=2, compiles=2)
     runs = [(_variant("warm-custom-option"), None, "no API")]

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.gate_helpers import GateRun
-from xla_wheels.gate import canary
+from xla_host.gate import canary
 
 STEPS = 8
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.gate_helpers import process_alive
-from xla_wheels.gate.children import (
+from xla_host.gate.children import (
     ChildSpec,
     finish_child,
     run_child,

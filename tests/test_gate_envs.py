@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from xla_wheels.gate import envs
-from xla_wheels.gate.errors import GateEnvironmentError
+from xla_host.gate.errors import GateEnvironmentError
+from xla_wheels import stock_envs as envs
 
 
 @pytest.fixture

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from tests.gate_helpers import GateRun
-from xla_wheels.gate import recalibration
-from xla_wheels.release import compare, lanes, policy, receipts
+from xla_host import receipts
+from xla_host.gate import recalibration
+from xla_wheels.release import compare, lanes, policy
 
 MIB = 1024**2
 NOT_ON_CPU = "RuntimeError: Bad StatusOr access: UNIMPLEMENTED: GetAllocatorStats is not supported"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from xla_wheels.gate.stacks import capture_native_stacks, summarize_stacks
+from xla_host.gate.stacks import capture_native_stacks, summarize_stacks
 
 
 @pytest.fixture

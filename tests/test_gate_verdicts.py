@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from xla_wheels.gate import hbm, restart
-from xla_wheels.gate.children import ChildResult
-from xla_wheels.gate.errors import GateEnvironmentError
-from xla_wheels.gate.report import render_junit, render_text, write_reports
-from xla_wheels.gate.result import CheckResult
-from xla_wheels.gate.run import CHECKS, GateConfig, side_by_side
-from xla_wheels.gate.target import Target
+from xla_host.gate import hbm, restart
+from xla_host.gate.children import ChildResult
+from xla_host.gate.errors import GateEnvironmentError
+from xla_host.gate.report import render_junit, render_text, write_reports
+from xla_host.gate.result import CheckResult
+from xla_host.gate.run import CHECKS, GateConfig, side_by_side
+from xla_host.gate.target import Target
 
 CPU_TARGET = Target(Path("/env/bin/python"), "CPU", "2.7.0", "2.7.0", ("CPU:0",), False, None)
 TPU_TARGET = Target(Path("/env/bin/python"), "TPU", "2.9.0", "2.9.0", ("TPU:0",), True, 6)
@@ -430,8 +430,7 @@ def _side_by_side_for(config: GateConfig, target: Target) -> bool:
 def _gate_args(tmp_path: Path, **given: Any) -> GateConfig:
     """A gate run's configuration: every check, on the stock environment."""
     settings: dict[str, Any] = {
-        "python": None,
-        "stock_root": tmp_path / "cache",
+        "python": tmp_path / "python",
         "device": None,
         "checks": CHECKS,
         "workload": "small",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from xla_wheels.installed_metadata import ProbeFailed, read_installed
+from xla_host.installed_metadata import ProbeFailed, read_installed
 
 
 def test_versions_sites_and_files_of_what_is_installed() -> None:

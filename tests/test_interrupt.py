@@ -24,7 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.clirunner import MINIMAL_PATH, REPO_ROOT, run_cli
+from tests.clirunner import MINIMAL_PATH, run_cli
+from tests.gitrepos import SOURCE_PATH
 from tests.synthetic_upstream import Synthetic, cli_args
 from xla_wheels.builder.spec import built_wheel, stage_wheel
 from xla_wheels.wheel_stamp import sbom_path_in
@@ -74,7 +75,7 @@ def _env(syn: Synthetic) -> dict[str, str]:
     return {
         "PATH": MINIMAL_PATH,
         "HOME": str(syn.root.parent),
-        "PYTHONPATH": str(REPO_ROOT / "src"),
+        "PYTHONPATH": SOURCE_PATH,
     }
 
 
@@ -350,4 +351,4 @@ def _files(directory: Path) -> dict[str, tuple[int, int]]:
 
 
 def _env_plain() -> dict[str, str]:
-    return {"PATH": MINIMAL_PATH, "PYTHONPATH": str(REPO_ROOT / "src")}
+    return {"PATH": MINIMAL_PATH, "PYTHONPATH": SOURCE_PATH}

@@ -16,9 +16,9 @@ import pytest
 from tests.clirunner import run_cli
 from tests.gitrepos import REPO_ROOT
 from tests.test_bundle_manifests import VALID
+from xla_host.errors import ManifestError
+from xla_host.launch_profile import compare_environment, is_training_profile, read_env_file
 from xla_wheels.bundle import diff, load_bundle
-from xla_wheels.errors import ManifestError
-from xla_wheels.launch_profile import compare_environment, is_training_profile, read_env_file
 from xla_wheels.wheels_lock import (
     WheelRecord,
     check_lock,

@@ -22,15 +22,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.gitrepos import REPO_ROOT
+from tests.gitrepos import REPO_ROOT, SOURCE_PATH
 
 SRC = REPO_ROOT / "src"
+HOST_SRC = REPO_ROOT / "host" / "src"
 PACKAGE = "xla_wheels"
 
-
 #: The contracts in pyproject.toml ([tool.importlinter]) that ``lint-imports`` checks.
-CONTRACTS = ("imports only go down, from the CLI to the leaf modules",
-             "no import cycle between the modules of any package")  # fmt: skip
+LAYERS = "imports only go down, from the CLI to the leaf modules"
+HOST_LAYERS = "the host side's imports only go down too"
+HOST_ALONE = (
+    "the host side never imports the builder side (it is installed on hosts without it)"
+)
+NO_CYCLES = "no import cycle between the modules of any package"
+CONTRACTS = (LAYERS, HOST_LAYERS, HOST_ALONE, NO_CYCLES)
 
 
 def lint_imports(project: Path) -> subprocess.CompletedProcess[str]:
@@ -38,8 +43,11 @@ def lint_imports(project: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(Path(sys.executable).parent / "lint-imports"), "--no-cache"],
         cwd=project,
-        # The package under ``project`` first, ahead of the checkout's editable install.
-        env={"PYTHONPATH": str(project / "src"), "PATH": "/usr/bin:/bin"},
+        # The packages under ``project`` first, ahead of the checkout's editable installs.
+        env={
+            "PYTHONPATH": f"{project / 'src'}:{project / 'host' / 'src'}",
+            "PATH": "/usr/bin:/bin",
+        },
         capture_output=True,
         text=True,
         timeout=300,
@@ -50,9 +58,11 @@ def lint_imports(project: Path) -> subprocess.CompletedProcess[str]:
 def test_the_layers_contract_is_kept() -> None:
     result = lint_imports(REPO_ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
+    # lint-imports folds a long contract name over lines: compare the words.
+    words = " ".join(result.stdout.split())
     for contract in CONTRACTS:
-        assert f"{contract} KEPT" in result.stdout
-    assert "2 kept, 0 broken" in result.stdout
+        assert f"{contract} KEPT" in words
+    assert "4 kept, 0 broken" in words
 
 
 @pytest.mark.parametrize(
@@ -60,29 +70,38 @@ def test_the_layers_contract_is_kept() -> None:
     [
         # A leaf module importing the build stage: an import running back up (which also
         # closes a cycle, since the builder imports the leaf).
-        ("options.py", "from xla_wheels.builder import config\n", CONTRACTS),
+        ("xla_wheels/options.py", "from xla_wheels.builder import config\n", (LAYERS, NO_CYCLES)),
         # Two modules side by side importing each other, one inside a function body: a
         # cycle hidden where the first import of the module does not run it. Only the
         # cycle contract sees it: the two stand on one layer.
-        ("redact.py", "def _later() -> None:\n    import xla_wheels.filemode\n", CONTRACTS[1:]),
+        ("xla_host/redact.py", "def _later() -> None:\n    import xla_host.filemode\n",
+         (NO_CYCLES,)),
+        # The host side reaching into the builder side, even lazily: a host installed from
+        # a lane has no xla_wheels.
+        ("xla_host/gate/report.py", "def _later() -> None:\n    import xla_wheels.bundle\n",
+         (HOST_ALONE,)),
     ],
 )
 def test_the_contract_breaks_when_an_import_runs_against_it(
     tmp_path: Path, module: str, added: str, broken: tuple[str, ...]
 ) -> None:
-    shutil.copytree(SRC / PACKAGE, tmp_path / "src" / PACKAGE,
-                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    packages = {"xla_wheels": tmp_path / "src", "xla_host": tmp_path / "host" / "src"}
+    for package, into in packages.items():
+        source = (SRC if package == "xla_wheels" else HOST_SRC) / package
+        shutil.copytree(source, into / package, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO_ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    if module == "redact.py":  # the other half of the cycle
-        with (tmp_path / "src" / PACKAGE / "filemode.py").open("a") as handle:
-            handle.write("\nfrom xla_wheels import redact  # noqa\n")
-    with (tmp_path / "src" / PACKAGE / module).open("a") as handle:
+    if module == "xla_host/redact.py":  # the other half of the cycle
+        with (packages["xla_host"] / "xla_host" / "filemode.py").open("a") as handle:
+            handle.write("\nfrom xla_host import redact  # noqa\n")
+    package = module.split("/")[0]
+    with (packages[package] / module).open("a") as handle:
         handle.write("\n" + added)
     result = lint_imports(tmp_path)
     assert result.returncode == 1, result.stdout + result.stderr
+    words = " ".join(result.stdout.split())
     for contract in CONTRACTS:
         verdict = "BROKEN" if contract in broken else "KEPT"
-        assert f"{contract} {verdict}" in result.stdout
+        assert f"{contract} {verdict}" in words
 
 
 def _loaded_modules(*argv: str, python_flags: tuple[str, ...] = ()) -> set[str]:
@@ -98,7 +117,7 @@ def _loaded_modules(*argv: str, python_flags: tuple[str, ...] = ()) -> set[str]:
     )
     process = subprocess.run(
         [sys.executable, *python_flags, "-c", probe],
-        env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"},
+        env={"PYTHONPATH": SOURCE_PATH, "PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,
         timeout=120,
@@ -109,7 +128,7 @@ def _loaded_modules(*argv: str, python_flags: tuple[str, ...] = ()) -> set[str]:
 
 def test_gate_help_loads_the_gate_and_nothing_of_the_other_stages() -> None:
     loaded = _loaded_modules("gate", "--help")
-    assert "xla_wheels.cli.gate" in loaded and "xla_wheels.gate.restart" in loaded
+    assert "xla_wheels.cli.gate" in loaded and "xla_host.gate.restart" in loaded
     foreign = sorted(
         m
         for m in loaded
@@ -131,7 +150,7 @@ def test_the_gate_runs_with_only_the_standard_library() -> None:
     # -S: no site-packages, so nothing the pipeline's venv installed (tomli_w) is
     # importable: the builder image's interpreter with the source on PYTHONPATH.
     bare = [sys.executable, "-S"]
-    env = {"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin", "HOME": "/nonexistent"}
+    env = {"PYTHONPATH": SOURCE_PATH, "PATH": "/usr/bin:/bin", "HOME": "/nonexistent"}
     absent = subprocess.run(
         [*bare, "-c", "import tomli_w"], env=env, capture_output=True, text=True, check=False
     )
@@ -146,7 +165,7 @@ def test_the_gate_runs_with_only_the_standard_library() -> None:
     # (exit 2: the interpreter to judge does not exist) without the pipeline's deps.
     # The receipt a gate run leaves (release.gate_receipt, reading wheels.lock) too.
     gate_modules = [
-        *sorted(f"{PACKAGE}.gate.{p.stem}" for p in (SRC / PACKAGE / "gate").glob("*.py")),
+        *sorted(f"xla_host.gate.{p.stem}" for p in (HOST_SRC / "xla_host" / "gate").glob("*.py")),
         f"{PACKAGE}.release.gate_receipt",
         f"{PACKAGE}.wheels_lock",
     ]
@@ -223,10 +242,11 @@ READERS = {"cli/settings.py", "options.py"}
 
 def test_settings_are_read_from_the_environment_only_by_the_options_reader() -> None:
     offenders = {}
-    for path in (SRC / PACKAGE).rglob("*.py"):
-        if path.relative_to(SRC / PACKAGE).as_posix() in READERS:
-            continue
-        read = _environment_reads(ast.parse(path.read_text())) - NOT_SETTINGS
-        if read:
-            offenders[str(path.relative_to(SRC))] = sorted(read)
+    for root in (SRC / PACKAGE, HOST_SRC / "xla_host"):
+        for path in root.rglob("*.py"):
+            if path.relative_to(root).as_posix() in READERS:
+                continue
+            read = _environment_reads(ast.parse(path.read_text())) - NOT_SETTINGS
+            if read:
+                offenders[str(path.relative_to(root.parent))] = sorted(read)
     assert offenders == {}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from xla_wheels.waitlock import make_once
+from xla_host.waitlock import make_once
 
 MARKER = "done.json"
 

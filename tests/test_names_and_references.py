@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.clirunner import REPO_ROOT, CliResult, run_cli
-from xla_wheels.values import NAME_PATTERN
+from xla_host.values import NAME_PATTERN
 
 MANIFEST = """\
 [bundle]

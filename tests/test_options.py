@@ -16,11 +16,11 @@ import pytest
 
 from tests.clirunner import run_cli
 from tests.gitrepos import REPO_ROOT
+from xla_host.errors import UsageError
+from xla_wheels import stock_envs as envs
 from xla_wheels.builder.config import DEFAULT_IMAGE
 from xla_wheels.cli import COMMANDS, build_parser
 from xla_wheels.cli.settings import build_config, pipeline_options, publish_options
-from xla_wheels.errors import UsageError
-from xla_wheels.gate import envs
 from xla_wheels.options import ENV_SETTINGS, env_var, machine_cache
 
 

@@ -15,8 +15,8 @@ from tests.gitrepos import (
     make_project,
     patch_text,
 )
+from xla_host.errors import PatchError
 from xla_wheels.bundle import load_bundle
-from xla_wheels.errors import PatchError
 from xla_wheels.patches import apply_series, check_series, parse_patch, series_digest
 from xla_wheels.sources import SourceCache, fetch_sources
 

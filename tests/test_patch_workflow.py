@@ -226,7 +226,7 @@ def test_make_patch_refuses_to_recreate_a_worktree_with_commits_not_exported(
 
 
 def test_the_pin_is_rewritten_in_place_and_an_inherited_pin_is_named() -> None:
-    from xla_wheels.errors import PatchError
+    from xla_host.errors import PatchError
     from xla_wheels.patch_workflow import rewrite_pin
 
     text = (

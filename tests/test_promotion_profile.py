@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from xla_wheels.release import compare, lanes, policy, receipts
+from xla_host import receipts
+from xla_wheels.release import compare, lanes, policy
 
 MIB = 1024**2
 DIGEST = "a" * 64

@@ -22,7 +22,7 @@ from tests.publish_support import (
     start_pypiserver,
 )
 from tests.servers import free_port, stop
-from xla_wheels.wheels_lock import file_sha256
+from xla_host.filemode import file_sha256
 
 
 @pytest.fixture

@@ -93,7 +93,7 @@ def test_requirements_name_the_missing_step(tmp_path: Path, missing: str) -> Non
 def test_the_provenance_is_compared_fact_by_fact_with_the_lock(tmp_path: Path) -> None:
     from dataclasses import replace
 
-    from xla_wheels.provenance import Provenance
+    from xla_host.provenance import Provenance
     from xla_wheels.publish.provenance_check import compare
     from xla_wheels.wheels_lock import read_lock
 

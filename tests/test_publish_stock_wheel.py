@@ -30,7 +30,7 @@ BUNDLE = "stock-2.9"
 
 def _stock_env_python() -> Path | None:
     """The gate's cached stock 2.9.0 environment, if this machine already has it."""
-    from xla_wheels.gate import envs
+    from xla_wheels import stock_envs as envs
 
     tag = "cp{}{}".format(*sys.version_info[:2])
     env_dir = machine_cache(os.environ) / "envs" / envs.env_name(envs.STOCK_SPECS[STOCK], tag)

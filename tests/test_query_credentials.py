@@ -2,7 +2,7 @@
 
 ``INDEX_URL=http://host/simple/?token=abc`` (or ``&X-Amz-Signature=...``, ``#access_token``)
 carries its secret in the query, not in ``user:pw@``: the one masker
-(``xla_wheels.redact.mask_url_credentials``) masks it by the parameter's name, and every
+(``xla_host.redact.mask_url_credentials``) masks it by the parameter's name, and every
 error, plan, log line and report passes through it.
 """
 
@@ -20,7 +20,7 @@ from tests.publish_support import (
     make_publish_project,
 )
 from tests.servers import free_port
-from xla_wheels.redact import REDACTED, mask_url_credentials, scrub
+from xla_host.redact import REDACTED, mask_url_credentials, scrub
 
 TOKEN = "tok3n-abc"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from xla_wheels.redact import REDACTED, Redactor, mask_url_credentials, scrub
+from xla_host.redact import REDACTED, Redactor, mask_url_credentials, scrub
 
 SECRET = "p@ss w/rd"
 

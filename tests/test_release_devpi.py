@@ -31,12 +31,12 @@ from tests.publish_support import (
     fake_wheels,  # noqa: F401 - fixture
     make_publish_project,
 )
-from xla_wheels.errors import PipelineError
+from xla_host.errors import PipelineError
+from xla_host.filemode import file_sha256
+from xla_host.wheel_filename import parse_wheel_name
 from xla_wheels.options import DEFAULT_NETWORK
 from xla_wheels.publish.index import Credentials, project_files
 from xla_wheels.release import lanes
-from xla_wheels.wheel_filename import parse_wheel_name
-from xla_wheels.wheels_lock import file_sha256
 
 NO_CREDENTIALS = Credentials(None, None, "none")
 

@@ -33,9 +33,10 @@ from tests.publish_support import (
     start_pypiserver,
 )
 from tests.servers import free_port, stop
+from xla_host.filemode import file_sha256
 from xla_wheels.bundle import load_bundle
 from xla_wheels.release import lanes
-from xla_wheels.wheels_lock import WheelRecord, file_sha256, record_wheels, update_bundle_entry
+from xla_wheels.wheels_lock import WheelRecord, record_wheels, update_bundle_entry
 
 SECOND = "pub-2"
 

@@ -44,14 +44,16 @@ from tests.publish_support import (
 )
 from tests.servers import stop
 from tests.synthetic_upstream import Synthetic, cli_args, copy_synthetic
+from xla_host import receipts
+from xla_host.filemode import file_sha256
+from xla_host.installed_metadata import read_installed
+from xla_host.wheel_filename import parse_wheel_name
 from xla_wheels import wheels_lock
 from xla_wheels.bundle import load_bundle
-from xla_wheels.installed_metadata import read_installed
 from xla_wheels.options import DEFAULT_NETWORK
 from xla_wheels.publish.index import Credentials, project_files
-from xla_wheels.release import lanes, policy, receipts
-from xla_wheels.wheel_filename import parse_wheel_name
-from xla_wheels.wheels_lock import WheelRecord, file_sha256, record_wheels, update_bundle_entry
+from xla_wheels.release import lanes, policy
+from xla_wheels.wheels_lock import WheelRecord, record_wheels, update_bundle_entry
 
 STOCK = "2.7.0"
 STOCK_BUNDLE = "stock-2.7"
@@ -220,7 +222,7 @@ def test_an_environment_that_is_not_the_lock_gets_a_receipt_that_says_so(
     # The same gate evidence, matched against the synthetic bundle's lock: torch_xla 2.7.0
     # is not the synthetic build, so the receipt must say so (no gate rerun needed: the
     # matching is the part under test, through the same code the gate calls).
-    from xla_wheels.release import installed
+    from xla_host import installed
 
     syn_lock = tomllib.loads((release.root / "wheels.lock").read_text())["bundles"]["syn"]
     records = [WheelRecord(w["name"], w["size"], w["sha256"]) for w in syn_lock["wheels"]]

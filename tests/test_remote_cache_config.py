@@ -17,6 +17,8 @@ import pytest
 
 from tests.clirunner import run_cli
 from tests.synthetic_upstream import Synthetic, bazelrc_words
+from xla_host.errors import UsageError
+from xla_host.redact import REDACTED
 from xla_wheels.builder import recipes, remote_cache
 from xla_wheels.builder.build_and_collect import compose
 from xla_wheels.builder.config import BuildConfig
@@ -28,9 +30,7 @@ from xla_wheels.builder.remote_cache import (
 )
 from xla_wheels.builder.spec import BuildSpec
 from xla_wheels.bundle import load_bundle
-from xla_wheels.errors import UsageError
 from xla_wheels.options import PipelineOptions
-from xla_wheels.redact import REDACTED
 
 REPO = Path(__file__).resolve().parents[1]
 TOKEN = "tok-7d1c0ffee0123"
@@ -76,7 +76,7 @@ def spec_with(remote: RemoteCache) -> BuildSpec:
         bazel_disk_cache="/c/bazel-disk", bazel_output_root="/c/bazel-root",
         ccache_dir="/c/ccache", pip_cache_dir="/c/pip", pip_args=[], compiler_env={},
         extra_env={}, ship_env=str(base / "ship-env"), ship_out=str(base / "ship-check"),
-        ship_check="true", ship_pip_args=[], pipeline_src="/src",
+        ship_check="true", ship_pip_args=[], pipeline_src=["/src"],
         remote_cache=remote.settings.to_dict(), private_dir=str(base / "private"),
     )  # fmt: skip
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.gitrepos import GIT_ENV, make_repo
-from xla_wheels import log, runner
-from xla_wheels.errors import ExitCode, PipelineError
+from xla_host import log, runner
+from xla_host.errors import ExitCode, PipelineError
 
 
 def test_a_command_past_its_timeout_stops_with_an_error_naming_the_step_and_a_fix() -> None:

@@ -23,13 +23,7 @@ from tests.bundles import LIBTPU_RUNTIME, Pin, write_bundle
 from tests.gitrepos import REPO_ROOT, git, make_repo
 from tests.test_patch_workflow import rebase
 from xla_wheels.options import NetworkPolicy
-from xla_wheels.series_build import (
-    BuildCheckReport,
-    BuildCheckStep,
-    Finding,
-    judge,
-    trace,
-)
+from xla_wheels.series_build import BuildCheckReport, BuildCheckStep, Finding, judge, trace
 from xla_wheels.series_checks.run import CheckOutcome, CompileError
 
 # The series as commits in a worktree, from the patch-export/patch-rebase tests.
@@ -77,7 +71,7 @@ def test_each_compile_error_is_traced_to_the_patch_that_wrote_its_line(tmp_path:
 def test_a_report_with_a_compile_error_fails_with_exit_7_and_a_pass_says_so(
     tmp_path: Path,
 ) -> None:
-    from xla_wheels.errors import CheckFailed
+    from xla_host.errors import CheckFailed
     from xla_wheels.series_build import SeriesDoesNotBuild
 
     tree, base, patches = _series_repo(tmp_path)

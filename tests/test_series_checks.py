@@ -21,13 +21,9 @@ import pytest
 
 from tests import real_source
 from tests.gitrepos import REPO_ROOT, git
-from xla_wheels.errors import ToolchainError
+from xla_host.errors import ToolchainError
 from xla_wheels.options import NetworkPolicy
-from xla_wheels.series_checks.build_deps import (
-    BuildFileError,
-    external_deps,
-    torch_libraries,
-)
+from xla_wheels.series_checks.build_deps import BuildFileError, external_deps, torch_libraries
 from xla_wheels.series_checks.programs import (
     CLIENT_H,
     UPSTREAM_CACHE_TEST,

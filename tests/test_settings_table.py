@@ -8,11 +8,11 @@ import os
 import subprocess
 import sys
 
-from tests.gitrepos import REPO_ROOT
+from tests.gitrepos import REPO_ROOT, SOURCE_PATH
+from xla_host.errors import UsageError
 from xla_wheels import settings_table
 from xla_wheels.cli import build_parser
 from xla_wheels.cli.settings import check_environment
-from xla_wheels.errors import UsageError
 from xla_wheels.options import NetworkPolicy, env_var, known_environment
 from xla_wheels.settings_table import GROUPS, SETTINGS, by_flag
 
@@ -23,7 +23,7 @@ def test_the_files_written_from_the_table_are_current() -> None:
     process = subprocess.run(
         [sys.executable, "-m", "xla_wheels.settings_table", "--check"], cwd=REPO_ROOT,
         text=True, capture_output=True, check=False, timeout=60,
-        env={"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO_ROOT / "src")},
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": SOURCE_PATH},
     )  # fmt: skip
     assert process.returncode == 0, process.stdout + process.stderr
 

@@ -1,14 +1,14 @@
 """What the pipeline shows (errors, fixes, log lines, plans, listings) cannot act on the
 terminal: control characters from a manifest or the user are shown escaped (``\\x1b``),
-by one helper (``xla_wheels.redact.printable``), where credentials are masked too."""
+by one helper (``xla_host.redact.printable``), where credentials are masked too."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from tests.gitrepos import make_project
-from xla_wheels.errors import PipelineError
-from xla_wheels.redact import printable
+from xla_host.errors import PipelineError
+from xla_host.redact import printable
 
 # Clear the screen, retitle the window, ring the bell, a C1 control sequence introducer.
 ESCAPES_TOML = r"\u001b[2J\u001b]0;owned\u0007\u009b31m"

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from tests.gitrepos import Upstream, git, make_project, make_upstream
+from xla_host.errors import SourceError
 from xla_wheels.bundle import load_bundle
-from xla_wheels.errors import SourceError
 from xla_wheels.sources import (
     SourceCache,
     absolute_submodule_url,

@@ -16,8 +16,8 @@ import pytest
 
 from tests.clirunner import CliResult, run_cli
 from tests.test_error_contract import BUNDLE, assert_bad_input, project_copy
-from xla_wheels.errors import ManifestError
-from xla_wheels.tables import MAX_DEPTH, MAX_FILE_BYTES, loads_json, loads_toml, read_utf8
+from xla_host.errors import ManifestError
+from xla_host.tables import MAX_DEPTH, MAX_FILE_BYTES, loads_json, loads_toml, read_utf8
 
 #: Well under the suite's limits, well over what a refused file takes (< 1 s).
 TIMEOUT_S = 30.0

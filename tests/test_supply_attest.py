@@ -26,9 +26,10 @@ from tests.publish_support import (
     make_publish_project,
     provenance,
 )
+from xla_host.filemode import file_sha256
 from xla_wheels import attestation as attest
 from xla_wheels import sbom
-from xla_wheels.wheels_lock import file_sha256, read_lock
+from xla_wheels.wheels_lock import read_lock
 
 EPOCH = 1700000000
 

@@ -15,8 +15,8 @@ import pytest
 
 from tests.clirunner import CliResult, run_cli
 from tests.synthetic_upstream import Synthetic, cli_args
+from xla_host.filemode import file_sha256
 from xla_wheels import rebuild_check as rebuild
-from xla_wheels.wheels_lock import file_sha256
 
 HOST = ("--mode", "host", "--host-python", sys.executable)
 NOISY = {"SYNTHETIC_NONDETERMINISTIC_BUILD": "1"}

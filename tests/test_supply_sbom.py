@@ -25,9 +25,9 @@ from tests.publish_support import (
     provenance,
 )
 from tests.synthetic_upstream import Synthetic, cli_args, make_synthetic
+from xla_host.provenance import PatchDigest
+from xla_host.wheel_filename import parse_wheel_name
 from xla_wheels import sbom, wheel_stamp
-from xla_wheels.provenance import PatchDigest
-from xla_wheels.wheel_filename import parse_wheel_name
 
 HOST = ("--mode", "host", "--host-python", sys.executable)
 EPOCH = 1700000000

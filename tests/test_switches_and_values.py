@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from tests.clirunner import REPO_ROOT, CliResult, run_cli
+from xla_host.values import SWITCH_FALSE, SWITCH_TRUE
 from xla_wheels.builder.config import BuildConfig, mem_total_gib
 from xla_wheels.cli import build_parser
 from xla_wheels.make_help import Target, makefile_text, read_makefile
-from xla_wheels.values import SWITCH_FALSE, SWITCH_TRUE
 
 BUNDLE = "v6e-2.9"
 BAD_SWITCHES = ["2", "maybe", "TRUEE", "enable", "-1", "yes please"]
@@ -297,7 +297,7 @@ def _checkout_links(directory: Path) -> Path:
     """A directory that is the checkout for make (its Makefile, .venv and sources, as
     links): whatever a target would do if it ran anyway lands here, not in the checkout."""
     directory.mkdir()
-    for name in ("Makefile", ".venv", "src", "requirements-dev.txt", "pyproject.toml"):
+    for name in ("Makefile", ".venv", "src", "host", "requirements-dev.txt", "pyproject.toml"):
         (directory / name).symlink_to(REPO_ROOT / name)
     return directory
 
@@ -344,7 +344,7 @@ def test_every_make_target_refuses_a_misspelt_variable(target: Target, tmp_path:
     ), lines
     assert lines[1] == f"  fix: make {target.name} {meant}=x", lines
     assert sorted(p.name for p in checkout.iterdir()) == sorted(
-        [".venv", "Makefile", "pyproject.toml", "requirements-dev.txt", "src"]
+        [".venv", "Makefile", "host", "pyproject.toml", "requirements-dev.txt", "src"]
     )
 
 

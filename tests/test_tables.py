@@ -17,16 +17,16 @@ from pathlib import Path
 import pytest
 
 from tests.gitrepos import REPO_ROOT
-from xla_wheels.builder.remote_cache import RemoteCacheConfigError, load_remote_cache
-from xla_wheels.bundle import load_bundle
-from xla_wheels.errors import LockError, ManifestError, PipelineError
-from xla_wheels.provenance import (
+from xla_host.errors import LockError, ManifestError, PipelineError
+from xla_host.provenance import (
     BuildSettings,
     ComponentProvenance,
     PatchDigest,
     Provenance,
     ProvenanceFormatError,
 )
+from xla_wheels.builder.remote_cache import RemoteCacheConfigError, load_remote_cache
+from xla_wheels.bundle import load_bundle
 from xla_wheels.release.lanes import LaneError, LaneFileError, load_config, read_state
 from xla_wheels.wheels_lock import read_lock
 

@@ -13,14 +13,9 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from xla_wheels.wheel_filename import (
-    HAVE_PACKAGING,
-    WheelFilenameError,
-    WheelName,
-    parse_wheel_name,
-)
+from xla_host.wheel_filename import HAVE_PACKAGING, WheelFilenameError, WheelName, parse_wheel_name
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[1] / "host" / "src"
 
 VALID = [
     ("torch_xla-2.9.0+gitc04e61c.p1a2b3c4d-cp311-cp311-linux_x86_64.whl",
@@ -60,7 +55,7 @@ PATHS = [pytest.param(False, id="standard-library")] + (
 def test_the_host_checks_with_packaging() -> None:
     # The pipeline's environment declares packaging, at a version installed here, so a
     # host call (no with_packaging given) takes packaging's check, never the fallback.
-    project = tomllib.loads((SRC.parent / "pyproject.toml").read_text())["project"]
+    project = tomllib.loads((SRC.parents[1] / "pyproject.toml").read_text())["project"]
     [declared] = [
         Requirement(line)
         for line in project["dependencies"]
@@ -111,7 +106,7 @@ def test_normalized_name_and_build_tag_replacement() -> None:
 def test_the_bare_interpreter_parses_without_packaging() -> None:
     # -S: no site-packages, as in the builder image and the gate's receipt step.
     script = (
-        "from xla_wheels import wheel_filename as w\n"
+        "from xla_host import wheel_filename as w\n"
         "n = w.parse_wheel_name('demo-1.0-1-py3-none-any.whl')\n"
         "print(w.HAVE_PACKAGING, n.project, n.version, n.build)\n"
     )

@@ -20,9 +20,10 @@ import pytest
 from tests.clirunner import CliResult, run_cli
 from tests.publish_support import IndexServer, index_server  # noqa: F401 - fixture
 from tests.synthetic_upstream import Synthetic, cli_args, make_patch
+from xla_host.filemode import file_sha256
+from xla_host.wheel_filename import parse_wheel_name
 from xla_wheels import wheel_stamp
-from xla_wheels.wheel_filename import parse_wheel_name
-from xla_wheels.wheels_lock import file_sha256, read_lock
+from xla_wheels.wheels_lock import read_lock
 
 HOST = ("--mode", "host", "--host-python", sys.executable)
 GOOD_ENV = {"PJRT_DEVICE": "TPU", "XLA_NO_SPECIAL_SCALARS": "1"}

@@ -38,13 +38,13 @@ from securesystemslib.dsse import Envelope
 from securesystemslib.exceptions import VerificationError
 from securesystemslib.signer import CryptoSigner, Key, SSlibKey
 
+from xla_host.errors import PipelineError, UsageError
+from xla_host.provenance import Provenance
+from xla_host.tables import read_regular
+from xla_host.wheel_filename import parse_wheel_name
 from xla_wheels import sbom, wheel_stamp
 from xla_wheels.bundle import Bundle
-from xla_wheels.errors import PipelineError, UsageError
-from xla_wheels.provenance import Provenance
 from xla_wheels.settings_table import by_flag
-from xla_wheels.tables import read_regular
-from xla_wheels.wheel_filename import parse_wheel_name
 from xla_wheels.wheels_lock import BundleEntry, WheelRecord, read_lock
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -249,7 +249,7 @@ def attest_bundle(
     """Sign every locked wheel of ``bundle`` found in ``dist`` (checked by sha256); the
     envelopes are written next to the wheels, all or none (a full disk half way leaves
     every envelope as it was). Returns their paths."""
-    from xla_wheels.filemode import write_all
+    from xla_host.filemode import write_all
     from xla_wheels.publish.wheels import locked_wheels
 
     wheels = locked_wheels(read_lock(lock_path), bundle.name, dist)

@@ -15,7 +15,7 @@ never leave a half of the parent's pin behind:
 - ``[runtime.<name>]``: replaced as a whole table (an exact ``version`` and
   ``minimum``/``preferred`` exclude each other).
 - ``[build]``: key by key.
-- ``[profiles.<name>]``: by profile, then group by group (:mod:`xla_wheels.launch_profile`).
+- ``[profiles.<name>]``: by profile, then group by group (:mod:`xla_host.launch_profile`).
 
 Validation is strict on purpose: an unknown key is almost always a typo that would
 otherwise be silently ignored, so every problem is a :class:`ManifestError` naming the
@@ -34,10 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from xla_wheels import launch_profile
-from xla_wheels.errors import ManifestError, UsageError
-from xla_wheels.tables import Field, Table, check_regular, loads_toml, read_utf8
-from xla_wheels.values import NAME_PATTERN, NAME_RULE, REMOTE_RULE, BadValue, check_remote
+from xla_host import launch_profile
+from xla_host.errors import ManifestError, UsageError
+from xla_host.tables import Field, Table, check_regular, loads_toml, read_utf8
+from xla_host.values import NAME_PATTERN, NAME_RULE, REMOTE_RULE, BadValue, check_remote
 
 #: Bundle names become directories (out/<bundle>, dist/<bundle>) and command arguments.
 _BAD_NAME = f"is not a valid bundle name ({NAME_RULE})"

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from xla_host.errors import SourceError
 from xla_wheels.bundle import Bundle, Component
-from xla_wheels.errors import SourceError
 from xla_wheels.gitutil import GitRunner, run_git
 from xla_wheels.options import PipelineOptions
 from xla_wheels.patches import parse_patch

@@ -4,7 +4,7 @@ Any write the pipeline makes (the run lock, logs, worktrees, the stage cache, ``
 ``wheels.lock``, the ship check's environment) can fail with ENOSPC, EDQUOT, EROFS or
 EACCES. None of them says anything about the inputs or the build, and each has a fix the
 user can apply (free space, another directory, permissions), so they are one class:
-:func:`disk_error` turns such an ``OSError`` into :class:`~xla_wheels.errors.DiskError`
+:func:`disk_error` turns such an ``OSError`` into :class:`~xla_host.errors.DiskError`
 (exit 10) naming the path and that fix. The CLI edge applies it to any such ``OSError``
 that escapes a subcommand; a writer whose ``OSError`` carries no file name (``write`` or
 ``close`` on a full disk report none) wraps the write in :func:`writing` to name it.
@@ -26,8 +26,8 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from xla_wheels import log
-from xla_wheels.errors import DiskError
+from xla_host import log
+from xla_host.errors import DiskError
 
 DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES})
 """The errnos that are the disk's, not the run's."""

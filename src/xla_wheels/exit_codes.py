@@ -1,6 +1,6 @@
 """The exit-code table written out: the CLI's ``--help`` epilog and the docs' table.
 
-Both are made from :class:`xla_wheels.errors.ExitCode` and its meanings, so neither is
+Both are made from :class:`xla_host.errors.ExitCode` and its meanings, so neither is
 written by hand. The docs' table (``docs/exit-codes.md``) also names the exception classes
 that carry each code, found by importing every module of the package (only when the table
 is written, never on a CLI run). ``python -m xla_wheels.exit_codes docs/exit-codes.md``
@@ -15,13 +15,14 @@ import sys
 import textwrap
 from pathlib import Path
 
+import xla_host
 import xla_wheels
-from xla_wheels.errors import MEANINGS, ExitCode, PipelineError
+from xla_host.errors import MEANINGS, ExitCode, PipelineError
 
 BEGIN = "<!-- exit-codes:begin (python -m xla_wheels.exit_codes docs/exit-codes.md) -->"
 END = "<!-- exit-codes:end -->"
 
-#: Codes no PipelineError carries: a run interrupted by a signal (``xla_wheels.signals``).
+#: Codes no PipelineError carries: a run interrupted by a signal (``xla_host.signals``).
 NOT_AN_ERROR = {
     ExitCode.OK: "",
     ExitCode.SIGHUP: "`signals.Terminated` (SIGHUP)",
@@ -46,10 +47,12 @@ def help_epilog() -> str:
 
 
 def error_classes() -> list[type[PipelineError]]:
-    """Every :class:`PipelineError` subclass of the package, each module imported once."""
-    for module in pkgutil.walk_packages(xla_wheels.__path__, "xla_wheels."):
-        if not module.name.endswith("__main__"):
-            importlib.import_module(module.name)
+    """Every :class:`PipelineError` subclass of both packages (the builder side and the
+    host side), each module imported once."""
+    for package in (xla_wheels, xla_host):
+        for module in pkgutil.walk_packages(package.__path__, f"{package.__name__}."):
+            if not module.name.endswith("__main__"):
+                importlib.import_module(module.name)
     found: set[type[PipelineError]] = set()
     pending = [PipelineError]
     while pending:  # a class with two parents (VerifyFailed) is met twice, kept once
@@ -57,7 +60,7 @@ def error_classes() -> list[type[PipelineError]]:
         found.add(cls)
         pending.extend(cls.__subclasses__())
     return sorted(
-        (cls for cls in found if cls.__module__.startswith("xla_wheels.")),
+        (cls for cls in found if cls.__module__.startswith(("xla_wheels.", "xla_host."))),
         key=lambda cls: cls.__name__,
     )
 

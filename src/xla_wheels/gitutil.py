@@ -12,10 +12,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from xla_wheels import runner
-from xla_wheels.errors import GitError
+from xla_host import runner
+from xla_host.errors import GitError
+from xla_host.redact import mask_url_credentials
 from xla_wheels.plan import PlannedCommand
-from xla_wheels.redact import mask_url_credentials
 
 # A fetch from an unreachable host must fail, not prompt for credentials on a build
 # host without a terminal (GIT_TERMINAL_PROMPT=0), and a stalled connection must fail

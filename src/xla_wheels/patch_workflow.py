@@ -37,9 +37,10 @@ import tempfile
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from xla_wheels import filemode, log
+from xla_host import filemode, log
+from xla_host.errors import ExitCode, PatchError, PipelineError, UsageError
+from xla_host.runner import after_options
 from xla_wheels.bundle import Bundle, Component, PatchRef, available_bundles, load_bundle
-from xla_wheels.errors import ExitCode, PatchError, PipelineError, UsageError
 from xla_wheels.gitutil import compose, git, git_out, run_git, status_porcelain
 from xla_wheels.layout import BundleLayout
 from xla_wheels.options import PipelineOptions
@@ -54,7 +55,6 @@ from xla_wheels.patches import (
     write_state,
 )
 from xla_wheels.plan import PlannedCommand
-from xla_wheels.runner import after_options
 from xla_wheels.series_build import (
     BuildCheckReport,
     BuildCheckStep,

@@ -45,13 +45,13 @@ from datetime import datetime
 from itertools import takewhile
 from pathlib import Path
 
-from xla_wheels import filemode
+from xla_host import filemode
+from xla_host.errors import PatchError, PatchFileError
+from xla_host.tables import read_regular
 from xla_wheels.bundle import Component, PatchRef
-from xla_wheels.errors import PatchError, PatchFileError
 from xla_wheels.gitutil import compose, git, git_out, run_git, status_porcelain
 from xla_wheels.plan import PlannedCommand
 from xla_wheels.series_hygiene import DIFF_FILE, LineDefect, scan_patch_text
-from xla_wheels.tables import read_regular
 
 REQUIRED_KEYS = ("Subject", "Component", "Base", "Fixes", "Why", "Upstream", "Files")
 OPTIONAL_KEYS = ("Verified", "Not-verified", "Author", "Date")

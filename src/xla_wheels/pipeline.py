@@ -11,12 +11,13 @@ import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from xla_wheels import log
+from xla_host import log
+from xla_host.errors import SourceError
+from xla_host.redact import Redactor
 from xla_wheels.builder import build_and_collect as build_stage
 from xla_wheels.builder.config import BuildConfig
 from xla_wheels.bundle import Bundle
 from xla_wheels.checks_before_fetch import check_before_fetch
-from xla_wheels.errors import SourceError
 from xla_wheels.gitutil import RUN_ENV, RUN_OPTIONS, GitRunner, run_git
 from xla_wheels.layout import BundleLayout
 from xla_wheels.options import PipelineOptions
@@ -31,7 +32,6 @@ from xla_wheels.patches import (
 )
 from xla_wheels.plan import PlannedCommand, PlannedStage
 from xla_wheels.progress import Timings
-from xla_wheels.redact import Redactor
 from xla_wheels.sources import CheckedOutSource, SourceCache, fetch_sources, plan_commands
 from xla_wheels.upstream_tree import BUILD_OWNED
 from xla_wheels.wheels_lock import update_bundle_entry, written_on_success

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from xla_wheels import log
-from xla_wheels.redact import mask_url_credentials, printable
+from xla_host import log
+from xla_host.redact import mask_url_credentials, printable
 
 
 @dataclass(frozen=True)

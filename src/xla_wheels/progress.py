@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xla_wheels import log
+from xla_host import log
 
 
 def on_terminal() -> bool:

@@ -25,18 +25,19 @@ import zipfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from xla_wheels import log, runner
+from xla_host import log, runner
+from xla_host.errors import CheckFailed, PipelineError
+from xla_host.filemode import file_sha256
+from xla_host.wheel_filename import parse_wheel_name
 from xla_wheels.builder import build_and_collect as build_stage
 from xla_wheels.builder import rebuilt_wheels as recorded_mod
 from xla_wheels.builder.config import BuildConfig
 from xla_wheels.bundle import Bundle
 from xla_wheels.checks_before_fetch import check_before_fetch
-from xla_wheels.errors import CheckFailed, PipelineError
 from xla_wheels.layout import BundleLayout
 from xla_wheels.options import PipelineOptions
 from xla_wheels.publish.wheels import locked_records
-from xla_wheels.wheel_filename import parse_wheel_name
-from xla_wheels.wheels_lock import WheelRecord, file_sha256, read_lock
+from xla_wheels.wheels_lock import WheelRecord, read_lock
 
 REBUILD_DIR = "rebuild-check"
 DIFFOSCOPE_TIMEOUT_S = 3600.0

@@ -43,11 +43,12 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, TypeVar
 
-from xla_wheels import log, progress, settings_table
-from xla_wheels.errors import PipelineError
+from xla_host import log
+from xla_host.errors import PipelineError
+from xla_host.redact import mask_url_credentials
+from xla_host.runner import StepTimedOut
+from xla_wheels import progress, settings_table
 from xla_wheels.options import NetworkPolicy
-from xla_wheels.redact import mask_url_credentials
-from xla_wheels.runner import StepTimedOut
 
 T = TypeVar("T")
 

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from xla_wheels.errors import BundleBusy
+from xla_host.errors import BundleBusy
 
 LOCK_NAME = ".lock"
 

@@ -1,6 +1,6 @@
 """The CycloneDX SBOM inside each of our wheels (PEP 770: ``<name>.dist-info/sboms/``).
 
-One source: the document is computed from the wheel's :class:`~xla_wheels.provenance.Provenance`
+One source: the document is computed from the wheel's :class:`~xla_host.provenance.Provenance`
 (the same structure the provenance file is written from), never from a second reading of
 the manifests. It lists each source component with its full commit (CycloneDX pedigree),
 each patch file with its sha256 (nested ``file`` components), torch_xla's own
@@ -53,14 +53,10 @@ from cyclonedx.output.json import JsonV1Dot6
 from cyclonedx.schema import SchemaVersion
 from packageurl import PackageURL
 
+from xla_host.installed_metadata import ProbeFailed, read_installed
+from xla_host.provenance import ComponentProvenance, PatchDigest, Provenance
+from xla_host.wheel_filename import parse_wheel_name
 from xla_wheels import wheel_stamp
-from xla_wheels.installed_metadata import ProbeFailed, read_installed
-from xla_wheels.provenance import (
-    ComponentProvenance,
-    PatchDigest,
-    Provenance,
-)
-from xla_wheels.wheel_filename import parse_wheel_name
 
 SBOM_NAME = wheel_stamp.SBOM_NAME
 SCHEMA = SchemaVersion.V1_6

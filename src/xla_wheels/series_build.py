@@ -12,7 +12,7 @@ The step is data (:class:`BuildCheckStep`): a dry run prints it, a real run exec
 A series without a ``checks/`` directory has no such step, and says so.
 
 Exit codes: :data:`DOES_NOT_BUILD_EXIT_CODE` (7) when something no longer compiles; 1
-when it compiles but a check judges against it (:class:`~xla_wheels.errors.CheckFailed`).
+when it compiles but a check judges against it (:class:`~xla_host.errors.CheckFailed`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from xla_wheels.errors import CheckFailed, ExitCode, PatchError
+from xla_host.errors import CheckFailed, ExitCode, PatchError
 from xla_wheels.gitutil import git
 from xla_wheels.options import NetworkPolicy
 

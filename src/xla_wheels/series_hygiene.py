@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from xla_wheels.errors import ExitCode, GitError, PatchError
+from xla_host.errors import ExitCode, GitError, PatchError
 from xla_wheels.gitutil import git
 
 DEFECTS_EXIT_CODE = ExitCode.SERIES_DEFECTS

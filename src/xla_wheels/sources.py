@@ -33,14 +33,17 @@ from functools import partial
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from xla_wheels import filemode, log, progress, worktree_guard
+from xla_host import filemode, log
+from xla_host.errors import PipelineError, SourceError
+from xla_host.redact import mask_url_credentials
+from xla_host.runner import StepTimedOut
+from xla_host.values import REMOTE_RULE, BadValue, check_remote
+from xla_wheels import progress, worktree_guard
 from xla_wheels.bundle import Bundle, Component
-from xla_wheels.errors import PipelineError, SourceError
 from xla_wheels.gitutil import PROGRESS_FLAG, GitRunner, compose, run_git
 from xla_wheels.options import DEFAULT_NETWORK, NetworkPolicy
 from xla_wheels.patches import state_path
 from xla_wheels.plan import PlannedCommand
-from xla_wheels.redact import mask_url_credentials
 from xla_wheels.retrying import (
     RETRIES_SETTING,
     TIMEOUT_SETTING,
@@ -50,8 +53,6 @@ from xla_wheels.retrying import (
     host_of,
     with_retries,
 )
-from xla_wheels.runner import StepTimedOut
-from xla_wheels.values import REMOTE_RULE, BadValue, check_remote
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from xla_wheels import runner
-from xla_wheels.errors import PipelineError
+from xla_host import runner
+from xla_host.errors import PipelineError
 
 NOTICE = "{who} stand-in upstream (xla_wheels.stand_in): this is NOT {what}."
 

@@ -6,7 +6,7 @@ pip orders ``2.9.0+...`` after ``2.9.0``, so a host that pins ``torch_xla==2.9.0
 gets ours by accident, and ``pip install torch_xla==2.9.0+gitc04e61c.p1a2b3c4d`` names one
 exact build. The same inputs always give the same label (no dates, no build numbers).
 
-The provenance file (``xla_wheels.provenance``: its path, its schema, and why it records
+The provenance file (``xla_host.provenance``: its path, its schema, and why it records
 the wheel's inputs only) is added to the built wheel (with its RECORD line), because
 upstream's setup.py lists only ``lib/*.so*`` and ``py.typed`` as package data: a file
 written into the source tree would not be packed.
@@ -35,9 +35,9 @@ import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from xla_wheels import filemode
-from xla_wheels.provenance import PROVENANCE_PATH, Provenance
-from xla_wheels.wheel_filename import parse_wheel_name
+from xla_host import filemode
+from xla_host.provenance import PROVENANCE_PATH, Provenance
+from xla_host.wheel_filename import parse_wheel_name
 
 _LOCAL_LABEL = re.compile(r"[a-z0-9]+(\.[a-z0-9]+)*")
 

@@ -17,7 +17,6 @@ resolved public wheels). A pipeline run holds its writes back until it has succe
 
 from __future__ import annotations
 
-import hashlib
 import tomllib
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -26,12 +25,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from xla_wheels import filemode
+from xla_host import filemode
+from xla_host.errors import LockError, LockFileError, PipelineError
+from xla_host.provenance import PatchDigest, read_patches
+from xla_host.tables import BOM_FIX, Field, Table, bom_problem, loads_toml, read_regular
 from xla_wheels.bundle import Bundle, available_bundles, load_bundle
-from xla_wheels.errors import LockError, LockFileError, PipelineError
 from xla_wheels.patches import describe_series, series_digest
-from xla_wheels.provenance import PatchDigest, read_patches
-from xla_wheels.tables import BOM_FIX, Field, Table, bom_problem, loads_toml, read_regular
 
 LOCK_VERSION = "1"
 _PREAMBLE = (
@@ -40,11 +39,6 @@ _PREAMBLE = (
     "# `make lock-check` fails when a manifest or patch no longer matches.\n"
     "# Format: docs/bundles.md, \"wheels.lock\".\n"
 )
-
-
-def file_sha256(path: Path) -> str:
-    with path.open("rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def _repair_fix(path: Path) -> str:
@@ -321,7 +315,7 @@ def written_on_success() -> Iterator[None]:
 def stage_held_back() -> list[filemode.StagedFile]:
     """Write each held-back lock now into a temporary file beside it, not yet in place,
     and stop holding it: the caller renames them into place together with what they
-    record (:meth:`~xla_wheels.filemode.StagedFile.commit`), or discards them. Any
+    record (:meth:`~xla_host.filemode.StagedFile.commit`), or discards them. Any
     failure (a full disk) removes the ones already written. Outside
     :func:`written_on_success` there is nothing held back: an empty list."""
     pending = _PENDING.get()
@@ -341,7 +335,7 @@ def stage_held_back() -> list[filemode.StagedFile]:
 
 def write_with_held_back(files: Sequence[tuple[Path, bytes | str]]) -> None:
     """Write ``files`` and the lock writes held back so far (:func:`written_on_success`)
-    all or none, the lock renamed last (:func:`~xla_wheels.filemode.commit_all`): a
+    all or none, the lock renamed last (:func:`~xla_host.filemode.commit_all`): a
     failure anywhere (a read-only ``dist/<bundle>``, a full disk) leaves ``wheels.lock``
     and each of ``files`` byte for byte as they were."""
     staged = filemode.stage_all(files)

@@ -35,8 +35,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from xla_host.errors import ExitCode, GitError, SourceError
 from xla_wheels.bundle import Component
-from xla_wheels.errors import ExitCode, GitError, SourceError
 from xla_wheels.gitutil import GitRunner, compose, run_git
 from xla_wheels.patches import DEFAULT_AUTHOR, commit_message, parse_patch
 from xla_wheels.upstream_tree import (

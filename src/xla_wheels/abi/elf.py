@@ -19,7 +19,7 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.gnuversions import GNUVerDefSection, GNUVerNeedSection, GNUVerSymSection
 from elftools.elf.sections import SymbolTableSection
 
-from xla_wheels.errors import ExitCode, PipelineError
+from xla_host.errors import ExitCode, PipelineError
 
 #: Bindings under which a defined symbol is visible to other objects (GNU_UNIQUE is
 #: reported by pyelftools as ``STB_LOOS``, the value it shares with STB_GNU_UNIQUE).

@@ -20,12 +20,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from xla_wheels import runner
+from xla_host import runner
+from xla_host.errors import ExitCode, PipelineError
+from xla_host.installed_metadata import InstalledDistribution, ProbeFailed, read_installed
+from xla_host.wheel_filename import WheelFilenameError, parse_wheel_name
 from xla_wheels.abi.compare import Comparison, SymbolGroup, compare, group_missing
 from xla_wheels.abi.elf import read_shared_object
-from xla_wheels.errors import ExitCode, PipelineError
-from xla_wheels.installed_metadata import InstalledDistribution, ProbeFailed, read_installed
-from xla_wheels.wheel_filename import WheelFilenameError, parse_wheel_name
 
 #: torch_xla's extension module: ``_XLAC.<abi tag>.so`` at the top of the wheel/site-packages.
 EXTENSION = re.compile(r"^_XLAC\.[^/]*\.so$")

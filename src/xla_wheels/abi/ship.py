@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from xla_wheels import log
+from xla_host import log
 from xla_wheels.abi.pairs import (
     AbiResult,
     NoExtension,

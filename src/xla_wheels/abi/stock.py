@@ -6,7 +6,7 @@ is about 900 MB, so each is downloaded once (``pip download --no-deps``), the fe
 libraries the check reads are extracted, and the wheel is deleted: the cache keeps only
 ``torch/lib/{libc10,libtorch,libtorch_cpu,libtorch_python}.so`` (~460 MB per torch) and
 ``_XLAC*.so`` (~305 MB), under ``${XLA_WHEELS_CACHE:-~/.cache/xla-wheels}/abi-libs/``.
-Each entry is made by :func:`xla_wheels.waitlock.make_once` (one maker, the others wait).
+Each entry is made by :func:`xla_host.waitlock.make_once` (one maker, the others wait).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from xla_wheels import log, runner
+from xla_host import log, runner
+from xla_host.waitlock import make_once
 from xla_wheels.abi.pairs import EXTENSION, TORCH_LIB_DIR, AbiInputError, PairFiles
-from xla_wheels.waitlock import make_once
 
 MARKER = "xla-wheels-abi-libs.json"
 #: The torch libraries any released ``_XLAC`` names in DT_NEEDED (checked: 2.7-2.9).

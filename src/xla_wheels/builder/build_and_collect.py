@@ -10,13 +10,18 @@ atomic move, wheels.lock. Every piece is composed from one :class:`BuildConfig` 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+import xla_host
 import xla_wheels
-from xla_wheels import disk_faults, log, sbom, wheel_stamp
+from xla_host import log
+from xla_host.errors import PipelineError
+from xla_host.provenance import BuildSettings, ComponentProvenance, PatchDigest, Provenance
+from xla_wheels import disk_faults, sbom, wheel_stamp
 from xla_wheels.abi import ship as abi_ship
 from xla_wheels.abi.pairs import AbiMismatch
 from xla_wheels.builder import rebuilt_wheels, recipes, remote_cache
@@ -45,14 +50,12 @@ from xla_wheels.builder.spec import (
     unfinished,
 )
 from xla_wheels.bundle import Bundle
-from xla_wheels.errors import PipelineError
 from xla_wheels.gitutil import git
 from xla_wheels.layout import BundleLayout
 from xla_wheels.options import PipelineOptions
 from xla_wheels.patches import describe_series, series_digest
 from xla_wheels.plan import PlannedCommand, PlannedStage
 from xla_wheels.progress import Timings
-from xla_wheels.provenance import BuildSettings, ComponentProvenance, PatchDigest, Provenance
 from xla_wheels.sources import CheckedOutSource, SourceCache, known_commits
 from xla_wheels.upstream_tree import TORCH_XLA_IN_TORCH
 
@@ -232,7 +235,10 @@ def compose(
         ship_out=str(layout.ship_check),
         ship_check=config.ship_check,
         ship_pip_args=list(config.ship_pip_args),
-        pipeline_src=str(Path(xla_wheels.__file__).resolve().parent.parent),
+        pipeline_src=[
+            str(Path(package.__path__[0]).resolve().parent)
+            for package in (xla_wheels, xla_host)
+        ],
         remote_cache=config.remote_cache.settings.to_dict(),
         private_dir=str(layout.work / "private"),
         provenance=provenance.to_json(),
@@ -302,7 +308,7 @@ def mounts(run: BuildRun, extra: tuple[Path, ...] = ()) -> list[Mount]:
         Path(spec.ccache_dir),
         Path(spec.pip_cache_dir),
     ]
-    result = [Mount(Path(spec.pipeline_src), read_only=True)]
+    result = [Mount(Path(path), read_only=True) for path in dict.fromkeys(spec.pipeline_src)]
     source_cache = run.options.source_cache
     result.append(Mount(source_cache, read_only=True))
     result += [Mount(path) for path in dict.fromkeys(writable)]
@@ -332,7 +338,7 @@ def secrets_for_build(run: BuildRun) -> Iterator[None]:
 
 
 def engine_for(run: BuildRun, extra: tuple[Path, ...] = ()) -> Engine:
-    env = {"PYTHONPATH": run.spec.pipeline_src, "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {"PYTHONPATH": os.pathsep.join(run.spec.pipeline_src), "PYTHONDONTWRITEBYTECODE": "1"}
     if run.config.remote_cache.secrets and not extra:
         # A path, not a credential: the builder reads the values from the file.
         env[remote_cache.ENV_SECRETS_FILE] = str(secrets_path(run))
@@ -439,7 +445,7 @@ def collect(run: BuildRun) -> Path:
 def _raise_if_disk_fault(run: BuildRun, code: int, step: str, *extra: Path) -> None:
     """The recipe exits :data:`~xla_wheels.disk_faults.DISK_FAULT_EXIT` when its tools
     reported a full disk or a read-only filesystem (it printed their message): a
-    :class:`~xla_wheels.errors.DiskError` naming the directory it writes that is the
+    :class:`~xla_host.errors.DiskError` naming the directory it writes that is the
     cause, not a failure of the build or of the wheels."""
     if code != disk_faults.DISK_FAULT_EXIT:
         return

@@ -18,16 +18,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from xla_wheels import disk_faults, filemode, log, wheel_stamp
-from xla_wheels.errors import CheckFailed, PipelineError
+from xla_host import filemode, log
+from xla_host.errors import CheckFailed, PipelineError
+from xla_host.filemode import file_sha256
+from xla_wheels import disk_faults, wheel_stamp
 from xla_wheels.layout import BundleLayout
-from xla_wheels.wheels_lock import (
-    WheelRecord,
-    file_sha256,
-    record_wheels,
-    stage_held_back,
-    written_on_success,
-)
+from xla_wheels.wheels_lock import WheelRecord, record_wheels, stage_held_back, written_on_success
 
 
 class ShipCheckFailed(CheckFailed):

@@ -26,8 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from xla_wheels import log, runner
-from xla_wheels.errors import PipelineError
+from xla_host import log, runner
+from xla_host.errors import PipelineError
 
 
 class EngineError(PipelineError):

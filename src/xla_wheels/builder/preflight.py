@@ -20,15 +20,16 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
-from xla_wheels import disk_faults, runner
+from xla_host import runner
+from xla_host.errors import PipelineError, SourceError
+from xla_host.runner import StepTimedOut
+from xla_wheels import disk_faults
 from xla_wheels.builder.config import ENGINES, BuildConfig, jobs_that_fit, mem_total_gib
 from xla_wheels.builder.container import image_present, probe_engine
 from xla_wheels.bundle import Bundle, Component
 from xla_wheels.checks_before_fetch import is_mirror_directory, mirror_problem
-from xla_wheels.errors import PipelineError, SourceError
 from xla_wheels.options import PipelineOptions
 from xla_wheels.plan import PlannedCommand, PlannedStage
-from xla_wheels.runner import StepTimedOut
 from xla_wheels.sources import SourceCache, effective_remote, ls_remote_command
 
 GIB = 1024**3

@@ -25,11 +25,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from xla_wheels import filemode, log, wheel_stamp
+from xla_host import filemode, log
+from xla_host.errors import PipelineError
+from xla_host.filemode import file_sha256
+from xla_host.wheel_filename import parse_wheel_name
+from xla_wheels import wheel_stamp
 from xla_wheels.builder.spec import record_stage
-from xla_wheels.errors import PipelineError
-from xla_wheels.wheel_filename import parse_wheel_name
-from xla_wheels.wheels_lock import file_sha256, read_lock
+from xla_wheels.wheels_lock import read_lock
 
 
 class RecordedWheelDiffers(PipelineError):

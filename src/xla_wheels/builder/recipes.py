@@ -322,7 +322,7 @@ def ship_steps(spec: BuildSpec, staging: str) -> list[Step]:
         **spec.extra_env,
     }
     # The gate runs from the pipeline's own sources (mounted read-only at the same path).
-    check_env = {**env, "PYTHONPATH": spec.pipeline_src}
+    check_env = {**env, "PYTHONPATH": ":".join(spec.pipeline_src)}
     return [
         Step("clean environment", (spec.python, "-m", "venv", "--clear", spec.ship_env)),
         Step(

@@ -38,12 +38,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xla_wheels.errors import ExitCode, PipelineError, UsageError
-from xla_wheels.launch_profile import ROLES
-from xla_wheels.redact import REDACTED
+from xla_host.errors import ExitCode, PipelineError, UsageError
+from xla_host.launch_profile import ROLES
+from xla_host.redact import REDACTED
+from xla_host.tables import Field, Table, loads_toml, read_utf8
+from xla_host.values import BadValue, parse_count
 from xla_wheels.settings_table import by_flag, env_of
-from xla_wheels.tables import Field, Table, loads_toml, read_utf8
-from xla_wheels.values import BadValue, parse_count
 
 CONFIG_RELPATH = "build/builders.toml"
 BAZEL_SCHEMES = ("grpc", "grpcs", "http", "https")

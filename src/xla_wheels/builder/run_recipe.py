@@ -36,14 +36,15 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from xla_wheels import disk_faults, runner, signals, wheel_stamp
+from xla_host import runner, signals
+from xla_host.errors import ExitCode
+from xla_host.provenance import PROVENANCE_PATH, PatchDigest, Provenance
+from xla_host.redact import Redactor
+from xla_host.wheel_filename import parse_wheel_name
+from xla_wheels import disk_faults, wheel_stamp
 from xla_wheels.builder import recipes, remote_cache
 from xla_wheels.builder.spec import BuildSpec, record_stage, sha256_of
-from xla_wheels.errors import ExitCode
-from xla_wheels.provenance import PROVENANCE_PATH, PatchDigest, Provenance
-from xla_wheels.redact import Redactor
 from xla_wheels.upstream_tree import OPENXLA_PATCHES, workspace_openxla_patches
-from xla_wheels.wheel_filename import parse_wheel_name
 
 TAIL_LINES = 40
 

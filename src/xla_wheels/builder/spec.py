@@ -16,7 +16,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xla_wheels import filemode, wheel_stamp
+from xla_host import filemode
+from xla_wheels import wheel_stamp
 
 # Bump when a recipe changes in a way that changes the wheels: invalidates the stage cache.
 RECIPE_VERSION = "3"  # 2: wheels re-packed reproducibly, provenance without a bundle; 3: SBOM
@@ -56,8 +57,9 @@ class BuildSpec:
     ship_out: str
     ship_check: str
     ship_pip_args: list[str]
-    pipeline_src: str
-    """Directory holding the ``xla_wheels`` package (mounted read-only at the same path)."""
+    pipeline_src: list[str]
+    """The directories holding the ``xla_wheels`` and ``xla_host`` packages (each mounted
+    read-only at the same path, and on PYTHONPATH in this order)."""
     remote_cache: dict[str, Any] = field(default_factory=dict)
     """``RemoteCacheSettings.to_dict()``: URLs, role, header names; never a credential."""
     private_dir: str = ""

@@ -1,7 +1,7 @@
 """The one command line of the pipeline (``xla-wheels`` / ``python -m xla_wheels``).
 
 The package holds every subcommand's arguments; this module is the only place where a
-:class:`~xla_wheels.errors.PipelineError` becomes ``error:`` / ``fix:`` lines and an exit
+:class:`~xla_host.errors.PipelineError` becomes ``error:`` / ``fix:`` lines and an exit
 code (0 done or passed, 1 a step or check failed, 2 bad input or cannot judge, 5 another
 run holds the bundle (:mod:`xla_wheels.run_lock`), 10 a disk fault, 130 interrupted). An
 ``OSError`` of a full disk, a quota, a read-only filesystem or no permission that escapes
@@ -28,13 +28,14 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
-from xla_wheels import __version__, signals
+from xla_host import signals
+from xla_host.errors import PipelineError, UsageError
+from xla_wheels import __version__
 from xla_wheels.cli.arguments import RefusedSwitchAction, SwitchAction
 from xla_wheels.cli.from_make import MakeRun
 from xla_wheels.cli.help import subcommand_help
 from xla_wheels.cli.settings import check_environment, env_switch, refuse_dry_run
 from xla_wheels.disk_faults import disk_error
-from xla_wheels.errors import PipelineError, UsageError
 from xla_wheels.exit_codes import help_epilog
 
 #: Every subcommand, in the order ``--help`` shows them: (module, one-line help); the
@@ -219,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def exit_code_of(action: Callable[[], int]) -> int:
     """``action``'s exit code; a :class:`PipelineError` is printed as ``error:`` and ``fix:``
     lines and gives its own code, an interruption 128 + its signal (130 Ctrl-C, 143
-    SIGTERM, 129 SIGHUP: ``xla_wheels.signals``): never a traceback."""
+    SIGTERM, 129 SIGHUP: ``xla_host.signals``): never a traceback."""
     # Under make (which exports MAKELEVEL to its recipes), the run also ends with the
     # recipe's shell: make's SIGTERM reaches that shell only (signals.end_with_parent).
     with signals.handled():

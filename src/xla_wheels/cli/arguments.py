@@ -11,8 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from xla_wheels.settings_table import Setting, by_flag, in_group
-from xla_wheels.values import (
+from xla_host.values import (
     SWITCH_SPELLINGS,
     BadValue,
     check_output_dir,
@@ -20,11 +19,12 @@ from xla_wheels.values import (
     parse_count,
     parse_switch,
 )
+from xla_wheels.settings_table import Setting, by_flag, in_group
 
 
 class SwitchAction(argparse.Action):
     """An on/off flag: ``--dry-run`` alone is on; ``--dry-run=VALUE`` is on or off by
-    :func:`xla_wheels.values.parse_switch` (the Makefile passes the user's raw value), and
+    :func:`xla_host.values.parse_switch` (the Makefile passes the user's raw value), and
     any other value is refused at parse time, before anything runs."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
@@ -78,7 +78,7 @@ def add_switch(
 
 
 class ValueType:
-    """An argparse ``type`` from a :mod:`xla_wheels.values` parser: a value is refused at
+    """An argparse ``type`` from a :mod:`xla_host.values` parser: a value is refused at
     parse time with the parser's reason; ``example`` is a value that works (for the fix)."""
 
     def __init__(self, parse: Callable[[str], Any], example: str, name: str) -> None:

@@ -23,9 +23,9 @@ import shlex
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from xla_wheels.errors import UsageError
+from xla_host.errors import UsageError
+from xla_host.values import BadValue, parse_switch
 from xla_wheels.settings_table import SETTINGS
-from xla_wheels.values import BadValue, parse_switch
 
 ENV_GOAL = "XLA_WHEELS_MAKE_GOAL"
 ENV_COMMAND_LINE = "XLA_WHEELS_MAKE_COMMAND_LINE"

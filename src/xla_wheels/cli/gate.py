@@ -1,7 +1,7 @@
 """``xla-wheels gate`` and ``xla-wheels bench-restart``: arguments and printing.
 
 The gate's run itself (which checks share children, what runs side by side) is
-:func:`xla_wheels.gate.run.run_gate`; this module parses, prints and leaves the receipt.
+:func:`xla_host.gate.run.run_gate`; this module parses, prints and leaves the receipt.
 
 Exit codes of ``gate``: 0 every selected check passed; 1 a check failed (the verdict says
 which and why); 2 the environment cannot be judged (no torch_xla, no such device).
@@ -19,17 +19,18 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from xla_wheels import log
+from xla_host import log
+from xla_host.errors import UsageError
+from xla_host.gate import bench, restart, under_profile
+from xla_host.gate import run as gate_run
+from xla_host.gate.errors import GateEnvironmentError
+from xla_host.gate.report import render_text
+from xla_host.gate.result import ensure_passed
+from xla_host.gate.run import CHECKS
+from xla_host.gate.target import DEVICES, Target, default_device, resolve_target
+from xla_wheels import stock_envs as envs
 from xla_wheels.cli.arguments import OUTPUT_DIR, amount, count
 from xla_wheels.cli.settings import Settings
-from xla_wheels.errors import UsageError
-from xla_wheels.gate import bench, envs, restart, under_profile
-from xla_wheels.gate import run as gate_run
-from xla_wheels.gate.errors import GateEnvironmentError
-from xla_wheels.gate.report import render_text
-from xla_wheels.gate.result import ensure_passed
-from xla_wheels.gate.run import CHECKS
-from xla_wheels.gate.target import DEVICES, Target, default_device, resolve_target
 from xla_wheels.options import machine_cache
 
 if TYPE_CHECKING:  # loaded when a run leaves its receipt (see _receipts)
@@ -55,7 +56,7 @@ def _given_python(args: argparse.Namespace) -> Path | None:
 
 
 def _python(args: argparse.Namespace) -> Path:
-    return gate_run.resolve_python(_given_python(args), machine_cache(os.environ))
+    return envs.resolve_python(_given_python(args), machine_cache(os.environ))
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
@@ -237,7 +238,7 @@ def _gate_profile(args: argparse.Namespace) -> under_profile.GateProfile | None:
             fix=f"pass BUNDLE=<bundle> with PROFILE={args.profile}",
         )
     # Imported here: `gate --help` and a gate run without a profile do not read manifests.
-    from xla_wheels import launch_profile
+    from xla_host import launch_profile
     from xla_wheels.bundle import load_bundle
 
     bundle = load_bundle(_checkout(args), args.bundle)
@@ -253,8 +254,7 @@ def run_gate(args: argparse.Namespace) -> int:
     _check_bundle(args)
     gate_profile = _gate_profile(args)
     config = gate_run.GateConfig(
-        python=_given_python(args),
-        stock_root=machine_cache(os.environ),
+        python=lambda: envs.resolve_python(_given_python(args), machine_cache(os.environ)),
         device=args.device,
         checks=tuple(checks),
         workload=args.workload,

@@ -18,14 +18,14 @@ import os
 import shlex
 from pathlib import Path
 
-from xla_wheels import filemode, launch_profile
+from xla_host import filemode, launch_profile
+from xla_host.cache_contract import directory_name
+from xla_host.errors import UsageError
+from xla_host.tables import read_regular
 from xla_wheels.bundle import Bundle, load_bundle
 from xla_wheels.cli.arguments import OUTPUT_DIR, add_bundle_arguments
 from xla_wheels.cli.settings import pipeline_options
-from xla_wheels.errors import UsageError
-from xla_wheels.publish.cache_contract import directory_name
 from xla_wheels.publish.wheels import locked_versions
-from xla_wheels.tables import read_regular
 from xla_wheels.wheels_lock import read_lock
 
 HELPER = Path("scripts") / "xla_launch_profile.py"

@@ -14,10 +14,10 @@ from __future__ import annotations
 import os
 import sys
 
+from xla_host.errors import UsageError
 from xla_wheels.cli import exit_code_of
 from xla_wheels.cli.from_make import MakeRun
 from xla_wheels.cli.settings import check_environment, env_switch, refuse_dry_run
-from xla_wheels.errors import UsageError
 
 
 def _run() -> int:

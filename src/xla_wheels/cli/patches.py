@@ -5,18 +5,13 @@ from __future__ import annotations
 import argparse
 import os
 
-from xla_wheels import log
+from xla_host import log
+from xla_host.errors import UsageError
 from xla_wheels.bundle import COMPONENT_NAMES, Bundle
 from xla_wheels.cli.arguments import add_bundle_arguments, add_switch
 from xla_wheels.cli.settings import pipeline_options
-from xla_wheels.errors import UsageError
 from xla_wheels.options import PipelineOptions
-from xla_wheels.patch_workflow import (
-    RebaseResult,
-    continue_rebase,
-    export_series,
-    start_rebase,
-)
+from xla_wheels.patch_workflow import RebaseResult, continue_rebase, export_series, start_rebase
 from xla_wheels.series_build import judge
 from xla_wheels.series_checks.key_audit import judge as judge_audit
 

@@ -16,28 +16,23 @@ import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
+from xla_host import launch_profile, log
+from xla_host.errors import UsageError
+from xla_host.redact import Redactor, shown
 from xla_wheels import attestation as attest
-from xla_wheels import launch_profile, log
 from xla_wheels.bundle import load_bundle
 from xla_wheels.cli.arguments import add_bundle_arguments, add_setting, add_switch
 from xla_wheels.cli.settings import pipeline_options, publish_options, supply_options
-from xla_wheels.errors import UsageError
 from xla_wheels.layout import BundleLayout
 from xla_wheels.options import PipelineOptions, env_var
 from xla_wheels.progress import Timings
 from xla_wheels.publish import doctor, launch_check, requirements, upload, verify_install
 from xla_wheels.publish.static_index import write_static_index
 from xla_wheels.publish.wheels import locked_records, locked_wheels
-from xla_wheels.redact import Redactor, shown
 from xla_wheels.release import lanes
 from xla_wheels.release.host_lane import add_lane_findings
 from xla_wheels.settings_table import by_flag
-from xla_wheels.wheels_lock import (
-    BundleEntry,
-    read_lock,
-    write_with_held_back,
-    written_on_success,
-)
+from xla_wheels.wheels_lock import BundleEntry, read_lock, write_with_held_back, written_on_success
 
 
 def _dist(options: PipelineOptions, args: argparse.Namespace) -> Path:

@@ -14,19 +14,19 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from xla_wheels import log
+from xla_host import log, receipts
+from xla_host.errors import UsageError
+from xla_host.wheel_filename import normalize, parse_wheel_name
 from xla_wheels.bundle import load_bundle
 from xla_wheels.cli.arguments import add_bundle_arguments, add_common_arguments, add_switch
 from xla_wheels.cli.settings import pipeline_options
-from xla_wheels.errors import UsageError
 from xla_wheels.layout import BundleLayout
 from xla_wheels.publish import requirements
 from xla_wheels.publish.index import credentials_for
 from xla_wheels.publish.wheels import locked_records, locked_wheels
 from xla_wheels.release import compare as compare_mod
-from xla_wheels.release import lanes, promote, pylock, receipts
+from xla_wheels.release import lanes, promote, pylock
 from xla_wheels.release import status as status_mod
-from xla_wheels.wheel_filename import normalize, parse_wheel_name
 from xla_wheels.wheels_lock import (
     BundleEntry,
     Lock,

@@ -32,10 +32,21 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from xla_host.errors import UsageError
+from xla_host.values import (
+    REMOTE_RULE,
+    WHOLE_NUMBER,
+    BadValue,
+    check_output_dir,
+    check_remote,
+    check_url,
+    digits_hint,
+    parse_count,
+    parse_switch,
+)
 from xla_wheels.cli.arguments import NET_RETRIES, NET_TIMEOUT, PROGRESS_INTERVAL, value_type
 from xla_wheels.cli.from_make import closest
 from xla_wheels.disk_faults import existing
-from xla_wheels.errors import UsageError
 from xla_wheels.options import (
     ENV_PREFIX,
     NetworkPolicy,
@@ -47,17 +58,6 @@ from xla_wheels.options import (
     machine_cache,
 )
 from xla_wheels.settings_table import SETTINGS, by_flag
-from xla_wheels.values import (
-    REMOTE_RULE,
-    WHOLE_NUMBER,
-    BadValue,
-    check_output_dir,
-    check_remote,
-    check_url,
-    digits_hint,
-    parse_count,
-    parse_switch,
-)
 
 #: The most compile jobs one builder may ask for: more is a typo (JOBS=1e9), not a machine.
 MAX_JOBS = int(by_flag("--jobs").high or 0)
@@ -117,7 +117,7 @@ def refuse_dry_run(command: str) -> None:
 
 
 def env_number(environ: Mapping[str, str], flag: str, parse: Callable[[str], float]) -> None:
-    """Check ``XLA_WHEELS_<NAME>`` with ``parse`` (a :mod:`xla_wheels.values` parser)."""
+    """Check ``XLA_WHEELS_<NAME>`` with ``parse`` (a :mod:`xla_host.values` parser)."""
     name = env_var(flag)
     text = environ.get(name)
     if text:

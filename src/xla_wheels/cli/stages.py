@@ -14,7 +14,9 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from xla_wheels import log, runner
+from xla_host import log, runner
+from xla_host.errors import LockError, PatchError, UsageError
+from xla_host.redact import shown
 from xla_wheels.builder.config import ENGINES, BuildConfig, jobs_that_fit
 from xla_wheels.builder.container import EngineError, build_image_argv
 from xla_wheels.bundle import available_bundles, describe, diff, load_bundle
@@ -26,12 +28,10 @@ from xla_wheels.cli.arguments import (
     count,
 )
 from xla_wheels.cli.settings import MAX_JOBS, build_config, pipeline_options
-from xla_wheels.errors import LockError, PatchError, UsageError
 from xla_wheels.gitutil import git_out
 from xla_wheels.patches import check_series, parse_patch
 from xla_wheels.pipeline import plan, run_until
 from xla_wheels.plan import render_plan
-from xla_wheels.redact import shown
 from xla_wheels.series_build import (
     BuildCheckReport,
     build_check_step,

@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 import os
 
+from xla_host.errors import UsageError
 from xla_wheels.cli.arguments import add_bundle_arguments, add_setting
 from xla_wheels.cli.settings import build_config, pipeline_options, supply_options
-from xla_wheels.errors import UsageError
 from xla_wheels.layout import BundleLayout
 from xla_wheels.options import env_var
 from xla_wheels.settings_table import by_flag

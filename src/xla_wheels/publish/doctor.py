@@ -26,18 +26,18 @@ from pathlib import Path
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
+from xla_host.cache_contract import CacheFacts, Finding, judge_cache_contract
+from xla_host.errors import LockError, PipelineError
+from xla_host.host_probe import HostFacts, probe
+from xla_host.provenance import Provenance, ProvenanceFormatError
+from xla_host.wheel_filename import normalize
 from xla_wheels import sbom
 from xla_wheels.abi import pairs as abi_pairs
 from xla_wheels.bundle import Bundle
 from xla_wheels.disk_faults import mount_of
-from xla_wheels.errors import LockError, PipelineError
-from xla_wheels.provenance import Provenance, ProvenanceFormatError
 from xla_wheels.publish import provenance_check as prov
-from xla_wheels.publish.cache_contract import CacheFacts, Finding, judge_cache_contract
 from xla_wheels.publish.errors import DoctorFailed
-from xla_wheels.publish.host_probe import HostFacts, probe
 from xla_wheels.publish.wheels import locked_sboms, locked_versions
-from xla_wheels.wheel_filename import normalize
 from xla_wheels.wheels_lock import BundleEntry, Lock
 
 #: File system types on which several hosts see the same cache directory.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from xla_wheels.errors import CheckFailed, PipelineError
+from xla_host.errors import CheckFailed, PipelineError
 
 
 class PublishError(PipelineError):

@@ -21,10 +21,11 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
-from xla_wheels.errors import PipelineError, UsageError
+from xla_host.errors import PipelineError, UsageError
+from xla_host.redact import scrub
+from xla_host.wheel_filename import normalize
 from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish.errors import CredentialsRejected, IndexUnreachable, PublishError
-from xla_wheels.redact import scrub
 from xla_wheels.retrying import (
     ANSWER_BYTES_ALLOWANCE,
     RETRIES_SETTING,
@@ -37,7 +38,6 @@ from xla_wheels.retrying import (
     url_fault,
     with_retries,
 )
-from xla_wheels.wheel_filename import normalize
 
 _USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
 _UNREACHABLE_FIX = (

@@ -14,14 +14,14 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 
-from xla_wheels.launch_profile import (
+from xla_host.cache_contract import directory_name
+from xla_host.launch_profile import (
     CACHE_READ_ONLY,
     KNOWN_VARIABLES,
     LOG_VARIABLES,
     LaunchProfile,
     compare_environment,
 )
-from xla_wheels.publish.cache_contract import directory_name
 from xla_wheels.publish.doctor import DoctorReport
 
 

@@ -1,6 +1,6 @@
 """Compare the provenance inside an installed torch_xla with the bundle's wheels.lock entry.
 
-Both sides are typed: the provenance follows the one schema of ``xla_wheels.provenance``
+Both sides are typed: the provenance follows the one schema of ``xla_host.provenance``
 (written by the build stage's stamp step), the entry is ``wheels_lock.BundleEntry``. What
 was compared is reported, so a check that compared nothing never reads as a pass.
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from xla_wheels.provenance import Provenance
-from xla_wheels.wheel_filename import normalize, parse_wheel_name
+from xla_host.provenance import Provenance
+from xla_host.wheel_filename import normalize, parse_wheel_name
 from xla_wheels.wheels_lock import BundleEntry
 
 

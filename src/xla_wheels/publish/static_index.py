@@ -16,8 +16,8 @@ import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
 
-from xla_wheels import filemode
-from xla_wheels.wheel_filename import parse_wheel_name
+from xla_host import filemode
+from xla_host.wheel_filename import parse_wheel_name
 from xla_wheels.wheels_lock import WheelRecord
 
 INDEX_DIRNAME = "simple"

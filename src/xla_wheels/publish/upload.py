@@ -13,7 +13,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from xla_wheels import log, runner
+from xla_host import log, runner
+from xla_host.redact import scrub
 from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish.errors import (
     CredentialsRejected,
@@ -32,14 +33,7 @@ from xla_wheels.publish.index import (
 )
 from xla_wheels.publish.static_index import INDEX_DIRNAME, write_static_index
 from xla_wheels.publish.wheels import LocalWheel, locked_wheels
-from xla_wheels.redact import scrub
-from xla_wheels.retrying import (
-    TIMEOUT_SETTING,
-    Transient,
-    attempts_text,
-    host_of,
-    with_retries,
-)
+from xla_wheels.retrying import TIMEOUT_SETTING, Transient, attempts_text, host_of, with_retries
 from xla_wheels.wheels_lock import Lock
 
 #: What twine (requests, urllib3) prints for a fault that may pass: tried again.

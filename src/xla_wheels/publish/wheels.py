@@ -12,10 +12,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from xla_wheels import log
+from xla_host import log
+from xla_host.filemode import file_sha256
+from xla_host.wheel_filename import WheelName, parse_wheel_name
 from xla_wheels.publish.errors import HashMismatch, PublishError
-from xla_wheels.wheel_filename import WheelName, parse_wheel_name
-from xla_wheels.wheels_lock import Lock, WheelRecord, file_sha256
+from xla_wheels.wheels_lock import Lock, WheelRecord
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from xla_wheels.gate.report import format_table
-from xla_wheels.release.receipts import Receipt, StoredReceipt
+from xla_host.gate.report import format_table
+from xla_host.receipts import Receipt, StoredReceipt
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,9 @@ import json
 import urllib.error
 from collections.abc import Sequence
 
-from xla_wheels import log
+from xla_host import log
+from xla_host.redact import scrub
+from xla_host.wheel_filename import parse_wheel_name
 from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish.errors import (
     CredentialsRejected,
@@ -39,7 +41,6 @@ from xla_wheels.publish.index import (
     unreachable,
 )
 from xla_wheels.publish.upload import Outcome
-from xla_wheels.redact import scrub
 from xla_wheels.release.lanes import Lane
 from xla_wheels.retrying import (
     TIMEOUT_SETTING,
@@ -49,7 +50,6 @@ from xla_wheels.retrying import (
     read_url,
     with_retries,
 )
-from xla_wheels.wheel_filename import parse_wheel_name
 from xla_wheels.wheels_lock import WheelRecord
 
 _UNREACHABLE_FIX = (

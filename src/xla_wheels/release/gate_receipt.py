@@ -16,11 +16,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from xla_wheels import log
-from xla_wheels.errors import LockError, UsageError
-from xla_wheels.gate.result import CheckResult
-from xla_wheels.gate.target import Target
-from xla_wheels.release import installed, receipts
+from xla_host import installed, log, receipts
+from xla_host.errors import LockError, UsageError
+from xla_host.gate.result import CheckResult
+from xla_host.gate.target import Target
 from xla_wheels.wheels_lock import WheelRecord, read_lock
 
 

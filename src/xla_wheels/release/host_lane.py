@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from xla_wheels.publish.host_probe import HostFacts
+from xla_host.host_probe import HostFacts
+from xla_host.wheel_filename import normalize, parse_wheel_name
 from xla_wheels.release import lanes
-from xla_wheels.wheel_filename import normalize, parse_wheel_name
 from xla_wheels.wheels_lock import read_lock
 
 if TYPE_CHECKING:  # doctor reads ELF files (pyelftools): loaded only by doctor itself

@@ -55,10 +55,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xla_wheels import filemode
-from xla_wheels.errors import ExitCode, PipelineError, UsageError
-from xla_wheels.tables import Field, Table, loads_toml, read_utf8
-from xla_wheels.values import NAME_PATTERN, NAME_RULE
+from xla_host import filemode
+from xla_host.errors import ExitCode, PipelineError, UsageError
+from xla_host.tables import Field, Table, loads_toml, read_utf8
+from xla_host.values import NAME_PATTERN, NAME_RULE
 
 LANES_CONFIG = Path("build") / "lanes.toml"
 LANES_LOCK = "lanes.lock"

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from xla_host.receipts import Receipt, StoredReceipt
 from xla_wheels.release.lanes import Policy
-from xla_wheels.release.receipts import Receipt, StoredReceipt
 
 
 @dataclass(frozen=True)

@@ -23,24 +23,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from xla_wheels import filemode, log
-from xla_wheels.errors import PipelineError, UsageError
+from xla_host import filemode, log
+from xla_host.errors import PipelineError, UsageError
+from xla_host.filemode import file_sha256
+from xla_host.receipts import StoredReceipt, bundle_receipts, read_receipt
+from xla_host.redact import scrub
+from xla_host.wheel_filename import parse_wheel_name
 from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish.errors import HashMismatch, PublishError
-from xla_wheels.publish.index import (
-    credentials_for,
-    project_files,
-    upload_url_for,
-)
+from xla_wheels.publish.index import credentials_for, project_files, upload_url_for
 from xla_wheels.publish.static_index import write_static_index
 from xla_wheels.publish.upload import Outcome, publish_remote
 from xla_wheels.publish.wheels import LocalWheel, locked_records, locked_wheels
-from xla_wheels.redact import scrub
 from xla_wheels.release import devpi
 from xla_wheels.release import lanes as lanes_mod
 from xla_wheels.release.lanes import HistoryEntry, Lane, LaneError, LaneState
 from xla_wheels.release.policy import PromotionVerdict, judge_promotion
-from xla_wheels.release.receipts import StoredReceipt, bundle_receipts, read_receipt
 from xla_wheels.retrying import (
     TIMEOUT_SETTING,
     Transient,
@@ -49,8 +47,7 @@ from xla_wheels.retrying import (
     read_url,
     with_retries,
 )
-from xla_wheels.wheel_filename import parse_wheel_name
-from xla_wheels.wheels_lock import Lock, WheelRecord, file_sha256
+from xla_wheels.wheels_lock import Lock, WheelRecord
 
 
 class PromotionRefused(PipelineError):

@@ -23,19 +23,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xla_wheels.errors import PipelineError
+from xla_host.errors import PipelineError
+from xla_host.filemode import file_sha256
+from xla_host.receipts import StoredReceipt, bundle_receipts
+from xla_host.wheel_filename import parse_wheel_name
 from xla_wheels.options import NetworkPolicy
-from xla_wheels.publish.index import (
-    check_reachable,
-    credentials_for,
-    project_files,
-    remote_sha256,
-)
+from xla_wheels.publish.index import check_reachable, credentials_for, project_files, remote_sha256
 from xla_wheels.release import promote
 from xla_wheels.release.lanes import Lane, LanesConfig, LanesRecord
-from xla_wheels.release.receipts import StoredReceipt, bundle_receipts
-from xla_wheels.wheel_filename import parse_wheel_name
-from xla_wheels.wheels_lock import file_sha256, read_lock
+from xla_wheels.wheels_lock import read_lock
 
 
 @dataclass(frozen=True)

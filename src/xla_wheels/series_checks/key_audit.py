@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from xla_wheels.errors import CheckFailed, UsageError
+from xla_host.errors import CheckFailed, UsageError
 
 TABLE_NAME = "cache_key_inputs.toml"
 TABLE_SUBPATH = Path("patches") / "torch_xla" / TABLE_NAME

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from xla_wheels import runner
+from xla_host import runner
 from xla_wheels.series_checks.build_deps import BuildFileError, torch_libraries
 from xla_wheels.series_checks.programs import (
     ALL,

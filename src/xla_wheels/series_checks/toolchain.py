@@ -3,7 +3,7 @@
 - g++ from the machine (Debian: ``apt-get install g++``);
 - torch: the headers and libraries (``include/``, ``lib/``) of the stock torch 2.9.0
   environment the gate already builds in the per-machine cache
-  (:func:`xla_wheels.gate.envs.ensure_stock_env`), pybind11's headers among them;
+  (:func:`xla_wheels.stock_envs.ensure_stock_env`), pybind11's headers among them;
 - CPython's headers and ``libpython`` of that environment's interpreter (for a check of a
   Python binding, which embeds the interpreter);
 - absl, googletest and googlemock: Debian bookworm's ``.deb`` files, pinned below by URL
@@ -12,7 +12,7 @@
   installed system-wide, and no root is needed.
 
 Downloads are verified before they are renamed into place; the root is made by
-:func:`xla_wheels.waitlock.make_once`, so a crash at any point leaves nothing a later run uses.
+:func:`xla_host.waitlock.make_once`, so a crash at any point leaves nothing a later run uses.
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ import tarfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from xla_wheels import filemode
-from xla_wheels.errors import ToolchainError
+from xla_host import filemode
+from xla_host.errors import ToolchainError
+from xla_host.waitlock import make_once
 from xla_wheels.options import NetworkPolicy
 from xla_wheels.retrying import (
     TIMEOUT_SETTING,
@@ -39,7 +40,6 @@ from xla_wheels.retrying import (
     read_url,
     with_retries,
 )
-from xla_wheels.waitlock import make_once
 
 #: The torch whose headers the checks compile against: the series' target release.
 TORCH_VERSION = "2.9.0"
@@ -174,7 +174,7 @@ def python_library(python: Path) -> PythonLibrary | None:
 
 def stock_torch_dir(cache_dir: Path) -> Path:
     """site-packages/torch of the cached stock torch 2.9.0 environment (built if missing)."""
-    from xla_wheels.gate import envs  # the gate's module pulls in more than this needs
+    from xla_wheels import stock_envs as envs  # the gate's module pulls in more than this needs
 
     python = envs.ensure_stock_env(TORCH_VERSION, root=cache_dir)
     candidates = sorted(python.parent.parent.glob("lib/python*/site-packages/torch"))

@@ -1,0 +1,402 @@
+"""Running ``child_workload.py`` in fresh processes of the environment under test.
+
+Each child gets its own process group, a timeout, and a JSON report file; its stdout and
+stderr (torch and XLA logs) go to a log file next to the report, kept as evidence. On a
+timeout the whole process group is terminated, then killed, so a hung compile or a
+grandchild never outlives the gate.
+
+A child may also be watched for a stall (``stall_s``): on the CPU device every step is
+computed by the child's own threads, so a child that used no CPU time for that long is
+waiting for something that will not come (stock 2.7.0's SPMD warm run blocks in XLA's
+collective rendezvous, every thread in a futex wait). It is then handled as a timeout at
+once instead of at the end of its time bound, which on that control was 60 s sooner.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from xla_host import log
+from xla_host.gate.stacks import capture_native_stacks, summarize_stacks
+
+CHILD_SCRIPT = Path(__file__).with_name("child_workload.py")
+#: Seconds between SIGTERM and SIGKILL to a timed-out process group.
+KILL_GRACE_S = 5.0
+#: A watched child is stalled when it used less than this share of one core over the last
+#: ``stall_s`` seconds. Not zero: a blocked process still wakes now and then (a logging
+#: thread, a timed wait that rearms). Far below what the busiest machine leaves a runnable
+#: process: ten runnable processes on two cores still give each 20 %.
+STALL_CPU_SHARE = 0.01
+#: How often a watched child's CPU time is read.
+_POLL_S = 1.0
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+class ChildrenStopped(Exception):
+    """Raised by ``start_child`` once ``stop_all`` ran: the gate is being interrupted."""
+
+
+#: The children running now, across the gate's threads (``run_in_parallel``), and whether
+#: ``stop_all`` ran. Module state on purpose, and the only such state here: a Ctrl-C
+#: reaches the main thread alone, and each child runs in a session of its own, so the
+#: signal reaches no child either. ``stop_all`` must find every child that any thread started.
+_LOCK = threading.Lock()
+_RUNNING: set[subprocess.Popen[bytes]] = set()
+_STOPPING = threading.Event()
+
+
+def stop_all() -> None:
+    """Kill every running child's process group; no further child starts."""
+    with _LOCK:
+        _STOPPING.set()
+        running = list(_RUNNING)
+    for process in running:
+        kill_group(process)
+
+
+@dataclass
+class ChildResult:
+    """What one child process did: its report, or why there is none."""
+
+    name: str
+    returncode: int | None
+    wall_s: float
+    report: dict[str, Any] | None
+    log_path: Path
+    timed_out: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.timed_out and self.report is not None and bool(self.report.get("ok"))
+
+    def failure(self) -> str:
+        """One line saying why this child produced no usable report."""
+        if "stalled_s" in self.extra:
+            return (
+                f"{self.name}: used no CPU time for {self.extra['stalled_s']:.0f}s, killed after "
+                f"{self.wall_s:.0f}s (process group killed)"
+            )
+        if self.timed_out:
+            return f"{self.name}: timed out after {self.wall_s:.0f}s (process group killed)"
+        if self.report is not None and not self.report.get("ok"):
+            return f"{self.name}: {self.report.get('error', 'failed')}"
+        if self.returncode is not None and self.returncode < 0:
+            return f"{self.name}: killed by signal {-self.returncode} (log: {self.log_path})"
+        return f"{self.name}: exited {self.returncode} without a report (log: {self.log_path})"
+
+    def row(self) -> dict[str, Any]:
+        """Its line among a check's runs in the report."""
+        return {
+            "name": self.name,
+            "ok": self.ok,
+            "wall_s": round(self.wall_s, 3),
+            "log": str(self.log_path),
+        }
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def kill_group(process: subprocess.Popen[bytes]) -> None:
+    """End ``process`` and its process group: SIGTERM, then SIGKILL to what outlived it."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)
+            process.wait(timeout=KILL_GRACE_S)
+            # The leader is gone; members of the group may still run: finish them too.
+            os.killpg(process.pid, signal.SIGKILL)
+        except subprocess.TimeoutExpired:
+            continue  # the leader still runs: the next signal
+        except ProcessLookupError:
+            pass  # the whole group is gone
+        return
+
+
+def start_child(
+    python: Path | str,
+    name: str,
+    workdir: Path,
+    args: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    script: Path = CHILD_SCRIPT,
+) -> tuple[subprocess.Popen[bytes], Path, Path, float]:
+    """Start a child without waiting; ``finish_child`` collects it.
+
+    ``script`` is another child program of this directory with the same contract
+    (``--out`` JSON report, standard library, torch and torch_xla only).
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    out = workdir / f"{name}.json"
+    log_path = workdir / f"{name}.log"
+    out.unlink(missing_ok=True)
+    argv = [str(python), str(script), "--out", str(out), *args]
+    # Printed: only what the child's environment adds to the inherited one.
+    policy = {k: v for k, v in env.items() if k not in os.environ or os.environ[k] != v}
+    log.command(argv, env=policy)
+    with _LOCK, open(log_path, "wb") as log_file:
+        if _STOPPING.is_set():
+            raise ChildrenStopped(name)
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env=dict(env),
+            start_new_session=True,  # its own process group, killed as one on timeout
+        )
+        _RUNNING.add(process)
+    return process, out, log_path, time.monotonic()
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """CPU time (user + system, every thread) a live process has used; None when unreadable."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    # After the command name: state is field 3 of stat(5), utime 14 and stime 15.
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+def _wait(
+    process: subprocess.Popen[bytes], began: float, timeout_s: float, stall_s: float | None
+) -> float | None:
+    """Wait for the child's end. Raise ``TimeoutExpired`` past ``timeout_s``; return the
+    window when it stalled first (see the module doc), else None."""
+    deadline = began + timeout_s
+    samples: list[tuple[float, float]] = []
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise subprocess.TimeoutExpired(process.args, timeout_s)
+        try:
+            process.wait(timeout=min(remaining, _POLL_S) if stall_s else remaining)
+            return None
+        except subprocess.TimeoutExpired:
+            if stall_s is None:
+                continue
+        now, used = time.monotonic(), cpu_seconds(process.pid)
+        if used is None:
+            continue
+        samples.append((now, used))
+        old = [sample for sample in samples if sample[0] <= now - stall_s]
+        if old:
+            then, used_then = old[-1]
+            if used - used_then < STALL_CPU_SHARE * (now - then):
+                return now - then
+            samples = samples[len(old) - 1 :]
+
+
+def finish_child(
+    started: tuple[subprocess.Popen[bytes], Path, Path, float],
+    name: str,
+    timeout_s: float,
+    *,
+    stacks_on_timeout: bool = False,
+    stall_s: float | None = None,
+) -> ChildResult:
+    """Wait for a child; on timeout or a stall (``stall_s``; optionally after taking its
+    native stacks) kill it."""
+    process, out, log_path, began = started
+    timed_out = False
+    extra: dict[str, Any] = {}
+    try:
+        stalled = _wait(process, began, timeout_s, stall_s)
+        if stalled is not None:
+            extra["stalled_s"] = round(stalled, 1)
+            raise subprocess.TimeoutExpired(process.args, timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        if stacks_on_timeout:
+            # Taken while the child still hangs: after the kill there is nothing to see.
+            extra["hung_after_s"] = round(time.monotonic() - began, 1)
+            capture = capture_native_stacks(process.pid, log_path.with_suffix(".stacks.txt"))
+            if capture.path is not None:
+                text = capture.path.read_text(errors="replace")
+                extra["stacks"] = str(capture.path)
+                extra["stacks_summary"] = summarize_stacks(text)
+                # In report.json itself too: the report is what CI keeps.
+                extra["native_stacks"] = text
+            if capture.error is not None:
+                extra["stacks_error"] = capture.error
+        kill_group(process)
+    except BaseException:
+        # Interrupted (Ctrl-C): the child is in its own session and did not get the
+        # signal, so it must not outlive the gate.
+        kill_group(process)
+        raise
+    finally:
+        with _LOCK:
+            _RUNNING.discard(process)
+    wall = time.monotonic() - began
+    report: dict[str, Any] | None = None
+    if not timed_out:
+        try:
+            loaded = json.loads(out.read_text())
+            report = loaded if isinstance(loaded, dict) else None
+        except (OSError, ValueError):
+            report = None
+    return ChildResult(
+        name=name,
+        returncode=process.returncode,
+        wall_s=wall,
+        report=report,
+        log_path=log_path,
+        timed_out=timed_out,
+        extra=extra,
+    )
+
+
+def run_child(
+    python: Path | str,
+    name: str,
+    workdir: Path,
+    args: Sequence[str],
+    env: Mapping[str, str],
+    timeout_s: float,
+    *,
+    stacks_on_timeout: bool = False,
+    stall_s: float | None = None,
+    script: Path = CHILD_SCRIPT,
+) -> ChildResult:
+    return finish_child(
+        start_child(python, name, workdir, args, env, script=script),
+        name,
+        timeout_s,
+        stacks_on_timeout=stacks_on_timeout,
+        stall_s=stall_s,
+    )
+
+
+@dataclass(frozen=True)
+class ChildSpec:
+    """One child to run beside others (``run_side_by_side``)."""
+
+    name: str
+    args: Sequence[str]
+    env: Mapping[str, str]
+    script: Path = CHILD_SCRIPT
+
+
+def run_side_by_side(
+    python: Path | str,
+    workdir: Path,
+    specs: Sequence[ChildSpec],
+    timeout_s: float,
+    *,
+    device: str,
+) -> list[ChildResult]:
+    """Start every child, then collect each: for runs judged by counters and outputs only,
+    which a neighbour process does not change (never for a timing the gate judges).
+
+    Only on CPU: a process that opens a TPU holds its chips, so there they run one after
+    the other. Should collecting one be interrupted, the others' process groups are killed.
+    """
+    if device != "CPU":
+        return [
+            run_child(python, s.name, workdir, s.args, s.env, timeout_s, script=s.script)
+            for s in specs
+        ]
+    started = [
+        start_child(python, spec.name, workdir, spec.args, spec.env, script=spec.script)
+        for spec in specs
+    ]
+    results: list[ChildResult] = []
+    try:
+        for spec, handle in zip(specs, started, strict=True):
+            results.append(finish_child(handle, spec.name, timeout_s))
+    except BaseException:
+        for handle in started[len(results) :]:
+            kill_group(handle[0])
+        raise
+    return results
+
+
+#: Patch 0005's switch: verify each executable loaded from the persistent cache against
+#: the HLO module the graph lowers to.
+VERIFY_SWITCH = "XLA_PERSISTENT_CACHE_VERIFY"
+
+
+def runtime_env(
+    device: str,
+    *,
+    cache_dir: Path | None = None,
+    read_only: bool = False,
+    cpu_devices: int | None = None,
+) -> dict[str, str]:
+    """The users' runtime policy, set before the child imports torch_xla."""
+    # A child process inherits this environment (PATH, proxies, TMPDIR): not a setting.
+    env = dict(os.environ)
+    # Flags inherited from the caller's shell must not change what is measured.
+    for key in ("XLA_PERSISTENT_CACHE_PATH", "XLA_PERSISTENT_CACHE_READ_ONLY", "XLA_USE_SPMD"):
+        env.pop(key, None)
+    env["PJRT_DEVICE"] = device
+    # Patch 0005's safety net, on for every child: a loaded executable compiled from
+    # another program (an input the cache key misses) is a counted miss, which the
+    # restart checks report. Builds without the patch ignore the variable.
+    env[VERIFY_SWITCH] = "1"
+    env["XLA_NO_SPECIAL_SCALARS"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    # torch 2.7 starts inductor's compile worker processes when torch._inductor is imported
+    # (torch_xla imports it) if triton is installed, as the CUDA wheels of torch on PyPI
+    # install it: processes that only serve inductor's Triton backend, which torch_xla never
+    # uses, and that cost about 4 s of CPU per child beside the one measured (measured on
+    # stock 2.7.0: 8.7 s -> 4.8 s for `--mode import`). TPU hosts' CPU wheels have no triton
+    # and never start them. Off unless the caller's environment says otherwise. See
+    # https://github.com/pytorch/pytorch/blob/v2.7.0/torch/_inductor/async_compile.py
+    # (the TORCH_WARM_POOL test at the end of the module).
+    env.setdefault("TORCH_WARM_POOL", "0")
+    # The child is run by path; a PYTHONPATH pointing into this project must not leak in.
+    env.pop("PYTHONPATH", None)
+    if cache_dir is not None:
+        env["XLA_PERSISTENT_CACHE_PATH"] = str(cache_dir)
+        env["XLA_PERSISTENT_CACHE_READ_ONLY"] = "1" if read_only else "0"
+    if cpu_devices is not None and device == "CPU":
+        env["CPU_NUM_DEVICES"] = str(cpu_devices)
+    return env
+
+
+T = TypeVar("T")
+
+
+def run_in_parallel(tasks: Sequence[Callable[[], T]], *, side_by_side: bool) -> list[T]:
+    """Run independent tasks (each a sequence of children, e.g. one check), one thread
+    each when ``side_by_side``, else one after the other; results in task order.
+
+    When one task raises, or the wait is interrupted (Ctrl-C), every running child is
+    killed (``stop_all``) and the others stop at their next child; the first real error
+    is raised.
+    """
+    if not side_by_side or len(tasks) < 2:
+        return [task() for task in tasks]
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(tasks)) as pool:
+            futures = [pool.submit(task) for task in tasks]
+            try:
+                concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_EXCEPTION)
+            except BaseException:
+                stop_all()
+                raise
+            errors = [e for f in futures if f.done() and (e := f.exception()) is not None]
+            if errors:
+                stop_all()
+                concurrent.futures.wait(futures)
+                raise next((e for e in errors if not isinstance(e, ChildrenStopped)), errors[0])
+            return [f.result() for f in futures]
+    finally:
+        _STOPPING.clear()

@@ -1,0 +1,561 @@
+"""The warm-restart check: a persistent cache counts only if a restart loads it.
+
+One cold process (or several concurrent writers) runs the validation workload with an
+empty cache directory, then at least two warm processes and one read-only reader run it
+again against that directory. The verdict (``judge_restart``) is a pure function of the
+children's reports and the directory snapshots, so it is tested on its own:
+
+* the cold run wrote at least one cache entry;
+* every warm run loaded every executable the cold run compiled (hits == cold misses),
+  with zero deserialize failures and zero XLA compiles. This is the claim, and it is
+  judged by the counters alone: they do not depend on how busy the machine is;
+* the CPU time of the warm run's first sync (``sync_cpu_s``: graph hash, cache lookup,
+  and loading the executables where the cold run compiled them; the child's
+  ``time.process_time()``, every thread) is at most ``max_warm_ratio`` of the cold run's:
+  a sanity bound that a cache which "loads" but still does the work cannot pass, not the
+  claim. Two choices make it hold on a loaded two-core machine. CPU time, because another
+  process stretches wall time and not CPU time: beside one busy process, stock 2.7.0's
+  SPMD control once measured a warm/cold wall ratio of 0.75 (limit 0.50) with every
+  executable loaded and nothing compiled. And the sync alone, because the rest of the
+  first step (building the model, tracing, the first execution) costs the same warm or
+  cold, and under SPMD its threads spin while they wait for each other, longer when the
+  machine is busy: measured on stock 2.7.0 SPMD beside a busy process, the whole first
+  step's CPU ratio was 0.55-0.69 with full reuse, the sync's 0.02 (0.01 s of 0.55 s).
+  The wall ratio of time-to-ready (``warm_cold_ratio``) and each run's ``ready_cpu_s``
+  are reported, not judged;
+* the warm time-to-ready is not slower than a recorded baseline for this torch_xla
+  version / device / workload beyond ``baseline_tolerance``;
+* a read-only reader (``XLA_PERSISTENT_CACHE_READ_ONLY=1``, the multi-host policy) loads
+  from the cache too and leaves the directory exactly as it found it;
+* every run's losses equal the first cold run's bit for bit (a cache that hands back a
+  wrong executable fails here even when the counters look perfect);
+* no loader hangs. A warm child gets ``hang_factor`` times the cold run's wall time plus
+  ``hang_margin_s`` (never more than the child timeout); past that it is a hang, its
+  native stacks are taken with gdb before the kill, and no further loader is started.
+  On CPU a loader that used no CPU time for ``stall_s`` is a hang at once
+  (``children.finish_child``): there the child's own threads compute every step.
+
+The SPMD variant (``spmd-restart``, ``SPMD_NAME``) runs the same check under
+``xr.use_spmd()`` with the batch sharded over every device (``CPU_NUM_DEVICES=4`` on CPU),
+so each step carries several all-reduces, for at least ``SPMD_MIN_STEPS`` steps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from xla_host import log
+from xla_host.gate import recalibration
+from xla_host.gate.children import ChildResult, finish_child, run_child, runtime_env, start_child
+from xla_host.gate.errors import GateEnvironmentError
+from xla_host.gate.result import CheckResult
+from xla_host.gate.target import Target
+
+NAME = "restart"
+SPMD_NAME = "spmd-restart"
+#: The SPMD variant runs at least this many steps: a loaded executable whose collectives
+#: lost their order can pass several steps before the rendezvous deadlocks (measured on
+#: stock 2.7.0: warm runs of five steps finished twice in a row, then one hung).
+SPMD_MIN_STEPS = 8
+#: Devices of the SPMD variant on CPU (on TPU the host's chips).
+SPMD_CPU_DEVICES = 4
+#: Committed baselines: ``<torch_xla version>__<device>__<workload>.json``.
+DEFAULT_BASELINES_DIR = Path("build") / "baselines" / "restart"
+
+Snapshot = dict[str, tuple[int, int]]
+
+
+@dataclass
+class RestartConfig:
+    name: str = NAME
+    workload: str = "small"
+    #: Overrides the preset's step count (the SPMD variant needs SPMD_MIN_STEPS).
+    steps: int | None = None
+    cpu_devices: int | None = None
+    warm_runs: int = 2
+    #: The warm first sync's CPU time must be at most this fraction of the cold one's
+    #: (measured: about 0.02 with full reuse; see the module docstring).
+    max_warm_ratio: float = 0.5
+    #: Warm may be this much slower than the recorded baseline (machines differ).
+    baseline_tolerance: float = 0.5
+    child_timeout_s: float = 600.0
+    #: Runs under ``xr.use_spmd()``; ``spmd_config`` sets the rest of the variant.
+    spmd: bool = False
+    writers: int = 1
+    read_only_check: bool = True
+    cache_dir: Path | None = None
+    baselines_dir: Path = DEFAULT_BASELINES_DIR
+    record_baseline: bool = False
+    #: A loader is hung after hang_factor x the cold run's wall time + hang_margin_s.
+    hang_factor: float = 3.0
+    hang_margin_s: float = 30.0
+    #: On CPU, a loader that used no CPU time for this long is hung (None: bound only).
+    #: Measured on stock 2.7.0's SPMD hang: every thread in a futex wait from the first
+    #: stuck all-reduce on. Not on TPU, where the host may wait on the chips.
+    stall_s: float | None = 15.0
+    #: Test hook: runs on the cache directory between the cold and the warm phase.
+    after_cold: Callable[[Path], None] | None = None
+    #: Where to copy the cache directory as the cold run left it, so the cache checks can
+    #: use this cold run instead of their own (``cachekeys.SharedRuns``).
+    keep_cold_cache: Path | None = None
+    #: SPMD only: the first cold run also makes the HBM check's queries with a tensor of
+    #: this size, after its counters are read (``hbm.judge_shared_run``).
+    hbm_probe_bytes: int | None = None
+
+
+def spmd_config(config: RestartConfig) -> RestartConfig:
+    """The SPMD variant of a restart configuration."""
+    return replace(
+        config,
+        name=SPMD_NAME,
+        spmd=True,
+        steps=max(config.steps or 0, SPMD_MIN_STEPS),
+        cpu_devices=SPMD_CPU_DEVICES,
+        # Its timings are not judged against the single-device baseline files.
+        record_baseline=False,
+        # A given --cache-dir holds the single-device check's cache: a cold run needs its own.
+        cache_dir=config.cache_dir / SPMD_NAME if config.cache_dir is not None else None,
+    )
+
+
+def hang_bound_s(cold_wall_s: float, config: RestartConfig) -> float:
+    """How long a loader may run before it counts as hung: a multiple of what cold took."""
+    return min(config.child_timeout_s, config.hang_factor * cold_wall_s + config.hang_margin_s)
+
+
+def snapshot(directory: Path) -> Snapshot:
+    """Every file under ``directory`` with its size and mtime: what "wrote nothing" means."""
+    entries: Snapshot = {}
+    if not directory.is_dir():
+        return entries
+    for path in sorted(directory.rglob("*")):
+        if path.is_file():
+            stat = path.stat()
+            entries[str(path.relative_to(directory))] = (stat.st_size, stat.st_mtime_ns)
+    return entries
+
+
+def diff_snapshots(before: Snapshot, after: Snapshot) -> list[str]:
+    changes = [f"added {name}" for name in sorted(after.keys() - before.keys())]
+    changes += [f"removed {name}" for name in sorted(before.keys() - after.keys())]
+    changes += [
+        f"modified {name}"
+        for name in sorted(before.keys() & after.keys())
+        if before[name] != after[name]
+    ]
+    return changes
+
+
+def baseline_path(baselines_dir: Path, target: Target, workload: str) -> Path:
+    version = re.sub(r"[^A-Za-z0-9._+-]", "_", target.torch_xla_version)
+    return baselines_dir / f"{version}__{target.device}__{workload}.json"
+
+
+def load_baseline(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as error:
+        raise GateEnvironmentError(
+            f"baseline {path} is unreadable: {error}",
+            fix="fix the file or record it again with --record-baseline",
+        ) from error
+    if not isinstance(data, dict) or not isinstance(data.get("warm_ready_s"), int | float):
+        raise GateEnvironmentError(
+            f"baseline {path} has no numeric warm_ready_s",
+            fix="record it again with --record-baseline",
+        )
+    return data
+
+
+def _counter(report: dict[str, Any], name: str) -> int:
+    return int(report.get("counters", {}).get(name, 0))
+
+
+def summarize(result: ChildResult) -> dict[str, Any]:
+    """The row of one child in the report: timings, counters, and the evidence files."""
+    report = result.report or {}
+    row = result.row()
+    if not result.ok:
+        row["error"] = result.failure()
+    if result.timed_out:
+        row["timed_out"] = True
+    row.update(result.extra)
+    # hbm: the HBM check's queries; *_sharding_spec, output_*: the sharded runs (cachekeys).
+    for key in (
+        "has_set_custom_compile_options",
+        "loss_hex",
+        "hbm",
+        "output_sharding_spec",
+        "input_sharding_spec",
+        "output_hex",
+        "output_correct",
+    ):
+        if key in report:
+            row[key] = report[key]
+    for key in (
+        "import_s",
+        "ready_s",
+        "ready_cpu_s",
+        "time_to_first_step_s",
+        "steady_step_s",
+        "compile_time_s",
+    ):
+        if key in report:
+            row[key] = round(float(report[key]), 4)
+    if "counters" in report:
+        row["misses"] = _counter(report, "PersistentCacheMiss")
+        row["hits"] = _counter(report, "PersistentCacheHit")
+        row["deserialize_failures"] = _counter(report, "PersistentCacheDeserializeFailure")
+        # The patched cache's own outcomes (0 on builds without patches 0004/0005).
+        row["corrupt"] = _counter(report, "PersistentCacheCorrupt")
+        row["load_refused"] = _counter(report, "PersistentCacheLoadRefused")
+        row["verify_mismatches"] = _counter(report, "PersistentCacheVerifyMismatch")
+        row["read_failures"] = _counter(report, "PersistentCacheReadFailure")
+        row["write_failures"] = _counter(report, "PersistentCacheWriteFailure")
+        row["xla_compiles"] = int(report.get("xla_compiles", 0))
+        row["counters"] = report["counters"]
+    if report.get("first_step"):
+        row["breakdown"] = recalibration.run_breakdown(report)
+        if "sync_cpu_s" in report["first_step"]:
+            row["sync_cpu_s"] = round(float(report["first_step"]["sync_cpu_s"]), 4)
+    row.update(recalibration.run_memory(report))
+    row["log_evidence"] = _log_evidence(result)
+    return row
+
+
+_EVIDENCE = re.compile(r"(UNIMPLEMENTED[^\n]{0,120}|[Dd]eserializ[^\n]{0,120})")
+
+
+def _log_evidence(result: ChildResult) -> list[str]:
+    """Distinct lines of the child's log about deserialization (e.g. UNIMPLEMENTED)."""
+    try:
+        text = result.log_path.read_text(errors="replace")
+    except OSError:
+        return []
+    return list(dict.fromkeys(match.group(1).strip() for match in _EVIDENCE.finditer(text)))[:3]
+
+
+def judge_restart(
+    cold: list[dict[str, Any]],
+    warm: list[dict[str, Any]],
+    reader: dict[str, Any] | None,
+    after_cold: Snapshot,
+    reader_changes: list[str] | None,
+    config: RestartConfig,
+    baseline: dict[str, Any] | None,
+) -> CheckResult:
+    """The verdict from the rows of ``summarize`` and the cache directory snapshots."""
+    reasons: list[str] = []
+    notes: list[str] = []
+    loaders = [*warm, *([reader] if reader else [])]
+    reasons += [_unfinished(row) for row in [*cold, *loaders] if not row["ok"]]
+    if any(not row["ok"] for row in cold):
+        return CheckResult(config.name, False, reasons, notes)
+
+    if not after_cold:
+        reasons.append("the cold run wrote no cache entry to the cache directory")
+    else:
+        notes.append(f"cold run wrote {len(after_cold)} cache file(s)")
+    expected = max(row["misses"] for row in cold)
+    if expected == 0:
+        reasons.append("the cold run had no persistent-cache misses: nothing was compiled to cache")
+
+    def judge_loader(row: dict[str, Any]) -> None:
+        if not row["ok"]:
+            return
+        name = row["name"]
+        if row["deserialize_failures"]:
+            evidence = f" ({row['log_evidence'][0]})" if row["log_evidence"] else ""
+            reasons.append(
+                f"{name}: {row['deserialize_failures']} deserialize failure(s){evidence}"
+            )
+        if row.get("verify_mismatches"):
+            reasons.append(
+                f"{name}: {row['verify_mismatches']} cached executable(s) compiled from another "
+                "program than the graph lowers to (PersistentCacheVerifyMismatch): an input "
+                "that changes the program is missing from the cache key"
+            )
+        if row.get("corrupt"):
+            reasons.append(
+                f"{name}: {row['corrupt']} corrupt cache entr(ies) (PersistentCacheCorrupt): "
+                "the cold run's writes were damaged or cut short"
+            )
+        if row["hits"] != expected:
+            reasons.append(
+                f"{name}: loaded {row['hits']} of {expected} cached executable(s) "
+                "(persistent-cache hits != cold misses)"
+            )
+        if row["xla_compiles"]:
+            reasons.append(f"{name}: {row['xla_compiles']} XLA compile(s) on a warm start (want 0)")
+
+    for row in warm:
+        judge_loader(row)
+    reasons += same_losses([*cold, *loaders])
+    cold_ready = statistics.median(row["ready_s"] for row in cold)
+    warm_ok = [row["ready_s"] for row in warm if row["ok"]]
+    figures: dict[str, Any] = {
+        "cold_ready_s": round(cold_ready, 4),
+        "cold_import_s": round(statistics.median(row["import_s"] for row in cold), 4),
+        "cold_misses": expected,
+        "cold_xla_compiles": max(row["xla_compiles"] for row in cold),
+        "cache_files": len(after_cold),
+        "max_warm_ratio": config.max_warm_ratio,
+    }
+    if warm_ok:
+        warm_ready = statistics.median(warm_ok)
+        ratio = warm_ready / cold_ready if cold_ready > 0 else float("inf")
+        # Reported only: wall time is what a user waits, but load stretches it.
+        figures.update({"warm_ready_s": round(warm_ready, 4), "warm_cold_ratio": round(ratio, 3)})
+        reasons += _cpu_time_rule(cold, [row for row in warm if row["ok"]], config, figures)
+        if baseline is not None:
+            limit = float(baseline["warm_ready_s"]) * (1 + config.baseline_tolerance)
+            figures.update(
+                {
+                    "baseline_warm_ready_s": baseline["warm_ready_s"],
+                    "baseline_limit_s": round(limit, 4),
+                }
+            )
+            if warm_ready > limit:
+                reasons.append(
+                    f"warm time-to-ready {warm_ready:.2f}s is slower than the baseline "
+                    f"{float(baseline['warm_ready_s']):.2f}s beyond {config.baseline_tolerance:.0%}"
+                )
+            else:
+                notes.append(f"within {config.baseline_tolerance:.0%} of the recorded baseline")
+        else:
+            notes.append("no baseline recorded for this build/device/workload")
+    if config.read_only_check and reader is not None:
+        judge_loader(reader)
+        if reader_changes:
+            shown = ", ".join(reader_changes[:5])
+            reasons.append(f"{reader['name']} changed the cache directory: {shown}")
+        figures["read_only_changes"] = len(reader_changes or [])
+    hung = [row for row in loaders if row.get("timed_out")]
+    if hung:
+        figures["hung"] = [row["name"] for row in hung]
+        figures["hang_bound_s"] = hung[0].get("hang_bound_s")
+    return CheckResult(config.name, not reasons, reasons, notes, figures)
+
+
+def _cpu_time_rule(
+    cold: list[dict[str, Any]],
+    warm: list[dict[str, Any]],
+    config: RestartConfig,
+    figures: dict[str, Any],
+) -> list[str]:
+    """The timing sanity bound: the warm first sync's median CPU time against cold's."""
+    missing = [row["name"] for row in [*cold, *warm] if "sync_cpu_s" not in row]
+    if missing:
+        return [f"{', '.join(missing)}: no CPU time of the first sync (sync_cpu_s) reported"]
+    cold_cpu = statistics.median(float(row["sync_cpu_s"]) for row in cold)
+    warm_cpu = statistics.median(float(row["sync_cpu_s"]) for row in warm)
+    ratio = warm_cpu / cold_cpu if cold_cpu > 0 else float("inf")
+    figures.update(
+        {
+            "cold_sync_cpu_s": round(cold_cpu, 4),
+            "warm_sync_cpu_s": round(warm_cpu, 4),
+            "warm_cold_sync_cpu_ratio": round(ratio, 3),
+        }
+    )
+    if ratio <= config.max_warm_ratio:
+        return []
+    return [
+        f"warm first sync used {warm_cpu:.2f}s of CPU, {ratio:.2f} of the cold run's "
+        f"{cold_cpu:.2f}s (limit {config.max_warm_ratio:.2f}): the warm start still did most of "
+        "the work a cache saves"
+    ]
+
+
+def _unfinished(row: dict[str, Any]) -> str:
+    if not row.get("timed_out") or "hang_bound_s" not in row:
+        return f"{row['name']} did not finish: {row['error']}"
+    if "stalled_s" in row:
+        text = (
+            f"{row['name']} hung: used no CPU time for {row['stalled_s']:.0f}s (on CPU the "
+            "child's own threads compute every step: it waited for something that does not "
+            f"come), killed after {row['wall_s']:.0f}s of its {row['hang_bound_s']:.0f}s bound "
+            f"({row['hang_rule']}); process group killed"
+        )
+    else:
+        text = (
+            f"{row['name']} hung: no result within {row['hang_bound_s']:.0f}s "
+            f"({row['hang_rule']}); process group killed"
+        )
+    if "stacks" in row:
+        summary = row.get("stacks_summary") or {}
+        frames = ", ".join(summary.get("telling_frames", [])) or "no XLA wait frame recognised"
+        text += f"; native stacks of {summary.get('threads', '?')} threads in {row['stacks']}"
+        text += f" (stuck in: {frames})"
+    if "stacks_error" in row:
+        text += f"; no native stacks: {row['stacks_error']}"
+    return text
+
+
+def same_losses(rows: list[dict[str, Any]]) -> list[str]:
+    """Every finished run's losses must equal the first one's bit for bit (``float.hex``)."""
+    finished = [row for row in rows if row["ok"] and row.get("loss_hex") is not None]
+    if not finished:
+        return []
+    reference = finished[0]
+    reasons = []
+    for row in finished[1:]:
+        if row["loss_hex"] != reference["loss_hex"]:
+            reasons.append(
+                f"{row['name']}: losses {row['loss_hex']} differ from {reference['name']}'s "
+                f"{reference['loss_hex']} (a cached executable must give the same numbers)"
+            )
+    return reasons
+
+
+def _train_args(config: RestartConfig) -> list[str]:
+    args = ["--mode", "train", "--workload", config.workload]
+    if config.spmd:
+        args.append("--spmd")
+    if config.steps is not None:
+        args += ["--steps", str(config.steps)]
+    return args
+
+
+def _prepare_cache_dir(config: RestartConfig, scratch: Path) -> Path:
+    if config.cache_dir is None:
+        cache = scratch / "cache"
+        cache.mkdir(parents=True)
+        return cache
+    cache = config.cache_dir
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        probe = Path(tempfile.mkstemp(prefix=".gate-write-probe-", dir=cache)[1])
+        probe.unlink()
+    except OSError as error:
+        raise GateEnvironmentError(
+            f"cache directory {cache} is not writable: {error}",
+            fix="pass a writable --cache-dir (or none: the gate uses its own temporary one)",
+        ) from error
+    if any(cache.iterdir()):
+        raise GateEnvironmentError(
+            f"cache directory {cache} is not empty: a cold run needs an empty cache",
+            fix="pass an empty --cache-dir",
+        )
+    return cache
+
+
+def run_restart_check(
+    target: Target, config: RestartConfig, runs_dir: Path, scratch: Path
+) -> CheckResult:
+    """Run cold, warm and read-only children and judge them.
+
+    Child reports and logs go to ``runs_dir`` (kept as evidence); the cache directory is
+    created in ``scratch``, the caller's own temporary directory, unless one is configured.
+    """
+    began = time.monotonic()
+    cache = _prepare_cache_dir(config, scratch)
+    runs = runs_dir / config.name
+    env = runtime_env(target.device, cache_dir=cache, cpu_devices=config.cpu_devices)
+    title = config.name
+    train = _train_args(config)
+    with log.section(f"{title}: cold run ({config.writers} writer(s)), {config.workload} workload"):
+        writer_args = [train] * config.writers
+        if config.hbm_probe_bytes is not None:
+            writer_args[0] = [*train, "--probe-bytes", str(config.hbm_probe_bytes)]
+        started = [
+            start_child(target.python, f"cold-{i + 1}", runs, args, env)
+            for i, args in enumerate(writer_args)
+        ]
+        cold = [
+            summarize(finish_child(s, f"cold-{i + 1}", config.child_timeout_s))
+            for i, s in enumerate(started)
+        ]
+    after_cold = snapshot(cache)
+    if config.keep_cold_cache is not None:
+        shutil.copytree(cache, config.keep_cold_cache)
+    if config.after_cold is not None:
+        config.after_cold(cache)
+    warm: list[dict[str, Any]] = []
+    reader: dict[str, Any] | None = None
+    changes: list[str] | None = None
+    if all(row["ok"] for row in cold):
+        cold_wall = max(row["wall_s"] for row in cold)
+        bound = hang_bound_s(cold_wall, config)
+        margin = config.hang_margin_s
+        rule = f"{config.hang_factor:g} x the cold run's {cold_wall:.0f}s + {margin:.0f}s"
+
+        stall_s = config.stall_s if target.device == "CPU" else None
+
+        def loader(name: str, loader_env: dict[str, str]) -> dict[str, Any]:
+            child = run_child(
+                target.python,
+                name,
+                runs,
+                train,
+                loader_env,
+                bound,
+                stacks_on_timeout=True,
+                stall_s=stall_s,
+            )
+            row = summarize(child)
+            if row.get("timed_out"):
+                row.update({"hang_bound_s": round(bound, 1), "hang_rule": rule})
+            return row
+
+        for i in range(config.warm_runs):
+            with log.section(f"{title}: warm run {i + 1}/{config.warm_runs}"):
+                warm.append(loader(f"warm-{i + 1}", env))
+            if warm[-1].get("timed_out"):
+                log.info(f"{title}: warm-{i + 1} hung; no further loader is started")
+                break
+        if config.read_only_check and not any(row.get("timed_out") for row in warm):
+            before = snapshot(cache)
+            reader_env = runtime_env(
+                target.device, cache_dir=cache, read_only=True, cpu_devices=config.cpu_devices
+            )
+            with log.section(f"{title}: read-only reader"):
+                reader = loader("read-only", reader_env)
+            changes = diff_snapshots(before, snapshot(cache))
+    path = baseline_path(config.baselines_dir, target, config.workload)
+    baseline = None if config.record_baseline else load_baseline(path)
+    result = judge_restart(cold, warm, reader, after_cold, changes, config, baseline)
+    result.runs = [*cold, *warm, *([reader] if reader else [])]
+    result.figures.update(recalibration.restart_figures(cold, warm))
+    result.notes += recalibration.notes(result.figures)
+    result.figures["baseline_file"] = str(path)
+    if config.record_baseline:
+        _record_baseline(path, target, config, result)
+    result.duration_s = time.monotonic() - began
+    return result
+
+
+def _record_baseline(
+    path: Path, target: Target, config: RestartConfig, result: CheckResult
+) -> None:
+    if not result.passed or "warm_ready_s" not in result.figures:
+        # A baseline of a broken cache would make the broken timing the standard.
+        raise GateEnvironmentError(
+            f"not recording a baseline: the restart check failed ({'; '.join(result.reasons)})",
+            fix="record baselines only from a build whose cache works",
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {
+        "torch_xla_version": target.torch_xla_version,
+        "torch_version": target.torch_version,
+        "device": target.device,
+        "workload": config.workload,
+        "warm_ready_s": result.figures["warm_ready_s"],
+        "cold_ready_s": result.figures["cold_ready_s"],
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "recorded": time.strftime("%Y-%m-%d"),
+    }
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    result.notes.append(f"baseline recorded in {path}")

@@ -1,0 +1,214 @@
+"""One run of the gate: which checks share children, which chains run side by side.
+
+The gate's entry point: :func:`run_gate` takes a :class:`GateConfig` (what ``xla-wheels
+gate`` parsed) and returns a :class:`GateOutcome` (the target judged, each check's result,
+the reports written); the CLI prints it and leaves the receipt. Standard library only,
+like the whole gate (``tests/test_layers.py``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from xla_host import log
+from xla_host.gate import cachekeys, canary, hbm, restart, under_profile, upstream_tests
+from xla_host.gate.children import run_in_parallel
+from xla_host.gate.errors import GateEnvironmentError
+from xla_host.gate.report import write_reports
+from xla_host.gate.result import CheckResult
+from xla_host.gate.target import Target, resolve_target
+
+CHECKS = ("restart", restart.SPMD_NAME, *cachekeys.NAMES, "hbm", canary.NAME)
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """Everything one gate run needs, as ``xla-wheels gate`` parsed it."""
+
+    python: Path | Callable[[], Path]
+    """Interpreter of the environment to judge, or how to get one (the builder's cached
+    stock environment, built on first use): a failure there is reported like the probe's."""
+    device: str | None
+    checks: tuple[str, ...]
+    """A subset of :data:`CHECKS`, in their order."""
+    workload: str
+    child_timeout_s: float
+    warm_runs: int
+    max_warm_ratio: float
+    baseline_tolerance: float
+    baselines_dir: Path
+    record_baseline: bool
+    spmd: bool
+    writers: int
+    xla_cache_dir: Path | None
+    keep_cache: bool
+    upstream_tests: Path | None
+    upstream_tests_revision: str | None
+    out_dir: Path
+    profile: under_profile.GateProfile | None
+    settings: Mapping[str, Any]
+    """The run's settings as report.json records them."""
+
+    @property
+    def runs_dir(self) -> Path:
+        """Where the children's logs go: beside the reports, so an error can name one."""
+        return self.out_dir / "runs"
+
+
+@dataclass(frozen=True)
+class GateOutcome:
+    """A finished gate run: its verdicts and where its reports are."""
+
+    target: Target
+    results: list[CheckResult]
+    json_path: Path
+    junit_path: Path
+
+
+def side_by_side(config: GateConfig, target: Target) -> bool:
+    """Whether the chains of children of ``config.checks`` run side by side.
+
+    Only on CPU: a process that opens a TPU holds its chips. And not when the restart check
+    records or is judged against a baseline: that is its one wall-time verdict, and a
+    neighbour stretches wall time. Every other verdict stands on counters, outputs and CPU
+    time, shown to hold beside a busy process (gate/README.md, "Under load").
+    """
+    checks = config.checks
+    if target.device != "CPU":
+        return False
+    if config.xla_cache_dir is not None and {"restart", restart.SPMD_NAME} <= set(checks):
+        # The SPMD variant's cache is a directory inside the given one, which the restart
+        # check snapshots: they must not run at the same time.
+        return False
+    if "restart" in checks:
+        path = restart.baseline_path(config.baselines_dir, target, config.workload)
+        if config.record_baseline or path.exists():
+            return False
+    return True
+
+
+def run_gate(config: GateConfig) -> GateOutcome:
+    """Judge the environment with every check of ``config`` and write the reports
+    (report.json, junit.xml); an environment that cannot be judged raises
+    :class:`GateEnvironmentError` after its report is written."""
+    settings = dict(config.settings)
+    if config.profile is not None:
+        settings["launch_profile"] = config.profile.record()
+    scratch = Path(tempfile.mkdtemp(prefix="xla-gate-"))
+    try:
+        with under_profile.children_launched_under(config.profile):
+            return _run(config, settings, scratch)
+    finally:
+        if config.keep_cache:
+            log.info(f"kept the gate's scratch directory {scratch}")
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _run(config: GateConfig, settings: dict[str, Any], scratch: Path) -> GateOutcome:
+    checks, runs_dir, timeout_s = config.checks, config.runs_dir, config.child_timeout_s
+    try:
+        python = config.python() if callable(config.python) else config.python
+        target = resolve_target(python, config.device, workdir=runs_dir, timeout_s=timeout_s)
+    except GateEnvironmentError as error:
+        write_reports(config.out_dir, None, [], error=error.message, settings=settings)
+        raise
+    log.info(f"judging {target.label}")
+    upstream = (
+        upstream_tests.prepare(config.upstream_tests, config.upstream_tests_revision)
+        if config.upstream_tests is not None
+        else None
+    )
+    cache_checks = tuple(c for c in checks if c in cachekeys.NAMES)
+    # The restart check's cold and first warm run serve the cache checks too when they
+    # are the same runs (one single-device writer): two children fewer.
+    share_cold = bool(cache_checks) and "restart" in checks and not config.spmd
+    share_cold = share_cold and config.writers == 1
+    kept = scratch / "restart-cold-cache"
+    # The HBM queries need an SPMD runtime on every device: the SPMD restart check's
+    # first cold run makes them after its steps, one child fewer.
+    share_spmd_cold = "hbm" in checks and restart.SPMD_NAME in checks
+
+    def restart_check(check: str) -> CheckResult:
+        restart_config = restart.RestartConfig(
+            workload=config.workload,
+            warm_runs=config.warm_runs,
+            max_warm_ratio=config.max_warm_ratio,
+            baseline_tolerance=config.baseline_tolerance,
+            child_timeout_s=timeout_s,
+            spmd=config.spmd,
+            writers=config.writers,
+            cache_dir=config.xla_cache_dir,
+            baselines_dir=config.baselines_dir,
+            record_baseline=config.record_baseline,
+        )
+        if check == restart.SPMD_NAME:
+            restart_config = restart.spmd_config(restart_config)
+            if share_spmd_cold:
+                restart_config = replace(restart_config, hbm_probe_bytes=hbm.PROBE_BYTES)
+        elif share_cold:
+            restart_config = replace(restart_config, keep_cold_cache=kept)
+        check_scratch = scratch / check
+        check_scratch.mkdir()
+        return restart.run_restart_check(target, restart_config, runs_dir, check_scratch)
+
+    def cache_key_checks(shared: cachekeys.SharedRuns | None) -> list[CheckResult]:
+        return cachekeys.run_cache_checks(
+            target,
+            runs_dir,
+            scratch,
+            checks=cache_checks,
+            workload=config.workload,
+            timeout_s=timeout_s,
+            shared=shared,
+        )
+
+    def restart_then_cache_checks() -> list[CheckResult]:
+        first = restart_check("restart")
+        return [first, *cache_key_checks(cachekeys.shared_runs(first.runs, kept))]
+
+    def spmd_then_hbm() -> list[CheckResult]:
+        spmd = restart_check(restart.SPMD_NAME)
+        return [spmd, hbm.judge_shared_run(spmd, target)]
+
+    # Independent chains of children, composed first, then run: side by side on CPU
+    # (see side_by_side), one after the other on a TPU.
+    chains: list[Callable[[], list[CheckResult]]] = []
+    if "restart" in checks:
+        chains.append(
+            restart_then_cache_checks if share_cold else lambda: [restart_check("restart")]
+        )
+    if restart.SPMD_NAME in checks:
+        chains.append(
+            spmd_then_hbm if share_spmd_cold else lambda: [restart_check(restart.SPMD_NAME)]
+        )
+    if cache_checks and not share_cold:
+        chains.append(lambda: cache_key_checks(None))
+    if canary.NAME in checks:
+        chains.append(lambda: [canary.run_canary_check(target, runs_dir, timeout_s=timeout_s)])
+    if "hbm" in checks and not share_spmd_cold:
+        chains.append(lambda: [hbm.run_hbm_check(target, runs_dir, timeout_s=timeout_s)])
+    parallel = side_by_side(config, target)
+    if len(chains) > 1:
+        how = "side by side" if parallel else "one after the other"
+        log.info(f"{len(chains)} chains of checks {how}")
+    done = run_in_parallel(chains, side_by_side=parallel)
+    results = sorted((r for chain in done for r in chain), key=lambda r: checks.index(r.name))
+    if config.upstream_tests is not None:
+        results.append(
+            upstream_tests.run_upstream_test(
+                target,
+                config.upstream_tests,
+                runs_dir,
+                revision=config.upstream_tests_revision,
+                timeout_s=max(timeout_s, 900.0),
+                prepared=upstream,
+            )
+        )
+    json_path, junit_path = write_reports(config.out_dir, target, results, settings=settings)
+    return GateOutcome(target, results, json_path, junit_path)
