@@ -204,7 +204,11 @@ def _python(args: argparse.Namespace) -> Path:
 def run_doctor(args: argparse.Namespace) -> int:
     document, digest = _document(args)
     python = _python(args)
-    facts = probe(str(python), list(document.pins), fix="pass --python <the training python>")
+    facts = probe(
+        str(python),
+        [*host_doctor.PACKAGES, *document.pins],
+        fix="pass --python <the training environment's python>",
+    )
     report = host_doctor.HostReport(document.bundle, str(python), digest)
     fix = host_doctor.install_fix(args.lane)
     host_doctor.check_versions(report, document, facts, fix)

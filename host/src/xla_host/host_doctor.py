@@ -53,6 +53,10 @@ class HostReport:
         return "\n".join(lines)
 
 
+#: What the probe reads besides the document's pins (the cache contract names these).
+PACKAGES = ("torch", "torch_xla", "libtpu", "jax", "jaxlib")
+
+
 def install_fix(lane: str | None) -> str:
     where = f" --index-url {lane}" if lane else " --index-url <the lane's simple/ URL>"
     return f"install the bundle by hash: pip install --require-hashes -r requirements.txt{where}"
@@ -103,11 +107,12 @@ def check_files(report: HostReport, match: EnvironmentMatch, fix: str) -> None:
 def check_cache(
     report: HostReport, facts: HostFacts, env: Mapping[str, str], role: str | None
 ) -> None:
+    versions = {normalize(k): v for k, v in facts.versions.items()}
     contract = CacheFacts(
         bundle=report.bundle,
         path=env.get(CACHE_PATH) or None,
-        torch_xla_version=facts.versions.get("torch_xla"),
-        libtpu_version=facts.versions.get("libtpu"),
+        torch_xla_version=versions.get("torch-xla"),
+        libtpu_version=versions.get("libtpu"),
         role=role,
         read_only=env.get(CACHE_READ_ONLY) == "1",
     )

@@ -1,0 +1,233 @@
+"""A training host that has never seen the repository: everything comes from the lane.
+
+Real parts only: the host wheel built from ``host/`` as ``make host-wheel`` builds it (pip,
+setuptools pinned in host/pyproject.toml), a static lane written by ``publish-lane`` (the
+bundle's wheels, the host wheel, the bundle document and its index page) and its
+requirements file (``lane-requirements``), a fresh venv standing for the host's torch
+environment that installs the lane's requirements by hash, and the host's own command
+line run there with ``-I`` (no checkout, no PYTHONPATH, no current directory on the path)
+and a HOME of its own. The wheels are the publish tests' small stand-ins
+(tests/publish_support.py), so no torch_xla child starts here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.clirunner import run_cli
+from tests.publish_support import (
+    BUNDLE,
+    FakeWheels,
+    fake_wheels,  # noqa: F401 - fixture
+    make_publish_project,
+)
+from xla_host import bundle_document as doc
+from xla_host.errors import ExitCode
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def build_host_wheel(out: Path) -> Path:
+    """``make host-wheel``'s build, from a copy of the working tree's host/ (the target
+    builds from the commit; a test must see the code it tests)."""
+    source = out / "host-src"
+    shutil.copytree(
+        REPO_ROOT / "host",
+        source,
+        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"),
+    )
+    env = {**os.environ, "SOURCE_DATE_EPOCH": "1700000000"}
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
+         "--no-deps", "--wheel-dir", str(out / "wheel"), str(source)],
+        check=True, timeout=300, env=env, capture_output=True,
+    )  # fmt: skip
+    (wheel,) = (out / "wheel").glob("xla_wheels_host-*.whl")
+    return wheel
+
+
+@pytest.fixture(scope="session")
+def host_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_host_wheel(tmp_path_factory.mktemp("host-wheel"))
+
+
+@dataclass(frozen=True)
+class Host:
+    python: Path
+    home: Path
+    lane: Path
+    publish_output: str
+
+    def run(self, *args: str, script: bool = False) -> subprocess.CompletedProcess[str]:
+        """The host's command line, as a host runs it: nothing of the checkout anywhere."""
+        command = (
+            [str(self.python.parent / "xla-wheels"), *args]
+            if script
+            else [str(self.python), "-I", "-m", "xla_host", *args]
+        )
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(self.home), "PJRT_DEVICE": "CPU"}
+        return subprocess.run(
+            command, cwd=self.home, env=env, capture_output=True, text=True, timeout=300,
+            check=False,
+        )  # fmt: skip
+
+
+def _publish_lane(tmp_path: Path, wheels: FakeWheels, host_wheel: Path) -> tuple[Path, str]:
+    project = make_publish_project(tmp_path, [wheels.torch, wheels.torch_xla])
+    (project / "dist" / "host").mkdir(parents=True)
+    shutil.copyfile(host_wheel, project / "dist" / "host" / host_wheel.name)
+    (project / "build" / "lanes.toml").write_text(
+        'publish-lane = "validation"\n\n[lanes.validation]\npath = "dist/lanes/validation"\n'
+    )
+    published = run_cli("publish-lane", "--bundle", BUNDLE, root=project, inherit_env=True)
+    assert published.exit_code == 0, published.output
+    made = run_cli("lane-requirements", root=project, inherit_env=True)
+    assert made.exit_code == 0, made.output
+    return project / "dist" / "lanes" / "validation", published.stdout
+
+
+@pytest.fixture
+def host(tmp_path: Path, fake_wheels: FakeWheels, host_wheel: Path) -> Host:  # noqa: F811
+    lane, output = _publish_lane(tmp_path, fake_wheels, host_wheel)
+    venv = tmp_path / "host-env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    # The runbook: the lane's requirements, every file by hash, from the lane's index.
+    installed = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
+         "--disable-pip-version-check", "--no-cache-dir", "--no-deps", "--require-hashes",
+         "--index-url", (lane / "simple").as_uri() + "/", "-r", str(lane / "requirements.txt")],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert installed.returncode == 0, installed.stderr
+    home = tmp_path / "home"
+    home.mkdir()
+    return Host(python, home, lane, output)
+
+
+@pytest.mark.slow
+def test_a_host_installs_from_the_lane_by_hash_and_runs_doctor_without_a_checkout(
+    host: Host, host_wheel: Path
+) -> None:
+    requirements = (host.lane / "requirements.txt").read_text()
+    assert "xla-wheels-host==0.1.0 \\\n    --hash=sha256:" in requirements
+    # Nothing of the builder is on the host, and the checkout is on no path of it.
+    probe = subprocess.run(
+        [str(host.python), "-I", "-c", "import xla_host, xla_wheels"],
+        capture_output=True, text=True, cwd=host.home, env={"HOME": str(host.home)}, check=False,
+    )  # fmt: skip
+    assert probe.returncode != 0 and "No module named 'xla_wheels'" in probe.stderr
+    digest = doc.sha256_of((host.lane / "bundles" / f"{BUNDLE}.json").read_bytes())
+    assert f"sha256:{digest}" in host.publish_output
+
+    doctor = host.run("doctor", "--lane", str(host.lane), "--bundle", BUNDLE)
+    assert f"document sha256:{digest}" in doctor.stdout, doctor.stdout + doctor.stderr
+    for line in ("ok   torch-xla", "ok   torch ", "ok   files torch-xla", "ok   files torch "):
+        assert line in doctor.stdout, doctor.stdout
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    # The cache contract, from the document's bundle and the installed build alone.
+    assert f"cache path recommended  /mnt/xla-cache/xla_cache_{BUNDLE}_txla2.9.0+gitc04e61c" in (
+        doctor.stdout
+    )
+    # The one `xla-wheels` command is the host's where only the host wheel is installed,
+    # and it refuses a builder command with a fix instead of a traceback.
+    script = host.run("gate", "--help", script=True)
+    assert script.returncode == 0 and "--bundle-sha256" in script.stdout, script.stderr
+    refused = host.run("wheels", "--bundle", BUNDLE, script=True)
+    assert refused.returncode == ExitCode.BAD_INPUT
+    assert "builder side, which is not installed here" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+
+@pytest.mark.slow
+def test_a_tampered_document_or_an_edited_install_is_refused(host: Host) -> None:
+    document = host.lane / "bundles" / f"{BUNDLE}.json"
+    original = document.read_bytes()
+    data = json.loads(original)
+    data["wheels"][0]["sha256"] = "0" * 64  # a host judged against other wheels
+    document.write_bytes(doc.dumps(doc.loads(json.dumps(data).encode(), "edited")))
+    tampered = host.run("doctor", "--lane", str(host.lane), "--bundle", BUNDLE)
+    assert tampered.returncode == ExitCode.BAD_INPUT, tampered.stdout + tampered.stderr
+    assert "not the document that was published" in tampered.stderr
+    # With the digest from elsewhere (lanes.lock, the publish output) the index is not
+    # trusted alone: a rewritten index page does not make the edited document pass.
+    listed = {BUNDLE: doc.sha256_of(document.read_bytes())}
+    (host.lane / "bundles" / "index.html").write_text(doc.index_page(listed))
+    given = host.run(
+        "doctor", "--lane", str(host.lane), "--bundle", BUNDLE,
+        "--bundle-sha256", doc.sha256_of(original),
+    )  # fmt: skip
+    assert given.returncode == ExitCode.BAD_INPUT and "--bundle-sha256 says" in given.stderr
+    document.write_bytes(original)
+    (host.lane / "bundles" / "index.html").write_text(
+        doc.index_page({BUNDLE: doc.sha256_of(original)})
+    )
+    # An installed file edited after the install: the content comparison names it.
+    site = next((host.python.parent.parent / "lib").glob("python3*/site-packages"))
+    (site / "torch_xla" / "__init__.py").write_text("# edited\n")
+    edited = host.run("doctor", "--lane", str(host.lane), "--bundle", BUNDLE)
+    assert edited.returncode == ExitCode.FAILED, edited.stdout + edited.stderr
+    assert "FAIL files torch-xla" in edited.stdout
+    assert "installed torch_xla/__init__.py differs from the wheel's" in edited.stdout
+
+
+def test_a_malformed_or_unknown_document_is_named_by_its_field(tmp_path: Path) -> None:
+    good = doc.BundleDocument(
+        bundle="b1",
+        lane="validation",
+        python="3.11",
+        wheels=(doc.LockedFile("torch_xla-2.9.0-cp311-cp311-linux_x86_64.whl", "a" * 64, 10),),
+    )
+    raw = doc.dumps(good)
+    assert doc.loads(raw, "doc.json") == good and doc.dumps(doc.loads(raw, "x")) == raw
+    cases = {
+        "format": ({"format": "2"}, "key 'format': '2' is not a format"),
+        "wheels": ({"wheels": []}, "key 'wheels': no wheels"),
+        "sha256": (
+            {"wheels": [{"name": good.wheels[0].name, "sha256": "xyz", "size": 1}]},
+            "key 'wheels[0].sha256'",
+        ),
+        "unknown key": ({"extra": 1}, "key 'extra': unknown key"),
+        "missing": ({"python": None}, "key 'python': missing"),
+    }
+    for name, (change, message) in cases.items():
+        data = {**json.loads(raw), **change}
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(data))
+        result = subprocess.run(
+            [sys.executable, "-m", "xla_host", "doctor", "--bundle-document", str(path)],
+            capture_output=True, text=True, timeout=120, check=False,
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "host" / "src")},
+        )  # fmt: skip
+        assert result.returncode == ExitCode.BAD_INPUT, (name, result.stderr)
+        assert message in result.stderr and str(path) in result.stderr, (name, result.stderr)
+        assert "Traceback" not in result.stderr
+
+
+def test_a_lane_index_without_the_document_or_its_digest_is_refused(tmp_path: Path) -> None:
+    lane = tmp_path / "lane"
+    (lane / "bundles").mkdir(parents=True)
+    (lane / "bundles" / "b1.json").write_bytes(
+        doc.dumps(
+            doc.BundleDocument(
+                "b1", "validation", "3.11",
+                (doc.LockedFile("torch-2.9.0-cp311-cp311-linux_x86_64.whl", "b" * 64, 1),),
+            )
+        )
+    )  # fmt: skip
+    with pytest.raises(doc.DocumentError, match="lists no sha256 for b1.json"):
+        doc.fetch(str(lane), "b1")
+    document, digest = doc.fetch(
+        str(lane), "b1", sha256=doc.sha256_of((lane / "bundles" / "b1.json").read_bytes())
+    )
+    assert document.bundle == "b1" and len(digest) == 64
+    with pytest.raises(doc.DocumentError, match="does not exist"):
+        doc.fetch(str(lane), "b2", sha256="c" * 64)
