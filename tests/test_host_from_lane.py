@@ -26,13 +26,17 @@ from tests.clirunner import run_cli
 from tests.publish_support import (
     BUNDLE,
     FakeWheels,
+    cached_stock_wheel,
     fake_wheels,  # noqa: F401 - fixture
     make_publish_project,
 )
 from xla_host import bundle_document as doc
+from xla_host import receipts
 from xla_host.errors import ExitCode
+from xla_host.filemode import file_sha256
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+HOST_SRC = REPO_ROOT / "host" / "src"
 
 
 def build_host_wheel(out: Path) -> Path:
@@ -205,7 +209,7 @@ def test_a_malformed_or_unknown_document_is_named_by_its_field(tmp_path: Path) -
         result = subprocess.run(
             [sys.executable, "-m", "xla_host", "doctor", "--bundle-document", str(path)],
             capture_output=True, text=True, timeout=120, check=False,
-            env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "host" / "src")},
+            env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(HOST_SRC)},
         )  # fmt: skip
         assert result.returncode == ExitCode.BAD_INPUT, (name, result.stderr)
         assert message in result.stderr and str(path) in result.stderr, (name, result.stderr)
@@ -231,3 +235,45 @@ def test_a_lane_index_without_the_document_or_its_digest_is_refused(tmp_path: Pa
     assert document.bundle == "b1" and len(digest) == 64
     with pytest.raises(doc.DocumentError, match="does not exist"):
         doc.fetch(str(lane), "b2", sha256="c" * 64)
+
+
+@pytest.mark.slow
+def test_the_host_gate_leaves_a_receipt_made_under_the_document(
+    tmp_path: Path, host_wheel: Path, stock_xla_python_27: Path
+) -> None:
+    # The cached stock 2.7.0 environment stands for the host's torch environment (it is
+    # shared: the host package goes to a directory of its own, on PYTHONPATH only), and
+    # its torch_xla wheel from PyPI for the bundle's locked wheel.
+    wheel = cached_stock_wheel("2.7.0", "3.11")
+    document = doc.BundleDocument(
+        "stock-2.7", "validation", "3.11",
+        (doc.LockedFile(wheel.name, file_sha256(wheel), wheel.stat().st_size),),
+    )  # fmt: skip
+    path = tmp_path / "stock-2.7.json"
+    path.write_bytes(doc.dumps(document))
+    digest = doc.sha256_of(path.read_bytes())
+    target = tmp_path / "host-package"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+         "--no-deps", "--target", str(target), str(host_wheel)],
+        check=True, timeout=300, capture_output=True,
+    )  # fmt: skip
+    home = tmp_path / "home"
+    home.mkdir()
+    out = tmp_path / "out"
+    # One child (the HBM query) is the cheapest run that leaves a receipt; stock 2.7.0
+    # lacks the memory binding, so the check fails (exit 1) and the receipt says so.
+    gate = subprocess.run(
+        [str(stock_xla_python_27), "-s", "-m", "xla_host", "gate", "--bundle-document",
+         str(path), "--bundle-sha256", digest, "--checks", "hbm", "--device", "CPU",
+         "--out", str(out), "--wheel-dir", str(wheel.parent)],
+        cwd=home, env={"PATH": "/usr/bin:/bin", "HOME": str(home), "PYTHONPATH": str(target)},
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert gate.returncode == ExitCode.FAILED, gate.stdout + gate.stderr
+    assert "_xla_runtime_memory_info is missing" in gate.stdout
+    (written,) = (out / "receipts" / "stock-2.7").glob("*.json")
+    stored = receipts.read_receipt(written)
+    assert stored.digest_ok and stored.receipt.bundle_document == f"sha256:{digest}"
+    assert stored.receipt.wheels_match_lock, stored.receipt.problems
+    assert stored.receipt.locked_files == {(wheel.name, file_sha256(wheel))}
