@@ -12,6 +12,7 @@ and a HOME of its own. The wheels are the publish tests' small stand-ins
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -277,3 +278,37 @@ def test_the_host_gate_leaves_a_receipt_made_under_the_document(
     assert stored.digest_ok and stored.receipt.bundle_document == f"sha256:{digest}"
     assert stored.receipt.wheels_match_lock, stored.receipt.problems
     assert stored.receipt.locked_files == {(wheel.name, file_sha256(wheel))}
+
+
+def test_promotion_takes_a_host_receipt_only_under_a_document_the_checkout_publishes() -> None:
+    from xla_host.installed import WheelMatch
+    from xla_wheels.release.lanes import Policy
+    from xla_wheels.release.policy import judge_receipt
+
+    name, sha = "torch_xla-2.7.0-cp311-cp311-linux_x86_64.whl", "d" * 64
+    receipt = receipts.Receipt(
+        kind="gate", bundle="b1", created="2026-01-01T00:00:00Z", host="tpu-0", device="CPU",
+        chip=None, workload="small", versions={}, wheels_match_lock=True,
+        wheels=(WheelMatch(name, sha, "torch-xla", "2.7.0", True, 3),), problems=(),
+        checks=(receipts.CheckEvidence("restart", True, (), {}),),
+        bundle_document="sha256:" + "1" * 64,
+    )  # fmt: skip
+    stored = receipts.StoredReceipt(Path("r.json"), receipt, "sha256:x", True)
+
+    def rules(documents: frozenset[str] | None) -> list[str]:
+        verdict = judge_receipt(
+            stored, "b1", {(name, sha)}, Policy(checks=("restart",)), None, None, documents
+        )
+        return [f.rule for f in verdict.failures]
+
+    assert rules(frozenset({"sha256:" + "1" * 64, "sha256:" + "2" * 64})) == []
+    assert rules(frozenset({"sha256:" + "2" * 64})) == ["document"]
+    # A receipt made in a checkout (no document) is judged as before.
+    checkout_made = receipts.StoredReceipt(
+        Path("r.json"), dataclasses.replace(receipt, bundle_document=None), "sha256:x", True
+    )
+    verdict = judge_receipt(
+        checkout_made, "b1", {(name, sha)}, Policy(checks=("restart",)), None, None,
+        frozenset({"sha256:" + "2" * 64}),
+    )  # fmt: skip
+    assert verdict.passed

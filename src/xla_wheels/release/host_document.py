@@ -31,7 +31,7 @@ from xla_wheels.bundle import load_bundle
 from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish.upload import Outcome
 from xla_wheels.publish.wheels import LocalWheel, locked_records
-from xla_wheels.release.lanes import Lane, Policy
+from xla_wheels.release.lanes import Lane, Policy, load_config
 from xla_wheels.wheels_lock import Lock, WheelRecord
 
 #: Where ``make host-wheel`` leaves the host distribution's wheel.
@@ -62,6 +62,16 @@ def compose(root: Path, lock: Lock, bundle_name: str, lane: Lane) -> doc.BundleD
         },
         profiles=dict(bundle.profiles),
         policy=policy_data(lane.policy),
+    )
+
+
+def published_digests(root: Path, lock: Lock, bundle: str) -> frozenset[str]:
+    """``sha256:<hex>`` of the document each lane of ``build/lanes.toml`` publishes for
+    ``bundle``: what a host's receipt must have been made under to promote it."""
+    config = load_config(root)
+    return frozenset(
+        f"sha256:{doc.sha256_of(doc.dumps(compose(root, lock, bundle, lane)))}"
+        for lane in config.lanes.values()
     )
 
 
