@@ -132,6 +132,9 @@ def test_a_host_installs_from_the_lane_by_hash_and_runs_doctor_without_a_checkou
     assert probe.returncode != 0 and "No module named 'xla_wheels'" in probe.stderr
     digest = doc.sha256_of((host.lane / "bundles" / f"{BUNDLE}.json").read_bytes())
     assert f"sha256:{digest}" in host.publish_output
+    # The host wheel in the lane is no drift of the lane (lanes.lock records bundles).
+    status = run_cli("status", root=host.lane.parents[2], inherit_env=True)
+    assert "extra" not in status.stdout and host_wheel.name not in status.stdout, status.output
 
     doctor = host.run("doctor", "--lane", str(host.lane), "--bundle", BUNDLE)
     assert f"document sha256:{digest}" in doctor.stdout, doctor.stdout + doctor.stderr
