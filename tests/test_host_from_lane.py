@@ -18,12 +18,14 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from tests.clirunner import run_cli
+from tests.network_faults_support import silent_server
 from tests.publish_support import (
     BUNDLE,
     FakeWheels,
@@ -31,6 +33,7 @@ from tests.publish_support import (
     fake_wheels,  # noqa: F401 - fixture
     make_publish_project,
 )
+from tests.servers import answers_http, free_port, start, stop
 from xla_host import bundle_document as doc
 from xla_host import receipts
 from xla_host.errors import ExitCode
@@ -71,16 +74,19 @@ class Host:
     lane: Path
     publish_output: str
 
-    def run(self, *args: str, script: bool = False) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *args: str, script: bool = False, home: Path | None = None
+    ) -> subprocess.CompletedProcess[str]:
         """The host's command line, as a host runs it: nothing of the checkout anywhere."""
+        home = home or self.home
         command = (
             [str(self.python.parent / "xla-wheels"), *args]
             if script
             else [str(self.python), "-I", "-m", "xla_host", *args]
         )
-        env = {"PATH": "/usr/bin:/bin", "HOME": str(self.home), "PJRT_DEVICE": "CPU"}
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "PJRT_DEVICE": "CPU"}
         return subprocess.run(
-            command, cwd=self.home, env=env, capture_output=True, text=True, timeout=300,
+            command, cwd=home, env=env, capture_output=True, text=True, timeout=300,
             check=False,
         )  # fmt: skip
 
@@ -145,6 +151,30 @@ def test_a_host_installs_from_the_lane_by_hash_and_runs_doctor_without_a_checkou
     assert f"cache path recommended  /mnt/xla-cache/xla_cache_{BUNDLE}_txla2.9.0+gitc04e61c" in (
         doctor.stdout
     )
+    # The same lane behind a web server on loopback: the document and its index page over
+    # HTTP, the wheel files the comparison needs fetched by hash into a cache of the host.
+    port = free_port()
+    server = start(
+        "http.server",
+        [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "--directory",
+         str(host.lane), str(port)],
+        log=host.home.parent / "http.log",
+        ready=answers_http(f"http://127.0.0.1:{port}/bundles/index.html"),
+        timeout_s=60,
+    )  # fmt: skip
+    try:
+        fresh = host.home.parent / "fresh-home"
+        fresh.mkdir()
+        over_http = host.run(
+            "doctor", "--lane", f"http://127.0.0.1:{port}/simple/", "--bundle", BUNDLE,
+            home=fresh,
+        )  # fmt: skip
+    finally:
+        stop(server)
+    assert over_http.returncode == 0, over_http.stdout + over_http.stderr
+    assert "ok   files torch-xla" in over_http.stdout
+    fetched = sorted(p.name for p in (fresh / ".cache" / "xla-wheels" / "lane-wheels").iterdir())
+    assert fetched == sorted(p.name for p in host.lane.glob("torch*.whl"))
     # The one `xla-wheels` command is the host's where only the host wheel is installed,
     # and it refuses a builder command with a fix instead of a traceback.
     script = host.run("gate", "--help", script=True)
@@ -315,3 +345,20 @@ def test_promotion_takes_a_host_receipt_only_under_a_document_the_checkout_publi
         frozenset({"sha256:" + "2" * 64}),
     )  # fmt: skip
     assert verdict.passed
+
+
+@pytest.mark.slow  # waits out its two-second timeout on purpose
+def test_a_lane_that_does_not_answer_ends_the_command_within_its_timeout(tmp_path: Path) -> None:
+    with silent_server() as server:
+        started = time.monotonic()
+        result = subprocess.run(
+            [sys.executable, "-m", "xla_host", "doctor", "--lane", f"{server.base}/lane/",
+             "--bundle", "b1", "--net-timeout", "2"],
+            env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(HOST_SRC)},
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        took = time.monotonic() - started
+    assert result.returncode == ExitCode.TIMED_OUT, result.stderr
+    assert f"{server.base}/lane/bundles/index.html: no answer within 2 s" in result.stderr
+    # The bound is the timeout (plus the interpreter's start), not a multiple of it.
+    assert "Traceback" not in result.stderr and took < 15, took
