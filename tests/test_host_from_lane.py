@@ -362,3 +362,50 @@ def test_a_lane_that_does_not_answer_ends_the_command_within_its_timeout(tmp_pat
     assert f"{server.base}/lane/bundles/index.html: no answer within 2 s" in result.stderr
     # The bound is the timeout (plus the interpreter's start), not a multiple of it.
     assert "Traceback" not in result.stderr and took < 15, took
+
+
+@pytest.mark.slow
+def test_the_host_writes_the_launch_environment_the_builder_writes(
+    tmp_path: Path,
+    fake_wheels: FakeWheels,  # noqa: F811
+) -> None:
+    from xla_wheels.release import host_document
+    from xla_wheels.release.lanes import load_config
+    from xla_wheels.wheels_lock import read_lock
+
+    project = make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
+    manifest = project / "build" / "bundles" / f"{BUNDLE}.toml"
+    manifest.write_text(
+        manifest.read_text()
+        + '\n[profiles.train.device]\nPJRT_DEVICE = "TPU"\n'
+        '[profiles.train.cache]\nXLA_PERSISTENT_CACHE_PATH = "/mnt/xla-cache/{build}"\n'
+        '[profiles.train.compiler]\nXLA_FLAGS = "--xla_cpu_use_thunk_runtime=false"\n'
+    )
+    (project / "build" / "lanes.toml").write_text(
+        'publish-lane = "validation"\n\n[lanes.validation]\npath = "dist/lanes/validation"\n'
+    )
+    (project / "scripts").mkdir()  # the builder copies its helper beside the files
+    helper = Path("scripts") / "xla_launch_profile.py"
+    shutil.copyfile(REPO_ROOT / helper, project / helper)
+    lane = load_config(project).lane("validation")
+    document = host_document.compose(project, read_lock(project / "wheels.lock"), BUNDLE, lane)
+    path = tmp_path / "document.json"
+    path.write_bytes(doc.dumps(document))
+    for role in ("writer", "reader"):
+        builder = run_cli(
+            "launch-env", "--bundle", BUNDLE, "--profile", "train", "--role", role,
+            "--out", str(tmp_path / "builder" / role), root=project,
+        )  # fmt: skip
+        assert builder.exit_code == 0, builder.output
+        host = subprocess.run(
+            [sys.executable, "-m", "xla_host", "launch-env", "--bundle-document", str(path),
+             "--bundle-sha256", doc.sha256_of(path.read_bytes()), "--profile", "train",
+             "--role", role, "--out", str(tmp_path / "host" / role)],
+            env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(HOST_SRC)},
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert host.returncode == 0, host.stderr
+        for name in ("env.sh", "env.json"):
+            built = (tmp_path / "builder" / role / name).read_text()
+            assert (tmp_path / "host" / role / name).read_text() == built, name
+        assert f"xla_cache_{BUNDLE}_txla2.9.0+gitc04e61c" in built

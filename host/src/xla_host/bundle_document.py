@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from xla_host.cache_contract import directory_name
 from xla_host.errors import ExitCode, PipelineError, UsageError
 from xla_host.filemode import file_sha256
 from xla_host.launch_profile import LaunchProfile
@@ -94,6 +95,12 @@ class RuntimePin:
     minimum: str | None = None
     preferred: str | None = None
 
+    @property
+    def install_version(self) -> str:
+        """The one version a host installs (the exact pin, else the preferred one): the
+        builder's ``xla_wheels.bundle.RuntimePin.install_version``, the same rule."""
+        return self.version or self.preferred or self.minimum or ""
+
 
 @dataclass(frozen=True)
 class BundleDocument:
@@ -120,6 +127,19 @@ class BundleDocument:
             if pin.version is not None:
                 pins.setdefault(normalize(name), pin.version)
         return dict(sorted(pins.items()))
+
+    def build_directory(self) -> str:
+        """``{build}`` of a profile's cache path: the cache contract's directory name for
+        the document's torch_xla wheel and the libtpu version hosts install."""
+        version = next((w.version for w in self.wheels if w.project == "torch-xla"), None)
+        if version is None:
+            raise DocumentError(
+                f"the bundle document of {self.bundle} lists no torch_xla wheel, and the "
+                "profile's cache path names the build ({build})",
+                fix="launch with a profile whose cache path does not use {build}",
+            )
+        libtpu = self.runtime.get("libtpu")
+        return directory_name(self.bundle, version, libtpu.install_version if libtpu else None)
 
     def as_json(self) -> dict[str, Any]:
         def files(rows: tuple[LockedFile, ...], with_size: bool) -> list[dict[str, Any]]:

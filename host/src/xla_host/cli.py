@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -32,7 +33,7 @@ from importlib import metadata
 from pathlib import Path
 
 from xla_host import __version__, bundle_document, host_doctor, installed, log, receipts
-from xla_host.arguments import amount, machine_cache
+from xla_host.arguments import OUTPUT_DIR, amount, machine_cache
 from xla_host.edge import Parser, exit_code_of
 from xla_host.errors import CheckFailed, UsageError
 from xla_host.host_probe import probe
@@ -43,6 +44,8 @@ HOST_COMMANDS = {
     "the receipt goes to --out",
     "doctor": "check this host against the bundle's document (versions, installed files, "
     "cache) without importing torch_xla",
+    "launch-env": "write the bundle's launch profile for a launcher (env.sh, env.json) from "
+    "its document",
 }
 
 
@@ -102,6 +105,20 @@ def build_parser() -> argparse.ArgumentParser:
             gate_arguments.add_child_arguments(sub)
             gate_arguments.add_gate_arguments(sub)
             sub.set_defaults(handler=run_gate)
+        elif name == "launch-env":
+            sub.add_argument("--profile", default="", help="launch profile name, e.g. train")
+            sub.add_argument(
+                "--role",
+                default="",
+                help="writer (the one process per cache directory that writes it) or reader "
+                "(every other worker: the cache read-only); required",
+            )
+            sub.add_argument(
+                "--out",
+                type=OUTPUT_DIR,
+                help="directory to write into (default: out/launch/<bundle>/<profile>-<role>)",
+            )
+            sub.set_defaults(handler=run_launch_env)
         else:
             sub.add_argument(
                 "--role",
@@ -223,6 +240,23 @@ def run_doctor(args: argparse.Namespace) -> int:
             + ", ".join(f.check for f in report.failed),
             fix="apply the fixes listed above, then run the same command again",
         )
+    return 0
+
+
+def run_launch_env(args: argparse.Namespace) -> int:
+    from xla_host import filemode, launch_profile
+
+    document, _ = _document(args)
+    profile = launch_profile.choose(document.profiles, args.profile, document.bundle)
+    role = launch_profile.check_role(args.role)
+    build = document.build_directory() if profile.needs_build else None
+    out: Path = args.out or Path("out") / "launch" / document.bundle / f"{profile.name}-{role}"
+    files = launch_profile.launch_files(profile, document.bundle, role, build)
+    out.mkdir(parents=True, exist_ok=True)
+    # One launch environment: both files or, on a failure (a full disk), neither changed.
+    filemode.write_all([(out / name, text) for name, text in files.items()])
+    print(f"launch profile {profile.name} of {document.bundle} (role {role}) written to {out}:")
+    print(f"  . {shlex.quote(str(out / 'env.sh'))}    # in the launcher, before training starts")
     return 0
 
 
