@@ -31,7 +31,9 @@ from tests.publish_support import (
     FakeWheels,
     cached_stock_wheel,
     fake_wheels,  # noqa: F401 - fixture
+    host_venv,
     make_publish_project,
+    start_pypiserver,
 )
 from tests.servers import answers_http, free_port, start, stop
 from xla_host import bundle_document as doc
@@ -409,3 +411,47 @@ def test_the_host_writes_the_launch_environment_the_builder_writes(
             built = (tmp_path / "builder" / role / name).read_text()
             assert (tmp_path / "host" / role / name).read_text() == built, name
         assert f"xla_cache_{BUNDLE}_txla2.9.0+gitc04e61c" in built
+
+
+@pytest.mark.slow
+def test_a_lane_on_a_package_index_gets_the_host_wheel_and_hands_out_the_document(
+    tmp_path: Path,
+    fake_wheels: FakeWheels,  # noqa: F811
+    host_wheel: Path,
+) -> None:
+    process, index = start_pypiserver(tmp_path / "index", "update")  # reads need no account
+    try:
+        project = make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
+        (project / "dist" / "host").mkdir(parents=True)
+        shutil.copyfile(host_wheel, project / "dist" / "host" / host_wheel.name)
+        (project / "build" / "lanes.toml").write_text(
+            f'publish-lane = "validation"\n\n[lanes.validation]\nindex-url = "{index.url}"\n'
+        )
+        published = run_cli(
+            "publish-lane", "--bundle", BUNDLE, root=project, inherit_env=True,
+            env=index.credentials,
+        )  # fmt: skip
+        assert published.exit_code == 0, published.output
+        assert (index.packages / host_wheel.name).is_file()  # uploaded as the wheels are
+        document = project / "dist" / "lanes" / "validation" / "bundles" / f"{BUNDLE}.json"
+        digest = doc.sha256_of(document.read_bytes())
+        assert f"sha256:{digest}" in published.stdout and "serves packages only" in published.stdout
+        python = host_venv(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home"), "PYTHONPATH": str(HOST_SRC)}
+
+        def doctor(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, "-m", "xla_host", "doctor", "--python", str(python),
+                 "--lane", index.url, *args],
+                env=env, capture_output=True, text=True, timeout=120, check=False,
+            )  # fmt: skip
+
+        # The index serves no document: the operator hands it out with its digest, and the
+        # wheel files come from the index's own links, by hash.
+        given = doctor("--bundle-document", str(document), "--bundle-sha256", digest)
+        assert given.returncode == 0, given.stdout + given.stderr
+        assert "ok   files torch-xla" in given.stdout
+        asked = doctor("--bundle", BUNDLE)
+        assert asked.returncode == ExitCode.BAD_INPUT and "--bundle-document FILE" in asked.stderr
+    finally:
+        stop(process)

@@ -33,6 +33,7 @@ the document's digest, so promotion can tell which document the receipt was judg
 from __future__ import annotations
 
 import hashlib
+import html
 import http.client
 import json
 import re
@@ -319,6 +320,32 @@ def _lane_base(lane: str) -> tuple[str | None, Path | None]:
     return None, path
 
 
+def _simple_url(lane: str) -> str:
+    """The PEP 503 index of a lane given as a URL: itself when it is one (``simple/``,
+    devpi's ``+simple/``), else the static lane's ``simple/``."""
+    base = lane.rstrip("/")
+    if base.rsplit("/", 1)[-1] in ("simple", "+simple"):
+        return base + "/"
+    return base + "/simple/"
+
+
+def _wheel_url(simple: str, wheel: LockedFile, timeout_s: float) -> str:
+    """Where the index serves ``wheel``: the link of that name on its project page (a
+    static lane, pypiserver and devpi each keep their files somewhere else)."""
+    page_url = urllib.parse.urljoin(simple, f"{wheel.project}/")
+    page = _get(page_url, timeout_s).decode("utf-8", "replace")
+    for href in re.findall(r'href="([^"]+)"', page):
+        target = urllib.parse.urljoin(page_url, html.unescape(href)).split("#", 1)[0]
+        name = urllib.parse.unquote(urllib.parse.urlparse(target).path.rsplit("/", 1)[-1])
+        if name == wheel.name:
+            return target
+    raise DocumentError(
+        f"{page_url} lists no {wheel.name}",
+        fix="the lane does not serve a wheel its document lists: publish the bundle into the "
+        "lane again (make publish-lane)",
+    )
+
+
 def _get(url: str, timeout_s: float) -> bytes:
     """One bounded GET (standard library only: the host side adds no packages)."""
     try:
@@ -332,7 +359,9 @@ def _get(url: str, timeout_s: float) -> bytes:
     except urllib.error.HTTPError as error:
         raise DocumentError(
             f"{url}: the lane answered {error.code} {error.reason}",
-            fix="check --lane and --bundle: the bundle must have been published into the lane",
+            fix="check --lane and --bundle: the bundle must have been published into the lane "
+            "(a lane on a package index serves no document: pass --bundle-document FILE "
+            "--bundle-sha256 HEX, as publish printed them)",
         ) from None
     except (urllib.error.URLError, OSError) as error:
         reason = getattr(error, "reason", error)
@@ -442,7 +471,7 @@ def wheel_files(
             continue
         url_base, lane_dir = _lane_base(lane)
         if url_base is not None:
-            where = urllib.parse.urljoin(url_base, urllib.parse.quote(wheel.name))
+            where = _wheel_url(_simple_url(lane), wheel, timeout_s)
         else:
             assert lane_dir is not None
             where = (lane_dir / wheel.name).as_uri()
