@@ -23,8 +23,8 @@ In a lane the document lives at ``bundles/<bundle>.json`` beside the wheels, lis
 
 The trust chain (docs/on-a-tpu-host.md): the host's own code is the host wheel, installed
 by hash from the lane's requirements file; the document is then accepted only with the
-sha256 the operator gives (``--bundle-sha256``, from the reviewed ``lanes.lock`` or the
-publish output) or, without one, the one the lane's index lists (which guards against a
+sha256 the operator gives (``--bundle-sha256``, as ``make publish`` printed it on the
+builder) or, without one, the one the lane's index lists (which guards against a
 truncated or swapped file on a mirror, not against a compromised index). The document's
 wheel hashes are what the host compares its installed files with, and the receipt records
 the document's digest, so promotion can tell which document the receipt was judged under.
@@ -415,7 +415,7 @@ def fetch(
     if listed is None and sha256 is None:
         raise DocumentError(
             f"the lane's index {DIRNAME}/{INDEX_PAGE} lists no sha256 for {bundle}.json",
-            fix="pass --bundle-sha256 <the digest publish printed, also in lanes.lock>",
+            fix="pass --bundle-sha256 <the digest `make publish` printed for the document>",
         )
     document = verified(raw, where, sha256=sha256, listed=listed)
     if document.bundle != bundle:
