@@ -243,13 +243,22 @@ def test_a_malformed_or_unknown_document_is_named_by_its_field(tmp_path: Path) -
         path = tmp_path / f"{name}.json"
         path.write_text(json.dumps(data))
         result = subprocess.run(
-            [sys.executable, "-m", "xla_host", "doctor", "--bundle-document", str(path)],
+            [sys.executable, "-m", "xla_host", "doctor", "--bundle-document", str(path),
+             "--bundle-sha256", doc.sha256_of(path.read_bytes())],
             capture_output=True, text=True, timeout=120, check=False,
             env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(HOST_SRC)},
         )  # fmt: skip
         assert result.returncode == ExitCode.BAD_INPUT, (name, result.stderr)
         assert message in result.stderr and str(path) in result.stderr, (name, result.stderr)
         assert "Traceback" not in result.stderr
+    # A document given as a file is vouched for by its digest only: without one, refused.
+    unvouched = subprocess.run(
+        [sys.executable, "-m", "xla_host", "doctor", "--bundle-document", str(path)],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(HOST_SRC)},
+    )  # fmt: skip
+    assert unvouched.returncode == ExitCode.BAD_INPUT
+    assert "needs its sha256" in unvouched.stderr
 
 
 def test_a_lane_index_without_the_document_or_its_digest_is_refused(tmp_path: Path) -> None:

@@ -442,8 +442,14 @@ def verified(
     return loads(raw, source)
 
 
-def read_file(path: Path, *, sha256: str | None = None) -> tuple[BundleDocument, str]:
-    """A document given as a file (``--bundle-document``): (document, its sha256)."""
+def read_file(path: Path, *, sha256: str | None) -> tuple[BundleDocument, str]:
+    """A document given as a file (``--bundle-document``): (document, its sha256). Its
+    sha256 must be given too: a file is vouched for by nothing else."""
+    if sha256 is None:
+        raise DocumentError(
+            f"{path}: a bundle document given as a file needs its sha256",
+            fix="pass --bundle-sha256 <the digest `make publish` printed for the document>",
+        )
     raw = _read(path)
     return verified(raw, str(path), sha256=sha256), sha256_of(raw)
 

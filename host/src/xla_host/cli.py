@@ -183,7 +183,16 @@ def _run(arguments: list[str]) -> int:
 
 def _document(args: argparse.Namespace) -> tuple[bundle_document.BundleDocument, str]:
     if args.bundle_document is not None:
-        return bundle_document.read_file(args.bundle_document, sha256=args.bundle_sha256)
+        document, digest = bundle_document.read_file(
+            args.bundle_document, sha256=args.bundle_sha256
+        )
+        if args.bundle and args.bundle != document.bundle:
+            raise UsageError(
+                f"{args.bundle_document} is the document of bundle {document.bundle}, not "
+                f"{args.bundle}",
+                fix="pass the document of the bundle you mean, or leave out --bundle",
+            )
+        return document, digest
     if not args.lane or not args.bundle:
         raise UsageError(
             "which bundle? --lane and --bundle (or --bundle-document) are required",
