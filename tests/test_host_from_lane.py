@@ -464,3 +464,17 @@ def test_a_lane_on_a_package_index_gets_the_host_wheel_and_hands_out_the_documen
         assert asked.returncode == ExitCode.BAD_INPUT and "--bundle-document FILE" in asked.stderr
     finally:
         stop(process)
+
+
+def test_the_one_xla_wheels_command_is_the_builders_where_the_builder_is_installed() -> None:
+    # The host distribution owns the script; the builder registered its command line under
+    # the entry-point group the host's main hands every command to.
+    script = Path(sys.executable).parent / "xla-wheels"
+    if not script.exists():
+        pytest.skip("the project is not installed into this interpreter's environment")
+    result = subprocess.run(
+        [str(script), "lock-check", "--help"], capture_output=True, text=True, timeout=120,
+        check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "usage: xla-wheels lock-check" in result.stdout
