@@ -140,6 +140,9 @@ def test_a_host_installs_from_the_lane_by_hash_and_runs_doctor_without_a_checkou
     assert probe.returncode != 0 and "No module named 'xla_wheels'" in probe.stderr
     digest = doc.sha256_of((host.lane / "bundles" / f"{BUNDLE}.json").read_bytes())
     assert f"sha256:{digest}" in host.publish_output
+    # `make lanes` shows the digest hosts pass as --bundle-sha256.
+    shown = run_cli("lanes", root=host.lane.parents[2], inherit_env=True)
+    assert f"bundle document: {host.lane}/bundles/{BUNDLE}.json sha256:{digest}" in shown.stdout
     # The host wheel in the lane is no drift of the lane (lanes.lock records bundles).
     status = run_cli("status", root=host.lane.parents[2], inherit_env=True)
     assert "extra" not in status.stdout and host_wheel.name not in status.stdout, status.output

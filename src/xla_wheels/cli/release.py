@@ -288,6 +288,8 @@ def cmd_lanes(args: argparse.Namespace) -> int:
             + (f" (receipt {current.receipt})" if current and current.receipt else "")
         )
         print(f"  policy: {policy}")
+        if current and (published := host_document.published(options.root, lane, current.bundle)):
+            print(f"  bundle document: {published[0]} sha256:{published[1]}")
         if history := record.lane_history(name):
             last = history[-1]
             print(f"  since {last.when}: {last.action} by {last.who} (make lanes HISTORY=1)")

@@ -82,6 +82,13 @@ def documents_dir(root: Path, lane: Lane) -> Path:
     return base / doc.DIRNAME
 
 
+def published(root: Path, lane: Lane, bundle: str) -> tuple[Path, str] | None:
+    """The document ``lane`` was given for ``bundle`` (where, its sha256); None: none.
+    ``make lanes`` shows it: the digest hosts pass as ``--bundle-sha256``."""
+    path = documents_dir(root, lane) / f"{bundle}.json"
+    return (path, file_sha256(path)) if path.is_file() else None
+
+
 def put_document(root: Path, document: doc.BundleDocument, lane: Lane) -> tuple[Path, str]:
     """Write the document and rewrite the index page over every document there (each by
     rename): (where, its sha256)."""
