@@ -415,7 +415,7 @@ def fetch(
     if listed is None and sha256 is None:
         raise DocumentError(
             f"the lane's index {DIRNAME}/{INDEX_PAGE} lists no sha256 for {bundle}.json",
-            fix="pass --bundle-sha256 <the digest `make publish` printed for the document>",
+            fix="pass --bundle-sha256 <the digest `make lanes` shows for the document>",
         )
     document = verified(raw, where, sha256=sha256, listed=listed)
     if document.bundle != bundle:
@@ -448,7 +448,7 @@ def read_file(path: Path, *, sha256: str | None) -> tuple[BundleDocument, str]:
     if sha256 is None:
         raise DocumentError(
             f"{path}: a bundle document given as a file needs its sha256",
-            fix="pass --bundle-sha256 <the digest `make publish` printed for the document>",
+            fix="pass --bundle-sha256 <the digest `make lanes` shows for the document>",
         )
     raw = _read(path)
     return verified(raw, str(path), sha256=sha256), sha256_of(raw)

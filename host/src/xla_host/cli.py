@@ -138,7 +138,7 @@ def _add_document_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--bundle-sha256",
         metavar="HEX",
-        help="the document's sha256 as `make publish` printed it: required unless the "
+        help="the document's sha256 (`make publish`, `make lanes`): required unless the "
         "lane's index lists it",
     )
     parser.add_argument(
