@@ -295,7 +295,7 @@ def test_dry_run_shows_the_builder_commands_for_v6e_2_9() -> None:
         "TORCH_XLA_OPENXLA_REVISION=9a9aa0e11e4fcda8d6a9c3267dca6776ddbdb0ca",
         "--override_repository=xla=",
         "BAZEL_DISK_CACHE_PATH=",
-        "-m xla_wheels gate --python",
+        "-m xla_host gate --python",
         # The ship check: every CPU cache check, and upstream's test from the tree it built.
         "--checks restart,spmd-restart,cache-key,same-numbers --upstream-tests ",
         "/src/torch/xla --out ",

@@ -175,10 +175,12 @@ def test_the_gate_runs_with_only_the_standard_library() -> None:
         env=env, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert imports.returncode == 0, imports.stderr
+    # The ship check runs the host's gate from the host sources alone (no xla_wheels).
     ship_check = subprocess.run(
-        [*bare, "-m", PACKAGE, "gate", "--python", "/nonexistent/python", "--device", "CPU",
+        [*bare, "-m", "xla_host", "gate", "--python", "/nonexistent/python", "--device", "CPU",
          "--checks", "restart", "--out", "/nonexistent-out/gate"],
-        env=env, capture_output=True, text=True, timeout=120, check=False,
+        env={**env, "PYTHONPATH": str(HOST_SRC)}, capture_output=True, text=True, timeout=120,
+        check=False,
     )  # fmt: skip
     assert ship_check.returncode == 2, ship_check.stderr
     assert "ModuleNotFoundError" not in ship_check.stderr
@@ -236,8 +238,9 @@ def _environment_reads(tree: ast.AST) -> set[str]:
     return names
 
 
-#: The options reader at the CLI edge, and the options' own module (the per-machine cache).
-READERS = {"cli/settings.py", "options.py"}
+#: The options reader at the CLI edge, and the options' own module and the host's arguments
+#: (the per-machine cache).
+READERS = {"cli/settings.py", "options.py", "arguments.py"}
 
 
 def test_settings_are_read_from_the_environment_only_by_the_options_reader() -> None:

@@ -48,7 +48,9 @@ TARGET_GROUPS: dict[str, tuple[str, ...]] = {
         "bundles", "diff", "sources", "patch", "patches-check", "patch-export", "patch-rebase",
         "builder-image", "wheels", "lock", "lock-check", "clean",
     ),
-    "Publish and install": ("publish", "requirements", "verify-install", "doctor", "launch-env"),
+    "Publish and install": (
+        "publish", "requirements", "verify-install", "doctor", "launch-env", "host-wheel",
+    ),
     "Lanes and promotion": ("promote", "compare", "rollback", "lanes", "status"),
     "Supply chain and ABI": ("attest", "rebuild-check", "abi-check"),
     "The gate": ("gate", "bench-restart"),
@@ -68,6 +70,7 @@ MAKE_ONLY_EXAMPLES: dict[str, str] = {
     "lint": "make lint",
     "cache-tools": "make cache-tools",
     "docs": "make docs",
+    "host-wheel": "make host-wheel",
 }
 
 #: The settings groups whose variables many targets share: each target names them on one

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from xla_host.arguments import machine_cache as host_machine_cache
 from xla_wheels.settings_table import SETTINGS, by_flag
 
 ENV_PREFIX = "XLA_WHEELS_"
@@ -54,18 +55,9 @@ def known_environment() -> frozenset[str]:
 
 
 def machine_cache(environ: Mapping[str, str]) -> Path:
-    """Per-machine cache (sources, environments): survives ``git clean`` of the repo.
-
-    ``$XLA_WHEELS_CACHE``, else ``$XDG_CACHE_HOME/xla-wheels``, else
-    ``~/.cache/xla-wheels``. The pipeline and the gate both call this, so ``make wheels``
-    and ``make gate`` share one cache.
-    """
-    if value := environ.get(env_var("--cache-dir")):
-        return Path(value).expanduser()
-    if base := environ.get("XDG_CACHE_HOME"):
-        return Path(base).expanduser() / "xla-wheels"
-    home = Path(environ["HOME"]) if environ.get("HOME") else Path.home()
-    return home / ".cache" / "xla-wheels"
+    """Per-machine cache (sources, environments): survives ``git clean`` of the repo; the
+    rule is the host side's (``xla_host.arguments.machine_cache``), the variable ours."""
+    return host_machine_cache(environ, env_var("--cache-dir"))
 
 
 @dataclass(frozen=True)

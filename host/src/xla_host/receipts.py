@@ -21,6 +21,8 @@ reviewed in pull requests like any other evidence. Keys (``receipt-version`` 1):
                      memory and the restart's phases per run, and ``memory``,
                      ``breakdown``, ``load_floor`` for the check: gate.recalibration;
                      hbm: per-chip figures); bench: medians and spread, passed = null
+    bundle-document  (a host's gate: ``xla_host.cli``) "sha256:<hex>" of the bundle
+                     document it judged against
     profile          (when the gate ran under a launch profile, ``make gate PROFILE=``)
                      {name, sha256, environment, set-by-gate, inert}: the profile, its
                      digest as wheels.lock records it, what the children got from it, and
@@ -99,6 +101,9 @@ class Receipt:
     problems: tuple[str, ...]
     checks: tuple[CheckEvidence, ...]
     profile: Mapping[str, Any] | None = None
+    bundle_document: str | None = None
+    """``sha256:<hex>`` of the bundle document a host judged against (``xla_host.cli``):
+    promotion can tell the receipt was made under the document the lane published."""
 
     @property
     def profile_name(self) -> str | None:
@@ -126,6 +131,8 @@ class Receipt:
         data = json.loads(json.dumps(asdict(self), sort_keys=True, default=str))
         if self.profile is None:
             del data["profile"]  # only when there is one: a receipt without it reads as before
+        if self.bundle_document is None:
+            del data["bundle_document"]  # the same: only a host's receipt has one
         return {
             "receipt-version": RECEIPT_VERSION,
             **{k.replace("_", "-"): v for k, v in data.items()},
@@ -315,6 +322,7 @@ def read_receipt(path: Path) -> StoredReceipt:
         problems=tuple(required("problems", list)),
         checks=checks,
         profile=data["profile"] if isinstance(data.get("profile"), dict) else None,
+        bundle_document=top.get("bundle-document", str),
     )
     return StoredReceipt(path, receipt, digest, digest == canonical_digest(payload))
 

@@ -26,9 +26,10 @@ DEFAULT_IMAGE = str(by_flag("--image").default)
 # torch_xla tree being built (device skips lifted on a copy). Placeholders: {python} (the
 # clean environment's interpreter), {wheels} (the staging directory), {out} (a report
 # directory), {torch_xla_src} (the torch_xla source tree of this build). {builder_python}
-# is the image's interpreter; the gate needs only its standard library.
+# is the image's interpreter; the gate needs only its standard library, and runs from the
+# host sources (xla_host), as a training host runs it.
 DEFAULT_SHIP_CHECK = (
-    "{builder_python} -m xla_wheels gate --python {python} --device CPU "
+    "{builder_python} -m xla_host gate --python {python} --device CPU "
     "--checks restart,spmd-restart,cache-key,same-numbers "
     "--upstream-tests {torch_xla_src} --out {out}"
 )

@@ -26,10 +26,10 @@ import importlib
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, NoReturn
 
-from xla_host import signals
-from xla_host.errors import PipelineError, UsageError
+from xla_host import edge
+from xla_host.edge import Parser
+from xla_host.errors import UsageError
 from xla_wheels import __version__
 from xla_wheels.cli.arguments import RefusedSwitchAction, SwitchAction
 from xla_wheels.cli.from_make import MakeRun
@@ -134,23 +134,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-class Parser(argparse.ArgumentParser):
-    """argparse, with bad arguments as our :class:`UsageError` (``error:``/``fix:``, exit
-    2) instead of a usage dump: a bad value raises :class:`argparse.ArgumentError` up to
-    :func:`main` (``exit_on_error=False``), which names the flag, or the make variable that
-    carried it; the other mistakes (unknown or missing arguments) come through
-    :meth:`error`."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("exit_on_error", False)
-        super().__init__(*args, **kwargs)
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(
-            f"{self.prog}: {message}", fix=f"see `{self.prog} --help` for its arguments"
-        )
-
-
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; only ``command``'s arguments (and its module's imports) are loaded."""
     parser = Parser(
@@ -218,33 +201,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def exit_code_of(action: Callable[[], int]) -> int:
-    """``action``'s exit code; a :class:`PipelineError` is printed as ``error:`` and ``fix:``
-    lines and gives its own code, an interruption 128 + its signal (130 Ctrl-C, 143
-    SIGTERM, 129 SIGHUP: ``xla_host.signals``): never a traceback."""
-    # Under make (which exports MAKELEVEL to its recipes), the run also ends with the
-    # recipe's shell: make's SIGTERM reaches that shell only (signals.end_with_parent).
-    with signals.handled():
-        try:
-            if "MAKELEVEL" in os.environ:
-                signals.end_with_parent()
-            return action()
-        except PipelineError as error:
-            return _reported(error)
-        except OSError as error:
-            disk = disk_error(error)
-            if disk is None:
-                raise
-            return _reported(disk)
-        except KeyboardInterrupt as interrupt:
-            print(f"error: {signals.describe(interrupt)}", file=sys.stderr)
-            return signals.exit_code(interrupt)
-
-
-def _reported(error: PipelineError) -> int:
-    print(f"error: {error.message}", file=sys.stderr)
-    if error.fix:
-        print(f"  fix: {error.fix}", file=sys.stderr)
-    return error.exit_code
+    """``action``'s exit code through the one edge (:mod:`xla_host.edge`), with the
+    builder's reading of a disk fault (the mount, its free space)."""
+    return edge.exit_code_of(action, disk_error=disk_error)
 
 
 def checked_arguments(

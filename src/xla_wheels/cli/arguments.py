@@ -11,14 +11,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from xla_host.values import (
-    SWITCH_SPELLINGS,
-    BadValue,
-    check_output_dir,
-    parse_amount,
-    parse_count,
-    parse_switch,
-)
+from xla_host.arguments import OUTPUT_DIR, ValueType, amount, count
+from xla_host.values import SWITCH_SPELLINGS, BadValue, parse_switch
 from xla_wheels.settings_table import Setting, by_flag, in_group
 
 
@@ -77,38 +71,6 @@ def add_switch(
     )
 
 
-class ValueType:
-    """An argparse ``type`` from a :mod:`xla_host.values` parser: a value is refused at
-    parse time with the parser's reason; ``example`` is a value that works (for the fix)."""
-
-    def __init__(self, parse: Callable[[str], Any], example: str, name: str) -> None:
-        self.parse = parse
-        self.example = example
-        self.__name__ = name  # argparse names the type in some of its messages
-
-    def __call__(self, text: str) -> Any:
-        try:
-            return self.parse(text)
-        except BadValue as bad:
-            raise argparse.ArgumentTypeError(f"{text!r} {bad.reason}") from None
-
-
-def count(low: int, high: int, example: int) -> ValueType:
-    """A whole number in ``[low, high]``."""
-    return ValueType(
-        lambda text: parse_count(text, low=low, high=high, example=example), str(example), "count"
-    )
-
-
-def amount(low: float, high: float, example: float, unit: str) -> ValueType:
-    """A finite number of ``unit`` in ``[low, high]``."""
-    return ValueType(
-        lambda text: parse_amount(text, low=low, high=high, example=example, unit=unit),
-        f"{example:g}",
-        "amount",
-    )
-
-
 def value_type(setting: Setting) -> ValueType:
     """The argparse ``type`` of a number setting of the table: its range, its default as
     the example of a value that works."""
@@ -124,8 +86,6 @@ def value_type(setting: Setting) -> ValueType:
 PROGRESS_INTERVAL = value_type(by_flag("--progress-interval"))
 NET_TIMEOUT = value_type(by_flag("--net-timeout"))
 NET_RETRIES = value_type(by_flag("--net-retries"))
-#: A directory the pipeline writes into (``--out``, ``--out-dir``, ``--cache-dir``).
-OUTPUT_DIR = ValueType(check_output_dir, "out", "directory")
 _TYPES: dict[str, Callable[[str], Any]] = {"path": Path, "directory": OUTPUT_DIR}
 
 

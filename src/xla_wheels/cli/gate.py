@@ -21,34 +21,17 @@ from typing import TYPE_CHECKING
 
 from xla_host import log
 from xla_host.errors import UsageError
-from xla_host.gate import bench, restart, under_profile
-from xla_host.gate import run as gate_run
-from xla_host.gate.errors import GateEnvironmentError
-from xla_host.gate.report import render_text
+from xla_host.gate import arguments as gate_arguments
+from xla_host.gate import bench, under_profile
 from xla_host.gate.result import ensure_passed
-from xla_host.gate.run import CHECKS
-from xla_host.gate.target import DEVICES, Target, default_device, resolve_target
+from xla_host.gate.target import Target, default_device, resolve_target
 from xla_wheels import stock_envs as envs
-from xla_wheels.cli.arguments import OUTPUT_DIR, amount, count
+from xla_wheels.cli.arguments import OUTPUT_DIR, count
 from xla_wheels.cli.settings import Settings
 from xla_wheels.options import machine_cache
 
 if TYPE_CHECKING:  # loaded when a run leaves its receipt (see _receipts)
     from xla_wheels.release.gate_receipt import ReceiptPlace
-
-WORKLOADS = ("small", "medium", "large")
-
-
-def _checks(value: str) -> list[str]:
-    chosen = [c.strip() for c in value.split(",") if c.strip()]
-    unknown = sorted(set(chosen) - set(CHECKS))
-    if unknown or not chosen:
-        raise UsageError(
-            f"unknown check(s) {', '.join(unknown) or '(none given)'}",
-            fix=f"use a comma-separated subset of: {','.join(CHECKS)}",
-        )
-    return [c for c in CHECKS if c in chosen]
-
 
 def _given_python(args: argparse.Namespace) -> Path | None:
     # Not resolved: a venv's python symlink must stay the venv's entry point.
@@ -65,25 +48,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         help="interpreter of the torch_xla environment to judge "
         f"(default: cached stock torch_xla {envs.DEFAULT_STOCK})",
     )
-    parser.add_argument(
-        "--device",
-        type=str.upper,
-        choices=DEVICES,
-        help="PJRT device (default: TPU if this host has one, else CPU)",
-    )
-    parser.add_argument(
-        "--workload",
-        choices=WORKLOADS,
-        default="small",
-        help="validation workload preset (large is meant for TPU)",
-    )
-    parser.add_argument(
-        "--child-timeout",
-        type=amount(1, 7 * 86400, 600, "seconds"),
-        default=600.0,
-        metavar="SECONDS",
-        help="per-child timeout; a hung child's process group is killed",
-    )
+    gate_arguments.add_child_arguments(parser)
     # The receipt's options (:mod:`xla_wheels.release.gate_receipt`).
     parser.add_argument(
         "--bundle",
@@ -154,77 +119,7 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
 
 def _add_gate_arguments(gate: argparse.ArgumentParser) -> None:
     _add_common(gate)
-    gate.add_argument(
-        "--checks", default=",".join(CHECKS), help=f"comma-separated: {','.join(CHECKS)}"
-    )
-    gate.add_argument(
-        "--out",
-        type=OUTPUT_DIR,
-        default=Path("out/gate"),
-        help="directory for report.json, junit.xml and child logs",
-    )
-    gate.add_argument(
-        "--warm-runs", type=count(2, 100, 2), default=2, help="warm restarts (2 to 100)"
-    )
-    gate.add_argument(
-        "--max-warm-ratio",
-        type=amount(0, 100, 0.5, "times the cold time"),
-        default=restart.RestartConfig.max_warm_ratio,
-        help="warm time-to-ready must be at most this fraction of cold",
-    )
-    gate.add_argument(
-        "--baseline-tolerance",
-        type=amount(0, 100, 0.5, "times the baseline"),
-        default=restart.RestartConfig.baseline_tolerance,
-        help="allowed slowdown against a recorded baseline (0.5 = 50%%)",
-    )
-    gate.add_argument(
-        "--baselines-dir",
-        type=Path,
-        default=restart.DEFAULT_BASELINES_DIR,
-        help="directory of the recorded warm-restart baselines (one per torch_xla version, "
-        "device and workload)",
-    )
-    gate.add_argument(
-        "--record-baseline",
-        action="store_true",
-        help="record this run's warm time as the baseline (only if it passes)",
-    )
-    gate.add_argument("--spmd", action="store_true", help="run the restart workload under SPMD")
-    gate.add_argument(
-        "--writers",
-        type=count(1, 64, 1),
-        default=1,
-        help="concurrent cold processes writing the same cache directory",
-    )
-    gate.add_argument(
-        "--xla-cache-dir",
-        type=Path,
-        help="empty XLA persistent compilation cache directory to use (default: the "
-        "gate's own temporary one)",
-    )
-    gate.add_argument(
-        "--keep-cache",
-        action="store_true",
-        help="keep the gate's temporary cache directory and print its path",
-    )
-    gate.add_argument(
-        "--upstream-tests",
-        type=Path,
-        metavar="CHECKOUT",
-        help="also run test/test_persistent_cache.py of this pytorch/xla checkout (work tree "
-        "or bare repository) with its device skips lifted",
-    )
-    gate.add_argument(
-        "--upstream-tests-revision",
-        metavar="REV",
-        help="read the test file at this revision (default: the work tree, else HEAD)",
-    )
-    gate.add_argument(
-        "--profile",
-        help="run every check under this launch profile of --bundle (e.g. train); the "
-        "receipt records its name and digest",
-    )
+    gate_arguments.add_gate_arguments(gate)
     gate.set_defaults(handler=run_gate)
 
 
@@ -250,42 +145,11 @@ def _gate_profile(args: argparse.Namespace) -> under_profile.GateProfile | None:
 
 
 def run_gate(args: argparse.Namespace) -> int:
-    checks = _checks(args.checks)
+    gate_arguments.checks(args.checks)  # before anything else is read
     _check_bundle(args)
     gate_profile = _gate_profile(args)
-    config = gate_run.GateConfig(
-        python=lambda: envs.resolve_python(_given_python(args), machine_cache(os.environ)),
-        device=args.device,
-        checks=tuple(checks),
-        workload=args.workload,
-        child_timeout_s=args.child_timeout,
-        warm_runs=args.warm_runs,
-        max_warm_ratio=args.max_warm_ratio,
-        baseline_tolerance=args.baseline_tolerance,
-        baselines_dir=args.baselines_dir,
-        record_baseline=args.record_baseline,
-        spmd=args.spmd,
-        writers=args.writers,
-        xla_cache_dir=args.xla_cache_dir,
-        keep_cache=args.keep_cache,
-        upstream_tests=args.upstream_tests,
-        upstream_tests_revision=args.upstream_tests_revision,
-        out_dir=args.out,
-        profile=gate_profile,
-        settings={k: str(v) for k, v in vars(args).items() if k != "handler"},
-    )
-    try:
-        outcome = gate_run.run_gate(config)
-    except GateEnvironmentError as error:
-        print(render_text(None, [], error=error.message))
-        raise
-    print(render_text(outcome.target, outcome.results))
-    if gate_profile is not None:
-        print("\n".join(gate_profile.lines()))
-    print(
-        f"reports: {outcome.json_path} {outcome.junit_path} (child logs in {config.runs_dir})",
-        flush=True,
-    )
+    config = gate_arguments.gate_config(args, lambda: _python(args), gate_profile)
+    outcome = gate_arguments.run_printed(config)
     _receipts().leave_gate_receipt(
         _receipt_place(args),
         outcome.target,

@@ -25,7 +25,7 @@ from xla_wheels.publish import requirements
 from xla_wheels.publish.index import credentials_for
 from xla_wheels.publish.wheels import locked_records, locked_wheels
 from xla_wheels.release import compare as compare_mod
-from xla_wheels.release import lanes, promote, pylock
+from xla_wheels.release import host_document, lanes, promote, pylock
 from xla_wheels.release import status as status_mod
 from xla_wheels.wheels_lock import (
     BundleEntry,
@@ -64,6 +64,7 @@ def cmd_publish_lane(args: argparse.Namespace) -> int:
             "current bundle in lanes.lock"
         )
     else:
+        _publish_host_side(options, args.bundle, lane)
         print(f"lane {lane.name}: {lane.simple_url} now serves {args.bundle} (lanes.lock)")
     return 0
 
@@ -93,8 +94,20 @@ def cmd_promote(args: argparse.Namespace) -> int:
     if options.dry_run:
         print(f"DRY_RUN: nothing copied from {source.name} to {lane.name}; lanes.lock unchanged")
     else:
+        _publish_host_side(options, args.bundle, lane, lock)
         print(f"lane {lane.name}: current bundle is now {args.bundle} (lanes.lock)")
     return 0
+
+
+def _publish_host_side(
+    options: Any, bundle: str, lane: lanes.Lane, lock: Lock | None = None
+) -> None:
+    """The host wheel and the bundle document, into the lane beside the wheels."""
+    lock = lock or read_lock(options.lock_path)
+    for line in host_document.publish_host_side(
+        options.root, lock, bundle, lane, promote.put_into_lane, network=options.network
+    ):
+        print(line)
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
@@ -204,7 +217,8 @@ def cmd_lane_requirements(args: argparse.Namespace) -> int:
                     "them), or pass --resolve",
                 )
             out = options.root / "dist" / "lanes" / name
-            ours = locked_records(locked, bundle.name)
+            # The host package too (make host-wheel; publish put it into the lane).
+            ours = [*locked_records(locked, bundle.name), *host_document.host_records(options.root)]
             files = _lane_files(ours, lane, runtime, args.public_index)
             credentials = credentials_for(lane.upload_url or lane.simple_url)
             urls = pylock.locate(files, credentials, network=options.network)
@@ -274,6 +288,8 @@ def cmd_lanes(args: argparse.Namespace) -> int:
             + (f" (receipt {current.receipt})" if current and current.receipt else "")
         )
         print(f"  policy: {policy}")
+        if current and (published := host_document.published(options.root, lane, current.bundle)):
+            print(f"  bundle document: {published[0]} sha256:{published[1]}")
         if history := record.lane_history(name):
             last = history[-1]
             print(f"  since {last.when}: {last.action} by {last.who} (make lanes HISTORY=1)")

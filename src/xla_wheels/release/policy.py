@@ -24,8 +24,8 @@ from xla_wheels.release.lanes import Policy
 @dataclass(frozen=True)
 class RuleFailure:
     rule: str
-    """``receipt``, ``seal``, ``wheels``, ``device``, ``profile``, ``check:<name>``,
-    ``regression`` or ``memory``."""
+    """``receipt``, ``seal``, ``wheels``, ``document``, ``device``, ``profile``,
+    ``check:<name>``, ``regression`` or ``memory``."""
     detail: str
 
 
@@ -61,8 +61,11 @@ def judge_receipt(
     policy: Policy,
     current: Receipt | None,
     profile_sha256: str | None = None,
+    documents: frozenset[str] | None = None,
 ) -> ReceiptVerdict:
-    """``profile_sha256``: the digest wheels.lock records for the policy's profile."""
+    """``profile_sha256``: the digest wheels.lock records for the policy's profile;
+    ``documents``: the digests of the bundle documents this checkout publishes for the
+    bundle (None: not checked)."""
     receipt, name = stored.receipt, stored.path.name
     fails: list[RuleFailure] = []
 
@@ -80,6 +83,14 @@ def judge_receipt(
         theirs = ", ".join(f"{n} {s[:12]}" for n, s in sorted(receipt.locked_files)) or "none"
         ours = ", ".join(f"{n} {s[:12]}" for n, s in sorted(locked))
         fail("wheels", f"{name} judged {theirs}; wheels.lock has {ours}")
+    if documents is not None and receipt.bundle_document not in (None, *documents):
+        # Made on a host against a document this checkout would not publish now (another
+        # lock, manifest or policy, or not ours): its wheel evidence was judged elsewhere.
+        fail(
+            "document",
+            f"{name} was judged against bundle document {receipt.bundle_document}, which "
+            "no lane of this checkout publishes for the bundle",
+        )
     if receipt.kind != "gate":
         fail("receipt", f"{name} is a {receipt.kind} receipt; promotion needs the gate's verdicts")
     if policy.device is not None and receipt.device != policy.device:
@@ -212,12 +223,14 @@ def judge_promotion(
     policy: Policy,
     current: Receipt | None,
     profile_sha256: str | None = None,
+    documents: frozenset[str] | None = None,
 ) -> PromotionVerdict:
     """Every receipt judged; the newest one that passes is chosen."""
     if policy.empty:
         return PromotionVerdict(True, None, (), ())
     verdicts = tuple(
-        judge_receipt(r, bundle, locked, policy, current, profile_sha256) for r in receipts
+        judge_receipt(r, bundle, locked, policy, current, profile_sha256, documents)
+        for r in receipts
     )
     passing = [v for v in verdicts if v.passed]
     if passing:

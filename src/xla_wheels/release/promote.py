@@ -35,7 +35,7 @@ from xla_wheels.publish.index import credentials_for, project_files, upload_url_
 from xla_wheels.publish.static_index import write_static_index
 from xla_wheels.publish.upload import Outcome, publish_remote
 from xla_wheels.publish.wheels import LocalWheel, locked_records, locked_wheels
-from xla_wheels.release import devpi
+from xla_wheels.release import devpi, host_document
 from xla_wheels.release import lanes as lanes_mod
 from xla_wheels.release.lanes import HistoryEntry, Lane, LaneError, LaneState
 from xla_wheels.release.policy import PromotionVerdict, judge_promotion
@@ -250,6 +250,7 @@ def judge(root: Path, lock: Lock, bundle: str, lane: Lane) -> PromotionVerdict:
         lane.policy,
         current.receipt if current else None,
         lock.entry(bundle).profiles.get(profile) if profile else None,
+        None if lane.policy.empty else host_document.published_digests(root, lock, bundle),
     )
 
 

@@ -29,7 +29,7 @@ from xla_host.receipts import StoredReceipt, bundle_receipts
 from xla_host.wheel_filename import parse_wheel_name
 from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish.index import check_reachable, credentials_for, project_files, remote_sha256
-from xla_wheels.release import promote
+from xla_wheels.release import host_document, promote
 from xla_wheels.release.lanes import Lane, LanesConfig, LanesRecord
 from xla_wheels.wheels_lock import read_lock
 
@@ -168,7 +168,13 @@ SERVED_WHEEL_BYTES_ALLOWANCE = 2 * 1024**3
 def _served(lane: Lane, projects: Sequence[str], network: NetworkPolicy) -> dict[str, str]:
     """name -> sha256 of what the lane's index serves (of ``projects``, for a remote one)."""
     if lane.path is not None:
-        return {p.name: file_sha256(p) for p in sorted(lane.path.glob("*.whl"))}
+        # The host package is published beside every bundle and recorded by no entry of
+        # lanes.lock (release.host_document): not drift.
+        return {
+            p.name: file_sha256(p)
+            for p in sorted(lane.path.glob("*.whl"))
+            if parse_wheel_name(p.name).normalized != host_document.HOST_PROJECT
+        }
     assert lane.index_url is not None
     credentials = credentials_for(lane.upload_url or lane.index_url)
     check_reachable(lane.index_url, credentials, network=network)  # even with nothing recorded

@@ -1,0 +1,330 @@
+"""``xla-wheels`` on a training host: ``gate`` and ``doctor`` from the lane, no checkout.
+
+A host installs only the host wheel (``xla-wheels-host``, standard library only) into its
+torch environment, by hash, from the lane; then::
+
+    xla-wheels doctor --lane https://lanes.corp/validation/ --bundle v6e-2.11
+    xla-wheels gate   --lane https://lanes.corp/validation/ --bundle v6e-2.11 --out out/gate
+
+Both fetch the bundle document (:mod:`xla_host.bundle_document`) from the lane (a
+directory, or the URL serving it), verify its sha256 (``--bundle-sha256``, else the
+lane's index), and judge this environment against it; ``--bundle-document FILE`` reads a
+document given as a file instead.
+
+This module owns the ``xla-wheels`` console script. Where the builder distribution is
+installed too (the project's venv), it registered its command line under the entry-point
+group :data:`ENTRY_POINT_GROUP` and every command is handed to it (its ``gate`` and
+``doctor`` work from the checkout); without it, the host's commands run here and a
+builder command is refused with a fix. ``python -m xla_host`` always runs the host's.
+The same edge as the builder's (:mod:`xla_host.edge`): ``error:``/``fix:``, exit 0 ok,
+1 a check judged against, 2 bad input or cannot judge, 8 the lane did not answer in time,
+10 a disk fault, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from importlib import metadata
+from pathlib import Path
+
+from xla_host import __version__, bundle_document, host_doctor, installed, log, receipts
+from xla_host.arguments import OUTPUT_DIR, amount, machine_cache
+from xla_host.edge import Parser, exit_code_of
+from xla_host.errors import CheckFailed, UsageError
+from xla_host.host_probe import probe
+
+ENTRY_POINT_GROUP = "xla_wheels.cli"
+HOST_COMMANDS = {
+    "gate": "decide whether this environment may ship the bundle (warm restart, HBM query); "
+    "the receipt goes to --out",
+    "doctor": "check this host against the bundle's document (versions, installed files, "
+    "cache) without importing torch_xla",
+    "launch-env": "write the bundle's launch profile for a launcher (env.sh, env.json) from "
+    "its document",
+}
+
+
+def builder_main() -> Callable[[Sequence[str]], int] | None:
+    """The builder's command line when its distribution is installed (entry point)."""
+    for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if entry.name == "builder":
+            loaded: Callable[[Sequence[str]], int] = entry.load()
+            return loaded
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``xla-wheels`` console script (module doc)."""
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    builder = builder_main()
+    if builder is not None:
+        return builder(arguments)
+    return host_main(arguments)
+
+
+def host_main(argv: Sequence[str] | None = None) -> int:
+    """The host's own command line (``python -m xla_host``)."""
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    return exit_code_of(lambda: _run(arguments))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from xla_host.gate import arguments as gate_arguments  # the gate's, defined once
+
+    parser = Parser(
+        prog="xla-wheels",
+        description="The host side of xla-wheels: judge this environment against a bundle "
+        "published in a lane.",
+        epilog="example:\n  xla-wheels gate --lane https://lanes.corp/validation/ --bundle "
+        "v6e-2.11\n\nEvery command's options: xla-wheels COMMAND --help",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, help_text in HOST_COMMANDS.items():
+        sub = commands.add_parser(
+            name,
+            help=help_text,
+            description=help_text,
+            epilog=f"example:\n  xla-wheels {name} --lane https://lanes.corp/validation/ "
+            "--bundle v6e-2.11",
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        _add_document_arguments(sub)
+        sub.add_argument(
+            "--python",
+            type=Path,
+            help="interpreter of the torch_xla environment to judge (default: this one)",
+        )
+        if name == "gate":
+            gate_arguments.add_child_arguments(sub)
+            gate_arguments.add_gate_arguments(sub)
+            sub.set_defaults(handler=run_gate)
+        elif name == "launch-env":
+            sub.add_argument("--profile", default="", help="launch profile name, e.g. train")
+            sub.add_argument(
+                "--role",
+                default="",
+                help="writer (the one process per cache directory that writes it) or reader "
+                "(every other worker: the cache read-only); required",
+            )
+            sub.add_argument(
+                "--out",
+                type=OUTPUT_DIR,
+                help="directory to write into (default: out/launch/<bundle>/<profile>-<role>)",
+            )
+            sub.set_defaults(handler=run_launch_env)
+        else:
+            sub.add_argument(
+                "--role",
+                choices=("writer", "reader"),
+                help="this host's role on a shared cache (default: by TPU_WORKER_ID)",
+            )
+            sub.set_defaults(handler=run_doctor)
+    return parser
+
+
+def _add_document_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--lane",
+        help="the lane: its directory, or the URL serving it (its root or its simple/ index)",
+    )
+    parser.add_argument("--bundle", help="the bundle whose document to fetch from the lane")
+    parser.add_argument(
+        "--bundle-sha256",
+        metavar="HEX",
+        help="the document's sha256 (`make publish`, `make lanes`): required unless the "
+        "lane's index lists it",
+    )
+    parser.add_argument(
+        "--bundle-document",
+        type=Path,
+        metavar="FILE",
+        help="a bundle document given as a file, instead of --lane/--bundle",
+    )
+    parser.add_argument(
+        "--wheel-dir",
+        type=Path,
+        help="where the document's wheel files are kept to compare with the installed "
+        "files; missing ones are fetched from --lane by hash (default: the per-machine "
+        "cache, $XLA_WHEELS_CACHE or ~/.cache/xla-wheels)",
+    )
+    parser.add_argument(
+        "--net-timeout",
+        type=amount(1, 3600, 60, "seconds"),
+        default=bundle_document.FETCH_TIMEOUT_S,
+        metavar="SECONDS",
+        help="each read from the lane waits at most this long",
+    )
+
+
+def _run(arguments: list[str]) -> int:
+    if arguments and not arguments[0].startswith("-") and arguments[0] not in HOST_COMMANDS:
+        raise UsageError(
+            f"{arguments[0]} is a command of the builder side, which is not installed here "
+            f"(this host has only the host package: {', '.join(HOST_COMMANDS)})",
+            fix="run it in the project's checkout (`make venv`), or use one of: "
+            + ", ".join(HOST_COMMANDS),
+        )
+    parser = build_parser()
+    try:
+        args = parser.parse_args(arguments)
+    except argparse.ArgumentError as error:
+        flag = (error.argument_name or "argument").split("/")[0]
+        raise UsageError(f"{flag}: {error.message}", fix="see `xla-wheels --help`") from None
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    return handler(args)
+
+
+def _document(args: argparse.Namespace) -> tuple[bundle_document.BundleDocument, str]:
+    if args.bundle_document is not None:
+        document, digest = bundle_document.read_file(
+            args.bundle_document, sha256=args.bundle_sha256
+        )
+        if args.bundle and args.bundle != document.bundle:
+            raise UsageError(
+                f"{args.bundle_document} is the document of bundle {document.bundle}, not "
+                f"{args.bundle}",
+                fix="pass the document of the bundle you mean, or leave out --bundle",
+            )
+        return document, digest
+    if not args.lane or not args.bundle:
+        raise UsageError(
+            "which bundle? --lane and --bundle (or --bundle-document) are required",
+            fix="pass --lane <the lane's directory or URL> --bundle <name>",
+        )
+    return bundle_document.fetch(
+        args.lane, args.bundle, sha256=args.bundle_sha256, timeout_s=args.net_timeout
+    )
+
+
+def _cache() -> Path:
+    return machine_cache(os.environ)
+
+
+def _compare_files(
+    args: argparse.Namespace, document: bundle_document.BundleDocument, python: Path
+) -> tuple[installed.InstalledFacts, installed.EnvironmentMatch]:
+    """This environment against the document's wheels, file by file, the wheel files
+    fetched from the lane by hash when not at hand."""
+    wheel_dir = args.wheel_dir or _cache() / "lane-wheels"
+    with log.section(f"compare the environment with the wheels of bundle {document.bundle}"):
+        bundle_document.wheel_files(
+            args.lane, document.wheels, wheel_dir, timeout_s=args.net_timeout
+        )
+        return installed.match_environment(
+            python, document.wheels, wheel_dir, _cache() / "wheel-content"
+        )
+
+
+def _python(args: argparse.Namespace) -> Path:
+    # Not resolved: a venv's python symlink must stay the venv's entry point.
+    return args.python.absolute() if args.python else Path(sys.executable)
+
+
+def run_doctor(args: argparse.Namespace) -> int:
+    document, digest = _document(args)
+    python = _python(args)
+    facts = probe(
+        str(python),
+        [*host_doctor.PACKAGES, *document.pins],
+        fix="pass --python <the training environment's python>",
+    )
+    report = host_doctor.HostReport(document.bundle, str(python), digest)
+    fix = host_doctor.install_fix(args.lane)
+    host_doctor.check_versions(report, document, facts, fix)
+    _, match = _compare_files(args, document, python)
+    host_doctor.check_files(report, match, fix)
+    role = host_doctor.role_of(args.role, os.environ)
+    host_doctor.check_cache(report, facts, os.environ, role)
+    print(report.render())
+    if report.failed:
+        raise CheckFailed(
+            f"doctor found {len(report.failed)} problem(s): "
+            + ", ".join(f.check for f in report.failed),
+            fix="apply the fixes listed above, then run the same command again",
+        )
+    return 0
+
+
+def run_launch_env(args: argparse.Namespace) -> int:
+    from xla_host import filemode, launch_profile
+
+    document, _ = _document(args)
+    profile = launch_profile.choose(document.profiles, args.profile, document.bundle)
+    role = launch_profile.check_role(args.role)
+    build = document.build_directory() if profile.needs_build else None
+    out: Path = args.out or Path("out") / "launch" / document.bundle / f"{profile.name}-{role}"
+    files = launch_profile.launch_files(profile, document.bundle, role, build)
+    out.mkdir(parents=True, exist_ok=True)
+    # One launch environment: both files or, on a failure (a full disk), neither changed.
+    filemode.write_all([(out / name, text) for name, text in files.items()])
+    print(f"launch profile {profile.name} of {document.bundle} (role {role}) written to {out}:")
+    print(f"  . {shlex.quote(str(out / 'env.sh'))}    # in the launcher, before training starts")
+    return 0
+
+
+def run_gate(args: argparse.Namespace) -> int:
+    from xla_host import launch_profile
+    from xla_host.gate import arguments as gate_arguments
+    from xla_host.gate import under_profile
+    from xla_host.gate.result import ensure_passed
+    from xla_host.gate.target import default_device
+
+    gate_arguments.checks(args.checks)  # before the lane is asked
+    # Without a document (the builder's ship check judges a staging directory): verdicts
+    # only, and a receipt that says it is for no bundle's wheels.
+    named = args.lane or args.bundle or args.bundle_document
+    document, digest = _document(args) if named else (None, None)
+    profile = None
+    if args.profile:
+        if document is None:
+            raise UsageError(
+                "a launch profile belongs to a bundle: --profile needs --lane and --bundle",
+                fix=f"pass --lane <lane> --bundle <bundle> with --profile {args.profile}",
+            )
+        chosen = launch_profile.choose(document.profiles, args.profile, document.bundle)
+        profile = under_profile.plan(chosen, document.bundle, args.device or default_device())
+        for line in profile.lines():
+            log.info(line)
+    python = _python(args)
+    config = gate_arguments.gate_config(args, python, profile)
+    outcome = gate_arguments.run_printed(config)
+    if document is None:
+        facts, match = installed.probe_environment(outcome.target.python, []), None
+    else:
+        facts, match = _compare_files(args, document, outcome.target.python)
+        for problem in match.problems:
+            log.warning(problem)
+    receipt = receipts.receipt_from_gate(
+        outcome.target,
+        outcome.results,
+        bundle=document.bundle if document else None,
+        workload=args.workload,
+        facts=facts,
+        match=match,
+    )
+    receipt = replace(
+        receipt,
+        bundle_document=f"sha256:{digest}" if digest else None,
+        profile=profile.record() if profile else None,
+    )
+    out: Path = args.out
+    if document is None:
+        path = receipts.write_receipt(out / "receipt.json", receipt, replace=True)
+    else:
+        path = receipts.write_receipt(receipts.receipt_path(out, receipt), receipt)
+    verdict = (
+        "for the document's wheels"
+        if receipt.wheels_match_lock
+        else "NOT for the document's wheels: it cannot be used to promote"
+    )
+    print(f"receipt: {path} ({verdict})")
+    ensure_passed(outcome.results)
+    return 0
+

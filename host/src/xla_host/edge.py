@@ -1,0 +1,83 @@
+"""The one command-line edge: where a :class:`~xla_host.errors.PipelineError` becomes
+``error:`` / ``fix:`` lines and an exit code, for both command lines.
+
+The host's ``xla-wheels`` (``xla_host.cli``) and the builder's (``xla_wheels.cli``) run
+every command through :func:`exit_code_of`; the builder passes its own reading of a disk
+fault (it names the mount and the free space), the host the plain one here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from xla_host import signals
+from xla_host.errors import DiskError, PipelineError, UsageError
+
+#: errno values of a write that failed for a reason of the disk, not of the run.
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES})
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with bad arguments as our :class:`UsageError` (``error:``/``fix:``, exit
+    2) instead of a usage dump: a bad value raises :class:`argparse.ArgumentError` up to
+    the caller (``exit_on_error=False``), which names the flag; the other mistakes
+    (unknown or missing arguments) come through :meth:`error`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("exit_on_error", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(
+            f"{self.prog}: {message}", fix=f"see `{self.prog} --help` for its arguments"
+        )
+
+
+def plain_disk_error(error: OSError) -> DiskError | None:
+    """A disk fault named by its file (the host has no mount table reader of its own)."""
+    if error.errno not in DISK_ERRNOS:
+        return None
+    where = os.fsdecode(error.filename) if error.filename is not None else "a file"
+    return DiskError(
+        f"cannot write {where}: {os.strerror(error.errno)}",
+        fix="free space or fix the permissions of the directory, or pass another --out",
+    )
+
+
+def exit_code_of(
+    action: Callable[[], int],
+    *,
+    disk_error: Callable[[OSError], PipelineError | None] = plain_disk_error,
+) -> int:
+    """``action``'s exit code; a :class:`PipelineError` is printed as ``error:`` and ``fix:``
+    lines and gives its own code, an interruption 128 + its signal (130 Ctrl-C, 143
+    SIGTERM, 129 SIGHUP: ``xla_host.signals``): never a traceback."""
+    # Under make (which exports MAKELEVEL to its recipes), the run also ends with the
+    # recipe's shell: make's SIGTERM reaches that shell only (signals.end_with_parent).
+    with signals.handled():
+        try:
+            if "MAKELEVEL" in os.environ:
+                signals.end_with_parent()
+            return action()
+        except PipelineError as error:
+            return reported(error)
+        except OSError as error:
+            disk = disk_error(error)
+            if disk is None:
+                raise
+            return reported(disk)
+        except KeyboardInterrupt as interrupt:
+            print(f"error: {signals.describe(interrupt)}", file=sys.stderr)
+            return signals.exit_code(interrupt)
+
+
+def reported(error: PipelineError) -> int:
+    print(f"error: {error.message}", file=sys.stderr)
+    if error.fix:
+        print(f"  fix: {error.fix}", file=sys.stderr)
+    return error.exit_code

@@ -1,0 +1,181 @@
+"""The gate's arguments, defined once for both command lines.
+
+The builder's ``xla-wheels gate`` (``xla_wheels.cli.gate``: the checkout's wheels.lock,
+the cached stock environments) and the host's (``xla_host.cli``: the lane's bundle
+document) add these to their parsers and compose the run's :class:`GateConfig` from them
+with :func:`gate_config`; each adds only its own way of naming the bundle and the
+interpreter.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+from xla_host.arguments import OUTPUT_DIR, amount, count
+from xla_host.errors import UsageError
+from xla_host.gate import restart, under_profile
+from xla_host.gate.errors import GateEnvironmentError
+from xla_host.gate.report import render_text
+from xla_host.gate.run import CHECKS, GateConfig, GateOutcome, run_gate
+from xla_host.gate.target import DEVICES
+
+WORKLOADS = ("small", "medium", "large")
+
+
+def checks(value: str) -> list[str]:
+    """``--checks``: a comma-separated subset of :data:`CHECKS`, in their order."""
+    chosen = [c.strip() for c in value.split(",") if c.strip()]
+    unknown = sorted(set(chosen) - set(CHECKS))
+    if unknown or not chosen:
+        raise UsageError(
+            f"unknown check(s) {', '.join(unknown) or '(none given)'}",
+            fix=f"use a comma-separated subset of: {','.join(CHECKS)}",
+        )
+    return [c for c in CHECKS if c in chosen]
+
+
+def add_child_arguments(parser: argparse.ArgumentParser) -> None:
+    """What every run of children takes (the gate and the restart benchmark)."""
+    parser.add_argument(
+        "--device",
+        type=str.upper,
+        choices=DEVICES,
+        help="PJRT device (default: TPU if this host has one, else CPU)",
+    )
+    parser.add_argument(
+        "--workload",
+        choices=WORKLOADS,
+        default="small",
+        help="validation workload preset (large is meant for TPU)",
+    )
+    parser.add_argument(
+        "--child-timeout",
+        type=amount(1, 7 * 86400, 600, "seconds"),
+        default=600.0,
+        metavar="SECONDS",
+        help="per-child timeout; a hung child's process group is killed",
+    )
+
+
+def add_gate_arguments(gate: argparse.ArgumentParser) -> None:
+    """The gate's own options (after :func:`add_child_arguments`)."""
+    gate.add_argument(
+        "--checks", default=",".join(CHECKS), help=f"comma-separated: {','.join(CHECKS)}"
+    )
+    gate.add_argument(
+        "--out",
+        type=OUTPUT_DIR,
+        default=Path("out/gate"),
+        help="directory for report.json, junit.xml and child logs",
+    )
+    gate.add_argument(
+        "--warm-runs", type=count(2, 100, 2), default=2, help="warm restarts (2 to 100)"
+    )
+    gate.add_argument(
+        "--max-warm-ratio",
+        type=amount(0, 100, 0.5, "times the cold time"),
+        default=restart.RestartConfig.max_warm_ratio,
+        help="warm time-to-ready must be at most this fraction of cold",
+    )
+    gate.add_argument(
+        "--baseline-tolerance",
+        type=amount(0, 100, 0.5, "times the baseline"),
+        default=restart.RestartConfig.baseline_tolerance,
+        help="allowed slowdown against a recorded baseline (0.5 = 50%%)",
+    )
+    gate.add_argument(
+        "--baselines-dir",
+        type=Path,
+        default=restart.DEFAULT_BASELINES_DIR,
+        help="directory of the recorded warm-restart baselines (one per torch_xla version, "
+        "device and workload)",
+    )
+    gate.add_argument(
+        "--record-baseline",
+        action="store_true",
+        help="record this run's warm time as the baseline (only if it passes)",
+    )
+    gate.add_argument("--spmd", action="store_true", help="run the restart workload under SPMD")
+    gate.add_argument(
+        "--writers",
+        type=count(1, 64, 1),
+        default=1,
+        help="concurrent cold processes writing the same cache directory",
+    )
+    gate.add_argument(
+        "--xla-cache-dir",
+        type=Path,
+        help="empty XLA persistent compilation cache directory to use (default: the "
+        "gate's own temporary one)",
+    )
+    gate.add_argument(
+        "--keep-cache",
+        action="store_true",
+        help="keep the gate's temporary cache directory and print its path",
+    )
+    gate.add_argument(
+        "--upstream-tests",
+        type=Path,
+        metavar="CHECKOUT",
+        help="also run test/test_persistent_cache.py of this pytorch/xla checkout (work tree "
+        "or bare repository) with its device skips lifted",
+    )
+    gate.add_argument(
+        "--upstream-tests-revision",
+        metavar="REV",
+        help="read the test file at this revision (default: the work tree, else HEAD)",
+    )
+    gate.add_argument(
+        "--profile",
+        help="run every check under this launch profile of --bundle (e.g. train); the "
+        "receipt records its name and digest",
+    )
+
+
+def gate_config(
+    args: argparse.Namespace,
+    python: Path | Callable[[], Path],
+    profile: under_profile.GateProfile | None,
+) -> GateConfig:
+    """The run :func:`xla_host.gate.run.run_gate` makes of the parsed arguments."""
+    return GateConfig(
+        python=python,
+        device=args.device,
+        checks=tuple(checks(args.checks)),
+        workload=args.workload,
+        child_timeout_s=args.child_timeout,
+        warm_runs=args.warm_runs,
+        max_warm_ratio=args.max_warm_ratio,
+        baseline_tolerance=args.baseline_tolerance,
+        baselines_dir=args.baselines_dir,
+        record_baseline=args.record_baseline,
+        spmd=args.spmd,
+        writers=args.writers,
+        xla_cache_dir=args.xla_cache_dir,
+        keep_cache=args.keep_cache,
+        upstream_tests=args.upstream_tests,
+        upstream_tests_revision=args.upstream_tests_revision,
+        out_dir=args.out,
+        profile=profile,
+        settings={k: str(v) for k, v in vars(args).items() if k != "handler"},
+    )
+
+
+def run_printed(config: GateConfig) -> GateOutcome:
+    """Run the gate and print its verdicts and where its reports are (both CLIs); an
+    environment that cannot be judged is printed, then raised (exit 2)."""
+    try:
+        outcome = run_gate(config)
+    except GateEnvironmentError as error:
+        print(render_text(None, [], error=error.message))
+        raise
+    print(render_text(outcome.target, outcome.results))
+    if config.profile is not None:
+        print("\n".join(config.profile.lines()))
+    print(
+        f"reports: {outcome.json_path} {outcome.junit_path} (child logs in {config.runs_dir})",
+        flush=True,
+    )
+    return outcome

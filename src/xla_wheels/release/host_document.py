@@ -1,0 +1,149 @@
+"""What a lane gives a training host: the bundle document and the host wheel.
+
+The document (format: :mod:`xla_host.bundle_document`) is composed here from the parsed
+manifest, the bundle's ``wheels.lock`` entry and the lane of ``build/lanes.toml``, and
+put into the lane beside the wheels by ``make publish`` and ``make promote``. The host
+wheel (``make host-wheel``: ``dist/host/xla_wheels_host-*.whl``, built reproducibly from
+``host/``) goes into the lane the way the bundle's wheels go, and the lane's
+requirements file lists it by hash (``make requirements``), so a host installs both from
+the lane by hash and needs nothing of the checkout.
+
+A static lane keeps the document at ``<lane>/bundles/<bundle>.json`` and lists it in
+``<lane>/bundles/index.html`` with its ``#sha256=`` (hosts read both through any static
+web server, or the directory itself). A remote index cannot serve a file that is no
+package: for such a lane the document is written to ``dist/lanes/<lane>/bundles/`` and
+publish prints its sha256, for the operator to serve it (or hand it to the hosts with
+``--bundle-document FILE --bundle-sha256 HEX``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from xla_host import bundle_document as doc
+from xla_host import filemode
+from xla_host.filemode import file_sha256
+from xla_host.wheel_filename import parse_wheel_name
+from xla_wheels.bundle import load_bundle
+from xla_wheels.options import NetworkPolicy
+from xla_wheels.publish.upload import Outcome
+from xla_wheels.publish.wheels import LocalWheel, locked_records
+from xla_wheels.release.lanes import Lane, Policy, load_config
+from xla_wheels.wheels_lock import Lock, WheelRecord
+
+#: Where ``make host-wheel`` leaves the host distribution's wheel.
+HOST_WHEEL_DIR = Path("dist") / "host"
+HOST_PROJECT = "xla-wheels-host"
+
+
+def policy_data(policy: Policy) -> dict[str, Any]:
+    """The lane's policy as the document carries it: only the rules that are set."""
+    return {k.replace("_", "-"): v for k, v in asdict(policy).items() if v not in (None, ())}
+
+
+def compose(root: Path, lock: Lock, bundle_name: str, lane: Lane) -> doc.BundleDocument:
+    """The document of ``bundle_name`` as ``lane`` publishes it."""
+    bundle = load_bundle(root, bundle_name)
+    entry = lock.entry(bundle_name)
+    return doc.BundleDocument(
+        bundle=bundle.name,
+        lane=lane.name,
+        python=bundle.python,
+        wheels=tuple(
+            doc.LockedFile(r.name, r.sha256, r.size) for r in locked_records(lock, bundle_name)
+        ),
+        runtime_wheels=tuple(doc.LockedFile(r.name, r.sha256) for r in entry.runtime_wheels or ()),
+        runtime={
+            name: doc.RuntimePin(pin.version, pin.minimum, pin.preferred)
+            for name, pin in bundle.runtime.items()
+        },
+        profiles=dict(bundle.profiles),
+        policy=policy_data(lane.policy),
+    )
+
+
+def published_digests(root: Path, lock: Lock, bundle: str) -> frozenset[str]:
+    """``sha256:<hex>`` of the document each lane of ``build/lanes.toml`` publishes for
+    ``bundle``: what a host's receipt must have been made under to promote it."""
+    config = load_config(root)
+    return frozenset(
+        f"sha256:{doc.sha256_of(doc.dumps(compose(root, lock, bundle, lane)))}"
+        for lane in config.lanes.values()
+    )
+
+
+def documents_dir(root: Path, lane: Lane) -> Path:
+    """Where ``lane``'s documents are written: in the lane, or for a remote index beside
+    the lane's requirements in ``dist/lanes/<lane>/``."""
+    base = lane.path if lane.path is not None else root / "dist" / "lanes" / lane.name
+    return base / doc.DIRNAME
+
+
+def published(root: Path, lane: Lane, bundle: str) -> tuple[Path, str] | None:
+    """The document ``lane`` was given for ``bundle`` (where, its sha256); None: none.
+    ``make lanes`` shows it: the digest hosts pass as ``--bundle-sha256``."""
+    path = documents_dir(root, lane) / f"{bundle}.json"
+    return (path, file_sha256(path)) if path.is_file() else None
+
+
+def put_document(root: Path, document: doc.BundleDocument, lane: Lane) -> tuple[Path, str]:
+    """Write the document and rewrite the index page over every document there (each by
+    rename): (where, its sha256)."""
+    directory = documents_dir(root, lane)
+    directory.mkdir(parents=True, exist_ok=True)
+    raw = doc.dumps(document)
+    path = directory / f"{document.bundle}.json"
+    filemode.write_by_rename(path, raw)
+    listed = {p.stem: file_sha256(p) for p in sorted(directory.glob("*.json"))}
+    filemode.write_by_rename(directory / doc.INDEX_PAGE, doc.index_page(listed))
+    return path, doc.sha256_of(raw)
+
+
+def host_wheels(root: Path) -> list[LocalWheel]:
+    """The host wheel ``make host-wheel`` built (none: not built; publish says so)."""
+    found = sorted((root / HOST_WHEEL_DIR).glob("xla_wheels_host-*.whl"))
+    wheels = []
+    for path in found:
+        record = WheelRecord(path.name, path.stat().st_size, file_sha256(path))
+        wheels.append(LocalWheel(path, record, parse_wheel_name(path.name)))
+    return wheels
+
+
+def host_records(root: Path) -> list[WheelRecord]:
+    """The host wheel as a requirements row (``make requirements`` lists it by hash)."""
+    return [w.record for w in host_wheels(root)]
+
+
+def publish_host_side(
+    root: Path,
+    lock: Lock,
+    bundle: str,
+    lane: Lane,
+    put: Callable[..., list[Outcome]],
+    *,
+    network: NetworkPolicy,
+) -> list[str]:
+    """After the bundle's wheels went into ``lane``: the host wheel (through ``put``,
+    ``promote.put_into_lane``) and the bundle document. Lines for the user."""
+    lines = []
+    wheels = host_wheels(root)
+    if wheels:
+        # As the bundle's wheels go (a static lane refuses other bytes under the same name).
+        outcomes = put(lane, wheels, network=network)
+        lines += [f"{o.action:<10} {o.filename}  sha256:{o.sha256}" for o in outcomes]
+    else:
+        lines.append(
+            f"note: no host wheel in {HOST_WHEEL_DIR}/ (`make host-wheel`): hosts of lane "
+            f"{lane.name} install the host package some other way"
+        )
+    path, digest = put_document(root, compose(root, lock, bundle, lane), lane)
+    lines.append(f"bundle document {path}  sha256:{digest}")
+    if lane.path is None:
+        lines.append(
+            f"note: lane {lane.name} is a remote index, which serves packages only: serve "
+            f"{path.parent}/ next to it, or give hosts --bundle-document and --bundle-sha256"
+        )
+    return lines

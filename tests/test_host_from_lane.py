@@ -1,0 +1,483 @@
+"""A training host that has never seen the repository: everything comes from the lane.
+
+Real parts only: the host wheel built from ``host/`` as ``make host-wheel`` builds it (pip,
+setuptools pinned in host/pyproject.toml), a static lane written by ``publish-lane`` (the
+bundle's wheels, the host wheel, the bundle document and its index page) and its
+requirements file (``lane-requirements``), a fresh venv standing for the host's torch
+environment that installs the lane's requirements by hash, and the host's own command
+line run there with ``-I`` (no checkout, no PYTHONPATH, no current directory on the path)
+and a HOME of its own. The wheels are the publish tests' small stand-ins
+(tests/publish_support.py), so no torch_xla child starts here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.clirunner import run_cli
+from tests.network_faults_support import silent_server
+from tests.publish_support import (
+    BUNDLE,
+    FakeWheels,
+    cached_stock_wheel,
+    fake_wheels,  # noqa: F401 - fixture
+    host_venv,
+    make_publish_project,
+    start_pypiserver,
+)
+from tests.servers import answers_http, free_port, start, stop
+from xla_host import bundle_document as doc
+from xla_host import receipts
+from xla_host.errors import ExitCode
+from xla_host.filemode import file_sha256
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+HOST_SRC = REPO_ROOT / "host" / "src"
+
+
+def build_host_wheel(out: Path) -> Path:
+    """``make host-wheel``'s build, from a copy of the working tree's host/ (the target
+    builds from the commit; a test must see the code it tests)."""
+    source = out / "host-src"
+    shutil.copytree(
+        REPO_ROOT / "host",
+        source,
+        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"),
+    )
+    env = {**os.environ, "SOURCE_DATE_EPOCH": "1700000000"}
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
+         "--no-deps", "--wheel-dir", str(out / "wheel"), str(source)],
+        check=True, timeout=300, env=env, capture_output=True,
+    )  # fmt: skip
+    (wheel,) = (out / "wheel").glob("xla_wheels_host-*.whl")
+    return wheel
+
+
+@pytest.fixture(scope="session")
+def host_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_host_wheel(tmp_path_factory.mktemp("host-wheel"))
+
+
+@dataclass(frozen=True)
+class Host:
+    python: Path
+    home: Path
+    lane: Path
+    publish_output: str
+
+    def run(
+        self, *args: str, script: bool = False, home: Path | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """The host's command line, as a host runs it: nothing of the checkout anywhere."""
+        home = home or self.home
+        command = (
+            [str(self.python.parent / "xla-wheels"), *args]
+            if script
+            else [str(self.python), "-I", "-m", "xla_host", *args]
+        )
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "PJRT_DEVICE": "CPU"}
+        return subprocess.run(
+            command, cwd=home, env=env, capture_output=True, text=True, timeout=300,
+            check=False,
+        )  # fmt: skip
+
+
+def _publish_lane(tmp_path: Path, wheels: FakeWheels, host_wheel: Path) -> tuple[Path, str]:
+    project = make_publish_project(tmp_path, [wheels.torch, wheels.torch_xla])
+    (project / "dist" / "host").mkdir(parents=True)
+    shutil.copyfile(host_wheel, project / "dist" / "host" / host_wheel.name)
+    (project / "build" / "lanes.toml").write_text(
+        'publish-lane = "validation"\n\n[lanes.validation]\npath = "dist/lanes/validation"\n'
+    )
+    published = run_cli("publish-lane", "--bundle", BUNDLE, root=project, inherit_env=True)
+    assert published.exit_code == 0, published.output
+    made = run_cli("lane-requirements", root=project, inherit_env=True)
+    assert made.exit_code == 0, made.output
+    return project / "dist" / "lanes" / "validation", published.stdout
+
+
+@pytest.fixture
+def host(tmp_path: Path, fake_wheels: FakeWheels, host_wheel: Path) -> Host:  # noqa: F811
+    lane, output = _publish_lane(tmp_path, fake_wheels, host_wheel)
+    venv = tmp_path / "host-env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    # The runbook: the lane's requirements, every file by hash, from the lane's index.
+    installed = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
+         "--disable-pip-version-check", "--no-cache-dir", "--no-deps", "--require-hashes",
+         "--index-url", (lane / "simple").as_uri() + "/", "-r", str(lane / "requirements.txt")],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert installed.returncode == 0, installed.stderr
+    home = tmp_path / "home"
+    home.mkdir()
+    return Host(python, home, lane, output)
+
+
+@pytest.mark.slow
+def test_a_host_installs_from_the_lane_by_hash_and_runs_doctor_without_a_checkout(
+    host: Host, host_wheel: Path
+) -> None:
+    requirements = (host.lane / "requirements.txt").read_text()
+    assert "xla-wheels-host==0.1.0 \\\n    --hash=sha256:" in requirements
+    # Nothing of the builder is on the host, and the checkout is on no path of it.
+    probe = subprocess.run(
+        [str(host.python), "-I", "-c", "import xla_host, xla_wheels"],
+        capture_output=True, text=True, cwd=host.home, env={"HOME": str(host.home)}, check=False,
+    )  # fmt: skip
+    assert probe.returncode != 0 and "No module named 'xla_wheels'" in probe.stderr
+    digest = doc.sha256_of((host.lane / "bundles" / f"{BUNDLE}.json").read_bytes())
+    assert f"sha256:{digest}" in host.publish_output
+    # `make lanes` shows the digest hosts pass as --bundle-sha256.
+    shown = run_cli("lanes", root=host.lane.parents[2], inherit_env=True)
+    assert f"bundle document: {host.lane}/bundles/{BUNDLE}.json sha256:{digest}" in shown.stdout
+    # The host wheel in the lane is no drift of the lane (lanes.lock records bundles).
+    status = run_cli("status", root=host.lane.parents[2], inherit_env=True)
+    assert "extra" not in status.stdout and host_wheel.name not in status.stdout, status.output
+
+    doctor = host.run("doctor", "--lane", str(host.lane), "--bundle", BUNDLE)
+    assert f"document sha256:{digest}" in doctor.stdout, doctor.stdout + doctor.stderr
+    for line in ("ok   torch-xla", "ok   torch ", "ok   files torch-xla", "ok   files torch "):
+        assert line in doctor.stdout, doctor.stdout
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    # The cache contract, from the document's bundle and the installed build alone.
+    assert f"cache path recommended  /mnt/xla-cache/xla_cache_{BUNDLE}_txla2.9.0+gitc04e61c" in (
+        doctor.stdout
+    )
+    # The same lane behind a web server on loopback: the document and its index page over
+    # HTTP, the wheel files the comparison needs fetched by hash into a cache of the host.
+    port = free_port()
+    server = start(
+        "http.server",
+        [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "--directory",
+         str(host.lane), str(port)],
+        log=host.home.parent / "http.log",
+        ready=answers_http(f"http://127.0.0.1:{port}/bundles/index.html"),
+        timeout_s=60,
+    )  # fmt: skip
+    try:
+        fresh = host.home.parent / "fresh-home"
+        fresh.mkdir()
+        over_http = host.run(
+            "doctor", "--lane", f"http://127.0.0.1:{port}/simple/", "--bundle", BUNDLE,
+            home=fresh,
+        )  # fmt: skip
+    finally:
+        stop(server)
+    assert over_http.returncode == 0, over_http.stdout + over_http.stderr
+    assert "ok   files torch-xla" in over_http.stdout
+    fetched = sorted(p.name for p in (fresh / ".cache" / "xla-wheels" / "lane-wheels").iterdir())
+    assert fetched == sorted(p.name for p in host.lane.glob("torch*.whl"))
+    # The one `xla-wheels` command is the host's where only the host wheel is installed,
+    # and it refuses a builder command with a fix instead of a traceback.
+    script = host.run("gate", "--help", script=True)
+    assert script.returncode == 0 and "--bundle-sha256" in script.stdout, script.stderr
+    refused = host.run("wheels", "--bundle", BUNDLE, script=True)
+    assert refused.returncode == ExitCode.BAD_INPUT
+    assert "builder side, which is not installed here" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+
+@pytest.mark.slow
+def test_a_tampered_document_or_an_edited_install_is_refused(host: Host) -> None:
+    document = host.lane / "bundles" / f"{BUNDLE}.json"
+    original = document.read_bytes()
+    data = json.loads(original)
+    data["wheels"][0]["sha256"] = "0" * 64  # a host judged against other wheels
+    document.write_bytes(doc.dumps(doc.loads(json.dumps(data).encode(), "edited")))
+    tampered = host.run("doctor", "--lane", str(host.lane), "--bundle", BUNDLE)
+    assert tampered.returncode == ExitCode.BAD_INPUT, tampered.stdout + tampered.stderr
+    assert "not the document that was published" in tampered.stderr
+    # With the digest from elsewhere (lanes.lock, the publish output) the index is not
+    # trusted alone: a rewritten index page does not make the edited document pass.
+    listed = {BUNDLE: doc.sha256_of(document.read_bytes())}
+    (host.lane / "bundles" / "index.html").write_text(doc.index_page(listed))
+    given = host.run(
+        "doctor", "--lane", str(host.lane), "--bundle", BUNDLE,
+        "--bundle-sha256", doc.sha256_of(original),
+    )  # fmt: skip
+    assert given.returncode == ExitCode.BAD_INPUT and "--bundle-sha256 says" in given.stderr
+    document.write_bytes(original)
+    (host.lane / "bundles" / "index.html").write_text(
+        doc.index_page({BUNDLE: doc.sha256_of(original)})
+    )
+    # An installed file edited after the install: the content comparison names it.
+    site = next((host.python.parent.parent / "lib").glob("python3*/site-packages"))
+    (site / "torch_xla" / "__init__.py").write_text("# edited\n")
+    edited = host.run("doctor", "--lane", str(host.lane), "--bundle", BUNDLE)
+    assert edited.returncode == ExitCode.FAILED, edited.stdout + edited.stderr
+    assert "FAIL files torch-xla" in edited.stdout
+    assert "installed torch_xla/__init__.py differs from the wheel's" in edited.stdout
+
+
+def test_a_malformed_or_unknown_document_is_named_by_its_field(tmp_path: Path) -> None:
+    good = doc.BundleDocument(
+        bundle="b1",
+        lane="validation",
+        python="3.11",
+        wheels=(doc.LockedFile("torch_xla-2.9.0-cp311-cp311-linux_x86_64.whl", "a" * 64, 10),),
+    )
+    raw = doc.dumps(good)
+    assert doc.loads(raw, "doc.json") == good and doc.dumps(doc.loads(raw, "x")) == raw
+    cases = {
+        "format": ({"format": "2"}, "key 'format': '2' is not a format"),
+        "wheels": ({"wheels": []}, "key 'wheels': no wheels"),
+        "sha256": (
+            {"wheels": [{"name": good.wheels[0].name, "sha256": "xyz", "size": 1}]},
+            "key 'wheels[0].sha256'",
+        ),
+        "unknown key": ({"extra": 1}, "key 'extra': unknown key"),
+        "missing": ({"python": None}, "key 'python': missing"),
+    }
+    for name, (change, message) in cases.items():
+        data = {**json.loads(raw), **change}
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(data))
+        result = subprocess.run(
+            [sys.executable, "-m", "xla_host", "doctor", "--bundle-document", str(path),
+             "--bundle-sha256", doc.sha256_of(path.read_bytes())],
+            capture_output=True, text=True, timeout=120, check=False,
+            env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(HOST_SRC)},
+        )  # fmt: skip
+        assert result.returncode == ExitCode.BAD_INPUT, (name, result.stderr)
+        assert message in result.stderr and str(path) in result.stderr, (name, result.stderr)
+        assert "Traceback" not in result.stderr
+    # A document given as a file is vouched for by its digest only: without one, refused.
+    unvouched = subprocess.run(
+        [sys.executable, "-m", "xla_host", "doctor", "--bundle-document", str(path)],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(HOST_SRC)},
+    )  # fmt: skip
+    assert unvouched.returncode == ExitCode.BAD_INPUT
+    assert "needs its sha256" in unvouched.stderr
+
+
+def test_a_lane_index_without_the_document_or_its_digest_is_refused(tmp_path: Path) -> None:
+    lane = tmp_path / "lane"
+    (lane / "bundles").mkdir(parents=True)
+    (lane / "bundles" / "b1.json").write_bytes(
+        doc.dumps(
+            doc.BundleDocument(
+                "b1", "validation", "3.11",
+                (doc.LockedFile("torch-2.9.0-cp311-cp311-linux_x86_64.whl", "b" * 64, 1),),
+            )
+        )
+    )  # fmt: skip
+    with pytest.raises(doc.DocumentError, match="lists no sha256 for b1.json"):
+        doc.fetch(str(lane), "b1")
+    document, digest = doc.fetch(
+        str(lane), "b1", sha256=doc.sha256_of((lane / "bundles" / "b1.json").read_bytes())
+    )
+    assert document.bundle == "b1" and len(digest) == 64
+    with pytest.raises(doc.DocumentError, match="does not exist"):
+        doc.fetch(str(lane), "b2", sha256="c" * 64)
+
+
+@pytest.mark.slow
+def test_the_host_gate_leaves_a_receipt_made_under_the_document(
+    tmp_path: Path, host_wheel: Path, stock_xla_python_27: Path
+) -> None:
+    # The cached stock 2.7.0 environment stands for the host's torch environment (it is
+    # shared: the host package goes to a directory of its own, on PYTHONPATH only), and
+    # its torch_xla wheel from PyPI for the bundle's locked wheel.
+    wheel = cached_stock_wheel("2.7.0", "3.11")
+    document = doc.BundleDocument(
+        "stock-2.7", "validation", "3.11",
+        (doc.LockedFile(wheel.name, file_sha256(wheel), wheel.stat().st_size),),
+    )  # fmt: skip
+    path = tmp_path / "stock-2.7.json"
+    path.write_bytes(doc.dumps(document))
+    digest = doc.sha256_of(path.read_bytes())
+    target = tmp_path / "host-package"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+         "--no-deps", "--target", str(target), str(host_wheel)],
+        check=True, timeout=300, capture_output=True,
+    )  # fmt: skip
+    home = tmp_path / "home"
+    home.mkdir()
+    out = tmp_path / "out"
+    # One child (the HBM query) is the cheapest run that leaves a receipt; stock 2.7.0
+    # lacks the memory binding, so the check fails (exit 1) and the receipt says so.
+    gate = subprocess.run(
+        [str(stock_xla_python_27), "-s", "-m", "xla_host", "gate", "--bundle-document",
+         str(path), "--bundle-sha256", digest, "--checks", "hbm", "--device", "CPU",
+         "--out", str(out), "--wheel-dir", str(wheel.parent)],
+        cwd=home, env={"PATH": "/usr/bin:/bin", "HOME": str(home), "PYTHONPATH": str(target)},
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert gate.returncode == ExitCode.FAILED, gate.stdout + gate.stderr
+    assert "_xla_runtime_memory_info is missing" in gate.stdout
+    (written,) = (out / "receipts" / "stock-2.7").glob("*.json")
+    stored = receipts.read_receipt(written)
+    assert stored.digest_ok and stored.receipt.bundle_document == f"sha256:{digest}"
+    assert stored.receipt.wheels_match_lock, stored.receipt.problems
+    assert stored.receipt.locked_files == {(wheel.name, file_sha256(wheel))}
+
+
+def test_promotion_takes_a_host_receipt_only_under_a_document_the_checkout_publishes() -> None:
+    from xla_host.installed import WheelMatch
+    from xla_wheels.release.lanes import Policy
+    from xla_wheels.release.policy import judge_receipt
+
+    name, sha = "torch_xla-2.7.0-cp311-cp311-linux_x86_64.whl", "d" * 64
+    receipt = receipts.Receipt(
+        kind="gate", bundle="b1", created="2026-01-01T00:00:00Z", host="tpu-0", device="CPU",
+        chip=None, workload="small", versions={}, wheels_match_lock=True,
+        wheels=(WheelMatch(name, sha, "torch-xla", "2.7.0", True, 3),), problems=(),
+        checks=(receipts.CheckEvidence("restart", True, (), {}),),
+        bundle_document="sha256:" + "1" * 64,
+    )  # fmt: skip
+    stored = receipts.StoredReceipt(Path("r.json"), receipt, "sha256:x", True)
+
+    def rules(documents: frozenset[str] | None) -> list[str]:
+        verdict = judge_receipt(
+            stored, "b1", {(name, sha)}, Policy(checks=("restart",)), None, None, documents
+        )
+        return [f.rule for f in verdict.failures]
+
+    assert rules(frozenset({"sha256:" + "1" * 64, "sha256:" + "2" * 64})) == []
+    assert rules(frozenset({"sha256:" + "2" * 64})) == ["document"]
+    # A receipt made in a checkout (no document) is judged as before.
+    checkout_made = receipts.StoredReceipt(
+        Path("r.json"), dataclasses.replace(receipt, bundle_document=None), "sha256:x", True
+    )
+    verdict = judge_receipt(
+        checkout_made, "b1", {(name, sha)}, Policy(checks=("restart",)), None, None,
+        frozenset({"sha256:" + "2" * 64}),
+    )  # fmt: skip
+    assert verdict.passed
+
+
+@pytest.mark.slow  # waits out its two-second timeout on purpose
+def test_a_lane_that_does_not_answer_ends_the_command_within_its_timeout(tmp_path: Path) -> None:
+    with silent_server() as server:
+        started = time.monotonic()
+        result = subprocess.run(
+            [sys.executable, "-m", "xla_host", "doctor", "--lane", f"{server.base}/lane/",
+             "--bundle", "b1", "--net-timeout", "2"],
+            env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(HOST_SRC)},
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        took = time.monotonic() - started
+    assert result.returncode == ExitCode.TIMED_OUT, result.stderr
+    assert f"{server.base}/lane/bundles/index.html: no answer within 2 s" in result.stderr
+    # The bound is the timeout (plus the interpreter's start), not a multiple of it.
+    assert "Traceback" not in result.stderr and took < 15, took
+
+
+@pytest.mark.slow
+def test_the_host_writes_the_launch_environment_the_builder_writes(
+    tmp_path: Path,
+    fake_wheels: FakeWheels,  # noqa: F811
+) -> None:
+    from xla_wheels.release import host_document
+    from xla_wheels.release.lanes import load_config
+    from xla_wheels.wheels_lock import read_lock
+
+    project = make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
+    manifest = project / "build" / "bundles" / f"{BUNDLE}.toml"
+    manifest.write_text(
+        manifest.read_text()
+        + '\n[profiles.train.device]\nPJRT_DEVICE = "TPU"\n'
+        '[profiles.train.cache]\nXLA_PERSISTENT_CACHE_PATH = "/mnt/xla-cache/{build}"\n'
+        '[profiles.train.compiler]\nXLA_FLAGS = "--xla_cpu_use_thunk_runtime=false"\n'
+    )
+    (project / "build" / "lanes.toml").write_text(
+        'publish-lane = "validation"\n\n[lanes.validation]\npath = "dist/lanes/validation"\n'
+    )
+    (project / "scripts").mkdir()  # the builder copies its helper beside the files
+    helper = Path("scripts") / "xla_launch_profile.py"
+    shutil.copyfile(REPO_ROOT / helper, project / helper)
+    lane = load_config(project).lane("validation")
+    document = host_document.compose(project, read_lock(project / "wheels.lock"), BUNDLE, lane)
+    path = tmp_path / "document.json"
+    path.write_bytes(doc.dumps(document))
+    for role in ("writer", "reader"):
+        builder = run_cli(
+            "launch-env", "--bundle", BUNDLE, "--profile", "train", "--role", role,
+            "--out", str(tmp_path / "builder" / role), root=project,
+        )  # fmt: skip
+        assert builder.exit_code == 0, builder.output
+        host = subprocess.run(
+            [sys.executable, "-m", "xla_host", "launch-env", "--bundle-document", str(path),
+             "--bundle-sha256", doc.sha256_of(path.read_bytes()), "--profile", "train",
+             "--role", role, "--out", str(tmp_path / "host" / role)],
+            env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(HOST_SRC)},
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert host.returncode == 0, host.stderr
+        for name in ("env.sh", "env.json"):
+            built = (tmp_path / "builder" / role / name).read_text()
+            assert (tmp_path / "host" / role / name).read_text() == built, name
+        assert f"xla_cache_{BUNDLE}_txla2.9.0+gitc04e61c" in built
+
+
+@pytest.mark.slow
+def test_a_lane_on_a_package_index_gets_the_host_wheel_and_hands_out_the_document(
+    tmp_path: Path,
+    fake_wheels: FakeWheels,  # noqa: F811
+    host_wheel: Path,
+) -> None:
+    process, index = start_pypiserver(tmp_path / "index", "update")  # reads need no account
+    try:
+        project = make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
+        (project / "dist" / "host").mkdir(parents=True)
+        shutil.copyfile(host_wheel, project / "dist" / "host" / host_wheel.name)
+        (project / "build" / "lanes.toml").write_text(
+            f'publish-lane = "validation"\n\n[lanes.validation]\nindex-url = "{index.url}"\n'
+        )
+        published = run_cli(
+            "publish-lane", "--bundle", BUNDLE, root=project, inherit_env=True,
+            env=index.credentials,
+        )  # fmt: skip
+        assert published.exit_code == 0, published.output
+        assert (index.packages / host_wheel.name).is_file()  # uploaded as the wheels are
+        document = project / "dist" / "lanes" / "validation" / "bundles" / f"{BUNDLE}.json"
+        digest = doc.sha256_of(document.read_bytes())
+        assert f"sha256:{digest}" in published.stdout and "serves packages only" in published.stdout
+        python = host_venv(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home"), "PYTHONPATH": str(HOST_SRC)}
+
+        def doctor(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, "-m", "xla_host", "doctor", "--python", str(python),
+                 "--lane", index.url, *args],
+                env=env, capture_output=True, text=True, timeout=120, check=False,
+            )  # fmt: skip
+
+        # The index serves no document: the operator hands it out with its digest, and the
+        # wheel files come from the index's own links, by hash.
+        given = doctor("--bundle-document", str(document), "--bundle-sha256", digest)
+        assert given.returncode == 0, given.stdout + given.stderr
+        assert "ok   files torch-xla" in given.stdout
+        asked = doctor("--bundle", BUNDLE)
+        assert asked.returncode == ExitCode.BAD_INPUT and "--bundle-document FILE" in asked.stderr
+    finally:
+        stop(process)
+
+
+def test_the_one_xla_wheels_command_is_the_builders_where_the_builder_is_installed() -> None:
+    # The host distribution owns the script; the builder registered its command line under
+    # the entry-point group the host's main hands every command to.
+    script = Path(sys.executable).parent / "xla-wheels"
+    if not script.exists():
+        pytest.skip("the project is not installed into this interpreter's environment")
+    result = subprocess.run(
+        [str(script), "lock-check", "--help"], capture_output=True, text=True, timeout=120,
+        check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "usage: xla-wheels lock-check" in result.stdout
