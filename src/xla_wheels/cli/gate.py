@@ -23,20 +23,19 @@ from xla_host import log
 from xla_host.errors import UsageError
 from xla_host.gate import bench, restart, under_profile
 from xla_host.gate import run as gate_run
+from xla_host.gate import workload as workloads
 from xla_host.gate.errors import GateEnvironmentError
 from xla_host.gate.report import render_text
 from xla_host.gate.result import ensure_passed
 from xla_host.gate.run import CHECKS
 from xla_host.gate.target import DEVICES, Target, default_device, resolve_target
 from xla_wheels import stock_envs as envs
-from xla_wheels.cli.arguments import OUTPUT_DIR, amount, count
+from xla_wheels.cli.arguments import OUTPUT_DIR, ValueType, amount, count
 from xla_wheels.cli.settings import Settings
 from xla_wheels.options import machine_cache
 
 if TYPE_CHECKING:  # loaded when a run leaves its receipt (see _receipts)
     from xla_wheels.release.gate_receipt import ReceiptPlace
-
-WORKLOADS = ("small", "medium", "large")
 
 
 def _checks(value: str) -> list[str]:
@@ -73,9 +72,12 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--workload",
-        choices=WORKLOADS,
-        default="small",
-        help="validation workload preset (large is meant for TPU)",
+        type=ValueType(workloads.resolve, "small", "workload"),
+        default=workloads.DEFAULT,
+        metavar="WORKLOAD",
+        help=f"what to time: a preset ({', '.join(workloads.PRESETS)}; large is meant for "
+        "TPU), your own model as path/to/file.py[:factory] or package.module:factory "
+        '(protocol: docs/gate.md "Your own workload")',
     )
     parser.add_argument(
         "--child-timeout",
@@ -251,13 +253,14 @@ def _gate_profile(args: argparse.Namespace) -> under_profile.GateProfile | None:
 
 def run_gate(args: argparse.Namespace) -> int:
     checks = _checks(args.checks)
+    workload: workloads.WorkloadSpec = args.workload
     _check_bundle(args)
     gate_profile = _gate_profile(args)
     config = gate_run.GateConfig(
         python=lambda: envs.resolve_python(_given_python(args), machine_cache(os.environ)),
         device=args.device,
         checks=tuple(checks),
-        workload=args.workload,
+        workload=workload,
         child_timeout_s=args.child_timeout,
         warm_runs=args.warm_runs,
         max_warm_ratio=args.max_warm_ratio,
@@ -290,7 +293,7 @@ def run_gate(args: argparse.Namespace) -> int:
         _receipt_place(args),
         outcome.target,
         outcome.results,
-        args.workload,
+        workload.name,
         profile=gate_profile.record() if gate_profile else None,
     )
     ensure_passed(outcome.results)
@@ -298,6 +301,7 @@ def run_gate(args: argparse.Namespace) -> int:
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    workload: workloads.WorkloadSpec = args.workload
     _check_bundle(args)
     out_dir: Path = args.out
     # The children's logs go where the results go, as the gate's do: an error names one,
@@ -305,10 +309,14 @@ def run_bench(args: argparse.Namespace) -> int:
     runs_dir = out_dir / "runs"
     with tempfile.TemporaryDirectory(prefix="xla-bench-", ignore_cleanup_errors=True) as tmp:
         target: Target = resolve_target(
-            _python(args), args.device, workdir=runs_dir, timeout_s=args.child_timeout
+            _python(args),
+            args.device,
+            workdir=runs_dir,
+            timeout_s=args.child_timeout,
+            workload=workload,
         )
         summary = bench.run_bench(
-            target, runs_dir, args.rounds, args.workload, args.child_timeout, caches=Path(tmp)
+            target, runs_dir, args.rounds, workload, args.child_timeout, caches=Path(tmp)
         )
         path = bench.write_bench(out_dir, summary)
         print(bench.render_bench(summary))
