@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from xla_host.gate import hbm, restart
+from xla_host.gate import hbm, restart, workload
 from xla_host.gate.children import ChildResult
 from xla_host.gate.errors import GateEnvironmentError
 from xla_host.gate.report import render_junit, render_text, write_reports
@@ -433,7 +433,7 @@ def _gate_args(tmp_path: Path, **given: Any) -> GateConfig:
         "python": tmp_path / "python",
         "device": None,
         "checks": CHECKS,
-        "workload": "small",
+        "workload": workload.preset("small"),
         "child_timeout_s": 600.0,
         "warm_runs": 2,
         "max_warm_ratio": 0.5,

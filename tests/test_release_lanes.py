@@ -382,7 +382,7 @@ def test_compare_names_what_is_not_like_for_like(release: Release) -> None:
     # resealed and cannot pass promotion: its wheels are not syn's).
     receipts.write_receipt(
         release.root / "receipts" / "other" / "compare.json",
-        dataclasses.replace(good.receipt, bundle="other", workload="large"),
+        dataclasses.replace(good.receipt, bundle="other", workload="large", workload_sha256=None),
     )
     try:
         compared = release.run("compare", STOCK_BUNDLE, "other")
@@ -392,7 +392,10 @@ def test_compare_names_what_is_not_like_for_like(release: Release) -> None:
     assert "warm ready s" in compared.stdout and "HBM per chip" in compared.stdout
     assert "different workload: small vs large" in compared.stdout
     rows = {line.split()[0]: line.split()[1:] for line in compared.stdout.splitlines() if line}
-    assert rows["workload"] == ["small", "large"] and rows["device"] == ["CPU", "CPU"]
+    # The preset's source digest, as the gate's probe read it; none in the relabelled one.
+    digest = str(good.receipt.workload_sha256)
+    assert rows["workload"] == ["small", "(source", "sha256", f"{digest[:12]})", "large"]
+    assert rows["device"] == ["CPU", "CPU"]
     assert rows["torch_xla"] == [STOCK, STOCK] and rows["restart"] == ["PASS", "PASS"]
 
 

@@ -305,7 +305,7 @@ def run_gate(args: argparse.Namespace) -> int:
         outcome.target,
         outcome.results,
         bundle=document.bundle if document else None,
-        workload=args.workload,
+        workload=args.workload.name,
         facts=facts,
         match=match,
     )

@@ -9,7 +9,11 @@ reviewed in pull requests like any other evidence. Keys (``receipt-version`` 1):
     bundle           the bundle whose locked wheels were compared (null: none named)
     created, host    UTC time (ISO 8601) and host name of the run
     device, chip     "CPU" | "TPU"; "v6e"-style chip generation on TPU, else null
-    workload         the gate's workload preset
+    workload         the gate's workload: a preset's name (small, medium, large), a file's
+                     ``<file name>:<factory>`` or ``<module>:<factory>`` (gate.workload)
+    workload-sha256  sha256 of the source file holding the workload's factory (absent in
+                     receipts from before the gate loaded workloads by protocol)
+    workload-params  the workload's own description of itself (a preset's shapes), when given
     versions         torch, torch_xla, libtpu, libtpu-nightly, jax, jaxlib as installed
                      (null: not installed)
     wheels-match-lock  true only when every locked wheel was found installed byte for byte
@@ -104,6 +108,8 @@ class Receipt:
     bundle_document: str | None = None
     """``sha256:<hex>`` of the bundle document a host judged against (``xla_host.cli``):
     promotion can tell the receipt was made under the document the lane published."""
+    workload_sha256: str | None = None
+    workload_params: Mapping[str, Any] | None = None
 
     @property
     def profile_name(self) -> str | None:
@@ -129,10 +135,11 @@ class Receipt:
         """Every key of the file but the digest: the fields, spelled with dashes."""
         # Through JSON and back: what the file will hold (tuples as lists, others as str).
         data = json.loads(json.dumps(asdict(self), sort_keys=True, default=str))
-        if self.profile is None:
-            del data["profile"]  # only when there is one: a receipt without it reads as before
-        if self.bundle_document is None:
-            del data["bundle_document"]  # the same: only a host's receipt has one
+        # Only when there is one: a receipt without it reads as before (only a host's
+        # receipt has a bundle document).
+        for key in ("profile", "bundle_document", "workload_sha256", "workload_params"):
+            if data[key] is None:
+                del data[key]
         return {
             "receipt-version": RECEIPT_VERSION,
             **{k.replace("_", "-"): v for k, v in data.items()},
@@ -147,6 +154,20 @@ class StoredReceipt:
     receipt: Receipt
     digest: str
     digest_ok: bool
+
+
+def workload_difference(a: Receipt, b: Receipt) -> str | None:
+    """Why two receipts' figures come from different workloads, or None when they are the
+    same one: the same name and, where both record it, the same source digest. A receipt
+    from before digests were recorded (a preset's name only) matches by name."""
+    if a.workload != b.workload:
+        return f"{a.workload} vs {b.workload}"
+    if a.workload_sha256 and b.workload_sha256 and a.workload_sha256 != b.workload_sha256:
+        return (
+            f"{a.workload} from source sha256 {a.workload_sha256[:12]} vs "
+            f"{b.workload_sha256[:12]} (its source changed)"
+        )
+    return None
 
 
 def canonical_digest(payload: Mapping[str, Any]) -> str:
@@ -219,6 +240,9 @@ def _receipt(
     versions = dict(facts.versions)
     versions.setdefault("torch", target.torch_version)
     versions.setdefault("torch_xla", target.torch_xla_version)
+    # The workload as the gate's probe loaded it (gate.workload): its digest and params.
+    loaded = target.workload or {}
+    sha256, params = loaded.get("sha256"), loaded.get("params")
     if bundle is None:
         problems: tuple[str, ...] = (
             "no bundle named (BUNDLE=): these wheels were not compared with any lock entry",
@@ -240,6 +264,8 @@ def _receipt(
         wheels=match.wheels if match else (),
         problems=problems,
         checks=checks,
+        workload_sha256=str(sha256) if sha256 else None,
+        workload_params=dict(params) if isinstance(params, dict) else None,
     )
 
 
@@ -323,6 +349,8 @@ def read_receipt(path: Path) -> StoredReceipt:
         checks=checks,
         profile=data["profile"] if isinstance(data.get("profile"), dict) else None,
         bundle_document=top.get("bundle-document", str),
+        workload_sha256=top.get("workload-sha256", str),
+        workload_params=top.get("workload-params", dict),
     )
     return StoredReceipt(path, receipt, digest, digest == canonical_digest(payload))
 

@@ -25,6 +25,7 @@ from xla_host.gate import arguments as gate_arguments
 from xla_host.gate import bench, under_profile
 from xla_host.gate.result import ensure_passed
 from xla_host.gate.target import Target, default_device, resolve_target
+from xla_host.gate.workload import WorkloadSpec
 from xla_wheels import stock_envs as envs
 from xla_wheels.cli.arguments import OUTPUT_DIR, count
 from xla_wheels.cli.settings import Settings
@@ -154,7 +155,7 @@ def run_gate(args: argparse.Namespace) -> int:
         _receipt_place(args),
         outcome.target,
         outcome.results,
-        args.workload,
+        args.workload.name,
         profile=gate_profile.record() if gate_profile else None,
     )
     ensure_passed(outcome.results)
@@ -162,6 +163,7 @@ def run_gate(args: argparse.Namespace) -> int:
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    workload: WorkloadSpec = args.workload
     _check_bundle(args)
     out_dir: Path = args.out
     # The children's logs go where the results go, as the gate's do: an error names one,
@@ -169,10 +171,14 @@ def run_bench(args: argparse.Namespace) -> int:
     runs_dir = out_dir / "runs"
     with tempfile.TemporaryDirectory(prefix="xla-bench-", ignore_cleanup_errors=True) as tmp:
         target: Target = resolve_target(
-            _python(args), args.device, workdir=runs_dir, timeout_s=args.child_timeout
+            _python(args),
+            args.device,
+            workdir=runs_dir,
+            timeout_s=args.child_timeout,
+            workload=workload,
         )
         summary = bench.run_bench(
-            target, runs_dir, args.rounds, args.workload, args.child_timeout, caches=Path(tmp)
+            target, runs_dir, args.rounds, workload, args.child_timeout, caches=Path(tmp)
         )
         path = bench.write_bench(out_dir, summary)
         print(bench.render_bench(summary))

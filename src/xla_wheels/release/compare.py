@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from xla_host.gate.report import format_table
-from xla_host.receipts import Receipt, StoredReceipt
+from xla_host.receipts import Receipt, StoredReceipt, workload_difference
 
 
 @dataclass(frozen=True)
@@ -86,6 +86,11 @@ def _above_floor(receipt: Receipt) -> str:
     return f"{floor['above_floor_s']:.3f} (floor {floor['load_floor_s']:.3f})"
 
 
+def _workload(receipt: Receipt) -> str:
+    digest = receipt.workload_sha256
+    return receipt.workload + (f" (source sha256 {digest[:12]})" if digest else "")
+
+
 def _wheels(receipt: Receipt) -> str:
     return ", ".join(f"{w.project} {w.sha256[:12]}" for w in receipt.wheels) or "-"
 
@@ -96,7 +101,7 @@ _ROWS: tuple[tuple[str, Callable[[Receipt], str]], ...] = (
     ("date", lambda r: r.created),
     ("host", lambda r: r.host),
     ("device", lambda r: r.device + (f" {r.chip}" if r.chip else "")),
-    ("workload", lambda r: r.workload),
+    ("workload", lambda r: _workload(r)),
     ("wheels = lock", lambda r: "yes" if r.wheels_match_lock else "NO"),
     ("wheels (sha256)", _wheels),
     ("torch", lambda r: str(r.versions.get("torch"))),
@@ -159,15 +164,22 @@ def compare(a: StoredReceipt, b: StoredReceipt) -> Comparison:
     if ra.profile_sha256 != rb.profile_sha256:
         changed = ", ".join(label.strip() for label, _, _ in profiles[1:]) or "its name"
         unlike.append(f"different launch profile: {_profile(ra)} vs {_profile(rb)} ({changed})")
-    for what, va, vb in (
-        ("device", ra.device, rb.device),
-        ("chip", ra.chip, rb.chip),
-        ("workload", ra.workload, rb.workload),
-        ("libtpu", ra.versions.get("libtpu"), rb.versions.get("libtpu")),
-        ("receipt kind", ra.kind, rb.kind),
-    ):
-        if va != vb:
-            unlike.append(f"different {what}: {va} vs {vb}")
+    differences = {
+        what: f"{va} vs {vb}"
+        for what, va, vb in (
+            ("device", ra.device, rb.device),
+            ("chip", ra.chip, rb.chip),
+            ("libtpu", ra.versions.get("libtpu"), rb.versions.get("libtpu")),
+            ("receipt kind", ra.kind, rb.kind),
+        )
+        if va != vb
+    }
+    # Another workload is another graph to restart: by name, and by source digest.
+    if (workload := workload_difference(ra, rb)) is not None:
+        differences["workload"] = workload
+    for what in ("device", "chip", "workload", "libtpu", "receipt kind"):
+        if what in differences:
+            unlike.append(f"different {what}: {differences[what]}")
     if ra.host != rb.host:
         unlike.append(f"different host: {ra.host} vs {rb.host} (timings depend on the machine)")
     for side, stored in (("A", a), ("B", b)):

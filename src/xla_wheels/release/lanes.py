@@ -26,6 +26,8 @@
                                          # it) at most 10% above that receipt's (omit: none)
     profile = "train"                    # the receipt was judged under this launch profile
                                          # of the bundle, with the digest wheels.lock has
+    workload = "small"                   # the receipt's workload (a preset, or a user's
+                                         # "<file>.py:<factory>" / "<module>:<factory>")
 
 A lane may add ``require-signature = true`` and ``signing-public-key = "<PEM, relative to
 the checkout>"``: publish and promote then refuse a wheel whose signed attestation that
@@ -92,6 +94,8 @@ class Policy:
     max_memory_regression: float | None = None
     profile: str | None = None
     """The launch profile (``make gate PROFILE=``) a receipt must have been judged under."""
+    workload: str | None = None
+    """The workload (``make gate WORKLOAD=``, by its receipt name) a receipt must have run."""
 
     @property
     def empty(self) -> bool:
@@ -161,6 +165,7 @@ def _policy(table: Table) -> Policy:
         Field("max-warm-regression", (int, float)),
         Field("max-memory-regression", (int, float)),
         Field("profile", str),
+        Field("workload", str),
     )
     device = fields["device"]
     if device is not None and device not in DEVICES:
@@ -171,8 +176,12 @@ def _policy(table: Table) -> Policy:
             raise table.fail(key, "must be a number >= 0", "")
     if fields["profile"] == "":
         raise table.fail("profile", "must be a launch profile name", "")
+    if fields["workload"] is not None and not fields["workload"].strip():
+        raise table.fail("workload", "must be a workload's name as receipts record it", "")
     warm, memory = (None if fields[key] is None else float(fields[key]) for key in tolerances)
-    return Policy(device, tuple(fields["checks"]), warm, memory, fields["profile"])
+    return Policy(
+        device, tuple(fields["checks"]), warm, memory, fields["profile"], fields["workload"]
+    )
 
 
 def _signing_key(root: Path, table: Table, fields: Mapping[str, Any]) -> Path | None:

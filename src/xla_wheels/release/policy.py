@@ -9,7 +9,10 @@ workload: warm restart time (``max-warm-regression``) and peak memory
 peak where both receipts report one; gate.recalibration says how they are measured).
 With a ``profile`` rule the receipt must have been judged under that launch profile of
 the bundle with the digest wheels.lock records for it now: a changed profile means new
-evidence. Both regression gates compare receipts of the same profile too.
+evidence. Both regression gates compare receipts of the same profile too, and of the
+same workload: its name and, where both receipts record it, its source digest
+(``receipts.workload_difference``). With a ``workload`` rule the receipt must have run
+that workload (by the name receipts record: ``small``, ``model.py:build``, ...).
 """
 
 from __future__ import annotations
@@ -17,14 +20,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from xla_host.receipts import Receipt, StoredReceipt
+from xla_host.receipts import Receipt, StoredReceipt, workload_difference
 from xla_wheels.release.lanes import Policy
 
 
 @dataclass(frozen=True)
 class RuleFailure:
     rule: str
-    """``receipt``, ``seal``, ``wheels``, ``document``, ``device``, ``profile``,
+    """``receipt``, ``seal``, ``wheels``, ``document``, ``device``, ``profile``, ``workload``,
     ``check:<name>``, ``regression`` or ``memory``."""
     detail: str
 
@@ -96,6 +99,12 @@ def judge_receipt(
     if policy.device is not None and receipt.device != policy.device:
         fail("device", f"{name} was judged on {receipt.device}; the lane requires {policy.device}")
     fails.extend(_profile_rule(stored, policy.profile, profile_sha256))
+    if policy.workload is not None and receipt.workload != policy.workload:
+        fail(
+            "workload",
+            f"{name} ran workload {receipt.workload}; the lane requires workload "
+            f"{policy.workload}",
+        )
     for check_name in policy.checks:
         check = receipt.check(check_name)
         if check is None:
@@ -143,11 +152,14 @@ def _unlike(rule: str, stored: StoredReceipt, current: Receipt) -> list[RuleFail
         for what, mine, theirs in (
             ("device", receipt.device, current.device),
             ("chip", receipt.chip, current.chip),
-            ("workload", receipt.workload, current.workload),
-            ("profile", receipt.profile_name or "none", current.profile_name or "none"),
         )
         if mine != theirs
     ]
+    # Another workload's graph is another restart: by name, and by source where recorded.
+    if (workload := workload_difference(receipt, current)) is not None:
+        unlike.append(f"workload {workload}")
+    if (profile := receipt.profile_name or "none") != (current.profile_name or "none"):
+        unlike.append(f"profile {profile} vs {current.profile_name or 'none'}")
     if not unlike:
         return []
     detail = f"{stored.path.name} is not comparable with the lane's current receipt"

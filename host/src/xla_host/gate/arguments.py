@@ -13,15 +13,14 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from xla_host.arguments import OUTPUT_DIR, amount, count
+from xla_host.arguments import OUTPUT_DIR, ValueType, amount, count
 from xla_host.errors import UsageError
 from xla_host.gate import restart, under_profile
+from xla_host.gate import workload as workloads
 from xla_host.gate.errors import GateEnvironmentError
 from xla_host.gate.report import render_text
 from xla_host.gate.run import CHECKS, GateConfig, GateOutcome, run_gate
 from xla_host.gate.target import DEVICES
-
-WORKLOADS = ("small", "medium", "large")
 
 
 def checks(value: str) -> list[str]:
@@ -46,9 +45,12 @@ def add_child_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--workload",
-        choices=WORKLOADS,
-        default="small",
-        help="validation workload preset (large is meant for TPU)",
+        type=ValueType(workloads.resolve, "small", "workload"),
+        default=workloads.DEFAULT,
+        metavar="WORKLOAD",
+        help=f"what to time: a preset ({', '.join(workloads.PRESETS)}; large is meant for "
+        "TPU), your own model as path/to/file.py[:factory] or package.module:factory "
+        '(protocol: docs/gate.md "Your own workload")',
     )
     parser.add_argument(
         "--child-timeout",

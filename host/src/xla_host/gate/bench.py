@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from xla_host import log
+from xla_host.gate import workload as workloads
 from xla_host.gate.children import run_child, runtime_env
 from xla_host.gate.errors import GateEnvironmentError
 from xla_host.gate.report import format_table
@@ -45,7 +46,7 @@ def run_bench(
     target: Target,
     workdir: Path,
     rounds: int,
-    workload: str,
+    workload: workloads.WorkloadSpec,
     timeout_s: float,
     *,
     caches: Path | None = None,
@@ -54,13 +55,16 @@ def run_bench(
     error names them), their compilation caches under ``caches`` (default ``workdir``;
     scratch, fresh each run, so that a cold run really compiles)."""
     caches = workdir if caches is None else caches
-    train = ["--mode", "train", "--workload", workload]
+    train = ["--mode", "train", *workload.child_args()]
     plain_env = runtime_env(target.device)
     warm_cache = caches / "cache-warm"
     samples: dict[str, list[dict[str, Any]]] = {"import": [], "cold": [], "warm": []}
 
     def sample(phase: str, name: str, args: list[str], env: dict[str, str]) -> None:
         result = run_child(target.python, name, workdir, args, env, timeout_s)
+        problem = (result.report or {}).get("workload_problem")
+        if problem:
+            raise workloads.unjudgeable(workload.name, str(problem), result.log_path)
         if not result.ok or result.report is None:
             raise GateEnvironmentError(
                 f"benchmark child failed: {result.failure()}\n{result.log_tail(10)}",
@@ -83,7 +87,7 @@ def run_bench(
             "torch": target.torch_version,
             "device": target.device,
         },
-        "workload": workload,
+        "workload": workload.name,
         "rounds": rounds,
         "import_s": spread([s["import_s"] for s in samples["import"]]),
     }

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from xla_host import log
+from xla_host.gate import workload as workloads
 from xla_host.gate.children import ChildSpec, run_child, run_side_by_side, runtime_env
 from xla_host.gate.restart import same_losses, snapshot, summarize
 from xla_host.gate.result import CheckResult
@@ -278,7 +279,7 @@ def run_cache_checks(
     scratch: Path,
     *,
     checks: tuple[str, ...] = NAMES,
-    workload: str = "small",
+    workload: workloads.WorkloadSpec = workloads.DEFAULT,
     timeout_s: float = 600.0,
     shared: SharedRuns | None = None,
 ) -> list[CheckResult]:
@@ -289,7 +290,7 @@ def run_cache_checks(
     """
     began = time.monotonic()
     runs = runs_dir / "cache-checks"
-    train = ["--mode", "train", "--workload", workload]
+    train = ["--mode", "train", *workload.child_args()]
 
     def child(name: str, args: list[str], env: dict[str, str]) -> dict[str, Any]:
         with log.section(f"cache checks: {name}"):
@@ -302,6 +303,7 @@ def run_cache_checks(
         cache = scratch / "cache-checks" / "cold"
         cache.mkdir(parents=True)
         cold = child("cold", train, runtime_env(target.device, cache_dir=cache))
+        workloads.refuse_unjudgeable(workload.name, [cold])
     after_cold = snapshot(cache)
     done: list[tuple[Variant, dict[str, Any] | None, str | None]] = []
     to_run: list[tuple[int, ChildSpec]] = []

@@ -9,9 +9,15 @@ to the JSON file named by ``--out``, never to stdout, which torch and XLA share 
 their own logging.
 
 Modes:
-  probe   import torch_xla, bring the runtime up, report versions and devices
+  probe   import torch_xla, bring the runtime up, report versions and devices; given a
+          workload, load it and call its factory once (``workload`` or
+          ``workload_problem``), so a workload that cannot run is refused before any check
   import  import only (the floor of any restart)
-  train   the fixed-shape validation workload; timings and torch_xla counters
+  train   the workload (a preset of presets.py, or the user's own, loaded by
+          ``--workload-file PATH:FACTORY`` or ``--workload-module MODULE:FACTORY``; the
+          protocol is gate/workload.py's docstring): timings and torch_xla counters.
+          A workload that breaks the protocol is reported as ``workload_problem``
+          (the parent: exit 2, cannot judge), its traceback printed to this child's log
   hbm     under SPMD, query every physical runtime device through
           ``torch_xla._XLAC._xla_runtime_memory_info`` (patch 0002); ``train --spmd
           --probe-bytes N`` runs the same queries after its steps
@@ -31,6 +37,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
+import importlib
+import importlib.util
+import inspect
 import json
 import os
 import resource
@@ -41,16 +51,6 @@ import traceback
 from typing import Any
 
 _START = time.perf_counter()
-
-#: Fixed shapes per preset: the cache key depends on them, so they never vary by run.
-WORKLOADS: dict[str, dict[str, int]] = {
-    "small": {"layers": 8, "width": 512, "batch": 64, "steps": 3},
-    # Many narrow layers: a graph whose XLA compile takes seconds on CPU while each step
-    # stays cheap, so a restart's figures are dominated by what a cache can save.
-    "medium": {"layers": 64, "width": 256, "batch": 32, "steps": 3},
-    # Large enough that compilation dominates a TPU restart; too slow for CPU CI.
-    "large": {"layers": 32, "width": 4096, "batch": 512, "steps": 4},
-}
 
 #: The hbm mode's probe tensor, when ``--probe-bytes`` is not given.
 DEFAULT_PROBE_BYTES = 256 * 1024 * 1024
@@ -169,6 +169,167 @@ def _runtime_devices() -> list[str]:
     return [str(d) for d in torch_xla._XLAC._xla_get_all_runtime_devices()]
 
 
+#: The built-in presets: a file of this directory, loaded like any user's workload file.
+PRESETS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "presets.py")
+#: Steps after which a step may no longer compile a new graph (the first step compiles;
+#: an optimizer that creates its state on the first step makes the second one differ).
+WARMUP_STEPS = 2
+#: The fields of the object a workload factory returns (gate/workload.py).
+REQUIRED_FIELDS = ("model", "inputs", "step", "steps")
+
+
+class WorkloadProblem(Exception):
+    """The workload breaks the protocol: the gate cannot judge it (the parent: exit 2)."""
+
+
+def _workload_reference(args: argparse.Namespace) -> tuple[str, str, bool]:
+    """(name, ``where:factory``, is a file) of the workload the parent named."""
+    if args.workload_module:
+        return args.workload_name or args.workload_module, args.workload_module, False
+    reference = args.workload_file or f"{PRESETS_FILE}:small"
+    return args.workload_name or reference, reference, True
+
+
+def _load_factory(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """Import the workload's module (by path, or by name in this environment) and find its
+    factory; return it with the workload's identity (name, source file and its sha256)."""
+    name, reference, is_file = _workload_reference(args)
+    where, _, factory_name = reference.rpartition(":")
+    if is_file:
+        directory = os.path.dirname(where)
+        # Its neighbours importable, as `python file.py` would have them; never the gate's
+        # own directory (its modules' names must not shadow anything).
+        if directory != os.path.dirname(PRESETS_FILE) and directory not in sys.path:
+            sys.path.insert(0, directory)
+        module_name = "_xla_gate_workload"
+        spec = importlib.util.spec_from_file_location(module_name, where)
+        if spec is None or spec.loader is None:
+            raise WorkloadProblem(f"{where} cannot be loaded as a Python file")
+        module = importlib.util.module_from_spec(spec)
+        # Registered before it runs: dataclasses (and pickling) look their module up there.
+        sys.modules[module_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as error:
+            raise WorkloadProblem(f"loading {where} raised {_error_text(error)}") from error
+    else:
+        try:
+            module = importlib.import_module(where)
+        except ModuleNotFoundError as error:
+            raise WorkloadProblem(
+                f"module {where} is not importable in {sys.executable} ({_error_text(error)})"
+            ) from error
+        except Exception as error:
+            raise WorkloadProblem(f"importing {where} raised {_error_text(error)}") from error
+    source = getattr(module, "__file__", None)
+    factory = getattr(module, factory_name, None)
+    if factory is None:
+        defined = sorted(
+            key
+            for key, value in vars(module).items()
+            if callable(value)
+            and not key.startswith("_")
+            and getattr(value, "__module__", None) == module.__name__
+        )
+        raise WorkloadProblem(
+            f"{where} has no factory {factory_name} (it defines: {', '.join(defined) or 'none'})"
+        )
+    if not callable(factory):
+        kind = type(factory).__name__
+        raise WorkloadProblem(f"{where}: {factory_name} is a {kind}, not callable")
+    identity: dict[str, Any] = {"name": name, "reference": reference, "source": source}
+    if source is None:
+        raise WorkloadProblem(f"{where} has no source file to take a digest of")
+    with open(source, "rb") as handle:
+        identity["sha256"] = hashlib.sha256(handle.read()).hexdigest()
+    return factory, identity
+
+
+def _field(made: Any, key: str) -> Any:
+    if isinstance(made, dict):
+        return made.get(key)
+    return getattr(made, key, None)
+
+
+def build_workload(args: argparse.Namespace, device: Any, mesh: Any) -> dict[str, Any]:
+    """Load the workload, call its factory and check what it returned (the protocol)."""
+    import torch
+
+    factory, identity = _load_factory(args)
+    offered = {"device": device, "mesh": mesh}
+    parameters: list[inspect.Parameter] = []
+    # No signature to read (a builtin, a C extension's callable): it is called bare.
+    with contextlib.suppress(TypeError, ValueError):
+        parameters = list(inspect.signature(factory).parameters.values())
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        kwargs = offered
+    else:
+        named = {p.name for p in parameters}
+        kwargs = {key: value for key, value in offered.items() if key in named}
+    label = identity["name"]
+    try:
+        made = factory(**kwargs)
+    except Exception as error:
+        raise WorkloadProblem(f"its factory raised {_error_text(error)}") from error
+    missing = [key for key in REQUIRED_FIELDS if _field(made, key) is None]
+    if missing:
+        raise WorkloadProblem(
+            f"its factory returned a {type(made).__name__} without {', '.join(missing)} "
+            f"(a dict or an object with {', '.join(REQUIRED_FIELDS)} and optionally params)"
+        )
+    model, inputs, step, steps = (_field(made, key) for key in REQUIRED_FIELDS)
+    if not isinstance(model, torch.nn.Module):
+        raise WorkloadProblem(f"model is a {type(model).__name__}, not a torch.nn.Module")
+    placed = {str(p.device.type) for p in model.parameters()}
+    if placed - {"xla"}:
+        raise WorkloadProblem(
+            f"model has parameters on {', '.join(sorted(placed - {'xla'}))}, not on the XLA "
+            "device: move it to the factory's device argument"
+        )
+    if not callable(step):
+        raise WorkloadProblem(f"step is a {type(step).__name__}, not callable")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise WorkloadProblem(f"steps is {steps!r}, not an int >= 1")
+    params = _field(made, "params")
+    if params is None:
+        params = {}
+    try:
+        if not isinstance(params, dict):
+            raise TypeError(f"a {type(params).__name__}, not a dict")
+        params = json.loads(json.dumps(params, sort_keys=True))
+    except (TypeError, ValueError) as error:
+        raise WorkloadProblem(f"params is not a dict of JSON values: {error}") from error
+    make_inputs = inputs if callable(inputs) else (lambda _index: inputs)
+    identity["params"] = params
+    return {
+        "label": label,
+        "identity": identity,
+        "model": model,
+        "make_inputs": make_inputs,
+        "step": step,
+        "steps": steps,
+    }
+
+
+def _step_inputs(workload: dict[str, Any], index: int) -> tuple[Any, ...]:
+    import torch
+
+    made = workload["make_inputs"](index)
+    inputs = (made,) if isinstance(made, torch.Tensor) else made
+    if not isinstance(inputs, tuple | list) or not all(
+        isinstance(t, torch.Tensor) for t in inputs
+    ):
+        raise WorkloadProblem(
+            f"inputs of step {index + 1} are a {type(made).__name__}, not a tensor or a tuple "
+            "of tensors"
+        )
+    return tuple(inputs)
+
+
+def _shapes(tensors: tuple[Any, ...]) -> list[list[int]]:
+    return [list(t.shape) for t in tensors]
+
+
 def mode_probe(args: argparse.Namespace) -> dict[str, Any]:
     result = _import_torch_xla()
     import torch_xla
@@ -186,6 +347,14 @@ def mode_probe(args: argparse.Namespace) -> dict[str, Any]:
             result["tpu_version"] = int(tpu_internal.version())
         except Exception:  # informative only: the HBM table falls back to a wide ceiling
             pass
+    if args.workload_file or args.workload_module:
+        # The factory called once, on the single device, before any check starts: a
+        # workload that cannot run is refused in seconds, not after the first cold run.
+        try:
+            result["workload"] = build_workload(args, torch_xla.device(), None)["identity"]
+        except WorkloadProblem as problem:
+            traceback.print_exc()  # into this child's log, which the parent's error names
+            result["workload_problem"] = str(problem)
     return result
 
 
@@ -209,43 +378,39 @@ def mode_train(args: argparse.Namespace) -> dict[str, Any]:
     ready_cpu_from = time.process_time()
     import torch
     import torch_xla
+    import torch_xla.debug.metrics as met
     import torch_xla.runtime as xr
 
     if args.spmd:
         # Must precede every XLA tensor (the users' runtime contract).
         xr.use_spmd()
     _custom_compile_options(args, result)
-    shape = dict(WORKLOADS[args.workload])
-    if args.steps is not None:
-        shape["steps"] = args.steps
     device = torch_xla.device()
-    torch.manual_seed(0)
-    layers: list[torch.nn.Module] = []
-    for _ in range(shape["layers"]):
-        layers += [torch.nn.Linear(shape["width"], shape["width"]), torch.nn.ReLU()]
-    model = torch.nn.Sequential(*layers).to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    inputs = torch.randn(shape["batch"], shape["width"]).to(device)
-    targets = torch.randn(shape["batch"], shape["width"]).to(device)
+    mesh = None
     if args.spmd:
         import numpy as np
         import torch_xla.distributed.spmd as xs
 
         count = xr.global_runtime_device_count()
         mesh = xs.Mesh(np.arange(count), (count, 1), ("data", "model"))
-        xs.mark_sharding(inputs, mesh, ("data", None))
-        xs.mark_sharding(targets, mesh, ("data", None))
+    workload = build_workload(args, device, mesh)
+    PROGRESS["workload"] = workload["identity"]
+    steps = workload["steps"] if args.steps is None else args.steps
     step_times: list[float] = []
     losses: list[float] = []
     first_step_done: float | None = None
     first_step_cpu_s = 0.0
     first_step: dict[str, float] = {}
-    for _ in range(shape["steps"]):
+    first_shapes: dict[str, Any] | None = None
+    for index in range(steps):
+        # Made before the step's clock starts: a workload's own input pipeline is not what
+        # a persistent cache saves.
+        inputs = _step_inputs(workload, index)
+        graphs_before = int(met.counter_value("UncachedCompile") or 0)
         began = time.perf_counter()
-        optimizer.zero_grad()
-        loss = torch.nn.functional.mse_loss(model(inputs), targets)
-        loss.backward()
-        optimizer.step()
+        loss = workload["step"](*inputs)
+        if not isinstance(loss, torch.Tensor):
+            raise WorkloadProblem(f"step returned a {type(loss).__name__}, not the loss tensor")
         traced = time.perf_counter()
         traced_cpu = time.process_time()
         # Graph hashing, the cache lookup, compiling or loading the executable, and
@@ -253,10 +418,29 @@ def mode_train(args: argparse.Namespace) -> dict[str, Any]:
         torch_xla.sync()
         synced = time.perf_counter()
         sync_cpu_s = time.process_time() - traced_cpu
+        if loss.numel() != 1:
+            shape = list(loss.shape)
+            raise WorkloadProblem(f"step returned a loss of shape {shape}, not one value")
         # Reading the loss waits for the device, so the step is really finished.
         losses.append(float(loss.item()))
         now = time.perf_counter()
         step_times.append(now - began)
+        shapes = {"inputs": _shapes(inputs), "loss": list(loss.shape)}
+        if first_shapes is None:
+            first_shapes = shapes
+        elif shapes != first_shapes:
+            raise WorkloadProblem(
+                f"shapes change between steps: step {index + 1} has {shapes}, step 1 had "
+                f"{first_shapes} (a restart is judged on a fixed set of graphs)"
+            )
+        graphs_after = int(met.counter_value("UncachedCompile") or 0)
+        if index >= WARMUP_STEPS and graphs_after > graphs_before:
+            raise WorkloadProblem(
+                f"step {index + 1} compiled {graphs_after - graphs_before} new graph(s) after "
+                f"{WARMUP_STEPS} warm-up steps (torch_xla's UncachedCompile counter moved): "
+                "the step's shapes change between steps, or it feeds a new constant into its "
+                "graph every step"
+            )
         if first_step_done is None:
             first_step_done = now
             first_step_cpu_s = time.process_time() - ready_cpu_from
@@ -283,8 +467,9 @@ def mode_train(args: argparse.Namespace) -> dict[str, Any]:
             result["hbm"] = {"ok": False, "error": _error_text(error)}
     result.update(
         {
-            "workload": args.workload,
-            "shape": shape,
+            "workload": workload["identity"],
+            "steps": steps,
+            "shapes": first_shapes,
             "spmd": bool(args.spmd),
             "ready_s": first_step_done - ready_from,
             "ready_cpu_s": first_step_cpu_s,
@@ -493,7 +678,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--mode", choices=sorted(MODES), required=True)
     parser.add_argument("--out", required=True, help="JSON report path")
-    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="small")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--workload-file",
+        metavar="PATH:FACTORY",
+        help=f"the workload's file and factory (default: {PRESETS_FILE}:small)",
+    )
+    where.add_argument("--workload-module", metavar="MODULE:FACTORY")
+    parser.add_argument("--workload-name", help="the workload's name in reports")
     parser.add_argument("--spmd", action="store_true")
     parser.add_argument(
         "--probe-bytes",
@@ -501,7 +693,7 @@ def main(argv: list[str] | None = None) -> int:
         help="the HBM queries' probe tensor size (hbm: default 256 MiB; train --spmd: when "
         "given, the hbm mode's queries run after the steps)",
     )
-    parser.add_argument("--steps", type=int, help="override the preset's steps")
+    parser.add_argument("--steps", type=int, help="override the workload's steps")
     parser.add_argument(
         "--variant",
         action="append",
@@ -524,6 +716,9 @@ def main(argv: list[str] | None = None) -> int:
         code = 0
     except BaseException as error:  # reported to the parent as data, not a traceback dump
         payload.update(PROGRESS)
+        if isinstance(error, WorkloadProblem):
+            payload["workload_problem"] = str(error)
+            traceback.print_exc()  # into this child's log, which the parent's error names
         payload.update(
             {"ok": False, "error": _error_text(error), "traceback": traceback.format_exc()}
         )

@@ -57,6 +57,7 @@ from typing import Any
 
 from xla_host import log
 from xla_host.gate import recalibration
+from xla_host.gate import workload as workloads
 from xla_host.gate.children import ChildResult, finish_child, run_child, runtime_env, start_child
 from xla_host.gate.errors import GateEnvironmentError
 from xla_host.gate.result import CheckResult
@@ -79,8 +80,8 @@ Snapshot = dict[str, tuple[int, int]]
 @dataclass
 class RestartConfig:
     name: str = NAME
-    workload: str = "small"
-    #: Overrides the preset's step count (the SPMD variant needs SPMD_MIN_STEPS).
+    workload: workloads.WorkloadSpec = workloads.DEFAULT
+    #: Overrides the workload's step count (the SPMD variant needs SPMD_MIN_STEPS).
     steps: int | None = None
     cpu_devices: int | None = None
     warm_runs: int = 2
@@ -157,9 +158,11 @@ def diff_snapshots(before: Snapshot, after: Snapshot) -> list[str]:
     return changes
 
 
-def baseline_path(baselines_dir: Path, target: Target, workload: str) -> Path:
-    version = re.sub(r"[^A-Za-z0-9._+-]", "_", target.torch_xla_version)
-    return baselines_dir / f"{version}__{target.device}__{workload}.json"
+def baseline_path(baselines_dir: Path, target: Target, workload_name: str) -> Path:
+    version, name = (
+        re.sub(r"[^A-Za-z0-9._+-]", "_", text) for text in (target.torch_xla_version, workload_name)
+    )
+    return baselines_dir / f"{version}__{target.device}__{name}.json"
 
 
 def load_baseline(path: Path) -> dict[str, Any] | None:
@@ -195,6 +198,10 @@ def summarize(result: ChildResult) -> dict[str, Any]:
     row.update(result.extra)
     # hbm: the HBM check's queries; *_sharding_spec, output_*: the sharded runs (cachekeys).
     for key in (
+        # The workload as the child loaded it (name, source digest, params), or why it
+        # cannot be judged (workload.refuse_unjudgeable).
+        "workload",
+        "workload_problem",
         "has_set_custom_compile_options",
         "loss_hex",
         "hbm",
@@ -421,7 +428,7 @@ def same_losses(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def _train_args(config: RestartConfig) -> list[str]:
-    args = ["--mode", "train", "--workload", config.workload]
+    args = ["--mode", "train", *config.workload.child_args()]
     if config.spmd:
         args.append("--spmd")
     if config.steps is not None:
@@ -478,6 +485,7 @@ def run_restart_check(
             summarize(finish_child(s, f"cold-{i + 1}", config.child_timeout_s))
             for i, s in enumerate(started)
         ]
+    workloads.refuse_unjudgeable(config.workload.name, cold)
     after_cold = snapshot(cache)
     if config.keep_cold_cache is not None:
         shutil.copytree(cache, config.keep_cold_cache)
@@ -524,7 +532,7 @@ def run_restart_check(
             with log.section(f"{title}: read-only reader"):
                 reader = loader("read-only", reader_env)
             changes = diff_snapshots(before, snapshot(cache))
-    path = baseline_path(config.baselines_dir, target, config.workload)
+    path = baseline_path(config.baselines_dir, target, config.workload.name)
     baseline = None if config.record_baseline else load_baseline(path)
     result = judge_restart(cold, warm, reader, after_cold, changes, config, baseline)
     result.runs = [*cold, *warm, *([reader] if reader else [])]
@@ -551,7 +559,7 @@ def _record_baseline(
         "torch_xla_version": target.torch_xla_version,
         "torch_version": target.torch_version,
         "device": target.device,
-        "workload": config.workload,
+        "workload": config.workload.name,
         "warm_ready_s": result.figures["warm_ready_s"],
         "cold_ready_s": result.figures["cold_ready_s"],
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",

@@ -22,6 +22,7 @@ from xla_host.gate.errors import GateEnvironmentError
 from xla_host.gate.report import write_reports
 from xla_host.gate.result import CheckResult
 from xla_host.gate.target import Target, resolve_target
+from xla_host.gate.workload import WorkloadSpec
 
 CHECKS = ("restart", restart.SPMD_NAME, *cachekeys.NAMES, "hbm", canary.NAME)
 
@@ -36,7 +37,7 @@ class GateConfig:
     device: str | None
     checks: tuple[str, ...]
     """A subset of :data:`CHECKS`, in their order."""
-    workload: str
+    workload: WorkloadSpec
     child_timeout_s: float
     warm_runs: int
     max_warm_ratio: float
@@ -86,7 +87,7 @@ def side_by_side(config: GateConfig, target: Target) -> bool:
         # check snapshots: they must not run at the same time.
         return False
     if "restart" in checks:
-        path = restart.baseline_path(config.baselines_dir, target, config.workload)
+        path = restart.baseline_path(config.baselines_dir, target, config.workload.name)
         if config.record_baseline or path.exists():
             return False
     return True
@@ -114,7 +115,9 @@ def _run(config: GateConfig, settings: dict[str, Any], scratch: Path) -> GateOut
     checks, runs_dir, timeout_s = config.checks, config.runs_dir, config.child_timeout_s
     try:
         python = config.python() if callable(config.python) else config.python
-        target = resolve_target(python, config.device, workdir=runs_dir, timeout_s=timeout_s)
+        target = resolve_target(
+            python, config.device, workdir=runs_dir, timeout_s=timeout_s, workload=config.workload
+        )
     except GateEnvironmentError as error:
         write_reports(config.out_dir, None, [], error=error.message, settings=settings)
         raise

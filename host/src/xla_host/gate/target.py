@@ -9,9 +9,12 @@ torch_xla import that raises, a device that is not there, a probe that hangs) be
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from xla_host.gate import workload as workloads
 from xla_host.gate.children import ChildResult, run_child, runtime_env
 from xla_host.gate.errors import GateEnvironmentError
 
@@ -27,6 +30,9 @@ class Target:
     runtime_devices: tuple[str, ...]
     has_runtime_memory_info: bool
     tpu_version: int | None
+    workload: Mapping[str, Any] | None = None
+    """The workload as the probe loaded it: name, reference, source, sha256, params
+    (None: the probe was given no workload)."""
 
     @property
     def label(self) -> str:
@@ -78,7 +84,10 @@ def resolve_target(
     *,
     workdir: Path,
     timeout_s: float = 300.0,
+    workload: workloads.WorkloadSpec | None = None,
 ) -> Target:
+    """Probe ``python`` on ``device``; given a ``workload``, the probe also loads it and
+    calls its factory once, so one that cannot be judged is refused before any check."""
     if not python.exists() or not os.access(python, os.X_OK):
         raise GateEnvironmentError(
             f"{python} is not an executable interpreter",
@@ -95,13 +104,15 @@ def resolve_target(
         python,
         f"probe-{chosen.lower()}",
         workdir,
-        ["--mode", "probe"],
+        ["--mode", "probe", *(workload.child_args() if workload else ())],
         runtime_env(chosen),
         timeout_s,
     )
     if not result.ok:
         raise _explain_probe_failure(result, python, chosen)
     report = result.report or {}
+    if workload is not None and report.get("workload_problem"):
+        raise workloads.unjudgeable(workload.name, report["workload_problem"], result.log_path)
     return Target(
         python=python,
         device=chosen,
@@ -110,4 +121,5 @@ def resolve_target(
         runtime_devices=tuple(report.get("runtime_devices", ())),
         has_runtime_memory_info=bool(report.get("has_runtime_memory_info")),
         tpu_version=report.get("tpu_version"),
+        workload=report.get("workload"),
     )
