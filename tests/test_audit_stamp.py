@@ -14,9 +14,11 @@ import datetime
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.clirunner import run_cli
 from xla_host import receipts
-from xla_host.stamp import Stamp, StampedWheel, read_stamp, write_stamp
+from xla_host.stamp import Stamp, StampedWheel, StampError, read_stamp, write_stamp
 from xla_wheels.release import status
 
 TORCH = StampedWheel("torch-2.9.0-py3-none-any.whl", "1" * 64, True)
@@ -40,6 +42,15 @@ def test_a_stamp_is_written_by_rename_and_reads_back_the_same(tmp_path: Path) ->
     assert [p.name for p in path.parent.iterdir()] == ["job-1.json"]  # no temporary left
     document = json.loads(path.read_text())
     assert document["stamp-version"] == "1" and document["receipt-digest"].startswith("sha256:")
+
+
+def test_a_stamp_that_cannot_be_written_is_an_error_naming_the_file(tmp_path: Path) -> None:
+    (tmp_path / "not-a-directory").write_text("")
+    target = tmp_path / "not-a-directory" / "job.json"
+    with pytest.raises(StampError) as refused:
+        write_stamp(target, stamp(TORCH, created="2026-01-02T00:00:00Z"))
+    assert f"cannot write the stamp {target}" in refused.value.message
+    assert refused.value.exit_code == 2 and "XLA_WHEELS_STAMP=" in (refused.value.fix or "")
 
 
 def test_jobs_names_the_jobs_that_ran_a_wheel_by_name_or_sha256(tmp_path: Path) -> None:

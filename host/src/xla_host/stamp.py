@@ -17,6 +17,7 @@ missing a field, is refused naming the file and the field.
 from __future__ import annotations
 
 import datetime
+import errno
 import json
 import shlex
 import socket
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from xla_host import filemode
-from xla_host.errors import ExitCode, PipelineError
+from xla_host.errors import DiskError, ExitCode, PipelineError
 from xla_host.tables import Field, Table, loads_json, read_utf8
 
 STAMP_VERSION = "1"
@@ -102,9 +103,23 @@ def job_facts(env: Mapping[str, str], command: Sequence[str] = ()) -> dict[str, 
 
 
 def write_stamp(path: Path, stamp: Stamp) -> Path:
-    """Write ``stamp`` to ``path`` by rename (a killed job leaves the old file or none)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    filemode.write_by_rename(path, stamp.render())
+    """Write ``stamp`` to ``path`` by rename (a killed job leaves the old file or none).
+
+    A stamp that cannot be written is an error, not a warning: a job without its audit
+    record is what the stamp exists to prevent (a full or read-only disk, no permission:
+    exit 10, as ``DiskError`` says)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        filemode.write_by_rename(path, stamp.render())
+    except OSError as error:
+        message = f"cannot write the stamp {path}: {error.strerror or error}"
+        fix = (
+            f"write it to a writable directory (doctor: --stamp; image: {STAMP_FILE_VARIABLE}=, "
+            "a volume mounted there)"
+        )
+        if error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES):
+            raise DiskError(message, fix=fix) from None
+        raise StampError(message, fix=fix) from None
     return path
 
 
