@@ -19,6 +19,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -26,11 +27,13 @@ from tests.clirunner import CliResult, run_cli
 from tests.publish_support import start_pypiserver
 from tests.servers import stop
 from tests.test_build_container import BASE_IMAGE, _why_not_oci, ensure_base_image
+from xla_host.errors import UsageError
 from xla_host.stamp import read_stamp
+from xla_wheels.builder import runtime_image
 from xla_wheels.bundle import load_bundle
 from xla_wheels.demo import BUNDLE, make_demo_project, stages
 from xla_wheels.release import lanes
-from xla_wheels.wheels_lock import read_lock
+from xla_wheels.wheels_lock import BundleEntry, WheelRecord, read_lock
 
 TAG = "localhost/xla-wheels-test-runtime:demo"
 PROFILE = """
@@ -224,3 +227,41 @@ def test_the_entrypoint_refuses_an_installed_file_that_is_not_the_wheels(image: 
     assert "torch-xla: installed torch_xla/__init__.py differs from the wheel's" in refused.stderr
     stamp = read_stamp(image.stamps / "job-changed.json")
     assert [w.matched for w in stamp.wheels if w.name.startswith("torch_xla-")] == [False]
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """The part of a wheels.lock entry the image reads: its wheels."""
+
+    wheels: tuple[WheelRecord, ...]
+
+
+def test_an_image_is_refused_for_a_bundle_the_lane_does_not_serve_as_locked() -> None:
+    lane = lanes.Lane("preferred", None, "http://127.0.0.1:1/simple/", None, None, lanes.Policy())
+    record = WheelRecord("torch_xla-2.9.0+pa-py3-none-any.whl", 1, "a" * 64)
+    entry = cast(BundleEntry, _Entry((record,)))
+    served = lanes.LaneState("v6e-2.10", ((record.name, "a" * 64),), None, None)
+    with pytest.raises(UsageError) as other:
+        runtime_image.current_wheels(lane, served, "v6e-2.11", entry)
+    assert "lane preferred serves v6e-2.10, not bundle v6e-2.11" in other.value.message
+    assert "BUNDLE=v6e-2.10" in (other.value.fix or "")
+    drifted = lanes.LaneState("v6e-2.11", ((record.name, "b" * 64),), None, None)
+    with pytest.raises(UsageError) as disagree:
+        runtime_image.current_wheels(lane, drifted, "v6e-2.11", entry)
+    assert "wheels.lock locks" in disagree.value.message
+    same = lanes.LaneState("v6e-2.11", ((record.name, "a" * 64),), None, None)
+    assert runtime_image.current_wheels(lane, same, "v6e-2.11", entry) == [(record.name, "a" * 64)]
+    assert runtime_image.uses_loopback(lane)
+
+
+def test_each_engine_builds_with_its_own_command() -> None:
+    context = Path("/ctx")
+    assert runtime_image.build_argv("docker", "t", context, network_host=False) == [
+        "docker", "build", "--file", "/ctx/Containerfile", "--tag", "t", "/ctx",
+    ]  # fmt: skip
+    assert runtime_image.build_argv("podman", "t", context, network_host=True)[:6] == [
+        "podman", "build", "--isolation=chroot", "--format", "docker", "--network",
+    ]  # fmt: skip
+    assert runtime_image.build_argv("buildah", "t", context, network_host=False)[:5] == [
+        "buildah", "bud", "--isolation", "chroot", "--format",
+    ]  # fmt: skip
