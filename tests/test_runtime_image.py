@@ -16,6 +16,7 @@ import json
 import shutil
 import subprocess
 import tempfile
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +36,8 @@ from xla_wheels.demo import BUNDLE, make_demo_project, stages
 from xla_wheels.release import lanes
 from xla_wheels.wheels_lock import BundleEntry, WheelRecord, read_lock
 
-TAG = "localhost/xla-wheels-test-runtime:demo"
+# Its own name per run: the engine's storage is shared by every run on this machine.
+TAG = f"localhost/xla-wheels-test-runtime:demo-{uuid.uuid4().hex[:12]}"
 PROFILE = """
 [profiles.train.device]
 PJRT_DEVICE = "CPU"
@@ -208,6 +210,12 @@ def test_the_entrypoint_refuses_a_host_mismatch_unless_told_to_warn(image: Image
     assert warned.returncode == 0, warned.stderr[-3000:]
     assert "job ran" in warned.stdout and "warning: launch environment" in warned.stderr
     assert read_stamp(image.stamps / "job-warned.json").verdict == "warned"
+
+    # An extra logging switch changes what is printed, not what runs: a warning, as doctor.
+    chatty = image.job("TF_CPP_MIN_LOG_LEVEL=1", stamp="job-chatty.json")
+    assert chatty.returncode == 0, chatty.stderr[-3000:]
+    assert "TF_CPP_MIN_LOG_LEVEL=1 is set but not in the profile" in chatty.stderr
+    assert read_stamp(image.stamps / "job-chatty.json").verdict == "ok"
 
 
 @pytest.mark.slow

@@ -138,17 +138,24 @@ def expected_environment(facts: ImageFacts, role: str) -> dict[str, str]:
     return expected
 
 
-def check(
-    facts: ImageFacts, env: Mapping[str, str], python: Path
-) -> tuple[list[StampedWheel], list[str]]:
-    """The wheels as installed and every problem (empty: the job runs what was baked)."""
+@dataclass(frozen=True)
+class Checked:
+    wheels: list[StampedWheel]
+    problems: list[str]
+    """Empty: the job runs what was baked."""
+    warnings: list[str]
+    """What does not change what runs (an extra logging switch), as doctor judges it."""
+
+
+def check(facts: ImageFacts, env: Mapping[str, str], python: Path) -> Checked:
     _, match = installed.match_environment(python, facts.wheels, facts.wheel_dir)
     wheels = [StampedWheel(w.name, w.sha256, w.matched) for w in match.wheels]
     problems = list(match.problems)
     role = role_of(env)
     differences = launch_profile.compare_environment(expected_environment(facts, role), env)
-    problems += [f"launch environment: {d.describe()}" for d in differences]
-    return wheels, problems
+    problems += [f"launch environment: {d.describe()}" for d in differences if not d.logging_only]
+    warnings = [f"launch environment: {d.describe()}" for d in differences if d.logging_only]
+    return Checked(wheels, problems, warnings)
 
 
 def mismatch_mode(env: Mapping[str, str]) -> str:
@@ -173,7 +180,8 @@ def run(argv: Sequence[str], env: Mapping[str, str]) -> tuple[int, list[str], di
     facts = read_facts(args.facts)
     role = role_of(env)
     job_env = launch_environment(facts, env, role)
-    wheels, problems = check(facts, job_env, Path(sys.executable))
+    checked = check(facts, job_env, Path(sys.executable))
+    wheels, problems = checked.wheels, checked.problems
     verdict = "ok" if not problems else "warned" if mode == "warn" else "refused"
     stamp = Stamp(
         created=now(),
@@ -204,6 +212,8 @@ def run(argv: Sequence[str], env: Mapping[str, str]) -> tuple[int, list[str], di
         )
     for problem in problems:
         sys.stderr.write(f"warning: {problem} ({MISMATCH_VARIABLE}=warn: starting anyway)\n")
+    for warning in checked.warnings:
+        sys.stderr.write(f"warning: {warning} (logging only: not judged)\n")
     return 0, command, job_env
 
 
