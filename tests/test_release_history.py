@@ -172,9 +172,10 @@ def test_promotion_then_rollback_with_its_reason_and_the_history_shown(fleet: Fl
     # The same check as the job's audit stamp: one JSON document on stdout (the findings on
     # stderr), the same written to a file, and `jobs` finds the job by a wheel it ran.
     stamps = fleet.work / "stamps"
+    # (the file from XLA_WHEELS_STAMP, the variable the runtime image's entrypoint reads)
     stamped = fleet.run(
         "doctor", "--bundle", SECOND, "--python", str(host), "--lane", "preferred", "--json",
-        "--stamp", str(stamps / "job-1.json"),
+        XLA_WHEELS_STAMP=str(stamps / "job-1.json"),
     )  # fmt: skip
     assert stamped.exit_code == 1, stamped.output
     assert "which lane preferred served before" in stamped.stderr

@@ -270,9 +270,10 @@ SETTINGS: tuple[Setting, ...] = (
        "(xla_wheels_host-*.whl) or its source directory", flag="--host-package",
        make="HOST_PACKAGE", kind="path", commands=("runtime-image",),
        default_text="the host/ directory of the xla_host this command runs, as a wheel"),
-    _s("lanes", "write the audit stamp to this file too (by rename)", flag="--stamp",
-       make="STAMP", kind="path", commands=("doctor",), default_text="none: stdout only "
-       "with JSON=1"),
+    _s("lanes", "write the audit stamp to this file too (by rename); the runtime image's "
+       "entrypoint reads the same variable", flag="--stamp", make="STAMP",
+       env="XLA_WHEELS_STAMP", kind="path", commands=("doctor",),
+       default_text="none: stdout only with JSON=1"),
     _s("lanes", "a wheel: its file name or sha256", flag="--wheel", make="WHEEL",
        commands=("jobs",), default_text="(required)"),
     _s("lanes", "a directory of job stamps (searched recursively for *.json)",

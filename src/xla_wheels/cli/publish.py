@@ -24,7 +24,12 @@ from xla_host.stamp import now as stamp_now
 from xla_wheels import attestation as attest
 from xla_wheels.bundle import load_bundle
 from xla_wheels.cli.arguments import add_bundle_arguments, add_setting, add_switch
-from xla_wheels.cli.settings import pipeline_options, publish_options, supply_options
+from xla_wheels.cli.settings import (
+    Settings,
+    pipeline_options,
+    publish_options,
+    supply_options,
+)
 from xla_wheels.layout import BundleLayout
 from xla_wheels.options import PipelineOptions, env_var
 from xla_wheels.progress import Timings
@@ -176,15 +181,16 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         )
     add_lane_findings(report, options.root, args.lane, bundle.name)
     _add_signature_findings(report, options, args, lock.bundles.get(bundle.name))
-    if args.json or args.stamp:
+    stamp_path = Settings(args, os.environ).path("--stamp")
+    if args.json or stamp_path:
         # The audit stamp: the findings go to stderr, stdout holds the one document.
         print(report.render(), file=sys.stderr if args.json else sys.stdout)
         found = _doctor_stamp(report, options, args, python, launch_env, role, profile)
         if args.json:
             print(found.render(), end="")
-        if args.stamp:
-            write_stamp(args.stamp, found)
-            log.info(f"doctor: stamp written to {args.stamp}")
+        if stamp_path:
+            write_stamp(stamp_path, found)
+            log.info(f"doctor: stamp written to {stamp_path}")
     else:
         print(report.render())
     doctor.ensure_healthy(report)
