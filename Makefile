@@ -65,7 +65,10 @@ VERIFY_FLAGS = $(call flag,INDEX_URL) $(call switch,NO_DEPS) \
   $(call flag,DEPS_FROM) $(call flag,PYTHON)
 DOCTOR_FLAGS = $(call flag,PYTHON) $(call flag,ROLE) \
   $(call flag,LANE) $(call flag,CACHE_PATH) \
-  $(call flag,PROFILE) $(call flag,ENV_FILE)
+  $(call flag,PROFILE) $(call flag,ENV_FILE) \
+  $(call switch,JSON) $(call flag,STAMP)
+RUNTIME_IMAGE_FLAGS = $(call flag,PROFILE) $(call flag,ENGINE) $(call flag,IMAGE_TAG) \
+  $(call flag,RUNTIME_BASE) $(call flag,HOST_PACKAGE)
 ABI_FLAGS = $(call flag,PYTHON) $(call flag,TORCH_WHEEL) \
   $(call flag,TORCH_XLA_WHEEL) $(call flag,BUNDLE) \
   $(call flag,XLAC) $(call flag,TORCH_LIB_DIR) \
@@ -267,6 +270,14 @@ lanes: $(VENV_STAMP) ## each lane's index, current bundle and policy; HISTORY=1 
 
 status: $(VENV_STAMP) ## every bundle and lane at a glance (receipts, refusals, drift); JSON=1
 	@$(CLI) status $(call switch,JSON) $(NET_FLAGS)
+
+# The fleet's image and its jobs' audit stamps (docs/operating.md).
+.PHONY: runtime-image jobs
+runtime-image: $(VENV_STAMP) ## an image to train from: the lane's bundle by hash, the host package, PROFILE's environment, the host check as entrypoint
+	@$(CLI) runtime-image $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(LANE_FLAG) $(RUNTIME_IMAGE_FLAGS)
+
+jobs: $(VENV_STAMP) ## which jobs ran a wheel (WHEEL= file name or sha256), from a directory of stamps (STAMPS=)
+	@$(CLI) jobs $(call flag,WHEEL) $(call flag,STAMPS) $(call switch,JSON)
 
 # Supply-chain evidence (README "Signed attestations", "Rebuild check").
 .PHONY: attest supply-tools rebuild-check

@@ -34,9 +34,10 @@ from tests.publish_support import (
 )
 from tests.servers import free_port, stop
 from xla_host.filemode import file_sha256
+from xla_host.stamp import read_stamp
 from xla_wheels.bundle import load_bundle
 from xla_wheels.release import lanes
-from xla_wheels.wheels_lock import WheelRecord, record_wheels, update_bundle_entry
+from xla_wheels.wheels_lock import WheelRecord, read_lock, record_wheels, update_bundle_entry
 
 SECOND = "pub-2"
 
@@ -168,6 +169,29 @@ def test_promotion_then_rollback_with_its_reason_and_the_history_shown(fleet: Fl
     assert f"this host has bundle {SECOND}, which lane preferred served before" in doctor.stdout
     assert f"the lane serves {BUNDLE} now (rollback by" in doctor.stdout
     assert reason in doctor.stdout
+    # The same check as the job's audit stamp: one JSON document on stdout (the findings on
+    # stderr), the same written to a file, and `jobs` finds the job by a wheel it ran.
+    stamps = fleet.work / "stamps"
+    # (the file from XLA_WHEELS_STAMP, the variable the runtime image's entrypoint reads)
+    stamped = fleet.run(
+        "doctor", "--bundle", SECOND, "--python", str(host), "--lane", "preferred", "--json",
+        XLA_WHEELS_STAMP=str(stamps / "job-1.json"),
+    )  # fmt: skip
+    assert stamped.exit_code == 1, stamped.output
+    assert "which lane preferred served before" in stamped.stderr
+    document = json.loads(stamped.stdout)
+    written = read_stamp(stamps / "job-1.json")
+    assert written.as_json() == document
+    assert (written.bundle, written.lane, written.verdict) == (SECOND, "preferred", "failed")
+    assert written.receipt_digest is None  # the lane serves another bundle now
+    second = read_lock(fleet.root / "wheels.lock").entry(SECOND)
+    assert {w.name: w.sha256 for w in written.wheels} == {
+        w.name: w.sha256 for w in second.wheels or ()
+    }
+    assert all(w.matched for w in written.wheels)  # dist/pub-2 holds the files: compared
+    assert any(p.startswith("lane: this host has bundle") for p in written.problems)
+    found = fleet.run("jobs", "--wheel", fleet.second_wheel.name, "--stamps", str(stamps))
+    assert found.exit_code == 0 and "job-1.json" in found.stdout, found.output
 
     # A hand edit anywhere in the record is refused, naming the line.
     text = (fleet.root / "lanes.lock").read_text()

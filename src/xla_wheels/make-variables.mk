@@ -12,7 +12,8 @@ MAKE_VARIABLES := MIRROR=--mirror NET_TIMEOUT=--net-timeout NET_RETRIES=--net-re
   COMPONENT=--component FORCE=--force ONTO=--onto CONTINUE=--continue INDEX_URL=--index-url UPLOAD_URL=--upload-url \
   NO_DEPS=--no-deps DEPS_FROM=--deps-from PYTHON=--python ROLE=--role CACHE_PATH=--cache-path PROFILE=--profile \
   ENV_FILE=--env-file OUT=--out REFRESH=--refresh LANE=--lane TO=--to REASON=--reason \
-  HISTORY=--history JSON=--json SIGNING_KEY=--signing-key PUBLIC_KEY=--public-key BUILDER_ID=--builder-id GATE_DEVICE=--device \
+  HISTORY=--history JSON=--json IMAGE_TAG=--tag RUNTIME_BASE=--base-image HOST_PACKAGE=--host-package STAMP=--stamp \
+  WHEEL=--wheel STAMPS=--stamps SIGNING_KEY=--signing-key PUBLIC_KEY=--public-key BUILDER_ID=--builder-id GATE_DEVICE=--device \
   WORKLOAD=--workload CHECKS=--checks UPSTREAM_TESTS=--upstream-tests ROUNDS=--rounds GATE_ARGS= TORCH_WHEEL=--torch-wheel \
   TORCH_XLA_WHEEL=--torch-xla-wheel XLAC=--extension TORCH_LIB_DIR=--torch-lib-dir STOCK=--stock DEMO_DIR=--dir PYTEST_ARGS= \
   PYTHON_FOR_VENV=

@@ -51,7 +51,9 @@ TARGET_GROUPS: dict[str, tuple[str, ...]] = {
     "Publish and install": (
         "publish", "requirements", "verify-install", "doctor", "launch-env", "host-wheel",
     ),
-    "Lanes and promotion": ("promote", "compare", "rollback", "lanes", "status"),
+    "Lanes and promotion": (
+        "promote", "compare", "rollback", "lanes", "status", "runtime-image", "jobs",
+    ),
     "Supply chain and ABI": ("attest", "rebuild-check", "abi-check"),
     "The gate": ("gate", "bench-restart"),
     "Development": ("test", "test-fast", "lint", "cache-tools", "docs"),

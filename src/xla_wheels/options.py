@@ -46,6 +46,7 @@ ENV_OTHER_NAMES: dict[str, str] = {
     "XLA_WHEELS_MAKE_COMMAND_LINE": "cli.from_make (set by the Makefile)",
     "XLA_WHEELS_SECRETS_FILE": "builder.run_recipe (set inside the build)",
     "XLA_WHEELS_DOCKER_TEST_IMAGE": "tests/test_build_container.py",
+    "XLA_WHEELS_ON_MISMATCH": "xla_host.entrypoint (the runtime image's jobs: refuse or warn)",
 }
 
 

@@ -406,6 +406,11 @@ class EnvDifference:
     def in_cache_key(self) -> bool:
         return self.variable in CACHE_KEY_VARIABLES
 
+    @property
+    def logging_only(self) -> bool:
+        """An extra logging switch: it changes what is printed, not what runs (a warning)."""
+        return self.kind == "extra" and self.variable in LOG_VARIABLES
+
     def describe(self) -> str:
         key = " (in the compile cache's key)" if self.in_cache_key else ""
         if self.kind == "missing":

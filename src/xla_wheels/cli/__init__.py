@@ -122,6 +122,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "return a lane to a bundle it served before, with a reason, after the integrity "
         "checks (not the policy)",
     ),
+    "runtime-image": (
+        "runtime",
+        "build an image to train from: a lane's bundle installed by hash, the host package, "
+        "a launch profile's environment, OCI labels, the host check as entrypoint",
+    ),
+    "jobs": ("runtime", "which jobs ran a wheel, from a directory of audit stamps; reads only"),
     "attest": (
         "supply",
         "sign each locked wheel's in-toto statement (SLSA provenance) with the team's key",

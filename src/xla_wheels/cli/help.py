@@ -46,6 +46,12 @@ EXAMPLES: dict[str, str] = {
     "lane-requirements": "xla-wheels lane-requirements --lane preferred",
     "lanes": "xla-wheels lanes --history",
     "status": "xla-wheels status --json",
+    "runtime-image": (
+        "xla-wheels runtime-image --bundle v6e-2.11 --lane preferred --profile train"
+        " --engine podman --dry-run"
+    ),
+    "jobs": "xla-wheels jobs --wheel torch_xla-2.9.0+p1a2b3c4d-cp311-cp311-linux_x86_64.whl"
+    " --stamps /mnt/job-stamps",
     "rollback": (
         "xla-wheels rollback --lane preferred --to v6e-2.10"
         ' --reason "v6e-2.11 hangs at step 0" --dry-run'

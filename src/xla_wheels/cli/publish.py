@@ -16,13 +16,20 @@ import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
-from xla_host import launch_profile, log
+from xla_host import installed, launch_profile, log
 from xla_host.errors import UsageError
 from xla_host.redact import Redactor, shown
+from xla_host.stamp import Stamp, StampedWheel, job_facts, this_host, write_stamp
+from xla_host.stamp import now as stamp_now
 from xla_wheels import attestation as attest
 from xla_wheels.bundle import load_bundle
 from xla_wheels.cli.arguments import add_bundle_arguments, add_setting, add_switch
-from xla_wheels.cli.settings import pipeline_options, publish_options, supply_options
+from xla_wheels.cli.settings import (
+    Settings,
+    pipeline_options,
+    publish_options,
+    supply_options,
+)
 from xla_wheels.layout import BundleLayout
 from xla_wheels.options import PipelineOptions, env_var
 from xla_wheels.progress import Timings
@@ -174,9 +181,64 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         )
     add_lane_findings(report, options.root, args.lane, bundle.name)
     _add_signature_findings(report, options, args, lock.bundles.get(bundle.name))
-    print(report.render())
+    stamp_path = Settings(args, os.environ).path("--stamp")
+    if args.json or stamp_path:
+        # The audit stamp: the findings go to stderr, stdout holds the one document.
+        print(report.render(), file=sys.stderr if args.json else sys.stdout)
+        found = _doctor_stamp(report, options, args, python, launch_env, role, profile)
+        if args.json:
+            print(found.render(), end="")
+        if stamp_path:
+            write_stamp(stamp_path, found)
+            log.info(f"doctor: stamp written to {stamp_path}")
+    else:
+        print(report.render())
     doctor.ensure_healthy(report)
     return 0
+
+
+def _doctor_stamp(
+    report: doctor.DoctorReport, options: PipelineOptions, args: argparse.Namespace,
+    python: str, env: Mapping[str, str], role: str | None,
+    profile: launch_profile.LaunchProfile | None,
+) -> Stamp:  # fmt: skip
+    """What this host runs, as a stamp: each locked wheel compared by content with its file
+    where the file is at hand (the lane's directory, else dist/<bundle>)."""
+    entry = read_lock(options.lock_path).bundles.get(args.bundle)
+    records = list(entry.wheels or ()) if entry else []
+    search = [BundleLayout.of(options, args.bundle).dist]
+    receipt_digest = None
+    if args.lane:
+        lane = lanes.load_config(options.root).lane(args.lane)
+        if lane.path is not None:
+            search.insert(0, lane.path)
+        state = lanes.read_state(options.root).get(lane.name)
+        if state is not None and state.bundle == args.bundle:
+            receipt_digest = state.receipt_digest
+    at_hand = next((d for d in search if records and all((d / r.name).is_file()
+                                                         for r in records)), None)  # fmt: skip
+    wheels: list[StampedWheel] = []
+    if records:
+        _, match = installed.match_environment(Path(python), records, at_hand)
+        wheels = [
+            StampedWheel(m.name, m.sha256, m.matched if at_hand is not None else None)
+            for m in match.wheels
+        ]
+    return Stamp(
+        created=stamp_now(),
+        host=this_host(),
+        bundle=args.bundle,
+        lane=args.lane,
+        wheels=tuple(wheels),
+        receipt_digest=receipt_digest,
+        profile=profile.name if profile else None,
+        profile_sha256=profile.sha256 if profile else None,
+        cache_path=args.cache_path or env.get("XLA_PERSISTENT_CACHE_PATH") or None,
+        role=doctor.role_of(role, env)[0],
+        verdict="failed" if report.failed else "ok",
+        problems=tuple(f"{f.check}: {f.detail}" for f in report.failed),
+        job=job_facts(env),
+    )
 
 
 def _add_signature_findings(
@@ -302,6 +364,9 @@ def _add_doctor_arguments(parser: argparse.ArgumentParser) -> None:
         help="judge this compilation cache path (default: XLA_PERSISTENT_CACHE_PATH)",
     )
     _add_public_key(parser)
+    add_switch(parser, "--json", help="print the audit stamp (one JSON document) on stdout; "
+               "the findings go to stderr")
+    add_setting(parser, by_flag("--stamp"))
     parser.add_argument(
         "--profile",
         default="",

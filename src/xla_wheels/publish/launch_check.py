@@ -18,7 +18,6 @@ from xla_host.cache_contract import directory_name
 from xla_host.launch_profile import (
     CACHE_READ_ONLY,
     KNOWN_VARIABLES,
-    LOG_VARIABLES,
     LaunchProfile,
     compare_environment,
 )
@@ -45,7 +44,6 @@ def check_launch_profile(
     differences = compare_environment(expected, actual)
     for difference in differences:
         quoted = shlex.quote(str(difference.expected))
-        logging_only = difference.kind == "extra" and difference.variable in LOG_VARIABLES
         if difference.kind == "missing":
             fix = f"export {difference.variable}={quoted} in the launcher"
         elif difference.kind == "extra":
@@ -54,7 +52,7 @@ def check_launch_profile(
         else:
             fix = f"export {difference.variable}={quoted}"
         report.add(
-            "WARN" if logging_only else "FAIL",
+            "WARN" if difference.logging_only else "FAIL",
             check,
             f"{difference.describe()} ({source})",
             fix + f"; or source the env.sh of `make launch-env BUNDLE={bundle} "

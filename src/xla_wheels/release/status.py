@@ -1,7 +1,8 @@
 """``make status``: every bundle and every lane at a glance, read only.
 
 Per bundle: built or not (wheels in ``wheels.lock``), which lanes serve it now, its
-receipts (device, chip, workload, profile, verdict, age) and, for each lane a bundle is
+receipts (device, chip, topology, workload, profile, verdict, age; a field a receipt does
+not record is shown as "—") and, for each lane a bundle is
 promoted into, why a promotion would be refused today (the same pure verdict
 ``make promote`` applies, ``release.policy``).
 
@@ -39,13 +40,16 @@ class ReceiptStatus:
     path: str
     device: str
     chip: str | None
-    workload: str
+    workload: str | None
     profile: str | None
     verdict: str
     """``passed``, ``failed`` (a check failed or the environment was not the lock's) or
     ``edited`` (its seal does not hold)."""
     created: str
     age_days: float | None
+    topology: str | None = None
+    """The slice the receipt was measured on (e.g. ``v6e-8``, ``2x4``); None when the
+    receipt does not record one (receipts written before topologies were)."""
 
 
 @dataclass(frozen=True)
@@ -111,13 +115,27 @@ def receipt_status(root: Path, stored: StoredReceipt, now: datetime.datetime) ->
     return ReceiptStatus(
         path=stored.path.relative_to(root).as_posix(),
         device=receipt.device,
-        chip=receipt.chip,
-        workload=receipt.workload,
+        chip=_shown(getattr(receipt, "chip", None)),
+        workload=_shown(getattr(receipt, "workload", None)),
         profile=str(profile) if profile is not None else None,
         verdict=verdict,
         created=receipt.created,
         age_days=_age_days(receipt.created, now),
+        # Read defensively: receipts of every version are shown, with or without it.
+        topology=_shown(getattr(receipt, "topology", None)),
     )
+
+
+def _shown(value: Any) -> str | None:
+    """A receipt field as one word: a table by its name (``{"name": "v6e-8", ...}``), a
+    list joined, else its text; None when absent or empty."""
+    if isinstance(value, Mapping):
+        value = value.get("name") or value.get("topology") or ",".join(
+            f"{k}={v}" for k, v in sorted(value.items())
+        )
+    elif isinstance(value, list | tuple):
+        value = "x".join(str(v) for v in value)
+    return str(value) if value not in (None, "") else None
 
 
 def _refusals(root: Path, lock_path: Path, bundle: str, lane: Lane) -> list[str]:
@@ -225,6 +243,10 @@ def collect(
     )
 
 
+#: What ``make status`` shows for a field a receipt does not record.
+NONE = "—"
+
+
 def render(status: Status) -> str:
     lines = ["bundles:"]
     for bundle in status.bundles:
@@ -235,7 +257,7 @@ def render(status: Status) -> str:
             lines.append(
                 f"    receipt {r.path}: {r.verdict} on {r.device}"
                 + (f" ({r.chip})" if r.chip else "")
-                + f", workload {r.workload}"
+                + f", topology {r.topology or NONE}, workload {r.workload or NONE}"
                 + (f", profile {r.profile}" if r.profile else "")
                 + f", {age}"
             )

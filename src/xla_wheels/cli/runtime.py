@@ -1,0 +1,150 @@
+"""Arguments and handlers of ``runtime-image`` and ``jobs``.
+
+``runtime-image``: an image to train from, built from a lane's current bundle
+(:mod:`xla_wheels.builder.runtime_image`); a dry run prints the plan and builds nothing.
+``jobs``: which jobs ran a wheel, from a directory of audit stamps (:mod:`xla_host.stamp`);
+reads only.
+
+Exit codes: 0 done; 1 the engine failed to build; 2 bad input (a lane that does not serve
+the bundle, an unknown profile, a stamp that is no stamp).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import xla_host
+from xla_host import launch_profile, log
+from xla_host.errors import UsageError
+from xla_host.stamp import jobs_that_ran, read_stamps
+from xla_wheels.builder import runtime_image
+from xla_wheels.bundle import load_bundle
+from xla_wheels.cli.arguments import (
+    add_bundle_arguments,
+    add_common_arguments,
+    add_setting,
+    add_switch,
+)
+from xla_wheels.cli.launch import _build_directory
+from xla_wheels.cli.settings import Settings, pipeline_options
+from xla_wheels.release import lanes
+from xla_wheels.settings_table import by_flag
+from xla_wheels.wheels_lock import read_lock
+
+
+def _host_package(given: Path | None) -> Path:
+    """The host package to bake: given, else the source directory of the xla_host running
+    this command (``host/`` of a checkout; an installed wheel has none)."""
+    if given is not None:
+        return given
+    source = Path(xla_host.__file__).resolve().parents[2]
+    if not (source / "pyproject.toml").is_file():
+        raise UsageError(
+            "the xla_host running this command is not a source checkout's host/ directory",
+            fix="pass --host-package <xla_wheels_host-*.whl> (make: HOST_PACKAGE=)",
+        )
+    return source
+
+
+def cmd_runtime_image(args: argparse.Namespace) -> int:
+    options = pipeline_options(args, os.environ)
+    engine = Settings(args, os.environ).text("--engine") or "docker"
+    if engine not in runtime_image.ENGINES:
+        raise UsageError(
+            f"engine {engine!r} is not one of {', '.join(runtime_image.ENGINES)}",
+            fix="pass --engine docker|podman|buildah (make: ENGINE=)",
+        )
+    bundle = load_bundle(options.root, args.bundle)
+    if not args.profile:
+        raise UsageError(
+            "no launch profile given: the image bakes one profile's environment",
+            fix=f"pass --profile (make: PROFILE=), one of: {', '.join(sorted(bundle.profiles))}"
+            if bundle.profiles
+            else f"declare [profiles.<name>] in build/bundles/{bundle.name}.toml first",
+        )
+    profile = launch_profile.choose(bundle.profiles, args.profile, bundle.name)
+    config = lanes.load_config(options.root)
+    lane = config.lane(args.lane)
+    state = lanes.read_state(options.root).get(lane.name)
+    entry = read_lock(options.lock_path).entry(bundle.name)
+    build = _build_directory(options.lock_path, bundle) if profile.needs_build else None
+    tag = args.tag or f"localhost/xla-wheels-runtime:{bundle.name}-{lane.name}"
+    base = args.base_image or runtime_image.DEFAULT_BASE_IMAGE
+    host = runtime_image.given_host_wheel(_host_package(args.host_package))
+
+    def compose(host_wheel: runtime_image.HostWheel) -> runtime_image.RuntimeImagePlan:
+        return runtime_image.compose(
+            engine=engine, tag=tag, base_image=base, bundle=bundle, lane=lane, state=state,
+            entry=entry, profile=profile, build=build, host_wheel=host_wheel,
+            public_index=runtime_image.PUBLIC_INDEX,
+        )  # fmt: skip
+
+    plan = compose(host)  # checks the lane and the lock before anything is built
+    if options.dry_run:
+        print(plan.render(), end="")
+        print("DRY_RUN: nothing built")
+        return 0
+    with tempfile.TemporaryDirectory(prefix="xla-wheels-runtime-") as tmp:
+        context = Path(tmp)
+        if host.built_from_source:
+            host = runtime_image.build_host_wheel(
+                sys.executable, host.source, context / "host-wheel"
+            )
+            plan = compose(host)
+        print(plan.render(), end="")
+        with log.section(f"runtime image {plan.tag} ({engine})"):
+            runtime_image.execute(plan, context)
+    print(f"runtime image {plan.tag}: built (entrypoint: the host check, then the command)")
+    return 0
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    if not args.wheel or args.stamps is None:
+        raise UsageError(
+            "jobs needs a wheel and a directory of stamps",
+            fix="pass --wheel <file name or sha256> --stamps <dir> (make: WHEEL= STAMPS=)",
+        )
+    found = jobs_that_ran(read_stamps(args.stamps), args.wheel)
+    if args.json:
+        rows = [{"stamp": str(path), **stamp.as_json()} for path, stamp in found]
+        print(json.dumps(rows, indent=2, sort_keys=True))
+        return 0
+    if not found:
+        print(f"no stamp under {args.stamps} names {args.wheel}")
+        return 0
+    print(f"{len(found)} job(s) ran {args.wheel}:")
+    for path, stamp in found:
+        command = stamp.job.get("command", "")
+        print(
+            f"  {stamp.created} {stamp.host}: bundle {stamp.bundle}, lane {stamp.lane or '—'}, "
+            f"profile {stamp.profile or '—'}, {stamp.verdict}"
+            + (f", `{command}`" if command else "")
+            + f" ({path})"
+        )
+    return 0
+
+
+def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
+    """Define subcommand ``name``'s arguments on ``parser`` and set its handler."""
+    if name == "runtime-image":
+        add_bundle_arguments(parser, writes_bundle=False, dry_run=True)
+        parser.add_argument("--lane", default="preferred", help="the lane (default: preferred)")
+        parser.add_argument("--profile", default="", help="the launch profile baked in (required)")
+        add_setting(parser, by_flag("--engine"))
+        add_setting(parser, by_flag("--tag"))
+        add_setting(parser, by_flag("--base-image"))
+        add_setting(parser, by_flag("--host-package"))
+        parser.set_defaults(handler=cmd_runtime_image)
+    elif name == "jobs":
+        add_common_arguments(parser)
+        add_setting(parser, by_flag("--wheel"))
+        add_setting(parser, by_flag("--stamps"))
+        add_switch(parser, "--json", help="print the stamps as JSON")
+        parser.set_defaults(handler=cmd_jobs)
+    else:
+        raise ValueError(f"{name} is not a subcommand of {__name__}")
