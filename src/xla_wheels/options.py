@@ -45,6 +45,8 @@ ENV_OTHER_NAMES: dict[str, str] = {
     "XLA_WHEELS_MAKE_COMMAND_LINE": "cli.from_make (set by the Makefile)",
     "XLA_WHEELS_SECRETS_FILE": "builder.run_recipe (set inside the build)",
     "XLA_WHEELS_DOCKER_TEST_IMAGE": "tests/test_build_container.py",
+    "XLA_WHEELS_RECEIPTS_USERNAME": "xla_host.receipt_store (a WebDAV receipt store's account)",
+    "XLA_WHEELS_RECEIPTS_PASSWORD": "xla_host.receipt_store (a WebDAV receipt store's account)",
 }
 
 

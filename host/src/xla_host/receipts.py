@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from xla_host import filemode
+from xla_host import filemode, receipt_signing
 from xla_host.errors import PipelineError
 from xla_host.gate.result import CheckResult
 from xla_host.gate.target import Target
@@ -140,6 +140,21 @@ class StoredReceipt:
     receipt: Receipt
     digest: str
     digest_ok: bool
+    raw: bytes = b""
+    """The file's bytes as read (a signed receipt's: its DSSE envelope)."""
+    origin: str | None = None
+    """Where it was read from when not a file here: its URL in a receipt store
+    (``receipt_store``); ``path`` is then ``<bundle>/<file>``."""
+
+    @property
+    def shown(self) -> str:
+        return self.origin or str(self.path)
+
+    @property
+    def envelope(self) -> dict[str, Any] | None:
+        """The DSSE envelope a signed receipt came in (None: unsigned)."""
+        data = json.loads(self.raw) if self.raw.lstrip().startswith(b"{") else None
+        return data if receipt_signing.is_envelope(data) else None
 
 
 def canonical_digest(payload: Mapping[str, Any]) -> str:
@@ -236,10 +251,14 @@ def _receipt(
     )
 
 
-def receipt_path(root: Path, receipt: Receipt) -> Path:
+def receipt_file_name(receipt: Receipt) -> str:
     stamp = receipt.created.replace(":", "").replace("-", "")
     device = receipt.device.lower() + (f"-{receipt.chip}" if receipt.chip else "")
-    return root / RECEIPTS_DIRNAME / str(receipt.bundle) / f"{stamp}-{device}-{receipt.kind}.json"
+    return f"{stamp}-{device}-{receipt.kind}.json"
+
+
+def receipt_path(root: Path, receipt: Receipt) -> Path:
+    return root / RECEIPTS_DIRNAME / str(receipt.bundle) / receipt_file_name(receipt)
 
 
 def write_receipt(path: Path, receipt: Receipt, *, replace: bool = False) -> Path:
@@ -280,10 +299,25 @@ def _check_evidence(row: Table) -> CheckEvidence:
 def read_receipt(path: Path) -> StoredReceipt:
     try:
         raw = read_regular(path, ReceiptError, what="receipt")
-        data = loads_json(raw, source=str(path), error=ReceiptError, fix=_RESTORE)
-    except (OSError, ValueError) as error:
+    except OSError as error:
         raise ReceiptError(
             f"{path} is not a readable receipt: {error}", fix="restore it from git or delete it"
+        ) from error
+    return parse_receipt(raw, path)
+
+
+def parse_receipt(raw: bytes, path: Path, origin: str | None = None) -> StoredReceipt:
+    """A receipt from its bytes; a signed one (a DSSE envelope) is read from its payload,
+    whose signature the builder side verifies (``release.receipt_trust``)."""
+    try:
+        data = loads_json(raw, source=origin or str(path), error=ReceiptError, fix=_RESTORE)
+        if receipt_signing.is_envelope(data):
+            signed = receipt_signing.envelope_payload(data, origin or str(path))
+            data = loads_json(signed, source=origin or str(path), error=ReceiptError)
+    except ValueError as error:
+        raise ReceiptError(
+            f"{origin or path} is not a readable receipt: {error}",
+            fix="restore it from git or delete it",
         ) from error
     version = data.get("receipt-version") if isinstance(data, dict) else None
     if version != RECEIPT_VERSION:
@@ -316,7 +350,7 @@ def read_receipt(path: Path) -> StoredReceipt:
         checks=checks,
         profile=data["profile"] if isinstance(data.get("profile"), dict) else None,
     )
-    return StoredReceipt(path, receipt, digest, digest == canonical_digest(payload))
+    return StoredReceipt(path, receipt, digest, digest == canonical_digest(payload), raw, origin)
 
 
 def bundle_receipts(root: Path, bundle: str) -> list[StoredReceipt]:
