@@ -254,11 +254,16 @@ class WebDavStore(ReceiptStore):
 
     def put_bytes(self, bundle: str, file: str, data: bytes) -> str:
         collection = self._collection(bundle)
-        # 405: the collection exists; 409: its parent (the store itself) does not yet.
+        # 405: the collection exists; 409: a parent (the store itself) does not yet, and
+        # each collection from the server's root down is made in turn.
         status, _ = self._request("MKCOL", collection, ok=(201, 405, 409))
         if status == 409:
-            self._request("MKCOL", self.base, ok=(201, 405))
-            self._request("MKCOL", collection, ok=(201, 405))
+            parts = urllib.parse.urlsplit(collection)
+            segments = [s for s in parts.path.split("/") if s]
+            for depth in range(1, len(segments) + 1):
+                path = "/" + "/".join(segments[:depth]) + "/"
+                url = urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+                self._request("MKCOL", url, ok=(201, 405))
         taken = set(self.list(bundle))
         for n in range(1, 1000):
             candidate = _numbered(file, n)

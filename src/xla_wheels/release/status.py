@@ -25,7 +25,8 @@ from typing import Any
 
 from xla_host.errors import PipelineError
 from xla_host.filemode import file_sha256
-from xla_host.receipts import StoredReceipt, bundle_receipts
+from xla_host.receipts import StoredReceipt
+from xla_host.redact import shown
 from xla_host.wheel_filename import parse_wheel_name
 from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish.index import check_reachable, credentials_for, project_files, remote_sha256
@@ -57,6 +58,8 @@ class BundleStatus:
     refused: dict[str, list[str]] = field(default_factory=dict)
     """Per lane a promotion goes into (it has ``promote-from``) and does not serve this
     bundle now: the rules that refuse it today; an empty list: it would be admitted."""
+    unread: list[str] = field(default_factory=list)
+    """Why the receipts of a lane's store could not be read (down, refused)."""
 
 
 @dataclass(frozen=True)
@@ -109,7 +112,7 @@ def receipt_status(root: Path, stored: StoredReceipt, now: datetime.datetime) ->
     verdict = "edited" if not stored.digest_ok else "passed" if passed else "failed"
     profile = (receipt.profile or {}).get("name")
     return ReceiptStatus(
-        path=stored.path.relative_to(root).as_posix(),
+        path=stored.origin or stored.path.relative_to(root).as_posix(),
         device=receipt.device,
         chip=receipt.chip,
         workload=receipt.workload,
@@ -120,9 +123,11 @@ def receipt_status(root: Path, stored: StoredReceipt, now: datetime.datetime) ->
     )
 
 
-def _refusals(root: Path, lock_path: Path, bundle: str, lane: Lane) -> list[str]:
+def _refusals(
+    root: Path, lock_path: Path, bundle: str, lane: Lane, stores: Sequence[str]
+) -> list[str]:
     try:
-        verdict = promote.judge(root, read_lock(lock_path), bundle, lane)
+        verdict = promote.judge(root, read_lock(lock_path), bundle, lane, stores)
     except PipelineError as error:  # e.g. the lane's current receipt was edited
         return [f"cannot judge: {error.message}"]
     return [f"{f.rule}: {f.detail}" for f in verdict.failures]
@@ -138,13 +143,21 @@ def bundle_statuses(
         entry = locked.get(name)
         built = bool(entry and entry.wheels)
         served_by = sorted(lane for lane, s in record.states.items() if s.bundle == name)
+        stores, unread = [], []
+        for location in config.receipt_stores:
+            try:  # read once here: a store that does not answer is named, not fatal
+                promote.bundle_evidence(root, name, [location])
+                stores.append(location)
+            except PipelineError as error:
+                unread.append(f"receipt store {shown(location)}: {error.message}")
         refused = {
-            lane.name: _refusals(root, lock_path, name, lane)
+            lane.name: _refusals(root, lock_path, name, lane, stores)
             for lane in sorted(config.lanes.values(), key=lambda lane: lane.name)
             if built and lane.promote_from and lane.name not in served_by
         }
-        receipts = [receipt_status(root, r, now) for r in bundle_receipts(root, name)]
-        statuses.append(BundleStatus(name, built, served_by, receipts, refused))
+        evidence = promote.bundle_evidence(root, name, stores)
+        receipts = [receipt_status(root, r, now) for r in evidence]
+        statuses.append(BundleStatus(name, built, served_by, receipts, refused, unread))
     return statuses
 
 
@@ -235,6 +248,7 @@ def render(status: Status) -> str:
             )
         if not bundle.receipts:
             lines.append("    no receipt")
+        lines += [f"    UNREAD: {problem}" for problem in bundle.unread]
         for target, rules in bundle.refused.items():
             if not rules:
                 lines.append(f"    promotion into {target}: would be admitted")
