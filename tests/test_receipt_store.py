@@ -329,3 +329,51 @@ def test_a_lane_that_requires_signed_receipts(
     state = lanes.read_state(project)["staging"]
     home = receipts.read_receipt(project / str(state.receipt))
     assert home.envelope is not None and home.digest_ok
+
+
+# --- the gate's upload -------------------------------------------------------------------
+
+
+def test_the_gate_sends_its_written_receipt_home_signed(
+    dav: tuple[webdav_server.WebDavServer, str],
+    tmp_path: Path,
+    fake_wheels: FakeWheels,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server, password = dav
+    project = make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
+    private, public = _keypair(tmp_path / "keys", "gate")
+    written = receipts.write_receipt(
+        receipts.receipt_path(project, _receipt(project)), _receipt(project)
+    )
+    for name, value in _credentials(password).items():
+        monkeypatch.setenv(name, value)
+    url = f"{server.url}gate-{secrets.token_hex(4)}/"
+    upload = receipt_store.Upload.checked(url, private, BUNDLE)
+    sent = upload.send(written)
+    assert sent == f"{url}{BUNDLE}/{written.name}"
+    (home,) = receipt_store.store_for(url).receipts(BUNDLE)
+    # The same receipt, inside an envelope the builder side verifies with the public key.
+    assert home.digest == receipts.read_receipt(written).digest and home.envelope is not None
+    from xla_wheels.release import receipt_trust
+
+    assert receipt_trust.signature_problems([home], [public]) == [None]
+
+
+def test_the_gate_refuses_a_store_it_cannot_use_before_it_runs(
+    tmp_path: Path,
+    fake_wheels: FakeWheels,  # noqa: F811
+) -> None:
+    project = make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
+    for extra, problem in (
+        (["--receipts", "ftp://host/receipts", "--bundle", BUNDLE], "cannot be a ftp:// URL"),
+        (["--receipts", "store"], "is not a bundle name"),
+        (["--receipts", "store", "--bundle", BUNDLE, "--sign-key", "none.pem"], "not a file"),
+    ):
+        result = run_cli(
+            "gate", "--python", "/nonexistent/python", *extra, root=project, inherit_env=True,
+            timeout=120,
+        )  # fmt: skip
+        assert result.exit_code == 2, result.output
+        assert problem in result.stderr
+        assert not (project / "store").exists()

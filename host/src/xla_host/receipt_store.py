@@ -42,7 +42,14 @@ from pathlib import Path
 from xla_host import receipt_signing, runner
 from xla_host.errors import ExitCode, PipelineError, UsageError
 from xla_host.filemode import current_umask
-from xla_host.receipts import Receipt, StoredReceipt, parse_receipt, receipt_file_name, render
+from xla_host.receipts import (
+    Receipt,
+    StoredReceipt,
+    parse_receipt,
+    read_receipt,
+    receipt_file_name,
+    render,
+)
 from xla_host.redact import Redactor, shown
 
 USERNAME_ENV = "XLA_WHEELS_RECEIPTS_USERNAME"
@@ -410,3 +417,40 @@ def store_for(
     if where.startswith("gs://"):
         return GcsStore(where)
     return DirectoryStore(Path(where))
+
+
+@dataclass(frozen=True)
+class Upload:
+    """Where a gate sends its receipt (``--receipts``, ``--sign-key``), checked before the
+    gate runs so that a typo costs seconds, not a gate run."""
+
+    location: str
+    sign_key: Path | None = None
+
+    @classmethod
+    def checked(
+        cls, location: str, sign_key: Path | None, bundle: str | None, root: Path | None = None
+    ) -> Upload:
+        check_bundle(bundle)
+        if sign_key is not None and not sign_key.is_file():
+            raise UsageError(
+                f"the signing key {sign_key} is not a file",
+                fix="give the ed25519 PEM private key the lane's receipt-keys verify",
+            )
+        return cls(parse_location(location, root), sign_key)
+
+    def send(self, receipt_file: Path) -> str:
+        """Upload the receipt the gate wrote (signed when a key is given); its URL."""
+        stored = read_receipt(receipt_file)
+        data = stored.raw
+        if self.sign_key is not None:
+            data = receipt_signing.sign(data, self.sign_key)
+        store = store_for(self.location)
+        try:
+            name = store.put_bytes(
+                check_bundle(stored.receipt.bundle), receipt_file_name(stored.receipt), data
+            )
+        except PipelineError as error:
+            error.message += f" (the receipt is kept at {receipt_file})"
+            raise
+        return shown(store.url_of(name))

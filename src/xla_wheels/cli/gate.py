@@ -225,6 +225,19 @@ def _add_gate_arguments(gate: argparse.ArgumentParser) -> None:
         help="run every check under this launch profile of --bundle (e.g. train); the "
         "receipt records its name and digest",
     )
+    gate.add_argument(
+        "--receipts",
+        metavar="STORE",
+        help="also upload the receipt to this store: a directory, an http(s) WebDAV URL or "
+        "gs://bucket/prefix (a lane's `receipts` in build/lanes.toml); credentials from "
+        "XLA_WHEELS_RECEIPTS_USERNAME/XLA_WHEELS_RECEIPTS_PASSWORD",
+    )
+    gate.add_argument(
+        "--sign-key",
+        type=Path,
+        metavar="PEM",
+        help="sign the uploaded receipt (a DSSE envelope) with this ed25519 private key",
+    )
     gate.set_defaults(handler=run_gate)
 
 
@@ -253,6 +266,11 @@ def run_gate(args: argparse.Namespace) -> int:
     checks = _checks(args.checks)
     _check_bundle(args)
     gate_profile = _gate_profile(args)
+    upload = None
+    if args.receipts or args.sign_key:
+        from xla_host.receipt_store import Upload
+
+        upload = Upload.checked(args.receipts or "", args.sign_key, args.bundle, Path.cwd())
     config = gate_run.GateConfig(
         python=lambda: envs.resolve_python(_given_python(args), machine_cache(os.environ)),
         device=args.device,
@@ -286,13 +304,16 @@ def run_gate(args: argparse.Namespace) -> int:
         f"reports: {outcome.json_path} {outcome.junit_path} (child logs in {config.runs_dir})",
         flush=True,
     )
-    _receipts().leave_gate_receipt(
+    written = _receipts().leave_gate_receipt(
         _receipt_place(args),
         outcome.target,
         outcome.results,
         args.workload,
         profile=gate_profile.record() if gate_profile else None,
     )
+    if upload is not None:
+        signed = " (signed)" if upload.sign_key else ""
+        print(f"receipt: uploaded to {upload.send(written)}{signed}", flush=True)
     ensure_passed(outcome.results)
     return 0
 
