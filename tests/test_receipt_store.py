@@ -377,3 +377,27 @@ def test_the_gate_refuses_a_store_it_cannot_use_before_it_runs(
         assert result.exit_code == 2, result.output
         assert problem in result.stderr
         assert not (project / "store").exists()
+
+
+def test_status_shows_store_receipts_and_names_a_store_that_does_not_answer(
+    tmp_path: Path,
+    fake_wheels: FakeWheels,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from tests.servers import free_port
+
+    project = make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
+    _lanes(project, "receipt-store")
+    name = receipt_store.store_for("receipt-store", root=project).put(_receipt(project))
+    capsys.readouterr()
+    assert main(["status", "--root", str(project)]) == 0
+    out = capsys.readouterr().out
+    assert f"receipt {project / 'receipt-store' / name}: passed on CPU" in out
+    assert "promotion into staging: would be admitted" in out
+    down = f"http://127.0.0.1:{free_port()}/receipts/"
+    with (project / "build" / "lanes.toml").open("a") as lanes_toml:
+        lanes_toml.write(f'\n[lanes.offline]\npath = "dist/lanes/offline"\nreceipts = "{down}"\n')
+    assert main(["status", "--root", str(project), "--net-retries", "0"]) == 1
+    out = capsys.readouterr().out
+    assert f"UNREAD: receipt store {down}: PROPFIND {down}{BUNDLE}/: cannot reach" in out
+    assert "promotion into staging: would be admitted" in out  # the rest is still judged

@@ -86,7 +86,9 @@ class Status:
 
     @property
     def ok(self) -> bool:
-        return all(lane.in_sync for lane in self.lanes)
+        """Every lane in sync, and every receipt store read."""
+        unread = any(bundle.unread for bundle in self.bundles)
+        return all(lane.in_sync for lane in self.lanes) and not unread
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -139,17 +141,22 @@ def bundle_statuses(
     locked = read_lock(lock_path).bundles
     names = sorted({p.stem for p in (root / "build" / "bundles").glob("*.toml")} | set(locked))
     statuses = []
+    down: dict[str, str] = {}
+    """Stores that did not answer: named for every bundle, asked once."""
     for name in names:
         entry = locked.get(name)
         built = bool(entry and entry.wheels)
         served_by = sorted(lane for lane, s in record.states.items() if s.bundle == name)
-        stores, unread = [], []
+        stores = []
         for location in config.receipt_stores:
+            if location in down:
+                continue
             try:  # read once here: a store that does not answer is named, not fatal
                 promote.bundle_evidence(root, name, [location])
                 stores.append(location)
             except PipelineError as error:
-                unread.append(f"receipt store {shown(location)}: {error.message}")
+                down[location] = f"receipt store {shown(location)}: {error.message}"
+        unread = [down[location] for location in config.receipt_stores if location in down]
         refused = {
             lane.name: _refusals(root, lock_path, name, lane, stores)
             for lane in sorted(config.lanes.values(), key=lambda lane: lane.name)
