@@ -401,3 +401,20 @@ def test_status_shows_store_receipts_and_names_a_store_that_does_not_answer(
     out = capsys.readouterr().out
     assert f"UNREAD: receipt store {down}: PROPFIND {down}{BUNDLE}/: cannot reach" in out
     assert "promotion into staging: would be admitted" in out  # the rest is still judged
+
+
+def test_signed_receipts_need_keys_and_keys_need_the_requirement(tmp_path: Path) -> None:
+    (tmp_path / "build").mkdir()
+    for rules in ("require-signed-receipts = true\n", 'receipt-keys = ["keys/gate.pub"]\n'):
+        (tmp_path / "build" / "lanes.toml").write_text(
+            f'[lanes.validation]\npath = "x"\n[lanes.validation.policy]\n{rules}'
+        )
+        with pytest.raises(lanes.LaneFileError, match="require-signed-receipts = true needs"):
+            lanes.load_config(tmp_path)
+    (tmp_path / "build" / "lanes.toml").write_text(
+        '[lanes.validation]\npath = "x"\nreceipts = "store"\n[lanes.validation.policy]\n'
+        'require-signed-receipts = true\nreceipt-keys = ["keys/gate.pub"]\n'
+    )
+    config = lanes.load_config(tmp_path)
+    assert config.lane("validation").policy.receipt_keys == (tmp_path / "keys" / "gate.pub",)
+    assert config.receipt_stores == (str(tmp_path / "store"),)
