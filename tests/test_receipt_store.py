@@ -35,7 +35,7 @@ from xla_host.errors import ExitCode, UsageError
 from xla_host.installed import WheelMatch
 from xla_host.wheel_filename import parse_wheel_name
 from xla_wheels.cli import main
-from xla_wheels.release import lanes
+from xla_wheels.release import lanes, promote
 from xla_wheels.wheels_lock import read_lock
 
 USER = "gate-uploader"
@@ -175,9 +175,17 @@ def test_promote_and_compare_read_the_receipt_from_the_webdav_store(
     assert not (project / "receipts").exists()
     assert main(["compare", "--root", str(project), BUNDLE, BUNDLE]) == 0
     assert f"A: {url}{name}" in capsys.readouterr().out
+    monkeypatch.setenv("XLA_WHEELS_DRY_RUN", "1")
+    code, out = _promote(project, capsys)
+    monkeypatch.delenv("XLA_WHEELS_DRY_RUN")
+    assert code == 0 and f"would be kept as receipts/{name}" in out, out
+    assert not (project / "receipts").exists()  # a dry run changes nothing
     code, out = _promote(project, capsys)
     assert code == 0, out
     assert f"read from {url}{name}; kept as receipts/{name}" in out
+    # Now in the checkout and in the store: one receipt, counted once.
+    stores = lanes.load_config(project).receipt_stores
+    assert len(promote.bundle_evidence(project, BUNDLE, stores)) == 1
     # It came home byte for byte, and lanes.lock names the checkout's copy.
     home = project / "receipts" / name
     assert home.read_bytes() == (server.root / url.rsplit("/", 2)[1] / name).read_bytes()
@@ -329,6 +337,12 @@ def test_a_lane_that_requires_signed_receipts(
     state = lanes.read_state(project)["staging"]
     home = receipts.read_receipt(project / str(state.receipt))
     assert home.envelope is not None and home.digest_ok
+    # The same receipt also unsigned beside it: it counts once, as the signed copy.
+    receipt = receipts.read_receipt(project / str(state.receipt)).receipt
+    (project / "receipts" / BUNDLE / "0-unsigned.json").write_text(receipts.render(receipt))
+    stores = lanes.load_config(project).receipt_stores
+    (counted,) = promote.bundle_evidence(project, BUNDLE, stores)
+    assert counted.envelope is not None
 
 
 # --- the gate's upload -------------------------------------------------------------------
