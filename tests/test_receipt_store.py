@@ -372,6 +372,13 @@ def test_the_gate_sends_its_written_receipt_home_signed(
     from xla_wheels.release import receipt_trust
 
     assert receipt_trust.signature_problems([home], [public]) == [None]
+    # A store that does not answer: the step ends (exit 8) and says where the receipt is.
+    from tests.servers import free_port
+
+    down = receipt_store.Upload.checked(f"http://127.0.0.1:{free_port()}/r/", None, BUNDLE)
+    with pytest.raises(receipt_store.StoreTimedOut) as raised:
+        down.send(written)
+    assert f"(the receipt is kept at {written})" in raised.value.message
 
 
 def test_the_gate_refuses_a_store_it_cannot_use_before_it_runs(

@@ -32,6 +32,11 @@ The digest is a tamper seal, not a signature: anyone can recompute it, so it cat
 edited figure or hash, not a forger; review in a pull request is the trust boundary.
 Promotion refuses a receipt whose digest does not match, whose ``wheels-match-lock`` is
 false, or whose wheel hashes are not the lock's.
+
+A receipt may also come signed: the same JSON as the payload of a DSSE envelope
+(``receipt_signing``), read here from its payload; a lane that requires signatures has
+them verified on the builder side. Receipts also live in a lane's store
+(``receipt_store``), as ``<store>/<bundle>/<file>``.
 """
 
 from __future__ import annotations
