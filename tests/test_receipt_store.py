@@ -425,7 +425,7 @@ def test_status_shows_store_receipts_and_names_a_store_that_does_not_answer(
 
 
 def test_signed_receipts_need_keys_and_keys_need_the_requirement(tmp_path: Path) -> None:
-    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "bundles").mkdir(parents=True)
     for rules in ("require-signed-receipts = true\n", 'receipt-keys = ["keys/gate.pub"]\n'):
         (tmp_path / "build" / "lanes.toml").write_text(
             f'[lanes.validation]\npath = "x"\n[lanes.validation.policy]\n{rules}'
@@ -439,3 +439,7 @@ def test_signed_receipts_need_keys_and_keys_need_the_requirement(tmp_path: Path)
     config = lanes.load_config(tmp_path)
     assert config.lane("validation").policy.receipt_keys == (tmp_path / "keys" / "gate.pub",)
     assert config.receipt_stores == (str(tmp_path / "store"),)
+    shown = run_cli("lanes", root=tmp_path, inherit_env=True, timeout=120)
+    assert shown.exit_code == 0, shown.output
+    assert f"  receipts: {tmp_path / 'store'}\n" in shown.stdout
+    assert "signed-receipts=gate.pub" in shown.stdout

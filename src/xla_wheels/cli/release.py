@@ -16,6 +16,7 @@ from typing import Any
 
 from xla_host import log
 from xla_host.errors import UsageError
+from xla_host.redact import shown
 from xla_host.wheel_filename import normalize, parse_wheel_name
 from xla_wheels.bundle import load_bundle
 from xla_wheels.cli.arguments import add_bundle_arguments, add_common_arguments, add_switch
@@ -281,7 +282,11 @@ def cmd_lanes(args: argparse.Namespace) -> int:
             f"  current bundle: {current.bundle if current else '(none)'}"
             + (f" (receipt {current.receipt})" if current and current.receipt else "")
         )
+        if rules.receipt_keys:
+            policy += " signed-receipts=" + ",".join(k.name for k in rules.receipt_keys)
         print(f"  policy: {policy}")
+        if lane.receipts:
+            print(f"  receipts: {shown(lane.receipts)}")
         if history := record.lane_history(name):
             last = history[-1]
             print(f"  since {last.when}: {last.action} by {last.who} (make lanes HISTORY=1)")
