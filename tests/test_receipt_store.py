@@ -170,6 +170,7 @@ def test_promote_and_compare_read_the_receipt_from_the_webdav_store(
         monkeypatch.setenv(name, value)
     code, out = _promote(project, capsys)
     assert code == 1 and f"no receipt for bundle {BUNDLE}" in out
+    assert f'GATE_ARGS="--receipts {url}"' in out  # the fix names the store
     # The gate on a host without the checkout uploads its receipt; the checkout has none.
     name = receipt_store.store_for(url).put(_receipt(project))
     assert not (project / "receipts").exists()

@@ -296,14 +296,22 @@ def brought_home(root: Path, stored: StoredReceipt) -> Path:
     return candidate
 
 
-def refusal(bundle: str, lane: Lane, verdict: PromotionVerdict) -> PromotionRefused:
+def refusal(
+    bundle: str, lane: Lane, verdict: PromotionVerdict, source: Lane | None = None
+) -> PromotionRefused:
     lines = [f"{f.rule}: {f.detail}" for f in verdict.failures]
+    # Where the receipt goes: the store of the lane the gate's hosts install from, if any.
+    store = next((x.receipts for x in (source, lane) if x is not None and x.receipts), None)
+    signed = " --sign-key <key>" if lane.policy.receipt_keys else ""
+    home = (
+        f'with GATE_ARGS="--receipts {store}{signed}"' if store else "and commit the receipt"
+    )
     return PromotionRefused(
         f"lane {lane.name} refuses bundle {bundle}; rule(s) not met:\n  " + "\n  ".join(lines),
         fix=f"run the gate on the lane's device for exactly these wheels (`make gate "
         f"BUNDLE={bundle} PYTHON=<env installed from the lock>"
         + (f" PROFILE={lane.policy.profile}" if lane.policy.profile else "")
-        + "`) and commit the receipt"
+        + f"`) {home}"
         + (f"; the lane requires device {lane.policy.device}" if lane.policy.device else ""),
     )
 
@@ -316,7 +324,7 @@ def promote(
     source lane's own directory; ``stores``: the receipt stores read besides receipts/."""
     verdict = judge(root, lock, bundle, lane, stores)
     if not verdict.passed:
-        raise refusal(bundle, lane, verdict)
+        raise refusal(bundle, lane, verdict, source)
     records = locked_records(lock, bundle)
     search = [p for p in (source.path, dist) if p is not None]
     envelopes = required_signatures(lane, records, search)
