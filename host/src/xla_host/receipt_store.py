@@ -356,11 +356,11 @@ class GcsStore(ReceiptStore):
 
     def put_bytes(self, bundle: str, file: str, data: bytes) -> str:
         taken = set(self.list(bundle))
-        candidate = next(
-            _numbered(file, n)
-            for n in range(1, 1000)
-            if f"{bundle}/{_numbered(file, n)}" not in taken
-        )
+        free = [_numbered(file, n) for n in range(1, 1000)]
+        candidate = next((c for c in free if f"{bundle}/{c}" not in taken), None)
+        if candidate is None:
+            raise StoreError(f"{self.prefix}/{bundle} holds 999 receipts named {file}")
+        # --no-clobber: a name another gate took since the listing is skipped, not replaced.
         with tempfile.TemporaryDirectory(prefix="xla-receipt-") as tmp:
             local = Path(tmp) / candidate
             local.write_bytes(data)
