@@ -214,6 +214,10 @@ def test_the_directory_store_writes_by_link_and_reads_back(tmp_path: Path) -> No
     assert [r.digest_ok for r in store.receipts(BUNDLE)] == [True, True]
     with pytest.raises(UsageError):
         store.put(replace(receipt, bundle=None))
+    # A file of the store that is not a receipt is named by where it is in the store.
+    junk = store.put_bytes(BUNDLE, "20261126T090000Z-cpu-gate.json", b'{"receipt-version": "0"}')
+    with pytest.raises(receipts.ReceiptError, match=f"{project / 'store' / junk} has receipt-ve"):
+        store.receipts(BUNDLE)
 
 
 def make_project_stub(tmp_path: Path) -> Path:

@@ -327,12 +327,13 @@ def parse_receipt(raw: bytes, path: Path, origin: str | None = None) -> StoredRe
     version = data.get("receipt-version") if isinstance(data, dict) else None
     if version != RECEIPT_VERSION:
         raise ReceiptError(
-            f"{path} has receipt-version {version!r}, this pipeline reads {RECEIPT_VERSION!r}",
+            f"{origin or path} has receipt-version {version!r}, this pipeline reads "
+            f"{RECEIPT_VERSION!r}",
             fix="produce a new receipt with `make gate BUNDLE=…`",
         )
     digest = str(data.get("digest", ""))
     payload = {k: v for k, v in data.items() if k != "digest"}
-    top = Table(data, source=str(path), error=ReceiptError, fix=_RESTORE)
+    top = Table(data, source=origin or str(path), error=ReceiptError, fix=_RESTORE)
 
     def required(key: str, kind: type) -> Any:
         return top.get(key, kind, required=True)
