@@ -93,6 +93,8 @@ def _promote(project: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, st
 # --- the WebDAV store ------------------------------------------------------------------
 
 
+# Slow: the first test of the module starts WsgiDAV (about 5 s).
+@pytest.mark.slow
 def test_webdav_put_list_get_and_a_receipt_is_never_replaced(
     dav: tuple[webdav_server.WebDavServer, str],
     tmp_path: Path,
@@ -123,6 +125,7 @@ def test_webdav_put_list_get_and_a_receipt_is_never_replaced(
     assert store.list("another-bundle") == []
 
 
+@pytest.mark.slow
 def test_a_wrong_password_is_named_and_never_shown(
     dav: tuple[webdav_server.WebDavServer, str],
     tmp_path: Path,
@@ -155,6 +158,7 @@ def test_a_store_that_does_not_answer_ends_with_exit_8(tmp_path: Path) -> None:
     assert "cannot reach the receipt store" in raised.value.message
 
 
+@pytest.mark.slow
 def test_promote_and_compare_read_the_receipt_from_the_webdav_store(
     dav: tuple[webdav_server.WebDavServer, str],
     tmp_path: Path,
@@ -353,6 +357,7 @@ def test_a_lane_that_requires_signed_receipts(
 # --- the gate's upload -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_gate_sends_its_written_receipt_home_signed(
     dav: tuple[webdav_server.WebDavServer, str],
     tmp_path: Path,
