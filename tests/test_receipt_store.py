@@ -453,3 +453,25 @@ def test_signed_receipts_need_keys_and_keys_need_the_requirement(tmp_path: Path)
     assert shown.exit_code == 0, shown.output
     assert f"  receipts: {tmp_path / 'store'}\n" in shown.stdout
     assert "signed-receipts=gate.pub" in shown.stdout
+
+
+def test_a_key_the_host_cannot_sign_with_is_named_at_once(tmp_path: Path) -> None:
+    from xla_host import receipt_signing
+
+    encrypted, rsa = tmp_path / "encrypted.pem", tmp_path / "rsa.pem"
+    subprocess.run(
+        ["openssl", "genpkey", "-algorithm", "ed25519", "-aes256", "-pass", "pass:secret",
+         "-out", str(encrypted)], check=True,
+    )  # fmt: skip
+    subprocess.run(
+        ["openssl", "genpkey", "-algorithm", "rsa", "-pkeyopt", "rsa_keygen_bits:1024",
+         "-out", str(rsa)], check=True, capture_output=True,
+    )  # fmt: skip
+    # An encrypted key fails without waiting for a passphrase nobody types on a TPU VM (no
+    # terminal here, so openssl would fail anyway: the commands are checked as data too).
+    plan = receipt_signing.sign_plan(encrypted, tmp_path / "m", tmp_path / "s")
+    assert all(argv[argv.index("-passin") + 1] == "pass:" for argv in plan)
+    with pytest.raises(UsageError, match=f"openssl could not use the signing key {encrypted}"):
+        receipt_signing.sign(b"{}", encrypted)
+    with pytest.raises(UsageError, match=f"the signing key {rsa} is not an ed25519 key"):
+        receipt_signing.sign(b"{}", rsa)

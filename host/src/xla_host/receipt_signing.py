@@ -81,10 +81,12 @@ def ed25519_keyid(public: bytes) -> str:
 
 def sign_plan(key: Path, message: Path, signature: Path) -> list[list[str]]:
     """The two openssl commands: the public key (for the key id), then the signature."""
+    # -passin pass: (empty): an encrypted key fails at once instead of prompting on the
+    # terminal of an unattended gate.
     return [
-        ["openssl", "pkey", "-in", str(key), "-pubout", "-outform", "PEM"],
-        ["openssl", "pkeyutl", "-sign", "-inkey", str(key), "-rawin", "-in", str(message),
-         "-out", str(signature)],
+        ["openssl", "pkey", "-in", str(key), "-passin", "pass:", "-pubout", "-outform", "PEM"],
+        ["openssl", "pkeyutl", "-sign", "-inkey", str(key), "-passin", "pass:", "-rawin",
+         "-in", str(message), "-out", str(signature)],
     ]  # fmt: skip
 
 
