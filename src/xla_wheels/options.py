@@ -47,6 +47,8 @@ ENV_OTHER_NAMES: dict[str, str] = {
     "XLA_WHEELS_SECRETS_FILE": "builder.run_recipe (set inside the build)",
     "XLA_WHEELS_DOCKER_TEST_IMAGE": "tests/test_build_container.py",
     "XLA_WHEELS_ON_MISMATCH": "xla_host.entrypoint (the runtime image's jobs: refuse or warn)",
+    "XLA_WHEELS_RECEIPTS_USERNAME": "xla_host.receipt_store (a WebDAV receipt store's account)",
+    "XLA_WHEELS_RECEIPTS_PASSWORD": "xla_host.receipt_store (a WebDAV receipt store's account)",
 }
 
 

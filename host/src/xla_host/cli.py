@@ -32,7 +32,15 @@ from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
 
-from xla_host import __version__, bundle_document, host_doctor, installed, log, receipts
+from xla_host import (
+    __version__,
+    bundle_document,
+    host_doctor,
+    installed,
+    log,
+    receipt_store,
+    receipts,
+)
 from xla_host.arguments import OUTPUT_DIR, amount, machine_cache
 from xla_host.edge import Parser, exit_code_of
 from xla_host.errors import CheckFailed, UsageError
@@ -293,6 +301,8 @@ def run_gate(args: argparse.Namespace) -> int:
         for line in profile.lines():
             log.info(line)
     python = _python(args)
+    bundle = document.bundle if document else args.bundle
+    upload = receipt_store.upload_for(args.receipts, args.sign_key, bundle)  # before the run
     config = gate_arguments.gate_config(args, python, profile)
     outcome = gate_arguments.run_printed(config)
     if document is None:
@@ -325,6 +335,7 @@ def run_gate(args: argparse.Namespace) -> int:
         else "NOT for the document's wheels: it cannot be used to promote"
     )
     print(f"receipt: {path} ({verdict})")
+    receipt_store.send_written(upload, path)
     ensure_passed(outcome.results)
     return 0
 

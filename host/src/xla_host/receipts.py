@@ -38,6 +38,11 @@ The digest is a tamper seal, not a signature: anyone can recompute it, so it cat
 edited figure or hash, not a forger; review in a pull request is the trust boundary.
 Promotion refuses a receipt whose digest does not match, whose ``wheels-match-lock`` is
 false, or whose wheel hashes are not the lock's.
+
+A receipt may also come signed: the same JSON as the payload of a DSSE envelope
+(``receipt_signing``), read here from its payload; a lane that requires signatures has
+them verified on the builder side. Receipts also live in a lane's store
+(``receipt_store``), as ``<store>/<bundle>/<file>``.
 """
 
 from __future__ import annotations
@@ -52,7 +57,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from xla_host import filemode
+from xla_host import filemode, receipt_signing
 from xla_host.errors import PipelineError
 from xla_host.gate.result import CheckResult
 from xla_host.gate.target import Target
@@ -154,6 +159,21 @@ class StoredReceipt:
     receipt: Receipt
     digest: str
     digest_ok: bool
+    raw: bytes = b""
+    """The file's bytes as read (a signed receipt's: its DSSE envelope)."""
+    origin: str | None = None
+    """Where it was read from when not a file here: its URL in a receipt store
+    (``receipt_store``); ``path`` is then ``<bundle>/<file>``."""
+
+    @property
+    def shown(self) -> str:
+        return self.origin or str(self.path)
+
+    @property
+    def envelope(self) -> dict[str, Any] | None:
+        """The DSSE envelope a signed receipt came in (None: unsigned)."""
+        data = json.loads(self.raw) if self.raw.lstrip().startswith(b"{") else None
+        return data if receipt_signing.is_envelope(data) else None
 
 
 def workload_difference(a: Receipt, b: Receipt) -> str | None:
@@ -269,10 +289,14 @@ def _receipt(
     )
 
 
-def receipt_path(root: Path, receipt: Receipt) -> Path:
+def receipt_file_name(receipt: Receipt) -> str:
     stamp = receipt.created.replace(":", "").replace("-", "")
     device = receipt.device.lower() + (f"-{receipt.chip}" if receipt.chip else "")
-    return root / RECEIPTS_DIRNAME / str(receipt.bundle) / f"{stamp}-{device}-{receipt.kind}.json"
+    return f"{stamp}-{device}-{receipt.kind}.json"
+
+
+def receipt_path(root: Path, receipt: Receipt) -> Path:
+    return root / RECEIPTS_DIRNAME / str(receipt.bundle) / receipt_file_name(receipt)
 
 
 def write_receipt(path: Path, receipt: Receipt, *, replace: bool = False) -> Path:
@@ -313,20 +337,36 @@ def _check_evidence(row: Table) -> CheckEvidence:
 def read_receipt(path: Path) -> StoredReceipt:
     try:
         raw = read_regular(path, ReceiptError, what="receipt")
-        data = loads_json(raw, source=str(path), error=ReceiptError, fix=_RESTORE)
-    except (OSError, ValueError) as error:
+    except OSError as error:
         raise ReceiptError(
             f"{path} is not a readable receipt: {error}", fix="restore it from git or delete it"
+        ) from error
+    return parse_receipt(raw, path)
+
+
+def parse_receipt(raw: bytes, path: Path, origin: str | None = None) -> StoredReceipt:
+    """A receipt from its bytes; a signed one (a DSSE envelope) is read from its payload,
+    whose signature the builder side verifies (``release.receipt_trust``)."""
+    try:
+        data = loads_json(raw, source=origin or str(path), error=ReceiptError, fix=_RESTORE)
+        if receipt_signing.is_envelope(data):
+            signed = receipt_signing.envelope_payload(data, origin or str(path))
+            data = loads_json(signed, source=origin or str(path), error=ReceiptError)
+    except ValueError as error:
+        raise ReceiptError(
+            f"{origin or path} is not a readable receipt: {error}",
+            fix="restore it from git or delete it",
         ) from error
     version = data.get("receipt-version") if isinstance(data, dict) else None
     if version != RECEIPT_VERSION:
         raise ReceiptError(
-            f"{path} has receipt-version {version!r}, this pipeline reads {RECEIPT_VERSION!r}",
+            f"{origin or path} has receipt-version {version!r}, this pipeline reads "
+            f"{RECEIPT_VERSION!r}",
             fix="produce a new receipt with `make gate BUNDLE=…`",
         )
     digest = str(data.get("digest", ""))
     payload = {k: v for k, v in data.items() if k != "digest"}
-    top = Table(data, source=str(path), error=ReceiptError, fix=_RESTORE)
+    top = Table(data, source=origin or str(path), error=ReceiptError, fix=_RESTORE)
 
     def required(key: str, kind: type) -> Any:
         return top.get(key, kind, required=True)
@@ -352,7 +392,7 @@ def read_receipt(path: Path) -> StoredReceipt:
         workload_sha256=top.get("workload-sha256", str),
         workload_params=top.get("workload-params", dict),
     )
-    return StoredReceipt(path, receipt, digest, digest == canonical_digest(payload))
+    return StoredReceipt(path, receipt, digest, digest == canonical_digest(payload), raw, origin)
 
 
 def bundle_receipts(root: Path, bundle: str) -> list[StoredReceipt]:

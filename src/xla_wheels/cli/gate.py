@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from xla_host import log
+from xla_host import log, receipt_store
 from xla_host.errors import UsageError
 from xla_host.gate import arguments as gate_arguments
 from xla_host.gate import bench, under_profile
@@ -149,15 +149,17 @@ def run_gate(args: argparse.Namespace) -> int:
     gate_arguments.checks(args.checks)  # before anything else is read
     _check_bundle(args)
     gate_profile = _gate_profile(args)
+    upload = receipt_store.upload_for(args.receipts, args.sign_key, args.bundle)  # before the run
     config = gate_arguments.gate_config(args, lambda: _python(args), gate_profile)
     outcome = gate_arguments.run_printed(config)
-    _receipts().leave_gate_receipt(
+    written = _receipts().leave_gate_receipt(
         _receipt_place(args),
         outcome.target,
         outcome.results,
         args.workload.name,
         profile=gate_profile.record() if gate_profile else None,
     )
+    receipt_store.send_written(upload, written)
     ensure_passed(outcome.results)
     return 0
 

@@ -14,8 +14,9 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from xla_host import log, receipts
+from xla_host import log
 from xla_host.errors import UsageError
+from xla_host.redact import shown
 from xla_host.wheel_filename import normalize, parse_wheel_name
 from xla_wheels.bundle import load_bundle
 from xla_wheels.cli.arguments import add_bundle_arguments, add_common_arguments, add_switch
@@ -84,9 +85,13 @@ def cmd_promote(args: argparse.Namespace) -> int:
     verdict, outcomes = promote.promote(
         options.root, lock, args.bundle, lane, source, dry_run=options.dry_run,
         dist=BundleLayout.of(options, args.bundle).dist, network=options.network,
+        stores=config.receipt_stores,
     )  # fmt: skip
     if verdict.chosen:
         print(f"policy of lane {lane.name} holds: receipt {verdict.chosen.path.name}")
+        if verdict.chosen.origin:
+            kept = "would be kept" if options.dry_run else "kept"
+            print(f"  read from {verdict.chosen.origin}; {kept} as receipts/{verdict.chosen.path}")
     else:
         print(f"lane {lane.name} has no policy: promoting without a receipt")
     for outcome in outcomes:
@@ -137,14 +142,18 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     options = pipeline_options(args, os.environ)
+    # The lanes' receipt stores, when the checkout has lanes; compare needs none.
+    has_lanes = (options.root / lanes.LANES_CONFIG).exists()
+    stores = lanes.load_config(options.root).receipt_stores if has_lanes else ()
     chosen = []
     for bundle in (args.a, args.b):
         if not bundle:
             raise UsageError("compare needs two bundles", fix="make compare A=<bundle> B=<bundle>")
-        found = compare_mod.latest_usable(receipts.bundle_receipts(options.root, bundle))
+        found = compare_mod.latest_usable(promote.bundle_evidence(options.root, bundle, stores))
         if found is None:
             raise UsageError(
-                f"bundle {bundle} has no sealed receipt in receipts/{bundle}/",
+                f"bundle {bundle} has no sealed receipt in receipts/{bundle}/"
+                + (f" or {', '.join(stores)}" if stores else ""),
                 fix=f"run `make gate BUNDLE={bundle} PYTHON=…` first",
             )
         chosen.append(found)
@@ -287,9 +296,13 @@ def cmd_lanes(args: argparse.Namespace) -> int:
             f"  current bundle: {current.bundle if current else '(none)'}"
             + (f" (receipt {current.receipt})" if current and current.receipt else "")
         )
+        if rules.receipt_keys:
+            policy += " signed-receipts=" + ",".join(k.name for k in rules.receipt_keys)
         print(f"  policy: {policy}")
         if current and (published := host_document.published(options.root, lane, current.bundle)):
             print(f"  bundle document: {published[0]} sha256:{published[1]}")
+        if lane.receipts:
+            print(f"  receipts: {shown(lane.receipts)}")
         if history := record.lane_history(name):
             last = history[-1]
             print(f"  since {last.when}: {last.action} by {last.who} (make lanes HISTORY=1)")

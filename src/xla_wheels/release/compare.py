@@ -190,7 +190,7 @@ def compare(a: StoredReceipt, b: StoredReceipt) -> Comparison:
 
 def render(comparison: Comparison) -> str:
     table = format_table(["", "A", "B"], [list(r) for r in comparison.rows])
-    lines = [f"A: {comparison.a.path}", f"B: {comparison.b.path}", "", table, ""]
+    lines = [f"A: {comparison.a.shown}", f"B: {comparison.b.shown}", "", table, ""]
     if comparison.unlike:
         lines.append("not like for like:")
         lines += [f"  - {u}" for u in comparison.unlike]

@@ -28,6 +28,13 @@
                                          # of the bundle, with the digest wheels.lock has
     workload = "small"                   # the receipt's workload (a preset, or a user's
                                          # "<file>.py:<factory>" / "<module>:<factory>")
+    require-signed-receipts = true       # only a receipt signed with one of these keys
+    receipt-keys = ["keys/gate.pub"]     # (PEM public keys, relative to the checkout)
+
+A lane may name where its receipts are kept, ``receipts = "<directory>" |
+"https://host/path/" | "gs://bucket/prefix"`` (``xla_host.receipt_store``): the gate
+uploads its receipt there, and promote, compare and status read every lane's store as
+well as ``receipts/<bundle>/``.
 
 A lane may add ``require-signature = true`` and ``signing-public-key = "<PEM, relative to
 the checkout>"``: publish and promote then refuse a wheel whose signed attestation that
@@ -57,7 +64,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xla_host import filemode
+from xla_host import filemode, receipt_store
 from xla_host.errors import ExitCode, PipelineError, UsageError
 from xla_host.tables import Field, Table, loads_toml, read_utf8
 from xla_host.values import NAME_PATTERN, NAME_RULE
@@ -96,6 +103,9 @@ class Policy:
     """The launch profile (``make gate PROFILE=``) a receipt must have been judged under."""
     workload: str | None = None
     """The workload (``make gate WORKLOAD=``, by its receipt name) a receipt must have run."""
+    receipt_keys: tuple[Path, ...] = ()
+    """``require-signed-receipts = true`` + ``receipt-keys``: a receipt counts only when it
+    is signed (a DSSE envelope) with one of these public keys (absolute PEM paths)."""
 
     @property
     def empty(self) -> bool:
@@ -117,6 +127,9 @@ class Lane:
     signing_public_key: Path | None = None
     """``require-signature = true`` + ``signing-public-key``: publish and promote refuse
     a wheel without a signature this key verifies (``attestation``)."""
+    receipts: str | None = None
+    """Where the lane's receipts are kept (``receipts = …``): an absolute directory, an
+    http(s) WebDAV URL or a gs:// URL (``xla_host.receipt_store``)."""
 
     @property
     def where(self) -> str:
@@ -135,6 +148,12 @@ class LanesConfig:
     path: Path
     publish_lane: str
     lanes: Mapping[str, Lane]
+
+    @property
+    def receipt_stores(self) -> tuple[str, ...]:
+        """Every lane's receipt store, once each: where a bundle's receipts are read from
+        (besides ``receipts/<bundle>/``)."""
+        return tuple(sorted({lane.receipts for lane in self.lanes.values() if lane.receipts}))
 
     def lane(self, name: str) -> Lane:
         if name not in self.lanes:
@@ -158,7 +177,7 @@ def _format_fix(path: Path) -> str:
     return f'edit {path} (format: its header comment and docs/lanes.md "Releasing to the fleet")'
 
 
-def _policy(table: Table) -> Policy:
+def _policy(root: Path, table: Table) -> Policy:
     fields = table.read(
         Field("device", str),
         Field("checks", list, default=[], items=str),
@@ -166,7 +185,18 @@ def _policy(table: Table) -> Policy:
         Field("max-memory-regression", (int, float)),
         Field("profile", str),
         Field("workload", str),
+        Field("require-signed-receipts", bool, default=False),
+        Field("receipt-keys", list, default=[], items=str),
     )
+    if fields["require-signed-receipts"] != bool(fields["receipt-keys"]):
+        raise table.fail(
+            "require-signed-receipts",
+            "require-signed-receipts = true needs receipt-keys (the public keys, PEM files "
+            "relative to the checkout, whose signatures the lane accepts), and the keys are "
+            "read only when signed receipts are required",
+            "",
+        )
+    keys = tuple((root / key).resolve() for key in fields["receipt-keys"])
     device = fields["device"]
     if device is not None and device not in DEVICES:
         raise table.fail("device", f"{device!r} is not one of {DEVICES}", "")
@@ -180,7 +210,13 @@ def _policy(table: Table) -> Policy:
         raise table.fail("workload", "must be a workload's name as receipts record it", "")
     warm, memory = (None if fields[key] is None else float(fields[key]) for key in tolerances)
     return Policy(
-        device, tuple(fields["checks"]), warm, memory, fields["profile"], fields["workload"]
+        device,
+        tuple(fields["checks"]),
+        warm,
+        memory,
+        fields["profile"],
+        fields["workload"],
+        keys,
     )
 
 
@@ -210,8 +246,15 @@ def _lane(root: Path, name: str, table: Table, names: Mapping[str, Any]) -> Lane
         *where,
         Field("promote-from", str),
         Field("policy", dict, default={}),
+        Field("receipts", str),
         *(() if devpi else signing),
     )
+    receipts = None
+    if fields["receipts"] is not None:
+        try:
+            receipts = receipt_store.parse_location(fields["receipts"], root)
+        except UsageError as error:
+            raise table.fail("receipts", error.message, error.fix or "") from None
     devpi_index = path = None
     if devpi:
         server = fields["server"]
@@ -239,10 +282,11 @@ def _lane(root: Path, name: str, table: Table, names: Mapping[str, Any]) -> Lane
         index_url=index_url,
         upload_url=upload_url,
         promote_from=fields["promote-from"],
-        policy=_policy(table.table("policy", optional=True)),
+        policy=_policy(root, table.table("policy", optional=True)),
         backend=fields["backend"],
         devpi_index=devpi_index,
         signing_public_key=None if devpi else _signing_key(root, table, fields),
+        receipts=receipts,
     )
     if lane.promote_from is not None and lane.promote_from not in names:
         raise table.fail("promote-from", f"no lane {lane.promote_from!r}", "")

@@ -13,6 +13,9 @@ evidence. Both regression gates compare receipts of the same profile too, and of
 same workload: its name and, where both receipts record it, its source digest
 (``receipts.workload_difference``). With a ``workload`` rule the receipt must have run
 that workload (by the name receipts record: ``small``, ``model.py:build``, ...).
+A lane that requires signed receipts (``receipt-keys``) counts only a receipt whose DSSE
+signature one of its keys verifies: the caller verifies (``release.receipt_trust``) and
+passes each receipt's problem in, so the verdict stays free of I/O.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from xla_wheels.release.lanes import Policy
 @dataclass(frozen=True)
 class RuleFailure:
     rule: str
-    """``receipt``, ``seal``, ``wheels``, ``document``, ``device``, ``profile``, ``workload``,
+    """``receipt``, ``seal``, ``signature``, ``wheels``, ``document``, ``device``, ``profile``,
+    ``workload``,
     ``check:<name>``, ``regression`` or ``memory``."""
     detail: str
 
@@ -65,10 +69,12 @@ def judge_receipt(
     current: Receipt | None,
     profile_sha256: str | None = None,
     documents: frozenset[str] | None = None,
+    signature_problem: str | None = None,
 ) -> ReceiptVerdict:
     """``profile_sha256``: the digest wheels.lock records for the policy's profile;
     ``documents``: the digests of the bundle documents this checkout publishes for the
-    bundle (None: not checked)."""
+    bundle (None: not checked); ``signature_problem``: why the receipt's signature is not
+    one the lane accepts (None: it is, or the lane requires none)."""
     receipt, name = stored.receipt, stored.path.name
     fails: list[RuleFailure] = []
 
@@ -77,6 +83,8 @@ def judge_receipt(
 
     if not stored.digest_ok:
         fail("seal", f"{name}: its digest does not match its content (edited after it was written)")
+    if policy.receipt_keys and signature_problem is not None:
+        fail("signature", signature_problem)
     if receipt.bundle != bundle:
         fail("wheels", f"{name} is a receipt for bundle {receipt.bundle}, not {bundle}")
     if not receipt.wheels_match_lock:
@@ -236,18 +244,23 @@ def judge_promotion(
     current: Receipt | None,
     profile_sha256: str | None = None,
     documents: frozenset[str] | None = None,
+    signatures: Sequence[str | None] | None = None,
 ) -> PromotionVerdict:
-    """Every receipt judged; the newest one that passes is chosen."""
+    """Every receipt judged; the newest one that passes is chosen. ``signatures``: per
+    receipt (same order) why its signature is not accepted, None where it is."""
     if policy.empty:
         return PromotionVerdict(True, None, (), ())
+    problems = list(signatures) if signatures is not None else [None] * len(receipts)
     verdicts = tuple(
-        judge_receipt(r, bundle, locked, policy, current, profile_sha256, documents)
-        for r in receipts
+        judge_receipt(r, bundle, locked, policy, current, profile_sha256, documents, problem)
+        for r, problem in zip(receipts, problems, strict=True)
     )
     passing = [v for v in verdicts if v.passed]
     if passing:
         return PromotionVerdict(True, passing[-1].receipt, verdicts, ())
     if not verdicts:
-        failure = RuleFailure("receipt", f"no receipt for bundle {bundle} in receipts/{bundle}/")
+        failure = RuleFailure(
+            "receipt", f"no receipt for bundle {bundle} in receipts/{bundle}/ or a lane's store"
+        )
         return PromotionVerdict(False, None, (), (failure,))
     return PromotionVerdict(False, None, verdicts, verdicts[-1].failures)

@@ -23,10 +23,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from xla_host import filemode, log
+from xla_host import filemode, log, receipt_store
 from xla_host.errors import PipelineError, UsageError
 from xla_host.filemode import file_sha256
-from xla_host.receipts import StoredReceipt, bundle_receipts, read_receipt
+from xla_host.receipts import RECEIPTS_DIRNAME, StoredReceipt, bundle_receipts, read_receipt
 from xla_host.redact import scrub
 from xla_host.wheel_filename import parse_wheel_name
 from xla_wheels.options import NetworkPolicy
@@ -35,7 +35,7 @@ from xla_wheels.publish.index import credentials_for, project_files, upload_url_
 from xla_wheels.publish.static_index import write_static_index
 from xla_wheels.publish.upload import Outcome, publish_remote
 from xla_wheels.publish.wheels import LocalWheel, locked_records, locked_wheels
-from xla_wheels.release import devpi, host_document
+from xla_wheels.release import devpi, host_document, receipt_trust
 from xla_wheels.release import lanes as lanes_mod
 from xla_wheels.release.lanes import HistoryEntry, Lane, LaneError, LaneState
 from xla_wheels.release.policy import PromotionVerdict, judge_promotion
@@ -239,42 +239,93 @@ def current_receipt(root: Path, lane: str) -> StoredReceipt | None:
     return stored
 
 
-def judge(root: Path, lock: Lock, bundle: str, lane: Lane) -> PromotionVerdict:
+def bundle_evidence(root: Path, bundle: str, stores: Sequence[str] = ()) -> list[StoredReceipt]:
+    """Every receipt of ``bundle``: ``receipts/<bundle>/`` in the checkout and
+    ``<store>/<bundle>/`` of each of ``stores`` (build/lanes.toml's ``receipts``), oldest
+    first (file names start with the UTC time). One receipt found in several places counts
+    once (by its digest; a signed copy is kept over an unsigned one, the checkout's over a
+    store's); an edited one is always kept, for the verdict to name."""
+    found = bundle_receipts(root, bundle)
+    for location in stores:
+        found += receipt_store.store_for(location, root=root).receipts(bundle)
+    kept: dict[str, StoredReceipt] = {}
+    unsealed: list[StoredReceipt] = []
+    for stored in found:
+        if not stored.digest_ok:
+            unsealed.append(stored)
+        elif stored.digest not in kept or (
+            kept[stored.digest].envelope is None and stored.envelope is not None
+        ):
+            kept[stored.digest] = stored
+    return sorted([*kept.values(), *unsealed], key=lambda r: r.path.name)
+
+
+def judge(
+    root: Path, lock: Lock, bundle: str, lane: Lane, stores: Sequence[str] = ()
+) -> PromotionVerdict:
+    """``stores``: the receipt stores to read besides ``receipts/`` (every lane's)."""
     records = locked_records(lock, bundle)
     current = current_receipt(root, lane.name)
     profile = lane.policy.profile
+    evidence = bundle_evidence(root, bundle, stores)
     return judge_promotion(
         bundle,
         {(r.name, r.sha256) for r in records},
-        bundle_receipts(root, bundle),
+        evidence,
         lane.policy,
         current.receipt if current else None,
         lock.entry(bundle).profiles.get(profile) if profile else None,
         None if lane.policy.empty else host_document.published_digests(root, lock, bundle),
+        receipt_trust.signature_problems(evidence, lane.policy.receipt_keys),
     )
 
 
-def refusal(bundle: str, lane: Lane, verdict: PromotionVerdict) -> PromotionRefused:
+def brought_home(root: Path, stored: StoredReceipt) -> Path:
+    """The checkout's copy of a receipt read from a store, byte for byte (a signed one
+    stays signed): ``receipts/<bundle>/<file>``, written by rename beside the others, so
+    lanes.lock names a file the checkout holds (the next promotion's regression bar)."""
+    if stored.origin is None:
+        return stored.path
+    directory = root / RECEIPTS_DIRNAME / str(stored.receipt.bundle)
+    candidate, n = directory / stored.path.name, 1
+    while candidate.exists() and candidate.read_bytes() != stored.raw:
+        n += 1
+        candidate = directory / f"{stored.path.stem}-{n}{stored.path.suffix}"
+    if not candidate.exists():
+        directory.mkdir(parents=True, exist_ok=True)
+        filemode.write_by_rename(candidate, stored.raw)
+    return candidate
+
+
+def refusal(
+    bundle: str, lane: Lane, verdict: PromotionVerdict, source: Lane | None = None
+) -> PromotionRefused:
     lines = [f"{f.rule}: {f.detail}" for f in verdict.failures]
+    # Where the receipt goes: the store of the lane the gate's hosts install from, if any.
+    store = next((x.receipts for x in (source, lane) if x is not None and x.receipts), None)
+    signed = " --sign-key <key>" if lane.policy.receipt_keys else ""
+    home = (
+        f'with GATE_ARGS="--receipts {store}{signed}"' if store else "and commit the receipt"
+    )
     return PromotionRefused(
         f"lane {lane.name} refuses bundle {bundle}; rule(s) not met:\n  " + "\n  ".join(lines),
         fix=f"run the gate on the lane's device for exactly these wheels (`make gate "
         f"BUNDLE={bundle} PYTHON=<env installed from the lock>"
         + (f" PROFILE={lane.policy.profile}" if lane.policy.profile else "")
-        + "`) and commit the receipt"
+        + f"`) {home}"
         + (f"; the lane requires device {lane.policy.device}" if lane.policy.device else ""),
     )
 
 
 def promote(
     root: Path, lock: Lock, bundle: str, lane: Lane, source: Lane, *, dry_run: bool = False,
-    dist: Path | None = None, network: NetworkPolicy,
+    dist: Path | None = None, network: NetworkPolicy, stores: Sequence[str] = (),
 ) -> tuple[PromotionVerdict, list[Outcome]]:  # fmt: skip
     """``dist``: the bundle's dist directory, where its envelopes are looked up after the
-    source lane's own directory."""
-    verdict = judge(root, lock, bundle, lane)
+    source lane's own directory; ``stores``: the receipt stores read besides receipts/."""
+    verdict = judge(root, lock, bundle, lane, stores)
     if not verdict.passed:
-        raise refusal(bundle, lane, verdict)
+        raise refusal(bundle, lane, verdict, source)
     records = locked_records(lock, bundle)
     search = [p for p in (source.path, dist) if p is not None]
     envelopes = required_signatures(lane, records, search)
@@ -294,13 +345,14 @@ def promote(
             with log.section(f"promote: {bundle} into lane {lane.name} ({lane.where})"):
                 outcomes = put_into_lane(lane, wheels, envelopes, network=network)
     chosen = verdict.chosen
+    home = brought_home(root, chosen) if chosen else None
     lanes_mod.write_state(
         root,
         lane.name,
         LaneState(
             bundle,
             tuple((r.name, r.sha256) for r in records),
-            chosen.path.relative_to(root).as_posix() if chosen else None,
+            home.relative_to(root).as_posix() if home else None,
             chosen.digest if chosen else None,
         ),
         action="promote",

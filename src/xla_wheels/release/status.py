@@ -26,7 +26,8 @@ from typing import Any
 
 from xla_host.errors import PipelineError
 from xla_host.filemode import file_sha256
-from xla_host.receipts import StoredReceipt, bundle_receipts
+from xla_host.receipts import StoredReceipt
+from xla_host.redact import shown
 from xla_host.wheel_filename import parse_wheel_name
 from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish.index import check_reachable, credentials_for, project_files, remote_sha256
@@ -61,6 +62,8 @@ class BundleStatus:
     refused: dict[str, list[str]] = field(default_factory=dict)
     """Per lane a promotion goes into (it has ``promote-from``) and does not serve this
     bundle now: the rules that refuse it today; an empty list: it would be admitted."""
+    unread: list[str] = field(default_factory=list)
+    """Why the receipts of a lane's store could not be read (down, refused)."""
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,9 @@ class Status:
 
     @property
     def ok(self) -> bool:
-        return all(lane.in_sync for lane in self.lanes)
+        """Every lane in sync, and every receipt store read."""
+        unread = any(bundle.unread for bundle in self.bundles)
+        return all(lane.in_sync for lane in self.lanes) and not unread
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -113,7 +118,7 @@ def receipt_status(root: Path, stored: StoredReceipt, now: datetime.datetime) ->
     verdict = "edited" if not stored.digest_ok else "passed" if passed else "failed"
     profile = (receipt.profile or {}).get("name")
     return ReceiptStatus(
-        path=stored.path.relative_to(root).as_posix(),
+        path=stored.origin or stored.path.relative_to(root).as_posix(),
         device=receipt.device,
         chip=_shown(getattr(receipt, "chip", None)),
         workload=_shown(getattr(receipt, "workload", None)),
@@ -138,9 +143,11 @@ def _shown(value: Any) -> str | None:
     return str(value) if value not in (None, "") else None
 
 
-def _refusals(root: Path, lock_path: Path, bundle: str, lane: Lane) -> list[str]:
+def _refusals(
+    root: Path, lock_path: Path, bundle: str, lane: Lane, stores: Sequence[str]
+) -> list[str]:
     try:
-        verdict = promote.judge(root, read_lock(lock_path), bundle, lane)
+        verdict = promote.judge(root, read_lock(lock_path), bundle, lane, stores)
     except PipelineError as error:  # e.g. the lane's current receipt was edited
         return [f"cannot judge: {error.message}"]
     return [f"{f.rule}: {f.detail}" for f in verdict.failures]
@@ -152,17 +159,30 @@ def bundle_statuses(
     locked = read_lock(lock_path).bundles
     names = sorted({p.stem for p in (root / "build" / "bundles").glob("*.toml")} | set(locked))
     statuses = []
+    down: dict[str, str] = {}
+    """Stores that did not answer: named for every bundle, asked once."""
     for name in names:
         entry = locked.get(name)
         built = bool(entry and entry.wheels)
         served_by = sorted(lane for lane, s in record.states.items() if s.bundle == name)
+        stores = []
+        for location in config.receipt_stores:
+            if location in down:
+                continue
+            try:  # read once here: a store that does not answer is named, not fatal
+                promote.bundle_evidence(root, name, [location])
+                stores.append(location)
+            except PipelineError as error:
+                down[location] = f"receipt store {shown(location)}: {error.message}"
+        unread = [down[location] for location in config.receipt_stores if location in down]
         refused = {
-            lane.name: _refusals(root, lock_path, name, lane)
+            lane.name: _refusals(root, lock_path, name, lane, stores)
             for lane in sorted(config.lanes.values(), key=lambda lane: lane.name)
             if built and lane.promote_from and lane.name not in served_by
         }
-        receipts = [receipt_status(root, r, now) for r in bundle_receipts(root, name)]
-        statuses.append(BundleStatus(name, built, served_by, receipts, refused))
+        evidence = promote.bundle_evidence(root, name, stores)
+        receipts = [receipt_status(root, r, now) for r in evidence]
+        statuses.append(BundleStatus(name, built, served_by, receipts, refused, unread))
     return statuses
 
 
@@ -263,6 +283,7 @@ def render(status: Status) -> str:
             )
         if not bundle.receipts:
             lines.append("    no receipt")
+        lines += [f"    UNREAD: {problem}" for problem in bundle.unread]
         for target, rules in bundle.refused.items():
             if not rules:
                 lines.append(f"    promotion into {target}: would be admitted")

@@ -134,6 +134,19 @@ def add_gate_arguments(gate: argparse.ArgumentParser) -> None:
         help="run every check under this launch profile of --bundle (e.g. train); the "
         "receipt records its name and digest",
     )
+    gate.add_argument(
+        "--receipts",
+        metavar="STORE",
+        help="also upload the receipt to this store: a directory, an http(s) WebDAV URL or "
+        "gs://bucket/prefix (a lane's `receipts` in build/lanes.toml); credentials from "
+        "XLA_WHEELS_RECEIPTS_USERNAME/XLA_WHEELS_RECEIPTS_PASSWORD",
+    )
+    gate.add_argument(
+        "--sign-key",
+        type=Path,
+        metavar="PEM",
+        help="sign the uploaded receipt (a DSSE envelope) with this ed25519 private key",
+    )
 
 
 def gate_config(

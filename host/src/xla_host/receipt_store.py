@@ -1,0 +1,474 @@
+"""Receipt stores: where a lane's receipts are kept, so a receipt comes home without git.
+
+A lane names its store in ``build/lanes.toml`` (``receipts = …``) and the gate uploads the
+receipt it writes there; ``make promote``, ``make compare`` and ``make status`` read a
+bundle's receipts from every lane's store as well as from ``receipts/<bundle>/``. Layout:
+``<store>/<bundle>/<receipt file>`` (the file name of :func:`receipts.receipt_file_name`).
+A receipt is never replaced: an upload under a name that is taken goes to ``-2``, ``-3``…
+
+Three kinds of store, by the URL's form:
+
+- a directory (a path; relative to the checkout in lanes.toml): written by rename, and
+  linked into place so a second writer can never replace a receipt;
+- ``http(s)://…``: a WebDAV collection (MKCOL for the bundle's collection, PUT with
+  ``If-None-Match: *``, PROPFIND ``Depth: 1`` to list, GET), through urllib with a time
+  limit per request; basic-auth credentials from ``XLA_WHEELS_RECEIPTS_USERNAME`` and
+  ``XLA_WHEELS_RECEIPTS_PASSWORD`` (never in the URL, never shown: ``redact``);
+- ``gs://bucket/prefix``: through ``gcloud storage`` (``cp --no-clobber``, ``ls``, ``cat``)
+  where the Google Cloud CLI is installed; the commands are composed as data
+  (:meth:`GcsStore.plan`) and run by the runner.
+
+Errors name the store and a fix: a malformed URL is bad input (exit 2), a store that does
+not answer in time exit 8, one that refuses (credentials, permissions) exit 1.
+Standard library only: the gate runs this on a TPU host.
+"""
+
+from __future__ import annotations
+
+import base64
+import builtins
+import os
+import re
+import shutil
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+import xml.etree.ElementTree as ElementTree
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from xla_host import receipt_signing, runner
+from xla_host.errors import ExitCode, PipelineError, UsageError
+from xla_host.filemode import current_umask
+from xla_host.receipts import (
+    Receipt,
+    StoredReceipt,
+    parse_receipt,
+    read_receipt,
+    receipt_file_name,
+    render,
+)
+from xla_host.redact import Redactor, shown
+
+USERNAME_ENV = "XLA_WHEELS_RECEIPTS_USERNAME"
+PASSWORD_ENV = "XLA_WHEELS_RECEIPTS_PASSWORD"
+REQUEST_TIMEOUT_S = 30.0
+"""Each HTTP request (connect, or the next bytes) and each gcloud command's bound is
+derived from it: a store that stops answering ends the step, it never hangs a gate."""
+MAX_RECEIPT_BYTES = 16 * 1024**2
+"""A receipt is a few kilobytes; a server that sends more is not a receipt store."""
+_BUNDLE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
+_FILE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*\.json")
+_FORMS = (
+    'receipts = "<directory>" | "https://host/path/" (WebDAV) | "gs://bucket/prefix" '
+    '(docs/lanes.md "Receipt stores")'
+)
+
+
+class StoreError(PipelineError):
+    """A receipt store refused a request (credentials, permissions, a server error): exit 1."""
+
+
+class StoreTimedOut(StoreError):
+    """A receipt store did not answer within its time limit, or could not be reached: exit 8."""
+
+    exit_code = ExitCode.TIMED_OUT
+
+
+def check_bundle(bundle: str | None) -> str:
+    if bundle is None or not _BUNDLE.fullmatch(bundle):
+        raise UsageError(
+            f"a receipt store keeps receipts per bundle, and {bundle!r} is not a bundle name",
+            fix="run the gate with the bundle whose locked wheels it judges (BUNDLE=)",
+        )
+    return bundle
+
+
+def _split(name: str) -> tuple[str, str]:
+    bundle, _, file = name.partition("/")
+    if not _BUNDLE.fullmatch(bundle) or not _FILE.fullmatch(file):
+        raise UsageError(
+            f"{name!r} is not a receipt's name in a store (<bundle>/<file>.json)",
+            fix="use a name the store's listing gives",
+        )
+    return bundle, file
+
+
+def _numbered(file: str, n: int) -> str:
+    stem = file[: -len(".json")]
+    return file if n == 1 else f"{stem}-{n}.json"
+
+
+class ReceiptStore:
+    """``put`` a receipt, ``list`` a bundle's receipt names, ``get`` one by name."""
+
+    @property
+    def location(self) -> str:
+        """The store as written in lanes.toml or on the command line (no credentials)."""
+        raise NotImplementedError
+
+    @property
+    def shown(self) -> str:
+        return shown(self.location)
+
+    def put(self, receipt: Receipt, *, sign_key: Path | None = None) -> str:
+        """Upload ``receipt`` (signed with ``sign_key`` when given); returns its name."""
+        data = render(receipt).encode()
+        if sign_key is not None:
+            data = receipt_signing.sign(data, sign_key)
+        return self.put_bytes(check_bundle(receipt.bundle), receipt_file_name(receipt), data)
+
+    def put_bytes(self, bundle: str, file: str, data: bytes) -> str:
+        raise NotImplementedError
+
+    def list(self, bundle: str) -> list[str]:
+        raise NotImplementedError
+
+    def get(self, name: str) -> bytes:
+        raise NotImplementedError
+
+    def url_of(self, name: str) -> str:
+        return f"{self.location.rstrip('/')}/{name}"
+
+    def receipts(self, bundle: str) -> builtins.list[StoredReceipt]:
+        """Every receipt of ``bundle`` in this store, read and parsed (seal not judged)."""
+        return [
+            parse_receipt(self.get(name), Path(name), origin=shown(self.url_of(name)))
+            for name in self.list(check_bundle(bundle))
+        ]
+
+
+@dataclass
+class DirectoryStore(ReceiptStore):
+    root: Path
+
+    @property
+    def location(self) -> str:
+        return str(self.root)
+
+    def put_bytes(self, bundle: str, file: str, data: bytes) -> str:
+        directory = self.root / bundle
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(
+                dir=directory, prefix=".receipt.", delete=False
+            ) as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            temporary = Path(out.name)
+            try:
+                os.chmod(temporary, 0o666 & ~current_umask())
+                for n in range(1, 1000):
+                    candidate = _numbered(file, n)
+                    try:
+                        # A hard link never replaces: two gates writing at once get two files.
+                        os.link(temporary, directory / candidate)
+                    except FileExistsError:
+                        continue
+                    return f"{bundle}/{candidate}"
+            finally:
+                temporary.unlink(missing_ok=True)
+        except OSError as error:
+            raise StoreError(
+                f"cannot write a receipt into the store {self.shown}: {error.strerror} "
+                f"({error.filename})",
+                fix="give a directory this user may write, with space left",
+            ) from None
+        raise StoreError(f"{directory} holds 999 receipts named {file}", fix="clean it up")
+
+    def list(self, bundle: str) -> list[str]:
+        directory = self.root / check_bundle(bundle)
+        return sorted(f"{bundle}/{p.name}" for p in directory.glob("*.json") if p.is_file())
+
+    def get(self, name: str) -> bytes:
+        bundle, file = _split(name)
+        try:
+            return (self.root / bundle / file).read_bytes()
+        except OSError as error:
+            raise StoreError(
+                f"cannot read {name} from the store {self.shown}: {error.strerror}",
+                fix="check the store's directory",
+            ) from None
+
+
+@dataclass
+class WebDavStore(ReceiptStore):
+    base: str
+    """The collection's URL, ending in ``/``."""
+    username: str | None
+    password: str | None
+    timeout_s: float = REQUEST_TIMEOUT_S
+
+    @property
+    def location(self) -> str:
+        return self.base
+
+    def _redact(self, text: str) -> str:
+        return Redactor([self.password or ""])(text)
+
+    def _request(
+        self, method: str, url: str, *, data: bytes | None = None,
+        headers: Mapping[str, str] | None = None, ok: Sequence[int] = (200,),
+    ) -> tuple[int, bytes]:  # fmt: skip
+        request = urllib.request.Request(url, data=data, method=method, headers=dict(headers or {}))
+        if self.username is not None or self.password is not None:
+            token = base64.b64encode(f"{self.username or ''}:{self.password or ''}".encode())
+            request.add_unredirected_header("Authorization", f"Basic {token.decode()}")
+        where = shown(url)
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                body = response.read(MAX_RECEIPT_BYTES + 1)
+                status = response.status
+        except urllib.error.HTTPError as error:
+            status, body = error.code, b""
+            error.close()
+        except TimeoutError as error:
+            raise StoreTimedOut(
+                f"{method} {where}: the receipt store did not answer within "
+                f"{self.timeout_s:g}s ({self._redact(str(error))})",
+                fix="check that the store's server is up and reachable from this host, then "
+                "run it again",
+            ) from None
+        except (urllib.error.URLError, OSError) as error:
+            reason = getattr(error, "reason", error)
+            raise StoreTimedOut(
+                f"{method} {where}: cannot reach the receipt store ({self._redact(str(reason))})",
+                fix="check the store's URL in build/lanes.toml (or --receipts) and that its "
+                "server is up and reachable from this host",
+            ) from None
+        if len(body) > MAX_RECEIPT_BYTES:
+            raise StoreError(f"{method} {where}: the answer is larger than any receipt")
+        if status in (401, 403):
+            given = "with the credentials given" if self.password else "without credentials"
+            raise StoreError(
+                f"{method} {where}: the receipt store refused the request {given} "
+                f"(HTTP {status})",
+                fix=f"set {USERNAME_ENV} and {PASSWORD_ENV} to an account of the store that "
+                "may read and write receipts",
+            )
+        if status not in ok:
+            raise StoreError(
+                f"{method} {where}: the receipt store answered HTTP {status}",
+                fix="check the store's URL (a WebDAV collection) and its server's log",
+            )
+        return status, body
+
+    def _collection(self, bundle: str) -> str:
+        return f"{self.base}{urllib.parse.quote(bundle)}/"
+
+    def put_bytes(self, bundle: str, file: str, data: bytes) -> str:
+        collection = self._collection(bundle)
+        # 405: the collection exists; 409: a parent (the store itself) does not yet, and
+        # each collection from the server's root down is made in turn.
+        status, _ = self._request("MKCOL", collection, ok=(201, 405, 409))
+        if status == 409:
+            parts = urllib.parse.urlsplit(collection)
+            segments = [s for s in parts.path.split("/") if s]
+            for depth in range(1, len(segments) + 1):
+                path = "/" + "/".join(segments[:depth]) + "/"
+                url = urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+                self._request("MKCOL", url, ok=(201, 405))
+        taken = set(self.list(bundle))
+        for n in range(1, 1000):
+            candidate = _numbered(file, n)
+            if f"{bundle}/{candidate}" in taken:
+                continue
+            # If-None-Match: * makes the server refuse (412) rather than replace a receipt
+            # another gate put there since the listing.
+            status, _ = self._request(
+                "PUT", collection + urllib.parse.quote(candidate), data=data,
+                headers={"If-None-Match": "*", "Content-Type": "application/json"},
+                ok=(200, 201, 204, 412),
+            )  # fmt: skip
+            if status != 412:
+                return f"{bundle}/{candidate}"
+        raise StoreError(f"{collection} holds 999 receipts named {file}", fix="clean it up")
+
+    def list(self, bundle: str) -> list[str]:
+        collection = self._collection(check_bundle(bundle))
+        status, body = self._request("PROPFIND", collection, headers={"Depth": "1"}, ok=(207, 404))
+        if status == 404:
+            return []
+        try:
+            tree = ElementTree.fromstring(body)
+        except ElementTree.ParseError as error:
+            raise StoreError(
+                f"PROPFIND {shown(collection)}: the answer is not WebDAV XML ({error})",
+                fix="check that the store's URL is a WebDAV collection",
+            ) from None
+        names = set()
+        for href in tree.iter("{DAV:}href"):
+            path = urllib.parse.unquote(urllib.parse.urlsplit(href.text or "").path)
+            file = path.rstrip("/").rsplit("/", 1)[-1]
+            if not path.endswith("/") and _FILE.fullmatch(file):
+                names.add(f"{bundle}/{file}")
+        return sorted(names)
+
+    def get(self, name: str) -> bytes:
+        bundle, file = _split(name)
+        return self._request("GET", self._collection(bundle) + urllib.parse.quote(file))[1]
+
+
+@dataclass
+class GcsStore(ReceiptStore):
+    prefix: str
+    """``gs://bucket/prefix``, without a trailing ``/``."""
+    timeout_s: float = 4 * REQUEST_TIMEOUT_S
+
+    @property
+    def location(self) -> str:
+        return self.prefix
+
+    def plan(self, action: str, name: str, local: Path | None = None) -> list[str]:
+        """The ``gcloud storage`` command of ``put`` (``name`` is ``<bundle>/<file>``,
+        ``local`` the file to upload), ``list`` (``name`` is the bundle) or ``get``."""
+        target = f"{self.prefix}/{name}"
+        if action == "put":
+            return ["gcloud", "storage", "cp", "--no-clobber", str(local), target]
+        if action == "list":
+            return ["gcloud", "storage", "ls", f"{target}/"]
+        return ["gcloud", "storage", "cat", target]
+
+    def _run(self, argv: list[str], ok_missing: bool = False) -> str:
+        if shutil.which("gcloud") is None:
+            raise UsageError(
+                f"the receipt store {self.prefix} is a gs:// URL, which is reached through the "
+                "Google Cloud CLI, and `gcloud` is not on PATH",
+                fix="install the Google Cloud CLI (https://cloud.google.com/sdk/docs/install) "
+                "and log in, or give the lane a directory or WebDAV store",
+            )
+        result = runner.run(
+            argv, echo="log", timeout=self.timeout_s, check=False, step="gcloud storage",
+            timeout_fix="check the network and `gcloud auth list`, then run it again",
+        )  # fmt: skip
+        if result.returncode != 0:
+            if ok_missing and "matched no objects" in result.stderr.lower():
+                return ""
+            tail = result.stderr.strip().splitlines()[-1:] or ["no message"]
+            raise StoreError(
+                f"`{' '.join(argv[:3])}` on {self.prefix} failed: {tail[0]}",
+                fix="check `gcloud auth list` and that the account may use the bucket",
+            )
+        return result.stdout
+
+    def put_bytes(self, bundle: str, file: str, data: bytes) -> str:
+        taken = set(self.list(bundle))
+        free = [_numbered(file, n) for n in range(1, 1000)]
+        candidate = next((c for c in free if f"{bundle}/{c}" not in taken), None)
+        if candidate is None:
+            raise StoreError(f"{self.prefix}/{bundle} holds 999 receipts named {file}")
+        # --no-clobber: a name another gate took since the listing is skipped, not replaced.
+        with tempfile.TemporaryDirectory(prefix="xla-receipt-") as tmp:
+            local = Path(tmp) / candidate
+            local.write_bytes(data)
+            self._run(self.plan("put", f"{bundle}/{candidate}", local))
+        return f"{bundle}/{candidate}"
+
+    def list(self, bundle: str) -> list[str]:
+        out = self._run(self.plan("list", check_bundle(bundle)), ok_missing=True)
+        files = [line.strip().rsplit("/", 1)[-1] for line in out.splitlines()]
+        return sorted(f"{bundle}/{f}" for f in files if _FILE.fullmatch(f))
+
+    def get(self, name: str) -> bytes:
+        _split(name)
+        return self._run(self.plan("get", name)).encode()
+
+
+def parse_location(value: str, root: Path | None = None) -> str:
+    """A store's location as kept: a URL checked for its form, or a directory made
+    absolute (relative to ``root``, the checkout, when given). Raises UsageError."""
+    parts = urllib.parse.urlsplit(value)
+    if not value.strip():
+        raise UsageError("a receipt store's location is empty", fix=_FORMS)
+    if parts.scheme in ("http", "https"):
+        if not parts.hostname:
+            raise UsageError(f"{shown(value)} names no host", fix=_FORMS)
+        if parts.username is not None or parts.password is not None:
+            raise UsageError(
+                f"the receipt store {shown(value)} carries credentials in its URL",
+                fix=f"drop them from the URL; set {USERNAME_ENV} and {PASSWORD_ENV} instead",
+            )
+        if parts.query or parts.fragment:
+            raise UsageError(f"{shown(value)}: a store's URL has no query or fragment", fix=_FORMS)
+        return value if value.endswith("/") else value + "/"
+    if parts.scheme == "gs":
+        if not parts.netloc:
+            raise UsageError(f"{value} names no bucket", fix=_FORMS)
+        return value.rstrip("/")
+    if parts.scheme and "://" in value:
+        raise UsageError(
+            f"{shown(value)}: a receipt store cannot be a {parts.scheme}:// URL", fix=_FORMS
+        )
+    path = Path(value).expanduser()
+    return str(path if path.is_absolute() or root is None else (root / path).resolve())
+
+
+def store_for(
+    location: str, *, root: Path | None = None, environ: Mapping[str, str] | None = None
+) -> ReceiptStore:
+    """The store at ``location`` (a directory, an http(s) WebDAV URL or a gs:// URL)."""
+    where = parse_location(location, root)
+    env = os.environ if environ is None else environ
+    if where.startswith(("http://", "https://")):
+        return WebDavStore(where, env.get(USERNAME_ENV) or None, env.get(PASSWORD_ENV) or None)
+    if where.startswith("gs://"):
+        return GcsStore(where)
+    return DirectoryStore(Path(where))
+
+
+@dataclass(frozen=True)
+class Upload:
+    """Where a gate sends its receipt (``--receipts``, ``--sign-key``), checked before the
+    gate runs so that a typo costs seconds, not a gate run."""
+
+    location: str
+    sign_key: Path | None = None
+
+    @classmethod
+    def checked(
+        cls, location: str, sign_key: Path | None, bundle: str | None, root: Path | None = None
+    ) -> Upload:
+        check_bundle(bundle)
+        if sign_key is not None and not sign_key.is_file():
+            raise UsageError(
+                f"the signing key {sign_key} is not a file",
+                fix="give the ed25519 PEM private key the lane's receipt-keys verify",
+            )
+        return cls(parse_location(location, root), sign_key)
+
+    def send(self, receipt_file: Path) -> str:
+        """Upload the receipt the gate wrote (signed when a key is given); its URL."""
+        stored = read_receipt(receipt_file)
+        data = stored.raw
+        if self.sign_key is not None:
+            data = receipt_signing.sign(data, self.sign_key)
+        store = store_for(self.location)
+        try:
+            name = store.put_bytes(
+                check_bundle(stored.receipt.bundle), receipt_file_name(stored.receipt), data
+            )
+        except PipelineError as error:
+            error.message += f" (the receipt is kept at {receipt_file})"
+            raise
+        return shown(store.url_of(name))
+
+
+def upload_for(
+    location: str | None, sign_key: Path | None, bundle: str | None
+) -> Upload | None:
+    """The gate's ``--receipts``/``--sign-key``, checked before any child starts (a store
+    that cannot be used, or a key that is not one, must not cost a gate run); None
+    without them."""
+    if not (location or sign_key):
+        return None
+    return Upload.checked(location or "", sign_key, bundle, Path.cwd())
+
+
+def send_written(upload: Upload | None, written: Path) -> None:
+    """Upload the receipt a gate run wrote, when the run was given a store."""
+    if upload is not None:
+        signed = " (signed)" if upload.sign_key else ""
+        print(f"receipt: uploaded to {upload.send(written)}{signed}", flush=True)
