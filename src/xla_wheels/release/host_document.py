@@ -40,8 +40,13 @@ HOST_PROJECT = "xla-wheels-host"
 
 
 def policy_data(policy: Policy) -> dict[str, Any]:
-    """The lane's policy as the document carries it: only the rules that are set."""
-    return {k.replace("_", "-"): v for k, v in asdict(policy).items() if v not in (None, ())}
+    """The lane's policy as the document carries it: only the rules that are set. The keys
+    that verify signed receipts are carried by their content's sha256, not their path: the
+    document must read the same from every checkout (its digest is what receipts name)."""
+    data = {k.replace("_", "-"): v for k, v in asdict(policy).items() if v not in (None, ())}
+    if policy.receipt_keys:
+        data["receipt-keys"] = [f"sha256:{file_sha256(key)}" for key in policy.receipt_keys]
+    return data
 
 
 def compose(root: Path, lock: Lock, bundle_name: str, lane: Lane) -> doc.BundleDocument:
