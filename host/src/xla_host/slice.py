@@ -1,0 +1,613 @@
+"""A multi-host slice: the workers of one gate run, their barrier, and the writer lease.
+
+``xla-wheels gate`` started on every worker of a slice (``gcloud compute tpus tpu-vm ssh
+--worker=all``) forms one run. Worker 0 is the only writer of the shared cache directory;
+every other worker is a reader (``XLA_PERSISTENT_CACHE_READ_ONLY=1``). The workers start
+each phase (cold, warm, read-only) together through a barrier on a directory they all
+see (``--slice-dir``, a shared mount):
+
+* a worker arrives at a phase by writing ``<slice-dir>/<phase>/worker-<N>.json`` by
+  rename (a reader never sees half a file), with whether it is still fit to go on;
+* it then polls until every worker has arrived, or a worker reports that it failed, or
+  a missing worker is dead (its heartbeat file stopped changing for ``dead_after_s``,
+  measured on the waiter's own clock, so clock skew between hosts does not matter), or
+  the phase's deadline (``timeout_s``) passed; the error names the missing worker(s).
+
+Why not torch_xla's own multi-process runtime: on TPU, libtpu forms a multi-host runtime
+from the slice's metadata, but on CPU torch_xla cannot join processes of several hosts
+into one runtime the way libtpu does, so a barrier that depended on it could never run
+here. The file barrier runs the same everywhere (this machine's tests, a TPU slice) and
+needs nothing but a shared directory. A ``--coordinator host:port`` barrier is not built.
+
+The writer lease (``WRITER_LEASE``) keeps one writer per cache directory across jobs:
+the writer role is claimed by creating the lease file with ``O_EXCL``; a second claimant
+runs read-only with a warning naming the holder; a stale lease (``lease_stale``: its
+holder's process is gone on this host, or its heartbeat is older than ``stale_after_s``
+as seen from another host) is taken over with a message.
+
+Standard library only, like the whole host side.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from xla_host import filemode, log
+from xla_host.errors import CheckFailed, ExitCode, PipelineError, UsageError
+
+#: The writer's role: the one worker that writes the shared cache directory.
+WRITER = 0
+#: The lease file in a cache directory: who is its writer (ignored by the cache checks).
+WRITER_LEASE = ".xla-wheels-writer.lease"
+#: How often a worker's heartbeat (and a held lease) is refreshed.
+BEAT_S = 1.0
+#: A worker whose heartbeat did not change for this long is dead (seconds).
+DEAD_AFTER_S = 10.0
+#: A phase's deadline for workers that never showed a heartbeat (gcloud starts workers
+#: one after the other; each imports torch first).
+JOIN_TIMEOUT_S = 600.0
+#: A lease whose heartbeat is older than this, read from another host, is stale.
+LEASE_STALE_AFTER_S = 120.0
+_POLL_S = 0.2
+
+
+class SliceTimeout(PipelineError):
+    """A worker did not arrive at a phase in time (dead or never started): exit 8."""
+
+    exit_code = ExitCode.TIMED_OUT
+
+
+class SliceWorkerFailed(CheckFailed):
+    """Another worker reported that it cannot go on: exit 1."""
+
+
+@dataclass(frozen=True)
+class SliceSpec:
+    """Which worker this is, of how many, and where they meet."""
+
+    worker_id: int
+    workers: int
+    directory: Path | None
+    """The shared barrier directory (None only for a slice of one worker)."""
+    accelerator_type: str | None = None
+    """``v6e-32`` style, from ``TPU_ACCELERATOR_TYPE`` where the TPU VM sets it."""
+    timeout_s: float = JOIN_TIMEOUT_S
+    dead_after_s: float = DEAD_AFTER_S
+
+    @property
+    def role(self) -> str:
+        return "writer" if self.worker_id == WRITER else "reader"
+
+    @property
+    def writer(self) -> bool:
+        return self.worker_id == WRITER
+
+
+def slice_spec(
+    worker_id: int | None,
+    workers: int | None,
+    directory: Path | None,
+    env: Mapping[str, str],
+    *,
+    timeout_s: float = JOIN_TIMEOUT_S,
+) -> SliceSpec | None:
+    """The slice from the options, else from the TPU VM's environment (``TPU_WORKER_ID``,
+    ``TPU_WORKER_HOSTNAMES``); None when neither names one (one host, no slice)."""
+    hostnames = [h for h in env.get("TPU_WORKER_HOSTNAMES", "").split(",") if h.strip()]
+    if worker_id is None and env.get("TPU_WORKER_ID", "").strip():
+        try:
+            worker_id = int(env["TPU_WORKER_ID"])
+        except ValueError:
+            raise UsageError(
+                f"TPU_WORKER_ID={env['TPU_WORKER_ID']!r} is not a worker number",
+                fix="pass --worker-id N explicitly",
+            ) from None
+    if workers is None and hostnames:
+        workers = len(hostnames)
+    if worker_id is None and workers is None and directory is None:
+        return None
+    if worker_id is None or workers is None:
+        raise UsageError(
+            "a slice needs this worker's number and the number of workers",
+            fix="pass --worker-id N --workers M (on a TPU VM TPU_WORKER_ID and "
+            "TPU_WORKER_HOSTNAMES give them)",
+        )
+    if workers < 1 or not 0 <= worker_id < workers:
+        raise UsageError(
+            f"worker {worker_id} is not one of {workers} worker(s) (0 to {workers - 1})",
+            fix="number the workers 0 to M-1 with --worker-id, and --workers M",
+        )
+    if workers > 1 and directory is None:
+        raise UsageError(
+            f"a slice of {workers} workers needs a directory every worker sees",
+            fix="pass --slice-dir DIR on a shared mount, a fresh one per run",
+        )
+    accelerator = env.get("TPU_ACCELERATOR_TYPE", "").strip() or None
+    return SliceSpec(worker_id, workers, directory, accelerator, timeout_s)
+
+
+# --- the barrier -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """One worker's file at a phase."""
+
+    worker: int
+    host: str
+    pid: int
+    ok: bool
+    reason: str = ""
+    payload: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BeatSeen:
+    """A worker's heartbeat as this waiter saw it: its value, and since when (monotonic)."""
+
+    value: str
+    since: float
+
+
+@dataclass(frozen=True)
+class BarrierVerdict:
+    state: str
+    """``done``, ``wait``, ``failed`` (a worker reported failure) or ``timed_out``."""
+    missing: tuple[int, ...] = ()
+    message: str = ""
+
+
+def judge_barrier(
+    phase: str,
+    workers: int,
+    arrived: Mapping[int, Arrival],
+    beats: Mapping[int, BeatSeen],
+    *,
+    now: float,
+    started: float,
+    timeout_s: float,
+    dead_after_s: float,
+) -> BarrierVerdict:
+    """Whether a phase can start: a pure verdict from what the waiter has seen."""
+    failed = sorted((a for a in arrived.values() if not a.ok), key=lambda a: a.worker)
+    if failed:
+        named = "; ".join(f"worker {a.worker} ({a.host}): {a.reason}" for a in failed)
+        return BarrierVerdict("failed", (), f"{phase}: {named}")
+    missing = tuple(w for w in range(workers) if w not in arrived)
+    if not missing:
+        return BarrierVerdict("done")
+    dead = [w for w in missing if w in beats and now - beats[w].since > dead_after_s]
+    if dead:
+        names = ", ".join(f"worker {w}" for w in dead)
+        return BarrierVerdict(
+            "timed_out",
+            tuple(dead),
+            f"{phase}: {names} stopped: no heartbeat for more than {dead_after_s:g}s "
+            "(killed, or its host is gone)",
+        )
+    if now - started > timeout_s:
+        names = ", ".join(
+            f"worker {w}" + ("" if w in beats else " (never started)") for w in missing
+        )
+        return BarrierVerdict(
+            "timed_out", missing, f"{phase}: {names} did not arrive within {timeout_s:g}s"
+        )
+    return BarrierVerdict("wait", missing)
+
+
+class Slice:
+    """This worker's side of a running slice: heartbeat, phases, and the results."""
+
+    def __init__(self, spec: SliceSpec, *, beat_s: float = BEAT_S) -> None:
+        self.spec = spec
+        self.host = socket.gethostname()
+        self._beat_s = beat_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._beats = 0
+
+    @property
+    def _dir(self) -> Path:
+        assert self.spec.directory is not None
+        return self.spec.directory
+
+    def _alive_path(self, worker: int) -> Path:
+        return self._dir / "alive" / f"worker-{worker}"
+
+    def _beat(self) -> None:
+        self._beats += 1
+        filemode.write_by_rename(self._alive_path(self.spec.worker_id), f"{self._beats}\n")
+
+    def start(self) -> None:
+        """Announce this worker: refuse a directory a finished run or this worker used."""
+        if self.spec.workers == 1:
+            return
+        mine = self._dir / "start" / f"worker-{self.spec.worker_id}.json"
+        if (self._dir / "finished.json").exists() or mine.exists():
+            raise UsageError(
+                f"{self._dir} already holds a run with worker {self.spec.worker_id} (a "
+                "finished run, or two workers given the same --worker-id)",
+                fix="give every run a fresh --slice-dir and each worker its own --worker-id",
+            )
+        (self._dir / "alive").mkdir(parents=True, exist_ok=True)
+        self._beat()
+        self._thread = threading.Thread(target=self._run_beats, name="slice-heartbeat", daemon=True)
+        self._thread.start()
+        log.info(
+            f"slice: worker {self.spec.worker_id} of {self.spec.workers} ({self.spec.role} of "
+            f"the cache), meeting in {self._dir}"
+        )
+
+    def _run_beats(self) -> None:
+        while not self._stop.wait(self._beat_s):
+            with contextlib.suppress(OSError):  # a missed beat is a later one's job
+                self._beat()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def join(
+        self,
+        phase: str,
+        *,
+        ok: bool = True,
+        reason: str = "",
+        payload: Mapping[str, Any] | None = None,
+    ) -> dict[int, Arrival]:
+        """Arrive at ``phase`` and wait for every worker; return every worker's arrival.
+
+        Raises :class:`SliceWorkerFailed` when a worker reported failure (``ok=False``:
+        this one too, once the others know) and :class:`SliceTimeout` naming the missing
+        workers."""
+        me = Arrival(self.spec.worker_id, self.host, os.getpid(), ok, reason, dict(payload or {}))
+        if self.spec.workers == 1:
+            return {me.worker: me}
+        where = self._dir / phase
+        self._arrive(where, me)
+        if not ok:
+            return {me.worker: me}  # the others learn it; this worker goes its own way
+        started = time.monotonic()
+        beats: dict[int, BeatSeen] = {}
+        while True:
+            now = time.monotonic()
+            # A worker that gave up anywhere (``abort``) fails every phase it has not reached.
+            arrived = {**_read_arrivals(where), **_read_arrivals(self._dir / "aborted")}
+            for worker in range(self.spec.workers):
+                try:
+                    value = self._alive_path(worker).read_text()
+                except OSError:
+                    continue
+                if worker not in beats or beats[worker].value != value:
+                    beats[worker] = BeatSeen(value, now)
+            verdict = judge_barrier(
+                phase,
+                self.spec.workers,
+                arrived,
+                beats,
+                now=now,
+                started=started,
+                timeout_s=self.spec.timeout_s,
+                dead_after_s=self.spec.dead_after_s,
+            )
+            if verdict.state == "done":
+                return arrived
+            if verdict.state == "failed":
+                raise SliceWorkerFailed(
+                    f"the slice cannot go on: {verdict.message}",
+                    fix="read that worker's report and logs (its --out directory)",
+                )
+            if verdict.state == "timed_out":
+                raise SliceTimeout(
+                    f"the slice did not form: {verdict.message}",
+                    fix="start `xla-wheels gate` on every worker with the same --workers and "
+                    "--slice-dir (gcloud compute tpus tpu-vm ssh --worker=all), or raise "
+                    "--slice-timeout",
+                )
+            time.sleep(_POLL_S)
+
+    def _arrive(self, where: Path, arrival: Arrival) -> None:
+        where.mkdir(parents=True, exist_ok=True)
+        filemode.write_by_rename(
+            where / f"worker-{arrival.worker}.json",
+            json.dumps(arrival.__dict__, sort_keys=True) + "\n",
+        )
+
+    def abort(self, reason: str) -> None:
+        """Tell the other workers this one stopped (an error before or between phases)."""
+        if self.spec.workers > 1:
+            me = Arrival(self.spec.worker_id, self.host, os.getpid(), False, reason)
+            with contextlib.suppress(OSError):
+                self._arrive(self._dir / "aborted", me)
+
+    def finish(self) -> None:
+        """The writer marks the directory as used by a finished run."""
+        if self.spec.workers > 1 and self.spec.writer:
+            filemode.write_by_rename(self._dir / "finished.json", "{}\n")
+
+
+def _read_arrivals(where: Path) -> dict[int, Arrival]:
+    arrived: dict[int, Arrival] = {}
+    for path in where.glob("worker-*.json"):
+        try:
+            data = json.loads(path.read_text())
+            arrival = Arrival(**data)
+        except (OSError, ValueError, TypeError):
+            continue  # written by rename: a file that does not parse is not ours
+        arrived[arrival.worker] = arrival
+    return arrived
+
+
+@contextlib.contextmanager
+def running(spec: SliceSpec, *, beat_s: float = BEAT_S) -> Iterator[Slice]:
+    """A started slice whose heartbeat stops with the block."""
+    member = Slice(spec, beat_s=beat_s)
+    member.start()
+    try:
+        yield member
+    finally:
+        member.stop()
+
+
+# --- what worker 0 records ---------------------------------------------------------------
+
+
+def merge_slice(spec: SliceSpec, device: str, arrivals: Mapping[int, Arrival]) -> dict[str, Any]:
+    """The receipt's record of the slice from every worker's results payload: accelerator
+    type, number of hosts, chips per host (addressable devices), each worker's verdicts."""
+    rows: list[dict[str, Any]] = []
+    for worker in sorted(arrivals):
+        arrival = arrivals[worker]
+        rows.append(
+            {
+                "worker": worker,
+                "host": arrival.host,
+                "role": "writer" if worker == WRITER else "reader",
+                "addressable-devices": list(arrival.payload.get("addressable_devices", [])),
+                "checks": list(arrival.payload.get("checks", [])),
+            }
+        )
+    counts = sorted({len(r["addressable-devices"]) for r in rows})
+    chips = counts[0] if len(counts) == 1 else None
+    return {
+        "accelerator-type": spec.accelerator_type,
+        "hosts": spec.workers,
+        "chips-per-host": chips,
+        "topology": topology(device, spec.accelerator_type, spec.workers, chips),
+        "workers": rows,
+    }
+
+
+def topology(device: str, accelerator_type: str | None, hosts: int, chips: int | None) -> str:
+    """What promotion compares receipts by: the accelerator type where the TPU VM names it
+    (``v6e-32``), else the device with hosts x devices per host (``cpu-2x1``)."""
+    if accelerator_type:
+        return accelerator_type
+    return f"{device.lower()}-{hosts}x{chips if chips is not None else '?'}"
+
+
+def slice_verdicts(record: Mapping[str, Any]) -> list[str]:
+    """Why the slice as a whole fails: each other worker's failed check, and devices per
+    host that differ between workers."""
+    reasons = []
+    for row in record.get("workers", []):
+        for check in row.get("checks", []):
+            if row["worker"] != WRITER and check.get("passed") is False:
+                why = "; ".join(check.get("reasons", [])[:2])
+                reasons.append(f"worker {row['worker']} ({row['host']}): {check['name']}: {why}")
+    if record.get("chips-per-host") is None and record.get("workers"):
+        counts = {r["worker"]: len(r["addressable-devices"]) for r in record["workers"]}
+        reasons.append(f"the workers address different numbers of devices: {counts}")
+    return reasons
+
+
+# --- the writer lease --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LeaseHolder:
+    host: str
+    pid: int
+    job: str
+    since: float
+    """UTC seconds when the lease was claimed."""
+    heartbeat: float
+    """UTC seconds of the holder's last refresh."""
+
+    def describe(self) -> str:
+        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.since))
+        return f"{self.host} pid {self.pid} job {self.job or '-'} since {since}"
+
+
+def lease_stale(
+    holder: LeaseHolder,
+    *,
+    this_host: str,
+    pid_alive: Callable[[int], bool],
+    now: float,
+    stale_after_s: float = LEASE_STALE_AFTER_S,
+) -> str | None:
+    """Why a lease is stale, or None when its holder may still be writing.
+
+    On this host the holder's pid says it all. From another host only the heartbeat can:
+    a shared FS gives no view of the holder's processes, and the clocks of two hosts agree
+    only roughly, so ``stale_after_s`` is minutes, not seconds."""
+    if holder.host == this_host:
+        if pid_alive(holder.pid):
+            return None
+        return f"its holder pid {holder.pid} on this host is gone"
+    age = now - holder.heartbeat
+    if age > stale_after_s:
+        return f"its heartbeat is {age:.0f}s old (stale after {stale_after_s:g}s)"
+    return None
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process, alive
+    return True
+
+
+@dataclass
+class WriterLease:
+    """The outcome of a claim: whether this process holds the writer role."""
+
+    path: Path
+    held: bool
+    holder: LeaseHolder
+    message: str
+
+    def refresh(self) -> None:
+        if self.held:
+            self.holder = LeaseHolder(**{**self.holder.__dict__, "heartbeat": time.time()})
+            filemode.write_by_rename(self.path, _lease_text(self.holder))
+
+    def release(self) -> None:
+        """Remove the lease if it is still this process's."""
+        if self.held:
+            with contextlib.suppress(OSError, ValueError, TypeError):
+                if _read_lease(self.path) == self.holder:
+                    self.path.unlink()
+            self.held = False
+
+
+def _lease_text(holder: LeaseHolder) -> str:
+    return json.dumps(holder.__dict__, sort_keys=True) + "\n"
+
+
+def _read_lease(path: Path) -> LeaseHolder:
+    return LeaseHolder(**json.loads(path.read_text()))
+
+
+def _create(path: Path, holder: LeaseHolder) -> bool:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as out:
+        out.write(_lease_text(holder))
+    return True
+
+
+def claim_writer(
+    cache_dir: Path,
+    job: str,
+    *,
+    stale_after_s: float = LEASE_STALE_AFTER_S,
+    alive: Callable[[int], bool] = pid_alive,
+) -> WriterLease:
+    """Claim the writer role of ``cache_dir``; never raises for a held lease (the caller
+    runs read-only and says so), only for a directory it cannot write."""
+    path = cache_dir / WRITER_LEASE
+    now = time.time()
+    me = LeaseHolder(socket.gethostname(), os.getpid(), job, now, now)
+    for _ in range(3):
+        if _create(path, me):
+            return WriterLease(path, True, me, f"writer lease claimed: {path}")
+        try:
+            holder = _read_lease(path)
+        except FileNotFoundError:
+            continue  # released between our create and read: try again
+        except (OSError, ValueError, TypeError):
+            # A half-written lease (its creator died between create and write) or junk:
+            # nobody holds it in a form anyone can check.
+            holder = LeaseHolder("?", 0, "unreadable lease", 0.0, 0.0)
+        why: str | None = "it is unreadable"
+        if holder.pid:
+            why = lease_stale(
+                holder, this_host=me.host, pid_alive=alive, now=now, stale_after_s=stale_after_s
+            )
+        if why is None:
+            return WriterLease(
+                path,
+                False,
+                holder,
+                f"the cache directory {cache_dir} has a writer already ({holder.describe()}): "
+                "this run is read-only",
+            )
+        # Take over: move the stale lease aside under a name of our own; only one claimant's
+        # rename of that same file succeeds, and the winner then creates its own.
+        aside = path.with_name(f"{WRITER_LEASE}.stale-{me.host}-{me.pid}")
+        try:
+            os.rename(path, aside)
+            moved = _read_lease(aside) if holder.pid else None
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError, TypeError):
+            moved = None
+        if holder.pid and moved != holder:
+            # Another claimant took over first and we moved its fresh lease: put it back
+            # (link fails if a third one exists already) and judge again.
+            with contextlib.suppress(OSError):
+                os.link(aside, path)
+            aside.unlink(missing_ok=True)
+            continue
+        aside.unlink(missing_ok=True)
+        if _create(path, me):
+            return WriterLease(
+                path,
+                True,
+                me,
+                f"took over the stale writer lease of {holder.describe()} ({why}): {path}",
+            )
+    raise SliceTimeout(
+        f"could not claim or read the writer lease {path}: others keep changing it",
+        fix="run one job per cache directory at a time",
+    )
+
+
+def judged_role(spec: SliceSpec | None, lease: WriterLease | None) -> str:
+    """The cache role a worker runs with: the slice's, demoted to reader by a held lease."""
+    if spec is not None and not spec.writer:
+        return "reader"
+    if lease is not None and not lease.held:
+        return "reader"
+    return "writer"
+
+
+#: How often a held lease's heartbeat is refreshed (well inside LEASE_STALE_AFTER_S).
+LEASE_REFRESH_S = 20.0
+
+
+@contextlib.contextmanager
+def writer_lease(
+    cache_dir: Path, job: str, *, refresh_s: float = LEASE_REFRESH_S
+) -> Iterator[WriterLease]:
+    """Claim the writer role of ``cache_dir`` for the block (saying what happened), keep
+    the lease's heartbeat fresh while it runs, and release it at the end."""
+    lease = claim_writer(cache_dir, job)
+    if lease.held:
+        log.info(lease.message)
+    else:
+        log.warning(lease.message)
+    stop = threading.Event()
+
+    def refresh() -> None:
+        while not stop.wait(refresh_s):
+            with contextlib.suppress(OSError):
+                lease.refresh()
+
+    thread = threading.Thread(target=refresh, name="writer-lease", daemon=True)
+    if lease.held:
+        thread.start()
+    try:
+        yield lease
+    finally:
+        stop.set()
+        if lease.held:
+            thread.join(timeout=5)
+        lease.release()
