@@ -26,6 +26,11 @@ reviewed in pull requests like any other evidence. Keys (``receipt-version`` 1):
                      digest as wheels.lock records it, what the children got from it, and
                      which settings the gate controlled itself or were inert on the device
                      (gate.under_profile); absent: the caller's environment, no profile
+    slice            (when the gate ran as worker 0 of a slice, ``--workers``/TPU_WORKER_ID)
+                     {accelerator-type, hosts, chips-per-host, topology, workers: [{worker,
+                     host, role, addressable-devices, checks: [{name, passed, reasons}]}]}:
+                     what promotion compares receipts by (``topology``) and every worker's
+                     verdicts (xla_host.slice); absent: one host, topology not recorded
     digest           "sha256:<hex>" of the canonical JSON of every other key
 
 The digest is a tamper seal, not a signature: anyone can recompute it, so it catches an
@@ -99,6 +104,13 @@ class Receipt:
     problems: tuple[str, ...]
     checks: tuple[CheckEvidence, ...]
     profile: Mapping[str, Any] | None = None
+    slice: Mapping[str, Any] | None = None
+
+    @property
+    def topology(self) -> str | None:
+        """The slice's topology (``v6e-32``, ``cpu-2x1``); None when not recorded."""
+        value = self.slice.get("topology") if self.slice else None
+        return str(value) if value is not None else None
 
     @property
     def profile_name(self) -> str | None:
@@ -126,6 +138,8 @@ class Receipt:
         data = json.loads(json.dumps(asdict(self), sort_keys=True, default=str))
         if self.profile is None:
             del data["profile"]  # only when there is one: a receipt without it reads as before
+        if self.slice is None:
+            del data["slice"]  # likewise: a one-host receipt reads (and seals) as before
         return {
             "receipt-version": RECEIPT_VERSION,
             **{k.replace("_", "-"): v for k, v in data.items()},
@@ -315,6 +329,7 @@ def read_receipt(path: Path) -> StoredReceipt:
         problems=tuple(required("problems", list)),
         checks=checks,
         profile=data["profile"] if isinstance(data.get("profile"), dict) else None,
+        slice=data["slice"] if isinstance(data.get("slice"), dict) else None,
     )
     return StoredReceipt(path, receipt, digest, digest == canonical_digest(payload))
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xla_host import log
+from xla_host import slice as slices
 from xla_host.errors import UsageError
 from xla_host.gate import bench, restart, under_profile
 from xla_host.gate import run as gate_run
@@ -225,7 +226,50 @@ def _add_gate_arguments(gate: argparse.ArgumentParser) -> None:
         help="run every check under this launch profile of --bundle (e.g. train); the "
         "receipt records its name and digest",
     )
+    _add_slice_arguments(gate)
     gate.set_defaults(handler=run_gate)
+
+
+def _add_slice_arguments(gate: argparse.ArgumentParser) -> None:
+    """One gate run across the workers of a multi-host slice (``xla_host.slice``)."""
+    gate.add_argument(
+        "--worker-id",
+        type=count(0, 4095, 0),
+        help="this worker's number in a multi-host slice; worker 0 alone writes the cache "
+        "(default: TPU_WORKER_ID where the TPU VM sets it, else no slice)",
+    )
+    gate.add_argument(
+        "--workers",
+        type=count(1, 4096, 1),
+        help="number of workers (hosts) in the slice (default: the hosts in "
+        "TPU_WORKER_HOSTNAMES, else no slice)",
+    )
+    gate.add_argument(
+        "--slice-dir",
+        type=Path,
+        help="a fresh directory every worker sees (shared mount) where they meet at each "
+        "phase; worker 0 merges the workers' verdicts into its receipt",
+    )
+    gate.add_argument(
+        "--slice-timeout",
+        type=amount(1, 86400, slices.JOIN_TIMEOUT_S, "seconds"),
+        default=slices.JOIN_TIMEOUT_S,
+        metavar="SECONDS",
+        help="how long a worker waits at a phase for a worker that never started (a "
+        f"started worker that stops beating is named after {slices.DEAD_AFTER_S:g}s)",
+    )
+
+
+def _slice(args: argparse.Namespace) -> slices.SliceSpec | None:
+    spec = slices.slice_spec(
+        args.worker_id, args.workers, args.slice_dir, os.environ, timeout_s=args.slice_timeout
+    )
+    if spec is not None and spec.workers > 1 and args.xla_cache_dir is None:
+        raise UsageError(
+            f"a slice of {spec.workers} workers shares one cache directory; none was given",
+            fix="pass --xla-cache-dir DIR on the shared mount (empty; worker 0 writes it)",
+        )
+    return spec
 
 
 def _gate_profile(args: argparse.Namespace) -> under_profile.GateProfile | None:
@@ -251,6 +295,7 @@ def _gate_profile(args: argparse.Namespace) -> under_profile.GateProfile | None:
 
 def run_gate(args: argparse.Namespace) -> int:
     checks = _checks(args.checks)
+    slice_spec = _slice(args)
     _check_bundle(args)
     gate_profile = _gate_profile(args)
     config = gate_run.GateConfig(
@@ -273,6 +318,7 @@ def run_gate(args: argparse.Namespace) -> int:
         out_dir=args.out,
         profile=gate_profile,
         settings={k: str(v) for k, v in vars(args).items() if k != "handler"},
+        slice=slice_spec,
     )
     try:
         outcome = gate_run.run_gate(config)
@@ -286,13 +332,17 @@ def run_gate(args: argparse.Namespace) -> int:
         f"reports: {outcome.json_path} {outcome.junit_path} (child logs in {config.runs_dir})",
         flush=True,
     )
-    _receipts().leave_gate_receipt(
-        _receipt_place(args),
-        outcome.target,
-        outcome.results,
-        args.workload,
-        profile=gate_profile.record() if gate_profile else None,
-    )
+    if slice_spec is not None and not slice_spec.writer:
+        print(f"no receipt from worker {slice_spec.worker_id}: worker 0's records the slice")
+    else:
+        _receipts().leave_gate_receipt(
+            _receipt_place(args),
+            outcome.target,
+            outcome.results,
+            args.workload,
+            profile=gate_profile.record() if gate_profile else None,
+            slice_record=outcome.slice_record,
+        )
     ensure_passed(outcome.results)
     return 0
 

@@ -26,6 +26,8 @@
                                          # it) at most 10% above that receipt's (omit: none)
     profile = "train"                    # the receipt was judged under this launch profile
                                          # of the bundle, with the digest wheels.lock has
+    topologies = ["v6e-8", "v6e-32"]     # a passing receipt from each of these slices
+                                         # (receipts of other topologies never compare)
 
 A lane may add ``require-signature = true`` and ``signing-public-key = "<PEM, relative to
 the checkout>"``: publish and promote then refuse a wheel whose signed attestation that
@@ -92,6 +94,8 @@ class Policy:
     max_memory_regression: float | None = None
     profile: str | None = None
     """The launch profile (``make gate PROFILE=``) a receipt must have been judged under."""
+    topologies: tuple[str, ...] = ()
+    """Slice topologies (``v6e-8``, ``v6e-32``) each of which needs a passing receipt."""
 
     @property
     def empty(self) -> bool:
@@ -161,6 +165,7 @@ def _policy(table: Table) -> Policy:
         Field("max-warm-regression", (int, float)),
         Field("max-memory-regression", (int, float)),
         Field("profile", str),
+        Field("topologies", list, default=[], items=str),
     )
     device = fields["device"]
     if device is not None and device not in DEVICES:
@@ -172,7 +177,26 @@ def _policy(table: Table) -> Policy:
     if fields["profile"] == "":
         raise table.fail("profile", "must be a launch profile name", "")
     warm, memory = (None if fields[key] is None else float(fields[key]) for key in tolerances)
-    return Policy(device, tuple(fields["checks"]), warm, memory, fields["profile"])
+    return Policy(
+        device,
+        tuple(fields["checks"]),
+        warm,
+        memory,
+        fields["profile"],
+        topologies=_topologies(table, fields["topologies"]),
+    )
+
+
+def _topologies(table: Table, values: list[str]) -> tuple[str, ...]:
+    """``topologies = ["v6e-8", "v6e-32"]``: as receipts record them (xla_host.slice)."""
+    for value in values:
+        if not re.fullmatch(r"[a-z0-9]+-[0-9]+(x[0-9]+)?", value):
+            raise table.fail(
+                "topologies", f"{value!r} is not a slice topology like v6e-8 or cpu-2x1", ""
+            )
+    if len(set(values)) != len(values):
+        raise table.fail("topologies", "names a topology twice", "")
+    return tuple(values)
 
 
 def _signing_key(root: Path, table: Table, fields: Mapping[str, Any]) -> Path | None:

@@ -61,6 +61,7 @@ from xla_host.gate.children import ChildResult, finish_child, run_child, runtime
 from xla_host.gate.errors import GateEnvironmentError
 from xla_host.gate.result import CheckResult
 from xla_host.gate.target import Target
+from xla_host.slice import WRITER_LEASE
 
 NAME = "restart"
 SPMD_NAME = "spmd-restart"
@@ -112,6 +113,13 @@ class RestartConfig:
     #: SPMD only: the first cold run also makes the HBM check's queries with a tensor of
     #: this size, after its counters are read (``hbm.judge_shared_run``).
     hbm_probe_bytes: int | None = None
+    #: ``writer`` or ``reader`` of the cache directory: a reader (a slice's worker other
+    #: than 0, or a job that found the writer lease held) runs every child read-only.
+    cache_role: str = "writer"
+    #: A slice's barrier (``xla_host.slice.Slice.join``): every worker starts each phase
+    #: (cold, warm, read-only) together; called with the phase, whether this worker can go
+    #: on, and why not.
+    join: Callable[[str, bool, str], None] | None = None
 
 
 def spmd_config(config: RestartConfig) -> RestartConfig:
@@ -135,12 +143,13 @@ def hang_bound_s(cold_wall_s: float, config: RestartConfig) -> float:
 
 
 def snapshot(directory: Path) -> Snapshot:
-    """Every file under ``directory`` with its size and mtime: what "wrote nothing" means."""
+    """Every file under ``directory`` with its size and mtime: what "wrote nothing" means.
+    The writer lease is not the cache's: its holder refreshes it while others read."""
     entries: Snapshot = {}
     if not directory.is_dir():
         return entries
     for path in sorted(directory.rglob("*")):
-        if path.is_file():
+        if path.is_file() and path.name != WRITER_LEASE:
             stat = path.stat()
             entries[str(path.relative_to(directory))] = (stat.st_size, stat.st_mtime_ns)
     return entries
@@ -435,6 +444,14 @@ def _prepare_cache_dir(config: RestartConfig, scratch: Path) -> Path:
         cache.mkdir(parents=True)
         return cache
     cache = config.cache_dir
+    if config.cache_role == "reader":
+        # A reader writes nothing there, not even a probe; the writer made it empty.
+        if not cache.is_dir():
+            raise GateEnvironmentError(
+                f"cache directory {cache} does not exist on this reader",
+                fix="pass the shared cache directory the writer (worker 0) uses",
+            )
+        return cache
     try:
         cache.mkdir(parents=True, exist_ok=True)
         probe = Path(tempfile.mkstemp(prefix=".gate-write-probe-", dir=cache)[1])
@@ -444,7 +461,7 @@ def _prepare_cache_dir(config: RestartConfig, scratch: Path) -> Path:
             f"cache directory {cache} is not writable: {error}",
             fix="pass a writable --cache-dir (or none: the gate uses its own temporary one)",
         ) from error
-    if any(cache.iterdir()):
+    if any(p.name != WRITER_LEASE for p in cache.iterdir()):
         raise GateEnvironmentError(
             f"cache directory {cache} is not empty: a cold run needs an empty cache",
             fix="pass an empty --cache-dir",
@@ -461,12 +478,24 @@ def run_restart_check(
     created in ``scratch``, the caller's own temporary directory, unless one is configured.
     """
     began = time.monotonic()
-    cache = _prepare_cache_dir(config, scratch)
+
+    def join(phase: str, ok: bool = True, reason: str = "") -> None:
+        if config.join is not None:
+            config.join(f"{config.name}:{phase}", ok, reason)
+
+    reader = config.cache_role == "reader"
+    # The writer makes the directory empty before the slice starts; a reader looks after.
+    cache = _prepare_cache_dir(config, scratch) if not reader else None
+    join("cold")
+    cache = cache or _prepare_cache_dir(config, scratch)
     runs = runs_dir / config.name
-    env = runtime_env(target.device, cache_dir=cache, cpu_devices=config.cpu_devices)
+    env = runtime_env(
+        target.device, cache_dir=cache, read_only=reader, cpu_devices=config.cpu_devices
+    )
     title = config.name
     train = _train_args(config)
-    with log.section(f"{title}: cold run ({config.writers} writer(s)), {config.workload} workload"):
+    who = "a reader of the writer's cache" if reader else f"{config.writers} writer(s)"
+    with log.section(f"{title}: cold run ({who}), {config.workload} workload"):
         writer_args = [train] * config.writers
         if config.hbm_probe_bytes is not None:
             writer_args[0] = [*train, "--probe-bytes", str(config.hbm_probe_bytes)]
@@ -478,15 +507,19 @@ def run_restart_check(
             summarize(finish_child(s, f"cold-{i + 1}", config.child_timeout_s))
             for i, s in enumerate(started)
         ]
+    cold_ok = all(row["ok"] for row in cold)
+    # In a slice the writer's cold run may still be writing when a reader's ends: the
+    # warm phase starts (and the cache is looked at) when every worker's cold run is done.
+    join("warm", cold_ok, "its cold run failed")
     after_cold = snapshot(cache)
     if config.keep_cold_cache is not None:
-        shutil.copytree(cache, config.keep_cold_cache)
+        shutil.copytree(cache, config.keep_cold_cache, ignore=shutil.ignore_patterns(WRITER_LEASE))
     if config.after_cold is not None:
         config.after_cold(cache)
     warm: list[dict[str, Any]] = []
-    reader: dict[str, Any] | None = None
+    read_only: dict[str, Any] | None = None
     changes: list[str] | None = None
-    if all(row["ok"] for row in cold):
+    if cold_ok:
         cold_wall = max(row["wall_s"] for row in cold)
         bound = hang_bound_s(cold_wall, config)
         margin = config.hang_margin_s
@@ -516,18 +549,23 @@ def run_restart_check(
             if warm[-1].get("timed_out"):
                 log.info(f"{title}: warm-{i + 1} hung; no further loader is started")
                 break
-        if config.read_only_check and not any(row.get("timed_out") for row in warm):
+        hung = any(row.get("timed_out") for row in warm)
+        if config.read_only_check:
+            join("read-only", not hung, "a warm run hung")
+        if config.read_only_check and not hung:
             before = snapshot(cache)
             reader_env = runtime_env(
                 target.device, cache_dir=cache, read_only=True, cpu_devices=config.cpu_devices
             )
             with log.section(f"{title}: read-only reader"):
-                reader = loader("read-only", reader_env)
+                read_only = loader("read-only", reader_env)
             changes = diff_snapshots(before, snapshot(cache))
     path = baseline_path(config.baselines_dir, target, config.workload)
     baseline = None if config.record_baseline else load_baseline(path)
-    result = judge_restart(cold, warm, reader, after_cold, changes, config, baseline)
-    result.runs = [*cold, *warm, *([reader] if reader else [])]
+    result = judge_restart(cold, warm, read_only, after_cold, changes, config, baseline)
+    result.runs = [*cold, *warm, *([read_only] if read_only else [])]
+    if config.join is not None or reader:
+        result.figures["cache_role"] = config.cache_role
     result.figures.update(recalibration.restart_figures(cold, warm))
     result.notes += recalibration.notes(result.figures)
     result.figures["baseline_file"] = str(path)

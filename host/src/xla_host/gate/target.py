@@ -27,6 +27,9 @@ class Target:
     runtime_devices: tuple[str, ...]
     has_runtime_memory_info: bool
     tpu_version: int | None
+    accelerator_type: str | None = None
+    """The TPU slice's type (``v6e-32``) from the TPU environment (metadata server or
+    TPU_ACCELERATOR_TYPE) as torch_xla reads it; None off TPU or when unreadable."""
 
     @property
     def label(self) -> str:
@@ -110,4 +113,5 @@ def resolve_target(
         runtime_devices=tuple(report.get("runtime_devices", ())),
         has_runtime_memory_info=bool(report.get("has_runtime_memory_info")),
         tpu_version=report.get("tpu_version"),
+        accelerator_type=report.get("accelerator_type"),
     )
