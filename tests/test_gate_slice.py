@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -21,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from xla_host.errors import ExitCode
-from xla_host.slice import WRITER_LEASE
+from xla_host.slice import WRITER_LEASE, LeaseHolder
 
 STAND_IN = textwrap.dedent(
     """
@@ -125,3 +126,26 @@ def test_a_worker_that_never_comes_is_named_and_the_run_ends_with_exit_8(
     assert "worker 1 (never started) did not arrive within 3s" in alone.stderr
     assert "--slice-timeout" in alone.stderr  # the fix names the knob
     assert not (tmp_path / "cache" / WRITER_LEASE).exists()
+
+
+def test_a_second_job_on_a_leased_cache_directory_runs_read_only_and_names_the_holder(
+    tmp_path: Path, stand_in: Path
+) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    # Another job (this test process: alive, on this host) holds the writer role.
+    holder = LeaseHolder(socket.gethostname(), os.getpid(), "job-train-7", 1.0, 1.0)
+    (cache / WRITER_LEASE).write_text(json.dumps(holder.__dict__))
+    argv = [a for a in _argv(tmp_path, 0, stand_in) if a not in ("--worker-id", "0")]
+    argv = argv[: argv.index("--workers")] + argv[argv.index("--xla-cache-dir") :]
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=60,
+                         env=_env(tmp_path), cwd=tmp_path)  # fmt: skip
+    assert f"has a writer already ({socket.gethostname()} pid {os.getpid()} job job-train-7" in (
+        run.stderr
+    )
+    assert "read-only=1" in (tmp_path / "out-0" / "runs" / "restart" / "cold-1.log").read_text()
+    # Its cold run wrote nothing, so it has no restart to judge: a failed check, and the
+    # holder's lease is left as it was.
+    assert run.returncode == ExitCode.FAILED, run.stderr
+    assert "the cold run wrote no cache entry" in run.stdout
+    assert json.loads((cache / WRITER_LEASE).read_text())["job"] == "job-train-7"
