@@ -38,6 +38,8 @@ STAND_IN = textwrap.dedent(
         cache = os.environ["XLA_PERSISTENT_CACHE_PATH"]
         read_only = os.environ.get("XLA_PERSISTENT_CACHE_READ_ONLY") == "1"
         entry = os.path.join(cache, "entry")
+        if read_only and out.endswith("cold-1.json"):
+            time.sleep(0.5)  # a reader's cold run looks after the writer's wrote: a hit
         hit = os.path.exists(entry)
         print(f"read-only={int(read_only)} hit={int(hit)}")
         if not hit and not read_only:
@@ -100,8 +102,13 @@ def test_two_gate_workers_form_one_run_worker_0_writes_and_merges(
     for log in logs[1].glob("*.log"):
         assert "read-only=1" in log.read_text() and "wrote" not in log.read_text(), log
     assert "wrote the cache entry" in (logs[0] / "cold-1.log").read_text()
-    # Worker 1's warm runs started after worker 0's cold run wrote: they hit.
+    # Worker 1's warm runs started after worker 0's cold run wrote: they hit. Its own cold
+    # run (started with the writer's, it found the entry) is no reference: the writer's is.
     assert "hit=1" in (logs[1] / "warm-1.log").read_text()
+    assert "hit=1" in (logs[1] / "cold-1.log").read_text()
+    reader = json.loads((tmp_path / "out-1" / "report.json").read_text())["checks"][0]
+    assert "judged against the writer's (worker 0's) cold run" in reader["notes"]
+    assert reader["figures"]["cold_misses"] == 1
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["entry"]  # lease released
     report = json.loads((tmp_path / "out-0" / "report.json").read_text())
     merged = next(c for c in report["checks"] if c["name"] == "slice")

@@ -12,7 +12,7 @@ import pytest
 from xla_host import receipts
 from xla_host import slice as slices
 from xla_host.errors import PipelineError
-from xla_wheels.release import compare, lanes, policy
+from xla_wheels.release import compare, lanes, policy, promote
 
 
 def receipt(topology: str | None, warm_s: float = 0.2, passed: bool = True) -> receipts.Receipt:
@@ -109,3 +109,11 @@ def test_lanes_toml_topologies_must_look_like_topologies(tmp_path: Path) -> None
         lanes.load_config(tmp_path)
     path.write_text(path.read_text().replace('"v6e 32"', '"v6e-32"'))
     assert lanes.load_config(tmp_path).lanes["v"].policy.topologies == ("v6e-8", "v6e-32")
+
+
+def test_a_refusal_says_which_topologies_the_lane_wants_receipts_from() -> None:
+    lane = lanes.Lane("preferred", None, "https://i/simple/", None, "validation", BOTH)
+    verdict = policy.judge_promotion("b", set(), [stored(receipt("v6e-8"))], BOTH, None)
+    refused = promote.refusal("b", lane, verdict)
+    assert "topology: no passing receipt for topology v6e-32" in refused.message
+    assert "each slice topology v6e-8, v6e-32" in str(refused.fix)

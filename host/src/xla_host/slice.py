@@ -113,6 +113,8 @@ def slice_spec(
             ) from None
     if workers is None and hostnames:
         workers = len(hostnames)
+    if workers is None and worker_id == 0 and directory is None:
+        workers = 1  # TPU_WORKER_ID=0 without a host list: a one-host slice
     if worker_id is None and workers is None and directory is None:
         return None
     if worker_id is None or workers is None:
@@ -231,8 +233,10 @@ class Slice:
         """Announce this worker: refuse a directory a finished run or this worker used."""
         if self.spec.workers == 1:
             return
+        (self._dir / "start").mkdir(parents=True, exist_ok=True)
         mine = self._dir / "start" / f"worker-{self.spec.worker_id}.json"
-        if (self._dir / "finished.json").exists() or mine.exists():
+        me = {"host": self.host, "pid": os.getpid()}
+        if (self._dir / "finished.json").exists() or not _create(mine, json.dumps(me)):
             raise UsageError(
                 f"{self._dir} already holds a run with worker {self.spec.worker_id} (a "
                 "finished run, or two workers given the same --worker-id)",
@@ -493,13 +497,14 @@ def _read_lease(path: Path) -> LeaseHolder:
     return LeaseHolder(**json.loads(path.read_text()))
 
 
-def _create(path: Path, holder: LeaseHolder) -> bool:
+def _create(path: Path, text: str) -> bool:
+    """Create ``path`` holding ``text`` unless it exists (``O_EXCL``: one creator wins)."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
         return False
     with os.fdopen(fd, "w") as out:
-        out.write(_lease_text(holder))
+        out.write(text)
     return True
 
 
@@ -516,7 +521,7 @@ def claim_writer(
     now = time.time()
     me = LeaseHolder(socket.gethostname(), os.getpid(), job, now, now)
     for _ in range(3):
-        if _create(path, me):
+        if _create(path, _lease_text(me)):
             return WriterLease(path, True, me, f"writer lease claimed: {path}")
         try:
             holder = _read_lease(path)
@@ -557,7 +562,7 @@ def claim_writer(
             aside.unlink(missing_ok=True)
             continue
         aside.unlink(missing_ok=True)
-        if _create(path, me):
+        if _create(path, _lease_text(me)):
             return WriterLease(
                 path,
                 True,

@@ -261,7 +261,13 @@ def refusal(bundle: str, lane: Lane, verdict: PromotionVerdict) -> PromotionRefu
         f"BUNDLE={bundle} PYTHON=<env installed from the lock>"
         + (f" PROFILE={lane.policy.profile}" if lane.policy.profile else "")
         + "`) and commit the receipt"
-        + (f"; the lane requires device {lane.policy.device}" if lane.policy.device else ""),
+        + (f"; the lane requires device {lane.policy.device}" if lane.policy.device else "")
+        + (
+            f"; and a receipt from each slice topology {', '.join(lane.policy.topologies)} "
+            "(worker 0's of `xla-wheels gate` on every worker)"
+            if lane.policy.topologies
+            else ""
+        ),
     )
 
 

@@ -178,7 +178,8 @@ def _run(
     # The restart check's cold and first warm run serve the cache checks too when they
     # are the same runs (one single-device writer): two children fewer.
     share_cold = bool(cache_checks) and "restart" in checks and not config.spmd
-    share_cold = share_cold and config.writers == 1
+    # Not on a slice's reader: its cold run is read-only, the cache it finds is the writer's.
+    share_cold = share_cold and config.writers == 1 and role == "writer"
     kept = scratch / "restart-cold-cache"
     # The HBM queries need an SPMD runtime on every device: the SPMD restart check's
     # first cold run makes them after its steps, one child fewer.
@@ -282,12 +283,15 @@ def _run(
 SLICE_NAME = "slice"
 
 
-def _joiner(member: slices.Slice | None) -> Callable[[str, bool, str], None] | None:
+def _joiner(member: slices.Slice | None) -> restart.Join | None:
     if member is None:
         return None
 
-    def join(phase: str, ok: bool, reason: str) -> None:
-        member.join(phase, ok=ok, reason=reason)
+    def join(
+        phase: str, ok: bool, reason: str, told: Mapping[str, Any]
+    ) -> Mapping[int, Mapping[str, Any]]:
+        arrivals = member.join(phase, ok=ok, reason=reason, payload=told)
+        return {worker: arrival.payload for worker, arrival in arrivals.items()}
 
     return join
 
