@@ -60,11 +60,14 @@ STAND_IN = textwrap.dedent(
 )
 
 
-def _argv(tmp_path: Path, worker: int, python: Path, timeout: str = "60") -> list[str]:
+def _argv(
+    tmp_path: Path, worker: int, python: Path, timeout: str = "60", meet: tuple[str, ...] = ()
+) -> list[str]:
     return [
         sys.executable, "-m", "xla_wheels", "gate", "--python", str(python), "--device", "CPU",
         "--checks", "restart", "--worker-id", str(worker), "--workers", "2",
-        "--slice-dir", str(tmp_path / "slice"), "--xla-cache-dir", str(tmp_path / "cache"),
+        *(meet or ("--slice-dir", str(tmp_path / "slice"))),
+        "--xla-cache-dir", str(tmp_path / "cache"),
         "--out", str(tmp_path / f"out-{worker}"), "--slice-timeout", timeout,
     ]  # fmt: skip
 
@@ -73,9 +76,11 @@ def _env(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "HOME": str(tmp_path / "home")}
 
 
-def _gate(tmp_path: Path, worker: int, python: Path) -> subprocess.Popen[str]:
+def _gate(
+    tmp_path: Path, worker: int, python: Path, meet: tuple[str, ...] = ()
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        _argv(tmp_path, worker, python), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        _argv(tmp_path, worker, python, meet=meet), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, env=_env(tmp_path), cwd=tmp_path,
     )  # fmt: skip
 
@@ -90,11 +95,19 @@ def stand_in(tmp_path: Path) -> Path:
     return python
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("board", ["slice-dir", "coordinator"])
 def test_two_gate_workers_form_one_run_worker_0_writes_and_merges(
-    tmp_path: Path, stand_in: Path
+    tmp_path: Path, stand_in: Path, board: str
 ) -> None:
-    workers = [_gate(tmp_path, w, stand_in) for w in (0, 1)]
+    meet = ("--coordinator", f"127.0.0.1:{_free_port()}") if board == "coordinator" else ()
+    workers = [_gate(tmp_path, w, stand_in, meet) for w in (0, 1)]
     out = [p.communicate(timeout=120) for p in workers]
     assert [p.returncode for p in workers] == [0, 0], out
     logs = {w: tmp_path / f"out-{w}" / "runs" / "restart" for w in (0, 1)}

@@ -36,7 +36,10 @@ WORKER = textwrap.dedent(
     worker, workers = int(sys.argv[1]), int(sys.argv[2])
     where, cache = Path(sys.argv[3]), Path(sys.argv[4])
     tpu = {"TPU_ACCELERATOR_TYPE": "v6e-16"}
-    spec = slices.slice_spec(worker, workers, where, tpu, timeout_s=30)
+    coord = os.environ.get("COORD") or None
+    spec = slices.slice_spec(
+        worker, workers, None if coord else where, tpu, timeout_s=30, coordinator=coord
+    )
     spec = replace(spec, dead_after_s=2.0)
     started = {}
     try:
@@ -84,11 +87,23 @@ def _start(tmp_path: Path, worker: int, workers: int, **env: str) -> subprocess.
     )
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(params=["slice-dir", "coordinator"])
+def board(request: pytest.FixtureRequest) -> dict[str, str]:
+    """Where the workers meet: a shared directory, or worker 0's address on loopback."""
+    return {} if request.param == "slice-dir" else {"COORD": f"127.0.0.1:{_free_port()}"}
+
+
 def test_two_worker_processes_start_every_phase_together_and_worker_0_merges(
-    tmp_path: Path,
+    tmp_path: Path, board: dict[str, str]
 ) -> None:
     # Worker 1 arrives 1.2 s late at the warm phase: worker 0 must not start it before.
-    workers = [_start(tmp_path, w, 2, STALL="1:warm", STALL_S="1.2") for w in (0, 1)]
+    workers = [_start(tmp_path, w, 2, STALL="1:warm", STALL_S="1.2", **board) for w in (0, 1)]
     out = [p.communicate(timeout=60) for p in workers]
     assert [p.returncode for p in workers] == [0, 0], out
     w0, w1 = (json.loads(stdout) for stdout, _ in out)
@@ -101,20 +116,20 @@ def test_two_worker_processes_start_every_phase_together_and_worker_0_merges(
     assert [(r["worker"], r["role"]) for r in merged["workers"]] == [(0, "writer"), (1, "reader")]
     assert all(r["checks"][0]["passed"] for r in merged["workers"])
     assert w1["merged"] is None
+    if board:
+        return
     # The run is over: the directory cannot be reused by a later run by mistake.
     with pytest.raises(UsageError, match="already holds a run"):
         slices.Slice(slices.SliceSpec(0, 2, tmp_path / "slice")).start()
 
 
 @pytest.mark.slow
-def test_a_killed_worker_fails_the_run_naming_it_within_seconds(tmp_path: Path) -> None:
-    w0 = _start(tmp_path, 0, 2)
-    w1 = _start(tmp_path, 1, 2, STALL="1:warm")  # stays in its cold phase, beating
-    alive = tmp_path / "slice" / "alive" / "worker-1"
-    deadline = time.monotonic() + 30
-    while not alive.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.5)
+def test_a_killed_worker_fails_the_run_naming_it_within_seconds(
+    tmp_path: Path, board: dict[str, str]
+) -> None:
+    w0 = _start(tmp_path, 0, 2, **board)
+    w1 = _start(tmp_path, 1, 2, STALL="1:warm", **board)  # stays in its cold phase, beating
+    time.sleep(2.0)  # both started (an interpreter and xla_host each)
     w1.send_signal(signal.SIGKILL)
     killed = time.monotonic()
     _, stderr = w0.communicate(timeout=30)
@@ -124,6 +139,19 @@ def test_a_killed_worker_fails_the_run_naming_it_within_seconds(tmp_path: Path) 
     assert "worker 1 stopped" in stderr and "warm" in stderr
     # dead_after is 2 s: the bound is seconds, not the 30 s phase deadline.
     assert took < 8, took
+
+
+@pytest.mark.slow
+def test_a_killed_coordinator_is_named_by_the_workers_waiting_on_it(tmp_path: Path) -> None:
+    board = {"COORD": f"127.0.0.1:{_free_port()}"}
+    w0 = _start(tmp_path, 0, 2, STALL="0:warm", **board)  # serves, then stays in cold
+    w1 = _start(tmp_path, 1, 2, **board)
+    time.sleep(2.0)
+    w0.send_signal(signal.SIGKILL)
+    _, stderr = w1.communicate(timeout=30)
+    w0.wait()
+    assert w1.returncode == ExitCode.TIMED_OUT, stderr
+    assert "worker 0 stopped" in stderr
 
 
 def test_a_worker_that_gives_up_stops_the_others_with_its_reason(tmp_path: Path) -> None:
@@ -192,8 +220,14 @@ def test_the_slice_comes_from_the_options_or_the_tpu_vms_environment(tmp_path: P
         None, None, None, {"TPU_WORKER_ID": "0"} | {"TPU_WORKER_HOSTNAMES": "a"}
     )
     assert one is not None and one.writer and one.directory is None
-    with pytest.raises(UsageError, match="needs a directory"):
+    with pytest.raises(UsageError, match="needs one place where they meet"):
         slices.slice_spec(1, 2, None, {})
+    with pytest.raises(UsageError, match="needs one place where they meet"):
+        slices.slice_spec(1, 2, tmp_path, {}, coordinator="h:1")
+    with pytest.raises(UsageError, match="is not host:port"):
+        slices.slice_spec(1, 2, None, {}, coordinator="worker-0")
+    at = slices.slice_spec(1, 2, None, {}, coordinator="t1v-n-0:8476")
+    assert at is not None and at.coordinator == ("t1v-n-0", 8476)
     with pytest.raises(UsageError, match="worker 2 is not one of 2"):
         slices.slice_spec(2, 2, tmp_path, {})
 

@@ -3,11 +3,14 @@
 ``xla-wheels gate`` started on every worker of a slice (``gcloud compute tpus tpu-vm ssh
 --worker=all``) forms one run. Worker 0 is the only writer of the shared cache directory;
 every other worker is a reader (``XLA_PERSISTENT_CACHE_READ_ONLY=1``). The workers start
-each phase (cold, warm, read-only) together through a barrier on a directory they all
-see (``--slice-dir``, a shared mount):
+each phase (cold, warm, read-only) together through a barrier on a board they all see:
+a directory on a shared mount (``--slice-dir``, ``DirectoryBoard``), or worker 0's
+address (``--coordinator host:port``, ``CoordinatorBoard``: worker 0 keeps the same board
+in memory and serves it over TCP):
 
 * a worker arrives at a phase by writing ``<slice-dir>/<phase>/worker-<N>.json`` by
-  rename (a reader never sees half a file), with whether it is still fit to go on;
+  rename (a reader never sees half a file), or telling the coordinator, with whether it
+  is still fit to go on;
 * it then polls until every worker has arrived, or a worker reports that it failed, or
   a missing worker is dead (its heartbeat file stopped changing for ``dead_after_s``,
   measured on the waiter's own clock, so clock skew between hosts does not matter), or
@@ -16,8 +19,9 @@ see (``--slice-dir``, a shared mount):
 Why not torch_xla's own multi-process runtime: on TPU, libtpu forms a multi-host runtime
 from the slice's metadata, but on CPU torch_xla cannot join processes of several hosts
 into one runtime the way libtpu does, so a barrier that depended on it could never run
-here. The file barrier runs the same everywhere (this machine's tests, a TPU slice) and
-needs nothing but a shared directory. A ``--coordinator host:port`` barrier is not built.
+here. The barrier runs the same everywhere (this machine's tests, a TPU slice) and needs
+nothing but a shared directory or a port on worker 0 the others can reach. Worker 0
+gone (its process, or its coordinator) shows as its heartbeat no longer moving.
 
 The writer lease (``WRITER_LEASE``) keeps one writer per cache directory across jobs:
 the writer role is claimed by creating the lease file with ``O_EXCL``; a second claimant
@@ -34,12 +38,13 @@ import contextlib
 import json
 import os
 import socket
+import socketserver
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from xla_host import filemode, log
 from xla_host.errors import CheckFailed, ExitCode, PipelineError, UsageError
@@ -82,6 +87,8 @@ class SliceSpec:
     """``v6e-32`` style, from ``TPU_ACCELERATOR_TYPE`` where the TPU VM sets it."""
     timeout_s: float = JOIN_TIMEOUT_S
     dead_after_s: float = DEAD_AFTER_S
+    coordinator: tuple[str, int] | None = None
+    """``--coordinator host:port``: worker 0 serves the board there instead of a directory."""
 
     @property
     def role(self) -> str:
@@ -99,6 +106,7 @@ def slice_spec(
     env: Mapping[str, str],
     *,
     timeout_s: float = JOIN_TIMEOUT_S,
+    coordinator: str | None = None,
 ) -> SliceSpec | None:
     """The slice from the options, else from the TPU VM's environment (``TPU_WORKER_ID``,
     ``TPU_WORKER_HOSTNAMES``); None when neither names one (one host, no slice)."""
@@ -115,7 +123,7 @@ def slice_spec(
         workers = len(hostnames)
     if workers is None and worker_id == 0 and directory is None:
         workers = 1  # TPU_WORKER_ID=0 without a host list: a one-host slice
-    if worker_id is None and workers is None and directory is None:
+    if worker_id is None and workers is None and directory is None and coordinator is None:
         return None
     if worker_id is None or workers is None:
         raise UsageError(
@@ -128,13 +136,27 @@ def slice_spec(
             f"worker {worker_id} is not one of {workers} worker(s) (0 to {workers - 1})",
             fix="number the workers 0 to M-1 with --worker-id, and --workers M",
         )
-    if workers > 1 and directory is None:
+    if workers > 1 and (directory is None) == (coordinator is None):
         raise UsageError(
-            f"a slice of {workers} workers needs a directory every worker sees",
-            fix="pass --slice-dir DIR on a shared mount, a fresh one per run",
+            f"a slice of {workers} workers needs one place where they meet: a directory "
+            "every worker sees, or worker 0's address",
+            fix="pass --slice-dir DIR on a shared mount (a fresh one per run), or "
+            "--coordinator <worker 0's host>:<port>, to every worker",
         )
     accelerator = env.get("TPU_ACCELERATOR_TYPE", "").strip() or None
-    return SliceSpec(worker_id, workers, directory, accelerator, timeout_s)
+    address = _address(coordinator) if coordinator is not None else None
+    return SliceSpec(worker_id, workers, directory, accelerator, timeout_s, coordinator=address)
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(
+            f"--coordinator {text!r} is not host:port",
+            fix="pass --coordinator <worker 0's host name or address>:<port>, e.g. "
+            "t1v-n-0:8476",
+        )
+    return host.strip("[]"), int(port)
 
 
 # --- the barrier -------------------------------------------------------------------------
@@ -206,6 +228,192 @@ def judge_barrier(
     return BarrierVerdict("wait", missing)
 
 
+class DirectoryBoard:
+    """Where the workers meet: files in a directory every worker sees (``--slice-dir``)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    @property
+    def where(self) -> str:
+        return str(self.directory)
+
+    def claim(self, worker: int, who: Mapping[str, Any]) -> bool:
+        """Register ``worker``; False when a finished run or this worker number used it."""
+        (self.directory / "start").mkdir(parents=True, exist_ok=True)
+        (self.directory / "alive").mkdir(parents=True, exist_ok=True)
+        mine = self.directory / "start" / f"worker-{worker}.json"
+        return not (self.directory / "finished.json").exists() and _create(mine, json.dumps(who))
+
+    def put(self, section: str, arrival: Arrival) -> None:
+        where = self.directory / section
+        where.mkdir(parents=True, exist_ok=True)
+        filemode.write_by_rename(
+            where / f"worker-{arrival.worker}.json",
+            json.dumps(arrival.__dict__, sort_keys=True) + "\n",
+        )
+
+    def arrivals(self, section: str) -> dict[int, Arrival]:
+        return _read_arrivals(self.directory / section)
+
+    def beat(self, worker: int, value: str) -> None:
+        filemode.write_by_rename(self.directory / "alive" / f"worker-{worker}", value)
+
+    def beats(self, workers: int) -> dict[int, str]:
+        seen = {}
+        for worker in range(workers):
+            with contextlib.suppress(OSError):
+                seen[worker] = (self.directory / "alive" / f"worker-{worker}").read_text()
+        return seen
+
+    def finish(self, worker: int, workers: int, wait_s: float) -> None:
+        if worker == WRITER:
+            filemode.write_by_rename(self.directory / "finished.json", "{}\n")
+
+    def close(self) -> None:
+        pass
+
+
+class _Memory:
+    """The coordinator's state (worker 0's process): the same board, in memory."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.sections: dict[str, dict[int, dict[str, Any]]] = {}
+        self.beats: dict[int, str] = {}
+        self.claimed: set[int] = set()
+        self.done: set[int] = set()
+
+    def answer(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        op = request.get("op")
+        with self.lock:
+            if op == "claim":
+                worker = int(request["worker"])
+                fresh = worker not in self.claimed
+                self.claimed.add(worker)
+                return {"ok": fresh}
+            if op == "put":
+                arrival = dict(request["arrival"])
+                self.sections.setdefault(str(request["section"]), {})[arrival["worker"]] = arrival
+                return {"ok": True}
+            if op == "arrivals":
+                return {"arrivals": list(self.sections.get(str(request["section"]), {}).values())}
+            if op == "beat":
+                self.beats[int(request["worker"])] = str(request["value"])
+                return {"ok": True}
+            if op == "beats":
+                return {"beats": {str(k): v for k, v in self.beats.items()}}
+            if op == "done":
+                self.done.add(int(request["worker"]))
+                return {"ok": True}
+        return {"error": f"unknown request {op!r}"}
+
+
+class CoordinatorBoard:
+    """Where the workers meet: worker 0 serves the board on ``--coordinator host:port``
+    (one JSON line per request and answer, over a short TCP connection each); every
+    worker, 0 included, asks it. Worker 0 gone looks like its heartbeat stopped."""
+
+    def __init__(self, host: str, port: int, *, serve: bool, timeout_s: float = 5.0) -> None:
+        self.host, self.port, self.timeout_s = host, port, timeout_s
+        self._memory = _Memory()
+        self._server: socketserver.ThreadingTCPServer | None = None
+        if serve:
+            memory = self._memory
+
+            class Handler(socketserver.StreamRequestHandler):
+                def handle(self) -> None:
+                    self.connection.settimeout(timeout_s)
+                    try:
+                        request = json.loads(self.rfile.readline(1 << 20))
+                        answer = memory.answer(request)
+                    except (OSError, ValueError, TypeError, KeyError) as error:
+                        answer = {"error": str(error)}
+                    with contextlib.suppress(OSError):
+                        self.wfile.write(json.dumps(answer).encode() + b"\n")
+
+            socketserver.ThreadingTCPServer.allow_reuse_address = True
+            try:
+                self._server = socketserver.ThreadingTCPServer((host, port), Handler)
+            except OSError as error:
+                raise UsageError(
+                    f"worker 0 cannot serve the slice's coordinator on {host}:{port}: {error}",
+                    fix="pass --coordinator <worker 0's address>:<a free port> to every worker",
+                ) from error
+            self._server.daemon_threads = True
+            threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    @property
+    def where(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def _ask(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        with socket.create_connection((self.host, self.port), timeout=self.timeout_s) as conn:
+            conn.sendall(json.dumps(request).encode() + b"\n")
+            answer = json.loads(conn.makefile("rb").readline(1 << 20))
+        if not isinstance(answer, dict) or "error" in answer:
+            raise OSError(f"the coordinator answered {answer!r}")
+        return answer
+
+    def _ask_until(self, request: Mapping[str, Any], deadline_s: float) -> dict[str, Any]:
+        """Worker 0 may start later than this worker: retry until ``deadline_s``."""
+        deadline = time.monotonic() + deadline_s
+        while True:
+            try:
+                return self._ask(request)
+            except (OSError, ValueError) as error:
+                if time.monotonic() > deadline:
+                    raise SliceTimeout(
+                        f"the slice did not form: the coordinator {self.where} (worker 0) did "
+                        f"not answer within {deadline_s:g}s: {error}",
+                        fix="start worker 0 with the same --coordinator, or raise "
+                        "--slice-timeout",
+                    ) from error
+                time.sleep(_POLL_S)
+
+    def claim(self, worker: int, who: Mapping[str, Any]) -> bool:
+        return bool(self._ask_until({"op": "claim", "worker": worker}, JOIN_TIMEOUT_S)["ok"])
+
+    def put(self, section: str, arrival: Arrival) -> None:
+        request = {"op": "put", "section": section, "arrival": arrival.__dict__}
+        self._ask_until(request, JOIN_TIMEOUT_S)
+
+    def arrivals(self, section: str) -> dict[int, Arrival] | None:
+        """None when worker 0 does not answer: the waiter keeps what it saw last."""
+        try:
+            rows = self._ask({"op": "arrivals", "section": section})["arrivals"]
+            return {int(row["worker"]): Arrival(**row) for row in rows}
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+
+    def beat(self, worker: int, value: str) -> None:
+        self._ask({"op": "beat", "worker": worker, "value": value})
+
+    def beats(self, workers: int) -> dict[int, str]:
+        try:
+            return {int(k): str(v) for k, v in self._ask({"op": "beats"})["beats"].items()}
+        except (OSError, ValueError, TypeError, KeyError):
+            return {}  # worker 0 unreachable: its heartbeat no longer moves, so it is named
+
+    def finish(self, worker: int, workers: int, wait_s: float) -> None:
+        """Each worker says it has what it needs; worker 0 serves until all said so."""
+        if worker != WRITER:
+            with contextlib.suppress(OSError, ValueError):
+                self._ask({"op": "done", "worker": worker})
+            return
+        deadline = time.monotonic() + wait_s
+        while len(self._memory.done) < workers - 1 and time.monotonic() < deadline:
+            time.sleep(_POLL_S)
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+
+Board: TypeAlias = DirectoryBoard | CoordinatorBoard
+
+
 class Slice:
     """This worker's side of a running slice: heartbeat, phases, and the results."""
 
@@ -216,39 +424,44 @@ class Slice:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._beats = 0
+        self._board: Board | None = None
 
     @property
-    def _dir(self) -> Path:
-        assert self.spec.directory is not None
-        return self.spec.directory
-
-    def _alive_path(self, worker: int) -> Path:
-        return self._dir / "alive" / f"worker-{worker}"
+    def board(self) -> Board:
+        if self._board is None:
+            board: Board
+            if self.spec.coordinator is not None:
+                host, port = self.spec.coordinator
+                board = CoordinatorBoard(host, port, serve=self.spec.writer)
+            else:
+                assert self.spec.directory is not None
+                board = DirectoryBoard(self.spec.directory)
+            self._board = board
+            return board
+        return self._board
 
     def _beat(self) -> None:
         self._beats += 1
-        filemode.write_by_rename(self._alive_path(self.spec.worker_id), f"{self._beats}\n")
+        self.board.beat(self.spec.worker_id, f"{self._beats}\n")
 
     def start(self) -> None:
-        """Announce this worker: refuse a directory a finished run or this worker used."""
+        """Announce this worker: refuse a board a finished run or this worker used."""
         if self.spec.workers == 1:
             return
-        (self._dir / "start").mkdir(parents=True, exist_ok=True)
-        mine = self._dir / "start" / f"worker-{self.spec.worker_id}.json"
         me = {"host": self.host, "pid": os.getpid()}
-        if (self._dir / "finished.json").exists() or not _create(mine, json.dumps(me)):
+        if not self.board.claim(self.spec.worker_id, me):
             raise UsageError(
-                f"{self._dir} already holds a run with worker {self.spec.worker_id} (a "
+                f"{self.board.where} already holds a run with worker {self.spec.worker_id} (a "
                 "finished run, or two workers given the same --worker-id)",
                 fix="give every run a fresh --slice-dir and each worker its own --worker-id",
             )
-        (self._dir / "alive").mkdir(parents=True, exist_ok=True)
-        self._beat()
+        with contextlib.suppress(OSError):
+            self._beat()
         self._thread = threading.Thread(target=self._run_beats, name="slice-heartbeat", daemon=True)
         self._thread.start()
         log.info(
             f"slice: worker {self.spec.worker_id} of {self.spec.workers} ({self.spec.role} of "
-            f"the cache), meeting in {self._dir}"
+            f"the cache), meeting at {self.board.where}"
         )
 
     def _run_beats(self) -> None:
@@ -260,6 +473,8 @@ class Slice:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        if self._board is not None:
+            self._board.close()
 
     def join(
         self,
@@ -277,21 +492,21 @@ class Slice:
         me = Arrival(self.spec.worker_id, self.host, os.getpid(), ok, reason, dict(payload or {}))
         if self.spec.workers == 1:
             return {me.worker: me}
-        where = self._dir / phase
-        self._arrive(where, me)
+        self.board.put(phase, me)
         if not ok:
             return {me.worker: me}  # the others learn it; this worker goes its own way
         started = time.monotonic()
         beats: dict[int, BeatSeen] = {}
+        seen: dict[str, dict[int, Arrival]] = {phase: {me.worker: me}, "aborted": {}}
         while True:
             now = time.monotonic()
+            for section in seen:
+                # None: the coordinator did not answer; what was seen last still holds.
+                if (fresh := self.board.arrivals(section)) is not None:
+                    seen[section] = fresh
             # A worker that gave up anywhere (``abort``) fails every phase it has not reached.
-            arrived = {**_read_arrivals(where), **_read_arrivals(self._dir / "aborted")}
-            for worker in range(self.spec.workers):
-                try:
-                    value = self._alive_path(worker).read_text()
-                except OSError:
-                    continue
+            arrived = {**seen[phase], **seen["aborted"]}
+            for worker, value in self.board.beats(self.spec.workers).items():
                 if worker not in beats or beats[worker].value != value:
                     beats[worker] = BeatSeen(value, now)
             verdict = judge_barrier(
@@ -315,29 +530,23 @@ class Slice:
                 raise SliceTimeout(
                     f"the slice did not form: {verdict.message}",
                     fix="start `xla-wheels gate` on every worker with the same --workers and "
-                    "--slice-dir (gcloud compute tpus tpu-vm ssh --worker=all), or raise "
-                    "--slice-timeout",
+                    "--slice-dir or --coordinator (gcloud compute tpus tpu-vm ssh "
+                    "--worker=all), or raise --slice-timeout",
                 )
             time.sleep(_POLL_S)
-
-    def _arrive(self, where: Path, arrival: Arrival) -> None:
-        where.mkdir(parents=True, exist_ok=True)
-        filemode.write_by_rename(
-            where / f"worker-{arrival.worker}.json",
-            json.dumps(arrival.__dict__, sort_keys=True) + "\n",
-        )
 
     def abort(self, reason: str) -> None:
         """Tell the other workers this one stopped (an error before or between phases)."""
         if self.spec.workers > 1:
             me = Arrival(self.spec.worker_id, self.host, os.getpid(), False, reason)
-            with contextlib.suppress(OSError):
-                self._arrive(self._dir / "aborted", me)
+            with contextlib.suppress(OSError, PipelineError):
+                self.board.put("aborted", me)
 
     def finish(self) -> None:
-        """The writer marks the directory as used by a finished run."""
-        if self.spec.workers > 1 and self.spec.writer:
-            filemode.write_by_rename(self._dir / "finished.json", "{}\n")
+        """Every worker has the results: the board is done (a directory is marked as a
+        finished run's; the coordinator serves until every worker has what it needs)."""
+        if self.spec.workers > 1:
+            self.board.finish(self.spec.worker_id, self.spec.workers, self.spec.dead_after_s)
 
 
 def _read_arrivals(where: Path) -> dict[int, Arrival]:

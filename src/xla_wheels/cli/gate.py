@@ -252,6 +252,12 @@ def _add_slice_arguments(gate: argparse.ArgumentParser) -> None:
         "phase; worker 0 merges the workers' verdicts into its receipt",
     )
     gate.add_argument(
+        "--coordinator",
+        metavar="HOST:PORT",
+        help="instead of --slice-dir: worker 0 serves the slice's barrier on this address "
+        "(its own host name or address) and every worker connects to it",
+    )
+    gate.add_argument(
         "--slice-timeout",
         type=amount(1, 86400, slices.JOIN_TIMEOUT_S, "seconds"),
         default=slices.JOIN_TIMEOUT_S,
@@ -263,7 +269,12 @@ def _add_slice_arguments(gate: argparse.ArgumentParser) -> None:
 
 def _slice(args: argparse.Namespace) -> slices.SliceSpec | None:
     spec = slices.slice_spec(
-        args.worker_id, args.workers, args.slice_dir, os.environ, timeout_s=args.slice_timeout
+        args.worker_id,
+        args.workers,
+        args.slice_dir,
+        os.environ,
+        timeout_s=args.slice_timeout,
+        coordinator=args.coordinator,
     )
     if spec is not None and spec.workers > 1 and args.xla_cache_dir is None:
         raise UsageError(
