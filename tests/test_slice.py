@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -28,6 +29,7 @@ from xla_host.errors import ExitCode, UsageError
 WORKER = textwrap.dedent(
     """
     import json, os, sys, time
+    sys.path.insert(0, sys.argv[5])  # a copy of the host package, nothing else
     from dataclasses import replace
     from pathlib import Path
     from xla_host import slice as slices
@@ -68,22 +70,33 @@ WORKER = textwrap.dedent(
 
 
 def _start(tmp_path: Path, worker: int, workers: int, **env: str) -> subprocess.Popen[str]:
+    """A worker as a "host" of its own: its own HOME and environment, the interpreter
+    isolated without site-packages (``-I -S``), and only a copy of the standard-library
+    host package on its path, not this checkout."""
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     (tmp_path / "cache").mkdir(exist_ok=True)
+    package = tmp_path / "host-package"
+    if not package.exists():
+        shutil.copytree(Path(slices.__file__).parent, package / "xla_host")
+    home = tmp_path / f"home-{worker}"
+    home.mkdir(exist_ok=True)
     return subprocess.Popen(
         [
             sys.executable,
+            "-I",
+            "-S",
             str(script),
             str(worker),
             str(workers),
             str(tmp_path / "slice"),
             str(tmp_path / "cache"),
+            str(package),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, **env},
+        env={"HOME": str(home), "PATH": os.defpath, **env},
     )
 
 
@@ -99,6 +112,7 @@ def board(request: pytest.FixtureRequest) -> dict[str, str]:
     return {} if request.param == "slice-dir" else {"COORD": f"127.0.0.1:{_free_port()}"}
 
 
+@pytest.mark.slow
 def test_two_worker_processes_start_every_phase_together_and_worker_0_merges(
     tmp_path: Path, board: dict[str, str]
 ) -> None:
