@@ -304,7 +304,16 @@ def test_a_second_claimant_reads_only_and_a_stale_lease_is_taken_over(tmp_path: 
     assert taken.held and "took over the stale writer lease" in taken.message
     assert f"pid {dead.pid}" in taken.message
     assert json.loads((tmp_path / slices.WRITER_LEASE).read_text())["job"] == "job-c"
+    taken.refresh()
+    assert json.loads((tmp_path / slices.WRITER_LEASE).read_text())["heartbeat"] > 1.0
+    # Taken over behind its back: its refresh does not write its lease back.
+    other = slices.LeaseHolder("other-host", 1, "job-x", 2.0, 2.0)
+    (tmp_path / slices.WRITER_LEASE).write_text(json.dumps(other.__dict__))
+    taken.refresh()
+    assert not taken.held
+    assert json.loads((tmp_path / slices.WRITER_LEASE).read_text())["job"] == "job-x"
     taken.release()
+    assert (tmp_path / slices.WRITER_LEASE).exists()
 
     # Another host's lease: its heartbeat decides.
     fresh = slices.LeaseHolder("other-host", 1, "job-far", time.time(), time.time())

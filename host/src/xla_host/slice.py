@@ -656,6 +656,7 @@ def lease_stale(
     a shared FS gives no view of the holder's processes, and the clocks of two hosts agree
     only roughly, so ``stale_after_s`` is minutes, not seconds."""
     if holder.host == this_host:
+        # A reused pid makes a gone holder look alive: the safe way round (read-only).
         if pid_alive(holder.pid):
             return None
         return f"its holder pid {holder.pid} on this host is gone"
@@ -685,9 +686,20 @@ class WriterLease:
     message: str
 
     def refresh(self) -> None:
-        if self.held:
-            self.holder = LeaseHolder(**{**self.holder.__dict__, "heartbeat": time.time()})
-            filemode.write_by_rename(self.path, _lease_text(self.holder))
+        """Move the heartbeat on, if the lease is still this process's: one taken over
+        (judged stale while this process was stopped, say) is never written back."""
+        if not self.held:
+            return
+        try:
+            still_mine = _read_lease(self.path) == self.holder
+        except (OSError, ValueError, TypeError):
+            still_mine = False
+        if not still_mine:
+            self.held = False
+            log.warning(f"the writer lease {self.path} is no longer this run's: taken over")
+            return
+        self.holder = LeaseHolder(**{**self.holder.__dict__, "heartbeat": time.time()})
+        filemode.write_by_rename(self.path, _lease_text(self.holder))
 
     def release(self) -> None:
         """Remove the lease if it is still this process's."""
