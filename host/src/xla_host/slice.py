@@ -153,8 +153,7 @@ def _address(text: str) -> tuple[str, int]:
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise UsageError(
             f"--coordinator {text!r} is not host:port",
-            fix="pass --coordinator <worker 0's host name or address>:<port>, e.g. "
-            "t1v-n-0:8476",
+            fix="pass --coordinator <worker 0's host or address>:<port>, e.g. t1v-n-0:8476",
         )
     return host.strip("[]"), int(port)
 

@@ -340,9 +340,7 @@ def judge_restart(
         ratio = warm_ready / cold_ready if cold_ready > 0 else float("inf")
         # Reported only: wall time is what a user waits, but load stretches it.
         figures.update({"warm_ready_s": round(warm_ready, 4), "warm_cold_ratio": round(ratio, 3)})
-        reasons += _cpu_time_rule(
-            reference, [row for row in warm if row["ok"]], config, figures
-        )
+        reasons += _cpu_time_rule(reference, [row for row in warm if row["ok"]], config, figures)
         if baseline is not None:
             limit = float(baseline["warm_ready_s"]) * (1 + config.baseline_tolerance)
             figures.update(
