@@ -322,3 +322,11 @@ def test_a_second_claimant_reads_only_and_a_stale_lease_is_taken_over(tmp_path: 
     old = slices.LeaseHolder("other-host", 1, "job-far", 0.0, time.time() - 600)
     (tmp_path / slices.WRITER_LEASE).write_text(json.dumps(old.__dict__))
     assert slices.claim_writer(tmp_path, "job-e").held
+
+
+def test_a_coordinator_that_never_comes_up_is_named_after_the_slice_timeout() -> None:
+    spec = slices.SliceSpec(1, 2, None, timeout_s=0.5, coordinator=("127.0.0.1", _free_port()))
+    began = time.monotonic()
+    with pytest.raises(slices.SliceTimeout, match=r"coordinator 127\.0\.0\.1:\d+ \(worker 0\)"):
+        slices.Slice(spec).start()
+    assert time.monotonic() - began < 5

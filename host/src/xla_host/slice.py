@@ -313,8 +313,18 @@ class CoordinatorBoard:
     (one JSON line per request and answer, over a short TCP connection each); every
     worker, 0 included, asks it. Worker 0 gone looks like its heartbeat stopped."""
 
-    def __init__(self, host: str, port: int, *, serve: bool, timeout_s: float = 5.0) -> None:
-        self.host, self.port, self.timeout_s = host, port, timeout_s
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        serve: bool,
+        timeout_s: float = 5.0,
+        wait_s: float = JOIN_TIMEOUT_S,
+    ) -> None:
+        """``timeout_s``: one request's bound; ``wait_s``: how long to wait for worker 0
+        to come up (``--slice-timeout``)."""
+        self.host, self.port, self.timeout_s, self.wait_s = host, port, timeout_s, wait_s
         self._memory = _Memory()
         self._server: socketserver.ThreadingTCPServer | None = None
         if serve:
@@ -371,11 +381,11 @@ class CoordinatorBoard:
                 time.sleep(_POLL_S)
 
     def claim(self, worker: int, who: Mapping[str, Any]) -> bool:
-        return bool(self._ask_until({"op": "claim", "worker": worker}, JOIN_TIMEOUT_S)["ok"])
+        return bool(self._ask_until({"op": "claim", "worker": worker}, self.wait_s)["ok"])
 
     def put(self, section: str, arrival: Arrival) -> None:
         request = {"op": "put", "section": section, "arrival": arrival.__dict__}
-        self._ask_until(request, JOIN_TIMEOUT_S)
+        self._ask_until(request, self.wait_s)
 
     def arrivals(self, section: str) -> dict[int, Arrival] | None:
         """None when worker 0 does not answer: the waiter keeps what it saw last."""
@@ -431,7 +441,9 @@ class Slice:
             board: Board
             if self.spec.coordinator is not None:
                 host, port = self.spec.coordinator
-                board = CoordinatorBoard(host, port, serve=self.spec.writer)
+                board = CoordinatorBoard(
+                    host, port, serve=self.spec.writer, wait_s=self.spec.timeout_s
+                )
             else:
                 assert self.spec.directory is not None
                 board = DirectoryBoard(self.spec.directory)
