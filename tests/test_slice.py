@@ -46,6 +46,7 @@ WORKER = textwrap.dedent(
     started, arrived = {}, {}
     try:
         with slices.running(spec, beat_s=0.2) as member:
+            (cache.parent / f"started-{worker}").touch()  # its heartbeat runs
             for phase in ("cold", "warm", "read-only"):
                 if os.environ.get("STALL") == f"{worker}:{phase}":
                     time.sleep(float(os.environ.get("STALL_S", "60")))
@@ -140,13 +141,21 @@ def test_two_worker_processes_start_every_phase_together_and_worker_0_merges(
         slices.Slice(slices.SliceSpec(0, 2, tmp_path / "slice")).start()
 
 
+def _wait_started(tmp_path: Path, worker: int) -> None:
+    deadline = time.monotonic() + 60
+    while not (tmp_path / f"started-{worker}").exists():
+        assert time.monotonic() < deadline, f"worker {worker} did not start"
+        time.sleep(0.05)
+    time.sleep(0.5)  # a few heartbeats seen by the others
+
+
 @pytest.mark.slow
 def test_a_killed_worker_fails_the_run_naming_it_within_seconds(
     tmp_path: Path, board: dict[str, str]
 ) -> None:
     w0 = _start(tmp_path, 0, 2, **board)
     w1 = _start(tmp_path, 1, 2, STALL="1:warm", **board)  # stays in its cold phase, beating
-    time.sleep(2.0)  # both started (an interpreter and xla_host each)
+    _wait_started(tmp_path, 1)
     w1.send_signal(signal.SIGKILL)
     killed = time.monotonic()
     _, stderr = w0.communicate(timeout=30)
@@ -163,7 +172,7 @@ def test_a_killed_coordinator_is_named_by_the_workers_waiting_on_it(tmp_path: Pa
     board = {"COORD": f"127.0.0.1:{_free_port()}"}
     w0 = _start(tmp_path, 0, 2, STALL="0:warm", **board)  # serves, then stays in cold
     w1 = _start(tmp_path, 1, 2, **board)
-    time.sleep(2.0)
+    _wait_started(tmp_path, 1)
     w0.send_signal(signal.SIGKILL)
     _, stderr = w1.communicate(timeout=30)
     w0.wait()
