@@ -200,6 +200,10 @@ NOT_SETTINGS = {
     "TWINE_PASSWORD",
     "PJRT_DEVICE",
     "TPU_WORKER_ID",
+    # The TPU environment's facts about its slice (as torch_xla reads them without the
+    # metadata server), read by xla_host.slice.
+    "TPU_WORKER_HOSTNAMES",
+    "TPU_ACCELERATOR_TYPE",
     "XLA_FLAGS",
     "XLA_NO_SPECIAL_SCALARS",
     "XLA_PERSISTENT_CACHE_PATH",

@@ -305,6 +305,8 @@ def run_gate(args: argparse.Namespace) -> int:
     upload = receipt_store.upload_for(args.receipts, args.sign_key, bundle)  # before the run
     config = gate_arguments.gate_config(args, python, profile)
     outcome = gate_arguments.run_printed(config)
+    if not gate_arguments.leaves_receipt(config):
+        return gate_arguments.ended_without_receipt(config, outcome)
     if document is None:
         facts, match = installed.probe_environment(outcome.target.python, []), None
     else:
@@ -323,6 +325,7 @@ def run_gate(args: argparse.Namespace) -> int:
         receipt,
         bundle_document=f"sha256:{digest}" if digest else None,
         profile=profile.record() if profile else None,
+        slice=outcome.slice_record,
     )
     out: Path = args.out
     if document is None:

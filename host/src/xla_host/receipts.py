@@ -32,6 +32,11 @@ reviewed in pull requests like any other evidence. Keys (``receipt-version`` 1):
                      digest as wheels.lock records it, what the children got from it, and
                      which settings the gate controlled itself or were inert on the device
                      (gate.under_profile); absent: the caller's environment, no profile
+    slice            (when the gate ran as worker 0 of a slice, ``--workers``/TPU_WORKER_ID)
+                     {accelerator-type, hosts, chips-per-host, topology, workers: [{worker,
+                     host, role, addressable-devices, checks: [{name, passed, reasons}]}]}:
+                     what promotion compares receipts by (``topology``) and every worker's
+                     verdicts (xla_host.slice); absent: one host, topology not recorded
     digest           "sha256:<hex>" of the canonical JSON of every other key
 
 The digest is a tamper seal, not a signature: anyone can recompute it, so it catches an
@@ -115,6 +120,13 @@ class Receipt:
     promotion can tell the receipt was made under the document the lane published."""
     workload_sha256: str | None = None
     workload_params: Mapping[str, Any] | None = None
+    slice: Mapping[str, Any] | None = None
+
+    @property
+    def topology(self) -> str | None:
+        """The slice's topology (``v6e-32``, ``cpu-2x1``); None when not recorded."""
+        value = self.slice.get("topology") if self.slice else None
+        return str(value) if value is not None else None
 
     @property
     def profile_name(self) -> str | None:
@@ -140,9 +152,9 @@ class Receipt:
         """Every key of the file but the digest: the fields, spelled with dashes."""
         # Through JSON and back: what the file will hold (tuples as lists, others as str).
         data = json.loads(json.dumps(asdict(self), sort_keys=True, default=str))
-        # Only when there is one: a receipt without it reads as before (only a host's
-        # receipt has a bundle document).
-        for key in ("profile", "bundle_document", "workload_sha256", "workload_params"):
+        # Only when there is one: a receipt without it reads (and seals) as before (only a
+        # host's receipt has a bundle document, only a slice's has a slice).
+        for key in ("profile", "bundle_document", "workload_sha256", "workload_params", "slice"):
             if data[key] is None:
                 del data[key]
         return {
@@ -391,6 +403,7 @@ def parse_receipt(raw: bytes, path: Path, origin: str | None = None) -> StoredRe
         bundle_document=top.get("bundle-document", str),
         workload_sha256=top.get("workload-sha256", str),
         workload_params=top.get("workload-params", dict),
+        slice=data["slice"] if isinstance(data.get("slice"), dict) else None,
     )
     return StoredReceipt(path, receipt, digest, digest == canonical_digest(payload), raw, origin)
 

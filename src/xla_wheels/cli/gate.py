@@ -4,7 +4,8 @@ The gate's run itself (which checks share children, what runs side by side) is
 :func:`xla_host.gate.run.run_gate`; this module parses, prints and leaves the receipt.
 
 Exit codes of ``gate``: 0 every selected check passed; 1 a check failed (the verdict says
-which and why); 2 the environment cannot be judged (no torch_xla, no such device).
+which and why); 2 the environment cannot be judged (no torch_xla, no such device); 8 a
+worker of a slice did not arrive at a phase (``xla_host.slice``).
 Without ``--python`` both commands use the cached stock torch_xla 2.9.0 environment
 (built on first use, in the same per-machine cache as the pipeline's), so a newcomer
 sees the persistent-cache defect in one command. Standard library only, like the whole
@@ -124,6 +125,7 @@ def _add_gate_arguments(gate: argparse.ArgumentParser) -> None:
     gate.set_defaults(handler=run_gate)
 
 
+
 def _gate_profile(args: argparse.Namespace) -> under_profile.GateProfile | None:
     """The bundle's launch profile as this run applies it (None: no --profile)."""
     if not args.profile:
@@ -152,12 +154,15 @@ def run_gate(args: argparse.Namespace) -> int:
     upload = receipt_store.upload_for(args.receipts, args.sign_key, args.bundle)  # before the run
     config = gate_arguments.gate_config(args, lambda: _python(args), gate_profile)
     outcome = gate_arguments.run_printed(config)
+    if not gate_arguments.leaves_receipt(config):
+        return gate_arguments.ended_without_receipt(config, outcome)
     written = _receipts().leave_gate_receipt(
         _receipt_place(args),
         outcome.target,
         outcome.results,
         args.workload.name,
         profile=gate_profile.record() if gate_profile else None,
+        slice_record=outcome.slice_record,
     )
     receipt_store.send_written(upload, written)
     ensure_passed(outcome.results)

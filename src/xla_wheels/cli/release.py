@@ -289,6 +289,7 @@ def cmd_lanes(args: argparse.Namespace) -> int:
                 f"device={rules.device or 'any'} checks={','.join(rules.checks) or '-'} "
                 f"max-warm-regression={rules.max_warm_regression} "
                 f"max-memory-regression={rules.max_memory_regression}"
+                + (f" topologies={','.join(rules.topologies)}" if rules.topologies else "")
             )
         )
         print(f"{name}: {lane.where}")

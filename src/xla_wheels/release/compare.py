@@ -102,6 +102,7 @@ _ROWS: tuple[tuple[str, Callable[[Receipt], str]], ...] = (
     ("host", lambda r: r.host),
     ("device", lambda r: r.device + (f" {r.chip}" if r.chip else "")),
     ("workload", lambda r: _workload(r)),
+    ("topology", lambda r: r.topology or "-"),
     ("wheels = lock", lambda r: "yes" if r.wheels_match_lock else "NO"),
     ("wheels (sha256)", _wheels),
     ("torch", lambda r: str(r.versions.get("torch"))),
@@ -153,6 +154,15 @@ def profile_rows(ra: Receipt, rb: Receipt) -> list[tuple[str, str, str]]:
     return rows
 
 
+def topology_unlike(ra: Receipt, rb: Receipt) -> list[str]:
+    """Receipts of different slices (a v6e-8 and a v6e-32, or one recorded and one not)
+    are not compared as alike."""
+    if ra.topology == rb.topology:
+        return []
+    a, b = (r.topology or "not recorded" for r in (ra, rb))
+    return [f"different topology: {a} vs {b}"]
+
+
 def compare(a: StoredReceipt, b: StoredReceipt) -> Comparison:
     ra, rb = a.receipt, b.receipt
     rows = [(label, get(ra), get(rb)) for label, get in _ROWS]
@@ -164,6 +174,7 @@ def compare(a: StoredReceipt, b: StoredReceipt) -> Comparison:
     if ra.profile_sha256 != rb.profile_sha256:
         changed = ", ".join(label.strip() for label, _, _ in profiles[1:]) or "its name"
         unlike.append(f"different launch profile: {_profile(ra)} vs {_profile(rb)} ({changed})")
+    unlike += topology_unlike(ra, rb)
     differences = {
         what: f"{va} vs {vb}"
         for what, va, vb in (
@@ -195,5 +206,7 @@ def render(comparison: Comparison) -> str:
         lines.append("not like for like:")
         lines += [f"  - {u}" for u in comparison.unlike]
     else:
-        lines.append("like for like: same device, chip, workload, launch profile, libtpu and host")
+        lines.append(
+            "like for like: same device, chip, topology, workload, launch profile, libtpu and host"
+        )
     return "\n".join(lines) + "\n"

@@ -88,6 +88,7 @@ def leave_gate_receipt(
     workload: str,
     *,
     profile: Mapping[str, Any] | None = None,
+    slice_record: Mapping[str, Any] | None = None,
 ) -> Path:
     facts, match = _evidence(place, target.python)
     receipt = receipts.receipt_from_gate(
@@ -95,6 +96,8 @@ def leave_gate_receipt(
     )
     if profile is not None:
         receipt = replace(receipt, profile=dict(profile))
+    if slice_record is not None:
+        receipt = replace(receipt, slice=dict(slice_record))
     return _store(place, receipt)
 
 

@@ -30,6 +30,8 @@
                                          # "<file>.py:<factory>" / "<module>:<factory>")
     require-signed-receipts = true       # only a receipt signed with one of these keys
     receipt-keys = ["keys/gate.pub"]     # (PEM public keys, relative to the checkout)
+    topologies = ["v6e-8", "v6e-32"]     # a passing receipt from each of these slices
+                                         # (receipts of other topologies never compare)
 
 A lane may name where its receipts are kept, ``receipts = "<directory>" |
 "https://host/path/" | "gs://bucket/prefix"`` (``xla_host.receipt_store``): the gate
@@ -106,6 +108,8 @@ class Policy:
     receipt_keys: tuple[Path, ...] = ()
     """``require-signed-receipts = true`` + ``receipt-keys``: a receipt counts only when it
     is signed (a DSSE envelope) with one of these public keys (absolute PEM paths)."""
+    topologies: tuple[str, ...] = ()
+    """Slice topologies (``v6e-8``, ``v6e-32``) each of which needs a passing receipt."""
 
     @property
     def empty(self) -> bool:
@@ -187,6 +191,7 @@ def _policy(root: Path, table: Table) -> Policy:
         Field("workload", str),
         Field("require-signed-receipts", bool, default=False),
         Field("receipt-keys", list, default=[], items=str),
+        Field("topologies", list, default=[], items=str),
     )
     if fields["require-signed-receipts"] != bool(fields["receipt-keys"]):
         raise table.fail(
@@ -217,7 +222,20 @@ def _policy(root: Path, table: Table) -> Policy:
         fields["profile"],
         fields["workload"],
         keys,
+        topologies=_topologies(table, fields["topologies"]),
     )
+
+
+def _topologies(table: Table, values: list[str]) -> tuple[str, ...]:
+    """``topologies = ["v6e-8", "v6e-32"]``: as receipts record them (xla_host.slice)."""
+    for value in values:
+        if not re.fullmatch(r"[a-z0-9]+-[0-9]+(x[0-9]+)?", value):
+            raise table.fail(
+                "topologies", f"{value!r} is not a slice topology like v6e-8 or cpu-2x1", ""
+            )
+    if len(set(values)) != len(values):
+        raise table.fail("topologies", "names a topology twice", "")
+    return tuple(values)
 
 
 def _signing_key(root: Path, table: Table, fields: Mapping[str, Any]) -> Path | None:

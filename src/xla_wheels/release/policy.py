@@ -16,6 +16,13 @@ that workload (by the name receipts record: ``small``, ``model.py:build``, ...).
 A lane that requires signed receipts (``receipt-keys``) counts only a receipt whose DSSE
 signature one of its keys verifies: the caller verifies (``release.receipt_trust``) and
 passes each receipt's problem in, so the verdict stays free of I/O.
+
+Topology: a receipt from worker 0 of a slice records its topology (``v6e-32``; none for a
+one-host run that named no slice); receipts of different topologies are never compared.
+With ``topologies = ["v6e-8", "v6e-32"]`` each of them needs a receipt that passes every
+rule, a receipt of a topology not listed does not count, and the regression gates compare
+only the receipts of the current receipt's topology (lanes.lock keeps one current receipt
+per lane, so a topology it was not judged on has nothing like for like to compare with).
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from xla_wheels.release.lanes import Policy
 class RuleFailure:
     rule: str
     """``receipt``, ``seal``, ``signature``, ``wheels``, ``document``, ``device``, ``profile``,
-    ``workload``,
+    ``workload``, ``topology``,
     ``check:<name>``, ``regression`` or ``memory``."""
     detail: str
 
@@ -113,6 +120,8 @@ def judge_receipt(
             f"{name} ran workload {receipt.workload}; the lane requires workload "
             f"{policy.workload}",
         )
+    fails.extend(_topology_rule(stored, policy.topologies))
+    current = _current_of_same_topology(receipt, policy.topologies, current)
     for check_name in policy.checks:
         check = receipt.check(check_name)
         if check is None:
@@ -150,6 +159,43 @@ def _profile_rule(
     return [RuleFailure("profile", detail)]
 
 
+def _topology_rule(stored: StoredReceipt, required: Sequence[str]) -> list[RuleFailure]:
+    """With a ``topologies`` rule, a receipt counts only for one of them."""
+    topology = stored.receipt.topology
+    if not required or topology in required:
+        return []
+    judged = f"topology {topology}" if topology else "no recorded topology (one host, no slice)"
+    detail = f"{stored.path.name} was judged on {judged}; the lane requires {', '.join(required)}"
+    return [RuleFailure("topology", detail)]
+
+
+def _current_of_same_topology(
+    receipt: Receipt, required: Sequence[str], current: Receipt | None
+) -> Receipt | None:
+    """The current receipt to compare with: under a ``topologies`` rule only one of the
+    same topology (the others have none to compare with; see the module doc)."""
+    if current is None or not required or current.topology == receipt.topology:
+        return current
+    return None
+
+
+def missing_topologies(
+    verdicts: Sequence[ReceiptVerdict], required: Sequence[str]
+) -> list[RuleFailure]:
+    """Each required topology without a receipt that passes every rule."""
+    passing = {v.receipt.receipt.topology for v in verdicts if v.passed}
+    judged = sorted({str(v.receipt.receipt.topology) for v in verdicts})
+    return [
+        RuleFailure(
+            "topology",
+            f"no passing receipt for topology {topology} (receipts' topologies: "
+            f"{', '.join(judged) or 'none'})",
+        )
+        for topology in required
+        if topology not in passing
+    ]
+
+
 def _unlike(rule: str, stored: StoredReceipt, current: Receipt) -> list[RuleFailure]:
     """A failure of ``rule`` when two receipts' figures do not measure the same thing."""
     receipt = stored.receipt
@@ -160,6 +206,7 @@ def _unlike(rule: str, stored: StoredReceipt, current: Receipt) -> list[RuleFail
         for what, mine, theirs in (
             ("device", receipt.device, current.device),
             ("chip", receipt.chip, current.chip),
+            ("topology", receipt.topology or "none", current.topology or "none"),
         )
         if mine != theirs
     ]
@@ -256,6 +303,8 @@ def judge_promotion(
         for r, problem in zip(receipts, problems, strict=True)
     )
     passing = [v for v in verdicts if v.passed]
+    if policy.topologies and (missing := missing_topologies(verdicts, policy.topologies)):
+        return PromotionVerdict(False, None, verdicts, tuple(missing))
     if passing:
         return PromotionVerdict(True, passing[-1].receipt, verdicts, ())
     if not verdicts:

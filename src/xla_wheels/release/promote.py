@@ -313,7 +313,13 @@ def refusal(
         f"BUNDLE={bundle} PYTHON=<env installed from the lock>"
         + (f" PROFILE={lane.policy.profile}" if lane.policy.profile else "")
         + f"`) {home}"
-        + (f"; the lane requires device {lane.policy.device}" if lane.policy.device else ""),
+        + (f"; the lane requires device {lane.policy.device}" if lane.policy.device else "")
+        + (
+            f"; and a receipt from each slice topology {', '.join(lane.policy.topologies)} "
+            "(worker 0's of `xla-wheels gate` on every worker)"
+            if lane.policy.topologies
+            else ""
+        ),
     )
 
 

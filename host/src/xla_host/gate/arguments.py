@@ -10,15 +10,18 @@ interpreter.
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
 from pathlib import Path
 
+from xla_host import slice as slices
 from xla_host.arguments import OUTPUT_DIR, ValueType, amount, count
 from xla_host.errors import UsageError
 from xla_host.gate import restart, under_profile
 from xla_host.gate import workload as workloads
 from xla_host.gate.errors import GateEnvironmentError
 from xla_host.gate.report import render_text
+from xla_host.gate.result import ensure_passed
 from xla_host.gate.run import CHECKS, GateConfig, GateOutcome, run_gate
 from xla_host.gate.target import DEVICES
 
@@ -147,6 +150,7 @@ def add_gate_arguments(gate: argparse.ArgumentParser) -> None:
         metavar="PEM",
         help="sign the uploaded receipt (a DSSE envelope) with this ed25519 private key",
     )
+    add_slice_arguments(gate)
 
 
 def gate_config(
@@ -174,6 +178,7 @@ def gate_config(
         upstream_tests_revision=args.upstream_tests_revision,
         out_dir=args.out,
         profile=profile,
+        slice=slice_of(args),
         settings={k: str(v) for k, v in vars(args).items() if k != "handler"},
     )
 
@@ -194,3 +199,70 @@ def run_printed(config: GateConfig) -> GateOutcome:
         flush=True,
     )
     return outcome
+
+
+def add_slice_arguments(gate: argparse.ArgumentParser) -> None:
+    """One gate run across the workers of a multi-host slice (``xla_host.slice``)."""
+    gate.add_argument(
+        "--worker-id",
+        type=count(0, 4095, 0),
+        help="this worker's number in a multi-host slice; worker 0 alone writes the cache "
+        "(default: TPU_WORKER_ID where the TPU VM sets it, else no slice)",
+    )
+    gate.add_argument(
+        "--workers",
+        type=count(1, 4096, 1),
+        help="number of workers (hosts) in the slice (default: the hosts in "
+        "TPU_WORKER_HOSTNAMES, else no slice)",
+    )
+    gate.add_argument(
+        "--slice-dir",
+        type=Path,
+        help="a fresh directory every worker sees (shared mount) where they meet at each "
+        "phase; worker 0 merges the workers' verdicts into its receipt",
+    )
+    gate.add_argument(
+        "--coordinator",
+        metavar="HOST:PORT",
+        help="instead of --slice-dir: worker 0 serves the slice's barrier on this address "
+        "(its own host name or address) and every worker connects to it",
+    )
+    gate.add_argument(
+        "--slice-timeout",
+        type=amount(1, 86400, slices.JOIN_TIMEOUT_S, "seconds"),
+        default=slices.JOIN_TIMEOUT_S,
+        metavar="SECONDS",
+        help="how long a worker waits at a phase for a worker that never started (a "
+        f"started worker that stops beating is named after {slices.DEAD_AFTER_S:g}s)",
+    )
+
+
+def slice_of(args: argparse.Namespace) -> slices.SliceSpec | None:
+    spec = slices.slice_spec(
+        args.worker_id,
+        args.workers,
+        args.slice_dir,
+        os.environ,
+        timeout_s=args.slice_timeout,
+        coordinator=args.coordinator,
+    )
+    if spec is not None and spec.workers > 1 and args.xla_cache_dir is None:
+        raise UsageError(
+            f"a slice of {spec.workers} workers shares one cache directory; none was given",
+            fix="pass --xla-cache-dir DIR on the shared mount (empty; worker 0 writes it)",
+        )
+    return spec
+
+
+def leaves_receipt(config: GateConfig) -> bool:
+    """Whether this run leaves a receipt: one host, or worker 0 of a slice (whose receipt
+    records every worker's verdicts)."""
+    return config.slice is None or config.slice.writer
+
+
+def ended_without_receipt(config: GateConfig, outcome: GateOutcome) -> int:
+    """A slice's other worker: its verdicts went to worker 0; it fails as they do."""
+    assert config.slice is not None
+    print(f"no receipt from worker {config.slice.worker_id}: worker 0's records the slice")
+    ensure_passed(outcome.results)
+    return 0

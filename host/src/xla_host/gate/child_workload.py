@@ -164,9 +164,15 @@ def _memory(spmd: bool) -> dict[str, Any]:
 
 
 def _runtime_devices() -> list[str]:
+    """The runtime devices this process can address: on a multi-host slice the global
+    list (``_xla_get_all_runtime_devices``) holds other hosts' chips too, which no query
+    of this process reaches. ``_xla_get_runtime_devices`` is the local list torch_xla's
+    own code uses (``torch_xla._internal.tpu``, 2.7-2.9); on one host both are the same."""
     import torch_xla
 
-    return [str(d) for d in torch_xla._XLAC._xla_get_all_runtime_devices()]
+    local = getattr(torch_xla._XLAC, "_xla_get_runtime_devices", None)
+    every = local if local is not None else torch_xla._XLAC._xla_get_all_runtime_devices
+    return [str(d) for d in every()]
 
 
 #: The built-in presets: a file of this directory, loaded like any user's workload file.
@@ -339,12 +345,15 @@ def mode_probe(args: argparse.Namespace) -> dict[str, Any]:
     result["runtime_devices"] = _runtime_devices()
     result["has_runtime_memory_info"] = hasattr(torch_xla._XLAC, "_xla_runtime_memory_info")
     result["tpu_version"] = None
+    result["accelerator_type"] = None
     if result["device_type"] == "TPU":
         try:
             # torch_xla has no public accessor for the chip generation in 2.7-2.9.
             from torch_xla._internal import tpu as tpu_internal
 
             result["tpu_version"] = int(tpu_internal.version())
+            # The slice's type (v6e-32): what a receipt's topology is (xla_host.slice).
+            result["accelerator_type"] = str(tpu_internal.get_tpu_env()["ACCELERATOR_TYPE"])
         except Exception:  # informative only: the HBM table falls back to a wide ceiling
             pass
     if args.workload_file or args.workload_module:
@@ -539,6 +548,8 @@ def _hbm_queries(probe_bytes: int) -> dict[str, Any]:
 
     devices = _runtime_devices()
     result: dict[str, Any] = {"runtime_devices": devices, "device_type": xr.device_type()}
+    # Every host's devices, counted only: the queries go to this process's own.
+    result["global_device_count"] = len(torch_xla._XLAC._xla_get_all_runtime_devices())
     binding = getattr(torch_xla._XLAC, "_xla_runtime_memory_info", None)
     result["has_binding"] = binding is not None
     # What stock torch_xla offers under SPMD, recorded as context for the verdict.

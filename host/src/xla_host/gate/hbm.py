@@ -1,5 +1,9 @@
 """The HBM-query check: under SPMD, ask every physical device for its memory.
 
+Every device this process addresses: on a multi-host slice each worker asks its own
+host's chips (``_xla_get_runtime_devices``), never another host's, which no process but
+that host's can reach; worker 0's receipt merges the workers' verdicts (``xla_host.slice``).
+
 Stock torch_xla can only ask the virtual ``SPMD:0`` device, which the runtime rejects.
 Patch 0002 adds ``torch_xla._XLAC._xla_runtime_memory_info(device_str)`` taking a raw
 runtime device string. One child (``--mode hbm``) enables SPMD, enumerates the runtime
@@ -51,7 +55,9 @@ def judge_hbm(report: dict[str, Any] | None, failure: str | None, target: Target
         return failed(NAME, f"the HBM queries did not finish: {failure}")
     devices: list[str] = list(report.get("runtime_devices", []))
     figures: dict[str, Any] = {
+        # The devices this worker addresses (on a multi-host slice: its host's chips only).
         "runtime_devices": devices,
+        "global_device_count": report.get("global_device_count"),
         "stock_memory_info_under_spmd": report.get("stock_memory_info_under_spmd"),
     }
     if not report.get("has_binding"):

@@ -50,7 +50,7 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -62,6 +62,7 @@ from xla_host.gate.children import ChildResult, finish_child, run_child, runtime
 from xla_host.gate.errors import GateEnvironmentError
 from xla_host.gate.result import CheckResult
 from xla_host.gate.target import Target
+from xla_host.slice import WRITER_LEASE
 
 NAME = "restart"
 SPMD_NAME = "spmd-restart"
@@ -75,6 +76,9 @@ SPMD_CPU_DEVICES = 4
 DEFAULT_BASELINES_DIR = Path("build") / "baselines" / "restart"
 
 Snapshot = dict[str, tuple[int, int]]
+Join = Callable[[str, bool, str, Mapping[str, Any]], Mapping[int, Mapping[str, Any]]]
+#: What a slice's writer tells the readers of its cold run (its rows' keys the verdict uses).
+_REFERENCE_KEYS = ("name", "ok", "misses", "xla_compiles", "sync_cpu_s", "ready_s", "import_s")
 
 
 @dataclass
@@ -113,6 +117,13 @@ class RestartConfig:
     #: SPMD only: the first cold run also makes the HBM check's queries with a tensor of
     #: this size, after its counters are read (``hbm.judge_shared_run``).
     hbm_probe_bytes: int | None = None
+    #: ``writer`` or ``reader`` of the cache directory: a reader (a slice's worker other
+    #: than 0, or a job that found the writer lease held) runs every child read-only.
+    cache_role: str = "writer"
+    #: A slice's barrier (``xla_host.slice.Slice.join``): every worker starts each phase
+    #: (cold, warm, read-only) together; called with the phase, whether this worker can go
+    #: on, why not, and what it tells the others; returns what each worker told, by number.
+    join: Join | None = None
 
 
 def spmd_config(config: RestartConfig) -> RestartConfig:
@@ -136,12 +147,13 @@ def hang_bound_s(cold_wall_s: float, config: RestartConfig) -> float:
 
 
 def snapshot(directory: Path) -> Snapshot:
-    """Every file under ``directory`` with its size and mtime: what "wrote nothing" means."""
+    """Every file under ``directory`` with its size and mtime: what "wrote nothing" means.
+    The writer lease is not the cache's: its holder refreshes it while others read."""
     entries: Snapshot = {}
     if not directory.is_dir():
         return entries
     for path in sorted(directory.rglob("*")):
-        if path.is_file():
+        if path.is_file() and path.name != WRITER_LEASE:
             stat = path.stat()
             entries[str(path.relative_to(directory))] = (stat.st_size, stat.st_mtime_ns)
     return entries
@@ -263,8 +275,14 @@ def judge_restart(
     reader_changes: list[str] | None,
     config: RestartConfig,
     baseline: dict[str, Any] | None,
+    *,
+    reference_cold: list[dict[str, Any]] | None = None,
 ) -> CheckResult:
-    """The verdict from the rows of ``summarize`` and the cache directory snapshots."""
+    """The verdict from the rows of ``summarize`` and the cache directory snapshots.
+
+    ``reference_cold``: on a slice's reader, the writer's cold run, which the loaders'
+    hits and CPU time are judged against (the reader's own cold run still has to finish
+    and give the same losses)."""
     reasons: list[str] = []
     notes: list[str] = []
     loaders = [*warm, *([reader] if reader else [])]
@@ -276,7 +294,10 @@ def judge_restart(
         reasons.append("the cold run wrote no cache entry to the cache directory")
     else:
         notes.append(f"cold run wrote {len(after_cold)} cache file(s)")
-    expected = max(row["misses"] for row in cold)
+    reference = reference_cold or cold
+    if reference_cold:
+        notes.append("judged against the writer's (worker 0's) cold run")
+    expected = max(row["misses"] for row in reference)
     if expected == 0:
         reasons.append("the cold run had no persistent-cache misses: nothing was compiled to cache")
 
@@ -326,7 +347,7 @@ def judge_restart(
         ratio = warm_ready / cold_ready if cold_ready > 0 else float("inf")
         # Reported only: wall time is what a user waits, but load stretches it.
         figures.update({"warm_ready_s": round(warm_ready, 4), "warm_cold_ratio": round(ratio, 3)})
-        reasons += _cpu_time_rule(cold, [row for row in warm if row["ok"]], config, figures)
+        reasons += _cpu_time_rule(reference, [row for row in warm if row["ok"]], config, figures)
         if baseline is not None:
             limit = float(baseline["warm_ready_s"]) * (1 + config.baseline_tolerance)
             figures.update(
@@ -442,6 +463,14 @@ def _prepare_cache_dir(config: RestartConfig, scratch: Path) -> Path:
         cache.mkdir(parents=True)
         return cache
     cache = config.cache_dir
+    if config.cache_role == "reader":
+        # A reader writes nothing there, not even a probe; the writer made it empty.
+        if not cache.is_dir():
+            raise GateEnvironmentError(
+                f"cache directory {cache} does not exist on this reader",
+                fix="pass the shared cache directory the writer (worker 0) uses",
+            )
+        return cache
     try:
         cache.mkdir(parents=True, exist_ok=True)
         probe = Path(tempfile.mkstemp(prefix=".gate-write-probe-", dir=cache)[1])
@@ -451,7 +480,7 @@ def _prepare_cache_dir(config: RestartConfig, scratch: Path) -> Path:
             f"cache directory {cache} is not writable: {error}",
             fix="pass a writable --cache-dir (or none: the gate uses its own temporary one)",
         ) from error
-    if any(cache.iterdir()):
+    if any(p.name != WRITER_LEASE for p in cache.iterdir()):
         raise GateEnvironmentError(
             f"cache directory {cache} is not empty: a cold run needs an empty cache",
             fix="pass an empty --cache-dir",
@@ -468,12 +497,27 @@ def run_restart_check(
     created in ``scratch``, the caller's own temporary directory, unless one is configured.
     """
     began = time.monotonic()
-    cache = _prepare_cache_dir(config, scratch)
+
+    def join(
+        phase: str, ok: bool = True, reason: str = "", told: Mapping[str, Any] | None = None
+    ) -> Mapping[int, Mapping[str, Any]]:
+        if config.join is None:
+            return {}
+        return config.join(f"{config.name}:{phase}", ok, reason, told or {})
+
+    reader = config.cache_role == "reader"
+    # The writer makes the directory empty before the slice starts; a reader looks after.
+    cache = _prepare_cache_dir(config, scratch) if not reader else None
+    join("cold")
+    cache = cache or _prepare_cache_dir(config, scratch)
     runs = runs_dir / config.name
-    env = runtime_env(target.device, cache_dir=cache, cpu_devices=config.cpu_devices)
+    env = runtime_env(
+        target.device, cache_dir=cache, read_only=reader, cpu_devices=config.cpu_devices
+    )
     title = config.name
     train = _train_args(config)
-    with log.section(f"{title}: cold run ({config.writers} writer(s)), {config.workload} workload"):
+    who = "a reader of the writer's cache" if reader else f"{config.writers} writer(s)"
+    with log.section(f"{title}: cold run ({who}), {config.workload} workload"):
         writer_args = [train] * config.writers
         if config.hbm_probe_bytes is not None:
             writer_args[0] = [*train, "--probe-bytes", str(config.hbm_probe_bytes)]
@@ -485,16 +529,30 @@ def run_restart_check(
             summarize(finish_child(s, f"cold-{i + 1}", config.child_timeout_s))
             for i, s in enumerate(started)
         ]
-    workloads.refuse_unjudgeable(config.workload.name, cold)
+    try:
+        workloads.refuse_unjudgeable(config.workload.name, cold)
+    except GateEnvironmentError:
+        # The other workers of a slice stop at the next phase with this worker's reason.
+        join("warm", False, "its workload cannot be judged")
+        raise
+    cold_ok = all(row["ok"] for row in cold)
+    # In a slice the writer's cold run may still be writing when a reader's ends: the
+    # warm phase starts (and the cache is looked at) when every worker's cold run is done.
+    # The writer tells the readers about its cold run: a reader's own "cold" run started
+    # with the writer's and may have found entries the writer had just written (a reader
+    # never has a clean cold start), so a reader is judged against the writer's cold run.
+    told = {"cold": [{k: r[k] for k in _REFERENCE_KEYS if k in r} for r in cold]}
+    heard = join("warm", cold_ok, "its cold run failed", told if not reader else None)
+    writer_cold = [dict(r) for r in heard.get(0, {}).get("cold", [])] if reader else None
     after_cold = snapshot(cache)
     if config.keep_cold_cache is not None:
-        shutil.copytree(cache, config.keep_cold_cache)
+        shutil.copytree(cache, config.keep_cold_cache, ignore=shutil.ignore_patterns(WRITER_LEASE))
     if config.after_cold is not None:
         config.after_cold(cache)
     warm: list[dict[str, Any]] = []
-    reader: dict[str, Any] | None = None
+    read_only: dict[str, Any] | None = None
     changes: list[str] | None = None
-    if all(row["ok"] for row in cold):
+    if cold_ok:
         cold_wall = max(row["wall_s"] for row in cold)
         bound = hang_bound_s(cold_wall, config)
         margin = config.hang_margin_s
@@ -524,18 +582,25 @@ def run_restart_check(
             if warm[-1].get("timed_out"):
                 log.info(f"{title}: warm-{i + 1} hung; no further loader is started")
                 break
-        if config.read_only_check and not any(row.get("timed_out") for row in warm):
+        hung = any(row.get("timed_out") for row in warm)
+        if config.read_only_check:
+            join("read-only", not hung, "a warm run hung")
+        if config.read_only_check and not hung:
             before = snapshot(cache)
             reader_env = runtime_env(
                 target.device, cache_dir=cache, read_only=True, cpu_devices=config.cpu_devices
             )
             with log.section(f"{title}: read-only reader"):
-                reader = loader("read-only", reader_env)
+                read_only = loader("read-only", reader_env)
             changes = diff_snapshots(before, snapshot(cache))
     path = baseline_path(config.baselines_dir, target, config.workload.name)
     baseline = None if config.record_baseline else load_baseline(path)
-    result = judge_restart(cold, warm, reader, after_cold, changes, config, baseline)
-    result.runs = [*cold, *warm, *([reader] if reader else [])]
+    result = judge_restart(
+        cold, warm, read_only, after_cold, changes, config, baseline, reference_cold=writer_cold
+    )
+    result.runs = [*cold, *warm, *([read_only] if read_only else [])]
+    if config.join is not None or reader:
+        result.figures["cache_role"] = config.cache_role
     result.figures.update(recalibration.restart_figures(cold, warm))
     result.notes += recalibration.notes(result.figures)
     result.figures["baseline_file"] = str(path)

@@ -8,14 +8,17 @@ like the whole gate (``tests/test_layers.py``).
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+import socket
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from xla_host import log
+from xla_host import slice as slices
 from xla_host.gate import cachekeys, canary, hbm, restart, under_profile, upstream_tests
 from xla_host.gate.children import run_in_parallel
 from xla_host.gate.errors import GateEnvironmentError
@@ -54,6 +57,8 @@ class GateConfig:
     profile: under_profile.GateProfile | None
     settings: Mapping[str, Any]
     """The run's settings as report.json records them."""
+    slice: slices.SliceSpec | None = None
+    """This worker of a multi-host slice (None: one host, no slice)."""
 
     @property
     def runs_dir(self) -> Path:
@@ -69,6 +74,8 @@ class GateOutcome:
     results: list[CheckResult]
     json_path: Path
     junit_path: Path
+    slice_record: dict[str, Any] | None = None
+    """Worker 0 of a slice: the receipt's record of it (``slices.merge_slice``)."""
 
 
 def side_by_side(config: GateConfig, target: Target) -> bool:
@@ -102,8 +109,16 @@ def run_gate(config: GateConfig) -> GateOutcome:
         settings["launch_profile"] = config.profile.record()
     scratch = Path(tempfile.mkdtemp(prefix="xla-gate-"))
     try:
-        with under_profile.children_launched_under(config.profile):
-            return _run(config, settings, scratch)
+        with under_profile.children_launched_under(config.profile), _roles(config) as roles:
+            member, role = roles
+            if member is None:
+                return _run(config, settings, scratch, role, None)
+            try:
+                return _run(config, settings, scratch, role, member)
+            except BaseException as error:
+                # The other workers wait for this one at the next phase: tell them.
+                member.abort(getattr(error, "message", None) or type(error).__name__)
+                raise
     finally:
         if config.keep_cache:
             log.info(f"kept the gate's scratch directory {scratch}")
@@ -111,8 +126,43 @@ def run_gate(config: GateConfig) -> GateOutcome:
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _run(config: GateConfig, settings: dict[str, Any], scratch: Path) -> GateOutcome:
+@contextlib.contextmanager
+def _roles(config: GateConfig) -> Iterator[tuple[slices.Slice | None, str]]:
+    """This run's place in its slice (if any) and its cache role: a slice's worker 0, or a
+    single host with a given cache directory, claims the directory's writer lease; held by
+    another job, the run goes on read-only, as any worker but 0 does."""
+    spec = config.slice
+    with contextlib.ExitStack() as stack:
+        lease = None
+        cache = config.xla_cache_dir
+        if cache is not None and (spec is None or spec.writer):
+            try:
+                cache.mkdir(parents=True, exist_ok=True)
+                lease = stack.enter_context(slices.writer_lease(cache, f"gate {config.out_dir}"))
+            except OSError as error:
+                raise GateEnvironmentError(
+                    f"cache directory {cache} is not writable: {error}",
+                    fix="pass a writable --xla-cache-dir (or none: the gate uses its own "
+                    "temporary one)",
+                ) from error
+        role = slices.judged_role(spec, lease)
+        member = None
+        if spec is not None and spec.workers > 1:
+            member = stack.enter_context(slices.running(spec))
+        yield member, role
+
+
+def _run(
+    config: GateConfig,
+    settings: dict[str, Any],
+    scratch: Path,
+    role: str,
+    member: slices.Slice | None,
+) -> GateOutcome:
     checks, runs_dir, timeout_s = config.checks, config.runs_dir, config.child_timeout_s
+    if config.slice is not None:
+        spec = config.slice
+        settings["slice"] = {"worker": spec.worker_id, "workers": spec.workers, "role": role}
     try:
         python = config.python() if callable(config.python) else config.python
         target = resolve_target(
@@ -131,7 +181,8 @@ def _run(config: GateConfig, settings: dict[str, Any], scratch: Path) -> GateOut
     # The restart check's cold and first warm run serve the cache checks too when they
     # are the same runs (one single-device writer): two children fewer.
     share_cold = bool(cache_checks) and "restart" in checks and not config.spmd
-    share_cold = share_cold and config.writers == 1
+    # Not on a slice's reader: its cold run is read-only, the cache it finds is the writer's.
+    share_cold = share_cold and config.writers == 1 and role == "writer"
     kept = scratch / "restart-cold-cache"
     # The HBM queries need an SPMD runtime on every device: the SPMD restart check's
     # first cold run makes them after its steps, one child fewer.
@@ -149,6 +200,8 @@ def _run(config: GateConfig, settings: dict[str, Any], scratch: Path) -> GateOut
             cache_dir=config.xla_cache_dir,
             baselines_dir=config.baselines_dir,
             record_baseline=config.record_baseline,
+            cache_role=role,
+            join=_joiner(member),
         )
         if check == restart.SPMD_NAME:
             restart_config = restart.spmd_config(restart_config)
@@ -213,5 +266,60 @@ def _run(config: GateConfig, settings: dict[str, Any], scratch: Path) -> GateOut
                 prepared=upstream,
             )
         )
+    record = None
+    if config.slice is not None:
+        record = _merge_slice(config.slice, member, target, results)
+        if record is not None:
+            reasons = slices.slice_verdicts(record)
+            figures = {k: v for k, v in record.items() if k != "workers"}
+            note = (
+                f"{record['hosts']} worker(s) on topology {record['topology']}: every worker's "
+                "checks passed"
+            )
+            notes = [] if reasons else [note]
+            results.append(CheckResult(SLICE_NAME, not reasons, reasons, notes, figures))
     json_path, junit_path = write_reports(config.out_dir, target, results, settings=settings)
-    return GateOutcome(target, results, json_path, junit_path)
+    return GateOutcome(target, results, json_path, junit_path, record)
+
+
+#: The row worker 0 adds: the other workers' verdicts (the slice passes when all do).
+SLICE_NAME = "slice"
+
+
+def _joiner(member: slices.Slice | None) -> restart.Join | None:
+    if member is None:
+        return None
+
+    def join(
+        phase: str, ok: bool, reason: str, told: Mapping[str, Any]
+    ) -> Mapping[int, Mapping[str, Any]]:
+        arrivals = member.join(phase, ok=ok, reason=reason, payload=told)
+        return {worker: arrival.payload for worker, arrival in arrivals.items()}
+
+    return join
+
+
+def _merge_slice(
+    spec: slices.SliceSpec,
+    member: slices.Slice | None,
+    target: Target,
+    results: list[CheckResult],
+) -> dict[str, Any] | None:
+    """Every worker posts its verdicts and addressable devices; worker 0 merges them into
+    the receipt's record of the slice (the others return None)."""
+    payload = {
+        "addressable_devices": list(target.runtime_devices),
+        "checks": [{"name": r.name, "passed": r.passed, "reasons": r.reasons} for r in results],
+    }
+    if member is None:
+        me = slices.Arrival(spec.worker_id, socket.gethostname(), 0, True, "", payload)
+        arrivals = {spec.worker_id: me}
+    else:
+        arrivals = member.join("results", payload=payload)
+        member.finish()
+    if not spec.writer:
+        log.info(f"slice: worker {spec.worker_id} posted its verdicts; worker 0 records them")
+        return None
+    if spec.accelerator_type is None and target.accelerator_type:
+        spec = replace(spec, accelerator_type=target.accelerator_type)
+    return slices.merge_slice(spec, target.device, arrivals)

@@ -33,6 +33,9 @@ class Target:
     workload: Mapping[str, Any] | None = None
     """The workload as the probe loaded it: name, reference, source, sha256, params
     (None: the probe was given no workload)."""
+    accelerator_type: str | None = None
+    """The TPU slice's type (``v6e-32``) from the TPU environment (metadata server or
+    TPU_ACCELERATOR_TYPE) as torch_xla reads it; None off TPU or when unreadable."""
 
     @property
     def label(self) -> str:
@@ -122,4 +125,5 @@ def resolve_target(
         has_runtime_memory_info=bool(report.get("has_runtime_memory_info")),
         tpu_version=report.get("tpu_version"),
         workload=report.get("workload"),
+        accelerator_type=report.get("accelerator_type"),
     )
