@@ -84,7 +84,8 @@ def cmd_requirements(args: argparse.Namespace) -> int:
     options = pipeline_options(args, os.environ)
     bundle = args.loaded_bundle  # loaded once, at the CLI edge (cli/bundle_lock.py)
     directory = _dist(options, args)
-    wheels = locked_wheels(read_lock(options.lock_path), bundle.name, directory)
+    lock = read_lock(options.lock_path)  # parsed once for the whole command
+    wheels = locked_wheels(lock, bundle.name, directory)
     platforms = args.platform or requirements.host_platforms()
     output = args.output or directory / requirements.REQUIREMENTS_NAME
     # A runtime resolution is recorded in wheels.lock only together with the file made
@@ -92,6 +93,7 @@ def cmd_requirements(args: argparse.Namespace) -> int:
     with written_on_success():
         runtime = requirements.runtime_records(
             options.lock_path,
+            lock,
             bundle,
             wheels,
             platforms,
@@ -171,7 +173,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             doctor.role_of(role, launch_env)[0],  # the one rule for a host's role
             source,
         )
-    add_lane_findings(report, options.root, args.lane, bundle.name)
+    add_lane_findings(report, options.root, lock, args.lane, bundle.name)
     _add_signature_findings(report, options, args, lock.bundles.get(bundle.name))
     print(report.render())
     doctor.ensure_healthy(report)

@@ -181,6 +181,7 @@ def cmd_lane_requirements(args: argparse.Namespace) -> int:
                 wheels = locked_wheels(locked, bundle.name, dist)
                 runtime = requirements.runtime_records(
                     options.lock_path,
+                    locked,
                     bundle,
                     wheels,
                     args.platform or requirements.host_platforms(),

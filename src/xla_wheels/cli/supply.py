@@ -31,10 +31,9 @@ def cmd_attest(args: argparse.Namespace) -> int:
             'docs/supply-chain.md "Signed attestations" says how the team makes one',
         )
     signer = attest.load_signer(settings.signing_key)
-    entry = read_lock(options.lock_path).entry(bundle.name)
     dist = BundleLayout.of(options, bundle.name).dist
     written = attest.attest_bundle(
-        options.lock_path, bundle, entry, dist, signer, settings.builder_id
+        read_lock(options.lock_path), bundle, dist, signer, settings.builder_id
     )
     for path in written:
         print(f"signed     {path}")
