@@ -307,12 +307,13 @@ SETTINGS: tuple[Setting, ...] = (
            Per("doctor", "the training environment's python", default_text="python3 on PATH"),
            Per("abi-check", "python of an installed environment"),
        )),
-    _s("publish", "writer (the one process per cache directory that writes it) or reader "
-       "(every other worker: the cache read-only)", flag="--role", make="ROLE",
+    _s("publish", "writer or reader of a shared cache", flag="--role", make="ROLE",
        env="XLA_WHEELS_ROLE", choices=("writer", "reader"), commands=("doctor", "launch-env"),
        default_text="from TPU_WORKER_ID (worker 0 writes)",
        # launch-env's own check names the make variable and both roles in its fix.
-       per_command=(Per("launch-env", default_text="none: required", choices=()),)),
+       per_command=(Per("launch-env", "writer (the one process per cache directory that "
+                        "writes it) or reader (every other worker: the cache read-only)",
+                        default_text="none: required", choices=()),)),
     _s("publish", "judge this compilation cache path", flag="--cache-path", make="CACHE_PATH",
        commands=("doctor",), default_text="XLA_PERSISTENT_CACHE_PATH of the host"),
     _s("publish", "a launch profile of the bundle", flag="--profile", make="PROFILE",
@@ -355,7 +356,7 @@ SETTINGS: tuple[Setting, ...] = (
     _s("lanes", "the bundle the lane served before and returns to", flag="--to", make="TO",
        commands=("rollback",)),
     _s("lanes", "why (kept in lanes.lock's history with who and when)", flag="--reason",
-       make="REASON", commands=("rollback",), default_text="(required)"),
+       make="REASON", commands=("rollback",), default_text="none: required"),
     _s("lanes", "resolve the runtime closure now (as `requirements` does) instead of reading "
        "it from wheels.lock", flag="--resolve", kind="switch", commands=("lane-requirements",),
        default_text="off"),
