@@ -253,13 +253,18 @@ def cached_stock_wheel(version: str, python_version: str) -> Path:
 
 def host_venv(tmp_path: Path, wheels: list[Path]) -> Path:
     """The Python of a fresh venv standing for a training host, with ``wheels`` installed
-    from the files alone (no index, no dependencies)."""
+    from the files alone (no index, no dependencies).
+
+    The venv gets no pip of its own: ensurepip costs seconds per venv (10 s on a busy
+    2-core machine), and the suite's pip installs into it with ``--python``."""
     venv = tmp_path / "host"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300
+    )
     python = venv / "bin" / "python"
     subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
-         *map(str, wheels)],
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
+         "--disable-pip-version-check", "--no-deps", "--no-index", *map(str, wheels)],
         check=True, timeout=300,
     )  # fmt: skip
     return python

@@ -208,3 +208,11 @@ def test_static_index_installs_with_hashes(project: Path, tmp_path: Path) -> Non
     assert verified.exit_code == 0, verified.output
     assert simple.as_uri() in verified.stdout
     assert "imported from the fresh venv" in verified.stdout
+    # The venv's pip is the one `python -m venv` would install (the interpreter's bundled
+    # wheel), run from its wheel rather than installed by ensurepip at every run.
+    import ensurepip
+
+    assert f"pip-{ensurepip.version()}-py3-none-any.whl/pip install" in verified.output
+    venv = project / "out" / BUNDLE / "verify-install" / "venv"
+    assert (venv / "bin" / "python").exists()
+    assert not list(venv.glob("lib/*/site-packages/pip"))

@@ -207,3 +207,20 @@ def test_a_step_whose_failure_has_its_own_error_raises_that_error_made_from_the_
     assert caught.value.exit_code == 2
     # A command that succeeds never calls it.
     assert runner.run([sys.executable, "-c", "pass"], echo="none", error=refused).returncode == 0
+
+
+def test_a_failed_git_command_raises_git_error_or_the_callers_own(tmp_path: Path) -> None:
+    """run_git lets the runner raise: git's stderr whole in a GitError, a step's own error
+    when it gives one, the result only when asked not to check."""
+    from xla_host.errors import GitError
+    from xla_wheels.gitutil import compose, run_git
+
+    missing = compose(["rev-parse", "--verify", "no-such-ref"], cwd=tmp_path)
+    with pytest.raises(GitError) as caught:
+        run_git(missing)
+    assert "git rev-parse --verify no-such-ref failed (exit" in caught.value.message
+    assert "not a git repository" in caught.value.message  # git's own stderr
+    with pytest.raises(PipelineError) as own:
+        run_git(missing, error=lambda result: PipelineError(f"own {result.returncode}", fix="x"))
+    assert own.value.message.startswith("own ") and not isinstance(own.value, GitError)
+    assert run_git(missing, check=False).returncode != 0

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.clirunner import CliResult, run_cli
-from tests.publish_support import IndexServer, index_server  # noqa: F401 - fixture
+from tests.publish_support import IndexServer, host_venv, index_server  # noqa: F401 - fixture
 from tests.synthetic_upstream import Synthetic, cli_args, make_patch
 from xla_host.filemode import file_sha256
 from xla_host.wheel_filename import parse_wheel_name
@@ -89,15 +89,9 @@ def test_bundles_sharing_inputs_verify_doctor_and_publish_side_by_side(
         assert verified.exit_code == 0, verified.output
         assert "provenance" in verified.stdout and "matches wheels.lock" in verified.stdout
 
-    host = tmp_path / "host"
-    subprocess.run([sys.executable, "-m", "venv", str(host)], check=True, timeout=300)
-    python = host / "bin" / "python"
-    wheels = [str(w) for w in sorted((syn.root / "dist" / "syn").glob("*.whl"))]
-    subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", *wheels],
-        check=True, timeout=300,
-    )  # fmt: skip
-    [xla_wheel] = [Path(w).name for w in wheels if Path(w).name.startswith("torch_xla-")]
+    wheels = sorted((syn.root / "dist" / "syn").glob("*.whl"))
+    python = host_venv(tmp_path, wheels)
+    [xla_wheel] = [w.name for w in wheels if w.name.startswith("torch_xla-")]
     xla_version = parse_wheel_name(xla_wheel).version
     for bundle in ("syn", "syn-next"):
         # The runtime contract: a cache directory that names the build it holds executables of.

@@ -45,7 +45,7 @@ from xla_host.wheel_filename import parse_wheel_name
 from xla_wheels import sbom, wheel_stamp
 from xla_wheels.bundle import Bundle
 from xla_wheels.settings_table import by_flag
-from xla_wheels.wheels_lock import BundleEntry, WheelRecord, read_lock
+from xla_wheels.wheels_lock import BundleEntry, Lock, WheelRecord
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
@@ -243,16 +243,16 @@ def check_signed(
 
 
 def attest_bundle(
-    lock_path: Path, bundle: Bundle, entry: BundleEntry, dist: Path, signer: CryptoSigner,
-    builder_id: str,
-) -> list[Path]:  # fmt: skip
-    """Sign every locked wheel of ``bundle`` found in ``dist`` (checked by sha256); the
+    lock: Lock, bundle: Bundle, dist: Path, signer: CryptoSigner, builder_id: str
+) -> list[Path]:
+    """Sign every wheel ``lock`` records for ``bundle`` found in ``dist`` (checked by sha256); the
     envelopes are written next to the wheels, all or none (a full disk half way leaves
     every envelope as it was). Returns their paths."""
     from xla_host.filemode import write_all
     from xla_wheels.publish.wheels import locked_wheels
 
-    wheels = locked_wheels(read_lock(lock_path), bundle.name, dist)
+    entry = lock.entry(bundle.name)
+    wheels = locked_wheels(lock, bundle.name, dist)
     torch_xla = next((w for w in wheels if w.name.normalized == "torch-xla"), None)
     if torch_xla is None:
         raise AttestationError(

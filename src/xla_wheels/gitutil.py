@@ -8,12 +8,12 @@ worktrees, apply), so nothing here reimplements or mocks it. Every failure becom
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
 from xla_host import runner
-from xla_host.errors import GitError
+from xla_host.errors import GitError, PipelineError
 from xla_host.redact import mask_url_credentials
 from xla_wheels.plan import PlannedCommand
 
@@ -54,8 +54,12 @@ def run_git(
     echo: bool = False,
     input_text: str | None = None,
     timeout: float | None = None,
+    error: Callable[[subprocess.CompletedProcess[str]], PipelineError] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Execute one composed ``git ...`` command: its argv, cwd and env, plus :data:`RUN_OPTIONS`.
+
+    A failure raises :class:`GitError` with git's own stderr whole, or what ``error``
+    makes of the result (a step with an error of its own), unless ``check`` is False.
 
     ``timeout`` (seconds) raises :class:`runner.StepTimedOut`, for callers that must
     answer quickly whatever the network does (preflight) or bound a whole fetch; git's
@@ -65,7 +69,7 @@ def run_git(
     if not command.argv or command.argv[0] != "git":
         raise ValueError(f"not a git command: {command.argv!r}")
     streaming = PROGRESS_FLAG in command.argv and input_text is None
-    process = runner.run(
+    return runner.run(
         ["git", *RUN_OPTIONS, *command.argv[1:]],
         shown_argv=command.argv,
         shown_env=command.env,
@@ -76,17 +80,19 @@ def run_git(
         output="stream-stderr" if streaming else "capture",
         input_text=input_text,
         timeout=timeout,
-        check=False,  # a failure is a GitError, with git's own stderr whole
+        check=check,
+        error=error or (lambda failed: _git_error(command, failed)),
     )
-    if check and process.returncode != 0:
-        raise GitError(
-            mask_url_credentials(
-                f"{' '.join(command.argv)} failed (exit {process.returncode})"
-                + (f" in {command.cwd}" if command.cwd else "")
-                + f": {process.stderr.strip() or process.stdout.strip()}"
-            )
+
+
+def _git_error(command: PlannedCommand, process: subprocess.CompletedProcess[str]) -> GitError:
+    return GitError(
+        mask_url_credentials(
+            f"{' '.join(command.argv)} failed (exit {process.returncode})"
+            + (f" in {command.cwd}" if command.cwd else "")
+            + f": {process.stderr.strip() or process.stdout.strip()}"
         )
-    return process
+    )
 
 
 #: git's own progress meter, asked for by a fetch on a terminal (``progress.on_terminal``).

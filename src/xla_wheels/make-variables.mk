@@ -8,7 +8,7 @@
 # it refuses a value.
 MAKE_VARIABLES := MIRROR=--mirror NET_TIMEOUT=--net-timeout NET_RETRIES=--net-retries BUNDLE=--bundle DRY_RUN=--dry-run A= \
   B= BUILD_MODE=--mode ENGINE=--engine BUILDER_IMAGE=--image JOBS=--jobs HOST_PYTHON=--host-python \
-  KEEP_RECORDED=--keep-recorded BUILD_TAG=--build-tag BUILD_ARGS= SOURCE_DATE_EPOCH= BAZEL_REMOTE_TIMEOUT=--bazel-remote-timeout TORCH_XLA_SRC=--source \
+  KEEP_RECORDED=--keep-recorded BUILD_TAG=--build-tag BUILD_ARGS=--build-arg SOURCE_DATE_EPOCH= BAZEL_REMOTE_TIMEOUT=--bazel-remote-timeout TORCH_XLA_SRC=--source \
   COMPONENT=--component FORCE=--force ONTO=--onto CONTINUE=--continue INDEX_URL=--index-url UPLOAD_URL=--upload-url \
   NO_DEPS=--no-deps DEPS_FROM=--deps-from PYTHON=--python ROLE=--role CACHE_PATH=--cache-path PROFILE=--profile \
   ENV_FILE=--env-file OUT=--out REFRESH=--refresh LANE=--lane TO=--to REASON=--reason \

@@ -464,12 +464,14 @@ def apply_series(
 
 
 def _run(command: PlannedCommand, what: str) -> None:
-    result = run_git(command, check=False, echo=True)
-    if result.returncode != 0:
-        raise PatchError(
+    run_git(
+        command,
+        echo=True,
+        error=lambda result: PatchError(
             f"{what}: {result.stderr.strip() or result.stdout.strip()}",
             fix="see git's message above",
-        )
+        ),
+    )
 
 
 SeriesTreeCheck = Callable[[Path, Mapping[str, str]], None]

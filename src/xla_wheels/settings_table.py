@@ -33,7 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-Kind = Literal["text", "path", "directory", "switch", "count", "amount", "words"]
+Kind = Literal["text", "path", "directory", "switch", "count", "amount", "words", "repeated"]
+"""``words``: a make variable split into several flags; ``repeated``: a flag given again
+for each value."""
 
 #: What each group is for, in the order ``make help`` and the settings table show them.
 GROUPS: dict[str, str] = {
@@ -51,6 +53,21 @@ GROUPS: dict[str, str] = {
     "abi": "the ABI check",
     "development": "make's own tooling: the venv, the tests, the demo",
 }
+
+
+@dataclass(frozen=True)
+class Per:
+    """How one subcommand takes a setting whose meaning or default is its own (``--lane``
+    of promote is the target lane, ``preferred`` unless given)."""
+
+    command: str
+    help: str = ""
+    """What it is for this subcommand; empty: the row's."""
+    default: str | None = None
+    """The value argparse gives when the flag is absent."""
+    default_text: str = ""
+    choices: tuple[str, ...] | None = None
+    """The values it may take here; None: the row's."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +98,14 @@ class Setting:
     """A credential: never a flag or make variable, never printed."""
     choices: tuple[str, ...] = ()
     """The values it may take, where they are a few words."""
+    per_command: tuple[Per, ...] = ()
+    """The subcommands that give it a help or default of their own."""
+    dest: str | None = None
+    """The attribute the parsed value goes to, where it is not the flag's name."""
+    metavar: str | None = None
+
+    def per(self, command: str | None) -> Per | None:
+        return next((p for p in self.per_command if p.command == command), None)
 
     @property
     def shown_default(self) -> str:
@@ -90,10 +115,15 @@ class Setting:
             return f"{self.default:g}"
         return self.default or "none"
 
-    def help_with_default(self) -> str:
-        """The ``--help`` text: what it is, then where its default comes from."""
+    def help_with_default(self, command: str | None = None) -> str:
+        """The ``--help`` text (of ``command``): what it is, then where its default comes
+        from."""
         source = f"${self.env} or " if self.env else ""
-        return f"{self.help} (default: {source}{self.shown_default})"
+        per = self.per(command)
+        if per is None:
+            return f"{self.help} (default: {source}{self.shown_default})"
+        shown = per.default_text or per.default or "none"
+        return f"{per.help or self.help} (default: {source}{shown})"
 
 
 def _s(group: str, help: str, **fields: object) -> Setting:
@@ -103,6 +133,9 @@ def _s(group: str, help: str, **fields: object) -> Setting:
 #: The longest waits and most retries a user may ask for: more is a typo, and would look
 #: like a hang.
 DAY_S = 86400.0
+
+#: The subcommands that take the build stage's flags (cli.stages.add_build_arguments).
+BUILDING = ("wheels", "rebuild-check", "builder-image")
 
 # The rows. Order: as make help and the settings table show them, group by group.
 SETTINGS: tuple[Setting, ...] = (
@@ -142,47 +175,73 @@ SETTINGS: tuple[Setting, ...] = (
     # --- build --------------------------------------------------------------------------
     _s("build", "where the recipes run: in the builder image, or on this host", flag="--mode",
        make="BUILD_MODE", env="XLA_WHEELS_MODE", choices=("container", "host"),
-       commands=("wheels", "rebuild-check"), default="container"),
+       commands=BUILDING, default="container"),
     _s("build", "container engine", flag="--engine", make="ENGINE", env="XLA_WHEELS_ENGINE",
        choices=("docker", "podman", "buildah"),
-       commands=("wheels", "rebuild-check", "builder-image", "runtime-image"), default="docker"),
+       commands=(*BUILDING, "runtime-image"), default="docker"),
     _s("build", "builder image", flag="--image", make="BUILDER_IMAGE", env="XLA_WHEELS_IMAGE",
-       commands=("wheels", "rebuild-check", "builder-image"),
+       commands=BUILDING,
        default="localhost/xla-wheels-builder:latest"),
     _s("build", "compile jobs", flag="--jobs", make="JOBS", env="XLA_WHEELS_JOBS", kind="count",
-       low=1, high=4096, commands=("wheels", "rebuild-check"),
+       low=1, high=4096, commands=BUILDING,
        default_text="the number of cores"),
     _s("build", "interpreter for --mode host", flag="--host-python", make="HOST_PYTHON",
-       env="XLA_WHEELS_HOST_PYTHON", commands=("wheels", "rebuild-check"), default="python3"),
+       env="XLA_WHEELS_HOST_PYTHON", commands=BUILDING, default="python3"),
     _s("build", "command run on the staged wheels in a clean environment; placeholders "
        "{python} {wheels} {out} {builder_python} {torch_xla_src}",
-       flag="--ship-check", env="XLA_WHEELS_SHIP_CHECK", commands=("wheels", "rebuild-check"),
+       flag="--ship-check", env="XLA_WHEELS_SHIP_CHECK", commands=BUILDING,
        default_text="the gate's CPU restart, spmd-restart, cache-key and same-numbers checks "
        "and upstream's cache test"),
     _s("build", "when a rebuilt wheel differs from the one wheels.lock records, keep the "
        "recorded file",
        flag="--keep-recorded", make="KEEP_RECORDED", env="XLA_WHEELS_KEEP_RECORDED",
-       kind="switch", commands=("wheels",), default_text="off"),
+       kind="switch", commands=BUILDING, default_text="off"),
     _s("build", "PEP 427 build number for a rebuilt wheel that differs from the recorded one",
-       flag="--build-tag", make="BUILD_TAG", env="XLA_WHEELS_BUILD_TAG", commands=("wheels",),
+       flag="--build-tag", make="BUILD_TAG", env="XLA_WHEELS_BUILD_TAG", commands=BUILDING,
        default_text="none: such a wheel is refused"),
+    _s("build", "interpreter in the image", flag="--container-python",
+       commands=BUILDING, default="python3"),
+    _s("build", "Bazel's disk cache directory", flag="--bazel-disk-cache", kind="path",
+       commands=BUILDING,
+       default_text="bazel-disk in the per-machine cache"),
+    _s("build", "extra pip arguments for build requirements (quoted)", flag="--pip-args",
+       commands=BUILDING, default_text="none"),
+    _s("build", "pip arguments for the ship check's clean environment (quoted)",
+       flag="--ship-pip-args", commands=BUILDING,
+       default_text="--find-links '{wheels}'"),
+    _s("build", "free disk the build needs before it starts", flag="--min-disk-gib",
+       kind="amount", low=0, high=100_000, unit="GiB", default=80.0,
+       commands=BUILDING),
+    _s("build", "memory one compile job needs: the preflight refuses more jobs than fit",
+       flag="--mem-per-job-gib", kind="amount", low=0, high=100_000, unit="GiB", default=4.0,
+       commands=BUILDING),
+    _s("build", "memory the build needs besides its jobs", flag="--mem-base-gib",
+       kind="amount", low=0, high=100_000, unit="GiB", default=4.0,
+       commands=BUILDING),
+    _s("build", "comma-separated tools --mode host needs", flag="--host-tools",
+       commands=BUILDING,
+       default_text="git,patch,bazel,clang,clang++"),
+    _s("build", "compilers of the build, quoted NAME=VALUE pairs", flag="--compiler-env",
+       commands=BUILDING,
+       default_text="CC=clang CXX=clang++"),
     _s("build", "Dockerfile ARGs as NAME=VALUE words, each passed as --build-arg: "
        "BASE_IMAGE, LLVM_APT_BASE, BAZELISK_BASE_URL point the build at mirrors",
-       make="BUILD_ARGS", kind="words", commands=("builder-image",)),
+       flag="--build-arg", make="BUILD_ARGS", kind="words", metavar="NAME=VALUE",
+       commands=("builder-image",), default_text="none"),
     _s("build", "the reproducible-builds timestamp of the wheels, seconds since 1970",
        make="SOURCE_DATE_EPOCH", commands=("wheels", "rebuild-check"),
        default_text="the torch_xla commit's date"),
     # --- remote compile caches ----------------------------------------------------------
     _s("remote-cache", "grpc(s):// or http(s):// URL of the Bazel remote cache",
        flag="--bazel-remote-cache", env="XLA_WHEELS_BAZEL_REMOTE_CACHE",
-       commands=("wheels", "rebuild-check"),
+       commands=BUILDING,
        default_text="build/builders.toml [bazel] remote_cache, else none (local disk cache "
        "only)"),
     _s("remote-cache", "seconds Bazel waits for one call to the remote cache or executor "
        "(Bazel's --remote_timeout): a cache that does not answer costs this much per call",
        flag="--bazel-remote-timeout", make="BAZEL_REMOTE_TIMEOUT",
        env="XLA_WHEELS_BAZEL_REMOTE_TIMEOUT", kind="count", low=1, high=3600, example=10,
-       commands=("wheels", "rebuild-check"), default_text="Bazel's own, 60"),
+       commands=BUILDING, default_text="Bazel's own, 60"),
     _s("remote-cache", "grpc(s):// URL of a Bazel remote executor",
        env="XLA_WHEELS_BAZEL_REMOTE_EXECUTOR",
        default_text="build/builders.toml [bazel] remote_executor, else none"),
@@ -208,17 +267,22 @@ SETTINGS: tuple[Setting, ...] = (
     _s("remote-cache", "the builders file", env="XLA_WHEELS_BUILDERS_CONFIG",
        default_text="<root>/build/builders.toml"),
     # --- patches ------------------------------------------------------------------------
-    _s("patches", "a checkout to check the series against", flag="--source",
-       make="TORCH_XLA_SRC", commands=("patches-check",), default_text="the source cache"),
-    _s("patches", "the component whose series is exported or rebased", flag="--component",
-       make="COMPONENT", commands=("patch-export", "patch-rebase"), default_text="torch_xla"),
-    _s("patches", "overwrite a hand-edited patch file", flag="--force", make="FORCE",
-       kind="switch", commands=("patch-export",), default_text="off"),
+    _s("patches", "git checkout (bare or not) holding the pinned commit, to check the series "
+       "against", flag="--source", kind="path", make="TORCH_XLA_SRC", commands=("patches-check",),
+       default_text="the source cache, fetching if needed"),
+    _s("patches", "the component whose series it is", flag="--component",
+       make="COMPONENT", commands=("patch-export", "patch-rebase", "patches-check"),
+       choices=("torch", "torch_xla", "openxla"), default="torch_xla"),
+    _s("patches", "overwrite patch files edited by hand since the patch stage applied them",
+       flag="--force", make="FORCE", kind="switch", commands=("patch-export",),
+       default_text="off"),
     _s("patches", "the commit to carry the series onto", flag="--onto", make="ONTO",
        commands=("patch-rebase",)),
-    _s("patches", "continue a rebase after a conflict", flag="--continue", make="CONTINUE",
-       kind="switch", commands=("patch-rebase",), default_text="off"),
+    _s("patches", "continue a rebase after resolving a conflict", flag="--continue",
+       make="CONTINUE", kind="switch", commands=("patch-rebase",), default_text="off"),
     # --- publish ------------------------------------------------------------------------
+    _s("publish", "where wheels are", flag="--dist-dir", kind="path",
+       commands=("publish", "requirements", "verify-install"), default_text="<root>/dist"),
     _s("publish", "the index's simple/ URL; credentials: TWINE_USERNAME/TWINE_PASSWORD or "
        "keyring, never in the URL", flag="--index-url", make="INDEX_URL",
        env="XLA_WHEELS_INDEX_URL", commands=("publish", "verify-install"),
@@ -232,34 +296,81 @@ SETTINGS: tuple[Setting, ...] = (
     _s("publish", "python of an environment whose packages (torch) the import may use",
        flag="--deps-from", make="DEPS_FROM",
        env="XLA_WHEELS_DEPS_FROM", commands=("verify-install",)),
+    _s("publish", "fail when the installed torch_xla has no provenance file",
+       flag="--require-provenance", kind="switch", commands=("verify-install",),
+       default_text="off"),
     _s("publish", "the interpreter to install into or check", flag="--python", make="PYTHON",
        commands=("gate", "bench-restart", "verify-install", "doctor", "abi-check"),
-       default_text="per subcommand (see --help)"),
-    _s("publish", "the host's role", flag="--role", make="ROLE", env="XLA_WHEELS_ROLE",
-       commands=("doctor", "launch-env"), default_text="from TPU_WORKER_ID (worker 0 writes)"),
-    _s("publish", "the host's persistent XLA cache", flag="--cache-path", make="CACHE_PATH",
+       default_text="per subcommand (see --help)",
+       per_command=(
+           Per("verify-install", "base interpreter of the venv", default_text="this one"),
+           Per("doctor", "the training environment's python", default_text="python3 on PATH"),
+           Per("abi-check", "python of an installed environment"),
+       )),
+    _s("publish", "writer or reader of a shared cache", flag="--role", make="ROLE",
+       env="XLA_WHEELS_ROLE", choices=("writer", "reader"), commands=("doctor", "launch-env"),
+       default_text="from TPU_WORKER_ID (worker 0 writes)",
+       # launch-env's own check names the make variable and both roles in its fix.
+       per_command=(Per("launch-env", "writer (the one process per cache directory that "
+                        "writes it) or reader (every other worker: the cache read-only)",
+                        default_text="none: required", choices=()),)),
+    _s("publish", "judge this compilation cache path", flag="--cache-path", make="CACHE_PATH",
        commands=("doctor",), default_text="XLA_PERSISTENT_CACHE_PATH of the host"),
-    _s("publish", "a launch profile", flag="--profile", make="PROFILE",
-       commands=("doctor", "launch-env", "gate", "runtime-image")),
-    _s("publish", "an env file the launcher gives the job", flag="--env-file",
+    _s("publish", "a launch profile of the bundle", flag="--profile", make="PROFILE",
+       commands=("doctor", "launch-env", "gate", "runtime-image"), default="",
+       per_command=(
+           Per("doctor", "compare the launch environment with this launch profile of the "
+               "bundle (e.g. train): missing, extra and different settings, and which are in "
+               "the cache key", default=""),
+           Per("launch-env", "launch profile name, e.g. train", default=""),
+           Per("runtime-image", "the launch profile baked into the image (required)",
+               default=""),
+       )),
+    _s("publish", "judge this launch environment (env.sh/env.json of `make launch-env`, or "
+       "NAME=value lines) instead of this process's", flag="--env-file", kind="path",
        make="ENV_FILE", commands=("doctor",)),
-    _s("publish", "where launch-env writes", flag="--out", make="OUT",
-       commands=("launch-env",)),
-    _s("publish", "rewrite requirements.txt from the index", flag="--refresh", make="REFRESH",
-       kind="switch", commands=("requirements",), default_text="off"),
+    _s("publish", "directory to write into", flag="--out", kind="directory", make="OUT",
+       commands=("launch-env",), default_text="<out-dir>/launch/<bundle>/<profile>-<role>"),
+    _s("publish", "where requirements writes", flag="--output", kind="path",
+       commands=("requirements",), default_text="dist/<bundle>/requirements.txt"),
+    _s("publish", "resolve the public wheels again even if wheels.lock has them",
+       flag="--refresh", make="REFRESH", kind="switch", commands=("requirements",),
+       default_text="off"),
+    _s("publish", "platform tag of the hosts, repeatable", flag="--platform", kind="repeated",
+       commands=("requirements", "lane-requirements"),
+       default_text="the tags a TPU VM accepts: manylinux_2_35..2_17 and linux, x86_64"),
     # --- lanes --------------------------------------------------------------------------
     _s("lanes", "the lane", flag="--lane", make="LANE",
        commands=("publish-lane", "promote", "lane-requirements", "doctor", "rollback", "lanes",
                  "runtime-image"),
        default_text="per subcommand: the publish lane of build/lanes.toml, preferred, every "
-       "lane, none"),
-    _s("lanes", "the bundle a rollback returns to", flag="--to", make="TO",
+       "lane, none",
+       per_command=(
+           Per("publish-lane", default_text="publish-lane of build/lanes.toml"),
+           Per("promote", "target lane", default="preferred"),
+           Per("rollback", default="preferred"),
+           Per("lane-requirements", "only this lane",
+               default_text="every lane with a current bundle"),
+           Per("lanes", "only this lane's history", default_text="every lane"),
+           Per("doctor", "the lane this host belongs to"),
+           Per("runtime-image", "the lane whose index the image installs from",
+               default="preferred"),
+       )),
+    _s("lanes", "lane to copy from", flag="--from", dest="source", commands=("promote",),
+       default_text="the lane's promote-from"),
+    _s("lanes", "the bundle the lane served before and returns to", flag="--to", make="TO",
        commands=("rollback",)),
-    _s("lanes", "why (recorded in the lane's history)", flag="--reason", make="REASON",
-       commands=("rollback",), default_text="(required)"),
-    _s("lanes", "each lane's history", flag="--history", make="HISTORY", kind="switch",
-       commands=("lanes",), default_text="off"),
-    _s("lanes", "print JSON", flag="--json", make="JSON", kind="switch",
+    _s("lanes", "why (kept in lanes.lock's history with who and when)", flag="--reason",
+       make="REASON", commands=("rollback",), default_text="none: required"),
+    _s("lanes", "resolve the runtime closure now (as `requirements` does) instead of reading "
+       "it from wheels.lock", flag="--resolve", kind="switch", commands=("lane-requirements",),
+       default_text="off"),
+    _s("lanes", "simple/ URL serving the public runtime wheels", flag="--public-index",
+       commands=("lane-requirements",), default="https://pypi.org/simple/"),
+    _s("lanes", "print the lanes' history (newest last) instead", flag="--history",
+       make="HISTORY", kind="switch", commands=("lanes",), default_text="off"),
+    _s("lanes", "print the same report as JSON (for a dashboard; doctor: the audit stamp on "
+       "stdout, the findings on stderr)", flag="--json", make="JSON", kind="switch",
        commands=("status", "doctor", "jobs"), default_text="off"),
     _s("lanes", "the runtime image's name", flag="--tag", make="IMAGE_TAG",
        commands=("runtime-image",), default_text="localhost/xla-wheels-runtime:<bundle>-<lane>"),
@@ -306,16 +417,17 @@ SETTINGS: tuple[Setting, ...] = (
     _s("gate", "more flags of the gate command, e.g. --record-baseline", make="GATE_ARGS",
        kind="words", commands=("gate",)),
     # --- ABI check ----------------------------------------------------------------------
-    _s("abi", "the torch wheel", flag="--torch-wheel", make="TORCH_WHEEL",
+    _s("abi", "a torch .whl", flag="--torch-wheel", make="TORCH_WHEEL", kind="path",
        commands=("abi-check",), default_text="none (exactly one pair)"),
-    _s("abi", "the torch_xla wheel", flag="--torch-xla-wheel", make="TORCH_XLA_WHEEL",
+    _s("abi", "a torch_xla .whl", flag="--torch-xla-wheel", make="TORCH_XLA_WHEEL",
+       kind="path", commands=("abi-check",), default_text="none (exactly one pair)"),
+    _s("abi", "an _XLAC .so file", flag="--extension", make="XLAC", kind="path",
        commands=("abi-check",), default_text="none (exactly one pair)"),
-    _s("abi", "torch_xla's _XLAC extension", flag="--extension", make="XLAC",
+    _s("abi", "torch's lib/ dir", flag="--torch-lib-dir", make="TORCH_LIB_DIR", kind="path",
        commands=("abi-check",), default_text="none (exactly one pair)"),
-    _s("abi", "torch's library directory", flag="--torch-lib-dir", make="TORCH_LIB_DIR",
-       commands=("abi-check",), default_text="none (exactly one pair)"),
-    _s("abi", "stock releases TORCH:TORCH_XLA", flag="--stock", make="STOCK",
-       commands=("abi-check",), default_text="none (exactly one pair)"),
+    _s("abi", "stock PyPI releases, libraries extracted once per machine (e.g. 2.8.0:2.9.0)",
+       flag="--stock", make="STOCK", metavar="TORCH:TORCH_XLA", commands=("abi-check",),
+       default_text="none (exactly one pair)"),
     # --- development --------------------------------------------------------------------
     _s("development", "where the demo writes", flag="--dir", make="DEMO_DIR",
        commands=("demo",)),

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import subprocess
 import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -283,13 +284,14 @@ class StandIn:
 def git(cwd: Path, *args: str) -> str:
     """Run git with the stand-in's fixed identity and dates; its output."""
     argv = ["git", "-c", "init.defaultBranch=main", *args]
-    result = runner.run(argv, cwd=cwd, env=GIT_ENV, echo="none", check=False)
-    if result.returncode != 0:
-        raise PipelineError(
+
+    def failed(result: subprocess.CompletedProcess[str]) -> PipelineError:
+        return PipelineError(
             f"git {' '.join(args)} failed in {cwd}: {result.stderr.strip()}",
             fix="check that git works here (`git --version`); the stand-in needs nothing else",
         )
-    return result.stdout
+
+    return runner.run(argv, cwd=cwd, env=GIT_ENV, echo="none", error=failed).stdout
 
 
 def _repo(path: Path, files: Mapping[str, str]) -> str:

@@ -67,20 +67,22 @@ def _build(wheel: StockWheel, tmp: Path) -> dict[str, object]:
     ]  # fmt: skip
     started = time.monotonic()
     try:
-        result = runner.run(argv, timeout=DOWNLOAD_TIMEOUT_S, check=False)
+        runner.run(
+            argv,
+            timeout=DOWNLOAD_TIMEOUT_S,
+            error=lambda result: AbiInputError(
+                f"pip download of {wheel.project}=={wheel.version} failed: "
+                f"{result.stderr.strip()[-500:]}",
+                fix="check that PyPI is reachable and the version exists for "
+                f"Python {wheel.python_version} on {wheel.platform}",
+            ),
+        )
     except (OSError, runner.StepTimedOut) as error:
         reason = error.message if isinstance(error, runner.StepTimedOut) else error
         raise AbiInputError(
             f"pip download of {wheel.project}=={wheel.version} failed: {reason}",
             fix="check that PyPI is reachable",
         ) from None
-    if result.returncode != 0:
-        raise AbiInputError(
-            f"pip download of {wheel.project}=={wheel.version} failed: "
-            f"{result.stderr.strip()[-500:]}",
-            fix="check that PyPI is reachable and the version exists for "
-            f"Python {wheel.python_version} on {wheel.platform}",
-        )
     files = sorted(download.glob("*.whl"))
     if len(files) != 1:
         raise AbiInputError(f"pip download left {len(files)} wheels in {download}")

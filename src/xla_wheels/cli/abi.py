@@ -14,7 +14,7 @@ from pathlib import Path
 from xla_host.errors import PipelineError
 from xla_wheels.abi import pairs
 from xla_wheels.bundle import load_bundle
-from xla_wheels.cli.arguments import add_bundle_arguments
+from xla_wheels.cli.arguments import add_bundle_arguments, add_settings
 from xla_wheels.cli.settings import pipeline_options
 from xla_wheels.options import machine_cache
 
@@ -106,14 +106,8 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     if name != "abi-check":
         raise ValueError(f"{name} is not a subcommand of {__name__}")
     add_bundle_arguments(parser, writes_bundle=False)  # a temporary directory only
-    parser.add_argument("--python", help="python of an installed environment")
-    parser.add_argument("--torch-wheel", type=Path, help="a torch .whl")
-    parser.add_argument("--torch-xla-wheel", type=Path, help="a torch_xla .whl")
-    parser.add_argument("--extension", type=Path, help="an _XLAC .so file")
-    parser.add_argument("--torch-lib-dir", type=Path, help="torch's lib/ dir")
-    parser.add_argument(
-        "--stock",
-        metavar="TORCH:TORCH_XLA",
-        help="stock PyPI releases, libraries extracted once per machine (e.g. 2.8.0:2.9.0)",
-    )
+    add_settings(
+        parser, name, "--python", "--torch-wheel", "--torch-xla-wheel", "--extension",
+        "--torch-lib-dir", "--stock",
+    )  # fmt: skip
     parser.set_defaults(handler=cmd_abi_check)

@@ -93,14 +93,32 @@ def add_setting(
     parser: argparse.ArgumentParser | Any,
     setting: Setting,
     *,
+    command: str | None = None,
     kind: Callable[[str], Any] | None = None,
 ) -> None:
-    """The flag of one row of the settings table, its default in its help. No argparse
-    default: the options reader then looks at the environment, then the row's default.
-    ``kind``: the type, when it is not the row's own (a fix that depends on the machine)."""
+    """The flag of one row of the settings table as subcommand ``command`` takes it, its
+    default in its help. A row with an environment variable gets no argparse default: the
+    options reader then looks at the environment, then the row's default. ``kind``: the
+    type, when it is not the row's own (a fix that depends on the machine)."""
     assert setting.flag is not None
+    # The table's commands column is what --help and make help say: a subcommand that
+    # takes a flag its row does not list would make both wrong.
+    assert not setting.commands or command is None or command in setting.commands, (
+        f"{setting.flag} is not a setting of {command} in the settings table"
+    )
+    per = setting.per(command)
+    default = (per.default if per else setting.default) if setting.env is None else None
+    help = setting.help_with_default(command)
     if setting.kind == "switch":
-        add_switch(parser, setting.flag, default=None, help=setting.help_with_default())
+        add_switch(parser, setting.flag, default=None if setting.env else False, help=help)
+        return
+    extra: dict[str, Any] = {}
+    if setting.dest:
+        extra["dest"] = setting.dest
+    if setting.metavar:
+        extra["metavar"] = setting.metavar
+    if setting.kind in ("repeated", "words"):
+        parser.add_argument(setting.flag, action="append", help=help, **extra)
         return
     if kind is None:
         numeric = setting.kind in ("count", "amount")
@@ -108,9 +126,17 @@ def add_setting(
     parser.add_argument(
         setting.flag,
         type=kind,
-        choices=setting.choices or None,
-        help=setting.help_with_default(),
+        default=default,
+        choices=(setting.choices if per is None or per.choices is None else per.choices) or None,
+        help=help,
+        **extra,
     )
+
+
+def add_settings(parser: argparse.ArgumentParser | Any, command: str, *flags: str) -> None:
+    """The flags of subcommand ``command``, each from its row."""
+    for flag in flags:
+        add_setting(parser, by_flag(flag), command=command)
 
 
 def add_common_arguments(parser: argparse.ArgumentParser, *, dry_run: bool = False) -> None:

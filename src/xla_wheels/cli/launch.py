@@ -23,8 +23,8 @@ from xla_host.cache_contract import directory_name
 from xla_host.errors import UsageError
 from xla_host.tables import read_regular
 from xla_wheels.bundle import Bundle, load_bundle
-from xla_wheels.cli.arguments import OUTPUT_DIR, add_bundle_arguments
-from xla_wheels.cli.settings import pipeline_options
+from xla_wheels.cli.arguments import add_bundle_arguments, add_settings
+from xla_wheels.cli.settings import Settings, pipeline_options
 from xla_wheels.publish.wheels import locked_versions
 from xla_wheels.wheels_lock import read_lock
 
@@ -35,7 +35,8 @@ def cmd_launch_env(args: argparse.Namespace) -> int:
     options = pipeline_options(args, os.environ)
     bundle = load_bundle(options.root, args.bundle)
     profile = launch_profile.choose(bundle.profiles, args.profile, bundle.name)
-    role = launch_profile.check_role(args.role)
+    # As doctor: the flag, else XLA_WHEELS_ROLE (the settings table's row says both read it).
+    role = launch_profile.check_role(Settings(args, os.environ).text("--role") or "")
     build = _build_directory(options.lock_path, bundle) if profile.needs_build else None
     out: Path = args.out or options.out_dir / "launch" / bundle.name / f"{profile.name}-{role}"
     files: list[tuple[Path, bytes | str]] = [
@@ -88,16 +89,5 @@ def _build_directory(lock_path: Path, bundle: Bundle) -> str:
 def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     """Define launch-env's arguments on ``parser`` and set its handler."""
     add_bundle_arguments(parser, writes_bundle=False)  # writes out/launch/<bundle>
-    parser.add_argument("--profile", default="", help="launch profile name, e.g. train")
-    parser.add_argument(
-        "--role",
-        default="",
-        help="writer (the one process per cache directory that writes it) or reader "
-        "(every other worker: the cache read-only); required",
-    )
-    parser.add_argument(
-        "--out",
-        type=OUTPUT_DIR,
-        help="directory to write into (default: <out-dir>/launch/<bundle>/<profile>-<role>)",
-    )
+    add_settings(parser, name, "--profile", "--role", "--out")
     parser.set_defaults(handler=cmd_launch_env)

@@ -7,8 +7,8 @@ import os
 
 from xla_host import log
 from xla_host.errors import UsageError
-from xla_wheels.bundle import COMPONENT_NAMES, Bundle
-from xla_wheels.cli.arguments import add_bundle_arguments, add_switch
+from xla_wheels.bundle import Bundle
+from xla_wheels.cli.arguments import add_bundle_arguments, add_settings
 from xla_wheels.cli.settings import pipeline_options
 from xla_wheels.options import PipelineOptions
 from xla_wheels.patch_workflow import RebaseResult, continue_rebase, export_series, start_rebase
@@ -91,31 +91,15 @@ def _rebase(
     return None if options.dry_run else result
 
 
-def _add_series_arguments(parser: argparse.ArgumentParser) -> None:
-    """What patch-export and patch-rebase both take: the bundle, and whose series."""
-    add_bundle_arguments(parser, writes_bundle=True, dry_run=True)
-    parser.add_argument(
-        "--component",
-        default="torch_xla",
-        choices=COMPONENT_NAMES,
-        help="the component whose series it is",
-    )
-
-
 def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     """Define subcommand ``name``'s arguments on ``parser`` and set its handler."""
+    # Both take the bundle and whose series.
+    add_bundle_arguments(parser, writes_bundle=True, dry_run=True)
     if name == "patch-export":
-        _add_series_arguments(parser)
-        add_switch(
-            parser,
-            "--force",
-            help="overwrite patch files edited by hand since the patch stage applied them",
-        )
+        add_settings(parser, name, "--component", "--force")
         parser.set_defaults(handler=cmd_patch_export)
     elif name == "patch-rebase":
-        _add_series_arguments(parser)
-        parser.add_argument("--onto", help="the commit to carry the series onto")
-        add_switch(parser, "--continue", help="continue after resolving a conflict")
+        add_settings(parser, name, "--component", "--onto", "--continue")
         parser.set_defaults(handler=cmd_patch_rebase)
     else:
         raise ValueError(f"{name} is not a subcommand of {__name__}")

@@ -23,13 +23,8 @@ from xla_host.stamp import Stamp, StampedWheel, job_facts, this_host, write_stam
 from xla_host.stamp import now as stamp_now
 from xla_wheels import attestation as attest
 from xla_wheels.bundle import load_bundle
-from xla_wheels.cli.arguments import add_bundle_arguments, add_setting, add_switch
-from xla_wheels.cli.settings import (
-    Settings,
-    pipeline_options,
-    publish_options,
-    supply_options,
-)
+from xla_wheels.cli.arguments import add_bundle_arguments, add_settings
+from xla_wheels.cli.settings import Settings, pipeline_options, publish_options, supply_options
 from xla_wheels.layout import BundleLayout
 from xla_wheels.options import PipelineOptions, env_var
 from xla_wheels.progress import Timings
@@ -38,7 +33,6 @@ from xla_wheels.publish.static_index import write_static_index
 from xla_wheels.publish.wheels import locked_records, locked_wheels
 from xla_wheels.release import lanes
 from xla_wheels.release.host_lane import add_lane_findings
-from xla_wheels.settings_table import by_flag
 from xla_wheels.wheels_lock import BundleEntry, read_lock, write_with_held_back, written_on_success
 
 
@@ -92,7 +86,8 @@ def cmd_requirements(args: argparse.Namespace) -> int:
     options = pipeline_options(args, os.environ)
     bundle = args.loaded_bundle  # loaded once, at the CLI edge (cli/bundle_lock.py)
     directory = _dist(options, args)
-    wheels = locked_wheels(read_lock(options.lock_path), bundle.name, directory)
+    lock = read_lock(options.lock_path)  # parsed once for the whole command
+    wheels = locked_wheels(lock, bundle.name, directory)
     platforms = args.platform or requirements.host_platforms()
     output = args.output or directory / requirements.REQUIREMENTS_NAME
     # A runtime resolution is recorded in wheels.lock only together with the file made
@@ -100,6 +95,7 @@ def cmd_requirements(args: argparse.Namespace) -> int:
     with written_on_success():
         runtime = requirements.runtime_records(
             options.lock_path,
+            lock,
             bundle,
             wheels,
             platforms,
@@ -179,7 +175,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             doctor.role_of(role, launch_env)[0],  # the one rule for a host's role
             source,
         )
-    add_lane_findings(report, options.root, args.lane, bundle.name)
+    add_lane_findings(report, options.root, lock, args.lane, bundle.name)
     _add_signature_findings(report, options, args, lock.bundles.get(bundle.name))
     stamp_path = Settings(args, os.environ).path("--stamp")
     if args.json or stamp_path:
@@ -288,106 +284,35 @@ def _role(value: str) -> str:
     return value
 
 
-def _add_dist(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--dist-dir", type=Path, help="where wheels are (default: <root>/dist)"
-    )
-
-
 def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     """Define subcommand ``name``'s arguments on ``parser`` and set its handler."""
-    add_own_arguments, handler = _SUBCOMMANDS[name]
+    handler = _HANDLERS[name]
     # Only publish has a dry run: requirements resolves and writes, verify-install
     # installs, doctor only reads; a dry run of those would be a different command. The
     # others write under out/<bundle> or dist/<bundle> (a log, the static index,
     # requirements.txt, verify-install's venv).
     add_bundle_arguments(parser, writes_bundle=name != "doctor", dry_run=name == "publish")
-    add_own_arguments(parser)
+    add_settings(parser, name, *_FLAGS[name])
     parser.set_defaults(handler=handler)
 
 
-def _add_publish_arguments(parser: argparse.ArgumentParser) -> None:
-    _add_dist(parser)
-    add_setting(parser, by_flag("--index-url"))
-    add_setting(parser, by_flag("--upload-url"))
+#: Each subcommand's own flags (besides the bundle's), each a row of the settings table.
+_FLAGS = {
+    "publish": ("--dist-dir", "--index-url", "--upload-url"),
+    "requirements": ("--dist-dir", "--output", "--refresh", "--platform"),
+    "verify-install": (
+        "--dist-dir", "--index-url", "--python", "--no-deps", "--deps-from",
+        "--require-provenance", "--public-key",
+    ),
+    "doctor": (
+        "--python", "--role", "--lane", "--cache-path", "--public-key", "--profile",
+        "--env-file", "--json", "--stamp",
+    ),
+}  # fmt: skip
 
-
-def _add_requirements_arguments(parser: argparse.ArgumentParser) -> None:
-    _add_dist(parser)
-    parser.add_argument(
-        "--output", type=Path, help="default: dist/<bundle>/requirements.txt"
-    )
-    add_switch(
-        parser,
-        "--refresh",
-        help="resolve the public wheels again even if wheels.lock has them",
-    )
-    parser.add_argument(
-        "--platform",
-        action="append",
-        help="platform tag of the hosts (repeatable; default: manylinux_2_35..2_17 and "
-        "linux, x86_64)",
-    )
-
-
-def _add_verify_install_arguments(parser: argparse.ArgumentParser) -> None:
-    _add_dist(parser)
-    add_setting(parser, by_flag("--index-url"))
-    parser.add_argument(
-        "--python",
-        help="base interpreter of the venv (default: this one)",
-    )
-    add_setting(parser, by_flag("--no-deps"))
-    add_setting(parser, by_flag("--deps-from"))
-    parser.add_argument(
-        "--require-provenance",
-        action="store_true",
-        help="fail when the installed torch_xla has no provenance file",
-    )
-    _add_public_key(parser)
-
-
-def _add_doctor_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--python",
-        help="the training environment's python (default: python3 on PATH)",
-    )
-    parser.add_argument(
-        "--role",
-        choices=launch_profile.ROLES,
-        help="writer or reader of a shared cache (default: $XLA_WHEELS_ROLE, else from "
-        "TPU_WORKER_ID: worker 0 writes)",
-    )
-    parser.add_argument("--lane", help="the lane this host belongs to")
-    parser.add_argument(
-        "--cache-path",
-        help="judge this compilation cache path (default: XLA_PERSISTENT_CACHE_PATH)",
-    )
-    _add_public_key(parser)
-    add_switch(parser, "--json", help="print the audit stamp (one JSON document) on stdout; "
-               "the findings go to stderr")
-    add_setting(parser, by_flag("--stamp"))
-    parser.add_argument(
-        "--profile",
-        default="",
-        help="compare the launch environment with this launch profile of the bundle (e.g. "
-        "train): missing, extra and different settings, and which are in the cache key",
-    )
-    parser.add_argument(
-        "--env-file",
-        type=Path,
-        help="judge this launch environment (env.sh/env.json of `make launch-env`, or "
-        "NAME=value lines) instead of this process's",
-    )
-
-
-def _add_public_key(parser: argparse.ArgumentParser) -> None:
-    add_setting(parser, by_flag("--public-key"))
-
-
-_SUBCOMMANDS = {
-    "publish": (_add_publish_arguments, cmd_publish),
-    "requirements": (_add_requirements_arguments, cmd_requirements),
-    "verify-install": (_add_verify_install_arguments, cmd_verify_install),
-    "doctor": (_add_doctor_arguments, cmd_doctor),
+_HANDLERS = {
+    "publish": cmd_publish,
+    "requirements": cmd_requirements,
+    "verify-install": cmd_verify_install,
+    "doctor": cmd_doctor,
 }

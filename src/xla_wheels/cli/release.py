@@ -19,7 +19,7 @@ from xla_host.errors import UsageError
 from xla_host.redact import shown
 from xla_host.wheel_filename import normalize, parse_wheel_name
 from xla_wheels.bundle import load_bundle
-from xla_wheels.cli.arguments import add_bundle_arguments, add_common_arguments, add_switch
+from xla_wheels.cli.arguments import add_bundle_arguments, add_common_arguments, add_settings
 from xla_wheels.cli.settings import pipeline_options
 from xla_wheels.layout import BundleLayout
 from xla_wheels.publish import requirements
@@ -36,9 +36,6 @@ from xla_wheels.wheels_lock import (
     write_with_held_back,
     written_on_success,
 )
-
-PUBLIC_INDEX = "https://pypi.org/simple/"
-
 
 # ------------------------------------------------------------------ lanes
 
@@ -206,6 +203,7 @@ def cmd_lane_requirements(args: argparse.Namespace) -> int:
                 wheels = locked_wheels(locked, bundle.name, dist)
                 runtime = requirements.runtime_records(
                     options.lock_path,
+                    locked,
                     bundle,
                     wheels,
                     args.platform or requirements.host_platforms(),
@@ -331,24 +329,15 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     # publish-lane and promote write a lane and lanes.lock, not the bundle's files.
     if name == "publish-lane":
         add_bundle_arguments(parser, writes_bundle=False, dry_run=True)
-        parser.add_argument("--lane", help="lane (default: publish-lane of build/lanes.toml)")
+        add_settings(parser, name, "--lane")
         parser.set_defaults(handler=cmd_publish_lane)
     elif name == "promote":
         add_bundle_arguments(parser, writes_bundle=False, dry_run=True)
-        parser.add_argument("--lane", default="preferred", help="target lane (default: preferred)")
-        parser.add_argument(
-            "--from",
-            dest="source",
-            help="lane to copy from (default: the lane's promote-from)",
-        )
+        add_settings(parser, name, "--lane", "--from")
         parser.set_defaults(handler=cmd_promote)
     elif name == "rollback":
         add_common_arguments(parser, dry_run=True)
-        parser.add_argument("--lane", default="preferred", help="lane (default: preferred)")
-        parser.add_argument("--to", help="the bundle the lane served before and returns to")
-        parser.add_argument(
-            "--reason", help="why (kept in lanes.lock's history with who and when); required"
-        )
+        add_settings(parser, name, "--lane", "--to", "--reason")
         parser.set_defaults(handler=cmd_rollback)
     elif name == "compare":
         add_common_arguments(parser)
@@ -357,35 +346,15 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
         parser.set_defaults(handler=cmd_compare)
     elif name == "lane-requirements":
         add_common_arguments(parser)
-        parser.add_argument(
-            "--lane", help="only this lane (default: every lane with a current bundle)"
-        )
-        parser.add_argument(
-            "--resolve",
-            action="store_true",
-            help="resolve the runtime closure now (as `requirements` does) instead of "
-            "reading it from wheels.lock",
-        )
-        parser.add_argument(
-            "--platform",
-            action="append",
-            help="a wheel platform tag to resolve for, repeatable (default: the tags a TPU "
-            "VM accepts, manylinux_2_35_x86_64 and older)",
-        )
-        parser.add_argument(
-            "--public-index",
-            default=PUBLIC_INDEX,
-            help="simple/ URL serving the public runtime wheels",
-        )
+        add_settings(parser, name, "--lane", "--resolve", "--platform", "--public-index")
         parser.set_defaults(handler=cmd_lane_requirements)
     elif name == "lanes":
         add_common_arguments(parser)
-        add_switch(parser, "--history", help="print the lanes' history (newest last) instead")
-        parser.add_argument("--lane", help="only this lane's history (default: every lane)")
+        add_settings(parser, name, "--history", "--lane")
         parser.set_defaults(handler=cmd_lanes)
     elif name == "status":
         add_common_arguments(parser)
-        add_switch(parser, "--json", help="print the same report as JSON (for a dashboard)")
+        add_settings(parser, name, "--json")
         parser.set_defaults(handler=cmd_status)
     else:
         raise ValueError(f"{name} is not a subcommand of {__name__}")

@@ -24,16 +24,10 @@ from xla_host.errors import UsageError
 from xla_host.stamp import jobs_that_ran, read_stamps
 from xla_wheels.builder import runtime_image
 from xla_wheels.bundle import load_bundle
-from xla_wheels.cli.arguments import (
-    add_bundle_arguments,
-    add_common_arguments,
-    add_setting,
-    add_switch,
-)
+from xla_wheels.cli.arguments import add_bundle_arguments, add_common_arguments, add_settings
 from xla_wheels.cli.launch import _build_directory
 from xla_wheels.cli.settings import Settings, pipeline_options
 from xla_wheels.release import lanes
-from xla_wheels.settings_table import by_flag
 from xla_wheels.wheels_lock import read_lock
 
 
@@ -133,18 +127,14 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     """Define subcommand ``name``'s arguments on ``parser`` and set its handler."""
     if name == "runtime-image":
         add_bundle_arguments(parser, writes_bundle=False, dry_run=True)
-        parser.add_argument("--lane", default="preferred", help="the lane (default: preferred)")
-        parser.add_argument("--profile", default="", help="the launch profile baked in (required)")
-        add_setting(parser, by_flag("--engine"))
-        add_setting(parser, by_flag("--tag"))
-        add_setting(parser, by_flag("--base-image"))
-        add_setting(parser, by_flag("--host-package"))
+        add_settings(
+            parser, name, "--lane", "--profile", "--engine", "--tag", "--base-image",
+            "--host-package",
+        )
         parser.set_defaults(handler=cmd_runtime_image)
     elif name == "jobs":
         add_common_arguments(parser)
-        add_setting(parser, by_flag("--wheel"))
-        add_setting(parser, by_flag("--stamps"))
-        add_switch(parser, "--json", help="print the stamps as JSON")
+        add_settings(parser, name, "--wheel", "--stamps", "--json")
         parser.set_defaults(handler=cmd_jobs)
     else:
         raise ValueError(f"{name} is not a subcommand of {__name__}")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import shlex
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,14 +16,14 @@ from pathlib import Path
 from xla_host import log, runner
 from xla_host.errors import LockError, PatchError, UsageError
 from xla_host.redact import shown
-from xla_wheels.builder.config import ENGINES, BuildConfig, jobs_that_fit
+from xla_wheels.builder.config import ENGINES, jobs_that_fit
 from xla_wheels.builder.container import EngineError, build_image_argv
 from xla_wheels.bundle import available_bundles, describe, diff, load_bundle
 from xla_wheels.cli.arguments import (
     add_bundle_arguments,
     add_common_arguments,
     add_setting,
-    amount,
+    add_settings,
     count,
 )
 from xla_wheels.cli.settings import MAX_JOBS, build_config, pipeline_options
@@ -259,65 +258,16 @@ def cmd_lock_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_build_arguments(parser: argparse.ArgumentParser) -> None:
+def add_build_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     group = parser.add_argument_group("build stage")
-    for flag in ("--mode", "--engine", "--image", "--host-python"):
-        add_setting(group, by_flag(flag))
-    # A refused value's fix proposes the jobs that fit this machine.
-    add_setting(group, by_flag("--jobs"), kind=count(1, MAX_JOBS, jobs_that_fit()))
-    group.add_argument(
-        "--container-python",
-        help=f"interpreter in the image (default: {BuildConfig.container_python})",
-    )
-    group.add_argument(
-        "--bazel-disk-cache",
-        type=Path,
-        help="Bazel's disk cache directory (default: bazel-disk in the per-machine cache)",
-    )
-    # The remote caches' flags (--bazel-remote-cache, --bazel-remote-timeout): their rows.
-    for setting in in_group("remote-cache"):
-        if setting.flag:
-            add_setting(group, setting)
-    group.add_argument("--pip-args", help="extra pip arguments for build requirements (quoted)")
-    add_setting(group, by_flag("--ship-check"))
-    group.add_argument(
-        "--ship-pip-args",
-        help="pip arguments for the clean env (quoted; default: "
-        f"{shlex.join(BuildConfig.ship_pip_args)!r})",
-    )
-    gib = amount(0, MAX_GIB, 8, "GiB")
-    group.add_argument(
-        "--min-disk-gib",
-        type=gib,
-        help=f"free disk the build needs before it starts (default: {BuildConfig.min_disk_gib:g})",
-    )
-    group.add_argument(
-        "--mem-per-job-gib",
-        type=gib,
-        help="memory one compile job needs: the preflight refuses more jobs than fit "
-        f"(default: {BuildConfig.mem_per_job_gib:g})",
-    )
-    group.add_argument(
-        "--mem-base-gib",
-        type=gib,
-        help=f"memory the build needs besides its jobs (default: {BuildConfig.mem_base_gib:g})",
-    )
-    group.add_argument(
-        "--host-tools",
-        help="comma-separated tools --mode host needs (default: "
-        f"{','.join(BuildConfig.host_tools)})",
-    )
-    add_setting(group, by_flag("--keep-recorded"))
-    add_setting(group, by_flag("--build-tag"))
-    group.add_argument(
-        "--compiler-env",
-        help="compilers of the build, quoted NAME=VALUE pairs (default: "
-        f"{shlex.join(f'{k}={v}' for k, v in BuildConfig.compiler_env)!r})",
-    )
+    # A refused --jobs value's fix proposes the jobs that fit this machine.
+    jobs = by_flag("--jobs")
+    add_setting(group, jobs, command=command, kind=count(1, MAX_JOBS, jobs_that_fit()))
+    # Every other flag of the build and remote-cache rows this subcommand takes.
+    for setting in (*in_group("build"), *in_group("remote-cache")):
+        if setting.flag and setting is not jobs and command in setting.commands:
+            add_setting(group, setting, command=command)
 
-
-#: Disk and memory figures above this many GiB are typos, not machines.
-MAX_GIB = 100_000.0
 
 #: The stage each running subcommand stops after.
 _LAST_STAGE = {"sources": "sources", "patch": "patches", "wheels": "collect"}
@@ -343,30 +293,15 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     elif name in _LAST_STAGE:
         add_bundle_arguments(parser, writes_bundle=True, dry_run=True)
         if _LAST_STAGE[name] == "collect":
-            add_build_arguments(parser)
+            add_build_arguments(parser, name)
         parser.set_defaults(handler=functools.partial(cmd_stages, _LAST_STAGE[name]))
     elif name == "builder-image":
         add_common_arguments(parser, dry_run=True)
-        add_build_arguments(parser)
-        parser.add_argument(
-            "--build-arg",
-            action="append",
-            metavar="NAME=VALUE",
-            help="a Dockerfile ARG, repeatable: BASE_IMAGE, LLVM_APT_BASE, BAZELISK_BASE_URL "
-            "point the build at mirrors (make: BUILD_ARGS='A=x B=y')",
-        )
+        add_build_arguments(parser, name)
         parser.set_defaults(handler=cmd_builder_image)
     elif name == "patches-check":
         add_bundle_arguments(parser, writes_bundle=False)  # scratch copies only
-        parser.add_argument(
-            "--component", default="torch_xla", help="component (default torch_xla)"
-        )
-        parser.add_argument(
-            "--source",
-            type=Path,
-            help="git checkout (bare or not) holding the pinned commit "
-            "(default: the source cache, fetching if needed)",
-        )
+        add_settings(parser, name, "--component", "--source")
         parser.set_defaults(handler=cmd_patches_check)
     elif name == "lock":
         add_bundle_arguments(parser, writes_bundle=True, dry_run=True)

@@ -11,11 +11,10 @@ import argparse
 import os
 
 from xla_host.errors import UsageError
-from xla_wheels.cli.arguments import add_bundle_arguments, add_setting
+from xla_wheels.cli.arguments import add_bundle_arguments, add_settings
 from xla_wheels.cli.settings import build_config, pipeline_options, supply_options
 from xla_wheels.layout import BundleLayout
 from xla_wheels.options import env_var
-from xla_wheels.settings_table import by_flag
 from xla_wheels.wheels_lock import read_lock
 
 
@@ -32,10 +31,9 @@ def cmd_attest(args: argparse.Namespace) -> int:
             'docs/supply-chain.md "Signed attestations" says how the team makes one',
         )
     signer = attest.load_signer(settings.signing_key)
-    entry = read_lock(options.lock_path).entry(bundle.name)
     dist = BundleLayout.of(options, bundle.name).dist
     written = attest.attest_bundle(
-        options.lock_path, bundle, entry, dist, signer, settings.builder_id
+        read_lock(options.lock_path), bundle, dist, signer, settings.builder_id
     )
     for path in written:
         print(f"signed     {path}")
@@ -67,9 +65,8 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     if name == "rebuild-check":
         from xla_wheels.cli.stages import add_build_arguments
 
-        add_build_arguments(parser)
+        add_build_arguments(parser, name)
         parser.set_defaults(handler=cmd_rebuild_check)
     else:  # attest: COMMANDS names this module for these two only
-        add_setting(parser, by_flag("--signing-key"))
-        add_setting(parser, by_flag("--builder-id"))
+        add_settings(parser, name, "--signing-key", "--builder-id")
         parser.set_defaults(handler=cmd_attest)

@@ -30,10 +30,10 @@ from xla_wheels.publish.index import pip_network_fault
 from xla_wheels.publish.wheels import LocalWheel
 from xla_wheels.retrying import TIMEOUT_SETTING
 from xla_wheels.wheels_lock import (
+    Lock,
     RuntimeResolution,
     RuntimeWheelRecord,
     WheelRecord,
-    read_lock,
     record_runtime_wheels,
 )
 
@@ -176,6 +176,7 @@ def resolve_runtime(
 
 def runtime_records(
     lock_path: Path,
+    lock: Lock,
     bundle: Bundle,
     wheels: Sequence[LocalWheel],
     platforms: Sequence[str],
@@ -183,9 +184,10 @@ def runtime_records(
     network: NetworkPolicy,
     refresh: bool = False,
 ) -> list[RuntimeWheelRecord]:
-    """The recorded runtime wheels if still valid, else a fresh resolution (recorded)."""
+    """The runtime wheels ``lock`` (the caller's parse of ``lock_path``) records if still
+    valid, else a fresh resolution, recorded in ``lock_path``."""
     wanted = resolution_inputs(bundle, [w.record for w in wheels], platforms)
-    entry = read_lock(lock_path).entry(bundle.name)
+    entry = lock.entry(bundle.name)
     recorded_for = entry.runtime_wheels_for
     if (
         not refresh

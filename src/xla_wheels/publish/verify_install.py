@@ -123,16 +123,31 @@ def _run(
     )
 
 
-def create_venv(base_python: str, venv: Path) -> Path:
+#: The pip wheel ``ensurepip`` would install into a new venv, if the interpreter ships it.
+_BUNDLED_PIP = (
+    "import ensurepip, pathlib\n"
+    "found = sorted((pathlib.Path(ensurepip.__file__).parent / '_bundled').glob('pip-*.whl'))\n"
+    "print(found[-1] if found else '')"
+)
+
+
+def create_venv(base_python: str, venv: Path) -> tuple[Path, list[str]]:
+    """A fresh venv of ``base_python``: its python, and the pip command that installs into
+    it. That pip is the one ``python -m venv`` would install (ensurepip's bundled wheel),
+    run from its wheel instead of installed: ensurepip's install costs 5-10 s on a busy
+    2-core machine at every verify-install. Without a bundled wheel (a distribution's
+    patched ensurepip), ensurepip installs it as before."""
     if venv.exists():
         shutil.rmtree(venv)
     venv.parent.mkdir(parents=True, exist_ok=True)
-    _run(
-        [base_python, "-m", "venv", str(venv)],
-        timeout=300,
-        fix="install the venv module (Debian: python3-venv) or pass another PYTHON",
-    )
-    return venv / "bin" / "python"
+    fix = "install the venv module (Debian: python3-venv) or pass another PYTHON"
+    _run([base_python, "-m", "venv", "--without-pip", str(venv)], timeout=300, fix=fix)
+    python = venv / "bin" / "python"
+    wheel = _run([str(python), "-c", _BUNDLED_PIP], timeout=60, fix=fix).stdout.strip()
+    if wheel:
+        return python, [str(python), f"{wheel}/pip"]
+    _run([str(python), "-m", "ensurepip", "--default-pip"], timeout=300, fix=fix)
+    return python, [str(python), "-m", "pip"]
 
 
 def borrow_packages(python: Path, deps_from: str) -> None:
@@ -199,9 +214,10 @@ def _pip_install(
     """pip install, with pip's own per-request timeout and retries set from the network
     settings (pip retries a refused or reset connection and HTTP 5xx itself), and a limit
     on the whole step by the size of what it downloads."""
+    after = argv.index("install") + 1
     argv = [
-        *argv[:4], "--no-input", "--timeout", f"{network.timeout_s:g}",
-        "--retries", str(network.retries), *argv[4:],
+        *argv[:after], "--no-input", "--timeout", f"{network.timeout_s:g}",
+        "--retries", str(network.retries), *argv[after:],
     ]  # fmt: skip
     # A stall is pip's --timeout; this limit only ends a step that keeps trickling. The
     # lock records our wheels' sizes, not the public ones'.
@@ -319,16 +335,14 @@ def verify_install(
     report = VerifyReport(bundle.name, scrub(index_url), str(requirements), str(venv))
 
     with log.section(f"verify-install: fresh venv {venv}"):
-        python = create_venv(base_python, venv)
+        python, pip = create_venv(base_python, venv)
 
     with log.section("verify-install: pip install --require-hashes"):
         env, secrets = _pip_env(index_url, isolated=no_deps)
         argv = [
-            str(python), "-m", "pip", "install", "--require-hashes", "--no-cache-dir",
-            "--only-binary=:all:", "-r", str(requirements),
+            *pip, "install", "--require-hashes", "--no-cache-dir", "--only-binary=:all:",
+            *(["--no-deps"] if no_deps else []), "-r", str(requirements),
         ]  # fmt: skip
-        if no_deps:
-            argv.insert(4, "--no-deps")
         result = _pip_install(argv, env, secrets, index_url, ours, runtime, network)
         (work / "pip-install.log").write_text(result.stdout + result.stderr)
         if result.returncode != 0:

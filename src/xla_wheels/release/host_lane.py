@@ -15,13 +15,15 @@ from typing import TYPE_CHECKING
 from xla_host.host_probe import HostFacts
 from xla_host.wheel_filename import normalize, parse_wheel_name
 from xla_wheels.release import lanes
-from xla_wheels.wheels_lock import read_lock
+from xla_wheels.wheels_lock import Lock
 
 if TYPE_CHECKING:  # doctor reads ELF files (pyelftools): loaded only by doctor itself
     from xla_wheels.publish.doctor import DoctorReport
 
 
-def host_bundle(root: Path, facts: HostFacts, named: str | None = None) -> tuple[str | None, str]:
+def host_bundle(
+    root: Path, lock: Lock, facts: HostFacts, named: str | None = None
+) -> tuple[str | None, str]:
     """The bundle a host runs: one whose locked wheel names all match the installed
     versions (module doc). The bundle doctor was asked about (``named``) is tried first,
     then the lanes' current bundles; bundles that share inputs share wheels, so either
@@ -37,7 +39,7 @@ def host_bundle(root: Path, facts: HostFacts, named: str | None = None) -> tuple
 
     how = "installed versions (content not compared: see make verify-install)"
     if named:
-        entry = read_lock(root / "wheels.lock").bundles.get(named)
+        entry = lock.bundles.get(named)
         if entry is not None and runs([w.name for w in entry.wheels or ()]):
             return named, how
     try:
@@ -51,13 +53,13 @@ def host_bundle(root: Path, facts: HostFacts, named: str | None = None) -> tuple
 
 
 def add_lane_findings(
-    report: DoctorReport, root: Path, lane: str | None, bundle_name: str | None = None
+    report: DoctorReport, root: Path, lock: Lock, lane: str | None, bundle_name: str | None = None
 ) -> None:
     """``make doctor``: which bundle and lane this host runs (adds findings to the report),
-    from the host facts doctor's own probe read."""
+    from the host facts doctor's own probe read and the wheels.lock doctor parsed."""
     if not (root / lanes.LANES_CONFIG).exists() or report.host is None:
         return  # a checkout without lanes: nothing to say about them
-    bundle, how = host_bundle(root, report.host, bundle_name)
+    bundle, how = host_bundle(root, lock, report.host, bundle_name)
     status, detail, fix = lane_status(root, bundle, lane)
     report.add(status, "lane", detail + (f" (known from the {how})" if how else ""), fix)
 
