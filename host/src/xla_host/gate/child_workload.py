@@ -721,6 +721,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     payload: dict[str, Any] = {"mode": args.mode, "pid": os.getpid(), "python": sys.executable}
+    # The cache this process was given, as it saw it: a slice's reader shows here that
+    # every one of its children ran read-only (it writes nothing to the shared directory).
+    payload["persistent_cache"] = {
+        "path": os.environ.get("XLA_PERSISTENT_CACHE_PATH"),
+        "read_only": os.environ.get("XLA_PERSISTENT_CACHE_READ_ONLY") == "1",
+    }
     try:
         payload.update(MODES[args.mode](args))
         payload["ok"] = True

@@ -1,0 +1,329 @@
+"""The loop a TPU team runs, end to end, with real parts (issue: the gate where a team runs it).
+
+The project publishes a lane: stock torch_xla 2.7.0 from PyPI stands in for our wheel, with
+the host wheel (built from host/) and the bundle document beside it, served over HTTP on
+loopback. Two fresh "hosts" (each its own HOME, working directory and environment, nothing
+of the checkout on any path) install the host package from that lane by hash and run the
+gate as worker 0 and worker 1 of one slice, on a workload the team wrote (a file of this
+test), sharing one cache directory. Worker 0's merged receipt goes to a real WebDAV server
+(WsgiDAV) on loopback, and ``promote`` in the project reads it from there. The torch
+environment of both hosts is the cached stock 2.7.0 one the gate tests use: installing
+torch (gigabytes) into two more environments would prove nothing more.
+
+What only a TPU slice shows (libtpu's multi-host runtime, real HBM, the accelerator type
+read from the metadata server) is not here: the workers' runtimes are one CPU device each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+
+from tests import webdav_server
+from tests.clirunner import run_cli
+from tests.publish_support import cached_stock_wheel, make_publish_project
+from tests.servers import answers_http, free_port, start, stop
+from tests.test_host_from_lane import build_host_wheel
+from xla_host import receipts
+from xla_host.filemode import file_sha256
+
+BUNDLE = "stock-2.7"
+USER, PASSWORD = "gate", "webdav-secret-7"
+TOPOLOGY = "cpu-2x1"
+WORKLOAD = "team_model.py:workload"
+
+#: The team's model: its own file, with a neighbour it imports (as a real project would).
+TEAM_MODEL = '''\
+import torch
+
+from team_layers import block
+
+
+def workload(device):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(block(32), torch.nn.Linear(32, 1)).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(16, 32).to(device), torch.randn(16, 1).to(device)
+
+    def step(x, y):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    return {"model": model, "inputs": (x, y), "step": step, "steps": 2,
+            "params": {"width": 32}}
+'''
+TEAM_LAYERS = '''\
+import torch
+
+
+def block(width):
+    return torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.Tanh())
+'''
+
+LANES = """\
+publish-lane = "validation"
+
+[lanes.validation]
+path = "dist/lanes/validation"
+receipts = "{store}"
+
+[lanes.preferred]
+path = "dist/lanes/preferred"
+promote-from = "validation"
+
+[lanes.preferred.policy]
+device = "CPU"
+checks = ["restart"]
+workload = "{workload}"
+topologies = ["{topology}"]
+"""
+
+
+@dataclass(frozen=True)
+class Loop:
+    project: Path
+    lane_url: str
+    store: webdav_server.WebDavServer
+    store_url: str
+    hosts: tuple[Path, Path]
+    """Each host's own directory: HOME, working directory, site (the host package)."""
+    python: Path
+    """The hosts' torch environment (the cached stock 2.7.0 one)."""
+    shared: Path
+    """The slice's shared mount: the cache directory and the slice directory."""
+    workload: Path
+
+
+def _install_host_package(lane_url: str, requirements: str, site: Path) -> None:
+    """The runbook's install, by hash from the lane: here only the host package's line (the
+    torch environment exists already)."""
+    lines = requirements.replace("\\\n", " ").splitlines()
+    (wanted,) = [line for line in lines if line.startswith("xla-wheels-host==")]
+    pinned = site.with_name("host-requirements.txt")
+    pinned.write_text(wanted + "\n")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+         "--no-cache-dir", "--no-deps", "--require-hashes", "--target", str(site),
+         "--index-url", f"{lane_url}simple/", "-r", str(pinned)],
+        check=True, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+def _host_env(host: Path) -> dict[str, str]:
+    """A host's environment: its own HOME, the installed host package alone on the path,
+    and the receipt store's account (never on the command line)."""
+    return {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(host),
+        "PYTHONPATH": str(host / "site"),
+        "XLA_WHEELS_CACHE": str(host / "cache"),
+        "XLA_WHEELS_RECEIPTS_USERNAME": USER,
+        "XLA_WHEELS_RECEIPTS_PASSWORD": PASSWORD,
+    }
+
+
+def _gate(loop: Loop, worker: int, shared: Path, *extra: str) -> subprocess.Popen[str]:
+    """``xla-wheels gate`` as worker ``worker`` runs it: one command per worker."""
+    host = loop.hosts[worker]
+    argv = [
+        str(loop.python), "-s", "-m", "xla_host", "gate",
+        "--lane", loop.lane_url, "--bundle", BUNDLE, "--device", "CPU",
+        "--checks", "restart", "--warm-runs", "2", "--workload", f"{loop.workload}:workload",
+        "--worker-id", str(worker), "--workers", "2", "--slice-dir", str(shared / "slice"),
+        "--xla-cache-dir", str(shared / "cache"), "--out", str(host / "out"),
+        "--receipts", loop.store_url, *extra,
+    ]  # fmt: skip
+    return subprocess.Popen(
+        argv, cwd=host, env=_host_env(host), text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def loop(
+    tmp_path_factory: pytest.TempPathFactory, stock_xla_python_27: Path
+) -> Iterator[Loop]:
+    root = tmp_path_factory.mktemp("team-loop")
+    store = webdav_server.start(root / "webdav", USER, PASSWORD)
+    store_url = f"{store.url}receipts/"
+    project = make_publish_project(
+        root, [cached_stock_wheel("2.7.0", "3.11")], bundle=BUNDLE, python="3.11",
+        xla_version="2.7.0",
+    )  # fmt: skip
+    (project / "dist" / "host").mkdir(parents=True)
+    host_wheel = build_host_wheel(root / "host-wheel")
+    shutil.copyfile(host_wheel, project / "dist" / "host" / host_wheel.name)
+    (project / "build" / "lanes.toml").write_text(
+        LANES.format(store=store_url, workload=WORKLOAD, topology=TOPOLOGY)
+    )
+    published = run_cli("publish-lane", "--bundle", BUNDLE, root=project, inherit_env=True)
+    assert published.exit_code == 0, published.output
+    made = run_cli("lane-requirements", root=project, inherit_env=True)
+    assert made.exit_code == 0, made.output
+    lane = project / "dist" / "lanes" / "validation"
+    port = free_port()
+    index = start(
+        "http.server",
+        [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "--directory", str(lane),
+         str(port)],
+        log=root / "lane-http.log",
+        ready=answers_http(f"http://127.0.0.1:{port}/bundles/index.html"),
+        timeout_s=60,
+    )  # fmt: skip
+    lane_url = f"http://127.0.0.1:{port}/"
+    hosts = (root / "host-0", root / "host-1")
+    for host in hosts:
+        (host / "site").mkdir(parents=True)
+        _install_host_package(lane_url, (lane / "requirements.txt").read_text(), host / "site")
+    team = root / "team"
+    team.mkdir()
+    (team / "team_model.py").write_text(TEAM_MODEL)
+    (team / "team_layers.py").write_text(TEAM_LAYERS)
+    try:
+        yield Loop(
+            project, lane_url, store, store_url, hosts, stock_xla_python_27, root / "shared",
+            team / "team_model.py",
+        )
+    finally:
+        stop(index)
+        webdav_server.stop(store)
+
+
+@dataclass(frozen=True)
+class SliceRun:
+    codes: tuple[int, int]
+    outputs: tuple[str, str]
+
+
+@pytest.fixture(scope="module")
+def slice_run(loop: Loop) -> SliceRun:
+    workers = [_gate(loop, worker, loop.shared) for worker in (0, 1)]
+    try:
+        done = [w.communicate(timeout=900) for w in workers]
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                os.killpg(worker.pid, signal.SIGKILL)
+    return SliceRun(
+        (workers[0].returncode, workers[1].returncode),
+        (done[0][0] + done[0][1], done[1][0] + done[1][1]),
+    )
+
+
+def _store_receipts(loop: Loop) -> list[Path]:
+    return sorted((loop.store.root / "receipts" / BUNDLE).glob("*.json"))
+
+
+@pytest.mark.slow
+def test_two_hosts_from_the_lane_form_one_gate_run_and_the_receipt_goes_home(
+    loop: Loop, slice_run: SliceRun
+) -> None:
+    assert slice_run.codes == (0, 0), slice_run.outputs
+    # Nothing of the checkout on the hosts: the package they ran is the lane's.
+    for host in loop.hosts:
+        assert not (host / "site" / "xla_wheels").exists()
+        assert (host / "site" / "xla_host" / "gate" / "run.py").is_file()
+    # Worker 1 was a reader: every child read-only, nothing written to the shared cache.
+    # Each child says which cache it was given and how: the writer's cold run wrote, every
+    # one of the reader's children ran read-only on the same directory.
+    cache = str(loop.shared / "cache")
+    for worker in (0, 1):
+        children = sorted((loop.hosts[worker] / "out" / "runs" / "restart").glob("*.json"))
+        assert {c.stem for c in children} >= {"cold-1", "warm-1", "warm-2", "read-only"}
+        for child in children:
+            given = json.loads(child.read_text())["persistent_cache"]
+            assert given["path"] == cache, child
+            assert given["read_only"] == (worker == 1 or child.stem == "read-only"), child
+    assert "no receipt from worker 1" in slice_run.outputs[1]
+    assert not (loop.hosts[1] / "out" / "receipts").exists()
+    # Worker 0's receipt: the slice, the team's workload, the document, home in the store.
+    (stored,) = _store_receipts(loop)
+    read = receipts.read_receipt(stored)
+    assert read.digest_ok
+    receipt = read.receipt
+    assert receipt.topology == TOPOLOGY
+    assert [w["role"] for w in (receipt.slice or {})["workers"]] == ["writer", "reader"]
+    assert receipt.workload == WORKLOAD
+    assert receipt.workload_sha256 == file_sha256(loop.workload)
+    assert receipt.bundle == BUNDLE and receipt.wheels_match_lock
+    assert receipt.bundle_document is not None
+    (document,) = (loop.project / "dist" / "lanes" / "validation" / "bundles").glob("*.json")
+    assert receipt.bundle_document == f"sha256:{file_sha256(document)}"
+    # The store's account never shows.
+    assert PASSWORD not in slice_run.outputs[0] + slice_run.outputs[1]
+
+
+@pytest.mark.slow
+def test_promote_reads_the_receipt_from_the_store_and_compares_only_like_with_like(
+    loop: Loop, slice_run: SliceRun
+) -> None:
+    assert slice_run.codes == (0, 0), slice_run.outputs
+    (stored,) = _store_receipts(loop)
+    merged = receipts.read_receipt(stored).receipt
+    # A receipt of this bundle from one host, of another workload, lands in the store too:
+    # it is judged and refused by name, never compared with the slice's.
+    other = replace(merged, slice=None, workload="small", workload_sha256=None)
+    local = receipts.write_receipt(loop.hosts[0] / "other" / "receipt.json", other, replace=True)
+    shutil.copyfile(local, stored.with_name("one-host-small.json"))
+    promoted = run_cli(
+        "promote", "--bundle", BUNDLE, "--lane", "preferred", root=loop.project,
+        inherit_env=True, env={"XLA_WHEELS_RECEIPTS_USERNAME": USER,
+                               "XLA_WHEELS_RECEIPTS_PASSWORD": PASSWORD},
+    )  # fmt: skip
+    assert promoted.exit_code == 0, promoted.output
+    lanes_lock = (loop.project / "lanes.lock").read_text()
+    assert f'bundle = "{BUNDLE}"' in lanes_lock
+    # The receipt that let the bundle in is the slice's, brought home byte for byte.
+    home = loop.project / "receipts" / BUNDLE / stored.name
+    assert home.read_bytes() == stored.read_bytes()
+    assert stored.name in lanes_lock and "one-host-small" not in lanes_lock
+    assert PASSWORD not in promoted.output
+
+
+def _arrived(board: Path, worker: int) -> bool:
+    """Whether ``worker`` arrived at a phase (not only started) on the slice's board."""
+    return any(p.parent.name != "start" for p in board.rglob(f"worker-{worker}.json"))
+
+
+@pytest.mark.slow
+def test_a_killed_worker_fails_the_run_naming_it_within_a_bound(
+    loop: Loop, slice_run: SliceRun
+) -> None:
+    # After the first run (the stock environment is warm); a slice of its own.
+    shared = loop.shared.with_name("shared-killed")
+    started = time.monotonic()
+    writer = _gate(loop, 0, shared)
+    reader = _gate(loop, 1, shared)
+    # Worker 1 dies once it has arrived at the cold phase (its arrival is on the board).
+    deadline = time.monotonic() + 300
+    while not _arrived(shared / "slice", 1) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if not _arrived(shared / "slice", 1):
+        for worker in (writer, reader):
+            os.killpg(worker.pid, signal.SIGKILL)
+        pytest.fail("worker 1 never reached the cold phase")
+    os.killpg(reader.pid, signal.SIGKILL)
+    reader.communicate(timeout=60)
+    try:
+        out, err = writer.communicate(timeout=300)
+    finally:
+        if writer.poll() is None:  # it did not end: take it down with its children
+            os.killpg(writer.pid, signal.SIGKILL)
+    took = time.monotonic() - started
+    assert writer.returncode not in (0, None), out + err
+    # Named as a worker that stopped (its heartbeat), not one that never came.
+    assert "worker 1 stopped: no heartbeat" in err, out + err
+    assert took < 240, f"the run took {took:.0f}s to name the dead worker"
