@@ -243,7 +243,7 @@ def run_doctor(args: argparse.Namespace) -> int:
         [*host_doctor.PACKAGES, *document.pins],
         fix="pass --python <the training environment's python>",
     )
-    report = host_doctor.HostReport(document.bundle, str(python), digest)
+    report = host_doctor.HostReport(document.bundle, str(python), document_sha256=digest)
     fix = host_doctor.install_fix(args.lane)
     host_doctor.check_versions(report, document, facts, fix)
     _, match = _compare_files(args, document, python)

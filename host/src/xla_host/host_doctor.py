@@ -25,10 +25,12 @@ from xla_host.wheel_filename import normalize
 
 
 @dataclass
-class HostReport:
+class Report:
+    """A doctor's findings on this host about one bundle, printed as one table (the host's
+    doctor and the builder's, which adds the SBOM, ABI and provenance findings)."""
+
     bundle: str
     python: str
-    document_sha256: str
     findings: list[Finding] = field(default_factory=list)
 
     def add(self, status: str, check: str, detail: str, fix: str = "") -> None:
@@ -38,11 +40,11 @@ class HostReport:
     def failed(self) -> list[Finding]:
         return [f for f in self.findings if f.status == "FAIL"]
 
+    def title(self) -> str:
+        return f"doctor: bundle {self.bundle}, python {self.python}"
+
     def render(self) -> str:
-        lines = [
-            f"doctor: bundle {self.bundle} (document sha256:{self.document_sha256}), "
-            f"python {self.python}"
-        ]
+        lines = [self.title()]
         width = max((len(f.check) for f in self.findings), default=0)
         for finding in self.findings:
             lines.append(f"  {finding.status:<4} {finding.check:<{width}}  {finding.detail}")
@@ -51,6 +53,19 @@ class HostReport:
         warnings = sum(f.status == "WARN" for f in self.findings)
         lines.append(f"{len(self.failed)} problem(s), {warnings} warning(s)")
         return "\n".join(lines)
+
+
+@dataclass
+class HostReport(Report):
+    """The host's doctor: judged against a bundle document, which it names."""
+
+    document_sha256: str = ""
+
+    def title(self) -> str:
+        return (
+            f"doctor: bundle {self.bundle} (document sha256:{self.document_sha256}), "
+            f"python {self.python}"
+        )
 
 
 #: What the probe reads besides the document's pins (the cache contract names these).

@@ -21,13 +21,14 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-from xla_host.cache_contract import CacheFacts, Finding, judge_cache_contract
+from xla_host.cache_contract import CacheFacts, judge_cache_contract
 from xla_host.errors import LockError, PipelineError
+from xla_host.host_doctor import PACKAGES, Report
 from xla_host.host_probe import HostFacts, probe
 from xla_host.provenance import Provenance, ProvenanceFormatError
 from xla_host.wheel_filename import normalize
@@ -58,35 +59,14 @@ SHARED_FS_TYPES = frozenset(
         "gpfs",
     }
 )
-PACKAGES = ("torch", "torch_xla", "libtpu", "jax", "jaxlib")
 
 
 @dataclass
-class DoctorReport:
-    bundle: str
-    python: str
-    findings: list[Finding] = field(default_factory=list)
+class DoctorReport(Report):
+    """The builder's doctor: the host's findings, and those only the checkout can make."""
+
     host: HostFacts | None = None
     """What the host probe read (versions, provenance), for findings added after the run."""
-
-    def add(self, status: str, check: str, detail: str, fix: str = "") -> None:
-        self.findings.append(Finding(status, check, detail, fix))
-
-    @property
-    def failed(self) -> list[Finding]:
-        return [f for f in self.findings if f.status == "FAIL"]
-
-    def render(self) -> str:
-        lines = [f"doctor: bundle {self.bundle}, python {self.python}"]
-        width = max((len(f.check) for f in self.findings), default=0)
-        for finding in self.findings:
-            lines.append(f"  {finding.status:<4} {finding.check:<{width}}  {finding.detail}")
-            if finding.fix and finding.status != "ok":
-                lines.append(f"       {'':<{width}}  fix: {finding.fix}")
-        problems = len(self.failed)
-        warnings = sum(f.status == "WARN" for f in self.findings)
-        lines.append(f"{problems} problem(s), {warnings} warning(s)")
-        return "\n".join(lines)
 
 
 def meets_minimum(installed: str, minimum: str) -> bool:
