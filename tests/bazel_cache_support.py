@@ -13,24 +13,20 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from tests import servers
-from xla_host.waitlock import make_once
-from xla_wheels.options import machine_cache
+from tests.tool_venvs import pinned_tool
 
 REQUIREMENTS = Path(__file__).with_name("buildgrid-requirements.txt")
-MARKER = ".complete.json"
 #: The one instance BuildGrid serves: a builder must name it (remote_instance_name).
 INSTANCE = "xla-wheels"
 #: A Bazel server left behind by a killed test run exits by itself after this long.
@@ -71,33 +67,7 @@ def nginx() -> str:
 
 def ensure_buildgrid() -> Path:
     """``bgd`` of the pinned BuildGrid venv in the per-machine cache (made if missing)."""
-    digest = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()[:12]
-    name = f"buildgrid-{digest}-cp{sys.version_info[0]}{sys.version_info[1]}"
-
-    def build(tmp: Path) -> dict[str, object]:
-        log = tmp.with_name(tmp.name + ".log")
-        with log.open("wb") as handle:
-            for argv in (
-                [sys.executable, "-m", "venv", str(tmp)],
-                [str(tmp / "bin" / "python"), "-m", "pip", "install", "--quiet",
-                 "--disable-pip-version-check", "--no-deps", "-r", str(REQUIREMENTS)],
-            ):  # fmt: skip
-                done = subprocess.run(argv, stdout=handle, stderr=subprocess.STDOUT, timeout=900)
-                if done.returncode != 0:
-                    raise AssertionError(f"setting up BuildGrid failed: {log.read_text()}")
-        log.unlink()
-        return {"requirements": REQUIREMENTS.read_text(encoding="utf-8")}
-
-    env = make_once(
-        machine_cache(os.environ) / "envs" / name,
-        build,
-        marker=MARKER,
-        doing=f"installing {name}",
-        usable=lambda d: (d / "bin" / "bgd").exists(),
-        # In place: a venv's scripts name their interpreter by its absolute path.
-        in_place=True,
-    )
-    return env / "bin" / "bgd"
+    return pinned_tool(REQUIREMENTS, "buildgrid", "bgd", timeout_s=900)
 
 
 @dataclass

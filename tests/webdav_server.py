@@ -9,53 +9,22 @@ per-machine cache (as BuildGrid is, ``tests/bazel_cache_support.py``), never int
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import socket
 import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from tests import servers
-from xla_host.waitlock import make_once
-from xla_wheels.options import machine_cache
+from tests.tool_venvs import pinned_tool
 
 REQUIREMENTS = Path(__file__).with_name("webdav-requirements.txt")
-MARKER = ".complete.json"
 
 
 def ensure_wsgidav() -> Path:
     """``wsgidav`` of the pinned venv in the per-machine cache (made if missing)."""
-    digest = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()[:12]
-    name = f"wsgidav-{digest}-cp{sys.version_info[0]}{sys.version_info[1]}"
-
-    def build(tmp: Path) -> dict[str, object]:
-        log = tmp.with_name(tmp.name + ".log")
-        with log.open("wb") as handle:
-            for argv in (
-                [sys.executable, "-m", "venv", str(tmp)],
-                [str(tmp / "bin" / "python"), "-m", "pip", "install", "--quiet",
-                 "--disable-pip-version-check", "--no-deps", "-r", str(REQUIREMENTS)],
-            ):  # fmt: skip
-                done = subprocess.run(argv, stdout=handle, stderr=subprocess.STDOUT, timeout=600)
-                if done.returncode != 0:
-                    raise AssertionError(f"setting up WsgiDAV failed: {log.read_text()}")
-        log.unlink()
-        return {"requirements": REQUIREMENTS.read_text(encoding="utf-8")}
-
-    env = make_once(
-        machine_cache(os.environ) / "envs" / name,
-        build,
-        marker=MARKER,
-        doing=f"installing {name}",
-        usable=lambda d: (d / "bin" / "wsgidav").exists(),
-        # In place: a venv's scripts name their interpreter by its absolute path.
-        in_place=True,
-    )
-    return env / "bin" / "wsgidav"
+    return pinned_tool(REQUIREMENTS, "wsgidav", "wsgidav", timeout_s=600)
 
 
 @dataclass
