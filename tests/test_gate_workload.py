@@ -14,15 +14,13 @@ Without torch: how ``--workload`` is read (presets, files, modules, bad values).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.gate_helpers import GateRun, run_gate_cli
-from xla_host import receipts
+from tests.gate_helpers import run_gate_cli
 from xla_host.gate import child_workload, restart, workload
 from xla_host.gate.children import ChildResult, runtime_env
 from xla_host.gate.errors import GateEnvironmentError
@@ -84,53 +82,10 @@ def write_tiny(directory: Path) -> Path:
 
 
 # --- a user's workload through the real runtime ----------------------------------------
-
-
-@pytest.fixture(scope="module")
-def tiny_gate(
-    stock_xla_python_27: Path, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[GateRun, Path]:
-    """The restart check (2 warm runs, the fewest the gate takes) on the tiny workload."""
-    directory = tmp_path_factory.mktemp("tiny-workload")
-    path = write_tiny(directory / "team")
-    run = run_gate_cli(
-        "gate", "--python", str(stock_xla_python_27), "--workload", f"{path}:build",
-        "--checks", "restart", "--warm-runs", "2",
-        "--baselines-dir", str(directory / "baselines"), out_dir=directory / "report",
-    )  # fmt: skip
-    return run, path
-
-
-def test_a_users_own_workload_passes_the_restart_check_on_stock_2_7_0(
-    tiny_gate: tuple[GateRun, Path],
-) -> None:
-    run, path = tiny_gate
-    assert run.exit_code == 0, run.stdout + run.stderr
-    check = run.check("restart")
-    assert check["passed"], check["reasons"]
-    runs = {row["name"]: row for row in check["runs"]}
-    assert set(runs) == {"cold-1", "warm-1", "warm-2", "read-only"}
-    cold = runs["cold-1"]
-    assert cold["workload"]["name"] == "tiny_workload.py:build"
-    assert cold["workload"]["source"] == str(path)
-    assert cold["misses"] >= 1 and len(cold["loss_hex"]) == 3
-    for name in ("warm-1", "warm-2", "read-only"):
-        assert runs[name]["hits"] == cold["misses"] and runs[name]["xla_compiles"] == 0
-    assert "tiny_workload.py:build workload" in run.stderr  # the cold run's log section
-
-
-def test_its_receipt_names_the_workload_its_source_digest_and_params(
-    tiny_gate: tuple[GateRun, Path],
-) -> None:
-    run, path = tiny_gate
-    stored = receipts.read_receipt(run.out_dir / "receipt.json")
-    assert stored.digest_ok
-    made = stored.receipt
-    assert made.workload == "tiny_workload.py:build"
-    assert made.workload_sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
-    assert made.workload_params == {"width": 16, "hidden": 32}
-    data = json.loads((run.out_dir / "receipt.json").read_text())
-    assert data["workload-sha256"] == made.workload_sha256
+# The team's own workload passing the restart check on stock 2.7.0, its runs' figures and
+# its receipt (name, source digest, params) are asserted on the end-to-end run of
+# tests/test_team_loop.py, which gates one through the host's command line on a slice:
+# one gate run of a user's workload serves both.
 
 
 # --- a workload that cannot be judged ----------------------------------------------------

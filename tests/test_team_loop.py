@@ -249,6 +249,18 @@ def test_two_hosts_from_the_lane_form_one_gate_run_and_the_receipt_goes_home(
             assert given["read_only"] == (worker == 1 or child.stem == "read-only"), child
     assert "no receipt from worker 1" in slice_run.outputs[1]
     assert not (loop.hosts[1] / "out" / "receipts").exists()
+    # The team's workload ran as written: loaded by path (its neighbour imported), cold
+    # compiled and wrote, every warm run and the read-only run loaded what it wrote.
+    report = json.loads((loop.hosts[0] / "out" / "report.json").read_text())
+    check = next(c for c in report["checks"] if c["name"] == "restart")
+    assert check["passed"], check["reasons"]
+    runs = {row["name"]: row for row in check["runs"]}
+    cold = runs["cold-1"]
+    assert cold["workload"]["name"] == WORKLOAD
+    assert cold["workload"]["source"] == str(loop.workload)
+    assert cold["misses"] >= 1 and len(cold["loss_hex"]) == 2
+    for name in ("warm-1", "warm-2", "read-only"):
+        assert runs[name]["hits"] == cold["misses"] and runs[name]["xla_compiles"] == 0
     # Worker 0's receipt: the slice, the team's workload, the document, home in the store.
     (stored,) = _store_receipts(loop)
     read = receipts.read_receipt(stored)
@@ -258,6 +270,8 @@ def test_two_hosts_from_the_lane_form_one_gate_run_and_the_receipt_goes_home(
     assert [w["role"] for w in (receipt.slice or {})["workers"]] == ["writer", "reader"]
     assert receipt.workload == WORKLOAD
     assert receipt.workload_sha256 == file_sha256(loop.workload)
+    assert receipt.workload_params == {"width": 32}
+    assert json.loads(stored.read_text())["workload-sha256"] == receipt.workload_sha256
     assert receipt.bundle == BUNDLE and receipt.wheels_match_lock
     assert receipt.bundle_document is not None
     (document,) = (loop.project / "dist" / "lanes" / "validation" / "bundles").glob("*.json")
