@@ -26,9 +26,9 @@ from tests.publish_support import (
     index_server,  # noqa: F401 - fixture
     make_publish_project,
 )
+from xla_host.arguments import RefusedSwitchAction
+from xla_host.settings import by_flag
 from xla_wheels.cli import COMMANDS, build_parser
-from xla_wheels.cli.arguments import RefusedSwitchAction
-from xla_wheels.settings_table import by_flag
 
 #: The subcommands that honour --dry-run (its row of the settings table says which, for
 #: the documentation); every other one must reject the flag.

@@ -1,4 +1,4 @@
-"""Each setting is one row of one table (src/xla_wheels/settings_table.py), and what is
+"""Each setting is one row of one table (host/src/xla_host/settings.py), and what is
 written from it (the Makefile's variable mapping, the environment's names, the flags with
 their defaults, the documentation's settings table) is what the rows say today."""
 
@@ -11,11 +11,11 @@ import sys
 
 from tests.gitrepos import REPO_ROOT, SOURCE_PATH
 from xla_host.errors import UsageError
+from xla_host.settings import GROUPS, SETTINGS, by_flag
 from xla_wheels import settings_table
 from xla_wheels.cli import build_parser
 from xla_wheels.cli.settings import check_environment
 from xla_wheels.options import NetworkPolicy, env_var, known_environment
-from xla_wheels.settings_table import GROUPS, SETTINGS, by_flag
 
 
 def test_the_files_written_from_the_table_are_current() -> None:

@@ -38,11 +38,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xla_host import runner
+from xla_host.arguments import RefusedSwitchAction
 from xla_host.cache_contract import directory_name
 from xla_host.errors import BundleBusy, PipelineError, UsageError
 from xla_host.wheel_filename import parse_wheel_name
 from xla_wheels.cli import Parser, checked_arguments, exit_code_of
-from xla_wheels.cli.arguments import RefusedSwitchAction
 from xla_wheels.run_lock import LOCK_NAME, bundle_run_lock
 from xla_wheels.stand_in import NOTICE, make_stand_in, wheels_flags
 from xla_wheels.wheels_lock import read_lock

@@ -32,10 +32,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from xla_host.arguments import SwitchAction
+from xla_host.settings import SETTINGS, in_group
 from xla_wheels.cli import build_parser
-from xla_wheels.cli.arguments import SwitchAction
 from xla_wheels.cli.help import EXAMPLES, option_help
-from xla_wheels.settings_table import MAKE_FILE, SETTINGS, in_group
+from xla_wheels.settings_table import MAKE_FILE
 
 HELP_FILE = Path(__file__).with_name("make-help.txt")
 MAKEFILE = Path(__file__).resolve().parents[2] / "Makefile"

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xla_host.arguments import machine_cache as host_machine_cache
-from xla_wheels.settings_table import SETTINGS, by_flag
+from xla_host.settings import SETTINGS, by_flag
 
 ENV_PREFIX = "XLA_WHEELS_"
 

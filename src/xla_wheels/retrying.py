@@ -43,18 +43,18 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, TypeVar
 
-from xla_host import log
+from xla_host import log, settings
 from xla_host.errors import PipelineError
 from xla_host.redact import mask_url_credentials
 from xla_host.runner import StepTimedOut
-from xla_wheels import progress, settings_table
+from xla_wheels import progress
 from xla_wheels.options import NetworkPolicy
 
 T = TypeVar("T")
 
 #: Where the settings come from, for fixes ("raise NET_TIMEOUT").
-TIMEOUT_SETTING = settings_table.where("--net-timeout")
-RETRIES_SETTING = settings_table.where("--net-retries")
+TIMEOUT_SETTING = settings.where("--net-timeout")
+RETRIES_SETTING = settings.where("--net-retries")
 
 #: A step that has not answered after this many seconds says it is waiting.
 QUIET_BEFORE_WAITING_LINE_S = 5.0

@@ -5,11 +5,19 @@ directory): a value is refused at parse time with :mod:`xla_host.values`' reason
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from xla_host.values import BadValue, check_output_dir, parse_amount, parse_count
+from xla_host.settings import Setting, by_flag
+from xla_host.values import (
+    SWITCH_SPELLINGS,
+    BadValue,
+    check_output_dir,
+    parse_amount,
+    parse_count,
+    parse_switch,
+)
 
 
 class ValueType:
@@ -61,3 +69,124 @@ def machine_cache(environ: Mapping[str, str], variable: str = "XLA_WHEELS_CACHE"
         return Path(base).expanduser() / "xla-wheels"
     home = Path(environ["HOME"]) if environ.get("HOME") else Path.home()
     return home / ".cache" / "xla-wheels"
+
+
+# --- the settings table's rows as flags ---------------------------------------------------
+
+
+class SwitchAction(argparse.Action):
+    """An on/off flag: ``--dry-run`` alone is on; ``--dry-run=VALUE`` is on or off by
+    :func:`xla_host.values.parse_switch` (the Makefile passes the user's raw value), and
+    any other value is refused at parse time, before anything runs."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        kwargs.setdefault("metavar", "yes|no")
+        super().__init__(option_strings, dest, nargs="?", **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, self.parse(values))
+
+    def parse(self, values: str | Sequence[Any] | None) -> bool:
+        if values is None:
+            return True
+        try:
+            return parse_switch(str(values))
+        except BadValue as bad:
+            raise argparse.ArgumentError(self, f"{values!r} {bad.reason}") from None
+
+
+class RefusedSwitchAction(SwitchAction):
+    """``--dry-run`` of a subcommand that has no dry run: off is accepted (so that
+    ``DRY_RUN=0`` through make works everywhere), on is refused: running for real when
+    the user asked for a dry run would act behind their back."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        if self.parse(values):
+            command = getattr(namespace, "command", None) or parser.prog.split()[-1]
+            raise argparse.ArgumentError(self, f"{command} has no dry run")
+        setattr(namespace, self.dest, False)
+
+
+def add_switch(
+    parser: argparse.ArgumentParser | Any, flag: str, *, help: str, default: bool | None = False
+) -> None:
+    """An on/off flag (see :class:`SwitchAction`); ``default`` None when an environment
+    variable may give it (the options reader then looks there)."""
+    parser.add_argument(
+        flag, action=SwitchAction, default=default, help=f"{help} [{SWITCH_SPELLINGS}]"
+    )
+
+
+def value_type(setting: Setting) -> ValueType:
+    """The argparse ``type`` of a number setting of the table: its range, its default as
+    the example of a value that works."""
+    example = setting.default if isinstance(setting.default, float | int) else setting.example
+    assert setting.low is not None and setting.high is not None and example is not None
+    if setting.kind == "count":
+        return count(int(setting.low), int(setting.high), int(example))
+    return amount(setting.low, setting.high, example, setting.unit)
+
+
+_TYPES: dict[str, Callable[[str], Any]] = {"path": Path, "directory": OUTPUT_DIR}
+
+
+def add_setting(
+    parser: argparse.ArgumentParser | Any,
+    setting: Setting,
+    *,
+    command: str | None = None,
+    kind: Callable[[str], Any] | None = None,
+) -> None:
+    """The flag of one row of the settings table as subcommand ``command`` takes it, its
+    default in its help. A row with an environment variable gets no argparse default: the
+    options reader then looks at the environment, then the row's default. ``kind``: the
+    type, when it is not the row's own (a fix that depends on the machine)."""
+    assert setting.flag is not None
+    # The table's commands column is what --help and make help say: a subcommand that
+    # takes a flag its row does not list would make both wrong.
+    assert not setting.commands or command is None or command in setting.commands, (
+        f"{setting.flag} is not a setting of {command} in the settings table"
+    )
+    per = setting.per(command)
+    default = (per.default if per else setting.default) if setting.env is None else None
+    help = setting.help_with_default(command)
+    if setting.kind == "switch":
+        add_switch(parser, setting.flag, default=None if setting.env else False, help=help)
+        return
+    extra: dict[str, Any] = {}
+    if setting.dest:
+        extra["dest"] = setting.dest
+    if setting.metavar:
+        extra["metavar"] = setting.metavar
+    if setting.kind in ("repeated", "words"):
+        parser.add_argument(setting.flag, action="append", help=help, **extra)
+        return
+    if kind is None:
+        numeric = setting.kind in ("count", "amount")
+        kind = value_type(setting) if numeric else _TYPES.get(setting.kind, str)
+    parser.add_argument(
+        setting.flag,
+        type=kind,
+        default=default,
+        choices=(setting.choices if per is None or per.choices is None else per.choices) or None,
+        help=help,
+        **extra,
+    )
+
+
+def add_settings(parser: argparse.ArgumentParser | Any, command: str, *flags: str) -> None:
+    """The flags of subcommand ``command``, each from its row."""
+    for flag in flags:
+        add_setting(parser, by_flag(flag), command=command)

@@ -12,8 +12,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from xla_host.settings import by_flag
 from xla_wheels.builder.remote_cache import RemoteCache
-from xla_wheels.settings_table import by_flag
 
 # The choices and defaults of the build settings: their rows of the settings table.
 ENGINES = by_flag("--engine").choices

@@ -41,9 +41,9 @@ from typing import Any
 from xla_host.errors import ExitCode, PipelineError, UsageError
 from xla_host.launch_profile import ROLES
 from xla_host.redact import REDACTED
+from xla_host.settings import by_flag, env_of
 from xla_host.tables import Field, Table, loads_toml, read_utf8
 from xla_host.values import BadValue, parse_count
-from xla_wheels.settings_table import by_flag, env_of
 
 CONFIG_RELPATH = "build/builders.toml"
 BAZEL_SCHEMES = ("grpc", "grpcs", "http", "https")

@@ -28,10 +28,10 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 
 from xla_host import edge
+from xla_host.arguments import RefusedSwitchAction, SwitchAction
 from xla_host.edge import Parser
 from xla_host.errors import UsageError
 from xla_wheels import __version__
-from xla_wheels.cli.arguments import RefusedSwitchAction, SwitchAction
 from xla_wheels.cli.from_make import MakeRun
 from xla_wheels.cli.help import subcommand_help
 from xla_wheels.cli.settings import check_environment, env_switch, refuse_dry_run

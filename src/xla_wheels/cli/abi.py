@@ -11,10 +11,11 @@ import os
 import tempfile
 from pathlib import Path
 
+from xla_host.arguments import add_settings
 from xla_host.errors import PipelineError
 from xla_wheels.abi import pairs
 from xla_wheels.bundle import load_bundle
-from xla_wheels.cli.arguments import add_bundle_arguments, add_settings
+from xla_wheels.cli.arguments import add_bundle_arguments
 from xla_wheels.cli.settings import pipeline_options
 from xla_wheels.options import machine_cache
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xla_host import log, receipt_store
+from xla_host.arguments import OUTPUT_DIR, count
 from xla_host.errors import UsageError
 from xla_host.gate import arguments as gate_arguments
 from xla_host.gate import bench, under_profile
@@ -28,7 +29,6 @@ from xla_host.gate.result import ensure_passed
 from xla_host.gate.target import Target, default_device, resolve_target
 from xla_host.gate.workload import WorkloadSpec
 from xla_wheels import stock_envs as envs
-from xla_wheels.cli.arguments import OUTPUT_DIR, count
 from xla_wheels.cli.settings import Settings
 from xla_wheels.options import machine_cache
 

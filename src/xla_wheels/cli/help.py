@@ -14,7 +14,7 @@ import argparse
 import textwrap
 from typing import Any
 
-from xla_wheels.cli.arguments import SwitchAction
+from xla_host.arguments import SwitchAction
 
 #: One working command per subcommand, shown last in its --help; ``make help`` shows the
 #: same example with make variables (:func:`xla_wheels.make_help.make_example`).

@@ -19,11 +19,12 @@ import shlex
 from pathlib import Path
 
 from xla_host import filemode, launch_profile
+from xla_host.arguments import add_settings
 from xla_host.cache_contract import directory_name
 from xla_host.errors import UsageError
 from xla_host.tables import read_regular
 from xla_wheels.bundle import Bundle, load_bundle
-from xla_wheels.cli.arguments import add_bundle_arguments, add_settings
+from xla_wheels.cli.arguments import add_bundle_arguments
 from xla_wheels.cli.settings import Settings, pipeline_options
 from xla_wheels.publish.wheels import locked_versions
 from xla_wheels.wheels_lock import read_lock

@@ -6,9 +6,10 @@ import argparse
 import os
 
 from xla_host import log
+from xla_host.arguments import add_settings
 from xla_host.errors import UsageError
 from xla_wheels.bundle import Bundle
-from xla_wheels.cli.arguments import add_bundle_arguments, add_settings
+from xla_wheels.cli.arguments import add_bundle_arguments
 from xla_wheels.cli.settings import pipeline_options
 from xla_wheels.options import PipelineOptions
 from xla_wheels.patch_workflow import RebaseResult, continue_rebase, export_series, start_rebase

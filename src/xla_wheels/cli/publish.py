@@ -17,13 +17,14 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from xla_host import installed, launch_profile, log
+from xla_host.arguments import add_settings
 from xla_host.errors import UsageError
 from xla_host.redact import Redactor, shown
 from xla_host.stamp import Stamp, StampedWheel, job_facts, this_host, write_stamp
 from xla_host.stamp import now as stamp_now
 from xla_wheels import attestation as attest
 from xla_wheels.bundle import load_bundle
-from xla_wheels.cli.arguments import add_bundle_arguments, add_settings
+from xla_wheels.cli.arguments import add_bundle_arguments
 from xla_wheels.cli.settings import Settings, pipeline_options, publish_options, supply_options
 from xla_wheels.layout import BundleLayout
 from xla_wheels.options import PipelineOptions, env_var

@@ -15,11 +15,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from xla_host import log
+from xla_host.arguments import add_settings
 from xla_host.errors import UsageError
 from xla_host.redact import shown
 from xla_host.wheel_filename import normalize, parse_wheel_name
 from xla_wheels.bundle import load_bundle
-from xla_wheels.cli.arguments import add_bundle_arguments, add_common_arguments, add_settings
+from xla_wheels.cli.arguments import add_bundle_arguments, add_common_arguments
 from xla_wheels.cli.settings import pipeline_options
 from xla_wheels.layout import BundleLayout
 from xla_wheels.publish import requirements

@@ -20,11 +20,12 @@ from pathlib import Path
 
 import xla_host
 from xla_host import launch_profile, log
+from xla_host.arguments import add_settings
 from xla_host.errors import UsageError
 from xla_host.stamp import jobs_that_ran, read_stamps
 from xla_wheels.builder import runtime_image
 from xla_wheels.bundle import load_bundle
-from xla_wheels.cli.arguments import add_bundle_arguments, add_common_arguments, add_settings
+from xla_wheels.cli.arguments import add_bundle_arguments, add_common_arguments
 from xla_wheels.cli.launch import _build_directory
 from xla_wheels.cli.settings import Settings, pipeline_options
 from xla_wheels.release import lanes

@@ -32,7 +32,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from xla_host.arguments import value_type
 from xla_host.errors import UsageError
+from xla_host.settings import SETTINGS, by_flag
 from xla_host.values import (
     REMOTE_RULE,
     WHOLE_NUMBER,
@@ -44,7 +46,7 @@ from xla_host.values import (
     parse_count,
     parse_switch,
 )
-from xla_wheels.cli.arguments import NET_RETRIES, NET_TIMEOUT, PROGRESS_INTERVAL, value_type
+from xla_wheels.cli.arguments import NET_RETRIES, NET_TIMEOUT, PROGRESS_INTERVAL
 from xla_wheels.cli.from_make import closest
 from xla_wheels.disk_faults import existing
 from xla_wheels.options import (
@@ -57,7 +59,6 @@ from xla_wheels.options import (
     known_environment,
     machine_cache,
 )
-from xla_wheels.settings_table import SETTINGS, by_flag
 
 #: The most compile jobs one builder may ask for: more is a typo (JOBS=1e9), not a machine.
 MAX_JOBS = int(by_flag("--jobs").high or 0)

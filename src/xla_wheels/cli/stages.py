@@ -14,18 +14,14 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from xla_host import log, runner
+from xla_host.arguments import add_setting, add_settings, count
 from xla_host.errors import LockError, PatchError, UsageError
 from xla_host.redact import shown
+from xla_host.settings import by_flag, in_group
 from xla_wheels.builder.config import ENGINES, jobs_that_fit
 from xla_wheels.builder.container import EngineError, build_image_argv
 from xla_wheels.bundle import available_bundles, describe, diff, load_bundle
-from xla_wheels.cli.arguments import (
-    add_bundle_arguments,
-    add_common_arguments,
-    add_setting,
-    add_settings,
-    count,
-)
+from xla_wheels.cli.arguments import add_bundle_arguments, add_common_arguments
 from xla_wheels.cli.settings import MAX_JOBS, build_config, pipeline_options
 from xla_wheels.gitutil import git_out
 from xla_wheels.patches import check_series, parse_patch
@@ -41,7 +37,6 @@ from xla_wheels.series_build import (
 from xla_wheels.series_checks.key_audit import TABLE_SUBPATH, AuditReport, audit_series
 from xla_wheels.series_checks.key_audit import judge as judge_audit
 from xla_wheels.series_hygiene import refuse
-from xla_wheels.settings_table import by_flag, in_group
 from xla_wheels.sources import SourceCache, known_commits
 from xla_wheels.wheels_lock import check_lock, update_bundle_entry
 
