@@ -117,8 +117,7 @@ def test_each_subcommand_takes_the_flags_its_rows_name_and_no_other_row() -> Non
     take: a row's flag is on each subcommand it names, and on none it does not name."""
     from xla_wheels.cli import COMMANDS
 
-    # The gate's and bench-restart's flags are still written by hand in cli/gate.py.
-    for command in set(COMMANDS) - {"gate", "bench-restart"}:
+    for command in COMMANDS:
         # A hidden flag (--dry-run where there is none) is refused, not taken.
         taken = {o: a for o, a in _flags_of(command).items() if a.help != argparse.SUPPRESS}
         for setting in SETTINGS:
@@ -164,3 +163,20 @@ def test_the_rows_facts_are_the_codes() -> None:
     assert by_flag("--compiler-env").default_text == pairs
     assert by_flag("--component").choices == COMPONENT_NAMES
     assert by_flag("--role").choices == tuple(ROLES)
+    # The gate's: the restart check's limits, the devices, the checks, the slice's waits.
+    from pathlib import Path
+
+    from xla_host import slice as slices
+    from xla_host.gate.restart import DEFAULT_BASELINES_DIR, RestartConfig
+    from xla_host.gate.run import CHECKS
+    from xla_host.gate.target import DEVICES
+    from xla_host.gate.workload import DEFAULT
+
+    assert by_flag("--max-warm-ratio").default == RestartConfig.max_warm_ratio
+    assert by_flag("--baseline-tolerance").default == RestartConfig.baseline_tolerance
+    assert Path(str(by_flag("--baselines-dir").default)) == DEFAULT_BASELINES_DIR
+    assert by_flag("--device").choices == DEVICES
+    assert by_flag("--checks").default == ",".join(CHECKS)
+    assert by_flag("--workload").default == DEFAULT.name
+    assert by_flag("--slice-timeout").default == slices.JOIN_TIMEOUT_S
+    assert f"named after {slices.DEAD_AFTER_S:g}s" in by_flag("--slice-timeout").help

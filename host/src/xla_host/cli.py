@@ -110,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
             help="interpreter of the torch_xla environment to judge (default: this one)",
         )
         if name == "gate":
-            gate_arguments.add_child_arguments(sub)
+            gate_arguments.add_child_arguments(sub, name)
             gate_arguments.add_gate_arguments(sub)
             sub.set_defaults(handler=run_gate)
         elif name == "launch-env":

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xla_host import log, receipt_store
-from xla_host.arguments import OUTPUT_DIR, count
+from xla_host.arguments import add_settings
 from xla_host.errors import UsageError
 from xla_host.gate import arguments as gate_arguments
 from xla_host.gate import bench, under_profile
@@ -44,30 +44,18 @@ def _python(args: argparse.Namespace) -> Path:
     return envs.resolve_python(_given_python(args), machine_cache(os.environ))
 
 
-def _add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--python",
-        help="interpreter of the torch_xla environment to judge "
-        f"(default: cached stock torch_xla {envs.DEFAULT_STOCK})",
-    )
-    gate_arguments.add_child_arguments(parser)
+def _add_common(parser: argparse.ArgumentParser, command: str) -> None:
+    """The checkout's gate and benchmark: the interpreter (else the cached stock
+    environment), the children's options, and where the receipt's evidence is."""
+    add_settings(parser, command, "--python")
+    gate_arguments.add_child_arguments(parser, command)
     # The receipt's options (:mod:`xla_wheels.release.gate_receipt`).
     parser.add_argument(
         "--bundle",
         help="bundle whose locked wheels the environment should be; the receipt goes to "
         "receipts/<bundle>/ (default: none: out/.../receipt.json, unusable to promote)",
     )
-    parser.add_argument(
-        "--root",
-        type=Path,
-        help="project checkout holding wheels.lock and receipts/ (default: $XLA_WHEELS_ROOT or .)",
-    )
-    parser.add_argument(
-        "--wheel-dir",
-        type=Path,
-        help="where the locked wheel files are, to compare with what is installed "
-        "(default: <root>/dist/<bundle>)",
-    )
+    add_settings(parser, command, "--root", "--wheel-dir")
 
 
 def _receipts():  # noqa: ANN202 - the module
@@ -104,23 +92,15 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     if name == "gate":
         _add_gate_arguments(parser)
     elif name == "bench-restart":
-        _add_common(parser)
-        parser.add_argument(
-            "--rounds", type=count(1, 1000, 5), default=5, help="restarts per phase (1 to 1000)"
-        )
-        parser.add_argument(
-            "--out",
-            type=OUTPUT_DIR,
-            default=Path("out/bench"),
-            help="directory the benchmark writes its results into",
-        )
+        _add_common(parser, name)
+        add_settings(parser, name, "--rounds", "--out")
         parser.set_defaults(handler=run_bench)
     else:
         raise ValueError(f"{name} is not a subcommand of {__name__}")
 
 
 def _add_gate_arguments(gate: argparse.ArgumentParser) -> None:
-    _add_common(gate)
+    _add_common(gate, "gate")
     gate_arguments.add_gate_arguments(gate)
     gate.set_defaults(handler=run_gate)
 

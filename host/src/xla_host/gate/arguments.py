@@ -15,15 +15,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from xla_host import slice as slices
-from xla_host.arguments import OUTPUT_DIR, ValueType, amount, count
+from xla_host.arguments import ValueType, add_setting, add_settings
 from xla_host.errors import UsageError
-from xla_host.gate import restart, under_profile
+from xla_host.gate import under_profile
 from xla_host.gate import workload as workloads
 from xla_host.gate.errors import GateEnvironmentError
 from xla_host.gate.report import render_text
 from xla_host.gate.result import ensure_passed
 from xla_host.gate.run import CHECKS, GateConfig, GateOutcome, run_gate
-from xla_host.gate.target import DEVICES
+from xla_host.settings import by_flag
 
 
 def checks(value: str) -> list[str]:
@@ -38,119 +38,32 @@ def checks(value: str) -> list[str]:
     return [c for c in CHECKS if c in chosen]
 
 
-def add_child_arguments(parser: argparse.ArgumentParser) -> None:
-    """What every run of children takes (the gate and the restart benchmark)."""
-    parser.add_argument(
-        "--device",
-        type=str.upper,
-        choices=DEVICES,
-        help="PJRT device (default: TPU if this host has one, else CPU)",
-    )
-    parser.add_argument(
-        "--workload",
-        type=ValueType(workloads.resolve, "small", "workload"),
-        default=workloads.DEFAULT,
-        metavar="WORKLOAD",
-        help=f"what to time: a preset ({', '.join(workloads.PRESETS)}; large is meant for "
-        "TPU), your own model as path/to/file.py[:factory] or package.module:factory "
-        '(protocol: docs/gate.md "Your own workload")',
-    )
-    parser.add_argument(
-        "--child-timeout",
-        type=amount(1, 7 * 86400, 600, "seconds"),
-        default=600.0,
-        metavar="SECONDS",
-        help="per-child timeout; a hung child's process group is killed",
-    )
+def add_child_arguments(parser: argparse.ArgumentParser, command: str) -> None:
+    """What every run of children takes (the gate and the restart benchmark): rows of the
+    settings table (``xla_host.settings``), the workload parsed by its protocol."""
+    add_setting(parser, by_flag("--device"), command=command, kind=str.upper)
+    workload = ValueType(workloads.resolve, "small", "workload")
+    add_setting(parser, by_flag("--workload"), command=command, kind=workload)
+    add_settings(parser, command, "--child-timeout")
 
 
 def add_gate_arguments(gate: argparse.ArgumentParser) -> None:
-    """The gate's own options (after :func:`add_child_arguments`)."""
-    gate.add_argument(
-        "--checks", default=",".join(CHECKS), help=f"comma-separated: {','.join(CHECKS)}"
-    )
-    gate.add_argument(
-        "--out",
-        type=OUTPUT_DIR,
-        default=Path("out/gate"),
-        help="directory for report.json, junit.xml and child logs",
-    )
-    gate.add_argument(
-        "--warm-runs", type=count(2, 100, 2), default=2, help="warm restarts (2 to 100)"
-    )
-    gate.add_argument(
-        "--max-warm-ratio",
-        type=amount(0, 100, 0.5, "times the cold time"),
-        default=restart.RestartConfig.max_warm_ratio,
-        help="warm time-to-ready must be at most this fraction of cold",
-    )
-    gate.add_argument(
-        "--baseline-tolerance",
-        type=amount(0, 100, 0.5, "times the baseline"),
-        default=restart.RestartConfig.baseline_tolerance,
-        help="allowed slowdown against a recorded baseline (0.5 = 50%%)",
-    )
-    gate.add_argument(
-        "--baselines-dir",
-        type=Path,
-        default=restart.DEFAULT_BASELINES_DIR,
-        help="directory of the recorded warm-restart baselines (one per torch_xla version, "
-        "device and workload)",
-    )
-    gate.add_argument(
-        "--record-baseline",
-        action="store_true",
-        help="record this run's warm time as the baseline (only if it passes)",
-    )
-    gate.add_argument("--spmd", action="store_true", help="run the restart workload under SPMD")
-    gate.add_argument(
-        "--writers",
-        type=count(1, 64, 1),
-        default=1,
-        help="concurrent cold processes writing the same cache directory",
-    )
-    gate.add_argument(
-        "--xla-cache-dir",
-        type=Path,
-        help="empty XLA persistent compilation cache directory to use (default: the "
-        "gate's own temporary one)",
-    )
-    gate.add_argument(
-        "--keep-cache",
-        action="store_true",
-        help="keep the gate's temporary cache directory and print its path",
-    )
-    gate.add_argument(
-        "--upstream-tests",
-        type=Path,
-        metavar="CHECKOUT",
-        help="also run test/test_persistent_cache.py of this pytorch/xla checkout (work tree "
-        "or bare repository) with its device skips lifted",
-    )
-    gate.add_argument(
-        "--upstream-tests-revision",
-        metavar="REV",
-        help="read the test file at this revision (default: the work tree, else HEAD)",
-    )
-    gate.add_argument(
-        "--profile",
-        help="run every check under this launch profile of --bundle (e.g. train); the "
-        "receipt records its name and digest",
-    )
-    gate.add_argument(
-        "--receipts",
-        metavar="STORE",
-        help="also upload the receipt to this store: a directory, an http(s) WebDAV URL or "
-        "gs://bucket/prefix (a lane's `receipts` in build/lanes.toml); credentials from "
-        "XLA_WHEELS_RECEIPTS_USERNAME/XLA_WHEELS_RECEIPTS_PASSWORD",
-    )
-    gate.add_argument(
-        "--sign-key",
-        type=Path,
-        metavar="PEM",
-        help="sign the uploaded receipt (a DSSE envelope) with this ed25519 private key",
-    )
-    add_slice_arguments(gate)
+    """The gate's own options (after :func:`add_child_arguments`), each a row of the
+    settings table: both command lines (the builder's, the host's) take exactly these."""
+    add_settings(gate, "gate", *GATE_FLAGS, *SLICE_FLAGS)
+
+
+#: The gate's own flags, in the order its --help shows them.
+GATE_FLAGS = (
+    "--checks", "--out", "--warm-runs", "--max-warm-ratio", "--baseline-tolerance",
+    "--baselines-dir", "--record-baseline", "--spmd", "--writers", "--xla-cache-dir",
+    "--keep-cache", "--upstream-tests", "--upstream-tests-revision", "--profile",
+    "--receipts", "--sign-key",
+)  # fmt: skip
+#: One gate run across the workers of a multi-host slice (``xla_host.slice``).
+SLICE_FLAGS = (
+    "--worker-id", "--workers", "--slice-dir", "--coordinator", "--slice-timeout",
+)  # fmt: skip
 
 
 def gate_config(
@@ -200,41 +113,6 @@ def run_printed(config: GateConfig) -> GateOutcome:
     )
     return outcome
 
-
-def add_slice_arguments(gate: argparse.ArgumentParser) -> None:
-    """One gate run across the workers of a multi-host slice (``xla_host.slice``)."""
-    gate.add_argument(
-        "--worker-id",
-        type=count(0, 4095, 0),
-        help="this worker's number in a multi-host slice; worker 0 alone writes the cache "
-        "(default: TPU_WORKER_ID where the TPU VM sets it, else no slice)",
-    )
-    gate.add_argument(
-        "--workers",
-        type=count(1, 4096, 1),
-        help="number of workers (hosts) in the slice (default: the hosts in "
-        "TPU_WORKER_HOSTNAMES, else no slice)",
-    )
-    gate.add_argument(
-        "--slice-dir",
-        type=Path,
-        help="a fresh directory every worker sees (shared mount) where they meet at each "
-        "phase; worker 0 merges the workers' verdicts into its receipt",
-    )
-    gate.add_argument(
-        "--coordinator",
-        metavar="HOST:PORT",
-        help="instead of --slice-dir: worker 0 serves the slice's barrier on this address "
-        "(its own host name or address) and every worker connects to it",
-    )
-    gate.add_argument(
-        "--slice-timeout",
-        type=amount(1, 86400, slices.JOIN_TIMEOUT_S, "seconds"),
-        default=slices.JOIN_TIMEOUT_S,
-        metavar="SECONDS",
-        help="how long a worker waits at a phase for a worker that never started (a "
-        f"started worker that stops beating is named after {slices.DEAD_AFTER_S:g}s)",
-    )
 
 
 def slice_of(args: argparse.Namespace) -> slices.SliceSpec | None:
