@@ -29,7 +29,6 @@ from tests.network_faults_support import silent_server
 from tests.publish_support import (
     BUNDLE,
     FakeWheels,
-    cached_stock_wheel,
     fake_wheels,  # noqa: F401 - fixture
     host_venv,
     make_publish_project,
@@ -39,7 +38,6 @@ from tests.servers import answers_http, free_port, start, stop
 from xla_host import bundle_document as doc
 from xla_host import receipts
 from xla_host.errors import ExitCode
-from xla_host.filemode import file_sha256
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 HOST_SRC = REPO_ROOT / "host" / "src"
@@ -286,45 +284,9 @@ def test_a_lane_index_without_the_document_or_its_digest_is_refused(tmp_path: Pa
 
 
 @pytest.mark.slow
-def test_the_host_gate_leaves_a_receipt_made_under_the_document(
-    tmp_path: Path, host_wheel: Path, stock_xla_python_27: Path
-) -> None:
-    # The cached stock 2.7.0 environment stands for the host's torch environment (it is
-    # shared: the host package goes to a directory of its own, on PYTHONPATH only), and
-    # its torch_xla wheel from PyPI for the bundle's locked wheel.
-    wheel = cached_stock_wheel("2.7.0", "3.11")
-    document = doc.BundleDocument(
-        "stock-2.7", "validation", "3.11",
-        (doc.LockedFile(wheel.name, file_sha256(wheel), wheel.stat().st_size),),
-    )  # fmt: skip
-    path = tmp_path / "stock-2.7.json"
-    path.write_bytes(doc.dumps(document))
-    digest = doc.sha256_of(path.read_bytes())
-    target = tmp_path / "host-package"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-         "--no-deps", "--target", str(target), str(host_wheel)],
-        check=True, timeout=300, capture_output=True,
-    )  # fmt: skip
-    home = tmp_path / "home"
-    home.mkdir()
-    out = tmp_path / "out"
-    # One child (the HBM query) is the cheapest run that leaves a receipt; stock 2.7.0
-    # lacks the memory binding, so the check fails (exit 1) and the receipt says so.
-    gate = subprocess.run(
-        [str(stock_xla_python_27), "-s", "-m", "xla_host", "gate", "--bundle-document",
-         str(path), "--bundle-sha256", digest, "--checks", "hbm", "--device", "CPU",
-         "--out", str(out), "--wheel-dir", str(wheel.parent)],
-        cwd=home, env={"PATH": "/usr/bin:/bin", "HOME": str(home), "PYTHONPATH": str(target)},
-        capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    assert gate.returncode == ExitCode.FAILED, gate.stdout + gate.stderr
-    assert "_xla_runtime_memory_info is missing" in gate.stdout
-    (written,) = (out / "receipts" / "stock-2.7").glob("*.json")
-    stored = receipts.read_receipt(written)
-    assert stored.digest_ok and stored.receipt.bundle_document == f"sha256:{digest}"
-    assert stored.receipt.wheels_match_lock, stored.receipt.problems
-    assert stored.receipt.locked_files == {(wheel.name, file_sha256(wheel))}
+# The host's gate leaving a receipt made under the document (its digest, the document's
+# wheels matched byte for byte) is asserted on the end-to-end run of
+# tests/test_team_loop.py: two hosts gating from the lane, one torch_xla run for both.
 
 
 def test_promotion_takes_a_host_receipt_only_under_a_document_the_checkout_publishes() -> None:

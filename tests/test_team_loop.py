@@ -272,7 +272,9 @@ def test_two_hosts_from_the_lane_form_one_gate_run_and_the_receipt_goes_home(
     assert receipt.workload_sha256 == file_sha256(loop.workload)
     assert receipt.workload_params == {"width": 32}
     assert json.loads(stored.read_text())["workload-sha256"] == receipt.workload_sha256
-    assert receipt.bundle == BUNDLE and receipt.wheels_match_lock
+    assert receipt.bundle == BUNDLE and receipt.wheels_match_lock, receipt.problems
+    wheel = cached_stock_wheel("2.7.0", "3.11")
+    assert receipt.locked_files == {(wheel.name, file_sha256(wheel))}
     assert receipt.bundle_document is not None
     (document,) = (loop.project / "dist" / "lanes" / "validation" / "bundles").glob("*.json")
     assert receipt.bundle_document == f"sha256:{file_sha256(document)}"
