@@ -4,8 +4,9 @@ The project publishes a lane: stock torch_xla 2.7.0 from PyPI stands in for our 
 the host wheel (built from host/) and the bundle document beside it, served over HTTP on
 loopback. Two fresh "hosts" (each its own HOME, working directory and environment, nothing
 of the checkout on any path) install the host package from that lane by hash and run the
-gate as worker 0 and worker 1 of one slice, on a workload the team wrote (a file of this
-test), sharing one cache directory. Worker 0's merged receipt goes to a real WebDAV server
+gate as worker 0 and worker 1 of one slice, on a workload the team wrote (the workload
+tests' file: a dataclass from a factory importing a neighbour module), sharing one cache
+directory. Worker 0's merged receipt goes to a real WebDAV server
 (WsgiDAV) on loopback, and ``promote`` in the project reads it from there. The torch
 environment of both hosts is the cached stock 2.7.0 one the gate tests use: installing
 torch (gigabytes) into two more environments would prove nothing more.
@@ -33,6 +34,7 @@ from tests import webdav_server
 from tests.clirunner import run_cli
 from tests.publish_support import cached_stock_wheel, make_publish_project
 from tests.servers import answers_http, free_port, start, stop
+from tests.test_gate_workload import write_tiny
 from tests.test_host_from_lane import build_host_wheel
 from xla_host import receipts
 from xla_host.filemode import file_sha256
@@ -40,38 +42,7 @@ from xla_host.filemode import file_sha256
 BUNDLE = "stock-2.7"
 USER, PASSWORD = "gate", "webdav-secret-7"
 TOPOLOGY = "cpu-2x1"
-WORKLOAD = "team_model.py:workload"
-
-#: The team's model: its own file, with a neighbour it imports (as a real project would).
-TEAM_MODEL = '''\
-import torch
-
-from team_layers import block
-
-
-def workload(device):
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(block(32), torch.nn.Linear(32, 1)).to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    x, y = torch.randn(16, 32).to(device), torch.randn(16, 1).to(device)
-
-    def step(x, y):
-        optimizer.zero_grad()
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        loss.backward()
-        optimizer.step()
-        return loss
-
-    return {"model": model, "inputs": (x, y), "step": step, "steps": 2,
-            "params": {"width": 32}}
-'''
-TEAM_LAYERS = '''\
-import torch
-
-
-def block(width):
-    return torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.Tanh())
-'''
+WORKLOAD = "tiny_workload.py:build"
 
 LANES = """\
 publish-lane = "validation"
@@ -141,7 +112,7 @@ def _gate(loop: Loop, worker: int, shared: Path, *extra: str) -> subprocess.Pope
     argv = [
         str(loop.python), "-s", "-m", "xla_host", "gate",
         "--lane", loop.lane_url, "--bundle", BUNDLE, "--device", "CPU",
-        "--checks", "restart", "--warm-runs", "2", "--workload", f"{loop.workload}:workload",
+        "--checks", "restart", "--warm-runs", "2", "--workload", f"{loop.workload}:build",
         "--worker-id", str(worker), "--workers", "2", "--slice-dir", str(shared / "slice"),
         "--xla-cache-dir", str(shared / "cache"), "--out", str(host / "out"),
         "--receipts", loop.store_url, *extra,
@@ -188,14 +159,12 @@ def loop(
     for host in hosts:
         (host / "site").mkdir(parents=True)
         _install_host_package(lane_url, (lane / "requirements.txt").read_text(), host / "site")
-    team = root / "team"
-    team.mkdir()
-    (team / "team_model.py").write_text(TEAM_MODEL)
-    (team / "team_layers.py").write_text(TEAM_LAYERS)
+    # The team's model: its own file returning a dataclass, importing a neighbour module.
+    workload = write_tiny(root / "team")
     try:
         yield Loop(
             project, lane_url, store, store_url, hosts, stock_xla_python_27, root / "shared",
-            team / "team_model.py",
+            workload,
         )
     finally:
         stop(index)
@@ -258,7 +227,7 @@ def test_two_hosts_from_the_lane_form_one_gate_run_and_the_receipt_goes_home(
     cold = runs["cold-1"]
     assert cold["workload"]["name"] == WORKLOAD
     assert cold["workload"]["source"] == str(loop.workload)
-    assert cold["misses"] >= 1 and len(cold["loss_hex"]) == 2
+    assert cold["misses"] >= 1 and len(cold["loss_hex"]) == 3
     for name in ("warm-1", "warm-2", "read-only"):
         assert runs[name]["hits"] == cold["misses"] and runs[name]["xla_compiles"] == 0
     # Worker 0's receipt: the slice, the team's workload, the document, home in the store.
@@ -270,7 +239,7 @@ def test_two_hosts_from_the_lane_form_one_gate_run_and_the_receipt_goes_home(
     assert [w["role"] for w in (receipt.slice or {})["workers"]] == ["writer", "reader"]
     assert receipt.workload == WORKLOAD
     assert receipt.workload_sha256 == file_sha256(loop.workload)
-    assert receipt.workload_params == {"width": 32}
+    assert receipt.workload_params == {"width": 16, "hidden": 32}
     assert json.loads(stored.read_text())["workload-sha256"] == receipt.workload_sha256
     assert receipt.bundle == BUNDLE and receipt.wheels_match_lock, receipt.problems
     wheel = cached_stock_wheel("2.7.0", "3.11")
