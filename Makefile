@@ -75,7 +75,7 @@ ABI_FLAGS = $(call flag,PYTHON) $(call flag,TORCH_WHEEL) \
   $(call flag,STOCK)
 GATE_FLAGS = $(call flag,PYTHON) $(call flag,GATE_DEVICE) \
   $(call flag,WORKLOAD) $(call flag,BUNDLE)
-CHECKS_FLAGS = $(call flag,CHECKS) $(call flag,UPSTREAM_TESTS)
+CHECKS_FLAGS = $(call flag,CHECKS) $(call flag,KEY_PROBES) $(call flag,UPSTREAM_TESTS)
 ROUNDS_FLAG = $(call flag,ROUNDS)
 # Signed attestations (README "Signed attestations"): paths to PEM files, never keys.
 ATTEST_FLAGS = $(call flag,SIGNING_KEY) $(call flag,BUILDER_ID)

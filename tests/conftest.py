@@ -117,13 +117,14 @@ def _gate_once_per_run(
 def gate_27(stock_xla_python_27: Path, tmp_path_factory: pytest.TempPathFactory) -> GateRun:
     """One run of every gate check on stock 2.7.0 per pytest run, for the tests that only
     read its report or receipt (test_gate_stock.py, test_gate_cache_checks.py,
-    test_gate_canary.py, test_gate_recalibration.py). Three warm runs: on
+    test_gate_canary.py, test_gate_recalibration.py, test_gate_key_probe.py: the key
+    probe's fast subset). Three warm runs: on
     the SPMD variant, 8 steps and three loaders make a miss of 2.7.0's hang unlikely. No
     baseline (an empty baselines directory), so its checks run side by side as a user's
     gate on CPU does."""
     return _gate_once_per_run(
         tmp_path_factory, "gate-stock-2.7.0", "--python", str(stock_xla_python_27),
-        "--warm-runs", "3", own_tmpdir=True,
+        "--warm-runs", "3", "--key-probes", "fast", own_tmpdir=True,
     )  # fmt: skip
 
 

@@ -432,7 +432,10 @@ SETTINGS: tuple[Setting, ...] = (
        default=600.0, metavar="SECONDS", commands=("gate", "bench-restart")),
     _s("gate", "the checks to run, comma-separated", flag="--checks", make="CHECKS",
        commands=("gate",),
-       default="restart,spmd-restart,cache-key,same-numbers,hbm,recompile-canary"),
+       default="restart,spmd-restart,cache-key,same-numbers,key-probe,hbm,recompile-canary"),
+    _s("gate", "the key-probe check's probes, comma-separated names of key_probes.toml, or "
+       "'fast' for its fast subset (the control always runs)", flag="--key-probes",
+       make="KEY_PROBES", metavar="NAMES", default_text="every probe", commands=("gate",)),
     _s("gate", "warm restarts", flag="--warm-runs", kind="count", low=2, high=100, default=2,
        commands=("gate",)),
     _s("gate", "warm time-to-ready must be at most this fraction of cold",

@@ -17,7 +17,7 @@ from pathlib import Path
 from xla_host import slice as slices
 from xla_host.arguments import ValueType, add_setting, add_settings
 from xla_host.errors import UsageError
-from xla_host.gate import under_profile
+from xla_host.gate import keyprobe, under_profile
 from xla_host.gate import workload as workloads
 from xla_host.gate.errors import GateEnvironmentError
 from xla_host.gate.report import render_text
@@ -55,7 +55,7 @@ def add_gate_arguments(gate: argparse.ArgumentParser) -> None:
 
 #: The gate's own flags, in the order its --help shows them.
 GATE_FLAGS = (
-    "--checks", "--out", "--warm-runs", "--max-warm-ratio", "--baseline-tolerance",
+    "--checks", "--key-probes", "--out", "--warm-runs", "--max-warm-ratio", "--baseline-tolerance",
     "--baselines-dir", "--record-baseline", "--spmd", "--writers", "--xla-cache-dir",
     "--keep-cache", "--upstream-tests", "--upstream-tests-revision", "--profile",
     "--receipts", "--sign-key",
@@ -92,6 +92,12 @@ def gate_config(
         out_dir=args.out,
         profile=profile,
         slice=slice_of(args),
+        key_probes=tuple(
+            keyprobe.select(
+                keyprobe.load_probes(),
+                None if args.key_probes is None else args.key_probes.split(","),
+            )
+        ),
         settings={k: str(v) for k, v in vars(args).items() if k != "handler"},
     )
 

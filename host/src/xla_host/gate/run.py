@@ -19,7 +19,15 @@ from typing import Any
 
 from xla_host import log
 from xla_host import slice as slices
-from xla_host.gate import cachekeys, canary, hbm, restart, under_profile, upstream_tests
+from xla_host.gate import (
+    cachekeys,
+    canary,
+    hbm,
+    keyprobe,
+    restart,
+    under_profile,
+    upstream_tests,
+)
 from xla_host.gate.children import run_in_parallel
 from xla_host.gate.errors import GateEnvironmentError
 from xla_host.gate.report import write_reports
@@ -27,7 +35,7 @@ from xla_host.gate.result import CheckResult
 from xla_host.gate.target import Target, resolve_target
 from xla_host.gate.workload import WorkloadSpec
 
-CHECKS = ("restart", restart.SPMD_NAME, *cachekeys.NAMES, "hbm", canary.NAME)
+CHECKS = ("restart", restart.SPMD_NAME, *cachekeys.NAMES, keyprobe.NAME, "hbm", canary.NAME)
 
 
 @dataclass(frozen=True)
@@ -59,6 +67,8 @@ class GateConfig:
     """The run's settings as report.json records them."""
     slice: slices.SliceSpec | None = None
     """This worker of a multi-host slice (None: one host, no slice)."""
+    key_probes: tuple[keyprobe.Probe, ...] = ()
+    """The key-probe check's probes (``--key-probes``; the control always among them)."""
 
     @property
     def runs_dir(self) -> Path:
@@ -245,6 +255,14 @@ def _run(
         )
     if cache_checks and not share_cold:
         chains.append(lambda: cache_key_checks(None))
+    if keyprobe.NAME in checks:
+        chains.append(
+            lambda: [
+                keyprobe.run_key_probe(
+                    target, runs_dir, scratch, probes=config.key_probes, timeout_s=timeout_s
+                )
+            ]
+        )
     if canary.NAME in checks:
         chains.append(lambda: [canary.run_canary_check(target, runs_dir, timeout_s=timeout_s)])
     if "hbm" in checks and not share_spmd_cold:
