@@ -51,6 +51,16 @@ def test_bench_restart_on_stock_2_7_0_keeps_medians_and_the_ratio(stock_xla_pyth
     )
     assert summary["ratio_time_to_first_step"] == pytest.approx(expected_ratio, abs=1e-3)
     assert render_bench(summary).strip() in run.stdout
+    # The module key's cost, measured per graph the warm-up steps compile: as many as a
+    # cold run compiles.
+    lowering = summary["lowering"]
+    assert len(lowering["graphs"]) == summary["cold"]["xla_compiles"][0] >= 1
+    for graph in lowering["graphs"]:
+        assert graph["module"].startswith("sha256:") and graph["hlo_chars"] > 100
+    costs = [g["lower_s"] + g["fingerprint_s"] for g in lowering["graphs"]]
+    assert lowering["total_s"] == pytest.approx(sum(costs), abs=5e-5)
+    assert 0 < lowering["share_of_warm_ready"] < 1
+    assert "keying on the lowered module:" in run.stdout
 
 
 def test_bench_restart_without_torch_xla_is_exit_2(tmp_path):

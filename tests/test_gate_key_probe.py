@@ -161,17 +161,27 @@ def test_the_docs_show_the_probe_table_as_rendered_from_the_file():
     assert keyprobe.with_docs_table(page, keyprobe.load_probes()) == page
 
 
-def test_the_child_parses_flags_as_xla_does_a_flag_file_read_and_the_last_value_kept(
+def test_the_child_parses_flags_as_xla_does_a_file_read_quotes_kept_the_last_value_kept(
     tmp_path: Path,
 ):
     parsed_flags = _child_module().parsed_flags
     flag_file = tmp_path / "flags"
-    flag_file.write_text("--xla_cpu_enable_fast_math=true\n--xla_dump_to=/d\n")
-    assert parsed_flags(f"--xla_cpu_enable_fast_math=false --flagfile={flag_file}") == {
-        "xla_cpu_enable_fast_math": "true"
-    }
-    assert parsed_flags("--xla_a=1 --xla_a=2") == {"xla_a": "2"}
+    flag_file.write_text(
+        "--xla_cpu_enable_fast_math=false\n--xla_dump_to=/d\n--xla_a=1 --xla_a=2\n"
+    )
+    # A value without a leading "-" names the file (xla/parse_flags_from_env.cc).
+    assert parsed_flags(str(flag_file)) == {"xla_cpu_enable_fast_math": "false", "xla_a": "2"}
     assert parsed_flags("--xla_a=2 --xla_a=1") == {"xla_a": "1"}
+    assert parsed_flags(" --xla_b='x y' --xla_c") == {"xla_b": "x y", "xla_c": ""}
+    # XLA stops at the first token that is not a flag.
+    assert parsed_flags("--xla_a=1 stray --xla_b=2") == {"xla_a": "1"}
+
+
+def test_a_flag_file_that_torch_xla_rewrote_is_named_not_run():
+    lost = _child_module().flag_file_lost
+    assert lost("--xla_a=1", "--xla_a=1 --xla_b=0") is None
+    assert lost("/f", "/f") is None
+    assert "cannot reach XLA" in lost("/f", "/f --xla_cpu_enable_fast_math=false")
 
 
 # --- on the real runtime -----------------------------------------------------------------------

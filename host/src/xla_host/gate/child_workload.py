@@ -411,6 +411,7 @@ def mode_train(args: argparse.Namespace) -> dict[str, Any]:
     first_step_cpu_s = 0.0
     first_step: dict[str, float] = {}
     first_shapes: dict[str, Any] | None = None
+    lowering: list[dict[str, Any]] = []
     for index in range(steps):
         # Made before the step's clock starts: a workload's own input pipeline is not what
         # a persistent cache saves.
@@ -420,6 +421,8 @@ def mode_train(args: argparse.Namespace) -> dict[str, Any]:
         loss = workload["step"](*inputs)
         if not isinstance(loss, torch.Tensor):
             raise WorkloadProblem(f"step returned a {type(loss).__name__}, not the loss tensor")
+        if args.lowering_cost and index < WARMUP_STEPS:
+            lowering.append(_lowering_cost(index, torch, torch_xla))
         traced = time.perf_counter()
         traced_cpu = time.process_time()
         # Graph hashing, the cache lookup, compiling or loading the executable, and
@@ -443,6 +446,9 @@ def mode_train(args: argparse.Namespace) -> dict[str, Any]:
                 f"{first_shapes} (a restart is judged on a fixed set of graphs)"
             )
         graphs_after = int(met.counter_value("UncachedCompile") or 0)
+        if lowering and lowering[-1]["step"] == index + 1:
+            # Only a step whose sync compiled a new graph is one a disk key is taken for.
+            lowering[-1]["new_graph"] = graphs_after > graphs_before
         if index >= WARMUP_STEPS and graphs_after > graphs_before:
             raise WorkloadProblem(
                 f"step {index + 1} compiled {graphs_after - graphs_before} new graph(s) after "
@@ -463,6 +469,8 @@ def mode_train(args: argparse.Namespace) -> dict[str, Any]:
                 "execute_s": now - synced,
             }
     assert first_step_done is not None
+    if args.lowering_cost:
+        result["lowering"] = lowering
     result.update(_metrics())
     result["first_step"] = first_step
     result.update(_memory(bool(args.spmd)))
@@ -490,6 +498,42 @@ def mode_train(args: argparse.Namespace) -> dict[str, Any]:
         }
     )
     return result
+
+
+def _lowering_cost(index: int, torch: Any, torch_xla: Any) -> dict[str, Any]:
+    """What keying a disk entry on the lowered module costs for the graph this step's sync
+    is about to compile: lowering every pending XLA tensor to HLO text and its canonical
+    fingerprint (``hlo_canonical``, loaded by path). Finding the pending tensors (a scan
+    of the garbage collector's objects) is not part of the figure: the C++ key lowers
+    the graph the sync already holds. Taken only where ``--lowering-cost`` asks (the
+    restart benchmark's own run), never inside a run whose time is judged."""
+    import gc
+
+    pending = [
+        obj
+        for obj in gc.get_objects()
+        if isinstance(obj, torch.Tensor) and obj.device.type == "xla"
+    ]
+    began = time.perf_counter()
+    text = torch_xla._XLAC._get_xla_tensors_hlo(pending)
+    lowered = time.perf_counter()
+    spec = importlib.util.spec_from_file_location(
+        "_xla_gate_hlo_canonical", os.path.join(os.path.dirname(__file__), "hlo_canonical.py")
+    )
+    assert spec is not None and spec.loader is not None
+    canonical = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(canonical)
+    fingerprinted_from = time.perf_counter()
+    module = canonical.fingerprint(text)
+    done = time.perf_counter()
+    return {
+        "step": index + 1,
+        "tensors": len(pending),
+        "hlo_chars": len(text),
+        "module": module,
+        "lower_s": lowered - began,
+        "fingerprint_s": done - fingerprinted_from,
+    }
 
 
 def mode_sharded(args: argparse.Namespace) -> dict[str, Any]:
@@ -712,6 +756,12 @@ def main(argv: list[str] | None = None) -> int:
         help="canary variant to run, in order (repeatable; default: all, steady first)",
     )
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument(
+        "--lowering-cost",
+        action="store_true",
+        help="train: before each warm-up step's sync, time lowering the pending graph to HLO "
+        "and its canonical fingerprint (the restart benchmark's figure of the module key)",
+    )
     parser.add_argument(
         "--custom-compile-option",
         action="append",

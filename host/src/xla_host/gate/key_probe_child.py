@@ -15,9 +15,9 @@ whether this process loaded an executable (a hit) or compiled one, next to the p
 wanted. The parent compares those rows with the cold run's (``keyprobe.judge_key_probe``).
 
 The compile side: what reaches XLA besides the module (``compile_side``): XLA_FLAGS and
-LIBTPU_INIT_ARGS as XLA parses them (``--flagfile=`` files read, the last value of a flag
-wins, dump and logging flags left out), and the custom compile options. Read after
-``import torch_xla``, which adds its own defaults to XLA_FLAGS.
+LIBTPU_INIT_ARGS as XLA parses them (a value without a leading ``-`` names a file of
+flags, the last value of a flag wins, dump and logging flags left out), and the custom
+compile options. Read after ``import torch_xla``, which adds its own defaults to XLA_FLAGS.
 """
 
 from __future__ import annotations
@@ -74,22 +74,62 @@ def _canonical() -> Any:
     return module
 
 
-def parsed_flags(value: str, *, depth: int = 0) -> dict[str, str]:
-    """Flags as XLA's parser ends up with them: ``--flagfile=PATH`` read in place (one
-    flag per whitespace-separated token), the last value of a flag kept."""
+def parsed_flags(value: str) -> dict[str, str]:
+    """Flags as XLA's parser ends up with them (``xla/parse_flags_from_env.cc``): a value
+    that does not start with ``-`` names a file whose text holds the flags; flags are
+    whitespace-separated ``--name[=value]``, a value may be quoted (``--f="a b"``), parsing
+    stops at the first token that is not a flag, and the last value of a flag wins."""
+    if value.strip() and not value.strip().startswith("-"):
+        value = Path(value).read_text()
     flags: dict[str, str] = {}
-    for token in value.split():
-        name, _, flag_value = token.lstrip("-").partition("=")
-        if name == "flagfile" and depth < 4:
-            flags.update(parsed_flags(Path(flag_value).read_text(), depth=depth + 1))
-            continue
+    index = 0
+    while True:
+        while index < len(value) and value[index].isspace():
+            index += 1
+        if index >= len(value) or value[index] != "-":
+            break
+        end = index
+        while end < len(value) and (value[end] in "-_" or value[end].isalnum()):
+            end += 1
+        name = value[index:end].lstrip("-")
+        flag_value = ""
+        if value.startswith("=", end):
+            end += 1
+            if end < len(value) and value[end] in "'\"":
+                quote, end = value[end], end + 1
+                closing = value.find(quote, end)
+                closing = len(value) if closing < 0 else closing
+                flag_value, end = value[end:closing], closing + 1
+            else:
+                start = end
+                while end < len(value) and not value[end].isspace():
+                    end += 1
+                flag_value = value[start:end]
         flags.pop(name, None)  # re-inserted last: the order a reader sees is XLA's
         flags[name] = flag_value
+        index = end
     return {
         name: flag_value
         for name, flag_value in flags.items()
         if not name.startswith(_OUTSIDE_PREFIXES) and name not in _OUTSIDE_NAMES
     }
+
+
+def flag_file_lost(before_import: str | None, after_import: str | None) -> str | None:
+    """Why a flag file given as XLA_FLAGS cannot reach XLA in this process, or None.
+
+    torch_xla's ``__init__`` appends its default flags to XLA_FLAGS; on a value that names
+    a file (no leading ``-``) that makes a file name XLA cannot open, and XLA aborts the
+    process at the first device use (measured on stock 2.7.0)."""
+    if not before_import or before_import.strip().startswith("-"):
+        return None
+    if after_import == before_import:
+        return None
+    return (
+        f"torch_xla's import rewrote XLA_FLAGS from the file name {before_import!r} to "
+        f"{after_import!r}, which XLA cannot open (it aborts): a flag file cannot reach XLA "
+        "through this build"
+    )
 
 
 def compile_side(custom_options: dict[str, str]) -> dict[str, Any]:
@@ -160,6 +200,7 @@ SETTERS = ("mat_mul_precision",)
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     began = time.perf_counter()
+    xla_flags_given = os.environ.get("XLA_FLAGS")
     import torch
     import torch_xla
     import torch_xla.debug.metrics as met
@@ -170,6 +211,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "torch_xla_version": getattr(torch_xla, "__version__", "unknown"),
         "import_s": time.perf_counter() - began,
     }
+    lost = flag_file_lost(xla_flags_given, os.environ.get("XLA_FLAGS"))
+    if lost is not None:
+        result["not_applicable"] = lost
+        return result
     available = _setters(torch_xla)
     result["setters_available"] = sorted(available)
     for item in args.setter:

@@ -85,7 +85,7 @@ class Probe:
         if self.xla_flags:
             parts.append("XLA_FLAGS+=" + " ".join(self.xla_flags))
         if self.flag_file:
-            parts.append("XLA_FLAGS+=--flagfile=<file: " + " ".join(self.flag_file) + ">")
+            parts.append("XLA_FLAGS=<a file of: " + " ".join(self.flag_file) + ">")
         if self.custom_compile_options:
             pairs = ", ".join(f"{k!r}: {v!r}" for k, v in self.custom_compile_options.items())
             parts.append(f"set_custom_compile_options({{{pairs}}})")
@@ -178,12 +178,13 @@ def not_applicable(probe: Probe, device: str) -> str | None:
 def probe_env(base: Mapping[str, str], probe: Probe, flag_file: Path | None) -> dict[str, str]:
     """The cold run's environment with the probe's one change."""
     env = {**base, **probe.env}
-    tokens = list(probe.xla_flags)
-    if flag_file is not None:
-        tokens.append(f"--flagfile={flag_file}")
-    if tokens:
+    if probe.xla_flags:
         # After the caller's own flags: XLA keeps the last value of a flag.
-        env["XLA_FLAGS"] = " ".join([*base.get("XLA_FLAGS", "").split(), *tokens])
+        env["XLA_FLAGS"] = " ".join([*base.get("XLA_FLAGS", "").split(), *probe.xla_flags])
+    if flag_file is not None:
+        # XLA reads flags from the file an XLA_FLAGS value without a leading "-" names
+        # (xla/parse_flags_from_env.cc); the caller's own flags go into the file first.
+        env["XLA_FLAGS"] = str(flag_file)
     return env
 
 
@@ -223,6 +224,7 @@ def judge_key_probe(
         why_not = why_not or (report or {}).get("not_applicable")
         if why_not is not None:
             entry.update({"status": NOT_APPLICABLE, "reason": why_not})
+            notes.append(f"{probe.name}: not applicable, {why_not}")
             table.append(entry)
             continue
         if report is None or not report.get("ok"):
@@ -343,7 +345,8 @@ def run_key_probe(
         flag_file = None
         if probe.flag_file:
             flag_file = root / f"{slug}.flags"
-            flag_file.write_text("\n".join(probe.flag_file) + "\n")
+            given = runtime_env(target.device).get("XLA_FLAGS", "").split()
+            flag_file.write_text("\n".join([*given, *probe.flag_file]) + "\n")
         env = probe_env(runtime_env(target.device, cache_dir=copy), probe, flag_file)
         specs.append((len(done), ChildSpec(slug, probe_args(probe), env, script=CHILD)))
         done.append((probe, None, None))
