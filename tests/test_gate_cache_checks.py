@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.gate_helpers import GateRun, run_gate_cli
+from xla_host import receipts
 from xla_host.gate import restart, upstream_tests
 from xla_host.gate.target import resolve_target
 
@@ -124,6 +125,25 @@ def test_stock_2_7_0_without_the_thunk_runtime_passes_the_spmd_warm_restart(
     assert [r["name"] for r in loaders] == ["warm-1", "warm-2", "read-only"]
     assert all(r["hits"] == check["figures"]["cold_misses"] >= 1 for r in loaders)
     assert all(len(r["loss_hex"]) >= restart.SPMD_MIN_STEPS for r in loaders)
+
+
+def test_a_receipt_names_the_launch_environment_it_was_judged_under(
+    gate_27_thunks_off: GateRun, gate_27: GateRun
+):
+    # A pass that needed the old XLA:CPU runtime and a run without it leave receipts that
+    # say so: "a receipt must name everything it judged".
+    thunks_off = receipts.read_receipt(gate_27_thunks_off.out_dir / "receipt.json").receipt
+    plain = receipts.read_receipt(gate_27.out_dir / "receipt.json").receipt
+    assert thunks_off.launch_environment is not None and plain.launch_environment is not None
+    assert "--xla_cpu_use_thunk_runtime=false" in thunks_off.launch_environment["XLA_FLAGS"]
+    assert "xla_cpu_use_thunk_runtime" not in plain.launch_environment.get("XLA_FLAGS", "")
+    for environment in (thunks_off.launch_environment, plain.launch_environment):
+        assert environment["PJRT_DEVICE"] == "CPU"
+        assert environment["XLA_NO_SPECIAL_SCALARS"] == "1"
+        # Each child's own cache is the gate's business, not the launch's.
+        assert "XLA_PERSISTENT_CACHE_PATH" not in environment
+    difference = receipts.environment_difference(thunks_off, plain)
+    assert difference is not None and "XLA_FLAGS" in difference
 
 
 # --- upstream's test_persistent_cache.py ----------------------------------------------------

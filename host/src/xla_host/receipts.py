@@ -32,6 +32,10 @@ reviewed in pull requests like any other evidence. Keys (``receipt-version`` 1):
                      digest as wheels.lock records it, what the children got from it, and
                      which settings the gate controlled itself or were inert on the device
                      (gate.under_profile); absent: the caller's environment, no profile
+    launch-environment  the runtime environment every child started with (XLA_FLAGS,
+                     LIBTPU_INIT_ARGS, PJRT_*, XLA_*, TPU_* and the other switches torch_xla
+                     reads; gate.children.launch_environment), so runs under other flags
+                     are told apart (absent in receipts from before it was recorded)
     slice            (when the gate ran as worker 0 of a slice, ``--workers``/TPU_WORKER_ID)
                      {accelerator-type, hosts, chips-per-host, topology, workers: [{worker,
                      host, role, addressable-devices, checks: [{name, passed, reasons}]}]}:
@@ -64,6 +68,7 @@ from typing import Any
 
 from xla_host import filemode, receipt_signing
 from xla_host.errors import PipelineError
+from xla_host.gate.children import launch_environment
 from xla_host.gate.result import CheckResult
 from xla_host.gate.target import Target
 from xla_host.installed import EnvironmentMatch, InstalledFacts, WheelMatch
@@ -121,6 +126,7 @@ class Receipt:
     workload_sha256: str | None = None
     workload_params: Mapping[str, Any] | None = None
     slice: Mapping[str, Any] | None = None
+    launch_environment: Mapping[str, str] | None = None
 
     @property
     def topology(self) -> str | None:
@@ -154,7 +160,8 @@ class Receipt:
         data = json.loads(json.dumps(asdict(self), sort_keys=True, default=str))
         # Only when there is one: a receipt without it reads (and seals) as before (only a
         # host's receipt has a bundle document, only a slice's has a slice).
-        for key in ("profile", "bundle_document", "workload_sha256", "workload_params", "slice"):
+        optional = ("profile", "bundle_document", "workload_sha256", "workload_params", "slice")
+        for key in (*optional, "launch_environment"):
             if data[key] is None:
                 del data[key]
         return {
@@ -186,6 +193,21 @@ class StoredReceipt:
         """The DSSE envelope a signed receipt came in (None: unsigned)."""
         data = json.loads(self.raw) if self.raw.lstrip().startswith(b"{") else None
         return data if receipt_signing.is_envelope(data) else None
+
+
+def environment_difference(a: Receipt, b: Receipt) -> str | None:
+    """The launch-environment variables two receipts' runs differ in, or None when they
+    agree (or either is from before the environment was recorded)."""
+    if a.launch_environment is None or b.launch_environment is None:
+        return None
+    names = sorted(set(a.launch_environment) | set(b.launch_environment))
+    differ = [
+        f"{name} {a.launch_environment.get(name, '(unset)')!r} vs "
+        f"{b.launch_environment.get(name, '(unset)')!r}"
+        for name in names
+        if a.launch_environment.get(name) != b.launch_environment.get(name)
+    ]
+    return "; ".join(differ) or None
 
 
 def workload_difference(a: Receipt, b: Receipt) -> str | None:
@@ -298,6 +320,7 @@ def _receipt(
         checks=checks,
         workload_sha256=str(sha256) if sha256 else None,
         workload_params=dict(params) if isinstance(params, dict) else None,
+        launch_environment=launch_environment(target.device),
     )
 
 
@@ -404,6 +427,7 @@ def parse_receipt(raw: bytes, path: Path, origin: str | None = None) -> StoredRe
         workload_sha256=top.get("workload-sha256", str),
         workload_params=top.get("workload-params", dict),
         slice=data["slice"] if isinstance(data.get("slice"), dict) else None,
+        launch_environment=top.get("launch-environment", dict),
     )
     return StoredReceipt(path, receipt, digest, digest == canonical_digest(payload), raw, origin)
 

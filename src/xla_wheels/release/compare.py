@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from xla_host.gate.report import format_table
-from xla_host.receipts import Receipt, StoredReceipt, workload_difference
+from xla_host.receipts import Receipt, StoredReceipt, environment_difference, workload_difference
 
 
 @dataclass(frozen=True)
@@ -191,6 +191,8 @@ def compare(a: StoredReceipt, b: StoredReceipt) -> Comparison:
     for what in ("device", "chip", "workload", "libtpu", "receipt kind"):
         if what in differences:
             unlike.append(f"different {what}: {differences[what]}")
+    if (environment := environment_difference(ra, rb)) is not None:
+        unlike.append(f"different launch environment: {environment}")
     if ra.host != rb.host:
         unlike.append(f"different host: {ra.host} vs {rb.host} (timings depend on the machine)")
     for side, stored in (("A", a), ("B", b)):
@@ -207,6 +209,7 @@ def render(comparison: Comparison) -> str:
         lines += [f"  - {u}" for u in comparison.unlike]
     else:
         lines.append(
-            "like for like: same device, chip, topology, workload, launch profile, libtpu and host"
+            "like for like: same device, chip, topology, workload, launch profile and "
+            "environment, libtpu and host"
         )
     return "\n".join(lines) + "\n"

@@ -371,6 +371,41 @@ def runtime_env(
     return env
 
 
+#: What the children inherit that torch_xla, XLA, PJRT or libtpu read: variables with these
+#: prefixes, and the few they read under other names (torch_xla/csrc's GetEnv* reads).
+_RUNTIME_PREFIXES = ("XLA_", "PJRT_", "TPU_", "LIBTPU_", "PTXLA_", "XRT_", "TORCH_XLA_")
+_RUNTIME_NAMES = frozenset(
+    {
+        "CPU_NUM_DEVICES",
+        "DISABLE_NUMERIC_CC_TOKEN",
+        "ENABLE_COLLECTIVE_MATMUL_IN_MP",
+        "CONVERT_SHLO_TO_SHARDY",
+        "EXPERIMENTAL_XLA_UNBOUNDED_DYNAMISM",
+        "ALLOW_MULTIPLE_LIBTPU_LOAD",
+        "TORCH_WARM_POOL",
+    }
+)
+#: Set per child by the gate itself (each run's own cache): not part of the launch.
+_PER_CHILD = frozenset({"XLA_PERSISTENT_CACHE_PATH", "XLA_PERSISTENT_CACHE_READ_ONLY"})
+#: A value under such a name is never recorded (a token in a launch script's environment).
+_SECRET_MARKERS = ("TOKEN", "PASSWORD", "SECRET", "CREDENTIAL")
+
+
+def launch_environment(device: str) -> dict[str, str]:
+    """The runtime environment every child of this gate run started with (what
+    :func:`runtime_env` gives, minus each child's own cache): what a receipt records, so
+    two runs under other XLA_FLAGS or other switches are told apart."""
+    env = runtime_env(device)
+    recorded = {}
+    for name in sorted(env):
+        if name in _PER_CHILD:
+            continue
+        if name.startswith(_RUNTIME_PREFIXES) or name in _RUNTIME_NAMES:
+            hidden = any(marker in name for marker in _SECRET_MARKERS)
+            recorded[name] = "<hidden>" if hidden else env[name]
+    return recorded
+
+
 T = TypeVar("T")
 
 
