@@ -78,6 +78,25 @@ def test_the_memory_rule_keys_by_profile_as_well_as_workload() -> None:
     assert "profile eval vs train" in verdict.failures[0].detail
 
 
+def test_the_regression_rules_compare_receipts_under_the_same_launch_environment() -> None:
+    rule = lanes.Policy(max_memory_regression=0.10)
+    plain = {"PJRT_DEVICE": "CPU", "TPU_WORKER_ID": "0"}
+    flagged = {**plain, "XLA_FLAGS": "--xla_cpu_use_thunk_runtime=false"}
+    current = dataclasses.replace(receipt(None), launch_environment=plain)
+    other = dataclasses.replace(receipt(None, host_mib=500), launch_environment=flagged)
+    verdict = policy.judge_promotion("b", set(), [stored(other)], rule, current)
+    assert [f.rule for f in verdict.failures] == ["memory"]
+    assert "launch environment XLA_FLAGS '--xla_cpu_use_thunk_runtime=false' vs '(unset)'" in (
+        verdict.failures[0].detail
+    )
+    # Which worker ran is not how it ran; a receipt from before environments were
+    # recorded is compared as before.
+    worker_1 = dataclasses.replace(other, launch_environment={**plain, "TPU_WORKER_ID": "1"})
+    old = dataclasses.replace(other, launch_environment=None)
+    for like in (worker_1, old):
+        assert policy.judge_promotion("b", set(), [stored(like)], rule, current).passed
+
+
 def test_a_receipt_keeps_its_profile_through_the_file(tmp_path: Path) -> None:
     made = receipt(TRAIN)
     path = receipts.write_receipt(tmp_path / "r.json", made)

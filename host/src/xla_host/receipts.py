@@ -68,7 +68,7 @@ from typing import Any
 
 from xla_host import filemode, receipt_signing
 from xla_host.errors import PipelineError
-from xla_host.gate.children import launch_environment
+from xla_host.gate.children import PER_HOST_NAMES, launch_environment
 from xla_host.gate.result import CheckResult
 from xla_host.gate.target import Target
 from xla_host.installed import EnvironmentMatch, InstalledFacts, WheelMatch
@@ -197,10 +197,11 @@ class StoredReceipt:
 
 def environment_difference(a: Receipt, b: Receipt) -> str | None:
     """The launch-environment variables two receipts' runs differ in, or None when they
-    agree (or either is from before the environment was recorded)."""
+    agree (or either is from before the environment was recorded). Which host or worker
+    ran (``PER_HOST_NAMES``) is not a difference."""
     if a.launch_environment is None or b.launch_environment is None:
         return None
-    names = sorted(set(a.launch_environment) | set(b.launch_environment))
+    names = sorted((set(a.launch_environment) | set(b.launch_environment)) - PER_HOST_NAMES)
     differ = [
         f"{name} {a.launch_environment.get(name, '(unset)')!r} vs "
         f"{b.launch_environment.get(name, '(unset)')!r}"

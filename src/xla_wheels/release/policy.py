@@ -11,7 +11,9 @@ With a ``profile`` rule the receipt must have been judged under that launch prof
 the bundle with the digest wheels.lock records for it now: a changed profile means new
 evidence. Both regression gates compare receipts of the same profile too, and of the
 same workload: its name and, where both receipts record it, its source digest
-(``receipts.workload_difference``). With a ``workload`` rule the receipt must have run
+(``receipts.workload_difference``), and of the same launch environment where both record
+it (``receipts.environment_difference``: XLA_FLAGS, LIBTPU_INIT_ARGS and the other
+switches the children started with). With a ``workload`` rule the receipt must have run
 that workload (by the name receipts record: ``small``, ``model.py:build``, ...).
 A lane that requires signed receipts (``receipt-keys``) counts only a receipt whose DSSE
 signature one of its keys verifies: the caller verifies (``release.receipt_trust``) and
@@ -30,7 +32,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from xla_host.receipts import Receipt, StoredReceipt, workload_difference
+from xla_host.receipts import (
+    Receipt,
+    StoredReceipt,
+    environment_difference,
+    workload_difference,
+)
 from xla_wheels.release.lanes import Policy
 
 
@@ -215,6 +222,10 @@ def _unlike(rule: str, stored: StoredReceipt, current: Receipt) -> list[RuleFail
         unlike.append(f"workload {workload}")
     if (profile := receipt.profile_name or "none") != (current.profile_name or "none"):
         unlike.append(f"profile {profile} vs {current.profile_name or 'none'}")
+    # Figures measured under other flags or switches (XLA_FLAGS, LIBTPU_INIT_ARGS, ...)
+    # measure another program, as another profile does.
+    if (environment := environment_difference(receipt, current)) is not None:
+        unlike.append(f"launch environment {environment}")
     if not unlike:
         return []
     detail = f"{stored.path.name} is not comparable with the lane's current receipt"

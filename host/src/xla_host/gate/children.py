@@ -387,6 +387,19 @@ _RUNTIME_NAMES = frozenset(
 )
 #: Set per child by the gate itself (each run's own cache): not part of the launch.
 _PER_CHILD = frozenset({"XLA_PERSISTENT_CACHE_PATH", "XLA_PERSISTENT_CACHE_READ_ONLY"})
+#: Recorded, but they say which host or worker ran, not how: never a reason two receipts
+#: are unlike (their topology is compared on its own).
+PER_HOST_NAMES = frozenset(
+    {
+        "TPU_WORKER_ID",
+        "TPU_WORKER_HOSTNAMES",
+        "TPU_PROCESS_ADDRESSES",
+        "TPU_PROCESS_PORT",
+        "TPU_NAME",
+        "TPU_HOSTNAME_OVERRIDE",
+        "XLA_COORDINATOR_ADDRESS",
+    }
+)
 #: A value under such a name is never recorded (a token in a launch script's environment).
 _SECRET_MARKERS = ("TOKEN", "PASSWORD", "SECRET", "CREDENTIAL")
 
