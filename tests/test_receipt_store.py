@@ -385,7 +385,10 @@ def test_the_gate_sends_its_written_receipt_home_signed(
     # A store that does not answer: the step ends (exit 8) and says where the receipt is.
     from tests.servers import free_port
 
-    down = receipt_store.Upload.checked(f"http://127.0.0.1:{free_port()}/r/", None, BUNDLE)
+    down_url = f"http://127.0.0.1:{free_port()}/r/"
+    with pytest.raises(receipt_store.StoreTimedOut):
+        receipt_store.Upload.checked(down_url, None, BUNDLE)  # before a gate run
+    down = receipt_store.Upload(down_url, None)  # one that went down during the run
     with pytest.raises(receipt_store.StoreTimedOut) as raised:
         down.send(written)
     assert f"(the receipt is kept at {written})" in raised.value.message
@@ -408,6 +411,32 @@ def test_the_gate_refuses_a_store_it_cannot_use_before_it_runs(
         assert result.exit_code == 2, result.output
         assert problem in result.stderr
         assert not (project / "store").exists()
+
+
+def test_the_gate_proves_the_store_takes_writes_before_any_child_starts(
+    dav: tuple[webdav_server.WebDavServer, str],
+    tmp_path: Path,
+    fake_wheels: FakeWheels,  # noqa: F811
+) -> None:
+    server, password = dav
+    project = make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
+    store = server.url + "checked/receipts/"
+    wrong = "wrong-" + secrets.token_hex(8)
+    # No interpreter to judge: a gate that got past the store check would exit 2 for it.
+    args = ("gate", "--python", "/nonexistent/python", "--receipts", store, "--bundle", BUNDLE)
+    refused = run_cli(*args, root=project, inherit_env=True, env=_credentials(wrong), timeout=120)
+    assert refused.exit_code == 1, refused.output
+    assert "refused the request with the credentials given (HTTP 401)" in refused.stderr
+    assert "/nonexistent/python" not in refused.stderr
+    assert wrong not in refused.output and password not in refused.output
+    accepted = run_cli(
+        *args, root=project, inherit_env=True, env=_credentials(password), timeout=120
+    )
+    assert accepted.exit_code == 2 and "/nonexistent/python" in accepted.stderr, accepted.output
+    # The check wrote and deleted a file of its own: the store holds no receipt, no leftover.
+    listed = receipt_store.store_for(store, environ=_credentials(password))
+    assert listed.list(BUNDLE) == []
+    assert [p.name for p in (server.root / "checked" / "receipts" / BUNDLE).iterdir()] == []
 
 
 def test_status_shows_store_receipts_and_names_a_store_that_does_not_answer(

@@ -29,6 +29,7 @@ import base64
 import builtins
 import os
 import re
+import secrets
 import shutil
 import tempfile
 import urllib.error
@@ -132,6 +133,12 @@ class ReceiptStore:
     def url_of(self, name: str) -> str:
         return f"{self.location.rstrip('/')}/{name}"
 
+    def check_writable(self, bundle: str) -> None:
+        """Prove, before a gate run, what uploading a receipt of ``bundle`` will need:
+        the store answers, accepts the credentials and allows writes. Raises what
+        ``put_bytes`` would raise; leaves no receipt behind. The base (a ``gs://``
+        store, whose commands are composed as data) proves nothing before the upload."""
+
     def receipts(self, bundle: str) -> builtins.list[StoredReceipt]:
         """Every receipt of ``bundle`` in this store, read and parsed (seal not judged)."""
         return [
@@ -178,6 +185,20 @@ class DirectoryStore(ReceiptStore):
                 fix="give a directory this user may write, with space left",
             ) from None
         raise StoreError(f"{directory} holds 999 receipts named {file}", fix="clean it up")
+
+    def check_writable(self, bundle: str) -> None:
+        # The deepest directory that exists must let this user create what put_bytes
+        # creates below it: nothing is written to find out.
+        directory = self.root / check_bundle(bundle)
+        existing = directory
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+            what = "is not a directory" if not existing.is_dir() else "is not writable"
+            raise StoreError(
+                f"cannot write a receipt into the store {self.shown}: {existing} {what}",
+                fix="give a directory this user may write, with space left",
+            )
 
     def list(self, bundle: str) -> list[str]:
         directory = self.root / check_bundle(bundle)
@@ -259,7 +280,7 @@ class WebDavStore(ReceiptStore):
     def _collection(self, bundle: str) -> str:
         return f"{self.base}{urllib.parse.quote(bundle)}/"
 
-    def put_bytes(self, bundle: str, file: str, data: bytes) -> str:
+    def _make_collection(self, bundle: str) -> str:
         collection = self._collection(bundle)
         # 405: the collection exists; 409: a parent (the store itself) does not yet, and
         # each collection from the server's root down is made in turn.
@@ -271,6 +292,10 @@ class WebDavStore(ReceiptStore):
                 path = "/" + "/".join(segments[:depth]) + "/"
                 url = urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
                 self._request("MKCOL", url, ok=(201, 405))
+        return collection
+
+    def put_bytes(self, bundle: str, file: str, data: bytes) -> str:
+        collection = self._make_collection(bundle)
         taken = set(self.list(bundle))
         for n in range(1, 1000):
             candidate = _numbered(file, n)
@@ -286,6 +311,15 @@ class WebDavStore(ReceiptStore):
             if status != 412:
                 return f"{bundle}/{candidate}"
         raise StoreError(f"{collection} holds 999 receipts named {file}", fix="clean it up")
+
+    def check_writable(self, bundle: str) -> None:
+        # The collection as put_bytes makes it, then a file of the check's own (not a
+        # receipt: the listing only names *.json) written and deleted: a wrong password, a
+        # read-only account or a server that is down shows here, before any child starts.
+        collection = self._make_collection(check_bundle(bundle))
+        probe = collection + f".write-check-{os.getpid()}-{secrets.token_hex(4)}"
+        self._request("PUT", probe, data=b"", ok=(200, 201, 204))
+        self._request("DELETE", probe, ok=(200, 204, 404))
 
     def list(self, bundle: str) -> list[str]:
         collection = self._collection(check_bundle(bundle))
@@ -437,7 +471,9 @@ class Upload:
                 f"the signing key {sign_key} is not a file",
                 fix="give the ed25519 PEM private key the lane's receipt-keys verify",
             )
-        return cls(parse_location(location, root), sign_key)
+        upload = cls(parse_location(location, root), sign_key)
+        store_for(upload.location).check_writable(check_bundle(bundle))
+        return upload
 
     def send(self, receipt_file: Path) -> str:
         """Upload the receipt the gate wrote (signed when a key is given); its URL."""
