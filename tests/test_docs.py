@@ -92,3 +92,52 @@ def test_the_readme_starts_with_the_two_commands() -> None:
     head = (REPO_ROOT / "README.md").read_text(encoding="utf-8").splitlines()[:6]
     assert any(line.startswith("make wheels BUNDLE=v6e-2.11 ") for line in head), head
     assert any(line.startswith("make test ") for line in head), head
+
+
+# --- docs kept true by the code -----------------------------------------------------------
+
+#: Pages whose repository paths must name what exists (the gate's own README too).
+PAGES = (*sorted((REPO_ROOT / "docs").glob("*.md")), REPO_ROOT / "README.md",
+         REPO_ROOT / "host" / "src" / "xla_host" / "gate" / "README.md")  # fmt: skip
+_PATH_PREFIXES = ("src/", "host/", "tests/", "patches/", "build/", "scripts/", "docs/", ".ci/")
+
+
+def stale_paths(pages: tuple[Path, ...] | list[Path], root: Path) -> list[str]:
+    """Each `path` in backticks under a repository folder that names nothing there
+    (placeholders such as `<bundle>` and globs that match are fine)."""
+    stale = []
+    for page in pages:
+        for match in re.finditer(r"`([^`\s]+)`", page.read_text()):
+            path = match.group(1).rstrip(".,:;").split("::")[0]
+            path = path.split(":")[0]  # a file's factory, a line number
+            if not path.startswith(_PATH_PREFIXES) or any(c in path for c in "<>…{}$"):
+                continue
+            if any(c in path for c in "*?["):
+                if not list(root.glob(path)):
+                    stale.append(f"{page.name}: {path}")
+            elif not (root / path).exists():
+                stale.append(f"{page.name}: {path}")
+    return stale
+
+
+def test_every_repository_path_the_docs_name_exists() -> None:
+    assert stale_paths(PAGES, REPO_ROOT) == []
+
+
+def test_a_stale_path_planted_in_a_copy_of_the_docs_is_named(copy: Path) -> None:
+    page = copy / "docs" / "gate.md"
+    page.write_text(page.read_text() + "\nSee `host/src/xla_host/gate/restart_27.py`.\n")
+    assert stale_paths([page], REPO_ROOT) == ["gate.md: host/src/xla_host/gate/restart_27.py"]
+
+
+def test_the_layout_in_the_development_page_is_written_from_the_code() -> None:
+    from xla_wheels import layout_docs
+
+    page = (REPO_ROOT / "docs" / "development.md").read_text()
+    assert layout_docs.with_layout(page) == page, (
+        "docs/development.md's layout differs from the code: run "
+        ".venv/bin/python -m xla_wheels.layout_docs --write"
+    )
+    every = [p.name for package, _ in layout_docs.PACKAGES
+             for p in layout_docs.members(REPO_ROOT / package)]  # fmt: skip
+    assert all(name in page for name in every)

@@ -205,6 +205,8 @@ NOT_SETTINGS = {
     "TPU_WORKER_HOSTNAMES",
     "TPU_ACCELERATOR_TYPE",
     "XLA_FLAGS",
+    # libtpu's own flags: the key probe's child reads them as XLA parses them.
+    "LIBTPU_INIT_ARGS",
     "XLA_NO_SPECIAL_SCALARS",
     "XLA_PERSISTENT_CACHE_PATH",
     "XLA_PERSISTENT_CACHE_READ_ONLY",
