@@ -48,8 +48,9 @@ def assert_bad_input(result: CliResult, *words: str) -> None:
 
 def _truncate(path: Path) -> None:
     # Cut inside a quoted value, as a full disk or an interrupted copy leaves a file.
+    # A value's opening quote (`= "`), not one in a comment, which would leave valid TOML.
     raw = path.read_bytes()
-    path.write_bytes(raw[: raw.index(b'"', len(raw) // 3) + 5])
+    path.write_bytes(raw[: raw.index(b'= "', len(raw) // 3) + 7])
 
 
 def _not_utf8(path: Path) -> None:
