@@ -48,9 +48,17 @@ def assert_bad_input(result: CliResult, *words: str) -> None:
 
 def _truncate(path: Path) -> None:
     # Cut inside a quoted value, as a full disk or an interrupted copy leaves a file.
-    # A value's opening quote (`= "`), not one in a comment, which would leave valid TOML.
+    # Inside a value (`key = "...`) of a line that is not a comment: a cut in a comment
+    # would leave valid TOML.
     raw = path.read_bytes()
-    path.write_bytes(raw[: raw.index(b'= "', len(raw) // 3) + 7])
+    offset = 0
+    for line in raw.splitlines(keepends=True):
+        quote = line.find(b'= "')
+        if offset >= len(raw) // 3 and quote >= 0 and not line.lstrip().startswith(b"#"):
+            path.write_bytes(raw[: offset + quote + 5])
+            return
+        offset += len(line)
+    raise AssertionError(f"{path} has no quoted value after its first third to cut inside")
 
 
 def _not_utf8(path: Path) -> None:
