@@ -70,8 +70,10 @@ def canonical_text(hlo_text: str) -> str:
     depth = 0  # brace depth at the start of the line: 0 outside computations
     in_frame_index = False
     for raw in hlo_text.split("\n"):
+        # Only spaces, tabs and carriage returns count as blank: the C++ rules strip the
+        # same three, so both languages give one text for every input.
         line = raw.rstrip(" \t\r")
-        stripped = line.strip()
+        stripped = line.strip(" \t\r")
         if depth == 0:
             # The stack frame index sits between the header and the first computation:
             # section titles, then numbered rows, separated by blank lines.
@@ -79,7 +81,7 @@ def canonical_text(hlo_text: str) -> str:
                 in_frame_index = True
                 continue
             if in_frame_index:
-                if not stripped or stripped[0].isdigit():
+                if not stripped or stripped[0] in "0123456789":
                     continue
                 in_frame_index = False
         if not stripped:
@@ -93,7 +95,7 @@ def canonical_text(hlo_text: str) -> str:
             signature = depth == 0
         line, depth = _rename(line, depth, signature, names)
         lines.append(line)
-    return "\n".join(lines) + "\n"
+    return "".join(line + "\n" for line in lines)
 
 
 def _canonical_header(line: str) -> str:
