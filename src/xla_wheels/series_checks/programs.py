@@ -129,6 +129,7 @@ class CheckProgram:
 
 
 _CACHE_KEY_FILES: tuple[Generated, ...] = (
+    Function("describe_runtime.inc", CLIENT_CPP, "std::string describe_runtime("),
     Function("hash_comp_env.inc", CLIENT_CPP, "torch::lazy::hash_t hash_comp_env("),
     Function(
         "hash_compilation_env.inc",
@@ -183,8 +184,8 @@ CUSTOM_OPTIONS_RACE_CHECK = replace(
     arguments=("--race-setter-and-key",),
 )
 
-# Series 0003: the lowering settings CollectSyncTensors merges into every key (the matmul
-# precision); XlaHelpers and xla::PrecisionConfig are stand-ins in the program itself.
+# Series 0003: the lowering settings CollectSyncTensors merges into the in-memory index (the
+# matmul precision); XlaHelpers and xla::PrecisionConfig are stand-ins in the program itself.
 LOWERING_KEY_CHECK = CheckProgram(
     name="lowering_key_check",
     kind="checks",
@@ -238,18 +239,26 @@ RUNTIME_MEMORY_CHECK = CheckProgram(
     python=True,
 )
 
-# Series 0005 (XLA_PERSISTENT_CACHE_VERIFY) on 0004's cache: the entry format functions
-# of xla_graph_executor.cpp, verbatim, with the cache's verify hook.
-CACHE_VERIFY_CHECK = CheckProgram(
-    name="cache_verify_check",
+# Series 0003: the persistent cache key (runtime/cache_key.cpp): the canonical HLO rules
+# over the table, against the Python rules' texts, and the key's composition.
+CACHE_KEY_CHECK = CheckProgram(
+    name="cache_key_check",
     kind="checks",
-    sources=("cache_verify_check.cpp",),
-    generated=(
-        Function("entry_magic.inc", EXECUTOR_CPP, "std::string PersistentCacheEntryMagic("),
-        Function("encode_entry.inc", EXECUTOR_CPP, "std::string EncodePersistentCacheEntry("),
-        Function("decode_entry.inc", EXECUTOR_CPP, "bool DecodePersistentCacheEntry("),
-    ),
-    link_target=f"//{RUNTIME}:cache_test",
+    sources=("cache_key_check.cpp",),
+    tree_sources=(f"{RUNTIME}/cache_key.cpp",),
+    generated=(CanonicalCases("canonical_hlo_cases.inc", CANONICAL_CASES_TABLE),),
+)
+
+# Series 0003: XLA_FLAGS and LIBTPU_INIT_ARGS read as XLA's parser reads them, through
+# upstream's HashXlaEnvVars (so the program runs on every tree).
+XLA_FLAGS_CHECK = CheckProgram(
+    name="xla_flags_check",
+    kind="checks",
+    sources=("xla_flags_check.cpp",),
+    tree_sources=(f"{RUNTIME}/env_hash.cpp", f"{RUNTIME}/sys_util.cpp"),
+    absl_libraries=("absl_strings",),
+    stand_ins=True,  # sys_util.h includes xla/types.h
+    link_target=f"//{RUNTIME}:env_hash_test",
 )
 
 UPSTREAM_CACHE_TEST = CheckProgram(
@@ -278,8 +287,9 @@ ALL: tuple[CheckProgram, ...] = (
     COMP_ENV_HASH_CHECK,
     CUSTOM_OPTIONS_RACE_CHECK,
     LOWERING_KEY_CHECK,
+    CACHE_KEY_CHECK,
+    XLA_FLAGS_CHECK,
     PERSISTENT_CACHE_CHECK,
-    CACHE_VERIFY_CHECK,
     UPSTREAM_CACHE_TEST,
     UPSTREAM_ENV_HASH_TEST,
 )
