@@ -492,6 +492,15 @@ def test_0004_a_read_only_cache_neither_creates_nor_deletes() -> None:
     assert guard is not None and remove is not None and guard < remove
 
 
+def test_0004_the_sweep_matches_only_the_caches_own_temporary_names() -> None:
+    sweep = _patched_function(SERIES[3], CACHE_H, "  void RemoveStaleTemporaryFiles(")
+    assert first_line(sweep, "if (!IsTemporaryFileName(name)) {") is not None
+    assert first_line(sweep, 'name.find(".tmp.")') is None
+    # Nothing of the removed verify hook is left.
+    cache = "\n".join(load(SERIES[3]).file(CACHE_H).added())
+    assert "accept" not in cache and "PersistentCacheVerifyMismatch" not in cache
+
+
 # --- Against the real source (tests/real_source.py: base_tree, patched_tree) ---------------
 # Each test below needs the real pytorch/xla source: without one it skips and says why; in
 # CI with the shared snapshot present a skip is a failure (tests/conftest.py).
@@ -682,7 +691,7 @@ def test_0004_persistent_cache_checks_pass_patched_and_fail_at_base(
 ) -> None:
     patched = _compiled(patched_outcomes["persistent_cache_check"])
     assert patched == dict.fromkeys(patched, "PASS")
-    assert len(patched) == 20
+    assert len(patched) == 21
     _compiled(base_outcomes["persistent_cache_check"])
     failed = set(base_outcomes["persistent_cache_check"].failed)
     # Whether the in-place write is caught mid-way is a race, though it usually wins here.
@@ -699,6 +708,7 @@ def test_0004_persistent_cache_checks_pass_patched_and_fail_at_base(
         "entry_is_the_value_and_a_footer",
         "temporary_names_carry_host_and_random_part",
         "stale_temporary_files_are_removed_when_a_writer_starts",
+        "sweep_removes_only_the_caches_own_temporary_names",
         "truncated_entry_is_a_miss_removed_only_by_a_writer",
         "damaged_entry_is_a_miss",
         "failed_read_is_a_miss_and_deletes_nothing",
@@ -750,7 +760,7 @@ def test_the_cache_h_check_needs_no_absl(
         patched_tree, without_absl, tmp_path / "work", (PERSISTENT_CACHE_CHECK,)
     )
     verdicts = _compiled(outcome)
-    assert verdicts == dict.fromkeys(verdicts, "PASS") and len(verdicts) == 20
+    assert verdicts == dict.fromkeys(verdicts, "PASS") and len(verdicts) == 21
 
 
 def _clang_format_14() -> Path:
