@@ -32,6 +32,7 @@ from xla_wheels.patches import PatchHeader, parse_patch
 from xla_wheels.series_checks.programs import (
     CACHE_KEY_CHECK,
     COMP_ENV_HASH_CHECK,
+    CUSTOM_CALL_HASH_CHECK,
     CUSTOM_OPTIONS_RACE_CHECK,
     LOAD_CHECK,
     LOWERING_KEY_CHECK,
@@ -47,6 +48,7 @@ SERIES = (
     "0002-runtime-memory-info-binding.patch",
     "0003-cache-key-covers-compile-options.patch",
     "0004-persistent-cache-atomic-write.patch",
+    "0005-custom-call-hash-covers-attributes.patch",
 )
 CLIENT_CPP = "torch_xla/csrc/runtime/pjrt_computation_client.cpp"
 EXECUTOR_CPP = "torch_xla/csrc/xla_graph_executor.cpp"
@@ -501,6 +503,16 @@ def test_0004_the_sweep_matches_only_the_caches_own_temporary_names() -> None:
     assert "accept" not in cache and "PersistentCacheVerifyMismatch" not in cache
 
 
+def test_0005_the_custom_call_hash_seeds_every_lowered_attribute() -> None:
+    path = "torch_xla/csrc/ops/custom_call.cpp"
+    diff = load(SERIES[4]).file(path)
+    assert any("torch::lazy::MHash(call_target))," in line for line in diff.removed())
+    added = "\n".join(diff.added())
+    assert "CustomCallHashSeed(call_target, has_side_effect, backend_config," in added
+    clone = _patched_function(SERIES[4], path, "torch::lazy::NodePtr CustomCall::Clone(")
+    assert first_line(clone, "backend_config_, api_version_, frontend_attributes_);") is not None
+
+
 # --- Against the real source (tests/real_source.py: base_tree, patched_tree) ---------------
 # Each test below needs the real pytorch/xla source: without one it skips and says why; in
 # CI with the shared snapshot present a skip is a failure (tests/conftest.py).
@@ -570,6 +582,7 @@ def base_outcomes(
         CACHE_KEY_CHECK,
         XLA_FLAGS_CHECK,
         PERSISTENT_CACHE_CHECK,
+        CUSTOM_CALL_HASH_CHECK,
         RUNTIME_MEMORY_CHECK,
     )
     return {o.program: o for o in run_series_checks(base_tree, series_toolchain, work, programs)}
@@ -637,6 +650,21 @@ def test_0003_flags_are_read_as_xla_reads_them_patched_not_at_base(
         "quoted_value_is_one_flag",
         "parsing_stops_where_xla_stops",
     }
+
+
+def test_0005_custom_call_hash_check_passes_patched_and_cannot_build_at_base(
+    patched_outcomes: dict[str, CheckOutcome], base_outcomes: dict[str, CheckOutcome]
+) -> None:
+    assert _compiled(patched_outcomes["custom_call_hash_check"]) == {
+        "frontend_attributes_change_the_hash": "PASS",
+        "every_attribute_of_the_call_changes_the_hash": "PASS",
+        "attribute_order_does_not_matter": "PASS",
+    }
+    _cannot_build_naming(
+        base_outcomes["custom_call_hash_check"],
+        "torch_xla/csrc/ops/custom_call.cpp",
+        "CustomCallHashSeed(",
+    )
 
 
 def test_0003_matmul_precision_check_passes_patched_and_cannot_build_at_base(

@@ -261,6 +261,20 @@ XLA_FLAGS_CHECK = CheckProgram(
     link_target=f"//{RUNTIME}:env_hash_test",
 )
 
+# The custom-call patch: the node's hash seed of ops/custom_call.cpp.
+CUSTOM_CALL_HASH_CHECK = CheckProgram(
+    name="custom_call_hash_check",
+    kind="checks",
+    sources=("custom_call_hash_check.cpp",),
+    generated=(
+        Function(
+            "custom_call_hash_seed.inc",
+            "torch_xla/csrc/ops/custom_call.cpp",
+            "torch::lazy::hash_t CustomCallHashSeed(",
+        ),
+    ),
+)
+
 UPSTREAM_CACHE_TEST = CheckProgram(
     name="cache_test",
     kind="gtest",
@@ -290,6 +304,7 @@ ALL: tuple[CheckProgram, ...] = (
     CACHE_KEY_CHECK,
     XLA_FLAGS_CHECK,
     PERSISTENT_CACHE_CHECK,
+    CUSTOM_CALL_HASH_CHECK,
     UPSTREAM_CACHE_TEST,
     UPSTREAM_ENV_HASH_TEST,
 )
