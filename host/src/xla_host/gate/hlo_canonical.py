@@ -3,18 +3,20 @@
 Patch 0003 keys the persistent cache's disk entries on the lowered module instead of the
 IR graph hash. Two lowerings of one program differ in what does not change the
 executable: the module's name (the graph name; a ``functools.partial`` step carries a
-memory address), computation and instruction names (numeric suffixes from a process-wide
-counter), op metadata (source file and line, op names) and, under ``XLA_HLO_DEBUG=1``,
-stack frame ids and the module's stack frame index. The canonical form clears exactly
-those and keeps every other byte of the text: shapes, element types, layouts,
+memory address), computation and instruction names (numeric suffixes that follow what
+the lowering emitted, and the graph name: ``SyncTensorsGraph`` when a step syncs,
+``IrToHlo`` from ``_get_xla_tensors_hlo``), op metadata (source file and line, op
+names) and, under ``XLA_HLO_DEBUG=1``, stack frame ids and the module's stack frame
+index. The canonical form clears exactly those and keeps every other byte of the text:
+shapes, element types, layouts,
 ``precision_config`` (``operand_precision=``), ``custom_call_target``,
 ``backend_config``, ``frontend_attributes``, ``sharding``, constants, the module header's
 layout and aliasing.
 
-The same rules are written in C++ in patch 0003 (``runtime/hlo_canonical.cpp``,
+The same rules are written in C++ in patch 0003 (``runtime/cache_key.cpp``,
 ``CanonicalHloText``); one table of cases
 (``patches/torch_xla/checks/canonical_hlo_cases.toml``) runs through both: this module in
-``tests/test_hlo_canonical.py``, the C++ in the compiled check ``canonical_hlo_check``,
+``tests/test_hlo_canonical.py``, the C++ in the compiled check ``cache_key_check``,
 which also compares the C++ canonical text with this module's, case by case. Keep the two
 in step: a rule changed here and not there fails that check.
 
