@@ -71,7 +71,7 @@ def test_the_shipped_bundles_load_with_the_receipts_pins() -> None:
         "torch_xla/0002-runtime-memory-info-binding.patch",
         "torch_xla/0003-cache-key-covers-compile-options.patch",
         "torch_xla/0004-persistent-cache-atomic-write.patch",
-        "torch_xla/0005-persistent-cache-verify-switch.patch",
+        "torch_xla/0005-custom-call-hash-covers-attributes.patch",
     ]
     v211 = load_bundle(REPO_ROOT, "v6e-2.11")
     assert v211.component("torch_xla").patches == v29.component("torch_xla").patches

@@ -62,8 +62,8 @@ def test_the_documented_key_table_is_the_audits_list() -> None:
             "A is listed twice",
         ),
         (
-            '[[input]]\ntitle = "x"\nstatus = "graph"\nwhere = "y"\nhashed_in = "f.cpp"\n',
-            "names hashed_in but has status 'graph'",
+            '[[input]]\ntitle = "x"\nstatus = "outside"\nwhy = "y"\nhashed_in = "f.cpp"\n',
+            "names hashed_in but has status 'outside'",
         ),
         ("[[input]\n", "is not valid TOML"),
     ],
@@ -198,24 +198,25 @@ def test_the_real_series_passes_the_audit(patched_tree: Path) -> None:
     report = audit(patched_tree, load_table(REPO_ROOT))
     assert report.passed, "\n".join(report.lines())
     assert report.reads > 100 and report.setters > 15
-    # The lowering variables the issue named are read, and keyed.
+    # What the lowering reads (the BF16 switches the issue reproduced among it) is read,
+    # and in the key through the module.
     names = {read.name for read in scan_reads(patched_tree)}
-    for name in ("DISABLE_NUMERIC_CC_TOKEN", "XLA_DENSE_GATHER_FACTOR", "XLA_LAYOUTS"):
-        assert name in names and load_table(REPO_ROOT).env_names()[name].status == "keyed"
+    for name in ("XLA_DOWNCAST_BF16", "XLA_USE_BF16", "XLA_DENSE_GATHER_FACTOR", "XLA_LAYOUTS"):
+        assert name in names and load_table(REPO_ROOT).env_names()[name].status == "module"
 
 
 def test_c04e61c_without_the_series_fails_the_audit(base_tree: Path) -> None:
     report = audit(base_tree, load_table(REPO_ROOT))
     rendered = "\n".join(finding.render() for finding in report.findings)
-    # The base hashes neither the lowering variables nor the precision.
-    assert 'says "XLA_DENSE_GATHER_FACTOR" is hashed here' in rendered
-    assert "says XlaHelpers::mat_mul_precision() is hashed here" in rendered
+    # The base keys neither the module nor the options it is compiled with.
+    assert "says runtime::cache_key::CanonicalHloText( is hashed here" in rendered
+    assert "says BuildCompileOptions(instance).ToProto() is hashed here" in rendered
 
 
 @pytest.mark.parametrize(
     ("name", "where"),
     [
-        ("XLA_DENSE_GATHER_FACTOR", "torch_xla/csrc/runtime/env_hash.cpp"),
+        ("XLA_DENSE_GATHER_FACTOR", "torch_xla/csrc/data_ops.cpp"),
         ("_xla_set_mat_mul_precision", "torch_xla/csrc/init_python_bindings.cpp"),
     ],
 )
@@ -239,7 +240,7 @@ def test_a_new_reader_in_a_copy_of_a_source_file_is_named(
     shutil.copytree(patched_tree / "torch_xla" / "csrc", copy / "torch_xla" / "csrc")
     data_ops = copy / "torch_xla/csrc/data_ops.cpp"
     lines = data_ops.read_text(encoding="utf-8").split("\n")
-    at = next(i for i, line in enumerate(lines) if "DenseGatherFactor()" in line) + 1
+    at = next(i for i, line in enumerate(lines) if '"XLA_DENSE_GATHER_FACTOR", 8192' in line) + 1
     lines.insert(
         at, '    static int knob = runtime::sys_util::GetEnvInt("XLA_NEW_LOWERING_KNOB", 1);'
     )
@@ -289,8 +290,7 @@ def test_patches_check_runs_the_audit_and_fails_naming_the_read(
     table.write_text(text.replace('    "XLA_LAYOUTS",\n', ""), encoding="utf-8")
     code, out, err = check()
     assert code == 1, out + err
-    # layout_manager.cpp reads XLA_LAYOUTS through env_hash (0003), which is where it is read.
-    assert "torch_xla/csrc/runtime/env_hash.cpp:" in out and '"XLA_LAYOUTS"' in out, out
-    assert "layout_manager.cpp" not in out
+    # layout_manager.cpp reads XLA_LAYOUTS itself (0003 no longer routes it through env_hash).
+    assert "torch_xla/csrc/layout_manager.cpp:" in out and '"XLA_LAYOUTS"' in out, out
     assert "the cache key audit found" in err and "cache_key_inputs.toml" in err
     assert "Traceback" not in out + err

@@ -1,7 +1,7 @@
 """The canonical HLO rules in Python, over the one table of cases both languages run.
 
 The C++ rules of patch 0003 run the same table in the compiled check
-``canonical_hlo_check`` (tests/test_series_checks.py), which also compares its canonical
+``cache_key_check`` (tests/test_torch_xla_patches.py), which also compares its canonical
 text with this module's, case by case.
 """
 

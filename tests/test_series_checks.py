@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import tomllib
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,15 +23,18 @@ import pytest
 from tests import real_source
 from tests.gitrepos import REPO_ROOT, git
 from xla_host.errors import ToolchainError
+from xla_host.gate.hlo_canonical import canonical_text
 from xla_wheels.options import NetworkPolicy
 from xla_wheels.series_checks.build_deps import BuildFileError, external_deps, torch_libraries
 from xla_wheels.series_checks.programs import (
+    CANONICAL_CASES_TABLE,
     CLIENT_H,
     UPSTREAM_CACHE_TEST,
     CheckProgram,
     Function,
     Members,
     StdIncludes,
+    canonical_cases_text,
     generate,
 )
 from xla_wheels.series_checks.run import (
@@ -501,3 +505,78 @@ def test_in_ci_a_skipped_real_source_test_fails(ci: str, tmp_path: Path) -> None
         assert "no pytorch/xla source here" in run.stdout
     else:
         assert "2 skipped" in run.stdout, run.stdout
+
+
+# --- The table of canonical HLO cases, generated for the C++ check --------------------------
+
+CASES_PRINTER = """\
+#include <cstdio>
+#include <cstring>
+#include <initializer_list>
+struct Case {
+  const char* name;
+  bool equal;
+  const char* a;
+  const char* b;
+  const char* python_a;
+  const char* python_b;
+};
+const Case kCases[] = {
+#include "canonical_hlo_cases.inc"
+};
+int main() {
+  for (const Case& c : kCases) {
+    for (const char* text : {c.name, c.a, c.b, c.python_a, c.python_b}) {
+      std::fwrite(text, 1, std::strlen(text), stdout);
+      std::fputc(0, stdout);
+    }
+    std::fputc(c.equal ? '=' : '!', stdout);
+    std::fputc(0, stdout);
+  }
+  return 0;
+}
+"""
+
+
+def test_the_cases_table_reaches_cpp_byte_for_byte(
+    series_toolchain: Toolchain, tmp_path: Path
+) -> None:
+    """Every module of the table, and the Python rules' canonical text of it, arrive in the
+    C++ check as the same bytes: quotes, backslashes, carriage returns, '?' and non-ASCII
+    included (the cases use all but the last; one is added here)."""
+    table = tmp_path / "cases.toml"
+    original = (REPO_ROOT / CANONICAL_CASES_TABLE).read_text(encoding="utf-8")
+    extra = (
+        '\n[[case]]\nname = "odd bytes ??= é"\nexpect = "different"\nwhy = "w"\n'
+        'a = "x\\"y\\r\\n"\nb = "??/"\n'
+    )
+    table.write_text(original + extra, encoding="utf-8")
+    inc = canonical_cases_text(table, "cases.toml")
+    (tmp_path / "canonical_hlo_cases.inc").write_text(inc, encoding="utf-8")
+    (tmp_path / "printer.cpp").write_text(CASES_PRINTER)
+    binary = tmp_path / "printer"
+    subprocess.run(
+        [
+            str(series_toolchain.compiler),
+            "-std=c++17",
+            "-I",
+            str(tmp_path),
+            "-o",
+            str(binary),
+            str(tmp_path / "printer.cpp"),
+        ],
+        check=True,
+    )
+    out = subprocess.run([str(binary)], capture_output=True, check=True).stdout
+    expected = b""
+    for case in tomllib.loads(original + extra)["case"]:
+        for text in (
+            case["name"],
+            case["a"],
+            case["b"],
+            canonical_text(case["a"]),
+            canonical_text(case["b"]),
+        ):
+            expected += text.encode("utf-8") + b"\0"
+        expected += (b"=" if case["expect"] == "equal" else b"!") + b"\0"
+    assert out == expected

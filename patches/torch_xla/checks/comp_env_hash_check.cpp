@@ -1,7 +1,9 @@
-// Behaviour check of the compilation-environment hash that keys torch_xla's
-// persistent cache (patch 0003), built from a pytorch/xla tree:
-//   - hash_comp_env, PjRtComputationClient::HashCompilationEnv and
-//     SetCustomCompileOptions are copied verbatim, at check time, out of the
+// Behaviour check of the compilation-environment hash (patch 0003): the
+// in-memory cache's share of the key (HashCompilationEnv) and the platform and
+// devices part of the persistent cache key (describe_runtime), built from a
+// pytorch/xla tree:
+//   - describe_runtime, hash_comp_env, PjRtComputationClient::
+//     HashCompilationEnv and SetCustomCompileOptions are copied verbatim, at check time, out of the
 //     tree's pjrt_computation_client.cpp into .inc files, and that file's
 //     standard-library #include lines into std_includes.inc (so a missing
 //     include in the patch fails here too);
@@ -14,11 +16,7 @@
 //     (stand_ins/pjrt_stand_ins.h).
 //
 // Each check prints "PASS <name>" or "FAIL <name>: <why>"; the exit status is
-// the number of failures. Run with --print-env-hash it prints the environment
-// hash of a fixed client instead, with --print-key the whole key
-// (HashCompilationEnv) of a fixed client: the checks that need a fresh process
-// (a setting read once per process) run themselves that way. Run with
-// --race-setter-and-key (built with -fsanitize=thread, program
+// the number of failures. Run with --race-setter-and-key (built with -fsanitize=thread, program
 // custom_options_race_check) it only judges whether SetCustomCompileOptions and
 // HashCompilationEnv share a lock.
 
@@ -45,6 +43,7 @@
 namespace torch_xla {
 namespace runtime {
 namespace {
+#include "describe_runtime.inc"
 #include "hash_comp_env.inc"
 }  // namespace
 
@@ -84,18 +83,21 @@ class FakeTopology : public xla::PjRtTopologyDescription {
 
 class FakeDevice : public xla::PjRtDevice {
  public:
-  FakeDevice(int id, int process_index)
+  FakeDevice(int id, int process_index, std::string kind = "TPU v6 lite")
       : id_(id),
         process_index_(process_index),
-        name_("TPU_" + std::to_string(id)) {}
+        name_("TPU_" + std::to_string(id)),
+        kind_(std::move(kind)) {}
   int id() const override { return id_; }
   int process_index() const override { return process_index_; }
   absl::string_view ToString() const override { return name_; }
+  absl::string_view device_kind() const override { return kind_; }
 
  private:
   int id_;
   int process_index_;
   std::string name_;
+  std::string kind_;
 };
 
 class FakeClient : public xla::PjRtClient {
@@ -120,10 +122,13 @@ class FakeClient : public xla::PjRtClient {
 using Layout = std::vector<std::pair<int, int>>;
 
 torch::lazy::hash_t EnvHash(const std::string& version, bool has_topology,
-                            const Layout& layout = {{0, 0}}) {
+                            const Layout& layout = {{0, 0}},
+                            const std::string& kind = "TPU v6 lite") {
   FakeClient client(version, has_topology);
   std::vector<FakeDevice> devices;
-  for (const auto& [id, process] : layout) devices.emplace_back(id, process);
+  for (const auto& [id, process] : layout) {
+    devices.emplace_back(id, process, kind);
+  }
   std::vector<xla::PjRtDevice*> ordered;
   for (auto& device : devices) ordered.push_back(&device);
   return hash_comp_env(&client, ordered);
@@ -163,6 +168,10 @@ std::string DevicesInBothBranches() {
     if (EnvHash("v", has_topology, {{0, 0}, {1, 0}}) ==
         EnvHash("v", has_topology, {{0, 0}, {1, 1}})) {
       return "one process and two processes give one key" + branch;
+    }
+    if (EnvHash("v", has_topology, {{0, 0}}, "TPU v6 lite") ==
+        EnvHash("v", has_topology, {{0, 0}}, "TPU v5 lite")) {
+      return "two device kinds give one key" + branch;
     }
   }
   return "";
@@ -235,15 +244,13 @@ std::string LibtpuFlagsChangeTheKey() {
   return "";
 }
 
-// Compile() reads these at every compile, so the key must follow them after
-// the client exists (comp_env_hash_ is taken once, at creation).
+// Compile() reads these at every compile, so the in-memory index must follow
+// them after the client exists (comp_env_hash_ is taken once, at creation).
 std::string PerCompileSwitchesChangeTheKey() {
   for (const auto& [name, value] :
        std::vector<std::pair<const char*, const char*>>{
            {"XLA_STABLEHLO_COMPILE", "1"},
-           {"CONVERT_SHLO_TO_SHARDY", "1"},
-           {"XLA_AUTO_SPMD", "1"},
-           {"XLA_AUTO_SPMD_MESH", "2,2"}}) {
+           {"CONVERT_SHLO_TO_SHARDY", "1"}}) {
     ::unsetenv(name);
     PjRtComputationClient client;
     client.comp_env_hash_ = EnvHash("libtpu 0.0.36", true);
@@ -271,103 +278,6 @@ std::string SwitchesAreHashedAsRead() {
   torch::lazy::hash_t word = client.HashCompilationEnv();
   ::unsetenv("XLA_STABLEHLO_COMPILE");
   if (one != word) return "XLA_STABLEHLO_COMPILE=1 and =true give two keys";
-  return "";
-}
-
-std::string self_path;  // this program, from /proc/self/exe
-
-// What a fresh process of this program prints in `mode`, with `assignment`
-// (env's syntax: "NAME=value" or "-u NAME") applied to its environment.
-std::string FreshProcessPrints(const std::string& assignment,
-                               const std::string& mode = "--print-env-hash") {
-  std::string command = "env " + assignment + " '" + self_path + "' " + mode;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return "";
-  char buffer[128] = {0};
-  std::string out;
-  while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) out += buffer;
-  ::pclose(pipe);
-  return out;
-}
-
-std::string CollectiveMatmulSwitchChangesTheKey() {
-  std::string off = FreshProcessPrints("-u ENABLE_COLLECTIVE_MATMUL_IN_MP");
-  std::string on = FreshProcessPrints("ENABLE_COLLECTIVE_MATMUL_IN_MP=1");
-  if (off.empty() || on.empty()) return "the fresh process printed nothing";
-  if (off == on) return "ENABLE_COLLECTIVE_MATMUL_IN_MP=1 leaves the key as is";
-  return "";
-}
-
-// Compile() reads ENABLE_COLLECTIVE_MATMUL_IN_MP once per process; the key
-// must describe that same reading, not a later value of the variable.
-std::string CollectiveMatmulIsReadOnceLikeCompile() {
-  ::unsetenv("ENABLE_COLLECTIVE_MATMUL_IN_MP");
-  torch::lazy::hash_t first = EnvHash("v", true);
-  ::setenv("ENABLE_COLLECTIVE_MATMUL_IN_MP", "1", 1);
-  torch::lazy::hash_t later = EnvHash("v", true);
-  ::unsetenv("ENABLE_COLLECTIVE_MATMUL_IN_MP");
-  if (first != later) {
-    return "the key follows a change of ENABLE_COLLECTIVE_MATMUL_IN_MP that "
-           "Compile, having read it once, never sees";
-  }
-  return "";
-}
-
-// The key of a fixed client with no custom options: what --print-key prints.
-torch::lazy::hash_t FixedKey() {
-  PjRtComputationClient client;
-  client.comp_env_hash_ = EnvHash("libtpu 0.0.36", true);
-  client.SetCustomCompileOptions({});
-  return client.HashCompilationEnv();
-}
-
-// The environment variables the lowering reads (token_handler.cpp,
-// data_ops.cpp, xla_lower_util.cpp, layout_manager.cpp, resize_ops.cpp,
-// random.cpp, xla_graph_executor.cpp, helpers.h, device.cpp) change the HLO,
-// so the key.
-// Most are read once per process: each value is judged in a fresh process.
-const std::vector<std::pair<const char*, const char*>> kLoweringVariables = {
-    {"DISABLE_NUMERIC_CC_TOKEN", "1"},
-    {"XLA_DENSE_GATHER_FACTOR", "1"},
-    {"XLA_DENSE_SCATTER_FACTOR", "1"},
-    {"XLA_LAYOUTS", "2,3=0,1"},
-    {"XLA_MAX_PADDING_FACTOR", "2.5"},
-    {"XLA_RESIZE_SPLIT_FACTOR", "1.5"},
-    {"XLA_PARAMETER_WRAPPING_THREADSHOLD", "10"},
-    {"XLA_RNG_BIT_GENERATOR", "philox"},
-    {"EXPERIMENTAL_XLA_UNBOUNDED_DYNAMISM", "1"},
-    {"XLA_USE_SPMD", "1"},
-};
-
-std::string LoweringVariablesChangeTheKey() {
-  std::string unset;
-  for (const auto& [name, value] : kLoweringVariables) {
-    unset += std::string("-u ") + name + " ";
-  }
-  std::string plain = FreshProcessPrints(unset, "--print-key");
-  if (plain.empty()) return "the fresh process printed nothing";
-  for (const auto& [name, value] : kLoweringVariables) {
-    std::string set = FreshProcessPrints(
-        unset + name + "=" + value, "--print-key");
-    if (set == plain) {
-      return std::string(name) + "=" + value + " leaves the key as is";
-    }
-  }
-  return "";
-}
-
-// The lowering reads XLA_DENSE_GATHER_FACTOR once per process (a static): the
-// key must keep describing that reading, not a later value of the variable.
-std::string LoweringVariablesAreReadOnceLikeTheLowering() {
-  ::unsetenv("XLA_DENSE_GATHER_FACTOR");
-  torch::lazy::hash_t first = FixedKey();
-  ::setenv("XLA_DENSE_GATHER_FACTOR", "3", 1);
-  torch::lazy::hash_t later = FixedKey();
-  ::unsetenv("XLA_DENSE_GATHER_FACTOR");
-  if (first != later) {
-    return "the key follows a change of XLA_DENSE_GATHER_FACTOR that the "
-           "lowering, having read it once, never sees";
-  }
   return "";
 }
 
@@ -434,18 +344,6 @@ int main(int argc, char** argv) {
     Report("setter_and_key_share_a_lock", SetterAndKeyShareALock());
     return failures;
   }
-  if (argc > 1 && std::string(argv[1]) == "--print-env-hash") {
-    std::cout << torch::lazy::HashToString(EnvHash("v", true)) << std::endl;
-    return 0;
-  }
-  if (argc > 1 && std::string(argv[1]) == "--print-key") {
-    std::cout << torch::lazy::HashToString(FixedKey()) << std::endl;
-    return 0;
-  }
-  char path[4096] = {0};
-  if (::readlink("/proc/self/exe", path, sizeof(path) - 1) > 0) {
-    self_path = path;
-  }
   Report("platform_version_in_both_branches", PlatformVersionInBothBranches());
   Report("devices_in_both_branches", DevicesInBothBranches());
   Report("custom_options_change_the_key", CustomOptionsChangeTheKey());
@@ -455,13 +353,6 @@ int main(int argc, char** argv) {
   Report("per_compile_switches_change_the_key",
          PerCompileSwitchesChangeTheKey());
   Report("switches_are_hashed_as_read", SwitchesAreHashedAsRead());
-  Report("collective_matmul_switch_changes_the_key",
-         CollectiveMatmulSwitchChangesTheKey());
-  Report("collective_matmul_is_read_once_like_compile",
-         CollectiveMatmulIsReadOnceLikeCompile());
-  Report("lowering_variables_change_the_key", LoweringVariablesChangeTheKey());
-  Report("lowering_variables_are_read_once_like_the_lowering",
-         LoweringVariablesAreReadOnceLikeTheLowering());
   Report("logging_flags_stay_out_of_the_key", LoggingFlagsStayOutOfTheKey());
   return failures;
 }

@@ -312,32 +312,6 @@ std::string UnreadableModulesAreAMiss() {
 
 }  // namespace
 
-// Executables compiled for other devices under the same key: a miss with a
-// warning (the cache then counts no hit). SPMD's 1 x 4 fits like 4 x 1.
-std::string ExecutableForOtherDevicesIsAMiss() {
-  Answers spmd{kOk, kUnimplemented, kUnimplemented, kOk, {1, 4, 4}};
-  Outcome fits = Deserialize(spmd);
-  if (!fits.thrown.empty()) return "threw: " + fits.thrown;
-  if (!fits.loaded) return "an SPMD executable over the 4 devices was refused";
-  for (const Assignment& other :
-       {Assignment{8, 1, 4}, Assignment{1, 2, 2}, Assignment{4, 1, 3}}) {
-    Answers answers{kOk, kUnimplemented, kUnimplemented, kOk, other};
-    Outcome outcome = Deserialize(answers);
-    if (!outcome.thrown.empty()) return "threw: " + outcome.thrown;
-    if (outcome.loaded) {
-      return "an executable for " + std::to_string(other.replicas) + "x" +
-             std::to_string(other.partitions) + " device(s), " +
-             std::to_string(other.addressable) +
-             " addressable, loaded on a 4-device client";
-    }
-    if (outcome.warnings.find("does not fit this client") ==
-        std::string::npos) {
-      return "no warning says the executable does not fit: " + outcome.warnings;
-    }
-  }
-  return "";
-}
-
 int main() {
   Report("one_step_load_is_used_when_it_works", OneStepLoad());
   Report("unimplemented_falls_back_to_two_steps", FallsBackOn(kUnimplemented));
@@ -345,7 +319,5 @@ int main() {
          FallsBackOn(kInvalidArgument));
   Report("both_paths_failing_is_a_miss_not_a_crash", BothPathsFailIsAMiss());
   Report("unreadable_modules_are_a_miss", UnreadableModulesAreAMiss());
-  Report("executable_for_other_devices_is_a_miss",
-         ExecutableForOtherDevicesIsAMiss());
   return failures;
 }

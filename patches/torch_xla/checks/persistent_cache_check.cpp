@@ -416,6 +416,45 @@ std::string StaleTemporaryFilesAreRemovedWhenAWriterStarts() {
   return "";
 }
 
+// The sweep removes only what the cache itself leaves behind: names of the
+// exact form "<entry>.tmp.<host>.<16 lowercase hex digits>". A cache directory
+// can hold other files (a report.tmp.txt, an editor's backup of a leftover),
+// and an old one of those must survive a writer's start.
+std::string SweepRemovesOnlyTheCachesOwnTemporaryNames() {
+  fs::path dir = FreshDir("sweep-names");
+  fs::create_directories(dir);
+  const std::string own = "4.tmp.hosta.00000000000000aa";
+  const std::string negative_key = "-4.tmp.host_b-2.0123456789abcdef";
+  const std::vector<std::string> foreign = {
+      "report.tmp.txt",
+      "notes.tmp.hosta.00000000000000aa",
+      "4.tmp.hosta.00000000000000aa.bak",
+      "4.tmp.hosta.00000000000000AA",
+      "4.tmp.hosta.00000000000000a",
+      "4.tmp..00000000000000aa",
+      "4.tmp.host.a.00000000000000aa",
+      ".tmp.hosta.00000000000000aa",
+      "4x.tmp.hosta.00000000000000aa",
+  };
+  for (const auto& name : foreign) WriteFile(dir / name, "not the cache's");
+  WriteFile(dir / own, "partial");
+  WriteFile(dir / negative_key, "partial");
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    MakeOld(entry.path(), 2 * 60 * 60);
+  }
+  MakeCache(dir, /*readonly=*/false);
+  std::vector<std::string> names = Names(dir);
+  std::sort(names.begin(), names.end());
+  fs::remove_all(dir);
+  std::vector<std::string> expected = foreign;
+  std::sort(expected.begin(), expected.end());
+  if (names != expected) {
+    return "the directory holds " + Join(names) + " instead of " +
+           Join(expected);
+  }
+  return "";
+}
+
 // Cuts the last 100 bytes off a saved entry, as a crash without fsync or a
 // full disk can leave it: a read-only cache misses and keeps the file; a
 // writer misses, removes it, and saves the entry again.
@@ -672,6 +711,8 @@ int main() {
       TemporaryNamesCarryHostAndRandomPart);
   Run("stale_temporary_files_are_removed_when_a_writer_starts",
       StaleTemporaryFilesAreRemovedWhenAWriterStarts);
+  Run("sweep_removes_only_the_caches_own_temporary_names",
+      SweepRemovesOnlyTheCachesOwnTemporaryNames);
   Run("adds_do_not_list_the_directory", AddsDoNotListTheDirectory);
   Run("truncated_entry_is_a_miss_removed_only_by_a_writer",
       TruncatedEntryIsAMissRemovedOnlyByAWriter);

@@ -67,9 +67,10 @@ def cmd_patch_rebase(args: argparse.Namespace) -> int:
         judge_audit(
             result.audit,
             f"{series} (now on {result.onto[:12]})",
-            "key each read or setter named above in the series (patch 0003: env_hash.cpp, "
-            "HashLoweringSettings) or list it with the reason in "
-            f"patches/{args.component}/cache_key_inputs.toml; then `make patch-rebase "
+            "list each read or setter named above in "
+            f"patches/{args.component}/cache_key_inputs.toml (module: the lowering or the "
+            "compile options read it; keyed: patch 0003 hashes it next to them; outside: "
+            "with the reason); then `make patch-rebase "
             f"BUNDLE={bundle.name} COMPONENT={args.component} CONTINUE=1` audits again",
         )
     print(

@@ -214,9 +214,10 @@ def cmd_patches_check(args: argparse.Namespace) -> int:
 
 
 _AUDIT_FIX = (
-    "for each read or setter named above, key it in the series (patch 0003: env_hash.cpp, "
-    "HashLoweringSettings) or list it with the reason in "
-    f"{TABLE_SUBPATH} (docs/cache-key.md, 'What the persistent cache key covers')"
+    f"list each read or setter named above in {TABLE_SUBPATH}: status module when the "
+    "lowering or the compile options read it (the key has it through the module), keyed "
+    "when patch 0003 hashes it next to them, outside with the reason (docs/cache-key.md, "
+    "'What the persistent cache key covers')"
 )
 
 

@@ -1,8 +1,9 @@
 """Is every input of a compiled program in the persistent cache key? An audit of the source.
 
-A cache that loads executables must never load one built from another program. The key
-(patch 0003) hashes a hand-made list of inputs, and a hand-made list breaks the day upstream
-adds a reader nobody listed. This audit makes the list checked, not hoped for: it scans a
+A cache that loads executables must never load one built from another program. Patch 0003
+keys each entry on the lowered module and its compile options, so whatever changes those is
+in the key whoever reads it; what remains a judgment is the list of inputs outside the key,
+and a new reader nobody classified. This audit makes that list checked, not hoped for: it scans a
 pytorch/xla tree (``torch_xla/csrc``, the series applied) for
 
 - every read of an environment variable: ``sys_util::GetEnvString/Int/Bool/Double/
@@ -14,11 +15,12 @@ pytorch/xla tree (``torch_xla/csrc``, the series applied) for
   static setter (``XlaHelpers::set_mat_mul_precision``, ``Get()->SetUseEagerMode``);
 
 and compares them with ONE table, ``patches/torch_xla/cache_key_inputs.toml``: each input
-is in the key (and where it is hashed), in the graph hash, or deliberately outside the key
-(and why). A read or setter the table does not name is a finding, reported with its file
-and line. The documentation's key table (:data:`TABLE_PAGE`, "What the persistent cache key
-covers") is rendered from the same table (:func:`readme_table`), and a test keeps the two
-equal: the documented table is the audit's list.
+shapes the lowered module or its compile options (which the key hashes), is hashed next to
+them (and where), or is deliberately outside the key (and why). A read or setter the table
+does not name is a finding, reported with its file and line. The documentation's key
+table (:data:`TABLE_PAGE`, "What the persistent cache key covers") is rendered from the
+same table (:func:`readme_table`), and a test keeps the two equal: the documented table is
+the audit's list.
 
 Reads are found file by file over the whole ``torch_xla/csrc`` (tests, ``*_test.cpp``, are
 not in the wheel and are skipped): the audit does not try to decide which code runs while
@@ -53,9 +55,13 @@ README_BEGIN = (
 )
 README_END = "<!-- cache-key-table: end -->"
 
-Status = Literal["keyed", "graph", "outside"]
-STATUSES: tuple[Status, ...] = ("keyed", "graph", "outside")
-_IN_KEY_CELL = {"keyed": "yes", "graph": "yes, through the graph hash", "outside": "**no**"}
+Status = Literal["module", "keyed", "outside"]
+STATUSES: tuple[Status, ...] = ("module", "keyed", "outside")
+_IN_KEY_CELL = {
+    "module": "yes, through the module or its compile options",
+    "keyed": "yes",
+    "outside": "**no**",
+}
 
 # The calls that read the environment, and a name literal or constant as first argument.
 _READ = re.compile(
@@ -84,14 +90,14 @@ class Entry:
     detail: str
     """Appended to the "in the key" cell ("yes, read once per process ...")."""
     where: str
-    """Where it is hashed (keyed, graph) or why it is outside (outside)."""
+    """Where it is hashed (module, keyed) or why it is outside (outside)."""
     env: tuple[str, ...] = ()
     """Environment variables this row covers (the audit matches reads against them)."""
     setters: tuple[str, ...] = ()
     """Python bindings (``init_python_bindings.cpp``) this row covers."""
     hashed_in: str = ""
-    """The tree file (keyed rows) whose code must name what the row keys: a claim the
-    audit checks by reading, while the compiled checks prove the hashing itself."""
+    """The tree file (module and keyed rows) whose code must name what the row keys: a
+    claim the audit checks by reading, while the compiled checks prove the hashing."""
     terms: tuple[str, ...] = ()
     """What ``hashed_in`` must contain; by default each of ``env`` as a string literal."""
 
@@ -185,10 +191,10 @@ def parse_table(text: str, source: str = str(TABLE_SUBPATH)) -> KeyTable:
             hashed_in=_text(row, "hashed_in", where, required=False),
             terms=_strings(row.get("terms", []), f"{where} terms"),
         )
-        if entry.hashed_in and status != "keyed":
+        if entry.hashed_in and status == "outside":
             raise KeyTableError(
                 f"{where} ({title}) names hashed_in but has status {status!r}",
-                fix="only a keyed row says where it is hashed",
+                fix="only a module or keyed row says where it is hashed",
             )
         for name in entry.env + entry.setters:
             if name in seen:

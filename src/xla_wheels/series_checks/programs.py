@@ -15,7 +15,11 @@ file and line (which ``git blame`` maps to the patch that wrote it):
   header lacks is left out, so the program fails to compile naming it: that is how a
   series that applies to another base but no longer builds there is caught;
 - :class:`StdIncludes`: a file's standard-library ``#include <...>`` lines (so an include
-  the patched file forgot fails here too).
+  the patched file forgot fails here too);
+- :class:`CanonicalCases`: not from the tree but from the project: the table of canonical
+  HLO cases as C++ initializers, each module with its canonical text by the Python rules
+  (``xla_host.gate.hlo_canonical``), so that one table runs through both languages and
+  the C++ check compares their texts.
 
 Kind ``checks``: the program prints ``PASS <name>`` or ``FAIL <name>: <why>`` per check and
 exits with the number of failures. Kind ``gtest``: a googletest binary linked with
@@ -25,15 +29,22 @@ exits with the number of failures. Kind ``gtest``: a googletest binary linked wi
 from __future__ import annotations
 
 import re
+import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
+
+from xla_host.gate.hlo_canonical import canonical_text
 
 #: Where this source checkout keeps the check programs (editable install, as ``make``
 #: sets it up); callers with another project root pass it to ``run_series_checks``.
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 CHECKS_SUBDIR = Path("patches") / "torch_xla" / "checks"
 STAND_INS_SUBDIR = CHECKS_SUBDIR / "stand_ins"
+#: The one table of canonical HLO cases: the C++ rules run it in the check program
+#: cache_key_check (generated into canonical_hlo_cases.inc), the Python rules in
+#: tests/test_hlo_canonical.py.
+CANONICAL_CASES_TABLE = f"{CHECKS_SUBDIR.as_posix()}/canonical_hlo_cases.toml"
 
 RUNTIME = "torch_xla/csrc/runtime"
 CLIENT_CPP = f"{RUNTIME}/pjrt_computation_client.cpp"
@@ -75,7 +86,16 @@ class StdIncludes:
     path: str
 
 
-Generated = Function | Members | StdIncludes
+@dataclass(frozen=True)
+class CanonicalCases:
+    """``inc`` gets the cases of the table ``path`` (relative to the project) as C++
+    initializers ``{name, equal, a, b, python canonical a, python canonical b}``."""
+
+    inc: str
+    path: str
+
+
+Generated = Function | Members | StdIncludes | CanonicalCases
 
 
 @dataclass(frozen=True)
@@ -109,6 +129,7 @@ class CheckProgram:
 
 
 _CACHE_KEY_FILES: tuple[Generated, ...] = (
+    Function("describe_runtime.inc", CLIENT_CPP, "std::string describe_runtime("),
     Function("hash_comp_env.inc", CLIENT_CPP, "torch::lazy::hash_t hash_comp_env("),
     Function(
         "hash_compilation_env.inc",
@@ -163,8 +184,8 @@ CUSTOM_OPTIONS_RACE_CHECK = replace(
     arguments=("--race-setter-and-key",),
 )
 
-# Series 0003: the lowering settings CollectSyncTensors merges into every key (the matmul
-# precision); XlaHelpers and xla::PrecisionConfig are stand-ins in the program itself.
+# Series 0003: the lowering settings CollectSyncTensors merges into the in-memory index (the
+# matmul precision); XlaHelpers and xla::PrecisionConfig are stand-ins in the program itself.
 LOWERING_KEY_CHECK = CheckProgram(
     name="lowering_key_check",
     kind="checks",
@@ -218,18 +239,40 @@ RUNTIME_MEMORY_CHECK = CheckProgram(
     python=True,
 )
 
-# Series 0005 (XLA_PERSISTENT_CACHE_VERIFY) on 0004's cache: the entry format functions
-# of xla_graph_executor.cpp, verbatim, with the cache's verify hook.
-CACHE_VERIFY_CHECK = CheckProgram(
-    name="cache_verify_check",
+# Series 0003: the persistent cache key (runtime/cache_key.cpp): the canonical HLO rules
+# over the table, against the Python rules' texts, and the key's composition.
+CACHE_KEY_CHECK = CheckProgram(
+    name="cache_key_check",
     kind="checks",
-    sources=("cache_verify_check.cpp",),
+    sources=("cache_key_check.cpp",),
+    tree_sources=(f"{RUNTIME}/cache_key.cpp",),
+    generated=(CanonicalCases("canonical_hlo_cases.inc", CANONICAL_CASES_TABLE),),
+)
+
+# Series 0003: XLA_FLAGS and LIBTPU_INIT_ARGS read as XLA's parser reads them, through
+# upstream's HashXlaEnvVars (so the program runs on every tree).
+XLA_FLAGS_CHECK = CheckProgram(
+    name="xla_flags_check",
+    kind="checks",
+    sources=("xla_flags_check.cpp",),
+    tree_sources=(f"{RUNTIME}/env_hash.cpp", f"{RUNTIME}/sys_util.cpp"),
+    absl_libraries=("absl_strings",),
+    stand_ins=True,  # sys_util.h includes xla/types.h
+    link_target=f"//{RUNTIME}:env_hash_test",
+)
+
+# The custom-call patch: the node's hash seed of ops/custom_call.cpp.
+CUSTOM_CALL_HASH_CHECK = CheckProgram(
+    name="custom_call_hash_check",
+    kind="checks",
+    sources=("custom_call_hash_check.cpp",),
     generated=(
-        Function("entry_magic.inc", EXECUTOR_CPP, "std::string PersistentCacheEntryMagic("),
-        Function("encode_entry.inc", EXECUTOR_CPP, "std::string EncodePersistentCacheEntry("),
-        Function("decode_entry.inc", EXECUTOR_CPP, "bool DecodePersistentCacheEntry("),
+        Function(
+            "custom_call_hash_seed.inc",
+            "torch_xla/csrc/ops/custom_call.cpp",
+            "torch::lazy::hash_t CustomCallHashSeed(",
+        ),
     ),
-    link_target=f"//{RUNTIME}:cache_test",
 )
 
 UPSTREAM_CACHE_TEST = CheckProgram(
@@ -258,8 +301,10 @@ ALL: tuple[CheckProgram, ...] = (
     COMP_ENV_HASH_CHECK,
     CUSTOM_OPTIONS_RACE_CHECK,
     LOWERING_KEY_CHECK,
+    CACHE_KEY_CHECK,
+    XLA_FLAGS_CHECK,
     PERSISTENT_CACHE_CHECK,
-    CACHE_VERIFY_CHECK,
+    CUSTOM_CALL_HASH_CHECK,
     UPSTREAM_CACHE_TEST,
     UPSTREAM_ENV_HASH_TEST,
 )
@@ -272,8 +317,11 @@ class ExtractionError(Exception):
     """The tree lacks what a generated file takes from it (``run`` reports it per program)."""
 
 
-def generate(tree: Path, spec: Generated) -> str:
-    """The text of a generated ``.inc`` file, taken from ``tree``."""
+def generate(tree: Path, spec: Generated, project_root: Path = PROJECT_ROOT) -> str:
+    """The text of a generated ``.inc`` file, taken from ``tree`` (a table of cases: from
+    ``project_root``)."""
+    if isinstance(spec, CanonicalCases):
+        return canonical_cases_text(project_root / spec.path, spec.path)
     path = tree / spec.path
     if not path.is_file():
         raise ExtractionError(f"{spec.path} does not exist in the tree")
@@ -358,3 +406,53 @@ def member_declarations(
 def std_includes_text(lines: list[str]) -> str:
     includes = [line for line in lines if re.fullmatch(r"#include <[a-z_]+>", line)]
     return "\n".join(includes) + "\n"
+
+
+def canonical_cases_text(table: Path, display: str) -> str:
+    """The table's cases as C++ initializers, with the Python rules' canonical texts."""
+    if not table.is_file():
+        raise ExtractionError(f"{display} does not exist")
+    try:
+        cases = tomllib.loads(table.read_text(encoding="utf-8"))["case"]
+    except (tomllib.TOMLDecodeError, KeyError) as error:
+        raise ExtractionError(f"{display} is not a table of [[case]]: {error}") from error
+    rows = []
+    for case in cases:
+        if case.get("expect") not in ("equal", "different"):
+            raise ExtractionError(f"{display}: case {case.get('name')!r} has no valid expect")
+        fields = [
+            cpp_string(case["name"]),
+            "true" if case["expect"] == "equal" else "false",
+            cpp_string(case["a"]),
+            cpp_string(case["b"]),
+            cpp_string(canonical_text(case["a"])),
+            cpp_string(canonical_text(case["b"])),
+        ]
+        rows.append("{" + ",\n ".join(fields) + "},")
+    return f"// Generated from {display}: do not edit.\n" + "\n".join(rows) + "\n"
+
+
+def cpp_string(text: str) -> str:
+    """A C++ string literal of ``text``'s UTF-8 bytes, one literal piece per line.
+
+    Ordinary (not raw) literals: a raw literal would let the compiler's line-ending
+    handling turn a carriage return of the table into a newline."""
+    pieces = []
+    for line in text.encode("utf-8").split(b"\n"):
+        pieces.append(line)
+    literals = []
+    for index, line in enumerate(pieces):
+        escaped = "".join(_cpp_char(byte) for byte in line)
+        newline = "\\n" if index < len(pieces) - 1 else ""
+        literals.append(f'"{escaped}{newline}"')
+    return "\n  ".join(literals)
+
+
+def _cpp_char(byte: int) -> str:
+    if byte == 0x22:
+        return '\\"'
+    if byte == 0x5C:
+        return "\\\\"
+    if 0x20 <= byte < 0x7F and byte != 0x3F:  # "?" escaped: no trigraph can form
+        return chr(byte)
+    return f"\\{byte:03o}"

@@ -90,7 +90,8 @@ def _run_one(
     generated_dir.mkdir(parents=True, exist_ok=True)
     for spec in program.generated:
         try:
-            (generated_dir / spec.inc).write_text(generate(tree, spec), encoding="utf-8")
+            text = generate(tree, spec, project_root)
+            (generated_dir / spec.inc).write_text(text, encoding="utf-8")
         except ExtractionError as error:
             missing = CompileError(spec.path, 0, None, f"cannot generate {spec.inc}: {error}")
             return CheckOutcome(program.name, {}, (missing,), str(error))

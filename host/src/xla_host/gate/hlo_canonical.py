@@ -3,18 +3,20 @@
 Patch 0003 keys the persistent cache's disk entries on the lowered module instead of the
 IR graph hash. Two lowerings of one program differ in what does not change the
 executable: the module's name (the graph name; a ``functools.partial`` step carries a
-memory address), computation and instruction names (numeric suffixes from a process-wide
-counter), op metadata (source file and line, op names) and, under ``XLA_HLO_DEBUG=1``,
-stack frame ids and the module's stack frame index. The canonical form clears exactly
-those and keeps every other byte of the text: shapes, element types, layouts,
+memory address), computation and instruction names (numeric suffixes that follow what
+the lowering emitted, and the graph name: ``SyncTensorsGraph`` when a step syncs,
+``IrToHlo`` from ``_get_xla_tensors_hlo``), op metadata (source file and line, op
+names) and, under ``XLA_HLO_DEBUG=1``, stack frame ids and the module's stack frame
+index. The canonical form clears exactly those and keeps every other byte of the text:
+shapes, element types, layouts,
 ``precision_config`` (``operand_precision=``), ``custom_call_target``,
 ``backend_config``, ``frontend_attributes``, ``sharding``, constants, the module header's
 layout and aliasing.
 
-The same rules are written in C++ in patch 0003 (``runtime/hlo_canonical.cpp``,
+The same rules are written in C++ in patch 0003 (``runtime/cache_key.cpp``,
 ``CanonicalHloText``); one table of cases
 (``patches/torch_xla/checks/canonical_hlo_cases.toml``) runs through both: this module in
-``tests/test_hlo_canonical.py``, the C++ in the compiled check ``canonical_hlo_check``,
+``tests/test_hlo_canonical.py``, the C++ in the compiled check ``cache_key_check``,
 which also compares the C++ canonical text with this module's, case by case. Keep the two
 in step: a rule changed here and not there fails that check.
 
@@ -70,8 +72,10 @@ def canonical_text(hlo_text: str) -> str:
     depth = 0  # brace depth at the start of the line: 0 outside computations
     in_frame_index = False
     for raw in hlo_text.split("\n"):
+        # Only spaces, tabs and carriage returns count as blank: the C++ rules strip the
+        # same three, so both languages give one text for every input.
         line = raw.rstrip(" \t\r")
-        stripped = line.strip()
+        stripped = line.strip(" \t\r")
         if depth == 0:
             # The stack frame index sits between the header and the first computation:
             # section titles, then numbered rows, separated by blank lines.
@@ -79,7 +83,7 @@ def canonical_text(hlo_text: str) -> str:
                 in_frame_index = True
                 continue
             if in_frame_index:
-                if not stripped or stripped[0].isdigit():
+                if not stripped or stripped[0] in "0123456789":
                     continue
                 in_frame_index = False
         if not stripped:
@@ -93,7 +97,7 @@ def canonical_text(hlo_text: str) -> str:
             signature = depth == 0
         line, depth = _rename(line, depth, signature, names)
         lines.append(line)
-    return "\n".join(lines) + "\n"
+    return "".join(line + "\n" for line in lines)
 
 
 def _canonical_header(line: str) -> str:

@@ -31,6 +31,8 @@ class PjRtDevice {
   virtual int id() const = 0;
   virtual int process_index() const = 0;
   virtual absl::string_view ToString() const = 0;
+  // Not pure in the real class either (description().device_kind()).
+  virtual absl::string_view device_kind() const { return "stand-in kind"; }
 };
 
 // What a loaded executable's GetHloModules() yields: only the proto round trip
