@@ -116,23 +116,6 @@ def test_deserialize_failures_are_named_with_the_log_evidence(tmp_path):
     assert "2 XLA compile(s) on a warm start" in text
 
 
-def test_a_verify_mismatch_fails_naming_the_missing_key_input(tmp_path):
-    # Patch 0005 under the gate's XLA_PERSISTENT_CACHE_VERIFY=1: the warm run refused an
-    # executable of another program, compiled instead, and counted it.
-    cold = [child_row(tmp_path, "cold-1", misses=2, compiles=2)]
-    mismatch = {"PersistentCacheVerifyMismatch": 1}
-    warm = [
-        child_row(tmp_path, f"warm-{i}", hits=1, compiles=1, ready=0.5, outcomes=mismatch)
-        for i in (1, 2)
-    ]
-    result = judge(tmp_path, cold, warm)
-    assert not result.passed
-    text = "\n".join(result.reasons)
-    assert "warm-1: 1 cached executable(s) compiled from another program" in text
-    assert "missing from the cache key" in text
-    assert warm[0]["verify_mismatches"] == 1 and warm[0]["load_refused"] == 0
-
-
 def test_a_corrupt_entry_on_a_warm_run_fails(tmp_path):
     cold = [child_row(tmp_path, "cold-1", misses=2, compiles=2)]
     corrupt = {"PersistentCacheCorrupt": 1}

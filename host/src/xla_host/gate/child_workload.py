@@ -68,7 +68,6 @@ COUNTERS = (
     "PersistentCacheDeserializeFailure",
     "PersistentCacheCorrupt",
     "PersistentCacheLoadRefused",
-    "PersistentCacheVerifyMismatch",
     "PersistentCacheReadFailure",
     "PersistentCacheWriteFailure",
     "UncachedCompile",

@@ -327,10 +327,6 @@ def run_side_by_side(
     return results
 
 
-#: Patch 0005's switch: verify each executable loaded from the persistent cache against
-#: the HLO module the graph lowers to.
-VERIFY_SWITCH = "XLA_PERSISTENT_CACHE_VERIFY"
-
 
 def runtime_env(
     device: str,
@@ -346,10 +342,6 @@ def runtime_env(
     for key in ("XLA_PERSISTENT_CACHE_PATH", "XLA_PERSISTENT_CACHE_READ_ONLY", "XLA_USE_SPMD"):
         env.pop(key, None)
     env["PJRT_DEVICE"] = device
-    # Patch 0005's safety net, on for every child: a loaded executable compiled from
-    # another program (an input the cache key misses) is a counted miss, which the
-    # restart checks report. Builds without the patch ignore the variable.
-    env[VERIFY_SWITCH] = "1"
     env["XLA_NO_SPECIAL_SCALARS"] = "1"
     env["PYTHONUNBUFFERED"] = "1"
     # torch 2.7 starts inductor's compile worker processes when torch._inductor is imported

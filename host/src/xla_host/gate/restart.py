@@ -238,10 +238,9 @@ def summarize(result: ChildResult) -> dict[str, Any]:
         row["misses"] = _counter(report, "PersistentCacheMiss")
         row["hits"] = _counter(report, "PersistentCacheHit")
         row["deserialize_failures"] = _counter(report, "PersistentCacheDeserializeFailure")
-        # The patched cache's own outcomes (0 on builds without patches 0004/0005).
+        # The patched cache's own outcomes (0 on builds without patch 0004).
         row["corrupt"] = _counter(report, "PersistentCacheCorrupt")
         row["load_refused"] = _counter(report, "PersistentCacheLoadRefused")
-        row["verify_mismatches"] = _counter(report, "PersistentCacheVerifyMismatch")
         row["read_failures"] = _counter(report, "PersistentCacheReadFailure")
         row["write_failures"] = _counter(report, "PersistentCacheWriteFailure")
         row["xla_compiles"] = int(report.get("xla_compiles", 0))
@@ -309,12 +308,6 @@ def judge_restart(
             evidence = f" ({row['log_evidence'][0]})" if row["log_evidence"] else ""
             reasons.append(
                 f"{name}: {row['deserialize_failures']} deserialize failure(s){evidence}"
-            )
-        if row.get("verify_mismatches"):
-            reasons.append(
-                f"{name}: {row['verify_mismatches']} cached executable(s) compiled from another "
-                "program than the graph lowers to (PersistentCacheVerifyMismatch): an input "
-                "that changes the program is missing from the cache key"
             )
         if row.get("corrupt"):
             reasons.append(

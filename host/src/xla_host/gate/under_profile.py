@@ -12,8 +12,7 @@ names each (report, receipt, console):
   scratch cache (a check that measures cold and warm restarts cannot start from a
   fleet's cache); XLA_USE_SPMD is off for ``restart`` and on for ``spmd-restart``;
   XLA_NO_SPECIAL_SCALARS is 1 for every child (the recompilation canary's premise);
-  CPU_NUM_DEVICES is set by the SPMD and sharded checks on CPU; XLA_PERSISTENT_CACHE_VERIFY
-  is 1 for every child (patch 0005's check of loaded executables).
+  CPU_NUM_DEVICES is set by the SPMD and sharded checks on CPU.
 - inert on CPU: libtpu's settings (LIBTPU_INIT_ARGS, TPU_*): on a host without TPU chips
   torch_xla loads no libtpu (``_setup_default_env`` only touches LIBTPU_INIT_ARGS when
   chips are present), so they reach the children but change nothing they run. They are
@@ -33,7 +32,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from xla_host.gate.children import VERIFY_SWITCH
 from xla_host.launch_profile import CACHE_KEY_VARIABLES, CACHE_PATH, CACHE_READ_ONLY, LaunchProfile
 
 #: The settings a gate check controls itself, and why.
@@ -44,7 +42,6 @@ SET_BY_GATE: Mapping[str, str] = {
     "XLA_USE_SPMD": "off for restart, on for spmd-restart",
     "XLA_NO_SPECIAL_SCALARS": "1 for every child (the recompilation canary's premise)",
     "CPU_NUM_DEVICES": "set by the SPMD and sharded checks on CPU",
-    VERIFY_SWITCH: "1 for every child: a loaded executable of another program is a counted miss",
 }
 #: libtpu's settings: read only where torch_xla loads libtpu (a host with TPU chips).
 TPU_ONLY = frozenset(
