@@ -10,6 +10,7 @@ FAIL because its cache never loads, not pass on misses alone.
 from __future__ import annotations
 
 import importlib.util
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +82,7 @@ def test_a_hit_under_other_compile_settings_fails_although_the_module_is_the_sam
     warm = _warm(*LOADED_CONTROL["graphs"], side="sha256:fast-math")
     result = keyprobe.judge_key_probe(COLD, [(CONTROL, LOADED_CONTROL, None), (flags, warm, None)])
     assert not result.passed
-    assert any("compile settings" in r for r in result.reasons)
+    assert any("compiles under other settings" in r for r in result.reasons)
 
 
 def test_a_miss_of_the_same_program_is_a_warning_not_a_failure():
@@ -137,6 +138,27 @@ def test_the_shipped_table_loads_with_the_control_first_and_known_setters():
     assert probes[0].control and sum(p.control for p in probes) == 1
     assert {p.setter for p in probes if p.setter} <= set(_child_module().SETTERS)
     assert "XLA_DOWNCAST_BF16" in {p.name for p in probes if p.fast}
+
+
+def test_every_input_that_shapes_the_executable_is_probed_or_says_why_not():
+    # The two files partition the inputs: what the series' key table says changes the
+    # module or how it is compiled (patches/torch_xla/cache_key_inputs.toml) is either
+    # changed by a probe or named in [not_probed] with a reason, never both, never neither.
+    table = tomllib.loads((REPO / "patches" / "torch_xla" / "cache_key_inputs.toml").read_text())
+    shaping = {
+        name
+        for row in table["input"]
+        if row["status"] in ("module", "keyed")
+        for name in row.get("env", [])
+    }
+    probes = keyprobe.load_probes()
+    probed = {name for p in probes for name in p.env}
+    probed |= {"XLA_FLAGS"} if any(p.xla_flags or p.flag_file for p in probes) else set()
+    reasons = keyprobe.not_probed()
+    assert sorted(shaping - probed - set(reasons)) == []
+    assert sorted(probed & set(reasons)) == []
+    assert sorted(set(reasons) - shaping) == []
+    assert all(reasons.values())
 
 
 def test_fast_selects_the_fast_subset_and_an_unknown_probe_is_refused():

@@ -132,8 +132,19 @@ def flag_file_lost(before_import: str | None, after_import: str | None) -> str |
     )
 
 
+#: Switches torch_xla reads when it hands a module to the compiler (how, not what): the
+#: compile side too (patch 0003 keys them next to the module).
+COMPILE_SWITCHES = (
+    "XLA_STABLEHLO_COMPILE",
+    "CONVERT_SHLO_TO_SHARDY",
+    "TPU_MEGACORE",
+    "ENABLE_COLLECTIVE_MATMUL_IN_MP",
+)
+
+
 def compile_side(custom_options: dict[str, str]) -> dict[str, Any]:
     return {
+        "switches": {name: os.environ[name] for name in COMPILE_SWITCHES if name in os.environ},
         "xla_flags": dict(sorted(parsed_flags(os.environ.get("XLA_FLAGS", "")).items())),
         "libtpu_init_args": dict(
             sorted(parsed_flags(os.environ.get("LIBTPU_INIT_ARGS", "")).items())

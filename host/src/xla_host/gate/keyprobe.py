@@ -149,6 +149,14 @@ def load_probes(path: Path = PROBES_FILE) -> list[Probe]:
     return probes
 
 
+def not_probed(path: Path = PROBES_FILE) -> dict[str, str]:
+    """``[not_probed]``: inputs that change the module or how it is compiled but that no
+    probe changes, each with why."""
+    data = loads_toml(path.read_text(), source=str(path), error=ProbeTableError)
+    table = Table(data, source=str(path), error=ProbeTableError).table("not_probed", optional=True)
+    return {str(name): str(table.get(str(name), str)) for name in table.data}
+
+
 def select(probes: Sequence[Probe], names: Iterable[str] | None) -> list[Probe]:
     """``--key-probes``: the named probes (``fast``: the fast subset), the control always
     first; None: every probe."""
@@ -264,16 +272,14 @@ def judge_key_probe(
                 entry["status"] = PASS
         elif worst:
             entry["status"] = FAIL
-            what = "module" if not all(g["same_module"] for g in worst) else "compile settings"
+            other_module = not all(g["same_module"] for g in worst)
+            wanted = (
+                "lowered another module" if other_module else "compiles under other settings"
+            )
             reasons.append(
                 f"{probe.name} ({probe.setting}): graph(s) {', '.join(g['graph'] for g in worst)} "
-                f"loaded the cold run's executable although this process lowered another "
-                f"{what}: the cache key misses {probe.name}, a wrong executable ran"
-                + (
-                    " (and gave other numbers than a fresh compile would)"
-                    if any(not g["same_output"] for g in worst) and what == "module"
-                    else ""
-                )
+                f"loaded the cold run's executable although this process {wanted}: the cache "
+                f"key misses {probe.name}, a wrong executable ran"
             )
         elif split:
             entry["status"] = WARN
