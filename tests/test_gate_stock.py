@@ -67,12 +67,12 @@ def test_stock_2_9_0_hbm_verdict_stands_on_its_own_and_names_patch_0002(gate_29)
 
 def test_stock_2_9_0_junit_reports_each_failed_check_of_the_report(gate_29):
     # The two failures stock 2.9.0 is known for (its cache never loads on a restart, plain
-    # or SPMD) and the three checks that cannot pass without a loaded cache.
+    # or SPMD) and the four checks that cannot pass without a loaded cache.
     suite = ET.parse(gate_29.out_dir / "junit.xml").getroot().find("testsuite")
     assert suite is not None
     cases = {case.get("name"): case for case in suite.iter("testcase")}
     failed = {name for name, case in cases.items() if case.find("failure") is not None}
-    assert failed == {"restart", "spmd-restart", "cache-key", "same-numbers", "hbm"}
+    assert failed == {"restart", "spmd-restart", "cache-key", "same-numbers", "key-probe", "hbm"}
     verdicts = {check["name"]: check["passed"] for check in gate_29.report["checks"]}
     assert failed == {name for name, passed in verdicts.items() if not passed}
 
