@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import json
 import os
 import platform
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -41,7 +43,7 @@ from xla_host.errors import ExitCode
 from xla_host.provenance import PROVENANCE_PATH, PatchDigest, Provenance
 from xla_host.redact import Redactor
 from xla_host.wheel_filename import parse_wheel_name
-from xla_wheels import disk_faults, wheel_stamp
+from xla_wheels import disk_faults, venv_check, wheel_stamp
 from xla_wheels.builder import recipes, remote_cache
 from xla_wheels.builder.spec import BuildSpec, record_stage, sha256_of
 from xla_wheels.upstream_tree import OPENXLA_PATCHES, workspace_openxla_patches
@@ -259,7 +261,15 @@ def _repack_wheel(spec: BuildSpec, args: Sequence[str], log_file: TextIO) -> Non
         _say(f"# {wheel.name} re-packed reproducibly", log_file)
 
 
+def _check_venv(spec: BuildSpec, args: Sequence[str], log_file: TextIO) -> None:
+    venv = Path(args[0])
+    if (problem := venv_check.outside_venv(venv / "bin" / "python", venv)) is not None:
+        raise StepFailed(f"{problem}; nothing was installed ({venv_check.fix_for(venv)})")
+    _say(f"# {venv}/bin/python is the venv {venv}", log_file)
+
+
 ACTIONS = {
+    "check-venv": _check_venv,
     "repack-wheel": _repack_wheel,
     "finish-stage": _finish_stage,
     "apply-openxla-patches": _apply_openxla_patches,
@@ -279,12 +289,33 @@ def run_recipe(spec: BuildSpec, name: str, staging: str | None = None) -> None:
             run_step(step, spec, log_file, log_path, secrets)
 
 
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _end_with_parent() -> None:
+    """SIGTERM to this recipe when the run that started it dies, however it died.
+
+    The recipe runs in a process group of its own (``Engine.call``), so a SIGKILL to the
+    run's group, which the run cannot pass on, would leave it running: the next run would
+    race it on the same ship venv and worktrees. With the parent-death signal the kernel
+    sends SIGTERM, which ends the running step as Ctrl-C does (``signals.handled``).
+    Linux only; elsewhere the recipe ends with its step as before."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the run died before the signal was asked for
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m xla_wheels.builder.run_recipe")
     parser.add_argument("--spec", type=Path, required=True)
     parser.add_argument("--recipe", choices=("torch", "torch_xla", "ship"), required=True)
     parser.add_argument("--staging", help="staged wheels (ship recipe)")
     args = parser.parse_args(argv)
+    _end_with_parent()
     try:
         with signals.handled():  # SIGTERM/SIGHUP: the running step is ended, as on Ctrl-C
             run_recipe(BuildSpec.read(args.spec), args.recipe, args.staging)
