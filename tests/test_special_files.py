@@ -9,6 +9,7 @@ timeout: before the stat check, opening a FIFO waited for a writer forever).
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,7 +17,9 @@ import pytest
 
 from tests.clirunner import CliResult, run_cli
 from tests.test_error_contract import BUNDLE, assert_bad_input, project_copy
-from xla_host.errors import ManifestError
+from xla_host import filemode
+from xla_host.errors import ManifestError, UsageError
+from xla_host.stamp import Stamp, write_stamp
 from xla_host.tables import MAX_DEPTH, MAX_FILE_BYTES, loads_json, loads_toml, read_utf8
 
 #: Well under the suite's limits, well over what a refused file takes (< 1 s).
@@ -186,3 +189,109 @@ def test_launch_env_in_a_root_without_scripts_is_bad_input_and_writes_nothing(
     )  # fmt: skip
     assert_bad_input(result, "xla_launch_profile.py", "does not exist")
     assert not out.exists() or not any(out.iterdir()), sorted(out.iterdir())
+
+
+# --- a special file where a file is written -------------------------------------------
+# Writing by rename (xla_host.filemode, the one writer of files others read) replaces
+# what is at the path: before the check, `doctor --stamp /dev/zero` as root turned the
+# device into a JSON file. Device nodes are made in tmp_path (os.mknod, root only), so a
+# regression destroys nothing of the machine's.
+
+
+def _device(path: Path) -> bool:
+    """A character device node like /dev/null at ``path``; False where that needs root."""
+    try:
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    except PermissionError:
+        return False
+    return True
+
+
+def _special_outputs(tmp_path: Path) -> dict[str, tuple[Path, str]]:
+    """Outputs that are no file, each with what its error line says it is."""
+    outputs: dict[str, tuple[Path, str]] = {}
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    outputs["fifo"] = (fifo, "FIFO")
+    if _device(tmp_path / "device"):
+        outputs["device"] = (tmp_path / "device", "character device")
+        (tmp_path / "to-device").symlink_to(tmp_path / "device")
+        outputs["link to a device"] = (tmp_path / "to-device", "which is a character device")
+    (tmp_path / "directory").mkdir()
+    outputs["directory"] = (tmp_path / "directory", "a directory")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    outputs["dangling link"] = (tmp_path / "dangling", "does not exist")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    outputs["link loop"] = (tmp_path / "loop", "symbolic link loop")
+    return outputs
+
+
+def _as_it_was(path: Path) -> tuple[int, int, str | None]:
+    status = os.lstat(path)
+    return status.st_mode, status.st_rdev, os.readlink(path) if path.is_symlink() else None
+
+
+def test_writing_by_rename_leaves_every_output_that_is_no_file_as_it_was(tmp_path: Path) -> None:
+    for name, (path, words) in _special_outputs(tmp_path).items():
+        before = _as_it_was(path)
+        with pytest.raises(filemode.NotARegularFile, match=words) as refused:
+            filemode.write_by_rename(path, "{}\n")
+        assert str(path) in refused.value.message and "nothing was written" in refused.value.message
+        assert "ls -l" in refused.value.fix, name
+        assert _as_it_was(path) == before, name
+        # The set of files written together refuses it before anything changes.
+        kept = tmp_path / f"kept-{name.replace(' ', '-')}"
+        kept.write_text("old\n")
+        with pytest.raises(filemode.NotARegularFile):
+            filemode.write_all([(kept, "new\n"), (path, "{}\n")])
+        assert kept.read_text() == "old\n" and _as_it_was(path) == before, name
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left
+
+
+def test_a_link_to_a_regular_file_is_written_through_and_kept(tmp_path: Path) -> None:
+    # What a user who linked an output meant: the file it names gets the new content.
+    target = tmp_path / "shared" / "stamp.json"
+    target.parent.mkdir()
+    target.write_text("old\n")
+    link = tmp_path / "stamp.json"
+    link.symlink_to(target)
+    filemode.write_by_rename(link, "new\n")
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert target.read_text() == "new\n"
+
+
+def test_a_stamp_to_a_device_or_fifo_is_bad_input_for_doctor_and_the_entrypoint(
+    tmp_path: Path,
+) -> None:
+    # write_stamp is what `doctor --stamp`, STAMP= and the image's XLA_WHEELS_STAMP write
+    # through; the entrypoint has no CLI edge, so the error is its own.
+    stamp = Stamp(
+        created="2026-01-02T03:04:05Z", host="h", bundle="b", lane=None, wheels=(),
+        receipt_digest=None, profile=None, profile_sha256=None, cache_path=None, role=None,
+        verdict="ok",
+    )  # fmt: skip
+    for name, (path, words) in _special_outputs(tmp_path).items():
+        before = _as_it_was(path)
+        with pytest.raises(UsageError, match=words) as refused:
+            write_stamp(path, stamp)
+        assert "XLA_WHEELS_STAMP=" in (refused.value.fix or ""), name
+        assert _as_it_was(path) == before, name
+
+
+def test_launch_env_into_a_directory_holding_a_fifo_as_env_sh_is_bad_input(
+    tmp_path: Path,
+) -> None:
+    # A member through the real CLI: launch-env writes its files by rename into --out.
+    root = project_copy(tmp_path)
+    manifest = root / "build" / "bundles" / f"{BUNDLE}.toml"
+    manifest.write_text(manifest.read_text() + '\n[profiles.plain.device]\nPJRT_DEVICE = "TPU"\n')
+    out = tmp_path / "launch"
+    out.mkdir()
+    _fifo(out / "env.sh")
+    result = run(
+        root, "launch-env", "--bundle", BUNDLE, "--profile", "plain", "--role", "reader",
+        "--out", str(out),
+    )  # fmt: skip
+    assert_bad_input(result, "env.sh", "FIFO", "nothing was written")
+    assert stat.S_ISFIFO(os.lstat(out / "env.sh").st_mode)
+    assert sorted(p.name for p in out.iterdir()) == ["env.sh"]

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from xla_host import signals
+from xla_host import filemode, signals
 from xla_host.errors import DiskError, PipelineError, UsageError
 
 #: errno values of a write that failed for a reason of the disk, not of the run.
@@ -66,6 +66,8 @@ def exit_code_of(
             return action()
         except PipelineError as error:
             return reported(error)
+        except filemode.NotARegularFile as error:  # an output path, as the user gave it
+            return reported(UsageError(error.message, fix=error.fix))
         except OSError as error:
             disk = disk_error(error)
             if disk is None:
