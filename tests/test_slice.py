@@ -8,6 +8,7 @@ standard library) so a slice costs well under a second.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import shutil
 import signal
@@ -17,6 +18,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -342,3 +344,34 @@ def test_a_coordinator_that_never_comes_up_is_named_after_the_slice_timeout() ->
     with pytest.raises(slices.SliceTimeout, match=r"coordinator 127\.0\.0\.1:\d+ \(worker 0\)"):
         slices.Slice(spec).start()
     assert time.monotonic() - began < 5
+
+
+def _claim_when_released(cache: str, start: Any, held: Any) -> None:
+    start.wait()
+    lease = slices.claim_writer(Path(cache), f"job-{os.getpid()}")
+    held.put(lease.held)
+    # Held until every claimant has judged: a holder gone at once would be stale.
+    time.sleep(0.3)
+
+
+def test_six_simultaneous_claims_make_exactly_one_writer_in_twenty_tries(tmp_path: Path) -> None:
+    # The lease used to be created empty and written after: a claimant reading between
+    # judged it unreadable and took it over (2-3 holders in up to 14 of 40 trials). Its
+    # content is now complete before it becomes visible (a temporary file, then a link).
+    context = multiprocessing.get_context("fork")
+    for trial in range(20):
+        cache = tmp_path / f"cache-{trial}"
+        cache.mkdir()
+        start, held = context.Event(), context.Queue()
+        claimants = [
+            context.Process(target=_claim_when_released, args=(str(cache), start, held))
+            for _ in range(6)
+        ]
+        for claimant in claimants:
+            claimant.start()
+        start.set()
+        outcomes = [held.get(timeout=30) for _ in claimants]
+        for claimant in claimants:
+            claimant.join(timeout=30)
+        assert outcomes.count(True) == 1, f"trial {trial}: {outcomes.count(True)} writers"
+        assert not [p.name for p in cache.iterdir() if p.name != slices.WRITER_LEASE]

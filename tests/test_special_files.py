@@ -10,17 +10,26 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.clirunner import CliResult, run_cli
+from tests.gitrepos import Upstream, make_project
 from tests.test_error_contract import BUNDLE, assert_bad_input, project_copy
 from xla_host import filemode
-from xla_host.errors import ManifestError, UsageError
+from xla_host.errors import ManifestError, SourceError, UsageError
+from xla_host.receipt_store import DirectoryStore
+from xla_host.slice import WRITER_LEASE, claim_writer
 from xla_host.stamp import Stamp, write_stamp
 from xla_host.tables import MAX_DEPTH, MAX_FILE_BYTES, loads_json, loads_toml, read_utf8
+from xla_wheels.builder.spec import STAGE_RECORD, built_wheel
+from xla_wheels.bundle import load_bundle
+from xla_wheels.options import DEFAULT_NETWORK
+from xla_wheels.publish.index import Credentials, project_files
+from xla_wheels.sources import SourceCache, fetch_sources
 
 #: Well under the suite's limits, well over what a refused file takes (< 1 s).
 TIMEOUT_S = 30.0
@@ -295,3 +304,111 @@ def test_launch_env_into_a_directory_holding_a_fifo_as_env_sh_is_bad_input(
     assert_bad_input(result, "env.sh", "FIFO", "nothing was written")
     assert stat.S_ISFIFO(os.lstat(out / "env.sh").st_mode)
     assert sorted(p.name for p in out.iterdir()) == ["env.sh"]
+
+
+# --- a FIFO in a cache, lane, store or shared directory ------------------------------
+# Anyone with access to a shared directory can leave a FIFO where a file is expected. Each
+# read there goes through the checks the manifests get (filemode.read_shared,
+# filemode.file_sha256): refused from its stat, never opened. The guard proves no reader
+# ever waited on it: should one (a regression), it is let go with an empty read instead of
+# hanging the suite, and the test fails.
+
+
+class FifoGuard:
+    """Lets go of any reader blocked on ``fifo`` (opening it for writing succeeds only
+    while someone has it open for reading) and records that it had to."""
+
+    def __init__(self, fifo: Path) -> None:
+        self.fifo = fifo
+        self.readers = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        while not self._done.wait(0.05):
+            try:
+                descriptor = os.open(self.fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:  # ENXIO: nobody reading; ENOENT: gone
+                continue
+            self.readers += 1
+            os.close(descriptor)  # the reader reads an empty file and goes on
+
+    def __enter__(self) -> FifoGuard:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._done.set()
+        self._thread.join()
+
+
+IS_A_FIFO = r"is a FIFO \(named pipe\), not a "
+
+
+def _guarded_fifo(path: Path) -> FifoGuard:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _fifo(path)
+    return FifoGuard(path)
+
+
+def test_a_fifo_as_a_stage_record_in_the_stage_cache_is_refused(tmp_path: Path) -> None:
+    stage = tmp_path / "stages" / "torch-0123"
+    with (
+        _guarded_fifo(stage / STAGE_RECORD) as guard,
+        pytest.raises(filemode.NotARegularFile, match="is a FIFO"),
+    ):
+        built_wheel(stage)
+    assert guard.readers == 0
+
+
+def test_a_fifo_in_a_static_lane_is_refused_when_hashed_or_fetched(tmp_path: Path) -> None:
+    # `status` and `publish-lane` hash the lane's wheels; lane reads fetch file:// pages.
+    lane = tmp_path / "lanes" / "validation"
+    wheel = lane / "torch" / "torch-2.9.0-cp311-cp311-linux_x86_64.whl"
+    page = lane / "torch" / "index.html"
+    with _guarded_fifo(wheel) as guard, _guarded_fifo(page) as page_guard:
+        with pytest.raises(filemode.NotARegularFile, match="is a FIFO"):
+            filemode.file_sha256(wheel)
+        with pytest.raises(filemode.NotARegularFile, match=IS_A_FIFO + "lane file"):
+            project_files(
+                lane.as_uri(), "torch", Credentials(None, None, "none"), network=DEFAULT_NETWORK
+            )
+    assert guard.readers == page_guard.readers == 0
+
+
+def test_a_fifo_as_the_writer_lease_is_refused_by_the_claim(tmp_path: Path) -> None:
+    cache = tmp_path / "xla-cache"
+    with (
+        _guarded_fifo(cache / WRITER_LEASE) as guard,
+        pytest.raises(filemode.NotARegularFile, match=IS_A_FIFO + "writer lease"),
+    ):
+        claim_writer(cache, "job-1")
+    assert guard.readers == 0
+
+
+def test_a_fifo_as_a_receipt_in_a_directory_store_is_refused(tmp_path: Path) -> None:
+    # A member the issue did not list: the receipt store is a shared directory too.
+    store = DirectoryStore(tmp_path / "store")
+    with (
+        _guarded_fifo(tmp_path / "store" / "v6e-2.9" / "receipt.json") as guard,
+        pytest.raises(filemode.NotARegularFile, match=IS_A_FIFO + "receipt"),
+    ):
+        store.get("v6e-2.9/receipt.json")
+    assert guard.readers == 0
+
+
+def test_a_fifo_as_the_head_of_a_cached_bare_repository_is_refused_before_git_runs(
+    tmp_path: Path, upstreams: dict[str, Upstream]
+) -> None:
+    project = make_project(tmp_path, upstreams)
+    bundle = load_bundle(project, "test-1")
+    cache = SourceCache(tmp_path / "cache", mirror=None)
+    fetch_sources(bundle, cache, tmp_path / "src")
+    repo = cache.repo_for(bundle.component("torch"))
+    with (
+        _guarded_fifo(repo / "HEAD") as guard,
+        pytest.raises(SourceError, match="HEAD is a FIFO") as refused,
+    ):
+        fetch_sources(bundle, cache, tmp_path / "src")
+    assert guard.readers == 0
+    assert f"rm -rf {repo}" in (refused.value.fix or "")

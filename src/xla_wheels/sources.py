@@ -20,6 +20,7 @@ composed by the same functions, which the plan calls with ``<placeholder>`` inpu
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import posixpath
@@ -37,6 +38,7 @@ from xla_host import filemode, log
 from xla_host.errors import PipelineError, SourceError
 from xla_host.redact import mask_url_credentials
 from xla_host.runner import StepTimedOut
+from xla_host.tables import check_regular
 from xla_host.values import REMOTE_RULE, BadValue, check_remote
 from xla_wheels import progress, worktree_guard
 from xla_wheels.bundle import Bundle, Component
@@ -376,6 +378,16 @@ class SourceCache:
         return repo
 
     def _check_usable(self, repo: Path) -> None:
+        fix = f"remove it (`rm -rf {repo}`); the next run fetches it again"
+
+        def damaged(message: str, **_: object) -> SourceError:
+            return SourceError(f"source cache {message}", fix=fix)
+
+        # Local git has no time limit: a FIFO as HEAD, config or packed-refs would hang
+        # the first git command here forever. Judged from stat, before git opens them.
+        for name in ("HEAD", "config", "packed-refs", "shallow"):
+            with contextlib.suppress(FileNotFoundError):
+                check_regular(repo / name, damaged, what=f"git {name} file")
         probe = self.run(is_bare_command(repo), check=False)
         if probe.returncode != 0 or probe.stdout.strip() != "true":
             raise SourceError(

@@ -26,7 +26,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from xla_host import log, runner
+from xla_host import filemode, log, runner
 from xla_host.gate.errors import GateEnvironmentError
 from xla_host.waitlock import make_once
 from xla_wheels import venv_check
@@ -65,7 +65,7 @@ def env_name(spec: StockEnvSpec, python_tag: str) -> str:
 
 def _read_marker(env_dir: Path) -> dict[str, object] | None:
     try:
-        data = json.loads((env_dir / MARKER).read_text())
+        data = json.loads(filemode.read_shared(env_dir / MARKER, what="environment marker"))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None

@@ -34,13 +34,14 @@ import os
 import secrets
 import shutil
 import stat
+import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from xla_host.tables import kind_of
+from xla_host.tables import MAX_FILE_BYTES, check_regular, kind_of, read_regular
 
 
 def current_umask() -> int:
@@ -271,6 +272,25 @@ def write_all(files: Sequence[tuple[Path, bytes | str]]) -> None:
     commit_all(stage_all(files))
 
 
+def _not_regular(message: str, *, fix: str | None = None) -> NotARegularFile:
+    return NotARegularFile(message, fix=fix or f"`ls -l` the file named: {message}")
+
+
+def read_shared(path: Path, *, what: str = "file", limit: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of a file in a cache, lane, store or shared directory, where anyone with
+    access may have put a FIFO or a device: :func:`xla_host.tables.read_regular` (refused
+    from ``stat`` before any open that could block, size checked before reading, opened
+    without blocking), refused as :class:`NotARegularFile` (exit 2 at the CLI edge).
+    ``FileNotFoundError`` is left to the caller."""
+    return read_regular(path, _not_regular, what=what, limit=limit)
+
+
 def file_sha256(path: Path) -> str:
-    with path.open("rb") as handle:
+    """sha256 of a regular file of any size (a wheel), refused like :func:`read_shared`
+    when it is not one: a FIFO in a lane directory once hung ``status`` here."""
+    check_regular(path, _not_regular, limit=sys.maxsize)
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(descriptor, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):  # replaced after the stat
+            raise _not_regular(f"{path} changed while it was read", fix="run it again")
         return hashlib.file_digest(handle, "sha256").hexdigest()

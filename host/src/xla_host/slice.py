@@ -262,7 +262,8 @@ class DirectoryBoard:
         seen = {}
         for worker in range(workers):
             with contextlib.suppress(OSError):
-                seen[worker] = (self.directory / "alive" / f"worker-{worker}").read_text()
+                path = self.directory / "alive" / f"worker-{worker}"
+                seen[worker] = filemode.read_shared(path, what="heartbeat").decode()
         return seen
 
     def finish(self, worker: int, workers: int, wait_s: float) -> None:
@@ -564,7 +565,7 @@ def _read_arrivals(where: Path) -> dict[int, Arrival]:
     arrived: dict[int, Arrival] = {}
     for path in where.glob("worker-*.json"):
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(filemode.read_shared(path, what="arrival record"))
             arrival = Arrival(**data)
         except (OSError, ValueError, TypeError):
             continue  # written by rename: a file that does not parse is not ours
@@ -726,17 +727,23 @@ def _lease_text(holder: LeaseHolder) -> str:
 
 
 def _read_lease(path: Path) -> LeaseHolder:
-    return LeaseHolder(**json.loads(path.read_text()))
+    # In a shared cache directory: a FIFO or device there is refused, never opened.
+    return LeaseHolder(**json.loads(filemode.read_shared(path, what="writer lease")))
 
 
 def _create(path: Path, text: str) -> bool:
-    """Create ``path`` holding ``text`` unless it exists (``O_EXCL``: one creator wins)."""
+    """Create ``path`` holding ``text`` unless it exists: one creator wins, and nobody
+    ever sees it without its content. The content is written to a temporary file first,
+    then hard-linked into place (``link`` fails if ``path`` exists, as ``O_EXCL`` does).
+    Created empty and written afterwards, a claimant reading in between judged the empty
+    lease unreadable and took it over: two writers."""
+    staged = filemode.stage_by_rename(path.with_name(f".{path.name}.new"), text)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.link(staged.temporary, path)
     except FileExistsError:
         return False
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
+    finally:
+        staged.discard()
     return True
 
 

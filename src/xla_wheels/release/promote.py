@@ -288,7 +288,7 @@ def brought_home(root: Path, stored: StoredReceipt) -> Path:
         return stored.path
     directory = root / RECEIPTS_DIRNAME / str(stored.receipt.bundle)
     candidate, n = directory / stored.path.name, 1
-    while candidate.exists() and candidate.read_bytes() != stored.raw:
+    while candidate.exists() and filemode.read_shared(candidate, what="receipt") != stored.raw:
         n += 1
         candidate = directory / f"{stored.path.stem}-{n}{stored.path.suffix}"
     if not candidate.exists():
