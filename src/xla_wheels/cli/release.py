@@ -64,7 +64,7 @@ def cmd_publish_lane(args: argparse.Namespace) -> int:
         )
     else:
         _publish_host_side(options, args.bundle, lane)
-        print(f"lane {lane.name}: {lane.simple_url} now serves {args.bundle} (lanes.lock)")
+        print(f"lane {lane.name}: {lane.where} now serves {args.bundle} (lanes.lock)")
     return 0
 
 

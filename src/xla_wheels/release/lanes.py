@@ -61,6 +61,7 @@ import json
 import re
 import socket
 import tomllib
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,8 +69,9 @@ from typing import Any
 
 from xla_host import filemode, receipt_store
 from xla_host.errors import ExitCode, PipelineError, UsageError
+from xla_host.redact import shown
 from xla_host.tables import Field, Table, loads_toml, read_utf8
-from xla_host.values import NAME_PATTERN, NAME_RULE
+from xla_host.values import NAME_PATTERN, NAME_RULE, BadValue, check_url
 
 LANES_CONFIG = Path("build") / "lanes.toml"
 LANES_LOCK = "lanes.lock"
@@ -137,7 +139,10 @@ class Lane:
 
     @property
     def where(self) -> str:
-        return self.index_url or str(self.path)
+        """The lane as every display shows it (``lanes``, ``status``, logs, errors): an
+        index URL's credentials (``user:pw@``, ``?token=``) masked, control characters
+        escaped. Never for reaching the lane: that is :attr:`simple_url`."""
+        return shown(self.index_url or str(self.path))
 
     @property
     def simple_url(self) -> str:
@@ -250,6 +255,26 @@ def _signing_key(root: Path, table: Table, fields: Mapping[str, Any]) -> Path | 
     return (root / key).resolve() if required else None
 
 
+_INDEX_EXAMPLE = "https://pypi.example.com/validation/simple/"
+
+
+def _check_index_url(table: Table, key: str, value: str) -> None:
+    """An index URL pip and twine can use: http(s), a host, a port that is a number, no
+    space or control character (each of them once a traceback, or shown as valid by
+    ``lanes``). The value is shown masked: it may carry a token."""
+    try:
+        check_url(value, ("http", "https"), _INDEX_EXAMPLE)
+        if any(char.isspace() for char in value):
+            raise BadValue("contains a space", _INDEX_EXAMPLE)
+        urllib.parse.urlsplit(value).port  # noqa: B018 - raises for a port that is no number
+    except BadValue as bad:
+        raise table.fail(key, f"{shown(value)} {bad.reason}", f"write e.g. {bad.example}") from None
+    except ValueError as bad:
+        raise table.fail(
+            key, f"{shown(value)} is not a URL ({bad})", f"write e.g. {_INDEX_EXAMPLE}"
+        ) from None
+
+
 def _lane(root: Path, name: str, table: Table, names: Mapping[str, Any]) -> Lane:
     """One ``[lanes.<name>]``: a static directory or remote index, or one index
     (``user/index``) of a devpi server, each with its own keys."""
@@ -290,6 +315,9 @@ def _lane(root: Path, name: str, table: Table, names: Mapping[str, Any]) -> Lane
         if (fields["path"] is None) == (fields["index-url"] is None):
             raise table.fail("path", "give exactly one of path or index-url", "")
         index_url, upload_url = fields["index-url"], fields["upload-url"]
+        for key in ("index-url", "upload-url"):
+            if fields[key] is not None:
+                _check_index_url(table, key, fields[key])
         if index_url and not index_url.endswith("/"):
             index_url = f"{index_url}/"
         if fields["path"] is not None:
