@@ -208,8 +208,10 @@ def publish_to_lane(
     *,
     network: NetworkPolicy,
     dry_run: bool = False,
+    expected_head: str | None = None,
 ) -> list[Outcome]:
-    """``make publish``: the bundle's locked wheels from ``dist`` into ``lane``."""
+    """``make publish``: the bundle's locked wheels from ``dist`` into ``lane``; run under
+    :func:`~xla_wheels.release.lanes.lane_lock`, whose head is ``expected_head``."""
     wheels = locked_wheels(lock, bundle, dist)
     envelopes = required_signatures(lane, [w.record for w in wheels], [dist])
     if dry_run:
@@ -220,6 +222,7 @@ def publish_to_lane(
         root,
         lane.name,
         LaneState(bundle, tuple((w.record.name, w.sha256) for w in wheels), None, None),
+        expected_head=expected_head,
     )
     return outcomes
 
@@ -304,9 +307,7 @@ def refusal(
     # Where the receipt goes: the store of the lane the gate's hosts install from, if any.
     store = next((x.receipts for x in (source, lane) if x is not None and x.receipts), None)
     signed = " --sign-key <key>" if lane.policy.receipt_keys else ""
-    home = (
-        f'with GATE_ARGS="--receipts {store}{signed}"' if store else "and commit the receipt"
-    )
+    home = f'with GATE_ARGS="--receipts {store}{signed}"' if store else "and commit the receipt"
     return PromotionRefused(
         f"lane {lane.name} refuses bundle {bundle}; rule(s) not met:\n  " + "\n  ".join(lines),
         fix=f"run the gate on the lane's device for exactly these wheels (`make gate "
@@ -326,6 +327,7 @@ def refusal(
 def promote(
     root: Path, lock: Lock, bundle: str, lane: Lane, source: Lane, *, dry_run: bool = False,
     dist: Path | None = None, network: NetworkPolicy, stores: Sequence[str] = (),
+    expected_head: str | None = None,
 ) -> tuple[PromotionVerdict, list[Outcome]]:  # fmt: skip
     """``dist``: the bundle's dist directory, where its envelopes are looked up after the
     source lane's own directory; ``stores``: the receipt stores read besides receipts/."""
@@ -362,6 +364,7 @@ def promote(
             chosen.digest if chosen else None,
         ),
         action="promote",
+        expected_head=expected_head,
     )
     return verdict, outcomes
 
@@ -391,7 +394,7 @@ class RollbackPlan:
 
 def rollback(
     root: Path, lock: Lock, lane: Lane, to: str, reason: str, *, dry_run: bool = False,
-    dist: Path | None = None, network: NetworkPolicy,
+    dist: Path | None = None, network: NetworkPolicy, expected_head: str | None = None,
 ) -> RollbackPlan:  # fmt: skip
     """``make rollback``: ``lane`` back to bundle ``to``, which its history shows it served.
     ``dist``: the bundle's dist directory, where its envelopes are looked up after the
@@ -464,5 +467,8 @@ def rollback(
     checked = tuple(Outcome(w.record.name, action, w.sha256) for w in wheels)
     plan = RollbackPlan(lane, state.bundle, entry, reason.strip(), checked)
     if not dry_run:
-        lanes_mod.write_state(root, lane.name, entry.state, action="rollback", reason=plan.reason)
+        lanes_mod.write_state(
+            root, lane.name, entry.state, action="rollback", reason=plan.reason,
+            expected_head=expected_head,
+        )  # fmt: skip
     return plan
