@@ -18,7 +18,7 @@ from typing import Any
 from xla_host import log
 from xla_host.arguments import add_settings
 from xla_host.errors import UsageError
-from xla_host.redact import shown
+from xla_host.redact import one_line, shown
 from xla_host.wheel_filename import normalize, parse_wheel_name
 from xla_wheels.bundle import load_bundle
 from xla_wheels.cli.arguments import add_bundle_arguments, add_common_arguments
@@ -281,11 +281,13 @@ def _print_history(record: lanes.LanesRecord, only: str | None) -> None:
         moved = (
             f"{entry.previous_bundle} -> {entry.bundle}" if entry.previous_bundle else entry.bundle
         )
-        print(f"{entry.when}  {entry.lane}: {entry.action} {moved}  by {entry.who}")
+        # Each field one line, escapes shown as text: the record's values are free text
+        # (a reason, a user name) that must not forge a line or act on the terminal.
+        print(one_line(f"{entry.when}  {entry.lane}: {entry.action} {moved}  by {entry.who}"))
         if entry.receipt:
-            print(f"  receipt {entry.receipt} (sha256 {entry.receipt_digest})")
+            print(one_line(f"  receipt {entry.receipt} (sha256 {entry.receipt_digest})"))
         if entry.reason:
-            print(f"  reason: {entry.reason}")
+            print(f"  reason: {one_line(entry.reason)}")
 
 
 def cmd_lanes(args: argparse.Namespace) -> int:

@@ -27,7 +27,7 @@ from xla_host import filemode, log, receipt_store
 from xla_host.errors import PipelineError, UsageError
 from xla_host.filemode import file_sha256
 from xla_host.receipts import RECEIPTS_DIRNAME, StoredReceipt, bundle_receipts, read_receipt
-from xla_host.redact import scrub
+from xla_host.redact import one_line, scrub
 from xla_host.wheel_filename import parse_wheel_name
 from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish.errors import HashMismatch, PublishError
@@ -385,9 +385,9 @@ class RollbackPlan:
         receipt = self.to.receipt or "no receipt"
         return [
             f"rollback lane {self.lane.name}: {self.current} -> {self.to.bundle}",
-            f"  served before: {self.to.action} by {self.to.who} at {self.to.when}",
-            f"  receipt: {receipt}",
-            f"  reason: {self.reason}",
+            one_line(f"  served before: {self.to.action} by {self.to.who} at {self.to.when}"),
+            f"  receipt: {one_line(receipt)}",
+            f"  reason: {one_line(self.reason)}",
             *(f"  {o.action:<10} {o.filename}  sha256:{o.sha256}" for o in self.checked),
         ]
 
