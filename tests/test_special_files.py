@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.clirunner import CliResult, run_cli
+from tests.clirunner import REPO_ROOT, CliResult, run_cli
 from tests.gitrepos import Upstream, make_project
 from tests.test_error_contract import BUNDLE, assert_bad_input, project_copy
 from xla_host import filemode
@@ -412,3 +414,66 @@ def test_a_fifo_as_the_head_of_a_cached_bare_repository_is_refused_before_git_ru
         fetch_sources(bundle, cache, tmp_path / "src")
     assert guard.readers == 0
     assert f"rm -rf {repo}" in (refused.value.fix or "")
+
+
+# --- a symbolic link loop where a path is given ------------------------------------------
+
+
+def _loop(path: Path) -> Path:
+    path.symlink_to(path.name)  # a link to itself
+    return path
+
+
+@pytest.mark.parametrize("variable", ["XLA_WHEELS_OUT", "XLA_WHEELS_CACHE"])
+def test_a_work_directory_setting_naming_a_symlink_loop_is_bad_input(
+    tmp_path: Path, variable: str
+) -> None:
+    root = project_copy(tmp_path)
+    loop = _loop(tmp_path / "loop")
+    result = run(root, "lock", "--bundle", BUNDLE, env={variable: str(loop / "sub")})
+    assert_bad_input(result, str(loop), "symbolic link loop")
+    assert "RuntimeError" not in result.output
+
+
+def test_launch_env_out_naming_a_symlink_loop_is_bad_input(tmp_path: Path) -> None:
+    root = project_copy(tmp_path)
+    manifest = root / "build" / "bundles" / f"{BUNDLE}.toml"
+    manifest.write_text(manifest.read_text() + '\n[profiles.plain.device]\nPJRT_DEVICE = "TPU"\n')
+    loop = _loop(tmp_path / "loop")
+    result = run(
+        root, "launch-env", "--bundle", BUNDLE, "--profile", "plain", "--role", "reader",
+        "--out", str(loop),
+    )  # fmt: skip
+    assert_bad_input(result, str(loop), "symbolic link loop")
+    assert loop.is_symlink()
+
+
+def _demo(directory: Path, tmp_path: Path) -> CliResult:
+    done = subprocess.run(
+        [sys.executable, "-m", "xla_wheels.demo", "--dir", str(directory)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=TIMEOUT_S, check=False,
+        env={"PATH": os.environ["PATH"], "HOME": str(tmp_path)},
+    )  # fmt: skip
+    return CliResult(done.returncode, done.stdout, done.stderr)
+
+
+def test_a_demo_dir_that_is_a_symlink_loop_is_bad_input(tmp_path: Path) -> None:
+    loop = _loop(tmp_path / "demo")
+    assert_bad_input(_demo(loop, tmp_path), "symbolic link loop")
+    assert loop.is_symlink()
+
+
+@pytest.mark.parametrize(
+    ("name", "shown"),
+    [('a"b', "'\"'"), ("a\tb", "'\\t'"), ("a\nb", "'\\n'"), ("a\\b", "'\\\\'")],
+    ids=["double quote", "tab", "newline", "backslash"],
+)
+def test_a_demo_dir_the_demo_cannot_write_into_its_files_is_refused_up_front(
+    tmp_path: Path, name: str, shown: str
+) -> None:
+    # `make demo DEMO_DIR='a"b'` wrote an invalid manifest; a tab or a newline failed late
+    # with a fix about a file, not the path.
+    result = _demo(tmp_path / name, tmp_path)
+    assert_bad_input(result, "DEMO_DIR", shown, "cannot write")
+    assert "no double quote, backslash, tab or line break" in result.stderr
+    assert not (tmp_path / name).exists()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import re
 import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -68,7 +69,16 @@ def exit_code_of(
             return reported(error)
         except filemode.NotARegularFile as error:  # an output path, as the user gave it
             return reported(UsageError(error.message, fix=error.fix))
+        except RuntimeError as error:
+            # Path.resolve() before Python 3.13 says a loop this way, from wherever a path
+            # the user gave (the cache, out, a lane, --out, DEMO_DIR) is resolved.
+            match = _SYMLINK_LOOP.fullmatch(str(error))
+            if match is None:
+                raise
+            return reported(symlink_loop(match.group(1)))
         except OSError as error:
+            if error.errno == errno.ELOOP and error.filename is not None:
+                return reported(symlink_loop(os.fsdecode(error.filename)))
             disk = disk_error(error)
             if disk is None:
                 raise
@@ -76,6 +86,18 @@ def exit_code_of(
         except KeyboardInterrupt as interrupt:
             print(f"error: {signals.describe(interrupt)}", file=sys.stderr)
             return signals.exit_code(interrupt)
+
+
+_SYMLINK_LOOP = re.compile(r"Symlink loop from '(.*)'", re.DOTALL)
+
+
+def symlink_loop(path: str) -> UsageError:
+    """A path that is, or goes through, a symbolic link loop: bad input (exit 2)."""
+    return UsageError(
+        f"{path} is a symbolic link loop (or goes through one): it names no file or directory",
+        fix=f"point the link at a real directory or file, or remove it (`ls -l {path}` shows "
+        "where it points)",
+    )
 
 
 def reported(error: PipelineError) -> int:
