@@ -477,3 +477,44 @@ def test_a_demo_dir_the_demo_cannot_write_into_its_files_is_refused_up_front(
     assert_bad_input(result, "DEMO_DIR", shown, "cannot write")
     assert "no double quote, backslash, tab or line break" in result.stderr
     assert not (tmp_path / name).exists()
+
+
+# --- a file where a directory is made by a given option -----------------------------------
+
+
+def _gate(tmp_path: Path, *args: str) -> CliResult:
+    done = subprocess.run(
+        [sys.executable, "-m", "xla_host", "gate", "--device", "CPU", *args],
+        cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT_S, check=False,
+        env={"PATH": os.environ["PATH"], "HOME": str(tmp_path),
+             "PYTHONPATH": str(REPO_ROOT / "host" / "src")},
+    )  # fmt: skip
+    return CliResult(done.returncode, done.stdout, done.stderr)
+
+
+@pytest.mark.parametrize("option", ["--out", "--slice-dir"])
+def test_a_gate_directory_option_naming_a_file_is_bad_input(tmp_path: Path, option: str) -> None:
+    file = tmp_path / "a-file"
+    file.write_text("mine\n")
+    cache = tmp_path / "xla-cache"
+    cache.mkdir()
+    slice_args = ("--worker-id", "0", "--workers", "2", "--xla-cache-dir", str(cache))
+    extra = ("--out", str(tmp_path / "out"), *slice_args) if option == "--slice-dir" else ()
+    result = _gate(tmp_path, option, str(file), *extra)
+    assert_bad_input(result, str(file), "is a file, not a directory")
+    assert file.read_text() == "mine\n"
+
+
+def test_launch_env_out_naming_a_file_is_bad_input(tmp_path: Path) -> None:
+    # A member the issue did not list: the same edge tells every command's directory.
+    root = project_copy(tmp_path)
+    manifest = root / "build" / "bundles" / f"{BUNDLE}.toml"
+    manifest.write_text(manifest.read_text() + '\n[profiles.plain.device]\nPJRT_DEVICE = "TPU"\n')
+    file = tmp_path / "a-file"
+    file.write_text("mine\n")
+    result = run(
+        root, "launch-env", "--bundle", BUNDLE, "--profile", "plain", "--role", "reader",
+        "--out", str(file),
+    )  # fmt: skip
+    assert_bad_input(result, str(file), "is a file, not a directory")
+    assert file.read_text() == "mine\n"

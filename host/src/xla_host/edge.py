@@ -14,6 +14,7 @@ import os
 import re
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NoReturn
 
 from xla_host import filemode, signals
@@ -79,6 +80,8 @@ def exit_code_of(
         except OSError as error:
             if error.errno == errno.ELOOP and error.filename is not None:
                 return reported(symlink_loop(os.fsdecode(error.filename)))
+            if (in_the_way := file_in_the_way(error)) is not None:
+                return reported(in_the_way)
             disk = disk_error(error)
             if disk is None:
                 raise
@@ -98,6 +101,23 @@ def symlink_loop(path: str) -> UsageError:
         fix=f"point the link at a real directory or file, or remove it (`ls -l {path}` shows "
         "where it points)",
     )
+
+
+def file_in_the_way(error: OSError) -> UsageError | None:
+    """A directory to be made (``--out``, ``--slice-dir``, a cache) where a file is, or
+    below one (``mkdir`` says ENOTDIR or EEXIST): bad input naming the file (exit 2)."""
+    if error.errno not in (errno.ENOTDIR, errno.EEXIST) or error.filename is None:
+        return None
+    wanted = Path(os.fsdecode(error.filename))
+    for candidate in (wanted, *wanted.parents):
+        if os.path.lexists(candidate):
+            if candidate.is_dir():
+                return None  # not a directory made over a file: another error, told as is
+            return UsageError(
+                f"{candidate} is a file, not a directory, so {wanted} cannot be made there",
+                fix=f"pass a directory (a new or an existing one), or move {candidate} away",
+            )
+    return None
 
 
 def reported(error: PipelineError) -> int:
