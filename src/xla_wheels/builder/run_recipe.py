@@ -38,7 +38,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from xla_host import runner, signals
+from xla_host import filemode, runner, signals
 from xla_host.errors import ExitCode
 from xla_host.provenance import PROVENANCE_PATH, PatchDigest, Provenance
 from xla_host.redact import Redactor
@@ -319,6 +319,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with signals.handled():  # SIGTERM/SIGHUP: the running step is ended, as on Ctrl-C
             run_recipe(BuildSpec.read(args.spec), args.recipe, args.staging)
+    except filemode.NotARegularFile as error:  # the stage cache holds a FIFO or device
+        print(f"error: {error.message} (fix: {error.fix})", file=sys.stderr)
+        return ExitCode.BAD_INPUT
     except (StepFailed, ValueError, OSError) as error:
         if isinstance(error, StepDiskFault) or disk_faults.is_disk_fault(error):
             # Not `error:`: the pipeline prints the one error line, naming the directory.
