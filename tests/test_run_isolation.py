@@ -37,7 +37,7 @@ PACKAGE = "xlawheels_isolation_probe"
 TIMEOUT_S = 180.0
 
 
-def _wheel(directory: Path) -> Path:
+def minimal_wheel(directory: Path) -> Path:
     """A real, minimal wheel of one module (what pip needs, nothing else)."""
     directory.mkdir(parents=True, exist_ok=True)
     dist_info = f"{PACKAGE}-1.0.dist-info"
@@ -136,7 +136,7 @@ def _importable_by(python: Path) -> bool:
 def test_a_ship_venv_without_its_pyvenv_cfg_is_refused_before_pip_installs_anything(
     tmp_path: Path,
 ) -> None:
-    staging = _wheel(tmp_path / "staging").parent
+    staging = minimal_wheel(tmp_path / "staging").parent
     python = _python_whose_venvs_lose_their_config(tmp_path)
     spec = _spec(tmp_path, str(python), "{python} -c pass")
     result = subprocess.run(
@@ -156,7 +156,7 @@ def test_a_ship_venv_without_its_pyvenv_cfg_is_refused_before_pip_installs_anyth
 def test_the_ship_recipes_pip_refuses_by_itself_outside_a_venv(tmp_path: Path) -> None:
     # Should the venv break between the check and the install, pip refuses too. Shown
     # with --dry-run, so that nothing could be installed even if it did not refuse.
-    wheel = _wheel(tmp_path / "staging")
+    wheel = minimal_wheel(tmp_path / "staging")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=TIMEOUT_S)
     (venv / "pyvenv.cfg").unlink()
@@ -185,7 +185,7 @@ def test_a_good_venv_is_its_own_interpreter(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_a_sigkill_to_the_runs_group_ends_the_recipe_in_its_own_group(tmp_path: Path) -> None:
-    staging = _wheel(tmp_path / "staging").parent
+    staging = minimal_wheel(tmp_path / "staging").parent
     marker = tmp_path / "check-started"
     # The ship check says who it is, then waits: it must not outlive the run.
     check = (

@@ -29,7 +29,7 @@ from xla_host import log, runner
 from xla_host.host_probe import probe
 from xla_host.provenance import PROVENANCE_PATH, ProvenanceFormatError
 from xla_host.redact import scrub
-from xla_host.wheel_filename import normalize
+from xla_host.wheel_filename import normalize, parse_wheel_name
 from xla_wheels import sbom, venv_check
 from xla_wheels.bundle import Bundle
 from xla_wheels.options import NetworkPolicy
@@ -421,7 +421,9 @@ def verify_install(
         # The SBOMs are compared with the provenance file (their one source) when it is sound.
         sound = report.checks[-1].name == "provenance" and report.checks[-1].status == "ok"
         for sbom_check in sbom.check_installed(
-            facts.python, provenance if sound else None, locked=locked_sboms(ours)
+            facts.python, provenance if sound else None, locked=locked_sboms(ours),
+            # --require-provenance: the bundle's own wheels must carry theirs.
+            required=[parse_wheel_name(r.name).project for r in ours if require_provenance],
         ):
             report.add(f"sbom {sbom_check.project}", sbom_check.status, sbom_check.detail)
 
