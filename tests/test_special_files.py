@@ -289,6 +289,27 @@ def test_a_stamp_to_a_device_or_fifo_is_bad_input_for_doctor_and_the_entrypoint(
         assert _as_it_was(path) == before, name
 
 
+def test_doctor_leaves_a_device_or_a_link_to_one_given_as_its_stamp_as_it_was(
+    tmp_path: Path,
+) -> None:
+    # The case through the real command: `doctor --stamp /dev/zero` as root turned
+    # the device into a JSON file; XLA_WHEELS_STAMP (what the image's entrypoint reads) and
+    # STAMP= (make's) went the same way. A node in tmp_path stands for /dev/zero.
+    root = project_copy(tmp_path)
+    device = tmp_path / "device"
+    if not _device(device):
+        _fifo(device)  # not root: the FIFO is the same class
+    link = tmp_path / "stamp.json"
+    link.symlink_to(device)
+    before = (_as_it_was(device), _as_it_was(link))
+    doctor = ("doctor", "--bundle", BUNDLE, "--python", sys.executable)
+    for given, env in ((device, {}), (link, {"XLA_WHEELS_STAMP": str(link)})):
+        args = (*doctor, "--stamp", str(given)) if not env else doctor
+        result = run(root, *args, env=env)
+        assert_bad_input(result, str(given), "nothing was written")
+        assert (_as_it_was(device), _as_it_was(link)) == before
+
+
 def test_launch_env_into_a_directory_holding_a_fifo_as_env_sh_is_bad_input(
     tmp_path: Path,
 ) -> None:
