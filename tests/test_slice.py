@@ -346,32 +346,37 @@ def test_a_coordinator_that_never_comes_up_is_named_after_the_slice_timeout() ->
     assert time.monotonic() - began < 5
 
 
-def _claim_when_released(cache: str, start: Any, held: Any) -> None:
-    start.wait()
-    lease = slices.claim_writer(Path(cache), f"job-{os.getpid()}")
-    held.put(lease.held)
-    # Held until every claimant has judged: a holder gone at once would be stale.
-    time.sleep(0.3)
+def _read_while_claimed(lease: str, stop: Any, empty: Any) -> None:
+    """Read the lease as fast as a claimant could, counting the reads that find it empty."""
+    found = 0
+    while not stop.is_set():
+        try:
+            with open(lease, "rb") as handle:
+                found += handle.read() == b""
+        except OSError:
+            continue  # not there between a release and the next claim
+    empty.put(found)
 
 
-def test_six_simultaneous_claims_make_exactly_one_writer_in_twenty_tries(tmp_path: Path) -> None:
-    # The lease used to be created empty and written after: a claimant reading between
-    # judged it unreadable and took it over (2-3 holders in up to 14 of 40 trials). Its
-    # content is now complete before it becomes visible (a temporary file, then a link).
+def test_a_claimed_lease_is_never_visible_without_its_content(tmp_path: Path) -> None:
+    # It used to be created empty (O_EXCL) and written after: a claimant reading in between
+    # judged it unreadable and took it over (2-3 holders among 6 simultaneous claims). Its
+    # content is now complete before it becomes visible (a temporary file, then a link):
+    # a reader spinning beside 100 claims never finds it empty (before: thousands of times).
     context = multiprocessing.get_context("fork")
-    for trial in range(20):
-        cache = tmp_path / f"cache-{trial}"
-        cache.mkdir()
-        start, held = context.Event(), context.Queue()
-        claimants = [
-            context.Process(target=_claim_when_released, args=(str(cache), start, held))
-            for _ in range(6)
-        ]
-        for claimant in claimants:
-            claimant.start()
-        start.set()
-        outcomes = [held.get(timeout=30) for _ in claimants]
-        for claimant in claimants:
-            claimant.join(timeout=30)
-        assert outcomes.count(True) == 1, f"trial {trial}: {outcomes.count(True)} writers"
-        assert not [p.name for p in cache.iterdir() if p.name != slices.WRITER_LEASE]
+    stop, empty = context.Event(), context.Queue()
+    reader = context.Process(
+        target=_read_while_claimed, args=(str(tmp_path / slices.WRITER_LEASE), stop, empty)
+    )
+    reader.start()
+    try:
+        for _ in range(100):
+            lease = slices.claim_writer(tmp_path, "job-a")
+            assert lease.held, lease.message
+            lease.release()
+    finally:
+        stop.set()
+        found = empty.get(timeout=30)
+        reader.join(timeout=30)
+    assert found == 0, f"the lease was seen empty {found} times"
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no temporary file left
