@@ -25,12 +25,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import json
 import os
 import platform
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -289,35 +287,19 @@ def run_recipe(spec: BuildSpec, name: str, staging: str | None = None) -> None:
             run_step(step, spec, log_file, log_path, secrets)
 
 
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-
-
-def _end_with_parent() -> None:
-    """SIGTERM to this recipe when the run that started it dies, however it died.
-
-    The recipe runs in a process group of its own (``Engine.call``), so a SIGKILL to the
-    run's group, which the run cannot pass on, would leave it running: the next run would
-    race it on the same ship venv and worktrees. With the parent-death signal the kernel
-    sends SIGTERM, which ends the running step as Ctrl-C does (``signals.handled``).
-    Linux only; elsewhere the recipe ends with its step as before."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):
-        return
-    if os.getppid() == 1:  # the run died before the signal was asked for
-        os.kill(os.getpid(), signal.SIGTERM)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m xla_wheels.builder.run_recipe")
     parser.add_argument("--spec", type=Path, required=True)
     parser.add_argument("--recipe", choices=("torch", "torch_xla", "ship"), required=True)
     parser.add_argument("--staging", help="staged wheels (ship recipe)")
     args = parser.parse_args(argv)
-    _end_with_parent()
     try:
         with signals.handled():  # SIGTERM/SIGHUP: the running step is ended, as on Ctrl-C
+            # The recipe runs in a process group of its own (Engine.call), so a SIGKILL to
+            # the run's group, which the run cannot pass on, would leave it running and the
+            # next run racing it on the same ship venv: the kernel's SIGTERM when the run
+            # dies ends the running step as Ctrl-C does.
+            signals.end_with_parent()
             run_recipe(BuildSpec.read(args.spec), args.recipe, args.staging)
     except filemode.NotARegularFile as error:  # the stage cache holds a FIFO or device
         print(f"error: {error.message} (fix: {error.fix})", file=sys.stderr)
