@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.clirunner import run_cli
 from tests.publish_support import (
     BUNDLE,
     XLA_VERSION,
@@ -29,6 +30,8 @@ from tests.publish_support import (
     make_publish_project,
     manifest_text,
 )
+from tests.test_error_contract import assert_bad_input
+from tests.test_special_files import guarded_fifo
 from xla_host.filemode import file_sha256
 from xla_wheels.bundle import load_bundle
 from xla_wheels.cli import main
@@ -157,3 +160,21 @@ def test_a_record_that_moved_since_it_was_read_is_refused_not_written_over(
             lanes.write_state(root, "validation", state, expected_head=head)
     assert "make lanes HISTORY=1" in (refused.value.fix or "")
     assert [entry.bundle for entry in lanes.read_record(root).history] == [SECOND]
+
+
+def test_a_fifo_in_a_shared_lane_is_refused_by_publish_and_status_before_anything_changes(
+    checkouts: tuple[Path, Path, Path],
+) -> None:
+    # Hashing the lane's wheels opened a FIFO there and waited forever (`status`,
+    # `publish-lane`). Now it is refused from its stat, before a wheel is copied.
+    root, _, lane = checkouts
+    _fresh(root, lane=lane)
+    lane.mkdir()
+    planted = lane / "planted-1.0-py3-none-any.whl"
+    with guarded_fifo(planted) as guard:
+        for args in (("publish-lane", "--bundle", BUNDLE), ("status",)):
+            result = run_cli(*args, root=root, timeout=120)
+            assert_bad_input(result, str(planted), "is a FIFO")
+        assert sorted(p.name for p in lane.iterdir()) == [planted.name]
+        assert not (root / lanes.LANES_LOCK).exists()
+    assert guard.readers == 0

@@ -368,7 +368,7 @@ class FifoGuard:
 IS_A_FIFO = r"is a FIFO \(named pipe\), not a "
 
 
-def _guarded_fifo(path: Path) -> FifoGuard:
+def guarded_fifo(path: Path) -> FifoGuard:
     path.parent.mkdir(parents=True, exist_ok=True)
     _fifo(path)
     return FifoGuard(path)
@@ -377,7 +377,7 @@ def _guarded_fifo(path: Path) -> FifoGuard:
 def test_a_fifo_as_a_stage_record_in_the_stage_cache_is_refused(tmp_path: Path) -> None:
     stage = tmp_path / "stages" / "torch-0123"
     with (
-        _guarded_fifo(stage / STAGE_RECORD) as guard,
+        guarded_fifo(stage / STAGE_RECORD) as guard,
         pytest.raises(filemode.NotARegularFile, match="is a FIFO"),
     ):
         built_wheel(stage)
@@ -389,7 +389,7 @@ def test_a_fifo_in_a_static_lane_is_refused_when_hashed_or_fetched(tmp_path: Pat
     lane = tmp_path / "lanes" / "validation"
     wheel = lane / "torch" / "torch-2.9.0-cp311-cp311-linux_x86_64.whl"
     page = lane / "torch" / "index.html"
-    with _guarded_fifo(wheel) as guard, _guarded_fifo(page) as page_guard:
+    with guarded_fifo(wheel) as guard, guarded_fifo(page) as page_guard:
         with pytest.raises(filemode.NotARegularFile, match="is a FIFO"):
             filemode.file_sha256(wheel)
         with pytest.raises(filemode.NotARegularFile, match=IS_A_FIFO + "lane file"):
@@ -402,7 +402,7 @@ def test_a_fifo_in_a_static_lane_is_refused_when_hashed_or_fetched(tmp_path: Pat
 def test_a_fifo_as_the_writer_lease_is_refused_by_the_claim(tmp_path: Path) -> None:
     cache = tmp_path / "xla-cache"
     with (
-        _guarded_fifo(cache / WRITER_LEASE) as guard,
+        guarded_fifo(cache / WRITER_LEASE) as guard,
         pytest.raises(filemode.NotARegularFile, match=IS_A_FIFO + "writer lease"),
     ):
         claim_writer(cache, "job-1")
@@ -413,7 +413,7 @@ def test_a_fifo_as_a_receipt_in_a_directory_store_is_refused(tmp_path: Path) -> 
     # A member the issue did not list: the receipt store is a shared directory too.
     store = DirectoryStore(tmp_path / "store")
     with (
-        _guarded_fifo(tmp_path / "store" / "v6e-2.9" / "receipt.json") as guard,
+        guarded_fifo(tmp_path / "store" / "v6e-2.9" / "receipt.json") as guard,
         pytest.raises(filemode.NotARegularFile, match=IS_A_FIFO + "receipt"),
     ):
         store.get("v6e-2.9/receipt.json")
@@ -429,7 +429,7 @@ def test_a_fifo_as_the_head_of_a_cached_bare_repository_is_refused_before_git_ru
     fetch_sources(bundle, cache, tmp_path / "src")
     repo = cache.repo_for(bundle.component("torch"))
     with (
-        _guarded_fifo(repo / "HEAD") as guard,
+        guarded_fifo(repo / "HEAD") as guard,
         pytest.raises(SourceError, match="HEAD is a FIFO") as refused,
     ):
         fetch_sources(bundle, cache, tmp_path / "src")

@@ -87,11 +87,13 @@ def put_into_lane(
         return result.outcomes
     assert lane.path is not None
     lane.path.mkdir(parents=True, exist_ok=True)
+    # Every wheel the lane holds, hashed before anything is copied (the index lists them
+    # all): a FIFO or device among them is refused while the lane is as it was.
+    present = {p.name: file_sha256(p) for p in sorted(lane.path.glob("*.whl"))}
     outcomes: list[Outcome] = []
     for wheel in wheels:
         target = lane.path / wheel.record.name
-        if target.exists():
-            there = file_sha256(target)
+        if (there := present.get(wheel.record.name)) is not None:
             if there != wheel.sha256:
                 raise HashMismatch(
                     f"lane {lane.name} already holds {wheel.record.name} with sha256 {there}, "
@@ -102,12 +104,15 @@ def put_into_lane(
             continue
         # A lane is read by others (a web server running as another user): the umask's mode.
         filemode.copy_by_rename(wheel.path, target)
+        present[wheel.record.name] = wheel.sha256
         outcomes.append(Outcome(wheel.record.name, "copied", wheel.sha256))
     for envelope in envelopes:
         # Next to its wheel, for hosts and for a promotion out of this lane.
         filemode.copy_by_rename(envelope, lane.path / envelope.name)
-    everything = sorted(lane.path.glob("*.whl"))
-    records = [WheelRecord(p.name, p.stat().st_size, file_sha256(p)) for p in everything]
+    records = [
+        WheelRecord(name, (lane.path / name).stat().st_size, sha256)
+        for name, sha256 in sorted(present.items())
+    ]
     write_static_index(lane.path, records)
     return outcomes
 
