@@ -23,6 +23,8 @@ from tests.gitrepos import Upstream, make_project
 from tests.test_error_contract import BUNDLE, assert_bad_input, project_copy
 from xla_host import filemode
 from xla_host.errors import ManifestError, SourceError, UsageError
+from xla_host.gate.errors import GateEnvironmentError
+from xla_host.gate.restart import load_baseline
 from xla_host.receipt_store import DirectoryStore
 from xla_host.slice import WRITER_LEASE, claim_writer
 from xla_host.stamp import Stamp, write_stamp
@@ -417,6 +419,16 @@ def test_a_fifo_as_a_receipt_in_a_directory_store_is_refused(tmp_path: Path) -> 
         pytest.raises(filemode.NotARegularFile, match=IS_A_FIFO + "receipt"),
     ):
         store.get("v6e-2.9/receipt.json")
+    assert guard.readers == 0
+
+
+def test_a_fifo_as_a_recorded_gate_baseline_is_refused(tmp_path: Path) -> None:
+    # A member the issue did not list: the restart check's baselines may be shared too.
+    with (
+        guarded_fifo(tmp_path / "baselines" / "2.9.0__CPU__small.json") as guard,
+        pytest.raises(GateEnvironmentError, match=IS_A_FIFO + "baseline"),
+    ):
+        load_baseline(guard.fifo)
     assert guard.readers == 0
 
 
