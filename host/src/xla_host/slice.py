@@ -24,7 +24,8 @@ nothing but a shared directory or a port on worker 0 the others can reach. Worke
 gone (its process, or its coordinator) shows as its heartbeat no longer moving.
 
 The writer lease (``WRITER_LEASE``) keeps one writer per cache directory across jobs:
-the writer role is claimed by creating the lease file with ``O_EXCL``; a second claimant
+the writer role is claimed by linking a complete lease file into place (``link`` fails
+when the lease exists, as ``O_EXCL`` does, and nobody sees it empty); a second claimant
 runs read-only with a warning naming the holder; a stale lease (``lease_stale``: its
 holder's process is gone on this host, or its heartbeat is older than ``stale_after_s``
 as seen from another host) is taken over with a message.
