@@ -18,6 +18,8 @@ import pytest
 
 from tests.clirunner import run_cli
 from tests.synthetic_upstream import Synthetic, bazelrc_words
+from tests.test_error_contract import BUNDLE, assert_bad_input, project_copy
+from tests.test_special_files import guarded_fifo
 from xla_host.errors import UsageError
 from xla_host.redact import REDACTED
 from xla_host.tables import MAX_FILE_BYTES
@@ -433,3 +435,21 @@ def test_a_credential_file_that_is_a_fifo_or_too_large_is_refused_unopened(
     huge.chmod(0o600)
     with pytest.raises(RemoteCacheConfigError, match="more than a credential file may be"):
         load(tmp_path, config, **{name: str(huge)})
+
+
+def test_wheels_dry_run_with_a_fifo_as_the_header_file_is_bad_input_not_a_hang(
+    tmp_path: Path,
+) -> None:
+    # The case through the real command: `wheels --dry-run` waited on the FIFO.
+    root = project_copy(tmp_path)
+    with guarded_fifo(tmp_path / "headers") as guard:
+        os.chmod(guard.fifo, 0o600)
+        result = run_cli(
+            "wheels", "--bundle", BUNDLE, "--dry-run", root=root, timeout=60,
+            env={
+                "XLA_WHEELS_BAZEL_REMOTE_HEADER_FILE": str(guard.fifo),
+                "XLA_WHEELS_BAZEL_REMOTE_CACHE": "grpcs://cache.example.com",
+            },
+        )  # fmt: skip
+        assert_bad_input(result, "XLA_WHEELS_BAZEL_REMOTE_HEADER_FILE=", "is a FIFO")
+    assert guard.readers == 0
