@@ -85,6 +85,30 @@ def test_a_remote_that_never_answers_ends_after_the_stall_limit_with_exit_8(
     assert elapsed < attempts * NET_TIMEOUT_S + 2 + 30, elapsed
 
 
+@pytest.mark.parametrize(
+    "remote",
+    [
+        "git://127.0.0.1:{port}/pytorch/pytorch.git",
+        "ssh://git@127.0.0.1:{port}/pytorch/pytorch.git",
+    ],
+    ids=["git", "ssh"],
+)
+def test_a_git_or_ssh_remote_that_never_answers_ends_after_net_timeout_too(
+    tmp_path: Path, upstreams: dict[str, Upstream], run_cli: Callable[..., CliResult], remote: str
+) -> None:
+    # git has a stall limit of its own only for http(s): over git:// and ssh a silent
+    # server was waited on for the whole fetch's limit ("up to 16387s"; still waiting at
+    # 90 s). An attempt that received nothing within NET_TIMEOUT now ends as a stall does.
+    with silent_server() as silent:
+        project = _project(tmp_path, upstreams, remote.format(port=silent.port))
+        result, elapsed = _sources(run_cli, project, retries=0)
+    assert result.exit_code == 8, result.output
+    error = _error(result)
+    assert f"127.0.0.1:{silent.port} did not answer within {NET_TIMEOUT_S}s" in error, error
+    assert "Traceback" not in result.output
+    assert elapsed < NET_TIMEOUT_S + 30, elapsed
+
+
 @contextmanager
 def _closed_port() -> Iterator[int]:
     probe = socket.socket()

@@ -221,10 +221,12 @@ def test_sighup_during_the_ship_check_ends_the_run_like_ctrl_c(
 def test_a_stage_left_without_its_sbom_is_built_again_not_reused(
     tmp_path: Path, syn: Synthetic
 ) -> None:
-    """A recipe that outlives its run (its CLI killed by SIGKILL, which no handler sees)
-    finishes its stage without the SBOM the host adds after it. The next run must not
-    take that stage as cached (it would stop on, or lock, a wheel without its SBOM): it
-    builds it again, to the bytes wheels.lock already records."""
+    """A recipe no longer outlives its run: its CLI killed by SIGKILL (which no handler
+    sees), the recipe, in a process group of its own, ends too (the parent-death signal)
+    and leaves no stage. A stage a recipe finished without the SBOM the host adds after
+    it (a run that ended between the two) must not be taken as cached either (it would
+    stop on, or lock, a wheel without its SBOM): the next run builds it again, to the
+    bytes wheels.lock already records."""
     first = run_cli(*cli_args(syn, *HOST), env=_env(syn), timeout=600)
     assert first.exit_code == 0, first.stderr[-3000:]
     locked = _state(syn.root)
@@ -245,14 +247,29 @@ def test_a_stage_left_without_its_sbom_is_built_again_not_reused(
                 time.sleep(0.2)
             os.kill(process.pid, signal.SIGKILL)
             process.wait()
-            go.touch()  # the orphaned recipe goes on and finishes its stage
-            deadline = time.monotonic() + 300
+            deadline = time.monotonic() + 60  # the step's grace included
             while _session_alive(process.pid):
-                assert time.monotonic() < deadline, "the orphaned recipe never finished"
+                assert time.monotonic() < deadline, "the recipe outlived its killed run"
                 time.sleep(0.2)
         finally:
             _end(process)
             _orphans(process)
+    assert built_wheel(stage) is None  # nothing half-built is left as a stage
+
+    # The recipe alone, as a run that ended between the recipe and its SBOM step leaves it
+    # (on fresh worktrees, as every run's patch stage makes them).
+    patched = run_cli(
+        "patch", "--root", str(syn.root), "--bundle", "syn", "--cache-dir", str(syn.cache),
+        env=_env(syn), timeout=600,
+    )  # fmt: skip
+    assert patched.exit_code == 0, patched.stderr[-3000:]
+    spec = next((syn.root / "out").rglob("build-spec.json"))
+    recipe = subprocess.run(
+        [sys.executable, "-m", "xla_wheels.builder.run_recipe", "--spec", str(spec),
+         "--recipe", "torch_xla"],
+        env=_env(syn), capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert recipe.returncode == 0, recipe.stderr[-3000:]
     wheel = built_wheel(stage)
     assert wheel is not None and sbom_path_in(wheel) is None, "the recipe left no wheel"
     assert stage_wheel(stage) is None

@@ -20,6 +20,7 @@ from tests.publish_support import (
     make_publish_project,
 )
 from tests.servers import free_port
+from tests.test_error_contract import assert_bad_input, project_copy
 from xla_host.redact import REDACTED, mask_url_credentials, scrub
 
 TOKEN = "tok3n-abc"
@@ -77,3 +78,55 @@ def test_a_token_in_the_index_url_reaches_no_error_plan_or_log(project: Path, ar
     assert "Traceback" not in result.output
     for log in (project / "out").rglob("*.log"):
         assert TOKEN not in log.read_text(), log
+
+
+# --- credentials in lanes.toml ----------------------------------------------------------
+
+PASSWORD = "pa55-w0rd"
+
+
+def _project_with_a_lane(tmp_path: Path, index_url: str) -> Path:
+    root = project_copy(tmp_path)
+    (root / "build" / "lanes.toml").write_text(
+        f'publish-lane = "validation"\n\n[lanes.validation]\nindex-url = "{index_url}"\n'
+    )
+    return root
+
+
+def test_credentials_in_a_lanes_index_url_reach_no_display(tmp_path: Path) -> None:
+    # `make lanes`, `make status` and `status --json` showed the URL verbatim while the
+    # same command's error line was masked. Nothing listens on the port: status also
+    # reports the lane unreachable, through the same masker.
+    index = f"http://team:{PASSWORD}@127.0.0.1:{free_port()}/simple/?token={TOKEN}"
+    root = _project_with_a_lane(tmp_path, index)
+    for args in (("lanes",), ("status",), ("status", "--json"), ("lanes", "--history")):
+        result = (
+            run_cli(*args, "--net-retries", "0", root=root)
+            if args[0] == "status"
+            else (run_cli(*args, root=root))
+        )
+        assert "Traceback" not in result.output, result.output
+        assert TOKEN not in result.output and PASSWORD not in result.output, args
+        if args != ("lanes", "--history"):
+            assert f"http://{REDACTED}@127.0.0.1:" in result.output, args
+            assert f"?token={REDACTED}" in result.output, args
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        ("ftp://pypi.example.com/simple/", "is not a http:// or https:// URL"),
+        ("https:///simple/", "names no host"),
+        ("http://pypi.example.com:port/simple/", "is not a URL"),
+        ("http://[::1/simple/", "is not a URL"),
+        ("https://pypi.example.com/my simple/", "contains a space"),
+        (f"https://pypi.example.com:x/simple/?token={TOKEN}", "is not a URL"),
+    ],
+)
+def test_a_lanes_index_url_that_is_no_index_url_is_bad_input(
+    tmp_path: Path, value: str, words: str
+) -> None:
+    root = _project_with_a_lane(tmp_path, value)
+    result = run_cli("lanes", root=root)
+    assert_bad_input(result, "lanes.toml", "index-url", words)
+    assert TOKEN not in result.output

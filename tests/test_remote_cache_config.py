@@ -9,6 +9,7 @@ The ccache half runs for real in test_remote_cache_ccache.py.
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -17,8 +18,11 @@ import pytest
 
 from tests.clirunner import run_cli
 from tests.synthetic_upstream import Synthetic, bazelrc_words
+from tests.test_error_contract import BUNDLE, assert_bad_input, project_copy
+from tests.test_special_files import guarded_fifo
 from xla_host.errors import UsageError
 from xla_host.redact import REDACTED
+from xla_host.tables import MAX_FILE_BYTES
 from xla_wheels.builder import recipes, remote_cache
 from xla_wheels.builder.build_and_collect import compose
 from xla_wheels.builder.config import BuildConfig
@@ -193,7 +197,18 @@ def test_environment_overrides_the_file(tmp_path: Path) -> None:
         (
             '[bazel]\nremote_cache = "grpc://x"\n',
             {"XLA_WHEELS_BAZEL_REMOTE_HEADER": f'Authorization=Bearer "{TOKEN}"'},
-            'the value without " or \\ (the line is not shown',
+            'the value without ", \\ or a control character',
+        ),
+        (
+            # A line break would be a line of its own in the rc file: a Bazel flag.
+            '[bazel]\nremote_cache = "grpc://x"\n',
+            {"XLA_WHEELS_BAZEL_REMOTE_HEADER": f"A={TOKEN}\nbuild --run_under=/bin/evil"},
+            "a control character such as a line break",
+        ),
+        (
+            '[bazel]\nremote_cache = "grpc://x"\n',
+            {"XLA_WHEELS_BAZEL_REMOTE_HEADER": f"A={TOKEN}\rbuild --run_under=/bin/evil"},
+            "a control character such as a line break",
         ),
     ],
 )
@@ -391,3 +406,50 @@ def test_make_passes_the_remote_timeout_to_the_builds_only() -> None:
     assert "--bazel-remote-timeout='7'" in dry("wheels", "BUNDLE=b")
     assert "--bazel-remote-timeout='7'" in dry("rebuild-check", "BUNDLE=b")
     assert "--bazel-remote-timeout" not in dry("lock", "BUNDLE=b")
+
+
+@pytest.mark.parametrize("variable", ["HEADER_FILE", "PASSWORD_FILE"])
+def test_a_credential_file_that_is_a_fifo_or_too_large_is_refused_unopened(
+    tmp_path: Path, variable: str
+) -> None:
+    # Judged from stat: a FIFO waited for a writer forever (`wheels --dry-run` hung), and
+    # /dev/zero was read until the OOM killer fired.
+    config = (
+        '[bazel]\nremote_cache = "grpcs://x"\n'
+        if variable == "HEADER_FILE"
+        else '[ccache]\nremote_storage = "redis://x"\n'
+    )
+    name = (
+        "XLA_WHEELS_BAZEL_REMOTE_HEADER_FILE"
+        if variable == "HEADER_FILE"
+        else "XLA_WHEELS_CCACHE_REMOTE_PASSWORD_FILE"
+    )
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo, 0o600)
+    with pytest.raises(RemoteCacheConfigError, match="is a FIFO") as caught:
+        load(tmp_path, config, **{name: str(fifo)})
+    assert caught.value.exit_code == 2 and f"{name}={fifo}" in caught.value.message
+    huge = tmp_path / "huge"
+    with huge.open("wb") as handle:  # sparse: the size is there, the bytes are not
+        handle.truncate(MAX_FILE_BYTES + 1)
+    huge.chmod(0o600)
+    with pytest.raises(RemoteCacheConfigError, match="more than a credential file may be"):
+        load(tmp_path, config, **{name: str(huge)})
+
+
+def test_wheels_dry_run_with_a_fifo_as_the_header_file_is_bad_input_not_a_hang(
+    tmp_path: Path,
+) -> None:
+    # The issue's case through the real command: `wheels --dry-run` waited on the FIFO.
+    root = project_copy(tmp_path)
+    with guarded_fifo(tmp_path / "headers") as guard:
+        os.chmod(guard.fifo, 0o600)
+        result = run_cli(
+            "wheels", "--bundle", BUNDLE, "--dry-run", root=root, timeout=60,
+            env={
+                "XLA_WHEELS_BAZEL_REMOTE_HEADER_FILE": str(guard.fifo),
+                "XLA_WHEELS_BAZEL_REMOTE_CACHE": "grpcs://cache.example.com",
+            },
+        )  # fmt: skip
+        assert_bad_input(result, "XLA_WHEELS_BAZEL_REMOTE_HEADER_FILE=", "is a FIFO")
+    assert guard.readers == 0

@@ -8,6 +8,7 @@ standard library) so a slice costs well under a second.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import shutil
 import signal
@@ -17,6 +18,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -342,3 +344,39 @@ def test_a_coordinator_that_never_comes_up_is_named_after_the_slice_timeout() ->
     with pytest.raises(slices.SliceTimeout, match=r"coordinator 127\.0\.0\.1:\d+ \(worker 0\)"):
         slices.Slice(spec).start()
     assert time.monotonic() - began < 5
+
+
+def _read_while_claimed(lease: str, stop: Any, empty: Any) -> None:
+    """Read the lease as fast as a claimant could, counting the reads that find it empty."""
+    found = 0
+    while not stop.is_set():
+        try:
+            with open(lease, "rb") as handle:
+                found += handle.read() == b""
+        except OSError:
+            continue  # not there between a release and the next claim
+    empty.put(found)
+
+
+def test_a_claimed_lease_is_never_visible_without_its_content(tmp_path: Path) -> None:
+    # It used to be created empty (O_EXCL) and written after: a claimant reading in between
+    # judged it unreadable and took it over (2-3 holders among 6 simultaneous claims). Its
+    # content is now complete before it becomes visible (a temporary file, then a link):
+    # a reader spinning beside 100 claims never finds it empty (before: thousands of times).
+    context = multiprocessing.get_context("fork")
+    stop, empty = context.Event(), context.Queue()
+    reader = context.Process(
+        target=_read_while_claimed, args=(str(tmp_path / slices.WRITER_LEASE), stop, empty)
+    )
+    reader.start()
+    try:
+        for _ in range(100):
+            lease = slices.claim_writer(tmp_path, "job-a")
+            assert lease.held, lease.message
+            lease.release()
+    finally:
+        stop.set()
+        found = empty.get(timeout=30)
+        reader.join(timeout=30)
+    assert found == 0, f"the lease was seen empty {found} times"
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no temporary file left

@@ -25,6 +25,7 @@ from tests.publish_support import (
     provenance,
 )
 from tests.synthetic_upstream import Synthetic, cli_args, make_synthetic
+from tests.test_run_isolation import PACKAGE, minimal_wheel
 from xla_host.provenance import PatchDigest
 from xla_host.wheel_filename import parse_wheel_name
 from xla_wheels import sbom, wheel_stamp
@@ -162,3 +163,24 @@ def test_doctor_reads_the_sboms_and_names_a_changed_byte(tmp_path: Path) -> None
     lock.write_text(re.sub(r'^sbom = ".*"\n', "", lock.read_text(), flags=re.MULTILINE))
     unnamed = run_cli(*args, env=env, root=project, inherit_env=True)
     assert re.search(r"WARN +sbom torch_xla +no .dist-info/sboms/", unnamed.stdout), unnamed.stdout
+
+
+@pytest.mark.slow
+def test_require_provenance_fails_a_wheel_without_its_sbom_even_when_the_lock_names_none(
+    tmp_path: Path,
+) -> None:
+    # verify-install --require-provenance once passed when the SBOM and the lock's `sbom`
+    # key were removed together: without the key, a missing SBOM was only a warning.
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
+         "--no-index", "--no-deps", str(minimal_wheel(tmp_path / "wheels"))],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    projects = (PACKAGE,)
+    (warned,) = sbom.check_installed(str(python), None, projects)
+    assert warned.status == "WARN"  # a stock wheel: nothing was promised
+    (failed,) = sbom.check_installed(str(python), None, projects, required=[PACKAGE])
+    assert failed.status == "FAIL" and "provenance is required" in failed.detail

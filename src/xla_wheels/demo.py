@@ -191,6 +191,24 @@ def _child_env(directory: Path, extra: Mapping[str, str] | None) -> dict[str, st
     }
 
 
+#: What the demo's path cannot hold: it is written into TOML strings (the manifests,
+#: lanes.toml) and environment files, where a quote or a backslash ends or escapes it and
+#: a tab or line break is refused late, with a fix about the file instead of the path.
+_UNWRITABLE = frozenset('"\\') | {chr(n) for n in (*range(0x20), 0x7F)}
+
+
+def _check_characters(directory: Path) -> None:
+    found = sorted({char for char in str(directory) if char in _UNWRITABLE})
+    if found:
+        names = ", ".join(ascii(char) for char in found)
+        raise UsageError(
+            f"DEMO_DIR {str(directory)!a} holds {names}, which the demo cannot write "
+            "into its manifests and environment files",
+            fix="name a directory whose path has no double quote, backslash, tab or line "
+            "break: `make demo DEMO_DIR=<dir>`",
+        )
+
+
 def _check_directory(directory: Path) -> list[Path]:
     """What a previous demo left in ``directory`` (to be replaced); a directory that holds
     anything else is refused. The lock file of a running demo is neither."""
@@ -242,6 +260,7 @@ def _prepare(directory: Path) -> None:
 def run_demo(directory: Path) -> int:
     """Generate the demonstration project under ``directory`` and run every stage (0: all
     passed; a stage that fails raises)."""
+    _check_characters(directory)
     directory = directory.resolve()
     # Refused before the lock is taken, which would write into a directory not ours.
     _check_directory(directory)

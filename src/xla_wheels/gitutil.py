@@ -40,6 +40,7 @@ class GitRunner(Protocol):
         echo: bool = False,
         input_text: str | None = None,
         timeout: float | None = None,
+        silence: runner.Silence | None = None,
     ) -> subprocess.CompletedProcess[str]: ...
 
 
@@ -55,6 +56,7 @@ def run_git(
     input_text: str | None = None,
     timeout: float | None = None,
     error: Callable[[subprocess.CompletedProcess[str]], PipelineError] | None = None,
+    silence: runner.Silence | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Execute one composed ``git ...`` command: its argv, cwd and env, plus :data:`RUN_OPTIONS`.
 
@@ -82,6 +84,7 @@ def run_git(
         timeout=timeout,
         check=check,
         error=error or (lambda failed: _git_error(command, failed)),
+        silence=silence,
     )
 
 

@@ -35,7 +35,7 @@ import json
 import re
 import uuid
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -301,6 +301,8 @@ def check_installed(
     provenance: Provenance | None,
     projects: tuple[str, ...] = ("torch", "torch_xla"),
     locked: Mapping[str, str] | None = None,
+    *,
+    required: Iterable[str] = (),
 ) -> list[InstalledCheck]:
     """Each installed project's SBOM: present, in RECORD with its hash, schema-valid, and
     saying what the provenance file says. A changed byte is a named failure.
@@ -308,8 +310,11 @@ def check_installed(
     ``locked``: project -> the SBOM path wheels.lock says its wheel carries. Such a project
     installed without it fails (a wheel from an unfinished build stage, or a changed
     install); without a lock entry naming one (a stock wheel, a lock from before SBOMs)
-    a missing SBOM is a warning."""
+    a missing SBOM is a warning, unless the project is ``required`` (``verify-install
+    --require-provenance``, for the bundle's own wheels): then it fails too, so removing
+    the SBOM and the lock's ``sbom`` key together no longer passes."""
     expected = {_normalized(project): path for project, path in (locked or {}).items()}
+    must = {_normalized(project) for project in required}
     try:
         found = read_installed(python, projects, with_files=projects)
     except ProbeFailed as error:
@@ -327,6 +332,16 @@ def check_installed(
                         project,
                         f"no .dist-info/sboms/{SBOM_NAME}, but wheels.lock records its wheel "
                         f"with {promised}: not the wheel the lock names, or an unfinished build",
+                    )
+                )
+                continue
+            if _normalized(project) in must:
+                results.append(
+                    InstalledCheck(
+                        "FAIL",
+                        project,
+                        f"no .dist-info/sboms/{SBOM_NAME}, and provenance is required: this "
+                        "wheel cannot be tied to what it was built from",
                     )
                 )
                 continue

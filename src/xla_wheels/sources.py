@@ -20,6 +20,7 @@ composed by the same functions, which the plan calls with ``<placeholder>`` inpu
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import posixpath
@@ -36,7 +37,8 @@ from urllib.parse import urlsplit
 from xla_host import filemode, log
 from xla_host.errors import PipelineError, SourceError
 from xla_host.redact import mask_url_credentials
-from xla_host.runner import StepTimedOut
+from xla_host.runner import StepStalled, StepTimedOut
+from xla_host.tables import check_regular
 from xla_host.values import REMOTE_RULE, BadValue, check_remote
 from xla_wheels import progress, worktree_guard
 from xla_wheels.bundle import Bundle, Component
@@ -267,6 +269,16 @@ def fetch_fault(stderr: str, network_stall_s: float) -> Transient | None:
     return None
 
 
+def _unbounded_by_git(url: str) -> bool:
+    """A network remote git fetches from without a stall limit of its own: git://, ssh://
+    and scp-like ``host:path`` (http(s) has ``http.lowSpeedTime``; a path or file:// is
+    local)."""
+    scheme = url.partition("://")[0].lower() if "://" in url else None
+    if scheme is None:
+        return _scp_host(url) is not None
+    return scheme in ("git", "ssh", "git+ssh", "ssh+git")
+
+
 def _scp_host(url: str) -> str | None:
     """``github.com`` of ``git@github.com:owner/repo.git``; None for a local path."""
     if url.startswith("/") or ":" not in url.split("/", 1)[0]:
@@ -376,6 +388,16 @@ class SourceCache:
         return repo
 
     def _check_usable(self, repo: Path) -> None:
+        fix = f"remove it (`rm -rf {repo}`); the next run fetches it again"
+
+        def damaged(message: str, **_: object) -> SourceError:
+            return SourceError(f"source cache {message}", fix=fix)
+
+        # Local git has no time limit: a FIFO as HEAD, config or packed-refs would hang
+        # the first git command here forever. Judged from stat, before git opens them.
+        for name in ("HEAD", "config", "packed-refs", "shallow"):
+            with contextlib.suppress(FileNotFoundError):
+                check_regular(repo / name, damaged, what=f"git {name} file")
         probe = self.run(is_bare_command(repo), check=False)
         if probe.returncode != 0 or probe.stdout.strip() != "true":
             raise SourceError(
@@ -434,9 +456,23 @@ class SourceCache:
             "or build from a mirror with --mirror DIR|URL (XLA_WHEELS_MIRROR, make: MIRROR=)"
         )
 
+        # git has a stall limit only for http(s) (stall_config); over git:// and ssh a server
+        # that accepts and never answers would be waited on for the whole limit (hours).
+        # There, an attempt that received nothing within NET_TIMEOUT ends as a stall does.
+        received = partial(progress.directory_bytes, repo / "objects")
+        silence = (received, stall) if _unbounded_by_git(url) else None
+
         def run_fetch(command: PlannedCommand) -> subprocess.CompletedProcess[str]:
             try:
-                return self.run(command, echo=True, check=False, timeout=whole_limit)
+                if silence is None:  # the executor's plain form (a test's recorder too)
+                    return self.run(command, echo=True, check=False, timeout=whole_limit)
+                return self.run(
+                    command, echo=True, check=False, timeout=whole_limit, silence=silence
+                )
+            except StepStalled:
+                raise Transient(
+                    "timed out", f"nothing received from {host} within {stall:g}s", after_s=stall
+                ) from None
             except StepTimedOut:
                 # Hours of a fetch that never completed: trying again would take as long.
                 raise NetworkTimedOut(
@@ -468,7 +504,6 @@ class SourceCache:
                 + f"{mirror_fix}; {keep_fix}",
             )
 
-        received = partial(progress.directory_bytes, repo / "objects")
         with (
             log.section(f"fetch {label} from {shown}"),
             progress.heartbeat(

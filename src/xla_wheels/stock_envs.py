@@ -26,9 +26,10 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from xla_host import log, runner
+from xla_host import filemode, log, runner
 from xla_host.gate.errors import GateEnvironmentError
 from xla_host.waitlock import make_once
+from xla_wheels import venv_check
 
 MARKER = "xla-wheels-env.json"
 #: How long one pip install may take before we call the registry unreachable.
@@ -64,7 +65,7 @@ def env_name(spec: StockEnvSpec, python_tag: str) -> str:
 
 def _read_marker(env_dir: Path) -> dict[str, object] | None:
     try:
-        data = json.loads((env_dir / MARKER).read_text())
+        data = json.loads(filemode.read_shared(env_dir / MARKER, what="environment marker"))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
@@ -141,6 +142,8 @@ def ensure_stock_env(version: str, *, root: Path) -> Path:
             build_log = tmp / "build.log"
             _run_logged([sys.executable, "-m", "venv", *VENV_OPTIONS, str(tmp)], build_log)
             python = str(env_python(tmp))
+            if (problem := venv_check.outside_venv(Path(python), tmp)) is not None:
+                raise GateEnvironmentError(problem, fix=venv_check.fix_for(tmp))
             _install(python, spec, build_log)
             _verify(python, build_log)
         return {"spec": asdict(spec), "python": py_version, "created": time.time()}
@@ -160,6 +163,7 @@ def _install(python: str, spec: StockEnvSpec, build_log: Path) -> None:
     _run_logged(
         [python, "-m", "pip", "install", "--disable-pip-version-check", *spec.requirements()],
         build_log,
+        env=dict(venv_check.PIP_REQUIRE_VIRTUALENV),  # never into the base interpreter
     )
 
 

@@ -11,11 +11,13 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import re
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NoReturn
 
-from xla_host import signals
+from xla_host import filemode, signals
 from xla_host.errors import DiskError, PipelineError, UsageError
 
 #: errno values of a write that failed for a reason of the disk, not of the run.
@@ -66,7 +68,20 @@ def exit_code_of(
             return action()
         except PipelineError as error:
             return reported(error)
+        except filemode.NotARegularFile as error:  # an output path, as the user gave it
+            return reported(UsageError(error.message, fix=error.fix))
+        except RuntimeError as error:
+            # Path.resolve() before Python 3.13 says a loop this way, from wherever a path
+            # the user gave (the cache, out, a lane, --out, DEMO_DIR) is resolved.
+            match = _SYMLINK_LOOP.fullmatch(str(error))
+            if match is None:
+                raise
+            return reported(symlink_loop(match.group(1)))
         except OSError as error:
+            if error.errno == errno.ELOOP and error.filename is not None:
+                return reported(symlink_loop(os.fsdecode(error.filename)))
+            if (in_the_way := file_in_the_way(error)) is not None:
+                return reported(in_the_way)
             disk = disk_error(error)
             if disk is None:
                 raise
@@ -74,6 +89,35 @@ def exit_code_of(
         except KeyboardInterrupt as interrupt:
             print(f"error: {signals.describe(interrupt)}", file=sys.stderr)
             return signals.exit_code(interrupt)
+
+
+_SYMLINK_LOOP = re.compile(r"Symlink loop from '(.*)'", re.DOTALL)
+
+
+def symlink_loop(path: str) -> UsageError:
+    """A path that is, or goes through, a symbolic link loop: bad input (exit 2)."""
+    return UsageError(
+        f"{path} is a symbolic link loop (or goes through one): it names no file or directory",
+        fix=f"point the link at a real directory or file, or remove it (`ls -l {path}` shows "
+        "where it points)",
+    )
+
+
+def file_in_the_way(error: OSError) -> UsageError | None:
+    """A directory to be made (``--out``, ``--slice-dir``, a cache) where a file is, or
+    below one (``mkdir`` says ENOTDIR or EEXIST): bad input naming the file (exit 2)."""
+    if error.errno not in (errno.ENOTDIR, errno.EEXIST) or error.filename is None:
+        return None
+    wanted = Path(os.fsdecode(error.filename))
+    for candidate in (wanted, *wanted.parents):
+        if os.path.lexists(candidate):
+            if candidate.is_dir():
+                return None  # not a directory made over a file: another error, told as is
+            return UsageError(
+                f"{candidate} is a file, not a directory, so {wanted} cannot be made there",
+                fix=f"pass a directory (a new or an existing one), or move {candidate} away",
+            )
+    return None
 
 
 def reported(error: PipelineError) -> int:

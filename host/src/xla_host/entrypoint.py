@@ -34,8 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xla_host import installed, launch_profile
+from xla_host import filemode, installed, launch_profile
 from xla_host.errors import ExitCode, PipelineError, UsageError
+from xla_host.redact import shown
 from xla_host.stamp import Stamp, StampedWheel, job_facts, now, stamp_file, this_host, write_stamp
 from xla_host.tables import Field, Table, loads_json, read_utf8
 
@@ -225,6 +226,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if error.fix:
             sys.stderr.write(f"fix: {error.fix}\n")
         return int(error.exit_code)
+    except filemode.NotARegularFile as error:  # a FIFO or device where a file is read
+        sys.stderr.write(f"error: {shown(error.message)}\nfix: {shown(error.fix)}\n")
+        return int(ExitCode.BAD_INPUT)
     if not command:
         return status
     sys.stdout.flush()

@@ -15,6 +15,13 @@ JUnit twin, ``requirements.txt`` and the ``wheels.lock`` that records its inputs
 envelope per wheel): every one complete beside its target first, then all renamed, and
 the ones already renamed put back if a later one fails.
 
+Only a regular file is replaced (:func:`output_target`): a device node, a FIFO, a socket
+or a directory at the output path is refused (:class:`NotARegularFile`) and left as it
+is; a symbolic link to a regular file is written through (the file it names is replaced
+by rename, the link kept: a user who linked an output meant that file); a link to
+anything else, a dangling link or a link loop is refused. Before this, ``doctor --stamp
+/dev/zero`` as root replaced the device with a JSON file.
+
 This module imports only the standard library (it runs inside the builder image).
 """
 
@@ -26,11 +33,15 @@ import hashlib
 import os
 import secrets
 import shutil
+import stat
+import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
+
+from xla_host.tables import MAX_FILE_BYTES, check_regular, kind_of, read_regular
 
 
 def current_umask() -> int:
@@ -52,6 +63,61 @@ def as_if_created(path: Path) -> None:
     path.chmod((0o777 if path.is_dir() else 0o666) & ~current_umask())
 
 
+class NotARegularFile(Exception):
+    """An output path names something that writing by rename would destroy or that is no
+    file (a device, a FIFO, a directory, a link to one): nothing was written. The CLI edge
+    reports it as bad input (exit 2) with :attr:`fix`."""
+
+    def __init__(self, message: str, *, fix: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.fix = fix
+
+
+def output_target(path: Path) -> Path:
+    """The file writing ``path`` by rename replaces: ``path`` when nothing or a regular
+    file is there, the regular file a symbolic link names (the link is kept), else
+    :class:`NotARegularFile`, decided from ``lstat``/``stat`` (nothing is opened)."""
+    try:
+        status = os.lstat(path)
+    except FileNotFoundError:
+        return path
+    except OSError:
+        return path  # ENOTDIR, EACCES: the write itself fails and names the reason
+    if stat.S_ISREG(status.st_mode):
+        return path
+    fix = (
+        f"pass another path, or move {path} away if a file belongs there "
+        f"(`ls -l {path}` shows what it is)"
+    )
+    if not stat.S_ISLNK(status.st_mode):
+        raise NotARegularFile(
+            f"{path} is {kind_of(status.st_mode)}, not a regular file: it was left as it is "
+            "and nothing was written",
+            fix=fix,
+        )
+    link = os.readlink(path)
+    try:
+        target = os.stat(path)
+    except FileNotFoundError:
+        problem = f"a symbolic link to {link}, which does not exist"
+    except OSError as error:
+        problem = (
+            "a symbolic link loop"
+            if error.errno == errno.ELOOP
+            else f"a symbolic link to {link}, which cannot be read ({error.strerror})"
+        )
+    else:
+        if stat.S_ISREG(target.st_mode):
+            return Path(os.path.realpath(path))
+        problem = f"a symbolic link to {link}, which is {kind_of(target.st_mode)}"
+    raise NotARegularFile(
+        f"{path} is {problem}: only a link to a regular file is written through; it was "
+        "left as it is and nothing was written",
+        fix=fix,
+    )
+
+
 @contextlib.contextmanager
 def _replacing(path: Path, *, rename: bool = True) -> Iterator[IO[bytes]]:
     """A temporary file beside ``path``; renamed onto it, with the umask's mode, if the
@@ -61,7 +127,9 @@ def _replacing(path: Path, *, rename: bool = True) -> Iterator[IO[bytes]]:
     An ``OSError`` that names no file or the temporary one names ``path`` instead (a full
     disk reports none on ``write``/``close``, a failed rename names the temporary file),
     so the message says which file could not be written. ``rename=False`` leaves the
-    finished temporary file beside ``path`` (:func:`stage_by_rename`)."""
+    finished temporary file beside ``path`` (:func:`stage_by_rename`). ``path`` is first
+    :func:`output_target`: what is there must be a regular file, or a link to one."""
+    path = output_target(path)
     try:
         # Closed by `with out:` below; opened apart so that its failure names ``path``.
         out = tempfile.NamedTemporaryFile(  # noqa: SIM115
@@ -124,9 +192,10 @@ class StagedFile:
 def stage_by_rename(path: Path, content: bytes | str) -> StagedFile:
     """:func:`write_by_rename` up to the rename: for a file that must change together with
     others (``wheels.lock`` with ``dist/<bundle>``), written before any of them changes."""
-    with _replacing(path, rename=False) as out:
+    target = output_target(path)
+    with _replacing(target, rename=False) as out:
         out.write(content.encode("utf-8") if isinstance(content, str) else content)
-    return StagedFile(path, Path(out.name))
+    return StagedFile(target, Path(out.name))
 
 
 def stage_all(files: Sequence[tuple[Path, bytes | str]]) -> list[StagedFile]:
@@ -203,6 +272,25 @@ def write_all(files: Sequence[tuple[Path, bytes | str]]) -> None:
     commit_all(stage_all(files))
 
 
+def _not_regular(message: str, *, fix: str | None = None) -> NotARegularFile:
+    return NotARegularFile(message, fix=fix or f"`ls -l` the file named: {message}")
+
+
+def read_shared(path: Path, *, what: str = "file", limit: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of a file in a cache, lane, store or shared directory, where anyone with
+    access may have put a FIFO or a device: :func:`xla_host.tables.read_regular` (refused
+    from ``stat`` before any open that could block, size checked before reading, opened
+    without blocking), refused as :class:`NotARegularFile` (exit 2 at the CLI edge).
+    ``FileNotFoundError`` is left to the caller."""
+    return read_regular(path, _not_regular, what=what, limit=limit)
+
+
 def file_sha256(path: Path) -> str:
-    with path.open("rb") as handle:
+    """sha256 of a regular file of any size (a wheel), refused like :func:`read_shared`
+    when it is not one: a FIFO in a lane directory once hung ``status`` here."""
+    check_regular(path, _not_regular, limit=sys.maxsize)
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(descriptor, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):  # replaced after the stat
+            raise _not_regular(f"{path} changed while it was read", fix="run it again")
         return hashlib.file_digest(handle, "sha256").hexdigest()

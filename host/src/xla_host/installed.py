@@ -28,6 +28,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
+import stat
 import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -136,7 +138,8 @@ def wheel_content(path: Path, cache_dir: Path | None = None) -> dict[str, str]:
     if cache_dir is not None:
         cache_file = cache_dir / f"{file_sha256(path)}.json"
         if cache_file.is_file():
-            cached: dict[str, str] = json.loads(cache_file.read_text())
+            raw = filemode.read_shared(cache_file, what="cache entry")  # a FIFO: refused
+            cached: dict[str, str] = json.loads(raw)
             return cached
     content: dict[str, str] = {}
     with zipfile.ZipFile(path) as archive:
@@ -156,6 +159,8 @@ def wheel_content(path: Path, cache_dir: Path | None = None) -> dict[str, str]:
 
 def _disk_b64(path: Path) -> str | None:
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None  # a FIFO or device where a file was installed: no match, no wait
         with path.open("rb") as handle:
             return _b64_sha256(handle)
     except OSError:

@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from xla_host import receipt_signing, runner
+from xla_host import filemode, receipt_signing, runner
 from xla_host.errors import ExitCode, PipelineError, UsageError
 from xla_host.filemode import current_umask
 from xla_host.receipts import (
@@ -207,7 +207,8 @@ class DirectoryStore(ReceiptStore):
     def get(self, name: str) -> bytes:
         bundle, file = _split(name)
         try:
-            return (self.root / bundle / file).read_bytes()
+            # A shared directory: a FIFO or device there is refused, never opened.
+            return filemode.read_shared(self.root / bundle / file, what="receipt")
         except OSError as error:
             raise StoreError(
                 f"cannot read {name} from the store {self.shown}: {error.strerror}",

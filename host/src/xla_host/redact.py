@@ -50,6 +50,16 @@ def printable(text: str) -> str:
     return _CONTROLS.sub(lambda match: ascii(match.group())[1:-1], text)
 
 
+_LINE_CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def one_line(text: str) -> str:
+    """``text`` shown as one line of a listing: every control character written as an
+    escape, the newline and the tab too (a rollback's reason with a newline once printed
+    a forged history line), URL credentials masked."""
+    return _LINE_CONTROLS.sub(lambda match: ascii(match.group())[1:-1], mask_url_credentials(text))
+
+
 def mask_url_credentials(text: str) -> str:
     """``https://user:token@host/x?token=t`` -> ``https://<redacted>@host/x?token=<redacted>``:
     credentials never reach a terminal, a plan, a log or an error message."""

@@ -33,10 +33,11 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO, Literal, TypeVar
 
 from xla_host import log, signals
 from xla_host.errors import ExitCode, PipelineError
@@ -70,6 +71,58 @@ class StepTimedOut(PipelineError):
         self.output = output
 
 
+class StepStalled(StepTimedOut):
+    """A command given a ``silence`` limit received nothing within it (exit 8): a server
+    that accepted the connection and never answered."""
+
+    def __init__(self, step: str, seconds: float, fix: str) -> None:
+        PipelineError.__init__(self, f"{step} received nothing within {seconds:g}s", fix=fix)
+        self.output = ""
+
+
+Silence = tuple[Callable[[], int], float]
+"""``(measure, seconds)``: the command is ended when ``measure()`` (bytes received so far)
+has not moved from its first value within ``seconds``. Once it moved, only the timeout
+bounds the command (a long silent phase after the transfer, git's delta resolution, is
+not a stall)."""
+
+#: How often a silence limit looks at its measure.
+SILENCE_POLL_S = 0.5
+
+
+class _Silent(Exception):
+    pass
+
+
+_T = TypeVar("_T")
+
+
+def _bounded(
+    wait: Callable[[float | None], _T], timeout: float | None, silence: Silence | None
+) -> _T:
+    """``wait(limit)`` within ``timeout`` (raising ``TimeoutExpired`` as ``wait`` does),
+    and with ``silence``, :class:`_Silent` once nothing was received within its seconds."""
+    if silence is None:
+        return wait(timeout)
+    measure, seconds = silence
+    started, first = time.monotonic(), measure()
+    heard = False
+    while True:
+        elapsed = time.monotonic() - started
+        limit = SILENCE_POLL_S
+        if timeout is not None:
+            limit = max(min(limit, timeout - elapsed), 0)
+        try:
+            return wait(limit)
+        except subprocess.TimeoutExpired:
+            elapsed = time.monotonic() - started
+            if timeout is not None and elapsed >= timeout:
+                raise
+            heard = heard or measure() != first
+            if not heard and elapsed >= seconds:
+                raise _Silent from None
+
+
 class CommandFailed(PipelineError):
     """A command exited non-zero (exit 1): the message names it (credentials masked) and
     ends with the last lines of its stderr (else stdout); ``result`` is what it returned."""
@@ -83,7 +136,8 @@ class CommandFailed(PipelineError):
         tail = "\n".join(said.splitlines()[-self.TAIL_LINES :])
         super().__init__(
             f"`{shown}` failed (exit {result.returncode})" + (f":\n{tail}" if tail else ""),
-            fix=fix or "read the command's output above (and the stage log, when one is "
+            fix=fix
+            or "read the command's output above (and the stage log, when one is "
             "open); fix what it names, then run again",
         )
         self.result = result
@@ -152,6 +206,7 @@ def run(
     check: bool = True,
     fix: str | None = None,
     error: Callable[[subprocess.CompletedProcess[str]], PipelineError] | None = None,
+    silence: Silence | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``argv`` and return its result; a non-zero exit raises :class:`CommandFailed`
     (with ``fix``, when given), or what ``error`` makes of the result (a step whose failure
@@ -170,6 +225,8 @@ def run(
     one on an interruption or a timeout. A terminal's Ctrl-C then reaches only us, and we
     pass it on; a SIGTERM sent to us alone (``kill <pid>``, make's) reaches it too. Only
     for children that need no terminal input (a background group cannot read it).
+    ``silence``: end the command, :class:`StepStalled`, when it received nothing within a
+    time (:data:`Silence`; not with ``tee``).
     """
     clean = redact or log.unredacted
     shown = list(shown_argv or argv)
@@ -182,11 +239,15 @@ def run(
     full_env = child_env(env, base_env)
     try:
         if tee is not None:
+            assert silence is None, "a silence limit is not for teed build steps"
             result = _run_teeing(argv, cwd, full_env, timeout, tee, clean, own_group)
         elif output == "stream-stderr":
-            result = _run_showing_stderr(argv, cwd, full_env, timeout, own_group)
+            result = _run_showing_stderr(argv, cwd, full_env, timeout, own_group, silence)
         else:
-            result = _run(argv, cwd, full_env, output, input_text, timeout, own_group)
+            result = _run(argv, cwd, full_env, output, input_text, timeout, own_group, silence)
+    except _Silent:
+        assert silence is not None
+        raise StepStalled(step or Path(argv[0]).name, silence[1], timeout_fix) from None
     except subprocess.TimeoutExpired as expired:
         partial = expired.stdout  # bytes from subprocess.run, whatever its text mode
         printed = clean(partial.decode(errors="replace")) if isinstance(partial, bytes) else ""
@@ -211,6 +272,7 @@ def _run(
     input_text: str | None,
     timeout: float | None,
     own_group: bool,
+    silence: Silence | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """What :func:`subprocess.run` does, except that an interrupted child is ended with
     the run's signal and a grace (``subprocess.run`` SIGKILLs it at once, which leaves a
@@ -235,10 +297,12 @@ def _run(
         _ended_if_interrupted(process, own_group),
     ):
         try:
-            stdout, stderr = process.communicate(input_text, timeout=timeout)
-        except subprocess.TimeoutExpired:
+            stdout, stderr = _bounded(
+                lambda limit: process.communicate(input_text, timeout=limit), timeout, silence
+            )
+        except (subprocess.TimeoutExpired, _Silent):
             _kill(process, own_group)
-            raise  # carries the output so far, as subprocess.run's does on POSIX
+            raise  # a timeout carries the output so far, as subprocess.run's does on POSIX
         return subprocess.CompletedProcess(list(argv), process.returncode, stdout, stderr)
 
 
@@ -248,6 +312,7 @@ def _run_showing_stderr(
     env: Mapping[str, str],
     timeout: float | None,
     own_group: bool,
+    silence: Silence | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run with the child's stderr passed on to ours as it comes, and kept for the error
     message; stdout is collected as :func:`subprocess.run` would."""
@@ -279,8 +344,8 @@ def _run_showing_stderr(
             reader.start()
         try:
             with _ended_if_interrupted(process, own_group):
-                returncode = process.wait(timeout)
-        except subprocess.TimeoutExpired:
+                returncode = _bounded(process.wait, timeout, silence)
+        except (subprocess.TimeoutExpired, _Silent):
             _kill(process, own_group)
             raise
         finally:

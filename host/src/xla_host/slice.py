@@ -24,7 +24,8 @@ nothing but a shared directory or a port on worker 0 the others can reach. Worke
 gone (its process, or its coordinator) shows as its heartbeat no longer moving.
 
 The writer lease (``WRITER_LEASE``) keeps one writer per cache directory across jobs:
-the writer role is claimed by creating the lease file with ``O_EXCL``; a second claimant
+the writer role is claimed by linking a complete lease file into place (``link`` fails
+when the lease exists, as ``O_EXCL`` does, and nobody sees it empty); a second claimant
 runs read-only with a warning naming the holder; a stale lease (``lease_stale``: its
 holder's process is gone on this host, or its heartbeat is older than ``stale_after_s``
 as seen from another host) is taken over with a message.
@@ -262,7 +263,8 @@ class DirectoryBoard:
         seen = {}
         for worker in range(workers):
             with contextlib.suppress(OSError):
-                seen[worker] = (self.directory / "alive" / f"worker-{worker}").read_text()
+                path = self.directory / "alive" / f"worker-{worker}"
+                seen[worker] = filemode.read_shared(path, what="heartbeat").decode()
         return seen
 
     def finish(self, worker: int, workers: int, wait_s: float) -> None:
@@ -564,7 +566,7 @@ def _read_arrivals(where: Path) -> dict[int, Arrival]:
     arrived: dict[int, Arrival] = {}
     for path in where.glob("worker-*.json"):
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(filemode.read_shared(path, what="arrival record"))
             arrival = Arrival(**data)
         except (OSError, ValueError, TypeError):
             continue  # written by rename: a file that does not parse is not ours
@@ -726,17 +728,23 @@ def _lease_text(holder: LeaseHolder) -> str:
 
 
 def _read_lease(path: Path) -> LeaseHolder:
-    return LeaseHolder(**json.loads(path.read_text()))
+    # In a shared cache directory: a FIFO or device there is refused, never opened.
+    return LeaseHolder(**json.loads(filemode.read_shared(path, what="writer lease")))
 
 
 def _create(path: Path, text: str) -> bool:
-    """Create ``path`` holding ``text`` unless it exists (``O_EXCL``: one creator wins)."""
+    """Create ``path`` holding ``text`` unless it exists: one creator wins, and nobody
+    ever sees it without its content. The content is written to a temporary file first,
+    then hard-linked into place (``link`` fails if ``path`` exists, as ``O_EXCL`` does).
+    Created empty and written afterwards, a claimant reading in between judged the empty
+    lease unreadable and took it over: two writers."""
+    staged = filemode.stage_by_rename(path.with_name(f".{path.name}.new"), text)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.link(staged.temporary, path)
     except FileExistsError:
         return False
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
+    finally:
+        staged.discard()
     return True
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from xla_host import filemode
-from xla_host.errors import DiskError, ExitCode, PipelineError
+from xla_host.errors import DiskError, ExitCode, PipelineError, UsageError
 from xla_host.tables import Field, Table, loads_json, read_utf8
 
 STAMP_VERSION = "1"
@@ -111,6 +111,12 @@ def write_stamp(path: Path, stamp: Stamp) -> Path:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         filemode.write_by_rename(path, stamp.render())
+    except filemode.NotARegularFile as error:
+        # The entrypoint has no CLI edge of its own: bad input, said here (exit 2).
+        raise UsageError(
+            error.message,
+            fix=f"{error.fix} (doctor: --stamp; image: {STAMP_FILE_VARIABLE}=)",
+        ) from None
     except OSError as error:
         message = f"cannot write the stamp {path}: {error.strerror or error}"
         fix = (
@@ -210,4 +216,3 @@ def jobs_that_ran(stamps: Iterable[tuple[Path, Stamp]], wheel: str) -> list[tupl
 def stamp_file(env: Mapping[str, str]) -> Path | None:
     value = env.get(STAMP_FILE_VARIABLE)
     return Path(value) if value else None
-

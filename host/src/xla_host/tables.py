@@ -82,6 +82,11 @@ def _special(mode: int) -> str:
     return next((name for test, name in _SPECIAL if test(mode)), "a special file")
 
 
+def kind_of(mode: int) -> str:
+    """What a ``stat`` mode that is not a regular file's names ("a FIFO (named pipe)")."""
+    return _special(mode)
+
+
 def check_regular(
     path: Path, error: ErrorFactory, *, what: str = "file", limit: int = MAX_FILE_BYTES
 ) -> os.stat_result:

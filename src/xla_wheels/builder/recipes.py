@@ -26,6 +26,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from xla_wheels import venv_check
 from xla_wheels.builder import remote_cache
 from xla_wheels.builder.spec import BuildSpec
 
@@ -323,12 +324,20 @@ def ship_steps(spec: BuildSpec, staging: str) -> list[Step]:
     }
     # The gate runs from the pipeline's own sources (mounted read-only at the same path).
     check_env = {**env, "PYTHONPATH": ":".join(spec.pipeline_src)}
+    # pip refuses by itself too, should the venv break after the check (venv_check).
+    install_env = {**env, **venv_check.PIP_REQUIRE_VIRTUALENV}
     return [
         Step("clean environment", (spec.python, "-m", "venv", "--clear", spec.ship_env)),
         Step(
+            "check that its python is the venv",
+            action="check-venv",
+            args=(spec.ship_env,),
+            note="sys.prefix: a venv without pyvenv.cfg would install into the base interpreter",
+        ),
+        Step(
             "install the staged wheels",
             (venv_python, "-m", "pip", "install", *pip_args, f"{staging}/*.whl"),
-            env=_sorted_env(env),
+            env=_sorted_env(install_env),
             expand=(f"{staging}/*.whl",),
         ),
         Step("ship check", check, env=_sorted_env(check_env), cwd=spec.ship_out),

@@ -42,7 +42,7 @@ from xla_host.errors import ExitCode, PipelineError, UsageError
 from xla_host.launch_profile import ROLES
 from xla_host.redact import REDACTED
 from xla_host.settings import by_flag, env_of
-from xla_host.tables import Field, Table, loads_toml, read_utf8
+from xla_host.tables import Field, Table, check_regular, loads_toml, read_regular, read_utf8
 from xla_host.values import BadValue, parse_count
 
 CONFIG_RELPATH = "build/builders.toml"
@@ -391,20 +391,27 @@ def _read_secret(
 
 
 def _read_private_file(path: Path, variable: str) -> str:
+    """The credential file's text. Its type, size and mode are judged from ``stat``
+    before it is opened: a FIFO there hung ``wheels --dry-run``, and ``/dev/zero`` was
+    read until the kernel's OOM killer stopped the run."""
+
+    def refused(message: str, *, fix: str | None = None) -> RemoteCacheConfigError:
+        return RemoteCacheConfigError(f"{variable}={message}", fix=fix)
+
+    what = "credential file"
     try:
-        mode = path.stat().st_mode
-        text = path.read_text(encoding="utf-8")
+        mode = check_regular(path, refused, what=what).st_mode
+        if mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise RemoteCacheConfigError(
+                f"{variable}={path}: other users can read it (mode {stat.S_IMODE(mode):04o})",
+                fix=f"chmod 600 {path}",
+            )
+        return read_regular(path, refused, what=what).decode("utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise RemoteCacheConfigError(
             f"{variable}={path}: cannot read it ({type(error).__name__})",
             fix="point it at a readable UTF-8 file holding the credential",
         ) from None
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise RemoteCacheConfigError(
-            f"{variable}={path}: other users can read it (mode {stat.S_IMODE(mode):04o})",
-            fix=f"chmod 600 {path}",
-        )
-    return text
 
 
 def _read_headers(environ: Mapping[str, str]) -> list[tuple[str, Secret]]:
@@ -429,11 +436,14 @@ def _read_headers(environ: Mapping[str, str]) -> list[tuple[str, Secret]]:
             or not _HEADER_NAME.fullmatch(name)
             or not header_value.strip()
             or set('"\\') & set(header_value)
+            # A line break would add lines of its own to the rc file (`build --run_under=`).
+            or any(ord(char) < 0x20 or ord(char) == 0x7F for char in header_value.strip())
         ):
             # The line may be the secret itself (a pasted token): never echo it.
             raise RemoteCacheConfigError(
                 f"{where}: a Bazel remote header must be Name=Value, the value without "
-                '" or \\ (the line is not shown: it may hold a credential)',
+                '", \\ or a control character such as a line break (the line is not shown: '
+                "it may hold a credential)",
                 fix="write e.g. x-buildbuddy-api-key=<key> or Authorization=Bearer <token>",
             )
         headers.append((name, Secret(header_value.strip(), where)))

@@ -36,12 +36,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from xla_host import runner, signals
+from xla_host import filemode, runner, signals
 from xla_host.errors import ExitCode
 from xla_host.provenance import PROVENANCE_PATH, PatchDigest, Provenance
 from xla_host.redact import Redactor
 from xla_host.wheel_filename import parse_wheel_name
-from xla_wheels import disk_faults, wheel_stamp
+from xla_wheels import disk_faults, venv_check, wheel_stamp
 from xla_wheels.builder import recipes, remote_cache
 from xla_wheels.builder.spec import BuildSpec, record_stage, sha256_of
 from xla_wheels.upstream_tree import OPENXLA_PATCHES, workspace_openxla_patches
@@ -259,7 +259,15 @@ def _repack_wheel(spec: BuildSpec, args: Sequence[str], log_file: TextIO) -> Non
         _say(f"# {wheel.name} re-packed reproducibly", log_file)
 
 
+def _check_venv(spec: BuildSpec, args: Sequence[str], log_file: TextIO) -> None:
+    venv = Path(args[0])
+    if (problem := venv_check.outside_venv(venv / "bin" / "python", venv)) is not None:
+        raise StepFailed(f"{problem}; nothing was installed ({venv_check.fix_for(venv)})")
+    _say(f"# {venv}/bin/python is the venv {venv}", log_file)
+
+
 ACTIONS = {
+    "check-venv": _check_venv,
     "repack-wheel": _repack_wheel,
     "finish-stage": _finish_stage,
     "apply-openxla-patches": _apply_openxla_patches,
@@ -287,7 +295,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         with signals.handled():  # SIGTERM/SIGHUP: the running step is ended, as on Ctrl-C
+            # The recipe runs in a process group of its own (Engine.call), so a SIGKILL to
+            # the run's group, which the run cannot pass on, would leave it running and the
+            # next run racing it on the same ship venv: the kernel's SIGTERM when the run
+            # dies ends the running step as Ctrl-C does.
+            signals.end_with_parent()
             run_recipe(BuildSpec.read(args.spec), args.recipe, args.staging)
+    except filemode.NotARegularFile as error:  # the stage cache holds a FIFO or device
+        print(f"error: {error.message} (fix: {error.fix})", file=sys.stderr)
+        return ExitCode.BAD_INPUT
     except (StepFailed, ValueError, OSError) as error:
         if isinstance(error, StepDiskFault) or disk_faults.is_disk_fault(error):
             # Not `error:`: the pipeline prints the one error line, naming the directory.

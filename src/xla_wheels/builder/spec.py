@@ -85,8 +85,7 @@ def stage_key(inputs: dict[str, Any]) -> str:
 
 
 def sha256_of(path: Path) -> str:
-    with path.open("rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
+    return filemode.file_sha256(path)  # a FIFO in the stage cache is refused, not waited on
 
 
 def record_stage(wheel: Path) -> None:
@@ -99,7 +98,9 @@ def built_wheel(directory: Path) -> Path | None:
     """The wheel the stage's record names, when its bytes match the record: what the
     recipe left, whether or not the host has finished the stage (the SBOM) yet."""
     with suppress(OSError, ValueError, KeyError, TypeError):  # no record: nothing built
-        data = json.loads((directory / STAGE_RECORD).read_text(encoding="utf-8"))
+        # The stage cache is a shared directory: a FIFO there is refused, never opened.
+        raw = filemode.read_shared(directory / STAGE_RECORD, what="stage record")
+        data = json.loads(raw.decode("utf-8"))
         wheel = directory / data["wheel"]
         if wheel.is_file() and sha256_of(wheel) == data["sha256"]:
             return wheel

@@ -9,6 +9,7 @@ check failed; 2 bad input (unknown lane or bundle, malformed lanes.toml).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 from collections.abc import Sequence
@@ -17,7 +18,7 @@ from typing import Any
 from xla_host import log
 from xla_host.arguments import add_settings
 from xla_host.errors import UsageError
-from xla_host.redact import shown
+from xla_host.redact import one_line, shown
 from xla_host.wheel_filename import normalize, parse_wheel_name
 from xla_wheels.bundle import load_bundle
 from xla_wheels.cli.arguments import add_bundle_arguments, add_common_arguments
@@ -46,26 +47,36 @@ def cmd_publish_lane(args: argparse.Namespace) -> int:
     load_bundle(options.root, args.bundle)
     config = lanes.load_config(options.root)
     lane = config.lane(args.lane or config.publish_lane)
-    outcomes = promote.publish_to_lane(
-        options.root,
-        read_lock(options.lock_path),
-        args.bundle,
-        BundleLayout.of(options, args.bundle).dist,
-        lane,
-        network=options.network,
-        dry_run=options.dry_run,
-    )
-    for outcome in outcomes:
-        print(f"{outcome.action:<10} {outcome.filename}  sha256:{outcome.sha256}")
-    if options.dry_run:
-        print(
-            f"DRY_RUN: nothing copied; would record {args.bundle} as lane {lane.name}'s "
-            "current bundle in lanes.lock"
+    with _holding(options, lane) as head:
+        outcomes = promote.publish_to_lane(
+            options.root,
+            read_lock(options.lock_path),
+            args.bundle,
+            BundleLayout.of(options, args.bundle).dist,
+            lane,
+            network=options.network,
+            dry_run=options.dry_run,
+            expected_head=head,
         )
-    else:
-        _publish_host_side(options, args.bundle, lane)
-        print(f"lane {lane.name}: {lane.simple_url} now serves {args.bundle} (lanes.lock)")
+        for outcome in outcomes:
+            print(f"{outcome.action:<10} {outcome.filename}  sha256:{outcome.sha256}")
+        if options.dry_run:
+            print(
+                f"DRY_RUN: nothing copied; would record {args.bundle} as lane {lane.name}'s "
+                "current bundle in lanes.lock"
+            )
+        else:
+            _publish_host_side(options, args.bundle, lane)
+            print(f"lane {lane.name}: {lane.where} now serves {args.bundle} (lanes.lock)")
     return 0
+
+
+def _holding(options: Any, lane: lanes.Lane) -> contextlib.AbstractContextManager[str | None]:
+    """The lane and lanes.lock held for the whole change (copy, index, record, host side:
+    ``lanes.lane_lock``); a dry run changes nothing and takes no lock."""
+    if options.dry_run:
+        return contextlib.nullcontext(None)
+    return lanes.lane_lock(options.root, lane)
 
 
 def cmd_promote(args: argparse.Namespace) -> int:
@@ -80,25 +91,31 @@ def cmd_promote(args: argparse.Namespace) -> int:
             fix="set promote-from in build/lanes.toml or pass --from",
         )
     lock = read_lock(options.lock_path)  # parsed once for the whole promotion
-    verdict, outcomes = promote.promote(
-        options.root, lock, args.bundle, lane, source, dry_run=options.dry_run,
-        dist=BundleLayout.of(options, args.bundle).dist, network=options.network,
-        stores=config.receipt_stores,
-    )  # fmt: skip
-    if verdict.chosen:
-        print(f"policy of lane {lane.name} holds: receipt {verdict.chosen.path.name}")
-        if verdict.chosen.origin:
-            kept = "would be kept" if options.dry_run else "kept"
-            print(f"  read from {verdict.chosen.origin}; {kept} as receipts/{verdict.chosen.path}")
-    else:
-        print(f"lane {lane.name} has no policy: promoting without a receipt")
-    for outcome in outcomes:
-        print(f"{outcome.action:<10} {outcome.filename}  sha256:{outcome.sha256}")
-    if options.dry_run:
-        print(f"DRY_RUN: nothing copied from {source.name} to {lane.name}; lanes.lock unchanged")
-    else:
-        _publish_host_side(options, args.bundle, lane, lock)
-        print(f"lane {lane.name}: current bundle is now {args.bundle} (lanes.lock)")
+    with _holding(options, lane) as head:
+        verdict, outcomes = promote.promote(
+            options.root, lock, args.bundle, lane, source, dry_run=options.dry_run,
+            dist=BundleLayout.of(options, args.bundle).dist, network=options.network,
+            stores=config.receipt_stores, expected_head=head,
+        )  # fmt: skip
+        if verdict.chosen:
+            print(f"policy of lane {lane.name} holds: receipt {verdict.chosen.path.name}")
+            if verdict.chosen.origin:
+                kept = "would be kept" if options.dry_run else "kept"
+                print(
+                    f"  read from {verdict.chosen.origin}; {kept} as "
+                    f"receipts/{verdict.chosen.path}"
+                )
+        else:
+            print(f"lane {lane.name} has no policy: promoting without a receipt")
+        for outcome in outcomes:
+            print(f"{outcome.action:<10} {outcome.filename}  sha256:{outcome.sha256}")
+        if options.dry_run:
+            print(
+                f"DRY_RUN: nothing copied from {source.name} to {lane.name}; lanes.lock unchanged"
+            )
+        else:
+            _publish_host_side(options, args.bundle, lane, lock)
+            print(f"lane {lane.name}: current bundle is now {args.bundle} (lanes.lock)")
     return 0
 
 
@@ -122,11 +139,12 @@ def cmd_rollback(args: argparse.Namespace) -> int:
             "shows what the lane served)",
         )
     lane = lanes.load_config(options.root).lane(args.lane)
-    plan = promote.rollback(
-        options.root, read_lock(options.lock_path), lane, args.to, args.reason or "",
-        dry_run=options.dry_run, dist=BundleLayout.of(options, args.to).dist,
-        network=options.network,
-    )  # fmt: skip
+    with _holding(options, lane) as head:
+        plan = promote.rollback(
+            options.root, read_lock(options.lock_path), lane, args.to, args.reason or "",
+            dry_run=options.dry_run, dist=BundleLayout.of(options, args.to).dist,
+            network=options.network, expected_head=head,
+        )  # fmt: skip
     print("\n".join(plan.lines()))
     if options.dry_run:
         print("DRY_RUN: lanes.lock unchanged")
@@ -263,11 +281,13 @@ def _print_history(record: lanes.LanesRecord, only: str | None) -> None:
         moved = (
             f"{entry.previous_bundle} -> {entry.bundle}" if entry.previous_bundle else entry.bundle
         )
-        print(f"{entry.when}  {entry.lane}: {entry.action} {moved}  by {entry.who}")
+        # Each field one line, escapes shown as text: the record's values are free text
+        # (a reason, a user name) that must not forge a line or act on the terminal.
+        print(one_line(f"{entry.when}  {entry.lane}: {entry.action} {moved}  by {entry.who}"))
         if entry.receipt:
-            print(f"  receipt {entry.receipt} (sha256 {entry.receipt_digest})")
+            print(one_line(f"  receipt {entry.receipt} (sha256 {entry.receipt_digest})"))
         if entry.reason:
-            print(f"  reason: {entry.reason}")
+            print(f"  reason: {one_line(entry.reason)}")
 
 
 def cmd_lanes(args: argparse.Namespace) -> int:

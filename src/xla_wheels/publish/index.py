@@ -21,8 +21,10 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+from xla_host import filemode
 from xla_host.errors import PipelineError, UsageError
 from xla_host.redact import scrub
+from xla_host.tables import MAX_FILE_BYTES
 from xla_host.wheel_filename import normalize
 from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish.errors import CredentialsRejected, IndexUnreachable, PublishError
@@ -178,7 +180,8 @@ def _open(
         if path.is_dir():
             path = path / "index.html"
         try:
-            return path.read_bytes()
+            # A static lane is a shared directory: a FIFO there is refused, never opened.
+            return filemode.read_shared(path, what="lane file", limit=max(size, MAX_FILE_BYTES))
         except FileNotFoundError:
             return None
     shown = scrub(url, credentials.secrets)

@@ -29,8 +29,8 @@ from xla_host import log, runner
 from xla_host.host_probe import probe
 from xla_host.provenance import PROVENANCE_PATH, ProvenanceFormatError
 from xla_host.redact import scrub
-from xla_host.wheel_filename import normalize
-from xla_wheels import sbom
+from xla_host.wheel_filename import normalize, parse_wheel_name
+from xla_wheels import sbom, venv_check
 from xla_wheels.bundle import Bundle
 from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish import provenance_check as prov
@@ -143,6 +143,8 @@ def create_venv(base_python: str, venv: Path) -> tuple[Path, list[str]]:
     fix = "install the venv module (Debian: python3-venv) or pass another PYTHON"
     _run([base_python, "-m", "venv", "--without-pip", str(venv)], timeout=300, fix=fix)
     python = venv / "bin" / "python"
+    if (problem := venv_check.outside_venv(python, venv)) is not None:
+        raise PublishError(problem, fix=venv_check.fix_for(venv))
     wheel = _run([str(python), "-c", _BUNDLED_PIP], timeout=60, fix=fix).stdout.strip()
     if wheel:
         return python, [str(python), f"{wheel}/pip"]
@@ -191,6 +193,7 @@ def _pip_env(index_url: str, *, isolated: bool) -> tuple[dict[str, str], list[st
     else:
         env["PIP_EXTRA_INDEX_URL"] = url
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    env.update(venv_check.PIP_REQUIRE_VIRTUALENV)  # never into the interpreter behind the venv
     return env, credentials.secrets
 
 
@@ -418,7 +421,9 @@ def verify_install(
         # The SBOMs are compared with the provenance file (their one source) when it is sound.
         sound = report.checks[-1].name == "provenance" and report.checks[-1].status == "ok"
         for sbom_check in sbom.check_installed(
-            facts.python, provenance if sound else None, locked=locked_sboms(ours)
+            facts.python, provenance if sound else None, locked=locked_sboms(ours),
+            # --require-provenance: the bundle's own wheels must carry theirs.
+            required=[parse_wheel_name(r.name).project for r in ours if require_provenance],
         ):
             report.add(f"sbom {sbom_check.project}", sbom_check.status, sbom_check.detail)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xla_host.host_probe import HostFacts
+from xla_host.redact import one_line, shown
 from xla_host.wheel_filename import normalize, parse_wheel_name
 from xla_wheels.release import lanes
 from xla_wheels.wheels_lock import Lock
@@ -84,7 +85,7 @@ def lane_status(root: Path, host_bundle: str | None, lane_name: str | None) -> t
         current_bundle = current.bundle if current else "(none)"
         fix = (
             f"install from lane {lane.name}: pip install --require-hashes -r "
-            f"dist/lanes/{lane.name}/requirements.txt --index-url {lane.simple_url}"
+            f"dist/lanes/{lane.name}/requirements.txt --index-url {shown(lane.simple_url)}"
         )
         served = [e for e in record.lane_history(lane.name) if e.bundle == host_bundle]
         if served and current:
@@ -95,7 +96,7 @@ def lane_status(root: Path, host_bundle: str | None, lane_name: str | None) -> t
                 "FAIL",
                 f"this host has bundle {host_bundle}, which lane {lane.name} served before; "
                 f"the lane serves {current.bundle} now ({moved.action} by {moved.who} at "
-                f"{moved.when}" + (f": {moved.reason}" if moved.reason else "") + ")",
+                f"{moved.when}" + (f": {one_line(moved.reason)}" if moved.reason else "") + ")",
                 fix,
             )
         return ("FAIL", f"{runs}; lane {lane.name}'s current bundle is {current_bundle}", fix)

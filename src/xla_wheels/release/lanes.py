@@ -54,22 +54,29 @@ refuses it, naming the line. A version 1 record (no history) is read as it is an
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import errno
+import fcntl
 import getpass
 import hashlib
 import json
+import os
 import re
 import socket
 import tomllib
-from collections.abc import Mapping, Sequence
+import urllib.parse
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xla_host import filemode, receipt_store
+from xla_host import filemode, log, receipt_store
 from xla_host.errors import ExitCode, PipelineError, UsageError
+from xla_host.redact import shown
 from xla_host.tables import Field, Table, loads_toml, read_utf8
-from xla_host.values import NAME_PATTERN, NAME_RULE
+from xla_host.values import NAME_PATTERN, NAME_RULE, BadValue, check_url
+from xla_host.waitlock import waiting_lock
 
 LANES_CONFIG = Path("build") / "lanes.toml"
 LANES_LOCK = "lanes.lock"
@@ -137,7 +144,10 @@ class Lane:
 
     @property
     def where(self) -> str:
-        return self.index_url or str(self.path)
+        """The lane as every display shows it (``lanes``, ``status``, logs, errors): an
+        index URL's credentials (``user:pw@``, ``?token=``) masked, control characters
+        escaped. Never for reaching the lane: that is :attr:`simple_url`."""
+        return shown(self.index_url or str(self.path))
 
     @property
     def simple_url(self) -> str:
@@ -250,6 +260,26 @@ def _signing_key(root: Path, table: Table, fields: Mapping[str, Any]) -> Path | 
     return (root / key).resolve() if required else None
 
 
+_INDEX_EXAMPLE = "https://pypi.example.com/validation/simple/"
+
+
+def _check_index_url(table: Table, key: str, value: str) -> None:
+    """An index URL pip and twine can use: http(s), a host, a port that is a number, no
+    space or control character (each of them once a traceback, or shown as valid by
+    ``lanes``). The value is shown masked: it may carry a token."""
+    try:
+        check_url(value, ("http", "https"), _INDEX_EXAMPLE)
+        if any(char.isspace() for char in value):
+            raise BadValue("contains a space", _INDEX_EXAMPLE)
+        urllib.parse.urlsplit(value).port  # noqa: B018 - raises for a port that is no number
+    except BadValue as bad:
+        raise table.fail(key, f"{shown(value)} {bad.reason}", f"write e.g. {bad.example}") from None
+    except ValueError as bad:
+        raise table.fail(
+            key, f"{shown(value)} is not a URL ({bad})", f"write e.g. {_INDEX_EXAMPLE}"
+        ) from None
+
+
 def _lane(root: Path, name: str, table: Table, names: Mapping[str, Any]) -> Lane:
     """One ``[lanes.<name>]``: a static directory or remote index, or one index
     (``user/index``) of a devpi server, each with its own keys."""
@@ -290,6 +320,9 @@ def _lane(root: Path, name: str, table: Table, names: Mapping[str, Any]) -> Lane
         if (fields["path"] is None) == (fields["index-url"] is None):
             raise table.fail("path", "give exactly one of path or index-url", "")
         index_url, upload_url = fields["index-url"], fields["upload-url"]
+        for key in ("index-url", "upload-url"):
+            if fields[key] is not None:
+                _check_index_url(table, key, fields[key])
         if index_url and not index_url.endswith("/"):
             index_url = f"{index_url}/"
         if fields["path"] is not None:
@@ -394,6 +427,59 @@ class LanesRecord:
 
     def lane_history(self, lane: str) -> list[HistoryEntry]:
         return [entry for entry in self.history if entry.lane == lane]
+
+    @property
+    def head(self) -> str:
+        """The last history entry's digest (empty: no history yet)."""
+        return self.history[-1].digest if self.history else ""
+
+
+#: The lock file in a lane directory whose filesystem refuses a lock on a directory.
+LANE_LOCK_FILE = ".xla-wheels-lane.lock"
+
+
+@contextlib.contextmanager
+def _locked_directory(directory: Path, doing: str) -> Iterator[None]:
+    """An exclusive ``flock`` on ``directory`` itself for the block: nothing is written
+    into it (a lane is served as it is). A filesystem that refuses a lock on a directory
+    (NFS emulates ``flock`` with POSIX locks, which need a file open for writing) gets a
+    lock file in it instead. A waiter is told what it waits for, then waits."""
+    descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        try:
+            _flock(descriptor, doing)
+        except OSError as error:
+            if error.errno not in (errno.EBADF, errno.ENOLCK, errno.EINVAL, errno.EOPNOTSUPP):
+                raise
+            with waiting_lock(directory / LANE_LOCK_FILE, doing):
+                yield
+            return
+        yield
+    finally:
+        os.close(descriptor)  # releases the lock
+
+
+def _flock(descriptor: int, doing: str) -> None:
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        log.info(f"waiting for another process {doing} ...")
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+
+
+@contextlib.contextmanager
+def lane_lock(root: Path, lane: Lane) -> Iterator[str]:
+    """Hold ``lane`` for one read-modify-write: its directory (a static lane: its files
+    and its index, shared by every checkout that publishes there) and this checkout's
+    ``lanes.lock`` (the checkout's directory), always in that order. Yields lanes.lock's
+    history head as read under the lock: :func:`write_state` refuses to record over any
+    other (a writer that did not take the lock), instead of losing its entry."""
+    with contextlib.ExitStack() as held:
+        if lane.path is not None:
+            lane.path.mkdir(parents=True, exist_ok=True)
+            held.enter_context(_locked_directory(lane.path, f"writing lane {lane.name}"))
+        held.enter_context(_locked_directory(root, f"writing {LANES_LOCK}"))
+        yield read_record(root).head
 
 
 def _restore_fix() -> str:
@@ -577,12 +663,28 @@ def _chained(entries: Sequence[HistoryEntry]) -> list[HistoryEntry]:
 
 
 def write_state(
-    root: Path, lane: str, state: LaneState, *, action: str = "publish", reason: str = ""
+    root: Path,
+    lane: str,
+    state: LaneState,
+    *,
+    action: str = "publish",
+    reason: str = "",
+    expected_head: str | None = None,
 ) -> Path:
     """Record ``lane``'s new current bundle as a history entry of ``action`` (who, when,
-    from which bundle); temp file + rename, so a crash changes nothing."""
+    from which bundle); temp file + rename, so a crash changes nothing. Run it under
+    :func:`lane_lock` and pass the head it yielded as ``expected_head``: a record whose
+    head moved since is refused, never written over (that lost an entry)."""
     assert action in ACTIONS
     record = read_record(root)
+    if expected_head is not None and record.head != expected_head:
+        raise LaneError(
+            f"{LANES_LOCK} changed while this {action} into lane {lane} ran: another "
+            "publish, promotion or rollback recorded an entry after this one read it, and "
+            "recording now would lose that entry (nothing was recorded)",
+            fix=f"see what was recorded (`make lanes HISTORY=1`), then run this {action} "
+            "again: its files are in the lane already, so it only records",
+        )
     when = _now()
     old = record.states.get(lane)
     entry = HistoryEntry(
@@ -606,7 +708,7 @@ def write_state(
         "# lanes.lock: the current bundle of each lane and its history (newest last),\n"
         "# written by `make publish`, `make promote` and `make rollback` after they succeed.\n"
         "# Do not edit: each entry carries the previous one's sha256 and a hand edit is\n"
-        "# refused. Format: docs/lanes.md, \"Releasing to the fleet\".\n\n"
+        '# refused. Format: docs/lanes.md, "Releasing to the fleet".\n\n'
         + tomli_w.dumps(
             {
                 "lanes-lock-version": LANES_LOCK_VERSION,

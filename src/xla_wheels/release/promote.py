@@ -27,7 +27,7 @@ from xla_host import filemode, log, receipt_store
 from xla_host.errors import PipelineError, UsageError
 from xla_host.filemode import file_sha256
 from xla_host.receipts import RECEIPTS_DIRNAME, StoredReceipt, bundle_receipts, read_receipt
-from xla_host.redact import scrub
+from xla_host.redact import one_line, scrub
 from xla_host.wheel_filename import parse_wheel_name
 from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish.errors import HashMismatch, PublishError
@@ -87,11 +87,13 @@ def put_into_lane(
         return result.outcomes
     assert lane.path is not None
     lane.path.mkdir(parents=True, exist_ok=True)
+    # Every wheel the lane holds, hashed before anything is copied (the index lists them
+    # all): a FIFO or device among them is refused while the lane is as it was.
+    present = {p.name: file_sha256(p) for p in sorted(lane.path.glob("*.whl"))}
     outcomes: list[Outcome] = []
     for wheel in wheels:
         target = lane.path / wheel.record.name
-        if target.exists():
-            there = file_sha256(target)
+        if (there := present.get(wheel.record.name)) is not None:
             if there != wheel.sha256:
                 raise HashMismatch(
                     f"lane {lane.name} already holds {wheel.record.name} with sha256 {there}, "
@@ -102,12 +104,15 @@ def put_into_lane(
             continue
         # A lane is read by others (a web server running as another user): the umask's mode.
         filemode.copy_by_rename(wheel.path, target)
+        present[wheel.record.name] = wheel.sha256
         outcomes.append(Outcome(wheel.record.name, "copied", wheel.sha256))
     for envelope in envelopes:
         # Next to its wheel, for hosts and for a promotion out of this lane.
         filemode.copy_by_rename(envelope, lane.path / envelope.name)
-    everything = sorted(lane.path.glob("*.whl"))
-    records = [WheelRecord(p.name, p.stat().st_size, file_sha256(p)) for p in everything]
+    records = [
+        WheelRecord(name, (lane.path / name).stat().st_size, sha256)
+        for name, sha256 in sorted(present.items())
+    ]
     write_static_index(lane.path, records)
     return outcomes
 
@@ -208,8 +213,10 @@ def publish_to_lane(
     *,
     network: NetworkPolicy,
     dry_run: bool = False,
+    expected_head: str | None = None,
 ) -> list[Outcome]:
-    """``make publish``: the bundle's locked wheels from ``dist`` into ``lane``."""
+    """``make publish``: the bundle's locked wheels from ``dist`` into ``lane``; run under
+    :func:`~xla_wheels.release.lanes.lane_lock`, whose head is ``expected_head``."""
     wheels = locked_wheels(lock, bundle, dist)
     envelopes = required_signatures(lane, [w.record for w in wheels], [dist])
     if dry_run:
@@ -220,6 +227,7 @@ def publish_to_lane(
         root,
         lane.name,
         LaneState(bundle, tuple((w.record.name, w.sha256) for w in wheels), None, None),
+        expected_head=expected_head,
     )
     return outcomes
 
@@ -288,7 +296,7 @@ def brought_home(root: Path, stored: StoredReceipt) -> Path:
         return stored.path
     directory = root / RECEIPTS_DIRNAME / str(stored.receipt.bundle)
     candidate, n = directory / stored.path.name, 1
-    while candidate.exists() and candidate.read_bytes() != stored.raw:
+    while candidate.exists() and filemode.read_shared(candidate, what="receipt") != stored.raw:
         n += 1
         candidate = directory / f"{stored.path.stem}-{n}{stored.path.suffix}"
     if not candidate.exists():
@@ -304,9 +312,7 @@ def refusal(
     # Where the receipt goes: the store of the lane the gate's hosts install from, if any.
     store = next((x.receipts for x in (source, lane) if x is not None and x.receipts), None)
     signed = " --sign-key <key>" if lane.policy.receipt_keys else ""
-    home = (
-        f'with GATE_ARGS="--receipts {store}{signed}"' if store else "and commit the receipt"
-    )
+    home = f'with GATE_ARGS="--receipts {store}{signed}"' if store else "and commit the receipt"
     return PromotionRefused(
         f"lane {lane.name} refuses bundle {bundle}; rule(s) not met:\n  " + "\n  ".join(lines),
         fix=f"run the gate on the lane's device for exactly these wheels (`make gate "
@@ -326,6 +332,7 @@ def refusal(
 def promote(
     root: Path, lock: Lock, bundle: str, lane: Lane, source: Lane, *, dry_run: bool = False,
     dist: Path | None = None, network: NetworkPolicy, stores: Sequence[str] = (),
+    expected_head: str | None = None,
 ) -> tuple[PromotionVerdict, list[Outcome]]:  # fmt: skip
     """``dist``: the bundle's dist directory, where its envelopes are looked up after the
     source lane's own directory; ``stores``: the receipt stores read besides receipts/."""
@@ -362,6 +369,7 @@ def promote(
             chosen.digest if chosen else None,
         ),
         action="promote",
+        expected_head=expected_head,
     )
     return verdict, outcomes
 
@@ -382,16 +390,16 @@ class RollbackPlan:
         receipt = self.to.receipt or "no receipt"
         return [
             f"rollback lane {self.lane.name}: {self.current} -> {self.to.bundle}",
-            f"  served before: {self.to.action} by {self.to.who} at {self.to.when}",
-            f"  receipt: {receipt}",
-            f"  reason: {self.reason}",
+            one_line(f"  served before: {self.to.action} by {self.to.who} at {self.to.when}"),
+            f"  receipt: {one_line(receipt)}",
+            f"  reason: {one_line(self.reason)}",
             *(f"  {o.action:<10} {o.filename}  sha256:{o.sha256}" for o in self.checked),
         ]
 
 
 def rollback(
     root: Path, lock: Lock, lane: Lane, to: str, reason: str, *, dry_run: bool = False,
-    dist: Path | None = None, network: NetworkPolicy,
+    dist: Path | None = None, network: NetworkPolicy, expected_head: str | None = None,
 ) -> RollbackPlan:  # fmt: skip
     """``make rollback``: ``lane`` back to bundle ``to``, which its history shows it served.
     ``dist``: the bundle's dist directory, where its envelopes are looked up after the
@@ -464,5 +472,8 @@ def rollback(
     checked = tuple(Outcome(w.record.name, action, w.sha256) for w in wheels)
     plan = RollbackPlan(lane, state.bundle, entry, reason.strip(), checked)
     if not dry_run:
-        lanes_mod.write_state(root, lane.name, entry.state, action="rollback", reason=plan.reason)
+        lanes_mod.write_state(
+            root, lane.name, entry.state, action="rollback", reason=plan.reason,
+            expected_head=expected_head,
+        )  # fmt: skip
     return plan

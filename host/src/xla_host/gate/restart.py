@@ -63,6 +63,7 @@ from xla_host.gate.errors import GateEnvironmentError
 from xla_host.gate.result import CheckResult
 from xla_host.gate.target import Target
 from xla_host.slice import WRITER_LEASE
+from xla_host.tables import read_regular
 
 NAME = "restart"
 SPMD_NAME = "spmd-restart"
@@ -179,7 +180,8 @@ def baseline_path(baselines_dir: Path, target: Target, workload_name: str) -> Pa
 
 def load_baseline(path: Path) -> dict[str, Any] | None:
     try:
-        data = json.loads(path.read_text())
+        # A baselines directory may be shared: a FIFO there is refused, never opened.
+        data = json.loads(read_regular(path, GateEnvironmentError, what="baseline"))
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as error:
