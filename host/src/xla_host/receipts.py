@@ -84,6 +84,8 @@ _RUN_KEYS = (
     "xla_compiles",
     "host_peak_rss_bytes",
     "breakdown",
+    "ready_steps",
+    "ready_graphs",
 )
 
 

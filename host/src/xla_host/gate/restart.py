@@ -246,10 +246,16 @@ def summarize(result: ChildResult) -> dict[str, Any]:
         row["write_failures"] = _counter(report, "PersistentCacheWriteFailure")
         row["xla_compiles"] = int(report.get("xla_compiles", 0))
         row["counters"] = report["counters"]
-    if report.get("first_step"):
+    if report.get("ready") or report.get("first_step"):
         row["breakdown"] = recalibration.run_breakdown(report)
-        if "sync_cpu_s" in report["first_step"]:
-            row["sync_cpu_s"] = round(float(report["first_step"]["sync_cpu_s"]), 4)
+    # The syncs of the warm-up (every graph the first steps bring), else the first step's
+    # (a child from before the warm-up was measured, or a stand-in).
+    timed = report.get("ready") or report.get("first_step") or {}
+    if "sync_cpu_s" in timed:
+        row["sync_cpu_s"] = round(float(timed["sync_cpu_s"]), 4)
+    if report.get("ready"):
+        row["ready_steps"] = int(report["ready"]["steps"])
+        row["ready_graphs"] = int(report["ready"]["graphs"])
     row.update(recalibration.run_memory(report))
     row["log_evidence"] = _log_evidence(result)
     return row
