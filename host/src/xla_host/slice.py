@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeAlias
 
-from xla_host import filemode, log
+from xla_host import filemode, log, signals
 from xla_host.errors import CheckFailed, ExitCode, PipelineError, UsageError
 
 #: The writer's role: the one worker that writes the shared cache directory.
@@ -65,13 +65,17 @@ LEASE_STALE_AFTER_S = 120.0
 _POLL_S = 0.2
 
 
-class SliceTimeout(PipelineError):
+class SliceError(PipelineError):
+    """The slice cannot go on (either kind below)."""
+
+
+class SliceTimeout(SliceError):
     """A worker did not arrive at a phase in time (dead or never started): exit 8."""
 
     exit_code = ExitCode.TIMED_OUT
 
 
-class SliceWorkerFailed(CheckFailed):
+class SliceWorkerFailed(SliceError, CheckFailed):
     """Another worker reported that it cannot go on: exit 1."""
 
 
@@ -265,9 +269,18 @@ class DirectoryBoard:
                 seen[worker] = (self.directory / "alive" / f"worker-{worker}").read_text()
         return seen
 
-    def finish(self, worker: int, workers: int, wait_s: float) -> None:
+    def finish(self, worker: int) -> None:
         if worker == WRITER:
             filemode.write_by_rename(self.directory / "finished.json", "{}\n")
+
+    def finished(self) -> bool:
+        return (self.directory / "finished.json").exists()
+
+    def done(self, worker: int) -> None:
+        pass  # the directory stays: worker 0 waits for no one
+
+    def gone(self) -> str | None:
+        return None  # a directory does not die; worker 0's heartbeat says whether it did
 
     def close(self) -> None:
         pass
@@ -282,6 +295,7 @@ class _Memory:
         self.beats: dict[int, str] = {}
         self.claimed: set[int] = set()
         self.done: set[int] = set()
+        self.finished = False
 
     def answer(self, request: Mapping[str, Any]) -> dict[str, Any]:
         op = request.get("op")
@@ -302,6 +316,11 @@ class _Memory:
                 return {"ok": True}
             if op == "beats":
                 return {"beats": {str(k): v for k, v in self.beats.items()}}
+            if op == "finish":
+                self.finished = True
+                return {"ok": True}
+            if op == "finished":
+                return {"finished": self.finished}
             if op == "done":
                 self.done.add(int(request["worker"]))
                 return {"ok": True}
@@ -310,8 +329,19 @@ class _Memory:
 
 class CoordinatorBoard:
     """Where the workers meet: worker 0 serves the board on ``--coordinator host:port``
-    (one JSON line per request and answer, over a short TCP connection each); every
-    worker, 0 included, asks it. Worker 0 gone looks like its heartbeat stopped."""
+    (one JSON line per request and answer, over a short TCP connection each); the other
+    workers ask it, worker 0 reads its own memory.
+
+    Worker 0 gone is the coordinator gone: once the slice formed (a first answer), a
+    worker that gets no answer for ``dead_after_s`` names worker 0 as stopped, whatever it
+    was doing (waiting at a phase, posting its arrival, aborting); a post it could not
+    make does not count as made. Before the first answer it waits ``wait_s`` for worker 0
+    to come up (gcloud starts workers one after the other).
+
+    Why not torch's ``TCPStore`` (what torchrun uses): this side is standard library only
+    and the orchestrator does not run in the torch environment under test (it judges that
+    environment from outside, through child processes), so it cannot import torch. The
+    protocol here is one JSON line per connection over a handful of operations."""
 
     def __init__(
         self,
@@ -319,16 +349,22 @@ class CoordinatorBoard:
         port: int,
         *,
         serve: bool,
-        timeout_s: float = 5.0,
         wait_s: float = JOIN_TIMEOUT_S,
+        dead_after_s: float = DEAD_AFTER_S,
     ) -> None:
-        """``timeout_s``: one request's bound; ``wait_s``: how long to wait for worker 0
-        to come up (``--slice-timeout``)."""
-        self.host, self.port, self.timeout_s, self.wait_s = host, port, timeout_s, wait_s
+        """``wait_s``: how long to wait for worker 0 to come up (``--slice-timeout``);
+        ``dead_after_s``: how long a formed slice's coordinator may stay silent."""
+        self.host, self.port, self.wait_s, self.dead_after_s = host, port, wait_s, dead_after_s
+        # One request's bound: several fit in the heartbeat bound, so a coordinator that
+        # accepts but never answers (stopped, not killed) is named in time too.
+        self.timeout_s = max(0.2, min(5.0, dead_after_s / 4))
         self._memory = _Memory()
         self._server: socketserver.ThreadingTCPServer | None = None
+        #: When the coordinator last answered (monotonic); None before it ever did.
+        self.answered: float | None = None
         if serve:
             memory = self._memory
+            timeout_s = self.timeout_s
 
             class Handler(socketserver.StreamRequestHandler):
                 def handle(self) -> None:
@@ -357,38 +393,72 @@ class CoordinatorBoard:
         return f"{self.host}:{self.port}"
 
     def _ask(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        with socket.create_connection((self.host, self.port), timeout=self.timeout_s) as conn:
-            conn.sendall(json.dumps(request).encode() + b"\n")
-            answer = json.loads(conn.makefile("rb").readline(1 << 20))
+        if self._server is not None:
+            answer = self._memory.answer(request)  # worker 0: its own memory, no socket
+        else:
+            with socket.create_connection((self.host, self.port), timeout=self.timeout_s) as conn:
+                conn.sendall(json.dumps(request).encode() + b"\n")
+                answer = json.loads(conn.makefile("rb").readline(1 << 20))
         if not isinstance(answer, dict) or "error" in answer:
             raise OSError(f"the coordinator answered {answer!r}")
+        self.answered = time.monotonic()
         return answer
 
-    def _ask_until(self, request: Mapping[str, Any], deadline_s: float) -> dict[str, Any]:
-        """Worker 0 may start later than this worker: retry until ``deadline_s``."""
-        deadline = time.monotonic() + deadline_s
+    def gone(self) -> str | None:
+        """Why the coordinator counts as stopped, or None while it may still answer."""
+        if self._server is not None or self.answered is None:
+            return None
+        silent = time.monotonic() - self.answered
+        if silent <= self.dead_after_s:
+            return None
+        return (
+            f"worker 0 stopped: the coordinator {self.where} did not answer for more than "
+            f"{self.dead_after_s:g}s (killed, or its host is gone)"
+        )
+
+    def _ask_until(
+        self, request: Mapping[str, Any], deadline: float | None = None
+    ) -> dict[str, Any]:
+        """Ask until answered: before the slice formed, until worker 0 comes up (``wait_s``);
+        after, until the coordinator counts as gone (or ``deadline``, monotonic)."""
+        began = time.monotonic()
         while True:
             try:
                 return self._ask(request)
             except (OSError, ValueError) as error:
-                if time.monotonic() > deadline:
-                    raise SliceTimeout(
-                        f"the slice did not form: the coordinator {self.where} (worker 0) did "
-                        f"not answer within {deadline_s:g}s: {error}",
-                        fix="start worker 0 with the same --coordinator, or raise "
-                        "--slice-timeout",
-                    ) from error
-                time.sleep(_POLL_S)
+                failure = error
+            now = time.monotonic()
+            gone = self.gone()
+            if gone is not None:
+                raise SliceTimeout(
+                    f"the slice cannot go on: {gone}",
+                    fix="read worker 0's output and logs (its --out directory); start a "
+                    "new run with a fresh --coordinator port or --slice-dir",
+                ) from failure
+            if self.answered is None and now - began > self.wait_s:
+                raise SliceTimeout(
+                    f"the slice did not form: the coordinator {self.where} (worker 0) did "
+                    f"not answer within {self.wait_s:g}s: {failure}",
+                    fix="start worker 0 with the same --coordinator, or raise "
+                    "--slice-timeout",
+                ) from failure
+            if deadline is not None and now > deadline:
+                raise SliceTimeout(
+                    f"the coordinator {self.where} (worker 0) did not answer: {failure}",
+                    fix="read worker 0's output and logs (its --out directory)",
+                ) from failure
+            time.sleep(_POLL_S)
 
     def claim(self, worker: int, who: Mapping[str, Any]) -> bool:
-        return bool(self._ask_until({"op": "claim", "worker": worker}, self.wait_s)["ok"])
+        return bool(self._ask_until({"op": "claim", "worker": worker})["ok"])
 
-    def put(self, section: str, arrival: Arrival) -> None:
+    def put(self, section: str, arrival: Arrival, deadline: float | None = None) -> None:
+        """Raises :class:`SliceTimeout` when the coordinator is gone: not posted."""
         request = {"op": "put", "section": section, "arrival": arrival.__dict__}
-        self._ask_until(request, self.wait_s)
+        self._ask_until(request, deadline)
 
     def arrivals(self, section: str) -> dict[int, Arrival] | None:
-        """None when worker 0 does not answer: the waiter keeps what it saw last."""
+        """None when worker 0 does not answer (``gone`` says when that is final)."""
         try:
             rows = self._ask({"op": "arrivals", "section": section})["arrivals"]
             return {int(row["worker"]): Arrival(**row) for row in rows}
@@ -402,14 +472,25 @@ class CoordinatorBoard:
         try:
             return {int(k): str(v) for k, v in self._ask({"op": "beats"})["beats"].items()}
         except (OSError, ValueError, TypeError, KeyError):
-            return {}  # worker 0 unreachable: its heartbeat no longer moves, so it is named
+            return {}  # worker 0 unreachable: ``gone`` names it once that lasts
 
-    def finish(self, worker: int, workers: int, wait_s: float) -> None:
-        """Each worker says it has what it needs; worker 0 serves until all said so."""
-        if worker != WRITER:
-            with contextlib.suppress(OSError, ValueError):
-                self._ask({"op": "done", "worker": worker})
-            return
+    def finish(self, worker: int) -> None:
+        """Worker 0: the results are recorded; the others may end."""
+        if worker == WRITER:
+            self._ask({"op": "finish"})
+
+    def finished(self) -> bool:
+        try:
+            return bool(self._ask({"op": "finished"})["finished"])
+        except (OSError, ValueError, TypeError, KeyError):
+            return False
+
+    def done(self, worker: int) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self._ask({"op": "done", "worker": worker})
+
+    def wait_done(self, workers: int, wait_s: float) -> None:
+        """Worker 0 serves until every other worker saw the results recorded (bounded)."""
         deadline = time.monotonic() + wait_s
         while len(self._memory.done) < workers - 1 and time.monotonic() < deadline:
             time.sleep(_POLL_S)
@@ -434,6 +515,11 @@ class Slice:
         self._thread: threading.Thread | None = None
         self._beats = 0
         self._board: Board | None = None
+        # Every worker's heartbeat as this worker saw it, kept across phases: a worker
+        # whose heartbeat stopped during a phase is dead at the next one at once.
+        self._seen: dict[int, BeatSeen] = {}
+        #: Seconds each barrier took on this worker, by phase (``barrier_costs``).
+        self.waited: dict[str, float] = {}
 
     @property
     def board(self) -> Board:
@@ -442,7 +528,11 @@ class Slice:
             if self.spec.coordinator is not None:
                 host, port = self.spec.coordinator
                 board = CoordinatorBoard(
-                    host, port, serve=self.spec.writer, wait_s=self.spec.timeout_s
+                    host,
+                    port,
+                    serve=self.spec.writer,
+                    wait_s=self.spec.timeout_s,
+                    dead_after_s=self.spec.dead_after_s,
                 )
             else:
                 assert self.spec.directory is not None
@@ -460,7 +550,9 @@ class Slice:
         if self.spec.workers == 1:
             return
         me = {"host": self.host, "pid": os.getpid()}
-        if not self.board.claim(self.spec.worker_id, me):
+        with signals.interruptible():
+            claimed = self.board.claim(self.spec.worker_id, me)
+        if not claimed:
             raise UsageError(
                 f"{self.board.where} already holds a run with worker {self.spec.worker_id} (a "
                 "finished run, or two workers given the same --worker-id)",
@@ -483,9 +575,27 @@ class Slice:
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=5)
+            # A daemon thread: one request's bound at most, never the run's end delayed.
+            self._thread.join(timeout=1)
         if self._board is not None:
             self._board.close()
+
+    def _look(self) -> None:
+        """Move every worker's heartbeat as seen on this worker's clock."""
+        now = time.monotonic()
+        for worker, value in self.board.beats(self.spec.workers).items():
+            if worker not in self._seen or self._seen[worker].value != value:
+                self._seen[worker] = BeatSeen(value, now)
+
+    def _gone(self, phase: str) -> None:
+        """Raise when the coordinator stopped answering (worker 0 gone)."""
+        gone = self.board.gone()
+        if gone is not None:
+            raise SliceTimeout(
+                f"the slice cannot go on: {phase}: {gone}",
+                fix="read worker 0's output and logs (its --out directory); start a new run "
+                "with a fresh --coordinator port or --slice-dir",
+            )
 
     def join(
         self,
@@ -499,33 +609,37 @@ class Slice:
 
         Raises :class:`SliceWorkerFailed` when a worker reported failure (``ok=False``:
         this one too, once the others know) and :class:`SliceTimeout` naming the missing
-        workers."""
+        workers, or worker 0 when its coordinator stopped answering."""
         me = Arrival(self.spec.worker_id, self.host, os.getpid(), ok, reason, dict(payload or {}))
         if self.spec.workers == 1:
             return {me.worker: me}
-        self.board.put(phase, me)
-        if not ok:
-            return {me.worker: me}  # the others learn it; this worker goes its own way
         started = time.monotonic()
-        beats: dict[int, BeatSeen] = {}
+        with signals.interruptible():
+            self.board.put(phase, me)  # a coordinator gone raises: nothing was posted
+            if not ok:
+                return {me.worker: me}  # the others learn it; this worker goes its own way
+            arrived = self._wait(phase, me, started)
+        self.waited[phase] = round(time.monotonic() - started, 4)
+        return arrived
+
+    def _wait(self, phase: str, me: Arrival, started: float) -> dict[int, Arrival]:
         seen: dict[str, dict[int, Arrival]] = {phase: {me.worker: me}, "aborted": {}}
         while True:
-            now = time.monotonic()
             for section in seen:
-                # None: the coordinator did not answer; what was seen last still holds.
+                # None: the coordinator did not answer this time; ``_gone`` says when that
+                # is final. What was seen before stays seen (arrivals are never withdrawn).
                 if (fresh := self.board.arrivals(section)) is not None:
-                    seen[section] = fresh
+                    seen[section] = {**seen[section], **fresh}
+            self._gone(phase)
             # A worker that gave up anywhere (``abort``) fails every phase it has not reached.
             arrived = {**seen[phase], **seen["aborted"]}
-            for worker, value in self.board.beats(self.spec.workers).items():
-                if worker not in beats or beats[worker].value != value:
-                    beats[worker] = BeatSeen(value, now)
+            self._look()
             verdict = judge_barrier(
                 phase,
                 self.spec.workers,
                 arrived,
-                beats,
-                now=now,
+                self._seen,
+                now=time.monotonic(),
                 started=started,
                 timeout_s=self.spec.timeout_s,
                 dead_after_s=self.spec.dead_after_s,
@@ -547,17 +661,49 @@ class Slice:
             time.sleep(_POLL_S)
 
     def abort(self, reason: str) -> None:
-        """Tell the other workers this one stopped (an error before or between phases)."""
+        """Tell the other workers this one stopped (an error before or between phases):
+        within one heartbeat bound at most, and at once on a second signal."""
         if self.spec.workers > 1:
             me = Arrival(self.spec.worker_id, self.host, os.getpid(), False, reason)
-            with contextlib.suppress(OSError, PipelineError):
-                self.board.put("aborted", me)
+            deadline = time.monotonic() + self.spec.dead_after_s
+            with signals.interruptible(), contextlib.suppress(OSError, PipelineError):
+                if isinstance(self.board, CoordinatorBoard):
+                    self.board.put("aborted", me, deadline)
+                else:
+                    self.board.put("aborted", me)
 
     def finish(self) -> None:
-        """Every worker has the results: the board is done (a directory is marked as a
-        finished run's; the coordinator serves until every worker has what it needs)."""
-        if self.spec.workers > 1:
-            self.board.finish(self.spec.worker_id, self.spec.workers, self.spec.dead_after_s)
+        """The results are recorded: worker 0 says so and serves until every other worker
+        saw it (bounded); every other worker waits for that word, and fails, never passes,
+        when worker 0 stops before it (a slice's verdict is worker 0's record)."""
+        if self.spec.workers == 1:
+            return
+        board = self.board
+        with signals.interruptible():
+            if self.spec.writer:
+                board.finish(WRITER)
+                if isinstance(board, CoordinatorBoard):
+                    board.wait_done(self.spec.workers, self.spec.dead_after_s)
+                return
+            started = time.monotonic()
+            while not board.finished():
+                self._gone("recording the results")
+                self._look()
+                beat = self._seen.get(WRITER)
+                now = time.monotonic()
+                if beat is not None and now - beat.since > self.spec.dead_after_s:
+                    raise SliceTimeout(
+                        "the slice cannot go on: worker 0 stopped before it recorded the "
+                        f"results: no heartbeat for more than {self.spec.dead_after_s:g}s",
+                        fix="read worker 0's output and logs (its --out directory)",
+                    )
+                if now - started > self.spec.timeout_s:
+                    raise SliceTimeout(
+                        f"worker 0 did not record the results within {self.spec.timeout_s:g}s",
+                        fix="read worker 0's output and logs (its --out directory)",
+                    )
+                time.sleep(_POLL_S)
+            board.done(self.spec.worker_id)
 
 
 def _read_arrivals(where: Path) -> dict[int, Arrival]:
