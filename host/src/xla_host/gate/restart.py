@@ -121,7 +121,7 @@ class RestartConfig:
     #: than 0, or a job that found the writer lease held) runs every child read-only.
     cache_role: str = "writer"
     #: A slice's barrier (``xla_host.slice.Slice.join``): every worker starts each phase
-    #: (cold, warm, read-only) together; called with the phase, whether this worker can go
+    #: (cold, each warm run, read-only) together; called with the phase, whether this worker can go
     #: on, why not, and what it tells the others; returns what each worker told, by number.
     join: Join | None = None
 
@@ -582,15 +582,23 @@ def run_restart_check(
                 row.update({"hang_bound_s": round(bound, 1), "hang_rule": rule})
             return row
 
+        # Every phase that starts processes starts on every worker together (on a TPU
+        # slice every host's process must join the multi-host runtime at once): the
+        # "warm" barrier starts warm-1, one barrier each starts the later warm runs.
+        phases = [f"warm-{i + 1}" for i in range(1, config.warm_runs)]
+        phases += ["read-only"] if config.read_only_check else []
         for i in range(config.warm_runs):
+            if i:
+                join(phases.pop(0))
             with log.section(f"{title}: warm run {i + 1}/{config.warm_runs}"):
                 warm.append(loader(f"warm-{i + 1}", env))
             if warm[-1].get("timed_out"):
                 log.info(f"{title}: warm-{i + 1} hung; no further loader is started")
                 break
         hung = any(row.get("timed_out") for row in warm)
-        if config.read_only_check:
-            join("read-only", not hung, "a warm run hung")
+        if phases:
+            # The others wait at the next phase: a hung warm run stops them there.
+            join(phases[0], not hung, "a warm run hung")
         if config.read_only_check and not hung:
             before = snapshot(cache)
             reader_env = runtime_env(
