@@ -169,7 +169,7 @@ def _run(
     role: str,
     member: slices.Slice | None,
 ) -> GateOutcome:
-    checks, runs_dir, timeout_s = config.checks, config.runs_dir, config.child_timeout_s
+    runs_dir, timeout_s = config.runs_dir, config.child_timeout_s
     if config.slice is not None:
         spec = config.slice
         settings["slice"] = {"worker": spec.worker_id, "workers": spec.workers, "role": role}
@@ -182,6 +182,31 @@ def _run(
         write_reports(config.out_dir, None, [], error=error.message, settings=settings)
         raise
     log.info(f"judging {target.label}")
+    try:
+        return _judge(config, settings, scratch, role, member, target)
+    except slices.SliceError as error:
+        # A slice that failed still leaves its reports, with why it could not go on in
+        # them (report.json's error and exit code, junit's error), as any other error.
+        write_reports(
+            config.out_dir,
+            target,
+            [],
+            error=error.message,
+            settings=settings,
+            exit_code=int(error.exit_code),
+        )
+        raise
+
+
+def _judge(
+    config: GateConfig,
+    settings: dict[str, Any],
+    scratch: Path,
+    role: str,
+    member: slices.Slice | None,
+    target: Target,
+) -> GateOutcome:
+    checks, runs_dir, timeout_s = config.checks, config.runs_dir, config.child_timeout_s
     upstream = (
         upstream_tests.prepare(config.upstream_tests, config.upstream_tests_revision)
         if config.upstream_tests is not None
@@ -297,6 +322,10 @@ def _run(
             notes = [] if reasons else [note]
             results.append(CheckResult(SLICE_NAME, not reasons, reasons, notes, figures))
     json_path, junit_path = write_reports(config.out_dir, target, results, settings=settings)
+    if member is not None:
+        # Worker 0 has recorded the slice; the others end only once it says so (a worker
+        # whose worker 0 died before that fails, never passes).
+        member.finish()
     return GateOutcome(target, results, json_path, junit_path, record)
 
 
@@ -334,7 +363,6 @@ def _merge_slice(
         arrivals = {spec.worker_id: me}
     else:
         arrivals = member.join("results", payload=payload)
-        member.finish()
     if not spec.writer:
         log.info(f"slice: worker {spec.worker_id} posted its verdicts; worker 0 records them")
         return None
