@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 
 from xla_host.errors import ExitCode
-from xla_host.slice import DEAD_AFTER_S, WRITER_LEASE, LeaseHolder
+from xla_host.gate.slice import DEAD_AFTER_S
+from xla_host.slice import WRITER_LEASE, LeaseHolder
 
 STAND_IN = textwrap.dedent(
     """

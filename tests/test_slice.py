@@ -1,4 +1,5 @@
-"""A multi-host slice (xla_host.slice): workers, their barrier, the merge, the writer lease.
+"""A multi-host slice (xla_host.gate.slice): workers, their barrier, the merge; the writer
+lease (xla_host.slice).
 
 Two workers are two real processes meeting in a directory, as two hosts on a shared mount
 would; each runs a stand-in phase (no torch_xla: the barrier, the lease and the merge are
@@ -20,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from xla_host import slice as slices
+from xla_host import slice as leases
 from xla_host.errors import ExitCode, UsageError
+from xla_host.gate import slice as slices
 
 # A worker: joins each phase, records when it started it (after the barrier), runs the
 # stand-in phase (the writer writes one cache entry, readers write nothing), posts its
@@ -37,7 +39,7 @@ WORKER = textwrap.dedent(
     from dataclasses import replace
     from pathlib import Path
     from xla_host import signals
-    from xla_host import slice as slices
+    from xla_host.gate import slice as slices
     from xla_host.errors import PipelineError
 
     worker, workers = int(sys.argv[1]), int(sys.argv[2])
@@ -104,7 +106,7 @@ def _start(tmp_path: Path, worker: int, workers: int, **env: str) -> subprocess.
     (tmp_path / "cache").mkdir(exist_ok=True)
     package = tmp_path / "host-package"
     if not package.exists():
-        shutil.copytree(Path(slices.__file__).parent, package / "xla_host")
+        shutil.copytree(Path(leases.__file__).parent, package / "xla_host")
     home = tmp_path / f"home-{worker}"
     home.mkdir(exist_ok=True)
     return subprocess.Popen(
@@ -379,13 +381,13 @@ def test_the_merged_slice_fails_on_another_workers_failed_check() -> None:
 # --- the writer lease ----------------------------------------------------------------------
 
 
-def _holder(host: str, pid: int, heartbeat: float) -> slices.LeaseHolder:
-    return slices.LeaseHolder(host, pid, "job", heartbeat, heartbeat)
+def _holder(host: str, pid: int, heartbeat: float) -> leases.LeaseHolder:
+    return leases.LeaseHolder(host, pid, "job", heartbeat, heartbeat)
 
 
 def test_a_lease_is_stale_when_its_holder_is_gone_here_or_silent_elsewhere() -> None:
-    def stale(holder: slices.LeaseHolder, alive: bool) -> str | None:
-        return slices.lease_stale(
+    def stale(holder: leases.LeaseHolder, alive: bool) -> str | None:
+        return leases.lease_stale(
             holder, this_host="here", pid_alive=lambda _: alive, now=1000.0, stale_after_s=120
         )
 
@@ -396,16 +398,16 @@ def test_a_lease_is_stale_when_its_holder_is_gone_here_or_silent_elsewhere() -> 
 
 
 def test_a_second_claimant_reads_only_and_a_stale_lease_is_taken_over(tmp_path: Path) -> None:
-    first = slices.claim_writer(tmp_path, "job-a")
-    assert first.held and (tmp_path / slices.WRITER_LEASE).exists()
-    second = slices.claim_writer(tmp_path, "job-b")
+    first = leases.claim_writer(tmp_path, "job-a")
+    assert first.held and (tmp_path / leases.WRITER_LEASE).exists()
+    second = leases.claim_writer(tmp_path, "job-b")
     assert not second.held
     assert f"pid {os.getpid()} job job-a" in second.message and "read-only" in second.message
-    assert slices.judged_role(None, second) == "reader"
+    assert leases.judged_role(None, second) == "reader"
     second.release()  # not its lease: left alone
-    assert (tmp_path / slices.WRITER_LEASE).exists()
+    assert (tmp_path / leases.WRITER_LEASE).exists()
     first.release()
-    assert not (tmp_path / slices.WRITER_LEASE).exists()
+    assert not (tmp_path / leases.WRITER_LEASE).exists()
 
     # A holder that died on this host: a process that ran and was reaped.
     gone = subprocess.run(
@@ -414,30 +416,30 @@ def test_a_second_claimant_reads_only_and_a_stale_lease_is_taken_over(tmp_path: 
         text=True,
         check=True,
     )
-    dead = slices.LeaseHolder(socket.gethostname(), int(gone.stdout), "job-old", 1.0, 1.0)
-    (tmp_path / slices.WRITER_LEASE).write_text(json.dumps(dead.__dict__))
-    taken = slices.claim_writer(tmp_path, "job-c")
+    dead = leases.LeaseHolder(socket.gethostname(), int(gone.stdout), "job-old", 1.0, 1.0)
+    (tmp_path / leases.WRITER_LEASE).write_text(json.dumps(dead.__dict__))
+    taken = leases.claim_writer(tmp_path, "job-c")
     assert taken.held and "took over the stale writer lease" in taken.message
     assert f"pid {dead.pid}" in taken.message
-    assert json.loads((tmp_path / slices.WRITER_LEASE).read_text())["job"] == "job-c"
+    assert json.loads((tmp_path / leases.WRITER_LEASE).read_text())["job"] == "job-c"
     taken.refresh()
-    assert json.loads((tmp_path / slices.WRITER_LEASE).read_text())["heartbeat"] > 1.0
+    assert json.loads((tmp_path / leases.WRITER_LEASE).read_text())["heartbeat"] > 1.0
     # Taken over behind its back: its refresh does not write its lease back.
-    other = slices.LeaseHolder("other-host", 1, "job-x", 2.0, 2.0)
-    (tmp_path / slices.WRITER_LEASE).write_text(json.dumps(other.__dict__))
+    other = leases.LeaseHolder("other-host", 1, "job-x", 2.0, 2.0)
+    (tmp_path / leases.WRITER_LEASE).write_text(json.dumps(other.__dict__))
     taken.refresh()
     assert not taken.held
-    assert json.loads((tmp_path / slices.WRITER_LEASE).read_text())["job"] == "job-x"
+    assert json.loads((tmp_path / leases.WRITER_LEASE).read_text())["job"] == "job-x"
     taken.release()
-    assert (tmp_path / slices.WRITER_LEASE).exists()
+    assert (tmp_path / leases.WRITER_LEASE).exists()
 
     # Another host's lease: its heartbeat decides.
-    fresh = slices.LeaseHolder("other-host", 1, "job-far", time.time(), time.time())
-    (tmp_path / slices.WRITER_LEASE).write_text(json.dumps(fresh.__dict__))
-    assert not slices.claim_writer(tmp_path, "job-d").held
-    old = slices.LeaseHolder("other-host", 1, "job-far", 0.0, time.time() - 600)
-    (tmp_path / slices.WRITER_LEASE).write_text(json.dumps(old.__dict__))
-    assert slices.claim_writer(tmp_path, "job-e").held
+    fresh = leases.LeaseHolder("other-host", 1, "job-far", time.time(), time.time())
+    (tmp_path / leases.WRITER_LEASE).write_text(json.dumps(fresh.__dict__))
+    assert not leases.claim_writer(tmp_path, "job-d").held
+    old = leases.LeaseHolder("other-host", 1, "job-far", 0.0, time.time() - 600)
+    (tmp_path / leases.WRITER_LEASE).write_text(json.dumps(old.__dict__))
+    assert leases.claim_writer(tmp_path, "job-e").held
 
 
 def test_a_coordinator_that_never_comes_up_is_named_after_the_slice_timeout() -> None:

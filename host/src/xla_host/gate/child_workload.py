@@ -371,7 +371,7 @@ def mode_probe(args: argparse.Namespace) -> dict[str, Any]:
             from torch_xla._internal import tpu as tpu_internal
 
             result["tpu_version"] = int(tpu_internal.version())
-            # The slice's type (v6e-32): what a receipt's topology is (xla_host.slice).
+            # The slice's type (v6e-32): what a receipt's topology is (xla_host.gate.slice).
             result["accelerator_type"] = str(tpu_internal.get_tpu_env()["ACCELERATOR_TYPE"])
         except Exception:  # informative only: the HBM table falls back to a wide ceiling
             pass

@@ -120,7 +120,7 @@ class RestartConfig:
     #: ``writer`` or ``reader`` of the cache directory: a reader (a slice's worker other
     #: than 0, or a job that found the writer lease held) runs every child read-only.
     cache_role: str = "writer"
-    #: A slice's barrier (``xla_host.slice.Slice.join``): every worker starts each phase
+    #: A slice's barrier (``xla_host.gate.slice.Slice.join``): every worker starts each phase
     #: (cold, each warm run, read-only) together; called with the phase, whether this worker can go
     #: on, why not, and what it tells the others; returns what each worker told, by number.
     join: Join | None = None

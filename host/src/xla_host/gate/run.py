@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from xla_host import log
-from xla_host import slice as slices
+from xla_host import slice as leases
 from xla_host.gate import (
     cachekeys,
     canary,
@@ -28,6 +28,7 @@ from xla_host.gate import (
     under_profile,
     upstream_tests,
 )
+from xla_host.gate import slice as slices
 from xla_host.gate.children import run_in_parallel
 from xla_host.gate.errors import GateEnvironmentError
 from xla_host.gate.report import write_reports
@@ -148,14 +149,14 @@ def _roles(config: GateConfig) -> Iterator[tuple[slices.Slice | None, str]]:
         if cache is not None and (spec is None or spec.writer):
             try:
                 cache.mkdir(parents=True, exist_ok=True)
-                lease = stack.enter_context(slices.writer_lease(cache, f"gate {config.out_dir}"))
+                lease = stack.enter_context(leases.writer_lease(cache, f"gate {config.out_dir}"))
             except OSError as error:
                 raise GateEnvironmentError(
                     f"cache directory {cache} is not writable: {error}",
                     fix="pass a writable --xla-cache-dir (or none: the gate uses its own "
                     "temporary one)",
                 ) from error
-        role = slices.judged_role(spec, lease)
+        role = leases.judged_role(spec, lease)
         member = None
         if spec is not None and spec.workers > 1:
             member = stack.enter_context(slices.running(spec))
