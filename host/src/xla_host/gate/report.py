@@ -21,6 +21,8 @@ _RUN_COLUMNS = (
     ("run", "name", "{}"),
     ("import s", "import_s", "{:.2f}"),
     ("ready s", "ready_s", "{:.2f}"),
+    # How many graphs time-to-ready covers (the warm-up's: two with Adam or AdamW).
+    ("graphs", "ready_graphs", "{}"),
     ("1st step s", "time_to_first_step_s", "{:.2f}"),
     ("steady s", "steady_step_s", "{:.3f}"),
     ("miss", "misses", "{}"),
@@ -70,7 +72,7 @@ def render_text(
                 )
             if "warm_cold_sync_cpu_ratio" in figures:
                 lines.append(
-                    f"  warm/cold CPU of the first sync: {figures['warm_sync_cpu_s']:.2f}s / "
+                    f"  warm/cold CPU of the warm-up's syncs: {figures['warm_sync_cpu_s']:.2f}s / "
                     f"{figures['cold_sync_cpu_s']:.2f}s = "
                     f"{figures['warm_cold_sync_cpu_ratio']:.2f} "
                     f"(limit {figures['max_warm_ratio']:.2f})"
