@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -88,16 +87,13 @@ def _read_arrivals(where: Path) -> dict[int, Arrival]:
 
 
 def _create(path: Path, text: str) -> bool:
-    """Create ``path`` holding ``text`` unless it exists: written to a temporary file first
-    and linked into place (``link`` fails on an existing name: one creator wins, and the
-    name never shows without its content)."""
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    """Create ``path`` holding ``text`` unless it exists (``O_EXCL``: one creator wins).
+    A claim is judged by its name only, so a reader never needs its content whole (the
+    writer lease, whose content is read, is ``xla_host.slice``'s)."""
     try:
-        with os.fdopen(fd, "w") as out:
-            out.write(text)
-        os.link(temporary, path)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
         return False
-    finally:
-        os.unlink(temporary)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
     return True
