@@ -17,7 +17,7 @@ import pytest
 
 from tests.gate_helpers import GateRun
 from xla_host import receipts
-from xla_host.gate import recalibration
+from xla_host.gate import child_workload, recalibration
 from xla_wheels.release import compare, lanes, policy
 
 MIB = 1024**2
@@ -71,6 +71,37 @@ def test_a_restart_is_broken_into_phases_that_add_up_to_its_first_step():
     assert sum(v for k, v in phases.items() if k != "import" and v is not None) == pytest.approx(
         step
     )
+
+
+def _step(graphs: int, compile_s: float, ended: float) -> dict[str, Any]:
+    """One step's row as the training child records it (child_workload.mode_train)."""
+    return {"trace_s": 0.01, "sync_s": 0.02 + compile_s, "sync_cpu_s": 0.01, "execute_s": 0.03,
+            "ended": ended, "ended_cpu": ended / 2, "graphs": graphs, "compiles": graphs,
+            "loads": 0, "compile_s": compile_s, "load_s": None}  # fmt: skip
+
+
+def test_time_to_ready_ends_with_the_last_step_that_brought_a_graph_and_its_parts_add_up():
+    # AdamW: step 1 compiles (1.0 s), step 2 compiles its second graph (0.5 s), step 3
+    # is the steady state. Ready is the end of step 2, and covers both compiles.
+    rows = [_step(1, 1.0, 11.2), _step(1, 0.5, 11.9), _step(0, 0.0, 12.0)]
+    ready = child_workload.ready_figures(rows, 10.0, 1.0)
+    assert (ready["steps"], ready["graphs"], ready["steady_state_step"]) == (2, 2, 3)
+    assert ready["ready_s"] == pytest.approx(1.9)
+    assert ready["compile_s"] == pytest.approx(1.5) and ready["load_s"] is None
+    phases = recalibration.run_breakdown({"import_s": 4.0, "ready": ready})
+    assert sum(v for k, v in phases.items() if k != "import" and v is not None) == pytest.approx(
+        ready["ready_s"]
+    )
+    assert phases["compile"] <= ready["ready_s"] and phases["hash_and_lookup"] > 0
+    # A run whose last step still brought a graph never reached the steady state.
+    assert child_workload.ready_figures(rows[:2], 10.0, 1.0)["steady_state_step"] is None
+
+
+def test_a_breakdown_that_does_not_add_up_shows_it_instead_of_a_clamped_zero():
+    # A compile longer than the sync it belongs to is a measuring error: it must show.
+    report = {"import_s": 4.0, "ready": {"setup_s": 0.1, "trace_s": 0.1, "sync_s": 0.5,
+              "execute_s": 0.1, "compile_s": 0.6, "load_s": None}}  # fmt: skip
+    assert recalibration.run_breakdown(report)["hash_and_lookup"] == pytest.approx(-0.1)
 
 
 def test_a_build_without_the_load_timer_says_so_instead_of_a_zero_floor():

@@ -11,17 +11,21 @@ does across hosts is for a TPU slice (README, "What runs where").
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
 from xla_host.errors import ExitCode
+from xla_host.gate.slice import DEAD_AFTER_S
 from xla_host.slice import WRITER_LEASE, LeaseHolder
 
 STAND_IN = textwrap.dedent(
@@ -42,6 +46,11 @@ STAND_IN = textwrap.dedent(
             time.sleep(0.5)  # a reader's cold run looks after the writer's wrote: a hit
         hit = os.path.exists(entry)
         print(f"read-only={int(read_only)} hit={int(hit)}")
+        if out.endswith("warm-1.json") and os.environ.get("STANDIN_WARM_S"):
+            # A warm run that takes a while: its worker can be killed in the warm phase.
+            with open(os.path.join(os.path.dirname(out), "warm-1.pid"), "w") as f:
+                f.write(str(os.getpid()))
+            time.sleep(float(os.environ["STANDIN_WARM_S"]))
         if not hit and not read_only:
             with open(entry + ".tmp", "w") as f:
                 f.write("compiled")
@@ -72,16 +81,16 @@ def _argv(
     ]  # fmt: skip
 
 
-def _env(tmp_path: Path) -> dict[str, str]:
-    return {**os.environ, "HOME": str(tmp_path / "home")}
+def _env(tmp_path: Path, **more: str) -> dict[str, str]:
+    return {**os.environ, "HOME": str(tmp_path / "home"), **more}
 
 
 def _gate(
-    tmp_path: Path, worker: int, python: Path, meet: tuple[str, ...] = ()
+    tmp_path: Path, worker: int, python: Path, meet: tuple[str, ...] = (), **env: str
 ) -> subprocess.Popen[str]:
     return subprocess.Popen(
         _argv(tmp_path, worker, python, meet=meet), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, env=_env(tmp_path), cwd=tmp_path,
+        text=True, env=_env(tmp_path, **env), cwd=tmp_path,
     )  # fmt: skip
 
 
@@ -146,6 +155,46 @@ def test_a_worker_that_never_comes_is_named_and_the_run_ends_with_exit_8(
     assert "worker 1 (never started) did not arrive within 3s" in alone.stderr
     assert "--slice-timeout" in alone.stderr  # the fix names the knob
     assert not (tmp_path / "cache" / WRITER_LEASE).exists()
+    # The failed slice leaves its reports, the failure and its exit code in them.
+    report = json.loads((tmp_path / "out-0" / "report.json").read_text())
+    assert report["status"] == "error" and report["exit_code"] == ExitCode.TIMED_OUT
+    assert "worker 1 (never started) did not arrive within 3s" in report["error"]
+    junit = (tmp_path / "out-0" / "junit.xml").read_text()
+    assert "<error" in junit and "did not arrive within 3s" in junit
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("board", ["slice-dir", "coordinator"])
+def test_worker_0_killed_in_the_warm_phase_fails_worker_1_naming_it_never_a_pass(
+    tmp_path: Path, stand_in: Path, board: str
+) -> None:
+    meet = ("--coordinator", f"127.0.0.1:{_free_port()}") if board == "coordinator" else ()
+    writer = _gate(tmp_path, 0, stand_in, meet, STANDIN_WARM_S="60")
+    reader = _gate(tmp_path, 1, stand_in, meet)
+    pid_file = tmp_path / "out-0" / "runs" / "restart" / "warm-1.pid"
+    try:
+        deadline = time.monotonic() + 60
+        while not pid_file.exists() and writer.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pid_file.exists(), writer.communicate()
+        writer.send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        out, err = reader.communicate(timeout=120)
+        took = time.monotonic() - killed
+    finally:
+        writer.kill()
+        writer.wait()
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)  # the orphaned warm run
+    # Worker 1's warm-1 was done; it waited at warm-2 for worker 0, which had died.
+    assert reader.returncode == ExitCode.TIMED_OUT, out + err
+    assert "PASS" not in out
+    assert "worker 0 stopped" in err, err
+    assert took < DEAD_AFTER_S + 5, took
+    assert not (tmp_path / "out-1" / "runs" / "restart" / "warm-2.log").exists()
+    report = json.loads((tmp_path / "out-1" / "report.json").read_text())
+    assert report["exit_code"] == ExitCode.TIMED_OUT and "worker 0 stopped" in report["error"]
+    assert "worker 0 stopped" in (tmp_path / "out-1" / "junit.xml").read_text()
 
 
 def test_a_second_job_on_a_leased_cache_directory_runs_read_only_and_names_the_holder(

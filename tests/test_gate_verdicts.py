@@ -181,7 +181,7 @@ def test_a_warm_sync_that_costs_too_much_cpu_fails_naming_the_figures(tmp_path):
     result = judge(tmp_path, cold, warm, reader, config={"max_warm_ratio": 0.5})
     assert not result.passed
     assert result.reasons == [
-        "warm first sync used 0.80s of CPU, 0.80 of the cold run's 1.00s (limit 0.50): "
+        "warm-up syncs used 0.80s of CPU, 0.80 of the cold run's 1.00s (limit 0.50): "
         "the warm start still did most of the work a cache saves"
     ]
 
@@ -192,7 +192,7 @@ def test_a_child_without_the_first_sync_cpu_time_fails_rather_than_skipping_the_
     cold, warm, reader = working_cache(tmp_path)
     del warm[1]["sync_cpu_s"]
     result = judge(tmp_path, cold, warm, reader)
-    assert result.reasons == ["warm-2: no CPU time of the first sync (sync_cpu_s) reported"]
+    assert result.reasons == ["warm-2: no CPU time of the warm-up syncs (sync_cpu_s) reported"]
 
 
 def test_a_warm_restart_slower_than_the_baseline_beyond_tolerance_fails(tmp_path):
@@ -460,3 +460,17 @@ def test_checks_run_one_after_the_other_on_a_tpu_and_against_a_baseline(tmp_path
     assert not _side_by_side_for(args, CPU_TARGET)
     # Without the restart check no wall time is judged: side by side again.
     assert _side_by_side_for(_gate_args(tmp_path, checks=("spmd-restart", "hbm")), CPU_TARGET)
+
+
+def test_a_hung_spmd_loader_on_cpu_names_the_known_xla_cpu_hang_and_the_flag():
+    spmd = restart.spmd_config(restart.RestartConfig())
+    hung = [{"name": "cold-1", "ok": True}, {"name": "warm-1", "ok": False, "timed_out": True}]
+    hint = restart.collective_hang_hint(CPU_TARGET, spmd, hung, "")
+    assert hint is not None and "XLA_FLAGS=--xla_cpu_use_thunk_runtime=false" in hint
+    assert "torch_xla 2.7.0" in hint
+    # Not when it did not hang, not off SPMD, not on TPU, not with the flag already set.
+    assert restart.collective_hang_hint(CPU_TARGET, spmd, hung[:1], "") is None
+    assert restart.collective_hang_hint(CPU_TARGET, restart.RestartConfig(), hung, "") is None
+    assert restart.collective_hang_hint(TPU_TARGET, spmd, hung, "") is None
+    flags = "--xla_cpu_use_thunk_runtime=false"
+    assert restart.collective_hang_hint(CPU_TARGET, spmd, hung, flags) is None

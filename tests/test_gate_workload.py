@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.gate_helpers import run_gate_cli
-from xla_host.gate import child_workload, restart, workload
+from xla_host.gate import child_workload, recalibration, restart, workload
 from xla_host.gate.children import ChildResult, runtime_env
 from xla_host.gate.errors import GateEnvironmentError
 from xla_host.values import BadValue
@@ -59,7 +59,9 @@ class Tiny:
 def build(device, mesh=None):
     torch.manual_seed(0)
     model = mlp(16, 32).to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    # AdamW, as a team's decoder has it: its state is made by the first step, so the
+    # second step is a second graph (time-to-ready must cover both).
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
     x, y = torch.randn(8, 16).to(device), torch.randn(8, 1).to(device)
 
     def step(x, y):
@@ -132,6 +134,43 @@ def hidden_drift(device):
         return model(x[: len(calls)]).sum()  # the same input, another graph every step
 
     return {"model": model, "inputs": x, "step": step, "steps": 4}
+
+
+def _adamw(device, width, **more):
+    # AdamW creates its state (exp_avg, exp_avg_sq) in the first step: the second step is
+    # another graph, the third the first of the steady state. The cases share one process
+    # (and its in-memory graph cache): each has a width of its own, so graphs of its own.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(width, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1)
+    ).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+    x, y = torch.randn(8, width).to(device), torch.randn(8, 1).to(device)
+
+    def step(x, y):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    return {"model": model, "inputs": (x, y), "step": step, "steps": 3, **more}
+
+
+def adamw(device):
+    return _adamw(device, 16)
+
+
+def adamw_one_warmup(device):
+    return _adamw(device, 24, warmup_steps=1)
+
+
+def zero_warmup(device):
+    return _adamw(device, 16, warmup_steps=0)
+
+
+def no_steady_state(device):
+    return _adamw(device, 16, warmup_steps=3)
 """
 
 #: Runs ``child_workload.main`` once per case in one process of the environment under
@@ -163,6 +202,11 @@ def problems(stock_xla_python_27: Path, tmp_path_factory: pytest.TempPathFactory
             "no_module": ["--workload-module", "no_such_team_module:build"],
             "growing_batch": ["--workload-file", f"{broken}:growing_batch"],
             "hidden_drift": ["--workload-file", f"{broken}:hidden_drift"],
+            "adamw_one_warmup": ["--workload-file", f"{broken}:adamw_one_warmup"],
+            "zero_warmup": ["--workload-file", f"{broken}:zero_warmup"],
+            "no_steady_state": ["--workload-file", f"{broken}:no_steady_state"],
+            # Not broken: the AdamW model whose second step compiles, measured.
+            "adamw": ["--workload-file", f"{broken}:adamw"],
         }.items()
     }
     env = runtime_env("CPU")  # the policy every gate child runs under
@@ -178,15 +222,20 @@ def problems(stock_xla_python_27: Path, tmp_path_factory: pytest.TempPathFactory
 @pytest.mark.parametrize(
     ("case", "problem"),
     [
-        ("missing", "broken.py has no factory nope (it defines: a_list, growing_batch, "
-         "hidden_drift, on_the_cpu, raises)"),
+        ("missing", "broken.py has no factory nope (it defines: a_list, adamw, "
+         "adamw_one_warmup, growing_batch, hidden_drift, no_steady_state, on_the_cpu, "
+         "raises, zero_warmup)"),
         ("raises", "its factory raised RuntimeError: no training data on this host"),
         ("a_list", "its factory returned a list without model, inputs, step, steps"),
         ("on_the_cpu", "model has parameters on cpu, not on the XLA device"),
         ("no_module", "module no_such_team_module is not importable in"),
         ("growing_batch", "shapes change between steps: step 2 has {'inputs': [[3, 4]]"),
-        ("hidden_drift", "new graph(s) after 2 warm-up steps (torch_xla's UncachedCompile "
-         "counter moved)"),
+        ("hidden_drift", "new graph(s) after 2 warm-up steps (torch_xla compiled or loaded "
+         "a graph it had not run"),
+        # The workload said one warm-up step; AdamW's second step is a new graph.
+        ("adamw_one_warmup", "step 2 brought 1 new graph(s) after 1 warm-up steps"),
+        ("zero_warmup", "warmup_steps is 0, not an int >= 1"),
+        ("no_steady_state", "steps (3) must exceed warmup_steps (3)"),
     ],
 )  # fmt: skip
 def test_the_child_names_what_makes_a_workload_unjudgeable(
@@ -195,10 +244,31 @@ def test_the_child_names_what_makes_a_workload_unjudgeable(
     doc = problems["docs"][case]
     assert doc["ok"] is False
     if case == "hidden_drift":
-        assert doc["workload_problem"].startswith("step 3 compiled ")
+        assert doc["workload_problem"].startswith("step 3 brought ")
     assert problem in doc["workload_problem"], doc["workload_problem"]
     # The traceback is evidence for the log, printed there (stderr), and in the document.
     assert "Traceback" in doc["traceback"]
+
+
+def test_time_to_ready_covers_both_graphs_of_an_adamw_model_and_its_parts_add_up(
+    problems: dict,
+) -> None:
+    # Stock 2.7.0: AdamW's first step compiles one graph, its second (the optimizer state
+    # now exists) another, its third none. Ready is the end of step 2, not step 1.
+    doc = problems["docs"]["adamw"]
+    assert doc["ok"], doc.get("error")
+    ready = doc["ready"]
+    assert (ready["steps"], ready["graphs"], ready["compiles"]) == (2, 2, 2)
+    assert ready["steady_state_step"] == 3
+    assert ready["ready_s"] == doc["ready_s"] > sum(doc["step_times_s"][:1])
+    phases = recalibration.run_breakdown(doc)
+    # Every part is a part: none negative, none clamped, compile within the syncs.
+    assert all(v is None or v >= 0 for v in phases.values()), phases
+    assert phases["compile"] <= ready["sync_s"] <= ready["ready_s"]
+    total = sum(v or 0.0 for k, v in phases.items() if k != "import")
+    assert abs(total - ready["ready_s"]) < 1e-6, (total, ready["ready_s"])
+    # The steady state is judged on the steps after the warm-up.
+    assert doc["steady_step_s"] == max(doc["step_times_s"][2:])
 
 
 def test_the_traceback_goes_to_the_childs_log(problems: dict) -> None:

@@ -201,7 +201,7 @@ NOT_SETTINGS = {
     "PJRT_DEVICE",
     "TPU_WORKER_ID",
     # The TPU environment's facts about its slice (as torch_xla reads them without the
-    # metadata server), read by xla_host.slice.
+    # metadata server), read by xla_host.gate.slice.
     "TPU_WORKER_HOSTNAMES",
     "TPU_ACCELERATOR_TYPE",
     "XLA_FLAGS",

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from xla_host import receipts
-from xla_host import slice as slices
 from xla_host.errors import PipelineError
+from xla_host.gate import slice as slices
 from xla_wheels.release import compare, lanes, policy, promote
 
 

@@ -166,7 +166,7 @@ def test_the_rows_facts_are_the_codes() -> None:
     # The gate's: the restart check's limits, the devices, the checks, the slice's waits.
     from pathlib import Path
 
-    from xla_host import slice as slices
+    from xla_host.gate import slice as slices
     from xla_host.gate.restart import DEFAULT_BASELINES_DIR, RestartConfig
     from xla_host.gate.run import CHECKS
     from xla_host.gate.target import DEVICES

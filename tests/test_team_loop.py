@@ -230,6 +230,15 @@ def test_two_hosts_from_the_lane_form_one_gate_run_and_the_receipt_goes_home(
     assert cold["misses"] >= 1 and len(cold["loss_hex"]) == 3
     for name in ("warm-1", "warm-2", "read-only"):
         assert runs[name]["hits"] == cold["misses"] and runs[name]["xla_compiles"] == 0
+    # AdamW: two graphs before the steady state, compiled cold and loaded warm, and
+    # time-to-ready covers both; its parts add up, none clamped, none negative.
+    assert check["figures"]["cold_ready_graphs"] == check["figures"]["warm_ready_graphs"] == 2
+    for name, run in runs.items():
+        assert (run["ready_steps"], run["ready_graphs"]) == (2, 2), name
+        parts = {k: v for k, v in run["breakdown"].items() if k != "import" and v is not None}
+        assert all(v >= 0 for v in parts.values()), (name, parts)
+        assert abs(sum(parts.values()) - run["ready_s"]) < 1e-3, (name, parts, run["ready_s"])
+        assert parts.get("compile", 0.0) <= run["ready_s"]
     # Worker 0's receipt: the slice, the team's workload, the document, home in the store.
     (stored,) = _store_receipts(loop)
     read = receipts.read_receipt(stored)
@@ -240,6 +249,8 @@ def test_two_hosts_from_the_lane_form_one_gate_run_and_the_receipt_goes_home(
     assert receipt.workload == WORKLOAD
     assert receipt.workload_sha256 == file_sha256(loop.workload)
     assert receipt.workload_params == {"width": 16, "hidden": 32}
+    kept = next(c for c in json.loads(stored.read_text())["checks"] if c["name"] == "restart")
+    assert {run["name"]: run["ready_graphs"] for run in kept["figures"]["runs"]}["cold-1"] == 2
     assert json.loads(stored.read_text())["workload-sha256"] == receipt.workload_sha256
     assert receipt.bundle == BUNDLE and receipt.wheels_match_lock, receipt.problems
     wheel = cached_stock_wheel("2.7.0", "3.11")

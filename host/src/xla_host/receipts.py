@@ -40,7 +40,7 @@ reviewed in pull requests like any other evidence. Keys (``receipt-version`` 1):
                      {accelerator-type, hosts, chips-per-host, topology, workers: [{worker,
                      host, role, addressable-devices, checks: [{name, passed, reasons}]}]}:
                      what promotion compares receipts by (``topology``) and every worker's
-                     verdicts (xla_host.slice); absent: one host, topology not recorded
+                     verdicts (xla_host.gate.slice); absent: one host, topology not recorded
     digest           "sha256:<hex>" of the canonical JSON of every other key
 
 The digest is a tamper seal, not a signature: anyone can recompute it, so it catches an
@@ -89,6 +89,8 @@ _RUN_KEYS = (
     "xla_compiles",
     "host_peak_rss_bytes",
     "breakdown",
+    "ready_steps",
+    "ready_graphs",
 )
 
 

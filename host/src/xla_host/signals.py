@@ -76,13 +76,32 @@ def end_with_parent(sig: int = signal.SIGTERM) -> None:
         os.kill(os.getpid(), sig)  # call it within handled(): Terminated, as if it had
 
 
+#: How many :func:`interruptible` blocks the main thread is in.
+_INTERRUPTIBLE = [0]
+
+
+@contextmanager
+def interruptible() -> Iterator[None]:
+    """Within the block a second SIGTERM or SIGHUP raises too (:func:`handled`).
+
+    For waits on other hosts (a slice's barrier, telling the others this worker stopped):
+    nothing there needs a grace to end cleanly, and a user who signals twice wants the
+    run gone now, not after a peer's timeout."""
+    _INTERRUPTIBLE[0] += 1
+    try:
+        yield
+    finally:
+        _INTERRUPTIBLE[0] -= 1
+
+
 @contextmanager
 def handled() -> Iterator[None]:
     """Within the block, SIGTERM and SIGHUP raise :class:`Terminated` in the main thread.
 
-    Only the first one raises: a second SIGTERM while the run ends its children and
-    releases its lock must not cut that short (each child still gets a bounded grace,
-    then SIGKILL: ``runner.stop``). Outside the main thread (where Python cannot install
+    Only the first one raises, outside an :func:`interruptible` block: a second SIGTERM
+    while the run ends its children and releases its lock must not cut that short (each
+    child still gets a bounded grace, then SIGKILL: ``runner.stop``). Inside one (a wait
+    on other hosts) every one raises. Outside the main thread (where Python cannot install
     handlers) this does nothing. The previous handlers are restored on leaving.
     """
     if threading.current_thread() is not threading.main_thread():
@@ -91,7 +110,7 @@ def handled() -> Iterator[None]:
     received: list[int] = []
 
     def raise_terminated(signum: int, _frame: FrameType | None) -> None:
-        if received:
+        if received and not _INTERRUPTIBLE[0]:
             return
         received.append(signum)
         raise Terminated(signum)

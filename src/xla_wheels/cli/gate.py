@@ -5,7 +5,7 @@ The gate's run itself (which checks share children, what runs side by side) is
 
 Exit codes of ``gate``: 0 every selected check passed; 1 a check failed (the verdict says
 which and why); 2 the environment cannot be judged (no torch_xla, no such device); 8 a
-worker of a slice did not arrive at a phase (``xla_host.slice``).
+worker of a slice did not arrive at a phase (``xla_host.gate.slice``).
 Without ``--python`` both commands use the cached stock torch_xla 2.9.0 environment
 (built on first use, in the same per-machine cache as the pipeline's), so a newcomer
 sees the persistent-cache defect in one command. Standard library only, like the whole

@@ -237,7 +237,7 @@ def _policy(root: Path, table: Table) -> Policy:
 
 
 def _topologies(table: Table, values: list[str]) -> tuple[str, ...]:
-    """``topologies = ["v6e-8", "v6e-32"]``: as receipts record them (xla_host.slice)."""
+    """``topologies = ["v6e-8", "v6e-32"]``: as receipts record them (xla_host.gate.slice)."""
     for value in values:
         if not re.fullmatch(r"[a-z0-9]+-[0-9]+(x[0-9]+)?", value):
             raise table.fail(

@@ -14,10 +14,10 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from xla_host import slice as slices
 from xla_host.arguments import ValueType, add_setting, add_settings
 from xla_host.errors import UsageError
 from xla_host.gate import keyprobe, under_profile
+from xla_host.gate import slice as slices
 from xla_host.gate import workload as workloads
 from xla_host.gate.errors import GateEnvironmentError
 from xla_host.gate.report import render_text
@@ -60,7 +60,7 @@ GATE_FLAGS = (
     "--keep-cache", "--upstream-tests", "--upstream-tests-revision", "--profile",
     "--receipts", "--sign-key",
 )  # fmt: skip
-#: One gate run across the workers of a multi-host slice (``xla_host.slice``).
+#: One gate run across the workers of a multi-host slice (``xla_host.gate.slice``).
 SLICE_FLAGS = (
     "--worker-id", "--workers", "--slice-dir", "--coordinator", "--slice-timeout",
 )  # fmt: skip

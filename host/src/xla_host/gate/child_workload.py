@@ -176,11 +176,17 @@ def _runtime_devices() -> list[str]:
 
 #: The built-in presets: a file of this directory, loaded like any user's workload file.
 PRESETS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "presets.py")
-#: Steps after which a step may no longer compile a new graph (the first step compiles;
-#: an optimizer that creates its state on the first step makes the second one differ).
+#: Steps after which a step may no longer bring a new graph, unless the workload says
+#: otherwise (``warmup_steps``): the first step compiles; an optimizer that creates its
+#: state on the first step (Adam, AdamW) makes the second one another graph.
 WARMUP_STEPS = 2
 #: The fields of the object a workload factory returns (gate/workload.py).
 REQUIRED_FIELDS = ("model", "inputs", "step", "steps")
+#: Counters whose movement in a sync means the step brought a graph this process had not
+#: run yet: compiled (``UncachedCompile``) or loaded from the persistent cache
+#: (``PersistentCacheHit``; a disk hit counts as ``CachedCompile``, as an in-memory one
+#: does, so ``UncachedCompile`` alone misses a warm run's graphs). Measured on stock 2.7.0.
+NEW_GRAPH_COUNTERS = ("UncachedCompile", "PersistentCacheHit")
 
 
 class WorkloadProblem(Exception):
@@ -295,6 +301,18 @@ def build_workload(args: argparse.Namespace, device: Any, mesh: Any) -> dict[str
         raise WorkloadProblem(f"step is a {type(step).__name__}, not callable")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise WorkloadProblem(f"steps is {steps!r}, not an int >= 1")
+    warmup = _field(made, "warmup_steps")
+    if warmup is None:
+        warmup = WARMUP_STEPS
+    elif isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 1:
+        raise WorkloadProblem(f"warmup_steps is {warmup!r}, not an int >= 1")
+    elif steps <= warmup:
+        # The steady state is a step after the warm-up: a run that never reaches one
+        # cannot show that its graphs stopped changing.
+        raise WorkloadProblem(
+            f"steps ({steps}) must exceed warmup_steps ({warmup}): the steady state is a "
+            "step after the warm-up"
+        )
     params = _field(made, "params")
     if params is None:
         params = {}
@@ -313,6 +331,7 @@ def build_workload(args: argparse.Namespace, device: Any, mesh: Any) -> dict[str
         "make_inputs": make_inputs,
         "step": step,
         "steps": steps,
+        "warmup_steps": warmup,
     }
 
 
@@ -351,7 +370,7 @@ def mode_probe(args: argparse.Namespace) -> dict[str, Any]:
             from torch_xla._internal import tpu as tpu_internal
 
             result["tpu_version"] = int(tpu_internal.version())
-            # The slice's type (v6e-32): what a receipt's topology is (xla_host.slice).
+            # The slice's type (v6e-32): what a receipt's topology is (xla_host.gate.slice).
             result["accelerator_type"] = str(tpu_internal.get_tpu_env()["ACCELERATOR_TYPE"])
         except Exception:  # informative only: the HBM table falls back to a wide ceiling
             pass
@@ -404,24 +423,27 @@ def mode_train(args: argparse.Namespace) -> dict[str, Any]:
     workload = build_workload(args, device, mesh)
     PROGRESS["workload"] = workload["identity"]
     steps = workload["steps"] if args.steps is None else args.steps
+    warmup = workload["warmup_steps"]
     step_times: list[float] = []
     losses: list[float] = []
-    first_step_done: float | None = None
-    first_step_cpu_s = 0.0
-    first_step: dict[str, float] = {}
+    # One row per step: the timestamps that tile it and what its sync compiled or loaded.
+    rows: list[dict[str, Any]] = []
     first_shapes: dict[str, Any] | None = None
     lowering: list[dict[str, Any]] = []
     for index in range(steps):
         # Made before the step's clock starts: a workload's own input pipeline is not what
-        # a persistent cache saves.
+        # a persistent cache saves (in time-to-ready it counts as setup).
         inputs = _step_inputs(workload, index)
-        graphs_before = int(met.counter_value("UncachedCompile") or 0)
+        # Read outside the timed spans; around the whole step too, as a step that reads a
+        # value back mid-step (``.item()``) brings its graph before the sync.
+        step_before = _graph_work(met)
         began = time.perf_counter()
         loss = workload["step"](*inputs)
         if not isinstance(loss, torch.Tensor):
             raise WorkloadProblem(f"step returned a {type(loss).__name__}, not the loss tensor")
-        if args.lowering_cost and index < WARMUP_STEPS:
+        if args.lowering_cost and index < warmup:
             lowering.append(_lowering_cost(index, torch, torch_xla))
+        sync_before = _graph_work(met)
         traced = time.perf_counter()
         traced_cpu = time.process_time()
         # Graph hashing, the cache lookup, compiling or loading the executable, and
@@ -429,6 +451,7 @@ def mode_train(args: argparse.Namespace) -> dict[str, Any]:
         torch_xla.sync()
         synced = time.perf_counter()
         sync_cpu_s = time.process_time() - traced_cpu
+        in_sync = _graph_work_since(sync_before, _graph_work(met))
         if loss.numel() != 1:
             shape = list(loss.shape)
             raise WorkloadProblem(f"step returned a loss of shape {shape}, not one value")
@@ -436,6 +459,24 @@ def mode_train(args: argparse.Namespace) -> dict[str, Any]:
         losses.append(float(loss.item()))
         now = time.perf_counter()
         step_times.append(now - began)
+        work = _graph_work_since(step_before, _graph_work(met))
+        graphs = int(work["graphs"] or 0)
+        rows.append(
+            {
+                "trace_s": traced - began,
+                "sync_s": synced - traced,
+                "sync_cpu_s": sync_cpu_s,
+                "execute_s": now - synced,
+                "ended": now,
+                "ended_cpu": time.process_time(),
+                "graphs": graphs,
+                "compiles": work["compiles"],
+                "loads": work["loads"],
+                # The sync's own: the breakdown splits the sync into them and the rest.
+                "compile_s": in_sync["compile_s"],
+                "load_s": in_sync["load_s"],
+            }
+        )
         shapes = {"inputs": _shapes(inputs), "loss": list(loss.shape)}
         if first_shapes is None:
             first_shapes = shapes
@@ -444,34 +485,29 @@ def mode_train(args: argparse.Namespace) -> dict[str, Any]:
                 f"shapes change between steps: step {index + 1} has {shapes}, step 1 had "
                 f"{first_shapes} (a restart is judged on a fixed set of graphs)"
             )
-        graphs_after = int(met.counter_value("UncachedCompile") or 0)
         if lowering and lowering[-1]["step"] == index + 1:
-            # Only a step whose sync compiled a new graph is one a disk key is taken for.
-            lowering[-1]["new_graph"] = graphs_after > graphs_before
-        if index >= WARMUP_STEPS and graphs_after > graphs_before:
+            # Only a step whose sync brought a new graph is one a disk key is taken for.
+            lowering[-1]["new_graph"] = graphs > 0
+        if index >= warmup and graphs:
             raise WorkloadProblem(
-                f"step {index + 1} compiled {graphs_after - graphs_before} new graph(s) after "
-                f"{WARMUP_STEPS} warm-up steps (torch_xla's UncachedCompile counter moved): "
-                "the step's shapes change between steps, or it feeds a new constant into its "
-                "graph every step"
+                f"step {index + 1} brought {graphs} new graph(s) after {warmup} "
+                "warm-up steps (torch_xla compiled or loaded a graph it had not run: "
+                "UncachedCompile or PersistentCacheHit moved): the step's shapes change "
+                "between steps, or it feeds a new constant into its graph every step; a "
+                "workload that needs more warm-up steps says so (warmup_steps)"
             )
-        if first_step_done is None:
-            first_step_done = now
-            first_step_cpu_s = time.process_time() - ready_cpu_from
-            first_step = {
+        if index == 0:
+            result["first_step"] = {
                 "setup_s": began - ready_from,
                 "trace_s": traced - began,
                 "sync_s": synced - traced,
-                # The part of the restart a cache replaces, in CPU seconds of every thread:
-                # the restart check's timing rule (restart.py says why CPU, why this part).
                 "sync_cpu_s": sync_cpu_s,
                 "execute_s": now - synced,
             }
-    assert first_step_done is not None
+    ready = ready_figures(rows, ready_from, ready_cpu_from)
     if args.lowering_cost:
         result["lowering"] = lowering
     result.update(_metrics())
-    result["first_step"] = first_step
     result.update(_memory(bool(args.spmd)))
     if args.spmd and args.probe_bytes is not None:
         # The HBM check's queries, after the counters were read: they share this run's
@@ -481,22 +517,100 @@ def mode_train(args: argparse.Namespace) -> dict[str, Any]:
             result["hbm"] = {"ok": True, **_hbm_queries(args.probe_bytes)}
         except Exception as error:
             result["hbm"] = {"ok": False, "error": _error_text(error)}
+    steady = step_times[ready["steps"] :] or step_times
     result.update(
         {
             "workload": workload["identity"],
             "steps": steps,
+            "warmup_steps": warmup,
             "shapes": first_shapes,
             "spmd": bool(args.spmd),
-            "ready_s": first_step_done - ready_from,
-            "ready_cpu_s": first_step_cpu_s,
-            "time_to_first_step_s": first_step_done - _START,
+            "ready": ready,
+            "ready_s": ready["ready_s"],
+            "ready_cpu_s": ready["ready_cpu_s"],
+            "time_to_first_step_s": rows[0]["ended"] - _START,
             "step_times_s": step_times,
-            "steady_step_s": statistics.median_high(step_times[1:] or step_times),
+            "steady_step_s": statistics.median_high(steady),
             "losses": losses,
             "loss_hex": [value.hex() for value in losses],
         }
     )
     return result
+
+
+def _graph_work(met: Any) -> dict[str, float | int | None]:
+    """The counters and timers a sync moves when it brings a graph: new graphs, XLA
+    compiles and their time (``CompileTime``), executable loads and their time
+    (``PersistentCacheLoad``; None on a build without the timer, or before its first
+    sample)."""
+    compiled = met.metric_data("CompileTime")
+    loaded = met.metric_data("PersistentCacheLoad")
+    return {
+        "graphs": sum(int(met.counter_value(name) or 0) for name in NEW_GRAPH_COUNTERS),
+        "compiles": int(compiled[0]) if compiled else 0,
+        "compile_s": float(compiled[1]) / 1e9 if compiled else 0.0,
+        "loads": int(loaded[0]) if loaded else 0,
+        "load_s": float(loaded[1]) / 1e9 if loaded else None,
+    }
+
+
+def _graph_work_since(
+    before: dict[str, float | int | None], after: dict[str, float | int | None]
+) -> dict[str, float | int | None]:
+    """What one sync did: the difference of two :func:`_graph_work` readings."""
+    load_s = None
+    if after["load_s"] is not None:
+        load_s = float(after["load_s"]) - float(before["load_s"] or 0.0)
+    return {
+        "graphs": int(after["graphs"] or 0) - int(before["graphs"] or 0),
+        "compiles": int(after["compiles"] or 0) - int(before["compiles"] or 0),
+        "compile_s": float(after["compile_s"] or 0.0) - float(before["compile_s"] or 0.0),
+        "loads": int(after["loads"] or 0) - int(before["loads"] or 0),
+        "load_s": load_s,
+    }
+
+
+def ready_figures(
+    rows: list[dict[str, Any]], ready_from: float, ready_cpu_from: float
+) -> dict[str, Any]:
+    """Time-to-ready and its parts, from the steps' rows: the run is ready at the end of
+    the last step that brought a new graph (the steps after it, the steady state, bring
+    none: the run checked that no step after the warm-up does), so time-to-ready covers
+    every graph the first steps compile or load, not only the first step's.
+
+    The parts tile it: ``setup_s`` is everything outside the steps (building the model,
+    making each step's inputs), and each sync holds its compile and load (their metrics
+    are read around the sync alone), so setup + trace + sync + execute == ready_s and
+    compile + load <= sync, with no clamping."""
+    bringing = [i for i, row in enumerate(rows) if row["graphs"] > 0]
+    # A fresh process brings its first graph at step 1; should a factory have run every
+    # graph already, the first step still ends the warm-up.
+    steps = (bringing[-1] + 1) if bringing else 1
+    warm = rows[:steps]
+    end = warm[-1]
+
+    def total(key: str) -> float:
+        return sum(float(row[key]) for row in warm)
+
+    loads = [row["load_s"] for row in warm if row["load_s"] is not None]
+    ready_s = end["ended"] - ready_from
+    inside = total("trace_s") + total("sync_s") + total("execute_s")
+    return {
+        "steps": steps,
+        "steady_state_step": steps + 1 if steps < len(rows) else None,
+        "graphs": sum(int(row["graphs"]) for row in warm),
+        "compiles": sum(int(row["compiles"]) for row in warm),
+        "loads": sum(int(row["loads"]) for row in warm),
+        "ready_s": ready_s,
+        "ready_cpu_s": end["ended_cpu"] - ready_cpu_from,
+        "setup_s": ready_s - inside,
+        "trace_s": total("trace_s"),
+        "sync_s": total("sync_s"),
+        "sync_cpu_s": total("sync_cpu_s"),
+        "execute_s": total("execute_s"),
+        "compile_s": total("compile_s"),
+        "load_s": sum(loads) if loads else None,
+    }
 
 
 def _lowering_cost(index: int, torch: Any, torch_xla: Any) -> dict[str, Any]:

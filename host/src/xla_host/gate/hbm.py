@@ -2,7 +2,7 @@
 
 Every device this process addresses: on a multi-host slice each worker asks its own
 host's chips (``_xla_get_runtime_devices``), never another host's, which no process but
-that host's can reach; worker 0's receipt merges the workers' verdicts (``xla_host.slice``).
+that host's can reach; worker 0's receipt merges the workers' verdicts (``xla_host.gate.slice``).
 
 Stock torch_xla can only ask the virtual ``SPMD:0`` device, which the runtime rejects.
 Patch 0002 adds ``torch_xla._XLAC._xla_runtime_memory_info(device_str)`` taking a raw

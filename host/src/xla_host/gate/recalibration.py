@@ -14,31 +14,44 @@ Memory, per run and for the check:
   through patch 0002's per-device binding), read after the last step of the cold run.
   XLA:CPU keeps no allocator statistics: the device says "not reported" and why.
 
-The restart broken down (seconds; the first training step of each run):
+The restart broken down (seconds; from the end of the import to the run being ready:
+the end of the last step that brought a new graph, compiled or loaded; the steps after it,
+the steady state, bring none, which the child checks against the workload's
+``warmup_steps``. An optimizer that creates its state on the first step, Adam or AdamW,
+makes the second step a second graph: time-to-ready covers both):
 
 ==================  ==========================================================================
 phase               how it is measured
 ==================  ==========================================================================
-import              timestamps around ``import torch, torch_xla`` in the child
-setup               model built and moved to the device (timestamps)
-trace               forward, backward and optimizer step traced into the lazy graph
-                    (timestamps from the step's start to the sync)
-compile             XLA compilation: the sum of torch_xla's ``CompileTime`` metric
-executable load     reading and deserializing cached executables: the sum of the
-                    ``PersistentCacheLoad`` timer (``runtime/cache.h``; None on builds
-                    without it)
-hash and lookup     the rest of the sync: graph hashing, lowering to HLO (on a miss), the
+import              timestamps around ``import torch, torch_xla`` in the child (not part of
+                    time-to-ready)
+setup               everything outside the warm-up's steps: the model built and moved to the
+                    device, each step's inputs made (``ready_s`` minus the steps' spans)
+trace               forward, backward and optimizer step traced into the lazy graph, summed
+                    over the warm-up steps (timestamps from each step's start to its sync)
+compile             XLA compilation inside the warm-up's syncs: torch_xla's ``CompileTime``
+                    metric read before and after each sync
+executable load     reading and deserializing cached executables inside those syncs: the
+                    ``PersistentCacheLoad`` timer (``runtime/cache.h``), read the same way
+                    (None on builds without it, and where no executable was loaded)
+hash and lookup     the rest of the syncs: graph hashing, lowering to HLO (on a miss), the
                     cache lookup, queueing the execution (sync wall time minus compile and
                     executable load)
-first execution     from the sync's return until the loss is on the host (timestamps)
+first execution     from each warm-up sync's return until its loss is on the host
 ==================  ==========================================================================
 
-The metric sums cover the whole run, not only its first step: the restart workload
-compiles or loads everything in its first step (the restart check requires zero compiles
-on a warm start). The executable-load floor is what a warm restart cannot avoid however
-good its cache: reading the executables (``load_floor_s``). ``above_floor_s`` is how much
-longer the warm time-to-ready is than that floor, so a restart that spends most of its
-time elsewhere (tracing, hashing, execution) shows where.
+The parts add up: setup + trace + compile + executable load + hash and lookup + execute
+is the run's ``ready_s`` (import aside), and no part is clamped: each metric is read
+around the sync that contains it, so compile and load never exceed the sync they are part
+of (a negative hash-and-lookup would be a measuring error and shows as one). ``graphs`` is
+how many graphs the warm-up brought (the receipt keeps it per run). The executable-load
+floor is what a warm restart cannot avoid however good its cache: reading the executables
+(``load_floor_s``). ``above_floor_s`` is how much longer the warm time-to-ready is than
+that floor, so a restart that spends most of its time elsewhere (tracing, hashing,
+execution) shows where.
+
+A report from before the child measured the warm-up (only ``first_step``) is broken down
+from its first step with the run's metric sums, as it was then.
 """
 
 from __future__ import annotations
@@ -52,23 +65,31 @@ NOT_REPORTED = "not reported"
 
 def run_breakdown(report: dict[str, Any]) -> dict[str, float | None]:
     """One child's restart phases (seconds), from ``child_workload.py``'s train report."""
-    first = report.get("first_step") or {}
-    if not first:
-        return {}
-    compile_s = float(report.get("compile_time_s") or 0.0)
-    load = report.get("cache_load_time_s")
-    load_s = float(load) if isinstance(load, int | float) else None
-    rest = float(first["sync_s"]) - compile_s - (load_s or 0.0)
+    ready = report.get("ready") or {}
+    if ready:
+        sync_s = float(ready["sync_s"])
+        compile_s = float(ready["compile_s"])
+        load_s = float(ready["load_s"]) if ready.get("load_s") is not None else None
+        setup_s, trace_s, execute_s = (float(ready[k]) for k in ("setup_s", "trace_s", "execute_s"))
+    else:
+        first = report.get("first_step") or {}
+        if not first:
+            return {}
+        sync_s = float(first["sync_s"])
+        compile_s = float(report.get("compile_time_s") or 0.0)
+        load = report.get("cache_load_time_s")
+        load_s = float(load) if isinstance(load, int | float) else None
+        setup_s, trace_s, execute_s = (float(first[k]) for k in ("setup_s", "trace_s", "execute_s"))
     return {
         "import": float(report.get("import_s", 0.0)),
-        "setup": float(first["setup_s"]),
-        "trace": float(first["trace_s"]),
+        "setup": setup_s,
+        "trace": trace_s,
         "compile": compile_s,
         "executable_load": load_s,
-        # Timer resolution and the metric's sampling can make the difference slightly
-        # negative for a sync that did nothing but compile: that is zero, not a gain.
-        "hash_and_lookup": max(0.0, rest),
-        "execute": float(first["execute_s"]),
+        # Not clamped: the sync holds its compile and load, so a negative rest would be a
+        # measuring error, and it must show as one.
+        "hash_and_lookup": sync_s - compile_s - (load_s or 0.0),
+        "execute": execute_s,
     }
 
 
@@ -115,6 +136,13 @@ def restart_figures(cold: list[dict[str, Any]], warm: list[dict[str, Any]]) -> d
         memory["device_peak_bytes"] = f"{NOT_REPORTED}: {'; '.join(sorted(reasons))}"
     breakdown = {"cold": _median_phases(cold), "warm": _median_phases(warm)}
     figures: dict[str, Any] = {"memory": memory, "breakdown": breakdown}
+    # How many graphs time-to-ready covers (the warm-up's), and in how many steps.
+    for phase, rows in (("cold", cold), ("warm", warm)):
+        graphs = [int(r["ready_graphs"]) for r in rows if r.get("ok") and "ready_graphs" in r]
+        steps = [int(r["ready_steps"]) for r in rows if r.get("ok") and "ready_steps" in r]
+        if graphs:
+            figures[f"{phase}_ready_graphs"] = max(graphs)
+            figures[f"{phase}_ready_steps"] = max(steps)
     warm_ready = [float(row["ready_s"]) for row in warm if row.get("ok") and "ready_s" in row]
     load = breakdown["warm"].get("executable_load")
     if warm_ready:
@@ -150,6 +178,11 @@ def notes(figures: dict[str, Any]) -> list[str]:
         lines.append(
             f"warm time-to-ready {floor['warm_ready_s']:.3f}s, of which executable load "
             f"{floor['load_floor_s']:.3f}s (the floor); {floor['above_floor_s']:.3f}s above it"
+        )
+    if "warm_ready_graphs" in figures:
+        lines.append(
+            f"time-to-ready covers {figures['warm_ready_graphs']} graph(s) in "
+            f"{figures['warm_ready_steps']} warm-up step(s), up to the steady state"
         )
     warm = (figures.get("breakdown") or {}).get("warm") or {}
     if warm:

@@ -21,6 +21,8 @@ _RUN_COLUMNS = (
     ("run", "name", "{}"),
     ("import s", "import_s", "{:.2f}"),
     ("ready s", "ready_s", "{:.2f}"),
+    # How many graphs time-to-ready covers (the warm-up's: two with Adam or AdamW).
+    ("graphs", "ready_graphs", "{}"),
     ("1st step s", "time_to_first_step_s", "{:.2f}"),
     ("steady s", "steady_step_s", "{:.3f}"),
     ("miss", "misses", "{}"),
@@ -70,7 +72,7 @@ def render_text(
                 )
             if "warm_cold_sync_cpu_ratio" in figures:
                 lines.append(
-                    f"  warm/cold CPU of the first sync: {figures['warm_sync_cpu_s']:.2f}s / "
+                    f"  warm/cold CPU of the warm-up's syncs: {figures['warm_sync_cpu_s']:.2f}s / "
                     f"{figures['cold_sync_cpu_s']:.2f}s = "
                     f"{figures['warm_cold_sync_cpu_ratio']:.2f} "
                     f"(limit {figures['max_warm_ratio']:.2f})"
@@ -110,14 +112,18 @@ def write_reports(
     *,
     error: str | None = None,
     settings: dict[str, Any] | None = None,
+    exit_code: int | None = None,
 ) -> tuple[Path, Path]:
+    """``exit_code``: the run's, where an error has its own (a slice that timed out: 8)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     status = (
         "error" if error else ("pass" if results and all(r.passed for r in results) else "fail")
     )
+    if exit_code is None:
+        exit_code = {"pass": 0, "fail": 1, "error": 2}[status]
     payload = {
         "status": status,
-        "exit_code": {"pass": 0, "fail": 1, "error": 2}[status],
+        "exit_code": exit_code,
         "error": error,
         "generated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "target": _target_json(target),

@@ -9,7 +9,8 @@ children's reports and the directory snapshots, so it is tested on its own:
 * every warm run loaded every executable the cold run compiled (hits == cold misses),
   with zero deserialize failures and zero XLA compiles. This is the claim, and it is
   judged by the counters alone: they do not depend on how busy the machine is;
-* the CPU time of the warm run's first sync (``sync_cpu_s``: graph hash, cache lookup,
+* the CPU time of the warm run's warm-up syncs (``sync_cpu_s``, summed over the steps up
+  to the steady state, the first step's alone for a one-graph workload: graph hash, cache lookup,
   and loading the executables where the cold run compiled them; the child's
   ``time.process_time()``, every thread) is at most ``max_warm_ratio`` of the cold run's:
   a sanity bound that a cache which "loads" but still does the work cannot pass, not the
@@ -90,7 +91,7 @@ class RestartConfig:
     steps: int | None = None
     cpu_devices: int | None = None
     warm_runs: int = 2
-    #: The warm first sync's CPU time must be at most this fraction of the cold one's
+    #: The warm-up syncs' CPU time must be at most this fraction of the cold one's
     #: (measured: about 0.02 with full reuse; see the module docstring).
     max_warm_ratio: float = 0.5
     #: Warm may be this much slower than the recorded baseline (machines differ).
@@ -121,8 +122,8 @@ class RestartConfig:
     #: ``writer`` or ``reader`` of the cache directory: a reader (a slice's worker other
     #: than 0, or a job that found the writer lease held) runs every child read-only.
     cache_role: str = "writer"
-    #: A slice's barrier (``xla_host.slice.Slice.join``): every worker starts each phase
-    #: (cold, warm, read-only) together; called with the phase, whether this worker can go
+    #: A slice's barrier (``xla_host.gate.slice.Slice.join``): every worker starts each phase
+    #: (cold, each warm run, read-only) together; called with the phase, whether this worker can go
     #: on, why not, and what it tells the others; returns what each worker told, by number.
     join: Join | None = None
 
@@ -247,10 +248,16 @@ def summarize(result: ChildResult) -> dict[str, Any]:
         row["write_failures"] = _counter(report, "PersistentCacheWriteFailure")
         row["xla_compiles"] = int(report.get("xla_compiles", 0))
         row["counters"] = report["counters"]
-    if report.get("first_step"):
+    if report.get("ready") or report.get("first_step"):
         row["breakdown"] = recalibration.run_breakdown(report)
-        if "sync_cpu_s" in report["first_step"]:
-            row["sync_cpu_s"] = round(float(report["first_step"]["sync_cpu_s"]), 4)
+    # The syncs of the warm-up (every graph the first steps bring), else the first step's
+    # (a child from before the warm-up was measured, or a stand-in).
+    timed = report.get("ready") or report.get("first_step") or {}
+    if "sync_cpu_s" in timed:
+        row["sync_cpu_s"] = round(float(timed["sync_cpu_s"]), 4)
+    if report.get("ready"):
+        row["ready_steps"] = int(report["ready"]["steps"])
+        row["ready_graphs"] = int(report["ready"]["graphs"])
     row.update(recalibration.run_memory(report))
     row["log_evidence"] = _log_evidence(result)
     return row
@@ -379,10 +386,10 @@ def _cpu_time_rule(
     config: RestartConfig,
     figures: dict[str, Any],
 ) -> list[str]:
-    """The timing sanity bound: the warm first sync's median CPU time against cold's."""
+    """The timing sanity bound: the warm-up syncs' median CPU time against cold's."""
     missing = [row["name"] for row in [*cold, *warm] if "sync_cpu_s" not in row]
     if missing:
-        return [f"{', '.join(missing)}: no CPU time of the first sync (sync_cpu_s) reported"]
+        return [f"{', '.join(missing)}: no CPU time of the warm-up syncs (sync_cpu_s) reported"]
     cold_cpu = statistics.median(float(row["sync_cpu_s"]) for row in cold)
     warm_cpu = statistics.median(float(row["sync_cpu_s"]) for row in warm)
     ratio = warm_cpu / cold_cpu if cold_cpu > 0 else float("inf")
@@ -396,7 +403,7 @@ def _cpu_time_rule(
     if ratio <= config.max_warm_ratio:
         return []
     return [
-        f"warm first sync used {warm_cpu:.2f}s of CPU, {ratio:.2f} of the cold run's "
+        f"warm-up syncs used {warm_cpu:.2f}s of CPU, {ratio:.2f} of the cold run's "
         f"{cold_cpu:.2f}s (limit {config.max_warm_ratio:.2f}): the warm start still did most of "
         "the work a cache saves"
     ]
@@ -571,15 +578,23 @@ def run_restart_check(
                 row.update({"hang_bound_s": round(bound, 1), "hang_rule": rule})
             return row
 
+        # Every phase that starts processes starts on every worker together (on a TPU
+        # slice every host's process must join the multi-host runtime at once): the
+        # "warm" barrier starts warm-1, one barrier each starts the later warm runs.
+        phases = [f"warm-{i + 1}" for i in range(1, config.warm_runs)]
+        phases += ["read-only"] if config.read_only_check else []
         for i in range(config.warm_runs):
+            if i:
+                join(phases.pop(0))
             with log.section(f"{title}: warm run {i + 1}/{config.warm_runs}"):
                 warm.append(loader(f"warm-{i + 1}", env))
             if warm[-1].get("timed_out"):
                 log.info(f"{title}: warm-{i + 1} hung; no further loader is started")
                 break
         hung = any(row.get("timed_out") for row in warm)
-        if config.read_only_check:
-            join("read-only", not hung, "a warm run hung")
+        if phases:
+            # The others wait at the next phase: a hung warm run stops them there.
+            join(phases[0], not hung, "a warm run hung")
         if config.read_only_check and not hung:
             before = snapshot(cache)
             reader_env = runtime_env(
@@ -598,11 +613,37 @@ def run_restart_check(
         result.figures["cache_role"] = config.cache_role
     result.figures.update(recalibration.restart_figures(cold, warm))
     result.notes += recalibration.notes(result.figures)
+    hint = collective_hang_hint(target, config, result.runs, env.get("XLA_FLAGS", ""))
+    if hint is not None:
+        result.notes.append(hint)
     result.figures["baseline_file"] = str(path)
     if config.record_baseline:
         _record_baseline(path, target, config, result)
     result.duration_s = time.monotonic() - began
     return result
+
+
+#: The XLA flag that keeps XLA:CPU off the thunk runtime whose loaded executables lose the
+#: order of their collectives (gate/README.md, "The SPMD warm restart").
+THUNK_RUNTIME_OFF = "--xla_cpu_use_thunk_runtime=false"
+
+
+def collective_hang_hint(
+    target: Target, config: RestartConfig, runs: list[dict[str, Any]], xla_flags: str
+) -> str | None:
+    """What to do about a hung SPMD loader on CPU, where the user reads the result: the
+    known XLA:CPU hang of torch_xla 2.7's OpenXLA (collective thunks rebuilt on load each
+    with a resource of their own), and the flag that avoids it. None elsewhere."""
+    hung = any(row.get("timed_out") for row in runs)
+    if not (hung and config.spmd and target.device == "CPU") or THUNK_RUNTIME_OFF in xla_flags:
+        return None
+    return (
+        f"a loader hung under SPMD on CPU: torch_xla {target.torch_xla_version}'s XLA:CPU "
+        "may lose the order of a loaded executable's all-reduces (known on 2.7.x: "
+        "gate/README.md, \"The SPMD warm restart\"); run the gate with "
+        f"XLA_FLAGS={THUNK_RUNTIME_OFF} to judge the cache without it. TPU executables do "
+        "not use XLA:CPU's thunk runtime"
+    )
 
 
 def _record_baseline(

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from xla_host import log
-from xla_host import slice as slices
+from xla_host import slice as leases
 from xla_host.gate import (
     cachekeys,
     canary,
@@ -28,6 +28,7 @@ from xla_host.gate import (
     under_profile,
     upstream_tests,
 )
+from xla_host.gate import slice as slices
 from xla_host.gate.children import run_in_parallel
 from xla_host.gate.errors import GateEnvironmentError
 from xla_host.gate.report import write_reports
@@ -148,14 +149,14 @@ def _roles(config: GateConfig) -> Iterator[tuple[slices.Slice | None, str]]:
         if cache is not None and (spec is None or spec.writer):
             try:
                 cache.mkdir(parents=True, exist_ok=True)
-                lease = stack.enter_context(slices.writer_lease(cache, f"gate {config.out_dir}"))
+                lease = stack.enter_context(leases.writer_lease(cache, f"gate {config.out_dir}"))
             except OSError as error:
                 raise GateEnvironmentError(
                     f"cache directory {cache} is not writable: {error}",
                     fix="pass a writable --xla-cache-dir (or none: the gate uses its own "
                     "temporary one)",
                 ) from error
-        role = slices.judged_role(spec, lease)
+        role = leases.judged_role(spec, lease)
         member = None
         if spec is not None and spec.workers > 1:
             member = stack.enter_context(slices.running(spec))
@@ -169,7 +170,7 @@ def _run(
     role: str,
     member: slices.Slice | None,
 ) -> GateOutcome:
-    checks, runs_dir, timeout_s = config.checks, config.runs_dir, config.child_timeout_s
+    runs_dir, timeout_s = config.runs_dir, config.child_timeout_s
     if config.slice is not None:
         spec = config.slice
         settings["slice"] = {"worker": spec.worker_id, "workers": spec.workers, "role": role}
@@ -182,6 +183,31 @@ def _run(
         write_reports(config.out_dir, None, [], error=error.message, settings=settings)
         raise
     log.info(f"judging {target.label}")
+    try:
+        return _judge(config, settings, scratch, role, member, target)
+    except slices.SliceError as error:
+        # A slice that failed still leaves its reports, with why it could not go on in
+        # them (report.json's error and exit code, junit's error), as any other error.
+        write_reports(
+            config.out_dir,
+            target,
+            [],
+            error=error.message,
+            settings=settings,
+            exit_code=int(error.exit_code),
+        )
+        raise
+
+
+def _judge(
+    config: GateConfig,
+    settings: dict[str, Any],
+    scratch: Path,
+    role: str,
+    member: slices.Slice | None,
+    target: Target,
+) -> GateOutcome:
+    checks, runs_dir, timeout_s = config.checks, config.runs_dir, config.child_timeout_s
     upstream = (
         upstream_tests.prepare(config.upstream_tests, config.upstream_tests_revision)
         if config.upstream_tests is not None
@@ -297,6 +323,10 @@ def _run(
             notes = [] if reasons else [note]
             results.append(CheckResult(SLICE_NAME, not reasons, reasons, notes, figures))
     json_path, junit_path = write_reports(config.out_dir, target, results, settings=settings)
+    if member is not None:
+        # Worker 0 has recorded the slice; the others end only once it says so (a worker
+        # whose worker 0 died before that fails, never passes).
+        member.finish()
     return GateOutcome(target, results, json_path, junit_path, record)
 
 
@@ -334,7 +364,6 @@ def _merge_slice(
         arrivals = {spec.worker_id: me}
     else:
         arrivals = member.join("results", payload=payload)
-        member.finish()
     if not spec.writer:
         log.info(f"slice: worker {spec.worker_id} posted its verdicts; worker 0 records them")
         return None

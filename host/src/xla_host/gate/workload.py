@@ -34,15 +34,23 @@ The factory returns a ``dict``, or any object (a dataclass) with the same attrib
 * ``steps`` (required): an ``int >= 1``, the steps each process runs (the SPMD restart
   check runs at least 8);
 * ``params`` (optional): a dict of JSON values describing the workload, recorded in the
-  receipt with its name and source digest.
+  receipt with its name and source digest;
+* ``warmup_steps`` (optional, default 2): an ``int >= 1``, the steps after which no step
+  brings a new graph (the steady state). The first step always compiles; an optimizer
+  that creates its state on the first step (Adam, AdamW) makes the second one another
+  graph; a schedule that switches on later needs more. Given, ``steps`` must exceed it.
+  Time-to-ready ends with the last step that brought a graph, so it covers every graph
+  the warm-up compiles (or, warm, loads).
 
 A workload that cannot be judged is exit 2 (``GateEnvironmentError``), not a failed
 check: the factory or module is not found, the factory raises, it returns something
 else than the above, or the shapes change between steps (an input's or the loss's shape
-differs from the first step's, or a step after the warm-up compiles a new graph:
-torch_xla's ``UncachedCompile`` counter moves). The probe child calls the factory once
-before any check runs; a shape change shows in the first training run. The error names
-the problem and the child's log, which holds the traceback.
+differs from the first step's, or a step after ``warmup_steps`` brings a new graph:
+torch_xla's ``UncachedCompile`` or ``PersistentCacheHit`` counter moves in it; a disk
+hit counts as ``CachedCompile`` like an in-memory one, so the first alone misses a warm
+run's graphs), or ``warmup_steps`` is not an int >= 1 or not below ``steps``. The probe
+child calls the factory once before any check runs; a shape change shows in the first
+training run. The error names the problem and the child's log, which holds the traceback.
 
 What identifies a workload (receipts, baselines, promotion): its name (the preset's, the
 file's base name with its factory, or ``module:factory``), the sha256 of the source file
