@@ -439,11 +439,12 @@ LANE_LOCK_FILE = ".xla-wheels-lane.lock"
 
 
 @contextlib.contextmanager
-def _locked_directory(directory: Path, doing: str) -> Iterator[None]:
+def _locked_directory(directory: Path, doing: str) -> Iterator[int | None]:
     """An exclusive ``flock`` on ``directory`` itself for the block: nothing is written
     into it (a lane is served as it is). A filesystem that refuses a lock on a directory
     (NFS emulates ``flock`` with POSIX locks, which need a file open for writing) gets a
-    lock file in it instead. A waiter is told what it waits for, then waits."""
+    lock file in it instead. A waiter is told what it waits for, then waits. Yields the
+    locked directory's descriptor (None with a lock file)."""
     descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         try:
@@ -452,11 +453,44 @@ def _locked_directory(directory: Path, doing: str) -> Iterator[None]:
             if error.errno not in (errno.EBADF, errno.ENOLCK, errno.EINVAL, errno.EOPNOTSUPP):
                 raise
             with waiting_lock(directory / LANE_LOCK_FILE, doing):
-                yield
+                yield None
             return
-        yield
+        yield descriptor
     finally:
         os.close(descriptor)  # releases the lock
+
+
+@contextlib.contextmanager
+def _locked_lane(directory: Path, doing: str) -> Iterator[None]:
+    """The lane's directory, locked; made when missing. A run that made it and wrote
+    nothing into it (a refused promotion) removes it again, under its lock, so a refusal
+    leaves no empty lane behind; a waiter that then finds the directory it locked gone
+    (or replaced) from its path locks the one there now."""
+    while True:
+        created = False
+        try:
+            directory.mkdir(parents=True)
+            created = True
+        except FileExistsError:
+            pass
+        with _locked_directory(directory, doing) as descriptor:
+            if descriptor is not None and not _still_at(directory, descriptor):
+                continue
+            try:
+                yield
+            finally:
+                if created:
+                    with contextlib.suppress(OSError):  # not empty: the run wrote its lane
+                        directory.rmdir()
+            return
+
+
+def _still_at(directory: Path, descriptor: int) -> bool:
+    try:
+        here, locked = os.stat(directory), os.fstat(descriptor)
+    except OSError:
+        return False
+    return (here.st_dev, here.st_ino) == (locked.st_dev, locked.st_ino)
 
 
 def _flock(descriptor: int, doing: str) -> None:
@@ -476,8 +510,7 @@ def lane_lock(root: Path, lane: Lane) -> Iterator[str]:
     other (a writer that did not take the lock), instead of losing its entry."""
     with contextlib.ExitStack() as held:
         if lane.path is not None:
-            lane.path.mkdir(parents=True, exist_ok=True)
-            held.enter_context(_locked_directory(lane.path, f"writing lane {lane.name}"))
+            held.enter_context(_locked_lane(lane.path, f"writing lane {lane.name}"))
         held.enter_context(_locked_directory(root, f"writing {LANES_LOCK}"))
         yield read_record(root).head
 
