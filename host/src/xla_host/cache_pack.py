@@ -337,8 +337,17 @@ def write_pack(
             out.flush()
             os.fsync(out.fileno())
         as_if_created(temporary)
-        # A link never replaces: a pack of the same name is the same signed manifest.
-        os.link(temporary, final)
+        try:
+            # A link never replaces an existing pack.
+            os.link(temporary, final)
+        except FileExistsError:
+            # The same name is the same signed manifest (its digest is in the name): the
+            # same pack, unless its entries differ, which is refused, never replaced.
+            if _sha256_of(final) != _sha256_of(temporary):
+                raise PackRefused(
+                    f"{final} exists with other content: a pack is never replaced",
+                    fix="write the pack into another --pack directory",
+                ) from None
     finally:
         temporary.unlink(missing_ok=True)
     return final, full
@@ -451,6 +460,8 @@ def install(
     began = time.monotonic()
     staged: dict[str, Path] = {}
     linked: list[Path] = []
+    # Made by this call (parents too) only once the pack is verified; removed on failure.
+    created = [p for p in (cache, *cache.parents) if not p.exists()]
     try:
         with open_pack(source, timeout_s) as stream:
             try:
@@ -478,6 +489,11 @@ def install(
         # All or nothing: the entries linked by this call go, the ones found there stay.
         for path in linked:
             path.unlink(missing_ok=True)
+        for path in staged.values():
+            path.unlink(missing_ok=True)
+        for directory in created:
+            with contextlib.suppress(OSError):
+                directory.rmdir()  # only when empty: never what someone else put there
         raise
     finally:
         for path in staged.values():
