@@ -117,7 +117,7 @@ def _gate_once_per_run(
                            check=True, capture_output=True)  # fmt: skip
             subprocess.run(["openssl", "pkey", "-in", str(sign_key), "-pubout", "-out",
                             str(directory / "pack-key.pub.pem")], check=True)  # fmt: skip
-            baselines += ["--pack", str(directory / "packs"), "--sign-key", str(sign_key)]
+            baselines += ["--pack", str(directory / "packs"), "--pack-key", str(sign_key)]
         run = run_gate_cli("gate", *args, *baselines, out_dir=directory / "report", env=env)
         run.save(directory / "run.json")
 

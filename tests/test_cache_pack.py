@@ -335,3 +335,13 @@ def test_a_fresh_host_starts_warm_from_the_gates_pack(
     assert first["xla_compiles"] == 0
     assert first["deserialize_failures"] == 0
     assert first["loss_hex"] == cold["loss_hex"]
+
+
+def test_the_gate_refuses_an_unsigned_pack_before_it_runs(tmp_path: Path) -> None:
+    from tests.clirunner import run_cli
+
+    done = run_cli("gate", "--pack", str(tmp_path / "packs"), "--out", str(tmp_path / "out"),
+                   "--python", sys.executable, inherit_env=True)  # fmt: skip
+    assert done.exit_code == 2, done.output
+    assert "--pack needs --pack-key" in done.stderr and "fix:" in done.stderr
+    assert not (tmp_path / "packs").exists() and not (tmp_path / "out" / "runs").exists()
