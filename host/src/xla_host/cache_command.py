@@ -31,7 +31,12 @@ _TRUE = ("1", "true", "yes", "on")
 
 def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     """Define ``cache``'s subcommands on ``parser`` and set their handler."""
-    actions = parser.add_subparsers(dest="cache_action", metavar="ACTION", required=True)
+    actions = parser.add_subparsers(
+        dest="cache_action",
+        metavar="ACTION",
+        required=True,
+        help="fetch: install a signed cache pack (default: none, an action is required)",
+    )
     fetch = actions.add_parser(
         "fetch",
         help=HELP,
