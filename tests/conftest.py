@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,7 @@ def _gate_once_per_run(
     *args: str,
     own_tmpdir: bool = False,
     own_baselines: bool = True,
+    pack: bool = False,
 ) -> GateRun:
     """``gate ARGS`` once per pytest run, shared by the workers: its report in
     ``<dir>/report``; ``own_baselines``: its baselines in ``<dir>/baselines``;
@@ -107,6 +109,15 @@ def _gate_once_per_run(
             (directory / "tmp").mkdir()
             env = {"TMPDIR": str(directory / "tmp")}
         baselines = ["--baselines-dir", str(directory / "baselines")] if own_baselines else []
+        if pack:
+            # A cache pack of the restart check's cold run (tests/test_cache_pack.py), signed
+            # with a key of its own: <dir>/packs/, <dir>/pack-key.pem and its .pub.pem.
+            sign_key = directory / "pack-key.pem"
+            subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519", "-out", str(sign_key)],
+                           check=True, capture_output=True)  # fmt: skip
+            subprocess.run(["openssl", "pkey", "-in", str(sign_key), "-pubout", "-out",
+                            str(directory / "pack-key.pub.pem")], check=True)  # fmt: skip
+            baselines += ["--pack", str(directory / "packs"), "--pack-key", str(sign_key)]
         run = run_gate_cli("gate", *args, *baselines, out_dir=directory / "report", env=env)
         run.save(directory / "run.json")
 
@@ -124,7 +135,7 @@ def gate_27(stock_xla_python_27: Path, tmp_path_factory: pytest.TempPathFactory)
     gate on CPU does."""
     return _gate_once_per_run(
         tmp_path_factory, "gate-stock-2.7.0", "--python", str(stock_xla_python_27),
-        "--warm-runs", "3", "--key-probes", "fast", own_tmpdir=True,
+        "--warm-runs", "3", "--key-probes", "fast", own_tmpdir=True, pack=True,
     )  # fmt: skip
 
 

@@ -204,6 +204,8 @@ NOT_SETTINGS = {
     # metadata server), read by xla_host.gate.slice.
     "TPU_WORKER_HOSTNAMES",
     "TPU_ACCELERATOR_TYPE",
+    # torch_xla's number of CPU devices: a CPU host's topology for `cache fetch`.
+    "CPU_NUM_DEVICES",
     "XLA_FLAGS",
     # libtpu's own flags: the key probe's child reads them as XLA parses them.
     "LIBTPU_INIT_ARGS",

@@ -35,6 +35,7 @@ from pathlib import Path
 from xla_host import (
     __version__,
     bundle_document,
+    cache_pack,
     host_doctor,
     installed,
     log,
@@ -54,6 +55,7 @@ HOST_COMMANDS = {
     "cache) without importing torch_xla",
     "launch-env": "write the bundle's launch profile for a launcher (env.sh, env.json) from "
     "its document",
+    "cache": "cache packs: `cache fetch` installs a signed pack so this host starts warm",
 }
 
 
@@ -95,6 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, help_text in HOST_COMMANDS.items():
+        if name == "cache":  # no bundle document: a pack is verified on its own
+            from xla_host import cache_command
+
+            cache = commands.add_parser(name, help=help_text, description=help_text)
+            cache_command.add_arguments(name, cache)
+            continue
         sub = commands.add_parser(
             name,
             help=help_text,
@@ -338,6 +346,9 @@ def run_gate(args: argparse.Namespace) -> int:
         else "NOT for the document's wheels: it cannot be used to promote"
     )
     print(f"receipt: {path} ({verdict})")
+    pack = cache_pack.pack_gate_run(args.pack, args.pack_key, outcome, path, bundle)
+    if pack is not None:
+        print(f"cache pack: {pack}")
     receipt_store.send_written(upload, path)
     ensure_passed(outcome.results)
     return 0

@@ -101,8 +101,10 @@ def _public_key(pem: str, key: Path) -> bytes:
     return der[len(_ED25519_SPKI_PREFIX) :]
 
 
-def sign(payload: bytes, key: Path) -> bytes:
-    """``payload`` (a rendered receipt) as a signed DSSE envelope, one JSON document."""
+def sign(payload: bytes, key: Path, *, payload_type: str = PAYLOAD_TYPE) -> bytes:
+    """``payload`` (a rendered receipt) as a signed DSSE envelope, one JSON document.
+    ``payload_type``: another document's type (a cache pack's manifest), bound into what
+    is signed so neither can pass for the other."""
     if shutil.which("openssl") is None:
         raise UsageError(
             "signing a receipt needs openssl (3.0 or newer), which is not on PATH",
@@ -118,7 +120,7 @@ def sign(payload: bytes, key: Path) -> bytes:
 
     with tempfile.TemporaryDirectory(prefix="xla-receipt-sign-") as tmp:
         message, signature = Path(tmp) / "pae", Path(tmp) / "sig"
-        message.write_bytes(pae(PAYLOAD_TYPE, payload))
+        message.write_bytes(pae(payload_type, payload))
         public_cmd, sign_cmd = sign_plan(key, message, signature)
         common: dict[str, Any] = {
             "echo": "log",
@@ -131,7 +133,7 @@ def sign(payload: bytes, key: Path) -> bytes:
         sig = signature.read_bytes()
     envelope = {
         "payload": base64.b64encode(payload).decode(),
-        "payloadType": PAYLOAD_TYPE,
+        "payloadType": payload_type,
         "signatures": [{"keyid": ed25519_keyid(public), "sig": base64.b64encode(sig).decode()}],
     }
     return (json.dumps(envelope, indent=2, sort_keys=True) + "\n").encode()

@@ -469,6 +469,11 @@ SETTINGS: tuple[Setting, ...] = (
        metavar="STORE", commands=("gate",)),
     _s("gate", "sign the uploaded receipt (a DSSE envelope) with this ed25519 private key",
        flag="--sign-key", kind="path", metavar="PEM", commands=("gate",)),
+    _s("gate", "after a passing restart check, write a cache pack (the cold run's cache "
+       "entries and a manifest signed with --pack-key) into this directory, for `cache fetch`",
+       flag="--pack", kind="path", metavar="DIR", commands=("gate",)),
+    _s("gate", "sign the cache pack's manifest (a DSSE envelope) with this ed25519 private key",
+       flag="--pack-key", kind="path", metavar="PEM", commands=("gate",)),
     _s("gate", "this worker's number in a multi-host slice; worker 0 alone writes the cache",
        flag="--worker-id", kind="count", low=0, high=4095, example=0, commands=("gate",),
        default_text="TPU_WORKER_ID where the TPU VM sets it, else no slice"),

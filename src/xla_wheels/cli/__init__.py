@@ -68,6 +68,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "helper)",
     ),
     "gate": ("gate", "decide whether a torch_xla build may ship (warm restart, HBM query)"),
+    "cache": (
+        "xla_host.cache_command",
+        "cache packs: `cache fetch` installs a signed pack so a new host starts warm",
+    ),
     "bench-restart": (
         "gate",
         "restart benchmark: cold/warm time to first step, medians and spread",

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from xla_host import log, receipt_store
+from xla_host import cache_pack, log, receipt_store
 from xla_host.arguments import add_settings
 from xla_host.errors import UsageError
 from xla_host.gate import arguments as gate_arguments
@@ -144,6 +144,9 @@ def run_gate(args: argparse.Namespace) -> int:
         profile=gate_profile.record() if gate_profile else None,
         slice_record=outcome.slice_record,
     )
+    pack = cache_pack.pack_gate_run(args.pack, args.pack_key, outcome, written, args.bundle)
+    if pack is not None:
+        print(f"cache pack: {pack}")
     receipt_store.send_written(upload, written)
     ensure_passed(outcome.results)
     return 0

@@ -33,6 +33,8 @@ EXAMPLES: dict[str, str] = {
     "launch-env": "xla-wheels launch-env --bundle v6e-2.11 --profile train --role writer",
     "gate": "xla-wheels gate --device CPU --checks restart,cache-key",
     "bench-restart": "xla-wheels bench-restart --rounds 5",
+    "cache": "xla-wheels cache fetch --pack <pack>.xlapack.tar --into /mnt/xla-cache"
+    " --key lane-key.pub.pem --bundle v6e-2.11",
     "publish": (
         "xla-wheels publish --bundle v6e-2.11 --index-url https://pypi.example/simple/ --dry-run"
     ),

@@ -58,7 +58,7 @@ GATE_FLAGS = (
     "--checks", "--key-probes", "--out", "--warm-runs", "--max-warm-ratio", "--baseline-tolerance",
     "--baselines-dir", "--record-baseline", "--spmd", "--writers", "--xla-cache-dir",
     "--keep-cache", "--upstream-tests", "--upstream-tests-revision", "--profile",
-    "--receipts", "--sign-key",
+    "--receipts", "--sign-key", "--pack", "--pack-key",
 )  # fmt: skip
 #: One gate run across the workers of a multi-host slice (``xla_host.gate.slice``).
 SLICE_FLAGS = (
@@ -72,6 +72,12 @@ def gate_config(
     profile: under_profile.GateProfile | None,
 ) -> GateConfig:
     """The run :func:`xla_host.gate.run.run_gate` makes of the parsed arguments."""
+    if args.pack is not None and (args.pack_key is None or not args.pack_key.is_file()):
+        # Refused before a run of minutes: an unsigned pack is one no host may install.
+        raise UsageError(
+            "--pack needs --pack-key, a file: a cache pack is signed, or no host installs it",
+            fix="pass --pack-key <ed25519 private key PEM> with --pack DIR",
+        )
     return GateConfig(
         python=python,
         device=args.device,
@@ -92,6 +98,7 @@ def gate_config(
         out_dir=args.out,
         profile=profile,
         slice=slice_of(args),
+        pack_dir=args.pack,
         key_probes=tuple(
             keyprobe.select(
                 keyprobe.load_probes(),

@@ -70,6 +70,9 @@ class GateConfig:
     """This worker of a multi-host slice (None: one host, no slice)."""
     key_probes: tuple[keyprobe.Probe, ...] = ()
     """The key-probe check's probes (``--key-probes``; the control always among them)."""
+    pack_dir: Path | None = None
+    """``--pack``: the restart check's cold cache is kept for a cache pack
+    (:attr:`GateOutcome.cold_cache`), which the CLI writes after the receipt."""
 
     @property
     def runs_dir(self) -> Path:
@@ -87,6 +90,9 @@ class GateOutcome:
     junit_path: Path
     slice_record: dict[str, Any] | None = None
     """Worker 0 of a slice: the receipt's record of it (``slices.merge_slice``)."""
+    cold_cache: Path | None = None
+    """With ``pack_dir``: a copy of the restart check's cold cache, in a temporary
+    directory the caller removes (``xla_host.cache_pack.pack_gate_run``)."""
 
 
 def side_by_side(config: GateConfig, target: Target) -> bool:
@@ -119,18 +125,28 @@ def run_gate(config: GateConfig) -> GateOutcome:
     if config.profile is not None:
         settings["launch_profile"] = config.profile.record()
     scratch = Path(tempfile.mkdtemp(prefix="xla-gate-"))
+    # Outside the scratch directory, which goes when the run ends: the pack is written
+    # after the receipt, whose digest its manifest names.
+    pack_keep = Path(tempfile.mkdtemp(prefix="xla-gate-pack-")) if config.pack_dir else None
     try:
         with under_profile.children_launched_under(config.profile), _roles(config) as roles:
             member, role = roles
             if member is None:
-                return _run(config, settings, scratch, role, None)
-            try:
-                return _run(config, settings, scratch, role, member)
-            except BaseException as error:
-                # The other workers wait for this one at the next phase: tell them.
-                member.abort(getattr(error, "message", None) or type(error).__name__)
-                raise
+                outcome = _run(config, settings, scratch, role, None, pack_keep)
+            else:
+                try:
+                    outcome = _run(config, settings, scratch, role, member, pack_keep)
+                except BaseException as error:
+                    # The other workers wait for this one at the next phase: tell them.
+                    member.abort(getattr(error, "message", None) or type(error).__name__)
+                    raise
+        if pack_keep is not None and (pack_keep / "cache").is_dir():
+            outcome = replace(outcome, cold_cache=pack_keep / "cache")
+            pack_keep = None  # the caller's now
+        return outcome
     finally:
+        if pack_keep is not None:
+            shutil.rmtree(pack_keep, ignore_errors=True)
         if config.keep_cache:
             log.info(f"kept the gate's scratch directory {scratch}")
         else:
@@ -169,6 +185,7 @@ def _run(
     scratch: Path,
     role: str,
     member: slices.Slice | None,
+    pack_keep: Path | None = None,
 ) -> GateOutcome:
     runs_dir, timeout_s = config.runs_dir, config.child_timeout_s
     if config.slice is not None:
@@ -243,11 +260,16 @@ def _judge(
             restart_config = restart.spmd_config(restart_config)
             if share_spmd_cold:
                 restart_config = replace(restart_config, hbm_probe_bytes=hbm.PROBE_BYTES)
-        elif share_cold:
+        elif share_cold or (pack_keep is not None and role == "writer"):
             restart_config = replace(restart_config, keep_cold_cache=kept)
         check_scratch = scratch / check
         check_scratch.mkdir()
-        return restart.run_restart_check(target, restart_config, runs_dir, check_scratch)
+        result = restart.run_restart_check(target, restart_config, runs_dir, check_scratch)
+        if check == "restart" and pack_keep is not None and result.passed and kept.is_dir():
+            # Copied before the cache checks run on ``kept``: the pack holds the cold
+            # run's entries only.
+            shutil.copytree(kept, pack_keep / "cache")
+        return result
 
     def cache_key_checks(shared: cachekeys.SharedRuns | None) -> list[CheckResult]:
         return cachekeys.run_cache_checks(

@@ -1,0 +1,681 @@
+"""Cache packs: the entries a gate's cold run wrote, signed, so a new host starts warm.
+
+A pack is one uncompressed tar file (``<bundle>__<workload>__<topology>__<id>.xlapack.tar``):
+
+- its first member, ``manifest.dsse.json``, is a DSSE envelope signed like a receipt
+  (:mod:`xla_host.receipt_signing`, openssl ed25519) whose payload type is
+  :data:`PAYLOAD_TYPE` (so a signed receipt can never pass for a pack, nor the reverse).
+  Its payload, the manifest, names the bundle, the workload (name, source sha256, params),
+  the topology, the device, the torch / torch_xla / libtpu versions, the cache format, the
+  digest of the receipt of the gate run that proved the warm restart, and each entry's
+  file name, size and sha256;
+- then ``entries/<file name>`` for each entry, in the manifest's order.
+
+The manifest comes first so a reader checks the signature and the host before it reads a
+byte of an entry: a pack is read as a stream (a local file or a URL), never unpacked with
+``tarfile``'s extractors, and only regular members with the manifest's names and sizes are
+taken. Installing (:func:`install`) is all or nothing: each entry is streamed into a
+temporary file in the cache directory while its sha256 is computed; only when every entry
+matches its manifest row, and no existing entry of the same name differs, are they linked
+into place (a link never replaces a file). On any failure the temporary files and the
+links made so far are removed: the directory is as it was.
+
+A pack is written by rename and linked into place, never replaced (:func:`write_pack`).
+Standard library only: this runs on a TPU host.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import hashlib
+import json
+import os
+import re
+import secrets
+import shutil
+import stat
+import tarfile
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from xla_host import log, receipt_signing, runner
+from xla_host.errors import ExitCode, PipelineError, UsageError
+from xla_host.filemode import as_if_created
+from xla_host.receipts import read_receipt
+from xla_host.slice import WRITER_LEASE
+from xla_host.slice import topology as slice_topology_of
+
+if TYPE_CHECKING:
+    from xla_host.gate.run import GateOutcome
+
+PAYLOAD_TYPE = "application/vnd.xla-wheels.cache-pack+json"
+PACK_VERSION = 1
+#: What the entries are: torch_xla's PersistentCache, one file per key named by the key's
+#: hash, holding a serialized executable. A loader of another format must not take them.
+CACHE_FORMAT = "torch_xla-persistent-cache/1"
+MANIFEST_MEMBER = "manifest.dsse.json"
+ENTRY_PREFIX = "entries/"
+SUFFIX = ".xlapack.tar"
+MAX_MANIFEST_BYTES = 16 * 1024**2
+FETCH_TIMEOUT_S = 60.0
+VERIFY_TIMEOUT_S = 60.0
+#: A cache entry's file name as torch_xla writes it (a hash); never a path, never hidden.
+_ENTRY_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,254}")
+_SAFE = re.compile(r"[^A-Za-z0-9._+-]")
+_KEY_FIX = (
+    "pass the lane's public key: `openssl pkey -in <private.pem> -pubout -out key.pub.pem`, "
+    "then --key key.pub.pem"
+)
+
+
+class PackRefused(PipelineError):
+    """A pack failed verification (signature, an entry's sha256) or is not for this host,
+    or an existing entry differs: nothing was installed (exit 1)."""
+
+
+class PackFormatError(UsageError):
+    """The file is not a cache pack this version reads (exit 2)."""
+
+
+class PackTimedOut(PipelineError):
+    """The pack's URL did not answer in time (exit 8)."""
+
+    exit_code = ExitCode.TIMED_OUT
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    size: int
+    sha256: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "size": self.size, "sha256": self.sha256}
+
+
+@dataclass(frozen=True)
+class Manifest:
+    bundle: str | None
+    workload: Mapping[str, Any]
+    topology: str
+    device: str
+    torch_version: str
+    torch_xla_version: str
+    libtpu_version: str | None
+    receipt_digest: str | None
+    entries: tuple[Entry, ...]
+    created: str = ""
+    cache_format: str = CACHE_FORMAT
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pack-version": PACK_VERSION,
+            "bundle": self.bundle,
+            "workload": dict(self.workload),
+            "topology": self.topology,
+            "device": self.device,
+            "torch": self.torch_version,
+            "torch-xla": self.torch_xla_version,
+            "libtpu": self.libtpu_version,
+            "cache-format": self.cache_format,
+            "receipt-digest": self.receipt_digest,
+            "created": self.created,
+            "entries": [e.to_json() for e in self.entries],
+        }
+
+    @property
+    def size(self) -> int:
+        return sum(e.size for e in self.entries)
+
+
+def _format_error(source: str, problem: str) -> PackFormatError:
+    return PackFormatError(
+        f"{source} is not a cache pack: {problem}",
+        fix="pass a pack the gate wrote (`xla-wheels gate ... --pack DIR --sign-key PEM`)",
+    )
+
+
+def parse_manifest(payload: bytes, source: str) -> Manifest:
+    """The manifest of a verified payload; a malformed one is a :class:`PackFormatError`."""
+    try:
+        data = json.loads(payload)
+    except (UnicodeDecodeError, ValueError):
+        raise _format_error(source, "its manifest is not JSON") from None
+    if not isinstance(data, dict) or data.get("pack-version") != PACK_VERSION:
+        version = data.get("pack-version") if isinstance(data, dict) else None
+        raise _format_error(source, f"pack-version {version!r}, this reader knows {PACK_VERSION}")
+    try:
+        entries = tuple(
+            Entry(str(row["name"]), int(row["size"]), str(row["sha256"])) for row in data["entries"]
+        )
+        manifest = Manifest(
+            bundle=data["bundle"],
+            workload=dict(data["workload"]),
+            topology=str(data["topology"]),
+            device=str(data["device"]),
+            torch_version=str(data["torch"]),
+            torch_xla_version=str(data["torch-xla"]),
+            libtpu_version=data["libtpu"],
+            receipt_digest=data["receipt-digest"],
+            entries=entries,
+            created=str(data.get("created", "")),
+            cache_format=str(data["cache-format"]),
+        )
+    except (KeyError, TypeError, ValueError) as error:
+        raise _format_error(source, f"its manifest lacks or mistypes {error}") from None
+    names = [e.name for e in entries]
+    bad = [n for n in names if not _ENTRY_NAME.fullmatch(n) or n == WRITER_LEASE]
+    if bad or len(set(names)) != len(names) or any(e.size < 0 for e in entries):
+        raise _format_error(source, f"its manifest names bad or repeated entries {bad[:3]}")
+    return manifest
+
+
+# --- signing and verifying ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PublicKey:
+    path: Path
+    raw: bytes
+
+    @property
+    def keyid(self) -> str:
+        return receipt_signing.ed25519_keyid(self.raw)
+
+
+def read_public_key(path: Path) -> PublicKey:
+    """An ed25519 public key in PEM (``openssl pkey -pubout``), checked where it is read."""
+    try:
+        info = os.stat(path)
+    except OSError as error:
+        raise UsageError(f"the key {path} cannot be read: {error.strerror}", fix=_KEY_FIX) from None
+    if not stat.S_ISREG(info.st_mode) or info.st_size > 64 * 1024:
+        raise UsageError(f"the key {path} is not a regular PEM file", fix=_KEY_FIX)
+    text = path.read_text(errors="replace")
+    if "PRIVATE KEY" in text:
+        # A private key here would mean the host holds what signs packs: refuse, name none of it.
+        raise UsageError(
+            f"the key {path} is a private key; a host verifies with the public half only",
+            fix=_KEY_FIX,
+        )
+    body = "".join(line for line in text.splitlines() if line and not line.startswith("-----"))
+    try:
+        der = base64.b64decode(body, validate=True)
+    except (binascii.Error, ValueError):
+        der = b""
+    prefix = receipt_signing._ED25519_SPKI_PREFIX
+    if not der.startswith(prefix) or len(der) != len(prefix) + 32:
+        raise UsageError(f"the key {path} is not an ed25519 public key in PEM", fix=_KEY_FIX)
+    return PublicKey(path, der[len(prefix) :])
+
+
+def verify_envelope(raw: bytes, keys: Sequence[PublicKey], source: str) -> bytes:
+    """The payload of a pack's envelope once a signature by one of ``keys`` verifies
+    (openssl ``pkeyutl -verify``); else :class:`PackRefused`."""
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, ValueError):
+        raise _format_error(source, "its manifest envelope is not JSON") from None
+    if not receipt_signing.is_envelope(data):
+        raise _format_error(source, "its manifest is not a DSSE envelope")
+    if data.get("payloadType") != PAYLOAD_TYPE:
+        raise _format_error(source, f"an envelope of {data.get('payloadType')!r}, not a pack's")
+    try:
+        payload = base64.b64decode(str(data.get("payload", "")), validate=True)
+        signatures = [
+            (str(s["keyid"]), base64.b64decode(str(s["sig"]), validate=True))
+            for s in data["signatures"]
+        ]
+    except (binascii.Error, ValueError, KeyError, TypeError):
+        raise PackRefused(
+            f"{source}: the manifest's envelope is damaged (payload or signature not base64)",
+            fix="fetch the pack again from the lane; never install a damaged one",
+        ) from None
+    by_id = {key.keyid: key for key in keys}
+    matching = [(by_id[keyid], sig) for keyid, sig in signatures if keyid in by_id]
+    if not matching:
+        ids = ", ".join(keyid[:16] for keyid, _ in signatures) or "none"
+        raise PackRefused(
+            f"{source} is signed by key id(s) {ids}, none of them a key given with --key",
+            fix="pass the lane's public key with --key; a pack signed by another key is "
+            "not installed",
+        )
+    if shutil.which("openssl") is None:
+        raise UsageError(
+            "verifying a pack needs openssl (3.0 or newer), which is not on PATH",
+            fix="install openssl (Debian: apt-get install openssl)",
+        )
+    message = receipt_signing.pae(PAYLOAD_TYPE, payload)
+    with tempfile.TemporaryDirectory(prefix="xla-pack-verify-") as tmp:
+        (Path(tmp) / "pae").write_bytes(message)
+        for key, sig in matching:
+            (Path(tmp) / "sig").write_bytes(sig)
+            result = runner.run(
+                ["openssl", "pkeyutl", "-verify", "-pubin", "-inkey", str(key.path), "-rawin",
+                 "-in", str(Path(tmp) / "pae"), "-sigfile", str(Path(tmp) / "sig")],
+                echo="log", timeout=VERIFY_TIMEOUT_S, check=False, step="openssl",
+            )  # fmt: skip
+            if result.returncode == 0:
+                return payload
+    raise PackRefused(
+        f"{source}: the manifest's signature does not verify with {matching[0][0].path}: the "
+        "manifest was changed after it was signed, or signed by another key under this key id",
+        fix="fetch the pack again from the lane; never install a pack whose signature fails",
+    )
+
+
+# --- writing ------------------------------------------------------------------------------
+
+
+def entries_of(cache: Path) -> list[tuple[Entry, Path]]:
+    """Every cache entry of ``cache`` (regular files with an entry's name, the writer
+    lease and temporary files left out), sorted by name."""
+    found = []
+    for path in sorted(cache.iterdir()):
+        if path.name == WRITER_LEASE or not _ENTRY_NAME.fullmatch(path.name):
+            continue
+        if not stat.S_ISREG(path.lstat().st_mode):
+            continue
+        with path.open("rb") as handle:
+            digest = hashlib.file_digest(handle, "sha256").hexdigest()
+        found.append((Entry(path.name, path.stat().st_size, digest), path))
+    return found
+
+
+def pack_name(manifest: Manifest, envelope: bytes) -> str:
+    parts = [
+        manifest.bundle or "no-bundle",
+        str(manifest.workload.get("name", "workload")),
+        manifest.topology,
+        hashlib.sha256(envelope).hexdigest()[:16],
+    ]
+    return "__".join(_SAFE.sub("_", p) for p in parts) + SUFFIX
+
+
+def _tar_info(name: str, size: int) -> tarfile.TarInfo:
+    # Fixed owner, mode and time: the pack's bytes depend on its content only.
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.mtime = size, 0o644, 0
+    return info
+
+
+def write_pack(
+    directory: Path, cache: Path, sign_key: Path, manifest: Manifest
+) -> tuple[Path, Manifest]:
+    """Pack ``cache``'s entries into ``directory`` with ``manifest`` (its entries filled in
+    here) signed with ``sign_key``; written beside its place, then linked: never replaces."""
+    entries = entries_of(cache)
+    if not entries:
+        raise PackRefused(
+            f"the cold run left no cache entry in {cache}: nothing to pack",
+            fix="run the gate's restart check on a build whose persistent cache writes",
+        )
+    created = manifest.created or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    full = Manifest(**{**manifest.__dict__, "entries": tuple(e for e, _ in entries),
+                       "created": created})  # fmt: skip
+    payload = (json.dumps(full.to_json(), indent=2, sort_keys=True) + "\n").encode()
+    envelope = receipt_signing.sign(payload, sign_key, payload_type=PAYLOAD_TYPE)
+    directory.mkdir(parents=True, exist_ok=True)
+    final = directory / pack_name(full, envelope)
+    handle, temporary_name = tempfile.mkstemp(dir=directory, prefix=".xlapack.")
+    temporary = Path(temporary_name)
+    try:
+        with os.fdopen(handle, "wb") as out:
+            with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+                tar.addfile(_tar_info(MANIFEST_MEMBER, len(envelope)), _bytes_reader(envelope))
+                for entry, path in entries:
+                    with path.open("rb") as data:
+                        tar.addfile(_tar_info(ENTRY_PREFIX + entry.name, entry.size), data)
+            out.flush()
+            os.fsync(out.fileno())
+        as_if_created(temporary)
+        try:
+            # A link never replaces an existing pack.
+            os.link(temporary, final)
+        except FileExistsError:
+            # The same name is the same signed manifest (its digest is in the name): the
+            # same pack, unless its entries differ, which is refused, never replaced.
+            if _sha256_of(final) != _sha256_of(temporary):
+                raise PackRefused(
+                    f"{final} exists with other content: a pack is never replaced",
+                    fix="write the pack into another --pack directory",
+                ) from None
+    finally:
+        temporary.unlink(missing_ok=True)
+    return final, full
+
+
+def _bytes_reader(data: bytes) -> IO[bytes]:
+    import io
+
+    return io.BytesIO(data)
+
+
+# --- reading and installing ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What a pack must match on this host."""
+
+    bundle: str | None
+    device: str
+    topology: str
+    torch_xla_version: str | None
+    libtpu_version: str | None
+
+
+def differences(manifest: Manifest, host: HostFacts) -> list[str]:
+    """What differs between the pack and this host, in words; empty: it fits."""
+    rows = [
+        ("bundle", manifest.bundle, host.bundle),
+        ("device", manifest.device, host.device),
+        ("topology", manifest.topology, host.topology),
+        ("torch_xla version", manifest.torch_xla_version, host.torch_xla_version),
+        ("libtpu version (platform)", manifest.libtpu_version, host.libtpu_version),
+    ]
+    return [
+        f"{what}: the pack's is {theirs or 'none'}, this host's is {ours or 'none'}"
+        for what, theirs, ours in rows
+        if theirs != ours
+    ]
+
+
+@dataclass
+class Installed:
+    manifest: Manifest
+    installed: list[str] = field(default_factory=list)
+    present: list[str] = field(default_factory=list)
+    """Entries already in the cache directory with the same content (left as they were)."""
+    bytes_read: int = 0
+    seconds: float = 0.0
+
+
+@contextlib.contextmanager
+def open_pack(source: str, timeout_s: float = FETCH_TIMEOUT_S) -> Iterator[IO[bytes]]:
+    """The pack's bytes as a stream: a URL (http, https, file) or a regular file, its type
+    checked where it is opened (a FIFO or device is refused, never read)."""
+    if re.match(r"[a-z]+://", source):
+        try:
+            with urllib.request.urlopen(source, timeout=timeout_s) as response:
+                yield response
+        except TimeoutError:
+            raise PackTimedOut(
+                f"{source}: no answer within {timeout_s:g} s",
+                fix="check the pack's address and the network, then run the command again",
+            ) from None
+        except urllib.error.HTTPError as error:
+            raise PackRefused(
+                f"{source}: the server answered {error.code} {error.reason}",
+                fix="check the pack's URL (the lane's packs/ listing names it)",
+            ) from None
+        except urllib.error.URLError as error:
+            if isinstance(error.reason, TimeoutError):
+                raise PackTimedOut(
+                    f"{source}: no answer within {timeout_s:g} s",
+                    fix="check the pack's address and the network, then run the command again",
+                ) from None
+            raise PackRefused(
+                f"{source}: cannot read it ({error.reason})",
+                fix="check the pack's URL and the network",
+            ) from None
+        return
+    path = Path(source)
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError as error:
+        what = "is a symbolic link" if error.errno == 40 else f"cannot be read: {error.strerror}"
+        raise UsageError(
+            f"the pack {path} {what}", fix="pass the pack file itself (or its URL) to --pack"
+        ) from None
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        raise UsageError(
+            f"the pack {path} is not a regular file", fix="pass the pack file itself to --pack"
+        )
+    os.set_blocking(descriptor, True)
+    with os.fdopen(descriptor, "rb") as handle:
+        yield handle
+
+
+def install(
+    source: str,
+    cache: Path,
+    keys: Sequence[PublicKey],
+    host: HostFacts,
+    *,
+    timeout_s: float = FETCH_TIMEOUT_S,
+) -> Installed:
+    """Verify the pack at ``source`` and install its entries into ``cache``, all or none
+    (module doc). Raises before anything is written when the signature fails or the pack
+    is not for ``host``; names the entry whose content differs from its manifest row."""
+    began = time.monotonic()
+    staged: dict[str, Path] = {}
+    linked: list[Path] = []
+    # Made by this call (parents too) only once the pack is verified; removed on failure.
+    created = [p for p in (cache, *cache.parents) if not p.exists()]
+    try:
+        with open_pack(source, timeout_s) as stream:
+            try:
+                # Closed by `with tar:` below; opened apart so a non-tar is named as such.
+                tar = tarfile.open(fileobj=stream, mode="r|")  # noqa: SIM115
+            except tarfile.TarError:
+                raise _format_error(source, "not a tar file") from None
+            with tar:
+                result = _install_stream(source, tar, cache, keys, host, staged)
+        names = [e.name for e in result.manifest.entries]
+        for name in names:
+            if name in result.present:
+                continue
+            try:
+                os.link(staged[name], cache / name)
+            except FileExistsError:
+                # Written by another process since the check: the same content is fine.
+                if _sha256_of(cache / name) != _entry(result.manifest, name).sha256:
+                    raise _differs(name, cache) from None
+                result.present.append(name)
+                continue
+            linked.append(cache / name)
+            result.installed.append(name)
+    except BaseException:
+        # All or nothing: the entries linked by this call go, the ones found there stay.
+        for path in linked:
+            path.unlink(missing_ok=True)
+        for path in staged.values():
+            path.unlink(missing_ok=True)
+        for directory in created:
+            with contextlib.suppress(OSError):
+                directory.rmdir()  # only when empty: never what someone else put there
+        raise
+    finally:
+        for path in staged.values():
+            path.unlink(missing_ok=True)
+    result.seconds = time.monotonic() - began
+    return result
+
+
+def _entry(manifest: Manifest, name: str) -> Entry:
+    return next(e for e in manifest.entries if e.name == name)
+
+
+def _sha256_of(path: Path) -> str:
+    with path.open("rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def _differs(name: str, cache: Path) -> PackRefused:
+    return PackRefused(
+        f"the cache directory {cache} already holds an entry {name} with other content than "
+        "the pack's: an entry is never replaced, so nothing was installed",
+        fix="install into an empty cache directory (--into), or find out who wrote that entry "
+        "(a different build writing the same key is what the gate's cache checks look for)",
+    )
+
+
+def _install_stream(
+    source: str,
+    tar: tarfile.TarFile,
+    cache: Path,
+    keys: Sequence[PublicKey],
+    host: HostFacts,
+    staged: dict[str, Path],
+) -> Installed:
+    members = iter(tar)
+    try:
+        first = next(members, None)
+    except tarfile.TarError:
+        raise _format_error(source, "not a tar file") from None
+    if first is None or first.name != MANIFEST_MEMBER or not first.isreg():
+        raise _format_error(source, f"its first member is not {MANIFEST_MEMBER}")
+    if first.size > MAX_MANIFEST_BYTES:
+        raise _format_error(source, f"a manifest larger than {MAX_MANIFEST_BYTES} bytes")
+    reader = tar.extractfile(first)
+    assert reader is not None  # a regular member
+    payload = verify_envelope(reader.read(), keys, source)
+    manifest = parse_manifest(payload, source)
+    if manifest.cache_format != CACHE_FORMAT:
+        raise PackRefused(
+            f"{source} holds cache entries of format {manifest.cache_format}, this host reads "
+            f"{CACHE_FORMAT}",
+            fix="use a pack made by a gate of this version",
+        )
+    differ = differences(manifest, host)
+    if differ:
+        raise PackRefused(
+            f"{source} is not for this host: " + "; ".join(differ),
+            fix="fetch the pack the lane made for this bundle, topology and build (or pass "
+            "--bundle/--topology/--device as this host really runs)",
+        )
+    result = Installed(manifest)
+    expected = {e.name: e for e in manifest.entries}
+    # Before a byte of an entry is written: an existing entry that differs refuses the pack.
+    cache.mkdir(parents=True, exist_ok=True)
+    for entry in manifest.entries:
+        target = cache / entry.name
+        if target.is_symlink() or (target.exists() and not target.is_file()):
+            raise _differs(entry.name, cache)
+        if target.exists():
+            if _sha256_of(target) != entry.sha256:
+                raise _differs(entry.name, cache)
+            result.present.append(entry.name)
+    try:
+        for member in members:
+            name = member.name[len(ENTRY_PREFIX) :]
+            if not member.name.startswith(ENTRY_PREFIX) or name not in expected:
+                raise PackRefused(
+                    f"{source} holds {member.name!r}, which its signed manifest does not name",
+                    fix="fetch the pack again from the lane; never install a tampered pack",
+                )
+            entry = expected[name]
+            if not member.isreg() or member.size != entry.size or name in staged:
+                raise PackRefused(
+                    f"{source}: entry {name} is not the file its manifest names ({entry.size} "
+                    f"bytes, sha256 {entry.sha256[:16]}…): the pack was tampered with",
+                    fix="fetch the pack again from the lane; never install a tampered pack",
+                )
+            data = tar.extractfile(member)
+            assert data is not None
+            staged[name] = _stage(cache, name, data, entry, source)
+            result.bytes_read += entry.size
+    except tarfile.TarError as error:
+        raise PackRefused(
+            f"{source} is damaged after its manifest ({error})",
+            fix="fetch the pack again from the lane; never install a damaged pack",
+        ) from None
+    missing = [name for name in expected if name not in staged and name not in result.present]
+    if missing:
+        raise PackRefused(
+            f"{source} lacks entries its manifest names: {', '.join(missing[:5])}",
+            fix="fetch the pack again from the lane; never install a truncated pack",
+        )
+    return result
+
+
+def _stage(cache: Path, name: str, data: IO[bytes], entry: Entry, source: str) -> Path:
+    """``data`` in a temporary file of ``cache`` (never an entry's name: torch_xla never
+    loads it), its sha256 computed on the way; a mismatch names the entry."""
+    temporary = cache / f".xlapack-{secrets.token_hex(6)}-{name}"
+    digest = hashlib.sha256()
+    try:
+        with temporary.open("xb") as out:
+            while chunk := data.read(1 << 20):
+                digest.update(chunk)
+                out.write(chunk)
+            out.flush()
+            os.fsync(out.fileno())
+        as_if_created(temporary)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    if digest.hexdigest() != entry.sha256:
+        temporary.unlink(missing_ok=True)
+        raise PackRefused(
+            f"{source}: entry {name} does not match its signed manifest (sha256 "
+            f"{digest.hexdigest()[:16]}…, the manifest says {entry.sha256[:16]}…): the "
+            "entry was tampered with, so nothing was installed",
+            fix="fetch the pack again from the lane; never install a tampered pack",
+        )
+    return temporary
+
+
+# --- after a gate run ---------------------------------------------------------------------
+
+
+def pack_gate_run(
+    directory: Path | None,
+    sign_key: Path | None,
+    outcome: GateOutcome,
+    receipt: Path,
+    bundle: str | None,
+) -> Path | None:
+    """The pack of a finished gate run (``--pack``): written when its restart check passed,
+    from the cold run's cache it kept; the temporary copy goes either way. Returns the
+    pack's path, or None when no pack is due."""
+    cold = outcome.cold_cache
+    try:
+        if directory is None or sign_key is None:
+            return None
+        restart = next((r for r in outcome.results if r.name == "restart"), None)
+        if restart is None or not restart.passed or cold is None:
+            why = "was not run" if restart is None else "did not pass" if not restart.passed \
+                else "kept no cold cache (a reader of the cache)"  # fmt: skip
+            log.warning(f"no cache pack: the restart check {why}")
+            return None
+        target = outcome.target
+        stored = read_receipt(receipt)
+        slice_topology = (outcome.slice_record or {}).get("topology")
+        topology = slice_topology or slice_topology_of(
+            target.device, target.accelerator_type, 1, len(target.runtime_devices) or None
+        )
+        workload = dict(target.workload or {})
+        manifest = Manifest(
+            bundle=bundle,
+            workload={k: workload.get(k) for k in ("name", "sha256", "params")},
+            topology=topology,
+            device=target.device,
+            torch_version=target.torch_version,
+            torch_xla_version=target.torch_xla_version,
+            libtpu_version=_libtpu_version(stored.receipt),
+            receipt_digest=stored.digest or None,
+            entries=(),
+        )
+        path, full = write_pack(directory, cold, sign_key, manifest)
+        log.info(f"cache pack: {path} ({len(full.entries)} entries, {full.size} bytes)")
+        return path
+    finally:
+        if cold is not None:
+            shutil.rmtree(cold.parent, ignore_errors=True)
+
+
+def _libtpu_version(receipt: Any) -> str | None:
+    versions = getattr(receipt, "versions", None) or {}
+    value = versions.get("libtpu") if isinstance(versions, Mapping) else None
+    return str(value) if value else None
