@@ -49,9 +49,9 @@ from typing import IO, TYPE_CHECKING, Any
 from xla_host import log, receipt_signing, runner
 from xla_host.errors import ExitCode, PipelineError, UsageError
 from xla_host.filemode import as_if_created
+from xla_host.gate.slice.merge import topology as slice_topology_of
 from xla_host.receipts import read_receipt
 from xla_host.slice import WRITER_LEASE
-from xla_host.slice import topology as slice_topology_of
 
 if TYPE_CHECKING:
     from xla_host.gate.run import GateOutcome

@@ -201,7 +201,7 @@ def _run(
         raise
     log.info(f"judging {target.label}")
     try:
-        return _judge(config, settings, scratch, role, member, target)
+        return _judge(config, settings, scratch, role, member, target, pack_keep)
     except slices.SliceError as error:
         # A slice that failed still leaves its reports, with why it could not go on in
         # them (report.json's error and exit code, junit's error), as any other error.
@@ -223,6 +223,7 @@ def _judge(
     role: str,
     member: slices.Slice | None,
     target: Target,
+    pack_keep: Path | None,
 ) -> GateOutcome:
     checks, runs_dir, timeout_s = config.checks, config.runs_dir, config.child_timeout_s
     upstream = (
