@@ -23,7 +23,6 @@ compile options. Read after ``import torch_xla``, which adds its own defaults to
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import importlib.util
 import json
@@ -64,10 +63,11 @@ _OUTSIDE_NAMES = frozenset(
 )
 
 
-def _canonical() -> Any:
-    """``hlo_canonical`` beside this file, loaded by path (no package to import from)."""
-    path = Path(__file__).with_name("hlo_canonical.py")
-    spec = importlib.util.spec_from_file_location("_xla_gate_hlo_canonical", path)
+def _sibling(name: str) -> Any:
+    """A module beside this file, loaded by path (no package to import from here):
+    ``hlo_canonical``, and ``child_workload`` for its report writer."""
+    path = Path(__file__).with_name(f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"_xla_gate_{name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -216,7 +216,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import torch_xla
     import torch_xla.debug.metrics as met
 
-    canonical = _canonical()
+    canonical = _sibling("hlo_canonical")
     result: dict[str, Any] = {
         "torch_version": torch.__version__,
         "torch_xla_version": getattr(torch_xla, "__version__", "unknown"),
@@ -288,18 +288,6 @@ def _compiles(met: Any) -> int:
     return int(data[0]) if data else 0
 
 
-def _write(path: str, payload: dict[str, Any]) -> None:
-    tmp = path + ".part"
-    try:
-        with open(tmp, "w") as handle:
-            json.dump(payload, handle, indent=2, sort_keys=True)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", required=True, help="JSON report path")
@@ -316,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()  # into this child's log
         payload.update({"ok": False, "error": f"{type(error).__name__}: {error}"})
         code = 3
-    _write(args.out, payload)
+    _sibling("child_workload")._write(args.out, payload)  # by rename, as every child
     return code
 
 
