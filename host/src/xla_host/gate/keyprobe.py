@@ -23,8 +23,8 @@ The control (nothing changed) must hit every graph: a cache that never loads (st
 any build: stock 2.7.0, whose key is the IR hash plus a list of settings, fails it naming
 ``XLA_DOWNCAST_BF16`` (the negative control on the real runtime).
 
-Probes run side by side on CPU (judged by counters and fingerprints, never by time), in
-batches of :data:`BATCH`.
+The control runs first, alone; the other probes then run side by side on CPU (judged by
+counters and fingerprints, never by time), in batches of :data:`BATCH`.
 """
 
 from __future__ import annotations
@@ -356,8 +356,10 @@ def run_key_probe(
         env = probe_env(runtime_env(target.device, cache_dir=copy), probe, flag_file)
         specs.append((len(done), ChildSpec(slug, probe_args(probe), env, script=CHILD)))
         done.append((probe, None, None))
-    for start in range(0, len(specs), BATCH):
-        batch = specs[start : start + BATCH]
+    # The control alone first: on a cache that does not load (stock 2.9.0) nothing else
+    # can be probed, and no other probe starts.
+    batches = [specs[:1], *(specs[i : i + BATCH] for i in range(1, len(specs), BATCH))]
+    for start, batch in enumerate(b for b in batches if b):
         if start and not _control_loaded(done):
             # A cache that does not load cannot be probed: the verdict is already FAIL,
             # and every further probe would only recompile.
