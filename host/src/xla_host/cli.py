@@ -310,8 +310,10 @@ def run_gate(args: argparse.Namespace) -> int:
             log.info(line)
     python = _python(args)
     bundle = document.bundle if document else args.bundle
-    upload = receipt_store.upload_for(args.receipts, args.sign_key, bundle)  # before the run
     config = gate_arguments.gate_config(args, python, profile)
+    upload = receipt_store.upload_for(  # before the run
+        args.receipts, args.sign_key, bundle, uploads=gate_arguments.leaves_receipt(config)
+    )
     outcome = gate_arguments.run_printed(config)
     if not gate_arguments.leaves_receipt(config):
         return gate_arguments.ended_without_receipt(config, outcome)

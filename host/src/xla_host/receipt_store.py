@@ -464,7 +464,13 @@ class Upload:
 
     @classmethod
     def checked(
-        cls, location: str, sign_key: Path | None, bundle: str | None, root: Path | None = None
+        cls,
+        location: str,
+        sign_key: Path | None,
+        bundle: str | None,
+        root: Path | None = None,
+        *,
+        probe: bool = True,
     ) -> Upload:
         check_bundle(bundle)
         if sign_key is not None and not sign_key.is_file():
@@ -473,7 +479,8 @@ class Upload:
                 fix="give the ed25519 PEM private key the lane's receipt-keys verify",
             )
         upload = cls(parse_location(location, root), sign_key)
-        store_for(upload.location).check_writable(check_bundle(bundle))
+        if probe:
+            store_for(upload.location).check_writable(check_bundle(bundle))
         return upload
 
     def send(self, receipt_file: Path) -> str:
@@ -494,14 +501,17 @@ class Upload:
 
 
 def upload_for(
-    location: str | None, sign_key: Path | None, bundle: str | None
+    location: str | None, sign_key: Path | None, bundle: str | None, *, uploads: bool = True
 ) -> Upload | None:
     """The gate's ``--receipts``/``--sign-key``, checked before any child starts (a store
     that cannot be used, or a key that is not one, must not cost a gate run); None
-    without them."""
+    without them. ``uploads``: this run leaves the receipt (one host, or a slice's worker
+    0), so the store itself is proved too; the other workers of a slice upload nothing
+    and only have their arguments checked (all of them making the store's collection at
+    once is no proof of anything, and a WebDAV server may answer such a race with 500)."""
     if not (location or sign_key):
         return None
-    return Upload.checked(location or "", sign_key, bundle, Path.cwd())
+    return Upload.checked(location or "", sign_key, bundle, Path.cwd(), probe=uploads)
 
 
 def send_written(upload: Upload | None, written: Path) -> None:

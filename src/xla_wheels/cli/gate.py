@@ -131,8 +131,10 @@ def run_gate(args: argparse.Namespace) -> int:
     gate_arguments.checks(args.checks)  # before anything else is read
     _check_bundle(args)
     gate_profile = _gate_profile(args)
-    upload = receipt_store.upload_for(args.receipts, args.sign_key, args.bundle)  # before the run
     config = gate_arguments.gate_config(args, lambda: _python(args), gate_profile)
+    upload = receipt_store.upload_for(  # before the run
+        args.receipts, args.sign_key, args.bundle, uploads=gate_arguments.leaves_receipt(config)
+    )
     outcome = gate_arguments.run_printed(config)
     if not gate_arguments.leaves_receipt(config):
         return gate_arguments.ended_without_receipt(config, outcome)
