@@ -117,6 +117,47 @@ def test_recorded_wheels_survive_relocking_only_while_inputs_are_unchanged(proje
     assert read_lock(lock_path).entry("test-1").wheels is None  # built from other inputs
 
 
+PROFILE = """
+[profiles.train.compiler]
+LIBTPU_INIT_ARGS = "--xla_tpu_enable_flash_attention=false"
+"""
+
+
+def test_a_launch_profile_changes_without_dropping_the_recorded_wheels(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lock_path = lock(project)
+    wheels = [WheelRecord("torch_xla-2.9.0-cp311-cp311-linux_x86_64.whl", 1, "a" * 64)]
+    record_wheels(lock_path, "test-1", wheels)
+    manifest = project / "build/bundles/test-1.toml"
+    manifest.write_text(manifest.read_text() + PROFILE)  # a new profile: launch policy
+    lock(project)
+    entry = read_lock(lock_path).entry("test-1")
+    assert entry.wheels == tuple(wheels)
+    assert set(entry.profiles) == {"train"}  # the gate compares receipts with this digest
+    text = manifest.read_text()
+    manifest.write_text(text.replace("flash_attention=false", "flash_attention=true"))
+    lock(project)
+    entry = read_lock(lock_path).entry("test-1")
+    assert entry.wheels == tuple(wheels)
+    assert check_lock(project, lock_path) == []
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_a_changed_build_pin_drops_the_recorded_wheels_and_says_why(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lock_path = lock(project)
+    record_wheels(lock_path, "test-1", [WheelRecord("a.whl", 1, "a" * 64)])
+    manifest = project / "build/bundles/test-1.toml"
+    manifest.write_text(manifest.read_text() + "\n[build]\ncxx_abi = 0\n")
+    lock(project)
+    assert read_lock(lock_path).entry("test-1").wheels is None
+    err = capsys.readouterr().err
+    assert "test-1: the build changed (a build setting" in err
+    assert "no longer records its 1 wheel(s)" in err and "make wheels BUNDLE=test-1" in err
+
+
 def test_the_lock_in_the_repository_matches_the_bundles() -> None:
     from tests.gitrepos import REPO_ROOT
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import posixpath
 import re
 import tomllib
@@ -137,6 +138,10 @@ class Bundle:
     """The parent bundle's name, as written in ``[bundle] extends``."""
     profiles: Mapping[str, launch_profile.LaunchProfile] = field(default_factory=dict)
     """Launch profiles by name (``[profiles.<name>]``, resolved through ``extends``)."""
+    build_sha256: str = ""
+    """The build's identity: sha256 of what the resolved manifest puts into the wheels
+    (:func:`build_digest`). Wheels recorded for one build identity still hold when only a
+    launch profile, a runtime pin, the description or a comment changed."""
 
     def component(self, name: str) -> Component:
         return self.components[name]
@@ -279,6 +284,29 @@ def _merge(parent: Mapping[str, Any], child: Mapping[str, Any]) -> dict[str, Any
     return merged
 
 
+#: Tables of a manifest that go into no wheel. Launch profiles are launch policy: the
+#: environment a process starts with (``LIBTPU_INIT_ARGS``, ``XLA_FLAGS``...) is read at
+#: launch, never compiled in, so changing it must not drop the wheels a lock records.
+#: Runtime pins are what a host installs next to the wheels (their own record in the
+#: lock, ``runtime-wheels``, is kept only while they are unchanged).
+NOT_BUILD_TABLES = ("profiles", "runtime")
+#: Keys of ``[bundle]`` that are prose or naming, not inputs (``extends`` is resolved).
+_NOT_INPUTS = ("name", "description", "extends")
+
+
+def build_digest(data: Mapping[str, Any]) -> str:
+    """sha256 over what a resolved manifest puts into the wheels: Python, components,
+    ``[build]`` knobs, as sorted JSON (comments, layout, the name and the description do
+    not count; nor do :data:`NOT_BUILD_TABLES`). Patch contents are compared apart, by the
+    lock's patch digests."""
+    inputs = {key: value for key, value in data.items() if key not in NOT_BUILD_TABLES}
+    meta = inputs.get("bundle")
+    if isinstance(meta, Mapping):
+        inputs["bundle"] = {k: v for k, v in meta.items() if k not in _NOT_INPUTS}
+    blob = json.dumps(inputs, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
 def _build_bundle(
     data: Mapping[str, Any], path: Path, patches_root: Path, digest: str, extends: str | None
 ) -> Bundle:
@@ -344,6 +372,7 @@ def _build_bundle(
         manifest_sha256=digest,
         extends=extends,
         profiles=launch_profile.parse_profiles(data.get("profiles", {}), path),
+        build_sha256=build_digest(data),
     )
 
 

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from xla_host import filemode
+from xla_host import filemode, log
 from xla_host.errors import LockError, LockFileError, PipelineError
 from xla_host.provenance import PatchDigest, read_patches
 from xla_host.tables import BOM_FIX, Field, Table, bom_problem, loads_toml, read_regular
@@ -196,19 +196,42 @@ class BundleEntry:
     """Launch profile name -> its sha256 (``[bundles."<name>".profiles]``): what a gate
     receipt's profile digest is compared with."""
 
-    def same_inputs(self, other: BundleEntry) -> bool:
-        """Same manifest, components and Python: what later stages recorded still holds."""
-        return (
-            self.manifest_sha256 == other.manifest_sha256
-            and dict(self.components) == dict(other.components)
-            and self.python == other.python
-        )
+    build_sha256: str | None = None
+    """The build's identity (:attr:`xla_wheels.bundle.Bundle.build_sha256`): what the
+    manifest puts into the wheels, launch profiles and runtime pins excluded. None: an
+    entry written before it was recorded (then the whole manifest digest stands for it)."""
+
+    def build_changes(self, new: BundleEntry) -> list[str]:
+        """What differs between this entry's build and ``new``'s, in words; empty when the
+        wheels recorded here are the wheels ``new`` would build."""
+        changes = []
+        if self.python != new.python:
+            changes.append(f"python {self.python} -> {new.python}")
+        for name in sorted(set(self.components) | set(new.components)):
+            mine, theirs = self.components.get(name), new.components.get(name)
+            if mine is None or theirs is None:
+                changes.append(f"{name} {'added' if mine is None else 'removed'}")
+                continue
+            if mine.commit != theirs.commit:
+                changes.append(f"{name} commit {mine.commit or '-'} -> {theirs.commit or '-'}")
+            if mine.patches != theirs.patches or mine.series_sha256 != theirs.series_sha256:
+                changes.append(f"{name} patch series")
+            if mine.remote != theirs.remote or mine.version != theirs.version:
+                changes.append(f"{name} remote or version")
+        if not changes:
+            if self.build_sha256 is None or new.build_sha256 is None:
+                if self.manifest_sha256 != new.manifest_sha256:
+                    changes.append("the manifest (this entry predates build-sha256)")
+            elif self.build_sha256 != new.build_sha256:
+                changes.append("a build setting ([build], [bundle] python or a component key)")
+        return changes
 
     def as_toml(self) -> dict[str, Any]:
         table: dict[str, Any] = {
             "manifest": self.manifest,
             "manifest-sha256": self.manifest_sha256,
             "python": self.python,
+            **({"build-sha256": self.build_sha256} if self.build_sha256 else {}),
             "components": {name: pin.as_toml() for name, pin in self.components.items()},
             "runtime": {name: asdict(pin) for name, pin in self.runtime.items()},
         }
@@ -228,6 +251,7 @@ class BundleEntry:
             Field("manifest", str, required=True),
             Field("manifest-sha256", str, required=True),
             Field("python", str, required=True),
+            Field("build-sha256", str),
             Field("components", dict, default={}),
             Field("runtime", dict, default={}),
             Field("wheels", list),
@@ -242,6 +266,7 @@ class BundleEntry:
             manifest=fields["manifest"],
             manifest_sha256=fields["manifest-sha256"],
             python=fields["python"],
+            build_sha256=fields["build-sha256"],
             components={
                 name: ComponentPin.from_toml(pin)
                 for name, pin in table.tables("components").items()
@@ -429,6 +454,7 @@ def inputs_entry(bundle: Bundle, resolved: Mapping[str, str | None], root: Path)
         manifest=bundle.path.relative_to(root).as_posix(),
         manifest_sha256=bundle.manifest_sha256,
         python=bundle.python,
+        build_sha256=bundle.build_sha256,
         components=components,
         runtime={
             pin.name: RuntimePin(pin.specifier, pin.install_version)
@@ -441,18 +467,39 @@ def inputs_entry(bundle: Bundle, resolved: Mapping[str, str | None], root: Path)
 def update_bundle_entry(
     lock_path: Path, bundle: Bundle, resolved: Mapping[str, str | None], root: Path
 ) -> BundleEntry:
-    """Write the bundle's input entry; keep its wheels and runtime hashes only if unchanged."""
+    """Write the bundle's input entry; keep what later stages recorded while it holds.
+
+    The wheels hold while the build is the same (:meth:`BundleEntry.build_changes`): a
+    launch profile, a runtime pin or the description may change without a rebuild. The
+    runtime hashes hold while the runtime pins are the same too. Recorded facts that no
+    longer hold are dropped with a warning naming why, never silently.
+    """
     lock = read_lock(lock_path)
     new_entry = inputs_entry(bundle, resolved, root)
     old_entry = lock.bundles.get(bundle.name)
-    if old_entry is not None and old_entry.same_inputs(new_entry):
-        # Same inputs: what later stages recorded (wheels, runtime hashes) still holds.
-        new_entry = replace(
-            new_entry,
-            wheels=old_entry.wheels,
-            runtime_wheels_for=old_entry.runtime_wheels_for,
-            runtime_wheels=old_entry.runtime_wheels,
-        )
+    if old_entry is not None:
+        changes = old_entry.build_changes(new_entry)
+        same_runtime = not changes and dict(old_entry.runtime) == dict(new_entry.runtime)
+        if not changes:
+            new_entry = replace(new_entry, wheels=old_entry.wheels)
+        elif old_entry.wheels:
+            log.warning(
+                f"{bundle.name}: the build changed ({'; '.join(changes)}): wheels.lock no "
+                f"longer records its {len(old_entry.wheels)} wheel(s); `make wheels "
+                f"BUNDLE={bundle.name}` builds and records them"
+            )
+        if same_runtime:
+            new_entry = replace(
+                new_entry,
+                runtime_wheels_for=old_entry.runtime_wheels_for,
+                runtime_wheels=old_entry.runtime_wheels,
+            )
+        elif old_entry.runtime_wheels is not None:
+            log.warning(
+                f"{bundle.name}: the runtime pins or the build changed: wheels.lock no longer "
+                f"records the runtime wheels; `make requirements BUNDLE={bundle.name}` "
+                "resolves them again"
+            )
     write_lock(lock_path, lock.with_entry(bundle.name, new_entry))
     return new_entry
 
