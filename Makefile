@@ -82,7 +82,7 @@ ATTEST_FLAGS = $(call flag,SIGNING_KEY) $(call flag,BUILDER_ID)
 PUBLIC_KEY_FLAG = $(call flag,PUBLIC_KEY)
 PROFILE_FLAG = $(call flag,PROFILE)
 
-.PHONY: help venv test test-fast lint docs demo bundles diff sources patch patches-check wheels lock lock-check clean
+.PHONY: help venv test test-fast lint docs demo bundles diff sources patch patches-check wheels lock lock-check record clean
 .PHONY: builder-image container-tools cache-tools bazel-cache-tools compiler-tools patch-export patch-rebase
 
 # Printed from a file generated from this Makefile and the CLI, so that it needs no .venv
@@ -213,6 +213,9 @@ lock: $(VENV_STAMP) ## write the bundle's entry in wheels.lock
 
 lock-check: $(VENV_STAMP) ## fail when a manifest or patch no longer matches wheels.lock
 	@$(CLI) lock-check
+
+record: $(VENV_STAMP) ## record WHEELS=<dir> (built elsewhere: a stock control, a builder fleet) as the bundle's, checked as the build stage checks its own
+	@$(CLI) record $(BUNDLE_FLAGS) $(DRY_RUN_FLAG) $(call flag,WHEELS)
 
 .PHONY: launch-env
 launch-env: $(VENV_STAMP) ## a bundle's launch profile for a launcher (env.sh, env.json, helper)

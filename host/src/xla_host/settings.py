@@ -202,6 +202,10 @@ SETTINGS: tuple[Setting, ...] = (
     _s("build", "PEP 427 build number for a rebuilt wheel that differs from the recorded one",
        flag="--build-tag", make="BUILD_TAG", env="XLA_WHEELS_BUILD_TAG", commands=BUILDING,
        default_text="none: such a wheel is refused"),
+    _s("build", "directory of wheels built elsewhere (a stock control, a builder fleet's "
+       "output) to record as the bundle's, checked by name, tags, RECORD, SHA256SUMS when "
+       "present, and provenance", flag="--wheels", make="WHEELS", kind="path",
+       commands=("record",), default_text="none: required"),
     _s("build", "interpreter in the image", flag="--container-python",
        commands=BUILDING, default="python3"),
     _s("build", "Bazel's disk cache directory", flag="--bazel-disk-cache", kind="path",

@@ -62,6 +62,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "lock": ("stages", "write the bundle's entry in wheels.lock"),
     "lock-check": ("stages", "fail when a manifest or patch no longer matches wheels.lock"),
+    "record": (
+        "stages",
+        "record wheels built elsewhere (a stock control, a builder fleet's output) as the "
+        "bundle's, after the build stage's name, hash and provenance checks",
+    ),
     "launch-env": (
         "launch",
         "write a bundle's launch profile for a launcher (env.sh, env.json, the pre-import "

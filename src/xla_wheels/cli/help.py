@@ -30,6 +30,7 @@ EXAMPLES: dict[str, str] = {
     "patch-rebase": "xla-wheels patch-rebase --bundle v6e-2.11 --onto <commit>",
     "lock": "xla-wheels lock --bundle v6e-2.11",
     "lock-check": "xla-wheels lock-check",
+    "record": "xla-wheels record --bundle v6e-2.11 --wheels /srv/fleet/v6e-2.11/",
     "launch-env": "xla-wheels launch-env --bundle v6e-2.11 --profile train --role writer",
     "gate": "xla-wheels gate --device CPU --checks restart,cache-key",
     "bench-restart": "xla-wheels bench-restart --rounds 5",

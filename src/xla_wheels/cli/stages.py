@@ -1,6 +1,6 @@
 """Arguments and handlers of the foundation and build stages' subcommands.
 
-bundles, diff, sources, patch, wheels, builder-image, patches-check, lock, lock-check.
+bundles, diff, sources, patch, wheels, builder-image, patches-check, lock, lock-check, record.
 Settings come from :mod:`xla_wheels.options` (flag, then ``XLA_WHEELS_*``, then default).
 """
 
@@ -242,6 +242,30 @@ def cmd_lock(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_record(args: argparse.Namespace) -> int:
+    # Imported here: only `record` loads the publish stage's provenance check.
+    from xla_wheels.external_wheels import offered_wheels, record_external
+    from xla_wheels.layout import BundleLayout
+
+    options = pipeline_options(args, os.environ)
+    bundle = args.loaded_bundle
+    if args.wheels is None:
+        raise UsageError(
+            "record needs the directory of the wheels to record",
+            fix=f"make record BUNDLE={bundle.name} WHEELS=<dir> (CLI: --wheels <dir>)",
+        )
+    layout = BundleLayout.of(options, bundle.name)
+    resolved = known_commits(bundle, SourceCache(options.source_cache, options.mirror))
+    if options.dry_run:
+        for wheel in offered_wheels(args.wheels):
+            print(f"would check and record {wheel} into {layout.dist}")
+        print(f"DRY_RUN: {options.lock_path.name} and {layout.dist} unchanged")
+        return 0
+    for path in record_external(layout, bundle, args.wheels, resolved, options.root):
+        print(f"recorded {path} for bundle {bundle.name}")
+    return 0
+
+
 def cmd_lock_check(args: argparse.Namespace) -> int:
     options = pipeline_options(args, os.environ)
     problems = check_lock(options.root, options.lock_path)
@@ -302,6 +326,10 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     elif name == "lock":
         add_bundle_arguments(parser, writes_bundle=True, dry_run=True)
         parser.set_defaults(handler=cmd_lock)
+    elif name == "record":
+        add_bundle_arguments(parser, writes_bundle=True, dry_run=True)
+        add_settings(parser, name, "--wheels")
+        parser.set_defaults(handler=cmd_record)
     elif name == "lock-check":
         add_common_arguments(parser)
         parser.set_defaults(handler=cmd_lock_check)
