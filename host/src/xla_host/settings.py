@@ -168,7 +168,7 @@ SETTINGS: tuple[Setting, ...] = (
        default_text="(required; gate, bench-restart: none, the receipt goes to out/)"),
     _s("bundle", "print what would be done and change nothing", flag="--dry-run",
        make="DRY_RUN", env="XLA_WHEELS_DRY_RUN", kind="switch", default_text="off",
-       commands=("sources", "patch", "wheels", "builder-image", "lock", "patch-export",
+       commands=("sources", "patch", "wheels", "builder-image", "lock", "record", "patch-export",
                  "patch-rebase", "publish", "publish-lane", "promote", "rollback",
                  "runtime-image")),
     _s("bundle", "the bundles to compare", make="A", commands=("diff", "compare"),
