@@ -16,6 +16,7 @@ import pytest
 
 from tests.abi_support import (
     EXTENSION_NAME,
+    _compile,
     MISSING,
     TinyPair,
     build_tiny_pair,
@@ -98,6 +99,40 @@ def _library(*exports: Export, name: str = "libc10.so") -> SharedObject:
 
 def _extension(*imports: Import) -> SharedObject:
     return SharedObject(Path("_XLAC.so"), "_XLAC.so", ("libc10.so",), imports, ())
+
+
+def nested_site(work: Path, runpath: str) -> Path:
+    """A site-packages as a CUDA torch lays it out: ``_XLAC`` needs only ``libtorch.so``;
+    ``libtorch.so`` needs ``libdeep.so`` in ``nvidia/deep/lib``, found through its RUNPATH;
+    ``_XLAC`` calls ``deep_fn``, which only ``libdeep.so`` defines."""
+    site = work / "site-packages"
+    for directory in ("torch/lib", "nvidia/deep/lib"):
+        (site / directory).mkdir(parents=True)
+    _compile(site / "nvidia/deep/lib/libdeep.so", 'extern "C" void deep_fn(void) {}\n',
+             "-Wl,-soname,libdeep.so", cwd=work)  # fmt: skip
+    _compile(site / "torch/lib/libtorch.so", 'extern "C" void torch_fn(void) {}\n',
+             f"-L{site / 'nvidia/deep/lib'}", "-Wl,--no-as-needed", "-ldeep",
+             f"-Wl,--enable-new-dtags,-rpath,{runpath}", "-Wl,-soname,libtorch.so",
+             cwd=work)  # fmt: skip
+    _compile(site / EXTENSION_NAME,
+             'extern "C" void deep_fn(void);\nextern "C" void torch_fn(void);\n'
+             'extern "C" void entry(void) { torch_fn(); deep_fn(); }\n',
+             f"-L{site / 'torch/lib'}", "-ltorch", "-Wl,-soname,_XLAC.so", cwd=work)  # fmt: skip
+    return site
+
+
+def test_symbols_resolve_through_the_libraries_torchs_libraries_need(tmp_path: Path) -> None:
+    site = nested_site(tmp_path, "$ORIGIN/../../nvidia/deep/lib")
+    result = _check(site / EXTENSION_NAME, site / "torch/lib")
+    assert result.ok, pairs.render(result)
+    assert result.comparison.torch_libraries == ("libtorch.so", "libdeep.so")
+
+
+def test_a_library_the_loader_would_not_find_resolves_nothing(tmp_path: Path) -> None:
+    # The RUNPATH points where libdeep.so is not: ld.so would not load it, nor bind deep_fn.
+    site = nested_site(tmp_path, "$ORIGIN/../../nvidia/elsewhere/lib")
+    result = _check(site / EXTENSION_NAME, site / "torch/lib")
+    assert _missing_names(result) == {"deep_fn"}
 
 
 def test_hidden_visibility_and_hidden_versions_do_not_export() -> None:
@@ -291,6 +326,16 @@ def test_installed_stock_environment_is_checked_without_importing(
     result = run_cli("abi-check", "--python", str(stock_xla_python_29))
     assert result.exit_code == 0, result.stdout + result.stderr
     assert "torch_xla 2.9.0 against torch 2.9.0" in result.stdout
+
+
+@pytest.mark.slow
+def test_stock_2_7_pair_fits_through_libtorch_cuda(stock_xla_python_27: Path, run_cli) -> None:
+    # The 4 c10::cuda symbols _XLAC imports are libc10_cuda.so's, which _XLAC does not
+    # name: libtorch.so needs libtorch_cuda.so, which needs libc10_cuda.so (ld.so's order).
+    result = run_cli("abi-check", "--python", str(stock_xla_python_27))
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert "torch_xla 2.7.0 against torch 2.7.0" in result.stdout
+    assert "libc10_cuda.so" in result.stdout
 
 
 def test_cli_reads_a_bundles_locked_wheels(tiny: TinyPair, tmp_path: Path) -> None:

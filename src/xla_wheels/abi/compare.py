@@ -16,9 +16,11 @@ linker's, reduced to what decides ``undefined symbol`` at import:
 - The Python C API (names starting ``Py`` or ``_Py``, reserved to CPython by PEP 7) comes
   from the interpreter that loads the extension, not from torch: those unversioned
   references are attributed to it and not checked here.
-- torch's libraries are the ones in ``_XLAC``'s own DT_NEEDED (``libc10.so``,
-  ``libtorch.so``, ``libtorch_cpu.so``, ``libtorch_python.so`` for the releases checked);
-  what only their own dependencies define (``libtorch_cuda.so``) is not searched.
+- torch's libraries are every library the loader maps for ``_XLAC`` from its
+  environment, breadth first through the DT_NEEDED of each (``libc10.so``, ``libtorch.so``
+  ... and what they need in turn: ``libtorch_cuda.so``, ``libc10_cuda.so`` of a CUDA
+  torch), found as ``ld.so`` finds them (:func:`xla_wheels.abi.pairs.load_order`): a
+  symbol one of them defines binds at import, whichever asked for the library.
 """
 
 from __future__ import annotations

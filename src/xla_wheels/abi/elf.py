@@ -69,6 +69,11 @@ class SharedObject:
     needed: tuple[str, ...]
     imports: tuple[Import, ...]
     exports: tuple[Export, ...]
+    rpath: tuple[str, ...] = ()
+    """DT_RPATH entries as written (``$ORIGIN/...``); the loader ignores them when the
+    object has a DT_RUNPATH."""
+    runpath: tuple[str, ...] = ()
+    """DT_RUNPATH entries as written: searched for this object's own DT_NEEDED only."""
 
     @property
     def name(self) -> str:
@@ -109,11 +114,17 @@ def read_shared_object(path: Path) -> SharedObject:
 def _read(path: Path, elf: ELFFile) -> SharedObject:
     soname: str | None = None
     needed: list[str] = []
+    rpath: list[str] = []
+    runpath: list[str] = []
     for section in elf.iter_sections():
         if isinstance(section, DynamicSection):
             for tag in section.iter_tags():
                 if tag.entry.d_tag == "DT_NEEDED":
                     needed.append(tag.needed)  # type: ignore[attr-defined]
+                elif tag.entry.d_tag == "DT_RPATH":
+                    rpath += [p for p in tag.rpath.split(":") if p]  # type: ignore[attr-defined]
+                elif tag.entry.d_tag == "DT_RUNPATH":
+                    runpath += [p for p in tag.runpath.split(":") if p]  # type: ignore[attr-defined]
                 elif tag.entry.d_tag == "DT_SONAME":
                     soname = tag.soname  # type: ignore[attr-defined]
     dynsym = elf.get_section_by_name(".dynsym")
@@ -152,4 +163,6 @@ def _read(path: Path, elf: ELFFile) -> SharedObject:
                     bool(index & _VERSYM_HIDDEN),
                 )
             )
-    return SharedObject(path, soname, tuple(needed), tuple(imports), tuple(exports))
+    return SharedObject(
+        path, soname, tuple(needed), tuple(imports), tuple(exports), tuple(rpath), tuple(runpath)
+    )

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 import shutil
 import zipfile
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,7 @@ from xla_host.errors import ExitCode, PipelineError
 from xla_host.installed_metadata import InstalledDistribution, ProbeFailed, read_installed
 from xla_host.wheel_filename import WheelFilenameError, parse_wheel_name
 from xla_wheels.abi.compare import Comparison, SymbolGroup, compare, group_missing
-from xla_wheels.abi.elf import read_shared_object
+from xla_wheels.abi.elf import SharedObject, read_shared_object
 
 #: torch_xla's extension module: ``_XLAC.<abi tag>.so`` at the top of the wheel/site-packages.
 EXTENSION = re.compile(r"^_XLAC\.[^/]*\.so$")
@@ -72,12 +73,63 @@ class AbiResult:
         return self.comparison.ok and not self.missing_libraries
 
 
+def _expand(entry: str, origin: Path) -> Path:
+    """An RPATH/RUNPATH entry with ``$ORIGIN`` (the object's own directory) filled in."""
+    return Path(entry.replace("${ORIGIN}", str(origin)).replace("$ORIGIN", str(origin)))
+
+
+def load_order(
+    extension: SharedObject, torch_lib_dir: Path
+) -> tuple[list[SharedObject], set[str]]:
+    """The libraries the loader maps for ``extension``, breadth first, as ``ld.so`` does:
+    each DT_NEEDED once, found through the needing object's DT_RUNPATH, or without one
+    through its DT_RPATH and its loaders' (``$ORIGIN`` filled in), then torch's ``lib/``.
+
+    Only libraries inside the environment the pair lives in are read: the site-packages
+    holding torch and the extension's own directory (``nvidia/*/lib`` reached by
+    ``$ORIGIN/../../nvidia/...`` included). System libraries (libc, libstdc++) are not:
+    references versioned against them are theirs (:mod:`xla_wheels.abi.compare`). Returns
+    the libraries in load order and the names of the extension's own DT_NEEDED found."""
+    roots = [torch_lib_dir.resolve().parent.parent, extension.path.resolve().parent]
+    seen: set[str] = set()
+    direct: set[str] = set()
+    loaded: list[SharedObject] = []
+    # (object, the DT_RPATH directories of the objects that loaded it)
+    queue: deque[tuple[SharedObject, tuple[Path, ...]]] = deque([(extension, ())])
+    while queue:
+        current, inherited = queue.popleft()
+        origin = current.path.resolve().parent
+        own = tuple(_expand(e, origin) for e in current.rpath)
+        if current.runpath:
+            dirs = [_expand(e, origin) for e in current.runpath]
+            passed_on: tuple[Path, ...] = ()  # a RUNPATH ends the chain of RPATHs
+        else:
+            dirs = [*own, *inherited]
+            passed_on = (*own, *inherited)
+        for name in current.needed:
+            if name in seen:
+                continue
+            for directory in (*dirs, torch_lib_dir):
+                path = (directory / name).resolve()
+                if path.is_file() and any(path.is_relative_to(root) for root in roots):
+                    break
+            else:
+                continue
+            seen.add(name)
+            if current is extension:
+                direct.add(name)
+            library = read_shared_object(path)
+            loaded.append(library)
+            queue.append((library, passed_on))
+    return loaded, direct
+
+
 def check_pair(files: PairFiles) -> AbiResult:
-    """Read the extension and the torch libraries it needs, compare, demangle, group."""
+    """Read the extension and every library it loads from the environment (transitively,
+    :func:`load_order`), compare, demangle, group."""
     extension = read_shared_object(files.extension)
-    present = [name for name in extension.needed if (files.torch_lib_dir / name).is_file()]
+    libraries, present = load_order(extension, files.torch_lib_dir)
     absent = tuple(n for n in extension.needed if TORCH_LIBRARY.match(n) and n not in present)
-    libraries = [read_shared_object(files.torch_lib_dir / name) for name in present]
     comparison = compare(extension, libraries)
     readable = demangle([symbol.name for symbol in comparison.missing])
     return AbiResult(
