@@ -16,9 +16,9 @@ import pytest
 
 from tests.abi_support import (
     EXTENSION_NAME,
-    _compile,
     MISSING,
     TinyPair,
+    _compile,
     build_tiny_pair,
     torch_wheel,
     torch_xla_wheel,

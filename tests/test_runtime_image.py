@@ -30,10 +30,9 @@ from tests.servers import stop
 from tests.test_build_container import BASE_IMAGE, _why_not_oci, ensure_base_image
 from xla_host.errors import UsageError
 from xla_host.stamp import read_stamp
-from xla_wheels.builder import runtime_image
 from xla_wheels.bundle import load_bundle
 from xla_wheels.demo import BUNDLE, make_demo_project, stages
-from xla_wheels.release import lanes
+from xla_wheels.release import lanes, runtime_image
 from xla_wheels.wheels_lock import BundleEntry, WheelRecord, read_lock
 
 # Its own name per run: the engine's storage is shared by every run on this machine.
@@ -273,3 +272,24 @@ def test_each_engine_builds_with_its_own_command() -> None:
     assert runtime_image.build_argv("buildah", "t", context, network_host=False)[:5] == [
         "buildah", "bud", "--isolation", "chroot", "--format",
     ]  # fmt: skip
+
+
+def test_the_base_image_is_the_python_the_bundles_wheels_are_for(tmp_path: Path) -> None:
+    root = make_demo_project(tmp_path)
+    bundle = load_bundle(root, BUNDLE)
+    cp311 = [WheelRecord(f"{p}-2.7.0-cp311-cp311-manylinux_2_28_x86_64.whl", 1, "a" * 64)
+             for p in ("torch", "torch_xla")]  # fmt: skip
+    entry = BundleEntry("m", "0" * 64, "3.13", {}, {}, wheels=tuple(cp311))
+    assert runtime_image.image_python(bundle, entry) == "3.11"
+    assert runtime_image.default_base_image("3.11") == (
+        "docker.io/library/python:3.11-slim-bookworm"
+    )
+    assert runtime_image.default_base_image("3.13") == runtime_image.DEFAULT_BASE_IMAGE
+    # Pure-Python wheels say nothing: the manifest's Python.
+    pure = BundleEntry("m", "0" * 64, "3.13", {}, {}, wheels=(WheelRecord(
+        "torch-2.7.0-py3-none-any.whl", 1, "a" * 64),))  # fmt: skip
+    assert runtime_image.image_python(bundle, pure) == bundle.python
+    mixed = BundleEntry("m", "0" * 64, "3.13", {}, {}, wheels=(*cp311, WheelRecord(
+        "torch_xla-2.7.0-cp313-cp313-linux_x86_64.whl", 1, "b" * 64)))  # fmt: skip
+    with pytest.raises(UsageError, match="for Pythons 3.11, 3.13"):
+        runtime_image.image_python(bundle, mixed)

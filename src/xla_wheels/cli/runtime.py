@@ -1,7 +1,7 @@
 """Arguments and handlers of ``runtime-image`` and ``jobs``.
 
 ``runtime-image``: an image to train from, built from a lane's current bundle
-(:mod:`xla_wheels.builder.runtime_image`); a dry run prints the plan and builds nothing.
+(:mod:`xla_wheels.release.runtime_image`); a dry run prints the plan and builds nothing.
 ``jobs``: which jobs ran a wheel, from a directory of audit stamps (:mod:`xla_host.stamp`);
 reads only.
 
@@ -23,12 +23,11 @@ from xla_host import launch_profile, log
 from xla_host.arguments import add_settings
 from xla_host.errors import UsageError
 from xla_host.stamp import jobs_that_ran, read_stamps
-from xla_wheels.builder import runtime_image
 from xla_wheels.bundle import load_bundle
 from xla_wheels.cli.arguments import add_bundle_arguments, add_common_arguments
 from xla_wheels.cli.launch import _build_directory
 from xla_wheels.cli.settings import Settings, pipeline_options
-from xla_wheels.release import lanes
+from xla_wheels.release import lanes, runtime_image
 from xla_wheels.wheels_lock import read_lock
 
 
@@ -69,7 +68,10 @@ def cmd_runtime_image(args: argparse.Namespace) -> int:
     entry = read_lock(options.lock_path).entry(bundle.name)
     build = _build_directory(options.lock_path, bundle) if profile.needs_build else None
     tag = args.tag or f"localhost/xla-wheels-runtime:{bundle.name}-{lane.name}"
-    base = args.base_image or runtime_image.DEFAULT_BASE_IMAGE
+    # The bundle's Python (its wheels' tags), not the builder's: cp311 wheels need 3.11.
+    base = args.base_image or runtime_image.default_base_image(
+        runtime_image.image_python(bundle, entry)
+    )
     host = runtime_image.given_host_wheel(_host_package(args.host_package))
 
     def compose(host_wheel: runtime_image.HostWheel) -> runtime_image.RuntimeImagePlan:

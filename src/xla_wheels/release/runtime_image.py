@@ -19,8 +19,10 @@ executed. The image holds:
 - the entrypoint ``python -m xla_host.entrypoint``: the check against the baked facts and
   the audit stamp before the training command (:mod:`xla_host.entrypoint`).
 
-The base image is a Debian/Python image with ``python3 -m venv`` (default: the builder's
-digest-pinned Python base; ``--base-image`` for a mirror or a local image).
+The base image is a Debian/Python image with ``python3 -m venv`` of the bundle's Python,
+read from its wheels' tags (``cp311``: Python 3.11), else its manifest (default: the
+builder's digest-pinned base for 3.13, ``python:<X.Y>-slim-bookworm`` for another;
+``--base-image`` for a mirror, a local image or a digest pin).
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ DEFAULT_BASE_IMAGE = (
     "docker.io/library/python:3.13.0-slim-bookworm@sha256:"
     "751d8bece269ba9e672b3f2226050e7e6fb3f3da3408b5dcb5d415a054fcb061"
 )
+#: The Python of :data:`DEFAULT_BASE_IMAGE`.
+DEFAULT_BASE_PYTHON = "3.13"
 ENGINES = ("docker", "podman", "buildah")
 #: Where the runtime pins' public wheels (libtpu, jax) come from, by hash.
 PUBLIC_INDEX = "https://pypi.org/simple/"
@@ -116,6 +120,35 @@ class RuntimeImagePlan:
             lines.append(f"--- {name}")
             lines.append(text.rstrip("\n"))
         return "\n".join(lines) + "\n"
+
+
+def image_python(bundle: Bundle, entry: BundleEntry) -> str:
+    """The Python the image needs: the one the bundle's wheels are tagged for (``cp311``
+    -> ``3.11``), else (pure-Python wheels) the manifest's. Wheels for two Pythons are
+    refused: no one interpreter installs both."""
+    tags = {
+        tag
+        for wheel in entry.wheels or ()
+        for tag in parse_wheel_name(wheel.name).python.split(".")
+        if tag.startswith("cp") and tag[2:].isdigit() and len(tag) > 3
+    }
+    pythons = sorted({f"{tag[2]}.{tag[3:]}" for tag in tags})
+    if len(pythons) > 1:
+        raise UsageError(
+            f"bundle {bundle.name}'s locked wheels are for Pythons {', '.join(pythons)}: no "
+            "one image installs them all",
+            fix=f"record the wheels of one Python (the manifest says {bundle.python}): "
+            f"`make wheels BUNDLE={bundle.name}`",
+        )
+    return pythons[0] if pythons else bundle.python
+
+
+def default_base_image(python: str) -> str:
+    """The base for ``python``: the builder's digest-pinned one for its Python, else the
+    official ``python:<X.Y>-slim-bookworm`` (by tag: pin it with ``--base-image``)."""
+    if python == DEFAULT_BASE_PYTHON:
+        return DEFAULT_BASE_IMAGE
+    return f"docker.io/library/python:{python}-slim-bookworm"
 
 
 def build_argv(engine: str, tag: str, context: Path, network_host: bool) -> list[str]:
