@@ -75,10 +75,19 @@ def _index(libraries: Sequence[SharedObject]) -> tuple[set[str], dict[str, set[s
     return unversioned, versioned
 
 
-def compare(extension: SharedObject, torch_libraries: Sequence[SharedObject]) -> Comparison:
-    """Every strong reference of ``extension`` owed by torch that torch does not define."""
+def compare(
+    extension: SharedObject,
+    torch_libraries: Sequence[SharedObject],
+    mapped: Sequence[str] | None = None,
+) -> Comparison:
+    """Every strong reference of ``extension`` owed by torch that torch does not define.
+
+    ``mapped``: the names of every library the loader maps, when only some of them
+    (``torch_libraries``) were read for their symbols; a reference versioned against a
+    mapped library is torch's to satisfy whether or not that library was read yet."""
     unversioned, versioned = _index(torch_libraries)
-    torch_names = {library.name for library in torch_libraries}
+    names = tuple(library.name for library in torch_libraries) if mapped is None else mapped
+    torch_names = set(names)
     elsewhere: dict[str, int] = defaultdict(int)
     missing: list[MissingSymbol] = []
     checked = weak = 0
@@ -101,7 +110,7 @@ def compare(extension: SharedObject, torch_libraries: Sequence[SharedObject]) ->
         if not found:
             missing.append(MissingSymbol(reference.name, reference.version))
     return Comparison(
-        torch_libraries=tuple(library.name for library in torch_libraries),
+        torch_libraries=tuple(names),
         checked=checked,
         missing=tuple(sorted(set(missing), key=lambda m: m.name)),
         elsewhere=tuple(sorted(elsewhere.items())),

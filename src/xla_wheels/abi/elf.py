@@ -10,6 +10,10 @@ unversioned reference may be satisfied by any loaded object.
 
 from __future__ import annotations
 
+import struct
+import sys
+from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +32,7 @@ EXPORTING_BINDINGS = frozenset({"STB_GLOBAL", "STB_WEAK", "STB_LOOS", "STB_GNU_U
 #: (non-default, ``name@V`` rather than ``name@@V``) definition.
 _VERSYM_HIDDEN = 0x8000
 _SPECIAL_INDEX = {"VER_NDX_LOCAL": 0, "VER_NDX_GLOBAL": 1}
+_VER_NDX_LORESERVE = 0xFF00
 
 
 class ElfReadError(PipelineError):
@@ -98,11 +103,16 @@ def _version_tables(elf: ELFFile) -> tuple[dict[int, tuple[str, str | None]], di
     return needed, defined
 
 
-def read_shared_object(path: Path) -> SharedObject:
-    """Read one shared object's dynamic section and dynamic symbols."""
+def read_shared_object(path: Path, *, with_symbols: bool = True) -> SharedObject:
+    """Read one shared object's dynamic section and dynamic symbols.
+
+    ``with_symbols=False`` reads the dynamic section only (what the loader follows:
+    SONAME, DT_NEEDED, RPATH, RUNPATH) and leaves imports and exports empty: reading the
+    symbols of a CUDA torch's libraries with pyelftools takes tens of seconds, and the
+    load order needs none of them."""
     try:
         with open(path, "rb") as handle:
-            return _read(path, ELFFile(handle))
+            return _read(path, ELFFile(handle), with_symbols=with_symbols)
     except (ELFError, OSError) as error:
         raise ElfReadError(
             f"cannot read {path} as an ELF shared library: {error}",
@@ -111,7 +121,7 @@ def read_shared_object(path: Path) -> SharedObject:
         ) from None
 
 
-def _read(path: Path, elf: ELFFile) -> SharedObject:
+def _read(path: Path, elf: ELFFile, *, with_symbols: bool) -> SharedObject:
     soname: str | None = None
     needed: list[str] = []
     rpath: list[str] = []
@@ -127,38 +137,29 @@ def _read(path: Path, elf: ELFFile) -> SharedObject:
                     runpath += [p for p in tag.runpath.split(":") if p]  # type: ignore[attr-defined]
                 elif tag.entry.d_tag == "DT_SONAME":
                     soname = tag.soname  # type: ignore[attr-defined]
+    if not with_symbols:
+        return SharedObject(path, soname, tuple(needed), (), (), tuple(rpath), tuple(runpath))
     dynsym = elf.get_section_by_name(".dynsym")
     if not isinstance(dynsym, SymbolTableSection):
         raise ElfReadError(
             f"{path} has no dynamic symbol table: it is not a shared library",
             fix="pass a shared library (.so) from a Linux wheel or installation",
         )
-    versym = elf.get_section_by_name(".gnu.version")
-    indices: list[int] | None = None
-    if isinstance(versym, GNUVerSymSection):
-        # pyelftools names the two special indices; the loader sees numbers.
-        indices = [
-            _SPECIAL_INDEX.get(n, 1) if isinstance(n, str) else int(n)
-            for n in (entry["ndx"] for entry in versym.iter_symbols())
-        ]
     required, defined = _version_tables(elf)
     imports: list[Import] = []
     exports: list[Export] = []
-    for number, symbol in enumerate(dynsym.iter_symbols()):
-        name = symbol.name
+    for name, binding, visibility, undefined, index in _dynamic_symbols(elf, dynsym):
         if not name:
             continue
-        info = symbol["st_info"]
-        index = indices[number] if indices is not None else 1
-        if symbol["st_shndx"] == "SHN_UNDEF":
+        if undefined:
             version, version_file = required.get(index & ~_VERSYM_HIDDEN, (None, None))
-            imports.append(Import(name, info["bind"] == "STB_WEAK", version, version_file))
-        elif info["bind"] in EXPORTING_BINDINGS:
+            imports.append(Import(name, binding == "STB_WEAK", version, version_file))
+        elif binding in EXPORTING_BINDINGS:
             exports.append(
                 Export(
                     name,
-                    info["bind"],
-                    symbol["st_other"]["visibility"],
+                    binding,
+                    visibility,
                     defined.get(index & ~_VERSYM_HIDDEN),
                     bool(index & _VERSYM_HIDDEN),
                 )
@@ -166,3 +167,68 @@ def _read(path: Path, elf: ELFFile) -> SharedObject:
     return SharedObject(
         path, soname, tuple(needed), tuple(imports), tuple(exports), tuple(rpath), tuple(runpath)
     )
+
+
+#: (name, binding, visibility, undefined, version index) of one ``.dynsym`` entry.
+RawSymbol = tuple[str, str, str, bool, int]
+_BINDINGS = {0: "STB_LOCAL", 1: "STB_GLOBAL", 2: "STB_WEAK", 10: "STB_LOOS"}
+_VISIBILITIES = ("STV_DEFAULT", "STV_INTERNAL", "STV_HIDDEN", "STV_PROTECTED")
+#: Elf64_Sym: st_name (u32), st_info (u8), st_other (u8), st_shndx (u16), value, size.
+_ELF64_SYM = struct.Struct("<IBBHQQ")
+
+
+def _dynamic_symbols(elf: ELFFile, dynsym: SymbolTableSection) -> Iterator[RawSymbol]:
+    """Every ``.dynsym`` entry with its ``.gnu.version`` index (1 without versions).
+
+    An x86_64 object (ELF64, little-endian) is unpacked with :mod:`struct` straight from
+    the section's bytes: pyelftools builds a container per symbol, which took 40 s for
+    torch_xla 2.7.0's ``_XLAC`` (about a million symbols) where unpacking takes one. Any
+    other class or byte order goes through pyelftools, value for value the same."""
+    versym = elf.get_section_by_name(".gnu.version")
+    fast = (
+        elf.elfclass == 64
+        and elf.little_endian
+        and sys.byteorder == "little"  # array("H") reads .gnu.version natively
+        and dynsym["sh_entsize"] == _ELF64_SYM.size
+    )
+    if not fast:
+        yield from _symbols_through_pyelftools(dynsym, versym)
+        return
+    count = dynsym.data_size // _ELF64_SYM.size
+    indices = (
+        array("H", versym.data()[: 2 * count])
+        if isinstance(versym, GNUVerSymSection)
+        else array("H", [1]) * count
+    )
+    strings = elf.get_section(dynsym["sh_link"]).data()
+    for number, (name_at, info, other, shndx, _value, _size) in enumerate(
+        _ELF64_SYM.iter_unpack(dynsym.data()[: count * _ELF64_SYM.size])
+    ):
+        end = strings.find(b"\0", name_at)
+        name = strings[name_at:end].decode("utf-8", errors="replace")
+        index = indices[number]
+        if index >= _VER_NDX_LORESERVE:  # reserved indices: pyelftools reads them as global
+            index = 1
+        binding = _BINDINGS.get(info >> 4, f"STB_{info >> 4}")
+        yield name, binding, _VISIBILITIES[other & 3], shndx == 0, index
+
+
+def _symbols_through_pyelftools(
+    dynsym: SymbolTableSection, versym: object
+) -> Iterator[RawSymbol]:
+    indices: list[int] | None = None
+    if isinstance(versym, GNUVerSymSection):
+        # pyelftools names the two special indices; the loader sees numbers.
+        indices = [
+            _SPECIAL_INDEX.get(n, 1) if isinstance(n, str) else int(n)
+            for n in (entry["ndx"] for entry in versym.iter_symbols())
+        ]
+    for number, symbol in enumerate(dynsym.iter_symbols()):
+        info = symbol["st_info"]
+        yield (
+            symbol.name,
+            info["bind"],
+            symbol["st_other"]["visibility"],
+            symbol["st_shndx"] == "SHN_UNDEF",
+            indices[number] if indices is not None else 1,
+        )

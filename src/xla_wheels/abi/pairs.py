@@ -89,7 +89,8 @@ def load_order(
     holding torch and the extension's own directory (``nvidia/*/lib`` reached by
     ``$ORIGIN/../../nvidia/...`` included). System libraries (libc, libstdc++) are not:
     references versioned against them are theirs (:mod:`xla_wheels.abi.compare`). Returns
-    the libraries in load order and the names of the extension's own DT_NEEDED found."""
+    the libraries in load order, read without their symbols (``with_symbols=False``), and
+    the names of the extension's own DT_NEEDED found."""
     roots = [torch_lib_dir.resolve().parent.parent, extension.path.resolve().parent]
     seen: set[str] = set()
     direct: set[str] = set()
@@ -118,7 +119,7 @@ def load_order(
             seen.add(name)
             if current is extension:
                 direct.add(name)
-            library = read_shared_object(path)
+            library = read_shared_object(path, with_symbols=False)
             loaded.append(library)
             queue.append((library, passed_on))
     return loaded, direct
@@ -128,9 +129,19 @@ def check_pair(files: PairFiles) -> AbiResult:
     """Read the extension and every library it loads from the environment (transitively,
     :func:`load_order`), compare, demangle, group."""
     extension = read_shared_object(files.extension)
-    libraries, present = load_order(extension, files.torch_lib_dir)
+    order, present = load_order(extension, files.torch_lib_dir)
     absent = tuple(n for n in extension.needed if TORCH_LIBRARY.match(n) and n not in present)
-    comparison = compare(extension, libraries)
+    # Symbols are read library by library in load order, and the reading stops once every
+    # reference binds: a library later in the order cannot unbind one. A CUDA torch's
+    # nvidia libraries come last and are read only when a symbol is still missing.
+    mapped = [linked.name for linked in order]
+    libraries: list[SharedObject] = []
+    comparison = compare(extension, libraries, mapped)
+    for linked in order:
+        if comparison.ok:
+            break
+        libraries.append(read_shared_object(linked.path))
+        comparison = compare(extension, libraries, mapped)
     readable = demangle([symbol.name for symbol in comparison.missing])
     return AbiResult(
         files=files,
