@@ -165,6 +165,40 @@ def test_references_versioned_against_other_libraries_are_theirs() -> None:
     assert dict(result.elsewhere) == {"libc.so.6": 1, "the Python interpreter": 1}
 
 
+def test_a_reference_versioned_against_a_library_not_yet_read_is_still_torchs() -> None:
+    # check_pair reads symbols library by library and stops once everything binds: a
+    # reference versioned against a mapped library it has not read yet must count as
+    # missing so far, never as another library's business (which would stop it early).
+    extension = _extension(
+        Import("cuda_fn", weak=False, version="CUDA_1", version_file="libc10_cuda.so")
+    )
+    so_far = compare(extension, [_library()], ["libc10.so", "libc10_cuda.so"])
+    assert not so_far.ok and so_far.checked == 1 and so_far.elsewhere == ()
+    assert so_far.torch_libraries == ("libc10.so", "libc10_cuda.so")
+    defined = Export("cuda_fn", "STB_GLOBAL", "STV_DEFAULT", "CUDA_1")
+    read = [_library(), _library(defined, name="libc10_cuda.so")]
+    assert compare(extension, read, ["libc10.so", "libc10_cuda.so"]).ok
+
+
+def test_fast_symbol_reading_gives_what_pyelftools_gives(tiny: TinyPair) -> None:
+    from elftools.elf.elffile import ELFFile
+
+    from xla_wheels.abi import elf as elf_reader
+
+    libc = Path("/lib/x86_64-linux-gnu/libc.so.6")
+    objects = [tiny.extension, *sorted(tiny.build_lib.glob("*.so")), libc]
+    for path in objects:
+        if not path.exists():
+            continue
+        with path.open("rb") as handle:
+            elf = ELFFile(handle)
+            dynsym = elf.get_section_by_name(".dynsym")
+            fast = list(elf_reader._dynamic_symbols(elf, dynsym))
+            versym = elf.get_section_by_name(".gnu.version")
+            assert fast == list(elf_reader._symbols_through_pyelftools(dynsym, versym)), path
+            assert fast, path
+
+
 @pytest.mark.parametrize(
     ("demangled", "scope"),
     [
