@@ -352,8 +352,7 @@ def test_the_host_writes_the_launch_environment_the_builder_writes(
     project = make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
     manifest = project / "build" / "bundles" / f"{BUNDLE}.toml"
     manifest.write_text(
-        manifest.read_text()
-        + '\n[profiles.train.device]\nPJRT_DEVICE = "TPU"\n'
+        manifest.read_text() + '\n[profiles.train.device]\nPJRT_DEVICE = "TPU"\n'
         '[profiles.train.cache]\nXLA_PERSISTENT_CACHE_PATH = "/mnt/xla-cache/{build}"\n'
         '[profiles.train.compiler]\nXLA_FLAGS = "--xla_cpu_use_thunk_runtime=false"\n'
     )
@@ -388,7 +387,7 @@ def test_the_host_writes_the_launch_environment_the_builder_writes(
 
 
 @pytest.mark.slow
-def test_a_lane_on_a_package_index_gets_the_host_wheel_and_hands_out_the_document(
+def test_a_lane_on_a_package_index_serves_the_host_wheel_and_the_document_by_hash(
     tmp_path: Path,
     fake_wheels: FakeWheels,  # noqa: F811
     host_wheel: Path,
@@ -409,7 +408,10 @@ def test_a_lane_on_a_package_index_gets_the_host_wheel_and_hands_out_the_documen
         assert (index.packages / host_wheel.name).is_file()  # uploaded as the wheels are
         document = project / "dist" / "lanes" / "validation" / "bundles" / f"{BUNDLE}.json"
         digest = doc.sha256_of(document.read_bytes())
-        assert f"sha256:{digest}" in published.stdout and "serves packages only" in published.stdout
+        assert f"sha256:{digest}" in published.stdout
+        # The document went into the index as the document wheel of the bundle.
+        (packed,) = index.packages.glob("xla_wheels_document_*.whl")
+        assert packed.name.endswith(f"-1+sha256.{digest[:16]}-py3-none-any.whl")
         python = host_venv(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
         env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home"), "PYTHONPATH": str(HOST_SRC)}
 
@@ -420,13 +422,23 @@ def test_a_lane_on_a_package_index_gets_the_host_wheel_and_hands_out_the_documen
                 env=env, capture_output=True, text=True, timeout=120, check=False,
             )  # fmt: skip
 
-        # The index serves no document: the operator hands it out with its digest, and the
-        # wheel files come from the index's own links, by hash.
-        given = doctor("--bundle-document", str(document), "--bundle-sha256", digest)
-        assert given.returncode == 0, given.stdout + given.stderr
-        assert "ok   files torch-xla" in given.stdout
+        # No file handed to the host: the document and the wheels come from the index, by
+        # the index's hashes; with the operator's digest, by that too.
         asked = doctor("--bundle", BUNDLE)
-        assert asked.returncode == ExitCode.BAD_INPUT and "--bundle-document FILE" in asked.stderr
+        assert asked.returncode == 0, asked.stdout + asked.stderr
+        assert "ok   files torch-xla" in asked.stdout
+        pinned = doctor("--bundle", BUNDLE, "--bundle-sha256", digest)
+        assert pinned.returncode == 0, pinned.stdout + pinned.stderr
+        unknown = doctor("--bundle", BUNDLE, "--bundle-sha256", "0" * 64)
+        assert unknown.returncode == ExitCode.BAD_INPUT, unknown.stdout + unknown.stderr
+        assert f"no document wheel of bundle {BUNDLE} with sha256 {'0' * 64}" in unknown.stderr
+        # Another document swapped in under the published name is refused (by the index's
+        # hash of the file, or by the digest in its name).
+        other = dataclasses.replace(doc.loads(document.read_bytes(), "d"), lane="elsewhere")
+        packed.write_bytes(doc.document_wheel(doc.dumps(other), 1)[1])
+        swapped = doctor("--bundle", BUNDLE)
+        assert swapped.returncode == ExitCode.BAD_INPUT, swapped.stdout + swapped.stderr
+        assert "that was published" in swapped.stderr
     finally:
         stop(process)
 

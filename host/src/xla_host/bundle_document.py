@@ -386,12 +386,17 @@ def document_of_wheel(data: bytes, name: str, source: str) -> bytes:
     found = _DOCUMENT_WHEEL.fullmatch(name)
     if found is None:
         raise DocumentError(f"{source}: {name} is not a document wheel's name", fix=_FIX)
-    member = f"{found['dist']}-{found['version']}.dist-info/{DOCUMENT_MEMBER}"
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            info = archive.getinfo(member)
+            # Found by its place, not by the name: a file renamed to another document's
+            # name is then refused for its content (the digest check below).
+            place = f".dist-info/{DOCUMENT_MEMBER}"
+            members = [i for i in archive.infolist() if i.filename.endswith(place)]
+            if len(members) != 1:
+                raise KeyError(f"{len(members)} members */{DOCUMENT_MEMBER}, one expected")
+            (info,) = members
             if info.file_size > MAX_FILE_BYTES:
-                raise DocumentError(f"{source}: {member} is too large to be a document", fix=_FIX)
+                raise DocumentError(f"{source}: {info.filename} is too large", fix=_FIX)
             raw = archive.read(info)
     except (zipfile.BadZipFile, KeyError) as error:
         raise DocumentError(f"{source}: not a document wheel ({error})", fix=_FIX) from None
