@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from xla_wheels.release import devpi, lane_index, lane_static
 from xla_wheels.release.lane_backend import LaneKind
 
-KINDS: Mapping[str, LaneKind] = {
+KINDS: dict[str, LaneKind] = {
     kind.name: kind for kind in (lane_static.KIND, lane_index.KIND, devpi.KIND)
 }
 

@@ -278,7 +278,7 @@ def _lane(root: Path, name: str, table: Table, names: Mapping[str, Any]) -> Lane
         raise table.fail("path", "give exactly one of path or index-url", "")
     kind = KINDS.get(kind_name)
     if kind is None:
-        raise table.fail("backend", f"{kind_name!r} is not one of {BACKENDS}", "")
+        raise table.fail("backend", f"{kind_name!r} is not one of {tuple(KINDS)}", "")
     signing = (Field("require-signature", bool, default=False), Field("signing-public-key", str))
     fields = table.read(
         Field("description", str),  # for the reader of lanes.toml
