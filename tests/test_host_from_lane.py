@@ -38,6 +38,7 @@ from tests.servers import answers_http, free_port, start, stop
 from xla_host import bundle_document as doc
 from xla_host import receipts
 from xla_host.errors import ExitCode
+from xla_host.filemode import file_sha256
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 HOST_SRC = REPO_ROOT / "host" / "src"
@@ -129,7 +130,9 @@ def test_a_host_installs_from_the_lane_by_hash_and_runs_doctor_without_a_checkou
     host: Host, host_wheel: Path
 ) -> None:
     requirements = (host.lane / "requirements.txt").read_text()
-    assert "xla-wheels-host==0.1.0 \\\n    --hash=sha256:" in requirements
+    # The working tree's version (host/VERSION; make host-wheel writes the commit's).
+    pin = f"xla-wheels-host==0.1.0.dev0 \\\n    --hash=sha256:{file_sha256(host_wheel)}"
+    assert pin in requirements
     # Nothing of the builder is on the host, and the checkout is on no path of it.
     probe = subprocess.run(
         [str(host.python), "-I", "-c", "import xla_host, xla_wheels"],
@@ -409,6 +412,10 @@ def test_a_lane_on_a_package_index_serves_the_host_wheel_and_the_document_by_has
         document = project / "dist" / "lanes" / "validation" / "bundles" / f"{BUNDLE}.json"
         digest = doc.sha256_of(document.read_bytes())
         assert f"sha256:{digest}" in published.stdout
+        # The document pins the host wheel the lane serves, by hash.
+        pinned_host = doc.loads(document.read_bytes(), str(document)).host_wheel
+        size = host_wheel.stat().st_size
+        assert pinned_host == doc.LockedFile(host_wheel.name, file_sha256(host_wheel), size)
         # The document went into the index as the document wheel of the bundle.
         (packed,) = index.packages.glob("xla_wheels_document_*.whl")
         assert packed.name.endswith(f"-1+sha256.{digest[:16]}-py3-none-any.whl")

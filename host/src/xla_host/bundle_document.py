@@ -17,6 +17,9 @@ One JSON object, canonical (sorted keys, no spaces, UTF-8, a final newline), key
     profiles        {name: {group: {VARIABLE: value}}}: the launch profiles (their digest
                     is :attr:`xla_host.launch_profile.LaunchProfile.sha256`)
     policy          the lane's promotion policy, as data ({} for none)
+    host-wheel      {name, size, sha256}: the host package's wheel the lane serves beside
+                    the bundle (absent when none was built), pinned by hash as the
+                    lane's requirements file pins it
 
 In a static lane the document lives at ``bundles/<bundle>.json`` beside the wheels, listed
 in ``bundles/index.html`` with a PEP 503 ``#sha256=`` fragment. A package index (pypiserver,
@@ -124,6 +127,7 @@ class BundleDocument:
     runtime: Mapping[str, RuntimePin] = field(default_factory=dict)
     profiles: Mapping[str, LaunchProfile] = field(default_factory=dict)
     policy: Mapping[str, Any] = field(default_factory=dict)
+    host_wheel: LockedFile | None = None
 
     @property
     def pins(self) -> dict[str, str]:
@@ -181,7 +185,7 @@ class BundleDocument:
                 for name, p in sorted(self.profiles.items())
             },
             "policy": dict(self.policy),
-        }
+        } | ({"host-wheel": files((self.host_wheel,), True)[0]} if self.host_wheel else {})
 
 
 def dumps(document: BundleDocument) -> bytes:
@@ -228,6 +232,7 @@ def loads(raw: bytes, source: str) -> BundleDocument:
         Field("runtime", dict, default={}),
         Field("profiles", dict, default={}),
         Field("policy", dict, default={}),
+        Field("host-wheel", dict),
     )
     for key in ("bundle", "lane"):
         if not NAME_PATTERN.fullmatch(fields[key]):
@@ -253,6 +258,7 @@ def loads(raw: bytes, source: str) -> BundleDocument:
         runtime=runtime,
         profiles=profiles,
         policy=fields["policy"],
+        host_wheel=_file(table.table("host-wheel"), sized=True) if fields["host-wheel"] else None,
     )
 
 

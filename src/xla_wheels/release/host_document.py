@@ -68,6 +68,9 @@ def compose(root: Path, lock: Lock, bundle_name: str, lane: Lane) -> doc.BundleD
         },
         profiles=dict(bundle.profiles),
         policy=policy_data(lane.policy),
+        host_wheel=next(
+            (doc.LockedFile(r.name, r.sha256, r.size) for r in host_records(root)), None
+        ),
     )
 
 
