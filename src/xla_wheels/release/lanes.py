@@ -156,6 +156,8 @@ class Lane:
     def simple_url(self) -> str:
         return self.backend.simple_url
 
+    # The two views below are for the modules not moved onto the backend yet
+    # (builder/runtime_image.py, cli/publish.py's doctor): new code asks the backend.
     @property
     def path(self) -> Path | None:
         """The lane's directory on this machine, if it is one (``LaneBackend.directory``)."""
@@ -473,8 +475,8 @@ def lane_lock(root: Path, lane: Lane) -> Iterator[str]:
     history head as read under the lock: :func:`write_state` refuses to record over any
     other (a writer that did not take the lock), instead of losing its entry."""
     with contextlib.ExitStack() as held:
-        if lane.path is not None:
-            held.enter_context(_locked_lane(lane.path, f"writing lane {lane.name}"))
+        if (directory := lane.backend.directory) is not None:
+            held.enter_context(_locked_lane(directory, f"writing lane {lane.name}"))
         held.enter_context(_locked_directory(root, f"writing {LANES_LOCK}"))
         yield read_record(root).head
 
