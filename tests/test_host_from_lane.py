@@ -13,12 +13,14 @@ and a HOME of its own. The wheels are the publish tests' small stand-ins
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -462,3 +464,23 @@ def test_the_one_xla_wheels_command_is_the_builders_where_the_builder_is_install
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "usage: xla-wheels lock-check" in result.stdout
+
+
+def test_a_document_wheel_is_the_same_bytes_for_the_same_document_and_names_its_digest() -> None:
+    wheel = doc.LockedFile("torch_xla-2.9.0+gabc-cp311-cp311-linux_x86_64.whl", "a" * 64, 1)
+    raw = doc.dumps(doc.BundleDocument("v6e-2.9", "preferred", "3.11", (wheel,)))
+    name, data = doc.document_wheel(raw, 3)
+    label = doc.sha256_of(raw)[:16]
+    assert name == f"xla_wheels_document_v6e_2_9-3+sha256.{label}-py3-none-any.whl"
+    # Reproducible (a lane never refuses it for other bytes): fixed times, no compression
+    # (zlib's output may differ between builds of it).
+    assert doc.document_wheel(raw, 3) == (name, data)
+    members = zipfile.ZipFile(io.BytesIO(data)).infolist()
+    assert {(m.date_time, m.compress_type) for m in members} == {
+        ((1980, 1, 1, 0, 0, 0), zipfile.ZIP_STORED)
+    }
+    assert doc.document_of_wheel(data, name, "here") == raw
+    other = doc.dumps(doc.BundleDocument("v6e-2.9", "validation", "3.11", (wheel,)))
+    with pytest.raises(doc.DocumentError) as swapped:
+        doc.document_of_wheel(doc.document_wheel(other, 3)[1], name, "here")
+    assert "not the document that was published" in swapped.value.message
