@@ -16,13 +16,18 @@ from typing import Any
 
 import pytest
 
+from tests.clirunner import run_cli
 from tests.publish_support import (
     BUNDLE,
     FakeWheels,
     fake_wheels,  # noqa: F401 - fixture
     make_publish_project,
+    start_pypiserver,
 )
+from tests.servers import stop
+from xla_host import bundle_document
 from xla_host.errors import PipelineError
+from xla_host.filemode import file_sha256
 from xla_host.tables import Field, Table
 from xla_wheels.options import DEFAULT_NETWORK
 from xla_wheels.release import devpi, lane_kinds, lanes, promote, status
@@ -119,3 +124,41 @@ def test_a_kind_registered_with_one_line_publishes_and_is_read_back_by_status(
     shutil.copyfile(served[0], served[1])
     drifted = status.lane_status(lane, lanes.read_record(project), DEFAULT_NETWORK)
     assert [line.split(":")[0] for line in drifted.changed] == [served[1].name]
+
+
+@pytest.mark.slow
+def test_a_changed_document_is_a_new_file_on_the_index_and_hosts_take_the_one_they_name(
+    tmp_path: Path,
+    fake_wheels: FakeWheels,  # noqa: F811
+) -> None:
+    process, index = start_pypiserver(tmp_path / "index", "update")
+    try:
+        project = make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
+        lanes_toml = f'[lanes.validation]\nindex-url = "{index.url}"\n'
+        copy = project / "dist" / "lanes" / "validation" / "bundles" / f"{BUNDLE}.json"
+        digests = []
+        for policy in ("", '[lanes.validation.policy]\ndevice = "CPU"\n'):
+            (project / "build").mkdir(exist_ok=True)
+            (project / "build" / "lanes.toml").write_text(lanes_toml + policy)
+            published = run_cli(
+                "publish-lane", "--bundle", BUNDLE, root=project, inherit_env=True,
+                env=index.credentials,
+            )  # fmt: skip
+            assert published.exit_code == 0, published.output
+            digests.append(file_sha256(copy))
+        # The lane's policy changed the document: a second file, the first one kept.
+        labels = sorted(p.name.split("-")[1] for p in index.packages.glob("xla_wheels_document_*"))
+        assert labels == [f"1+sha256.{digests[0][:16]}", f"2+sha256.{digests[1][:16]}"]
+        # A host that names no digest gets the last one published; one that names the
+        # first gets the first.
+        assert bundle_document.fetch(index.url, BUNDLE)[1] == digests[1]
+        assert bundle_document.fetch(index.url, BUNDLE, sha256=digests[0])[1] == digests[0]
+        # Publishing the same document again uploads nothing.
+        again = run_cli(
+            "publish-lane", "--bundle", BUNDLE, root=project, inherit_env=True,
+            env=index.credentials,
+        )  # fmt: skip
+        assert again.exit_code == 0 and "skipped    xla_wheels_document_" in again.stdout
+        assert len(list(index.packages.glob("xla_wheels_document_*"))) == 2
+    finally:
+        stop(process)
