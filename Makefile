@@ -231,13 +231,9 @@ clean: ## remove build work (out/); dist/, wheels.lock and the per-machine cache
 # own, from the committed sources (git archive HEAD), dated by the commit: the same commit
 # gives the same bytes. `make publish`/`make promote` put it into the lane beside the bundle.
 .PHONY: host-wheel
-host-wheel: $(VENV_STAMP) ## build the host package's wheel (xla-wheels-host, for TPU hosts) from the committed host/ into dist/host/
+host-wheel: $(VENV_STAMP) ## build the host package's wheel (xla-wheels-host, for TPU hosts) from the committed host/ into dist/host/, versioned by its content
 	@$(MAKE_CHECK)
-	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
-	  git archive HEAD host | tar -x -C "$$tmp" && \
-	  SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct HEAD) $(PY) -m pip wheel --quiet \
-	    --disable-pip-version-check --no-deps --wheel-dir dist/host "$$tmp/host" && \
-	  sha256sum dist/host/xla_wheels_host-*.whl
+	@$(MAKE_CONTEXT) $(PY) -m xla_wheels.release.host_wheel
 
 # Publish stage (README "Publish and install"). Credentials come from TWINE_USERNAME /
 # TWINE_PASSWORD or keyring, never from these variables.

@@ -13,12 +13,14 @@ and a HOME of its own. The wheels are the publish tests' small stand-ins
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +40,7 @@ from tests.servers import answers_http, free_port, start, stop
 from xla_host import bundle_document as doc
 from xla_host import receipts
 from xla_host.errors import ExitCode
+from xla_host.filemode import file_sha256
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 HOST_SRC = REPO_ROOT / "host" / "src"
@@ -129,7 +132,9 @@ def test_a_host_installs_from_the_lane_by_hash_and_runs_doctor_without_a_checkou
     host: Host, host_wheel: Path
 ) -> None:
     requirements = (host.lane / "requirements.txt").read_text()
-    assert "xla-wheels-host==0.1.0 \\\n    --hash=sha256:" in requirements
+    # The working tree's version (host/VERSION; make host-wheel writes the commit's).
+    pin = f"xla-wheels-host==0.1.0.dev0 \\\n    --hash=sha256:{file_sha256(host_wheel)}"
+    assert pin in requirements
     # Nothing of the builder is on the host, and the checkout is on no path of it.
     probe = subprocess.run(
         [str(host.python), "-I", "-c", "import xla_host, xla_wheels"],
@@ -352,8 +357,7 @@ def test_the_host_writes_the_launch_environment_the_builder_writes(
     project = make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
     manifest = project / "build" / "bundles" / f"{BUNDLE}.toml"
     manifest.write_text(
-        manifest.read_text()
-        + '\n[profiles.train.device]\nPJRT_DEVICE = "TPU"\n'
+        manifest.read_text() + '\n[profiles.train.device]\nPJRT_DEVICE = "TPU"\n'
         '[profiles.train.cache]\nXLA_PERSISTENT_CACHE_PATH = "/mnt/xla-cache/{build}"\n'
         '[profiles.train.compiler]\nXLA_FLAGS = "--xla_cpu_use_thunk_runtime=false"\n'
     )
@@ -388,7 +392,7 @@ def test_the_host_writes_the_launch_environment_the_builder_writes(
 
 
 @pytest.mark.slow
-def test_a_lane_on_a_package_index_gets_the_host_wheel_and_hands_out_the_document(
+def test_a_lane_on_a_package_index_serves_the_host_wheel_and_the_document_by_hash(
     tmp_path: Path,
     fake_wheels: FakeWheels,  # noqa: F811
     host_wheel: Path,
@@ -409,7 +413,14 @@ def test_a_lane_on_a_package_index_gets_the_host_wheel_and_hands_out_the_documen
         assert (index.packages / host_wheel.name).is_file()  # uploaded as the wheels are
         document = project / "dist" / "lanes" / "validation" / "bundles" / f"{BUNDLE}.json"
         digest = doc.sha256_of(document.read_bytes())
-        assert f"sha256:{digest}" in published.stdout and "serves packages only" in published.stdout
+        assert f"sha256:{digest}" in published.stdout
+        # The document pins the host wheel the lane serves, by hash.
+        pinned_host = doc.loads(document.read_bytes(), str(document)).host_wheel
+        size = host_wheel.stat().st_size
+        assert pinned_host == doc.LockedFile(host_wheel.name, file_sha256(host_wheel), size)
+        # The document went into the index as the document wheel of the bundle.
+        (packed,) = index.packages.glob("xla_wheels_document_*.whl")
+        assert packed.name.endswith(f"-1+sha256.{digest[:16]}-py3-none-any.whl")
         python = host_venv(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
         env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home"), "PYTHONPATH": str(HOST_SRC)}
 
@@ -420,13 +431,23 @@ def test_a_lane_on_a_package_index_gets_the_host_wheel_and_hands_out_the_documen
                 env=env, capture_output=True, text=True, timeout=120, check=False,
             )  # fmt: skip
 
-        # The index serves no document: the operator hands it out with its digest, and the
-        # wheel files come from the index's own links, by hash.
-        given = doctor("--bundle-document", str(document), "--bundle-sha256", digest)
-        assert given.returncode == 0, given.stdout + given.stderr
-        assert "ok   files torch-xla" in given.stdout
+        # No file handed to the host: the document and the wheels come from the index, by
+        # the index's hashes; with the operator's digest, by that too.
         asked = doctor("--bundle", BUNDLE)
-        assert asked.returncode == ExitCode.BAD_INPUT and "--bundle-document FILE" in asked.stderr
+        assert asked.returncode == 0, asked.stdout + asked.stderr
+        assert "ok   files torch-xla" in asked.stdout
+        pinned = doctor("--bundle", BUNDLE, "--bundle-sha256", digest)
+        assert pinned.returncode == 0, pinned.stdout + pinned.stderr
+        unknown = doctor("--bundle", BUNDLE, "--bundle-sha256", "0" * 64)
+        assert unknown.returncode == ExitCode.BAD_INPUT, unknown.stdout + unknown.stderr
+        assert f"no document wheel of bundle {BUNDLE} with sha256 {'0' * 64}" in unknown.stderr
+        # Another document swapped in under the published name is refused (by the index's
+        # hash of the file, or by the digest in its name).
+        other = dataclasses.replace(doc.loads(document.read_bytes(), "d"), lane="elsewhere")
+        packed.write_bytes(doc.document_wheel(doc.dumps(other), 1)[1])
+        swapped = doctor("--bundle", BUNDLE)
+        assert swapped.returncode == ExitCode.BAD_INPUT, swapped.stdout + swapped.stderr
+        assert "that was published" in swapped.stderr
     finally:
         stop(process)
 
@@ -443,3 +464,23 @@ def test_the_one_xla_wheels_command_is_the_builders_where_the_builder_is_install
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "usage: xla-wheels lock-check" in result.stdout
+
+
+def test_a_document_wheel_is_the_same_bytes_for_the_same_document_and_names_its_digest() -> None:
+    wheel = doc.LockedFile("torch_xla-2.9.0+gabc-cp311-cp311-linux_x86_64.whl", "a" * 64, 1)
+    raw = doc.dumps(doc.BundleDocument("v6e-2.9", "preferred", "3.11", (wheel,)))
+    name, data = doc.document_wheel(raw, 3)
+    label = doc.sha256_of(raw)[:16]
+    assert name == f"xla_wheels_document_v6e_2_9-3+sha256.{label}-py3-none-any.whl"
+    # Reproducible (a lane never refuses it for other bytes): fixed times, no compression
+    # (zlib's output may differ between builds of it).
+    assert doc.document_wheel(raw, 3) == (name, data)
+    members = zipfile.ZipFile(io.BytesIO(data)).infolist()
+    assert {(m.date_time, m.compress_type) for m in members} == {
+        ((1980, 1, 1, 0, 0, 0), zipfile.ZIP_STORED)
+    }
+    assert doc.document_of_wheel(data, name, "here") == raw
+    other = doc.dumps(doc.BundleDocument("v6e-2.9", "validation", "3.11", (wheel,)))
+    with pytest.raises(doc.DocumentError) as swapped:
+        doc.document_of_wheel(doc.document_wheel(other, 3)[1], name, "here")
+    assert "not the document that was published" in swapped.value.message

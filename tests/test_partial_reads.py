@@ -49,6 +49,7 @@ from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish.errors import IndexUnreachable
 from xla_wheels.publish.index import Credentials
 from xla_wheels.release import devpi
+from xla_wheels.release.lane_index import IndexLane
 from xla_wheels.release.lanes import Lane, Policy
 from xla_wheels.release.promote import fetch_from_lane
 from xla_wheels.retrying import NetworkTimedOut
@@ -140,7 +141,7 @@ def test_an_index_trickling_one_byte_a_second_ends_publish_at_its_deadline(
 
 
 def _lane(index_url: str) -> Lane:
-    return Lane("validation", None, index_url, None, None, Policy())
+    return Lane("validation", IndexLane("validation", index_url), policy=Policy())
 
 
 def _records(project: Path) -> list[WheelRecord]:
@@ -205,12 +206,10 @@ def test_a_lane_trickling_its_file_ends_at_the_transfer_deadline(
 # --- the devpi push ----------------------------------------------------------------------
 
 
-def _devpi_lanes(server_base: str) -> tuple[Lane, Lane]:
-    def lane(name: str, index: str) -> Lane:
-        return Lane(
-            name, None, f"{server_base}/{index}/+simple/", f"{server_base}/{index}/",
-            None, Policy(), backend="devpi", devpi_index=index,
-        )  # fmt: skip
+def _devpi_lanes(server_base: str) -> tuple[devpi.DevpiLane, devpi.DevpiLane]:
+    def lane(name: str, index: str) -> devpi.DevpiLane:
+        base = f"{server_base}/"
+        return devpi.DevpiLane(name, f"{base}{index}/+simple/", f"{base}{index}/", base, index)
 
     return lane("validation", "team/validation"), lane("preferred", "team/preferred")
 

@@ -13,6 +13,7 @@ from xla_host import receipts
 from xla_host.errors import PipelineError
 from xla_host.gate import slice as slices
 from xla_wheels.release import compare, lanes, policy, promote
+from xla_wheels.release.lane_index import IndexLane
 
 
 def receipt(topology: str | None, warm_s: float = 0.2, passed: bool = True) -> receipts.Receipt:
@@ -112,7 +113,7 @@ def test_lanes_toml_topologies_must_look_like_topologies(tmp_path: Path) -> None
 
 
 def test_a_refusal_says_which_topologies_the_lane_wants_receipts_from() -> None:
-    lane = lanes.Lane("preferred", None, "https://i/simple/", None, "validation", BOTH)
+    lane = lanes.Lane("preferred", IndexLane("preferred", "https://i/simple/"), "validation", BOTH)
     verdict = policy.judge_promotion("b", set(), [stored(receipt("v6e-8"))], BOTH, None)
     refused = promote.refusal("b", lane, verdict)
     assert "topology: no passing receipt for topology v6e-32" in refused.message

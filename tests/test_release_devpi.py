@@ -31,12 +31,13 @@ from tests.publish_support import (
     fake_wheels,  # noqa: F401 - fixture
     make_publish_project,
 )
+from xla_host import bundle_document
 from xla_host.errors import PipelineError
 from xla_host.filemode import file_sha256
 from xla_host.wheel_filename import parse_wheel_name
 from xla_wheels.options import DEFAULT_NETWORK
 from xla_wheels.publish.index import Credentials, project_files
-from xla_wheels.release import lanes
+from xla_wheels.release import devpi, lanes
 
 NO_CREDENTIALS = Credentials(None, None, "none")
 
@@ -78,6 +79,7 @@ class DevpiRelease:
 # on one worker, in file order (`--dist loadgroup`).
 pytestmark = [pytest.mark.xdist_group("devpi"), pytest.mark.slow]
 
+
 @pytest.fixture(scope="module")
 def devpi_release(
     fake_wheels: FakeWheels,  # noqa: F811 - the fixture imported above
@@ -104,13 +106,20 @@ def test_publish_uploads_through_devpi_then_skips_what_is_there(
 ) -> None:
     first = devpi_release.run("publish-lane", "--bundle", BUNDLE)
     assert first.exit_code == 0, first.stderr
-    assert first.stdout.count("uploaded") == 2, first.stdout
-    assert f"{devpi_release.server.url}team/validation/+simple/" in first.stdout
+    # The two wheels, and the bundle document in its document wheel.
+    assert first.stdout.count("uploaded") == 3, first.stdout
+    assert f"uploaded   xla_wheels_document_{BUNDLE.replace('-', '_')}-1+sha256." in first.stdout
+    simple = f"{devpi_release.server.url}team/validation/+simple/"
+    assert simple in first.stdout
     for wheel in (devpi_release.wheels.torch, devpi_release.wheels.torch_xla):
         assert devpi_release.served("team/validation", wheel) == file_sha256(wheel)
+    # A host reads the document from devpi's simple page alone, verified by hash.
+    copy = devpi_release.root / "dist" / "lanes" / "validation" / "bundles" / f"{BUNDLE}.json"
+    document, digest = bundle_document.fetch(simple, BUNDLE)
+    assert document.bundle == BUNDLE and digest == file_sha256(copy)
     again = devpi_release.run("publish-lane", "--bundle", BUNDLE)
     assert again.exit_code == 0, again.stderr
-    assert again.stdout.count("skipped") == 2 and "uploaded" not in again.stdout
+    assert again.stdout.count("skipped") == 3 and "uploaded" not in again.stdout
     state = lanes.read_state(devpi_release.root)["validation"]
     assert state.bundle == BUNDLE and len(state.wheels) == 2
 
@@ -123,11 +132,14 @@ def test_promotion_is_devpis_push_of_the_same_bytes_without_an_upload(
     promoted = devpi_release.run("promote", "--bundle", BUNDLE)
     assert promoted.exit_code == 0, promoted.stderr
     requests = server.requests(before)
-    # The push is one POST to the source index per release; nothing is sent to the
-    # target's upload URL (twine would POST /team/preferred/).
+    # The push is one POST to the source index per release; of the bundle's wheels nothing
+    # is sent to the target's upload URL (twine POSTs /team/preferred/): the one upload
+    # there is the preferred lane's own bundle document (its lane and policy differ).
     assert "POST /team/validation" in requests, requests
-    assert not [r for r in requests if r.startswith("POST /team/preferred")], requests
+    assert len([r for r in requests if r.startswith("POST /team/preferred")]) == 1, requests
     assert promoted.stdout.count("pushed") == 2, promoted.stdout
+    assert promoted.stdout.count("uploaded") == 1, promoted.stdout
+    assert "uploaded   xla_wheels_document_" in promoted.stdout
     for wheel in (devpi_release.wheels.torch, devpi_release.wheels.torch_xla):
         source = devpi_release.served("team/validation", wheel)
         assert devpi_release.served("team/preferred", wheel) == source == file_sha256(wheel)
@@ -155,7 +167,7 @@ def test_promotion_is_devpis_push_of_the_same_bytes_without_an_upload(
 
     again = devpi_release.run("promote", "--bundle", BUNDLE)
     assert again.exit_code == 0, again.stderr
-    assert again.stdout.count("skipped") == 2 and "pushed" not in again.stdout
+    assert again.stdout.count("skipped") == 3 and "pushed" not in again.stdout
 
 
 def test_promote_refuses_a_wheel_missing_from_the_source_lane(
@@ -222,7 +234,7 @@ def test_promote_refuses_a_source_release_with_files_the_lock_does_not_record(
         ('backend = "devpi"\nindex = "team/x"\n', "key 'lanes.x.server': missing"),
         (
             'backend = "devpi"\nserver = "http://127.0.0.1:3141"\nindex = "x"\n',
-            'key \'lanes.x.index\': must be "<user>/<index>"',
+            "key 'lanes.x.index': must be \"<user>/<index>\"",
         ),
         (
             'backend = "devpi"\nserver = "http://h/"\nindex = "t/x"\npath = "dist/x"\n',
@@ -254,5 +266,6 @@ def test_a_devpi_lane_reads_as_its_simple_page_and_upload_url(tmp_path: Path) ->
     )
     lane = lanes.load_config(tmp_path).lane("validation")
     assert lane.simple_url == "https://devpi.example/team/validation/+simple/"
-    assert lane.upload_url == "https://devpi.example/team/validation/"
-    assert (lane.backend, lane.devpi_index) == ("devpi", "team/validation")
+    assert isinstance(lane.backend, devpi.DevpiLane)
+    assert lane.backend.upload_url == "https://devpi.example/team/validation/"
+    assert (lane.kind, lane.backend.devpi_index) == ("devpi", "team/validation")

@@ -33,6 +33,7 @@ from xla_host.stamp import read_stamp
 from xla_wheels.bundle import load_bundle
 from xla_wheels.demo import BUNDLE, make_demo_project, stages
 from xla_wheels.release import lanes, runtime_image
+from xla_wheels.release.lane_index import IndexLane
 from xla_wheels.wheels_lock import BundleEntry, WheelRecord, read_lock
 
 # Its own name per run: the engine's storage is shared by every run on this machine.
@@ -244,7 +245,7 @@ class _Entry:
 
 
 def test_an_image_is_refused_for_a_bundle_the_lane_does_not_serve_as_locked() -> None:
-    lane = lanes.Lane("preferred", None, "http://127.0.0.1:1/simple/", None, None, lanes.Policy())
+    lane = lanes.Lane("preferred", IndexLane("preferred", "http://127.0.0.1:1/simple/"))
     record = WheelRecord("torch_xla-2.9.0+pa-py3-none-any.whl", 1, "a" * 64)
     entry = cast(BundleEntry, _Entry((record,)))
     served = lanes.LaneState("v6e-2.10", ((record.name, "a" * 64),), None, None)

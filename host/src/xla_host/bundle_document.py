@@ -17,9 +17,21 @@ One JSON object, canonical (sorted keys, no spaces, UTF-8, a final newline), key
     profiles        {name: {group: {VARIABLE: value}}}: the launch profiles (their digest
                     is :attr:`xla_host.launch_profile.LaunchProfile.sha256`)
     policy          the lane's promotion policy, as data ({} for none)
+    host-wheel      {name, size, sha256}: the host package's wheel the lane serves beside
+                    the bundle (absent when none was built), pinned by hash as the
+                    lane's requirements file pins it
 
-In a lane the document lives at ``bundles/<bundle>.json`` beside the wheels, listed in
-``bundles/index.html`` with a PEP 503 ``#sha256=`` fragment.
+In a static lane the document lives at ``bundles/<bundle>.json`` beside the wheels, listed
+in ``bundles/index.html`` with a PEP 503 ``#sha256=`` fragment. A package index (pypiserver,
+devpi, any PEP 503 index that takes uploads) serves packages only, so there the document
+travels inside a *document wheel* (:func:`document_wheel`): project
+``xla-wheels-document-<bundle>``, version ``<serial>+sha256.<first 16 hex digits of the
+document's sha256>``, the document at ``<dist-info>/bundle-document.json``, built byte for
+byte the same from the same document. The index lists it on the project's simple page with
+its ``#sha256=``, as every wheel; the host picks the file whose label is the
+``--bundle-sha256`` it was given, else the highest serial (the last one published), and
+checks the wheel's hash, then the document's (docs/lanes.md "The bundle document on a
+package index").
 
 The trust chain (docs/on-a-tpu-host.md): the host's own code is the host wheel, installed
 by hash from the lane's requirements file; the document is then accepted only with the
@@ -35,15 +47,17 @@ from __future__ import annotations
 import hashlib
 import html
 import http.client
+import io
 import json
 import re
 import urllib.error
 import urllib.parse
 import urllib.request
+import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from xla_host.cache_contract import directory_name
 from xla_host.errors import ExitCode, PipelineError, UsageError
@@ -113,6 +127,7 @@ class BundleDocument:
     runtime: Mapping[str, RuntimePin] = field(default_factory=dict)
     profiles: Mapping[str, LaunchProfile] = field(default_factory=dict)
     policy: Mapping[str, Any] = field(default_factory=dict)
+    host_wheel: LockedFile | None = None
 
     @property
     def pins(self) -> dict[str, str]:
@@ -170,7 +185,7 @@ class BundleDocument:
                 for name, p in sorted(self.profiles.items())
             },
             "policy": dict(self.policy),
-        }
+        } | ({"host-wheel": files((self.host_wheel,), True)[0]} if self.host_wheel else {})
 
 
 def dumps(document: BundleDocument) -> bytes:
@@ -217,6 +232,7 @@ def loads(raw: bytes, source: str) -> BundleDocument:
         Field("runtime", dict, default={}),
         Field("profiles", dict, default={}),
         Field("policy", dict, default={}),
+        Field("host-wheel", dict),
     )
     for key in ("bundle", "lane"):
         if not NAME_PATTERN.fullmatch(fields[key]):
@@ -242,6 +258,7 @@ def loads(raw: bytes, source: str) -> BundleDocument:
         runtime=runtime,
         profiles=profiles,
         policy=fields["policy"],
+        host_wheel=_file(table.table("host-wheel"), sized=True) if fields["host-wheel"] else None,
     )
 
 
@@ -305,6 +322,162 @@ def listed_sha256(page: str, bundle: str) -> str | None:
     return found.group(1) if found else None
 
 
+#: A document wheel's project is this prefix and the bundle's name (PEP 503-normalized).
+DOCUMENT_PROJECT_PREFIX = "xla-wheels-document-"
+DOCUMENT_MEMBER = "bundle-document.json"
+#: The version's local label carries this many hex digits of the document's sha256: enough
+#: to pick the file for a ``--bundle-sha256`` (the whole digest is checked after).
+LABEL_DIGITS = 16
+#: Every member's time: the same document always makes the same wheel bytes.
+_ZIP_TIME = (1980, 1, 1, 0, 0, 0)
+
+
+def document_project(bundle: str) -> str:
+    """The PEP 503 project a package index keeps ``bundle``'s document wheels under."""
+    return normalize(DOCUMENT_PROJECT_PREFIX + bundle).strip("-")
+
+
+def _distribution(bundle: str) -> str:
+    return document_project(bundle).replace("-", "_")
+
+
+def _document_wheel_name(bundle: str, serial: int, digest: str) -> str:
+    return f"{_distribution(bundle)}-{serial}+sha256.{digest[:LABEL_DIGITS]}-py3-none-any.whl"
+
+
+def document_wheel(raw: bytes, serial: int) -> tuple[str, bytes]:
+    """The document wheel of the canonical document ``raw``: (file name, bytes).
+
+    Stored uncompressed with fixed times and modes, so the bytes depend on ``raw`` and
+    ``serial`` only (a lane refuses other bytes under a name it holds). pip could install
+    it (an empty package: dist-info only), but it is there to be read, not installed."""
+    document = loads(raw, "the bundle document")
+    name = _document_wheel_name(document.bundle, serial, sha256_of(raw))
+    dist, version = name.split("-")[:2]
+    info = f"{dist}-{version}.dist-info"
+    members = {
+        f"{info}/{DOCUMENT_MEMBER}": raw,
+        f"{info}/METADATA": (
+            f"Metadata-Version: 2.1\nName: {document_project(document.bundle)}\n"
+            f"Version: {version}\nSummary: the bundle document of {document.bundle} (lane "
+            f"{document.lane}), read by the xla-wheels host package\n"
+        ).encode(),
+        f"{info}/WHEEL": (
+            b"Wheel-Version: 1.0\nGenerator: xla-wheels\nRoot-Is-Purelib: true\n"
+            b"Tag: py3-none-any\n"
+        ),
+    }
+    record = "".join(
+        f"{path},sha256={_record_digest(data)},{len(data)}\n" for path, data in members.items()
+    )
+    members[f"{info}/RECORD"] = (record + f"{info}/RECORD,,\n").encode()
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:
+        for path, data in members.items():
+            member = zipfile.ZipInfo(path, date_time=_ZIP_TIME)
+            member.external_attr = 0o644 << 16
+            archive.writestr(member, data)
+    return name, buffer.getvalue()
+
+
+def _record_digest(data: bytes) -> str:
+    import base64  # only the builder writes a RECORD
+
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def document_of_wheel(data: bytes, name: str, source: str) -> bytes:
+    """The document a document wheel ``name`` carries (its label must be that document's
+    digest: a wheel whose name and content disagree is refused)."""
+    found = _DOCUMENT_WHEEL.fullmatch(name)
+    if found is None:
+        raise DocumentError(f"{source}: {name} is not a document wheel's name", fix=_FIX)
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            # Found by its place, not by the name: a file renamed to another document's
+            # name is then refused for its content (the digest check below).
+            place = f".dist-info/{DOCUMENT_MEMBER}"
+            members = [i for i in archive.infolist() if i.filename.endswith(place)]
+            if len(members) != 1:
+                raise KeyError(f"{len(members)} members */{DOCUMENT_MEMBER}, one expected")
+            (info,) = members
+            if info.file_size > MAX_FILE_BYTES:
+                raise DocumentError(f"{source}: {info.filename} is too large", fix=_FIX)
+            raw = archive.read(info)
+    except (zipfile.BadZipFile, KeyError) as error:
+        raise DocumentError(f"{source}: not a document wheel ({error})", fix=_FIX) from None
+    if not sha256_of(raw).startswith(found["label"]):
+        raise DocumentError(
+            f"{source}: the document inside has sha256 {sha256_of(raw)}, the file name says "
+            f"{found['label']}…: not the document that was published",
+            fix=_FIX,
+        )
+    return raw
+
+
+_DOCUMENT_WHEEL = re.compile(
+    rf"(?P<dist>[a-z0-9_]+)-(?P<version>(?P<serial>[0-9]+)\+sha256\."
+    rf"(?P<label>[0-9a-f]{{{LABEL_DIGITS}}}))-py3-none-any\.whl"
+)
+
+
+def _links(page_url: str, page: bytes) -> list[tuple[str, str, str | None]]:
+    """(file name, URL, ``#sha256=`` or None) of each link on a PEP 503 project page."""
+    links = []
+    for href in re.findall(r'href="([^"]+)"', page.decode("utf-8", "replace")):
+        target, _, fragment = urllib.parse.urljoin(page_url, html.unescape(href)).partition("#")
+        name = urllib.parse.unquote(urllib.parse.urlparse(target).path.rsplit("/", 1)[-1])
+        listed = re.fullmatch(r"sha256=([0-9a-fA-F]{64})", fragment)
+        links.append((name, target, listed.group(1).lower() if listed else None))
+    return links
+
+
+def _from_index(
+    simple: str, bundle: str, sha256: str | None, timeout_s: float, also: str
+) -> tuple[bytes, str]:
+    """``bundle``'s document from the document wheel a package index serves: (document,
+    where). The index vouches for the wheel (its ``#sha256=``, checked here), the wheel's
+    name for the document inside (:func:`document_of_wheel`)."""
+    page_url = urllib.parse.urljoin(simple, f"{document_project(bundle)}/")
+    page = _get(page_url, timeout_s, missing_ok=True)
+    if page is None:
+        raise DocumentError(
+            f"the lane serves no document of bundle {bundle}: neither {also} nor {page_url} "
+            "exists",
+            fix="check --lane and --bundle: the bundle must have been published into the lane "
+            "(make publish-lane); or pass --bundle-document FILE --bundle-sha256 HEX",
+        )
+    wanted = _distribution(bundle)
+    found = []
+    for name, url, listed in _links(page_url, page):
+        match = _DOCUMENT_WHEEL.fullmatch(name)
+        if match and match["dist"] == wanted:
+            found.append((int(match["serial"]), match["label"], name, url, listed))
+    if sha256 is not None:
+        found = [f for f in found if f[1] == sha256.lower()[:LABEL_DIGITS]]
+    if not found:
+        raise DocumentError(
+            f"{page_url} lists no document wheel of bundle {bundle}"
+            + (f" with sha256 {sha256.lower()}" if sha256 else ""),
+            fix="publish the bundle into the lane again (make publish-lane), or pass the "
+            "digest `make lanes` shows for the lane's document",
+        )
+    _, _, name, url, listed = max(found)
+    if listed is None and sha256 is None:
+        raise DocumentError(
+            f"{page_url} lists {name} without a #sha256=, and no --bundle-sha256 was given",
+            fix="pass --bundle-sha256 <the digest `make lanes` shows for the document>",
+        )
+    data = _get(url, timeout_s)
+    if listed is not None and sha256_of(data) != listed:
+        raise DocumentError(
+            f"{url}: sha256 {sha256_of(data)}, the lane's index says {listed}: not the file "
+            "that was published",
+            fix="fetch the document from the lane that published it",
+        )
+    return document_of_wheel(data, name, url), url
+
+
 def _lane_base(lane: str) -> tuple[str | None, Path | None]:
     """A lane given as a URL (its static root, or its ``simple/`` index) or a directory."""
     if lane.startswith(("http://", "https://", "file://")):
@@ -333,10 +506,7 @@ def _wheel_url(simple: str, wheel: LockedFile, timeout_s: float) -> str:
     """Where the index serves ``wheel``: the link of that name on its project page (a
     static lane, pypiserver and devpi each keep their files somewhere else)."""
     page_url = urllib.parse.urljoin(simple, f"{wheel.project}/")
-    page = _get(page_url, timeout_s).decode("utf-8", "replace")
-    for href in re.findall(r'href="([^"]+)"', page):
-        target = urllib.parse.urljoin(page_url, html.unescape(href)).split("#", 1)[0]
-        name = urllib.parse.unquote(urllib.parse.urlparse(target).path.rsplit("/", 1)[-1])
+    for name, target, _ in _links(page_url, _get(page_url, timeout_s)):
         if name == wheel.name:
             return target
     raise DocumentError(
@@ -346,22 +516,29 @@ def _wheel_url(simple: str, wheel: LockedFile, timeout_s: float) -> str:
     )
 
 
-def _get(url: str, timeout_s: float) -> bytes:
-    """One bounded GET (standard library only: the host side adds no packages)."""
+@overload
+def _get(url: str, timeout_s: float) -> bytes: ...
+@overload
+def _get(url: str, timeout_s: float, *, missing_ok: bool) -> bytes | None: ...
+
+
+def _get(url: str, timeout_s: float, *, missing_ok: bool = False) -> bytes | None:
+    """One bounded GET (standard library only: the host side adds no packages); with
+    ``missing_ok``, None for a 404."""
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as response:
             raw: bytes = response.read(MAX_FILE_BYTES + 1)
+    except urllib.error.HTTPError as error:
+        if missing_ok and error.code == 404:
+            return None
+        raise DocumentError(
+            f"{url}: the lane answered {error.code} {error.reason}",
+            fix="check --lane and --bundle: the bundle must have been published into the lane",
+        ) from None
     except TimeoutError:
         raise DocumentTimedOut(
             f"{url}: no answer within {timeout_s:g} s",
             fix="check the lane's address and the network, then run the command again",
-        ) from None
-    except urllib.error.HTTPError as error:
-        raise DocumentError(
-            f"{url}: the lane answered {error.code} {error.reason}",
-            fix="check --lane and --bundle: the bundle must have been published into the lane "
-            "(a lane on a package index serves no document: pass --bundle-document FILE "
-            "--bundle-sha256 HEX, as publish printed them)",
         ) from None
     except (urllib.error.URLError, OSError) as error:
         reason = getattr(error, "reason", error)
@@ -397,11 +574,20 @@ def fetch(
     """``bundle``'s document from ``lane``, verified: (document, its sha256).
 
     The sha256 must be ``sha256`` when given, and the one the lane's index lists when it
-    lists one; with neither, the document is refused (nothing vouches for it).
+    lists one; with neither, the document is refused (nothing vouches for it). A lane on a
+    package index (no ``bundles/index.html``) gives it in a document wheel, whose
+    ``#sha256=`` on the index is what vouches for it (module doc).
     """
     url_base, directory = _lane_base(lane)
     if url_base is not None:
-        page = _get(urllib.parse.urljoin(url_base, f"{DIRNAME}/{INDEX_PAGE}"), timeout_s)
+        index_url = urllib.parse.urljoin(url_base, f"{DIRNAME}/{INDEX_PAGE}")
+        # A static lane's page first (none on devpi's +simple/); a package index keeps the
+        # document in a document wheel on its simple page instead.
+        static = not lane.rstrip("/").endswith("/+simple")
+        page = _get(index_url, timeout_s, missing_ok=True) if static else None
+        if page is None:
+            raw, where = _from_index(_simple_url(lane), bundle, sha256, timeout_s, index_url)
+            return _checked_document(raw, where, bundle, sha256=sha256, listed=None)
         where = urllib.parse.urljoin(url_base, f"{DIRNAME}/{urllib.parse.quote(bundle)}.json")
         raw = _get(where, timeout_s)
     else:
@@ -417,6 +603,12 @@ def fetch(
             f"the lane's index {DIRNAME}/{INDEX_PAGE} lists no sha256 for {bundle}.json",
             fix="pass --bundle-sha256 <the digest `make lanes` shows for the document>",
         )
+    return _checked_document(raw, where, bundle, sha256=sha256, listed=listed)
+
+
+def _checked_document(
+    raw: bytes, where: str, bundle: str, *, sha256: str | None, listed: str | None
+) -> tuple[BundleDocument, str]:
     document = verified(raw, where, sha256=sha256, listed=listed)
     if document.bundle != bundle:
         raise DocumentError(

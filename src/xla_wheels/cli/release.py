@@ -246,7 +246,7 @@ def cmd_lane_requirements(args: argparse.Namespace) -> int:
             # The host package too (make host-wheel; publish put it into the lane).
             ours = [*locked_records(locked, bundle.name), *host_document.host_records(options.root)]
             files = _lane_files(ours, lane, runtime, args.public_index)
-            credentials = credentials_for(lane.upload_url or lane.simple_url)
+            credentials = credentials_for(lane.backend.credentials_url)
             urls = pylock.locate(files, credentials, network=options.network)
             comment = (
                 f"# PEP 751 lock of lane {name}: bundle {bundle.name} (Python {bundle.python}),\n"

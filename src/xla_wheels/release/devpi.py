@@ -3,9 +3,10 @@
 devpi keeps every index (``team/validation``, ``team/preferred``) on one server, and
 its push (``POST <server>/<user>/<source index>`` with a JSON body ``{"name", "version",
 "targetindex"}``, what ``devpi push`` sends) links the release's stored files into the
-target index: the same bytes, nothing downloaded or uploaded by us. Publishing into a devpi
-lane needs nothing of its own: devpi takes uploads at the index URL (twine) and serves a
-PEP 503 page under ``+simple/`` with ``#sha256=`` links, which ``publish.upload`` reads.
+target index: the same bytes, nothing downloaded or uploaded by us. Everything else a devpi
+lane does as any index lane (:class:`DevpiLane` is an ``IndexLane``): devpi takes uploads
+at the index URL (twine) and serves a PEP 503 page under ``+simple/`` with ``#sha256=``
+links, which ``publish.upload`` reads; the bundle document goes in as a document wheel.
 
 A push moves a whole release (every file of ``name==version``), so before pushing, every
 locked file must be on the source index with its locked sha256 and the source's release
@@ -20,10 +21,14 @@ from __future__ import annotations
 import contextlib
 import json
 import urllib.error
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from xla_host import log
 from xla_host.redact import scrub
+from xla_host.tables import Field, Table
 from xla_host.wheel_filename import parse_wheel_name
 from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish.errors import (
@@ -41,7 +46,8 @@ from xla_wheels.publish.index import (
     unreachable,
 )
 from xla_wheels.publish.upload import Outcome
-from xla_wheels.release.lanes import Lane
+from xla_wheels.release.lane_backend import LaneBackend, LaneKind
+from xla_wheels.release.lane_index import IndexLane
 from xla_wheels.retrying import (
     TIMEOUT_SETTING,
     Transient,
@@ -63,16 +69,47 @@ _MAY_HAVE_PUSHED_FIX = (
 )
 
 
-def same_server(source: Lane, target: Lane) -> bool:
-    """devpi can push only between indexes of one server."""
-    if source.backend != "devpi" or target.backend != "devpi":
-        return False
-    return _server_of(source) == _server_of(target)
+@dataclass(frozen=True)
+class DevpiLane(IndexLane):
+    """An index (``user/index``) of a devpi server: its simple page under ``+simple/``,
+    uploads to the index URL, promotion between indexes of one server by devpi's push."""
+
+    server: str = ""
+    """The server's URL, without the index, ending in ``/``."""
+    devpi_index: str = ""
+    """``user/index``."""
+    kind = "devpi"
+
+    def can_push_from(self, source: LaneBackend) -> bool:
+        """devpi can push only between indexes of one server."""
+        return isinstance(source, DevpiLane) and source.server == self.server
+
+    def push_from(
+        self, source: LaneBackend, records: Sequence[WheelRecord], *, network: NetworkPolicy
+    ) -> list[Outcome]:
+        assert isinstance(source, DevpiLane) and self.can_push_from(source)
+        return push(source, self, records, network=network)
 
 
-def _server_of(lane: Lane) -> str:
-    assert lane.upload_url is not None and lane.devpi_index is not None
-    return lane.upload_url[: -len(f"{lane.devpi_index}/")]
+def _make(name: str, table: Table, fields: Mapping[str, Any], root: Path) -> DevpiLane:
+    server = fields["server"]
+    if not server.startswith(("http://", "https://")):
+        raise table.fail("server", "must be the devpi server's http(s) URL", "")
+    index = fields["index"].strip("/")
+    if len(index.split("/")) != 2:
+        raise table.fail("index", 'must be "<user>/<index>", e.g. "team/validation"', "")
+    # devpi's own layout: the simple page under +simple/, uploads to the index URL.
+    server = f"{server.rstrip('/')}/"
+    return DevpiLane(name, f"{server}{index}/+simple/", f"{server}{index}/", server, index)
+
+
+KIND = LaneKind(
+    "devpi",
+    (Field("server", str, required=True), Field("index", str, required=True)),
+    _make,
+    # A push moves the index's files and nothing beside them: no envelopes travel.
+    signatures=False,
+)
 
 
 def _releases(records: Sequence[WheelRecord]) -> dict[tuple[str, str], list[WheelRecord]]:
@@ -85,7 +122,7 @@ def _releases(records: Sequence[WheelRecord]) -> dict[tuple[str, str], list[Whee
 
 
 def _check_source(
-    source: Lane,
+    source: DevpiLane,
     release: tuple[str, str],
     records: Sequence[WheelRecord],
     listed: dict[str, IndexFile],
@@ -102,7 +139,7 @@ def _check_source(
             )
             if served != record.sha256:
                 problems.append(
-                    f"{record.name}: lane {source.name} serves sha256 {served}, wheels.lock has "
+                    f"{record.name}: lane {source.lane} serves sha256 {served}, wheels.lock has "
                     f"{record.sha256}"
                 )
     locked = {r.name for r in records}
@@ -116,7 +153,7 @@ def _check_source(
     )
     if extra:
         raise PublishError(
-            f"lane {source.name} ({source.devpi_index}) holds {project} {version} files that "
+            f"lane {source.lane} ({source.devpi_index}) holds {project} {version} files that "
             f"wheels.lock does not record for this bundle: {', '.join(extra)}; devpi's push "
             "moves every file of a release, so they would be promoted too",
             fix="rebuild the bundle under its own version or local label (a non-volatile devpi "
@@ -127,8 +164,8 @@ def _check_source(
 
 
 def post_push(
-    source: Lane,
-    target: Lane,
+    source: DevpiLane,
+    target: DevpiLane,
     release: tuple[str, str],
     size: int,
     credentials: Credentials,
@@ -140,8 +177,7 @@ def post_push(
     release's ``size`` in bytes, what devpi links or copies), and sent again only when
     the connection was refused: a push devpi saw may have happened."""
     project, version = release
-    assert source.upload_url is not None
-    url = source.upload_url.rstrip("/")
+    url = source.credentials_url.rstrip("/")
     body = json.dumps({"name": project, "version": version, "targetindex": target.devpi_index})
     request = credentials.request(
         url,
@@ -203,13 +239,10 @@ def post_push(
 
 
 def push(
-    source: Lane, target: Lane, records: Sequence[WheelRecord], *, network: NetworkPolicy
+    source: DevpiLane, target: DevpiLane, records: Sequence[WheelRecord], *, network: NetworkPolicy
 ) -> list[Outcome]:
     """The locked ``records`` from ``source``'s devpi index into ``target``'s, by push."""
-    assert same_server(source, target)
-    assert source.index_url is not None and target.index_url is not None
-    assert source.upload_url is not None
-    credentials = credentials_for(source.upload_url)
+    credentials = credentials_for(source.credentials_url)
     releases = _releases(records)
     missing: list[str] = []
     problems: list[str] = []
@@ -226,7 +259,7 @@ def push(
         )
     if missing:
         raise PublishError(
-            f"lane {source.name} ({source.where}) does not hold {', '.join(sorted(missing))}",
+            f"lane {source.lane} ({source.where}) does not hold {', '.join(sorted(missing))}",
             fix="publish the bundle there first: `make publish BUNDLE=<bundle>`",
         )
     # Idempotence: a release already in the target with the locked bytes is not pushed
@@ -249,7 +282,7 @@ def push(
             to_push.append(release)
     if conflicts:
         raise HashMismatch(
-            f"lane {target.name} ({target.devpi_index}) already holds other files under "
+            f"lane {target.lane} ({target.devpi_index}) already holds other files under "
             "the locked names (nothing was pushed):\n  " + "\n  ".join(conflicts),
             fix="never overwrite a published wheel: bump the build's version or label",
         )
@@ -266,7 +299,7 @@ def push(
             )
             if after != record.sha256:
                 raise HashMismatch(
-                    f"after devpi's push, lane {target.name} serves {record.name} with sha256 "
+                    f"after devpi's push, lane {target.lane} serves {record.name} with sha256 "
                     f"{after or '(not listed)'}, not the locked {record.sha256}",
                     fix="the index altered or mixed up the file: investigate before use",
                 )

@@ -8,12 +8,14 @@ wheel (``make host-wheel``: ``dist/host/xla_wheels_host-*.whl``, built reproduci
 requirements file lists it by hash (``make requirements``), so a host installs both from
 the lane by hash and needs nothing of the checkout.
 
-A static lane keeps the document at ``<lane>/bundles/<bundle>.json`` and lists it in
+Each kind of lane serves the document its own way (``LaneBackend.put_document``): a
+static lane keeps it at ``<lane>/bundles/<bundle>.json``, listed in
 ``<lane>/bundles/index.html`` with its ``#sha256=`` (hosts read both through any static
-web server, or the directory itself). A remote index cannot serve a file that is no
-package: for such a lane the document is written to ``dist/lanes/<lane>/bundles/`` and
-publish prints its sha256, for the operator to serve it (or hand it to the hosts with
-``--bundle-document FILE --bundle-sha256 HEX``).
+web server, or the directory itself); a package index (pypiserver, devpi, ...) serves
+packages only, so it gets the document in a document wheel
+(``xla_host.bundle_document.document_wheel``) that hosts find on the index's simple page,
+and the checkout keeps a copy in ``dist/lanes/<lane>/bundles/``. Publish prints the
+document's sha256, what hosts pass as ``--bundle-sha256``.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from xla_host import bundle_document as doc
-from xla_host import filemode
 from xla_host.filemode import file_sha256
 from xla_host.wheel_filename import parse_wheel_name
 from xla_wheels.bundle import load_bundle
@@ -67,6 +68,9 @@ def compose(root: Path, lock: Lock, bundle_name: str, lane: Lane) -> doc.BundleD
         },
         profiles=dict(bundle.profiles),
         policy=policy_data(lane.policy),
+        host_wheel=next(
+            (doc.LockedFile(r.name, r.sha256, r.size) for r in host_records(root)), None
+        ),
     )
 
 
@@ -80,31 +84,10 @@ def published_digests(root: Path, lock: Lock, bundle: str) -> frozenset[str]:
     )
 
 
-def documents_dir(root: Path, lane: Lane) -> Path:
-    """Where ``lane``'s documents are written: in the lane, or for a remote index beside
-    the lane's requirements in ``dist/lanes/<lane>/``."""
-    base = lane.path if lane.path is not None else root / "dist" / "lanes" / lane.name
-    return base / doc.DIRNAME
-
-
 def published(root: Path, lane: Lane, bundle: str) -> tuple[Path, str] | None:
     """The document ``lane`` was given for ``bundle`` (where, its sha256); None: none.
     ``make lanes`` shows it: the digest hosts pass as ``--bundle-sha256``."""
-    path = documents_dir(root, lane) / f"{bundle}.json"
-    return (path, file_sha256(path)) if path.is_file() else None
-
-
-def put_document(root: Path, document: doc.BundleDocument, lane: Lane) -> tuple[Path, str]:
-    """Write the document and rewrite the index page over every document there (each by
-    rename): (where, its sha256)."""
-    directory = documents_dir(root, lane)
-    directory.mkdir(parents=True, exist_ok=True)
-    raw = doc.dumps(document)
-    path = directory / f"{document.bundle}.json"
-    filemode.write_by_rename(path, raw)
-    listed = {p.stem: file_sha256(p) for p in sorted(directory.glob("*.json"))}
-    filemode.write_by_rename(directory / doc.INDEX_PAGE, doc.index_page(listed))
-    return path, doc.sha256_of(raw)
+    return lane.backend.published_document(root, bundle)
 
 
 def host_wheels(root: Path) -> list[LocalWheel]:
@@ -144,11 +127,8 @@ def publish_host_side(
             f"note: no host wheel in {HOST_WHEEL_DIR}/ (`make host-wheel`): hosts of lane "
             f"{lane.name} install the host package some other way"
         )
-    path, digest = put_document(root, compose(root, lock, bundle, lane), lane)
-    lines.append(f"bundle document {path}  sha256:{digest}")
-    if lane.path is None:
-        lines.append(
-            f"note: lane {lane.name} is a remote index, which serves packages only: serve "
-            f"{path.parent}/ next to it, or give hosts --bundle-document and --bundle-sha256"
-        )
+    raw = doc.dumps(compose(root, lock, bundle, lane))
+    document = lane.backend.put_document(root, bundle, raw, network=network)
+    lines += document.lines
+    lines.append(f"bundle document {document.path}  sha256:{document.sha256}")
     return lines

@@ -13,6 +13,11 @@
     # server = "https://devpi.corp/"
     # index = "team/validation"
 
+Each kind of lane (``backend``: ``static``, ``index``, ``devpi``) is a
+:class:`~xla_wheels.release.lane_backend.LaneBackend` of the registry
+``release.lane_kinds``, which reads the kind's own keys; a :class:`Lane` holds its backend
+and everything that depends on the kind goes through it.
+
     [lanes.preferred]
     description = "what training hosts install"
     path = "dist/lanes/preferred"
@@ -65,18 +70,18 @@ import os
 import re
 import socket
 import tomllib
-import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from xla_host import filemode, log, receipt_store
 from xla_host.errors import ExitCode, PipelineError, UsageError
-from xla_host.redact import shown
 from xla_host.tables import Field, Table, loads_toml, read_utf8
-from xla_host.values import NAME_PATTERN, NAME_RULE, BadValue, check_url
+from xla_host.values import NAME_PATTERN, NAME_RULE
 from xla_host.waitlock import waiting_lock
+from xla_wheels.release.lane_backend import LaneBackend
+from xla_wheels.release.lane_kinds import KINDS, kind_of
 
 LANES_CONFIG = Path("build") / "lanes.toml"
 LANES_LOCK = "lanes.lock"
@@ -86,9 +91,8 @@ READABLE_VERSIONS = ("1", LANES_LOCK_VERSION)
 #: What a history entry did: ``recorded`` stands for a state migrated from version 1.
 ACTIONS = ("publish", "promote", "rollback", "recorded")
 DEVICES = ("CPU", "TPU")
-#: ``backend`` values: ``index`` (a static directory or any PEP 503 index; the default)
-#: and ``devpi`` (an index of a devpi server: uploads to it, promotion by devpi's push).
-BACKENDS = ("index", "devpi")
+#: ``backend`` values: the registered kinds of lane (``release.lane_kinds``).
+BACKENDS = tuple(KINDS)
 
 
 class LaneError(PipelineError):
@@ -126,15 +130,10 @@ class Policy:
 @dataclass(frozen=True)
 class Lane:
     name: str
-    path: Path | None
-    """A static index directory (absolute), or None for a remote index."""
-    index_url: str | None
-    upload_url: str | None
-    promote_from: str | None
-    policy: Policy
-    backend: str = "index"
-    devpi_index: str | None = None
-    """``user/index`` on the devpi server, for a ``devpi`` lane (index_url is its simple page)."""
+    backend: LaneBackend
+    """Where the lane is and how it is reached: every kind-dependent step goes through it."""
+    promote_from: str | None = None
+    policy: Policy = field(default_factory=Policy)
     signing_public_key: Path | None = None
     """``require-signature = true`` + ``signing-public-key``: publish and promote refuse
     a wheel without a signature this key verifies (``attestation``)."""
@@ -143,18 +142,31 @@ class Lane:
     http(s) WebDAV URL or a gs:// URL (``xla_host.receipt_store``)."""
 
     @property
+    def kind(self) -> str:
+        return self.backend.kind
+
+    @property
     def where(self) -> str:
         """The lane as every display shows it (``lanes``, ``status``, logs, errors): an
         index URL's credentials (``user:pw@``, ``?token=``) masked, control characters
         escaped. Never for reaching the lane: that is :attr:`simple_url`."""
-        return shown(self.index_url or str(self.path))
+        return self.backend.where
 
     @property
     def simple_url(self) -> str:
-        if self.index_url:
-            return self.index_url
-        assert self.path is not None
-        return (self.path / "simple").resolve().as_uri() + "/"
+        return self.backend.simple_url
+
+    # The two views below are for the modules not moved onto the backend yet
+    # (builder/runtime_image.py, cli/publish.py's doctor): new code asks the backend.
+    @property
+    def path(self) -> Path | None:
+        """The lane's directory on this machine, if it is one (``LaneBackend.directory``)."""
+        return self.backend.directory
+
+    @property
+    def index_url(self) -> str | None:
+        """The index URL of a lane a server serves (``LaneBackend.remote_index``)."""
+        return self.backend.remote_index
 
 
 @dataclass(frozen=True)
@@ -260,42 +272,24 @@ def _signing_key(root: Path, table: Table, fields: Mapping[str, Any]) -> Path | 
     return (root / key).resolve() if required else None
 
 
-_INDEX_EXAMPLE = "https://pypi.example.com/validation/simple/"
-
-
-def _check_index_url(table: Table, key: str, value: str) -> None:
-    """An index URL pip and twine can use: http(s), a host, a port that is a number, no
-    space or control character (each of them once a traceback, or shown as valid by
-    ``lanes``). The value is shown masked: it may carry a token."""
-    try:
-        check_url(value, ("http", "https"), _INDEX_EXAMPLE)
-        if any(char.isspace() for char in value):
-            raise BadValue("contains a space", _INDEX_EXAMPLE)
-        urllib.parse.urlsplit(value).port  # noqa: B018 - raises for a port that is no number
-    except BadValue as bad:
-        raise table.fail(key, f"{shown(value)} {bad.reason}", f"write e.g. {bad.example}") from None
-    except ValueError as bad:
-        raise table.fail(
-            key, f"{shown(value)} is not a URL ({bad})", f"write e.g. {_INDEX_EXAMPLE}"
-        ) from None
-
-
 def _lane(root: Path, name: str, table: Table, names: Mapping[str, Any]) -> Lane:
-    """One ``[lanes.<name>]``: a static directory or remote index, or one index
-    (``user/index``) of a devpi server, each with its own keys."""
-    devpi = table.data.get("backend", "index") == "devpi"
-    where = [Field("server", str, required=True), Field("index", str, required=True)]
-    if not devpi:
-        where = [Field("path", str), Field("index-url", str), Field("upload-url", str)]
+    """One ``[lanes.<name>]``: the keys of its kind (``release.lane_kinds``) and the keys
+    every lane has."""
+    kind_name = kind_of(table.data)
+    if kind_name is None:
+        raise table.fail("path", "give exactly one of path or index-url", "")
+    kind = KINDS.get(kind_name)
+    if kind is None:
+        raise table.fail("backend", f"{kind_name!r} is not one of {tuple(KINDS)}", "")
     signing = (Field("require-signature", bool, default=False), Field("signing-public-key", str))
     fields = table.read(
         Field("description", str),  # for the reader of lanes.toml
         Field("backend", str, default="index"),
-        *where,
+        *kind.keys,
         Field("promote-from", str),
         Field("policy", dict, default={}),
         Field("receipts", str),
-        *(() if devpi else signing),
+        *(signing if kind.signatures else ()),
     )
     receipts = None
     if fields["receipts"] is not None:
@@ -303,40 +297,12 @@ def _lane(root: Path, name: str, table: Table, names: Mapping[str, Any]) -> Lane
             receipts = receipt_store.parse_location(fields["receipts"], root)
         except UsageError as error:
             raise table.fail("receipts", error.message, error.fix or "") from None
-    devpi_index = path = None
-    if devpi:
-        server = fields["server"]
-        if not server.startswith(("http://", "https://")):
-            raise table.fail("server", "must be the devpi server's http(s) URL", "")
-        devpi_index = fields["index"].strip("/")
-        if len(devpi_index.split("/")) != 2:
-            raise table.fail("index", 'must be "<user>/<index>", e.g. "team/validation"', "")
-        # devpi's own layout: the simple page under +simple/, uploads to the index URL.
-        upload_url = f"{server.rstrip('/')}/{devpi_index}/"
-        index_url = f"{upload_url}+simple/"
-    else:
-        if fields["backend"] not in BACKENDS:
-            raise table.fail("backend", f"{fields['backend']!r} is not one of {BACKENDS}", "")
-        if (fields["path"] is None) == (fields["index-url"] is None):
-            raise table.fail("path", "give exactly one of path or index-url", "")
-        index_url, upload_url = fields["index-url"], fields["upload-url"]
-        for key in ("index-url", "upload-url"):
-            if fields[key] is not None:
-                _check_index_url(table, key, fields[key])
-        if index_url and not index_url.endswith("/"):
-            index_url = f"{index_url}/"
-        if fields["path"] is not None:
-            path = (root / fields["path"]).resolve()
     lane = Lane(
         name=name,
-        path=path,
-        index_url=index_url,
-        upload_url=upload_url,
+        backend=kind.make(name, table, fields, root),
         promote_from=fields["promote-from"],
         policy=_policy(root, table.table("policy", optional=True)),
-        backend=fields["backend"],
-        devpi_index=devpi_index,
-        signing_public_key=None if devpi else _signing_key(root, table, fields),
+        signing_public_key=_signing_key(root, table, fields) if kind.signatures else None,
         receipts=receipts,
     )
     if lane.promote_from is not None and lane.promote_from not in names:
@@ -509,8 +475,8 @@ def lane_lock(root: Path, lane: Lane) -> Iterator[str]:
     history head as read under the lock: :func:`write_state` refuses to record over any
     other (a writer that did not take the lock), instead of losing its entry."""
     with contextlib.ExitStack() as held:
-        if lane.path is not None:
-            held.enter_context(_locked_lane(lane.path, f"writing lane {lane.name}"))
+        if (directory := lane.backend.directory) is not None:
+            held.enter_context(_locked_lane(directory, f"writing lane {lane.name}"))
         held.enter_context(_locked_directory(root, f"writing {LANES_LOCK}"))
         yield read_record(root).head
 

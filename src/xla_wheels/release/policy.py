@@ -110,11 +110,13 @@ def judge_receipt(
         fail("wheels", f"{name} judged {theirs}; wheels.lock has {ours}")
     if documents is not None and receipt.bundle_document not in (None, *documents):
         # Made on a host against a document this checkout would not publish now (another
-        # lock, manifest or policy, or not ours): its wheel evidence was judged elsewhere.
+        # lock, manifest, policy or host wheel, or not ours): its evidence was judged
+        # elsewhere, or by other host code than the lane would serve.
         fail(
             "document",
             f"{name} was judged against bundle document {receipt.bundle_document}, which "
-            "no lane of this checkout publishes for the bundle",
+            "no lane of this checkout publishes for the bundle (another wheels.lock, "
+            "manifest, lane policy or host wheel in dist/host/)",
         )
     if receipt.kind != "gate":
         fail("receipt", f"{name} is a {receipt.kind} receipt; promotion needs the gate's verdicts")

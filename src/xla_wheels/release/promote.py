@@ -1,12 +1,13 @@
 """Publishing into a lane and promoting a bundle from one lane to another.
 
-A lane is a PEP 503 index: a remote one (uploads with twine through
-``publish.upload.publish_remote``: same hash checks, idempotent) or a static directory
-(files copied in by rename, index rewritten over every wheel in it). Promotion copies
+A lane is a PEP 503 index of one of the kinds of ``release.lane_kinds`` (a static
+directory, an index that takes uploads, a devpi index): its backend puts the files in and
+fetches them back (``release.lane_backend``). Promotion copies
 exactly the files ``wheels.lock`` records for the bundle, taken from the lane it is
 promoted from and checked by sha256 on the way, and only when the target lane's policy
-holds (``release.policy``); between two devpi lanes of one server it is devpi's own push
-instead (``release.devpi``: same bytes, no download or upload). ``lanes.lock`` is written
+holds (``release.policy``); where the target's backend can push from the source (two devpi
+lanes of one server) it is the server's own push instead (``release.devpi``: same bytes, no
+download or upload). ``lanes.lock`` is written
 last, by rename.
 
 A rollback returns a lane to a bundle its history shows it served: no policy (going back
@@ -17,7 +18,6 @@ does), and the receipt it was served with is the one recorded.
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,36 +27,21 @@ from xla_host import filemode, log, receipt_store
 from xla_host.errors import PipelineError, UsageError
 from xla_host.filemode import file_sha256
 from xla_host.receipts import RECEIPTS_DIRNAME, StoredReceipt, bundle_receipts, read_receipt
-from xla_host.redact import one_line, scrub
+from xla_host.redact import one_line
 from xla_host.wheel_filename import parse_wheel_name
 from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish.errors import HashMismatch, PublishError
-from xla_wheels.publish.index import credentials_for, project_files, upload_url_for
-from xla_wheels.publish.static_index import write_static_index
-from xla_wheels.publish.upload import Outcome, publish_remote
+from xla_wheels.publish.upload import Outcome
 from xla_wheels.publish.wheels import LocalWheel, locked_records, locked_wheels
-from xla_wheels.release import devpi, host_document, receipt_trust
+from xla_wheels.release import host_document, receipt_trust
 from xla_wheels.release import lanes as lanes_mod
 from xla_wheels.release.lanes import HistoryEntry, Lane, LaneError, LaneState
 from xla_wheels.release.policy import PromotionVerdict, judge_promotion
-from xla_wheels.retrying import (
-    TIMEOUT_SETTING,
-    Transient,
-    attempts_text,
-    host_of,
-    read_url,
-    with_retries,
-)
 from xla_wheels.wheels_lock import Lock, WheelRecord
 
 
 class PromotionRefused(PipelineError):
     """The lane's policy does not hold for this bundle; the message names each rule."""
-
-
-def _upload_url(lane: Lane) -> str:
-    assert lane.index_url is not None
-    return lane.upload_url or upload_url_for(lane.index_url)
 
 
 def required_signatures(
@@ -82,106 +67,26 @@ def put_into_lane(
     *,
     network: NetworkPolicy,
 ) -> list[Outcome]:
-    if lane.index_url:
-        result = publish_remote(list(wheels), lane.index_url, lane.upload_url, network=network)
-        return result.outcomes
-    assert lane.path is not None
-    lane.path.mkdir(parents=True, exist_ok=True)
-    # Every wheel the lane holds, hashed before anything is copied (the index lists them
-    # all): a FIFO or device among them is refused while the lane is as it was.
-    present = {p.name: file_sha256(p) for p in sorted(lane.path.glob("*.whl"))}
-    outcomes: list[Outcome] = []
-    for wheel in wheels:
-        target = lane.path / wheel.record.name
-        if (there := present.get(wheel.record.name)) is not None:
-            if there != wheel.sha256:
-                raise HashMismatch(
-                    f"lane {lane.name} already holds {wheel.record.name} with sha256 {there}, "
-                    f"not the locked {wheel.sha256} (nothing was changed)",
-                    fix="never overwrite a published wheel: bump the build's version or label",
-                )
-            outcomes.append(Outcome(wheel.record.name, "skipped", wheel.sha256))
-            continue
-        # A lane is read by others (a web server running as another user): the umask's mode.
-        filemode.copy_by_rename(wheel.path, target)
-        present[wheel.record.name] = wheel.sha256
-        outcomes.append(Outcome(wheel.record.name, "copied", wheel.sha256))
-    for envelope in envelopes:
-        # Next to its wheel, for hosts and for a promotion out of this lane.
-        filemode.copy_by_rename(envelope, lane.path / envelope.name)
-    records = [
-        WheelRecord(name, (lane.path / name).stat().st_size, sha256)
-        for name, sha256 in sorted(present.items())
-    ]
-    write_static_index(lane.path, records)
-    return outcomes
-
-
-def _download(url: str, lane: Lane, dest: Path, size: int, network: NetworkPolicy) -> None:
-    credentials = credentials_for(_upload_url(lane))
-    request = credentials.request(url)
-    shown = scrub(url, credentials.secrets)
-
-    def download(limit: float) -> None:
-        try:
-            with dest.open("wb") as handle:
-                read_url(request, write=handle.write, limit_s=limit, idle_s=network.timeout_s)
-        except OSError as error:
-            raise PublishError(
-                f"could not download {shown} from lane {lane.name}: "
-                f"{scrub(str(error), credentials.secrets)}",
-                fix="check that the lane's index is up and the credentials may read it",
-            ) from None
-
-    def give_up(fault: Transient, attempts: int) -> PublishError:
-        return PublishError(
-            f"downloading {shown} from lane {lane.name}: {host_of(url)} "
-            f"{scrub(fault.what_happened, credentials.secrets)} ({attempts_text(attempts)})",
-            fix="check that the lane's index is up and answering, then run it again",
-        )
-
-    with_retries(
-        f"downloading {dest.name} from lane {lane.name}",
-        host_of(url),
-        download,
-        give_up=give_up,
-        timeout_fix=f"check the lane's index and the network, or give it longer with "
-        f"{TIMEOUT_SETTING}",
-        limit_s=network.transfer_limit(size),
-        long=True,
-        network=network,
-    )
+    """``wheels`` (and their envelopes) into ``lane``, as its kind puts them."""
+    return lane.backend.put(wheels, envelopes, network=network)
 
 
 def fetch_from_lane(
     lane: Lane, records: Sequence[WheelRecord], workdir: Path, *, network: NetworkPolicy
 ) -> list[LocalWheel]:
     """The locked files as ``lane`` serves them, in ``workdir``, each checked by sha256."""
-    missing: list[str] = []
-    for record in records:
-        dest = workdir / record.name
-        if lane.path is not None:
-            source = lane.path / record.name
-            if not source.is_file():
-                missing.append(record.name)
-                continue
-            shutil.copyfile(source, dest)
-        else:
-            assert lane.index_url is not None
-            project = parse_wheel_name(record.name).normalized
-            listed = project_files(
-                lane.index_url, project, credentials_for(_upload_url(lane)), network=network
-            )
-            if record.name not in listed:
-                missing.append(record.name)
-                continue
-            _download(listed[record.name].url, lane, dest, record.size, network)
+    missing = lane.backend.fetch(records, workdir, network=network)
     if missing:
         raise PublishError(
             f"lane {lane.name} ({lane.where}) does not hold {', '.join(missing)}",
             fix="publish the bundle there first: `make publish BUNDLE=<bundle>`",
         )
     return _checked(records, workdir)
+
+
+def _search(*places: Path | None) -> list[Path]:
+    """Where envelopes are looked up: the places that are directories on this machine."""
+    return [p for p in places if p is not None]
 
 
 def _checked(records: Sequence[WheelRecord], directory: Path) -> list[LocalWheel]:
@@ -340,17 +245,17 @@ def promote(
     if not verdict.passed:
         raise refusal(bundle, lane, verdict, source)
     records = locked_records(lock, bundle)
-    search = [p for p in (source.path, dist) if p is not None]
-    envelopes = required_signatures(lane, records, search)
-    by_push = devpi.same_server(source, lane)
+    envelopes = required_signatures(lane, records, _search(source.backend.directory, dist))
+    by_push = lane.backend.can_push_from(source.backend)
     if dry_run:
         action = "would push" if by_push else "would copy"
         return verdict, [Outcome(r.name, action, r.sha256) for r in records]
     if by_push:
         with log.section(
-            f"promote: devpi push {bundle} from {source.devpi_index} to {lane.devpi_index}"
+            f"promote: {lane.kind} push {bundle} from lane {source.name} ({source.where}) to "
+            f"lane {lane.name} ({lane.where})"
         ):
-            outcomes = devpi.push(source, lane, records, network=network)
+            outcomes = lane.backend.push_from(source.backend, records, network=network)
     else:
         with tempfile.TemporaryDirectory(prefix="xla-wheels-promote-") as tmp:
             with log.section(f"promote: fetch {bundle} from lane {source.name} ({source.where})"):
@@ -467,7 +372,7 @@ def rollback(
                 fix=f"promote {to} again (make promote BUNDLE={to} LANE={lane.name}), which "
                 "puts its files back under the lane's policy",
             ) from None
-        required_signatures(lane, records, [p for p in (lane.path, dist) if p is not None])
+        required_signatures(lane, records, _search(lane.backend.directory, dist))
     action = "would keep" if dry_run else "verified"
     checked = tuple(Outcome(w.record.name, action, w.sha256) for w in wheels)
     plan = RollbackPlan(lane, state.bundle, entry, reason.strip(), checked)

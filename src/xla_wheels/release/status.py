@@ -24,13 +24,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from xla_host.bundle_document import DOCUMENT_PROJECT_PREFIX
 from xla_host.errors import PipelineError
-from xla_host.filemode import file_sha256
 from xla_host.receipts import StoredReceipt
 from xla_host.redact import shown
 from xla_host.wheel_filename import parse_wheel_name
 from xla_wheels.options import NetworkPolicy
-from xla_wheels.publish.index import check_reachable, credentials_for, project_files, remote_sha256
 from xla_wheels.release import host_document, promote
 from xla_wheels.release.lanes import Lane, LanesConfig, LanesRecord
 from xla_wheels.wheels_lock import read_lock
@@ -135,8 +134,10 @@ def _shown(value: Any) -> str | None:
     """A receipt field as one word: a table by its name (``{"name": "v6e-8", ...}``), a
     list joined, else its text; None when absent or empty."""
     if isinstance(value, Mapping):
-        value = value.get("name") or value.get("topology") or ",".join(
-            f"{k}={v}" for k, v in sorted(value.items())
+        value = (
+            value.get("name")
+            or value.get("topology")
+            or ",".join(f"{k}={v}" for k, v in sorted(value.items()))
         )
     elif isinstance(value, list | tuple):
         value = "x".join(str(v) for v in value)
@@ -196,35 +197,16 @@ def recorded_files(record: LanesRecord, lane: str) -> dict[str, str]:
     return files
 
 
-#: The size a served wheel's download is allowed for in its whole-transfer deadline when
-#: the index gives no sha256: status judges every file the index serves, including files
-#: no lock records (an extra file is drift), so no locked size is known. 2 GiB: more than
-#: a torch wheel.
-SERVED_WHEEL_BYTES_ALLOWANCE = 2 * 1024**3
-
-
 def _served(lane: Lane, projects: Sequence[str], network: NetworkPolicy) -> dict[str, str]:
-    """name -> sha256 of what the lane's index serves (of ``projects``, for a remote one)."""
-    if lane.path is not None:
-        # The host package is published beside every bundle and recorded by no entry of
-        # lanes.lock (release.host_document): not drift.
-        return {
-            p.name: file_sha256(p)
-            for p in sorted(lane.path.glob("*.whl"))
-            if parse_wheel_name(p.name).normalized != host_document.HOST_PROJECT
-        }
-    assert lane.index_url is not None
-    credentials = credentials_for(lane.upload_url or lane.index_url)
-    check_reachable(lane.index_url, credentials, network=network)  # even with nothing recorded
-    served: dict[str, str] = {}
-    for project in projects:
-        for name, listed in project_files(
-            lane.index_url, project, credentials, network=network
-        ).items():
-            served[name] = remote_sha256(
-                listed, credentials, size=SERVED_WHEEL_BYTES_ALLOWANCE, network=network
-            )
-    return served
+    """name -> sha256 of what the lane serves (of ``projects``, for a remote index). The host
+    package and the document wheels are published beside every bundle and recorded by no
+    entry of lanes.lock (release.host_document): not drift."""
+    ours = (host_document.HOST_PROJECT, DOCUMENT_PROJECT_PREFIX)
+    return {
+        name: sha256
+        for name, sha256 in lane.backend.served(projects, network=network).items()
+        if not parse_wheel_name(name).normalized.startswith(ours)
+    }
 
 
 def lane_status(lane: Lane, record: LanesRecord, network: NetworkPolicy) -> LaneStatus:

@@ -1,0 +1,141 @@
+"""The lane backend: what every kind of lane does, behind one interface.
+
+A lane of ``build/lanes.toml`` is one of the kinds of :mod:`xla_wheels.release.lane_kinds`
+(its ``backend = …``): a static directory, a PEP 503 index that takes uploads (pypiserver,
+Artifactory, ...), an index of a devpi server. Everything that depends on the kind goes
+through a :class:`LaneBackend`: putting wheels in, fetching them back by hash, reading what
+the lane serves, promoting by the server's own means, and serving the bundle document to
+hosts. The rest of the release code never asks which kind a lane is.
+
+Adding a kind is one module (a subclass and its :class:`LaneKind`: the lanes.toml keys it
+reads and how) and one line in ``lane_kinds``; docs/lanes.md "Lane backends" describes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from xla_host import bundle_document as doc
+from xla_host import filemode
+from xla_host.filemode import file_sha256
+from xla_host.tables import Field, Table
+from xla_wheels.options import NetworkPolicy
+from xla_wheels.publish.upload import Outcome
+from xla_wheels.publish.wheels import LocalWheel
+from xla_wheels.wheels_lock import WheelRecord
+
+
+@dataclass(frozen=True)
+class PublishedDocument:
+    """Where a lane's bundle document was written (the checkout's copy for a lane that is
+    not a directory), its sha256, and lines for the user (uploads, notes)."""
+
+    path: Path
+    sha256: str
+    lines: tuple[str, ...] = ()
+
+
+class LaneBackend:
+    """One lane's storage. Subclasses are frozen dataclasses whose first field is ``lane``
+    (the lane's name, for messages); the methods below are the whole interface."""
+
+    kind: ClassVar[str]
+    lane: str
+
+    @property
+    def where(self) -> str:
+        """The lane as every display shows it: credentials masked (``redact.shown``)."""
+        raise NotImplementedError
+
+    @property
+    def simple_url(self) -> str:
+        """The PEP 503 index hosts install from (``pip --index-url``)."""
+        raise NotImplementedError
+
+    @property
+    def credentials_url(self) -> str:
+        """The URL whose credentials (``TWINE_*``, keyring) read and write the lane."""
+        return self.simple_url
+
+    @property
+    def directory(self) -> Path | None:
+        """A directory on this machine holding the lane's files (signature envelopes and
+        wheels are looked up there), or None."""
+        return None
+
+    @property
+    def remote_index(self) -> str | None:
+        """The index URL of a lane that is served by a server, None for a directory."""
+        return None
+
+    def put(
+        self, wheels: Sequence[LocalWheel], envelopes: Sequence[Path], *, network: NetworkPolicy
+    ) -> list[Outcome]:
+        """Put ``wheels`` (and their signature envelopes, where the kind keeps them) into
+        the lane; the same bytes already there are skipped, other bytes refused."""
+        raise NotImplementedError
+
+    def fetch(
+        self, records: Sequence[WheelRecord], workdir: Path, *, network: NetworkPolicy
+    ) -> list[str]:
+        """Each of ``records`` as the lane serves it, into ``workdir`` (hashes are checked
+        by the caller); returns the names the lane does not hold."""
+        raise NotImplementedError
+
+    def served(self, projects: Sequence[str], *, network: NetworkPolicy) -> dict[str, str]:
+        """name -> sha256 of every wheel the lane serves (a remote index: of ``projects``,
+        as PEP 503 has no cheap listing of everything)."""
+        raise NotImplementedError
+
+    def can_push_from(self, source: LaneBackend) -> bool:
+        """Whether a promotion from ``source`` is the server's own copy (:meth:`push_from`)
+        instead of a download and an upload."""
+        return False
+
+    def push_from(
+        self, source: LaneBackend, records: Sequence[WheelRecord], *, network: NetworkPolicy
+    ) -> list[Outcome]:
+        raise NotImplementedError(f"a {self.kind} lane cannot push")
+
+    def put_document(
+        self, root: Path, bundle: str, raw: bytes, *, network: NetworkPolicy
+    ) -> PublishedDocument:
+        """Serve the canonical bundle document ``raw`` of ``bundle`` to hosts."""
+        raise NotImplementedError
+
+    def documents_dir(self, root: Path) -> Path:
+        """Where the lane's documents are written on this machine: the checkout's
+        ``dist/lanes/<lane>/bundles/`` unless the lane is a directory."""
+        return root / "dist" / "lanes" / self.lane / doc.DIRNAME
+
+    def published_document(self, root: Path, bundle: str) -> tuple[Path, str] | None:
+        """The document the lane was given for ``bundle`` (where, its sha256); None: none."""
+        path = self.documents_dir(root) / f"{bundle}.json"
+        return (path, file_sha256(path)) if path.is_file() else None
+
+
+def write_document(directory: Path, bundle: str, raw: bytes) -> tuple[Path, str]:
+    """The document and the index page over every document there (``bundles/index.html``,
+    each with its ``#sha256=``), each by rename: (where, its sha256)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{bundle}.json"
+    filemode.write_by_rename(path, raw)
+    listed = {p.stem: file_sha256(p) for p in sorted(directory.glob("*.json"))}
+    filemode.write_by_rename(directory / doc.INDEX_PAGE, doc.index_page(listed))
+    return path, doc.sha256_of(raw)
+
+
+@dataclass(frozen=True)
+class LaneKind:
+    """One ``backend = "<name>"`` of build/lanes.toml: the keys its lanes have (beside the
+    keys every lane has) and how a lane's backend is made from them."""
+
+    name: str
+    keys: tuple[Field, ...]
+    make: Callable[[str, Table, Mapping[str, Any], Path], LaneBackend]
+    """(lane name, the lane's table for errors, its keys' values, the checkout) -> backend."""
+    signatures: bool = True
+    """Whether its lanes may require signed wheels (the envelopes travel with the wheels)."""

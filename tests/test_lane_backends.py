@@ -1,0 +1,164 @@
+"""Lane backends: each kind of lanes.toml is one ``LaneBackend`` of the registry, and the
+release steps reach a lane only through it.
+
+Real parts: lanes.toml files read by ``load_config``, static lanes in temporary
+directories, the real publish/status steps, and a kind defined here the way a new backend
+module would define one (a subclass and its ``LaneKind``), registered with one line.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.clirunner import run_cli
+from tests.publish_support import (
+    BUNDLE,
+    FakeWheels,
+    fake_wheels,  # noqa: F401 - fixture
+    make_publish_project,
+    start_pypiserver,
+)
+from tests.servers import stop
+from xla_host import bundle_document
+from xla_host.errors import PipelineError
+from xla_host.filemode import file_sha256
+from xla_host.tables import Field, Table
+from xla_wheels.options import DEFAULT_NETWORK
+from xla_wheels.release import devpi, lane_kinds, lanes, promote, status
+from xla_wheels.release.lane_backend import LaneKind
+from xla_wheels.release.lane_index import IndexLane
+from xla_wheels.release.lane_static import StaticLane
+from xla_wheels.wheels_lock import read_lock
+
+
+def _config(root: Path, text: str) -> lanes.LanesConfig:
+    (root / "build").mkdir(exist_ok=True)
+    (root / "build" / "lanes.toml").write_text(text)
+    return lanes.load_config(root)
+
+
+def test_each_kind_of_lane_is_read_into_its_backend(tmp_path: Path) -> None:
+    config = _config(
+        tmp_path,
+        'publish-lane = "here"\n'
+        '[lanes.here]\npath = "dist/lanes/here"\n'
+        '[lanes.named]\nbackend = "static"\npath = "elsewhere"\n'
+        '[lanes.remote]\nindex-url = "https://user:secret@pypi.example/simple"\n'
+        '[lanes.pushed]\nbackend = "devpi"\nserver = "https://devpi.example"\nindex = "t/v"\n',
+    )
+    here, named, remote, pushed = (config.lane(n) for n in ("here", "named", "remote", "pushed"))
+    assert here.backend == StaticLane("here", tmp_path / "dist" / "lanes" / "here")
+    assert named.kind == "static" and named.path == tmp_path / "elsewhere"
+    assert remote.backend == IndexLane("remote", "https://user:secret@pypi.example/simple/")
+    assert "secret" not in remote.where and remote.path is None
+    assert remote.backend.credentials_url == "https://user:secret@pypi.example/"
+    assert isinstance(pushed.backend, devpi.DevpiLane) and pushed.kind == "devpi"
+    assert pushed.simple_url == "https://devpi.example/t/v/+simple/"
+    assert pushed.backend.can_push_from(pushed.backend)
+    assert not pushed.backend.can_push_from(remote.backend)
+
+
+@pytest.mark.parametrize(
+    ("table", "problem"),
+    [
+        ('backend = "s3"\npath = "x"', "'s3' is not one of ('static', 'index', 'devpi')"),
+        ('path = "x"\nindex-url = "https://i/simple/"', "give exactly one of path or index-url"),
+        ('description = "nowhere"', "give exactly one of path or index-url"),
+        ('backend = "static"\nindex-url = "https://i/simple/"', "unknown key"),
+        ('backend = "devpi"\nserver = "https://d/"\nindex = "t/v"\nrequire-signature = true',
+         "unknown key"),
+    ],
+)  # fmt: skip
+def test_a_lane_of_no_kind_or_with_another_kinds_keys_is_refused_naming_the_key(
+    tmp_path: Path, table: str, problem: str
+) -> None:
+    with pytest.raises(PipelineError) as refused:
+        _config(tmp_path, f"[lanes.x]\n{table}\n")
+    assert problem in refused.value.message
+    assert refused.value.exit_code == 2 and "lanes.toml" in (refused.value.fix or "")
+
+
+# --- a new kind: one module's worth of code and one line in the registry ---------------
+
+
+@dataclass(frozen=True)
+class SuffixedLane(StaticLane):
+    """A kind a team might add: a static lane whose directory is named by a key of its
+    own (``share``) under a root every lane of the kind shares."""
+
+    kind = "share"
+
+
+def _make_share(name: str, table: Table, fields: Mapping[str, Any], root: Path) -> SuffixedLane:
+    return SuffixedLane(name, (root / "shares" / fields["share"]).resolve())
+
+
+SHARE = LaneKind("share", (Field("share", str, required=True),), _make_share)
+
+
+def test_a_kind_registered_with_one_line_publishes_and_is_read_back_by_status(
+    tmp_path: Path,
+    fake_wheels: FakeWheels,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(lane_kinds.KINDS, SHARE.name, SHARE)  # the registry's one line
+    project = make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
+    config = _config(project, '[lanes.validation]\nbackend = "share"\nshare = "team-a"\n')
+    lane = config.lane("validation")
+    assert lane.kind == "share" and lane.path == project / "shares" / "team-a"
+    lock = read_lock(project / "wheels.lock")
+    outcomes = promote.publish_to_lane(
+        project, lock, BUNDLE, project / "dist" / BUNDLE, lane, network=DEFAULT_NETWORK
+    )
+    assert [o.action for o in outcomes] == ["copied", "copied"]
+    found = status.lane_status(lane, lanes.read_record(project), DEFAULT_NETWORK)
+    assert found.reachable and not (found.extra or found.missing or found.changed)
+    # What status calls drift comes from the backend too: a file changed in the share.
+    served: Sequence[Path] = sorted((project / "shares" / "team-a").glob("*.whl"))
+    shutil.copyfile(served[0], served[1])
+    drifted = status.lane_status(lane, lanes.read_record(project), DEFAULT_NETWORK)
+    assert [line.split(":")[0] for line in drifted.changed] == [served[1].name]
+
+
+@pytest.mark.slow
+def test_a_changed_document_is_a_new_file_on_the_index_and_hosts_take_the_one_they_name(
+    tmp_path: Path,
+    fake_wheels: FakeWheels,  # noqa: F811
+) -> None:
+    process, index = start_pypiserver(tmp_path / "index", "update")
+    try:
+        project = make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
+        lanes_toml = f'[lanes.validation]\nindex-url = "{index.url}"\n'
+        copy = project / "dist" / "lanes" / "validation" / "bundles" / f"{BUNDLE}.json"
+        digests = []
+        for policy in ("", '[lanes.validation.policy]\ndevice = "CPU"\n'):
+            (project / "build").mkdir(exist_ok=True)
+            (project / "build" / "lanes.toml").write_text(lanes_toml + policy)
+            published = run_cli(
+                "publish-lane", "--bundle", BUNDLE, root=project, inherit_env=True,
+                env=index.credentials,
+            )  # fmt: skip
+            assert published.exit_code == 0, published.output
+            digests.append(file_sha256(copy))
+        # The lane's policy changed the document: a second file, the first one kept.
+        labels = sorted(p.name.split("-")[1] for p in index.packages.glob("xla_wheels_document_*"))
+        assert labels == [f"1+sha256.{digests[0][:16]}", f"2+sha256.{digests[1][:16]}"]
+        # A host that names no digest gets the last one published; one that names the
+        # first gets the first.
+        assert bundle_document.fetch(index.url, BUNDLE)[1] == digests[1]
+        assert bundle_document.fetch(index.url, BUNDLE, sha256=digests[0])[1] == digests[0]
+        # Publishing the same document again uploads nothing.
+        again = run_cli(
+            "publish-lane", "--bundle", BUNDLE, root=project, inherit_env=True,
+            env=index.credentials,
+        )  # fmt: skip
+        assert again.exit_code == 0 and "skipped    xla_wheels_document_" in again.stdout
+        assert len(list(index.packages.glob("xla_wheels_document_*"))) == 2
+    finally:
+        stop(process)
