@@ -106,9 +106,14 @@ def fetch(made: dict[str, Path], python: Path, into: Path, *extra: str, **kw: st
 
 
 def listing(directory: Path) -> dict[str, bytes]:
+    """The files of a cache directory (the record of installed packs apart)."""
     if not directory.exists():
         return {}
-    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+    return {
+        p.name: p.read_bytes()
+        for p in sorted(directory.iterdir())
+        if p.name != cache_pack.INSTALLED_DIR
+    }
 
 
 def test_a_pack_installs_every_entry_and_again_changes_nothing(
@@ -119,6 +124,9 @@ def test_a_pack_installs_every_entry_and_again_changes_nothing(
     assert first.exit_code == 0, first.output
     assert listing(into) == listing(made["cache"])  # exactly the entries, no temporary file
     assert "3 entr(ies) written, 0 already there" in first.stdout
+    # The install is recorded in the directory (what `cache prune` keeps), once.
+    [(record, installed)] = cache_pack.installed_manifests(into)
+    assert {e.name for e in installed.entries} == set(listing(into))
     mtimes = {p.name: p.stat().st_mtime_ns for p in into.iterdir()}
     again = fetch(made, host_python, into)
     assert again.exit_code == 0, again.output
