@@ -211,11 +211,10 @@ def _no_action(args: argparse.Namespace) -> int:
     raise UsageError("`cache` needs an action", fix=f"for example: {EXAMPLE}")
 
 
-def host_facts(args: argparse.Namespace) -> cache_pack.HostFacts:
-    """This host as a pack must match it: read without importing torch_xla."""
+def _device_and_topology(args: argparse.Namespace) -> tuple[str, str]:
     from xla_host.gate.target import default_device
 
-    device = args.device or default_device()
+    device: str = args.device or default_device()
     topology = args.topology or os.environ.get("TPU_ACCELERATOR_TYPE")
     if not topology:
         if device != "CPU":
@@ -224,11 +223,17 @@ def host_facts(args: argparse.Namespace) -> cache_pack.HostFacts:
                 fix="pass --topology <accelerator type, e.g. v6e-8>",
             )
         topology = f"cpu-1x{os.environ.get('CPU_NUM_DEVICES') or 1}"
+    return device, topology
+
+
+def host_facts(args: argparse.Namespace) -> cache_pack.HostFacts:
+    """This host as a pack must match it: read without importing torch_xla."""
+    device, topology = _device_and_topology(args)
     python = args.python.absolute() if args.python else Path(sys.executable)
     facts = probe(
         str(python),
         ["torch_xla", "libtpu"],
-        fix="pass --python <the training " "environment's python>",
+        fix="pass --python <the training environment's python>",
     )
     return cache_pack.HostFacts(
         bundle=args.bundle,
@@ -282,17 +287,21 @@ def run_fetch(args: argparse.Namespace) -> int:
 
 
 def run_record(args: argparse.Namespace) -> int:
-    from xla_host.gate.target import default_device
     from xla_host.gate.workload import resolve
+    from xla_host.values import BadValue
 
-    args.topology = args.topology
-    facts = host_facts(args)
+    try:
+        workload = resolve(args.workload)
+    except BadValue as bad:
+        raise UsageError(f"--workload {args.workload!r} {bad.reason}",
+                         fix=f"pass --workload {bad.example}") from None  # fmt: skip
+    device, topology = _device_and_topology(args)
     python = args.python.absolute() if args.python else Path(sys.executable)
     record = cache_keys.record_run(
         python,
-        resolve(args.workload),
-        args.device or default_device(),
-        facts.topology,
+        workload,
+        device,
+        topology,
         args.out.absolute().parent / "runs",
         args.child_timeout,
         seed_cache=args.cache,

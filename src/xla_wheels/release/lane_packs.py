@@ -116,7 +116,27 @@ def publish_pack(
         )
     with pack.open("rb") as handle:
         sha256 = hashlib.file_digest(handle, "sha256").hexdigest()
-    row = _row(manifest, sha256, pack.stat().st_size)
+    return publish_row(lane, pack, _row(manifest, sha256, pack.stat().st_size), retained,
+                       dry_run=dry_run)  # fmt: skip
+
+
+def publish_row(
+    lane: Lane,
+    pack: Path,
+    row: lane_packs.PackRow,
+    retained: Mapping[str, str],
+    *,
+    dry_run: bool = False,
+) -> Published:
+    """:func:`publish_pack` of a pack whose index row is known (a promotion copies the
+    source lane's row and file: ``pack`` must hash to ``row.sha256``)."""
+    if lane.path is None:
+        raise LaneError(
+            f"lane {lane.name} is a {lane.backend} index ({lane.where}): only a lane that is a "
+            "static directory (path = …) keeps cache packs yet",
+            fix="publish packs into a static-directory lane (build/lanes.toml: path = …)",
+        )
+    sha256 = row.sha256
     rows, _ = read_index(lane)
     added = all(r.sha256 != sha256 for r in rows)
     rows = [r for r in rows if r.sha256 != sha256] + [row]
@@ -168,3 +188,24 @@ def publish_pack(
 def served_packs(lane: Lane) -> list[lane_packs.PackRow]:
     """The packs a lane's index lists (for ``make status``)."""
     return read_index(lane)[0]
+
+
+def pack_file(lane: Lane, row: lane_packs.PackRow) -> Path:
+    """The file of an index row in a static-directory lane."""
+    if lane.path is None:
+        raise LaneError(f"lane {lane.name} keeps no packs (not a static directory)",
+                        fix="keep packs in a static-directory lane")  # fmt: skip
+    return lane.path / row.path
+
+
+def copy_packs(
+    source: Lane, lane: Lane, bundle: str, retained: Mapping[str, str], *, dry_run: bool = False
+) -> list[Published]:
+    """A promotion: every pack ``source`` keeps for ``bundle``, into ``lane`` by hash."""
+    if source.path is None or lane.path is None:
+        return []
+    done = []
+    for row in read_index(source)[0]:
+        if row.bundle == bundle:
+            done.append(publish_row(lane, pack_file(source, row), row, retained, dry_run=dry_run))
+    return done
