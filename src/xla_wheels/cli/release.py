@@ -403,7 +403,9 @@ def cmd_cache_pack(args: argparse.Namespace) -> int:
     verb = "would publish" if options.dry_run else ("published" if done.added else "already in")
     print(f"{verb} {path.name} into lane {lane.name} as {row.path} ({row.size:,} bytes, "
           f"{row.label}, sha256:{row.sha256})")  # fmt: skip
-    keeps = ", ".join(f"{b} ({why})" for b, why in sorted(done.retained.items()))
+    keeps = ", ".join(
+        f"{b} ({why})" for b, why in sorted((str(b), why) for b, why in done.retained.items())
+    )
     print(f"lane {lane.name} keeps the packs of: {keeps}")
     for removed, why in done.removed:
         verb = "would remove" if options.dry_run else "removed"

@@ -34,15 +34,15 @@ class Published:
     index: Path
     added: bool
     """False: the lane had this pack already (same bytes)."""
-    retained: dict[str, str]
+    retained: dict[str | None, str]
     removed: list[tuple[lane_packs.PackRow, str]] = field(default_factory=list)
     """Packs the retention rule removed, with why."""
 
 
-def retained_bundles(record: LanesRecord, lane: str) -> dict[str, str]:
+def retained_bundles(record: LanesRecord, lane: str) -> dict[str | None, str]:
     """The bundles whose packs ``lane`` keeps, with why: ``serves`` (its current bundle)
     or ``rollback`` (one it served before, which ``make rollback`` can return it to)."""
-    kept = {entry.bundle: "rollback" for entry in record.lane_history(lane)}
+    kept: dict[str | None, str] = {e.bundle: "rollback" for e in record.lane_history(lane)}
     state = record.states.get(lane)
     if state is not None:
         kept[state.bundle] = "serves"
@@ -93,13 +93,14 @@ def publish_pack(
     lane: Lane,
     pack: Path,
     manifest: cache_pack.Manifest,
-    retained: Mapping[str, str],
+    retained: Mapping[str | None, str],
     *,
     dry_run: bool = False,
 ) -> Published:
     """The seam every lane backend implements: put ``pack`` (its signature already
     verified: ``manifest``) into ``lane`` by hash, list it in the lane's index and apply
-    the retention rule (``retained``: bundle -> why). The caller holds the lane's lock."""
+    the retention rule (``retained``: bundle -> why; None: a gate run that named no bundle, a stock
+    environment's pack). The caller holds the lane's lock."""
     if lane.path is None:
         raise LaneError(
             f"lane {lane.name} is a {lane.backend} index ({lane.where}): only a lane that is a "
@@ -110,7 +111,7 @@ def publish_pack(
         raise UsageError(
             f"lane {lane.name} keeps no packs for bundle {manifest.bundle or 'none'}: it "
             f"neither serves it nor can roll back to it (it keeps: "
-            f"{', '.join(sorted(retained)) or 'none'})",
+            f"{', '.join(sorted(str(b) for b in retained)) or 'none'})",
             fix="publish or promote the bundle into the lane first (make publish / make "
             "promote), then its pack",
         )
@@ -124,7 +125,7 @@ def publish_row(
     lane: Lane,
     pack: Path,
     row: lane_packs.PackRow,
-    retained: Mapping[str, str],
+    retained: Mapping[str | None, str],
     *,
     dry_run: bool = False,
 ) -> Published:
@@ -179,7 +180,8 @@ def publish_row(
         finally:
             Path(name).unlink(missing_ok=True)
     # The index first: a host never finds a row whose file is gone.
-    _write_by_rename(index, lane_packs.index_json(keep, retained))
+    kept = {bundle or "none": why for bundle, why in retained.items()}
+    _write_by_rename(index, lane_packs.index_json(keep, kept))
     for r, _why in removed:
         (lane.path / r.path).unlink(missing_ok=True)
     return done
@@ -199,7 +201,12 @@ def pack_file(lane: Lane, row: lane_packs.PackRow) -> Path:
 
 
 def copy_packs(
-    source: Lane, lane: Lane, bundle: str, retained: Mapping[str, str], *, dry_run: bool = False
+    source: Lane,
+    lane: Lane,
+    bundle: str,
+    retained: Mapping[str | None, str],
+    *,
+    dry_run: bool = False,
 ) -> list[Published]:
     """A promotion: every pack ``source`` keeps for ``bundle``, into ``lane`` by hash."""
     if source.path is None or lane.path is None:

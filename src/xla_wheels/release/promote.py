@@ -344,8 +344,8 @@ def promote(
     if not verdict.passed:
         raise refusal(bundle, lane, verdict, source)
     # The bundle's cache packs go with it, by hash (the lane keeps them: it will serve it).
-    retained = {**lane_packs.retained_bundles(lanes_mod.read_record(root), lane.name),
-                bundle: "serves"}  # fmt: skip
+    retained = lane_packs.retained_bundles(lanes_mod.read_record(root), lane.name)
+    retained[bundle] = "serves"  # fmt: skip
     for published in lane_packs.copy_packs(source, lane, bundle, retained, dry_run=dry_run):
         log.info(f"promote: cache pack {published.row.label} into lane {lane.name}")
     records = locked_records(lock, bundle)

@@ -79,7 +79,7 @@ class LaneStatus:
     changed: list[str]
     packs: list[str] = field(default_factory=list)
     """The cache packs the lane serves (``bundle / workload / topology, size, sha256``)."""
-    retained: dict[str, str] = field(default_factory=dict)
+    retained: dict[str | None, str] = field(default_factory=dict)
     """The bundles whose packs the lane keeps, with why (``serves``, ``rollback``)."""
 
     @property
@@ -314,7 +314,8 @@ def render(status: Status) -> str:
         lines += [f"    changed: {n}" for n in lane.changed]
         lines += [f"    cache pack: {p}" for p in lane.packs]
         if lane.retained:
-            kept = ", ".join(f"{b} ({why})" for b, why in sorted(lane.retained.items()))
+            kept = ", ".join(f"{b} ({why})" for b, why in sorted(
+                (str(b), why) for b, why in lane.retained.items()))  # fmt: skip
             lines.append(f"    keeps the cache packs of: {kept}")
     return "\n".join(lines) + "\n"
 
