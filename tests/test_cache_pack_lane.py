@@ -233,3 +233,51 @@ def test_prune_removes_only_entries_no_installed_pack_or_recent_run_names(
                       "--role", "reader")  # fmt: skip
     assert reader.exit_code == 2 and "removes nothing" in reader.stderr, reader.output
     assert listing(into) == after
+
+
+# --- explaining a miss: the comparison itself, on records as the runs write them ----------
+
+
+def _record(module: str, *, misses: int = 1, **changes: object) -> dict[str, object]:
+    components: dict[str, object] = {
+        "compile_options": {"xla_flags": {"xla_cpu_enable_fast_math": "false"}, "switches": {}},
+        "module_switches": {"XLA_NO_SPECIAL_SCALARS": "1"},
+        "platform": {"device": "CPU", "devices": 1, "libtpu": None},
+        "revisions": {"torch": "2.7.0", "torch_xla": "2.7.0"},
+    }
+    for dotted, value in changes.items():
+        outer, _, inner = dotted.partition("__")
+        table = dict(components[outer])  # type: ignore[call-overload]
+        table[inner] = value
+        components[outer] = table
+    return {"key-record": 1, "workload": "small", "topology": "cpu-1x1",
+            "components": components,
+            "graphs": [{"step": 1, "module": module, "hits": 1 - misses, "misses": misses,
+                        "entries": ["123456789012"]}]}  # fmt: skip
+
+
+def test_explain_names_the_component_that_differs() -> None:
+    from xla_host import cache_explain, cache_keys
+
+    pack = cache_explain.Reference(
+        "pack", cache_keys.manifest_keys(_record("sha256:" + "a" * 64), ["123456789012"])
+    )
+    same = cache_explain.explain(_record("sha256:" + "a" * 64, misses=0), [pack])
+    assert same == []
+    flags = _record("sha256:" + "a" * 64, compile_options__xla_flags={
+        "xla_cpu_enable_fast_math": "true"})  # fmt: skip
+    [item] = cache_explain.explain(flags, [pack])
+    assert item.components == ["compile options"]
+    assert ("compile_options.xla_flags.xla_cpu_enable_fast_math: the reference's false, the "
+            "run's true") in item.details  # fmt: skip
+    bf16 = _record("sha256:" + "b" * 64, module_switches__XLA_USE_BF16="1")
+    [item] = cache_explain.explain(bf16, [pack])
+    assert item.components == ["module"]
+    assert "module_switches.XLA_USE_BF16: the reference's unset, the run's 1" in item.details
+    newer = _record("sha256:" + "a" * 64, revisions__torch_xla="2.8.0",
+                    platform__libtpu="0.0.21")  # fmt: skip
+    [item] = cache_explain.explain(newer, [pack])
+    assert item.components == ["platform version", "revisions"]
+    moved = {**_record("sha256:" + "a" * 64), "topology": "cpu-1x4"}
+    [item] = cache_explain.explain(moved, [pack])
+    assert item.components == ["topology"]
