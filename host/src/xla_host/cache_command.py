@@ -10,9 +10,11 @@ directory, ``cache prune`` removes the entries no installed pack or recent run n
 
 Both command lines take it (the host's ``xla_host.cli`` and the builder's
 ``xla_wheels.cli``) from :func:`add_arguments`. Exit 0 installed (or every entry already
-there); 1 the pack was refused (its signature, an entry's sha256, a host that differs,
-an existing entry that differs: nothing installed); 2 bad input (not a pack, not a
-public key, a reader's role); 8 the pack's URL did not answer in time; 10 a disk fault.
+there), recorded, explained, reported or pruned; 1 the pack was refused (its signature,
+an entry's sha256, a file that is not the lane's index's, a host that differs, no pack
+of the lane for this host, an existing entry that differs: nothing installed); 2 bad
+input (not a pack, not a public key, not a key record, a reader's role, a key-record run
+that failed); 8 the pack's or lane's URL did not answer in time; 10 a disk fault.
 """
 
 from __future__ import annotations
