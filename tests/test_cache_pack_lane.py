@@ -281,3 +281,57 @@ def test_explain_names_the_component_that_differs() -> None:
     moved = {**_record("sha256:" + "a" * 64), "topology": "cpu-1x4"}
     [item] = cache_explain.explain(moved, [pack])
     assert item.components == ["topology"]
+
+
+# --- make cache-pack: the builder publishes the gate's pack with its receipt -------------
+
+
+def test_cache_pack_publishes_the_gates_pack_only_with_its_receipt(tmp_path: Path) -> None:
+    from tests.test_error_contract import cli, project_copy
+    from xla_host import receipts
+    from xla_wheels.release import lanes
+
+    root = project_copy(tmp_path)
+    lanes.write_state(root, "validation", lanes.LaneState("v6e-2.9", (), None, None))
+    made = receipts.Receipt(
+        kind="gate", bundle="v6e-2.9", created="2026-01-01T00:00:00Z", host="h", device="CPU",
+        chip=None, workload="small", versions={}, wheels_match_lock=False, wheels=(),
+        problems=(), checks=(receipts.CheckEvidence("restart", True, (), {}),),
+    )  # fmt: skip
+    written = receipts.write_receipt(receipts.receipt_path(root, made), made)
+    digest = receipts.read_receipt(written).digest
+    cache = tmp_path / "cold"
+    cache.mkdir()
+    (cache / "123456789012").write_bytes(os.urandom(5000))
+    private, public = keypair(tmp_path, "gate")
+    packs = root / "out" / "gate" / "packs"
+    args = ("cache-pack", "--bundle", "v6e-2.9", "--lane", "validation", "--public-key",
+            str(public))  # fmt: skip
+
+    # A pack whose receipt is not the bundle's: refused, the lane untouched.
+    cache_pack.write_pack(packs, cache, private, manifest(bundle="v6e-2.9",
+                          receipt_digest="sha256:" + "9" * 64))  # fmt: skip
+    refused = cli(root, *args)
+    assert refused.exit_code == 2, refused.output
+    assert "which is no sealed receipt of v6e-2.9 with a passing restart" in refused.stderr
+    assert not (root / "dist" / "lanes" / "validation" / "packs").exists()
+
+    time.sleep(1.1)  # the newest pack is taken: `created` is to the second
+    pack, _ = cache_pack.write_pack(packs, cache, private,
+                                    manifest(bundle="v6e-2.9", receipt_digest=digest))  # fmt: skip
+    dry = cli(root, *args, "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert "would publish" in dry.stdout and "DRY_RUN: nothing written" in dry.stdout
+    assert not (root / "dist" / "lanes" / "validation" / "packs").exists()
+    done = cli(root, *args)
+    assert done.exit_code == 0, done.output
+    assert "lane validation keeps the packs of: v6e-2.9 (serves)" in done.stdout
+    rows, _ = lane_packs.parse_index(
+        (root / "dist" / "lanes" / "validation" / lane_packs.INDEX).read_text(), "index"
+    )
+    assert [(r.bundle, r.workload, r.receipt_digest) for r in rows] == [
+        ("v6e-2.9", "small", digest)
+    ]
+    assert (root / "dist" / "lanes" / "validation" / rows[0].path).read_bytes() == (
+        pack.read_bytes()
+    )
