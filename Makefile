@@ -254,7 +254,7 @@ doctor: $(VENV_STAMP) ## check a training host against a bundle before import
 	@$(CLI) doctor $(BUNDLE_FLAG) $(DOCTOR_FLAGS) $(PUBLIC_KEY_FLAG)
 
 # Lanes (README "Releasing to the fleet"): build/lanes.toml, lanes.lock, receipts/<bundle>/.
-.PHONY: promote rollback compare lanes status
+.PHONY: promote rollback compare lanes status cache-pack
 promote: $(VENV_STAMP) ## copy a bundle's locked files into a lane if its policy holds
 	@$(CLI) promote $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(LANE_FLAG)
 
@@ -269,6 +269,9 @@ lanes: $(VENV_STAMP) ## each lane's index, current bundle and policy; HISTORY=1 
 
 status: $(VENV_STAMP) ## every bundle and lane at a glance (receipts, refusals, drift); JSON=1
 	@$(CLI) status $(call switch,JSON) $(NET_FLAGS)
+
+cache-pack: $(VENV_STAMP) ## publish the gate's signed cache pack (PACKS=, PUBLIC_KEY=) of BUNDLE and WORKLOAD into LANE, by hash
+	@$(CLI) cache-pack $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(LANE_FLAG) $(call flag,WORKLOAD) $(call flag,PACKS) $(PUBLIC_KEY_FLAG)
 
 # The fleet's image and its jobs' audit stamps (docs/operating.md).
 .PHONY: runtime-image jobs

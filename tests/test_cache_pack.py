@@ -106,9 +106,14 @@ def fetch(made: dict[str, Path], python: Path, into: Path, *extra: str, **kw: st
 
 
 def listing(directory: Path) -> dict[str, bytes]:
+    """The files of a cache directory (the record of installed packs apart)."""
     if not directory.exists():
         return {}
-    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+    return {
+        p.name: p.read_bytes()
+        for p in sorted(directory.iterdir())
+        if p.name != cache_pack.INSTALLED_DIR
+    }
 
 
 def test_a_pack_installs_every_entry_and_again_changes_nothing(
@@ -119,6 +124,9 @@ def test_a_pack_installs_every_entry_and_again_changes_nothing(
     assert first.exit_code == 0, first.output
     assert listing(into) == listing(made["cache"])  # exactly the entries, no temporary file
     assert "3 entr(ies) written, 0 already there" in first.stdout
+    # The install is recorded in the directory (what `cache prune` keeps), once.
+    [(record, installed)] = cache_pack.installed_manifests(into)
+    assert {e.name for e in installed.entries} == set(listing(into))
     mtimes = {p.name: p.stat().st_mtime_ns for p in into.iterdir()}
     again = fetch(made, host_python, into)
     assert again.exit_code == 0, again.output
@@ -295,9 +303,12 @@ def test_a_pack_is_never_replaced(made: dict[str, Path]) -> None:
 # --- the warm start, with the shared gate run on stock torch_xla 2.7.0 ------------------
 
 
-def test_a_fresh_host_starts_warm_from_the_gates_pack(
+def test_a_fresh_host_starts_warm_from_the_gates_pack_fetched_from_a_lane_over_http(
     gate_27: GateRun, stock_xla_python_27: Path, tmp_path: Path
 ) -> None:
+    from xla_wheels.release import lane_packs as lane_store
+    from xla_wheels.release.lanes import Lane, Policy
+
     made = gate_27.out_dir.parent
     packs = sorted((made / "packs").glob(f"*{cache_pack.SUFFIX}"))
     assert len(packs) == 1, gate_27.stdout[-3000:] + gate_27.stderr[-3000:]
@@ -310,31 +321,80 @@ def test_a_fresh_host_starts_warm_from_the_gates_pack(
     assert payload["receipt-digest"] == receipt["digest"]
     assert payload["topology"] == "cpu-1x1" and payload["torch-xla"] == "2.7.0"
     assert len(payload["entries"]) == restart["figures"]["cache_files"]
+    # The gate recorded the key components of every entry it packed (keys.json beside its
+    # report, and in the signed manifest): each entry's module fingerprint.
+    keys = payload["keys"]
+    assert set(keys["entries"]) == {row["name"] for row in payload["entries"]}
+    assert all(e["module"].startswith("sha256:") for e in keys["entries"].values())
+    assert keys["components"]["revisions"]["torch_xla"] == "2.7.0"
+    assert json.loads((gate_27.out_dir / "keys.json").read_text())["key-record"] == 1
 
-    into = tmp_path / "fresh-host-cache"
-    done = host_cli(
-        "cache", "fetch", "--pack", str(packs[0]), "--into", str(into),
-        "--key", str(made / "pack-key.pub.pem"), "--python", str(stock_xla_python_27),
-        "--device", "CPU",
+    # Published into a static lane directory by hash (the gate ran without a bundle: a
+    # stock environment's pack), served by a real HTTP server on loopback.
+    lane_dir = tmp_path / "lane"
+    lane = Lane("validation", lane_dir, None, None, None, Policy())
+    manifest_read = cache_pack.read_manifest(
+        str(packs[0]), [cache_pack.read_public_key(made / "pack-key.pub.pem")]
+    )
+    lane_store.publish_pack(lane, packs[0], manifest_read, {None: "serves"})
+    port = servers.free_port()
+    root = f"http://127.0.0.1:{port}/"
+    server = servers.start(
+        "http.server",
+        [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "--directory",
+         str(lane_dir), str(port)],
+        log=tmp_path / "http.log", ready=servers.answers_http(root), timeout_s=30,
     )  # fmt: skip
-    assert done.exit_code == 0, done.output
-    for row in payload["entries"]:
-        data = (into / row["name"]).read_bytes()
-        assert hashlib.sha256(data).hexdigest() == row["sha256"]
+    try:
+        into = tmp_path / "fresh-host-cache"
+        done = host_cli(
+            "cache", "fetch", "--lane", root, "--workload", "small", "--into", str(into),
+            "--key", str(made / "pack-key.pub.pem"), "--python", str(stock_xla_python_27),
+            "--device", "CPU",
+        )  # fmt: skip
+        assert done.exit_code == 0, done.output
+        for row in payload["entries"]:
+            data = (into / row["name"]).read_bytes()
+            assert hashlib.sha256(data).hexdigest() == row["sha256"]
 
-    # The fresh host's first run of the same workload: every executable loaded, none compiled.
-    child = run_child(
-        stock_xla_python_27, "fresh-host", tmp_path / "runs",
-        ["--mode", "train", *workloads.DEFAULT.child_args()],
-        runtime_env("CPU", cache_dir=into), 600,
-    )  # fmt: skip
-    first = summarize(child)
-    assert first["ok"], first
-    assert cold["misses"] >= 1
-    assert first["hits"] == cold["misses"]
-    assert first["xla_compiles"] == 0
-    assert first["deserialize_failures"] == 0
-    assert first["loss_hex"] == cold["loss_hex"]
+        # The fresh host's first run of the same workload: every executable loaded, none
+        # compiled.
+        child = run_child(
+            stock_xla_python_27, "fresh-host", tmp_path / "runs",
+            ["--mode", "train", *workloads.DEFAULT.child_args()],
+            runtime_env("CPU", cache_dir=into), 600,
+        )  # fmt: skip
+        first = summarize(child)
+        assert first["ok"], first
+        assert cold["misses"] >= 1
+        assert first["hits"] == cold["misses"]
+        assert first["xla_compiles"] == 0
+        assert first["deserialize_failures"] == 0
+        assert first["loss_hex"] == cold["loss_hex"]
+
+        # A run under another setting misses; `cache explain` names the component.
+        for setting, component, detail in (
+            ({"XLA_FLAGS": "--xla_cpu_enable_fast_math=true"}, "compile options",
+             "compile_options.xla_flags.xla_cpu_enable_fast_math: the reference's false, "
+             "the run's true"),
+            ({"XLA_USE_BF16": "1"}, "module",
+             "module_switches.XLA_USE_BF16: the reference's unset, the run's 1"),
+        ):  # fmt: skip
+            record = tmp_path / f"run-{component.replace(' ', '-')}.json"
+            recorded = host_cli(
+                "cache", "record", "--python", str(stock_xla_python_27), "--device", "CPU",
+                "--cache", str(into), "--out", str(record), env=setting,
+            )  # fmt: skip
+            assert recorded.exit_code == 0, recorded.output
+            assert "0 hit(s)" in recorded.stdout, recorded.stdout
+            for against in (["--pack", root + lane_store.read_index(lane)[0][0].path, "--key",
+                             str(made / "pack-key.pub.pem")], ["--cache", str(into)]):  # fmt: skip
+                told = host_cli("cache", "explain", "--run", str(record), *against)
+                assert told.exit_code == 0, told.output
+                assert f"1 miss(es)): {component} differs from" in told.stdout, told.stdout
+                assert detail in told.stdout, told.stdout
+    finally:
+        servers.stop(server)
 
 
 def test_the_gate_refuses_an_unsigned_pack_before_it_runs(tmp_path: Path) -> None:

@@ -53,7 +53,7 @@ TARGET_GROUPS: dict[str, tuple[str, ...]] = {
         "publish", "requirements", "verify-install", "doctor", "launch-env", "host-wheel",
     ),
     "Lanes and promotion": (
-        "promote", "compare", "rollback", "lanes", "status", "runtime-image", "jobs",
+        "promote", "compare", "rollback", "lanes", "status", "cache-pack", "runtime-image", "jobs",
     ),
     "Supply chain and ABI": ("attest", "rebuild-check", "abi-check"),
     "The gate": ("gate", "bench-restart"),

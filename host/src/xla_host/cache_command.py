@@ -1,20 +1,31 @@
-"""``xla-wheels cache fetch``: install a signed cache pack, so a new host starts warm.
+"""``cache``: signed cache packs and a host's persistent cache directory.
+
+``cache fetch`` installs a signed pack, so a new host starts warm: a file or URL
+(``--pack``), or the lane's pack for this bundle, workload and topology, fetched by hash
+(``--lane``, :mod:`xla_host.lane_packs`). ``cache record`` runs a workload once and
+writes its key record; ``cache explain`` names the key component that differs for each
+graph a run missed (:mod:`xla_host.cache_explain`). ``cache size`` reports a cache
+directory, ``cache prune`` removes the entries no installed pack or recent run names
+(:mod:`xla_host.cache_prune`; a dry run unless ``--apply``).
 
 Both command lines take it (the host's ``xla_host.cli`` and the builder's
 ``xla_wheels.cli``) from :func:`add_arguments`. Exit 0 installed (or every entry already
-there); 1 the pack was refused (its signature, an entry's sha256, a host that differs,
-an existing entry that differs: nothing installed); 2 bad input (not a pack, not a
-public key, a reader's role); 8 the pack's URL did not answer in time; 10 a disk fault.
+there), recorded, explained, reported or pruned; 1 the pack was refused (its signature,
+an entry's sha256, a file that is not the lane's index's, a host that differs, no pack
+of the lane for this host, an existing entry that differs: nothing installed); 2 bad
+input (not a pack, not a public key, not a key record, a reader's role, a key-record run
+that failed); 8 the pack's or lane's URL did not answer in time; 10 a disk fault.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
 
-from xla_host import cache_pack, log
+from xla_host import cache_explain, cache_keys, cache_pack, cache_prune, lane_packs, log
 from xla_host.errors import UsageError
 from xla_host.host_probe import probe
 
@@ -34,7 +45,7 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(
         dest="cache_action",
         metavar="ACTION",
-        help="fetch: install a signed cache pack (default: none, an action is required)",
+        help="fetch, record, explain, size or prune (default: none, an action is required)",
     )
     # Not argparse's required=True: its error would come before the command's own edge,
     # and a parse of the bare command (the command table's tests) must succeed.
@@ -46,8 +57,16 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
         epilog=f"example:\n  {EXAMPLE}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    source = fetch.add_mutually_exclusive_group(required=True)
+    source.add_argument("--pack", metavar="FILE|URL", help="the pack: a file, or its URL")
+    source.add_argument(
+        "--lane",
+        metavar="URL|DIR",
+        help="the lane (its URL or directory): its packs/index.json names the pack for "
+        "--bundle, --workload and this host's topology, fetched by hash",
+    )
     fetch.add_argument(
-        "--pack", required=True, metavar="FILE|URL", help="the pack: a file, or its URL"
+        "--workload", default="small", help="with --lane: the workload's name (default: small)"
     )
     fetch.add_argument(
         "--into",
@@ -95,17 +114,109 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
         help="each read of the pack's URL waits at most this long",
     )
     fetch.set_defaults(handler=run_fetch)
+    _add_record(actions)
+    _add_explain(actions)
+    _add_size_and_prune(actions)
+
+
+def _add_record(actions: argparse._SubParsersAction) -> None:
+    record = actions.add_parser(
+        "record",
+        help="run a workload once (in a scratch cache) and write its key record",
+        description="Run a workload once with this environment's settings (XLA_FLAGS, "
+        "XLA_USE_BF16, ...) in a scratch copy of --cache (the directory is never written) "
+        "and write its key record: each graph's module fingerprint, hits and misses, and "
+        "the run's compile options, platform and revisions.",
+        epilog="example:\n  XLA_FLAGS=--xla_cpu_enable_fast_math=true xla-host cache record "
+        "--python venv/bin/python --cache /mnt/xla-cache --out run-keys.json",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    record.add_argument("--out", required=True, type=Path, help="the key record to write")
+    record.add_argument("--cache", type=Path, help="seed the scratch cache with this directory")
+    record.add_argument("--workload", default="small", help="a preset or PATH:FACTORY")
+    record.add_argument("--python", type=Path, help="the training environment's interpreter")
+    record.add_argument("--device", type=str.upper, choices=("CPU", "TPU"))
+    record.add_argument("--topology", help="as for fetch")
+    record.add_argument("--child-timeout", type=float, default=600.0, metavar="SECONDS")
+    record.set_defaults(handler=run_record)
+
+
+def _add_explain(actions: argparse._SubParsersAction) -> None:
+    explain = actions.add_parser(
+        "explain",
+        help="name the key component that differs for each graph a run missed",
+        description="Compare a run's key record with a pack's (or the packs installed in "
+        "a cache directory) and name, for each graph the run missed, the component that "
+        "differs: module, compile options, platform version, topology, revisions.",
+        epilog="example:\n  xla-host cache explain --run run-keys.json --pack "
+        "<pack>.xlapack.tar --key lane-key.pub.pem",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    explain.add_argument("--run", required=True, type=Path, help="the run's key record")
+    against = explain.add_mutually_exclusive_group(required=True)
+    against.add_argument("--pack", metavar="FILE|URL", help="a pack (its signed manifest)")
+    against.add_argument("--cache", type=Path, help="a cache directory (its installed packs)")
+    explain.add_argument(
+        "--key",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="PEM",
+        help="with --pack: a public key it may be signed by",
+    )
+    explain.set_defaults(handler=run_explain)
+
+
+def _add_size_and_prune(actions: argparse._SubParsersAction) -> None:
+    for name, text in (
+        ("size", "report what a cache directory holds, what is kept and why (reads only)"),
+        (
+            "prune",
+            "remove the entries no installed pack or recent run names (a dry run "
+            "unless --apply)",
+        ),
+    ):
+        parser = actions.add_parser(name, help=text, description=text[:1].upper() + text[1:])
+        parser.add_argument("--cache", required=True, type=Path, help="the cache directory")
+        parser.add_argument(
+            "--keep-run",
+            action="append",
+            type=Path,
+            default=[],
+            metavar="RECORD",
+            help="keep the entries this key record names",
+        )
+        parser.add_argument(
+            "--recent-days",
+            type=float,
+            default=7.0,
+            metavar="DAYS",
+            help="keep entries written within this many days (default 7)",
+        )
+        if name == "prune":
+            mode = parser.add_mutually_exclusive_group()
+            mode.add_argument("--apply", action="store_true", help="remove them")
+            mode.add_argument(
+                "--dry-run",
+                action="store_true",
+                help="list what would go and change nothing (the default)",
+            )
+            parser.add_argument(
+                "--role",
+                choices=("writer", "reader"),
+                help="as for fetch: a reader removes nothing",
+            )
+        parser.set_defaults(handler=run_size if name == "size" else run_prune)
 
 
 def _no_action(args: argparse.Namespace) -> int:
     raise UsageError("`cache` needs an action", fix=f"for example: {EXAMPLE}")
 
 
-def host_facts(args: argparse.Namespace) -> cache_pack.HostFacts:
-    """This host as a pack must match it: read without importing torch_xla."""
+def _device_and_topology(args: argparse.Namespace) -> tuple[str, str]:
     from xla_host.gate.target import default_device
 
-    device = args.device or default_device()
+    device: str = args.device or default_device()
     topology = args.topology or os.environ.get("TPU_ACCELERATOR_TYPE")
     if not topology:
         if device != "CPU":
@@ -114,9 +225,18 @@ def host_facts(args: argparse.Namespace) -> cache_pack.HostFacts:
                 fix="pass --topology <accelerator type, e.g. v6e-8>",
             )
         topology = f"cpu-1x{os.environ.get('CPU_NUM_DEVICES') or 1}"
+    return device, topology
+
+
+def host_facts(args: argparse.Namespace) -> cache_pack.HostFacts:
+    """This host as a pack must match it: read without importing torch_xla."""
+    device, topology = _device_and_topology(args)
     python = args.python.absolute() if args.python else Path(sys.executable)
-    facts = probe(str(python), ["torch_xla", "libtpu"], fix="pass --python <the training "
-                  "environment's python>")  # fmt: skip
+    facts = probe(
+        str(python),
+        ["torch_xla", "libtpu"],
+        fix="pass --python <the training environment's python>",
+    )
     return cache_pack.HostFacts(
         bundle=args.bundle,
         device=device,
@@ -126,12 +246,19 @@ def host_facts(args: argparse.Namespace) -> cache_pack.HostFacts:
     )
 
 
-def run_fetch(args: argparse.Namespace) -> int:
-    role = args.role or (
-        "reader"
-        if os.environ.get("XLA_PERSISTENT_CACHE_READ_ONLY", "").lower() in _TRUE
-        else "writer"
+def _role(args: argparse.Namespace) -> str:
+    return str(
+        args.role
+        or (
+            "reader"
+            if os.environ.get("XLA_PERSISTENT_CACHE_READ_ONLY", "").lower() in _TRUE
+            else "writer"
+        )
     )
+
+
+def run_fetch(args: argparse.Namespace) -> int:
+    role = _role(args)
     if role == "reader":
         # A reader of a shared cache never writes it: the writer installs the pack.
         raise UsageError(
@@ -141,8 +268,16 @@ def run_fetch(args: argparse.Namespace) -> int:
         )
     keys = [cache_pack.read_public_key(path) for path in args.key]
     host = host_facts(args)
-    with log.section(f"cache pack {args.pack} into {args.into}"):
-        done = cache_pack.install(args.pack, args.into, keys, host, timeout_s=args.net_timeout)
+    source, expected = args.pack, None
+    if args.lane is not None:
+        source, row = lane_packs.find_pack(
+            args.lane, args.bundle, args.workload, host.topology, args.net_timeout
+        )
+        expected = row.sha256
+    with log.section(f"cache pack {source} into {args.into}"):
+        done = cache_pack.install(
+            source, args.into, keys, host, timeout_s=args.net_timeout, expected_sha256=expected
+        )
     manifest = done.manifest
     print(
         f"cache pack installed into {args.into}: {len(done.installed)} entr(ies) written, "
@@ -150,4 +285,87 @@ def run_fetch(args: argparse.Namespace) -> int:
         f"{manifest.workload.get('name')}, topology {manifest.topology}, torch_xla "
         f"{manifest.torch_xla_version}); fetched and verified in {done.seconds:.2f}s"
     )
+    return 0
+
+
+def run_record(args: argparse.Namespace) -> int:
+    from xla_host.gate.workload import resolve
+    from xla_host.values import BadValue
+
+    try:
+        workload = resolve(args.workload)
+    except BadValue as bad:
+        raise UsageError(f"--workload {args.workload!r} {bad.reason}",
+                         fix=f"pass --workload {bad.example}") from None  # fmt: skip
+    device, topology = _device_and_topology(args)
+    python = args.python.absolute() if args.python else Path(sys.executable)
+    record = cache_keys.record_run(
+        python,
+        workload,
+        device,
+        topology,
+        args.out.absolute().parent / "runs",
+        args.child_timeout,
+        seed_cache=args.cache,
+    )
+    args.out.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    misses = sum(int(g.get("misses", 0)) for g in record["graphs"])
+    hits = sum(int(g.get("hits", 0)) for g in record["graphs"])
+    print(
+        f"key record: {args.out} ({len(record['graphs'])} graph(s), {hits} hit(s), "
+        f"{misses} miss(es))"
+    )
+    return 0
+
+
+def run_explain(args: argparse.Namespace) -> int:
+    record = cache_keys.read_record(args.run)
+    if args.pack is not None:
+        if not args.key:
+            raise UsageError(
+                "--pack needs --key: a pack's manifest is read once its " "signature verifies",
+                fix=f"for example: {EXAMPLE}",
+            )
+        keys = [cache_pack.read_public_key(path) for path in args.key]
+        manifest = cache_pack.read_manifest(args.pack, keys)
+        if manifest.keys is None:
+            raise UsageError(
+                f"{args.pack} records no key components (made by an older gate)",
+                fix="explain against a pack a gate of this version made",
+            )
+        references = [cache_explain.Reference(f"pack {args.pack}", manifest.keys)]
+    else:
+        references = cache_explain.references_of_cache(args.cache)
+    found = cache_explain.explain(record, references)
+    if not found:
+        print(f"{args.run}: the run missed nothing")
+        return 0
+    print(f"{args.run}: {len(found)} graph(s) missed")
+    for item in found:
+        print("  " + item.line())
+    return 0
+
+
+def run_size(args: argparse.Namespace) -> int:
+    found = cache_prune.survey(args.cache, args.keep_run, args.recent_days)
+    print("\n".join(found.lines()))
+    return 0
+
+
+def run_prune(args: argparse.Namespace) -> int:
+    found = cache_prune.survey(args.cache, args.keep_run, args.recent_days)
+    print("\n".join(found.lines()))
+    if not args.apply:
+        print(
+            f"dry run: {len(found.unreferenced)} unreferenced entr(ies) would be removed; "
+            "nothing changed (--apply removes them)"
+        )
+        return 0
+    if _role(args) == "reader":
+        raise UsageError(
+            f"this host is a reader of {args.cache}: it removes nothing",
+            fix="prune on the writer of the cache directory (worker 0)",
+        )
+    removed = cache_prune.prune(found)
+    print(f"removed {len(removed)} entr(ies) ({sum(found.sizes[n] for n in removed):,} bytes)")
     return 0

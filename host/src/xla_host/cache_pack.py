@@ -42,11 +42,11 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from xla_host import log, receipt_signing, runner
+from xla_host import cache_keys, log, receipt_signing, runner
 from xla_host.errors import ExitCode, PipelineError, UsageError
 from xla_host.filemode import as_if_created
 from xla_host.gate.slice.merge import topology as slice_topology_of
@@ -55,6 +55,7 @@ from xla_host.slice import WRITER_LEASE
 
 if TYPE_CHECKING:
     from xla_host.gate.run import GateOutcome
+    from xla_host.gate.workload import WorkloadSpec
 
 PAYLOAD_TYPE = "application/vnd.xla-wheels.cache-pack+json"
 PACK_VERSION = 1
@@ -114,9 +115,14 @@ class Manifest:
     entries: tuple[Entry, ...]
     created: str = ""
     cache_format: str = CACHE_FORMAT
+    keys: Mapping[str, Any] | None = None
+    """The key components of the entries (``xla_host.cache_explain``): the run's
+    components and topology, and each entry's module fingerprint; None: not recorded."""
 
     def to_json(self) -> dict[str, Any]:
+        extra = {} if self.keys is None else {"keys": dict(self.keys)}
         return {
+            **extra,
             "pack-version": PACK_VERSION,
             "bundle": self.bundle,
             "workload": dict(self.workload),
@@ -168,6 +174,7 @@ def parse_manifest(payload: bytes, source: str) -> Manifest:
             entries=entries,
             created=str(data.get("created", "")),
             cache_format=str(data["cache-format"]),
+            keys=dict(data["keys"]) if isinstance(data.get("keys"), dict) else None,
         )
     except (KeyError, TypeError, ValueError) as error:
         raise _format_error(source, f"its manifest lacks or mistypes {error}") from None
@@ -453,24 +460,38 @@ def install(
     host: HostFacts,
     *,
     timeout_s: float = FETCH_TIMEOUT_S,
+    expected_sha256: str | None = None,
 ) -> Installed:
     """Verify the pack at ``source`` and install its entries into ``cache``, all or none
     (module doc). Raises before anything is written when the signature fails or the pack
-    is not for ``host``; names the entry whose content differs from its manifest row."""
+    is not for ``host``; names the entry whose content differs from its manifest row.
+    ``expected_sha256``: the pack file's digest as the lane's index records it (a pack
+    fetched by hash); a file of other bytes is refused before any entry is linked. The
+    installed pack's manifest is recorded in ``cache/.xla-packs/`` (what ``cache prune``
+    keeps and ``cache explain`` compares with)."""
     began = time.monotonic()
     staged: dict[str, Path] = {}
     linked: list[Path] = []
     # Made by this call (parents too) only once the pack is verified; removed on failure.
     created = [p for p in (cache, *cache.parents) if not p.exists()]
     try:
-        with open_pack(source, timeout_s) as stream:
+        with open_pack(source, timeout_s) as raw_stream:
+            stream = _Hashing(raw_stream)
             try:
                 # Closed by `with tar:` below; opened apart so a non-tar is named as such.
-                tar = tarfile.open(fileobj=stream, mode="r|")  # noqa: SIM115
+                tar = tarfile.open(fileobj=stream, mode="r|")  # type: ignore[call-overload]  # noqa: SIM115
             except tarfile.TarError:
                 raise _format_error(source, "not a tar file") from None
             with tar:
                 result = _install_stream(source, tar, cache, keys, host, staged)
+            while stream.read(1 << 20):
+                pass  # the tar's end blocks: the whole file's digest
+        if expected_sha256 is not None and stream.hexdigest() != expected_sha256:
+            raise PackRefused(
+                f"{source} is not the pack the lane's index names (sha256 "
+                f"{stream.hexdigest()[:16]}…, the index says {expected_sha256[:16]}…)",
+                fix="fetch the pack again from the lane; never install a pack of other bytes",
+            )
         names = [e.name for e in result.manifest.entries]
         for name in names:
             if name in result.present:
@@ -485,10 +506,12 @@ def install(
                 continue
             linked.append(cache / name)
             result.installed.append(name)
+        linked.extend(record_installed(cache, result.manifest, source))
     except BaseException:
         # All or nothing: the entries linked by this call go, the ones found there stay.
         for path in linked:
-            path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                path.rmdir() if path.is_dir() else path.unlink(missing_ok=True)
         for path in staged.values():
             path.unlink(missing_ok=True)
         for directory in created:
@@ -500,6 +523,85 @@ def install(
             path.unlink(missing_ok=True)
     result.seconds = time.monotonic() - began
     return result
+
+
+#: Where ``cache fetch`` records each pack it installed, inside the cache directory: a
+#: hidden name, which torch_xla never loads and a pack's entries can never have.
+INSTALLED_DIR = ".xla-packs"
+
+
+def record_installed(cache: Path, manifest: Manifest, source: str) -> list[Path]:
+    """The installed pack's manifest in ``cache/.xla-packs/<id>.json`` (by rename; an
+    existing record of the same manifest is left as it is). Returns what it created."""
+    payload = json.dumps(manifest.to_json(), sort_keys=True).encode()
+    record = cache / INSTALLED_DIR / f"{hashlib.sha256(payload).hexdigest()[:32]}.json"
+    made: list[Path] = []
+    if not record.parent.is_dir():
+        record.parent.mkdir()
+        made.append(record.parent)
+    if record.exists():
+        return made
+    text = json.dumps(
+        {
+            "source": source,
+            "installed": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "manifest": manifest.to_json(),
+        },
+        indent=2,
+    )
+    temporary = record.with_name(f".{record.name}.{secrets.token_hex(4)}")
+    temporary.write_text(text + "\n")
+    os.replace(temporary, record)
+    # Undone in this order on failure: the record, then its directory if this made it.
+    return [record, *made]
+
+
+def installed_manifests(cache: Path) -> list[tuple[Path, Manifest]]:
+    """The packs ``cache fetch`` installed into ``cache`` (their records, oldest first)."""
+    found = []
+    for path in sorted((cache / INSTALLED_DIR).glob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+            payload = json.dumps(data["manifest"]).encode()
+        except (OSError, ValueError, KeyError, TypeError):
+            log.warning(f"{path}: not a record of an installed pack; ignored")
+            continue
+        found.append((path, parse_manifest(payload, str(path))))
+    return found
+
+
+def read_manifest(
+    source: str, keys: Sequence[PublicKey], timeout_s: float = FETCH_TIMEOUT_S
+) -> Manifest:
+    """A pack's manifest once its signature verifies; no entry is read."""
+    with open_pack(source, timeout_s) as stream:
+        try:
+            with tarfile.open(fileobj=stream, mode="r|") as tar:
+                first = next(iter(tar), None)
+                if first is None or first.name != MANIFEST_MEMBER or not first.isreg():
+                    raise _format_error(source, f"its first member is not {MANIFEST_MEMBER}")
+                if first.size > MAX_MANIFEST_BYTES:
+                    raise _format_error(source, "a manifest too large")
+                reader = tar.extractfile(first)
+                assert reader is not None
+                return parse_manifest(verify_envelope(reader.read(), keys, source), source)
+        except tarfile.TarError:
+            raise _format_error(source, "not a tar file") from None
+
+
+class _Hashing:
+    """A stream that computes the sha256 of what is read through it."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self._stream, self._digest = stream, hashlib.sha256()
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._stream.read(size)
+        self._digest.update(data)
+        return data
+
+    def hexdigest(self) -> str:
+        return self._digest.hexdigest()
 
 
 def _entry(manifest: Manifest, name: str) -> Entry:
@@ -635,10 +737,18 @@ def pack_gate_run(
     outcome: GateOutcome,
     receipt: Path,
     bundle: str | None,
+    workload_spec: WorkloadSpec | None = None,
+    timeout_s: float = 600.0,
 ) -> Path | None:
     """The pack of a finished gate run (``--pack``): written when its restart check passed,
     from the cold run's cache it kept; the temporary copy goes either way. Returns the
-    pack's path, or None when no pack is due."""
+    pack's path, or None when no pack is due.
+
+    With ``workload_spec``, one more run of it records the key components of the entries
+    (``cache_keys.record_run``, on an empty scratch cache: a run under the same
+    settings writes entries of the same names): written as ``keys.json`` beside the
+    gate's report and carried in the manifest's ``keys`` (what ``cache explain`` reads).
+    An entry of the cold run that the record did not see is packed without its keys."""
     cold = outcome.cold_cache
     try:
         if directory is None or sign_key is None:
@@ -667,6 +777,21 @@ def pack_gate_run(
             receipt_digest=stored.digest or None,
             entries=(),
         )
+        if workload_spec is not None:
+            out = outcome.json_path.parent
+            record = cache_keys.record_run(
+                target.python, workload_spec, target.device, topology, out / "runs", timeout_s
+            )
+            (out / "keys.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+            names = [e.name for e, _ in entries_of(cold)]
+            keys = cache_keys.manifest_keys(record, names)
+            unseen = sorted(set(names) - set(keys["entries"]))
+            if unseen:
+                log.warning(
+                    f"the key record saw {len(keys['entries'])} of the cold run's {len(names)} "
+                    f"entries written (not {', '.join(unseen[:3])}): those are packed without keys"
+                )
+            manifest = replace(manifest, keys=keys)
         path, full = write_pack(directory, cold, sign_key, manifest)
         log.info(f"cache pack: {path} ({len(full.entries)} entries, {full.size} bytes)")
         return path

@@ -348,7 +348,9 @@ def run_gate(args: argparse.Namespace) -> int:
         else "NOT for the document's wheels: it cannot be used to promote"
     )
     print(f"receipt: {path} ({verdict})")
-    pack = cache_pack.pack_gate_run(args.pack, args.pack_key, outcome, path, bundle)
+    pack = cache_pack.pack_gate_run(
+        args.pack, args.pack_key, outcome, path, bundle, args.workload, args.child_timeout
+    )
     if pack is not None:
         print(f"cache pack: {pack}")
     receipt_store.send_written(upload, path)

@@ -170,7 +170,7 @@ SETTINGS: tuple[Setting, ...] = (
        make="DRY_RUN", env="XLA_WHEELS_DRY_RUN", kind="switch", default_text="off",
        commands=("sources", "patch", "wheels", "builder-image", "lock", "record", "patch-export",
                  "patch-rebase", "publish", "publish-lane", "promote", "rollback",
-                 "runtime-image")),
+                 "runtime-image", "cache-pack")),
     _s("bundle", "the bundles to compare", make="A", commands=("diff", "compare"),
        default_text="(required)"),
     _s("bundle", "the second bundle", make="B", commands=("diff", "compare"),
@@ -363,7 +363,7 @@ SETTINGS: tuple[Setting, ...] = (
     # --- lanes --------------------------------------------------------------------------
     _s("lanes", "the lane", flag="--lane", make="LANE",
        commands=("publish-lane", "promote", "lane-requirements", "doctor", "rollback", "lanes",
-                 "runtime-image"),
+                 "runtime-image", "cache-pack"),
        default_text="per subcommand: the publish lane of build/lanes.toml, preferred, every "
        "lane, none",
        per_command=(
@@ -376,6 +376,8 @@ SETTINGS: tuple[Setting, ...] = (
            Per("doctor", "the lane this host belongs to"),
            Per("runtime-image", "the lane whose index the image installs from",
                default="preferred"),
+           Per("cache-pack", "the lane the pack is published into, beside the bundle",
+               default_text="publish-lane of build/lanes.toml"),
        )),
     _s("lanes", "lane to copy from", flag="--from", dest="source", commands=("promote",),
        default_text="the lane's promote-from"),
@@ -418,9 +420,13 @@ SETTINGS: tuple[Setting, ...] = (
        commands=("attest",), default_text="none (make attest refuses to run without it)"),
     _s("supply", "the team's public key (PEM): verify each locked wheel's signed attestation",
        flag="--public-key", make="PUBLIC_KEY", env="XLA_WHEELS_PUBLIC_KEY", kind="path",
-       commands=("verify-install", "doctor"),
+       commands=("verify-install", "doctor", "cache-pack"),
        default_text="none: no signature check (doctor with LANE=: that lane's "
-       "signing-public-key)"),
+       "signing-public-key)",
+       per_command=(
+           Per("cache-pack", "the public key (PEM) the pack's signature must verify with "
+               "(the half of the gate's --pack-key)", default_text="(required)"),
+       )),
     _s("supply", "the builder identity written into each attestation (a URI)",
        flag="--builder-id", make="BUILDER_ID", env="XLA_WHEELS_BUILDER_ID",
        commands=("attest",), default="urn:xla-wheels:builder:unnamed"),
@@ -430,7 +436,10 @@ SETTINGS: tuple[Setting, ...] = (
     _s("gate", "what to time: a preset (small, medium; large is meant for TPU), your own "
        "model as path/to/file.py[:factory] or package.module:factory (protocol: docs/gate.md "
        '"Your own workload")', flag="--workload", make="WORKLOAD", metavar="WORKLOAD",
-       commands=("gate", "bench-restart"), default="small"),
+       commands=("gate", "bench-restart", "cache-pack"), default="small"),
+    _s("gate", "the directory a gate run wrote its cache packs into (the gate's --pack)",
+       flag="--packs", make="PACKS", kind="directory", commands=("cache-pack",),
+       default_text="<out-dir>/gate/packs"),
     _s("gate", "per-child timeout; a hung child's process group is killed",
        flag="--child-timeout", kind="amount", low=1, high=7 * DAY_S, unit="seconds",
        default=600.0, metavar="SECONDS", commands=("gate", "bench-restart")),

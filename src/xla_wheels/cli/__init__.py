@@ -126,6 +126,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "every bundle (built, lanes, receipts, why a promotion is refused) and whether each "
         "lane's index serves exactly what lanes.lock says; reads only",
     ),
+    "cache-pack": (
+        "release",
+        "publish the gate's signed cache pack of a bundle and workload into a lane, by hash, "
+        "beside the bundle (the lane keeps the packs of the bundles it serves or can roll "
+        "back to)",
+    ),
     "rollback": (
         "release",
         "return a lane to a bundle it served before, with a reason, after the integrity "

@@ -146,7 +146,9 @@ def run_gate(args: argparse.Namespace) -> int:
         profile=gate_profile.record() if gate_profile else None,
         slice_record=outcome.slice_record,
     )
-    pack = cache_pack.pack_gate_run(args.pack, args.pack_key, outcome, written, args.bundle)
+    pack = cache_pack.pack_gate_run(
+        args.pack, args.pack_key, outcome, written, args.bundle, args.workload, args.child_timeout
+    )
     if pack is not None:
         print(f"cache pack: {pack}")
     receipt_store.send_written(upload, written)

@@ -49,6 +49,10 @@ EXAMPLES: dict[str, str] = {
     "lane-requirements": "xla-wheels lane-requirements --lane preferred",
     "lanes": "xla-wheels lanes --history",
     "status": "xla-wheels status --json",
+    "cache-pack": (
+        "xla-wheels cache-pack --bundle v6e-2.11 --lane validation --workload small"
+        " --public-key pack-key.pub.pem"
+    ),
     "runtime-image": (
         "xla-wheels runtime-image --bundle v6e-2.11 --lane preferred --profile train"
         " --engine podman --dry-run"

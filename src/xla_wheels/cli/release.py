@@ -1,5 +1,5 @@
 """Subcommands ``publish-lane``, ``promote``, ``rollback``, ``compare``,
-``lane-requirements``, ``lanes``, ``status``.
+``lane-requirements``, ``lanes``, ``status``, ``cache-pack``.
 
 Exit codes: 0 done; 1 a lane refused, or (``status``) a lane drifts or its index did not
 answer (the report is printed whole first); (the message names each rule that failed) or a
@@ -28,7 +28,7 @@ from xla_wheels.publish import requirements
 from xla_wheels.publish.index import credentials_for
 from xla_wheels.publish.wheels import locked_records, locked_wheels
 from xla_wheels.release import compare as compare_mod
-from xla_wheels.release import host_document, lanes, promote, pylock
+from xla_wheels.release import host_document, lane_packs, lanes, promote, pylock
 from xla_wheels.release import status as status_mod
 from xla_wheels.wheels_lock import (
     BundleEntry,
@@ -345,6 +345,76 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0 if found.ok else 1
 
 
+def _gate_packs(directory: Any, keys: Sequence[Any], bundle: str, workload: str) -> list[Any]:
+    """The packs of ``directory`` (a gate run's --pack) for this bundle and workload whose
+    signature verifies, newest first; a pack that does not verify is refused, not skipped."""
+    from pathlib import Path
+
+    from xla_host import cache_pack
+
+    found = []
+    for path in sorted(Path(directory).glob(f"*{cache_pack.SUFFIX}")):
+        manifest = cache_pack.read_manifest(str(path), keys)
+        if manifest.bundle == bundle and manifest.workload.get("name") == workload:
+            found.append((path, manifest))
+    return sorted(found, key=lambda item: item[1].created, reverse=True)
+
+
+def cmd_cache_pack(args: argparse.Namespace) -> int:
+    from xla_host import cache_pack
+
+    options = pipeline_options(args, os.environ)
+    load_bundle(options.root, args.bundle)
+    config = lanes.load_config(options.root)
+    lane = config.lane(args.lane or config.publish_lane)
+    packs_dir = args.packs or options.out_dir / "gate" / "packs"
+    if args.public_key is None:
+        raise UsageError(
+            "cache-pack needs the public key the gate's packs are signed with",
+            fix=f"make cache-pack BUNDLE={args.bundle} PUBLIC_KEY=pack-key.pub.pem",
+        )
+    keys = [cache_pack.read_public_key(args.public_key)]
+    found = _gate_packs(packs_dir, keys, args.bundle, args.workload)
+    if not found:
+        raise UsageError(
+            f"{packs_dir} holds no cache pack of bundle {args.bundle} and workload "
+            f"{args.workload}",
+            fix=f"run the gate with --pack: make gate BUNDLE={args.bundle} "
+            f'WORKLOAD={args.workload} GATE_ARGS="--pack {packs_dir} --pack-key <key.pem>"',
+        )
+    path, manifest = found[0]
+    # Published only with the receipt that proved its warm restart: one of the bundle's.
+    receipts = {r.digest: r for r in promote.bundle_evidence(
+        options.root, args.bundle, config.receipt_stores) if r.digest_ok}  # fmt: skip
+    proof = receipts.get(manifest.receipt_digest or "")
+    restart = proof.receipt.check("restart") if proof else None
+    if proof is None or restart is None or restart.passed is not True:
+        raise UsageError(
+            f"{path.name} names receipt {manifest.receipt_digest}, which is no sealed receipt "
+            f"of {args.bundle} with a passing restart check (receipts/{args.bundle}/ and the "
+            "lanes' receipt stores)",
+            fix="commit or upload the receipt of the gate run that wrote the pack, then "
+            "publish the pack",
+        )
+    with _holding(options, lane):
+        retained = lane_packs.retained_bundles(lanes.read_record(options.root), lane.name)
+        done = lane_packs.publish_pack(lane, path, manifest, retained, dry_run=options.dry_run)
+    row = done.row
+    verb = "would publish" if options.dry_run else ("published" if done.added else "already in")
+    print(f"{verb} {path.name} into lane {lane.name} as {row.path} ({row.size:,} bytes, "
+          f"{row.label}, sha256:{row.sha256})")  # fmt: skip
+    keeps = ", ".join(
+        f"{b} ({why})" for b, why in sorted((str(b), why) for b, why in done.retained.items())
+    )
+    print(f"lane {lane.name} keeps the packs of: {keeps}")
+    for removed, why in done.removed:
+        verb = "would remove" if options.dry_run else "removed"
+        print(f"{verb} {removed.path} ({removed.label}): {why}")
+    if options.dry_run:
+        print("DRY_RUN: nothing written into the lane")
+    return 0
+
+
 def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     """Define subcommand ``name``'s arguments on ``parser`` and set its handler."""
     # publish-lane and promote write a lane and lanes.lock, not the bundle's files.
@@ -377,5 +447,9 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
         add_common_arguments(parser)
         add_settings(parser, name, "--json")
         parser.set_defaults(handler=cmd_status)
+    elif name == "cache-pack":
+        add_bundle_arguments(parser, writes_bundle=False, dry_run=True)
+        add_settings(parser, name, "--lane", "--workload", "--packs", "--public-key")
+        parser.set_defaults(handler=cmd_cache_pack)
     else:
         raise ValueError(f"{name} is not a subcommand of {__name__}")

@@ -121,6 +121,9 @@ class Policy:
     is signed (a DSSE envelope) with one of these public keys (absolute PEM paths)."""
     topologies: tuple[str, ...] = ()
     """Slice topologies (``v6e-8``, ``v6e-32``) each of which needs a passing receipt."""
+    packs: tuple[tuple[str, str], ...] = ()
+    """``require-packs = ["small:v6e-8"]``: (workload, topology) pairs each of which needs a
+    cache pack of the bundle in the lane it is promoted from (``release.lane_packs``)."""
 
     @property
     def empty(self) -> bool:
@@ -214,6 +217,7 @@ def _policy(root: Path, table: Table) -> Policy:
         Field("require-signed-receipts", bool, default=False),
         Field("receipt-keys", list, default=[], items=str),
         Field("topologies", list, default=[], items=str),
+        Field("require-packs", list, default=[], items=str),
     )
     if fields["require-signed-receipts"] != bool(fields["receipt-keys"]):
         raise table.fail(
@@ -245,7 +249,21 @@ def _policy(root: Path, table: Table) -> Policy:
         fields["workload"],
         keys,
         topologies=_topologies(table, fields["topologies"]),
+        packs=_packs(table, fields["require-packs"]),
     )
+
+
+def _packs(table: Table, values: list[str]) -> tuple[tuple[str, str], ...]:
+    """``require-packs = ["small:v6e-8"]``: workload (as receipts name it) and topology."""
+    pairs = []
+    for value in values:
+        workload, _, topology = value.rpartition(":")
+        if not workload or not re.fullmatch(r"[a-z0-9]+-[0-9]+(x[0-9]+)?", topology):
+            raise table.fail(
+                "require-packs", f"{value!r} is not <workload>:<topology> like small:v6e-8", ""
+            )
+        pairs.append((workload, topology))
+    return tuple(pairs)
 
 
 def _topologies(table: Table, values: list[str]) -> tuple[str, ...]:

@@ -25,6 +25,11 @@ With ``topologies = ["v6e-8", "v6e-32"]`` each of them needs a receipt that pass
 rule, a receipt of a topology not listed does not count, and the regression gates compare
 only the receipts of the current receipt's topology (lanes.lock keeps one current receipt
 per lane, so a topology it was not judged on has nothing like for like to compare with).
+
+Cache packs: with ``require-packs = ["small:v6e-8"]`` (workload:topology) the bundle needs
+a cache pack of that workload and topology in the lane it is promoted from (or the lane
+itself): the caller passes the lanes' pack index rows in (``xla_host.lane_packs``), failure
+rule ``pack`` names each missing one.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from xla_host.lane_packs import PackRow
 from xla_host.receipts import (
     Receipt,
     StoredReceipt,
@@ -45,7 +51,7 @@ from xla_wheels.release.lanes import Policy
 class RuleFailure:
     rule: str
     """``receipt``, ``seal``, ``signature``, ``wheels``, ``document``, ``device``, ``profile``,
-    ``workload``, ``topology``,
+    ``workload``, ``topology``, ``pack``,
     ``check:<name>``, ``regression`` or ``memory``."""
     detail: str
 
@@ -305,11 +311,47 @@ def judge_promotion(
     profile_sha256: str | None = None,
     documents: frozenset[str] | None = None,
     signatures: Sequence[str | None] | None = None,
+    packs: Sequence[PackRow] = (),
 ) -> PromotionVerdict:
     """Every receipt judged; the newest one that passes is chosen. ``signatures``: per
-    receipt (same order) why its signature is not accepted, None where it is."""
+    receipt (same order) why its signature is not accepted, None where it is; ``packs``:
+    the cache packs of the lanes the bundle comes from (``require-packs``)."""
     if policy.empty:
         return PromotionVerdict(True, None, (), ())
+    verdict = _judge_receipts(bundle, locked, receipts, policy, current, profile_sha256,
+                              documents, signatures)  # fmt: skip
+    absent = missing_packs(bundle, policy.packs, packs)
+    if absent:
+        return PromotionVerdict(False, None, verdict.verdicts, (*verdict.failures, *absent))
+    return verdict
+
+
+def missing_packs(
+    bundle: str, required: Sequence[tuple[str, str]], packs: Sequence[PackRow]
+) -> list[RuleFailure]:
+    """One ``pack`` failure per required (workload, topology) with no pack of the bundle."""
+    have = {(row.workload, row.topology) for row in packs if row.bundle == bundle}
+    return [
+        RuleFailure(
+            "pack",
+            f"no cache pack of bundle {bundle} for workload {workload} on topology {topology} "
+            f"(the lane has: {', '.join(sorted(f'{w}:{t}' for w, t in have)) or 'none'})",
+        )
+        for workload, topology in required
+        if (workload, topology) not in have
+    ]
+
+
+def _judge_receipts(
+    bundle: str,
+    locked: set[tuple[str, str]],
+    receipts: Sequence[StoredReceipt],
+    policy: Policy,
+    current: Receipt | None,
+    profile_sha256: str | None,
+    documents: frozenset[str] | None,
+    signatures: Sequence[str | None] | None,
+) -> PromotionVerdict:
     problems = list(signatures) if signatures is not None else [None] * len(receipts)
     verdicts = tuple(
         judge_receipt(r, bundle, locked, policy, current, profile_sha256, documents, problem)

@@ -33,7 +33,7 @@ from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish.errors import HashMismatch, PublishError
 from xla_wheels.publish.upload import Outcome
 from xla_wheels.publish.wheels import LocalWheel, locked_records, locked_wheels
-from xla_wheels.release import host_document, receipt_trust
+from xla_wheels.release import host_document, lane_packs, receipt_trust
 from xla_wheels.release import lanes as lanes_mod
 from xla_wheels.release.lanes import HistoryEntry, Lane, LaneError, LaneState
 from xla_wheels.release.policy import PromotionVerdict, judge_promotion
@@ -174,9 +174,11 @@ def bundle_evidence(root: Path, bundle: str, stores: Sequence[str] = ()) -> list
 
 
 def judge(
-    root: Path, lock: Lock, bundle: str, lane: Lane, stores: Sequence[str] = ()
-) -> PromotionVerdict:
-    """``stores``: the receipt stores to read besides ``receipts/`` (every lane's)."""
+    root: Path, lock: Lock, bundle: str, lane: Lane, stores: Sequence[str] = (),
+    source: Lane | None = None,
+) -> PromotionVerdict:  # fmt: skip
+    """``stores``: the receipt stores to read besides ``receipts/`` (every lane's);
+    ``source``: the lane it is promoted from, whose cache packs count (and the lane's own)."""
     records = locked_records(lock, bundle)
     current = current_receipt(root, lane.name)
     profile = lane.policy.profile
@@ -190,7 +192,9 @@ def judge(
         lock.entry(bundle).profiles.get(profile) if profile else None,
         None if lane.policy.empty else host_document.published_digests(root, lock, bundle),
         receipt_trust.signature_problems(evidence, lane.policy.receipt_keys),
-    )
+        [row for where in (source, lane) if where is not None
+         for row in lane_packs.read_index(where)[0]] if lane.policy.packs else (),
+    )  # fmt: skip
 
 
 def brought_home(root: Path, stored: StoredReceipt) -> Path:
@@ -241,9 +245,14 @@ def promote(
 ) -> tuple[PromotionVerdict, list[Outcome]]:  # fmt: skip
     """``dist``: the bundle's dist directory, where its envelopes are looked up after the
     source lane's own directory; ``stores``: the receipt stores read besides receipts/."""
-    verdict = judge(root, lock, bundle, lane, stores)
+    verdict = judge(root, lock, bundle, lane, stores, source)
     if not verdict.passed:
         raise refusal(bundle, lane, verdict, source)
+    # The bundle's cache packs go with it, by hash (the lane keeps them: it will serve it).
+    retained = lane_packs.retained_bundles(lanes_mod.read_record(root), lane.name)
+    retained[bundle] = "serves"  # fmt: skip
+    for published in lane_packs.copy_packs(source, lane, bundle, retained, dry_run=dry_run):
+        log.info(f"promote: cache pack {published.row.label} into lane {lane.name}")
     records = locked_records(lock, bundle)
     envelopes = required_signatures(lane, records, _search(source.backend.directory, dist))
     by_push = lane.backend.can_push_from(source.backend)

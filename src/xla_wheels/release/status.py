@@ -30,7 +30,7 @@ from xla_host.receipts import StoredReceipt
 from xla_host.redact import shown
 from xla_host.wheel_filename import parse_wheel_name
 from xla_wheels.options import NetworkPolicy
-from xla_wheels.release import host_document, promote
+from xla_wheels.release import host_document, lane_packs, promote
 from xla_wheels.release.lanes import Lane, LanesConfig, LanesRecord
 from xla_wheels.wheels_lock import read_lock
 
@@ -76,6 +76,10 @@ class LaneStatus:
     extra: list[str]
     missing: list[str]
     changed: list[str]
+    packs: list[str] = field(default_factory=list)
+    """The cache packs the lane serves (``bundle / workload / topology, size, sha256``)."""
+    retained: dict[str | None, str] = field(default_factory=dict)
+    """The bundles whose packs the lane keeps, with why (``serves``, ``rollback``)."""
 
     @property
     def in_sync(self) -> bool:
@@ -145,10 +149,11 @@ def _shown(value: Any) -> str | None:
 
 
 def _refusals(
-    root: Path, lock_path: Path, bundle: str, lane: Lane, stores: Sequence[str]
-) -> list[str]:
+    root: Path, lock_path: Path, bundle: str, lane: Lane, stores: Sequence[str],
+    source: Lane | None = None,
+) -> list[str]:  # fmt: skip
     try:
-        verdict = promote.judge(root, read_lock(lock_path), bundle, lane, stores)
+        verdict = promote.judge(root, read_lock(lock_path), bundle, lane, stores, source)
     except PipelineError as error:  # e.g. the lane's current receipt was edited
         return [f"cannot judge: {error.message}"]
     return [f"{f.rule}: {f.detail}" for f in verdict.failures]
@@ -177,7 +182,9 @@ def bundle_statuses(
                 down[location] = f"receipt store {shown(location)}: {error.message}"
         unread = [down[location] for location in config.receipt_stores if location in down]
         refused = {
-            lane.name: _refusals(root, lock_path, name, lane, stores)
+            lane.name: _refusals(
+                root, lock_path, name, lane, stores, config.lanes.get(lane.promote_from or "")
+            )
             for lane in sorted(config.lanes.values(), key=lambda lane: lane.name)
             if built and lane.promote_from and lane.name not in served_by
         }
@@ -223,6 +230,7 @@ def lane_status(lane: Lane, record: LanesRecord, network: NetworkPolicy) -> Lane
         for name, sha in sorted(expected.items())
         if name in served and served[name] != sha
     ]
+    rows, _ = lane_packs.read_index(lane)
     return LaneStatus(
         lane.name,
         lane.where,
@@ -232,6 +240,8 @@ def lane_status(lane: Lane, record: LanesRecord, network: NetworkPolicy) -> Lane
         extra=sorted(set(served) - set(expected)),
         missing=sorted(set(expected) - set(served)),
         changed=changed,
+        packs=[f"{r.label}, {r.size:,} bytes, sha256:{r.sha256[:16]}…" for r in rows],
+        retained=lane_packs.retained_bundles(record, lane.name),
     )
 
 
@@ -284,6 +294,11 @@ def render(status: Status) -> str:
         lines += [f"    extra (no entry of lanes.lock put it there): {n}" for n in lane.extra]
         lines += [f"    missing (lanes.lock says the lane received it): {n}" for n in lane.missing]
         lines += [f"    changed: {n}" for n in lane.changed]
+        lines += [f"    cache pack: {p}" for p in lane.packs]
+        if lane.retained:
+            kept = ", ".join(f"{b} ({why})" for b, why in sorted(
+                (str(b), why) for b, why in lane.retained.items()))  # fmt: skip
+            lines.append(f"    keeps the cache packs of: {kept}")
     return "\n".join(lines) + "\n"
 
 

@@ -29,6 +29,14 @@ Modes:
           metric sample count after each variant's set-up, warm-up and measured steps, not
           a chosen few, so a counter that moves on another build is in the evidence too
 
+``train --record-keys``: a run that records the key components of what it compiles or
+loads (``keys``): for each step whose sync brought a graph, the canonical fingerprint of
+the pending module (``hlo_canonical``, as the key probe's children compute it), the
+persistent cache's hits and misses of that sync and the entry files it wrote; and for the
+run, the compile options (XLA_FLAGS and LIBTPU_INIT_ARGS as XLA parses them, the switches
+torch_xla reads when it hands a module over, custom compile options), the platform and the
+revisions. Never asked of a run whose time is judged: fingerprinting costs a lowering.
+
 Numbers are reported as ``float.hex`` (losses) or hex bytes (outputs) so the parent
 compares them bit for bit, not through a decimal rendering.
 """
@@ -430,6 +438,7 @@ def mode_train(args: argparse.Namespace) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     first_shapes: dict[str, Any] | None = None
     lowering: list[dict[str, Any]] = []
+    key_rows: list[dict[str, Any]] = []
     for index in range(steps):
         # Made before the step's clock starts: a workload's own input pipeline is not what
         # a persistent cache saves (in time-to-ready it counts as setup).
@@ -441,8 +450,10 @@ def mode_train(args: argparse.Namespace) -> dict[str, Any]:
         loss = workload["step"](*inputs)
         if not isinstance(loss, torch.Tensor):
             raise WorkloadProblem(f"step returned a {type(loss).__name__}, not the loss tensor")
-        if args.lowering_cost and index < warmup:
+        if (args.lowering_cost or args.record_keys) and index < warmup:
             lowering.append(_lowering_cost(index, torch, torch_xla))
+        cache_before = _cache_files() if args.record_keys else set()
+        counters_before = _counters(met) if args.record_keys else {}
         sync_before = _graph_work(met)
         traced = time.perf_counter()
         traced_cpu = time.process_time()
@@ -488,6 +499,19 @@ def mode_train(args: argparse.Namespace) -> dict[str, Any]:
         if lowering and lowering[-1]["step"] == index + 1:
             # Only a step whose sync brought a new graph is one a disk key is taken for.
             lowering[-1]["new_graph"] = graphs > 0
+            if args.record_keys and graphs:
+                after = _counters(met)
+                key_rows.append(
+                    {
+                        "step": index + 1,
+                        "module": lowering[-1]["module"],
+                        "hits": after["PersistentCacheHit"] - counters_before["PersistentCacheHit"],
+                        "misses": after["PersistentCacheMiss"]
+                        - counters_before["PersistentCacheMiss"],
+                        "compiles": work["compiles"],
+                        "entries": sorted(_cache_files() - cache_before),
+                    }
+                )
         if index >= warmup and graphs:
             raise WorkloadProblem(
                 f"step {index + 1} brought {graphs} new graph(s) after {warmup} "
@@ -507,6 +531,8 @@ def mode_train(args: argparse.Namespace) -> dict[str, Any]:
     ready = ready_figures(rows, ready_from, ready_cpu_from)
     if args.lowering_cost:
         result["lowering"] = lowering
+    if args.record_keys:
+        result["keys"] = {"components": _key_components(args, torch, torch_xla), "graphs": key_rows}
     result.update(_metrics())
     result.update(_memory(bool(args.spmd)))
     if args.spmd and args.probe_bytes is not None:
@@ -610,6 +636,65 @@ def ready_figures(
         "execute_s": total("execute_s"),
         "compile_s": total("compile_s"),
         "load_s": sum(loads) if loads else None,
+    }
+
+
+def _cache_files() -> set[str]:
+    """The persistent cache directory's entry files (hidden and temporary names left out)."""
+    path = os.environ.get("XLA_PERSISTENT_CACHE_PATH")
+    if not path or not os.path.isdir(path):
+        return set()
+    return {name for name in os.listdir(path) if not name.startswith(".")}
+
+
+def _counters(met: Any) -> dict[str, int]:
+    return {name: int(met.counter_value(name) or 0) for name in COUNTERS}
+
+
+#: Switches that change the lowered module (so a module fingerprint differs under them):
+#: named next to a module that differs, so the explanation can say which one moved.
+MODULE_SWITCHES = (
+    "XLA_USE_BF16",
+    "XLA_DOWNCAST_BF16",
+    "XLA_USE_32BIT_LONG",
+    "XLA_NO_SPECIAL_SCALARS",
+    "XLA_USE_SPMD",
+)
+
+
+def _key_components(args: argparse.Namespace, torch: Any, torch_xla: Any) -> dict[str, Any]:
+    """The run's side of every key it takes: what reaches the compiler besides the module
+    (the key probe child's ``compile_side``), the platform and the revisions."""
+    import importlib.metadata
+
+    spec = importlib.util.spec_from_file_location(
+        "_xla_gate_key_probe_child", os.path.join(os.path.dirname(__file__), "key_probe_child.py")
+    )
+    assert spec is not None and spec.loader is not None
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    options = dict(item.split("=", 1) for item in args.custom_compile_option)
+    try:
+        libtpu: str | None = importlib.metadata.version("libtpu")
+    except importlib.metadata.PackageNotFoundError:
+        libtpu = None
+    import torch_xla.runtime as xr
+
+    version = importlib.import_module("torch_xla.version")
+    return {
+        "compile_options": probe.compile_side(options),
+        "module_switches": {k: os.environ[k] for k in MODULE_SWITCHES if k in os.environ},
+        "platform": {
+            "device": str(xr.device_type()),
+            "devices": int(xr.global_runtime_device_count()),
+            "libtpu": libtpu,
+        },
+        "revisions": {
+            "torch": str(torch.__version__),
+            "torch_xla": str(getattr(torch_xla, "__version__", "unknown")),
+            "torch_xla_git": getattr(version, "__xla_gitrev__", None),
+            "torch_git": getattr(version, "__torch_gitrev__", None),
+        },
     }
 
 
@@ -874,6 +959,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="train: before each warm-up step's sync, time lowering the pending graph to HLO "
         "and its canonical fingerprint (the restart benchmark's figure of the module key)",
+    )
+    parser.add_argument(
+        "--record-keys",
+        action="store_true",
+        help="train: record the key components of each graph it compiles or loads (keys)",
     )
     parser.add_argument(
         "--custom-compile-option",

@@ -1,0 +1,183 @@
+"""A lane's cache packs: where they are and how a host finds the one for it.
+
+A lane keeps its packs beside its bundles: ``<lane>/packs/sha256/<hex>.xlapack.tar``,
+each named by the sha256 of its bytes, and ``<lane>/packs/index.json``, which lists
+them (``index-version`` 1; one row per pack: ``sha256``, ``size``, ``path`` relative to
+the lane, ``bundle``, ``workload``, ``workload-sha256``, ``topology``, ``device``,
+``torch-xla``, ``libtpu``, ``receipt-digest``, ``created``, ``published``) and which
+bundles the lane keeps packs for and why (``retained``: each bundle with ``serves`` or
+``rollback``). The builder writes both (``xla_wheels.release.lane_packs``); a host reads
+them (:func:`find_pack`), over HTTP or from a directory, and fetches the pack by hash:
+``cache fetch`` refuses a file whose sha256 is not the index's.
+
+Standard library only: this runs on a TPU host.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from xla_host.cache_pack import PackRefused, PackTimedOut
+from xla_host.errors import UsageError
+
+INDEX = "packs/index.json"
+INDEX_VERSION = 1
+MAX_INDEX_BYTES = 8 * 1024**2
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_PUBLISH = "publish one: make cache-pack BUNDLE=… LANE=… WORKLOAD=…"
+
+
+@dataclass(frozen=True)
+class PackRow:
+    sha256: str
+    size: int
+    path: str
+    bundle: str | None
+    workload: str
+    workload_sha256: str | None
+    topology: str
+    device: str
+    torch_xla: str
+    libtpu: str | None
+    receipt_digest: str | None
+    created: str
+    published: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "sha256": self.sha256,
+            "size": self.size,
+            "path": self.path,
+            "bundle": self.bundle,
+            "workload": self.workload,
+            "workload-sha256": self.workload_sha256,
+            "topology": self.topology,
+            "device": self.device,
+            "torch-xla": self.torch_xla,
+            "libtpu": self.libtpu,
+            "receipt-digest": self.receipt_digest,
+            "created": self.created,
+            "published": self.published,
+        }
+
+    @property
+    def label(self) -> str:
+        return f"{self.bundle or 'no bundle'} / {self.workload} / {self.topology}"
+
+
+def pack_path(sha256: str) -> str:
+    """Where a pack of these bytes lives in a lane: named by its hash."""
+    return f"packs/sha256/{sha256}.xlapack.tar"
+
+
+def parse_index(text: str, source: str) -> tuple[list[PackRow], dict[str, str]]:
+    """The rows and the retained bundles (bundle -> why) of a lane's index."""
+    fix = "publish the pack again (`make cache-pack`), which rewrites the index"
+    try:
+        data = json.loads(text)
+        if data.get("index-version") != INDEX_VERSION:
+            raise ValueError(f"index-version {data.get('index-version')!r}")
+        rows = [
+            PackRow(
+                sha256=str(row["sha256"]),
+                size=int(row["size"]),
+                path=str(row["path"]),
+                bundle=row["bundle"],
+                workload=str(row["workload"]),
+                workload_sha256=row.get("workload-sha256"),
+                topology=str(row["topology"]),
+                device=str(row["device"]),
+                torch_xla=str(row["torch-xla"]),
+                libtpu=row.get("libtpu"),
+                receipt_digest=row.get("receipt-digest"),
+                created=str(row.get("created", "")),
+                published=str(row.get("published", "")),
+            )
+            for row in data["packs"]
+        ]
+        retained = {str(k): str(v) for k, v in dict(data.get("retained", {})).items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise UsageError(f"{source} is not a lane's pack index ({error})", fix=fix) from None
+    for row in rows:
+        # A row's path is where the host fetches from: only the lane's own hash-named place.
+        if not _HEX64.fullmatch(row.sha256) or row.path != pack_path(row.sha256):
+            raise UsageError(f"{source} names a pack outside packs/sha256/: {row.path}", fix=fix)
+    return rows, retained
+
+
+def index_json(rows: Sequence[PackRow], retained: Mapping[str, str]) -> str:
+    data = {
+        "index-version": INDEX_VERSION,
+        "retained": dict(sorted(retained.items())),
+        "packs": [row.to_json() for row in sorted(rows, key=lambda r: (r.label, r.created))],
+    }
+    return json.dumps(data, indent=2) + "\n"
+
+
+def _join(lane: str, relative: str) -> str:
+    if re.match(r"[a-z]+://", lane):
+        return urllib.parse.urljoin(lane.rstrip("/") + "/", relative)
+    return str(Path(lane) / relative)
+
+
+def read_index(lane: str, timeout_s: float) -> list[PackRow]:
+    """The lane's pack index: ``lane`` is its URL (http, https, file) or its directory."""
+    where = _join(lane, INDEX)
+    fix = "check --lane (the lane's URL or directory, where packs/index.json is served)"
+    try:
+        if re.match(r"[a-z]+://", lane):
+            with urllib.request.urlopen(where, timeout=timeout_s) as response:
+                raw = response.read(MAX_INDEX_BYTES + 1)
+        else:
+            with open(where, "rb") as handle:
+                raw = handle.read(MAX_INDEX_BYTES + 1)
+    except TimeoutError:
+        raise PackTimedOut(f"{where}: no answer within {timeout_s:g} s", fix=fix) from None
+    except urllib.error.HTTPError as error:
+        if error.code == 404:
+            raise PackRefused(
+                f"the lane {lane} serves no cache pack ({where}: 404)", fix=_PUBLISH
+            ) from None
+        raise PackRefused(f"{where}: the server answered {error.code}", fix=fix) from None
+    except urllib.error.URLError as error:
+        if isinstance(error.reason, TimeoutError):
+            raise PackTimedOut(f"{where}: no answer within {timeout_s:g} s", fix=fix) from None
+        raise PackRefused(f"{where}: cannot read it ({error.reason})", fix=fix) from None
+    except FileNotFoundError:
+        raise PackRefused(
+            f"the lane {lane} serves no cache pack (no {where})", fix=_PUBLISH
+        ) from None
+    except OSError as error:
+        raise UsageError(f"{where} cannot be read: {error.strerror}", fix=fix) from None
+    if len(raw) > MAX_INDEX_BYTES:
+        raise UsageError(f"{where} is larger than {MAX_INDEX_BYTES} bytes", fix=fix)
+    return parse_index(raw.decode(errors="replace"), where)[0]
+
+
+def find_pack(
+    lane: str, bundle: str | None, workload: str, topology: str, timeout_s: float
+) -> tuple[str, PackRow]:
+    """The URL (or path) of the newest pack of the lane for this bundle, workload and
+    topology, and its index row; refused naming what the lane has instead."""
+    rows = read_index(lane, timeout_s)
+    fitting = [
+        r for r in rows if (r.bundle, r.workload, r.topology) == (bundle, workload, topology)
+    ]
+    if not fitting:
+        offered = "; ".join(sorted({r.label for r in rows})) or "none"
+        raise PackRefused(
+            f"the lane {lane} has no cache pack for bundle {bundle or 'none'}, workload "
+            f"{workload}, topology {topology} (it has: {offered})",
+            fix="run the gate with --pack for this workload on this topology and publish the "
+            "pack (make cache-pack), or pass the --bundle/--workload/--topology this host runs",
+        )
+    row = max(fitting, key=lambda r: (r.created, r.published))
+    return _join(lane, row.path), row

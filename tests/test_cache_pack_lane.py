@@ -1,0 +1,337 @@
+"""Cache packs in a lane and on a host's disk: published by hash beside the bundle, kept
+while the lane serves the bundle or can roll back to it, fetched by hash over HTTP; a
+promotion that requires a pack; a cache directory's size report and its prune, which
+removes only entries no installed pack or recent run names.
+
+Real parts: openssl keys, tar files, a static lane directory served by ``python -m
+http.server`` on loopback, ``python -m xla_host cache ...`` in fresh processes. The
+warm start from the gate's own pack is in tests/test_cache_pack.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests import servers
+from tests.clirunner import CliResult
+from tests.test_cache_pack import host_cli, host_python, keypair, listing, manifest
+from xla_host import cache_pack, lane_packs
+from xla_wheels.release import lane_packs as lane_store
+from xla_wheels.release.lanes import Lane, Policy
+from xla_wheels.release.policy import judge_promotion
+from xla_wheels.release.status import LaneStatus, Status, render
+
+__all__ = ["host_python"]  # the fixture, shared with test_cache_pack.py
+
+
+def static_lane(path: Path, name: str = "validation") -> Lane:
+    return Lane(name, path, None, None, None, Policy())
+
+
+@pytest.fixture
+def lane(tmp_path: Path) -> Iterator[dict[str, object]]:
+    """A cache of three entries, a key pair, the pack of bundle v6e-2.11, published into a
+    static lane directory that an HTTP server on loopback serves."""
+    cache = tmp_path / "cold-cache"
+    cache.mkdir()
+    for i, size in enumerate((70_000, 1_500, 9)):
+        (cache / f"{1234567890123 + i}").write_bytes(os.urandom(size))
+    private, public = keypair(tmp_path, "lane")
+    pack, full = cache_pack.write_pack(
+        tmp_path / "packs", cache, private, manifest(bundle="v6e-2.11")
+    )
+    directory = tmp_path / "lane"
+    directory.mkdir()
+    published = lane_store.publish_pack(static_lane(directory), pack, full, {"v6e-2.11": "serves"})
+    port = servers.free_port()
+    root = f"http://127.0.0.1:{port}/"
+    server = servers.start(
+        "http.server",
+        [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "--directory",
+         str(directory), str(port)],
+        log=tmp_path / "http.log", ready=servers.answers_http(root), timeout_s=30,
+    )  # fmt: skip
+    try:
+        yield {"cache": cache, "key": private, "pub": public, "pack": pack, "tmp": tmp_path,
+               "dir": directory, "url": root, "row": published.row}  # fmt: skip
+    finally:
+        servers.stop(server)
+
+
+def lane_fetch(lane: dict[str, object], python: Path, into: Path, *extra: str) -> CliResult:
+    return host_cli(
+        "cache", "fetch", "--lane", str(lane["url"]), "--bundle", "v6e-2.11",
+        "--workload", "small", "--into", str(into), "--key", str(lane["pub"]),
+        "--python", str(python), "--device", "CPU", "--topology", "cpu-1x1", *extra,
+    )  # fmt: skip
+
+
+def test_a_pack_is_published_by_hash_and_fetched_by_hash_over_http(
+    lane: dict[str, object], host_python: Path
+) -> None:
+    row = lane["row"]
+    assert isinstance(row, lane_packs.PackRow)
+    stored = Path(str(lane["dir"])) / row.path
+    assert stored.read_bytes() == Path(str(lane["pack"])).read_bytes()
+    assert row.path == f"packs/sha256/{row.sha256}.xlapack.tar"
+    index = json.loads((Path(str(lane["dir"])) / lane_packs.INDEX).read_text())
+    assert index["retained"] == {"v6e-2.11": "serves"}
+    into = Path(str(lane["tmp"])) / "host" / "cache"
+    done = lane_fetch(lane, host_python, into)
+    assert done.exit_code == 0, done.output
+    assert listing(into) == listing(Path(str(lane["cache"])))
+
+
+def test_a_lane_pack_with_a_flipped_byte_is_refused_and_installs_nothing(
+    lane: dict[str, object], host_python: Path
+) -> None:
+    row = lane["row"]
+    assert isinstance(row, lane_packs.PackRow)
+    stored = Path(str(lane["dir"])) / row.path
+    raw = bytearray(stored.read_bytes())
+    raw[-1] ^= 0x01  # in the tar's end blocks: no entry changes, only the file's hash
+    stored.write_bytes(bytes(raw))
+    into = Path(str(lane["tmp"])) / "host" / "cache"
+    done = lane_fetch(lane, host_python, into)
+    assert done.exit_code == 1, done.output
+    assert "is not the pack the lane's index names" in done.stderr
+    assert not (Path(str(lane["tmp"])) / "host").exists()
+
+
+def test_a_host_of_another_topology_finds_no_pack_and_installs_nothing(
+    lane: dict[str, object], host_python: Path
+) -> None:
+    into = Path(str(lane["tmp"])) / "host" / "cache"
+    done = lane_fetch(lane, host_python, into, "--topology", "cpu-1x4")
+    assert done.exit_code == 1, done.output
+    assert "no cache pack for bundle v6e-2.11, workload small, topology cpu-1x4" in done.stderr
+    assert "it has: v6e-2.11 / small / cpu-1x1" in done.stderr
+    assert not (Path(str(lane["tmp"])) / "host").exists()
+
+
+def test_the_lane_keeps_the_packs_of_bundles_it_serves_or_can_roll_back_to(
+    lane: dict[str, object],
+) -> None:
+    directory, tmp = Path(str(lane["dir"])), Path(str(lane["tmp"]))
+    first = lane["row"]
+    assert isinstance(first, lane_packs.PackRow)
+    # A bundle the lane neither serves nor served: refused, the lane unchanged.
+    other, other_manifest = cache_pack.write_pack(
+        tmp / "other", Path(str(lane["cache"])), Path(str(lane["key"])),
+        manifest(bundle="v6e-2.12"),
+    )  # fmt: skip
+    index_before = (directory / lane_packs.INDEX).read_bytes()
+    with pytest.raises(Exception, match="keeps no packs for bundle v6e-2.12"):
+        lane_store.publish_pack(static_lane(directory), other, other_manifest,
+                                {"v6e-2.11": "serves"})  # fmt: skip
+    assert (directory / lane_packs.INDEX).read_bytes() == index_before
+    # v6e-2.12 now served, v6e-2.11 a rollback target: both kept.
+    retained: dict[str | None, str] = {"v6e-2.12": "serves", "v6e-2.11": "rollback"}
+    kept = lane_store.publish_pack(static_lane(directory), other, other_manifest, retained)
+    assert kept.removed == []
+    assert (directory / first.path).exists()
+    # A newer pack of v6e-2.12 replaces its older one; v6e-2.11 leaves the history: its
+    # pack goes, each removal says why.
+    time.sleep(1.1)  # `created` is to the second
+    newer, newer_manifest = cache_pack.write_pack(
+        tmp / "newer", Path(str(lane["cache"])), Path(str(lane["key"])),
+        manifest(bundle="v6e-2.12"),
+    )  # fmt: skip
+    done = lane_store.publish_pack(static_lane(directory), newer, newer_manifest,
+                                   {"v6e-2.12": "serves"})  # fmt: skip
+    why = {row.bundle: reason for row, reason in done.removed}
+    assert why == {"v6e-2.11": "bundle v6e-2.11 is neither served nor a rollback target"} or (
+        set(why) == {"v6e-2.11", "v6e-2.12"} and "a newer pack" in why["v6e-2.12"]
+    )
+    rows, retained_now = lane_packs.parse_index((directory / lane_packs.INDEX).read_text(), "index")
+    assert [r.sha256 for r in rows] == [done.row.sha256]
+    assert retained_now == {"v6e-2.12": "serves"}
+    assert sorted(p.name for p in (directory / "packs" / "sha256").iterdir()) == [
+        f"{done.row.sha256}.xlapack.tar"
+    ]
+
+
+def test_promotion_can_require_a_pack_for_a_workload_and_topology(
+    lane: dict[str, object],
+) -> None:
+    row = lane["row"]
+    assert isinstance(row, lane_packs.PackRow)
+    policy = Policy(device="CPU", packs=(("small", "cpu-1x1"), ("small", "v6e-8")))
+    verdict = judge_promotion("v6e-2.11", set(), [], policy, None, packs=[row])
+    rules = [f"{f.rule}: {f.detail}" for f in verdict.failures]
+    assert not verdict.passed
+    assert any(r.startswith("pack: no cache pack of bundle v6e-2.11 for workload small on "
+                            "topology v6e-8") for r in rules), rules  # fmt: skip
+    assert not any("topology cpu-1x1" in r for r in rules), rules
+    # Another bundle's pack does not count.
+    other = judge_promotion("v6e-2.12", set(), [], policy, None, packs=[row])
+    assert sum(f.rule == "pack" for f in other.failures) == 2
+
+
+def test_status_shows_the_packs_a_lane_serves_and_why_it_keeps_them(
+    lane: dict[str, object],
+) -> None:
+    row = lane["row"]
+    assert isinstance(row, lane_packs.PackRow)
+    status = LaneStatus("validation", "dist/lanes/validation", "v6e-2.11", True, None, [], [],
+                        [], packs=[f"{row.label}, {row.size:,} bytes"],
+                        retained={"v6e-2.11": "serves", "v6e-2.10": "rollback"})  # fmt: skip
+    text = render(Status([], [status]))
+    assert f"cache pack: v6e-2.11 / small / cpu-1x1, {row.size:,} bytes" in text
+    assert "keeps the cache packs of: v6e-2.10 (rollback), v6e-2.11 (serves)" in text
+
+
+# --- a host's cache directory: size and prune ----------------------------------------
+
+
+def test_prune_removes_only_entries_no_installed_pack_or_recent_run_names(
+    lane: dict[str, object], host_python: Path
+) -> None:
+    tmp = Path(str(lane["tmp"]))
+    into = tmp / "host-cache"
+    installed = lane_fetch(lane, host_python, into)
+    assert installed.exit_code == 0, installed.output
+    month_ago = time.time() - 30 * 86400
+    for name in ("9999999999999001", "9999999999999002"):  # old entries of earlier runs
+        (into / name).write_bytes(b"x" * 1000)
+        os.utime(into / name, (month_ago, month_ago))
+    (into / "9999999999999003").write_bytes(b"y" * 10)  # written by today's run
+    (into / "notes.txt").write_text("the user's")  # not an entry: never touched
+    os.utime(into / "notes.txt", (month_ago, month_ago))
+    run = tmp / "run-keys.json"
+    run.write_text(json.dumps({"key-record": 1, "graphs": [{"entries": ["9999999999999002"]}]}))
+    before = listing(into)
+
+    size = host_cli("cache", "size", "--cache", str(into), "--keep-run", str(run))
+    assert size.exit_code == 0, size.output
+    assert "6 entr(ies)" in size.stdout and "unreferenced: 1 (1,000 bytes)" in size.stdout
+    assert "3 named by installed pack small/cpu-1x1" in size.stdout
+    assert f"1 named by run {run}" in size.stdout
+    assert "not cache entries (never removed): 1: notes.txt" in size.stdout
+
+    for dry in ((), ("--dry-run",)):
+        done = host_cli("cache", "prune", "--cache", str(into), "--keep-run", str(run), *dry)
+        assert done.exit_code == 0, done.output
+        assert "1 unreferenced entr(ies) would be removed; nothing changed" in done.stdout
+        assert listing(into) == before
+
+    done = host_cli("cache", "prune", "--cache", str(into), "--keep-run", str(run), "--apply")
+    assert done.exit_code == 0, done.output
+    assert "removed 1 entr(ies) (1,000 bytes)" in done.stdout
+    after = listing(into)
+    assert set(before) - set(after) == {"9999999999999001"}
+    assert after["notes.txt"] == b"the user's"
+
+    reader = host_cli("cache", "prune", "--cache", str(into), "--apply", "--recent-days", "0",
+                      "--role", "reader")  # fmt: skip
+    assert reader.exit_code == 2 and "removes nothing" in reader.stderr, reader.output
+    assert listing(into) == after
+
+
+# --- explaining a miss: the comparison itself, on records as the runs write them ----------
+
+
+def _record(module: str, *, misses: int = 1, **changes: object) -> dict[str, object]:
+    components: dict[str, object] = {
+        "compile_options": {"xla_flags": {"xla_cpu_enable_fast_math": "false"}, "switches": {}},
+        "module_switches": {"XLA_NO_SPECIAL_SCALARS": "1"},
+        "platform": {"device": "CPU", "devices": 1, "libtpu": None},
+        "revisions": {"torch": "2.7.0", "torch_xla": "2.7.0"},
+    }
+    for dotted, value in changes.items():
+        outer, _, inner = dotted.partition("__")
+        table = dict(components[outer])  # type: ignore[call-overload]
+        table[inner] = value
+        components[outer] = table
+    return {"key-record": 1, "workload": "small", "topology": "cpu-1x1",
+            "components": components,
+            "graphs": [{"step": 1, "module": module, "hits": 1 - misses, "misses": misses,
+                        "entries": ["123456789012"]}]}  # fmt: skip
+
+
+def test_explain_names_the_component_that_differs() -> None:
+    from xla_host import cache_explain, cache_keys
+
+    pack = cache_explain.Reference(
+        "pack", cache_keys.manifest_keys(_record("sha256:" + "a" * 64), ["123456789012"])
+    )
+    same = cache_explain.explain(_record("sha256:" + "a" * 64, misses=0), [pack])
+    assert same == []
+    flags = _record("sha256:" + "a" * 64, compile_options__xla_flags={
+        "xla_cpu_enable_fast_math": "true"})  # fmt: skip
+    [item] = cache_explain.explain(flags, [pack])
+    assert item.components == ["compile options"]
+    assert ("compile_options.xla_flags.xla_cpu_enable_fast_math: the reference's false, the "
+            "run's true") in item.details  # fmt: skip
+    bf16 = _record("sha256:" + "b" * 64, module_switches__XLA_USE_BF16="1")
+    [item] = cache_explain.explain(bf16, [pack])
+    assert item.components == ["module"]
+    assert "module_switches.XLA_USE_BF16: the reference's unset, the run's 1" in item.details
+    newer = _record("sha256:" + "a" * 64, revisions__torch_xla="2.8.0",
+                    platform__libtpu="0.0.21")  # fmt: skip
+    [item] = cache_explain.explain(newer, [pack])
+    assert item.components == ["platform version", "revisions"]
+    moved = {**_record("sha256:" + "a" * 64), "topology": "cpu-1x4"}
+    [item] = cache_explain.explain(moved, [pack])
+    assert item.components == ["topology"]
+
+
+# --- make cache-pack: the builder publishes the gate's pack with its receipt -------------
+
+
+def test_cache_pack_publishes_the_gates_pack_only_with_its_receipt(tmp_path: Path) -> None:
+    from tests.test_error_contract import cli, project_copy
+    from xla_host import receipts
+    from xla_wheels.release import lanes
+
+    root = project_copy(tmp_path)
+    lanes.write_state(root, "validation", lanes.LaneState("v6e-2.9", (), None, None))
+    made = receipts.Receipt(
+        kind="gate", bundle="v6e-2.9", created="2026-01-01T00:00:00Z", host="h", device="CPU",
+        chip=None, workload="small", versions={}, wheels_match_lock=False, wheels=(),
+        problems=(), checks=(receipts.CheckEvidence("restart", True, (), {}),),
+    )  # fmt: skip
+    written = receipts.write_receipt(receipts.receipt_path(root, made), made)
+    digest = receipts.read_receipt(written).digest
+    cache = tmp_path / "cold"
+    cache.mkdir()
+    (cache / "123456789012").write_bytes(os.urandom(5000))
+    private, public = keypair(tmp_path, "gate")
+    packs = root / "out" / "gate" / "packs"
+    args = ("cache-pack", "--bundle", "v6e-2.9", "--lane", "validation", "--public-key",
+            str(public))  # fmt: skip
+
+    # A pack whose receipt is not the bundle's: refused, the lane untouched.
+    cache_pack.write_pack(packs, cache, private, manifest(bundle="v6e-2.9",
+                          receipt_digest="sha256:" + "9" * 64))  # fmt: skip
+    refused = cli(root, *args)
+    assert refused.exit_code == 2, refused.output
+    assert "which is no sealed receipt of v6e-2.9 with a passing restart" in refused.stderr
+    assert not (root / "dist" / "lanes" / "validation" / "packs").exists()
+
+    time.sleep(1.1)  # the newest pack is taken: `created` is to the second
+    pack, _ = cache_pack.write_pack(packs, cache, private,
+                                    manifest(bundle="v6e-2.9", receipt_digest=digest))  # fmt: skip
+    dry = cli(root, *args, "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert "would publish" in dry.stdout and "DRY_RUN: nothing written" in dry.stdout
+    assert not (root / "dist" / "lanes" / "validation" / "packs").exists()
+    done = cli(root, *args)
+    assert done.exit_code == 0, done.output
+    assert "lane validation keeps the packs of: v6e-2.9 (serves)" in done.stdout
+    rows, _ = lane_packs.parse_index(
+        (root / "dist" / "lanes" / "validation" / lane_packs.INDEX).read_text(), "index"
+    )
+    assert [(r.bundle, r.workload, r.receipt_digest) for r in rows] == [
+        ("v6e-2.9", "small", digest)
+    ]
+    assert (root / "dist" / "lanes" / "validation" / rows[0].path).read_bytes() == (
+        pack.read_bytes()
+    )
