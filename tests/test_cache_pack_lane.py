@@ -24,6 +24,7 @@ from tests.clirunner import CliResult
 from tests.test_cache_pack import host_cli, host_python, keypair, listing, manifest
 from xla_host import cache_pack, lane_packs
 from xla_wheels.release import lane_packs as lane_store
+from xla_wheels.release.lane_static import StaticLane
 from xla_wheels.release.lanes import Lane, Policy
 from xla_wheels.release.policy import judge_promotion
 from xla_wheels.release.status import LaneStatus, Status, render
@@ -32,7 +33,7 @@ __all__ = ["host_python"]  # the fixture, shared with test_cache_pack.py
 
 
 def static_lane(path: Path, name: str = "validation") -> Lane:
-    return Lane(name, path, None, None, None, Policy())
+    return Lane(name, StaticLane(name, path), policy=Policy())
 
 
 @pytest.fixture
