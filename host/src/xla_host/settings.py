@@ -517,6 +517,8 @@ SETTINGS: tuple[Setting, ...] = (
        kind="words"),
     _s("development", "interpreter .venv is created with, Python 3.11 or newer",
        make="PYTHON_FOR_VENV", default_text="python3"),
+    _s("development", "the target make help shows in full: its variables with their defaults "
+       "and an example", make="TARGET", default_text="none: one line per target"),
 )  # fmt: skip
 
 _BY_FLAG = {s.flag: s for s in SETTINGS if s.flag}
