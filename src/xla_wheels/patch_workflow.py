@@ -504,9 +504,9 @@ def start_rebase(
     )
     step = check_step(options, bundle, component_name, full)
     if options.dry_run:
-        print(command.render())
-        print(step.render() if step else no_step_line(component_name))
-        print(audit_step_line(options.root, component_name, worktree))
+        log.result(command.render())
+        log.result(step.render() if step else no_step_line(component_name))
+        log.result(audit_step_line(options.root, component_name, worktree))
         return RebaseResult(full, None)
     commits = git_out(
         ["rev-list", "--reverse"],
