@@ -168,6 +168,17 @@ def _make_targets(root: Path) -> set[str]:
     return set(re.findall(r"^([a-z][a-z0-9-]*)\s*:(?!=)", text, re.MULTILINE))
 
 
+def _make_variables(root: Path) -> set[str]:
+    """The variables a make command line may set: the table's (``MAKE_VARIABLES``) and
+    the Makefile's own (``NAME ?= ...``, ``NAME := ...``)."""
+    from xla_wheels.make_help import read_makefile
+
+    text = (root / "Makefile").read_text()
+    own = re.findall(r"^([A-Z][A-Z0-9_]*)\s*(?:\?=|:=|=)", text, re.MULTILINE)
+    table = read_makefile(text + "\n" + (root / "src/xla_wheels/make-variables.mk").read_text())
+    return set(table.table) | set(own)
+
+
 def _names_the_code_uses(root: Path) -> str:
     """Every source, test and build file's text: a variable the docs name must be in it."""
     files = [*root.glob("src/**/*.py"), *root.glob("host/src/**/*.py"), *root.glob("tests/*.py"),
@@ -195,10 +206,12 @@ def _fixtures_and_markers(root: Path) -> set[str]:
 
 def stale_names(pages: tuple[Path, ...] | list[Path], root: Path) -> list[str]:
     """Each name in backticks that resolves to nothing today: a module (``xla_host.x``,
-    also after ``python -m``), a make target (```make x ...```), an ``XLA_WHEELS_*``
+    also after ``python -m``), a make target (```make x ...```) and the variables it sets,
+    an ``XLA_WHEELS_*``
     variable no code reads, a fixture (a backticked name on a line about fixtures); a
     "Not done yet" section, which names what is planned, aside."""
     targets = _make_targets(root)
+    make_variables = _make_variables(root)
     code = _names_the_code_uses(root)
     fixtures = _fixtures_and_markers(root)
     stale = []
@@ -216,6 +229,12 @@ def stale_names(pages: tuple[Path, ...] | list[Path], root: Path) -> list[str]:
                         stale.append(f"{page.name}: module {module}")
                 if (target := _MAKE.match(quoted)) and target.group(1) not in targets:
                     stale.append(f"{page.name}: make target {target.group(1)}")
+                if target:
+                    # A quoted value (BUILD_ARGS='NAME=VALUE') sets nothing of make's.
+                    unquoted = re.sub(r"'[^']*'|\"[^\"]*\"", "", quoted)
+                    for variable in re.findall(r"(?<![\w-])([A-Z][A-Z0-9_]*)=", unquoted):
+                        if variable not in make_variables:
+                            stale.append(f"{page.name}: make variable {variable}")
                 for variable in _ENV.findall(quoted):
                     if variable not in code:
                         stale.append(f"{page.name}: variable {variable}")
@@ -238,6 +257,7 @@ def test_a_stale_module_target_variable_or_fixture_planted_in_a_copy_is_named(
         page.read_text()
         + "\nRun `python -m xla_wheels.gate_runner`, or `xla_host.gate.run.GateConfigs`.\n"
         + "Then `make gate-all GATE_DEVICE=CPU` with `XLA_WHEELS_GATE_CHECKS=restart`.\n"
+        + "Or `make gate CHECK=restart`.\n"
         + "The shared fixture `restart_27` runs it once.\n"
         + "\n## Not done yet\n\n`make cache-upload`, planned.\n"
     )
@@ -246,6 +266,7 @@ def test_a_stale_module_target_variable_or_fixture_planted_in_a_copy_is_named(
         "host-gate-README.md: module xla_host.gate.run.GateConfigs",
         "host-gate-README.md: make target gate-all",
         "host-gate-README.md: variable XLA_WHEELS_GATE_CHECKS",
+        "host-gate-README.md: make variable CHECK",
         "host-gate-README.md: fixture restart_27",
     ]
 
