@@ -18,7 +18,6 @@ TO_SPLIT = {
     ("src/xla_wheels/builder/build_and_collect.py", "compose"),
     ("src/xla_wheels/builder/remote_cache.py", "load_remote_cache"),
     ("host/src/xla_host/gate/restart.py", "run_restart_check"),
-    ("src/xla_wheels/publish/doctor.py", "check_environment"),
     ("src/xla_wheels/release/lanes.py", "read_record"),
     ("src/xla_wheels/patch_workflow.py", "export_series"),
     ("host/src/xla_host/gate/restart.py", "judge_restart"),
