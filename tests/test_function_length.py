@@ -19,7 +19,6 @@ TO_SPLIT = {
     ("src/xla_wheels/builder/remote_cache.py", "load_remote_cache"),
     ("host/src/xla_host/gate/restart.py", "run_restart_check"),
     ("src/xla_wheels/release/lanes.py", "read_record"),
-    ("src/xla_wheels/patch_workflow.py", "export_series"),
     ("host/src/xla_host/gate/restart.py", "judge_restart"),
     ("src/xla_wheels/publish/upload.py", "_twine_upload"),
     ("src/xla_wheels/sources.py", "_fetch_commit"),
