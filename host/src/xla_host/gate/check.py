@@ -1,4 +1,5 @@
-"""The gate's ``Check`` protocol: what a check declares, so that a run is composed from data.
+"""The gate's ``Check`` protocol: what a check declares, so that a run is composed from data;
+and what a check is given (:class:`GateConfig`, :class:`GateRun`).
 
 A check lives in one module of this package and declares, as a :class:`Check`:
 
@@ -20,23 +21,67 @@ its docs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from xla_host.gate import slice as slices
+from xla_host.gate import under_profile
 from xla_host.gate.result import CheckResult
 from xla_host.gate.target import Target
+from xla_host.gate.workload import WorkloadSpec
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """Everything one gate run needs, as ``xla-wheels gate`` parsed it."""
+
+    python: Path | Callable[[], Path]
+    """Interpreter of the environment to judge, or how to get one (the builder's cached
+    stock environment, built on first use): a failure there is reported like the probe's."""
+    device: str | None
+    checks: tuple[str, ...]
+    """A subset of the registry's checks (``xla_host.gate.checks.CHECKS``), in its order."""
+    workload: WorkloadSpec
+    child_timeout_s: float
+    warm_runs: int
+    max_warm_ratio: float
+    baseline_tolerance: float
+    baselines_dir: Path
+    record_baseline: bool
+    spmd: bool
+    writers: int
+    xla_cache_dir: Path | None
+    keep_cache: bool
+    upstream_tests: Path | None
+    upstream_tests_revision: str | None
+    out_dir: Path
+    profile: under_profile.GateProfile | None
+    settings: Mapping[str, Any]
+    """The run's settings as report.json records them."""
+    slice: slices.SliceSpec | None = None
+    """This worker of a multi-host slice (None: one host, no slice)."""
+    key_probes: tuple[Any, ...] = ()
+    """The key-probe check's probes (``--key-probes``; the control always among them): its
+    ``keyprobe.Probe`` rows, typed loosely here because that module declares a check."""
+    pack_dir: Path | None = None
+    """``--pack``: the restart check's cold cache is kept for a cache pack
+    (:attr:`GateOutcome.cold_cache`), which the CLI writes after the receipt."""
+
+    @property
+    def runs_dir(self) -> Path:
+        """Where the children's logs go: beside the reports, so an error can name one."""
+        return self.out_dir / "runs"
+
 
 
 @dataclass(frozen=True)
 class GateRun:
     """What a check is given: the run's settings and the target it judges."""
 
-    config: Any
-    """The run's :class:`xla_host.gate.run.GateConfig` (typed loosely: that module composes
-    the checks, so a check may not import it)."""
+    config: GateConfig
+    """The run's settings, as the command line parsed them."""
     target: Target
     role: str
     """``writer`` or ``reader`` of the cache directory (a slice's worker other than 0, or a
@@ -54,11 +99,11 @@ class GateRun:
 
     @property
     def runs_dir(self) -> Path:
-        return Path(self.config.runs_dir)
+        return self.config.runs_dir
 
     @property
     def timeout_s(self) -> float:
-        return float(self.config.child_timeout_s)
+        return self.config.child_timeout_s
 
     @property
     def kept_cold_cache(self) -> Path:

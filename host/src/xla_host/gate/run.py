@@ -12,7 +12,7 @@ import contextlib
 import shutil
 import socket
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -20,59 +20,17 @@ from typing import Any
 from xla_host import log
 from xla_host import slice as leases
 from xla_host.gate import checks as registry
-from xla_host.gate import keyprobe, restart, under_profile, upstream_tests
+from xla_host.gate import restart, under_profile, upstream_tests
 from xla_host.gate import slice as slices
-from xla_host.gate.check import GateRun
+from xla_host.gate.check import GateConfig, GateRun
 from xla_host.gate.children import run_in_parallel
 from xla_host.gate.errors import GateEnvironmentError
 from xla_host.gate.report import write_reports
 from xla_host.gate.result import CheckResult
 from xla_host.gate.target import Target, resolve_target
-from xla_host.gate.workload import WorkloadSpec
 
 #: Every check's name, in the gate's order (the registry's).
 CHECKS = registry.CHECKS
-
-
-@dataclass(frozen=True)
-class GateConfig:
-    """Everything one gate run needs, as ``xla-wheels gate`` parsed it."""
-
-    python: Path | Callable[[], Path]
-    """Interpreter of the environment to judge, or how to get one (the builder's cached
-    stock environment, built on first use): a failure there is reported like the probe's."""
-    device: str | None
-    checks: tuple[str, ...]
-    """A subset of :data:`CHECKS`, in their order."""
-    workload: WorkloadSpec
-    child_timeout_s: float
-    warm_runs: int
-    max_warm_ratio: float
-    baseline_tolerance: float
-    baselines_dir: Path
-    record_baseline: bool
-    spmd: bool
-    writers: int
-    xla_cache_dir: Path | None
-    keep_cache: bool
-    upstream_tests: Path | None
-    upstream_tests_revision: str | None
-    out_dir: Path
-    profile: under_profile.GateProfile | None
-    settings: Mapping[str, Any]
-    """The run's settings as report.json records them."""
-    slice: slices.SliceSpec | None = None
-    """This worker of a multi-host slice (None: one host, no slice)."""
-    key_probes: tuple[keyprobe.Probe, ...] = ()
-    """The key-probe check's probes (``--key-probes``; the control always among them)."""
-    pack_dir: Path | None = None
-    """``--pack``: the restart check's cold cache is kept for a cache pack
-    (:attr:`GateOutcome.cold_cache`), which the CLI writes after the receipt."""
-
-    @property
-    def runs_dir(self) -> Path:
-        """Where the children's logs go: beside the reports, so an error can name one."""
-        return self.out_dir / "runs"
 
 
 @dataclass(frozen=True)
