@@ -1,10 +1,11 @@
 # The user-facing interface of the pipeline. Every target is a thin call into the one CLI
-# (`python -m xla_wheels`); `make help` lists the targets, the variables each reads with
-# their defaults, and an example of each (generated from this file's `## ` summaries, the
-# table below and the CLI's own --help: src/xla_wheels/make_help.py).
+# (`python -m xla_wheels`); `make help` lists the targets by purpose, `make help TARGET=gate`
+# the variables one reads with their defaults, and an example (generated from this file's
+# `## ` summaries, the table below and the CLI's own --help: src/xla_wheels/make_help.py).
 #
-# Variables are passed through, never defaulted here: the defaults live in
-# src/xla_wheels/cli/settings.py (and `python -m xla_wheels <command> --help` shows them). The
+# Variables are passed through, never defaulted here: the defaults live in the settings
+# table's rows, host/src/xla_host/settings.py, which src/xla_wheels/cli/settings.py reads
+# (and `python -m xla_wheels <command> --help` shows them). The
 # block below is the one place where make's short variables become the CLI's flags; an
 # unset variable adds no flag, so the CLI's XLA_WHEELS_* environment and defaults apply.
 
@@ -85,10 +86,17 @@ PROFILE_FLAG = $(call flag,PROFILE)
 .PHONY: help venv test test-fast lint docs demo bundles diff sources patch patches-check wheels lock lock-check record clean
 .PHONY: builder-image container-tools cache-tools bazel-cache-tools compiler-tools patch-export patch-rebase
 
-# Printed from a file generated from this Makefile and the CLI, so that it needs no .venv
-# (tests/test_help.py checks it is current; src/xla_wheels/make_help.py writes it).
-help: ## list the targets, the variables each reads with their defaults, and an example of each
-	@cat src/xla_wheels/make-help.txt
+# Printed from files generated from this Makefile and the CLI, so that it needs no .venv
+# (tests/test_help.py checks they are current; src/xla_wheels/make_help.py writes them).
+# TARGET=<target>: its paragraph of make-help-targets.txt (awk's paragraph mode).
+help: ## the targets by purpose; TARGET=<target>: its variables, defaults, example
+	@if [ -z "$(TARGET)" ]; then cat src/xla_wheels/make-help.txt; \
+	else awk -v want="make $(TARGET)" 'BEGIN { RS = "" } \
+	  index($$0, want " ") == 1 || $$0 == want { print; found = 1 } END { exit !found }' \
+	  src/xla_wheels/make-help-targets.txt || \
+	  { echo "error: make help TARGET=$(TARGET): no such target" >&2; \
+	    echo "  fix: make help (lists the targets), then make help TARGET=<one of them>" >&2; \
+	    exit 2; }; fi
 
 $(VENV_STAMP): requirements-dev.txt pyproject.toml host/pyproject.toml
 	@command -v git >/dev/null || { echo "error: git is required (apt-get install git)"; exit 2; }
@@ -160,7 +168,7 @@ test: $(VENV_STAMP) container-tools cache-tools bazel-cache-tools compiler-tools
 	$(PY) -m mypy
 	$(PY) -m pytest $(PARALLEL_FLAGS) $(PYTEST_ARGS)
 
-test-fast: $(VENV_STAMP) compiler-tools ## the edit loop: ruff and the tests that need no gate run, no stock torch_xla, no container engine and no whole-pipeline run
+test-fast: $(VENV_STAMP) compiler-tools ## the edit loop: ruff, the tests needing no gate, stock torch_xla or engine
 	@$(MAKE_CHECK)
 	$(PY) -m ruff check src host/src tests scripts
 	$(PY) -m pytest $(PARALLEL_FLAGS) $(FAST_TIER_FLAGS) $(PYTEST_ARGS)
@@ -178,7 +186,7 @@ docs: $(VENV_STAMP) ## build the documentation site from docs/ into site/ (open 
 
 # No builder host yet? Every stage of the pipeline on a demonstration upstream it writes
 # (NOT torch): offline, about a minute, everything under DEMO_DIR (src/xla_wheels/demo.py).
-demo: $(VENV_STAMP) ## every stage (manifest .. build .. lane .. install .. doctor) on a demonstration upstream, offline
+demo: $(VENV_STAMP) ## every stage, manifest to doctor, on a demonstration upstream, offline
 	@$(DEMO) $(call flag,DEMO_DIR) $(DRY_RUN_FLAG)
 
 bundles: $(VENV_STAMP) ## list the bundles with their pins
@@ -193,13 +201,13 @@ sources: $(VENV_STAMP) ## fetch the bundle's components at their pins
 patch: $(VENV_STAMP) ## run up to the patch stage (sources, then the patch series)
 	@$(CLI) patch $(BUNDLE_FLAGS) $(DRY_RUN_FLAG)
 
-patches-check: $(VENV_STAMP) ## apply the bundle's series to a scratch copy of a checkout and report each patch
+patches-check: $(VENV_STAMP) ## apply the bundle's series to a scratch copy of a checkout, report each patch
 	@$(CLI) patches-check $(BUNDLE_FLAGS) $(SOURCE_FLAG)
 
 patch-export: $(VENV_STAMP) ## write the patched worktree's commits back as the bundle's patch files
 	@$(CLI) patch-export $(BUNDLE_FLAGS) $(DRY_RUN_FLAG) $(PATCH_EXPORT_FLAGS)
 
-patch-rebase: $(VENV_STAMP) ## carry the series onto another commit: ONTO=<commit>, or CONTINUE=1 after a conflict (exit 3: stopped at a conflict)
+patch-rebase: $(VENV_STAMP) ## carry the series onto ONTO=<commit>; CONTINUE=1 after a conflict (exit 3)
 	@$(CLI) patch-rebase $(BUNDLE_FLAGS) $(DRY_RUN_FLAG) $(PATCH_REBASE_FLAGS)
 
 builder-image: $(VENV_STAMP) ## build the builder image from ./Dockerfile
@@ -214,7 +222,7 @@ lock: $(VENV_STAMP) ## write the bundle's entry in wheels.lock
 lock-check: $(VENV_STAMP) ## fail when a manifest or patch no longer matches wheels.lock
 	@$(CLI) lock-check
 
-record: $(VENV_STAMP) ## record WHEELS=<dir> (built elsewhere: a stock control, a builder fleet) as the bundle's, checked as the build stage checks its own
+record: $(VENV_STAMP) ## record wheels built elsewhere (WHEELS=<dir>), checked as built ones are
 	@$(CLI) record $(BUNDLE_FLAGS) $(DRY_RUN_FLAG) $(call flag,WHEELS)
 
 .PHONY: launch-env
@@ -223,7 +231,7 @@ launch-env: $(VENV_STAMP) ## a bundle's launch profile for a launcher (env.sh, e
 
 # Checked as every target is (DRY_RUN=1 or a typo must not delete out/); without .venv no
 # stage has run, so there is nothing of ours in out/ to protect and nothing to check with.
-clean: ## remove build work (out/); dist/, wheels.lock and the per-machine cache are kept
+clean: ## remove build work (out/); dist/, wheels.lock and the machine's cache stay
 	@[ ! -x $(PY) ] || $(MAKE_CHECK)
 	rm -rf out
 
@@ -231,7 +239,7 @@ clean: ## remove build work (out/); dist/, wheels.lock and the per-machine cache
 # own, from the committed sources (git archive HEAD), dated by the commit: the same commit
 # gives the same bytes. `make publish`/`make promote` put it into the lane beside the bundle.
 .PHONY: host-wheel
-host-wheel: $(VENV_STAMP) ## build the host package's wheel (xla-wheels-host, for TPU hosts) from the committed host/ into dist/host/, versioned by its content
+host-wheel: $(VENV_STAMP) ## the host package's wheel for TPU hosts into dist/host/, versioned by content
 	@$(MAKE_CHECK)
 	@$(MAKE_CONTEXT) $(PY) -m xla_wheels.release.host_wheel
 
@@ -243,11 +251,11 @@ publish: $(VENV_STAMP) ## publish the locked wheels into a lane, or with INDEX_U
 	@$(if $(INDEX_URL),$(CLI) publish $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(PUBLISH_FLAGS),\
 	  $(CLI) publish-lane $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(LANE_FLAG))
 
-requirements: $(VENV_STAMP) ## BUNDLE=...: dist/<bundle>/requirements.txt; without BUNDLE, per lane: requirements.txt + pylock.toml in dist/lanes/<lane>/
+requirements: $(VENV_STAMP) ## requirements.txt of BUNDLE; without it, each lane's (+ pylock.toml)
 	@$(if $(BUNDLE),$(CLI) requirements $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(REFRESH_FLAG),\
 	  $(CLI) lane-requirements $(DRY_RUN_FLAG) $(LANE_FLAG))
 
-verify-install: $(VENV_STAMP) ## install the bundle by hash into a fresh venv, check versions and provenance against wheels.lock, import torch_xla
+verify-install: $(VENV_STAMP) ## install the bundle by hash into a fresh venv, check it, import torch_xla
 	@$(CLI) verify-install $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(VERIFY_FLAGS) $(PUBLIC_KEY_FLAG)
 
 doctor: $(VENV_STAMP) ## check a training host against a bundle before import
@@ -270,15 +278,15 @@ lanes: $(VENV_STAMP) ## each lane's index, current bundle and policy; HISTORY=1 
 status: $(VENV_STAMP) ## every bundle and lane at a glance (receipts, refusals, drift); JSON=1
 	@$(CLI) status $(call switch,JSON) $(NET_FLAGS)
 
-cache-pack: $(VENV_STAMP) ## publish the gate's signed cache pack (PACKS=, PUBLIC_KEY=) of BUNDLE and WORKLOAD into LANE, by hash
+cache-pack: $(VENV_STAMP) ## publish the gate's signed cache pack of WORKLOAD into LANE, by hash
 	@$(CLI) cache-pack $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(LANE_FLAG) $(call flag,WORKLOAD) $(call flag,PACKS) $(PUBLIC_KEY_FLAG)
 
 # The fleet's image and its jobs' audit stamps (docs/operating.md).
 .PHONY: runtime-image jobs
-runtime-image: $(VENV_STAMP) ## an image to train from: the lane's bundle by hash, the host package, PROFILE's environment, the host check as entrypoint
+runtime-image: $(VENV_STAMP) ## an image to train from: the lane's bundle, the host package, PROFILE
 	@$(CLI) runtime-image $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(LANE_FLAG) $(RUNTIME_IMAGE_FLAGS)
 
-jobs: $(VENV_STAMP) ## which jobs ran a wheel (WHEEL= file name or sha256), from a directory of stamps (STAMPS=)
+jobs: $(VENV_STAMP) ## which jobs ran a wheel (WHEEL= name or sha256), from a stamps directory
 	@$(CLI) jobs $(call flag,WHEEL) $(call flag,STAMPS) $(call switch,JSON)
 
 # Supply-chain evidence (README "Signed attestations", "Rebuild check").
@@ -296,13 +304,13 @@ supply-tools:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq unzip binutils libmagic1 libarchive13 >/dev/null; \
 	else echo "note: unzip/binutils/libmagic1/libarchive13 missing and not root: diffoscope's reports will lack detail"; fi
 
-rebuild-check: $(VENV_STAMP) supply-tools ## rebuild from nothing and compare byte for byte with wheels.lock (exit 1: differs, diffoscope report in out/<bundle>/logs/rebuild-check/)
+rebuild-check: $(VENV_STAMP) supply-tools ## rebuild from nothing, compare byte for byte with wheels.lock (1: differs)
 	@$(BUILD_ENV) $(CLI) rebuild-check $(BUNDLE_FLAGS) $(BUILD_FLAGS)
 
 # ABI check (README "ABI check"): the symbols torch_xla's _XLAC imports that the paired torch
 # does not export. Exit 0 nothing missing, 1 missing symbols named, 2 the pair cannot be read.
 .PHONY: abi-check
-abi-check: $(VENV_STAMP) ## the symbols torch_xla's _XLAC imports that the paired torch does not export: give PYTHON, TORCH_WHEEL and TORCH_XLA_WHEEL, BUNDLE, XLAC and TORCH_LIB_DIR, or STOCK
+abi-check: $(VENV_STAMP) ## symbols torch_xla's _XLAC imports that the paired torch does not export
 	@$(CLI) abi-check $(ABI_FLAGS)
 
 # Gate (host/src/xla_host/gate/README.md): judge a torch_xla environment in fresh processes. Without PYTHON,
@@ -310,7 +318,7 @@ abi-check: $(VENV_STAMP) ## the symbols torch_xla's _XLAC imports that the paire
 # Exit 0 pass, 1 a check failed, 2 the environment cannot be judged.
 .PHONY: gate bench-restart
 
-gate: $(VENV_STAMP) ## ship gate + receipt (restart, spmd-restart, cache-key, same-numbers, hbm, recompile-canary)
+gate: $(VENV_STAMP) ## the ship gate: its checks in fresh processes, and a receipt
 	@$(CLI) gate $(GATE_FLAGS) $(PROFILE_FLAG) $(CHECKS_FLAGS) $(GATE_ARGS)
 
 bench-restart: $(VENV_STAMP) ## restart benchmark: cold/warm medians and executable-load time

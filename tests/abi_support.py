@@ -15,7 +15,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
+from tests.missing_tools import skip_missing
 
 EXTENSION_NAME = "_XLAC.cpython-311-x86_64-linux-gnu.so"
 
@@ -79,7 +79,7 @@ def _compile(out: Path, source: str, *args: str, cwd: Path) -> None:
 
 def build_tiny_pair(work: Path) -> TinyPair:
     if shutil.which("g++") is None:
-        pytest.skip("g++ is not installed (apt-get install g++): the tiny ELF pair needs it")
+        skip_missing("g++ is not installed (apt-get install g++): the tiny ELF pair needs it")
     for name in ("build", "other"):
         (work / name).mkdir(parents=True, exist_ok=True)
     for name, c10_map, torch_src in (

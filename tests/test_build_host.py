@@ -251,7 +251,7 @@ def test_preflight_reports_every_blocker_at_once(syn: Synthetic, tmp_path: Path)
         inherit_env=True, timeout=120,
     )  # fmt: skip
     assert time.monotonic() - start < 60
-    assert result.exit_code != 0
+    assert result.exit_code == 1, result.stderr  # preflight blockers: FAILED
     err = result.stderr
     assert "5 blocker(s)" in err, err
     assert "pin: openxla: no commit pinned (not known yet)" in err

@@ -73,7 +73,7 @@ def test_a_bundle_with_an_unpinned_component_is_refused(tmp_path, upstreams, run
     text = manifest.read_text().replace(f'commit = "{openxla}"', 'unpinned = "not known yet"')
     manifest.write_text(text)
     result = run_cli("sources", "--bundle", "test-1", root=project)
-    assert result.exit_code != 0
+    assert result.exit_code == 1, result.stderr  # a blocked stage: FAILED
     assert "openxla: no commit pinned (not known yet)" in result.stderr
 
 

@@ -87,7 +87,7 @@ def test_make_demo_runs_every_stage_offline_and_writes_only_under_demo_dir(
     stranger.mkdir()
     (stranger / "keep.txt").write_text("mine\n")
     refused = _make_demo(stranger, outside)
-    assert refused.returncode != 0
+    assert refused.returncode == 2, refused.stderr  # bad input, as make reports any failure
     assert "error: " in refused.stderr and "is not a previous demo's directory" in refused.stderr
     assert "fix: name an empty or new directory" in refused.stderr
     assert (stranger / "keep.txt").read_text() == "mine\n"
@@ -107,18 +107,27 @@ def _contents(directory: Path) -> dict[str, str]:
     }
 
 
+SWITCH_VALUES = "(on: 1/true/yes/on/y; off: 0/false/no/off/n or empty; any case)"
+
+
 @pytest.mark.parametrize(
-    ("argv", "env"),
+    ("argv", "env", "error", "fix"),
     [
-        (["DRY_RUN=1"], {}),
-        (["DRY_RUN=yes"], {}),
-        (["DRY_RUN=maybe"], {}),
-        ([], {"XLA_WHEELS_DRY_RUN": "1"}),
-        ([], {"XLA_WHEELS_DRY_RUN": "maybe"}),
+        # Asked for a dry run: refused, never ignored.
+        (["DRY_RUN=1"], {}, "DRY_RUN: demo has no dry run", "make demo DEMO_DIR={dir}"),
+        (["DRY_RUN=yes"], {}, "DRY_RUN: demo has no dry run", "make demo DEMO_DIR={dir}"),
+        ([], {"XLA_WHEELS_DRY_RUN": "1"}, "demo has no dry run, and XLA_WHEELS_DRY_RUN is set",
+         "unset XLA_WHEELS_DRY_RUN to run it for real"),
+        # Not a switch value at all: the value is what is named.
+        (["DRY_RUN=maybe"], {}, f"DRY_RUN: 'maybe' is not a switch value {SWITCH_VALUES}",
+         "make demo DEMO_DIR={dir}"),
+        ([], {"XLA_WHEELS_DRY_RUN": "maybe"},
+         f"XLA_WHEELS_DRY_RUN='maybe' is not a switch value {SWITCH_VALUES}",
+         "set XLA_WHEELS_DRY_RUN=1 or XLA_WHEELS_DRY_RUN=0, or unset it"),
     ],
-)
+)  # fmt: skip
 def test_make_demo_refuses_a_dry_run_and_leaves_the_directory_as_it_was(
-    argv: list[str], env: dict[str, str], tmp_path: Path
+    argv: list[str], env: dict[str, str], error: str, fix: str, tmp_path: Path
 ) -> None:
     # It once deleted and rebuilt the demo directory: the demo has no dry run.
     demo_dir = tmp_path / "demo"
@@ -129,8 +138,9 @@ def test_make_demo_refuses_a_dry_run_and_leaves_the_directory_as_it_was(
         env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), **env},
     )  # fmt: skip
     assert result.returncode == 2, result.stdout + result.stderr
-    assert result.stderr.startswith("error: ") and "Traceback" not in result.stderr
-    assert "dry run" in result.stderr or "is not a switch value" in result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[:2] == [f"error: {error}", f"  fix: {fix.format(dir=demo_dir)}"], lines
+    assert "Traceback" not in result.stderr
     assert _contents(demo_dir) == before and result.stdout == ""
 
 

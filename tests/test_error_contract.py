@@ -122,7 +122,12 @@ def test_a_stale_wheels_lock_is_a_failed_check_not_bad_input(tmp_path: Path) -> 
     manifest.write_text(manifest.read_text() + "\n# changed\n")
     result = cli(root, "lock-check")
     assert result.exit_code == 1, result.output
-    assert f"make lock BUNDLE={BUNDLE}" in result.stderr or "make lock BUNDLE=" in result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[0] == "error: wheels.lock does not match the bundles:", result.stderr
+    assert lines[1].startswith(f"  {BUNDLE}: manifest {BUNDLE}.toml changed (sha256 "), lines
+    # The fix is the command to run, for that bundle, not a placeholder.
+    assert lines[2] == f"  fix: review the change, then `make lock BUNDLE={BUNDLE}`", lines
+    assert len(lines) == 3 and "Traceback" not in result.output
 
 
 LANE_FILES = {

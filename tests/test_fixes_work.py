@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.clirunner import REPO_ROOT, run_cli
+from tests.missing_tools import skipif_missing
 from tests.publish_support import (
     BUNDLE,
     FakeWheels,
@@ -104,7 +105,7 @@ def test_preflight_disk_fix_is_a_setting_make_passes(tmp_path: Path) -> None:
     # (test_build_host's preflight test shows the disk blocker printing this fix)
 
 
-@pytest.mark.skipif(shutil.which("podman") is None, reason="needs podman")
+@skipif_missing("podman is not installed" if shutil.which("podman") is None else None)
 @pytest.mark.slow
 def test_builder_image_failure_is_an_error_and_base_image_is_a_build_arg(
     tmp_path: Path,

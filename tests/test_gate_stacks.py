@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.missing_tools import skipif_missing
 from xla_host.gate.stacks import capture_native_stacks, summarize_stacks
 
 
@@ -20,7 +21,7 @@ def sleeper():
     process.wait()
 
 
-@pytest.mark.skipif(shutil.which("gdb") is None, reason="gdb is not installed")
+@skipif_missing("gdb is not installed" if shutil.which("gdb") is None else None)
 def test_stacks_of_every_thread_are_taken_and_the_process_keeps_running(sleeper, tmp_path: Path):
     capture = capture_native_stacks(sleeper.pid, tmp_path / "stacks.txt", timeout_s=120)
     assert capture.error is None, capture.error

@@ -1,7 +1,8 @@
 """Help written for the user: `make help` and every subcommand's `--help`.
 
-`make help` names, for every target, each variable it reads with that variable's default,
-and one example; it works before `.venv` exists. Each subcommand's `--help` says what it
+`make help` is an overview that fits a screen: the targets by purpose, one line each.
+`make help TARGET=<target>` names each variable that target reads with its default, and
+one example. Both work before `.venv` exists. Each subcommand's `--help` says what it
 does in plain words (no rST markup from internal docstrings), lists every option with its
 default and ends with an example.
 """
@@ -22,7 +23,7 @@ from xla_wheels.cli import COMMANDS, build_parser
 from xla_wheels.cli.help import EXAMPLES
 from xla_wheels.make_help import (
     MAKE_ONLY_EXAMPLES,
-    SHARED_GROUPS,
+    TARGET_GROUPS,
     make_example,
     makefile_text,
     read_makefile,
@@ -60,51 +61,19 @@ def _variables_passed(target: str, names: list[str]) -> set[str]:
     return {name for name in names if f"@@{name}@@" in process.stdout}
 
 
-def _blocks(help_text: str) -> dict[str, list[str]]:
-    """`make help`'s text per target: its header line `make <target> ...` and what follows,
-    up to the next blank line."""
-    blocks: dict[str, list[str]] = {}
-    current: list[str] | None = None
-    for line in help_text.splitlines():
-        if line.startswith("make "):
-            current = blocks.setdefault(line.split()[1], [line])
-        elif not line.strip():
-            current = None
-        elif current is not None:
-            current.append(line)
-    return blocks
-
-
-def _variable_entries(block: list[str], shared: dict[str, str] | None = None) -> dict[str, str]:
-    """A block's variables: `    NAME  text`, continued on deeper-indented lines; a line
-    `    NAME, NAME  the <group> settings (at the end)` names variables of a shared group,
-    whose text is the one `shared` holds (:func:`_shared_entries`)."""
+def _variable_entries(block: list[str]) -> dict[str, str]:
+    """A target's variables: `    NAME  text`, continued on deeper-indented lines."""
     entries: dict[str, str] = {}
     name = None
     for line in block[1:]:
-        if match := re.match(r"^    ([A-Z][A-Z0-9_]*(?:, [A-Z][A-Z0-9_]*)*)  +(.*)$", line):
-            names = match.group(1).split(", ")
-            if len(names) > 1 or match.group(2).endswith("settings (at the end)"):
-                assert shared is not None, line
-                entries.update({n: shared[n] for n in names})  # KeyError: not shown
-                name = None
-                continue
-            name = names[0]
+        if match := re.match(r"^    ([A-Z][A-Z0-9_]*)  +(.*)$", line):
+            name = match.group(1)
             entries[name] = match.group(2)
         elif name is not None and line.startswith("      "):
             entries[name] += " " + line.strip()
         else:
             name = None
     return entries
-
-
-def _shared_entries(help_text: str) -> dict[str, str]:
-    """The variables `make help` shows once, at the end, for the targets that share them."""
-    shared: dict[str, str] = {}
-    for heading in SHARED_GROUPS.values():
-        lines = help_text.split(heading + "\n", 1)[1].split("\n\n", 1)[0].splitlines()
-        shared |= _variable_entries(["", *lines])
-    return shared
 
 
 @pytest.fixture(scope="module")
@@ -114,55 +83,99 @@ def make_help() -> str:
     return process.stdout
 
 
-def test_make_help_lists_every_target_with_the_variables_it_passes(make_help: str) -> None:
+@pytest.fixture(scope="module")
+def blocks() -> dict[str, list[str]]:
+    """`make help TARGET=<target>`'s lines, for every documented target."""
+    found = {}
+    for target in _help_targets():
+        process = _make("help", f"TARGET={target}")
+        assert process.returncode == 0, (target, process.stderr)
+        found[target] = process.stdout.splitlines()
+    return found
+
+
+def test_make_help_is_an_overview_that_fits_a_screen(make_help: str) -> None:
+    lines = make_help.splitlines()
+    assert len(lines) < 60, len(lines)
+    assert max(len(line) for line in lines) <= 100
+    # Every target on one line of its own, under the heading of its purpose, in that order.
+    shown = [line.split()[1] for line in lines if line.startswith("  make ")]
+    grouped = [target for group in TARGET_GROUPS.values() for target in group]
+    assert shown == [t for t in grouped if t in _help_targets()]
+    assert sorted(shown) == sorted(_help_targets())
+    for heading, targets in TARGET_GROUPS.items():
+        after = lines[lines.index(f"{heading}:") + 1 :][: len(targets)]
+        assert [line.split()[1] for line in after] == list(targets), heading
+    # It says how to see a target's variables, and shows none itself.
+    assert "make help TARGET=<target>" in make_help
+    assert "(default:" not in make_help and "example:" not in make_help
+
+
+def test_make_help_of_a_target_shows_its_variables_defaults_and_example() -> None:
+    process = _make("help", "TARGET=gate")
+    assert process.returncode == 0, process.stderr
+    lines = process.stdout.splitlines()
+    assert lines[0].startswith("make gate ")
+    assert lines[1] == "    runs: xla-wheels gate"
+    entries = _variable_entries(lines)
+    assert {"PYTHON", "GATE_DEVICE", "WORKLOAD", "CHECKS", "BUNDLE", "PROFILE"} <= set(entries)
+    assert "default: small" in entries["WORKLOAD"]
+    assert "default: TPU if this host has one, else CPU" in entries["GATE_DEVICE"]
+    assert "    example: make gate GATE_DEVICE=CPU CHECKS=restart,cache-key" in lines
+    # Only the gate: no other target's entry comes along.
+    assert not [line for line in lines[1:] if line.startswith("make ")]
+
+
+def test_make_help_of_an_unknown_target_names_it_and_the_fix() -> None:
+    process = _make("help", "TARGET=gates")
+    assert process.returncode == 2
+    assert process.stdout == ""
+    assert "error: make help TARGET=gates: no such target" in process.stderr
+    assert "fix: make help (lists the targets)" in process.stderr
+
+
+def test_make_help_lists_every_target_with_the_variables_it_passes(
+    blocks: dict[str, list[str]],
+) -> None:
     names = [name for name in _make_variables() if name != "PYTHON_FOR_VENV"]
     assert {"BUNDLE", "DRY_RUN", "JOBS", "INDEX_URL"} <= set(names)
-    blocks = _blocks(make_help)
     targets = _help_targets()
     assert {"wheels", "gate", "publish", "verify-install", "doctor", "help"} <= set(targets)
     shown_anywhere: set[str] = set()
-    shared = _shared_entries(make_help)
-    assert {"NET_TIMEOUT", "NET_RETRIES"} <= set(shared)
     for target in targets:
-        assert target in blocks, f"make help for {target} does not list it"
-        entries = _variable_entries(blocks[target], shared)
+        entries = _variable_entries(blocks[target])
         shown_anywhere |= set(entries)
         missing = _variables_passed(target, names) - set(entries)
-        assert not missing, f"make help for {target} does not name {sorted(missing)}"
-    # Every variable of the table is some target's, with the ones every target shares
-    # (the interpreter .venv is made with) named once in the footer.
+        assert not missing, f"make help TARGET={target} does not name {sorted(missing)}"
+    # Every variable of the table is some target's, the interpreter .venv is made with
+    # (which every target running the CLI may need) included.
     assert set(names) <= shown_anywhere
-    assert "PYTHON_FOR_VENV" in make_help
+    assert "PYTHON_FOR_VENV" in _variable_entries(blocks["wheels"])
 
 
-def test_every_variable_make_help_names_has_its_default(make_help: str) -> None:
+def test_every_variable_make_help_names_has_its_default(blocks: dict[str, list[str]]) -> None:
     seen = 0
-    shared = _shared_entries(make_help)
-    for target, block in _blocks(make_help).items():
-        for name, text in _variable_entries(block, shared).items():
-            assert "default" in text, f"make help for {target}: {name} has no default: {text}"
+    for target, block in blocks.items():
+        for name, text in _variable_entries(block).items():
+            assert "default" in text, f"make help TARGET={target}: {name} has no default: {text}"
             seen += 1
     assert seen > 50  # the targets' variables, not an empty list, were checked
 
 
-def test_every_target_has_an_example_of_itself(make_help: str) -> None:
-    blocks = _blocks(make_help)
+def test_every_target_has_an_example_of_itself(blocks: dict[str, list[str]]) -> None:
     for target in _help_targets():
         examples = [line.strip() for line in blocks[target] if "example:" in line]
-        assert len(examples) == 1, f"make help for {target}: {examples}"
+        assert len(examples) == 1, f"make help TARGET={target}: {examples}"
         assert examples[0].startswith(f"example: make {target}"), examples[0]
 
 
-def test_make_help_shows_a_shared_settings_text_once(make_help: str) -> None:
-    # The network settings' text, once at the end, not once per target that takes them.
-    assert make_help.count("seconds a network step waits for an answer") == 1
-    assert make_help.count("the network settings (at the end)") > 10
-
-
-def test_make_help_promises_nothing_it_does_not_show(make_help: str) -> None:
+def test_make_help_promises_nothing_it_does_not_show(
+    make_help: str, blocks: dict[str, list[str]]
+) -> None:
     # The old footer sent the reader to "the CLI flags above", which it did not show.
-    assert "above" not in make_help
-    assert MARKUP.search(make_help) is None
+    for text in [make_help, *("\n".join(block) for block in blocks.values())]:
+        assert "above" not in text
+        assert MARKUP.search(text) is None
 
 
 def test_make_help_works_before_the_venv_exists(tmp_path) -> None:
@@ -170,6 +183,9 @@ def test_make_help_works_before_the_venv_exists(tmp_path) -> None:
     process = _make("help", f"VENV={venv}")
     assert process.returncode == 0, process.stderr
     assert "make wheels" in process.stdout
+    process = _make("help", "TARGET=wheels", f"VENV={venv}")
+    assert process.returncode == 0, process.stderr
+    assert "    example: make wheels BUNDLE=" in process.stdout
     assert not venv.exists()
 
 

@@ -4,6 +4,7 @@ with the key and the fix, through the CLI and make, before anything runs."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 from pathlib import Path
@@ -87,9 +88,21 @@ def assert_refused(result: CliResult, tmp_path: Path, *needles: str) -> None:
     assert not (tmp_path / "out").exists() and not (tmp_path / "c").exists()
 
 
+def assert_planned(result: CliResult, tmp_path: Path, bundle: str) -> None:
+    """The dry run went through: the plan of ``bundle`` with both pinned components, and
+    nothing written."""
+    assert result.exit_code == 0, result.output
+    assert f"bundle {bundle}: build/bundles/{bundle}.toml sha256:" in result.stdout
+    pins = ("21fec65781bebe867faf209f89bb687ffd236ca4", "c04e61c3424142c0eebcc9e59984b9d8fced18c0")
+    for pin in pins:
+        assert f"{pin} (full SHA)" in result.stdout, result.stdout
+    assert "openxla: UNPINNED (not needed here)" in result.stdout
+    assert not (tmp_path / "out").exists() and not (tmp_path / "c").exists()
+
+
 def test_the_good_project_loads(project: Path, tmp_path: Path) -> None:
     # The refusals below can only come from what each test breaks.
-    assert sources_dry_run(project, "good", tmp_path).exit_code == 0
+    assert_planned(sources_dry_run(project, "good", tmp_path), tmp_path, "good")
 
 
 @pytest.mark.parametrize("name", BAD_NAMES)
@@ -153,7 +166,17 @@ def test_a_patch_linked_inside_the_project_is_fine(project: Path, tmp_path: Path
     real = project / "patches" / "torch_xla" / "real.patch"
     patch.rename(real)
     patch.symlink_to(real)
-    assert sources_dry_run(project, "good", tmp_path).exit_code == 0
+    result = run_cli(
+        "patch", "--bundle=good", "--dry-run", root=project,
+        env={"XLA_WHEELS_OUT": str(tmp_path / "out"), "XLA_WHEELS_CACHE": str(tmp_path / "c")},
+    )  # fmt: skip
+    assert_planned(result, tmp_path, "good")
+    # The series applies the patch through its link: the link's name, the target's bytes.
+    digest = hashlib.sha256(GOOD_PATCH.encode()).hexdigest()
+    applied = [line for line in result.stdout.splitlines() if "git apply" in line]
+    assert len(applied) == 1, result.stdout
+    assert "patches/torch_xla/0001-fix.patch)" in applied[0]
+    assert applied[0].endswith(f"# sha256:{digest}"), applied[0]
 
 
 def test_a_directory_given_as_a_patch_says_so(project: Path, tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ import pytest
 from tests import bazel_cache_support as support
 from tests import servers
 from tests.bazel_cache_support import BazelRun, Server
+from tests.missing_tools import skipif_missing
 from xla_wheels.builder import remote_cache
 from xla_wheels.builder.recipes import Step
 
@@ -37,7 +38,7 @@ HEADER_ENV = {"XLA_WHEELS_BAZEL_REMOTE_HEADER": f"Authorization=Bearer {TOKEN}"}
 VARIANT = "int greet() { return 42; }\nint unused() { return 7; }\n"  # a new object, a new link
 
 pytestmark = [
-    pytest.mark.skipif(support.missing_tools() is not None, reason=support.missing_tools() or ""),
+    skipif_missing(support.missing_tools()),
     pytest.mark.slow,
 ]
 

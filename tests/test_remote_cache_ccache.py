@@ -26,6 +26,7 @@ import pytest
 
 from tests import servers
 from tests.clirunner import CliResult, run_cli
+from tests.missing_tools import skipif_missing
 from tests.synthetic_upstream import TORCH_C_EXTENSION, Synthetic, cli_args, make_patch
 from tests.synthetic_upstream import make_synthetic as make_synthetic_upstream
 
@@ -44,7 +45,7 @@ def _missing_tools() -> str | None:
     return None
 
 
-pytestmark = pytest.mark.skipif(_missing_tools() is not None, reason=_missing_tools() or "")
+pytestmark = skipif_missing(_missing_tools())
 
 
 @dataclass

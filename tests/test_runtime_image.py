@@ -25,6 +25,7 @@ from typing import cast
 import pytest
 
 from tests.clirunner import CliResult, run_cli
+from tests.missing_tools import skip_missing
 from tests.publish_support import start_pypiserver
 from tests.servers import stop
 from tests.test_build_container import BASE_IMAGE, _why_not_oci, ensure_base_image
@@ -102,7 +103,7 @@ def _image_present(tag: str) -> bool:
 def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Image]:
     reason = _why_not_oci()
     if reason:
-        pytest.skip(reason)
+        skip_missing(reason)
     ensure_base_image()
     work = tmp_path_factory.mktemp("runtime-image")
     root = make_demo_project(work)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.clirunner import CliResult, run_cli
+from tests.missing_tools import skipif_missing
 from tests.synthetic_upstream import Synthetic, cli_args
 from xla_host.filemode import file_sha256
 from xla_wheels import rebuild_check as rebuild
@@ -97,7 +98,7 @@ def test_first_differing_member_follows_the_recorded_order(tmp_path: Path) -> No
     assert rebuild.first_differing_member(a, d) == "p/b.py (only in the recorded wheel)"
 
 
-@pytest.mark.skipif(shutil.which("zipinfo") is None, reason="zipinfo: `make supply-tools`")
+@skipif_missing("zipinfo: `make supply-tools`" if shutil.which("zipinfo") is None else None)
 def test_diffoscope_runs_from_the_pinned_package(tmp_path: Path) -> None:
     import zipfile
 

@@ -13,6 +13,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -261,10 +262,48 @@ CASES = [
 ]
 
 
+#: What each format's good file says, as its loader must return it: a loader that returned
+#: an empty or default object for a good file would pass a test that only loads it.
+GOOD_READS: dict[str, Callable[[Any], object]] = {
+    "manifest": lambda bundle: (
+        bundle.name, bundle.python, bundle.components["torch_xla"].commit,
+        bundle.components["openxla"].commit, bundle.components["openxla"].unpinned_reason,
+    ),
+    "wheels.lock": lambda lock: (
+        lock.bundles["v6e-2.11"].manifest, lock.bundles["v6e-2.11"].python,
+        lock.bundles["v6e-2.11"].components["torch_xla"].resolved,
+    ),
+    "lanes": lambda config: (
+        config.publish_lane, config.lanes["validation"].path.relative_to(config.path.parents[1]),
+        config.lanes["validation"].policy.checks,
+    ),
+    "lanes.lock": lambda state: (state["validation"].bundle, state["validation"].wheels),
+    "builders": lambda cache: (
+        cache.settings.role, cache.settings.bazel.cache, cache.settings.ccache.storage,
+    ),
+    "provenance": lambda provenance: (
+        provenance.built_by, provenance.build.knobs,
+        provenance.components["torch_xla"].series_sha256,
+    ),
+}  # fmt: skip
+
+GOOD_SAYS: dict[str, object] = {
+    "manifest": ("demo", "3.13", "c04e61c", None, "nobody knows yet"),
+    "wheels.lock": ("build/bundles/v6e-2.11.toml", "3.13", True),
+    "lanes": ("validation", Path("dist/lanes/validation"), ("restart",)),
+    "lanes.lock": (
+        "v6e-2.9", (("torch_xla-2.9.0-cp313-cp313-linux_x86_64.whl", "00"),)
+    ),
+    "builders": ("reader", "grpcs://cache.example.com:443", "redis://cache.example.com:6379"),
+    "provenance": ("xla-wheels", {"cxx_abi": 1}, "d"),
+}
+
+
 @pytest.mark.parametrize("name", FORMATS)
-def test_the_good_file_of_each_format_loads(tmp_path: Path, name: str) -> None:
+def test_the_good_file_of_each_format_loads_what_it_says(tmp_path: Path, name: str) -> None:
     form = FORMATS[name]
-    form.load(tmp_path, form.good)
+    loaded = form.load(tmp_path, form.good)
+    assert GOOD_READS[name](loaded) == GOOD_SAYS[name]
 
 
 @pytest.mark.parametrize(("name", "old", "new", "message", "fix"), CASES)

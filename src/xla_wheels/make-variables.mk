@@ -16,7 +16,7 @@ MAKE_VARIABLES := MIRROR=--mirror NET_TIMEOUT=--net-timeout NET_RETRIES=--net-re
   STAMP=--stamp WHEEL=--wheel STAMPS=--stamps SIGNING_KEY=--signing-key PUBLIC_KEY=--public-key BUILDER_ID=--builder-id \
   GATE_DEVICE=--device WORKLOAD=--workload PACKS=--packs CHECKS=--checks KEY_PROBES=--key-probes UPSTREAM_TESTS=--upstream-tests \
   ROUNDS=--rounds GATE_ARGS= TORCH_WHEEL=--torch-wheel TORCH_XLA_WHEEL=--torch-xla-wheel XLAC=--extension TORCH_LIB_DIR=--torch-lib-dir \
-  STOCK=--stock DEMO_DIR=--dir PYTEST_ARGS= PYTHON_FOR_VENV=
+  STOCK=--stock DEMO_DIR=--dir PYTEST_ARGS= PYTHON_FOR_VENV= TARGET=
 # The network settings, passed by every target that may talk to a host.
 NET_FLAGS = $(call flag,NET_TIMEOUT) $(call flag,NET_RETRIES)
 # The remote compile caches' settings, passed by the targets that build.

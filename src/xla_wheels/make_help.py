@@ -1,8 +1,10 @@
-"""``make help``: every target, the variables it reads with their defaults, one example.
+"""``make help``: the targets by purpose, one line each; ``make help TARGET=<target>``: that
+target's variables with their defaults, and one example.
 
 Generated from data, never written by hand:
 
-- a target's summary is its ``## `` comment in the Makefile;
+- a target's summary is its ``## `` comment in the Makefile, its purpose its group in
+  :data:`TARGET_GROUPS`;
 - its variables are the entries of ``MAKE_VARIABLES`` (written from the settings table,
   :mod:`xla_wheels.settings_table`, into the ``make-variables.mk`` the Makefile includes)
   that its recipe reads, through the flag groups it expands (a target without a recipe:
@@ -14,10 +16,11 @@ Generated from data, never written by hand:
   variables (:func:`make_example`), or, for a target that runs no command, its own
   (:data:`MAKE_ONLY_EXAMPLES`).
 
-The text is written to ``make-help.txt`` next to this module, which ``make help`` prints:
-so it works on a fresh clone, before ``.venv`` (and the packages most commands import)
-exists. ``tests/test_help.py`` fails when that file is not what this module generates from
-today's Makefile and CLI; regenerate it with
+The overview is written to ``make-help.txt`` next to this module, every target's entry to
+``make-help-targets.txt`` (one paragraph each), which ``make help`` prints or picks from
+with cat and awk: so it works on a fresh clone, before ``.venv`` (and the packages most
+commands import) exists. ``tests/test_help.py`` fails when those files are not what this
+module generates from today's Makefile and CLI; regenerate them with
 ``.venv/bin/python -m xla_wheels.make_help --write``.
 """
 
@@ -33,12 +36,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xla_host.arguments import SwitchAction
-from xla_host.settings import SETTINGS, in_group
+from xla_host.settings import SETTINGS
 from xla_wheels.cli import build_parser
 from xla_wheels.cli.help import EXAMPLES, option_help
 from xla_wheels.settings_table import MAKE_FILE
 
 HELP_FILE = Path(__file__).with_name("make-help.txt")
+#: Every target's full entry, which ``make help TARGET=<target>`` picks out.
+TARGETS_FILE = Path(__file__).with_name("make-help-targets.txt")
 MAKEFILE = Path(__file__).resolve().parents[2] / "Makefile"
 REGENERATE = ".venv/bin/python -m xla_wheels.make_help --write"
 
@@ -64,7 +69,7 @@ TARGET_GROUPS: dict[str, tuple[str, ...]] = {
 #: example is its command's (:data:`xla_wheels.cli.help.EXAMPLES`), each argument written
 #: as the make variable that passes it (:func:`make_example`): one example, written once.
 MAKE_ONLY_EXAMPLES: dict[str, str] = {
-    "help": "make help",
+    "help": "make help TARGET=gate",
     "demo": "make demo DEMO_DIR=/tmp/xla-wheels-demo",
     "venv": "make venv PYTHON_FOR_VENV=python3.12",
     "clean": "make clean",
@@ -74,12 +79,6 @@ MAKE_ONLY_EXAMPLES: dict[str, str] = {
     "cache-tools": "make cache-tools",
     "docs": "make docs",
     "host-wheel": "make host-wheel",
-}
-
-#: The settings groups whose variables many targets share: each target names them on one
-#: line, and their text is shown once, at the end (the settings table's groups).
-SHARED_GROUPS: dict[str, str] = {
-    "network": "The network settings, taken by every target that may talk to a host:",
 }
 
 #: Make's own names in a recipe that are no variable of the table.
@@ -240,51 +239,50 @@ def variable_text(makefile: Makefile, name: str, commands: Sequence[str]) -> str
 
 
 def render(makefile: Makefile) -> str:
-    """The text ``make help`` prints."""
-    lines = [
-        "Usage: make <target> [VARIABLE=value ...]",
-        "",
-        "Each target runs one command of the pipeline's CLI, python -m xla_wheels <command>;",
-        "`.venv/bin/python -m xla_wheels <command> --help` lists all of its options.",
-        "",
-    ]
-    shared = {s.make: g for g in SHARED_GROUPS for s in in_group(g) if s.make}
-    shared_text: dict[str, dict[str, str]] = {group: {} for group in SHARED_GROUPS}
+    """The text ``make help`` prints: the targets by purpose, one line each."""
     by_name = {target.name: target for target in makefile.targets}
     unlisted = set(by_name) - {name for group in TARGET_GROUPS.values() for name in group}
     if unlisted:
         raise LookupError(f"targets without a group: {sorted(unlisted)}")
-    for heading, group_targets in TARGET_GROUPS.items():
-        lines += [f"{heading}:", ""]
-        for target in (by_name[name] for name in group_targets if name in by_name):
-            lines.append(f"make {target.name:<16} {target.summary}")
-            if target.commands:
-                lines.append(f"    runs: {', '.join(_shown_command(c) for c in target.commands)}")
-            names_of: dict[str, list[str]] = {}
-            for name in target.variables:
-                if name in shared:
-                    names_of.setdefault(shared[name], []).append(name)
-                    shared_text[shared[name]].setdefault(
-                        name, variable_text(makefile, name, target.commands)
-                    )
-                else:
-                    lines += _wrapped(name, variable_text(makefile, name, target.commands))
-            for group, names in names_of.items():
-                lines.append(f"    {', '.join(names)}  the {group} settings (at the end)")
-            lines.append(f"    example: {make_example(makefile, target)}")
-            lines.append("")
-    for group, heading in SHARED_GROUPS.items():
-        lines.append(heading)
-        for name, text in shared_text[group].items():
-            lines += _wrapped(name, text)
-        lines.append("")
-    lines += [
-        "A variable left unset adds no flag: the command then reads its XLA_WHEELS_<NAME>",
-        "environment variable where the text names one, else takes the default shown.",
-        "Targets that run a command create .venv first when it is missing:",
-        *_wrapped("PYTHON_FOR_VENV", variable_text(makefile, "PYTHON_FOR_VENV", ())),
+    lines = [
+        "Usage: make <target> [VARIABLE=value ...]",
+        "`make help TARGET=<target>` shows a target's variables, their defaults and an example.",
     ]
+    for heading, group_targets in TARGET_GROUPS.items():
+        lines += ["", f"{heading}:"]
+        lines += [
+            f"  make {target.name:<16} {target.summary}"
+            for target in (by_name[name] for name in group_targets if name in by_name)
+        ]
     return "\n".join(lines) + "\n"
+
+
+def render_target(makefile: Makefile, target: Target) -> str:
+    """What ``make help TARGET=<target>`` prints: its summary, the command it runs, each
+    variable it reads with its text and default, and its example; one paragraph (no blank
+    line inside), which is how the Makefile finds it in :data:`TARGETS_FILE`."""
+    lines = [f"make {target.name:<16} {target.summary}"]
+    if target.commands:
+        lines.append(f"    runs: {', '.join(_shown_command(c) for c in target.commands)}")
+    for name in target.variables:
+        lines += _wrapped(name, variable_text(makefile, name, target.commands))
+    lines.append(f"    example: {make_example(makefile, target)}")
+    if target.commands:
+        lines += [
+            "    A variable left unset adds no flag: the command then reads its XLA_WHEELS_<NAME>",
+            "    environment variable where the text names one, else takes the default shown.",
+        ]
+    if target.runs_python and "PYTHON_FOR_VENV" not in target.variables:
+        lines.append("    It creates .venv first when it is missing, with:")
+        lines += _wrapped("PYTHON_FOR_VENV", variable_text(makefile, "PYTHON_FOR_VENV", ()))
+    return "\n".join(lines) + "\n"
+
+
+def render_targets(makefile: Makefile) -> str:
+    """Every target's :func:`render_target`, in ``make help``'s order, a blank line between."""
+    by_name = {target.name: target for target in makefile.targets}
+    order = [name for group in TARGET_GROUPS.values() for name in group if name in by_name]
+    return "\n".join(render_target(makefile, by_name[name]) for name in order)
 
 
 def _wrapped(name: str, text: str) -> list[str]:
@@ -308,22 +306,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Generate the text `make help` prints from the Makefile and the CLI.",
     )
     mode = parser.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--write", action="store_true", help=f"write {HELP_FILE.name}")
-    mode.add_argument("--check", action="store_true", help=f"fail when {HELP_FILE.name} differs")
+    files = f"{HELP_FILE.name} and {TARGETS_FILE.name}"
+    mode.add_argument("--write", action="store_true", help=f"write {files}")
+    mode.add_argument("--check", action="store_true", help=f"fail when {files} differ")
     args = parser.parse_args(argv)
-    text = render(read_makefile(makefile_text()))
+    makefile = read_makefile(makefile_text())
+    texts = {HELP_FILE: render(makefile), TARGETS_FILE: render_targets(makefile)}
     if args.write:
-        HELP_FILE.write_text(text)
+        for path, text in texts.items():
+            path.write_text(text)
         return 0
-    if not HELP_FILE.is_file() or HELP_FILE.read_text() != text:
+    stale = [p.name for p, text in texts.items() if not p.is_file() or p.read_text() != text]
+    if stale:
         print(
-            f"error: {HELP_FILE.name} is not what the Makefile and the CLI say today\n"
+            f"error: {' and '.join(stale)} is not what the Makefile and the CLI say today\n"
             f"  fix: {REGENERATE}",
             file=sys.stderr,
         )
         return 1
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

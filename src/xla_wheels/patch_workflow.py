@@ -228,58 +228,10 @@ def export_series(
             f"(or `git -C {worktree} rebase --abort` to go back)",
         )
     _require_clean(worktree, "export")
-    base, new_pin = state.base_commit, None
-    rebase = _read_rebase(worktree)
-    if rebase is not None:
-        if _descends(worktree, rebase.onto):
-            base, new_pin = rebase.onto, rebase.onto
-        elif not dry_run:
-            _rebase_path(worktree).unlink()  # the rebase was aborted: nothing to carry
-    if not _descends(worktree, base):
-        raise PatchError(
-            f"{worktree}: HEAD does not descend from the series' base {base[:12]}",
-            fix=f"rebase your commits onto it (`git -C {worktree} rebase {base[:12]}`)",
-        )
-    if git_out(["rev-list", "--merges"], operands=[f"{base}..HEAD"], end=_REVS, cwd=worktree):
-        raise PatchError(
-            f"{worktree}: the branch has merge commits; a patch series is a straight line",
-            fix=f"linearize it (`git -C {worktree} rebase {base[:12]}`)",
-        )
-    commits = git_out(
-        ["rev-list", "--reverse"], operands=[f"{base}..HEAD"], end=_REVS, cwd=worktree
-    ).split()
-    refs = component.patches
-    if len(commits) != len(refs):
-        subjects = [git_out(["log", "-1", "--format=%s", c], cwd=worktree) for c in commits]
-        raise PatchError(
-            f"{worktree} has {len(commits)} commit(s) on {base[:12]} but bundle {bundle.name} "
-            f"lists {len(refs)} {component_name} patch(es); commits: "
-            + ("; ".join(subjects) or "(none)"),
-            fix="export maps commit N to the N-th listed patch: add (or remove) the patch "
-            f"file names in the bundle's [components.{component_name}] patches list to "
-            "match, then export again; nothing was changed",
-        )
-    applied = {patch.relpath: patch.sha256 for patch in state.patches}
-    planned: list[tuple[PatchRef, str, bool]] = []
-    hand_edited: list[str] = []
-    defects: list[LineDefect] = []
-    for commit, ref in zip(commits, refs, strict=True):
-        message = git(["cat-file", "commit", commit], cwd=worktree).stdout.partition("\n\n")[2]
-        text = patch_text(message, _diff(worktree, commit, _abbrev_of(ref.path)), new_pin)
-        _check_identity(_validate(text, ref.relpath, component_name), ref.relpath, worktree, commit)
-        defects += _commit_defects(worktree, commit, f"patches/{ref.relpath}", text)
-        current = ref.path.read_bytes() if ref.path.is_file() else b""
-        changed = current != text.encode("utf-8")
-        if changed and hashlib.sha256(current).hexdigest() != applied.get(ref.relpath):
-            hand_edited.append(f"patches/{ref.relpath}")
-        planned.append((ref, text, changed))
-    refuse(
-        defects,
-        f"the commits on {base[:12]} in {worktree}",
-        f"fix those lines in the patch's commit: `git -C {worktree} rebase -i {base[:12]}`, "
-        "change `pick` to `edit` on the patch's line, fix the file, `git -C "
-        f"{worktree} commit -a --amend --no-edit`, `git -C {worktree} rebase --continue`; "
-        f"then export again; nothing was changed",
+    base, new_pin = _export_base(worktree, state.base_commit, dry_run)
+    commits = _series_commits(worktree, base, bundle, component_name)
+    planned, hand_edited = _planned_patches(
+        worktree, commits, component.patches, state, component_name, base, new_pin
     )
     if hand_edited and not force:
         raise PatchError(
@@ -317,6 +269,86 @@ def export_series(
         replace(state, base_commit=base, patches=describe_series(reloaded), head=head),
     )
     return report
+
+
+def _export_base(worktree: Path, base: str, dry_run: bool) -> tuple[str, str | None]:
+    """The commit the exported series applies to, and the bundle's new pin when a finished
+    ``patch-rebase`` carried the series onto another commit (else None); the branch must
+    be a straight line on it."""
+    new_pin = None
+    rebase = _read_rebase(worktree)
+    if rebase is not None:
+        if _descends(worktree, rebase.onto):
+            base, new_pin = rebase.onto, rebase.onto
+        elif not dry_run:
+            _rebase_path(worktree).unlink()  # the rebase was aborted: nothing to carry
+    if not _descends(worktree, base):
+        raise PatchError(
+            f"{worktree}: HEAD does not descend from the series' base {base[:12]}",
+            fix=f"rebase your commits onto it (`git -C {worktree} rebase {base[:12]}`)",
+        )
+    if git_out(["rev-list", "--merges"], operands=[f"{base}..HEAD"], end=_REVS, cwd=worktree):
+        raise PatchError(
+            f"{worktree}: the branch has merge commits; a patch series is a straight line",
+            fix=f"linearize it (`git -C {worktree} rebase {base[:12]}`)",
+        )
+    return base, new_pin
+
+
+def _series_commits(worktree: Path, base: str, bundle: Bundle, component_name: str) -> list[str]:
+    """The branch's commits on ``base``, oldest first: one per patch the bundle lists."""
+    commits = git_out(
+        ["rev-list", "--reverse"], operands=[f"{base}..HEAD"], end=_REVS, cwd=worktree
+    ).split()
+    refs = bundle.component(component_name).patches
+    if len(commits) != len(refs):
+        subjects = [git_out(["log", "-1", "--format=%s", c], cwd=worktree) for c in commits]
+        raise PatchError(
+            f"{worktree} has {len(commits)} commit(s) on {base[:12]} but bundle {bundle.name} "
+            f"lists {len(refs)} {component_name} patch(es); commits: "
+            + ("; ".join(subjects) or "(none)"),
+            fix="export maps commit N to the N-th listed patch: add (or remove) the patch "
+            f"file names in the bundle's [components.{component_name}] patches list to "
+            "match, then export again; nothing was changed",
+        )
+    return commits
+
+
+def _planned_patches(
+    worktree: Path,
+    commits: list[str],
+    refs: tuple[PatchRef, ...],
+    state: AppliedSeries,
+    component_name: str,
+    base: str,
+    new_pin: str | None,
+) -> tuple[list[tuple[PatchRef, str, bool]], list[str]]:
+    """Each listed patch's text as its commit says it, and whether that changes the file;
+    and the patch files edited by hand since the patch stage applied them. A commit with
+    a conflict marker or a whitespace error stops the export (nothing written)."""
+    applied = {patch.relpath: patch.sha256 for patch in state.patches}
+    planned: list[tuple[PatchRef, str, bool]] = []
+    hand_edited: list[str] = []
+    defects: list[LineDefect] = []
+    for commit, ref in zip(commits, refs, strict=True):
+        message = git(["cat-file", "commit", commit], cwd=worktree).stdout.partition("\n\n")[2]
+        text = patch_text(message, _diff(worktree, commit, _abbrev_of(ref.path)), new_pin)
+        _check_identity(_validate(text, ref.relpath, component_name), ref.relpath, worktree, commit)
+        defects += _commit_defects(worktree, commit, f"patches/{ref.relpath}", text)
+        current = ref.path.read_bytes() if ref.path.is_file() else b""
+        changed = current != text.encode("utf-8")
+        if changed and hashlib.sha256(current).hexdigest() != applied.get(ref.relpath):
+            hand_edited.append(f"patches/{ref.relpath}")
+        planned.append((ref, text, changed))
+    refuse(
+        defects,
+        f"the commits on {base[:12]} in {worktree}",
+        f"fix those lines in the patch's commit: `git -C {worktree} rebase -i {base[:12]}`, "
+        "change `pick` to `edit` on the patch's line, fix the file, `git -C "
+        f"{worktree} commit -a --amend --no-edit`, `git -C {worktree} rebase --continue`; "
+        f"then export again; nothing was changed",
+    )
+    return planned, hand_edited
 
 
 def _commit_defects(worktree: Path, commit: str, patch: str, text: str) -> list[LineDefect]:
@@ -504,9 +536,9 @@ def start_rebase(
     )
     step = check_step(options, bundle, component_name, full)
     if options.dry_run:
-        print(command.render())
-        print(step.render() if step else no_step_line(component_name))
-        print(audit_step_line(options.root, component_name, worktree))
+        log.result(command.render())
+        log.result(step.render() if step else no_step_line(component_name))
+        log.result(audit_step_line(options.root, component_name, worktree))
         return RebaseResult(full, None)
     commits = git_out(
         ["rev-list", "--reverse"],

@@ -1,9 +1,11 @@
-"""Progress output: folded, timed sections.
+"""Progress output: folded, timed sections; the one way library code says anything.
 
 Modelled on cibuildwheel's ``logger.py``: each stage opens a section that is folded in
 CI systems that support it (GitHub Actions ``::group::``, Azure ``##[group]``) and
 closes with its duration, so a long build shows where the time went. Everything goes to
-stderr; stdout is kept for machine-readable output (plans, JSON, tables users pipe).
+stderr; stdout is kept for machine-readable output (plans, JSON, tables users pipe),
+which a library module writes with :func:`result`. Library modules never print: only the
+edges do (the command lines, the processes' entry points; ``tests/test_no_prints.py``).
 
 While a stage log is open (:func:`stage_log`, e.g. ``out/<bundle>/logs/sources.log``),
 every line printed here is also written to it, through the log's redactor, together
@@ -44,6 +46,22 @@ def info(message: str) -> None:
 
 def warning(message: str) -> None:
     info(f"warning: {message}")
+
+
+def result(message: str) -> None:
+    """A line of what a command produced (a file it wrote, a line of a dry run's plan): on
+    stdout, which users pipe and read last, redacted as :func:`info` and kept in the open
+    stage logs."""
+    message = printable(mask_url_credentials(message))
+    print(message, flush=True)
+    to_stage_logs(message)
+
+
+def passthrough(text: str) -> None:
+    """A child's output as it comes, already redacted (and logged) by its caller: to
+    stderr, unchanged, so a long build shows what it is doing."""
+    sys.stderr.write(text)
+    sys.stderr.flush()
 
 
 def to_stage_logs(text: str) -> None:

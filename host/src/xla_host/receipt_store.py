@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from xla_host import filemode, receipt_signing, runner
+from xla_host import filemode, log, receipt_signing, runner
 from xla_host.errors import ExitCode, PipelineError, UsageError
 from xla_host.filemode import current_umask
 from xla_host.receipts import (
@@ -518,4 +518,4 @@ def send_written(upload: Upload | None, written: Path) -> None:
     """Upload the receipt a gate run wrote, when the run was given a store."""
     if upload is not None:
         signed = " (signed)" if upload.sign_key else ""
-        print(f"receipt: uploaded to {upload.send(written)}{signed}", flush=True)
+        log.result(f"receipt: uploaded to {upload.send(written)}{signed}")

@@ -406,8 +406,7 @@ def _run_teeing(
                 for line in out:
                     clean = redact(line)
                     tee.write(clean)
-                    sys.stderr.write(clean)
-                    sys.stderr.flush()
+                    log.passthrough(clean)
                 returncode = process.wait()
         finally:
             if timer is not None:

@@ -443,9 +443,10 @@ SETTINGS: tuple[Setting, ...] = (
     _s("gate", "per-child timeout; a hung child's process group is killed",
        flag="--child-timeout", kind="amount", low=1, high=7 * DAY_S, unit="seconds",
        default=600.0, metavar="SECONDS", commands=("gate", "bench-restart")),
+    # Its default, every check, is the gate's registry's (xla_host.gate.checks), which
+    # sets it and lists the checks in --help: the gate is a layer above this table.
     _s("gate", "the checks to run, comma-separated", flag="--checks", make="CHECKS",
-       commands=("gate",),
-       default="restart,spmd-restart,cache-key,same-numbers,key-probe,hbm,recompile-canary"),
+       commands=("gate",), default_text="every check, in the gate's order"),
     _s("gate", "the key-probe check's probes, comma-separated names of key_probes.toml, or "
        "'fast' for its fast subset (the control always runs)", flag="--key-probes",
        make="KEY_PROBES", metavar="NAMES", default_text="every probe", commands=("gate",)),
@@ -530,6 +531,8 @@ SETTINGS: tuple[Setting, ...] = (
        kind="words"),
     _s("development", "interpreter .venv is created with, Python 3.11 or newer",
        make="PYTHON_FOR_VENV", default_text="python3"),
+    _s("development", "the target make help shows in full: its variables with their defaults "
+       "and an example", make="TARGET", default_text="none: one line per target"),
 )  # fmt: skip
 
 _BY_FLAG = {s.flag: s for s in SETTINGS if s.flag}

@@ -270,9 +270,12 @@ def cmd_lock_check(args: argparse.Namespace) -> int:
     options = pipeline_options(args, os.environ)
     problems = check_lock(options.root, options.lock_path)
     if problems:
+        # Each problem starts with its bundle's name: the fix is the command for each.
+        named = dict.fromkeys(problem.partition(":")[0] for problem in problems)
+        commands = ", ".join(f"`make lock BUNDLE={name}`" for name in named)
         raise LockError(
             "wheels.lock does not match the bundles:\n  " + "\n  ".join(problems),
-            fix="review the change, then `make lock BUNDLE=<name>` for each bundle named",
+            fix=f"review the change, then {commands}",
         )
     print(f"wheels.lock matches all {len(available_bundles(options.root))} bundle(s)")
     return 0

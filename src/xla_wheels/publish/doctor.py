@@ -218,6 +218,19 @@ def check_environment(
     report: DoctorReport, env: Mapping[str, str], role: str | None = None,
     mountinfo: str | None = None,
 ) -> None:  # fmt: skip
+    """The runtime environment a training host needs: the device, the scalars setting, and
+    the persistent cache (set, reachable, and shared by one writer at most)."""
+    _check_device(report, env)
+    _check_scalars(report, env)
+    cache = _cache_path(report, env)
+    if cache is None:
+        return
+    path, read_only = cache
+    _check_cache_access(report, path, read_only)
+    _check_sharing(report, env, path, read_only, role, mountinfo)
+
+
+def _check_device(report: DoctorReport, env: Mapping[str, str]) -> None:
     device = env.get("PJRT_DEVICE")
     if not device:
         report.add("FAIL", "PJRT_DEVICE", "not set", "export PJRT_DEVICE=TPU")
@@ -228,6 +241,8 @@ def check_environment(
     else:
         report.add("ok", "PJRT_DEVICE", device)
 
+
+def _check_scalars(report: DoctorReport, env: Mapping[str, str]) -> None:
     scalars = env.get("XLA_NO_SPECIAL_SCALARS")
     if scalars == "1":
         report.add("ok", "XLA_NO_SPECIAL_SCALARS", "1")
@@ -239,6 +254,10 @@ def check_environment(
             "export XLA_NO_SPECIAL_SCALARS=1 (before python starts)",
         )
 
+
+def _cache_path(report: DoctorReport, env: Mapping[str, str]) -> tuple[Path, bool] | None:
+    """The persistent cache directory and whether this host only reads it; None (reported)
+    when there is none to check further."""
     read_only_raw = env.get("XLA_PERSISTENT_CACHE_READ_ONLY")
     read_only = read_only_raw == "1"
     if read_only_raw not in (None, "", "0", "1"):
@@ -256,7 +275,7 @@ def check_environment(
             "not set: every restart recompiles",
             "export XLA_PERSISTENT_CACHE_PATH=<directory> (the same on every host)",
         )
-        return
+        return None
     path = Path(cache).expanduser()
     if not path.is_absolute():
         report.add(
@@ -272,7 +291,11 @@ def check_environment(
             f"{path} does not exist or is not a " "directory",
             f"mkdir -p {path} (on the shared mount if several hosts share it)",
         )
-        return
+        return None
+    return path, read_only
+
+
+def _check_cache_access(report: DoctorReport, path: Path, read_only: bool) -> None:
     if read_only:
         usable = os.access(path, os.R_OK | os.X_OK)
         report.add(
@@ -296,6 +319,11 @@ def check_environment(
                 "export XLA_PERSISTENT_CACHE_READ_ONLY=1 if another host writes it",
             )
 
+
+def _check_sharing(
+    report: DoctorReport, env: Mapping[str, str], path: Path, read_only: bool,
+    role: str | None, mountinfo: str | None,
+) -> None:  # fmt: skip
     point, fstype = mount_of(path.resolve(), mountinfo)
     shared = fstype in SHARED_FS_TYPES
     host_role, why = role_of(role, env)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
+from xla_host.gate.checks import compare_rows
 from xla_host.gate.report import format_table
 from xla_host.receipts import Receipt, StoredReceipt, environment_difference, workload_difference
 
@@ -25,65 +25,6 @@ def latest_usable(receipts: list[StoredReceipt]) -> StoredReceipt | None:
     gates = [r for r in sealed if r.receipt.kind == "gate"]
     chosen = gates or sealed
     return chosen[-1] if chosen else None
-
-
-def _fig(check: str, key: str, fmt: str = "{}") -> Callable[[Receipt], str]:
-    def get(receipt: Receipt) -> str:
-        value = receipt.figure(check, key)
-        return "-" if value is None else fmt.format(value)
-
-    return get
-
-
-def _verdict(check: str) -> Callable[[Receipt], str]:
-    def get(receipt: Receipt) -> str:
-        found = receipt.check(check)
-        if found is None:
-            return "not run"
-        return {True: "PASS", False: "FAIL", None: "measured"}[found.passed]
-
-    return get
-
-
-def _warm_hits(receipt: Receipt) -> str:
-    runs: list[dict[str, Any]] = list(receipt.figure("restart", "runs") or [])
-    warm = [r for r in runs if str(r.get("name", "")).startswith(("warm", "read-only"))]
-    if not warm:
-        return "-"
-    return " ".join(f"{r.get('hits', '-')}h/{r.get('xla_compiles', '-')}c" for r in warm)
-
-
-def _memory(receipt: Receipt) -> dict[str, Any]:
-    memory = receipt.figure("restart", "memory")
-    return memory if isinstance(memory, dict) else {}
-
-
-def _host_peak(receipt: Receipt) -> str:
-    value = _memory(receipt).get("host_peak_rss_bytes")
-    return "-" if not isinstance(value, int) else f"{value / 1024**2:.0f} MiB"
-
-
-def _device_peak(receipt: Receipt) -> str:
-    value = _memory(receipt).get("device_peak_bytes")
-    if isinstance(value, dict):
-        return " ".join(f"{name} {int(peak) / 1024**2:.0f} MiB" for name, peak in value.items())
-    # "not reported: <why>" on CPU: the reason is in the receipt, the table says the fact.
-    return "not reported" if value else "-"
-
-
-def _phase(run: str, phase: str) -> Callable[[Receipt], str]:
-    def get(receipt: Receipt) -> str:
-        value = (receipt.figure("restart", "breakdown") or {}).get(run, {}).get(phase)
-        return "-" if value is None else f"{value:.3f}"
-
-    return get
-
-
-def _above_floor(receipt: Receipt) -> str:
-    floor = receipt.figure("restart", "load_floor") or {}
-    if floor.get("above_floor_s") is None:
-        return "-"
-    return f"{floor['above_floor_s']:.3f} (floor {floor['load_floor_s']:.3f})"
 
 
 def _workload(receipt: Receipt) -> str:
@@ -109,27 +50,8 @@ _ROWS: tuple[tuple[str, Callable[[Receipt], str]], ...] = (
     ("torch_xla", lambda r: str(r.versions.get("torch_xla"))),
     ("libtpu", lambda r: str(r.versions.get("libtpu") or r.versions.get("libtpu-nightly"))),
     ("jax / jaxlib", lambda r: f"{r.versions.get('jax')} / {r.versions.get('jaxlib')}"),
-    ("restart", _verdict("restart")),
-    ("cold ready s", _fig("restart", "cold_ready_s", "{:.3f}")),
-    ("warm ready s", _fig("restart", "warm_ready_s", "{:.3f}")),
-    ("warm/cold", _fig("restart", "warm_cold_ratio", "{:.3f}")),
-    ("cold misses", _fig("restart", "cold_misses")),
-    ("warm hits/compiles", _warm_hits),
-    ("peak host memory", _host_peak),
-    ("peak device memory", _device_peak),
-    ("cold compile s", _phase("cold", "compile")),
-    ("warm import s", _phase("warm", "import")),
-    ("warm setup s", _phase("warm", "setup")),
-    ("warm trace s", _phase("warm", "trace")),
-    ("warm hash+lookup s", _phase("warm", "hash_and_lookup")),
-    ("warm exe load s", _phase("warm", "executable_load")),
-    ("warm compile s", _phase("warm", "compile")),
-    ("warm 1st exec s", _phase("warm", "execute")),
-    ("warm above load floor s", _above_floor),
-    ("recompile canary", _verdict("recompile-canary")),
-    ("hbm", _verdict("hbm")),
-    ("HBM per chip", _fig("hbm", "hbm_per_chip")),
-    ("HBM used delta", _fig("hbm", "bytes_used_delta")),
+    # Then each check's own rows, in the gate's order (its registry).
+    *((row.label, row.value) for row in compare_rows()),
 )
 
 

@@ -77,7 +77,7 @@ def _store(place: ReceiptPlace, receipt: receipts.Receipt) -> Path:
     verdict = "for the locked wheels"
     if not receipt.wheels_match_lock:
         verdict = "NOT for the locked wheels of any bundle: it cannot be used to promote"
-    print(f"receipt: {path} ({verdict})")
+    log.result(f"receipt: {path} ({verdict})")
     return path
 
 

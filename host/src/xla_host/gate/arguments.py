@@ -51,6 +51,10 @@ def add_gate_arguments(gate: argparse.ArgumentParser) -> None:
     """The gate's own options (after :func:`add_child_arguments`), each a row of the
     settings table: both command lines (the builder's, the host's) take exactly these."""
     add_settings(gate, "gate", *GATE_FLAGS, *SLICE_FLAGS)
+    # Every check by default, and --help names them: both from the registry.
+    gate.set_defaults(checks=",".join(CHECKS))
+    action = next(a for a in gate._actions if "--checks" in a.option_strings)
+    action.help = f"{by_flag('--checks').help_with_default('gate')}: {action.default}"
 
 
 #: The gate's own flags, in the order its --help shows them.

@@ -35,7 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from xla_host import log
+from xla_host.gate import restart
 from xla_host.gate import workload as workloads
+from xla_host.gate.check import Declared, GateRun
 from xla_host.gate.children import ChildSpec, run_child, run_side_by_side, runtime_env
 from xla_host.gate.restart import same_losses, snapshot, summarize
 from xla_host.gate.result import CheckResult
@@ -361,3 +363,39 @@ def run_cache_checks(
     for result in results:
         result.duration_s = time.monotonic() - began
     return results
+
+
+# --- as the gate's registry lists them (xla_host.gate.checks) ---------------------------
+
+
+def _judge_alone(run: GateRun, names: tuple[str, ...]) -> list[CheckResult]:
+    return run_cache_checks(
+        run.target, run.runs_dir, run.scratch, checks=names, workload=run.config.workload,
+        timeout_s=run.timeout_s,
+    )  # fmt: skip
+
+
+def _judge_from_restart(
+    run: GateRun, names: tuple[str, ...], first: CheckResult
+) -> list[CheckResult]:
+    return run_cache_checks(
+        run.target, run.runs_dir, run.scratch, checks=names, workload=run.config.workload,
+        timeout_s=run.timeout_s, shared=shared_runs(first.runs, run.kept_cold_cache),
+    )  # fmt: skip
+
+
+def _shares_cold(run: GateRun) -> bool:
+    """The restart check's cold and first warm run are these checks' when they are the same
+    runs: one single-device writer (not on a slice's reader, whose cold run is read-only
+    and finds the writer's cache)."""
+    return not run.config.spmd and run.config.writers == 1 and run.role == "writer"
+
+
+CHECK = Declared(
+    names=NAMES,
+    child_runs=("train", "sharded"),
+    judge=_judge_alone,
+    shares=restart.NAME,
+    sharing=_shares_cold,
+    judge_from=_judge_from_restart,
+)

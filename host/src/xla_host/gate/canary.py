@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from xla_host import log
+from xla_host.gate.check import Declared, GateRun, verdict_row
 from xla_host.gate.children import run_child, runtime_env
 from xla_host.gate.result import CheckResult
 from xla_host.gate.target import Target
@@ -202,3 +203,16 @@ def run_canary_check(target: Target, runs_dir: Path, *, timeout_s: float = 600.0
     result.runs = [child.row()]
     result.duration_s = time.monotonic() - began
     return result
+
+
+def _judge(run: GateRun, names: tuple[str, ...]) -> list[CheckResult]:
+    return [run_canary_check(run.target, run.runs_dir, timeout_s=run.timeout_s)]
+
+
+#: As the gate's registry lists it (xla_host.gate.checks).
+CHECK = Declared(
+    names=(NAME,),
+    child_runs=("canary",),
+    judge=_judge,
+    compare_rows=(verdict_row("recompile canary", NAME),),
+)

@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from xla_host import log
+from xla_host.gate import restart
+from xla_host.gate.check import Declared, GateRun, figure_row, verdict_row
 from xla_host.gate.child_workload import DEFAULT_PROBE_BYTES
 from xla_host.gate.children import run_child, runtime_env
 from xla_host.gate.result import CheckResult, failed
@@ -185,3 +187,30 @@ def run_hbm_check(target: Target, runs_dir: Path, *, timeout_s: float = 600.0) -
     result.runs = [child.row()]
     result.duration_s = time.monotonic() - began
     return result
+
+
+# --- as the gate's registry lists it (xla_host.gate.checks) -----------------------------
+
+
+def _judge_alone(run: GateRun, names: tuple[str, ...]) -> list[CheckResult]:
+    return [run_hbm_check(run.target, run.runs_dir, timeout_s=run.timeout_s)]
+
+
+def _judge_from_spmd(run: GateRun, names: tuple[str, ...], spmd: CheckResult) -> list[CheckResult]:
+    return [judge_shared_run(spmd, run.target)]
+
+
+#: The queries need an SPMD runtime on every device: with the SPMD restart check, its
+#: first cold run makes them after its steps, one child fewer.
+CHECK = Declared(
+    names=(NAME,),
+    child_runs=("hbm",),
+    judge=_judge_alone,
+    shares=restart.SPMD_NAME,
+    judge_from=_judge_from_spmd,
+    compare_rows=(
+        verdict_row("hbm", NAME),
+        figure_row("HBM per chip", NAME, "hbm_per_chip"),
+        figure_row("HBM used delta", NAME, "bytes_used_delta"),
+    ),
+)

@@ -39,6 +39,7 @@ from typing import Any
 
 from xla_host import log
 from xla_host.errors import UsageError
+from xla_host.gate.check import Declared, GateRun
 from xla_host.gate.children import ChildSpec, run_child, run_side_by_side, runtime_env
 from xla_host.gate.errors import GateEnvironmentError
 from xla_host.gate.result import CheckResult
@@ -423,3 +424,16 @@ def with_docs_table(page: str, probes: Sequence[Probe]) -> str:
     if not begin or not end:
         raise ValueError(f"the page has no {TABLE_BEGIN} ... {TABLE_END} markers")
     return head + begin + "\n" + docs_table(probes) + end + tail
+
+
+def _judge(run: GateRun, names: tuple[str, ...]) -> list[CheckResult]:
+    return [
+        run_key_probe(
+            run.target, run.runs_dir, run.scratch, probes=run.config.key_probes,
+            timeout_s=run.timeout_s,
+        )
+    ]  # fmt: skip
+
+
+#: As the gate's registry lists it (xla_host.gate.checks): its children are its own script.
+CHECK = Declared(names=(NAME,), child_runs=(CHILD.name,), judge=_judge)

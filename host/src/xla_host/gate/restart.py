@@ -58,7 +58,10 @@ from typing import Any
 
 from xla_host import log
 from xla_host.gate import recalibration
+from xla_host.gate import slice as slices
 from xla_host.gate import workload as workloads
+from xla_host.gate.check import CompareRow, Declared, Figures, GateRun, figure_row, verdict_row
+from xla_host.gate.child_workload import DEFAULT_PROBE_BYTES
 from xla_host.gate.children import ChildResult, finish_child, run_child, runtime_env, start_child
 from xla_host.gate.errors import GateEnvironmentError
 from xla_host.gate.result import CheckResult
@@ -668,3 +671,134 @@ def _record_baseline(
     }
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     result.notes.append(f"baseline recorded in {path}")
+
+
+# --- the restart checks, as the gate's registry lists them (xla_host.gate.checks) -------
+
+
+def _joiner(member: slices.Slice | None) -> Join | None:
+    if member is None:
+        return None
+
+    def join(
+        phase: str, ok: bool, reason: str, told: Mapping[str, Any]
+    ) -> Mapping[int, Mapping[str, Any]]:
+        arrivals = member.join(phase, ok=ok, reason=reason, payload=told)
+        return {worker: arrival.payload for worker, arrival in arrivals.items()}
+
+    return join
+
+
+def _config_of(run: GateRun) -> RestartConfig:
+    config = run.config
+    return RestartConfig(
+        workload=config.workload,
+        warm_runs=config.warm_runs,
+        max_warm_ratio=config.max_warm_ratio,
+        baseline_tolerance=config.baseline_tolerance,
+        child_timeout_s=run.timeout_s,
+        spmd=config.spmd,
+        writers=config.writers,
+        cache_dir=config.xla_cache_dir,
+        baselines_dir=config.baselines_dir,
+        record_baseline=config.record_baseline,
+        cache_role=run.role,
+        join=_joiner(run.member),
+    )
+
+
+def _run_in_scratch(run: GateRun, config: RestartConfig) -> CheckResult:
+    check_scratch = run.scratch / config.name
+    check_scratch.mkdir()
+    return run_restart_check(run.target, config, run.runs_dir, check_scratch)
+
+
+def _judge_restart(run: GateRun, names: tuple[str, ...]) -> list[CheckResult]:
+    config = _config_of(run)
+    kept = run.kept_cold_cache
+    if run.guests or (run.pack_keep is not None and run.role == "writer"):
+        # Its cold run serves the cache checks (two children fewer), or the cache pack.
+        config = replace(config, keep_cold_cache=kept)
+    result = _run_in_scratch(run, config)
+    if run.pack_keep is not None and result.passed and kept.is_dir():
+        # Copied before the cache checks run on ``kept``: the pack holds the cold run's
+        # entries only.
+        shutil.copytree(kept, run.pack_keep / "cache")
+    return [result]
+
+
+def _judge_spmd(run: GateRun, names: tuple[str, ...]) -> list[CheckResult]:
+    config = spmd_config(_config_of(run))
+    if run.guests:
+        # The HBM queries need an SPMD runtime on every device: its first cold run makes
+        # them after its steps, one child fewer (``hbm.judge_shared_run``).
+        config = replace(config, hbm_probe_bytes=DEFAULT_PROBE_BYTES)
+    return [_run_in_scratch(run, config)]
+
+
+def _warm_hits(receipt: Figures) -> str:
+    runs: list[dict[str, Any]] = list(receipt.figure(NAME, "runs") or [])
+    warm = [r for r in runs if str(r.get("name", "")).startswith(("warm", "read-only"))]
+    if not warm:
+        return "-"
+    return " ".join(f"{r.get('hits', '-')}h/{r.get('xla_compiles', '-')}c" for r in warm)
+
+
+def _memory(receipt: Figures) -> dict[str, Any]:
+    memory = receipt.figure(NAME, "memory")
+    return memory if isinstance(memory, dict) else {}
+
+
+def _host_peak(receipt: Figures) -> str:
+    value = _memory(receipt).get("host_peak_rss_bytes")
+    return "-" if not isinstance(value, int) else f"{value / 1024**2:.0f} MiB"
+
+
+def _device_peak(receipt: Figures) -> str:
+    value = _memory(receipt).get("device_peak_bytes")
+    if isinstance(value, dict):
+        return " ".join(f"{name} {int(peak) / 1024**2:.0f} MiB" for name, peak in value.items())
+    # "not reported: <why>" on CPU: the reason is in the receipt, the table says the fact.
+    return "not reported" if value else "-"
+
+
+def _phase(label: str, run: str, phase: str) -> CompareRow:
+    def value(receipt: Figures) -> str:
+        found = (receipt.figure(NAME, "breakdown") or {}).get(run, {}).get(phase)
+        return "-" if found is None else f"{found:.3f}"
+
+    return CompareRow(label, value)
+
+
+def _above_floor(receipt: Figures) -> str:
+    floor = receipt.figure(NAME, "load_floor") or {}
+    if floor.get("above_floor_s") is None:
+        return "-"
+    return f"{floor['above_floor_s']:.3f} (floor {floor['load_floor_s']:.3f})"
+
+
+CHECK = Declared(
+    names=(NAME,),
+    child_runs=("train",),
+    judge=_judge_restart,
+    compare_rows=(
+        verdict_row("restart", NAME),
+        figure_row("cold ready s", NAME, "cold_ready_s", "{:.3f}"),
+        figure_row("warm ready s", NAME, "warm_ready_s", "{:.3f}"),
+        figure_row("warm/cold", NAME, "warm_cold_ratio", "{:.3f}"),
+        figure_row("cold misses", NAME, "cold_misses"),
+        CompareRow("warm hits/compiles", _warm_hits),
+        CompareRow("peak host memory", _host_peak),
+        CompareRow("peak device memory", _device_peak),
+        _phase("cold compile s", "cold", "compile"),
+        _phase("warm import s", "warm", "import"),
+        _phase("warm setup s", "warm", "setup"),
+        _phase("warm trace s", "warm", "trace"),
+        _phase("warm hash+lookup s", "warm", "hash_and_lookup"),
+        _phase("warm exe load s", "warm", "executable_load"),
+        _phase("warm compile s", "warm", "compile"),
+        _phase("warm 1st exec s", "warm", "execute"),
+        CompareRow("warm above load floor s", _above_floor),
+    ),
+)
+SPMD_CHECK = Declared(names=(SPMD_NAME,), child_runs=("train",), judge=_judge_spmd)

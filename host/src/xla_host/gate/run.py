@@ -12,72 +12,25 @@ import contextlib
 import shutil
 import socket
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from xla_host import log
 from xla_host import slice as leases
-from xla_host.gate import (
-    cachekeys,
-    canary,
-    hbm,
-    keyprobe,
-    restart,
-    under_profile,
-    upstream_tests,
-)
+from xla_host.gate import checks as registry
+from xla_host.gate import restart, under_profile, upstream_tests
 from xla_host.gate import slice as slices
+from xla_host.gate.check import GateConfig, GateRun
 from xla_host.gate.children import run_in_parallel
 from xla_host.gate.errors import GateEnvironmentError
 from xla_host.gate.report import write_reports
 from xla_host.gate.result import CheckResult
 from xla_host.gate.target import Target, resolve_target
-from xla_host.gate.workload import WorkloadSpec
 
-CHECKS = ("restart", restart.SPMD_NAME, *cachekeys.NAMES, keyprobe.NAME, "hbm", canary.NAME)
-
-
-@dataclass(frozen=True)
-class GateConfig:
-    """Everything one gate run needs, as ``xla-wheels gate`` parsed it."""
-
-    python: Path | Callable[[], Path]
-    """Interpreter of the environment to judge, or how to get one (the builder's cached
-    stock environment, built on first use): a failure there is reported like the probe's."""
-    device: str | None
-    checks: tuple[str, ...]
-    """A subset of :data:`CHECKS`, in their order."""
-    workload: WorkloadSpec
-    child_timeout_s: float
-    warm_runs: int
-    max_warm_ratio: float
-    baseline_tolerance: float
-    baselines_dir: Path
-    record_baseline: bool
-    spmd: bool
-    writers: int
-    xla_cache_dir: Path | None
-    keep_cache: bool
-    upstream_tests: Path | None
-    upstream_tests_revision: str | None
-    out_dir: Path
-    profile: under_profile.GateProfile | None
-    settings: Mapping[str, Any]
-    """The run's settings as report.json records them."""
-    slice: slices.SliceSpec | None = None
-    """This worker of a multi-host slice (None: one host, no slice)."""
-    key_probes: tuple[keyprobe.Probe, ...] = ()
-    """The key-probe check's probes (``--key-probes``; the control always among them)."""
-    pack_dir: Path | None = None
-    """``--pack``: the restart check's cold cache is kept for a cache pack
-    (:attr:`GateOutcome.cold_cache`), which the CLI writes after the receipt."""
-
-    @property
-    def runs_dir(self) -> Path:
-        """Where the children's logs go: beside the reports, so an error can name one."""
-        return self.out_dir / "runs"
+#: Every check's name, in the gate's order (the registry's).
+CHECKS = registry.CHECKS
 
 
 @dataclass(frozen=True)
@@ -231,91 +184,10 @@ def _judge(
         if config.upstream_tests is not None
         else None
     )
-    cache_checks = tuple(c for c in checks if c in cachekeys.NAMES)
-    # The restart check's cold and first warm run serve the cache checks too when they
-    # are the same runs (one single-device writer): two children fewer.
-    share_cold = bool(cache_checks) and "restart" in checks and not config.spmd
-    # Not on a slice's reader: its cold run is read-only, the cache it finds is the writer's.
-    share_cold = share_cold and config.writers == 1 and role == "writer"
-    kept = scratch / "restart-cold-cache"
-    # The HBM queries need an SPMD runtime on every device: the SPMD restart check's
-    # first cold run makes them after its steps, one child fewer.
-    share_spmd_cold = "hbm" in checks and restart.SPMD_NAME in checks
-
-    def restart_check(check: str) -> CheckResult:
-        restart_config = restart.RestartConfig(
-            workload=config.workload,
-            warm_runs=config.warm_runs,
-            max_warm_ratio=config.max_warm_ratio,
-            baseline_tolerance=config.baseline_tolerance,
-            child_timeout_s=timeout_s,
-            spmd=config.spmd,
-            writers=config.writers,
-            cache_dir=config.xla_cache_dir,
-            baselines_dir=config.baselines_dir,
-            record_baseline=config.record_baseline,
-            cache_role=role,
-            join=_joiner(member),
-        )
-        if check == restart.SPMD_NAME:
-            restart_config = restart.spmd_config(restart_config)
-            if share_spmd_cold:
-                restart_config = replace(restart_config, hbm_probe_bytes=hbm.PROBE_BYTES)
-        elif share_cold or (pack_keep is not None and role == "writer"):
-            restart_config = replace(restart_config, keep_cold_cache=kept)
-        check_scratch = scratch / check
-        check_scratch.mkdir()
-        result = restart.run_restart_check(target, restart_config, runs_dir, check_scratch)
-        if check == "restart" and pack_keep is not None and result.passed and kept.is_dir():
-            # Copied before the cache checks run on ``kept``: the pack holds the cold
-            # run's entries only.
-            shutil.copytree(kept, pack_keep / "cache")
-        return result
-
-    def cache_key_checks(shared: cachekeys.SharedRuns | None) -> list[CheckResult]:
-        return cachekeys.run_cache_checks(
-            target,
-            runs_dir,
-            scratch,
-            checks=cache_checks,
-            workload=config.workload,
-            timeout_s=timeout_s,
-            shared=shared,
-        )
-
-    def restart_then_cache_checks() -> list[CheckResult]:
-        first = restart_check("restart")
-        return [first, *cache_key_checks(cachekeys.shared_runs(first.runs, kept))]
-
-    def spmd_then_hbm() -> list[CheckResult]:
-        spmd = restart_check(restart.SPMD_NAME)
-        return [spmd, hbm.judge_shared_run(spmd, target)]
-
-    # Independent chains of children, composed first, then run: side by side on CPU
-    # (see side_by_side), one after the other on a TPU.
-    chains: list[Callable[[], list[CheckResult]]] = []
-    if "restart" in checks:
-        chains.append(
-            restart_then_cache_checks if share_cold else lambda: [restart_check("restart")]
-        )
-    if restart.SPMD_NAME in checks:
-        chains.append(
-            spmd_then_hbm if share_spmd_cold else lambda: [restart_check(restart.SPMD_NAME)]
-        )
-    if cache_checks and not share_cold:
-        chains.append(lambda: cache_key_checks(None))
-    if keyprobe.NAME in checks:
-        chains.append(
-            lambda: [
-                keyprobe.run_key_probe(
-                    target, runs_dir, scratch, probes=config.key_probes, timeout_s=timeout_s
-                )
-            ]
-        )
-    if canary.NAME in checks:
-        chains.append(lambda: [canary.run_canary_check(target, runs_dir, timeout_s=timeout_s)])
-    if "hbm" in checks and not share_spmd_cold:
-        chains.append(lambda: [hbm.run_hbm_check(target, runs_dir, timeout_s=timeout_s)])
+    # Independent chains of children, composed from the registry first, then run: side by
+    # side on CPU (see side_by_side), one after the other on a TPU.
+    run = GateRun(config, target, role, scratch, member, pack_keep)
+    chains = registry.chains(run, checks)
     parallel = side_by_side(config, target)
     if len(chains) > 1:
         how = "side by side" if parallel else "one after the other"
@@ -355,19 +227,6 @@ def _judge(
 
 #: The row worker 0 adds: the other workers' verdicts (the slice passes when all do).
 SLICE_NAME = "slice"
-
-
-def _joiner(member: slices.Slice | None) -> restart.Join | None:
-    if member is None:
-        return None
-
-    def join(
-        phase: str, ok: bool, reason: str, told: Mapping[str, Any]
-    ) -> Mapping[int, Mapping[str, Any]]:
-        arrivals = member.join(phase, ok=ok, reason=reason, payload=told)
-        return {worker: arrival.payload for worker, arrival in arrivals.items()}
-
-    return join
 
 
 def _merge_slice(
