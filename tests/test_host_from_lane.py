@@ -80,7 +80,7 @@ class Host:
         """The host's command line, as a host runs it: nothing of the checkout anywhere."""
         home = home or self.home
         command = (
-            [str(self.python.parent / "xla-wheels"), *args]
+            [str(self.python.parent / "xla-host"), *args]
             if script
             else [str(self.python), "-I", "-m", "xla_host", *args]
         )
@@ -178,14 +178,15 @@ def test_a_host_installs_from_the_lane_by_hash_and_runs_doctor_without_a_checkou
     assert "ok   files torch-xla" in over_http.stdout
     fetched = sorted(p.name for p in (fresh / ".cache" / "xla-wheels" / "lane-wheels").iterdir())
     assert fetched == sorted(p.name for p in host.lane.glob("torch*.whl"))
-    # The one `xla-wheels` command is the host's where only the host wheel is installed,
-    # and it refuses a builder command with a fix instead of a traceback.
+    # The host's command is `xla-host`; a builder command is refused, naming the builder's
+    # command line, instead of a traceback. The host wheel installs no `xla-wheels`.
     script = host.run("gate", "--help", script=True)
     assert script.returncode == 0 and "--bundle-sha256" in script.stdout, script.stderr
     refused = host.run("wheels", "--bundle", BUNDLE, script=True)
     assert refused.returncode == ExitCode.BAD_INPUT
-    assert "builder side, which is not installed here" in refused.stderr
+    assert "it is the builder's `xla-wheels wheels`" in refused.stderr, refused.stderr
     assert "Traceback" not in refused.stderr
+    assert not (host.python.parent / "xla-wheels").exists()
 
 
 @pytest.mark.slow
@@ -325,19 +326,57 @@ def test_promotion_takes_a_host_receipt_only_under_a_document_the_checkout_publi
 
 @pytest.mark.slow  # waits out its two-second timeout on purpose
 def test_a_lane_that_does_not_answer_ends_the_command_within_its_timeout(tmp_path: Path) -> None:
+    # The one network client's policy, from the settings rows: XLA_WHEELS_NET_TIMEOUT and
+    # XLA_WHEELS_NET_RETRIES are honoured on a host as in the builder.
     with silent_server() as server:
         started = time.monotonic()
         result = subprocess.run(
             [sys.executable, "-m", "xla_host", "doctor", "--lane", f"{server.base}/lane/",
-             "--bundle", "b1", "--net-timeout", "2"],
-            env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(HOST_SRC)},
+             "--bundle", "b1"],
+            env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(HOST_SRC),
+                 "XLA_WHEELS_NET_TIMEOUT": "2", "XLA_WHEELS_NET_RETRIES": "0"},
             capture_output=True, text=True, timeout=120, check=False,
         )  # fmt: skip
         took = time.monotonic() - started
     assert result.returncode == ExitCode.TIMED_OUT, result.stderr
-    assert f"{server.base}/lane/bundles/index.html: no answer within 2 s" in result.stderr
+    assert (
+        f"GET {server.base}/lane/bundles/index.html: 127.0.0.1:{server.base.rsplit(':', 1)[1]} "
+        "did not answer within 2s (1 attempt)" in result.stderr
+    ), result.stderr
     # The bound is the timeout (plus the interpreter's start), not a multiple of it.
     assert "Traceback" not in result.stderr and took < 15, took
+
+
+def test_the_hosts_network_flags_are_the_settings_rows(tmp_path: Path) -> None:
+    from xla_host.settings import by_flag
+
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(HOST_SRC)}
+
+    def doctor(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        # A document file that does not exist: a run past the flags ends there, at once.
+        return subprocess.run(
+            [sys.executable, "-m", "xla_host", "doctor", "--bundle-document",
+             str(tmp_path / "none.json"), "--bundle-sha256", "0" * 64, *args],
+            env={**env, **extra}, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+
+    # The builder's range (up to a day), not one of the host's own.
+    high = by_flag("--net-timeout").high
+    assert high is not None and high >= 7200
+    past_the_flags = doctor("--net-timeout", "7200", "--net-retries", "0")
+    assert past_the_flags.returncode == ExitCode.BAD_INPUT
+    assert "none.json does not exist" in past_the_flags.stderr, past_the_flags.stderr
+    too_long = doctor("--net-timeout", f"{high + 1:g}")
+    assert too_long.returncode == ExitCode.BAD_INPUT and "--net-timeout" in too_long.stderr
+    bad_variable = doctor(XLA_WHEELS_NET_TIMEOUT="soon")
+    assert bad_variable.returncode == ExitCode.BAD_INPUT
+    assert "XLA_WHEELS_NET_TIMEOUT='soon'" in bad_variable.stderr, bad_variable.stderr
+    assert "fix: set XLA_WHEELS_NET_TIMEOUT to e.g. 60" in bad_variable.stderr
+    shown = subprocess.run(
+        [sys.executable, "-m", "xla_host", "gate", "--help"], env=env, capture_output=True,
+        text=True, timeout=120, check=False,
+    ).stdout  # fmt: skip
+    assert "$XLA_WHEELS_NET_TIMEOUT" in shown and "--net-retries" in shown
 
 
 @pytest.mark.slow
@@ -431,15 +470,33 @@ def test_a_lane_on_a_package_index_gets_the_host_wheel_and_hands_out_the_documen
         stop(process)
 
 
-def test_the_one_xla_wheels_command_is_the_builders_where_the_builder_is_installed() -> None:
-    # The host distribution owns the script; the builder registered its command line under
-    # the entry-point group the host's main hands every command to.
-    script = Path(sys.executable).parent / "xla-wheels"
-    if not script.exists():
+def test_xla_host_is_the_hosts_command_and_xla_wheels_the_builders_where_both_are_installed(
+) -> None:
+    # The project's venv has both distributions: each script keeps its one meaning, so the
+    # runbook's host command works here as on a host (`--bundle-sha256` is the host's).
+    scripts = Path(sys.executable).parent
+    if not (scripts / "xla-host").exists():
         pytest.skip("the project is not installed into this interpreter's environment")
-    result = subprocess.run(
-        [str(script), "lock-check", "--help"], capture_output=True, text=True, timeout=120,
+    host = subprocess.run(
+        [str(scripts / "xla-host"), "doctor", "--help"], capture_output=True, text=True,
+        timeout=120, check=False,
+    )  # fmt: skip
+    assert host.returncode == 0, host.stderr
+    assert "usage: xla-host doctor" in host.stdout and "--bundle-sha256" in host.stdout
+    module = subprocess.run(
+        [sys.executable, "-m", "xla_host", "doctor", "--help"], capture_output=True, text=True,
+        timeout=120, check=False,
+    )  # fmt: skip
+    assert module.stdout == host.stdout
+    builder = subprocess.run(
+        [str(scripts / "xla-wheels"), "lock-check", "--help"], capture_output=True, text=True,
+        timeout=120, check=False,
+    )  # fmt: skip
+    assert builder.returncode == 0, builder.stderr
+    assert "usage: xla-wheels lock-check" in builder.stdout
+    refused = subprocess.run(
+        [str(scripts / "xla-host"), "lock-check"], capture_output=True, text=True, timeout=120,
         check=False,
     )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    assert "usage: xla-wheels lock-check" in result.stdout
+    assert refused.returncode == ExitCode.BAD_INPUT
+    assert "fix: run `xla-wheels lock-check ...` in the project's checkout" in refused.stderr

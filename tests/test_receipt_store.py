@@ -33,6 +33,7 @@ from tests.publish_support import (
 from xla_host import receipt_store, receipts
 from xla_host.errors import ExitCode, UsageError
 from xla_host.installed import WheelMatch
+from xla_host.net import NetworkPolicy
 from xla_host.wheel_filename import parse_wheel_name
 from xla_wheels.cli import main
 from xla_wheels.release import lanes, promote
@@ -151,11 +152,17 @@ def test_a_wrong_password_is_named_and_never_shown(
 def test_a_store_that_does_not_answer_ends_with_exit_8(tmp_path: Path) -> None:
     from tests.servers import free_port
 
-    store = receipt_store.store_for(f"http://127.0.0.1:{free_port()}/receipts/")
+    # The one network client's policy: a refused connection is tried again, then named.
+    network = NetworkPolicy(retries=1, backoff_s=0.1)
+    password = "pw-" + secrets.token_hex(4)
+    url = f"http://127.0.0.1:{free_port()}/receipts/"
+    store = receipt_store.WebDavStore(url, USER, password, network)
     with pytest.raises(receipt_store.StoreTimedOut) as raised:
         store.list(BUNDLE)
     assert raised.value.exit_code == ExitCode.TIMED_OUT
-    assert "cannot reach the receipt store" in raised.value.message
+    assert "the receipt store refused the connection" in raised.value.message
+    assert "(2 attempt(s))" in raised.value.message
+    assert password not in str(raised.value)
 
 
 @pytest.mark.slow
@@ -386,9 +393,10 @@ def test_the_gate_sends_its_written_receipt_home_signed(
     from tests.servers import free_port
 
     down_url = f"http://127.0.0.1:{free_port()}/r/"
+    quick = NetworkPolicy(retries=0)
     with pytest.raises(receipt_store.StoreTimedOut):
-        receipt_store.Upload.checked(down_url, None, BUNDLE)  # before a gate run
-    down = receipt_store.Upload(down_url, None)  # one that went down during the run
+        receipt_store.Upload.checked(down_url, None, BUNDLE, network=quick)  # before a gate run
+    down = receipt_store.Upload(down_url, None, quick)  # one that went down during the run
     with pytest.raises(receipt_store.StoreTimedOut) as raised:
         down.send(written)
     assert f"(the receipt is kept at {written})" in raised.value.message
@@ -459,7 +467,10 @@ def test_status_shows_store_receipts_and_names_a_store_that_does_not_answer(
         lanes_toml.write(f'\n[lanes.offline]\npath = "dist/lanes/offline"\nreceipts = "{down}"\n')
     assert main(["status", "--root", str(project), "--net-retries", "0"]) == 1
     out = capsys.readouterr().out
-    assert f"UNREAD: receipt store {down}: PROPFIND {down}{BUNDLE}/: cannot reach" in out
+    assert (
+        f"UNREAD: receipt store {down}: PROPFIND {down}{BUNDLE}/: the receipt store refused the "
+        "connection" in out
+    )
     assert "promotion into staging: would be admitted" in out  # the rest is still judged
 
 

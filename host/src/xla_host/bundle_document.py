@@ -3,7 +3,7 @@
 This module owns the format. The builder composes it (``xla_wheels.release.host_document``
 from the manifest, ``wheels.lock`` and ``build/lanes.toml``) and publishes it beside the
 wheels; a host that has never seen the repository fetches it, checks its sha256 and judges
-its environment against it (``xla-wheels doctor|gate --lane ... --bundle ...``).
+its environment against it (``xla-host doctor|gate --lane ... --bundle ...``).
 
 One JSON object, canonical (sorted keys, no spaces, UTF-8, a final newline), keys::
 
@@ -34,21 +34,30 @@ from __future__ import annotations
 
 import hashlib
 import html
-import http.client
 import json
 import re
 import urllib.error
 import urllib.parse
-import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from xla_host.cache_contract import directory_name
-from xla_host.errors import ExitCode, PipelineError, UsageError
+from xla_host.errors import PipelineError, UsageError
 from xla_host.filemode import file_sha256
 from xla_host.launch_profile import LaunchProfile
+from xla_host.net import (
+    ANSWER_BYTES_ALLOWANCE,
+    DEFAULT_NETWORK,
+    NetworkPolicy,
+    Transient,
+    host_of,
+    read_url,
+    settings_fix,
+    with_retries,
+)
+from xla_host.redact import shown
 from xla_host.tables import MAX_FILE_BYTES, Field, Table, loads_json, read_regular
 from xla_host.values import NAME_PATTERN
 from xla_host.wheel_filename import normalize, parse_wheel_name
@@ -56,20 +65,12 @@ from xla_host.wheel_filename import normalize, parse_wheel_name
 FORMAT = "1"
 DIRNAME = "bundles"
 INDEX_PAGE = "index.html"
-#: Each network read of the document or its index page ends within this many seconds.
-FETCH_TIMEOUT_S = 60.0
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class DocumentError(UsageError):
     """A bundle document that is malformed, of an unknown format, or not the one the hash
     says: the host cannot judge against it (exit 2)."""
-
-
-class DocumentTimedOut(PipelineError):
-    """The lane did not answer within :data:`FETCH_TIMEOUT_S` (exit 8)."""
-
-    exit_code = ExitCode.TIMED_OUT
 
 
 @dataclass(frozen=True)
@@ -329,11 +330,11 @@ def _simple_url(lane: str) -> str:
     return base + "/simple/"
 
 
-def _wheel_url(simple: str, wheel: LockedFile, timeout_s: float) -> str:
+def _wheel_url(simple: str, wheel: LockedFile, network: NetworkPolicy) -> str:
     """Where the index serves ``wheel``: the link of that name on its project page (a
     static lane, pypiserver and devpi each keep their files somewhere else)."""
     page_url = urllib.parse.urljoin(simple, f"{wheel.project}/")
-    page = _get(page_url, timeout_s).decode("utf-8", "replace")
+    page = _get(page_url, network).decode("utf-8", "replace")
     for href in re.findall(r'href="([^"]+)"', page):
         target = urllib.parse.urljoin(page_url, html.unescape(href)).split("#", 1)[0]
         name = urllib.parse.unquote(urllib.parse.urlparse(target).path.rsplit("/", 1)[-1])
@@ -346,36 +347,58 @@ def _wheel_url(simple: str, wheel: LockedFile, timeout_s: float) -> str:
     )
 
 
-def _get(url: str, timeout_s: float) -> bytes:
-    """One bounded GET (standard library only: the host side adds no packages)."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
-            raw: bytes = response.read(MAX_FILE_BYTES + 1)
-    except TimeoutError:
-        raise DocumentTimedOut(
-            f"{url}: no answer within {timeout_s:g} s",
-            fix="check the lane's address and the network, then run the command again",
-        ) from None
-    except urllib.error.HTTPError as error:
-        raise DocumentError(
-            f"{url}: the lane answered {error.code} {error.reason}",
-            fix="check --lane and --bundle: the bundle must have been published into the lane "
-            "(a lane on a package index serves no document: pass --bundle-document FILE "
-            "--bundle-sha256 HEX, as publish printed them)",
-        ) from None
-    except (urllib.error.URLError, OSError) as error:
-        reason = getattr(error, "reason", error)
-        if isinstance(reason, TimeoutError):
-            raise DocumentTimedOut(
-                f"{url}: no answer within {timeout_s:g} s",
-                fix="check the lane's address and the network, then run the command again",
-            ) from None
-        raise DocumentError(
-            f"{url}: cannot read it ({reason})",
-            fix="check --lane (the lane's directory or the URL serving it) and the network",
-        ) from None
+_TIMEOUT_FIX = "check the lane's address and the network, then run the command again"
+
+
+def _lane_fault(url: str, what: str) -> PipelineError:
+    return DocumentError(
+        f"{shown(url)}: {what}",
+        fix="check --lane and --bundle: the bundle must have been published into the lane "
+        "(a lane on a package index serves no document: pass --bundle-document FILE "
+        "--bundle-sha256 HEX, as publish printed them)",
+    )
+
+
+def _fetched(
+    url: str, network: NetworkPolicy, *, size: int | None = None,
+    sink: Callable[[], Callable[[bytes], object]] | None = None,
+) -> bytes:  # fmt: skip
+    """One GET through the one network client (:mod:`xla_host.net`): the idle timeout and
+    the whole-transfer deadline of ``network``, transient faults tried again, the URL's
+    credentials never shown. No answer in time is exit 8; a 4xx, or a fault that outlasts
+    the retries, is a :class:`DocumentError` naming the URL. ``sink``: each attempt streams
+    into what it returns (a fresh start: an attempt after a cut-off one begins at byte 0)
+    instead of into memory; ``size``: the bytes expected, for the deadline."""
+
+    def attempt(limit: float) -> bytes:
+        write = sink() if sink is not None else None
+        try:
+            return read_url(url, limit_s=limit, idle_s=network.timeout_s, write=write)
+        except urllib.error.HTTPError as error:
+            raise _lane_fault(url, f"the lane answered {error.code} {error.reason}") from None
+        except Transient:
+            raise
+        except OSError as error:  # TLS, an unknown host, not HTTP: retrying cannot help
+            reason = getattr(error, "reason", error)
+            raise _lane_fault(url, f"cannot read it ({reason})") from None
+
+    def give_up(fault: Transient, attempts: int) -> PipelineError:
+        return _lane_fault(url, f"{host_of(url)} {fault.what_happened} ({attempts} attempt(s))")
+
+    return with_retries(
+        f"GET {shown(url)}", host_of(url), attempt, give_up=give_up,
+        timeout_fix=f"{_TIMEOUT_FIX} (or give it longer: {settings_fix()})",
+        limit_s=network.transfer_limit(ANSWER_BYTES_ALLOWANCE if size is None else size),
+        network=network,
+    )  # fmt: skip
+
+
+def _get(url: str, network: NetworkPolicy) -> bytes:
+    """A page or document of the lane (standard library only: the host side adds no
+    packages), refused when larger than any document."""
+    raw = _fetched(url, network)
     if len(raw) > MAX_FILE_BYTES:
-        raise DocumentError(f"{url}: larger than {MAX_FILE_BYTES} bytes", fix=_FIX)
+        raise DocumentError(f"{shown(url)}: larger than {MAX_FILE_BYTES} bytes", fix=_FIX)
     return raw
 
 
@@ -392,8 +415,9 @@ def _read(path: Path) -> bytes:
 
 
 def fetch(
-    lane: str, bundle: str, *, sha256: str | None = None, timeout_s: float = FETCH_TIMEOUT_S
-) -> tuple[BundleDocument, str]:
+    lane: str, bundle: str, *, sha256: str | None = None,
+    network: NetworkPolicy = DEFAULT_NETWORK,
+) -> tuple[BundleDocument, str]:  # fmt: skip
     """``bundle``'s document from ``lane``, verified: (document, its sha256).
 
     The sha256 must be ``sha256`` when given, and the one the lane's index lists when it
@@ -401,9 +425,10 @@ def fetch(
     """
     url_base, directory = _lane_base(lane)
     if url_base is not None:
-        page = _get(urllib.parse.urljoin(url_base, f"{DIRNAME}/{INDEX_PAGE}"), timeout_s)
+        page = _get(urllib.parse.urljoin(url_base, f"{DIRNAME}/{INDEX_PAGE}"), network)
         where = urllib.parse.urljoin(url_base, f"{DIRNAME}/{urllib.parse.quote(bundle)}.json")
-        raw = _get(where, timeout_s)
+        raw = _get(where, network)
+        where = shown(where)
     else:
         assert directory is not None
         index = directory / DIRNAME / INDEX_PAGE
@@ -459,7 +484,7 @@ def wheel_files(
     wheels: tuple[LockedFile, ...],
     directory: Path,
     *,
-    timeout_s: float = FETCH_TIMEOUT_S,
+    network: NetworkPolicy = DEFAULT_NETWORK,
 ) -> Path:
     """``directory`` holding each of ``wheels`` with the document's sha256: those already
     there are kept, the rest fetched from ``lane`` (next to its ``simple/`` index) and kept
@@ -477,42 +502,42 @@ def wheel_files(
             continue
         url_base, lane_dir = _lane_base(lane)
         if url_base is not None:
-            where = _wheel_url(_simple_url(lane), wheel, timeout_s)
+            where = _wheel_url(_simple_url(lane), wheel, network)
         else:
             assert lane_dir is not None
             where = (lane_dir / wheel.name).as_uri()
-        _download(where, target, wheel.sha256, timeout_s)
+        _download(where, target, wheel, network)
     return directory
 
 
-def _download(url: str, target: Path, sha256: str, timeout_s: float) -> None:
+def _download(url: str, target: Path, wheel: LockedFile, network: NetworkPolicy) -> None:
     """Stream ``url`` into ``target`` (a wheel may be hundreds of MB), kept only when its
-    sha256 is ``sha256``; whatever happens, no partial file is left. Each read waits at
-    most ``timeout_s``."""
-    hasher = hashlib.sha256()
+    sha256 is the document's; whatever happens, no partial file is left. Each read waits
+    at most the idle timeout, the whole file its size at the slowest allowed rate."""
     partial = target.with_name(f".{target.name}.part")
+    hashers: list[Any] = []
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response, partial.open("wb") as out:
-            for block in iter(lambda: response.read(1 << 20), b""):
-                hasher.update(block)
-                out.write(block)
-        if hasher.hexdigest() != sha256:
+        with partial.open("wb") as out:
+
+            def fresh() -> Callable[[bytes], object]:
+                out.seek(0)
+                out.truncate()
+                hasher = hashlib.sha256()
+                hashers[:] = [hasher]
+
+                def write(block: bytes) -> None:
+                    hasher.update(block)
+                    out.write(block)
+
+                return write
+
+            _fetched(url, network, size=wheel.size or 0, sink=fresh)
+        digest = hashers[0].hexdigest()
+        if digest != wheel.sha256:
             raise DocumentError(
-                f"{url}: sha256 {hasher.hexdigest()}, the bundle document has {sha256}",
+                f"{shown(url)}: sha256 {digest}, the bundle document has {wheel.sha256}",
                 fix="the lane does not serve the locked file: report it to the lane's owners",
             )
         partial.replace(target)
-    except TimeoutError:
-        raise DocumentTimedOut(
-            f"{url}: no answer within {timeout_s:g} s",
-            fix="check the lane's address and the network, then run the command again",
-        ) from None
-    except (urllib.error.URLError, ConnectionError, http.client.HTTPException) as error:
-        # Not a local write's OSError (a full disk): that one reaches the CLI edge as is.
-        raise DocumentError(
-            f"{url}: cannot read the wheel ({getattr(error, 'reason', error)})",
-            fix="the lane does not hold a wheel its document lists: publish the bundle into "
-            "the lane again (make publish-lane)",
-        ) from None
     finally:
         partial.unlink(missing_ok=True)

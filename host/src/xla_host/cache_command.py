@@ -1,4 +1,4 @@
-"""``xla-wheels cache fetch``: install a signed cache pack, so a new host starts warm.
+"""``xla-host cache fetch``: install a signed cache pack, so a new host starts warm.
 
 Both command lines take it (the host's ``xla_host.cli`` and the builder's
 ``xla_wheels.cli``) from :func:`add_arguments`. Exit 0 installed (or every entry already
@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from xla_host import cache_pack, log
+from xla_host import cache_pack, log, net
 from xla_host.errors import UsageError
 from xla_host.host_probe import probe
 
@@ -23,7 +23,7 @@ HELP = (
     "entry's sha256, bundle/device/topology/torch_xla of this host; all or nothing)"
 )
 EXAMPLE = (
-    "xla-wheels cache fetch --pack https://lanes.corp/packs/<pack>.xlapack.tar "
+    "xla-host cache fetch --pack https://lanes.corp/packs/<pack>.xlapack.tar "
     "--into /mnt/xla-cache --key lane-key.pub.pem --bundle v6e-2.11"
 )
 _TRUE = ("1", "true", "yes", "on")
@@ -87,13 +87,7 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
         help="this host's role on the cache; a reader writes nothing (default: reader when "
         "XLA_PERSISTENT_CACHE_READ_ONLY is set, else writer)",
     )
-    fetch.add_argument(
-        "--net-timeout",
-        type=float,
-        default=cache_pack.FETCH_TIMEOUT_S,
-        metavar="SECONDS",
-        help="each read of the pack's URL waits at most this long",
-    )
+    net.add_network_arguments(fetch)  # the settings rows' flags, as every network step's
     fetch.set_defaults(handler=run_fetch)
 
 
@@ -142,7 +136,9 @@ def run_fetch(args: argparse.Namespace) -> int:
     keys = [cache_pack.read_public_key(path) for path in args.key]
     host = host_facts(args)
     with log.section(f"cache pack {args.pack} into {args.into}"):
-        done = cache_pack.install(args.pack, args.into, keys, host, timeout_s=args.net_timeout)
+        done = cache_pack.install(
+            args.pack, args.into, keys, host, network=net.policy_from(args, os.environ)
+        )
     manifest = done.manifest
     print(
         f"cache pack installed into {args.into}: {len(done.installed)} entr(ies) written, "

@@ -15,7 +15,7 @@ is for). Written from this table, never by hand:
   any subcommand runs (``cli.settings.check_environment``);
 - the flags of the common and network groups with their defaults in ``--help``
   (``cli.arguments.add_common_arguments``), and the documented defaults of
-  :class:`xla_wheels.options.NetworkPolicy`;
+  :class:`xla_host.net.NetworkPolicy`;
 - the remote-cache reader's variable names (``builder.remote_cache``);
 - ``make-variables.mk`` next to this module, which the Makefile includes: the one
   mapping make variable -> flag (``MAKE_VARIABLES``) and each group's flags

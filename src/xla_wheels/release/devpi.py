@@ -23,9 +23,17 @@ import urllib.error
 from collections.abc import Sequence
 
 from xla_host import log
+from xla_host.net import (
+    TIMEOUT_SETTING,
+    NetworkPolicy,
+    Transient,
+    attempts_text,
+    host_of,
+    read_url,
+    with_retries,
+)
 from xla_host.redact import scrub
 from xla_host.wheel_filename import parse_wheel_name
-from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish.errors import (
     CredentialsRejected,
     HashMismatch,
@@ -42,14 +50,6 @@ from xla_wheels.publish.index import (
 )
 from xla_wheels.publish.upload import Outcome
 from xla_wheels.release.lanes import Lane
-from xla_wheels.retrying import (
-    TIMEOUT_SETTING,
-    Transient,
-    attempts_text,
-    host_of,
-    read_url,
-    with_retries,
-)
 from xla_wheels.wheels_lock import WheelRecord
 
 _UNREACHABLE_FIX = (
