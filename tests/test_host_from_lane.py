@@ -28,6 +28,7 @@ from tests.clirunner import run_cli
 from tests.network_faults_support import silent_server
 from tests.publish_support import (
     BUNDLE,
+    XLA_VERSION,
     FakeWheels,
     fake_wheels,  # noqa: F401 - fixture
     host_venv,
@@ -37,6 +38,7 @@ from tests.publish_support import (
 from tests.servers import answers_http, free_port, start, stop
 from xla_host import bundle_document as doc
 from xla_host import receipts
+from xla_host.cache_contract import directory_name
 from xla_host.errors import ExitCode
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -75,20 +77,40 @@ class Host:
     publish_output: str
 
     def run(
-        self, *args: str, script: bool = False, home: Path | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        """The host's command line, as a host runs it: nothing of the checkout anywhere."""
+        self, *args: str, script: bool = False, home: Path | None = None,
+        runtime: dict[str, str] | None = None,
+    ) -> subprocess.CompletedProcess[str]:  # fmt: skip
+        """The host's command line, as a host runs it: nothing of the checkout anywhere, in
+        the launch environment the runtime contract asks for (``runtime``: another)."""
         home = home or self.home
         command = (
             [str(self.python.parent / "xla-host"), *args]
             if script
             else [str(self.python), "-I", "-m", "xla_host", *args]
         )
-        env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "PJRT_DEVICE": "CPU"}
+        launch = contract_environment(home) if runtime is None else runtime
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(home), **launch}
         return subprocess.run(
             command, cwd=home, env=env, capture_output=True, text=True, timeout=300,
             check=False,
         )  # fmt: skip
+
+
+#: The stand-in torch_xla's cache directory, as the cache contract names it (no libtpu).
+CACHE_DIRECTORY = directory_name(BUNDLE, XLA_VERSION, None)
+
+
+def contract_environment(home: Path) -> dict[str, str]:
+    """The runtime contract's launch environment for the stand-in bundle (a TPU bundle:
+    doctor reads no torch_xla, so PJRT_DEVICE=TPU is judged, never used, on this CPU host),
+    its cache directory made under ``home``."""
+    cache = home / "xla-cache" / CACHE_DIRECTORY
+    cache.mkdir(parents=True, exist_ok=True)
+    return {
+        "PJRT_DEVICE": "TPU",
+        "XLA_NO_SPECIAL_SCALARS": "1",
+        "XLA_PERSISTENT_CACHE_PATH": str(cache),
+    }
 
 
 def _publish_lane(tmp_path: Path, wheels: FakeWheels, host_wheel: Path) -> tuple[Path, str]:
@@ -147,13 +169,12 @@ def test_a_host_installs_from_the_lane_by_hash_and_runs_doctor_without_a_checkou
 
     doctor = host.run("doctor", "--lane", str(host.lane), "--bundle", BUNDLE)
     assert f"document sha256:{digest}" in doctor.stdout, doctor.stdout + doctor.stderr
-    for line in ("ok   torch-xla", "ok   torch ", "ok   files torch-xla", "ok   files torch "):
+    for line in ("ok   torch-xla", "ok   torch ", "ok   files torch-xla", "ok   files torch ",
+                 "ok   PJRT_DEVICE", "ok   XLA_NO_SPECIAL_SCALARS", "ok   cache path build"):
         assert line in doctor.stdout, doctor.stdout
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
     # The cache contract, from the document's bundle and the installed build alone.
-    assert f"cache path recommended  /mnt/xla-cache/xla_cache_{BUNDLE}_txla2.9.0+gitc04e61c" in (
-        doctor.stdout
-    )
+    assert f"xla_cache_{BUNDLE}_txla2.9.0+gitc04e61c names this build" in doctor.stdout
     # The same lane behind a web server on loopback: the document and its index page over
     # HTTP, the wheel files the comparison needs fetched by hash into a cache of the host.
     port = free_port()
@@ -187,6 +208,58 @@ def test_a_host_installs_from_the_lane_by_hash_and_runs_doctor_without_a_checkou
     assert "it is the builder's `xla-wheels wheels`" in refused.stderr, refused.stderr
     assert "Traceback" not in refused.stderr
     assert not (host.python.parent / "xla-wheels").exists()
+
+
+def _unwritable_directory(tmp_path: Path) -> Path:
+    """A directory this user cannot create a file in: read-only by its mode, or for root
+    (whom no mode stops) a directory of sysfs."""
+    if os.geteuid() == 0:
+        return Path("/sys/kernel")
+    directory = tmp_path / "read-only-cache"
+    directory.mkdir()
+    directory.chmod(0o555)
+    return directory
+
+
+@pytest.mark.slow
+def test_the_host_doctor_judges_the_runtime_contract_and_writes_the_audit_stamp(
+    host: Host, tmp_path: Path
+) -> None:
+    args = ("doctor", "--lane", str(host.lane), "--bundle", BUNDLE)
+    # Nothing set: the checks the builder's doctor makes, made here from the document.
+    bare = host.run(*args, runtime={})
+    assert bare.returncode == ExitCode.FAILED, bare.stdout + bare.stderr
+    for line in ("FAIL PJRT_DEVICE", "FAIL XLA_NO_SPECIAL_SCALARS",
+                 "FAIL XLA_PERSISTENT_CACHE_PATH"):
+        assert line in bare.stdout, bare.stdout
+    assert "fix: export PJRT_DEVICE=TPU" in bare.stdout
+    assert "PJRT_DEVICE" in bare.stderr and "XLA_PERSISTENT_CACHE_PATH" in bare.stderr
+    # The wrong platform for the bundle, and a cache path this host cannot write.
+    unwritable = _unwritable_directory(tmp_path)
+    wrong = host.run(*args, runtime={
+        **contract_environment(host.home), "PJRT_DEVICE": "GPU",
+        "XLA_PERSISTENT_CACHE_PATH": str(unwritable),
+    })  # fmt: skip
+    assert wrong.returncode == ExitCode.FAILED, wrong.stdout + wrong.stderr
+    assert "FAIL PJRT_DEVICE" in wrong.stdout and "GPU, the bundle runs on TPU" in wrong.stdout
+    assert f"{unwritable} not writable" in wrong.stdout, wrong.stdout
+    # The audit stamp, on a host with no checkout: the format xla_host.stamp owns.
+    stamp_file = tmp_path / "stamps" / "doctor.json"
+    stamped = host.run(*args, "--json", "--stamp", str(stamp_file))
+    assert stamped.returncode == 0, stamped.stdout + stamped.stderr
+    from xla_host.stamp import read_stamp
+
+    written = read_stamp(stamp_file)
+    assert json.loads(stamped.stdout) == written.as_json()  # stdout: the one document
+    assert "ok   PJRT_DEVICE" in stamped.stderr  # the findings: on stderr
+    assert written.bundle == BUNDLE and written.lane == "validation"
+    assert written.verdict == "ok" and written.role is None
+    assert {w.name for w in written.wheels} == {p.name for p in host.lane.glob("torch*.whl")}
+    assert all(w.matched for w in written.wheels)
+    assert written.cache_path and written.cache_path.endswith(CACHE_DIRECTORY)
+    failed_stamp = host.run(*args, "--stamp", str(stamp_file), runtime={})
+    assert failed_stamp.returncode == ExitCode.FAILED
+    assert read_stamp(stamp_file).verdict == "failed"
 
 
 @pytest.mark.slow
@@ -450,7 +523,8 @@ def test_a_lane_on_a_package_index_gets_the_host_wheel_and_hands_out_the_documen
         digest = doc.sha256_of(document.read_bytes())
         assert f"sha256:{digest}" in published.stdout and "serves packages only" in published.stdout
         python = host_venv(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
-        env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home"), "PYTHONPATH": str(HOST_SRC)}
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home"), "PYTHONPATH": str(HOST_SRC),
+               **contract_environment(tmp_path / "home")}  # fmt: skip
 
         def doctor(*args: str) -> subprocess.CompletedProcess[str]:
             return subprocess.run(

@@ -27,7 +27,7 @@ import argparse
 import os
 import shlex
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -42,7 +42,7 @@ from xla_host import (
     receipt_store,
     receipts,
 )
-from xla_host.arguments import OUTPUT_DIR, machine_cache
+from xla_host.arguments import OUTPUT_DIR, add_settings, machine_cache
 from xla_host.edge import Parser, exit_code_of
 from xla_host.errors import CheckFailed, UsageError
 from xla_host.host_probe import probe
@@ -126,6 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
                 choices=("writer", "reader"),
                 help="this host's role on a shared cache (default: by TPU_WORKER_ID)",
             )
+            # The builder's doctor's flags, from the same rows: the audit stamp, the
+            # launch environment and cache path to judge instead of this process's.
+            add_settings(sub, name, "--cache-path", "--env-file", "--json", "--stamp")
             sub.set_defaults(handler=run_doctor)
     return parser
 
@@ -230,21 +233,57 @@ def _python(args: argparse.Namespace) -> Path:
 
 
 def run_doctor(args: argparse.Namespace) -> int:
+    """The host's doctor: the checks that need no checkout (:mod:`xla_host.host_doctor`,
+    the same the builder's doctor runs) against the lane's document."""
+    from xla_host import launch_profile, stamp
+
     document, digest = _document(args)
     python = _python(args)
+    env, _ = _launch_environment(args.env_file)
+    report = host_doctor.HostReport(document.bundle, str(python), document_sha256=digest)
+    # The environment first: it must be right before anything imports torch_xla.
+    host_doctor.check_environment(
+        report, env, args.role, platform=host_doctor.platform_of(document.profiles)
+    )
     facts = probe(
         str(python),
         [*host_doctor.PACKAGES, *document.pins],
         fix="pass --python <the training environment's python>",
     )
-    report = host_doctor.HostReport(document.bundle, str(python), document_sha256=digest)
     fix = host_doctor.install_fix(args.lane)
     host_doctor.check_versions(report, document, facts, fix)
     _, match = _compare_files(args, document, python)
     host_doctor.check_files(report, match, fix)
-    role = host_doctor.role_of(args.role, os.environ)
-    host_doctor.check_cache(report, facts, os.environ, role)
-    print(report.render())
+    host_doctor.check_cache(
+        report, document.bundle, facts.versions, env, args.role, args.cache_path
+    )
+    stamp_path: Path | None = args.stamp or stamp.stamp_file(os.environ)
+    if args.json or stamp_path:
+        # The audit stamp, as the builder's doctor writes it (xla_host.stamp owns the
+        # format): the findings go to stderr, stdout holds the one document.
+        print(report.render(), file=sys.stderr if args.json else sys.stdout)
+        found = stamp.Stamp(
+            created=stamp.now(),
+            host=stamp.this_host(),
+            bundle=document.bundle,
+            lane=document.lane,
+            wheels=tuple(stamp.StampedWheel(m.name, m.sha256, m.matched) for m in match.wheels),
+            receipt_digest=None,  # the document names no receipt: the lane's record does
+            profile=None,
+            profile_sha256=None,
+            cache_path=args.cache_path or env.get(launch_profile.CACHE_PATH) or None,
+            role=host_doctor.role_of(args.role, env),
+            verdict="failed" if report.failed else "ok",
+            problems=tuple(f"{f.check}: {f.detail}" for f in report.failed),
+            job=stamp.job_facts(env),
+        )
+        if args.json:
+            print(found.render(), end="")
+        if stamp_path:
+            stamp.write_stamp(stamp_path, found)
+            log.info(f"doctor: stamp written to {stamp_path}")
+    else:
+        print(report.render())
     if report.failed:
         raise CheckFailed(
             f"doctor found {len(report.failed)} problem(s): "
@@ -252,6 +291,23 @@ def run_doctor(args: argparse.Namespace) -> int:
             fix="apply the fixes listed above, then run the same command again",
         )
     return 0
+
+
+def _launch_environment(env_file: Path | None) -> tuple[Mapping[str, str], str]:
+    """What doctor judges: this process's environment (the host's shell, a launcher's), or
+    a launcher's env file (``--env-file``: env.sh or env.json of ``launch-env``)."""
+    from xla_host import launch_profile
+
+    if env_file is None:
+        return os.environ, "this host's environment"
+    try:
+        return launch_profile.read_env_file(env_file), str(env_file)
+    except (OSError, ValueError) as error:
+        raise UsageError(
+            f"cannot read the launch environment {env_file}: {error}",
+            fix="pass --env-file <env.sh or env.json written by `launch-env`, or a "
+            "NAME=value file>",
+        ) from error
 
 
 def run_launch_env(args: argparse.Namespace) -> int:
