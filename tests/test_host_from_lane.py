@@ -30,6 +30,7 @@ from tests.publish_support import (
     BUNDLE,
     XLA_VERSION,
     FakeWheels,
+    cached_stock_wheel,
     fake_wheels,  # noqa: F401 - fixture
     host_venv,
     make_publish_project,
@@ -260,6 +261,59 @@ def test_the_host_doctor_judges_the_runtime_contract_and_writes_the_audit_stamp(
     failed_stamp = host.run(*args, "--stamp", str(stamp_file), runtime={})
     assert failed_stamp.returncode == ExitCode.FAILED
     assert read_stamp(stamp_file).verdict == "failed"
+
+
+@pytest.mark.slow
+def test_stock_2_7_with_nothing_set_fails_doctor_the_same_on_a_host_and_in_the_project(
+    stock_xla_python_27: Path, host_wheel: Path, tmp_path: Path
+) -> None:
+    # A fresh host venv: stock torch 2.7.0 + torch_xla 2.7.0 (the machine's cached stock
+    # environment, on its path through a .pth file) and the host wheel, nothing else.
+    stock_site = next((stock_xla_python_27.parent.parent / "lib").glob("python3*/site-packages"))
+    venv = tmp_path / "fresh-host"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    (site / "stock-torch-xla.pth").write_text(f"{stock_site}\n")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
+         "--disable-pip-version-check", "--no-deps", "--no-index", str(host_wheel)],
+        check=True, timeout=300,
+    )  # fmt: skip
+    # A lane directory holding the stock torch_xla wheel and the document naming it.
+    wheel = cached_stock_wheel("2.7.0", "3.11")
+    lane = tmp_path / "lane"
+    (lane / doc.DIRNAME).mkdir(parents=True)
+    shutil.copyfile(wheel, lane / wheel.name)
+    document = doc.BundleDocument(
+        "stock-2.7", "validation", "3.11",
+        (doc.LockedFile(wheel.name, doc.sha256_of(wheel.read_bytes()), wheel.stat().st_size),),
+    )  # fmt: skip
+    raw = doc.dumps(document)
+    doc.lane_path(lane, "stock-2.7").write_bytes(raw)
+    index = doc.index_page({"stock-2.7": doc.sha256_of(raw)})
+    (lane / doc.DIRNAME / doc.INDEX_PAGE).write_text(index)
+    home = tmp_path / "home"
+    home.mkdir()
+    nothing_set = {"PATH": "/usr/bin:/bin", "HOME": str(home)}
+    args = ("doctor", "--lane", str(lane), "--bundle", "stock-2.7", "--python", str(python))
+    on_host = subprocess.run(
+        [str(venv / "bin" / "xla-host"), *args], cwd=home, env=nothing_set,
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert on_host.returncode == ExitCode.FAILED, on_host.stdout + on_host.stderr
+    for line in ("FAIL PJRT_DEVICE", "FAIL XLA_PERSISTENT_CACHE_PATH", "ok   torch-xla",
+                 "ok   files torch-xla"):
+        assert line in on_host.stdout, on_host.stdout
+    assert "PJRT_DEVICE" in on_host.stderr and "XLA_PERSISTENT_CACHE_PATH" in on_host.stderr
+    # The same command in the project's venv (the builder installed too): the host's
+    # doctor, the same findings, no parser of another meaning.
+    in_project = subprocess.run(
+        [str(Path(sys.executable).parent / "xla-host"), *args], cwd=home, env=nothing_set,
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert in_project.returncode == ExitCode.FAILED, in_project.stdout + in_project.stderr
+    assert in_project.stdout == on_host.stdout
 
 
 @pytest.mark.slow
