@@ -515,3 +515,44 @@ def test_a_key_the_host_cannot_sign_with_is_named_at_once(tmp_path: Path) -> Non
         receipt_signing.sign(b"{}", encrypted)
     with pytest.raises(UsageError, match=f"the signing key {rsa} is not an ed25519 key"):
         receipt_signing.sign(b"{}", rsa)
+
+
+def test_the_host_gate_proves_the_store_before_any_child_starts(
+    dav: tuple[webdav_server.WebDavServer, str], tmp_path: Path
+) -> None:
+    # `xla-host gate` on a host without the checkout: the bundle's document as a file, the
+    # project's own interpreter standing for the training environment (no child starts).
+    import sys
+
+    from xla_host import bundle_document as doc
+
+    server, password = dav
+    document = doc.BundleDocument(
+        BUNDLE, "validation", "3.11",
+        (doc.LockedFile("torch_xla-2.9.0-cp311-cp311-linux_x86_64.whl", "a" * 64, 10),),
+    )  # fmt: skip
+    path = tmp_path / "document.json"
+    path.write_bytes(doc.dumps(document))
+    out = tmp_path / "out" / "gate"
+    store = server.url + "host-gate/receipts/"
+    wrong = "wrong-" + secrets.token_hex(8)
+    result = subprocess.run(
+        [sys.executable, "-m", "xla_host", "gate", "--bundle-document", str(path),
+         "--bundle-sha256", doc.sha256_of(path.read_bytes()), "--python", sys.executable,
+         "--device", "CPU", "--out", str(out), "--receipts", store],
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **_credentials(wrong)},
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    # Exit 1 (docs/exit-codes.md: StoreError), with the store's answer and its fix.
+    assert result.returncode == ExitCode.FAILED, result.stdout + result.stderr
+    assert "refused the request with the credentials given (HTTP 401)" in result.stderr
+    assert f"fix: set {receipt_store.USERNAME_ENV} and {receipt_store.PASSWORD_ENV}" in (
+        result.stderr
+    )
+    assert wrong not in result.stdout + result.stderr
+    assert password not in result.stdout + result.stderr
+    # No child ran: the gate's run directory (its children's logs) was never made.
+    assert not (tmp_path / "out").exists()
+    assert not (server.root / "host-gate" / "receipts" / BUNDLE).exists() or not any(
+        (server.root / "host-gate" / "receipts" / BUNDLE).iterdir()
+    )
