@@ -206,7 +206,7 @@ def test_a_host_installs_from_the_lane_by_hash_and_runs_doctor_without_a_checkou
     assert script.returncode == 0 and "--bundle-sha256" in script.stdout, script.stderr
     refused = host.run("wheels", "--bundle", BUNDLE, script=True)
     assert refused.returncode == ExitCode.BAD_INPUT
-    assert "it is the builder's `xla-wheels wheels`" in refused.stderr, refused.stderr
+    assert "a builder command runs as `xla-wheels wheels`" in refused.stderr, refused.stderr
     assert "Traceback" not in refused.stderr
     assert not (host.python.parent / "xla-wheels").exists()
 
@@ -628,3 +628,10 @@ def test_xla_host_is_the_hosts_command_and_xla_wheels_the_builders_where_both_ar
     )  # fmt: skip
     assert refused.returncode == ExitCode.BAD_INPUT
     assert "fix: run `xla-wheels lock-check ...` in the project's checkout" in refused.stderr
+    typo = subprocess.run(
+        [str(scripts / "xla-host"), "doctr"], capture_output=True, text=True, timeout=120,
+        check=False,
+    )  # fmt: skip
+    assert typo.returncode == ExitCode.BAD_INPUT and "did you mean `xla-host doctor`?" in (
+        typo.stderr
+    )

@@ -24,6 +24,7 @@ the lane did not answer in time, 10 a disk fault, 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import shlex
 import sys
@@ -54,8 +55,9 @@ BUILDER_PROG = "xla-wheels"
 HOST_COMMANDS = {
     "gate": "decide whether this environment may ship the bundle (warm restart, HBM query); "
     "the receipt goes to --out",
-    "doctor": "check this host against the bundle's document (versions, installed files, "
-    "cache) without importing torch_xla",
+    "doctor": "check this host against the bundle's document (the runtime contract: "
+    "PJRT_DEVICE, XLA_NO_SPECIAL_SCALARS, the cache path; versions, installed files) "
+    "without importing torch_xla",
     "launch-env": "write the bundle's launch profile for a launcher (env.sh, env.json) from "
     "its document",
     "cache": "cache packs: `cache fetch` installs a signed pack so this host starts warm",
@@ -164,11 +166,14 @@ def _add_document_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _run(arguments: list[str]) -> int:
     if arguments and not arguments[0].startswith("-") and arguments[0] not in HOST_COMMANDS:
+        name = arguments[0]
+        close = difflib.get_close_matches(name, HOST_COMMANDS, n=1)
         raise UsageError(
-            f"{arguments[0]} is not a command of {PROG} (the host's: "
-            f"{', '.join(HOST_COMMANDS)}); it is the builder's `{BUILDER_PROG} {arguments[0]}`",
-            fix=f"run `{BUILDER_PROG} {arguments[0]} ...` in the project's checkout (its "
-            f"`.venv`, `make venv`), or use one of: {', '.join(HOST_COMMANDS)}",
+            f"{name} is not a command of {PROG} (the host's: {', '.join(HOST_COMMANDS)}); "
+            f"a builder command runs as `{BUILDER_PROG} {name}`",
+            fix=(f"did you mean `{PROG} {close[0]}`? " if close else "")
+            + f"run `{BUILDER_PROG} {name} ...` in the project's checkout (its `.venv`, "
+            f"`make venv`), or use one of: {', '.join(HOST_COMMANDS)}",
         )
     parser = build_parser()
     try:
