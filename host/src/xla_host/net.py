@@ -66,8 +66,9 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class NetworkPolicy:
     """How long network steps wait and how often they retry (this module):
-    ``NET_TIMEOUT`` / ``NET_RETRIES`` and the progress interval, built once by the CLI
-    edge and carried by :class:`PipelineOptions` to every step that talks to a host."""
+    ``NET_TIMEOUT`` / ``NET_RETRIES`` and the progress interval, built once by a command
+    line's edge (the builder's ``PipelineOptions.network``, the host's :func:`policy_from`)
+    and handed to every step that talks to a host."""
 
     timeout_s: float = float(by_flag("--net-timeout").default or 0)
     """Seconds one attempt may wait for an answer (connect, or the next bytes)."""
