@@ -22,7 +22,8 @@ from tests.synthetic_upstream import (
     make_synthetic,
     save_synthetic,
 )
-from xla_wheels.options import NetworkPolicy, machine_cache
+from xla_host.net import NetworkPolicy
+from xla_wheels.options import machine_cache
 from xla_wheels.series_checks.toolchain import Toolchain, ensure_toolchain
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -18,16 +17,11 @@ from tests.publish_support import (
     host_venv,
     make_publish_project,
 )
+from xla_host.filemode import mount_of
+from xla_host.host_doctor import check_cache, check_environment
 from xla_host.host_probe import HostFacts
 from xla_wheels.bundle import load_bundle
-from xla_wheels.disk_faults import mount_of
-from xla_wheels.publish.doctor import (
-    DoctorReport,
-    check_abi,
-    check_cache_contract,
-    check_environment,
-    check_versions,
-)
+from xla_wheels.publish.doctor import DoctorReport, check_abi, check_versions
 from xla_wheels.wheels_lock import read_lock
 
 GOOD_ENV = {"PJRT_DEVICE": "TPU", "XLA_NO_SPECIAL_SCALARS": "1"}
@@ -146,7 +140,7 @@ def _mountinfo(point: Path, fstype: str) -> str:
 
 def _findings(env: dict[str, str], mountinfo: str, role: str | None = None) -> dict[str, str]:
     report = DoctorReport("b", "python")
-    check_environment(report, env, role, mountinfo)
+    check_environment(report, env, role, mountinfo=mountinfo)
     return {f.check: f"{f.status} {f.detail} | {f.fix}" for f in report.findings}
 
 
@@ -204,9 +198,8 @@ def test_a_reader_that_may_write_is_one_finding(
     cache.mkdir()
     env = {**GOOD_ENV, "XLA_PERSISTENT_CACHE_PATH": str(cache)}
     report = DoctorReport("b", "python")
-    check_environment(report, env, "reader", _mountinfo(tmp_path, fstype))
-    facts = HostFacts("python", "3.11", {}, {}, None, None, None, ())
-    check_cache_contract(report, SimpleNamespace(name="b"), facts, env, "reader")
+    check_environment(report, env, "reader", mountinfo=_mountinfo(tmp_path, fstype))
+    check_cache(report, "b", {}, env, "reader")
     assert [f.check for f in report.failed] == [failed]
     assert "XLA_PERSISTENT_CACHE_READ_ONLY=1" in report.failed[0].fix
 

@@ -28,6 +28,8 @@ from xla_host.gate import restart, upstream_tests
 from xla_host.gate.target import resolve_target
 
 UPSTREAM_REVISION = "c04e61c3424142c0eebcc9e59984b9d8fced18c0"
+#: A gate run without a bundle leaves a receipt for no bundle's wheels.
+BUNDLE_OF_NONE = "none"
 
 
 @pytest.fixture(scope="module")
@@ -144,6 +146,18 @@ def test_a_receipt_names_the_launch_environment_it_was_judged_under(
         assert "XLA_PERSISTENT_CACHE_PATH" not in environment
     difference = receipts.environment_difference(thunks_off, plain)
     assert difference is not None and "XLA_FLAGS" in difference
+    # Promotion compares them only under one launch environment: measured under other
+    # XLA_FLAGS, the candidate's figures are not comparable with the lane's current ones.
+    from xla_wheels.release import lanes, policy
+
+    rule = lanes.Policy(max_memory_regression=0.10)
+    flagged = receipts.read_receipt(gate_27_thunks_off.out_dir / "receipt.json")
+    same = receipts.read_receipt(gate_27.out_dir / "receipt.json")
+    verdict = policy.judge_promotion(BUNDLE_OF_NONE, set(), [flagged], rule, plain)
+    memory = [f.detail for f in verdict.failures if f.rule == "memory"]
+    assert memory and "launch environment XLA_FLAGS" in memory[0], verdict.failures
+    like = policy.judge_promotion(BUNDLE_OF_NONE, set(), [same], rule, plain)
+    assert not [f for f in like.failures if f.rule == "memory"], like.failures
 
 
 # --- upstream's test_persistent_cache.py ----------------------------------------------------

@@ -1,4 +1,4 @@
-"""``xla-wheels gate`` as two workers of one slice: two real gate processes sharing one
+"""``xla-host gate`` as two workers of one slice: two real gate processes sharing one
 cache directory and one slice directory, their children a stand-in interpreter.
 
 The stand-in (written below) answers the gate's child protocol the way a torch_xla whose

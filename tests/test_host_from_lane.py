@@ -30,7 +30,9 @@ from tests.clirunner import run_cli
 from tests.network_faults_support import silent_server
 from tests.publish_support import (
     BUNDLE,
+    XLA_VERSION,
     FakeWheels,
+    cached_stock_wheel,
     fake_wheels,  # noqa: F401 - fixture
     host_venv,
     make_publish_project,
@@ -39,6 +41,7 @@ from tests.publish_support import (
 from tests.servers import answers_http, free_port, start, stop
 from xla_host import bundle_document as doc
 from xla_host import receipts
+from xla_host.cache_contract import directory_name
 from xla_host.errors import ExitCode
 from xla_host.filemode import file_sha256
 
@@ -78,20 +81,40 @@ class Host:
     publish_output: str
 
     def run(
-        self, *args: str, script: bool = False, home: Path | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        """The host's command line, as a host runs it: nothing of the checkout anywhere."""
+        self, *args: str, script: bool = False, home: Path | None = None,
+        runtime: dict[str, str] | None = None,
+    ) -> subprocess.CompletedProcess[str]:  # fmt: skip
+        """The host's command line, as a host runs it: nothing of the checkout anywhere, in
+        the launch environment the runtime contract asks for (``runtime``: another)."""
         home = home or self.home
         command = (
-            [str(self.python.parent / "xla-wheels"), *args]
+            [str(self.python.parent / "xla-host"), *args]
             if script
             else [str(self.python), "-I", "-m", "xla_host", *args]
         )
-        env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "PJRT_DEVICE": "CPU"}
+        launch = contract_environment(home) if runtime is None else runtime
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(home), **launch}
         return subprocess.run(
             command, cwd=home, env=env, capture_output=True, text=True, timeout=300,
             check=False,
         )  # fmt: skip
+
+
+#: The stand-in torch_xla's cache directory, as the cache contract names it (no libtpu).
+CACHE_DIRECTORY = directory_name(BUNDLE, XLA_VERSION, None)
+
+
+def contract_environment(home: Path) -> dict[str, str]:
+    """The runtime contract's launch environment for the stand-in bundle (a TPU bundle:
+    doctor reads no torch_xla, so PJRT_DEVICE=TPU is judged, never used, on this CPU host),
+    its cache directory made under ``home``."""
+    cache = home / "xla-cache" / CACHE_DIRECTORY
+    cache.mkdir(parents=True, exist_ok=True)
+    return {
+        "PJRT_DEVICE": "TPU",
+        "XLA_NO_SPECIAL_SCALARS": "1",
+        "XLA_PERSISTENT_CACHE_PATH": str(cache),
+    }
 
 
 def _publish_lane(tmp_path: Path, wheels: FakeWheels, host_wheel: Path) -> tuple[Path, str]:
@@ -152,13 +175,12 @@ def test_a_host_installs_from_the_lane_by_hash_and_runs_doctor_without_a_checkou
 
     doctor = host.run("doctor", "--lane", str(host.lane), "--bundle", BUNDLE)
     assert f"document sha256:{digest}" in doctor.stdout, doctor.stdout + doctor.stderr
-    for line in ("ok   torch-xla", "ok   torch ", "ok   files torch-xla", "ok   files torch "):
+    for line in ("ok   torch-xla", "ok   torch ", "ok   files torch-xla", "ok   files torch ",
+                 "ok   PJRT_DEVICE", "ok   XLA_NO_SPECIAL_SCALARS", "ok   cache path build"):
         assert line in doctor.stdout, doctor.stdout
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
     # The cache contract, from the document's bundle and the installed build alone.
-    assert f"cache path recommended  /mnt/xla-cache/xla_cache_{BUNDLE}_txla2.9.0+gitc04e61c" in (
-        doctor.stdout
-    )
+    assert f"xla_cache_{BUNDLE}_txla2.9.0+gitc04e61c names this build" in doctor.stdout
     # The same lane behind a web server on loopback: the document and its index page over
     # HTTP, the wheel files the comparison needs fetched by hash into a cache of the host.
     port = free_port()
@@ -183,14 +205,120 @@ def test_a_host_installs_from_the_lane_by_hash_and_runs_doctor_without_a_checkou
     assert "ok   files torch-xla" in over_http.stdout
     fetched = sorted(p.name for p in (fresh / ".cache" / "xla-wheels" / "lane-wheels").iterdir())
     assert fetched == sorted(p.name for p in host.lane.glob("torch*.whl"))
-    # The one `xla-wheels` command is the host's where only the host wheel is installed,
-    # and it refuses a builder command with a fix instead of a traceback.
+    # The host's command is `xla-host`; a builder command is refused, naming the builder's
+    # command line, instead of a traceback. The host wheel installs no `xla-wheels`.
     script = host.run("gate", "--help", script=True)
     assert script.returncode == 0 and "--bundle-sha256" in script.stdout, script.stderr
     refused = host.run("wheels", "--bundle", BUNDLE, script=True)
     assert refused.returncode == ExitCode.BAD_INPUT
-    assert "builder side, which is not installed here" in refused.stderr
+    assert "a builder command runs as `xla-wheels wheels`" in refused.stderr, refused.stderr
     assert "Traceback" not in refused.stderr
+    assert not (host.python.parent / "xla-wheels").exists()
+
+
+def _unwritable_directory(tmp_path: Path) -> Path:
+    """A directory this user cannot create a file in: read-only by its mode, or for root
+    (whom no mode stops) a directory of sysfs."""
+    if os.geteuid() == 0:
+        return Path("/sys/kernel")
+    directory = tmp_path / "read-only-cache"
+    directory.mkdir()
+    directory.chmod(0o555)
+    return directory
+
+
+@pytest.mark.slow
+def test_the_host_doctor_judges_the_runtime_contract_and_writes_the_audit_stamp(
+    host: Host, tmp_path: Path
+) -> None:
+    args = ("doctor", "--lane", str(host.lane), "--bundle", BUNDLE)
+    # Nothing set: the checks the builder's doctor makes, made here from the document.
+    bare = host.run(*args, runtime={})
+    assert bare.returncode == ExitCode.FAILED, bare.stdout + bare.stderr
+    for line in ("FAIL PJRT_DEVICE", "FAIL XLA_NO_SPECIAL_SCALARS",
+                 "FAIL XLA_PERSISTENT_CACHE_PATH"):
+        assert line in bare.stdout, bare.stdout
+    assert "fix: export PJRT_DEVICE=TPU" in bare.stdout
+    assert "PJRT_DEVICE" in bare.stderr and "XLA_PERSISTENT_CACHE_PATH" in bare.stderr
+    # The wrong platform for the bundle, and a cache path this host cannot write.
+    unwritable = _unwritable_directory(tmp_path)
+    wrong = host.run(*args, runtime={
+        **contract_environment(host.home), "PJRT_DEVICE": "GPU",
+        "XLA_PERSISTENT_CACHE_PATH": str(unwritable),
+    })  # fmt: skip
+    assert wrong.returncode == ExitCode.FAILED, wrong.stdout + wrong.stderr
+    assert "FAIL PJRT_DEVICE" in wrong.stdout and "GPU, the bundle runs on TPU" in wrong.stdout
+    assert f"{unwritable} not writable" in wrong.stdout, wrong.stdout
+    # The audit stamp, on a host with no checkout: the format xla_host.stamp owns.
+    stamp_file = tmp_path / "stamps" / "doctor.json"
+    stamped = host.run(*args, "--json", "--stamp", str(stamp_file))
+    assert stamped.returncode == 0, stamped.stdout + stamped.stderr
+    from xla_host.stamp import read_stamp
+
+    written = read_stamp(stamp_file)
+    assert json.loads(stamped.stdout) == written.as_json()  # stdout: the one document
+    assert "ok   PJRT_DEVICE" in stamped.stderr  # the findings: on stderr
+    assert written.bundle == BUNDLE and written.lane == "validation"
+    assert written.verdict == "ok" and written.role is None
+    assert {w.name for w in written.wheels} == {p.name for p in host.lane.glob("torch*.whl")}
+    assert all(w.matched for w in written.wheels)
+    assert written.cache_path and written.cache_path.endswith(CACHE_DIRECTORY)
+    failed_stamp = host.run(*args, "--stamp", str(stamp_file), runtime={})
+    assert failed_stamp.returncode == ExitCode.FAILED
+    assert read_stamp(stamp_file).verdict == "failed"
+
+
+@pytest.mark.slow
+def test_stock_2_7_with_nothing_set_fails_doctor_the_same_on_a_host_and_in_the_project(
+    stock_xla_python_27: Path, host_wheel: Path, tmp_path: Path
+) -> None:
+    # A fresh host venv: stock torch 2.7.0 + torch_xla 2.7.0 (the machine's cached stock
+    # environment, on its path through a .pth file) and the host wheel, nothing else.
+    stock_site = next((stock_xla_python_27.parent.parent / "lib").glob("python3*/site-packages"))
+    venv = tmp_path / "fresh-host"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    (site / "stock-torch-xla.pth").write_text(f"{stock_site}\n")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
+         "--disable-pip-version-check", "--no-deps", "--no-index", str(host_wheel)],
+        check=True, timeout=300,
+    )  # fmt: skip
+    # A lane directory holding the stock torch_xla wheel and the document naming it.
+    wheel = cached_stock_wheel("2.7.0", "3.11")
+    lane = tmp_path / "lane"
+    (lane / doc.DIRNAME).mkdir(parents=True)
+    shutil.copyfile(wheel, lane / wheel.name)
+    document = doc.BundleDocument(
+        "stock-2.7", "validation", "3.11",
+        (doc.LockedFile(wheel.name, doc.sha256_of(wheel.read_bytes()), wheel.stat().st_size),),
+    )  # fmt: skip
+    raw = doc.dumps(document)
+    doc.lane_path(lane, "stock-2.7").write_bytes(raw)
+    index = doc.index_page({"stock-2.7": doc.sha256_of(raw)})
+    (lane / doc.DIRNAME / doc.INDEX_PAGE).write_text(index)
+    home = tmp_path / "home"
+    home.mkdir()
+    nothing_set = {"PATH": "/usr/bin:/bin", "HOME": str(home)}
+    args = ("doctor", "--lane", str(lane), "--bundle", "stock-2.7", "--python", str(python))
+    on_host = subprocess.run(
+        [str(venv / "bin" / "xla-host"), *args], cwd=home, env=nothing_set,
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert on_host.returncode == ExitCode.FAILED, on_host.stdout + on_host.stderr
+    for line in ("FAIL PJRT_DEVICE", "FAIL XLA_PERSISTENT_CACHE_PATH", "ok   torch-xla",
+                 "ok   files torch-xla"):
+        assert line in on_host.stdout, on_host.stdout
+    assert "PJRT_DEVICE" in on_host.stderr and "XLA_PERSISTENT_CACHE_PATH" in on_host.stderr
+    # The same command in the project's venv (the builder installed too): the host's
+    # doctor, the same findings, no parser of another meaning.
+    in_project = subprocess.run(
+        [str(Path(sys.executable).parent / "xla-host"), *args], cwd=home, env=nothing_set,
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert in_project.returncode == ExitCode.FAILED, in_project.stdout + in_project.stderr
+    assert in_project.stdout == on_host.stdout
 
 
 @pytest.mark.slow
@@ -330,19 +458,57 @@ def test_promotion_takes_a_host_receipt_only_under_a_document_the_checkout_publi
 
 @pytest.mark.slow  # waits out its two-second timeout on purpose
 def test_a_lane_that_does_not_answer_ends_the_command_within_its_timeout(tmp_path: Path) -> None:
+    # The one network client's policy, from the settings rows: XLA_WHEELS_NET_TIMEOUT and
+    # XLA_WHEELS_NET_RETRIES are honoured on a host as in the builder.
     with silent_server() as server:
         started = time.monotonic()
         result = subprocess.run(
             [sys.executable, "-m", "xla_host", "doctor", "--lane", f"{server.base}/lane/",
-             "--bundle", "b1", "--net-timeout", "2"],
-            env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(HOST_SRC)},
+             "--bundle", "b1"],
+            env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(HOST_SRC),
+                 "XLA_WHEELS_NET_TIMEOUT": "2", "XLA_WHEELS_NET_RETRIES": "0"},
             capture_output=True, text=True, timeout=120, check=False,
         )  # fmt: skip
         took = time.monotonic() - started
     assert result.returncode == ExitCode.TIMED_OUT, result.stderr
-    assert f"{server.base}/lane/bundles/index.html: no answer within 2 s" in result.stderr
+    assert (
+        f"GET {server.base}/lane/bundles/index.html: 127.0.0.1:{server.base.rsplit(':', 1)[1]} "
+        "did not answer within 2s (1 attempt)" in result.stderr
+    ), result.stderr
     # The bound is the timeout (plus the interpreter's start), not a multiple of it.
     assert "Traceback" not in result.stderr and took < 15, took
+
+
+def test_the_hosts_network_flags_are_the_settings_rows(tmp_path: Path) -> None:
+    from xla_host.settings import by_flag
+
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(HOST_SRC)}
+
+    def doctor(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        # A document file that does not exist: a run past the flags ends there, at once.
+        return subprocess.run(
+            [sys.executable, "-m", "xla_host", "doctor", "--bundle-document",
+             str(tmp_path / "none.json"), "--bundle-sha256", "0" * 64, *args],
+            env={**env, **extra}, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+
+    # The builder's range (up to a day), not one of the host's own.
+    high = by_flag("--net-timeout").high
+    assert high is not None and high >= 7200
+    past_the_flags = doctor("--net-timeout", "7200", "--net-retries", "0")
+    assert past_the_flags.returncode == ExitCode.BAD_INPUT
+    assert "none.json does not exist" in past_the_flags.stderr, past_the_flags.stderr
+    too_long = doctor("--net-timeout", f"{high + 1:g}")
+    assert too_long.returncode == ExitCode.BAD_INPUT and "--net-timeout" in too_long.stderr
+    bad_variable = doctor(XLA_WHEELS_NET_TIMEOUT="soon")
+    assert bad_variable.returncode == ExitCode.BAD_INPUT
+    assert "XLA_WHEELS_NET_TIMEOUT='soon'" in bad_variable.stderr, bad_variable.stderr
+    assert "fix: set XLA_WHEELS_NET_TIMEOUT to e.g. 60" in bad_variable.stderr
+    shown = subprocess.run(
+        [sys.executable, "-m", "xla_host", "gate", "--help"], env=env, capture_output=True,
+        text=True, timeout=120, check=False,
+    ).stdout  # fmt: skip
+    assert "$XLA_WHEELS_NET_TIMEOUT" in shown and "--net-retries" in shown
 
 
 @pytest.mark.slow
@@ -422,7 +588,8 @@ def test_a_lane_on_a_package_index_serves_the_host_wheel_and_the_document_by_has
         (packed,) = index.packages.glob("xla_wheels_document_*.whl")
         assert packed.name.endswith(f"-1+sha256.{digest[:16]}-py3-none-any.whl")
         python = host_venv(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
-        env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home"), "PYTHONPATH": str(HOST_SRC)}
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home"), "PYTHONPATH": str(HOST_SRC),
+               **contract_environment(tmp_path / "home")}  # fmt: skip
 
         def doctor(*args: str) -> subprocess.CompletedProcess[str]:
             return subprocess.run(
@@ -452,18 +619,43 @@ def test_a_lane_on_a_package_index_serves_the_host_wheel_and_the_document_by_has
         stop(process)
 
 
-def test_the_one_xla_wheels_command_is_the_builders_where_the_builder_is_installed() -> None:
-    # The host distribution owns the script; the builder registered its command line under
-    # the entry-point group the host's main hands every command to.
-    script = Path(sys.executable).parent / "xla-wheels"
-    if not script.exists():
+def test_xla_host_is_the_hosts_command_and_xla_wheels_the_builders_where_both_are_installed(
+) -> None:
+    # The project's venv has both distributions: each script keeps its one meaning, so the
+    # runbook's host command works here as on a host (`--bundle-sha256` is the host's).
+    scripts = Path(sys.executable).parent
+    if not (scripts / "xla-host").exists():
         pytest.skip("the project is not installed into this interpreter's environment")
-    result = subprocess.run(
-        [str(script), "lock-check", "--help"], capture_output=True, text=True, timeout=120,
+    host = subprocess.run(
+        [str(scripts / "xla-host"), "doctor", "--help"], capture_output=True, text=True,
+        timeout=120, check=False,
+    )  # fmt: skip
+    assert host.returncode == 0, host.stderr
+    assert "usage: xla-host doctor" in host.stdout and "--bundle-sha256" in host.stdout
+    module = subprocess.run(
+        [sys.executable, "-m", "xla_host", "doctor", "--help"], capture_output=True, text=True,
+        timeout=120, check=False,
+    )  # fmt: skip
+    assert module.stdout == host.stdout
+    builder = subprocess.run(
+        [str(scripts / "xla-wheels"), "lock-check", "--help"], capture_output=True, text=True,
+        timeout=120, check=False,
+    )  # fmt: skip
+    assert builder.returncode == 0, builder.stderr
+    assert "usage: xla-wheels lock-check" in builder.stdout
+    refused = subprocess.run(
+        [str(scripts / "xla-host"), "lock-check"], capture_output=True, text=True, timeout=120,
         check=False,
     )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    assert "usage: xla-wheels lock-check" in result.stdout
+    assert refused.returncode == ExitCode.BAD_INPUT
+    assert "fix: run `xla-wheels lock-check ...` in the project's checkout" in refused.stderr
+    typo = subprocess.run(
+        [str(scripts / "xla-host"), "doctr"], capture_output=True, text=True, timeout=120,
+        check=False,
+    )  # fmt: skip
+    assert typo.returncode == ExitCode.BAD_INPUT and "did you mean `xla-host doctor`?" in (
+        typo.stderr
+    )
 
 
 def test_a_document_wheel_is_the_same_bytes_for_the_same_document_and_names_its_digest() -> None:

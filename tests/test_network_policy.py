@@ -12,9 +12,8 @@ import time
 import pytest
 
 from tests.network_faults_support import silent_server
-from xla_wheels.options import NetworkPolicy
+from xla_host.net import NetworkPolicy, NetworkTimedOut
 from xla_wheels.publish.index import Credentials, check_reachable
-from xla_wheels.retrying import NetworkTimedOut
 
 NO_CREDENTIALS = Credentials(None, None, "none")
 

@@ -17,12 +17,13 @@ from tests.clirunner import REPO_ROOT
 from tests.gitrepos import git, make_project, make_upstream
 from xla_host.errors import ManifestError, SourceError
 from xla_host.gate import upstream_tests
+from xla_host.net import DEFAULT_NETWORK
 from xla_host.runner import END_OF_OPTIONS, OptionLikeArgument, after_options
 from xla_host.values import check_remote
 from xla_wheels import gitutil, sources
 from xla_wheels.builder.config import BuildConfig
 from xla_wheels.bundle import load_bundle
-from xla_wheels.options import DEFAULT_NETWORK, PipelineOptions
+from xla_wheels.options import PipelineOptions
 from xla_wheels.pipeline import plan
 from xla_wheels.plan import PlannedCommand
 

@@ -45,14 +45,13 @@ from tests.publish_support import (
     make_publish_project,
 )
 from xla_host.filemode import file_sha256
-from xla_wheels.options import NetworkPolicy
+from xla_host.net import NetworkPolicy, NetworkTimedOut
 from xla_wheels.publish.errors import IndexUnreachable
 from xla_wheels.publish.index import Credentials
 from xla_wheels.release import devpi
 from xla_wheels.release.lane_index import IndexLane
 from xla_wheels.release.lanes import Lane, Policy
 from xla_wheels.release.promote import fetch_from_lane
-from xla_wheels.retrying import NetworkTimedOut
 from xla_wheels.wheels_lock import WheelRecord
 
 #: A page read's deadline under NET_TIMEOUT_S: 3 s + 1 MiB at 256 KiB/s.

@@ -171,3 +171,31 @@ def test_compare_shows_profile_differences_next_to_the_figures() -> None:
         "(XLA_FLAGS)",
     )
     assert "launch profile" in compare.render(comparison)
+
+
+def test_a_receipt_records_the_runtime_environment_and_never_a_secret(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from xla_host.gate.children import launch_environment
+
+    token = "tok-" + "9" * 12
+    for name, value in {
+        "XLA_FLAGS": "--xla_cpu_use_thunk_runtime=false",
+        "LIBTPU_INIT_ARGS": "--xla_tpu_enable_latency_hiding_scheduler=true",
+        "TPU_NAME": "tpu-0",
+        "PJRT_SOMETHING": "on",
+        "TPU_AUTH_TOKEN": token,
+        # The pipeline's own settings: read by the gate, not by the runtime.
+        "XLA_WHEELS_NET_TIMEOUT": "120",
+        "XLA_WHEELS_RECEIPTS_USERNAME": "uploader",
+        "XLA_WHEELS_RECEIPTS_PASSWORD": token,
+    }.items():
+        monkeypatch.setenv(name, value)
+    recorded = launch_environment("TPU")
+    assert recorded["XLA_FLAGS"] == "--xla_cpu_use_thunk_runtime=false"
+    assert recorded["LIBTPU_INIT_ARGS"].startswith("--xla_tpu_enable_latency")
+    assert recorded["TPU_NAME"] == "tpu-0" and recorded["PJRT_SOMETHING"] == "on"
+    assert recorded["PJRT_DEVICE"] == "TPU" and recorded["XLA_NO_SPECIAL_SCALARS"] == "1"
+    assert recorded["TPU_AUTH_TOKEN"] == "<hidden>"
+    assert not [name for name in recorded if name.startswith("XLA_WHEELS_")]
+    assert token not in repr(recorded)

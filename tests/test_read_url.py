@@ -1,5 +1,5 @@
 """One attempt of an HTTP read (index pages, lane copies, the devpi push, the Debian
-toolchain): ``retrying.read_url``, the project's one reader.
+toolchain): ``xla_host.net.read_url``, the project's one reader.
 
 Against real loopback servers: the whole body arrives; a server that never answers, one
 that trickles bytes forever without ever stalling (in the body, or already in the status
@@ -20,7 +20,7 @@ from contextlib import contextmanager
 import pytest
 
 from tests.network_faults_support import silent_server
-from xla_wheels.retrying import Transient, read_url
+from xla_host.net import Transient, read_url
 
 BODY = b"x" * (3 << 20)  # more than one 1 MiB read
 

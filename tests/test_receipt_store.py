@@ -33,6 +33,7 @@ from tests.publish_support import (
 from xla_host import receipt_store, receipts
 from xla_host.errors import ExitCode, UsageError
 from xla_host.installed import WheelMatch
+from xla_host.net import NetworkPolicy
 from xla_host.wheel_filename import parse_wheel_name
 from xla_wheels.cli import main
 from xla_wheels.release import lanes, promote
@@ -151,11 +152,17 @@ def test_a_wrong_password_is_named_and_never_shown(
 def test_a_store_that_does_not_answer_ends_with_exit_8(tmp_path: Path) -> None:
     from tests.servers import free_port
 
-    store = receipt_store.store_for(f"http://127.0.0.1:{free_port()}/receipts/")
+    # The one network client's policy: a refused connection is tried again, then named.
+    network = NetworkPolicy(retries=1, backoff_s=0.1)
+    password = "pw-" + secrets.token_hex(4)
+    url = f"http://127.0.0.1:{free_port()}/receipts/"
+    store = receipt_store.WebDavStore(url, USER, password, network)
     with pytest.raises(receipt_store.StoreTimedOut) as raised:
         store.list(BUNDLE)
     assert raised.value.exit_code == ExitCode.TIMED_OUT
-    assert "cannot reach the receipt store" in raised.value.message
+    assert "the receipt store refused the connection" in raised.value.message
+    assert "(2 attempt(s))" in raised.value.message
+    assert password not in str(raised.value)
 
 
 @pytest.mark.slow
@@ -386,9 +393,10 @@ def test_the_gate_sends_its_written_receipt_home_signed(
     from tests.servers import free_port
 
     down_url = f"http://127.0.0.1:{free_port()}/r/"
+    quick = NetworkPolicy(retries=0)
     with pytest.raises(receipt_store.StoreTimedOut):
-        receipt_store.Upload.checked(down_url, None, BUNDLE)  # before a gate run
-    down = receipt_store.Upload(down_url, None)  # one that went down during the run
+        receipt_store.Upload.checked(down_url, None, BUNDLE, network=quick)  # before a gate run
+    down = receipt_store.Upload(down_url, None, quick)  # one that went down during the run
     with pytest.raises(receipt_store.StoreTimedOut) as raised:
         down.send(written)
     assert f"(the receipt is kept at {written})" in raised.value.message
@@ -459,7 +467,10 @@ def test_status_shows_store_receipts_and_names_a_store_that_does_not_answer(
         lanes_toml.write(f'\n[lanes.offline]\npath = "dist/lanes/offline"\nreceipts = "{down}"\n')
     assert main(["status", "--root", str(project), "--net-retries", "0"]) == 1
     out = capsys.readouterr().out
-    assert f"UNREAD: receipt store {down}: PROPFIND {down}{BUNDLE}/: cannot reach" in out
+    assert (
+        f"UNREAD: receipt store {down}: PROPFIND {down}{BUNDLE}/: the receipt store refused the "
+        "connection" in out
+    )
     assert "promotion into staging: would be admitted" in out  # the rest is still judged
 
 
@@ -504,3 +515,44 @@ def test_a_key_the_host_cannot_sign_with_is_named_at_once(tmp_path: Path) -> Non
         receipt_signing.sign(b"{}", encrypted)
     with pytest.raises(UsageError, match=f"the signing key {rsa} is not an ed25519 key"):
         receipt_signing.sign(b"{}", rsa)
+
+
+def test_the_host_gate_proves_the_store_before_any_child_starts(
+    dav: tuple[webdav_server.WebDavServer, str], tmp_path: Path
+) -> None:
+    # `xla-host gate` on a host without the checkout: the bundle's document as a file, the
+    # project's own interpreter standing for the training environment (no child starts).
+    import sys
+
+    from xla_host import bundle_document as doc
+
+    server, password = dav
+    document = doc.BundleDocument(
+        BUNDLE, "validation", "3.11",
+        (doc.LockedFile("torch_xla-2.9.0-cp311-cp311-linux_x86_64.whl", "a" * 64, 10),),
+    )  # fmt: skip
+    path = tmp_path / "document.json"
+    path.write_bytes(doc.dumps(document))
+    out = tmp_path / "out" / "gate"
+    store = server.url + "host-gate/receipts/"
+    wrong = "wrong-" + secrets.token_hex(8)
+    result = subprocess.run(
+        [sys.executable, "-m", "xla_host", "gate", "--bundle-document", str(path),
+         "--bundle-sha256", doc.sha256_of(path.read_bytes()), "--python", sys.executable,
+         "--device", "CPU", "--out", str(out), "--receipts", store],
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **_credentials(wrong)},
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    # Exit 1 (docs/exit-codes.md: StoreError), with the store's answer and its fix.
+    assert result.returncode == ExitCode.FAILED, result.stdout + result.stderr
+    assert "refused the request with the credentials given (HTTP 401)" in result.stderr
+    assert f"fix: set {receipt_store.USERNAME_ENV} and {receipt_store.PASSWORD_ENV}" in (
+        result.stderr
+    )
+    assert wrong not in result.stdout + result.stderr
+    assert password not in result.stdout + result.stderr
+    # No child ran: the gate's run directory (its children's logs) was never made.
+    assert not (tmp_path / "out").exists()
+    assert not (server.root / "host-gate" / "receipts" / BUNDLE).exists() or not any(
+        (server.root / "host-gate" / "receipts" / BUNDLE).iterdir()
+    )

@@ -34,8 +34,8 @@ from tests.publish_support import (
 from xla_host import bundle_document
 from xla_host.errors import PipelineError
 from xla_host.filemode import file_sha256
+from xla_host.net import DEFAULT_NETWORK
 from xla_host.wheel_filename import parse_wheel_name
-from xla_wheels.options import DEFAULT_NETWORK
 from xla_wheels.publish.index import Credentials, project_files
 from xla_wheels.release import devpi, lanes
 

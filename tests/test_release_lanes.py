@@ -47,10 +47,10 @@ from tests.synthetic_upstream import Synthetic, cli_args, copy_synthetic
 from xla_host import receipts
 from xla_host.filemode import file_sha256
 from xla_host.installed_metadata import read_installed
+from xla_host.net import DEFAULT_NETWORK
 from xla_host.wheel_filename import parse_wheel_name
 from xla_wheels import wheels_lock
 from xla_wheels.bundle import load_bundle
-from xla_wheels.options import DEFAULT_NETWORK
 from xla_wheels.publish.index import Credentials, project_files
 from xla_wheels.release import lanes, policy
 from xla_wheels.wheels_lock import WheelRecord, record_wheels, update_bundle_entry

@@ -22,7 +22,7 @@ from tests import real_source, test_patch_workflow
 from tests.bundles import LIBTPU_RUNTIME, Pin, write_bundle
 from tests.gitrepos import REPO_ROOT, git, make_repo
 from tests.test_patch_workflow import rebase
-from xla_wheels.options import NetworkPolicy
+from xla_host.net import NetworkPolicy
 from xla_wheels.series_build import BuildCheckReport, BuildCheckStep, Finding, judge, trace
 from xla_wheels.series_checks.run import CheckOutcome, CompileError
 

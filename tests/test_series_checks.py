@@ -24,7 +24,7 @@ from tests import real_source
 from tests.gitrepos import REPO_ROOT, git
 from xla_host.errors import ToolchainError
 from xla_host.gate.hlo_canonical import canonical_text
-from xla_wheels.options import NetworkPolicy
+from xla_host.net import NetworkPolicy
 from xla_wheels.series_checks.build_deps import BuildFileError, external_deps, torch_libraries
 from xla_wheels.series_checks.programs import (
     CANONICAL_CASES_TABLE,
@@ -89,7 +89,7 @@ def test_two_processes_set_up_one_root_and_crash_leftovers_are_not_trusted(
         """
         import sys
         from pathlib import Path
-        from xla_wheels.options import NetworkPolicy
+        from xla_host.net import NetworkPolicy
         from xla_wheels.series_checks.toolchain import BOOKWORM_PACKAGES, ensure_debian_root
         packages = tuple(p for p in BOOKWORM_PACKAGES if p.name in ("libgtest-dev", "libgmock-dev"))
         print(ensure_debian_root(Path(sys.argv[1]), packages, NetworkPolicy()))

@@ -25,13 +25,13 @@ from xla_host import filemode
 from xla_host.errors import ManifestError, SourceError, UsageError
 from xla_host.gate.errors import GateEnvironmentError
 from xla_host.gate.restart import load_baseline
+from xla_host.net import DEFAULT_NETWORK
 from xla_host.receipt_store import DirectoryStore
 from xla_host.slice import WRITER_LEASE, claim_writer
 from xla_host.stamp import Stamp, write_stamp
 from xla_host.tables import MAX_DEPTH, MAX_FILE_BYTES, loads_json, loads_toml, read_utf8
 from xla_wheels.builder.spec import STAGE_RECORD, built_wheel
 from xla_wheels.bundle import load_bundle
-from xla_wheels.options import DEFAULT_NETWORK
 from xla_wheels.publish.index import Credentials, project_files
 from xla_wheels.sources import SourceCache, fetch_sources
 

@@ -107,7 +107,7 @@ def _host_env(host: Path) -> dict[str, str]:
 
 
 def _gate(loop: Loop, worker: int, shared: Path, *extra: str) -> subprocess.Popen[str]:
-    """``xla-wheels gate`` as worker ``worker`` runs it: one command per worker."""
+    """``xla-host gate`` as worker ``worker`` runs it: one command per worker."""
     host = loop.hosts[worker]
     argv = [
         str(loop.python), "-s", "-m", "xla_host", "gate",

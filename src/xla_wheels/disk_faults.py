@@ -28,6 +28,7 @@ from pathlib import Path
 
 from xla_host import log
 from xla_host.errors import DiskError
+from xla_host.filemode import mount_of
 
 DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES})
 """The errnos that are the disk's, not the run's."""
@@ -49,28 +50,6 @@ def is_disk_fault(error: BaseException) -> bool:
 def mount_point(path: Path) -> Path:
     """The mount point of the filesystem that holds ``path`` (or would hold it)."""
     return Path(mount_of(existing(path).resolve())[0])
-
-
-def mount_of(path: Path, mountinfo: str | None = None) -> tuple[str, str]:
-    """(mount point, file system type) of the mount holding ``path``."""
-    if mountinfo is None:
-        try:
-            mountinfo = Path("/proc/self/mountinfo").read_text()
-        except OSError:
-            return ("/", "unknown")
-    best = ("/", "unknown")
-    target = str(path)
-    for line in mountinfo.splitlines():
-        left, _, right = line.partition(" - ")
-        fields = left.split()
-        if len(fields) < 5 or not right:
-            continue
-        point = fields[4].replace("\\040", " ")
-        fstype = right.split()[0]
-        inside = target == point or target.startswith(point.rstrip("/") + "/")
-        if inside and len(point) >= len(best[0]):
-            best = (point, fstype)
-    return best
 
 
 def existing(path: Path) -> Path:

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xla_host.arguments import machine_cache as host_machine_cache
-from xla_host.settings import SETTINGS, by_flag
+from xla_host.net import DEFAULT_NETWORK, NetworkPolicy
+from xla_host.settings import SETTINGS
 
 ENV_PREFIX = "XLA_WHEELS_"
 
@@ -61,44 +62,6 @@ def machine_cache(environ: Mapping[str, str]) -> Path:
     """Per-machine cache (sources, environments): survives ``git clean`` of the repo; the
     rule is the host side's (``xla_host.arguments.machine_cache``), the variable ours."""
     return host_machine_cache(environ, env_var("--cache-dir"))
-
-
-@dataclass(frozen=True)
-class NetworkPolicy:
-    """How long network steps wait and how often they retry (``xla_wheels.retrying``):
-    ``NET_TIMEOUT`` / ``NET_RETRIES`` and the progress interval, built once by the CLI
-    edge and carried by :class:`PipelineOptions` to every step that talks to a host."""
-
-    timeout_s: float = float(by_flag("--net-timeout").default or 0)
-    """Seconds one attempt may wait for an answer (connect, or the next bytes)."""
-    retries: int = int(by_flag("--net-retries").default or 0)
-    """Attempts after the first one, when a fault is transient."""
-    backoff_s: float = 2.0
-    """Sleep before the first retry; it doubles for each next one (2, 4, 8 s)."""
-    min_bytes_per_s: float = 256 * 1024
-    """The slowest transfer rate a step's time limit allows for (a 500 MB wheel: ~33 min)."""
-    start_allowance_s: float = 15.0
-    """A child process (twine, pip) starts and reads its input before it talks to a host."""
-    heartbeat_s: float = float(by_flag("--progress-interval").default or 0)
-    """Seconds between ``still waiting`` lines and a long fetch's heartbeat lines off a
-    terminal (``--progress-interval``; 0: none)."""
-
-    @property
-    def attempts(self) -> int:
-        return self.retries + 1
-
-    def transfer_limit(self, size_bytes: int, *, child_process: bool = False) -> float:
-        """Seconds a step that moves ``size_bytes`` may take, by the slowest allowed rate."""
-        start = self.start_allowance_s if child_process else 0.0
-        return start + self.timeout_s + size_bytes / self.min_bytes_per_s
-
-    def sleep_before(self, retry: int) -> float:
-        """The pause before retry number ``retry`` (1-based): exponential backoff."""
-        return float(self.backoff_s * 2 ** (retry - 1))
-
-
-#: The documented defaults (60 s, 3 retries): a constant, never changed at run time.
-DEFAULT_NETWORK = NetworkPolicy()
 
 
 @dataclass(frozen=True)

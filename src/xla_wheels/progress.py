@@ -13,13 +13,13 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from xla_host import log
+from xla_host.net import repeating
 
 
 def on_terminal() -> bool:
@@ -56,31 +56,6 @@ def heartbeat(
         return text
 
     return repeating(line, first=every, every=every)
-
-
-@contextlib.contextmanager
-def repeating(line: Callable[[float], str], *, first: float, every: float) -> Iterator[None]:
-    """Log ``line(seconds elapsed)`` after ``first`` seconds, then every ``every`` seconds,
-    until the block ends (0 for either: no more lines)."""
-    if first <= 0:
-        yield
-        return
-    stop = threading.Event()
-    start = time.monotonic()
-
-    def beat() -> None:
-        wait = first
-        while wait > 0 and not stop.wait(wait):
-            log.info(line(time.monotonic() - start))
-            wait = every
-
-    thread = threading.Thread(target=beat, name="xla-wheels progress lines", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
 
 
 @dataclass

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xla_host.errors import CheckFailed, ExitCode, PatchError
+from xla_host.net import NetworkPolicy
 from xla_wheels.gitutil import git
-from xla_wheels.options import NetworkPolicy
 
 if TYPE_CHECKING:
     # Types only: the runner itself (and the toolchain code) is imported when a check runs.

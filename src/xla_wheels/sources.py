@@ -36,6 +36,17 @@ from urllib.parse import urlsplit
 
 from xla_host import filemode, log
 from xla_host.errors import PipelineError, SourceError
+from xla_host.net import (
+    DEFAULT_NETWORK,
+    RETRIES_SETTING,
+    TIMEOUT_SETTING,
+    NetworkPolicy,
+    NetworkTimedOut,
+    Transient,
+    attempts_text,
+    host_of,
+    with_retries,
+)
 from xla_host.redact import mask_url_credentials
 from xla_host.runner import StepStalled, StepTimedOut
 from xla_host.tables import check_regular
@@ -43,18 +54,8 @@ from xla_host.values import REMOTE_RULE, BadValue, check_remote
 from xla_wheels import progress, worktree_guard
 from xla_wheels.bundle import Bundle, Component
 from xla_wheels.gitutil import PROGRESS_FLAG, GitRunner, compose, run_git
-from xla_wheels.options import DEFAULT_NETWORK, NetworkPolicy
 from xla_wheels.patches import state_path
 from xla_wheels.plan import PlannedCommand
-from xla_wheels.retrying import (
-    RETRIES_SETTING,
-    TIMEOUT_SETTING,
-    NetworkTimedOut,
-    Transient,
-    attempts_text,
-    host_of,
-    with_retries,
-)
 
 
 @dataclass(frozen=True)
@@ -238,7 +239,7 @@ _FETCH_FINAL = re.compile(
     r"Could not resolve host|not our ref|unadvertised object",
     re.I,
 )
-#: What git prints for a fault that may pass, by kind (``retrying.Transient``).
+#: What git prints for a fault that may pass, by kind (``xla_host.net.Transient``).
 _FETCH_TRANSIENT: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("timed out", re.compile(r"Operation too slow|timed out", re.I)),
     ("refused", re.compile(r"Connection refused|Couldn't connect to server", re.I)),
@@ -436,7 +437,7 @@ class SourceCache:
 
     def _fetch_commit(self, repo: Path, remote: str, commit: str, label: str, full: bool) -> None:
         """Fetch ``commit`` of ``remote`` (or its mirror) into ``repo``, bounded and retried
-        as every network step is (:mod:`xla_wheels.retrying`): git's stall limit of
+        as every network step is (:mod:`xla_host.net`): git's stall limit of
         ``NET_TIMEOUT`` for http(s), a time limit for the whole fetch by
         :data:`FETCH_BYTES_ALLOWANCE`, and ``NET_RETRIES`` more tries after a refused or
         reset connection, an HTTP 5xx or a stall; never after refused credentials, a

@@ -1,7 +1,7 @@
-"""``python -m xla_host``: the host's own command line (never the builder's)."""
+"""``python -m xla_host``: the same command line as ``xla-host`` (never the builder's)."""
 
 import sys
 
-from xla_host.cli import host_main
+from xla_host.cli import main
 
-sys.exit(host_main())
+sys.exit(main())

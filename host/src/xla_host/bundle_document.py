@@ -3,7 +3,7 @@
 This module owns the format. The builder composes it (``xla_wheels.release.host_document``
 from the manifest, ``wheels.lock`` and ``build/lanes.toml``) and publishes it beside the
 wheels; a host that has never seen the repository fetches it, checks its sha256 and judges
-its environment against it (``xla-wheels doctor|gate --lane ... --bundle ...``).
+its environment against it (``xla-host doctor|gate --lane ... --bundle ...``).
 
 One JSON object, canonical (sorted keys, no spaces, UTF-8, a final newline), keys::
 
@@ -46,23 +46,23 @@ from __future__ import annotations
 
 import hashlib
 import html
-import http.client
 import io
 import json
 import re
 import urllib.error
 import urllib.parse
-import urllib.request
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, overload
 
 from xla_host.cache_contract import directory_name
-from xla_host.errors import ExitCode, PipelineError, UsageError
+from xla_host.errors import PipelineError, UsageError
 from xla_host.filemode import file_sha256
 from xla_host.launch_profile import LaunchProfile
+from xla_host.net import DEFAULT_NETWORK, NetworkPolicy, NotThere, get
+from xla_host.redact import shown
 from xla_host.tables import MAX_FILE_BYTES, Field, Table, loads_json, read_regular
 from xla_host.values import NAME_PATTERN
 from xla_host.wheel_filename import normalize, parse_wheel_name
@@ -70,20 +70,12 @@ from xla_host.wheel_filename import normalize, parse_wheel_name
 FORMAT = "1"
 DIRNAME = "bundles"
 INDEX_PAGE = "index.html"
-#: Each network read of the document or its index page ends within this many seconds.
-FETCH_TIMEOUT_S = 60.0
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class DocumentError(UsageError):
     """A bundle document that is malformed, of an unknown format, or not the one the hash
     says: the host cannot judge against it (exit 2)."""
-
-
-class DocumentTimedOut(PipelineError):
-    """The lane did not answer within :data:`FETCH_TIMEOUT_S` (exit 8)."""
-
-    exit_code = ExitCode.TIMED_OUT
 
 
 @dataclass(frozen=True)
@@ -433,13 +425,13 @@ def _links(page_url: str, page: bytes) -> list[tuple[str, str, str | None]]:
 
 
 def _from_index(
-    simple: str, bundle: str, sha256: str | None, timeout_s: float, also: str
+    simple: str, bundle: str, sha256: str | None, network: NetworkPolicy, also: str
 ) -> tuple[bytes, str]:
     """``bundle``'s document from the document wheel a package index serves: (document,
     where). The index vouches for the wheel (its ``#sha256=``, checked here), the wheel's
     name for the document inside (:func:`document_of_wheel`)."""
     page_url = urllib.parse.urljoin(simple, f"{document_project(bundle)}/")
-    page = _get(page_url, timeout_s, missing_ok=True)
+    page = _get(page_url, network, missing_ok=True)
     if page is None:
         raise DocumentError(
             f"the lane serves no document of bundle {bundle}: neither {also} nor {page_url} "
@@ -468,7 +460,7 @@ def _from_index(
             f"{page_url} lists {name} without a #sha256=, and no --bundle-sha256 was given",
             fix="pass --bundle-sha256 <the digest `make lanes` shows for the document>",
         )
-    data = _get(url, timeout_s)
+    data = _get(url, network)
     if listed is not None and sha256_of(data) != listed:
         raise DocumentError(
             f"{url}: sha256 {sha256_of(data)}, the lane's index says {listed}: not the file "
@@ -502,11 +494,11 @@ def _simple_url(lane: str) -> str:
     return base + "/simple/"
 
 
-def _wheel_url(simple: str, wheel: LockedFile, timeout_s: float) -> str:
+def _wheel_url(simple: str, wheel: LockedFile, network: NetworkPolicy) -> str:
     """Where the index serves ``wheel``: the link of that name on its project page (a
     static lane, pypiserver and devpi each keep their files somewhere else)."""
     page_url = urllib.parse.urljoin(simple, f"{wheel.project}/")
-    for name, target, _ in _links(page_url, _get(page_url, timeout_s)):
+    for name, target, _ in _links(page_url, _get(page_url, network)):
         if name == wheel.name:
             return target
     raise DocumentError(
@@ -516,43 +508,46 @@ def _wheel_url(simple: str, wheel: LockedFile, timeout_s: float) -> str:
     )
 
 
-@overload
-def _get(url: str, timeout_s: float) -> bytes: ...
-@overload
-def _get(url: str, timeout_s: float, *, missing_ok: bool) -> bytes | None: ...
+_TIMEOUT_FIX = "check the lane's address and the network, then run the command again"
 
 
-def _get(url: str, timeout_s: float, *, missing_ok: bool = False) -> bytes | None:
-    """One bounded GET (standard library only: the host side adds no packages); with
-    ``missing_ok``, None for a 404."""
+def _lane_fault(url: str, what: str) -> PipelineError:
+    return DocumentError(
+        f"{shown(url)}: {what}",
+        fix="check --lane and --bundle: the bundle must have been published into the lane "
+        "(or pass --bundle-document FILE --bundle-sha256 HEX, as publish printed them)",
+    )
+
+
+def _fetched(
+    url: str, network: NetworkPolicy, *, size: int | None = None,
+    sink: Callable[[], Callable[[bytes], object]] | None = None, missing_ok: bool = False,
+) -> bytes:  # fmt: skip
+    """One GET through the one network client (:func:`xla_host.net.get`): no answer in
+    time is exit 8; a 4xx, or a fault that outlasts the retries, is a
+    :class:`DocumentError` naming the URL."""
+    return get(
+        url, network, refused=lambda what: _lane_fault(url, what), timeout_fix=_TIMEOUT_FIX,
+        size=size, write=sink, missing_ok=missing_ok,
+    )  # fmt: skip
+
+
+@overload
+def _get(url: str, network: NetworkPolicy) -> bytes: ...
+@overload
+def _get(url: str, network: NetworkPolicy, *, missing_ok: bool) -> bytes | None: ...
+
+
+def _get(url: str, network: NetworkPolicy, *, missing_ok: bool = False) -> bytes | None:
+    """A page or document of the lane (standard library only: the host side adds no
+    packages), refused when larger than any document; with ``missing_ok``, None for a
+    404."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
-            raw: bytes = response.read(MAX_FILE_BYTES + 1)
-    except urllib.error.HTTPError as error:
-        if missing_ok and error.code == 404:
-            return None
-        raise DocumentError(
-            f"{url}: the lane answered {error.code} {error.reason}",
-            fix="check --lane and --bundle: the bundle must have been published into the lane",
-        ) from None
-    except TimeoutError:
-        raise DocumentTimedOut(
-            f"{url}: no answer within {timeout_s:g} s",
-            fix="check the lane's address and the network, then run the command again",
-        ) from None
-    except (urllib.error.URLError, OSError) as error:
-        reason = getattr(error, "reason", error)
-        if isinstance(reason, TimeoutError):
-            raise DocumentTimedOut(
-                f"{url}: no answer within {timeout_s:g} s",
-                fix="check the lane's address and the network, then run the command again",
-            ) from None
-        raise DocumentError(
-            f"{url}: cannot read it ({reason})",
-            fix="check --lane (the lane's directory or the URL serving it) and the network",
-        ) from None
+        raw = _fetched(url, network, missing_ok=missing_ok)
+    except NotThere:
+        return None
     if len(raw) > MAX_FILE_BYTES:
-        raise DocumentError(f"{url}: larger than {MAX_FILE_BYTES} bytes", fix=_FIX)
+        raise DocumentError(f"{shown(url)}: larger than {MAX_FILE_BYTES} bytes", fix=_FIX)
     return raw
 
 
@@ -569,8 +564,9 @@ def _read(path: Path) -> bytes:
 
 
 def fetch(
-    lane: str, bundle: str, *, sha256: str | None = None, timeout_s: float = FETCH_TIMEOUT_S
-) -> tuple[BundleDocument, str]:
+    lane: str, bundle: str, *, sha256: str | None = None,
+    network: NetworkPolicy = DEFAULT_NETWORK,
+) -> tuple[BundleDocument, str]:  # fmt: skip
     """``bundle``'s document from ``lane``, verified: (document, its sha256).
 
     The sha256 must be ``sha256`` when given, and the one the lane's index lists when it
@@ -584,12 +580,13 @@ def fetch(
         # A static lane's page first (none on devpi's +simple/); a package index keeps the
         # document in a document wheel on its simple page instead.
         static = not lane.rstrip("/").endswith("/+simple")
-        page = _get(index_url, timeout_s, missing_ok=True) if static else None
+        page = _get(index_url, network, missing_ok=True) if static else None
         if page is None:
-            raw, where = _from_index(_simple_url(lane), bundle, sha256, timeout_s, index_url)
+            raw, where = _from_index(_simple_url(lane), bundle, sha256, network, index_url)
             return _checked_document(raw, where, bundle, sha256=sha256, listed=None)
         where = urllib.parse.urljoin(url_base, f"{DIRNAME}/{urllib.parse.quote(bundle)}.json")
-        raw = _get(where, timeout_s)
+        raw = _get(where, network)
+        where = shown(where)
     else:
         assert directory is not None
         index = directory / DIRNAME / INDEX_PAGE
@@ -651,7 +648,7 @@ def wheel_files(
     wheels: tuple[LockedFile, ...],
     directory: Path,
     *,
-    timeout_s: float = FETCH_TIMEOUT_S,
+    network: NetworkPolicy = DEFAULT_NETWORK,
 ) -> Path:
     """``directory`` holding each of ``wheels`` with the document's sha256: those already
     there are kept, the rest fetched from ``lane`` (next to its ``simple/`` index) and kept
@@ -669,42 +666,42 @@ def wheel_files(
             continue
         url_base, lane_dir = _lane_base(lane)
         if url_base is not None:
-            where = _wheel_url(_simple_url(lane), wheel, timeout_s)
+            where = _wheel_url(_simple_url(lane), wheel, network)
         else:
             assert lane_dir is not None
             where = (lane_dir / wheel.name).as_uri()
-        _download(where, target, wheel.sha256, timeout_s)
+        _download(where, target, wheel, network)
     return directory
 
 
-def _download(url: str, target: Path, sha256: str, timeout_s: float) -> None:
+def _download(url: str, target: Path, wheel: LockedFile, network: NetworkPolicy) -> None:
     """Stream ``url`` into ``target`` (a wheel may be hundreds of MB), kept only when its
-    sha256 is ``sha256``; whatever happens, no partial file is left. Each read waits at
-    most ``timeout_s``."""
-    hasher = hashlib.sha256()
+    sha256 is the document's; whatever happens, no partial file is left. Each read waits
+    at most the idle timeout, the whole file its size at the slowest allowed rate."""
     partial = target.with_name(f".{target.name}.part")
+    hashers: list[Any] = []
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response, partial.open("wb") as out:
-            for block in iter(lambda: response.read(1 << 20), b""):
-                hasher.update(block)
-                out.write(block)
-        if hasher.hexdigest() != sha256:
+        with partial.open("wb") as out:
+
+            def fresh() -> Callable[[bytes], object]:
+                out.seek(0)
+                out.truncate()
+                hasher = hashlib.sha256()
+                hashers[:] = [hasher]
+
+                def write(block: bytes) -> None:
+                    hasher.update(block)
+                    out.write(block)
+
+                return write
+
+            _fetched(url, network, size=wheel.size or 0, sink=fresh)
+        digest = hashers[0].hexdigest()
+        if digest != wheel.sha256:
             raise DocumentError(
-                f"{url}: sha256 {hasher.hexdigest()}, the bundle document has {sha256}",
+                f"{shown(url)}: sha256 {digest}, the bundle document has {wheel.sha256}",
                 fix="the lane does not serve the locked file: report it to the lane's owners",
             )
         partial.replace(target)
-    except TimeoutError:
-        raise DocumentTimedOut(
-            f"{url}: no answer within {timeout_s:g} s",
-            fix="check the lane's address and the network, then run the command again",
-        ) from None
-    except (urllib.error.URLError, ConnectionError, http.client.HTTPException) as error:
-        # Not a local write's OSError (a full disk): that one reaches the CLI edge as is.
-        raise DocumentError(
-            f"{url}: cannot read the wheel ({getattr(error, 'reason', error)})",
-            fix="the lane does not hold a wheel its document lists: publish the bundle into "
-            "the lane again (make publish-lane)",
-        ) from None
     finally:
         partial.unlink(missing_ok=True)

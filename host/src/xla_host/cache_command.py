@@ -1,4 +1,4 @@
-"""``cache``: signed cache packs and a host's persistent cache directory.
+"""``xla-host cache``: signed cache packs and a host's persistent cache directory.
 
 ``cache fetch`` installs a signed pack, so a new host starts warm: a file or URL
 (``--pack``), or the lane's pack for this bundle, workload and topology, fetched by hash
@@ -25,7 +25,7 @@ import os
 import sys
 from pathlib import Path
 
-from xla_host import cache_explain, cache_keys, cache_pack, cache_prune, lane_packs, log
+from xla_host import cache_explain, cache_keys, cache_pack, cache_prune, lane_packs, log, net
 from xla_host.errors import UsageError
 from xla_host.host_probe import probe
 
@@ -34,7 +34,7 @@ HELP = (
     "entry's sha256, bundle/device/topology/torch_xla of this host; all or nothing)"
 )
 EXAMPLE = (
-    "xla-wheels cache fetch --pack https://lanes.corp/packs/<pack>.xlapack.tar "
+    "xla-host cache fetch --pack https://lanes.corp/packs/<pack>.xlapack.tar "
     "--into /mnt/xla-cache --key lane-key.pub.pem --bundle v6e-2.11"
 )
 _TRUE = ("1", "true", "yes", "on")
@@ -106,13 +106,7 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
         help="this host's role on the cache; a reader writes nothing (default: reader when "
         "XLA_PERSISTENT_CACHE_READ_ONLY is set, else writer)",
     )
-    fetch.add_argument(
-        "--net-timeout",
-        type=float,
-        default=cache_pack.FETCH_TIMEOUT_S,
-        metavar="SECONDS",
-        help="each read of the pack's URL waits at most this long",
-    )
+    net.add_network_arguments(fetch)  # the settings rows' flags, as every network step's
     fetch.set_defaults(handler=run_fetch)
     _add_record(actions)
     _add_explain(actions)
@@ -269,14 +263,15 @@ def run_fetch(args: argparse.Namespace) -> int:
     keys = [cache_pack.read_public_key(path) for path in args.key]
     host = host_facts(args)
     source, expected = args.pack, None
+    network = net.policy_from(args, os.environ)
     if args.lane is not None:
         source, row = lane_packs.find_pack(
-            args.lane, args.bundle, args.workload, host.topology, args.net_timeout
+            args.lane, args.bundle, args.workload, host.topology, network
         )
         expected = row.sha256
     with log.section(f"cache pack {source} into {args.into}"):
         done = cache_pack.install(
-            source, args.into, keys, host, timeout_s=args.net_timeout, expected_sha256=expected
+            source, args.into, keys, host, network=network, expected_sha256=expected
         )
     manifest = done.manifest
     print(

@@ -14,7 +14,10 @@ A pack is one uncompressed tar file (``<bundle>__<workload>__<topology>__<id>.xl
 The manifest comes first so a reader checks the signature and the host before it reads a
 byte of an entry: a pack is read as a stream (a local file or a URL), never unpacked with
 ``tarfile``'s extractors, and only regular members with the manifest's names and sizes are
-taken. Installing (:func:`install`) is all or nothing: each entry is streamed into a
+taken. A pack at a URL is first fetched whole through the one network client
+(:mod:`xla_host.net`: idle timeout, whole-transfer deadline, retries, credentials never
+shown) into an anonymous temporary file beside the cache directory, then read the same
+way. Installing (:func:`install`) is all or nothing: each entry is streamed into a
 temporary file in the cache directory while its sha256 is computed; only when every entry
 matches its manifest row, and no existing entry of the same name differs, are they linked
 into place (a link never replaces a file). On any failure the temporary files and the
@@ -40,17 +43,26 @@ import tarfile
 import tempfile
 import time
 import urllib.error
-import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from xla_host import cache_keys, log, receipt_signing, runner
-from xla_host.errors import ExitCode, PipelineError, UsageError
+from xla_host.errors import PipelineError, UsageError
 from xla_host.filemode import as_if_created
 from xla_host.gate.slice.merge import topology as slice_topology_of
+from xla_host.net import (
+    DEFAULT_NETWORK,
+    NetworkPolicy,
+    Transient,
+    host_of,
+    read_url,
+    settings_fix,
+    with_retries,
+)
 from xla_host.receipts import read_receipt
+from xla_host.redact import shown
 from xla_host.slice import WRITER_LEASE
 
 if TYPE_CHECKING:
@@ -66,7 +78,9 @@ MANIFEST_MEMBER = "manifest.dsse.json"
 ENTRY_PREFIX = "entries/"
 SUFFIX = ".xlapack.tar"
 MAX_MANIFEST_BYTES = 16 * 1024**2
-FETCH_TIMEOUT_S = 60.0
+#: The size a pack's whole-transfer deadline allows for (its length is not known before it
+#: is read): 2 GiB at the slowest allowed rate; a stalled server ends at the idle timeout.
+PACK_BYTES_ALLOWANCE = 2 * 1024**3
 VERIFY_TIMEOUT_S = 60.0
 #: A cache entry's file name as torch_xla writes it (a hash); never a path, never hidden.
 _ENTRY_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,254}")
@@ -84,12 +98,6 @@ class PackRefused(PipelineError):
 
 class PackFormatError(UsageError):
     """The file is not a cache pack this version reads (exit 2)."""
-
-
-class PackTimedOut(PipelineError):
-    """The pack's URL did not answer in time (exit 8)."""
-
-    exit_code = ExitCode.TIMED_OUT
 
 
 @dataclass(frozen=True)
@@ -145,7 +153,7 @@ class Manifest:
 def _format_error(source: str, problem: str) -> PackFormatError:
     return PackFormatError(
         f"{source} is not a cache pack: {problem}",
-        fix="pass a pack the gate wrote (`xla-wheels gate ... --pack DIR --sign-key PEM`)",
+        fix="pass a pack the gate wrote (`xla-host gate ... --pack DIR --pack-key PEM`)",
     )
 
 
@@ -407,33 +415,49 @@ class Installed:
 
 
 @contextlib.contextmanager
-def open_pack(source: str, timeout_s: float = FETCH_TIMEOUT_S) -> Iterator[IO[bytes]]:
-    """The pack's bytes as a stream: a URL (http, https, file) or a regular file, its type
-    checked where it is opened (a FIFO or device is refused, never read)."""
+def open_pack(
+    source: str, network: NetworkPolicy = DEFAULT_NETWORK, spool: Path | None = None
+) -> Iterator[IO[bytes]]:
+    """The pack's bytes as a stream: a URL (http, https, file), fetched whole into an
+    anonymous temporary file in ``spool`` (the nearest existing directory of the cache;
+    default: the system's), or a regular file, its type checked where it is opened (a
+    FIFO or device is refused, never read)."""
     if re.match(r"[a-z]+://", source):
-        try:
-            with urllib.request.urlopen(source, timeout=timeout_s) as response:
-                yield response
-        except TimeoutError:
-            raise PackTimedOut(
-                f"{source}: no answer within {timeout_s:g} s",
-                fix="check the pack's address and the network, then run the command again",
-            ) from None
-        except urllib.error.HTTPError as error:
-            raise PackRefused(
-                f"{source}: the server answered {error.code} {error.reason}",
-                fix="check the pack's URL (the lane's packs/ listing names it)",
-            ) from None
-        except urllib.error.URLError as error:
-            if isinstance(error.reason, TimeoutError):
-                raise PackTimedOut(
-                    f"{source}: no answer within {timeout_s:g} s",
-                    fix="check the pack's address and the network, then run the command again",
-                ) from None
-            raise PackRefused(
-                f"{source}: cannot read it ({error.reason})",
-                fix="check the pack's URL and the network",
-            ) from None
+        where = shown(source)
+        with tempfile.TemporaryFile(dir=spool) as spooled:
+
+            def attempt(limit: float) -> None:
+                spooled.seek(0)
+                spooled.truncate()  # an attempt after a cut-off one starts at byte 0
+                try:
+                    read_url(source, limit_s=limit, idle_s=network.timeout_s, write=spooled.write)
+                except urllib.error.HTTPError as error:
+                    raise PackRefused(
+                        f"{where}: the server answered {error.code} {error.reason}",
+                        fix="check the pack's URL (the lane's packs/ listing names it)",
+                    ) from None
+                except Transient:
+                    raise
+                except OSError as error:  # TLS, an unknown host: retrying cannot help
+                    raise PackRefused(
+                        f"{where}: cannot read it ({getattr(error, 'reason', error)})",
+                        fix="check the pack's URL and the network",
+                    ) from None
+
+            def give_up(fault: Transient, attempts: int) -> PipelineError:
+                return PackRefused(
+                    f"{where}: {host_of(source)} {fault.what_happened} ({attempts} attempt(s))",
+                    fix="check the pack's URL and the network, then run the command again",
+                )
+
+            with_retries(
+                f"GET {where}", host_of(source), attempt, give_up=give_up,
+                timeout_fix="check the pack's address and the network, then run the command "
+                f"again (or give it longer: {settings_fix()})",
+                limit_s=network.transfer_limit(PACK_BYTES_ALLOWANCE), network=network,
+            )  # fmt: skip
+            spooled.seek(0)
+            yield spooled
         return
     path = Path(source)
     try:
@@ -459,7 +483,7 @@ def install(
     keys: Sequence[PublicKey],
     host: HostFacts,
     *,
-    timeout_s: float = FETCH_TIMEOUT_S,
+    network: NetworkPolicy = DEFAULT_NETWORK,
     expected_sha256: str | None = None,
 ) -> Installed:
     """Verify the pack at ``source`` and install its entries into ``cache``, all or none
@@ -475,7 +499,8 @@ def install(
     # Made by this call (parents too) only once the pack is verified; removed on failure.
     created = [p for p in (cache, *cache.parents) if not p.exists()]
     try:
-        with open_pack(source, timeout_s) as raw_stream:
+        spool = next((p for p in (cache, *cache.parents) if p.is_dir()), None)
+        with open_pack(source, network, spool) as raw_stream:
             stream = _Hashing(raw_stream)
             try:
                 # Closed by `with tar:` below; opened apart so a non-tar is named as such.
@@ -571,10 +596,10 @@ def installed_manifests(cache: Path) -> list[tuple[Path, Manifest]]:
 
 
 def read_manifest(
-    source: str, keys: Sequence[PublicKey], timeout_s: float = FETCH_TIMEOUT_S
+    source: str, keys: Sequence[PublicKey], network: NetworkPolicy = DEFAULT_NETWORK
 ) -> Manifest:
     """A pack's manifest once its signature verifies; no entry is read."""
-    with open_pack(source, timeout_s) as stream:
+    with open_pack(source, network) as stream:
         try:
             with tarfile.open(fileobj=stream, mode="r|") as tar:
                 first = next(iter(tar), None)

@@ -1,35 +1,35 @@
-"""``xla-wheels`` on a training host: ``gate`` and ``doctor`` from the lane, no checkout.
+"""``xla-host``: the host's own command, ``gate``, ``doctor``, ``launch-env`` and ``cache``
+from the lane, no checkout.
 
 A host installs only the host wheel (``xla-wheels-host``, standard library only) into its
 torch environment, by hash, from the lane; then::
 
-    xla-wheels doctor --lane https://lanes.corp/validation/ --bundle v6e-2.11
-    xla-wheels gate   --lane https://lanes.corp/validation/ --bundle v6e-2.11 --out out/gate
+    xla-host doctor --lane https://lanes.corp/validation/ --bundle v6e-2.11
+    xla-host gate   --lane https://lanes.corp/validation/ --bundle v6e-2.11 --out out/gate
 
 Both fetch the bundle document (:mod:`xla_host.bundle_document`) from the lane (a
 directory, or the URL serving it), verify its sha256 (``--bundle-sha256``, else the
 lane's index), and judge this environment against it; ``--bundle-document FILE`` reads a
 document given as a file instead.
 
-This module owns the ``xla-wheels`` console script. Where the builder distribution is
-installed too (the project's venv), it registered its command line under the entry-point
-group :data:`ENTRY_POINT_GROUP` and every command is handed to it (its ``gate`` and
-``doctor`` work from the checkout); without it, the host's commands run here and a
-builder command is refused with a fix. ``python -m xla_host`` always runs the host's.
-The same edge as the builder's (:mod:`xla_host.edge`): ``error:``/``fix:``, exit 0 ok,
-1 a check judged against, 2 bad input or cannot judge, 8 the lane did not answer in time,
-10 a disk fault, 130 interrupted.
+This module owns the ``xla-host`` console script and ``python -m xla_host``: the same
+command line on every machine, whatever else is installed. The builder's command is
+``xla-wheels`` (``xla_wheels.cli``, a checkout's ``.venv``), whose ``--lane`` names a lane
+of ``build/lanes.toml``, not a URL; a builder command given here is refused with the
+builder's command line as the fix. The same edge as the builder's (:mod:`xla_host.edge`):
+``error:``/``fix:``, exit 0 ok, 1 a check judged against, 2 bad input or cannot judge, 8
+the lane did not answer in time, 10 a disk fault, 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import shlex
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from importlib import metadata
 from pathlib import Path
 
 from xla_host import (
@@ -39,46 +39,33 @@ from xla_host import (
     host_doctor,
     installed,
     log,
+    net,
     receipt_store,
     receipts,
 )
-from xla_host.arguments import OUTPUT_DIR, amount, machine_cache
+from xla_host.arguments import OUTPUT_DIR, add_settings, machine_cache
 from xla_host.edge import Parser, exit_code_of
 from xla_host.errors import CheckFailed, UsageError
 from xla_host.host_probe import probe
 
-ENTRY_POINT_GROUP = "xla_wheels.cli"
+#: The command line's name, in usage lines, examples and fixes.
+PROG = "xla-host"
+#: The builder's command (``xla_wheels.cli``), named when a builder command is given here.
+BUILDER_PROG = "xla-wheels"
 HOST_COMMANDS = {
     "gate": "decide whether this environment may ship the bundle (warm restart, HBM query); "
     "the receipt goes to --out",
-    "doctor": "check this host against the bundle's document (versions, installed files, "
-    "cache) without importing torch_xla",
+    "doctor": "check this host against the bundle's document (the runtime contract: "
+    "PJRT_DEVICE, XLA_NO_SPECIAL_SCALARS, the cache path; versions, installed files) "
+    "without importing torch_xla",
     "launch-env": "write the bundle's launch profile for a launcher (env.sh, env.json) from "
     "its document",
     "cache": "cache packs: `cache fetch` installs a signed pack so this host starts warm",
 }
 
 
-def builder_main() -> Callable[[Sequence[str]], int] | None:
-    """The builder's command line when its distribution is installed (entry point)."""
-    for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if entry.name == "builder":
-            loaded: Callable[[Sequence[str]], int] = entry.load()
-            return loaded
-    return None
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    """The ``xla-wheels`` console script (module doc)."""
-    arguments = sys.argv[1:] if argv is None else list(argv)
-    builder = builder_main()
-    if builder is not None:
-        return builder(arguments)
-    return host_main(arguments)
-
-
-def host_main(argv: Sequence[str] | None = None) -> int:
-    """The host's own command line (``python -m xla_host``)."""
+    """The ``xla-host`` console script and ``python -m xla_host`` (module doc)."""
     arguments = sys.argv[1:] if argv is None else list(argv)
     return exit_code_of(lambda: _run(arguments))
 
@@ -87,11 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
     from xla_host.gate import arguments as gate_arguments  # the gate's, defined once
 
     parser = Parser(
-        prog="xla-wheels",
+        prog=PROG,
         description="The host side of xla-wheels: judge this environment against a bundle "
         "published in a lane.",
-        epilog="example:\n  xla-wheels gate --lane https://lanes.corp/validation/ --bundle "
-        "v6e-2.11\n\nEvery command's options: xla-wheels COMMAND --help",
+        epilog=f"example:\n  {PROG} gate --lane https://lanes.corp/validation/ --bundle "
+        f"v6e-2.11\n\nEvery command's options: {PROG} COMMAND --help",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -107,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
             name,
             help=help_text,
             description=help_text,
-            epilog=f"example:\n  xla-wheels {name} --lane https://lanes.corp/validation/ "
+            epilog=f"example:\n  {PROG} {name} --lane https://lanes.corp/validation/ "
             "--bundle v6e-2.11",
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
@@ -141,6 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
                 choices=("writer", "reader"),
                 help="this host's role on a shared cache (default: by TPU_WORKER_ID)",
             )
+            # The builder's doctor's flags, from the same rows: the audit stamp, the
+            # launch environment and cache path to judge instead of this process's.
+            add_settings(sub, name, "--cache-path", "--env-file", "--json", "--stamp")
             sub.set_defaults(handler=run_doctor)
     return parser
 
@@ -170,29 +160,30 @@ def _add_document_arguments(parser: argparse.ArgumentParser) -> None:
         "files; missing ones are fetched from --lane by hash (default: the per-machine "
         "cache, $XLA_WHEELS_CACHE or ~/.cache/xla-wheels)",
     )
-    parser.add_argument(
-        "--net-timeout",
-        type=amount(1, 3600, 60, "seconds"),
-        default=bundle_document.FETCH_TIMEOUT_S,
-        metavar="SECONDS",
-        help="each read from the lane waits at most this long",
-    )
+    # The builder's rows, the same ranges and XLA_WHEELS_NET_* variables (policy_from).
+    net.add_network_arguments(parser)
 
 
 def _run(arguments: list[str]) -> int:
     if arguments and not arguments[0].startswith("-") and arguments[0] not in HOST_COMMANDS:
+        name = arguments[0]
+        close = difflib.get_close_matches(name, HOST_COMMANDS, n=1)
         raise UsageError(
-            f"{arguments[0]} is a command of the builder side, which is not installed here "
-            f"(this host has only the host package: {', '.join(HOST_COMMANDS)})",
-            fix="run it in the project's checkout (`make venv`), or use one of: "
-            + ", ".join(HOST_COMMANDS),
+            f"{name} is not a command of {PROG} (the host's: {', '.join(HOST_COMMANDS)}); "
+            f"a builder command runs as `{BUILDER_PROG} {name}`",
+            fix=(f"did you mean `{PROG} {close[0]}`? " if close else "")
+            + f"run `{BUILDER_PROG} {name} ...` in the project's checkout (its `.venv`, "
+            f"`make venv`), or use one of: {', '.join(HOST_COMMANDS)}",
         )
     parser = build_parser()
     try:
         args = parser.parse_args(arguments)
     except argparse.ArgumentError as error:
         flag = (error.argument_name or "argument").split("/")[0]
-        raise UsageError(f"{flag}: {error.message}", fix="see `xla-wheels --help`") from None
+        raise UsageError(f"{flag}: {error.message}", fix=f"see `{PROG} --help`") from None
+    if hasattr(args, "net_timeout"):
+        # The flags, else their XLA_WHEELS_* variables, checked before anything runs.
+        args.network = net.policy_from(args, os.environ)
     handler: Callable[[argparse.Namespace], int] = args.handler
     return handler(args)
 
@@ -215,8 +206,13 @@ def _document(args: argparse.Namespace) -> tuple[bundle_document.BundleDocument,
             fix="pass --lane <the lane's directory or URL> --bundle <name>",
         )
     return bundle_document.fetch(
-        args.lane, args.bundle, sha256=args.bundle_sha256, timeout_s=args.net_timeout
+        args.lane, args.bundle, sha256=args.bundle_sha256, network=_network(args)
     )
+
+
+def _network(args: argparse.Namespace) -> net.NetworkPolicy:
+    policy: net.NetworkPolicy = args.network
+    return policy
 
 
 def _cache() -> Path:
@@ -230,9 +226,7 @@ def _compare_files(
     fetched from the lane by hash when not at hand."""
     wheel_dir = args.wheel_dir or _cache() / "lane-wheels"
     with log.section(f"compare the environment with the wheels of bundle {document.bundle}"):
-        bundle_document.wheel_files(
-            args.lane, document.wheels, wheel_dir, timeout_s=args.net_timeout
-        )
+        bundle_document.wheel_files(args.lane, document.wheels, wheel_dir, network=_network(args))
         return installed.match_environment(
             python, document.wheels, wheel_dir, _cache() / "wheel-content"
         )
@@ -244,21 +238,57 @@ def _python(args: argparse.Namespace) -> Path:
 
 
 def run_doctor(args: argparse.Namespace) -> int:
+    """The host's doctor: the checks that need no checkout (:mod:`xla_host.host_doctor`,
+    the same the builder's doctor runs) against the lane's document."""
+    from xla_host import launch_profile, stamp
+
     document, digest = _document(args)
     python = _python(args)
+    env, _ = _launch_environment(args.env_file)
+    report = host_doctor.HostReport(document.bundle, str(python), document_sha256=digest)
+    # The environment first: it must be right before anything imports torch_xla.
+    host_doctor.check_environment(
+        report, env, args.role, platform=host_doctor.platform_of(document.profiles)
+    )
     facts = probe(
         str(python),
         [*host_doctor.PACKAGES, *document.pins],
         fix="pass --python <the training environment's python>",
     )
-    report = host_doctor.HostReport(document.bundle, str(python), document_sha256=digest)
     fix = host_doctor.install_fix(args.lane)
     host_doctor.check_versions(report, document, facts, fix)
     _, match = _compare_files(args, document, python)
     host_doctor.check_files(report, match, fix)
-    role = host_doctor.role_of(args.role, os.environ)
-    host_doctor.check_cache(report, facts, os.environ, role)
-    print(report.render())
+    host_doctor.check_cache(
+        report, document.bundle, facts.versions, env, args.role, args.cache_path
+    )
+    stamp_path: Path | None = args.stamp or stamp.stamp_file(os.environ)
+    if args.json or stamp_path:
+        # The audit stamp, as the builder's doctor writes it (xla_host.stamp owns the
+        # format): the findings go to stderr, stdout holds the one document.
+        print(report.render(), file=sys.stderr if args.json else sys.stdout)
+        found = stamp.Stamp(
+            created=stamp.now(),
+            host=stamp.this_host(),
+            bundle=document.bundle,
+            lane=document.lane,
+            wheels=tuple(stamp.StampedWheel(m.name, m.sha256, m.matched) for m in match.wheels),
+            receipt_digest=None,  # the document names no receipt: the lane's record does
+            profile=None,
+            profile_sha256=None,
+            cache_path=args.cache_path or env.get(launch_profile.CACHE_PATH) or None,
+            role=host_doctor.role_of(args.role, env),
+            verdict="failed" if report.failed else "ok",
+            problems=tuple(f"{f.check}: {f.detail}" for f in report.failed),
+            job=stamp.job_facts(env),
+        )
+        if args.json:
+            print(found.render(), end="")
+        if stamp_path:
+            stamp.write_stamp(stamp_path, found)
+            log.info(f"doctor: stamp written to {stamp_path}")
+    else:
+        print(report.render())
     if report.failed:
         raise CheckFailed(
             f"doctor found {len(report.failed)} problem(s): "
@@ -266,6 +296,23 @@ def run_doctor(args: argparse.Namespace) -> int:
             fix="apply the fixes listed above, then run the same command again",
         )
     return 0
+
+
+def _launch_environment(env_file: Path | None) -> tuple[Mapping[str, str], str]:
+    """What doctor judges: this process's environment (the host's shell, a launcher's), or
+    a launcher's env file (``--env-file``: env.sh or env.json of ``launch-env``)."""
+    from xla_host import launch_profile
+
+    if env_file is None:
+        return os.environ, "this host's environment"
+    try:
+        return launch_profile.read_env_file(env_file), str(env_file)
+    except (OSError, ValueError) as error:
+        raise UsageError(
+            f"cannot read the launch environment {env_file}: {error}",
+            fix="pass --env-file <env.sh or env.json written by `launch-env`, or a "
+            "NAME=value file>",
+        ) from error
 
 
 def run_launch_env(args: argparse.Namespace) -> int:
@@ -312,7 +359,8 @@ def run_gate(args: argparse.Namespace) -> int:
     bundle = document.bundle if document else args.bundle
     config = gate_arguments.gate_config(args, python, profile)
     upload = receipt_store.upload_for(  # before the run
-        args.receipts, args.sign_key, bundle, uploads=gate_arguments.leaves_receipt(config)
+        args.receipts, args.sign_key, bundle, uploads=gate_arguments.leaves_receipt(config),
+        network=_network(args),
     )
     outcome = gate_arguments.run_printed(config)
     if not gate_arguments.leaves_receipt(config):

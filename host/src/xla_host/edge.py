@@ -1,9 +1,10 @@
 """The one command-line edge: where a :class:`~xla_host.errors.PipelineError` becomes
 ``error:`` / ``fix:`` lines and an exit code, for both command lines.
 
-The host's ``xla-wheels`` (``xla_host.cli``) and the builder's (``xla_wheels.cli``) run
-every command through :func:`exit_code_of`; the builder passes its own reading of a disk
-fault (it names the mount and the free space), the host the plain one here.
+The host's ``xla-host`` (``xla_host.cli``) and the builder's ``xla-wheels``
+(``xla_wheels.cli``) run every command through :func:`exit_code_of`; the builder passes
+its own reading of a disk fault (it names the mount and the free space), the host the
+plain one here.
 """
 
 from __future__ import annotations

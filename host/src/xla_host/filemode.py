@@ -294,3 +294,27 @@ def file_sha256(path: Path) -> str:
         if not stat.S_ISREG(os.fstat(descriptor).st_mode):  # replaced after the stat
             raise _not_regular(f"{path} changed while it was read", fix="run it again")
         return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def mount_of(path: Path, mountinfo: str | None = None) -> tuple[str, str]:
+    """(mount point, file system type) of the mount holding ``path`` (``/proc/self/mountinfo``
+    unless ``mountinfo`` is given): the builder's disk faults and the doctor's shared-cache
+    check read it."""
+    if mountinfo is None:
+        try:
+            mountinfo = Path("/proc/self/mountinfo").read_text()
+        except OSError:
+            return ("/", "unknown")
+    best = ("/", "unknown")
+    target = str(path)
+    for line in mountinfo.splitlines():
+        left, _, right = line.partition(" - ")
+        fields = left.split()
+        if len(fields) < 5 or not right:
+            continue
+        point = fields[4].replace("\\040", " ")
+        fstype = right.split()[0]
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best[0]):
+            best = (point, fstype)
+    return best

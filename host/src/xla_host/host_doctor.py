@@ -1,10 +1,15 @@
-"""The doctor's checks a host can make from the bundle document alone.
+"""The doctor's checks that need no checkout: the one copy both command lines run.
 
-Versions, the installed files against the document's wheel hashes, the cache contract:
-nothing here needs the checkout, and nothing imports torch_xla (the probe reads metadata
-in the host's interpreter). The builder's doctor (``xla_wheels.publish.doctor``) keeps
-what needs the builder's libraries (SBOM, the ABI through pyelftools, signed provenance)
-and its checkout (wheels.lock, lanes.lock).
+The runtime contract of this host's environment (:func:`check_environment`:
+``PJRT_DEVICE`` set to the bundle's platform, ``XLA_NO_SPECIAL_SCALARS=1``, a persistent
+cache path this host can use in its role, one writer on a shared mount), the cache
+contract (:func:`check_cache`), and against a bundle document the versions and the
+installed files (:func:`check_versions`, :func:`check_files`): nothing here needs the
+checkout, and nothing imports torch_xla (the probe reads metadata in the host's
+interpreter; the runtime flags only act when set before that import). ``xla-host doctor``
+runs them from the lane's document; the builder's doctor (``xla_wheels.publish.doctor``)
+runs the same functions and adds what needs its libraries and its checkout (the ABI of
+the pair through pyelftools, the SBOM, signed provenance, wheels.lock, lanes.lock).
 
 Versions are compared as exact pins, by normalized string: a training host's
 environment has no ``packaging`` and must not gain it (the stock torch environment ships
@@ -13,14 +18,18 @@ none), and every version the document pins is an exact one (locked or resolved w
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from xla_host.bundle_document import BundleDocument
 from xla_host.cache_contract import CacheFacts, Finding, judge_cache_contract
+from xla_host.filemode import mount_of
 from xla_host.host_probe import HostFacts
 from xla_host.installed import EnvironmentMatch
-from xla_host.launch_profile import CACHE_PATH, CACHE_READ_ONLY
+from xla_host.launch_profile import CACHE_PATH, CACHE_READ_ONLY, LaunchProfile
 from xla_host.wheel_filename import normalize
 
 
@@ -119,24 +128,195 @@ def check_files(report: HostReport, match: EnvironmentMatch, fix: str) -> None:
             report.add("FAIL", f"files {wheel.project}", "; ".join(wheel.problems), fix)
 
 
-def check_cache(
-    report: HostReport, facts: HostFacts, env: Mapping[str, str], role: str | None
-) -> None:
-    versions = {normalize(k): v for k, v in facts.versions.items()}
-    contract = CacheFacts(
-        bundle=report.bundle,
-        path=env.get(CACHE_PATH) or None,
-        torch_xla_version=versions.get("torch-xla"),
-        libtpu_version=versions.get("libtpu"),
-        role=role,
-        read_only=env.get(CACHE_READ_ONLY) == "1",
-    )
-    report.findings += judge_cache_contract(contract)
+#: What this pipeline's bundles are built for, when no launch profile names the device.
+DEFAULT_PLATFORM = "TPU"
+
+#: File system types on which several hosts see the same cache directory.
+SHARED_FS_TYPES = frozenset(
+    {
+        "nfs", "nfs4", "cifs", "smb3", "lustre", "ceph", "glusterfs", "fuse.gcsfuse",
+        "fuse.sshfs", "9p", "virtiofs", "beegfs", "gpfs",
+    }
+)  # fmt: skip
+
+
+def platform_of(profiles: Mapping[str, LaunchProfile]) -> str:
+    """The platform a bundle runs on, as its document (and manifest) names it: the
+    ``PJRT_DEVICE`` its launch profiles set, else :data:`DEFAULT_PLATFORM` (the wheels are
+    built for Cloud TPU). Profiles that disagree name no one platform: the default."""
+    named = {p.settings["PJRT_DEVICE"] for p in profiles.values() if "PJRT_DEVICE" in p.settings}
+    return named.pop() if len(named) == 1 else DEFAULT_PLATFORM
+
+
+def role_and_reason(explicit: str | None, env: Mapping[str, str]) -> tuple[str | None, str]:
+    """The host's role and how it is known: ``--role``, else ``TPU_WORKER_ID`` (the
+    receipts' convention: worker 0 writes the shared cache, the others read it), else
+    unknown."""
+    if explicit:
+        return explicit, "given"
+    worker = env.get("TPU_WORKER_ID", "").strip()
+    if worker.isdigit():
+        return ("writer" if int(worker) == 0 else "reader"), f"TPU_WORKER_ID={worker}"
+    return None, "unknown"
 
 
 def role_of(explicit: str | None, env: Mapping[str, str]) -> str | None:
     """``--role``, else by ``TPU_WORKER_ID`` (worker 0 writes the cache), else unknown."""
-    if explicit:
-        return explicit
-    worker = env.get("TPU_WORKER_ID", "").strip()
-    return ("writer" if int(worker) == 0 else "reader") if worker.isdigit() else None
+    return role_and_reason(explicit, env)[0]
+
+
+def check_environment(
+    report: Report, env: Mapping[str, str], role: str | None = None, *,
+    platform: str = DEFAULT_PLATFORM, mountinfo: str | None = None,
+) -> None:  # fmt: skip
+    """The runtime flags and the cache directory of this host's environment (``env``:
+    the shell's, or a launcher's env file), against the bundle's ``platform``."""
+    device = env.get("PJRT_DEVICE")
+    if not device:
+        report.add("FAIL", "PJRT_DEVICE", "not set", f"export PJRT_DEVICE={platform}")
+    elif device.upper() != platform.upper():
+        report.add(
+            "FAIL",
+            "PJRT_DEVICE",
+            f"{device}, the bundle runs on {platform}",
+            f"export PJRT_DEVICE={platform}",
+        )
+    else:
+        report.add("ok", "PJRT_DEVICE", device)
+
+    scalars = env.get("XLA_NO_SPECIAL_SCALARS")
+    if scalars == "1":
+        report.add("ok", "XLA_NO_SPECIAL_SCALARS", "1")
+    else:
+        report.add(
+            "FAIL",
+            "XLA_NO_SPECIAL_SCALARS",
+            f"{scalars or 'not set'}, must be 1",
+            "export XLA_NO_SPECIAL_SCALARS=1 (before python starts)",
+        )
+
+    read_only_raw = env.get(CACHE_READ_ONLY)
+    read_only = read_only_raw == "1"
+    if read_only_raw not in (None, "", "0", "1"):
+        report.add(
+            "WARN",
+            CACHE_READ_ONLY,
+            f"{read_only_raw!r} is neither 0 nor 1",
+            f"export {CACHE_READ_ONLY}=1 (readers) or unset it",
+        )
+    cache = env.get(CACHE_PATH)
+    if not cache:
+        report.add(
+            "FAIL",
+            CACHE_PATH,
+            "not set: every restart recompiles",
+            f"export {CACHE_PATH}=<directory> (the same on every host)",
+        )
+        return
+    path = Path(cache).expanduser()
+    if not path.is_absolute():
+        report.add(
+            "WARN",
+            CACHE_PATH,
+            f"{cache} is relative: it depends on the working directory",
+            "use an absolute path",
+        )
+    if not path.is_dir():
+        report.add(
+            "FAIL",
+            CACHE_PATH,
+            f"{path} does not exist or is not a directory",
+            f"mkdir -p {path} (on the shared mount if several hosts share it)",
+        )
+        return
+    if read_only:
+        usable = os.access(path, os.R_OK | os.X_OK)
+        report.add(
+            "ok" if usable else "FAIL",
+            CACHE_PATH,
+            f"{path} {'readable' if usable else 'NOT readable'} (read-only host)",
+            "" if usable else f"grant read access to {path}",
+        )
+    else:
+        # os.access lies on some network file systems: really write and remove a file.
+        try:
+            with tempfile.NamedTemporaryFile(dir=path, prefix=".xla-wheels-doctor-"):
+                pass
+            report.add("ok", CACHE_PATH, f"{path} writable")
+        except OSError as error:
+            report.add(
+                "FAIL",
+                CACHE_PATH,
+                f"{path} not writable: {error.strerror}",
+                f"make {path} writable for this user, or "
+                f"export {CACHE_READ_ONLY}=1 if another host writes it",
+            )
+    _check_sharing(report, path, env, role, read_only, mountinfo)
+
+
+def _check_sharing(
+    report: Report, path: Path, env: Mapping[str, str], role: str | None, read_only: bool,
+    mountinfo: str | None,
+) -> None:  # fmt: skip
+    point, fstype = mount_of(path.resolve(), mountinfo)
+    host_role, why = role_and_reason(role, env)
+    where = f"{fstype} mount {point}"
+    if fstype not in SHARED_FS_TYPES:
+        if read_only:
+            report.add(
+                "WARN",
+                "cache sharing",
+                f"read-only on a local {where}: nothing ever writes this cache",
+                f"unset {CACHE_READ_ONLY} on a host with its own cache",
+            )
+        else:
+            report.add("ok", "cache sharing", f"local {where}, this host writes")
+        return
+    if host_role == "writer" and read_only:
+        report.add(
+            "FAIL",
+            "cache sharing",
+            f"shared {where}; this host is the writer ({why}) but {CACHE_READ_ONLY}=1",
+            f"unset {CACHE_READ_ONLY} on the one writer host",
+        )
+    elif host_role == "writer":
+        report.add("ok", "cache sharing", f"shared {where}; this host is the one writer ({why})")
+    elif read_only:
+        report.add("ok", "cache sharing", f"shared {where}; read-only reader")
+    elif host_role == "reader":
+        report.add(
+            "FAIL",
+            "cache sharing",
+            f"shared {where}; this host is a reader ({why}) but may write",
+            f"export {CACHE_READ_ONLY}=1 on every host except the one writer",
+        )
+    else:
+        report.add(
+            "WARN",
+            "cache sharing",
+            f"shared {where}; this host writes, and only one host may",
+            f"export {CACHE_READ_ONLY}=1 on every host except the one writer; tell doctor "
+            "with ROLE=writer|reader (xla-host: --role)",
+        )
+
+
+def check_cache(
+    report: Report, bundle: str, versions: Mapping[str, str | None], env: Mapping[str, str],
+    role: str | None = None, cache_path: str | None = None,
+) -> None:  # fmt: skip
+    """The cache directory names this build and libtpu; readers are read-only.
+
+    A role the read-only switch contradicts on a shared mount is already the "cache
+    sharing" failure, which names the mount and how the role is known: not judged twice.
+    """
+    installed = {normalize(k): v for k, v in versions.items() if v is not None}
+    told = any(f.check == "cache sharing" and f.status == "FAIL" for f in report.findings)
+    contract = CacheFacts(
+        bundle=bundle,
+        path=cache_path or env.get(CACHE_PATH) or None,
+        torch_xla_version=installed.get("torch-xla"),
+        libtpu_version=installed.get("libtpu"),
+        role=None if told else role_of(role, env),
+        read_only=env.get(CACHE_READ_ONLY) == "1",
+    )
+    report.findings += judge_cache_contract(contract)

@@ -17,16 +17,16 @@ from __future__ import annotations
 
 import json
 import re
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xla_host.cache_pack import PackRefused, PackTimedOut
+from xla_host.cache_pack import PackRefused
 from xla_host.errors import UsageError
+from xla_host.net import NetworkPolicy, NotThere, get
+from xla_host.redact import shown
 
 INDEX = "packs/index.json"
 INDEX_VERSION = 1
@@ -128,46 +128,37 @@ def _join(lane: str, relative: str) -> str:
     return str(Path(lane) / relative)
 
 
-def read_index(lane: str, timeout_s: float) -> list[PackRow]:
+def read_index(lane: str, network: NetworkPolicy) -> list[PackRow]:
     """The lane's pack index: ``lane`` is its URL (http, https, file) or its directory."""
     where = _join(lane, INDEX)
     fix = "check --lane (the lane's URL or directory, where packs/index.json is served)"
+    absent = PackRefused(
+        f"the lane {shown(lane)} serves no cache pack (no {shown(where)})", fix=_PUBLISH
+    )
     try:
         if re.match(r"[a-z]+://", lane):
-            with urllib.request.urlopen(where, timeout=timeout_s) as response:
-                raw = response.read(MAX_INDEX_BYTES + 1)
+            raw = get(
+                where, network, missing_ok=True, timeout_fix=fix,
+                refused=lambda what: PackRefused(f"{shown(where)}: {what}", fix=fix),
+            )  # fmt: skip
         else:
             with open(where, "rb") as handle:
                 raw = handle.read(MAX_INDEX_BYTES + 1)
-    except TimeoutError:
-        raise PackTimedOut(f"{where}: no answer within {timeout_s:g} s", fix=fix) from None
-    except urllib.error.HTTPError as error:
-        if error.code == 404:
-            raise PackRefused(
-                f"the lane {lane} serves no cache pack ({where}: 404)", fix=_PUBLISH
-            ) from None
-        raise PackRefused(f"{where}: the server answered {error.code}", fix=fix) from None
-    except urllib.error.URLError as error:
-        if isinstance(error.reason, TimeoutError):
-            raise PackTimedOut(f"{where}: no answer within {timeout_s:g} s", fix=fix) from None
-        raise PackRefused(f"{where}: cannot read it ({error.reason})", fix=fix) from None
-    except FileNotFoundError:
-        raise PackRefused(
-            f"the lane {lane} serves no cache pack (no {where})", fix=_PUBLISH
-        ) from None
+    except (NotThere, FileNotFoundError):
+        raise absent from None
     except OSError as error:
         raise UsageError(f"{where} cannot be read: {error.strerror}", fix=fix) from None
     if len(raw) > MAX_INDEX_BYTES:
-        raise UsageError(f"{where} is larger than {MAX_INDEX_BYTES} bytes", fix=fix)
-    return parse_index(raw.decode(errors="replace"), where)[0]
+        raise UsageError(f"{shown(where)} is larger than {MAX_INDEX_BYTES} bytes", fix=fix)
+    return parse_index(raw.decode(errors="replace"), shown(where))[0]
 
 
 def find_pack(
-    lane: str, bundle: str | None, workload: str, topology: str, timeout_s: float
+    lane: str, bundle: str | None, workload: str, topology: str, network: NetworkPolicy
 ) -> tuple[str, PackRow]:
     """The URL (or path) of the newest pack of the lane for this bundle, workload and
     topology, and its index row; refused naming what the lane has instead."""
-    rows = read_index(lane, timeout_s)
+    rows = read_index(lane, network)
     fitting = [
         r for r in rows if (r.bundle, r.workload, r.topology) == (bundle, workload, topology)
     ]

@@ -11,15 +11,18 @@ Three kinds of store, by the URL's form:
 - a directory (a path; relative to the checkout in lanes.toml): written by rename, and
   linked into place so a second writer can never replace a receipt;
 - ``http(s)://…``: a WebDAV collection (MKCOL for the bundle's collection, PUT with
-  ``If-None-Match: *``, PROPFIND ``Depth: 1`` to list, GET), through urllib with a time
-  limit per request; basic-auth credentials from ``XLA_WHEELS_RECEIPTS_USERNAME`` and
+  ``If-None-Match: *``, PROPFIND ``Depth: 1`` to list, GET), through the one network
+  client (:mod:`xla_host.net`: the idle timeout and whole-request deadline of the run's
+  network policy, transient faults retried, a PUT only when the server never saw it);
+  basic-auth credentials from ``XLA_WHEELS_RECEIPTS_USERNAME`` and
   ``XLA_WHEELS_RECEIPTS_PASSWORD`` (never in the URL, never shown: ``redact``);
 - ``gs://bucket/prefix``: through ``gcloud storage`` (``cp --no-clobber``, ``ls``, ``cat``)
   where the Google Cloud CLI is installed; the commands are composed as data
   (:meth:`GcsStore.plan`) and run by the runner.
 
 Errors name the store and a fix: a malformed URL is bad input (exit 2), a store that does
-not answer in time exit 8, one that refuses (credentials, permissions) exit 1.
+not answer in time or cannot be reached exit 8, one that refuses (credentials,
+permissions) or keeps failing (HTTP 5xx after the retries) exit 1.
 Standard library only: the gate runs this on a TPU host.
 """
 
@@ -43,6 +46,16 @@ from pathlib import Path
 from xla_host import filemode, log, receipt_signing, runner
 from xla_host.errors import ExitCode, PipelineError, UsageError
 from xla_host.filemode import current_umask
+from xla_host.net import (
+    ANSWER_BYTES_ALLOWANCE,
+    DEFAULT_NETWORK,
+    NetworkPolicy,
+    Transient,
+    host_of,
+    read_url,
+    settings_fix,
+    with_retries,
+)
 from xla_host.receipts import (
     Receipt,
     StoredReceipt,
@@ -55,9 +68,9 @@ from xla_host.redact import Redactor, shown
 
 USERNAME_ENV = "XLA_WHEELS_RECEIPTS_USERNAME"
 PASSWORD_ENV = "XLA_WHEELS_RECEIPTS_PASSWORD"
-REQUEST_TIMEOUT_S = 30.0
-"""Each HTTP request (connect, or the next bytes) and each gcloud command's bound is
-derived from it: a store that stops answering ends the step, it never hangs a gate."""
+GCLOUD_TIMEOUT_S = 120.0
+"""Each gcloud command's bound (a WebDAV request's are the network policy's): a store that
+stops answering ends the step, it never hangs a gate."""
 MAX_RECEIPT_BYTES = 16 * 1024**2
 """A receipt is a few kilobytes; a server that sends more is not a receipt store."""
 _BUNDLE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
@@ -222,7 +235,8 @@ class WebDavStore(ReceiptStore):
     """The collection's URL, ending in ``/``."""
     username: str | None
     password: str | None
-    timeout_s: float = REQUEST_TIMEOUT_S
+    network: NetworkPolicy = DEFAULT_NETWORK
+    """Each request's idle timeout, deadline and retries (the run's ``--net-*`` settings)."""
 
     @property
     def location(self) -> str:
@@ -240,27 +254,47 @@ class WebDavStore(ReceiptStore):
             token = base64.b64encode(f"{self.username or ''}:{self.password or ''}".encode())
             request.add_unredirected_header("Authorization", f"Basic {token.decode()}")
         where = shown(url)
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                body = response.read(MAX_RECEIPT_BYTES + 1)
-                status = response.status
-        except urllib.error.HTTPError as error:
-            status, body = error.code, b""
-            error.close()
-        except TimeoutError as error:
-            raise StoreTimedOut(
-                f"{method} {where}: the receipt store did not answer within "
-                f"{self.timeout_s:g}s ({self._redact(str(error))})",
+        network = self.network
+
+        def attempt(limit: float) -> tuple[int, bytes]:
+            answered: list[int] = []
+            try:
+                body = read_url(
+                    request, limit_s=limit, idle_s=network.timeout_s,
+                    on_response=lambda response: answered.append(response.status),
+                )  # fmt: skip
+            except urllib.error.HTTPError as error:
+                return error.code, b""
+            except Transient:
+                raise
+            except OSError as error:  # TLS, an unknown host: retrying cannot help
+                raise StoreTimedOut(
+                    f"{method} {where}: cannot reach the receipt store "
+                    f"({self._redact(str(getattr(error, 'reason', error)))})",
+                    fix="check the store's URL in build/lanes.toml (or --receipts) and that "
+                    "its server is up and reachable from this host",
+                ) from None
+            return answered[0], body
+
+        def give_up(fault: Transient, attempts: int) -> PipelineError:
+            unreachable = fault.kind in ("refused", "reset", "unreachable", "cut")
+            kind = StoreTimedOut if unreachable else StoreError
+            return kind(
+                f"{method} {where}: the receipt store {fault.what_happened} "
+                f"({attempts} attempt(s))",
                 fix="check that the store's server is up and reachable from this host, then "
-                "run it again",
-            ) from None
-        except (urllib.error.URLError, OSError) as error:
-            reason = getattr(error, "reason", error)
-            raise StoreTimedOut(
-                f"{method} {where}: cannot reach the receipt store ({self._redact(str(reason))})",
-                fix="check the store's URL in build/lanes.toml (or --receipts) and that its "
-                "server is up and reachable from this host",
-            ) from None
+                "run it again" + ("" if unreachable else " (its log names the fault)"),
+            )
+
+        # A PUT is tried again only when the server never saw it (refused): a lost answer
+        # to one that was made would otherwise number the receipt twice.
+        status, body = with_retries(
+            f"{method} {where}", host_of(url), attempt, give_up=give_up,
+            timeout_fix=f"check that the store's server is up and reachable from this host, "
+            f"or give it longer ({settings_fix()})",
+            limit_s=network.transfer_limit(len(data or b"") + ANSWER_BYTES_ALLOWANCE),
+            retry_kinds=("refused",) if method == "PUT" else None, network=network,
+        )  # fmt: skip
         if len(body) > MAX_RECEIPT_BYTES:
             raise StoreError(f"{method} {where}: the answer is larger than any receipt")
         if status in (401, 403):
@@ -351,7 +385,7 @@ class WebDavStore(ReceiptStore):
 class GcsStore(ReceiptStore):
     prefix: str
     """``gs://bucket/prefix``, without a trailing ``/``."""
-    timeout_s: float = 4 * REQUEST_TIMEOUT_S
+    timeout_s: float = GCLOUD_TIMEOUT_S
 
     @property
     def location(self) -> str:
@@ -442,13 +476,17 @@ def parse_location(value: str, root: Path | None = None) -> str:
 
 
 def store_for(
-    location: str, *, root: Path | None = None, environ: Mapping[str, str] | None = None
-) -> ReceiptStore:
-    """The store at ``location`` (a directory, an http(s) WebDAV URL or a gs:// URL)."""
+    location: str, *, root: Path | None = None, environ: Mapping[str, str] | None = None,
+    network: NetworkPolicy = DEFAULT_NETWORK,
+) -> ReceiptStore:  # fmt: skip
+    """The store at ``location`` (a directory, an http(s) WebDAV URL or a gs:// URL);
+    ``network``: the time limits and retries of a WebDAV store's requests."""
     where = parse_location(location, root)
     env = os.environ if environ is None else environ
     if where.startswith(("http://", "https://")):
-        return WebDavStore(where, env.get(USERNAME_ENV) or None, env.get(PASSWORD_ENV) or None)
+        return WebDavStore(
+            where, env.get(USERNAME_ENV) or None, env.get(PASSWORD_ENV) or None, network
+        )
     if where.startswith("gs://"):
         return GcsStore(where)
     return DirectoryStore(Path(where))
@@ -461,6 +499,7 @@ class Upload:
 
     location: str
     sign_key: Path | None = None
+    network: NetworkPolicy = DEFAULT_NETWORK
 
     @classmethod
     def checked(
@@ -471,6 +510,7 @@ class Upload:
         root: Path | None = None,
         *,
         probe: bool = True,
+        network: NetworkPolicy = DEFAULT_NETWORK,
     ) -> Upload:
         check_bundle(bundle)
         if sign_key is not None and not sign_key.is_file():
@@ -478,10 +518,13 @@ class Upload:
                 f"the signing key {sign_key} is not a file",
                 fix="give the ed25519 PEM private key the lane's receipt-keys verify",
             )
-        upload = cls(parse_location(location, root), sign_key)
+        upload = cls(parse_location(location, root), sign_key, network)
         if probe:
-            store_for(upload.location).check_writable(check_bundle(bundle))
+            upload.store().check_writable(check_bundle(bundle))
         return upload
+
+    def store(self) -> ReceiptStore:
+        return store_for(self.location, network=self.network)
 
     def send(self, receipt_file: Path) -> str:
         """Upload the receipt the gate wrote (signed when a key is given); its URL."""
@@ -489,7 +532,7 @@ class Upload:
         data = stored.raw
         if self.sign_key is not None:
             data = receipt_signing.sign(data, self.sign_key)
-        store = store_for(self.location)
+        store = self.store()
         try:
             name = store.put_bytes(
                 check_bundle(stored.receipt.bundle), receipt_file_name(stored.receipt), data
@@ -501,8 +544,9 @@ class Upload:
 
 
 def upload_for(
-    location: str | None, sign_key: Path | None, bundle: str | None, *, uploads: bool = True
-) -> Upload | None:
+    location: str | None, sign_key: Path | None, bundle: str | None, *, uploads: bool = True,
+    network: NetworkPolicy = DEFAULT_NETWORK,
+) -> Upload | None:  # fmt: skip
     """The gate's ``--receipts``/``--sign-key``, checked before any child starts (a store
     that cannot be used, or a key that is not one, must not cost a gate run); None
     without them. ``uploads``: this run leaves the receipt (one host, or a slice's worker
@@ -511,7 +555,9 @@ def upload_for(
     once is no proof of anything, and a WebDAV server may answer such a race with 500)."""
     if not (location or sign_key):
         return None
-    return Upload.checked(location or "", sign_key, bundle, Path.cwd(), probe=uploads)
+    return Upload.checked(
+        location or "", sign_key, bundle, Path.cwd(), probe=uploads, network=network
+    )
 
 
 def send_written(upload: Upload | None, written: Path) -> None:

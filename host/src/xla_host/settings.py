@@ -14,8 +14,9 @@ is for). Written from this table, never by hand:
   :func:`xla_wheels.options.known_environment`) and the check of their values before
   any subcommand runs (``cli.settings.check_environment``);
 - the flags of the common and network groups with their defaults in ``--help``
-  (``cli.arguments.add_common_arguments``), and the documented defaults of
-  :class:`xla_wheels.options.NetworkPolicy`;
+  (``cli.arguments.add_common_arguments``), the host's network flags
+  (:func:`xla_host.net.add_network_arguments`) and the documented defaults of
+  :class:`xla_host.net.NetworkPolicy`;
 - the remote-cache reader's variable names (``builder.remote_cache``);
 - ``make-variables.mk`` next to this module, which the Makefile includes: the one
   mapping make variable -> flag (``MAKE_VARIABLES``) and each group's flags

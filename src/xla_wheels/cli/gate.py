@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from xla_host import cache_pack, log, receipt_store
+from xla_host import cache_pack, log, net, receipt_store
 from xla_host.arguments import add_settings
 from xla_host.errors import UsageError
 from xla_host.gate import arguments as gate_arguments
@@ -133,7 +133,8 @@ def run_gate(args: argparse.Namespace) -> int:
     gate_profile = _gate_profile(args)
     config = gate_arguments.gate_config(args, lambda: _python(args), gate_profile)
     upload = receipt_store.upload_for(  # before the run
-        args.receipts, args.sign_key, args.bundle, uploads=gate_arguments.leaves_receipt(config)
+        args.receipts, args.sign_key, args.bundle, uploads=gate_arguments.leaves_receipt(config),
+        network=net.policy_from(args, os.environ),  # XLA_WHEELS_NET_*, as every network step
     )
     outcome = gate_arguments.run_printed(config)
     if not gate_arguments.leaves_receipt(config):

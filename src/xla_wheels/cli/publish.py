@@ -16,7 +16,7 @@ import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
-from xla_host import installed, launch_profile, log
+from xla_host import host_doctor, installed, launch_profile, log
 from xla_host.arguments import add_settings
 from xla_host.errors import UsageError
 from xla_host.redact import Redactor, shown
@@ -173,7 +173,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             profile,
             bundle.name,
             launch_env,
-            doctor.role_of(role, launch_env)[0],  # the one rule for a host's role
+            host_doctor.role_of(role, launch_env),  # the one rule for a host's role
             source,
         )
     add_lane_findings(report, options.root, lock, args.lane, bundle.name)
@@ -231,7 +231,7 @@ def _doctor_stamp(
         profile=profile.name if profile else None,
         profile_sha256=profile.sha256 if profile else None,
         cache_path=args.cache_path or env.get("XLA_PERSISTENT_CACHE_PATH") or None,
-        role=doctor.role_of(role, env)[0],
+        role=host_doctor.role_of(role, env),
         verdict="failed" if report.failed else "ok",
         problems=tuple(f"{f.check}: {f.detail}" for f in report.failed),
         job=job_facts(env),

@@ -165,7 +165,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for bundle in (args.a, args.b):
         if not bundle:
             raise UsageError("compare needs two bundles", fix="make compare A=<bundle> B=<bundle>")
-        found = compare_mod.latest_usable(promote.bundle_evidence(options.root, bundle, stores))
+        found = compare_mod.latest_usable(
+            promote.bundle_evidence(options.root, bundle, stores, options.network)
+        )
         if found is None:
             raise UsageError(
                 f"bundle {bundle} has no sealed receipt in receipts/{bundle}/"

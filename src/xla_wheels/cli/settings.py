@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 from xla_host.arguments import value_type
 from xla_host.errors import UsageError
+from xla_host.net import NetworkPolicy
 from xla_host.settings import SETTINGS, by_flag
 from xla_host.values import (
     REMOTE_RULE,
@@ -51,7 +52,6 @@ from xla_wheels.cli.from_make import closest
 from xla_wheels.disk_faults import existing
 from xla_wheels.options import (
     ENV_PREFIX,
-    NetworkPolicy,
     PipelineOptions,
     PublishOptions,
     SupplyOptions,
@@ -197,7 +197,7 @@ def pipeline_options(args: argparse.Namespace, environ: Mapping[str, str]) -> Pi
             f"{root} is not a project checkout (no build/bundles directory)",
             fix="run from the repository root or pass --root",
         )
-    # The network steps' time limits and retries (``xla_wheels.retrying``); the progress
+    # The network steps' time limits and retries (``xla_host.net``); the progress
     # interval paces their ``still waiting`` lines and a long fetch's heartbeat.
     policy = NetworkPolicy()
     return PipelineOptions(

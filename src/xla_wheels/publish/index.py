@@ -23,15 +23,11 @@ from typing import Any
 
 from xla_host import filemode
 from xla_host.errors import PipelineError, UsageError
-from xla_host.redact import scrub
-from xla_host.tables import MAX_FILE_BYTES
-from xla_host.wheel_filename import normalize
-from xla_wheels.options import NetworkPolicy
-from xla_wheels.publish.errors import CredentialsRejected, IndexUnreachable, PublishError
-from xla_wheels.retrying import (
+from xla_host.net import (
     ANSWER_BYTES_ALLOWANCE,
     RETRIES_SETTING,
     TIMEOUT_SETTING,
+    NetworkPolicy,
     NetworkTimedOut,
     Transient,
     attempts_text,
@@ -40,6 +36,10 @@ from xla_wheels.retrying import (
     url_fault,
     with_retries,
 )
+from xla_host.redact import scrub
+from xla_host.tables import MAX_FILE_BYTES
+from xla_host.wheel_filename import normalize
+from xla_wheels.publish.errors import CredentialsRejected, IndexUnreachable, PublishError
 
 _USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
 _UNREACHABLE_FIX = (

@@ -22,13 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from xla_host import filemode, log, runner
+from xla_host.net import TIMEOUT_SETTING, NetworkPolicy
 from xla_host.wheel_filename import normalize, parse_wheel_name
 from xla_wheels.bundle import Bundle
-from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish.errors import PublishError
 from xla_wheels.publish.index import pip_network_fault
 from xla_wheels.publish.wheels import LocalWheel
-from xla_wheels.retrying import TIMEOUT_SETTING
 from xla_wheels.wheels_lock import (
     Lock,
     RuntimeResolution,

@@ -14,8 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xla_host import log, runner
+from xla_host.net import (
+    TIMEOUT_SETTING,
+    NetworkPolicy,
+    Transient,
+    attempts_text,
+    host_of,
+    with_retries,
+)
 from xla_host.redact import scrub
-from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish.errors import (
     CredentialsRejected,
     HashMismatch,
@@ -33,7 +40,6 @@ from xla_wheels.publish.index import (
 )
 from xla_wheels.publish.static_index import INDEX_DIRNAME, write_static_index
 from xla_wheels.publish.wheels import LocalWheel, locked_wheels
-from xla_wheels.retrying import TIMEOUT_SETTING, Transient, attempts_text, host_of, with_retries
 from xla_wheels.wheels_lock import Lock
 
 #: What twine (requests, urllib3) prints for a fault that may pass: tried again.

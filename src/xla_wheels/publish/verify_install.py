@@ -27,12 +27,12 @@ from typing import Any
 
 from xla_host import log, runner
 from xla_host.host_probe import probe
+from xla_host.net import TIMEOUT_SETTING, NetworkPolicy, Transient, host_of, with_retries
 from xla_host.provenance import PROVENANCE_PATH, ProvenanceFormatError
 from xla_host.redact import scrub
 from xla_host.wheel_filename import normalize, parse_wheel_name
 from xla_wheels import sbom, venv_check
 from xla_wheels.bundle import Bundle
-from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish import provenance_check as prov
 from xla_wheels.publish.errors import IndexUnreachable, PublishError, VerifyFailed
 from xla_wheels.publish.index import (
@@ -46,7 +46,6 @@ from xla_wheels.publish.index import (
 )
 from xla_wheels.publish.requirements import write_requirements
 from xla_wheels.publish.wheels import locked_records, locked_sboms, locked_versions
-from xla_wheels.retrying import TIMEOUT_SETTING, Transient, host_of, with_retries
 from xla_wheels.wheels_lock import Lock, RuntimeWheelRecord, WheelRecord
 
 IMPORT_TIMEOUT_S = 600.0

@@ -27,10 +27,18 @@ from pathlib import Path
 from typing import Any
 
 from xla_host import log
+from xla_host.net import (
+    TIMEOUT_SETTING,
+    NetworkPolicy,
+    Transient,
+    attempts_text,
+    host_of,
+    read_url,
+    with_retries,
+)
 from xla_host.redact import scrub
 from xla_host.tables import Field, Table
 from xla_host.wheel_filename import parse_wheel_name
-from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish.errors import (
     CredentialsRejected,
     HashMismatch,
@@ -48,14 +56,6 @@ from xla_wheels.publish.index import (
 from xla_wheels.publish.upload import Outcome
 from xla_wheels.release.lane_backend import LaneBackend, LaneKind
 from xla_wheels.release.lane_index import IndexLane
-from xla_wheels.retrying import (
-    TIMEOUT_SETTING,
-    Transient,
-    attempts_text,
-    host_of,
-    read_url,
-    with_retries,
-)
 from xla_wheels.wheels_lock import WheelRecord
 
 _UNREACHABLE_FIX = (

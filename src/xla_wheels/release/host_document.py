@@ -27,9 +27,9 @@ from typing import Any
 
 from xla_host import bundle_document as doc
 from xla_host.filemode import file_sha256
+from xla_host.net import NetworkPolicy
 from xla_host.wheel_filename import parse_wheel_name
 from xla_wheels.bundle import load_bundle
-from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish.upload import Outcome
 from xla_wheels.publish.wheels import LocalWheel, locked_records
 from xla_wheels.release.lanes import Lane, Policy, load_config

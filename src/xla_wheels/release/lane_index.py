@@ -26,6 +26,14 @@ from typing import Any
 from xla_host import bundle_document as doc
 from xla_host.errors import UsageError
 from xla_host.filemode import write_by_rename
+from xla_host.net import (
+    TIMEOUT_SETTING,
+    Transient,
+    attempts_text,
+    host_of,
+    read_url,
+    with_retries,
+)
 from xla_host.redact import scrub, shown
 from xla_host.tables import Field, Table
 from xla_host.values import BadValue, check_url
@@ -42,14 +50,6 @@ from xla_wheels.publish.index import (
 from xla_wheels.publish.upload import Outcome, publish_remote
 from xla_wheels.publish.wheels import LocalWheel
 from xla_wheels.release.lane_backend import LaneBackend, LaneKind, PublishedDocument, write_document
-from xla_wheels.retrying import (
-    TIMEOUT_SETTING,
-    Transient,
-    attempts_text,
-    host_of,
-    read_url,
-    with_retries,
-)
 from xla_wheels.wheels_lock import WheelRecord
 
 #: The size a served wheel's download is allowed for in its whole-transfer deadline when

@@ -26,10 +26,13 @@ from pathlib import Path
 from xla_host import filemode, log, receipt_store
 from xla_host.errors import PipelineError, UsageError
 from xla_host.filemode import file_sha256
+from xla_host.net import (
+    DEFAULT_NETWORK,
+    NetworkPolicy,
+)
 from xla_host.receipts import RECEIPTS_DIRNAME, StoredReceipt, bundle_receipts, read_receipt
 from xla_host.redact import one_line
 from xla_host.wheel_filename import parse_wheel_name
-from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish.errors import HashMismatch, PublishError
 from xla_wheels.publish.upload import Outcome
 from xla_wheels.publish.wheels import LocalWheel, locked_records, locked_wheels
@@ -152,7 +155,9 @@ def current_receipt(root: Path, lane: str) -> StoredReceipt | None:
     return stored
 
 
-def bundle_evidence(root: Path, bundle: str, stores: Sequence[str] = ()) -> list[StoredReceipt]:
+def bundle_evidence(
+    root: Path, bundle: str, stores: Sequence[str] = (), network: NetworkPolicy = DEFAULT_NETWORK
+) -> list[StoredReceipt]:
     """Every receipt of ``bundle``: ``receipts/<bundle>/`` in the checkout and
     ``<store>/<bundle>/`` of each of ``stores`` (build/lanes.toml's ``receipts``), oldest
     first (file names start with the UTC time). One receipt found in several places counts
@@ -160,7 +165,7 @@ def bundle_evidence(root: Path, bundle: str, stores: Sequence[str] = ()) -> list
     store's); an edited one is always kept, for the verdict to name."""
     found = bundle_receipts(root, bundle)
     for location in stores:
-        found += receipt_store.store_for(location, root=root).receipts(bundle)
+        found += receipt_store.store_for(location, root=root, network=network).receipts(bundle)
     kept: dict[str, StoredReceipt] = {}
     unsealed: list[StoredReceipt] = []
     for stored in found:
@@ -176,13 +181,14 @@ def bundle_evidence(root: Path, bundle: str, stores: Sequence[str] = ()) -> list
 def judge(
     root: Path, lock: Lock, bundle: str, lane: Lane, stores: Sequence[str] = (),
     source: Lane | None = None,
+    network: NetworkPolicy = DEFAULT_NETWORK,
 ) -> PromotionVerdict:  # fmt: skip
     """``stores``: the receipt stores to read besides ``receipts/`` (every lane's);
     ``source``: the lane it is promoted from, whose cache packs count (and the lane's own)."""
     records = locked_records(lock, bundle)
     current = current_receipt(root, lane.name)
     profile = lane.policy.profile
-    evidence = bundle_evidence(root, bundle, stores)
+    evidence = bundle_evidence(root, bundle, stores, network)
     return judge_promotion(
         bundle,
         {(r.name, r.sha256) for r in records},
@@ -231,7 +237,7 @@ def refusal(
         + (f"; the lane requires device {lane.policy.device}" if lane.policy.device else "")
         + (
             f"; and a receipt from each slice topology {', '.join(lane.policy.topologies)} "
-            "(worker 0's of `xla-wheels gate` on every worker)"
+            "(worker 0's of `xla-host gate` on every worker)"
             if lane.policy.topologies
             else ""
         ),
@@ -245,7 +251,7 @@ def promote(
 ) -> tuple[PromotionVerdict, list[Outcome]]:  # fmt: skip
     """``dist``: the bundle's dist directory, where its envelopes are looked up after the
     source lane's own directory; ``stores``: the receipt stores read besides receipts/."""
-    verdict = judge(root, lock, bundle, lane, stores, source)
+    verdict = judge(root, lock, bundle, lane, stores, source, network)
     if not verdict.passed:
         raise refusal(bundle, lane, verdict, source)
     # The bundle's cache packs go with it, by hash (the lane keeps them: it will serve it).

@@ -17,8 +17,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from xla_host.net import NetworkPolicy
 from xla_host.wheel_filename import parse_wheel_name
-from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish.errors import PublishError
 from xla_wheels.publish.index import Credentials, IndexFile, project_files
 

@@ -26,10 +26,10 @@ from typing import Any
 
 from xla_host.bundle_document import DOCUMENT_PROJECT_PREFIX
 from xla_host.errors import PipelineError
+from xla_host.net import DEFAULT_NETWORK, NetworkPolicy
 from xla_host.receipts import StoredReceipt
 from xla_host.redact import shown
 from xla_host.wheel_filename import parse_wheel_name
-from xla_wheels.options import NetworkPolicy
 from xla_wheels.release import host_document, lane_packs, promote
 from xla_wheels.release.lanes import Lane, LanesConfig, LanesRecord
 from xla_wheels.wheels_lock import read_lock
@@ -150,18 +150,22 @@ def _shown(value: Any) -> str | None:
 
 def _refusals(
     root: Path, lock_path: Path, bundle: str, lane: Lane, stores: Sequence[str],
-    source: Lane | None = None,
+    source: Lane | None,
+    network: NetworkPolicy,
 ) -> list[str]:  # fmt: skip
     try:
-        verdict = promote.judge(root, read_lock(lock_path), bundle, lane, stores, source)
+        verdict = promote.judge(
+            root, read_lock(lock_path), bundle, lane, stores, source, network
+        )
     except PipelineError as error:  # e.g. the lane's current receipt was edited
         return [f"cannot judge: {error.message}"]
     return [f"{f.rule}: {f.detail}" for f in verdict.failures]
 
 
 def bundle_statuses(
-    root: Path, lock_path: Path, config: LanesConfig, record: LanesRecord, now: datetime.datetime
-) -> list[BundleStatus]:
+    root: Path, lock_path: Path, config: LanesConfig, record: LanesRecord, now: datetime.datetime,
+    network: NetworkPolicy = DEFAULT_NETWORK,
+) -> list[BundleStatus]:  # fmt: skip
     locked = read_lock(lock_path).bundles
     names = sorted({p.stem for p in (root / "build" / "bundles").glob("*.toml")} | set(locked))
     statuses = []
@@ -176,19 +180,25 @@ def bundle_statuses(
             if location in down:
                 continue
             try:  # read once here: a store that does not answer is named, not fatal
-                promote.bundle_evidence(root, name, [location])
+                promote.bundle_evidence(root, name, [location], network)
                 stores.append(location)
             except PipelineError as error:
                 down[location] = f"receipt store {shown(location)}: {error.message}"
         unread = [down[location] for location in config.receipt_stores if location in down]
         refused = {
             lane.name: _refusals(
-                root, lock_path, name, lane, stores, config.lanes.get(lane.promote_from or "")
+                root,
+                lock_path,
+                name,
+                lane,
+                stores,
+                config.lanes.get(lane.promote_from or ""),
+                network,
             )
             for lane in sorted(config.lanes.values(), key=lambda lane: lane.name)
             if built and lane.promote_from and lane.name not in served_by
         }
-        evidence = promote.bundle_evidence(root, name, stores)
+        evidence = promote.bundle_evidence(root, name, stores, network)
         receipts = [receipt_status(root, r, now) for r in evidence]
         statuses.append(BundleStatus(name, built, served_by, receipts, refused, unread))
     return statuses
@@ -250,7 +260,7 @@ def collect(
 ) -> Status:
     now = datetime.datetime.now(datetime.UTC)
     return Status(
-        bundle_statuses(root, lock_path, config, record, now),
+        bundle_statuses(root, lock_path, config, record, now, network),
         [lane_status(config.lanes[name], record, network) for name in sorted(config.lanes)],
     )
 

@@ -30,16 +30,16 @@ from pathlib import Path
 
 from xla_host import filemode
 from xla_host.errors import ToolchainError
-from xla_host.waitlock import make_once
-from xla_wheels.options import NetworkPolicy
-from xla_wheels.retrying import (
+from xla_host.net import (
     TIMEOUT_SETTING,
+    NetworkPolicy,
     Transient,
     attempts_text,
     host_of,
     read_url,
     with_retries,
 )
+from xla_host.waitlock import make_once
 
 #: The torch whose headers the checks compile against: the series' target release.
 TORCH_VERSION = "2.9.0"

@@ -393,7 +393,10 @@ PER_HOST_NAMES = frozenset(
     }
 )
 #: A value under such a name is never recorded (a token in a launch script's environment).
-_SECRET_MARKERS = ("TOKEN", "PASSWORD", "SECRET", "CREDENTIAL")
+_SECRET_MARKERS = ("TOKEN", "PASSWORD", "PASSWD", "SECRET", "CREDENTIAL")
+#: The pipeline's own settings (``XLA_WHEELS_NET_TIMEOUT``, the receipt store's account):
+#: read by the gate, never by torch_xla or libtpu, so not how a child ran.
+_PIPELINE_PREFIX = "XLA_WHEELS_"
 
 
 def launch_environment(device: str) -> dict[str, str]:
@@ -403,7 +406,7 @@ def launch_environment(device: str) -> dict[str, str]:
     env = runtime_env(device)
     recorded = {}
     for name in sorted(env):
-        if name in _PER_CHILD:
+        if name in _PER_CHILD or name.startswith(_PIPELINE_PREFIX):
             continue
         if name.startswith(_RUNTIME_PREFIXES) or name in _RUNTIME_NAMES:
             hidden = any(marker in name for marker in _SECRET_MARKERS)

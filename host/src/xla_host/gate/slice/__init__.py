@@ -1,6 +1,6 @@
 """A multi-host slice: the workers of one gate run and their barrier.
 
-``xla-wheels gate`` started on every worker of a slice (``gcloud compute tpus tpu-vm ssh
+``xla-host gate`` started on every worker of a slice (``gcloud compute tpus tpu-vm ssh
 --worker=all``) forms one run. Worker 0 is the only writer of the shared cache directory;
 every other worker is a reader (``XLA_PERSISTENT_CACHE_READ_ONLY=1``). The workers start
 every phase that starts processes (cold, each warm run, read-only) together through a

@@ -184,7 +184,7 @@ class Slice:
             if verdict.state == "timed_out":
                 raise SliceTimeout(
                     f"the slice did not form: {verdict.message}",
-                    fix="start `xla-wheels gate` on every worker with the same --workers and "
+                    fix="start `xla-host gate` on every worker with the same --workers and "
                     "--slice-dir or --coordinator (gcloud compute tpus tpu-vm ssh "
                     "--worker=all), or raise --slice-timeout",
                 )

@@ -1,7 +1,10 @@
-"""Network steps: a bounded time, a visible wait, and retries of transient faults.
+"""The one network client of both sides: a bounded time, a visible wait, retries of
+transient faults, credentials never shown.
 
-Every step that talks to another host (index reads, twine uploads, pip installs, lane and
-toolchain downloads, devpi pushes, git fetches) runs through :func:`with_retries`, so each
+Every step that talks to another host, on the builder (index reads, twine uploads, pip
+installs, lane and toolchain downloads, devpi pushes, git fetches) and on a training host
+(the bundle document and the wheel files from a lane, a WebDAV receipt store, a cache
+pack), runs through :func:`with_retries`, so each
 
 - waits at most :attr:`NetworkPolicy.timeout_s` for each next bytes (the idle timeout),
   and at most :meth:`NetworkPolicy.transfer_limit` for the whole transfer (the deadline:
@@ -15,19 +18,24 @@ toolchain downloads, devpi pushes, git fetches) runs through :func:`with_retries
   off before its end, HTTP 5xx, no answer in time) with growing sleeps,
   :attr:`NetworkPolicy.retries` times, as PyTorch's release scripts' ``retry`` helper
   does; anything else (HTTP 4xx, a TLS or name error, a refused hash) is never retried;
-- ends in one ``error:`` naming the step and the host, never credentials: no answer in
+- ends in one ``error:`` naming the step and the host, never credentials (a URL's
+  user and password are masked, :func:`host_of` names the host alone): no answer in
   time is :class:`NetworkTimedOut` (exit 8, worth running again once the network is
   healthy); other transient faults that outlast the retries are the caller's error class.
 
-The policy (:class:`~xla_wheels.options.NetworkPolicy`) is a setting
-(``XLA_WHEELS_NET_TIMEOUT``, ``XLA_WHEELS_NET_RETRIES``, make's ``NET_TIMEOUT`` /
-``NET_RETRIES``) read once at the CLI edge into ``PipelineOptions.network``; each step
-receives it as an argument and hands it to :func:`with_retries`. This module keeps no
-state of its own: two steps of one process may run under different policies.
+The policy (:class:`NetworkPolicy`) is made of settings rows (``--net-timeout``,
+``--net-retries``, ``--progress-interval``; ``XLA_WHEELS_NET_TIMEOUT``,
+``XLA_WHEELS_NET_RETRIES``, make's ``NET_TIMEOUT`` / ``NET_RETRIES``), read once at each
+command line's edge: the builder's ``PipelineOptions.network``, the host's
+:func:`add_network_arguments` and :func:`policy_from` (the same flags, ranges and
+variables); each step receives it as an argument. This module keeps no state of its own:
+two steps of one process may run under different policies. Standard library only: a
+training host runs it.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import errno
 import http.client
@@ -39,18 +47,122 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
 
 from xla_host import log, settings
-from xla_host.errors import PipelineError
-from xla_host.redact import mask_url_credentials
+from xla_host.arguments import add_setting, value_type
+from xla_host.errors import PipelineError, UsageError
+from xla_host.redact import mask_url_credentials, shown
 from xla_host.runner import StepTimedOut
-from xla_wheels import progress
-from xla_wheels.options import NetworkPolicy
+from xla_host.settings import by_flag
+from xla_host.values import BadValue
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class NetworkPolicy:
+    """How long network steps wait and how often they retry (this module):
+    ``NET_TIMEOUT`` / ``NET_RETRIES`` and the progress interval, built once by a command
+    line's edge (the builder's ``PipelineOptions.network``, the host's :func:`policy_from`)
+    and handed to every step that talks to a host."""
+
+    timeout_s: float = float(by_flag("--net-timeout").default or 0)
+    """Seconds one attempt may wait for an answer (connect, or the next bytes)."""
+    retries: int = int(by_flag("--net-retries").default or 0)
+    """Attempts after the first one, when a fault is transient."""
+    backoff_s: float = 2.0
+    """Sleep before the first retry; it doubles for each next one (2, 4, 8 s)."""
+    min_bytes_per_s: float = 256 * 1024
+    """The slowest transfer rate a step's time limit allows for (a 500 MB wheel: ~33 min)."""
+    start_allowance_s: float = 15.0
+    """A child process (twine, pip) starts and reads its input before it talks to a host."""
+    heartbeat_s: float = float(by_flag("--progress-interval").default or 0)
+    """Seconds between ``still waiting`` lines and a long fetch's heartbeat lines off a
+    terminal (``--progress-interval``; 0: none)."""
+
+    @property
+    def attempts(self) -> int:
+        return self.retries + 1
+
+    def transfer_limit(self, size_bytes: int, *, child_process: bool = False) -> float:
+        """Seconds a step that moves ``size_bytes`` may take, by the slowest allowed rate."""
+        start = self.start_allowance_s if child_process else 0.0
+        return start + self.timeout_s + size_bytes / self.min_bytes_per_s
+
+    def sleep_before(self, retry: int) -> float:
+        """The pause before retry number ``retry`` (1-based): exponential backoff."""
+        return float(self.backoff_s * 2 ** (retry - 1))
+
+
+#: The documented defaults (60 s, 3 retries): a constant, never changed at run time.
+DEFAULT_NETWORK = NetworkPolicy()
+
+
+#: The rows a network policy is made of, in the order the host's command line shows them.
+NETWORK_FLAGS = ("--net-timeout", "--net-retries", "--progress-interval")
+
+
+def add_network_arguments(parser: argparse.ArgumentParser | Any) -> None:
+    """The host's ``--net-timeout``, ``--net-retries`` and ``--progress-interval``, each
+    from its settings row (range, default, help): the builder's flags, the same values."""
+    for flag in NETWORK_FLAGS:
+        add_setting(parser, by_flag(flag))
+
+
+def policy_from(args: argparse.Namespace, environ: Mapping[str, str]) -> NetworkPolicy:
+    """The policy of a host command: each flag, else its ``XLA_WHEELS_*`` variable (checked
+    against the row's range, refused with a fix naming the variable), else the row's
+    default."""
+    values: dict[str, float] = {}
+    for flag in NETWORK_FLAGS:
+        setting = by_flag(flag)
+        given = getattr(args, flag.lstrip("-").replace("-", "_"), None)
+        if given is None and setting.env and (text := environ.get(setting.env, "").strip()):
+            try:
+                given = value_type(setting).parse(text)
+            except BadValue as bad:
+                raise UsageError(
+                    f"{setting.env}={text!r} {bad.reason}",
+                    fix=f"set {setting.env} to e.g. {value_type(setting).example}, or unset it",
+                ) from None
+        if given is not None:
+            values[flag] = float(given)
+    default = DEFAULT_NETWORK
+    return NetworkPolicy(
+        timeout_s=values.get("--net-timeout", default.timeout_s),
+        retries=int(values.get("--net-retries", default.retries)),
+        heartbeat_s=values.get("--progress-interval", default.heartbeat_s),
+    )
+
+
+@contextlib.contextmanager
+def repeating(line: Callable[[float], str], *, first: float, every: float) -> Iterator[None]:
+    """Log ``line(seconds elapsed)`` after ``first`` seconds, then every ``every`` seconds,
+    until the block ends (0 for either: no more lines)."""
+    if first <= 0:
+        yield
+        return
+    stop = threading.Event()
+    start = time.monotonic()
+
+    def beat() -> None:
+        wait = first
+        while wait > 0 and not stop.wait(wait):
+            log.info(line(time.monotonic() - start))
+            wait = every
+
+    thread = threading.Thread(target=beat, name="xla-wheels progress lines", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
 
 #: Where the settings come from, for fixes ("raise NET_TIMEOUT").
 TIMEOUT_SETTING = settings.where("--net-timeout")
@@ -252,7 +364,9 @@ def _drain(response: http.client.HTTPResponse, write: Callable[[bytes], object])
     # read1, not read: read(n) waits for all n bytes before it returns any.
     while chunk := response.read1(1 << 20):
         write(chunk)
-    if response.length:  # http.client's read1 ends quietly where read() would raise
+    # http.client's read1 ends quietly where read() would raise; a file:// answer (a lane
+    # given as a directory URL) is a plain file and has no length to fall short of.
+    if getattr(response, "length", None):
         raise http.client.IncompleteRead(b"", response.length)
 
 
@@ -262,6 +376,7 @@ def read_url(
     limit_s: float,
     idle_s: float,
     write: Callable[[bytes], object] | None = None,
+    on_response: Callable[[http.client.HTTPResponse], object] | None = None,
 ) -> bytes:
     """One attempt of an HTTP read: the body at ``request`` (or ``b""`` when it streams
     into ``write``). Every urllib read of the project goes through here.
@@ -272,7 +387,8 @@ def read_url(
     answer cut before its end, HTTP 5xx); ``urllib.error.HTTPError`` for another HTTP
     error, its body already read under the same limits (``error.read()`` is safe);
     another ``OSError`` (TLS, an unknown host, an answer that is not HTTP) for the caller
-    to name."""
+    to name. ``on_response`` is shown the answer (its status, its headers) before its body
+    is read."""
     chunks: list[bytes] = []
     sink = chunks.append if write is None else write
     deadline = _Deadline(limit_s)
@@ -283,6 +399,8 @@ def read_url(
         with deadline:
             try:
                 with _opener(deadline).open(request, timeout=idle_s) as response:
+                    if on_response is not None:
+                        on_response(response)
                     _drain(response, sink)
             except urllib.error.HTTPError as error:
                 body: list[bytes] = []
@@ -308,6 +426,11 @@ def read_url(
         # Shut down mid-headers, an answer can look whole (no length, ended by the close).
         raise unfinished
     return b"".join(chunks)
+
+
+def settings_fix() -> str:
+    """How a user gives a network step longer or more tries, for a fix."""
+    return f"{TIMEOUT_SETTING} or --net-timeout; {RETRIES_SETTING} or --net-retries"
 
 
 def with_retries(
@@ -341,7 +464,7 @@ def with_retries(
             log.info(f"waiting for {host}: {step} (up to {limit:.0f}s{counter})")
         try:
             # A line after a few quiet seconds (unless announced), then one every heartbeat.
-            with progress.repeating(
+            with repeating(
                 lambda elapsed: f"still waiting for {host}: {step}, "
                 f"{log.format_duration(elapsed)} of up to {limit:.0f}s",
                 first=network.heartbeat_s if announced else QUIET_BEFORE_WAITING_LINE_S,
@@ -361,3 +484,50 @@ def with_retries(
             log.info(f"{step}: {host} {fault.kind}; trying again in {pause:g}s")
             time.sleep(pause)
     raise AssertionError("unreachable: the loop returns or raises")
+
+
+class NotThere(Exception):
+    """:func:`get` with ``missing_ok``: the server answered 404, an answer in itself."""
+
+
+def get(
+    url: str,
+    network: NetworkPolicy,
+    *,
+    refused: Callable[[str], PipelineError],
+    timeout_fix: str,
+    size: int | None = None,
+    write: Callable[[], Callable[[bytes], object]] | None = None,
+    missing_ok: bool = False,
+) -> bytes:
+    """One GET with the run's policy: the idle timeout, the whole-transfer deadline (for
+    ``size`` bytes, else an answer's allowance), transient faults tried again, the URL's
+    credentials never shown. A 4xx, another fault, or a transient one that outlasts the
+    retries is ``refused(what happened)``; no answer in time is :class:`NetworkTimedOut`
+    with ``timeout_fix``; with ``missing_ok`` a 404 raises :class:`NotThere`. ``write``:
+    each attempt streams into what it returns (a fresh start: an attempt after a cut-off
+    one begins at byte 0) instead of into memory."""
+    where = shown(url)
+
+    def attempt(limit: float) -> bytes:
+        sink = write() if write is not None else None
+        try:
+            return read_url(url, limit_s=limit, idle_s=network.timeout_s, write=sink)
+        except urllib.error.HTTPError as error:
+            if missing_ok and error.code == 404:
+                raise NotThere(where) from None
+            raise refused(f"the server answered {error.code} {error.reason}") from None
+        except Transient:
+            raise
+        except OSError as error:  # TLS, an unknown host, not HTTP: retrying cannot help
+            raise refused(f"cannot read it ({getattr(error, 'reason', error)})") from None
+
+    def give_up(fault: Transient, attempts: int) -> PipelineError:
+        return refused(f"{host_of(url)} {fault.what_happened} ({attempts_text(attempts)})")
+
+    return with_retries(
+        f"GET {where}", host_of(url), attempt, give_up=give_up,
+        timeout_fix=f"{timeout_fix} (or give it longer: {settings_fix()})",
+        limit_s=network.transfer_limit(ANSWER_BYTES_ALLOWANCE if size is None else size),
+        network=network,
+    )  # fmt: skip
