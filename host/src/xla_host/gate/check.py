@@ -35,7 +35,8 @@ from xla_host.gate.workload import WorkloadSpec
 
 @dataclass(frozen=True)
 class GateConfig:
-    """Everything one gate run needs, as ``xla-host gate`` (or the builder's ``xla-wheels gate``) parsed it."""
+    """Everything one gate run needs, as ``xla-host gate`` (or the builder's ``xla-wheels
+    gate``) parsed it."""
 
     python: Path | Callable[[], Path]
     """Interpreter of the environment to judge, or how to get one (the builder's cached
