@@ -68,6 +68,7 @@ WRITERS: dict[str, tuple[str, ...]] = {
     "verify-install": (),
     "attest": (),
     "rebuild-check": (),
+    "record": ("--wheels", "."),  # the lock comes before the wheels are read
 }
 
 

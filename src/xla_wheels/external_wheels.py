@@ -49,7 +49,13 @@ from xla_wheels.builder.rebuilt_wheels import Recorded, replacements
 from xla_wheels.bundle import Bundle
 from xla_wheels.layout import BundleLayout
 from xla_wheels.publish.provenance_check import compare
-from xla_wheels.wheels_lock import read_lock, update_bundle_entry, written_on_success
+from xla_wheels.wheels_lock import (
+    BundleEntry,
+    WheelRecord,
+    read_lock,
+    update_bundle_entry,
+    written_on_success,
+)
 
 SUMS_NAME = "SHA256SUMS"
 """The checksum file read beside the wheels when present (``sha256sum *.whl > SHA256SUMS``)."""
@@ -204,114 +210,150 @@ def record_external(
     root: Path,
 ) -> list[Path]:
     """Check every wheel in ``directory`` and record them in the bundle's lock entry and
-    ``dist/<bundle>``, all or none. Returns the recorded files in ``dist/<bundle>``."""
+    ``dist/<bundle>``, all or none. Returns the recorded files in ``dist/<bundle>``.
+
+    The checks run in order, each refusing with its own fix before the next: the names
+    and sums, the contents (RECORD), one wheel per project, what the lock already records,
+    the provenance, and the files the lock keeps."""
     with written_on_success():
         entry = update_bundle_entry(layout.lock_path, bundle, resolved, root)
-        commits = {name: pin.commit for name, pin in entry.components.items()}
-        sums = read_sums(directory)
-        offered: list[Offered] = []
-        problems: list[str] = []
-        for path in offered_wheels(directory):
-            try:
-                name = parse_wheel_name(path.name)
-            except WheelFilenameError as error:
-                problems.append(error.message)
-                continue
-            sha = file_sha256(path)
-            offered.append(Offered(path, name, sha))
-            problems += name_problems(bundle, name, commits)
-            if sums is not None and sums.get(path.name) != sha:
-                given = sums.get(path.name)
-                problems.append(
-                    f"{path.name}: sha256 {sha}, {SUMS_NAME} "
-                    + (f"says {given}" if given else "does not list it")
-                )
-        if problems:
-            raise _refuse(bundle, problems, "record the wheels this bundle pins, as built "
-                          "(do not rename wheel files), or pin what they are in "
-                          f"build/bundles/{bundle.name}.toml and `make lock BUNDLE={bundle.name}`")
-        for wheel in offered:
-            problems += content_problems(wheel.path, wheel.name)
-        if problems:
-            raise _refuse(bundle, problems, "fetch or build the wheel again: it changed after "
-                          "it was built")
-        projects = [w.name.normalized for w in offered]
-        twice = sorted({p for p in projects if projects.count(p) > 1})
-        if twice:
-            raise _refuse(bundle, [f"more than one wheel of {p}" for p in twice],
-                          "keep one wheel per project in the directory")
-        existing = list(entry.wheels or ())
-        recorded = [
-            Recorded(name, wheel.name, wheel.sha256)
-            for name, other in sorted(read_lock(layout.lock_path).bundles.items())
-            for wheel in other.wheels or ()
-        ]
-        same_name = replacements([w.path for w in offered], recorded)
-        problems += [
-            f"{r.wheel.name}: sha256 {r.sha256}, but wheels.lock ({c.bundle}) records "
-            f"{c.name} with sha256 {c.sha256}"
-            for r in same_name
-            for c in r.recorded
-        ]
-        kept = []
-        for record in existing:
-            project = parse_wheel_name(record.name).normalized
-            new = next((w for w in offered if w.name.normalized == project), None)
-            if new is None:
-                kept.append(record)
-            elif (new.path.name, new.sha256) != (record.name, record.sha256) and not any(
-                r.wheel == new.path for r in same_name  # already named above
-            ):
-                problems.append(
-                    f"{new.path.name}: the bundle already records {record.name} "
-                    f"(sha256 {record.sha256}) for {project}"
-                )
-        if problems:
-            raise _refuse(
-                bundle,
-                problems,
-                "a recorded wheel is never replaced silently: if the recorded one is wrong, "
-                f'remove its [[bundles."{bundle.name}".wheels]] row from wheels.lock in a '
-                "reviewed change and run again; otherwise record these under a bundle of "
-                "their own (one that extends this one)",
-            )
+        offered = _offered(bundle, directory, entry)
+        kept = _kept_records(layout, bundle, entry, offered)
         with_new = replace(
             entry, wheels=tuple(kept) + tuple(collect.records([w.path for w in offered]))
         )
-        patched = any(component.patches for component in bundle.components.values())
-        for wheel in offered:
-            if wheel.name.normalized != normalize("torch_xla"):
-                continue
-            found = _provenance(wheel.path)
-            if isinstance(found, str):
-                problems.append(found)
-            elif found is None and patched:
-                problems.append(
-                    f"{wheel.path.name}: carries no {PROVENANCE_PATH}, so it cannot show it "
-                    f"carries the patches of bundle {bundle.name}"
-                )
-            elif found is None:
-                log.info(f"{wheel.path.name}: no provenance (a stock wheel): judged by its "
-                         "name, version, tags and RECORD")
-            else:
-                check = compare(found, bundle.name, with_new)
-                problems += [f"{wheel.path.name}: {p}" for p in check.problems]
-                log.info(f"{wheel.path.name}: provenance compared: {', '.join(check.compared)}")
+        problems = _provenance_problems(bundle, offered, with_new)
         if problems:
             raise _refuse(bundle, problems, "record the wheels built from this bundle's pins "
                           "(`make wheels BUNDLE=...` stamps that provenance)")
-        keep_paths = []
-        for record in kept:
-            path = layout.dist / record.name
-            if not path.is_file() or file_sha256(path) != record.sha256:
-                problems.append(
-                    f"wheels.lock records {record.name} but {layout.dist} does not hold it "
-                    "with that sha256"
-                )
-            keep_paths.append(path)
-        if problems:
-            raise _refuse(bundle, problems, f"restore the recorded files into {layout.dist} "
-                          "(from your index), then run again")
+        keep_paths = _kept_paths(layout, bundle, kept)
         with collect.staging(layout, [*keep_paths, *(w.path for w in offered)]) as staged:
             target = collect.commit_with_lock(layout, staged)
     return sorted(target / w.path.name for w in offered)
+
+
+def _offered(bundle: Bundle, directory: Path, entry: BundleEntry) -> list[Offered]:
+    """The wheels in ``directory``, refused unless their names, sums and contents are
+    the bundle's pins as built, one per project."""
+    commits = {name: pin.commit for name, pin in entry.components.items()}
+    sums = read_sums(directory)
+    offered: list[Offered] = []
+    problems: list[str] = []
+    for path in offered_wheels(directory):
+        try:
+            name = parse_wheel_name(path.name)
+        except WheelFilenameError as error:
+            problems.append(error.message)
+            continue
+        sha = file_sha256(path)
+        offered.append(Offered(path, name, sha))
+        problems += name_problems(bundle, name, commits)
+        if sums is not None and sums.get(path.name) != sha:
+            given = sums.get(path.name)
+            problems.append(
+                f"{path.name}: sha256 {sha}, {SUMS_NAME} "
+                + (f"says {given}" if given else "does not list it")
+            )
+    if problems:
+        raise _refuse(bundle, problems, "record the wheels this bundle pins, as built "
+                      "(do not rename wheel files), or pin what they are in "
+                      f"build/bundles/{bundle.name}.toml and `make lock BUNDLE={bundle.name}`")
+    for wheel in offered:
+        problems += content_problems(wheel.path, wheel.name)
+    if problems:
+        raise _refuse(bundle, problems, "fetch or build the wheel again: it changed after "
+                      "it was built")
+    projects = [w.name.normalized for w in offered]
+    twice = sorted({p for p in projects if projects.count(p) > 1})
+    if twice:
+        raise _refuse(bundle, [f"more than one wheel of {p}" for p in twice],
+                      "keep one wheel per project in the directory")
+    return offered
+
+
+def _kept_records(
+    layout: BundleLayout, bundle: Bundle, entry: BundleEntry, offered: list[Offered]
+) -> list[WheelRecord]:
+    """The bundle's records no offered wheel replaces; refused when an offered wheel would
+    replace a different record, here or under another bundle's name."""
+    recorded = [
+        Recorded(name, wheel.name, wheel.sha256)
+        for name, other in sorted(read_lock(layout.lock_path).bundles.items())
+        for wheel in other.wheels or ()
+    ]
+    same_name = replacements([w.path for w in offered], recorded)
+    problems = [
+        f"{r.wheel.name}: sha256 {r.sha256}, but wheels.lock ({c.bundle}) records "
+        f"{c.name} with sha256 {c.sha256}"
+        for r in same_name
+        for c in r.recorded
+    ]
+    kept = []
+    for record in entry.wheels or ():
+        project = parse_wheel_name(record.name).normalized
+        new = next((w for w in offered if w.name.normalized == project), None)
+        if new is None:
+            kept.append(record)
+        elif (new.path.name, new.sha256) != (record.name, record.sha256) and not any(
+            r.wheel == new.path for r in same_name  # already named above
+        ):
+            problems.append(
+                f"{new.path.name}: the bundle already records {record.name} "
+                f"(sha256 {record.sha256}) for {project}"
+            )
+    if problems:
+        raise _refuse(
+            bundle,
+            problems,
+            "a recorded wheel is never replaced silently: if the recorded one is wrong, "
+            f'remove its [[bundles."{bundle.name}".wheels]] row from wheels.lock in a '
+            "reviewed change and run again; otherwise record these under a bundle of "
+            "their own (one that extends this one)",
+        )
+    return kept
+
+
+def _provenance_problems(
+    bundle: Bundle, offered: list[Offered], with_new: BundleEntry
+) -> list[str]:
+    """torch_xla's provenance against the entry it would be recorded in (a stock wheel,
+    with none, only for a bundle without patches)."""
+    patched = any(component.patches for component in bundle.components.values())
+    problems: list[str] = []
+    for wheel in offered:
+        if wheel.name.normalized != normalize("torch_xla"):
+            continue
+        found = _provenance(wheel.path)
+        if isinstance(found, str):
+            problems.append(found)
+        elif found is None and patched:
+            problems.append(
+                f"{wheel.path.name}: carries no {PROVENANCE_PATH}, so it cannot show it "
+                f"carries the patches of bundle {bundle.name}"
+            )
+        elif found is None:
+            log.info(f"{wheel.path.name}: no provenance (a stock wheel): judged by its "
+                     "name, version, tags and RECORD")
+        else:
+            check = compare(found, bundle.name, with_new)
+            problems += [f"{wheel.path.name}: {p}" for p in check.problems]
+            log.info(f"{wheel.path.name}: provenance compared: {', '.join(check.compared)}")
+    return problems
+
+
+def _kept_paths(layout: BundleLayout, bundle: Bundle, kept: list[WheelRecord]) -> list[Path]:
+    """The files of the records kept, which ``dist/<bundle>`` must hold as recorded."""
+    problems = []
+    paths = []
+    for record in kept:
+        path = layout.dist / record.name
+        if not path.is_file() or file_sha256(path) != record.sha256:
+            problems.append(
+                f"wheels.lock records {record.name} but {layout.dist} does not hold it "
+                "with that sha256"
+            )
+        paths.append(path)
+    if problems:
+        raise _refuse(bundle, problems, f"restore the recorded files into {layout.dist} "
+                      "(from your index), then run again")
+    return paths

@@ -171,6 +171,17 @@ def check_environment(
 ) -> None:  # fmt: skip
     """The runtime flags and the cache directory of this host's environment (``env``:
     the shell's, or a launcher's env file), against the bundle's ``platform``."""
+    _check_device(report, env, platform)
+    _check_scalars(report, env)
+    cache = _cache_path(report, env)
+    if cache is None:
+        return
+    path, read_only = cache
+    _check_cache_access(report, path, read_only)
+    _check_sharing(report, path, env, role, read_only, mountinfo)
+
+
+def _check_device(report: Report, env: Mapping[str, str], platform: str) -> None:
     device = env.get("PJRT_DEVICE")
     if not device:
         report.add("FAIL", "PJRT_DEVICE", "not set", f"export PJRT_DEVICE={platform}")
@@ -184,6 +195,8 @@ def check_environment(
     else:
         report.add("ok", "PJRT_DEVICE", device)
 
+
+def _check_scalars(report: Report, env: Mapping[str, str]) -> None:
     scalars = env.get("XLA_NO_SPECIAL_SCALARS")
     if scalars == "1":
         report.add("ok", "XLA_NO_SPECIAL_SCALARS", "1")
@@ -195,6 +208,10 @@ def check_environment(
             "export XLA_NO_SPECIAL_SCALARS=1 (before python starts)",
         )
 
+
+def _cache_path(report: Report, env: Mapping[str, str]) -> tuple[Path, bool] | None:
+    """The persistent cache directory and whether this host only reads it; None (reported)
+    when there is none to check further."""
     read_only_raw = env.get(CACHE_READ_ONLY)
     read_only = read_only_raw == "1"
     if read_only_raw not in (None, "", "0", "1"):
@@ -212,7 +229,7 @@ def check_environment(
             "not set: every restart recompiles",
             f"export {CACHE_PATH}=<directory> (the same on every host)",
         )
-        return
+        return None
     path = Path(cache).expanduser()
     if not path.is_absolute():
         report.add(
@@ -228,7 +245,11 @@ def check_environment(
             f"{path} does not exist or is not a directory",
             f"mkdir -p {path} (on the shared mount if several hosts share it)",
         )
-        return
+        return None
+    return path, read_only
+
+
+def _check_cache_access(report: Report, path: Path, read_only: bool) -> None:
     if read_only:
         usable = os.access(path, os.R_OK | os.X_OK)
         report.add(
@@ -237,21 +258,20 @@ def check_environment(
             f"{path} {'readable' if usable else 'NOT readable'} (read-only host)",
             "" if usable else f"grant read access to {path}",
         )
-    else:
-        # os.access lies on some network file systems: really write and remove a file.
-        try:
-            with tempfile.NamedTemporaryFile(dir=path, prefix=".xla-wheels-doctor-"):
-                pass
-            report.add("ok", CACHE_PATH, f"{path} writable")
-        except OSError as error:
-            report.add(
-                "FAIL",
-                CACHE_PATH,
-                f"{path} not writable: {error.strerror}",
-                f"make {path} writable for this user, or "
-                f"export {CACHE_READ_ONLY}=1 if another host writes it",
-            )
-    _check_sharing(report, path, env, role, read_only, mountinfo)
+        return
+    # os.access lies on some network file systems: really write and remove a file.
+    try:
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".xla-wheels-doctor-"):
+            pass
+        report.add("ok", CACHE_PATH, f"{path} writable")
+    except OSError as error:
+        report.add(
+            "FAIL",
+            CACHE_PATH,
+            f"{path} not writable: {error.strerror}",
+            f"make {path} writable for this user, or "
+            f"export {CACHE_READ_ONLY}=1 if another host writes it",
+        )
 
 
 def _check_sharing(

@@ -128,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def run() -> int:
         wheel = build(Path.cwd(), rev=args.rev)
-        print(f"{wheel.relative_to(Path.cwd())}  sha256:{file_sha256(wheel)}")
+        log.result(f"{wheel.relative_to(Path.cwd())}  sha256:{file_sha256(wheel)}")
         return 0
 
     return exit_code_of(run)
