@@ -12,9 +12,11 @@ with the reason otherwise, as tests/test_build_container.py.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -24,12 +26,13 @@ from typing import cast
 
 import pytest
 
-from tests.clirunner import CliResult, run_cli
+from tests.clirunner import REPO_ROOT, CliResult, run_cli
 from tests.missing_tools import skip_missing
 from tests.publish_support import start_pypiserver
 from tests.servers import stop
 from tests.test_build_container import BASE_IMAGE, _why_not_oci, ensure_base_image
 from xla_host.errors import UsageError
+from xla_host.net import NetworkPolicy
 from xla_host.stamp import read_stamp
 from xla_wheels.bundle import load_bundle
 from xla_wheels.demo import BUNDLE, make_demo_project, stages
@@ -109,6 +112,8 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Image]:
     root = make_demo_project(work)
     manifest = root / "build" / "bundles" / f"{BUNDLE}.toml"
     manifest.write_text(manifest.read_text() + PROFILE)
+    # The host wheel, published with the bundle: the image bakes the one the lane pins.
+    runtime_image.build_host_wheel(sys.executable, REPO_ROOT / "host", root / "dist" / "host")
     for stage in stages(work, root)[:2]:  # the demo's build and publish, as `make demo`
         done = run_cli(*stage.args, inherit_env=True, timeout=600)
         assert done.exit_code == 0, done.output[-3000:]
@@ -295,3 +300,40 @@ def test_the_base_image_is_the_python_the_bundles_wheels_are_for(tmp_path: Path)
         "torch_xla-2.7.0-cp313-cp313-linux_x86_64.whl", 1, "b" * 64)))  # fmt: skip
     with pytest.raises(UsageError, match="for Pythons 3.11, 3.13"):
         runtime_image.image_python(bundle, mixed)
+
+
+def test_the_image_bakes_the_host_wheel_the_lanes_document_pins_by_hash(tmp_path: Path) -> None:
+    from xla_host import bundle_document as doc
+    from xla_wheels.cli.runtime import _fetched_host_wheel, _lane_host_wheel
+    from xla_wheels.release.lane_backend import write_document
+    from xla_wheels.release.lane_static import StaticLane
+
+    lane_dir = tmp_path / "lane"
+    lane = lanes.Lane("validation", StaticLane("validation", lane_dir))
+    with pytest.raises(UsageError) as none:
+        _lane_host_wheel(tmp_path, lane, "v6e-2.11")
+    assert "lane validation holds no bundle document of v6e-2.11" in none.value.message
+    torch_xla = doc.LockedFile("torch_xla-2.11.0-cp311-cp311-linux_x86_64.whl", "a" * 64, 1)
+    bare = doc.BundleDocument("v6e-2.11", "validation", "3.11", (torch_xla,))
+    write_document(lane_dir / doc.DIRNAME, "v6e-2.11", doc.dumps(bare))
+    with pytest.raises(UsageError) as unpinned:
+        _lane_host_wheel(tmp_path, lane, "v6e-2.11")
+    assert "pins no host wheel" in unpinned.value.message
+    assert "make host-wheel, then make publish" in (unpinned.value.fix or "")
+    # The lane serves a host wheel: the document pins it, the image gets it by that hash.
+    lane_dir.mkdir(exist_ok=True)
+    served = lane_dir / "xla_wheels_host-0.1.3+gabc-py3-none-any.whl"
+    served.write_bytes(b"the host wheel the lane serves")
+    pin = doc.LockedFile(served.name, doc.sha256_of(served.read_bytes()), served.stat().st_size)
+    pinned = dataclasses.replace(bare, host_wheel=pin)
+    write_document(lane_dir / doc.DIRNAME, "v6e-2.11", doc.dumps(pinned))
+    assert _lane_host_wheel(tmp_path, lane, "v6e-2.11") == pin
+    network = NetworkPolicy()
+    host = _fetched_host_wheel(lane, pin, tmp_path / "fetched", network)
+    assert (host.name, host.sha256) == (pin.name, pin.sha256)
+    assert host.source.read_bytes() == served.read_bytes()
+    # Other bytes under the pinned name are never baked.
+    served.write_bytes(b"other bytes")
+    with pytest.raises(doc.DocumentError, match=f"the bundle document has {pin.sha256}"):
+        _fetched_host_wheel(lane, pin, tmp_path / "again", network)
+    assert not (tmp_path / "again" / pin.name).exists()

@@ -404,7 +404,7 @@ SETTINGS: tuple[Setting, ...] = (
     _s("lanes", "the host package baked into the runtime image: a wheel "
        "(xla_wheels_host-*.whl) or its source directory", flag="--host-package",
        make="HOST_PACKAGE", kind="path", commands=("runtime-image",),
-       default_text="the host/ directory of the xla_host this command runs, as a wheel"),
+       default_text="the host wheel the lane's bundle document pins, fetched by hash"),
     _s("lanes", "write the audit stamp to this file too (by rename); the runtime image's "
        "entrypoint reads the same variable", flag="--stamp", make="STAMP",
        env="XLA_WHEELS_STAMP", kind="path", commands=("doctor",),

@@ -18,31 +18,63 @@ import sys
 import tempfile
 from pathlib import Path
 
-import xla_host
+from xla_host import bundle_document as doc
 from xla_host import launch_profile, log
 from xla_host.arguments import add_settings
 from xla_host.errors import UsageError
+from xla_host.filemode import file_sha256
+from xla_host.net import NetworkPolicy
 from xla_host.stamp import jobs_that_ran, read_stamps
 from xla_wheels.bundle import load_bundle
 from xla_wheels.cli.arguments import add_bundle_arguments, add_common_arguments
 from xla_wheels.cli.launch import _build_directory
 from xla_wheels.cli.settings import Settings, pipeline_options
-from xla_wheels.release import lanes, runtime_image
+from xla_wheels.release import host_document, lanes, runtime_image
 from xla_wheels.wheels_lock import read_lock
 
 
-def _host_package(given: Path | None) -> Path:
-    """The host package to bake: given, else the source directory of the xla_host running
-    this command (``host/`` of a checkout; an installed wheel has none)."""
-    if given is not None:
-        return given
-    source = Path(xla_host.__file__).resolve().parents[2]
-    if not (source / "pyproject.toml").is_file():
+def _lane_host_wheel(root: Path, lane: lanes.Lane, bundle: str) -> doc.LockedFile:
+    """The host wheel ``lane``'s document of ``bundle`` pins (name, size, sha256): what
+    the lane's hosts install, so what the image bakes."""
+    published = host_document.published(root, lane, bundle)
+    if published is None:
         raise UsageError(
-            "the xla_host running this command is not a source checkout's host/ directory",
-            fix="pass --host-package <xla_wheels_host-*.whl> (make: HOST_PACKAGE=)",
+            f"lane {lane.name} holds no bundle document of {bundle}, so no host wheel to bake",
+            fix=f"make publish BUNDLE={bundle} LANE={lane.name} (it publishes the host wheel "
+            "and the document), or pass --host-package <xla_wheels_host-*.whl> (make: "
+            "HOST_PACKAGE=)",
         )
-    return source
+    path, sha256 = published
+    document, _ = doc.read_file(path, sha256=sha256)
+    if document.host_wheel is None:
+        raise UsageError(
+            f"lane {lane.name}'s document of {bundle} pins no host wheel (it was published "
+            "without `make host-wheel`)",
+            fix=f"make host-wheel, then make publish BUNDLE={bundle} LANE={lane.name}; or pass "
+            "--host-package <xla_wheels_host-*.whl> (make: HOST_PACKAGE=)",
+        )
+    return document.host_wheel
+
+
+def _fetched_host_wheel(
+    lane: lanes.Lane, pinned: doc.LockedFile, into: Path, network: NetworkPolicy
+) -> runtime_image.HostWheel:
+    """``pinned`` fetched from ``lane`` by its sha256 (the one network client; a file of
+    other bytes is never kept), into ``into``."""
+    location = lane.backend.directory
+    doc.wheel_files(
+        str(location) if location is not None else lane.simple_url, (pinned,), into,
+        network=network,
+    )  # fmt: skip
+    fetched = into / pinned.name
+    if not fetched.is_file() or file_sha256(fetched) != pinned.sha256:
+        raise UsageError(
+            f"lane {lane.name} does not serve {pinned.name} with the sha256 its document pins "
+            f"({pinned.sha256})",
+            fix=f"publish the bundle into lane {lane.name} again (make publish), then run this "
+            "again; `make status` shows what the lane serves",
+        )
+    return runtime_image.HostWheel(fetched, pinned.name, pinned.sha256)
 
 
 def cmd_runtime_image(args: argparse.Namespace) -> int:
@@ -72,7 +104,14 @@ def cmd_runtime_image(args: argparse.Namespace) -> int:
     base = args.base_image or runtime_image.default_base_image(
         runtime_image.image_python(bundle, entry)
     )
-    host = runtime_image.given_host_wheel(_host_package(args.host_package))
+    # The host wheel the lane's hosts install (its document pins it), fetched by hash when
+    # the plan runs; a given wheel or host/ source directory instead (development).
+    pinned = None
+    if args.host_package is None:
+        pinned = _lane_host_wheel(options.root, lane, bundle.name)
+        host = runtime_image.HostWheel(Path(pinned.name), pinned.name, pinned.sha256)
+    else:
+        host = runtime_image.given_host_wheel(args.host_package)
 
     def compose(host_wheel: runtime_image.HostWheel) -> runtime_image.RuntimeImagePlan:
         return runtime_image.compose(
@@ -88,7 +127,10 @@ def cmd_runtime_image(args: argparse.Namespace) -> int:
         return 0
     with tempfile.TemporaryDirectory(prefix="xla-wheels-runtime-") as tmp:
         context = Path(tmp)
-        if host.built_from_source:
+        if pinned is not None:
+            host = _fetched_host_wheel(lane, pinned, Path(tmp) / "fetched", options.network)
+            plan = compose(host)
+        elif host.built_from_source:
             host = runtime_image.build_host_wheel(
                 sys.executable, host.source, context / "host-wheel"
             )

@@ -298,7 +298,13 @@ def compose(
         f"--requirement {PREFIX}/requirements.txt \\\n"
         f"    && {PIP} install --no-index --no-deps --require-hashes --find-links {WHEELS} "
         f"--requirement {PREFIX}/requirements.txt \\\n"
-        f"    && {PIP} install --no-index --no-deps {PREFIX}/{host_wheel.name} \\\n"
+        + (
+            # The host wheel by hash too (pip's --require-hashes takes no bare file path).
+            f"    && echo '{host_wheel.sha256}  {PREFIX}/{host_wheel.name}' | sha256sum -c - \\\n"
+            if host_wheel.sha256
+            else ""
+        )
+        + f"    && {PIP} install --no-index --no-deps {PREFIX}/{host_wheel.name} \\\n"
         f"    && mkdir -p {Path(STAMP).parent} && chmod 1777 {Path(STAMP).parent}"
         + (f" \\\n    && rm -rf {PREFIX}/lane" if copies else ""),
         *(f"ENV {k}={_quoted(v)}" for k, v in env.items()),
