@@ -307,6 +307,7 @@ def test_a_fresh_host_starts_warm_from_the_gates_pack_fetched_from_a_lane_over_h
     gate_27: GateRun, stock_xla_python_27: Path, tmp_path: Path
 ) -> None:
     from xla_wheels.release import lane_packs as lane_store
+    from xla_wheels.release.lane_static import StaticLane
     from xla_wheels.release.lanes import Lane, Policy
 
     made = gate_27.out_dir.parent
@@ -332,7 +333,7 @@ def test_a_fresh_host_starts_warm_from_the_gates_pack_fetched_from_a_lane_over_h
     # Published into a static lane directory by hash (the gate ran without a bundle: a
     # stock environment's pack), served by a real HTTP server on loopback.
     lane_dir = tmp_path / "lane"
-    lane = Lane("validation", lane_dir, None, None, None, Policy())
+    lane = Lane("validation", StaticLane("validation", lane_dir), policy=Policy())
     manifest_read = cache_pack.read_manifest(
         str(packs[0]), [cache_pack.read_public_key(made / "pack-key.pub.pem")]
     )

@@ -105,6 +105,10 @@ bundle_libtpu = false
 tpuvm_mode = true
 build_cpp_tests = false
 cxx_abi = 1
+
+# The demonstration runs on CPU: its platform, which doctor checks PJRT_DEVICE against.
+[profiles.demo.device]
+PJRT_DEVICE = "CPU"
 """
     )
     return root
