@@ -17,6 +17,9 @@ is for). Written from this table, never by hand:
   (``cli.arguments.add_common_arguments``), the host's network flags
   (:func:`xla_host.net.add_network_arguments`) and the documented defaults of
   :class:`xla_host.net.NetworkPolicy`;
+- the defaults of the option dataclasses (``builder.config.BuildConfig``,
+  ``gate.restart.RestartConfig``, :class:`xla_host.net.NetworkPolicy`), each field through
+  :func:`default_of` (``tests/test_settings_defaults.py`` finds a field that repeats one);
 - the remote-cache reader's variable names (``builder.remote_cache``);
 - ``make-variables.mk`` next to this module, which the Makefile includes: the one
   mapping make variable -> flag (``MAKE_VARIABLES``) and each group's flags
@@ -547,6 +550,17 @@ def by_flag(flag: str) -> Setting:
 
 def by_env(name: str) -> Setting:
     return _BY_ENV[name]
+
+
+def default_of(key: str) -> float | str:
+    """The default of the row whose flag is ``key`` (or, for a setting without a flag,
+    whose variable is ``key``), for the option dataclasses: a field takes it from here and
+    never repeats the value. A ``KeyError`` naming ``key`` at import when no row has it or
+    the row has no one default (its default is a text such as "the number of cores")."""
+    row = _BY_FLAG.get(key) or _BY_ENV.get(key)
+    if row is None or row.default is None:
+        raise KeyError(f"{key}: no row of the settings table with that name and a default")
+    return row.default
 
 
 def env_of(key: str) -> str:
