@@ -162,3 +162,32 @@ def test_default_of_is_the_rows_value_and_refuses_a_row_without_one() -> None:
             assert flag in str(error)
         else:
             raise AssertionError(f"default_of({flag}) gave a value")
+
+
+def test_one_cascade_reads_the_flag_then_the_environment_then_the_file_then_the_default(
+    tmp_path: Path,
+) -> None:
+    """The order every setting is read in, written once (``Cascade``): the remote caches'
+    reader and the CLI's options reader both go through it."""
+    from xla_host.settings import Cascade, ConfigFile
+
+    builders = ConfigFile(str(tmp_path / "builders.toml"), {"bazel.remote_cache": "grpc://file"})
+    variable = {"XLA_WHEELS_BAZEL_REMOTE_CACHE": "grpc://env"}
+    flag = {"bazel_remote_cache": "grpc://flag"}
+    key = "--bazel-remote-cache"
+    assert Cascade(flag, variable, [builders]).find(key) == ("grpc://flag", key)
+    assert Cascade({}, variable, [builders]).find(key) == (
+        "grpc://env",
+        "XLA_WHEELS_BAZEL_REMOTE_CACHE",
+    )
+    assert Cascade({"bazel_remote_cache": ""}, {}, [builders]).find(key) == (
+        "grpc://file",
+        f"{tmp_path / 'builders.toml'}: key 'bazel.remote_cache'",
+    )
+    assert Cascade({}, {}, []).find(key) == (None, "default")
+    # An empty flag, variable or key gives way; the row's default comes last.
+    role = "XLA_WHEELS_BUILDER_ROLE"
+    empty = ConfigFile("builders.toml", {"builder.role": ""})
+    assert Cascade({}, {role: ""}, [empty]).find(role) == ("reader", "default")
+    assert Cascade({}, {}, [ConfigFile("b", {"builder.role": "writer"})]).find(role)[0] == "writer"
+    assert Cascade({}, {}, []).find("--warm-runs", default=False) == (None, "default")
