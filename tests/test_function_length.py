@@ -16,7 +16,6 @@ TO_SPLIT = {
     ("src/xla_wheels/publish/verify_install.py", "verify_install"),
     ("host/src/xla_host/gate/child_workload.py", "mode_train"),
     ("src/xla_wheels/builder/build_and_collect.py", "compose"),
-    ("src/xla_wheels/builder/remote_cache.py", "load_remote_cache"),
     ("host/src/xla_host/gate/restart.py", "run_restart_check"),
     ("src/xla_wheels/release/lanes.py", "read_record"),
     ("host/src/xla_host/gate/restart.py", "judge_restart"),

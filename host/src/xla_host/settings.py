@@ -17,6 +17,9 @@ is for). Written from this table, never by hand:
   (``cli.arguments.add_common_arguments``), the host's network flags
   (:func:`xla_host.net.add_network_arguments`) and the documented defaults of
   :class:`xla_host.net.NetworkPolicy`;
+- the defaults of the option dataclasses (``builder.config.BuildConfig``,
+  ``gate.restart.RestartConfig``, :class:`xla_host.net.NetworkPolicy`), each field through
+  :func:`default_of` (``tests/test_settings_defaults.py`` finds a field that repeats one);
 - the remote-cache reader's variable names (``builder.remote_cache``);
 - ``make-variables.mk`` next to this module, which the Makefile includes: the one
   mapping make variable -> flag (``MAKE_VARIABLES``) and each group's flags
@@ -32,7 +35,7 @@ Standard library only, and imports nothing else: every layer of both packages ma
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -106,6 +109,9 @@ class Setting:
     dest: str | None = None
     """The attribute the parsed value goes to, where it is not the flag's name."""
     metavar: str | None = None
+    file_key: str | None = None
+    """Its key (``table.key``) in the config file that may give it, ``build/builders.toml``:
+    the cascade's layer after the environment (:class:`Cascade`)."""
 
     def per(self, command: str | None) -> Per | None:
         return next((p for p in self.per_command if p.command == command), None)
@@ -242,7 +248,7 @@ SETTINGS: tuple[Setting, ...] = (
     # --- remote compile caches ----------------------------------------------------------
     _s("remote-cache", "grpc(s):// or http(s):// URL of the Bazel remote cache",
        flag="--bazel-remote-cache", env="XLA_WHEELS_BAZEL_REMOTE_CACHE",
-       commands=BUILDING,
+       file_key="bazel.remote_cache", commands=BUILDING,
        default_text="build/builders.toml [bazel] remote_cache, else none (local disk cache "
        "only)"),
     _s("remote-cache", "seconds Bazel waits for one call to the remote cache or executor "
@@ -251,26 +257,27 @@ SETTINGS: tuple[Setting, ...] = (
        env="XLA_WHEELS_BAZEL_REMOTE_TIMEOUT", kind="count", low=1, high=3600, example=10,
        commands=BUILDING, default_text="Bazel's own, 60"),
     _s("remote-cache", "grpc(s):// URL of a Bazel remote executor",
-       env="XLA_WHEELS_BAZEL_REMOTE_EXECUTOR",
+       env="XLA_WHEELS_BAZEL_REMOTE_EXECUTOR", file_key="bazel.remote_executor",
        default_text="build/builders.toml [bazel] remote_executor, else none"),
     _s("remote-cache", "Bazel's --remote_instance_name",
-       env="XLA_WHEELS_BAZEL_REMOTE_INSTANCE_NAME",
+       env="XLA_WHEELS_BAZEL_REMOTE_INSTANCE_NAME", file_key="bazel.remote_instance_name",
        default_text="build/builders.toml [bazel] remote_instance_name, else none"),
     _s("remote-cache", "Bazel remote headers, one NAME=VALUE a line",
        env="XLA_WHEELS_BAZEL_REMOTE_HEADER", secret=True),
     _s("remote-cache", "a file (mode 0600) holding the Bazel remote headers",
        env="XLA_WHEELS_BAZEL_REMOTE_HEADER_FILE"),
     _s("remote-cache", "ccache's remote storage URL, redis:// or http://",
-       env="XLA_WHEELS_CCACHE_REMOTE_STORAGE",
+       env="XLA_WHEELS_CCACHE_REMOTE_STORAGE", file_key="ccache.remote_storage",
        default_text="build/builders.toml [ccache] remote_storage, else none"),
     _s("remote-cache", "ccache's remote storage user", env="XLA_WHEELS_CCACHE_REMOTE_USERNAME",
+       file_key="ccache.remote_username",
        default_text="build/builders.toml [ccache] remote_username, else none"),
     _s("remote-cache", "ccache's remote storage password",
        env="XLA_WHEELS_CCACHE_REMOTE_PASSWORD", secret=True),
     _s("remote-cache", "a file (mode 0600) holding ccache's remote storage password",
        env="XLA_WHEELS_CCACHE_REMOTE_PASSWORD_FILE"),
     _s("remote-cache", "this builder's role: the writer uploads, readers never do",
-       env="XLA_WHEELS_BUILDER_ROLE",
+       env="XLA_WHEELS_BUILDER_ROLE", file_key="builder.role", default="reader",
        default_text="build/builders.toml [builder] role, else reader"),
     _s("remote-cache", "the builders file", env="XLA_WHEELS_BUILDERS_CONFIG",
        default_text="<root>/build/builders.toml"),
@@ -547,6 +554,79 @@ def by_flag(flag: str) -> Setting:
 
 def by_env(name: str) -> Setting:
     return _BY_ENV[name]
+
+
+def default_of(key: str) -> float | str:
+    """The default of the row whose flag is ``key`` (or, for a setting without a flag,
+    whose variable is ``key``), for the option dataclasses: a field takes it from here and
+    never repeats the value. A ``KeyError`` naming ``key`` at import when no row has it or
+    the row has no one default (its default is a text such as "the number of cores")."""
+    row = _BY_FLAG.get(key) or _BY_ENV.get(key)
+    if row is None or row.default is None:
+        raise KeyError(f"{key}: no row of the settings table with that name and a default")
+    return row.default
+
+
+@dataclass(frozen=True)
+class ConfigFile:
+    """A config file as one layer of the :class:`Cascade`: its values by the rows'
+    :attr:`Setting.file_key` (read and checked by the file's owner), and its path for
+    messages."""
+
+    source: str
+    values: Mapping[str, object]
+
+    def where(self, key: str) -> str:
+        return f"{self.source}: key '{key}'"
+
+
+class Cascade:
+    """The one order in which a setting is read: its flag, then its ``XLA_WHEELS_*``
+    variable, then the config files (in the order given), then its row's default.
+
+    ``flags``: the parsed command line by attribute name (``vars(args)``); a flag that is
+    absent, None or empty gives way, as an unset or empty variable does. The CLI edge's
+    options reader (``xla_wheels.cli.settings.Settings``) and the remote caches' reader
+    (``xla_wheels.builder.remote_cache``) both read through this class.
+    """
+
+    def __init__(
+        self,
+        flags: Mapping[str, object],
+        environ: Mapping[str, str],
+        files: Sequence[ConfigFile] = (),
+    ) -> None:
+        self._flags = flags
+        self._environ = environ
+        self._files = files
+
+    def find(self, key: str, *, default: bool = True) -> tuple[object | None, str]:
+        """The value of the setting whose row has the flag ``key`` (or, without a flag, the
+        variable ``key``) and where it came from, for a message: the flag, the variable,
+        ``<file>: key 'table.key'`` or ``default`` (its row's; None without
+        ``default``)."""
+        row = _BY_FLAG.get(key) or _BY_ENV[key]
+        if row.flag:
+            value = self._flags.get(row.dest or row.flag.lstrip("-").replace("-", "_"))
+            if value is not None and value != "":
+                return value, row.flag
+        if row.env and (text := self._environ.get(row.env)):
+            return text, row.env
+        for file in self._files if row.file_key else ():
+            value = file.values.get(str(row.file_key))
+            if value is not None and value != "":
+                return value, file.where(str(row.file_key))
+        return (row.default if default else None), "default"
+
+
+def file_keys() -> dict[str, tuple[str, ...]]:
+    """The tables of the config file and the keys each takes, from the rows."""
+    tables: dict[str, tuple[str, ...]] = {}
+    for setting in SETTINGS:
+        if setting.file_key:
+            table, _, key = setting.file_key.partition(".")
+            tables[table] = (*tables.get(table, ()), key)
+    return tables
 
 
 def env_of(key: str) -> str:

@@ -12,13 +12,13 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xla_host.settings import by_flag
+from xla_host.settings import by_flag, default_of
 from xla_wheels.builder.remote_cache import RemoteCache
 
 # The choices and defaults of the build settings: their rows of the settings table.
 ENGINES = by_flag("--engine").choices
 MODES = by_flag("--mode").choices
-DEFAULT_IMAGE = str(by_flag("--image").default)
+DEFAULT_IMAGE = str(default_of("--image"))
 
 # The gate's CPU checks (src/xla_wheels/gate, exit 0 pass / 1 fail / 2 unusable) run on the
 # freshly built wheels in a clean environment: warm restart, its SPMD variant, cache-key
@@ -40,13 +40,13 @@ DEFAULT_SHIP_PIP_ARGS = ("--find-links", "{wheels}")
 
 @dataclass(frozen=True)
 class BuildConfig:
-    mode: str = str(by_flag("--mode").default)
-    engine: str = str(by_flag("--engine").default)
+    mode: str = str(default_of("--mode"))
+    engine: str = str(default_of("--engine"))
     image: str = DEFAULT_IMAGE
     jobs: int = 2
-    host_python: str = str(by_flag("--host-python").default)
+    host_python: str = str(default_of("--host-python"))
     """Interpreter that runs the recipes in host mode (the bundle's Python)."""
-    container_python: str = "python3"
+    container_python: str = str(default_of("--container-python"))
     """Interpreter on the builder image's PATH."""
     bazel_disk_cache: Path | None = None
     """Default: <cache>/bazel-disk."""
@@ -59,9 +59,9 @@ class BuildConfig:
     compiler_env: tuple[tuple[str, str], ...] = (("CC", "clang"), ("CXX", "clang++"))
     # Rough needs of a real torch + torch_xla build (torch objects, Bazel output base, the
     # OpenXLA tree): clang/nvcc-free but still about 3-4 GiB per compile job at the peak.
-    min_disk_gib: float = 80.0
-    mem_per_job_gib: float = 4.0
-    mem_base_gib: float = 4.0
+    min_disk_gib: float = float(default_of("--min-disk-gib"))
+    mem_per_job_gib: float = float(default_of("--mem-per-job-gib"))
+    mem_base_gib: float = float(default_of("--mem-base-gib"))
     host_tools: tuple[str, ...] = ("git", "patch", "bazel", "clang", "clang++")
     remote_timeout: float = 8.0
     extra_env: tuple[tuple[str, str], ...] = field(default_factory=tuple)

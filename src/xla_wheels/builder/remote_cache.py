@@ -15,12 +15,14 @@ never uploads: Bazel gets ``--remote_upload_local_results=false``, ccache the st
 ``read-only`` attribute. Readers are the default, so a forgotten setting cannot poison
 the team's cache with a laptop's build.
 
-Settings (URLs, instance name, role) come from ``build/builders.toml`` (bundle-
-independent: every bundle of one builder uses the same caches) and ``XLA_WHEELS_*``
-environment overrides. Credentials come only from the environment or from files, never
-from the TOML file, and travel as :class:`Secret` (its ``str`` and ``repr`` are the
-redaction marker). The plan, the spec file, the logs, the stage keys and the errors see
-only the marker; the build process gets the values at run time (see ``inside``).
+Settings (URLs, instance name, role) are rows of the settings table read in its one order
+(:class:`xla_host.settings.Cascade`): the flag where there is one, the ``XLA_WHEELS_*``
+variable, the row's key in ``build/builders.toml`` (bundle-independent: every bundle of one
+builder uses the same caches), the row's default. Credentials come only from the
+environment or from files, never from the TOML file, and travel as :class:`Secret` (its
+``str`` and ``repr`` are the redaction marker). The plan, the spec file, the logs, the
+stage keys and the errors see only the marker; the build process gets the values at run
+time (see ``inside``).
 
 The composition half (flags, environment) runs inside the builder too: this module
 imports only the standard library and this package's stdlib-only modules.
@@ -41,7 +43,7 @@ from typing import Any
 from xla_host.errors import ExitCode, PipelineError, UsageError
 from xla_host.launch_profile import ROLES
 from xla_host.redact import REDACTED
-from xla_host.settings import by_flag, env_of
+from xla_host.settings import Cascade, ConfigFile, by_flag, default_of, env_of, file_keys
 from xla_host.tables import Field, Table, check_regular, loads_toml, read_regular, read_utf8
 from xla_host.values import BadValue, parse_count
 
@@ -130,7 +132,7 @@ class CcacheRemote:
 class RemoteCacheSettings:
     """What the spec carries into the builder: everything but the credentials."""
 
-    role: str = "reader"
+    role: str = str(default_of(ENV_ROLE))
     bazel: BazelRemote = field(default_factory=BazelRemote)
     ccache: CcacheRemote = field(default_factory=CcacheRemote)
 
@@ -174,17 +176,72 @@ def load_remote_cache(
     bazel_cache_override: str | None = None,
     bazel_timeout_override: int | None = None,
 ) -> RemoteCache:
-    """``build/builders.toml`` (or ``$XLA_WHEELS_BUILDERS_CONFIG``), then the environment.
+    """The remote caches' settings, each by the settings table's one order
+    (:class:`xla_host.settings.Cascade`): its flag, then its variable, then its key in
+    ``build/builders.toml`` (or ``$XLA_WHEELS_BUILDERS_CONFIG``), then its row's default;
+    the credentials from the environment or the files it names, never from the file.
 
     A missing default file means no remote cache; a missing file named explicitly is an
     error. ``bazel_cache_override`` and ``bazel_timeout_override`` are the
     ``--bazel-remote-cache`` and ``--bazel-remote-timeout`` command-line values.
     """
+    config = _read_builders_file(root, environ)
+    flags = {
+        "bazel_remote_cache": bazel_cache_override,
+        "bazel_remote_timeout": bazel_timeout_override,
+    }
+    cascade = Cascade(flags, environ, [config])
 
-    def env(name: str) -> str | None:
-        return environ.get(name) or None
+    def setting(key: str) -> tuple[str | None, str]:
+        """The value and where it came from (for messages)."""
+        value, where = cascade.find(key)
+        return (None if value is None else str(value)), where
 
-    explicit = env(ENV_CONFIG)
+    role = _checked_role(*setting(ENV_ROLE))
+    cache, executor, instance = (
+        _checked_bazel(setting("--bazel-remote-cache"), BAZEL_SCHEMES, "a Bazel remote cache"),
+        _checked_bazel(setting(ENV_BAZEL_EXECUTOR), EXECUTOR_SCHEMES, "a Bazel remote executor"),
+        setting(ENV_BAZEL_INSTANCE),
+    )
+    _check_instance(*instance, remote=bool(cache or executor))
+    storage, storage_from = setting(ENV_CCACHE_STORAGE)
+    if storage:
+        _check_ccache_storage(storage, storage_from)
+    username = _checked_username(*setting(ENV_CCACHE_USERNAME))
+    timeout = _timeout(cascade.find("--bazel-remote-timeout")[0])
+    headers = _read_headers(environ)
+    if headers and not (cache or executor):
+        raise RemoteCacheConfigError(
+            f"a Bazel remote header is set ({headers[0][1].source}) but no remote cache",
+            fix=f"set [bazel] remote_cache in {CONFIG_RELPATH} (or {ENV_BAZEL_CACHE}), "
+            "or unset the header",
+        )
+    password = _ccache_password(environ, storage, storage_from, username)
+    secrets = [
+        (f"bazel_remote_header_{index}", secret) for index, (_, secret) in enumerate(headers)
+    ]
+    settings = RemoteCacheSettings(
+        role=role,
+        bazel=BazelRemote(
+            cache=cache,
+            executor=executor,
+            instance_name=instance[0],
+            header_names=tuple(name for name, _ in headers),
+            timeout_s=timeout,
+        ),
+        ccache=CcacheRemote(storage=storage, username=username, has_password=password is not None),
+    )
+    if password is not None:
+        secrets.append((CCACHE_PASSWORD_KEY, password))
+    source = config.source if Path(config.source).is_file() else "defaults"
+    return RemoteCache(settings, tuple(secrets), source)
+
+
+def _read_builders_file(root: Path, environ: Mapping[str, str]) -> ConfigFile:
+    """``build/builders.toml`` (or the file ``$XLA_WHEELS_BUILDERS_CONFIG`` names) as the
+    cascade's file layer: its tables and keys are the rows' ``file_key``; none of them is a
+    credential."""
+    explicit = environ.get(ENV_CONFIG) or None
     path = Path(explicit) if explicit else root / CONFIG_RELPATH
     if explicit and not path.exists():
         raise RemoteCacheConfigError(
@@ -201,112 +258,89 @@ def load_remote_cache(
                 f"{path}: not valid TOML: {error}", fix="fix the syntax at that line"
             ) from error
     top = Table(data, source=str(path), error=RemoteCacheConfigError)
-    top.check_keys({"builder", "bazel", "ccache"})
-    builder = top.table("builder", optional=True).read(Field("role", str))
-    bazel = top.table("bazel", optional=True).read(
-        Field("remote_cache", str),
-        Field("remote_executor", str),
-        Field("remote_instance_name", str),
-    )
-    ccache = top.table("ccache", optional=True).read(
-        Field("remote_storage", str), Field("remote_username", str)
-    )
+    tables = file_keys()
+    top.check_keys(tables)
+    values: dict[str, object] = {}
+    for name, keys in tables.items():
+        table = top.table(name, optional=True).read(*(Field(key, str) for key in keys))
+        values.update({f"{name}.{key}": value for key, value in table.items()})
+    return ConfigFile(str(path), values)
 
-    def setting(
-        values: Mapping[str, str | None], table: str, key: str, variable: str
-    ) -> tuple[str | None, str]:
-        """The value and where it came from (for messages)."""
-        if value := env(variable):
-            return value, variable
-        return (values[key] or None), f"{path}: key '{table}.{key}'"
 
-    role, role_from = setting(builder, "builder", "role", ENV_ROLE)
-    role = role or "reader"
-    if role not in ROLES:
+def _checked_role(role: str | None, where: str) -> str:
+    if role is None or role not in ROLES:
         raise RemoteCacheConfigError(
-            f"{role_from}: role '{role}' is not one of {', '.join(sorted(ROLES))}",
+            f"{where}: role '{role}' is not one of {', '.join(sorted(ROLES))}",
             fix="one builder is the writer (e.g. CI on main); every other builder reads",
         )
-    cache, cache_from = setting(bazel, "bazel", "remote_cache", ENV_BAZEL_CACHE)
-    if bazel_cache_override:
-        cache, cache_from = bazel_cache_override, "--bazel-remote-cache"
-    executor, executor_from = setting(bazel, "bazel", "remote_executor", ENV_BAZEL_EXECUTOR)
-    instance, instance_from = setting(bazel, "bazel", "remote_instance_name", ENV_BAZEL_INSTANCE)
-    storage, storage_from = setting(ccache, "ccache", "remote_storage", ENV_CCACHE_STORAGE)
-    username, username_from = setting(ccache, "ccache", "remote_username", ENV_CCACHE_USERNAME)
-    if cache:
-        _check_url(cache, cache_from, BAZEL_SCHEMES, "a Bazel remote cache")
-    if executor:
-        _check_url(executor, executor_from, EXECUTOR_SCHEMES, "a Bazel remote executor")
-    if instance and (not instance.strip() or any(c.isspace() for c in instance)):
-        raise RemoteCacheConfigError(
-            f"{instance_from}: the instance name contains whitespace",
-            fix="write it as the cache server names it, e.g. projects/p/instances/default",
-        )
-    if instance and not (cache or executor):
-        raise RemoteCacheConfigError(
-            f"{instance_from}: an instance name without a remote cache or executor",
-            fix=f"set [bazel] remote_cache (or {ENV_BAZEL_CACHE}), or remove the name",
-        )
-    if storage:
-        _check_ccache_storage(storage, storage_from)
+    return role
+
+
+def _checked_username(username: str | None, where: str) -> str | None:
     if username and not re.fullmatch(r"[A-Za-z0-9._~-]+", username):
         raise RemoteCacheConfigError(
-            f"{username_from}: the user name may hold only letters, digits and . _ ~ -",
+            f"{where}: the user name may hold only letters, digits and . _ ~ -",
             fix="use the cache server's user name (or none for a password-only redis)",
         )
+    return username
 
-    timeout = bazel_timeout_override or _timeout(env(ENV_BAZEL_TIMEOUT))
 
-    headers = _read_headers(environ)
-    if headers and not (cache or executor):
+def _checked_bazel(
+    found: tuple[str | None, str], schemes: tuple[str, ...], what: str
+) -> str | None:
+    value, where = found
+    if value:
+        _check_url(value, where, schemes, what)
+    return value
+
+
+def _check_instance(instance: str | None, where: str, *, remote: bool) -> None:
+    if instance and (not instance.strip() or any(c.isspace() for c in instance)):
         raise RemoteCacheConfigError(
-            f"a Bazel remote header is set ({headers[0][1].source}) but no remote cache",
-            fix=f"set [bazel] remote_cache in {CONFIG_RELPATH} (or {ENV_BAZEL_CACHE}), "
-            "or unset the header",
+            f"{where}: the instance name contains whitespace",
+            fix="write it as the cache server names it, e.g. projects/p/instances/default",
         )
-    secrets = [
-        (f"bazel_remote_header_{index}", secret) for index, (_, secret) in enumerate(headers)
-    ]
+    if instance and not remote:
+        raise RemoteCacheConfigError(
+            f"{where}: an instance name without a remote cache or executor",
+            fix=f"set [bazel] remote_cache (or {ENV_BAZEL_CACHE}), or remove the name",
+        )
+
+
+def _ccache_password(
+    environ: Mapping[str, str], storage: str | None, storage_from: str, username: str | None
+) -> Secret | None:
+    """ccache's remote storage password, checked against the storage it is for."""
     password = _read_secret(environ, ENV_CCACHE_PASSWORD, ENV_CCACHE_PASSWORD_FILE)
-    if password is not None:
-        if not storage:
-            raise RemoteCacheConfigError(
-                f"a ccache remote password is set ({password.source}) but no remote storage",
-                fix=f"set [ccache] remote_storage in {CONFIG_RELPATH} (or "
-                f"{ENV_CCACHE_STORAGE}), or unset the password",
-            )
-        if not password.value or _PASSWORD_FORBIDDEN & set(password.value):
-            raise RemoteCacheConfigError(
-                f"the ccache remote password from {password.source} is empty or holds one of "
-                "@ : / ? # | % or whitespace, which ccache's URL syntax cannot carry",
-                fix="use a password of letters, digits and - . _ ~ + = ! $ & * , ;",
-            )
-        if storage and storage.startswith("http:") and not username:
-            raise RemoteCacheConfigError(
-                f"{storage_from}: http basic authentication needs a user name with the password",
-                fix=f"set [ccache] remote_username (or {ENV_CCACHE_USERNAME})",
-            )
-        secrets.append((CCACHE_PASSWORD_KEY, password))
-    settings = RemoteCacheSettings(
-        role=role,
-        bazel=BazelRemote(
-            cache=cache,
-            executor=executor,
-            instance_name=instance,
-            header_names=tuple(name for name, _ in headers),
-            timeout_s=timeout,
-        ),
-        ccache=CcacheRemote(storage=storage, username=username, has_password=password is not None),
-    )
-    return RemoteCache(settings, tuple(secrets), str(path) if path.is_file() else "defaults")
-
-
-def _timeout(text: str | None) -> int | None:
-    """``XLA_WHEELS_BAZEL_REMOTE_TIMEOUT`` by its row's range (the CLI edge has checked it
-    already; a caller that is not the CLI gets the same refusal)."""
-    if text is None:
+    if password is None:
         return None
+    if not storage:
+        raise RemoteCacheConfigError(
+            f"a ccache remote password is set ({password.source}) but no remote storage",
+            fix=f"set [ccache] remote_storage in {CONFIG_RELPATH} (or "
+            f"{ENV_CCACHE_STORAGE}), or unset the password",
+        )
+    if not password.value or _PASSWORD_FORBIDDEN & set(password.value):
+        raise RemoteCacheConfigError(
+            f"the ccache remote password from {password.source} is empty or holds one of "
+            "@ : / ? # | % or whitespace, which ccache's URL syntax cannot carry",
+            fix="use a password of letters, digits and - . _ ~ + = ! $ & * , ;",
+        )
+    if storage.startswith("http:") and not username:
+        raise RemoteCacheConfigError(
+            f"{storage_from}: http basic authentication needs a user name with the password",
+            fix=f"set [ccache] remote_username (or {ENV_CCACHE_USERNAME})",
+        )
+    return password
+
+
+def _timeout(value: object) -> int | None:
+    """``--bazel-remote-timeout`` (checked by argparse) or ``XLA_WHEELS_BAZEL_REMOTE_TIMEOUT``
+    by its row's range (the CLI edge has checked it already; a caller that is not the CLI
+    gets the same refusal)."""
+    if value is None or isinstance(value, int):
+        return value
+    text = str(value)
     row = by_flag("--bazel-remote-timeout")
     try:
         return parse_count(

@@ -24,6 +24,7 @@ from xla_host.arguments import add_settings
 from xla_host.errors import UsageError
 from xla_host.filemode import file_sha256
 from xla_host.net import NetworkPolicy
+from xla_host.settings import default_of
 from xla_host.stamp import jobs_that_ran, read_stamps
 from xla_wheels.bundle import load_bundle
 from xla_wheels.cli.arguments import add_bundle_arguments, add_common_arguments
@@ -79,7 +80,7 @@ def _fetched_host_wheel(
 
 def cmd_runtime_image(args: argparse.Namespace) -> int:
     options = pipeline_options(args, os.environ)
-    engine = Settings(args, os.environ).text("--engine") or "docker"
+    engine = Settings(args, os.environ).text("--engine") or str(default_of("--engine"))
     if engine not in runtime_image.ENGINES:
         raise UsageError(
             f"engine {engine!r} is not one of {', '.join(runtime_image.ENGINES)}",

@@ -1,4 +1,5 @@
-"""The one options reader of the pipeline: command line, then environment, then default.
+"""The one options reader of the pipeline: command line, then environment, then the config
+files, then default (:class:`xla_host.settings.Cascade`'s order).
 
 As in cibuildwheel's ``options.py``, every setting is read here, once, at the CLI edge,
 from the parsed arguments and an ``environ`` mapping the caller passes in (the CLI passes
@@ -9,14 +10,15 @@ themselves. A flag's environment variable follows :mod:`xla_wheels.options`' nam
 
 The Makefile's short variables (``BUNDLE``, ``ENGINE``, ``JOBS``, ...) become
 command-line flags in one place in the Makefile, which holds no default of its own: the
-defaults are here and in the option dataclasses (``options``, ``builder.config``).
+defaults are the rows', which the option dataclasses (``options``, ``builder.config``)
+take through ``default_of``.
 
 The remote compile caches' settings (``XLA_WHEELS_BUILDER_ROLE``,
 ``XLA_WHEELS_BAZEL_REMOTE_*``, ``XLA_WHEELS_CCACHE_REMOTE_*``, ``XLA_WHEELS_BUILDERS_CONFIG``)
 and their credentials are read by :mod:`xla_wheels.builder.remote_cache` from the
-``environ`` mapping :func:`build_config` passes it, after ``build/builders.toml``: that
-module owns the file, the precedence between file and environment, and the secrets (which
-never become flags). ``--bazel-remote-cache`` on the command line overrides both.
+``environ`` mapping and flags :func:`build_config` passes it: that module owns
+``build/builders.toml`` (the file layer of the same cascade) and the secrets (which never
+become flags). ``--bazel-remote-cache`` on the command line overrides both.
 
 Read from the environment besides our own settings, because it belongs to another tool:
 ``PIP_INDEX_URL`` (pip's own mirror setting, passed on to the build's pip commands).
@@ -28,14 +30,14 @@ import argparse
 import os
 import re
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xla_host.arguments import value_type
 from xla_host.errors import UsageError
 from xla_host.net import NetworkPolicy
-from xla_host.settings import SETTINGS, by_flag
+from xla_host.settings import SETTINGS, Cascade, ConfigFile, by_flag
 from xla_host.values import (
     REMOTE_RULE,
     WHOLE_NUMBER,
@@ -68,17 +70,23 @@ if TYPE_CHECKING:
 
 
 class Settings:
-    """One lookup: the parsed flag if given, else ``XLA_WHEELS_<NAME>``, else None."""
+    """One lookup: the parsed flag if given, else ``XLA_WHEELS_<NAME>``, else the config
+    files' key, else None (the caller's default is built from the row): the order of
+    :class:`xla_host.settings.Cascade`, which this reads through."""
 
-    def __init__(self, args: argparse.Namespace, environ: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        environ: Mapping[str, str],
+        files: Sequence[ConfigFile] = (),
+    ) -> None:
         self._args = args
         self._environ = environ
+        self._cascade = Cascade(vars(args), environ, files)
 
     def text(self, flag: str) -> str | None:
-        value = getattr(self._args, flag.lstrip("-").replace("-", "_"), None)
-        if value is not None and value != "":
-            return str(value)
-        return self._environ.get(env_var(flag)) or None
+        value = self._cascade.find(flag, default=False)[0]
+        return None if value is None else str(value)
 
     def path(self, flag: str) -> Path | None:
         value = self.text(flag)

@@ -66,6 +66,7 @@ from xla_host.gate.children import ChildResult, finish_child, run_child, runtime
 from xla_host.gate.errors import GateEnvironmentError
 from xla_host.gate.result import CheckResult
 from xla_host.gate.target import Target
+from xla_host.settings import default_of
 from xla_host.slice import WRITER_LEASE
 from xla_host.tables import read_regular
 
@@ -78,7 +79,7 @@ SPMD_MIN_STEPS = 8
 #: Devices of the SPMD variant on CPU (on TPU the host's chips).
 SPMD_CPU_DEVICES = 4
 #: Committed baselines: ``<torch_xla version>__<device>__<workload>.json``.
-DEFAULT_BASELINES_DIR = Path("build") / "baselines" / "restart"
+DEFAULT_BASELINES_DIR = Path(str(default_of("--baselines-dir")))
 
 Snapshot = dict[str, tuple[int, int]]
 Join = Callable[[str, bool, str, Mapping[str, Any]], Mapping[int, Mapping[str, Any]]]
@@ -93,16 +94,16 @@ class RestartConfig:
     #: Overrides the workload's step count (the SPMD variant needs SPMD_MIN_STEPS).
     steps: int | None = None
     cpu_devices: int | None = None
-    warm_runs: int = 2
+    warm_runs: int = int(default_of("--warm-runs"))
     #: The warm-up syncs' CPU time must be at most this fraction of the cold one's
     #: (measured: about 0.02 with full reuse; see the module docstring).
-    max_warm_ratio: float = 0.5
+    max_warm_ratio: float = float(default_of("--max-warm-ratio"))
     #: Warm may be this much slower than the recorded baseline (machines differ).
-    baseline_tolerance: float = 0.5
-    child_timeout_s: float = 600.0
+    baseline_tolerance: float = float(default_of("--baseline-tolerance"))
+    child_timeout_s: float = float(default_of("--child-timeout"))
     #: Runs under ``xr.use_spmd()``; ``spmd_config`` sets the rest of the variant.
     spmd: bool = False
-    writers: int = 1
+    writers: int = int(default_of("--writers"))
     read_only_check: bool = True
     cache_dir: Path | None = None
     baselines_dir: Path = DEFAULT_BASELINES_DIR

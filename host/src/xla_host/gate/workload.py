@@ -69,6 +69,7 @@ from typing import Any
 from xla_host.errors import UsageError
 from xla_host.gate import presets
 from xla_host.gate.errors import GateEnvironmentError
+from xla_host.settings import default_of
 from xla_host.values import BadValue
 
 #: The built-in presets, by name.
@@ -112,7 +113,8 @@ def preset(name: str) -> WorkloadSpec:
     return WorkloadSpec(name, f"{PRESETS_FILE}:{name}")
 
 
-DEFAULT = preset("small")
+#: The preset of the --workload row of the settings table.
+DEFAULT = preset(str(default_of("--workload")))
 
 
 def resolve(text: str, *, cwd: Path | None = None) -> WorkloadSpec:
