@@ -12,11 +12,17 @@ The image itself is built in tests/test_runtime_image.py (root, buildah).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
+import sys
+import venv
 from pathlib import Path
 
+import pytest
+
 from tests.clirunner import REPO_ROOT, CliResult
+from tests.publish_support import build_wheel
 from tests.test_cache_pack import listing
 from tests.test_cache_pack_lane import host_python, lane
 from xla_host import bundle_document as doc
@@ -76,7 +82,7 @@ def _pack_flags(lane: dict[str, object]) -> list[str]:
 
 
 def _tamper(lane: dict[str, object]) -> None:
-    """One flipped byte inside the pack's first entry: the file is not the index's."""
+    """One flipped byte in the middle of the lane's pack file: inside an entry."""
     row = lane["row"]
     assert isinstance(row, lane_packs.PackRow)
     stored = Path(str(lane["dir"])) / row.path
@@ -104,7 +110,7 @@ def test_launch_env_refuses_a_tampered_pack_and_writes_nothing(
     tmp = Path(str(lane["tmp"]))
     done = launch_env(lane, host_python, "writer", *_pack_flags(lane))
     assert done.exit_code == 1, done.output
-    assert "is not the pack the lane's index names" in done.stderr
+    assert "does not match its signed manifest" in done.stderr and "entry " in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp / "host").exists()  # no entry, no cache directory
     assert not (tmp / "launch").exists()  # and no launch files
@@ -124,22 +130,43 @@ def test_launch_env_of_a_reader_fetches_nothing_and_says_so(
     assert "fix: pass --pack-public-key" in keyless.stderr
 
 
+@pytest.fixture(scope="module")
+def image_python(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """An image's environment: a venv with a real torch_xla 2.7.0 wheel (a stand-in
+    package, built by setuptools) installed by pip, and the wheel file the facts name."""
+    root = tmp_path_factory.mktemp("image")
+    wheel = build_wheel(root, "torch_xla", "2.7.0", "torch_xla", {"__init__.py": ""})
+    venv.create(root / "venv", with_pip=False)
+    python = root / "venv" / "bin" / "python"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
+         "--no-deps", "--no-index", str(wheel)],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    return python, wheel
+
+
 def entrypoint(
-    lane: dict[str, object], python: Path, **extra: str
+    lane: dict[str, object], image: tuple[Path, Path], **extra: str
 ) -> tuple[CliResult, Path, Path]:
-    """``python -m xla_host.entrypoint`` with an image's facts (no wheels of ours, the
+    """``python -m xla_host.entrypoint`` with an image's facts (its torch_xla wheel, the
     profile's CPU device and cache path) and a job that lists the cache directory."""
+    python, wheel = image
     tmp = Path(str(lane["tmp"]))
     cache = tmp / "job" / "cache"
     facts = tmp / "image.json"
     facts.write_text(json.dumps({
-        "bundle": BUNDLE, "lane": "validation", "wheels": [], "wheel-dir": str(tmp),
+        "bundle": BUNDLE, "lane": "validation", "wheel-dir": str(wheel.parent),
+        "wheels": [{"name": wheel.name,
+                    "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest()}],
         "profile": "train", "profile-sha256": None, "receipt-digest": None,
         "environment": {"PJRT_DEVICE": "CPU", "XLA_PERSISTENT_CACHE_PATH": str(cache)},
     }))  # fmt: skip
     stamp = tmp / "stamp.json"
-    job = ("import os, sys; d = sys.argv[1]; "
-           "print('job saw', sorted(os.listdir(d)) if os.path.isdir(d) else [])")
+    job = (
+        "import os, sys; d = sys.argv[1]; "
+        "print('job saw', sorted(os.listdir(d)) if os.path.isdir(d) else [])"
+    )
     env = _env(tmp, PJRT_DEVICE="CPU", XLA_PERSISTENT_CACHE_PATH=str(cache),
                XLA_WHEELS_PACK_LANE=str(lane["url"]),
                XLA_WHEELS_PACK_PUBLIC_KEY=str(lane["pub"]), **extra)  # fmt: skip
@@ -153,9 +180,9 @@ def entrypoint(
 
 
 def test_the_entrypoint_installs_the_pack_before_the_job_and_stamps_it(
-    lane: dict[str, object], host_python: Path
+    lane: dict[str, object], image_python: tuple[Path, Path]
 ) -> None:
-    done, cache, stamp = entrypoint(lane, host_python)
+    done, cache, stamp = entrypoint(lane, image_python)
     assert done.exit_code == 0, done.output
     entries = sorted(listing(Path(str(lane["cache"]))))
     assert f"job saw {sorted([*entries, '.xla-packs'])}" in done.stdout  # before it ran
@@ -169,27 +196,27 @@ def test_the_entrypoint_installs_the_pack_before_the_job_and_stamps_it(
 
 
 def test_the_entrypoint_stops_the_job_on_a_tampered_pack_unless_told_to_warn(
-    lane: dict[str, object], host_python: Path
+    lane: dict[str, object], image_python: tuple[Path, Path]
 ) -> None:
     _tamper(lane)
-    done, cache, stamp = entrypoint(lane, host_python)
+    done, cache, stamp = entrypoint(lane, image_python)
     assert done.exit_code == 1, done.output
     assert "job saw" not in done.stdout
-    assert "is not the pack the lane's index names" in done.stderr
+    assert "does not match its signed manifest" in done.stderr and "entry " in done.stderr
     assert not cache.exists()
     stamped = read_stamp(stamp)
     assert stamped.verdict == "refused" and stamped.cache_pack is None
     assert any(p.startswith("cache pack: ") for p in stamped.problems)
-    warned, cache, stamp = entrypoint(lane, host_python, XLA_WHEELS_ON_MISMATCH="warn")
+    warned, cache, stamp = entrypoint(lane, image_python, XLA_WHEELS_ON_MISMATCH="warn")
     assert warned.exit_code == 0, warned.output
     assert "job saw []" in warned.stdout  # started cold: nothing of the pack installed
     assert read_stamp(stamp).verdict == "warned"
 
 
 def test_the_entrypoint_of_a_reader_fetches_nothing(
-    lane: dict[str, object], host_python: Path
+    lane: dict[str, object], image_python: tuple[Path, Path]
 ) -> None:
-    done, cache, stamp = entrypoint(lane, host_python, XLA_WHEELS_ROLE="reader")
+    done, cache, stamp = entrypoint(lane, image_python, XLA_WHEELS_ROLE="reader")
     assert done.exit_code == 0, done.output
     assert "not fetched: this job is a reader" in done.stderr
     assert read_stamp(stamp).cache_pack is None

@@ -364,8 +364,8 @@ def pack_request(
             f"{env_of('--pack-public-key')}), or leave out --pack-lane "
             f"({env_of('--pack-lane')})",
         )
-    workload = workload or env.get(env_of("--pack-workload")) or str(
-        by_flag("--pack-workload").default
+    workload = (
+        workload or env.get(env_of("--pack-workload")) or str(by_flag("--pack-workload").default)
     )
     return PackRequest(lane, workload, Path(key))
 
@@ -395,9 +395,7 @@ def launch_pack(
     if role == "reader":
         return None
     device = env.get("PJRT_DEVICE", "").upper()
-    host = facts_of_host(
-        bundle, python, device if device in ("CPU", "TPU") else None, None, env
-    )
+    host = facts_of_host(bundle, python, device if device in ("CPU", "TPU") else None, None, env)
     return fetch_pack(
         Path(into), [request.key], host, network, lane=request.lane, workload=request.workload
     )

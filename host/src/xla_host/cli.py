@@ -351,9 +351,7 @@ def _fetch_launch_pack(
         return
     # The job's device and topology: the profile's settings over this host's environment.
     env = {**os.environ, **profile_env}
-    fetched = cache_command.launch_pack(
-        request, bundle, env, role, _python(args), _network(args)
-    )
+    fetched = cache_command.launch_pack(request, bundle, env, role, _python(args), _network(args))
     print(fetched.line() if fetched else cache_command.not_fetched(env.get(CACHE_PATH)))
 
 
@@ -384,7 +382,10 @@ def run_gate(args: argparse.Namespace) -> int:
     bundle = document.bundle if document else args.bundle
     config = gate_arguments.gate_config(args, python, profile)
     upload = receipt_store.upload_for(  # before the run
-        args.receipts, args.sign_key, bundle, uploads=gate_arguments.leaves_receipt(config),
+        args.receipts,
+        args.sign_key,
+        bundle,
+        uploads=gate_arguments.leaves_receipt(config),
         network=_network(args),
     )
     outcome = gate_arguments.run_printed(config)
@@ -429,4 +430,3 @@ def run_gate(args: argparse.Namespace) -> int:
     receipt_store.send_written(upload, path)
     ensure_passed(outcome.results)
     return 0
-

@@ -27,11 +27,12 @@ the command starts:
    it anyway, cold. A job refused by 1. or 2. fetches nothing.
 
 Then the stamp (``xla_host.stamp``, naming the installed pack) is written to standard
-error (the job's log) and to ``--stamp`` / ``$XLA_WHEELS_STAMP``. On a mismatch the command is not started: exit 1
-(``error:``/``fix:`` lines name each problem). ``XLA_WHEELS_ON_MISMATCH=warn`` starts it
-anyway with a warning (the stamp says ``warned``); any other value than ``refuse`` or
-``warn`` is refused with exit 2. A stamp that cannot be written stops the job (exit 10 for
-a full or read-only disk, else 2). Without a command it checks, stamps and exits (0 or 1).
+error (the job's log) and to ``--stamp`` / ``$XLA_WHEELS_STAMP``. On a mismatch the
+command is not started: exit 1 (``error:``/``fix:`` lines name each problem).
+``XLA_WHEELS_ON_MISMATCH=warn`` starts it anyway with a warning (the stamp says
+``warned``); any other value than ``refuse`` or ``warn`` is refused with exit 2. A stamp
+that cannot be written stops the job (exit 10 for a full or read-only disk, else 2).
+Without a command it checks, stamps and exits (0 or 1).
 """
 
 from __future__ import annotations
