@@ -23,11 +23,15 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from xla_host import cache_explain, cache_keys, cache_pack, cache_prune, lane_packs, log, net
 from xla_host.errors import UsageError
 from xla_host.host_probe import probe
+from xla_host.redact import shown
+from xla_host.settings import by_flag, env_of
 
 HELP = (
     "install a signed cache pack into a cache directory (verified: signature, every "
@@ -207,37 +211,50 @@ def _no_action(args: argparse.Namespace) -> int:
     raise UsageError("`cache` needs an action", fix=f"for example: {EXAMPLE}")
 
 
-def _device_and_topology(args: argparse.Namespace) -> tuple[str, str]:
+def _device_and_topology(
+    device: str | None, topology: str | None, env: Mapping[str, str]
+) -> tuple[str, str]:
     from xla_host.gate.target import default_device
 
-    device: str = args.device or default_device()
-    topology = args.topology or os.environ.get("TPU_ACCELERATOR_TYPE")
+    device = device or default_device()
+    topology = topology or env.get("TPU_ACCELERATOR_TYPE")
     if not topology:
         if device != "CPU":
             raise UsageError(
                 "this TPU host's topology is unknown (TPU_ACCELERATOR_TYPE is not set)",
                 fix="pass --topology <accelerator type, e.g. v6e-8>",
             )
-        topology = f"cpu-1x{os.environ.get('CPU_NUM_DEVICES') or 1}"
+        topology = f"cpu-1x{env.get('CPU_NUM_DEVICES') or 1}"
     return device, topology
 
 
-def host_facts(args: argparse.Namespace) -> cache_pack.HostFacts:
-    """This host as a pack must match it: read without importing torch_xla."""
-    device, topology = _device_and_topology(args)
-    python = args.python.absolute() if args.python else Path(sys.executable)
+def facts_of_host(
+    bundle: str | None,
+    python: Path,
+    device: str | None,
+    topology: str | None,
+    env: Mapping[str, str],
+) -> cache_pack.HostFacts:
+    """This host as a pack must match it: read without importing torch_xla. ``env``: the
+    environment the job runs with (its PJRT_DEVICE, TPU_ACCELERATOR_TYPE, CPU_NUM_DEVICES)."""
+    device, topology = _device_and_topology(device, topology, env)
     facts = probe(
         str(python),
         ["torch_xla", "libtpu"],
         fix="pass --python <the training environment's python>",
     )
     return cache_pack.HostFacts(
-        bundle=args.bundle,
+        bundle=bundle,
         device=device,
         topology=topology,
         torch_xla_version=facts.versions.get("torch_xla"),
         libtpu_version=facts.versions.get("libtpu"),
     )
+
+
+def host_facts(args: argparse.Namespace) -> cache_pack.HostFacts:
+    python = args.python.absolute() if args.python else Path(sys.executable)
+    return facts_of_host(args.bundle, python, args.device, args.topology, os.environ)
 
 
 def _role(args: argparse.Namespace) -> str:
@@ -251,6 +268,139 @@ def _role(args: argparse.Namespace) -> str:
     )
 
 
+@dataclass(frozen=True)
+class Fetched:
+    """A pack verified and installed: where from, and what it wrote."""
+
+    source: str
+    into: Path
+    done: cache_pack.Installed
+    row: lane_packs.PackRow | None
+    """The lane's index row (a pack fetched from a lane by hash), else None."""
+
+    @property
+    def named(self) -> str:
+        """The pack as a job's stamp names it."""
+        manifest = self.done.manifest
+        label = (
+            self.row.label
+            if self.row
+            else f"{manifest.bundle or 'no bundle'} / {manifest.workload.get('name')} / "
+            f"{manifest.topology}"
+        )
+        digest = f"sha256:{self.row.sha256} " if self.row else ""
+        return f"{digest}({label}) from {shown(self.source)}"
+
+    def line(self) -> str:
+        manifest = self.done.manifest
+        return (
+            f"cache pack installed into {self.into}: {len(self.done.installed)} entr(ies) "
+            f"written, {len(self.done.present)} already there ({manifest.size} bytes; workload "
+            f"{manifest.workload.get('name')}, topology {manifest.topology}, torch_xla "
+            f"{manifest.torch_xla_version}); fetched and verified in {self.done.seconds:.2f}s"
+        )
+
+
+def fetch_pack(
+    into: Path,
+    key_paths: Sequence[Path],
+    host: cache_pack.HostFacts,
+    network: net.NetworkPolicy,
+    *,
+    pack: str | None = None,
+    lane: str | None = None,
+    workload: str = "small",
+) -> Fetched:
+    """Verify and install a pack into ``into``: the file or URL ``pack``, or the lane's
+    pack for ``host``'s bundle and topology and ``workload``, fetched by hash. The one
+    fetch of ``cache fetch``, ``launch-env --pack-lane`` and the runtime image's
+    entrypoint; the caller has decided that this host may write ``into`` (its role)."""
+    keys = [cache_pack.read_public_key(path) for path in key_paths]
+    source, row = pack, None
+    if lane is not None:
+        source, row = lane_packs.find_pack(lane, host.bundle, workload, host.topology, network)
+    if source is None:
+        raise UsageError("which pack? neither a pack nor a lane is given",
+                         fix=f"for example: {EXAMPLE}")  # fmt: skip
+    with log.section(f"cache pack {shown(source)} into {into}"):
+        done = cache_pack.install(
+            source, into, keys, host, network=network,
+            expected_sha256=row.sha256 if row else None,
+        )  # fmt: skip
+    return Fetched(source, into, done, row)
+
+
+def not_fetched(into: str | None) -> str:
+    """What a reader's job says instead of installing the pack."""
+    return (
+        f"cache pack: not fetched: this job is a reader of {into} (read-only role) and "
+        "writes nothing there; the writer (worker 0) installs the pack"
+    )
+
+
+@dataclass(frozen=True)
+class PackRequest:
+    """A job's opt-in to start warm: the lane whose pack to fetch, the workload, the key."""
+
+    lane: str
+    workload: str
+    key: Path
+
+
+def pack_request(
+    lane: str | None, workload: str | None, key: Path | str | None, env: Mapping[str, str]
+) -> PackRequest | None:
+    """The flags (``launch-env --pack-lane``), else their settings rows' variables
+    (``XLA_WHEELS_PACK_LANE``, the runtime image's entrypoint); None: no pack asked for."""
+    lane = lane or env.get(env_of("--pack-lane"))
+    if not lane:
+        return None
+    key = key or env.get(env_of("--pack-public-key"))
+    if not key:
+        raise UsageError(
+            f"a cache pack is asked for (the lane {shown(lane)}) without the key its "
+            "signature must verify with",
+            fix="pass --pack-public-key <the lane's public key, PEM> (or set "
+            f"{env_of('--pack-public-key')}), or leave out --pack-lane "
+            f"({env_of('--pack-lane')})",
+        )
+    workload = (
+        workload or env.get(env_of("--pack-workload")) or str(by_flag("--pack-workload").default)
+    )
+    return PackRequest(lane, workload, Path(key))
+
+
+def launch_pack(
+    request: PackRequest,
+    bundle: str,
+    env: Mapping[str, str],
+    role: str,
+    python: Path,
+    network: net.NetworkPolicy,
+) -> Fetched | None:
+    """The lane's pack installed into the job's persistent cache directory (``env``'s
+    ``XLA_PERSISTENT_CACHE_PATH``) before the job starts: ``launch-env --pack-lane`` and
+    the runtime image's entrypoint. None for a reader: it writes nothing (its writer,
+    worker 0, installs the pack into the shared directory)."""
+    from xla_host.launch_profile import CACHE_PATH
+
+    into = env.get(CACHE_PATH)
+    if not into:
+        raise UsageError(
+            f"a cache pack goes into the persistent cache directory, and this launch "
+            f"environment sets no {CACHE_PATH}",
+            fix="use a launch profile whose [profiles.<name>.cache] sets "
+            f"{CACHE_PATH}, or leave out the pack's lane",
+        )
+    if role == "reader":
+        return None
+    device = env.get("PJRT_DEVICE", "").upper()
+    host = facts_of_host(bundle, python, device if device in ("CPU", "TPU") else None, None, env)
+    return fetch_pack(
+        Path(into), [request.key], host, network, lane=request.lane, workload=request.workload
+    )
+
+
 def run_fetch(args: argparse.Namespace) -> int:
     role = _role(args)
     if role == "reader":
@@ -260,26 +410,11 @@ def run_fetch(args: argparse.Namespace) -> int:
             fix="run `cache fetch` on the writer of the cache directory (worker 0), or pass "
             "--role writer where this host owns the directory",
         )
-    keys = [cache_pack.read_public_key(path) for path in args.key]
-    host = host_facts(args)
-    source, expected = args.pack, None
-    network = net.policy_from(args, os.environ)
-    if args.lane is not None:
-        source, row = lane_packs.find_pack(
-            args.lane, args.bundle, args.workload, host.topology, network
-        )
-        expected = row.sha256
-    with log.section(f"cache pack {source} into {args.into}"):
-        done = cache_pack.install(
-            source, args.into, keys, host, network=network, expected_sha256=expected
-        )
-    manifest = done.manifest
-    print(
-        f"cache pack installed into {args.into}: {len(done.installed)} entr(ies) written, "
-        f"{len(done.present)} already there ({manifest.size} bytes; workload "
-        f"{manifest.workload.get('name')}, topology {manifest.topology}, torch_xla "
-        f"{manifest.torch_xla_version}); fetched and verified in {done.seconds:.2f}s"
-    )
+    fetched = fetch_pack(
+        args.into, args.key, host_facts(args), net.policy_from(args, os.environ),
+        pack=args.pack, lane=args.lane, workload=args.workload,
+    )  # fmt: skip
+    print(fetched.line())
     return 0
 
 
@@ -292,7 +427,7 @@ def run_record(args: argparse.Namespace) -> int:
     except BadValue as bad:
         raise UsageError(f"--workload {args.workload!r} {bad.reason}",
                          fix=f"pass --workload {bad.example}") from None  # fmt: skip
-    device, topology = _device_and_topology(args)
+    device, topology = _device_and_topology(args.device, args.topology, os.environ)
     python = args.python.absolute() if args.python else Path(sys.executable)
     record = cache_keys.record_run(
         python,

@@ -121,6 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
                 type=OUTPUT_DIR,
                 help="directory to write into (default: out/launch/<bundle>/<profile>-<role>)",
             )
+            # Start warm: the lane's cache pack installed before the job (a writer only).
+            add_settings(sub, name, "--pack-lane", "--pack-workload", "--pack-public-key")
             sub.set_defaults(handler=run_launch_env)
         else:
             sub.add_argument(
@@ -324,12 +326,33 @@ def run_launch_env(args: argparse.Namespace) -> int:
     build = document.build_directory() if profile.needs_build else None
     out: Path = args.out or Path("out") / "launch" / document.bundle / f"{profile.name}-{role}"
     files = launch_profile.launch_files(profile, document.bundle, role, build)
+    _fetch_launch_pack(args, document.bundle, profile.environment(document.bundle, role, build),
+                       role)  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     # One launch environment: both files or, on a failure (a full disk), neither changed.
     filemode.write_all([(out / name, text) for name, text in files.items()])
     print(f"launch profile {profile.name} of {document.bundle} (role {role}) written to {out}:")
     print(f"  . {shlex.quote(str(out / 'env.sh'))}    # in the launcher, before training starts")
     return 0
+
+
+def _fetch_launch_pack(
+    args: argparse.Namespace, bundle: str, profile_env: Mapping[str, str], role: str
+) -> None:
+    """``--pack-lane``: the lane's pack installed into the profile's cache directory before
+    the launch files are written (a refused pack: nothing written, the pack's exit code)."""
+    from xla_host import cache_command
+    from xla_host.launch_profile import CACHE_PATH
+
+    request = cache_command.pack_request(
+        args.pack_lane, args.pack_workload, args.pack_public_key, os.environ
+    )
+    if request is None:
+        return
+    # The job's device and topology: the profile's settings over this host's environment.
+    env = {**os.environ, **profile_env}
+    fetched = cache_command.launch_pack(request, bundle, env, role, _python(args), _network(args))
+    print(fetched.line() if fetched else cache_command.not_fetched(env.get(CACHE_PATH)))
 
 
 def run_gate(args: argparse.Namespace) -> int:
@@ -359,7 +382,10 @@ def run_gate(args: argparse.Namespace) -> int:
     bundle = document.bundle if document else args.bundle
     config = gate_arguments.gate_config(args, python, profile)
     upload = receipt_store.upload_for(  # before the run
-        args.receipts, args.sign_key, bundle, uploads=gate_arguments.leaves_receipt(config),
+        args.receipts,
+        args.sign_key,
+        bundle,
+        uploads=gate_arguments.leaves_receipt(config),
         network=_network(args),
     )
     outcome = gate_arguments.run_printed(config)
@@ -404,4 +430,3 @@ def run_gate(args: argparse.Namespace) -> int:
     receipt_store.send_written(upload, path)
     ensure_passed(outcome.results)
     return 0
-

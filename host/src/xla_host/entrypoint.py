@@ -16,12 +16,23 @@ the command starts:
    read it; else writer) decides ``XLA_PERSISTENT_CACHE_READ_ONLY`` when the job does not
    set it.
 
-Then the stamp (``xla_host.stamp``) is written to standard error (the job's log) and to
-``--stamp`` / ``$XLA_WHEELS_STAMP``. On a mismatch the command is not started: exit 1
-(``error:``/``fix:`` lines name each problem). ``XLA_WHEELS_ON_MISMATCH=warn`` starts it
-anyway with a warning (the stamp says ``warned``); any other value than ``refuse`` or
-``warn`` is refused with exit 2. A stamp that cannot be written stops the job (exit 10 for
-a full or read-only disk, else 2). Without a command it checks, stamps and exits (0 or 1).
+3. asked through ``XLA_WHEELS_PACK_LANE`` (with ``XLA_WHEELS_PACK_PUBLIC_KEY`` and
+   ``XLA_WHEELS_PACK_WORKLOAD``, the settings rows of ``launch-env --pack-lane``), the
+   lane's signed cache pack for the bundle, the workload and this host's topology is
+   fetched by hash, verified and installed into ``XLA_PERSISTENT_CACHE_PATH`` by
+   ``cache fetch``'s own function (:func:`xla_host.cache_command.fetch_pack`); a reader
+   installs nothing and says so. A refused pack (its signature, an entry's sha256, another
+   topology, no pack for this host, the lane's time limit) installs nothing and stops the
+   job with the pack's exit code (1, 2, 8 or 10); ``XLA_WHEELS_ON_MISMATCH=warn`` starts
+   it anyway, cold. A job refused by 1. or 2. fetches nothing.
+
+Then the stamp (``xla_host.stamp``, naming the installed pack) is written to standard
+error (the job's log) and to ``--stamp`` / ``$XLA_WHEELS_STAMP``. On a mismatch the
+command is not started: exit 1 (``error:``/``fix:`` lines name each problem).
+``XLA_WHEELS_ON_MISMATCH=warn`` starts it anyway with a warning (the stamp says
+``warned``); any other value than ``refuse`` or ``warn`` is refused with exit 2. A stamp
+that cannot be written stops the job (exit 10 for a full or read-only disk, else 2).
+Without a command it checks, stamps and exits (0 or 1).
 """
 
 from __future__ import annotations
@@ -34,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xla_host import filemode, installed, launch_profile
+from xla_host import cache_command, filemode, installed, launch_profile, net
 from xla_host.errors import ExitCode, PipelineError, UsageError
 from xla_host.redact import shown
 from xla_host.stamp import Stamp, StampedWheel, job_facts, now, stamp_file, this_host, write_stamp
@@ -44,6 +55,7 @@ FACTS = Path("/opt/xla-wheels/image.json")
 MISMATCH_VARIABLE = "XLA_WHEELS_ON_MISMATCH"
 MISMATCH_MODES = ("refuse", "warn")
 ROLE_VARIABLE = "XLA_WHEELS_ROLE"
+CACHE = launch_profile.CACHE_PATH
 
 
 class JobRefused(PipelineError):
@@ -169,6 +181,28 @@ def mismatch_mode(env: Mapping[str, str]) -> str:
     return mode
 
 
+def _fetch_pack(
+    request: cache_command.PackRequest,
+    facts: ImageFacts,
+    job_env: Mapping[str, str],
+    role: str,
+    network: net.NetworkPolicy,
+) -> tuple[str | None, PipelineError | None]:
+    """The lane's pack installed into the job's cache directory (``cache fetch``'s own
+    function): what the stamp names it, or why it was refused (nothing installed)."""
+    try:
+        fetched = cache_command.launch_pack(
+            request, facts.bundle, job_env, role, Path(sys.executable), network
+        )
+    except PipelineError as refused:
+        return None, refused
+    if fetched is None:
+        sys.stderr.write(f"xla-wheels: {cache_command.not_fetched(job_env.get(CACHE))}\n")
+        return None, None
+    sys.stderr.write(f"xla-wheels: {fetched.line()}\n")
+    return fetched.named, None
+
+
 def run(argv: Sequence[str], env: Mapping[str, str]) -> tuple[int, list[str], dict[str, str]]:
     """Check and stamp; (exit status, the command to run or [], its environment)."""
     parser = argparse.ArgumentParser(prog="python -m xla_host.entrypoint")
@@ -181,8 +215,17 @@ def run(argv: Sequence[str], env: Mapping[str, str]) -> tuple[int, list[str], di
     facts = read_facts(args.facts)
     role = role_of(env)
     job_env = launch_environment(facts, env, role)
+    # Bad input (a lane without its key, a network variable out of range) before any check.
+    request = cache_command.pack_request(None, None, None, env)
+    network = net.policy_from(argparse.Namespace(), env)
     checked = check(facts, job_env, Path(sys.executable))
     wheels, problems = checked.wheels, checked.problems
+    pack, pack_refused = None, None
+    # A job that will not start fetches nothing: the image's checks come first.
+    if request is not None and (not problems or mode == "warn"):
+        pack, pack_refused = _fetch_pack(request, facts, job_env, role, network)
+        if pack_refused is not None:
+            problems.append(f"cache pack: {pack_refused.message}")
     verdict = "ok" if not problems else "warned" if mode == "warn" else "refused"
     stamp = Stamp(
         created=now(),
@@ -198,12 +241,15 @@ def run(argv: Sequence[str], env: Mapping[str, str]) -> tuple[int, list[str], di
         verdict=verdict,
         problems=tuple(problems),
         job=job_facts(env, command),
+        cache_pack=pack,
     )
     # The job's log keeps the stamp whatever happens next; the file is for collecting.
     sys.stderr.write("xla-wheels stamp:\n" + stamp.render())
     if path := (args.stamp or stamp_file(env)):
         write_stamp(path, stamp)
         sys.stderr.write(f"xla-wheels: stamp written to {path}\n")
+    if pack_refused is not None and mode == "refuse":
+        raise pack_refused  # its own exit code: 1 refused, 8 the lane's time limit, ...
     if problems and mode == "refuse":
         raise JobRefused(
             f"this job does not run what image {facts.bundle}/{facts.lane} was built with: "

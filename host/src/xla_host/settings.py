@@ -416,6 +416,19 @@ SETTINGS: tuple[Setting, ...] = (
        "entrypoint reads the same variable", flag="--stamp", make="STAMP",
        env="XLA_WHEELS_STAMP", kind="path", commands=("doctor",),
        default_text="none: stdout only with JSON=1"),
+    _s("lanes", "before the job: fetch the lane's signed cache pack for the bundle, "
+       "--pack-workload and this host's topology (the lane's URL or directory) and install "
+       "it into the profile's persistent cache directory (a writer only; the runtime "
+       "image's entrypoint reads the same variable)", flag="--pack-lane",
+       env="XLA_WHEELS_PACK_LANE", metavar="URL|DIR", commands=("launch-env",),
+       default_text="none: no pack fetched"),
+    _s("lanes", "with --pack-lane: the workload whose pack to fetch", flag="--pack-workload",
+       env="XLA_WHEELS_PACK_WORKLOAD", metavar="WORKLOAD", commands=("launch-env",),
+       default="small"),
+    _s("lanes", "with --pack-lane: the lane's ed25519 public key (PEM) the pack's signature "
+       "must verify with", flag="--pack-public-key", env="XLA_WHEELS_PACK_PUBLIC_KEY",
+       kind="path", metavar="PEM", commands=("launch-env",),
+       default_text="none: required with --pack-lane"),
     _s("lanes", "a wheel: its file name or sha256", flag="--wheel", make="WHEEL",
        commands=("jobs",), default_text="(required)"),
     _s("lanes", "a directory of job stamps (searched recursively for *.json)",

@@ -68,6 +68,9 @@ class Stamp:
     problems: tuple[str, ...] = ()
     job: Mapping[str, str] = field(default_factory=dict)
     """What names the job where it runs (the command, and e.g. a Kubernetes pod name)."""
+    cache_pack: str | None = None
+    """The cache pack the entrypoint installed before the job (its sha256, bundle,
+    workload, topology and lane), else None."""
 
     def as_json(self) -> dict[str, Any]:
         """The document, as JSON holds it (lists, not tuples), keys spelt with dashes."""
@@ -162,6 +165,7 @@ def parse_stamp(data: Any, source: str) -> Stamp:
         Field("verdict", str, required=True),
         Field("problems", list, default=[], items=str),
         Field("job", dict, default={}),
+        Field("cache-pack", (str, type(None))),
         ignored=("stamp-version",),
     )
     wheels = []
@@ -186,6 +190,7 @@ def parse_stamp(data: Any, source: str) -> Stamp:
         verdict=values["verdict"],
         problems=tuple(values["problems"]),
         job={str(k): str(v) for k, v in values["job"].items()},
+        cache_pack=values["cache-pack"],
     )
 
 

@@ -8,7 +8,16 @@ Writes, into ``--out`` (default ``<out>/launch/<bundle>/<profile>-<role>/``):
   ``scripts/xla_launch_profile.py`` applies before ``import torch_xla``;
 - ``xla_launch_profile.py``: a copy of that helper, so the directory is all a host needs.
 
-Exit 0 written; 2 an unknown bundle, profile or role (the fix names the valid ones).
+With ``--pack-lane`` (or ``XLA_WHEELS_PACK_LANE``), the lane's signed cache pack for the
+bundle, ``--pack-workload`` and this host's topology is fetched by hash, verified and
+installed into the profile's ``XLA_PERSISTENT_CACHE_PATH`` first (a writer only: a reader
+says so and writes nothing), by the same function as ``xla-host cache fetch``
+(:func:`xla_host.cache_command.fetch_pack`); this interpreter's torch_xla is the one the
+pack must match.
+
+Exit 0 written; 1 the pack was refused (nothing installed, nothing written); 2 an unknown
+bundle, profile or role (the fix names the valid ones), a pack without its key; 8 the
+lane did not answer in time; 10 a disk fault.
 """
 
 from __future__ import annotations
@@ -16,12 +25,14 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import sys
 from pathlib import Path
 
-from xla_host import filemode, launch_profile
+from xla_host import cache_command, filemode, launch_profile
 from xla_host.arguments import add_settings
 from xla_host.cache_contract import directory_name
 from xla_host.errors import UsageError
+from xla_host.launch_profile import CACHE_PATH
 from xla_host.tables import read_regular
 from xla_wheels.bundle import Bundle, load_bundle
 from xla_wheels.cli.arguments import add_bundle_arguments
@@ -45,6 +56,17 @@ def cmd_launch_env(args: argparse.Namespace) -> int:
         for name, text in launch_profile.launch_files(profile, bundle.name, role, build).items()
     ]
     files.append((out / HELPER.name, _helper(options.root)))
+    # --pack-lane: the host's own opt-in (xla_host.cache_command), the same fetch, before
+    # anything is written: a refused pack leaves the launch files as they were.
+    request = cache_command.pack_request(
+        args.pack_lane, args.pack_workload, args.pack_public_key, os.environ
+    )
+    if request is not None:
+        env = {**os.environ, **profile.environment(bundle.name, role, build)}
+        fetched = cache_command.launch_pack(
+            request, bundle.name, env, role, Path(sys.executable), options.network
+        )
+        print(fetched.line() if fetched else cache_command.not_fetched(env.get(CACHE_PATH)))
     out.mkdir(parents=True, exist_ok=True)
     # The three files are one launch environment: all of them or, on a failure (a full
     # disk), none changed.
@@ -90,5 +112,8 @@ def _build_directory(lock_path: Path, bundle: Bundle) -> str:
 def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     """Define launch-env's arguments on ``parser`` and set its handler."""
     add_bundle_arguments(parser, writes_bundle=False)  # writes out/launch/<bundle>
-    add_settings(parser, name, "--profile", "--role", "--out")
+    add_settings(
+        parser, name, "--profile", "--role", "--out",
+        "--pack-lane", "--pack-workload", "--pack-public-key",
+    )  # fmt: skip
     parser.set_defaults(handler=cmd_launch_env)
