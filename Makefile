@@ -155,13 +155,10 @@ compiler-tools:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++ >/dev/null; \
 	else echo "note: g++ missing and not root: the compiled checks of the series will fail (install g++)"; fi
 
-# The suite runs on one worker more than the cores (pytest-xdist): about a fifth of its time
-# waits on servers, sockets and timeouts (on 2 cores: 26 CPU-minutes in 16.6 minutes with
-# one worker per core), which the extra worker fills. --dist loadgroup keeps the readers of
-# a gate run made once per pytest run, and the tests sharing a module's fixture, on one
-# worker (tests/conftest.py): spread over two, the second waits for the first to make it.
-TEST_WORKERS := $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 )))
-PARALLEL_FLAGS := -n $(TEST_WORKERS) --dist loadgroup
+# The suite runs on every core (pytest-xdist); --dist loadgroup keeps the readers of a gate
+# run made once per pytest run, and the tests sharing a module's fixture, on one worker
+# (tests/conftest.py): spread over two, the second waits for the first to make it.
+PARALLEL_FLAGS := -n auto --dist loadgroup
 # The edit loop's tier: no gate run, no stock torch_xla, no container engine (README "Development").
 FAST_TIER_FLAGS := -m 'not slow and not stock_xla'
 
