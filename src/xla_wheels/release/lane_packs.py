@@ -14,7 +14,6 @@ Everything is written by rename; a pack's file is never replaced (its name is it
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tempfile
@@ -25,6 +24,7 @@ from pathlib import Path
 
 from xla_host import cache_pack, lane_packs
 from xla_host.errors import UsageError
+from xla_host.filemode import file_sha256
 from xla_wheels.release.lanes import Lane, LaneError, LanesRecord
 
 
@@ -103,7 +103,7 @@ def publish_pack(
     environment's pack). The caller holds the lane's lock."""
     if lane.backend.directory is None:
         raise LaneError(
-            f"lane {lane.name} is a {lane.backend} index ({lane.where}): only a lane that is a "
+            f"lane {lane.name} is a {lane.kind} index ({lane.where}): only a lane that is a "
             "static directory (path = …) keeps cache packs yet",
             fix="publish packs into a static-directory lane (build/lanes.toml: path = …)",
         )
@@ -115,8 +115,7 @@ def publish_pack(
             fix="publish or promote the bundle into the lane first (make publish / make "
             "promote), then its pack",
         )
-    with pack.open("rb") as handle:
-        sha256 = hashlib.file_digest(handle, "sha256").hexdigest()
+    sha256 = file_sha256(pack)
     return publish_row(lane, pack, _row(manifest, sha256, pack.stat().st_size), retained,
                        dry_run=dry_run)  # fmt: skip
 
@@ -133,7 +132,7 @@ def publish_row(
     source lane's row and file: ``pack`` must hash to ``row.sha256``)."""
     if lane.backend.directory is None:
         raise LaneError(
-            f"lane {lane.name} is a {lane.backend} index ({lane.where}): only a lane that is a "
+            f"lane {lane.name} is a {lane.kind} index ({lane.where}): only a lane that is a "
             "static directory (path = …) keeps cache packs yet",
             fix="publish packs into a static-directory lane (build/lanes.toml: path = …)",
         )
@@ -169,10 +168,9 @@ def publish_row(
         os.close(handle_no)
         try:
             shutil.copyfile(pack, name)
-            with open(name, "rb") as copied:
-                if hashlib.file_digest(copied, "sha256").hexdigest() != sha256:
-                    raise LaneError(f"{pack} changed while it was copied into lane {lane.name}",
-                                    fix="publish it again")  # fmt: skip
+            if file_sha256(Path(name)) != sha256:
+                raise LaneError(f"{pack} changed while it was copied into lane {lane.name}",
+                                fix="publish it again")  # fmt: skip
             os.chmod(name, 0o644)
             os.link(name, target)  # never replaces: the name is the content's hash
         except FileExistsError:
