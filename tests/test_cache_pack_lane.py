@@ -24,8 +24,10 @@ from tests.clirunner import CliResult
 from tests.test_cache_pack import host_cli, host_python, keypair, listing, manifest
 from xla_host import cache_pack, lane_packs
 from xla_wheels.release import lane_packs as lane_store
+from xla_wheels.release.devpi import DevpiLane
+from xla_wheels.release.lane_index import IndexLane
 from xla_wheels.release.lane_static import StaticLane
-from xla_wheels.release.lanes import Lane, Policy
+from xla_wheels.release.lanes import Lane, LaneError, Policy
 from xla_wheels.release.policy import judge_promotion
 from xla_wheels.release.status import LaneStatus, Status, render
 
@@ -61,7 +63,8 @@ def lane(tmp_path: Path) -> Iterator[dict[str, object]]:
     )  # fmt: skip
     try:
         yield {"cache": cache, "key": private, "pub": public, "pack": pack, "tmp": tmp_path,
-               "dir": directory, "url": root, "row": published.row}  # fmt: skip
+               "dir": directory, "url": root, "row": published.row,
+               "manifest": full}  # fmt: skip
     finally:
         servers.stop(server)
 
@@ -336,3 +339,45 @@ def test_cache_pack_publishes_the_gates_pack_only_with_its_receipt(tmp_path: Pat
     assert (root / "dist" / "lanes" / "validation" / rows[0].path).read_bytes() == (
         pack.read_bytes()
     )
+
+
+# --- which kinds of lane keep packs: the backend says -------------------------------
+
+
+def test_a_lane_whose_backend_keeps_no_packs_refuses_one_naming_its_backend_and_the_fix(
+    lane: dict[str, object], capsys: pytest.CaptureFixture[str]
+) -> None:
+    pack, tmp, full = Path(str(lane["pack"])), Path(str(lane["tmp"])), lane["manifest"]
+    assert isinstance(full, cache_pack.Manifest)
+    # Loopback ports nothing listens on: the refusal comes before any request.
+    for backend in (
+        IndexLane("remote", "http://user:secret@127.0.0.1:9/simple/"),
+        DevpiLane("remote", "http://127.0.0.1:9/t/v/+simple/", None, "http://127.0.0.1:9/", "t/v"),
+    ):
+        target = Lane("remote", backend, policy=Policy())
+        with pytest.raises(LaneError) as refused:
+            lane_store.publish_pack(target, pack, full, {"v6e-2.11": "serves"})
+        assert refused.value.message.startswith(
+            f"lane remote (backend {backend.kind!r}, http://"
+        ), refused.value.message
+        assert "simple/) keeps no cache packs: a package index serves distributions only" in (
+            refused.value.message
+        )
+        assert "secret" not in refused.value.message
+        assert refused.value.exit_code == 1
+        assert "static-directory lane" in (refused.value.fix or "")
+        assert lane_store.read_index(target) == ([], {})
+    # A promotion into such a lane takes the wheels without the packs: they stay in the
+    # source lane, and the log says so.
+    source = static_lane(Path(str(lane["dir"])))
+    into = Lane("remote", IndexLane("remote", "http://127.0.0.1:9/simple/"), policy=Policy())
+    capsys.readouterr()
+    assert lane_store.copy_packs(source, into, "v6e-2.11", {"v6e-2.11": "serves"}) == []
+    said = capsys.readouterr().err
+    assert "1 cache pack(s) of v6e-2.11 stay in lane validation: lane remote" in said, said
+    # Into a static lane they go by hash, the same row.
+    other = static_lane(tmp / "preferred", "preferred")
+    (tmp / "preferred").mkdir()
+    copied = lane_store.copy_packs(source, other, "v6e-2.11", {"v6e-2.11": "serves"})
+    assert [c.row for c in copied] == [lane["row"]] and copied[0].added
+    assert (tmp / "preferred" / copied[0].row.path).read_bytes() == pack.read_bytes()

@@ -54,9 +54,9 @@ def test_each_kind_of_lane_is_read_into_its_backend(tmp_path: Path) -> None:
     )
     here, named, remote, pushed = (config.lane(n) for n in ("here", "named", "remote", "pushed"))
     assert here.backend == StaticLane("here", tmp_path / "dist" / "lanes" / "here")
-    assert named.kind == "static" and named.path == tmp_path / "elsewhere"
+    assert named.kind == "static" and named.backend.directory == tmp_path / "elsewhere"
     assert remote.backend == IndexLane("remote", "https://user:secret@pypi.example/simple/")
-    assert "secret" not in remote.where and remote.path is None
+    assert "secret" not in remote.where and remote.backend.directory is None
     assert remote.backend.credentials_url == "https://user:secret@pypi.example/"
     assert isinstance(pushed.backend, devpi.DevpiLane) and pushed.kind == "devpi"
     assert pushed.simple_url == "https://devpi.example/t/v/+simple/"
@@ -111,7 +111,7 @@ def test_a_kind_registered_with_one_line_publishes_and_is_read_back_by_status(
     project = make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
     config = _config(project, '[lanes.validation]\nbackend = "share"\nshare = "team-a"\n')
     lane = config.lane("validation")
-    assert lane.kind == "share" and lane.path == project / "shares" / "team-a"
+    assert lane.kind == "share" and lane.backend.directory == project / "shares" / "team-a"
     lock = read_lock(project / "wheels.lock")
     outcomes = promote.publish_to_lane(
         project, lock, BUNDLE, project / "dist" / BUNDLE, lane, network=DEFAULT_NETWORK

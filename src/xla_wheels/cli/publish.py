@@ -207,8 +207,8 @@ def _doctor_stamp(
     receipt_digest = None
     if args.lane:
         lane = lanes.load_config(options.root).lane(args.lane)
-        if lane.path is not None:
-            search.insert(0, lane.path)
+        if (directory := lane.backend.directory) is not None:
+            search.insert(0, directory)
         state = lanes.read_state(options.root).get(lane.name)
         if state is not None and state.bundle == args.bundle:
             receipt_digest = state.receipt_digest
@@ -250,8 +250,8 @@ def _add_signature_findings(
     if args.lane:
         lane = lanes.load_config(options.root).lane(args.lane)
         public_key = public_key or lane.signing_public_key
-        if lane.path is not None:
-            search.insert(0, lane.path)
+        if (directory := lane.backend.directory) is not None:
+            search.insert(0, directory)
     if public_key is None or entry is None or not entry.wheels:
         return
     wheels = [(r.name, r.sha256) for r in entry.wheels]

@@ -62,11 +62,8 @@ def _fetched_host_wheel(
 ) -> runtime_image.HostWheel:
     """``pinned`` fetched from ``lane`` by its sha256 (the one network client; a file of
     other bytes is never kept), into ``into``."""
-    location = lane.backend.directory
-    doc.wheel_files(
-        str(location) if location is not None else lane.simple_url, (pinned,), into,
-        network=network,
-    )  # fmt: skip
+    # The lane's simple/ URL, whatever its kind: a file:// one is read as its directory.
+    doc.wheel_files(lane.simple_url, (pinned,), into, network=network)
     fetched = into / pinned.name
     if not fetched.is_file() or file_sha256(fetched) != pinned.sha256:
         raise UsageError(

@@ -7,6 +7,11 @@ through a :class:`LaneBackend`: putting wheels in, fetching them back by hash, r
 the lane serves, promoting by the server's own means, and serving the bundle document to
 hosts. The rest of the release code never asks which kind a lane is.
 
+Cache packs (``release.lane_packs``: the retention rule) are kept through it as well: the
+backend says whether it keeps them (:meth:`LaneBackend.refuses_packs`), lists them
+(:meth:`~LaneBackend.pack_index`), stores one by hash with the new index
+(:meth:`~LaneBackend.store_packs`) and hands one out (:meth:`~LaneBackend.pack_file`).
+
 Adding a kind is one module (a subclass and its :class:`LaneKind`: the lanes.toml keys it
 reads and how) and one line in ``lane_kinds``; docs/lanes.md "Lane backends" describes it.
 """
@@ -19,13 +24,19 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from xla_host import bundle_document as doc
-from xla_host import filemode
+from xla_host import filemode, lane_packs
+from xla_host.errors import PipelineError
 from xla_host.filemode import file_sha256
 from xla_host.tables import Field, Table
 from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish.upload import Outcome
 from xla_wheels.publish.wheels import LocalWheel
 from xla_wheels.wheels_lock import WheelRecord
+
+
+class LaneError(PipelineError):
+    """A lane refuses a bundle (its policy, a missing receipt) or a step it cannot take
+    (a kind that keeps no cache packs): exit 1."""
 
 
 @dataclass(frozen=True)
@@ -62,13 +73,9 @@ class LaneBackend:
 
     @property
     def directory(self) -> Path | None:
-        """A directory on this machine holding the lane's files (signature envelopes and
-        wheels are looked up there), or None."""
-        return None
-
-    @property
-    def remote_index(self) -> str | None:
-        """The index URL of a lane that is served by a server, None for a directory."""
+        """A directory on this machine holding the lane's files, or None: signature
+        envelopes and wheels are looked up there, a runtime image copies them from there
+        (else its build installs from :attr:`simple_url`), and the lane is locked there."""
         return None
 
     def put(
@@ -115,6 +122,49 @@ class LaneBackend:
         """The document the lane was given for ``bundle`` (where, its sha256); None: none."""
         path = self.documents_dir(root) / f"{bundle}.json"
         return (path, file_sha256(path)) if path.is_file() else None
+
+    # Cache packs (``release.lane_packs`` decides which a lane keeps; these store them).
+
+    def refuses_packs(self) -> LaneError | None:
+        """Why the lane keeps no cache packs (an error naming its kind, with a fix), or
+        None when it keeps them. A kind that keeps packs overrides this and the three
+        methods below; the others refuse through them."""
+        return LaneError(
+            f"lane {self.lane} (backend {self.kind!r}, {self.where}) keeps no cache packs: "
+            "a package index serves distributions only, and a pack is none",
+            fix="publish packs into a static-directory lane (build/lanes.toml: a lane with "
+            'path = …; docs/cache-packs.md "Publishing a pack into a lane")',
+        )
+
+    def pack_index(self) -> tuple[list[lane_packs.PackRow], dict[str, str]]:
+        """The packs the lane's index lists and the bundles it keeps them for (why); a
+        lane that keeps none lists none."""
+        return [], {}
+
+    def pack_file(self, row: lane_packs.PackRow) -> Path:
+        """The file of one of the lane's :meth:`pack_index` rows, on this machine."""
+        raise self._no_packs()
+
+    def store_packs(
+        self,
+        pack: Path,
+        row: lane_packs.PackRow,
+        keep: Sequence[lane_packs.PackRow],
+        retained: Mapping[str, str],
+        removed: Sequence[lane_packs.PackRow],
+        *,
+        dry_run: bool,
+    ) -> str:
+        """Put ``pack`` (whose bytes hash to ``row.sha256``) into the lane by its hash
+        unless it is there, then the index listing ``keep`` and ``retained``, then remove
+        ``removed``'s files, in that order: a host never finds a row whose file is gone.
+        Returns where the index is, for the user (a dry run: writes nothing)."""
+        raise self._no_packs()
+
+    def _no_packs(self) -> LaneError:
+        refusal = self.refuses_packs()
+        assert refusal is not None, f"a {self.kind} lane that keeps packs must store them"
+        return refusal
 
 
 def write_document(directory: Path, bundle: str, raw: bytes) -> tuple[Path, str]:

@@ -76,10 +76,6 @@ class IndexLane(LaneBackend):
         return self.index_url
 
     @property
-    def remote_index(self) -> str:
-        return self.index_url
-
-    @property
     def credentials_url(self) -> str:
         """The upload URL (twine's and keyring's key), else the index URL when no upload
         URL can be derived from it (reading needs none)."""

@@ -1,9 +1,11 @@
 """Cache packs in a lane, beside its bundles: publishing one, and which the lane keeps.
 
 Publishing goes through one seam, :func:`publish_pack` (a lane and a verified pack in,
-the lane's new index out): a static-directory lane stores the pack by its sha256 under
+the lane's new index out), and the storage through the lane's backend
+(``LaneBackend.store_packs``): a static-directory lane stores the pack by its sha256 under
 ``<lane>/packs/sha256/`` and lists it in ``<lane>/packs/index.json`` (the format is
-``xla_host.lane_packs``', which a host reads); another backend refuses, naming itself.
+``xla_host.lane_packs``', which a host reads); a kind that keeps no packs refuses, naming
+itself (``LaneBackend.refuses_packs``). Nothing here asks which kind a lane is.
 
 **Retention** (:func:`retained_bundles`): a lane keeps the packs of the bundle it serves
 and of every bundle it can roll back to (the bundles of its history in ``lanes.lock``),
@@ -14,24 +16,22 @@ Everything is written by rename; a pack's file is never replaced (its name is it
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xla_host import cache_pack, lane_packs
+from xla_host import cache_pack, lane_packs, log
 from xla_host.errors import UsageError
 from xla_host.filemode import file_sha256
-from xla_wheels.release.lanes import Lane, LaneError, LanesRecord
+from xla_wheels.release.lanes import Lane, LanesRecord
 
 
 @dataclass
 class Published:
     row: lane_packs.PackRow
-    index: Path
+    index: str
+    """Where the lane's pack index is (for the user)."""
     added: bool
     """False: the lane had this pack already (same bytes)."""
     retained: dict[str | None, str]
@@ -50,13 +50,8 @@ def retained_bundles(record: LanesRecord, lane: str) -> dict[str | None, str]:
 
 
 def read_index(lane: Lane) -> tuple[list[lane_packs.PackRow], dict[str, str]]:
-    """The lane's pack index (none yet: empty)."""
-    if lane.backend.directory is None:
-        return [], {}
-    path = lane.backend.directory / lane_packs.INDEX
-    if not path.exists():
-        return [], {}
-    return lane_packs.parse_index(path.read_text(), str(path))
+    """The lane's pack index (none yet, or a kind that keeps none: empty)."""
+    return lane.backend.pack_index()
 
 
 def _row(manifest: cache_pack.Manifest, sha256: str, size: int) -> lane_packs.PackRow:
@@ -78,17 +73,6 @@ def _row(manifest: cache_pack.Manifest, sha256: str, size: int) -> lane_packs.Pa
     )
 
 
-def _write_by_rename(path: Path, text: str) -> None:
-    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(handle, "w") as out:
-            out.write(text)
-        os.replace(name, path)
-    except BaseException:
-        Path(name).unlink(missing_ok=True)
-        raise
-
-
 def publish_pack(
     lane: Lane,
     pack: Path,
@@ -100,13 +84,10 @@ def publish_pack(
     """The seam every lane backend implements: put ``pack`` (its signature already
     verified: ``manifest``) into ``lane`` by hash, list it in the lane's index and apply
     the retention rule (``retained``: bundle -> why; None: a gate run that named no bundle, a stock
-    environment's pack). The caller holds the lane's lock."""
-    if lane.backend.directory is None:
-        raise LaneError(
-            f"lane {lane.name} is a {lane.kind} index ({lane.where}): only a lane that is a "
-            "static directory (path = …) keeps cache packs yet",
-            fix="publish packs into a static-directory lane (build/lanes.toml: path = …)",
-        )
+    environment's pack). The caller holds the lane's lock. A lane whose kind keeps no packs
+    refuses (:meth:`LaneBackend.refuses_packs`)."""
+    if (refusal := lane.backend.refuses_packs()) is not None:
+        raise refusal
     if manifest.bundle not in retained:
         raise UsageError(
             f"lane {lane.name} keeps no packs for bundle {manifest.bundle or 'none'}: it "
@@ -130,16 +111,21 @@ def publish_row(
 ) -> Published:
     """:func:`publish_pack` of a pack whose index row is known (a promotion copies the
     source lane's row and file: ``pack`` must hash to ``row.sha256``)."""
-    if lane.backend.directory is None:
-        raise LaneError(
-            f"lane {lane.name} is a {lane.kind} index ({lane.where}): only a lane that is a "
-            "static directory (path = …) keeps cache packs yet",
-            fix="publish packs into a static-directory lane (build/lanes.toml: path = …)",
-        )
-    sha256 = row.sha256
     rows, _ = read_index(lane)
-    added = all(r.sha256 != sha256 for r in rows)
-    rows = [r for r in rows if r.sha256 != sha256] + [row]
+    added = all(r.sha256 != row.sha256 for r in rows)
+    keep, removed = _retention([r for r in rows if r.sha256 != row.sha256] + [row], retained)
+    kept = {bundle or "none": why for bundle, why in retained.items()}
+    index = lane.backend.store_packs(
+        pack, row, keep, kept, [r for r, _ in removed], dry_run=dry_run
+    )
+    return Published(row, index, added, dict(retained), removed)
+
+
+def _retention(
+    rows: list[lane_packs.PackRow], retained: Mapping[str | None, str]
+) -> tuple[list[lane_packs.PackRow], list[tuple[lane_packs.PackRow, str]]]:
+    """``rows`` split into the packs the lane keeps and those it removes (with why): only
+    ``retained`` bundles', and of each (bundle, workload, topology) only the newest."""
     keep: list[lane_packs.PackRow] = []
     removed: list[tuple[lane_packs.PackRow, str]] = []
     newest: dict[tuple[str | None, str, str], lane_packs.PackRow] = {}
@@ -157,45 +143,7 @@ def publish_row(
             removed.append((r, "a newer pack of the same bundle, workload and topology"))
         else:
             keep.append(r)
-    index = lane.backend.directory / lane_packs.INDEX
-    done = Published(row, index, added, dict(retained), removed)
-    if dry_run:
-        return done
-    target = lane.backend.directory / row.path
-    target.parent.mkdir(parents=True, exist_ok=True)
-    if not target.exists():
-        handle_no, name = tempfile.mkstemp(dir=target.parent, prefix=".pack.")
-        os.close(handle_no)
-        try:
-            shutil.copyfile(pack, name)
-            if file_sha256(Path(name)) != sha256:
-                raise LaneError(f"{pack} changed while it was copied into lane {lane.name}",
-                                fix="publish it again")  # fmt: skip
-            os.chmod(name, 0o644)
-            os.link(name, target)  # never replaces: the name is the content's hash
-        except FileExistsError:
-            pass
-        finally:
-            Path(name).unlink(missing_ok=True)
-    # The index first: a host never finds a row whose file is gone.
-    kept = {bundle or "none": why for bundle, why in retained.items()}
-    _write_by_rename(index, lane_packs.index_json(keep, kept))
-    for r, _why in removed:
-        (lane.backend.directory / r.path).unlink(missing_ok=True)
-    return done
-
-
-def served_packs(lane: Lane) -> list[lane_packs.PackRow]:
-    """The packs a lane's index lists (for ``make status``)."""
-    return read_index(lane)[0]
-
-
-def pack_file(lane: Lane, row: lane_packs.PackRow) -> Path:
-    """The file of an index row in a static-directory lane."""
-    if lane.backend.directory is None:
-        raise LaneError(f"lane {lane.name} keeps no packs (not a static directory)",
-                        fix="keep packs in a static-directory lane")  # fmt: skip
-    return lane.backend.directory / row.path
+    return keep, removed
 
 
 def copy_packs(
@@ -206,11 +154,15 @@ def copy_packs(
     *,
     dry_run: bool = False,
 ) -> list[Published]:
-    """A promotion: every pack ``source`` keeps for ``bundle``, into ``lane`` by hash."""
-    if source.backend.directory is None or lane.backend.directory is None:
+    """A promotion: every pack ``source`` keeps for ``bundle``, into ``lane`` by hash. A
+    lane whose kind keeps no packs takes the wheels without them (said in the log: the
+    packs stay in ``source``), as a promotion is about the wheels."""
+    rows = [row for row in read_index(source)[0] if row.bundle == bundle]
+    if rows and (refusal := lane.backend.refuses_packs()) is not None:
+        log.info(f"promote: {len(rows)} cache pack(s) of {bundle} stay in lane {source.name}: "
+                 f"{refusal.message}")  # fmt: skip
         return []
-    done = []
-    for row in read_index(source)[0]:
-        if row.bundle == bundle:
-            done.append(publish_row(lane, pack_file(source, row), row, retained, dry_run=dry_run))
-    return done
+    return [
+        publish_row(lane, source.backend.pack_file(row), row, retained, dry_run=dry_run)
+        for row in rows
+    ]

@@ -3,19 +3,23 @@
 Wheels are copied in by rename and ``simple/`` is rewritten over every wheel there
 (``publish.static_index``); signature envelopes lie beside their wheels. The bundle
 document is ``bundles/<bundle>.json`` in the lane, listed in ``bundles/index.html`` with
-its ``#sha256=``: any static web server serves the lane whole, documents included.
+its ``#sha256=``; cache packs are ``packs/sha256/<hex>.xlapack.tar``, listed in
+``packs/index.json`` (``xla_host.lane_packs``): any static web server serves the lane
+whole, documents and packs included.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from xla_host import bundle_document as doc
-from xla_host import filemode
+from xla_host import filemode, lane_packs
 from xla_host.filemode import file_sha256
 from xla_host.redact import shown
 from xla_host.tables import Field, Table
@@ -24,7 +28,13 @@ from xla_wheels.publish.errors import HashMismatch
 from xla_wheels.publish.static_index import write_static_index
 from xla_wheels.publish.upload import Outcome
 from xla_wheels.publish.wheels import LocalWheel
-from xla_wheels.release.lane_backend import LaneBackend, LaneKind, PublishedDocument, write_document
+from xla_wheels.release.lane_backend import (
+    LaneBackend,
+    LaneError,
+    LaneKind,
+    PublishedDocument,
+    write_document,
+)
 from xla_wheels.wheels_lock import WheelRecord
 
 
@@ -101,6 +111,58 @@ class StaticLane(LaneBackend):
         self, root: Path, bundle: str, raw: bytes, *, network: NetworkPolicy
     ) -> PublishedDocument:
         return PublishedDocument(*write_document(self.documents_dir(root), bundle, raw))
+
+    def refuses_packs(self) -> None:
+        return None
+
+    def pack_index(self) -> tuple[list[lane_packs.PackRow], dict[str, str]]:
+        path = self.path / lane_packs.INDEX
+        if not path.exists():
+            return [], {}
+        return lane_packs.parse_index(path.read_text(), str(path))
+
+    def pack_file(self, row: lane_packs.PackRow) -> Path:
+        return self.path / row.path
+
+    def store_packs(
+        self,
+        pack: Path,
+        row: lane_packs.PackRow,
+        keep: Sequence[lane_packs.PackRow],
+        retained: Mapping[str, str],
+        removed: Sequence[lane_packs.PackRow],
+        *,
+        dry_run: bool,
+    ) -> str:
+        index = self.path / lane_packs.INDEX
+        if dry_run:
+            return str(index)
+        target = self.pack_file(row)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.exists():
+            self._link_pack(pack, row.sha256, target)
+        # The index first: a host never finds a row whose file is gone.
+        filemode.write_by_rename(index, lane_packs.index_json(list(keep), dict(retained)))
+        for gone in removed:
+            self.pack_file(gone).unlink(missing_ok=True)
+        return str(index)
+
+    def _link_pack(self, pack: Path, sha256: str, target: Path) -> None:
+        """``pack`` at ``target`` by a hard link of a checked copy: never replaces a file
+        there (the name is the content's hash), never leaves half a pack."""
+        handle, name = tempfile.mkstemp(dir=target.parent, prefix=".pack.")
+        os.close(handle)
+        try:
+            shutil.copyfile(pack, name)
+            if file_sha256(Path(name)) != sha256:
+                raise LaneError(f"{pack} changed while it was copied into lane {self.lane}",
+                                fix="publish it again")  # fmt: skip
+            os.chmod(name, 0o644)
+            os.link(name, target)
+        except FileExistsError:
+            pass
+        finally:
+            Path(name).unlink(missing_ok=True)
 
 
 def _make(name: str, table: Table, fields: Mapping[str, Any], root: Path) -> StaticLane:

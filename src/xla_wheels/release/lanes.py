@@ -76,11 +76,11 @@ from pathlib import Path
 from typing import Any
 
 from xla_host import filemode, log, receipt_store
-from xla_host.errors import ExitCode, PipelineError, UsageError
+from xla_host.errors import ExitCode, UsageError
 from xla_host.tables import Field, Table, loads_toml, read_utf8
 from xla_host.values import NAME_PATTERN, NAME_RULE
 from xla_host.waitlock import waiting_lock
-from xla_wheels.release.lane_backend import LaneBackend
+from xla_wheels.release.lane_backend import LaneBackend, LaneError
 from xla_wheels.release.lane_kinds import KINDS, kind_of
 
 LANES_CONFIG = Path("build") / "lanes.toml"
@@ -93,10 +93,6 @@ ACTIONS = ("publish", "promote", "rollback", "recorded")
 DEVICES = ("CPU", "TPU")
 #: ``backend`` values: the registered kinds of lane (``release.lane_kinds``).
 BACKENDS = tuple(KINDS)
-
-
-class LaneError(PipelineError):
-    """A lane refuses a bundle (its policy, a missing receipt): exit 1."""
 
 
 class LaneFileError(LaneError):
@@ -158,18 +154,6 @@ class Lane:
     @property
     def simple_url(self) -> str:
         return self.backend.simple_url
-
-    # The two views below are for the modules not moved onto the backend yet
-    # (builder/runtime_image.py, cli/publish.py's doctor): new code asks the backend.
-    @property
-    def path(self) -> Path | None:
-        """The lane's directory on this machine, if it is one (``LaneBackend.directory``)."""
-        return self.backend.directory
-
-    @property
-    def index_url(self) -> str | None:
-        """The index URL of a lane a server serves (``LaneBackend.remote_index``)."""
-        return self.backend.remote_index
 
 
 @dataclass(frozen=True)

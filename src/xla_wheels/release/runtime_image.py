@@ -248,17 +248,18 @@ def compose(
     # The lock's rows: the same files as the lane's record (current_wheels checked that).
     text = requirements.requirements_text(bundle, list(entry.wheels or ()), runtime)
     copies: dict[str, Path] = {}
-    if lane.path is not None:  # a static lane: its files are the index
+    # The backend answers where its files are: on this machine (copied into the build),
+    # else behind the index its server serves (pip reads it in the build).
+    if (directory := lane.backend.directory) is not None:
         for name, _ in wheels:
-            copies[f"lane/{name}"] = lane.path / name
+            copies[f"lane/{name}"] = directory / name
         source = f"--no-index --find-links {PREFIX}/lane"
         if runtime:
             source = f"--find-links {PREFIX}/lane" + (
                 f" --index-url {public_index}" if public_index else ""
             )
     else:
-        assert lane.index_url is not None
-        source = f"--index-url {lane.index_url}"
+        source = f"--index-url {lane.simple_url}"
         if runtime and public_index:
             source += f" --extra-index-url {public_index}"
     state_digest = state.receipt_digest if state else None
@@ -400,4 +401,4 @@ def execute(plan: RuntimeImagePlan, context: Path) -> None:
 
 
 def uses_loopback(lane: Lane) -> bool:
-    return lane.index_url is not None and _is_loopback(lane.index_url)
+    return _is_loopback(lane.simple_url)  # a directory's file:// URL never is
