@@ -17,7 +17,6 @@ TO_SPLIT = {
     ("host/src/xla_host/gate/child_workload.py", "mode_train"),
     ("src/xla_wheels/builder/build_and_collect.py", "compose"),
     ("host/src/xla_host/gate/restart.py", "run_restart_check"),
-    ("src/xla_wheels/release/lanes.py", "read_record"),
     ("host/src/xla_host/gate/restart.py", "judge_restart"),
     ("src/xla_wheels/publish/upload.py", "_twine_upload"),
     ("src/xla_wheels/sources.py", "_fetch_commit"),

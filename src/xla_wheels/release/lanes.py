@@ -507,6 +507,23 @@ def read_record(root: Path) -> LanesRecord:
     path = root / LANES_LOCK
     if not path.exists():
         return LanesRecord({}, ())
+    text, top, fields = _read_lock_file(path)
+    states = _read_states(top)
+    if fields["lanes-lock-version"] == "1":
+        return LanesRecord(states, ())  # before history: the states are all there is
+    lines = _header_lines(text, r"\[\[history\]\]")
+    history: list[HistoryEntry] = []
+    for number, row in enumerate(top.rows("history") or []):
+        entry = _read_entry(row)
+        _check_link(path, lines, history, number, entry)
+        history.append(entry)
+    _check_head(path, lines, history, fields["history-head"] or "")
+    _check_states(path, text, states, history)
+    return LanesRecord(states, tuple(history))
+
+
+def _read_lock_file(path: Path) -> tuple[str, Table, dict[str, Any]]:
+    """``lanes.lock``'s text, its top table and top-level keys, of a readable version."""
     restore = _restore_fix()
     text = read_utf8(path, LaneFileError, what="lanes lock")[0]
     try:
@@ -522,12 +539,18 @@ def read_record(root: Path) -> LanesRecord:
         Field("history-head", str),
         Field("history", list, default=[]),
     )
-    wheel_fields = (Field("name", str, required=True), Field("sha256", str, required=True))
+    return text, top, fields
 
-    def wheels_of(table: Table) -> tuple[tuple[str, str], ...]:
-        rows = [row.read(*wheel_fields) for row in table.rows("wheels") or []]
-        return tuple((row["name"], row["sha256"]) for row in rows)
 
+def _wheels_of(table: Table) -> tuple[tuple[str, str], ...]:
+    """A state's or an entry's ``wheels = [{name, sha256}, …]``."""
+    fields = (Field("name", str, required=True), Field("sha256", str, required=True))
+    rows = [row.read(*fields) for row in table.rows("wheels") or []]
+    return tuple((row["name"], row["sha256"]) for row in rows)
+
+
+def _read_states(top: Table) -> dict[str, LaneState]:
+    """``[lanes.<name>]``: each lane's current state as written."""
     states = {}
     for name, table in top.tables("lanes").items():
         lane = table.read(
@@ -538,69 +561,86 @@ def read_record(root: Path) -> LanesRecord:
         )
         states[name] = LaneState(
             bundle=lane["bundle"],
-            wheels=wheels_of(table),
+            wheels=_wheels_of(table),
             receipt=lane["receipt"],
             receipt_digest=lane["receipt-digest"],
         )
-    if fields["lanes-lock-version"] == "1":
-        return LanesRecord(states, ())  # before history: the states are all there is
-    history: list[HistoryEntry] = []
-    lines = _header_lines(text, r"\[\[history\]\]")
-    for number, row in enumerate(top.rows("history") or []):
-        line = lines[number] if number < len(lines) else 0
-        item = row.read(
-            Field("lane", str, required=True),
-            Field("action", str, required=True),
-            Field("bundle", str, required=True),
-            Field("from", str, default=""),
-            Field("who", str, required=True),
-            Field("when", str, required=True),
-            Field("reason", str, default=""),
-            Field("receipt", str, default=""),
-            Field("receipt-digest", str, default=""),
-            Field("previous", str, required=True),
-            Field("wheels", list, default=[]),
-        )
-        entry = HistoryEntry(
-            lane=item["lane"],
-            action=item["action"],
-            bundle=item["bundle"],
-            previous_bundle=item["from"] or None,
-            who=item["who"],
-            when=item["when"],
-            reason=item["reason"],
-            wheels=wheels_of(row),
-            receipt=item["receipt"] or None,
-            receipt_digest=item["receipt-digest"] or None,
-            previous=item["previous"],
-        )
-        expected = history[-1].digest if history else ""
-        if entry.action not in ACTIONS or entry.previous != expected:
-            # Entry n's `previous` is the digest of entry n-1 as written: an edit of entry
-            # n-1 (or of this `previous`) breaks the chain here.
-            what = (
-                f"history entry {number} (line {lines[number - 1]}) was changed after it was "
-                f"written: entry {number + 1} (line {line}) records another digest for it"
-                if history and entry.action in ACTIONS
-                else f"history entry {number + 1} ({entry.action}) is not one this program "
-                "writes"
-                if entry.action not in ACTIONS
-                else f"history entry 1 (line {line}) has a chain digest, the first has none"
-            )
-            raise LaneFileError(
-                f"{path} line {lines[number - 1] if history else line}: {what} (the record "
-                "was edited by hand or is corrupted)",
-                fix=restore,
-            )
-        history.append(entry)
-    head = fields["history-head"] or ""
+    return states
+
+
+def _read_entry(row: Table) -> HistoryEntry:
+    """One ``[[history]]`` table as it is written (checked against the chain after)."""
+    item = row.read(
+        Field("lane", str, required=True),
+        Field("action", str, required=True),
+        Field("bundle", str, required=True),
+        Field("from", str, default=""),
+        Field("who", str, required=True),
+        Field("when", str, required=True),
+        Field("reason", str, default=""),
+        Field("receipt", str, default=""),
+        Field("receipt-digest", str, default=""),
+        Field("previous", str, required=True),
+        Field("wheels", list, default=[]),
+    )
+    return HistoryEntry(
+        lane=item["lane"],
+        action=item["action"],
+        bundle=item["bundle"],
+        previous_bundle=item["from"] or None,
+        who=item["who"],
+        when=item["when"],
+        reason=item["reason"],
+        wheels=_wheels_of(row),
+        receipt=item["receipt"] or None,
+        receipt_digest=item["receipt-digest"] or None,
+        previous=item["previous"],
+    )
+
+
+def _check_link(
+    path: Path, lines: Sequence[int], history: Sequence[HistoryEntry], number: int,
+    entry: HistoryEntry,
+) -> None:  # fmt: skip
+    """Entry ``number`` (0-based) is an action this program writes and its ``previous`` is
+    the digest of the entry before it as written: an edit of that entry (or of this
+    ``previous``) breaks the chain here. ``lines``: each entry's header line."""
+    expected = history[-1].digest if history else ""
+    if entry.action in ACTIONS and entry.previous == expected:
+        return
+    line = lines[number] if number < len(lines) else 0
+    what = (
+        f"history entry {number} (line {lines[number - 1]}) was changed after it was "
+        f"written: entry {number + 1} (line {line}) records another digest for it"
+        if history and entry.action in ACTIONS
+        else f"history entry {number + 1} ({entry.action}) is not one this program writes"
+        if entry.action not in ACTIONS
+        else f"history entry 1 (line {line}) has a chain digest, the first has none"
+    )
+    raise LaneFileError(
+        f"{path} line {lines[number - 1] if history else line}: {what} (the record "
+        "was edited by hand or is corrupted)",
+        fix=_restore_fix(),
+    )
+
+
+def _check_head(
+    path: Path, lines: Sequence[int], history: Sequence[HistoryEntry], head: str
+) -> None:
+    """``history-head`` is the last entry's digest: an edit of the last entry shows here."""
     if history and head != history[-1].digest:
         raise LaneFileError(
             f"{path} line {lines[len(history) - 1]}: history entry {len(history)} (the last) "
             "was changed after it was written: history-head records another digest for it "
             "(the record was edited by hand or is corrupted)",
-            fix=restore,
+            fix=_restore_fix(),
         )
+
+
+def _check_states(
+    path: Path, text: str, states: Mapping[str, LaneState], history: Sequence[HistoryEntry]
+) -> None:
+    """Each lane's current state is the one its last history entry records."""
     derived = {entry.lane: entry.state for entry in history}
     for name in sorted(set(states) | set(derived)):
         if states.get(name) != derived.get(name):
@@ -608,9 +648,8 @@ def read_record(root: Path) -> LanesRecord:
             raise LaneFileError(
                 f"{path}" + (f" line {where}" if where else "") + f": lane {name}'s current "
                 "state is not the one its last history entry records (edited by hand)",
-                fix=restore,
+                fix=_restore_fix(),
             )
-    return LanesRecord(states, tuple(history))
 
 
 def read_state(root: Path) -> dict[str, LaneState]:
