@@ -25,16 +25,21 @@ from tests.publish_support import (
     start_pypiserver,
 )
 from tests.servers import stop
-from xla_host import bundle_document
+from tests.test_cache_pack import keypair
+from tests.test_cache_pack import manifest as pack_manifest
+from xla_host import bundle_document, cache_pack, filemode
 from xla_host.errors import PipelineError
 from xla_host.filemode import file_sha256
 from xla_host.tables import Field, Table
-from xla_wheels.options import DEFAULT_NETWORK
-from xla_wheels.release import devpi, lane_kinds, lanes, promote, status
-from xla_wheels.release.lane_backend import LaneKind
+from xla_wheels.options import DEFAULT_NETWORK, NetworkPolicy
+from xla_wheels.publish.static_index import write_static_index
+from xla_wheels.publish.upload import Outcome
+from xla_wheels.publish.wheels import LocalWheel
+from xla_wheels.release import devpi, lane_kinds, lane_packs, lanes, promote, status
+from xla_wheels.release.lane_backend import LaneBackend, LaneKind, PublishedDocument, write_document
 from xla_wheels.release.lane_index import IndexLane
 from xla_wheels.release.lane_static import StaticLane
-from xla_wheels.wheels_lock import read_lock
+from xla_wheels.wheels_lock import WheelRecord, read_lock
 
 
 def _config(root: Path, text: str) -> lanes.LanesConfig:
@@ -124,6 +129,103 @@ def test_a_kind_registered_with_one_line_publishes_and_is_read_back_by_status(
     shutil.copyfile(served[0], served[1])
     drifted = status.lane_status(lane, lanes.read_record(project), DEFAULT_NETWORK)
     assert [line.split(":")[0] for line in drifted.changed] == [served[1].name]
+
+
+@dataclass(frozen=True)
+class FlatLane(LaneBackend):
+    """A kind written against the protocol alone (no shipped kind's code): the wheels in
+    one directory with a ``simple/`` index over them. It says nothing about cache packs,
+    so it keeps none: the protocol's refusal is its own."""
+
+    lane: str
+    root: Path
+    kind = "flat"
+
+    @property
+    def where(self) -> str:
+        return str(self.root)
+
+    @property
+    def simple_url(self) -> str:
+        return (self.root / "simple").as_uri() + "/"
+
+    @property
+    def directory(self) -> Path:
+        return self.root
+
+    def put(
+        self, wheels: Sequence[LocalWheel], envelopes: Sequence[Path], *, network: NetworkPolicy
+    ) -> list[Outcome]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        for wheel in wheels:
+            filemode.copy_by_rename(wheel.path, self.root / wheel.record.name)
+        write_static_index(self.root, [w.record for w in wheels])
+        return [Outcome(w.record.name, "copied", w.sha256) for w in wheels]
+
+    def fetch(
+        self, records: Sequence[WheelRecord], workdir: Path, *, network: NetworkPolicy
+    ) -> list[str]:
+        for record in records:
+            shutil.copyfile(self.root / record.name, workdir / record.name)
+        return []
+
+    def served(self, projects: Sequence[str], *, network: NetworkPolicy) -> dict[str, str]:
+        return {p.name: file_sha256(p) for p in self.root.glob("*.whl")}
+
+    def put_document(
+        self, root: Path, bundle: str, raw: bytes, *, network: NetworkPolicy
+    ) -> PublishedDocument:
+        return PublishedDocument(*write_document(self.documents_dir(root), bundle, raw))
+
+
+FLAT = LaneKind(
+    "flat",
+    (Field("dir", str, required=True),),
+    lambda name, table, fields, root: FlatLane(name, (root / fields["dir"]).resolve()),
+)
+
+
+def test_a_kind_written_against_the_protocol_alone_is_promoted_into_and_refuses_packs(
+    tmp_path: Path,
+    fake_wheels: FakeWheels,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setitem(lane_kinds.KINDS, FLAT.name, FLAT)  # the registry's one line
+    project = make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
+    config = _config(
+        project,
+        '[lanes.validation]\npath = "dist/lanes/validation"\n'
+        '[lanes.preferred]\nbackend = "flat"\ndir = "flat/preferred"\n'
+        'promote-from = "validation"\n',
+    )
+    source, lane = config.lane("validation"), config.lane("preferred")
+    lock = read_lock(project / "wheels.lock")
+    promote.publish_to_lane(
+        project, lock, BUNDLE, project / "dist" / BUNDLE, source, network=DEFAULT_NETWORK
+    )
+    # A cache pack of the bundle in the source lane (a static lane keeps packs).
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "1234567890123").write_bytes(b"an executable")
+    private, _ = keypair(tmp_path, "pack")
+    pack, full = cache_pack.write_pack(tmp_path / "packs", cache, private,
+                                       pack_manifest(bundle=BUNDLE))  # fmt: skip
+    lane_packs.publish_pack(source, pack, full, {BUNDLE: "serves"})
+    # The new kind refuses a pack through the protocol, naming itself, with the fix.
+    with pytest.raises(lanes.LaneError) as refused:
+        lane_packs.publish_pack(lane, pack, full, {BUNDLE: "serves"})
+    assert refused.value.message.startswith("lane preferred (backend 'flat', ")
+    assert "static-directory lane" in (refused.value.fix or "")
+    # A promotion into it: the wheels by the kind's own put, the packs stay in the source.
+    capsys.readouterr()
+    _, outcomes = promote.promote(project, lock, BUNDLE, lane, source, network=DEFAULT_NETWORK,
+                                  dist=project / "dist" / BUNDLE)  # fmt: skip
+    assert [o.action for o in outcomes] == ["copied", "copied"]
+    assert f"1 cache pack(s) of {BUNDLE} stay in lane validation" in capsys.readouterr().err
+    found = status.lane_status(lane, lanes.read_record(project), DEFAULT_NETWORK)
+    assert found.reachable and found.bundle == BUNDLE and found.packs == []
+    assert not (found.extra or found.missing or found.changed)
 
 
 @pytest.mark.slow
