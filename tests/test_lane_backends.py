@@ -225,6 +225,7 @@ def test_a_kind_written_against_the_protocol_alone_is_promoted_into_and_refuses_
     assert f"1 cache pack(s) of {BUNDLE} stay in lane validation" in capsys.readouterr().err
     found = status.lane_status(lane, lanes.read_record(project), DEFAULT_NETWORK)
     assert found.reachable and found.bundle == BUNDLE and found.packs == []
+    assert found.retained == {}  # not "keeps the cache packs of: <bundle>" for a lane of none
     assert not (found.extra or found.missing or found.changed)
 
 

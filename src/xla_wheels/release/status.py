@@ -251,7 +251,9 @@ def lane_status(lane: Lane, record: LanesRecord, network: NetworkPolicy) -> Lane
         missing=sorted(set(expected) - set(served)),
         changed=changed,
         packs=[f"{r.label}, {r.size:,} bytes, sha256:{r.sha256[:16]}…" for r in rows],
-        retained=lane_packs.retained_bundles(record, lane.name),
+        # Which bundles' packs it keeps: none, when its backend keeps no packs at all.
+        retained={} if lane.backend.refuses_packs() else lane_packs.retained_bundles(
+            record, lane.name),  # fmt: skip
     )
 
 
