@@ -14,7 +14,6 @@ REASON = "Over 80 lines:"
 #: Today's long functions without a reason, to be split (file, function).
 TO_SPLIT = {
     ("host/src/xla_host/gate/child_workload.py", "mode_train"),
-    ("src/xla_wheels/builder/build_and_collect.py", "compose"),
     ("host/src/xla_host/gate/restart.py", "run_restart_check"),
     ("src/xla_wheels/release/lanes.py", "read_record"),
     ("host/src/xla_host/gate/restart.py", "judge_restart"),
