@@ -19,7 +19,6 @@ TO_SPLIT = {
     ("host/src/xla_host/gate/restart.py", "judge_restart"),
     ("src/xla_wheels/publish/upload.py", "_twine_upload"),
     ("src/xla_wheels/sources.py", "_fetch_commit"),
-    ("src/xla_wheels/release/runtime_image.py", "compose"),
     ("host/src/xla_host/gate/cachekeys.py", "run_cache_checks"),
     ("src/xla_wheels/patches.py", "parse_patch"),
     ("src/xla_wheels/patches.py", "check_series"),
