@@ -17,7 +17,6 @@ TO_SPLIT = {
     ("host/src/xla_host/gate/restart.py", "run_restart_check"),
     ("src/xla_wheels/release/lanes.py", "read_record"),
     ("host/src/xla_host/gate/restart.py", "judge_restart"),
-    ("src/xla_wheels/sources.py", "_fetch_commit"),
     ("host/src/xla_host/gate/cachekeys.py", "run_cache_checks"),
     ("src/xla_wheels/patches.py", "parse_patch"),
     ("src/xla_wheels/patches.py", "check_series"),
