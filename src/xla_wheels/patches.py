@@ -146,6 +146,27 @@ def header_from_message(message: str) -> str:
 
 def parse_patch(path: Path, *, component: str | None = None) -> PatchHeader:
     """Read and validate a patch file's header; every problem names the file and the fix."""
+    text = _read_patch_text(path)
+    header_text, diff_text = split_patch(text)
+    if not diff_text:
+        raise PatchFileError(
+            f"{path}: no 'diff --git' section", fix="append the output of `git diff`"
+        )
+    fields = _header_fields(path, header_text)
+    _check_header_values(path, fields, component)
+    touched = tuple(dict.fromkeys(match.group(2) for match in DIFF_FILE.finditer(diff_text)))
+    header = PatchHeader(fields, header_text)
+    if set(header.declared_files) != set(touched):
+        raise PatchFileError(
+            f"{path}: Files lists {', '.join(header.declared_files)} but the diff touches "
+            f"{', '.join(touched)}",
+            fix="make the Files line name exactly the files in the diff",
+        )
+    return header
+
+
+def _read_patch_text(path: Path) -> str:
+    """The patch file's text: a regular file of UTF-8."""
     if path.is_dir():
         raise PatchFileError(
             f"{path} is a directory, not a patch file",
@@ -159,11 +180,12 @@ def parse_patch(path: Path, *, component: str | None = None) -> PatchHeader:
             f"{path}: not UTF-8 text (byte {error.start} cannot be read)",
             fix="save the patch as UTF-8 (as `git format-patch` writes it)",
         ) from None
-    header_text, diff_text = split_patch(text)
-    if not diff_text:
-        raise PatchFileError(
-            f"{path}: no 'diff --git' section", fix="append the output of `git diff`"
-        )
+    return text
+
+
+def _header_fields(path: Path, header_text: str) -> dict[str, str]:
+    """The header's ``Key: value`` fields (continuation lines joined), each known, the
+    required ones present, and no line git apply would take for a diff."""
     fields: dict[str, str] = {}
     lines = header_text.splitlines()
     last_key: str | None = None
@@ -197,6 +219,11 @@ def parse_patch(path: Path, *, component: str | None = None) -> PatchHeader:
                 f"{path}: header line {line_number} starts like a diff: {line!r}",
                 fix="reword it; git apply would take it for part of the diff",
             )
+    return fields
+
+
+def _check_header_values(path: Path, fields: Mapping[str, str], component: str | None) -> None:
+    """Base a full SHA, Author and Date well formed, Component the series' own."""
     if not re.fullmatch(r"[0-9a-f]{40}", fields["Base"]):
         raise PatchFileError(
             f"{path}: Base '{fields['Base']}' is not a full 40-hex commit SHA",
@@ -221,15 +248,6 @@ def parse_patch(path: Path, *, component: str | None = None) -> PatchHeader:
             f"under {component}",
             fix="move the file to the right component's series",
         )
-    touched = tuple(dict.fromkeys(match.group(2) for match in DIFF_FILE.finditer(diff_text)))
-    header = PatchHeader(fields, header_text)
-    if set(header.declared_files) != set(touched):
-        raise PatchFileError(
-            f"{path}: Files lists {', '.join(header.declared_files)} but the diff touches "
-            f"{', '.join(touched)}",
-            fix="make the Files line name exactly the files in the diff",
-        )
-    return header
 
 
 @dataclass(frozen=True)
