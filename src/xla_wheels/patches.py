@@ -511,6 +511,27 @@ def check_series(
     nothing is applied: those lines apply as well as any other, so "applies" would hide
     them. When every patch applies, ``after_apply`` gets the scratch tree.
     """
+    results = _defective_patches(component)
+    if results:
+        return results
+    scratch = Path(tempfile.mkdtemp(prefix=f"xla-wheels-check-{component.name}-"))
+    try:
+        base = _scratch_clone(source_repo, commit, component, scratch)
+        commits: dict[str, str] = {}
+        for ref in component.patches:
+            result = _commit_patch(ref, component, scratch, base, commits)
+            results.append(result)
+            if not result.applied:
+                break
+        if after_apply is not None and len(commits) == len(component.patches):
+            after_apply(scratch, commits)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return results
+
+
+def _defective_patches(component: Component) -> list[PatchResult]:
+    """A failed result for each patch file holding conflict markers or whitespace errors."""
     results: list[PatchResult] = []
     for ref in component.patches:
         text = ref.path.read_text(encoding="utf-8", errors="replace")
@@ -524,63 +545,62 @@ def check_series(
                     tuple(defects),
                 )
             )
-    if results:
-        return results
-    scratch = Path(tempfile.mkdtemp(prefix=f"xla-wheels-check-{component.name}-"))
-    try:
-        # --shared borrows the objects through alternates, so a check against a large
-        # checkout is quick and never writes into the source repository.
-        git(
-            ["clone", "--quiet", "--shared", "--no-checkout"],
-            operands=[str(source_repo), str(scratch)],
-            echo=True,
-        )
-        probe = git(
-            ["rev-parse", "--verify", "--quiet"],
-            operands=[f"{commit}^{{commit}}"],
-            end="--end-of-options",
-            cwd=scratch,
-            check=False,
-        )
-        if probe.returncode != 0:
-            raise PatchError(
-                f"{source_repo} does not contain {component.name} commit {commit}",
-                fix="fetch it there first (`git fetch origin` in that checkout)",
-            )
-        git(["checkout", "--quiet", "--detach", probe.stdout.strip()], cwd=scratch)
-        commits: dict[str, str] = {}
-        for ref in component.patches:
-            try:
-                header = parse_patch(ref.path, component=component.name)
-            except PatchError as error:
-                results.append(PatchResult(ref.relpath, False, error.message))
-                break
-            # error-all: a whitespace error the scan above missed still fails here (git's
-            # own rule is the last word).
-            result = git(
-                ["apply", "--index", "--whitespace=error-all", str(ref.path)],
-                cwd=scratch,
-                check=False,
-            )
-            if result.returncode != 0:
-                results.append(
-                    PatchResult(ref.relpath, False, _conflict_message(ref, result.stderr))
-                )
-                break
-            stat = git_out(["diff", "--cached", "--shortstat", probe.stdout.strip()], cwd=scratch)
-            # One commit per patch: `git blame` then names the patch of any line.
-            git(
-                [*COMMIT_CONFIG, "commit", "--quiet", "--no-verify", "-m", ref.relpath],
-                cwd=scratch,
-                env=header.commit_env(),
-            )
-            commits[git_out(["rev-parse", "HEAD"], cwd=scratch)] = ref.relpath
-            results.append(PatchResult(ref.relpath, True, f"applies (series so far: {stat})"))
-        if after_apply is not None and len(commits) == len(component.patches):
-            after_apply(scratch, commits)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
     return results
+
+
+def _scratch_clone(source_repo: Path, commit: str, component: Component, scratch: Path) -> str:
+    """Clone ``source_repo`` into ``scratch``, checked out at ``commit``; its full SHA."""
+    # --shared borrows the objects through alternates, so a check against a large
+    # checkout is quick and never writes into the source repository.
+    git(
+        ["clone", "--quiet", "--shared", "--no-checkout"],
+        operands=[str(source_repo), str(scratch)],
+        echo=True,
+    )
+    probe = git(
+        ["rev-parse", "--verify", "--quiet"],
+        operands=[f"{commit}^{{commit}}"],
+        end="--end-of-options",
+        cwd=scratch,
+        check=False,
+    )
+    if probe.returncode != 0:
+        raise PatchError(
+            f"{source_repo} does not contain {component.name} commit {commit}",
+            fix="fetch it there first (`git fetch origin` in that checkout)",
+        )
+    base = probe.stdout.strip()
+    git(["checkout", "--quiet", "--detach", base], cwd=scratch)
+    return base
+
+
+def _commit_patch(
+    ref: PatchRef, component: Component, scratch: Path, base: str, commits: dict[str, str]
+) -> PatchResult:
+    """Apply ``ref`` in ``scratch`` and commit it (its commit added to ``commits``), or
+    the result saying why it does not apply."""
+    try:
+        header = parse_patch(ref.path, component=component.name)
+    except PatchError as error:
+        return PatchResult(ref.relpath, False, error.message)
+    # error-all: a whitespace error the scan above missed still fails here (git's
+    # own rule is the last word).
+    result = git(
+        ["apply", "--index", "--whitespace=error-all", str(ref.path)],
+        cwd=scratch,
+        check=False,
+    )
+    if result.returncode != 0:
+        return PatchResult(ref.relpath, False, _conflict_message(ref, result.stderr))
+    stat = git_out(["diff", "--cached", "--shortstat", base], cwd=scratch)
+    # One commit per patch: `git blame` then names the patch of any line.
+    git(
+        [*COMMIT_CONFIG, "commit", "--quiet", "--no-verify", "-m", ref.relpath],
+        cwd=scratch,
+        env=header.commit_env(),
+    )
+    commits[git_out(["rev-parse", "HEAD"], cwd=scratch)] = ref.relpath
+    return PatchResult(ref.relpath, True, f"applies (series so far: {stat})")
 
 
 # The state file the patch stage leaves next to a worktree (read by patch-export and the
