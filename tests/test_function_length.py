@@ -18,7 +18,6 @@ TO_SPLIT = {
     ("src/xla_wheels/release/lanes.py", "read_record"),
     ("host/src/xla_host/gate/restart.py", "judge_restart"),
     ("host/src/xla_host/gate/cachekeys.py", "run_cache_checks"),
-    ("src/xla_wheels/publish/doctor.py", "check_versions"),
     ("host/src/xla_host/gate/keyprobe.py", "judge_key_probe"),
     ("host/src/xla_host/gate/hlo_canonical.py", "_rename"),
 }
