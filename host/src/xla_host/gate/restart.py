@@ -313,30 +313,8 @@ def judge_restart(
     if expected == 0:
         reasons.append("the cold run had no persistent-cache misses: nothing was compiled to cache")
 
-    def judge_loader(row: dict[str, Any]) -> None:
-        if not row["ok"]:
-            return
-        name = row["name"]
-        if row["deserialize_failures"]:
-            evidence = f" ({row['log_evidence'][0]})" if row["log_evidence"] else ""
-            reasons.append(
-                f"{name}: {row['deserialize_failures']} deserialize failure(s){evidence}"
-            )
-        if row.get("corrupt"):
-            reasons.append(
-                f"{name}: {row['corrupt']} corrupt cache entr(ies) (PersistentCacheCorrupt): "
-                "the cold run's writes were damaged or cut short"
-            )
-        if row["hits"] != expected:
-            reasons.append(
-                f"{name}: loaded {row['hits']} of {expected} cached executable(s) "
-                "(persistent-cache hits != cold misses)"
-            )
-        if row["xla_compiles"]:
-            reasons.append(f"{name}: {row['xla_compiles']} XLA compile(s) on a warm start (want 0)")
-
     for row in warm:
-        judge_loader(row)
+        reasons += _loader_reasons(row, expected)
     reasons += same_losses([*cold, *loaders])
     cold_ready = statistics.median(row["ready_s"] for row in cold)
     warm_ok = [row["ready_s"] for row in warm if row["ok"]]
@@ -349,30 +327,13 @@ def judge_restart(
         "max_warm_ratio": config.max_warm_ratio,
     }
     if warm_ok:
-        warm_ready = statistics.median(warm_ok)
-        ratio = warm_ready / cold_ready if cold_ready > 0 else float("inf")
-        # Reported only: wall time is what a user waits, but load stretches it.
-        figures.update({"warm_ready_s": round(warm_ready, 4), "warm_cold_ratio": round(ratio, 3)})
-        reasons += _cpu_time_rule(reference, [row for row in warm if row["ok"]], config, figures)
-        if baseline is not None:
-            limit = float(baseline["warm_ready_s"]) * (1 + config.baseline_tolerance)
-            figures.update(
-                {
-                    "baseline_warm_ready_s": baseline["warm_ready_s"],
-                    "baseline_limit_s": round(limit, 4),
-                }
-            )
-            if warm_ready > limit:
-                reasons.append(
-                    f"warm time-to-ready {warm_ready:.2f}s is slower than the baseline "
-                    f"{float(baseline['warm_ready_s']):.2f}s beyond {config.baseline_tolerance:.0%}"
-                )
-            else:
-                notes.append(f"within {config.baseline_tolerance:.0%} of the recorded baseline")
-        else:
-            notes.append("no baseline recorded for this build/device/workload")
+        warm_reasons, warm_notes = _warm_rules(
+            reference, warm, warm_ok, cold_ready, config, baseline, figures
+        )
+        reasons += warm_reasons
+        notes += warm_notes
     if config.read_only_check and reader is not None:
-        judge_loader(reader)
+        reasons += _loader_reasons(reader, expected)
         if reader_changes:
             shown = ", ".join(reader_changes[:5])
             reasons.append(f"{reader['name']} changed the cache directory: {shown}")
@@ -382,6 +343,69 @@ def judge_restart(
         figures["hung"] = [row["name"] for row in hung]
         figures["hang_bound_s"] = hung[0].get("hang_bound_s")
     return CheckResult(config.name, not reasons, reasons, notes, figures)
+
+
+def _loader_reasons(row: dict[str, Any], expected: int) -> list[str]:
+    """What is wrong with a finished warm or reader run that should have loaded the
+    ``expected`` executables the cold run cached (nothing for an unfinished run: its
+    reason is given already)."""
+    if not row["ok"]:
+        return []
+    reasons = []
+    name = row["name"]
+    if row["deserialize_failures"]:
+        evidence = f" ({row['log_evidence'][0]})" if row["log_evidence"] else ""
+        reasons.append(f"{name}: {row['deserialize_failures']} deserialize failure(s){evidence}")
+    if row.get("corrupt"):
+        reasons.append(
+            f"{name}: {row['corrupt']} corrupt cache entr(ies) (PersistentCacheCorrupt): "
+            "the cold run's writes were damaged or cut short"
+        )
+    if row["hits"] != expected:
+        reasons.append(
+            f"{name}: loaded {row['hits']} of {expected} cached executable(s) "
+            "(persistent-cache hits != cold misses)"
+        )
+    if row["xla_compiles"]:
+        reasons.append(f"{name}: {row['xla_compiles']} XLA compile(s) on a warm start (want 0)")
+    return reasons
+
+
+def _warm_rules(
+    reference: list[dict[str, Any]],
+    warm: list[dict[str, Any]],
+    warm_ok: list[float],
+    cold_ready: float,
+    config: RestartConfig,
+    baseline: dict[str, Any] | None,
+    figures: dict[str, Any],
+) -> tuple[list[str], list[str]]:
+    """The warm runs' time rules (CPU time against the cold run, wall time against the
+    recorded baseline): their reasons and notes; their figures go into ``figures``."""
+    notes: list[str] = []
+    warm_ready = statistics.median(warm_ok)
+    ratio = warm_ready / cold_ready if cold_ready > 0 else float("inf")
+    # Reported only: wall time is what a user waits, but load stretches it.
+    figures.update({"warm_ready_s": round(warm_ready, 4), "warm_cold_ratio": round(ratio, 3)})
+    reasons = _cpu_time_rule(reference, [row for row in warm if row["ok"]], config, figures)
+    if baseline is not None:
+        limit = float(baseline["warm_ready_s"]) * (1 + config.baseline_tolerance)
+        figures.update(
+            {
+                "baseline_warm_ready_s": baseline["warm_ready_s"],
+                "baseline_limit_s": round(limit, 4),
+            }
+        )
+        if warm_ready > limit:
+            reasons.append(
+                f"warm time-to-ready {warm_ready:.2f}s is slower than the baseline "
+                f"{float(baseline['warm_ready_s']):.2f}s beyond {config.baseline_tolerance:.0%}"
+            )
+        else:
+            notes.append(f"within {config.baseline_tolerance:.0%} of the recorded baseline")
+    else:
+        notes.append("no baseline recorded for this build/device/workload")
+    return reasons, notes
 
 
 def _cpu_time_rule(
