@@ -16,7 +16,6 @@ TO_SPLIT = {
     ("host/src/xla_host/gate/child_workload.py", "mode_train"),
     ("src/xla_wheels/release/lanes.py", "read_record"),
     ("host/src/xla_host/gate/cachekeys.py", "run_cache_checks"),
-    ("host/src/xla_host/gate/keyprobe.py", "judge_key_probe"),
     ("host/src/xla_host/gate/hlo_canonical.py", "_rename"),
 }
 
