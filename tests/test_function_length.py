@@ -15,7 +15,6 @@ REASON = "Over 80 lines:"
 TO_SPLIT = {
     ("host/src/xla_host/gate/child_workload.py", "mode_train"),
     ("src/xla_wheels/release/lanes.py", "read_record"),
-    ("host/src/xla_host/gate/cachekeys.py", "run_cache_checks"),
     ("host/src/xla_host/gate/hlo_canonical.py", "_rename"),
 }
 
