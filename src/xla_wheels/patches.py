@@ -146,6 +146,27 @@ def header_from_message(message: str) -> str:
 
 def parse_patch(path: Path, *, component: str | None = None) -> PatchHeader:
     """Read and validate a patch file's header; every problem names the file and the fix."""
+    text = _read_patch_text(path)
+    header_text, diff_text = split_patch(text)
+    if not diff_text:
+        raise PatchFileError(
+            f"{path}: no 'diff --git' section", fix="append the output of `git diff`"
+        )
+    fields = _header_fields(path, header_text)
+    _check_header_values(path, fields, component)
+    touched = tuple(dict.fromkeys(match.group(2) for match in DIFF_FILE.finditer(diff_text)))
+    header = PatchHeader(fields, header_text)
+    if set(header.declared_files) != set(touched):
+        raise PatchFileError(
+            f"{path}: Files lists {', '.join(header.declared_files)} but the diff touches "
+            f"{', '.join(touched)}",
+            fix="make the Files line name exactly the files in the diff",
+        )
+    return header
+
+
+def _read_patch_text(path: Path) -> str:
+    """The patch file's text: a regular file of UTF-8."""
     if path.is_dir():
         raise PatchFileError(
             f"{path} is a directory, not a patch file",
@@ -159,11 +180,12 @@ def parse_patch(path: Path, *, component: str | None = None) -> PatchHeader:
             f"{path}: not UTF-8 text (byte {error.start} cannot be read)",
             fix="save the patch as UTF-8 (as `git format-patch` writes it)",
         ) from None
-    header_text, diff_text = split_patch(text)
-    if not diff_text:
-        raise PatchFileError(
-            f"{path}: no 'diff --git' section", fix="append the output of `git diff`"
-        )
+    return text
+
+
+def _header_fields(path: Path, header_text: str) -> dict[str, str]:
+    """The header's ``Key: value`` fields (continuation lines joined), each known, the
+    required ones present, and no line git apply would take for a diff."""
     fields: dict[str, str] = {}
     lines = header_text.splitlines()
     last_key: str | None = None
@@ -197,6 +219,11 @@ def parse_patch(path: Path, *, component: str | None = None) -> PatchHeader:
                 f"{path}: header line {line_number} starts like a diff: {line!r}",
                 fix="reword it; git apply would take it for part of the diff",
             )
+    return fields
+
+
+def _check_header_values(path: Path, fields: Mapping[str, str], component: str | None) -> None:
+    """Base a full SHA, Author and Date well formed, Component the series' own."""
     if not re.fullmatch(r"[0-9a-f]{40}", fields["Base"]):
         raise PatchFileError(
             f"{path}: Base '{fields['Base']}' is not a full 40-hex commit SHA",
@@ -221,15 +248,6 @@ def parse_patch(path: Path, *, component: str | None = None) -> PatchHeader:
             f"under {component}",
             fix="move the file to the right component's series",
         )
-    touched = tuple(dict.fromkeys(match.group(2) for match in DIFF_FILE.finditer(diff_text)))
-    header = PatchHeader(fields, header_text)
-    if set(header.declared_files) != set(touched):
-        raise PatchFileError(
-            f"{path}: Files lists {', '.join(header.declared_files)} but the diff touches "
-            f"{', '.join(touched)}",
-            fix="make the Files line name exactly the files in the diff",
-        )
-    return header
 
 
 @dataclass(frozen=True)
@@ -493,6 +511,27 @@ def check_series(
     nothing is applied: those lines apply as well as any other, so "applies" would hide
     them. When every patch applies, ``after_apply`` gets the scratch tree.
     """
+    results = _defective_patches(component)
+    if results:
+        return results
+    scratch = Path(tempfile.mkdtemp(prefix=f"xla-wheels-check-{component.name}-"))
+    try:
+        base = _scratch_clone(source_repo, commit, component, scratch)
+        commits: dict[str, str] = {}
+        for ref in component.patches:
+            result = _commit_patch(ref, component, scratch, base, commits)
+            results.append(result)
+            if not result.applied:
+                break
+        if after_apply is not None and len(commits) == len(component.patches):
+            after_apply(scratch, commits)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return results
+
+
+def _defective_patches(component: Component) -> list[PatchResult]:
+    """A failed result for each patch file holding conflict markers or whitespace errors."""
     results: list[PatchResult] = []
     for ref in component.patches:
         text = ref.path.read_text(encoding="utf-8", errors="replace")
@@ -506,63 +545,62 @@ def check_series(
                     tuple(defects),
                 )
             )
-    if results:
-        return results
-    scratch = Path(tempfile.mkdtemp(prefix=f"xla-wheels-check-{component.name}-"))
-    try:
-        # --shared borrows the objects through alternates, so a check against a large
-        # checkout is quick and never writes into the source repository.
-        git(
-            ["clone", "--quiet", "--shared", "--no-checkout"],
-            operands=[str(source_repo), str(scratch)],
-            echo=True,
-        )
-        probe = git(
-            ["rev-parse", "--verify", "--quiet"],
-            operands=[f"{commit}^{{commit}}"],
-            end="--end-of-options",
-            cwd=scratch,
-            check=False,
-        )
-        if probe.returncode != 0:
-            raise PatchError(
-                f"{source_repo} does not contain {component.name} commit {commit}",
-                fix="fetch it there first (`git fetch origin` in that checkout)",
-            )
-        git(["checkout", "--quiet", "--detach", probe.stdout.strip()], cwd=scratch)
-        commits: dict[str, str] = {}
-        for ref in component.patches:
-            try:
-                header = parse_patch(ref.path, component=component.name)
-            except PatchError as error:
-                results.append(PatchResult(ref.relpath, False, error.message))
-                break
-            # error-all: a whitespace error the scan above missed still fails here (git's
-            # own rule is the last word).
-            result = git(
-                ["apply", "--index", "--whitespace=error-all", str(ref.path)],
-                cwd=scratch,
-                check=False,
-            )
-            if result.returncode != 0:
-                results.append(
-                    PatchResult(ref.relpath, False, _conflict_message(ref, result.stderr))
-                )
-                break
-            stat = git_out(["diff", "--cached", "--shortstat", probe.stdout.strip()], cwd=scratch)
-            # One commit per patch: `git blame` then names the patch of any line.
-            git(
-                [*COMMIT_CONFIG, "commit", "--quiet", "--no-verify", "-m", ref.relpath],
-                cwd=scratch,
-                env=header.commit_env(),
-            )
-            commits[git_out(["rev-parse", "HEAD"], cwd=scratch)] = ref.relpath
-            results.append(PatchResult(ref.relpath, True, f"applies (series so far: {stat})"))
-        if after_apply is not None and len(commits) == len(component.patches):
-            after_apply(scratch, commits)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
     return results
+
+
+def _scratch_clone(source_repo: Path, commit: str, component: Component, scratch: Path) -> str:
+    """Clone ``source_repo`` into ``scratch``, checked out at ``commit``; its full SHA."""
+    # --shared borrows the objects through alternates, so a check against a large
+    # checkout is quick and never writes into the source repository.
+    git(
+        ["clone", "--quiet", "--shared", "--no-checkout"],
+        operands=[str(source_repo), str(scratch)],
+        echo=True,
+    )
+    probe = git(
+        ["rev-parse", "--verify", "--quiet"],
+        operands=[f"{commit}^{{commit}}"],
+        end="--end-of-options",
+        cwd=scratch,
+        check=False,
+    )
+    if probe.returncode != 0:
+        raise PatchError(
+            f"{source_repo} does not contain {component.name} commit {commit}",
+            fix="fetch it there first (`git fetch origin` in that checkout)",
+        )
+    base = probe.stdout.strip()
+    git(["checkout", "--quiet", "--detach", base], cwd=scratch)
+    return base
+
+
+def _commit_patch(
+    ref: PatchRef, component: Component, scratch: Path, base: str, commits: dict[str, str]
+) -> PatchResult:
+    """Apply ``ref`` in ``scratch`` and commit it (its commit added to ``commits``), or
+    the result saying why it does not apply."""
+    try:
+        header = parse_patch(ref.path, component=component.name)
+    except PatchError as error:
+        return PatchResult(ref.relpath, False, error.message)
+    # error-all: a whitespace error the scan above missed still fails here (git's
+    # own rule is the last word).
+    result = git(
+        ["apply", "--index", "--whitespace=error-all", str(ref.path)],
+        cwd=scratch,
+        check=False,
+    )
+    if result.returncode != 0:
+        return PatchResult(ref.relpath, False, _conflict_message(ref, result.stderr))
+    stat = git_out(["diff", "--cached", "--shortstat", base], cwd=scratch)
+    # One commit per patch: `git blame` then names the patch of any line.
+    git(
+        [*COMMIT_CONFIG, "commit", "--quiet", "--no-verify", "-m", ref.relpath],
+        cwd=scratch,
+        env=header.commit_env(),
+    )
+    commits[git_out(["rev-parse", "HEAD"], cwd=scratch)] = ref.relpath
+    return PatchResult(ref.relpath, True, f"applies (series so far: {stat})")
 
 
 # The state file the patch stage leaves next to a worktree (read by patch-export and the

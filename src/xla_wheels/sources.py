@@ -48,7 +48,7 @@ from xla_host.net import (
     with_retries,
 )
 from xla_host.redact import mask_url_credentials
-from xla_host.runner import StepStalled, StepTimedOut
+from xla_host.runner import Silence, StepStalled, StepTimedOut
 from xla_host.tables import check_regular
 from xla_host.values import REMOTE_RULE, BadValue, check_remote
 from xla_wheels import progress, worktree_guard
@@ -270,6 +270,32 @@ def fetch_fault(stderr: str, network_stall_s: float) -> Transient | None:
     return None
 
 
+_MIRROR_FIX = "or build from a mirror with --mirror DIR|URL (XLA_WHEELS_MIRROR, make: MIRROR=)"
+
+
+def _keep_fix(repo: Path) -> str:
+    """What a failed fetch leaves behind, said in its error's fix."""
+    return (
+        f"the failed fetch added nothing to the source cache but the bare repository {repo}, "
+        "possibly empty, which the next run reuses"
+    )
+
+
+def _fetch_gave_up(
+    fault: Transient, attempts: int, *, step: str, host: str, shown: str, repo: Path
+) -> SourceError:
+    """The error of a fetch whose every try failed as ``fault`` did."""
+    return SourceError(
+        f"{step}: {host} {fault.what_happened} ({attempts_text(attempts)}; from {shown})",
+        fix=(
+            f"the server fails on its side: try again later (retries: {RETRIES_SETTING}), "
+            if fault.kind.startswith("HTTP ")
+            else f"check that {host} is up and reachable from here, "
+        )
+        + f"{_MIRROR_FIX}; {_keep_fix(repo)}",
+    )
+
+
 def _unbounded_by_git(url: str) -> bool:
     """A network remote git fetches from without a stall limit of its own: git://, ssh://
     and scp-like ``host:path`` (http(s) has ``http.lowSpeedTime``; a path or file:// is
@@ -449,14 +475,7 @@ class SourceCache:
         network = self.network
         whole_limit = network.transfer_limit(FETCH_BYTES_ALLOWANCE)
         stall = float(math.ceil(network.timeout_s))
-        keep_fix = (
-            f"the failed fetch added nothing to the source cache but the bare repository {repo}, "
-            "possibly empty, which the next run reuses"
-        )
-        mirror_fix = (
-            "or build from a mirror with --mirror DIR|URL (XLA_WHEELS_MIRROR, make: MIRROR=)"
-        )
-
+        keep_fix = _keep_fix(repo)
         # git has a stall limit only for http(s) (stall_config); over git:// and ssh a server
         # that accepts and never answers would be waited on for the whole limit (hours).
         # There, an attempt that received nothing within NET_TIMEOUT ends as a stall does.
@@ -464,26 +483,10 @@ class SourceCache:
         silence = (received, stall) if _unbounded_by_git(url) else None
 
         def run_fetch(command: PlannedCommand) -> subprocess.CompletedProcess[str]:
-            try:
-                if silence is None:  # the executor's plain form (a test's recorder too)
-                    return self.run(command, echo=True, check=False, timeout=whole_limit)
-                return self.run(
-                    command, echo=True, check=False, timeout=whole_limit, silence=silence
-                )
-            except StepStalled:
-                raise Transient(
-                    "timed out", f"nothing received from {host} within {stall:g}s", after_s=stall
-                ) from None
-            except StepTimedOut:
-                # Hours of a fetch that never completed: trying again would take as long.
-                raise NetworkTimedOut(
-                    step,
-                    host,
-                    whole_limit,
-                    1,
-                    f"check the network to {host}, or build from a mirror with MIRROR=; "
-                    f"{keep_fix}",
-                ) from None
+            return self._run_bounded(
+                command, step=step, host=host, whole_limit=whole_limit, stall=stall,
+                silence=silence, keep_fix=keep_fix,
+            )  # fmt: skip
 
         def fetch(_limit: float) -> subprocess.CompletedProcess[str]:
             attempt = run_fetch(fetch_command(repo, url, commit, full=full, network=network))
@@ -495,15 +498,7 @@ class SourceCache:
             return attempt
 
         def give_up(fault: Transient, attempts: int) -> SourceError:
-            return SourceError(
-                f"{step}: {host} {fault.what_happened} ({attempts_text(attempts)}; from {shown})",
-                fix=(
-                    f"the server fails on its side: try again later (retries: {RETRIES_SETTING}), "
-                    if fault.kind.startswith("HTTP ")
-                    else f"check that {host} is up and reachable from here, "
-                )
-                + f"{mirror_fix}; {keep_fix}",
-            )
+            return _fetch_gave_up(fault, attempts, step=step, host=host, shown=shown, repo=repo)
 
         with (
             log.section(f"fetch {label} from {shown}"),
@@ -518,7 +513,7 @@ class SourceCache:
                 host,
                 fetch,
                 give_up=give_up,
-                timeout_fix=f"check that {host} is up and answering, {mirror_fix}; a slow "
+                timeout_fix=f"check that {host} is up and answering, {_MIRROR_FIX}; a slow "
                 f"link: give it longer with {TIMEOUT_SETTING}; {keep_fix}",
                 limit_s=whole_limit,
                 long=True,
@@ -528,8 +523,39 @@ class SourceCache:
             if attempt.returncode != 0:
                 raise SourceError(
                     f"cannot fetch {label} from {shown}: {attempt.stderr.strip()}",
-                    fix=f"check the network or credentials, {mirror_fix}; {keep_fix}",
+                    fix=f"check the network or credentials, {_MIRROR_FIX}; {keep_fix}",
                 )
+
+    def _run_bounded(
+        self,
+        command: PlannedCommand,
+        *,
+        step: str,
+        host: str,
+        whole_limit: float,
+        stall: float,
+        silence: Silence | None,
+        keep_fix: str,
+    ) -> subprocess.CompletedProcess[str]:
+        """One fetch attempt within ``whole_limit`` (and, through ``silence``, ``stall``
+        where git has no stall limit): a stall may be tried again, the whole limit may not."""
+        try:
+            if silence is None:  # the executor's plain form (a test's recorder too)
+                return self.run(command, echo=True, check=False, timeout=whole_limit)
+            return self.run(command, echo=True, check=False, timeout=whole_limit, silence=silence)
+        except StepStalled:
+            raise Transient(
+                "timed out", f"nothing received from {host} within {stall:g}s", after_s=stall
+            ) from None
+        except StepTimedOut:
+            # Hours of a fetch that never completed: trying again would take as long.
+            raise NetworkTimedOut(
+                step,
+                host,
+                whole_limit,
+                1,
+                f"check the network to {host}, or build from a mirror with MIRROR=; {keep_fix}",
+            ) from None
 
     def _verify(self, repo: Path, component: Component) -> str:
         commit = component.commit or ""

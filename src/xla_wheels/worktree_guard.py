@@ -158,28 +158,18 @@ def inspect(
     common = out("rev-parse", "--path-format=absolute", "--git-common-dir", check=False).strip()
     same_repository = bool(common) and Path(common).resolve() == repo.resolve()
     status = out("status", "--porcelain", "--untracked-files=all", "--ignored=matching")
-    owned = BUILD_OWNED.get(component.name, ())
-    entries = [
-        line
-        for line in _lines(status)
-        if not (line.startswith(("?? ", "!! ")) and line[3:].startswith(owned))
-    ]
-    changes = tuple(line for line in entries if not line.startswith("!! "))
-    ignored = tuple(line[3:] for line in entries if line.startswith("!! "))
-    in_progress = None
-    for name, what in _IN_PROGRESS:
-        if (worktree / out("rev-parse", "--git-path", name).strip()).exists():
-            in_progress = what
-            break
+    changes, ignored = _changes_and_ignored(status, BUILD_OWNED.get(component.name, ()))
+    in_progress = next(
+        (what for name, what in _IN_PROGRESS
+         if (worktree / out("rev-parse", "--git-path", name).strip()).exists()),
+        None,
+    )  # fmt: skip
     # Commits beyond every commit the sources stage pinned, with their committer.
     log_format = "--format=%H%x00%cn <%ce>%x00%s"
     not_pinned = ("--not", "--glob=refs/pinned/*")
-    listing = out("log", "--reverse", log_format, "HEAD", *not_pinned, check=False)
-    foreign = []
-    for line in _lines(listing):
-        sha, committer, subject = [*line.split("\0"), "", ""][:3]
-        if committer != DEFAULT_AUTHOR:
-            foreign.append(f"{sha[:12]} {subject} (committed by {committer})")
+    foreign = _foreign_commits(
+        out("log", "--reverse", log_format, "HEAD", *not_pinned, check=False)
+    )
     try:
         expected = expected_head(worktree, component, pin, runner) if same_repository else None
     except GitError:
@@ -216,6 +206,32 @@ def inspect(
         same_repository=same_repository,
         built=built,
     )
+
+
+def _changes_and_ignored(
+    status: str, owned: tuple[str, ...]
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """From ``git status --porcelain --ignored``: the changed entries, and the ignored
+    paths, leaving out the untracked and ignored files the build owns (``owned``)."""
+    entries = [
+        line
+        for line in _lines(status)
+        if not (line.startswith(("?? ", "!! ")) and line[3:].startswith(owned))
+    ]
+    changes = tuple(line for line in entries if not line.startswith("!! "))
+    ignored = tuple(line[3:] for line in entries if line.startswith("!! "))
+    return changes, ignored
+
+
+def _foreign_commits(listing: str) -> list[str]:
+    """The commits of ``listing`` (``%H%x00%cn <%ce>%x00%s`` lines) someone other than
+    the pipeline committed, as ``sha subject (committed by ...)``."""
+    foreign = []
+    for line in _lines(listing):
+        sha, committer, subject = [*line.split("\0"), "", ""][:3]
+        if committer != DEFAULT_AUTHOR:
+            foreign.append(f"{sha[:12]} {subject} (committed by {committer})")
+    return foreign
 
 
 def _scratch_tree(

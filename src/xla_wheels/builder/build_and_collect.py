@@ -53,7 +53,7 @@ from xla_wheels.bundle import Bundle
 from xla_wheels.gitutil import git
 from xla_wheels.layout import BundleLayout
 from xla_wheels.options import PipelineOptions
-from xla_wheels.patches import describe_series, series_digest
+from xla_wheels.patches import AppliedPatch, describe_series, series_digest
 from xla_wheels.plan import PlannedCommand, PlannedStage
 from xla_wheels.progress import Timings
 from xla_wheels.sources import CheckedOutSource, SourceCache, known_commits
@@ -126,88 +126,16 @@ def compose(
     }
     described = {name: describe_series(bundle.component(name)) for name in bundle.components}
     series = {name: series_digest(patches) for name, patches in described.items()}
-    torch_c, xla_c = bundle.component("torch"), bundle.component("torch_xla")
-    torch_digest = wheel_stamp.patch_digest([series["torch"]]) if torch_c.patches else None
-    torch_version = wheel_stamp.local_version(torch_c.version or "", pins["torch"], torch_digest)
-    # torch_xla always carries ".p<digest>": even with no torch_xla patch, its OpenXLA is
-    # the bundle's (override), not the one upstream's WORKSPACE pins.
-    xla_parts = [series["torch_xla"], f"openxla:{pins['openxla']}", series["openxla"]]
-    if torch_c.patches:
-        # torch_xla is compiled against the torch it is built with: a patched torch makes
-        # another torch_xla, which must not share a file name with the one built against
-        # another torch (builder.rebuilt_wheels stops on exactly that). Unpatched torch adds
-        # nothing, so those labels stay as they were.
-        xla_parts.append(f"torch:{series['torch']}")
-    xla_digest = wheel_stamp.patch_digest(xla_parts)
-    torch_xla_version = wheel_stamp.local_version(
-        xla_c.version or "", pins["torch_xla"], xla_digest
-    )
+    torch_version, torch_xla_version = _local_versions(bundle, pins, series)
     knobs = asdict(bundle.build)
-    toolchain = config.image if config.mode == "container" else f"host:{config.host_python}"
-    # The remote caches are deliberately not stage inputs: Bazel's action cache and
-    # ccache are content addressed (an action's digest covers its command, environment
-    # and input files; ccache hashes the preprocessed source and the compiler command),
-    # so a hit yields the bytes a local compile of the same inputs yields. Their URLs,
-    # the role and the credentials say where results come from, not what they are; a key
-    # over them would rebuild every wheel when a cache moves or a token rotates (and a
-    # key over a credential would be a way to guess it). Trust in what the cache holds is
-    # the one-writer policy's job (remote_cache.py).
-    keys: dict[str, str] | None = None
-    if all(commits.get(name) for name in bundle.components):
-        both = dict(compiler=dict(config.compiler_env), python=bundle.python, toolchain=toolchain)
-        torch_key = stage_key(
-            {
-                "component": "torch",
-                "commit": commits["torch"],
-                "series": series["torch"],
-                "version": torch_version,
-                "cxx_abi": knobs["cxx_abi"],
-                **both,
-            }
-        )
-        xla_key = stage_key(
-            {
-                "component": "torch_xla",
-                "torch": torch_key,
-                "commit": commits["torch_xla"],
-                "series": series["torch_xla"],
-                "openxla": commits["openxla"],
-                "openxla_series": series["openxla"],
-                "version": torch_xla_version,
-                "knobs": knobs,
-                **both,
-            }
-        )
-        keys = {"torch": torch_key, "torch_xla": xla_key}
+    keys = _stage_keys(bundle, config, commits, series, torch_version, torch_xla_version)
     stages = cache / "stages"
 
     def stage_path(name: str) -> str:
         suffix = keys[name][:16] if keys else "KEY-AFTER-SOURCES"
         return str(stages / f"{name}-{suffix}")
 
-    # Inputs only, never the bundle: every bundle with these inputs gets these bytes
-    # (they share the stage), so a bundle name, manifest digest or remote here would be
-    # wrong for all but the first (see stamp's module docstring).
-    provenance = Provenance(
-        built_by=f"xla-wheels {xla_wheels.__version__}",
-        build=BuildSettings(
-            mode=config.mode,
-            engine=config.engine if config.mode == "container" else "host",
-            image=config.image if config.mode == "container" else None,
-            knobs=knobs,
-        ),
-        components={
-            name: ComponentProvenance(
-                commit=pins[name],
-                version=bundle.component(name).version,
-                patches=tuple(
-                    PatchDigest(f"patches/{p.relpath}", p.sha256) for p in described[name]
-                ),
-                series_sha256=series[name],
-            )
-            for name in bundle.components
-        },
-    )
+    provenance = _provenance(bundle, config, pins, described, series)
     spec = BuildSpec(
         bundle=bundle.name,
         python=config.host_python if config.mode == "host" else config.container_python,
@@ -236,14 +164,118 @@ def compose(
         ship_check=config.ship_check,
         ship_pip_args=list(config.ship_pip_args),
         pipeline_src=[
-            str(Path(package.__path__[0]).resolve().parent)
-            for package in (xla_wheels, xla_host)
+            str(Path(package.__path__[0]).resolve().parent) for package in (xla_wheels, xla_host)
         ],
         remote_cache=config.remote_cache.settings.to_dict(),
         private_dir=str(layout.work / "private"),
         provenance=provenance.to_json(),
     )
     return spec, keys
+
+
+def _local_versions(
+    bundle: Bundle, pins: Mapping[str, str], series: Mapping[str, str]
+) -> tuple[str, str]:
+    """The local versions torch and torch_xla are built with (``+<commit>.p<digest>``)."""
+    torch_c, xla_c = bundle.component("torch"), bundle.component("torch_xla")
+    torch_digest = wheel_stamp.patch_digest([series["torch"]]) if torch_c.patches else None
+    torch_version = wheel_stamp.local_version(torch_c.version or "", pins["torch"], torch_digest)
+    # torch_xla always carries ".p<digest>": even with no torch_xla patch, its OpenXLA is
+    # the bundle's (override), not the one upstream's WORKSPACE pins.
+    xla_parts = [series["torch_xla"], f"openxla:{pins['openxla']}", series["openxla"]]
+    if torch_c.patches:
+        # torch_xla is compiled against the torch it is built with: a patched torch makes
+        # another torch_xla, which must not share a file name with the one built against
+        # another torch (builder.rebuilt_wheels stops on exactly that). Unpatched torch adds
+        # nothing, so those labels stay as they were.
+        xla_parts.append(f"torch:{series['torch']}")
+    xla_digest = wheel_stamp.patch_digest(xla_parts)
+    torch_xla_version = wheel_stamp.local_version(
+        xla_c.version or "", pins["torch_xla"], xla_digest
+    )
+    return torch_version, torch_xla_version
+
+
+def _stage_keys(
+    bundle: Bundle,
+    config: BuildConfig,
+    commits: Mapping[str, str | None],
+    series: Mapping[str, str],
+    torch_version: str,
+    torch_xla_version: str,
+) -> dict[str, str] | None:
+    """Each stage's key over its inputs (None while a commit is not known in full)."""
+    knobs = asdict(bundle.build)
+    toolchain = config.image if config.mode == "container" else f"host:{config.host_python}"
+    # The remote caches are deliberately not stage inputs: Bazel's action cache and
+    # ccache are content addressed (an action's digest covers its command, environment
+    # and input files; ccache hashes the preprocessed source and the compiler command),
+    # so a hit yields the bytes a local compile of the same inputs yields. Their URLs,
+    # the role and the credentials say where results come from, not what they are; a key
+    # over them would rebuild every wheel when a cache moves or a token rotates (and a
+    # key over a credential would be a way to guess it). Trust in what the cache holds is
+    # the one-writer policy's job (remote_cache.py).
+    if not all(commits.get(name) for name in bundle.components):
+        return None
+    both = dict(compiler=dict(config.compiler_env), python=bundle.python, toolchain=toolchain)
+    torch_key = stage_key(
+        {
+            "component": "torch",
+            "commit": commits["torch"],
+            "series": series["torch"],
+            "version": torch_version,
+            "cxx_abi": knobs["cxx_abi"],
+            **both,
+        }
+    )
+    xla_key = stage_key(
+        {
+            "component": "torch_xla",
+            "torch": torch_key,
+            "commit": commits["torch_xla"],
+            "series": series["torch_xla"],
+            "openxla": commits["openxla"],
+            "openxla_series": series["openxla"],
+            "version": torch_xla_version,
+            "knobs": knobs,
+            **both,
+        }
+    )
+    return {"torch": torch_key, "torch_xla": xla_key}
+
+
+def _provenance(
+    bundle: Bundle,
+    config: BuildConfig,
+    pins: Mapping[str, str],
+    described: Mapping[str, tuple[AppliedPatch, ...]],
+    series: Mapping[str, str],
+) -> Provenance:
+    """The provenance the wheels carry: the build's inputs."""
+    knobs = asdict(bundle.build)
+    # Inputs only, never the bundle: every bundle with these inputs gets these bytes
+    # (they share the stage), so a bundle name, manifest digest or remote here would be
+    # wrong for all but the first (see stamp's module docstring).
+    return Provenance(
+        built_by=f"xla-wheels {xla_wheels.__version__}",
+        build=BuildSettings(
+            mode=config.mode,
+            engine=config.engine if config.mode == "container" else "host",
+            image=config.image if config.mode == "container" else None,
+            knobs=knobs,
+        ),
+        components={
+            name: ComponentProvenance(
+                commit=pins[name],
+                version=bundle.component(name).version,
+                patches=tuple(
+                    PatchDigest(f"patches/{p.relpath}", p.sha256) for p in described[name]
+                ),
+                series_sha256=series[name],
+            )
+            for name in bundle.components
+        },
+    )
 
 
 def _reproducible_env(

@@ -93,31 +93,7 @@ def check_versions(report: DoctorReport, bundle: Bundle, facts: HostFacts, lock:
             report.add("ok", project, f"{have} (bundle pins {want}; no wheels locked yet)")
         else:
             report.add("FAIL", project, f"{have} installed, bundle has {want}", fix_install)
-    for pin in bundle.runtime.values():
-        have = installed.get(normalize(pin.name))
-        if have is None:
-            report.add("FAIL", pin.name, f"not installed (bundle: {pin.specifier})", fix_install)
-        elif pin.version is not None:
-            ok = have == pin.version
-            report.add(
-                "ok" if ok else "FAIL",
-                pin.name,
-                f"{have} (bundle: =={pin.version})",
-                "" if ok else fix_install,
-            )
-        elif not meets_minimum(have, pin.minimum or "0"):
-            report.add(
-                "FAIL", pin.name, f"{have} is older than the minimum {pin.minimum}", fix_install
-            )
-        elif pin.preferred and have != pin.preferred:
-            report.add(
-                "WARN",
-                pin.name,
-                f"{have} (>= {pin.minimum}; preferred {pin.preferred})",
-                f"pip install libtpu=={pin.preferred} (the validated version)",
-            )
-        else:
-            report.add("ok", pin.name, have)
+    _check_runtime_pins(report, bundle, installed, fix_install)
     try:
         provenance = facts.provenance()
     except ProvenanceFormatError as error:
@@ -151,6 +127,37 @@ def check_versions(report: DoctorReport, bundle: Bundle, facts: HostFacts, lock:
             f"probe saw {list(facts.imported)} already imported " "(sitecustomize?)",
             "do not import torch in site hooks",
         )
+
+
+def _check_runtime_pins(
+    report: DoctorReport, bundle: Bundle, installed: Mapping[str, str | None], fix_install: str
+) -> None:
+    """Each runtime pin (libtpu, jax...) installed, at its version or minimum."""
+    for pin in bundle.runtime.values():
+        have = installed.get(normalize(pin.name))
+        if have is None:
+            report.add("FAIL", pin.name, f"not installed (bundle: {pin.specifier})", fix_install)
+        elif pin.version is not None:
+            ok = have == pin.version
+            report.add(
+                "ok" if ok else "FAIL",
+                pin.name,
+                f"{have} (bundle: =={pin.version})",
+                "" if ok else fix_install,
+            )
+        elif not meets_minimum(have, pin.minimum or "0"):
+            report.add(
+                "FAIL", pin.name, f"{have} is older than the minimum {pin.minimum}", fix_install
+            )
+        elif pin.preferred and have != pin.preferred:
+            report.add(
+                "WARN",
+                pin.name,
+                f"{have} (>= {pin.minimum}; preferred {pin.preferred})",
+                f"pip install libtpu=={pin.preferred} (the validated version)",
+            )
+        else:
+            report.add("ok", pin.name, have)
 
 
 def check_provenance(

@@ -159,6 +159,22 @@ def _twine_upload(
     if credentials.password is not None:
         env["TWINE_PASSWORD"] = credentials.password
 
+    returncode, output = _run_twine(argv, env, wheel, upload_url, credentials, network)
+    if returncode != 0:
+        raise _upload_failure(output, wheel, upload_url, credentials, network, index_url)
+
+
+def _run_twine(
+    argv: list[str],
+    env: dict[str, str],
+    wheel: LocalWheel,
+    upload_url: str,
+    credentials: Credentials,
+    network: NetworkPolicy,
+) -> tuple[int, str]:
+    """twine's exit code and its output (colours off, credentials masked), retried while
+    the index fails on its side; an index that never answers is an error of its own."""
+
     def readable(text: str) -> str:
         # twine colours its messages; the error text must read cleanly in logs and reports.
         return scrub(re.sub(r"\x1b\[[0-9;]*m", "", text), credentials.secrets)
@@ -203,14 +219,24 @@ def _twine_upload(
         long=True,
         network=network,
     )
-    if returncode == 0:
-        return
+    return returncode, output
+
+
+def _upload_failure(
+    output: str,
+    wheel: LocalWheel,
+    upload_url: str,
+    credentials: Credentials,
+    network: NetworkPolicy,
+    index_url: str,
+) -> PublishError:
+    """The error that says why twine did not upload ``wheel``, read from its output."""
     tail = "\n".join(line.rstrip() for line in output.splitlines()[-12:])
     lowered = output.lower()
     refused = "connection" in lowered and ("refused" in lowered or "error" in lowered)
     if credentials.source == "none" and not refused:
         # twine --non-interactive stops without asking; say where credentials come from.
-        raise CredentialsRejected(
+        return CredentialsRejected(
             f"no credentials to upload {wheel.record.name} to {scrub(upload_url)}: neither "
             f"TWINE_USERNAME/TWINE_PASSWORD are set nor does keyring hold a password:\n{tail}",
             fix="export TWINE_USERNAME=<user> TWINE_PASSWORD=<password> and run publish "
@@ -218,22 +244,22 @@ def _twine_upload(
             "and export TWINE_USERNAME=<user>",
         )
     if re.search(r"HTTPError: 40[13]\b", output) or "forbidden" in lowered:
-        raise CredentialsRejected(
+        return CredentialsRejected(
             f"the index at {scrub(upload_url)} rejected the upload of {wheel.record.name} "
             f"(credentials from: {credentials.source}):\n{tail}",
             fix="check TWINE_USERNAME / TWINE_PASSWORD (or the keyring entry for this URL) "
             "and that the account may upload",
         )
     if refused:
-        raise IndexUnreachable(
+        return IndexUnreachable(
             f"the index at {scrub(upload_url)} is not reachable for uploads:\n{tail}",
             fix="check that the index is running and UPLOAD_URL / INDEX_URL are right",
         )
     if re.search(r"HTTPError: (400|409)\b", output) and (
         raced := _uploaded_meanwhile(wheel, index_url, credentials, network)
     ):
-        raise raced
-    raise PublishError(
+        return raced
+    return PublishError(
         f"twine could not upload {wheel.record.name} to {scrub(upload_url)}:\n{tail}",
         fix="twine's message above names the cause; after fixing it, run publish again "
         "(files already on the index with the same sha256 are skipped)",

@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from xla_host import log, runner
-from xla_host.host_probe import probe
+from xla_host.host_probe import HostFacts, probe
 from xla_host.net import TIMEOUT_SETTING, NetworkPolicy, Transient, host_of, with_retries
-from xla_host.provenance import PROVENANCE_PATH, ProvenanceFormatError
+from xla_host.provenance import PROVENANCE_PATH, Provenance, ProvenanceFormatError
 from xla_host.redact import scrub
 from xla_host.wheel_filename import normalize, parse_wheel_name
 from xla_wheels import sbom, venv_check
@@ -46,7 +46,7 @@ from xla_wheels.publish.index import (
 )
 from xla_wheels.publish.requirements import write_requirements
 from xla_wheels.publish.wheels import locked_records, locked_sboms, locked_versions
-from xla_wheels.wheels_lock import Lock, RuntimeWheelRecord, WheelRecord
+from xla_wheels.wheels_lock import BundleEntry, Lock, RuntimeWheelRecord, WheelRecord
 
 IMPORT_TIMEOUT_S = 600.0
 #: The size a public wheel is allowed for in pip's time limit (torch is ~900 MB, most
@@ -323,15 +323,7 @@ def verify_install(
         reject_userinfo(index_url, "INDEX_URL")
     entry = lock.entry(bundle.name)
     ours = locked_records(lock, bundle.name)
-    runtime: list[RuntimeWheelRecord] = []
-    if not no_deps:
-        if bundle.runtime and entry.runtime_wheels is None:
-            raise PublishError(
-                f"wheels.lock has no runtime wheels for {bundle.name}",
-                fix=f"run `make requirements BUNDLE={bundle.name}` first (or pass NO_DEPS=1 "
-                "to install only our wheels)",
-            )
-        runtime = list(entry.runtime_wheels or ())
+    runtime = _runtime_records(bundle, entry, no_deps=no_deps)
     requirements = write_requirements(work / "requirements.txt", bundle, ours, runtime)
     venv = work / "venv"
     report = VerifyReport(bundle.name, scrub(index_url), str(requirements), str(venv))
@@ -340,32 +332,12 @@ def verify_install(
         python, pip = create_venv(base_python, venv)
 
     with log.section("verify-install: pip install --require-hashes"):
-        env, secrets = _pip_env(index_url, isolated=no_deps)
-        argv = [
-            *pip, "install", "--require-hashes", "--no-cache-dir", "--only-binary=:all:",
-            *(["--no-deps"] if no_deps else []), "-r", str(requirements),
-        ]  # fmt: skip
-        result = _pip_install(argv, env, secrets, index_url, ours, runtime, network)
-        (work / "pip-install.log").write_text(result.stdout + result.stderr)
-        if result.returncode != 0:
-            # pip says "No matching distribution" whether the index refused our
-            # credentials, was down or never answered: ask it once ourselves, so that the
-            # error says which (and pip's hash errors stay for real hash mismatches).
-            _probe_index(index_url, network)
-            output = result.stdout + result.stderr
-            if fault := pip_network_fault(
-                output, index_url, step="pip install --require-hashes", network=network
-            ):
-                raise fault
-            _probe_refused_files(output, index_url, ours, network)
-            tail = "\n".join(
-                line
-                for line in (result.stdout + result.stderr).splitlines()
-                if line.strip() and "is ignored" not in line
-            )
-            report.add("install", "FAIL", "pip refused or failed:\n" + tail[-3000:])
+        installed = _install(
+            report, pip, requirements, work=work, index_url=index_url, ours=ours,
+            runtime=runtime, no_deps=no_deps, network=network,
+        )  # fmt: skip
+        if not installed:
             return report
-        report.add("install", "ok", f"{len(ours) + len(runtime)} pinned file(s) by sha256")
         if deps_from:
             borrow_packages(python, deps_from)
 
@@ -376,51 +348,14 @@ def verify_install(
             [*sorted(expected), "libtpu", "jax", "jaxlib"],
             fix=f"inspect the venv {venv} by hand",
         )
-        for project, version in sorted(expected.items()):
-            installed = facts.versions.get(project)
-            location = facts.locations.get(project, "")
-            inside = bool(location) and Path(location).resolve().is_relative_to(venv.resolve())
-            status = "ok" if installed == version and inside else "FAIL"
-            where = "" if inside else f" (NOT in the fresh venv: {location or 'missing'})"
-            report.add(
-                f"version {project}", status, f"installed {installed}, locked {version}{where}"
-            )
-        for record in runtime:
-            if record.project in ("libtpu", "jax", "jaxlib"):
-                installed = facts.versions.get(record.project)
-                status = "ok" if installed == record.version else "FAIL"
-                report.add(
-                    f"version {record.project}",
-                    status,
-                    f"installed {installed}, locked {record.version}",
-                )
-        try:
-            provenance = facts.provenance()
-        except ProvenanceFormatError as error:
-            report.add(
-                "provenance", "FAIL", f"{facts.provenance_path} does not follow the schema: {error}"
-            )
-        else:
-            if provenance is None:
-                status = "FAIL" if require_provenance else "WARN"
-                report.add(
-                    "provenance",
-                    status,
-                    f"absent: {PROVENANCE_PATH} is not in the installed torch_xla, so this "
-                    "wheel cannot be tied to the bundle's commits and patches (a stock wheel, "
-                    "or one built before the build stage wrote provenance)",
-                )
-            else:
-                check = prov.compare(provenance, bundle.name, entry)
-                if check.problems:
-                    report.add("provenance", "FAIL", "; ".join(check.problems))
-                else:
-                    compared = ", ".join(check.compared)
-                    report.add("provenance", "ok", f"matches wheels.lock: {compared}")
+        _check_versions(report, facts, expected, runtime, venv)
+        provenance = _check_provenance(report, facts, bundle, entry, require_provenance)
         # The SBOMs are compared with the provenance file (their one source) when it is sound.
         sound = report.checks[-1].name == "provenance" and report.checks[-1].status == "ok"
         for sbom_check in sbom.check_installed(
-            facts.python, provenance if sound else None, locked=locked_sboms(ours),
+            facts.python,
+            provenance if sound else None,
+            locked=locked_sboms(ours),
             # --require-provenance: the bundle's own wheels must carry theirs.
             required=[parse_wheel_name(r.name).project for r in ours if require_provenance],
         ):
@@ -434,30 +369,149 @@ def verify_install(
                 "installed with --no-deps and no DEPS_FROM: torch is not in the venv",
             )
         else:
-            # The import child inherits ours; PJRT_DEVICE is the host's runtime choice.
-            env = {**os.environ, "PJRT_DEVICE": os.environ.get("PJRT_DEVICE", "CPU")}
-            imported = _run(
-                [str(python), "-c", _IMPORT], env=env, timeout=IMPORT_TIMEOUT_S, check=False
-            )
-            if imported.returncode != 0:
-                tail = "\n".join(imported.stderr.strip().splitlines()[-8:])
-                report.add("import", "FAIL", f"import torch_xla failed:\n{tail}")
-            else:
-                info = json.loads(imported.stdout.strip().splitlines()[-1])
-                inside = Path(info["file"]).resolve().is_relative_to(venv.resolve())
-                want = expected.get(normalize("torch_xla"))
-                version_ok = want is None or info["version"] in (None, want)
-                status = "ok" if inside and version_ok else "FAIL"
-                where = "from the fresh venv" if inside else f"NOT from the venv: {info['file']}"
-                report.add(
-                    "import",
-                    status,
-                    f"torch_xla {info['version']} imported {where}",
-                )
+            _check_import(report, python, venv, expected)
     (work / "report.json").write_text(
         json.dumps({**asdict(report), "passed": report.passed}, indent=2) + "\n"
     )
     return report
+
+
+def _runtime_records(
+    bundle: Bundle, entry: BundleEntry, *, no_deps: bool
+) -> list[RuntimeWheelRecord]:
+    """The recorded runtime wheels to install beside ours (none with ``--no-deps``)."""
+    if no_deps:
+        return []
+    if bundle.runtime and entry.runtime_wheels is None:
+        raise PublishError(
+            f"wheels.lock has no runtime wheels for {bundle.name}",
+            fix=f"run `make requirements BUNDLE={bundle.name}` first (or pass NO_DEPS=1 "
+            "to install only our wheels)",
+        )
+    return list(entry.runtime_wheels or ())
+
+
+def _install(
+    report: VerifyReport,
+    pip: list[str],
+    requirements: Path,
+    *,
+    work: Path,
+    index_url: str,
+    ours: list[WheelRecord],
+    runtime: list[RuntimeWheelRecord],
+    no_deps: bool,
+    network: NetworkPolicy,
+) -> bool:
+    """``pip install --require-hashes`` into the venv; whether it installed (a refusal is
+    a FAIL in ``report``, an index that did not answer an error of its own)."""
+    env, secrets = _pip_env(index_url, isolated=no_deps)
+    argv = [
+        *pip, "install", "--require-hashes", "--no-cache-dir", "--only-binary=:all:",
+        *(["--no-deps"] if no_deps else []), "-r", str(requirements),
+    ]  # fmt: skip
+    result = _pip_install(argv, env, secrets, index_url, ours, runtime, network)
+    (work / "pip-install.log").write_text(result.stdout + result.stderr)
+    if result.returncode != 0:
+        # pip says "No matching distribution" whether the index refused our
+        # credentials, was down or never answered: ask it once ourselves, so that the
+        # error says which (and pip's hash errors stay for real hash mismatches).
+        _probe_index(index_url, network)
+        output = result.stdout + result.stderr
+        if fault := pip_network_fault(
+            output, index_url, step="pip install --require-hashes", network=network
+        ):
+            raise fault
+        _probe_refused_files(output, index_url, ours, network)
+        tail = "\n".join(
+            line
+            for line in (result.stdout + result.stderr).splitlines()
+            if line.strip() and "is ignored" not in line
+        )
+        report.add("install", "FAIL", "pip refused or failed:\n" + tail[-3000:])
+        return False
+    report.add("install", "ok", f"{len(ours) + len(runtime)} pinned file(s) by sha256")
+    return True
+
+
+def _check_versions(
+    report: VerifyReport,
+    facts: HostFacts,
+    expected: dict[str, str],
+    runtime: list[RuntimeWheelRecord],
+    venv: Path,
+) -> None:
+    """Our wheels installed at their locked versions inside the fresh venv, and the
+    runtime's libtpu/jax/jaxlib at theirs."""
+    for project, version in sorted(expected.items()):
+        installed = facts.versions.get(project)
+        location = facts.locations.get(project, "")
+        inside = bool(location) and Path(location).resolve().is_relative_to(venv.resolve())
+        status = "ok" if installed == version and inside else "FAIL"
+        where = "" if inside else f" (NOT in the fresh venv: {location or 'missing'})"
+        report.add(f"version {project}", status, f"installed {installed}, locked {version}{where}")
+    for record in runtime:
+        if record.project in ("libtpu", "jax", "jaxlib"):
+            installed = facts.versions.get(record.project)
+            status = "ok" if installed == record.version else "FAIL"
+            report.add(
+                f"version {record.project}",
+                status,
+                f"installed {installed}, locked {record.version}",
+            )
+
+
+def _check_provenance(
+    report: VerifyReport,
+    facts: HostFacts,
+    bundle: Bundle,
+    entry: BundleEntry,
+    require_provenance: bool,
+) -> Provenance | None:
+    """The installed torch_xla's provenance file compared with the lock; the file read
+    (None when absent or unreadable)."""
+    try:
+        provenance = facts.provenance()
+    except ProvenanceFormatError as error:
+        report.add(
+            "provenance", "FAIL", f"{facts.provenance_path} does not follow the schema: {error}"
+        )
+        return None
+    if provenance is None:
+        status = "FAIL" if require_provenance else "WARN"
+        report.add(
+            "provenance",
+            status,
+            f"absent: {PROVENANCE_PATH} is not in the installed torch_xla, so this "
+            "wheel cannot be tied to the bundle's commits and patches (a stock wheel, "
+            "or one built before the build stage wrote provenance)",
+        )
+        return None
+    check = prov.compare(provenance, bundle.name, entry)
+    if check.problems:
+        report.add("provenance", "FAIL", "; ".join(check.problems))
+    else:
+        compared = ", ".join(check.compared)
+        report.add("provenance", "ok", f"matches wheels.lock: {compared}")
+    return provenance
+
+
+def _check_import(report: VerifyReport, python: Path, venv: Path, expected: dict[str, str]) -> None:
+    """``import torch_xla`` in the venv: it must come from the venv, at its locked version."""
+    # The import child inherits ours; PJRT_DEVICE is the host's runtime choice.
+    env = {**os.environ, "PJRT_DEVICE": os.environ.get("PJRT_DEVICE", "CPU")}
+    imported = _run([str(python), "-c", _IMPORT], env=env, timeout=IMPORT_TIMEOUT_S, check=False)
+    if imported.returncode != 0:
+        tail = "\n".join(imported.stderr.strip().splitlines()[-8:])
+        report.add("import", "FAIL", f"import torch_xla failed:\n{tail}")
+        return
+    info = json.loads(imported.stdout.strip().splitlines()[-1])
+    inside = Path(info["file"]).resolve().is_relative_to(venv.resolve())
+    want = expected.get(normalize("torch_xla"))
+    version_ok = want is None or info["version"] in (None, want)
+    status = "ok" if inside and version_ok else "FAIL"
+    where = "from the fresh venv" if inside else f"NOT from the venv: {info['file']}"
+    report.add("import", status, f"torch_xla {info['version']} imported {where}")
 
 
 def ensure_passed(report: VerifyReport) -> None:

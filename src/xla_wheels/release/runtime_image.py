@@ -43,7 +43,7 @@ from xla_wheels.builder.container import EngineError
 from xla_wheels.bundle import Bundle
 from xla_wheels.publish import requirements
 from xla_wheels.release.lanes import Lane, LaneState
-from xla_wheels.wheels_lock import BundleEntry
+from xla_wheels.wheels_lock import BundleEntry, RuntimeWheelRecord
 
 #: The builder's own base (the Dockerfile's BASE_IMAGE default).
 DEFAULT_BASE_IMAGE = (
@@ -247,21 +247,7 @@ def compose(
         )
     # The lock's rows: the same files as the lane's record (current_wheels checked that).
     text = requirements.requirements_text(bundle, list(entry.wheels or ()), runtime)
-    copies: dict[str, Path] = {}
-    # The backend answers where its files are: on this machine (copied into the build),
-    # else behind the index its server serves (pip reads it in the build).
-    if (directory := lane.backend.directory) is not None:
-        for name, _ in wheels:
-            copies[f"lane/{name}"] = directory / name
-        source = f"--no-index --find-links {PREFIX}/lane"
-        if runtime:
-            source = f"--find-links {PREFIX}/lane" + (
-                f" --index-url {public_index}" if public_index else ""
-            )
-    else:
-        source = f"--index-url {lane.simple_url}"
-        if runtime and public_index:
-            source += f" --extra-index-url {public_index}"
+    copies, source = _wheel_source(lane, wheels, runtime, public_index)
     state_digest = state.receipt_digest if state else None
     environment = profile_environment(profile, bundle.name, build)
     facts = {
@@ -280,39 +266,12 @@ def compose(
     image_labels = labels(
         bundle.name, lane.name, profile, wheels, state_digest, host_wheel, base_image
     )
-    env = {"PATH": f"{VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-           "XLA_WHEELS_STAMP": STAMP, **environment}  # fmt: skip
     lines = [
         f"# Runtime image of bundle {bundle.name} from lane {lane.name}, launch profile "
         f"{profile.name}: written by `make runtime-image` (do not edit; make it again).",
         f"FROM {base_image}",
         *(f"LABEL {k}={_quoted(v)}" for k, v in sorted(image_labels.items())),
-        f"COPY requirements.txt image.json host-wheel/ {PREFIX}/",
-    ]
-    if copies:
-        lines.append(f"COPY lane/ {PREFIX}/lane/")
-    lines += [
-        "# Download by hash from the lane, keep the files (the entrypoint compares the "
-        "installed files with them), install them by hash, then the host package.",
-        f"RUN python3 -m venv {VENV} \\\n"
-        f"    && {PIP} download --no-deps --require-hashes {source} --dest {WHEELS} "
-        f"--requirement {PREFIX}/requirements.txt \\\n"
-        f"    && {PIP} install --no-index --no-deps --require-hashes --find-links {WHEELS} "
-        f"--requirement {PREFIX}/requirements.txt \\\n"
-        + (
-            # The host wheel by hash too (pip's --require-hashes takes no bare file path).
-            f"    && echo '{host_wheel.sha256}  {PREFIX}/{host_wheel.name}' | sha256sum -c - \\\n"
-            if host_wheel.sha256
-            else ""
-        )
-        + f"    && {PIP} install --no-index --no-deps {PREFIX}/{host_wheel.name} \\\n"
-        f"    && mkdir -p {Path(STAMP).parent} && chmod 1777 {Path(STAMP).parent}"
-        + (f" \\\n    && rm -rf {PREFIX}/lane" if copies else ""),
-        *(f"ENV {k}={_quoted(v)}" for k, v in env.items()),
-        "ENTRYPOINT " + json.dumps(
-            [f"{VENV}/bin/python", "-m", "xla_host.entrypoint", "--facts", FACTS, "--"]
-        ),
-        'CMD ["python", "-c", "import torch_xla; print(torch_xla.__version__)"]',
+        *_install_lines(source, host_wheel, environment, copied=bool(copies)),
     ]
     return RuntimeImagePlan(
         engine=engine,
@@ -331,6 +290,67 @@ def compose(
         labels=image_labels,
         network_host=uses_loopback(lane),
     )
+
+
+def _wheel_source(
+    lane: Lane,
+    wheels: Sequence[tuple[str, str]],
+    runtime: Sequence[RuntimeWheelRecord],
+    public_index: str | None,
+) -> tuple[dict[str, Path], str]:
+    """Where pip downloads the wheels from: the files copied into the context (a lane
+    whose files are on this machine), and pip's source options."""
+    copies: dict[str, Path] = {}
+    # The backend answers where its files are: on this machine (copied into the build),
+    # else behind the index its server serves (pip reads it in the build).
+    if (directory := lane.backend.directory) is not None:
+        for name, _ in wheels:
+            copies[f"lane/{name}"] = directory / name
+        source = f"--no-index --find-links {PREFIX}/lane"
+        if runtime:
+            source = f"--find-links {PREFIX}/lane" + (
+                f" --index-url {public_index}" if public_index else ""
+            )
+    else:
+        source = f"--index-url {lane.simple_url}"
+        if runtime and public_index:
+            source += f" --extra-index-url {public_index}"
+    return copies, source
+
+
+def _install_lines(
+    source: str, host_wheel: HostWheel, environment: Mapping[str, str], *, copied: bool
+) -> list[str]:
+    """The Containerfile after its labels: copy the context, install by hash, the
+    environment and the entrypoint."""
+    env = {"PATH": f"{VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+           "XLA_WHEELS_STAMP": STAMP, **environment}  # fmt: skip
+    lines = [f"COPY requirements.txt image.json host-wheel/ {PREFIX}/"]
+    if copied:
+        lines.append(f"COPY lane/ {PREFIX}/lane/")
+    lines += [
+        "# Download by hash from the lane, keep the files (the entrypoint compares the "
+        "installed files with them), install them by hash, then the host package.",
+        f"RUN python3 -m venv {VENV} \\\n"
+        f"    && {PIP} download --no-deps --require-hashes {source} --dest {WHEELS} "
+        f"--requirement {PREFIX}/requirements.txt \\\n"
+        f"    && {PIP} install --no-index --no-deps --require-hashes --find-links {WHEELS} "
+        f"--requirement {PREFIX}/requirements.txt \\\n"
+        + (
+            # The host wheel by hash too (pip's --require-hashes takes no bare file path).
+            f"    && echo '{host_wheel.sha256}  {PREFIX}/{host_wheel.name}' | sha256sum -c - \\\n"
+            if host_wheel.sha256
+            else ""
+        )
+        + f"    && {PIP} install --no-index --no-deps {PREFIX}/{host_wheel.name} \\\n"
+        f"    && mkdir -p {Path(STAMP).parent} && chmod 1777 {Path(STAMP).parent}"
+        + (f" \\\n    && rm -rf {PREFIX}/lane" if copied else ""),
+        *(f"ENV {k}={_quoted(v)}" for k, v in env.items()),
+        "ENTRYPOINT "
+        + json.dumps([f"{VENV}/bin/python", "-m", "xla_host.entrypoint", "--facts", FACTS, "--"]),
+        'CMD ["python", "-c", "import torch_xla; print(torch_xla.__version__)"]',
+    ]
+    return lines
 
 
 def host_wheel_argv(python: str, source: Path, out: Path) -> list[str]:

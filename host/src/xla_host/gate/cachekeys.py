@@ -307,27 +307,7 @@ def run_cache_checks(
         cold = child("cold", train, runtime_env(target.device, cache_dir=cache))
         workloads.refuse_unjudgeable(workload.name, [cold])
     after_cold = snapshot(cache)
-    done: list[tuple[Variant, dict[str, Any] | None, str | None]] = []
-    to_run: list[tuple[int, ChildSpec]] = []
-    wanted = [v for v in variants(runs / "xla-dump") if KEY_NAME in checks or v.expect == HIT]
-    for variant in wanted:
-        why_not = not_applicable(variant, target.device, cold)
-        if why_not is not None or not cold["ok"]:
-            done.append((variant, None, why_not or "the cold run did not finish"))
-            continue
-        if variant.name == "warm-same" and shared is not None and shared.warm_same is not None:
-            done.append((variant, _as(shared.warm_same, variant.name), None))
-            continue
-        # Each variant gets its own copy of the cold cache: what one variant writes
-        # (a miss stores a new entry) must not decide another's outcome.
-        copy = scratch / "cache-checks" / variant.name
-        shutil.copytree(cache, copy)
-        base = runtime_env(target.device, cache_dir=copy)
-        variant = against(variant, base)  # the variant as run is what the verdict records
-        env = _with_flags(base, variant.xla_flags)
-        args = [*train, *(f"--custom-compile-option={k}={v}" for k, v in variant.custom_options)]
-        to_run.append((len(done), ChildSpec(variant.name, args, env)))
-        done.append((variant, None, None))
+    done, to_run = _variant_runs(target, runs, scratch, checks, cache, cold, train, shared)
     sharded_env: dict[str, str] | None = None
     if NUMBERS_NAME in checks and cold["ok"]:
         sharded_cache = scratch / "cache-checks" / "sharded"
@@ -363,6 +343,43 @@ def run_cache_checks(
     for result in results:
         result.duration_s = time.monotonic() - began
     return results
+
+
+def _variant_runs(
+    target: Target,
+    runs: Path,
+    scratch: Path,
+    checks: tuple[str, ...],
+    cache: Path,
+    cold: dict[str, Any],
+    train: list[str],
+    shared: SharedRuns | None,
+) -> tuple[list[tuple[Variant, dict[str, Any] | None, str | None]], list[tuple[int, ChildSpec]]]:
+    """Each wanted variant with its run so far (a shared run, or why it does not apply),
+    and the children still to run, by their slot in that list; each such child gets its
+    own copy of the cold cache."""
+    done: list[tuple[Variant, dict[str, Any] | None, str | None]] = []
+    to_run: list[tuple[int, ChildSpec]] = []
+    wanted = [v for v in variants(runs / "xla-dump") if KEY_NAME in checks or v.expect == HIT]
+    for variant in wanted:
+        why_not = not_applicable(variant, target.device, cold)
+        if why_not is not None or not cold["ok"]:
+            done.append((variant, None, why_not or "the cold run did not finish"))
+            continue
+        if variant.name == "warm-same" and shared is not None and shared.warm_same is not None:
+            done.append((variant, _as(shared.warm_same, variant.name), None))
+            continue
+        # Each variant gets its own copy of the cold cache: what one variant writes
+        # (a miss stores a new entry) must not decide another's outcome.
+        copy = scratch / "cache-checks" / variant.name
+        shutil.copytree(cache, copy)
+        base = runtime_env(target.device, cache_dir=copy)
+        variant = against(variant, base)  # the variant as run is what the verdict records
+        env = _with_flags(base, variant.xla_flags)
+        args = [*train, *(f"--custom-compile-option={k}={v}" for k, v in variant.custom_options)]
+        to_run.append((len(done), ChildSpec(variant.name, args, env)))
+        done.append((variant, None, None))
+    return done, to_run
 
 
 # --- as the gate's registry lists them (xla_host.gate.checks) ---------------------------

@@ -413,7 +413,6 @@ def mode_train(args: argparse.Namespace) -> dict[str, Any]:
     ready_cpu_from = time.process_time()
     import torch
     import torch_xla
-    import torch_xla.debug.metrics as met
     import torch_xla.runtime as xr
 
     if args.spmd:
@@ -431,14 +430,75 @@ def mode_train(args: argparse.Namespace) -> dict[str, Any]:
     workload = build_workload(args, device, mesh)
     PROGRESS["workload"] = workload["identity"]
     steps = workload["steps"] if args.steps is None else args.steps
+    trace = _Trace()
+    _train_steps(args, workload, steps, trace, result, ready_from)
+    ready = ready_figures(trace.rows, ready_from, ready_cpu_from)
+    if args.lowering_cost:
+        result["lowering"] = trace.lowering
+    if args.record_keys:
+        components = _key_components(args, torch, torch_xla)
+        result["keys"] = {"components": components, "graphs": trace.key_rows}
+    result.update(_metrics())
+    result.update(_memory(bool(args.spmd)))
+    if args.spmd and args.probe_bytes is not None:
+        # The HBM check's queries, after the counters were read: they share this run's
+        # import and SPMD runtime instead of starting a process of their own. A failure
+        # here is the HBM check's evidence, not this run's.
+        try:
+            result["hbm"] = {"ok": True, **_hbm_queries(args.probe_bytes)}
+        except Exception as error:
+            result["hbm"] = {"ok": False, "error": _error_text(error)}
+    steady = trace.step_times[ready["steps"] :] or trace.step_times
+    result.update(
+        {
+            "workload": workload["identity"],
+            "steps": steps,
+            "warmup_steps": workload["warmup_steps"],
+            "shapes": trace.first_shapes,
+            "spmd": bool(args.spmd),
+            "ready": ready,
+            "ready_s": ready["ready_s"],
+            "ready_cpu_s": ready["ready_cpu_s"],
+            "time_to_first_step_s": trace.rows[0]["ended"] - _START,
+            "step_times_s": trace.step_times,
+            "steady_step_s": statistics.median_high(steady),
+            "losses": trace.losses,
+            "loss_hex": [value.hex() for value in trace.losses],
+        }
+    )
+    return result
+
+
+class _Trace:
+    """What the training steps leave for the report. (A plain class: the gate loads this
+    file without registering it in sys.modules, which a dataclass needs.)"""
+
+    def __init__(self) -> None:
+        self.step_times: list[float] = []
+        self.losses: list[float] = []
+        #: One row per step: the timestamps that tile it and what its sync compiled or loaded.
+        self.rows: list[dict[str, Any]] = []
+        self.first_shapes: dict[str, Any] | None = None
+        self.lowering: list[dict[str, Any]] = []
+        self.key_rows: list[dict[str, Any]] = []
+
+
+def _train_steps(
+    args: argparse.Namespace,
+    workload: dict[str, Any],
+    steps: int,
+    trace: _Trace,
+    result: dict[str, Any],
+    ready_from: float,
+) -> None:
+    """Run and time ``steps`` steps of ``workload`` into ``trace``; the first step's
+    figures go into ``result``. A workload that breaks the restart's contract (a loss that
+    is not one value, shapes or graphs that change after warm-up) is a WorkloadProblem."""
+    import torch
+    import torch_xla
+    import torch_xla.debug.metrics as met
+
     warmup = workload["warmup_steps"]
-    step_times: list[float] = []
-    losses: list[float] = []
-    # One row per step: the timestamps that tile it and what its sync compiled or loaded.
-    rows: list[dict[str, Any]] = []
-    first_shapes: dict[str, Any] | None = None
-    lowering: list[dict[str, Any]] = []
-    key_rows: list[dict[str, Any]] = []
     for index in range(steps):
         # Made before the step's clock starts: a workload's own input pipeline is not what
         # a persistent cache saves (in time-to-ready it counts as setup).
@@ -451,7 +511,7 @@ def mode_train(args: argparse.Namespace) -> dict[str, Any]:
         if not isinstance(loss, torch.Tensor):
             raise WorkloadProblem(f"step returned a {type(loss).__name__}, not the loss tensor")
         if (args.lowering_cost or args.record_keys) and index < warmup:
-            lowering.append(_lowering_cost(index, torch, torch_xla))
+            trace.lowering.append(_lowering_cost(index, torch, torch_xla))
         cache_before = _cache_files() if args.record_keys else set()
         counters_before = _counters(met) if args.record_keys else {}
         sync_before = _graph_work(met)
@@ -467,51 +527,27 @@ def mode_train(args: argparse.Namespace) -> dict[str, Any]:
             shape = list(loss.shape)
             raise WorkloadProblem(f"step returned a loss of shape {shape}, not one value")
         # Reading the loss waits for the device, so the step is really finished.
-        losses.append(float(loss.item()))
+        trace.losses.append(float(loss.item()))
         now = time.perf_counter()
-        step_times.append(now - began)
+        trace.step_times.append(now - began)
         work = _graph_work_since(step_before, _graph_work(met))
         graphs = int(work["graphs"] or 0)
-        rows.append(
-            {
-                "trace_s": traced - began,
-                "sync_s": synced - traced,
-                "sync_cpu_s": sync_cpu_s,
-                "execute_s": now - synced,
-                "ended": now,
-                "ended_cpu": time.process_time(),
-                "graphs": graphs,
-                "compiles": work["compiles"],
-                "loads": work["loads"],
-                # The sync's own: the breakdown splits the sync into them and the rest.
-                "compile_s": in_sync["compile_s"],
-                "load_s": in_sync["load_s"],
-            }
-        )
-        shapes = {"inputs": _shapes(inputs), "loss": list(loss.shape)}
-        if first_shapes is None:
-            first_shapes = shapes
-        elif shapes != first_shapes:
-            raise WorkloadProblem(
-                f"shapes change between steps: step {index + 1} has {shapes}, step 1 had "
-                f"{first_shapes} (a restart is judged on a fixed set of graphs)"
-            )
-        if lowering and lowering[-1]["step"] == index + 1:
+        spans = {
+            "trace_s": traced - began,
+            "sync_s": synced - traced,
+            "sync_cpu_s": sync_cpu_s,
+            "execute_s": now - synced,
+        }
+        trace.rows.append(_step_row(spans, now, graphs, work, in_sync))
+        _check_shapes(trace, index, {"inputs": _shapes(inputs), "loss": list(loss.shape)})
+        if trace.lowering and trace.lowering[-1]["step"] == index + 1:
             # Only a step whose sync brought a new graph is one a disk key is taken for.
-            lowering[-1]["new_graph"] = graphs > 0
+            trace.lowering[-1]["new_graph"] = graphs > 0
             if args.record_keys and graphs:
-                after = _counters(met)
-                key_rows.append(
-                    {
-                        "step": index + 1,
-                        "module": lowering[-1]["module"],
-                        "hits": after["PersistentCacheHit"] - counters_before["PersistentCacheHit"],
-                        "misses": after["PersistentCacheMiss"]
-                        - counters_before["PersistentCacheMiss"],
-                        "compiles": work["compiles"],
-                        "entries": sorted(_cache_files() - cache_before),
-                    }
-                )
+                trace.key_rows.append(
+                    _key_row(index, trace.lowering[-1]["module"], counters_before,
+                             _counters(met), work, sorted(_cache_files() - cache_before))
+                )  # fmt: skip
         if index >= warmup and graphs:
             raise WorkloadProblem(
                 f"step {index + 1} brought {graphs} new graph(s) after {warmup} "
@@ -521,47 +557,58 @@ def mode_train(args: argparse.Namespace) -> dict[str, Any]:
                 "workload that needs more warm-up steps says so (warmup_steps)"
             )
         if index == 0:
-            result["first_step"] = {
-                "setup_s": began - ready_from,
-                "trace_s": traced - began,
-                "sync_s": synced - traced,
-                "sync_cpu_s": sync_cpu_s,
-                "execute_s": now - synced,
-            }
-    ready = ready_figures(rows, ready_from, ready_cpu_from)
-    if args.lowering_cost:
-        result["lowering"] = lowering
-    if args.record_keys:
-        result["keys"] = {"components": _key_components(args, torch, torch_xla), "graphs": key_rows}
-    result.update(_metrics())
-    result.update(_memory(bool(args.spmd)))
-    if args.spmd and args.probe_bytes is not None:
-        # The HBM check's queries, after the counters were read: they share this run's
-        # import and SPMD runtime instead of starting a process of their own. A failure
-        # here is the HBM check's evidence, not this run's.
-        try:
-            result["hbm"] = {"ok": True, **_hbm_queries(args.probe_bytes)}
-        except Exception as error:
-            result["hbm"] = {"ok": False, "error": _error_text(error)}
-    steady = step_times[ready["steps"] :] or step_times
-    result.update(
-        {
-            "workload": workload["identity"],
-            "steps": steps,
-            "warmup_steps": warmup,
-            "shapes": first_shapes,
-            "spmd": bool(args.spmd),
-            "ready": ready,
-            "ready_s": ready["ready_s"],
-            "ready_cpu_s": ready["ready_cpu_s"],
-            "time_to_first_step_s": rows[0]["ended"] - _START,
-            "step_times_s": step_times,
-            "steady_step_s": statistics.median_high(steady),
-            "losses": losses,
-            "loss_hex": [value.hex() for value in losses],
-        }
-    )
-    return result
+            result["first_step"] = {"setup_s": began - ready_from, **spans}
+
+
+def _step_row(
+    spans: dict[str, float],
+    now: float,
+    graphs: int,
+    work: dict[str, float | int | None],
+    in_sync: dict[str, float | int | None],
+) -> dict[str, Any]:
+    """A step's row: its timed spans, when it ended, what it compiled or loaded."""
+    return {
+        **spans,
+        "ended": now,
+        "ended_cpu": time.process_time(),
+        "graphs": graphs,
+        "compiles": work["compiles"],
+        "loads": work["loads"],
+        # The sync's own: the breakdown splits the sync into them and the rest.
+        "compile_s": in_sync["compile_s"],
+        "load_s": in_sync["load_s"],
+    }
+
+
+def _check_shapes(trace: _Trace, index: int, shapes: dict[str, Any]) -> None:
+    """The first step's shapes kept; a later step with others is a WorkloadProblem."""
+    if trace.first_shapes is None:
+        trace.first_shapes = shapes
+    elif shapes != trace.first_shapes:
+        raise WorkloadProblem(
+            f"shapes change between steps: step {index + 1} has {shapes}, step 1 had "
+            f"{trace.first_shapes} (a restart is judged on a fixed set of graphs)"
+        )
+
+
+def _key_row(
+    index: int,
+    module: Any,
+    before: dict[str, int],
+    after: dict[str, int],
+    work: dict[str, float | int | None],
+    entries: list[str],
+) -> dict[str, Any]:
+    """The disk key a step's new graph was looked up under, and what the lookup did."""
+    return {
+        "step": index + 1,
+        "module": module,
+        "hits": after["PersistentCacheHit"] - before["PersistentCacheHit"],
+        "misses": after["PersistentCacheMiss"] - before["PersistentCacheMiss"],
+        "compiles": work["compiles"],
+        "entries": entries,
+    }
 
 
 def _graph_work(met: Any) -> dict[str, float | int | None]:

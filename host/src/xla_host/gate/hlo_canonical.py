@@ -138,6 +138,28 @@ def _skip_braces(line: str, start: int) -> int:
     return len(line)
 
 
+def _string_end(line: str, start: int) -> int:
+    """The index after the string opening at ``start`` (its closing quote; escapes are
+    skipped), or the line's end when it does not close."""
+    i = start + 1
+    while i < len(line):
+        if line[i] == "\\":
+            i += 2
+        elif line[i] == '"':
+            return i + 1
+        else:
+            i += 1
+    return len(line)
+
+
+def _name_end(line: str, start: int) -> int:
+    """The index after the run of name characters from ``start``."""
+    end = start
+    while end < len(line) and line[end] in _NAME_CHARS:
+        end += 1
+    return end
+
+
 def _rename(line: str, depth: int, signature: bool, names: dict[str, str]) -> tuple[str, int]:
     """Rename names and drop metadata in one line; returns it and the brace depth after it.
 
@@ -146,7 +168,6 @@ def _rename(line: str, depth: int, signature: bool, names: dict[str, str]) -> tu
     """
     out: list[str] = []
     i = 0
-    in_string = False
     paren = 0  # parenthesis depth inside the signature
     nest = 0  # brackets and braces inside the signature (shapes, layouts)
     in_signature = False
@@ -154,27 +175,16 @@ def _rename(line: str, depth: int, signature: bool, names: dict[str, str]) -> tu
     item_start = False
     while i < len(line):
         c = line[i]
-        if in_string:
-            out.append(c)
-            if c == "\\" and i + 1 < len(line):
-                out.append(line[i + 1])
-                i += 1
-            elif c == '"':
-                in_string = False
-            i += 1
-            continue
         if line.startswith(_METADATA, i):
             i = _skip_braces(line, i + len(_METADATA) - 1)
             continue
-        if c == '"':
-            in_string = True
-            out.append(c)
-            i += 1
+        if c == '"':  # a string is copied as it is
+            end = _string_end(line, i)
+            out.append(line[i:end])
+            i = end
             continue
         if item_start and c in _NAME_CHARS:
-            end = i
-            while end < len(line) and line[end] in _NAME_CHARS:
-                end += 1
+            end = _name_end(line, i)
             item_start = False
             if line.startswith(":", end):
                 out.append(_canonical_name(line[i:end], names))
@@ -184,9 +194,7 @@ def _rename(line: str, depth: int, signature: bool, names: dict[str, str]) -> tu
             continue
         item_start = False
         if c == "%":
-            end = i + 1
-            while end < len(line) and line[end] in _NAME_CHARS:
-                end += 1
+            end = _name_end(line, i + 1)
             if end > i + 1:
                 out.append("%" + _canonical_name(line[i + 1 : end], names))
                 i = end

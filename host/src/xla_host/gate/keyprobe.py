@@ -243,60 +243,77 @@ def judge_key_probe(
             table.append(entry)
             continue
         same_side = report["compile_side_digest"] == cold["compile_side_digest"]
-        graphs = []
-        for warm in report["graphs"]:
-            base = cold_graphs[warm["graph"]]
-            outcome = _graph_outcome(base, warm, same_side)
-            graphs.append(
-                {
-                    "graph": warm["graph"],
-                    "outcome": outcome,
-                    "loaded": warm["hits"] > 0 and warm["compiles"] == 0,
-                    "same_module": warm["module"] == base["module"],
-                    "same_output": warm["output_sha256"] == base["output_sha256"],
-                }
-            )
+        graphs = _graph_rows(report, cold_graphs, same_side)
         entry["graphs"] = graphs
         entry["same_compile_side"] = same_side
-        worst = [g for g in graphs if g["outcome"] == FAIL]
-        split = [g for g in graphs if g["outcome"] == WARN]
-        if probe.control:
-            unloaded = [g["graph"] for g in graphs if not g["loaded"]]
-            if unloaded:
-                reasons.append(
-                    f"control (nothing changed): graph(s) {', '.join(unloaded)} did not load "
-                    "the cold run's executables: this cache does not load, so its key cannot "
-                    "be probed"
-                )
-                entry["status"] = FAIL
-            else:
-                entry["status"] = PASS
-        elif worst:
-            entry["status"] = FAIL
-            other_module = not all(g["same_module"] for g in worst)
-            wanted = (
-                "lowered another module" if other_module else "compiles under other settings"
-            )
-            reasons.append(
-                f"{probe.name} ({probe.setting}): graph(s) {', '.join(g['graph'] for g in worst)} "
-                f"loaded the cold run's executable although this process {wanted}: the cache "
-                f"key misses {probe.name}, a wrong executable ran"
-            )
-        elif split:
-            entry["status"] = WARN
-            notes.append(
-                f"WARN {probe.name} ({probe.setting}): graph(s) "
-                f"{', '.join(g['graph'] for g in split)} missed although module and compile "
-                "settings equal the cold run's: a needless split (a restart with it recompiles)"
-            )
-        else:
-            entry["status"] = PASS
+        entry["status"], probe_reasons, probe_notes = _probe_verdict(probe, graphs)
+        reasons += probe_reasons
+        notes += probe_notes
         table.append(entry)
     figures: dict[str, Any] = {"probes": table}
     figures["lower_and_fingerprint_s"] = {
         g["graph"]: g.get("lower_and_fingerprint_s") for g in cold["graphs"]
     }
     return CheckResult(NAME, not reasons, reasons, notes, figures)
+
+
+def _graph_rows(
+    report: Mapping[str, Any], cold_graphs: Mapping[str, Mapping[str, Any]], same_side: bool
+) -> list[dict[str, Any]]:
+    """Each graph of a probe's run beside the cold run's: its outcome, whether it loaded,
+    lowered the same module and gave the same output."""
+    graphs = []
+    for warm in report["graphs"]:
+        base = cold_graphs[warm["graph"]]
+        outcome = _graph_outcome(base, warm, same_side)
+        graphs.append(
+            {
+                "graph": warm["graph"],
+                "outcome": outcome,
+                "loaded": warm["hits"] > 0 and warm["compiles"] == 0,
+                "same_module": warm["module"] == base["module"],
+                "same_output": warm["output_sha256"] == base["output_sha256"],
+            }
+        )
+    return graphs
+
+
+def _probe_verdict(probe: Probe, graphs: list[dict[str, Any]]) -> tuple[str, list[str], list[str]]:
+    """A finished probe's status from its graphs, with its reasons and notes."""
+    reasons: list[str] = []
+    notes: list[str] = []
+    worst = [g for g in graphs if g["outcome"] == FAIL]
+    split = [g for g in graphs if g["outcome"] == WARN]
+    if probe.control:
+        unloaded = [g["graph"] for g in graphs if not g["loaded"]]
+        if unloaded:
+            reasons.append(
+                f"control (nothing changed): graph(s) {', '.join(unloaded)} did not load "
+                "the cold run's executables: this cache does not load, so its key cannot "
+                "be probed"
+            )
+            status = FAIL
+        else:
+            status = PASS
+    elif worst:
+        status = FAIL
+        other_module = not all(g["same_module"] for g in worst)
+        wanted = "lowered another module" if other_module else "compiles under other settings"
+        reasons.append(
+            f"{probe.name} ({probe.setting}): graph(s) {', '.join(g['graph'] for g in worst)} "
+            f"loaded the cold run's executable although this process {wanted}: the cache "
+            f"key misses {probe.name}, a wrong executable ran"
+        )
+    elif split:
+        status = WARN
+        notes.append(
+            f"WARN {probe.name} ({probe.setting}): graph(s) "
+            f"{', '.join(g['graph'] for g in split)} missed although module and compile "
+            "settings equal the cold run's: a needless split (a restart with it recompiles)"
+        )
+    else:
+        status = PASS
+    return status, reasons, notes
 
 
 # --- the run -----------------------------------------------------------------------------

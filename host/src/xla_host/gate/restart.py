@@ -313,30 +313,8 @@ def judge_restart(
     if expected == 0:
         reasons.append("the cold run had no persistent-cache misses: nothing was compiled to cache")
 
-    def judge_loader(row: dict[str, Any]) -> None:
-        if not row["ok"]:
-            return
-        name = row["name"]
-        if row["deserialize_failures"]:
-            evidence = f" ({row['log_evidence'][0]})" if row["log_evidence"] else ""
-            reasons.append(
-                f"{name}: {row['deserialize_failures']} deserialize failure(s){evidence}"
-            )
-        if row.get("corrupt"):
-            reasons.append(
-                f"{name}: {row['corrupt']} corrupt cache entr(ies) (PersistentCacheCorrupt): "
-                "the cold run's writes were damaged or cut short"
-            )
-        if row["hits"] != expected:
-            reasons.append(
-                f"{name}: loaded {row['hits']} of {expected} cached executable(s) "
-                "(persistent-cache hits != cold misses)"
-            )
-        if row["xla_compiles"]:
-            reasons.append(f"{name}: {row['xla_compiles']} XLA compile(s) on a warm start (want 0)")
-
     for row in warm:
-        judge_loader(row)
+        reasons += _loader_reasons(row, expected)
     reasons += same_losses([*cold, *loaders])
     cold_ready = statistics.median(row["ready_s"] for row in cold)
     warm_ok = [row["ready_s"] for row in warm if row["ok"]]
@@ -349,30 +327,13 @@ def judge_restart(
         "max_warm_ratio": config.max_warm_ratio,
     }
     if warm_ok:
-        warm_ready = statistics.median(warm_ok)
-        ratio = warm_ready / cold_ready if cold_ready > 0 else float("inf")
-        # Reported only: wall time is what a user waits, but load stretches it.
-        figures.update({"warm_ready_s": round(warm_ready, 4), "warm_cold_ratio": round(ratio, 3)})
-        reasons += _cpu_time_rule(reference, [row for row in warm if row["ok"]], config, figures)
-        if baseline is not None:
-            limit = float(baseline["warm_ready_s"]) * (1 + config.baseline_tolerance)
-            figures.update(
-                {
-                    "baseline_warm_ready_s": baseline["warm_ready_s"],
-                    "baseline_limit_s": round(limit, 4),
-                }
-            )
-            if warm_ready > limit:
-                reasons.append(
-                    f"warm time-to-ready {warm_ready:.2f}s is slower than the baseline "
-                    f"{float(baseline['warm_ready_s']):.2f}s beyond {config.baseline_tolerance:.0%}"
-                )
-            else:
-                notes.append(f"within {config.baseline_tolerance:.0%} of the recorded baseline")
-        else:
-            notes.append("no baseline recorded for this build/device/workload")
+        warm_reasons, warm_notes = _warm_rules(
+            reference, warm, warm_ok, cold_ready, config, baseline, figures
+        )
+        reasons += warm_reasons
+        notes += warm_notes
     if config.read_only_check and reader is not None:
-        judge_loader(reader)
+        reasons += _loader_reasons(reader, expected)
         if reader_changes:
             shown = ", ".join(reader_changes[:5])
             reasons.append(f"{reader['name']} changed the cache directory: {shown}")
@@ -382,6 +343,69 @@ def judge_restart(
         figures["hung"] = [row["name"] for row in hung]
         figures["hang_bound_s"] = hung[0].get("hang_bound_s")
     return CheckResult(config.name, not reasons, reasons, notes, figures)
+
+
+def _loader_reasons(row: dict[str, Any], expected: int) -> list[str]:
+    """What is wrong with a finished warm or reader run that should have loaded the
+    ``expected`` executables the cold run cached (nothing for an unfinished run: its
+    reason is given already)."""
+    if not row["ok"]:
+        return []
+    reasons = []
+    name = row["name"]
+    if row["deserialize_failures"]:
+        evidence = f" ({row['log_evidence'][0]})" if row["log_evidence"] else ""
+        reasons.append(f"{name}: {row['deserialize_failures']} deserialize failure(s){evidence}")
+    if row.get("corrupt"):
+        reasons.append(
+            f"{name}: {row['corrupt']} corrupt cache entr(ies) (PersistentCacheCorrupt): "
+            "the cold run's writes were damaged or cut short"
+        )
+    if row["hits"] != expected:
+        reasons.append(
+            f"{name}: loaded {row['hits']} of {expected} cached executable(s) "
+            "(persistent-cache hits != cold misses)"
+        )
+    if row["xla_compiles"]:
+        reasons.append(f"{name}: {row['xla_compiles']} XLA compile(s) on a warm start (want 0)")
+    return reasons
+
+
+def _warm_rules(
+    reference: list[dict[str, Any]],
+    warm: list[dict[str, Any]],
+    warm_ok: list[float],
+    cold_ready: float,
+    config: RestartConfig,
+    baseline: dict[str, Any] | None,
+    figures: dict[str, Any],
+) -> tuple[list[str], list[str]]:
+    """The warm runs' time rules (CPU time against the cold run, wall time against the
+    recorded baseline): their reasons and notes; their figures go into ``figures``."""
+    notes: list[str] = []
+    warm_ready = statistics.median(warm_ok)
+    ratio = warm_ready / cold_ready if cold_ready > 0 else float("inf")
+    # Reported only: wall time is what a user waits, but load stretches it.
+    figures.update({"warm_ready_s": round(warm_ready, 4), "warm_cold_ratio": round(ratio, 3)})
+    reasons = _cpu_time_rule(reference, [row for row in warm if row["ok"]], config, figures)
+    if baseline is not None:
+        limit = float(baseline["warm_ready_s"]) * (1 + config.baseline_tolerance)
+        figures.update(
+            {
+                "baseline_warm_ready_s": baseline["warm_ready_s"],
+                "baseline_limit_s": round(limit, 4),
+            }
+        )
+        if warm_ready > limit:
+            reasons.append(
+                f"warm time-to-ready {warm_ready:.2f}s is slower than the baseline "
+                f"{float(baseline['warm_ready_s']):.2f}s beyond {config.baseline_tolerance:.0%}"
+            )
+        else:
+            notes.append(f"within {config.baseline_tolerance:.0%} of the recorded baseline")
+    else:
+        notes.append("no baseline recorded for this build/device/workload")
+    return reasons, notes
 
 
 def _cpu_time_rule(
@@ -503,43 +527,23 @@ def run_restart_check(
     created in ``scratch``, the caller's own temporary directory, unless one is configured.
     """
     began = time.monotonic()
-
-    def join(
-        phase: str, ok: bool = True, reason: str = "", told: Mapping[str, Any] | None = None
-    ) -> Mapping[int, Mapping[str, Any]]:
-        if config.join is None:
-            return {}
-        return config.join(f"{config.name}:{phase}", ok, reason, told or {})
-
     reader = config.cache_role == "reader"
     # The writer makes the directory empty before the slice starts; a reader looks after.
     cache = _prepare_cache_dir(config, scratch) if not reader else None
-    join("cold")
+    _join(config, "cold")
     cache = cache or _prepare_cache_dir(config, scratch)
     runs = runs_dir / config.name
     env = runtime_env(
         target.device, cache_dir=cache, read_only=reader, cpu_devices=config.cpu_devices
     )
-    title = config.name
     train = _train_args(config)
     who = "a reader of the writer's cache" if reader else f"{config.writers} writer(s)"
-    with log.section(f"{title}: cold run ({who}), {config.workload} workload"):
-        writer_args = [train] * config.writers
-        if config.hbm_probe_bytes is not None:
-            writer_args[0] = [*train, "--probe-bytes", str(config.hbm_probe_bytes)]
-        started = [
-            start_child(target.python, f"cold-{i + 1}", runs, args, env)
-            for i, args in enumerate(writer_args)
-        ]
-        cold = [
-            summarize(finish_child(s, f"cold-{i + 1}", config.child_timeout_s))
-            for i, s in enumerate(started)
-        ]
+    cold = _cold_runs(target, config, runs, env, train, who)
     try:
         workloads.refuse_unjudgeable(config.workload.name, cold)
     except GateEnvironmentError:
         # The other workers of a slice stop at the next phase with this worker's reason.
-        join("warm", False, "its workload cannot be judged")
+        _join(config, "warm", False, "its workload cannot be judged")
         raise
     cold_ok = all(row["ok"] for row in cold)
     # In a slice the writer's cold run may still be writing when a reader's ends: the
@@ -548,7 +552,7 @@ def run_restart_check(
     # with the writer's and may have found entries the writer had just written (a reader
     # never has a clean cold start), so a reader is judged against the writer's cold run.
     told = {"cold": [{k: r[k] for k in _REFERENCE_KEYS if k in r} for r in cold]}
-    heard = join("warm", cold_ok, "its cold run failed", told if not reader else None)
+    heard = _join(config, "warm", cold_ok, "its cold run failed", told if not reader else None)
     writer_cold = [dict(r) for r in heard.get(0, {}).get("cold", [])] if reader else None
     after_cold = snapshot(cache)
     if config.keep_cold_cache is not None:
@@ -559,54 +563,7 @@ def run_restart_check(
     read_only: dict[str, Any] | None = None
     changes: list[str] | None = None
     if cold_ok:
-        cold_wall = max(row["wall_s"] for row in cold)
-        bound = hang_bound_s(cold_wall, config)
-        margin = config.hang_margin_s
-        rule = f"{config.hang_factor:g} x the cold run's {cold_wall:.0f}s + {margin:.0f}s"
-
-        stall_s = config.stall_s if target.device == "CPU" else None
-
-        def loader(name: str, loader_env: dict[str, str]) -> dict[str, Any]:
-            child = run_child(
-                target.python,
-                name,
-                runs,
-                train,
-                loader_env,
-                bound,
-                stacks_on_timeout=True,
-                stall_s=stall_s,
-            )
-            row = summarize(child)
-            if row.get("timed_out"):
-                row.update({"hang_bound_s": round(bound, 1), "hang_rule": rule})
-            return row
-
-        # Every phase that starts processes starts on every worker together (on a TPU
-        # slice every host's process must join the multi-host runtime at once): the
-        # "warm" barrier starts warm-1, one barrier each starts the later warm runs.
-        phases = [f"warm-{i + 1}" for i in range(1, config.warm_runs)]
-        phases += ["read-only"] if config.read_only_check else []
-        for i in range(config.warm_runs):
-            if i:
-                join(phases.pop(0))
-            with log.section(f"{title}: warm run {i + 1}/{config.warm_runs}"):
-                warm.append(loader(f"warm-{i + 1}", env))
-            if warm[-1].get("timed_out"):
-                log.info(f"{title}: warm-{i + 1} hung; no further loader is started")
-                break
-        hung = any(row.get("timed_out") for row in warm)
-        if phases:
-            # The others wait at the next phase: a hung warm run stops them there.
-            join(phases[0], not hung, "a warm run hung")
-        if config.read_only_check and not hung:
-            before = snapshot(cache)
-            reader_env = runtime_env(
-                target.device, cache_dir=cache, read_only=True, cpu_devices=config.cpu_devices
-            )
-            with log.section(f"{title}: read-only reader"):
-                read_only = loader("read-only", reader_env)
-            changes = diff_snapshots(before, snapshot(cache))
+        warm, read_only, changes = _loader_runs(target, config, runs, env, train, cache, cold)
     path = baseline_path(config.baselines_dir, target, config.workload.name)
     baseline = None if config.record_baseline else load_baseline(path)
     result = judge_restart(
@@ -625,6 +582,110 @@ def run_restart_check(
         _record_baseline(path, target, config, result)
     result.duration_s = time.monotonic() - began
     return result
+
+
+def _join(
+    config: RestartConfig,
+    phase: str,
+    ok: bool = True,
+    reason: str = "",
+    told: Mapping[str, Any] | None = None,
+) -> Mapping[int, Mapping[str, Any]]:
+    """Meet the slice's other workers at ``phase`` (alone: nothing to wait for); what
+    each worker told, by worker."""
+    if config.join is None:
+        return {}
+    return config.join(f"{config.name}:{phase}", ok, reason, told or {})
+
+
+def _cold_runs(
+    target: Target,
+    config: RestartConfig,
+    runs: Path,
+    env: dict[str, str],
+    train: list[str],
+    who: str,
+) -> list[dict[str, Any]]:
+    """The cold runs, started together (the writers: one, or more racing), summarized."""
+    with log.section(f"{config.name}: cold run ({who}), {config.workload} workload"):
+        writer_args = [train] * config.writers
+        if config.hbm_probe_bytes is not None:
+            writer_args[0] = [*train, "--probe-bytes", str(config.hbm_probe_bytes)]
+        started = [
+            start_child(target.python, f"cold-{i + 1}", runs, args, env)
+            for i, args in enumerate(writer_args)
+        ]
+        cold = [
+            summarize(finish_child(s, f"cold-{i + 1}", config.child_timeout_s))
+            for i, s in enumerate(started)
+        ]
+    return cold
+
+
+def _loader_runs(
+    target: Target,
+    config: RestartConfig,
+    runs: Path,
+    env: dict[str, str],
+    train: list[str],
+    cache: Path,
+    cold: list[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None, list[str] | None]:
+    """After a sound cold run: the warm runs (none after one hangs), then the read-only
+    reader's run and what it changed in the cache directory, each bounded by the hang
+    bound the cold run gives."""
+    warm: list[dict[str, Any]] = []
+    read_only: dict[str, Any] | None = None
+    changes: list[str] | None = None
+    cold_wall = max(row["wall_s"] for row in cold)
+    bound = hang_bound_s(cold_wall, config)
+    margin = config.hang_margin_s
+    rule = f"{config.hang_factor:g} x the cold run's {cold_wall:.0f}s + {margin:.0f}s"
+
+    stall_s = config.stall_s if target.device == "CPU" else None
+
+    def loader(name: str, loader_env: dict[str, str]) -> dict[str, Any]:
+        child = run_child(
+            target.python,
+            name,
+            runs,
+            train,
+            loader_env,
+            bound,
+            stacks_on_timeout=True,
+            stall_s=stall_s,
+        )
+        row = summarize(child)
+        if row.get("timed_out"):
+            row.update({"hang_bound_s": round(bound, 1), "hang_rule": rule})
+        return row
+
+    # Every phase that starts processes starts on every worker together (on a TPU
+    # slice every host's process must join the multi-host runtime at once): the
+    # "warm" barrier starts warm-1, one barrier each starts the later warm runs.
+    phases = [f"warm-{i + 1}" for i in range(1, config.warm_runs)]
+    phases += ["read-only"] if config.read_only_check else []
+    for i in range(config.warm_runs):
+        if i:
+            _join(config, phases.pop(0))
+        with log.section(f"{config.name}: warm run {i + 1}/{config.warm_runs}"):
+            warm.append(loader(f"warm-{i + 1}", env))
+        if warm[-1].get("timed_out"):
+            log.info(f"{config.name}: warm-{i + 1} hung; no further loader is started")
+            break
+    hung = any(row.get("timed_out") for row in warm)
+    if phases:
+        # The others wait at the next phase: a hung warm run stops them there.
+        _join(config, phases[0], not hung, "a warm run hung")
+    if config.read_only_check and not hung:
+        before = snapshot(cache)
+        reader_env = runtime_env(
+            target.device, cache_dir=cache, read_only=True, cpu_devices=config.cpu_devices
+        )
+        with log.section(f"{config.name}: read-only reader"):
+            read_only = loader("read-only", reader_env)
+        changes = diff_snapshots(before, snapshot(cache))
+    return warm, read_only, changes
 
 
 #: The XLA flag that keeps XLA:CPU off the thunk runtime whose loaded executables lose the
