@@ -39,9 +39,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-Kind = Literal["text", "path", "directory", "switch", "count", "amount", "words", "repeated"]
+Kind = Literal[
+    "text", "path", "directory", "switch", "count", "amount", "words", "repeated",
+    "names", "arguments", "assignments",
+]  # fmt: skip
 """``words``: a make variable split into several flags; ``repeated``: a flag given again
-for each value."""
+for each value; ``names``: comma-separated names, one value; ``arguments``: shell-quoted
+words, one value; ``assignments``: shell-quoted ``NAME=VALUE`` words, one value (each read
+into a tuple by :func:`xla_host.arguments.parse_text`, its default too)."""
 
 #: What each group is for, in the order ``make help`` and the settings table show them.
 GROUPS: dict[str, str] = {
@@ -214,30 +219,31 @@ SETTINGS: tuple[Setting, ...] = (
        "present, and provenance", flag="--wheels", make="WHEELS", kind="path",
        commands=("record",), default_text="none: required"),
     _s("build", "interpreter in the image", flag="--container-python",
-       commands=BUILDING, default="python3"),
+       env="XLA_WHEELS_CONTAINER_PYTHON", commands=BUILDING, default="python3"),
     _s("build", "Bazel's disk cache directory", flag="--bazel-disk-cache", kind="path",
-       commands=BUILDING,
+       env="XLA_WHEELS_BAZEL_DISK_CACHE", commands=BUILDING,
        default_text="bazel-disk in the per-machine cache"),
     _s("build", "extra pip arguments for build requirements (quoted)", flag="--pip-args",
-       commands=BUILDING, default_text="none"),
+       env="XLA_WHEELS_PIP_ARGS", kind="arguments", commands=BUILDING, default="",
+       default_text="none"),
     _s("build", "pip arguments for the ship check's clean environment (quoted)",
-       flag="--ship-pip-args", commands=BUILDING,
-       default_text="--find-links '{wheels}'"),
+       flag="--ship-pip-args", env="XLA_WHEELS_SHIP_PIP_ARGS", kind="arguments",
+       commands=BUILDING, default="--find-links '{wheels}'"),
     _s("build", "free disk the build needs before it starts", flag="--min-disk-gib",
-       kind="amount", low=0, high=100_000, unit="GiB", default=80.0,
-       commands=BUILDING),
+       env="XLA_WHEELS_MIN_DISK_GIB", kind="amount", low=0, high=100_000, unit="GiB",
+       default=80.0, commands=BUILDING),
     _s("build", "memory one compile job needs: the preflight refuses more jobs than fit",
-       flag="--mem-per-job-gib", kind="amount", low=0, high=100_000, unit="GiB", default=4.0,
-       commands=BUILDING),
+       flag="--mem-per-job-gib", env="XLA_WHEELS_MEM_PER_JOB_GIB", kind="amount", low=0,
+       high=100_000, unit="GiB", default=4.0, commands=BUILDING),
     _s("build", "memory the build needs besides its jobs", flag="--mem-base-gib",
-       kind="amount", low=0, high=100_000, unit="GiB", default=4.0,
-       commands=BUILDING),
+       env="XLA_WHEELS_MEM_BASE_GIB", kind="amount", low=0, high=100_000, unit="GiB",
+       default=4.0, commands=BUILDING),
     _s("build", "comma-separated tools --mode host needs", flag="--host-tools",
-       commands=BUILDING,
-       default_text="git,patch,bazel,clang,clang++"),
+       env="XLA_WHEELS_HOST_TOOLS", kind="names", commands=BUILDING,
+       default="git,patch,bazel,clang,clang++"),
     _s("build", "compilers of the build, quoted NAME=VALUE pairs", flag="--compiler-env",
-       commands=BUILDING,
-       default_text="CC=clang CXX=clang++"),
+       env="XLA_WHEELS_COMPILER_ENV", kind="assignments", commands=BUILDING,
+       default="CC=clang CXX=clang++"),
     _s("build", "Dockerfile ARGs as NAME=VALUE words, each passed as --build-arg: "
        "BASE_IMAGE, LLVM_APT_BASE, BAZELISK_BASE_URL point the build at mirrors",
        flag="--build-arg", make="BUILD_ARGS", kind="words", metavar="NAME=VALUE",
@@ -567,6 +573,12 @@ def by_flag(flag: str) -> Setting:
 
 def by_env(name: str) -> Setting:
     return _BY_ENV[name]
+
+
+def by_key(key: str) -> Setting:
+    """The row whose flag is ``key``, else whose variable is ``key`` (a setting without a
+    flag)."""
+    return _BY_FLAG.get(key) or _BY_ENV[key]
 
 
 def default_of(key: str) -> float | str:

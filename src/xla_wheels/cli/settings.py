@@ -27,14 +27,12 @@ Read from the environment besides our own settings, because it belongs to anothe
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import shlex
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from xla_host.arguments import value_type
+from xla_host.arguments import read_setting, value_type
 from xla_host.errors import UsageError
 from xla_host.net import NetworkPolicy
 from xla_host.settings import SETTINGS, Cascade, ConfigFile, by_flag
@@ -84,6 +82,12 @@ class Settings:
         self._environ = environ
         self._cascade = Cascade(vars(args), environ, files)
 
+    def value(self, flag: str) -> Any:
+        """The flag's value as the code uses it, else the variable's, else the config
+        files', else its row's default (:func:`xla_host.arguments.read_setting`): a text
+        that is no such value is refused naming the flag and the variable."""
+        return read_setting(self._cascade, flag)
+
     def text(self, flag: str) -> str | None:
         value = self._cascade.find(flag, default=False)[0]
         return None if value is None else str(value)
@@ -111,7 +115,7 @@ def env_switch(environ: Mapping[str, str], flag: str) -> bool:
         return parse_switch(text)
     except BadValue as bad:
         raise UsageError(
-            f"{name}={text!r} {bad.reason}",
+            f"{name}={text!r} {bad.reason} (the variable of {flag})",
             fix=f"set {name}=1 or {name}=0, or unset it",
         ) from None
 
@@ -134,7 +138,8 @@ def env_number(environ: Mapping[str, str], flag: str, parse: Callable[[str], flo
             parse(text)
         except BadValue as bad:
             raise UsageError(
-                f"{name}={text!r} {bad.reason}", fix=f"set {name}={bad.example}, or unset it"
+                f"{name}={text!r} {bad.reason} (the variable of {flag})",
+                fix=f"set {name}={bad.example}, or unset it",
             ) from None
 
 
@@ -162,6 +167,8 @@ def check_environment(environ: Mapping[str, str]) -> None:
             env_number(environ, setting.flag, _jobs)
         elif setting.kind in ("count", "amount"):
             env_number(environ, setting.flag, value_type(setting).parse)
+        elif setting.kind in ("names", "arguments", "assignments") and setting.env in environ:
+            read_setting(Cascade({}, environ), setting.flag)
 
 
 def _jobs(text: str) -> int:
@@ -229,69 +236,38 @@ def pipeline_options(args: argparse.Namespace, environ: Mapping[str, str]) -> Pi
 
 
 def build_config(args: argparse.Namespace, environ: Mapping[str, str]) -> BuildConfig:
-    """The build stage's settings (``make wheels``, ``make builder-image``)."""
+    """The build stage's settings (``make wheels``, ``make builder-image``): each by the
+    one cascade (flag, ``XLA_WHEELS_*``, ``build/builders.toml`` where its row has a key,
+    the row's default), the build's rows being the only place a default is written."""
     # Imported here, not at the top: the gate's subcommands read their options from this
     # module too and must not load the build stage's modules.
-    from xla_wheels.builder.config import ENGINES, MODES, BuildConfig
+    from xla_wheels.builder.config import BuildConfig, cores
     from xla_wheels.builder.remote_cache import load_remote_cache
 
     settings = Settings(args, environ)
-    defaults = BuildConfig()
-    mode = settings.text("--mode") or defaults.mode
-    engine = settings.text("--engine") or defaults.engine
-    if mode not in MODES:
-        raise UsageError(
-            f"{env_var('--mode')}={mode} is not one of {', '.join(MODES)}",
-            fix=f"pass --mode {MODES[0]} or --mode {MODES[1]} (make: BUILD_MODE=)",
-        )
-    if engine not in ENGINES:
-        raise UsageError(
-            f"{env_var('--engine')}={engine} is not one of {', '.join(ENGINES)}",
-            fix=f"pass --engine {'|'.join(ENGINES)} (make: ENGINE=)",
-        )
-    compiler_env = defaults.compiler_env
-    if args.compiler_env is not None:
-        pairs = []
-        for item in shlex.split(args.compiler_env):
-            name, equals, value = item.partition("=")
-            if not equals or not name:
-                raise UsageError(
-                    f"compiler environment entry {item!r} is not NAME=VALUE",
-                    fix='write e.g. "CC=clang CXX=clang++"',
-                )
-            pairs.append((name, value))
-        compiler_env = tuple(pairs)
+    value = settings.value
     pip_index = environ.get("PIP_INDEX_URL")
     return BuildConfig(
-        mode=mode,
-        engine=engine,
-        image=_checked(settings, "--image", "BUILDER_IMAGE", _image, IMAGE_RULE) or defaults.image,
-        jobs=int(_number(settings, "--jobs", _jobs, os.cpu_count() or 1)),
-        host_python=settings.text("--host-python") or defaults.host_python,
-        container_python=args.container_python or defaults.container_python,
-        bazel_disk_cache=args.bazel_disk_cache,
+        mode=value("--mode"),
+        engine=value("--engine"),
+        image=_checked(settings, "--image", "BUILDER_IMAGE", _image, IMAGE_RULE)
+        or value("--image"),
+        jobs=int(_number(settings, "--jobs", _jobs, cores())),
+        host_python=value("--host-python"),
+        container_python=value("--container-python"),
+        bazel_disk_cache=value("--bazel-disk-cache"),
+        # The remote caches' rows through the same cascade, builders.toml its file layer.
         remote_cache=load_remote_cache(
-            (settings.path("--root") or Path(".")).resolve(),
-            environ,
-            bazel_cache_override=args.bazel_remote_cache or None,
-            bazel_timeout_override=args.bazel_remote_timeout,
+            (settings.path("--root") or Path(".")).resolve(), environ, vars(args)
         ),
-        pip_args=tuple(shlex.split(args.pip_args)) if args.pip_args else (),
-        ship_check=settings.text("--ship-check") or defaults.ship_check,
-        ship_pip_args=(
-            tuple(shlex.split(args.ship_pip_args))
-            if args.ship_pip_args is not None
-            else defaults.ship_pip_args
-        ),
-        compiler_env=compiler_env,
-        min_disk_gib=_pick(args.min_disk_gib, defaults.min_disk_gib),
-        mem_per_job_gib=_pick(args.mem_per_job_gib, defaults.mem_per_job_gib),
-        mem_base_gib=_pick(args.mem_base_gib, defaults.mem_base_gib),
-        host_tools=(
-            tuple(t for t in args.host_tools.split(",") if t)
-            if args.host_tools is not None
-            else defaults.host_tools
-        ),
+        pip_args=value("--pip-args"),
+        ship_check=settings.text("--ship-check") or BuildConfig.ship_check,
+        ship_pip_args=value("--ship-pip-args"),
+        compiler_env=value("--compiler-env"),
+        min_disk_gib=value("--min-disk-gib"),
+        mem_per_job_gib=value("--mem-per-job-gib"),
+        mem_base_gib=value("--mem-base-gib"),
+        host_tools=value("--host-tools"),
         extra_env=(("PIP_INDEX_URL", pip_index),) if pip_index else (),
         # The reproducible-builds standard variable, read as every tool reads it.
         source_date_epoch=_epoch(environ.get("SOURCE_DATE_EPOCH") or None),
@@ -383,10 +359,6 @@ def _index_url(text: str) -> str:
 
 def _upload_url(text: str) -> str:
     return check_url(text, ("http", "https"), "http://127.0.0.1:8080/")
-
-
-def _pick(value: float | None, default: float) -> float:
-    return default if value is None else value
 
 
 def publish_options(args: argparse.Namespace, environ: Mapping[str, str]) -> PublishOptions:
