@@ -163,13 +163,13 @@ def parse_text(setting: Setting, text: str) -> Any:
         try:
             words = tuple(shlex.split(text))
         except ValueError as error:  # an unclosed quote
-            raise BadValue(f"is not shell-quoted words ({error})", shlex.quote(example)) from None
+            raise BadValue(f"is not shell-quoted words ({error})", example) from None
         if setting.kind == "arguments":
             return words
         pairs = tuple(word.partition("=") for word in words)
         for word, (name, equals, _) in zip(words, pairs, strict=True):
             if not (name and equals):
-                raise BadValue(f"has {word!r}, which is not NAME=VALUE", shlex.quote(example))
+                raise BadValue(f"has {word!r}, which is not NAME=VALUE", example)
         return tuple((name, value) for name, _, value in pairs)
     if setting.kind == "path":
         return Path(text).expanduser()

@@ -1,0 +1,106 @@
+"""Every build setting is read by the one cascade: its flag, then the ``XLA_WHEELS_*``
+variable its row names, then its row's default; a value that is not one is refused naming
+the flag and the variable, with a fix that works. Seen in the plan a dry run prints (the
+same objects a real run executes)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Callable
+
+import pytest
+
+from tests.clirunner import CliResult
+from xla_host.settings import by_flag
+
+DRY_WHEELS = ("wheels", "--bundle", "v6e-2.9", "--dry-run")
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "in_the_plan", "other"),
+    [
+        ("--host-tools", "git,my-special-tool", "host tools on PATH: python3, git, my-special-tool",
+         "git,env-tool"),
+        ("--min-disk-gib", "123", "disk >= 123 GiB free", "77"),
+        ("--compiler-env", "CC=gcc-13 CXX=g++-13", " CC=gcc-13 ", "CC=icc"),
+        ("--pip-args", "--no-cache-dir", "--no-cache-dir -r ", "--pre"),
+        ("--ship-pip-args", "--no-index --find-links '{wheels}'", "pip install --no-index --find",
+         "--pre"),
+        ("--container-python", "python3.12", "python3.12 -m xla_wheels.builder.run_recipe",
+         "python3.13"),
+        ("--bazel-disk-cache", "/srv/bazel-disk", "BAZEL_DISK_CACHE_PATH=/srv/bazel-disk ",
+         "/srv/other"),
+    ],
+)  # fmt: skip
+def test_a_build_settings_variable_reaches_the_plan_and_its_flag_wins(
+    run_cli: Callable[..., CliResult], flag: str, value: str, in_the_plan: str, other: str
+) -> None:
+    variable = by_flag(flag).env
+    assert variable is not None, f"{flag}'s row names no XLA_WHEELS_* variable"
+    mode = ("--mode", "host") if flag == "--host-tools" else ()
+    default = run_cli(*DRY_WHEELS, *mode)
+    assert default.exit_code == 0, default.output
+    assert in_the_plan not in default.stdout  # so that the next line proves something
+    given = run_cli(*DRY_WHEELS, *mode, env={variable: value})
+    assert given.exit_code == 0, given.output
+    assert in_the_plan in given.stdout
+    both = run_cli(*DRY_WHEELS, *mode, f"{flag}={value}", env={variable: other})
+    assert both.exit_code == 0, both.output
+    assert in_the_plan in both.stdout
+
+
+def test_the_memory_variables_reach_the_preflight(run_cli: Callable[..., CliResult]) -> None:
+    env = {"XLA_WHEELS_MEM_PER_JOB_GIB": "10", "XLA_WHEELS_MEM_BASE_GIB": "3"}
+    result = run_cli(*DRY_WHEELS, "--jobs", "1", env=env)
+    assert result.exit_code == 0, result.output
+    assert "memory >= 13 GiB for JOBS=1" in result.stdout
+
+
+def test_jobs_defaults_to_the_cores_as_its_row_says() -> None:
+    import os
+
+    from xla_wheels.builder.config import BuildConfig
+
+    assert "cores" in by_flag("--jobs").shown_default
+    assert BuildConfig().jobs == (os.cpu_count() or 1)
+
+
+@pytest.mark.parametrize(
+    ("flag", "bad", "reason"),
+    [
+        ("--compiler-env", "CC=clang CXX", "has 'CXX', which is not NAME=VALUE"),
+        ("--pip-args", "--index-url 'http://mirror", "is not shell-quoted words"),
+        ("--ship-pip-args", "--find-links '{wheels}", "is not shell-quoted words"),
+        ("--min-disk-gib", "lots", "is not a number"),
+        ("--mem-per-job-gib", "-1", "from 0 to"),
+        ("--mode", "cloud", "is not one of container, host"),
+    ],
+)
+def test_a_bad_variable_names_the_flag_and_the_variable_and_its_fix_works(
+    run_cli: Callable[..., CliResult], flag: str, bad: str, reason: str
+) -> None:
+    variable = str(by_flag(flag).env)
+    result = run_cli(*DRY_WHEELS, env={variable: bad})
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    error, fix = result.stderr.splitlines()[:2]
+    assert flag in error and variable in error and reason in error, error
+    # The fix sets the same variable to a value that works: run it as it is.
+    (assignment,) = re.findall(rf"set ({variable}=.*), or unset it", fix)
+    name, _, value = shlex.split(assignment)[0].partition("=")
+    fixed = run_cli(*DRY_WHEELS, env={name: value})
+    assert fixed.exit_code == 0, fixed.output
+
+
+def test_a_bad_flag_value_names_the_flag_and_the_variable_and_its_fix_works(
+    run_cli: Callable[..., CliResult],
+) -> None:
+    result = run_cli(*DRY_WHEELS, "--compiler-env", "CC=clang CXX")
+    assert result.exit_code == 2, result.output
+    error, fix = result.stderr.splitlines()[:2]
+    assert "--compiler-env" in error and "XLA_WHEELS_COMPILER_ENV" in error, error
+    assert "'CXX'" in error and "NAME=VALUE" in error
+    (given,) = re.findall(r"pass --compiler-env (.*)", fix)
+    fixed = run_cli(*DRY_WHEELS, "--compiler-env", *shlex.split(given))
+    assert fixed.exit_code == 0, fixed.output
