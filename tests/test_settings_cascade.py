@@ -5,15 +5,21 @@ same objects a real run executes)."""
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
-from tests.clirunner import CliResult
+from tests.clirunner import REPO_ROOT, CliResult
+from xla_host.errors import ExitCode
 from xla_host.settings import by_flag
 
+HOST_SRC = REPO_ROOT / "host" / "src"
 DRY_WHEELS = ("wheels", "--bundle", "v6e-2.9", "--dry-run")
 
 
@@ -57,15 +63,6 @@ def test_the_memory_variables_reach_the_preflight(run_cli: Callable[..., CliResu
     assert "memory >= 13 GiB for JOBS=1" in result.stdout
 
 
-def test_jobs_defaults_to_the_cores_as_its_row_says() -> None:
-    import os
-
-    from xla_wheels.builder.config import BuildConfig
-
-    assert "cores" in by_flag("--jobs").shown_default
-    assert BuildConfig().jobs == (os.cpu_count() or 1)
-
-
 @pytest.mark.parametrize(
     ("flag", "bad", "reason"),
     [
@@ -104,3 +101,46 @@ def test_a_bad_flag_value_names_the_flag_and_the_variable_and_its_fix_works(
     (given,) = re.findall(r"pass --compiler-env (.*)", fix)
     fixed = run_cli(*DRY_WHEELS, "--compiler-env", *shlex.split(given))
     assert fixed.exit_code == 0, fixed.output
+
+
+def _host_doctor(
+    tmp_path: Path, *flags: str, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """``xla-host doctor`` against a bundle document given as a file, from the host's
+    sources alone (as a host without the builder runs it); ``--json``: the stamp on
+    stdout names the role it judged with."""
+    from xla_host import bundle_document as doc
+
+    document = tmp_path / "b1.json"
+    wheel = doc.LockedFile("torch_xla-2.9.0-cp311-cp311-linux_x86_64.whl", "a" * 64, 10)
+    document.write_bytes(doc.dumps(doc.BundleDocument("b1", "validation", "3.11", (wheel,))))
+    return subprocess.run(
+        [sys.executable, "-m", "xla_host", "doctor", "--bundle-document", str(document),
+         "--bundle-sha256", doc.sha256_of(document.read_bytes()), "--json", *flags],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(HOST_SRC), **env},
+    )  # fmt: skip
+
+
+def test_the_host_doctor_takes_its_role_from_xla_wheels_role_and_the_flag_wins(
+    tmp_path: Path,
+) -> None:
+    # This interpreter has no torch_xla: the doctor fails (exit 1), its stamp still says
+    # which role it judged the cache with.
+    given = _host_doctor(tmp_path, env={"XLA_WHEELS_ROLE": "writer"})
+    assert given.returncode == ExitCode.FAILED, given.stderr
+    assert json.loads(given.stdout)["role"] == "writer"
+    assert "cache role" in given.stderr and "writer, writes" in given.stderr
+    both = _host_doctor(tmp_path, "--role", "reader", env={"XLA_WHEELS_ROLE": "writer"})
+    assert json.loads(both.stdout)["role"] == "reader"
+    neither = _host_doctor(tmp_path, env={})
+    assert json.loads(neither.stdout)["role"] is None  # no TPU_WORKER_ID either
+
+
+def test_the_host_doctor_refuses_a_bad_xla_wheels_role_naming_the_flag(tmp_path: Path) -> None:
+    result = _host_doctor(tmp_path, env={"XLA_WHEELS_ROLE": "owner"})
+    assert result.returncode == ExitCode.BAD_INPUT, result.stderr
+    error, fix = result.stderr.splitlines()[:2]
+    assert "--role" in error and "XLA_WHEELS_ROLE" in error and "'owner'" in error
+    assert "fix: set XLA_WHEELS_ROLE=writer, or unset it" in fix
+    assert "Traceback" not in result.stderr
