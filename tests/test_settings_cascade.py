@@ -17,7 +17,7 @@ import pytest
 
 from tests.clirunner import REPO_ROOT, CliResult
 from xla_host.errors import ExitCode
-from xla_host.settings import by_flag
+from xla_host.settings import SETTINGS, Setting, by_flag
 
 HOST_SRC = REPO_ROOT / "host" / "src"
 DRY_WHEELS = ("wheels", "--bundle", "v6e-2.9", "--dry-run")
@@ -144,3 +144,39 @@ def test_the_host_doctor_refuses_a_bad_xla_wheels_role_naming_the_flag(tmp_path:
     assert "--role" in error and "XLA_WHEELS_ROLE" in error and "'owner'" in error
     assert "fix: set XLA_WHEELS_ROLE=writer, or unset it" in fix
     assert "Traceback" not in result.stderr
+
+
+def _a_value_of(setting: Setting) -> str:
+    """A value ``setting`` takes that is not its default, as a variable would give it."""
+    if setting.kind in ("count", "amount"):
+        return f"{setting.low:g}" if setting.default != setting.low else f"{setting.high:g}"
+    texts = {"switch": "1", "names": "git,a-tool", "arguments": "--pre", "path": "/srv/x",
+             "assignments": "CC=gcc-13"}  # fmt: skip
+    if setting.flag == "--build-tag":  # a number (PEP 427), checked where it is read
+        return "7"
+    return setting.choices[-1] if setting.choices else texts.get(setting.kind, "some-text")
+
+
+def test_every_build_field_named_as_a_row_is_read_from_its_variable(tmp_path: Path) -> None:
+    """A new build setting is its row and its field: the options reader needs no line of
+    its own, so none can be forgotten."""
+    import dataclasses
+    import os
+
+    from xla_host.arguments import parse_text
+    from xla_wheels.builder.config import BuildConfig
+    from xla_wheels.cli import build_parser
+    from xla_wheels.cli.settings import build_config
+
+    args = build_parser("wheels").parse_args(["wheels", "--bundle", "v6e-2.9"])
+    rows = {s.flag.lstrip("-").replace("-", "_"): s for s in SETTINGS if s.flag and s.env}
+    named = [f.name for f in dataclasses.fields(BuildConfig) if f.name in rows]
+    assert {"host_tools", "compiler_env", "container_python", "min_disk_gib"} <= set(named)
+    for name in named:
+        setting = rows[name]
+        text = _a_value_of(setting)
+        environ = {"HOME": str(tmp_path), "PATH": os.environ["PATH"], str(setting.env): text}
+        config = build_config(args, environ)
+        # (--jobs: its example, the jobs that fit, is no one value of the row)
+        expected = int(text) if name == "jobs" else parse_text(setting, text)
+        assert getattr(config, name) == expected, (name, setting.env)

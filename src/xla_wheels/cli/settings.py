@@ -27,6 +27,7 @@ Read from the environment besides our own settings, because it belongs to anothe
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -236,44 +237,48 @@ def pipeline_options(args: argparse.Namespace, environ: Mapping[str, str]) -> Pi
 
 
 def build_config(args: argparse.Namespace, environ: Mapping[str, str]) -> BuildConfig:
-    """The build stage's settings (``make wheels``, ``make builder-image``): each by the
+    """The build stage's settings (``make wheels``, ``make builder-image``): each field
+    named as a row of the build (its flag's attribute name) is that setting, read by the
     one cascade (flag, ``XLA_WHEELS_*``, ``build/builders.toml`` where its row has a key,
-    the row's default), the build's rows being the only place a default is written."""
+    the row's default); the rows are the only place a default is written. A new build
+    setting is its row and its field: nothing here."""
     # Imported here, not at the top: the gate's subcommands read their options from this
     # module too and must not load the build stage's modules.
     from xla_wheels.builder.config import BuildConfig, cores
     from xla_wheels.builder.remote_cache import load_remote_cache
 
     settings = Settings(args, environ)
-    value = settings.value
-    pip_index = environ.get("PIP_INDEX_URL")
-    return BuildConfig(
-        mode=value("--mode"),
-        engine=value("--engine"),
-        image=_checked(settings, "--image", "BUILDER_IMAGE", _image, IMAGE_RULE)
-        or value("--image"),
-        jobs=int(_number(settings, "--jobs", _jobs, cores())),
-        host_python=value("--host-python"),
-        container_python=value("--container-python"),
-        bazel_disk_cache=value("--bazel-disk-cache"),
-        # The remote caches' rows through the same cascade, builders.toml its file layer.
-        remote_cache=load_remote_cache(
+    # The fields read otherwise: checked for what they reach (the image reference), a
+    # default fitted to this machine (jobs), several rows and builders.toml (the remote
+    # caches), or no row (pip's own and the reproducible-builds variables).
+    explicit: dict[str, Any] = {
+        "image": _checked(settings, "--image", "BUILDER_IMAGE", _image, IMAGE_RULE)
+        or settings.value("--image"),
+        "jobs": int(_number(settings, "--jobs", _jobs, cores())),
+        "remote_cache": load_remote_cache(
             (settings.path("--root") or Path(".")).resolve(), environ, vars(args)
         ),
-        pip_args=value("--pip-args"),
-        ship_check=settings.text("--ship-check") or BuildConfig.ship_check,
-        ship_pip_args=value("--ship-pip-args"),
-        compiler_env=value("--compiler-env"),
-        min_disk_gib=value("--min-disk-gib"),
-        mem_per_job_gib=value("--mem-per-job-gib"),
-        mem_base_gib=value("--mem-base-gib"),
-        host_tools=value("--host-tools"),
-        extra_env=(("PIP_INDEX_URL", pip_index),) if pip_index else (),
+        "build_tag": _build_tag(settings.text("--build-tag")),
+        "extra_env": (("PIP_INDEX_URL", pip),) if (pip := environ.get("PIP_INDEX_URL")) else (),
         # The reproducible-builds standard variable, read as every tool reads it.
-        source_date_epoch=_epoch(environ.get("SOURCE_DATE_EPOCH") or None),
-        keep_recorded=settings.switch("--keep-recorded"),
-        build_tag=_build_tag(settings.text("--build-tag")),
-    )
+        "source_date_epoch": _epoch(environ.get("SOURCE_DATE_EPOCH") or None),
+    }
+    read = {
+        field.name: settings.value(_BUILD_ROWS[field.name])
+        for field in dataclasses.fields(BuildConfig)
+        if field.name in _BUILD_ROWS and field.name not in explicit
+    }
+    # None: the row gives no one value (its default is a text); the field's own applies.
+    return BuildConfig(**{name: v for name, v in read.items() if v is not None}, **explicit)
+
+
+#: The build's rows by the attribute name of their flag, which names a field of
+#: ``BuildConfig`` (``--host-tools``: ``host_tools``).
+_BUILD_ROWS = {
+    (s.dest or s.flag.lstrip("-").replace("-", "_")): s.flag
+    for s in SETTINGS
+    if s.flag and "wheels" in s.commands
+}
 
 
 def _epoch(text: str | None) -> int | None:
