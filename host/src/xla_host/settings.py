@@ -19,7 +19,9 @@ is for). Written from this table, never by hand:
   :class:`xla_host.net.NetworkPolicy`;
 - the defaults of the option dataclasses (``builder.config.BuildConfig``,
   ``gate.restart.RestartConfig``, :class:`xla_host.net.NetworkPolicy`), each field through
-  :func:`default_of` (``tests/test_settings_defaults.py`` finds a field that repeats one);
+  :func:`default_of` or :func:`xla_host.arguments.default_value` (the value as the code
+  uses it: a list's tuple); ``tests/test_settings_defaults.py`` finds a field that repeats
+  one, or has one where its row's default is a text;
 - the remote-cache reader's variable names (``builder.remote_cache``);
 - ``make-variables.mk`` next to this module, which the Makefile includes: the one
   mapping make variable -> flag (``MAKE_VARIABLES``) and each group's flags

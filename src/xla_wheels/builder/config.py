@@ -1,8 +1,10 @@
 """The one configuration object of the build stage and its defaults.
 
-Built once at the CLI edge by ``cli.settings.build_config`` (command line, then environment,
-then these defaults). Like JAX's ``build/build.py``, every command of the build is
-composed from this object, so the DRY_RUN plan and the real run cannot drift apart.
+Built once at the CLI edge by ``cli.settings.build_config``: a field named as a build row
+of the settings table is that setting (command line, then its ``XLA_WHEELS_*`` variable,
+then the row's default, which the field takes through ``default_value``). Like JAX's
+``build/build.py``, every command of the build is composed from this object, so the
+DRY_RUN plan and the real run cannot drift apart.
 """
 
 from __future__ import annotations
