@@ -17,7 +17,7 @@ import pytest
 
 from tests.clirunner import REPO_ROOT, CliResult
 from xla_host.errors import ExitCode
-from xla_host.settings import SETTINGS, Setting, by_flag
+from xla_wheels.settings_rows import SETTINGS, Setting, by_flag
 
 HOST_SRC = REPO_ROOT / "host" / "src"
 DRY_WHEELS = ("wheels", "--bundle", "v6e-2.9", "--dry-run")
@@ -180,3 +180,26 @@ def test_every_build_field_named_as_a_row_is_read_from_its_variable(tmp_path: Pa
         # (--jobs: its example, the jobs that fit, is no one value of the row)
         expected = int(text) if name == "jobs" else parse_text(setting, text)
         assert getattr(config, name) == expected, (name, setting.env)
+
+
+def test_the_host_wheel_carries_only_the_rows_its_commands_read() -> None:
+    """The host's rows (``xla_host.settings``) are those its code names; every other row is
+    the builder's (``xla_wheels.settings_rows``), and together they are the one table."""
+    from xla_host import settings as host
+    from xla_wheels import settings_rows
+
+    code = "\n".join(
+        path.read_text(encoding="utf-8")
+        for path in sorted(HOST_SRC.rglob("*.py"))
+        if path.name != "settings.py"
+    )
+    unread = [
+        s.flag or s.env
+        for s in host.SETTINGS
+        if not any(f'"{name}"' in code for name in (s.flag, s.env) if name)
+    ]
+    assert not unread, f"rows no host command reads, which belong in settings_rows: {unread}"
+    whole = settings_rows.SETTINGS
+    assert set(whole) == {*host.SETTINGS, *settings_rows.ROWS}
+    flags = [s.flag for s in whole if s.flag]
+    assert len(flags) == len(set(flags)), "a flag in both parts of the table"

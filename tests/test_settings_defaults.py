@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.gitrepos import SOURCE_DIRS
-from xla_host.arguments import default_value
-from xla_host.settings import SETTINGS, Setting, default_of
+from xla_wheels.settings_rows import SETTINGS, Setting, default_of, default_value
 
 #: The calls that read a default from its row.
 _FROM_THE_ROW = ("default_of", "default_value", "by_flag")
@@ -205,7 +204,7 @@ def test_one_cascade_reads_the_flag_then_the_environment_then_the_file_then_the_
 ) -> None:
     """The order every setting is read in, written once (``Cascade``): the remote caches'
     reader and the CLI's options reader both go through it."""
-    from xla_host.settings import Cascade, ConfigFile
+    from xla_wheels.settings_rows import Cascade, ConfigFile
 
     builders = ConfigFile(str(tmp_path / "builders.toml"), {"bazel.remote_cache": "grpc://file"})
     variable = {"XLA_WHEELS_BAZEL_REMOTE_CACHE": "grpc://env"}

@@ -12,11 +12,11 @@ import sys
 from tests.gitrepos import REPO_ROOT, SOURCE_PATH
 from xla_host.errors import UsageError
 from xla_host.net import NetworkPolicy
-from xla_host.settings import GROUPS, SETTINGS, by_flag
 from xla_wheels import settings_table
 from xla_wheels.cli import build_parser
 from xla_wheels.cli.settings import check_environment
 from xla_wheels.options import env_var, known_environment
+from xla_wheels.settings_rows import GROUPS, SETTINGS, by_flag
 
 
 def test_the_files_written_from_the_table_are_current() -> None:

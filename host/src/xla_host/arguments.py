@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from xla_host.errors import UsageError
-from xla_host.settings import Cascade, Setting, by_flag, by_key
+from xla_host.settings import HOST, Cascade, Setting, Table
 from xla_host.values import (
     SWITCH_SPELLINGS,
     BadValue,
@@ -180,11 +180,11 @@ def parse_text(setting: Setting, text: str) -> Any:
     return text
 
 
-def default_value(key: str) -> Any:
+def default_value(key: str, table: Table = HOST) -> Any:
     """The default of the row of ``key`` (a flag, or a variable without one) as the code
     uses it (``"git,patch"`` of a ``names`` row is ``("git", "patch")``): the option
     dataclasses' fields take it from here, the row being the one place it is written."""
-    setting = by_key(key)
+    setting = table.by_key(key)
     if setting.default is None:
         raise KeyError(f"{key}: its row of the settings table has no one default")
     if isinstance(setting.default, str):
@@ -197,7 +197,7 @@ def read_setting(cascade: Cascade, key: str, *, default: bool = True) -> Any:
     value argparse already typed as it is, a text parsed by :func:`parse_text`; a text that
     is no such value is a :class:`UsageError` naming the flag and the variable, with a fix
     for where the value came from."""
-    setting = by_key(key)
+    setting = cascade.table.by_key(key)
     value, source = cascade.find(key, default=default)
     if not isinstance(value, str):
         return value
@@ -266,7 +266,9 @@ def add_setting(
     )
 
 
-def add_settings(parser: argparse.ArgumentParser | Any, command: str, *flags: str) -> None:
-    """The flags of subcommand ``command``, each from its row."""
+def add_settings(
+    parser: argparse.ArgumentParser | Any, command: str, *flags: str, table: Table = HOST
+) -> None:
+    """The flags of subcommand ``command``, each from its row (of ``table``)."""
     for flag in flags:
-        add_setting(parser, by_flag(flag), command=command)
+        add_setting(parser, table.by_flag(flag), command=command)

@@ -14,9 +14,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xla_host.arguments import default_value
-from xla_host.settings import by_flag, default_of
 from xla_wheels.builder.remote_cache import RemoteCache
+from xla_wheels.settings_rows import by_flag, default_of, default_value
 
 # The choices and defaults of the build settings: their rows of the settings table.
 ENGINES = by_flag("--engine").choices

@@ -43,9 +43,9 @@ from typing import Any
 from xla_host.errors import ExitCode, PipelineError, UsageError
 from xla_host.launch_profile import ROLES
 from xla_host.redact import REDACTED
-from xla_host.settings import Cascade, ConfigFile, by_flag, default_of, env_of, file_keys
 from xla_host.tables import Field, Table, check_regular, loads_toml, read_regular, read_utf8
 from xla_host.values import BadValue, parse_count
+from xla_wheels.settings_rows import Cascade, ConfigFile, by_flag, default_of, env_of, file_keys
 
 CONFIG_RELPATH = "build/builders.toml"
 BAZEL_SCHEMES = ("grpc", "grpcs", "http", "https")

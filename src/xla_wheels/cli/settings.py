@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any
 from xla_host.arguments import read_setting, value_type
 from xla_host.errors import UsageError
 from xla_host.net import NetworkPolicy
-from xla_host.settings import SETTINGS, Cascade, ConfigFile, by_flag
 from xla_host.values import (
     REMOTE_RULE,
     WHOLE_NUMBER,
@@ -60,6 +59,7 @@ from xla_wheels.options import (
     known_environment,
     machine_cache,
 )
+from xla_wheels.settings_rows import SETTINGS, Cascade, ConfigFile, by_flag
 
 #: The most compile jobs one builder may ask for: more is a typo (JOBS=1e9), not a machine.
 MAX_JOBS = int(by_flag("--jobs").high or 0)
