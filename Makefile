@@ -4,7 +4,7 @@
 # `## ` summaries, the table below and the CLI's own --help: src/xla_wheels/make_help.py).
 #
 # Variables are passed through, never defaulted here: the defaults live in the settings
-# table's rows, host/src/xla_host/settings.py, which src/xla_wheels/cli/settings.py reads
+# table's rows (host/src/xla_host/settings.py and src/xla_wheels/settings_rows.py), which src/xla_wheels/cli/settings.py reads
 # (and `python -m xla_wheels <command> --help` shows them). The
 # block below is the one place where make's short variables become the CLI's flags; an
 # unset variable adds no flag, so the CLI's XLA_WHEELS_* environment and defaults apply.

@@ -100,7 +100,8 @@ def test_make_help_lists_the_targets() -> None:
 def test_a_malformed_compiler_environment_is_a_usage_error(run_cli) -> None:
     result = run_cli("wheels", "--bundle", "v6e-2.9", "--compiler-env", "CC=clang CXX")
     assert result.exit_code == 2
-    assert "compiler environment entry 'CXX' is not NAME=VALUE" in result.stderr
+    assert "--compiler-env / XLA_WHEELS_COMPILER_ENV: 'CC=clang CXX'" in result.stderr
+    assert "has 'CXX', which is not NAME=VALUE" in result.stderr
 
 
 @pytest.mark.parametrize("engine", ["podman", "buildah"])

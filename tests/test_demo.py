@@ -122,8 +122,8 @@ SWITCH_VALUES = "(on: 1/true/yes/on/y; off: 0/false/no/off/n or empty; any case)
         (["DRY_RUN=maybe"], {}, f"DRY_RUN: 'maybe' is not a switch value {SWITCH_VALUES}",
          "make demo DEMO_DIR={dir}"),
         ([], {"XLA_WHEELS_DRY_RUN": "maybe"},
-         f"XLA_WHEELS_DRY_RUN='maybe' is not a switch value {SWITCH_VALUES}",
-         "set XLA_WHEELS_DRY_RUN=1 or XLA_WHEELS_DRY_RUN=0, or unset it"),
+         f"XLA_WHEELS_DRY_RUN='maybe' is not a switch value {SWITCH_VALUES} (the variable "
+         "of --dry-run)", "set XLA_WHEELS_DRY_RUN=1 or XLA_WHEELS_DRY_RUN=0, or unset it"),
     ],
 )  # fmt: skip
 def test_make_demo_refuses_a_dry_run_and_leaves_the_directory_as_it_was(

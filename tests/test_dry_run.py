@@ -27,8 +27,8 @@ from tests.publish_support import (
     make_publish_project,
 )
 from xla_host.arguments import RefusedSwitchAction
-from xla_host.settings import by_flag
 from xla_wheels.cli import COMMANDS, build_parser
+from xla_wheels.settings_rows import by_flag
 
 #: The subcommands that honour --dry-run (its row of the settings table says which, for
 #: the documentation); every other one must reject the flag.

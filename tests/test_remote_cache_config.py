@@ -382,7 +382,7 @@ def test_a_remote_timeout_is_written_for_bazel_and_the_flag_beats_the_environmen
     ]
     path = write_config(tmp_path, config)
     environ = {"XLA_WHEELS_BUILDERS_CONFIG": str(path), "XLA_WHEELS_BAZEL_REMOTE_TIMEOUT": "10"}
-    flag = load_remote_cache(tmp_path, environ, bazel_timeout_override=5)
+    flag = load_remote_cache(tmp_path, environ, {"bazel_remote_timeout": 5})
     assert "build --remote_timeout=5" in bazel_remote_lines(spec_with(flag))
     # Unset: no line, Bazel's own default.
     unset = bazel_remote_lines(spec_with(load(tmp_path, config)))

@@ -12,20 +12,23 @@ from pathlib import Path
 from typing import Any
 
 from tests.gitrepos import SOURCE_DIRS
-from xla_host.settings import SETTINGS, Setting, default_of
+from xla_wheels.settings_rows import SETTINGS, Setting, default_of, default_value
 
 #: The calls that read a default from its row.
-_FROM_THE_ROW = ("default_of", "by_flag")
+_FROM_THE_ROW = ("default_of", "default_value", "by_flag")
 
 
-def _rows_by_field_name() -> dict[str, Setting]:
+def _rows_by_field_name(*, with_default: bool = True) -> dict[str, Setting]:
     """A field names the setting of a row by the flag's attribute name, with ``_s`` where
-    the field is in seconds (``child_timeout_s`` is ``--child-timeout``)."""
+    the field is in seconds (``child_timeout_s`` is ``--child-timeout``): the rows with one
+    default (``with_default``), else those whose default is only a text (the number of
+    cores)."""
     rows: dict[str, Setting] = {}
     for setting in SETTINGS:
-        if setting.flag and setting.default not in (None, ""):  # "": no default to repeat
-            name = setting.dest or setting.flag.lstrip("-").replace("-", "_")
-            rows[name] = rows[f"{name}_s"] = setting
+        if not setting.flag or (setting.default == "") or (setting.default is None) == with_default:
+            continue  # "": no default to repeat
+        name = setting.dest or setting.flag.lstrip("-").replace("-", "_")
+        rows[name] = rows[f"{name}_s"] = setting
     return rows
 
 
@@ -115,7 +118,7 @@ def _as_row_value(value: Any) -> Any:
 
 
 def _copied_defaults() -> Iterator[str]:
-    rows = _rows_by_field_name()
+    rows, without = _rows_by_field_name(), _rows_by_field_name(with_default=False)
     for source_dir in SOURCE_DIRS:
         for path in sorted(source_dir.rglob("*.py")):
             tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -123,6 +126,11 @@ def _copied_defaults() -> Iterator[str]:
             for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
                 if not any("dataclass" in ast.unparse(d) for d in cls.decorator_list):
                     continue
+                # An option dataclass (one that takes a default from the rows): a field
+                # named as a row without one default is that setting, not another meaning.
+                if any(_reads_the_row(s, tree, module) for s in cls.body if _has_value(s)):
+                    for statement in cls.body:
+                        yield from _made_up_default(statement, without, f"{module}.{cls.name}")
                 for statement in cls.body:
                     if not (
                         isinstance(statement, ast.AnnAssign)
@@ -134,7 +142,9 @@ def _copied_defaults() -> Iterator[str]:
                     setting = rows[statement.target.id]
                     fields = dataclasses.fields(getattr(importlib.import_module(module), cls.name))
                     default = next(f.default for f in fields if f.name == statement.target.id)
-                    if _as_row_value(default) != setting.default:
+                    if default != default_value(str(setting.flag)) and (
+                        _as_row_value(default) != setting.default
+                    ):
                         continue  # another meaning, or a default of its own
                     if not _reads_the_row(statement.value, tree, module):
                         yield (
@@ -144,10 +154,35 @@ def _copied_defaults() -> Iterator[str]:
                         )
 
 
+def _has_value(statement: ast.stmt) -> bool:
+    return isinstance(statement, ast.AnnAssign) and statement.value is not None
+
+
+def _made_up_default(statement: ast.stmt, rows: dict[str, Setting], where: str) -> Iterator[str]:
+    """A field of a setting whose row writes no one default (its default is a text, such as
+    "the number of cores") with a literal default of its own: a second answer, which the
+    row does not give. None (decided later, as the row's text says) and a factory are
+    not."""
+    if (
+        isinstance(statement, ast.AnnAssign)
+        and isinstance(statement.target, ast.Name)
+        and statement.target.id in rows
+        and isinstance(statement.value, ast.Constant)
+        and statement.value.value not in (None, "", False)
+    ):
+        setting = rows[statement.target.id]
+        yield (
+            f"{where}.{statement.target.id} = {ast.unparse(statement.value)}, while the row "
+            f"of {setting.flag} says {setting.shown_default!r}"
+        )
+
+
 def test_no_option_dataclass_repeats_a_rows_default() -> None:
     copies = list(_copied_defaults())
     assert not copies, (
-        "write it as default_of(FLAG) (xla_host.settings), the row being the one place:\n"
+        "write it as default_of(FLAG) (xla_host.settings) or default_value(FLAG)\n"
+        "(xla_host.arguments), the row being the one place; where the row's default is a\n"
+        "text, as None or a default_factory computing it:\n"
         + "\n".join(copies)
     )
 
@@ -169,7 +204,7 @@ def test_one_cascade_reads_the_flag_then_the_environment_then_the_file_then_the_
 ) -> None:
     """The order every setting is read in, written once (``Cascade``): the remote caches'
     reader and the CLI's options reader both go through it."""
-    from xla_host.settings import Cascade, ConfigFile
+    from xla_wheels.settings_rows import Cascade, ConfigFile
 
     builders = ConfigFile(str(tmp_path / "builders.toml"), {"bazel.remote_cache": "grpc://file"})
     variable = {"XLA_WHEELS_BAZEL_REMOTE_CACHE": "grpc://env"}

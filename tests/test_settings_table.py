@@ -12,11 +12,11 @@ import sys
 from tests.gitrepos import REPO_ROOT, SOURCE_PATH
 from xla_host.errors import UsageError
 from xla_host.net import NetworkPolicy
-from xla_host.settings import GROUPS, SETTINGS, by_flag
 from xla_wheels import settings_table
 from xla_wheels.cli import build_parser
 from xla_wheels.cli.settings import check_environment
 from xla_wheels.options import env_var, known_environment
+from xla_wheels.settings_rows import GROUPS, SETTINGS, by_flag
 
 
 def test_the_files_written_from_the_table_are_current() -> None:
@@ -158,10 +158,11 @@ def test_the_rows_facts_are_the_codes() -> None:
                         ("--mem-per-job-gib", config.mem_per_job_gib),
                         ("--mem-base-gib", config.mem_base_gib)):  # fmt: skip
         assert by_flag(flag).default == value
-    assert by_flag("--ship-pip-args").default_text == shlex.join(config.ship_pip_args)
-    assert by_flag("--host-tools").default_text == ",".join(config.host_tools)
+    # Written once, as the flag takes it: the row's text is the value the build uses.
+    assert by_flag("--ship-pip-args").default == shlex.join(config.ship_pip_args)
+    assert by_flag("--host-tools").default == ",".join(config.host_tools)
     pairs = shlex.join(f"{k}={v}" for k, v in config.compiler_env)
-    assert by_flag("--compiler-env").default_text == pairs
+    assert by_flag("--compiler-env").default == pairs
     assert by_flag("--component").choices == COMPONENT_NAMES
     assert by_flag("--role").choices == tuple(ROLES)
     # The gate's: the restart check's limits, the devices, the checks, the slice's waits.

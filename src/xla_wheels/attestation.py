@@ -40,11 +40,11 @@ from securesystemslib.signer import CryptoSigner, Key, SSlibKey
 
 from xla_host.errors import PipelineError, UsageError
 from xla_host.provenance import Provenance
-from xla_host.settings import by_flag
 from xla_host.tables import read_regular
 from xla_host.wheel_filename import parse_wheel_name
 from xla_wheels import sbom, wheel_stamp
 from xla_wheels.bundle import Bundle
+from xla_wheels.settings_rows import by_flag
 from xla_wheels.wheels_lock import BundleEntry, Lock, WheelRecord
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"

@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xla_host.arguments import SwitchAction
-from xla_host.settings import SETTINGS
 from xla_wheels.cli import build_parser
 from xla_wheels.cli.help import EXAMPLES, option_help
+from xla_wheels.settings_rows import SETTINGS
 from xla_wheels.settings_table import MAKE_FILE
 
 HELP_FILE = Path(__file__).with_name("make-help.txt")

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from xla_host.arguments import machine_cache as host_machine_cache
 from xla_host.net import DEFAULT_NETWORK, NetworkPolicy
-from xla_host.settings import SETTINGS
+from xla_wheels.settings_rows import SETTINGS
 
 ENV_PREFIX = "XLA_WHEELS_"
 

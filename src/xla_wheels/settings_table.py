@@ -1,4 +1,5 @@
-"""The files written from the settings table (``xla_host.settings``): ``make-variables.mk``,
+"""The files written from the settings table (``xla_wheels.settings_rows``, the host's rows
+and the builder's): ``make-variables.mk``,
 which the Makefile includes, and the documentation's settings table between its markers.
 
 After changing a row: ``.venv/bin/python -m xla_wheels.settings_table --write`` (and
@@ -13,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from xla_host.settings import GROUPS, SETTINGS, in_group
+from xla_wheels.settings_rows import GROUPS, SETTINGS, in_group
 
 # --- the files written from the table ---------------------------------------------------
 

@@ -5,11 +5,13 @@ directory): a value is refused at parse time with :mod:`xla_host.values`' reason
 from __future__ import annotations
 
 import argparse
+import shlex
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from xla_host.settings import Setting, by_flag
+from xla_host.errors import UsageError
+from xla_host.settings import HOST, Cascade, Setting, Table
 from xla_host.values import (
     SWITCH_SPELLINGS,
     BadValue,
@@ -141,6 +143,84 @@ def value_type(setting: Setting) -> ValueType:
 
 _TYPES: dict[str, Callable[[str], Any]] = {"path": Path, "directory": OUTPUT_DIR}
 
+#: A value that works, for the fix, of each kind whose row has no default to show.
+_EXAMPLES = {"names": "git,patch", "arguments": "--no-cache-dir", "assignments": "CC=clang"}
+
+
+def parse_text(setting: Setting, text: str) -> Any:
+    """The value of ``setting`` written as ``text`` (a variable's, a config file's, a flag
+    argparse left as text, the row's default), by the row's kind and choices: a
+    :class:`BadValue` with the reason when it is not one."""
+    example = str(setting.default) if setting.default not in (None, "") else ""
+    example = example or _EXAMPLES.get(setting.kind, "")
+    if setting.kind in ("count", "amount"):
+        return value_type(setting).parse(text)
+    if setting.kind == "switch":
+        return parse_switch(text)
+    if setting.kind == "names":
+        return tuple(name.strip() for name in text.split(",") if name.strip())
+    if setting.kind in ("arguments", "assignments"):
+        try:
+            words = tuple(shlex.split(text))
+        except ValueError as error:  # an unclosed quote
+            raise BadValue(f"is not shell-quoted words ({error})", example) from None
+        if setting.kind == "arguments":
+            return words
+        pairs = tuple(word.partition("=") for word in words)
+        for word, (name, equals, _) in zip(words, pairs, strict=True):
+            if not (name and equals):
+                raise BadValue(f"has {word!r}, which is not NAME=VALUE", example)
+        return tuple((name, value) for name, _, value in pairs)
+    if setting.kind == "path":
+        return Path(text).expanduser()
+    if setting.kind == "directory":
+        return check_output_dir(text)
+    if setting.choices and text not in setting.choices:
+        raise BadValue(f"is not one of {', '.join(setting.choices)}", setting.choices[0])
+    return text
+
+
+def default_value(key: str, table: Table = HOST) -> Any:
+    """The default of the row of ``key`` (a flag, or a variable without one) as the code
+    uses it (``"git,patch"`` of a ``names`` row is ``("git", "patch")``): the option
+    dataclasses' fields take it from here, the row being the one place it is written."""
+    setting = table.by_key(key)
+    if setting.default is None:
+        raise KeyError(f"{key}: its row of the settings table has no one default")
+    if isinstance(setting.default, str):
+        return parse_text(setting, setting.default)
+    return setting.default
+
+
+def read_setting(cascade: Cascade, key: str, *, default: bool = True) -> Any:
+    """The setting of ``key`` by the one order (:class:`Cascade`), as the code uses it: a
+    value argparse already typed as it is, a text parsed by :func:`parse_text`; a text that
+    is no such value is a :class:`UsageError` naming the flag and the variable, with a fix
+    for where the value came from."""
+    setting = cascade.table.by_key(key)
+    value, source = cascade.find(key, default=default)
+    if not isinstance(value, str):
+        return value
+    try:
+        return parse_text(setting, value)
+    except BadValue as bad:
+        raise refused(setting, value, source, bad) from None
+
+
+def refused(setting: Setting, text: str, source: str, bad: BadValue) -> UsageError:
+    """A value of ``setting`` that is not one, from ``source`` (its flag, its variable, a
+    config file's key): the message names the flag and the variable; the fix changes the
+    value where it was given."""
+    names = " / ".join(n for n in (setting.flag, setting.env) if n)
+    make = f" (make: {setting.make}={shlex.quote(bad.example)})" if setting.make else ""
+    if source == setting.flag:
+        fix = f"pass {setting.flag} {shlex.quote(bad.example)}{make}"
+    elif source == setting.env:
+        fix = f"set {setting.env}={shlex.quote(bad.example)}, or unset it"
+    else:
+        fix = f"write {bad.example!r} in {source}"
+    return UsageError(f"{names}: {text!r} (from {source}) {bad.reason}", fix=fix)
+
 
 def add_setting(
     parser: argparse.ArgumentParser | Any,
@@ -186,7 +266,9 @@ def add_setting(
     )
 
 
-def add_settings(parser: argparse.ArgumentParser | Any, command: str, *flags: str) -> None:
-    """The flags of subcommand ``command``, each from its row."""
+def add_settings(
+    parser: argparse.ArgumentParser | Any, command: str, *flags: str, table: Table = HOST
+) -> None:
+    """The flags of subcommand ``command``, each from its row (of ``table``)."""
     for flag in flags:
-        add_setting(parser, by_flag(flag), command=command)
+        add_setting(parser, table.by_flag(flag), command=command)

@@ -43,10 +43,11 @@ from xla_host import (
     receipt_store,
     receipts,
 )
-from xla_host.arguments import OUTPUT_DIR, add_settings, machine_cache
+from xla_host.arguments import OUTPUT_DIR, add_settings, machine_cache, read_setting
 from xla_host.edge import Parser, exit_code_of
 from xla_host.errors import CheckFailed, UsageError
 from xla_host.host_probe import probe
+from xla_host.settings import Cascade
 
 #: The command line's name, in usage lines, examples and fixes.
 PROG = "xla-host"
@@ -110,12 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
             sub.set_defaults(handler=run_gate)
         elif name == "launch-env":
             sub.add_argument("--profile", default="", help="launch profile name, e.g. train")
-            sub.add_argument(
-                "--role",
-                default="",
-                help="writer (the one process per cache directory that writes it) or reader "
-                "(every other worker: the cache read-only); required",
-            )
+            add_settings(sub, name, "--role")  # its row: the flag, else XLA_WHEELS_ROLE
             sub.add_argument(
                 "--out",
                 type=OUTPUT_DIR,
@@ -125,14 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
             add_settings(sub, name, "--pack-lane", "--pack-workload", "--pack-public-key")
             sub.set_defaults(handler=run_launch_env)
         else:
-            sub.add_argument(
-                "--role",
-                choices=("writer", "reader"),
-                help="this host's role on a shared cache (default: by TPU_WORKER_ID)",
-            )
-            # The builder's doctor's flags, from the same rows: the audit stamp, the
-            # launch environment and cache path to judge instead of this process's.
-            add_settings(sub, name, "--cache-path", "--env-file", "--json", "--stamp")
+            # The builder's doctor's flags, from the same rows: this host's role on a shared
+            # cache, the audit stamp, the launch environment and cache path to judge
+            # instead of this process's.
+            add_settings(sub, name, "--role", "--cache-path", "--env-file", "--json", "--stamp")
             sub.set_defaults(handler=run_doctor)
     return parser
 
@@ -244,13 +236,16 @@ def run_doctor(args: argparse.Namespace) -> int:
     the same the builder's doctor runs) against the lane's document."""
     from xla_host import launch_profile, stamp
 
+    # The flag, else XLA_WHEELS_ROLE (the one cascade, as the builder's doctor reads it);
+    # neither: by TPU_WORKER_ID (host_doctor.role_of).
+    role: str | None = read_setting(Cascade(vars(args), os.environ), "--role", default=False)
     document, digest = _document(args)
     python = _python(args)
     env, _ = _launch_environment(args.env_file)
     report = host_doctor.HostReport(document.bundle, str(python), document_sha256=digest)
     # The environment first: it must be right before anything imports torch_xla.
     host_doctor.check_environment(
-        report, env, args.role, platform=host_doctor.platform_of(document.profiles)
+        report, env, role, platform=host_doctor.platform_of(document.profiles)
     )
     facts = probe(
         str(python),
@@ -262,7 +257,7 @@ def run_doctor(args: argparse.Namespace) -> int:
     _, match = _compare_files(args, document, python)
     host_doctor.check_files(report, match, fix)
     host_doctor.check_cache(
-        report, document.bundle, facts.versions, env, args.role, args.cache_path
+        report, document.bundle, facts.versions, env, role, args.cache_path
     )
     stamp_path: Path | None = args.stamp or stamp.stamp_file(os.environ)
     if args.json or stamp_path:
@@ -279,7 +274,7 @@ def run_doctor(args: argparse.Namespace) -> int:
             profile=None,
             profile_sha256=None,
             cache_path=args.cache_path or env.get(launch_profile.CACHE_PATH) or None,
-            role=host_doctor.role_of(args.role, env),
+            role=host_doctor.role_of(role, env),
             verdict="failed" if report.failed else "ok",
             problems=tuple(f"{f.check}: {f.detail}" for f in report.failed),
             job=stamp.job_facts(env),
@@ -322,7 +317,11 @@ def run_launch_env(args: argparse.Namespace) -> int:
 
     document, _ = _document(args)
     profile = launch_profile.choose(document.profiles, args.profile, document.bundle)
-    role = launch_profile.check_role(args.role)
+    # As the builder's launch-env: the flag, else XLA_WHEELS_ROLE; check_role's fix names
+    # both roles and what each is for.
+    role = launch_profile.check_role(
+        str(Cascade(vars(args), os.environ).find("--role", default=False)[0] or "")
+    )
     build = document.build_directory() if profile.needs_build else None
     out: Path = args.out or Path("out") / "launch" / document.bundle / f"{profile.name}-{role}"
     files = launch_profile.launch_files(profile, document.bundle, role, build)

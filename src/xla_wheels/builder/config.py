@@ -1,8 +1,10 @@
 """The one configuration object of the build stage and its defaults.
 
-Built once at the CLI edge by ``cli.settings.build_config`` (command line, then environment,
-then these defaults). Like JAX's ``build/build.py``, every command of the build is
-composed from this object, so the DRY_RUN plan and the real run cannot drift apart.
+Built once at the CLI edge by ``cli.settings.build_config``: a field named as a build row
+of the settings table is that setting (command line, then its ``XLA_WHEELS_*`` variable,
+then the row's default, which the field takes through ``default_value``). Like JAX's
+``build/build.py``, every command of the build is composed from this object, so the
+DRY_RUN plan and the real run cannot drift apart.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xla_host.settings import by_flag, default_of
 from xla_wheels.builder.remote_cache import RemoteCache
+from xla_wheels.settings_rows import by_flag, default_of, default_value
 
 # The choices and defaults of the build settings: their rows of the settings table.
 ENGINES = by_flag("--engine").choices
@@ -33,20 +35,22 @@ DEFAULT_SHIP_CHECK = (
     "--checks restart,spmd-restart,cache-key,same-numbers "
     "--upstream-tests {torch_xla_src} --out {out}"
 )
-# What the clean environment installs besides our wheels comes from the normal index
-# (numpy, pyyaml, ... that torch and torch_xla require); PIP_INDEX_URL points at a mirror.
-DEFAULT_SHIP_PIP_ARGS = ("--find-links", "{wheels}")
+
+
+def cores() -> int:
+    """The default of ``--jobs``, as its row says: the number of cores."""
+    return os.cpu_count() or 1
 
 
 @dataclass(frozen=True)
 class BuildConfig:
-    mode: str = str(default_of("--mode"))
-    engine: str = str(default_of("--engine"))
+    mode: str = default_value("--mode")
+    engine: str = default_value("--engine")
     image: str = DEFAULT_IMAGE
-    jobs: int = 2
-    host_python: str = str(default_of("--host-python"))
+    jobs: int = field(default_factory=cores)
+    host_python: str = default_value("--host-python")
     """Interpreter that runs the recipes in host mode (the bundle's Python)."""
-    container_python: str = str(default_of("--container-python"))
+    container_python: str = default_value("--container-python")
     """Interpreter on the builder image's PATH."""
     bazel_disk_cache: Path | None = None
     """Default: <cache>/bazel-disk."""
@@ -55,14 +59,16 @@ class BuildConfig:
     pip_args: tuple[str, ...] = ()
     """Extra arguments for pip when installing build requirements (index, find-links)."""
     ship_check: str = DEFAULT_SHIP_CHECK
-    ship_pip_args: tuple[str, ...] = DEFAULT_SHIP_PIP_ARGS
-    compiler_env: tuple[tuple[str, str], ...] = (("CC", "clang"), ("CXX", "clang++"))
+    ship_pip_args: tuple[str, ...] = default_value("--ship-pip-args")
+    """What the clean environment installs besides our wheels comes from the normal index
+    (numpy, pyyaml, ... that torch and torch_xla require); PIP_INDEX_URL points at a mirror."""
+    compiler_env: tuple[tuple[str, str], ...] = default_value("--compiler-env")
     # Rough needs of a real torch + torch_xla build (torch objects, Bazel output base, the
     # OpenXLA tree): clang/nvcc-free but still about 3-4 GiB per compile job at the peak.
-    min_disk_gib: float = float(default_of("--min-disk-gib"))
-    mem_per_job_gib: float = float(default_of("--mem-per-job-gib"))
-    mem_base_gib: float = float(default_of("--mem-base-gib"))
-    host_tools: tuple[str, ...] = ("git", "patch", "bazel", "clang", "clang++")
+    min_disk_gib: float = default_value("--min-disk-gib")
+    mem_per_job_gib: float = default_value("--mem-per-job-gib")
+    mem_base_gib: float = default_value("--mem-base-gib")
+    host_tools: tuple[str, ...] = default_value("--host-tools")
     remote_timeout: float = 8.0
     extra_env: tuple[tuple[str, str], ...] = field(default_factory=tuple)
     """Passed to every recipe command (e.g. PIP_INDEX_URL for a mirror)."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import shlex
 import shutil
 from collections.abc import Callable
@@ -24,7 +23,7 @@ from xla_host import runner
 from xla_host.errors import PipelineError, SourceError
 from xla_host.runner import StepTimedOut
 from xla_wheels import disk_faults
-from xla_wheels.builder.config import ENGINES, BuildConfig, jobs_that_fit, mem_total_gib
+from xla_wheels.builder.config import ENGINES, BuildConfig, cores, jobs_that_fit, mem_total_gib
 from xla_wheels.builder.container import image_present, probe_engine
 from xla_wheels.bundle import Bundle, Component
 from xla_wheels.checks_before_fetch import is_mirror_directory, mirror_problem
@@ -57,7 +56,7 @@ def again_command(
         "ENGINE": config.engine if config.engine != defaults.engine else "",
         "BUILDER_IMAGE": config.image if config.image != defaults.image else "",
         "HOST_PYTHON": config.host_python if config.host_python != defaults.host_python else "",
-        "JOBS": str(config.jobs) if config.jobs != (os.cpu_count() or 1) else "",
+        "JOBS": str(config.jobs) if config.jobs != cores() else "",
         **changes,
     }
     words = [f"{name}={shlex.quote(value)}" for name, value in variables.items() if value]

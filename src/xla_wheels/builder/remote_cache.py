@@ -43,9 +43,9 @@ from typing import Any
 from xla_host.errors import ExitCode, PipelineError, UsageError
 from xla_host.launch_profile import ROLES
 from xla_host.redact import REDACTED
-from xla_host.settings import Cascade, ConfigFile, by_flag, default_of, env_of, file_keys
 from xla_host.tables import Field, Table, check_regular, loads_toml, read_regular, read_utf8
 from xla_host.values import BadValue, parse_count
+from xla_wheels.settings_rows import Cascade, ConfigFile, by_flag, default_of, env_of, file_keys
 
 CONFIG_RELPATH = "build/builders.toml"
 BAZEL_SCHEMES = ("grpc", "grpcs", "http", "https")
@@ -173,8 +173,7 @@ class RemoteCache:
 def load_remote_cache(
     root: Path,
     environ: Mapping[str, str],
-    bazel_cache_override: str | None = None,
-    bazel_timeout_override: int | None = None,
+    flags: Mapping[str, object] | None = None,
 ) -> RemoteCache:
     """The remote caches' settings, each by the settings table's one order
     (:class:`xla_host.settings.Cascade`): its flag, then its variable, then its key in
@@ -182,15 +181,11 @@ def load_remote_cache(
     the credentials from the environment or the files it names, never from the file.
 
     A missing default file means no remote cache; a missing file named explicitly is an
-    error. ``bazel_cache_override`` and ``bazel_timeout_override`` are the
-    ``--bazel-remote-cache`` and ``--bazel-remote-timeout`` command-line values.
+    error. ``flags``: the parsed command line by attribute name (``vars(args)``), whose
+    ``--bazel-remote-cache`` and ``--bazel-remote-timeout`` come first.
     """
     config = _read_builders_file(root, environ)
-    flags = {
-        "bazel_remote_cache": bazel_cache_override,
-        "bazel_remote_timeout": bazel_timeout_override,
-    }
-    cascade = Cascade(flags, environ, [config])
+    cascade = Cascade(flags or {}, environ, [config])
 
     def setting(key: str) -> tuple[str | None, str]:
         """The value and where it came from (for messages)."""

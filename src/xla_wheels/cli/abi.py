@@ -11,13 +11,13 @@ import os
 import tempfile
 from pathlib import Path
 
-from xla_host.arguments import add_settings
 from xla_host.errors import PipelineError
 from xla_wheels.abi import pairs
 from xla_wheels.bundle import load_bundle
 from xla_wheels.cli.arguments import add_bundle_arguments
 from xla_wheels.cli.settings import pipeline_options
 from xla_wheels.options import machine_cache
+from xla_wheels.settings_rows import add_settings
 
 
 def resolve(args: argparse.Namespace, work: Path) -> pairs.PairFiles:

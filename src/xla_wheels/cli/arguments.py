@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from xla_host.arguments import RefusedSwitchAction, add_setting, value_type
-from xla_host.settings import by_flag, in_group
+from xla_wheels.settings_rows import by_flag, in_group
 
 #: The network and progress settings: the flags' types, and the parsers of their
 #: ``XLA_WHEELS_*`` variables (:mod:`xla_wheels.cli.settings`).

@@ -24,8 +24,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from xla_host.errors import UsageError
-from xla_host.settings import SETTINGS
 from xla_host.values import BadValue, parse_switch
+from xla_wheels.settings_rows import SETTINGS
 
 ENV_GOAL = "XLA_WHEELS_MAKE_GOAL"
 ENV_COMMAND_LINE = "XLA_WHEELS_MAKE_COMMAND_LINE"

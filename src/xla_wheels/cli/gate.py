@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xla_host import cache_pack, log, net, receipt_store
-from xla_host.arguments import add_settings
 from xla_host.errors import UsageError
 from xla_host.gate import arguments as gate_arguments
 from xla_host.gate import bench, under_profile
@@ -31,6 +30,7 @@ from xla_host.gate.workload import WorkloadSpec
 from xla_wheels import stock_envs as envs
 from xla_wheels.cli.settings import Settings
 from xla_wheels.options import machine_cache
+from xla_wheels.settings_rows import add_settings
 
 if TYPE_CHECKING:  # loaded when a run leaves its receipt (see _receipts)
     from xla_wheels.release.gate_receipt import ReceiptPlace

@@ -29,7 +29,6 @@ import sys
 from pathlib import Path
 
 from xla_host import cache_command, filemode, launch_profile
-from xla_host.arguments import add_settings
 from xla_host.cache_contract import directory_name
 from xla_host.errors import UsageError
 from xla_host.launch_profile import CACHE_PATH
@@ -38,6 +37,7 @@ from xla_wheels.bundle import Bundle, load_bundle
 from xla_wheels.cli.arguments import add_bundle_arguments
 from xla_wheels.cli.settings import Settings, pipeline_options
 from xla_wheels.publish.wheels import locked_versions
+from xla_wheels.settings_rows import add_settings
 from xla_wheels.wheels_lock import read_lock
 
 HELPER = Path("scripts") / "xla_launch_profile.py"

@@ -6,7 +6,6 @@ import argparse
 import os
 
 from xla_host import log
-from xla_host.arguments import add_settings
 from xla_host.errors import UsageError
 from xla_wheels.bundle import Bundle
 from xla_wheels.cli.arguments import add_bundle_arguments
@@ -15,6 +14,7 @@ from xla_wheels.options import PipelineOptions
 from xla_wheels.patch_workflow import RebaseResult, continue_rebase, export_series, start_rebase
 from xla_wheels.series_build import judge
 from xla_wheels.series_checks.key_audit import judge as judge_audit
+from xla_wheels.settings_rows import add_settings
 
 
 def cmd_patch_export(args: argparse.Namespace) -> int:

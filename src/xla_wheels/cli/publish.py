@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from xla_host import host_doctor, installed, launch_profile, log
-from xla_host.arguments import add_settings
 from xla_host.errors import UsageError
 from xla_host.redact import Redactor, shown
 from xla_host.stamp import Stamp, StampedWheel, job_facts, this_host, write_stamp
@@ -34,6 +33,7 @@ from xla_wheels.publish.static_index import write_static_index
 from xla_wheels.publish.wheels import locked_records, locked_wheels
 from xla_wheels.release import lanes
 from xla_wheels.release.host_lane import add_lane_findings
+from xla_wheels.settings_rows import add_settings
 from xla_wheels.wheels_lock import BundleEntry, read_lock, write_with_held_back, written_on_success
 
 

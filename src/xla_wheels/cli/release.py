@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from xla_host import log
-from xla_host.arguments import add_settings
 from xla_host.errors import UsageError
 from xla_host.redact import one_line, shown
 from xla_host.wheel_filename import normalize, parse_wheel_name
@@ -30,6 +29,7 @@ from xla_wheels.publish.wheels import locked_records, locked_wheels
 from xla_wheels.release import compare as compare_mod
 from xla_wheels.release import host_document, lane_packs, lanes, promote, pylock
 from xla_wheels.release import status as status_mod
+from xla_wheels.settings_rows import add_settings
 from xla_wheels.wheels_lock import (
     BundleEntry,
     Lock,

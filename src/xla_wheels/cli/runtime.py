@@ -20,17 +20,16 @@ from pathlib import Path
 
 from xla_host import bundle_document as doc
 from xla_host import launch_profile, log
-from xla_host.arguments import add_settings
 from xla_host.errors import UsageError
 from xla_host.filemode import file_sha256
 from xla_host.net import NetworkPolicy
-from xla_host.settings import default_of
 from xla_host.stamp import jobs_that_ran, read_stamps
 from xla_wheels.bundle import load_bundle
 from xla_wheels.cli.arguments import add_bundle_arguments, add_common_arguments
 from xla_wheels.cli.launch import _build_directory
 from xla_wheels.cli.settings import Settings, pipeline_options
 from xla_wheels.release import host_document, lanes, runtime_image
+from xla_wheels.settings_rows import add_settings, default_of
 from xla_wheels.wheels_lock import read_lock
 
 

@@ -27,17 +27,15 @@ Read from the environment besides our own settings, because it belongs to anothe
 from __future__ import annotations
 
 import argparse
-import os
+import dataclasses
 import re
-import shlex
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from xla_host.arguments import value_type
+from xla_host.arguments import read_setting, value_type
 from xla_host.errors import UsageError
 from xla_host.net import NetworkPolicy
-from xla_host.settings import SETTINGS, Cascade, ConfigFile, by_flag
 from xla_host.values import (
     REMOTE_RULE,
     WHOLE_NUMBER,
@@ -61,6 +59,7 @@ from xla_wheels.options import (
     known_environment,
     machine_cache,
 )
+from xla_wheels.settings_rows import SETTINGS, Cascade, ConfigFile, by_flag
 
 #: The most compile jobs one builder may ask for: more is a typo (JOBS=1e9), not a machine.
 MAX_JOBS = int(by_flag("--jobs").high or 0)
@@ -83,6 +82,12 @@ class Settings:
         self._args = args
         self._environ = environ
         self._cascade = Cascade(vars(args), environ, files)
+
+    def value(self, flag: str) -> Any:
+        """The flag's value as the code uses it, else the variable's, else the config
+        files', else its row's default (:func:`xla_host.arguments.read_setting`): a text
+        that is no such value is refused naming the flag and the variable."""
+        return read_setting(self._cascade, flag)
 
     def text(self, flag: str) -> str | None:
         value = self._cascade.find(flag, default=False)[0]
@@ -111,7 +116,7 @@ def env_switch(environ: Mapping[str, str], flag: str) -> bool:
         return parse_switch(text)
     except BadValue as bad:
         raise UsageError(
-            f"{name}={text!r} {bad.reason}",
+            f"{name}={text!r} {bad.reason} (the variable of {flag})",
             fix=f"set {name}=1 or {name}=0, or unset it",
         ) from None
 
@@ -134,7 +139,8 @@ def env_number(environ: Mapping[str, str], flag: str, parse: Callable[[str], flo
             parse(text)
         except BadValue as bad:
             raise UsageError(
-                f"{name}={text!r} {bad.reason}", fix=f"set {name}={bad.example}, or unset it"
+                f"{name}={text!r} {bad.reason} (the variable of {flag})",
+                fix=f"set {name}={bad.example}, or unset it",
             ) from None
 
 
@@ -162,6 +168,8 @@ def check_environment(environ: Mapping[str, str]) -> None:
             env_number(environ, setting.flag, _jobs)
         elif setting.kind in ("count", "amount"):
             env_number(environ, setting.flag, value_type(setting).parse)
+        elif setting.kind in ("names", "arguments", "assignments") and setting.env in environ:
+            read_setting(Cascade({}, environ), setting.flag)
 
 
 def _jobs(text: str) -> int:
@@ -229,75 +237,48 @@ def pipeline_options(args: argparse.Namespace, environ: Mapping[str, str]) -> Pi
 
 
 def build_config(args: argparse.Namespace, environ: Mapping[str, str]) -> BuildConfig:
-    """The build stage's settings (``make wheels``, ``make builder-image``)."""
+    """The build stage's settings (``make wheels``, ``make builder-image``): each field
+    named as a row of the build (its flag's attribute name) is that setting, read by the
+    one cascade (flag, ``XLA_WHEELS_*``, ``build/builders.toml`` where its row has a key,
+    the row's default); the rows are the only place a default is written. A new build
+    setting is its row and its field: nothing here."""
     # Imported here, not at the top: the gate's subcommands read their options from this
     # module too and must not load the build stage's modules.
-    from xla_wheels.builder.config import ENGINES, MODES, BuildConfig
+    from xla_wheels.builder.config import BuildConfig, cores
     from xla_wheels.builder.remote_cache import load_remote_cache
 
     settings = Settings(args, environ)
-    defaults = BuildConfig()
-    mode = settings.text("--mode") or defaults.mode
-    engine = settings.text("--engine") or defaults.engine
-    if mode not in MODES:
-        raise UsageError(
-            f"{env_var('--mode')}={mode} is not one of {', '.join(MODES)}",
-            fix=f"pass --mode {MODES[0]} or --mode {MODES[1]} (make: BUILD_MODE=)",
-        )
-    if engine not in ENGINES:
-        raise UsageError(
-            f"{env_var('--engine')}={engine} is not one of {', '.join(ENGINES)}",
-            fix=f"pass --engine {'|'.join(ENGINES)} (make: ENGINE=)",
-        )
-    compiler_env = defaults.compiler_env
-    if args.compiler_env is not None:
-        pairs = []
-        for item in shlex.split(args.compiler_env):
-            name, equals, value = item.partition("=")
-            if not equals or not name:
-                raise UsageError(
-                    f"compiler environment entry {item!r} is not NAME=VALUE",
-                    fix='write e.g. "CC=clang CXX=clang++"',
-                )
-            pairs.append((name, value))
-        compiler_env = tuple(pairs)
-    pip_index = environ.get("PIP_INDEX_URL")
-    return BuildConfig(
-        mode=mode,
-        engine=engine,
-        image=_checked(settings, "--image", "BUILDER_IMAGE", _image, IMAGE_RULE) or defaults.image,
-        jobs=int(_number(settings, "--jobs", _jobs, os.cpu_count() or 1)),
-        host_python=settings.text("--host-python") or defaults.host_python,
-        container_python=args.container_python or defaults.container_python,
-        bazel_disk_cache=args.bazel_disk_cache,
-        remote_cache=load_remote_cache(
-            (settings.path("--root") or Path(".")).resolve(),
-            environ,
-            bazel_cache_override=args.bazel_remote_cache or None,
-            bazel_timeout_override=args.bazel_remote_timeout,
+    # The fields read otherwise: checked for what they reach (the image reference), a
+    # default fitted to this machine (jobs), several rows and builders.toml (the remote
+    # caches), or no row (pip's own and the reproducible-builds variables).
+    explicit: dict[str, Any] = {
+        "image": _checked(settings, "--image", "BUILDER_IMAGE", _image, IMAGE_RULE)
+        or settings.value("--image"),
+        "jobs": int(_number(settings, "--jobs", _jobs, cores())),
+        "remote_cache": load_remote_cache(
+            (settings.path("--root") or Path(".")).resolve(), environ, vars(args)
         ),
-        pip_args=tuple(shlex.split(args.pip_args)) if args.pip_args else (),
-        ship_check=settings.text("--ship-check") or defaults.ship_check,
-        ship_pip_args=(
-            tuple(shlex.split(args.ship_pip_args))
-            if args.ship_pip_args is not None
-            else defaults.ship_pip_args
-        ),
-        compiler_env=compiler_env,
-        min_disk_gib=_pick(args.min_disk_gib, defaults.min_disk_gib),
-        mem_per_job_gib=_pick(args.mem_per_job_gib, defaults.mem_per_job_gib),
-        mem_base_gib=_pick(args.mem_base_gib, defaults.mem_base_gib),
-        host_tools=(
-            tuple(t for t in args.host_tools.split(",") if t)
-            if args.host_tools is not None
-            else defaults.host_tools
-        ),
-        extra_env=(("PIP_INDEX_URL", pip_index),) if pip_index else (),
+        "build_tag": _build_tag(settings.text("--build-tag")),
+        "extra_env": (("PIP_INDEX_URL", pip),) if (pip := environ.get("PIP_INDEX_URL")) else (),
         # The reproducible-builds standard variable, read as every tool reads it.
-        source_date_epoch=_epoch(environ.get("SOURCE_DATE_EPOCH") or None),
-        keep_recorded=settings.switch("--keep-recorded"),
-        build_tag=_build_tag(settings.text("--build-tag")),
-    )
+        "source_date_epoch": _epoch(environ.get("SOURCE_DATE_EPOCH") or None),
+    }
+    read = {
+        field.name: settings.value(_BUILD_ROWS[field.name])
+        for field in dataclasses.fields(BuildConfig)
+        if field.name in _BUILD_ROWS and field.name not in explicit
+    }
+    # None: the row gives no one value (its default is a text); the field's own applies.
+    return BuildConfig(**{name: v for name, v in read.items() if v is not None}, **explicit)
+
+
+#: The build's rows by the attribute name of their flag, which names a field of
+#: ``BuildConfig`` (``--host-tools``: ``host_tools``).
+_BUILD_ROWS = {
+    (s.dest or s.flag.lstrip("-").replace("-", "_")): s.flag
+    for s in SETTINGS
+    if s.flag and "wheels" in s.commands
+}
 
 
 def _epoch(text: str | None) -> int | None:
@@ -383,10 +364,6 @@ def _index_url(text: str) -> str:
 
 def _upload_url(text: str) -> str:
     return check_url(text, ("http", "https"), "http://127.0.0.1:8080/")
-
-
-def _pick(value: float | None, default: float) -> float:
-    return default if value is None else value
 
 
 def publish_options(args: argparse.Namespace, environ: Mapping[str, str]) -> PublishOptions:

@@ -14,10 +14,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from xla_host import log, runner
-from xla_host.arguments import add_setting, add_settings, count
+from xla_host.arguments import add_setting, count
 from xla_host.errors import LockError, PatchError, UsageError
 from xla_host.redact import shown
-from xla_host.settings import by_flag, in_group
 from xla_wheels.builder.config import ENGINES, jobs_that_fit
 from xla_wheels.builder.container import EngineError, build_image_argv
 from xla_wheels.bundle import available_bundles, describe, diff, load_bundle
@@ -37,6 +36,7 @@ from xla_wheels.series_build import (
 from xla_wheels.series_checks.key_audit import TABLE_SUBPATH, AuditReport, audit_series
 from xla_wheels.series_checks.key_audit import judge as judge_audit
 from xla_wheels.series_hygiene import refuse
+from xla_wheels.settings_rows import add_settings, by_flag, in_group
 from xla_wheels.sources import SourceCache, known_commits
 from xla_wheels.wheels_lock import check_lock, update_bundle_entry
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import argparse
 import os
 
-from xla_host.arguments import add_settings
 from xla_host.errors import UsageError
 from xla_wheels.cli.arguments import add_bundle_arguments
 from xla_wheels.cli.settings import build_config, pipeline_options, supply_options
 from xla_wheels.layout import BundleLayout
 from xla_wheels.options import env_var
+from xla_wheels.settings_rows import add_settings
 from xla_wheels.wheels_lock import read_lock
 
 
