@@ -35,7 +35,6 @@ import re
 import secrets
 import shutil
 import tempfile
-import urllib.error
 import urllib.parse
 import urllib.request
 import xml.etree.ElementTree as ElementTree
@@ -49,12 +48,11 @@ from xla_host.filemode import current_umask
 from xla_host.net import (
     ANSWER_BYTES_ALLOWANCE,
     DEFAULT_NETWORK,
+    Failures,
     NetworkPolicy,
     Transient,
-    host_of,
-    read_url,
+    http_request,
     settings_fix,
-    with_retries,
 )
 from xla_host.receipts import (
     Receipt,
@@ -64,7 +62,7 @@ from xla_host.receipts import (
     receipt_file_name,
     render,
 )
-from xla_host.redact import Redactor, shown
+from xla_host.redact import shown
 
 USERNAME_ENV = "XLA_WHEELS_RECEIPTS_USERNAME"
 PASSWORD_ENV = "XLA_WHEELS_RECEIPTS_PASSWORD"
@@ -242,9 +240,6 @@ class WebDavStore(ReceiptStore):
     def location(self) -> str:
         return self.base
 
-    def _redact(self, text: str) -> str:
-        return Redactor([self.password or ""])(text)
-
     def _request(
         self, method: str, url: str, *, data: bytes | None = None,
         headers: Mapping[str, str] | None = None, ok: Sequence[int] = (200,),
@@ -254,29 +249,8 @@ class WebDavStore(ReceiptStore):
             token = base64.b64encode(f"{self.username or ''}:{self.password or ''}".encode())
             request.add_unredirected_header("Authorization", f"Basic {token.decode()}")
         where = shown(url)
-        network = self.network
 
-        def attempt(limit: float) -> tuple[int, bytes]:
-            answered: list[int] = []
-            try:
-                body = read_url(
-                    request, limit_s=limit, idle_s=network.timeout_s,
-                    on_response=lambda response: answered.append(response.status),
-                )  # fmt: skip
-            except urllib.error.HTTPError as error:
-                return error.code, b""
-            except Transient:
-                raise
-            except OSError as error:  # TLS, an unknown host: retrying cannot help
-                raise StoreTimedOut(
-                    f"{method} {where}: cannot reach the receipt store "
-                    f"({self._redact(str(getattr(error, 'reason', error)))})",
-                    fix="check the store's URL in build/lanes.toml (or --receipts) and that "
-                    "its server is up and reachable from this host",
-                ) from None
-            return answered[0], body
-
-        def give_up(fault: Transient, attempts: int) -> PipelineError:
+        def gave_up(fault: Transient, attempts: int) -> PipelineError:
             unreachable = fault.kind in ("refused", "reset", "unreachable", "cut")
             kind = StoreTimedOut if unreachable else StoreError
             return kind(
@@ -286,15 +260,23 @@ class WebDavStore(ReceiptStore):
                 "run it again" + ("" if unreachable else " (its log names the fault)"),
             )
 
-        # A PUT is tried again only when the server never saw it (refused): a lost answer
-        # to one that was made would otherwise number the receipt twice.
-        status, body = with_retries(
-            f"{method} {where}", host_of(url), attempt, give_up=give_up,
+        failures = Failures(
+            answered=lambda answer: None,  # every status is judged below
+            unreadable=lambda reason: StoreTimedOut(
+                f"{method} {where}: cannot reach the receipt store ({reason})",
+                fix="check the store's URL in build/lanes.toml (or --receipts) and that "
+                "its server is up and reachable from this host",
+            ),
+            gave_up=gave_up,
             timeout_fix=f"check that the store's server is up and reachable from this host, "
             f"or give it longer ({settings_fix()})",
-            limit_s=network.transfer_limit(len(data or b"") + ANSWER_BYTES_ALLOWANCE),
-            retry_kinds=("refused",) if method == "PUT" else None, network=network,
+        )
+        # A PUT is sent again only when the server never saw it (net.SENT_ONCE_METHODS).
+        answer = http_request(
+            request, self.network, failures, size=len(data or b"") + ANSWER_BYTES_ALLOWANCE,
+            secrets=[self.password or ""],
         )  # fmt: skip
+        status, body = answer.status, answer.body
         if len(body) > MAX_RECEIPT_BYTES:
             raise StoreError(f"{method} {where}: the answer is larger than any receipt")
         if status in (401, 403):
