@@ -53,9 +53,9 @@ def scripted(*script: tuple[int, str, bytes]) -> Iterator[Scripted]:
             self.end_headers()
             self.wfile.write(body)
 
-        do_GET = do_PUT = do_POST = _answer  # noqa: N815 - http.server's names
+        do_GET = do_PUT = do_POST = _answer  # http.server's names
 
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: object) -> None:
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -105,9 +105,8 @@ def test_a_5xx_is_asked_again_and_a_whole_answer_ends_the_retries() -> None:
 
 
 def test_a_5xx_that_lasts_is_the_callers_give_up_after_every_attempt() -> None:
-    with scripted((503, "Busy", b"")) as server:
-        with pytest.raises(Worded) as caught:
-            http_request(server.url, FAST, failures())
+    with scripted((503, "Busy", b"")) as server, pytest.raises(Worded) as caught:
+        http_request(server.url, FAST, failures())
     assert caught.value.message == "gave up after 3: HTTP 503"
     assert len(server.methods) == FAST.attempts
 
@@ -132,9 +131,11 @@ def test_a_refused_connection_is_tried_again_even_for_a_put_then_given_up() -> N
 
 
 def test_a_secret_the_caller_names_never_reaches_its_error() -> None:
-    with scripted((403, f"Forbidden for {SECRET}", b"")) as server:
-        with pytest.raises(Worded) as caught:
-            http_request(server.url, FAST, failures(), secrets=[SECRET])
+    with (
+        scripted((403, f"Forbidden for {SECRET}", b"")) as server,
+        pytest.raises(Worded) as caught,
+    ):
+        http_request(server.url, FAST, failures(), secrets=[SECRET])
     assert SECRET not in str(caught.value) and "Forbidden for" in caught.value.message
 
 
@@ -146,11 +147,12 @@ def test_a_transient_fault_reaches_the_give_up_without_the_secret() -> None:
         seen.append(fault)
         return Worded(fault.what_happened)
 
-    with scripted((502, f"Bad gateway for {SECRET}", b"")) as server:
-        with pytest.raises(Worded) as caught:
-            http_request(
-                server.url, FAST, Failures(lambda a: None, Worded, gave_up, "fix"),
-                secrets=[SECRET],
-            )  # fmt: skip
+    with (
+        scripted((502, f"Bad gateway for {SECRET}", b"")) as server,
+        pytest.raises(Worded) as caught,
+    ):
+        http_request(
+            server.url, FAST, Failures(lambda a: None, Worded, gave_up, "fix"), secrets=[SECRET]
+        )
     assert SECRET not in caught.value.message and "answered HTTP 502" in caught.value.message
     assert [f.kind for f in seen] == ["HTTP 502"]

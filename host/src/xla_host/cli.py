@@ -35,12 +35,10 @@ from pathlib import Path
 from xla_host import (
     __version__,
     bundle_document,
-    cache_pack,
     host_doctor,
     installed,
     log,
     net,
-    receipt_store,
     receipts,
 )
 from xla_host.arguments import OUTPUT_DIR, add_settings, machine_cache
@@ -356,10 +354,10 @@ def _fetch_launch_pack(
 
 
 def run_gate(args: argparse.Namespace) -> int:
-    from xla_host import launch_profile
+    from xla_host import gate_end, launch_profile
     from xla_host.gate import arguments as gate_arguments
     from xla_host.gate import under_profile
-    from xla_host.gate.result import ensure_passed
+    from xla_host.gate.run import GateOutcome
     from xla_host.gate.target import default_device
 
     gate_arguments.checks(args.checks)  # before the lane is asked
@@ -381,52 +379,40 @@ def run_gate(args: argparse.Namespace) -> int:
     python = _python(args)
     bundle = document.bundle if document else args.bundle
     config = gate_arguments.gate_config(args, python, profile)
-    upload = receipt_store.upload_for(  # before the run
-        args.receipts,
-        args.sign_key,
-        bundle,
-        uploads=gate_arguments.leaves_receipt(config),
-        network=_network(args),
+    def write_receipt(outcome: GateOutcome) -> Path:
+        if document is None:
+            facts, match = installed.probe_environment(outcome.target.python, []), None
+        else:
+            facts, match = _compare_files(args, document, outcome.target.python)
+            for problem in match.problems:
+                log.warning(problem)
+        receipt = receipts.receipt_from_gate(
+            outcome.target,
+            outcome.results,
+            bundle=document.bundle if document else None,
+            workload=args.workload.name,
+            facts=facts,
+            match=match,
+        )
+        receipt = replace(
+            receipt,
+            bundle_document=f"sha256:{digest}" if digest else None,
+            profile=profile.record() if profile else None,
+            slice=outcome.slice_record,
+        )
+        out: Path = args.out
+        if document is None:
+            path = receipts.write_receipt(out / "receipt.json", receipt, replace=True)
+        else:
+            path = receipts.write_receipt(receipts.receipt_path(out, receipt), receipt)
+        verdict = (
+            "for the document's wheels"
+            if receipt.wheels_match_lock
+            else "NOT for the document's wheels: it cannot be used to promote"
+        )
+        print(f"receipt: {path} ({verdict})")
+        return path
+
+    return gate_end.run_and_leave(
+        args, config, bundle=bundle, network=_network(args), write_receipt=write_receipt
     )
-    outcome = gate_arguments.run_printed(config)
-    if not gate_arguments.leaves_receipt(config):
-        return gate_arguments.ended_without_receipt(config, outcome)
-    if document is None:
-        facts, match = installed.probe_environment(outcome.target.python, []), None
-    else:
-        facts, match = _compare_files(args, document, outcome.target.python)
-        for problem in match.problems:
-            log.warning(problem)
-    receipt = receipts.receipt_from_gate(
-        outcome.target,
-        outcome.results,
-        bundle=document.bundle if document else None,
-        workload=args.workload.name,
-        facts=facts,
-        match=match,
-    )
-    receipt = replace(
-        receipt,
-        bundle_document=f"sha256:{digest}" if digest else None,
-        profile=profile.record() if profile else None,
-        slice=outcome.slice_record,
-    )
-    out: Path = args.out
-    if document is None:
-        path = receipts.write_receipt(out / "receipt.json", receipt, replace=True)
-    else:
-        path = receipts.write_receipt(receipts.receipt_path(out, receipt), receipt)
-    verdict = (
-        "for the document's wheels"
-        if receipt.wheels_match_lock
-        else "NOT for the document's wheels: it cannot be used to promote"
-    )
-    print(f"receipt: {path} ({verdict})")
-    pack = cache_pack.pack_gate_run(
-        args.pack, args.pack_key, outcome, path, bundle, args.workload, args.child_timeout
-    )
-    if pack is not None:
-        print(f"cache pack: {pack}")
-    receipt_store.send_written(upload, path)
-    ensure_passed(outcome.results)
-    return 0
