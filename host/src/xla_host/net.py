@@ -9,8 +9,9 @@ pack), runs through :func:`with_retries`, so each
 - waits at most :attr:`NetworkPolicy.timeout_s` for each next bytes (the idle timeout),
   and at most :meth:`NetworkPolicy.transfer_limit` for the whole transfer (the deadline:
   ``NET_TIMEOUT`` plus the size at the slowest allowed rate), so a server that trickles
-  a byte at a time ends too; every HTTP read goes through :func:`read_url`, which enforces
-  both, and a child (twine, pip, git) runs under the deadline of its whole command;
+  a byte at a time ends too; every HTTP request goes through :func:`http_request` (its
+  caller only words its errors, :class:`Failures`), whose reads :func:`read_url` bounds
+  both ways, and a child (twine, pip, git) runs under the deadline of its whole command;
 - says it is waiting: a long step announces itself before it starts, any step that has
   not answered after a few seconds says so, and a ``still waiting`` line follows every
   progress interval;
