@@ -31,6 +31,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from xla_host import (
     __version__,
@@ -45,6 +46,10 @@ from xla_host.arguments import OUTPUT_DIR, add_settings, machine_cache
 from xla_host.edge import Parser, exit_code_of
 from xla_host.errors import CheckFailed, UsageError
 from xla_host.host_probe import probe
+
+if TYPE_CHECKING:  # imported by run_gate when a gate runs
+    from xla_host.gate.run import GateOutcome
+    from xla_host.gate.under_profile import GateProfile
 
 #: The command line's name, in usage lines, examples and fixes.
 PROG = "xla-host"
@@ -357,7 +362,6 @@ def run_gate(args: argparse.Namespace) -> int:
     from xla_host import gate_end, launch_profile
     from xla_host.gate import arguments as gate_arguments
     from xla_host.gate import under_profile
-    from xla_host.gate.run import GateOutcome
     from xla_host.gate.target import default_device
 
     gate_arguments.checks(args.checks)  # before the lane is asked
@@ -379,40 +383,55 @@ def run_gate(args: argparse.Namespace) -> int:
     python = _python(args)
     bundle = document.bundle if document else args.bundle
     config = gate_arguments.gate_config(args, python, profile)
+
     def write_receipt(outcome: GateOutcome) -> Path:
-        if document is None:
-            facts, match = installed.probe_environment(outcome.target.python, []), None
-        else:
-            facts, match = _compare_files(args, document, outcome.target.python)
-            for problem in match.problems:
-                log.warning(problem)
-        receipt = receipts.receipt_from_gate(
-            outcome.target,
-            outcome.results,
-            bundle=document.bundle if document else None,
-            workload=args.workload.name,
-            facts=facts,
-            match=match,
-        )
-        receipt = replace(
-            receipt,
-            bundle_document=f"sha256:{digest}" if digest else None,
-            profile=profile.record() if profile else None,
-            slice=outcome.slice_record,
-        )
-        out: Path = args.out
-        if document is None:
-            path = receipts.write_receipt(out / "receipt.json", receipt, replace=True)
-        else:
-            path = receipts.write_receipt(receipts.receipt_path(out, receipt), receipt)
-        verdict = (
-            "for the document's wheels"
-            if receipt.wheels_match_lock
-            else "NOT for the document's wheels: it cannot be used to promote"
-        )
-        print(f"receipt: {path} ({verdict})")
-        return path
+        return _write_gate_receipt(args, outcome, document, digest, profile)
 
     return gate_end.run_and_leave(
         args, config, bundle=bundle, network=_network(args), write_receipt=write_receipt
     )
+
+
+def _write_gate_receipt(
+    args: argparse.Namespace,
+    outcome: GateOutcome,
+    document: bundle_document.BundleDocument | None,
+    digest: str | None,
+    profile: GateProfile | None,
+) -> Path:
+    """The host's receipt of a gate run: the environment compared with the bundle
+    document's files (none: a staging directory's ship check, a receipt for no bundle),
+    written under ``--out``; its path."""
+    if document is None:
+        facts, match = installed.probe_environment(outcome.target.python, []), None
+    else:
+        facts, match = _compare_files(args, document, outcome.target.python)
+        for problem in match.problems:
+            log.warning(problem)
+    receipt = receipts.receipt_from_gate(
+        outcome.target,
+        outcome.results,
+        bundle=document.bundle if document else None,
+        workload=args.workload.name,
+        facts=facts,
+        match=match,
+    )
+    receipt = replace(
+        receipt,
+        bundle_document=f"sha256:{digest}" if digest else None,
+        profile=profile.record() if profile else None,
+        slice=outcome.slice_record,
+    )
+    out: Path = args.out
+    if document is None:
+        path = receipts.write_receipt(out / "receipt.json", receipt, replace=True)
+    else:
+        path = receipts.write_receipt(receipts.receipt_path(out, receipt), receipt)
+    verdict = (
+        "for the document's wheels"
+        if receipt.wheels_match_lock
+        else "NOT for the document's wheels: it cannot be used to promote"
+    )
+    print(f"receipt: {path} ({verdict})")
+    return path
+
