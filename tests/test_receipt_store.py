@@ -16,8 +16,9 @@ import json
 import secrets
 import shutil
 import subprocess
-from collections.abc import Iterator
-from dataclasses import replace
+import urllib.parse
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -556,3 +557,53 @@ def test_the_host_gate_proves_the_store_before_any_child_starts(
     assert not (server.root / "host-gate" / "receipts" / BUNDLE).exists() or not any(
         (server.root / "host-gate" / "receipts" / BUNDLE).iterdir()
     )
+
+
+# --- a kind of store of one's own ----------------------------------------------------------
+
+
+@dataclass
+class MountStore(receipt_store.DirectoryStore):
+    """A kind of store this test adds: ``mount://<name>`` is the directory ``<name>`` of
+    ``$TEST_RECEIPT_MOUNTS`` (a stand-in for a bucket: a subclass, its schemes, its form,
+    how a location is checked and opened)."""
+
+    schemes = ("mount",)
+    form = '"mount://<name>"'
+
+    @classmethod
+    def checked(cls, value: str, root: Path | None) -> str:
+        if not urllib.parse.urlsplit(value).netloc:
+            raise UsageError(f"{value} names no mount", fix="write mount://<name>")
+        return value
+
+    @classmethod
+    def opened(
+        cls, location: str, environ: Mapping[str, str], network: NetworkPolicy
+    ) -> receipt_store.ReceiptStore:
+        return cls(Path(environ["TEST_RECEIPT_MOUNTS"]) / urllib.parse.urlsplit(location).netloc)
+
+
+def test_a_new_kind_of_store_is_a_subclass_and_its_place_in_the_registry(
+    tmp_path: Path,
+    fake_wheels: FakeWheels,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(receipt_store, "STORE_KINDS", (*receipt_store.STORE_KINDS, MountStore))
+    monkeypatch.setenv("TEST_RECEIPT_MOUNTS", str(tmp_path / "mounts"))
+    project = make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
+    # Chosen by its scheme, from lanes.toml as from the command line; its own form checked.
+    _lanes(project, "mount://team")
+    (location,) = lanes.load_config(project).receipt_stores
+    store = receipt_store.store_for(location, root=project)
+    assert isinstance(store, MountStore) and store.root == tmp_path / "mounts" / "team"
+    with pytest.raises(UsageError, match="names no mount"):
+        receipt_store.parse_location("mount://")
+    # Every kind's form in the fix of a location of no known kind, the new one included.
+    with pytest.raises(UsageError) as unknown:
+        receipt_store.parse_location("ftp://host/receipts")
+    assert '"mount://<name>"' in str(unknown.value.fix) and '"gs://' in str(unknown.value.fix)
+    # The rest of the code never asks which kind: promote reads the receipt from it.
+    name = store.put(_receipt(project))
+    (found,) = promote.bundle_evidence(project, BUNDLE, [location])
+    assert found.origin == f"{tmp_path / 'mounts' / 'team'}/{name}"

@@ -42,7 +42,6 @@ import stat
 import tarfile
 import tempfile
 import time
-import urllib.error
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -54,12 +53,12 @@ from xla_host.filemode import as_if_created
 from xla_host.gate.slice.merge import topology as slice_topology_of
 from xla_host.net import (
     DEFAULT_NETWORK,
+    Failures,
     NetworkPolicy,
-    Transient,
     host_of,
-    read_url,
+    http_request,
+    rewound,
     settings_fix,
-    with_retries,
 )
 from xla_host.receipts import read_receipt
 from xla_host.redact import shown
@@ -425,37 +424,25 @@ def open_pack(
     if re.match(r"[a-z]+://", source):
         where = shown(source)
         with tempfile.TemporaryFile(dir=spool) as spooled:
-
-            def attempt(limit: float) -> None:
-                spooled.seek(0)
-                spooled.truncate()  # an attempt after a cut-off one starts at byte 0
-                try:
-                    read_url(source, limit_s=limit, idle_s=network.timeout_s, write=spooled.write)
-                except urllib.error.HTTPError as error:
-                    raise PackRefused(
-                        f"{where}: the server answered {error.code} {error.reason}",
-                        fix="check the pack's URL (the lane's packs/ listing names it)",
-                    ) from None
-                except Transient:
-                    raise
-                except OSError as error:  # TLS, an unknown host: retrying cannot help
-                    raise PackRefused(
-                        f"{where}: cannot read it ({getattr(error, 'reason', error)})",
-                        fix="check the pack's URL and the network",
-                    ) from None
-
-            def give_up(fault: Transient, attempts: int) -> PipelineError:
-                return PackRefused(
+            failures = Failures(
+                answered=lambda answer: PackRefused(
+                    f"{where}: the server answered {answer.status} {answer.reason}",
+                    fix="check the pack's URL (the lane's packs/ listing names it)",
+                ),
+                unreadable=lambda reason: PackRefused(
+                    f"{where}: cannot read it ({reason})",
+                    fix="check the pack's URL and the network",
+                ),
+                gave_up=lambda fault, attempts: PackRefused(
                     f"{where}: {host_of(source)} {fault.what_happened} ({attempts} attempt(s))",
                     fix="check the pack's URL and the network, then run the command again",
-                )
-
-            with_retries(
-                f"GET {where}", host_of(source), attempt, give_up=give_up,
+                ),
                 timeout_fix="check the pack's address and the network, then run the command "
                 f"again (or give it longer: {settings_fix()})",
-                limit_s=network.transfer_limit(PACK_BYTES_ALLOWANCE), network=network,
-            )  # fmt: skip
+            )
+            http_request(
+                source, network, failures, size=PACK_BYTES_ALLOWANCE, write=rewound(spooled)
+            )
             spooled.seek(0)
             yield spooled
         return

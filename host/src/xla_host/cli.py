@@ -31,16 +31,15 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from xla_host import (
     __version__,
     bundle_document,
-    cache_pack,
     host_doctor,
     installed,
     log,
     net,
-    receipt_store,
     receipts,
 )
 from xla_host.arguments import OUTPUT_DIR, add_settings, machine_cache, read_setting
@@ -48,6 +47,10 @@ from xla_host.edge import Parser, exit_code_of
 from xla_host.errors import CheckFailed, UsageError
 from xla_host.host_probe import probe
 from xla_host.settings import Cascade
+
+if TYPE_CHECKING:  # imported by run_gate when a gate runs
+    from xla_host.gate.run import GateOutcome
+    from xla_host.gate.under_profile import GateProfile
 
 #: The command line's name, in usage lines, examples and fixes.
 PROG = "xla-host"
@@ -355,10 +358,9 @@ def _fetch_launch_pack(
 
 
 def run_gate(args: argparse.Namespace) -> int:
-    from xla_host import launch_profile
+    from xla_host import gate_end, launch_profile
     from xla_host.gate import arguments as gate_arguments
     from xla_host.gate import under_profile
-    from xla_host.gate.result import ensure_passed
     from xla_host.gate.target import default_device
 
     gate_arguments.checks(args.checks)  # before the lane is asked
@@ -380,16 +382,25 @@ def run_gate(args: argparse.Namespace) -> int:
     python = _python(args)
     bundle = document.bundle if document else args.bundle
     config = gate_arguments.gate_config(args, python, profile)
-    upload = receipt_store.upload_for(  # before the run
-        args.receipts,
-        args.sign_key,
-        bundle,
-        uploads=gate_arguments.leaves_receipt(config),
-        network=_network(args),
+
+    def write_receipt(outcome: GateOutcome) -> Path:
+        return _write_gate_receipt(args, outcome, document, digest, profile)
+
+    return gate_end.run_and_leave(
+        args, config, bundle=bundle, network=_network(args), write_receipt=write_receipt
     )
-    outcome = gate_arguments.run_printed(config)
-    if not gate_arguments.leaves_receipt(config):
-        return gate_arguments.ended_without_receipt(config, outcome)
+
+
+def _write_gate_receipt(
+    args: argparse.Namespace,
+    outcome: GateOutcome,
+    document: bundle_document.BundleDocument | None,
+    digest: str | None,
+    profile: GateProfile | None,
+) -> Path:
+    """The host's receipt of a gate run: the environment compared with the bundle
+    document's files (none: a staging directory's ship check, a receipt for no bundle),
+    written under ``--out``; its path."""
     if document is None:
         facts, match = installed.probe_environment(outcome.target.python, []), None
     else:
@@ -421,11 +432,5 @@ def run_gate(args: argparse.Namespace) -> int:
         else "NOT for the document's wheels: it cannot be used to promote"
     )
     print(f"receipt: {path} ({verdict})")
-    pack = cache_pack.pack_gate_run(
-        args.pack, args.pack_key, outcome, path, bundle, args.workload, args.child_timeout
-    )
-    if pack is not None:
-        print(f"cache pack: {pack}")
-    receipt_store.send_written(upload, path)
-    ensure_passed(outcome.results)
-    return 0
+    return path
+

@@ -9,8 +9,9 @@ pack), runs through :func:`with_retries`, so each
 - waits at most :attr:`NetworkPolicy.timeout_s` for each next bytes (the idle timeout),
   and at most :meth:`NetworkPolicy.transfer_limit` for the whole transfer (the deadline:
   ``NET_TIMEOUT`` plus the size at the slowest allowed rate), so a server that trickles
-  a byte at a time ends too; every HTTP read goes through :func:`read_url`, which enforces
-  both, and a child (twine, pip, git) runs under the deadline of its whole command;
+  a byte at a time ends too; every HTTP request goes through :func:`http_request` (its
+  caller only words its errors, :class:`Failures`), whose reads :func:`read_url` bounds
+  both ways, and a child (twine, pip, git) runs under the deadline of its whole command;
 - says it is waiting: a long step announces itself before it starts, any step that has
   not answered after a few seconds says so, and a ``still waiting`` line follows every
   progress interval;
@@ -47,15 +48,15 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 from xla_host import log, settings
 from xla_host.arguments import add_setting, value_type
 from xla_host.errors import PipelineError, UsageError
-from xla_host.redact import mask_url_credentials, shown
+from xla_host.redact import Redactor, mask_url_credentials, shown
 from xla_host.runner import StepTimedOut
 from xla_host.settings import by_flag
 from xla_host.values import BadValue
@@ -490,6 +491,115 @@ class NotThere(Exception):
     """:func:`get` with ``missing_ok``: the server answered 404, an answer in itself."""
 
 
+@dataclass(frozen=True)
+class Answer:
+    """An HTTP answer, read whole: its status, its reason phrase, its body (``b""`` when
+    it streamed into a ``write``)."""
+
+    status: int
+    reason: str
+    body: bytes
+
+
+@dataclass(frozen=True)
+class Failures:
+    """What one step's failures raise: the errors (class, message, fix) only its caller
+    can word, handed to :func:`http_request`, which decides when each is due.
+
+    ``answered(answer)``: an HTTP error status that is not retried (a 4xx; a 5xx of a
+    request sent once), its body already read; the error to raise, or None: the status
+    is an answer the caller judges itself (:func:`http_request` returns it).
+    ``unreadable(reason)``: no HTTP answer, and retrying cannot help (TLS, an unknown
+    host, an answer that is not HTTP). ``gave_up(fault, attempts)``: a transient fault
+    that outlasted the retries (:attr:`Transient.what_happened` says it). Each text they
+    are given is already free of credentials. ``timeout_fix``: the fix of
+    :class:`NetworkTimedOut` (exit 8), no answer in time on every attempt."""
+
+    answered: Callable[[Answer], PipelineError | None]
+    unreadable: Callable[[str], PipelineError]
+    gave_up: Callable[[Transient, int], PipelineError]
+    timeout_fix: str
+
+
+#: Methods that may change what the server holds: sent again only after a refused
+#: connection (the server never saw it); a lost answer to one it made would otherwise
+#: make it twice (a receipt numbered twice, a devpi push sent twice).
+SENT_ONCE_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+def rewound(handle: IO[bytes]) -> Callable[[], Callable[[bytes], object]]:
+    """A ``write`` for :func:`http_request` into an open file: each attempt starts it
+    again at byte 0 (an attempt after a cut-off one must not append to its half)."""
+
+    def fresh() -> Callable[[bytes], object]:
+        handle.seek(0)
+        handle.truncate()
+        return handle.write
+
+    return fresh
+
+
+def http_request(
+    request: str | urllib.request.Request,
+    network: NetworkPolicy,
+    failures: Failures,
+    *,
+    step: str | None = None,
+    size: int | None = None,
+    write: Callable[[], Callable[[bytes], object]] | None = None,
+    long: bool = False,
+    secrets: Iterable[str] = (),
+) -> Answer:
+    """One HTTP request with the run's policy, every caller's retries and give-up in one
+    place: the idle timeout, the whole-transfer deadline (for ``size`` bytes moved either
+    way, else an answer's allowance), transient faults tried again (a request of
+    :data:`SENT_ONCE_METHODS` only after a refused connection), the URL's credentials and
+    ``secrets`` never shown. Each failure is the error ``failures`` words for it; no
+    answer in time is :class:`NetworkTimedOut` with its ``timeout_fix``.
+
+    ``step``: what the waiting lines and the timeout name (default: the method and the
+    URL). ``write``: each attempt streams the body into what it returns (a fresh start,
+    :func:`rewound`) instead of into memory. ``long``: announce the step before it
+    starts."""
+    url = request if isinstance(request, str) else request.full_url
+    method = "GET" if isinstance(request, str) else request.get_method()
+    redact = Redactor(secrets)
+
+    def attempt(limit: float) -> Answer:
+        answered: list[tuple[int, str]] = []
+        try:
+            body = read_url(
+                request, limit_s=limit, idle_s=network.timeout_s,
+                write=write() if write is not None else None,
+                # A file:// answer (a lane given as a directory) has no status: its content.
+                on_response=lambda response: answered.append(
+                    (getattr(response, "status", None) or 200, getattr(response, "reason", ""))
+                ),
+            )  # fmt: skip
+        except urllib.error.HTTPError as error:
+            answer = Answer(error.code, redact(str(error.reason)), error.read())
+            refusal = failures.answered(answer)
+            if refusal is None:
+                return answer
+            raise refusal from None
+        except Transient as fault:
+            raise Transient(
+                fault.kind, redact(fault.detail), after_s=fault.after_s, unfinished=fault.unfinished
+            ) from None
+        except OSError as error:  # TLS, an unknown host, not HTTP: retrying cannot help
+            raise failures.unreadable(redact(str(getattr(error, "reason", error)))) from None
+        status, reason = answered[0] if answered else (200, "")
+        return Answer(status, reason, body)
+
+    return with_retries(
+        step or f"{method} {redact(shown(url))}", host_of(url), attempt,
+        give_up=failures.gave_up, timeout_fix=failures.timeout_fix,
+        limit_s=network.transfer_limit(ANSWER_BYTES_ALLOWANCE if size is None else size),
+        long=long, retry_kinds=("refused",) if method in SENT_ONCE_METHODS else None,
+        network=network,
+    )  # fmt: skip
+
+
 def get(
     url: str,
     network: NetworkPolicy,
@@ -500,34 +610,25 @@ def get(
     write: Callable[[], Callable[[bytes], object]] | None = None,
     missing_ok: bool = False,
 ) -> bytes:
-    """One GET with the run's policy: the idle timeout, the whole-transfer deadline (for
-    ``size`` bytes, else an answer's allowance), transient faults tried again, the URL's
-    credentials never shown. A 4xx, another fault, or a transient one that outlasts the
-    retries is ``refused(what happened)``; no answer in time is :class:`NetworkTimedOut`
-    with ``timeout_fix``; with ``missing_ok`` a 404 raises :class:`NotThere`. ``write``:
-    each attempt streams into what it returns (a fresh start: an attempt after a cut-off
-    one begins at byte 0) instead of into memory."""
-    where = shown(url)
+    """One GET through :func:`http_request` whose every failure is ``refused(what
+    happened)``: a 4xx, another fault, or a transient one that outlasts the retries; no
+    answer in time is :class:`NetworkTimedOut` with ``timeout_fix`` and the settings that
+    give it longer; with ``missing_ok`` a 404 raises :class:`NotThere`."""
 
-    def attempt(limit: float) -> bytes:
-        sink = write() if write is not None else None
-        try:
-            return read_url(url, limit_s=limit, idle_s=network.timeout_s, write=sink)
-        except urllib.error.HTTPError as error:
-            if missing_ok and error.code == 404:
-                raise NotThere(where) from None
-            raise refused(f"the server answered {error.code} {error.reason}") from None
-        except Transient:
-            raise
-        except OSError as error:  # TLS, an unknown host, not HTTP: retrying cannot help
-            raise refused(f"cannot read it ({getattr(error, 'reason', error)})") from None
+    def answered(answer: Answer) -> PipelineError | None:
+        if missing_ok and answer.status == 404:
+            return None
+        return refused(f"the server answered {answer.status} {answer.reason}")
 
-    def give_up(fault: Transient, attempts: int) -> PipelineError:
-        return refused(f"{host_of(url)} {fault.what_happened} ({attempts_text(attempts)})")
-
-    return with_retries(
-        f"GET {where}", host_of(url), attempt, give_up=give_up,
+    failures = Failures(
+        answered=answered,
+        unreadable=lambda reason: refused(f"cannot read it ({reason})"),
+        gave_up=lambda fault, attempts: refused(
+            f"{host_of(url)} {fault.what_happened} ({attempts_text(attempts)})"
+        ),
         timeout_fix=f"{timeout_fix} (or give it longer: {settings_fix()})",
-        limit_s=network.transfer_limit(ANSWER_BYTES_ALLOWANCE if size is None else size),
-        network=network,
-    )  # fmt: skip
+    )
+    answer = http_request(url, network, failures, size=size, write=write)
+    if answer.status == 404:
+        raise NotThere(shown(url))
+    return answer.body

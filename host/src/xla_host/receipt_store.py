@@ -6,7 +6,7 @@ bundle's receipts from every lane's store as well as from ``receipts/<bundle>/``
 ``<store>/<bundle>/<receipt file>`` (the file name of :func:`receipts.receipt_file_name`).
 A receipt is never replaced: an upload under a name that is taken goes to ``-2``, ``-3``…
 
-Three kinds of store, by the URL's form:
+Three kinds of store (:data:`STORE_KINDS`), chosen by the URL's scheme:
 
 - a directory (a path; relative to the checkout in lanes.toml): written by rename, and
   linked into place so a second writer can never replace a receipt;
@@ -19,6 +19,10 @@ Three kinds of store, by the URL's form:
 - ``gs://bucket/prefix``: through ``gcloud storage`` (``cp --no-clobber``, ``ls``, ``cat``)
   where the Google Cloud CLI is installed; the commands are composed as data
   (:meth:`GcsStore.plan`) and run by the runner.
+
+Adding a kind is one subclass of :class:`ReceiptStore` (its schemes, its form, how a
+location of it is checked and opened, and the store's requests) and its place in
+:data:`STORE_KINDS`; docs/lanes.md "Receipt stores" describes it.
 
 Errors name the store and a fix: a malformed URL is bad input (exit 2), a store that does
 not answer in time or cannot be reached exit 8, one that refuses (credentials,
@@ -35,13 +39,13 @@ import re
 import secrets
 import shutil
 import tempfile
-import urllib.error
 import urllib.parse
 import urllib.request
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from xla_host import filemode, log, receipt_signing, runner
 from xla_host.errors import ExitCode, PipelineError, UsageError
@@ -49,12 +53,11 @@ from xla_host.filemode import current_umask
 from xla_host.net import (
     ANSWER_BYTES_ALLOWANCE,
     DEFAULT_NETWORK,
+    Failures,
     NetworkPolicy,
     Transient,
-    host_of,
-    read_url,
+    http_request,
     settings_fix,
-    with_retries,
 )
 from xla_host.receipts import (
     Receipt,
@@ -64,7 +67,7 @@ from xla_host.receipts import (
     receipt_file_name,
     render,
 )
-from xla_host.redact import Redactor, shown
+from xla_host.redact import shown
 
 USERNAME_ENV = "XLA_WHEELS_RECEIPTS_USERNAME"
 PASSWORD_ENV = "XLA_WHEELS_RECEIPTS_PASSWORD"
@@ -75,10 +78,6 @@ MAX_RECEIPT_BYTES = 16 * 1024**2
 """A receipt is a few kilobytes; a server that sends more is not a receipt store."""
 _BUNDLE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 _FILE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*\.json")
-_FORMS = (
-    'receipts = "<directory>" | "https://host/path/" (WebDAV) | "gs://bucket/prefix" '
-    '(docs/lanes.md "Receipt stores")'
-)
 
 
 class StoreError(PipelineError):
@@ -116,7 +115,29 @@ def _numbered(file: str, n: int) -> str:
 
 
 class ReceiptStore:
-    """``put`` a receipt, ``list`` a bundle's receipt names, ``get`` one by name."""
+    """``put`` a receipt, ``list`` a bundle's receipt names, ``get`` one by name.
+
+    A kind of store is a subclass in :data:`STORE_KINDS`: the URL ``schemes`` it is chosen
+    by (none: a directory, the kind of any location without one), its ``form`` as the
+    fix of a bad location shows it, :meth:`checked` (a location as kept, bad input
+    refused) and :meth:`opened` (the store at a checked location)."""
+
+    schemes: ClassVar[tuple[str, ...]] = ()
+    form: ClassVar[str]
+
+    @classmethod
+    def checked(cls, value: str, root: Path | None) -> str:
+        """``value`` as kept (``root``: the checkout, for a relative path); raises
+        UsageError naming what is wrong with it."""
+        raise NotImplementedError
+
+    @classmethod
+    def opened(
+        cls, location: str, environ: Mapping[str, str], network: NetworkPolicy
+    ) -> ReceiptStore:
+        """The store at ``location`` (as :meth:`checked` keeps it); ``environ``: where
+        its credentials are; ``network``: its requests' limits."""
+        raise NotImplementedError
 
     @property
     def location(self) -> str:
@@ -163,6 +184,19 @@ class ReceiptStore:
 @dataclass
 class DirectoryStore(ReceiptStore):
     root: Path
+
+    form = '"<directory>"'
+
+    @classmethod
+    def checked(cls, value: str, root: Path | None) -> str:
+        path = Path(value).expanduser()
+        return str(path if path.is_absolute() or root is None else (root / path).resolve())
+
+    @classmethod
+    def opened(
+        cls, location: str, environ: Mapping[str, str], network: NetworkPolicy
+    ) -> ReceiptStore:
+        return cls(Path(location))
 
     @property
     def location(self) -> str:
@@ -238,12 +272,35 @@ class WebDavStore(ReceiptStore):
     network: NetworkPolicy = DEFAULT_NETWORK
     """Each request's idle timeout, deadline and retries (the run's ``--net-*`` settings)."""
 
+    schemes = ("http", "https")
+    form = '"https://host/path/" (WebDAV)'
+
+    @classmethod
+    def checked(cls, value: str, root: Path | None) -> str:
+        parts = urllib.parse.urlsplit(value)
+        if not parts.hostname:
+            raise UsageError(f"{shown(value)} names no host", fix=_forms())
+        if parts.username is not None or parts.password is not None:
+            raise UsageError(
+                f"the receipt store {shown(value)} carries credentials in its URL",
+                fix=f"drop them from the URL; set {USERNAME_ENV} and {PASSWORD_ENV} instead",
+            )
+        if parts.query or parts.fragment:
+            raise UsageError(
+                f"{shown(value)}: a store's URL has no query or fragment", fix=_forms()
+            )
+        return value if value.endswith("/") else value + "/"
+
+    @classmethod
+    def opened(
+        cls, location: str, environ: Mapping[str, str], network: NetworkPolicy
+    ) -> ReceiptStore:
+        username, password = environ.get(USERNAME_ENV), environ.get(PASSWORD_ENV)
+        return cls(location, username or None, password or None, network)
+
     @property
     def location(self) -> str:
         return self.base
-
-    def _redact(self, text: str) -> str:
-        return Redactor([self.password or ""])(text)
 
     def _request(
         self, method: str, url: str, *, data: bytes | None = None,
@@ -254,29 +311,8 @@ class WebDavStore(ReceiptStore):
             token = base64.b64encode(f"{self.username or ''}:{self.password or ''}".encode())
             request.add_unredirected_header("Authorization", f"Basic {token.decode()}")
         where = shown(url)
-        network = self.network
 
-        def attempt(limit: float) -> tuple[int, bytes]:
-            answered: list[int] = []
-            try:
-                body = read_url(
-                    request, limit_s=limit, idle_s=network.timeout_s,
-                    on_response=lambda response: answered.append(response.status),
-                )  # fmt: skip
-            except urllib.error.HTTPError as error:
-                return error.code, b""
-            except Transient:
-                raise
-            except OSError as error:  # TLS, an unknown host: retrying cannot help
-                raise StoreTimedOut(
-                    f"{method} {where}: cannot reach the receipt store "
-                    f"({self._redact(str(getattr(error, 'reason', error)))})",
-                    fix="check the store's URL in build/lanes.toml (or --receipts) and that "
-                    "its server is up and reachable from this host",
-                ) from None
-            return answered[0], body
-
-        def give_up(fault: Transient, attempts: int) -> PipelineError:
+        def gave_up(fault: Transient, attempts: int) -> PipelineError:
             unreachable = fault.kind in ("refused", "reset", "unreachable", "cut")
             kind = StoreTimedOut if unreachable else StoreError
             return kind(
@@ -286,15 +322,23 @@ class WebDavStore(ReceiptStore):
                 "run it again" + ("" if unreachable else " (its log names the fault)"),
             )
 
-        # A PUT is tried again only when the server never saw it (refused): a lost answer
-        # to one that was made would otherwise number the receipt twice.
-        status, body = with_retries(
-            f"{method} {where}", host_of(url), attempt, give_up=give_up,
+        failures = Failures(
+            answered=lambda answer: None,  # every status is judged below
+            unreadable=lambda reason: StoreTimedOut(
+                f"{method} {where}: cannot reach the receipt store ({reason})",
+                fix="check the store's URL in build/lanes.toml (or --receipts) and that "
+                "its server is up and reachable from this host",
+            ),
+            gave_up=gave_up,
             timeout_fix=f"check that the store's server is up and reachable from this host, "
             f"or give it longer ({settings_fix()})",
-            limit_s=network.transfer_limit(len(data or b"") + ANSWER_BYTES_ALLOWANCE),
-            retry_kinds=("refused",) if method == "PUT" else None, network=network,
+        )
+        # A PUT is sent again only when the server never saw it (net.SENT_ONCE_METHODS).
+        answer = http_request(
+            request, self.network, failures, size=len(data or b"") + ANSWER_BYTES_ALLOWANCE,
+            secrets=[self.password or ""],
         )  # fmt: skip
+        status, body = answer.status, answer.body
         if len(body) > MAX_RECEIPT_BYTES:
             raise StoreError(f"{method} {where}: the answer is larger than any receipt")
         if status in (401, 403):
@@ -387,6 +431,21 @@ class GcsStore(ReceiptStore):
     """``gs://bucket/prefix``, without a trailing ``/``."""
     timeout_s: float = GCLOUD_TIMEOUT_S
 
+    schemes = ("gs",)
+    form = '"gs://bucket/prefix"'
+
+    @classmethod
+    def checked(cls, value: str, root: Path | None) -> str:
+        if not urllib.parse.urlsplit(value).netloc:
+            raise UsageError(f"{value} names no bucket", fix=_forms())
+        return value.rstrip("/")
+
+    @classmethod
+    def opened(
+        cls, location: str, environ: Mapping[str, str], network: NetworkPolicy
+    ) -> ReceiptStore:
+        return cls(location)
+
     @property
     def location(self) -> str:
         return self.prefix
@@ -446,50 +505,45 @@ class GcsStore(ReceiptStore):
         return self._run(self.plan("get", name)).encode()
 
 
+#: The kinds of receipt store, chosen by the location's URL scheme (:class:`ReceiptStore`):
+#: a new kind is its subclass and a place here.
+STORE_KINDS: tuple[type[ReceiptStore], ...] = (DirectoryStore, WebDavStore, GcsStore)
+
+
+def _forms() -> str:
+    """The fix of a bad location: every registered kind's form."""
+    forms = " | ".join(kind.form for kind in STORE_KINDS)
+    return f'receipts = {forms} (docs/lanes.md "Receipt stores")'
+
+
+def _kind_of(value: str) -> type[ReceiptStore]:
+    scheme = urllib.parse.urlsplit(value).scheme
+    kind = next((k for k in STORE_KINDS if scheme in k.schemes), None)
+    if kind is not None:
+        return kind
+    if scheme and "://" in value:
+        raise UsageError(
+            f"{shown(value)}: a receipt store cannot be a {scheme}:// URL", fix=_forms()
+        )
+    return DirectoryStore  # a path (`C:` or `a:b` included: no `://`)
+
+
 def parse_location(value: str, root: Path | None = None) -> str:
     """A store's location as kept: a URL checked for its form, or a directory made
     absolute (relative to ``root``, the checkout, when given). Raises UsageError."""
-    parts = urllib.parse.urlsplit(value)
     if not value.strip():
-        raise UsageError("a receipt store's location is empty", fix=_FORMS)
-    if parts.scheme in ("http", "https"):
-        if not parts.hostname:
-            raise UsageError(f"{shown(value)} names no host", fix=_FORMS)
-        if parts.username is not None or parts.password is not None:
-            raise UsageError(
-                f"the receipt store {shown(value)} carries credentials in its URL",
-                fix=f"drop them from the URL; set {USERNAME_ENV} and {PASSWORD_ENV} instead",
-            )
-        if parts.query or parts.fragment:
-            raise UsageError(f"{shown(value)}: a store's URL has no query or fragment", fix=_FORMS)
-        return value if value.endswith("/") else value + "/"
-    if parts.scheme == "gs":
-        if not parts.netloc:
-            raise UsageError(f"{value} names no bucket", fix=_FORMS)
-        return value.rstrip("/")
-    if parts.scheme and "://" in value:
-        raise UsageError(
-            f"{shown(value)}: a receipt store cannot be a {parts.scheme}:// URL", fix=_FORMS
-        )
-    path = Path(value).expanduser()
-    return str(path if path.is_absolute() or root is None else (root / path).resolve())
+        raise UsageError("a receipt store's location is empty", fix=_forms())
+    return _kind_of(value).checked(value, root)
 
 
 def store_for(
     location: str, *, root: Path | None = None, environ: Mapping[str, str] | None = None,
     network: NetworkPolicy = DEFAULT_NETWORK,
 ) -> ReceiptStore:  # fmt: skip
-    """The store at ``location`` (a directory, an http(s) WebDAV URL or a gs:// URL);
-    ``network``: the time limits and retries of a WebDAV store's requests."""
+    """The store at ``location``, of the kind its URL scheme names (:data:`STORE_KINDS`);
+    ``network``: the time limits and retries of a network store's requests."""
     where = parse_location(location, root)
-    env = os.environ if environ is None else environ
-    if where.startswith(("http://", "https://")):
-        return WebDavStore(
-            where, env.get(USERNAME_ENV) or None, env.get(PASSWORD_ENV) or None, network
-        )
-    if where.startswith("gs://"):
-        return GcsStore(where)
-    return DirectoryStore(Path(where))
+    return _kind_of(where).opened(where, os.environ if environ is None else environ, network)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,10 @@
 """``xla-wheels gate`` and ``xla-wheels bench-restart``: arguments and printing.
 
 The gate's run itself (which checks share children, what runs side by side) is
-:func:`xla_host.gate.run.run_gate`; this module parses, prints and leaves the receipt.
+:func:`xla_host.gate.run.run_gate`, and what comes before and after its receipt (the
+store proved, the cache pack, the upload, the verdict)
+:func:`xla_host.gate_end.run_and_leave`, as on a host; this module parses, prints and
+writes the receipt from the checkout's wheels.lock.
 
 Exit codes of ``gate``: 0 every selected check passed; 1 a check failed (the verdict says
 which and why); 2 the environment cannot be judged (no torch_xla, no such device); 8 a
@@ -20,11 +23,11 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from xla_host import cache_pack, log, net, receipt_store
+from xla_host import gate_end, log, net
 from xla_host.errors import UsageError
 from xla_host.gate import arguments as gate_arguments
 from xla_host.gate import bench, under_profile
-from xla_host.gate.result import ensure_passed
+from xla_host.gate.run import GateOutcome
 from xla_host.gate.target import Target, default_device, resolve_target
 from xla_host.gate.workload import WorkloadSpec
 from xla_wheels import stock_envs as envs
@@ -132,29 +135,21 @@ def run_gate(args: argparse.Namespace) -> int:
     _check_bundle(args)
     gate_profile = _gate_profile(args)
     config = gate_arguments.gate_config(args, lambda: _python(args), gate_profile)
-    upload = receipt_store.upload_for(  # before the run
-        args.receipts, args.sign_key, args.bundle, uploads=gate_arguments.leaves_receipt(config),
+
+    def write_receipt(outcome: GateOutcome) -> Path:
+        return _receipts().leave_gate_receipt(
+            _receipt_place(args),
+            outcome.target,
+            outcome.results,
+            args.workload.name,
+            profile=gate_profile.record() if gate_profile else None,
+            slice_record=outcome.slice_record,
+        )
+
+    return gate_end.run_and_leave(
+        args, config, bundle=args.bundle, write_receipt=write_receipt,
         network=net.policy_from(args, os.environ),  # XLA_WHEELS_NET_*, as every network step
-    )
-    outcome = gate_arguments.run_printed(config)
-    if not gate_arguments.leaves_receipt(config):
-        return gate_arguments.ended_without_receipt(config, outcome)
-    written = _receipts().leave_gate_receipt(
-        _receipt_place(args),
-        outcome.target,
-        outcome.results,
-        args.workload.name,
-        profile=gate_profile.record() if gate_profile else None,
-        slice_record=outcome.slice_record,
-    )
-    pack = cache_pack.pack_gate_run(
-        args.pack, args.pack_key, outcome, written, args.bundle, args.workload, args.child_timeout
-    )
-    if pack is not None:
-        print(f"cache pack: {pack}")
-    receipt_store.send_written(upload, written)
-    ensure_passed(outcome.results)
-    return 0
+    )  # fmt: skip
 
 
 def run_bench(args: argparse.Namespace) -> int:

@@ -27,14 +27,14 @@ from xla_host.net import (
     ANSWER_BYTES_ALLOWANCE,
     RETRIES_SETTING,
     TIMEOUT_SETTING,
+    Answer,
+    Failures,
     NetworkPolicy,
     NetworkTimedOut,
     Transient,
     attempts_text,
     host_of,
-    read_url,
-    url_fault,
-    with_retries,
+    http_request,
 )
 from xla_host.redact import scrub
 from xla_host.tables import MAX_FILE_BYTES
@@ -156,15 +156,6 @@ def parse_project_page(html: str, page_url: str) -> dict[str, IndexFile]:
     return files
 
 
-def unreachable(error: OSError, what: str, secrets: list[str], fix: str) -> Exception:
-    """What to raise for a ``urllib`` call that got no HTTP answer: the transient fault
-    (retried), else :class:`IndexUnreachable` saying ``what`` is not reachable and why."""
-    if fault := url_fault(error):
-        return fault
-    reason = getattr(error, "reason", error)
-    return IndexUnreachable(f"{what} is not reachable: {scrub(str(reason), secrets)}", fix=fix)
-
-
 def _open(
     url: str,
     credentials: Credentials,
@@ -186,32 +177,29 @@ def _open(
             return None
     shown = scrub(url, credentials.secrets)
 
-    def read(limit: float) -> bytes | None:
-        try:
-            request = credentials.request(url, headers={"Accept": accept})
-            return read_url(request, limit_s=limit, idle_s=network.timeout_s)
-        except urllib.error.HTTPError as error:
-            if error.code == 404:
-                return None
-            if error.code in (401, 403):
-                raise CredentialsRejected(
-                    f"the index at {host_of(url)} refused our credentials for {shown} "
-                    f"(HTTP {error.code}; credentials from: {credentials.source})",
-                    fix="set TWINE_USERNAME and TWINE_PASSWORD (or keyring) to an account "
-                    "that may read and upload to this index",
-                ) from None
-            raise IndexUnreachable(
-                f"the index answered HTTP {error.code} {error.reason} for {shown}",
-                fix="check INDEX_URL (it must be the index's simple/ page) and the index's logs",
-            ) from None
-        except OSError as error:  # URLError, TimeoutError and ssl.SSLError among them
-            what = f"the index at {shown}"
-            raise unreachable(error, what, credentials.secrets, _UNREACHABLE_FIX) from None
-
-    def give_up(fault: Transient, attempts: int) -> IndexUnreachable:
+    def answered(answer: Answer) -> PipelineError | None:
+        if answer.status == 404:
+            return None  # no such page: an answer (the caller's None)
+        if answer.status in (401, 403):
+            return CredentialsRejected(
+                f"the index at {host_of(url)} refused our credentials for {shown} "
+                f"(HTTP {answer.status}; credentials from: {credentials.source})",
+                fix="set TWINE_USERNAME and TWINE_PASSWORD (or keyring) to an account "
+                "that may read and upload to this index",
+            )
         return IndexUnreachable(
+            f"the index answered HTTP {answer.status} {answer.reason} for {shown}",
+            fix="check INDEX_URL (it must be the index's simple/ page) and the index's logs",
+        )
+
+    failures = Failures(
+        answered=answered,
+        unreadable=lambda reason: IndexUnreachable(
+            f"the index at {shown} is not reachable: {reason}", fix=_UNREACHABLE_FIX
+        ),
+        gave_up=lambda fault, attempts: IndexUnreachable(
             f"reading {shown}: the index at {host_of(url)} is not reachable: it "
-            f"{scrub(fault.what_happened, credentials.secrets)} ({attempts_text(attempts)})",
+            f"{fault.what_happened} ({attempts_text(attempts)})",
             fix=(
                 # An answer cut off, as an HTTP 5xx: the server (or a proxy before it) fails.
                 f"the index fails on its side: check its logs and health (and any proxy "
@@ -219,18 +207,15 @@ def _open(
                 if fault.kind.startswith("HTTP ") or fault.kind == "cut"
                 else _UNREACHABLE_FIX
             ),
-        )
-
-    return with_retries(
-        f"reading {shown}",
-        host_of(url),
-        read,
-        give_up=give_up,
+        ),
         timeout_fix=f"check that the index at {host_of(url)} is up and answering, or give it "
         f"longer with {TIMEOUT_SETTING}",
-        limit_s=network.transfer_limit(size),
-        network=network,
     )
+    answer = http_request(
+        credentials.request(url, headers={"Accept": accept}), network, failures,
+        step=f"reading {shown}", size=size, secrets=credentials.secrets,
+    )  # fmt: skip
+    return None if answer.status == 404 else answer.body
 
 
 def project_files(

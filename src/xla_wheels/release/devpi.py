@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import urllib.error
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,12 +28,12 @@ from typing import Any
 from xla_host import log
 from xla_host.net import (
     TIMEOUT_SETTING,
+    Answer,
+    Failures,
     NetworkPolicy,
-    Transient,
     attempts_text,
     host_of,
-    read_url,
-    with_retries,
+    http_request,
 )
 from xla_host.redact import scrub
 from xla_host.tables import Field, Table
@@ -51,7 +50,6 @@ from xla_wheels.publish.index import (
     credentials_for,
     project_files,
     remote_sha256,
-    unreachable,
 )
 from xla_wheels.publish.upload import Outcome
 from xla_wheels.release.lane_backend import LaneBackend, LaneKind
@@ -187,55 +185,47 @@ def post_push(
     )
     log.info(f"  devpi push {project}=={version}: {source.devpi_index} -> {target.devpi_index}")
 
-    def post(limit: float) -> None:
-        try:
-            answer = read_url(request, limit_s=limit, idle_s=network.timeout_s)
-            log.to_stage_logs(scrub(answer.decode(errors="replace"), credentials.secrets))
-        except urllib.error.HTTPError as error:
-            detail = scrub(error.read().decode(errors="replace"), credentials.secrets).strip()
-            # devpi answers {"message": ...}; anything else is shown as it came.
-            with contextlib.suppress(ValueError, AttributeError):
-                detail = str(json.loads(detail).get("message", detail))
-            if error.code in (401, 403):
-                raise CredentialsRejected(
-                    f"devpi refused to push {project} {version} from {source.devpi_index} to "
-                    f"{target.devpi_index} (HTTP {error.code}; credentials from: "
-                    f"{credentials.source}): {detail}",
-                    fix=f"set TWINE_USERNAME / TWINE_PASSWORD (or keyring) to an account in "
-                    f"{target.devpi_index}'s acl_upload (`devpi index {target.devpi_index} "
-                    "acl_upload=<user>`)",
-                ) from None
-            raise PublishError(
-                f"devpi could not push {project} {version} from {source.devpi_index} to "
-                f"{target.devpi_index}: HTTP {error.code}: {detail}",
-                fix="devpi's message names the cause (409: the target index already holds a "
-                "file of this release; non-volatile indexes never overwrite one)",
-            ) from None
-        except OSError as error:  # URLError, TimeoutError and ssl.SSLError among them
-            what = f"the devpi server at {scrub(url)}"
-            raise unreachable(error, what, credentials.secrets, _UNREACHABLE_FIX) from None
-
-    def give_up(fault: Transient, attempts: int) -> IndexUnreachable:
-        return IndexUnreachable(
-            f"{step}: the devpi server at {host_of(url)} "
-            f"{scrub(fault.what_happened, credentials.secrets)} ({attempts_text(attempts)})",
-            fix=_UNREACHABLE_FIX if fault.kind == "refused" else _MAY_HAVE_PUSHED_FIX,
+    def refused(answer: Answer) -> PublishError:
+        detail = scrub(answer.body.decode(errors="replace"), credentials.secrets).strip()
+        # devpi answers {"message": ...}; anything else is shown as it came.
+        with contextlib.suppress(ValueError, AttributeError):
+            detail = str(json.loads(detail).get("message", detail))
+        if answer.status in (401, 403):
+            return CredentialsRejected(
+                f"devpi refused to push {project} {version} from {source.devpi_index} to "
+                f"{target.devpi_index} (HTTP {answer.status}; credentials from: "
+                f"{credentials.source}): {detail}",
+                fix=f"set TWINE_USERNAME / TWINE_PASSWORD (or keyring) to an account in "
+                f"{target.devpi_index}'s acl_upload (`devpi index {target.devpi_index} "
+                "acl_upload=<user>`)",
+            )
+        return PublishError(
+            f"devpi could not push {project} {version} from {source.devpi_index} to "
+            f"{target.devpi_index}: HTTP {answer.status}: {detail}",
+            fix="devpi's message names the cause (409: the target index already holds a "
+            "file of this release; non-volatile indexes never overwrite one)",
         )
 
     step = f"devpi push {project}=={version}"
-    with_retries(
-        step,
-        host_of(url),
-        post,
-        give_up=give_up,
+    failures = Failures(
+        answered=refused,
+        unreadable=lambda reason: IndexUnreachable(
+            f"the devpi server at {scrub(url)} is not reachable: {reason}", fix=_UNREACHABLE_FIX
+        ),
+        gave_up=lambda fault, attempts: IndexUnreachable(
+            f"{step}: the devpi server at {host_of(url)} {fault.what_happened} "
+            f"({attempts_text(attempts)})",
+            fix=_UNREACHABLE_FIX if fault.kind == "refused" else _MAY_HAVE_PUSHED_FIX,
+        ),
         timeout_fix=f"check devpi-server's health and log; {_MAY_HAVE_PUSHED_FIX}; a slow "
         f"server: give it longer with {TIMEOUT_SETTING}",
-        limit_s=network.transfer_limit(size),
-        # A push that reached devpi may have linked the files: only a refused connection
-        # (devpi never saw it) is safe to send again.
-        retry_kinds=("refused",),
-        network=network,
     )
+    # A POST: sent again only when the connection was refused (net.SENT_ONCE_METHODS), as
+    # a push that reached devpi may have linked the files.
+    answer = http_request(
+        request, network, failures, step=step, size=size, secrets=credentials.secrets
+    )
+    log.to_stage_logs(scrub(answer.body.decode(errors="replace"), credentials.secrets))
 
 
 def push(

@@ -28,11 +28,11 @@ from xla_host.errors import UsageError
 from xla_host.filemode import write_by_rename
 from xla_host.net import (
     TIMEOUT_SETTING,
-    Transient,
+    Failures,
     attempts_text,
     host_of,
-    read_url,
-    with_retries,
+    http_request,
+    rewound,
 )
 from xla_host.redact import scrub, shown
 from xla_host.tables import Field, Table
@@ -109,38 +109,28 @@ class IndexLane(LaneBackend):
 
     def _download(self, url: str, dest: Path, size: int, network: NetworkPolicy) -> None:
         credentials = credentials_for(self.credentials_url)
-        request = credentials.request(url)
         seen = scrub(url, credentials.secrets)
-
-        def download(limit: float) -> None:
-            try:
-                with dest.open("wb") as handle:
-                    read_url(request, write=handle.write, limit_s=limit, idle_s=network.timeout_s)
-            except OSError as error:
-                raise PublishError(
-                    f"could not download {seen} from lane {self.lane}: "
-                    f"{scrub(str(error), credentials.secrets)}",
-                    fix="check that the lane's index is up and the credentials may read it",
-                ) from None
-
-        def give_up(fault: Transient, attempts: int) -> PublishError:
-            return PublishError(
+        could_not = f"could not download {seen} from lane {self.lane}"
+        read_fix = "check that the lane's index is up and the credentials may read it"
+        failures = Failures(
+            answered=lambda answer: PublishError(
+                f"{could_not}: HTTP Error {answer.status}: {answer.reason}", fix=read_fix
+            ),
+            unreadable=lambda reason: PublishError(f"{could_not}: {reason}", fix=read_fix),
+            gave_up=lambda fault, attempts: PublishError(
                 f"downloading {seen} from lane {self.lane}: {host_of(url)} "
-                f"{scrub(fault.what_happened, credentials.secrets)} ({attempts_text(attempts)})",
+                f"{fault.what_happened} ({attempts_text(attempts)})",
                 fix="check that the lane's index is up and answering, then run it again",
-            )
-
-        with_retries(
-            f"downloading {dest.name} from lane {self.lane}",
-            host_of(url),
-            download,
-            give_up=give_up,
+            ),
             timeout_fix=f"check the lane's index and the network, or give it longer with "
             f"{TIMEOUT_SETTING}",
-            limit_s=network.transfer_limit(size),
-            long=True,
-            network=network,
         )
+        with dest.open("wb") as handle:
+            http_request(
+                credentials.request(url), network, failures,
+                step=f"downloading {dest.name} from lane {self.lane}", size=size,
+                write=rewound(handle), long=True, secrets=credentials.secrets,
+            )  # fmt: skip
 
     def served(self, projects: Sequence[str], *, network: NetworkPolicy) -> dict[str, str]:
         credentials = credentials_for(self.credentials_url)

@@ -32,12 +32,11 @@ from xla_host import filemode
 from xla_host.errors import ToolchainError
 from xla_host.net import (
     TIMEOUT_SETTING,
+    Failures,
     NetworkPolicy,
-    Transient,
     attempts_text,
     host_of,
-    read_url,
-    with_retries,
+    http_request,
 )
 from xla_host.waitlock import make_once
 
@@ -221,34 +220,23 @@ def download(package: DebianPackage, dest_dir: Path, network: NetworkPolicy) -> 
     if target.is_file() and hashlib.sha256(target.read_bytes()).hexdigest() == package.sha256:
         return target
     dest_dir.mkdir(parents=True, exist_ok=True)
-    host = host_of(package.url)
-
-    def fetch(limit: float) -> bytes:
-        try:
-            return read_url(package.url, limit_s=limit, idle_s=network.timeout_s)
-        except OSError as error:
-            raise ToolchainError(
-                f"cannot download {package.name} {package.version} from {package.url}: {error}",
-                fix=_pin_fix(package),
-            ) from None
-
-    def give_up(fault: Transient, attempts: int) -> ToolchainError:
-        return ToolchainError(
-            f"downloading {package.filename}: {host} {fault.what_happened} "
+    cannot = f"cannot download {package.name} {package.version} from {package.url}"
+    failures = Failures(
+        answered=lambda answer: ToolchainError(
+            f"{cannot}: HTTP Error {answer.status}: {answer.reason}", fix=_pin_fix(package)
+        ),
+        unreadable=lambda reason: ToolchainError(f"{cannot}: {reason}", fix=_pin_fix(package)),
+        gave_up=lambda fault, attempts: ToolchainError(
+            f"downloading {package.filename}: {host_of(package.url)} {fault.what_happened} "
             f"({attempts_text(attempts)})",
             fix=_pin_fix(package),
-        )
-
-    data = with_retries(
-        f"downloading {package.filename}",
-        host,
-        fetch,
-        give_up=give_up,
+        ),
         timeout_fix=f"{_pin_fix(package)}; a slow link: give it longer with {TIMEOUT_SETTING}",
-        limit_s=network.transfer_limit(DEB_BYTES_ALLOWANCE),
-        long=True,
-        network=network,
     )
+    data = http_request(
+        package.url, network, failures, step=f"downloading {package.filename}",
+        size=DEB_BYTES_ALLOWANCE, long=True,
+    ).body  # fmt: skip
     actual = hashlib.sha256(data).hexdigest()
     if actual != package.sha256:
         raise ToolchainError(
