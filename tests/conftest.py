@@ -193,16 +193,35 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.real_source)
         if fixtures & STOCK_XLA_FIXTURES:
             item.add_marker(pytest.mark.stock_xla)
-        if item.get_closest_marker("xdist_group") is not None:
-            continue
-        shared_runs = sorted(fixtures & ONCE_PER_RUN_GATES)
-        if shared_runs:
-            item.add_marker(pytest.mark.xdist_group(shared_runs[0]))
-        elif _shares_a_module_fixture(item):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    for item, group in _worker_groups(items).items():
+        item.add_marker(pytest.mark.xdist_group(group))
     # The long tests first (stable, the same order on every worker): workers hand out
     # tests in this order, and a gate run started last would run alone at the end.
     items.sort(key=lambda item: 0 if item.get_closest_marker("stock_xla") else 1)
+
+
+def _worker_groups(items: list[pytest.Item]) -> dict[pytest.Item, str]:
+    """The xdist group of each test that shares something made once: a gate run made once
+    per pytest run (its name), else its module's fixtures (the module's path). A module
+    whose tests read a gate run and share a module fixture joins that gate's group whole:
+    split between the gate's worker and their module's group, the module fixture was made
+    twice, once on each worker (a whole gate run, 37 CPU-seconds, in test_gate_cache_checks)."""
+    gate_of_module: dict[str, str] = {}
+    found: dict[pytest.Item, tuple[str | None, str | None]] = {}
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        gates = sorted(set(getattr(item, "fixturenames", ())) & ONCE_PER_RUN_GATES)
+        module = item.nodeid.split("::")[0] if _shares_a_module_fixture(item) else None
+        gate = gates[0] if gates else None
+        if gate and module:
+            gate_of_module.setdefault(module, gate)
+        if gate or module:
+            found[item] = (gate, module)
+    return {
+        item: (gate_of_module.get(module, module) if module else gate)  # type: ignore[misc]
+        for item, (gate, module) in found.items()
+    }
 
 
 def _shares_a_module_fixture(item: pytest.Item) -> bool:
