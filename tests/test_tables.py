@@ -264,6 +264,12 @@ CASES = [
 
 #: What each format's good file says, as its loader must return it: a loader that returned
 #: an empty or default object for a good file would pass a test that only loads it.
+def _lane_directory(config: Any, name: str) -> Path:
+    directory = config.lanes[name].backend.directory
+    assert directory is not None, f"lane {name} is not a directory"
+    return Path(directory)
+
+
 GOOD_READS: dict[str, Callable[[Any], object]] = {
     "manifest": lambda bundle: (
         bundle.name, bundle.python, bundle.components["torch_xla"].commit,
@@ -274,7 +280,8 @@ GOOD_READS: dict[str, Callable[[Any], object]] = {
         lock.bundles["v6e-2.11"].components["torch_xla"].resolved,
     ),
     "lanes": lambda config: (
-        config.publish_lane, config.lanes["validation"].path.relative_to(config.path.parents[1]),
+        config.publish_lane,
+        _lane_directory(config, "validation").relative_to(config.path.parents[1]),
         config.lanes["validation"].policy.checks,
     ),
     "lanes.lock": lambda state: (state["validation"].bundle, state["validation"].wheels),
