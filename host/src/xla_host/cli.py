@@ -33,8 +33,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import xla_host
 from xla_host import (
-    __version__,
     bundle_document,
     host_doctor,
     installed,
@@ -68,6 +68,14 @@ HOST_COMMANDS = {
 }
 
 
+
+class _Version(argparse.Action):
+    """``--version``: the installed version is read only when asked for (xla_host.__getattr__)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        sys.stdout.write(f"{parser.prog} {xla_host.__version__}\n")  # as argparse's own
+        parser.exit()
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``xla-host`` console script and ``python -m xla_host`` (module doc)."""
     arguments = sys.argv[1:] if argv is None else list(argv)
@@ -85,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"v6e-2.11\n\nEvery command's options: {PROG} COMMAND --help",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--version", action=_Version, nargs=0, help="show the version and exit")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, help_text in HOST_COMMANDS.items():
         if name == "cache":  # no bundle document: a pack is verified on its own
