@@ -273,6 +273,7 @@ def _bad_inputs(tiny: TinyPair, tmp: Path) -> list[tuple[list[str], str]]:
     ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_bad_inputs_exit_2_with_an_error_and_a_fix(tiny: TinyPair, tmp_path: Path, run_cli) -> None:
     for args, expected in _bad_inputs(tiny, tmp_path):
         result: CliResult = run_cli("abi-check", *args)
@@ -372,6 +373,7 @@ def test_stock_2_7_pair_fits_through_libtorch_cuda(stock_xla_python_27: Path, ru
     assert "libc10_cuda.so" in result.stdout
 
 
+@pytest.mark.slow
 def test_cli_reads_a_bundles_locked_wheels(tiny: TinyPair, tmp_path: Path) -> None:
     from tests.clirunner import run_cli
     from tests.publish_support import BUNDLE, make_publish_project

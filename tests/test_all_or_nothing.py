@@ -118,6 +118,7 @@ def test_the_gate_child_leaves_no_part_file_on_a_full_disk(tmpfs: MountTmpfs) ->
 # --- make requirements: wheels.lock with the file it records -----------------------------
 
 
+@pytest.mark.slow
 def test_requirements_into_a_read_only_dist_leave_wheels_lock_as_it_was(
     tmp_path: Path,
     tmpfs: MountTmpfs,  # noqa: F811
@@ -152,6 +153,7 @@ def _dist_on(project: Path, fs: Path) -> Path:
 # --- make attest: one envelope per wheel, all or none -------------------------------------
 
 
+@pytest.mark.slow
 def test_attest_on_a_nearly_full_disk_leaves_no_envelope(
     tmp_path: Path,
     tmpfs: MountTmpfs,  # noqa: F811

@@ -82,6 +82,7 @@ def test_the_table_names_every_subcommand_that_writes_a_bundle() -> None:
 
 
 @pytest.mark.parametrize("command", list(WRITERS))
+@pytest.mark.slow
 def test_a_second_run_on_the_bundle_refuses_at_once(
     command: str, project: Path, holder: subprocess.Popen[str], tmp_path: Path
 ) -> None:

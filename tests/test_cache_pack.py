@@ -134,6 +134,7 @@ def test_a_pack_installs_every_entry_and_again_changes_nothing(
     assert {p.name: p.stat().st_mtime_ns for p in into.iterdir()} == mtimes
 
 
+@pytest.mark.slow
 def test_the_pack_over_http_on_loopback(made: dict[str, Path], host_python: Path) -> None:
     port = servers.free_port()
     root = f"http://127.0.0.1:{port}/"
@@ -198,6 +199,7 @@ def _envelope(pack: Path) -> dict[str, object]:
         return loaded
 
 
+@pytest.mark.slow
 def test_a_wrong_signature_installs_nothing(made: dict[str, Path], host_python: Path) -> None:
     # Signed by another key, under the lane key's id: only openssl's verification can tell.
     other, _ = keypair(made["tmp"], "intruder")

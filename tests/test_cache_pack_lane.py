@@ -195,6 +195,7 @@ def test_status_shows_the_packs_a_lane_serves_and_why_it_keeps_them(
 # --- a host's cache directory: size and prune ----------------------------------------
 
 
+@pytest.mark.slow
 def test_prune_removes_only_entries_no_installed_pack_or_recent_run_names(
     lane: dict[str, object], host_python: Path
 ) -> None:
@@ -290,6 +291,7 @@ def test_explain_names_the_component_that_differs() -> None:
 # --- make cache-pack: the builder publishes the gate's pack with its receipt -------------
 
 
+@pytest.mark.slow
 def test_cache_pack_publishes_the_gates_pack_only_with_its_receipt(tmp_path: Path) -> None:
     from tests.test_error_contract import cli, project_copy
     from xla_host import receipts

@@ -179,6 +179,7 @@ def entrypoint(
     return done, cache, stamp
 
 
+@pytest.mark.slow
 def test_the_entrypoint_installs_the_pack_before_the_job_and_stamps_it(
     lane: dict[str, object], image_python: tuple[Path, Path]
 ) -> None:

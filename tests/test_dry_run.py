@@ -63,6 +63,7 @@ def test_every_subcommand_either_honours_dry_run_or_rejects_it(name: str) -> Non
     assert honours == (name in HONOURS_DRY_RUN), name
 
 
+@pytest.mark.slow
 def test_requirements_rejects_the_flag_and_the_environment(project: Path) -> None:
     before = _snapshot(project)
     flag = run_cli("requirements", "--bundle", BUNDLE, "--dry-run", root=project)

@@ -93,6 +93,7 @@ def test_a_remote_that_never_answers_ends_after_the_stall_limit_with_exit_8(
     ],
     ids=["git", "ssh"],
 )
+@pytest.mark.slow
 def test_a_git_or_ssh_remote_that_never_answers_ends_after_net_timeout_too(
     tmp_path: Path, upstreams: dict[str, Upstream], run_cli: Callable[..., CliResult], remote: str
 ) -> None:

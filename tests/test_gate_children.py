@@ -107,6 +107,7 @@ def _compute_then(tmp_path: Path, then: str, for_s: float, stall_s: float | None
     return result, time.monotonic() - began
 
 
+@pytest.mark.slow
 def test_a_child_that_stops_using_cpu_is_killed_after_the_stall_window(tmp_path: Path) -> None:
     result, took = _compute_then(tmp_path, "block", 0, stall_s=2.0, timeout=60)
     assert result.timed_out and not result.ok
@@ -115,12 +116,14 @@ def test_a_child_that_stops_using_cpu_is_killed_after_the_stall_window(tmp_path:
     assert "used no CPU time for 2s" in result.failure()
 
 
+@pytest.mark.slow
 def test_a_child_computing_longer_than_the_stall_window_is_left_to_finish(tmp_path: Path) -> None:
     result, _ = _compute_then(tmp_path, "compute", 4.0, stall_s=2.0, timeout=60)
     assert result.ok, result.failure()
     assert "stalled_s" not in result.extra
 
 
+@pytest.mark.slow
 def test_without_a_stall_window_a_blocked_child_runs_to_its_bound(tmp_path: Path) -> None:
     result, took = _compute_then(tmp_path, "block", 0, stall_s=None, timeout=4)
     assert result.timed_out and "stalled_s" not in result.extra

@@ -107,6 +107,7 @@ def _make_share(name: str, table: Table, fields: Mapping[str, Any], root: Path) 
 SHARE = LaneKind("share", (Field("share", str, required=True),), _make_share)
 
 
+@pytest.mark.slow
 def test_a_kind_registered_with_one_line_publishes_and_is_read_back_by_status(
     tmp_path: Path,
     fake_wheels: FakeWheels,  # noqa: F811

@@ -113,6 +113,7 @@ def _fresh(*roots: Path, lane: Path) -> None:
         (root / lanes.LANES_LOCK).unlink(missing_ok=True)
 
 
+@pytest.mark.slow
 def test_two_publishes_into_one_lane_at_once_keep_both_history_entries(
     checkouts: tuple[Path, Path, Path], capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -128,6 +129,7 @@ def test_two_publishes_into_one_lane_at_once_keep_both_history_entries(
         assert published == [BUNDLE, SECOND], f"try {attempt + 1}: {published}"
 
 
+@pytest.mark.slow
 def test_two_checkouts_publishing_into_one_lane_at_once_keep_every_index_entry(
     checkouts: tuple[Path, Path, Path], capfd: pytest.CaptureFixture[str]
 ) -> None:

@@ -62,6 +62,7 @@ def test_export_without_a_change_rewrites_nothing(patched: Path, run_cli) -> Non
     assert patch_bytes(patched) == before
 
 
+@pytest.mark.slow
 def test_amending_a_commit_changes_exactly_that_patch(patched: Path, run_cli) -> None:
     before = patch_bytes(patched)
     amend(worktree(patched), "src/runtime.cc", "StatsOrError(device)", "StatsOrNone(device)")
@@ -120,6 +121,7 @@ def rebase(run_cli, project: Path, *extra: str, env: dict[str, str] | None = Non
     return run_cli("patch-rebase", "--bundle", "test-1", *extra, root=project, env=env)
 
 
+@pytest.mark.slow
 def test_rebase_onto_a_commit_that_moves_the_code_refreshes_the_line_numbers(
     patched: Path, upstreams: dict[str, Upstream], run_cli
 ) -> None:
@@ -168,6 +170,7 @@ def test_rebase_run_from_a_git_hook_works_on_its_worktree_not_the_hooks_reposito
     assert git(hook_repo, "status", "--porcelain") == ""
 
 
+@pytest.mark.slow
 def test_a_conflict_stops_naming_the_patch_and_files_then_continue_and_export(
     patched: Path, upstreams: dict[str, Upstream], run_cli
 ) -> None:
@@ -211,6 +214,7 @@ def test_rebase_needs_a_commit_sha(patched: Path, run_cli) -> None:
     assert result.exit_code == 2 and "is not a commit SHA" in result.stderr
 
 
+@pytest.mark.slow
 def test_make_patch_refuses_to_recreate_a_worktree_with_commits_not_exported(
     patched: Path, run_cli
 ) -> None:

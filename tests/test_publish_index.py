@@ -43,6 +43,7 @@ def _publish(project: Path, index_url: str, env: dict[str, str]) -> CliResult:
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_upload_then_rerun_skips(project: Path, index_server: IndexServer) -> None:  # noqa: F811
     env = index_server.credentials
     first = _publish(project, index_server.url, env)
@@ -84,6 +85,7 @@ def test_same_name_different_hash_is_refused(
 
 
 @pytest.mark.parametrize("authenticate", ["update", "update,download,list"])
+@pytest.mark.slow
 def test_wrong_password_is_refused_without_leaking_it(
     project: Path, tmp_path: Path, authenticate: str
 ) -> None:

@@ -67,6 +67,7 @@ def test_runtime_closure_is_resolved_locked_and_kept(
     assert checked.exit_code == 0, checked.output
 
 
+@pytest.mark.slow
 def test_requirements_refuse_a_wheel_that_changed_after_locking(
     tmp_path: Path,
     fake_wheels: FakeWheels,  # noqa: F811

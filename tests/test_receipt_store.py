@@ -270,6 +270,7 @@ def test_gs_store_commands_are_data_and_a_missing_gcloud_is_named(
     assert "install the Google Cloud CLI" in str(raised.value.fix)
 
 
+@pytest.mark.slow
 def test_a_bad_store_location_is_bad_input_and_credentials_in_it_are_never_shown(
     tmp_path: Path,
     fake_wheels: FakeWheels,  # noqa: F811

@@ -77,6 +77,7 @@ def copy_of(directory: Path, into: Path) -> Path:
     return into
 
 
+@pytest.mark.slow
 def test_wheels_built_elsewhere_are_recorded_and_then_publishable(
     tmp_path: Path, built: Path, run_cli: Run
 ) -> None:
@@ -164,6 +165,7 @@ def test_a_torch_xla_whose_provenance_lacks_the_bundles_patches_is_refused(
     refused(result, root, "torch_xla patch series sha256 is", "wheels.lock (pub-1) has")
 
 
+@pytest.mark.slow
 def test_a_recorded_wheel_is_never_replaced_silently(
     tmp_path: Path, built: Path, run_cli: Run
 ) -> None:

@@ -483,6 +483,7 @@ def test_lane_pylock_names_public_runtime_wheels_by_url_and_hash(
 # --- static-directory lanes and bad configuration (fast: no gate, no server) ------------
 
 
+@pytest.mark.slow
 def test_static_lanes_publish_promote_and_install_by_hash(
     tmp_path: Path,
     fake_wheels: FakeWheels,  # noqa: F811

@@ -29,6 +29,7 @@ def test_a_command_past_its_timeout_stops_with_an_error_naming_the_step_and_a_fi
     assert error.fix == "check that the package index is reachable"
 
 
+@pytest.mark.slow
 def test_a_captured_command_past_its_timeout_keeps_what_it_printed_before() -> None:
     # The series checks read the verdicts a hung check program printed before it hung.
     script = "import time; print('PASS first', flush=True); time.sleep(30)"

@@ -107,6 +107,7 @@ def _continue_with_git_itself(tree: Path) -> None:
     )
 
 
+@pytest.mark.slow
 def test_export_and_patches_check_refuse_markers_a_rebase_left_in_a_commit(
     patched: Path, upstreams: dict[str, Upstream], run_cli
 ) -> None:
@@ -179,6 +180,7 @@ def test_export_and_patches_check_refuse_markers_a_rebase_left_in_a_commit(
     assert checked.exit_code == 0, checked.output
 
 
+@pytest.mark.slow
 def test_patches_check_names_a_whitespace_error_in_a_patch_file(
     patched: Path, upstreams: dict[str, Upstream], run_cli
 ) -> None:

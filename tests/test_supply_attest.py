@@ -91,6 +91,7 @@ def envelope(project: Path, wheel: Path) -> Path:
     return project / "dist" / BUNDLE / attest.envelope_name(wheel.name)
 
 
+@pytest.mark.slow
 def test_attest_signs_an_slsa_statement_per_locked_wheel(
     project: Path, wheels: list[Path], tmp_path: Path
 ) -> None:

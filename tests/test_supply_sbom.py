@@ -34,6 +34,7 @@ HOST = ("--mode", "host", "--host-python", sys.executable)
 EPOCH = 1700000000
 
 
+@pytest.mark.slow
 def test_the_document_is_valid_cyclonedx_and_reproducible_with_a_content_serial() -> None:
     first = sbom.sbom_bytes("torch_xla", "2.9.0+gitc04e61c", provenance(), EPOCH)
     assert first == sbom.sbom_bytes("torch_xla", "2.9.0+gitc04e61c", provenance(), EPOCH)
@@ -53,6 +54,7 @@ def test_the_document_is_valid_cyclonedx_and_reproducible_with_a_content_serial(
     assert facts.components["torch_xla"].patches == (PatchDigest("patches/x.patch", "ab" * 32),)
 
 
+@pytest.mark.slow
 def test_a_document_that_breaks_the_schema_is_named() -> None:
     data = json.loads(sbom.sbom_bytes("torch", "2.9.0a0", provenance(), EPOCH))
     data["components"][0]["type"] = "not-a-type"

@@ -101,6 +101,7 @@ def test_work_in_a_patched_worktree_stops_every_stage_and_is_kept(
         assert git(tree, "status", "--porcelain", "--untracked-files=all") == status
 
 
+@pytest.mark.slow
 def test_a_worktree_that_is_the_series_is_reused_with_its_ignored_build_outputs(
     syn: Synthetic,
 ) -> None:
@@ -184,6 +185,7 @@ def test_a_series_that_does_not_apply_leaves_the_lock_byte_identical(
     )
 
 
+@pytest.mark.slow
 def test_a_failed_build_leaves_the_lock_byte_identical(syn: Synthetic) -> None:
     assert run(syn, "lock").exit_code == 0
     make_patch(
@@ -246,6 +248,7 @@ def test_the_builds_own_edits_are_recognised_and_an_edit_on_top_is_not(syn: Synt
     assert "torch: reusing" in result.stderr  # <torch>/xla and setup.py outputs are not work
 
 
+@pytest.mark.slow
 def test_a_recreation_that_would_delete_ignored_files_stops_and_lists_them(
     syn: Synthetic,
 ) -> None:
