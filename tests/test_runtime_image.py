@@ -337,3 +337,18 @@ def test_the_image_bakes_the_host_wheel_the_lanes_document_pins_by_hash(tmp_path
     with pytest.raises(doc.DocumentError, match=f"the bundle document has {pin.sha256}"):
         _fetched_host_wheel(lane, pin, tmp_path / "again", network)
     assert not (tmp_path / "again" / pin.name).exists()
+
+
+def test_an_unknown_engine_is_refused_by_the_builds_engine_setting() -> None:
+    # The same row as the build's --engine: its choices, and a refusal naming the flag (and
+    # for the variable, where the value came from), before any lane or bundle is read.
+    for args, env, said in (
+        (("--engine", "kaniko"), {}, "--engine: invalid choice: 'kaniko' (choose from "
+         "'docker', 'podman', 'buildah')"),
+        ((), {"XLA_WHEELS_ENGINE": "kaniko"}, "--engine / XLA_WHEELS_ENGINE: 'kaniko' (from "
+         "XLA_WHEELS_ENGINE) is not one of docker, podman, buildah"),
+    ):  # fmt: skip
+        result = run_cli("runtime-image", "--bundle", "v6e-2.11", *args, env=env)
+        assert result.exit_code == 2, result.stderr
+        assert f"error: {said}" in result.stderr and "fix: " in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr

@@ -52,7 +52,6 @@ DEFAULT_BASE_IMAGE = (
 )
 #: The Python of :data:`DEFAULT_BASE_IMAGE`.
 DEFAULT_BASE_PYTHON = "3.13"
-ENGINES = ("docker", "podman", "buildah")
 #: Where the runtime pins' public wheels (libtpu, jax) come from, by hash.
 PUBLIC_INDEX = "https://pypi.org/simple/"
 PREFIX = "/opt/xla-wheels"
