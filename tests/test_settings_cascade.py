@@ -203,3 +203,24 @@ def test_the_host_wheel_carries_only_the_rows_its_commands_read() -> None:
     assert set(whole) == {*host.SETTINGS, *settings_rows.ROWS}
     flags = [s.flag for s in whole if s.flag]
     assert len(flags) == len(set(flags)), "a flag in both parts of the table"
+
+
+@pytest.mark.parametrize("flag", ["--host-tools", "--compiler-env", "--ship-pip-args"])
+def test_an_empty_list_flag_asks_for_none_and_an_empty_variable_for_the_default(
+    tmp_path: Path, flag: str
+) -> None:
+    # A stand-in build passes --compiler-env "" for no compilers: the row's CC=clang would
+    # send its C extension to a compiler the machine does not have.
+    import os
+
+    from xla_wheels.cli import build_parser
+    from xla_wheels.cli.settings import build_config
+
+    name = flag.lstrip("-").replace("-", "_")
+    environ = {"HOME": str(tmp_path), "PATH": os.environ["PATH"]}
+    given = build_parser("wheels").parse_args(["wheels", "--bundle", "v6e-2.9", flag, ""])
+    assert getattr(build_config(given, environ), name) == ()
+    unset = build_parser("wheels").parse_args(["wheels", "--bundle", "v6e-2.9"])
+    default = getattr(build_config(unset, environ), name)
+    assert default != ()
+    assert getattr(build_config(unset, {**environ, str(by_flag(flag).env): ""}), name) == default

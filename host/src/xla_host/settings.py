@@ -389,6 +389,12 @@ class ConfigFile:
         return f"{self.source}: key '{key}'"
 
 
+#: Kinds whose empty text on the command line is a value, the empty list: ``--host-tools ""``
+#: or ``--compiler-env ""`` asks for none, not for the row's default (a stand-in build runs
+#: with no compilers set that way). An empty variable stays unset, as for every kind.
+EMPTY_IS_A_LIST = frozenset({"names", "arguments", "assignments"})
+
+
 class Cascade:
     """The one order in which a setting is read: its flag, then its ``XLA_WHEELS_*``
     variable, then the config files (in the order given), then its row's default.
@@ -420,7 +426,7 @@ class Cascade:
         row = self.table.by_key(key)
         if row.flag:
             value = self._flags.get(row.dest or row.flag.lstrip("-").replace("-", "_"))
-            if value is not None and value != "":
+            if value is not None and (value != "" or row.kind in EMPTY_IS_A_LIST):
                 return value, row.flag
         if row.env and (text := self._environ.get(row.env)):
             return text, row.env
