@@ -29,6 +29,7 @@ DRY_WHEELS = ("wheels", "--bundle", "v6e-2.9", "--dry-run")
         ("--host-tools", "git,my-special-tool", "host tools on PATH: python3, git, my-special-tool",
          "git,env-tool"),
         ("--min-disk-gib", "123", "disk >= 123 GiB free", "77"),
+        ("--remote-probe-timeout", "30", "`git ls-remote` within 30s", "45"),
         ("--compiler-env", "CC=gcc-13 CXX=g++-13", " CC=gcc-13 ", "CC=icc"),
         ("--pip-args", "--no-cache-dir", "--no-cache-dir -r ", "--pre"),
         ("--ship-pip-args", "--no-index --find-links '{wheels}'", "pip install --no-index --find",

@@ -104,6 +104,10 @@ ROWS: tuple[Setting, ...] = (
     _s("build", "pip arguments for the ship check's clean environment (quoted)",
        flag="--ship-pip-args", env="XLA_WHEELS_SHIP_PIP_ARGS", kind="arguments",
        commands=BUILDING, default="--find-links '{wheels}'"),
+    _s("build", "seconds the preflight waits for a source remote's `git ls-remote` when the "
+       "source cache lacks a pinned commit (a slow proxy: give it longer)",
+       flag="--remote-probe-timeout", env="XLA_WHEELS_REMOTE_PROBE_TIMEOUT", kind="amount",
+       low=1, high=3600, unit="s", default=8.0, commands=BUILDING),
     _s("build", "free disk the build needs before it starts", flag="--min-disk-gib",
        env="XLA_WHEELS_MIN_DISK_GIB", kind="amount", low=0, high=100_000, unit="GiB",
        default=80.0, commands=BUILDING),

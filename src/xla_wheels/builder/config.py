@@ -69,7 +69,8 @@ class BuildConfig:
     mem_per_job_gib: float = default_value("--mem-per-job-gib")
     mem_base_gib: float = default_value("--mem-base-gib")
     host_tools: tuple[str, ...] = default_value("--host-tools")
-    remote_timeout: float = 8.0
+    remote_probe_timeout: float = default_value("--remote-probe-timeout")
+    """Seconds the preflight waits for a source remote's ``git ls-remote``."""
     extra_env: tuple[tuple[str, str], ...] = field(default_factory=tuple)
     """Passed to every recipe command (e.g. PIP_INDEX_URL for a mirror)."""
     source_date_epoch: int | None = None

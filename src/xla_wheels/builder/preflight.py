@@ -222,13 +222,13 @@ def checks(
                     f"remote {component.name}",
                     "the source cache holds the pinned commit, or a MIRROR directory holds "
                     "it (`git cat-file -e`), or the remote (or MIRROR URL) answers "
-                    f"`git ls-remote` within {config.remote_timeout:.0f}s",
+                    f"`git ls-remote` within {config.remote_probe_timeout:.0f}s",
                     functools.partial(
                         _check_component,
                         component,
                         cache,
                         options.mirror,
-                        config.remote_timeout,
+                        config.remote_probe_timeout,
                         again_command(options, bundle, config, MIRROR="<dir or URL>"),
                     ),
                     commands,
