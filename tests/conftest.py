@@ -207,21 +207,20 @@ def _worker_groups(items: list[pytest.Item]) -> dict[pytest.Item, str]:
     split between the gate's worker and their module's group, the module fixture was made
     twice, once on each worker (a whole gate run, 37 CPU-seconds, in test_gate_cache_checks)."""
     gate_of_module: dict[str, str] = {}
-    found: dict[pytest.Item, tuple[str | None, str | None]] = {}
+    module_of: dict[pytest.Item, str] = {}
+    groups: dict[pytest.Item, str] = {}
     for item in items:
         if item.get_closest_marker("xdist_group") is not None:
             continue
         gates = sorted(set(getattr(item, "fixturenames", ())) & ONCE_PER_RUN_GATES)
-        module = item.nodeid.split("::")[0] if _shares_a_module_fixture(item) else None
-        gate = gates[0] if gates else None
-        if gate and module:
-            gate_of_module.setdefault(module, gate)
-        if gate or module:
-            found[item] = (gate, module)
-    return {
-        item: (gate_of_module.get(module, module) if module else gate)  # type: ignore[misc]
-        for item, (gate, module) in found.items()
-    }
+        if _shares_a_module_fixture(item):
+            module = module_of[item] = item.nodeid.split("::")[0]
+            if gates:
+                gate_of_module.setdefault(module, gates[0])
+        elif gates:
+            groups[item] = gates[0]
+    groups.update({item: gate_of_module.get(m, m) for item, m in module_of.items()})
+    return groups
 
 
 def _shares_a_module_fixture(item: pytest.Item) -> bool:
