@@ -27,16 +27,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from cryptography.exceptions import UnsupportedAlgorithm
-from cryptography.hazmat.primitives.serialization import (
-    load_pem_private_key,
-    load_pem_public_key,
-)
-from securesystemslib.dsse import Envelope
-from securesystemslib.exceptions import VerificationError
-from securesystemslib.signer import CryptoSigner, Key, SSlibKey
+from typing import TYPE_CHECKING, Any
 
 from xla_host.errors import PipelineError, UsageError
 from xla_host.provenance import Provenance
@@ -46,6 +37,13 @@ from xla_wheels import sbom, wheel_stamp
 from xla_wheels.bundle import Bundle
 from xla_wheels.settings_rows import by_flag
 from xla_wheels.wheels_lock import BundleEntry, Lock, WheelRecord
+
+if TYPE_CHECKING:
+    from securesystemslib.signer import CryptoSigner, Key
+
+# securesystemslib and cryptography are imported in the functions that sign or verify,
+# not at the top: they took 60-80 ms of the start of every publish and release command
+# (python -X importtime), most of which never touch a key.
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
@@ -78,6 +76,9 @@ def _key_file(path: Path, what: str, setting: str) -> bytes:
 
 def load_signer(path: Path) -> CryptoSigner:
     """The team's private key (PEM, unencrypted); errors never show its content."""
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+    from securesystemslib.signer import CryptoSigner
+
     data = _key_file(path, "signing key", "XLA_WHEELS_SIGNING_KEY")
     try:
         private_key = load_pem_private_key(data, password=None)
@@ -91,6 +92,10 @@ def load_signer(path: Path) -> CryptoSigner:
 
 
 def load_public_key(path: Path) -> Key:
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.hazmat.primitives.serialization import load_pem_public_key
+    from securesystemslib.signer import SSlibKey
+
     data = _key_file(path, "public key", "XLA_WHEELS_PUBLIC_KEY (or the lane's signing-public-key)")
     try:
         return SSlibKey.from_crypto(load_pem_public_key(data))
@@ -165,6 +170,8 @@ def statement(
 
 
 def sign(statement_json: Mapping[str, Any], signer: CryptoSigner) -> bytes:
+    from securesystemslib.dsse import Envelope
+
     payload = json.dumps(statement_json, sort_keys=True, separators=(",", ":")).encode()
     envelope = Envelope(payload=payload, payload_type=PAYLOAD_TYPE, signatures={})
     envelope.sign(signer)
@@ -178,6 +185,9 @@ def verify(raw: bytes, key: Key, wheel_name: str, sha256: str) -> dict[str, Any]
     the key does not verify (another key, or a changed byte), another payload type, or a
     subject that is not this file name with this sha256.
     """
+    from securesystemslib.dsse import Envelope
+    from securesystemslib.exceptions import VerificationError
+
     envelope_file = envelope_name(wheel_name)
     try:
         envelope = Envelope.from_dict(json.loads(raw))

@@ -39,27 +39,25 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-
-from cyclonedx.model import HashAlgorithm, HashType, Property
-from cyclonedx.model.bom import Bom, BomMetaData
-from cyclonedx.model.component import (
-    Commit,
-    Component,
-    ComponentScope,
-    ComponentType,
-    Pedigree,
-)
-from cyclonedx.output.json import JsonV1Dot6
-from cyclonedx.schema import SchemaVersion
-from packageurl import PackageURL
+from typing import TYPE_CHECKING
 
 from xla_host.installed_metadata import ProbeFailed, read_installed
 from xla_host.provenance import ComponentProvenance, PatchDigest, Provenance
 from xla_host.wheel_filename import parse_wheel_name
 from xla_wheels import wheel_stamp
 
+if TYPE_CHECKING:
+    from cyclonedx.model.bom import Bom
+    from cyclonedx.model.component import Component
+
+# cyclonedx-python-lib is imported in the functions that write or validate a document,
+# not at the top: it took 25-70 ms of every command's start (python -X importtime), and
+# this module is imported by every build command, most of which never write an SBOM.
+# tests/test_cli_startup.py keeps it out of the start.
+
 SBOM_NAME = wheel_stamp.SBOM_NAME
-SCHEMA = SchemaVersion.V1_6
+SCHEMA_VERSION = "1.6"
+"""The CycloneDX version of the documents we write and accept."""
 PROPERTY = "xla-wheels"
 """Prefix of our CycloneDX property names (``xla-wheels:series_sha256`` ...)."""
 
@@ -86,6 +84,9 @@ def facts_for(package: str, provenance: Provenance) -> Provenance:
 
 
 def _file(path: str, sha256: str) -> Component:
+    from cyclonedx.model import HashAlgorithm, HashType
+    from cyclonedx.model.component import Component, ComponentType
+
     return Component(
         type=ComponentType.FILE,
         name=path,
@@ -95,6 +96,9 @@ def _file(path: str, sha256: str) -> Component:
 
 
 def _source(name: str, component: ComponentProvenance, extra: tuple[PatchDigest, ...]) -> Component:
+    from cyclonedx.model import Property
+    from cyclonedx.model.component import Commit, Component, ComponentType, Pedigree
+
     patches = [_file(p.path, p.sha256) for p in (*component.patches, *extra)]
     return Component(
         type=ComponentType.LIBRARY,
@@ -108,6 +112,11 @@ def _source(name: str, component: ComponentProvenance, extra: tuple[PatchDigest,
 
 
 def _bom(package: str, version: str, facts: Provenance, epoch: int) -> Bom:
+    from cyclonedx.model import Property
+    from cyclonedx.model.bom import Bom, BomMetaData
+    from cyclonedx.model.component import Component, ComponentScope, ComponentType
+    from packageurl import PackageURL
+
     sources = []
     for name, component in sorted(facts.components.items()):
         # torch_xla's own openxla_patches are applied to OpenXLA in the build.
@@ -155,9 +164,13 @@ def sbom_bytes(package: str, version: str, provenance: Provenance, epoch: int) -
         {"package": package, "version": version, "epoch": epoch, "facts": facts.to_json()},
         sort_keys=True,
     )
+    from cyclonedx.output import make_outputter
+    from cyclonedx.schema import OutputFormat, SchemaVersion
+
     bom = _bom(package, version, facts, epoch)
     bom.serial_number = uuid.uuid5(uuid.NAMESPACE_URL, "xla-wheels:sbom:" + seed)
-    text = JsonV1Dot6(bom).output_as_string(indent=2)
+    schema = SchemaVersion.from_version(SCHEMA_VERSION)
+    text = make_outputter(bom, OutputFormat.JSON, schema).output_as_string(indent=2)
     # Sorted keys: the library's key order is its own and may change between releases.
     return (json.dumps(json.loads(text), indent=2, sort_keys=True) + "\n").encode()
 
@@ -168,11 +181,13 @@ def validate(raw: bytes) -> None:
     # whose rfc3987_syntax builds a grammar on import (0.75 s of the 1.4 s every command
     # of the CLI took to start, measured with python -X importtime), and only the commands
     # that read an SBOM validate one.
+    from cyclonedx.schema import SchemaVersion
     from cyclonedx.validation.json import JsonStrictValidator
 
-    error = JsonStrictValidator(SCHEMA).validate_str(raw.decode("utf-8", errors="replace"))
+    schema = SchemaVersion.from_version(SCHEMA_VERSION)
+    error = JsonStrictValidator(schema).validate_str(raw.decode("utf-8", errors="replace"))
     if error is not None:
-        raise SbomError(f"not a valid CycloneDX {SCHEMA.to_version()} document: {error}")
+        raise SbomError(f"not a valid CycloneDX {SCHEMA_VERSION} document: {error}")
 
 
 def arcname(wheel: Path) -> str:

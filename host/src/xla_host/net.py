@@ -39,25 +39,30 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
-import http.client
 import io
 import socket
-import ssl
 import threading
 import time
 import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import IO, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from xla_host import log, settings
 from xla_host.arguments import add_setting, value_type
 from xla_host.errors import PipelineError, UsageError
 from xla_host.redact import Redactor, mask_url_credentials, shown
 from xla_host.runner import StepTimedOut
+
+if TYPE_CHECKING:
+    import http.client
+    import urllib.request
+
+# http.client, ssl and urllib.request are imported by the functions that make a request,
+# not at the top: they were 20-25 ms of the start of every command of both command lines
+# (python -X importtime), and most commands never open a connection.
 from xla_host.settings import by_flag
 from xla_host.values import BadValue
 
@@ -233,6 +238,24 @@ class NetworkTimedOut(StepTimedOut):
         PipelineError.__init__(self, f"{step}: {host} {what} ({attempts_text(attempts)})", fix=fix)
 
 
+def new_request(
+    url: str, *, data: bytes | None = None, method: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> urllib.request.Request:  # fmt: skip
+    """A request for :func:`http_request` (``urllib``'s, so proxies and redirects are as
+    usual); made here so that only a command that sends one imports urllib.request."""
+    import urllib.request
+
+    return urllib.request.Request(url, data=data, method=method, headers=dict(headers or {}))
+
+
+def file_url_path(url: str) -> str:
+    """The local path a ``file://`` URL names (a lane given as a directory)."""
+    import urllib.request
+
+    return urllib.request.url2pathname(urllib.parse.urlsplit(url).path)
+
+
 def host_of(url: str) -> str:
     """``host[:port]`` of ``url``, without any credentials, for messages."""
     parts = urllib.parse.urlsplit(url)
@@ -249,6 +272,9 @@ def attempts_text(attempts: int) -> str:
 def url_fault(error: BaseException) -> Transient | None:
     """The transient fault an ``urllib`` call raised, or None when retrying cannot help
     (HTTP 4xx, TLS, an unknown host): the caller turns that into its own error."""
+    import http.client
+    import ssl
+
     if isinstance(error, urllib.error.HTTPError):
         return Transient(f"HTTP {error.code}", str(error.reason)) if error.code >= 500 else None
     reason: object = error.reason if isinstance(error, urllib.error.URLError) else error
@@ -329,6 +355,8 @@ def _shut(sock: socket.socket) -> None:
 def _opener(deadline: _Deadline) -> urllib.request.OpenerDirector:
     """urllib's opener (proxies, redirects, TLS as usual) whose connections ``deadline``
     can end: every socket is handed to it as soon as it exists."""
+    import http.client
+    import urllib.request
 
     class Http(http.client.HTTPConnection):
         def connect(self) -> None:
@@ -362,6 +390,8 @@ def _opener(deadline: _Deadline) -> urllib.request.OpenerDirector:
 def _drain(response: http.client.HTTPResponse, write: Callable[[bytes], object]) -> None:
     """Every byte of ``response`` into ``write``; an answer that ends before its announced
     length (or mid-chunk) raises :class:`http.client.IncompleteRead`."""
+    import http.client
+
     # read1, not read: read(n) waits for all n bytes before it returns any.
     while chunk := response.read1(1 << 20):
         write(chunk)
@@ -390,6 +420,8 @@ def read_url(
     another ``OSError`` (TLS, an unknown host, an answer that is not HTTP) for the caller
     to name. ``on_response`` is shown the answer (its status, its headers) before its body
     is read."""
+    import http.client
+
     chunks: list[bytes] = []
     sink = chunks.append if write is None else write
     deadline = _Deadline(limit_s)

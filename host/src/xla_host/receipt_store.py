@@ -40,7 +40,6 @@ import secrets
 import shutil
 import tempfile
 import urllib.parse
-import urllib.request
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -57,6 +56,7 @@ from xla_host.net import (
     NetworkPolicy,
     Transient,
     http_request,
+    new_request,
     settings_fix,
 )
 from xla_host.receipts import (
@@ -306,7 +306,7 @@ class WebDavStore(ReceiptStore):
         self, method: str, url: str, *, data: bytes | None = None,
         headers: Mapping[str, str] | None = None, ok: Sequence[int] = (200,),
     ) -> tuple[int, bytes]:  # fmt: skip
-        request = urllib.request.Request(url, data=data, method=method, headers=dict(headers or {}))
+        request = new_request(url, data=data, method=method, headers=headers)
         if self.username is not None or self.password is not None:
             token = base64.b64encode(f"{self.username or ''}:{self.password or ''}".encode())
             request.add_unredirected_header("Authorization", f"Basic {token.decode()}")

@@ -12,18 +12,16 @@ callers pin, compare and re-assemble names exactly as the files carry them.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from dataclasses import dataclass
 
 from xla_host.errors import PipelineError
 
-try:
-    from packaging.utils import InvalidWheelFilename
-    from packaging.utils import parse_wheel_filename as _packaging_parse
-except ImportError:  # the builder image, the gate's bare interpreter
-    HAVE_PACKAGING = False
-else:
-    HAVE_PACKAGING = True
+#: False in the builder image and the gate's bare interpreter. Looked up, not imported:
+#: packaging.utils imports packaging.tags (sysconfig, platform probes), 10-30 ms of every
+#: command's start (python -X importtime); only a name that is parsed needs it.
+HAVE_PACKAGING = importlib.util.find_spec("packaging") is not None
 
 _NORMALIZE = re.compile(r"[-_.]+")
 _PROJECT = re.compile(r"[\w._]+", re.UNICODE)
@@ -83,8 +81,10 @@ def _valid_by_standard_library(stem: str, dashes: int) -> bool:
 
 
 def _valid_by_packaging(filename: str) -> bool:
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
     try:
-        _packaging_parse(filename)
+        parse_wheel_filename(filename)
     except InvalidWheelFilename:
         return False
     return True

@@ -16,14 +16,17 @@ from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
-from elftools.common.exceptions import ELFError
-from elftools.elf.dynamic import DynamicSection
-from elftools.elf.elffile import ELFFile
-from elftools.elf.gnuversions import GNUVerDefSection, GNUVerNeedSection, GNUVerSymSection
-from elftools.elf.sections import SymbolTableSection
+from typing import TYPE_CHECKING
 
 from xla_host.errors import ExitCode, PipelineError
+
+if TYPE_CHECKING:
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
+
+# pyelftools is imported in the functions that read a file, not at the top: it took
+# 20-40 ms of the start of every build command (python -X importtime), through the ship
+# check the build stage imports, and only a build or an ABI check reads an ELF file.
 
 #: Bindings under which a defined symbol is visible to other objects (GNU_UNIQUE is
 #: reported by pyelftools as ``STB_LOOS``, the value it shares with STB_GNU_UNIQUE).
@@ -87,6 +90,8 @@ class SharedObject:
 
 def _version_tables(elf: ELFFile) -> tuple[dict[int, tuple[str, str | None]], dict[int, str]]:
     """(index -> (required version, its file)), (index -> defined version name)."""
+    from elftools.elf.gnuversions import GNUVerDefSection, GNUVerNeedSection
+
     needed: dict[int, tuple[str, str | None]] = {}
     defined: dict[int, str] = {}
     for section in elf.iter_sections():
@@ -110,6 +115,9 @@ def read_shared_object(path: Path, *, with_symbols: bool = True) -> SharedObject
     SONAME, DT_NEEDED, RPATH, RUNPATH) and leaves imports and exports empty: reading the
     symbols of a CUDA torch's libraries with pyelftools takes tens of seconds, and the
     load order needs none of them."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
     try:
         with open(path, "rb") as handle:
             return _read(path, ELFFile(handle), with_symbols=with_symbols)
@@ -122,6 +130,9 @@ def read_shared_object(path: Path, *, with_symbols: bool = True) -> SharedObject
 
 
 def _read(path: Path, elf: ELFFile, *, with_symbols: bool) -> SharedObject:
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.sections import SymbolTableSection
+
     soname: str | None = None
     needed: list[str] = []
     rpath: list[str] = []
@@ -184,6 +195,8 @@ def _dynamic_symbols(elf: ELFFile, dynsym: SymbolTableSection) -> Iterator[RawSy
     the section's bytes: pyelftools builds a container per symbol, which took 40 s for
     torch_xla 2.7.0's ``_XLAC`` (about a million symbols) where unpacking takes one. Any
     other class or byte order goes through pyelftools, value for value the same."""
+    from elftools.elf.gnuversions import GNUVerSymSection
+
     versym = elf.get_section_by_name(".gnu.version")
     fast = (
         elf.elfclass == 64
@@ -216,6 +229,8 @@ def _dynamic_symbols(elf: ELFFile, dynsym: SymbolTableSection) -> Iterator[RawSy
 def _symbols_through_pyelftools(
     dynsym: SymbolTableSection, versym: object
 ) -> Iterator[RawSymbol]:
+    from elftools.elf.gnuversions import GNUVerSymSection
+
     indices: list[int] | None = None
     if isinstance(versym, GNUVerSymSection):
         # pyelftools names the two special indices; the loader sees numbers.

@@ -12,12 +12,12 @@ import os
 import shutil
 import sys
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
 from xla_host import host_doctor, installed, launch_profile, log
 from xla_host.errors import UsageError
+from xla_host.net import file_url_path
 from xla_host.redact import Redactor, shown
 from xla_host.stamp import Stamp, StampedWheel, job_facts, this_host, write_stamp
 from xla_host.stamp import now as stamp_now
@@ -142,7 +142,7 @@ def cmd_verify_install(args: argparse.Namespace) -> int:
         parts = urllib.parse.urlsplit(index_url)
         search = [_dist(options, args)]
         if parts.scheme == "file":  # a static lane: its envelopes are next to its wheels
-            search.append(Path(urllib.request.url2pathname(parts.path)).parent)
+            search.append(Path(file_url_path(index_url)).parent)
         records = locked_records(lock, bundle.name)
         locked = [(r.name, r.sha256) for r in records]
         for check in attest.signature_checks(public_key, locked, search):

@@ -25,8 +25,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-
 from xla_host import host_doctor
 from xla_host.errors import LockError, PipelineError
 from xla_host.host_doctor import PACKAGES, Report
@@ -54,6 +52,10 @@ def meets_minimum(installed: str, minimum: str) -> bool:
     """What pip's ``>=minimum`` says of ``installed``: a pre-release of the minimum (a
     ``.dev`` build) is older than it. An installed version that is no PEP 440 version
     meets no minimum."""
+    # Imported here: packaging.specifiers was the last third-party import at the start
+    # of the publish commands (tests/test_cli_startup.py).
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
     try:
         return SpecifierSet(f">={minimum}").contains(installed, prereleases=True)
     except InvalidSpecifier:

@@ -14,12 +14,11 @@ import os
 import re
 import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xla_host import filemode
 from xla_host.errors import PipelineError, UsageError
@@ -33,12 +32,17 @@ from xla_host.net import (
     NetworkTimedOut,
     Transient,
     attempts_text,
+    file_url_path,
     host_of,
     http_request,
+    new_request,
 )
 from xla_host.redact import scrub
 from xla_host.tables import MAX_FILE_BYTES
 from xla_host.wheel_filename import normalize
+
+if TYPE_CHECKING:
+    import urllib.request
 from xla_wheels.publish.errors import CredentialsRejected, IndexUnreachable, PublishError
 
 _USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
@@ -66,7 +70,7 @@ class Credentials:
     def request(self, url: str, **options: Any) -> urllib.request.Request:
         """A ``urllib`` request for ``url`` (``options`` as ``Request`` takes them), with
         these credentials as Basic auth when there are both a username and a password."""
-        request = urllib.request.Request(url, **options)
+        request = new_request(url, **options)
         if self.username is not None and self.password is not None:
             token = base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
             request.add_header("Authorization", f"Basic {token}")
@@ -167,7 +171,7 @@ def _open(
     """The body at ``url``; None for 404. Every failure becomes an error naming the fix.
     ``size``: the bytes the read is allowed for in its deadline (a page: an allowance)."""
     if urllib.parse.urlsplit(url).scheme == "file":
-        path = Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path))
+        path = Path(file_url_path(url))
         if path.is_dir():
             path = path / "index.html"
         try:
