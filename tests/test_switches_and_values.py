@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.clirunner import REPO_ROOT, CliResult, run_cli
-from xla_host.values import SWITCH_FALSE, SWITCH_TRUE
+from xla_host.values import SWITCH_FALSE, SWITCH_TRUE, BadValue, parse_switch
 from xla_wheels.builder.config import BuildConfig, mem_total_gib
 from xla_wheels.cli import build_parser
 from xla_wheels.make_help import Target, makefile_text, read_makefile
@@ -82,10 +82,23 @@ def test_make_dry_run_in_capitals_is_a_dry_run(spelling: str, tmp_path: Path) ->
     assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()
 
 
+def _each_with_a_value(cases: list[tuple[object, ...]]) -> list[tuple[object, ...]]:
+    """``cases`` each with one of :data:`BAD_SWITCHES` in turn, every value at least once:
+    the values all go through one reader (the test below refuses each of them there), so
+    each way in needs one of them, not all (the full product cost 78 commands)."""
+    assert len(cases) >= len(BAD_SWITCHES)
+    return [(*case, BAD_SWITCHES[i % len(BAD_SWITCHES)]) for i, case in enumerate(cases)]
+
+
 @pytest.mark.parametrize("value", BAD_SWITCHES)
+def test_the_one_switch_reader_refuses_each_value_it_does_not_know(value: str) -> None:
+    with pytest.raises(BadValue, match="is not a switch value"):
+        parse_switch(value)
+
+
 @pytest.mark.parametrize(
-    ("target", "variable"),
-    [
+    ("target", "variable", "value"),
+    _each_with_a_value([
         (("wheels", f"BUNDLE={BUNDLE}"), "DRY_RUN"),
         (("wheels", f"BUNDLE={BUNDLE}", "DRY_RUN=1"), "KEEP_RECORDED"),
         (("patch-export", f"BUNDLE={BUNDLE}", "DRY_RUN=1"), "FORCE"),
@@ -93,8 +106,8 @@ def test_make_dry_run_in_capitals_is_a_dry_run(spelling: str, tmp_path: Path) ->
         (("requirements", f"BUNDLE={BUNDLE}"), "REFRESH"),
         (("verify-install", f"BUNDLE={BUNDLE}"), "NO_DEPS"),
         (("publish", f"BUNDLE={BUNDLE}", "INDEX_URL=http://127.0.0.1:9/simple/"), "DRY_RUN"),
-    ],
-)
+    ]),
+)  # fmt: skip
 def test_make_refuses_a_switch_value_it_does_not_know(
     target: tuple[str, ...], variable: str, value: str, tmp_path: Path
 ) -> None:
@@ -112,10 +125,14 @@ def test_make_refuses_a_switch_value_it_does_not_know(
     assert len(lines) == 2, lines
 
 
-@pytest.mark.parametrize("value", BAD_SWITCHES)
-@pytest.mark.parametrize("variable", ["XLA_WHEELS_DRY_RUN", "XLA_WHEELS_KEEP_RECORDED",
-                                      "XLA_WHEELS_NO_DEPS"])  # fmt: skip
-@pytest.mark.parametrize("command", [("wheels", "--bundle", BUNDLE), ("bundles",)])
+@pytest.mark.parametrize(
+    ("command", "variable", "value"),
+    _each_with_a_value([
+        (command, variable)
+        for command in [("wheels", "--bundle", BUNDLE), ("bundles",)]
+        for variable in ["XLA_WHEELS_DRY_RUN", "XLA_WHEELS_KEEP_RECORDED", "XLA_WHEELS_NO_DEPS"]
+    ]),
+)  # fmt: skip
 def test_the_environment_refuses_a_switch_value_it_does_not_know(
     command: tuple[str, ...], variable: str, value: str, tmp_path: Path
 ) -> None:
