@@ -165,7 +165,7 @@ FAST_TIER_FLAGS := -m 'not slow and not stock_xla'
 test: $(VENV_STAMP) container-tools cache-tools bazel-cache-tools compiler-tools supply-tools ## install everything needed, then run ruff, mypy and the whole test suite
 	@$(MAKE_CHECK)
 	$(PY) -m ruff check src host/src tests scripts
-	$(PY) -m mypy
+	@# mypy runs inside the suite (tests/test_types.py), beside the other tests.
 	$(PY) -m pytest $(PARALLEL_FLAGS) $(PYTEST_ARGS)
 
 test-fast: $(VENV_STAMP) compiler-tools ## the edit loop: ruff, the tests needing no gate, stock torch_xla or engine
