@@ -106,15 +106,16 @@ $(VENV_STAMP): requirements-dev.txt pyproject.toml host/pyproject.toml
 	@$(PYTHON_FOR_VENV) -m venv --help >/dev/null 2>&1 || \
 	  { apt-get update -qq && apt-get install -y -qq python3-venv; }
 	@# Under flock: two make runs in one checkout must not rebuild .venv at the same time
-	@# (one would delete the interpreter the other is installing with). --no-compile: most
-	@# of the tools' modules are never imported; Python compiles the rest on first import
-	@# (a third of the install's time, 15 s -> 9.5 s on two cores).
+	@# (one would delete the interpreter the other is installing with). Bytecode is
+	@# compiled at install (pip's default), once: where PYTHONDONTWRITEBYTECODE is set no
+	@# import ever writes it, and every twine, devpi or pytest start would compile its
+	@# modules again (15 CPU-s of make test-fast; the install takes 5 s longer).
 	@flock $(VENV).lock bash -euc '\
 	  if [ -e $@ ]; then touch $@; exit 0; fi; \
 	  echo "creating $(VENV) from requirements-dev.txt"; \
 	  rm -rf $(VENV); \
 	  $(PYTHON_FOR_VENV) -m venv $(VENV); \
-	  $(PY) -m pip install --quiet --disable-pip-version-check --no-compile -r requirements-dev.txt; \
+	  $(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt; \
 	  $(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e ./host -e .; \
 	  touch $@'
 
@@ -161,16 +162,22 @@ compiler-tools:
 PARALLEL_FLAGS := -n auto --dist loadgroup
 # The edit loop's tier: no gate run, no stock torch_xla, no container engine (README "Development").
 FAST_TIER_FLAGS := -m 'not slow and not stock_xla'
+# The suite starts the command lines over a thousand times: their bytecode is written
+# first (git-ignored __pycache__), also where PYTHONDONTWRITEBYTECODE keeps imports from
+# writing it; without it each start compiled every module it imports again.
+COMPILE_SOURCES = $(PY) -m compileall -q src host/src scripts
 
 test: $(VENV_STAMP) container-tools cache-tools bazel-cache-tools compiler-tools supply-tools ## install everything needed, then run ruff, mypy and the whole test suite
 	@$(MAKE_CHECK)
 	$(PY) -m ruff check src host/src tests scripts
+	$(COMPILE_SOURCES)
 	@# mypy runs inside the suite (tests/test_types.py), beside the other tests.
 	$(PY) -m pytest $(PARALLEL_FLAGS) $(PYTEST_ARGS)
 
 test-fast: $(VENV_STAMP) compiler-tools ## the edit loop: ruff, the tests needing no gate, stock torch_xla or engine
 	@$(MAKE_CHECK)
 	$(PY) -m ruff check src host/src tests scripts
+	$(COMPILE_SOURCES)
 	$(PY) -m pytest $(PARALLEL_FLAGS) $(FAST_TIER_FLAGS) $(PYTEST_ARGS)
 
 lint: $(VENV_STAMP) ## ruff and mypy only
