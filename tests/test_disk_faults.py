@@ -206,10 +206,14 @@ def test_a_full_disk_in_the_ship_check_is_a_disk_error_not_a_verdict(
     shutil.rmtree(syn.root / "dist")
     before = snapshot(syn.root)
     out = tmpfs("out", 64 << 20)
-    # Room for the run lock and the logs, not for the ship check's clean environment.
+    # Room for the run lock, the logs and the clean environment with the stand-in's small
+    # wheels, not for what the check writes (real torch wheels fill it while installing).
     out.fill(1 << 20)
+    writes_2_mib = "dd if=/dev/zero of={out}/scratch bs=1M count=2"
 
-    result = run_wheels(syn, "--out-dir", str(out.path), "--min-disk-gib", "0")
+    result = run_wheels(
+        syn, "--out-dir", str(out.path), "--min-disk-gib", "0", "--ship-check", writes_2_mib
+    )
 
     line = assert_one_disk_error(result, out.path / "syn")
     assert "in the ship check" in line and "No space left on device" in line

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.missing_tools import skip_missing
 from xla_wheels import venv_check
 from xla_wheels.builder import recipes
 from xla_wheels.builder.spec import BuildSpec
@@ -158,7 +159,9 @@ def test_the_ship_recipes_pip_refuses_by_itself_outside_a_venv(tmp_path: Path) -
     # with --dry-run, so that nothing could be installed even if it did not refuse.
     wheel = minimal_wheel(tmp_path / "staging")
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=TIMEOUT_S)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=TIMEOUT_S)  # fmt: skip
+    venv_check.pip_from_bundle(venv)  # the ship recipe's pip
     (venv / "pyvenv.cfg").unlink()
     assert venv_check.outside_venv(venv / "bin" / "python", venv) is not None
     spec = BuildSpec.read(_spec(tmp_path, sys.executable, "true"))
@@ -171,6 +174,52 @@ def test_the_ship_recipes_pip_refuses_by_itself_outside_a_venv(tmp_path: Path) -
     )  # fmt: skip
     assert result.returncode != 0, result.stdout
     assert "Could not find an activated virtualenv" in result.stderr + result.stdout
+
+
+def _site_packages(python: Path) -> Path:
+    probe = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    return Path(subprocess.run([str(python), "-I", "-c", probe], capture_output=True, text=True,
+                               check=True, timeout=60).stdout.strip())  # fmt: skip
+
+
+def test_the_clean_environment_runs_the_bundled_pip_without_installing_it(tmp_path: Path) -> None:
+    # The ship recipe's clean environment: made --without-pip, pip then put on its path
+    # from ensurepip's wheel (installing it cost 3 CPU-seconds at every ship check).
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=TIMEOUT_S)  # fmt: skip
+    python = venv / "bin" / "python"
+    done = venv_check.pip_from_bundle(venv)
+    assert done.startswith(f"pip on {venv}'s path from ") and "ensurepip/_bundled/pip-" in done
+    site_packages = _site_packages(python)
+    assert not (site_packages / "pip").exists()  # not installed: run from the wheel
+    version = subprocess.run([str(python), "-m", "pip", "--version"], capture_output=True,
+                             text=True, check=True, timeout=TIMEOUT_S).stdout  # fmt: skip
+    assert "_bundled/pip-" in version
+    install = subprocess.run(
+        [str(python), "-m", "pip", "install", "--no-index", str(minimal_wheel(tmp_path / "w"))],
+        env={**os.environ, **venv_check.PIP_REQUIRE_VIRTUALENV}, capture_output=True, text=True,
+        timeout=TIMEOUT_S,
+    )  # fmt: skip
+    assert install.returncode == 0, install.stderr
+    assert (site_packages / f"{PACKAGE}.py").is_file() and _importable_by(python)
+
+
+@pytest.mark.slow
+def test_without_a_bundled_pip_ensurepip_installs_it(tmp_path: Path) -> None:
+    # Debian's Python keeps ensurepip's wheels outside the standard library (python3-pip-whl).
+    debian = Path("/usr/bin/python3")
+    bundled = (
+        "import ensurepip, pathlib, sys; "
+        "sys.exit(any((pathlib.Path(ensurepip.__file__).parent / '_bundled').glob('pip-*')))"
+    )
+    if not debian.exists() or subprocess.run([str(debian), "-c", bundled], timeout=60).returncode:
+        skip_missing("a Python whose ensurepip bundles no pip wheel (Debian's /usr/bin/python3)")
+    venv = tmp_path / "venv"
+    subprocess.run([str(debian), "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=TIMEOUT_S)  # fmt: skip
+    assert venv_check.pip_from_bundle(venv) == f"pip installed into {venv} by ensurepip"
+    assert (_site_packages(venv / "bin" / "python") / "pip").is_dir()
 
 
 def test_a_good_venv_is_its_own_interpreter(tmp_path: Path) -> None:

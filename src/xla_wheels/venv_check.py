@@ -52,3 +52,33 @@ def fix_for(venv: Path) -> str:
         f"check that no other run uses {venv} (`ps -ef | grep xla_wheels`), then run the "
         "same command again: it makes the venv afresh"
     )
+
+
+# The pip ``venv`` would install (ensurepip's bundled wheel) and the venv's site-packages.
+# Debian's ensurepip keeps its wheels elsewhere (python3-pip-whl): no _bundled directory.
+_BUNDLED_PIP = (
+    "import ensurepip, json, pathlib, sysconfig\n"
+    "found = sorted((pathlib.Path(ensurepip.__file__).parent / '_bundled').glob('pip-*.whl'))\n"
+    "print(json.dumps([str(found[-1]) if found else '', sysconfig.get_paths()['purelib']]))"
+)
+#: The file that puts the bundled pip on a venv's path.
+BUNDLED_PIP_PTH = "xla-wheels-bundled-pip.pth"
+
+
+def pip_from_bundle(venv: Path) -> str:
+    """Make ``python -m pip`` work in ``venv`` (made ``--without-pip``) without installing
+    pip: a ``.pth`` file puts ensurepip's bundled wheel, the very pip ``venv`` installs, on
+    the venv's path (pip runs from its wheel, as its docs allow). Installing it with
+    ensurepip took 3 s of CPU at every ship check, most of a small build's collect stage.
+    Without a bundled wheel, ensurepip installs pip as ``venv`` would. Returns what was
+    done, for the log."""
+    python = venv / "bin" / "python"
+    found = runner.run([str(python), "-I", "-c", _BUNDLED_PIP], echo="none", timeout=120)
+    wheel, site_packages = json.loads(found.stdout)
+    if not wheel:
+        ensurepip = [str(python), "-I", "-m", "ensurepip", "--default-pip"]
+        runner.run(ensurepip, echo="none", timeout=600)
+        return f"pip installed into {venv} by ensurepip"
+    (Path(site_packages) / BUNDLED_PIP_PTH).write_text(wheel + "\n", encoding="utf-8")
+    return f"pip on {venv}'s path from {wheel}"
+

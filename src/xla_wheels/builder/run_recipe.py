@@ -266,8 +266,13 @@ def _check_venv(spec: BuildSpec, args: Sequence[str], log_file: TextIO) -> None:
     _say(f"# {venv}/bin/python is the venv {venv}", log_file)
 
 
+def _pip_from_bundle(spec: BuildSpec, args: Sequence[str], log_file: TextIO) -> None:
+    _say(f"# {venv_check.pip_from_bundle(Path(args[0]))}", log_file)
+
+
 ACTIONS = {
     "check-venv": _check_venv,
+    "pip-from-bundle": _pip_from_bundle,
     "repack-wheel": _repack_wheel,
     "finish-stage": _finish_stage,
     "apply-openxla-patches": _apply_openxla_patches,
