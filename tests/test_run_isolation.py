@@ -161,7 +161,7 @@ def test_the_ship_recipes_pip_refuses_by_itself_outside_a_venv(tmp_path: Path) -
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
                    timeout=TIMEOUT_S)  # fmt: skip
-    venv_check.pip_from_bundle(venv)  # the ship recipe's pip
+    venv_check.pip_from_bundle(venv, tmp_path / "unpacked")  # the ship recipe's pip
     (venv / "pyvenv.cfg").unlink()
     assert venv_check.outside_venv(venv / "bin" / "python", venv) is not None
     spec = BuildSpec.read(_spec(tmp_path, sys.executable, "true"))
@@ -184,18 +184,25 @@ def _site_packages(python: Path) -> Path:
 
 def test_the_clean_environment_runs_the_bundled_pip_without_installing_it(tmp_path: Path) -> None:
     # The ship recipe's clean environment: made --without-pip, pip then put on its path
-    # from ensurepip's wheel (installing it cost 3 CPU-seconds at every ship check).
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
-                   timeout=TIMEOUT_S)  # fmt: skip
-    python = venv / "bin" / "python"
-    done = venv_check.pip_from_bundle(venv)
-    assert done.startswith(f"pip on {venv}'s path from ") and "ensurepip/_bundled/pip-" in done
+    # from ensurepip's wheel (installing it cost 3 CPU-seconds at every ship check),
+    # unpacked and compiled once per machine.
+    unpacked_in = tmp_path / "pip-cache" / "bundled"
+    pythons = []
+    for name in ("first", "second"):
+        venv = tmp_path / name
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                       timeout=TIMEOUT_S)  # fmt: skip
+        done = venv_check.pip_from_bundle(venv, unpacked_in)
+        assert done.startswith(f"pip on {venv}'s path from pip-") and str(unpacked_in) in done
+        pythons.append(venv / "bin" / "python")
+    (unpacked,) = [p for p in unpacked_in.iterdir() if p.is_dir()]  # once for both venvs
+    assert (unpacked / ".unpacked").is_file() and list(unpacked.rglob("*.pyc"))
+    python = pythons[1]
     site_packages = _site_packages(python)
-    assert not (site_packages / "pip").exists()  # not installed: run from the wheel
+    assert not (site_packages / "pip").exists()  # not installed into the venv
     version = subprocess.run([str(python), "-m", "pip", "--version"], capture_output=True,
                              text=True, check=True, timeout=TIMEOUT_S).stdout  # fmt: skip
-    assert "_bundled/pip-" in version
+    assert str(unpacked) in version
     install = subprocess.run(
         [str(python), "-m", "pip", "install", "--no-index", str(minimal_wheel(tmp_path / "w"))],
         env={**os.environ, **venv_check.PIP_REQUIRE_VIRTUALENV}, capture_output=True, text=True,
@@ -203,6 +210,7 @@ def test_the_clean_environment_runs_the_bundled_pip_without_installing_it(tmp_pa
     )  # fmt: skip
     assert install.returncode == 0, install.stderr
     assert (site_packages / f"{PACKAGE}.py").is_file() and _importable_by(python)
+    assert not _importable_by(pythons[0])  # the other venv is still clean
 
 
 @pytest.mark.slow
@@ -218,7 +226,10 @@ def test_without_a_bundled_pip_ensurepip_installs_it(tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     subprocess.run([str(debian), "-m", "venv", "--without-pip", str(venv)], check=True,
                    timeout=TIMEOUT_S)  # fmt: skip
-    assert venv_check.pip_from_bundle(venv) == f"pip installed into {venv} by ensurepip"
+    unpacked_in = tmp_path / "unpacked"
+    done = venv_check.pip_from_bundle(venv, unpacked_in)
+    assert done == f"pip installed into {venv} by ensurepip"
+    assert not unpacked_in.exists()
     assert (_site_packages(venv / "bin" / "python") / "pip").is_dir()
 
 

@@ -17,9 +17,10 @@ image.
 from __future__ import annotations
 
 import json
+import zipfile
 from pathlib import Path
 
-from xla_host import runner
+from xla_host import runner, waitlock
 
 PIP_REQUIRE_VIRTUALENV = {"PIP_REQUIRE_VIRTUALENV": "1"}
 """pip's own refusal to install outside a venv (``running_under_virtualenv()``)."""
@@ -54,31 +55,44 @@ def fix_for(venv: Path) -> str:
     )
 
 
-# The pip ``venv`` would install (ensurepip's bundled wheel) and the venv's site-packages.
-# Debian's ensurepip keeps its wheels elsewhere (python3-pip-whl): no _bundled directory.
+# The pip ``venv`` would install (ensurepip's bundled wheel), the venv's site-packages and
+# its bytecode tag. Debian's ensurepip keeps its wheels elsewhere (python3-pip-whl).
 _BUNDLED_PIP = (
-    "import ensurepip, json, pathlib, sysconfig\n"
+    "import ensurepip, json, pathlib, sys, sysconfig\n"
     "found = sorted((pathlib.Path(ensurepip.__file__).parent / '_bundled').glob('pip-*.whl'))\n"
-    "print(json.dumps([str(found[-1]) if found else '', sysconfig.get_paths()['purelib']]))"
+    "print(json.dumps([str(found[-1]) if found else '', sysconfig.get_paths()['purelib'],\n"
+    "                  sys.implementation.cache_tag]))"
 )
 #: The file that puts the bundled pip on a venv's path.
 BUNDLED_PIP_PTH = "xla-wheels-bundled-pip.pth"
 
 
-def pip_from_bundle(venv: Path) -> str:
+def pip_from_bundle(venv: Path, unpacked_in: Path) -> str:
     """Make ``python -m pip`` work in ``venv`` (made ``--without-pip``) without installing
-    pip: a ``.pth`` file puts ensurepip's bundled wheel, the very pip ``venv`` installs, on
-    the venv's path (pip runs from its wheel, as its docs allow). Installing it with
-    ensurepip took 3 s of CPU at every ship check, most of a small build's collect stage.
-    Without a bundled wheel, ensurepip installs pip as ``venv`` would. Returns what was
-    done, for the log."""
+    pip into it: a ``.pth`` file puts ensurepip's bundled wheel, the very pip ``venv``
+    installs, on the venv's path, unpacked and compiled once per machine under
+    ``unpacked_in`` (run from the zip, pip compiled itself again at every start: 1 s).
+    Installing it with ensurepip took 3 s of CPU at every ship check, most of a small
+    build's collect stage. Without a bundled wheel, ensurepip installs pip as ``venv``
+    would. Returns what was done, for the log."""
     python = venv / "bin" / "python"
     found = runner.run([str(python), "-I", "-c", _BUNDLED_PIP], echo="none", timeout=120)
-    wheel, site_packages = json.loads(found.stdout)
+    wheel, site_packages, cache_tag = json.loads(found.stdout)
     if not wheel:
         ensurepip = [str(python), "-I", "-m", "ensurepip", "--default-pip"]
         runner.run(ensurepip, echo="none", timeout=600)
         return f"pip installed into {venv} by ensurepip"
-    (Path(site_packages) / BUNDLED_PIP_PTH).write_text(wheel + "\n", encoding="utf-8")
-    return f"pip on {venv}'s path from {wheel}"
 
+    def unpack(directory: Path) -> dict[str, object]:
+        with zipfile.ZipFile(wheel) as archive:
+            archive.extractall(directory)
+        compile_all = [str(python), "-I", "-m", "compileall", "-q", str(directory)]
+        runner.run(compile_all, echo="none", timeout=600)
+        return {"wheel": wheel}
+
+    unpacked = waitlock.make_once(
+        unpacked_in / f"{Path(wheel).stem}-{cache_tag}", unpack, marker=".unpacked",
+        doing=f"unpacking {Path(wheel).name}",
+    )  # fmt: skip
+    (Path(site_packages) / BUNDLED_PIP_PTH).write_text(f"{unpacked}\n", encoding="utf-8")
+    return f"pip on {venv}'s path from {Path(wheel).name}, unpacked in {unpacked}"

@@ -267,7 +267,8 @@ def _check_venv(spec: BuildSpec, args: Sequence[str], log_file: TextIO) -> None:
 
 
 def _pip_from_bundle(spec: BuildSpec, args: Sequence[str], log_file: TextIO) -> None:
-    _say(f"# {venv_check.pip_from_bundle(Path(args[0]))}", log_file)
+    venv, unpacked_in = (Path(arg) for arg in args)
+    _say(f"# {venv_check.pip_from_bundle(venv, unpacked_in)}", log_file)
 
 
 ACTIONS = {
