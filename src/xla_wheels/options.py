@@ -85,6 +85,12 @@ class PipelineOptions:
     def source_cache(self) -> Path:
         return self.cache_dir / "sources"
 
+    @property
+    def pip_cache(self) -> Path:
+        """pip's cache for the build's steps, and where the pip of clean environments is
+        unpacked once (:data:`xla_wheels.venv_check.BUNDLED_PIP_DIR`)."""
+        return self.cache_dir / "pip"
+
 
 @dataclass(frozen=True)
 class PublishOptions:

@@ -65,6 +65,9 @@ _BUNDLED_PIP = (
 )
 #: The file that puts the bundled pip on a venv's path.
 BUNDLED_PIP_PTH = "xla-wheels-bundled-pip.pth"
+#: Where, under a pip cache directory (the builder mounts the machine's), ensurepip's pip
+#: is unpacked and compiled once per machine for every clean environment that runs it.
+BUNDLED_PIP_DIR = "xla-wheels-bundled-pip"
 
 
 def pip_from_bundle(venv: Path, unpacked_in: Path) -> str:

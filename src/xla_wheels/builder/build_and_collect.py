@@ -155,7 +155,7 @@ def compose(
         bazel_disk_cache=str(config.bazel_disk_cache or cache / "bazel-disk"),
         bazel_output_root=str(cache / "bazel-root"),
         ccache_dir=str(cache / "ccache"),
-        pip_cache_dir=str(cache / "pip"),
+        pip_cache_dir=str(options.pip_cache),
         pip_args=list(config.pip_args),
         compiler_env=dict(config.compiler_env),
         extra_env=_reproducible_env(options, bundle, config, commits.get("torch_xla")),

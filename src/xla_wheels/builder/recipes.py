@@ -31,9 +31,6 @@ from xla_wheels.builder import remote_cache
 from xla_wheels.builder.spec import BuildSpec
 
 PATCH_STATE = "openxla_patches.applied.json"
-#: Under the pip cache (mounted into the builder): ensurepip's pip, unpacked and compiled
-#: once per machine, which every ship check's clean environment runs.
-BUNDLED_PIP_DIR = "xla-wheels-bundled-pip"
 
 # torch_xla's setup.py (c04e61c, get_git_head_sha) reads the torch revision with
 # `git rev-parse HEAD` in ../ only when `os.path.isdir("../.git")`, else it uses ''. It
@@ -343,7 +340,7 @@ def ship_steps(spec: BuildSpec, staging: str) -> list[Step]:
         Step(
             "pip for it",
             action="pip-from-bundle",
-            args=(spec.ship_env, f"{spec.pip_cache_dir}/{BUNDLED_PIP_DIR}"),
+            args=(spec.ship_env, f"{spec.pip_cache_dir}/{venv_check.BUNDLED_PIP_DIR}"),
             note="the pip venv installs, from ensurepip's wheel: 3 s less CPU per check",
         ),
         Step(

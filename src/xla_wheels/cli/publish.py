@@ -130,6 +130,7 @@ def cmd_verify_install(args: argparse.Namespace) -> int:
         bundle=bundle,
         index_url=index_url,
         work=BundleLayout.of(options, bundle.name).verify_install,
+        pip_cache=options.pip_cache,
         base_python=settings.python or sys.executable,
         no_deps=settings.no_deps,
         deps_from=settings.deps_from,

@@ -123,19 +123,12 @@ def _run(
 
 
 #: The pip wheel ``ensurepip`` would install into a new venv, if the interpreter ships it.
-_BUNDLED_PIP = (
-    "import ensurepip, pathlib\n"
-    "found = sorted((pathlib.Path(ensurepip.__file__).parent / '_bundled').glob('pip-*.whl'))\n"
-    "print(found[-1] if found else '')"
-)
-
-
-def create_venv(base_python: str, venv: Path) -> tuple[Path, list[str]]:
-    """A fresh venv of ``base_python``: its python, and the pip command that installs into
-    it. That pip is the one ``python -m venv`` would install (ensurepip's bundled wheel),
-    run from its wheel instead of installed: ensurepip's install costs 5-10 s on a busy
-    2-core machine at every verify-install. Without a bundled wheel (a distribution's
-    patched ensurepip), ensurepip installs it as before."""
+def create_venv(base_python: str, venv: Path, pip_cache: Path) -> Path:
+    """A fresh venv of ``base_python`` whose ``python -m pip`` is the pip ``python -m venv``
+    would install (ensurepip's bundled wheel), unpacked once per machine under
+    ``pip_cache`` (:func:`xla_wheels.venv_check.pip_from_bundle`): ensurepip's install
+    costs 5-10 s on a busy 2-core machine at every verify-install. Without a bundled
+    wheel (a distribution's patched ensurepip), ensurepip installs it as before."""
     if venv.exists():
         shutil.rmtree(venv)
     venv.parent.mkdir(parents=True, exist_ok=True)
@@ -144,11 +137,8 @@ def create_venv(base_python: str, venv: Path) -> tuple[Path, list[str]]:
     python = venv / "bin" / "python"
     if (problem := venv_check.outside_venv(python, venv)) is not None:
         raise PublishError(problem, fix=venv_check.fix_for(venv))
-    wheel = _run([str(python), "-c", _BUNDLED_PIP], timeout=60, fix=fix).stdout.strip()
-    if wheel:
-        return python, [str(python), f"{wheel}/pip"]
-    _run([str(python), "-m", "ensurepip", "--default-pip"], timeout=300, fix=fix)
-    return python, [str(python), "-m", "pip"]
+    log.info(venv_check.pip_from_bundle(venv, pip_cache / venv_check.BUNDLED_PIP_DIR))
+    return python
 
 
 def borrow_packages(python: Path, deps_from: str) -> None:
@@ -313,6 +303,7 @@ def verify_install(
     bundle: Bundle,
     index_url: str,
     work: Path,
+    pip_cache: Path,
     base_python: str,
     no_deps: bool,
     deps_from: str | None,
@@ -329,7 +320,8 @@ def verify_install(
     report = VerifyReport(bundle.name, scrub(index_url), str(requirements), str(venv))
 
     with log.section(f"verify-install: fresh venv {venv}"):
-        python, pip = create_venv(base_python, venv)
+        python = create_venv(base_python, venv, pip_cache)
+        pip = [str(python), "-m", "pip"]
 
     with log.section("verify-install: pip install --require-hashes"):
         installed = _install(
