@@ -306,18 +306,27 @@ ANSWER_SOURCE = '#include "a/answer.h"\nint Answer() { return 42; }\n'
 ANSWER_CHECK = """\
 #include <iostream>
 #include "a/answer.h"
+namespace generated {
+#include "answer.inc"
+}
 int main() {
-  if (Answer() == 42) { std::cout << "PASS answer" << std::endl; return 0; }
+  if (Answer() == 42 && generated::Answer() == 42) {
+    std::cout << "PASS answer" << std::endl;
+    return 0;
+  }
   std::cout << "FAIL answer: " << Answer() << std::endl;
   return 1;
 }
 """
-# -g: debug info holds the work directory, which differs between the runs below.
+# -g: debug info and g++'s preprocessed output hold the work directory, which differs
+# between the runs below. The generated file's #line names a path ccache cannot find from
+# the work directory: it then keys the preprocessed source (not the files it read).
 ANSWER = CheckProgram(
     name="answer_check",
     kind="checks",
     sources=("answer_check.cpp",),
     tree_sources=("a/answer.cpp",),
+    generated=(Function("answer.inc", "a/answer.cpp", "int Answer("),),
     compile_flags=("-g",),
 )
 
@@ -372,10 +381,11 @@ def test_another_copy_of_the_tree_is_built_from_the_compile_cache_but_never_a_fa
     for obj in served.iterdir():  # what the cache gives is what g++ gives
         assert obj.read_bytes() == (fresh / obj.name).read_bytes(), obj.name
 
-    # A source that does not compile is compiled by g++ every time, never served.
+    # A source that does not compile is compiled by g++ every time, never served (both
+    # do not here: answer_check.cpp includes the function too, at its tree line).
     (copy / "a" / "answer.cpp").write_text(ANSWER_SOURCE.replace("42", "missing_"))
     failures = [build(cached, copy, f"work-broken-{n}") for n in (1, 2)]
-    assert _ccache_stats(cache) == {"hits": 4, "misses": 2, "failed": 2}
+    assert _ccache_stats(cache) == {"hits": 2, "misses": 2, "failed": 4}
     for failed in failures:
         assert failed.verdicts == {}
         assert [(e.path, e.line, e.identifier) for e in failed.compile_errors] == [

@@ -274,6 +274,9 @@ def build_plan(
         compile_env |= {
             "CCACHE_DIR": str(cache.directory),
             "CCACHE_MAXSIZE": COMPILER_CACHE_MAX_SIZE,
+            # With -g, g++'s preprocessed output names the working directory; the objects
+            # do not (-fdebug-prefix-map above), so it need not be in the key.
+            "CCACHE_NOHASHDIR": "1",
         }
     return BuildPlan(compiles, link, compile_env, env)
 
