@@ -50,6 +50,7 @@ from xla_wheels.series_checks.toolchain import (
     MARKER,
     CompilerCache,
     Toolchain,
+    compiler_cache,
     download,
     ensure_debian_root,
     root_name,
@@ -391,6 +392,24 @@ def test_another_copy_of_the_tree_is_built_from_the_compile_cache_but_never_a_fa
         assert [(e.path, e.line, e.identifier) for e in failed.compile_errors] == [
             ("a/answer.cpp", 2, "missing_")
         ], failed.output
+
+
+def test_the_compile_cache_is_ccache_on_path_unless_ccache_disable_says_not(
+    tmp_path: Path,
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    cache_dir = tmp_path / "machine-cache"
+    assert compiler_cache(cache_dir, {"PATH": str(bin_dir)}) is None, "no ccache: plain g++"
+    ccache = shutil.which("ccache")
+    if ccache is None:
+        pytest.skip("ccache is not installed (make cache-tools installs it)")
+    (bin_dir / "ccache").symlink_to(ccache)
+    found = compiler_cache(cache_dir, {"PATH": str(bin_dir), "CCACHE_DISABLE": "0"})
+    assert found == CompilerCache(bin_dir / "ccache", cache_dir / "ccache-series-checks")
+    assert found.directory.is_dir()
+    for value in ("1", "true"):
+        assert compiler_cache(cache_dir, {"PATH": str(bin_dir), "CCACHE_DISABLE": value}) is None
 
 
 def test_build_files_give_each_target_its_declared_torch_libraries(tmp_path: Path) -> None:
