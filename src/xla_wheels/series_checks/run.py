@@ -1,5 +1,10 @@
 """Build the check programs against a pytorch/xla tree, run them, and read their verdicts.
 
+A program is built as one ``g++ -c`` per source and one link (:func:`build_plan`); the
+compile steps go through ccache when the toolchain has it, so a source compiled before on
+this machine, in any copy of the tree, is not compiled again (a failed compile never is
+cached: every finding comes from a real g++ run).
+
 :func:`run_series_checks` returns one :class:`CheckOutcome` per program: its verdicts
 (check -> ``"PASS"`` or the reason it failed) when it compiled, else g++'s errors parsed
 into :class:`CompileError` (file relative to the tree, line, and the identifier g++ says
