@@ -23,6 +23,7 @@ import pytest
 
 from tests import real_source
 from tests.gitrepos import REPO_ROOT, git
+from tests.missing_tools import skip_missing
 from xla_host.errors import ToolchainError
 from xla_host.gate.hlo_canonical import canonical_text
 from xla_host.net import NetworkPolicy
@@ -350,7 +351,7 @@ def test_another_copy_of_the_tree_is_built_from_the_compile_cache_but_never_a_fa
 ) -> None:
     ccache = shutil.which("ccache")
     if ccache is None:
-        pytest.skip("ccache is not installed (make cache-tools installs it)")
+        skip_missing("ccache (make cache-tools installs it)")
     project, tree = small_project
     (project / "patches/torch_xla/checks/answer_check.cpp").write_text(ANSWER_CHECK)
     (tree / "a" / "answer.h").write_text(ANSWER_HEADER)
@@ -403,7 +404,7 @@ def test_the_compile_cache_is_ccache_on_path_unless_ccache_disable_says_not(
     assert compiler_cache(cache_dir, {"PATH": str(bin_dir)}) is None, "no ccache: plain g++"
     ccache = shutil.which("ccache")
     if ccache is None:
-        pytest.skip("ccache is not installed (make cache-tools installs it)")
+        skip_missing("ccache (make cache-tools installs it)")
     (bin_dir / "ccache").symlink_to(ccache)
     found = compiler_cache(cache_dir, {"PATH": str(bin_dir), "CCACHE_DISABLE": "0"})
     assert found == CompilerCache(bin_dir / "ccache", cache_dir / "ccache-series-checks")
