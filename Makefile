@@ -130,12 +130,13 @@ container-tools:
 	else echo "note: podman/buildah/debootstrap missing and not root: the container build tests will skip"; fi
 
 # The shared compile-cache test (tests/test_remote_cache_ccache.py) needs a real ccache,
-# redis-server and a C compiler: installed from Debian when missing and we are root.
+# redis-server and a C compiler: installed from Debian when missing and we are root. The
+# series' compiled checks use ccache too when it is there (a per-machine compile cache).
 cache-tools: ## install ccache, redis-server and gcc from Debian when missing (root only)
 	@if command -v ccache >/dev/null && command -v redis-server >/dev/null && command -v cc >/dev/null; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ccache redis-server gcc >/dev/null; \
-	else echo "note: ccache/redis-server/cc missing and not root: the shared compile-cache test will skip"; fi
+	else echo "note: ccache/redis-server/cc missing and not root: the shared compile-cache test will skip, the series' compiled checks compile without a cache"; fi
 
 # The Bazel half of the shared compile cache (tests/test_remote_cache_bazel.py) needs a real
 # Bazel (Debian's bazel-bootstrap: Bazel 4.2.3), nginx (the HTTP cache) and a C compiler:

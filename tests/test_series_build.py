@@ -198,12 +198,14 @@ def test_the_series_carried_onto_v2_9_0_reports_what_it_lacks_against_0003(
         runtime=LIBTPU_RUNTIME,
     )
     # The sources go to this test's own cache, through the mirror; the compiled checks'
-    # toolchain and torch environment are the per-machine ones (set up once per machine).
+    # toolchain, torch environment and compile cache are the per-machine ones (set up once
+    # per machine; the compile cache gives what g++ gives, and never a failed compile).
     from xla_wheels.options import machine_cache
+    from xla_wheels.series_checks.toolchain import COMPILER_CACHE_SUBDIR
 
     cache = tmp_path / "cache"
     cache.mkdir()
-    for shared in ("toolchain", "envs"):
+    for shared in ("toolchain", "envs", COMPILER_CACHE_SUBDIR):
         (machine_cache(os.environ) / shared).mkdir(parents=True, exist_ok=True)
         (cache / shared).symlink_to(machine_cache(os.environ) / shared)
     env = {"XLA_WHEELS_MIRROR": str(mirror)}

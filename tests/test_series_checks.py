@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -22,6 +23,7 @@ import pytest
 
 from tests import real_source
 from tests.gitrepos import REPO_ROOT, git
+from tests.missing_tools import skip_missing
 from xla_host.errors import ToolchainError
 from xla_host.gate.hlo_canonical import canonical_text
 from xla_host.net import NetworkPolicy
@@ -39,6 +41,7 @@ from xla_wheels.series_checks.programs import (
 )
 from xla_wheels.series_checks.run import (
     PROGRAM_VERDICT,
+    CheckOutcome,
     CompileError,
     parse_compile_errors,
     run_series_checks,
@@ -46,7 +49,9 @@ from xla_wheels.series_checks.run import (
 from xla_wheels.series_checks.toolchain import (
     BOOKWORM_PACKAGES,
     MARKER,
+    CompilerCache,
     Toolchain,
+    compiler_cache,
     download,
     ensure_debian_root,
     root_name,
@@ -296,6 +301,116 @@ def test_a_torch_library_the_bazel_target_does_not_declare_fails_the_link(
     # ld names the c10 symbols (or, when another object pulls them in, libc10.so).
     named = [error.identifier or "" for error in refused.compile_errors]
     assert any(name.startswith(("c10::", "libc10")) for name in named), refused.output
+
+
+ANSWER_HEADER = "int Answer();\n"
+ANSWER_SOURCE = '#include "a/answer.h"\nint Answer() { return 42; }\n'
+ANSWER_CHECK = """\
+#include <iostream>
+#include "a/answer.h"
+namespace generated {
+#include "answer.inc"
+}
+int main() {
+  if (Answer() == 42 && generated::Answer() == 42) {
+    std::cout << "PASS answer" << std::endl;
+    return 0;
+  }
+  std::cout << "FAIL answer: " << Answer() << std::endl;
+  return 1;
+}
+"""
+# -g: debug info and g++'s preprocessed output hold the work directory, which differs
+# between the runs below. The generated file's #line names a path ccache cannot find from
+# the work directory: it then keys the preprocessed source (not the files it read).
+ANSWER = CheckProgram(
+    name="answer_check",
+    kind="checks",
+    sources=("answer_check.cpp",),
+    tree_sources=("a/answer.cpp",),
+    generated=(Function("answer.inc", "a/answer.cpp", "int Answer("),),
+    compile_flags=("-g",),
+)
+
+
+def _ccache_stats(cache: CompilerCache) -> dict[str, int]:
+    printed = subprocess.run(
+        [str(cache.executable), "--dir", str(cache.directory), "--print-stats"],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout  # fmt: skip
+    counters = dict(line.split("\t") for line in printed.splitlines())
+    return {
+        "hits": int(counters["direct_cache_hit"]) + int(counters["preprocessed_cache_hit"]),
+        "misses": int(counters["cache_miss"]),
+        "failed": int(counters["compile_failed"]),
+    }
+
+
+def test_another_copy_of_the_tree_is_built_from_the_compile_cache_but_never_a_failure(
+    series_toolchain: Toolchain, small_project: tuple[Path, Path], tmp_path: Path
+) -> None:
+    ccache = shutil.which("ccache")
+    if ccache is None:
+        skip_missing("ccache (make cache-tools installs it)")
+    project, tree = small_project
+    (project / "patches/torch_xla/checks/answer_check.cpp").write_text(ANSWER_CHECK)
+    (tree / "a" / "answer.h").write_text(ANSWER_HEADER)
+    (tree / "a" / "answer.cpp").write_text(ANSWER_SOURCE)
+    cache = CompilerCache(Path(ccache), tmp_path / "ccache")
+    cached = replace(series_toolchain, compiler_cache=cache)
+
+    def build(toolchain: Toolchain, tree: Path, work: str) -> CheckOutcome:
+        [outcome] = run_series_checks(
+            tree, toolchain, tmp_path / work, (ANSWER,), project_root=project
+        )
+        return outcome
+
+    plain = build(replace(series_toolchain, compiler_cache=None), tree, "work-plain")
+    assert plain.verdicts == {"answer": "PASS"}, plain.output
+    assert not (tmp_path / "ccache").exists(), "no ccache: g++ alone"
+
+    first = build(cached, tree, "work-first")
+    assert _ccache_stats(cache) == {"hits": 0, "misses": 2, "failed": 0}
+    # Another copy of the tree, deeper, built in another work directory: served whole.
+    copy = shutil.copytree(tree, tmp_path / "elsewhere" / "deeper" / "tree")
+    second = build(cached, copy, "work-second")
+    assert _ccache_stats(cache) == {"hits": 2, "misses": 2, "failed": 0}
+    assert first.verdicts == second.verdicts == {"answer": "PASS"}, second.output
+    fresh, served = (
+        tmp_path / work / ANSWER.name / "objects" for work in ("work-plain", "work-second")
+    )
+    assert sorted(p.name for p in served.iterdir()) == ["0-answer_check.o", "1-answer.o"]
+    for obj in served.iterdir():  # what the cache gives is what g++ gives
+        assert obj.read_bytes() == (fresh / obj.name).read_bytes(), obj.name
+
+    # A source that does not compile is compiled by g++ every time, never served (both
+    # do not here: answer_check.cpp includes the function too, at its tree line).
+    (copy / "a" / "answer.cpp").write_text(ANSWER_SOURCE.replace("42", "missing_"))
+    failures = [build(cached, copy, f"work-broken-{n}") for n in (1, 2)]
+    assert _ccache_stats(cache) == {"hits": 2, "misses": 2, "failed": 4}
+    for failed in failures:
+        assert failed.verdicts == {}
+        assert [(e.path, e.line, e.identifier) for e in failed.compile_errors] == [
+            ("a/answer.cpp", 2, "missing_")
+        ], failed.output
+
+
+def test_the_compile_cache_is_ccache_on_path_unless_ccache_disable_says_not(
+    tmp_path: Path,
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    cache_dir = tmp_path / "machine-cache"
+    assert compiler_cache(cache_dir, {"PATH": str(bin_dir)}) is None, "no ccache: plain g++"
+    ccache = shutil.which("ccache")
+    if ccache is None:
+        skip_missing("ccache (make cache-tools installs it)")
+    (bin_dir / "ccache").symlink_to(ccache)
+    found = compiler_cache(cache_dir, {"PATH": str(bin_dir), "CCACHE_DISABLE": "0"})
+    assert found == CompilerCache(bin_dir / "ccache", cache_dir / "ccache-series-checks")
+    assert found.directory.is_dir()
+    for value in ("1", "true"):
+        assert compiler_cache(cache_dir, {"PATH": str(bin_dir), "CCACHE_DISABLE": value}) is None
 
 
 def test_build_files_give_each_target_its_declared_torch_libraries(tmp_path: Path) -> None:

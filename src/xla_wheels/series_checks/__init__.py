@@ -8,7 +8,7 @@ declarations for the OpenXLA types the extracted code calls. None of this is a t
 build: it proves what the changed functions do, not that the whole tree compiles.
 
 - :mod:`.toolchain`: the compiler, torch, absl and googletest, fetched into the per-machine
-  cache (:func:`ensure_toolchain`);
+  cache (:func:`ensure_toolchain`), and ccache when it is on PATH;
 - :mod:`.programs`: the check programs as data (:data:`ALL`);
 - :mod:`.run`: build and run them on a tree (:func:`run_series_checks`), with g++'s errors
   parsed so that what no longer compiles is named.

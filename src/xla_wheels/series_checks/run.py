@@ -1,5 +1,10 @@
 """Build the check programs against a pytorch/xla tree, run them, and read their verdicts.
 
+A program is built as one ``g++ -c`` per source and one link (:func:`build_plan`); the
+compile steps go through ccache when the toolchain has it, so a source compiled before on
+this machine, in any copy of the tree, is not compiled again (a failed compile never is
+cached: every finding comes from a real g++ run).
+
 :func:`run_series_checks` returns one :class:`CheckOutcome` per program: its verdicts
 (check -> ``"PASS"`` or the reason it failed) when it compiled, else g++'s errors parsed
 into :class:`CompileError` (file relative to the tree, line, and the identifier g++ says
@@ -14,10 +19,12 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+import threading
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from xla_host import runner
 from xla_wheels.series_checks.build_deps import BuildFileError, torch_libraries
@@ -30,11 +37,20 @@ from xla_wheels.series_checks.programs import (
     ExtractionError,
     generate,
 )
-from xla_wheels.series_checks.toolchain import Toolchain
+from xla_wheels.series_checks.toolchain import COMPILER_CACHE_MAX_SIZE, Toolchain
 
 PROGRAM_VERDICT = "(program)"
 RUN_TIMEOUT_S = 300.0
 COMPILE_TIMEOUT_S = 900.0
+"""The limit of each compile step, and of the link."""
+#: In a program's work directory: links to the tree and to the project. g++ runs there
+#: with paths through them, relative, so that the same sources in another copy of the
+#: tree make the same command lines (which ccache's key includes) and its errors name
+#: files relative to the tree.
+TREE_LINK = ".tree"
+PROJECT_LINK = ".project"
+GENERATED_SUBDIR = "generated"
+OBJECTS_SUBDIR = "objects"
 
 
 @dataclass(frozen=True)
@@ -73,20 +89,30 @@ def run_series_checks(
 ) -> list[CheckOutcome]:
     """Build and run ``programs`` against ``tree`` in ``work``; outcomes in program order.
 
-    Programs are built in parallel (one g++ per core); ``tree`` is only read.
+    Programs are built in parallel, their sources too, but never more compilers, linkers
+    and check programs at once than there are cores; ``tree`` is only read.
     """
     tree = tree.resolve()
     work.mkdir(parents=True, exist_ok=True)
-    workers = max(1, min(len(programs), os.cpu_count() or 1))
+    cores = os.cpu_count() or 1
+    slots = threading.BoundedSemaphore(cores)
+    workers = max(1, min(len(programs), cores))
     root = project_root.resolve()
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda p: _run_one(p, tree, toolchain, work / p.name, root), programs))
+        return list(
+            pool.map(lambda p: _run_one(p, tree, toolchain, work / p.name, root, slots), programs)
+        )
 
 
 def _run_one(
-    program: CheckProgram, tree: Path, toolchain: Toolchain, work: Path, project_root: Path
+    program: CheckProgram,
+    tree: Path,
+    toolchain: Toolchain,
+    work: Path,
+    project_root: Path,
+    slots: threading.BoundedSemaphore,
 ) -> CheckOutcome:
-    generated_dir = work / "generated"
+    generated_dir = work / GENERATED_SUBDIR
     generated_dir.mkdir(parents=True, exist_ok=True)
     for spec in program.generated:
         try:
@@ -95,7 +121,6 @@ def _run_one(
         except ExtractionError as error:
             missing = CompileError(spec.path, 0, None, f"cannot generate {spec.inc}: {error}")
             return CheckOutcome(program.name, {}, (missing,), str(error))
-    binary = work / program.name
     try:
         linked = torch_libraries(tree, program.link_target)
     except BuildFileError as error:
@@ -104,26 +129,55 @@ def _run_one(
     if needs_libpython(program, linked) and toolchain.python is None:
         missing = CompileError("", 0, None, "the torch environment's Python has no libpython")
         return CheckOutcome(program.name, {}, (missing,), missing.message)
-    argv = compile_command(
-        program, tree, toolchain, binary, generated_dir, project_root, torch_libraries=linked
-    )
-    try:
-        built = runner.run(
-            argv,
-            cwd=work,
-            # LC_ALL=C: g++ quotes names with ASCII quotes, which the parser below reads.
-            base_env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"},
-            echo="none",
-            timeout=COMPILE_TIMEOUT_S,
-            check=False,  # g++'s errors are the check's findings
-        )
-    except runner.StepTimedOut:
+    plan = build_plan(program, toolchain, work, torch_libraries=linked)
+    for name, target in ((TREE_LINK, tree), (PROJECT_LINK, project_root)):
+        _link(work / name, target)
+    (work / OBJECTS_SUBDIR).mkdir(exist_ok=True)
+
+    def step(argv: Sequence[str], env: Mapping[str, str]) -> _Ran:
+        with slots:
+            try:
+                done = runner.run(
+                    argv,
+                    cwd=work,
+                    base_env=env,
+                    echo="none",
+                    timeout=COMPILE_TIMEOUT_S,
+                    check=False,  # g++'s errors are the check's findings
+                )
+            except runner.StepTimedOut:
+                return _Ran(None, "")
+        return _Ran(done.returncode, done.stderr)
+
+    # Every source is compiled even when one fails: all of g++'s errors are findings.
+    with ThreadPoolExecutor(max_workers=max(1, len(plan.compiles))) as compilers:
+        ran = list(compilers.map(lambda c: step(c.argv, plan.compile_env), plan.compiles))
+    if all(one.status == 0 for one in ran):
+        ran.append(step(plan.link, plan.link_env))
+    if any(one.status is None for one in ran):
         timed_out = CompileError("", 0, None, f"g++ did not finish in {COMPILE_TIMEOUT_S:.0f}s")
         return CheckOutcome(program.name, {}, (timed_out,))
-    if built.returncode != 0:
-        errors = parse_compile_errors(built.stderr, tree, project_root)
-        return CheckOutcome(program.name, {}, errors, built.stderr)
-    return _execute(program, binary, work)
+    if failed := [one.stderr for one in ran if one.status != 0]:
+        stderr = "".join(failed)
+        return CheckOutcome(
+            program.name, {}, parse_compile_errors(stderr, tree, project_root), stderr
+        )
+    return _execute(program, work / program.name, work, slots)
+
+
+class _Ran(NamedTuple):
+    status: int | None
+    """None: it did not finish in time."""
+    stderr: str
+
+
+def _link(path: Path, target: Path) -> None:
+    """``path`` -> ``target``, replaced by rename (a link left by an earlier run may point
+    at another copy of the tree)."""
+    staging = path.with_name(f"{path.name}.new")
+    staging.unlink(missing_ok=True)
+    staging.symlink_to(target, target_is_directory=True)
+    staging.replace(path)
 
 
 def needs_libpython(program: CheckProgram, torch_libraries: tuple[str, ...]) -> bool:
@@ -132,24 +186,47 @@ def needs_libpython(program: CheckProgram, torch_libraries: tuple[str, ...]) -> 
     return program.python or "torch_python" in torch_libraries
 
 
-def compile_command(
+@dataclass(frozen=True)
+class CompileStep:
+    source: str
+    """As g++ is given it: relative to the work directory (through its links)."""
+    obj: str
+    argv: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """How one program is built: each step runs in the program's work directory, where
+    :data:`TREE_LINK` and :data:`PROJECT_LINK` lead to the tree and the project."""
+
+    compiles: tuple[CompileStep, ...]
+    """One ``g++ -c`` per source, through ccache when the toolchain has it."""
+    link: tuple[str, ...]
+    """Never cached: it is quick, and its errors (an undeclared library) are findings."""
+    compile_env: Mapping[str, str]
+    link_env: Mapping[str, str]
+
+
+def build_plan(
     program: CheckProgram,
-    tree: Path,
     toolchain: Toolchain,
-    binary: Path,
-    generated_dir: Path,
-    project_root: Path = PROJECT_ROOT,
+    work: Path,
     *,
     torch_libraries: tuple[str, ...] = ("torch_cpu", "c10"),
-) -> list[str]:
-    """The g++ command line: the tree and the checks on the include path, torch's headers
-    as system headers, linked against the torch libraries the program's Bazel target
-    declares (``torch_libraries``, from the tree's BUILD files) and absl, googletest."""
+) -> BuildPlan:
+    """The g++ steps: the tree and the checks on the include path, torch's headers as
+    system headers, linked against the torch libraries the program's Bazel target
+    declares (``torch_libraries``, from the tree's BUILD files) and absl, googletest.
+
+    Paths into the tree and the project are relative to ``work`` (through its links), so
+    that the same sources in another copy of the tree give the same command lines, which
+    ccache's key includes, and g++'s errors name files relative to the tree.
+    """
     torch = toolchain.torch
-    checks = project_root / CHECKS_SUBDIR
-    include = [f"-I{tree}", f"-I{checks}", f"-I{generated_dir}"]
+    checks = Path(PROJECT_LINK) / CHECKS_SUBDIR
+    include = [f"-I{TREE_LINK}", f"-I{checks}", f"-I{GENERATED_SUBDIR}"]
     if program.stand_ins:
-        include.append(f"-I{project_root / STAND_INS_SUBDIR}")
+        include.append(f"-I{Path(PROJECT_LINK) / STAND_INS_SUBDIR}")
     include += ["-isystem", str(torch / "include")]
     include += ["-isystem", str(torch / "include" / "torch" / "csrc" / "api" / "include")]
     libraries = [f"-L{torch / 'lib'}", f"-Wl,-rpath,{torch / 'lib'}"]
@@ -166,23 +243,52 @@ def compile_command(
         include += ["-isystem", str(toolchain.gtest.include)]
         libraries += [f"-L{toolchain.gtest.lib}", "-lgtest_main", "-lgmock", "-lgtest"]
     sources = [str(checks / name) for name in program.sources]
-    sources += [str(tree / path) for path in program.tree_sources]
-    return [
-        str(toolchain.compiler),
+    sources += [str(Path(TREE_LINK) / path) for path in program.tree_sources]
+    flags = [
         "-std=c++17",
         "-O0",
         "-fdiagnostics-color=never",
+        # Debug info names the work directory "." (a -g program's objects are then the
+        # same from any work directory, and ccache may share them).
+        f"-fdebug-prefix-map={work}=.",
         *program.compile_flags,
-        *include,
-        *sources,
+    ]
+    cache = toolchain.compiler_cache
+    launcher = [str(cache.executable)] if cache is not None else []
+    compiles = tuple(
+        CompileStep(
+            source,
+            obj := f"{OBJECTS_SUBDIR}/{index}-{Path(source).stem}.o",
+            (*launcher, str(toolchain.compiler), *flags, *include, "-c", source, "-o", obj),
+        )
+        for index, source in enumerate(sources)
+    )
+    link = (
+        str(toolchain.compiler),
+        *program.compile_flags,  # -fsanitize=thread links its runtime
+        *(step.obj for step in compiles),
         "-o",
-        str(binary),
+        program.name,
         *libraries,
         "-pthread",
-    ]
+    )
+    # LC_ALL=C: g++ quotes names with ASCII quotes, which the parser below reads.
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"}
+    compile_env = dict(env)
+    if cache is not None:
+        compile_env |= {
+            "CCACHE_DIR": str(cache.directory),
+            "CCACHE_MAXSIZE": COMPILER_CACHE_MAX_SIZE,
+            # With -g, g++'s preprocessed output names the working directory; the objects
+            # do not (-fdebug-prefix-map above), so it need not be in the key.
+            "CCACHE_NOHASHDIR": "1",
+        }
+    return BuildPlan(compiles, link, compile_env, env)
 
 
-def _execute(program: CheckProgram, binary: Path, work: Path) -> CheckOutcome:
+def _execute(
+    program: CheckProgram, binary: Path, work: Path, slots: threading.BoundedSemaphore
+) -> CheckOutcome:
     scratch = work / "tmp"
     scratch.mkdir(exist_ok=True)
     # A small fixed environment: the checks set the variables they test themselves, and an
@@ -190,9 +296,10 @@ def _execute(program: CheckProgram, binary: Path, work: Path) -> CheckOutcome:
     env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C", "TMPDIR": str(scratch), "HOME": str(scratch)}
     argv = [str(binary), *program.arguments]
     try:
-        ran = runner.run(
-            argv, cwd=scratch, base_env=env, echo="none", timeout=RUN_TIMEOUT_S, check=False
-        )
+        with slots:
+            ran = runner.run(
+                argv, cwd=scratch, base_env=env, echo="none", timeout=RUN_TIMEOUT_S, check=False
+            )
     except runner.StepTimedOut as expired:
         verdicts = _verdicts(program, expired.output)
         verdicts[PROGRAM_VERDICT] = f"did not finish in {RUN_TIMEOUT_S:.0f}s"
@@ -324,7 +431,10 @@ def parse_compile_errors(
 def _display_path(reported: str, tree: Path, project_root: Path) -> str:
     path = Path(os.path.normpath(reported))
     if not path.is_absolute():
-        return str(path)  # a #line directive's tree-relative path
+        # Through the work directory's links, or a #line directive's tree-relative path.
+        if path.parts[0] in (TREE_LINK, PROJECT_LINK):
+            return str(Path(*path.parts[1:]))
+        return str(path)
     for base in (tree, project_root):
         if path.is_relative_to(base):
             return str(path.relative_to(base))

@@ -9,7 +9,9 @@
 - absl, googletest and googlemock: Debian bookworm's ``.deb`` files, pinned below by URL
   and sha256, downloaded into ``<cache>/toolchain/debs/`` and unpacked (only
   ``usr/include`` and ``usr/lib``) into ``<cache>/toolchain/<name>/``. Nothing is
-  installed system-wide, and no root is needed.
+  installed system-wide, and no root is needed;
+- ccache, when it is on PATH (and ``CCACHE_DISABLE`` is not set): the compile steps go
+  through it, with its cache in ``<cache>/ccache-series-checks/`` (:class:`CompilerCache`).
 
 Downloads are verified before they are renamed into place; the root is made by
 :func:`xla_host.waitlock.make_once`, so a crash at any point leaves nothing a later run uses.
@@ -20,11 +22,14 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import logging
+import os
 import platform
 import re
 import shutil
 import subprocess
 import tarfile
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -40,11 +45,18 @@ from xla_host.net import (
 )
 from xla_host.waitlock import make_once
 
+log = logging.getLogger(__name__)
+
 #: The torch whose headers the checks compile against: the series' target release.
 TORCH_VERSION = "2.9.0"
 DEBIAN_POOL = "https://deb.debian.org/debian/pool/main"
 MULTIARCH = "x86_64-linux-gnu"
 MARKER = ".complete.json"
+#: ccache's directory for the compiled checks, in the machine cache: its own, so that
+#: its size limit and statistics are these checks' alone.
+COMPILER_CACHE_SUBDIR = "ccache-series-checks"
+#: The most that directory may hold (ccache evicts the oldest results beyond it).
+COMPILER_CACHE_MAX_SIZE = "2G"
 #: The size one pinned .deb is allowed for in its download's time limit (the largest,
 #: cc1plus's package, is about 20 MB).
 DEB_BYTES_ALLOWANCE = 32 * 1024 * 1024
@@ -114,6 +126,18 @@ class Toolchain:
     """googletest and googlemock (one Debian source package, one prefix)."""
     python: PythonLibrary | None = None
     """CPython of the torch environment; None: checks of Python bindings cannot build."""
+    compiler_cache: CompilerCache | None = None
+    """ccache for the compile steps; None: every source is compiled by g++ itself."""
+
+
+@dataclass(frozen=True)
+class CompilerCache:
+    """ccache and its directory. It keys a result by the preprocessed source, the command
+    line and the compiler, and never stores a failed compile, so a hit gives the object a
+    fresh compile would, and a compile error always comes from a real g++ run."""
+
+    executable: Path
+    directory: Path
 
 
 @dataclass(frozen=True)
@@ -139,7 +163,32 @@ def ensure_toolchain(cache_dir: Path, network: NetworkPolicy) -> Toolchain:
     root = ensure_debian_root(cache_dir / "toolchain", BOOKWORM_PACKAGES, network)
     usr = Prefix(root / "usr" / "include", root / "usr" / "lib" / MULTIARCH)
     python = python_library(_torch_python(torch))
-    return Toolchain(compiler=Path(compiler), torch=torch, absl=usr, gtest=usr, python=python)
+    return Toolchain(
+        compiler=Path(compiler),
+        torch=torch,
+        absl=usr,
+        gtest=usr,
+        python=python,
+        compiler_cache=compiler_cache(cache_dir, os.environ),
+    )
+
+
+def compiler_cache(cache_dir: Path, environ: Mapping[str, str]) -> CompilerCache | None:
+    """ccache from ``environ``'s PATH with its directory under ``cache_dir`` (made here);
+    None without ccache, with ccache's own ``CCACHE_DISABLE`` set, or when the directory
+    cannot be made (the checks then compile without it: slower, never wrong)."""
+    if environ.get("CCACHE_DISABLE", "").lower() not in ("", "0", "false", "disable", "no"):
+        return None
+    executable = shutil.which("ccache", path=environ.get("PATH"))
+    if executable is None:
+        return None
+    directory = cache_dir / COMPILER_CACHE_SUBDIR
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        log.warning("compiling the series' checks without ccache: %s", error)
+        return None
+    return CompilerCache(Path(executable), directory)
 
 
 def _torch_python(torch: Path) -> Path:
