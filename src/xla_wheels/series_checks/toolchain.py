@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import logging
 import os
 import platform
 import re
@@ -33,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from xla_host import filemode
+from xla_host import filemode, log
 from xla_host.errors import ToolchainError
 from xla_host.net import (
     TIMEOUT_SETTING,
@@ -44,8 +43,6 @@ from xla_host.net import (
     http_request,
 )
 from xla_host.waitlock import make_once
-
-log = logging.getLogger(__name__)
 
 #: The torch whose headers the checks compile against: the series' target release.
 TORCH_VERSION = "2.9.0"
@@ -186,7 +183,7 @@ def compiler_cache(cache_dir: Path, environ: Mapping[str, str]) -> CompilerCache
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        log.warning("compiling the series' checks without ccache: %s", error)
+        log.warning(f"compiling the series' checks without ccache: {error}")
         return None
     return CompilerCache(Path(executable), directory)
 
