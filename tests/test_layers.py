@@ -215,6 +215,8 @@ NOT_SETTINGS = {
     # The reproducible-builds standard variable, read where the wheel is packed (in the
     # builder) from the environment the recipe was given.
     "SOURCE_DATE_EPOCH",
+    # ccache's own off switch, honoured where the compiled checks choose their compiler.
+    "CCACHE_DISABLE",
 }
 
 
