@@ -19,7 +19,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -236,12 +236,23 @@ def bazel_build(
     return BazelRun(done.returncode, done.stdout + done.stderr, time.monotonic() - start)
 
 
-def bazel_shutdown(workspace: Path, user_root: Path, output_base: Path) -> None:
-    if output_base.exists():
-        subprocess.run(
-            [*_startup(user_root, output_base), "shutdown"],
-            cwd=workspace, capture_output=True, timeout=60,
+def bazel_shutdown(user_root: Path, builders: Sequence[tuple[Path, Path]]) -> None:
+    """``bazel shutdown`` of every (workspace, output base)'s server, all at once: each
+    waits about 2 s for its server's JVM to exit, 16 s one after the other."""
+    shutdowns = [
+        subprocess.Popen(
+            [*_startup(user_root, output_base), "shutdown"], cwd=workspace,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
+        for workspace, output_base in builders
+        if output_base.exists()
+    ]
+    for shutdown in shutdowns:
+        try:
+            shutdown.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            shutdown.kill()
+            shutdown.wait()
 
 
 def _startup(user_root: Path, output_base: Path) -> list[str]:

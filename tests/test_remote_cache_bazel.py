@@ -62,8 +62,7 @@ def area(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Area]:
     base = tmp_path_factory.mktemp("bazel-remote")
     shared = Area(base, support.write_rules(base / "rules"), base / "bazel", [])
     yield shared
-    for workspace, output_base in shared.output_bases:
-        support.bazel_shutdown(workspace, shared.user_root, output_base)
+    support.bazel_shutdown(shared.user_root, shared.output_bases)
 
 
 @pytest.fixture(scope="module")
