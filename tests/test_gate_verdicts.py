@@ -20,6 +20,7 @@ from xla_host.gate.report import render_junit, render_text, write_reports
 from xla_host.gate.result import CheckResult
 from xla_host.gate.run import CHECKS, GateConfig, side_by_side
 from xla_host.gate.target import Target
+from xla_host.slice import WRITER_LEASE, claim_writer
 
 CPU_TARGET = Target(Path("/env/bin/python"), "CPU", "2.7.0", "2.7.0", ("CPU:0",), False, None)
 TPU_TARGET = Target(Path("/env/bin/python"), "TPU", "2.9.0", "2.9.0", ("TPU:0",), True, 6)
@@ -235,6 +236,22 @@ def test_snapshot_diff_sees_added_removed_and_rewritten_files(tmp_path):
         "removed a",
         "modified b",
     ]
+
+
+def test_the_writer_lease_its_refresh_and_a_stale_one_moved_aside_are_not_the_cache(tmp_path):
+    # A slice's writer refreshes its lease by write-by-rename while another worker's
+    # read-only run snapshots the directory: the refresh's temporary once failed that
+    # run ("read-only changed the cache directory: added ..xla-wheels-writer.lease.2xnef").
+    lease = claim_writer(tmp_path, "job-1")
+    (tmp_path / "entry").write_bytes(b"executable")
+    before = restart.snapshot(tmp_path)
+    refreshing = tmp_path / f".{WRITER_LEASE}.2xnefsnc"  # filemode.write_by_rename's name
+    refreshing.write_text("{}")
+    (tmp_path / f"{WRITER_LEASE}.stale-otherhost-7").write_text("{}")
+    lease.refresh()
+    assert restart.diff_snapshots(before, restart.snapshot(tmp_path)) == []
+    (tmp_path / ".entry.tmp").write_bytes(b"x")  # anything else is still seen
+    assert restart.diff_snapshots(before, restart.snapshot(tmp_path)) == ["added .entry.tmp"]
 
 
 def test_a_malformed_baseline_is_an_environment_error(tmp_path):

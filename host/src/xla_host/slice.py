@@ -32,6 +32,13 @@ from xla_host.errors import ExitCode, PipelineError
 
 #: The lease file in a cache directory: who is its writer (ignored by the cache checks).
 WRITER_LEASE = ".xla-wheels-writer.lease"
+
+
+def is_lease_file(name: str) -> bool:
+    """The writer lease, a refresh's temporary (``filemode.write_by_rename``:
+    ``.<lease>.<random>``) or a stale lease moved aside: the slice's coordination, never
+    the cache's content, and each may come and go while another worker reads."""
+    return name == WRITER_LEASE or name.startswith((f".{WRITER_LEASE}.", f"{WRITER_LEASE}.stale-"))
 #: A lease whose heartbeat is older than this, read from another host, is stale.
 LEASE_STALE_AFTER_S = 120.0
 

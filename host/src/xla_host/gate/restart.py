@@ -67,7 +67,7 @@ from xla_host.gate.errors import GateEnvironmentError
 from xla_host.gate.result import CheckResult
 from xla_host.gate.target import Target
 from xla_host.settings import default_of
-from xla_host.slice import WRITER_LEASE
+from xla_host.slice import is_lease_file
 from xla_host.tables import read_regular
 
 NAME = "restart"
@@ -159,7 +159,7 @@ def snapshot(directory: Path) -> Snapshot:
     if not directory.is_dir():
         return entries
     for path in sorted(directory.rglob("*")):
-        if path.is_file() and path.name != WRITER_LEASE:
+        if not is_lease_file(path.name) and path.is_file():
             stat = path.stat()
             entries[str(path.relative_to(directory))] = (stat.st_size, stat.st_mtime_ns)
     return entries
@@ -510,7 +510,7 @@ def _prepare_cache_dir(config: RestartConfig, scratch: Path) -> Path:
             f"cache directory {cache} is not writable: {error}",
             fix="pass a writable --cache-dir (or none: the gate uses its own temporary one)",
         ) from error
-    if any(p.name != WRITER_LEASE for p in cache.iterdir()):
+    if any(not is_lease_file(p.name) for p in cache.iterdir()):
         raise GateEnvironmentError(
             f"cache directory {cache} is not empty: a cold run needs an empty cache",
             fix="pass an empty --cache-dir",
@@ -556,7 +556,10 @@ def run_restart_check(
     writer_cold = [dict(r) for r in heard.get(0, {}).get("cold", [])] if reader else None
     after_cold = snapshot(cache)
     if config.keep_cold_cache is not None:
-        shutil.copytree(cache, config.keep_cold_cache, ignore=shutil.ignore_patterns(WRITER_LEASE))
+        shutil.copytree(
+            cache, config.keep_cold_cache,
+            ignore=lambda _directory, names: [n for n in names if is_lease_file(n)],
+        )  # fmt: skip
     if config.after_cold is not None:
         config.after_cold(cache)
     warm: list[dict[str, Any]] = []
