@@ -55,6 +55,8 @@ from xla_host.arguments import add_setting, value_type
 from xla_host.errors import PipelineError, UsageError
 from xla_host.redact import Redactor, mask_url_credentials, shown
 from xla_host.runner import StepTimedOut
+from xla_host.settings import by_flag
+from xla_host.values import BadValue
 
 if TYPE_CHECKING:
     import http.client
@@ -63,8 +65,6 @@ if TYPE_CHECKING:
 # http.client, ssl and urllib.request are imported by the functions that make a request,
 # not at the top: they were 20-25 ms of the start of every command of both command lines
 # (python -X importtime), and most commands never open a connection.
-from xla_host.settings import by_flag
-from xla_host.values import BadValue
 
 T = TypeVar("T")
 

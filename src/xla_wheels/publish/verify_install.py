@@ -122,7 +122,6 @@ def _run(
     )
 
 
-#: The pip wheel ``ensurepip`` would install into a new venv, if the interpreter ships it.
 def create_venv(base_python: str, venv: Path, pip_cache: Path) -> Path:
     """A fresh venv of ``base_python`` whose ``python -m pip`` is the pip ``python -m venv``
     would install (ensurepip's bundled wheel), unpacked once per machine under
