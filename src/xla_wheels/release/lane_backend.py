@@ -199,7 +199,7 @@ def document_files(directory: Path, bundle: str, raw: bytes) -> list[tuple[Path,
     there with it (``bundles/index.html``, each with its ``#sha256=``), not written."""
     listed = {p.stem: file_sha256(p) for p in sorted(directory.glob("*.json"))}
     listed[bundle] = doc.sha256_of(raw)
-    page = doc.index_page(dict(sorted(listed.items())))
+    page = doc.index_page(dict(sorted(listed.items()))).encode()
     return [(directory / f"{bundle}.json", raw), (directory / doc.INDEX_PAGE, page)]
 
 

@@ -89,8 +89,9 @@ def _public_index(path: Path, lane: Lane) -> str:
         packages = tomllib.loads(path.read_text()).get("packages", [])
     except (OSError, tomllib.TOMLDecodeError):
         return PUBLIC_INDEX
-    named = {p.get("index") for p in packages if isinstance(p, dict)} - {lane.simple_url, None}
-    return str(sorted(named)[0]) if named else PUBLIC_INDEX
+    named = {str(p.get("index")) for p in packages if isinstance(p, dict) and p.get("index")}
+    named.discard(lane.simple_url)
+    return sorted(named)[0] if named else PUBLIC_INDEX
 
 
 def install_lists(
@@ -98,7 +99,8 @@ def install_lists(
     *, network: NetworkPolicy, with_pylock: bool = False, public_index: str | None = None,
 ) -> list[tuple[Path, str]]:  # fmt: skip
     """The lane's install lists of ``bundle``, not written: ``requirements.txt`` (the
-    bundle's wheels and the host wheel by hash, and ``runtime``), and ``pylock.toml`` when
+    bundle's wheels and the host wheel by hash, and ``runtime``), ``host-requirements.txt``
+    (the host wheel alone, when there is one), and ``pylock.toml`` when
     ``with_pylock`` or the lane has one (its URLs read from the indexes)."""
     directory = lane.backend.install_dir(root)
     ours = [*locked_records(lock, bundle.name), *host_document.host_records(root)]
@@ -106,6 +108,10 @@ def install_lists(
         (directory / requirements.REQUIREMENTS_NAME,
          requirements.requirements_text(bundle, ours, runtime)),
     ]  # fmt: skip
+    if host := host_document.host_records(root):
+        # The host package alone (installed --no-deps beside a torch environment of its own).
+        files.append((directory / requirements.HOST_REQUIREMENTS_NAME,
+                      requirements.requirements_text(bundle, host, ())))  # fmt: skip
     path = directory / pylock.PYLOCK_NAME
     if with_pylock or path.exists():
         locked = lane_files(ours, lane, runtime, public_index or _public_index(path, lane))
