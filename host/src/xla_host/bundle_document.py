@@ -211,8 +211,9 @@ def loads(raw: bytes, source: str) -> BundleDocument:
         raise DocumentError(
             f"{source}: key 'format': {version!r} is not a format this host side reads "
             f"(it reads {FORMAT!r})",
-            fix="install the host package from the same lane as the document "
-            "(pip install --require-hashes -r <lane>/requirements.txt)",
+            fix="install the host package from the same lane as the document, by hash: "
+            "pip install --require-hashes --no-deps --index-url <lane>/simple/ "
+            "-r <lane>/host-requirements.txt",
         )
     fields = table.read(
         Field("format", str, required=True),
@@ -492,6 +493,34 @@ def _simple_url(lane: str) -> str:
     if base.rsplit("/", 1)[-1] in ("simple", "+simple"):
         return base + "/"
     return base + "/simple/"
+
+
+#: A lane's install lists (the builder's ``publish.requirements`` writes them): the
+#: bundle's wheels with the host package, and the host package alone.
+INSTALL_LIST = "requirements.txt"
+HOST_INSTALL_LIST = "host-requirements.txt"
+
+
+def install_urls(lane: str) -> tuple[str, str, str]:
+    """A lane's ``simple/`` index and its two install lists as pip reaches them (``-r``
+    takes a URL): (simple/, requirements.txt, host-requirements.txt); a directory's as
+    ``file:`` URLs."""
+    base, directory = _lane_base(lane)
+    if directory is not None:
+        root = directory.absolute().as_uri() + "/"
+        return root + "simple/", root + INSTALL_LIST, root + HOST_INSTALL_LIST
+    root = base or ""
+    return _simple_url(lane), root + INSTALL_LIST, root + HOST_INSTALL_LIST
+
+
+def install_list(lane: str, network: NetworkPolicy) -> bytes | None:
+    """The lane's ``requirements.txt``; None when it serves none (a package index serves
+    packages only: its install list is the builder checkout's)."""
+    base, directory = _lane_base(lane)
+    if directory is not None:
+        path = directory / INSTALL_LIST
+        return _read(path) if path.exists() else None
+    return _get((base or "") + INSTALL_LIST, network, missing_ok=True)
 
 
 def _wheel_url(simple: str, wheel: LockedFile, network: NetworkPolicy) -> str:

@@ -263,7 +263,16 @@ def run_doctor(args: argparse.Namespace) -> int:
         [*host_doctor.PACKAGES, *document.pins],
         fix="pass --python <the training environment's python>",
     )
-    fix = host_doctor.install_fix(args.lane)
+    urls = None
+    if args.lane:
+        # The lane's install list, judged against the document (a moved lane whose list
+        # did not follow installs other wheels), and the install line that answers.
+        served = bundle_document.install_list(args.lane, network=_network(args))
+        urls = bundle_document.install_urls(args.lane) if served is not None else None
+        host_doctor.check_install_list(
+            report, document, served, bundle_document.install_urls(args.lane)[1]
+        )
+    fix = host_doctor.install_fix(urls)
     host_doctor.check_versions(report, document, facts, fix)
     _, match = _compare_files(args, document, python)
     host_doctor.check_files(report, match, fix)

@@ -19,6 +19,7 @@ none), and every version the document pins is an exact one (locked or resolved w
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from xla_host.filemode import mount_of
 from xla_host.host_probe import HostFacts
 from xla_host.installed import EnvironmentMatch
 from xla_host.launch_profile import CACHE_PATH, CACHE_READ_ONLY, LaunchProfile
+from xla_host.redact import shown
 from xla_host.wheel_filename import normalize
 
 
@@ -81,9 +83,60 @@ class HostReport(Report):
 PACKAGES = ("torch", "torch_xla", "libtpu", "jax", "jaxlib")
 
 
-def install_fix(lane: str | None) -> str:
-    where = f" --index-url {lane}" if lane else " --index-url <the lane's simple/ URL>"
-    return f"install the bundle by hash: pip install --require-hashes -r requirements.txt{where}"
+def install_line(simple: str, requirements: str, *, host_only: bool = False) -> str:
+    """One of the runbook's two install lines (docs/on-a-tpu-host.md "Runbook"): the
+    training environment's wheels by hash, or (``host_only``) the host package alone,
+    ``--no-deps``, so a host's own torch environment stays as it is. Credentials masked."""
+    no_deps = " --no-deps" if host_only else ""
+    return (
+        f"pip install --require-hashes{no_deps} --index-url {shown(simple)} "
+        f"-r {shown(requirements)}"
+    )
+
+
+def install_fix(urls: tuple[str, str, str] | None) -> str:
+    """The fix of a wrong or missing wheel: the install line of the lane's ``urls``
+    (``bundle_document.install_urls``: simple/, requirements.txt, host-requirements.txt),
+    or its shape when the lane serves no install list (a package index: the builder's
+    ``make requirements LANE=…`` writes it in the checkout)."""
+    if urls is None:
+        return (
+            "install the bundle by hash: pip install --require-hashes --index-url "
+            "<the lane's simple/ URL> -r <the lane's requirements.txt> (a package index's: "
+            "dist/lanes/<lane>/requirements.txt of the builder's checkout)"
+        )
+    simple, requirements, _ = urls
+    return f"install the bundle by hash: {install_line(simple, requirements)}"
+
+
+_PINNED = re.compile(r"--hash=sha256:([0-9a-f]{64})")
+_NAMED = re.compile(r"^# Hash-pinned requirements of bundle (\S+) ", re.MULTILINE)
+
+
+def check_install_list(
+    report: HostReport, document: BundleDocument, text: bytes | None, where: str
+) -> None:
+    """The lane's ``requirements.txt`` (``where``, masked) installs the document's bundle:
+    it names that bundle and pins every wheel of the document. A list of another bundle
+    (a lane moved and its list did not follow) installs other wheels than doctor judges.
+    ``text`` None: the lane serves no install list (a package index): not judged here."""
+    if text is None:
+        return
+    body = text.decode(errors="replace")
+    named = _NAMED.search(body)
+    bundle = named.group(1) if named else "(unnamed)"
+    missing = sorted(w.name for w in document.wheels if w.sha256 not in set(_PINNED.findall(body)))
+    if bundle == document.bundle and not missing:
+        report.add("ok", "lane install list", f"{shown(where)} installs {document.bundle}")
+        return
+    report.add(
+        "FAIL",
+        "lane install list",
+        f"{shown(where)} installs bundle {bundle}, not {document.bundle}, the document's"
+        + (f" (it does not pin {', '.join(missing)})" if missing else ""),
+        f"on the builder: make requirements LANE={document.lane} (writes the lane's install "
+        "lists for the bundle it serves), then install again",
+    )
 
 
 def check_versions(

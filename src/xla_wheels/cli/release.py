@@ -18,24 +18,18 @@ from typing import Any
 from xla_host import log
 from xla_host.errors import UsageError
 from xla_host.redact import one_line, shown
-from xla_host.wheel_filename import normalize, parse_wheel_name
 from xla_wheels.bundle import load_bundle
 from xla_wheels.cli.arguments import add_bundle_arguments, add_common_arguments
 from xla_wheels.cli.settings import pipeline_options
 from xla_wheels.layout import BundleLayout
 from xla_wheels.publish import requirements
-from xla_wheels.publish.index import credentials_for
-from xla_wheels.publish.wheels import locked_records, locked_wheels
+from xla_wheels.publish.wheels import locked_wheels
 from xla_wheels.release import compare as compare_mod
-from xla_wheels.release import host_document, lane_packs, lanes, promote, pylock
+from xla_wheels.release import host_document, lane_packs, lane_state, lanes, promote
 from xla_wheels.release import status as status_mod
 from xla_wheels.settings_rows import add_settings
 from xla_wheels.wheels_lock import (
-    BundleEntry,
-    Lock,
-    WheelRecord,
     read_lock,
-    write_with_held_back,
     written_on_success,
 )
 
@@ -66,7 +60,6 @@ def cmd_publish_lane(args: argparse.Namespace) -> int:
                 "current bundle in lanes.lock"
             )
         else:
-            _publish_host_side(options, args.bundle, lane)
             print(f"lane {lane.name}: {lane.where} now serves {args.bundle} (lanes.lock)")
     return 0
 
@@ -114,20 +107,8 @@ def cmd_promote(args: argparse.Namespace) -> int:
                 f"DRY_RUN: nothing copied from {source.name} to {lane.name}; lanes.lock unchanged"
             )
         else:
-            _publish_host_side(options, args.bundle, lane, lock)
             print(f"lane {lane.name}: current bundle is now {args.bundle} (lanes.lock)")
     return 0
-
-
-def _publish_host_side(
-    options: Any, bundle: str, lane: lanes.Lane, lock: Lock | None = None
-) -> None:
-    """The host wheel and the bundle document, into the lane beside the wheels."""
-    lock = lock or read_lock(options.lock_path)
-    for line in host_document.publish_host_side(
-        options.root, lock, bundle, lane, promote.put_into_lane, network=options.network
-    ):
-        print(line)
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
@@ -150,8 +131,8 @@ def cmd_rollback(args: argparse.Namespace) -> int:
         print("DRY_RUN: lanes.lock unchanged")
     else:
         print(
-            f"lane {lane.name}: current bundle is now {args.to} (lanes.lock); hosts install "
-            f"it after `make requirements LANE={lane.name}`"
+            f"lane {lane.name}: current bundle is now {args.to} (lanes.lock, its document "
+            "and install lists)"
         )
     return 0
 
@@ -179,29 +160,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _lane_files(
-    ours: Sequence[WheelRecord], lane: lanes.Lane, runtime: Sequence[Any], public_index: str
-) -> list[pylock.LockedFile]:
-    names = [parse_wheel_name(record.name) for record in ours]
-    return [
-        pylock.LockedFile(name.normalized, name.version, r.name, r.sha256, lane.simple_url)
-        for name, r in zip(names, ours, strict=True)
-    ] + [
-        pylock.LockedFile(normalize(r.project), r.version, r.name, r.sha256, public_index)
-        for r in runtime
-    ]
-
-
-def _runtime_fresh(lock: Lock, bundle: Any, entry: BundleEntry) -> bool:
-    """Whether the recorded runtime resolution is for this bundle's current wheels and pins."""
-    recorded_for = entry.runtime_wheels_for
-    if recorded_for is None:
-        return False
-    ours = locked_records(lock, bundle.name)
-    wanted = requirements.resolution_inputs(bundle, ours, list(recorded_for.platforms))
-    return wanted.inputs_sha256 == recorded_for.inputs_sha256
-
-
 def cmd_lane_requirements(args: argparse.Namespace) -> int:
     options = pipeline_options(args, os.environ)
     config = lanes.load_config(options.root)
@@ -218,7 +176,7 @@ def cmd_lane_requirements(args: argparse.Namespace) -> int:
         bundle = load_bundle(options.root, current.bundle)
         with written_on_success():
             entry = locked.entry(bundle.name)
-            runtime = list(entry.runtime_wheels or ())
+            runtime, stale = lane_state.recorded_runtime(locked, bundle)
             if args.resolve:
                 dist = BundleLayout.of(options, bundle.name).dist
                 wheels = locked_wheels(locked, bundle.name, dist)
@@ -230,45 +188,36 @@ def cmd_lane_requirements(args: argparse.Namespace) -> int:
                     args.platform or requirements.host_platforms(),
                     network=options.network,
                 )
-            elif runtime and not _runtime_fresh(locked, bundle, entry):
+            elif stale and entry.runtime_wheels:
                 raise UsageError(
                     f"the runtime wheels wheels.lock records for {bundle.name} were resolved for "
                     "other inputs (its wheels or runtime pins changed since)",
                     fix=f"run `make requirements BUNDLE={bundle.name} REFRESH=1`, or pass "
                     "--resolve",
                 )
-            elif bundle.runtime and not runtime:
+            elif stale:
                 raise UsageError(
                     f"bundle {bundle.name} has runtime pins but wheels.lock records no resolved "
                     "runtime wheels",
                     fix=f"run `make requirements BUNDLE={bundle.name}` once (it resolves and locks "
                     "them), or pass --resolve",
                 )
-            out = options.root / "dist" / "lanes" / name
-            # The host package too (make host-wheel; publish put it into the lane).
-            ours = [*locked_records(locked, bundle.name), *host_document.host_records(options.root)]
-            files = _lane_files(ours, lane, runtime, args.public_index)
-            credentials = credentials_for(lane.backend.credentials_url)
-            urls = pylock.locate(files, credentials, network=options.network)
-            comment = (
-                f"# PEP 751 lock of lane {name}: bundle {bundle.name} (Python {bundle.python}),\n"
-                "# generated by `make requirements` from wheels.lock and lanes.lock: do not edit.\n"
-                "# Install: pip install -r pylock.toml (pip >= 26.1) or "
-                "uv pip install -r pylock.toml\n"
-            )
-            req = out / requirements.REQUIREMENTS_NAME
-            lock = out / pylock.PYLOCK_NAME
-            out.mkdir(parents=True, exist_ok=True)
-            # The lane's two files, and the runtime wheels --resolve records, all or none.
-            write_with_held_back(
-                [
-                    (req, requirements.requirements_text(bundle, ours, runtime)),
-                    (lock, pylock.render_pylock(files, urls, bundle.python, comment)),
-                ]
-            )
-            print(
-                f"lane {name} (bundle {bundle.name}): wrote {req} and {lock}, {len(files)} file(s)"
-            )
+            # The lane's document, install lists and pack index, and the runtime wheels
+            # --resolve records, all or none, under the lane's lock (release.lane_state).
+            with lanes.lane_lock(options.root, lane):
+                if lanes.read_state(options.root).get(name) != current:
+                    raise UsageError(
+                        f"lane {name} moved while its install lists were written (another "
+                        "publish, promotion or rollback); nothing was written",
+                        fix="run make requirements again",
+                    )
+                # read_lock sees what --resolve recorded (held back until the files go).
+                lane_state.update(
+                    options.root, read_lock(options.lock_path), lane, current,
+                    network=options.network, action=None, runtime=runtime, with_pylock=True,
+                    public_index=args.public_index,
+                )  # fmt: skip
+            print(f"lane {name} (bundle {bundle.name}): wrote its document and install lists")
         wrote += 1
     if not wrote:
         print("no lane has a current bundle: `make publish BUNDLE=…` first")

@@ -40,6 +40,9 @@ from xla_wheels.wheels_lock import (
 #: where an index serves no separate metadata (``NET_TIMEOUT=60``: about 22 minutes).
 RESOLVE_BYTES_ALLOWANCE = 256 * 1024 * 1024
 REQUIREMENTS_NAME = "requirements.txt"
+#: A lane's second install list: the host package alone, by hash (``pip install --no-deps``
+#: on a host that keeps its own torch environment; docs/on-a-tpu-host.md "Runbook").
+HOST_REQUIREMENTS_NAME = "host-requirements.txt"
 
 
 def host_platforms(glibc_minor: int = 35, arch: str = "x86_64") -> list[str]:

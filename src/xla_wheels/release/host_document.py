@@ -8,7 +8,9 @@ wheel (``make host-wheel``: ``dist/host/xla_wheels_host-*.whl``, built reproduci
 requirements file lists it by hash (``make requirements``), so a host installs both from
 the lane by hash and needs nothing of the checkout.
 
-Each kind of lane serves the document its own way (``LaneBackend.put_document``): a
+The lane's update writes the document with its install lists and its lanes.lock record
+(``release.lane_state``); each kind of lane serves it its own way
+(``LaneBackend.document_files``, ``LaneBackend.put_document``): a
 static lane keeps it at ``<lane>/bundles/<bundle>.json``, listed in
 ``<lane>/bundles/index.html`` with its ``#sha256=`` (hosts read both through any static
 web server, or the directory itself); a package index (pypiserver, devpi, ...) serves
@@ -20,17 +22,14 @@ document's sha256, what hosts pass as ``--bundle-sha256``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from xla_host import bundle_document as doc
 from xla_host.filemode import file_sha256
-from xla_host.net import NetworkPolicy
 from xla_host.wheel_filename import parse_wheel_name
 from xla_wheels.bundle import load_bundle
-from xla_wheels.publish.upload import Outcome
 from xla_wheels.publish.wheels import LocalWheel, locked_records
 from xla_wheels.release.lanes import Lane, Policy, load_config
 from xla_wheels.wheels_lock import Lock, WheelRecord
@@ -103,32 +102,3 @@ def host_wheels(root: Path) -> list[LocalWheel]:
 def host_records(root: Path) -> list[WheelRecord]:
     """The host wheel as a requirements row (``make requirements`` lists it by hash)."""
     return [w.record for w in host_wheels(root)]
-
-
-def publish_host_side(
-    root: Path,
-    lock: Lock,
-    bundle: str,
-    lane: Lane,
-    put: Callable[..., list[Outcome]],
-    *,
-    network: NetworkPolicy,
-) -> list[str]:
-    """After the bundle's wheels went into ``lane``: the host wheel (through ``put``,
-    ``promote.put_into_lane``) and the bundle document. Lines for the user."""
-    lines = []
-    wheels = host_wheels(root)
-    if wheels:
-        # As the bundle's wheels go (a static lane refuses other bytes under the same name).
-        outcomes = put(lane, wheels, network=network)
-        lines += [f"{o.action:<10} {o.filename}  sha256:{o.sha256}" for o in outcomes]
-    else:
-        lines.append(
-            f"note: no host wheel in {HOST_WHEEL_DIR}/ (`make host-wheel`): hosts of lane "
-            f"{lane.name} install the host package some other way"
-        )
-    raw = doc.dumps(compose(root, lock, bundle, lane))
-    document = lane.backend.put_document(root, bundle, raw, network=network)
-    lines += document.lines
-    lines.append(f"bundle document {document.path}  sha256:{document.sha256}")
-    return lines

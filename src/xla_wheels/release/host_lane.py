@@ -12,9 +12,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from xla_host.host_doctor import install_line
 from xla_host.host_probe import HostFacts
-from xla_host.redact import one_line, shown
+from xla_host.redact import one_line
 from xla_host.wheel_filename import normalize, parse_wheel_name
+from xla_wheels.publish.requirements import REQUIREMENTS_NAME
 from xla_wheels.release import lanes
 from xla_wheels.wheels_lock import Lock
 
@@ -83,10 +85,12 @@ def lane_status(root: Path, host_bundle: str | None, lane_name: str | None) -> t
         if current and current.bundle == host_bundle:
             return ("ok", f"{runs}, the current bundle of lane {lane.name}", "")
         current_bundle = current.bundle if current else "(none)"
-        fix = (
-            f"install from lane {lane.name}: pip install --require-hashes -r "
-            f"dist/lanes/{lane.name}/requirements.txt --index-url {shown(lane.simple_url)}"
+        # The runbook's line (a) with this lane's addresses as this machine reaches them:
+        # a static lane serves its install list; an index's is the checkout's copy.
+        requirements = lane.backend.install_list_url(root) or str(
+            lane.backend.install_dir(root) / REQUIREMENTS_NAME
         )
+        fix = f"install from lane {lane.name}: {install_line(lane.simple_url, requirements)}"
         served = [e for e in record.lane_history(lane.name) if e.bundle == host_bundle]
         if served and current:
             # Pinned to what the lane served before (a promotion or rollback moved it): say

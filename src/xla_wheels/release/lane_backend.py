@@ -110,8 +110,29 @@ class LaneBackend:
     def put_document(
         self, root: Path, bundle: str, raw: bytes, *, network: NetworkPolicy
     ) -> PublishedDocument:
-        """Serve the canonical bundle document ``raw`` of ``bundle`` to hosts."""
-        raise NotImplementedError
+        """Serve the canonical bundle document ``raw`` of ``bundle`` to hosts by the kind's
+        own means beyond :meth:`document_files` (an index: a document wheel uploaded), which
+        the lane's update writes together with its install lists and lanes.lock
+        (``release.lane_state``). The default: the files are all there is."""
+        return PublishedDocument(self.documents_dir(root) / f"{bundle}.json", doc.sha256_of(raw))
+
+    def document_files(self, root: Path, bundle: str, raw: bytes) -> list[tuple[Path, bytes]]:
+        """The files on this machine that hold ``bundle``'s document ``raw``: the document
+        and the index page over every document there (``bundles/index.html``, each with
+        its ``#sha256=``), in :meth:`documents_dir`."""
+        return document_files(self.documents_dir(root), bundle, raw)
+
+    def install_dir(self, root: Path) -> Path:
+        """Where the lane's install lists (``requirements.txt``, ``pylock.toml``) are
+        written: the checkout's ``dist/lanes/<lane>/`` (an index serves packages only:
+        hosts of such a lane get the list from the checkout) unless the lane is a
+        directory, which serves them beside its wheels."""
+        return root / "dist" / "lanes" / self.lane
+
+    def install_list_url(self, root: Path) -> str | None:
+        """The URL of the lane's ``requirements.txt`` as this machine reaches it (``pip
+        -r``); None: the lane serves none (the checkout's copy, :meth:`install_dir`)."""
+        return None
 
     def documents_dir(self, root: Path) -> Path:
         """Where the lane's documents are written on this machine: the checkout's
@@ -161,21 +182,33 @@ class LaneBackend:
         Returns where the index is, for the user (a dry run: writes nothing)."""
         raise self._no_packs()
 
+    def pack_index_file(self, retained: Mapping[str, str]) -> tuple[Path, str] | None:
+        """The lane's pack index with ``retained`` (bundle -> why) as the bundles it keeps
+        packs for, its rows as they are: (where, new text) for the lane's update to write
+        when the bundle it serves moves; None: the lane has no pack index."""
+        return None
+
     def _no_packs(self) -> LaneError:
         refusal = self.refuses_packs()
         assert refusal is not None, f"a {self.kind} lane that keeps packs must store them"
         return refusal
 
 
-def write_document(directory: Path, bundle: str, raw: bytes) -> tuple[Path, str]:
-    """The document and the index page over every document there (``bundles/index.html``,
-    each with its ``#sha256=``), each by rename: (where, its sha256)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{bundle}.json"
-    filemode.write_by_rename(path, raw)
+def document_files(directory: Path, bundle: str, raw: bytes) -> list[tuple[Path, bytes]]:
+    """The document ``raw`` in ``directory`` and the index page over every document
+    there with it (``bundles/index.html``, each with its ``#sha256=``), not written."""
     listed = {p.stem: file_sha256(p) for p in sorted(directory.glob("*.json"))}
-    filemode.write_by_rename(directory / doc.INDEX_PAGE, doc.index_page(listed))
-    return path, doc.sha256_of(raw)
+    listed[bundle] = doc.sha256_of(raw)
+    page = doc.index_page(dict(sorted(listed.items()))).encode()
+    return [(directory / f"{bundle}.json", raw), (directory / doc.INDEX_PAGE, page)]
+
+
+def write_document(directory: Path, bundle: str, raw: bytes) -> tuple[Path, str]:
+    """:func:`document_files`, each by rename: (where, its sha256)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for path, content in document_files(directory, bundle, raw):
+        filemode.write_by_rename(path, content)
+    return directory / f"{bundle}.json", doc.sha256_of(raw)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,9 @@ An index serves packages only, so the bundle document goes in as a *document whe
 version ``<serial>+sha256.<16 hex>``) uploaded as the wheels are; the serial is one more
 than the highest the index lists for the bundle, and a document the index already holds
 (the same label) is not uploaded again. The checkout keeps a copy in
-``dist/lanes/<lane>/bundles/`` (``make lanes`` shows its digest).
+``dist/lanes/<lane>/bundles/`` (``make lanes`` shows its digest), and the lane's install
+lists in ``dist/lanes/<lane>/`` (``requirements.txt``, ``pylock.toml``): the index serves
+neither, so they are not a host's to fetch from the lane.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from xla_wheels.publish.index import (
 )
 from xla_wheels.publish.upload import Outcome, publish_remote
 from xla_wheels.publish.wheels import LocalWheel
-from xla_wheels.release.lane_backend import LaneBackend, LaneKind, PublishedDocument, write_document
+from xla_wheels.release.lane_backend import LaneBackend, LaneKind, PublishedDocument
 from xla_wheels.wheels_lock import WheelRecord
 
 #: The size a served wheel's download is allowed for in its whole-transfer deadline when
@@ -148,7 +150,8 @@ class IndexLane(LaneBackend):
     def put_document(
         self, root: Path, bundle: str, raw: bytes, *, network: NetworkPolicy
     ) -> PublishedDocument:
-        path, digest = write_document(self.documents_dir(root), bundle, raw)
+        # The checkout's copy is one of document_files, written with the lane's update.
+        path, digest = self.documents_dir(root) / f"{bundle}.json", doc.sha256_of(raw)
         project = doc.document_project(bundle)
         credentials = credentials_for(self.credentials_url)
         listed = project_files(self.index_url, project, credentials, network=network)

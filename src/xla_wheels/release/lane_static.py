@@ -3,9 +3,11 @@
 Wheels are copied in by rename and ``simple/`` is rewritten over every wheel there
 (``publish.static_index``); signature envelopes lie beside their wheels. The bundle
 document is ``bundles/<bundle>.json`` in the lane, listed in ``bundles/index.html`` with
-its ``#sha256=``; cache packs are ``packs/sha256/<hex>.xlapack.tar``, listed in
-``packs/index.json`` (``xla_host.lane_packs``): any static web server serves the lane
-whole, documents and packs included.
+its ``#sha256=``; the install lists of the bundle it serves are ``requirements.txt`` (and
+``pylock.toml`` once ``make requirements`` made one) at its top; cache packs are
+``packs/sha256/<hex>.xlapack.tar``, listed in ``packs/index.json``
+(``xla_host.lane_packs``): any static web server serves the lane whole, documents,
+install lists and packs included.
 """
 
 from __future__ import annotations
@@ -25,16 +27,11 @@ from xla_host.redact import shown
 from xla_host.tables import Field, Table
 from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish.errors import HashMismatch
+from xla_wheels.publish.requirements import REQUIREMENTS_NAME
 from xla_wheels.publish.static_index import write_static_index
 from xla_wheels.publish.upload import Outcome
 from xla_wheels.publish.wheels import LocalWheel
-from xla_wheels.release.lane_backend import (
-    LaneBackend,
-    LaneError,
-    LaneKind,
-    PublishedDocument,
-    write_document,
-)
+from xla_wheels.release.lane_backend import LaneBackend, LaneError, LaneKind
 from xla_wheels.wheels_lock import WheelRecord
 
 
@@ -107,10 +104,16 @@ class StaticLane(LaneBackend):
     def documents_dir(self, root: Path) -> Path:
         return self.path / doc.DIRNAME
 
-    def put_document(
-        self, root: Path, bundle: str, raw: bytes, *, network: NetworkPolicy
-    ) -> PublishedDocument:
-        return PublishedDocument(*write_document(self.documents_dir(root), bundle, raw))
+    def install_dir(self, root: Path) -> Path:
+        return self.path
+
+    def install_list_url(self, root: Path) -> str:
+        return (self.path / REQUIREMENTS_NAME).resolve().as_uri()
+
+    def pack_index_file(self, retained: Mapping[str, str]) -> tuple[Path, str] | None:
+        rows, _ = self.pack_index()
+        index = self.path / lane_packs.INDEX
+        return (index, lane_packs.index_json(rows, retained)) if index.exists() else None
 
     def refuses_packs(self) -> None:
         return None

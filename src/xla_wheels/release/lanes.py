@@ -715,6 +715,25 @@ def write_state(
     from which bundle); temp file + rename, so a crash changes nothing. Run it under
     :func:`lane_lock` and pass the head it yielded as ``expected_head``: a record whose
     head moved since is refused, never written over (that lost an entry)."""
+    path, text, _ = recorded(
+        root, lane, state, action=action, reason=reason, expected_head=expected_head
+    )
+    filemode.write_by_rename(path, text)
+    return path
+
+
+def recorded(
+    root: Path,
+    lane: str,
+    state: LaneState,
+    *,
+    action: str = "publish",
+    reason: str = "",
+    expected_head: str | None = None,
+) -> tuple[Path, str, LanesRecord]:
+    """:func:`write_state` up to the write: where lanes.lock is, its new text and the
+    record that text holds, for an update that renames it into place together with the
+    lane's other files (``release.lane_state``: lanes.lock last)."""
     assert action in ACTIONS
     record = read_record(root)
     if expected_head is not None and record.head != expected_head:
@@ -758,6 +777,4 @@ def write_state(
             }
         )
     )
-    path = root / LANES_LOCK
-    filemode.write_by_rename(path, text)
-    return path
+    return root / LANES_LOCK, text, LanesRecord(current, tuple(history))

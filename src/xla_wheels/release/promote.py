@@ -7,8 +7,8 @@ exactly the files ``wheels.lock`` records for the bundle, taken from the lane it
 promoted from and checked by sha256 on the way, and only when the target lane's policy
 holds (``release.policy``); where the target's backend can push from the source (two devpi
 lanes of one server) it is the server's own push instead (``release.devpi``: same bytes, no
-download or upload). ``lanes.lock`` is written
-last, by rename.
+download or upload). The lane's record in ``lanes.lock``, its document, install lists and
+pack index are then written as one update, lanes.lock last (``release.lane_state``).
 
 A rollback returns a lane to a bundle its history shows it served: no policy (going back
 is the point) but the same integrity checks: the locked hashes are the ones the lane
@@ -36,7 +36,7 @@ from xla_host.wheel_filename import parse_wheel_name
 from xla_wheels.publish.errors import HashMismatch, PublishError
 from xla_wheels.publish.upload import Outcome
 from xla_wheels.publish.wheels import LocalWheel, locked_records, locked_wheels
-from xla_wheels.release import host_document, lane_packs, receipt_trust
+from xla_wheels.release import host_document, lane_packs, lane_state, receipt_trust
 from xla_wheels.release import lanes as lanes_mod
 from xla_wheels.release.lanes import HistoryEntry, Lane, LaneError, LaneState
 from xla_wheels.release.policy import PromotionVerdict, judge_promotion
@@ -131,10 +131,12 @@ def publish_to_lane(
         return [Outcome(w.record.name, "would copy", w.sha256) for w in wheels]
     with log.section(f"publish: {bundle} to lane {lane.name} ({lane.where})"):
         outcomes = put_into_lane(lane, wheels, envelopes, network=network)
-    lanes_mod.write_state(
+    lane_state.update(
         root,
-        lane.name,
+        lock,
+        lane,
         LaneState(bundle, tuple((w.record.name, w.sha256) for w in wheels), None, None),
+        network=network,
         expected_head=expected_head,
     )
     return outcomes
@@ -279,15 +281,17 @@ def promote(
                 outcomes = put_into_lane(lane, wheels, envelopes, network=network)
     chosen = verdict.chosen
     home = brought_home(root, chosen) if chosen else None
-    lanes_mod.write_state(
+    lane_state.update(
         root,
-        lane.name,
+        lock,
+        lane,
         LaneState(
             bundle,
             tuple((r.name, r.sha256) for r in records),
             home.relative_to(root).as_posix() if home else None,
             chosen.digest if chosen else None,
         ),
+        network=network,
         action="promote",
         expected_head=expected_head,
     )
@@ -392,8 +396,8 @@ def rollback(
     checked = tuple(Outcome(w.record.name, action, w.sha256) for w in wheels)
     plan = RollbackPlan(lane, state.bundle, entry, reason.strip(), checked)
     if not dry_run:
-        lanes_mod.write_state(
-            root, lane.name, entry.state, action="rollback", reason=plan.reason,
-            expected_head=expected_head,
+        lane_state.update(
+            root, lock, lane, entry.state, network=network, action="rollback",
+            reason=plan.reason, expected_head=expected_head,
         )  # fmt: skip
     return plan

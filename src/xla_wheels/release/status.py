@@ -10,7 +10,10 @@ Per lane: whether the index serves byte for byte what ``lanes.lock`` says it rec
 The files a lane should hold are those of every entry of its history (a lane keeps the
 bundles it served, so a rollback can return to them): a file it serves that no entry
 recorded is *extra*, one recorded but not served *missing*, one served with other bytes
-*changed*. Only the projects of those files are read from a remote index (PEP 503 has no
+*changed*. The lane's install lists (``requirements.txt``, ``pylock.toml``), its document
+of the bundle it serves and its pack index's "serves" must all be of that bundle: one that
+is not (or is missing) is a FAILURE naming the file and the fix (``release.lane_state``).
+Only the projects of those files are read from a remote index (PEP 503 has no
 listing of everything that is cheap to read); a static lane's directory is read whole.
 An index that does not answer is named and the others are still reported: each read ends
 within the network settings (``--net-timeout``, ``--net-retries``).
@@ -30,7 +33,7 @@ from xla_host.net import DEFAULT_NETWORK, NetworkPolicy
 from xla_host.receipts import StoredReceipt
 from xla_host.redact import shown
 from xla_host.wheel_filename import parse_wheel_name
-from xla_wheels.release import host_document, lane_packs, promote
+from xla_wheels.release import host_document, lane_packs, lane_state, promote
 from xla_wheels.release.lanes import Lane, LanesConfig, LanesRecord
 from xla_wheels.wheels_lock import read_lock
 
@@ -80,10 +83,13 @@ class LaneStatus:
     """The cache packs the lane serves (``bundle / workload / topology, size, sha256``)."""
     retained: dict[str | None, str] = field(default_factory=dict)
     """The bundles whose packs the lane keeps, with why (``serves``, ``rollback``)."""
+    stale: list[str] = field(default_factory=list)
+    """The lane's install lists, document or pack index that belong to another bundle
+    than the one it serves, or are missing, each with its fix (``release.lane_state``)."""
 
     @property
     def in_sync(self) -> bool:
-        return self.reachable and not (self.extra or self.missing or self.changed)
+        return self.reachable and not (self.extra or self.missing or self.changed or self.stale)
 
 
 @dataclass(frozen=True)
@@ -226,7 +232,11 @@ def _served(lane: Lane, projects: Sequence[str], network: NetworkPolicy) -> dict
     }
 
 
-def lane_status(lane: Lane, record: LanesRecord, network: NetworkPolicy) -> LaneStatus:
+def lane_status(
+    lane: Lane, record: LanesRecord, network: NetworkPolicy, root: Path | None = None
+) -> LaneStatus:
+    """``root``: the checkout, whose lane files (install lists, documents) are compared
+    with the bundle lanes.lock says the lane serves; None compares the served wheels only."""
     expected = recorded_files(record, lane.name)
     state = record.states.get(lane.name)
     bundle = state.bundle if state else None
@@ -254,6 +264,7 @@ def lane_status(lane: Lane, record: LanesRecord, network: NetworkPolicy) -> Lane
         # Which bundles' packs it keeps: none, when its backend keeps no packs at all.
         retained={} if lane.backend.refuses_packs() else lane_packs.retained_bundles(
             record, lane.name),  # fmt: skip
+        stale=lane_state.check(root, lane, record) if root is not None else [],
     )
 
 
@@ -263,7 +274,7 @@ def collect(
     now = datetime.datetime.now(datetime.UTC)
     return Status(
         bundle_statuses(root, lock_path, config, record, now, network),
-        [lane_status(config.lanes[name], record, network) for name in sorted(config.lanes)],
+        [lane_status(config.lanes[name], record, network, root) for name in sorted(config.lanes)],
     )
 
 
@@ -301,11 +312,14 @@ def render(status: Status) -> str:
                 f"  {lane.name} ({lane.where}): serves {current}; UNREACHABLE: {lane.problem}"
             )
             continue
-        verdict = "in sync with lanes.lock" if lane.in_sync else "DRIFT"
+        verdict = (
+            "in sync with lanes.lock" if lane.in_sync else "FAILURE" if lane.stale else "DRIFT"
+        )
         lines.append(f"  {lane.name} ({lane.where}): serves {current}; {verdict}")
         lines += [f"    extra (no entry of lanes.lock put it there): {n}" for n in lane.extra]
         lines += [f"    missing (lanes.lock says the lane received it): {n}" for n in lane.missing]
         lines += [f"    changed: {n}" for n in lane.changed]
+        lines += [f"    FAILURE: {n}" for n in lane.stale]
         lines += [f"    cache pack: {p}" for p in lane.packs]
         if lane.retained:
             kept = ", ".join(f"{b} ({why})" for b, why in sorted(
@@ -318,5 +332,6 @@ def summary(status: Status) -> Mapping[str, list[str]]:
     """The lanes that drift and those that could not be read (for the exit status)."""
     return {
         "drift": [lane.name for lane in status.lanes if lane.reachable and not lane.in_sync],
+        "files of another bundle": [lane.name for lane in status.lanes if lane.stale],
         "unreachable": [lane.name for lane in status.lanes if not lane.reachable],
     }
