@@ -516,7 +516,7 @@ def install(
                 fix="fetch the pack again from the lane; never install a pack of other bytes",
             )
         records = cache / INSTALLED_DIR
-        if not records.is_dir():
+        with contextlib.suppress(FileExistsError):  # a prune may make it at the same time
             records.mkdir()
             bookkeeping.append(records)
         with install_lock(cache, exclusive=False) as lock:
