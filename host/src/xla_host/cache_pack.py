@@ -20,8 +20,11 @@ shown) into an anonymous temporary file beside the cache directory, then read th
 way. Installing (:func:`install`) is all or nothing: each entry is streamed into a
 temporary file in the cache directory while its sha256 is computed; only when every entry
 matches its manifest row, and no existing entry of the same name differs, are they linked
-into place (a link never replaces a file). On any failure the temporary files and the
-links made so far are removed: the directory is as it was.
+into place (a link never replaces a file), after the install is recorded
+(``.xla-packs/<id>.json``) and under the install lock a prune takes too. On any failure
+the temporary files, the links and the record made so far are removed: the directory is
+as it was. A killed install's temporary files are removed by the next install
+(:func:`remove_dead_staging`: only a run whose lock nobody holds).
 
 A pack is written by rename and linked into place, never replaced (:func:`write_pack`).
 Standard library only: this runs on a TPU host.
