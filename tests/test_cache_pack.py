@@ -69,6 +69,15 @@ def host_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return python
 
 
+def cache_entry(payload: bytes) -> bytes:
+    """A persistent cache entry as patch 0004 writes it: the payload, then the footer
+    (magic, the payload's length, its 64-bit FNV-1a hash, both little-endian)."""
+    fnv = 0xCBF29CE484222325
+    for byte in payload:
+        fnv = ((fnv ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return payload + b"XLAPCF01" + len(payload).to_bytes(8, "little") + fnv.to_bytes(8, "little")
+
+
 def manifest(**changes: object) -> cache_pack.Manifest:
     fields: dict[str, object] = {
         "bundle": None,

@@ -21,7 +21,7 @@ import pytest
 
 from tests import servers
 from tests.clirunner import CliResult
-from tests.test_cache_pack import host_cli, host_python, keypair, listing, manifest
+from tests.test_cache_pack import cache_entry, host_cli, host_python, keypair, listing, manifest
 from xla_host import cache_pack, lane_packs
 from xla_wheels.release import lane_packs as lane_store
 from xla_wheels.release.devpi import DevpiLane
@@ -45,7 +45,7 @@ def lane(tmp_path: Path) -> Iterator[dict[str, object]]:
     cache = tmp_path / "cold-cache"
     cache.mkdir()
     for i, size in enumerate((70_000, 1_500, 9)):
-        (cache / f"{1234567890123 + i}").write_bytes(os.urandom(size))
+        (cache / f"{1234567890123 + i}").write_bytes(cache_entry(os.urandom(size)))
     private, public = keypair(tmp_path, "lane")
     pack, full = cache_pack.write_pack(
         tmp_path / "packs", cache, private, manifest(bundle="v6e-2.11")
@@ -205,9 +205,9 @@ def test_prune_removes_only_entries_no_installed_pack_or_recent_run_names(
     assert installed.exit_code == 0, installed.output
     month_ago = time.time() - 30 * 86400
     for name in ("9999999999999001", "9999999999999002"):  # old entries of earlier runs
-        (into / name).write_bytes(b"x" * 1000)
+        (into / name).write_bytes(cache_entry(b"x" * 976))  # 1,000 bytes with the footer
         os.utime(into / name, (month_ago, month_ago))
-    (into / "9999999999999003").write_bytes(b"y" * 10)  # written by today's run
+    (into / "9999999999999003").write_bytes(cache_entry(b"y" * 10))  # by today's run
     (into / "notes.txt").write_text("the user's")  # not an entry: never touched
     os.utime(into / "notes.txt", (month_ago, month_ago))
     run = tmp / "run-keys.json"

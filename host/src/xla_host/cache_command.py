@@ -28,7 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xla_host import cache_explain, cache_keys, cache_pack, cache_prune, lane_packs, log, net
+from xla_host.arguments import add_setting
 from xla_host.errors import UsageError
+from xla_host.filemode import output_target, write_by_rename
 from xla_host.host_probe import probe
 from xla_host.redact import shown
 from xla_host.settings import by_flag, env_of
@@ -184,13 +186,7 @@ def _add_size_and_prune(actions: argparse._SubParsersAction) -> None:
             metavar="RECORD",
             help="keep the entries this key record names",
         )
-        parser.add_argument(
-            "--recent-days",
-            type=float,
-            default=7.0,
-            metavar="DAYS",
-            help="keep entries written within this many days (default 7)",
-        )
+        add_setting(parser, by_flag("--recent-days"), command=f"cache {name}")
         if name == "prune":
             mode = parser.add_mutually_exclusive_group()
             mode.add_argument("--apply", action="store_true", help="remove them")
@@ -429,6 +425,8 @@ def run_record(args: argparse.Namespace) -> int:
                          fix=f"pass --workload {bad.example}") from None  # fmt: skip
     device, topology = _device_and_topology(args.device, args.topology, os.environ)
     python = args.python.absolute() if args.python else Path(sys.executable)
+    # Before the workload runs (minutes): a FIFO, device or directory at --out is refused.
+    output_target(args.out)
     record = cache_keys.record_run(
         python,
         workload,
@@ -438,7 +436,7 @@ def run_record(args: argparse.Namespace) -> int:
         args.child_timeout,
         seed_cache=args.cache,
     )
-    args.out.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    write_by_rename(args.out, json.dumps(record, indent=2, sort_keys=True) + "\n")
     misses = sum(int(g.get("misses", 0)) for g in record["graphs"])
     hits = sum(int(g.get("hits", 0)) for g in record["graphs"])
     print(
@@ -496,6 +494,11 @@ def run_prune(args: argparse.Namespace) -> int:
             f"this host is a reader of {args.cache}: it removes nothing",
             fix="prune on the writer of the cache directory (worker 0)",
         )
-    removed = cache_prune.prune(found)
+    if not found.is_a_cache:
+        raise cache_prune.not_a_cache(found)
+    with cache_prune.pruning(args.cache):
+        # Listed again under the install lock: what a fetch installed meanwhile is kept.
+        found = cache_prune.survey(args.cache, args.keep_run, args.recent_days)
+        removed = cache_prune.prune(found)
     print(f"removed {len(removed)} entr(ies) ({sum(found.sizes[n] for n in removed):,} bytes)")
     return 0

@@ -13,13 +13,16 @@ of a workload; ``cache explain`` reads them (:mod:`xla_host.cache_explain`).
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from xla_host.errors import UsageError
+from xla_host.filemode import read_shared
 from xla_host.gate.children import run_child, runtime_env
 from xla_host.gate.errors import GateEnvironmentError
 from xla_host.gate.workload import WorkloadSpec
@@ -58,7 +61,7 @@ def read_record(path: Path) -> dict[str, Any]:
     fix = "pass a key record: `xla-host cache record --out FILE` writes one, a gate run with " \
         "--pack leaves keys.json beside its report"  # fmt: skip
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_shared(path, what="key record"))
     except OSError as error:
         raise UsageError(
             f"the key record {path} cannot be read: {error.strerror}", fix=fix
@@ -68,6 +71,21 @@ def read_record(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict) or data.get("key-record") != RECORD_VERSION:
         raise UsageError(f"{path} is not a key record (key-record {RECORD_VERSION})", fix=fix)
     return data
+
+
+def _not_entries(directory: str, names: list[str]) -> set[str]:
+    """What a scratch copy of a cache leaves out: hidden names (packs' records, temporary
+    files) and anything that is no regular file (a FIFO would fail the copy, a device
+    would be read without end), decided from ``lstat``."""
+    skipped = set()
+    for name in names:
+        try:
+            mode = os.lstat(os.path.join(directory, name)).st_mode
+        except OSError:
+            mode = 0
+        if name.startswith(".") or not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            skipped.add(name)
+    return skipped
 
 
 def record_run(
@@ -87,7 +105,7 @@ def record_run(
     try:
         cache = scratch / "cache"
         if seed_cache is not None and seed_cache.is_dir():
-            shutil.copytree(seed_cache, cache, ignore=shutil.ignore_patterns(".*"))
+            shutil.copytree(seed_cache, cache, ignore=_not_entries)
         else:
             cache.mkdir()
         result = run_child(

@@ -20,8 +20,11 @@ shown) into an anonymous temporary file beside the cache directory, then read th
 way. Installing (:func:`install`) is all or nothing: each entry is streamed into a
 temporary file in the cache directory while its sha256 is computed; only when every entry
 matches its manifest row, and no existing entry of the same name differs, are they linked
-into place (a link never replaces a file). On any failure the temporary files and the
-links made so far are removed: the directory is as it was.
+into place (a link never replaces a file), after the install is recorded
+(``.xla-packs/<id>.json``) and under the install lock a prune takes too. On any failure
+the temporary files, the links and the record made so far are removed: the directory is
+as it was. A killed install's temporary files are removed by the next install
+(:func:`remove_dead_staging`: only a run whose lock nobody holds).
 
 A pack is written by rename and linked into place, never replaced (:func:`write_pack`).
 Standard library only: this runs on a TPU host.
@@ -32,6 +35,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -49,7 +53,14 @@ from typing import IO, TYPE_CHECKING, Any
 
 from xla_host import cache_keys, log, receipt_signing, runner
 from xla_host.errors import PipelineError, UsageError
-from xla_host.filemode import as_if_created
+from xla_host.filemode import (
+    NotARegularFile,
+    as_if_created,
+    file_sha256,
+    open_shared,
+    read_shared,
+    write_by_rename,
+)
 from xla_host.gate.slice.merge import topology as slice_topology_of
 from xla_host.net import (
     DEFAULT_NETWORK,
@@ -213,7 +224,7 @@ def read_public_key(path: Path) -> PublicKey:
         raise UsageError(f"the key {path} cannot be read: {error.strerror}", fix=_KEY_FIX) from None
     if not stat.S_ISREG(info.st_mode) or info.st_size > 64 * 1024:
         raise UsageError(f"the key {path} is not a regular PEM file", fix=_KEY_FIX)
-    text = path.read_text(errors="replace")
+    text = read_shared(path, what="public key", limit=64 * 1024).decode(errors="replace")
     if "PRIVATE KEY" in text:
         # A private key here would mean the host holds what signs packs: refuse, name none of it.
         raise UsageError(
@@ -296,11 +307,10 @@ def entries_of(cache: Path) -> list[tuple[Entry, Path]]:
     for path in sorted(cache.iterdir()):
         if path.name == WRITER_LEASE or not _ENTRY_NAME.fullmatch(path.name):
             continue
-        if not stat.S_ISREG(path.lstat().st_mode):
+        info = path.lstat()
+        if not stat.S_ISREG(info.st_mode):
             continue
-        with path.open("rb") as handle:
-            digest = hashlib.file_digest(handle, "sha256").hexdigest()
-        found.append((Entry(path.name, path.stat().st_size, digest), path))
+        found.append((Entry(path.name, info.st_size, file_sha256(path)), path))
     return found
 
 
@@ -346,7 +356,7 @@ def write_pack(
             with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
                 tar.addfile(_tar_info(MANIFEST_MEMBER, len(envelope)), _bytes_reader(envelope))
                 for entry, path in entries:
-                    with path.open("rb") as data:
+                    with open_shared(path, what="cache entry") as data:
                         tar.addfile(_tar_info(ENTRY_PREFIX + entry.name, entry.size), data)
             out.flush()
             os.fsync(out.fileno())
@@ -479,10 +489,14 @@ def install(
     ``expected_sha256``: the pack file's digest as the lane's index records it (a pack
     fetched by hash); a file of other bytes is refused before any entry is linked. The
     installed pack's manifest is recorded in ``cache/.xla-packs/`` (what ``cache prune``
-    keeps and ``cache explain`` compares with)."""
+    keeps and ``cache explain`` compares with) before the first entry is linked, under
+    the install lock ``cache prune --apply`` takes too (:func:`install_lock`): a prune
+    never sees an entry of this pack without its record."""
     began = time.monotonic()
     staged: dict[str, Path] = {}
     linked: list[Path] = []
+    bookkeeping: list[Path] = []
+    runs: list[StagingRun] = []  # this install's staging (made once the pack verifies)
     # Made by this call (parents too) only once the pack is verified; removed on failure.
     created = [p for p in (cache, *cache.parents) if not p.exists()]
     try:
@@ -495,7 +509,7 @@ def install(
             except tarfile.TarError:
                 raise _format_error(source, "not a tar file") from None
             with tar:
-                result = _install_stream(source, tar, cache, keys, host, staged)
+                result = _install_stream(source, tar, cache, keys, host, staged, runs)
             while stream.read(1 << 20):
                 pass  # the tar's end blocks: the whole file's digest
         if expected_sha256 is not None and stream.hexdigest() != expected_sha256:
@@ -504,28 +518,26 @@ def install(
                 f"{stream.hexdigest()[:16]}…, the index says {expected_sha256[:16]}…)",
                 fix="fetch the pack again from the lane; never install a pack of other bytes",
             )
-        names = [e.name for e in result.manifest.entries]
-        for name in names:
-            if name in result.present:
-                continue
-            try:
-                os.link(staged[name], cache / name)
-            except FileExistsError:
-                # Written by another process since the check: the same content is fine.
-                if _sha256_of(cache / name) != _entry(result.manifest, name).sha256:
-                    raise _differs(name, cache) from None
-                result.present.append(name)
-                continue
-            linked.append(cache / name)
-            result.installed.append(name)
-        linked.extend(record_installed(cache, result.manifest, source))
+        records = cache / INSTALLED_DIR
+        with contextlib.suppress(FileExistsError):  # a prune may make it at the same time
+            records.mkdir()
+            bookkeeping.append(records)
+        with install_lock(cache, exclusive=False) as lock:
+            if records in bookkeeping:
+                bookkeeping.insert(0, lock)
+            # The record first: an entry linked below is never without it.
+            bookkeeping[:0] = record_installed(cache, result.manifest, source)
+            _link_entries(result, cache, staged, linked)
     except BaseException:
-        # All or nothing: the entries linked by this call go, the ones found there stay.
-        for path in linked:
+        # All or nothing: the entries linked by this call go, the ones found there stay;
+        # then the record, the lock and the records' directory where this call made them.
+        for path in (*linked, *bookkeeping):
             with contextlib.suppress(OSError):
                 path.rmdir() if path.is_dir() else path.unlink(missing_ok=True)
         for path in staged.values():
             path.unlink(missing_ok=True)
+        for run in runs:
+            run.close()
         for directory in created:
             with contextlib.suppress(OSError):
                 directory.rmdir()  # only when empty: never what someone else put there
@@ -533,13 +545,161 @@ def install(
     finally:
         for path in staged.values():
             path.unlink(missing_ok=True)
+        for run in runs:
+            run.close()
     result.seconds = time.monotonic() - began
     return result
+
+
+def _link_entries(
+    result: Installed, cache: Path, staged: Mapping[str, Path], linked: list[Path]
+) -> None:
+    """Link each verified entry into place (a link never replaces a file); one there with
+    the same content is counted as present (found now, under the install lock: one a
+    prune removed since the first check is linked again)."""
+    result.present = []
+    for entry in result.manifest.entries:
+        target = cache / entry.name
+        if entry.name not in staged:  # in the directory at the first check, not in the tar
+            if not _holds(target, entry):
+                raise PackRefused(
+                    f"the entry {entry.name} left {cache} while the pack was installed, "
+                    "and the pack does not carry it",
+                    fix="run the same command again",
+                )
+            result.present.append(entry.name)
+            continue
+        try:
+            os.link(staged[entry.name], target)
+        except FileExistsError:
+            # Written by another process since the check: the same content is fine.
+            if not _holds(target, entry):
+                raise _differs(entry.name, cache) from None
+            result.present.append(entry.name)
+            continue
+        linked.append(target)
+        result.installed.append(entry.name)
 
 
 #: Where ``cache fetch`` records each pack it installed, inside the cache directory: a
 #: hidden name, which torch_xla never loads and a pack's entries can never have.
 INSTALLED_DIR = ".xla-packs"
+#: The lock of the records: ``cache fetch`` holds it shared while it records a pack and
+#: links its entries, ``cache prune --apply`` exclusively while it lists and removes.
+INSTALL_LOCK = "install.lock"
+#: The prefix of a fetch's staged files in the cache directory (hidden: never an entry).
+STAGED_PREFIX = ".xlapack-"
+
+
+def _locked(path: Path, *, exclusive: bool, create: bool, wait: bool) -> int | None:
+    """A descriptor of ``path`` holding its ``flock``, or None: ``path`` is absent (and
+    not ``create``), or held by another process (and not ``wait``). Checked where it is
+    opened: never a link (O_NOFOLLOW), never opened blocking, only a regular file; and
+    the locked file must still be ``path`` (a cleaner that removed it under its lock
+    leaves a descriptor of nothing: then it is opened again)."""
+    flags = os.O_RDWR | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+    while True:
+        try:
+            descriptor = os.open(path, flags | (os.O_CREAT if create else 0), 0o666)
+        except FileNotFoundError:
+            if create:
+                raise
+            return None
+        try:
+            if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+                raise NotARegularFile(
+                    f"{path} is not a regular file: it is a lock of the cache directory",
+                    fix=f"remove what is at {path} (`ls -l {path}`), then run it again",
+                )
+            mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+            try:
+                fcntl.flock(descriptor, mode | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if not wait:
+                    os.close(descriptor)
+                    return None
+                log.info(f"waiting for another process that holds {path} ...")
+                fcntl.flock(descriptor, mode)
+            try:
+                same = os.stat(path, follow_symlinks=False).st_ino == os.fstat(descriptor).st_ino
+            except FileNotFoundError:
+                same = False
+        except BaseException:
+            os.close(descriptor)
+            raise
+        if same:
+            return descriptor
+        os.close(descriptor)
+        if not create:
+            return None
+
+
+@contextlib.contextmanager
+def install_lock(cache: Path, *, exclusive: bool) -> Iterator[Path]:
+    """Hold the install lock of ``cache`` (its records' directory must exist): shared by
+    fetches (they may install at once), exclusive for a prune. Yields the lock's path."""
+    path = cache / INSTALLED_DIR / INSTALL_LOCK
+    descriptor = _locked(path, exclusive=exclusive, create=True, wait=True)
+    assert descriptor is not None  # created and waited for
+    try:
+        yield path
+    finally:
+        os.close(descriptor)  # releases the flock
+
+
+class StagingRun:
+    """One install's staged files in a cache directory: ``.xlapack-<run>-<entry>``, and
+    the run's lock ``.xlapack-<run>.lock``, held while the run lives. A process killed
+    with SIGKILL releases its flock with its last descriptor, so a later install tells
+    a dead run's staged files from a live one's (:func:`remove_dead_staging`)."""
+
+    def __init__(self, cache: Path) -> None:
+        while True:
+            self.token = secrets.token_hex(6)
+            self.lock = cache / f"{STAGED_PREFIX}{self.token}.lock"
+            if not os.path.lexists(self.lock):
+                break
+        descriptor = _locked(self.lock, exclusive=True, create=True, wait=False)
+        if descriptor is None:
+            raise PackRefused(f"{self.lock} is held by another process", fix="run it again")
+        self._descriptor: int | None = descriptor
+
+    def staged_path(self, name: str) -> Path:
+        return self.lock.parent / f"{STAGED_PREFIX}{self.token}-{name}"
+
+    def close(self) -> None:
+        """The lock goes (its staged files are gone by then); idempotent."""
+        if self._descriptor is not None:
+            self.lock.unlink(missing_ok=True)
+            os.close(self._descriptor)
+            self._descriptor = None
+
+
+def remove_dead_staging(cache: Path) -> list[Path]:
+    """Remove the staged files of installs into ``cache`` that died (SIGKILL, a lost
+    host): each run's lock that no process holds any more, with the files of that run.
+    A live run holds its lock, so its files stay; files without a run lock (another
+    program's) are never touched. Returns what was removed."""
+    removed: list[Path] = []
+    for lock in sorted(cache.glob(f"{STAGED_PREFIX}*.lock")):
+        token = lock.name[len(STAGED_PREFIX) : -len(".lock")]
+        if not re.fullmatch(r"[0-9a-f]{12}", token):
+            continue
+        descriptor = _locked(lock, exclusive=True, create=False, wait=False)
+        if descriptor is None:
+            continue  # a live run's, or gone
+        try:
+            for path in cache.glob(f"{STAGED_PREFIX}{token}-*"):
+                with contextlib.suppress(FileNotFoundError):
+                    if stat.S_ISREG(path.lstat().st_mode):
+                        path.unlink()
+                        removed.append(path)
+            lock.unlink(missing_ok=True)
+        finally:
+            os.close(descriptor)
+    if removed:
+        log.info(f"removed {len(removed)} staged file(s) a killed `cache fetch` left in {cache}")
+    return removed
 
 
 def record_installed(cache: Path, manifest: Manifest, source: str) -> list[Path]:
@@ -551,7 +711,7 @@ def record_installed(cache: Path, manifest: Manifest, source: str) -> list[Path]
     if not record.parent.is_dir():
         record.parent.mkdir()
         made.append(record.parent)
-    if record.exists():
+    if os.path.lexists(record):
         return made
     text = json.dumps(
         {
@@ -561,25 +721,49 @@ def record_installed(cache: Path, manifest: Manifest, source: str) -> list[Path]
         },
         indent=2,
     )
-    temporary = record.with_name(f".{record.name}.{secrets.token_hex(4)}")
-    temporary.write_text(text + "\n")
-    os.replace(temporary, record)
+    write_by_rename(record, text + "\n")
     # Undone in this order on failure: the record, then its directory if this made it.
     return [record, *made]
 
 
-def installed_manifests(cache: Path) -> list[tuple[Path, Manifest]]:
-    """The packs ``cache fetch`` installed into ``cache`` (their records, oldest first)."""
-    found = []
+@dataclass(frozen=True)
+class InstallRecords:
+    """The records of the packs installed into a cache directory."""
+
+    manifests: list[tuple[Path, Manifest]]
+    """Each readable record and its pack's manifest, oldest first."""
+    unreadable: list[tuple[Path, str]]
+    """Each record that cannot be read (damaged, empty, not a file) and why: the entries
+    it names are unknown, so a prune keeps every entry while one is there."""
+
+
+def read_installed(cache: Path) -> InstallRecords:
+    """The records of the packs ``cache fetch`` installed into ``cache``."""
+    manifests: list[tuple[Path, Manifest]] = []
+    unreadable: list[tuple[Path, str]] = []
     for path in sorted((cache / INSTALLED_DIR).glob("*.json")):
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(read_shared(path, what="record of an installed pack"))
             payload = json.dumps(data["manifest"]).encode()
-        except (OSError, ValueError, KeyError, TypeError):
-            log.warning(f"{path}: not a record of an installed pack; ignored")
-            continue
-        found.append((path, parse_manifest(payload, str(path))))
-    return found
+            manifests.append((path, parse_manifest(payload, str(path))))
+        except FileNotFoundError:
+            continue  # removed since the listing (a failed fetch's, undone)
+        except NotARegularFile as error:
+            unreadable.append((path, error.message))
+        except OSError as error:
+            unreadable.append((path, f"cannot be read: {error.strerror}"))
+        except (ValueError, KeyError, TypeError, PackFormatError):
+            unreadable.append((path, "not the record of an installed pack (damaged or empty)"))
+    return InstallRecords(manifests, unreadable)
+
+
+def installed_manifests(cache: Path) -> list[tuple[Path, Manifest]]:
+    """The packs ``cache fetch`` installed into ``cache`` (their records, oldest first);
+    a record that cannot be read is named in a warning and left out."""
+    records = read_installed(cache)
+    for path, problem in records.unreadable:
+        log.warning(f"{path}: {problem}; left out")
+    return records.manifests
 
 
 def read_manifest(
@@ -621,8 +805,17 @@ def _entry(manifest: Manifest, name: str) -> Entry:
 
 
 def _sha256_of(path: Path) -> str:
-    with path.open("rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
+    return file_sha256(path)
+
+
+def _holds(path: Path, entry: Entry) -> bool:
+    """``path`` is a regular file (never a link) with ``entry``'s content."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return False
+        return file_sha256(path) == entry.sha256
+    except (FileNotFoundError, NotARegularFile):
+        return False
 
 
 def _differs(name: str, cache: Path) -> PackRefused:
@@ -641,6 +834,7 @@ def _install_stream(
     keys: Sequence[PublicKey],
     host: HostFacts,
     staged: dict[str, Path],
+    runs: list[StagingRun],
 ) -> Installed:
     members = iter(tar)
     try:
@@ -674,12 +868,13 @@ def _install_stream(
     cache.mkdir(parents=True, exist_ok=True)
     for entry in manifest.entries:
         target = cache / entry.name
-        if target.is_symlink() or (target.exists() and not target.is_file()):
-            raise _differs(entry.name, cache)
-        if target.exists():
-            if _sha256_of(target) != entry.sha256:
+        if os.path.lexists(target):
+            if not _holds(target, entry):  # a link, a FIFO, other bytes
                 raise _differs(entry.name, cache)
             result.present.append(entry.name)
+    # What killed installs of this directory left, before this one stages its own.
+    remove_dead_staging(cache)
+    runs.append(StagingRun(cache))
     try:
         for member in members:
             name = member.name[len(ENTRY_PREFIX) :]
@@ -697,7 +892,7 @@ def _install_stream(
                 )
             data = tar.extractfile(member)
             assert data is not None
-            staged[name] = _stage(cache, name, data, entry, source)
+            staged[name] = _stage(runs[-1].staged_path(name), data, entry, source)
             result.bytes_read += entry.size
     except tarfile.TarError as error:
         raise PackRefused(
@@ -713,13 +908,17 @@ def _install_stream(
     return result
 
 
-def _stage(cache: Path, name: str, data: IO[bytes], entry: Entry, source: str) -> Path:
-    """``data`` in a temporary file of ``cache`` (never an entry's name: torch_xla never
-    loads it), its sha256 computed on the way; a mismatch names the entry."""
-    temporary = cache / f".xlapack-{secrets.token_hex(6)}-{name}"
+def _stage(temporary: Path, data: IO[bytes], entry: Entry, source: str) -> Path:
+    """``data`` in the new file ``temporary`` of the cache directory (a staged file's name,
+    never an entry's: torch_xla never loads it), its sha256 computed on the way; a
+    mismatch names the entry."""
+    name = entry.name
     digest = hashlib.sha256()
+    # A new file (O_EXCL, never a link): nothing that is there is opened.
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    descriptor = os.open(temporary, flags, 0o600)
     try:
-        with temporary.open("xb") as out:
+        with os.fdopen(descriptor, "wb") as out:
             while chunk := data.read(1 << 20):
                 digest.update(chunk)
                 out.write(chunk)

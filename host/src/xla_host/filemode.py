@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import io
 import os
 import secrets
 import shutil
@@ -285,14 +286,33 @@ def read_shared(path: Path, *, what: str = "file", limit: int = MAX_FILE_BYTES) 
     return read_regular(path, _not_regular, what=what, limit=limit)
 
 
-def file_sha256(path: Path) -> str:
-    """sha256 of a regular file of any size (a wheel), refused like :func:`read_shared`
-    when it is not one: a FIFO in a lane directory once hung ``status`` here."""
-    check_regular(path, _not_regular, limit=sys.maxsize)
+def check_shared(path: Path, *, what: str = "file") -> None:
+    """``path`` is a regular file (of any size), else :class:`NotARegularFile`, decided
+    from ``stat`` (nothing is opened): for a path another library opens (urllib's
+    ``file://`` handler). ``FileNotFoundError`` is left to the caller."""
+    check_regular(path, _not_regular, what=what, limit=sys.maxsize)
+
+
+@contextlib.contextmanager
+def open_shared(path: Path, *, what: str = "file") -> Iterator[io.BufferedReader]:
+    """``path`` opened for reading as a stream, of any size (a cache entry, a wheel), where
+    anyone with access may have put a FIFO or a device: refused like :func:`read_shared`
+    from ``stat`` before the open, opened without blocking and checked again once open (a
+    FIFO put there after the ``stat`` cannot hang the run either), then read as usual.
+    ``FileNotFoundError`` is left to the caller."""
+    check_regular(path, _not_regular, what=what, limit=sys.maxsize)
     descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     with os.fdopen(descriptor, "rb") as handle:
         if not stat.S_ISREG(os.fstat(descriptor).st_mode):  # replaced after the stat
             raise _not_regular(f"{path} changed while it was read", fix="run it again")
+        os.set_blocking(descriptor, True)
+        yield handle
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a regular file of any size (a wheel), refused like :func:`read_shared`
+    when it is not one: a FIFO in a lane directory once hung ``status`` here."""
+    with open_shared(path) as handle:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from xla_host.cache_pack import PackRefused
 from xla_host.errors import UsageError
+from xla_host.filemode import read_shared
 from xla_host.net import NetworkPolicy, NotThere, get
 from xla_host.redact import shown
 
@@ -142,8 +143,8 @@ def read_index(lane: str, network: NetworkPolicy) -> list[PackRow]:
                 refused=lambda what: PackRefused(f"{shown(where)}: {what}", fix=fix),
             )  # fmt: skip
         else:
-            with open(where, "rb") as handle:
-                raw = handle.read(MAX_INDEX_BYTES + 1)
+            # A FIFO or device at the index's place is refused from its stat, never opened.
+            raw = read_shared(Path(where), what="lane's pack index", limit=MAX_INDEX_BYTES)
     except (NotThere, FileNotFoundError):
         raise absent from None
     except OSError as error:

@@ -47,10 +47,11 @@ import urllib.error
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
-from xla_host import log, settings
+from xla_host import filemode, log, settings
 from xla_host.arguments import add_setting, value_type
 from xla_host.errors import PipelineError, UsageError
 from xla_host.redact import Redactor, mask_url_credentials, shown
@@ -422,6 +423,12 @@ def read_url(
     is read."""
     import http.client
 
+    url = request if isinstance(request, str) else request.full_url
+    if urllib.parse.urlsplit(url).scheme == "file":
+        # urllib's file handler open()s the path, and no deadline ends a wait on a FIFO's
+        # open (there is no socket to shut): a FIFO or device is refused from its stat.
+        with contextlib.suppress(FileNotFoundError):  # urllib names a missing file
+            filemode.check_shared(Path(file_url_path(url)))
     chunks: list[bytes] = []
     sink = chunks.append if write is None else write
     deadline = _Deadline(limit_s)

@@ -179,6 +179,9 @@ SETTINGS: tuple[Setting, ...] = (
                         default_text="none: required", choices=()),)),
     _s("publish", "judge this compilation cache path", flag="--cache-path", make="CACHE_PATH",
        commands=("doctor",), default_text="XLA_PERSISTENT_CACHE_PATH of the host"),
+    _s("publish", "keep the cache entries written within this many days (cache size and "
+       "cache prune)", flag="--recent-days", kind="amount", low=0, high=3650, unit="days",
+       default=7.0, metavar="DAYS", commands=("cache size", "cache prune")),
     _s("publish", "a launch profile of the bundle", flag="--profile", make="PROFILE",
        commands=("doctor", "launch-env", "gate", "runtime-image"), default="",
        per_command=(
