@@ -90,7 +90,7 @@ class ReceiptWithTopology(receipts.Receipt):
     topology: str | None = None
 
 
-def test_status_shows_each_receipts_topology_and_a_dash_when_absent(tmp_path: Path) -> None:
+def test_status_shows_each_receipts_topology_and_one_host_when_absent(tmp_path: Path) -> None:
     made = receipts.Receipt(
         kind="gate", bundle="b", created="2026-01-01T00:00:00Z", host="h", device="TPU",
         chip="v6e", workload="small", versions={}, wheels_match_lock=True, wheels=(),
@@ -105,5 +105,5 @@ def test_status_shows_each_receipts_topology_and_a_dash_when_absent(tmp_path: Pa
         shown.append(status.receipt_status(tmp_path, stored, now))
     assert [r.topology for r in shown] == [None, "2x4"]
     text = status.render(status.Status([status.BundleStatus("b", True, [], shown)], []))
-    assert "old.json: passed on TPU (v6e), topology —, workload small" in text
+    assert "old.json: passed on TPU (v6e), topology one host, workload small" in text
     assert "new.json: passed on TPU (v6e), topology 2x4, workload small" in text

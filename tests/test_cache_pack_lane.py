@@ -319,12 +319,25 @@ def test_cache_pack_publishes_the_gates_pack_only_with_its_receipt(tmp_path: Pat
                           receipt_digest="sha256:" + "9" * 64))  # fmt: skip
     refused = cli(root, *args)
     assert refused.exit_code == 2, refused.output
-    assert "which is no sealed receipt of v6e-2.9 with a passing restart" in refused.stderr
+    assert "which is no sealed receipt of v6e-2.9 (receipts/v6e-2.9/" in refused.stderr
     assert not (root / "dist" / "lanes" / "validation" / "packs").exists()
 
     time.sleep(1.1)  # the newest pack is taken: `created` is to the second
     pack, _ = cache_pack.write_pack(packs, cache, private,
                                     manifest(bundle="v6e-2.9", receipt_digest=digest))  # fmt: skip
+    # Its receipt passed on other wheels than the bundle's locked ones (stock torch_xla on a
+    # CPU): by default no proof for the bundle, and the refusal says why and what a CPU lane
+    # sets (the receipt verdict the gate printed and status shows).
+    unlocked = cli(root, *args)
+    assert unlocked.exit_code == 2, unlocked.output
+    assert "which does not prove it for lane validation: it judged an environment that was " \
+        "not the lock's wheels" in unlocked.stderr  # fmt: skip
+    assert 'pack-receipts = "any-wheels" in [lanes.validation]' in unlocked.stderr
+    assert not (root / "dist" / "lanes" / "validation" / "packs").exists()
+    config = root / "build" / "lanes.toml"
+    config.write_text(config.read_text().replace(
+        'path = "dist/lanes/validation"\n',
+        'path = "dist/lanes/validation"\npack-receipts = "any-wheels"\n', 1))  # fmt: skip
     dry = cli(root, *args, "--dry-run")
     assert dry.exit_code == 0, dry.output
     assert "would publish" in dry.stdout and "DRY_RUN: nothing written" in dry.stdout

@@ -188,7 +188,9 @@ def _installed_version(python: Path, project: str) -> str | None:
 def test_the_gate_leaves_a_sealed_receipt_for_the_locked_wheel(release: Release) -> None:
     assert release.gate.exit_code == 0, release.gate.stdout + release.gate.stderr
     stored = release.receipt()
-    assert f"receipt: {stored.path} (for the locked wheels)" in release.gate.stdout
+    assert f"receipt: {stored.path} (passed, for the locked wheels of {STOCK_BUNDLE})" in (
+        release.gate.stdout
+    )
     assert stored.path.parent == release.root / "receipts" / STOCK_BUNDLE
     assert stored.digest_ok
     receipt = stored.receipt

@@ -26,6 +26,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from xla_host import cache_explain, cache_keys, cache_pack, cache_prune, lane_packs, log, net
 from xla_host.arguments import add_setting
@@ -34,6 +35,10 @@ from xla_host.filemode import output_target, write_by_rename
 from xla_host.host_probe import probe
 from xla_host.redact import shown
 from xla_host.settings import by_flag, env_of
+
+if TYPE_CHECKING:
+    # Imported where used: the gate's modules are not loaded at start.
+    from xla_host.gate.workload import WorkloadName
 
 HELP = (
     "install a signed cache pack into a cache directory (verified: signature, every "
@@ -314,7 +319,9 @@ def fetch_pack(
     keys = [cache_pack.read_public_key(path) for path in key_paths]
     source, row = pack, None
     if lane is not None:
-        source, row = lane_packs.find_pack(lane, host.bundle, workload, host.topology, network)
+        # Any spelling of the workload names the one the gate recorded (gate.workload).
+        named = _workload_name(workload).name
+        source, row = lane_packs.find_pack(lane, host.bundle, named, host.topology, network)
     if source is None:
         raise UsageError("which pack? neither a pack nor a lane is given",
                          fix=f"for example: {EXAMPLE}")  # fmt: skip
@@ -324,6 +331,18 @@ def fetch_pack(
             expected_sha256=row.sha256 if row else None,
         )  # fmt: skip
     return Fetched(source, into, done, row)
+
+
+def _workload_name(text: str) -> WorkloadName:
+    from xla_host.gate.workload import name_of
+    from xla_host.values import BadValue
+
+    try:
+        return name_of(text)
+    except BadValue as bad:
+        raise UsageError(
+            f"--workload {text!r} {bad.reason}", fix=f"pass --workload {bad.example}"
+        ) from None
 
 
 def not_fetched(into: str | None) -> str:

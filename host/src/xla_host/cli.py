@@ -40,6 +40,7 @@ from xla_host import (
     installed,
     log,
     net,
+    receipt_verdict,
     receipts,
 )
 from xla_host.arguments import OUTPUT_DIR, add_settings, machine_cache, read_setting
@@ -443,11 +444,6 @@ def _write_gate_receipt(
         path = receipts.write_receipt(out / "receipt.json", receipt, replace=True)
     else:
         path = receipts.write_receipt(receipts.receipt_path(out, receipt), receipt)
-    verdict = (
-        "for the document's wheels"
-        if receipt.wheels_match_lock
-        else "NOT for the document's wheels: it cannot be used to promote"
-    )
-    print(f"receipt: {path} ({verdict})")
+    print(f"receipt: {path} ({receipt_verdict.judge(receipt).gate_label})")
     return path
 

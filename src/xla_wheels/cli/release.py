@@ -12,7 +12,7 @@ import argparse
 import contextlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from xla_host import log
@@ -296,19 +296,84 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0 if found.ok else 1
 
 
-def _gate_packs(directory: Any, keys: Sequence[Any], bundle: str, workload: str) -> list[Any]:
-    """The packs of ``directory`` (a gate run's --pack) for this bundle and workload whose
-    signature verifies, newest first; a pack that does not verify is refused, not skipped."""
+def _gate_packs(
+    directory: Any, keys: Sequence[Any], bundle: str, workload: Any
+) -> tuple[list[Any], list[str]]:
+    """The packs of ``directory`` (a gate run's --pack) for this bundle and ``workload``
+    (a :class:`~xla_host.gate.workload.WorkloadName`) whose signature verifies, newest
+    first, and why each other pack is not it; a pack that does not verify is refused, not
+    skipped."""
     from pathlib import Path
 
     from xla_host import cache_pack
+    from xla_host.gate.workload import same_workload
 
-    found = []
+    found, others = [], []
     for path in sorted(Path(directory).glob(f"*{cache_pack.SUFFIX}")):
         manifest = cache_pack.read_manifest(str(path), keys)
-        if manifest.bundle == bundle and manifest.workload.get("name") == workload:
+        named = manifest.workload
+        differs = (
+            f"bundle {manifest.bundle}"
+            if manifest.bundle != bundle
+            else same_workload(workload, str(named.get("name")), named.get("sha256"))
+        )
+        if differs is None:
             found.append((path, manifest))
-    return sorted(found, key=lambda item: item[1].created, reverse=True)
+        else:
+            others.append(f"{path.name}: {differs}")
+    return sorted(found, key=lambda item: item[1].created, reverse=True), others
+
+
+def _workload_name(text: str) -> Any:
+    from xla_host.gate.workload import name_of
+    from xla_host.values import BadValue
+
+    try:
+        return name_of(text)
+    except BadValue as bad:
+        raise UsageError(
+            f"--workload {text!r} {bad.reason}", fix=f"pass --workload {bad.example}"
+        ) from None
+
+
+def _require_proof(
+    pack: str, digest: str | None, sealed: Mapping[str, Any], lane: lanes.Lane, bundle: str,
+    locked: set[tuple[str, str]],
+) -> None:  # fmt: skip
+    """Refuse a pack whose receipt (``digest``, among the bundle's ``sealed`` receipts)
+    did not prove it for ``lane``: the receipt verdict (receipt_verdict) on the bundle's
+    locked wheels, or on any wheels where the lane says so (``pack-receipts``), and its
+    restart check passed."""
+    from xla_host import receipt_verdict
+
+    proof = sealed.get(digest or "")
+    if proof is None:
+        raise UsageError(
+            f"{pack} names receipt {digest}, which is no sealed receipt of {bundle} "
+            f"(receipts/{bundle}/ and the lanes' receipt stores)",
+            fix="commit or upload the receipt of the gate run that wrote the pack, then "
+            "publish the pack",
+        )
+    verdict = receipt_verdict.judge_stored(proof, bundle=bundle, locked=locked)
+    restart = proof.receipt.check("restart")
+    accepted = verdict.passed or (lane.pack_receipts == "any-wheels" and verdict.checks_passed)
+    if accepted and restart is not None and restart.passed is True:
+        return
+    why = verdict.why if not accepted else "it has no passing restart check"
+    fix = (
+        f"run the gate on the locked wheels of {bundle} (make gate BUNDLE={bundle} "
+        'GATE_ARGS="--pack …"), then publish its pack'
+    )
+    if verdict.checks_passed and not verdict.passed:
+        fix += (
+            "; a CPU or demo lane may take packs proven on other wheels: "
+            f'pack-receipts = "any-wheels" in [lanes.{lane.name}] (docs/cache-packs.md)'
+        )
+    raise UsageError(
+        f"{pack} is proven by receipt {proof.shown}, which does not prove it for lane "
+        f"{lane.name}: {why}",
+        fix=fix,
+    )
 
 
 def cmd_cache_pack(args: argparse.Namespace) -> int:
@@ -325,28 +390,26 @@ def cmd_cache_pack(args: argparse.Namespace) -> int:
             fix=f"make cache-pack BUNDLE={args.bundle} PUBLIC_KEY=pack-key.pub.pem",
         )
     keys = [cache_pack.read_public_key(args.public_key)]
-    found = _gate_packs(packs_dir, keys, args.bundle, args.workload)
+    workload = _workload_name(args.workload)
+    found, others = _gate_packs(packs_dir, keys, args.bundle, workload)
     if not found:
         raise UsageError(
             f"{packs_dir} holds no cache pack of bundle {args.bundle} and workload "
-            f"{args.workload}",
+            f"{workload.name}" + (f" (it holds: {'; '.join(others)})" if others else ""),
             fix=f"run the gate with --pack: make gate BUNDLE={args.bundle} "
-            f'WORKLOAD={args.workload} GATE_ARGS="--pack {packs_dir} --pack-key <key.pem>"',
+            f'WORKLOAD={args.workload} GATE_ARGS="--pack {packs_dir} --pack-key <key.pem>"'
+            if not others
+            else "pass the WORKLOAD= and BUNDLE= of a pack it holds (any spelling of the "
+            "file: /path/decoder.py:build and decoder.py:build are one workload)",
         )
     path, manifest = found[0]
     # Published only with the receipt that proved its warm restart: one of the bundle's.
     receipts = {r.digest: r for r in promote.bundle_evidence(
         options.root, args.bundle, config.receipt_stores) if r.digest_ok}  # fmt: skip
-    proof = receipts.get(manifest.receipt_digest or "")
-    restart = proof.receipt.check("restart") if proof else None
-    if proof is None or restart is None or restart.passed is not True:
-        raise UsageError(
-            f"{path.name} names receipt {manifest.receipt_digest}, which is no sealed receipt "
-            f"of {args.bundle} with a passing restart check (receipts/{args.bundle}/ and the "
-            "lanes' receipt stores)",
-            fix="commit or upload the receipt of the gate run that wrote the pack, then "
-            "publish the pack",
-        )
+    # The locked wheels the receipt must have judged (none yet: no receipt can prove them).
+    entry = read_lock(options.lock_path).bundles.get(args.bundle)
+    locked = {(r.name, r.sha256) for r in (entry.wheels or ())} if entry else set()
+    _require_proof(path.name, manifest.receipt_digest, receipts, lane, args.bundle, locked)
     with _holding(options, lane):
         retained = lane_packs.retained_bundles(lanes.read_record(options.root), lane.name)
         done = lane_packs.publish_pack(lane, path, manifest, retained, dry_run=options.dry_run)

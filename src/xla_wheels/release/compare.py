@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from xla_host import receipt_verdict
 from xla_host.gate.checks import compare_rows
 from xla_host.gate.report import format_table
 from xla_host.receipts import Receipt, StoredReceipt, environment_difference, workload_difference
@@ -43,7 +44,8 @@ _ROWS: tuple[tuple[str, Callable[[Receipt], str]], ...] = (
     ("host", lambda r: r.host),
     ("device", lambda r: r.device + (f" {r.chip}" if r.chip else "")),
     ("workload", lambda r: _workload(r)),
-    ("topology", lambda r: r.topology or "-"),
+    ("topology", lambda r: r.topology or "one host"),
+    ("verdict", lambda r: receipt_verdict.judge(r).word),
     ("wheels = lock", lambda r: "yes" if r.wheels_match_lock else "NO"),
     ("wheels (sha256)", _wheels),
     ("torch", lambda r: str(r.versions.get("torch"))),
@@ -118,8 +120,9 @@ def compare(a: StoredReceipt, b: StoredReceipt) -> Comparison:
     if ra.host != rb.host:
         unlike.append(f"different host: {ra.host} vs {rb.host} (timings depend on the machine)")
     for side, stored in (("A", a), ("B", b)):
-        if not stored.receipt.wheels_match_lock:
-            unlike.append(f"{side}'s receipt is not for its bundle's locked wheels")
+        verdict = receipt_verdict.judge_stored(stored)
+        if not verdict.passed:
+            unlike.append(f"{side}'s receipt {verdict.shown}")
     return Comparison(a, b, tuple(rows), tuple(unlike))
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from xla_host import installed, log, receipts
+from xla_host import installed, log, receipt_verdict, receipts
 from xla_host.errors import LockError, UsageError
 from xla_host.gate.result import CheckResult
 from xla_host.gate.target import Target
@@ -74,10 +74,7 @@ def _store(place: ReceiptPlace, receipt: receipts.Receipt) -> Path:
         path = receipts.write_receipt(place.out_dir / "receipt.json", receipt, replace=True)
     else:
         path = receipts.write_receipt(receipts.receipt_path(place.root, receipt), receipt)
-    verdict = "for the locked wheels"
-    if not receipt.wheels_match_lock:
-        verdict = "NOT for the locked wheels of any bundle: it cannot be used to promote"
-    log.result(f"receipt: {path} ({verdict})")
+    log.result(f"receipt: {path} ({receipt_verdict.judge(receipt).gate_label})")
     return path
 
 

@@ -126,6 +126,15 @@ class Policy:
         return self == Policy()
 
 
+#: ``pack-receipts``: what proves a cache pack before ``make cache-pack`` publishes it.
+PACK_RECEIPTS = {
+    "locked-wheels": "a gate receipt that passed for the bundle's locked wheels (the default)",
+    "any-wheels": "a gate receipt whose checks passed on any wheels: a CPU or demo lane, whose "
+    "gate runs stock torch_xla, not the bundle's wheels; hosts still fetch a pack only for "
+    "their own torch_xla, device and topology",
+}
+
+
 @dataclass(frozen=True)
 class Lane:
     name: str
@@ -139,6 +148,9 @@ class Lane:
     receipts: str | None = None
     """Where the lane's receipts are kept (``receipts = …``): an absolute directory, an
     http(s) WebDAV URL or a gs:// URL (``xla_host.receipt_store``)."""
+    pack_receipts: str = "locked-wheels"
+    """What receipt ``make cache-pack`` accepts as a pack's proof (``pack-receipts``): one
+    that passed for the bundle's locked wheels (:data:`PACK_RECEIPTS`)."""
 
     @property
     def kind(self) -> str:
@@ -221,8 +233,8 @@ def _policy(root: Path, table: Table) -> Policy:
             raise table.fail(key, "must be a number >= 0", "")
     if fields["profile"] == "":
         raise table.fail("profile", "must be a launch profile name", "")
-    if fields["workload"] is not None and not fields["workload"].strip():
-        raise table.fail("workload", "must be a workload's name as receipts record it", "")
+    if fields["workload"] is not None:
+        fields["workload"] = _workload(table, "workload", fields["workload"])
     warm, memory = (None if fields[key] is None else float(fields[key]) for key in tolerances)
     return Policy(
         device,
@@ -246,8 +258,20 @@ def _packs(table: Table, values: list[str]) -> tuple[tuple[str, str], ...]:
             raise table.fail(
                 "require-packs", f"{value!r} is not <workload>:<topology> like small:v6e-8", ""
             )
-        pairs.append((workload, topology))
+        pairs.append((_workload(table, "require-packs", workload), topology))
     return tuple(pairs)
+
+
+def _workload(table: Table, key: str, text: str) -> str:
+    """A workload as receipts and packs name it, from any spelling the gate takes
+    (``/path/decoder.py:build`` is ``decoder.py:build``: xla_host.gate.workload)."""
+    from xla_host.gate.workload import name_of
+    from xla_host.values import BadValue
+
+    try:
+        return name_of(text).name
+    except BadValue as bad:
+        raise table.fail(key, f"{text!r} {bad.reason}", "") from None
 
 
 def _topologies(table: Table, values: list[str]) -> tuple[str, ...]:
@@ -291,8 +315,12 @@ def _lane(root: Path, name: str, table: Table, names: Mapping[str, Any]) -> Lane
         Field("promote-from", str),
         Field("policy", dict, default={}),
         Field("receipts", str),
+        Field("pack-receipts", str, default="locked-wheels"),
         *(signing if kind.signatures else ()),
     )
+    if fields["pack-receipts"] not in PACK_RECEIPTS:
+        choices = " or ".join(f'"{k}"' for k in PACK_RECEIPTS)
+        raise table.fail("pack-receipts", f"{fields['pack-receipts']!r} is not {choices}", "")
     receipts = None
     if fields["receipts"] is not None:
         try:
@@ -306,6 +334,7 @@ def _lane(root: Path, name: str, table: Table, names: Mapping[str, Any]) -> Lane
         policy=_policy(root, table.table("policy", optional=True)),
         signing_public_key=_signing_key(root, table, fields) if kind.signatures else None,
         receipts=receipts,
+        pack_receipts=fields["pack-receipts"],
     )
     if lane.promote_from is not None and lane.promote_from not in names:
         raise table.fail("promote-from", f"no lane {lane.promote_from!r}", "")

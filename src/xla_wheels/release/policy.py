@@ -37,6 +37,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from xla_host import receipt_verdict
 from xla_host.lane_packs import PackRow
 from xla_host.receipts import (
     Receipt,
@@ -101,19 +102,14 @@ def judge_receipt(
     def fail(rule: str, detail: str) -> None:
         fails.append(RuleFailure(rule, detail))
 
-    if not stored.digest_ok:
-        fail("seal", f"{name}: its digest does not match its content (edited after it was written)")
+    # What the receipt proves on its own (receipt_verdict, shared with status, compare and
+    # cache-pack): its seal, its kind, and that it judged this bundle's locked wheels. The
+    # checks it failed count here only when the lane requires them (below).
+    for reason in receipt_verdict.judge_stored(stored, bundle=bundle, locked=locked).reasons:
+        if not reason.rule.startswith("check:") and reason.rule != "receipt":
+            fail(reason.rule, reason.said(name))
     if policy.receipt_keys and signature_problem is not None:
         fail("signature", signature_problem)
-    if receipt.bundle != bundle:
-        fail("wheels", f"{name} is a receipt for bundle {receipt.bundle}, not {bundle}")
-    if not receipt.wheels_match_lock:
-        why = "; ".join(receipt.problems[:3]) or "no wheels compared"
-        fail("wheels", f"{name}: the judged environment was not the lock's wheels ({why})")
-    if receipt.locked_files != locked:
-        theirs = ", ".join(f"{n} {s[:12]}" for n, s in sorted(receipt.locked_files)) or "none"
-        ours = ", ".join(f"{n} {s[:12]}" for n, s in sorted(locked))
-        fail("wheels", f"{name} judged {theirs}; wheels.lock has {ours}")
     if documents is not None and receipt.bundle_document not in (None, *documents):
         # Made on a host against a document this checkout would not publish now (another
         # lock, manifest, policy or host wheel, or not ours): its evidence was judged

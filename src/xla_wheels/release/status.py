@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from xla_host import receipt_verdict
 from xla_host.bundle_document import DOCUMENT_PROJECT_PREFIX
 from xla_host.errors import PipelineError
 from xla_host.net import DEFAULT_NETWORK, NetworkPolicy
@@ -46,13 +47,15 @@ class ReceiptStatus:
     workload: str | None
     profile: str | None
     verdict: str
-    """``passed``, ``failed`` (a check failed or the environment was not the lock's) or
-    ``edited`` (its seal does not hold)."""
+    """``passed``, ``failed`` (a check failed), ``not for the locked wheels`` (every check
+    passed on other wheels) or ``edited`` (its seal does not hold): receipt_verdict's."""
     created: str
     age_days: float | None
     topology: str | None = None
     """The slice the receipt was measured on (e.g. ``v6e-8``, ``2x4``); None when the
-    receipt does not record one (receipts written before topologies were)."""
+    receipt records none (one host, no slice; or written before topologies were)."""
+    reasons: list[str] = field(default_factory=list)
+    """Why it did not pass (receipt_verdict), empty when it passed."""
 
 
 @dataclass(frozen=True)
@@ -122,9 +125,7 @@ def _age_days(created: str, now: datetime.datetime) -> float | None:
 
 def receipt_status(root: Path, stored: StoredReceipt, now: datetime.datetime) -> ReceiptStatus:
     receipt = stored.receipt
-    judged = [c.passed for c in receipt.checks if c.passed is not None]
-    passed = receipt.wheels_match_lock and bool(judged) and all(judged)
-    verdict = "edited" if not stored.digest_ok else "passed" if passed else "failed"
+    verdict = receipt_verdict.judge_stored(stored)
     profile = (receipt.profile or {}).get("name")
     return ReceiptStatus(
         path=stored.origin or stored.path.relative_to(root).as_posix(),
@@ -132,11 +133,12 @@ def receipt_status(root: Path, stored: StoredReceipt, now: datetime.datetime) ->
         chip=_shown(getattr(receipt, "chip", None)),
         workload=_shown(getattr(receipt, "workload", None)),
         profile=str(profile) if profile is not None else None,
-        verdict=verdict,
+        verdict=verdict.word,
         created=receipt.created,
         age_days=_age_days(receipt.created, now),
         # Read defensively: receipts of every version are shown, with or without it.
         topology=_shown(getattr(receipt, "topology", None)),
+        reasons=[reason.said() for reason in verdict.reasons],
     )
 
 
@@ -280,6 +282,8 @@ def collect(
 
 #: What ``make status`` shows for a field a receipt does not record.
 NONE = "—"
+#: A receipt that records no topology: one host, not a slice (the gate records a slice's).
+ONE_HOST = "one host"
 
 
 def render(status: Status) -> str:
@@ -292,10 +296,11 @@ def render(status: Status) -> str:
             lines.append(
                 f"    receipt {r.path}: {r.verdict} on {r.device}"
                 + (f" ({r.chip})" if r.chip else "")
-                + f", topology {r.topology or NONE}, workload {r.workload or NONE}"
+                + f", topology {r.topology or ONE_HOST}, workload {r.workload or NONE}"
                 + (f", profile {r.profile}" if r.profile else "")
                 + f", {age}"
             )
+            lines += [f"      why: {reason}" for reason in r.reasons]
         if not bundle.receipts:
             lines.append("    no receipt")
         lines += [f"    UNREAD: {problem}" for problem in bundle.unread]

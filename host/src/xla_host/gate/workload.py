@@ -66,6 +66,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from xla_host import filemode
 from xla_host.errors import UsageError
 from xla_host.gate import presets
 from xla_host.gate.errors import GateEnvironmentError
@@ -140,6 +141,62 @@ def resolve(text: str, *, cwd: Path | None = None) -> WorkloadSpec:
     if not factory or not _MODULE.fullmatch(where) or not re.fullmatch(_IDENTIFIER, factory):
         raise BadValue(f"is not a workload: give {_FORMS}", "small")
     return WorkloadSpec(text, text, is_file=False)
+
+
+@dataclass(frozen=True)
+class WorkloadName:
+    """A workload as receipts, packs, lanes and policies name it, from any spelling of it."""
+
+    name: str
+    """``small``, ``decoder.py:build`` (a file: its base name and factory, wherever it is),
+    ``package.module:factory``."""
+    sha256: str | None
+    """The source file's digest, where this spelling names a file that is here; None for a
+    preset (the gate that ran it may carry another version of the presets file), a
+    module, or a file that is not here."""
+
+
+def name_of(text: str, *, cwd: Path | None = None) -> WorkloadName:
+    """The one identity of ``--workload``'s value (``gate``, ``cache record``, ``cache
+    fetch --workload``, ``make cache-pack WORKLOAD=``, a policy's ``workload`` and
+    ``require-packs``): ``/path/decoder.py:build``, ``decoder.py:build`` and
+    ``./decoder.py:build`` are one workload. Unlike :func:`resolve` the file need not be
+    here (a host fetching a pack names the workload its training job runs); bad input is
+    :class:`BadValue`."""
+    text = text.strip()
+    if text in PRESETS:
+        return WorkloadName(text, None)
+    where, _, factory = text.rpartition(":") if ":" in text else (text, "", "")
+    if where.endswith(".py") or "/" in where:
+        factory = factory or DEFAULT_FACTORY
+        if not re.fullmatch(_IDENTIFIER, factory):
+            raise BadValue(f"names no factory: {factory!r} is not a Python identifier", "small")
+        path = (cwd or Path.cwd()) / where
+        return WorkloadName(f"{path.name}:{factory}", _sha256(path) if path.is_file() else None)
+    if not factory or not _MODULE.fullmatch(where) or not re.fullmatch(_IDENTIFIER, factory):
+        raise BadValue(f"is not a workload: give {_FORMS}", "small")
+    return WorkloadName(text, None)
+
+
+def _sha256(path: Path) -> str | None:
+    """The file's digest; None when it is not a regular file (never opened: a FIFO)."""
+    try:
+        return filemode.file_sha256(path)
+    except (OSError, filemode.NotARegularFile):
+        return None
+
+
+def same_workload(wanted: WorkloadName, name: str, sha256: str | None) -> str | None:
+    """Why a record's workload (``name``, source ``sha256``) is not ``wanted``; None when
+    it is (a digest is compared only where both are known)."""
+    if name != wanted.name:
+        return f"workload {name}, not {wanted.name}"
+    if wanted.sha256 and sha256 and wanted.sha256 != sha256:
+        return (
+            f"workload {name} from source sha256 {sha256[:12]}…, not {wanted.sha256[:12]}… (the "
+            "file changed since)"
+        )
+    return None
 
 
 def unjudgeable(name: str, problem: str, log: Path | str) -> GateEnvironmentError:
