@@ -207,13 +207,14 @@ def _document(args: argparse.Namespace) -> tuple[bundle_document.BundleDocument,
                 fix="pass the document of the bundle you mean, or leave out --bundle",
             )
         return document, digest
-    if not args.lane or not args.bundle:
+    lane = _lane(args)
+    if lane is None or not args.bundle:
         raise UsageError(
             "which bundle? --lane and --bundle (or --bundle-document) are required",
             fix="pass --lane <the lane's directory or URL> --bundle <name>",
         )
     return bundle_document.fetch(
-        _lane(args), args.bundle, sha256=args.bundle_sha256, network=_network(args)
+        lane, args.bundle, sha256=args.bundle_sha256, network=_network(args)
     )
 
 

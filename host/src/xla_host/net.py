@@ -54,7 +54,7 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 from xla_host import filemode, log, settings
 from xla_host.arguments import add_setting, value_type
 from xla_host.errors import PipelineError, UsageError
-from xla_host.redact import Redactor, mask_url_credentials, shown
+from xla_host.redact import Redactor, mask_url_credentials, masked_url, shown
 from xla_host.runner import StepTimedOut
 from xla_host.settings import by_flag
 from xla_host.values import BadValue
@@ -632,7 +632,7 @@ def http_request(
         return Answer(status, reason, body)
 
     return with_retries(
-        step or f"{method} {redact(shown(url))}", host_of(url), attempt,
+        step or f"{method} {redact(masked_url(url))}", host_of(url), attempt,
         give_up=failures.gave_up, timeout_fix=failures.timeout_fix,
         limit_s=network.transfer_limit(ANSWER_BYTES_ALLOWANCE if size is None else size),
         long=long, retry_kinds=("refused",) if method in SENT_ONCE_METHODS else None,
