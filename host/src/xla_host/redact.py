@@ -6,6 +6,8 @@ or not; the userinfo of a URL (``https://user:token@host`` -> ``https://<redacte
 a credential in a URL's query string or fragment (``?token=abc``, ``&X-Amz-Signature=...``
 -> ``?token=<redacted>``); and a basic-auth header echoed by a verbose client. Plans, logs,
 errors and reports all show the same marker, so a reader learns one sign for "a secret was here".
+An address the user gives (a lane, a pack's URL) is shown by :func:`masked_url`, which masks
+every value of its query whatever its name, and recorded without its userinfo.
 
 Standard library only: the builder image runs it (``builder.run_recipe``).
 """
