@@ -108,12 +108,10 @@ def forms(lane: PublishedLane) -> dict[str, str]:
     with_user = lane.url.replace("http://", f"http://lane:{SECRET}@")
     return {
         "directory": str(lane.directory),
-        "directory simple/": str(lane.directory / "simple"),
         "file://": lane.directory.as_uri() + "/",
         "http root ?token=": f"{lane.url}?token={SECRET}",
         "http simple/ ?token=": f"{lane.url}simple/?token={SECRET}",
         "http root, userinfo": with_user,
-        "http simple/, userinfo": f"{with_user}simple",
     }
 
 
@@ -141,6 +139,7 @@ def assert_never_written(done: CliResult, home: Path) -> None:
             assert not any(form in content for form in secret_forms()), path
 
 
+@pytest.mark.slow
 def test_the_guarded_lane_refuses_a_request_without_its_credential(
     published: PublishedLane,
 ) -> None:
@@ -153,6 +152,7 @@ def test_the_guarded_lane_refuses_a_request_without_its_credential(
         assert answer.status == 200
 
 
+@pytest.mark.slow
 def test_every_command_that_takes_a_lane_reads_every_form_and_never_shows_the_credential(
     published: PublishedLane, host_python: Path, tmp_path: Path
 ) -> None:
@@ -235,3 +235,20 @@ def test_a_link_keeps_the_lanes_credential_only_on_the_lanes_own_server() -> Non
     assert lane_address.recorded(lane.url("packs/index.json")) == (
         f"https://lanes.corp/v/packs/index.json?token={REDACTED}"
     )
+
+
+def test_a_directory_and_its_file_url_with_or_without_simple_are_one_local_lane(
+    tmp_path: Path,
+) -> None:
+    for given in (str(tmp_path), f"{tmp_path}/simple/", tmp_path.as_uri(),
+                  f"{tmp_path.as_uri()}/simple"):  # fmt: skip
+        lane = lane_address.parse(given)
+        assert lane.directory == tmp_path, given
+        assert lane.path("packs/index.json") == tmp_path / "packs" / "index.json"
+    for given, root, index in (
+        ("https://lanes.corp/validation", "/validation/", "/validation/simple/"),
+        ("https://lanes.corp/validation/simple/", "/validation/", "/validation/simple/"),
+        ("https://devpi.corp/team/dev/+simple/", "/team/dev/", "/team/dev/+simple/"),
+    ):
+        lane = lane_address.parse(given)
+        assert (lane.root_path, lane.index_path) == (root, index), given
