@@ -46,7 +46,6 @@ import stat
 import tarfile
 import tempfile
 import time
-import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -428,13 +427,11 @@ class Installed:
 def open_pack(
     source: str, network: NetworkPolicy = DEFAULT_NETWORK, spool: Path | None = None
 ) -> Iterator[IO[bytes]]:
-    """The pack's bytes as a stream: an http(s) URL, fetched whole into an anonymous
-    temporary file in ``spool`` (the nearest existing directory of the cache; default:
-    the system's), its userinfo and query kept on the request and masked wherever it is
-    shown; or a regular file (a path, a ``file://`` URL), its type checked where it is
-    opened (a FIFO or device is refused, never read)."""
-    if source.startswith("file://"):
-        source = urllib.parse.unquote(urllib.parse.urlsplit(source).path)
+    """The pack's bytes as a stream: a URL (http, https, file), fetched whole into an
+    anonymous temporary file in ``spool`` (the nearest existing directory of the cache;
+    default: the system's), its userinfo and query kept on the request and masked
+    wherever it is shown; or a regular file, its type checked where it is opened (a FIFO
+    or device is refused, never read)."""
     if re.match(r"[a-z]+://", source):
         where = masked_url(source)
         with tempfile.TemporaryFile(dir=spool) as spooled:
