@@ -44,6 +44,7 @@ the document's digest, so promotion can tell which document the receipt was judg
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import html
 import io
@@ -52,17 +53,17 @@ import re
 import urllib.error
 import urllib.parse
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, overload
+from typing import IO, Any, overload
 
 from xla_host.cache_contract import directory_name
 from xla_host.errors import PipelineError, UsageError
-from xla_host.filemode import file_sha256
+from xla_host.filemode import file_sha256, open_shared
+from xla_host.lane_address import LaneAddress, address_of
 from xla_host.launch_profile import LaunchProfile
 from xla_host.net import DEFAULT_NETWORK, NetworkPolicy, NotThere, get
-from xla_host.redact import shown
 from xla_host.tables import MAX_FILE_BYTES, Field, Table, loads_json, read_regular
 from xla_host.values import NAME_PATTERN
 from xla_host.wheel_filename import normalize, parse_wheel_name
@@ -414,35 +415,39 @@ _DOCUMENT_WHEEL = re.compile(
 )
 
 
-def _links(page_url: str, page: bytes) -> list[tuple[str, str, str | None]]:
-    """(file name, URL, ``#sha256=`` or None) of each link on a PEP 503 project page."""
+def _links(
+    lane: LaneAddress, page_url: str, page: bytes
+) -> list[tuple[str, str, str | None]]:
+    """(file name, URL, ``#sha256=`` or None) of each link on a PEP 503 project page, the
+    lane's credentials kept on links to its own server (:meth:`LaneAddress.linked`)."""
     links = []
     for href in re.findall(r'href="([^"]+)"', page.decode("utf-8", "replace")):
-        target, _, fragment = urllib.parse.urljoin(page_url, html.unescape(href)).partition("#")
-        name = urllib.parse.unquote(urllib.parse.urlparse(target).path.rsplit("/", 1)[-1])
+        target, fragment = lane.linked(page_url, html.unescape(href))
+        name = urllib.parse.unquote(urllib.parse.urlsplit(target).path.rsplit("/", 1)[-1])
         listed = re.fullmatch(r"sha256=([0-9a-fA-F]{64})", fragment)
         links.append((name, target, listed.group(1).lower() if listed else None))
     return links
 
 
 def _from_index(
-    simple: str, bundle: str, sha256: str | None, network: NetworkPolicy, also: str
+    lane: LaneAddress, bundle: str, sha256: str | None, network: NetworkPolicy, also: str
 ) -> tuple[bytes, str]:
     """``bundle``'s document from the document wheel a package index serves: (document,
     where). The index vouches for the wheel (its ``#sha256=``, checked here), the wheel's
     name for the document inside (:func:`document_of_wheel`)."""
-    page_url = urllib.parse.urljoin(simple, f"{document_project(bundle)}/")
-    page = _get(page_url, network, missing_ok=True)
+    page_url = lane.project_page(document_project(bundle))
+    page = _get(lane, page_url, network, missing_ok=True)
+    shown_page = lane.shown(page_url)
     if page is None:
         raise DocumentError(
-            f"the lane serves no document of bundle {bundle}: neither {also} nor {page_url} "
-            "exists",
+            f"the lane serves no document of bundle {bundle}: neither {also} nor "
+            f"{shown_page} exists",
             fix="check --lane and --bundle: the bundle must have been published into the lane "
             "(make publish-lane); or pass --bundle-document FILE --bundle-sha256 HEX",
         )
     wanted = _distribution(bundle)
     found = []
-    for name, url, listed in _links(page_url, page):
+    for name, url, listed in _links(lane, page_url, page):
         match = _DOCUMENT_WHEEL.fullmatch(name)
         if match and match["dist"] == wanted:
             found.append((int(match["serial"]), match["label"], name, url, listed))
@@ -450,7 +455,7 @@ def _from_index(
         found = [f for f in found if f[1] == sha256.lower()[:LABEL_DIGITS]]
     if not found:
         raise DocumentError(
-            f"{page_url} lists no document wheel of bundle {bundle}"
+            f"{shown_page} lists no document wheel of bundle {bundle}"
             + (f" with sha256 {sha256.lower()}" if sha256 else ""),
             fix="publish the bundle into the lane again (make publish-lane), or pass the "
             "digest `make lanes` shows for the lane's document",
@@ -458,41 +463,17 @@ def _from_index(
     _, _, name, url, listed = max(found)
     if listed is None and sha256 is None:
         raise DocumentError(
-            f"{page_url} lists {name} without a #sha256=, and no --bundle-sha256 was given",
+            f"{shown_page} lists {name} without a #sha256=, and no --bundle-sha256 was given",
             fix="pass --bundle-sha256 <the digest `make lanes` shows for the document>",
         )
-    data = _get(url, network)
+    data = _get(lane, url, network)
     if listed is not None and sha256_of(data) != listed:
         raise DocumentError(
-            f"{url}: sha256 {sha256_of(data)}, the lane's index says {listed}: not the file "
-            "that was published",
+            f"{lane.shown(url)}: sha256 {sha256_of(data)}, the lane's index says {listed}: "
+            "not the file that was published",
             fix="fetch the document from the lane that published it",
         )
-    return document_of_wheel(data, name, url), url
-
-
-def _lane_base(lane: str) -> tuple[str | None, Path | None]:
-    """A lane given as a URL (its static root, or its ``simple/`` index) or a directory."""
-    if lane.startswith(("http://", "https://", "file://")):
-        base = lane.rstrip("/")
-        if base.endswith("/simple"):
-            base = base[: -len("/simple")]
-        if lane.startswith("file://"):
-            return None, Path(urllib.parse.unquote(urllib.parse.urlparse(base).path))
-        return base + "/", None
-    path = Path(lane)
-    if path.name == "simple":
-        path = path.parent
-    return None, path
-
-
-def _simple_url(lane: str) -> str:
-    """The PEP 503 index of a lane given as a URL: itself when it is one (``simple/``,
-    devpi's ``+simple/``), else the static lane's ``simple/``."""
-    base = lane.rstrip("/")
-    if base.rsplit("/", 1)[-1] in ("simple", "+simple"):
-        return base + "/"
-    return base + "/simple/"
+    return document_of_wheel(data, name, lane.shown(url)), lane.shown(url)
 
 
 #: A lane's install lists (the builder's ``publish.requirements`` writes them): the
@@ -501,37 +482,38 @@ INSTALL_LIST = "requirements.txt"
 HOST_INSTALL_LIST = "host-requirements.txt"
 
 
-def install_urls(lane: str) -> tuple[str, str, str]:
+def install_urls(lane: str | LaneAddress) -> tuple[str, str, str]:
     """A lane's ``simple/`` index and its two install lists as pip reaches them (``-r``
-    takes a URL): (simple/, requirements.txt, host-requirements.txt); a directory's as
-    ``file:`` URLs."""
-    base, directory = _lane_base(lane)
-    if directory is not None:
-        root = directory.absolute().as_uri() + "/"
+    takes a URL): (simple/, requirements.txt, host-requirements.txt), the lane's
+    credentials kept (show them masked); a directory's as ``file:`` URLs."""
+    address = address_of(lane)
+    if address.directory is not None:
+        root = address.directory.absolute().as_uri() + "/"
         return root + "simple/", root + INSTALL_LIST, root + HOST_INSTALL_LIST
-    root = base or ""
-    return _simple_url(lane), root + INSTALL_LIST, root + HOST_INSTALL_LIST
+    return address.index_url, address.url(INSTALL_LIST), address.url(HOST_INSTALL_LIST)
 
 
-def install_list(lane: str, network: NetworkPolicy) -> bytes | None:
+def install_list(lane: str | LaneAddress, network: NetworkPolicy) -> bytes | None:
     """The lane's ``requirements.txt``; None when it serves none (a package index serves
     packages only: its install list is the builder checkout's)."""
-    base, directory = _lane_base(lane)
-    if directory is not None:
-        path = directory / INSTALL_LIST
+    address = address_of(lane)
+    if address.local:
+        path = address.path(INSTALL_LIST)
         return _read(path) if path.exists() else None
-    return _get((base or "") + INSTALL_LIST, network, missing_ok=True)
+    if address.package_index:
+        return None
+    return _get(address, address.url(INSTALL_LIST), network, missing_ok=True)
 
 
-def _wheel_url(simple: str, wheel: LockedFile, network: NetworkPolicy) -> str:
+def _wheel_url(lane: LaneAddress, wheel: LockedFile, network: NetworkPolicy) -> str:
     """Where the index serves ``wheel``: the link of that name on its project page (a
     static lane, pypiserver and devpi each keep their files somewhere else)."""
-    page_url = urllib.parse.urljoin(simple, f"{wheel.project}/")
-    for name, target, _ in _links(page_url, _get(page_url, network)):
+    page_url = lane.project_page(wheel.project)
+    for name, target, _ in _links(lane, page_url, _get(lane, page_url, network)):
         if name == wheel.name:
             return target
     raise DocumentError(
-        f"{page_url} lists no {wheel.name}",
+        f"{lane.shown(page_url)} lists no {wheel.name}",
         fix="the lane does not serve a wheel its document lists: publish the bundle into the "
         "lane again (make publish-lane)",
     )
@@ -540,43 +522,48 @@ def _wheel_url(simple: str, wheel: LockedFile, network: NetworkPolicy) -> str:
 _TIMEOUT_FIX = "check the lane's address and the network, then run the command again"
 
 
-def _lane_fault(url: str, what: str) -> PipelineError:
+def _lane_fault(lane: LaneAddress, url: str, what: str) -> PipelineError:
     return DocumentError(
-        f"{shown(url)}: {what}",
+        f"{lane.shown(url)}: {what}",
         fix="check --lane and --bundle: the bundle must have been published into the lane "
         "(or pass --bundle-document FILE --bundle-sha256 HEX, as publish printed them)",
     )
 
 
 def _fetched(
-    url: str, network: NetworkPolicy, *, size: int | None = None,
+    lane: LaneAddress, url: str, network: NetworkPolicy, *, size: int | None = None,
     sink: Callable[[], Callable[[bytes], object]] | None = None, missing_ok: bool = False,
 ) -> bytes:  # fmt: skip
     """One GET through the one network client (:func:`xla_host.net.get`): no answer in
     time is exit 8; a 4xx, or a fault that outlasts the retries, is a
-    :class:`DocumentError` naming the URL."""
+    :class:`DocumentError` naming the URL, masked."""
     return get(
-        url, network, refused=lambda what: _lane_fault(url, what), timeout_fix=_TIMEOUT_FIX,
-        size=size, write=sink, missing_ok=missing_ok,
+        url, network, refused=lambda what: _lane_fault(lane, url, what),
+        timeout_fix=_TIMEOUT_FIX, size=size, write=sink, missing_ok=missing_ok,
+        secrets=lane.secrets,
     )  # fmt: skip
 
 
 @overload
-def _get(url: str, network: NetworkPolicy) -> bytes: ...
+def _get(lane: LaneAddress, url: str, network: NetworkPolicy) -> bytes: ...
 @overload
-def _get(url: str, network: NetworkPolicy, *, missing_ok: bool) -> bytes | None: ...
+def _get(
+    lane: LaneAddress, url: str, network: NetworkPolicy, *, missing_ok: bool
+) -> bytes | None: ...
 
 
-def _get(url: str, network: NetworkPolicy, *, missing_ok: bool = False) -> bytes | None:
+def _get(
+    lane: LaneAddress, url: str, network: NetworkPolicy, *, missing_ok: bool = False
+) -> bytes | None:
     """A page or document of the lane (standard library only: the host side adds no
     packages), refused when larger than any document; with ``missing_ok``, None for a
     404."""
     try:
-        raw = _fetched(url, network, missing_ok=missing_ok)
+        raw = _fetched(lane, url, network, missing_ok=missing_ok)
     except NotThere:
         return None
     if len(raw) > MAX_FILE_BYTES:
-        raise DocumentError(f"{shown(url)}: larger than {MAX_FILE_BYTES} bytes", fix=_FIX)
+        raise DocumentError(f"{lane.shown(url)}: larger than {MAX_FILE_BYTES} bytes", fix=_FIX)
     return raw
 
 
@@ -593,7 +580,7 @@ def _read(path: Path) -> bytes:
 
 
 def fetch(
-    lane: str, bundle: str, *, sha256: str | None = None,
+    lane: str | LaneAddress, bundle: str, *, sha256: str | None = None,
     network: NetworkPolicy = DEFAULT_NETWORK,
 ) -> tuple[BundleDocument, str]:  # fmt: skip
     """``bundle``'s document from ``lane``, verified: (document, its sha256).
@@ -603,30 +590,30 @@ def fetch(
     package index (no ``bundles/index.html``) gives it in a document wheel, whose
     ``#sha256=`` on the index is what vouches for it (module doc).
     """
-    url_base, directory = _lane_base(lane)
-    if url_base is not None:
-        index_url = urllib.parse.urljoin(url_base, f"{DIRNAME}/{INDEX_PAGE}")
+    address = address_of(lane)
+    page_place = f"{DIRNAME}/{INDEX_PAGE}"
+    document_place = f"{DIRNAME}/{bundle}.json"
+    if not address.local:
+        index_url = address.url(page_place)
         # A static lane's page first (none on devpi's +simple/); a package index keeps the
         # document in a document wheel on its simple page instead.
-        static = not lane.rstrip("/").endswith("/+simple")
-        page = _get(index_url, network, missing_ok=True) if static else None
+        page = None if address.package_index else _get(address, index_url, network, missing_ok=True)
         if page is None:
-            raw, where = _from_index(_simple_url(lane), bundle, sha256, network, index_url)
+            raw, where = _from_index(address, bundle, sha256, network, address.shown(index_url))
             return _checked_document(raw, where, bundle, sha256=sha256, listed=None)
-        where = urllib.parse.urljoin(url_base, f"{DIRNAME}/{urllib.parse.quote(bundle)}.json")
-        raw = _get(where, network)
-        where = shown(where)
+        url = address.url(document_place)
+        raw = _get(address, url, network)
+        where = address.shown(url)
     else:
-        assert directory is not None
-        index = directory / DIRNAME / INDEX_PAGE
+        index = address.path(page_place)
         page = _read(index) if index.exists() else b""
-        path = lane_path(directory, bundle)
+        path = address.path(document_place)
         where = str(path)
         raw = _read(path)
     listed = listed_sha256(page.decode("utf-8", "replace"), bundle)
     if listed is None and sha256 is None:
         raise DocumentError(
-            f"the lane's index {DIRNAME}/{INDEX_PAGE} lists no sha256 for {bundle}.json",
+            f"the lane's index {page_place} lists no sha256 for {bundle}.json",
             fix="pass --bundle-sha256 <the digest `make lanes` shows for the document>",
         )
     return _checked_document(raw, where, bundle, sha256=sha256, listed=listed)
@@ -673,64 +660,96 @@ def read_file(path: Path, *, sha256: str | None) -> tuple[BundleDocument, str]:
 
 
 def wheel_files(
-    lane: str | None,
+    lane: str | LaneAddress | None,
     wheels: tuple[LockedFile, ...],
     directory: Path,
     *,
     network: NetworkPolicy = DEFAULT_NETWORK,
 ) -> Path:
     """``directory`` holding each of ``wheels`` with the document's sha256: those already
-    there are kept, the rest fetched from ``lane`` (next to its ``simple/`` index) and kept
-    only when the hash holds (by rename: a failed fetch leaves nothing half-written).
+    there are kept, the rest fetched from ``lane`` (next to its ``simple/`` index; a
+    local lane's root) and kept only when the hash holds (by rename: a failed fetch
+    leaves nothing half-written).
 
     Without a lane, the files must be there; a missing or different one is left for the
     installed-files comparison to report (``installed.match_wheel``), not raised here.
     """
+    address = None if lane is None else address_of(lane)
     directory.mkdir(parents=True, exist_ok=True)
     for wheel in wheels:
         target = directory / wheel.name
         if target.is_file() and file_sha256(target) == wheel.sha256:
             continue
-        if lane is None:
+        if address is None:
             continue
-        url_base, lane_dir = _lane_base(lane)
-        if url_base is not None:
-            where = _wheel_url(_simple_url(lane), wheel, network)
+        if address.local:
+            _copy_local(address.path(wheel.name), target, wheel)
         else:
-            assert lane_dir is not None
-            where = (lane_dir / wheel.name).as_uri()
-        _download(where, target, wheel, network)
+            _download(address, _wheel_url(address, wheel, network), target, wheel, network)
     return directory
 
 
-def _download(url: str, target: Path, wheel: LockedFile, network: NetworkPolicy) -> None:
+@contextlib.contextmanager
+def _partial(target: Path) -> Iterator[IO[bytes]]:
+    """A file beside ``target`` that becomes it only by :meth:`Path.replace` in the block;
+    whatever happens, no partial file is left."""
+    partial = target.with_name(f".{target.name}.part")
+    try:
+        with partial.open("wb") as out:
+            yield out
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def _kept(partial: Path, target: Path, digest: str, wheel: LockedFile, where: str) -> None:
+    if digest != wheel.sha256:
+        raise DocumentError(
+            f"{where}: sha256 {digest}, the bundle document has {wheel.sha256}",
+            fix="the lane does not serve the locked file: report it to the lane's owners",
+        )
+    partial.replace(target)
+
+
+def _copy_local(source: Path, target: Path, wheel: LockedFile) -> None:
+    """A local lane's wheel copied into ``target`` (its type checked where it is opened:
+    a FIFO is refused, never waited on), kept only when its sha256 is the document's."""
+    try:
+        with open_shared(source, what="wheel") as data, _partial(target) as out:
+            hasher = hashlib.sha256()
+            while block := data.read(1 << 20):
+                hasher.update(block)
+                out.write(block)
+            out.close()
+            _kept(Path(out.name), target, hasher.hexdigest(), wheel, str(source))
+    except FileNotFoundError:
+        raise DocumentError(
+            f"{source} does not exist",
+            fix="the lane does not serve a wheel its document lists: publish the bundle into "
+            "the lane again (make publish-lane)",
+        ) from None
+
+
+def _download(
+    lane: LaneAddress, url: str, target: Path, wheel: LockedFile, network: NetworkPolicy
+) -> None:
     """Stream ``url`` into ``target`` (a wheel may be hundreds of MB), kept only when its
     sha256 is the document's; whatever happens, no partial file is left. Each read waits
     at most the idle timeout, the whole file its size at the slowest allowed rate."""
-    partial = target.with_name(f".{target.name}.part")
     hashers: list[Any] = []
-    try:
-        with partial.open("wb") as out:
+    with _partial(target) as out:
 
-            def fresh() -> Callable[[bytes], object]:
-                out.seek(0)
-                out.truncate()
-                hasher = hashlib.sha256()
-                hashers[:] = [hasher]
+        def fresh() -> Callable[[bytes], object]:
+            out.seek(0)
+            out.truncate()
+            hasher = hashlib.sha256()
+            hashers[:] = [hasher]
 
-                def write(block: bytes) -> None:
-                    hasher.update(block)
-                    out.write(block)
+            def write(block: bytes) -> None:
+                hasher.update(block)
+                out.write(block)
 
-                return write
+            return write
 
-            _fetched(url, network, size=wheel.size or 0, sink=fresh)
-        digest = hashers[0].hexdigest()
-        if digest != wheel.sha256:
-            raise DocumentError(
-                f"{shown(url)}: sha256 {digest}, the bundle document has {wheel.sha256}",
-                fix="the lane does not serve the locked file: report it to the lane's owners",
-            )
-        partial.replace(target)
-    finally:
-        partial.unlink(missing_ok=True)
+        _fetched(lane, url, network, size=wheel.size or 0, sink=fresh)
+        out.close()
+        _kept(Path(out.name), target, hashers[0].hexdigest(), wheel, lane.shown(url))

@@ -28,12 +28,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from xla_host import cache_explain, cache_keys, cache_pack, cache_prune, lane_packs, log, net
+from xla_host import (
+    cache_explain,
+    cache_keys,
+    cache_pack,
+    cache_prune,
+    lane_address,
+    lane_packs,
+    log,
+    net,
+)  # fmt: skip
 from xla_host.arguments import add_setting
 from xla_host.errors import UsageError
 from xla_host.filemode import output_target, write_by_rename
 from xla_host.host_probe import probe
-from xla_host.redact import shown
+from xla_host.lane_address import LaneAddress, recorded
+from xla_host.redact import masked_url
 from xla_host.settings import by_flag, env_of
 
 if TYPE_CHECKING:
@@ -290,7 +300,7 @@ class Fetched:
             f"{manifest.topology}"
         )
         digest = f"sha256:{self.row.sha256} " if self.row else ""
-        return f"{digest}({label}) from {shown(self.source)}"
+        return f"{digest}({label}) from {recorded(self.source)}"
 
     def line(self) -> str:
         manifest = self.done.manifest
@@ -309,7 +319,7 @@ def fetch_pack(
     network: net.NetworkPolicy,
     *,
     pack: str | None = None,
-    lane: str | None = None,
+    lane: LaneAddress | None = None,
     workload: str = "small",
 ) -> Fetched:
     """Verify and install a pack into ``into``: the file or URL ``pack``, or the lane's
@@ -325,7 +335,7 @@ def fetch_pack(
     if source is None:
         raise UsageError("which pack? neither a pack nor a lane is given",
                          fix=f"for example: {EXAMPLE}")  # fmt: skip
-    with log.section(f"cache pack {shown(source)} into {into}"):
+    with log.section(f"cache pack {masked_url(source)} into {into}"):
         done = cache_pack.install(
             source, into, keys, host, network=network,
             expected_sha256=row.sha256 if row else None,
@@ -357,7 +367,7 @@ def not_fetched(into: str | None) -> str:
 class PackRequest:
     """A job's opt-in to start warm: the lane whose pack to fetch, the workload, the key."""
 
-    lane: str
+    lane: LaneAddress
     workload: str
     key: Path
 
@@ -370,10 +380,11 @@ def pack_request(
     lane = lane or env.get(env_of("--pack-lane"))
     if not lane:
         return None
+    address = lane_address.parse(lane)
     key = key or env.get(env_of("--pack-public-key"))
     if not key:
         raise UsageError(
-            f"a cache pack is asked for (the lane {shown(lane)}) without the key its "
+            f"a cache pack is asked for (the lane {address.shown()}) without the key its "
             "signature must verify with",
             fix="pass --pack-public-key <the lane's public key, PEM> (or set "
             f"{env_of('--pack-public-key')}), or leave out --pack-lane "
@@ -382,7 +393,7 @@ def pack_request(
     workload = (
         workload or env.get(env_of("--pack-workload")) or str(by_flag("--pack-workload").default)
     )
-    return PackRequest(lane, workload, Path(key))
+    return PackRequest(address, workload, Path(key))
 
 
 def launch_pack(
@@ -427,7 +438,8 @@ def run_fetch(args: argparse.Namespace) -> int:
         )
     fetched = fetch_pack(
         args.into, args.key, host_facts(args), net.policy_from(args, os.environ),
-        pack=args.pack, lane=args.lane, workload=args.workload,
+        pack=args.pack, lane=lane_address.parse(args.lane) if args.lane else None,
+        workload=args.workload,
     )  # fmt: skip
     print(fetched.line())
     return 0

@@ -72,7 +72,7 @@ from xla_host.net import (
     settings_fix,
 )
 from xla_host.receipts import read_receipt
-from xla_host.redact import shown
+from xla_host.redact import masked_url, url_secrets
 from xla_host.slice import WRITER_LEASE
 
 if TYPE_CHECKING:
@@ -429,10 +429,11 @@ def open_pack(
 ) -> Iterator[IO[bytes]]:
     """The pack's bytes as a stream: a URL (http, https, file), fetched whole into an
     anonymous temporary file in ``spool`` (the nearest existing directory of the cache;
-    default: the system's), or a regular file, its type checked where it is opened (a
-    FIFO or device is refused, never read)."""
+    default: the system's), its userinfo and query kept on the request and masked
+    wherever it is shown; or a regular file, its type checked where it is opened (a FIFO
+    or device is refused, never read)."""
     if re.match(r"[a-z]+://", source):
-        where = shown(source)
+        where = masked_url(source)
         with tempfile.TemporaryFile(dir=spool) as spooled:
             failures = Failures(
                 answered=lambda answer: PackRefused(
@@ -451,8 +452,9 @@ def open_pack(
                 f"again (or give it longer: {settings_fix()})",
             )
             http_request(
-                source, network, failures, size=PACK_BYTES_ALLOWANCE, write=rewound(spooled)
-            )
+                source, network, failures, size=PACK_BYTES_ALLOWANCE, write=rewound(spooled),
+                secrets=url_secrets(source),
+            )  # fmt: skip
             spooled.seek(0)
             yield spooled
         return
@@ -493,6 +495,7 @@ def install(
     the install lock ``cache prune --apply`` takes too (:func:`install_lock`): a prune
     never sees an entry of this pack without its record."""
     began = time.monotonic()
+    named = masked_url(source)  # what messages say: the URL's credentials masked
     staged: dict[str, Path] = {}
     linked: list[Path] = []
     bookkeeping: list[Path] = []
@@ -507,14 +510,14 @@ def install(
                 # Closed by `with tar:` below; opened apart so a non-tar is named as such.
                 tar = tarfile.open(fileobj=stream, mode="r|")  # type: ignore[call-overload]  # noqa: SIM115
             except tarfile.TarError:
-                raise _format_error(source, "not a tar file") from None
+                raise _format_error(named, "not a tar file") from None
             with tar:
-                result = _install_stream(source, tar, cache, keys, host, staged, runs)
+                result = _install_stream(named, tar, cache, keys, host, staged, runs)
             while stream.read(1 << 20):
                 pass  # the tar's end blocks: the whole file's digest
         if expected_sha256 is not None and stream.hexdigest() != expected_sha256:
             raise PackRefused(
-                f"{source} is not the pack the lane's index names (sha256 "
+                f"{named} is not the pack the lane's index names (sha256 "
                 f"{stream.hexdigest()[:16]}…, the index says {expected_sha256[:16]}…)",
                 fix="fetch the pack again from the lane; never install a pack of other bytes",
             )
@@ -704,7 +707,9 @@ def remove_dead_staging(cache: Path) -> list[Path]:
 
 def record_installed(cache: Path, manifest: Manifest, source: str) -> list[Path]:
     """The installed pack's manifest in ``cache/.xla-packs/<id>.json`` (by rename; an
-    existing record of the same manifest is left as it is). Returns what it created."""
+    existing record of the same manifest is left as it is), with ``source`` as records
+    keep a URL: no userinfo, every query value masked (every worker of a slice reads the
+    directory). Returns what it created."""
     payload = json.dumps(manifest.to_json(), sort_keys=True).encode()
     record = cache / INSTALLED_DIR / f"{hashlib.sha256(payload).hexdigest()[:32]}.json"
     made: list[Path] = []
@@ -715,7 +720,7 @@ def record_installed(cache: Path, manifest: Manifest, source: str) -> list[Path]
         return made
     text = json.dumps(
         {
-            "source": source,
+            "source": masked_url(source, record=True),
             "installed": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "manifest": manifest.to_json(),
         },
@@ -770,19 +775,20 @@ def read_manifest(
     source: str, keys: Sequence[PublicKey], network: NetworkPolicy = DEFAULT_NETWORK
 ) -> Manifest:
     """A pack's manifest once its signature verifies; no entry is read."""
+    named = masked_url(source)
     with open_pack(source, network) as stream:
         try:
             with tarfile.open(fileobj=stream, mode="r|") as tar:
                 first = next(iter(tar), None)
                 if first is None or first.name != MANIFEST_MEMBER or not first.isreg():
-                    raise _format_error(source, f"its first member is not {MANIFEST_MEMBER}")
+                    raise _format_error(named, f"its first member is not {MANIFEST_MEMBER}")
                 if first.size > MAX_MANIFEST_BYTES:
-                    raise _format_error(source, "a manifest too large")
+                    raise _format_error(named, "a manifest too large")
                 reader = tar.extractfile(first)
                 assert reader is not None
-                return parse_manifest(verify_envelope(reader.read(), keys, source), source)
+                return parse_manifest(verify_envelope(reader.read(), keys, named), named)
         except tarfile.TarError:
-            raise _format_error(source, "not a tar file") from None
+            raise _format_error(named, "not a tar file") from None
 
 
 class _Hashing:

@@ -38,6 +38,7 @@ from xla_host import (
     bundle_document,
     host_doctor,
     installed,
+    lane_address,
     log,
     net,
     receipt_verdict,
@@ -206,14 +207,20 @@ def _document(args: argparse.Namespace) -> tuple[bundle_document.BundleDocument,
                 fix="pass the document of the bundle you mean, or leave out --bundle",
             )
         return document, digest
-    if not args.lane or not args.bundle:
+    lane = _lane(args)
+    if lane is None or not args.bundle:
         raise UsageError(
             "which bundle? --lane and --bundle (or --bundle-document) are required",
             fix="pass --lane <the lane's directory or URL> --bundle <name>",
         )
     return bundle_document.fetch(
-        args.lane, args.bundle, sha256=args.bundle_sha256, network=_network(args)
+        lane, args.bundle, sha256=args.bundle_sha256, network=_network(args)
     )
+
+
+def _lane(args: argparse.Namespace) -> lane_address.LaneAddress | None:
+    """``--lane``, read as a lane address (one of :data:`xla_host.lane_address.FORMS`)."""
+    return lane_address.parse(args.lane) if args.lane else None
 
 
 def _network(args: argparse.Namespace) -> net.NetworkPolicy:
@@ -232,7 +239,8 @@ def _compare_files(
     fetched from the lane by hash when not at hand."""
     wheel_dir = args.wheel_dir or _cache() / "lane-wheels"
     with log.section(f"compare the environment with the wheels of bundle {document.bundle}"):
-        bundle_document.wheel_files(args.lane, document.wheels, wheel_dir, network=_network(args))
+        bundle_document.wheel_files(_lane(args), document.wheels, wheel_dir,
+                                    network=_network(args))  # fmt: skip
         return installed.match_environment(
             python, document.wheels, wheel_dir, _cache() / "wheel-content"
         )
@@ -265,13 +273,14 @@ def run_doctor(args: argparse.Namespace) -> int:
         fix="pass --python <the training environment's python>",
     )
     urls = None
-    if args.lane:
+    lane = _lane(args)
+    if lane is not None:
         # The lane's install list, judged against the document (a moved lane whose list
         # did not follow installs other wheels), and the install line that answers.
-        served = bundle_document.install_list(args.lane, network=_network(args))
-        urls = bundle_document.install_urls(args.lane) if served is not None else None
+        served = bundle_document.install_list(lane, network=_network(args))
+        urls = bundle_document.install_urls(lane) if served is not None else None
         host_doctor.check_install_list(
-            report, document, served, bundle_document.install_urls(args.lane)[1]
+            report, document, served, bundle_document.install_urls(lane)[1]
         )
     fix = host_doctor.install_fix(urls)
     host_doctor.check_versions(report, document, facts, fix)

@@ -31,7 +31,7 @@ from xla_host.filemode import mount_of
 from xla_host.host_probe import HostFacts
 from xla_host.installed import EnvironmentMatch
 from xla_host.launch_profile import CACHE_PATH, CACHE_READ_ONLY, LaunchProfile
-from xla_host.redact import shown
+from xla_host.redact import masked_url
 from xla_host.wheel_filename import normalize
 
 
@@ -89,8 +89,8 @@ def install_line(simple: str, requirements: str, *, host_only: bool = False) -> 
     ``--no-deps``, so a host's own torch environment stays as it is. Credentials masked."""
     no_deps = " --no-deps" if host_only else ""
     return (
-        f"pip install --require-hashes{no_deps} --index-url {shown(simple)} "
-        f"-r {shown(requirements)}"
+        f"pip install --require-hashes{no_deps} --index-url {masked_url(simple)} "
+        f"-r {masked_url(requirements)}"
     )
 
 
@@ -127,12 +127,12 @@ def check_install_list(
     bundle = named.group(1) if named else "(unnamed)"
     missing = sorted(w.name for w in document.wheels if w.sha256 not in set(_PINNED.findall(body)))
     if bundle == document.bundle and not missing:
-        report.add("ok", "lane install list", f"{shown(where)} installs {document.bundle}")
+        report.add("ok", "lane install list", f"{masked_url(where)} installs {document.bundle}")
         return
     report.add(
         "FAIL",
         "lane install list",
-        f"{shown(where)} installs bundle {bundle}, not {document.bundle}, the document's"
+        f"{masked_url(where)} installs bundle {bundle}, not {document.bundle}, the document's"
         + (f" (it does not pin {', '.join(missing)})" if missing else ""),
         f"on the builder: make requirements LANE={document.lane} (writes the lane's install "
         "lists for the bundle it serves), then install again",

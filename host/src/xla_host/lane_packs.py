@@ -17,17 +17,15 @@ from __future__ import annotations
 
 import json
 import re
-import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from xla_host.cache_pack import PackRefused
 from xla_host.errors import UsageError
 from xla_host.filemode import read_shared
+from xla_host.lane_address import LaneAddress, address_of
 from xla_host.net import NetworkPolicy, NotThere, get
-from xla_host.redact import shown
 
 INDEX = "packs/index.json"
 INDEX_VERSION = 1
@@ -123,53 +121,50 @@ def index_json(rows: Sequence[PackRow], retained: Mapping[str, str]) -> str:
     return json.dumps(data, indent=2) + "\n"
 
 
-def _join(lane: str, relative: str) -> str:
-    if re.match(r"[a-z]+://", lane):
-        return urllib.parse.urljoin(lane.rstrip("/") + "/", relative)
-    return str(Path(lane) / relative)
-
-
-def read_index(lane: str, network: NetworkPolicy) -> list[PackRow]:
-    """The lane's pack index: ``lane`` is its URL (http, https, file) or its directory."""
-    where = _join(lane, INDEX)
+def read_index(lane: str | LaneAddress, network: NetworkPolicy) -> list[PackRow]:
+    """The lane's pack index: ``lane`` is its address (:mod:`xla_host.lane_address`)."""
+    address = address_of(lane)
+    where = address.where(INDEX)
+    shown_where = address.shown(address.path(INDEX) if address.local else where)
     fix = "check --lane (the lane's URL or directory, where packs/index.json is served)"
     absent = PackRefused(
-        f"the lane {shown(lane)} serves no cache pack (no {shown(where)})", fix=_PUBLISH
+        f"the lane {address.shown()} serves no cache pack (no {shown_where})", fix=_PUBLISH
     )
     try:
-        if re.match(r"[a-z]+://", lane):
-            raw = get(
-                where, network, missing_ok=True, timeout_fix=fix,
-                refused=lambda what: PackRefused(f"{shown(where)}: {what}", fix=fix),
-            )  # fmt: skip
-        else:
+        if address.local:
             # A FIFO or device at the index's place is refused from its stat, never opened.
-            raw = read_shared(Path(where), what="lane's pack index", limit=MAX_INDEX_BYTES)
+            raw = read_shared(address.path(INDEX), what="lane's pack index", limit=MAX_INDEX_BYTES)
+        else:
+            raw = get(
+                where, network, missing_ok=True, timeout_fix=fix, secrets=address.secrets,
+                refused=lambda what: PackRefused(f"{shown_where}: {what}", fix=fix),
+            )  # fmt: skip
     except (NotThere, FileNotFoundError):
         raise absent from None
-    except OSError as error:
-        raise UsageError(f"{where} cannot be read: {error.strerror}", fix=fix) from None
     if len(raw) > MAX_INDEX_BYTES:
-        raise UsageError(f"{shown(where)} is larger than {MAX_INDEX_BYTES} bytes", fix=fix)
-    return parse_index(raw.decode(errors="replace"), shown(where))[0]
+        raise UsageError(f"{shown_where} is larger than {MAX_INDEX_BYTES} bytes", fix=fix)
+    return parse_index(raw.decode(errors="replace"), shown_where)[0]
 
 
 def find_pack(
-    lane: str, bundle: str | None, workload: str, topology: str, network: NetworkPolicy
-) -> tuple[str, PackRow]:
+    lane: str | LaneAddress, bundle: str | None, workload: str, topology: str,
+    network: NetworkPolicy,
+) -> tuple[str, PackRow]:  # fmt: skip
     """The URL (or path) of the newest pack of the lane for this bundle, workload and
-    topology, and its index row; refused naming what the lane has instead."""
-    rows = read_index(lane, network)
+    topology, and its index row; refused naming what the lane has instead. The URL keeps
+    the lane's credentials (its userinfo and query): show it masked."""
+    address = address_of(lane)
+    rows = read_index(address, network)
     fitting = [
         r for r in rows if (r.bundle, r.workload, r.topology) == (bundle, workload, topology)
     ]
     if not fitting:
         offered = "; ".join(sorted({r.label for r in rows})) or "none"
         raise PackRefused(
-            f"the lane {lane} has no cache pack for bundle {bundle or 'none'}, workload "
-            f"{workload}, topology {topology} (it has: {offered})",
+            f"the lane {address.shown()} has no cache pack for bundle {bundle or 'none'}, "
+            f"workload {workload}, topology {topology} (it has: {offered})",
             fix="run the gate with --pack for this workload on this topology and publish the "
             "pack (make cache-pack), or pass the --bundle/--workload/--topology this host runs",
         )
     row = max(fitting, key=lambda r: (r.created, r.published))
-    return _join(lane, row.path), row
+    return address.where(row.path), row

@@ -54,7 +54,7 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 from xla_host import filemode, log, settings
 from xla_host.arguments import add_setting, value_type
 from xla_host.errors import PipelineError, UsageError
-from xla_host.redact import Redactor, mask_url_credentials, shown
+from xla_host.redact import Redactor, mask_url_credentials, masked_url, shown
 from xla_host.runner import StepTimedOut
 from xla_host.settings import by_flag
 from xla_host.values import BadValue
@@ -600,6 +600,7 @@ def http_request(
     URL). ``write``: each attempt streams the body into what it returns (a fresh start,
     :func:`rewound`) instead of into memory. ``long``: announce the step before it
     starts."""
+    request, secrets = _userinfo_as_basic_auth(request, secrets)
     url = request if isinstance(request, str) else request.full_url
     method = "GET" if isinstance(request, str) else request.get_method()
     redact = Redactor(secrets)
@@ -631,12 +632,36 @@ def http_request(
         return Answer(status, reason, body)
 
     return with_retries(
-        step or f"{method} {redact(shown(url))}", host_of(url), attempt,
+        step or f"{method} {redact(masked_url(url))}", host_of(url), attempt,
         give_up=failures.gave_up, timeout_fix=failures.timeout_fix,
         limit_s=network.transfer_limit(ANSWER_BYTES_ALLOWANCE if size is None else size),
         long=long, retry_kinds=("refused",) if method in SENT_ONCE_METHODS else None,
         network=network,
     )  # fmt: skip
+
+
+def _userinfo_as_basic_auth(
+    request: str | urllib.request.Request, secrets: Iterable[str]
+) -> tuple[str | urllib.request.Request, list[str]]:
+    """A URL's ``user:password@`` sent as a basic-auth header, the URL without it (urllib
+    reads userinfo as part of the host name: the lookup fails), and the password added to
+    what is never shown. The header is not sent on to where a redirect points."""
+    import base64
+
+    url = request if isinstance(request, str) else request.full_url
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return request, list(secrets)
+    bare = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+    if isinstance(request, str):
+        request = new_request(bare)
+    else:
+        request.full_url = bare
+    user = urllib.parse.unquote(parts.username or "")
+    password = urllib.parse.unquote(parts.password or "")
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    request.add_unredirected_header("Authorization", f"Basic {token}")
+    return request, [*secrets, password, parts.password or ""]
 
 
 def get(
@@ -648,11 +673,13 @@ def get(
     size: int | None = None,
     write: Callable[[], Callable[[bytes], object]] | None = None,
     missing_ok: bool = False,
+    secrets: Iterable[str] = (),
 ) -> bytes:
     """One GET through :func:`http_request` whose every failure is ``refused(what
     happened)``: a 4xx, another fault, or a transient one that outlasts the retries; no
     answer in time is :class:`NetworkTimedOut` with ``timeout_fix`` and the settings that
-    give it longer; with ``missing_ok`` a 404 raises :class:`NotThere`."""
+    give it longer; with ``missing_ok`` a 404 raises :class:`NotThere`. ``secrets``: values
+    never shown (a lane address's, :attr:`xla_host.lane_address.LaneAddress.secrets`)."""
 
     def answered(answer: Answer) -> PipelineError | None:
         if missing_ok and answer.status == 404:
@@ -667,7 +694,7 @@ def get(
         ),
         timeout_fix=f"{timeout_fix} (or give it longer: {settings_fix()})",
     )
-    answer = http_request(url, network, failures, size=size, write=write)
+    answer = http_request(url, network, failures, size=size, write=write, secrets=secrets)
     if answer.status == 404:
-        raise NotThere(shown(url))
+        raise NotThere(Redactor(secrets)(shown(url)))
     return answer.body

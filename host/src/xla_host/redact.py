@@ -6,6 +6,8 @@ or not; the userinfo of a URL (``https://user:token@host`` -> ``https://<redacte
 a credential in a URL's query string or fragment (``?token=abc``, ``&X-Amz-Signature=...``
 -> ``?token=<redacted>``); and a basic-auth header echoed by a verbose client. Plans, logs,
 errors and reports all show the same marker, so a reader learns one sign for "a secret was here".
+An address the user gives (a lane, a pack's URL) is shown by :func:`masked_url`, which masks
+every value of its query whatever its name, and recorded without its userinfo.
 
 Standard library only: the builder image runs it (``builder.run_recipe``).
 """
@@ -64,6 +66,47 @@ def mask_url_credentials(text: str) -> str:
     """``https://user:token@host/x?token=t`` -> ``https://<redacted>@host/x?token=<redacted>``:
     credentials never reach a terminal, a plan, a log or an error message."""
     return _SECRET_PARAM.sub(r"\1" + REDACTED, _URL_USERINFO.sub(REDACTED + "@", text))
+
+
+def masked_url(url: str, *, record: bool = False) -> str:
+    """A URL the user gave as an address (a lane, a pack), as shown: its userinfo masked
+    and every value of its query masked, whatever the parameter's name (an address's
+    query is there to carry a token: ``?t=...`` as much as ``?token=...``); ``record``:
+    as a record keeps it, the userinfo left out. Text that is not a URL is shown as it is."""
+    if "://" not in url:
+        return shown(url)
+    parts = urllib.parse.urlsplit(url)
+    netloc = parts.netloc.rpartition("@")[2]
+    if "@" in parts.netloc and not record:
+        netloc = f"{REDACTED}@{netloc}"
+
+    def masked(query: str) -> str:
+        pairs = (p.partition("=") for p in query.split("&") if p)
+        return "&".join(f"{name}={REDACTED}" if sep else REDACTED for name, sep, _ in pairs)
+
+    masked_parts = parts._replace(
+        netloc=netloc, query=masked(parts.query), fragment=masked(parts.fragment)
+    )
+    return shown(urllib.parse.urlunsplit(masked_parts))
+
+
+#: A credential is never shorter; a shorter value (``?v=1``) masked wherever it appears
+#: would garble every number of a message (its URL is masked by :func:`masked_url`).
+_SHORTEST_SECRET = 6
+
+
+def url_secrets(url: str) -> tuple[str, ...]:
+    """The values of ``url`` a message must never show, for a :class:`Redactor`: its
+    userinfo's user and password, and each value of its query."""
+    if "://" not in url:
+        return ()
+    parts = urllib.parse.urlsplit(url)
+    values = [parts.username or "", parts.password or ""]
+    for query in (parts.query, parts.fragment):
+        values += [value for _, value in urllib.parse.parse_qsl(query, keep_blank_values=True)]
+        values += [p.partition("=")[2] for p in query.split("&")]
+    found = {v for value in values for v in (value, urllib.parse.unquote(value))}
+    return tuple(sorted(v for v in found if len(v) >= _SHORTEST_SECRET))
 
 
 def shown(text: str) -> str:
