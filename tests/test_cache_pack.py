@@ -417,3 +417,33 @@ def test_the_gate_refuses_an_unsigned_pack_before_it_runs(tmp_path: Path) -> Non
     assert done.exit_code == 2, done.output
     assert "--pack needs --pack-key" in done.stderr and "fix:" in done.stderr
     assert not (tmp_path / "packs").exists() and not (tmp_path / "out" / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "problem"),
+    [
+        (["--pack", "{packs}", "--pack-key", "{public}"], "--pack-key {public} is a public key"),
+        (["--pack", "{packs}", "--pack-key", "{notes}"], "--pack-key {notes} is no private key"),
+        (["--pack-key", "{private}"], "--pack-key is given without --pack"),
+        (["--sign-key", "{private}"], "--sign-key is given without --receipts"),
+        (["--receipts", "{store}", "--sign-key", "{public}"], "--sign-key {public} is a public"),
+    ],
+)
+def test_the_gate_refuses_a_key_it_cannot_use_before_any_child_starts(
+    tmp_path: Path, flags: list[str], problem: str
+) -> None:
+    from tests.clirunner import run_cli
+
+    private, public = keypair(tmp_path, "gate")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a key\n")
+    names = {"packs": tmp_path / "packs", "public": public, "private": private, "notes": notes,
+             "store": tmp_path / "store"}  # fmt: skip
+    given = [flag.format(**names) for flag in flags]
+    done = run_cli("gate", *given, "--out", str(tmp_path / "out"), "--python", sys.executable,
+                   inherit_env=True)  # fmt: skip
+    assert done.exit_code == 2, done.output
+    assert problem.format(**names) in done.stderr and "fix:" in done.stderr, done.stderr
+    assert "Traceback" not in done.output and "None is not" not in done.output
+    assert not (tmp_path / "out" / "runs").exists()
+    assert not (tmp_path / "packs").exists() and not (tmp_path / "store").exists()

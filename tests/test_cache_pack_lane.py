@@ -356,6 +356,83 @@ def test_cache_pack_publishes_the_gates_pack_only_with_its_receipt(tmp_path: Pat
     )
 
 
+def test_cache_pack_refuses_a_pack_with_a_corrupted_entry_and_the_lane_keeps_its_good_one(
+    tmp_path: Path,
+) -> None:
+    from tests.test_error_contract import cli, project_copy
+    from xla_host import receipts
+    from xla_wheels.release import lanes
+
+    root = project_copy(tmp_path)
+    lanes.write_state(root, "validation", lanes.LaneState("v6e-2.9", (), None, None))
+    made = receipts.Receipt(
+        kind="gate", bundle="v6e-2.9", created="2026-01-01T00:00:00Z", host="h", device="CPU",
+        chip=None, workload="small", versions={}, wheels_match_lock=False, wheels=(),
+        problems=(), checks=(receipts.CheckEvidence("restart", True, (), {}),),
+    )  # fmt: skip
+    digest = receipts.read_receipt(
+        receipts.write_receipt(receipts.receipt_path(root, made), made)
+    ).digest
+    cache = tmp_path / "cold"
+    cache.mkdir()
+    entry = os.urandom(5000)
+    (cache / "123456789012").write_bytes(entry)
+    private, public = keypair(tmp_path, "gate")
+    packs = root / "out" / "gate" / "packs"
+    args = ("cache-pack", "--bundle", "v6e-2.9", "--lane", "validation", "--public-key",
+            str(public))  # fmt: skip
+    # A CPU lane: the receipt was judged on other wheels than the locked ones.
+    config = root / "build" / "lanes.toml"
+    config.write_text(config.read_text().replace(
+        'path = "dist/lanes/validation"\n',
+        'path = "dist/lanes/validation"\npack-receipts = "any-wheels"\n', 1))  # fmt: skip
+    good, _ = cache_pack.write_pack(packs, cache, private,
+                                    manifest(bundle="v6e-2.9", receipt_digest=digest))  # fmt: skip
+    first = cli(root, *args)
+    assert first.exit_code == 0, first.output
+    lane_dir = root / "dist" / "lanes" / "validation"
+    index_before = (lane_dir / lane_packs.INDEX).read_bytes()
+
+    time.sleep(1.1)  # the newest pack is taken: `created` is to the second
+    bad, _ = cache_pack.write_pack(packs, cache, private,
+                                   manifest(bundle="v6e-2.9", receipt_digest=digest))  # fmt: skip
+    raw = bytearray(bad.read_bytes())
+    raw[raw.index(entry[:64]) + 10] ^= 0x01  # inside the entry: its signed manifest row holds
+    bad.write_bytes(bytes(raw))
+    refused = cli(root, *args)
+    assert refused.exit_code == 1, refused.output
+    assert "entry 123456789012 does not match its signed manifest" in refused.stderr
+    assert "not published, lane validation is unchanged" in refused.stderr
+    assert "fix:" in refused.stderr and "published" not in refused.stdout
+    assert (lane_dir / lane_packs.INDEX).read_bytes() == index_before
+    [row] = lane_packs.parse_index((lane_dir / lane_packs.INDEX).read_text(), "index")[0]
+    assert (lane_dir / row.path).read_bytes() == good.read_bytes()
+
+
+def test_an_older_pack_than_the_lanes_is_refused_and_the_lane_keeps_the_newer(
+    lane: dict[str, object],
+) -> None:
+    directory, tmp = Path(str(lane["dir"])), Path(str(lane["tmp"]))
+    older, older_manifest = cache_pack.write_pack(
+        tmp / "older", Path(str(lane["cache"])), Path(str(lane["key"])),
+        manifest(bundle="v6e-2.11", created="2025-01-01T00:00:00Z"),
+    )  # fmt: skip
+    index_before = (directory / lane_packs.INDEX).read_bytes()
+    with pytest.raises(lane_store.OlderPack) as raised:
+        lane_store.publish_pack(static_lane(directory), older, older_manifest,
+                                {"v6e-2.11": "serves"})  # fmt: skip
+    newer = lane["row"]
+    assert isinstance(newer, lane_packs.PackRow)
+    assert f"is older than the pack lane validation has for it, {newer.path}" in (
+        raised.value.message
+    )
+    assert "nothing was published and the lane is unchanged" in raised.value.message
+    assert (directory / lane_packs.INDEX).read_bytes() == index_before
+    assert sorted(p.name for p in (directory / "packs" / "sha256").iterdir()) == [
+        Path(newer.path).name
+    ]
+
+
 # --- which kinds of lane keep packs: the backend says -------------------------------
 
 

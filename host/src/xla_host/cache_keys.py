@@ -26,19 +26,42 @@ from xla_host.filemode import read_shared
 from xla_host.gate.children import run_child, runtime_env
 from xla_host.gate.errors import GateEnvironmentError
 from xla_host.gate.workload import WorkloadSpec
+from xla_host.redact import mask_environment, mask_flag_values
 
 RECORD_VERSION = 1
 
 
 def make_record(child_keys: Mapping[str, Any], workload: str, topology: str) -> dict[str, Any]:
-    """A key record from a child's ``keys`` report."""
+    """A key record from a child's ``keys`` report, its components masked
+    (:func:`masked_components`): every writer of key records (``keys.json``, ``cache
+    record``, a pack manifest's ``keys``) starts from one."""
     return {
         "key-record": RECORD_VERSION,
         "workload": workload,
         "topology": topology,
-        "components": dict(child_keys["components"]),
+        "components": masked_components(child_keys["components"]),
         "graphs": list(child_keys["graphs"]),
     }
+
+
+def masked_components(components: Mapping[str, Any]) -> dict[str, Any]:
+    """A run's key components as a record holds them: each parsed flag of XLA_FLAGS and
+    LIBTPU_INIT_ARGS and each custom compile option masked by name or value, each switch
+    by its variable's name (:mod:`xla_host.redact`'s rule). Two runs under the same
+    secret still compare equal (``cache explain``), under different ones unequal; the key
+    the runtime took saw the real values."""
+    masked = dict(components)
+    options = components.get("compile_options")
+    if isinstance(options, Mapping):
+        masked["compile_options"] = dict(options)
+        for name, value in options.items():
+            if isinstance(value, Mapping):
+                mask = mask_environment if name == "switches" else mask_flag_values
+                masked["compile_options"][name] = mask(value)
+    switches = components.get("module_switches")
+    if isinstance(switches, Mapping):
+        masked["module_switches"] = mask_environment(switches)
+    return masked
 
 
 def manifest_keys(record: Mapping[str, Any], entries: Sequence[str]) -> dict[str, Any]:

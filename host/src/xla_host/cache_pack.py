@@ -46,7 +46,7 @@ import stat
 import tarfile
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -779,14 +779,7 @@ def read_manifest(
     with open_pack(source, network) as stream:
         try:
             with tarfile.open(fileobj=stream, mode="r|") as tar:
-                first = next(iter(tar), None)
-                if first is None or first.name != MANIFEST_MEMBER or not first.isreg():
-                    raise _format_error(named, f"its first member is not {MANIFEST_MEMBER}")
-                if first.size > MAX_MANIFEST_BYTES:
-                    raise _format_error(named, "a manifest too large")
-                reader = tar.extractfile(first)
-                assert reader is not None
-                return parse_manifest(verify_envelope(reader.read(), keys, named), named)
+                return _signed_manifest(named, tar, iter(tar), keys)
         except tarfile.TarError:
             raise _format_error(named, "not a tar file") from None
 
@@ -843,18 +836,7 @@ def _install_stream(
     runs: list[StagingRun],
 ) -> Installed:
     members = iter(tar)
-    try:
-        first = next(members, None)
-    except tarfile.TarError:
-        raise _format_error(source, "not a tar file") from None
-    if first is None or first.name != MANIFEST_MEMBER or not first.isreg():
-        raise _format_error(source, f"its first member is not {MANIFEST_MEMBER}")
-    if first.size > MAX_MANIFEST_BYTES:
-        raise _format_error(source, f"a manifest larger than {MAX_MANIFEST_BYTES} bytes")
-    reader = tar.extractfile(first)
-    assert reader is not None  # a regular member
-    payload = verify_envelope(reader.read(), keys, source)
-    manifest = parse_manifest(payload, source)
+    manifest = _signed_manifest(source, tar, members, keys)
     if manifest.cache_format != CACHE_FORMAT:
         raise PackRefused(
             f"{source} holds cache entries of format {manifest.cache_format}, this host reads "
@@ -869,7 +851,6 @@ def _install_stream(
             "--bundle/--topology/--device as this host really runs)",
         )
     result = Installed(manifest)
-    expected = {e.name: e for e in manifest.entries}
     # Before a byte of an entry is written: an existing entry that differs refuses the pack.
     cache.mkdir(parents=True, exist_ok=True)
     for entry in manifest.entries:
@@ -881,6 +862,50 @@ def _install_stream(
     # What killed installs of this directory left, before this one stages its own.
     remove_dead_staging(cache)
     runs.append(StagingRun(cache))
+
+    def stage(name: str, data: IO[bytes], entry: Entry) -> None:
+        staged[name] = _stage(runs[-1].staged_path(name), data, entry, source)
+
+    _read_entries(source, tar, members, manifest, result.present, stage)
+    result.bytes_read = sum(e.size for e in manifest.entries if e.name in staged)
+    return result
+
+
+def _signed_manifest(
+    source: str,
+    tar: tarfile.TarFile,
+    members: Iterator[tarfile.TarInfo],
+    keys: Sequence[PublicKey],
+) -> Manifest:
+    """The pack's first member, its signed manifest, once the signature verifies."""
+    try:
+        first = next(members, None)
+    except tarfile.TarError:
+        raise _format_error(source, "not a tar file") from None
+    if first is None or first.name != MANIFEST_MEMBER or not first.isreg():
+        raise _format_error(source, f"its first member is not {MANIFEST_MEMBER}")
+    if first.size > MAX_MANIFEST_BYTES:
+        raise _format_error(source, f"a manifest larger than {MAX_MANIFEST_BYTES} bytes")
+    reader = tar.extractfile(first)
+    assert reader is not None  # a regular member
+    return parse_manifest(verify_envelope(reader.read(), keys, source), source)
+
+
+def _read_entries(
+    source: str,
+    tar: tarfile.TarFile,
+    members: Iterator[tarfile.TarInfo],
+    manifest: Manifest,
+    present: Sequence[str],
+    take: Callable[[str, IO[bytes], Entry], None],
+) -> None:
+    """Every member after the manifest handed to ``take`` (which checks its content), once
+    it is a regular file its signed manifest names with its size, exactly once; then every
+    entry the manifest names and ``present`` does not hold must have come. The one reading
+    of a pack's entries: a host installing it (``install``) and the lane publishing it
+    (``verify_pack``) judge a pack alike."""
+    expected = {e.name: e for e in manifest.entries}
+    seen: set[str] = set()
     try:
         for member in members:
             name = member.name[len(ENTRY_PREFIX) :]
@@ -890,7 +915,7 @@ def _install_stream(
                     fix="fetch the pack again from the lane; never install a tampered pack",
                 )
             entry = expected[name]
-            if not member.isreg() or member.size != entry.size or name in staged:
+            if not member.isreg() or member.size != entry.size or name in seen:
                 raise PackRefused(
                     f"{source}: entry {name} is not the file its manifest names ({entry.size} "
                     f"bytes, sha256 {entry.sha256[:16]}…): the pack was tampered with",
@@ -898,20 +923,56 @@ def _install_stream(
                 )
             data = tar.extractfile(member)
             assert data is not None
-            staged[name] = _stage(runs[-1].staged_path(name), data, entry, source)
-            result.bytes_read += entry.size
+            take(name, data, entry)
+            seen.add(name)
     except tarfile.TarError as error:
         raise PackRefused(
             f"{source} is damaged after its manifest ({error})",
             fix="fetch the pack again from the lane; never install a damaged pack",
         ) from None
-    missing = [name for name in expected if name not in staged and name not in result.present]
+    missing = [name for name in expected if name not in seen and name not in present]
     if missing:
         raise PackRefused(
             f"{source} lacks entries its manifest names: {', '.join(missing[:5])}",
             fix="fetch the pack again from the lane; never install a truncated pack",
         )
-    return result
+
+
+def _entry_mismatch(source: str, name: str, digest: str, entry: Entry) -> PackRefused:
+    return PackRefused(
+        f"{source}: entry {name} does not match its signed manifest (sha256 "
+        f"{digest[:16]}…, the manifest says {entry.sha256[:16]}…): the "
+        "entry was tampered with, so nothing was installed",
+        fix="fetch the pack again from the lane; never install a tampered pack",
+    )
+
+
+def verify_pack(
+    source: str, keys: Sequence[PublicKey], network: NetworkPolicy = DEFAULT_NETWORK
+) -> Manifest:
+    """The pack's manifest once its signature verifies **and** every entry is the file
+    the manifest names (size and sha256), none missing, none extra: what a host checks
+    before it installs (:func:`install`), done without writing anything. Publishing a pack
+    runs this first, so a lane never serves a pack every host would refuse."""
+    named = masked_url(source)
+    with open_pack(source, network) as stream:
+        try:
+            tar = tarfile.open(fileobj=stream, mode="r|")  # noqa: SIM115 - closed by `with tar:`
+        except tarfile.TarError:
+            raise _format_error(named, "not a tar file") from None
+        with tar:
+            members = iter(tar)
+            manifest = _signed_manifest(named, tar, members, keys)
+
+            def check(name: str, data: IO[bytes], entry: Entry) -> None:
+                digest = hashlib.sha256()
+                while chunk := data.read(1 << 20):
+                    digest.update(chunk)
+                if digest.hexdigest() != entry.sha256:
+                    raise _entry_mismatch(named, name, digest.hexdigest(), entry)
+
+            _read_entries(named, tar, members, manifest, (), check)
+    return manifest
 
 
 def _stage(temporary: Path, data: IO[bytes], entry: Entry, source: str) -> Path:
@@ -936,12 +997,7 @@ def _stage(temporary: Path, data: IO[bytes], entry: Entry, source: str) -> Path:
         raise
     if digest.hexdigest() != entry.sha256:
         temporary.unlink(missing_ok=True)
-        raise PackRefused(
-            f"{source}: entry {name} does not match its signed manifest (sha256 "
-            f"{digest.hexdigest()[:16]}…, the manifest says {entry.sha256[:16]}…): the "
-            "entry was tampered with, so nothing was installed",
-            fix="fetch the pack again from the lane; never install a tampered pack",
-        )
+        raise _entry_mismatch(source, name, digest.hexdigest(), entry)
     return temporary
 
 

@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from xla_host.errors import ManifestError, UsageError
+from xla_host.redact import mask_variable
 from xla_host.tables import loads_json, read_regular
 
 GROUPS = ("device", "cache", "compiler", "debug")
@@ -412,14 +413,16 @@ class EnvDifference:
         return self.kind == "extra" and self.variable in LOG_VARIABLES
 
     def describe(self) -> str:
+        """The difference in words, values masked as records mask them (it is printed and
+        goes into the job's stamp: :func:`xla_host.redact.mask_variable`)."""
         key = " (in the compile cache's key)" if self.in_cache_key else ""
+        expected = mask_variable(self.variable, self.expected or "")
+        actual = mask_variable(self.variable, self.actual or "")
         if self.kind == "missing":
-            return (
-                f"{self.variable} is not set; the profile sets {self.variable}={self.expected}{key}"
-            )
+            return f"{self.variable} is not set; the profile sets {self.variable}={expected}{key}"
         if self.kind == "extra":
-            return f"{self.variable}={self.actual} is set but not in the profile{key}"
-        return f"{self.variable}={self.actual}, the profile says {self.expected}{key}"
+            return f"{self.variable}={actual} is set but not in the profile{key}"
+        return f"{self.variable}={actual}, the profile says {expected}{key}"
 
 
 def compare_environment(

@@ -101,6 +101,35 @@ def _public_key(pem: str, key: Path) -> bytes:
     return der[len(_ED25519_SPKI_PREFIX) :]
 
 
+def check_signing_key(key: Path, flag: str) -> None:
+    """Before a run that signs only at its end (the gate's ``--sign-key``, ``--pack-key``):
+    ``key`` is an ed25519 private key openssl can use, or a UsageError naming ``flag``. A
+    public key, another algorithm or a passphrase costs seconds here, not a gate run."""
+    fix = f"pass {flag} <file>: {_KEY_FIX}"
+    if shutil.which("openssl") is None:
+        raise UsageError(
+            f"{flag} signs with openssl (3.0 or newer), which is not on PATH",
+            fix=f"install openssl (Debian: apt-get install openssl), or leave out {flag}",
+        )
+    if not key.is_file():
+        raise UsageError(f"{flag} {key} is not a file", fix=fix)
+
+    def refused(result: Any) -> PipelineError:
+        first = (result.stderr or "").strip().splitlines()[:1] or ["no message"]
+        # Sniffed only to name the mistake; the key's bytes are never shown.
+        public = b"BEGIN PUBLIC KEY" in key.read_bytes()[:4096]
+        what = "is a public key; it needs the private key" if public else "is no private key"
+        return UsageError(f"{flag} {key} {what} openssl can use ({first[0]})", fix=fix)
+
+    public_cmd, _ = sign_plan(key, key, key)
+    answer = runner.run(public_cmd, echo="log", timeout=SIGN_TIMEOUT_S, error=refused,
+                        step="openssl")  # fmt: skip
+    try:
+        _public_key(answer.stdout, key)
+    except UsageError:
+        raise UsageError(f"{flag} {key} is not an ed25519 key", fix=fix) from None
+
+
 def sign(payload: bytes, key: Path, *, payload_type: str = PAYLOAD_TYPE) -> bytes:
     """``payload`` (a rendered receipt) as a signed DSSE envelope, one JSON document.
     ``payload_type``: another document's type (a cache pack's manifest), bound into what

@@ -28,6 +28,7 @@ from typing import Any
 
 from xla_host import filemode
 from xla_host.errors import DiskError, ExitCode, PipelineError, UsageError
+from xla_host.redact import mask_flag_string
 from xla_host.tables import Field, Table, loads_json, read_utf8
 
 STAMP_VERSION = "1"
@@ -73,8 +74,12 @@ class Stamp:
     workload, topology and lane), else None."""
 
     def as_json(self) -> dict[str, Any]:
-        """The document, as JSON holds it (lists, not tuples), keys spelt with dashes."""
+        """The document, as JSON holds it (lists, not tuples), keys spelt with dashes; the
+        job's facts (its command line) and the problems masked as every record is
+        (:func:`xla_host.redact.mask_flag_string`: a ``--token=...`` never reaches a stamp)."""
         data = json.loads(json.dumps(asdict(self)))
+        data["job"] = {name: mask_flag_string(value) for name, value in data["job"].items()}
+        data["problems"] = [mask_flag_string(problem) for problem in data["problems"]]
         return {"stamp-version": STAMP_VERSION, **{k.replace("_", "-"): v for k, v in data.items()}}
 
     def render(self) -> str:

@@ -403,6 +403,16 @@ def cmd_cache_pack(args: argparse.Namespace) -> int:
             "file: /path/decoder.py:build and decoder.py:build are one workload)",
         )
     path, manifest = found[0]
+    # Every entry as a host will check it before the lane serves it: a pack hosts refuse
+    # would replace (and remove) the good pack they fetch now.
+    try:
+        cache_pack.verify_pack(str(path), keys)
+    except cache_pack.PackRefused as refused:
+        raise cache_pack.PackRefused(
+            f"{refused.message}; not published, lane {lane.name} is unchanged",
+            fix=f"run the gate again with --pack to make a new pack (or remove {path} to "
+            "publish the newest pack before it)",
+        ) from None
     # Published only with the receipt that proved its warm restart: one of the bundle's.
     receipts = {r.digest: r for r in promote.bundle_evidence(
         options.root, args.bundle, config.receipt_stores) if r.digest_ok}  # fmt: skip

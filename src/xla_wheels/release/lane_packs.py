@@ -10,7 +10,10 @@ itself (``LaneBackend.refuses_packs``). Nothing here asks which kind a lane is.
 **Retention** (:func:`retained_bundles`): a lane keeps the packs of the bundle it serves
 and of every bundle it can roll back to (the bundles of its history in ``lanes.lock``),
 and of each (bundle, workload, topology) only the newest pack. The index records which
-bundles it keeps and why (``retained``), and a publish says what it removed and why.
+bundles it keeps and why (``retained``), and a publish says what it removed and why. A pack
+older than the lane's of the same (bundle, workload, topology) is refused (:class:`OlderPack`,
+the lane unchanged), never stored and removed in one go; a promotion keeps the target's
+newer pack and says so.
 Everything is written by rename; a pack's file is never replaced (its name is its hash).
 """
 
@@ -25,6 +28,11 @@ from xla_host import cache_pack, lane_packs, log
 from xla_host.errors import UsageError
 from xla_host.filemode import file_sha256
 from xla_wheels.release.lanes import Lane, LanesRecord
+
+
+class OlderPack(UsageError):
+    """A pack older than the lane's own of the same bundle, workload and topology, which
+    the retention rule would remove as it is published: refused (exit 2)."""
 
 
 @dataclass
@@ -114,6 +122,18 @@ def publish_row(
     rows, _ = read_index(lane)
     added = all(r.sha256 != row.sha256 for r in rows)
     keep, removed = _retention([r for r in rows if r.sha256 != row.sha256] + [row], retained)
+    if any(r is row for r, _ in removed):
+        # Stored and then removed by the same publish, "published" would be a lie and the
+        # hosts would still fetch the other one: refused, the lane as it was.
+        newer = next(r for r in keep if (r.bundle, r.workload, r.topology) ==
+                     (row.bundle, row.workload, row.topology))  # fmt: skip
+        raise OlderPack(
+            f"{pack.name} ({row.label}, made {row.created}) is older than the pack lane "
+            f"{lane.name} has for it, {newer.path} (made {newer.created}): the lane keeps "
+            "only the newest, so nothing was published and the lane is unchanged",
+            fix="publish a pack made after it (run the gate again with --pack), or keep the "
+            "lane's newer pack",
+        )
     kept = {bundle or "none": why for bundle, why in retained.items()}
     index = lane.backend.store_packs(
         pack, row, keep, kept, [r for r, _ in removed], dry_run=dry_run
@@ -162,7 +182,12 @@ def copy_packs(
         log.info(f"promote: {len(rows)} cache pack(s) of {bundle} stay in lane {source.name}: "
                  f"{refusal.message}")  # fmt: skip
         return []
-    return [
-        publish_row(lane, source.backend.pack_file(row), row, retained, dry_run=dry_run)
-        for row in rows
-    ]
+    published = []
+    for row in rows:
+        try:
+            published.append(
+                publish_row(lane, source.backend.pack_file(row), row, retained, dry_run=dry_run)
+            )
+        except OlderPack as older:
+            log.info(f"promote: {older.message}")
+    return published

@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from xla_host import receipt_signing
 from xla_host.arguments import ValueType, add_setting, add_settings
 from xla_host.errors import UsageError
 from xla_host.gate import keyprobe, under_profile
@@ -76,12 +77,7 @@ def gate_config(
     profile: under_profile.GateProfile | None,
 ) -> GateConfig:
     """The run :func:`xla_host.gate.run.run_gate` makes of the parsed arguments."""
-    if args.pack is not None and (args.pack_key is None or not args.pack_key.is_file()):
-        # Refused before a run of minutes: an unsigned pack is one no host may install.
-        raise UsageError(
-            "--pack needs --pack-key, a file: a cache pack is signed, or no host installs it",
-            fix="pass --pack-key <ed25519 private key PEM> with --pack DIR",
-        )
+    check_key_flags(args)
     return GateConfig(
         python=python,
         device=args.device,
@@ -111,6 +107,33 @@ def gate_config(
         ),
         settings={k: str(v) for k, v in vars(args).items() if k != "handler"},
     )
+
+
+def check_key_flags(args: argparse.Namespace) -> None:
+    """The signing flags, refused before any child starts (a gate run takes minutes and
+    they are used only at its end): each key with the flag it serves, and a usable ed25519
+    private key (``receipt_signing.check_signing_key``)."""
+    if args.pack is not None and (args.pack_key is None or not args.pack_key.is_file()):
+        # An unsigned pack is one no host may install.
+        raise UsageError(
+            "--pack needs --pack-key, a file: a cache pack is signed, or no host installs it",
+            fix="pass --pack-key <ed25519 private key PEM> with --pack DIR",
+        )
+    if args.pack_key is not None and args.pack is None:
+        raise UsageError(
+            "--pack-key is given without --pack: no cache pack would be written or signed",
+            fix="pass --pack DIR with --pack-key (or leave out --pack-key)",
+        )
+    if args.sign_key is not None and not args.receipts:
+        raise UsageError(
+            "--sign-key is given without --receipts: it signs the receipt the gate uploads, "
+            "and this run uploads none",
+            fix="pass --receipts <store> with --sign-key (or leave out --sign-key: the "
+            "receipt is still written under --out)",
+        )
+    for flag, key in (("--pack-key", args.pack_key), ("--sign-key", args.sign_key)):
+        if key is not None:
+            receipt_signing.check_signing_key(key, flag)
 
 
 def run_printed(config: GateConfig) -> GateOutcome:

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 from xla_host import log
 from xla_host.gate.stacks import capture_native_stacks, summarize_stacks
+from xla_host.redact import mask_environment
 
 CHILD_SCRIPT = Path(__file__).with_name("child_workload.py")
 #: Seconds between SIGTERM and SIGKILL to a timed-out process group.
@@ -392,8 +393,6 @@ PER_HOST_NAMES = frozenset(
         "XLA_COORDINATOR_ADDRESS",
     }
 )
-#: A value under such a name is never recorded (a token in a launch script's environment).
-_SECRET_MARKERS = ("TOKEN", "PASSWORD", "PASSWD", "SECRET", "CREDENTIAL")
 #: The pipeline's own settings (``XLA_WHEELS_NET_TIMEOUT``, the receipt store's account):
 #: read by the gate, never by torch_xla or libtpu, so not how a child ran.
 _PIPELINE_PREFIX = "XLA_WHEELS_"
@@ -402,16 +401,19 @@ _PIPELINE_PREFIX = "XLA_WHEELS_"
 def launch_environment(device: str) -> dict[str, str]:
     """The runtime environment every child of this gate run started with (what
     :func:`runtime_env` gives, minus each child's own cache): what a receipt records, so
-    two runs under other XLA_FLAGS or other switches are told apart."""
+    two runs under other XLA_FLAGS or other switches are told apart. Masked as every
+    record is (:func:`xla_host.redact.mask_environment`: a credential by its variable's
+    name, or a flag's inside XLA_FLAGS / LIBTPU_INIT_ARGS by name or value), with a digest
+    that still tells two secrets apart; the children themselves get the real values."""
     env = runtime_env(device)
-    recorded = {}
-    for name in sorted(env):
-        if name in _PER_CHILD or name.startswith(_PIPELINE_PREFIX):
-            continue
-        if name.startswith(_RUNTIME_PREFIXES) or name in _RUNTIME_NAMES:
-            hidden = any(marker in name for marker in _SECRET_MARKERS)
-            recorded[name] = "<hidden>" if hidden else env[name]
-    return recorded
+    recorded = {
+        name: env[name]
+        for name in sorted(env)
+        if name not in _PER_CHILD
+        and not name.startswith(_PIPELINE_PREFIX)
+        and (name.startswith(_RUNTIME_PREFIXES) or name in _RUNTIME_NAMES)
+    }
+    return mask_environment(recorded)
 
 
 T = TypeVar("T")

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xla_host.launch_profile import CACHE_KEY_VARIABLES, CACHE_PATH, CACHE_READ_ONLY, LaunchProfile
+from xla_host.redact import mask_environment
 
 #: The settings a gate check controls itself, and why.
 SET_BY_GATE: Mapping[str, str] = {
@@ -68,11 +69,12 @@ class GateProfile:
     inert: Mapping[str, str] = field(default_factory=dict)
 
     def record(self) -> dict[str, Any]:
-        """The receipt's ``profile`` object."""
+        """The receipt's ``profile`` object, its environment masked as every record's
+        (:func:`xla_host.redact.mask_environment`)."""
         return {
             "name": self.name,
             "sha256": self.sha256,
-            "environment": dict(self.environment),
+            "environment": mask_environment(self.environment),
             "set-by-gate": dict(self.set_by_gate),
             "inert": dict(self.inert),
         }
