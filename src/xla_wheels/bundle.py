@@ -518,26 +518,7 @@ def _parse_component(
         )
     if name != "openxla" and version is None:
         raise table.fail("version", "missing", f'{name} wheels need a version, e.g. "2.9.0"')
-    patches = []
-    for index, relpath in enumerate(fields["patches"]):
-        _check_patch_path(table, name, index, relpath)
-        patch_path = patches_root / relpath
-        if patch_path.is_dir():
-            raise table.fail(
-                "patches",
-                f"patches/{relpath} is a directory, not a patch file",
-                "list the patch files inside it, one entry each",
-            )
-        if not _inside(patch_path, patches_root):
-            # A symlink is judged by its target: the series must come from the project.
-            raise table.fail(
-                "patches",
-                f"patches/{relpath} is a link to {patch_path.resolve()}, outside patches/",
-                "copy the patch into patches/ (a real file) and list it there",
-            )
-        _check_patch_file(table, relpath, patch_path)
-        origin = resolved.origins.get(relpath, bundle)
-        patches.append(PatchRef(relpath=relpath, path=patch_path, bundle=origin))
+    patches = _parse_patches(table, name, fields["patches"], patches_root, resolved, bundle)
     remote = fields["remote"]
     try:
         check_remote(remote)
@@ -555,13 +536,49 @@ def _parse_component(
         unpinned_reason=unpinned,
         version=version,
         submodules=fields["submodules"],
-        patches=tuple(patches),
+        patches=patches,
         dropped=tuple(
             (relpath, by)
             for relpath, by in resolved.dropped
             if PurePosixPath(relpath).parts[0] == name
         ),
     )
+
+
+def _parse_patches(
+    table: Table,
+    name: str,
+    relpaths: list[str],
+    patches_root: Path,
+    resolved: _Resolved,
+    bundle: str,
+) -> tuple[PatchRef, ...]:
+    """The series as listed (inherited patches merged in): each a real patch file inside
+    ``patches/``, with the bundle that lists it."""
+    patches = []
+    origins = [resolved.origins.get(relpath, bundle) for relpath in relpaths]
+    inherited = len(origins) - origins.count(bundle)  # the parent's come first
+    for index, (relpath, origin) in enumerate(zip(relpaths, origins, strict=True)):
+        # An error names the entry as this bundle's own list numbers it (the parent's
+        # entries were checked with the parent).
+        _check_patch_path(table, name, index - inherited, relpath)
+        patch_path = patches_root / relpath
+        if patch_path.is_dir():
+            raise table.fail(
+                "patches",
+                f"patches/{relpath} is a directory, not a patch file",
+                "list the patch files inside it, one entry each",
+            )
+        if not _inside(patch_path, patches_root):
+            # A symlink is judged by its target: the series must come from the project.
+            raise table.fail(
+                "patches",
+                f"patches/{relpath} is a link to {patch_path.resolve()}, outside patches/",
+                "copy the patch into patches/ (a real file) and list it there",
+            )
+        _check_patch_file(table, relpath, patch_path)
+        patches.append(PatchRef(relpath=relpath, path=patch_path, bundle=origin))
+    return tuple(patches)
 
 
 def _check_patch_file(table: Table, relpath: str, path: Path) -> None:

@@ -20,6 +20,7 @@ from xla_host.redact import shown
 from xla_wheels.builder.config import ENGINES, jobs_that_fit
 from xla_wheels.builder.container import EngineError, build_image_argv
 from xla_wheels.bundle import (
+    Bundle,
     available_bundles,
     describe,
     diff,
@@ -212,18 +213,31 @@ def cmd_patches_check(args: argparse.Namespace) -> int:
     if failed is not None:
         raise _series_failure(failed, series, commit, bundle.name, component.name)
     print(f"{series}: {len(results)} patch(es) apply to {commit}")
+    _judge_checks(reports, audits, series, bundle, component.name, commit)
+    return 0
+
+
+def _judge_checks(
+    reports: list[BuildCheckReport],
+    audits: list[AuditReport],
+    series: str,
+    bundle: Bundle,
+    component: str,
+    commit: str,
+) -> None:
+    """The compiled checks' and the cache key audit's reports, then their verdicts: a key
+    patch out of the series first, since it is the cause (widening the table, or fixing
+    code that needs the patch, is no fix)."""
     for line in [line for report in reports for line in report.lines()]:
         print(line)
     for line in [line for audit in audits for line in audit.lines()]:
         print(line)
     for audit in audits:
         if audit.missing:
-            # A key patch out of the series is the cause, before any other verdict:
-            # widening the table, or fixing code that needs the patch, is no fix.
             raise CheckFailed(
                 f"{series}: {missing_key_patch_summary(audit)}",
                 fix=restore_patches_fix(
-                    bundle, component.name, [patch.relpath for patch in audit.missing]
+                    bundle, component, [patch.relpath for patch in audit.missing]
                 ),
             )
     for report in reports:
@@ -231,12 +245,11 @@ def cmd_patches_check(args: argparse.Namespace) -> int:
             report,
             series,
             "carry the series onto that commit with `make patch-rebase BUNDLE="
-            f"{bundle.name} COMPONENT={component.name} ONTO={commit}` and fix the patch "
+            f"{bundle.name} COMPONENT={component} ONTO={commit}` and fix the patch "
             "named above there (docs/patches.md, 'Carrying the series to another commit')",
         )
     for audit in audits:
         judge_audit(audit, series, _AUDIT_FIX)
-    return 0
 
 
 def _series_failure(
