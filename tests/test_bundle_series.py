@@ -164,6 +164,7 @@ def test_listing_an_inherited_patch_again_is_refused_with_how_to_move_it(tmp_pat
     series = load_bundle(project, "team").component("torch_xla").patches
     assert [patch.relpath for patch in series] == [SERIES[0], *SERIES[2:], SERIES[1]]
     assert series[-1].bundle == "team"
+    assert load_bundle(project, "team").component("torch_xla").dropped == ()  # moved, not gone
 
 
 def test_drop_patches_in_a_bundle_that_extends_none_is_refused(tmp_path: Path) -> None:

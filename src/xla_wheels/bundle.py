@@ -540,7 +540,8 @@ def _parse_component(
         dropped=tuple(
             (relpath, by)
             for relpath, by in resolved.dropped
-            if PurePosixPath(relpath).parts[0] == name
+            # A patch dropped and listed again (moved to the end) is in the series.
+            if PurePosixPath(relpath).parts[0] == name and relpath not in fields["patches"]
         ),
     )
 
