@@ -237,15 +237,21 @@ def test_editing_the_parent_changes_the_childs_digest(project: Path) -> None:
 
 def test_a_grandchild_resolves_through_the_chain(project: Path) -> None:
     write_named(project, "child", CHILD)
+    grandchild_text = '[bundle]\nname = "grandchild"\nextends = "child"\n\n[components.torch_xla]\n'
+    write_named(project, "grandchild", grandchild_text + "patches = []\n")
+    # An empty list adds nothing: the series is the one inherited through the chain.
+    [inherited] = load_bundle(project, "grandchild").component("torch_xla").patches
+    assert (inherited.relpath, inherited.bundle) == ("torch_xla/0001-fix.patch", "demo")
+    # Leaving it out takes its name.
     write_named(
-        project,
-        "grandchild",
-        '[bundle]\nname = "grandchild"\nextends = "child"\n\n'
-        "[components.torch_xla]\npatches = []\n",
+        project, "grandchild", grandchild_text + 'drop_patches = ["torch_xla/0001-fix.patch"]\n'
     )
     grandchild = load_bundle(project, "grandchild")
     assert grandchild.component("openxla").commit == "a76a9a858"
     assert grandchild.component("torch_xla").patches == ()
+    assert grandchild.component("torch_xla").dropped == (
+        ("torch_xla/0001-fix.patch", "grandchild"),
+    )
     assert grandchild.component("torch_xla").commit == "c04e61c"
 
 

@@ -11,7 +11,13 @@ never leave a half of the parent's pin behind:
 
 - ``[bundle]``: ``python`` is inherited; ``name`` and ``description`` are the child's own.
 - ``[components.<name>]``: key by key; a child's ``commit`` replaces the parent's
-  ``unpinned`` and the other way round; ``patches`` is replaced as a whole list.
+  ``unpinned`` and the other way round. The patch series is the exception: a child's
+  ``patches`` are added after the parent's series, never in its place (a list copied
+  from the docs' "add one line" must not silently drop the parent's patches), and a
+  parent's patch leaves the series only by name, in ``drop_patches``, which is refused
+  for a patch the parent does not carry. Each patch keeps the bundle that put it in the
+  series (:attr:`PatchRef.bundle`), so ``make bundles`` and ``make diff`` say where it
+  comes from.
 - ``[runtime.<name>]``: replaced as a whole table (an exact ``version`` and
   ``minimum``/``preferred`` exclude each other).
 - ``[build]``: key by key.
@@ -30,8 +36,9 @@ import json
 import posixpath
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import groupby
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -68,6 +75,10 @@ class PatchRef:
 
     relpath: str
     path: Path
+    bundle: str = field(default="", compare=False)
+    """The bundle whose manifest lists it: the bundle itself, or the ancestor it inherits
+    the patch from. Shown, never compared: the same file is the same patch of a series
+    whichever bundle lists it."""
 
     def sha256(self) -> str:
         return hashlib.sha256(self.path.read_bytes()).hexdigest()
@@ -84,6 +95,10 @@ class Component:
     """Public version to stamp on the wheel (torch, torch_xla); OpenXLA has none."""
     submodules: bool
     patches: tuple[PatchRef, ...]
+    """The effective series, in the order it is applied: inherited patches first."""
+    dropped: tuple[tuple[str, str], ...] = ()
+    """(patch relpath, bundle whose ``drop_patches`` names it) for each inherited patch
+    left out of the series, oldest ancestor first."""
 
     @property
     def is_full_sha(self) -> bool:
@@ -197,8 +212,21 @@ def parse_manifest(path: Path, patches_root: Path, *, bundles_root: Path | None 
     ``bundles_root`` is where parents are looked up by name (default: the manifest's
     own directory), so a manifest kept elsewhere can extend a shipped bundle.
     """
-    data, digest, extends = _resolve(path, patches_root, bundles_root or path.parent, ())
-    return _build_bundle(data, path, patches_root, digest, extends)
+    resolved = _resolve(path, patches_root, bundles_root or path.parent, ())
+    return _build_bundle(resolved, path, patches_root)
+
+
+@dataclass
+class _Resolved:
+    """A manifest with its parents merged in, before validation."""
+
+    data: dict[str, Any]
+    digest: str
+    extends: str | None
+    origins: dict[str, str]
+    """Patch relpath -> the bundle whose ``patches`` list put it in the series."""
+    dropped: list[tuple[str, str]]
+    """(patch relpath, bundle whose ``drop_patches`` took it out), in chain order."""
 
 
 def _read_toml(path: Path) -> tuple[dict[str, Any], bytes]:
@@ -213,13 +241,13 @@ def _read_toml(path: Path) -> tuple[dict[str, Any], bytes]:
 
 def _resolve(
     path: Path, patches_root: Path, bundles_root: Path, chain: tuple[str, ...]
-) -> tuple[dict[str, Any], str, str | None]:
-    """(resolved table data, digest, parent name) of one manifest, parents merged in."""
+) -> _Resolved:
+    """One manifest, parents merged in: its data, digest, parent name and patch origins."""
     data, raw = _read_toml(path)
     digest = hashlib.sha256(raw).hexdigest()
     meta = data.get("bundle")
     if not isinstance(meta, dict) or "extends" not in meta:
-        return data, digest, None
+        return _Resolved(data, digest, None, _own_patches(data, path.stem), [])
     where = Table(data, source=str(path), error=ManifestError).table("bundle")
     parent_name: str = where.get("extends", str)
     if NAME_PATTERN.fullmatch(parent_name) is None:
@@ -245,17 +273,84 @@ def _resolve(
             f"unknown parent bundle '{parent_name}' (no {parent_path})",
             f"extend one of: {', '.join(known) or '(no bundles found)'}",
         )
-    parent_data, parent_digest, parent_extends = _resolve(
-        parent_path, patches_root, bundles_root, (*chain, path.stem)
-    )
+    parent = _resolve(parent_path, patches_root, bundles_root, (*chain, path.stem))
     # The parent is validated on its own first, so an error in it names its own file.
-    _build_bundle(parent_data, parent_path, patches_root, parent_digest, parent_extends)
-    merged = _merge(parent_data, data)
-    return merged, hashlib.sha256(raw + b"\0" + parent_digest.encode()).hexdigest(), parent_name
+    _build_bundle(parent, parent_path, patches_root)
+    merged = _merge(parent.data, data)
+    origins, dropped = dict(parent.origins), list(parent.dropped)
+    series = _merge_series(parent.data, data, parent_name, path)
+    for component, (kept, added, drops) in series.items():
+        merged["components"][component]["patches"] = [*kept, *added]
+        origins.update({relpath: path.stem for relpath in added})
+        dropped += [(relpath, path.stem) for relpath in drops]
+    return _Resolved(
+        merged,
+        hashlib.sha256(raw + b"\0" + parent.digest.encode()).hexdigest(),
+        parent_name,
+        origins,
+        dropped,
+    )
+
+
+def _own_patches(data: Mapping[str, Any], bundle: str) -> dict[str, str]:
+    """Every patch a stand-alone manifest lists, as its own (types are checked later)."""
+    components = data.get("components")
+    origins: dict[str, str] = {}
+    if isinstance(components, dict):
+        for table in components.values():
+            patches = table.get("patches") if isinstance(table, dict) else None
+            if isinstance(patches, list):
+                origins.update({p: bundle for p in patches if isinstance(p, str)})
+    return origins
+
+
+def _merge_series(
+    parent: Mapping[str, Any], child: Mapping[str, Any], parent_name: str, path: Path
+) -> dict[str, tuple[list[str], list[str], list[str]]]:
+    """Per component the child names: (the parent's patches it keeps, the ones it adds,
+    the ones it drops). A drop must name a patch of the parent's series, an addition must
+    not be one the series already carries."""
+    root = Table(child, source=str(path), error=ManifestError)
+    components = root.table("components", optional=True)
+    series = {}
+    for name in COMPONENT_NAMES:
+        if not isinstance(components.data.get(name), dict):
+            continue
+        table = components.table(name)
+        added: list[str] = table.get("patches", list, [], items=str)
+        drops: list[str] = table.get("drop_patches", list, [], items=str)
+        inherited: list[str] = parent["components"][name].get("patches", [])
+        for relpath in drops:
+            if relpath not in inherited:
+                carried = ", ".join(f'"{p}"' for p in inherited) or "no patches"
+                raise table.fail(
+                    "drop_patches",
+                    f"patches/{relpath} is not in the {name} series of {parent_name}, "
+                    f"which carries {carried}",
+                    "name the parent's patch exactly as it lists it, or remove the entry",
+                )
+        kept = [relpath for relpath in inherited if relpath not in drops]
+        for relpath in added:
+            if relpath in kept:
+                raise table.fail(
+                    "patches",
+                    f"patches/{relpath} is already in the {name} series this bundle "
+                    f"inherits from {parent_name}: a child's patches are added after its "
+                    "parent's",
+                    "list only the patches this bundle adds (to move an inherited one to "
+                    'the end, also name it in drop_patches = ["..."])',
+                )
+        series[name] = (kept, added, drops)
+    return series
+
+
+#: A component's keys that :func:`_merge_series` merges, not :func:`_merge`.
+_SERIES_KEYS = ("patches", "drop_patches")
 
 
 def _merge(parent: Mapping[str, Any], child: Mapping[str, Any]) -> dict[str, Any]:
-    """Child over parent, by the rules in the module docstring. Types are checked later."""
+    """Child over parent, by the rules in the module docstring. Types are checked later;
+    the patch series is merged apart (:func:`_merge_series`)."""
     merged = copy.deepcopy(dict(parent))
     parent_meta = merged.get("bundle", {})
     child_meta = dict(child.get("bundle", {}))
@@ -276,7 +371,8 @@ def _merge(parent: Mapping[str, Any], child: Mapping[str, Any]) -> dict[str, Any
                     if "commit" in table or "unpinned" in table:
                         old.pop("commit", None)
                         old.pop("unpinned", None)
-                    old.update(copy.deepcopy(table))
+                    pins = {k: v for k, v in table.items() if k not in _SERIES_KEYS}
+                    old.update(copy.deepcopy(pins))
                 else:
                     base[name] = copy.deepcopy(table)
         else:  # runtime: whole tables per package; build: key by key (same update)
@@ -307,9 +403,8 @@ def build_digest(data: Mapping[str, Any]) -> str:
     return hashlib.sha256(blob).hexdigest()
 
 
-def _build_bundle(
-    data: Mapping[str, Any], path: Path, patches_root: Path, digest: str, extends: str | None
-) -> Bundle:
+def _build_bundle(resolved: _Resolved, path: Path, patches_root: Path) -> Bundle:
+    data, extends = resolved.data, resolved.extends
     root = Table(data, source=str(path), error=ManifestError)
     root.check_keys({"bundle", "components", "runtime", "build", "profiles"})
 
@@ -341,7 +436,9 @@ def _build_bundle(
     components_table = root.table("components")
     components_table.check_keys(COMPONENT_NAMES)
     components = {
-        component: _parse_component(components_table.table(component), component, patches_root)
+        component: _parse_component(
+            components_table.table(component), component, patches_root, resolved, path.stem
+        )
         for component in COMPONENT_NAMES
     }
     _reject_duplicate_patches(components, path)
@@ -369,14 +466,16 @@ def _build_bundle(
         components=components,
         runtime=runtime,
         build=BuildKnobs(**knobs),
-        manifest_sha256=digest,
+        manifest_sha256=resolved.digest,
         extends=extends,
         profiles=launch_profile.parse_profiles(data.get("profiles", {}), path),
         build_sha256=build_digest(data),
     )
 
 
-def _parse_component(table: Table, name: str, patches_root: Path) -> Component:
+def _parse_component(
+    table: Table, name: str, patches_root: Path, resolved: _Resolved, bundle: str
+) -> Component:
     fields = table.read(
         Field("remote", str, required=True),
         Field("commit", str),
@@ -384,7 +483,15 @@ def _parse_component(table: Table, name: str, patches_root: Path) -> Component:
         Field("version", str),
         Field("submodules", bool, default=name == "torch"),
         Field("patches", list, default=[], items=str),
+        Field("drop_patches", list, items=str),
     )
+    if fields["drop_patches"] is not None:
+        # A child's drop_patches is consumed by the merge; here it is a stand-alone's.
+        raise table.fail(
+            "drop_patches",
+            "this bundle extends no other: there is no inherited patch to drop",
+            "remove drop_patches and list in patches only the patches the series carries",
+        )
     commit, unpinned, version = fields["commit"], fields["unpinned"], fields["version"]
     if commit is None and unpinned is None:
         raise table.fail(
@@ -411,25 +518,7 @@ def _parse_component(table: Table, name: str, patches_root: Path) -> Component:
         )
     if name != "openxla" and version is None:
         raise table.fail("version", "missing", f'{name} wheels need a version, e.g. "2.9.0"')
-    patches = []
-    for index, relpath in enumerate(fields["patches"]):
-        _check_patch_path(table, name, index, relpath)
-        patch_path = patches_root / relpath
-        if patch_path.is_dir():
-            raise table.fail(
-                "patches",
-                f"patches/{relpath} is a directory, not a patch file",
-                "list the patch files inside it, one entry each",
-            )
-        if not _inside(patch_path, patches_root):
-            # A symlink is judged by its target: the series must come from the project.
-            raise table.fail(
-                "patches",
-                f"patches/{relpath} is a link to {patch_path.resolve()}, outside patches/",
-                "copy the patch into patches/ (a real file) and list it there",
-            )
-        _check_patch_file(table, relpath, patch_path)
-        patches.append(PatchRef(relpath=relpath, path=patch_path))
+    patches = _parse_patches(table, name, fields["patches"], patches_root, resolved, bundle)
     remote = fields["remote"]
     try:
         check_remote(remote)
@@ -447,8 +536,50 @@ def _parse_component(table: Table, name: str, patches_root: Path) -> Component:
         unpinned_reason=unpinned,
         version=version,
         submodules=fields["submodules"],
-        patches=tuple(patches),
+        patches=patches,
+        dropped=tuple(
+            (relpath, by)
+            for relpath, by in resolved.dropped
+            # A patch dropped and listed again (moved to the end) is in the series.
+            if PurePosixPath(relpath).parts[0] == name and relpath not in fields["patches"]
+        ),
     )
+
+
+def _parse_patches(
+    table: Table,
+    name: str,
+    relpaths: list[str],
+    patches_root: Path,
+    resolved: _Resolved,
+    bundle: str,
+) -> tuple[PatchRef, ...]:
+    """The series as listed (inherited patches merged in): each a real patch file inside
+    ``patches/``, with the bundle that lists it."""
+    patches = []
+    origins = [resolved.origins.get(relpath, bundle) for relpath in relpaths]
+    inherited = len(origins) - origins.count(bundle)  # the parent's come first
+    for index, (relpath, origin) in enumerate(zip(relpaths, origins, strict=True)):
+        # An error names the entry as this bundle's own list numbers it (the parent's
+        # entries were checked with the parent).
+        _check_patch_path(table, name, index - inherited, relpath)
+        patch_path = patches_root / relpath
+        if patch_path.is_dir():
+            raise table.fail(
+                "patches",
+                f"patches/{relpath} is a directory, not a patch file",
+                "list the patch files inside it, one entry each",
+            )
+        if not _inside(patch_path, patches_root):
+            # A symlink is judged by its target: the series must come from the project.
+            raise table.fail(
+                "patches",
+                f"patches/{relpath} is a link to {patch_path.resolve()}, outside patches/",
+                "copy the patch into patches/ (a real file) and list it there",
+            )
+        _check_patch_file(table, relpath, patch_path)
+        patches.append(PatchRef(relpath=relpath, path=patch_path, bundle=origin))
+    return tuple(patches)
 
 
 def _check_patch_file(table: Table, relpath: str, path: Path) -> None:
@@ -534,8 +665,7 @@ def describe(bundle: Bundle) -> str:
         commit_text = component.commit or f"UNPINNED ({component.unpinned_reason})"
         version = f" version {component.version}" if component.version else ""
         lines.append(f"  {component.name:<9} {commit_text}{version}")
-        for patch in component.patches:
-            lines.append(f"              + patches/{patch.relpath}")
+        lines += [f"              {line}" for line in series_lines(component)]
     for pin in bundle.runtime.values():
         lines.append(f"  {pin.name:<9} {_pin_text(pin)}")
     for profile in bundle.profiles.values():
@@ -557,11 +687,9 @@ def diff(left: Bundle, right: Bundle) -> list[tuple[str, str, str]]:
         compare(f"{name}.commit", a.commit or "unpinned", b.commit or "unpinned")
         compare(f"{name}.remote", a.remote, b.remote)
         compare(f"{name}.version", a.version, b.version)
-        compare(
-            f"{name}.patches",
-            [p.relpath for p in a.patches],
-            [p.relpath for p in b.patches],
-        )
+        # The series is compared by its files in order; where each comes from is shown.
+        if [p.relpath for p in a.patches] != [p.relpath for p in b.patches]:
+            rows.append((f"{name}.patches", _series_text(a), _series_text(b)))
     for name in sorted(set(left.runtime) | set(right.runtime)):
         compare(
             f"runtime.{name}", _pin_text(left.runtime.get(name)), _pin_text(right.runtime.get(name))
@@ -569,6 +697,54 @@ def diff(left: Bundle, right: Bundle) -> list[tuple[str, str, str]]:
     compare("build", left.build, right.build)
     rows += launch_profile.diff_rows(left.profiles, right.profiles)
     return rows
+
+
+def series_lines(component: Component) -> list[str]:
+    """The effective series, one line per patch in the order it is applied, each with the
+    bundle that lists it; then each inherited patch left out, with the bundle that drops it."""
+    lines = [f"+ patches/{patch.relpath}  (from {patch.bundle})" for patch in component.patches]
+    lines += [f"- patches/{relpath}  (dropped by {by})" for relpath, by in component.dropped]
+    return lines
+
+
+def series_changes(left: Bundle, right: Bundle) -> list[str]:
+    """What ``make diff`` prints under its rows: for each component whose series differs,
+    ``right``'s effective series with where each patch comes from, and what it drops."""
+    lines: list[str] = []
+    for name in COMPONENT_NAMES:
+        a, b = left.components[name], right.components[name]
+        if [p.relpath for p in a.patches] == [p.relpath for p in b.patches]:
+            continue
+        lines.append(f"{name} series of {right.name} ({len(b.patches)} patch(es), in order):")
+        lines += [f"  {line}" for line in series_lines(b)]
+    return lines
+
+
+def restore_patches_fix(bundle: Bundle, component: str, relpaths: Iterable[str]) -> str:
+    """How to put each of ``relpaths`` back into ``bundle``'s ``component`` series: out of
+    the ``drop_patches`` that took it out, else into a ``patches`` list."""
+    dropped_by = dict(bundle.components[component].dropped)
+    steps = []
+    for relpath in relpaths:
+        if relpath in dropped_by:
+            steps.append(
+                f'remove "{relpath}" from [components.{component}] drop_patches in '
+                f"build/bundles/{dropped_by[relpath]}.toml"
+            )
+        else:
+            steps.append(
+                f'list "{relpath}" in [components.{component}] patches of '
+                f"build/bundles/{bundle.name}.toml, in its place in the series (by number)"
+            )
+    return "; ".join(steps) + f", then run `make patches-check BUNDLE={bundle.name}` again"
+
+
+def _series_text(component: Component) -> str:
+    if not component.patches:
+        return "(none)"
+    # By origin, in order: "5 from v6e-2.11, 1 from team".
+    runs = groupby(component.patches, key=lambda patch: patch.bundle)
+    return ", ".join(f"{len(list(run))} from {origin}" for origin, run in runs)
 
 
 def _pin_text(pin: RuntimePin | None) -> str:

@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from itertools import takewhile
 from pathlib import Path
+from typing import Literal
 
 from xla_host import filemode
 from xla_host.errors import PatchError, PatchFileError
@@ -288,6 +289,11 @@ def describe_series(component: Component) -> tuple[AppliedPatch, ...]:
     return tuple(AppliedPatch(ref.relpath, ref.sha256()) for ref in component.patches)
 
 
+FailedAt = Literal["", "lines", "header", "apply"]
+"""What stopped a patch: its lines (conflict markers, whitespace errors), its header, or
+``git apply``; empty when it applied."""
+
+
 @dataclass(frozen=True)
 class PatchResult:
     relpath: str
@@ -295,6 +301,7 @@ class PatchResult:
     detail: str
     defects: tuple[LineDefect, ...] = ()
     """Conflict markers and whitespace errors in the patch file (then not applied)."""
+    failed_at: FailedAt = ""
 
 
 def _conflict_message(ref: PatchRef, stderr: str) -> str:
@@ -543,6 +550,7 @@ def _defective_patches(component: Component) -> list[PatchResult]:
                     False,
                     f"{len(defects)} line(s) with conflict markers or whitespace errors",
                     tuple(defects),
+                    "lines",
                 )
             )
     return results
@@ -582,7 +590,7 @@ def _commit_patch(
     try:
         header = parse_patch(ref.path, component=component.name)
     except PatchError as error:
-        return PatchResult(ref.relpath, False, error.message)
+        return PatchResult(ref.relpath, False, error.message, failed_at="header")
     # error-all: a whitespace error the scan above missed still fails here (git's
     # own rule is the last word).
     result = git(
@@ -591,7 +599,9 @@ def _commit_patch(
         check=False,
     )
     if result.returncode != 0:
-        return PatchResult(ref.relpath, False, _conflict_message(ref, result.stderr))
+        return PatchResult(
+            ref.relpath, False, _conflict_message(ref, result.stderr), failed_at="apply"
+        )
     stat = git_out(["diff", "--cached", "--shortstat", base], cwd=scratch)
     # One commit per patch: `git blame` then names the patch of any line.
     git(

@@ -15,15 +15,23 @@ from pathlib import Path
 
 from xla_host import log, runner
 from xla_host.arguments import add_setting, count
-from xla_host.errors import LockError, PatchError, UsageError
+from xla_host.errors import CheckFailed, LockError, PatchError, PatchFileError, UsageError
 from xla_host.redact import shown
 from xla_wheels.builder.config import ENGINES, jobs_that_fit
 from xla_wheels.builder.container import EngineError, build_image_argv
-from xla_wheels.bundle import available_bundles, describe, diff, load_bundle
+from xla_wheels.bundle import (
+    Bundle,
+    available_bundles,
+    describe,
+    diff,
+    load_bundle,
+    restore_patches_fix,
+    series_changes,
+)
 from xla_wheels.cli.arguments import add_bundle_arguments, add_common_arguments
 from xla_wheels.cli.settings import MAX_JOBS, build_config, pipeline_options
 from xla_wheels.gitutil import git_out
-from xla_wheels.patches import check_series, parse_patch
+from xla_wheels.patches import PatchResult, check_series, parse_patch
 from xla_wheels.pipeline import plan, run_until
 from xla_wheels.plan import render_plan
 from xla_wheels.series_build import (
@@ -33,7 +41,12 @@ from xla_wheels.series_build import (
     no_step_line,
     run_build_check,
 )
-from xla_wheels.series_checks.key_audit import TABLE_SUBPATH, AuditReport, audit_series
+from xla_wheels.series_checks.key_audit import (
+    TABLE_SUBPATH,
+    AuditReport,
+    audit_series,
+    missing_key_patch_summary,
+)
 from xla_wheels.series_checks.key_audit import judge as judge_audit
 from xla_wheels.series_hygiene import refuse
 from xla_wheels.settings_rows import add_settings, by_flag, in_group
@@ -76,6 +89,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
     print(f"{'':<{width}}  {left.name}  ->  {right.name}")
     for field, a, b in rows:
         print(shown(f"{field:<{width}}  {a}  ->  {b}"))
+    for line in series_changes(left, right):
+        print(shown(line))
     return 0
 
 
@@ -153,7 +168,8 @@ def cmd_patches_check(args: argparse.Namespace) -> int:
     def build_check(tree: Path, patches: Mapping[str, str]) -> None:
         # The cache key audit runs on every commit, its own Base included: it is cheap, and
         # the table may have been changed without the series.
-        if (audit := audit_series(options.root, component.name, tree)) is not None:
+        applied = [ref.relpath for ref in component.patches]
+        if (audit := audit_series(options.root, component.name, tree, applied)) is not None:
             audits.append(audit)
         # Applied to its own Base, the series is what was verified when it was written;
         # on any other commit, "applies" says nothing about "builds".
@@ -193,24 +209,68 @@ def cmd_patches_check(args: argparse.Namespace) -> int:
     not_reached = len(component.patches) - len(results)
     if not_reached:
         print(f"     ({not_reached} later patch(es) not tried)")
-    if not all(result.applied for result in results) or not_reached:
-        raise PatchError(f"{series} does not apply to {commit}")
+    failed = next((result for result in results if not result.applied), None)
+    if failed is not None:
+        raise _series_failure(failed, series, commit, bundle.name, component.name)
     print(f"{series}: {len(results)} patch(es) apply to {commit}")
+    _judge_checks(reports, audits, series, bundle, component.name, commit)
+    return 0
+
+
+def _judge_checks(
+    reports: list[BuildCheckReport],
+    audits: list[AuditReport],
+    series: str,
+    bundle: Bundle,
+    component: str,
+    commit: str,
+) -> None:
+    """The compiled checks' and the cache key audit's reports, then their verdicts: a key
+    patch out of the series first, since it is the cause (widening the table, or fixing
+    code that needs the patch, is no fix)."""
     for line in [line for report in reports for line in report.lines()]:
         print(line)
     for line in [line for audit in audits for line in audit.lines()]:
         print(line)
+    for audit in audits:
+        if audit.missing:
+            raise CheckFailed(
+                f"{series}: {missing_key_patch_summary(audit)}",
+                fix=restore_patches_fix(
+                    bundle, component, [patch.relpath for patch in audit.missing]
+                ),
+            )
     for report in reports:
         judge(
             report,
             series,
             "carry the series onto that commit with `make patch-rebase BUNDLE="
-            f"{bundle.name} COMPONENT={component.name} ONTO={commit}` and fix the patch "
+            f"{bundle.name} COMPONENT={component} ONTO={commit}` and fix the patch "
             "named above there (docs/patches.md, 'Carrying the series to another commit')",
         )
     for audit in audits:
         judge_audit(audit, series, _AUDIT_FIX)
-    return 0
+
+
+def _series_failure(
+    failed: PatchResult, series: str, commit: str, bundle: str, component: str
+) -> PatchError:
+    """The summary of the first patch that stopped the check, saying what stopped it."""
+    patch = f"patches/{failed.relpath}"
+    if failed.failed_at == "header":
+        return PatchFileError(
+            f"{series}: the header of {patch} is wrong (the FAIL line above says how); "
+            "the patch was not tried",
+            fix=f"fix that header line in {patch} (docs/patches.md, 'Patch files': Files "
+            "names exactly the files the diff touches), then run patches-check again",
+        )
+    return PatchError(
+        f"{series} does not apply to {commit}: {patch} fails (the FAIL line above names "
+        "the file and the first failing hunk)",
+        fix=f"carry the series onto that commit with `make patch-rebase BUNDLE={bundle} "
+        f"COMPONENT={component} ONTO={commit}` and fix {patch} there (docs/patches.md, "
+        "'Carrying the series to another commit')",
+    )
 
 
 _AUDIT_FIX = (

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Literal
 
 from xla_host.errors import CheckFailed, UsageError
+from xla_host.tables import read_regular
 
 TABLE_NAME = "cache_key_inputs.toml"
 TABLE_SUBPATH = Path("patches") / "torch_xla" / TABLE_NAME
@@ -331,6 +332,17 @@ class Finding:
 
 
 @dataclass(frozen=True)
+class MissingKeyPatch:
+    """A patch of the component's directory that the series lacks and that writes code
+    the table says is there: the likely cause of the findings it accounts for."""
+
+    relpath: str
+    """Relative to ``patches/``, as a bundle lists it."""
+    accounts_for: int
+    """How many findings (a key term the code lacks) its added lines would answer."""
+
+
+@dataclass(frozen=True)
 class AuditReport:
     findings: tuple[Finding, ...]
     reads: int
@@ -340,6 +352,9 @@ class AuditReport:
     XLA_FLAGS and LIBTPU_INIT_ARGS are read through a computed name, OpenXLA reads more)."""
     not_run: str = ""
     """Why nothing was audited (a tree without torch_xla/csrc), else empty."""
+    missing: tuple[MissingKeyPatch, ...] = ()
+    """Key patches out of the series (:func:`missing_key_patches`): named before the
+    findings, since restoring them is the fix, not widening the table."""
 
     @property
     def passed(self) -> bool:
@@ -360,7 +375,27 @@ class AuditReport:
                 f"cache key audit: {len(self.findings)} finding(s) against {TABLE_SUBPATH} "
                 "(an input neither keyed nor listed, or a key the code lacks):",
             )
+        for patch in reversed(self.missing):
+            lines.insert(0, f"cache key audit: {missing_key_patch_line(patch, self)}")
         return lines
+
+
+def missing_key_patch_line(patch: MissingKeyPatch, report: AuditReport) -> str:
+    return (
+        f"the series lacks patches/{patch.relpath}, which writes what {patch.accounts_for} "
+        f"of the {len(report.findings)} finding(s) below look for: restore it first "
+        "(the other findings may go with it)"
+    )
+
+
+def missing_key_patch_summary(report: AuditReport) -> str:
+    """The one-line cause ``patches-check`` fails with when key patches are missing."""
+    names = ", ".join(f"patches/{patch.relpath}" for patch in report.missing)
+    return (
+        f"the series lacks {names}, which the cache key relies on (the key table "
+        f"{TABLE_SUBPATH} names code that only it writes; {len(report.findings)} audit "
+        "finding(s) above)"
+    )
 
 
 def audit(tree: Path, table: KeyTable) -> AuditReport:
@@ -408,23 +443,64 @@ def audit(tree: Path, table: KeyTable) -> AuditReport:
 def _unhashed(tree: Path, table: KeyTable) -> list[Finding]:
     """A keyed row whose ``hashed_in`` file does not name what it keys (the table claims
     a key the code does not have: the series lost a hunk, or upstream moved it)."""
-    findings = []
+    return [
+        Finding(
+            where, 0, f"{TABLE_SUBPATH} says {term} is hashed here, but this file does not name it"
+        )
+        for where, term in unhashed_terms(tree, table)
+    ]
+
+
+def unhashed_terms(tree: Path, table: KeyTable) -> list[tuple[str, str]]:
+    """(``hashed_in`` file, term) for each key term the tree's file does not name."""
+    missing = []
     for entry in table.entries:
         if not entry.hashed_in:
             continue
         path = tree / entry.hashed_in
         text = _without_comments(path.read_text(encoding="utf-8")) if path.is_file() else ""
-        for term in entry.key_terms():
-            if term not in text:
-                findings.append(
-                    Finding(
-                        entry.hashed_in,
-                        0,
-                        f"{TABLE_SUBPATH} says {term} is hashed here, but this file "
-                        "does not name it",
-                    )
-                )
-    return findings
+        missing += [(entry.hashed_in, term) for term in entry.key_terms() if term not in text]
+    return missing
+
+
+def _added_lines(patch_text: str) -> dict[str, list[str]]:
+    """The lines a patch adds, by the file it adds them to (``b/`` side)."""
+    added: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in patch_text.splitlines():
+        if line.startswith("diff --git "):
+            current = added.setdefault(line.rsplit(" b/", 1)[-1], [])
+        elif current is not None and line.startswith("+") and not line.startswith("+++ "):
+            current.append(line[1:])
+    return added
+
+
+def missing_key_patches(
+    project_root: Path,
+    component: str,
+    series: Iterable[str],
+    unhashed: Iterable[tuple[str, str]],
+) -> tuple[MissingKeyPatch, ...]:
+    """The patches of ``patches/<component>/`` outside ``series`` whose added lines hold
+    a key term the tree lacks, in file order: derived from the patch files themselves, so
+    the table never has to say which patch writes which key."""
+    wanted = list(unhashed)
+    in_series = set(series)
+    missing = []
+    for path in sorted((project_root / "patches" / component).glob("*.patch")):
+        relpath = f"{component}/{path.name}"
+        if relpath in in_series or not path.is_file():
+            continue
+        text = read_regular(path, KeyTableError, what="patch file").decode("utf-8", "replace")
+        added = _added_lines(text)
+        answered = [
+            (where, term)
+            for where, term in wanted
+            if any(term in line for line in added.get(where, ()))
+        ]
+        if answered:
+            missing.append(MissingKeyPatch(relpath, len(answered)))
+    return tuple(missing)
 
 
 def table_path(project_root: Path, component: str) -> Path:
@@ -441,16 +517,23 @@ def audit_step_line(project_root: Path, component: str, tree: Path) -> str:
     )
 
 
-def audit_series(project_root: Path, component: str, tree: Path) -> AuditReport | None:
+def audit_series(
+    project_root: Path, component: str, tree: Path, series: Iterable[str] | None = None
+) -> AuditReport | None:
     """The audit of ``tree`` against ``component``'s table; ``None`` when the series has
-    no table (only torch_xla's keys a cache)."""
+    no table (only torch_xla's keys a cache). Given the ``series`` applied to ``tree``
+    (patch relpaths), the report also names the key patches it lacks."""
     if not table_path(project_root, component).is_file():
         return None
     table = load_table(project_root, component)
     if not (tree / SOURCE_DIR).is_dir():
         # Not a pytorch/xla tree (the tests' synthetic upstreams): nothing reads a variable.
         return AuditReport((), 0, 0, not_run=f"{tree} has no {SOURCE_DIR} to audit")
-    return audit(tree, table)
+    report = audit(tree, table)
+    if series is None or report.passed:
+        return report
+    unhashed = unhashed_terms(tree, table)
+    return replace(report, missing=missing_key_patches(project_root, component, series, unhashed))
 
 
 def judge(report: AuditReport, what: str, fix: str) -> None:
