@@ -150,19 +150,23 @@ def test_two_worker_processes_start_every_phase_together_and_worker_0_merges(
     tmp_path: Path, board: dict[str, str]
 ) -> None:
     # Worker 1 arrives 1.2 s late at the warm phase: worker 0 must not start it before.
-    workers = [_start(tmp_path, w, 2, STALL="1:warm", STALL_S="1.2", **board) for w in (0, 1)]
+    # The heartbeat bound and each phase's deadline are an hour: a barrier that let the
+    # workers go on any timer, not on the last arrival, would still hold them at the 60 s
+    # the test waits, however slow the machine.
+    late = {"STALL": "1:warm", "STALL_S": "1.2", "DEAD": "3600", "TIMEOUT": "3600", **board}
+    workers = [_start(tmp_path, w, 2, **late) for w in (0, 1)]
     out = [p.communicate(timeout=60) for p in workers]
     assert [p.returncode for p in workers] == [0, 0], out
     w0, w1 = (json.loads(stdout) for stdout, _ in out)
     # No worker starts a phase before every worker has arrived at it, and every worker
-    # starts it well within a second of the last arrival (the barrier's cost per phase).
+    # starts it once the last one arrived (above: no timer lets them go). The barrier's
+    # cost per phase is shown, not judged: a busy machine stretches it.
     costs = {}
     for phase in ("cold", "warm", "warm-2", "read-only"):
         last = max(w["arrived"][phase] for w in (w0, w1))
         assert min(w["started"][phase] for w in (w0, w1)) >= last, phase
         costs[phase] = max(w["started"][phase] for w in (w0, w1)) - last
     print(f"barrier cost per phase ({'coordinator' if board else 'directory'}): {costs}")
-    assert max(costs.values()) < 1.0, costs
     # The stall happened (measured on worker 1's own clock: worker 0's pace between the
     # phases is the machine's, not the test's).
     assert w1["arrived"]["warm"] - w1["started"]["cold"] >= 1.2
