@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 import sys
-import time
 import tomllib
 import zipfile
 from pathlib import Path
@@ -143,12 +142,11 @@ def timings_table(stderr: str) -> list[tuple[str, str]]:
 def test_noop_rerun_skips_and_a_patch_change_rebuilds_only_torch_xla(syn: Synthetic) -> None:
     assert run_wheels(syn).exit_code == 0
     first = dist_wheels(syn)
+    written = [wheel.stat().st_mtime_ns for wheel in first]
 
-    start = time.monotonic()
     again = run_wheels(syn)
-    elapsed = time.monotonic() - start
     assert again.exit_code == 0, again.stderr
-    assert elapsed < 10, f"no-op re-run took {elapsed:.1f}s"
+    # Nothing ran again but the preflight: every stage says so, and no wheel was written.
     assert "sources, patches: skipped" in again.stderr
     assert "build: torch stage cached" in again.stderr
     assert "build: torch_xla stage cached" in again.stderr
@@ -161,6 +159,7 @@ def test_noop_rerun_skips_and_a_patch_change_rebuilds_only_torch_xla(syn: Synthe
         ("collect", "up to date"),
     ]
     assert dist_wheels(syn) == first
+    assert [wheel.stat().st_mtime_ns for wheel in first] == written
 
     # Change the second torch_xla patch (same file, different bytes).
     patch = syn.root / "patches" / "torch_xla" / "0002-comment.patch"
@@ -243,14 +242,12 @@ def test_preflight_reports_every_blocker_at_once(syn: Synthetic, tmp_path: Path)
     (syn.root / "build" / "bundles" / "blocked.toml").write_text(
         text.replace('name = "syn"', 'name = "blocked"')
     )
-    start = time.monotonic()
     result = run_cli(
         *cli_args(syn, bundle="blocked"),
         "--mode", "host", "--host-python", "python-that-does-not-exist",
         "--min-disk-gib", "100000", "--mem-per-job-gib", "100000", "--jobs", "3",
         inherit_env=True, timeout=120,
     )  # fmt: skip
-    assert time.monotonic() - start < 60
     assert result.exit_code == 1, result.stderr  # preflight blockers: FAILED
     err = result.stderr
     assert "5 blocker(s)" in err, err

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
 import hashlib
+import re
 import subprocess
 
 import pytest
 
 from tests.gitrepos import REPO_ROOT, make_project
 from xla_wheels.bundle import load_bundle
-from xla_wheels.cli import COMMANDS
+from xla_wheels.cli import COMMANDS, build_parser
 
 SUBCOMMANDS = list(COMMANDS)
 
@@ -17,9 +19,19 @@ SUBCOMMANDS = list(COMMANDS)
 def test_python_dash_m_shows_help(run_cli) -> None:
     result = run_cli("--help")
     assert result.exit_code == 0
-    assert len(SUBCOMMANDS) == 33  # the table, not an empty list, drives these tests
-    for name in SUBCOMMANDS:
-        assert name in result.stdout
+    # The table, not an empty list, drives these tests: the parser's commands are its
+    # rows, and --help shows each with its line.
+    assert SUBCOMMANDS and _parser_commands() == SUBCOMMANDS
+    for name, (_, line) in COMMANDS.items():
+        shown = rf"^ +{re.escape(name)}\s+{re.escape(line.split()[0])} "
+        assert re.search(shown, result.stdout, re.MULTILINE), (name, line)
+
+
+def _parser_commands() -> list[str]:
+    """The commands the parser takes, in its order (argparse's choices of COMMAND)."""
+    parser = build_parser()
+    (subparsers,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return list(subparsers.choices)
 
 
 def test_dry_run_plan_shows_full_shas_commands_and_patch_digests(run_cli) -> None:

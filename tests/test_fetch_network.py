@@ -15,7 +15,6 @@ import http.server
 import re
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -50,11 +49,12 @@ def _project(root: Path, upstreams: dict[str, Upstream], torch_remote: str) -> P
 
 def _sources(
     run_cli: Callable[..., CliResult], project: Path, *, retries: int = NET_RETRIES
-) -> tuple[CliResult, float]:
+) -> CliResult:
+    """The sources stage under the short settings. A run that hangs fails the test at the
+    ``run_cli`` fixture's limit (300 s: dozens of times these settings' attempts), never
+    one that ended by its limits on a busy machine; how it ended is read from its output."""
     env = {"XLA_WHEELS_NET_TIMEOUT": str(NET_TIMEOUT_S), "XLA_WHEELS_NET_RETRIES": str(retries)}
-    start = time.monotonic()
-    result = run_cli("sources", "--bundle", "test-1", root=project, env=env)
-    return result, time.monotonic() - start
+    return run_cli("sources", "--bundle", "test-1", root=project, env=env)
 
 
 def _error(result: CliResult) -> str:
@@ -69,8 +69,8 @@ def test_a_remote_that_never_answers_ends_after_the_stall_limit_with_exit_8(
 ) -> None:
     with silent_server() as silent:
         project = _project(tmp_path, upstreams, f"{silent.base}/pytorch/pytorch.git")
-        result, elapsed = _sources(run_cli, project)
-        connections = silent.accepted
+        result = _sources(run_cli, project)
+        connections = silent.connections()
     assert result.exit_code == 8, result.output
     error = _error(result)
     host = f"127.0.0.1:{silent.port}"
@@ -79,10 +79,12 @@ def test_a_remote_that_never_answers_ends_after_the_stall_limit_with_exit_8(
     assert "NET_TIMEOUT" in error and "MIRROR" in error
     assert "trying again in 2s" in result.stderr
     assert "Traceback" not in result.output
-    # Each attempt is one stall limit; between them one pause of 2 s (the backoff).
+    # Each attempt ended at its stall limit (named above), then one pause of 2 s (the
+    # backoff) and the next attempt: one retry, so the silent server saw both attempts and
+    # no third one ("trying again" once).
     attempts = NET_RETRIES + 1
     assert connections >= attempts
-    assert elapsed < attempts * NET_TIMEOUT_S + 2 + 30, elapsed
+    assert result.stderr.count("trying again") == NET_RETRIES
 
 
 @pytest.mark.parametrize(
@@ -102,12 +104,14 @@ def test_a_git_or_ssh_remote_that_never_answers_ends_after_net_timeout_too(
     # 90 s). An attempt that received nothing within NET_TIMEOUT now ends as a stall does.
     with silent_server() as silent:
         project = _project(tmp_path, upstreams, remote.format(port=silent.port))
-        result, elapsed = _sources(run_cli, project, retries=0)
+        result = _sources(run_cli, project, retries=0)
+        connections = silent.connections()
     assert result.exit_code == 8, result.output
     error = _error(result)
     assert f"127.0.0.1:{silent.port} did not answer within {NET_TIMEOUT_S}s" in error, error
     assert "Traceback" not in result.output
-    assert elapsed < NET_TIMEOUT_S + 30, elapsed
+    # One attempt, ended by NET_TIMEOUT (named above), not by the fetch's whole limit.
+    assert connections == 1 and "trying again" not in result.stderr
 
 
 @contextmanager
@@ -125,7 +129,7 @@ def test_a_refused_connection_is_retried_then_named(
 ) -> None:
     with _closed_port() as port:
         project = _project(tmp_path, upstreams, f"http://127.0.0.1:{port}/pytorch/pytorch.git")
-        result, _ = _sources(run_cli, project)
+        result = _sources(run_cli, project)
     assert result.exit_code == 1, result.output
     error = _error(result)
     assert f"error: fetch torch: 127.0.0.1:{port} refused the connection" in error
@@ -164,7 +168,7 @@ def test_a_missing_repository_is_not_retried(
 ) -> None:
     with _not_found_server() as (base, asked):
         project = _project(tmp_path, upstreams, f"{base}/pytorch/pytorch.git")
-        result, _ = _sources(run_cli, project, retries=3)
+        result = _sources(run_cli, project, retries=3)
     assert result.exit_code == 1, result.output
     assert "trying again" not in result.stderr
     assert "not found" in _error(result)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.gate_helpers import process_alive, run_gate_cli
+from tests.waiting import STOPPED_WITHIN_S
 from xla_host.gate import restart
 from xla_host.gate.errors import GateEnvironmentError
 from xla_host.gate.target import Target, resolve_target, tpu_present
@@ -151,8 +152,8 @@ def test_a_hanging_child_is_killed_with_its_process_group(target_27: Target, tmp
         "cold-1 did not finish: cold-1: timed out after 5s (process group killed)"
     ]
     # The group's signal reaches the grandchild at once, but it dies when next scheduled:
-    # a loaded machine may take a moment. Without the group kill it would sleep on.
-    grandchild, deadline = int(pidfile.read_text()), time.monotonic() + 10
+    # a loaded machine may take a moment. Without the group kill it would sleep on (600 s).
+    grandchild, deadline = int(pidfile.read_text()), time.monotonic() + STOPPED_WITHIN_S
     while process_alive(grandchild) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not process_alive(grandchild)

@@ -17,6 +17,7 @@ import pytest
 
 from tests.gate_helpers import process_alive
 from xla_host.gate.children import (
+    ChildResult,
     ChildSpec,
     finish_child,
     run_child,
@@ -109,11 +110,12 @@ def _compute_then(tmp_path: Path, then: str, for_s: float, stall_s: float | None
 
 @pytest.mark.slow
 def test_a_child_that_stops_using_cpu_is_killed_after_the_stall_window(tmp_path: Path) -> None:
-    result, took = _compute_then(tmp_path, "block", 0, stall_s=2.0, timeout=60)
+    result, _ = _compute_then(tmp_path, "block", 0, stall_s=2.0, timeout=60)
     assert result.timed_out and not result.ok
-    assert 2.0 <= result.extra["stalled_s"] < 4.0
-    assert took < 15, "killed at the stall, long before its 60 s bound"
-    assert "used no CPU time for 2s" in result.failure()
+    # Killed by the stall window (which records how long it saw no CPU, never less than
+    # the window), not at its 60 s bound: a child timed out by its bound has no stalled_s.
+    assert result.extra["stalled_s"] >= 2.0
+    assert "used no CPU time for" in result.failure() and "timed out after" not in result.failure()
 
 
 @pytest.mark.slow
@@ -134,6 +136,7 @@ def test_checks_side_by_side_stop_every_child_when_one_fails(tmp_path: Path) -> 
     script = tmp_path / "compute_then.py"
     script.write_text(COMPUTE_THEN)
     started: list[int] = []
+    finished: list[ChildResult] = []
 
     def blocked_check() -> str:
         handle = start_child(
@@ -141,7 +144,7 @@ def test_checks_side_by_side_stop_every_child_when_one_fails(tmp_path: Path) -> 
             runtime_env("CPU"), script=script,
         )  # fmt: skip
         started.append(handle[0].pid)
-        finish_child(handle, "blocked", 120)
+        finished.append(finish_child(handle, "blocked", 120))
         start_child(sys.executable, "next", tmp_path / "runs", [], runtime_env("CPU"))
         return "never"
 
@@ -150,10 +153,10 @@ def test_checks_side_by_side_stop_every_child_when_one_fails(tmp_path: Path) -> 
             time.sleep(0.05)
         raise RuntimeError("the cache directory is not writable")
 
-    began = time.monotonic()
     with pytest.raises(RuntimeError, match="not writable"):
         run_in_parallel([blocked_check, failing_check], side_by_side=True)
-    assert time.monotonic() - began < 30, "the blocked child was killed, not waited for"
+    # The blocked child was killed by the stop, not waited for until its 120 s bound.
+    assert [result.timed_out for result in finished] == [False], finished
     assert not process_alive(started[0])
     # The stop ends with the run: a later gate in this process starts children again.
     result, _ = _compute_then(tmp_path, "compute", 0, stall_s=None, timeout=60)

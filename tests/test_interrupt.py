@@ -27,6 +27,7 @@ import pytest
 from tests.clirunner import MINIMAL_PATH, run_cli
 from tests.gitrepos import SOURCE_PATH
 from tests.synthetic_upstream import Synthetic, cli_args
+from tests.waiting import STOPPED_WITHIN_S
 from xla_wheels.builder.spec import built_wheel, stage_wheel
 from xla_wheels.wheel_stamp import sbom_path_in
 
@@ -121,19 +122,21 @@ def _end(process: subprocess.Popen[str]) -> None:
 
 def _stderr_after(process: subprocess.Popen[str], what: str) -> str:
     try:
-        _, stderr = process.communicate(timeout=60)
+        _, stderr = process.communicate(timeout=STOPPED_WITHIN_S)
     except subprocess.TimeoutExpired as late:
         # Say where the run stood when it did not end: the tail of its own stderr.
         shown = late.stderr or b""
         shown = shown.decode(errors="replace") if isinstance(shown, bytes) else shown
         _end(process)
-        pytest.fail(f"the run did not end within 60 s of {what}; its stderr:\n{shown[-4000:]}")
+        ended = f"the run did not end within {STOPPED_WITHIN_S:.0f} s of {what}"
+        pytest.fail(f"{ended}; its stderr:\n{shown[-4000:]}")
     return stderr
 
 
 def _orphans(process: subprocess.Popen[str]) -> list[str]:
-    """What the ended run left running in its session, after a moment to end."""
-    deadline = time.monotonic() + 5
+    """What the ended run left running in its session, once what it stopped had time to
+    end (it polls: a run that left nothing behind returns at once)."""
+    deadline = time.monotonic() + STOPPED_WITHIN_S
     while (left := _session_alive(process.pid)) and time.monotonic() < deadline:
         time.sleep(0.2)
     for pid in left:  # not the next test's problem
@@ -247,7 +250,7 @@ def test_a_stage_left_without_its_sbom_is_built_again_not_reused(
                 time.sleep(0.2)
             os.kill(process.pid, signal.SIGKILL)
             process.wait()
-            deadline = time.monotonic() + 60  # the step's grace included
+            deadline = time.monotonic() + STOPPED_WITHIN_S  # the step's grace included
             while _session_alive(process.pid):
                 assert time.monotonic() < deadline, "the recipe outlived its killed run"
                 time.sleep(0.2)

@@ -2,12 +2,11 @@
 
 Two reads of one silent index (a real loopback server that accepts and never answers),
 one after the other in one process, each under its own policy: each ends after its own
-timeout and number of attempts, whatever ran before it.
+timeout (the one it reports) and number of attempts (the connections the server counts),
+whatever ran before it.
 """
 
 from __future__ import annotations
-
-import time
 
 import pytest
 
@@ -21,14 +20,16 @@ NO_CREDENTIALS = Credentials(None, None, "none")
 @pytest.mark.slow
 def test_each_step_keeps_the_policy_it_was_given() -> None:
     with silent_server() as silent:
+        connections = []
         for policy, attempts_text in (
             (NetworkPolicy(timeout_s=1, retries=1, backoff_s=0.1, heartbeat_s=0), "2 attempts"),
             (NetworkPolicy(timeout_s=2, retries=0, heartbeat_s=0), "1 attempt"),
         ):
-            start = time.monotonic()
+            before = silent.connections()
             with pytest.raises(NetworkTimedOut) as caught:
                 check_reachable(f"{silent.base}/simple/", NO_CREDENTIALS, network=policy)
-            elapsed = time.monotonic() - start
+            # The wait that ran out is this policy's own, not the default 60 s or the
+            # step before's: the error names the limit each attempt was given.
             assert f"within {policy.timeout_s:.0f}s ({attempts_text})" in caught.value.message
-            assert elapsed < policy.attempts * policy.timeout_s + 5, elapsed
-        assert silent.accepted == 3
+            connections.append(silent.connections() - before)
+        assert connections == [2, 1]  # each policy's attempts, one connection each

@@ -102,36 +102,34 @@ def test_the_whole_body_is_written() -> None:
 
 def test_a_server_that_never_answers_is_a_transient_timeout() -> None:
     with silent_server() as silent:
-        start = time.monotonic()
         with pytest.raises(Transient) as caught:
             read_url(f"{silent.base}/x", limit_s=30, idle_s=1)
+        connections = silent.connections()
     assert caught.value.kind == "timed out"
-    assert caught.value.after_s == 1 and not caught.value.unfinished  # the idle timeout
-    assert time.monotonic() - start < 10
+    # Ended by the idle timeout (1 s), not the whole limit (30 s): the fault says which.
+    assert caught.value.after_s == 1 and not caught.value.unfinished
+    assert connections == 1  # one attempt: retrying is the caller's
 
 
 @pytest.mark.slow
 def test_a_trickle_that_never_stalls_still_ends_at_the_whole_limit() -> None:
     # Each read gets bytes within the socket timeout: only the whole-transfer limit ends it.
-    with file_server() as base:
-        start = time.monotonic()
-        with pytest.raises(Transient) as caught:
-            read_url(f"{base}/trickle", limit_s=2, idle_s=5)
+    with file_server() as base, pytest.raises(Transient) as caught:
+        read_url(f"{base}/trickle", limit_s=2, idle_s=5)
+    # Ended by the whole limit (2 s), which the fault names, not by the idle timeout, nor
+    # by the trickle's end (a day away).
     assert caught.value.kind == "timed out" and "not finished after 2s" in caught.value.detail
     assert caught.value.unfinished and caught.value.after_s == 2
-    assert time.monotonic() - start < 15
 
 
 @pytest.mark.slow
 def test_a_trickle_inside_the_status_line_ends_at_the_whole_limit_too() -> None:
     # No answer is ever complete enough to check a deadline between reads: the limit
     # must end the reading itself.
-    with file_server() as base:
-        start = time.monotonic()
-        with pytest.raises(Transient) as caught:
-            read_url(f"{base}/slow-status", limit_s=2, idle_s=5)
+    with file_server() as base, pytest.raises(Transient) as caught:
+        read_url(f"{base}/slow-status", limit_s=2, idle_s=5)
     assert caught.value.kind == "timed out" and caught.value.unfinished
-    assert time.monotonic() - start < 6
+    assert caught.value.after_s == 2  # the whole limit ended the reading itself
 
 
 def test_an_answer_cut_before_its_announced_length_is_a_transient_cut() -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -255,13 +254,12 @@ def test_status_reads_back_as_json_and_names_drift_and_a_down_index(fleet: Fleet
         f'\n[lanes.offline]\nindex-url = "http://127.0.0.1:{free_port()}/simple/"\n'
     )
     try:
-        started = time.monotonic()
         found = fleet.run("status", "--json", "--net-retries", "0")
-        elapsed = time.monotonic() - started
     finally:
         lanes_toml.write_text(original)
     assert found.exit_code == 1, found.output  # the down index: named, the rest reported
-    assert elapsed < 60 and "offline: unreachable" in found.stderr
+    # The down index is asked once (--net-retries 0), named, and the rest still reported.
+    assert "offline: unreachable" in found.stderr and "trying again" not in found.stderr
     report = json.loads(found.stdout)
     bundles = {b["name"]: b for b in report["bundles"]}
     assert bundles[BUNDLE]["built"] and "preferred" in bundles[BUNDLE]["served_by"]

@@ -20,7 +20,6 @@ shown to reach the server only.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -216,19 +215,20 @@ def test_http_cache_needs_the_header_which_reaches_the_server_and_is_never_shown
 def test_a_cache_that_is_down_costs_seconds_and_says_so(area: Area) -> None:
     closed = f"127.0.0.1:{servers.free_port()}"
     builder = make_builder(area, "down", toml(f"http://{closed}", "writer"))
-    # HTTP: every lookup fails at once; Bazel warns and builds locally.
-    start = time.monotonic()
+    # HTTP: every lookup fails at once (refused, never waited on until a timeout); Bazel
+    # warns and builds locally.
     http = builder.build()
     assert http.returncode == 0, http.output
     assert (http.hits, http.local) == (0, 3)
     assert "WARNING" in http.output and "Connection refused" in http.output
+    assert "timed out" not in http.output.lower()
     # gRPC: Bazel 4.2.3 asks the server's capabilities first and stops the build (exit 34)
     # when it cannot: no local fallback for a cache, but a message within seconds.
     configure(builder, toml(f"grpc://{closed}", "writer"))
     grpc = builder.build()
     assert grpc.returncode == 34, grpc.output
     assert "Failed to query remote execution capabilities" in grpc.output
-    assert time.monotonic() - start < 90
+    assert "DEADLINE_EXCEEDED" not in grpc.output  # refused, not waited on
 
 
 def test_executor_flags_are_accepted_and_reach_the_server(area: Area, buildgrid: Server) -> None:

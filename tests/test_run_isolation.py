@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from tests.missing_tools import skip_missing
+from tests.waiting import STOPPED_WITHIN_S
 from xla_wheels import venv_check
 from xla_wheels.builder import recipes
 from xla_wheels.builder.spec import BuildSpec
@@ -272,8 +273,8 @@ def test_a_sigkill_to_the_runs_group_ends_the_recipe_in_its_own_group(tmp_path: 
         check_pid, check_group = json.loads(marker.read_text())
         assert check_group != parent.pid  # the recipe's own group, not the run's
         os.killpg(parent.pid, signal.SIGKILL)  # what cannot be caught or passed on
-        parent.wait(timeout=30)
-        deadline = time.monotonic() + 30
+        parent.wait(timeout=STOPPED_WITHIN_S)
+        deadline = time.monotonic() + STOPPED_WITHIN_S
         while _alive(check_pid):
             assert time.monotonic() < deadline, "the recipe's ship check outlived its run"
             time.sleep(0.1)

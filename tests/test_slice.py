@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import re
 import shutil
 import signal
 import socket
@@ -31,7 +32,8 @@ from xla_host.gate import slice as slices
 # stand-in phase (the writer writes one cache entry, readers write nothing), posts its
 # verdicts; worker 0 prints the merged slice. STALL=<worker>:<phase> makes a worker sleep
 # before it arrives there (STALL_S seconds), "<worker>:finish" before worker 0 records the
-# results. Marker files say where a worker is: arrived-<w>-<phase> before it arrives,
+# results. DEAD is the heartbeat bound (2 s), TIMEOUT each phase's deadline (30 s).
+# Marker files say where a worker is: arrived-<w>-<phase> before it arrives,
 # started-<w>-<phase> once the barrier let it start. Run as the gate runs it: signals
 # handled, an abort on any error, the exit code of the error or signal.
 WORKER = textwrap.dedent(
@@ -49,7 +51,8 @@ WORKER = textwrap.dedent(
     tpu = {"TPU_ACCELERATOR_TYPE": "v6e-16"}
     coord = os.environ.get("COORD") or None
     spec = slices.slice_spec(
-        worker, workers, None if coord else where, tpu, timeout_s=30, coordinator=coord
+        worker, workers, None if coord else where, tpu,
+        timeout_s=float(os.environ.get("TIMEOUT", "30")), coordinator=coord,
     )
     spec = replace(spec, dead_after_s=float(os.environ.get("DEAD", "2")))
     started, arrived = {}, {}
@@ -147,19 +150,23 @@ def test_two_worker_processes_start_every_phase_together_and_worker_0_merges(
     tmp_path: Path, board: dict[str, str]
 ) -> None:
     # Worker 1 arrives 1.2 s late at the warm phase: worker 0 must not start it before.
-    workers = [_start(tmp_path, w, 2, STALL="1:warm", STALL_S="1.2", **board) for w in (0, 1)]
+    # The heartbeat bound and each phase's deadline are an hour: a barrier that let the
+    # workers go on any timer, not on the last arrival, would still hold them at the 60 s
+    # the test waits, however slow the machine.
+    late = {"STALL": "1:warm", "STALL_S": "1.2", "DEAD": "3600", "TIMEOUT": "3600", **board}
+    workers = [_start(tmp_path, w, 2, **late) for w in (0, 1)]
     out = [p.communicate(timeout=60) for p in workers]
     assert [p.returncode for p in workers] == [0, 0], out
     w0, w1 = (json.loads(stdout) for stdout, _ in out)
     # No worker starts a phase before every worker has arrived at it, and every worker
-    # starts it well within a second of the last arrival (the barrier's cost per phase).
+    # starts it once the last one arrived (above: no timer lets them go). The barrier's
+    # cost per phase is shown, not judged: a busy machine stretches it.
     costs = {}
     for phase in ("cold", "warm", "warm-2", "read-only"):
         last = max(w["arrived"][phase] for w in (w0, w1))
         assert min(w["started"][phase] for w in (w0, w1)) >= last, phase
         costs[phase] = max(w["started"][phase] for w in (w0, w1)) - last
     print(f"barrier cost per phase ({'coordinator' if board else 'directory'}): {costs}")
-    assert max(costs.values()) < 1.0, costs
     # The stall happened (measured on worker 1's own clock: worker 0's pace between the
     # phases is the machine's, not the test's).
     assert w1["arrived"]["warm"] - w1["started"]["cold"] >= 1.2
@@ -192,14 +199,13 @@ def test_a_killed_worker_fails_the_run_naming_it_within_seconds(
     w1 = _start(tmp_path, 1, 2, STALL="1:warm", **board)  # stays in its cold phase, beating
     _wait_started(tmp_path, 1)
     w1.send_signal(signal.SIGKILL)
-    killed = time.monotonic()
     _, stderr = w0.communicate(timeout=30)
-    took = time.monotonic() - killed
     w1.wait()
     assert w0.returncode == ExitCode.TIMED_OUT, stderr
     assert "worker 1 stopped" in stderr and "warm" in stderr
-    # dead_after is 2 s: the bound is seconds, not the 30 s phase deadline.
-    assert took < 8, took
+    # Named by the heartbeat bound (dead_after, 2 s), not the 30 s phase deadline.
+    assert "worker 1 stopped: no heartbeat for more than 2s" in stderr, stderr
+    assert "did not arrive within" not in stderr
 
 
 @pytest.mark.slow
@@ -248,39 +254,45 @@ def test_a_killed_worker_0_is_named_within_the_heartbeat_bound_and_no_worker_pas
     if stall == "0:finish":
         _wait_for(tmp_path, "arrived-0-finish", w0, w1)
     w0.send_signal(signal.SIGKILL)
-    killed = time.monotonic()
     w0.wait()
     _, stderr = w1.communicate(timeout=60)
-    took = time.monotonic() - killed
     assert w1.returncode == ExitCode.TIMED_OUT, stderr  # never 0, never a pass
     assert "worker 0 stopped" in stderr, stderr
     if stall != "0:finish" and (board or stall == "0:warm-2"):
         # Worker 0's arrival died with its coordinator (in a directory it stays: it did
         # arrive): worker 1 never starts the phase alone.
         assert not (tmp_path / "started-1-read-only").exists()
-    # The bound is the heartbeat's (2 s here) after whatever worker 1 was still doing.
-    assert took < seconds + 2.0 + 2.0, took
+    # The bound that named it is the heartbeat's (2 s here), the board's or the
+    # coordinator's, never the 30 s phase deadline.
+    assert re.search(r"worker 0 stopped\b.* for more than 2s", stderr), stderr
+    assert "within 30s" not in stderr
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("sig", "signals", "dead_s", "bound_s"),
+    ("sig", "signals", "dead_s"),
     [
-        # A second signal ends it at once, though the heartbeat bound is 30 s.
-        (signal.SIGTERM, 2, "30", 2.0),
-        (signal.SIGINT, 2, "30", 2.0),
-        # One signal: telling the stopped coordinator waits one heartbeat bound at most.
-        (signal.SIGTERM, 1, "3", 3.0 + 2.0),
+        # A second signal ends it at once, though the heartbeat bound is an hour.
+        (signal.SIGTERM, 2, "3600"),
+        (signal.SIGINT, 2, "3600"),
+        # One signal: telling the stopped coordinator waits one heartbeat bound (3 s) at
+        # most, though each phase's deadline is an hour.
+        (signal.SIGTERM, 1, "3"),
     ],
     ids=["SIGTERM-twice", "SIGINT-twice", "SIGTERM-once"],
 )
 def test_a_signalled_worker_ends_within_a_bound_even_when_its_coordinator_does_not_answer(
-    tmp_path: Path, sig: signal.Signals, signals: int, dead_s: str, bound_s: float
+    tmp_path: Path, sig: signal.Signals, signals: int, dead_s: str
 ) -> None:
     # Worker 0 (the coordinator) is stopped, not dead: it accepts connections and never
     # answers, so telling it "worker 1 stopped" could wait for as long as one waits for
-    # a coordinator that is merely slow.
-    env = {"COORD": f"127.0.0.1:{_free_port()}", "STALL": "0:warm-2", "DEAD": dead_s}
+    # a coordinator that is merely slow. Every bound but the one under test is an hour:
+    # a worker that waited on any of them would still be waiting at the 60 s the test
+    # waits for it (20 times the 3 s bound), and fail it, however slow the machine.
+    env = {
+        "COORD": f"127.0.0.1:{_free_port()}", "STALL": "0:warm-2", "DEAD": dead_s,
+        "TIMEOUT": "3600",
+    }  # fmt: skip
     w0, w1 = (_start(tmp_path, w, 2, **env) for w in (0, 1))
     try:
         _wait_for(tmp_path, "arrived-1-warm-2", w0, w1)
@@ -288,16 +300,14 @@ def test_a_signalled_worker_ends_within_a_bound_even_when_its_coordinator_does_n
         time.sleep(0.5)
         for _ in range(signals):
             w1.send_signal(sig)
-            last = time.monotonic()
             time.sleep(0.5)
         _, stderr = w1.communicate(timeout=60)
-        took = time.monotonic() - last
     finally:
+        w1.kill()  # when it did not end (the test fails): not left behind
         w0.kill()
         w0.send_signal(signal.SIGCONT)
         w0.wait()
     assert w1.returncode == 128 + sig, stderr
-    assert took < bound_s, took
 
 
 def test_a_worker_that_gives_up_stops_the_others_with_its_reason(tmp_path: Path) -> None:
@@ -458,10 +468,10 @@ def test_a_second_claimant_reads_only_and_a_stale_lease_is_taken_over(tmp_path: 
 
 def test_a_coordinator_that_never_comes_up_is_named_after_the_slice_timeout() -> None:
     spec = slices.SliceSpec(1, 2, None, timeout_s=0.5, coordinator=("127.0.0.1", _free_port()))
-    began = time.monotonic()
-    with pytest.raises(slices.SliceTimeout, match=r"coordinator 127\.0\.0\.1:\d+ \(worker 0\)"):
+    # Named after the slice timeout it was given, not the default one.
+    named = r"coordinator 127\.0\.0\.1:\d+ \(worker 0\) did not answer within 0\.5s"
+    with pytest.raises(slices.SliceTimeout, match=named):
         slices.Slice(spec).start()
-    assert time.monotonic() - began < 5
 
 
 def _read_while_claimed(lease: str, stop: Any, empty: Any) -> None:

@@ -38,6 +38,7 @@ from tests.test_gate_workload import write_tiny
 from tests.test_host_from_lane import build_host_wheel
 from xla_host import receipts
 from xla_host.filemode import file_sha256
+from xla_host.gate.slice import DEAD_AFTER_S
 
 BUNDLE = "stock-2.7"
 USER, PASSWORD = "gate", "webdav-secret-7"
@@ -300,7 +301,6 @@ def test_a_killed_worker_fails_the_run_naming_it_within_a_bound(
 ) -> None:
     # After the first run (the stock environment is warm); a slice of its own.
     shared = loop.shared.with_name("shared-killed")
-    started = time.monotonic()
     writer = _gate(loop, 0, shared)
     reader = _gate(loop, 1, shared)
     # Worker 1 dies once it has arrived at the cold phase (its arrival is on the board).
@@ -318,8 +318,8 @@ def test_a_killed_worker_fails_the_run_naming_it_within_a_bound(
     finally:
         if writer.poll() is None:  # it did not end: take it down with its children
             os.killpg(writer.pid, signal.SIGKILL)
-    took = time.monotonic() - started
     assert writer.returncode not in (0, None), out + err
-    # Named as a worker that stopped (its heartbeat), not one that never came.
-    assert "worker 1 stopped: no heartbeat" in err, out + err
-    assert took < 240, f"the run took {took:.0f}s to name the dead worker"
+    # Named as a worker that stopped (its heartbeat, within its bound), not one that never
+    # came or did not arrive by the slice timeout.
+    assert f"worker 1 stopped: no heartbeat for more than {DEAD_AFTER_S:g}s" in err, out + err
+    assert "did not arrive within" not in err

@@ -1,29 +1,30 @@
-"""Input problems are found before anything is fetched: quickly, offline, nothing written.
+"""Input problems are found before anything is fetched: offline, nothing written.
 
 Each case runs the CLI (`patch`, and `wheels` in host mode) on the synthetic upstream
-served through a mirror directory, with a source cache that does not exist yet: a run
-that fetched anything would create it. The upstream repositories are moved away before
-the run, so any network-like access would fail differently.
+served through a mirror, with a source cache that does not exist yet: a run that fetched
+anything would create it. The mirror is a real git server on loopback that counts what
+it is asked (tests/git_http.py): a refused run asked it nothing, so the refusal came
+before any fetch started, whatever the machine's load. A commit the mirror lacks is
+found by asking a mirror directory for it (a server only says which refs it has), and
+that refusal too leaves no fetch behind. The upstream repositories are moved away before
+the run, so any other access would fail differently.
 """
 
 from __future__ import annotations
 
 import shutil
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.clirunner import CliResult, run_cli
+from tests.git_http import git_http_server
 from tests.gitrepos import git
 from tests.synthetic_upstream import Synthetic, cli_args
 from tests.test_worktree_and_lock_safety import lock_check, make_mirror
 
 HOST = ("--mode", "host", "--host-python", sys.executable)
-# The check itself is well under a second; the bound covers the interpreter's start and
-# imports on a loaded 2-core machine (measured about 0.4 s there).
-CLI_SECONDS = 3.0
 
 
 @pytest.fixture
@@ -37,8 +38,13 @@ def syn(syn: Synthetic) -> Synthetic:
     return synthetic
 
 
-def cli(syn: Synthetic, stage: str, *extra: str) -> CliResult:
-    mirror = ("--mirror", str(syn.root.parent / "mirror"))
+def mirror_directory(syn: Synthetic) -> Path:
+    return syn.root.parent / "mirror"
+
+
+def cli(syn: Synthetic, stage: str, *extra: str, mirror_at: str | None = None) -> CliResult:
+    """``stage`` through the mirror at ``mirror_at`` (a URL), else the mirror directory."""
+    mirror = ("--mirror", mirror_at or str(mirror_directory(syn)))
     if stage == "wheels":
         args = cli_args(syn, *HOST, *mirror, *extra)
     else:
@@ -58,13 +64,16 @@ def snapshot(root: Path) -> dict[str, tuple[int, int]]:
     }
 
 
-def refused(syn: Synthetic, stage: str, code: int, error: str, fix: str) -> str:
-    """Run ``stage``; assert it stops fast with ``error``/``fix`` and writes nothing."""
+def refused(
+    syn: Synthetic, stage: str, code: int, error: str, fix: str, *, served: bool = True
+) -> str:
+    """Run ``stage``; assert it stops with ``error``/``fix`` before it asked the mirror
+    anything (``served``: the mirror is the counting git server; else the mirror directory,
+    which the run may read) and writes nothing."""
     shutil.move(syn.upstream, syn.upstream.with_name("upstream-gone"))  # the mirror only
     before = snapshot(syn.root), snapshot(syn.cache)
-    started = time.monotonic()
-    result = cli(syn, stage)
-    elapsed = time.monotonic() - started
+    with git_http_server(mirror_directory(syn)) as server:
+        result = cli(syn, stage, mirror_at=server.base if served else None)
     assert result.exit_code == code, result.stderr
     assert "Traceback" not in result.stderr
     lines = result.stderr.splitlines()
@@ -72,7 +81,8 @@ def refused(syn: Synthetic, stage: str, code: int, error: str, fix: str) -> str:
     assert error in result.stderr[result.stderr.index(error_line) :], result.stderr
     fix_line = next(line for line in lines if line.startswith("  fix: "))
     assert fix in fix_line, fix_line
-    assert elapsed < CLI_SECONDS, elapsed
+    assert server.fetches == 0, server.requests  # no fetch started
+    assert server.requests == [], server.requests  # nor anything else asked first
     assert (snapshot(syn.root), snapshot(syn.cache)) == before
     assert not (syn.root / "out").exists()
     assert not (syn.cache / "sources").exists()  # nothing fetched
@@ -140,7 +150,8 @@ def _pin_a_commit_the_mirror_lacks(syn: Synthetic) -> Path:
 @pytest.mark.parametrize("stage", ["patch", "wheels"])
 def test_a_commit_the_mirror_does_not_have(syn: Synthetic, stage: str) -> None:
     _pin_a_commit_the_mirror_lacks(syn)
-    message = refused(syn, stage, 1, f"commit {syn.commits['torch_xla']} is not in the mirror", "")
+    lacks = f"commit {syn.commits['torch_xla']} is not in the mirror"
+    message = refused(syn, stage, 1, lacks, "", served=False)
     assert "remote update" in message
 
 
