@@ -135,8 +135,10 @@ def read_index(lane: str | LaneAddress, network: NetworkPolicy) -> list[PackRow]
             # A FIFO or device at the index's place is refused from its stat, never opened.
             raw = read_shared(address.path(INDEX), what="lane's pack index", limit=MAX_INDEX_BYTES)
         else:
+            # Unsigned and of any length: at most one byte past the limit is ever held.
             raw = get(
                 where, network, missing_ok=True, timeout_fix=fix, secrets=address.secrets,
+                max_bytes=MAX_INDEX_BYTES,
                 refused=lambda what: PackRefused(f"{shown_where}: {what}", fix=fix),
             )  # fmt: skip
     except (NotThere, FileNotFoundError):
