@@ -27,7 +27,7 @@ import pytest
 
 from tests.clirunner import CliResult
 from tests.test_cache_hardening import fetch_args, host_cli, host_env, signed_pack
-from tests.test_cache_pack import host_python
+from tests.test_cache_pack import cache_entry, host_python
 from tests.test_disk_faults import MountTmpfs, tmpfs
 from xla_host import cache_pack, lane_packs
 
@@ -222,3 +222,135 @@ def test_a_dripping_pack_ends_at_the_deadline_its_manifest_or_the_idle_timeout_s
     assert "Traceback" not in done.stderr and "fix:" in done.stderr
     assert loopback.paths["/drip.tar"].requests == 2  # the first attempt and one retry
     assert not into.exists()
+
+
+# --- tracebacks: untrusted JSON, numbers out of range, a truncated pack, an immutable cache
+
+
+def _tar_with_first_member(path: Path, data: bytes) -> Path:
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
+        info = tarfile.TarInfo(cache_pack.MANIFEST_MEMBER)
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def refused_as_bad_input(done: CliResult, *words: str) -> None:
+    assert done.exit_code == 2, done.output
+    assert "Traceback" not in done.stderr and "fix:" in done.stderr, done.output
+    for word in words:
+        assert word in done.stderr, done.output
+
+
+@pytest.mark.slow
+def test_deep_json_and_numbers_out_of_range_are_bad_input_never_a_traceback(
+    tmp_path: Path, host_python: Path
+) -> None:
+    from xla_host import receipt_signing
+
+    made = signed_pack(tmp_path, 1)
+    deep = b"[" * 100_000 + b"]" * 100_000
+    base = ["--key", str(made["pub"]), "--python", str(host_python), "--device", "CPU",
+            "--topology", "cpu-1x1"]  # fmt: skip
+    into = tmp_path / "cache"
+    # A pack's first member, read before its signature is checked.
+    pack = _tar_with_first_member(tmp_path / "deep.xlapack.tar", deep)
+    done = host_cli("cache", "fetch", "--pack", str(pack), "--into", str(into), *base)
+    refused_as_bad_input(done, "nested more than 32 levels")
+    # A lane's index: deep, or a pack's size of 1e400 (an OverflowError in int()).
+    lane = tmp_path / "lane"
+    (lane / "packs").mkdir(parents=True)
+    index = lane / "packs" / "index.json"
+    for text, words in ((deep, "nested more than"), (
+        b'{"index-version": 1, "packs": [{"size": 1e400}]}', "out of range")):  # fmt: skip
+        index.write_bytes(text)
+        done = host_cli("cache", "fetch", "--lane", str(lane), "--into", str(into), *base)
+        refused_as_bad_input(done, str(index), words)
+    # A signed manifest whose entry's size is 1e400.
+    private = made["pub"].with_name(made["pub"].name.replace(".pub.pem", ".pem"))
+    payload = json_bytes(manifest_rows(size="1e400"))
+    envelope = receipt_signing.sign(payload, private, payload_type=cache_pack.PAYLOAD_TYPE)
+    pack = _tar_with_first_member(tmp_path / "huge.xlapack.tar", envelope)
+    done = host_cli("cache", "fetch", "--pack", str(pack), "--into", str(into), *base)
+    refused_as_bad_input(done, "its manifest is not JSON")
+    # --keep-run and --run files.
+    record = tmp_path / "run.json"
+    cache = tmp_path / "existing"
+    cache.mkdir()
+    huge = b'{"key-record": 1, "graphs": [{"step": 1, "module": "m", "misses": 1e400}]}'
+    for text in (deep, b'{"key-record": 1, "graphs": [1]}', huge):
+        record.write_bytes(text)
+        refused_as_bad_input(host_cli("cache", "prune", "--cache", str(cache), "--keep-run",
+                                      str(record)), str(record))  # fmt: skip
+        refused_as_bad_input(host_cli("cache", "explain", "--run", str(record), "--cache",
+                                      str(cache)), str(record))  # fmt: skip
+    assert not into.exists()
+
+
+def json_bytes(data: object) -> bytes:
+    import json
+
+    return json.dumps(data).encode().replace(b'"1e400"', b"1e400")
+
+
+def manifest_rows(*, size: str) -> dict[str, object]:
+    from tests.test_cache_pack import manifest
+
+    rows = manifest().to_json()
+    rows["entries"] = [{"name": "1234567890123", "size": size, "sha256": "0" * 64}]
+    return rows
+
+
+@pytest.mark.slow
+def test_a_pack_cut_inside_its_manifest_is_refused_as_truncated(
+    tmp_path: Path, host_python: Path
+) -> None:
+    made = signed_pack(tmp_path, 2)
+    cut = tmp_path / "cut.xlapack.tar"
+    cut.write_bytes(made["pack"].read_bytes()[: _manifest_end(made["pack"]) - 10])
+    into = tmp_path / "cache"
+    base = fetch_args(made, host_python, into)
+    done = host_cli(*base[:2], "--pack", str(cut), *base[4:])
+    assert done.exit_code == 1, done.output
+    assert "ends inside its manifest: the pack is truncated" in done.stderr, done.output
+    assert "Traceback" not in done.stderr and not into.exists()
+
+
+@pytest.fixture
+def immutable(tmp_path: Path) -> Iterator[Path]:
+    """A cache directory made immutable (``chattr +i``: no file made or removed there,
+    even by root); made mutable again at the end."""
+    import shutil
+
+    cache = tmp_path / "immutable"
+    cache.mkdir()
+    (cache / "1111111111111111").write_bytes(cache_entry(b"old"))
+    os.utime(cache / "1111111111111111", (1, 1))
+    if shutil.which("chattr") is None:
+        pytest.skip("chattr (e2fsprogs) is not installed")
+    done = subprocess.run(["chattr", "+i", str(cache)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"this filesystem takes no immutable flag: {done.stderr.strip()}")
+    try:
+        yield cache
+    finally:
+        subprocess.run(["chattr", "-i", str(cache)], check=True)
+
+
+@pytest.mark.slow
+def test_an_immutable_cache_directory_is_a_disk_fault_naming_it(
+    tmp_path: Path, host_python: Path, immutable: Path
+) -> None:
+    made = signed_pack(tmp_path, 2)
+    done = host_cli(*fetch_args(made, host_python, immutable))
+    assert done.exit_code == 10, done.output
+    assert f"cannot write {immutable}/" in done.stderr, done.output
+    assert "Operation not permitted" in done.stderr and f"lsattr -d {immutable}" in done.stderr
+    assert "--out" not in done.stderr and "Traceback" not in done.stderr
+    done = host_cli("cache", "prune", "--cache", str(immutable), "--recent-days", "0", "--apply")
+    assert done.exit_code == 10, done.output
+    assert f"cannot write {immutable}/" in done.stderr and "Traceback" not in done.stderr
+    assert sorted(p.name for p in immutable.iterdir()) == ["1111111111111111"]

@@ -76,6 +76,7 @@ from xla_host.net import (
 from xla_host.receipts import read_receipt
 from xla_host.redact import masked_url, url_secrets
 from xla_host.slice import WRITER_LEASE
+from xla_host.tables import loads_json
 
 if TYPE_CHECKING:
     from xla_host.gate.run import GateOutcome
@@ -165,17 +166,17 @@ class Manifest:
         return sum(e.size for e in self.entries)
 
 
+_PACK_FIX = "pass a pack the gate wrote (`xla-host gate ... --pack DIR --pack-key PEM`)"
+
+
 def _format_error(source: str, problem: str) -> PackFormatError:
-    return PackFormatError(
-        f"{source} is not a cache pack: {problem}",
-        fix="pass a pack the gate wrote (`xla-host gate ... --pack DIR --pack-key PEM`)",
-    )
+    return PackFormatError(f"{source} is not a cache pack: {problem}", fix=_PACK_FIX)
 
 
 def parse_manifest(payload: bytes, source: str) -> Manifest:
     """The manifest of a verified payload; a malformed one is a :class:`PackFormatError`."""
     try:
-        data = json.loads(payload)
+        data = loads_json(payload, source=source, error=PackFormatError, fix=_PACK_FIX)
     except (UnicodeDecodeError, ValueError):
         raise _format_error(source, "its manifest is not JSON") from None
     if not isinstance(data, dict) or data.get("pack-version") != PACK_VERSION:
@@ -199,7 +200,7 @@ def parse_manifest(payload: bytes, source: str) -> Manifest:
             cache_format=str(data["cache-format"]),
             keys=dict(data["keys"]) if isinstance(data.get("keys"), dict) else None,
         )
-    except (KeyError, TypeError, ValueError) as error:
+    except (KeyError, TypeError, ValueError, OverflowError) as error:
         raise _format_error(source, f"its manifest lacks or mistypes {error}") from None
     names = [e.name for e in entries]
     bad = [n for n in names if not _ENTRY_NAME.fullmatch(n) or n == WRITER_LEASE]
@@ -251,7 +252,8 @@ def verify_envelope(raw: bytes, keys: Sequence[PublicKey], source: str) -> bytes
     """The payload of a pack's envelope once a signature by one of ``keys`` verifies
     (openssl ``pkeyutl -verify``); else :class:`PackRefused`."""
     try:
-        data = json.loads(raw)
+        # Before the signature is checked: anyone may have written it (depth and size bound).
+        data = loads_json(raw, source=source, error=PackFormatError, fix=_PACK_FIX)
     except (UnicodeDecodeError, ValueError):
         raise _format_error(source, "its manifest envelope is not JSON") from None
     if not receipt_signing.is_envelope(data):
@@ -879,7 +881,8 @@ def read_installed(cache: Path) -> InstallRecords:
     unreadable: list[tuple[Path, str]] = []
     for path in sorted((cache / INSTALLED_DIR).glob("*.json")):
         try:
-            data = json.loads(read_shared(path, what="record of an installed pack"))
+            raw = read_shared(path, what="record of an installed pack")
+            data = loads_json(raw, source=str(path), error=PackFormatError)
             payload = json.dumps(data["manifest"]).encode()
             manifests.append((path, parse_manifest(payload, str(path))))
         except FileNotFoundError:
@@ -888,7 +891,7 @@ def read_installed(cache: Path) -> InstallRecords:
             unreadable.append((path, error.message))
         except OSError as error:
             unreadable.append((path, f"cannot be read: {error.strerror}"))
-        except (ValueError, KeyError, TypeError, PackFormatError):
+        except (ValueError, KeyError, TypeError, OverflowError, PackFormatError):
             unreadable.append((path, "not the record of an installed pack (damaged or empty)"))
     return InstallRecords(manifests, unreadable)
 
@@ -915,11 +918,23 @@ def read_manifest(
                     raise _format_error(named, f"its first member is not {MANIFEST_MEMBER}")
                 if first.size > MAX_MANIFEST_BYTES:
                     raise _format_error(named, "a manifest too large")
-                reader = tar.extractfile(first)
-                assert reader is not None
-                return parse_manifest(verify_envelope(reader.read(), keys, named), named)
+                raw = _manifest_bytes(tar, first, named)
+                return parse_manifest(verify_envelope(raw, keys, named), named)
         except tarfile.TarError:
             raise _format_error(named, "not a tar file") from None
+
+
+def _manifest_bytes(tar: tarfile.TarFile, first: tarfile.TarInfo, source: str) -> bytes:
+    """The envelope's bytes of the first member; a pack cut inside them is refused."""
+    reader = tar.extractfile(first)
+    assert reader is not None  # a regular member
+    try:
+        return reader.read()
+    except tarfile.TarError:
+        raise PackRefused(
+            f"{source} ends inside its manifest: the pack is truncated",
+            fix="fetch the pack again from the lane; never install a truncated pack",
+        ) from None
 
 
 def _verified(keys: Sequence[PublicKey], source: str) -> Callable[[bytes], Manifest]:
@@ -987,9 +1002,7 @@ def _install_stream(
         raise _format_error(source, f"its first member is not {MANIFEST_MEMBER}")
     if first.size > MAX_MANIFEST_BYTES:
         raise _format_error(source, f"a manifest larger than {MAX_MANIFEST_BYTES} bytes")
-    reader = tar.extractfile(first)
-    assert reader is not None  # a regular member
-    payload = verify_envelope(reader.read(), keys, source)
+    payload = verify_envelope(_manifest_bytes(tar, first, source), keys, source)
     manifest = parse_manifest(payload, source)
     if manifest.cache_format != CACHE_FORMAT:
         raise PackRefused(
@@ -1067,8 +1080,11 @@ def _stage(temporary: Path, data: IO[bytes], entry: Entry, source: str) -> Path:
             out.flush()
             os.fsync(out.fileno())
         as_if_created(temporary)
-    except BaseException:
+    except BaseException as error:
         temporary.unlink(missing_ok=True)
+        if isinstance(error, OSError) and error.filename is None:
+            # A full disk names no file on write or fsync: the staged file is where.
+            raise OSError(error.errno, error.strerror, str(temporary)) from None
         raise
     if digest.hexdigest() != entry.sha256:
         temporary.unlink(missing_ok=True)
