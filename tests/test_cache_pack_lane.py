@@ -473,3 +473,30 @@ def test_a_lane_whose_backend_keeps_no_packs_refuses_one_naming_its_backend_and_
     copied = lane_store.copy_packs(source, other, "v6e-2.11", {"v6e-2.11": "serves"})
     assert [c.row for c in copied] == [lane["row"]] and copied[0].added
     assert (tmp / "preferred" / copied[0].row.path).read_bytes() == pack.read_bytes()
+
+
+def test_a_publish_removes_what_a_killed_one_left_and_only_that(
+    lane: dict[str, object],
+) -> None:
+    directory = Path(str(lane["dir"]))
+    stored = directory / "packs" / "sha256"
+    row = lane["row"]
+    assert isinstance(row, lane_packs.PackRow)
+    # What a publish killed mid-way leaves: its copy's temporary file (mkstemp's name), and
+    # the pack it linked by hash before it could write the index that lists it.
+    (stored / ".pack.k1ll3d_x").write_bytes(b"half a pack")
+    unlisted = stored / f"{'e' * 64}.xlapack.tar"
+    unlisted.write_bytes(b"a pack no index lists")
+    # Not a publish's: other names, and a directory of a hash-like name.
+    for name in ("notes.txt", ".pack-notes", ".pack.toolong123"):
+        (stored / name).write_text("someone's")
+    (stored / f"{'d' * 64}.xlapack.tar").mkdir()
+    again = lane_store.publish_pack(
+        static_lane(directory), Path(str(lane["pack"])), lane["manifest"],  # type: ignore[arg-type]
+        {"v6e-2.11": "serves"},
+    )  # fmt: skip
+    assert not again.added
+    assert sorted(p.name for p in stored.iterdir()) == sorted(
+        [".pack-notes", ".pack.toolong123", "notes.txt", f"{'d' * 64}.xlapack.tar",
+         f"{row.sha256}.xlapack.tar"]
+    )  # fmt: skip

@@ -495,7 +495,13 @@ def run_explain(args: argparse.Namespace) -> int:
         references = [cache_explain.Reference(f"pack {args.pack}", manifest.keys)]
     else:
         references = cache_explain.references_of_cache(args.cache)
-    found = cache_explain.explain(record, references)
+    try:
+        found = cache_explain.explain(record, references)
+    except (KeyError, TypeError, ValueError, OverflowError, AttributeError) as error:
+        raise UsageError(
+            f"{args.run} is not a key record: a graph lacks or mistypes {error}",
+            fix="pass a key record: `xla-host cache record --out FILE` writes one",
+        ) from None
     if not found:
         print(f"{args.run}: the run missed nothing")
         return 0

@@ -12,7 +12,6 @@ of a workload; ``cache explain`` reads them (:mod:`xla_host.cache_explain`).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import stat
@@ -27,6 +26,7 @@ from xla_host.gate.children import run_child, runtime_env
 from xla_host.gate.errors import GateEnvironmentError
 from xla_host.gate.workload import WorkloadSpec
 from xla_host.redact import mask_environment, mask_flag_values
+from xla_host.tables import loads_json
 
 RECORD_VERSION = 1
 
@@ -84,7 +84,9 @@ def read_record(path: Path) -> dict[str, Any]:
     fix = "pass a key record: `xla-host cache record --out FILE` writes one, a gate run with " \
         "--pack leaves keys.json beside its report"  # fmt: skip
     try:
-        data = json.loads(read_shared(path, what="key record"))
+        data = loads_json(
+            read_shared(path, what="key record"), source=str(path), error=UsageError, fix=fix
+        )
     except OSError as error:
         raise UsageError(
             f"the key record {path} cannot be read: {error.strerror}", fix=fix

@@ -12,19 +12,21 @@ A pack is one uncompressed tar file (``<bundle>__<workload>__<topology>__<id>.xl
 - then ``entries/<file name>`` for each entry, in the manifest's order.
 
 The manifest comes first so a reader checks the signature and the host before it reads a
-byte of an entry: a pack is read as a stream (a local file or a URL), never unpacked with
-``tarfile``'s extractors, and only regular members with the manifest's names and sizes are
-taken. A pack at a URL is first fetched whole through the one network client
+byte of an entry: a pack is read as a stream (a local file or a URL), never unpacked
+with ``tarfile``'s extractors, and only regular members with the manifest's names and
+sizes are taken. A pack at a URL is first fetched whole through the one network client
 (:mod:`xla_host.net`: idle timeout, whole-transfer deadline, retries, credentials never
 shown) into an anonymous temporary file beside the cache directory, then read the same
-way. Installing (:func:`install`) is all or nothing: each entry is streamed into a
-temporary file in the cache directory while its sha256 is computed; only when every entry
-matches its manifest row, and no existing entry of the same name differs, are they linked
-into place (a link never replaces a file), after the install is recorded
-(``.xla-packs/<id>.json``) and under the install lock a prune takes too. On any failure
-the temporary files, the links and the record made so far are removed: the directory is
-as it was. A killed install's temporary files are removed by the next install
-(:func:`remove_dead_staging`: only a run whose lock nobody holds).
+way; its deadline and the bytes it may take are its signed manifest's (before the
+manifest has arrived: the idle timeout's, :class:`_Spool`), and a full disk there is the
+disk-fault error naming the directory. Installing (:func:`install`) is all or nothing:
+each entry is streamed into a temporary file in the cache directory while its sha256 is
+computed; only when every entry matches its manifest row, and no existing entry of the
+same name differs, are they linked into place (a link never replaces a file), after the
+install is recorded (``.xla-packs/<id>.json``) and under the install lock a prune takes
+too. On any failure the temporary files, the links and the record made so far are
+removed: the directory is as it was. A killed install's temporary files are removed by
+the next install (:func:`remove_dead_staging`: only a run whose lock nobody holds).
 
 A pack is written by rename and linked into place, never replaced (:func:`write_pack`).
 Standard library only: this runs on a TPU host.
@@ -52,7 +54,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from xla_host import cache_keys, log, receipt_signing, runner
-from xla_host.errors import PipelineError, UsageError
+from xla_host.edge import DISK_ERRNOS
+from xla_host.errors import DiskError, PipelineError, UsageError
 from xla_host.filemode import (
     NotARegularFile,
     as_if_created,
@@ -68,12 +71,12 @@ from xla_host.net import (
     NetworkPolicy,
     host_of,
     http_request,
-    rewound,
     settings_fix,
 )
 from xla_host.receipts import read_receipt
 from xla_host.redact import masked_url, url_secrets
 from xla_host.slice import WRITER_LEASE
+from xla_host.tables import loads_json
 
 if TYPE_CHECKING:
     from xla_host.gate.run import GateOutcome
@@ -88,9 +91,12 @@ MANIFEST_MEMBER = "manifest.dsse.json"
 ENTRY_PREFIX = "entries/"
 SUFFIX = ".xlapack.tar"
 MAX_MANIFEST_BYTES = 16 * 1024**2
-#: The size a pack's whole-transfer deadline allows for (its length is not known before it
-#: is read): 2 GiB at the slowest allowed rate; a stalled server ends at the idle timeout.
-PACK_BYTES_ALLOWANCE = 2 * 1024**3
+#: What a tar member may take besides its data: its header, a PAX header for a long name
+#: (header and record), the padding of its data to a block.
+_MEMBER_OVERHEAD = 4 * tarfile.BLOCKSIZE
+#: Where a pack's first member header must have been read by (a PAX header may come
+#: first): more bytes without one and it is no tar file.
+_HEAD_BYTES = 8 * tarfile.BLOCKSIZE
 VERIFY_TIMEOUT_S = 60.0
 #: A cache entry's file name as torch_xla writes it (a hash); never a path, never hidden.
 _ENTRY_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,254}")
@@ -160,17 +166,17 @@ class Manifest:
         return sum(e.size for e in self.entries)
 
 
+_PACK_FIX = "pass a pack the gate wrote (`xla-host gate ... --pack DIR --pack-key PEM`)"
+
+
 def _format_error(source: str, problem: str) -> PackFormatError:
-    return PackFormatError(
-        f"{source} is not a cache pack: {problem}",
-        fix="pass a pack the gate wrote (`xla-host gate ... --pack DIR --pack-key PEM`)",
-    )
+    return PackFormatError(f"{source} is not a cache pack: {problem}", fix=_PACK_FIX)
 
 
 def parse_manifest(payload: bytes, source: str) -> Manifest:
     """The manifest of a verified payload; a malformed one is a :class:`PackFormatError`."""
     try:
-        data = json.loads(payload)
+        data = loads_json(payload, source=source, error=PackFormatError, fix=_PACK_FIX)
     except (UnicodeDecodeError, ValueError):
         raise _format_error(source, "its manifest is not JSON") from None
     if not isinstance(data, dict) or data.get("pack-version") != PACK_VERSION:
@@ -194,7 +200,7 @@ def parse_manifest(payload: bytes, source: str) -> Manifest:
             cache_format=str(data["cache-format"]),
             keys=dict(data["keys"]) if isinstance(data.get("keys"), dict) else None,
         )
-    except (KeyError, TypeError, ValueError) as error:
+    except (KeyError, TypeError, ValueError, OverflowError) as error:
         raise _format_error(source, f"its manifest lacks or mistypes {error}") from None
     names = [e.name for e in entries]
     bad = [n for n in names if not _ENTRY_NAME.fullmatch(n) or n == WRITER_LEASE]
@@ -246,7 +252,8 @@ def verify_envelope(raw: bytes, keys: Sequence[PublicKey], source: str) -> bytes
     """The payload of a pack's envelope once a signature by one of ``keys`` verifies
     (openssl ``pkeyutl -verify``); else :class:`PackRefused`."""
     try:
-        data = json.loads(raw)
+        # Before the signature is checked: anyone may have written it (depth and size bound).
+        data = loads_json(raw, source=source, error=PackFormatError, fix=_PACK_FIX)
     except (UnicodeDecodeError, ValueError):
         raise _format_error(source, "its manifest envelope is not JSON") from None
     if not receipt_signing.is_envelope(data):
@@ -423,18 +430,140 @@ class Installed:
     seconds: float = 0.0
 
 
+def pack_bytes(manifest: Manifest, manifest_end: int) -> int:
+    """The most bytes a pack of ``manifest`` can be, its manifest member ending at byte
+    ``manifest_end``: each entry with its headers and padding, the end blocks and the
+    last record's padding."""
+    members = sum(_MEMBER_OVERHEAD + e.size for e in manifest.entries)
+    return manifest_end + members + 2 * tarfile.RECORDSIZE
+
+
+class _Spool:
+    """A pack fetched from a URL, written into an anonymous file as it arrives, and what
+    its first bytes say of its size: until its first member's header arrives, one block
+    (the deadline is then the idle timeout's); then that member, the manifest; once the
+    manifest verifies (``manifest_of``), :func:`pack_bytes` of its signed sizes, which is
+    both the deadline's size and the most bytes the spool takes (a server sending more is
+    refused, never allowed to fill the disk). A write that fails for the disk's reason is
+    a :class:`~xla_host.errors.DiskError` naming the spool's directory (exit 10)."""
+
+    def __init__(
+        self,
+        handle: IO[bytes],
+        directory: Path,
+        source: str,
+        manifest_of: Callable[[bytes], Manifest],
+    ) -> None:
+        self._handle, self._directory, self._source = handle, directory, source
+        self._manifest_of = manifest_of
+        self.fresh()
+
+    def fresh(self) -> Callable[[bytes], object]:
+        """A new attempt: from byte 0, nothing known (:func:`xla_host.net.rewound`)."""
+        self._handle.seek(0)
+        self._handle.truncate()
+        self._head = bytearray()
+        self._received = 0
+        self._manifest_end: int | None = None
+        self._manifest_start = 0
+        self._verified = False
+        self._parse_at = tarfile.BLOCKSIZE
+        self.expected = tarfile.BLOCKSIZE
+        self._cap = _HEAD_BYTES + MAX_MANIFEST_BYTES
+        return self.write
+
+    def write(self, chunk: bytes) -> None:
+        if self._received + len(chunk) > self._cap:
+            raise PackRefused(
+                f"{self._source} is larger than its signed manifest allows ({self._cap} "
+                "bytes): nothing was installed",
+                fix="fetch the pack again from the lane; never install a pack of other bytes",
+            )
+        try:
+            self._handle.write(chunk)
+        except OSError as error:
+            raise spool_fault(error, self._directory) from None
+        self._received += len(chunk)
+        if not self._verified:
+            self._head += chunk
+            self._learn()
+
+    def _learn(self) -> None:
+        """What the bytes so far tell of the pack's size (the class's doc)."""
+        if self._manifest_end is None:
+            if len(self._head) < self._parse_at:
+                return  # parsed once per block: a drip of bytes is not parsed at each byte
+            first = _first_member(bytes(self._head))
+            if first is None:
+                if len(self._head) >= _HEAD_BYTES:
+                    raise _format_error(self._source, "not a tar file")
+                self._parse_at = len(self._head) + tarfile.BLOCKSIZE
+                return
+            if first.name != MANIFEST_MEMBER or not first.isreg():
+                raise _format_error(self._source, f"its first member is not {MANIFEST_MEMBER}")
+            if first.size > MAX_MANIFEST_BYTES:
+                too_large = f"a manifest larger than {MAX_MANIFEST_BYTES} bytes"
+                raise _format_error(self._source, too_large)
+            self._manifest_end = first.offset_data + first.size
+            self._manifest_start = first.offset_data
+            self.expected = self._manifest_end + tarfile.BLOCKSIZE
+        if len(self._head) >= self._manifest_end:
+            raw = bytes(self._head[self._manifest_start : self._manifest_end])
+            self._head, self._verified = bytearray(), True  # the rest goes to the file only
+            self.expected = self._cap = pack_bytes(self._manifest_of(raw), self._manifest_end)
+
+    def size(self) -> int:
+        return self.expected
+
+
+def _first_member(head: bytes) -> tarfile.TarInfo | None:
+    """The first member's header of a tar whose first bytes are ``head``; None while they
+    do not hold a whole one (or are no tar)."""
+    import io
+
+    try:
+        with tarfile.open(fileobj=io.BytesIO(head), mode="r|") as tar:
+            return tar.next()
+    except tarfile.TarError:
+        return None
+
+
+def spool_fault(error: OSError, directory: Path) -> PipelineError | OSError:
+    """A failed write of a pack's download: the disk's (a full disk, a quota, read-only,
+    no permission, an immutable directory) is :class:`DiskError` naming ``directory``;
+    anything else is ``error`` itself."""
+    if error.errno not in DISK_ERRNOS:
+        return error
+    return DiskError(
+        f"cannot write the pack's download in {directory}: {os.strerror(error.errno)}",
+        fix=f"free space on the filesystem of {directory} (a pack is fetched beside its cache "
+        "directory) or make it writable, or install into a cache directory elsewhere (--into)",
+    )
+
+
 @contextlib.contextmanager
 def open_pack(
-    source: str, network: NetworkPolicy = DEFAULT_NETWORK, spool: Path | None = None
+    source: str,
+    network: NetworkPolicy,
+    manifest_of: Callable[[bytes], Manifest],
+    spool: Path | None = None,
 ) -> Iterator[IO[bytes]]:
     """The pack's bytes as a stream: a URL (http, https, file), fetched whole into an
     anonymous temporary file in ``spool`` (the nearest existing directory of the cache;
     default: the system's), its userinfo and query kept on the request and masked
-    wherever it is shown; or a regular file, its type checked where it is opened (a FIFO
+    wherever it is shown, its deadline and its size bounded by its signed manifest
+    (:class:`_Spool`; ``manifest_of``: the manifest of the envelope's bytes once its
+    signature verifies); or a regular file, its type checked where it is opened (a FIFO
     or device is refused, never read)."""
     if re.match(r"[a-z]+://", source):
         where = masked_url(source)
-        with tempfile.TemporaryFile(dir=spool) as spooled:
+        directory = spool or Path(tempfile.gettempdir())
+        try:
+            spooled_file = tempfile.TemporaryFile(dir=directory)  # noqa: SIM115
+        except OSError as error:
+            raise spool_fault(error, directory) from None
+        with spooled_file as spooled:
+            download = _Spool(spooled, directory, where, manifest_of)
             failures = Failures(
                 answered=lambda answer: PackRefused(
                     f"{where}: the server answered {answer.status} {answer.reason}",
@@ -452,9 +581,13 @@ def open_pack(
                 f"again (or give it longer: {settings_fix()})",
             )
             http_request(
-                source, network, failures, size=PACK_BYTES_ALLOWANCE, write=rewound(spooled),
-                secrets=url_secrets(source),
+                source, network, failures, size=download.size(), write=download.fresh,
+                sized=download.size, secrets=url_secrets(source),
             )  # fmt: skip
+            try:
+                spooled.flush()
+            except OSError as error:
+                raise spool_fault(error, directory) from None
             spooled.seek(0)
             yield spooled
         return
@@ -504,7 +637,7 @@ def install(
     created = [p for p in (cache, *cache.parents) if not p.exists()]
     try:
         spool = next((p for p in (cache, *cache.parents) if p.is_dir()), None)
-        with open_pack(source, network, spool) as raw_stream:
+        with open_pack(source, network, _verified(keys, named), spool) as raw_stream:
             stream = _Hashing(raw_stream)
             try:
                 # Closed by `with tar:` below; opened apart so a non-tar is named as such.
@@ -748,7 +881,8 @@ def read_installed(cache: Path) -> InstallRecords:
     unreadable: list[tuple[Path, str]] = []
     for path in sorted((cache / INSTALLED_DIR).glob("*.json")):
         try:
-            data = json.loads(read_shared(path, what="record of an installed pack"))
+            raw = read_shared(path, what="record of an installed pack")
+            data = loads_json(raw, source=str(path), error=PackFormatError)
             payload = json.dumps(data["manifest"]).encode()
             manifests.append((path, parse_manifest(payload, str(path))))
         except FileNotFoundError:
@@ -757,7 +891,7 @@ def read_installed(cache: Path) -> InstallRecords:
             unreadable.append((path, error.message))
         except OSError as error:
             unreadable.append((path, f"cannot be read: {error.strerror}"))
-        except (ValueError, KeyError, TypeError, PackFormatError):
+        except (ValueError, KeyError, TypeError, OverflowError, PackFormatError):
             unreadable.append((path, "not the record of an installed pack (damaged or empty)"))
     return InstallRecords(manifests, unreadable)
 
@@ -776,12 +910,30 @@ def read_manifest(
 ) -> Manifest:
     """A pack's manifest once its signature verifies; no entry is read."""
     named = masked_url(source)
-    with open_pack(source, network) as stream:
+    with open_pack(source, network, _verified(keys, named)) as stream:
         try:
             with tarfile.open(fileobj=stream, mode="r|") as tar:
                 return _signed_manifest(named, tar, iter(tar), keys)
         except tarfile.TarError:
             raise _format_error(named, "not a tar file") from None
+
+
+def _manifest_bytes(tar: tarfile.TarFile, first: tarfile.TarInfo, source: str) -> bytes:
+    """The envelope's bytes of the first member; a pack cut inside them is refused."""
+    reader = tar.extractfile(first)
+    assert reader is not None  # a regular member
+    try:
+        return reader.read()
+    except tarfile.TarError:
+        raise PackRefused(
+            f"{source} ends inside its manifest: the pack is truncated",
+            fix="fetch the pack again from the lane; never install a truncated pack",
+        ) from None
+
+
+def _verified(keys: Sequence[PublicKey], source: str) -> Callable[[bytes], Manifest]:
+    """The manifest of a pack's envelope bytes once its signature verifies with ``keys``."""
+    return lambda raw: parse_manifest(verify_envelope(raw, keys, source), source)
 
 
 class _Hashing:
@@ -886,9 +1038,9 @@ def _signed_manifest(
         raise _format_error(source, f"its first member is not {MANIFEST_MEMBER}")
     if first.size > MAX_MANIFEST_BYTES:
         raise _format_error(source, f"a manifest larger than {MAX_MANIFEST_BYTES} bytes")
-    reader = tar.extractfile(first)
-    assert reader is not None  # a regular member
-    return parse_manifest(verify_envelope(reader.read(), keys, source), source)
+    return parse_manifest(
+        verify_envelope(_manifest_bytes(tar, first, source), keys, source), source
+    )
 
 
 def _read_entries(
@@ -955,7 +1107,7 @@ def verify_pack(
     before it installs (:func:`install`), done without writing anything. Publishing a pack
     runs this first, so a lane never serves a pack every host would refuse."""
     named = masked_url(source)
-    with open_pack(source, network) as stream:
+    with open_pack(source, network, _verified(keys, named)) as stream:
         try:
             tar = tarfile.open(fileobj=stream, mode="r|")  # noqa: SIM115 - closed by `with tar:`
         except tarfile.TarError:
@@ -992,8 +1144,11 @@ def _stage(temporary: Path, data: IO[bytes], entry: Entry, source: str) -> Path:
             out.flush()
             os.fsync(out.fileno())
         as_if_created(temporary)
-    except BaseException:
+    except BaseException as error:
         temporary.unlink(missing_ok=True)
+        if isinstance(error, OSError) and error.filename is None:
+            # A full disk names no file on write or fsync: the staged file is where.
+            raise OSError(error.errno, error.strerror, str(temporary)) from None
         raise
     if digest.hexdigest() != entry.sha256:
         temporary.unlink(missing_ok=True)

@@ -28,7 +28,6 @@ changed since it was listed is left alone.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import stat
@@ -40,6 +39,7 @@ from pathlib import Path
 from xla_host import cache_pack
 from xla_host.errors import UsageError
 from xla_host.filemode import NotARegularFile, open_shared, read_shared
+from xla_host.tables import loads_json
 
 ENTRY = re.compile(r"[0-9A-Fa-f]{8,128}")
 #: The footer patch 0004 ends each entry with: this magic, the payload's length, its
@@ -119,11 +119,12 @@ class Survey:
 def _run_entries(path: Path) -> set[str]:
     fix = "pass a key record (`cache record --out FILE`, or a gate run's keys.json)"
     try:
-        data = json.loads(read_shared(path, what="key record"))
-        return {name for graph in data["graphs"] for name in graph.get("entries", ())}
+        raw = read_shared(path, what="key record")
+        data = loads_json(raw, source=f"--keep-run {path}", error=UsageError, fix=fix)
+        return {str(name) for graph in data["graphs"] for name in graph.get("entries", ())}
     except OSError as error:
         raise UsageError(f"--keep-run {path} cannot be read: {error.strerror}", fix=fix) from None
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         raise UsageError(f"--keep-run {path} is not a key record", fix=fix) from None
 
 

@@ -21,8 +21,9 @@ from typing import Any, NoReturn
 from xla_host import filemode, signals
 from xla_host.errors import DiskError, PipelineError, UsageError
 
-#: errno values of a write that failed for a reason of the disk, not of the run.
-DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES})
+#: errno values of a write that failed for a reason of the disk, not of the run; EPERM is
+#: what a directory made immutable (``chattr +i``) answers a new file or a removal with.
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
 
 
 class Parser(argparse.ArgumentParser):
@@ -43,12 +44,14 @@ class Parser(argparse.ArgumentParser):
 
 def plain_disk_error(error: OSError) -> DiskError | None:
     """A disk fault named by its file (the host has no mount table reader of its own)."""
-    if error.errno not in DISK_ERRNOS:
-        return None
+    if error.errno not in DISK_ERRNOS or (error.errno == errno.EPERM and not error.filename):
+        return None  # EPERM without a file: a signal or a process, not the disk
     where = os.fsdecode(error.filename) if error.filename is not None else "a file"
+    directory = os.path.dirname(where) or "."
     return DiskError(
         f"cannot write {where}: {os.strerror(error.errno)}",
-        fix="free space or fix the permissions of the directory, or pass another --out",
+        fix=f"free space on its filesystem, or make {directory} writable (`ls -ld {directory}`;"
+        f" `lsattr -d {directory}` shows an immutable one), then run the command again",
     )
 
 

@@ -26,6 +26,7 @@ from xla_host.errors import UsageError
 from xla_host.filemode import read_shared
 from xla_host.lane_address import LaneAddress, address_of
 from xla_host.net import NetworkPolicy, NotThere, get
+from xla_host.tables import loads_json
 
 INDEX = "packs/index.json"
 INDEX_VERSION = 1
@@ -81,7 +82,7 @@ def parse_index(text: str, source: str) -> tuple[list[PackRow], dict[str, str]]:
     """The rows and the retained bundles (bundle -> why) of a lane's index."""
     fix = "publish the pack again (`make cache-pack`), which rewrites the index"
     try:
-        data = json.loads(text)
+        data = loads_json(text, source=source, error=UsageError, fix=fix)
         if data.get("index-version") != INDEX_VERSION:
             raise ValueError(f"index-version {data.get('index-version')!r}")
         rows = [
@@ -103,7 +104,7 @@ def parse_index(text: str, source: str) -> tuple[list[PackRow], dict[str, str]]:
             for row in data["packs"]
         ]
         retained = {str(k): str(v) for k, v in dict(data.get("retained", {})).items()}
-    except (ValueError, KeyError, TypeError, AttributeError) as error:
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as error:
         raise UsageError(f"{source} is not a lane's pack index ({error})", fix=fix) from None
     for row in rows:
         # A row's path is where the host fetches from: only the lane's own hash-named place.
@@ -135,8 +136,10 @@ def read_index(lane: str | LaneAddress, network: NetworkPolicy) -> list[PackRow]
             # A FIFO or device at the index's place is refused from its stat, never opened.
             raw = read_shared(address.path(INDEX), what="lane's pack index", limit=MAX_INDEX_BYTES)
         else:
+            # Unsigned and of any length: at most one byte past the limit is ever held.
             raw = get(
                 where, network, missing_ok=True, timeout_fix=fix, secrets=address.secrets,
+                max_bytes=MAX_INDEX_BYTES,
                 refused=lambda what: PackRefused(f"{shown_where}: {what}", fix=fix),
             )  # fmt: skip
     except (NotThere, FileNotFoundError):

@@ -314,14 +314,33 @@ class _Deadline:
 
     def __init__(self, seconds: float) -> None:
         self.expired = False
+        self.seconds = seconds
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
-        self._timer = threading.Timer(seconds, self._expire)
-        self._timer.daemon = True
+        self._started = time.monotonic()
+        self._timer = self._timer_for(seconds)
+
+    def _timer_for(self, seconds: float) -> threading.Timer:
+        timer = threading.Timer(seconds, self._expire)
+        timer.daemon = True
+        return timer
 
     def __enter__(self) -> _Deadline:
+        self._started = time.monotonic()
         self._timer.start()
         return self
+
+    def move(self, seconds: float) -> None:
+        """End the transfer ``seconds`` after it started instead (a size learnt from its
+        first bytes: a pack's signed manifest); past already: at once."""
+        with self._lock:
+            if self.expired or seconds == self.seconds:
+                return
+            self._timer.cancel()
+            self.seconds = seconds
+            left = self._started + seconds - time.monotonic()
+            self._timer = self._timer_for(max(0.0, left))
+            self._timer.start()
 
     def __exit__(
         self,
@@ -329,7 +348,8 @@ class _Deadline:
         error: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._timer.cancel()
+        with self._lock:
+            self._timer.cancel()
 
     def watch(self, sock: socket.socket | None) -> None:
         if sock is None:
@@ -341,6 +361,8 @@ class _Deadline:
 
     def _expire(self) -> None:
         with self._lock:
+            if self._started + self.seconds > time.monotonic() + 0.001:
+                return  # a timer moved later meanwhile: the new one ends it
             self.expired = True
             for sock in self._sockets:
                 _shut(sock)
@@ -388,14 +410,32 @@ def _opener(deadline: _Deadline) -> urllib.request.OpenerDirector:
     return urllib.request.build_opener(HttpHandler, HttpsHandler)
 
 
-def _drain(response: http.client.HTTPResponse, write: Callable[[bytes], object]) -> None:
-    """Every byte of ``response`` into ``write``; an answer that ends before its announced
-    length (or mid-chunk) raises :class:`http.client.IncompleteRead`."""
+def _drain(
+    response: http.client.HTTPResponse,
+    write: Callable[[bytes], object],
+    *,
+    max_bytes: int | None = None,
+    after_chunk: Callable[[], object] | None = None,
+) -> None:
+    """Every byte of ``response`` into ``write`` (with ``max_bytes``: at most one byte
+    more, so the caller can tell "too large" without holding all of it); an answer that
+    ends before its announced length (or mid-chunk) raises
+    :class:`http.client.IncompleteRead`. ``after_chunk`` runs after each chunk."""
     import http.client
 
-    # read1, not read: read(n) waits for all n bytes before it returns any.
-    while chunk := response.read1(1 << 20):
+    received = 0
+    while max_bytes is None or received <= max_bytes:
+        wanted = 1 << 20 if max_bytes is None else min(1 << 20, max_bytes + 1 - received)
+        # read1, not read: read(n) waits for all n bytes before it returns any.
+        chunk = response.read1(wanted)
+        if not chunk:
+            break
+        received += len(chunk)
         write(chunk)
+        if after_chunk is not None:
+            after_chunk()
+    else:
+        return  # more than max_bytes: the rest is never read
     # http.client's read1 ends quietly where read() would raise; a file:// answer (a lane
     # given as a directory URL) is a plain file and has no length to fall short of.
     if getattr(response, "length", None):
@@ -409,9 +449,16 @@ def read_url(
     idle_s: float,
     write: Callable[[bytes], object] | None = None,
     on_response: Callable[[http.client.HTTPResponse], object] | None = None,
+    max_bytes: int | None = None,
+    limit_now: Callable[[], float | None] | None = None,
 ) -> bytes:
     """One attempt of an HTTP read: the body at ``request`` (or ``b""`` when it streams
     into ``write``). Every urllib read of the project goes through here.
+
+    ``max_bytes``: at most that many bytes and one more are read (the caller refuses a
+    body longer than its limit without ever holding more). ``limit_now``: asked after
+    each chunk, the whole attempt's limit as the bytes so far tell it (None: unchanged),
+    e.g. a pack's signed size once its manifest has arrived.
 
     ``idle_s`` bounds each wait for bytes (connect, status, each read); ``limit_s`` the
     whole attempt, redirects and headers included. Raises :class:`Transient` for a fault
@@ -432,16 +479,18 @@ def read_url(
     chunks: list[bytes] = []
     sink = chunks.append if write is None else write
     deadline = _Deadline(limit_s)
-    unfinished = Transient(
-        "timed out", f"not finished after {limit_s:g}s", after_s=limit_s, unfinished=True
-    )
+
+    def moved() -> None:
+        if limit_now is not None and (seconds := limit_now()) is not None:
+            deadline.move(seconds)
+
     try:
         with deadline:
             try:
                 with _opener(deadline).open(request, timeout=idle_s) as response:
                     if on_response is not None:
                         on_response(response)
-                    _drain(response, sink)
+                    _drain(response, sink, max_bytes=max_bytes, after_chunk=moved)
             except urllib.error.HTTPError as error:
                 body: list[bytes] = []
                 if error.fp is not None:
@@ -452,7 +501,7 @@ def read_url(
                 ) from None
     except (OSError, http.client.HTTPException) as error:
         if deadline.expired:
-            raise unfinished from None
+            raise _unfinished(deadline.seconds) from None
         fault = url_fault(error)
         if fault is not None:
             if fault.kind == "timed out" and fault.after_s is None:
@@ -464,8 +513,14 @@ def read_url(
         raise
     if deadline.expired:
         # Shut down mid-headers, an answer can look whole (no length, ended by the close).
-        raise unfinished
+        raise _unfinished(deadline.seconds)
     return b"".join(chunks)
+
+
+def _unfinished(limit_s: float) -> Transient:
+    return Transient(
+        "timed out", f"not finished after {limit_s:g}s", after_s=limit_s, unfinished=True
+    )
 
 
 def settings_fix() -> str:
@@ -588,6 +643,8 @@ def http_request(
     write: Callable[[], Callable[[bytes], object]] | None = None,
     long: bool = False,
     secrets: Iterable[str] = (),
+    max_bytes: int | None = None,
+    sized: Callable[[], int | None] | None = None,
 ) -> Answer:
     """One HTTP request with the run's policy, every caller's retries and give-up in one
     place: the idle timeout, the whole-transfer deadline (for ``size`` bytes moved either
@@ -599,11 +656,18 @@ def http_request(
     ``step``: what the waiting lines and the timeout name (default: the method and the
     URL). ``write``: each attempt streams the body into what it returns (a fresh start,
     :func:`rewound`) instead of into memory. ``long``: announce the step before it
-    starts."""
+    starts. ``max_bytes``: a body is read up to one byte more than that, never further
+    (the caller refuses a longer one). ``sized``: asked after each chunk, the size of the
+    whole transfer as its first bytes tell it (None: not known yet); the deadline becomes
+    that size's (a pack's, from its signed manifest), counted from the attempt's start."""
     request, secrets = _userinfo_as_basic_auth(request, secrets)
     url = request if isinstance(request, str) else request.full_url
     method = "GET" if isinstance(request, str) else request.get_method()
     redact = Redactor(secrets)
+
+    def limit_now() -> float | None:
+        known = sized() if sized is not None else None
+        return None if known is None else network.transfer_limit(known)
 
     def attempt(limit: float) -> Answer:
         answered: list[tuple[int, str]] = []
@@ -615,6 +679,7 @@ def http_request(
                 on_response=lambda response: answered.append(
                     (getattr(response, "status", None) or 200, getattr(response, "reason", ""))
                 ),
+                max_bytes=max_bytes, limit_now=limit_now,
             )  # fmt: skip
         except urllib.error.HTTPError as error:
             answer = Answer(error.code, redact(str(error.reason)), error.read())
@@ -674,12 +739,15 @@ def get(
     write: Callable[[], Callable[[bytes], object]] | None = None,
     missing_ok: bool = False,
     secrets: Iterable[str] = (),
+    max_bytes: int | None = None,
 ) -> bytes:
     """One GET through :func:`http_request` whose every failure is ``refused(what
     happened)``: a 4xx, another fault, or a transient one that outlasts the retries; no
     answer in time is :class:`NetworkTimedOut` with ``timeout_fix`` and the settings that
     give it longer; with ``missing_ok`` a 404 raises :class:`NotThere`. ``secrets``: values
-    never shown (a lane address's, :attr:`xla_host.lane_address.LaneAddress.secrets`)."""
+    never shown (a lane address's, :attr:`xla_host.lane_address.LaneAddress.secrets`).
+    ``max_bytes``: a body longer than that is cut one byte past it (the caller refuses it
+    by its length)."""
 
     def answered(answer: Answer) -> PipelineError | None:
         if missing_ok and answer.status == 404:
@@ -694,7 +762,9 @@ def get(
         ),
         timeout_fix=f"{timeout_fix} (or give it longer: {settings_fix()})",
     )
-    answer = http_request(url, network, failures, size=size, write=write, secrets=secrets)
+    answer = http_request(
+        url, network, failures, size=size, write=write, secrets=secrets, max_bytes=max_bytes
+    )
     if answer.status == 404:
         raise NotThere(Redactor(secrets)(shown(url)))
     return answer.body

@@ -190,13 +190,24 @@ def loads_toml(
     return data
 
 
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        # A literal no writer of ours makes (json.dumps writes Infinity): 1e400, which a
+        # later int() would raise OverflowError on.
+        raise ValueError(f"the number {text[:40]} is out of range")
+    return value
+
+
 def loads_json(
     text: str | bytes, *, source: str, error: ErrorFactory, fix: str | None = None
 ) -> Any:
-    """``json.loads`` within :data:`MAX_DEPTH`, as :func:`loads_toml`; ``ValueError`` is
-    left to the caller."""
+    """``json.loads`` within :data:`MAX_DEPTH`, as :func:`loads_toml`, for a file anyone
+    may have written (a lane's index, a pack's manifest, a key record): a number literal
+    out of a float's range (``1e400``) is a ``ValueError``, which is left to the caller
+    with every other one."""
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_float=_finite)
     except RecursionError:
         raise _too_deep(source, error, fix) from None
     _check_depth(data, source, error, fix)

@@ -13,7 +13,9 @@ install lists and packs included.
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -21,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from xla_host import bundle_document as doc
-from xla_host import filemode, lane_packs
+from xla_host import filemode, lane_packs, log
 from xla_host.filemode import file_sha256
 from xla_host.redact import shown
 from xla_host.tables import Field, Table
@@ -142,6 +144,8 @@ class StaticLane(LaneBackend):
             return str(index)
         target = self.pack_file(row)
         target.parent.mkdir(parents=True, exist_ok=True)
+        listed = {r.sha256 for r in (*keep, *removed, row)}
+        self._remove_leftovers(target.parent, listed)
         if not target.exists():
             self._link_pack(pack, row.sha256, target)
         # The index first: a host never finds a row whose file is gone.
@@ -149,6 +153,25 @@ class StaticLane(LaneBackend):
         for gone in removed:
             self.pack_file(gone).unlink(missing_ok=True)
         return str(index)
+
+    def _remove_leftovers(self, directory: Path, listed: set[str]) -> None:
+        """What a killed publish of a pack left in ``directory`` (the caller holds the
+        lane's lock, so no live publish is writing there): its copy's temporary file
+        (``.pack.*``, :func:`tempfile.mkstemp`'s name) and a pack linked by its hash that
+        the index it never wrote does not list. Nothing else is touched: another name,
+        a listed pack, anything that is not a regular file."""
+        gone = []
+        for path in sorted(directory.iterdir()):
+            temporary = _TEMPORARY.fullmatch(path.name) is not None
+            unlisted = (match := _PACK_FILE.fullmatch(path.name)) is not None and (
+                match.group(1) not in listed
+            )
+            if (temporary or unlisted) and stat.S_ISREG(path.lstat().st_mode):
+                path.unlink(missing_ok=True)
+                gone.append(path.name)
+        if gone:
+            log.info(f"lane {self.lane}: removed what a killed publish left in {directory}: "
+                     f"{', '.join(gone)}")  # fmt: skip
 
     def _link_pack(self, pack: Path, sha256: str, target: Path) -> None:
         """``pack`` at ``target`` by a hard link of a checked copy: never replaces a file
@@ -166,6 +189,11 @@ class StaticLane(LaneBackend):
             pass
         finally:
             Path(name).unlink(missing_ok=True)
+
+
+#: A pack's copy on its way in (``_link_pack``'s mkstemp), and a pack stored by its hash.
+_TEMPORARY = re.compile(r"\.pack\.[A-Za-z0-9_]{8}")
+_PACK_FILE = re.compile(r"([0-9a-f]{64})\.xlapack\.tar")
 
 
 def _make(name: str, table: Table, fields: Mapping[str, Any], root: Path) -> StaticLane:
