@@ -269,12 +269,14 @@ def compile_argv(unit: str, headers: Headers, stand_ins: Path, compiler: str) ->
 
 
 def cache_key(
-    tree: Path, files: Sequence[str], argv: Sequence[str], headers: Headers, stand_ins: Path
+    tree: Path, files: Sequence[str], argv: Sequence[str], identity: str, stand_ins: Path
 ) -> str:
-    """The unit's cache key: the command, the header set, the compiler and every byte of
-    the tree's files and stand-ins it reads."""
+    """The unit's cache key: the command, ``identity`` (the header set's and the
+    compiler's version) and every byte of the tree's files and stand-ins it reads."""
     digest = hashlib.sha256()
-    digest.update(json.dumps([list(argv), headers.identity, _compiler_version(argv)]).encode())
+    # The stand-ins' directory is a scratch one, new every run: their content counts.
+    command = [arg.replace(str(stand_ins), f"<{STAND_INS}>") for arg in argv]
+    digest.update(json.dumps([command, identity]).encode())
     for name in files:
         digest.update(f"\0{name}\0".encode() + (tree / name).read_bytes())
     for path in sorted(stand_ins.rglob("*")) if stand_ins.is_dir() else ():
@@ -283,8 +285,7 @@ def cache_key(
     return digest.hexdigest()
 
 
-def _compiler_version(argv: Sequence[str]) -> str:
-    compiler = argv[3]
+def compiler_version(compiler: str) -> str:
     done = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=False)
     return done.stdout.splitlines()[0] if done.stdout else compiler
 
@@ -383,6 +384,7 @@ def compile_series(
     if units is not None:
         touched = [unit for unit in touched if unit in set(units)]
     graphs = {tree: include_graph(tree) for tree in (base_tree, patched_tree)}
+    identity = f"{headers.identity} {compiler_version(compiler)}"
     cache = cache_dir / SUBDIR / ERRORS_SUBDIR
     stand_ins: set[str] = set()
     jobs_list = []
@@ -396,7 +398,7 @@ def compile_series(
         write_stand_ins(directory, missing)
         for unit in present:
             argv = compile_argv(unit, headers, directory, compiler)
-            key = cache_key(tree, closure(unit, graph), argv[:-1] + [unit], headers, directory)
+            key = cache_key(tree, closure(unit, graph), argv, identity, directory)
             jobs_list.append((tree, unit, argv, key, directory))
     log.info(f"series-compile: {len(touched)} unit(s) the series touches, base and patched")
     workers = jobs or os.cpu_count() or 1
