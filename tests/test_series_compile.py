@@ -155,7 +155,10 @@ PLANTS = [
 
 @pytest.fixture(scope="module")
 def planted_report(
-    headers: Headers, pytorch_xla_repo: Path, base_tree: Path, tmp_path_factory: pytest.TempPathFactory
+    headers: Headers,
+    pytorch_xla_repo: Path,
+    base_tree: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> tuple[SeriesCompileReport, Path]:
     work = tmp_path_factory.mktemp("series-compile-planted")
     patches = _planted_series(
