@@ -40,6 +40,7 @@ from pathlib import Path
 from xla_host import filemode, log, runner
 from xla_host.errors import ToolchainError
 from xla_wheels.gitutil import git
+from xla_wheels.series_checks.codegen import generate_code
 from xla_wheels.series_checks.xla_headers import SUBDIR, Headers
 
 #: Where the tree's C++ lives, and what a translation unit is.
@@ -168,23 +169,33 @@ class SeriesCompileReport:
 # --- which units ----------------------------------------------------------------------------
 
 
-def include_graph(tree: Path) -> dict[str, tuple[str, ...]]:
-    """Each C++ file under :data:`SOURCE_ROOT` -> the files of the tree it includes."""
-    files = [
-        p.relative_to(tree).as_posix()
-        for p in sorted((tree / SOURCE_ROOT).rglob("*"))
+def include_graph(tree: Path, generated: Path | None = None) -> dict[str, tuple[str, ...]]:
+    """Each C++ file under :data:`SOURCE_ROOT` (of the tree, and of ``generated``, the
+    codegen's output) -> the files of the tree it includes."""
+    roots = [tree] if generated is None else [tree, generated]
+    files = sorted({
+        p.relative_to(root).as_posix()
+        for root in roots
+        for p in (root / SOURCE_ROOT).rglob("*")
         if p.suffix in UNIT_SUFFIXES + HEADER_SUFFIXES and p.is_file()
-    ]
+    })  # fmt: skip
     known = set(files)
     graph = {}
     for name in files:
-        text = (tree / name).read_text(encoding="utf-8", errors="replace")
+        text = source_path(tree, generated, name).read_text(encoding="utf-8", errors="replace")
         graph[name] = tuple(
             resolved
             for include in _INCLUDE.findall(text)
             if (resolved := _resolve(include, name, known)) is not None
         )
     return graph
+
+
+def source_path(tree: Path, generated: Path | None, name: str) -> Path:
+    """Where file ``name`` of the compiled tree is: the tree's, else the codegen's."""
+    if generated is not None and not (tree / name).exists():
+        return generated / name
+    return tree / name
 
 
 def _resolve(include: str, includer: str, known: set[str]) -> str | None:
@@ -227,12 +238,14 @@ def touched_units(tree: Path, changed: Iterable[str]) -> list[str]:
 
 
 def missing_includes(
-    tree: Path, files: Iterable[str], headers: Headers, graph: Mapping[str, Sequence[str]]
-) -> list[str]:
-    """Includes of ``files`` (tree-relative) found neither in the tree nor the headers."""
+    tree: Path, files: Iterable[str], headers: Headers, graph: Mapping[str, Sequence[str]],
+    generated: Path | None = None,
+) -> list[str]:  # fmt: skip
+    """Includes of ``files`` (tree-relative) found neither in the tree, the codegen's
+    output nor the headers."""
     missing = set()
     for name in files:
-        text = (tree / name).read_text(encoding="utf-8", errors="replace")
+        text = source_path(tree, generated, name).read_text(encoding="utf-8", errors="replace")
         for include in _INCLUDE.findall(text):
             if _resolve(include, name, set(graph)) is not None or (tree / include).exists():
                 continue
@@ -261,16 +274,19 @@ def write_stand_ins(directory: Path, includes: Iterable[str]) -> None:
 # --- compiling one unit ---------------------------------------------------------------------
 
 
-def compile_argv(unit: str, headers: Headers, stand_ins: Path, compiler: str) -> list[str]:
-    include = ["-I.", f"-I{stand_ins}"]
+def compile_argv(
+    unit: str, headers: Headers, stand_ins: Path, compiler: str, generated: Path | None = None
+) -> list[str]:
+    include = ["-I.", *([f"-I{generated}"] if generated else []), f"-I{stand_ins}"]
     for directory in headers.include_dirs:
         include += ["-isystem", str(directory)]
     return ["nice", "-n", "10", compiler, *FLAGS, *include, unit]
 
 
 def cache_key(
-    tree: Path, files: Sequence[str], argv: Sequence[str], identity: str, stand_ins: Path
-) -> str:
+    tree: Path, files: Sequence[str], argv: Sequence[str], identity: str, stand_ins: Path,
+    generated: Path | None = None,
+) -> str:  # fmt: skip
     """The unit's cache key: the command, ``identity`` (the header set's and the
     compiler's version) and every byte of the tree's files and stand-ins it reads."""
     digest = hashlib.sha256()
@@ -278,7 +294,7 @@ def cache_key(
     command = [arg.replace(str(stand_ins), f"<{STAND_INS}>") for arg in argv]
     digest.update(json.dumps([command, identity]).encode())
     for name in files:
-        digest.update(f"\0{name}\0".encode() + (tree / name).read_bytes())
+        digest.update(f"\0{name}\0".encode() + source_path(tree, generated, name).read_bytes())
     for path in sorted(stand_ins.rglob("*")) if stand_ins.is_dir() else ():
         if path.is_file():
             digest.update(f"\0{path.relative_to(stand_ins)}\0".encode() + path.read_bytes())
@@ -383,7 +399,9 @@ def compile_series(
     touched = touched_units(patched_tree, changed_files(patched_tree, base))
     if units is not None:
         touched = [unit for unit in touched if unit in set(units)]
-    graphs = {tree: include_graph(tree) for tree in (base_tree, patched_tree)}
+    trees = (base_tree, patched_tree)
+    generated = {tree: generate_code(tree, headers, cache_dir) for tree in trees}
+    graphs = {tree: include_graph(tree, generated[tree]) for tree in trees}
     identity = f"{headers.identity} {compiler_version(compiler)}"
     cache = cache_dir / SUBDIR / ERRORS_SUBDIR
     stand_ins: set[str] = set()
@@ -392,13 +410,15 @@ def compile_series(
         graph = graphs[tree]
         present = [u for u in touched if u in graph]  # a unit the series adds has no base
         files = sorted({f for u in present for f in closure(u, graph)})
-        missing = missing_includes(tree, files, headers, graph)
+        missing = missing_includes(tree, files, headers, graph, generated[tree])
         stand_ins.update(missing)
         directory = work / ("base" if tree is base_tree else "patched") / STAND_INS
         write_stand_ins(directory, missing)
         for unit in present:
-            argv = compile_argv(unit, headers, directory, compiler)
-            key = cache_key(tree, closure(unit, graph), argv, identity, directory)
+            argv = compile_argv(unit, headers, directory, compiler, generated[tree])
+            key = cache_key(
+                tree, closure(unit, graph), argv, identity, directory, generated[tree]
+            )
             jobs_list.append((tree, unit, argv, key, directory))
     log.info(f"series-compile: {len(touched)} unit(s) the series touches, base and patched")
     workers = jobs or os.cpu_count() or 1
