@@ -81,6 +81,10 @@ def cmd_series_compile(args: argparse.Namespace) -> int:
             fix="fix the named lines in the patch (make patch, edit, amend, make patch-export; "
             "docs/patches.md, 'Updating a patch'), then run make series-compile again",
         )
+    if not report.units:
+        # A series of Python or build files only: nothing of torch_xla/csrc to compile.
+        print(f"series-compile: {series} touches no translation unit: nothing was compiled")
+        return 0
     print(
         f"series-compile passed: {len(report.units)} unit(s), no error the base does not have "
         f"(headers {report.headers.header_set.name})"

@@ -311,12 +311,14 @@ def compile_unit(
     stand_ins: Path,
 ) -> UnitResult:  # fmt: skip
     entry = cache / f"{key}.json"
-    if entry.is_file():
-        try:
-            recorded = json.loads(entry.read_text(encoding="utf-8"))
-            return UnitResult(unit, tuple(UnitError(**e) for e in recorded["errors"]), True)
-        except (ValueError, KeyError, TypeError):
-            pass  # an unreadable entry is compiled again and replaced
+    try:
+        # A per-machine cache: a FIFO or device put there is refused before it is opened.
+        recorded = json.loads(filemode.read_shared(entry, what="series-compile cache entry"))
+        return UnitResult(unit, tuple(UnitError(**e) for e in recorded["errors"]), True)
+    except FileNotFoundError:
+        pass
+    except (ValueError, KeyError, TypeError):
+        pass  # an unreadable entry is compiled again and replaced
     try:
         done = runner.run(
             argv, cwd=tree, base_env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
