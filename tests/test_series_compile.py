@@ -17,12 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from tests import real_source
-from tests.gitrepos import git
+from tests import clirunner, real_source
+from tests.bundles import LIBTPU_RUNTIME, Pin, write_bundle
+from tests.gitrepos import git, make_repo
 from tests.missing_tools import skip_missing
 from xla_host.net import NetworkPolicy
 from xla_wheels.options import machine_cache
 from xla_wheels.series_checks.unit_compile import (
+    COMPILE_TIMEOUT_S,
     SeriesCompileReport,
     UnitError,
     closure,
@@ -238,3 +240,74 @@ def test_the_header_set_holds_what_the_wheel_lacks_nothing_of_torchs_protobuf(
     assert not (headers.root / "torch" / "google").exists()
     assert not (headers.root / "xla" / "xla" / "pjrt" / "distributed" / "distributed.h").exists()
     assert subprocess.run(["g++", "--version"], capture_output=True).returncode == 0
+
+
+PROBE = f"{CSRC}/runtime/series_compile_probe.cpp"
+PROBE_LINES = [
+    '#include "torch_xla/csrc/runtime/env_hash.h"',
+    "",
+    "namespace torch_xla::runtime::hash {",
+    "torch::lazy::hash_t Probe() {",
+    "  return HashXlaEnvVars(1);  // planted: an extra argument",
+    "}",
+    "}  // namespace torch_xla::runtime::hash",
+]
+
+
+def _probe_patch() -> str:
+    """A one-patch series adding one unit with a planted mistake at its line 5."""
+    header = "\n".join([
+        "Subject: A probe unit for series-compile's command-line test",
+        "Component: torch_xla",
+        f"Base: {real_source.BASE}",
+        "Fixes: nothing (a test)",
+        "Why: a unit the series adds, with one planted mistake",
+        "Upstream: not upstreamed",
+        f"Files: {PROBE}",
+    ])  # fmt: skip
+    body = "".join(f"+{line}\n" for line in PROBE_LINES)
+    return (
+        f"{header}\n\ndiff --git a/{PROBE} b/{PROBE}\nnew file mode 100644\n"
+        f"--- /dev/null\n+++ b/{PROBE}\n@@ -0,0 +1,{len(PROBE_LINES)} @@\n{body}"
+    )
+
+
+@pytest.mark.slow
+def test_the_command_fails_naming_the_patch_file_line_and_message(
+    headers: Headers, tmp_path: Path, pytorch_xla_repo: Path
+) -> None:
+    project = tmp_path / "project"
+    (project / "patches" / "torch_xla").mkdir(parents=True)
+    (project / "patches" / "torch_xla" / "0001-probe.patch").write_text(_probe_patch())
+    stand_in = make_repo(tmp_path / "stand-in", {"README": "stand-in\n"})  # never fetched
+    write_bundle(
+        project,
+        "probe",
+        {
+            "torch": Pin("https://github.com/pytorch/pytorch.git", stand_in, "2.9.0"),
+            "torch_xla": Pin(
+                "https://github.com/pytorch/xla.git", real_source.BASE, "2.9.0",
+                ["torch_xla/0001-probe.patch"],
+            ),
+            "openxla": Pin("https://github.com/openxla/xla.git", stand_in),
+        },
+        runtime=LIBTPU_RUNTIME,
+    )  # fmt: skip
+    # The machine cache's header set (the fixture made it); a home of its own; the
+    # compile limit's time, not run_cli's.
+    result = clirunner.run_cli(
+        "series-compile", "--bundle", "probe", "--source", str(pytorch_xla_repo), root=project,
+        env={"XLA_WHEELS_CACHE": str(machine_cache(os.environ)), "HOME": str(tmp_path / "home")},
+        timeout=COMPILE_TIMEOUT_S * 2,
+    )  # fmt: skip
+    assert result.exit_code == 7, result.output
+    assert f"FAIL {PROBE}: 0 error(s) at base, 1 patched, 1 new" in result.stdout
+    assert (
+        f"patches/torch_xla/0001-probe.patch: {PROBE}:5: too many arguments to function"
+        in result.stdout
+    ), result.stdout
+    assert "not proven: not the pinned OpenXLA itself" in result.stdout
+    assert "error: the torch_xla series of probe: the patched tree adds 1 compile error(s)" in (
+        result.stderr
+    )
+    assert "fix: " in result.stderr and "Traceback" not in result.output
