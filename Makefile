@@ -215,7 +215,7 @@ patches-check: $(VENV_STAMP) ## apply the bundle's series to a scratch copy of a
 # The series' translation units compiled base and patched against real XLA headers (a
 # tensorflow-cpu wheel's), torch's and Debian's LLVM, fetched once per machine
 # (docs/patches.md, "Compiled against real XLA headers").
-series-compile: $(VENV_STAMP) compiler-tools ## compile every unit the series touches, base and patched, against real XLA headers
+series-compile: $(VENV_STAMP) compiler-tools ## compile the units the series touches, base and patched, on real XLA headers
 	@$(CLI) series-compile $(BUNDLE_FLAGS) $(SOURCE_FLAG) $(call flag,XLA_HEADERS)
 
 patch-export: $(VENV_STAMP) ## write the patched worktree's commits back as the bundle's patch files
