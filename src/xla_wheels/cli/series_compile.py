@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from xla_host.errors import PatchError, UsageError
+from xla_host.errors import PatchError, ToolchainError, UsageError
 from xla_wheels.bundle import load_bundle
 from xla_wheels.cli.arguments import add_bundle_arguments
 from xla_wheels.cli.settings import pipeline_options
@@ -71,6 +71,14 @@ def cmd_series_compile(args: argparse.Namespace) -> int:
     report = reports[0]
     for line in report.lines():
         print(line)
+    if not report.new_errors and report.not_compiled:
+        raise ToolchainError(
+            f"{series}: {len(report.not_compiled)} compile(s) did not get through their unit "
+            "(listed above as NOT CHECKED), so nothing is proven of them",
+            fix="make the header it names available (a stand-in in xla_wheels.series_checks."
+            "unit_compile's FORWARD_DECLARATIONS, or a header set that has it), then run "
+            "make series-compile again",
+        )
     if not report.passed:
         traced = sorted({e.patch for e in report.new_errors if e.patch})
         raise SeriesDoesNotBuild(

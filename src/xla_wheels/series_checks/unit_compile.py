@@ -32,6 +32,7 @@ import os
 import re
 import shutil
 import subprocess
+import sysconfig
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -89,7 +90,7 @@ NOT_PROVEN = (
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](?P<path>[^">]+)[">]', re.MULTILINE)
 _DIAGNOSTIC = re.compile(
-    r"^(?P<path>[^:\s][^:]*):(?P<line>\d+):(?:\d+:)? (?:fatal )?error: (?P<message>.*)$"
+    r"^(?P<path>[^:\s][^:]*):(?P<line>\d+):(?:\d+:)? (?P<fatal>fatal )?error: (?P<message>.*)$"
 )
 
 
@@ -104,6 +105,8 @@ class UnitError:
     message: str
     line: int
     """Where it is in this tree (for the report and ``git blame``; not compared)."""
+    fatal: bool = False
+    """g++ stopped here (a header it cannot find): the rest of the unit was not compiled."""
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -116,6 +119,11 @@ class UnitResult:
     errors: tuple[UnitError, ...]
     cached: bool
     timed_out: bool = False
+
+    @property
+    def stopped(self) -> UnitError | None:
+        """The fatal error that ended the compile early, if one did."""
+        return next((error for error in self.errors if error.fatal), None)
 
 
 @dataclass(frozen=True)
@@ -141,19 +149,33 @@ class SeriesCompileReport:
     headers: Headers
 
     @property
+    def not_compiled(self) -> list[UnitResult]:
+        """Units g++ did not compile through, in either tree: nothing is proven of them."""
+        return [r for r in (*self.base, *self.patched) if r.timed_out or r.stopped]
+
+    @property
     def passed(self) -> bool:
-        return not self.new_errors and not any(r.timed_out for r in self.patched)
+        return not self.new_errors and not self.not_compiled
 
     def lines(self) -> list[str]:
         lines = []
         for base, patched in zip(self.base, self.patched, strict=True):
             added = sum(1 for e in self.new_errors if e.unit == patched.unit)
-            state = "FAIL" if added or patched.timed_out else "ok  "
+            stopped = next((r for r in (base, patched) if r.timed_out or r.stopped), None)
+            if stopped is not None:
+                fatal = stopped.stopped
+                why = (
+                    f"{fatal.path}:{fatal.line}: {fatal.message}"
+                    if fatal
+                    else f"did not finish in {COMPILE_TIMEOUT_S:.0f}s"
+                )
+                lines.append(f"NOT CHECKED {patched.unit}: g++ did not get through it ({why})")
+                continue
+            state = "FAIL" if added else "ok  "
             cached = " (cached)" if base.cached and patched.cached else ""
             lines.append(
                 f"{state} {patched.unit}: {len(base.errors)} error(s) at base, "
                 f"{len(patched.errors)} patched, {added} new{cached}"
-                + (" (timed out)" if patched.timed_out else "")
             )
         lines.extend(f"  {error.render()}" for error in self.new_errors)
         if self.stand_ins:
@@ -278,7 +300,9 @@ def compile_argv(
     unit: str, headers: Headers, stand_ins: Path, compiler: str, generated: Path | None = None
 ) -> list[str]:
     include = ["-I.", *([f"-I{generated}"] if generated else []), f"-I{stand_ins}"]
-    for directory in headers.include_dirs:
+    # CPython's headers, which torch's Python API and pybind11 include: this interpreter's
+    # (the torch wheel's headers are for the same CPython ABI family).
+    for directory in (*headers.include_dirs, Path(sysconfig.get_paths()["include"])):
         include += ["-isystem", str(directory)]
     return ["nice", "-n", "10", compiler, *FLAGS, *include, unit]
 
@@ -353,6 +377,7 @@ def parse_errors(
             _line_text(absolute, number),
             match.group("message").strip(),
             number,
+            fatal=match.group("fatal") is not None,
         )
         found.setdefault((*error.key, error.line), error)
     return tuple(found.values())
