@@ -27,6 +27,7 @@ from xla_wheels.series_checks.unit_compile import (
     COMPILE_TIMEOUT_S,
     SeriesCompileReport,
     UnitError,
+    UnitResult,
     closure,
     compile_series,
     include_graph,
@@ -96,6 +97,21 @@ def test_an_error_is_keyed_on_its_file_line_text_and_message_not_its_number(
     assert error == UnitError(f"{CSRC}/x.cpp", "f(1);", "'f' was not declared in this scope", 2)
     moved = UnitError(error.path, error.text, error.message, 40)
     assert moved.key == error.key, "code moved by a patch is the same error"
+
+
+def test_a_unit_g_plus_plus_stopped_in_is_not_checked_and_never_passes(tmp_path: Path) -> None:
+    headers = Headers(tmp_path / "headers", HEADER_SETS["tf-2.20"], "id")
+    _write(tmp_path, {f"{CSRC}/x.cpp": "#include <Python.h>\n"})
+    stderr = f"{CSRC}/x.cpp:1:10: fatal error: Python.h: No such file or directory\n"
+    errors = parse_errors(stderr, tmp_path, headers, tmp_path / "stand-ins")
+    assert errors[0].fatal
+    same = UnitResult(f"{CSRC}/x.cpp", errors, cached=False)
+    report = SeriesCompileReport((same.unit,), (same,), (same,), (), (), headers)
+    assert not report.passed, "identical errors of a unit never compiled prove nothing"
+    assert report.lines()[0] == (
+        f"NOT CHECKED {CSRC}/x.cpp: g++ did not get through it "
+        f"({CSRC}/x.cpp:1: Python.h: No such file or directory)"
+    )
 
 
 def test_a_stand_in_declares_the_coordinators_classes() -> None:
