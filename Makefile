@@ -83,7 +83,7 @@ ATTEST_FLAGS = $(call flag,SIGNING_KEY) $(call flag,BUILDER_ID)
 PUBLIC_KEY_FLAG = $(call flag,PUBLIC_KEY)
 PROFILE_FLAG = $(call flag,PROFILE)
 
-.PHONY: help venv test test-fast lint docs demo bundles diff sources patch patches-check wheels lock lock-check record clean
+.PHONY: help venv test test-fast lint docs demo bundles diff sources patch patches-check series-compile wheels lock lock-check record clean
 .PHONY: builder-image container-tools cache-tools bazel-cache-tools compiler-tools patch-export patch-rebase
 
 # Printed from files generated from this Makefile and the CLI, so that it needs no .venv
@@ -211,6 +211,12 @@ patch: $(VENV_STAMP) ## run up to the patch stage (sources, then the patch serie
 
 patches-check: $(VENV_STAMP) ## apply the bundle's series to a scratch copy of a checkout, report each patch
 	@$(CLI) patches-check $(BUNDLE_FLAGS) $(SOURCE_FLAG)
+
+# The series' translation units compiled base and patched against real XLA headers (a
+# tensorflow-cpu wheel's), torch's and Debian's LLVM, fetched once per machine
+# (docs/patches.md, "Compiled against real XLA headers").
+series-compile: $(VENV_STAMP) compiler-tools ## compile the units the series touches, base and patched, on real XLA headers
+	@$(CLI) series-compile $(BUNDLE_FLAGS) $(SOURCE_FLAG) $(call flag,XLA_HEADERS)
 
 patch-export: $(VENV_STAMP) ## write the patched worktree's commits back as the bundle's patch files
 	@$(CLI) patch-export $(BUNDLE_FLAGS) $(DRY_RUN_FLAG) $(PATCH_EXPORT_FLAGS)

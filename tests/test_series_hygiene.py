@@ -152,6 +152,10 @@ def test_export_and_patches_check_refuse_markers_a_rebase_left_in_a_commit(
     assert f"src/runtime.cc:{line}: leftover conflict marker" in checked.output
     assert "patches/torch_xla/0001-load.patch" in checked.stderr
     assert "apply to" not in checked.stdout
+    # Every rung says whether it ran; none that did not run reads as checked.
+    assert "rung applies: not run (not reached)" in checked.stdout
+    assert "rung compiled checks: not run (not reached)" in checked.stdout
+    assert "rung series-compile: not run here" in checked.stdout
     marked.write_bytes(before["0001-load.patch"])
     manifest_path.write_bytes(manifest)
 
@@ -178,6 +182,8 @@ def test_export_and_patches_check_refuse_markers_a_rebase_left_in_a_commit(
         "patches-check", "--bundle", "test-1", "--source", str(upstream.path), root=patched
     )
     assert checked.exit_code == 0, checked.output
+    assert "rung applies: ran: 2 patch(es) apply" in checked.stdout
+    assert "rung series-compile: not run here" in checked.stdout
 
 
 @pytest.mark.slow

@@ -51,8 +51,8 @@ REGENERATE = ".venv/bin/python -m xla_wheels.make_help --write"
 TARGET_GROUPS: dict[str, tuple[str, ...]] = {
     "Start here": ("help", "demo", "venv"),
     "Build (bundle -> sources -> patches -> wheels -> wheels.lock)": (
-        "bundles", "diff", "sources", "patch", "patches-check", "patch-export", "patch-rebase",
-        "builder-image", "wheels", "lock", "lock-check", "record", "clean",
+        "bundles", "diff", "sources", "patch", "patches-check", "series-compile", "patch-export",
+        "patch-rebase", "builder-image", "wheels", "lock", "lock-check", "record", "clean",
     ),
     "Publish and install": (
         "publish", "requirements", "verify-install", "doctor", "launch-env", "host-wheel",

@@ -168,8 +168,13 @@ ROWS: tuple[Setting, ...] = (
        default_text="<root>/build/builders.toml"),
     # --- patches ------------------------------------------------------------------------
     _s("patches", "git checkout (bare or not) holding the pinned commit, to check the series "
-       "against", flag="--source", kind="path", make="TORCH_XLA_SRC", commands=("patches-check",),
+       "against", flag="--source", kind="path", make="TORCH_XLA_SRC",
+       commands=("patches-check", "series-compile"),
        default_text="the source cache, fetching if needed"),
+    _s("patches", "the XLA headers series-compile compiles against: a tensorflow-cpu wheel's "
+       "(tf-2.20: the nearest to the pinned OpenXLA; tf-2.21: newer)", flag="--xla-headers",
+       make="XLA_HEADERS", commands=("series-compile",), choices=("tf-2.20", "tf-2.21"),
+       default="tf-2.20"),
     _s("patches", "the component whose series it is", flag="--component",
        make="COMPONENT", commands=("patch-export", "patch-rebase", "patches-check"),
        choices=("torch", "torch_xla", "openxla"), default="torch_xla"),

@@ -51,6 +51,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "stages",
         "apply a component's series to a scratch copy of a checkout and report each patch",
     ),
+    "series-compile": (
+        "series_compile",
+        "compile every translation unit the torch_xla series touches, base and patched, "
+        "against real XLA headers; fail on an error the series adds",
+    ),
     "patch-export": (
         "patches",
         "write the patched worktree's commits back as the bundle's patch files",

@@ -26,6 +26,7 @@ EXAMPLES: dict[str, str] = {
     "wheels": "xla-wheels wheels --bundle v6e-2.11",
     "builder-image": "xla-wheels builder-image --engine podman",
     "patches-check": "xla-wheels patches-check --bundle v6e-2.11 --source ../pytorch-xla",
+    "series-compile": "xla-wheels series-compile --bundle v6e-2.9 --xla-headers tf-2.20",
     "patch-export": "xla-wheels patch-export --bundle v6e-2.11 --component torch_xla",
     "patch-rebase": "xla-wheels patch-rebase --bundle v6e-2.11 --onto <commit>",
     "lock": "xla-wheels lock --bundle v6e-2.11",

@@ -21,6 +21,7 @@ from xla_wheels.builder.config import ENGINES, jobs_that_fit
 from xla_wheels.builder.container import EngineError, build_image_argv
 from xla_wheels.bundle import (
     Bundle,
+    Component,
     available_bundles,
     describe,
     diff,
@@ -31,6 +32,7 @@ from xla_wheels.bundle import (
 from xla_wheels.cli.arguments import add_bundle_arguments, add_common_arguments
 from xla_wheels.cli.settings import MAX_JOBS, build_config, pipeline_options
 from xla_wheels.gitutil import git_out
+from xla_wheels.options import PipelineOptions
 from xla_wheels.patches import PatchResult, check_series, parse_patch
 from xla_wheels.pipeline import plan, run_until
 from xla_wheels.plan import render_plan
@@ -162,6 +164,39 @@ def cmd_patches_check(args: argparse.Namespace) -> int:
     if not source.exists():
         raise UsageError(f"{source} does not exist", fix="pass a git checkout of the component")
     series = f"the {component.name} series of {bundle.name}"
+    rungs = _Rungs(bundle.name)
+    try:
+        return _patches_check(options, bundle, component, source, commit, series, rungs)
+    finally:
+        # What ran and what did not, also when a rung failed: "checked" only for a rung
+        # that ran.
+        for line in rungs.lines():
+            print(line)
+
+
+class _Rungs:
+    """The rungs of patches-check and what became of each (``None``: not reached)."""
+
+    def __init__(self, bundle: str) -> None:
+        self.done: dict[str, str | None] = dict.fromkeys(
+            ("applies", "cache key audit", "compiled checks"), None
+        )
+        self.done["series-compile"] = (
+            f"not run here (`make series-compile BUNDLE={bundle}` compiles every unit the "
+            "series touches against real XLA headers)"
+        )
+
+    def lines(self) -> list[str]:
+        return [
+            f"rung {name}: {what or 'not run (not reached)'}" for name, what in self.done.items()
+        ]
+
+
+def _patches_check(
+    options: PipelineOptions, bundle: Bundle, component: Component, source: Path,
+    commit: str, series: str, rungs: _Rungs,
+) -> int:  # fmt: skip
+    """Apply, audit and build-check the series, noting in ``rungs`` what ran."""
     reports: list[BuildCheckReport] = []
     audits: list[AuditReport] = []
 
@@ -171,12 +206,18 @@ def cmd_patches_check(args: argparse.Namespace) -> int:
         applied = [ref.relpath for ref in component.patches]
         if (audit := audit_series(options.root, component.name, tree, applied)) is not None:
             audits.append(audit)
+            rungs.done["cache key audit"] = (
+                f"not run, {audit.not_run}" if audit.not_run else "ran (its verdict is above)"
+            )
+        else:
+            rungs.done["cache key audit"] = "not run (the series has no cache key table)"
         # Applied to its own Base, the series is what was verified when it was written;
         # on any other commit, "applies" says nothing about "builds".
         head = git_out(["rev-parse", "HEAD~" + str(len(patches))], cwd=tree)
         bases = {parse_patch(ref.path).base for ref in component.patches}
         if bases == {head}:
             print(f"compiled checks: not run, {series} is on the commit its Base names")
+            rungs.done["compiled checks"] = "not run (the series is on its Base's commit)"
             return
         with tempfile.TemporaryDirectory(prefix="xla-wheels-checks-") as work:
             step = build_check_step(
@@ -190,8 +231,10 @@ def cmd_patches_check(args: argparse.Namespace) -> int:
             )
             if step is None:
                 print(no_step_line(component.name))
+                rungs.done["compiled checks"] = "not run (the series has no checks/)"
                 return
             reports.append(run_build_check(step, patches))
+            rungs.done["compiled checks"] = "ran (its verdict is above)"
 
     results = check_series(source, commit, component, after_apply=build_check)
     for result in results:
@@ -211,7 +254,9 @@ def cmd_patches_check(args: argparse.Namespace) -> int:
         print(f"     ({not_reached} later patch(es) not tried)")
     failed = next((result for result in results if not result.applied), None)
     if failed is not None:
+        rungs.done["applies"] = "ran: does not apply"
         raise _series_failure(failed, series, commit, bundle.name, component.name)
+    rungs.done["applies"] = f"ran: {len(results)} patch(es) apply"
     print(f"{series}: {len(results)} patch(es) apply to {commit}")
     _judge_checks(reports, audits, series, bundle, component.name, commit)
     return 0
