@@ -202,7 +202,8 @@ def gate_role(
                 f"{cache_role.ROLE_VARIABLE} (and {cache_role.READ_ONLY} on worker "
                 f"{cache_role.WRITER_WORKER})",
             )
-        decided = replace(by_slice, warning=decided.warning)
+        if not decided.explicit:  # an explicit role that agrees keeps its own reason
+            decided = replace(by_slice, warning=decided.warning)
     if not decided.writer and cache_dir is None:
         raise UsageError(
             f"this gate is a {decided.describe()}, and a reader reads a shared cache "
