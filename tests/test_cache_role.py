@@ -78,7 +78,8 @@ def test_a_role_the_read_only_switch_contradicts_wins_but_is_warned() -> None:
     ("flag", "env", "named", "fix"),
     [
         ("boss", {}, "--role: 'boss'", "--role writer"),
-        (None, {ROLE_VARIABLE: "x"}, "XLA_WHEELS_ROLE: 'x'", "export XLA_WHEELS_ROLE=writer"),
+        (None, {ROLE_VARIABLE: "x"}, "XLA_WHEELS_ROLE (from XLA_WHEELS_ROLE): 'x'",
+         "set XLA_WHEELS_ROLE=writer"),
         (None, {WORKER: "abc"}, "TPU_WORKER_ID='abc'", "export TPU_WORKER_ID=N"),
         (None, {READ_ONLY: "yes"}, "XLA_PERSISTENT_CACHE_READ_ONLY='yes'", "=1"),
         # A switch of another spelling is refused even where the flag decides.

@@ -127,9 +127,11 @@ def _decided(flag: str | None, env: Mapping[str, str], read_only: bool) -> Cache
         )
         explicit = CacheRole(checked, f"{FLAG} {checked}", FLAG)
     elif raw := env.get(ROLE_VARIABLE, "").strip():
+        # As the settings cascade names a variable's bad value: the flag it stands for too.
         checked = _checked(
-            raw, ROLE_VARIABLE, f"export {ROLE_VARIABLE}=writer or =reader, or unset it"
-        )
+            raw, f"{FLAG} / {ROLE_VARIABLE} (from {ROLE_VARIABLE})",
+            f"set {ROLE_VARIABLE}=writer, or unset it (reader: {ROLE_VARIABLE}=reader)",
+        )  # fmt: skip
         explicit = CacheRole(checked, f"{ROLE_VARIABLE}={checked}", ROLE_VARIABLE)
     if explicit is not None:
         return explicit
