@@ -429,7 +429,8 @@ def run_fetch(args: argparse.Namespace) -> int:
     if not role.writer:
         # A reader of a shared cache never writes it: the writer installs the pack.
         raise UsageError(
-            f"this host is a {role.describe()} of {args.into}: it writes nothing there",
+            f"this host is a {role.describe()} of {args.into} (read-only role): it writes "
+            "nothing there",
             fix="run `cache fetch` on the writer of the cache directory (worker 0), or pass "
             "--role writer where this host owns the directory",
         )
