@@ -17,6 +17,7 @@ from tests.publish_support import (
     host_venv,
     make_publish_project,
 )
+from xla_host.cache_role import decide
 from xla_host.filemode import mount_of
 from xla_host.host_doctor import check_cache, check_environment
 from xla_host.host_probe import HostFacts
@@ -140,7 +141,8 @@ def _mountinfo(point: Path, fstype: str) -> str:
 
 def _findings(env: dict[str, str], mountinfo: str, role: str | None = None) -> dict[str, str]:
     report = DoctorReport("b", "python")
-    check_environment(report, env, role, mountinfo=mountinfo)
+    # The role as every doctor decides it: by the one rule (xla_host.cache_role).
+    check_environment(report, env, decide(role, env), mountinfo=mountinfo)
     return {f.check: f"{f.status} {f.detail} | {f.fix}" for f in report.findings}
 
 
@@ -198,8 +200,9 @@ def test_a_reader_that_may_write_is_one_finding(
     cache.mkdir()
     env = {**GOOD_ENV, "XLA_PERSISTENT_CACHE_PATH": str(cache)}
     report = DoctorReport("b", "python")
-    check_environment(report, env, "reader", mountinfo=_mountinfo(tmp_path, fstype))
-    check_cache(report, "b", {}, env, "reader")
+    reader = decide("reader", env)
+    check_environment(report, env, reader, mountinfo=_mountinfo(tmp_path, fstype))
+    check_cache(report, "b", {}, env, reader)
     assert [f.check for f in report.failed] == [failed]
     assert "XLA_PERSISTENT_CACHE_READ_ONLY=1" in report.failed[0].fix
 

@@ -15,8 +15,8 @@ from xla_wheels.builder.config import jobs_that_fit
         (
             ("doctor", "--bundle", "v6e-2.9"),
             {"XLA_WHEELS_ROLE": "bogus"},
-            "fix: pass --role writer or --role reader (make: ROLE=writer), or unset "
-            "XLA_WHEELS_ROLE",
+            # The one rule's refusal (xla_host.cache_role), worded as the cascade's.
+            "fix: set XLA_WHEELS_ROLE=writer, or unset it",
         ),
         (
             ("wheels", "--bundle", "v6e-2.9", "--jobs", "abc"),

@@ -148,7 +148,7 @@ def test_the_rows_facts_are_the_codes() -> None:
     components, the roles), the two agree."""
     import shlex
 
-    from xla_host.launch_profile import ROLES
+    from xla_host.cache_role import ROLES
     from xla_wheels.builder.config import BuildConfig
     from xla_wheels.bundle import COMPONENT_NAMES
 

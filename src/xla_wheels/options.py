@@ -102,7 +102,6 @@ class PublishOptions:
     python: str | None
     no_deps: bool
     deps_from: str | None
-    role: str | None
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from xla_host import (
     cache_keys,
     cache_pack,
     cache_prune,
+    cache_role,
     lane_address,
     lane_packs,
     log,
@@ -58,7 +59,6 @@ EXAMPLE = (
     "xla-host cache fetch --pack https://lanes.corp/packs/<pack>.xlapack.tar "
     "--into /mnt/xla-cache --key lane-key.pub.pem --bundle v6e-2.11"
 )
-_TRUE = ("1", "true", "yes", "on")
 
 
 def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
@@ -124,8 +124,8 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     fetch.add_argument(
         "--role",
         choices=("writer", "reader"),
-        help="this host's role on the cache; a reader writes nothing (default: reader when "
-        "XLA_PERSISTENT_CACHE_READ_ONLY is set, else writer)",
+        help="this host's role on the cache; a reader writes nothing (default: "
+        f"${cache_role.ROLE_VARIABLE}, else {cache_role.DEFAULT_TEXT})",
     )
     net.add_network_arguments(fetch)  # the settings rows' flags, as every network step's
     fetch.set_defaults(handler=run_fetch)
@@ -268,15 +268,12 @@ def host_facts(args: argparse.Namespace) -> cache_pack.HostFacts:
     return facts_of_host(args.bundle, python, args.device, args.topology, os.environ)
 
 
-def _role(args: argparse.Namespace) -> str:
-    return str(
-        args.role
-        or (
-            "reader"
-            if os.environ.get("XLA_PERSISTENT_CACHE_READ_ONLY", "").lower() in _TRUE
-            else "writer"
-        )
-    )
+def _role(args: argparse.Namespace) -> cache_role.CacheRole:
+    """This host's role on the cache by the one rule, a contradiction said."""
+    decided = cache_role.decide(args.role, os.environ)
+    if decided.warning:
+        log.warning(decided.warning)
+    return decided
 
 
 @dataclass(frozen=True)
@@ -429,13 +426,15 @@ def launch_pack(
 
 def run_fetch(args: argparse.Namespace) -> int:
     role = _role(args)
-    if role == "reader":
+    if not role.writer:
         # A reader of a shared cache never writes it: the writer installs the pack.
         raise UsageError(
-            f"this host is a reader of {args.into} (read-only role): it writes nothing there",
+            f"this host is a {role.describe()} of {args.into} (read-only role): it writes "
+            "nothing there",
             fix="run `cache fetch` on the writer of the cache directory (worker 0), or pass "
             "--role writer where this host owns the directory",
         )
+    log.info(f"cache fetch: this host is the {role.describe()} of {args.into}")
     fetched = fetch_pack(
         args.into, args.key, host_facts(args), net.policy_from(args, os.environ),
         pack=args.pack, lane=lane_address.parse(args.lane) if args.lane else None,
@@ -526,9 +525,9 @@ def run_prune(args: argparse.Namespace) -> int:
             "nothing changed (--apply removes them)"
         )
         return 0
-    if _role(args) == "reader":
+    if not (role := _role(args)).writer:
         raise UsageError(
-            f"this host is a reader of {args.cache}: it removes nothing",
+            f"this host is a {role.describe()} of {args.cache}: it removes nothing",
             fix="prune on the writer of the cache directory (worker 0)",
         )
     if not found.is_a_cache:

@@ -36,6 +36,8 @@ class CacheFacts:
     libtpu_version: str | None
     role: str | None
     read_only: bool
+    role_reason: str | None = None
+    """How the role was decided (``TPU_WORKER_ID=3``: :mod:`xla_host.cache_role`)."""
 
 
 @dataclass(frozen=True)
@@ -113,12 +115,13 @@ def judge_cache_contract(facts: CacheFacts) -> list[Finding]:
                 "libtpu is not installed: the path cannot name it (not a TPU host?)",
             )
         )
+    role = f"{facts.role} ({facts.role_reason})" if facts.role_reason else facts.role
     if facts.role == "reader" and not facts.read_only:
         findings.append(
             Finding(
                 "FAIL",
                 "cache role",
-                "this host is a reader but XLA_PERSISTENT_CACHE_READ_ONLY is not 1",
+                f"this host is a {role} but XLA_PERSISTENT_CACHE_READ_ONLY is not 1",
                 "export XLA_PERSISTENT_CACHE_READ_ONLY=1",
             )
         )
@@ -127,13 +130,13 @@ def judge_cache_contract(facts: CacheFacts) -> list[Finding]:
             Finding(
                 "FAIL",
                 "cache role",
-                "this host is the writer but XLA_PERSISTENT_CACHE_READ_ONLY=1",
+                f"this host is the {role} but XLA_PERSISTENT_CACHE_READ_ONLY=1",
                 "unset XLA_PERSISTENT_CACHE_READ_ONLY on the one writer host",
             )
         )
     elif facts.role is not None:
         mode = "read-only" if facts.read_only else "writes"
-        findings.append(Finding("ok", "cache role", f"{facts.role}, {mode}"))
+        findings.append(Finding("ok", "cache role", f"{role}, {mode}"))
     if recommended:
         findings.append(Finding("ok", "cache path recommended", recommended))
     return findings

@@ -44,13 +44,13 @@ from xla_host import (
     receipt_verdict,
     receipts,
 )
-from xla_host.arguments import OUTPUT_DIR, add_settings, machine_cache, read_setting
+from xla_host.arguments import OUTPUT_DIR, add_settings, machine_cache
 from xla_host.edge import Parser, exit_code_of
 from xla_host.errors import CheckFailed, UsageError
 from xla_host.host_probe import probe
-from xla_host.settings import Cascade
 
 if TYPE_CHECKING:  # imported by run_gate when a gate runs
+    from xla_host.cache_role import CacheRole
     from xla_host.gate.run import GateOutcome
     from xla_host.gate.under_profile import GateProfile
 
@@ -256,12 +256,10 @@ def run_doctor(args: argparse.Namespace) -> int:
     the same the builder's doctor runs) against the lane's document."""
     from xla_host import launch_profile, stamp
 
-    # The flag, else XLA_WHEELS_ROLE (the one cascade, as the builder's doctor reads it);
-    # neither: by TPU_WORKER_ID (host_doctor.role_of).
-    role: str | None = read_setting(Cascade(vars(args), os.environ), "--role", default=False)
     document, digest = _document(args)
     python = _python(args)
     env, _ = _launch_environment(args.env_file)
+    role = _cache_role(args, env)
     report = host_doctor.HostReport(document.bundle, str(python), document_sha256=digest)
     # The environment first: it must be right before anything imports torch_xla.
     host_doctor.check_environment(
@@ -304,7 +302,7 @@ def run_doctor(args: argparse.Namespace) -> int:
             profile=None,
             profile_sha256=None,
             cache_path=args.cache_path or env.get(launch_profile.CACHE_PATH) or None,
-            role=host_doctor.role_of(role, env),
+            role=role.role,
             verdict="failed" if report.failed else "ok",
             problems=tuple(f"{f.check}: {f.detail}" for f in report.failed),
             job=stamp.job_facts(env),
@@ -323,6 +321,18 @@ def run_doctor(args: argparse.Namespace) -> int:
             fix="apply the fixes listed above, then run the same command again",
         )
     return 0
+
+
+def _cache_role(args: argparse.Namespace, env: Mapping[str, str]) -> CacheRole:
+    """This host's cache role by the one rule (:mod:`xla_host.cache_role`), a contradiction
+    with the read-only switch said. ``env`` is what doctor judges: with ``--env-file`` the
+    launcher's variables over this host's (its ``TPU_WORKER_ID``)."""
+    from xla_host import cache_role
+
+    decided = cache_role.decide(args.role, env if env is os.environ else {**os.environ, **env})
+    if decided.warning:
+        log.warning(decided.warning)
+    return decided
 
 
 def _launch_environment(env_file: Path | None) -> tuple[Mapping[str, str], str]:
@@ -347,11 +357,8 @@ def run_launch_env(args: argparse.Namespace) -> int:
 
     document, _ = _document(args)
     profile = launch_profile.choose(document.profiles, args.profile, document.bundle)
-    # As the builder's launch-env: the flag, else XLA_WHEELS_ROLE; check_role's fix names
-    # both roles and what each is for.
-    role = launch_profile.check_role(
-        str(Cascade(vars(args), os.environ).find("--role", default=False)[0] or "")
-    )
+    decided = _cache_role(args, os.environ)
+    role = decided.role
     build = document.build_directory() if profile.needs_build else None
     out: Path = args.out or Path("out") / "launch" / document.bundle / f"{profile.name}-{role}"
     files = launch_profile.launch_files(profile, document.bundle, role, build)
@@ -360,7 +367,8 @@ def run_launch_env(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     # One launch environment: both files or, on a failure (a full disk), neither changed.
     filemode.write_all([(out / name, text) for name, text in files.items()])
-    print(f"launch profile {profile.name} of {document.bundle} (role {role}) written to {out}:")
+    print(f"launch profile {profile.name} of {document.bundle}, role {decided.describe()}, "
+          f"written to {out}:")  # fmt: skip
     print(f"  . {shlex.quote(str(out / 'env.sh'))}    # in the launcher, before training starts")
     return 0
 

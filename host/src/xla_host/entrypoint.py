@@ -11,10 +11,11 @@ the command starts:
 1. the environment runs exactly the locked wheels' files (``installed.match_environment``:
    content hashed on both sides; the wheel files are kept in the image for this);
 2. the launch environment is the profile's (``launch_profile.compare_environment``): a
-   variable missing, different, or one a profile may set that it does not. The role
-   (``XLA_WHEELS_ROLE``, else ``TPU_WORKER_ID``: worker 0 writes the cache, the others
-   read it; else writer) decides ``XLA_PERSISTENT_CACHE_READ_ONLY`` when the job does not
-   set it.
+   variable missing, different, or one a profile may set that it does not. The role, by
+   the one rule (:mod:`xla_host.cache_role`: ``XLA_WHEELS_ROLE``, else reader where
+   ``XLA_PERSISTENT_CACHE_READ_ONLY=1``, else ``TPU_WORKER_ID``: worker 0 writes the
+   cache, the others read it; else writer), decides ``XLA_PERSISTENT_CACHE_READ_ONLY``
+   when the job does not set it, and a job whose switch contradicts it is refused.
 
 3. asked through ``XLA_WHEELS_PACK_LANE`` (with ``XLA_WHEELS_PACK_PUBLIC_KEY`` and
    ``XLA_WHEELS_PACK_WORKLOAD``, the settings rows of ``launch-env --pack-lane``), the
@@ -45,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xla_host import cache_command, filemode, installed, launch_profile, net
+from xla_host import cache_command, cache_role, filemode, installed, launch_profile, net
 from xla_host.errors import ExitCode, PipelineError, UsageError
 from xla_host.redact import shown
 from xla_host.stamp import Stamp, StampedWheel, job_facts, now, stamp_file, this_host, write_stamp
@@ -54,7 +55,6 @@ from xla_host.tables import Field, Table, loads_json, read_utf8
 FACTS = Path("/opt/xla-wheels/image.json")
 MISMATCH_VARIABLE = "XLA_WHEELS_ON_MISMATCH"
 MISMATCH_MODES = ("refuse", "warn")
-ROLE_VARIABLE = "XLA_WHEELS_ROLE"
 CACHE = launch_profile.CACHE_PATH
 
 
@@ -123,16 +123,10 @@ def read_facts(path: Path) -> ImageFacts:
     )
 
 
-def role_of(env: Mapping[str, str]) -> str:
-    """The job's role: ``XLA_WHEELS_ROLE``, else from ``TPU_WORKER_ID`` (worker 0 writes),
-    else writer (one process alone writes its own cache)."""
-    explicit = env.get(ROLE_VARIABLE)
-    if explicit:
-        return launch_profile.check_role(explicit)
-    worker = env.get("TPU_WORKER_ID", "").strip()
-    if worker.isdigit():
-        return "writer" if int(worker) == 0 else "reader"
-    return "writer"
+def role_of(env: Mapping[str, str]) -> cache_role.CacheRole:
+    """The job's role by the one rule (:mod:`xla_host.cache_role`; the entrypoint has no
+    flag: ``XLA_WHEELS_ROLE`` is how a launcher names it)."""
+    return cache_role.decide(None, env)
 
 
 def launch_environment(facts: ImageFacts, env: Mapping[str, str], role: str) -> dict[str, str]:
@@ -160,11 +154,10 @@ class Checked:
     """What does not change what runs (an extra logging switch), as doctor judges it."""
 
 
-def check(facts: ImageFacts, env: Mapping[str, str], python: Path) -> Checked:
+def check(facts: ImageFacts, env: Mapping[str, str], role: str, python: Path) -> Checked:
     _, match = installed.match_environment(python, facts.wheels, facts.wheel_dir)
     wheels = [StampedWheel(w.name, w.sha256, w.matched) for w in match.wheels]
     problems = list(match.problems)
-    role = role_of(env)
     differences = launch_profile.compare_environment(expected_environment(facts, role), env)
     problems += [f"launch environment: {d.describe()}" for d in differences if not d.logging_only]
     warnings = [f"launch environment: {d.describe()}" for d in differences if d.logging_only]
@@ -213,12 +206,17 @@ def run(argv: Sequence[str], env: Mapping[str, str]) -> tuple[int, list[str], di
     command = list(args.command[1:] if args.command[:1] == ["--"] else args.command)
     mode = mismatch_mode(env)
     facts = read_facts(args.facts)
-    role = role_of(env)
+    decided = role_of(env)
+    if decided.warning:
+        # Not silent: the job's log says it, and the environment check refuses the job.
+        sys.stderr.write(f"warning: {decided.warning}\n")
+    sys.stderr.write(f"xla-wheels: cache role {decided.describe()}\n")
+    role = decided.role
     job_env = launch_environment(facts, env, role)
     # Bad input (a lane without its key, a network variable out of range) before any check.
     request = cache_command.pack_request(None, None, None, env)
     network = net.policy_from(argparse.Namespace(), env)
-    checked = check(facts, job_env, Path(sys.executable))
+    checked = check(facts, job_env, role, Path(sys.executable))
     wheels, problems = checked.wheels, checked.problems
     pack, pack_refused = None, None
     # A job that will not start fetches nothing: the image's checks come first.

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from xla_host.bundle_document import BundleDocument
 from xla_host.cache_contract import CacheFacts, Finding, judge_cache_contract
+from xla_host.cache_role import CacheRole
 from xla_host.filemode import mount_of
 from xla_host.host_probe import HostFacts
 from xla_host.installed import EnvironmentMatch
@@ -201,29 +202,13 @@ def platform_of(profiles: Mapping[str, LaunchProfile]) -> str:
     return named.pop() if len(named) == 1 else DEFAULT_PLATFORM
 
 
-def role_and_reason(explicit: str | None, env: Mapping[str, str]) -> tuple[str | None, str]:
-    """The host's role and how it is known: ``--role``, else ``TPU_WORKER_ID`` (the
-    receipts' convention: worker 0 writes the shared cache, the others read it), else
-    unknown."""
-    if explicit:
-        return explicit, "given"
-    worker = env.get("TPU_WORKER_ID", "").strip()
-    if worker.isdigit():
-        return ("writer" if int(worker) == 0 else "reader"), f"TPU_WORKER_ID={worker}"
-    return None, "unknown"
-
-
-def role_of(explicit: str | None, env: Mapping[str, str]) -> str | None:
-    """``--role``, else by ``TPU_WORKER_ID`` (worker 0 writes the cache), else unknown."""
-    return role_and_reason(explicit, env)[0]
-
-
 def check_environment(
-    report: Report, env: Mapping[str, str], role: str | None = None, *,
+    report: Report, env: Mapping[str, str], role: CacheRole, *,
     platform: str = DEFAULT_PLATFORM, mountinfo: str | None = None,
 ) -> None:  # fmt: skip
     """The runtime flags and the cache directory of this host's environment (``env``:
-    the shell's, or a launcher's env file), against the bundle's ``platform``."""
+    the shell's, or a launcher's env file), against the bundle's ``platform``; ``role`` as
+    :func:`xla_host.cache_role.decide` decided it."""
     _check_device(report, env, platform)
     _check_scalars(report, env)
     cache = _cache_path(report, env)
@@ -265,15 +250,8 @@ def _check_scalars(report: Report, env: Mapping[str, str]) -> None:
 def _cache_path(report: Report, env: Mapping[str, str]) -> tuple[Path, bool] | None:
     """The persistent cache directory and whether this host only reads it; None (reported)
     when there is none to check further."""
-    read_only_raw = env.get(CACHE_READ_ONLY)
-    read_only = read_only_raw == "1"
-    if read_only_raw not in (None, "", "0", "1"):
-        report.add(
-            "WARN",
-            CACHE_READ_ONLY,
-            f"{read_only_raw!r} is neither 0 nor 1",
-            f"export {CACHE_READ_ONLY}=1 (readers) or unset it",
-        )
+    # A switch of another spelling is refused where the role is decided (cache_role).
+    read_only = env.get(CACHE_READ_ONLY, "").strip() == "1"
     cache = env.get(CACHE_PATH)
     if not cache:
         report.add(
@@ -328,11 +306,13 @@ def _check_cache_access(report: Report, path: Path, read_only: bool) -> None:
 
 
 def _check_sharing(
-    report: Report, path: Path, env: Mapping[str, str], role: str | None, read_only: bool,
+    report: Report, path: Path, env: Mapping[str, str], role: CacheRole, read_only: bool,
     mountinfo: str | None,
 ) -> None:  # fmt: skip
     point, fstype = mount_of(path.resolve(), mountinfo)
-    host_role, why = role_and_reason(role, env)
+    # A writer only by the rule's last line is not known to be the one: said below.
+    host_role = None if role.by_default else role.role
+    why = role.reason
     where = f"{fstype} mount {point}"
     if fstype not in SHARED_FS_TYPES:
         if read_only:
@@ -375,7 +355,7 @@ def _check_sharing(
 
 def check_cache(
     report: Report, bundle: str, versions: Mapping[str, str | None], env: Mapping[str, str],
-    role: str | None = None, cache_path: str | None = None,
+    role: CacheRole, cache_path: str | None = None,
 ) -> None:  # fmt: skip
     """The cache directory names this build and libtpu; readers are read-only.
 
@@ -389,7 +369,8 @@ def check_cache(
         path=cache_path or env.get(CACHE_PATH) or None,
         torch_xla_version=installed.get("torch-xla"),
         libtpu_version=installed.get("libtpu"),
-        role=None if told else role_of(role, env),
+        role=None if told or role.by_default else role.role,
+        role_reason=role.reason,
         read_only=env.get(CACHE_READ_ONLY) == "1",
     )
     report.findings += judge_cache_contract(contract)

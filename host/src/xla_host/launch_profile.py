@@ -28,9 +28,9 @@ version): torch_xla's own key (patch 0003) covers the series and libtpu's platfo
 version too, so this keeps stacks apart for deletion, not for correctness; it is
 filled in at launch from the built wheel (``make launch-env``: wheels.lock; ``make
 doctor``: the host's installed torch_xla).
-Who writes is decided at launch (``ROLE=writer|reader``): one writer per cache, every
-other worker read-only (``XLA_PERSISTENT_CACHE_READ_ONLY=1``), so the profile itself
-never sets ``XLA_PERSISTENT_CACHE_READ_ONLY``.
+Who writes is decided at launch, by the cache role rule (:mod:`xla_host.cache_role`): one
+writer per cache, every other worker read-only (``XLA_PERSISTENT_CACHE_READ_ONLY=1``), so
+the profile itself never sets ``XLA_PERSISTENT_CACHE_READ_ONLY``.
 
 Inheritance (``extends``): profiles merge by name, and within a profile group by group;
 a child's group replaces the parent's group as a whole, so a child can drop a setting by
@@ -54,15 +54,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from xla_host.cache_role import READ_ONLY, ROLES
 from xla_host.errors import ManifestError, UsageError
 from xla_host.redact import mask_variable
 from xla_host.tables import loads_json, read_regular
 
 GROUPS = ("device", "cache", "compiler", "debug")
-ROLES = ("writer", "reader")
 FLAG_STRINGS = ("XLA_FLAGS", "LIBTPU_INIT_ARGS")
 CACHE_PATH = "XLA_PERSISTENT_CACHE_PATH"
-CACHE_READ_ONLY = "XLA_PERSISTENT_CACHE_READ_ONLY"
+CACHE_READ_ONLY = READ_ONLY
 #: What torch_xla c04e61c hashes into the persistent cache's key besides the graph
 #: (runtime/env_hash.cpp): the ``--xla*`` tokens of the two flag strings (minus dump
 #: flags) and these raw variables. A host that differs from the profile in one of these
@@ -489,16 +489,6 @@ def choose(profiles: Mapping[str, LaunchProfile], name: str, bundle: str) -> Lau
             f"bundle {bundle} has no launch profile '{name}'", fix=f"use one of: {declared}"
         )
     return profiles[name]
-
-
-def check_role(role: str) -> str:
-    if role not in ROLES:
-        raise UsageError(
-            f"unknown launch role '{role}'" if role else "no launch role given",
-            fix="ROLE=writer for the one process per cache directory that writes it, "
-            "ROLE=reader for every other worker",
-        )
-    return role
 
 
 def launch_files(

@@ -148,6 +148,12 @@ def _s(group: str, help: str, **fields: object) -> Setting:
     return Setting(group, help, **fields)  # type: ignore[arg-type]
 
 
+#: The cache role rule past --role and XLA_WHEELS_ROLE (xla_host.cache_role), as help says it.
+_ROLE_RULE = (
+    "reader if XLA_PERSISTENT_CACHE_READ_ONLY=1, else by TPU_WORKER_ID (worker 0 writes), "
+    "else writer"
+)
+
 #: The longest waits and most retries a user may ask for: more is a typo, and would look
 #: like a hang.
 DAY_S = 86400.0
@@ -170,13 +176,15 @@ SETTINGS: tuple[Setting, ...] = (
        make="NET_RETRIES", env="XLA_WHEELS_NET_RETRIES", kind="count", low=0, high=20,
        default=3),
     # --- publish ------------------------------------------------------------------------
+    # The rest of the rule (xla_host.cache_role) is its default: its text, the docs' copy.
     _s("publish", "writer or reader of a shared cache", flag="--role", make="ROLE",
-       env="XLA_WHEELS_ROLE", choices=("writer", "reader"), commands=("doctor", "launch-env"),
-       default_text="from TPU_WORKER_ID (worker 0 writes)",
-       # launch-env's own check names the make variable and both roles in its fix.
+       env="XLA_WHEELS_ROLE", choices=("writer", "reader"),
+       commands=("doctor", "launch-env", "gate"),
+       default_text=_ROLE_RULE,
+       # launch-env's own check (the rule's) names the make variable and both roles.
        per_command=(Per("launch-env", "writer (the one process per cache directory that "
                         "writes it) or reader (every other worker: the cache read-only)",
-                        default_text="none: required", choices=()),)),
+                        default_text=_ROLE_RULE, choices=()),)),
     _s("publish", "judge this compilation cache path", flag="--cache-path", make="CACHE_PATH",
        commands=("doctor",), default_text="XLA_PERSISTENT_CACHE_PATH of the host"),
     _s("publish", "keep the cache entries written within this many days (cache size and "

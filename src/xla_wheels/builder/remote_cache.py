@@ -40,8 +40,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from xla_host.cache_role import ROLES
 from xla_host.errors import ExitCode, PipelineError, UsageError
-from xla_host.launch_profile import ROLES
 from xla_host.redact import REDACTED
 from xla_host.tables import Field, Table, check_regular, loads_toml, read_regular, read_utf8
 from xla_host.values import BadValue, parse_count

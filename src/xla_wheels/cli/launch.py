@@ -28,14 +28,14 @@ import shlex
 import sys
 from pathlib import Path
 
-from xla_host import cache_command, filemode, launch_profile
+from xla_host import cache_command, cache_role, filemode, launch_profile, log
 from xla_host.cache_contract import directory_name
 from xla_host.errors import UsageError
 from xla_host.launch_profile import CACHE_PATH
 from xla_host.tables import read_regular
 from xla_wheels.bundle import Bundle, load_bundle
 from xla_wheels.cli.arguments import add_bundle_arguments
-from xla_wheels.cli.settings import Settings, pipeline_options
+from xla_wheels.cli.settings import pipeline_options
 from xla_wheels.publish.wheels import locked_versions
 from xla_wheels.settings_rows import add_settings
 from xla_wheels.wheels_lock import read_lock
@@ -47,8 +47,11 @@ def cmd_launch_env(args: argparse.Namespace) -> int:
     options = pipeline_options(args, os.environ)
     bundle = load_bundle(options.root, args.bundle)
     profile = launch_profile.choose(bundle.profiles, args.profile, bundle.name)
-    # As doctor: the flag, else XLA_WHEELS_ROLE (the settings table's row says both read it).
-    role = launch_profile.check_role(Settings(args, os.environ).text("--role") or "")
+    # The one rule (xla_host.cache_role), as doctor and the host's launch-env decide it.
+    decided = cache_role.decide(args.role, os.environ)
+    if decided.warning:
+        log.warning(decided.warning)
+    role = decided.role
     build = _build_directory(options.lock_path, bundle) if profile.needs_build else None
     out: Path = args.out or options.out_dir / "launch" / bundle.name / f"{profile.name}-{role}"
     files: list[tuple[Path, bytes | str]] = [
@@ -71,7 +74,8 @@ def cmd_launch_env(args: argparse.Namespace) -> int:
     # The three files are one launch environment: all of them or, on a failure (a full
     # disk), none changed.
     filemode.write_all(files)
-    print(f"launch profile {profile.name} of {bundle.name} (role {role}) written to {out}:")
+    print(f"launch profile {profile.name} of {bundle.name}, role {decided.describe()}, written "
+          f"to {out}:")  # fmt: skip
     # Lines to copy: the path quoted for the shell, and as a Python string literal.
     env_sh, env_json = shlex.quote(str(out / "env.sh")), repr(str(out / "env.json"))
     print(f"  . {env_sh}    # in the launcher, before the training process starts")

@@ -15,7 +15,8 @@ import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 
-from xla_host import host_doctor, installed, launch_profile, log
+from xla_host import cache_role, installed, launch_profile, log
+from xla_host.cache_role import CacheRole
 from xla_host.errors import UsageError
 from xla_host.net import file_url_path
 from xla_host.redact import Redactor, shown
@@ -26,7 +27,7 @@ from xla_wheels.bundle import load_bundle
 from xla_wheels.cli.arguments import add_bundle_arguments
 from xla_wheels.cli.settings import Settings, pipeline_options, publish_options, supply_options
 from xla_wheels.layout import BundleLayout
-from xla_wheels.options import PipelineOptions, env_var
+from xla_wheels.options import PipelineOptions
 from xla_wheels.progress import Timings
 from xla_wheels.publish import doctor, launch_check, requirements, upload, verify_install
 from xla_wheels.publish.static_index import write_static_index
@@ -156,7 +157,6 @@ def cmd_verify_install(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     options = pipeline_options(args, os.environ)
     settings = publish_options(args, os.environ)
-    role = _role(settings.role) if settings.role else None
     bundle = load_bundle(options.root, args.bundle)
     python = settings.python or shutil.which("python3") or sys.executable
     lock = read_lock(options.lock_path)
@@ -164,6 +164,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     # TPU_WORKER_ID): it is the subject of the check, not a setting of this program.
     # With --env-file, the launch environment a launcher sources instead.
     launch_env, source = _launch_environment(args)
+    # The one rule (xla_host.cache_role), as `xla-host doctor` decides it: with --env-file
+    # the launcher's variables over this host's (its TPU_WORKER_ID).
+    role = cache_role.decide(
+        args.role, launch_env if args.env_file is None else {**os.environ, **launch_env}
+    )
+    if role.warning:
+        log.warning(role.warning)
     profile = (
         launch_profile.choose(bundle.profiles, args.profile, bundle.name) if args.profile else None
     )
@@ -174,7 +181,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             profile,
             bundle.name,
             launch_env,
-            host_doctor.role_of(role, launch_env),  # the one rule for a host's role
+            role.role,
             source,
         )
     add_lane_findings(report, options.root, lock, args.lane, bundle.name)
@@ -197,7 +204,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def _doctor_stamp(
     report: doctor.DoctorReport, options: PipelineOptions, args: argparse.Namespace,
-    python: str, env: Mapping[str, str], role: str | None,
+    python: str, env: Mapping[str, str], role: CacheRole,
     profile: launch_profile.LaunchProfile | None,
 ) -> Stamp:  # fmt: skip
     """What this host runs, as a stamp: each locked wheel compared by content with its file
@@ -232,7 +239,7 @@ def _doctor_stamp(
         profile=profile.name if profile else None,
         profile_sha256=profile.sha256 if profile else None,
         cache_path=args.cache_path or env.get("XLA_PERSISTENT_CACHE_PATH") or None,
-        role=host_doctor.role_of(role, env),
+        role=role.role,
         verdict="failed" if report.failed else "ok",
         problems=tuple(f"{f.check}: {f.detail}" for f in report.failed),
         job=job_facts(env),
@@ -274,16 +281,6 @@ def _launch_environment(args: argparse.Namespace) -> tuple[Mapping[str, str], st
             fix="pass ENV_FILE=<env.sh or env.json written by `make launch-env`, or a "
             "NAME=value file>",
         ) from error
-
-
-def _role(value: str) -> str:
-    if value not in launch_profile.ROLES:
-        raise UsageError(
-            f"unknown role {value!r} (from --role or {env_var('--role')})",
-            fix=f"pass --role writer or --role reader (make: ROLE=writer), or unset "
-            f"{env_var('--role')}",
-        )
-    return value
 
 
 def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:

@@ -378,7 +378,6 @@ def publish_options(args: argparse.Namespace, environ: Mapping[str, str]) -> Pub
         python=getattr(args, "python", None) or None,
         no_deps=settings.switch("--no-deps"),
         deps_from=settings.text("--deps-from"),
-        role=settings.text("--role"),
     )
 
 

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from xla_host import host_doctor
+from xla_host.cache_role import CacheRole
 from xla_host.errors import LockError, PipelineError
 from xla_host.host_doctor import PACKAGES, Report
 from xla_host.host_probe import HostFacts, probe
@@ -221,7 +222,7 @@ def check_abi(report: DoctorReport, python: str) -> None:
 
 def run_doctor(
     bundle: Bundle, python: str, lock: Lock,
-    env: Mapping[str, str], role: str | None = None, cache_path: str | None = None,
+    env: Mapping[str, str], role: CacheRole, cache_path: str | None = None,
 ) -> DoctorReport:  # fmt: skip
     report = DoctorReport(bundle.name, python)
     # The environment first: it must be right before anything imports torch_xla. The

@@ -16,7 +16,6 @@ from collections.abc import Mapping
 
 from xla_host.cache_contract import directory_name
 from xla_host.launch_profile import (
-    CACHE_READ_ONLY,
     KNOWN_VARIABLES,
     LaunchProfile,
     compare_environment,
@@ -29,17 +28,12 @@ def check_launch_profile(
     profile: LaunchProfile,
     bundle: str,
     env: Mapping[str, str],
-    role: str | None,
+    role: str,
     source: str,
 ) -> None:
     """Add one finding per difference (or one ``ok``); ``source`` names where ``env`` is from."""
-    expected = profile.environment(bundle, role or "writer", _installed_build(report, bundle))
+    expected = profile.environment(bundle, role, _installed_build(report, bundle))
     actual = dict(env)
-    if role is None:
-        # Without a known role the read-only switch cannot be judged here; the
-        # environment checks judge it from TPU_WORKER_ID or --role.
-        expected.pop(CACHE_READ_ONLY, None)
-        actual.pop(CACHE_READ_ONLY, None)
     check = f"profile {profile.name}"
     differences = compare_environment(expected, actual)
     for difference in differences:
@@ -56,14 +50,14 @@ def check_launch_profile(
             check,
             f"{difference.describe()} ({source})",
             fix + f"; or source the env.sh of `make launch-env BUNDLE={bundle} "
-            f"PROFILE={profile.name} ROLE={role or 'writer'}`",
+            f"PROFILE={profile.name} ROLE={role}`",
         )
     if not differences:
         report.add(
             "ok",
             check,
             f"{source} is launch profile {profile.name} (sha256 {profile.sha256[:12]})"
-            + (f", role {role}" if role else ""),
+            + f", role {role}",
         )
 
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 
-from xla_host import receipt_signing
+from xla_host import cache_role, log, receipt_signing
 from xla_host.arguments import ValueType, add_setting, add_settings
 from xla_host.errors import UsageError
 from xla_host.gate import keyprobe, under_profile
@@ -63,7 +64,7 @@ GATE_FLAGS = (
     "--checks", "--key-probes", "--out", "--warm-runs", "--max-warm-ratio", "--baseline-tolerance",
     "--baselines-dir", "--record-baseline", "--spmd", "--writers", "--xla-cache-dir",
     "--keep-cache", "--upstream-tests", "--upstream-tests-revision", "--profile",
-    "--receipts", "--sign-key", "--pack", "--pack-key",
+    "--receipts", "--sign-key", "--pack", "--pack-key", "--role",
 )  # fmt: skip
 #: One gate run across the workers of a multi-host slice (``xla_host.gate.slice``).
 SLICE_FLAGS = (
@@ -78,6 +79,7 @@ def gate_config(
 ) -> GateConfig:
     """The run :func:`xla_host.gate.run.run_gate` makes of the parsed arguments."""
     check_key_flags(args)
+    spec = slice_of(args)
     return GateConfig(
         python=python,
         device=args.device,
@@ -97,7 +99,8 @@ def gate_config(
         upstream_tests_revision=args.upstream_tests_revision,
         out_dir=args.out,
         profile=profile,
-        slice=slice_of(args),
+        slice=spec,
+        cache_role=gate_role(args.role, os.environ, spec, args.xla_cache_dir),
         pack_dir=args.pack,
         key_probes=tuple(
             keyprobe.select(
@@ -170,6 +173,47 @@ def slice_of(args: argparse.Namespace) -> slices.SliceSpec | None:
             fix="pass --xla-cache-dir DIR on the shared mount (empty; worker 0 writes it)",
         )
     return spec
+
+
+def gate_role(
+    flag: str | None,
+    env: Mapping[str, str],
+    spec: slices.SliceSpec | None,
+    cache_dir: Path | None,
+) -> cache_role.CacheRole:
+    """The gate's role on ``cache_dir`` by the one rule (:func:`xla_host.cache_role.decide`).
+
+    In a slice the worker number decides (``--worker-id`` or ``TPU_WORKER_ID``): worker 0
+    writes the shared cache and records the slice's receipt, so an explicit role that says
+    otherwise is refused rather than run as a slice with no writer or two. A reader needs
+    the cache it reads: the gate's own temporary one holds nothing."""
+    decided = cache_role.decide(flag, env)
+    if spec is not None:
+        number = f"{cache_role.WORKER}={spec.worker_id}"
+        if env.get(cache_role.WORKER, "").strip() != str(spec.worker_id):
+            number = f"--worker-id {spec.worker_id}"
+        by_slice = cache_role.of_worker(spec.worker_id, number)
+        if decided.explicit and decided.role != by_slice.role:
+            raise UsageError(
+                f"{decided.describe()} contradicts this worker's place in the slice: "
+                f"{by_slice.describe()} (worker {cache_role.WRITER_WORKER} writes the shared "
+                "cache and records the slice)",
+                fix=f"leave the role to the worker number in a gate slice: drop --role, unset "
+                f"{cache_role.ROLE_VARIABLE} (and {cache_role.READ_ONLY} on worker "
+                f"{cache_role.WRITER_WORKER})",
+            )
+        if not decided.explicit:  # an explicit role that agrees keeps its own reason
+            decided = replace(by_slice, warning=decided.warning)
+    if not decided.writer and cache_dir is None:
+        raise UsageError(
+            f"this gate is a {decided.describe()}, and a reader reads a shared cache "
+            "directory: none was given",
+            fix="pass --xla-cache-dir <the shared cache directory its writer fills>, or "
+            "--role writer to gate with a cache of its own",
+        )
+    if decided.warning:
+        log.warning(decided.warning)
+    return decided
 
 
 def leaves_receipt(config: GateConfig) -> bool:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from xla_host.cache_role import CacheRole
 from xla_host.gate import slice as slices
 from xla_host.gate import under_profile
 from xla_host.gate.result import CheckResult
@@ -69,6 +70,10 @@ class GateConfig:
     pack_dir: Path | None = None
     """``--pack``: the restart check's cold cache is kept for a cache pack
     (:attr:`GateOutcome.cold_cache`), which the CLI writes after the receipt."""
+    cache_role: CacheRole | None = None
+    """This run's role on ``xla_cache_dir`` by the one rule (:mod:`xla_host.cache_role`;
+    :func:`xla_host.gate.arguments.gate_config` decides it). None: the slice's (worker 0
+    writes), else writer. A held writer lease still makes a writer a reader."""
 
     @property
     def runs_dir(self) -> Path:

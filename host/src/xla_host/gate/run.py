@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from xla_host import log
+from xla_host import cache_role, log
 from xla_host import slice as leases
 from xla_host.gate import checks as registry
 from xla_host.gate import restart, under_profile, upstream_tests
@@ -108,14 +108,16 @@ def run_gate(config: GateConfig) -> GateOutcome:
 
 @contextlib.contextmanager
 def _roles(config: GateConfig) -> Iterator[tuple[slices.Slice | None, str]]:
-    """This run's place in its slice (if any) and its cache role: a slice's worker 0, or a
-    single host with a given cache directory, claims the directory's writer lease; held by
-    another job, the run goes on read-only, as any worker but 0 does."""
+    """This run's place in its slice (if any) and its cache role: the one rule's writer
+    (:attr:`GateConfig.cache_role`: a slice's worker 0, or a single host) with a given cache
+    directory claims the directory's writer lease; held by another job, the run goes on
+    read-only, as a reader does."""
     spec = config.slice
+    decided = config.cache_role or cache_role.of_worker(spec.worker_id if spec else None)
     with contextlib.ExitStack() as stack:
         lease = None
         cache = config.xla_cache_dir
-        if cache is not None and (spec is None or spec.writer):
+        if cache is not None and decided.writer:
             try:
                 cache.mkdir(parents=True, exist_ok=True)
                 lease = stack.enter_context(leases.writer_lease(cache, f"gate {config.out_dir}"))
@@ -125,7 +127,11 @@ def _roles(config: GateConfig) -> Iterator[tuple[slices.Slice | None, str]]:
                     fix="pass a writable --xla-cache-dir (or none: the gate uses its own "
                     "temporary one)",
                 ) from error
-        role = leases.judged_role(spec, lease)
+        role = leases.judged_role(decided, lease)
+        if role == decided.role:
+            log.info(f"gate: cache role {decided.describe()}")
+        else:
+            log.info(f"gate: cache role {role}, not {decided.describe()}: the lease is held")
         member = None
         if spec is not None and spec.workers > 1:
             member = stack.enter_context(slices.running(spec))
