@@ -204,6 +204,7 @@ def _logged(
         own_group=True,  # ended with the demo (SIGTERM to it alone included)
         check=False,
     )  # fmt: skip
+    handle.write(f"# exit {result.returncode}\n")
     return result.returncode
 
 
@@ -374,12 +375,11 @@ def _pack_key(demo: Demo, handle: IO[str]) -> int:
 
 
 def _host_env(demo: Demo, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """A host's environment: the demo's, without the checkout on PYTHONPATH (a host has
-    none), and no proxy for the lane on loopback."""
+    """A host's environment: the demo's (no proxy for the lane on loopback, while it is
+    served), without the checkout on PYTHONPATH: a host has none."""
     env = _child_env(demo.directory, extra)
     env.pop("PYTHONPATH", None)
-    bypass = ",".join(p for p in (env.get("no_proxy"), "127.0.0.1", "localhost") if p)
-    return {**env, "no_proxy": bypass, "NO_PROXY": bypass}
+    return env
 
 
 def _host_install(demo: Demo, handle: IO[str]) -> int:
@@ -440,20 +440,10 @@ def write_host_wheel(checkout: Path, dest: Path) -> Path:
         path.removeprefix("src/"): data
         for path, data in files.items()
         if path.startswith("src/")
-        and _packaged(PurePosixPath(path).relative_to("src"), package_data)  # fmt: skip
+        and _packaged(PurePosixPath(path).relative_to("src"), package_data)
     }
     name = normalize(project["name"]).replace("-", "_")
-    info = f"{name}-{version}.dist-info"
-    members[f"{info}/METADATA"] = _metadata(project, version).encode()
-    members[f"{info}/WHEEL"] = (
-        b"Wheel-Version: 1.0\nGenerator: xla-wheels make demo\nRoot-Is-Purelib: true\n"
-        b"Tag: py3-none-any\n"
-    )
-    scripts = "".join(f"{k} = {v}\n" for k, v in project.get("scripts", {}).items())
-    members[f"{info}/entry_points.txt"] = f"[console_scripts]\n{scripts}".encode()
-    record = "".join(f"{path},sha256={_digest(data)},{len(data)}\n"
-                     for path, data in sorted(members.items()))  # fmt: skip
-    members[f"{info}/RECORD"] = (record + f"{info}/RECORD,,\n").encode()
+    members.update(_dist_info(f"{name}-{version}.dist-info", project, version, members))
     dest.mkdir(parents=True, exist_ok=True)
     target = dest / f"{name}-{version}-py3-none-any.whl"
     when = time.gmtime(max(epoch, 315532800))[:6]  # a zip holds no time before 1980
@@ -466,6 +456,28 @@ def write_host_wheel(checkout: Path, dest: Path) -> Path:
             archive.writestr(member, data)
     staged.replace(target)
     return target
+
+
+def _dist_info(
+    info: str, project: Mapping[str, Any], version: str, members: Mapping[str, bytes]
+) -> dict[str, bytes]:
+    """The ``.dist-info`` files of a wheel of ``members`` (as setuptools writes them; its
+    WHEEL names the demo as the generator), RECORD included."""
+    scripts = "".join(f"{k} = {v}\n" for k, v in project.get("scripts", {}).items())
+    top_level = sorted({path.split("/", 1)[0] for path in members})
+    files = {
+        f"{info}/METADATA": _metadata(project, version).encode(),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: xla-wheels make demo\n"
+        b"Root-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{info}/entry_points.txt": f"[console_scripts]\n{scripts}".encode(),
+        f"{info}/top_level.txt": "".join(f"{top}\n" for top in top_level).encode(),
+    }
+    record = "".join(
+        f"{path},sha256={_digest(data)},{len(data)}\n"
+        for path, data in sorted({**members, **files}.items())
+    )
+    files[f"{info}/RECORD"] = (record + f"{info}/RECORD,,\n").encode()
+    return files
 
 
 def _committed(checkout: Path, directory: str) -> dict[str, bytes]:
@@ -543,11 +555,29 @@ def serving(directory: Path, log_path: Path) -> Iterator[str]:
         thread = threading.Thread(target=server.serve_forever, name="demo lane", daemon=True)
         thread.start()
         try:
-            yield f"http://127.0.0.1:{server.server_address[1]}/"
+            with _no_proxy_for_loopback():
+                yield f"http://127.0.0.1:{server.server_address[1]}/"
         finally:
             server.shutdown()
             server.server_close()
             thread.join()
+
+
+@contextmanager
+def _no_proxy_for_loopback() -> Iterator[None]:
+    """A lane on loopback is reached directly: a configured HTTP proxy (urllib's and pip's
+    ``http_proxy``) would be asked for 127.0.0.1 otherwise, and cannot reach it."""
+    saved = {name: os.environ.get(name) for name in ("no_proxy", "NO_PROXY")}
+    bypass = ",".join(p for p in (saved["no_proxy"] or saved["NO_PROXY"], "127.0.0.1") if p)
+    os.environ.update(no_proxy=bypass, NO_PROXY=bypass)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _child_env(directory: Path, extra: Mapping[str, str] | None) -> dict[str, str]:
