@@ -9,16 +9,18 @@ expect, every file saying it is NOT PyTorch), a project root with two bundle man
 series, and then runs the same CLI subcommands the make targets run, as child processes,
 in host mode, and then the TPU host's runbook (docs/on-a-tpu-host.md) against the lane:
 
+First the host package's wheel goes into the project's ``dist/host/`` (what ``make
+host-wheel`` makes: :func:`write_host_wheel`); then, each with its log:
+
 1. manifest -> sources -> patch series -> build -> collect and lock: ``wheels``
-2. the host package's wheel into ``dist/host/`` (what ``make host-wheel`` makes)
-3. publish into the project's static validation lane: ``publish-lane`` (the wheels, the
+2. publish into the project's static validation lane: ``publish-lane`` (the wheels, the
    host wheel, the bundle document, ``requirements.txt`` and ``host-requirements.txt``)
-4. install by hash into a fresh venv from the lane's simple page: ``verify-install``
-5. the host check against the bundle and the lane: ``doctor``
-6. a cache-pack signing key, as docs/cache-packs.md makes it (``openssl genpkey``)
-7. the runbook's line (b), the host package alone, pasted into a fresh venv against the
+3. install by hash into a fresh venv from the lane's simple page: ``verify-install``
+4. the host check against the bundle and the lane: ``doctor``
+5. a cache-pack signing key, as docs/cache-packs.md makes it (``openssl genpkey``)
+6. the runbook's line (b), the host package alone, pasted into a fresh venv against the
    lane served over HTTP on loopback, then that venv's ``xla-host doctor --lane <URL>``
-8. ``demo-next`` built, published, and the lane rolled back to ``demo`` (``rollback
+7. ``demo-next`` built, published, and the lane rolled back to ``demo`` (``rollback
    --reason``): the lane's served ``requirements.txt`` names the bundle after each step
 
 Everything is written under one directory (``--dir``, default ``out/demo``), including
@@ -173,6 +175,8 @@ class Stage:
     run: Callable[[IO[str]], int]
     shows: Callable[[], list[str]] = field(default=lambda: [])
     """Lines said after it passed (what the lane's install list names now)."""
+    args: tuple[str, ...] = ()
+    """A CLI stage's ``python -m xla_wheels`` arguments (``--root`` included)."""
 
 
 def doctor_env(directory: Path, root: Path) -> dict[str, str]:
@@ -210,7 +214,8 @@ def _logged(
 
 @dataclass(frozen=True)
 class Demo:
-    """Where one demo works: its directory, the project root in it, the lane's URL."""
+    """Where one demo works: its directory, the project root in it, and the lane as a host
+    names it (``--lane``: the URL serving it, or its directory)."""
 
     directory: Path
     root: Path
@@ -249,7 +254,7 @@ class Demo:
             return _logged(argv, handle, _child_env(self.directory, extra),
                            cwd=self.directory, step=f"demo stage {name}")  # fmt: skip
 
-        return Stage(title, name, f"python -m xla_wheels {name} ...", run, shows)
+        return Stage(title, name, f"python -m xla_wheels {name} ...", run, shows, tuple(args))
 
     def served_list(self) -> list[str]:
         """What the lane's ``requirements.txt``, as a host reads it over HTTP, installs."""
@@ -266,9 +271,11 @@ _LIST_BUNDLE = re.compile(r"^# Hash-pinned requirements of bundle (\S+) ", re.MU
 _LIST_PIN = re.compile(r"^(torch-xla==\S+)", re.MULTILINE)
 
 
-def stages(directory: Path, root: Path, lane_url: str) -> list[Stage]:
-    """The demo's steps, in order: the make targets' CLI subcommands, then the runbook."""
-    demo = Demo(directory, root, lane_url)
+def stages(directory: Path, root: Path, lane_url: str | None = None) -> list[Stage]:
+    """The demo's steps, in order: the make targets' CLI subcommands, then the runbook
+    against the lane at ``lane_url`` (default: its directory, which ``--lane`` takes too).
+    The project's dist/host/ must hold the host wheel (:func:`write_host_wheel`)."""
+    demo = Demo(directory, root, lane_url or str(root / "dist" / "lanes" / LANE))
     wheels = {
         "--mode": "host",
         "--host-python": sys.executable,
@@ -280,12 +287,6 @@ def stages(directory: Path, root: Path, lane_url: str) -> list[Stage]:
             "manifest -> sources -> patch series -> build -> collect and lock (make wheels)",
             "wheels",
             {"--bundle": BUNDLE, **wheels},
-        ),
-        Stage(
-            "the host package's wheel into dist/host/ (make host-wheel)",
-            "host-wheel",
-            "the committed host/ as a wheel",
-            lambda handle: _host_wheel_stage(root, handle),
         ),
         demo.cli(
             "publish to the validation lane: wheels, host wheel, document, install lists "
@@ -344,12 +345,6 @@ def stages(directory: Path, root: Path, lane_url: str) -> list[Stage]:
             shows=demo.served_list,
         ),
     ]
-
-
-def _host_wheel_stage(root: Path, handle: IO[str]) -> int:
-    wheel = write_host_wheel(CHECKOUT, root / HOST_WHEEL_DIR)
-    handle.write(f"host wheel {wheel}  sha256:{hashlib.sha256(wheel.read_bytes()).hexdigest()}\n")
-    return 0
 
 
 def _pack_key(demo: Demo, handle: IO[str]) -> int:
@@ -566,18 +561,17 @@ def serving(directory: Path, log_path: Path) -> Iterator[str]:
 @contextmanager
 def _no_proxy_for_loopback() -> Iterator[None]:
     """A lane on loopback is reached directly: a configured HTTP proxy (urllib's and pip's
-    ``http_proxy``) would be asked for 127.0.0.1 otherwise, and cannot reach it."""
-    saved = {name: os.environ.get(name) for name in ("no_proxy", "NO_PROXY")}
-    bypass = ",".join(p for p in (saved["no_proxy"] or saved["NO_PROXY"], "127.0.0.1") if p)
-    os.environ.update(no_proxy=bypass, NO_PROXY=bypass)
+    ``http_proxy``) would be asked for 127.0.0.1 otherwise, and cannot reach it. The
+    demo reaches no other host, so the bypass replaces the user's while it runs."""
+    names = ("no_proxy", "NO_PROXY")
+    saved = {name: value for name, value in os.environ.items() if name in names}
+    os.environ.update(dict.fromkeys(names, "127.0.0.1"))
     try:
         yield
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        for name in names:
+            os.environ.pop(name, None)
+        os.environ.update(saved)
 
 
 def _child_env(directory: Path, extra: Mapping[str, str] | None) -> dict[str, str]:
@@ -686,6 +680,8 @@ def _run_stages(directory: Path) -> int:
     print(f"== demo: a DEMONSTRATION upstream (NOT PyTorch) in {directory}/upstream", flush=True)
     root = make_demo_project(directory)
     print(f"   project root {root} (bundles {BUNDLE} and {NEXT}, patches/, build/lanes.toml)")
+    wheel = write_host_wheel(CHECKOUT, root / HOST_WHEEL_DIR)
+    print(f"   host wheel {wheel} (make host-wheel's package, of the committed host/)")
     logs = directory / "logs"
     logs.mkdir()
     lane = root / "dist" / "lanes" / LANE
