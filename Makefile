@@ -193,7 +193,8 @@ docs: $(VENV_STAMP) ## build the documentation site from docs/ into site/ (open 
 	$(PY) -m mkdocs build --strict --site-dir site
 
 # No builder host yet? Every stage of the pipeline on a demonstration upstream it writes
-# (NOT torch): offline, about a minute, everything under DEMO_DIR (src/xla_wheels/demo.py).
+# (NOT torch), then the TPU host's runbook against its lane: offline, about half a
+# CPU-minute, everything under DEMO_DIR (src/xla_wheels/demo.py).
 demo: $(VENV_STAMP) ## every stage, manifest to doctor, on a demonstration upstream, offline
 	@$(DEMO) $(call flag,DEMO_DIR) $(DRY_RUN_FLAG)
 
