@@ -26,7 +26,6 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from xla_host import (
     cache_explain,
@@ -46,10 +45,6 @@ from xla_host.host_probe import probe
 from xla_host.lane_address import LaneAddress, recorded
 from xla_host.redact import masked_url
 from xla_host.settings import by_flag, env_of
-
-if TYPE_CHECKING:
-    # Imported where used: the gate's modules are not loaded at start.
-    from xla_host.gate.workload import WorkloadName
 
 HELP = (
     "install a signed cache pack into a cache directory (verified: signature, every "
@@ -327,8 +322,10 @@ def fetch_pack(
     source, row = pack, None
     if lane is not None:
         # Any spelling of the workload names the one the gate recorded (gate.workload).
-        named = _workload_name(workload).name
-        source, row = lane_packs.find_pack(lane, host.bundle, named, host.topology, network)
+        from xla_host.gate.workload import named
+
+        workload = named(workload).name
+        source, row = lane_packs.find_pack(lane, host.bundle, workload, host.topology, network)
     if source is None:
         raise UsageError("which pack? neither a pack nor a lane is given",
                          fix=f"for example: {EXAMPLE}")  # fmt: skip
@@ -338,18 +335,6 @@ def fetch_pack(
             expected_sha256=row.sha256 if row else None,
         )  # fmt: skip
     return Fetched(source, into, done, row)
-
-
-def _workload_name(text: str) -> WorkloadName:
-    from xla_host.gate.workload import name_of
-    from xla_host.values import BadValue
-
-    try:
-        return name_of(text)
-    except BadValue as bad:
-        raise UsageError(
-            f"--workload {text!r} {bad.reason}", fix=f"pass --workload {bad.example}"
-        ) from None
 
 
 def not_fetched(into: str | None) -> str:

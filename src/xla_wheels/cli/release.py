@@ -324,18 +324,6 @@ def _gate_packs(
     return sorted(found, key=lambda item: item[1].created, reverse=True), others
 
 
-def _workload_name(text: str) -> Any:
-    from xla_host.gate.workload import name_of
-    from xla_host.values import BadValue
-
-    try:
-        return name_of(text)
-    except BadValue as bad:
-        raise UsageError(
-            f"--workload {text!r} {bad.reason}", fix=f"pass --workload {bad.example}"
-        ) from None
-
-
 def _require_proof(
     pack: str, digest: str | None, sealed: Mapping[str, Any], lane: lanes.Lane, bundle: str,
     locked: set[tuple[str, str]],
@@ -390,7 +378,9 @@ def cmd_cache_pack(args: argparse.Namespace) -> int:
             fix=f"make cache-pack BUNDLE={args.bundle} PUBLIC_KEY=pack-key.pub.pem",
         )
     keys = [cache_pack.read_public_key(args.public_key)]
-    workload = _workload_name(args.workload)
+    from xla_host.gate.workload import named
+
+    workload = named(args.workload)
     found, others = _gate_packs(packs_dir, keys, args.bundle, workload)
     if not found:
         raise UsageError(

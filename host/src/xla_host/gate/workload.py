@@ -178,6 +178,15 @@ def name_of(text: str, *, cwd: Path | None = None) -> WorkloadName:
     return WorkloadName(text, None)
 
 
+def named(text: str, flag: str = "--workload") -> WorkloadName:
+    """:func:`name_of` of a flag's value, bad input refused as the CLI's usage error."""
+    try:
+        return name_of(text)
+    except BadValue as bad:
+        fix = f"pass {flag} {bad.example}"
+        raise UsageError(f"{flag} {text!r} {bad.reason}", fix=fix) from None
+
+
 def _sha256(path: Path) -> str | None:
     """The file's digest; None when it is not a regular file (never opened: a FIFO)."""
     try:
