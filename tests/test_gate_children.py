@@ -202,3 +202,47 @@ def test_no_child_runs_under_a_switch_of_the_gate_s_own_making() -> None:
     # start a training process gets, with nothing on that training would not have.
     env = runtime_env("TPU", cache_dir=Path("c"), read_only=True)
     assert "XLA_PERSISTENT_CACHE_VERIFY" not in env
+
+
+# A child in the workload's factory, as gate/child_workload.py says it: the phase file
+# beside its report, then a factory that waits (a sleep, a lock, a server that never answers).
+SLEEPING_FACTORY = """
+import argparse, pathlib, time
+parser = argparse.ArgumentParser()
+parser.add_argument("--out")
+args = parser.parse_args()
+pathlib.Path(args.out + ".phase").write_text("the workload's factory (team.py:build)\\n")
+time.sleep(120)
+"""
+
+
+@pytest.mark.slow
+def test_a_child_that_stalls_in_the_workloads_factory_is_reported_as_the_workloads_wait(
+    tmp_path: Path,
+) -> None:
+    from xla_host.gate import restart
+
+    script = tmp_path / "sleeping_factory.py"
+    script.write_text(SLEEPING_FACTORY)
+    result = run_child(
+        sys.executable, "warm-1", tmp_path / "runs", [], runtime_env("CPU"), 60,
+        stall_s=2.0, script=script,
+    )  # fmt: skip
+    assert result.timed_out and result.extra["phase"] == "the workload's factory (team.py:build)"
+    assert "in the workload's factory (team.py:build)" in result.failure()
+    row = restart.summarize(result) | {"hang_bound_s": 60.0, "hang_rule": "3 x 20s"}
+    said = restart._unfinished(row)
+    assert said.startswith("warm-1 hung in the workload's factory (team.py:build): it used no")
+    assert "the workload's own code waited" in said
+    assert "it waited for something that does not come" not in said  # not blamed on XLA
+
+    # A later child of the same name, stalled in the runtime, is not told the old phase.
+    blocked = tmp_path / "blocked.py"
+    blocked.write_text("import time\ntime.sleep(120)\n")
+    again = run_child(
+        sys.executable, "warm-1", tmp_path / "runs", [], runtime_env("CPU"), 60,
+        stall_s=2.0, script=blocked,
+    )  # fmt: skip
+    assert again.timed_out and "phase" not in again.extra
+    row = restart.summarize(again) | {"hang_bound_s": 60.0, "hang_rule": "3 x 20s"}
+    assert "it waited for something that does not come" in restart._unfinished(row)

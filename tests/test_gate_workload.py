@@ -271,6 +271,13 @@ def test_time_to_ready_covers_both_graphs_of_an_adamw_model_and_its_parts_add_up
     assert doc["steady_step_s"] == max(doc["step_times_s"][2:])
 
 
+def test_the_child_says_it_is_in_the_workloads_factory_while_it_runs(problems: dict) -> None:
+    # What the parent reads when it kills a child that hung there (gate/children.py).
+    phase = (problems["directory"] / "raises.json.phase").read_text()
+    assert phase.startswith("the workload's factory (") and phase.rstrip().endswith(":raises)")
+    assert (problems["directory"] / "adamw.json.phase").read_text() == "the training steps\n"
+
+
 def test_the_traceback_goes_to_the_childs_log(problems: dict) -> None:
     assert "RuntimeError: no training data on this host" in problems["stderr"]
     assert "WorkloadProblem: its factory raised RuntimeError" in problems["stderr"]

@@ -100,6 +100,21 @@ def _write(path: str, payload: dict[str, Any]) -> None:
 #: What is known so far, reported even when a later step raises: an import that worked
 #: followed by a device that failed must not read as an import failure.
 PROGRESS: dict[str, Any] = {}
+#: Where this child says what it is doing (``<--out>.phase``, one line, written by rename):
+#: a child killed as hung or stalled writes no report, and the parent reads this to say
+#: whose code it hung in (the workload's own factory, or the steps the runtime runs).
+PHASE_FILE: list[str] = []
+PHASE_SUFFIX = ".phase"
+
+
+def _phase(text: str) -> None:
+    if not PHASE_FILE:
+        return
+    tmp = PHASE_FILE[0] + ".part"
+    with contextlib.suppress(OSError):  # evidence for a hang, never a reason to fail
+        with open(tmp, "w") as handle:
+            handle.write(text + "\n")
+        os.replace(tmp, PHASE_FILE[0])
 
 
 def _import_torch_xla() -> dict[str, Any]:
@@ -274,6 +289,7 @@ def build_workload(args: argparse.Namespace, device: Any, mesh: Any) -> dict[str
     """Load the workload, call its factory and check what it returned (the protocol)."""
     import torch
 
+    _phase("loading the workload's module")
     factory, identity = _load_factory(args)
     offered = {"device": device, "mesh": mesh}
     parameters: list[inspect.Parameter] = []
@@ -286,10 +302,12 @@ def build_workload(args: argparse.Namespace, device: Any, mesh: Any) -> dict[str
         named = {p.name for p in parameters}
         kwargs = {key: value for key, value in offered.items() if key in named}
     label = identity["name"]
+    _phase(f"the workload's factory ({identity['reference']})")
     try:
         made = factory(**kwargs)
     except Exception as error:
         raise WorkloadProblem(f"its factory raised {_error_text(error)}") from error
+    _phase("the training steps")
     missing = [key for key in REQUIRED_FIELDS if _field(made, key) is None]
     if missing:
         raise WorkloadProblem(
@@ -1020,6 +1038,8 @@ def main(argv: list[str] | None = None) -> int:
         help="torch_xla.set_custom_compile_options entry (where the build has it)",
     )
     args = parser.parse_args(argv)
+    PHASE_FILE[:] = [args.out + PHASE_SUFFIX]
+    _phase(f"mode {args.mode}: starting (torch and torch_xla)")
     payload: dict[str, Any] = {"mode": args.mode, "pid": os.getpid(), "python": sys.executable}
     # The cache this process was given, as it saw it: a slice's reader shows here that
     # every one of its children ran read-only (it writes nothing to the shared directory).

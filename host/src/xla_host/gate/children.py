@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from xla_host import log
+from xla_host.filemode import NotARegularFile, read_shared
 from xla_host.gate.stacks import capture_native_stacks, summarize_stacks
 from xla_host.redact import mask_environment
 
@@ -83,13 +84,17 @@ class ChildResult:
 
     def failure(self) -> str:
         """One line saying why this child produced no usable report."""
+        phase = self.extra.get("phase")
+        where = f" in {phase}" if phase else ""
         if "stalled_s" in self.extra:
             return (
-                f"{self.name}: used no CPU time for {self.extra['stalled_s']:.0f}s, killed after "
-                f"{self.wall_s:.0f}s (process group killed)"
+                f"{self.name}: used no CPU time for {self.extra['stalled_s']:.0f}s{where}, "
+                f"killed after {self.wall_s:.0f}s (process group killed)"
             )
         if self.timed_out:
-            return f"{self.name}: timed out after {self.wall_s:.0f}s (process group killed)"
+            return (
+                f"{self.name}: timed out after {self.wall_s:.0f}s{where} (process group killed)"
+            )
         if self.report is not None and not self.report.get("ok"):
             return f"{self.name}: {self.report.get('error', 'failed')}"
         if self.returncode is not None and self.returncode < 0:
@@ -164,6 +169,24 @@ def start_child(
     return process, out, log_path, time.monotonic()
 
 
+#: The child's phase file beside its report (gate/child_workload.py writes it).
+PHASE_SUFFIX = ".phase"
+
+
+def _phase_of(path: Path) -> str | None:
+    """What a killed child last said it was doing; None when it said nothing."""
+    try:
+        text = read_shared(path, what="phase file", limit=4096).decode(errors="replace")
+    except (OSError, NotARegularFile):
+        return None
+    return text.strip() or None
+
+
+def in_workload_code(phase: str | None) -> bool:
+    """The phase is the workload's own code (its module or factory), not the runtime's."""
+    return phase is not None and phase.startswith(("the workload's", "loading the workload"))
+
+
 def cpu_seconds(pid: int) -> float | None:
     """CPU time (user + system, every thread) a live process has used; None when unreadable."""
     try:
@@ -216,6 +239,9 @@ def finish_child(
     process, out, log_path, began = started
     timed_out = False
     extra: dict[str, Any] = {}
+    # A previous child's phase must not be read as this one's.
+    phase_file = out.with_name(out.name + PHASE_SUFFIX)
+    phase_file.unlink(missing_ok=True)
     try:
         stalled = _wait(process, began, timeout_s, stall_s)
         if stalled is not None:
@@ -236,6 +262,8 @@ def finish_child(
             if capture.error is not None:
                 extra["stacks_error"] = capture.error
         kill_group(process)
+        if (phase := _phase_of(phase_file)) is not None:
+            extra["phase"] = phase
     except BaseException:
         # Interrupted (Ctrl-C): the child is in its own session and did not get the
         # signal, so it must not outlive the gate.
@@ -244,6 +272,7 @@ def finish_child(
     finally:
         with _LOCK:
             _RUNNING.discard(process)
+        phase_file.unlink(missing_ok=True)  # read above when it mattered
     wall = time.monotonic() - began
     report: dict[str, Any] | None = None
     if not timed_out:

@@ -62,7 +62,14 @@ from xla_host.gate import slice as slices
 from xla_host.gate import workload as workloads
 from xla_host.gate.check import CompareRow, Declared, Figures, GateRun, figure_row, verdict_row
 from xla_host.gate.child_workload import DEFAULT_PROBE_BYTES
-from xla_host.gate.children import ChildResult, finish_child, run_child, runtime_env, start_child
+from xla_host.gate.children import (
+    ChildResult,
+    finish_child,
+    in_workload_code,
+    run_child,
+    runtime_env,
+    start_child,
+)
 from xla_host.gate.errors import GateEnvironmentError
 from xla_host.gate.result import CheckResult
 from xla_host.gate.target import Target
@@ -440,7 +447,15 @@ def _cpu_time_rule(
 def _unfinished(row: dict[str, Any]) -> str:
     if not row.get("timed_out") or "hang_bound_s" not in row:
         return f"{row['name']} did not finish: {row['error']}"
-    if "stalled_s" in row:
+    if "stalled_s" in row and in_workload_code(row.get("phase")):
+        # Not the runtime: the workload's own code waited (a sleep, a lock, a download).
+        text = (
+            f"{row['name']} hung in {row['phase']}: it used no CPU time for "
+            f"{row['stalled_s']:.0f}s before any step ran (the workload's own code waited: a "
+            f"sleep, a lock, a download, a server), killed after {row['wall_s']:.0f}s of its "
+            f"{row['hang_bound_s']:.0f}s bound ({row['hang_rule']}); process group killed"
+        )
+    elif "stalled_s" in row:
         text = (
             f"{row['name']} hung: used no CPU time for {row['stalled_s']:.0f}s (on CPU the "
             "child's own threads compute every step: it waited for something that does not "
@@ -448,8 +463,9 @@ def _unfinished(row: dict[str, Any]) -> str:
             f"({row['hang_rule']}); process group killed"
         )
     else:
+        where = f" in {row['phase']}" if row.get("phase") else ""
         text = (
-            f"{row['name']} hung: no result within {row['hang_bound_s']:.0f}s "
+            f"{row['name']} hung{where}: no result within {row['hang_bound_s']:.0f}s "
             f"({row['hang_rule']}); process group killed"
         )
     if "stacks" in row:
