@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import collections
 import contextlib
 import errno
 import fcntl
@@ -174,6 +175,16 @@ def _format_error(source: str, problem: str) -> PackFormatError:
     return PackFormatError(f"{source} is not a cache pack: {problem}", fix=_PACK_FIX)
 
 
+def _text(data: Mapping[str, Any], key: str, source: str) -> str:
+    """``data[key]``, a non-empty string: ``str()`` of a null would show as "None" in one
+    message and be compared as a version in the next."""
+    value = data[key]
+    if not isinstance(value, str) or not value:
+        shown = json.dumps(value)[:40]
+        raise _format_error(source, f"its manifest's {key} is {shown}, not a non-empty string")
+    return value
+
+
 def parse_manifest(payload: bytes, source: str) -> Manifest:
     """The manifest of a verified payload; a malformed one is a :class:`PackFormatError`."""
     try:
@@ -190,10 +201,10 @@ def parse_manifest(payload: bytes, source: str) -> Manifest:
         manifest = Manifest(
             bundle=data["bundle"],
             workload=dict(data["workload"]),
-            topology=str(data["topology"]),
-            device=str(data["device"]),
-            torch_version=str(data["torch"]),
-            torch_xla_version=str(data["torch-xla"]),
+            topology=_text(data, "topology", source),
+            device=_text(data, "device", source),
+            torch_version=_text(data, "torch", source),
+            torch_xla_version=_text(data, "torch-xla", source),
             libtpu_version=data["libtpu"],
             receipt_digest=data["receipt-digest"],
             entries=entries,
@@ -205,8 +216,14 @@ def parse_manifest(payload: bytes, source: str) -> Manifest:
         raise _format_error(source, f"its manifest lacks or mistypes {error}") from None
     names = [e.name for e in entries]
     bad = [n for n in names if not _ENTRY_NAME.fullmatch(n) or n == WRITER_LEASE]
-    if bad or len(set(names)) != len(names) or any(e.size < 0 for e in entries):
-        raise _format_error(source, f"its manifest names bad or repeated entries {bad[:3]}")
+    if bad:
+        raise _format_error(source, f"its manifest names bad entries {bad[:3]}")
+    repeated = sorted(n for n, times in collections.Counter(names).items() if times > 1)
+    if repeated:
+        raise _format_error(source, f"its manifest lists entries twice: {repeated[:3]}")
+    negative = [e.name for e in entries if e.size < 0]
+    if negative:
+        raise _format_error(source, f"its manifest gives entries a negative size: {negative[:3]}")
     return manifest
 
 
