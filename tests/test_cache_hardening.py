@@ -436,3 +436,22 @@ def test_a_symlinked_control_path_of_the_cache_is_refused_and_nothing_is_written
     done = host_cli(*fetch_args(made, host_python, into))  # once the links are gone
     assert done.exit_code == 0, done.output
     assert os.listdir(elsewhere) == ["lock"]
+
+
+def test_into_a_symbolic_link_loop_is_named_as_one(tmp_path: Path, host_python: Path) -> None:
+    made = signed_pack(tmp_path, 1)
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    for into in (loop, loop / "cache"):
+        done = host_cli(*fetch_args(made, host_python, into))
+        assert done.exit_code == 2, done.output
+        assert f"{into} is a symbolic link loop" in done.stderr, done.output
+        assert "is a file" not in done.stderr and "Traceback" not in done.stderr, done.output
+
+
+def test_a_python_that_is_not_there_is_bad_input(tmp_path: Path) -> None:
+    made = signed_pack(tmp_path, 1)
+    done = host_cli(*fetch_args(made, tmp_path / "nowhere" / "python", tmp_path / "cache"))
+    assert done.exit_code == 2, done.output
+    assert "cannot run the interpreter" in done.stderr and "fix: pass --python" in done.stderr
+    assert not (tmp_path / "cache").exists()
