@@ -384,3 +384,74 @@ def test_the_cache_modules_open_no_path_except_through_the_checked_helpers() -> 
         "open these through xla_host.filemode (read_shared, open_shared, file_sha256, "
         "write_by_rename), or add them to ALLOWED with the reason: " + "; ".join(found)
     )
+
+
+# --- nothing written outside the cache ---------------------------------------------------
+
+
+def refused_as_link(done: CliResult, path: Path) -> None:
+    assert done.exit_code == 2, done.output
+    assert f"{path} is a symbolic link" in done.stderr, done.output
+    assert f"rm {path}" in done.stderr, done.output  # the fix removes the link, nothing else
+    assert "Traceback" not in done.stderr, done.output
+
+
+def test_a_symlinked_control_path_of_the_cache_is_refused_and_nothing_is_written_through_it(
+    tmp_path: Path, host_python: Path
+) -> None:
+    made = signed_pack(tmp_path, 2)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    into = tmp_path / "cache"
+    into.mkdir()
+    records = into / cache_pack.INSTALLED_DIR
+
+    # The records' directory a link to another directory: the fetch and the prune refuse.
+    records.symlink_to(elsewhere, target_is_directory=True)
+    refused_as_link(host_cli(*fetch_args(made, host_python, into)), records)
+    refused_as_link(host_cli("cache", "prune", "--cache", str(into), "--apply"), records)
+    assert os.listdir(elsewhere) == []  # no record, no lock written there
+    assert sorted(os.listdir(into)) == [cache_pack.INSTALLED_DIR]  # no entry linked either
+    records.unlink()
+
+    # The install lock a link (to a file outside): refused where it is opened.
+    records.mkdir()
+    outside = elsewhere / "lock"
+    outside.write_text("theirs\n")
+    lock = records / cache_pack.INSTALL_LOCK
+    lock.symlink_to(outside)
+    refused_as_link(host_cli(*fetch_args(made, host_python, into)), lock)
+    refused_as_link(host_cli("cache", "prune", "--cache", str(into), "--apply"), lock)
+    assert outside.read_text() == "theirs\n"
+    assert sorted(os.listdir(records)) == [cache_pack.INSTALL_LOCK]  # no record either
+    lock.unlink()
+
+    # A staged run's lock a link: the next fetch's clean-up refuses it, never follows it.
+    staged = into / f"{cache_pack.STAGED_PREFIX}0123456789ab.lock"
+    staged.symlink_to(outside)
+    refused_as_link(host_cli(*fetch_args(made, host_python, into)), staged)
+    assert outside.read_text() == "theirs\n"
+    staged.unlink()
+
+    done = host_cli(*fetch_args(made, host_python, into))  # once the links are gone
+    assert done.exit_code == 0, done.output
+    assert os.listdir(elsewhere) == ["lock"]
+
+
+def test_into_a_symbolic_link_loop_is_named_as_one(tmp_path: Path, host_python: Path) -> None:
+    made = signed_pack(tmp_path, 1)
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    for into in (loop, loop / "cache"):
+        done = host_cli(*fetch_args(made, host_python, into))
+        assert done.exit_code == 2, done.output
+        assert f"{into} is a symbolic link loop" in done.stderr, done.output
+        assert "is a file" not in done.stderr and "Traceback" not in done.stderr, done.output
+
+
+def test_a_python_that_is_not_there_is_bad_input(tmp_path: Path) -> None:
+    made = signed_pack(tmp_path, 1)
+    done = host_cli(*fetch_args(made, tmp_path / "nowhere" / "python", tmp_path / "cache"))
+    assert done.exit_code == 2, done.output
+    assert "cannot run the interpreter" in done.stderr and "fix: pass --python" in done.stderr
+    assert not (tmp_path / "cache").exists()

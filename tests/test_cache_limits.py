@@ -14,6 +14,7 @@ code, the message and the attempts the server saw.
 from __future__ import annotations
 
 import http.server
+import json
 import os
 import subprocess
 import sys
@@ -354,3 +355,24 @@ def test_an_immutable_cache_directory_is_a_disk_fault_naming_it(
     assert done.exit_code == 10, done.output
     assert f"cannot write {immutable}/" in done.stderr and "Traceback" not in done.stderr
     assert sorted(p.name for p in immutable.iterdir()) == ["1111111111111111"]
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"torch-xla": None}, "its manifest's torch-xla is null, not a non-empty string"),
+        ({"device": 7}, "its manifest's device is 7, not a non-empty string"),
+        (
+            {"entries": [{"name": "1234567890123", "size": 1, "sha256": "0" * 64}] * 2},
+            "its manifest lists entries twice: ['1234567890123']",
+        ),
+    ],
+)
+def test_a_manifest_field_of_the_wrong_kind_or_an_entry_listed_twice_is_named(
+    change: dict[str, object], said: str
+) -> None:
+    rows = {**manifest_rows(size="1"), **change}
+    with pytest.raises(cache_pack.PackFormatError) as refused:
+        cache_pack.parse_manifest(json.dumps(rows).encode(), "the pack")
+    assert said in refused.value.message, refused.value.message
+    assert "None" not in refused.value.message and "[]" not in refused.value.message

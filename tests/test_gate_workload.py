@@ -15,6 +15,7 @@ Without torch: how ``--workload`` is read (presets, files, modules, bad values).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -360,3 +361,14 @@ def test_a_value_that_names_no_workload_is_refused(text: str, reason: str, tmp_p
     with pytest.raises(BadValue) as caught:
         workload.resolve(text, cwd=tmp_path)
     assert caught.value.reason.startswith(reason), caught.value.reason
+
+
+def test_a_workload_path_that_is_no_file_says_what_is_there(tmp_path: Path) -> None:
+    (tmp_path / "models.py").mkdir()
+    os.mkfifo(tmp_path / "pipe.py")
+    for name, what in (("models.py", "is a directory"), ("pipe.py", "is a FIFO")):
+        with pytest.raises(BadValue) as caught:
+            workload.resolve(name, cwd=tmp_path)
+        reason = caught.value.reason
+        assert f"{tmp_path / name} {what}, not a Python file" in reason, reason
+        assert "there is no file" not in reason, reason

@@ -36,7 +36,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import collections
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -173,6 +175,16 @@ def _format_error(source: str, problem: str) -> PackFormatError:
     return PackFormatError(f"{source} is not a cache pack: {problem}", fix=_PACK_FIX)
 
 
+def _text(data: Mapping[str, Any], key: str, source: str) -> str:
+    """``data[key]``, a non-empty string: ``str()`` of a null would show as "None" in one
+    message and be compared as a version in the next."""
+    value = data[key]
+    if not isinstance(value, str) or not value:
+        shown = json.dumps(value)[:40]
+        raise _format_error(source, f"its manifest's {key} is {shown}, not a non-empty string")
+    return value
+
+
 def parse_manifest(payload: bytes, source: str) -> Manifest:
     """The manifest of a verified payload; a malformed one is a :class:`PackFormatError`."""
     try:
@@ -189,10 +201,10 @@ def parse_manifest(payload: bytes, source: str) -> Manifest:
         manifest = Manifest(
             bundle=data["bundle"],
             workload=dict(data["workload"]),
-            topology=str(data["topology"]),
-            device=str(data["device"]),
-            torch_version=str(data["torch"]),
-            torch_xla_version=str(data["torch-xla"]),
+            topology=_text(data, "topology", source),
+            device=_text(data, "device", source),
+            torch_version=_text(data, "torch", source),
+            torch_xla_version=_text(data, "torch-xla", source),
             libtpu_version=data["libtpu"],
             receipt_digest=data["receipt-digest"],
             entries=entries,
@@ -204,8 +216,14 @@ def parse_manifest(payload: bytes, source: str) -> Manifest:
         raise _format_error(source, f"its manifest lacks or mistypes {error}") from None
     names = [e.name for e in entries]
     bad = [n for n in names if not _ENTRY_NAME.fullmatch(n) or n == WRITER_LEASE]
-    if bad or len(set(names)) != len(names) or any(e.size < 0 for e in entries):
-        raise _format_error(source, f"its manifest names bad or repeated entries {bad[:3]}")
+    if bad:
+        raise _format_error(source, f"its manifest names bad entries {bad[:3]}")
+    repeated = sorted(n for n, times in collections.Counter(names).items() if times > 1)
+    if repeated:
+        raise _format_error(source, f"its manifest lists entries twice: {repeated[:3]}")
+    negative = [e.name for e in entries if e.size < 0]
+    if negative:
+        raise _format_error(source, f"its manifest gives entries a negative size: {negative[:3]}")
     return manifest
 
 
@@ -654,9 +672,8 @@ def install(
                 f"{stream.hexdigest()[:16]}…, the index says {expected_sha256[:16]}…)",
                 fix="fetch the pack again from the lane; never install a pack of other bytes",
             )
-        records = cache / INSTALLED_DIR
-        with contextlib.suppress(FileExistsError):  # a prune may make it at the same time
-            records.mkdir()
+        records, made = records_directory(cache)
+        if made:
             bookkeeping.append(records)
         with install_lock(cache, exclusive=False) as lock:
             if records in bookkeeping:
@@ -727,6 +744,50 @@ INSTALL_LOCK = "install.lock"
 STAGED_PREFIX = ".xlapack-"
 
 
+def _linked_control(path: Path, what: str) -> NotARegularFile:
+    """The refusal of a control path of the cache directory that is a symbolic link:
+    followed, the fetch or prune would write outside the cache (exit 2)."""
+    try:
+        target = f" (to {os.readlink(path)})"
+    except OSError:
+        target = ""
+    return NotARegularFile(
+        f"{path} is a symbolic link{target}: it is {what} of the cache directory, and "
+        "nothing of the cache is written through a link",
+        fix=f"remove the link (`rm {path}` removes the link, not what it points to), "
+        "then run it again",
+    )
+
+
+def records_directory(cache: Path, *, create: bool = True) -> tuple[Path, bool]:
+    """``cache/.xla-packs``, a directory of the cache itself, and whether this call made
+    it: checked from ``lstat`` where it is used (a link to another directory would get
+    the records and the lock written there), made when missing with ``create``."""
+    path = cache / INSTALLED_DIR
+    made = False
+    while True:
+        try:
+            info = path.lstat()
+        except FileNotFoundError:
+            if not create:
+                raise
+            try:
+                path.mkdir()
+                made = True
+            except FileExistsError:
+                pass  # a prune or another fetch made it at the same time: look again
+            continue
+        break
+    if stat.S_ISLNK(info.st_mode):
+        raise _linked_control(path, "the records' directory")
+    if not stat.S_ISDIR(info.st_mode):
+        raise NotARegularFile(
+            f"{path} is not a directory: it is the records' directory of the cache",
+            fix=f"remove what is at {path} (`ls -l {path}`), then run it again",
+        )
+    return path, made
+
+
 def _locked(path: Path, *, exclusive: bool, create: bool, wait: bool) -> int | None:
     """A descriptor of ``path`` holding its ``flock``, or None: ``path`` is absent (and
     not ``create``), or held by another process (and not ``wait``). Checked where it is
@@ -741,6 +802,10 @@ def _locked(path: Path, *, exclusive: bool, create: bool, wait: bool) -> int | N
             if create:
                 raise
             return None
+        except OSError as error:
+            if error.errno == errno.ELOOP:  # O_NOFOLLOW met a link
+                raise _linked_control(path, "a lock") from None
+            raise
         try:
             if not stat.S_ISREG(os.fstat(descriptor).st_mode):
                 raise NotARegularFile(
@@ -774,7 +839,8 @@ def _locked(path: Path, *, exclusive: bool, create: bool, wait: bool) -> int | N
 def install_lock(cache: Path, *, exclusive: bool) -> Iterator[Path]:
     """Hold the install lock of ``cache`` (its records' directory must exist): shared by
     fetches (they may install at once), exclusive for a prune. Yields the lock's path."""
-    path = cache / INSTALLED_DIR / INSTALL_LOCK
+    records, _ = records_directory(cache, create=False)
+    path = records / INSTALL_LOCK
     descriptor = _locked(path, exclusive=exclusive, create=True, wait=True)
     assert descriptor is not None  # created and waited for
     try:
@@ -846,8 +912,7 @@ def record_installed(cache: Path, manifest: Manifest, source: str) -> list[Path]
     payload = json.dumps(manifest.to_json(), sort_keys=True).encode()
     record = cache / INSTALLED_DIR / f"{hashlib.sha256(payload).hexdigest()[:32]}.json"
     made: list[Path] = []
-    if not record.parent.is_dir():
-        record.parent.mkdir()
+    if records_directory(cache)[1]:
         made.append(record.parent)
     if os.path.lexists(record):
         return made

@@ -195,7 +195,7 @@ def not_a_cache(found: Survey) -> UsageError:
 def pruning(cache: Path) -> Iterator[None]:
     """Hold ``cache``'s install lock exclusively (module doc): its records' directory and
     lock are made where missing (hidden names, never entries)."""
-    (cache / cache_pack.INSTALLED_DIR).mkdir(exist_ok=True)
+    cache_pack.records_directory(cache)  # made where missing; never a link
     with cache_pack.install_lock(cache, exclusive=True):
         yield
 

@@ -115,6 +115,12 @@ def file_in_the_way(error: OSError) -> UsageError | None:
     wanted = Path(os.fsdecode(error.filename))
     for candidate in (wanted, *wanted.parents):
         if os.path.lexists(candidate):
+            if candidate.is_symlink() and not candidate.exists():
+                try:
+                    candidate.stat()
+                except OSError as looked:
+                    if looked.errno == errno.ELOOP:
+                        return symlink_loop(str(candidate))
             if candidate.is_dir():
                 return None  # not a directory made over a file: another error, told as is
             return UsageError(

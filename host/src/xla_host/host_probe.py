@@ -46,7 +46,7 @@ def probe(python: str, packages: Sequence[str], *, fix: str, timeout: float = 12
     try:
         installed = read_installed(python, [*packages, "torch_xla"], timeout=timeout)
     except ProbeFailed as error:
-        raise ProbeFailed(error.message, fix=fix) from None
+        raise type(error)(error.message, fix=fix) from None  # its exit code kept
     provenance_path = provenance_error = raw = None
     torch_xla = installed.dists.get("torch_xla")
     if torch_xla is not None:

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from xla_host import runner
-from xla_host.errors import PipelineError
+from xla_host.errors import ExitCode, PipelineError
 
 # Runs in the interpreter under test: metadata only, nothing of torch is imported
 # (importlib.util.find_spec finds a top-level package without executing it).
@@ -43,6 +43,13 @@ print(json.dumps(out))
 
 class ProbeFailed(PipelineError):
     """The interpreter could not be run or could not read its metadata."""
+
+
+class NoInterpreter(ProbeFailed):
+    """The interpreter named is no program this host can run (absent, not executable, a
+    directory): the command line is wrong (exit 2), not the environment."""
+
+    exit_code = ExitCode.BAD_INPUT
 
 
 @dataclass(frozen=True)
@@ -87,6 +94,8 @@ def read_installed(
         result = runner.run(argv, echo="none", timeout=timeout)
     except runner.StepTimedOut as error:
         raise ProbeFailed(f"cannot run the interpreter {python}: {error.message}") from None
+    except (FileNotFoundError, PermissionError, NotADirectoryError) as error:
+        raise NoInterpreter(f"cannot run the interpreter {python}: {error}") from None
     except OSError as error:
         raise ProbeFailed(f"cannot run the interpreter {python}: {error}") from None
     except runner.CommandFailed as failed:  # a ProbeFailed: its callers report it their way

@@ -20,7 +20,9 @@ tools, pip, twine, the container engines) goes through :func:`run`, so each of t
   ``xla_host.signals`` turns into the same exception): it gets the run's own signal,
   then SIGKILL after :data:`STOP_GRACE_S`, so that no child outlives the run and commits
   half-done work. With ``own_group`` (a build recipe, a whole CLI run) the child and
-  everything it starts are one process group, ended as one.
+  everything it starts are one process group, ended as one;
+- is SIGKILLed by the kernel should this process die without a word (SIGKILL, the OOM
+  killer), through the parent-death signal :func:`xla_host.lineage.popen` sets.
 
 Standard library only (and this package's stdlib-only ``log`` and ``errors``): the build
 steps run it inside the builder image.
@@ -39,7 +41,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, Literal, TypeVar
 
-from xla_host import log, signals
+from xla_host import lineage, log, signals
 from xla_host.errors import ExitCode, PipelineError
 
 Redact = Callable[[str], str]
@@ -284,7 +286,7 @@ def _run(
     else:
         streams = {"stdout": output, "stderr": subprocess.STDOUT}
     with (
-        subprocess.Popen(  # type: ignore[call-overload]
+        lineage.popen(
             list(argv),
             cwd=cwd,
             env=dict(env),
@@ -316,7 +318,7 @@ def _run_showing_stderr(
 ) -> subprocess.CompletedProcess[str]:
     """Run with the child's stderr passed on to ours as it comes, and kept for the error
     message; stdout is collected as :func:`subprocess.run` would."""
-    with subprocess.Popen(
+    with lineage.popen(
         list(argv),
         cwd=cwd,
         env=dict(env),
@@ -373,7 +375,7 @@ def _run_teeing(
     own_group: bool,
 ) -> subprocess.CompletedProcess[str]:
     tee.flush()
-    with subprocess.Popen(
+    with lineage.popen(
         list(argv),
         env=dict(env),
         cwd=cwd,

@@ -10,11 +10,18 @@ computed by the child's own threads, so a child that used no CPU time for that l
 waiting for something that will not come (stock 2.7.0's SPMD warm run blocks in XLA's
 collective rendezvous, every thread in a futex wait). It is then handled as a timeout at
 once instead of at the end of its time bound, which on that control was 60 s sooner.
+
+No child outlives the gate, however either ends (:mod:`xla_host.lineage`): each is started
+with the parent-death signal (SIGKILL when the gate is killed), the gate is a child
+subreaper, and when a run ends every process still carrying that run's marker
+(:data:`RUN_MARKER` in its environment) under the gate is ended too: a workload's
+processes in sessions of their own, which the group kill misses.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import json
 import os
 import signal
@@ -26,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from xla_host import log
+from xla_host import lineage, log
 from xla_host.filemode import NotARegularFile, read_shared
 from xla_host.gate.stacks import capture_native_stacks, summarize_stacks
 from xla_host.redact import mask_environment
@@ -42,6 +49,10 @@ STALL_CPU_SHARE = 0.01
 #: How often a watched child's CPU time is read.
 _POLL_S = 1.0
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+#: The variable each child starts with, ``<gate pid>.<run number>``, inherited by whatever it
+#: starts: what finds a run's processes once they left its group and its PPid chain.
+RUN_MARKER = "XLA_HOST_GATE_RUN"
+_RUN_NUMBERS = itertools.count(1)
 
 
 class ChildrenStopped(Exception):
@@ -49,12 +60,14 @@ class ChildrenStopped(Exception):
 
 
 #: The children running now, across the gate's threads (``run_in_parallel``), and whether
-#: ``stop_all`` ran. Module state on purpose, and the only such state here: a Ctrl-C
+#: ``stop_all`` ran. Module state on purpose (with each run's marker, ``_MARKERS``): a Ctrl-C
 #: reaches the main thread alone, and each child runs in a session of its own, so the
 #: signal reaches no child either. ``stop_all`` must find every child that any thread started.
 _LOCK = threading.Lock()
 _RUNNING: set[subprocess.Popen[bytes]] = set()
 _STOPPING = threading.Event()
+#: Each started child's marker value (:data:`RUN_MARKER`), until its run has ended.
+_MARKERS: dict[int, str] = {}
 
 
 def stop_all() -> None:
@@ -132,6 +145,15 @@ def kill_group(process: subprocess.Popen[bytes]) -> None:
         return
 
 
+def end_leftovers(process: subprocess.Popen[bytes]) -> None:
+    """End what the run of ``process`` left running, whatever its session or group (its
+    marker's processes under the gate, :func:`xla_host.lineage.end_marked`)."""
+    with _LOCK:
+        marker = _MARKERS.pop(process.pid, None)
+    if marker is not None:
+        lineage.end_marked(RUN_MARKER, marker, KILL_GRACE_S)
+
+
 def start_child(
     python: Path | str,
     name: str,
@@ -154,18 +176,22 @@ def start_child(
     # Printed: only what the child's environment adds to the inherited one.
     policy = {k: v for k, v in env.items() if k not in os.environ or os.environ[k] != v}
     log.command(argv, env=policy)
+    # Orphans of the run's processes come back to the gate, where end_leftovers finds them.
+    lineage.become_subreaper()
+    marker = f"{os.getpid()}.{next(_RUN_NUMBERS)}"
     with _LOCK, open(log_path, "wb") as log_file:
         if _STOPPING.is_set():
             raise ChildrenStopped(name)
-        process = subprocess.Popen(
+        process = lineage.popen(
             argv,
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,
-            env=dict(env),
+            env={**env, RUN_MARKER: marker},
             start_new_session=True,  # its own process group, killed as one on timeout
         )
         _RUNNING.add(process)
+        _MARKERS[process.pid] = marker
     return process, out, log_path, time.monotonic()
 
 
@@ -273,7 +299,8 @@ def finish_child(
         with _LOCK:
             _RUNNING.discard(process)
         phase_file.unlink(missing_ok=True)  # read above when it mattered
-    wall = time.monotonic() - began
+        wall = time.monotonic() - began  # the child's time, not the clean-up's below
+        end_leftovers(process)
     report: dict[str, Any] | None = None
     if not timed_out:
         try:
@@ -353,6 +380,7 @@ def run_side_by_side(
     except BaseException:
         for handle in started[len(results) :]:
             kill_group(handle[0])
+            end_leftovers(handle[0])
         raise
     return results
 

@@ -27,7 +27,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
-from xla_host import log, runner
+from xla_host import lineage, log, runner
 from xla_host.gate.children import kill_group, runtime_env
 from xla_host.gate.errors import GateEnvironmentError
 from xla_host.gate.result import CheckResult
@@ -184,7 +184,7 @@ def run_upstream_test(
         with log.section(title), open(log_path, "wb") as out:
             # Not runner.run: the test's own processes (xmp.spawn's workers) must end with it,
             # so it runs in a process group of its own that is killed as one.
-            process = subprocess.Popen(
+            process = lineage.popen(
                 argv, cwd=tmp, env=env, stdout=out, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True,
             )  # fmt: skip

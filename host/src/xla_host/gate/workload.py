@@ -61,7 +61,9 @@ against each other (``receipts.workload_difference``).
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,6 +120,23 @@ def preset(name: str) -> WorkloadSpec:
 DEFAULT = preset(str(default_of("--workload")))
 
 
+def _what_is_at(path: Path) -> str:
+    """Why ``path`` (no regular file) is no workload file, from ``stat``: what is there."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        if os.path.lexists(path):
+            return f"{path} is a symbolic link to nothing"
+        return f"there is no file {path}"
+    except OSError as error:
+        return f"{path} cannot be read ({error.strerror})"
+    if stat.S_ISDIR(mode):
+        return f"{path} is a directory, not a Python file"
+    if stat.S_ISFIFO(mode):
+        return f"{path} is a FIFO, not a Python file"
+    return f"{path} is not a regular file (a device or a socket), not a Python file"
+
+
 def resolve(text: str, *, cwd: Path | None = None) -> WorkloadSpec:
     """``--workload``'s value as a :class:`WorkloadSpec`; bad input is :class:`BadValue`
     (the CLI's argparse type refuses it before anything runs, naming the setting).
@@ -136,7 +155,7 @@ def resolve(text: str, *, cwd: Path | None = None) -> WorkloadSpec:
             raise BadValue(f"names no factory: {factory!r} is not a Python identifier", "small")
         path = ((cwd or Path.cwd()) / where).absolute()
         if not path.is_file():
-            raise BadValue(f"is not a workload: there is no file {path}", "small")
+            raise BadValue(f"is not a workload: {_what_is_at(path)}", "small")
         return WorkloadSpec(f"{path.name}:{factory}", f"{path}:{factory}")
     if not factory or not _MODULE.fullmatch(where) or not re.fullmatch(_IDENTIFIER, factory):
         raise BadValue(f"is not a workload: give {_FORMS}", "small")
