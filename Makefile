@@ -83,7 +83,7 @@ ATTEST_FLAGS = $(call flag,SIGNING_KEY) $(call flag,BUILDER_ID)
 PUBLIC_KEY_FLAG = $(call flag,PUBLIC_KEY)
 PROFILE_FLAG = $(call flag,PROFILE)
 
-.PHONY: help venv test test-fast lint docs demo bundles diff sources patch patches-check series-compile wheels lock lock-check record clean
+.PHONY: help venv test test-fast lint format docs demo bundles diff sources patch patches-check series-compile wheels lock lock-check record clean
 .PHONY: builder-image container-tools cache-tools bazel-cache-tools compiler-tools patch-export patch-rebase
 
 # Printed from files generated from this Makefile and the CLI, so that it needs no .venv
@@ -171,6 +171,7 @@ COMPILE_SOURCES = $(PY) -m compileall -q src host/src scripts
 test: $(VENV_STAMP) container-tools cache-tools bazel-cache-tools compiler-tools supply-tools ## install everything needed, then run ruff, mypy and the whole test suite
 	@$(MAKE_CHECK)
 	$(PY) -m ruff check src host/src tests scripts
+	$(PY) -m ruff format --check src host/src tests scripts
 	$(COMPILE_SOURCES)
 	@# mypy runs inside the suite (tests/test_types.py), beside the other tests.
 	$(PY) -m pytest $(PARALLEL_FLAGS) $(PYTEST_ARGS)
@@ -178,13 +179,20 @@ test: $(VENV_STAMP) container-tools cache-tools bazel-cache-tools compiler-tools
 test-fast: $(VENV_STAMP) compiler-tools ## the edit loop: ruff, the tests needing no gate, stock torch_xla or engine
 	@$(MAKE_CHECK)
 	$(PY) -m ruff check src host/src tests scripts
+	$(PY) -m ruff format --check src host/src tests scripts
 	$(COMPILE_SOURCES)
 	$(PY) -m pytest $(PARALLEL_FLAGS) $(FAST_TIER_FLAGS) $(PYTEST_ARGS)
 
-lint: $(VENV_STAMP) ## ruff and mypy only
+lint: $(VENV_STAMP) ## ruff (check and format) and mypy only
 	@$(MAKE_CHECK)
 	$(PY) -m ruff check src host/src tests scripts
+	$(PY) -m ruff format --check src host/src tests scripts
 	$(PY) -m mypy
+
+# ruff's formatter is the one style (make lint, make test and make test-fast check it).
+format: $(VENV_STAMP) ## format the sources with ruff (what make lint checks)
+	@$(MAKE_CHECK)
+	$(PY) -m ruff format src host/src tests scripts
 
 # The documentation site (mkdocs.yml: README.md's pages under docs/), strict: a broken link
 # or a page left out of the nav fails (tests/test_docs.py builds it the same way).

@@ -163,9 +163,9 @@ def main() -> int:
         "fetch_verify_s": median("fetch_verify_s"),
     }  # fmt: skip
     result["ratio"] = result["with_ready_s"] / result["without_ready_s"]
-    result["ratio_with_fetch"] = (
-        result["with_ready_s"] + result["fetch_verify_s"]
-    ) / result["without_ready_s"]
+    result["ratio_with_fetch"] = (result["with_ready_s"] + result["fetch_verify_s"]) / result[
+        "without_ready_s"
+    ]
     (args.out / "bench-cache-pack.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "rounds"}, indent=2))
     warm = all(r["with_compiles"] == 0 and r["with_hits"] == r["without_misses"] for r in rows)

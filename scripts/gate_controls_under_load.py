@@ -43,9 +43,7 @@ CONTROLS: dict[str, tuple[list[str], dict[str, str]]] = {
 
 
 def start_hogs(count: int) -> list[subprocess.Popen[bytes]]:
-    return [
-        subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)
-    ]
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
 
 
 def stop_hogs(hogs: list[subprocess.Popen[bytes]]) -> None:

@@ -241,8 +241,10 @@ def bazel_shutdown(user_root: Path, builders: Sequence[tuple[Path, Path]]) -> No
     waits about 2 s for its server's JVM to exit, 16 s one after the other."""
     shutdowns = [
         subprocess.Popen(
-            [*_startup(user_root, output_base), "shutdown"], cwd=workspace,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [*_startup(user_root, output_base), "shutdown"],
+            cwd=workspace,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )  # fmt: skip
         for workspace, output_base in builders
         if output_base.exists()

@@ -42,7 +42,6 @@ def _why_not_oci() -> str | None:
     return None
 
 
-
 def ensure_base_image() -> None:
     """The debootstrap base image, made once per machine (cached in containers storage)."""
     if subprocess.run(["podman", "image", "exists", BASE_IMAGE]).returncode == 0:

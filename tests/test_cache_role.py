@@ -78,8 +78,12 @@ def test_a_role_the_read_only_switch_contradicts_wins_but_is_warned() -> None:
     ("flag", "env", "named", "fix"),
     [
         ("boss", {}, "--role: 'boss'", "--role writer"),
-        (None, {ROLE_VARIABLE: "x"}, "XLA_WHEELS_ROLE (from XLA_WHEELS_ROLE): 'x'",
-         "set XLA_WHEELS_ROLE=writer"),
+        (
+            None,
+            {ROLE_VARIABLE: "x"},
+            "XLA_WHEELS_ROLE (from XLA_WHEELS_ROLE): 'x'",
+            "set XLA_WHEELS_ROLE=writer",
+        ),
         (None, {WORKER: "abc"}, "TPU_WORKER_ID='abc'", "export TPU_WORKER_ID=N"),
         (None, {READ_ONLY: "yes"}, "XLA_PERSISTENT_CACHE_READ_ONLY='yes'", "=1"),
         # A switch of another spelling is refused even where the flag decides.
@@ -128,15 +132,26 @@ SCENARIOS = [
     Scenario("worker 3, no flags", None, {WORKER: "3"}, "reader", "TPU_WORKER_ID=3"),
     Scenario("the flag", "writer", {WORKER: "3"}, "writer", "--role writer", True),
     Scenario(
-        "XLA_WHEELS_ROLE", None, {WORKER: "3", ROLE_VARIABLE: "writer"}, "writer",
-        "XLA_WHEELS_ROLE=writer", True,
+        "XLA_WHEELS_ROLE",
+        None,
+        {WORKER: "3", ROLE_VARIABLE: "writer"},
+        "writer",
+        "XLA_WHEELS_ROLE=writer",
+        True,
     ),  # fmt: skip
     Scenario(
-        "the read-only switch on worker 0", None, {WORKER: "0", READ_ONLY: "1"}, "reader",
-        "XLA_PERSISTENT_CACHE_READ_ONLY=1", True,
+        "the read-only switch on worker 0",
+        None,
+        {WORKER: "0", READ_ONLY: "1"},
+        "reader",
+        "XLA_PERSISTENT_CACHE_READ_ONLY=1",
+        True,
     ),  # fmt: skip
     Scenario(
-        "the read-only switch on worker 3", None, {WORKER: "3", READ_ONLY: "1"}, "reader",
+        "the read-only switch on worker 3",
+        None,
+        {WORKER: "3", READ_ONLY: "1"},
+        "reader",
         "XLA_PERSISTENT_CACHE_READ_ONLY=1",
     ),  # fmt: skip
 ]

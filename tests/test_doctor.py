@@ -191,9 +191,7 @@ def test_local_cache_and_missing_directory(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("fstype", "failed"), [("nfs4", "cache sharing"), ("ext4", "cache role")])
-def test_a_reader_that_may_write_is_one_finding(
-    tmp_path: Path, fstype: str, failed: str
-) -> None:
+def test_a_reader_that_may_write_is_one_finding(tmp_path: Path, fstype: str, failed: str) -> None:
     # On a shared mount "cache sharing" names the mount and the role's source; the cache
     # contract's "cache role" says the same thing, so only a local mount gets it.
     cache = tmp_path / "cache"

@@ -154,7 +154,7 @@ def test_a_damaged_builders_file_is_bad_input(tmp_path: Path, damage: str) -> No
     root = project_copy(tmp_path)
     path = root / "build" / "builders.toml"
     if not path.exists():
-        path.write_text("[builder]\nrole = \"reader\"\n")
+        path.write_text('[builder]\nrole = "reader"\n')
     change, words = DAMAGES[damage]
     change(path)
     result = cli(root, "wheels", "--bundle", BUNDLE, "--dry-run")

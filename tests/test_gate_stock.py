@@ -134,4 +134,3 @@ def test_stock_2_7_0_warm_restart_is_within_the_ratio(gate_27):
 
 def test_stock_2_7_0_read_only_reader_leaves_the_cache_untouched(gate_27):
     assert gate_27.check("restart")["figures"]["read_only_changes"] == 0
-

@@ -174,8 +174,15 @@ def test_a_host_installs_from_the_lane_by_hash_and_runs_doctor_without_a_checkou
 
     doctor = host.run("doctor", "--lane", str(host.lane), "--bundle", BUNDLE)
     assert f"document sha256:{digest}" in doctor.stdout, doctor.stdout + doctor.stderr
-    for line in ("ok   torch-xla", "ok   torch ", "ok   files torch-xla", "ok   files torch ",
-                 "ok   PJRT_DEVICE", "ok   XLA_NO_SPECIAL_SCALARS", "ok   cache path build"):
+    for line in (
+        "ok   torch-xla",
+        "ok   torch ",
+        "ok   files torch-xla",
+        "ok   files torch ",
+        "ok   PJRT_DEVICE",
+        "ok   XLA_NO_SPECIAL_SCALARS",
+        "ok   cache path build",
+    ):
         assert line in doctor.stdout, doctor.stdout
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
     # The cache contract, from the document's bundle and the installed build alone.
@@ -234,8 +241,11 @@ def test_the_host_doctor_judges_the_runtime_contract_and_writes_the_audit_stamp(
     # Nothing set: the checks the builder's doctor makes, made here from the document.
     bare = host.run(*args, runtime={})
     assert bare.returncode == ExitCode.FAILED, bare.stdout + bare.stderr
-    for line in ("FAIL PJRT_DEVICE", "FAIL XLA_NO_SPECIAL_SCALARS",
-                 "FAIL XLA_PERSISTENT_CACHE_PATH"):
+    for line in (
+        "FAIL PJRT_DEVICE",
+        "FAIL XLA_NO_SPECIAL_SCALARS",
+        "FAIL XLA_PERSISTENT_CACHE_PATH",
+    ):
         assert line in bare.stdout, bare.stdout
     assert "fix: export PJRT_DEVICE=TPU" in bare.stdout
     assert "PJRT_DEVICE" in bare.stderr and "XLA_PERSISTENT_CACHE_PATH" in bare.stderr
@@ -306,8 +316,12 @@ def test_stock_2_7_with_nothing_set_fails_doctor_the_same_on_a_host_and_in_the_p
         capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert on_host.returncode == ExitCode.FAILED, on_host.stdout + on_host.stderr
-    for line in ("FAIL PJRT_DEVICE", "FAIL XLA_PERSISTENT_CACHE_PATH", "ok   torch-xla",
-                 "ok   files torch-xla"):
+    for line in (
+        "FAIL PJRT_DEVICE",
+        "FAIL XLA_PERSISTENT_CACHE_PATH",
+        "ok   torch-xla",
+        "ok   files torch-xla",
+    ):
         assert line in on_host.stdout, on_host.stdout
     assert "PJRT_DEVICE" in on_host.stderr and "XLA_PERSISTENT_CACHE_PATH" in on_host.stderr
     # The same command in the project's venv (the builder installed too): the host's
@@ -617,8 +631,9 @@ def test_a_lane_on_a_package_index_serves_the_host_wheel_and_the_document_by_has
         stop(process)
 
 
-def test_xla_host_is_the_hosts_command_and_xla_wheels_the_builders_where_both_are_installed(
-) -> None:
+def test_xla_host_is_the_hosts_command_and_xla_wheels_the_builders_where_both_are_installed() -> (
+    None
+):
     # The project's venv has both distributions: each script keeps its one meaning, so the
     # runbook's host command works here as on a host (`--bundle-sha256` is the host's).
     scripts = Path(sys.executable).parent

@@ -229,7 +229,8 @@ def test_a_link_keeps_the_lanes_credential_only_on_the_lanes_own_server() -> Non
         "sha256=ab",
     )
     assert lane.linked(page, "https://cdn.example/torch.whl") == (
-        "https://cdn.example/torch.whl", ""
+        "https://cdn.example/torch.whl",
+        "",
     )
     assert SECRET not in lane.shown(page)
     assert lane_address.recorded(lane.url("packs/index.json")) == (

@@ -31,9 +31,7 @@ PACKAGE = "xla_wheels"
 #: The contracts in pyproject.toml ([tool.importlinter]) that ``lint-imports`` checks.
 LAYERS = "imports only go down, from the CLI to the leaf modules"
 HOST_LAYERS = "the host side's imports only go down too"
-HOST_ALONE = (
-    "the host side never imports the builder side (it is installed on hosts without it)"
-)
+HOST_ALONE = "the host side never imports the builder side (it is installed on hosts without it)"
 NO_CYCLES = "no import cycle between the modules of any package"
 CONTRACTS = (LAYERS, HOST_LAYERS, HOST_ALONE, NO_CYCLES)
 
@@ -74,12 +72,18 @@ def test_the_layers_contract_is_kept() -> None:
         # Two modules side by side importing each other, one inside a function body: a
         # cycle hidden where the first import of the module does not run it. Only the
         # cycle contract sees it: the two stand on one layer.
-        ("xla_host/redact.py", "def _later() -> None:\n    import xla_host.filemode\n",
-         (NO_CYCLES,)),
+        (
+            "xla_host/redact.py",
+            "def _later() -> None:\n    import xla_host.filemode\n",
+            (NO_CYCLES,),
+        ),
         # The host side reaching into the builder side, even lazily: a host installed from
         # a lane has no xla_wheels.
-        ("xla_host/gate/report.py", "def _later() -> None:\n    import xla_wheels.bundle\n",
-         (HOST_ALONE,)),
+        (
+            "xla_host/gate/report.py",
+            "def _later() -> None:\n    import xla_wheels.bundle\n",
+            (HOST_ALONE,),
+        ),
     ],
 )
 def test_the_contract_breaks_when_an_import_runs_against_it(

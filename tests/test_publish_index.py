@@ -112,7 +112,13 @@ def test_wrong_password_is_refused_without_leaking_it(
 def test_credentials_in_the_url_are_refused_and_not_echoed(project: Path) -> None:
     url = f"http://{USER}:{PASSWORD}@127.0.0.1:9/simple/"
     result = run_cli(
-        "publish", "--bundle", BUNDLE, "--index-url", url, root=project, inherit_env=True,
+        "publish",
+        "--bundle",
+        BUNDLE,
+        "--index-url",
+        url,
+        root=project,
+        inherit_env=True,
     )
     assert result.exit_code == 2, result.output
     assert PASSWORD not in result.output
@@ -158,8 +164,14 @@ def test_verified_install_then_tampered_index_file_is_refused(
     assert published.exit_code == 0, published.output
 
     verified = run_cli(
-        "verify-install", "--bundle", BUNDLE, "--index-url", index_server.url, env=env,
-        root=project, inherit_env=True,
+        "verify-install",
+        "--bundle",
+        BUNDLE,
+        "--index-url",
+        index_server.url,
+        env=env,
+        root=project,
+        inherit_env=True,
     )
     assert verified.exit_code == 0, verified.output
     assert "verify-install pub-1: PASSED" in verified.stdout
@@ -173,8 +185,14 @@ def test_verified_install_then_tampered_index_file_is_refused(
     on_index = next(index_server.packages.glob("torch_xla-*.whl"))
     _flip_byte(on_index)
     refused = run_cli(
-        "verify-install", "--bundle", BUNDLE, "--index-url", index_server.url, env=env,
-        root=project, inherit_env=True,
+        "verify-install",
+        "--bundle",
+        BUNDLE,
+        "--index-url",
+        index_server.url,
+        env=env,
+        root=project,
+        inherit_env=True,
     )
     assert refused.exit_code == 1, refused.output
     assert "DO NOT MATCH THE HASHES" in refused.stdout
@@ -190,8 +208,14 @@ def test_verified_install_then_tampered_index_file_is_refused(
     assert again.exit_code == 0, again.output
     assert re.search(r"^uploaded +torch_xla-", again.stdout, re.MULTILINE), again.stdout
     fixed = run_cli(
-        "verify-install", "--bundle", BUNDLE, "--index-url", index_server.url, env=env,
-        root=project, inherit_env=True,
+        "verify-install",
+        "--bundle",
+        BUNDLE,
+        "--index-url",
+        index_server.url,
+        env=env,
+        root=project,
+        inherit_env=True,
     )
     assert fixed.exit_code == 0, fixed.output
 

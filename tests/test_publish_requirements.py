@@ -33,7 +33,12 @@ def test_runtime_closure_is_resolved_locked_and_kept(
         tmp_path, [fake_wheels.torch, fake_wheels.torch_xla], runtime=RUNTIME, python="3.13"
     )
     result = run_cli(
-        "requirements", "--bundle", BUNDLE, timeout=900, root=project, inherit_env=True,
+        "requirements",
+        "--bundle",
+        BUNDLE,
+        timeout=900,
+        root=project,
+        inherit_env=True,
     )
     assert result.exit_code == 0, result.output
 

@@ -53,13 +53,25 @@ def test_stock_torch_xla_publishes_and_installs_by_hash(tmp_path: Path) -> None:
     try:
         env = server.credentials
         published = run_cli(
-            "publish", "--bundle", BUNDLE, "--index-url", server.url, env=env, root=project,
+            "publish",
+            "--bundle",
+            BUNDLE,
+            "--index-url",
+            server.url,
+            env=env,
+            root=project,
             inherit_env=True,
         )
         assert published.exit_code == 0, published.output
         assert f"uploaded  {wheel.name}" in published.stdout
         again = run_cli(
-            "publish", "--bundle", BUNDLE, "--index-url", server.url, env=env, root=project,
+            "publish",
+            "--bundle",
+            BUNDLE,
+            "--index-url",
+            server.url,
+            env=env,
+            root=project,
             inherit_env=True,
         )
         assert f"skipped   {wheel.name}" in again.stdout, again.output

@@ -182,8 +182,7 @@ def test_no_option_dataclass_repeats_a_rows_default() -> None:
     assert not copies, (
         "write it as default_of(FLAG) (xla_host.settings) or default_value(FLAG)\n"
         "(xla_host.arguments), the row being the one place; where the row's default is a\n"
-        "text, as None or a default_factory computing it:\n"
-        + "\n".join(copies)
+        "text, as None or a default_factory computing it:\n" + "\n".join(copies)
     )
 
 

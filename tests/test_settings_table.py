@@ -127,7 +127,6 @@ def test_each_subcommand_takes_the_flags_its_rows_name_and_no_other_row() -> Non
             named = command in setting.commands
             assert (setting.flag in taken) == named, (setting.flag, command)
             if named:
-
                 # (a switch's help goes on with the spellings it takes)
                 assert str(taken[setting.flag].help).startswith(setting.help_with_default(command))
 

@@ -298,9 +298,7 @@ GOOD_SAYS: dict[str, object] = {
     "manifest": ("demo", "3.13", "c04e61c", None, "nobody knows yet"),
     "wheels.lock": ("build/bundles/v6e-2.11.toml", "3.13", True),
     "lanes": ("validation", Path("dist/lanes/validation"), ("restart",)),
-    "lanes.lock": (
-        "v6e-2.9", (("torch_xla-2.9.0-cp313-cp313-linux_x86_64.whl", "00"),)
-    ),
+    "lanes.lock": ("v6e-2.9", (("torch_xla-2.9.0-cp313-cp313-linux_x86_64.whl", "00"),)),
     "builders": ("reader", "grpcs://cache.example.com:443", "redis://cache.example.com:6379"),
     "provenance": ("xla-wheels", {"cxx_abi": 1}, "d"),
 }

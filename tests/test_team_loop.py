@@ -125,9 +125,7 @@ def _gate(loop: Loop, worker: int, shared: Path, *extra: str) -> subprocess.Pope
 
 
 @pytest.fixture(scope="module")
-def loop(
-    tmp_path_factory: pytest.TempPathFactory, stock_xla_python_27: Path
-) -> Iterator[Loop]:
+def loop(tmp_path_factory: pytest.TempPathFactory, stock_xla_python_27: Path) -> Iterator[Loop]:
     root = tmp_path_factory.mktemp("team-loop")
     store = webdav_server.start(root / "webdav", USER, PASSWORD)
     store_url = f"{store.url}receipts/"
@@ -164,7 +162,13 @@ def loop(
     workload = write_tiny(root / "team")
     try:
         yield Loop(
-            project, lane_url, store, store_url, hosts, stock_xla_python_27, root / "shared",
+            project,
+            lane_url,
+            store,
+            store_url,
+            hosts,
+            stock_xla_python_27,
+            root / "shared",
             workload,
         )
     finally:

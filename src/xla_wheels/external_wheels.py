@@ -150,8 +150,10 @@ def name_problems(bundle: Bundle, name: WheelName, commits: Mapping[str, str]) -
     """What in the file name disagrees with the bundle's pins."""
     component = BUILT.get(name.normalized)
     if component is None:
-        return [f"{name.filename}: {name.project} is not a project a bundle builds (torch, "
-                "torch_xla)"]
+        return [
+            f"{name.filename}: {name.project} is not a project a bundle builds (torch, "
+            "torch_xla)"
+        ]
     problems = []
     pin = bundle.component(component)
     public, _, local = name.version.partition("+")
@@ -224,8 +226,12 @@ def record_external(
         )
         problems = _provenance_problems(bundle, offered, with_new)
         if problems:
-            raise _refuse(bundle, problems, "record the wheels built from this bundle's pins "
-                          "(`make wheels BUNDLE=...` stamps that provenance)")
+            raise _refuse(
+                bundle,
+                problems,
+                "record the wheels built from this bundle's pins "
+                "(`make wheels BUNDLE=...` stamps that provenance)",
+            )
         keep_paths = _kept_paths(layout, bundle, kept)
         with collect.staging(layout, [*keep_paths, *(w.path for w in offered)]) as staged:
             target = collect.commit_with_lock(layout, staged)
@@ -255,19 +261,27 @@ def _offered(bundle: Bundle, directory: Path, entry: BundleEntry) -> list[Offere
                 + (f"says {given}" if given else "does not list it")
             )
     if problems:
-        raise _refuse(bundle, problems, "record the wheels this bundle pins, as built "
-                      "(do not rename wheel files), or pin what they are in "
-                      f"build/bundles/{bundle.name}.toml and `make lock BUNDLE={bundle.name}`")
+        raise _refuse(
+            bundle,
+            problems,
+            "record the wheels this bundle pins, as built "
+            "(do not rename wheel files), or pin what they are in "
+            f"build/bundles/{bundle.name}.toml and `make lock BUNDLE={bundle.name}`",
+        )
     for wheel in offered:
         problems += content_problems(wheel.path, wheel.name)
     if problems:
-        raise _refuse(bundle, problems, "fetch or build the wheel again: it changed after "
-                      "it was built")
+        raise _refuse(
+            bundle, problems, "fetch or build the wheel again: it changed after " "it was built"
+        )
     projects = [w.name.normalized for w in offered]
     twice = sorted({p for p in projects if projects.count(p) > 1})
     if twice:
-        raise _refuse(bundle, [f"more than one wheel of {p}" for p in twice],
-                      "keep one wheel per project in the directory")
+        raise _refuse(
+            bundle,
+            [f"more than one wheel of {p}" for p in twice],
+            "keep one wheel per project in the directory",
+        )
     return offered
 
 
@@ -295,7 +309,8 @@ def _kept_records(
         if new is None:
             kept.append(record)
         elif (new.path.name, new.sha256) != (record.name, record.sha256) and not any(
-            r.wheel == new.path for r in same_name  # already named above
+            r.wheel == new.path
+            for r in same_name  # already named above
         ):
             problems.append(
                 f"{new.path.name}: the bundle already records {record.name} "
@@ -332,8 +347,10 @@ def _provenance_problems(
                 f"carries the patches of bundle {bundle.name}"
             )
         elif found is None:
-            log.info(f"{wheel.path.name}: no provenance (a stock wheel): judged by its "
-                     "name, version, tags and RECORD")
+            log.info(
+                f"{wheel.path.name}: no provenance (a stock wheel): judged by its "
+                "name, version, tags and RECORD"
+            )
         else:
             check = compare(found, bundle.name, with_new)
             problems += [f"{wheel.path.name}: {p}" for p in check.problems]
@@ -354,6 +371,9 @@ def _kept_paths(layout: BundleLayout, bundle: Bundle, kept: list[WheelRecord]) -
             )
         paths.append(path)
     if problems:
-        raise _refuse(bundle, problems, f"restore the recorded files into {layout.dist} "
-                      "(from your index), then run again")
+        raise _refuse(
+            bundle,
+            problems,
+            f"restore the recorded files into {layout.dist} " "(from your index), then run again",
+        )
     return paths

@@ -37,7 +37,7 @@ _END = "<!-- layout: end -->"
 
 def summary(path: Path) -> str:
     """The first paragraph of a module's (a package's ``__init__``'s) docstring, or its
-first sentence when the paragraph is long."""
+    first sentence when the paragraph is long."""
     source = path / "__init__.py" if path.is_dir() else path
     docstring = ast.get_docstring(ast.parse(source.read_text())) or ""
     paragraph = " ".join(docstring.split("\n\n")[0].split()).replace("``", "")

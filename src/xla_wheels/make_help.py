@@ -62,7 +62,7 @@ TARGET_GROUPS: dict[str, tuple[str, ...]] = {
     ),
     "Supply chain and ABI": ("attest", "rebuild-check", "abi-check"),
     "The gate": ("gate", "bench-restart"),
-    "Development": ("test", "test-fast", "lint", "cache-tools", "docs"),
+    "Development": ("test", "test-fast", "lint", "format", "cache-tools", "docs"),
 }  # fmt: skip
 
 #: The examples of the targets that run no subcommand of the CLI. Every other target's
@@ -76,6 +76,7 @@ MAKE_ONLY_EXAMPLES: dict[str, str] = {
     "test": "make test PYTEST_ARGS='tests/test_cli.py -q'",
     "test-fast": "make test-fast PYTEST_ARGS='-x'",
     "lint": "make lint",
+    "format": "make format",
     "cache-tools": "make cache-tools",
     "docs": "make docs",
     "host-wheel": "make host-wheel",
@@ -325,6 +326,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 1
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -47,9 +47,8 @@ def make_variables_mk() -> str:
         "# own). The CLI reads the same rows (cli/from_make.py): it refuses a variable on",
         "# make's command line that is not here, and names the variable, not the flag, when",
         "# it refuses a value.",
-        "MAKE_VARIABLES := " + " \\\n  ".join(
-            " ".join(entries[i : i + 6]) for i in range(0, len(entries), 6)
-        ),
+        "MAKE_VARIABLES := "
+        + " \\\n  ".join(" ".join(entries[i : i + 6]) for i in range(0, len(entries), 6)),
         "# The network settings, passed by every target that may talk to a host.",
         _group_flags("NET_FLAGS", "network"),
         "# The remote compile caches' settings, passed by the targets that build.",

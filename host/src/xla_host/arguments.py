@@ -236,9 +236,9 @@ def add_setting(
     assert setting.flag is not None
     # The table's commands column is what --help and make help say: a subcommand that
     # takes a flag its row does not list would make both wrong.
-    assert not setting.commands or command is None or command in setting.commands, (
-        f"{setting.flag} is not a setting of {command} in the settings table"
-    )
+    assert (
+        not setting.commands or command is None or command in setting.commands
+    ), f"{setting.flag} is not a setting of {command} in the settings table"
     per = setting.per(command)
     default = (per.default if per else setting.default) if setting.env is None else None
     help = setting.help_with_default(command)

@@ -415,9 +415,7 @@ _DOCUMENT_WHEEL = re.compile(
 )
 
 
-def _links(
-    lane: LaneAddress, page_url: str, page: bytes
-) -> list[tuple[str, str, str | None]]:
+def _links(lane: LaneAddress, page_url: str, page: bytes) -> list[tuple[str, str, str | None]]:
     """(file name, URL, ``#sha256=`` or None) of each link on a PEP 503 project page, the
     lane's credentials kept on links to its own server (:meth:`LaneAddress.linked`)."""
     links = []

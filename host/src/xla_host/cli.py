@@ -70,13 +70,13 @@ HOST_COMMANDS = {
 }
 
 
-
 class _Version(argparse.Action):
     """``--version``: the installed version is read only when asked for (xla_host.__getattr__)."""
 
     def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
         sys.stdout.write(f"{parser.prog} {xla_host.__version__}\n")  # as argparse's own
         parser.exit()
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``xla-host`` console script and ``python -m xla_host`` (module doc)."""
@@ -284,9 +284,7 @@ def run_doctor(args: argparse.Namespace) -> int:
     host_doctor.check_versions(report, document, facts, fix)
     _, match = _compare_files(args, document, python)
     host_doctor.check_files(report, match, fix)
-    host_doctor.check_cache(
-        report, document.bundle, facts.versions, env, role, args.cache_path
-    )
+    host_doctor.check_cache(report, document.bundle, facts.versions, env, role, args.cache_path)
     stamp_path: Path | None = args.stamp or stamp.stamp_file(os.environ)
     if args.json or stamp_path:
         # The audit stamp, as the builder's doctor writes it (xla_host.stamp owns the
@@ -463,4 +461,3 @@ def _write_gate_receipt(
         path = receipts.write_receipt(receipts.receipt_path(out, receipt), receipt)
     print(f"receipt: {path} ({receipt_verdict.judge(receipt).gate_label})")
     return path
-

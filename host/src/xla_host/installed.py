@@ -57,6 +57,7 @@ VERSION_PROJECTS = ("torch", "torch_xla", "libtpu", "libtpu-nightly", "jax", "ja
 PROBE_TIMEOUT_S = 300.0
 _INSTALLER_FILES = {"INSTALLER", "REQUESTED", "direct_url.json", "RECORD"}
 
+
 @dataclass(frozen=True)
 class InstalledFacts:
     """What the probe read from the environment under test (metadata only)."""

@@ -351,7 +351,12 @@ def write_receipt(path: Path, receipt: Receipt, *, replace: bool = False) -> Pat
 
 _RESTORE = "receipts are written by `make gate BUNDLE=…`; restore the file from git"
 _WHEEL_KEYS = {
-    "name": str, "sha256": str, "project": str, "version": str, "matched": bool, "files": int
+    "name": str,
+    "sha256": str,
+    "project": str,
+    "version": str,
+    "matched": bool,
+    "files": int,
 }
 
 

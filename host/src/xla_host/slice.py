@@ -39,6 +39,8 @@ def is_lease_file(name: str) -> bool:
     ``.<lease>.<random>``) or a stale lease moved aside: the slice's coordination, never
     the cache's content, and each may come and go while another worker reads."""
     return name == WRITER_LEASE or name.startswith((f".{WRITER_LEASE}.", f"{WRITER_LEASE}.stale-"))
+
+
 #: A lease whose heartbeat is older than this, read from another host, is stale.
 LEASE_STALE_AFTER_S = 120.0
 

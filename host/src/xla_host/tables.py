@@ -112,8 +112,7 @@ def check_regular(
         raise error(f"{path} is {kind}, not a {what}", fix=fix)
     if status.st_size > limit:
         raise error(
-            f"{path} is {status.st_size} bytes, more than a {what} may be "
-            f"({limit >> 20} MiB)",
+            f"{path} is {status.st_size} bytes, more than a {what} may be " f"({limit >> 20} MiB)",
             fix=f"check that {path} is the {what} you meant (a {what} is small text)",
         )
     return status
@@ -232,9 +231,7 @@ def read_utf8(path: Path, error: ErrorFactory, *, what: str = "file") -> tuple[s
         ) from None
 
 
-BOM_FIX = (
-    "save it as UTF-8 without BOM (most editors offer both 'UTF-8' and 'UTF-8 with BOM')"
-)
+BOM_FIX = "save it as UTF-8 without BOM (most editors offer both 'UTF-8' and 'UTF-8 with BOM')"
 
 
 def bom_problem(raw: bytes) -> str | None:

@@ -226,9 +226,7 @@ def _dynamic_symbols(elf: ELFFile, dynsym: SymbolTableSection) -> Iterator[RawSy
         yield name, binding, _VISIBILITIES[other & 3], shndx == 0, index
 
 
-def _symbols_through_pyelftools(
-    dynsym: SymbolTableSection, versym: object
-) -> Iterator[RawSymbol]:
+def _symbols_through_pyelftools(dynsym: SymbolTableSection, versym: object) -> Iterator[RawSymbol]:
     from elftools.elf.gnuversions import GNUVerSymSection
 
     indices: list[int] | None = None

@@ -78,9 +78,7 @@ def _expand(entry: str, origin: Path) -> Path:
     return Path(entry.replace("${ORIGIN}", str(origin)).replace("$ORIGIN", str(origin)))
 
 
-def load_order(
-    extension: SharedObject, torch_lib_dir: Path
-) -> tuple[list[SharedObject], set[str]]:
+def load_order(extension: SharedObject, torch_lib_dir: Path) -> tuple[list[SharedObject], set[str]]:
     """The libraries the loader maps for ``extension``, breadth first, as ``ld.so`` does:
     each DT_NEEDED once, found through the needing object's DT_RUNPATH, or without one
     through its DT_RPATH and its loaders' (``$ORIGIN`` filled in), then torch's ``lib/``.
@@ -218,6 +216,7 @@ def ensure_compatible(result: AbiResult) -> None:
 
 
 # --- an installed environment ----------------------------------------------------------
+
 
 def from_python(python: str) -> PairFiles:
     """The pair installed in ``python``'s environment, found without importing it."""

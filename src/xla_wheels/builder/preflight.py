@@ -150,9 +150,7 @@ def _check_python(options: PipelineOptions, bundle: Bundle, config: BuildConfig)
     return []
 
 
-def _check_resources(
-    options: PipelineOptions, bundle: Bundle, config: BuildConfig
-) -> list[str]:
+def _check_resources(options: PipelineOptions, bundle: Bundle, config: BuildConfig) -> list[str]:
     problems = []
     where = disk_faults.existing(options.out_dir)
     free = disk_faults.free_bytes(where) / GIB

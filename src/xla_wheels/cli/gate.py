@@ -38,6 +38,7 @@ from xla_wheels.settings_rows import add_settings
 if TYPE_CHECKING:  # loaded when a run leaves its receipt (see _receipts)
     from xla_wheels.release.gate_receipt import ReceiptPlace
 
+
 def _given_python(args: argparse.Namespace) -> Path | None:
     # Not resolved: a venv's python symlink must stay the venv's entry point.
     return Path(args.python).absolute() if args.python else None
@@ -106,7 +107,6 @@ def _add_gate_arguments(gate: argparse.ArgumentParser) -> None:
     _add_common(gate, "gate")
     gate_arguments.add_gate_arguments(gate)
     gate.set_defaults(handler=run_gate)
-
 
 
 def _gate_profile(args: argparse.Namespace) -> under_profile.GateProfile | None:

@@ -264,8 +264,10 @@ def _add_signature_findings(
         return
     wheels = [(r.name, r.sha256) for r in entry.wheels]
     for check in attest.signature_checks(public_key, wheels, search):
-        fix = "" if check.status == "ok" else (
-            "install only wheels the team signed; re-sign with `make attest BUNDLE=<bundle>`"
+        fix = (
+            ""
+            if check.status == "ok"
+            else ("install only wheels the team signed; re-sign with `make attest BUNDLE=<bundle>`")
         )
         report.add(check.status, f"signature {check.wheel}", check.detail, fix)
 

@@ -166,7 +166,13 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     if name == "runtime-image":
         add_bundle_arguments(parser, writes_bundle=False, dry_run=True)
         add_settings(
-            parser, name, "--lane", "--profile", "--engine", "--tag", "--base-image",
+            parser,
+            name,
+            "--lane",
+            "--profile",
+            "--engine",
+            "--tag",
+            "--base-image",
             "--host-package",
         )
         parser.set_defaults(handler=cmd_runtime_image)

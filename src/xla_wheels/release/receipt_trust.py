@@ -16,9 +16,7 @@ from xla_host.receipt_signing import PAYLOAD_TYPE
 from xla_host.receipts import StoredReceipt
 
 
-def signature_problems(
-    receipts: Sequence[StoredReceipt], keys: Sequence[Path]
-) -> list[str | None]:
+def signature_problems(receipts: Sequence[StoredReceipt], keys: Sequence[Path]) -> list[str | None]:
     """Per receipt: None when one of ``keys`` verifies its envelope, else why not."""
     if not keys:
         return [None] * len(receipts)

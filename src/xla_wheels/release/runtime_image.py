@@ -170,9 +170,9 @@ def _is_loopback(url: str) -> bool:
     return host in ("127.0.0.1", "localhost", "::1")
 
 
-def current_wheels(lane: Lane, state: LaneState | None, bundle: str, entry: BundleEntry) -> list[
-    tuple[str, str]
-]:
+def current_wheels(
+    lane: Lane, state: LaneState | None, bundle: str, entry: BundleEntry
+) -> list[tuple[str, str]]:
     """The (name, sha256) the image installs: the lane's record of its current bundle,
     which must be ``bundle`` and hold exactly the files wheels.lock locks for it."""
     if state is None or state.bundle != bundle:

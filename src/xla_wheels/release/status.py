@@ -162,9 +162,7 @@ def _refusals(
     network: NetworkPolicy,
 ) -> list[str]:  # fmt: skip
     try:
-        verdict = promote.judge(
-            root, read_lock(lock_path), bundle, lane, stores, source, network
-        )
+        verdict = promote.judge(root, read_lock(lock_path), bundle, lane, stores, source, network)
     except PipelineError as error:  # e.g. the lane's current receipt was edited
         return [f"cannot judge: {error.message}"]
     return [f"{f.rule}: {f.detail}" for f in verdict.failures]
@@ -264,8 +262,9 @@ def lane_status(
         changed=changed,
         packs=[f"{r.label}, {r.size:,} bytes, sha256:{r.sha256[:16]}…" for r in rows],
         # Which bundles' packs it keeps: none, when its backend keeps no packs at all.
-        retained={} if lane.backend.refuses_packs() else lane_packs.retained_bundles(
-            record, lane.name),  # fmt: skip
+        retained={}
+        if lane.backend.refuses_packs()
+        else lane_packs.retained_bundles(record, lane.name),  # fmt: skip
         stale=lane_state.check(root, lane, record) if root is not None else [],
     )
 

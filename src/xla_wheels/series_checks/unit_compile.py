@@ -181,9 +181,7 @@ class SeriesCompileReport:
         if self.stand_ins:
             lines.append(f"stand-in headers (code using them is not checked): "
                          f"{', '.join(self.stand_ins)}")  # fmt: skip
-        lines.append(
-            f"headers: {self.headers.header_set.name} ({self.headers.header_set.note})"
-        )
+        lines.append(f"headers: {self.headers.header_set.name} ({self.headers.header_set.note})")
         lines.append("not proven: " + "; ".join(NOT_PROVEN))
         return lines
 
@@ -443,9 +441,7 @@ def compile_series(
         write_stand_ins(directory, missing)
         for unit in present:
             argv = compile_argv(unit, headers, directory, compiler, generated[tree])
-            key = cache_key(
-                tree, closure(unit, graph), argv, identity, directory, generated[tree]
-            )
+            key = cache_key(tree, closure(unit, graph), argv, identity, directory, generated[tree])
             jobs_list.append((tree, unit, argv, key, directory))
     log.info(f"series-compile: {len(touched)} unit(s) the series touches, base and patched")
     workers = jobs or os.cpu_count() or 1
@@ -467,7 +463,11 @@ def compile_series(
         if error.key not in {e.key for e in before.errors}
     ]
     return SeriesCompileReport(
-        tuple(touched), base_results, patched_results, tuple(new), tuple(sorted(stand_ins)),
+        tuple(touched),
+        base_results,
+        patched_results,
+        tuple(new),
+        tuple(sorted(stand_ins)),
         headers,
     )
 

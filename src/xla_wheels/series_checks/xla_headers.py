@@ -218,7 +218,6 @@ def _unzip(wheel: Path, dest: Path, rename: Callable[[str], str | None]) -> None
         ) from None
 
 
-
 def pip_download(requirement: str, dest: Path) -> Path:
     """The wheel of ``requirement`` (one exact pin) in ``dest``, fetched by pip if absent."""
     name, _, version = requirement.partition("==")
@@ -247,4 +246,3 @@ def pip_download(requirement: str, dest: Path) -> Path:
         target = dest / wheels[0].name
         wheels[0].rename(target)
     return target
-

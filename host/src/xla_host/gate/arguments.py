@@ -157,7 +157,6 @@ def run_printed(config: GateConfig) -> GateOutcome:
     return outcome
 
 
-
 def slice_of(args: argparse.Namespace) -> slices.SliceSpec | None:
     spec = slices.slice_spec(
         args.worker_id,

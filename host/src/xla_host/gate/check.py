@@ -81,7 +81,6 @@ class GateConfig:
         return self.out_dir / "runs"
 
 
-
 @dataclass(frozen=True)
 class GateRun:
     """What a check is given: the run's settings and the target it judges."""

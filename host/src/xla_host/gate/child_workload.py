@@ -366,9 +366,7 @@ def _step_inputs(workload: dict[str, Any], index: int) -> tuple[Any, ...]:
 
     made = workload["make_inputs"](index)
     inputs = (made,) if isinstance(made, torch.Tensor) else made
-    if not isinstance(inputs, tuple | list) or not all(
-        isinstance(t, torch.Tensor) for t in inputs
-    ):
+    if not isinstance(inputs, tuple | list) or not all(isinstance(t, torch.Tensor) for t in inputs):
         raise WorkloadProblem(
             f"inputs of step {index + 1} are a {type(made).__name__}, not a tensor or a tuple "
             "of tensors"

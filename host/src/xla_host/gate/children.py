@@ -105,9 +105,7 @@ class ChildResult:
                 f"killed after {self.wall_s:.0f}s (process group killed)"
             )
         if self.timed_out:
-            return (
-                f"{self.name}: timed out after {self.wall_s:.0f}s{where} (process group killed)"
-            )
+            return f"{self.name}: timed out after {self.wall_s:.0f}s{where} (process group killed)"
         if self.report is not None and not self.report.get("ok"):
             return f"{self.name}: {self.report.get('error', 'failed')}"
         if self.returncode is not None and self.returncode < 0:
@@ -383,7 +381,6 @@ def run_side_by_side(
             end_leftovers(handle[0])
         raise
     return results
-
 
 
 def runtime_env(

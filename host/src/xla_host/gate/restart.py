@@ -724,7 +724,7 @@ def collective_hang_hint(
     return (
         f"a loader hung under SPMD on CPU: torch_xla {target.torch_xla_version}'s XLA:CPU "
         "may lose the order of a loaded executable's all-reduces (known on 2.7.x: "
-        "gate/README.md, \"The SPMD warm restart\"); run the gate with "
+        'gate/README.md, "The SPMD warm restart"); run the gate with '
         f"XLA_FLAGS={THUNK_RUNTIME_OFF} to judge the cache without it. TPU executables do "
         "not use XLA:CPU's thunk runtime"
     )

@@ -182,8 +182,7 @@ class CoordinatorBoard:
                 raise SliceTimeout(
                     f"the slice did not form: the coordinator {self.where} (worker 0) did "
                     f"not answer within {self.wait_s:g}s: {failure}",
-                    fix="start worker 0 with the same --coordinator, or raise "
-                    "--slice-timeout",
+                    fix="start worker 0 with the same --coordinator, or raise " "--slice-timeout",
                 ) from failure
             if deadline is not None and now > deadline:
                 raise SliceTimeout(
