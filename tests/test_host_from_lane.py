@@ -268,7 +268,8 @@ def test_the_host_doctor_judges_the_runtime_contract_and_writes_the_audit_stamp(
     assert json.loads(stamped.stdout) == written.as_json()  # stdout: the one document
     assert "ok   PJRT_DEVICE" in stamped.stderr  # the findings: on stderr
     assert written.bundle == BUNDLE and written.lane == "validation"
-    assert written.verdict == "ok" and written.role is None
+    # No flag, no variable: the one role rule says writer (xla_host.cache_role).
+    assert written.verdict == "ok" and written.role == "writer"
     assert {w.name for w in written.wheels} == {p.name for p in host.lane.glob("torch*.whl")}
     assert all(w.matched for w in written.wheels)
     assert written.cache_path and written.cache_path.endswith(CACHE_DIRECTORY)

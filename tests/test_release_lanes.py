@@ -315,7 +315,7 @@ def test_publish_refuse_promote_install(release: Release) -> None:
     tampered_path.write_text(json.dumps(data))
     foreign_path.unlink()
     refused = release.run("promote", "--bundle", "syn")
-    assert "seal: tampered.json: its digest does not match its content" in refused.stderr
+    assert "seal: tampered.json does not match its digest (edited after it was" in refused.stderr
     tampered_path.unlink()
     assert "preferred" not in release.state()
 
