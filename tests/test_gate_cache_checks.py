@@ -95,8 +95,14 @@ def test_stock_2_7_0_gives_the_same_numbers_after_a_cache_hit(gate_27: GateRun):
 def test_stock_2_7_0_spmd_warm_restart_is_reported_as_hung_with_native_stacks(gate_27: GateRun):
     check = gate_27.check("spmd-restart")
     assert gate_27.exit_code == 1
-    assert not check["passed"]
     hung = [run for run in check["runs"] if run.get("timed_out")]
+    if not hung and check["passed"]:
+        # The hang is XLA:CPU's race, likely in three loaders of 8 steps, not certain
+        # (gate/README.md, "The SPMD warm restart"): on one machine it stopped reproducing
+        # for a while, with the gate's code before and after a change to its children
+        # alike. Said, not passed: the detection was not exercised in this run.
+        pytest.xfail("stock 2.7.0's SPMD warm-restart hang did not reproduce in this run")
+    assert not check["passed"]
     assert len(hung) == 1, check["runs"]  # no further loader starts after a hang
     run = hung[0]
     cold = next(r for r in check["runs"] if r["name"] == "cold-1")
