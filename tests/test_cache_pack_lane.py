@@ -34,6 +34,20 @@ from xla_wheels.release.status import LaneStatus, Status, render
 __all__ = ["host_python"]  # the fixture, shared with test_cache_pack.py
 
 
+def as_cpu_lane(root: Path) -> None:
+    """The checkout's validation lane takes packs proven on other wheels than the locked
+    ones (``pack-receipts = "any-wheels"``): a CPU lane, whose gate runs stock torch_xla."""
+    config = root / "build" / "lanes.toml"
+    text = config.read_text()
+    marked = text.replace(
+        'path = "dist/lanes/validation"\n',
+        'path = "dist/lanes/validation"\npack-receipts = "any-wheels"\n',
+        1,
+    )
+    assert marked != text, "the validation lane's path line moved"
+    config.write_text(marked)
+
+
 def static_lane(path: Path, name: str = "validation") -> Lane:
     return Lane(name, StaticLane(name, path), policy=Policy())
 
@@ -334,10 +348,7 @@ def test_cache_pack_publishes_the_gates_pack_only_with_its_receipt(tmp_path: Pat
         "not the lock's wheels" in unlocked.stderr  # fmt: skip
     assert 'pack-receipts = "any-wheels" in [lanes.validation]' in unlocked.stderr
     assert not (root / "dist" / "lanes" / "validation" / "packs").exists()
-    config = root / "build" / "lanes.toml"
-    config.write_text(config.read_text().replace(
-        'path = "dist/lanes/validation"\n',
-        'path = "dist/lanes/validation"\npack-receipts = "any-wheels"\n', 1))  # fmt: skip
+    as_cpu_lane(root)
     dry = cli(root, *args, "--dry-run")
     assert dry.exit_code == 0, dry.output
     assert "would publish" in dry.stdout and "DRY_RUN: nothing written" in dry.stdout
@@ -382,10 +393,7 @@ def test_cache_pack_refuses_a_pack_with_a_corrupted_entry_and_the_lane_keeps_its
     args = ("cache-pack", "--bundle", "v6e-2.9", "--lane", "validation", "--public-key",
             str(public))  # fmt: skip
     # A CPU lane: the receipt was judged on other wheels than the locked ones.
-    config = root / "build" / "lanes.toml"
-    config.write_text(config.read_text().replace(
-        'path = "dist/lanes/validation"\n',
-        'path = "dist/lanes/validation"\npack-receipts = "any-wheels"\n', 1))  # fmt: skip
+    as_cpu_lane(root)
     good, _ = cache_pack.write_pack(packs, cache, private,
                                     manifest(bundle="v6e-2.9", receipt_digest=digest))  # fmt: skip
     first = cli(root, *args)

@@ -51,14 +51,12 @@ def test_a_workload_of_another_source_is_named_with_both_digests() -> None:
 def test_cache_pack_takes_the_path_the_gate_took_and_lists_what_it_holds_otherwise(
     tmp_path: Path,
 ) -> None:
+    from tests.test_cache_pack_lane import as_cpu_lane
     from tests.test_error_contract import cli, project_copy
     from xla_wheels.release import lanes
 
     root = project_copy(tmp_path)
-    config = root / "build" / "lanes.toml"
-    config.write_text(config.read_text().replace(
-        'path = "dist/lanes/validation"\n',
-        'path = "dist/lanes/validation"\npack-receipts = "any-wheels"\n', 1))  # fmt: skip
+    as_cpu_lane(root)
     lanes.write_state(root, "validation", lanes.LaneState("v6e-2.9", (), None, None))
     source = tmp_path / "decoder.py"
     source.write_text("def build(device):\n    ...\n")
