@@ -3,7 +3,10 @@ it (the table of docs/exit-codes.md, ``xla-wheels --help``) is current."""
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -50,3 +53,24 @@ def test_the_cli_help_ends_with_the_table() -> None:
     assert result.stdout.rstrip().endswith(exit_codes.help_epilog())
     for code in ExitCode:
         assert f"  {int(code):>3}  " in result.stdout
+
+
+def test_output_piped_into_a_reader_that_left_ends_quietly_with_sigpipes_row() -> None:
+    # `xla-wheels lanes | head -1`: the reader is gone before the first write, so the
+    # command's write fails with EPIPE; it ends silently with the shell's code for it.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        ended = subprocess.run(
+            [sys.executable, "-m", "xla_wheels", "lanes"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO_ROOT,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert ended.returncode == ExitCode.SIGPIPE, ended.stderr
+    assert ended.stderr == ""

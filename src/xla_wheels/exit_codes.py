@@ -27,6 +27,7 @@ NOT_AN_ERROR = {
     ExitCode.OK: "",
     ExitCode.SIGHUP: "`signals.Terminated` (SIGHUP)",
     ExitCode.SIGINT: "`KeyboardInterrupt` (Ctrl-C)",
+    ExitCode.SIGPIPE: "`BrokenPipeError` (stdout closed)",
     ExitCode.SIGTERM: "`signals.Terminated` (SIGTERM)",
 }
 

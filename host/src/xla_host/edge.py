@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from xla_host import filemode, signals
-from xla_host.errors import DiskError, PipelineError, UsageError
+from xla_host.errors import DiskError, ExitCode, PipelineError, UsageError
 
 #: errno values of a write that failed for a reason of the disk, not of the run; EPERM is
 #: what a directory made immutable (``chattr +i``) answers a new file or a removal with.
@@ -81,6 +81,8 @@ def exit_code_of(
             if match is None:
                 raise
             return reported(symlink_loop(match.group(1)))
+        except BrokenPipeError:  # an OSError: before the general reading of one
+            return output_reader_gone()
         except OSError as error:
             if error.errno == errno.ELOOP and error.filename is not None:
                 return reported(symlink_loop(os.fsdecode(error.filename)))
@@ -93,6 +95,17 @@ def exit_code_of(
         except KeyboardInterrupt as interrupt:
             print(f"error: {signals.describe(interrupt)}", file=sys.stderr)
             return signals.exit_code(interrupt)
+
+
+def output_reader_gone() -> int:
+    """The reader of stdout closed it (``xla-wheels lanes | head``): the shell's convention
+    (128 + SIGPIPE), silently, as ``yes | head`` ends. stdout is pointed at /dev/null so
+    the interpreter's own flush at exit does not raise the same error again (the
+    recipe of https://docs.python.org/3/library/signal.html#note-on-sigpipe)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return ExitCode.SIGPIPE
 
 
 _SYMLINK_LOOP = re.compile(r"Symlink loop from '(.*)'", re.DOTALL)

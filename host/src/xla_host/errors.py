@@ -30,6 +30,7 @@ class ExitCode(IntEnum):
     DISK = 10
     SIGHUP = 129
     SIGINT = 130
+    SIGPIPE = 141
     SIGTERM = 143
 
 
@@ -57,6 +58,8 @@ MEANINGS: dict[ExitCode, str] = {
     ExitCode.SIGHUP: "ended by SIGHUP (the terminal closed), as Ctrl-C ends a run",
     ExitCode.SIGINT: "interrupted (Ctrl-C): children ended, lock released, nothing "
     "half-done kept",
+    ExitCode.SIGPIPE: "the output's reader went away (piped into `head`): the output "
+    "stops there, silently, as the shell's own tools stop, and nothing else changes",
     ExitCode.SIGTERM: "ended by SIGTERM (kill <pid>, make's own), as Ctrl-C ends a run",
 }
 """One line per code: what a user reads in ``--help`` and the README."""
