@@ -20,7 +20,7 @@ from contextlib import contextmanager
 import pytest
 
 from tests.network_faults_support import silent_server
-from xla_host.net import Transient, read_url
+from xla_host.net import ERROR_BODY_BYTES, Transient, read_url
 
 BODY = b"x" * (3 << 20)  # more than one 1 MiB read
 
@@ -75,6 +75,18 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.send_header("Content-Length", "15")
             self.end_headers()
             self.wfile.write(b"already there\r\n")
+        elif self.path == "/huge-refusal":
+            # A refusal whose body goes on for a GiB: what it says is read, not all of it.
+            self.send_response(403)
+            self.send_header("Content-Length", str(1 << 30))
+            self.end_headers()
+            self.sent = 0
+            try:
+                for _ in range(1 << 10):
+                    self.wfile.write(b"d" * (1 << 20))
+                    self.sent += 1 << 20
+            except OSError:
+                return
         else:
             self.send_error(404)
 
@@ -153,3 +165,11 @@ def test_http_503_is_transient_and_404_is_left_to_the_caller() -> None:
             read_url(f"{base}/conflict", limit_s=10, idle_s=5)
     # The server's message was read with the answer, under its limits; the server is gone.
     assert conflict.value.code == 409 and conflict.value.read() == b"already there\r\n"
+
+
+def test_a_refusal_with_an_endless_body_is_read_only_as_far_as_its_message() -> None:
+    with file_server() as base, pytest.raises(urllib.error.HTTPError) as refused:
+        read_url(f"{base}/huge-refusal", limit_s=60, idle_s=10)
+    assert refused.value.code == 403
+    # What a refusal says is kept for its message, up to the cap; the GiB behind it is not.
+    assert len(refused.value.read()) == ERROR_BODY_BYTES

@@ -305,6 +305,9 @@ def _incomplete(error: http.client.IncompleteRead) -> str:
 #: The size an answer of unknown length (an index page, a server's reply) is allowed for
 #: in its deadline: 1 MiB, 4 s at the slowest allowed rate.
 ANSWER_BYTES_ALLOWANCE = 1 << 20
+#: What is kept of a refusal's body (HTTP 4xx, or a 5xx after the retries): enough for any
+#: server's message, never a download a misbehaving server could make endless.
+ERROR_BODY_BYTES = 64 << 10
 
 
 class _Deadline:
@@ -495,9 +498,10 @@ def read_url(
                 body: list[bytes] = []
                 if error.fp is not None:
                     with error:
-                        _drain(error.fp, body.append)  # type: ignore[arg-type]
+                        _drain(error.fp, body.append, max_bytes=ERROR_BODY_BYTES)  # type: ignore[arg-type]
+                kept = b"".join(body)[:ERROR_BODY_BYTES]
                 raise urllib.error.HTTPError(
-                    error.url, error.code, error.msg, error.hdrs, io.BytesIO(b"".join(body))
+                    error.url, error.code, error.msg, error.hdrs, io.BytesIO(kept)
                 ) from None
     except (OSError, http.client.HTTPException) as error:
         if deadline.expired:
