@@ -26,7 +26,7 @@ MAKE_CHECK = $(MAKE_CONTEXT) $(PY) -m xla_wheels.cli.make_check
 VENV_STAMP := $(VENV)/.installed-$(shell cat requirements-dev.txt pyproject.toml host/pyproject.toml 2>/dev/null | sha256sum | cut -c1-16)
 
 # --- make variable -> CLI flag (the one mapping) ------------------------------------
-# MAKE_VARIABLES (every variable a target reads, as NAME=--flag) and NET_FLAGS are written
+# MAKE_VARIABLES (every variable a target reads, as NAME=--flag) is written
 # from the settings table, src/xla_wheels/settings_table.py: a setting is one row there.
 include src/xla_wheels/make-variables.mk
 flag_of = $(patsubst $(1)=%,%,$(filter $(1)=%,$(MAKE_VARIABLES)))
@@ -40,48 +40,13 @@ switch = $(flag)
 # A variable the command reads from its environment, as that tool's own standard.
 env = $(if $($(1)),$(1)=$(call quote,$($(1))),)
 GIVEN_ON_COMMAND_LINE = $(strip $(foreach v,$(.VARIABLES),$(if $(filter command line,$(origin $(v))),$(v))))
-# Every subcommand of one bundle may talk to a host (fetch, index, upload, install): each
-# takes the network settings (NET_FLAGS, README "Network steps").
-BUNDLE_FLAGS = $(call flag,BUNDLE) $(call flag,MIRROR) $(NET_FLAGS)
-BUNDLE_FLAG = $(call flag,BUNDLE) $(NET_FLAGS)
-SOURCE_FLAG = $(call flag,TORCH_XLA_SRC)
-DRY_RUN_FLAG = $(call switch,DRY_RUN)
-BUILD_FLAGS = $(call flag,ENGINE) $(call flag,BUILD_MODE) \
-  $(call flag,JOBS) $(call flag,BUILDER_IMAGE) \
-  $(call flag,HOST_PYTHON) $(REMOTE_CACHE_FLAGS)
 # SOURCE_DATE_EPOCH is the reproducible-builds standard variable: read from the
 # environment as every tool reads it.
 BUILD_ENV = $(call env,SOURCE_DATE_EPOCH)
-RECORDED_FLAGS = $(call switch,KEEP_RECORDED) $(call flag,BUILD_TAG)
-IMAGE_FLAGS = $(call flag,ENGINE) $(call flag,BUILDER_IMAGE) \
-  $(foreach a,$(BUILD_ARGS),--build-arg $(call quote,$(a)))
-AB_FLAGS = $(call arg,A) $(call arg,B)
-PATCH_EXPORT_FLAGS = $(call flag,COMPONENT) $(call switch,FORCE)
-PATCH_REBASE_FLAGS = $(call flag,COMPONENT) $(call flag,ONTO) \
-  $(call switch,CONTINUE)
-PUBLISH_FLAGS = $(call flag,INDEX_URL) $(call flag,UPLOAD_URL)
-LANE_FLAG = $(call flag,LANE)
-REFRESH_FLAG = $(call switch,REFRESH)
-VERIFY_FLAGS = $(call flag,INDEX_URL) $(call switch,NO_DEPS) \
-  $(call flag,DEPS_FROM) $(call flag,PYTHON)
-DOCTOR_FLAGS = $(call flag,PYTHON) $(call flag,ROLE) \
-  $(call flag,LANE) $(call flag,CACHE_PATH) \
-  $(call flag,PROFILE) $(call flag,ENV_FILE) \
-  $(call switch,JSON) $(call flag,STAMP)
-RUNTIME_IMAGE_FLAGS = $(call flag,PROFILE) $(call flag,ENGINE) $(call flag,IMAGE_TAG) \
-  $(call flag,RUNTIME_BASE) $(call flag,HOST_PACKAGE)
-ABI_FLAGS = $(call flag,PYTHON) $(call flag,TORCH_WHEEL) \
-  $(call flag,TORCH_XLA_WHEEL) $(call flag,BUNDLE) \
-  $(call flag,XLAC) $(call flag,TORCH_LIB_DIR) \
-  $(call flag,STOCK)
-GATE_FLAGS = $(call flag,PYTHON) $(call flag,GATE_DEVICE) \
-  $(call flag,WORKLOAD) $(call flag,BUNDLE)
-CHECKS_FLAGS = $(call flag,CHECKS) $(call flag,KEY_PROBES) $(call flag,UPSTREAM_TESTS)
-ROUNDS_FLAG = $(call flag,ROUNDS)
-# Signed attestations (README "Signed attestations"): paths to PEM files, never keys.
-ATTEST_FLAGS = $(call flag,SIGNING_KEY) $(call flag,BUILDER_ID)
-PUBLIC_KEY_FLAG = $(call flag,PUBLIC_KEY)
-PROFILE_FLAG = $(call flag,PROFILE)
+# FLAGS_<COMMAND> (every variable the command takes, as it is passed) is written from the
+# CLI's parsers, src/xla_wheels/make_help.py: a recipe never lists a command's variables.
+include src/xla_wheels/make-commands.mk
+DRY_RUN_FLAG = $(call switch,DRY_RUN)
 
 .PHONY: help venv test test-fast lint format docs demo bundles diff sources patch patches-check series-compile wheels lock lock-check record clean
 .PHONY: builder-image container-tools cache-tools bazel-cache-tools compiler-tools patch-export patch-rebase
@@ -207,50 +172,50 @@ demo: $(VENV_STAMP) ## every stage, manifest to doctor, on a demonstration upstr
 	@$(DEMO) $(call flag,DEMO_DIR) $(DRY_RUN_FLAG)
 
 bundles: $(VENV_STAMP) ## list the bundles with their pins
-	@$(CLI) bundles
+	@$(CLI) bundles $(FLAGS_BUNDLES)
 
 diff: $(VENV_STAMP) ## what differs between two bundles (A alone: A against the bundle it extends)
-	@$(CLI) diff $(AB_FLAGS)
+	@$(CLI) diff $(FLAGS_DIFF)
 
 sources: $(VENV_STAMP) ## fetch the bundle's components at their pins
-	@$(CLI) sources $(BUNDLE_FLAGS) $(DRY_RUN_FLAG)
+	@$(CLI) sources $(FLAGS_SOURCES)
 
 patch: $(VENV_STAMP) ## run up to the patch stage (sources, then the patch series)
-	@$(CLI) patch $(BUNDLE_FLAGS) $(DRY_RUN_FLAG)
+	@$(CLI) patch $(FLAGS_PATCH)
 
 patches-check: $(VENV_STAMP) ## apply the bundle's series to a scratch copy of a checkout, report each patch
-	@$(CLI) patches-check $(BUNDLE_FLAGS) $(SOURCE_FLAG)
+	@$(CLI) patches-check $(FLAGS_PATCHES_CHECK)
 
 # The series' translation units compiled base and patched against real XLA headers (a
 # tensorflow-cpu wheel's), torch's and Debian's LLVM, fetched once per machine
 # (docs/patches.md, "Compiled against real XLA headers").
 series-compile: $(VENV_STAMP) compiler-tools ## compile the units the series touches, base and patched, on real XLA headers
-	@$(CLI) series-compile $(BUNDLE_FLAGS) $(SOURCE_FLAG) $(call flag,XLA_HEADERS)
+	@$(CLI) series-compile $(FLAGS_SERIES_COMPILE)
 
 patch-export: $(VENV_STAMP) ## write the patched worktree's commits back as the bundle's patch files
-	@$(CLI) patch-export $(BUNDLE_FLAGS) $(DRY_RUN_FLAG) $(PATCH_EXPORT_FLAGS)
+	@$(CLI) patch-export $(FLAGS_PATCH_EXPORT)
 
 patch-rebase: $(VENV_STAMP) ## carry the series onto ONTO=<commit>; CONTINUE=1 after a conflict (exit 3)
-	@$(CLI) patch-rebase $(BUNDLE_FLAGS) $(DRY_RUN_FLAG) $(PATCH_REBASE_FLAGS)
+	@$(CLI) patch-rebase $(FLAGS_PATCH_REBASE)
 
 builder-image: $(VENV_STAMP) ## build the builder image from ./Dockerfile
-	@$(CLI) builder-image $(DRY_RUN_FLAG) $(IMAGE_FLAGS)
+	@$(CLI) builder-image $(FLAGS_BUILDER_IMAGE)
 
 wheels: $(VENV_STAMP) ## the main job: sources, patches, build, collect, lock
-	@$(BUILD_ENV) $(CLI) wheels $(BUNDLE_FLAGS) $(DRY_RUN_FLAG) $(BUILD_FLAGS) $(RECORDED_FLAGS)
+	@$(BUILD_ENV) $(CLI) wheels $(FLAGS_WHEELS)
 
 lock: $(VENV_STAMP) ## write the bundle's entry in wheels.lock
-	@$(CLI) lock $(BUNDLE_FLAGS) $(DRY_RUN_FLAG)
+	@$(CLI) lock $(FLAGS_LOCK)
 
 lock-check: $(VENV_STAMP) ## fail when a manifest or patch no longer matches wheels.lock
-	@$(CLI) lock-check
+	@$(CLI) lock-check $(FLAGS_LOCK_CHECK)
 
 record: $(VENV_STAMP) ## record wheels built elsewhere (WHEELS=<dir>), checked as built ones are
-	@$(CLI) record $(BUNDLE_FLAGS) $(DRY_RUN_FLAG) $(call flag,WHEELS)
+	@$(CLI) record $(FLAGS_RECORD)
 
 .PHONY: launch-env
 launch-env: $(VENV_STAMP) ## a bundle's launch profile for a launcher (env.sh, env.json, helper)
-	@$(CLI) launch-env $(BUNDLE_FLAG) $(PROFILE_FLAG) $(call flag,ROLE) $(call flag,OUT)
+	@$(CLI) launch-env $(FLAGS_LAUNCH_ENV)
 
 # Checked as every target is (DRY_RUN=1 or a typo must not delete out/); without .venv no
 # stage has run, so there is nothing of ours in out/ to protect and nothing to check with.
@@ -271,51 +236,51 @@ host-wheel: $(VENV_STAMP) ## the host package's wheel for TPU hosts into dist/ho
 .PHONY: publish requirements verify-install doctor
 
 publish: $(VENV_STAMP) ## publish the locked wheels into a lane, or with INDEX_URL to that index
-	@$(if $(INDEX_URL),$(CLI) publish $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(PUBLISH_FLAGS),\
-	  $(CLI) publish-lane $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(LANE_FLAG))
+	@$(if $(INDEX_URL),$(CLI) publish $(FLAGS_PUBLISH),\
+	  $(CLI) publish-lane $(FLAGS_PUBLISH_LANE))
 
 requirements: $(VENV_STAMP) ## requirements.txt of BUNDLE; without it, each lane's (+ pylock.toml)
-	@$(if $(BUNDLE),$(CLI) requirements $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(REFRESH_FLAG),\
-	  $(CLI) lane-requirements $(DRY_RUN_FLAG) $(LANE_FLAG))
+	@$(if $(BUNDLE),$(CLI) requirements $(FLAGS_REQUIREMENTS),\
+	  $(CLI) lane-requirements $(FLAGS_LANE_REQUIREMENTS))
 
 verify-install: $(VENV_STAMP) ## install the bundle by hash into a fresh venv, check it, import torch_xla
-	@$(CLI) verify-install $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(VERIFY_FLAGS) $(PUBLIC_KEY_FLAG)
+	@$(CLI) verify-install $(FLAGS_VERIFY_INSTALL)
 
 doctor: $(VENV_STAMP) ## check a training host against a bundle before import
-	@$(CLI) doctor $(BUNDLE_FLAG) $(DOCTOR_FLAGS) $(PUBLIC_KEY_FLAG)
+	@$(CLI) doctor $(FLAGS_DOCTOR)
 
 # Lanes (README "Releasing to the fleet"): build/lanes.toml, lanes.lock, receipts/<bundle>/.
 .PHONY: promote rollback compare lanes status cache-pack
 promote: $(VENV_STAMP) ## copy a bundle's locked files into a lane if its policy holds
-	@$(CLI) promote $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(LANE_FLAG)
+	@$(CLI) promote $(FLAGS_PROMOTE)
 
 compare: $(VENV_STAMP) ## two bundles' receipts side by side
-	@$(CLI) compare $(AB_FLAGS)
+	@$(CLI) compare $(FLAGS_COMPARE)
 
 rollback: $(VENV_STAMP) ## return a lane to a bundle it served before (REASON= required)
-	@$(CLI) rollback $(DRY_RUN_FLAG) $(LANE_FLAG) $(call flag,TO) $(call flag,REASON) $(NET_FLAGS)
+	@$(CLI) rollback $(FLAGS_ROLLBACK)
 
 lanes: $(VENV_STAMP) ## each lane's index, current bundle and policy; HISTORY=1 its history
-	@$(CLI) lanes $(call switch,HISTORY) $(LANE_FLAG)
+	@$(CLI) lanes $(FLAGS_LANES)
 
 status: $(VENV_STAMP) ## every bundle and lane at a glance (receipts, refusals, drift); JSON=1
-	@$(CLI) status $(call switch,JSON) $(NET_FLAGS)
+	@$(CLI) status $(FLAGS_STATUS)
 
 cache-pack: $(VENV_STAMP) ## publish the gate's signed cache pack of WORKLOAD into LANE, by hash
-	@$(CLI) cache-pack $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(LANE_FLAG) $(call flag,WORKLOAD) $(call flag,PACKS) $(PUBLIC_KEY_FLAG)
+	@$(CLI) cache-pack $(FLAGS_CACHE_PACK)
 
 # The fleet's image and its jobs' audit stamps (docs/operating.md).
 .PHONY: runtime-image jobs
 runtime-image: $(VENV_STAMP) ## an image to train from: the lane's bundle, the host package, PROFILE
-	@$(CLI) runtime-image $(BUNDLE_FLAG) $(DRY_RUN_FLAG) $(LANE_FLAG) $(RUNTIME_IMAGE_FLAGS)
+	@$(CLI) runtime-image $(FLAGS_RUNTIME_IMAGE)
 
 jobs: $(VENV_STAMP) ## which jobs ran a wheel (WHEEL= name or sha256), from a stamps directory
-	@$(CLI) jobs $(call flag,WHEEL) $(call flag,STAMPS) $(call switch,JSON)
+	@$(CLI) jobs $(FLAGS_JOBS)
 
 # Supply-chain evidence (README "Signed attestations", "Rebuild check").
 .PHONY: attest supply-tools rebuild-check
 attest: $(VENV_STAMP) ## sign each locked wheel's SLSA provenance with the team's key
-	@$(CLI) attest $(BUNDLE_FLAG) $(ATTEST_FLAGS)
+	@$(CLI) attest $(FLAGS_ATTEST)
 
 # diffoscope (requirements-dev.txt) compares zip files with zipinfo (Debian's unzip) and
 # the ELF libraries inside with binutils; python-magic and libarchive-c load libmagic1 and
@@ -328,13 +293,13 @@ supply-tools:
 	else echo "note: unzip/binutils/libmagic1/libarchive13 missing and not root: diffoscope's reports will lack detail"; fi
 
 rebuild-check: $(VENV_STAMP) supply-tools ## rebuild from nothing, compare byte for byte with wheels.lock (1: differs)
-	@$(BUILD_ENV) $(CLI) rebuild-check $(BUNDLE_FLAGS) $(BUILD_FLAGS)
+	@$(BUILD_ENV) $(CLI) rebuild-check $(FLAGS_REBUILD_CHECK)
 
 # ABI check (README "ABI check"): the symbols torch_xla's _XLAC imports that the paired torch
 # does not export. Exit 0 nothing missing, 1 missing symbols named, 2 the pair cannot be read.
 .PHONY: abi-check
 abi-check: $(VENV_STAMP) ## symbols torch_xla's _XLAC imports that the paired torch does not export
-	@$(CLI) abi-check $(ABI_FLAGS)
+	@$(CLI) abi-check $(FLAGS_ABI_CHECK)
 
 # Gate (host/src/xla_host/gate/README.md): judge a torch_xla environment in fresh processes. Without PYTHON,
 # a cached stock torch_xla 2.9.0 env is built once per machine and shows the cache defect.
@@ -342,7 +307,7 @@ abi-check: $(VENV_STAMP) ## symbols torch_xla's _XLAC imports that the paired to
 .PHONY: gate bench-restart
 
 gate: $(VENV_STAMP) ## the ship gate: its checks in fresh processes, and a receipt
-	@$(CLI) gate $(GATE_FLAGS) $(PROFILE_FLAG) $(CHECKS_FLAGS) $(GATE_ARGS)
+	@$(CLI) gate $(FLAGS_GATE) $(GATE_ARGS)
 
 bench-restart: $(VENV_STAMP) ## restart benchmark: cold/warm medians and executable-load time
-	@$(CLI) bench-restart $(GATE_FLAGS) $(ROUNDS_FLAG)
+	@$(CLI) bench-restart $(FLAGS_BENCH_RESTART)

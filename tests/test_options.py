@@ -17,6 +17,7 @@ import pytest
 from tests.clirunner import run_cli
 from tests.gitrepos import REPO_ROOT
 from xla_host.errors import UsageError
+from xla_wheels import make_help
 from xla_wheels import stock_envs as envs
 from xla_wheels.builder.config import DEFAULT_IMAGE
 from xla_wheels.cli import COMMANDS, build_parser
@@ -125,13 +126,13 @@ def _make_dry(*argv: str) -> str:
         ["make", "-n", "--no-print-directory", *argv], cwd=REPO_ROOT, text=True,
         capture_output=True, check=True, env={"PATH": os.environ["PATH"]},
     )  # fmt: skip
-    line = process.stdout.strip().splitlines()[-1]
+    line = " ".join(process.stdout.strip().splitlines()[-1].split())  # unset ones add spaces
     return line[line.find("-m xla_wheels") :]  # without the make context it passes in front
 
 
 def test_make_turns_its_variables_into_flags_and_adds_none_unset() -> None:
     command = _make_dry("wheels", "BUNDLE=v6e-2.9", "ENGINE=podman", "JOBS=3", "DRY_RUN=1")
-    assert "-m xla_wheels wheels --bundle='v6e-2.9'" in command
+    assert command.startswith("-m xla_wheels wheels ") and "--bundle='v6e-2.9'" in command
     assert "--dry-run='1'" in command and "--engine='podman'" in command
     assert "--jobs='3'" in command
     # make interprets no value: the CLI owns the switch spellings and refuses the others.
@@ -162,3 +163,40 @@ def test_the_remote_cache_reads_the_environment_and_checkout_it_is_given(tmp_pat
     flag = build_config(parse("wheels", "--bazel-remote-cache", "grpc://127.0.0.1:3"), environ)
     assert flag.remote_cache.settings.bazel.cache == "grpc://127.0.0.1:3"
     assert build_config(parse("wheels"), {"XLA_WHEELS_ROOT": str(root)}).remote_cache.secrets == ()
+
+
+def test_every_variable_a_command_takes_is_passed_by_the_targets_that_run_it() -> None:
+    # FLAGS_<COMMAND> is written from the parser: a recipe that lists a command's
+    # variables by hand again (and leaves one out) fails here.
+    makefile = make_help.read_makefile(make_help.makefile_text())
+    left_out = {
+        (target.name, name)
+        for target in makefile.targets
+        for command in target.commands
+        if command != "demo"
+        for name in re.findall(r"\$\(call (?:flag|arg),([A-Z_]+)\)",
+                               " ".join(make_help.command_arguments(command)))
+        if name not in target.variables
+    }  # fmt: skip
+    assert left_out == set()
+    assert {"ROLE", "OUT", "WORKLOAD"} <= set(
+        next(t for t in makefile.targets if t.name == "gate").variables
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "refused"),
+    [(["status", "BUNDLE=v6e-2.11"], "make status does not read BUNDLE"),
+     # Without INDEX_URL the target publishes into a lane, which has no upload URL.
+     (["publish", "UPLOAD_URL=http://127.0.0.1:9/", "DRY_RUN=1"],
+      "make publish does not read UPLOAD_URL")],
+)  # fmt: skip
+def test_a_variable_the_target_does_not_pass_on_is_refused_not_ignored(
+    argv: list[str], refused: str
+) -> None:
+    ran = subprocess.run(
+        ["make", "--no-print-directory", *argv], cwd=REPO_ROOT, text=True,
+        capture_output=True, check=False, env={"PATH": os.environ["PATH"]}, timeout=300,
+    )  # fmt: skip
+    assert ran.returncode != 0 and refused in ran.stderr, ran.stderr
+    assert "  fix: make " in ran.stderr and "Traceback" not in ran.stderr

@@ -17,7 +17,3 @@ MAKE_VARIABLES := MIRROR=--mirror NET_TIMEOUT=--net-timeout NET_RETRIES=--net-re
   BUILDER_ID=--builder-id GATE_DEVICE=--device WORKLOAD=--workload CHECKS=--checks KEY_PROBES=--key-probes UPSTREAM_TESTS=--upstream-tests \
   PACKS=--packs ROUNDS=--rounds GATE_ARGS= TORCH_WHEEL=--torch-wheel TORCH_XLA_WHEEL=--torch-xla-wheel XLAC=--extension \
   TORCH_LIB_DIR=--torch-lib-dir STOCK=--stock DEMO_DIR=--dir PYTEST_ARGS= PYTHON_FOR_VENV= TARGET=
-# The network settings, passed by every target that may talk to a host.
-NET_FLAGS = $(call flag,NET_TIMEOUT) $(call flag,NET_RETRIES)
-# The remote compile caches' settings, passed by the targets that build.
-REMOTE_CACHE_FLAGS = $(call flag,BAZEL_REMOTE_TIMEOUT)

@@ -42,6 +42,9 @@ from xla_wheels.settings_rows import SETTINGS
 from xla_wheels.settings_table import MAKE_FILE
 
 HELP_FILE = Path(__file__).with_name("make-help.txt")
+#: ``FLAGS_<COMMAND>``: every make variable of the table that a command's parser takes, as
+#: the arguments its target passes (the Makefile includes it: a recipe never lists them).
+COMMANDS_FILE = Path(__file__).with_name("make-commands.mk")
 #: Every target's full entry, which ``make help TARGET=<target>`` picks out.
 TARGETS_FILE = Path(__file__).with_name("make-help-targets.txt")
 MAKEFILE = Path(__file__).resolve().parents[2] / "Makefile"
@@ -163,8 +166,59 @@ def read_makefile(text: str) -> Makefile:
 
 
 def makefile_text() -> str:
-    """The Makefile with the variable table it includes (``make-variables.mk``)."""
-    return MAKEFILE.read_text() + "\n" + MAKE_FILE.read_text()
+    """The Makefile with the files it includes (``make-variables.mk``, ``make-commands.mk``)."""
+    included = COMMANDS_FILE.read_text() if COMMANDS_FILE.is_file() else ""
+    return MAKEFILE.read_text() + "\n" + MAKE_FILE.read_text() + "\n" + included
+
+
+def flags_variable(command: str) -> str:
+    """The make variable of ``command``'s arguments: ``FLAGS_LAUNCH_ENV`` for launch-env."""
+    return "FLAGS_" + command.upper().replace("-", "_")
+
+
+def command_arguments(command: str) -> list[str]:
+    """What ``command``'s target passes it: each make variable of the table its parser
+    takes, in the parser's order, as make expressions (a flag as ``$(call flag,NAME)``; a
+    repeated flag once per word; a positional, named by its metavar, as ``$(call arg,NAME)``)."""
+    by_flag = {s.flag: s.make for s in SETTINGS if s.make and s.flag}
+    positional_names = {s.make for s in SETTINGS if s.make and not s.flag}
+    words = []
+    for action in _parser_of(command)._actions:
+        if not action.option_strings:
+            shown = action.metavar if isinstance(action.metavar, str) else action.dest
+            if shown.upper() in positional_names:
+                words.append(f"$(call arg,{shown.upper()})")
+            continue
+        name = next((by_flag[o] for o in action.option_strings if o in by_flag), None)
+        if name is None:
+            continue
+        if isinstance(action, argparse._AppendAction):
+            flag = action.option_strings[0]
+            words.append(f"$(foreach a,$({name}),{flag} $(call quote,$(a)))")
+        else:
+            words.append(f"$(call flag,{name})")
+    return words
+
+
+def commands_mk() -> str:
+    """``make-commands.mk``: one ``FLAGS_<COMMAND>`` per subcommand of the CLI."""
+    from xla_wheels.cli import COMMANDS
+
+    lines = [
+        "# Generated from the CLI's parsers by src/xla_wheels/make_help.py: do not edit;",
+        f"# {REGENERATE} (tests/test_help.py fails while it is not current).",
+        "#",
+        "# FLAGS_<COMMAND>: every make variable the command takes, as its target passes them, so",
+        "# that no recipe leaves one out (make would ignore it, and the run go on without it).",
+    ]
+    for command in COMMANDS:
+        rows = [f"{flags_variable(command)} ="]
+        for word in command_arguments(command):  # whole words: make splits no call
+            if len(rows[-1]) + 1 + len(word) > 96:
+                rows.append(" ")
+            rows[-1] += f" {word}"
+        lines.append(" \\\n".join(rows))
+    return "\n".join(lines) + "\n"
 
 
 def _parser_of(command: str) -> argparse.ArgumentParser:
@@ -307,12 +361,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Generate the text `make help` prints from the Makefile and the CLI.",
     )
     mode = parser.add_mutually_exclusive_group(required=True)
-    files = f"{HELP_FILE.name} and {TARGETS_FILE.name}"
+    files = f"{HELP_FILE.name}, {TARGETS_FILE.name} and {COMMANDS_FILE.name}"
     mode.add_argument("--write", action="store_true", help=f"write {files}")
     mode.add_argument("--check", action="store_true", help=f"fail when {files} differ")
     args = parser.parse_args(argv)
+    # The commands' file first: the targets' variables are read through it.
+    commands = commands_mk()
+    if args.write:
+        COMMANDS_FILE.write_text(commands)
     makefile = read_makefile(makefile_text())
-    texts = {HELP_FILE: render(makefile), TARGETS_FILE: render_targets(makefile)}
+    texts = {
+        COMMANDS_FILE: commands,
+        HELP_FILE: render(makefile),
+        TARGETS_FILE: render_targets(makefile),
+    }
     if args.write:
         for path, text in texts.items():
             path.write_text(text)

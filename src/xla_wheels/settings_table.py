@@ -49,16 +49,8 @@ def make_variables_mk() -> str:
         "# it refuses a value.",
         "MAKE_VARIABLES := "
         + " \\\n  ".join(" ".join(entries[i : i + 6]) for i in range(0, len(entries), 6)),
-        "# The network settings, passed by every target that may talk to a host.",
-        _group_flags("NET_FLAGS", "network"),
-        "# The remote compile caches' settings, passed by the targets that build.",
-        _group_flags("REMOTE_CACHE_FLAGS", "remote-cache"),
     ]
     return "\n".join(lines) + "\n"
-
-
-def _group_flags(name: str, group: str) -> str:
-    return f"{name} = " + " ".join(f"$(call flag,{s.make})" for s in in_group(group) if s.make)
 
 
 def _cell(text: str | None) -> str:

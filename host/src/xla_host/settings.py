@@ -26,8 +26,10 @@ is for). Written from this table, never by hand:
   one, or has one where its row's default is a text;
 - the remote-cache reader's variable names (``builder.remote_cache``);
 - ``make-variables.mk`` (in ``src/xla_wheels``), which the Makefile includes: the one
-  mapping make variable -> flag (``MAKE_VARIABLES``) and each group's flags
-  (``NET_FLAGS``); ``tests/test_settings_table.py`` fails when it is not current;
+  mapping make variable -> flag (``MAKE_VARIABLES``); ``tests/test_settings_table.py``
+  fails when it is not current;
+- ``make-commands.mk`` (``make_help``, from the parsers these rows make): each command's
+  make variables as its target passes them (``FLAGS_<COMMAND>``);
 - ``make help``'s text for the variables that are no flag (``make_help``), and the
   settings table of the documentation, between its marker comments.
 

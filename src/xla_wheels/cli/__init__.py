@@ -249,6 +249,7 @@ def checked_arguments(
         raise _bad_argument(error, built, make) from None
     if make is not None:
         make.check_dry_run(honoured=getattr(args, "dry_run", None) is True)
+        make.check_received(arguments)
     # A switch or number in the environment that is not understood is refused before
     # anything runs, whether or not this subcommand reads it.
     check_environment(os.environ)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import difflib
 import shlex
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from xla_host.errors import UsageError
@@ -86,6 +86,22 @@ class MakeRun:
                 f"make variable {name} is not read by any target of this Makefile "
                 f"(did you mean {guess}?)",
                 fix=self.command(guess, self.given[name], instead_of=name),
+            )
+
+    def check_received(self, arguments: Sequence[str]) -> None:
+        """Refuse a flag's variable on make's command line that the target did not pass to
+        this command (``make gate ROLE=reader`` when the recipe leaves ROLE out): make
+        would ignore it and the run would go on without what was asked."""
+        for name, value in self.given.items():
+            flag = self.flags.get(name)
+            if not flag or not value or name == "DRY_RUN":  # DRY_RUN: check_dry_run's
+                continue
+            if any(word == flag or word.startswith(f"{flag}=") for word in arguments):
+                continue
+            raise UsageError(
+                f"make {self.goal} does not read {name} (it would run without {flag})",
+                fix=f"{self.command(None, instead_of=name)} (`make help` lists each "
+                "target's variables)",
             )
 
     def check_dry_run(self, *, honoured: bool) -> None:
