@@ -26,6 +26,10 @@ from xla_host.net import NetworkPolicy
 from xla_wheels.options import machine_cache
 from xla_wheels.series_checks.toolchain import Toolchain, ensure_toolchain
 
+#: Fixtures for every module (fake wheels and a pypiserver to publish them to, a real
+#: tmpfs): named once here, not imported into each module that asks for one.
+pytest_plugins = ("tests.publish_support", "tests.disk_support")
+
 
 @pytest.fixture
 def upstreams(tmp_path: Path) -> dict[str, Upstream]:

@@ -268,3 +268,31 @@ def host_venv(tmp_path: Path, wheels: list[Path]) -> Path:
         check=True, timeout=300,
     )  # fmt: skip
     return python
+
+
+#: The checkout whose host/ the host wheel is built from.
+HOST_CHECKOUT = Path(__file__).resolve().parents[1]
+
+
+def build_host_wheel(out: Path) -> Path:
+    """``make host-wheel``'s build, from a copy of the working tree's host/ (the target
+    builds from the commit; a test must see the code it tests)."""
+    source = out / "host-src"
+    shutil.copytree(
+        HOST_CHECKOUT / "host",
+        source,
+        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"),
+    )
+    env = {**os.environ, "SOURCE_DATE_EPOCH": "1700000000"}
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
+         "--no-deps", "--wheel-dir", str(out / "wheel"), str(source)],
+        check=True, timeout=300, env=env, capture_output=True,
+    )  # fmt: skip
+    (wheel,) = (out / "wheel").glob("xla_wheels_host-*.whl")
+    return wheel
+
+
+@pytest.fixture(scope="session")
+def host_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_host_wheel(tmp_path_factory.mktemp("host-wheel"))

@@ -22,14 +22,12 @@ from tests.clirunner import run_cli
 from tests.publish_support import (
     BUNDLE,
     FakeWheels,
-    fake_wheels,  # noqa: F401 - fixture
     make_publish_project,
 )
 from tests.test_disk_faults import (
     PAGE,
     MountTmpfs,
     assert_one_disk_error,
-    tmpfs,  # noqa: F401 - fixture
 )
 from tests.test_error_contract import project_copy
 from tests.test_supply_attest import make_key
@@ -52,7 +50,7 @@ def listing(directory: Path) -> dict[str, bytes]:
 # --- the helper ---------------------------------------------------------------------------
 
 
-def test_write_all_on_a_full_disk_changes_no_file(tmpfs: MountTmpfs) -> None:  # noqa: F811
+def test_write_all_on_a_full_disk_changes_no_file(tmpfs: MountTmpfs) -> None:
     fs = tmpfs("fs", 1 << 20)
     (fs.path / "a.txt").write_text("old a\n")
     (fs.path / "b.txt").write_text("old b\n")
@@ -93,7 +91,7 @@ def test_write_all_replaces_every_file_readable_as_if_created(tmp_path: Path) ->
 
 
 def test_the_gate_reports_on_a_full_disk_are_as_they_were_and_the_error_names_one(
-    tmpfs: MountTmpfs,  # noqa: F811
+    tmpfs: MountTmpfs,
 ) -> None:
     out = tmpfs("out", 1 << 20)
     write_reports(out.path, None, [], error="an earlier run")
@@ -107,7 +105,7 @@ def test_the_gate_reports_on_a_full_disk_are_as_they_were_and_the_error_names_on
     assert json.loads(before[REPORT_JSON])["error"] == "an earlier run"
 
 
-def test_the_gate_child_leaves_no_part_file_on_a_full_disk(tmpfs: MountTmpfs) -> None:  # noqa: F811
+def test_the_gate_child_leaves_no_part_file_on_a_full_disk(tmpfs: MountTmpfs) -> None:
     runs = tmpfs("runs", 1 << 20)
     runs.fill(leave=0)
     with pytest.raises(OSError):
@@ -121,8 +119,8 @@ def test_the_gate_child_leaves_no_part_file_on_a_full_disk(tmpfs: MountTmpfs) ->
 @pytest.mark.slow
 def test_requirements_into_a_read_only_dist_leave_wheels_lock_as_it_was(
     tmp_path: Path,
-    tmpfs: MountTmpfs,  # noqa: F811
-    fake_wheels: FakeWheels,  # noqa: F811
+    tmpfs: MountTmpfs,
+    fake_wheels: FakeWheels,
 ) -> None:
     project = make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
     read_only = tmpfs("dist", 16 << 20)
@@ -156,7 +154,7 @@ def _dist_on(project: Path, fs: Path) -> Path:
 @pytest.mark.slow
 def test_attest_on_a_nearly_full_disk_leaves_no_envelope(
     tmp_path: Path,
-    tmpfs: MountTmpfs,  # noqa: F811
+    tmpfs: MountTmpfs,
     signed_wheels: list[Path],  # noqa: F811
 ) -> None:
     project = make_publish_project(tmp_path, signed_wheels)
@@ -190,7 +188,7 @@ def test_attest_on_a_nearly_full_disk_leaves_no_envelope(
 
 def test_launch_env_on_a_nearly_full_disk_writes_none_of_its_files(
     tmp_path: Path,
-    tmpfs: MountTmpfs,  # noqa: F811
+    tmpfs: MountTmpfs,
 ) -> None:
     root = project_copy(tmp_path)
     manifest = root / "build" / "bundles" / "v6e-2.9.toml"

@@ -17,7 +17,6 @@ from tests.gitrepos import SOURCE_PATH
 from tests.publish_support import (
     BUNDLE,
     FakeWheels,
-    fake_wheels,  # noqa: F401 - fixture
     make_publish_project,
 )
 from xla_wheels.cli import COMMANDS, build_parser
@@ -33,7 +32,7 @@ with bundle_run_lock(Path(sys.argv[1]), sys.argv[2], "wheels"):
 
 
 @pytest.fixture
-def project(tmp_path: Path, fake_wheels: FakeWheels) -> Path:  # noqa: F811
+def project(tmp_path: Path, fake_wheels: FakeWheels) -> Path:
     return make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
 
 

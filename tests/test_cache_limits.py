@@ -27,12 +27,12 @@ from pathlib import Path
 import pytest
 
 from tests.clirunner import CliResult
+from tests.disk_support import MountTmpfs
 from tests.test_cache_hardening import fetch_args, host_cli, host_env, signed_pack
 from tests.test_cache_pack import cache_entry, host_python
-from tests.test_disk_faults import MountTmpfs, tmpfs
 from xla_host import cache_pack, lane_packs
 
-__all__ = ["host_python", "tmpfs"]  # fixtures
+__all__ = ["host_python"]  # fixtures
 
 
 @dataclass

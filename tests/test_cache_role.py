@@ -27,7 +27,6 @@ from tests.clirunner import run_cli
 from tests.publish_support import (
     BUNDLE,
     FakeWheels,
-    fake_wheels,  # noqa: F401 - fixture
     make_publish_project,
 )
 from xla_host import bundle_document as doc
@@ -178,7 +177,7 @@ class Project:
 
 
 @pytest.fixture
-def project(tmp_path: Path, fake_wheels: FakeWheels) -> Project:  # noqa: F811
+def project(tmp_path: Path, fake_wheels: FakeWheels) -> Project:
     from xla_wheels.release import host_document
     from xla_wheels.release.lanes import load_config
     from xla_wheels.wheels_lock import read_lock

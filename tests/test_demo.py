@@ -25,7 +25,6 @@ from pathlib import Path
 import pytest
 
 from tests.gitrepos import REPO_ROOT
-from tests.test_host_from_lane import host_wheel  # noqa: F401 - fixture
 from xla_host.cache_pack import read_public_key
 from xla_host.wheel_filename import parse_wheel_name
 from xla_wheels.demo import MARKER, _summary, write_host_wheel
@@ -310,7 +309,7 @@ def test_the_operating_pages_root_example_runs_on_the_project_a_demo_left(
 
 def test_the_demos_host_wheel_holds_the_files_setuptools_puts_in_make_host_wheels(
     tmp_path: Path,
-    host_wheel: Path,  # noqa: F811
+    host_wheel: Path,
 ) -> None:
     # The demo writes it with the standard library (setuptools 80.9.0 needs the index):
     # the same package files and metadata as a setuptools build of host/.

@@ -15,71 +15,17 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from tests.clirunner import REPO_ROOT, CliResult, run_cli
+from tests.disk_support import PAGE, MountTmpfs
 from tests.synthetic_upstream import Synthetic, cli_args
 from xla_host.errors import DiskError
 from xla_wheels.disk_faults import disk_error
 
 HOST = ("--mode", "host", "--host-python", sys.executable)
-PAGE = 4096
-
-
-@dataclass(frozen=True)
-class Tmpfs:
-    path: Path
-
-    def free(self) -> int:
-        stat = os.statvfs(self.path)
-        return stat.f_bavail * stat.f_frsize
-
-    def fill(self, leave: int) -> None:
-        """A ballast file that leaves exactly ``leave`` bytes (whole pages) free."""
-        size = self.free() - leave
-        assert size >= 0, f"the tmpfs has only {self.free()} bytes free, {leave} wanted"
-        fd = os.open(self.path / "ballast", os.O_CREAT | os.O_WRONLY, 0o600)
-        try:
-            os.posix_fallocate(fd, 0, size)
-        finally:
-            os.close(fd)
-        assert self.free() == leave
-
-    def remount_read_only(self) -> None:
-        subprocess.run(["mount", "-o", "remount,ro", str(self.path)], check=True)
-
-
-MountTmpfs = Callable[[str, int], Tmpfs]
-
-
-@pytest.fixture
-def tmpfs(tmp_path: Path) -> Iterator[MountTmpfs]:
-    """``tmpfs(name, size)``: a real tmpfs of ``size`` bytes at ``tmp_path/name``."""
-    mounted: list[Path] = []
-
-    def mount(name: str, size: int) -> Tmpfs:
-        path = tmp_path / name
-        path.mkdir()
-        if os.geteuid() != 0:
-            pytest.skip(f"mounting a tmpfs needs root; these tests run as uid {os.geteuid()}")
-        done = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if done.returncode != 0:
-            pytest.skip(f"this machine forbids mounting a tmpfs: {done.stderr.strip()}")
-        mounted.append(path)
-        return Tmpfs(path)
-
-    yield mount
-    for path in reversed(mounted):
-        subprocess.run(["umount", str(path)], check=True)
 
 
 def run_wheels(syn: Synthetic, *extra: str) -> CliResult:

@@ -22,8 +22,6 @@ from tests.publish_support import (
     BUNDLE,
     FakeWheels,
     IndexServer,
-    fake_wheels,  # noqa: F401 - fixture
-    index_server,  # noqa: F401 - fixture
     make_publish_project,
 )
 from xla_host.arguments import RefusedSwitchAction
@@ -48,7 +46,7 @@ def _snapshot(root: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def project(tmp_path: Path, fake_wheels: FakeWheels) -> Path:  # noqa: F811
+def project(tmp_path: Path, fake_wheels: FakeWheels) -> Path:
     return make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
 
 
@@ -80,7 +78,7 @@ def test_requirements_rejects_the_flag_and_the_environment(project: Path) -> Non
 
 def test_publish_dry_run_reads_the_index_and_uploads_nothing(
     project: Path,
-    index_server: IndexServer,  # noqa: F811
+    index_server: IndexServer,
     tmp_path: Path,
 ) -> None:
     before = _snapshot(project)

@@ -15,7 +15,6 @@ from tests.publish_support import (
     BUNDLE,
     FakeWheels,
     IndexServer,
-    fake_wheels,  # noqa: F401 - fixture
     make_publish_project,
     start_pypiserver,
 )
@@ -23,7 +22,7 @@ from tests.servers import free_port, stop
 
 
 @pytest.fixture
-def project(tmp_path: Path, fake_wheels: FakeWheels) -> Path:  # noqa: F811
+def project(tmp_path: Path, fake_wheels: FakeWheels) -> Path:
     return make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
 
 

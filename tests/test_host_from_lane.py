@@ -32,7 +32,6 @@ from tests.publish_support import (
     XLA_VERSION,
     FakeWheels,
     cached_stock_wheel,
-    fake_wheels,  # noqa: F401 - fixture
     host_venv,
     make_publish_project,
     start_pypiserver,
@@ -46,30 +45,6 @@ from xla_host.filemode import file_sha256
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 HOST_SRC = REPO_ROOT / "host" / "src"
-
-
-def build_host_wheel(out: Path) -> Path:
-    """``make host-wheel``'s build, from a copy of the working tree's host/ (the target
-    builds from the commit; a test must see the code it tests)."""
-    source = out / "host-src"
-    shutil.copytree(
-        REPO_ROOT / "host",
-        source,
-        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"),
-    )
-    env = {**os.environ, "SOURCE_DATE_EPOCH": "1700000000"}
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
-         "--no-deps", "--wheel-dir", str(out / "wheel"), str(source)],
-        check=True, timeout=300, env=env, capture_output=True,
-    )  # fmt: skip
-    (wheel,) = (out / "wheel").glob("xla_wheels_host-*.whl")
-    return wheel
-
-
-@pytest.fixture(scope="session")
-def host_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_host_wheel(tmp_path_factory.mktemp("host-wheel"))
 
 
 @dataclass(frozen=True)
@@ -131,7 +106,7 @@ def _publish_lane(tmp_path: Path, wheels: FakeWheels, host_wheel: Path) -> tuple
 
 
 @pytest.fixture
-def host(tmp_path: Path, fake_wheels: FakeWheels, host_wheel: Path) -> Host:  # noqa: F811
+def host(tmp_path: Path, fake_wheels: FakeWheels, host_wheel: Path) -> Host:
     lane, output = _publish_lane(tmp_path, fake_wheels, host_wheel)
     venv = tmp_path / "host-env"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
@@ -527,7 +502,7 @@ def test_the_hosts_network_flags_are_the_settings_rows(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_the_host_writes_the_launch_environment_the_builder_writes(
     tmp_path: Path,
-    fake_wheels: FakeWheels,  # noqa: F811
+    fake_wheels: FakeWheels,
 ) -> None:
     from xla_wheels.release import host_document
     from xla_wheels.release.lanes import load_config
@@ -573,7 +548,7 @@ def test_the_host_writes_the_launch_environment_the_builder_writes(
 @pytest.mark.slow
 def test_a_lane_on_a_package_index_serves_the_host_wheel_and_the_document_by_hash(
     tmp_path: Path,
-    fake_wheels: FakeWheels,  # noqa: F811
+    fake_wheels: FakeWheels,
     host_wheel: Path,
 ) -> None:
     process, index = start_pypiserver(tmp_path / "index", "update")  # reads need no account

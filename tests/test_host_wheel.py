@@ -21,7 +21,6 @@ from tests.clirunner import run_cli
 from tests.publish_support import (
     BUNDLE,
     FakeWheels,
-    fake_wheels,  # noqa: F401 - fixture
     make_publish_project,
     start_pypiserver,
 )
@@ -56,7 +55,7 @@ def _repository(tmp_path: Path) -> Path:
 @pytest.mark.slow
 def test_a_changed_host_package_publishes_to_a_lane_that_holds_the_previous_one(
     tmp_path: Path,
-    fake_wheels: FakeWheels,  # noqa: F811
+    fake_wheels: FakeWheels,
 ) -> None:
     repo = _repository(tmp_path)
     first = host_wheel.build(repo)

@@ -32,7 +32,6 @@ from tests.clirunner import REPO_ROOT, CliResult, run_cli
 from tests.publish_support import (
     BUNDLE,
     FakeWheels,
-    fake_wheels,  # noqa: F401 - fixture
     make_publish_project,
 )
 from tests.test_cache_pack import host_python, keypair, listing, manifest
@@ -64,7 +63,7 @@ class PublishedLane:
 @pytest.fixture(scope="module")
 def published(
     tmp_path_factory: pytest.TempPathFactory,
-    fake_wheels: FakeWheels,  # noqa: F811
+    fake_wheels: FakeWheels,
 ) -> Iterator[PublishedLane]:
     tmp = tmp_path_factory.mktemp("guarded-lane")
     launch_cache = tmp / "launch-cache"

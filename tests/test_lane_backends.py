@@ -20,7 +20,6 @@ from tests.clirunner import run_cli
 from tests.publish_support import (
     BUNDLE,
     FakeWheels,
-    fake_wheels,  # noqa: F401 - fixture
     make_publish_project,
     start_pypiserver,
 )
@@ -110,7 +109,7 @@ SHARE = LaneKind("share", (Field("share", str, required=True),), _make_share)
 @pytest.mark.slow
 def test_a_kind_registered_with_one_line_publishes_and_is_read_back_by_status(
     tmp_path: Path,
-    fake_wheels: FakeWheels,  # noqa: F811
+    fake_wheels: FakeWheels,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setitem(lane_kinds.KINDS, SHARE.name, SHARE)  # the registry's one line
@@ -188,7 +187,7 @@ FLAT = LaneKind(
 
 def test_a_kind_written_against_the_protocol_alone_is_promoted_into_and_refuses_packs(
     tmp_path: Path,
-    fake_wheels: FakeWheels,  # noqa: F811
+    fake_wheels: FakeWheels,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -233,7 +232,7 @@ def test_a_kind_written_against_the_protocol_alone_is_promoted_into_and_refuses_
 @pytest.mark.slow
 def test_a_changed_document_is_a_new_file_on_the_index_and_hosts_take_the_one_they_name(
     tmp_path: Path,
-    fake_wheels: FakeWheels,  # noqa: F811
+    fake_wheels: FakeWheels,
 ) -> None:
     process, index = start_pypiserver(tmp_path / "index", "update")
     try:

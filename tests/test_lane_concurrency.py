@@ -26,7 +26,6 @@ from tests.publish_support import (
     XLA_VERSION,
     FakeWheels,
     build_wheel,
-    fake_wheels,  # noqa: F401 - fixture
     make_publish_project,
     manifest_text,
 )
@@ -63,7 +62,7 @@ def _add_bundle(project: Path, bundle: str, wheels: list[Path]) -> None:
 
 @pytest.fixture(scope="module")
 def checkouts(
-    fake_wheels: FakeWheels,  # noqa: F811
+    fake_wheels: FakeWheels,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> tuple[Path, Path, Path]:
     """Two checkouts, each with both bundles locked, and the one lane they share."""

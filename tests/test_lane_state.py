@@ -25,13 +25,11 @@ from tests.publish_support import (
     XLA_VERSION,
     FakeWheels,
     build_wheel,
-    fake_wheels,  # noqa: F401 - fixture
     make_publish_project,
 )
 from tests.servers import answers_http, free_port, start, stop
 from tests.test_host_from_lane import (
     contract_environment,
-    host_wheel,  # noqa: F401 - fixture
 )
 from tests.test_release_history import SECOND, _add_second_bundle
 from xla_wheels.release import lanes
@@ -69,7 +67,7 @@ def _torch_xla_sha(project: Path, bundle: str) -> str:
 @pytest.mark.slow
 def test_the_install_list_follows_publish_publish_rollback_and_a_stale_one_fails_status(
     tmp_path: Path,
-    fake_wheels: FakeWheels,  # noqa: F811
+    fake_wheels: FakeWheels,
 ) -> None:
     project = _project(tmp_path, fake_wheels)
     lane = project / "dist" / "lanes" / "validation"
@@ -159,8 +157,8 @@ def _installed(python: Path) -> set[str]:
 @pytest.mark.slow
 def test_the_runbooks_two_lines_and_doctors_fix_line_install_when_pasted(
     tmp_path: Path,
-    fake_wheels: FakeWheels,  # noqa: F811
-    host_wheel: Path,  # noqa: F811
+    fake_wheels: FakeWheels,
+    host_wheel: Path,
 ) -> None:
     project = _project(tmp_path, fake_wheels, host_wheel)
     for step in (("publish-lane", "--bundle", SECOND), ("publish-lane", "--bundle", BUNDLE)):

@@ -37,8 +37,6 @@ from tests.publish_support import (
     USER,
     FakeWheels,
     IndexServer,
-    fake_wheels,  # noqa: F401 - fixture
-    index_server,  # noqa: F401 - fixture
     make_publish_project,
     start_pypiserver,
 )
@@ -46,7 +44,7 @@ from tests.servers import free_port, stop
 
 
 @pytest.fixture
-def project(tmp_path: Path, fake_wheels: FakeWheels) -> Path:  # noqa: F811
+def project(tmp_path: Path, fake_wheels: FakeWheels) -> Path:
     return make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
 
 
@@ -56,7 +54,7 @@ def project(tmp_path: Path, fake_wheels: FakeWheels) -> Path:  # noqa: F811
 @pytest.mark.slow
 def test_upload_to_a_server_that_never_answers_ends_and_names_host_and_step(
     project: Path,
-    index_server: IndexServer,  # noqa: F811
+    index_server: IndexServer,
 ) -> None:
     with silent_server() as silent:
         result = network_cli(
@@ -117,7 +115,7 @@ def _inherited_env() -> dict[str, str]:
 @pytest.mark.slow
 def test_a_503_is_retried_and_the_publish_succeeds(
     project: Path,
-    index_server: IndexServer,  # noqa: F811
+    index_server: IndexServer,
 ) -> None:
     base = index_server.url.removesuffix("/simple/")
     with faulty_proxy(base, [503]) as proxy:
@@ -137,7 +135,7 @@ def test_a_503_is_retried_and_the_publish_succeeds(
 @pytest.mark.slow
 def test_an_index_that_keeps_answering_503_is_tried_a_bounded_number_of_times(
     project: Path,
-    index_server: IndexServer,  # noqa: F811
+    index_server: IndexServer,
 ) -> None:
     base = index_server.url.removesuffix("/simple/")
     with faulty_proxy(base, [], forever=503) as proxy:
@@ -161,7 +159,7 @@ def test_an_index_that_keeps_answering_503_is_tried_a_bounded_number_of_times(
 
 def test_refused_credentials_are_not_retried(
     project: Path,
-    index_server: IndexServer,  # noqa: F811
+    index_server: IndexServer,
 ) -> None:
     base = index_server.url.removesuffix("/simple/")
     with faulty_proxy(base, [], forever=401) as proxy:

@@ -39,8 +39,6 @@ from tests.publish_support import (
     BUNDLE,
     FakeWheels,
     IndexServer,
-    fake_wheels,  # noqa: F401 - fixture
-    index_server,  # noqa: F401 - fixture
     make_publish_project,
 )
 from xla_host.filemode import file_sha256
@@ -61,7 +59,7 @@ FAST = NetworkPolicy(timeout_s=2, retries=1, backoff_s=0.1, heartbeat_s=0, min_b
 
 
 @pytest.fixture
-def project(tmp_path: Path, fake_wheels: FakeWheels) -> Path:  # noqa: F811
+def project(tmp_path: Path, fake_wheels: FakeWheels) -> Path:
     return make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
 
 
@@ -75,7 +73,7 @@ def _wheels_on(server: IndexServer) -> list[str]:
 @pytest.mark.slow
 def test_a_listing_cut_mid_answer_is_read_again_and_publish_succeeds(
     project: Path,
-    index_server: IndexServer,  # noqa: F811
+    index_server: IndexServer,
 ) -> None:
     base = index_server.url.removesuffix("/simple/")
     with faulty_proxy(base, [CUT], only="/simple/") as proxy:
@@ -94,7 +92,7 @@ def test_a_listing_cut_mid_answer_is_read_again_and_publish_succeeds(
 @pytest.mark.slow
 def test_a_project_page_cut_every_time_is_exit_1_saying_so(
     project: Path,
-    index_server: IndexServer,  # noqa: F811
+    index_server: IndexServer,
 ) -> None:
     base = index_server.url.removesuffix("/simple/")
     # The root answers; every project page is cut (the listing publish compares with).
@@ -115,7 +113,7 @@ def test_a_project_page_cut_every_time_is_exit_1_saying_so(
 @pytest.mark.slow
 def test_an_index_trickling_one_byte_a_second_ends_publish_at_its_deadline(
     project: Path,
-    index_server: IndexServer,  # noqa: F811
+    index_server: IndexServer,
 ) -> None:
     base = index_server.url.removesuffix("/simple/")
     with faulty_proxy(base, [], forever=TRICKLE, trickle_s=1) as proxy:
@@ -158,7 +156,7 @@ def _serve(project: Path, server: IndexServer) -> None:
 @pytest.mark.slow
 def test_a_lane_download_cut_mid_file_is_fetched_again_whole(
     project: Path,
-    index_server: IndexServer,  # noqa: F811
+    index_server: IndexServer,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -180,7 +178,7 @@ def test_a_lane_download_cut_mid_file_is_fetched_again_whole(
 @pytest.mark.slow
 def test_a_lane_trickling_its_file_ends_at_the_transfer_deadline(
     project: Path,
-    index_server: IndexServer,  # noqa: F811
+    index_server: IndexServer,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -216,7 +214,7 @@ def _devpi_lanes(server_base: str) -> tuple[devpi.DevpiLane, devpi.DevpiLane]:
 
 @pytest.mark.slow
 def test_a_trickling_devpi_push_ends_by_net_timeout_not_a_fixed_limit(
-    index_server: IndexServer,  # noqa: F811
+    index_server: IndexServer,
 ) -> None:
     # Any answer trickled one byte a second: the push waits NET_TIMEOUT plus the
     # release's size at the slowest allowed rate, not ten minutes.
@@ -236,7 +234,7 @@ def test_a_trickling_devpi_push_ends_by_net_timeout_not_a_fixed_limit(
 
 @pytest.mark.slow
 def test_a_devpi_push_answer_cut_mid_way_is_one_clear_error_not_retried(
-    index_server: IndexServer,  # noqa: F811
+    index_server: IndexServer,
 ) -> None:
     base = index_server.url.removesuffix("/simple/")
     with faulty_proxy(base, [], forever=CUT) as proxy:
@@ -257,7 +255,7 @@ def test_a_devpi_push_answer_cut_mid_way_is_one_clear_error_not_retried(
 @pytest.mark.slow
 def test_verify_install_whose_download_never_answers_is_exit_8_with_a_network_fix(
     project: Path,
-    index_server: IndexServer,  # noqa: F811
+    index_server: IndexServer,
 ) -> None:
     _serve(project, index_server)
     base = index_server.url.removesuffix("/simple/")
@@ -281,7 +279,7 @@ def test_verify_install_whose_download_never_answers_is_exit_8_with_a_network_fi
 @pytest.mark.slow
 def test_verify_install_whose_download_is_cut_is_a_network_error_not_a_hash_one(
     project: Path,
-    index_server: IndexServer,  # noqa: F811
+    index_server: IndexServer,
 ) -> None:
     _serve(project, index_server)
     base = index_server.url.removesuffix("/simple/")
@@ -311,7 +309,7 @@ def test_verify_install_whose_download_is_cut_is_a_network_error_not_a_hash_one(
 @pytest.mark.slow
 def test_a_file_another_publish_uploaded_meanwhile_is_explained_and_skipped_on_rerun(
     project: Path,
-    index_server: IndexServer,  # noqa: F811
+    index_server: IndexServer,
 ) -> None:
     base = index_server.url.removesuffix("/simple/")
     dist = project / "dist" / BUNDLE
@@ -356,7 +354,7 @@ _ONLY_THAT_INDEX = {"PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": "", "PIP_EX
 @pytest.mark.slow
 def test_requirements_against_an_index_that_never_answers_obeys_net_timeout(
     tmp_path: Path,
-    fake_wheels: FakeWheels,  # noqa: F811
+    fake_wheels: FakeWheels,
 ) -> None:
     # pip resolves the runtime pins from the index it is configured with: it waits
     # NET_TIMEOUT, not its own 15 s five times over, and the end says which host.

@@ -16,8 +16,6 @@ from tests.publish_support import (
     USER,
     FakeWheels,
     IndexServer,
-    fake_wheels,  # noqa: F401 - fixture
-    index_server,  # noqa: F401 - fixture
     make_publish_project,
     start_pypiserver,
 )
@@ -26,7 +24,7 @@ from xla_host.filemode import file_sha256
 
 
 @pytest.fixture
-def project(tmp_path: Path, fake_wheels: FakeWheels) -> Path:  # noqa: F811
+def project(tmp_path: Path, fake_wheels: FakeWheels) -> Path:
     return make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
 
 
@@ -44,7 +42,7 @@ def _publish(project: Path, index_url: str, env: dict[str, str]) -> CliResult:
 
 
 @pytest.mark.slow
-def test_upload_then_rerun_skips(project: Path, index_server: IndexServer) -> None:  # noqa: F811
+def test_upload_then_rerun_skips(project: Path, index_server: IndexServer) -> None:
     env = index_server.credentials
     first = _publish(project, index_server.url, env)
     assert first.exit_code == 0, first.output
@@ -68,8 +66,8 @@ def test_upload_then_rerun_skips(project: Path, index_server: IndexServer) -> No
 
 def test_same_name_different_hash_is_refused(
     project: Path,
-    index_server: IndexServer,  # noqa: F811
-    fake_wheels: FakeWheels,  # noqa: F811
+    index_server: IndexServer,
+    fake_wheels: FakeWheels,
 ) -> None:
     # Someone else put a different file under our torch_xla file name on the index.
     impostor = index_server.packages / fake_wheels.torch_xla.name
@@ -143,7 +141,7 @@ def test_index_down_gives_a_clear_error(project: Path) -> None:
 
 def test_wheel_changed_after_locking_is_not_published(
     project: Path,
-    index_server: IndexServer,  # noqa: F811
+    index_server: IndexServer,
 ) -> None:
     wheel = next((project / "dist" / BUNDLE).glob("torch_xla-*.whl"))
     locked = file_sha256(wheel)
@@ -157,7 +155,7 @@ def test_wheel_changed_after_locking_is_not_published(
 @pytest.mark.slow
 def test_verified_install_then_tampered_index_file_is_refused(
     project: Path,
-    index_server: IndexServer,  # noqa: F811
+    index_server: IndexServer,
 ) -> None:
     env = index_server.credentials
     published = _publish(project, index_server.url, env)

@@ -12,7 +12,6 @@ from tests.clirunner import run_cli
 from tests.publish_support import (
     BUNDLE,
     FakeWheels,
-    fake_wheels,  # noqa: F401 - fixture
     make_publish_project,
     provenance,
 )
@@ -27,7 +26,7 @@ def _lock(project: Path) -> dict:
 @pytest.mark.slow
 def test_runtime_closure_is_resolved_locked_and_kept(
     tmp_path: Path,
-    fake_wheels: FakeWheels,  # noqa: F811
+    fake_wheels: FakeWheels,
 ) -> None:
     project = make_publish_project(
         tmp_path, [fake_wheels.torch, fake_wheels.torch_xla], runtime=RUNTIME, python="3.13"
@@ -75,7 +74,7 @@ def test_runtime_closure_is_resolved_locked_and_kept(
 @pytest.mark.slow
 def test_requirements_refuse_a_wheel_that_changed_after_locking(
     tmp_path: Path,
-    fake_wheels: FakeWheels,  # noqa: F811
+    fake_wheels: FakeWheels,
 ) -> None:
     project = make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
     wheel = next((project / "dist" / BUNDLE).glob("torch-*.whl"))

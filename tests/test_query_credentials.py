@@ -16,7 +16,6 @@ from tests.clirunner import run_cli
 from tests.publish_support import (
     BUNDLE,
     FakeWheels,
-    fake_wheels,  # noqa: F401 - fixture
     make_publish_project,
 )
 from tests.servers import free_port
@@ -54,7 +53,7 @@ def test_other_parameters_are_left_as_they_are() -> None:
 
 
 @pytest.fixture
-def project(tmp_path: Path, fake_wheels: FakeWheels) -> Path:  # noqa: F811
+def project(tmp_path: Path, fake_wheels: FakeWheels) -> Path:
     return make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
 
 

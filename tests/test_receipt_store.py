@@ -28,7 +28,6 @@ from tests.clirunner import run_cli
 from tests.publish_support import (
     BUNDLE,
     FakeWheels,
-    fake_wheels,  # noqa: F401 - fixture
     make_publish_project,
 )
 from xla_host import receipt_store, receipts
@@ -100,7 +99,7 @@ def _promote(project: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, st
 def test_webdav_put_list_get_and_a_receipt_is_never_replaced(
     dav: tuple[webdav_server.WebDavServer, str],
     tmp_path: Path,
-    fake_wheels: FakeWheels,  # noqa: F811
+    fake_wheels: FakeWheels,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     server, password = dav
@@ -131,7 +130,7 @@ def test_webdav_put_list_get_and_a_receipt_is_never_replaced(
 def test_a_wrong_password_is_named_and_never_shown(
     dav: tuple[webdav_server.WebDavServer, str],
     tmp_path: Path,
-    fake_wheels: FakeWheels,  # noqa: F811
+    fake_wheels: FakeWheels,
 ) -> None:
     server, password = dav
     project = make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
@@ -170,7 +169,7 @@ def test_a_store_that_does_not_answer_ends_with_exit_8(tmp_path: Path) -> None:
 def test_promote_and_compare_read_the_receipt_from_the_webdav_store(
     dav: tuple[webdav_server.WebDavServer, str],
     tmp_path: Path,
-    fake_wheels: FakeWheels,  # noqa: F811
+    fake_wheels: FakeWheels,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -273,7 +272,7 @@ def test_gs_store_commands_are_data_and_a_missing_gcloud_is_named(
 @pytest.mark.slow
 def test_a_bad_store_location_is_bad_input_and_credentials_in_it_are_never_shown(
     tmp_path: Path,
-    fake_wheels: FakeWheels,  # noqa: F811
+    fake_wheels: FakeWheels,
 ) -> None:
     for location, problem in (
         ("ftp://host/receipts", "cannot be a ftp:// URL"),
@@ -313,7 +312,7 @@ def _keypair(directory: Path, name: str) -> tuple[Path, Path]:
 
 def test_a_lane_that_requires_signed_receipts(
     tmp_path: Path,
-    fake_wheels: FakeWheels,  # noqa: F811
+    fake_wheels: FakeWheels,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     project = make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
@@ -370,7 +369,7 @@ def test_a_lane_that_requires_signed_receipts(
 def test_the_gate_sends_its_written_receipt_home_signed(
     dav: tuple[webdav_server.WebDavServer, str],
     tmp_path: Path,
-    fake_wheels: FakeWheels,  # noqa: F811
+    fake_wheels: FakeWheels,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     server, password = dav
@@ -406,7 +405,7 @@ def test_the_gate_sends_its_written_receipt_home_signed(
 
 def test_the_gate_refuses_a_store_it_cannot_use_before_it_runs(
     tmp_path: Path,
-    fake_wheels: FakeWheels,  # noqa: F811
+    fake_wheels: FakeWheels,
 ) -> None:
     project = make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
     for extra, problem in (
@@ -426,7 +425,7 @@ def test_the_gate_refuses_a_store_it_cannot_use_before_it_runs(
 def test_the_gate_proves_the_store_takes_writes_before_any_child_starts(
     dav: tuple[webdav_server.WebDavServer, str],
     tmp_path: Path,
-    fake_wheels: FakeWheels,  # noqa: F811
+    fake_wheels: FakeWheels,
 ) -> None:
     server, password = dav
     project = make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
@@ -451,7 +450,7 @@ def test_the_gate_proves_the_store_takes_writes_before_any_child_starts(
 
 def test_status_shows_store_receipts_and_names_a_store_that_does_not_answer(
     tmp_path: Path,
-    fake_wheels: FakeWheels,  # noqa: F811
+    fake_wheels: FakeWheels,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     from tests.servers import free_port
@@ -587,7 +586,7 @@ class MountStore(receipt_store.DirectoryStore):
 
 def test_a_new_kind_of_store_is_a_subclass_and_its_place_in_the_registry(
     tmp_path: Path,
-    fake_wheels: FakeWheels,  # noqa: F811
+    fake_wheels: FakeWheels,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(receipt_store, "STORE_KINDS", (*receipt_store.STORE_KINDS, MountStore))

@@ -28,7 +28,6 @@ from tests.publish_support import (
     BUNDLE,
     FakeWheels,
     build_fake_wheels,
-    fake_wheels,  # noqa: F401 - fixture
     make_publish_project,
 )
 from xla_host import bundle_document
@@ -82,7 +81,7 @@ pytestmark = [pytest.mark.xdist_group("devpi"), pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def devpi_release(
-    fake_wheels: FakeWheels,  # noqa: F811 - the fixture imported above
+    fake_wheels: FakeWheels,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[DevpiRelease]:
     work = tmp_path_factory.mktemp("devpi")

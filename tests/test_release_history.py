@@ -25,7 +25,6 @@ from tests.publish_support import (
     FakeWheels,
     IndexServer,
     build_wheel,
-    fake_wheels,  # noqa: F401 - fixture
     host_venv,
     make_publish_project,
     manifest_text,
@@ -82,7 +81,7 @@ def _add_second_bundle(project: Path, torch: Path, torch_xla: Path) -> None:
 
 @pytest.fixture(scope="module")
 def fleet(
-    fake_wheels: FakeWheels,  # noqa: F811
+    fake_wheels: FakeWheels,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Fleet]:
     """Two bundles locked, two lanes served by pypiserver, nothing published yet."""

@@ -38,7 +38,6 @@ from tests.publish_support import (
     FakeWheels,
     IndexServer,
     cached_stock_wheel,
-    fake_wheels,  # noqa: F401 - fixture
     make_publish_project,
     start_pypiserver,
 )
@@ -443,7 +442,7 @@ def test_the_restart_regression_gate_compares_with_the_current_bundle(release: R
 @pytest.mark.slow
 def test_lane_pylock_names_public_runtime_wheels_by_url_and_hash(
     tmp_path: Path,
-    fake_wheels: FakeWheels,  # noqa: F811
+    fake_wheels: FakeWheels,
 ) -> None:
     project = make_publish_project(
         tmp_path, [fake_wheels.torch, fake_wheels.torch_xla], runtime=RUNTIME, python="3.13"
@@ -488,7 +487,7 @@ def test_lane_pylock_names_public_runtime_wheels_by_url_and_hash(
 @pytest.mark.slow
 def test_static_lanes_publish_promote_and_install_by_hash(
     tmp_path: Path,
-    fake_wheels: FakeWheels,  # noqa: F811
+    fake_wheels: FakeWheels,
 ) -> None:
     project = make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
     (project / "build" / "lanes.toml").write_text(
@@ -554,7 +553,7 @@ def test_static_lanes_publish_promote_and_install_by_hash(
 
 def test_one_promotion_reads_wheels_lock_once(
     tmp_path: Path,
-    fake_wheels: FakeWheels,  # noqa: F811
+    fake_wheels: FakeWheels,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # The CLI edge parses wheels.lock once and passes the parsed lock down: judging the
@@ -585,7 +584,7 @@ def test_one_promotion_reads_wheels_lock_once(
 
 def test_a_malformed_lanes_file_and_an_unknown_lane_are_named(
     tmp_path: Path,
-    fake_wheels: FakeWheels,  # noqa: F811
+    fake_wheels: FakeWheels,
 ) -> None:
     project = make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
     lanes_file = project / "build" / "lanes.toml"
@@ -605,7 +604,7 @@ def test_a_malformed_lanes_file_and_an_unknown_lane_are_named(
 
 def test_the_gate_refuses_an_unknown_bundle_before_it_runs(
     tmp_path: Path,
-    fake_wheels: FakeWheels,  # noqa: F811
+    fake_wheels: FakeWheels,
 ) -> None:
     project = make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
     for command in ("gate", "bench-restart"):

@@ -32,10 +32,9 @@ import pytest
 
 from tests import webdav_server
 from tests.clirunner import run_cli
-from tests.publish_support import cached_stock_wheel, make_publish_project
+from tests.publish_support import build_host_wheel, cached_stock_wheel, make_publish_project
 from tests.servers import answers_http, free_port, start, stop
 from tests.test_gate_workload import write_tiny
-from tests.test_host_from_lane import build_host_wheel
 from xla_host import receipts
 from xla_host.filemode import file_sha256
 from xla_host.gate.slice import DEAD_AFTER_S

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.clirunner import CliResult, run_cli
-from tests.publish_support import IndexServer, host_venv, index_server  # noqa: F401 - fixture
+from tests.publish_support import IndexServer, host_venv
 from tests.synthetic_upstream import Synthetic, cli_args, make_patch
 from xla_host.filemode import file_sha256
 from xla_host.wheel_filename import parse_wheel_name
@@ -57,7 +57,7 @@ def wipe_stage_cache(syn: Synthetic) -> None:
 def test_bundles_sharing_inputs_verify_doctor_and_publish_side_by_side(
     syn: Synthetic,
     tmp_path: Path,
-    index_server: IndexServer,  # noqa: F811
+    index_server: IndexServer,
 ) -> None:
     # Same torch/torch_xla/openxla inputs, another manifest (a libtpu bump in real life).
     text = syn.bundle_path().read_text()
@@ -123,7 +123,7 @@ def test_rebuild_after_wiping_the_stage_cache_gives_the_same_bytes(syn: Syntheti
 @pytest.mark.slow
 def test_a_different_rebuild_stops_and_keep_recorded_or_a_build_tag_works(
     syn: Synthetic,
-    index_server: IndexServer,  # noqa: F811
+    index_server: IndexServer,
 ) -> None:
     assert (first := build(syn, env=NOISY)).exit_code == 0, first.stderr
     recorded = shas(syn)
