@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import secrets
 import subprocess
 import sys
@@ -22,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import servers
+from tests.clirunner import CliResult
 from tests.gcs_support import DeniedServer, GcsEmulator
 from tests.gitrepos import REPO_ROOT
 from tests.network_faults_support import SilentServer
@@ -31,11 +34,16 @@ from tests.publish_support import (
     fake_wheels,  # noqa: F401 - fixture
     make_publish_project,
 )
+from tests.test_cache_pack import cache_entry, host_cli, host_python, keypair, listing, manifest
 from tests.test_receipt_store import _keypair, _lanes, _promote, _receipt
-from xla_host import gcs, receipt_signing, receipt_store, receipts
+from xla_host import cache_pack, gcs, receipt_signing, receipt_store, receipts
 from xla_host.errors import ExitCode, PipelineError
 from xla_host.net import NetworkPolicy, NetworkTimedOut
+from xla_wheels.cli import main
+from xla_wheels.release import lane_packs as lane_store
 from xla_wheels.release import lanes
+
+__all__ = ["host_python"]  # the fixture, shared with test_cache_pack.py
 
 HOST_SRC = REPO_ROOT / "host" / "src"
 QUICK = NetworkPolicy(timeout_s=1.0, retries=1, backoff_s=0.1)
@@ -193,3 +201,91 @@ def test_without_the_client_library_a_gs_address_names_the_pip_line(tmp_path: Pa
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("2 a gs:// address is reached through"), done.stdout
     assert gcs.PIP_INSTALL in done.stdout
+
+
+# --- a lane's pack store in a bucket ---------------------------------------------------
+
+
+def _pack_of(tmp: Path, key: Path, bundle: str, created: str) -> tuple[Path, cache_pack.Manifest]:
+    cache = tmp / f"cold-{created[:7]}"
+    cache.mkdir()
+    for i, size in enumerate((50_000, 1_200)):
+        (cache / f"{1234567890123 + i}").write_bytes(cache_entry(os.urandom(size)))
+    return cache_pack.write_pack(
+        tmp / f"packs-{created[:7]}", cache, key, manifest(bundle=bundle, created=created)
+    )
+
+
+def test_a_pack_goes_into_a_lanes_bucket_and_a_host_fetches_it_by_the_lanes_address(
+    bucket: str,
+    gcs_emulator: GcsEmulator,
+    tmp_path: Path,
+    fake_wheels: FakeWheels,  # noqa: F811
+    host_python: Path,
+) -> None:
+    project = make_publish_project(tmp_path, [fake_wheels.torch, fake_wheels.torch_xla])
+    store = f"gs://{bucket}/team/packs"
+    (project / "build" / "lanes.toml").write_text(
+        'publish-lane = "validation"\n\n[lanes.validation]\npath = "dist/lanes/validation"\n'
+        f'packs = "{store}"\n\n[lanes.preferred]\nindex-url = "http://127.0.0.1:9/simple/"\n'
+        f'packs = "{store}/preferred"\npromote-from = "validation"\n'
+    )
+    assert main(["publish-lane", "--root", str(project), "--bundle", BUNDLE]) == 0
+    config = lanes.load_config(project)
+    lane = config.lane("validation")
+    assert lane.backend.named_pack_store() == store
+    document = json.loads(
+        (project / "dist/lanes/validation/bundles" / f"{BUNDLE}.json").read_text()
+    )
+    assert document["packs"] == store  # a host needs only the lane's address
+    private, public = keypair(tmp_path, "packs")
+    older, older_manifest = _pack_of(tmp_path, private, BUNDLE, "2026-01-01T00:00:00Z")
+    first = lane_store.publish_pack(lane, older, older_manifest, {BUNDLE: "serves"})
+    pack, full = _pack_of(tmp_path, private, BUNDLE, "2026-02-01T00:00:00Z")
+    published = lane_store.publish_pack(lane, pack, full, {BUNDLE: "serves"})
+    # Retention in the bucket: only the newest pack of the bundle, workload and topology.
+    assert [r for r, _ in published.removed] == [first.row]
+    objects = gcs.bucket_at(store, QUICK, fix="")
+    assert objects.list("packs/") == ["packs/index.json", published.row.path]
+    assert objects.read(published.row.path, max_bytes=1 << 20)[0] == pack.read_bytes()
+    # Promotion's copy by hash into a lane on a package index: its own bucket prefix.
+    copied = lane_store.copy_packs(lane, config.lane("preferred"), BUNDLE, {BUNDLE: "serves"})
+    assert [c.row.sha256 for c in copied] == [published.row.sha256]
+    assert lane_store.read_index(config.lane("preferred"))[0] == [published.row]
+    # The host: the lane served over HTTP, the pack from the bucket its document names.
+    directory = project / "dist" / "lanes" / "validation"
+    port = servers.free_port()
+    url = f"http://127.0.0.1:{port}/"
+    server = servers.start(
+        "http.server",
+        [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "--directory",
+         str(directory), str(port)],
+        log=tmp_path / "http.log", ready=servers.answers_http(url), timeout_s=30,
+    )  # fmt: skip
+    try:
+
+        def fetch(into: Path) -> CliResult:
+            return host_cli(
+                "cache", "fetch", "--lane", url, "--bundle", BUNDLE, "--workload", "small",
+                "--into", str(into), "--key", str(public), "--python", str(host_python),
+                "--device", "CPU", "--topology", "cpu-1x1",
+                env={gcs.EMULATOR_ENV: gcs_emulator.host},
+            )  # fmt: skip
+
+        into = tmp_path / "host" / "cache"
+        done = fetch(into)
+        assert done.exit_code == 0, done.output
+        assert listing(into) == listing(tmp_path / "cold-2026-02")
+        # A tampered object (one byte of the tar's end blocks flipped, put back in the
+        # bucket under its hash's name): refused by hash, nothing installed.
+        raw = bytearray(pack.read_bytes())
+        raw[-1] ^= 0x01
+        objects.delete(published.row.path)
+        assert objects.create(published.row.path, bytes(raw)) is True
+        again = tmp_path / "host2" / "cache"
+        done = fetch(again)
+        assert done.exit_code == 1, done.output
+        assert "is not the pack the lane's index names" in done.stderr
+        assert not again.exists()
+    finally:
+        servers.stop(server)
