@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests import clirunner, missing_tools, real_source
+from tests import clirunner, gcs_support, missing_tools, real_source
 from tests.clirunner import CliResult
 from tests.gate_helpers import GateRun, run_gate_cli
+from tests.gcs_support import GcsEmulator
 from tests.gitrepos import Upstream, make_upstreams
 from tests.once_per_run import once_per_run
 from tests.synthetic_upstream import (
@@ -154,6 +155,18 @@ def gate_29(stock_xla_python_29: Path, tmp_path_factory: pytest.TempPathFactory)
     )
 
 
+# --- A Cloud Storage server on loopback (tests/gcs_support.py) --------------------------
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GcsEmulator]:
+    """fake-gcs-server on 127.0.0.1, one per pytest worker (one per run: the tests that
+    use it share an xdist group, conftest's ``_worker_groups``); each test makes its own
+    bucket (``GcsEmulator.make_bucket``)."""
+    with gcs_support.gcs_emulator(tmp_path_factory.mktemp("gcs")) as server:
+        yield server
+
+
 # --- The real pytorch/xla source (tests/real_source.py) -------------------------------
 
 
@@ -174,6 +187,10 @@ STOCK_XLA_FIXTURES = frozenset(
 #: share a worker, which makes it. Spread over two workers, the second one blocked on the
 #: run's lock for as long as the first took to make it (67 s measured for gate_27).
 ONCE_PER_RUN_GATES = frozenset({"gate_27", "gate_29"})
+
+#: Servers made once per pytest worker (session fixtures): the tests that use one share
+#: an xdist group, so a run starts it once, not once per worker.
+ONCE_PER_RUN_SERVERS = frozenset({"gcs_emulator"})
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's, which reads xdist_group marks
@@ -216,7 +233,8 @@ def _worker_groups(items: list[pytest.Item]) -> dict[pytest.Item, str]:
     for item in items:
         if item.get_closest_marker("xdist_group") is not None:
             continue
-        gates = sorted(set(getattr(item, "fixturenames", ())) & ONCE_PER_RUN_GATES)
+        fixtures = set(getattr(item, "fixturenames", ()))
+        gates = sorted(fixtures & ONCE_PER_RUN_GATES) or sorted(fixtures & ONCE_PER_RUN_SERVERS)
         if _shares_a_module_fixture(item):
             module = module_of[item] = item.nodeid.split("::")[0]
             if gates:

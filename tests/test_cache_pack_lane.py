@@ -465,7 +465,7 @@ def test_a_lane_whose_backend_keeps_no_packs_refuses_one_naming_its_backend_and_
         )
         assert "secret" not in refused.value.message
         assert refused.value.exit_code == 1
-        assert "static-directory lane" in (refused.value.fix or "")
+        assert "name a pack store for the lane" in (refused.value.fix or "")
         assert lane_store.read_index(target) == ([], {})
     # A promotion into such a lane takes the wheels without the packs: they stay in the
     # source lane, and the log says so.

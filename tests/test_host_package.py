@@ -37,8 +37,9 @@ def _module_name(path: Path) -> str:
 ANYWHERE = frozenset(sys.stdlib_module_names) | {"xla_host", "__future__"}
 #: Imported only where they are used, inside a function, never by the module's import:
 #: the gate's children run in the interpreter under test, which has the stack it judges,
-#: and ``wheel_filename`` checks names with ``packaging`` when it is installed.
-IN_FUNCTIONS = frozenset({"torch", "torch_xla", "numpy", "packaging"})
+#: and ``wheel_filename`` checks names with ``packaging`` when it is installed; ``gcs``
+#: imports Google's client library (``google.*``) only when a gs:// address is used.
+IN_FUNCTIONS = frozenset({"torch", "torch_xla", "numpy", "packaging", "google"})
 
 
 def _imported(node: ast.AST) -> list[str]:

@@ -216,7 +216,7 @@ def test_a_kind_written_against_the_protocol_alone_is_promoted_into_and_refuses_
     with pytest.raises(lanes.LaneError) as refused:
         lane_packs.publish_pack(lane, pack, full, {BUNDLE: "serves"})
     assert refused.value.message.startswith("lane preferred (backend 'flat', ")
-    assert "static-directory lane" in (refused.value.fix or "")
+    assert "name a pack store for the lane" in (refused.value.fix or "")
     # A promotion into it: the wheels by the kind's own put, the packs stay in the source.
     capsys.readouterr()
     _, outcomes = promote.promote(project, lock, BUNDLE, lane, source, network=DEFAULT_NETWORK,

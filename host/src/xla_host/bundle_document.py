@@ -121,6 +121,9 @@ class BundleDocument:
     profiles: Mapping[str, LaunchProfile] = field(default_factory=dict)
     policy: Mapping[str, Any] = field(default_factory=dict)
     host_wheel: LockedFile | None = None
+    packs: str | None = None
+    """Where the lane keeps its cache packs when that is not the lane itself (lanes.toml's
+    ``packs = "gs://bucket/prefix"`` or a directory): hosts find the pack index there."""
 
     @property
     def pins(self) -> dict[str, str]:
@@ -162,23 +165,27 @@ class BundleDocument:
                 out.append(entry)
             return out
 
-        return {
-            "format": FORMAT,
-            "bundle": self.bundle,
-            "lane": self.lane,
-            "python": self.python,
-            "wheels": files(self.wheels, True),
-            "runtime-wheels": files(self.runtime_wheels, False),
-            "runtime": {
-                name: {k: v for k, v in vars(pin).items() if v is not None}
-                for name, pin in sorted(self.runtime.items())
-            },
-            "profiles": {
-                name: {g: dict(sorted(v.items())) for g, v in sorted(p.groups.items())}
-                for name, p in sorted(self.profiles.items())
-            },
-            "policy": dict(self.policy),
-        } | ({"host-wheel": files((self.host_wheel,), True)[0]} if self.host_wheel else {})
+        return (
+            {
+                "format": FORMAT,
+                "bundle": self.bundle,
+                "lane": self.lane,
+                "python": self.python,
+                "wheels": files(self.wheels, True),
+                "runtime-wheels": files(self.runtime_wheels, False),
+                "runtime": {
+                    name: {k: v for k, v in vars(pin).items() if v is not None}
+                    for name, pin in sorted(self.runtime.items())
+                },
+                "profiles": {
+                    name: {g: dict(sorted(v.items())) for g, v in sorted(p.groups.items())}
+                    for name, p in sorted(self.profiles.items())
+                },
+                "policy": dict(self.policy),
+            }
+            | ({"host-wheel": files((self.host_wheel,), True)[0]} if self.host_wheel else {})
+            | ({"packs": self.packs} if self.packs else {})
+        )
 
 
 def dumps(document: BundleDocument) -> bytes:
@@ -227,6 +234,7 @@ def loads(raw: bytes, source: str) -> BundleDocument:
         Field("profiles", dict, default={}),
         Field("policy", dict, default={}),
         Field("host-wheel", dict),
+        Field("packs", str),
     )
     for key in ("bundle", "lane"):
         if not NAME_PATTERN.fullmatch(fields[key]):
@@ -253,6 +261,7 @@ def loads(raw: bytes, source: str) -> BundleDocument:
         profiles=profiles,
         policy=fields["policy"],
         host_wheel=_file(table.table("host-wheel"), sized=True) if fields["host-wheel"] else None,
+        packs=fields["packs"],
     )
 
 

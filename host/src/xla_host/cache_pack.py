@@ -55,7 +55,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from xla_host import cache_keys, log, receipt_signing, runner
+from xla_host import cache_keys, gcs, log, receipt_signing, runner
 from xla_host.edge import DISK_ERRNOS
 from xla_host.errors import DiskError, PipelineError, UsageError
 from xla_host.filemode import (
@@ -598,10 +598,20 @@ def open_pack(
                 timeout_fix="check the pack's address and the network, then run the command "
                 f"again (or give it longer: {settings_fix()})",
             )
-            http_request(
-                source, network, failures, size=download.size(), write=download.fresh,
-                sized=download.size, secrets=url_secrets(source),
-            )  # fmt: skip
+            if gcs.is_gs(source):
+                # The same spool, bounds and deadline, through the one Cloud Storage client.
+                bucket, name = _gs_object(source, network)
+                try:
+                    bucket.download(name, download.fresh, download.size, size=download.size())
+                except gcs.ObjectMissing:
+                    raise PackRefused(
+                        f"{where} is not in its bucket", fix="check the lane's pack index"
+                    ) from None
+            else:
+                http_request(
+                    source, network, failures, size=download.size(), write=download.fresh,
+                    sized=download.size, secrets=url_secrets(source),
+                )  # fmt: skip
             try:
                 spooled.flush()
             except OSError as error:
@@ -625,6 +635,12 @@ def open_pack(
     os.set_blocking(descriptor, True)
     with os.fdopen(descriptor, "rb") as handle:
         yield handle
+
+
+def _gs_object(source: str, network: NetworkPolicy) -> tuple[gcs.Bucket, str]:
+    """The bucket of ``gs://bucket/<name>`` (no prefix: the name is the whole path)."""
+    address = gcs.parse(source, fix="pass the pack's gs:// address (the lane's index names it)")
+    return gcs.Bucket(gcs.Address(address.bucket, ""), network), address.prefix
 
 
 def install(

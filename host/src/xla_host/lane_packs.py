@@ -8,7 +8,9 @@ the lane, ``bundle``, ``workload``, ``workload-sha256``, ``topology``, ``device`
 bundles the lane keeps packs for and why (``retained``: each bundle with ``serves`` or
 ``rollback``). The builder writes both (``xla_wheels.release.lane_packs``); a host reads
 them (:func:`find_pack`), over HTTP or from a directory, and fetches the pack by hash:
-``cache fetch`` refuses a file whose sha256 is not the index's.
+``cache fetch`` refuses a file whose sha256 is not the index's. A lane may keep its packs
+in another store, of the same layout (``gs://bucket/prefix`` or a directory: lanes.toml's
+``packs``), which its bundle document names: a host reads the index there.
 
 Standard library only: this runs on a TPU host.
 """
@@ -19,10 +21,12 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from xla_host import bundle_document, gcs
 from xla_host.cache_pack import PackRefused
-from xla_host.errors import UsageError
+from xla_host.errors import PipelineError, UsageError
 from xla_host.filemode import read_shared
 from xla_host.lane_address import LaneAddress, address_of
 from xla_host.net import NetworkPolicy, NotThere, get
@@ -149,15 +153,57 @@ def read_index(lane: str | LaneAddress, network: NetworkPolicy) -> list[PackRow]
     return parse_index(raw.decode(errors="replace"), shown_where)[0]
 
 
+def read_store_index(store: str, network: NetworkPolicy) -> list[PackRow]:
+    """The pack index of a store a lane's document names: ``gs://bucket/prefix`` (through
+    :mod:`xla_host.gcs`) or a directory."""
+    where = f"{store.rstrip('/')}/{INDEX}"
+    absent = PackRefused(f"the pack store {store} holds no pack index ({where})", fix=_PUBLISH)
+    if gcs.is_gs(store):
+        bucket = gcs.bucket_at(store, network, fix="publish the bundle into the lane again")
+        try:
+            raw = bucket.read(INDEX, max_bytes=MAX_INDEX_BYTES)[0]
+        except gcs.ObjectMissing:
+            raise absent from None
+    else:
+        try:
+            raw = read_shared(Path(store) / INDEX, what="pack store's index", limit=MAX_INDEX_BYTES)
+        except FileNotFoundError:
+            raise absent from None
+    if len(raw) > MAX_INDEX_BYTES:
+        raise UsageError(f"{where} is larger than {MAX_INDEX_BYTES} bytes", fix=_PUBLISH)
+    return parse_index(raw.decode(errors="replace"), where)[0]
+
+
+def _named_store(address: LaneAddress, bundle: str | None, network: NetworkPolicy) -> str | None:
+    """The pack store the lane's document of ``bundle`` names (lanes.toml's ``packs``), or
+    None: the document names none, or there is no document to ask."""
+    if bundle is None:
+        return None
+    try:
+        document, _ = bundle_document.fetch(address, bundle, network=network)
+    except PipelineError:
+        return None
+    return document.packs
+
+
 def find_pack(
     lane: str | LaneAddress, bundle: str | None, workload: str, topology: str,
     network: NetworkPolicy,
 ) -> tuple[str, PackRow]:  # fmt: skip
     """The URL (or path) of the newest pack of the lane for this bundle, workload and
-    topology, and its index row; refused naming what the lane has instead. The URL keeps
+    topology, and its index row; refused naming what the lane has instead. The lane's own
+    ``packs/index.json`` first; without one, the pack store the lane's bundle document
+    names (a lane on a package index, or one whose packs are in a bucket). The URL keeps
     the lane's credentials (its userinfo and query): show it masked."""
     address = address_of(lane)
-    rows = read_index(address, network)
+    store: str | None = None
+    try:
+        rows = read_index(address, network)
+    except PackRefused:
+        store = _named_store(address, bundle, network)
+        if store is None:
+            raise
+        rows = read_store_index(store, network)
     fitting = [
         r for r in rows if (r.bundle, r.workload, r.topology) == (bundle, workload, topology)
     ]
@@ -170,4 +216,6 @@ def find_pack(
             "pack (make cache-pack), or pass the --bundle/--workload/--topology this host runs",
         )
     row = max(fitting, key=lambda r: (r.created, r.published))
+    if store is not None:
+        return f"{store.rstrip('/')}/{row.path}", row
     return address.where(row.path), row

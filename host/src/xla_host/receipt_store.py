@@ -16,9 +16,9 @@ Three kinds of store (:data:`STORE_KINDS`), chosen by the URL's scheme:
   network policy, transient faults retried, a PUT only when the server never saw it);
   basic-auth credentials from ``XLA_WHEELS_RECEIPTS_USERNAME`` and
   ``XLA_WHEELS_RECEIPTS_PASSWORD`` (never in the URL, never shown: ``redact``);
-- ``gs://bucket/prefix``: through ``gcloud storage`` (``cp --no-clobber``, ``ls``, ``cat``)
-  where the Google Cloud CLI is installed; the commands are composed as data
-  (:meth:`GcsStore.plan`) and run by the runner.
+- ``gs://bucket/prefix``: objects ``<prefix>/<bundle>/<file>`` of a Cloud Storage bucket,
+  through the one client (:mod:`xla_host.gcs`: google-cloud-storage, imported only here,
+  under the same network policy; uploads create-only, ``if_generation_match=0``).
 
 Adding a kind is one subclass of :class:`ReceiptStore` (its schemes, its form, how a
 location of it is checked and opened, and the store's requests) and its place in
@@ -26,8 +26,9 @@ location of it is checked and opened, and the store's requests) and its place in
 
 Errors name the store and a fix: a malformed URL is bad input (exit 2), a store that does
 not answer in time or cannot be reached exit 8, one that refuses (credentials,
-permissions) or keeps failing (HTTP 5xx after the retries) exit 1.
-Standard library only: the gate runs this on a TPU host.
+permissions, a bucket that does not exist) or keeps failing (HTTP 5xx after the retries)
+exit 1. Standard library only (a gs:// store imports its client library when used): the
+gate runs this on a TPU host.
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ import builtins
 import os
 import re
 import secrets
-import shutil
 import tempfile
 import urllib.parse
 import xml.etree.ElementTree as ElementTree
@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from xla_host import filemode, log, receipt_signing, runner
+from xla_host import filemode, gcs, log, receipt_signing
 from xla_host.errors import ExitCode, PipelineError, UsageError
 from xla_host.filemode import current_umask
 from xla_host.net import (
@@ -71,9 +71,6 @@ from xla_host.redact import shown
 
 USERNAME_ENV = "XLA_WHEELS_RECEIPTS_USERNAME"
 PASSWORD_ENV = "XLA_WHEELS_RECEIPTS_PASSWORD"
-GCLOUD_TIMEOUT_S = 120.0
-"""Each gcloud command's bound (a WebDAV request's are the network policy's): a store that
-stops answering ends the step, it never hangs a gate."""
 MAX_RECEIPT_BYTES = 16 * 1024**2
 """A receipt is a few kilobytes; a server that sends more is not a receipt store."""
 _BUNDLE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
@@ -170,8 +167,8 @@ class ReceiptStore:
     def check_writable(self, bundle: str) -> None:
         """Prove, before a gate run, what uploading a receipt of ``bundle`` will need:
         the store answers, accepts the credentials and allows writes. Raises what
-        ``put_bytes`` would raise; leaves no receipt behind. The base (a ``gs://``
-        store, whose commands are composed as data) proves nothing before the upload."""
+        ``put_bytes`` would raise; leaves no receipt behind. The base proves nothing
+        before the upload."""
 
     def receipts(self, bundle: str) -> builtins.list[StoredReceipt]:
         """Every receipt of ``bundle`` in this store, read and parsed (seal not judged)."""
@@ -429,80 +426,70 @@ class WebDavStore(ReceiptStore):
 class GcsStore(ReceiptStore):
     prefix: str
     """``gs://bucket/prefix``, without a trailing ``/``."""
-    timeout_s: float = GCLOUD_TIMEOUT_S
+    network: NetworkPolicy = DEFAULT_NETWORK
+    """Each call's idle timeout, deadline and retries (the run's ``--net-*`` settings)."""
 
     schemes = ("gs",)
     form = '"gs://bucket/prefix"'
 
     @classmethod
     def checked(cls, value: str, root: Path | None) -> str:
-        if not urllib.parse.urlsplit(value).netloc:
-            raise UsageError(f"{value} names no bucket", fix=_forms())
-        return value.rstrip("/")
+        return gcs.parse(value, fix=_forms()).url
 
     @classmethod
     def opened(
         cls, location: str, environ: Mapping[str, str], network: NetworkPolicy
     ) -> ReceiptStore:
-        return cls(location)
+        return cls(location, network)
 
     @property
     def location(self) -> str:
         return self.prefix
 
-    def plan(self, action: str, name: str, local: Path | None = None) -> list[str]:
-        """The ``gcloud storage`` command of ``put`` (``name`` is ``<bundle>/<file>``,
-        ``local`` the file to upload), ``list`` (``name`` is the bundle) or ``get``."""
-        target = f"{self.prefix}/{name}"
-        if action == "put":
-            return ["gcloud", "storage", "cp", "--no-clobber", str(local), target]
-        if action == "list":
-            return ["gcloud", "storage", "ls", f"{target}/"]
-        return ["gcloud", "storage", "cat", target]
-
-    def _run(self, argv: list[str], ok_missing: bool = False) -> str:
-        if shutil.which("gcloud") is None:
-            raise UsageError(
-                f"the receipt store {self.prefix} is a gs:// URL, which is reached through the "
-                "Google Cloud CLI, and `gcloud` is not on PATH",
-                fix="install the Google Cloud CLI (https://cloud.google.com/sdk/docs/install) "
-                "and log in, or give the lane a directory or WebDAV store",
-            )
-        result = runner.run(
-            argv, echo="log", timeout=self.timeout_s, check=False, step="gcloud storage",
-            timeout_fix="check the network and `gcloud auth list`, then run it again",
-        )  # fmt: skip
-        if result.returncode != 0:
-            if ok_missing and "matched no objects" in result.stderr.lower():
-                return ""
-            tail = result.stderr.strip().splitlines()[-1:] or ["no message"]
-            raise StoreError(
-                f"`{' '.join(argv[:3])}` on {self.prefix} failed: {tail[0]}",
-                fix="check `gcloud auth list` and that the account may use the bucket",
-            )
-        return result.stdout
+    def _bucket(self) -> gcs.Bucket:
+        return gcs.bucket_at(self.prefix, self.network, fix=_forms())
 
     def put_bytes(self, bundle: str, file: str, data: bytes) -> str:
+        bucket = self._bucket()
         taken = set(self.list(bundle))
-        free = [_numbered(file, n) for n in range(1, 1000)]
-        candidate = next((c for c in free if f"{bundle}/{c}" not in taken), None)
-        if candidate is None:
-            raise StoreError(f"{self.prefix}/{bundle} holds 999 receipts named {file}")
-        # --no-clobber: a name another gate took since the listing is skipped, not replaced.
-        with tempfile.TemporaryDirectory(prefix="xla-receipt-") as tmp:
-            local = Path(tmp) / candidate
-            local.write_bytes(data)
-            self._run(self.plan("put", f"{bundle}/{candidate}", local))
-        return f"{bundle}/{candidate}"
+        for n in range(1, 1000):
+            candidate = _numbered(file, n)
+            if f"{bundle}/{candidate}" in taken:
+                continue
+            # Create-only (if_generation_match=0): a name another gate took since the
+            # listing is refused by the bucket, and the next number is tried.
+            try:
+                bucket.create(f"{bundle}/{candidate}", data)
+            except gcs.ObjectExists:
+                continue
+            return f"{bundle}/{candidate}"
+        raise StoreError(f"{self.prefix}/{bundle} holds 999 receipts named {file}",
+                         fix="clean it up")  # fmt: skip
+
+    def check_writable(self, bundle: str) -> None:
+        # A listing of the bundle's receipts (which put_bytes makes first): the bucket
+        # exists, answers, and the account may read it. Whether it may create objects is
+        # proved by the upload itself: a probe object would need a delete permission the
+        # gate's account should not have (roles/storage.objectCreator cannot delete).
+        self.list(check_bundle(bundle))
 
     def list(self, bundle: str) -> list[str]:
-        out = self._run(self.plan("list", check_bundle(bundle)), ok_missing=True)
-        files = [line.strip().rsplit("/", 1)[-1] for line in out.splitlines()]
-        return sorted(f"{bundle}/{f}" for f in files if _FILE.fullmatch(f))
+        names = self._bucket().list(f"{check_bundle(bundle)}/")
+        return sorted(n for n in names if _split_ok(n) and n.startswith(f"{bundle}/"))
 
     def get(self, name: str) -> bytes:
         _split(name)
-        return self._run(self.plan("get", name)).encode()
+        try:
+            return self._bucket().read(name, max_bytes=MAX_RECEIPT_BYTES)[0]
+        except gcs.ObjectMissing:
+            raise StoreError(
+                f"{self.prefix}/{name} is not in the store", fix="use a name the listing gives"
+            ) from None
+
+
+def _split_ok(name: str) -> bool:
+    bundle, _, file = name.partition("/")
+    return bool(_BUNDLE.fullmatch(bundle) and _FILE.fullmatch(file))
 
 
 #: The kinds of receipt store, chosen by the location's URL scheme (:class:`ReceiptStore`):

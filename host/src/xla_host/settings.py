@@ -283,7 +283,8 @@ SETTINGS: tuple[Setting, ...] = (
        metavar="REV", default_text="the work tree, else HEAD", commands=("gate",)),
     _s("gate", "also upload the receipt to this store: a directory, an http(s) WebDAV URL or "
        "gs://bucket/prefix (a lane's `receipts` in build/lanes.toml); credentials from "
-       "XLA_WHEELS_RECEIPTS_USERNAME/XLA_WHEELS_RECEIPTS_PASSWORD", flag="--receipts",
+       "XLA_WHEELS_RECEIPTS_USERNAME/XLA_WHEELS_RECEIPTS_PASSWORD (WebDAV) or Application "
+       "Default Credentials (gs://)", flag="--receipts",
        metavar="STORE", commands=("gate",)),
     _s("gate", "sign the uploaded receipt (a DSSE envelope) with this ed25519 private key",
        flag="--sign-key", kind="path", metavar="PEM", commands=("gate",)),

@@ -70,6 +70,7 @@ def compose(root: Path, lock: Lock, bundle_name: str, lane: Lane) -> doc.BundleD
         host_wheel=next(
             (doc.LockedFile(r.name, r.sha256, r.size) for r in host_records(root)), None
         ),
+        packs=lane.backend.named_pack_store(),
     )
 
 

@@ -7,10 +7,12 @@ through a :class:`LaneBackend`: putting wheels in, fetching them back by hash, r
 the lane serves, promoting by the server's own means, and serving the bundle document to
 hosts. The rest of the release code never asks which kind a lane is.
 
-Cache packs (``release.lane_packs``: the retention rule) are kept through it as well: the
-backend says whether it keeps them (:meth:`LaneBackend.refuses_packs`), lists them
-(:meth:`~LaneBackend.pack_index`), stores one by hash with the new index
-(:meth:`~LaneBackend.store_packs`) and hands one out (:meth:`~LaneBackend.pack_file`).
+Cache packs (``release.lane_packs``: the retention rule) are kept through it as well, in
+its pack store (``release.pack_store``: the directory of a static lane, or the directory
+or bucket lanes.toml names for any lane, ``packs = …``): the backend says whether it keeps
+them (:meth:`LaneBackend.refuses_packs`), lists them (:meth:`~LaneBackend.pack_index`),
+stores one by hash with the new index (:meth:`~LaneBackend.store_packs`) and hands one out
+(:meth:`~LaneBackend.pack_file`).
 
 Adding a kind is one module (a subclass and its :class:`LaneKind`: the lanes.toml keys it
 reads and how) and one line in ``lane_kinds``; docs/lanes.md "Lane backends" describes it.
@@ -31,6 +33,7 @@ from xla_host.tables import Field, Table
 from xla_wheels.options import NetworkPolicy
 from xla_wheels.publish.upload import Outcome
 from xla_wheels.publish.wheels import LocalWheel
+from xla_wheels.release.pack_store import PackStore
 from xla_wheels.wheels_lock import WheelRecord
 
 
@@ -144,27 +147,39 @@ class LaneBackend:
         path = self.documents_dir(root) / f"{bundle}.json"
         return (path, file_sha256(path)) if path.is_file() else None
 
-    # Cache packs (``release.lane_packs`` decides which a lane keeps; these store them).
+    # Cache packs (``release.lane_packs`` decides which a lane keeps; its store keeps them:
+    # ``release.pack_store``, a directory or a bucket, whatever the lane's kind).
+
+    pack_store: PackStore | None = None
+    """The store lanes.toml names (``packs = …``); each kind's dataclass has it as its
+    last field."""
+
+    def packs(self) -> PackStore | None:
+        """Where the lane keeps packs: the store it names, else the kind's own (a static
+        lane: its directory), else None (it keeps none)."""
+        return self.pack_store
 
     def refuses_packs(self) -> LaneError | None:
         """Why the lane keeps no cache packs (an error naming its kind, with a fix), or
-        None when it keeps them. A kind that keeps packs overrides this and the three
-        methods below; the others refuse through them."""
+        None when it keeps them."""
+        if self.packs() is not None:
+            return None
         return LaneError(
             f"lane {self.lane} (backend {self.kind!r}, {self.where}) keeps no cache packs: "
             "a package index serves distributions only, and a pack is none",
-            fix="publish packs into a static-directory lane (build/lanes.toml: a lane with "
-            'path = …; docs/cache-packs.md "Publishing a pack into a lane")',
+            fix='name a pack store for the lane in build/lanes.toml (packs = "gs://bucket/'
+            'prefix" or a directory; docs/cache-packs.md "Any lane")',
         )
 
     def pack_index(self) -> tuple[list[lane_packs.PackRow], dict[str, str]]:
         """The packs the lane's index lists and the bundles it keeps them for (why); a
         lane that keeps none lists none."""
-        return [], {}
+        store = self.packs()
+        return store.index() if store is not None else ([], {})
 
     def pack_file(self, row: lane_packs.PackRow) -> Path:
         """The file of one of the lane's :meth:`pack_index` rows, on this machine."""
-        raise self._no_packs()
+        return self._store().file(row)
 
     def store_packs(
         self,
@@ -180,18 +195,35 @@ class LaneBackend:
         unless it is there, then the index listing ``keep`` and ``retained``, then remove
         ``removed``'s files, in that order: a host never finds a row whose file is gone.
         Returns where the index is, for the user (a dry run: writes nothing)."""
-        raise self._no_packs()
+        return self._store().store(pack, row, keep, retained, removed, dry_run=dry_run)
 
     def pack_index_file(self, retained: Mapping[str, str]) -> tuple[Path, str] | None:
         """The lane's pack index with ``retained`` (bundle -> why) as the bundles it keeps
         packs for, its rows as they are: (where, new text) for the lane's update to write
-        when the bundle it serves moves; None: the lane has no pack index."""
-        return None
+        when the bundle it serves moves; None: the index is no file of this machine (or
+        there is none)."""
+        store = self.packs()
+        return store.index_file(retained) if store is not None else None
 
-    def _no_packs(self) -> LaneError:
-        refusal = self.refuses_packs()
-        assert refusal is not None, f"a {self.kind} lane that keeps packs must store them"
-        return refusal
+    def retain_packs(self, retained: Mapping[str, str]) -> None:
+        """After the lane's update: ``retained`` recorded in a store whose index is not a
+        file of this machine (a bucket's, over the generation it was read at)."""
+        store = self.packs()
+        if store is not None:
+            store.retain(retained)
+
+    def named_pack_store(self) -> str | None:
+        """The store the lane's documents name for hosts: one lanes.toml gives (a host
+        needs only the lane's address to find it); None: the lane's own place."""
+        return self.pack_store.location if self.pack_store is not None else None
+
+    def _store(self) -> PackStore:
+        store = self.packs()
+        if store is None:
+            refusal = self.refuses_packs()
+            assert refusal is not None
+            raise refusal
+        return store
 
 
 def document_files(directory: Path, bundle: str, raw: bytes) -> list[tuple[Path, bytes]]:

@@ -21,7 +21,7 @@ import re
 import tempfile
 import urllib.parse
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,7 @@ from xla_wheels.publish.index import (
 from xla_wheels.publish.upload import Outcome, publish_remote
 from xla_wheels.publish.wheels import LocalWheel
 from xla_wheels.release.lane_backend import LaneBackend, LaneKind, PublishedDocument
+from xla_wheels.release.pack_store import PackStore
 from xla_wheels.wheels_lock import WheelRecord
 
 #: The size a served wheel's download is allowed for in its whole-transfer deadline when
@@ -67,6 +68,7 @@ class IndexLane(LaneBackend):
     index_url: str
     """The simple page, ending in ``/``."""
     upload_url: str | None = None
+    pack_store: PackStore | None = field(default=None, kw_only=True)
     kind = "index"
 
     @property

@@ -182,6 +182,8 @@ def update(
     for path, _ in files:
         path.parent.mkdir(parents=True, exist_ok=True)
     write_with_held_back(files)  # and wheels.lock's runtime rows a --resolve recorded
+    # A store whose index is no file here (a bucket) records the retention after the files.
+    lane.backend.retain_packs({b or "none": why for b, why in retained.items()})
     lines.append(f"bundle document {document.path}  sha256:{document.sha256}")
     lines += [f"install list {path}" for path, _ in lists]
     for line in lines:

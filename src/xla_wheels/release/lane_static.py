@@ -12,18 +12,14 @@ install lists and packs included.
 
 from __future__ import annotations
 
-import os
-import re
 import shutil
-import stat
-import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from xla_host import bundle_document as doc
-from xla_host import filemode, lane_packs, log
+from xla_host import filemode
 from xla_host.filemode import file_sha256
 from xla_host.redact import shown
 from xla_host.tables import Field, Table
@@ -33,7 +29,8 @@ from xla_wheels.publish.requirements import REQUIREMENTS_NAME
 from xla_wheels.publish.static_index import write_static_index
 from xla_wheels.publish.upload import Outcome
 from xla_wheels.publish.wheels import LocalWheel
-from xla_wheels.release.lane_backend import LaneBackend, LaneError, LaneKind
+from xla_wheels.release.lane_backend import LaneBackend, LaneKind
+from xla_wheels.release.pack_store import DirectoryPacks, PackStore
 from xla_wheels.wheels_lock import WheelRecord
 
 
@@ -42,6 +39,7 @@ class StaticLane(LaneBackend):
     lane: str
     path: Path
     """Absolute."""
+    pack_store: PackStore | None = field(default=None, kw_only=True)
     kind = "static"
 
     @property
@@ -112,88 +110,9 @@ class StaticLane(LaneBackend):
     def install_list_url(self, root: Path) -> str:
         return (self.path / REQUIREMENTS_NAME).resolve().as_uri()
 
-    def pack_index_file(self, retained: Mapping[str, str]) -> tuple[Path, str] | None:
-        rows, _ = self.pack_index()
-        index = self.path / lane_packs.INDEX
-        return (index, lane_packs.index_json(rows, retained)) if index.exists() else None
-
-    def refuses_packs(self) -> None:
-        return None
-
-    def pack_index(self) -> tuple[list[lane_packs.PackRow], dict[str, str]]:
-        path = self.path / lane_packs.INDEX
-        if not path.exists():
-            return [], {}
-        return lane_packs.parse_index(path.read_text(), str(path))
-
-    def pack_file(self, row: lane_packs.PackRow) -> Path:
-        return self.path / row.path
-
-    def store_packs(
-        self,
-        pack: Path,
-        row: lane_packs.PackRow,
-        keep: Sequence[lane_packs.PackRow],
-        retained: Mapping[str, str],
-        removed: Sequence[lane_packs.PackRow],
-        *,
-        dry_run: bool,
-    ) -> str:
-        index = self.path / lane_packs.INDEX
-        if dry_run:
-            return str(index)
-        target = self.pack_file(row)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        listed = {r.sha256 for r in (*keep, *removed, row)}
-        self._remove_leftovers(target.parent, listed)
-        if not target.exists():
-            self._link_pack(pack, row.sha256, target)
-        # The index first: a host never finds a row whose file is gone.
-        filemode.write_by_rename(index, lane_packs.index_json(list(keep), dict(retained)))
-        for gone in removed:
-            self.pack_file(gone).unlink(missing_ok=True)
-        return str(index)
-
-    def _remove_leftovers(self, directory: Path, listed: set[str]) -> None:
-        """What a killed publish of a pack left in ``directory`` (the caller holds the
-        lane's lock, so no live publish is writing there): its copy's temporary file
-        (``.pack.*``, :func:`tempfile.mkstemp`'s name) and a pack linked by its hash that
-        the index it never wrote does not list. Nothing else is touched: another name,
-        a listed pack, anything that is not a regular file."""
-        gone = []
-        for path in sorted(directory.iterdir()):
-            temporary = _TEMPORARY.fullmatch(path.name) is not None
-            unlisted = (match := _PACK_FILE.fullmatch(path.name)) is not None and (
-                match.group(1) not in listed
-            )
-            if (temporary or unlisted) and stat.S_ISREG(path.lstat().st_mode):
-                path.unlink(missing_ok=True)
-                gone.append(path.name)
-        if gone:
-            log.info(f"lane {self.lane}: removed what a killed publish left in {directory}: "
-                     f"{', '.join(gone)}")  # fmt: skip
-
-    def _link_pack(self, pack: Path, sha256: str, target: Path) -> None:
-        """``pack`` at ``target`` by a hard link of a checked copy: never replaces a file
-        there (the name is the content's hash), never leaves half a pack."""
-        handle, name = tempfile.mkstemp(dir=target.parent, prefix=".pack.")
-        os.close(handle)
-        try:
-            shutil.copyfile(pack, name)
-            if file_sha256(Path(name)) != sha256:
-                raise LaneError(f"{pack} changed while it was copied into lane {self.lane}",
-                                fix="publish it again")  # fmt: skip
-            os.chmod(name, 0o644)
-            os.link(name, target)
-        except FileExistsError:
-            pass
-        finally:
-            Path(name).unlink(missing_ok=True)
-
-
-#: A pack's copy on its way in (``_link_pack``'s mkstemp), and a pack stored by its hash.
-_TEMPORARY = re.compile(r"\.pack\.[A-Za-z0-9_]{8}")
-_PACK_FILE = re.compile(r"([0-9a-f]{64})\.xlapack\.tar")
+    def packs(self) -> PackStore:
+        # The lane's own directory unless lanes.toml names another store.
+        return self.pack_store or DirectoryPacks(self.path, self.lane)
 
 
 def _make(name: str, table: Table, fields: Mapping[str, Any], root: Path) -> StaticLane:

@@ -43,6 +43,10 @@ A lane may name where its receipts are kept, ``receipts = "<directory>" |
 uploads its receipt there, and promote, compare and status read every lane's store as
 well as ``receipts/<bundle>/``.
 
+A lane of any kind may name where its cache packs are kept, ``packs = "gs://bucket/prefix"
+| "<directory>"`` (``release.pack_store``; a static lane keeps them in its directory
+otherwise, an index or devpi lane keeps none).
+
 A lane may add ``require-signature = true`` and ``signing-public-key = "<PEM, relative to
 the checkout>"``: publish and promote then refuse a wheel whose signed attestation that
 key does not verify (``attestation``).
@@ -60,6 +64,7 @@ refuses it, naming the line. A version 1 record (no history) is read as it is an
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import errno
 import fcntl
@@ -80,6 +85,7 @@ from xla_host.errors import ExitCode, UsageError
 from xla_host.tables import Field, Table, loads_toml, read_utf8
 from xla_host.values import NAME_PATTERN, NAME_RULE
 from xla_host.waitlock import waiting_lock
+from xla_wheels.release import pack_store
 from xla_wheels.release.lane_backend import LaneBackend, LaneError
 from xla_wheels.release.lane_kinds import KINDS, kind_of
 
@@ -315,6 +321,7 @@ def _lane(root: Path, name: str, table: Table, names: Mapping[str, Any]) -> Lane
         Field("promote-from", str),
         Field("policy", dict, default={}),
         Field("receipts", str),
+        Field("packs", str),
         Field("pack-receipts", str, default="locked-wheels"),
         *(signing if kind.signatures else ()),
     )
@@ -327,9 +334,16 @@ def _lane(root: Path, name: str, table: Table, names: Mapping[str, Any]) -> Lane
             receipts = receipt_store.parse_location(fields["receipts"], root)
         except UsageError as error:
             raise table.fail("receipts", error.message, error.fix or "") from None
+    backend = kind.make(name, table, fields, root)
+    if fields["packs"] is not None:
+        try:
+            store = pack_store.store_for(fields["packs"], name, root)
+        except UsageError as error:
+            raise table.fail("packs", error.message, error.fix or "") from None
+        backend = dataclasses.replace(backend, pack_store=store)  # type: ignore[type-var]
     lane = Lane(
         name=name,
-        backend=kind.make(name, table, fields, root),
+        backend=backend,
         promote_from=fields["promote-from"],
         policy=_policy(root, table.table("policy", optional=True)),
         signing_public_key=_signing_key(root, table, fields) if kind.signatures else None,
