@@ -2,7 +2,7 @@
 
 The suite is bound by CPU on the 2-core machines it runs on, so a test's cost is the CPU it
 takes (pytest's worker and every process it waited for), not its wall time, which a busy
-machine stretches. With ``XLA_WHEELS_TEST_CPU=<file>`` each test appends one JSON line
+machine stretches. With ``SUITE_CPU_FILE=<file>`` each test appends one JSON line
 (``nodeid``, ``cpu_s``, ``wall_s``) to the file; ``python -m tests.cpu_cost <file>`` prints
 the costliest tests and modules (``make bench-suite`` does both).
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-ENV = "XLA_WHEELS_TEST_CPU"
+ENV = "SUITE_CPU_FILE"
 
 
 def _cpu_s() -> float:
