@@ -20,13 +20,13 @@ from __future__ import annotations
 import http.server
 import json
 import subprocess
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from tests import missing_tools, servers
+from tests.servers import InProcessServer
 
 
 def binary() -> Path:
@@ -116,15 +116,12 @@ class DeniedServer:
 
             do_GET = do_POST = do_PUT = do_DELETE = _deny
 
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = int(self._server.server_address[1])
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
+        self._serving = InProcessServer.start(Handler)
+        self.port = self._serving.port
 
     @property
     def host(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._serving.close()

@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from tests.servers import InProcessServer
+
 
 class GitHttpServer:
     """``git http-backend`` for every repository under ``root``, at ``base``/<path>.git."""
@@ -83,19 +85,15 @@ class GitHttpServer:
 
             do_GET = do_POST = _handle
 
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = int(self._server.server_address[1])
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
+        self._serving = InProcessServer.start(Handler)
+        self.port = self._serving.port
 
     @property
     def base(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
+        self._serving.close()
 
 
 @contextmanager

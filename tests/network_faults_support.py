@@ -24,6 +24,7 @@ from pathlib import Path
 
 from tests.clirunner import CliResult, run_cli
 from tests.publish_support import BUNDLE, PASSWORD
+from tests.servers import InProcessServer
 
 #: Headers not passed through the proxy (hop-by-hop, or recomputed by urllib).
 _HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "host", "content-length"}
@@ -186,10 +187,8 @@ class FaultyProxy:
 
             do_GET = do_POST = do_HEAD = _handle
 
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = int(self._server.server_address[1])
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
+        self._serving = InProcessServer.start(Handler)
+        self.port = self._serving.port
 
     @property
     def base(self) -> str:
@@ -197,9 +196,7 @@ class FaultyProxy:
 
     def close(self) -> None:
         self._stop.set()
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
+        self._serving.close()
 
 
 @contextmanager

@@ -8,12 +8,16 @@ only one that does not listen.
 
 from __future__ import annotations
 
+import http.server
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from xla_host import runner
@@ -69,3 +73,49 @@ def start(
 def stop(process: subprocess.Popen[bytes]) -> None:
     """Ask the server to stop; kill it if it has not within :data:`STOP_TIMEOUT_S`."""
     runner.stop(process, STOP_TIMEOUT_S)
+
+
+@dataclass(frozen=True)
+class InProcessServer:
+    """An HTTP server of the test's own (a handler class) on a loopback port, in a thread
+    of the test's process: for answers no real server gives (a trickle, a cut, a refusal)."""
+
+    server: http.server.ThreadingHTTPServer
+    thread: threading.Thread
+
+    @classmethod
+    def start(
+        cls, handler: type[http.server.BaseHTTPRequestHandler], port: int = 0
+    ) -> InProcessServer:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+        server.daemon_threads = True
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        return cls(server, thread)
+
+    @property
+    def port(self) -> int:
+        return int(self.server.server_address[1])
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        """Shut the server down and close its port (a handler still writing sees its
+        client go: it should return)."""
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=STOP_TIMEOUT_S)
+
+
+@contextmanager
+def serving(
+    handler: type[http.server.BaseHTTPRequestHandler], port: int = 0
+) -> Iterator[InProcessServer]:
+    """``handler`` served on loopback until the block ends."""
+    running = InProcessServer.start(handler, port)
+    try:
+        yield running
+    finally:
+        running.close()

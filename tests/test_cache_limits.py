@@ -18,7 +18,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ import pytest
 
 from tests.clirunner import CliResult
 from tests.disk_support import MountTmpfs
+from tests.servers import serving
 from tests.test_cache_hardening import fetch_args, host_cli, host_env, signed_pack
 from tests.test_cache_pack import cache_entry, host_python
 from xla_host import cache_pack, lane_packs
@@ -89,15 +89,8 @@ def loopback() -> Iterator[Loopback]:
         def log_message(self, format: str, *args: object) -> None:
             return
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield Loopback(int(server.server_address[1]), served)
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as server:
+        yield Loopback(server.port, served)
 
 
 def _manifest_end(pack: Path) -> int:

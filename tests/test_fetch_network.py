@@ -14,7 +14,6 @@ from __future__ import annotations
 import http.server
 import re
 import socket
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,6 +24,7 @@ from tests.bundles import LIBTPU_RUNTIME, Pin, write_bundle
 from tests.clirunner import CliResult
 from tests.gitrepos import Upstream
 from tests.network_faults_support import silent_server
+from tests.servers import serving
 
 #: Short settings, so that a fetch that hangs shows as a slow test.
 NET_TIMEOUT_S = 2
@@ -153,14 +153,8 @@ def _not_found_server() -> Iterator[tuple[str, list[str]]]:
             self.send_header("Content-Length", "0")
             self.end_headers()
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", asked
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as server:
+        yield server.base, asked
 
 
 def test_a_missing_repository_is_not_retried(

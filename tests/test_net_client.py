@@ -8,7 +8,6 @@ A real HTTP server on loopback answers from a script; every request it got is co
 from __future__ import annotations
 
 import http.server
-import threading
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,7 +15,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from tests.servers import free_port
+from tests.servers import free_port, serving
 from xla_host.errors import PipelineError
 from xla_host.net import Answer, Failures, NetworkPolicy, Transient, http_request
 
@@ -58,15 +57,9 @@ def scripted(*script: tuple[int, str, bytes]) -> Iterator[Scripted]:
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.port = server.server_address[1]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(Handler) as server:
+        state.port = server.port
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 class Worded(PipelineError):

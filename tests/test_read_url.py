@@ -11,7 +11,6 @@ caller names it), and its body is already read under the same bounds.
 from __future__ import annotations
 
 import http.server
-import threading
 import time
 import urllib.error
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from contextlib import contextmanager
 import pytest
 
 from tests.network_faults_support import silent_server
+from tests.servers import serving
 from xla_host.net import ERROR_BODY_BYTES, Transient, read_url
 
 BODY = b"x" * (3 << 20)  # more than one 1 MiB read
@@ -93,15 +93,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 @contextmanager
 def file_server() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(_Handler) as server:
+        yield server.base
 
 
 def test_the_whole_body_is_written() -> None:
