@@ -119,3 +119,20 @@ def serving(
         yield running
     finally:
         running.close()
+
+
+def start_directory_server(directory: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """A lane (or any directory) served as static files by ``python -m http.server`` on
+    loopback, a real process: it and the root URL it answers at (``http://127.0.0.1:N/``).
+    Stop it with :func:`stop`."""
+    import sys
+
+    port = free_port()
+    root = f"http://127.0.0.1:{port}/"
+    process = start(
+        "http.server",
+        [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "--directory",
+         str(directory), str(port)],
+        log=log, ready=answers_http(root), timeout_s=60,
+    )  # fmt: skip
+    return process, root

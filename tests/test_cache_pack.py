@@ -145,14 +145,7 @@ def test_a_pack_installs_every_entry_and_again_changes_nothing(
 
 @pytest.mark.slow
 def test_the_pack_over_http_on_loopback(made: dict[str, Path], host_python: Path) -> None:
-    port = servers.free_port()
-    root = f"http://127.0.0.1:{port}/"
-    server = servers.start(
-        "http.server",
-        [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "--directory",
-         str(made["pack"].parent), str(port)],
-        log=made["tmp"] / "http.log", ready=servers.answers_http(root), timeout_s=30,
-    )  # fmt: skip
+    server, root = servers.start_directory_server(made["pack"].parent, made["tmp"] / "http.log")
     try:
         into = made["tmp"] / "cache"
         done = fetch(made, host_python, into, pack=root + made["pack"].name)
@@ -349,14 +342,7 @@ def test_a_fresh_host_starts_warm_from_the_gates_pack_fetched_from_a_lane_over_h
         str(packs[0]), [cache_pack.read_public_key(made / "pack-key.pub.pem")]
     )
     lane_store.publish_pack(lane, packs[0], manifest_read, {None: "serves"})
-    port = servers.free_port()
-    root = f"http://127.0.0.1:{port}/"
-    server = servers.start(
-        "http.server",
-        [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "--directory",
-         str(lane_dir), str(port)],
-        log=tmp_path / "http.log", ready=servers.answers_http(root), timeout_s=30,
-    )  # fmt: skip
+    server, root = servers.start_directory_server(lane_dir, tmp_path / "http.log")
     try:
         into = tmp_path / "fresh-host-cache"
         done = host_cli(

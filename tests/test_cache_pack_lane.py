@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -67,14 +66,7 @@ def lane(tmp_path: Path) -> Iterator[dict[str, object]]:
     directory = tmp_path / "lane"
     directory.mkdir()
     published = lane_store.publish_pack(static_lane(directory), pack, full, {"v6e-2.11": "serves"})
-    port = servers.free_port()
-    root = f"http://127.0.0.1:{port}/"
-    server = servers.start(
-        "http.server",
-        [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "--directory",
-         str(directory), str(port)],
-        log=tmp_path / "http.log", ready=servers.answers_http(root), timeout_s=30,
-    )  # fmt: skip
+    server, root = servers.start_directory_server(directory, tmp_path / "http.log")
     try:
         yield {"cache": cache, "key": private, "pub": public, "pack": pack, "tmp": tmp_path,
                "dir": directory, "url": root, "row": published.row,

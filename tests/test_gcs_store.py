@@ -254,14 +254,7 @@ def test_a_pack_goes_into_a_lanes_bucket_and_a_host_fetches_it_by_the_lanes_addr
     assert lane_store.read_index(config.lane("preferred"))[0] == [published.row]
     # The host: the lane served over HTTP, the pack from the bucket its document names.
     directory = project / "dist" / "lanes" / "validation"
-    port = servers.free_port()
-    url = f"http://127.0.0.1:{port}/"
-    server = servers.start(
-        "http.server",
-        [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "--directory",
-         str(directory), str(port)],
-        log=tmp_path / "http.log", ready=servers.answers_http(url), timeout_s=30,
-    )  # fmt: skip
+    server, url = servers.start_directory_server(directory, tmp_path / "http.log")
     try:
 
         def fetch(into: Path) -> CliResult:

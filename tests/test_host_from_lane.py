@@ -36,7 +36,7 @@ from tests.publish_support import (
     make_publish_project,
     start_pypiserver,
 )
-from tests.servers import answers_http, free_port, start, stop
+from tests.servers import start_directory_server, stop
 from xla_host import bundle_document as doc
 from xla_host import receipts
 from xla_host.cache_contract import directory_name
@@ -164,20 +164,12 @@ def test_a_host_installs_from_the_lane_by_hash_and_runs_doctor_without_a_checkou
     assert f"xla_cache_{BUNDLE}_txla2.9.0+gitc04e61c names this build" in doctor.stdout
     # The same lane behind a web server on loopback: the document and its index page over
     # HTTP, the wheel files the comparison needs fetched by hash into a cache of the host.
-    port = free_port()
-    server = start(
-        "http.server",
-        [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "--directory",
-         str(host.lane), str(port)],
-        log=host.home.parent / "http.log",
-        ready=answers_http(f"http://127.0.0.1:{port}/bundles/index.html"),
-        timeout_s=60,
-    )  # fmt: skip
+    server, lane_url = start_directory_server(host.lane, host.home.parent / "http.log")
     try:
         fresh = host.home.parent / "fresh-home"
         fresh.mkdir()
         over_http = host.run(
-            "doctor", "--lane", f"http://127.0.0.1:{port}/simple/", "--bundle", BUNDLE,
+            "doctor", "--lane", f"{lane_url}simple/", "--bundle", BUNDLE,
             home=fresh,
         )  # fmt: skip
     finally:

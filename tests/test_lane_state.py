@@ -27,7 +27,7 @@ from tests.publish_support import (
     build_wheel,
     make_publish_project,
 )
-from tests.servers import answers_http, free_port, start, stop
+from tests.servers import start_directory_server, stop
 from tests.test_host_from_lane import (
     contract_environment,
 )
@@ -164,15 +164,7 @@ def test_the_runbooks_two_lines_and_doctors_fix_line_install_when_pasted(
     for step in (("publish-lane", "--bundle", SECOND), ("publish-lane", "--bundle", BUNDLE)):
         assert run_cli(*step, root=project, inherit_env=True).exit_code == 0
     lane = project / "dist" / "lanes" / "validation"
-    port = free_port()
-    server = start(
-        "http.server",
-        [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "--directory", str(lane),
-         str(port)],
-        log=tmp_path / "http.log", ready=answers_http(f"http://127.0.0.1:{port}/simple/"),
-        timeout_s=60,
-    )  # fmt: skip
-    root = f"http://127.0.0.1:{port}/"
+    server, root = start_directory_server(lane, tmp_path / "http.log")
     try:
         training, host_only = _runbook_lines()
         assert RUNBOOK_LANE in training and RUNBOOK_LANE in host_only

@@ -33,7 +33,7 @@ import pytest
 from tests import webdav_server
 from tests.clirunner import run_cli
 from tests.publish_support import build_host_wheel, cached_stock_wheel, make_publish_project
-from tests.servers import answers_http, free_port, start, stop
+from tests.servers import start_directory_server, stop
 from tests.test_gate_workload import write_tiny
 from xla_host import receipts
 from xla_host.filemode import file_sha256
@@ -143,16 +143,7 @@ def loop(tmp_path_factory: pytest.TempPathFactory, stock_xla_python_27: Path) ->
     made = run_cli("lane-requirements", root=project, inherit_env=True)
     assert made.exit_code == 0, made.output
     lane = project / "dist" / "lanes" / "validation"
-    port = free_port()
-    index = start(
-        "http.server",
-        [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "--directory", str(lane),
-         str(port)],
-        log=root / "lane-http.log",
-        ready=answers_http(f"http://127.0.0.1:{port}/bundles/index.html"),
-        timeout_s=60,
-    )  # fmt: skip
-    lane_url = f"http://127.0.0.1:{port}/"
+    index, lane_url = start_directory_server(lane, root / "lane-http.log")
     hosts = (root / "host-0", root / "host-1")
     for host in hosts:
         (host / "site").mkdir(parents=True)
