@@ -1,7 +1,7 @@
 # The user-facing interface of the pipeline. Every target is a thin call into the one CLI
 # (`python -m xla_wheels`); `make help` lists the targets by purpose, `make help TARGET=gate`
 # the variables one reads with their defaults, and an example (generated from this file's
-# `## ` summaries, the table below and the CLI's own --help: src/xla_wheels/make_help.py).
+# `## ` summaries, the table below and the CLI's own --help: src/xla_wheels/make_help.py, through `make generate`).
 #
 # Variables are passed through, never defaulted here: the defaults live in the settings
 # table's rows (host/src/xla_host/settings.py and src/xla_wheels/settings_rows.py), which src/xla_wheels/cli/settings.py reads
@@ -44,15 +44,15 @@ GIVEN_ON_COMMAND_LINE = $(strip $(foreach v,$(.VARIABLES),$(if $(filter command 
 # environment as every tool reads it.
 BUILD_ENV = $(call env,SOURCE_DATE_EPOCH)
 # FLAGS_<COMMAND> (every variable the command takes, as it is passed) is written from the
-# CLI's parsers, src/xla_wheels/make_help.py: a recipe never lists a command's variables.
+# CLI's parsers by `make generate`: a recipe never lists a command's variables.
 include src/xla_wheels/make-commands.mk
 DRY_RUN_FLAG = $(call switch,DRY_RUN)
 
-.PHONY: help venv test test-fast lint format docs demo bundles diff sources patch patches-check series-compile wheels lock lock-check record clean
+.PHONY: help venv test test-fast lint format generate docs demo bundles diff sources patch patches-check series-compile wheels lock lock-check record clean
 .PHONY: builder-image container-tools cache-tools bazel-cache-tools compiler-tools patch-export patch-rebase
 
 # Printed from files generated from this Makefile and the CLI, so that it needs no .venv
-# (tests/test_help.py checks they are current; src/xla_wheels/make_help.py writes them).
+# (tests/test_help.py checks they are current; `make generate` writes them).
 # TARGET=<target>: its paragraph of make-help-targets.txt (awk's paragraph mode).
 help: ## the targets by purpose; TARGET=<target>: its variables, defaults, example
 	@if [ -z "$(TARGET)" ]; then cat src/xla_wheels/make-help.txt; \
@@ -135,29 +135,35 @@ COMPILE_SOURCES = $(PY) -m compileall -q src host/src scripts
 
 test: $(VENV_STAMP) container-tools cache-tools bazel-cache-tools compiler-tools supply-tools ## install everything needed, then run ruff, mypy and the whole test suite
 	@$(MAKE_CHECK)
-	$(PY) -m ruff check src host/src tests scripts
-	$(PY) -m ruff format --check src host/src tests scripts
+	$(PY) -m ruff check src host/src tests scripts tools
+	$(PY) -m ruff format --check src host/src tests scripts tools
 	$(COMPILE_SOURCES)
 	@# mypy runs inside the suite (tests/test_types.py), beside the other tests.
 	$(PY) -m pytest $(PARALLEL_FLAGS) $(PYTEST_ARGS)
 
 test-fast: $(VENV_STAMP) compiler-tools ## the edit loop: ruff, the tests needing no gate, stock torch_xla or engine
 	@$(MAKE_CHECK)
-	$(PY) -m ruff check src host/src tests scripts
-	$(PY) -m ruff format --check src host/src tests scripts
+	$(PY) -m ruff check src host/src tests scripts tools
+	$(PY) -m ruff format --check src host/src tests scripts tools
 	$(COMPILE_SOURCES)
 	$(PY) -m pytest $(PARALLEL_FLAGS) $(FAST_TIER_FLAGS) $(PYTEST_ARGS)
 
 lint: $(VENV_STAMP) ## ruff (check and format) and mypy only
 	@$(MAKE_CHECK)
-	$(PY) -m ruff check src host/src tests scripts
-	$(PY) -m ruff format --check src host/src tests scripts
+	$(PY) -m ruff check src host/src tests scripts tools
+	$(PY) -m ruff format --check src host/src tests scripts tools
 	$(PY) -m mypy
+
+# Every file written from the code (tools/generate.py lists the generators); the tests fail
+# while one is stale, naming this target.
+generate: $(VENV_STAMP) ## write every generated file (docs tables, make help, make-*.mk) from the code
+	@$(MAKE_CHECK)
+	$(PY) tools/generate.py
 
 # ruff's formatter is the one style (make lint, make test and make test-fast check it).
 format: $(VENV_STAMP) ## format the sources with ruff (what make lint checks)
 	@$(MAKE_CHECK)
-	$(PY) -m ruff format src host/src tests scripts
+	$(PY) -m ruff format src host/src tests scripts tools
 
 # The documentation site (mkdocs.yml: README.md's pages under docs/), strict: a broken link
 # or a page left out of the nav fails (tests/test_docs.py builds it the same way).

@@ -276,8 +276,7 @@ def test_the_layout_in_the_development_page_is_written_from_the_code() -> None:
 
     page = (REPO_ROOT / "docs" / "development.md").read_text()
     assert layout_docs.with_layout(page) == page, (
-        "docs/development.md's layout differs from the code: run "
-        ".venv/bin/python -m xla_wheels.layout_docs --write"
+        "docs/development.md's layout differs from the code: run " "make generate"
     )
     every = [p.name for package, _ in layout_docs.PACKAGES
              for p in layout_docs.members(REPO_ROOT / package)]  # fmt: skip

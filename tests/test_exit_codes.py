@@ -42,8 +42,7 @@ def test_a_signal_ends_a_run_with_its_row_of_the_table(sig: int, code: ExitCode)
 def test_the_readme_table_is_current() -> None:
     readme = (REPO_ROOT / "docs" / "exit-codes.md").read_text(encoding="utf-8")
     assert exit_codes.readme_table() in readme, (
-        "the exit-code table of docs/exit-codes.md is stale: run "
-        "`.venv/bin/python -m xla_wheels.exit_codes docs/exit-codes.md`"
+        "the exit-code table of docs/exit-codes.md is stale: run " "`make generate`"
     )
 
 

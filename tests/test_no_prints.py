@@ -18,9 +18,6 @@ PACKAGES = (REPO_ROOT / "src" / "xla_wheels", REPO_ROOT / "host" / "src" / "xla_
 EDGES: dict[str, str] = {
     "xla_wheels/cli/": "the builder's command line: its subcommands' output",
     "xla_wheels/demo.py": "python -m xla_wheels.demo, a command of its own",
-    "xla_wheels/make_help.py": "python -m xla_wheels.make_help, a generator's command line",
-    "xla_wheels/settings_table.py": "python -m xla_wheels.settings_table, likewise",
-    "xla_wheels/layout_docs.py": "python -m xla_wheels.layout_docs, likewise",
     "xla_wheels/builder/run_recipe.py": "the recipe runner, a process of its own (in the image)",
     "xla_host/cli.py": "the host's command line",
     "xla_host/edge.py": "the one CLI edge both command lines end in (errors, exit codes)",

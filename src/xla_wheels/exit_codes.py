@@ -3,7 +3,7 @@
 Both are made from :class:`xla_host.errors.ExitCode` and its meanings, so neither is
 written by hand. The docs' table (``docs/exit-codes.md``) also names the exception classes
 that carry each code, found by importing every module of the package (only when the table
-is written, never on a CLI run). ``python -m xla_wheels.exit_codes docs/exit-codes.md``
+is written, never on a CLI run). ``make generate``
 rewrites the table between its marker comments; a test fails while it is not current.
 """
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-import sys
 import textwrap
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import xla_host
 import xla_wheels
 from xla_host.errors import MEANINGS, ExitCode, PipelineError
 
-BEGIN = "<!-- exit-codes:begin (python -m xla_wheels.exit_codes docs/exit-codes.md) -->"
+BEGIN = "<!-- exit-codes:begin (make generate) -->"
 END = "<!-- exit-codes:end -->"
 
 #: Codes no PipelineError carries: a run interrupted by a signal (``xla_host.signals``).
@@ -89,12 +88,7 @@ def rewrite(text: str) -> str:
     return text[:start] + readme_table() + text[end:]
 
 
-def main(argv: list[str] | None = None) -> int:
-    [path] = argv if argv is not None else sys.argv[1:]
-    readme = Path(path)
-    readme.write_text(rewrite(readme.read_text(encoding="utf-8")), encoding="utf-8")
-    return ExitCode.OK
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def outputs(root: Path) -> dict[Path, str]:
+    """The page this module writes (``make generate``): docs/exit-codes.md's table."""
+    page = root / "docs" / "exit-codes.md"
+    return {page: rewrite(page.read_text(encoding="utf-8"))}

@@ -3,16 +3,14 @@
 Each module's and subpackage's summary (its docstring's first paragraph), in the order
 import-linter's layers list them.
 
-``.venv/bin/python -m xla_wheels.layout_docs --write`` renders it between the page's
+``make generate`` renders it between the page's
 markers; ``tests/test_docs.py`` fails while the page differs, naming the module, so a
 moved, added or renamed module shows in the docs without anyone remembering to.
 """
 
 from __future__ import annotations
 
-import argparse
 import ast
-import sys
 import textwrap
 import tomllib
 from pathlib import Path
@@ -29,7 +27,7 @@ _WIDTH = 90
 
 
 def _begin(package: str) -> str:
-    return f"<!-- layout: {package} (python -m xla_wheels.layout_docs --write) -->"
+    return f"<!-- layout: {package} (make generate) -->"
 
 
 _END = "<!-- layout: end -->"
@@ -103,17 +101,7 @@ def with_layout(page: str, root: Path = ROOT) -> str:
     return page
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--write", action="store_true", help=f"write {PAGE.name}")
-    args = parser.parse_args(argv)
-    text = with_layout(PAGE.read_text())
-    if args.write:
-        PAGE.write_text(text)
-    else:
-        sys.stdout.write(text)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def outputs(root: Path) -> dict[Path, str]:
+    """The page this module writes (``make generate``)."""
+    page = root / "docs" / "development.md"
+    return {page: with_layout(page.read_text(encoding="utf-8"), root)}

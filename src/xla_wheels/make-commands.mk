@@ -1,5 +1,5 @@
 # Generated from the CLI's parsers by src/xla_wheels/make_help.py: do not edit;
-# .venv/bin/python -m xla_wheels.make_help --write (tests/test_help.py fails while it is not current).
+# make generate (tests/test_help.py fails while it is not current).
 #
 # FLAGS_<COMMAND>: every make variable the command takes, as its target passes them, so
 # that no recipe leaves one out (make would ignore it, and the run go on without it).

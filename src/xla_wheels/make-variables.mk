@@ -1,5 +1,5 @@
 # Generated from src/xla_wheels/settings_table.py: do not edit; after changing a row,
-# .venv/bin/python -m xla_wheels.settings_table --write
+# make generate
 # (tests/test_settings_table.py fails while this file is not current).
 #
 # Every variable a target reads, as NAME=--flag (NAME= when it is not a flag of its

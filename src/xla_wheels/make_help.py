@@ -21,7 +21,7 @@ The overview is written to ``make-help.txt`` next to this module, every target's
 with cat and awk: so it works on a fresh clone, before ``.venv`` (and the packages most
 commands import) exists. ``tests/test_help.py`` fails when those files are not what this
 module generates from today's Makefile and CLI; regenerate them with
-``.venv/bin/python -m xla_wheels.make_help --write``.
+``make generate``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
-import sys
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -48,7 +47,7 @@ COMMANDS_FILE = Path(__file__).with_name("make-commands.mk")
 #: Every target's full entry, which ``make help TARGET=<target>`` picks out.
 TARGETS_FILE = Path(__file__).with_name("make-help-targets.txt")
 MAKEFILE = Path(__file__).resolve().parents[2] / "Makefile"
-REGENERATE = ".venv/bin/python -m xla_wheels.make_help --write"
+REGENERATE = "make generate"
 
 #: The targets by purpose, in the order ``make help`` shows them.
 TARGET_GROUPS: dict[str, tuple[str, ...]] = {
@@ -65,7 +64,7 @@ TARGET_GROUPS: dict[str, tuple[str, ...]] = {
     ),
     "Supply chain and ABI": ("attest", "rebuild-check", "abi-check"),
     "The gate": ("gate", "bench-restart"),
-    "Development": ("test", "test-fast", "lint", "format", "cache-tools", "docs"),
+    "Development": ("test", "test-fast", "lint", "format", "generate", "cache-tools", "docs"),
 }  # fmt: skip
 
 #: The examples of the targets that run no subcommand of the CLI. Every other target's
@@ -80,6 +79,7 @@ MAKE_ONLY_EXAMPLES: dict[str, str] = {
     "test-fast": "make test-fast PYTEST_ARGS='-x'",
     "lint": "make lint",
     "format": "make format",
+    "generate": "make generate",
     "cache-tools": "make cache-tools",
     "docs": "make docs",
     "host-wheel": "make host-wheel",
@@ -165,10 +165,12 @@ def read_makefile(text: str) -> Makefile:
     return Makefile(table, tuple(targets), defaults)
 
 
-def makefile_text() -> str:
-    """The Makefile with the files it includes (``make-variables.mk``, ``make-commands.mk``)."""
-    included = COMMANDS_FILE.read_text() if COMMANDS_FILE.is_file() else ""
-    return MAKEFILE.read_text() + "\n" + MAKE_FILE.read_text() + "\n" + included
+def makefile_text(commands: str | None = None) -> str:
+    """The Makefile with the files it includes (``make-variables.mk``, ``make-commands.mk``:
+    ``commands`` where it is being written anew)."""
+    if commands is None:
+        commands = COMMANDS_FILE.read_text() if COMMANDS_FILE.is_file() else ""
+    return MAKEFILE.read_text() + "\n" + MAKE_FILE.read_text() + "\n" + commands
 
 
 def flags_variable(command: str) -> str:
@@ -355,40 +357,14 @@ def _shown_command(command: str) -> str:
     return "python -m xla_wheels.demo" if command == "demo" else f"xla-wheels {command}"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m xla_wheels.make_help",
-        description="Generate the text `make help` prints from the Makefile and the CLI.",
-    )
-    mode = parser.add_mutually_exclusive_group(required=True)
-    files = f"{HELP_FILE.name}, {TARGETS_FILE.name} and {COMMANDS_FILE.name}"
-    mode.add_argument("--write", action="store_true", help=f"write {files}")
-    mode.add_argument("--check", action="store_true", help=f"fail when {files} differ")
-    args = parser.parse_args(argv)
-    # The commands' file first: the targets' variables are read through it.
+def outputs(root: Path) -> dict[Path, str]:
+    """The files this module writes (``make generate``): the commands' make variables
+    first, which the targets' variables are then read through."""
+    del root  # the Makefile beside this package is the one documented
     commands = commands_mk()
-    if args.write:
-        COMMANDS_FILE.write_text(commands)
-    makefile = read_makefile(makefile_text())
-    texts = {
+    makefile = read_makefile(makefile_text(commands))
+    return {
         COMMANDS_FILE: commands,
         HELP_FILE: render(makefile),
         TARGETS_FILE: render_targets(makefile),
     }
-    if args.write:
-        for path, text in texts.items():
-            path.write_text(text)
-        return 0
-    stale = [p.name for p, text in texts.items() if not p.is_file() or p.read_text() != text]
-    if stale:
-        print(
-            f"error: {' and '.join(stale)} is not what the Makefile and the CLI say today\n"
-            f"  fix: {REGENERATE}",
-            file=sys.stderr,
-        )
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -9,8 +9,7 @@ A row used by a host command goes there; any other, here. The docs' one table
 (``docs/settings.md``) and ``make-variables.mk`` are written from the whole table
 (``xla_wheels.settings_table``).
 
-After changing a row: ``.venv/bin/python -m xla_wheels.settings_table --write`` (and
-``.venv/bin/python -m xla_wheels.make_help --write``).
+After changing a row: ``make generate``.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ A shared cache directory has one writer; every other worker runs read-only
 ``launch-env`` (the host's command line and the builder's) and the runtime image's
 entrypoint all ask :func:`decide`, which answers with the role and how it was decided, so
 every message can say "reader (TPU_WORKER_ID=3)". :data:`RULE` is the rule's text: the
-docs' copy is written from it (``python -m xla_wheels.settings_table --write``).
+docs' copy is written from it (``make generate``).
 """
 
 from __future__ import annotations

@@ -33,8 +33,7 @@ is for). Written from this table, never by hand:
 - ``make help``'s text for the variables that are no flag (``make_help``), and the
   settings table of the documentation, between its marker comments.
 
-After changing a row: ``.venv/bin/python -m xla_wheels.settings_table --write`` (and
-``.venv/bin/python -m xla_wheels.make_help --write``).
+After changing a row: ``make generate``.
 
 Standard library only, and imports nothing else: every layer of both packages may read it.
 """
