@@ -147,9 +147,7 @@ def check_install_list(
     )
 
 
-def check_versions(
-    report: Report, document: BundleDocument, facts: HostFacts, fix: str
-) -> None:
+def check_versions(report: Report, document: BundleDocument, facts: HostFacts, fix: str) -> None:
     installed = {normalize(k): v for k, v in facts.versions.items()}
     if facts.version != document.python:
         report.add(
