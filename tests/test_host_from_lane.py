@@ -535,6 +535,13 @@ def test_the_host_writes_the_launch_environment_the_builder_writes(
             built = (tmp_path / "builder" / role / name).read_text()
             assert (tmp_path / "host" / role / name).read_text() == built, name
         assert f"xla_cache_{BUNDLE}_txla2.9.0+gitc04e61c" in built
+        # The pre-import helper too, on both: the host package's one copy, which the
+        # checkout's scripts/ links to.
+        helper_copy = (HOST_SRC / "xla_host" / "xla_launch_profile.py").read_bytes()
+        for side in ("builder", "host"):
+            written = tmp_path / side / role / "xla_launch_profile.py"
+            assert written.read_bytes() == helper_copy, side
+        assert "xla_launch_profile.apply(" in host.stdout, host.stdout
 
 
 @pytest.mark.slow

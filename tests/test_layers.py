@@ -132,7 +132,9 @@ def _loaded_modules(*argv: str, python_flags: tuple[str, ...] = ()) -> set[str]:
 
 def test_gate_help_loads_the_gate_and_nothing_of_the_other_stages() -> None:
     loaded = _loaded_modules("gate", "--help")
-    assert "xla_wheels.cli.gate" in loaded and "xla_host.gate.restart" in loaded
+    # The gate is a host command (xla_host.host_commands) over the checkout.
+    assert "xla_wheels.cli.checkout_source" in loaded and "xla_host.gate.restart" in loaded
+    assert "xla_host.host_commands" in loaded
     foreign = sorted(
         m
         for m in loaded

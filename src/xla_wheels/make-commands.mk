@@ -36,10 +36,10 @@ FLAGS_LOCK_CHECK = $(call flag,MIRROR) $(call flag,NET_TIMEOUT) $(call flag,NET_
 FLAGS_RECORD = $(call flag,MIRROR) $(call flag,NET_TIMEOUT) $(call flag,NET_RETRIES) \
   $(call flag,DRY_RUN) $(call flag,BUNDLE) $(call flag,WHEELS)
 FLAGS_LAUNCH_ENV = $(call flag,MIRROR) $(call flag,NET_TIMEOUT) $(call flag,NET_RETRIES) \
-  $(call flag,DRY_RUN) $(call flag,BUNDLE) $(call flag,PROFILE) $(call flag,ROLE) \
-  $(call flag,OUT)
-FLAGS_GATE = $(call flag,PYTHON) $(call flag,GATE_DEVICE) $(call flag,WORKLOAD) \
-  $(call flag,BUNDLE) $(call flag,CHECKS) $(call flag,KEY_PROBES) $(call flag,OUT) \
+  $(call flag,DRY_RUN) $(call flag,BUNDLE) $(call flag,PYTHON) $(call flag,PROFILE) \
+  $(call flag,ROLE) $(call flag,OUT)
+FLAGS_GATE = $(call flag,BUNDLE) $(call flag,PYTHON) $(call flag,GATE_DEVICE) \
+  $(call flag,WORKLOAD) $(call flag,CHECKS) $(call flag,KEY_PROBES) $(call flag,OUT) \
   $(call flag,UPSTREAM_TESTS) $(call flag,PROFILE) $(call flag,ROLE)
 FLAGS_CACHE =
 FLAGS_BENCH_RESTART = $(call flag,PYTHON) $(call flag,GATE_DEVICE) $(call flag,WORKLOAD) \
@@ -52,8 +52,8 @@ FLAGS_VERIFY_INSTALL = $(call flag,MIRROR) $(call flag,NET_TIMEOUT) $(call flag,
   $(call flag,DRY_RUN) $(call flag,BUNDLE) $(call flag,INDEX_URL) $(call flag,PYTHON) \
   $(call flag,NO_DEPS) $(call flag,DEPS_FROM) $(call flag,PUBLIC_KEY)
 FLAGS_DOCTOR = $(call flag,MIRROR) $(call flag,NET_TIMEOUT) $(call flag,NET_RETRIES) \
-  $(call flag,DRY_RUN) $(call flag,BUNDLE) $(call flag,PYTHON) $(call flag,ROLE) \
-  $(call flag,LANE) $(call flag,CACHE_PATH) $(call flag,PUBLIC_KEY) $(call flag,PROFILE) \
+  $(call flag,DRY_RUN) $(call flag,BUNDLE) $(call flag,LANE) $(call flag,PUBLIC_KEY) \
+  $(call flag,PYTHON) $(call flag,ROLE) $(call flag,CACHE_PATH) $(call flag,PROFILE) \
   $(call flag,ENV_FILE) $(call flag,JSON) $(call flag,STAMP)
 FLAGS_ABI_CHECK = $(call flag,MIRROR) $(call flag,NET_TIMEOUT) $(call flag,NET_RETRIES) \
   $(call flag,DRY_RUN) $(call flag,BUNDLE) $(call flag,PYTHON) $(call flag,TORCH_WHEEL) \

@@ -10,8 +10,8 @@ MAKE_VARIABLES := MIRROR=--mirror NET_TIMEOUT=--net-timeout NET_RETRIES=--net-re
   B= BUILD_MODE=--mode ENGINE=--engine BUILDER_IMAGE=--image JOBS=--jobs HOST_PYTHON=--host-python \
   KEEP_RECORDED=--keep-recorded BUILD_TAG=--build-tag WHEELS=--wheels BUILD_ARGS=--build-arg SOURCE_DATE_EPOCH= BAZEL_REMOTE_TIMEOUT=--bazel-remote-timeout \
   TORCH_XLA_SRC=--source XLA_HEADERS=--xla-headers COMPONENT=--component FORCE=--force ONTO=--onto CONTINUE=--continue \
-  ROLE=--role CACHE_PATH=--cache-path PROFILE=--profile ENV_FILE=--env-file OUT=--out INDEX_URL=--index-url \
-  UPLOAD_URL=--upload-url NO_DEPS=--no-deps DEPS_FROM=--deps-from PYTHON=--python REFRESH=--refresh JSON=--json \
+  ROLE=--role PYTHON=--python CACHE_PATH=--cache-path PROFILE=--profile ENV_FILE=--env-file OUT=--out \
+  INDEX_URL=--index-url UPLOAD_URL=--upload-url NO_DEPS=--no-deps DEPS_FROM=--deps-from REFRESH=--refresh JSON=--json \
   STAMP=--stamp LANE=--lane TO=--to REASON=--reason HISTORY=--history IMAGE_TAG=--tag \
   RUNTIME_BASE=--base-image HOST_PACKAGE=--host-package WHEEL=--wheel STAMPS=--stamps SIGNING_KEY=--signing-key PUBLIC_KEY=--public-key \
   BUILDER_ID=--builder-id GATE_DEVICE=--device WORKLOAD=--workload CHECKS=--checks KEY_PROBES=--key-probes UPSTREAM_TESTS=--upstream-tests \

@@ -44,8 +44,6 @@ ROWS: tuple[Setting, ...] = (
        default_text="the current directory"),
     _s("common", "per-machine cache", flag="--cache-dir", env="XLA_WHEELS_CACHE",
        kind="directory", default_text="$XDG_CACHE_HOME/xla-wheels, else ~/.cache/xla-wheels"),
-    _s("common", "work directory", flag="--out-dir", env="XLA_WHEELS_OUT", kind="directory",
-       default_text="<root>/out"),
     _s("common", "directory of bare repositories or URL prefix that replaces the remotes' "
        "host", flag="--mirror", make="MIRROR", env="XLA_WHEELS_MIRROR",
        default_text="none: the remotes themselves"),
@@ -203,19 +201,6 @@ ROWS: tuple[Setting, ...] = (
     _s("publish", "fail when the installed torch_xla has no provenance file",
        flag="--require-provenance", kind="switch", commands=("verify-install",),
        default_text="off"),
-    _s("publish", "the interpreter to install into or check", flag="--python", make="PYTHON",
-       commands=("gate", "bench-restart", "verify-install", "doctor", "abi-check"),
-       default_text="per subcommand (see --help)",
-       per_command=(
-           Per("verify-install", "base interpreter of the venv", default_text="this one"),
-           Per("doctor", "the training environment's python", default_text="python3 on PATH"),
-           Per("abi-check", "python of an installed environment"),
-           Per("gate", "interpreter of the torch_xla environment to judge",
-               default_text="the host's: this interpreter; the checkout's: the cached "
-               "stock torch_xla environment"),
-           Per("bench-restart", "interpreter of the torch_xla environment to time",
-               default_text="the cached stock torch_xla environment"),
-       )),
     _s("publish", "where requirements writes", flag="--output", kind="path",
        commands=("requirements",), default_text="dist/<bundle>/requirements.txt"),
     _s("publish", "resolve the public wheels again even if wheels.lock has them",

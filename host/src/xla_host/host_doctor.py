@@ -20,18 +20,25 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from xla_host.bundle_document import BundleDocument
-from xla_host.cache_contract import CacheFacts, Finding, judge_cache_contract
+from xla_host.cache_contract import CacheFacts, Finding, directory_name, judge_cache_contract
 from xla_host.cache_role import CacheRole
 from xla_host.filemode import mount_of
 from xla_host.host_probe import HostFacts
 from xla_host.installed import EnvironmentMatch
-from xla_host.launch_profile import CACHE_PATH, CACHE_READ_ONLY, LaunchProfile
+from xla_host.launch_profile import (
+    CACHE_PATH,
+    CACHE_READ_ONLY,
+    KNOWN_VARIABLES,
+    LaunchProfile,
+    compare_environment,
+)
 from xla_host.redact import masked_url
 from xla_host.wheel_filename import normalize
 
@@ -115,7 +122,7 @@ _NAMED = re.compile(r"^# Hash-pinned requirements of bundle (\S+) ", re.MULTILIN
 
 
 def check_install_list(
-    report: HostReport, document: BundleDocument, text: bytes | None, where: str
+    report: Report, document: BundleDocument, text: bytes | None, where: str
 ) -> None:
     """The lane's ``requirements.txt`` (``where``, masked) installs the document's bundle:
     it names that bundle and pins every wheel of the document. A list of another bundle
@@ -140,9 +147,7 @@ def check_install_list(
     )
 
 
-def check_versions(
-    report: HostReport, document: BundleDocument, facts: HostFacts, fix: str
-) -> None:
+def check_versions(report: Report, document: BundleDocument, facts: HostFacts, fix: str) -> None:
     installed = {normalize(k): v for k, v in facts.versions.items()}
     if facts.version != document.python:
         report.add(
@@ -173,7 +178,7 @@ def check_versions(
             )
 
 
-def check_files(report: HostReport, match: EnvironmentMatch, fix: str) -> None:
+def check_files(report: Report, match: EnvironmentMatch, fix: str) -> None:
     """Each document wheel against the installed files, byte for byte (``installed``)."""
     for wheel in match.wheels:
         if wheel.matched:
@@ -374,3 +379,45 @@ def check_cache(
         read_only=env.get(CACHE_READ_ONLY) == "1",
     )
     report.findings += judge_cache_contract(contract)
+
+
+def check_launch_profile(
+    report: Report, profile: LaunchProfile, bundle: str, env: Mapping[str, str], role: str,
+    source: str, versions: Mapping[str, str | None], launch_env: str,
+) -> None:  # fmt: skip
+    """The launch environment (``env``, from ``source``: this host's, or a launcher's env
+    file) against what ``profile`` sets for ``role``, one finding per difference (or one
+    ``ok``), for every variable a profile may set (``launch_profile.KNOWN_VARIABLES``);
+    PATH and the like are not launch policy. Each names the variable, the two values, and
+    whether torch_xla hashes it into its compile cache's key: a host that differs there
+    compiles, and caches, another program than the one the gate judged. A missing,
+    different or extra setting fails, except an extra logging switch (a warning).
+    ``versions``: what the host probe read (``{build}`` of the cache path);
+    ``launch_env``: the command line that writes the profile's env.sh, for the fix."""
+    torch_xla = versions.get("torch_xla")
+    build = directory_name(bundle, torch_xla, versions.get("libtpu")) if torch_xla else None
+    expected = profile.environment(bundle, role, build)
+    check = f"profile {profile.name}"
+    differences = compare_environment(expected, dict(env))
+    for difference in differences:
+        quoted = shlex.quote(str(difference.expected))
+        if difference.kind == "missing":
+            fix = f"export {difference.variable}={quoted} in the launcher"
+        elif difference.kind == "extra":
+            fix = f"unset {difference.variable}, or add it to [profiles.{profile.name}."
+            fix += f"{KNOWN_VARIABLES.get(difference.variable, 'device')}] and gate again"
+        else:
+            fix = f"export {difference.variable}={quoted}"
+        report.add(
+            "WARN" if difference.logging_only else "FAIL",
+            check,
+            f"{difference.describe()} ({source})",
+            fix + f"; or source the env.sh of `{launch_env}`",
+        )
+    if not differences:
+        report.add(
+            "ok",
+            check,
+            f"{source} is launch profile {profile.name} (sha256 {profile.sha256[:12]})"
+            + f", role {role}",
+        )

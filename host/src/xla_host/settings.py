@@ -167,6 +167,9 @@ SETTINGS: tuple[Setting, ...] = (
     _s("common", "seconds between 'still fetching' lines when stderr is not a terminal; 0 for "
        "none", flag="--progress-interval", env="XLA_WHEELS_PROGRESS_INTERVAL", kind="amount",
        low=0, high=DAY_S, unit="seconds", default=30),
+    # launch-env's default --out is under it, on both command lines.
+    _s("common", "work directory", flag="--out-dir", env="XLA_WHEELS_OUT", kind="directory",
+       default_text="<root>/out (xla-host: out in the current directory)"),
     # --- network ------------------------------------------------------------------------
     _s("network", "seconds a network step waits for an answer before it counts as timed out; "
        "a transfer gets more by its size", flag="--net-timeout", make="NET_TIMEOUT",
@@ -186,6 +189,24 @@ SETTINGS: tuple[Setting, ...] = (
        per_command=(Per("launch-env", "writer (the one process per cache directory that "
                         "writes it) or reader (every other worker: the cache read-only)",
                         default_text=_ROLE_RULE, choices=()),)),
+    _s("publish", "the interpreter to install into or check", flag="--python", make="PYTHON",
+       commands=("gate", "bench-restart", "verify-install", "doctor", "abi-check", "launch-env"),
+       default_text="per subcommand (see --help)",
+       per_command=(
+           Per("verify-install", "base interpreter of the venv", default_text="this one"),
+           # Each command line's own: a host's xla-host runs in the training environment,
+           # a builder's xla-wheels in the checkout's .venv, which is not one.
+           Per("doctor", "the training environment's python",
+               default_text="xla-host: this interpreter; xla-wheels: python3 on PATH"),
+           Per("launch-env", "the training environment's python, whose torch_xla a cache "
+               "pack (--pack-lane) must match", default_text="this interpreter"),
+           Per("abi-check", "python of an installed environment"),
+           Per("gate", "interpreter of the torch_xla environment to judge",
+               default_text="the host's: this interpreter; the checkout's: the cached "
+               "stock torch_xla environment"),
+           Per("bench-restart", "interpreter of the torch_xla environment to time",
+               default_text="the cached stock torch_xla environment"),
+       )),
     _s("publish", "judge this compilation cache path", flag="--cache-path", make="CACHE_PATH",
        commands=("doctor",), default_text="XLA_PERSISTENT_CACHE_PATH of the host"),
     _s("publish", "keep the cache entries written within this many days (cache size and "
@@ -208,7 +229,8 @@ SETTINGS: tuple[Setting, ...] = (
        make="ENV_FILE", commands=("doctor",)),
     _s("publish", "directory to write into", flag="--out", kind="directory", make="OUT",
        commands=("launch-env", "gate", "bench-restart"),
-       default_text="<out-dir>/launch/<bundle>/<profile>-<role>",
+       default_text="<out-dir>/launch/<bundle>/<profile>-<role> (<out-dir>: xla-wheels' "
+       "--out-dir, else $XLA_WHEELS_OUT, else out)",
        per_command=(
            Per("gate", "directory for report.json, junit.xml, child logs and the receipt",
                default="out/gate"),

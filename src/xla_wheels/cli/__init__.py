@@ -8,11 +8,12 @@ run holds the bundle (:mod:`xla_wheels.run_lock`), 10 a disk fault, 130 interrup
 a subcommand is a disk fault too (:mod:`xla_wheels.disk_faults`), never a traceback.
 
 :data:`COMMANDS` names each subcommand's module of this package (``gate`` is standard
-library only: it runs in the builder image). Each has ``add_arguments(name, parser)``,
-which defines one subcommand's arguments and sets its ``handler`` (a function of the
-parsed namespace returning the exit code). Adding a subcommand is one line in
-:data:`COMMANDS` (a module of this package, or a full dotted path for a stage that keeps
-its arguments next to it) and that function.
+library only: it runs in the builder image; ``gate``, ``doctor`` and ``launch-env`` are
+the host's commands, :mod:`xla_host.host_commands`, over the checkout). Each has
+``add_arguments(name, parser)``, which defines one subcommand's arguments and sets its
+``handler`` (a function of the parsed namespace returning the exit code). Adding a
+subcommand is one line in :data:`COMMANDS` (a module of this package, or a full dotted
+path for a stage that keeps its arguments next to it) and that function.
 
 Only the module of the subcommand being run is imported, so ``xla-wheels gate --help``
 loads the gate and nothing of the build or publish stages. Settings are read by
@@ -73,11 +74,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "bundle's, after the build stage's name, hash and provenance checks",
     ),
     "launch-env": (
-        "launch",
+        "checkout_source",
         "write a bundle's launch profile for a launcher (env.sh, env.json, the pre-import "
         "helper)",
     ),
-    "gate": ("gate", "decide whether a torch_xla build may ship (warm restart, HBM query)"),
+    "gate": (
+        "checkout_source",
+        "decide whether a torch_xla build may ship (warm restart, HBM query)",
+    ),
     "cache": (
         "xla_host.cache_command",
         "cache packs: `cache fetch` installs a signed pack so a new host starts warm",
@@ -101,7 +105,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "provenance against wheels.lock, import torch_xla",
     ),
     "doctor": (
-        "publish",
+        "checkout_source",
         "check a training host against a bundle (versions, runtime flags, cache) without "
         "importing torch_xla",
     ),

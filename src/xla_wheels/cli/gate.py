@@ -1,18 +1,11 @@
-"""``xla-wheels gate`` and ``xla-wheels bench-restart``: arguments and printing.
+"""``xla-wheels bench-restart``: arguments and printing.
 
-The gate's run itself (which checks share children, what runs side by side) is
-:func:`xla_host.gate.run.run_gate`, and what comes before and after its receipt (the
-store proved, the cache pack, the upload, the verdict)
-:func:`xla_host.gate_end.run_and_leave`, as on a host; this module parses, prints and
-writes the receipt from the checkout's wheels.lock.
-
-Exit codes of ``gate``: 0 every selected check passed; 1 a check failed (the verdict says
-which and why); 2 the environment cannot be judged (no torch_xla, no such device); 8 a
-worker of a slice did not arrive at a phase (``xla_host.gate.slice``).
-Without ``--python`` both commands use the cached stock torch_xla 2.9.0 environment
-(built on first use, in the same per-machine cache as the pipeline's), so a newcomer
-sees the persistent-cache defect in one command. Standard library only, like the whole
-gate: the builder image runs it as the ship check without the pipeline's dependencies.
+The gate is a host command (``xla_wheels.cli.checkout_source``, over
+:mod:`xla_host.host_commands`); the restart benchmark is the builder's alone and shares
+the gate's children's options (:func:`xla_host.gate.arguments.add_child_arguments`).
+Without ``--python`` it times the cached stock torch_xla 2.9.0 environment (built on
+first use, in the same per-machine cache as the pipeline's). Standard library only, like
+the gate: the builder image runs it without the pipeline's dependencies.
 """
 
 from __future__ import annotations
@@ -23,12 +16,9 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from xla_host import gate_end, log, net
-from xla_host.errors import UsageError
 from xla_host.gate import arguments as gate_arguments
-from xla_host.gate import bench, under_profile
-from xla_host.gate.run import GateOutcome
-from xla_host.gate.target import Target, default_device, resolve_target
+from xla_host.gate import bench
+from xla_host.gate.target import Target, resolve_target
 from xla_host.gate.workload import WorkloadSpec
 from xla_wheels import stock_envs as envs
 from xla_wheels.cli.settings import Settings
@@ -49,8 +39,8 @@ def _python(args: argparse.Namespace) -> Path:
 
 
 def _add_common(parser: argparse.ArgumentParser, command: str) -> None:
-    """The checkout's gate and benchmark: the interpreter (else the cached stock
-    environment), the children's options, and where the receipt's evidence is."""
+    """The benchmark's: the interpreter (else the cached stock environment), the
+    children's options, and where the receipt's evidence is (as the gate's)."""
     add_settings(parser, command, "--python")
     gate_arguments.add_child_arguments(parser, command)
     # The receipt's options (:mod:`xla_wheels.release.gate_receipt`).
@@ -93,63 +83,11 @@ def _check_bundle(args: argparse.Namespace) -> None:
 
 def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     """Define subcommand ``name``'s arguments on ``parser`` and set its handler."""
-    if name == "gate":
-        _add_gate_arguments(parser)
-    elif name == "bench-restart":
-        _add_common(parser, name)
-        add_settings(parser, name, "--rounds", "--out")
-        parser.set_defaults(handler=run_bench)
-    else:
+    if name != "bench-restart":
         raise ValueError(f"{name} is not a subcommand of {__name__}")
-
-
-def _add_gate_arguments(gate: argparse.ArgumentParser) -> None:
-    _add_common(gate, "gate")
-    gate_arguments.add_gate_arguments(gate)
-    gate.set_defaults(handler=run_gate)
-
-
-def _gate_profile(args: argparse.Namespace) -> under_profile.GateProfile | None:
-    """The bundle's launch profile as this run applies it (None: no --profile)."""
-    if not args.profile:
-        return None
-    if not args.bundle:
-        raise UsageError(
-            "a launch profile belongs to a bundle: --profile needs --bundle",
-            fix=f"pass BUNDLE=<bundle> with PROFILE={args.profile}",
-        )
-    # Imported here: `gate --help` and a gate run without a profile do not read manifests.
-    from xla_host import launch_profile
-    from xla_wheels.bundle import load_bundle
-
-    bundle = load_bundle(_checkout(args), args.bundle)
-    profile = launch_profile.choose(bundle.profiles, args.profile, bundle.name)
-    planned = under_profile.plan(profile, bundle.name, args.device or default_device())
-    for line in planned.lines():
-        log.info(line)
-    return planned
-
-
-def run_gate(args: argparse.Namespace) -> int:
-    gate_arguments.checks(args.checks)  # before anything else is read
-    _check_bundle(args)
-    gate_profile = _gate_profile(args)
-    config = gate_arguments.gate_config(args, lambda: _python(args), gate_profile)
-
-    def write_receipt(outcome: GateOutcome) -> Path:
-        return _receipts().leave_gate_receipt(
-            _receipt_place(args),
-            outcome.target,
-            outcome.results,
-            args.workload.name,
-            profile=gate_profile.record() if gate_profile else None,
-            slice_record=outcome.slice_record,
-        )
-
-    return gate_end.run_and_leave(
-        args, config, bundle=args.bundle, write_receipt=write_receipt,
-        network=net.policy_from(args, os.environ),  # XLA_WHEELS_NET_*, as every network step
-    )  # fmt: skip
+    _add_common(parser, name)
+    add_settings(parser, name, "--rounds", "--out")
+    parser.set_defaults(handler=run_bench)
 
 
 def run_bench(args: argparse.Namespace) -> int:

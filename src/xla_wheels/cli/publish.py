@@ -1,4 +1,5 @@
-"""Arguments and handlers of ``publish``, ``requirements``, ``verify-install``, ``doctor``.
+"""Arguments and handlers of ``publish``, ``requirements``, ``verify-install`` (``doctor``
+is a host command: ``xla_wheels.cli.checkout_source``).
 
 Settings come from :mod:`xla_wheels.options` (flag, then ``XLA_WHEELS_*``, then default);
 credentials never do: they come from ``TWINE_USERNAME`` / ``TWINE_PASSWORD`` or keyring.
@@ -9,33 +10,24 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import shutil
 import sys
 import urllib.parse
-from collections.abc import Mapping
 from pathlib import Path
 
-from xla_host import cache_role, installed, launch_profile, log
-from xla_host.cache_role import CacheRole
-from xla_host.errors import UsageError
+from xla_host import log
 from xla_host.net import file_url_path
 from xla_host.redact import Redactor, shown
-from xla_host.stamp import Stamp, StampedWheel, job_facts, this_host, write_stamp
-from xla_host.stamp import now as stamp_now
 from xla_wheels import attestation as attest
-from xla_wheels.bundle import load_bundle
 from xla_wheels.cli.arguments import add_bundle_arguments
-from xla_wheels.cli.settings import Settings, pipeline_options, publish_options, supply_options
+from xla_wheels.cli.settings import pipeline_options, publish_options, supply_options
 from xla_wheels.layout import BundleLayout
 from xla_wheels.options import PipelineOptions
 from xla_wheels.progress import Timings
-from xla_wheels.publish import doctor, launch_check, requirements, upload, verify_install
+from xla_wheels.publish import requirements, upload, verify_install
 from xla_wheels.publish.static_index import write_static_index
 from xla_wheels.publish.wheels import locked_records, locked_wheels
-from xla_wheels.release import lanes
-from xla_wheels.release.host_lane import add_lane_findings
 from xla_wheels.settings_rows import add_settings
-from xla_wheels.wheels_lock import BundleEntry, read_lock, write_with_held_back, written_on_success
+from xla_wheels.wheels_lock import read_lock, write_with_held_back, written_on_success
 
 
 def _dist(options: PipelineOptions, args: argparse.Namespace) -> Path:
@@ -154,145 +146,14 @@ def cmd_verify_install(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_doctor(args: argparse.Namespace) -> int:
-    options = pipeline_options(args, os.environ)
-    settings = publish_options(args, os.environ)
-    bundle = load_bundle(options.root, args.bundle)
-    python = settings.python or shutil.which("python3") or sys.executable
-    lock = read_lock(options.lock_path)
-    # The host's own environment is what doctor judges (PJRT_DEVICE, XLA_* runtime flags,
-    # TPU_WORKER_ID): it is the subject of the check, not a setting of this program.
-    # With --env-file, the launch environment a launcher sources instead.
-    launch_env, source = _launch_environment(args)
-    # The one rule (xla_host.cache_role), as `xla-host doctor` decides it: with --env-file
-    # the launcher's variables over this host's (its TPU_WORKER_ID).
-    role = cache_role.decide(
-        args.role, launch_env if args.env_file is None else {**os.environ, **launch_env}
-    )
-    if role.warning:
-        log.warning(role.warning)
-    profile = (
-        launch_profile.choose(bundle.profiles, args.profile, bundle.name) if args.profile else None
-    )
-    report = doctor.run_doctor(bundle, python, lock, launch_env, role, args.cache_path)
-    if profile is not None:
-        launch_check.check_launch_profile(
-            report,
-            profile,
-            bundle.name,
-            launch_env,
-            role.role,
-            source,
-        )
-    add_lane_findings(report, options.root, lock, args.lane, bundle.name)
-    _add_signature_findings(report, options, args, lock.bundles.get(bundle.name))
-    stamp_path = Settings(args, os.environ).path("--stamp")
-    if args.json or stamp_path:
-        # The audit stamp: the findings go to stderr, stdout holds the one document.
-        print(report.render(), file=sys.stderr if args.json else sys.stdout)
-        found = _doctor_stamp(report, options, args, python, launch_env, role, profile)
-        if args.json:
-            print(found.render(), end="")
-        if stamp_path:
-            write_stamp(stamp_path, found)
-            log.info(f"doctor: stamp written to {stamp_path}")
-    else:
-        print(report.render())
-    doctor.ensure_healthy(report)
-    return 0
-
-
-def _doctor_stamp(
-    report: doctor.DoctorReport, options: PipelineOptions, args: argparse.Namespace,
-    python: str, env: Mapping[str, str], role: CacheRole,
-    profile: launch_profile.LaunchProfile | None,
-) -> Stamp:  # fmt: skip
-    """What this host runs, as a stamp: each locked wheel compared by content with its file
-    where the file is at hand (the lane's directory, else dist/<bundle>)."""
-    entry = read_lock(options.lock_path).bundles.get(args.bundle)
-    records = list(entry.wheels or ()) if entry else []
-    search = [BundleLayout.of(options, args.bundle).dist]
-    receipt_digest = None
-    if args.lane:
-        lane = lanes.load_config(options.root).lane(args.lane)
-        if (directory := lane.backend.directory) is not None:
-            search.insert(0, directory)
-        state = lanes.read_state(options.root).get(lane.name)
-        if state is not None and state.bundle == args.bundle:
-            receipt_digest = state.receipt_digest
-    at_hand = next((d for d in search if records and all((d / r.name).is_file()
-                                                         for r in records)), None)  # fmt: skip
-    wheels: list[StampedWheel] = []
-    if records:
-        _, match = installed.match_environment(Path(python), records, at_hand)
-        wheels = [
-            StampedWheel(m.name, m.sha256, m.matched if at_hand is not None else None)
-            for m in match.wheels
-        ]
-    return Stamp(
-        created=stamp_now(),
-        host=this_host(),
-        bundle=args.bundle,
-        lane=args.lane,
-        wheels=tuple(wheels),
-        receipt_digest=receipt_digest,
-        profile=profile.name if profile else None,
-        profile_sha256=profile.sha256 if profile else None,
-        cache_path=args.cache_path or env.get("XLA_PERSISTENT_CACHE_PATH") or None,
-        role=role.role,
-        verdict="failed" if report.failed else "ok",
-        problems=tuple(f"{f.check}: {f.detail}" for f in report.failed),
-        job=job_facts(env),
-    )
-
-
-def _add_signature_findings(
-    report: doctor.DoctorReport,
-    options: PipelineOptions,
-    args: argparse.Namespace,
-    entry: BundleEntry | None,
-) -> None:
-    """With the team's public key (setting, else the lane's): each locked wheel's envelope."""
-    public_key = supply_options(args, os.environ).public_key
-    search = [BundleLayout.of(options, args.bundle).dist]
-    if args.lane:
-        lane = lanes.load_config(options.root).lane(args.lane)
-        public_key = public_key or lane.signing_public_key
-        if (directory := lane.backend.directory) is not None:
-            search.insert(0, directory)
-    if public_key is None or entry is None or not entry.wheels:
-        return
-    wheels = [(r.name, r.sha256) for r in entry.wheels]
-    for check in attest.signature_checks(public_key, wheels, search):
-        fix = (
-            ""
-            if check.status == "ok"
-            else ("install only wheels the team signed; re-sign with `make attest BUNDLE=<bundle>`")
-        )
-        report.add(check.status, f"signature {check.wheel}", check.detail, fix)
-
-
-def _launch_environment(args: argparse.Namespace) -> tuple[Mapping[str, str], str]:
-    if args.env_file is None:
-        return os.environ, "this host's environment"
-    try:
-        return launch_profile.read_env_file(args.env_file), str(args.env_file)
-    except (OSError, ValueError) as error:
-        raise UsageError(
-            f"cannot read the launch environment {args.env_file}: {error}",
-            fix="pass ENV_FILE=<env.sh or env.json written by `make launch-env`, or a "
-            "NAME=value file>",
-        ) from error
-
-
 def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     """Define subcommand ``name``'s arguments on ``parser`` and set its handler."""
     handler = _HANDLERS[name]
     # Only publish has a dry run: requirements resolves and writes, verify-install
-    # installs, doctor only reads; a dry run of those would be a different command. The
-    # others write under out/<bundle> or dist/<bundle> (a log, the static index,
-    # requirements.txt, verify-install's venv).
-    add_bundle_arguments(parser, writes_bundle=name != "doctor", dry_run=name == "publish")
+    # installs; a dry run of those would be a different command. The others write under
+    # out/<bundle> or dist/<bundle> (a log, the static index, requirements.txt,
+    # verify-install's venv).
+    add_bundle_arguments(parser, writes_bundle=True, dry_run=name == "publish")
     add_settings(parser, name, *_FLAGS[name])
     parser.set_defaults(handler=handler)
 
@@ -305,15 +166,10 @@ _FLAGS = {
         "--dist-dir", "--index-url", "--python", "--no-deps", "--deps-from",
         "--require-provenance", "--public-key",
     ),
-    "doctor": (
-        "--python", "--role", "--lane", "--cache-path", "--public-key", "--profile",
-        "--env-file", "--json", "--stamp",
-    ),
 }  # fmt: skip
 
 _HANDLERS = {
     "publish": cmd_publish,
     "requirements": cmd_requirements,
     "verify-install": cmd_verify_install,
-    "doctor": cmd_doctor,
 }

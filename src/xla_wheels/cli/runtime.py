@@ -26,7 +26,7 @@ from xla_host.net import NetworkPolicy
 from xla_host.stamp import jobs_that_ran, read_stamps
 from xla_wheels.bundle import load_bundle
 from xla_wheels.cli.arguments import add_bundle_arguments, add_common_arguments
-from xla_wheels.cli.launch import _build_directory
+from xla_wheels.cli.checkout_source import CheckoutSource
 from xla_wheels.cli.settings import Settings, pipeline_options
 from xla_wheels.release import host_document, lanes, runtime_image
 from xla_wheels.settings_rows import add_settings
@@ -91,7 +91,8 @@ def cmd_runtime_image(args: argparse.Namespace) -> int:
     lane = config.lane(args.lane)
     state = lanes.read_state(options.root).get(lane.name)
     entry = read_lock(options.lock_path).entry(bundle.name)
-    build = _build_directory(options.lock_path, bundle) if profile.needs_build else None
+    checkout = CheckoutSource(options.root, bundle.name, args, options.out_dir, bundle)
+    build = checkout.build_directory() if profile.needs_build else None
     tag = args.tag or f"localhost/xla-wheels-runtime:{bundle.name}-{lane.name}"
     # The bundle's Python (its wheels' tags), not the builder's: cp311 wheels need 3.11.
     base = args.base_image or runtime_image.default_base_image(

@@ -15,9 +15,11 @@ directory, and on a cache mount shared by several hosts exactly one writer, ever
 host with ``XLA_PERSISTENT_CACHE_READ_ONLY=1``; a cache directory specific to the
 installed build and libtpu version (``cache_contract``), and the path doctor recommends.
 Every check of it needs no checkout and lives in the host package
-(:mod:`xla_host.host_doctor`), which ``xla-host doctor`` runs too; this module runs those
-and adds the checks that need the checkout or the builder's libraries (the locked
-versions and provenance, the SBOM, the ABI of the installed pair).
+(:mod:`xla_host.host_doctor`); the command itself is the host's
+(:func:`xla_host.host_commands.run_doctor`, over the checkout:
+``xla_wheels.cli.checkout_source``), and this module holds the checks that need the
+checkout or the builder's libraries (the locked versions and provenance, the SBOM, the
+ABI of the installed pair).
 """
 
 from __future__ import annotations
@@ -25,18 +27,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from xla_host import host_doctor
-from xla_host.cache_role import CacheRole
 from xla_host.errors import LockError, PipelineError
-from xla_host.host_doctor import PACKAGES, Report
-from xla_host.host_probe import HostFacts, probe
+from xla_host.host_doctor import Report
+from xla_host.host_probe import HostFacts
 from xla_host.provenance import Provenance, ProvenanceFormatError
 from xla_host.wheel_filename import normalize
 from xla_wheels import sbom
 from xla_wheels.abi import pairs as abi_pairs
 from xla_wheels.bundle import Bundle
 from xla_wheels.publish import provenance_check as prov
-from xla_wheels.publish.errors import DoctorFailed
 from xla_wheels.publish.wheels import locked_sboms, locked_versions
 from xla_wheels.wheels_lock import BundleEntry, Lock
 
@@ -218,31 +217,3 @@ def check_abi(report: DoctorReport, python: str) -> None:
         "install the torch this torch_xla was built against, or rebuild torch_xla "
         "(details: make abi-check PYTHON=<this python>)",
     )
-
-
-def run_doctor(
-    bundle: Bundle, python: str, lock: Lock,
-    env: Mapping[str, str], role: CacheRole, cache_path: str | None = None,
-) -> DoctorReport:  # fmt: skip
-    report = DoctorReport(bundle.name, python)
-    # The environment first: it must be right before anything imports torch_xla. The
-    # host's checks, the same as `xla-host doctor` runs.
-    host_doctor.check_environment(
-        report, env, role, platform=host_doctor.platform_of(bundle.profiles)
-    )
-    facts = probe(python, PACKAGES, fix="pass PYTHON=<the training environment's python>")
-    report.host = facts
-    check_versions(report, bundle, facts, lock)
-    check_abi(report, python)  # needs pyelftools: the builder's own
-    host_doctor.check_cache(report, bundle.name, facts.versions, env, role, cache_path)
-    return report
-
-
-def ensure_healthy(report: DoctorReport) -> None:
-    if report.failed:
-        raise DoctorFailed(
-            f"doctor found {len(report.failed)} problem(s): "
-            + ", ".join(f.check for f in report.failed),
-            fix="apply the fixes listed above, then run `make doctor BUNDLE="
-            f"{report.bundle}` (with the same PYTHON=, ROLE=, ...) again",
-        )

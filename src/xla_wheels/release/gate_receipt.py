@@ -1,4 +1,5 @@
-"""The receipt a ``gate`` or ``bench-restart`` run leaves: its verdicts, with evidence.
+"""The receipt a ``bench-restart`` run leaves, and the evidence of a ``gate`` run's (whose
+receipt :mod:`xla_host.host_commands` composes, as on a host): its verdicts, with evidence.
 
 The evidence is what the judged environment holds compared with the bundle's locked
 wheels (``installed.match_environment``): a receipt says whether it was for those wheels,
@@ -11,14 +12,13 @@ without the pipeline's dependencies.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from xla_host import installed, log, receipt_verdict, receipts
 from xla_host.errors import LockError, UsageError
-from xla_host.gate.result import CheckResult
 from xla_host.gate.target import Target
 from xla_wheels.wheels_lock import WheelRecord, read_lock
 
@@ -52,9 +52,11 @@ def locked_records(lock_path: Path, bundle: str) -> list[WheelRecord]:
         ) from None
 
 
-def _evidence(
+def evidence(
     place: ReceiptPlace, python: Path
 ) -> tuple[installed.InstalledFacts, installed.EnvironmentMatch | None]:
+    """The environment of ``python`` against the locked wheels of ``place``'s bundle (none:
+    a bare probe, a receipt for no bundle's wheels)."""
     records = locked_records(place.root / "wheels.lock", place.bundle) if place.bundle else []
     if not place.bundle or not records:
         return installed.probe_environment(python, []), None
@@ -78,28 +80,8 @@ def _store(place: ReceiptPlace, receipt: receipts.Receipt) -> Path:
     return path
 
 
-def leave_gate_receipt(
-    place: ReceiptPlace,
-    target: Target,
-    results: Sequence[CheckResult],
-    workload: str,
-    *,
-    profile: Mapping[str, Any] | None = None,
-    slice_record: Mapping[str, Any] | None = None,
-) -> Path:
-    facts, match = _evidence(place, target.python)
-    receipt = receipts.receipt_from_gate(
-        target, results, bundle=place.bundle, workload=workload, facts=facts, match=match
-    )
-    if profile is not None:
-        receipt = replace(receipt, profile=dict(profile))
-    if slice_record is not None:
-        receipt = replace(receipt, slice=dict(slice_record))
-    return _store(place, receipt)
-
-
 def leave_bench_receipt(place: ReceiptPlace, target: Target, summary: Mapping[str, Any]) -> Path:
-    facts, match = _evidence(place, target.python)
+    facts, match = evidence(place, target.python)
     receipt = receipts.receipt_from_bench(
         target, summary, bundle=place.bundle, facts=facts, match=match
     )
