@@ -62,21 +62,26 @@ class Fleet:
 
 def _add_second_bundle(project: Path, torch: Path, torch_xla: Path) -> None:
     """``pub-2``: the same torch, a newer torch_xla build."""
-    (project / "build" / "bundles" / f"{SECOND}.toml").write_text(
-        manifest_text(SECOND, xla_version="2.9.1")
+    _add_second_bundle_of(
+        project, SECOND, manifest_text(SECOND, xla_version="2.9.1"), [torch, torch_xla]
     )
-    loaded = load_bundle(project, SECOND)
+
+
+def _add_second_bundle_of(project: Path, name: str, manifest: str, wheels: list[Path]) -> None:
+    """Bundle ``name`` (its manifest text) locked with ``wheels`` beside the project's first."""
+    (project / "build" / "bundles" / f"{name}.toml").write_text(manifest)
+    loaded = load_bundle(project, name)
     update_bundle_entry(
         project / "wheels.lock", loaded, {c.name: c.commit for c in loaded.components.values()},
         project,
     )  # fmt: skip
-    dist = project / "dist" / SECOND
+    dist = project / "dist" / name
     dist.mkdir(parents=True)
     records = []
-    for wheel in (torch, torch_xla):
+    for wheel in wheels:
         shutil.copyfile(wheel, dist / wheel.name)
         records.append(WheelRecord(wheel.name, wheel.stat().st_size, file_sha256(wheel)))
-    record_wheels(project / "wheels.lock", SECOND, records)
+    record_wheels(project / "wheels.lock", name, records)
 
 
 @pytest.fixture(scope="module")

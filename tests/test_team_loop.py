@@ -11,6 +11,14 @@ directory. Worker 0's merged receipt goes to a real WebDAV server
 environment of both hosts is the cached stock 2.7.0 one the gate tests use: installing
 torch (gigabytes) into two more environments would prove nothing more.
 
+The whole operator loop continues from there in one test: the writer's signed pack is
+published for the bundle on the slice's receipt (``cache-pack``), a third new host installs
+the host package by the runbook's line, fetches the pack by the lane's address alone and
+its first run of the team's workload compiles nothing; a second bundle reaches the lane
+and a rollback with a reason takes it back, a fourth new host's doctor judges the bundle
+rolled back to, ``status`` is right after every step, and a stale install list made by
+hand is reported, never "in sync".
+
 What only a TPU slice shows (libtpu's multi-host runtime, real HBM, the accelerator type
 read from the metadata server) is not here: the workers' runtimes are one CPU device each.
 """
@@ -24,6 +32,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -32,9 +41,16 @@ import pytest
 
 from tests import webdav_server
 from tests.clirunner import run_cli
-from tests.publish_support import build_host_wheel, cached_stock_wheel, make_publish_project
+from tests.publish_support import (
+    build_host_wheel,
+    cached_stock_wheel,
+    make_publish_project,
+    manifest_text,
+)
 from tests.servers import start_directory_server, stop
 from tests.test_gate_workload import write_tiny
+from tests.test_release_history import _add_second_bundle_of
+from tests.test_supply_attest import make_key
 from xla_host import receipts
 from xla_host.filemode import file_sha256
 from xla_host.gate.slice import DEAD_AFTER_S
@@ -76,6 +92,8 @@ class Loop:
     shared: Path
     """The slice's shared mount: the cache directory and the slice directory."""
     workload: Path
+    pack_key: tuple[Path, Path]
+    """The gate's pack signing key: (private PEM, public PEM)."""
 
 
 def _install_host_package(lane_url: str, requirements: str, site: Path) -> None:
@@ -160,6 +178,7 @@ def loop(tmp_path_factory: pytest.TempPathFactory, stock_xla_python_27: Path) ->
             stock_xla_python_27,
             root / "shared",
             workload,
+            make_key(root / "keys", "pack-key"),
         )
     finally:
         stop(index)
@@ -174,7 +193,11 @@ class SliceRun:
 
 @pytest.fixture(scope="module")
 def slice_run(loop: Loop) -> SliceRun:
-    workers = [_gate(loop, worker, loop.shared) for worker in (0, 1)]
+    # The writer packs its cold run's cache, signed (the reader has none to pack).
+    pack = ("--pack", str(loop.shared / "packs"), "--pack-key", str(loop.pack_key[0]))
+    workers = [
+        _gate(loop, worker, loop.shared, *(pack if worker == 0 else ())) for worker in (0, 1)
+    ]
     try:
         done = [w.communicate(timeout=900) for w in workers]
     finally:
@@ -317,3 +340,110 @@ def test_a_killed_worker_fails_the_run_naming_it_within_a_bound(
     # came or did not arrive by the slice timeout.
     assert f"worker 1 stopped: no heartbeat for more than {DEAD_AFTER_S:g}s" in err, out + err
     assert "did not arrive within" not in err
+
+
+RC = "stock-2.7-rc"
+
+
+def _status(loop: Loop) -> str:
+    """``make status``'s line of the validation lane, checked to be what it should be."""
+    done = run_cli("status", root=loop.project, inherit_env=True, env=_store_account())
+    line = next((x for x in done.stdout.splitlines() if x.strip().startswith("validation (")), None)
+    assert line is not None, done.output
+    return f"{done.exit_code} {line.strip()}"
+
+
+def _store_account() -> dict[str, str]:
+    return {"XLA_WHEELS_RECEIPTS_USERNAME": USER, "XLA_WHEELS_RECEIPTS_PASSWORD": PASSWORD}
+
+
+def _fresh_host(loop: Loop, name: str) -> Path:
+    """A new host following the runbook: the host package alone, by hash, from the lane's
+    host install list (the torch environment is the stock one every host here shares)."""
+    host = loop.project.parent / name
+    (host / "site").mkdir(parents=True)
+    listed = urllib.request.urlopen(f"{loop.lane_url}requirements.txt", timeout=30).read()
+    _install_host_package(loop.lane_url, listed.decode(), host / "site")
+    return host
+
+
+def _host(loop: Loop, host: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(loop.python), "-s", "-m", "xla_host", *args], cwd=host, env=_host_env(host),
+        capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_the_whole_loop_pack_to_a_fresh_host_then_a_rollback_reaches_the_next_one(
+    loop: Loop, slice_run: SliceRun
+) -> None:
+    assert slice_run.codes == (0, 0), slice_run.outputs
+    lane = loop.project / "dist" / "lanes" / "validation"
+    serving = f"serves {BUNDLE}; in sync with lanes.lock"
+    assert _status(loop) == f"0 validation ({lane}): {serving}"
+    # The writer's pack, published for the bundle on the slice's receipt (the store's).
+    (pack,) = (loop.shared / "packs").glob("*.xlapack.tar")
+    published = run_cli(
+        "cache-pack", "--bundle", BUNDLE, "--workload", f"{loop.workload}:build",
+        "--packs", str(pack.parent), "--public-key", str(loop.pack_key[1]),
+        root=loop.project, inherit_env=True, env=_store_account(),
+    )  # fmt: skip
+    assert published.exit_code == 0, published.output
+    assert f"published {pack.name} into lane validation" in published.stdout
+    assert PASSWORD not in published.output
+    assert _status(loop) == f"0 validation ({lane}): {serving}"
+
+    # A third host, new: the runbook's host line, the pack by the lane's address alone,
+    # and its first run of the team's workload compiles nothing.
+    third = _fresh_host(loop, "host-2")
+    fetched = _host(
+        loop, third, "cache", "fetch", "--lane", loop.lane_url, "--bundle", BUNDLE,
+        "--workload", f"{loop.workload}:build", "--into", str(third / "xla-cache"),
+        "--key", str(loop.pack_key[1]), "--python", str(loop.python), "--device", "CPU",
+        "--topology", TOPOLOGY,
+    )  # fmt: skip
+    assert fetched.returncode == 0, fetched.stdout + fetched.stderr
+    first = _host(
+        loop, third, "cache", "record", "--workload", f"{loop.workload}:build",
+        "--cache", str(third / "xla-cache"), "--python", str(loop.python), "--device", "CPU",
+        "--topology", TOPOLOGY, "--out", str(third / "first-run.json"),
+    )  # fmt: skip
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert " 0 miss(es))" in first.stdout and " 0 hit(s)" not in first.stdout, first.stdout
+
+    # A second bundle reaches the lane, and a rollback with a reason takes it back.
+    wheel = cached_stock_wheel("2.7.0", "3.11")
+    _add_second_bundle_of(
+        loop.project, RC, manifest_text(RC, python="3.11", xla_version="2.7.0"), [wheel]
+    )
+    for bundle, step in (
+        (RC, ("publish-lane", "--bundle", RC)),
+        (BUNDLE, ("rollback", "--lane", "validation", "--to", BUNDLE, "--reason", "oncall")),
+    ):
+        done = run_cli(*step, root=loop.project, inherit_env=True, env=_store_account())
+        assert done.exit_code == 0, done.output
+        assert _status(loop) == f"0 validation ({lane}): serves {bundle}; in sync with lanes.lock"
+        listed = urllib.request.urlopen(f"{loop.lane_url}requirements.txt", timeout=30).read()
+        assert f"# Hash-pinned requirements of bundle {bundle} ".encode() in listed
+    # The next new host, by the runbook, checks itself against the bundle rolled back to.
+    fourth = _fresh_host(loop, "host-3")
+    doctor = _host(loop, fourth, "doctor", "--lane", loop.lane_url, "--bundle", BUNDLE)
+    documents = {
+        json.loads(path.read_text())["bundle"]: path for path in (lane / "bundles").glob("*.json")
+    }
+    assert set(documents) == {BUNDLE, RC}
+    said = doctor.stdout + doctor.stderr
+    # It judged the document of the bundle rolled back to; what it holds against this host
+    # is only the launch environment this bare test host lacks (the runbook's next step).
+    assert f"doctor: bundle {BUNDLE} (document sha256:{file_sha256(documents[BUNDLE])})" in said
+    assert doctor.returncode == 1 and "XLA_PERSISTENT_CACHE_PATH" in said, said
+    history = run_cli("lanes", "--history", root=loop.project, inherit_env=True)
+    assert "oncall" in history.stdout, history.output
+
+    # By hand: the install list of the bundle served before; status names it, never "in sync".
+    requirements = lane / "requirements.txt"
+    requirements.write_text(requirements.read_text().replace(f"bundle {BUNDLE} ", f"bundle {RC} "))
+    stale = _status(loop)
+    assert stale.startswith("1 ") and "in sync" not in stale, stale
+    assert f"serves {BUNDLE}; FAILURE" in stale
