@@ -65,6 +65,9 @@ class Function:
     inc: str
     path: str
     signature: str
+    through: str = ""
+    """When set, the text runs on to the end of the function starting with ``through``
+    (several neighbouring functions, in the tree's order, as one piece)."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,9 @@ class CheckProgram:
     ``//:_XLAC.so`` for functions that are only linked into the extension."""
     python: bool = False
     """Compile and link against CPython (pybind11's embedded interpreter)."""
+    llvm_support: bool = False
+    """Compile against LLVM's headers and link its Support library (llvm::SHA256 of the disk
+    key: ``@llvm-project//llvm:Support`` in the tree's BUILD)."""
 
     @property
     def needs_absl(self) -> bool:
@@ -327,7 +333,7 @@ def generate(tree: Path, spec: Generated, project_root: Path = PROJECT_ROOT) -> 
         raise ExtractionError(f"{spec.path} does not exist in the tree")
     lines = path.read_text(encoding="utf-8").split("\n")
     if isinstance(spec, Function):
-        return function_text(lines, spec.path, spec.signature)
+        return function_text(lines, spec.path, spec.signature, spec.through)
     if isinstance(spec, Members):
         return members_text(lines, spec.path, spec.class_name, spec.names)
     return std_includes_text(lines)
@@ -337,10 +343,17 @@ def _line_directive(index: int, path: str) -> str:
     return f'#line {index + 1} "{path}"\n'
 
 
-def function_text(lines: list[str], path: str, signature: str) -> str:
+def function_text(lines: list[str], path: str, signature: str, through: str = "") -> str:
     start = next((i for i, line in enumerate(lines) if line.startswith(signature)), None)
     if start is None:
         raise ExtractionError(f"no function starting with {signature!r} in {path}")
+    if through:
+        last = next((i for i in range(start, len(lines)) if lines[i].startswith(through)), None)
+        if last is None:
+            raise ExtractionError(f"no function starting with {through!r} after {signature!r}")
+        start, piece_start = last, start
+    else:
+        piece_start = start
     first = lines[start].split("//", 1)[0].rstrip()
     if first.endswith("}") and first.count("{") == first.count("}"):
         end: int | None = start  # a function on one line
@@ -348,7 +361,7 @@ def function_text(lines: list[str], path: str, signature: str) -> str:
         end = next((i for i in range(start, len(lines)) if lines[i] == "}"), None)
     if end is None:
         raise ExtractionError(f"the function {signature!r} in {path} has no closing '}}'")
-    return _line_directive(start, path) + "\n".join(lines[start : end + 1]) + "\n"
+    return _line_directive(piece_start, path) + "\n".join(lines[piece_start : end + 1]) + "\n"
 
 
 def members_text(lines: list[str], path: str, class_name: str, names: tuple[str, ...]) -> str:
