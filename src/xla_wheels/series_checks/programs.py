@@ -229,6 +229,16 @@ PERSISTENT_CACHE_CHECK = CheckProgram(
     link_target=f"//{RUNTIME}:cache_test",
 )
 
+# The same program under AddressSanitizer, only the check of a cache without a memory tier
+# (XLAGraphExecutor's persistent cache: size 0): an evicted element used after its eviction
+# is a finding only a sanitizer makes reliably.
+PERSISTENT_CACHE_ASAN_CHECK = replace(
+    PERSISTENT_CACHE_CHECK,
+    name="persistent_cache_asan_check",
+    compile_flags=("-fsanitize=address", "-g"),
+    arguments=("--memory-size-zero",),
+)
+
 # Series 0002: GetRuntimeMemoryInfo (_xla_runtime_memory_info) with an embedded Python.
 RUNTIME_MEMORY_CHECK = CheckProgram(
     name="runtime_memory_check",
@@ -253,6 +263,62 @@ CACHE_KEY_CHECK = CheckProgram(
     sources=("cache_key_check.cpp",),
     tree_sources=(f"{RUNTIME}/cache_key.cpp",),
     generated=(CanonicalCases("canonical_hlo_cases.inc", CANONICAL_CASES_TABLE),),
+    llvm_support=True,  # the disk key is LLVM's SHA-256
+)
+
+# Series 0003: the flag parts of the key (PersistentCacheKeyInputs): the flags as the client
+# saw them at its creation, XLA_FLAGS parsed without stopping the process, the debug fields
+# outside the key found in the descriptor. DebugOptions, its descriptor and tsl's flag
+# parser are stand-ins in the program itself.
+FLAG_SNAPSHOT_CHECK = CheckProgram(
+    name="flag_snapshot_check",
+    kind="checks",
+    sources=("flag_snapshot_check.cpp",),
+    tree_sources=(f"{RUNTIME}/env_hash.cpp", f"{RUNTIME}/sys_util.cpp"),
+    generated=(
+        Function(
+            "clear_debug_options_outside_key.inc",
+            CLIENT_CPP,
+            "void ClearDebugOptionsOutsideKey(",
+        ),
+        Function(
+            "debug_options_key.inc", CLIENT_CPP, "absl::StatusOr<std::string> DebugOptionsKey("
+        ),
+        Function(
+            "persistent_cache_key_inputs.inc",
+            CLIENT_CPP,
+            "absl::StatusOr<cache_key::DiskKeyInputs>",
+        ),
+        StdIncludes("std_includes.inc", CLIENT_CPP),
+        Members(
+            "flag_client_members.inc",
+            CLIENT_H,
+            "PjRtComputationClient",
+            ("runtime_description_", "flag_snapshot_", "debug_options_key_"),
+        ),
+    ),
+    absl_libraries=("absl_strings", "absl_statusor", "absl_status"),
+    stand_ins=True,  # sys_util.h includes xla/types.h
+)
+
+# Series 0003: how Compile() takes the disk key (PersistentCacheKey in
+# xla_graph_executor.cpp): a failure while keying skips the persistent cache for the graph,
+# counted, and never throws; the module, its proto round trip and the client are stand-ins.
+PERSISTENT_CACHE_KEY_CHECK = CheckProgram(
+    name="persistent_cache_key_check",
+    kind="checks",
+    sources=("persistent_cache_key_check.cpp",),
+    tree_sources=(f"{RUNTIME}/cache_key.cpp",),
+    generated=(
+        Function(
+            "persistent_cache_key.inc",
+            EXECUTOR_CPP,
+            "void WarnPersistentCacheOnce(",
+            through="std::optional<std::string> PersistentCacheKey(",
+        ),
+    ),
+    absl_libraries=("absl_strings", "absl_statusor", "absl_status"),
+    llvm_support=True,
 )
 
 # Series 0003: XLA_FLAGS and LIBTPU_INIT_ARGS read as XLA's parser reads them, through
@@ -308,8 +374,11 @@ ALL: tuple[CheckProgram, ...] = (
     CUSTOM_OPTIONS_RACE_CHECK,
     LOWERING_KEY_CHECK,
     CACHE_KEY_CHECK,
+    FLAG_SNAPSHOT_CHECK,
+    PERSISTENT_CACHE_KEY_CHECK,
     XLA_FLAGS_CHECK,
     PERSISTENT_CACHE_CHECK,
+    PERSISTENT_CACHE_ASAN_CHECK,
     CUSTOM_CALL_HASH_CHECK,
     UPSTREAM_CACHE_TEST,
     UPSTREAM_ENV_HASH_TEST,
