@@ -34,9 +34,12 @@ from xla_wheels.series_checks.programs import (
     COMP_ENV_HASH_CHECK,
     CUSTOM_CALL_HASH_CHECK,
     CUSTOM_OPTIONS_RACE_CHECK,
+    FLAG_SNAPSHOT_CHECK,
     LOAD_CHECK,
     LOWERING_KEY_CHECK,
+    PERSISTENT_CACHE_ASAN_CHECK,
     PERSISTENT_CACHE_CHECK,
+    PERSISTENT_CACHE_KEY_CHECK,
     RUNTIME_MEMORY_CHECK,
     XLA_FLAGS_CHECK,
 )
@@ -340,11 +343,17 @@ def test_0003_the_key_serializes_the_options_compile_builds() -> None:
     )
     body = "\n".join(text for text, _ in inputs)
     assert "BuildCompileOptions(instance).ToProto()" in body
-    assert "tsl::SerializeToStringDeterministic(options," in body
-    assert "xla::GetDebugOptionsFromFlags()" in body
+    assert "tsl::SerializeToStringDeterministic(*options," in body
+    # Never the parser that stops the process on an unknown flag; the flags as the client
+    # saw them at its creation (flag_snapshot_check runs this function).
+    code = [line for line in load(SERIES[2]).file(CLIENT_CPP).added() if "//" not in line]
+    assert not any("GetDebugOptionsFromFlags" in line for line in code)
     for reader in (
-        'hash::NormalizedFlags("XLA_FLAGS")',
-        'hash::NormalizedFlags("LIBTPU_INIT_ARGS")',
+        "flag_snapshot_.xla_flags",
+        "flag_snapshot_.libtpu_init_args",
+        "flag_snapshot_.tpu_megacore",
+        "flag_snapshot_.ChangedVariables()",
+        "*debug_options_key_",
         "hash::StableHloCompileEnabled()",
         "hash::ConvertShloToShardyEnabled()",
         "runtime_description_",
@@ -373,21 +382,25 @@ def test_0003_disk_entries_are_keyed_on_the_lowered_module() -> None:
         for lines in map(executor_diff.new_side, executor_diff.hunks)
         if first_line(lines, "disk_key = PersistentCacheKey(") is not None
     )
-    keyed = first_line(compile_, "disk_key = PersistentCacheKey(client, instances.front());")
-    looked_up = first_line(compile_, "persistent_cache->Get(disk_key)")
+    keyed = first_line(
+        compile_, "disk_key = PersistentCacheKey(client, instances.front(), &writable);"
+    )
+    looked_up = first_line(compile_, "persistent_cache->Get(*disk_key)")
     compiled = first_line(compile_, "computations = client->Compile(std::move(instances));")
-    added = first_line(compile_, "persistent_cache->Add(disk_key,")
+    added = first_line(compile_, "persistent_cache->Add(*disk_key,")
     assert None not in (keyed, looked_up, compiled, added)
     # The key is taken and compared before anything is compiled or loaded.
     assert keyed < looked_up < compiled < added  # type: ignore[operator]
-    key = _patched_function(SERIES[2], EXECUTOR_CPP, "torch::lazy::hash_t PersistentCacheKey(")
+    key = _patched_function(
+        SERIES[2], EXECUTOR_CPP, "std::optional<std::string> PersistentCacheKey("
+    )
     body = "\n".join(text for text, _ in key)
     for needed in (
         "runtime::cache_key::CanonicalHloText(",
         ".set_print_large_constants(true)",
         "client->PersistentCacheKeyInputs(instance)",
         "OPENXLA_GITREV",
-        "runtime::cache_key::DiskKey(inputs)",
+        "runtime::cache_key::DiskKey(*inputs)",
     ):
         assert needed in body, needed
     # The in-memory index stays the IR graph hash, with what can change in a process.
@@ -580,8 +593,11 @@ def base_outcomes(
         CUSTOM_OPTIONS_RACE_CHECK,
         LOWERING_KEY_CHECK,
         CACHE_KEY_CHECK,
+        FLAG_SNAPSHOT_CHECK,
+        PERSISTENT_CACHE_KEY_CHECK,
         XLA_FLAGS_CHECK,
         PERSISTENT_CACHE_CHECK,
+        PERSISTENT_CACHE_ASAN_CHECK,
         CUSTOM_CALL_HASH_CHECK,
         RUNTIME_MEMORY_CHECK,
     )
@@ -628,6 +644,7 @@ def test_0003_cache_key_checks_pass_patched_and_cannot_build_at_base(
         "every_input_changes_the_key": "PASS",
         "inputs_cannot_run_into_each_other": "PASS",
         "module_key_follows_the_canonical_text": "PASS",
+        "disk_key_is_the_sha256_of_the_stream": "PASS",
     }
     base = base_outcomes["cache_key_check"]
     assert not base.verdicts
@@ -638,9 +655,11 @@ def test_0003_flags_are_read_as_xla_reads_them_patched_not_at_base(
     patched_outcomes: dict[str, CheckOutcome], base_outcomes: dict[str, CheckOutcome]
 ) -> None:
     patched = _compiled(patched_outcomes["xla_flags_check"])
-    assert patched == dict.fromkeys(patched, "PASS") and len(patched) == 7
+    assert patched == dict.fromkeys(patched, "PASS") and len(patched) == 10
     # c04e61c keeps space-separated tokens starting with --xla, sorted: a flag file's
-    # path (no --xla) is dropped, duplicates lose their order, a quoted value is cut.
+    # path (no --xla) is dropped, duplicates lose their order, a quoted value is cut, a
+    # "--flag value" form loses its value, --noflag and --flag=true in either order are
+    # one key, and only its own list of dump flags stays out.
     assert set(_compiled(base_outcomes["xla_flags_check"])) == set(patched)
     assert set(base_outcomes["xla_flags_check"].failed) == {
         "flag_file_is_read",
@@ -649,7 +668,41 @@ def test_0003_flags_are_read_as_xla_reads_them_patched_not_at_base(
         "last_flag_wins",
         "quoted_value_is_one_flag",
         "parsing_stops_where_xla_stops",
+        "libtpu_args_are_read_to_the_end",
+        "libtpu_negation_order_is_keyed",
+        "libtpu_dump_flags_stay_out",
     }
+
+
+def test_0003_flag_parts_of_the_key_pass_patched_and_cannot_build_at_base(
+    patched_outcomes: dict[str, CheckOutcome], base_outcomes: dict[str, CheckOutcome]
+) -> None:
+    assert _compiled(patched_outcomes["flag_snapshot_check"]) == {
+        "key_holds_the_flags_at_client_creation": "PASS",
+        "changed_flags_write_no_entry_naming_the_variable": "PASS",
+        "unknown_xla_flag_does_not_stop_the_process": "PASS",
+        "unparsable_xla_flags_turn_the_cache_off": "PASS",
+        "every_dump_field_is_cleared": "PASS",
+        "options_failure_is_an_error": "PASS",
+    }
+    # c04e61c (and the series before the snapshot) has no ClearDebugOptionsOutsideKey:
+    # the key read the flags at every compile through GetDebugOptionsFromFlags.
+    _cannot_build_naming(
+        base_outcomes["flag_snapshot_check"], CLIENT_CPP, "ClearDebugOptionsOutsideKey("
+    )
+
+
+def test_0003_a_failure_while_keying_skips_the_cache_patched_not_at_base(
+    patched_outcomes: dict[str, CheckOutcome], base_outcomes: dict[str, CheckOutcome]
+) -> None:
+    assert _compiled(patched_outcomes["persistent_cache_key_check"]) == {
+        "keying_failure_skips_the_cache_counted": "PASS",
+        "good_graph_is_keyed_and_writable": "PASS",
+        "changed_flags_are_keyed_but_not_written": "PASS",
+    }
+    _cannot_build_naming(
+        base_outcomes["persistent_cache_key_check"], EXECUTOR_CPP, "WarnPersistentCacheOnce("
+    )
 
 
 def test_0005_custom_call_hash_check_passes_patched_and_cannot_build_at_base(
@@ -719,11 +772,14 @@ def test_0004_persistent_cache_checks_pass_patched_and_fail_at_base(
 ) -> None:
     patched = _compiled(patched_outcomes["persistent_cache_check"])
     assert patched == dict.fromkeys(patched, "PASS")
-    assert len(patched) == 21
+    assert len(patched) == 23
     _compiled(base_outcomes["persistent_cache_check"])
     failed = set(base_outcomes["persistent_cache_check"].failed)
     # Whether the in-place write is caught mid-way is a race, though it usually wins here.
     racy = {"no_reader_sees_a_partial_entry", "concurrent_readers_never_load_a_partial_entry"}
+    # A memory size of 0 is undefined behaviour at c04e61c (Cache returns an element it has
+    # just evicted): without a sanitizer it may pass; persistent_cache_asan_check judges it.
+    racy.add("memory_size_zero_keeps_no_reference")
     # Passing at base too: crash_leftover_does_not_block_saving (the in-place write has no
     # temporary name; the pid-named one of an earlier 0004 failed it) and
     # adds_do_not_list_the_directory (c04e61c lists nothing; the previous 0004 listed the
@@ -743,7 +799,16 @@ def test_0004_persistent_cache_checks_pass_patched_and_fail_at_base(
         "failed_serialization_is_counted_not_thrown",
         "intact_entry_that_fails_to_load_is_kept_then_replaced",
         "entry_whose_load_throws_does_not_block_saving",
+        "finished_write_is_durable_before_it_is_visible",
     }
+    assert _compiled(patched_outcomes["persistent_cache_asan_check"]) == {
+        "memory_size_zero_keeps_no_reference": "PASS"
+    }
+    # At c04e61c AddressSanitizer stops the check at the use of the evicted element.
+    asan_base = _compiled(base_outcomes["persistent_cache_asan_check"])
+    assert asan_base["memory_size_zero_keeps_no_reference"].startswith(
+        "the check's process died"
+    ), asan_base
 
 
 def test_0002_runtime_memory_checks_pass_patched_and_fail_at_base(
@@ -788,7 +853,7 @@ def test_the_cache_h_check_needs_no_absl(
         patched_tree, without_absl, tmp_path / "work", (PERSISTENT_CACHE_CHECK,)
     )
     verdicts = _compiled(outcome)
-    assert verdicts == dict.fromkeys(verdicts, "PASS") and len(verdicts) == 21
+    assert verdicts == dict.fromkeys(verdicts, "PASS") and len(verdicts) == 23
 
 
 def _clang_format_14() -> Path:

@@ -2,7 +2,8 @@
 // pytorch/xla tree:
 //   - runtime/cache_key.cpp (CanonicalHloText, DiskKey) is compiled as it is
 //     in the tree; a tree without it fails to build, naming it;
-//   - torch::lazy hashing is the real one (torch headers and libtorch_cpu);
+//   - torch::lazy hashing is the real one (torch headers and libtorch_cpu),
+//     and so is LLVM's SHA-256 (libLLVMSupport) behind the disk key;
 //   - canonical_hlo_cases.inc is generated from the one table of cases
 //     (patches/torch_xla/checks/canonical_hlo_cases.toml) by
 //     xla_wheels.series_checks.programs, with each module's canonical text as
@@ -99,7 +100,7 @@ const std::vector<std::pair<const char*, Field>> kFields = {
 
 // Each input, changed alone, changes the key; the same inputs give one key.
 std::string EveryInputChangesTheKey() {
-  const torch::lazy::hash_t base = DiskKey(BaseInputs());
+  const auto base = DiskKey(BaseInputs());
   if (DiskKey(BaseInputs()) != base) return "one set of inputs gives two keys";
   for (const auto& [name, field] : kFields) {
     DiskKeyInputs changed = BaseInputs();
@@ -144,6 +145,39 @@ std::string ModuleKeyFollowsTheCanonicalText() {
   return "";
 }
 
+// The key as text: a SHA-256 in hex, or (a tree whose DiskKey is torch's
+// 128-bit hash) that hash as torch prints it.
+std::string KeyText(const std::string& key) { return key; }
+std::string KeyText(const torch::lazy::hash_t& key) {
+  return torch::lazy::HashToString(key);
+}
+
+// The disk key is the SHA-256 of the documented stream: the format version
+// and each input, each length-prefixed, as uint64 little-endian. The expected
+// value was computed with Python's hashlib, independently of this tree:
+//   fields = [b"m", b"o", b"", b"--xla_a=1\n", b"", b"s", b"r", b"v"]
+//   stream = struct.pack("<Q", 2) + b"".join(
+//       struct.pack("<Q", len(f)) + f for f in fields)
+//   hashlib.sha256(stream).hexdigest()
+// (format version 2). Entries on a mount other hosts write must not collide:
+// a 128-bit non-cryptographic hash is not that.
+std::string DiskKeyIsTheSha256OfTheStream() {
+  DiskKeyInputs inputs;
+  inputs.canonical_module = "m";
+  inputs.compile_options = "o";
+  inputs.xla_flags = "--xla_a=1\n";
+  inputs.compile_switches = "s";
+  inputs.runtime = "r";
+  inputs.revisions = "v";
+  const std::string expected =
+      "c626c317e2f79d21eae264fe7825cd82efa855d6429d1c6a6de94e84abc34ea9";
+  const std::string key = KeyText(DiskKey(inputs));
+  if (key != expected) {
+    return "the disk key is " + key + ", not the SHA-256 " + expected;
+  }
+  return "";
+}
+
 }  // namespace
 
 int main() {
@@ -154,5 +188,7 @@ int main() {
   Report("inputs_cannot_run_into_each_other", InputsCannotRunIntoEachOther());
   Report("module_key_follows_the_canonical_text",
          ModuleKeyFollowsTheCanonicalText());
+  Report("disk_key_is_the_sha256_of_the_stream",
+         DiskKeyIsTheSha256OfTheStream());
   return failures;
 }

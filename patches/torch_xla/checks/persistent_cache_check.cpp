@@ -11,9 +11,14 @@
 // (open(2) succeeds, read(2) fails with EISDIR, as a read can fail with ESTALE
 // on NFS), a cache directory removed under a writer. They work as root too.
 
+#include <dirent.h>
+#include <dlfcn.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,6 +33,7 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <mutex>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -40,6 +46,46 @@
 
 #include "check_report.h"
 #include "torch_xla/csrc/runtime/cache.h"
+
+// fsync(2) and rename(2) of the whole program come through here while a check
+// records them (then they go to the kernel as libc's would): the order of a
+// write's system calls is what makes it durable, and no file can show it.
+namespace syscalls {
+std::mutex mutex;
+bool recording = false;
+std::vector<std::string> events;
+
+std::string PathOf(int fd) {
+  char path[PATH_MAX] = {};
+  std::string link = "/proc/self/fd/" + std::to_string(fd);
+  ssize_t size = ::readlink(link.c_str(), path, sizeof(path) - 1);
+  return size < 0 ? "?" : std::string(path, static_cast<size_t>(size));
+}
+
+void Record(const std::string& event) {
+  std::lock_guard<std::mutex> lock(mutex);
+  if (recording) events.push_back(event);
+}
+}  // namespace syscalls
+
+extern "C" int fsync(int fd) {
+  syscalls::Record("fsync " + syscalls::PathOf(fd));
+  return static_cast<int>(::syscall(SYS_fsync, fd));
+}
+
+// Listing the directory (opendir(3)), told apart from opening it to fsync it.
+extern "C" DIR* opendir(const char* name) {
+  using Opendir = DIR* (*)(const char*);
+  static Opendir real = reinterpret_cast<Opendir>(::dlsym(RTLD_NEXT, "opendir"));
+  syscalls::Record(std::string("opendir ") + name);
+  return real(name);
+}
+
+extern "C" int rename(const char* from, const char* to) {
+  syscalls::Record(std::string("rename ") + from + " " + to);
+  return static_cast<int>(
+      ::syscall(SYS_renameat, AT_FDCWD, from, AT_FDCWD, to));
+}
 
 namespace fs = std::filesystem;
 using torch_xla::runtime::util::PersistentCache;
@@ -59,6 +105,51 @@ void Run(const std::string& name, const std::function<std::string()>& check) {
   } catch (const std::exception& error) {
     Report(name, std::string("threw: ") + error.what());
   }
+}
+
+// Runs `check` in a child process: a cache that crashes (a use of an evicted
+// element) fails that check, not the whole program.
+void RunIsolated(const std::string& name,
+                 const std::function<std::string()>& check) {
+  int pipe_fds[2];
+  if (::pipe(pipe_fds) != 0) {
+    Report(name, std::string("pipe: ") + std::strerror(errno));
+    return;
+  }
+  std::cout.flush();
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::close(pipe_fds[0]);
+    std::string why;
+    try {
+      why = check();
+    } catch (const std::exception& error) {
+      why = std::string("threw: ") + error.what();
+    }
+    ssize_t ignored = ::write(pipe_fds[1], why.data(), why.size());
+    (void)ignored;
+    ::_exit(0);
+  }
+  ::close(pipe_fds[1]);
+  std::string why;
+  char buffer[512];
+  ssize_t count;
+  while ((count = ::read(pipe_fds[0], buffer, sizeof(buffer))) > 0) {
+    why.append(buffer, static_cast<size_t>(count));
+  }
+  ::close(pipe_fds[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    // AddressSanitizer ends the process with status 1 on a use after free.
+    why = "the check's process died (" +
+          (WIFEXITED(status)
+               ? "exit status " + std::to_string(WEXITSTATUS(status))
+               : "signal " + std::to_string(
+                                 WIFSIGNALED(status) ? WTERMSIG(status) : 0)) +
+          ")" + (why.empty() ? "" : ": " + why);
+  }
+  Report(name, why);
 }
 
 // A value the client cannot serialize: SerializeComputation throws then.
@@ -210,6 +301,87 @@ std::string ReaderWritesAndDeletesNothing() {
   if (names != std::vector<std::string>{leftover, "7"}) {
     return "a read-only cache changed the directory to: " + Join(names);
   }
+  return "";
+}
+
+// A finished write is durable before it is visible: the temporary file is
+// fsync'ed before the rename, and the directory after it (a rename is data of
+// the directory). Without them a power loss can keep a renamed entry with lost
+// data, or lose the rename.
+std::string FinishedWriteIsDurableBeforeItIsVisible() {
+  fs::path dir = FreshDir("durable");
+  auto cache = MakeCache(dir, /*readonly=*/false);
+  {
+    std::lock_guard<std::mutex> lock(syscalls::mutex);
+    syscalls::events.clear();
+    syscalls::recording = true;
+  }
+  cache->Add(12, std::make_shared<std::string>("twelve"));
+  std::vector<std::string> events;
+  {
+    std::lock_guard<std::mutex> lock(syscalls::mutex);
+    syscalls::recording = false;
+    events.swap(syscalls::events);
+  }
+  const std::string canonical_dir = fs::canonical(dir).string();
+  fs::remove_all(dir);
+  auto index = [&events](const std::function<bool(const std::string&)>& is) {
+    for (size_t i = 0; i < events.size(); ++i) {
+      if (is(events[i])) return static_cast<long>(i);
+    }
+    return -1L;
+  };
+  const long renamed = index([&](const std::string& event) {
+    return event.rfind("rename ", 0) == 0 &&
+           event.size() > 3 && event.substr(event.size() - 3) == "/12";
+  });
+  if (renamed < 0) {
+    return "the entry was not renamed into place (system calls: " +
+           Join(events) + ")";
+  }
+  const std::string tmp = events[renamed].substr(
+      7, events[renamed].find(' ', 7) - 7);
+  const long file_synced = index([&](const std::string& event) {
+    return event == "fsync " + fs::weakly_canonical(tmp).string();
+  });
+  const long dir_synced = index(
+      [&](const std::string& event) { return event == "fsync " + canonical_dir; });
+  if (file_synced < 0 || file_synced > renamed) {
+    return "the file is not fsync'ed before its rename (system calls: " +
+           Join(events) + ")";
+  }
+  if (dir_synced < renamed) {
+    return "the directory is not fsync'ed after the rename (system calls: " +
+           Join(events) + ")";
+  }
+  return "";
+}
+
+// With a memory size of 0 the cache keeps no reference to what it loads or
+// saves: the caller's own in-memory cache is the only one (XLAGraphExecutor),
+// so an executable it evicts is freed.
+std::string MemorySizeZeroKeepsNoReference() {
+  fs::path dir = FreshDir("no-memory");
+  Cache cache(0, dir.string(), /*readonly=*/false, Serialize, Deserialize);
+  std::weak_ptr<std::string> added;
+  {
+    auto value = std::make_shared<std::string>("added");
+    added = value;
+    Value returned = cache.Add(13, value);
+    if (returned != value) return "Add does not return the value";
+  }
+  std::weak_ptr<std::string> loaded;
+  {
+    Value value = cache.Get(13);
+    if (value == nullptr || *value != "added") {
+      fs::remove_all(dir);
+      return "the saved entry does not load";
+    }
+    loaded = value;
+  }
+  fs::remove_all(dir);
+  if (!added.expired()) return "the cache keeps the value it saved";
+  if (!loaded.expired()) return "the cache keeps the value it loaded";
   return "";
 }
 
@@ -425,6 +597,10 @@ std::string SweepRemovesOnlyTheCachesOwnTemporaryNames() {
   fs::create_directories(dir);
   const std::string own = "4.tmp.hosta.00000000000000aa";
   const std::string negative_key = "-4.tmp.host_b-2.0123456789abcdef";
+  // A SHA-256 disk key, as XLAGraphExecutor's entries are named.
+  const std::string digest_key =
+      "c626c317e2f79d21eae264fe7825cd82efa855d6429d1c6a6de94e84abc34ea9"
+      ".tmp.hosta.00000000000000aa";
   const std::vector<std::string> foreign = {
       "report.tmp.txt",
       "notes.tmp.hosta.00000000000000aa",
@@ -435,10 +611,13 @@ std::string SweepRemovesOnlyTheCachesOwnTemporaryNames() {
       "4.tmp.host.a.00000000000000aa",
       ".tmp.hosta.00000000000000aa",
       "4x.tmp.hosta.00000000000000aa",
+      "-4a.tmp.hosta.00000000000000aa",
+      "C626.tmp.hosta.00000000000000aa",
   };
   for (const auto& name : foreign) WriteFile(dir / name, "not the cache's");
   WriteFile(dir / own, "partial");
   WriteFile(dir / negative_key, "partial");
+  WriteFile(dir / digest_key, "partial");
   for (const auto& entry : fs::directory_iterator(dir)) {
     MakeOld(entry.path(), 2 * 60 * 60);
   }
@@ -638,31 +817,30 @@ std::string EntryWhoseLoadThrowsDoesNotBlockSaving() {
 
 // Once the writer has started, Add must not list the cache directory: one
 // listing is a network round trip on gcsfuse, and it ran under the cache's
-// lock. inotify reports every opendir(3) of the watched directory itself as
-// IN_OPEN|IN_ISDIR without a name.
+// lock. Listings are counted through this program's opendir(3): an open of
+// the directory to fsync it (after a rename) is no listing, and inotify's
+// IN_OPEN cannot tell the two apart.
 std::string AddsDoNotListTheDirectory() {
   fs::path dir = FreshDir("listing");
   auto cache = MakeCache(dir, /*readonly=*/false);
-  int watch = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-  if (watch < 0 || ::inotify_add_watch(watch, dir.c_str(), IN_OPEN) < 0) {
-    return std::string("inotify: ") + std::strerror(errno);
+  {
+    std::lock_guard<std::mutex> lock(syscalls::mutex);
+    syscalls::events.clear();
+    syscalls::recording = true;
   }
   const int adds = 20;
   for (int key = 100; key < 100 + adds; ++key) {
     cache->Add(key, std::make_shared<std::string>("v"));
   }
   int listings = 0;
-  alignas(struct inotify_event) char buffer[64 * 1024];
-  ssize_t length = ::read(watch, buffer, sizeof(buffer));
-  for (ssize_t at = 0; at < length;) {
-    auto* event = reinterpret_cast<struct inotify_event*>(buffer + at);
-    if ((event->mask & IN_OPEN) && (event->mask & IN_ISDIR) &&
-        event->len == 0) {
-      ++listings;
+  {
+    std::lock_guard<std::mutex> lock(syscalls::mutex);
+    syscalls::recording = false;
+    for (const std::string& event : syscalls::events) {
+      if (event.rfind("opendir ", 0) == 0) ++listings;
     }
-    at += sizeof(struct inotify_event) + event->len;
+    syscalls::events.clear();
   }
-  ::close(watch);
   fs::remove_all(dir);
   if (listings != 0) {
     return std::to_string(adds) + " adds listed the directory " +
@@ -695,11 +873,22 @@ std::string FailedSerializationIsCountedNotThrown() {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  // Built with -fsanitize=address (program persistent_cache_asan_check): only
+  // the check whose failure is a use of freed memory.
+  if (argc > 1 && std::string(argv[1]) == "--memory-size-zero") {
+    RunIsolated("memory_size_zero_keeps_no_reference",
+                MemorySizeZeroKeepsNoReference);
+    return failures;
+  }
   Run("no_reader_sees_a_partial_entry", NoReaderSeesAPartialEntry);
   Run("reader_creates_nothing", ReaderCreatesNothing);
   Run("reader_writes_and_deletes_nothing", ReaderWritesAndDeletesNothing);
   Run("reader_loads_what_the_writer_saved", ReaderLoadsWhatTheWriterSaved);
+  Run("finished_write_is_durable_before_it_is_visible",
+      FinishedWriteIsDurableBeforeItIsVisible);
+  RunIsolated("memory_size_zero_keeps_no_reference",
+              MemorySizeZeroKeepsNoReference);
   Run("writer_removes_an_entry_that_fails_to_load",
       WriterRemovesAnEntryThatFailsToLoad);
   Run("failed_delete_does_not_throw", FailedDeleteDoesNotThrow);

@@ -1,6 +1,7 @@
 // Behaviour check of how the cache key reads XLA_FLAGS and LIBTPU_INIT_ARGS
-// (patch 0003): as XLA's own parser does (xla/parse_flags_from_env.cc), built
-// from a pytorch/xla tree:
+// (patch 0003): XLA_FLAGS as XLA's own parser does
+// (xla/parse_flags_from_env.cc), LIBTPU_INIT_ARGS as libtpu does, built from a
+// pytorch/xla tree:
 //   - env_hash.cpp and sys_util.cpp are compiled as they are in the tree; the
 //     check calls upstream's HashXlaEnvVars, which every tree has, so it runs
 //     (and fails) on trees that read the flags otherwise;
@@ -9,6 +10,9 @@
 // XLA reads a value that does not start with '-' as the name of a file holding
 // the flags, splits a quoted value as one flag, stops at the first word that
 // is not a flag, and applies the flags in order, so the last of a name wins.
+// libtpu splits LIBTPU_INIT_ARGS on whitespace and keeps going (TF's
+// GetLibTpuInitArguments: absl::StrSplit(env, ' ')), taking "--flag value"
+// forms too; JAX's key hashes every whitespace token of it.
 //
 // Each check prints "PASS <name>" or "FAIL <name>: <why>"; the exit status is
 // the number of failures.
@@ -17,6 +21,8 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <unistd.h>
 
@@ -33,6 +39,8 @@ using check_report::Report;
 using torch_xla::runtime::hash::HashXlaEnvVars;
 
 const char* const kVariables[] = {"XLA_FLAGS", "LIBTPU_INIT_ARGS"};
+// The checks of XLA's own parsing rules: the variable XLA parses.
+const char* const kXlaParsed[] = {"XLA_FLAGS"};
 
 torch::lazy::hash_t HashWith(const char* variable, const std::string& value) {
   ::setenv(variable, value.c_str(), 1);
@@ -50,7 +58,7 @@ fs::path FlagFile(const std::string& contents) {
 
 // The file's contents count, not its name.
 std::string FlagFileIsRead() {
-  for (const char* variable : kVariables) {
+  for (const char* variable : kXlaParsed) {
     fs::path path = FlagFile("--xla_foo=1\n");
     torch::lazy::hash_t one = HashWith(variable, path.string());
     FlagFile("--xla_foo=2\n");
@@ -66,7 +74,7 @@ std::string FlagFileIsRead() {
 
 // A flag file and the same flags in the variable are one setting to XLA.
 std::string FlagFileEqualsItsFlagsInline() {
-  for (const char* variable : kVariables) {
+  for (const char* variable : kXlaParsed) {
     fs::path path = FlagFile("--xla_foo=1\n--xla_bar=true\n");
     torch::lazy::hash_t from_file = HashWith(variable, path.string());
     fs::remove(path);
@@ -80,7 +88,7 @@ std::string FlagFileEqualsItsFlagsInline() {
 
 // An unreadable flag file is not the same setting as no flags.
 std::string UnreadableFlagFileIsNotNoFlags() {
-  for (const char* variable : kVariables) {
+  for (const char* variable : kXlaParsed) {
     if (HashWith(variable, "/nonexistent/xla_flags_check.flags") ==
         HashWith(variable, "")) {
       return std::string(variable) +
@@ -110,7 +118,7 @@ std::string LastFlagWins() {
 
 // --flag="a b" is one flag with the value "a b".
 std::string QuotedValueIsOneFlag() {
-  for (const char* variable : kVariables) {
+  for (const char* variable : kXlaParsed) {
     if (HashWith(variable, "--xla_foo=\"a b\"") ==
         HashWith(variable, "--xla_foo=\"a c\"")) {
       return std::string(variable) + ": two quoted values give one key";
@@ -122,7 +130,7 @@ std::string QuotedValueIsOneFlag() {
 // XLA stops at the first word that is not a flag; what follows it sets
 // nothing.
 std::string ParsingStopsWhereXlaStops() {
-  for (const char* variable : kVariables) {
+  for (const char* variable : kXlaParsed) {
     if (HashWith(variable, "--xla_foo=1 junk --xla_bar=2") !=
         HashWith(variable, "--xla_foo=1")) {
       return std::string(variable) +
@@ -143,6 +151,65 @@ std::string DumpAndLoggingFlagsStayOut() {
   return "";
 }
 
+// libtpu reads every whitespace token: a "--flag value" form does not end
+// what is keyed (XLA's rules would stop at "1" and key only --xla_a).
+std::string LibtpuArgsAreReadToTheEnd() {
+  const char* variable = "LIBTPU_INIT_ARGS";
+  if (HashWith(variable, "--xla_a 1 --xla_b=2") ==
+      HashWith(variable, "--xla_a 1 --xla_b=3")) {
+    return "LIBTPU_INIT_ARGS: a flag after a \"--flag value\" form leaves the "
+           "key as is";
+  }
+  if (HashWith(variable, "--xla_a 1") == HashWith(variable, "--xla_a 2")) {
+    return "LIBTPU_INIT_ARGS: the value of a \"--flag value\" form leaves the "
+           "key as is";
+  }
+  if (HashWith(variable, "--xla_a 1 --xla_b 2") ==
+      HashWith(variable, "--xla_a 2 --xla_b 1")) {
+    return "LIBTPU_INIT_ARGS: values moved between \"--flag value\" forms "
+           "give one key";
+  }
+  return "";
+}
+
+// Of "--noflag --flag=true" the last one wins: the two orders are two
+// settings, while independent flags may come in any order.
+std::string LibtpuNegationOrderIsKeyed() {
+  const char* variable = "LIBTPU_INIT_ARGS";
+  for (const auto& [a, b] : std::vector<std::pair<const char*, const char*>>{
+           {"--noxla_foo --xla_foo=true", "--xla_foo=true --noxla_foo"},
+           {"--xla_foo=false --xla_foo", "--xla_foo --xla_foo=false"},
+           {"-xla_foo --noxla_foo", "--noxla_foo -xla_foo"}}) {
+    if (HashWith(variable, a) == HashWith(variable, b)) {
+      return std::string("LIBTPU_INIT_ARGS: \"") + a + "\" and \"" + b +
+             "\" give one key";
+    }
+  }
+  if (HashWith(variable, "--xla_a=1 --tpu_b=2 --noxla_c") !=
+      HashWith(variable, "--noxla_c --tpu_b=2 --xla_a=1")) {
+    return "LIBTPU_INIT_ARGS: independent flags in another order give another "
+           "key";
+  }
+  if (HashWith(variable, "--xla_a=1 --xla_a=2") !=
+      HashWith(variable, "--xla_a=2")) {
+    return "LIBTPU_INIT_ARGS: --xla_a=1 --xla_a=2 and --xla_a=2 give two keys";
+  }
+  return "";
+}
+
+// Dump and logging flags stay out of LIBTPU_INIT_ARGS's key with their
+// values, in either form, and so do dump flags XLA adds later.
+std::string LibtpuDumpFlagsStayOut() {
+  const char* variable = "LIBTPU_INIT_ARGS";
+  if (HashWith(variable,
+               "--xla_dump_to /tmp/d --xla_a=1 --v 3 "
+               "--xla_dump_include_timestamp --xla_dump_new_setting=x") !=
+      HashWith(variable, "--xla_a=1")) {
+    return "LIBTPU_INIT_ARGS: a dump or logging flag changes the key";
+  }
+  return "";
+}
+
 }  // namespace
 
 int main() {
@@ -155,5 +222,8 @@ int main() {
   Report("quoted_value_is_one_flag", QuotedValueIsOneFlag());
   Report("parsing_stops_where_xla_stops", ParsingStopsWhereXlaStops());
   Report("dump_and_logging_flags_stay_out", DumpAndLoggingFlagsStayOut());
+  Report("libtpu_args_are_read_to_the_end", LibtpuArgsAreReadToTheEnd());
+  Report("libtpu_negation_order_is_keyed", LibtpuNegationOrderIsKeyed());
+  Report("libtpu_dump_flags_stay_out", LibtpuDumpFlagsStayOut());
   return failures;
 }

@@ -65,6 +65,9 @@ class Function:
     inc: str
     path: str
     signature: str
+    through: str = ""
+    """When set, the text runs on to the end of the function starting with ``through``
+    (several neighbouring functions, in the tree's order, as one piece)."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,9 @@ class CheckProgram:
     ``//:_XLAC.so`` for functions that are only linked into the extension."""
     python: bool = False
     """Compile and link against CPython (pybind11's embedded interpreter)."""
+    llvm_support: bool = False
+    """Compile against LLVM's headers and link its Support library (llvm::SHA256 of the disk
+    key: ``@llvm-project//llvm:Support`` in the tree's BUILD)."""
 
     @property
     def needs_absl(self) -> bool:
@@ -223,6 +229,16 @@ PERSISTENT_CACHE_CHECK = CheckProgram(
     link_target=f"//{RUNTIME}:cache_test",
 )
 
+# The same program under AddressSanitizer, only the check of a cache without a memory tier
+# (XLAGraphExecutor's persistent cache: size 0): an evicted element used after its eviction
+# is a finding only a sanitizer makes reliably.
+PERSISTENT_CACHE_ASAN_CHECK = replace(
+    PERSISTENT_CACHE_CHECK,
+    name="persistent_cache_asan_check",
+    compile_flags=("-fsanitize=address", "-g"),
+    arguments=("--memory-size-zero",),
+)
+
 # Series 0002: GetRuntimeMemoryInfo (_xla_runtime_memory_info) with an embedded Python.
 RUNTIME_MEMORY_CHECK = CheckProgram(
     name="runtime_memory_check",
@@ -247,6 +263,62 @@ CACHE_KEY_CHECK = CheckProgram(
     sources=("cache_key_check.cpp",),
     tree_sources=(f"{RUNTIME}/cache_key.cpp",),
     generated=(CanonicalCases("canonical_hlo_cases.inc", CANONICAL_CASES_TABLE),),
+    llvm_support=True,  # the disk key is LLVM's SHA-256
+)
+
+# Series 0003: the flag parts of the key (PersistentCacheKeyInputs): the flags as the client
+# saw them at its creation, XLA_FLAGS parsed without stopping the process, the debug fields
+# outside the key found in the descriptor. DebugOptions, its descriptor and tsl's flag
+# parser are stand-ins in the program itself.
+FLAG_SNAPSHOT_CHECK = CheckProgram(
+    name="flag_snapshot_check",
+    kind="checks",
+    sources=("flag_snapshot_check.cpp",),
+    tree_sources=(f"{RUNTIME}/env_hash.cpp", f"{RUNTIME}/sys_util.cpp"),
+    generated=(
+        Function(
+            "clear_debug_options_outside_key.inc",
+            CLIENT_CPP,
+            "void ClearDebugOptionsOutsideKey(",
+        ),
+        Function(
+            "debug_options_key.inc", CLIENT_CPP, "absl::StatusOr<std::string> DebugOptionsKey("
+        ),
+        Function(
+            "persistent_cache_key_inputs.inc",
+            CLIENT_CPP,
+            "absl::StatusOr<cache_key::DiskKeyInputs>",
+        ),
+        StdIncludes("std_includes.inc", CLIENT_CPP),
+        Members(
+            "flag_client_members.inc",
+            CLIENT_H,
+            "PjRtComputationClient",
+            ("runtime_description_", "flag_snapshot_", "debug_options_key_"),
+        ),
+    ),
+    absl_libraries=("absl_strings", "absl_statusor", "absl_status"),
+    stand_ins=True,  # sys_util.h includes xla/types.h
+)
+
+# Series 0003: how Compile() takes the disk key (PersistentCacheKey in
+# xla_graph_executor.cpp): a failure while keying skips the persistent cache for the graph,
+# counted, and never throws; the module, its proto round trip and the client are stand-ins.
+PERSISTENT_CACHE_KEY_CHECK = CheckProgram(
+    name="persistent_cache_key_check",
+    kind="checks",
+    sources=("persistent_cache_key_check.cpp",),
+    tree_sources=(f"{RUNTIME}/cache_key.cpp",),
+    generated=(
+        Function(
+            "persistent_cache_key.inc",
+            EXECUTOR_CPP,
+            "void WarnPersistentCacheOnce(",
+            through="std::optional<std::string> PersistentCacheKey(",
+        ),
+    ),
+    absl_libraries=("absl_strings", "absl_statusor", "absl_status"),
+    llvm_support=True,
 )
 
 # Series 0003: XLA_FLAGS and LIBTPU_INIT_ARGS read as XLA's parser reads them, through
@@ -302,8 +374,11 @@ ALL: tuple[CheckProgram, ...] = (
     CUSTOM_OPTIONS_RACE_CHECK,
     LOWERING_KEY_CHECK,
     CACHE_KEY_CHECK,
+    FLAG_SNAPSHOT_CHECK,
+    PERSISTENT_CACHE_KEY_CHECK,
     XLA_FLAGS_CHECK,
     PERSISTENT_CACHE_CHECK,
+    PERSISTENT_CACHE_ASAN_CHECK,
     CUSTOM_CALL_HASH_CHECK,
     UPSTREAM_CACHE_TEST,
     UPSTREAM_ENV_HASH_TEST,
@@ -327,7 +402,7 @@ def generate(tree: Path, spec: Generated, project_root: Path = PROJECT_ROOT) -> 
         raise ExtractionError(f"{spec.path} does not exist in the tree")
     lines = path.read_text(encoding="utf-8").split("\n")
     if isinstance(spec, Function):
-        return function_text(lines, spec.path, spec.signature)
+        return function_text(lines, spec.path, spec.signature, spec.through)
     if isinstance(spec, Members):
         return members_text(lines, spec.path, spec.class_name, spec.names)
     return std_includes_text(lines)
@@ -337,10 +412,17 @@ def _line_directive(index: int, path: str) -> str:
     return f'#line {index + 1} "{path}"\n'
 
 
-def function_text(lines: list[str], path: str, signature: str) -> str:
+def function_text(lines: list[str], path: str, signature: str, through: str = "") -> str:
     start = next((i for i, line in enumerate(lines) if line.startswith(signature)), None)
     if start is None:
         raise ExtractionError(f"no function starting with {signature!r} in {path}")
+    if through:
+        last = next((i for i in range(start, len(lines)) if lines[i].startswith(through)), None)
+        if last is None:
+            raise ExtractionError(f"no function starting with {through!r} after {signature!r}")
+        start, piece_start = last, start
+    else:
+        piece_start = start
     first = lines[start].split("//", 1)[0].rstrip()
     if first.endswith("}") and first.count("{") == first.count("}"):
         end: int | None = start  # a function on one line
@@ -348,7 +430,7 @@ def function_text(lines: list[str], path: str, signature: str) -> str:
         end = next((i for i in range(start, len(lines)) if lines[i] == "}"), None)
     if end is None:
         raise ExtractionError(f"the function {signature!r} in {path} has no closing '}}'")
-    return _line_directive(start, path) + "\n".join(lines[start : end + 1]) + "\n"
+    return _line_directive(piece_start, path) + "\n".join(lines[piece_start : end + 1]) + "\n"
 
 
 def members_text(lines: list[str], path: str, class_name: str, names: tuple[str, ...]) -> str:

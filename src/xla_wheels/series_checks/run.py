@@ -126,6 +126,9 @@ def _run_one(
     except BuildFileError as error:
         unreadable = CompileError("", 0, None, f"cannot read the link dependencies: {error}")
         return CheckOutcome(program.name, {}, (unreadable,), str(error))
+    if program.llvm_support and toolchain.llvm is None:
+        missing = CompileError("", 0, None, "the toolchain has no LLVM Support library")
+        return CheckOutcome(program.name, {}, (missing,), missing.message)
     if needs_libpython(program, linked) and toolchain.python is None:
         missing = CompileError("", 0, None, "the torch environment's Python has no libpython")
         return CheckOutcome(program.name, {}, (missing,), missing.message)
@@ -239,6 +242,10 @@ def build_plan(
         python = toolchain.python
         include += ["-isystem", str(python.include)]
         libraries += [f"-L{python.lib}", f"-Wl,-rpath,{python.lib}", f"-l{python.library}"]
+    if program.llvm_support and toolchain.llvm is not None:
+        for directory in toolchain.llvm.include:
+            include += ["-isystem", str(directory)]
+        libraries.append(str(toolchain.llvm.library))
     if program.kind == "gtest":
         include += ["-isystem", str(toolchain.gtest.include)]
         libraries += [f"-L{toolchain.gtest.lib}", "-lgtest_main", "-lgmock", "-lgtest"]

@@ -10,6 +10,10 @@
   and sha256, downloaded into ``<cache>/toolchain/debs/`` and unpacked (only
   ``usr/include`` and ``usr/lib``) into ``<cache>/toolchain/<name>/``. Nothing is
   installed system-wide, and no root is needed;
+- LLVM's Support library (``llvm/Support/SHA256.h`` and ``libLLVMSupport.a``, the SHA-256
+  the disk key of patch 0003 uses, as XLA's own ``@llvm-project//llvm:Support``): sid's
+  ``llvm-21-dev`` (:data:`LLVM_PACKAGE`, the one ``series-compile`` pairs with
+  tensorflow-cpu 2.20), unpacked into ``<cache>/toolchain/<name>/`` the same way;
 - ccache, when it is on PATH (and ``CCACHE_DISABLE`` is not set): the compile steps go
   through it, with its cache in ``<cache>/ccache-series-checks/`` (:class:`CompilerCache`).
 
@@ -105,6 +109,18 @@ BOOKWORM_PACKAGES: tuple[DebianPackage, ...] = (
 )
 
 
+#: LLVM for the checks that link its Support library (one pin, shared with series-compile's
+#: tf-2.20 header set). bookworm's LLVM is older, but llvm::SHA256 is the same there; sid's
+#: is the one the header set needs, so the machine fetches one LLVM package, not two.
+LLVM_MAJOR = "21"
+LLVM_PACKAGE = DebianPackage(
+    "llvm-21-dev",
+    "1:21.1.8-14",
+    "https://deb.debian.org/debian/pool/main/l/llvm-toolchain-21/llvm-21-dev_21.1.8-14_amd64.deb",
+    "d5c158f370423c01846f1cff0bdd0ca0d211049c73fc3faa3d258e638d14f354",
+)
+
+
 @dataclass(frozen=True)
 class Prefix:
     """Where a library's headers and libraries are."""
@@ -125,6 +141,16 @@ class Toolchain:
     """CPython of the torch environment; None: checks of Python bindings cannot build."""
     compiler_cache: CompilerCache | None = None
     """ccache for the compile steps; None: every source is compiled by g++ itself."""
+    llvm: LlvmSupport | None = None
+    """LLVM's Support library; None: checks that link it cannot build."""
+
+
+@dataclass(frozen=True)
+class LlvmSupport:
+    """LLVM's headers (``llvm/`` and ``llvm-c/``) and its static Support library."""
+
+    include: tuple[Path, ...]
+    library: Path
 
 
 @dataclass(frozen=True)
@@ -160,6 +186,7 @@ def ensure_toolchain(cache_dir: Path, network: NetworkPolicy) -> Toolchain:
     root = ensure_debian_root(cache_dir / "toolchain", BOOKWORM_PACKAGES, network)
     usr = Prefix(root / "usr" / "include", root / "usr" / "lib" / MULTIARCH)
     python = python_library(_torch_python(torch))
+    llvm_root = ensure_debian_root(cache_dir / "toolchain", (LLVM_PACKAGE,), network)
     return Toolchain(
         compiler=Path(compiler),
         torch=torch,
@@ -167,7 +194,20 @@ def ensure_toolchain(cache_dir: Path, network: NetworkPolicy) -> Toolchain:
         gtest=usr,
         python=python,
         compiler_cache=compiler_cache(cache_dir, os.environ),
+        llvm=llvm_support(llvm_root),
     )
+
+
+def llvm_support(root: Path) -> LlvmSupport:
+    """Where the unpacked ``llvm-N-dev`` keeps its headers and ``libLLVMSupport.a``."""
+    include = root / "usr" / "include"
+    library = root / "usr" / "lib" / f"llvm-{LLVM_MAJOR}" / "lib" / "libLLVMSupport.a"
+    if not library.is_file():
+        raise ToolchainError(
+            f"{LLVM_PACKAGE.filename} unpacked without {library.name}",
+            fix=f"remove {root} so that it is unpacked again",
+        )
+    return LlvmSupport((include / f"llvm-{LLVM_MAJOR}", include / f"llvm-c-{LLVM_MAJOR}"), library)
 
 
 def compiler_cache(cache_dir: Path, environ: Mapping[str, str]) -> CompilerCache | None:

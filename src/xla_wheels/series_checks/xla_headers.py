@@ -31,7 +31,7 @@ from xla_host import log, runner
 from xla_host.errors import ToolchainError
 from xla_host.net import NetworkPolicy
 from xla_host.waitlock import make_once
-from xla_wheels.series_checks.toolchain import DebianPackage, download, unpack
+from xla_wheels.series_checks.toolchain import LLVM_PACKAGE, DebianPackage, download, unpack
 
 SUBDIR = "series-compile"
 MARKER = ".complete.json"
@@ -61,12 +61,7 @@ HEADER_SETS: dict[str, HeaderSet] = {
         "tf-2.20",
         "2.20.0",
         "21",
-        DebianPackage(
-            "llvm-21-dev",
-            "1:21.1.8-14",
-            f"{SID_POOL}/llvm-toolchain-21/llvm-21-dev_21.1.8-14_amd64.deb",
-            "d5c158f370423c01846f1cff0bdd0ca0d211049c73fc3faa3d258e638d14f354",
-        ),
+        LLVM_PACKAGE,
         "the OpenXLA of TensorFlow 2.20, the nearest published one to the pin 9a9aa0e",
     ),
     "tf-2.21": HeaderSet(
