@@ -167,6 +167,13 @@ def gcs_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GcsEmulat
         yield server
 
 
+@pytest.fixture(scope="session")
+def gcs_host_python(tmp_path_factory: pytest.TempPathFactory, host_wheel: Path) -> Path:
+    """A fresh host that reads buckets: a venv with the host wheel and google-cloud-storage,
+    no checkout (tests/gcs_support.py ``host_with_library``); made once per worker."""
+    return gcs_support.host_with_library(tmp_path_factory.mktemp("gcs-host"), host_wheel)
+
+
 # --- The real pytorch/xla source (tests/real_source.py) -------------------------------
 
 
