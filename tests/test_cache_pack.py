@@ -4,7 +4,10 @@ warm; a tampered pack, a wrong signature and a pack of another topology install 
 Real parts only: openssl ed25519 keys, tar files, ``python -m xla_host cache fetch`` in a
 fresh process (the host's own command line, as a host without the builder runs it), an
 HTTP server on loopback, and, for the warm start, the stock torch_xla 2.7.0 environment
-(whose persistent cache loads on CPU) with the pack the shared gate run ``gate_27`` wrote.
+(whose persistent cache loads on CPU) with the pack the shared gate run ``gate_27`` wrote,
+fetched from a static lane over HTTP and from a pypiserver lane's gs:// pack store
+(fake-gcs-server, tests/gcs_support.py) by a host with only the host wheel and
+google-cloud-storage installed.
 """
 
 from __future__ import annotations
