@@ -160,11 +160,19 @@ def gate_29(stock_xla_python_29: Path, tmp_path_factory: pytest.TempPathFactory)
 
 @pytest.fixture(scope="session")
 def gcs_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GcsEmulator]:
-    """fake-gcs-server on 127.0.0.1, one per pytest worker (one per run: the tests that
-    use it share an xdist group, conftest's ``_worker_groups``); each test makes its own
-    bucket (``GcsEmulator.make_bucket``)."""
+    """fake-gcs-server on 127.0.0.1, one per pytest worker (the tests that use it share an
+    xdist group, conftest's ``_worker_groups``, so most runs start one; a second starts
+    where a test reads a gate run too and goes to the gate's worker: test_cache_pack's
+    warm start); each test makes its own bucket (``GcsEmulator.make_bucket``)."""
     with gcs_support.gcs_emulator(tmp_path_factory.mktemp("gcs")) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def gcs_host_python(tmp_path_factory: pytest.TempPathFactory, host_wheel: Path) -> Path:
+    """A fresh host that reads buckets: a venv with the host wheel and google-cloud-storage,
+    no checkout (tests/gcs_support.py ``host_with_library``); made once per worker."""
+    return gcs_support.host_with_library(tmp_path_factory.mktemp("gcs-host"), host_wheel)
 
 
 # --- The real pytorch/xla source (tests/real_source.py) -------------------------------

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tests import missing_tools, servers
 from tests.servers import InProcessServer
@@ -125,3 +126,71 @@ class DeniedServer:
 
     def close(self) -> None:
         self._serving.close()
+
+
+# --- a lane on a package index whose packs are in a bucket ------------------------------
+
+
+@dataclass(frozen=True)
+class BucketLane:
+    """Lane ``validation`` on a real package index (pypiserver on loopback, reads
+    anonymous, uploads with the htpasswd account), its packs in a bucket of the emulator
+    (``packs = "gs://…"`` in build/lanes.toml): the bundle's wheels and its document on
+    the index, the document naming the store."""
+
+    project: Path
+    url: str
+    """The lane's address, the index's simple/ URL: all a host is given."""
+    store: str
+    """``gs://<bucket>/team/packs``."""
+    index: Path
+    """The index's package directory (what pypiserver serves)."""
+
+
+@contextmanager
+def index_lane_with_bucket(
+    tmp: Path, wheels: list[Path], emulator: GcsEmulator, bucket: str, **project: Any
+) -> Iterator[BucketLane]:
+    """Publish ``wheels`` (tests/publish_support.py's project, ``project`` its options)
+    into an index lane whose pack store is ``gs://<bucket>/team/packs``; the index is
+    stopped afterwards. The caller points this process at ``emulator``
+    (``STORAGE_EMULATOR_HOST``) for the packs it publishes."""
+    from tests.clirunner import run_cli
+    from tests.publish_support import BUNDLE, make_publish_project, start_pypiserver
+
+    process, index = start_pypiserver(tmp / "index", "update")
+    try:
+        root = make_publish_project(tmp, wheels, **project)
+        store = f"gs://{bucket}/team/packs"
+        (root / "build" / "lanes.toml").write_text(
+            f'[lanes.validation]\nindex-url = "{index.url}"\npacks = "{store}"\n'
+        )
+        published = run_cli(
+            "publish-lane", "--bundle", project.get("bundle", BUNDLE), root=root,
+            inherit_env=True, env={**index.credentials, "STORAGE_EMULATOR_HOST": emulator.host},
+        )  # fmt: skip
+        assert published.exit_code == 0, published.output
+        yield BucketLane(root, index.url, store, index.packages)
+    finally:
+        servers.stop(process)
+
+
+def host_with_library(directory: Path, host_wheel: Path) -> Path:
+    """The Python of a fresh venv standing for a training host that reads a bucket: the
+    host wheel and google-cloud-storage at the pin the docs tell a host to install
+    (``xla_host.gcs.LIBRARY_PIN``, its dependencies resolved by pip), nothing of the
+    checkout. Run its command line with ``-I`` so no current directory is on its path."""
+    import sys
+
+    from xla_host import gcs
+
+    venv = directory / "gcs-host"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=300)  # fmt: skip
+    python = venv / "bin" / "python"
+    pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
+           "--disable-pip-version-check"]  # fmt: skip
+    for args in (["--no-deps", str(host_wheel)], [gcs.LIBRARY_PIN]):
+        done = subprocess.run([*pip, *args], capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
+    return python

@@ -4,7 +4,10 @@ warm; a tampered pack, a wrong signature and a pack of another topology install 
 Real parts only: openssl ed25519 keys, tar files, ``python -m xla_host cache fetch`` in a
 fresh process (the host's own command line, as a host without the builder runs it), an
 HTTP server on loopback, and, for the warm start, the stock torch_xla 2.7.0 environment
-(whose persistent cache loads on CPU) with the pack the shared gate run ``gate_27`` wrote.
+(whose persistent cache loads on CPU) with the pack the shared gate run ``gate_27`` wrote,
+fetched from a static lane over HTTP and from a pypiserver lane's gs:// pack store
+(fake-gcs-server, tests/gcs_support.py) by a host with only the host wheel and
+google-cloud-storage installed.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import pytest
 from tests import servers
 from tests.clirunner import REPO_ROOT, CliResult
 from tests.gate_helpers import GateRun
+from tests.gcs_support import GcsEmulator
+from tests.publish_support import FakeWheels
 from xla_host import cache_pack
 from xla_host.gate import workload as workloads
 from xla_host.gate.children import run_child, runtime_env
@@ -307,10 +312,20 @@ def test_a_pack_is_never_replaced(made: dict[str, Path]) -> None:
 # --- the warm start, with the shared gate run on stock torch_xla 2.7.0 ------------------
 
 
-def test_a_fresh_host_starts_warm_from_the_gates_pack_fetched_from_a_lane_over_http(
-    gate_27: GateRun, stock_xla_python_27: Path, tmp_path: Path
+def test_a_fresh_host_starts_warm_from_the_gates_pack_from_a_static_lane_or_an_index_lanes_bucket(
+    gate_27: GateRun,
+    stock_xla_python_27: Path,
+    tmp_path: Path,
+    gcs_emulator: GcsEmulator,
+    gcs_host_python: Path,
+    fake_wheels: FakeWheels,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from tests.gcs_support import index_lane_with_bucket
+    from tests.publish_support import BUNDLE
+    from xla_host import gcs
     from xla_wheels.release import lane_packs as lane_store
+    from xla_wheels.release import lanes
     from xla_wheels.release.lane_static import StaticLane
     from xla_wheels.release.lanes import Lane, Policy
 
@@ -355,12 +370,54 @@ def test_a_fresh_host_starts_warm_from_the_gates_pack_fetched_from_a_lane_over_h
             data = (into / row["name"]).read_bytes()
             assert hashlib.sha256(data).hexdigest() == row["sha256"]
 
-        # The fresh host's first run of the same workload: every executable loaded, none
-        # compiled.
+        # The same executables through a lane on a package index (a real pypiserver) whose
+        # packs are in a bucket (fake-gcs-server), fetched by a fresh host that has only
+        # the host wheel and google-cloud-storage and is given only the lane's address.
+        # Such a host finds the store through its bundle's document, so the pack must name
+        # a bundle, and the gate ran without one (a stock environment): the gate's entries
+        # are packed again under the lane's bundle (the publish tests' stand-in), signed
+        # with the gate's own key, every other field of its manifest kept.
+        bucket = gcs_emulator.make_bucket(f"warm-{os.getpid()}")
+        monkeypatch.setenv(gcs.EMULATOR_ENV, gcs_emulator.host)
+        entries = tmp_path / "gate-entries"
+        entries.mkdir()
+        for name, data in listing(into).items():
+            (entries / name).write_bytes(data)
+        relabelled = cache_pack.Manifest(
+            **{**manifest_read.__dict__, "bundle": BUNDLE, "entries": (), "created": ""}
+        )
+        pack, relabelled = cache_pack.write_pack(
+            tmp_path / "bundle-pack", entries, made / "pack-key.pem", relabelled
+        )
+        assert [e.sha256 for e in relabelled.entries] == [r["sha256"] for r in payload["entries"]]
+        with index_lane_with_bucket(
+            tmp_path / "index-lane", [fake_wheels.torch, fake_wheels.torch_xla], gcs_emulator,
+            bucket,
+        ) as index_lane:  # fmt: skip
+            validation = lanes.load_config(index_lane.project).lane("validation")
+            lane_store.publish_pack(validation, pack, relabelled, {BUNDLE: "serves"})
+            home = tmp_path / "gcs-host-home"
+            home.mkdir()
+            from_bucket = home / "cache"
+            fetched = subprocess.run(
+                [str(gcs_host_python), "-I", "-m", "xla_host", "cache", "fetch", "--lane",
+                 index_lane.url, "--bundle", BUNDLE, "--workload", "small", "--into",
+                 str(from_bucket), "--key", str(made / "pack-key.pub.pem"), "--python",
+                 str(stock_xla_python_27), "--device", "CPU"],
+                cwd=home, env={"PATH": "/usr/bin:/bin", "HOME": str(home),
+                               gcs.EMULATOR_ENV: gcs_emulator.host},
+                text=True, capture_output=True, timeout=300, check=False,
+            )  # fmt: skip
+        assert fetched.returncode == 0, fetched.stdout + fetched.stderr
+        assert f"{index_lane.store}/packs/sha256/" in fetched.stderr, fetched.stderr
+        assert listing(from_bucket) == listing(into)
+
+        # The fresh host's first run of the same workload, from the bucket's pack: every
+        # executable loaded, none compiled (the static lane's install is the same bytes).
         child = run_child(
             stock_xla_python_27, "fresh-host", tmp_path / "runs",
             ["--mode", "train", *workloads.DEFAULT.child_args()],
-            runtime_env("CPU", cache_dir=into), 600,
+            runtime_env("CPU", cache_dir=from_bucket), 600,
         )  # fmt: skip
         first = summarize(child)
         assert first["ok"], first

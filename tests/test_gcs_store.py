@@ -6,7 +6,10 @@ started once per run (the ``gcs_emulator`` session fixture) and reached by
 google-cloud-storage through ``STORAGE_EMULATOR_HOST``; a loopback server that answers
 403 stands for a bucket the account may not use (the emulator has no IAM), and
 tests/network_faults_support.py's SilentServer for a bucket that never answers. Each test
-makes its own bucket.
+makes its own bucket. A lane on a package index is a real pypiserver on loopback
+(tests/gcs_support.py ``index_lane_with_bucket``), and the host that fetches from it a
+fresh venv with only the host wheel and google-cloud-storage (``gcs_host_python``), its
+command line run with ``-I``.
 """
 
 from __future__ import annotations
@@ -282,3 +285,96 @@ def test_a_pack_goes_into_a_lanes_bucket_and_a_host_fetches_it_by_the_lanes_addr
         assert not again.exists()
     finally:
         servers.stop(server)
+
+
+# --- a lane on a package index, its packs in a bucket: a fresh host needs its address ---
+
+
+def test_a_pack_in_an_index_lanes_bucket_reaches_a_fresh_host_by_cache_fetch_and_launch_env(
+    bucket: str,
+    gcs_emulator: GcsEmulator,
+    tmp_path: Path,
+    fake_wheels: FakeWheels,  # noqa: F811
+    host_python: Path,
+    gcs_host_python: Path,
+) -> None:
+    from tests.gcs_support import index_lane_with_bucket
+    from xla_host import bundle_document as doc
+    from xla_host.launch_profile import LaunchProfile
+
+    with index_lane_with_bucket(
+        tmp_path, [fake_wheels.torch, fake_wheels.torch_xla], gcs_emulator, bucket
+    ) as lane:
+        config = lanes.load_config(lane.project)
+        assert config.lane("validation").backend.named_pack_store() == lane.store
+        private, public = keypair(tmp_path, "packs")
+        pack, full = _pack_of(tmp_path, private, BUNDLE, "2026-02-01T00:00:00Z")
+        published = lane_store.publish_pack(
+            config.lane("validation"), pack, full, {BUNDLE: "serves"}
+        )
+        # Nothing of the pack is on the index: it went into the bucket.
+        assert not list(lane.index.glob("*pack*")), sorted(lane.index.iterdir())
+        home = tmp_path / "host-home"
+        home.mkdir()
+
+        def host(*args: str) -> CliResult:
+            """The fresh host's command line: -I, nothing of the checkout, its own HOME."""
+            done = subprocess.run(
+                [str(gcs_host_python), "-I", "-m", "xla_host", *args], cwd=home,
+                env={"PATH": "/usr/bin:/bin", "HOME": str(home),
+                     gcs.EMULATOR_ENV: gcs_emulator.host},
+                text=True, capture_output=True, timeout=300, check=False,
+            )  # fmt: skip
+            return CliResult(done.returncode, done.stdout, done.stderr)
+
+        into = home / "cache"
+        fetched = host(
+            "cache", "fetch", "--lane", lane.url, "--bundle", BUNDLE, "--workload", "small",
+            "--into", str(into), "--key", str(public), "--python", str(host_python),
+            "--device", "CPU", "--topology", "cpu-1x1",
+        )  # fmt: skip
+        assert fetched.exit_code == 0, fetched.output
+        assert listing(into) == listing(tmp_path / "cold-2026-02")
+        assert "2 entr(ies) written" in fetched.stdout, fetched.stdout
+        # launch-env --pack-lane: the same fetch (cache_command.fetch_pack), through the
+        # same lane address, into the launch profile's cache directory.
+        cache = home / "launch-cache"
+        profile = LaunchProfile(
+            "train",
+            {"device": {"PJRT_DEVICE": "CPU"}, "cache": {"XLA_PERSISTENT_CACHE_PATH": str(cache)}},
+        )
+        wheel = doc.LockedFile("torch_xla-2.7.0-cp311-cp311-linux_x86_64.whl", "a" * 64, 10)
+        made = doc.BundleDocument(
+            bundle=BUNDLE, lane="validation", python="3.11", wheels=(wheel,),
+            profiles={"train": profile},
+        )  # fmt: skip
+        document = home / "document.json"
+        document.write_bytes(doc.dumps(made))
+        launched = host(
+            "launch-env", "--bundle-document", str(document), "--bundle-sha256",
+            doc.sha256_of(document.read_bytes()), "--profile", "train", "--role", "writer",
+            "--out", str(home / "launch"), "--python", str(host_python),
+            "--pack-lane", lane.url, "--pack-public-key", str(public),
+        )  # fmt: skip
+        assert launched.exit_code == 0, launched.output
+        assert "cache pack installed into" in launched.stdout, launched.output
+        assert listing(cache) == listing(tmp_path / "cold-2026-02")
+        assert (home / "launch" / "env.json").exists()
+        # The object in the bucket tampered with (a byte of an entry flipped, put back
+        # under its hash's name): launch-env installs nothing and writes no launch file.
+        objects = gcs.bucket_at(lane.store, QUICK, fix="")
+        raw = bytearray(pack.read_bytes())
+        raw[len(raw) // 2] ^= 0x01
+        objects.delete(published.row.path)
+        assert objects.create(published.row.path, bytes(raw)) is True
+        refused = host(
+            "launch-env", "--bundle-document", str(document), "--bundle-sha256",
+            doc.sha256_of(document.read_bytes()), "--profile", "train", "--role", "writer",
+            "--out", str(home / "launch-2"), "--python", str(host_python),
+            "--pack-lane", lane.url, "--pack-public-key", str(public),
+        )  # fmt: skip
+        assert refused.exit_code == 1, refused.output
+        assert "does not match its signed manifest" in refused.stderr, refused.stderr
+        assert "nothing was installed" in refused.stderr and "Traceback" not in refused.stderr
+        assert not (home / "launch-2").exists()
+        assert listing(cache) == listing(tmp_path / "cold-2026-02")  # the earlier install
