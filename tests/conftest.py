@@ -29,7 +29,7 @@ from xla_wheels.series_checks.toolchain import Toolchain, ensure_toolchain
 
 #: Fixtures for every module (fake wheels and a pypiserver to publish them to, a real
 #: tmpfs): named once here, not imported into each module that asks for one.
-pytest_plugins = ("tests.publish_support", "tests.disk_support")
+pytest_plugins = ("tests.publish_support", "tests.disk_support", "tests.cpu_cost")
 
 
 @pytest.fixture
