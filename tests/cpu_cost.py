@@ -1,10 +1,11 @@
-"""``-p tests.cpu_cost``: each test's CPU time, its own and its waited-for children's.
+"""Each test's CPU time, its own and its waited-for children's (conftest loads this plugin).
 
 The suite is bound by CPU on the 2-core machines it runs on, so a test's cost is the CPU it
 takes (pytest's worker and every process it waited for), not its wall time, which a busy
 machine stretches. With ``SUITE_CPU_FILE=<file>`` each test appends one JSON line
-(``nodeid``, ``cpu_s``, ``wall_s``) to the file (conftest loads this plugin); ``python -m tests.cpu_cost <file>`` prints
-the costliest tests and modules (``make bench-suite`` does both).
+(``nodeid``, ``cpu_s``, ``wall_s``) to the file; ``python -m tests.cpu_cost <file>`` prints
+the costliest tests and modules. A process a test kills without waiting for it (a server's
+process group) is not counted.
 """
 
 from __future__ import annotations
