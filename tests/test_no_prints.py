@@ -24,6 +24,8 @@ EDGES: dict[str, str] = {
     "xla_host/log.py": "the logger itself",
     "xla_host/cache_command.py": "the `cache` subcommand of both command lines",
     "xla_host/gate/arguments.py": "the gate subcommand of both command lines (its verdicts)",
+    "xla_host/host_commands.py": "gate, doctor and launch-env of both command lines (reports)",
+    "xla_host/xla_launch_profile.py": "the launch helper a launcher runs, a process of its own",
     "xla_host/entrypoint.py": "the runtime image's entry point, a process of its own",
     "xla_host/installed_metadata.py": "a script run in the interpreter under test",
 }

@@ -224,6 +224,9 @@ def build_plan(
     Paths into the tree and the project are relative to ``work`` (through its links), so
     that the same sources in another copy of the tree give the same command lines, which
     ccache's key includes, and g++'s errors name files relative to the tree.
+
+    Over 80 lines: one plan, step by step (compile, then link with LLVM's Support library
+    where a program needs it); split, each step would need the whole plan's state passed.
     """
     torch = toolchain.torch
     checks = Path(PROJECT_LINK) / CHECKS_SUBDIR
