@@ -42,6 +42,8 @@ GIB = 1 << 30
 class Measured:
     seconds: float
     peak_rss_bytes: int
+    cpu_s: float
+    """User and system CPU seconds (where the time above the download's goes)."""
     """The process's own peak resident memory; a pipeline's: its largest process's."""
 
 
@@ -55,20 +57,25 @@ def _timed(argv: Sequence[str], env: dict[str, str] | None = None) -> tuple[Meas
     with tempfile.NamedTemporaryFile() as output, tempfile.NamedTemporaryFile() as peak:
         began = time.perf_counter()
         done = subprocess.run(
-            ["/usr/bin/time", "-f", "%M", "-o", peak.name, *argv], env=env, stdout=output,
+            ["/usr/bin/time", "-f", "%M %U %S", "-o", peak.name, *argv], env=env, stdout=output,
             stderr=subprocess.STDOUT, check=False,
         )  # fmt: skip
         seconds = time.perf_counter() - began
         if done.returncode != 0:
             output.seek(0)
             raise SystemExit(f"error: {argv[0]} {argv[1:3]} failed:\n{output.read().decode()}")
-        kib = int(Path(peak.name).read_text().split()[-1])
+        kib, user, system = Path(peak.name).read_text().split()[-3:]
         output.seek(0)
-        return Measured(seconds, kib * 1024), output.read().decode(errors="replace")
+        measured = Measured(seconds, int(kib) * 1024, float(user) + float(system))
+        return measured, output.read().decode(errors="replace")
 
 
 def _sum(*parts: Measured) -> Measured:
-    return Measured(sum(p.seconds for p in parts), max(p.peak_rss_bytes for p in parts))
+    return Measured(
+        sum(p.seconds for p in parts),
+        max(p.peak_rss_bytes for p in parts),
+        sum(p.cpu_s for p in parts),
+    )
 
 
 def _free_port() -> int:
@@ -198,7 +205,8 @@ def _rounds(
         row["fetch"] = {**fetched.__dict__, "entries_installed": len(installed)}
         shutil.rmtree(into)
         rows.append(row)
-        shown = ", ".join(f"{k} {v['seconds']:.2f}s {v['peak_rss_bytes'] >> 20} MiB"
+        shown = ", ".join(f"{k} {v['seconds']:.2f}s (CPU {v['cpu_s']:.1f}s) "
+                          f"{v['peak_rss_bytes'] >> 20} MiB"
                           for k, v in row.items())  # fmt: skip
         print(f"{name} round {i + 1}: {shown}", flush=True)
 
@@ -209,6 +217,7 @@ def _rounds(
     for key in rows[0]:
         summary[f"{key}_s"] = median(key, "seconds")
         summary[f"{key}_peak_rss_bytes"] = max(int(r[key]["peak_rss_bytes"]) for r in rows)
+        summary[f"{key}_cpu_s"] = median(key, "cpu_s")
     for baseline in baselines:
         summary[f"ratio_to_{baseline}"] = summary["fetch_s"] / summary[f"{baseline}_s"]
     summary["every_entry_installed"] = all(r["fetch"]["entries_installed"] == entries for r in rows)
