@@ -20,6 +20,28 @@ use; its persistent cache loads on CPU). Steps, all real:
 Prints the medians, the pack's size, the ratio (with / without, and with the fetch added)
 and writes ``DIR/bench-cache-pack.json``. Exit 0 when every run with the pack compiled
 nothing and loaded every executable, 1 otherwise.
+
+At scale, no torch_xla run: ``--synthetic-gib G [--store http|gs|both]``
+
+    .venv/bin/python scripts/bench_cache_pack.py --synthetic-gib 2 --store both --rounds 3
+
+A pack of G GiB of entries of random bytes (256 MiB each, the last one the rest), signed
+(openssl ed25519), published by hash into a lane (``xla_wheels.release.lane_packs``):
+
+- ``http``: a static lane directory served by ``python -m http.server`` on 127.0.0.1;
+- ``gs``: a static lane directory whose pack store is a bucket of fake-gcs-server
+  (tests/gcs_support.py; its filesystem backend, so the pack is not held in memory),
+  the bundle document naming the store, as ``publish-lane`` writes it for
+  ``packs = "gs://…"``.
+
+Each round, in fresh processes: ``python -m xla_host cache fetch --lane <the lane>``
+(index, download, signature, sha256 of the pack and of every entry, install) against the
+same bytes downloaded once and hashed once (``curl`` into a file, then ``sha256sum``; for
+``gs`` also google-cloud-storage's own ``download_to_filename``, then ``sha256sum``).
+Each process's peak resident memory is the kernel's count (``wait4``'s ``ru_maxrss``).
+Writes ``DIR/bench-cache-pack-synthetic.json``; needs about 4 x G GiB of free disk in
+``--work-dir`` (the pack, the store's copy, the spool, the installed entries), all removed
+at the end. Exit 0 when every fetch installed every entry, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -73,7 +95,18 @@ def main() -> int:
     parser.add_argument("--workload", default="small", help="a preset or PATH:FACTORY")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "bench-cache-pack")
+    parser.add_argument("--synthetic-gib", type=float,
+                        help="no torch_xla run: a signed pack of this many GiB of random "
+                        "entries, fetched against a plain download and one sha256sum")  # fmt: skip
+    parser.add_argument("--store", choices=("http", "gs", "both"), default="both",
+                        help="with --synthetic-gib: where the lane keeps the pack")  # fmt: skip
+    parser.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()),
+                        help="with --synthetic-gib: where the pack and its copies go")  # fmt: skip
     args = parser.parse_args()
+    if args.synthetic_gib is not None:
+        from bench_synthetic_pack import synthetic
+
+        return synthetic(args)
     python = _python(args.python)
     spec = workloads.resolve(args.workload)
     args.out.mkdir(parents=True, exist_ok=True)
